@@ -1,0 +1,99 @@
+/*
+ * slab.h - the host slot pool shared by the memory store and staged disk
+ * transfers (design 2.5, "Transfers, slabs, and record files"; design 1 for
+ * the intake size).
+ *
+ * Internal to libselene.
+ *
+ * One 4 KiB-aligned anonymous mapping (MAP_PRIVATE | MAP_ANONYMOUS |
+ * MAP_POPULATE, MADV_HUGEPAGE) cut into equal slots.  A slot holds one page
+ * record: for each rank in order, that rank's share, which is its page planes
+ * in geometry order, each padded to 4 KiB -- exactly the bytes of one page
+ * record in a record file, so a slot is written or read with one aligned
+ * direct I/O.  A row occupies row_slots slots: rank r's row is cut into
+ * pieces of share[r] bytes, piece i in rank r's share of the i-th row slot.
+ *
+ * The pool has warm slots (retention) and intake slots (staging).  Warm
+ * allocations never take the last intake_slots free slots; intake
+ * allocations may take any.  Allocation never blocks: it succeeds whole or
+ * fails with -ENOSPC.  The free list is shared; the pool is used from the
+ * model worker thread only (transfer threads receive addresses).
+ */
+#ifndef SEL_SLAB_H
+#define SEL_SLAB_H
+
+#include "selene.h"
+
+#define SEL_WINDOW_PAGES 64u /* pages per transfer window (design 2.5) */
+
+/* How a geometry's records map onto slots. */
+typedef struct sel_slot_layout {
+	uint32_t ranks;
+	uint64_t slot_bytes;     /* sum of shares */
+	uint64_t *share;         /* [ranks] bytes of rank r's share (4 KiB multiple) */
+	uint64_t *share_off;     /* [ranks] offset of rank r's share in a slot */
+	uint64_t **plane_off;    /* [ranks][n_planes] offset of plane p within the share */
+	uint64_t *row_bytes;     /* [ranks] unpadded row unit bytes */
+	uint32_t row_slots;      /* max over ranks of ceil(row_bytes / share) */
+} sel_slot_layout;
+
+int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g);
+void sel_slot_layout_free(sel_slot_layout *l);
+/* Piece i (0 <= i < row_slots) of rank r's row: offset within the slot and
+ * length (0 when the row ended in an earlier piece). */
+void sel_slot_layout_row_piece(const sel_slot_layout *l, uint32_t rank, uint32_t i,
+			       uint64_t *off_in_slot, uint64_t *len);
+
+/* Registration hooks (CUDA: cuMemHostRegister_v2 / cuMemHostUnregister).
+ * NULL or NULL entries: host backend, nothing to do. */
+struct sel_slab_hooks {
+	int (*reg)(void *ctx, void *addr, uint64_t len);
+	void (*unreg)(void *ctx, void *addr, uint64_t len);
+	void *ctx;
+};
+
+typedef struct sel_slab_pool sel_slab_pool;
+
+enum sel_slab_class {
+	SEL_SLAB_WARM = 0,   /* retention: leaves intake_slots free */
+	SEL_SLAB_INTAKE = 1, /* staging: may use every free slot */
+};
+
+/* Map warm_slots + intake_slots slots of slot_bytes (a positive multiple of
+ * 4 KiB).  populate: pre-fault the mapping (MAP_POPULATE).  Calls
+ * hooks->reg once for the whole mapping. */
+int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, bool populate,
+		    const struct sel_slab_hooks *hooks, sel_slab_pool **out);
+/* Unregisters and unmaps.  NULL-safe.  The caller guarantees no transfer
+ * still uses a slot (design 2.5: a store whose copiers cannot drain leaks
+ * the pool instead of destroying it). */
+void sel_slab_destroy(sel_slab_pool *p);
+
+/* Take n slots, all or none, into out[0..n): 0 or -ENOSPC. */
+int sel_slab_alloc(sel_slab_pool *p, uint32_t n, enum sel_slab_class cls, uint32_t *out);
+/* Return n slots.  Double frees are detected by sel_slab_check(). */
+void sel_slab_free(sel_slab_pool *p, const uint32_t *slots, uint32_t n);
+/* Would an allocation of n slots of class cls succeed now? */
+bool sel_slab_can_alloc(const sel_slab_pool *p, uint32_t n, enum sel_slab_class cls);
+
+void *sel_slab_addr(const sel_slab_pool *p, uint32_t slot);
+void *sel_slab_base(const sel_slab_pool *p);
+uint64_t sel_slab_slot_bytes(const sel_slab_pool *p);
+uint64_t sel_slab_total(const sel_slab_pool *p);   /* warm + intake */
+uint64_t sel_slab_intake(const sel_slab_pool *p);
+uint64_t sel_slab_free_count(const sel_slab_pool *p);
+uint64_t sel_slab_in_use(const sel_slab_pool *p);
+
+/* Verify: free list holds distinct in-range slots, counts balance. */
+int sel_slab_check(const sel_slab_pool *p);
+
+/* Automatic intake (design 1): full = 2 * max_active * row_slots + 2 * 64.
+ * If headroom_bytes cannot hold full * slot_bytes, shrink toward the floor
+ * 2 * (64 + row_slots) and write one warning into warn (naming the memory
+ * full intake needs); if even the floor does not fit, return -ENOMEM with
+ * a message.  headroom_bytes = UINT64_MAX means unlimited.  warn may be
+ * NULL; it is set to "" when there is nothing to say. */
+int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_bytes,
+		     uint64_t headroom_bytes, uint64_t *slots, char *warn, size_t warn_len);
+
+#endif

@@ -1,0 +1,119 @@
+/* testutil.c - the shared test harness (see testutil.h). */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <ftw.h>
+#include <time.h>
+#include <unistd.h>
+
+void (*test_fail_cb)(void);
+
+void test_fail_hook(void)
+{
+	if (test_fail_cb) {
+		void (*cb)(void) = test_fail_cb;
+		test_fail_cb = NULL;
+		cb();
+	}
+}
+
+uint64_t test_seed(void)
+{
+	static uint64_t seed;
+	static bool have;
+	if (!have) {
+		const char *s = getenv("TEST_SEED");
+		if (s && *s) {
+			seed = strtoull(s, NULL, 0);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+		}
+		have = true;
+		printf("seed: TEST_SEED=%" PRIu64 "\n", seed);
+		fflush(stdout);
+	}
+	return seed;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void test_rng_init(test_rng *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		r->s[i] = splitmix(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t test_rng_next(test_rng *r)
+{
+	uint64_t *s = r->s;
+	uint64_t result = rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return result;
+}
+
+void test_rng_fill(test_rng *r, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len >= 8) {
+		uint64_t v = test_rng_next(r);
+		memcpy(p, &v, 8);
+		p += 8;
+		len -= 8;
+	}
+	if (len) {
+		uint64_t v = test_rng_next(r);
+		memcpy(p, &v, len);
+	}
+}
+
+char *test_mkdtemp(const char *tag)
+{
+	const char *base = getenv("TEST_TMPDIR");
+	if (!base || !*base)
+		base = getenv("TMPDIR");
+	if (!base || !*base)
+		base = "/tmp";
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s.XXXXXX", base, tag ? tag : "t") < 0)
+		return NULL;
+	if (!mkdtemp(path)) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+int test_rmtree(const char *path)
+{
+	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+bool test_soak(void)
+{
+	const char *s = getenv("SELENE_SOAK");
+	return s && *s && strcmp(s, "0") != 0;
+}

@@ -1,0 +1,95 @@
+/*
+ * testutil.h - the small harness every test program uses.
+ *
+ * A test is a program: exit 0 pass, 1 fail, 77 skip (STYLE.md 12).  CHECK()
+ * reports the first failure with file, line and the failed expression and
+ * exits 1; tests do not continue past a broken invariant.  Randomised tests
+ * take their seed from $TEST_SEED (printed, so a failure can be replayed).
+ */
+#ifndef TESTUTIL_H
+#define TESTUTIL_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "selene.h"
+
+#define CHECK(cond)                                                                           \
+	do {                                                                                  \
+		if (!(cond)) {                                                                \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			test_fail_hook();                                                     \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define CHECKF(cond, ...)                                                                     \
+	do {                                                                                  \
+		if (!(cond)) {                                                                \
+			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                         \
+			fputc('\n', stderr);                                                  \
+			test_fail_hook();                                                     \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+/* rc must be 0 (or >= 0); otherwise print sel_strerror and sel_errmsg. */
+#define CHECK_OK(expr)                                                                        \
+	do {                                                                                  \
+		long long rc_ = (long long)(expr);                                            \
+		if (rc_ < 0) {                                                                \
+			fprintf(stderr, "%s:%d: %s returned %lld (%s): %s\n", __FILE__, __LINE__, \
+				#expr, rc_, sel_strerror((int)rc_), sel_errmsg());             \
+			test_fail_hook();                                                     \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define CHECK_RC(expr, want)                                                                  \
+	do {                                                                                  \
+		long long rc_ = (long long)(expr), want_ = (long long)(want);                 \
+		if (rc_ != want_) {                                                           \
+			fprintf(stderr, "%s:%d: %s returned %lld (%s), want %lld: %s\n",     \
+				__FILE__, __LINE__, #expr, rc_, sel_strerror((int)rc_), want_, \
+				sel_errmsg());                                                \
+			test_fail_hook();                                                     \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define SKIP(...)                                                                             \
+	do {                                                                                  \
+		printf("skip: ");                                                             \
+		printf(__VA_ARGS__);                                                          \
+		printf("\n");                                                                 \
+		exit(77);                                                                     \
+	} while (0)
+
+/* Optional hook run before a failing exit (tests may set it to dump state). */
+extern void (*test_fail_cb)(void);
+void test_fail_hook(void);
+
+/* Deterministic PRNG (xoshiro256**), seeded from $TEST_SEED or the time. */
+typedef struct test_rng {
+	uint64_t s[4];
+} test_rng;
+uint64_t test_seed(void); /* reads $TEST_SEED once, prints the seed used */
+void test_rng_init(test_rng *r, uint64_t seed);
+uint64_t test_rng_next(test_rng *r);
+static inline uint64_t test_rng_below(test_rng *r, uint64_t n) { return n ? test_rng_next(r) % n : 0; }
+void test_rng_fill(test_rng *r, void *buf, size_t len);
+
+/* A fresh directory under $TEST_TMPDIR (or /tmp), removed by test_rmtree. */
+char *test_mkdtemp(const char *tag);
+int test_rmtree(const char *path);
+
+/* Long runs (make soak) set SELENE_SOAK=1. */
+bool test_soak(void);
+
+#endif
