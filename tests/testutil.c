@@ -1,5 +1,4 @@
 /* testutil.c - the shared test harness (see testutil.h). */
-#define _GNU_SOURCE
 #include "testutil.h"
 
 #include <ftw.h>

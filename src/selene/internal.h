@@ -1,0 +1,37 @@
+/*
+ * internal.h - small helpers shared by libselene's modules.
+ */
+#ifndef SEL_INTERNAL_H
+#define SEL_INTERNAL_H
+
+#include <stdint.h>
+
+/* Initialise libsodium once (thread-safe); picks its fast BLAKE2b. */
+void sel_crypto_init(void);
+
+/* Little-endian field access for on-disk and hashed encodings. */
+static inline void sel_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void sel_put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void sel_put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t sel_get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t sel_get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t sel_get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+#endif
