@@ -198,6 +198,260 @@ void sel_offload_identity(const uint8_t model_identity[SEL_IDENTITY_BYTES], sel_
 /* Lower-case hex of n bytes into out (2n + 1 bytes). */
 char *sel_hex(const void *bytes, size_t n, char *out);
 
+/* ---- The store interface (design 2.2) ---------------------------------- */
+/*
+ * A store keeps host copies of published GPU checkpoints and restores them.
+ * All calls are made from one thread (the model worker), never block, and
+ * never wait for a transfer: copies run on the store's own threads and their
+ * results come back through sel_store_poll().
+ *
+ * Pins and lifetimes (the worker's side of the contract):
+ *   - sel_store_put() returning SEL_QUEUED means a copy-out job reads the
+ *     checkpoint's GPU pages and row.  The worker holds one GPU pin on the
+ *     checkpoint from before the call until the job's SEL_EV_STORED or
+ *     SEL_EV_STORE_FAILED event (whose outcome may be SEL_DEFERRED).
+ *     Every other outcome takes no pin and produces no event.
+ *   - sel_store_lookup() pins nothing.  A hit stays valid until the next
+ *     call that may change the store (put, fetch, poll, evicted, touch);
+ *     sel_store_fetch() re-validates it and returns -ESTALE when the chain
+ *     is gone, in which case the worker treats the request as a miss.
+ *   - sel_store_fetch() returning 0 means exactly one SEL_EV_FETCHED or
+ *     SEL_EV_FETCH_FAILED event follows for the ticket.  The destination
+ *     page ids and state slot belong to the scheduler's ticket until then;
+ *     a failure is reported only after every copy into them has drained, so
+ *     they can go straight back to the free lists.  The store pins the
+ *     records it reads until the event.
+ *   - A call that returns an error produces no event.
+ *   - sel_store_close() drains and joins every thread within the deadline.
+ *     If a transfer cannot be drained, close returns SEL_ESTOPPED and keeps
+ *     its memory (registrations, slabs) alive: the caller must keep the
+ *     GPU planes alive too (design 2.8).
+ */
+
+typedef struct sel_store sel_store;
+
+/* Outcome of sel_store_put(), and the outcome carried by store events. */
+typedef enum sel_outcome {
+	SEL_QUEUED = 0,   /* copy submitted; pin until SEL_EV_STORED/STORE_FAILED */
+	SEL_PRESENT,      /* a committed local copy of the key exists */
+	SEL_DEFERRED,     /* (event only) the queued copy found no host capacity:
+			     pin released, retry after store progress */
+	SEL_RETRY,        /* capacity or queue room temporarily unavailable: no
+			     copy, no pin; retry after store progress */
+	SEL_OVERSIZE,     /* can never fit this store: do not retry */
+	SEL_SKIPPED,      /* not stored and not worth retrying (duplicate in
+			     flight, unusable record, store stopped) */
+} sel_outcome;
+
+const char *sel_outcome_name(sel_outcome o);
+
+/* Why the last SEL_RETRY/SEL_DEFERRED happened (design 2.15 metrics). */
+typedef enum sel_retry_reason {
+	SEL_RETRY_NONE = 0,
+	SEL_RETRY_INFLIGHT, /* the slots are held by copies in flight */
+	SEL_RETRY_SLABS,    /* no evictable slots */
+	SEL_RETRY_QUEUE,    /* a transfer queue is full */
+	SEL_RETRY_BUDGET,   /* disk budget or filesystem space */
+	SEL_RETRY_REASONS
+} sel_retry_reason;
+
+const char *sel_retry_reason_name(sel_retry_reason r);
+
+/* A GPU-ready checkpoint the scheduler offers (PublishedCheckpoint). */
+typedef struct sel_published {
+	uint64_t checkpoint;   /* GPU checkpoint id, echoed in events */
+	sel_key key;           /* endpoint */
+	sel_key parent;        /* nearest offered ancestor; none = all zero */
+	sel_digest bucket;     /* boundary digest at key.consumed / 64 */
+	const uint32_t *pages; /* whole chain from the root: key.consumed / page_tokens ids */
+	uint32_t n_pages;
+	uint32_t tail;         /* pages since the offered ancestor (the last `tail` ids) */
+	uint32_t state_slot;   /* the checkpoint's snapshot row */
+} sel_published;
+
+typedef enum sel_tier {
+	SEL_TIER_NONE = 0,
+	SEL_TIER_MEMORY,
+	SEL_TIER_DISK,
+	SEL_TIER_POOL,
+	SEL_TIERS
+} sel_tier;
+
+const char *sel_tier_name(sel_tier t);
+
+/* A restorable host chain (HostHit). */
+typedef struct sel_hit {
+	sel_key key;        /* endpoint found */
+	uint64_t resident;  /* the GPU-resident count the lookup was made for */
+	uint32_t pages;     /* pages to upload: the chain's pages past `resident` */
+	uint64_t bytes;     /* bytes the restore moves (pages and row, all ranks) */
+	sel_tier tier;      /* where the bytes come from (the slowest tier involved) */
+	uint64_t cookie;    /* store-private */
+} sel_hit;
+
+/* Where a restore lands (InboundTicket). */
+typedef struct sel_inbound {
+	uint64_t ticket;       /* scheduler's ticket id, echoed in events */
+	const uint32_t *pages; /* hit.pages destination page ids, in chain order */
+	uint32_t n_pages;
+	uint32_t state_slot;   /* destination row */
+} sel_inbound;
+
+typedef enum sel_event_type {
+	SEL_EV_STORED = 1,     /* a queued put landed (outcome SEL_QUEUED) */
+	SEL_EV_STORE_FAILED,   /* a queued put failed or was deferred (outcome) */
+	SEL_EV_FETCHED,        /* a fetch landed: the ticket's ids hold the bytes */
+	SEL_EV_FETCH_FAILED,   /* a fetch failed; its destinations are quiescent */
+} sel_event_type;
+
+typedef struct sel_event {
+	sel_event_type type;
+	sel_outcome outcome;   /* store events: SEL_QUEUED (stored), SEL_DEFERRED, SEL_SKIPPED */
+	int error;             /* failures: negative errno or SEL_E* */
+	uint64_t checkpoint;   /* store events */
+	uint64_t ticket;       /* fetch events */
+	sel_key key;
+	sel_tier tier;         /* fetch events: where the bytes came from */
+	uint64_t bytes;
+	uint64_t duration_ns;  /* submission to completion */
+} sel_event;
+
+/* Counters and gauges, cumulative since open (design 2.11, 2.15). */
+typedef struct sel_tier_stats {
+	uint64_t records;       /* records indexed in this tier */
+	uint64_t bytes_used;    /* bytes held */
+	uint64_t bytes_limit;
+	uint64_t bytes_in;      /* host -> GPU (restores) */
+	uint64_t bytes_out;     /* GPU -> host (stores) */
+	uint64_t held;          /* records taken into this tier */
+	uint64_t dropped_end_of_chain;
+	uint64_t dropped_oversize;
+	uint64_t dropped_io_error;
+	uint64_t expired;
+	uint64_t evicted;
+	uint64_t compacted;
+	uint64_t corrupt;       /* records that failed verification */
+	uint64_t rate_bps;      /* median of the last three transfers (policy) */
+} sel_tier_stats;
+
+typedef struct sel_stats {
+	uint64_t slots_in_use, slots_total, intake_slots;
+	uint64_t parked_records;
+	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */
+	uint64_t retry_reasons[SEL_RETRY_REASONS];
+	uint64_t lookups, hits, reused_tokens;
+	uint64_t fetches, fetch_failures;
+	uint64_t store_failures;
+	uint64_t inflight_out, inflight_in;
+	uint64_t packed_records, per_rank_records;
+	uint64_t evictions_noticed;
+	sel_tier_stats tier[SEL_TIERS];
+} sel_stats;
+
+/* The ops table a store implementation provides.  Versioned: a table whose
+ * version differs from SEL_STORE_OPS_VERSION is refused. */
+#define SEL_STORE_OPS_VERSION 1
+struct sel_store_ops {
+	uint32_t version;
+	const char *name; /* "memory", "disk", "composite", "test" */
+	int (*lookup)(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		      sel_hit *hit);
+	sel_outcome (*put)(sel_store *s, const sel_published *cp, sel_retry_reason *why);
+	int (*fetch)(sel_store *s, const sel_hit *hit, const sel_inbound *in);
+	int (*poll)(sel_store *s, sel_event *ev, size_t cap);
+	void (*evicted)(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+	void (*touch)(sel_store *s, const sel_key *key);
+	void (*stats)(sel_store *s, sel_stats *out);
+	int (*wait_fd)(sel_store *s);
+	int (*close)(sel_store *s, uint64_t deadline_ns);
+	void (*destroy)(sel_store *s);
+};
+
+/* Implementations embed this first. */
+struct sel_store {
+	const struct sel_store_ops *ops;
+	uint32_t page_tokens;
+};
+
+/* Dispatch.  See the contract above. */
+
+/* Deepest restorable host chain for h above the GPU-resident count and at
+ * or below limit: 1 with *hit filled, 0 for a miss. */
+int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		     sel_hit *hit);
+/* Offer a checkpoint.  why (may be NULL) receives the reason of a
+ * SEL_RETRY. */
+sel_outcome sel_store_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
+int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
+/* Up to cap completed events; never blocks.  Returns the count. */
+int sel_store_poll(sel_store *s, sel_event *ev, size_t cap);
+/* The GPU retired a checkpoint (LRU or compaction; heir: the child that took
+ * its pages, or NULL). */
+void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+/* A GPU-resident hit: refresh the host record's recency. */
+void sel_store_touch(sel_store *s, const sel_key *key);
+void sel_store_stats(sel_store *s, sel_stats *out);
+/* A descriptor that becomes readable when poll has something (eventfd), so
+ * the worker can sleep on it with its other inputs; -1 if none. */
+int sel_store_wait_fd(sel_store *s);
+/* Drain within deadline_ns (monotonic, 0 = wait as long as needed) and
+ * join threads.  0, or SEL_ESTOPPED when something could not drain (the
+ * store then keeps its memory; destroy leaks it instead of freeing). */
+int sel_store_close(sel_store *s, uint64_t deadline_ns);
+/* Free everything (after close).  NULL-safe. */
+void sel_store_destroy(sel_store *s);
+
+/* ---- Opening stores (design 1, 2.4, 2.9, 2.11) -------------------------- */
+
+typedef enum sel_backend_kind {
+	SEL_BACKEND_AUTO = 0, /* from the geometry's memory kinds */
+	SEL_BACKEND_HOST,     /* planes in host memory: memcpy */
+	SEL_BACKEND_CUDA,     /* planes in device memory: the CUDA driver (dlopen) */
+} sel_backend_kind;
+
+typedef struct sel_store_config {
+	const sel_geometry *geometry;    /* live plane addresses; outlives the store */
+	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
+	uint8_t model_identity[SEL_IDENTITY_BYTES];
+	uint32_t max_active;             /* scheduler concurrency (intake size) */
+	uint64_t memory_bytes;           /* warm budget; 0 = none */
+	const char *disk_dir;            /* base directory; NULL = no disk tier */
+	uint64_t disk_limit;             /* 0 = one tenth of free space */
+	uint64_t host_headroom;          /* bytes intake may use; 0 = from MemAvailable */
+	sel_backend_kind backend;
+	const int *cuda_devices;         /* [ranks] device ordinals (CUDA) */
+	uint32_t queue_depth;            /* per-rank transfer channel; 0 = 64 */
+	bool populate;                   /* pre-fault the slab mapping */
+	bool split_pool;                 /* CUDA memory-only: per-rank pinned parts */
+	bool fdatasync;                  /* fdatasync record files before rename */
+	/* Tests: a struct sel_copy_backend replacing the host/CUDA backend. */
+	const void *copy_backend;
+	/* Tests and tools: a clock for record ages (NULL = CLOCK_REALTIME). */
+	uint64_t (*clock_ns)(void);
+} sel_store_config;
+
+/* The memory store (design 2.4): index + slab pool + transfers. */
+int sel_memory_store_open(const sel_store_config *cfg, sel_store **out);
+
+/* ---- Policy (design 2.10) ---------------------------------------------- */
+
+typedef struct sel_policy sel_policy;
+
+/* Initial rates: memory 20 GB/s, disk 3 GB/s, pool 400 MiB/s, prefill 8,000
+ * tokens/s. */
+int sel_policy_create(sel_policy **out);
+void sel_policy_destroy(sel_policy *p);
+/* Fetch when bytes / rate(tier) < (tokens gained / prefill rate) / 2. */
+bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
+			     uint64_t tokens_gained);
+/* A completed transfer at tier: the tier's rate becomes the median of the
+ * last three. */
+void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t ns);
+/* The worker's measured prefill throughput (tokens per second). */
+void sel_policy_set_prefill_rate(sel_policy *p, double tokens_per_s);
+double sel_policy_rate(const sel_policy *p, sel_tier tier); /* bytes/s */
+double sel_policy_prefill_rate(const sel_policy *p);
+
 #ifdef __cplusplus
 }
 #endif
