@@ -37,10 +37,16 @@ typedef struct sel_slot_layout {
 	uint32_t row_slots;      /* max over ranks of ceil(row_bytes / share) */
 } sel_slot_layout;
 
+/* Fill *l from g.  Fails, leaving *l zeroed, with SEL_EGEOMETRY (no ranks,
+ * a rank without page planes, a zero unit size), -EOVERFLOW (slot or row
+ * size beyond 64 bits, or more than UINT32_MAX row slots) or -ENOMEM; the
+ * message names the rank and plane. */
 int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g);
+/* Release l's arrays and zero it.  Safe on a zeroed or failed layout. */
 void sel_slot_layout_free(sel_slot_layout *l);
 /* Piece i (0 <= i < row_slots) of rank r's row: offset within the slot and
- * length (0 when the row ended in an earlier piece). */
+ * length (0 when the row ended in an earlier piece).  Piece i holds row
+ * bytes [i * share[r], i * share[r] + len). */
 void sel_slot_layout_row_piece(const sel_slot_layout *l, uint32_t rank, uint32_t i,
 			       uint64_t *off_in_slot, uint64_t *len);
 
@@ -61,7 +67,11 @@ enum sel_slab_class {
 
 /* Map warm_slots + intake_slots slots of slot_bytes (a positive multiple of
  * 4 KiB).  populate: pre-fault the mapping (MAP_POPULATE).  Calls
- * hooks->reg once for the whole mapping. */
+ * hooks->reg once for the whole mapping; hooks is copied.  The total must be
+ * 1..UINT32_MAX slots and its bytes must fit the address space (-EINVAL,
+ * -EOVERFLOW); a failed mmap or madvise returns its errno, a failed reg its
+ * return value, each with a message and nothing left mapped.  Kernels
+ * without transparent huge pages (madvise EINVAL) are fine. */
 int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, bool populate,
 		    const struct sel_slab_hooks *hooks, sel_slab_pool **out);
 /* Unregisters and unmaps.  NULL-safe.  The caller guarantees no transfer
@@ -69,10 +79,16 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
  * the pool instead of destroying it). */
 void sel_slab_destroy(sel_slab_pool *p);
 
-/* Take n slots, all or none, into out[0..n): 0 or -ENOSPC. */
+/* Take n slots, all or none, into out[0..n): 0 or -ENOSPC (with a
+ * message; the pool is unchanged).  n = 0 succeeds.  Slot ids are below
+ * sel_slab_total(); the order is unspecified (freed slots come back first). */
 int sel_slab_alloc(sel_slab_pool *p, uint32_t n, enum sel_slab_class cls, uint32_t *out);
-/* Return n slots.  Double frees are detected by sel_slab_check(). */
-void sel_slab_free(sel_slab_pool *p, const uint32_t *slots, uint32_t n);
+/* Return n slots, all or none.  A slot out of range, already free, or named
+ * twice is a caller bug: the whole call is refused (-EINVAL with a message,
+ * nothing freed -- leaking the batch is safer than handing out a slot a
+ * transfer may still use) and sel_slab_check() fails from then on.  Builds
+ * with SEL_DEBUG_CHECKS abort instead. */
+int sel_slab_free(sel_slab_pool *p, const uint32_t *slots, uint32_t n);
 /* Would an allocation of n slots of class cls succeed now? */
 bool sel_slab_can_alloc(const sel_slab_pool *p, uint32_t n, enum sel_slab_class cls);
 
@@ -84,15 +100,21 @@ uint64_t sel_slab_intake(const sel_slab_pool *p);
 uint64_t sel_slab_free_count(const sel_slab_pool *p);
 uint64_t sel_slab_in_use(const sel_slab_pool *p);
 
-/* Verify: free list holds distinct in-range slots, counts balance. */
+/* Verify: free list holds distinct in-range slots marked free, every other
+ * slot is marked in use, counts balance, and no free was ever refused.
+ * 0 or SEL_ECORRUPT with sel_errmsg() naming the first violation.  O(total);
+ * builds with SEL_DEBUG_CHECKS run it after every mutation. */
 int sel_slab_check(const sel_slab_pool *p);
 
 /* Automatic intake (design 1): full = 2 * max_active * row_slots + 2 * 64.
- * If headroom_bytes cannot hold full * slot_bytes, shrink toward the floor
- * 2 * (64 + row_slots) and write one warning into warn (naming the memory
- * full intake needs); if even the floor does not fit, return -ENOMEM with
- * a message.  headroom_bytes = UINT64_MAX means unlimited.  warn may be
- * NULL; it is set to "" when there is nothing to say. */
+ * If headroom_bytes cannot hold full * slot_bytes, use the most slots that
+ * fit, not below the floor 2 * (64 + row_slots), and write one warning into
+ * warn (naming the memory full intake needs and what is used); if even the
+ * floor does not fit, return -ENOMEM with a message.  headroom_bytes =
+ * UINT64_MAX means unlimited (-EOVERFLOW if full intake's bytes exceed 64
+ * bits).  max_active and row_slots must be >= 1 and slot_bytes a positive
+ * multiple of 4 KiB (-EINVAL).  warn may be NULL; it is set to "" when there
+ * is nothing to say.  *slots is written only on success. */
 int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_bytes,
 		     uint64_t headroom_bytes, uint64_t *slots, char *warn, size_t warn_len);
 
