@@ -1,5 +1,7 @@
 /* testutil.c - the shared test harness (see testutil.h). */
+#ifndef _GNU_SOURCE /* the Makefile defines it too */
 #define _GNU_SOURCE
+#endif
 #include "testutil.h"
 
 #include <ftw.h>
