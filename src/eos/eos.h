@@ -29,10 +29,15 @@
 
 /* ---- Errors ------------------------------------------------------------ */
 
-/* The calling thread's last error message ("" when none was set). */
+#define EOS_ERRMSG_MAX 512 /* message buffer, NUL included */
+
+/* The calling thread's last error message ("" when none was set).  A
+ * successful call does not clear it: read it only after a failure. */
 const char *eos_errmsg(void);
 /* Set the calling thread's message; returns rc so callers can `return
- * eos_fail(-EINVAL, "...")`.  Messages longer than 511 bytes are cut. */
+ * eos_fail(-EINVAL, "...")`.  Messages longer than 511 bytes are cut (never
+ * inside a UTF-8 sequence).  The arguments may include eos_errmsg() itself,
+ * to wrap the previous message.  errno is left as it was. */
 int eos_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int eos_vfail(int rc, const char *fmt, va_list ap);
 void eos_errclear(void);
@@ -40,10 +45,13 @@ void eos_errclear(void);
 /* ---- Aligned buffers --------------------------------------------------- */
 
 /* Allocate len bytes (rounded up to a multiple of align) aligned to align,
- * a power of two >= sizeof(void *).  Zero-filled.  NULL with errno=ENOMEM
- * and a message on failure.  Free with eos_aligned_free(). */
+ * a power of two >= sizeof(void *).  Zero-filled, the whole rounded length.
+ * len 0 allocates one align unit.  NULL with errno=ENOMEM (errno=EINVAL for
+ * a bad align) and a message on failure.  Free with eos_aligned_free(),
+ * which accepts NULL. */
 void *eos_aligned_alloc(size_t align, size_t len);
 void eos_aligned_free(void *p);
+/* v rounded up to a multiple of a (a > 0); v must be <= UINT64_MAX - a + 1. */
 static inline uint64_t eos_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 /* ---- File operations table (fault injection point) --------------------- */
@@ -51,7 +59,8 @@ static inline uint64_t eos_round_up(uint64_t v, uint64_t a) { return (v + a - 1)
 /* Every syscall on record files goes through this table.  Tests replace
  * entries (eos_fileops_set) to inject ENOSPC, EIO and short writes at any
  * call site; production uses the libc wrappers.  Entries follow libc's
- * convention (return -1 and set errno). */
+ * convention (return -1 and set errno).  A replacement table fills every
+ * entry: copy eos_fileops_libc and change the few to fail. */
 struct eos_fileops {
 	int (*open)(const char *path, int flags, mode_t mode);
 	int (*openat)(int dirfd, const char *path, int flags, mode_t mode);
@@ -68,8 +77,10 @@ struct eos_fileops {
 
 /* The table in force.  Never NULL. */
 const struct eos_fileops *eos_fileops(void);
-/* Replace the table (NULL restores the libc one).  Not thread-safe against
- * concurrent I/O: tests swap it while no store is open. */
+/* Replace the table (NULL restores the libc one).  ops is used by pointer
+ * and must stay valid while installed.  The swap itself is atomic, but a
+ * call already under way finishes through the old table: tests swap it
+ * while no store is open. */
 void eos_fileops_set(const struct eos_fileops *ops);
 /* The libc table, for wrappers that inject faults into a few entries only. */
 extern const struct eos_fileops eos_fileops_libc;
@@ -78,24 +89,29 @@ extern const struct eos_fileops eos_fileops_libc;
 
 enum {
 	EOS_O_DIRECT = 1 << 0, /* open with O_DIRECT; fails with -EINVAL where refused */
-	EOS_O_CREATE = 1 << 1, /* O_CREAT | O_EXCL */
+	EOS_O_CREATE = 1 << 1, /* O_CREAT | O_EXCL, mode 0644; -EEXIST if present */
 	EOS_O_WRITE = 1 << 2,  /* O_RDWR instead of O_RDONLY */
-	EOS_O_TRUNC = 1 << 3,
+	EOS_O_TRUNC = 1 << 3,  /* O_TRUNC; only with EOS_O_WRITE */
 };
 
 /* Open path relative to dirfd (AT_FDCWD for the cwd) with O_CLOEXEC and the
- * flags above.  Returns the descriptor or a negative errno with a message
- * naming the path. */
+ * flags above, through eos_fileops()->openat.  Returns the descriptor or a
+ * negative errno with a message naming the path (and the directory behind
+ * dirfd).  Unknown flag bits, or EOS_O_TRUNC without EOS_O_WRITE, are
+ * -EINVAL. */
 int eos_open(int dirfd, const char *path, unsigned flags);
 
 /* Whether the filesystem holding directory dir accepts O_DIRECT reads and
  * writes of EOS_ALIGN-aligned buffers: 1 yes, 0 no (message says why), or
  * a negative errno when the probe itself could not run (directory missing,
- * not writable).  Creates and removes one temporary file. */
+ * not writable).  Creates and removes one temporary file, and goes through
+ * eos_fileops() like record I/O: an injected EINVAL reads as "no", any
+ * other injected error as a failed probe. */
 int eos_direct_io_probe(const char *dir);
 
 /* Create directory path and any missing parents (mode 0755).  Existing
- * directories are fine. */
+ * directories (and symlinks to them) are fine; an existing non-directory on
+ * the way is -ENOTDIR. */
 int eos_mkdir_p(const char *path);
 
 /* ---- Directory lock ---------------------------------------------------- */
@@ -103,14 +119,23 @@ int eos_mkdir_p(const char *path);
 /* An exclusive, nonblocking lock on a directory, held through an open
  * descriptor for the owner's lifetime (flock on the directory itself).
  * A second opener, in this or another process, fails at once with -EBUSY
- * and a message naming the directory.  The descriptor is usable as a
- * dirfd for *at() calls. */
+ * and a message naming the directory (and the holder's pid where
+ * /proc/locks tells it).  The descriptor is usable as a dirfd for *at()
+ * calls.  The kernel drops the lock when the last descriptor sharing it
+ * closes, so a killed owner leaves no stale lock.
+ *
+ * fork: a child inherits the descriptor and with it the lock.  Releasing
+ * the child's copy (eos_dirlock_release, or exec: it is O_CLOEXEC) does not
+ * unlock the parent's; but while the child keeps its copy, the directory
+ * stays locked even after the parent releases. */
 struct eos_dirlock {
 	int fd;
-	char *path;
+	char *path; /* non-NULL exactly while held */
 };
+/* lk is overwritten; on failure it is left released (fd -1, path NULL). */
 int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir);
-/* Safe on a zeroed or already released lock. */
+/* Close the descriptor, which drops the lock.  Safe on a zeroed or already
+ * released lock. */
 void eos_dirlock_release(struct eos_dirlock *lk);
 
 /* ---- Filesystem capacity ----------------------------------------------- */
@@ -125,9 +150,12 @@ int eos_mem_info(uint64_t *total, uint64_t *avail);
 
 /* ---- Scheduling priority ----------------------------------------------- */
 
-/* Move the calling thread to SCHED_BATCH and raise its nice value to nice
- * (1..19).  Returns 0, or a negative errno when the kernel refused either
- * step (the thread keeps whatever could be applied). */
+/* Move the calling thread (only it; other threads keep theirs) to
+ * SCHED_BATCH and raise its nice value to nice (1..19; -EINVAL otherwise).
+ * A thread already nicer than that keeps its value: this never raises a
+ * priority.  Returns 0, or a negative errno when the kernel refused either
+ * step (the thread keeps whatever could be applied; the message says
+ * which). */
 int eos_thread_lower_priority(int nice);
 
 /* Name the calling thread (truncated to 15 bytes) for top and gdb. */
@@ -145,18 +173,32 @@ void eos_sleep_ns(uint64_t ns);
 /* Parse a byte size: a non-negative decimal number (fractions allowed with
  * a unit, "1.5GiB") followed by an optional unit.  Units are case-
  * insensitive: B; K, KB, KiB = 1024; M, MB, MiB = 1024^2; G, GB, GiB;
- * T, TB, TiB.  Bare numbers are bytes.  "0" is valid.  Rejects empty text,
- * signs, unknown units, trailing garbage and values over UINT64_MAX with
- * -EINVAL / -ERANGE and a message quoting the text. */
+ * T, TB, TiB.  Bare numbers are bytes.  "0" is valid.  One space may
+ * separate number and unit ("1.5 GiB", as eos_format_size prints); no other
+ * whitespace.  A fraction needs digits on both sides of the point and a
+ * unit above B; the result is rounded down to whole bytes, computed in
+ * integers ("1.5GiB" is exactly 1610612736).  Rejects empty text, signs,
+ * unknown units, trailing garbage and values over UINT64_MAX with
+ * -EINVAL / -ERANGE and a message quoting the text.  *out is written only
+ * on success.  The full grammar is in parse.c. */
 int eos_parse_size(const char *text, uint64_t *out);
 
 /* Parse a duration into nanoseconds: a non-negative number with unit ns,
- * us, ms, s, m, h or d, or a bare number of seconds.  "off" (any case)
- * yields *off = true and *out = 0 when off is non-NULL, else it is an
- * error.  Same error rules as eos_parse_size. */
+ * us, ms, s, m, h or d (case-insensitive), or a bare number of seconds;
+ * fractions allowed ("1.5s", "1.5"), except of ns; rounded down to whole
+ * nanoseconds.  "0" is valid (callers wanting a positive duration check).
+ * "off" (any case) yields *off = true and *out_ns = 0 when off is
+ * non-NULL, else it is an error; a number sets *off = false.  Same grammar
+ * and error rules as eos_parse_size; outputs are written only on success. */
 int eos_parse_duration(const char *text, uint64_t *out_ns, bool *off);
 
-/* Format bytes as "1.5 GiB" / "512 MiB" / "17 B" into buf (>= 16 bytes). */
+/* Format bytes as "1.5 GiB" / "512 MiB" / "17 B" into buf (>= 16 bytes;
+ * shorter is cut) and return buf ("" when buf is NULL or len 0).  The
+ * largest unit up to TiB that fits, at most two decimals, rounded down
+ * (never claims more than there is).  The text parses back with
+ * eos_parse_size: exactly when the value needs no more than two decimals,
+ * else to a value below it by less than a hundredth of the unit plus one
+ * byte. */
 const char *eos_format_size(uint64_t bytes, char *buf, size_t len);
 
 #endif
