@@ -25,7 +25,7 @@ DEPS_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson 2>/dev/null)
 DEPS_LIBS   := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null)
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g $(OPT) -fPIC -MMD -MP \
-	-D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene
+	-D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene -Itests
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)

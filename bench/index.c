@@ -21,7 +21,7 @@
  *
  * Prints `RESULT <name> <value> <unit>` per result, after a human line.
  */
-#include "../tests/testutil.h"
+#include "testutil.h"
 
 #include <time.h>
 
