@@ -1,0 +1,171 @@
+/*
+ * model.h - the synthetic model Helios serves (ARCHITECTURE.md "The
+ * reference engine's model"; design 2.1).
+ *
+ * A small integer "transformer" whose weights derive from the core's seed.
+ * Its cache lives where a real engine's does and is laid out as the core
+ * says: for each rank one page plane per core plane (KV_PAGES, indexed by
+ * physical page id) and one row plane (STATE_ROWS, indexed by state slot).
+ * Every stored byte feeds the next token's logits (draft bytes feed the
+ * draft proposals), so a wrong, stale or misplaced byte changes the output.
+ *
+ * The engine owns page ids and state slots; the model never allocates them.
+ * A sequence is a state slot plus its page table: the ids of its complete
+ * pages in order.  Its partial tail page lives in the row.
+ *
+ * Threads: a model is used by one thread (the model worker).  Other threads
+ * (the store's transfer threads) may read and write page and row bytes
+ * through the addresses of hel_model_allocations() while the worker runs,
+ * as long as no step reads the ids and slots they touch.
+ *
+ * Loading rule: after anything other than the model writes a page id or a
+ * row slot (a restore), call hel_model_page_loaded() for each page id and
+ * hel_model_row_loaded() for the slot before a step uses them.  The model
+ * keeps per-page and per-row summaries derived from all their bytes; these
+ * calls recompute them (and validate the row), a step refuses a page or
+ * slot that was never loaded.
+ */
+#ifndef HEL_MODEL_H
+#define HEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "selene.h"
+
+#define HEL_DRAFT_MAX 16          /* proposals per speculative round */
+#define HEL_DRAFT_DEFAULT 4
+#define HEL_SUMMARY_LANES 16      /* width of a page summary (key and value) */
+#define HEL_LOGIT_SCALE 1024      /* logit units per nat */
+#define HEL_LOGIT_MASKED (-(1 << 30)) /* tokens the model never generates */
+#define HEL_NO_PAGE UINT32_MAX
+
+typedef struct hel_model hel_model;
+
+typedef struct hel_model_opts {
+	sel_state_mode mode;   /* one of the core's state_modes */
+	uint32_t pages;        /* page ids 0..pages-1 (the page planes' count) */
+	uint32_t rows;         /* state slots 0..rows-1 (the row plane's count) */
+	uint32_t draft_tokens; /* proposals per round, speculative modes: 1..16 (0: 4) */
+} hel_model_opts;
+
+/* Create a model over core (which must outlive it): weights from the seed,
+ * the page and row planes as host memory (page-aligned, zeroed).  Every
+ * row slot starts uninitialised (hel_model_row_init). */
+int hel_model_create(const hel_core *core, const hel_model_opts *opts, hel_model **out);
+/* NULL-safe; frees the planes. */
+void hel_model_destroy(hel_model *m);
+
+const hel_core *hel_model_core(const hel_model *m);
+sel_state_mode hel_model_mode(const hel_model *m);
+/* The row layout in this model's mode (the same on every rank). */
+const hel_row_layout *hel_model_layout(const hel_model *m);
+uint32_t hel_model_page_count(const hel_model *m);
+uint32_t hel_model_row_count(const hel_model *m);
+
+/* ---- The cache planes (design 2.1) --------------------------------------- */
+
+/* Active page planes: the core's planes, then (speculative modes) its draft
+ * planes, each group in name order.  plane indexes below refer to this. */
+uint32_t hel_model_plane_count(const hel_model *m);
+const hel_core_plane *hel_model_plane(const hel_model *m, uint32_t plane);
+/* Direct addresses (tests, tools, the host transfer backend). */
+uint8_t *hel_model_page_ptr(hel_model *m, uint32_t rank, uint32_t plane, uint32_t page);
+uint8_t *hel_model_row_ptr(hel_model *m, uint32_t rank, uint32_t slot);
+
+/* The model's runtime-sized allocations: per rank one KV_PAGES allocation
+ * per active plane (unit = page_tokens x token_bytes, count = pages) and
+ * one STATE_ROWS allocation "row" (unit = layout bytes, count = rows), all
+ * SEL_MEM_HOST.  Writes up to cap entries, returns how many there are. */
+size_t hel_model_allocations(const hel_model *m, sel_allocation *out, size_t cap);
+/* sel_geometry_build() over those allocations. */
+int hel_model_geometry(const hel_model *m, sel_geometry **out);
+/* sel_offload_identity(core identity, mode): the store's namespace. */
+void hel_model_offload_identity(const hel_model *m, uint8_t out[SEL_IDENTITY_BYTES]);
+
+/* ---- Rows and pages ------------------------------------------------------- */
+
+/* An empty sequence in slot (every rank). */
+int hel_model_row_init(hel_model *m, uint32_t slot);
+/* Snapshot or restore between slots: dst becomes a copy of src on every
+ * rank, summaries included (no reload needed). */
+int hel_model_row_copy(hel_model *m, uint32_t src, uint32_t dst);
+/* The slot's bytes were written from outside (a restore): validate them
+ * and recompute the slot's summaries.  Fails with SEL_ECORRUPT, naming the
+ * rank, when any rank's consumed count differs from expected_consumed or
+ * the partial page is not canonical (bytes past the consumed tokens must be
+ * zero); the slot is then unusable until re-initialised or reloaded. */
+int hel_model_row_loaded(hel_model *m, uint32_t slot, uint64_t expected_consumed);
+/* The slot's consumed count (SEL_ECORRUPT when ranks disagree). */
+int hel_model_row_consumed(const hel_model *m, uint32_t slot, uint64_t *out);
+/* Page id's bytes were written from outside: recompute its summary from
+ * every byte of every plane of every rank. */
+int hel_model_page_loaded(hel_model *m, uint32_t page);
+/* Checker (STYLE 9): recompute every summary of every loaded page and row
+ * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
+ * behind the model's back).  Cost: all bytes; for tests and debug builds. */
+int hel_model_check(const hel_model *m);
+
+/* ---- Computing ------------------------------------------------------------ */
+
+/* The per-token kernel shared by prefill and decode.  Consume token in
+ * slot, whose complete pages are pages[0..n_pages) (n_pages must equal
+ * consumed / page_tokens, else SEL_ECORRUPT).  The token's bytes of every
+ * plane go to the row's partial page; when it completes the page they are
+ * copied to page id next_page on every plane and rank (next_page is
+ * ignored otherwise).  logits (vocab entries, may be NULL to skip the
+ * output projection) receive the next token's logits in units of
+ * 1/HEL_LOGIT_SCALE nat, HEL_LOGIT_MASKED for tokens never generated. */
+int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		   hel_token token, uint32_t next_page, int32_t *logits);
+
+/* Consume n tokens (a prefill chunk).  pages is the page table after the
+ * chunk: (consumed + n) / page_tokens ids, whose entries past the current
+ * complete pages receive the pages the chunk completes.  logits: of the
+ * last token (may be NULL).  Chunking never changes the result. */
+int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		      const hel_token *tokens, size_t n, int32_t *logits);
+
+typedef struct hel_sampler {
+	double temperature; /* 0: greedy */
+	uint64_t seed;      /* temperature sampling: the draw at a position is fixed by (seed, position) */
+} hel_sampler;
+
+/* Sample from logits: greedy (lowest id among equal maxima) or softmax at
+ * temperature with a draw determined by seed and position (the index the
+ * sampled token will have in the sequence). */
+hel_token hel_sample(const int32_t *logits, uint32_t vocab, const hel_sampler *s,
+		     uint64_t position);
+
+/* One decode round. */
+typedef struct hel_round {
+	hel_token tokens[HEL_DRAFT_MAX + 1]; /* emitted; the last one is not yet consumed */
+	uint32_t n_tokens;
+	hel_token proposed[HEL_DRAFT_MAX];   /* the draft's proposals (speculative) */
+	uint32_t n_proposed;
+	uint32_t accepted;                   /* proposals verified and consumed */
+	bool page_used;                      /* next_page received a completed page */
+} hel_round;
+
+/* Consume pending (the last emitted token) and generate.  Ordinary mode
+ * emits one token.  Speculative modes draft up to draft_tokens proposals
+ * and verify them: each proposal is consumed only if it equals the token
+ * the model samples at its position, so the emitted tokens are exactly
+ * those of ordinary mode with the same sampler.  A round stops after
+ * emitting HEL_TOK_END (which is not consumed) or max_tokens tokens.  At
+ * most one page completes per round; it goes to next_page. */
+int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		     uint32_t next_page, hel_token pending, const hel_sampler *s,
+		     uint32_t max_tokens, hel_round *out);
+
+/* Speculative modes: up to max draft proposals to follow token `after`
+ * (generated, not yet consumed) from the slot's draft state; copy mode
+ * continues the latest earlier occurrence of (last token, after) in the
+ * draft history and otherwise falls back to the draft head.  Changes
+ * nothing.  Returns the count or a negative error. */
+int hel_model_propose(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		      hel_token after, hel_token *out, uint32_t max);
+
+#endif
