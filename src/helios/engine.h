@@ -1,0 +1,131 @@
+/*
+ * engine.h - the serving engine as the HTTP front end sees it: a model
+ * worker thread that owns the model, the scheduler, the GPU checkpoint cache
+ * and the optional host store (design 2.8, 2.9, 2.11).
+ *
+ * The front end's threads only parse, validate and queue: hel_engine_submit
+ * copies the request into the worker's bounded queue and returns.  The worker
+ * reports tokens and completion through the request's callbacks, called on
+ * the worker thread: they must not block (copy the tokens, signal, return).
+ * Exactly one on_done call follows a successful submit, after every
+ * on_tokens call of that request; none follows a failed submit.
+ */
+#ifndef HEL_ENGINE_H
+#define HEL_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "model.h"
+#include "selene.h"
+
+typedef struct hel_engine hel_engine;
+
+typedef struct hel_engine_config {
+	const hel_core *core;        /* must outlive the engine */
+	sel_state_mode mode;         /* --speculate: ordinary, copy, learned */
+	uint32_t draft_tokens;       /* proposals per round (speculative); 0 = default */
+	uint32_t max_active;         /* --max-active: concurrently running requests */
+	uint64_t gpu_cache_bytes;    /* --gpu-cache: page planes + rows budget */
+	uint32_t queue_limit;        /* pending requests accepted; 0 = 1024 */
+	/* Host prefix cache (design 1, 2.11).  The store is selected from these
+	 * by the table of design 1; all zero/NULL: disabled. */
+	uint64_t memory_bytes;       /* --prefix-cache-memory */
+	const char *disk_dir;        /* --prefix-cache-disk: base directory, or NULL */
+	uint64_t disk_limit;         /* --prefix-cache-disk-limit; see disk_limit_set */
+	bool disk_limit_set;         /* an explicit limit (0 then selects no disk store) */
+	bool drain_on_shutdown;      /* --prefix-cache-drain-on-shutdown */
+	uint64_t drain_limit_ns;     /* its duration; 0 = until done */
+	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
+	bool fdatasync;
+} hel_engine_config;
+
+/* What the startup summary reports (design 2.11). */
+typedef struct hel_engine_info {
+	const char *store;           /* "disabled", "memory", "disk", "composite" */
+	const char *transport;       /* "host" (memcpy) or "cuda", or "none" */
+	const char *disk_note;       /* why no disk store was selected, or "" */
+	uint64_t slots_total, intake_slots, slot_bytes;
+	uint64_t memory_bytes;
+	char disk_dir[4096];         /* the namespace directory, or "" */
+	uint64_t disk_limit;
+	uint64_t scanned_records;
+	uint32_t gpu_pages, gpu_rows, max_active;
+	char warning[512];           /* intake shrink warning, or "" */
+} hel_engine_info;
+
+/* Per-request result. */
+typedef struct hel_outcome {
+	int error;                    /* 0, or negative errno / SEL_E* */
+	const char *finish_reason;    /* "stop", "length", "cancelled", "error" */
+	uint32_t prompt_tokens;
+	uint32_t completion_tokens;
+	uint64_t cached_tokens;       /* prompt tokens not computed: reused */
+	uint64_t reused_gpu_tokens;   /* of which from the GPU checkpoint cache */
+	uint64_t reused_host_tokens;  /* of which restored from a host tier */
+	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
+	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
+	uint32_t prefill_launches;    /* prefill chunks it ran */
+} hel_outcome;
+
+typedef struct hel_request {
+	const hel_token *prompt;      /* copied by submit; checkpoints are taken
+					 after each HEL_TOK_MESSAGE and at the end */
+	uint32_t n_prompt;
+	uint32_t max_tokens;          /* > 0 */
+	hel_sampler sampler;
+	const void *cache_salt;       /* optional tenant salt (copied) */
+	size_t cache_salt_len;
+	/* Called on the worker thread; must not block. */
+	void (*on_tokens)(void *ctx, const hel_token *tokens, uint32_t n);
+	void (*on_done)(void *ctx, const hel_outcome *outcome);
+	void *ctx;
+} hel_request;
+
+/* Everything /metrics and the dashboard show.  A consistent snapshot the
+ * worker publishes once per loop iteration. */
+typedef struct hel_engine_stats {
+	uint64_t requests_submitted, requests_finished, requests_cancelled, requests_failed;
+	uint64_t pending, active, inbound_waiting;
+	uint64_t prompt_tokens, completion_tokens;
+	uint64_t prefill_launches, prefill_tokens, decode_tokens;
+	uint64_t gpu_lookups, gpu_hits, gpu_reused_tokens;
+	uint64_t host_lookups, host_hits, host_reused_tokens;
+	uint64_t host_fetch_declined;  /* policy said recompute */
+	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
+	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
+	uint64_t gpu_checkpoints, gpu_evictions;
+	uint64_t publications, store_retries_pending;
+	uint64_t retry_abandoned[SEL_RETRY_REASONS];
+	bool store_enabled;
+	sel_stats store;               /* the host store's counters */
+	uint64_t uptime_ns;
+} hel_engine_stats;
+
+/* Build the model, the scheduler and cache, and the configured store
+ * (scanning a disk directory, taking its lock).  Nothing runs yet.  On
+ * error, a message through sel_errmsg() names the setting at fault. */
+int hel_engine_open(const hel_engine_config *cfg, hel_engine **out);
+void hel_engine_info_get(const hel_engine *e, hel_engine_info *out);
+/* Start the worker thread. */
+int hel_engine_start(hel_engine *e);
+
+/* Thread-safe.  0 with *id set; -EAGAIN when the queue is full; -EINVAL
+ * (message names the field) for an empty prompt, max_tokens 0, or a prompt
+ * plus max_tokens over the core's context; -ESHUTDOWN when stopping. */
+int hel_engine_submit(hel_engine *e, const hel_request *r, uint64_t *id);
+/* Thread-safe.  The request finishes with "cancelled" (0), or -ENOENT. */
+int hel_engine_cancel(hel_engine *e, uint64_t id);
+/* Thread-safe snapshot. */
+void hel_engine_stats_get(hel_engine *e, hel_engine_stats *out);
+
+/* Stop: refuse new requests, cancel running ones, stop the worker, close
+ * the store within deadline_ns (monotonic; 0 = no limit), with the drain on
+ * shutdown if configured.  0, or SEL_ESTOPPED when a drain failed (memory
+ * is then kept alive, design 2.8). */
+int hel_engine_stop(hel_engine *e, uint64_t deadline_ns);
+void hel_engine_destroy(hel_engine *e);
+
+#endif
