@@ -1,0 +1,721 @@
+/*
+ * test_scheduler.c - the scheduler's admission, inbound tickets, steps,
+ * captures, publication and deferral rules (design 2.7 and step 10, 2.2,
+ * 2.12, 2.15 "Evictions").
+ *
+ * Every test runs through sched_sim.h, a simulated worker whose fake GPU
+ * memory checks that each page and row an entry reads holds exactly the
+ * prefix the request expects, and that publications name GPU-ready bytes.
+ * hel_scheduler_check() runs after every step.
+ *
+ * Step 10's list: inbound requests are never scheduled; success attaches
+ * the right page chain, snapshot, consumed count and the Restore phase; a
+ * full-prompt hit resumes; an existing checkpoint frees the ticket; failure
+ * frees the ticket and reports waiters; two waiters share one ticket;
+ * cancellation during inbound leaves the ticket's resources; free page and
+ * row counts balance on every path; publications report the exact tail
+ * pages and state slots.  Plus: chunked prefill with message and prompt
+ * captures, GPU hits with Restore, deferral of a message less than a page
+ * before its prompt checkpoint, of terminals until resumed, preemption
+ * (its terminal counts as resumed), the message offered when the prompt
+ * capture gets no row or the request is cancelled first, compaction
+ * offering a deferred heir and refreshing descendants, bounded eviction
+ * notices, no-capacity admission without side effects, pending ids across
+ * a step in flight, describe/pin, and release after shutdown.
+ */
+#include "sched_sim.h"
+
+static hel_scheduler_config cfg(uint32_t pages, uint32_t rows, uint32_t active, uint32_t inflight)
+{
+	hel_scheduler_config c = { .page_tokens = 64, .n_pages = pages, .n_rows = rows,
+				   .max_active = active, .chunk_tokens = 128, .step_tokens = 1024,
+				   .max_inflight = inflight };
+	return c;
+}
+
+static sel_token *toks(uint64_t n, uint32_t base)
+{
+	sel_token *t = malloc(n * sizeof(sel_token));
+	CHECK(t);
+	for (uint64_t i = 0; i < n; i++)
+		t[i] = base + (sel_token)i;
+	return t;
+}
+
+static const hel_step *last_step(struct sim *m)
+{
+	CHECK(m->nq > 0);
+	return &m->q[(m->qhead + m->nq - 1) % 8].st;
+}
+
+static void info(struct sim *m, hel_req_id id, hel_request_info *o) { CHECK_OK(hel_scheduler_request_info(m->s, id, o)); }
+
+static hel_scheduler_stats stats(struct sim *m)
+{
+	hel_scheduler_stats st;
+	hel_scheduler_stats_get(m->s, &st);
+	return st;
+}
+
+static const hel_ckpt *ck(struct sim *m, uint64_t id)
+{
+	const hel_ckpt *k = hel_cache_get(m->c, id);
+	CHECK(k);
+	return k;
+}
+
+static const hel_ckpt *ck_at(struct sim *m, const sel_token *t, uint64_t c)
+{
+	sel_key key;
+	sel_key_direct(sim_model_id, NULL, 0, t, c, &key);
+	return hel_cache_find(m->c, &key);
+}
+
+/* ---- prefill, captures, publications, GPU hits, terminal deferral ---------- */
+
+static void test_prefill_captures_and_hits(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(64, 16, 4, 1);
+	sim_init(&m, &c, test_seed());
+	sel_token *T = toks(400, 1000);
+	uint64_t ends[] = { 100 };
+	hel_request_spec sp = sim_spec(T, 200, ends, 1, 3);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(adm.phase == HEL_PHASE_PREFILL && adm.reused_tokens == 0 && !adm.fetch);
+	hel_req_id a = adm.req;
+
+	/* Chunk 1 stops at the message boundary and captures it. */
+	CHECK(sim_step(&m) == 1);
+	const hel_step *st = last_step(&m);
+	CHECK(st->n == 1 && st->fence == 1);
+	hel_step_entry e1 = st->entries[0];
+	CHECK(e1.req == a && e1.kind == HEL_ENTRY_PREFILL && e1.begin == 0 && e1.end == 100);
+	CHECK(e1.reset && !e1.sample && e1.n_pages == 1 && e1.capture_row != HEL_NONE);
+	CHECK(ck(&m, e1.capture)->flags & HEL_CK_MESSAGE);
+	CHECK(sim_take(&m) == 0); /* not ready before the fence */
+	CHECK(sim_complete(&m));
+	CHECK(sim_take(&m) == 1);
+	sel_published p = m.last_pub[0];
+	CHECK(p.checkpoint == e1.capture && p.key.consumed == 100 && sel_key_is_none(&p.parent));
+	CHECK(p.n_pages == 1 && p.tail == 1 && p.pages[0] == e1.pages[0]);
+	CHECK(p.state_slot == e1.capture_row);
+
+	/* Chunk 2 runs to the prompt end, samples, captures the prompt. */
+	CHECK(sim_step(&m) == 1);
+	st = last_step(&m);
+	hel_step_entry e2 = st->entries[0];
+	CHECK(e2.begin == 100 && e2.end == 200 && e2.sample && !e2.reset && e2.n_pages == 3);
+	CHECK(e2.first_new_page == 1 && e2.pages[0] == e1.pages[0]);
+	CHECK(ck(&m, e2.capture)->flags & HEL_CK_PROMPT);
+	hel_request_info in;
+	info(&m, a, &in);
+	CHECK(in.prefix == e2.capture && in.n_shared == 3 && in.n_pages == 3);
+	CHECK(ck(&m, e1.capture)->pins == 0 && ck(&m, e2.capture)->pins == 1);
+	CHECK(sim_complete(&m));
+	CHECK(sim_take(&m) == 1);
+	p = m.last_pub[0];
+	CHECK(p.checkpoint == e2.capture && p.key.consumed == 200);
+	CHECK(sel_key_eq(&p.parent, &ck(&m, e1.capture)->key));
+	CHECK(p.n_pages == 3 && p.tail == 2 && p.state_slot == e2.capture_row);
+	for (int j = 0; j < 3; j++)
+		CHECK(p.pages[j] == e2.pages[j]);
+	info(&m, a, &in);
+	CHECK(in.phase == HEL_PHASE_DECODE && in.generated == 1);
+
+	/* Two decode tokens; max_tokens 3 finishes with a deferred terminal. */
+	CHECK(sim_step(&m) == 1);
+	st = last_step(&m);
+	CHECK(st->entries[0].kind == HEL_ENTRY_DECODE && st->entries[0].begin == 200);
+	sim_drain(&m, 10);
+	CHECK(m.finished == 1);
+	CHECK(sim_take(&m) == 0);
+	const hel_ckpt *term = ck_at(&m, sim_rec_find(&m.reqs, a)->t, 202);
+	CHECK(term && (term->flags & HEL_CK_TERMINAL) && (term->flags & HEL_CK_DEFERRED));
+	CHECK(term->parent_id == e2.capture && term->n_tail == 0 && term->pins == 0);
+	hel_cache_counts k;
+	sim_counts(&m, &k);
+	CHECK(k.pages_out == 0 && k.rows_out == 0 && k.pages_ckpt == 3 && k.rows_ckpt == 3);
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.prefill_tokens == 200 && s.captures == 2 && s.decode_tokens == 2 && s.terminals == 1);
+	CHECK(s.finished == 1 && s.active == 0);
+
+	/* A GPU hit at the prompt checkpoint: Restore, then the new tokens. */
+	hel_request_spec sp2 = sim_spec(T, 250, NULL, 0, 2);
+	CHECK_OK(sim_admit(&m, &sp2, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(adm.phase == HEL_PHASE_RESTORE && adm.reused_tokens == 200);
+	info(&m, adm.req, &in);
+	CHECK(in.prefix == e2.capture && in.n_pages == 3 && in.consumed == 200);
+	CHECK(sim_step(&m) == 1);
+	st = last_step(&m);
+	CHECK(st->entries[0].kind == HEL_ENTRY_RESTORE && st->entries[0].restore_src == e2.capture_row);
+	CHECK(st->entries[0].restore_consumed == 200 && !st->entries[0].sample);
+	sim_complete(&m);
+	CHECK(sim_step(&m) == 1);
+	CHECK(last_step(&m)->entries[0].begin == 200 && last_step(&m)->entries[0].end == 250);
+	sim_drain(&m, 10);
+
+	/* A full-prompt GPU hit samples straight from the restored row. */
+	hel_request_spec sp3 = sim_spec(T, 200, NULL, 0, 2);
+	CHECK_OK(sim_admit(&m, &sp3, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(adm.phase == HEL_PHASE_RESTORE && adm.reused_tokens == 200);
+	CHECK(sim_step(&m) == 1);
+	CHECK(last_step(&m)->entries[0].kind == HEL_ENTRY_RESTORE && last_step(&m)->entries[0].sample);
+	sim_complete(&m);
+	info(&m, adm.req, &in);
+	CHECK(in.phase == HEL_PHASE_DECODE && in.generated == 1 && in.consumed == 200);
+	sim_drain(&m, 10);
+	s = stats(&m);
+	CHECK(s.gpu_hits == 2 && s.gpu_reused_tokens == 400 && s.restores == 2);
+
+	CHECK(sim_take(&m) == 1 && m.last_pub[0].key.consumed == 250); /* terminals wait */
+	/* Resuming at exactly the deferred terminal offers it. */
+	const struct sim_rec *ra = sim_rec_find(&m.reqs, a);
+	CHECK(ra->n == 203);
+	sel_token cont[260];
+	memcpy(cont, ra->t, 202 * sizeof(sel_token));
+	for (int i = 202; i < 260; i++)
+		cont[i] = 7;
+	hel_request_spec sp4 = sim_spec(cont, 260, NULL, 0, 1);
+	uint64_t tid = term->id;
+	CHECK_OK(sim_admit(&m, &sp4, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(adm.reused_tokens == 202);
+	CHECK(sim_take(&m) == 1);
+	p = m.last_pub[0];
+	CHECK(p.checkpoint == tid && sel_key_eq(&p.parent, &ck(&m, e2.capture)->key));
+	CHECK(p.tail == 0 && p.n_pages == 3);
+	sim_drain(&m, 10);
+	sim_release_all(&m);
+	free(T);
+	sim_free(&m);
+}
+
+/* ---- deferral of a message just before its prompt checkpoint ------------------ */
+
+static void test_message_deferral(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(64, 16, 4, 1);
+	sim_init(&m, &c, test_seed() + 1);
+	sel_token *T = toks(300, 5000);
+	uint64_t ends[] = { 100 };
+	hel_request_spec sp = sim_spec(T, 150, ends, 1, 1);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	const hel_ckpt *M = ck_at(&m, T, 100), *Pc = ck_at(&m, T, 150);
+	CHECK(M && Pc && Pc->parent == M);
+	CHECK((M->flags & HEL_CK_DEFERRED) && !(M->flags & HEL_CK_OFFERED));
+	/* The prompt checkpoint's parent is the nearest offered ancestor:
+	 * none, so it carries its whole chain. */
+	CHECK(sim_take(&m) == 1);
+	CHECK(m.last_pub[0].checkpoint == Pc->id && sel_key_is_none(&m.last_pub[0].parent));
+	CHECK(m.last_pub[0].tail == 2 && m.last_pub[0].n_pages == 2);
+	uint64_t mid = M->id;
+
+	/* A request resuming at exactly M offers it. */
+	sel_token U[160];
+	memcpy(U, T, 100 * sizeof(sel_token));
+	for (int i = 100; i < 160; i++)
+		U[i] = 99;
+	hel_request_spec sp2 = sim_spec(U, 160, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sp2, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(adm.reused_tokens == 100);
+	CHECK(sim_take(&m) == 1);
+	CHECK(m.last_pub[0].checkpoint == mid && sel_key_is_none(&m.last_pub[0].parent));
+	CHECK(m.last_pub[0].tail == 1 && m.last_pub[0].n_pages == 1);
+	sim_drain(&m, 10);
+	CHECK(sim_take(&m) == 1 && sel_key_eq(&m.last_pub[0].parent, &ck(&m, mid)->key));
+
+	/* Not deferred: a full page before the prompt end, or another
+	 * message between. */
+	sel_token *V = toks(300, 9000);
+	uint64_t ends2[] = { 30, 100 };
+	hel_request_spec sp3 = sim_spec(V, 164, ends2, 2, 1);
+	CHECK_OK(sim_admit(&m, &sp3, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	CHECK(!(ck_at(&m, V, 30)->flags & HEL_CK_DEFERRED));
+	CHECK(!(ck_at(&m, V, 100)->flags & HEL_CK_DEFERRED)); /* 164 - 100 = 64 */
+	CHECK(sim_take(&m) == 3);
+	sim_release_all(&m);
+	free(T);
+	free(V);
+	sim_free(&m);
+}
+
+/* ---- the prompt capture gets no row: the message is offered while pinned ---- */
+
+static void test_prompt_capture_without_row(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(32, 4, 2, 1);
+	sim_init(&m, &c, test_seed() + 2);
+	sel_token *X = toks(100, 100), *T = toks(200, 7000);
+	hel_request_spec spx = sim_spec(X, 70, NULL, 0, 2);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &spx, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	CHECK(sim_take(&m) == 1);
+	hel_cache_counts k;
+	sim_counts(&m, &k);
+	CHECK(k.rows_ckpt == 2 && k.rows_free == 2);
+	/* R needs 3 rows: 2 free + 2 reclaimable. */
+	uint64_t ends[] = { 100 };
+	hel_request_spec sp = sim_spec(T, 150, ends, 1, 2);
+	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	hel_req_id r = adm.req;
+	/* Copy-outs pin X's checkpoints after R was admitted. */
+	size_t cur = 0;
+	uint64_t pinned[2];
+	int np = 0;
+	for (const hel_ckpt *x; (x = hel_cache_iter(m.c, &cur));)
+		pinned[np++] = x->id;
+	CHECK(np == 2);
+	CHECK_OK(hel_scheduler_pin(m.s, pinned[0]));
+	CHECK_OK(hel_scheduler_pin(m.s, pinned[1]));
+	sim_check_ok(m.s);
+	CHECK(sim_step(&m) && sim_complete(&m));
+	const hel_ckpt *M = ck_at(&m, T, 100);
+	CHECK(M && (M->flags & HEL_CK_DEFERRED));
+	CHECK(sim_take(&m) == 0);
+	CHECK(sim_step(&m) && sim_complete(&m));
+	CHECK(ck_at(&m, T, 150) == NULL && stats(&m).captures_failed == 1);
+	hel_request_info in;
+	info(&m, r, &in);
+	CHECK(in.prefix == M->id && M->pins == 1);
+	CHECK(sim_take(&m) == 1 && m.last_pub[0].checkpoint == M->id);
+	CHECK_OK(hel_scheduler_unpin(m.s, pinned[0]));
+	CHECK_OK(hel_scheduler_unpin(m.s, pinned[1]));
+	CHECK(hel_scheduler_unpin(m.s, pinned[1]) == -EINVAL);
+	sim_drain(&m, 10);
+	sim_release_all(&m);
+	free(X);
+	free(T);
+	sim_free(&m);
+}
+
+/* ---- cancelled before the prompt capture: offered at retirement -------------- */
+
+static void test_cancel_offers_message(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(32, 8, 2, 1);
+	sim_init(&m, &c, test_seed() + 3);
+	sel_token *T = toks(200, 300);
+	uint64_t ends[] = { 100 };
+	hel_request_spec sp = sim_spec(T, 150, ends, 1, 2);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(sim_step(&m) && sim_complete(&m));
+	CHECK(sim_take(&m) == 0);
+	CHECK_OK(hel_scheduler_cancel(m.s, adm.req));
+	CHECK(hel_scheduler_cancel(m.s, adm.req) == -ENOENT);
+	sim_check_ok(m.s);
+	CHECK(sim_take(&m) == 1 && m.last_pub[0].key.consumed == 100);
+	CHECK(ck_at(&m, T, 100)->pins == 0);
+	sim_release_all(&m);
+	free(T);
+	sim_free(&m);
+}
+
+/* ---- preemption: its terminal counts as resumed --------------------------------- */
+
+static void test_preemption(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(4, 16, 4, 1);
+	sim_init(&m, &c, test_seed() + 4);
+	sel_token *A = toks(120, 10), *B = toks(120, 20000);
+	hel_request_spec spa = sim_spec(A, 120, NULL, 0, 80), spb = sim_spec(B, 120, NULL, 0, 80);
+	hel_admission aa, ab;
+	CHECK_OK(sim_admit(&m, &spa, SIM_NO_HOST, 0, &aa, NULL));
+	CHECK_OK(sim_admit(&m, &spb, SIM_NO_HOST, 0, &ab, NULL));
+	CHECK(sim_take(&m) == 0);
+	/* Both prefill, then decode in lockstep until position 191 needs a
+	 * third page each. */
+	for (int i = 0; i < 80 && !stats(&m).preempted; i++) {
+		CHECK(sim_step(&m));
+		CHECK(sim_complete(&m));
+	}
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.preempted == 1 && s.waiting == 1);
+	hel_request_info in;
+	info(&m, ab.req, &in);
+	CHECK(in.phase == HEL_PHASE_WAITING && in.live_row == HEL_NONE && in.n_pages == 0);
+	CHECK(in.generated == 72); /* 191 = 120 + 72 - 1 */
+	/* Its terminal was offered at once (it counts as resumed), then
+	 * evicted to give the page to A: the notice proves the offer. */
+	hel_notice nt[8];
+	bool lost;
+	size_t nn = hel_scheduler_take_evictions(m.s, nt, 8, &lost);
+	CHECK(nn == 1 && !lost && nt[0].key.consumed == 191 && sel_key_is_none(&nt[0].heir));
+	CHECK(s.evictions == 1);
+	sim_drain(&m, 400);
+	s = stats(&m);
+	CHECK(s.finished == 2 && s.readmitted == 1 && s.waiting == 0);
+	CHECK(sim_rec_find(&m.reqs, ab.req)->n == 200 && sim_rec_find(&m.reqs, aa.req)->n == 200);
+	sim_take(&m);
+	sim_release_all(&m);
+	free(A);
+	free(B);
+	sim_free(&m);
+}
+
+/* ---- inbound (design 2.7; step 10) -------------------------------------------------- */
+
+static void test_inbound(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(64, 24, 8, 1);
+	sim_init(&m, &c, test_seed() + 5);
+	sel_token *T = toks(400, 40000);
+	hel_cache_counts k0, k1;
+	hel_admission adm, adm2;
+	hel_request_info in;
+	sel_hit hit;
+	const hel_req_id *failed;
+	size_t nfailed;
+
+	/* GPU ancestor A at 100. */
+	hel_request_spec spz = sim_spec(T, 100, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &spz, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	const hel_ckpt *A = ck_at(&m, T, 100);
+	CHECK(A && sim_take(&m) == 1);
+	uint64_t aid = A->id;
+
+	/* A host hit at 256 over A: 4 - 1 = 3 pages. */
+	sim_counts(&m, &k0);
+	hel_request_spec sp1 = sim_spec(T, 300, NULL, 0, 2);
+	CHECK_OK(sim_admit(&m, &sp1, SIM_HOST_AT, 256, &adm, &hit));
+	hel_req_id r1 = adm.req;
+	CHECK(adm.fetch && adm.inbound.n_pages == 3 && adm.reused_tokens == 256);
+	uint32_t tpages[3] = { adm.inbound.pages[0], adm.inbound.pages[1], adm.inbound.pages[2] };
+	uint32_t trow = adm.inbound.state_slot;
+	info(&m, r1, &in);
+	CHECK(in.phase == HEL_PHASE_INBOUND && in.consumed == 256 && in.reused_tokens == 256);
+	CHECK(in.prefix == HEL_CKPT_NONE && in.n_pages == 0 && in.ticket == adm.inbound.ticket);
+	CHECK(ck(&m, aid)->pins == 1);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_out == k0.pages_out + 3 && k1.rows_out == k0.rows_out + 2);
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.host_hits == 1 && s.host_reused_tokens == 156 && s.inbound_waiting == 1);
+	CHECK(s.host_lookups == 1 && s.tickets == 1);
+	/* Inbound requests are never scheduled. */
+	CHECK(sim_step(&m) == 0);
+	/* Success: chain = A's pages + the ticket pages, Restore. */
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, &failed, &nfailed));
+	CHECK(nfailed == 0);
+	sim_check_ok(m.s);
+	info(&m, r1, &in);
+	CHECK(in.phase == HEL_PHASE_RESTORE && in.consumed == 256 && in.n_pages == 4 && in.n_shared == 4);
+	CHECK(in.pages[0] == ck(&m, aid)->tail[0]);
+	for (int j = 0; j < 3; j++)
+		CHECK(in.pages[1 + j] == tpages[j]);
+	const hel_ckpt *N = ck(&m, in.prefix);
+	CHECK(N->parent_id == aid && N->row == trow && N->pins == 1 && hel_cache_ready(m.c, N));
+	CHECK((N->flags & HEL_CK_RESTORED) && (N->flags & HEL_CK_OFFERED));
+	CHECK(ck(&m, aid)->pins == 0);
+	CHECK(stats(&m).inbound_waiting == 0 && stats(&m).tickets == 0);
+	CHECK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, NULL, NULL) == -ENOENT);
+	CHECK(sim_step(&m) == 1);
+	const hel_step_entry *e = &last_step(&m)->entries[0];
+	CHECK(e->kind == HEL_ENTRY_RESTORE && e->restore_src == trow && e->restore_consumed == 256);
+	sim_drain(&m, 10);
+	/* The prompt capture names the restored checkpoint as its parent; the
+	 * restored one is not offered back. */
+	CHECK(sim_take(&m) == 1);
+	CHECK(m.last_pub[0].key.consumed == 300 && sel_key_eq(&m.last_pub[0].parent, &N->key));
+	CHECK(m.last_pub[0].tail == 0 && m.last_pub[0].n_pages == 4);
+
+	/* A full-prompt host hit (no GPU ancestor) resumes by sampling. */
+	sel_token *U = toks(200, 60000);
+	hel_request_spec sp2 = sim_spec(U, 200, NULL, 0, 2);
+	CHECK_OK(sim_admit(&m, &sp2, SIM_HOST_AT, 200, &adm, &hit));
+	CHECK(adm.fetch && adm.inbound.n_pages == 3);
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, NULL, NULL));
+	CHECK(sim_step(&m) == 1);
+	e = &last_step(&m)->entries[0];
+	CHECK(e->kind == HEL_ENTRY_RESTORE && e->sample && e->restore_consumed == 200);
+	sim_complete(&m);
+	info(&m, adm.req, &in);
+	CHECK(in.phase == HEL_PHASE_DECODE && in.generated == 1);
+	sim_drain(&m, 10);
+
+	/* The key gets cached meanwhile: the ticket's ids go straight back. */
+	sel_token *V = toks(200, 70000);
+	hel_request_spec sp3 = sim_spec(V, 180, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sp3, SIM_HOST_AT, 128, &adm, &hit));
+	hel_req_id r3 = adm.req;
+	uint32_t t3p[2] = { adm.inbound.pages[0], adm.inbound.pages[1] }, t3r = adm.inbound.state_slot;
+	hel_request_spec sp4 = sim_spec(V, 128, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sp4, SIM_NO_HOST, 0, &adm2, NULL));
+	sim_drain(&m, 10);
+	const hel_ckpt *E = ck_at(&m, V, 128);
+	CHECK(E);
+	sim_counts(&m, &k0);
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, NULL, NULL));
+	sim_check_ok(m.s);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_free == k0.pages_free + 2 && k1.rows_free == k0.rows_free + 1);
+	CHECK(k1.checkpoints == k0.checkpoints);
+	CHECK(hel_cache_page_state(m.c, t3p[0]) == HEL_ID_FREE && hel_cache_page_state(m.c, t3p[1]) == HEL_ID_FREE);
+	CHECK(hel_cache_row_state(m.c, t3r) == HEL_ID_FREE);
+	info(&m, r3, &in);
+	CHECK(in.phase == HEL_PHASE_RESTORE && in.prefix == E->id && E->pins == 1 && in.n_pages == 2);
+	CHECK(stats(&m).inbound_existing == 1);
+	sim_drain(&m, 10);
+
+	/* Failure: ids back, waiters reported and still inbound. */
+	sel_token *W = toks(200, 80000);
+	hel_request_spec sp5 = sim_spec(W, 150, NULL, 0, 1);
+	sim_counts(&m, &k0);
+	CHECK_OK(sim_admit(&m, &sp5, SIM_HOST_AT, 128, &adm, &hit));
+	hel_req_id r5 = adm.req;
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, -EIO, &failed, &nfailed));
+	CHECK(nfailed == 1 && failed[0] == r5);
+	sim_check_ok(m.s);
+	info(&m, r5, &in);
+	CHECK(in.phase == HEL_PHASE_INBOUND && in.ticket == 0);
+	CHECK(sim_step(&m) == 0);
+	CHECK_OK(hel_scheduler_cancel(m.s, r5));
+	sim_check_ok(m.s);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_free == k0.pages_free && k1.rows_free == k0.rows_free && k1.pages_out == 0);
+	CHECK(stats(&m).inbound_failed == 1);
+	/* Re-admitted without the store it prefills from scratch. */
+	CHECK_OK(sim_admit(&m, &sp5, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+
+	/* Two waiters share one ticket; a cancelled one leaves it intact. */
+	sel_token *X = toks(300, 90000);
+	hel_request_spec sp6 = sim_spec(X, 200, NULL, 0, 2), sp7 = sim_spec(X, 260, NULL, 0, 2),
+			 sp8 = sim_spec(X, 140, NULL, 0, 2);
+	sim_counts(&m, &k0);
+	hel_admission a6, a7, a8;
+	CHECK_OK(sim_admit(&m, &sp6, SIM_HOST_AT, 128, &a6, &hit));
+	CHECK_OK(sim_admit(&m, &sp7, SIM_HOST_AT, 128, &a7, NULL));
+	CHECK_OK(sim_admit(&m, &sp8, SIM_HOST_AT, 128, &a8, NULL));
+	CHECK(a6.fetch && !a7.fetch && !a8.fetch);
+	CHECK(a7.inbound.ticket == a6.inbound.ticket && a7.inbound.pages == a6.inbound.pages);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_out == k0.pages_out + 2 && k1.rows_out == k0.rows_out + 4);
+	CHECK(stats(&m).inbound_waiting == 3 && stats(&m).tickets == 1);
+	uint32_t t6p0 = a6.inbound.pages[0]; /* valid until finish_inbound */
+	CHECK_OK(hel_scheduler_cancel(m.s, a8.req));
+	sim_check_ok(m.s);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_out == k0.pages_out + 2 && k1.rows_out == k0.rows_out + 3);
+	CHECK(stats(&m).inbound_waiting == 2);
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, NULL, NULL));
+	sim_check_ok(m.s);
+	hel_request_info i6, i7;
+	info(&m, a6.req, &i6);
+	info(&m, a7.req, &i7);
+	CHECK(i6.phase == HEL_PHASE_RESTORE && i7.phase == HEL_PHASE_RESTORE && i6.prefix == i7.prefix);
+	CHECK(ck(&m, i6.prefix)->pins == 2 && i6.n_pages == 2 && i6.pages[0] == t6p0);
+	sim_drain(&m, 20);
+
+	/* Every waiter cancelled: the ticket still completes into a checkpoint. */
+	sel_token *Y = toks(300, 100000);
+	hel_request_spec sp9 = sim_spec(Y, 150, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sp9, SIM_HOST_AT, 128, &adm, &hit));
+	CHECK_OK(hel_scheduler_cancel(m.s, adm.req));
+	sim_counts(&m, &k0);
+	CHECK(k0.pages_out == 2 && k0.rows_out == 1 && stats(&m).tickets == 1);
+	CHECK_OK(hel_scheduler_finish_inbound(m.s, &hit.key, 0, NULL, NULL));
+	sim_check_ok(m.s);
+	const hel_ckpt *Z = ck_at(&m, Y, 128);
+	CHECK(Z && Z->pins == 0 && Z->n_tail == 2);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_out == 0 && k1.rows_out == 0);
+
+	/* Tickets and requests outstanding at shutdown: everything returns. */
+	CHECK_OK(sim_admit(&m, &sp9, SIM_NO_HOST, 0, &adm, NULL));
+	sel_token *Q = toks(300, 110000);
+	hel_request_spec sp10 = sim_spec(Q, 250, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sp10, SIM_HOST_AT, 192, &adm, &hit));
+	CHECK(sim_step(&m) == 1);
+	sim_release_all(&m);
+	CHECK(stats(&m).tickets == 0 && stats(&m).active == 0);
+	free(T);
+	free(U);
+	free(V);
+	free(W);
+	free(X);
+	free(Y);
+	free(Q);
+	sim_free(&m);
+}
+
+/* ---- compaction offers a deferred heir and refreshes descendants ----------------- */
+
+static void test_compaction_heir(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(32, 16, 2, 1);
+	sim_init(&m, &c, test_seed() + 6);
+	sel_token *T = toks(200, 3000);
+	uint64_t ends[] = { 30, 100 };
+	hel_request_spec sp = sim_spec(T, 150, ends, 2, 2);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	const hel_ckpt *X = ck_at(&m, T, 30), *M = ck_at(&m, T, 100), *Pc = ck_at(&m, T, 150);
+	CHECK(X && M && Pc && M->parent == X && Pc->parent == M && Pc->children == 1);
+	const hel_ckpt *Tm = Pc->first_child;
+	CHECK(Tm->flags & HEL_CK_TERMINAL);
+	CHECK(!(X->flags & HEL_CK_DEFERRED) && (M->flags & HEL_CK_DEFERRED));
+	CHECK(sim_take(&m) == 2); /* X, then Pc with parent X */
+	CHECK(m.last_pub[0].checkpoint == X->id && m.last_pub[1].checkpoint == Pc->id);
+	CHECK(sel_key_eq(&m.last_pub[1].parent, &X->key) && m.last_pub[1].tail == 2);
+	/* Pin everything but X: compaction must take X, heir M. */
+	CHECK_OK(hel_scheduler_pin(m.s, Tm->id));
+	CHECK_OK(hel_scheduler_pin(m.s, Pc->id));
+	CHECK_OK(hel_scheduler_pin(m.s, M->id));
+	CHECK(hel_scheduler_evict(m.s, 1) == 1);
+	sim_check_ok(m.s);
+	CHECK(!hel_ckpt_has_row(X) && (M->flags & HEL_CK_OFFERED) && !(M->flags & HEL_CK_DEFERRED));
+	hel_notice nt[4];
+	CHECK(hel_scheduler_take_evictions(m.s, nt, 4, NULL) == 1);
+	CHECK(sel_key_eq(&nt[0].key, &X->key) && sel_key_eq(&nt[0].heir, &M->key));
+	CHECK(sim_take(&m) == 2);
+	CHECK(m.last_pub[0].checkpoint == M->id && sel_key_eq(&m.last_pub[0].parent, &X->key));
+	CHECK(m.last_pub[0].tail == 1 && m.last_pub[0].n_pages == 1);
+	CHECK(m.last_pub[1].checkpoint == Pc->id && sel_key_eq(&m.last_pub[1].parent, &M->key));
+	CHECK(m.last_pub[1].tail == 1 && m.last_pub[1].n_pages == 2);
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.compactions == 1 && s.refreshed == 1);
+	CHECK(hel_scheduler_evict(m.s, 5) == 0);
+	/* describe: the same description again; not for page-only X */
+	sel_published d;
+	CHECK_OK(hel_scheduler_describe(m.s, Pc->id, &d));
+	CHECK(d.n_pages == 2 && d.tail == 1 && d.state_slot == Pc->row && sel_key_eq(&d.parent, &M->key));
+	CHECK(hel_scheduler_describe(m.s, X->id, &d) == -ENOENT);
+	CHECK(hel_scheduler_describe(m.s, Tm->id, &d) == -ENOENT); /* deferred: never offered */
+	CHECK(hel_scheduler_pin(m.s, X->id) == -EINVAL);
+	CHECK(hel_scheduler_pin(m.s, 99999) == -ENOENT);
+	CHECK_OK(hel_scheduler_unpin(m.s, Tm->id));
+	CHECK_OK(hel_scheduler_unpin(m.s, Pc->id));
+	CHECK_OK(hel_scheduler_unpin(m.s, M->id));
+	/* Everything evicts now; the terminal was never offered: no notice. */
+	CHECK(hel_scheduler_evict(m.s, 100) >= 1);
+	sim_check_ok(m.s);
+	size_t nn = hel_scheduler_take_evictions(m.s, nt, 4, NULL);
+	for (size_t i = 0; i < nn; i++)
+		CHECK(nt[i].key.consumed != 151);
+	sim_release_all(&m);
+	free(T);
+	sim_free(&m);
+}
+
+/* ---- bounded notices --------------------------------------------------------------- */
+
+static void test_notice_bound(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(32, 16, 4, 1);
+	c.notice_cap = 2;
+	sim_init(&m, &c, test_seed() + 7);
+	hel_admission adm;
+	sel_token *T[3];
+	for (int i = 0; i < 3; i++) {
+		T[i] = toks(70, 1000000u * (uint32_t)(i + 1));
+		hel_request_spec sp = sim_spec(T[i], 70, NULL, 0, 1);
+		CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
+	}
+	sim_drain(&m, 10);
+	CHECK(sim_take(&m) == 3);
+	CHECK(stats(&m).terminals == 0); /* the terminal is the prompt checkpoint */
+	CHECK(hel_scheduler_evict(m.s, 10) == 3);
+	hel_notice nt[4];
+	bool lost;
+	CHECK(hel_scheduler_take_evictions(m.s, nt, 4, &lost) == 2 && lost);
+	CHECK(hel_scheduler_take_evictions(m.s, nt, 4, &lost) == 0 && !lost);
+	sim_release_all(&m);
+	for (int i = 0; i < 3; i++)
+		free(T[i]);
+	sim_free(&m);
+}
+
+/* ---- admission without capacity, limits, and pending ids ------------------------- */
+
+static void test_capacity_and_fences(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(8, 8, 2, 2);
+	sim_init(&m, &c, test_seed() + 8);
+	sel_token *T = toks(1000, 500), *U = toks(1000, 90000);
+	hel_admission adm;
+	hel_request_spec big = sim_spec(T, 1000, NULL, 0, 1);
+	CHECK(sim_admit(&m, &big, SIM_NO_HOST, 0, &adm, NULL) == -E2BIG);
+	hel_request_spec bad = sim_spec(T, 100, (uint64_t[]){ 50, 40 }, 2, 1);
+	CHECK(sim_admit(&m, &bad, SIM_NO_HOST, 0, &adm, NULL) == -EINVAL);
+	bad.max_tokens = 0;
+	CHECK(sim_admit(&m, &bad, SIM_NO_HOST, 0, &adm, NULL) == -EINVAL);
+
+	hel_request_spec sa = sim_spec(T, 400, NULL, 0, 2), sb = sim_spec(U, 400, NULL, 0, 2);
+	CHECK_OK(sim_admit(&m, &sa, SIM_NO_HOST, 0, &adm, NULL));
+	hel_req_id ra = adm.req;
+	hel_cache_counts k0, k1;
+	sim_counts(&m, &k0);
+	hel_scheduler_stats s0 = stats(&m);
+	CHECK(sim_admit(&m, &sb, SIM_NO_HOST, 0, &adm, NULL) == -EAGAIN);
+	CHECK(strstr(sel_errmsg(), "no capacity"));
+	sim_check_ok(m.s);
+	sim_counts(&m, &k1);
+	CHECK(!memcmp(&k0, &k1, sizeof(k0)));
+	CHECK(stats(&m).rejected_capacity == s0.rejected_capacity + 1 && stats(&m).admitted == s0.admitted);
+
+	/* A step in flight: a cancelled request's pages wait for its fence. */
+	CHECK(sim_step(&m) == 1);
+	CHECK(sim_step(&m) == 0); /* the only request is in flight */
+	const hel_step *st = last_step(&m);
+	CHECK(st->entries[0].end == 128 && st->entries[0].n_pages == 2);
+	CHECK_OK(hel_scheduler_cancel(m.s, ra));
+	sim_check_ok(m.s);
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_pending == 2 && k1.rows_pending == 1 && k1.pages_out == 0);
+	while (sim_complete(&m))
+		;
+	sim_counts(&m, &k1);
+	CHECK(k1.pages_pending == 0 && k1.rows_pending == 0 && k1.pages_free == 8 && k1.rows_free == 8);
+
+	/* max_active */
+	hel_request_spec s1 = sim_spec(T, 10, NULL, 0, 1), s2 = sim_spec(U, 10, NULL, 0, 1),
+			 s3 = sim_spec(T + 20, 10, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &s1, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK_OK(sim_admit(&m, &s2, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK(sim_admit(&m, &s3, SIM_NO_HOST, 0, &adm, NULL) == -EAGAIN);
+	sim_drain(&m, 10);
+	CHECK_OK(sim_admit(&m, &s3, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	/* Stale plan: its GPU checkpoint was evicted meanwhile. */
+	hel_admission_plan plan;
+	CHECK_OK(hel_scheduler_plan_admission(m.s, &s3, &plan));
+	CHECK(plan.gpu != HEL_CKPT_NONE);
+	hel_scheduler_evict(m.s, 100);
+	CHECK(hel_scheduler_admit_planned(m.s, &s3, &plan, NULL, &adm) == -ESTALE);
+	hel_admission_plan_free(&plan);
+	hel_admission_plan_free(&plan);
+	sim_release_all(&m);
+	free(T);
+	free(U);
+	sim_free(&m);
+}
+
+int main(void)
+{
+	test_prefill_captures_and_hits();
+	test_message_deferral();
+	test_prompt_capture_without_row();
+	test_cancel_offers_message();
+	test_preemption();
+	test_inbound();
+	test_compaction_heir();
+	test_notice_bound();
+	test_capacity_and_fences();
+	printf("test_scheduler: ok\n");
+	return 0;
+}
