@@ -1251,6 +1251,242 @@ static void test_ops_version(void)
 	CHECK(strcmp(sel_tier_name(SEL_TIERS), "unknown") == 0);
 }
 
+/* A randomised run against the host backend: offers, lookups, fetches,
+ * touches and polls in random order with a pool small enough to evict all
+ * the time.  Every fetch lands byte-exact, every QUEUED put and every
+ * accepted fetch gets exactly one event, and the store's checker passes
+ * after every call. */
+#define RND_CONVS 6
+#define RND_CKPTS 5
+#define RND_SRC_IDS 200 /* conversations' page ids below this */
+
+struct rnd_fetch {
+	bool live;
+	uint64_t ticket;
+	struct conv *cv;
+	uint64_t first_page, c;
+	uint32_t *dst, n;
+	uint32_t slot;
+	bool row_split;
+};
+
+static void test_random(uint32_t ranks)
+{
+	struct fx fx;
+	struct conv cv[RND_CONVS];
+	uint64_t cks[RND_CONVS][RND_CKPTS];
+	bool offered[RND_CONVS][RND_CKPTS];
+	bool row_split[RND_CONVS];
+	test_rng rng;
+	test_rng_init(&rng, test_seed() + ranks);
+
+	fx_init(&fx, ranks, 2, units2, 20000, 512, 64);
+	fx_open(&fx, 48, (struct open_opts){.queue_depth = 4});
+	for (int i = 0; i < RND_CONVS; i++) {
+		conv_init(&fx, &cv[i], 500 + i, 2200, (uint32_t)(i * 34));
+		/* TP2: some conversations replicated, some split from a page on. */
+		cv[i].split_from = ranks > 1 ? test_rng_below(&rng, 40) : UINT64_MAX;
+		row_split[i] = ranks > 1 && test_rng_below(&rng, 2);
+		uint64_t c = 0;
+		for (int k = 0; k < RND_CKPTS; k++) {
+			c += 64 + test_rng_below(&rng, 400);
+			cks[i][k] = c;
+			offered[i][k] = false;
+		}
+		/* Every checkpoint's pages and rows are written once: the GPU
+		 * copies never change (rows: slot i * RND_CKPTS + k). */
+		for (uint64_t j = 0; j < c / PT; j++)
+			put_page(&fx, cv[i].gid[j], cv[i].tag, j, conv_split(&cv[i], j));
+		for (int k = 0; k < RND_CKPTS; k++)
+			put_row(&fx, (uint32_t)(i * RND_CKPTS + k), cv[i].tag * 1000003 + cks[i][k], row_split[i]);
+	}
+	bool id_used[512] = {0};
+	bool slot_used[64] = {0};
+	struct rnd_fetch fl[16] = {0};
+	uint64_t queued = 0, stored = 0, store_failed = 0, fetches = 0, fetched = 0, tickets = 0;
+
+	for (int op = 0; op < 4000; op++) {
+		int what = (int)test_rng_below(&rng, 10);
+		int i = (int)test_rng_below(&rng, RND_CONVS);
+		if (what < 4) {
+			/* Offer checkpoint k with its nearest offered ancestor. */
+			int k = (int)test_rng_below(&rng, RND_CKPTS);
+			uint64_t parent_c = 0;
+			for (int a = k - 1; a >= 0; a--)
+				if (offered[i][a]) {
+					parent_c = cks[i][a];
+					break;
+				}
+			sel_published cp = {0};
+			cp.checkpoint = (uint64_t)(i * RND_CKPTS + k);
+			cp.key = conv_key(&cv[i], cks[i][k]);
+			if (parent_c)
+				cp.parent = conv_key(&cv[i], parent_c);
+			cp.bucket = *sel_history_bound(&cv[i].h, cks[i][k] / SEL_BUCKET_TOKENS);
+			cp.pages = cv[i].gid;
+			cp.n_pages = (uint32_t)(cks[i][k] / PT);
+			cp.tail = (uint32_t)(cks[i][k] / PT - parent_c / PT);
+			cp.state_slot = (uint32_t)(i * RND_CKPTS + k);
+			sel_retry_reason why;
+			sel_outcome o = sel_store_put(fx.s, &cp, &why);
+			CHECKF(o == SEL_QUEUED || o == SEL_PRESENT || o == SEL_SKIPPED || o == SEL_RETRY ||
+				       o == SEL_OVERSIZE, "outcome %d", o);
+			CHECK((o == SEL_RETRY) == (why != SEL_RETRY_NONE));
+			if (o == SEL_QUEUED)
+				queued++;
+			offered[i][k] = true;
+		} else if (what < 7) {
+			/* Lookup above a random resident count, fetch if room. */
+			uint64_t resident = test_rng_below(&rng, 3) ? 0 : test_rng_below(&rng, 1200);
+			uint64_t limit = test_rng_below(&rng, 4) ? 2200 : test_rng_below(&rng, 2200);
+			sel_hit hit;
+			int rc = sel_store_lookup(fx.s, &cv[i].h, resident, limit, &hit);
+			CHECK_OK(rc);
+			CHECK_OK(sel_memory_store_check(fx.s));
+			if (rc == 0)
+				continue;
+			CHECK(hit.key.consumed > resident && hit.key.consumed <= limit);
+			CHECK(hit.pages == hit.key.consumed / PT - resident / PT);
+			int f = -1;
+			for (int x = 0; x < 16; x++)
+				if (!fl[x].live) {
+					f = x;
+					break;
+				}
+			int slot = -1;
+			for (int x = 40; x < 64; x++)
+				if (!slot_used[x]) {
+					slot = x;
+					break;
+				}
+			if (f < 0 || slot < 0)
+				continue;
+			uint32_t *dst = malloc((hit.pages + 1) * sizeof(*dst));
+			CHECK(dst);
+			uint32_t n = 0;
+			for (uint32_t id = RND_SRC_IDS; id < 512 && n < hit.pages; id++)
+				if (!id_used[id])
+					dst[n++] = id;
+			if (n < hit.pages) {
+				free(dst);
+				continue;
+			}
+			/* Garbage in the destinations first. */
+			for (uint32_t x = 0; x < n; x++)
+				for (uint32_t r = 0; r < fx.ranks; r++)
+					for (uint32_t p = 0; p < fx.n_planes; p++)
+						memset(fx.plane[r][p] + dst[x] * fx.unit[p], 0xEE, fx.unit[p]);
+			sel_inbound in = {.ticket = ++tickets, .pages = dst, .n_pages = n,
+					  .state_slot = (uint32_t)slot};
+			rc = sel_store_fetch(fx.s, &hit, &in);
+			CHECK_OK(sel_memory_store_check(fx.s));
+			if (rc == -EAGAIN) {
+				free(dst);
+				continue;
+			}
+			CHECK_OK(rc);
+			fetches++;
+			for (uint32_t x = 0; x < n; x++)
+				id_used[dst[x]] = true;
+			slot_used[slot] = true;
+			int k = 0;
+			while (cks[i][k] != hit.key.consumed)
+				k++;
+			fl[f] = (struct rnd_fetch){.live = true, .ticket = in.ticket, .cv = &cv[i],
+						   .first_page = resident / PT, .c = hit.key.consumed,
+						   .dst = dst, .n = n, .slot = (uint32_t)slot,
+						   .row_split = row_split[i]};
+			(void)k;
+		} else if (what < 8) {
+			int k = (int)test_rng_below(&rng, RND_CKPTS);
+			sel_key key = conv_key(&cv[i], cks[i][k]);
+			sel_store_touch(fx.s, &key);
+		} else {
+			sel_event ev[4];
+			int n = sel_store_poll(fx.s, ev, 1 + test_rng_below(&rng, 4));
+			CHECK_OK(n);
+			if (n == 0 && test_rng_below(&rng, 2)) {
+				/* Give the copy threads (nice 10) time now and then. */
+				struct pollfd pfd = {.fd = sel_store_wait_fd(fx.s), .events = POLLIN};
+				poll(&pfd, 1, 2);
+			}
+			for (int e = 0; e < n; e++) {
+				if (ev[e].type == SEL_EV_STORED) {
+					stored++;
+				} else if (ev[e].type == SEL_EV_STORE_FAILED) {
+					store_failed++;
+				} else {
+					CHECKF(ev[e].type == SEL_EV_FETCHED, "fetch failed: %d", ev[e].error);
+					int f = 0;
+					while (f < 16 && !(fl[f].live && fl[f].ticket == ev[e].ticket))
+						f++;
+					CHECK(f < 16);
+					struct rnd_fetch *rf = &fl[f];
+					for (uint32_t x = 0; x < rf->n; x++) {
+						uint64_t j = rf->first_page + x;
+						CHECKF(page_ok(&fx, rf->dst[x], rf->cv->tag, j,
+							       conv_split(rf->cv, j)),
+						       "ticket %" PRIu64 " page %" PRIu64, rf->ticket, j);
+						id_used[rf->dst[x]] = false;
+					}
+					CHECK(row_ok(&fx, rf->slot, rf->cv->tag * 1000003 + rf->c, rf->row_split));
+					slot_used[rf->slot] = false;
+					free(rf->dst);
+					rf->live = false;
+					fetched++;
+				}
+			}
+		}
+		CHECK_OK(sel_memory_store_check(fx.s));
+	}
+	/* Drain. */
+	uint64_t deadline = eos_now_ns() + 10ull * 1000000000;
+	while (stored + store_failed < queued || fetched < fetches) {
+		sel_event ev;
+		int n = sel_store_poll(fx.s, &ev, 1);
+		CHECK_OK(n);
+		if (n == 0) {
+			CHECK(eos_now_ns() < deadline);
+			eos_sleep_ns(1000000);
+			continue;
+		}
+		if (ev.type == SEL_EV_STORED)
+			stored++;
+		else if (ev.type == SEL_EV_STORE_FAILED)
+			store_failed++;
+		else {
+			CHECK(ev.type == SEL_EV_FETCHED);
+			for (int f = 0; f < 16; f++)
+				if (fl[f].live && fl[f].ticket == ev.ticket) {
+					for (uint32_t x = 0; x < fl[f].n; x++)
+						CHECK(page_ok(&fx, fl[f].dst[x], fl[f].cv->tag,
+							      fl[f].first_page + x,
+							      conv_split(fl[f].cv, fl[f].first_page + x)));
+					CHECK(row_ok(&fx, fl[f].slot, fl[f].cv->tag * 1000003 + fl[f].c,
+						     fl[f].row_split));
+					free(fl[f].dst);
+					fl[f].live = false;
+				}
+			fetched++;
+		}
+	}
+	no_events(fx.s, 5);
+	CHECK(store_failed == 0);
+	sel_stats st = stats(&fx);
+	CHECK(st.inflight_in == 0 && st.inflight_out == 0);
+	CHECK(st.outcomes[SEL_QUEUED] == queued && st.fetches == fetches);
+	CHECK(st.packed_records + st.per_rank_records == stored);
+	printf("random TP%u: %" PRIu64 " stored, %" PRIu64 " fetched, %" PRIu64 " evicted, %" PRIu64
+	       " compacted, %" PRIu64 " packed, retries %" PRIu64 "/%" PRIu64 "/%" PRIu64 "\n",
+	       ranks, stored, fetched, st.tier[SEL_TIER_MEMORY].evicted,
+	       st.tier[SEL_TIER_MEMORY].compacted, st.packed_records,
+	       st.retry_reasons[SEL_RETRY_INFLIGHT], st.retry_reasons[SEL_RETRY_SLABS],
+	       st.retry_reasons[SEL_RETRY_QUEUE]);
+	for (int i = 0; i < RND_CONVS; i++)
+		conv_free(&cv[i]);
+	fx_free(&fx);
+}
+
 /* A copy that never finishes: close gives SEL_ESTOPPED by its deadline and
  * destroy leaks what the copy may still touch.  Runs last; the planes stay
  * allocated (static) because the detached thread may still write them. */
@@ -1295,6 +1531,8 @@ int main(void)
 	test_tp2();
 	test_fetch_resubmit();
 	test_failed_parent();
+	test_random(1);
+	test_random(2);
 	test_close_stuck();
 	printf("test_store_memory: ok\n");
 	return 0;
