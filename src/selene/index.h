@@ -14,7 +14,9 @@
  *     no children.  A record published while its parent is absent becomes a
  *     root holding its complete page chain.
  *   - A page-only node (row dropped) with no children is useless and is
- *     removed as soon as it is unpinned and the store allows it.
+ *     removed as soon as it is unpinned and the store allows it.  A node
+ *     inserted without its row is exempt (SEL_NODE_UNPRUNED) until it gets
+ *     a child or sel_index_prune runs.
  *   - Pins (readers, writers, spills) keep a node, its row and its storage:
  *     eviction, compaction and row drops wait until the last unpin.
  *   - The index never frees store storage itself: it calls ops->drop_row
@@ -38,7 +40,10 @@ enum sel_node_flags {
 	SEL_NODE_HAS_ROW = 1u << 0,      /* the endpoint row is stored */
 	SEL_NODE_DROP_ROW = 1u << 1,     /* row drop waits for the last unpin */
 	SEL_NODE_NOEVICT = 1u << 2,      /* store says: not evictable now (composite: not durable) */
-	/* bits 8..15 are free for the owning store */
+	SEL_NODE_UNPRUNED = 1u << 3,     /* inserted without a row and no child yet: kept for the
+					  * children a startup scan inserts later, until it gets
+					  * one or sel_index_prune runs (index-owned) */
+	/* bits 4..7 are reserved for the index; bits 8..15 are free for the owning store */
 };
 
 typedef struct sel_index_node {
@@ -80,8 +85,13 @@ void sel_index_destroy(sel_index *ix);
 
 uint64_t sel_index_count(const sel_index *ix);
 uint32_t sel_index_page_tokens(const sel_index *ix);
+/* The node of a live id, or NULL.  The store may write loc, user and flag
+ * bits 8..15; everything else belongs to the index (NOEVICT changes through
+ * sel_index_set_evictable).  Valid until the node is removed; the node
+ * array moves when an insert grows it. */
 sel_index_node *sel_index_get(sel_index *ix, sel_node_id id);
 const sel_index_node *sel_index_cget(const sel_index *ix, sel_node_id id);
+/* The id of key, or SEL_NODE_NONE. */
 sel_node_id sel_index_find(const sel_index *ix, const sel_key *key);
 
 /* Insert.  parent may be NULL.  tail is the page count the record holds, or
@@ -92,16 +102,21 @@ sel_node_id sel_index_find(const sel_index *ix, const sel_key *key);
  *   - parent absent or NULL: the record must hold its full chain c/pt (AUTO
  *     selects it) and becomes a root; any other tail returns -ENOENT (an
  *     orphan whose ancestors are gone).
- * The parent's consumed count must be below key's.  A key already present
- * returns -EEXIST with *out set to the existing node (dedupe).  The new node
- * is PENDING, unpinned, most recently used, and its ancestors are refreshed.
+ * The parent's consumed count must be below key's (-EINVAL), and key must
+ * consume at least one token.  A parent equal to the none key counts as
+ * NULL.  A key already present returns -EEXIST with *out set to the
+ * existing node (dedupe), changing nothing.  The new node is PENDING,
+ * unpinned, most recently used, and its ancestors are refreshed.  Without
+ * has_row it is page-only and SEL_NODE_UNPRUNED.  out may be NULL.
  */
 int sel_index_insert(sel_index *ix, const sel_key *key, const sel_key *parent,
 		     const sel_digest *bucket, uint32_t tail, bool has_row, sel_node_id *out);
 
 /* Mark id READY (its bytes are complete).  If its parent is not a root,
  * holds its row, and id is its only child, the parent's row is dropped
- * (design 2.3), now or at its last unpin. */
+ * (design 2.3), now or, when the parent is pinned, at its last unpin
+ * (SEL_NODE_DROP_ROW) -- unless the parent has no children by then, when it
+ * keeps its row. */
 void sel_index_commit(sel_index *ix, sel_node_id id);
 
 void sel_index_pin(sel_index *ix, sel_node_id id);
@@ -115,9 +130,10 @@ void sel_index_touch(sel_index *ix, sel_node_id id);
  * may remove a page-only leaf at once. */
 void sel_index_set_evictable(sel_index *ix, sel_node_id id, bool evictable);
 
-/* Remove leaf id (no children, unpinned): ops->remove, then page-only
- * ancestors left childless go too, each if unpinned and evictable.
- * Returns -EBUSY if id has children or pins. */
+/* Remove leaf id (no children, unpinned; NOEVICT does not stop an explicit
+ * removal): ops->remove, then page-only ancestors left childless go too,
+ * each if unpinned and evictable.  Returns -EBUSY if id has children or
+ * pins. */
 int sel_index_remove(sel_index *ix, sel_node_id id);
 
 /* Drop id's row now (ops->drop_row).  -EBUSY if pinned, -ENOENT if it has
@@ -132,7 +148,10 @@ int sel_index_drop_row(sel_index *ix, sel_node_id id);
  * is already invalid for a removal. */
 int sel_index_evict(sel_index *ix, sel_node_id *victim);
 
-/* Remove every childless page-only node, cascading upwards (startup). */
+/* Remove every unpinned childless page-only node, cascading upwards through
+ * unpinned page-only ancestors left childless, whatever their NOEVICT flag
+ * (startup).  Clears SEL_NODE_UNPRUNED on the survivors.  Returns the number
+ * of nodes removed. */
 uint64_t sel_index_prune(sel_index *ix);
 
 /* The restorable chain of a lookup, ascending (ancestor first). */
@@ -152,12 +171,17 @@ void sel_index_chain_free(sel_index_chain *ch);
  * aligned boundary from min(len, limit)/64 down to a/64; a node qualifies
  * when it is READY with a row, resident < c <= limit, and h's key at c
  * equals its key; it is feasible when every node on its parent walk with a
- * consumed count above a is READY.  Returns 1 with the chain filled, 0 for
- * a miss, or -ENOMEM.  Does not touch or pin anything. */
+ * consumed count above a is READY.  The walk stops at a parent at or below
+ * a (base p) or after a root (base 0).  Buckets are probed deepest first and
+ * each bucket's nodes deepest first, so the first feasible candidate is the
+ * deepest.  Returns 1 with the chain filled, 0 for a miss (out->n = 0), or
+ * -ENOMEM.  Does not touch or pin anything.  out starts zeroed; its ids are
+ * reused and grown across calls; free it with sel_index_chain_free. */
 int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
 		     uint64_t limit, sel_index_chain *out);
 
-/* Iterate in access order, oldest first: start with SEL_NODE_NONE. */
+/* Iterate in access order, oldest first: start with SEL_NODE_NONE; returns
+ * SEL_NODE_NONE after the newest. */
 sel_node_id sel_index_next_lru(const sel_index *ix, sel_node_id after);
 
 /* Verify every invariant; 0 or SEL_ECORRUPT with sel_errmsg() naming the
