@@ -67,6 +67,12 @@
  * shares are numbered from the job's first page); lookup reports such a
  * chain as a miss and the request recomputes.
  *
+ * Copy backend: cfg->copy_backend (tests), else memcpy for host planes, else
+ * the CUDA driver (sel_cuda_load, rank r on cfg->cuda_devices[r] or device
+ * r) with the pool registered through it; a configured GPU is never
+ * replaced by memcpy.  Split pools (cfg->split_pool) are not used yet: the
+ * pool is always the one registered mapping.
+ *
  * The store's startup warning (intake shrunk for host headroom, design 1)
  * is read with sel_store_warning().
  *
@@ -97,6 +103,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "eos.h"
 #include "index.h"
 #include "slab.h"
@@ -154,6 +161,7 @@ struct leaked {
 	sel_xfer *xfer;
 	sel_slab_pool *pool;
 	sel_slot_layout *layout;
+	struct sel_copy_backend *cuda_backend;
 	struct mjob *outs;
 	struct mfetch *fetches;
 	struct leaked *next;
@@ -165,6 +173,7 @@ struct mem_store {
 	sel_store base;
 	const sel_geometry *g;
 	const struct sel_copy_backend *backend;
+	struct sel_copy_backend *cuda_backend; /* owned, when CUDA */
 	sel_slot_layout *layout;
 	sel_slab_pool *pool;
 	sel_xfer *xfer;
@@ -1104,6 +1113,7 @@ static void ms_destroy(sel_store *s)
 			l->xfer = ms->xfer;
 			l->pool = ms->pool;
 			l->layout = ms->layout;
+			l->cuda_backend = ms->cuda_backend;
 			l->outs = ms->outs;
 			l->fetches = ms->fetches;
 			pthread_mutex_lock(&leaked_lock);
@@ -1125,7 +1135,9 @@ static void ms_destroy(sel_store *s)
 		}
 		if (ms->xfer)
 			sel_xfer_destroy(ms->xfer);
-		sel_slab_destroy(ms->pool);
+		sel_slab_destroy(ms->pool); /* unregisters through the backend */
+		if (ms->cuda_backend)
+			sel_copy_backend_cuda_destroy(ms->cuda_backend);
 		if (ms->layout)
 			sel_slot_layout_free(ms->layout);
 		free(ms->layout);
@@ -1157,10 +1169,13 @@ static const struct sel_store_ops ms_ops = {
 
 /* ---- open ----------------------------------------------------------------- */
 
-static int pick_backend(const sel_store_config *cfg, const struct sel_copy_backend **out)
+/* The copy backend: the caller's (tests), memcpy for host planes, the CUDA
+ * driver for device planes (owned: ms->cuda_backend). */
+static int pick_backend(struct mem_store *ms, const sel_store_config *cfg)
 {
 	const sel_geometry *g = cfg->geometry;
 	bool device = false;
+	int rc;
 	for (uint32_t r = 0; r < g->ranks; r++) {
 		const sel_rank_geometry *rg = &g->rank[r];
 		device |= rg->row.kind == SEL_MEM_DEVICE;
@@ -1168,17 +1183,38 @@ static int pick_backend(const sel_store_config *cfg, const struct sel_copy_backe
 			device |= rg->pages[i].kind == SEL_MEM_DEVICE;
 	}
 	if (cfg->copy_backend) {
-		*out = cfg->copy_backend;
+		ms->backend = cfg->copy_backend;
 		return 0;
 	}
 	if (cfg->backend == SEL_BACKEND_HOST && device)
 		return eos_fail(SEL_EGEOMETRY, "memory store: host copy backend asked for, but the"
 				" geometry has device planes");
-	if (cfg->backend == SEL_BACKEND_CUDA || device)
-		/* No CUDA copy backend is linked into this build yet; a configured
-		 * GPU is never silently replaced by memcpy. */
-		return eos_fail(SEL_ECUDA, "cuda unavailable: this build has no CUDA copy backend");
-	*out = &sel_copy_backend_host;
+	if (cfg->backend != SEL_BACKEND_CUDA && !device) {
+		ms->backend = &sel_copy_backend_host;
+		return 0;
+	}
+	/* A configured GPU is never silently replaced by memcpy: every failure
+	 * here is SEL_ECUDA "cuda unavailable: ..." or a driver error. */
+	const struct sel_cuda *cu;
+	rc = sel_cuda_load(&cu);
+	if (rc)
+		return rc;
+	int *dev = NULL;
+	const int *devices = cfg->cuda_devices;
+	if (!devices) {
+		/* Default: rank r on device r. */
+		dev = calloc(g->ranks, sizeof(*dev));
+		if (!dev)
+			return eos_fail(-ENOMEM, "memory store: out of memory");
+		for (uint32_t r = 0; r < g->ranks; r++)
+			dev[r] = (int)r;
+		devices = dev;
+	}
+	rc = sel_copy_backend_cuda_create(cu, devices, g->ranks, &ms->cuda_backend);
+	free(dev);
+	if (rc)
+		return rc;
+	ms->backend = ms->cuda_backend;
 	return 0;
 }
 
@@ -1223,7 +1259,7 @@ int sel_memory_store_open(const sel_store_config *cfg, sel_store **out)
 			ms->min_rows = g->rank[r].row_count;
 	}
 
-	rc = pick_backend(cfg, &ms->backend);
+	rc = pick_backend(ms, cfg);
 	if (rc)
 		goto fail;
 
