@@ -340,7 +340,8 @@ typedef struct sel_stats {
 	uint64_t parked_records;
 	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */
 	uint64_t retry_reasons[SEL_RETRY_REASONS];
-	uint64_t lookups, hits, reused_tokens;
+	uint64_t lookups, hits;    /* lookups made, hits returned */
+	uint64_t reused_tokens;    /* tokens restored by completed fetches */
 	uint64_t fetches, fetch_failures;
 	uint64_t store_failures;
 	uint64_t inflight_out, inflight_in;

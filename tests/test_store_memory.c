@@ -1001,10 +1001,9 @@ static void test_tp2(void)
 	restore(&fx, &mx, 0, 400, 320, 100, 4, true);
 	/* Packed prefix skip at a multiple of ranks. */
 	restore(&fx, &pk, 128, 400, 320, 120, 5, false);
-	/* ... and off it: a miss (packed shares cannot be addressed there). */
-	sel_hit hit;
-	CHECK_RC(sel_store_lookup(fx.s, &pk.h, 64, 400, &hit), 0);
-	/* A split record has no such limit. */
+	/* ... and off it: the job starts at the second share of a slot. */
+	restore(&fx, &pk, 64, 400, 320, 120, 5, false);
+	restore(&fx, &pk, 192, 400, 320, 120, 5, false);
 	restore(&fx, &un, 64, 400, 320, 120, 5, true);
 
 	/* Chain: packed root (5 pages, odd) + per-rank child: two IN jobs. */
@@ -1017,6 +1016,8 @@ static void test_tp2(void)
 	CHECK(rec(&fx, &cr.key).pages_packed && !rec(&fx, &cc.key).pages_packed);
 	restore(&fx, &ch, 0, 800, 640, 150, 6, true);
 	restore(&fx, &ch, 130, 800, 640, 150, 6, true); /* skip 2 of the packed root */
+	restore(&fx, &ch, 64, 800, 640, 150, 6, true);  /* skip 1: starts mid-slot */
+	restore(&fx, &ch, 200, 800, 640, 150, 6, true); /* skip 3 */
 
 	/* Two packed records, the first with an odd page count: 3 + 4 pages. */
 	conv_init(&fx, &od, 74, 600, 80);
@@ -1027,6 +1028,7 @@ static void test_tp2(void)
 	CHECK(rec(&fx, &o1.key).page_slots == 2 && rec(&fx, &o2.key).page_slots == 2);
 	restore(&fx, &od, 0, 600, 448, 170, 7, false);
 	restore(&fx, &od, 128, 600, 448, 170, 7, false);
+	restore(&fx, &od, 64, 600, 448, 170, 7, false); /* odd skip inside a packed record */
 	restore(&fx, &od, 192, 600, 448, 170, 7, false);
 	st = stats(&fx);
 	CHECK(st.packed_records == 2 + 3 && st.per_rank_records == 1 + 1);

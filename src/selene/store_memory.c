@@ -65,10 +65,9 @@
  * SEL_RETRY_SLABS; a full channel is SEL_RETRY_QUEUE.  A record larger than
  * the warm class can ever hold is SEL_OVERSIZE.
  *
- * A TP>1 packed record whose GPU-resident prefix ends inside it at a page
- * that is not a multiple of ranks cannot be addressed by an IN job (packed
- * shares are numbered from the job's first page); lookup reports such a
- * chain as a miss and the request recomputes.
+ * A restore that starts inside a packed record (the GPU already holds a
+ * prefix ending at a page that is not a multiple of ranks) sets the IN job's
+ * first_share to that page's share index within its slot.
  *
  * Copy backend: cfg->copy_backend (tests), else memcpy for host planes, else
  * the CUDA driver (sel_cuda_load, rank r on cfg->cuda_devices[r] or device
@@ -136,6 +135,7 @@ struct mjob {
 struct mfetch {
 	uint64_t ticket;
 	sel_key key;
+	uint64_t resident;           /* GPU-resident count the hit was for */
 	uint64_t bytes;
 	uint64_t submit_ns, last_done_ns;
 	int status;
@@ -615,13 +615,6 @@ static int ms_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	if (rc <= 0)
 		return rc;
 	const sel_index_chain *ch = &ms->chain;
-	/* Packed pages are addressed from the job's first page: a resident
-	 * prefix ending inside a packed record off a multiple of ranks cannot
-	 * be uploaded (header comment). */
-	const sel_index_node *first = sel_index_cget(ms->ix, ch->ids[0]);
-	if (ch->skip_pages % ms->ranks && ch->skip_pages < first->tail_pages &&
-	    ms->recs[ch->ids[0]].pages_packed)
-		return 0;
 	sel_node_id end = ch->ids[ch->n - 1];
 	memset(hit, 0, sizeof(*hit));
 	hit->key = sel_index_cget(ms->ix, end)->key;
@@ -631,7 +624,6 @@ static int ms_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	hit->tier = SEL_TIER_MEMORY;
 	hit->cookie = end;
 	ms->st.hits++;
-	ms->st.reused_tokens += ch->consumed - resident;
 	return 1;
 }
 
@@ -758,11 +750,6 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 			cur = sel_index_cget(ms->ix, cur)->parent;
 		}
 	}
-	const struct mrec *first = &ms->recs[ids[0]];
-	if (skip % ms->ranks && first->pages_packed && skip < sel_index_cget(ms->ix, ids[0])->tail_pages) {
-		return eos_fail(-ESTALE, "memory store: resident prefix ends inside a packed record");
-	}
-
 	/* Pass 1: count jobs and slot ids. */
 	uint32_t n_jobs = 0, n_slot_ids = 0, run_packed = 0, prev_used = 0;
 	for (uint32_t i = 0; i < n_nodes; i++) {
@@ -772,11 +759,12 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		if (used == 0)
 			continue;
 		bool p = r->pages_packed;
+		uint32_t lead = p ? off % ms->ranks : 0; /* shares before ours in the first slot */
 		if (n_jobs == 0 || p != run_packed || (p && prev_used % ms->ranks))
 			n_jobs++;
 		run_packed = p;
-		prev_used = used;
-		n_slot_ids += p ? div_up(used, ms->ranks) : used;
+		prev_used = lead + used;
+		n_slot_ids += p ? div_up(lead + used, ms->ranks) : used;
 	}
 	if (n_jobs == 0)
 		n_jobs = 1; /* the row alone */
@@ -808,6 +796,7 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->n_jobs = n_jobs;
 	f->ticket = in->ticket;
 	f->key = hit->key;
+	f->resident = hit->resident;
 	f->bytes = record_bytes(ms, hit->pages, true);
 
 	/* Pass 2: fill the jobs. */
@@ -822,6 +811,7 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		if (used == 0)
 			continue;
 		bool p = r->pages_packed;
+		uint32_t lead = p ? off % ms->ranks : 0;
 		if (!j || p != run_packed || (p && prev_used % ms->ranks)) {
 			j = &f->jobs[nj++];
 			j->kind = JOB_IN;
@@ -830,10 +820,11 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 			j->x.pages = dst + page_at;
 			j->x.page_slots = sl;
 			j->x.pages_packed = p;
+			j->x.first_share = lead; /* non-zero only for the first node */
 		}
 		run_packed = p;
-		prev_used = used;
-		uint32_t from = p ? off / ms->ranks : off, cnt = p ? div_up(used, ms->ranks) : used;
+		prev_used = lead + used;
+		uint32_t from = p ? off / ms->ranks : off, cnt = p ? div_up(lead + used, ms->ranks) : used;
 		memcpy(sl, r->slots + from, (size_t)cnt * sizeof(uint32_t));
 		sl += cnt;
 		j->x.n_pages += used;
@@ -896,6 +887,7 @@ static void fetch_event(struct mem_store *ms, struct mfetch *f, sel_event *ev)
 		ms->st.fetch_failures++;
 	} else {
 		ms->st.tier[SEL_TIER_MEMORY].bytes_in += f->bytes;
+		ms->st.reused_tokens += f->key.consumed - f->resident;
 		sel_policy_observe(ms->policy, SEL_TIER_MEMORY, f->bytes, ev->duration_ns);
 	}
 	fetch_release(ms, f);

@@ -251,8 +251,9 @@ static int push_page(struct rank *rk, const struct sel_xfer_job *job, uint32_t i
 {
 	const sel_xfer *x = rk->x;
 	const sel_rank_geometry *rg = &x->g->rank[rk->r];
+	uint64_t j = (uint64_t)job->first_share + i;
 	uint64_t share = job->pages_packed
-				 ? share_addr(x, i % x->ranks, job->page_slots[i / x->ranks])
+				 ? share_addr(x, j % x->ranks, job->page_slots[j / x->ranks])
 				 : share_addr(x, rk->r, job->page_slots[i]);
 	uint64_t id = job->pages[i];
 	for (uint32_t p = 0; p < rg->n_planes; p++) {
@@ -750,7 +751,12 @@ static int validate(const sel_xfer *x, const struct sel_xfer_job *job)
 		if (job->pages[i] >= x->page_limit)
 			return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": page id %" PRIu32 " (entry %" PRIu32
 					") beyond %" PRIu64 " pages", job->id, job->pages[i], i, x->page_limit);
-	uint64_t np = pages_packed ? ceil_div(job->n_pages, x->ranks) : job->n_pages;
+	if (job->first_share && (!pages_packed || job->first_share >= x->ranks))
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": first share %" PRIu32
+				" (expected 0, or below %" PRIu32 " on packed pages)", job->id,
+				job->first_share, x->ranks);
+	uint64_t np = pages_packed ? ceil_div((uint64_t)job->first_share + job->n_pages, x->ranks)
+				   : job->n_pages;
 	if ((rc = check_slots(x, job->page_slots, np, "page")))
 		return rc;
 	if (job->row) {

@@ -132,6 +132,10 @@ struct sel_xfer_job {
 	uint32_t state_slot;      /* state slot of the row */
 	const uint32_t *row_slots;
 	bool pages_packed, row_packed; /* IN only, see above */
+	/* Packed IN only: share index of the job's first page, below ranks, so
+	 * a restore may start inside a packed record (a GPU-resident prefix
+	 * ending off a multiple of ranks): page i uses share first_share + i. */
+	uint32_t first_share;
 	bool compare;                  /* OUT only, see above */
 	/* Filled at completion (valid once polled). */
 	int status;                     /* 0 or the first failure reported */
