@@ -73,6 +73,9 @@ DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all check check-asan check-tsan bench fuzz install uninstall clean deps soak qualify
 .DEFAULT_GOAL := all
+# Keep object files of tests, benches and fuzz replays (pattern-rule
+# intermediates) so rebuilds stay incremental.
+.SECONDARY:
 
 all: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE_IF_ANY) $(TESTS) $(BENCHES) $(FUZZ_REPLAYS)
 
