@@ -49,13 +49,21 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_OBJS    := $(call obj,$(EOS_SRCS) $(SELENE_SRCS))
 HELIOS_OBJS := $(call obj,$(HELIOS_SRCS))
-FLARE_OBJS  := $(call obj,$(FLARE_SRCS))
+# The flare command is main.c plus libflare.a (everything else in src/flare/),
+# so tests and fuzz replays can link the front end without main().  The real
+# engine backend (src/flare/backend_engine.c, which calls hel_engine_*) sits in
+# the archive too and is linked only when something references
+# flare_engine_backend: main.c does not until src/helios/engine.c exists.
+FLARE_MAIN_OBJ := $(call obj,src/flare/main.c)
+FLARE_LIB_SRCS := $(filter-out src/flare/main.c,$(FLARE_SRCS))
+FLARE_LIB_OBJS := $(call obj,$(FLARE_LIB_SRCS))
 TESTLIB_OBJS:= $(call obj,$(TESTLIB_SRCS))
 
 STATIC_LIB  := $(BUILD)/libselene.a
 SHARED_LIB  := $(BUILD)/libselene.so.$(VERSION)
 SHARED_SONAME := libselene.so.0
 HELIOS_LIB  := $(BUILD)/libhelios.a
+FLARE_LIB   := $(BUILD)/libflare.a
 FLARE       := $(BUILD)/flare
 # flare links only once src/flare/ holds its main; until then the lower
 # modules' tests still build and run.
@@ -101,18 +109,24 @@ $(HELIOS_LIB): $(HELIOS_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(FLARE_LIB): $(FLARE_LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(PCFILE): selene.pc.in Makefile
 	@mkdir -p $(@D)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 ALL_STATIC := $(HELIOS_LIB) $(STATIC_LIB)
+# Tests and fuzz replays: the flare front end first (it uses Helios and Selene).
+TEST_STATIC := $(if $(FLARE_LIB_SRCS),$(FLARE_LIB)) $(ALL_STATIC)
 
-$(FLARE): $(FLARE_OBJS) $(ALL_STATIC)
-	$(CC) $(LDFLAGS_SAN) -o $@ $(FLARE_OBJS) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
+$(FLARE): $(FLARE_MAIN_OBJ) $(FLARE_LIB) $(ALL_STATIC)
+	$(CC) $(LDFLAGS_SAN) -o $@ $(FLARE_MAIN_OBJ) $(FLARE_LIB) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTLIB_OBJS) $(ALL_STATIC)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTLIB_OBJS) $(TEST_STATIC)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_SAN) -o $@ $< $(TESTLIB_OBJS) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS_SAN) -o $@ $< $(TESTLIB_OBJS) $(TEST_STATIC) $(DEPS_LIBS) $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TESTLIB_OBJS) $(ALL_STATIC)
 	@mkdir -p $(@D)
@@ -120,9 +134,9 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TESTLIB_OBJS) $(ALL_STATIC)
 
 # Replay drivers: each fuzz target linked with fuzz/replay.c runs its corpus
 # (fuzz/corpus/<name>/) as an ordinary test inside make check.
-$(BUILD)/fuzz/replay_%: $(BUILD)/obj/fuzz/fuzz_%.o $(BUILD)/obj/fuzz/replay.o $(ALL_STATIC)
+$(BUILD)/fuzz/replay_%: $(BUILD)/obj/fuzz/fuzz_%.o $(BUILD)/obj/fuzz/replay.o $(TEST_STATIC)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_SAN) -o $@ $< $(BUILD)/obj/fuzz/replay.o $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS_SAN) -o $@ $< $(BUILD)/obj/fuzz/replay.o $(TEST_STATIC) $(DEPS_LIBS) $(LIBS)
 
 # ---- tests -----------------------------------------------------------------
 RUN_TESTS = SELENE_SRCDIR=$(CURDIR) SELENE_BUILD=$(abspath $(BUILD)) \
@@ -153,7 +167,10 @@ bench: $(BENCHES)
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene \
 	-fsanitize=fuzzer,address,undefined $(DEPS_CFLAGS)
-FUZZ_LIB_SRCS := $(EOS_SRCS) $(SELENE_SRCS) $(HELIOS_SRCS)
+# libFuzzer links sources, not archives: leave out the real engine backend,
+# which nothing in a fuzzer references (see FLARE_LIB_SRCS above).
+FUZZ_LIB_SRCS := $(EOS_SRCS) $(SELENE_SRCS) $(HELIOS_SRCS) \
+	$(filter-out src/flare/backend_engine.c,$(FLARE_LIB_SRCS))
 
 $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB_SRCS) | $(DEPS_STAMP)
 	@mkdir -p $(@D)

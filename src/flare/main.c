@@ -104,6 +104,9 @@ int main(int argc, char **argv)
 		return usage(stderr);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
 		return usage(stdout);
+	/* switch to flare_serve once src/helios/engine.c exists:
+	 *	return flare_serve(argc - 1, argv + 1, &flare_engine_backend);
+	 * (serve.h, backend.h; that reference is what links hel_engine_*). */
 	if (!strcmp(argv[1], "run"))
 		return demo();
 	fprintf(stderr, "flare: unknown command '%s'\n", argv[1]);

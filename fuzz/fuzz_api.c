@@ -1,0 +1,87 @@
+/*
+ * fuzz_api.c - libFuzzer target for request validation of the HTTP API
+ * (src/flare/api.c; STYLE.md 13).  Its corpus, fuzz/corpus/api/, replays in
+ * make check through build/fuzz/replay_api.
+ *
+ * The first byte picks the endpoint (completions or chat); the rest is the
+ * body.  Besides "never crashes, never leaks", it checks:
+ *   1. Success yields a non-empty prompt with 1 <= max_tokens and
+ *      prompt + max_tokens within the context (invariant 1 of api.c), and
+ *      a response built from it is valid JSON.
+ *   2. Failure yields a 4xx/5xx status, a message, and an error body that
+ *      is valid JSON naming the same param.
+ *   3. flare_utf8_clean turns any bytes into text jansson accepts, and
+ *      without `final` consumes all but at most 3 trailing bytes.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flare/api.h"
+
+static void fail(const char *what, const char *detail)
+{
+	fprintf(stderr, "fuzz_api: %s (%s)\n", what, detail);
+	abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size == 0)
+		return 0;
+	enum flare_api_kind kind = data[0] & 1 ? FLARE_API_CHAT : FLARE_API_COMPLETIONS;
+	const char *body = (const char *)data + 1;
+	size_t len = size - 1;
+	struct flare_api_limits lim = {.model = "tiny", .vocab = 320, .max_context = 512};
+	struct flare_api_request req;
+	struct flare_api_error err;
+	struct flare_buf b = {0};
+	if (flare_api_parse(kind, body, len, &lim, &req, &err) == 0) {
+		if (req.n_prompt == 0 || req.max_tokens == 0 ||
+		    (uint64_t)req.n_prompt + req.max_tokens > lim.max_context)
+			fail("accepted request breaks its limits", "");
+		if (req.salt && req.salt_len > FLARE_API_SALT_MAX)
+			fail("salt too long", "");
+		struct flare_api_meta m = {.kind = kind, .id = "x-1", .created = 1, .model = "tiny",
+					   .include_usage = req.include_usage};
+		hel_outcome o = {.finish_reason = "stop", .prompt_tokens = req.n_prompt};
+		flare_api_response(&b, &m, "ok", 2, &o);
+		json_t *j = json_loads(b.data, 0, NULL);
+		if (!j)
+			fail("response is not JSON", b.data);
+		json_decref(j);
+		flare_api_request_free(&req);
+	} else {
+		if (err.status < 400 || err.status > 599 || !err.message[0])
+			fail("error without status or message", err.message);
+		if (req.prompt || req.salt)
+			fail("failed parse left allocations", err.message);
+		flare_api_error_json(&b, &err);
+		json_error_t je;
+		json_t *j = json_loads(b.data, 0, &je);
+		if (!j)
+			fail("error body is not JSON", b.data);
+		json_t *p = json_object_get(json_object_get(j, "error"), "param");
+		if (err.param[0] ? !json_is_string(p) || strcmp(json_string_value(p), err.param)
+				 : !json_is_null(p))
+			fail("error body names another param", b.data);
+		json_decref(j);
+	}
+	flare_buf_free(&b);
+
+	/* UTF-8 cleaning of arbitrary bytes. */
+	for (int final = 0; final < 2; final++) {
+		struct flare_buf t = {0};
+		size_t used = flare_utf8_clean((const char *)data, size, final, &t);
+		if (final ? used != size : used + 3 < size)
+			fail("utf8_clean consumed the wrong amount", "");
+		json_t *s = json_stringn(t.data ? t.data : "", t.len);
+		if (!s)
+			fail("utf8_clean output is not valid UTF-8", "");
+		json_decref(s);
+		flare_buf_free(&t);
+	}
+	return 0;
+}

@@ -1,0 +1,271 @@
+/*
+ * metrics.c - Prometheus text for GET /metrics (design 2.11 slot gauges,
+ * 2.15 "Retention metrics", 2.7 scheduler stats, 4 "bytes per second from
+ * store counters"; docs/metrics.md lists every name with its meaning).
+ *
+ * DESIGN
+ * Every metric is written with # HELP and # TYPE once, followed by all its
+ * samples, as the exposition format requires.  Counters end in _total.
+ * Tiers are labelled as the design names them: dram (the memory store) and
+ * nvme (the disk store).  Labels take fixed values except flare_info's,
+ * which are escaped.
+ *
+ * Invariants:
+ *   1. Each metric family appears exactly once, whatever the snapshot.
+ *   2. The output depends only on the arguments (no clock, no globals).
+ */
+#include "flare/metrics.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static void family(struct flare_buf *b, const char *name, const char *type, const char *help)
+{
+	flare_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void val(struct flare_buf *b, const char *name, const char *labels, uint64_t v)
+{
+	if (labels)
+		flare_buf_printf(b, "%s{%s} %" PRIu64 "\n", name, labels, v);
+	else
+		flare_buf_printf(b, "%s %" PRIu64 "\n", name, v);
+}
+
+static void one(struct flare_buf *b, const char *name, const char *type, const char *help,
+		uint64_t v)
+{
+	family(b, name, type, help);
+	val(b, name, NULL, v);
+}
+
+#define COUNTER(name, help, v) one(out, name, "counter", help, v)
+#define GAUGE(name, help, v) one(out, name, "gauge", help, v)
+
+/* A label value with \, " and newline escaped. */
+static void label(struct flare_buf *b, const char *key, const char *v, bool comma)
+{
+	flare_buf_printf(b, "%s%s=\"", comma ? "," : "", key);
+	for (const char *p = v ? v : ""; *p; p++) {
+		if (*p == '\\')
+			flare_buf_puts(b, "\\\\");
+		else if (*p == '"')
+			flare_buf_puts(b, "\\\"");
+		else if (*p == '\n')
+			flare_buf_puts(b, "\\n");
+		else
+			flare_buf_append(b, p, 1);
+	}
+	flare_buf_puts(b, "\"");
+}
+
+static const char *const outcome_names[SEL_SKIPPED + 1] = {
+	[SEL_QUEUED] = "queued",   [SEL_PRESENT] = "present",   [SEL_DEFERRED] = "deferred",
+	[SEL_RETRY] = "retry",     [SEL_OVERSIZE] = "oversize", [SEL_SKIPPED] = "skipped",
+};
+
+static const char *const reason_names[SEL_RETRY_REASONS] = {
+	[SEL_RETRY_NONE] = "none",   [SEL_RETRY_INFLIGHT] = "inflight", [SEL_RETRY_SLABS] = "slabs",
+	[SEL_RETRY_QUEUE] = "queue", [SEL_RETRY_BUDGET] = "budget",
+};
+
+static const struct {
+	sel_tier tier;
+	const char *name;
+} tiers[] = {{SEL_TIER_MEMORY, "dram"}, {SEL_TIER_DISK, "nvme"}};
+#define N_TIERS (sizeof tiers / sizeof tiers[0])
+
+/* One family with a tier label: field is an offset into sel_tier_stats. */
+static void per_tier(struct flare_buf *out, const sel_stats *s, const char *name, const char *type,
+		     const char *help, size_t field)
+{
+	family(out, name, type, help);
+	for (size_t i = 0; i < N_TIERS; i++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&s->tier[tiers[i].tier] + field, sizeof v);
+		char l[32];
+		snprintf(l, sizeof l, "tier=\"%s\"", tiers[i].name);
+		val(out, name, l, v);
+	}
+}
+
+#define TIER(name, type, help, field) per_tier(out, s, name, type, help, offsetof(sel_tier_stats, field))
+
+static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	const sel_stats *s = &st->store;
+	char l[96];
+
+	GAUGE("flare_host_cache_slots_in_use",
+	      "Slots of the local host pool in use, including row pieces and slots held by copies in flight.",
+	      s->slots_in_use);
+	GAUGE("flare_host_cache_slots_total", "Slots of the local host pool, intake included.",
+	      s->slots_total);
+	GAUGE("flare_host_cache_intake_slots", "Slots reserved for automatic intake (design 1).",
+	      s->intake_slots);
+	GAUGE("flare_host_cache_parked_records",
+	      "Complete records parked in DRAM until their disk reservation succeeds.",
+	      s->parked_records);
+
+	family(out, "flare_host_cache_store_outcomes_total", "counter",
+	       "Results of offering a checkpoint to the store, and deferrals, by outcome.");
+	for (int o = 0; o <= SEL_SKIPPED; o++) {
+		snprintf(l, sizeof l, "outcome=\"%s\"", outcome_names[o]);
+		val(out, "flare_host_cache_store_outcomes_total", l, s->outcomes[o]);
+	}
+	family(out, "flare_host_cache_store_retry_reasons_total", "counter",
+	       "Causes of retry and deferred outcomes (attempts, not checkpoints).");
+	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
+		snprintf(l, sizeof l, "reason=\"%s\"", reason_names[r]);
+		val(out, "flare_host_cache_store_retry_reasons_total", l, s->retry_reasons[r]);
+	}
+	COUNTER("flare_host_cache_store_lookups_total", "Lookups the store answered.", s->lookups);
+	COUNTER("flare_host_cache_store_hits_total", "Store lookups that found a restorable chain.",
+		s->hits);
+	COUNTER("flare_host_cache_store_reused_tokens_total",
+		"Tokens covered by the chains the store's hits found.", s->reused_tokens);
+	COUNTER("flare_host_cache_fetches_total", "Restores the store started.", s->fetches);
+	COUNTER("flare_host_cache_fetch_failures_total", "Restores the store reported as failed.",
+		s->fetch_failures);
+	COUNTER("flare_host_cache_store_failures_total", "Queued copy-outs that failed.",
+		s->store_failures);
+	family(out, "flare_host_cache_transfers_in_flight", "gauge",
+	       "Copy jobs submitted and not yet completed, by direction (out: GPU to host).");
+	val(out, "flare_host_cache_transfers_in_flight", "direction=\"out\"", s->inflight_out);
+	val(out, "flare_host_cache_transfers_in_flight", "direction=\"in\"", s->inflight_in);
+	family(out, "flare_host_cache_record_stores_total", "counter",
+	       "Records stored with replicated shares packed once, or per rank (design 2.5).");
+	val(out, "flare_host_cache_record_stores_total", "layout=\"packed\"", s->packed_records);
+	val(out, "flare_host_cache_record_stores_total", "layout=\"per_rank\"", s->per_rank_records);
+	COUNTER("flare_host_cache_evictions_noticed_total",
+		"GPU evictions and compactions the store was told of.", s->evictions_noticed);
+
+	TIER("flare_host_cache_records", "gauge",
+	     "Records indexed in the tier (disk: includes reservations of DRAM-only records).", records);
+	TIER("flare_host_cache_bytes_used", "gauge", "Bytes the tier holds.", bytes_used);
+	TIER("flare_host_cache_bytes_limit", "gauge", "The tier's byte budget.", bytes_limit);
+	TIER("flare_host_cache_bytes_in_total", "counter", "Bytes restored from the tier to the GPU.",
+	     bytes_in);
+	TIER("flare_host_cache_bytes_out_total", "counter",
+	     "Bytes copied into the tier (memory: every landed copy, design 5).", bytes_out);
+	TIER("flare_host_cache_held_total", "counter", "Record holding events in the tier.", held);
+	family(out, "flare_host_cache_dropped_total", "counter",
+	       "Records the tier discarded: end of the local chain, oversize, terminal I/O error.");
+	for (size_t i = 0; i < N_TIERS; i++) {
+		const sel_tier_stats *t = &s->tier[tiers[i].tier];
+		const struct {
+			const char *reason;
+			uint64_t v;
+		} d[] = {{"end_of_chain", t->dropped_end_of_chain},
+			 {"oversize", t->dropped_oversize},
+			 {"io_error", t->dropped_io_error}};
+		for (size_t k = 0; k < 3; k++) {
+			snprintf(l, sizeof l, "tier=\"%s\",reason=\"%s\"", tiers[i].name, d[k].reason);
+			val(out, "flare_host_cache_dropped_total", l, d[k].v);
+		}
+	}
+	TIER("flare_host_cache_expired_total", "counter", "Records removed for age (max_age).", expired);
+	TIER("flare_host_cache_evicted_total", "counter", "Records evicted for room.", evicted);
+	TIER("flare_host_cache_compacted_total", "counter",
+	     "Records whose row was dropped, keeping their pages.", compacted);
+	TIER("flare_host_cache_corrupt_total", "counter", "Records that failed verification.", corrupt);
+	TIER("flare_host_cache_transfer_rate_bytes_per_second", "gauge",
+	     "Median rate of the tier's last three transfers (the fetch policy's estimate).", rate_bps);
+}
+
+void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
+			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
+{
+	char l[96];
+
+	/* Requests and tokens. */
+	COUNTER("flare_requests_submitted_total", "Requests the engine accepted.", st->requests_submitted);
+	COUNTER("flare_requests_finished_total", "Requests that finished (stop or length).",
+		st->requests_finished);
+	COUNTER("flare_requests_cancelled_total", "Requests cancelled (client gone, shutdown).",
+		st->requests_cancelled);
+	COUNTER("flare_requests_failed_total", "Requests that ended with an error.", st->requests_failed);
+	GAUGE("flare_requests_pending", "Requests queued, not yet admitted.", st->pending);
+	GAUGE("flare_requests_active", "Requests admitted and running.", st->active);
+	COUNTER("flare_prompt_tokens_total", "Prompt tokens of finished requests.", st->prompt_tokens);
+	COUNTER("flare_completion_tokens_total", "Generated tokens of finished requests.",
+		st->completion_tokens);
+	COUNTER("flare_prefill_launches_total", "Prefill chunks run.", st->prefill_launches);
+	COUNTER("flare_prefill_tokens_total", "Prompt tokens computed in prefill (not reused).",
+		st->prefill_tokens);
+	COUNTER("flare_decode_tokens_total", "Tokens produced by decode.", st->decode_tokens);
+
+	/* The GPU checkpoint cache. */
+	COUNTER("flare_gpu_cache_lookups_total", "GPU checkpoint cache lookups at admission.",
+		st->gpu_lookups);
+	COUNTER("flare_gpu_cache_hits_total", "GPU lookups that found a reusable checkpoint.",
+		st->gpu_hits);
+	COUNTER("flare_gpu_cache_reused_tokens_total", "Prompt tokens reused from GPU checkpoints.",
+		st->gpu_reused_tokens);
+	GAUGE("flare_gpu_cache_pages_free", "Free GPU pages.", st->gpu_pages_free);
+	GAUGE("flare_gpu_cache_pages_total", "GPU pages.", st->gpu_pages_total);
+	GAUGE("flare_gpu_cache_rows_free", "Free GPU state rows.", st->gpu_rows_free);
+	GAUGE("flare_gpu_cache_rows_total", "GPU state rows.", st->gpu_rows_total);
+	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache.", st->gpu_checkpoints);
+	COUNTER("flare_gpu_cache_evictions_total", "GPU checkpoints evicted or compacted.",
+		st->gpu_evictions);
+
+	/* The host prefix cache, as the scheduler sees it (design 2.7). */
+	GAUGE("flare_host_cache_enabled", "1 when a host store is configured.", st->store_enabled ? 1 : 0);
+	COUNTER("flare_host_cache_lookups_total", "Host store lookups made at admission.",
+		st->host_lookups);
+	COUNTER("flare_host_cache_hits_total", "Admissions that restored from a host tier.",
+		st->host_hits);
+	COUNTER("flare_host_cache_reused_tokens_total", "Prompt tokens restored from host tiers.",
+		st->host_reused_tokens);
+	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore (Inbound phase).",
+	      st->inbound_waiting);
+	COUNTER("flare_host_cache_fetch_declined_total",
+		"Host hits the policy recomputed instead (transfer slower than prefill).",
+		st->host_fetch_declined);
+	COUNTER("flare_host_cache_restore_failures_total",
+		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);
+	COUNTER("flare_host_cache_publications_total", "Checkpoints offered to the host store.",
+		st->publications);
+	GAUGE("flare_host_cache_store_retries_pending",
+	      "Checkpoints waiting to be offered again after a retry outcome.", st->store_retries_pending);
+	family(out, "flare_host_cache_retry_abandoned_total", "counter",
+	       "Retries given up because the GPU checkpoint disappeared, by the last retry cause.");
+	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
+		snprintf(l, sizeof l, "reason=\"%s\"", reason_names[r]);
+		val(out, "flare_host_cache_retry_abandoned_total", l, st->retry_abandoned[r]);
+	}
+
+	store_metrics(out, st);
+
+	/* The process. */
+	family(out, "flare_uptime_seconds", "gauge", "Seconds since the engine started.");
+	flare_buf_printf(out, "flare_uptime_seconds %" PRIu64 ".%03" PRIu64 "\n",
+			 (uint64_t)(st->uptime_ns / 1000000000u), (uint64_t)(st->uptime_ns / 1000000u % 1000u));
+	family(out, "flare_info", "gauge", "The served model and host store configuration (always 1).");
+	flare_buf_puts(out, "flare_info{");
+	label(out, "model", info ? info->model : "", false);
+	label(out, "speculate", info ? info->mode : "", true);
+	label(out, "store", info ? info->store : "", true);
+	label(out, "transport", info ? info->transport : "", true);
+	flare_buf_puts(out, "} 1\n");
+	GAUGE("flare_host_cache_slot_bytes", "Bytes per host pool slot (one page record).",
+	      info ? info->slot_bytes : 0);
+
+	/* The HTTP front end. */
+	struct flare_http_stats none = {0};
+	if (!http)
+		http = &none;
+	COUNTER("flare_http_requests_total", "HTTP requests answered.", http->requests);
+	family(out, "flare_http_responses_total", "counter", "HTTP responses by status class.");
+	for (int c = 2; c <= 5; c++) {
+		snprintf(l, sizeof l, "code=\"%dxx\"", c);
+		val(out, "flare_http_responses_total", l, http->responses[c]);
+	}
+	GAUGE("flare_http_streams_active", "Streamed (SSE) responses open.", http->streams_active);
+	COUNTER("flare_http_client_disconnects_total",
+		"Clients that went away before their request finished (the request was cancelled).",
+		http->disconnects);
+}

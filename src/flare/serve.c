@@ -1,0 +1,300 @@
+/*
+ * serve.c - the `flare run` command: orchestration (design 2.9 "Loader
+ * integration", 2.11 "Configuration and defaults", 2.8 shutdown order;
+ * docs/configuration.md).
+ *
+ * DESIGN
+ * One function walks the life of the server: flags -> config file ->
+ * precedence -> core -> disk directory -> engine -> summary -> HTTP ->
+ * serve -> stop.  The engine comes from a factory (backend.h), so tests run
+ * this whole path against a fake engine; `flare run` passes the real one.
+ * The main thread does nothing while serving but wait for a signal with a
+ * timeout, which is also the dashboard's tick.
+ *
+ * Shutdown order: new requests get 503; the engine stops, which cancels
+ * running requests and delivers their on_done (so their responses go
+ * out); the HTTP server closes; the engine is destroyed.  The engine's
+ * deadline is generous unless the operator asked for an unlimited drain.
+ *
+ * Invariants:
+ *   1. Every failure before serving prints one line naming the flag, file
+ *      or core at fault and returns 1 or 2; nothing is left running.
+ *   2. The backend is destroyed only after the HTTP server stopped, so no
+ *      HTTP thread calls into a destroyed engine.
+ */
+#include "flare/serve.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eos.h"
+#include "flare/cli.h"
+#include "flare/config.h"
+#include "flare/dashboard.h"
+#include "flare/server.h"
+#include "helios/core.h"
+
+#define STOP_GRACE_NS (30ull * 1000000000ull)  /* engine stop, beyond a limited drain */
+#define HTTP_GRACE_NS (5ull * 1000000000ull)   /* responses still going out */
+
+const char *flare_disk_resolve(const struct flare_settings *s, char *note, size_t notelen)
+{
+	note[0] = '\0';
+	if (!(s->set & (1u << FLARE_OPT_DISK)) || !s->disk[0])
+		return NULL;
+	if ((s->set & (1u << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0) {
+		snprintf(note, notelen, "--prefix-cache-disk-limit 0 selects no disk store");
+		return NULL;
+	}
+	if (eos_mkdir_p(s->disk)) {
+		snprintf(note, notelen, "'%s' is not usable: %s", s->disk, eos_errmsg());
+		return NULL;
+	}
+	if (access(s->disk, W_OK | X_OK)) {
+		snprintf(note, notelen, "'%s' is not writable: %s", s->disk, strerror(errno));
+		return NULL;
+	}
+	/* access() says yes to root on a read-only mount: try a file. */
+	char probe[FLARE_PATH_MAX + 32];
+	snprintf(probe, sizeof probe, "%s/.flare-probe-XXXXXX", s->disk);
+	int fd = mkstemp(probe);
+	if (fd < 0) {
+		snprintf(note, notelen, "'%s' is not writable: %s", s->disk, strerror(errno));
+		return NULL;
+	}
+	close(fd);
+	unlink(probe);
+	return s->disk;
+}
+
+static const char *size_text(uint64_t v, char *b, size_t cap)
+{
+	return eos_format_size(v, b, cap);
+}
+
+void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
+			 const hel_core *core, const hel_engine_info *info, const char *disk_note)
+{
+	char a[32], b[32], c[32];
+	flare_buf_printf(out,
+			 "flare: core '%s' (%" PRIu64 "-token context), speculate %s, max-active %u, "
+			 "GPU cache %s: %u pages, %u rows\n",
+			 core->name, core->max_context, flare_mode_name(s->speculate), info->max_active,
+			 size_text(s->gpu_cache, a, sizeof a), info->gpu_pages, info->gpu_rows);
+	const char *store = info->store && *info->store ? info->store : "disabled";
+	const char *note = disk_note && *disk_note ? disk_note
+			   : info->disk_note && *info->disk_note ? info->disk_note : "";
+	if (!strcmp(store, "disabled")) {
+		flare_buf_printf(out, "flare: prefix cache: disabled");
+	} else {
+		flare_buf_printf(out,
+				 "flare: prefix cache: %s store, transport %s; pool %" PRIu64
+				 " slots of %s = %s (intake %" PRIu64 " slots, %s)",
+				 store, info->transport ? info->transport : "none", info->slots_total,
+				 size_text(info->slot_bytes, a, sizeof a),
+				 size_text(info->slots_total * info->slot_bytes, b, sizeof b),
+				 info->intake_slots,
+				 size_text(info->intake_slots * info->slot_bytes, c, sizeof c));
+		if (info->memory_bytes)
+			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
+		if (info->disk_dir[0])
+			flare_buf_printf(out, "; directory %s, limit %s, %" PRIu64 " records scanned",
+					 info->disk_dir, size_text(info->disk_limit, a, sizeof a),
+					 info->scanned_records);
+	}
+	if (*note)
+		flare_buf_printf(out, "; no disk store: %s", note);
+	flare_buf_puts(out, "\n");
+	if (info->warning[0])
+		flare_buf_printf(out, "flare: warning: %s\n", info->warning);
+}
+
+static const char *signame(int sig)
+{
+	return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
+}
+
+int flare_serve(int argc, char **argv, const struct flare_backend_factory *factory)
+{
+	struct flare_settings *flags = malloc(sizeof *flags), *file = malloc(sizeof *file),
+			      *s = malloc(sizeof *s);
+	char err[2048], note[FLARE_PATH_MAX + 512];
+	hel_core *core = NULL;
+	struct flare_backend be = {0};
+	bool be_open = false, be_started = false;
+	struct flare_server *srv = NULL;
+	int status = 2;
+	sigset_t sigs, old;
+	bool masked = false;
+
+	if (!flags || !file || !s) {
+		fprintf(stderr, "flare: out of memory\n");
+		status = 1;
+		goto out;
+	}
+	int rc = flare_cli_parse(argc, argv, flags, err, sizeof err);
+	if (rc == FLARE_CLI_HELP) {
+		flare_cli_help(stdout);
+		status = 0;
+		goto out;
+	}
+	if (rc) {
+		fprintf(stderr, "flare: %s\n", err);
+		goto out;
+	}
+	flare_settings_defaults(s);
+	if (flags->set & (1u << FLARE_OPT_CONFIG)) {
+		if (flare_config_load(flags->config, file, err, sizeof err)) {
+			fprintf(stderr, "flare: %s\n", err);
+			goto out;
+		}
+		flare_settings_merge(s, file);
+	}
+	flare_settings_merge(s, flags);
+
+	if (s->core[0])
+		rc = hel_core_load(s->core, &core, err, sizeof err);
+	else
+		rc = hel_core_builtin(&core);
+	if (rc) {
+		fprintf(stderr, "flare: %s\n", s->core[0] ? err : "the built-in core does not parse");
+		goto out;
+	}
+	if (!hel_core_supports(core, s->speculate)) {
+		fprintf(stderr, "flare: --speculate: core '%s' does not support %s speculation\n",
+			core->name, flare_mode_name(s->speculate));
+		goto out;
+	}
+	const char *disk = flare_disk_resolve(s, note, sizeof note);
+
+	hel_engine_config ec = {
+		.core = core,
+		.mode = s->speculate,
+		.draft_tokens = s->speculate != SEL_MODE_ORDINARY ? s->draft_tokens : 0,
+		.max_active = s->max_active,
+		.gpu_cache_bytes = s->gpu_cache,
+		.queue_limit = 0,
+		.memory_bytes = s->memory,
+		.disk_dir = disk,
+		.disk_limit = s->disk_limit,
+		.disk_limit_set = (s->set & (1u << FLARE_OPT_DISK_LIMIT)) != 0,
+		.drain_on_shutdown = s->drain,
+		.drain_limit_ns = s->drain_ns,
+		.max_age_ns = s->max_age_ns,
+		.fdatasync = false,
+	};
+
+	/* Before any thread exists: threads inherit the mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	masked = true;
+
+	status = 1;
+	if (factory->open(factory, &ec, &be, err, sizeof err)) {
+		fprintf(stderr, "flare: %s\n", err);
+		goto out;
+	}
+	be_open = true;
+	hel_engine_info info;
+	memset(&info, 0, sizeof info);
+	be.ops->info(be.ctx, &info);
+	struct flare_buf sum = {0};
+	flare_serve_summary(&sum, s, core, &info, note);
+	if (sum.data)
+		fputs(sum.data, stderr);
+	flare_buf_free(&sum);
+
+	struct flare_server_config sc = {
+		.host = s->host,
+		.port = s->port,
+		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context},
+		.info = {.model = core->name, .mode = flare_mode_name(s->speculate),
+			 .store = info.store ? info.store : "disabled",
+			 .transport = info.transport ? info.transport : "none",
+			 .slot_bytes = info.slot_bytes},
+	};
+	if (flare_server_start(&sc, &be, &srv, err, sizeof err)) {
+		fprintf(stderr, "flare: %s\n", err);
+		goto out;
+	}
+	if ((rc = be.ops->start(be.ctx))) {
+		fprintf(stderr, "flare: cannot start the engine: %s: %s\n", sel_strerror(rc), sel_errmsg());
+		goto out;
+	}
+	be_started = true;
+	flare_server_set_ready(srv);
+	fprintf(stderr, "flare: listening on %s\n", flare_server_url(srv));
+
+	bool dash = s->dashboard == FLARE_DASHBOARD_ON ||
+		    (s->dashboard == FLARE_DASHBOARD_AUTO && isatty(STDERR_FILENO));
+	hel_engine_stats prev, cur;
+	memset(&prev, 0, sizeof prev);
+	bool have_prev = false;
+	uint64_t prev_ns = eos_now_ns();
+	int sig;
+	for (;;) {
+		if (dash) {
+			struct timespec ts = {.tv_sec = (time_t)(s->dashboard_ns / 1000000000ull),
+					      .tv_nsec = (long)(s->dashboard_ns % 1000000000ull)};
+			sig = sigtimedwait(&sigs, NULL, &ts);
+		} else {
+			sig = sigwaitinfo(&sigs, NULL);
+		}
+		if (sig > 0)
+			break;
+		if (errno != EAGAIN)
+			continue; /* EINTR */
+		be.ops->stats(be.ctx, &cur);
+		uint64_t now = eos_now_ns();
+		char line[512];
+		flare_dashboard_line(line, sizeof line, have_prev ? &prev : NULL, &cur, now - prev_ns);
+		fprintf(stderr, "%s\n", line);
+		prev = cur;
+		prev_ns = now;
+		have_prev = true;
+	}
+	fprintf(stderr, "flare: %s: stopping\n", signame(sig));
+	/* A second signal now ends the process the ordinary way. */
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	masked = false;
+	status = 0;
+
+out:
+	if (srv)
+		flare_server_begin_stop(srv);
+	if (be_open) {
+		uint64_t deadline = 0; /* an unlimited drain was asked for */
+		if (!(s->drain && s->drain_ns == 0))
+			deadline = eos_now_ns() + STOP_GRACE_NS + (s->drain ? s->drain_ns : 0);
+		(void)be_started;
+		rc = be.ops->stop(be.ctx, deadline);
+		if (rc)
+			fprintf(stderr, "flare: warning: the engine did not stop cleanly: %s: %s\n",
+				sel_strerror(rc), sel_errmsg());
+	}
+	if (srv) {
+		flare_server_stop(srv, HTTP_GRACE_NS);
+		flare_server_destroy(srv);
+	}
+	if (be_open)
+		be.ops->destroy(be.ctx);
+	if (masked)
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (be_open && status == 0)
+		fprintf(stderr, "flare: stopped\n");
+	hel_core_free(core);
+	free(flags);
+	free(file);
+	free(s);
+	return status;
+}

@@ -1,0 +1,377 @@
+/*
+ * settings.c - the option table of `flare run` and the reading of values
+ * (design 1 "Scope and configurations", 2.5 drain/expiry paragraphs, 2.11;
+ * docs/configuration.md).
+ *
+ * DESIGN
+ * One table describes every setting.  Flags and config keys are two
+ * spellings of the same entry, so they accept the same values and report
+ * errors the same way; only the prefix differs ("--port: ..." versus
+ * "flare.toml:3: server.port: ...").  A config file value keeps its TOML
+ * type: a size may be written "8GiB" or as an integer count of bytes, but a
+ * port must be an integer, a path a string.
+ *
+ * Invariants:
+ *   1. flare_settings_set() changes s only on success, and then marks
+ *      exactly the option's bit.
+ *   2. Every value that flare_settings_set() accepts is within the range
+ *      the engine accepts (draft tokens 1..HEL_DRAFT_MAX, max_active >= 1,
+ *      a positive GPU cache), so later stages never re-validate.
+ */
+#include "flare/settings.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "eos.h"
+#include "helios/model.h"
+
+#define DEFAULT_HOST "127.0.0.1"
+#define DEFAULT_PORT 8080
+#define DEFAULT_MAX_ACTIVE 4
+/* The built-in tiny core's pages are 8.5 KiB: 64 MiB holds ~7,700 of them,
+ * far more than a test or a demo conversation needs. */
+#define DEFAULT_GPU_CACHE (64ull << 20)
+#define DEFAULT_DASHBOARD_NS (5ull * 1000000000ull)
+
+static const struct flare_option options[] = {
+	{FLARE_OPT_CONFIG, "--config", "FILE", NULL, NULL, FLARE_K_PATH, 0, 0, false, "none",
+	 "read settings from FILE (TOML subset; flags win over the file)"},
+	{FLARE_OPT_HOST, "--host", "ADDR", "server", "host", FLARE_K_HOST, 0, 0, false, DEFAULT_HOST,
+	 "address to listen on"},
+	{FLARE_OPT_PORT, "--port", "N", "server", "port", FLARE_K_PORT, 0, 65535, false, "8080",
+	 "TCP port; 0 picks a free port (the startup line names it)"},
+	{FLARE_OPT_MAX_ACTIVE, "--max-active", "N", "server", "max_active", FLARE_K_COUNT, 1,
+	 FLARE_MAX_ACTIVE_MAX, false, "4", "requests running at once; more wait in the queue"},
+	{FLARE_OPT_GPU_CACHE, "--gpu-cache", "SIZE", "server", "gpu_cache", FLARE_K_SIZE, 1, 0, false,
+	 "64MiB", "GPU checkpoint cache budget (page planes and rows)"},
+	{FLARE_OPT_SPECULATE, "--speculate", "MODE", "server", "speculate", FLARE_K_MODE, 0, 0, false,
+	 "off", "speculative decoding: off (ordinary), copy or learned"},
+	{FLARE_OPT_DRAFT_TOKENS, "--draft-tokens", "N", "server", "draft_tokens", FLARE_K_COUNT, 1,
+	 HEL_DRAFT_MAX, false, "4", "proposals per speculative round (1-16)"},
+	{FLARE_OPT_MEMORY, "--prefix-cache-memory", "SIZE", "prefix_cache", "memory", FLARE_K_SIZE, 0,
+	 0, false, "0", "host memory for warm prefix checkpoints; 0 = none"},
+	{FLARE_OPT_DISK, "--prefix-cache-disk", "DIR", "prefix_cache", "disk", FLARE_K_PATH, 0, 0,
+	 false, "none", "base directory for the model's prefix record directory"},
+	{FLARE_OPT_DISK_LIMIT, "--prefix-cache-disk-limit", "SIZE", "prefix_cache", "disk_limit",
+	 FLARE_K_SIZE, 0, 0, false, "1/10 of free space",
+	 "disk budget for prefix records; 0 = no disk store"},
+	{FLARE_OPT_DRAIN, "--prefix-cache-drain-on-shutdown", "[=DURATION|off]", "prefix_cache",
+	 "drain_on_shutdown", FLARE_K_DRAIN, 0, 0, true, "off",
+	 "at shutdown write DRAM-only records to disk: bare = until done, =90s = at most that long"},
+	{FLARE_OPT_MAX_AGE, "--prefix-cache-max-age", "DURATION|off", "prefix_cache", "max_age",
+	 FLARE_K_AGE, 0, 0, false, "off", "drop host records unused for longer than this"},
+	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH, 0, 0,
+	 false, "auto", "one status line on stderr per interval; auto = when stderr is a terminal"},
+	{FLARE_OPT_DASHBOARD_INTERVAL, "--dashboard-interval", "DURATION", "server",
+	 "dashboard_interval", FLARE_K_INTERVAL, 0, 0, false, "5s", "how often the dashboard prints"},
+	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
+};
+
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+const struct flare_option *flare_options(size_t *n)
+{
+	*n = N_OPTIONS;
+	return options;
+}
+
+const struct flare_option *flare_option_by_flag(const char *flag, size_t len)
+{
+	for (size_t i = 0; i < N_OPTIONS; i++)
+		if (strlen(options[i].flag) == len && memcmp(options[i].flag, flag, len) == 0)
+			return &options[i];
+	return NULL;
+}
+
+const struct flare_option *flare_option_by_key(const char *section, const char *key)
+{
+	for (size_t i = 0; i < N_OPTIONS; i++)
+		if (options[i].section && !strcmp(options[i].section, section) &&
+		    !strcmp(options[i].key, key))
+			return &options[i];
+	return NULL;
+}
+
+const struct flare_option *flare_option_get(enum flare_opt id)
+{
+	for (size_t i = 0; i < N_OPTIONS; i++)
+		if (options[i].id == id)
+			return &options[i];
+	return NULL;
+}
+
+const char *flare_mode_name(sel_state_mode m)
+{
+	switch (m) {
+	case SEL_MODE_ORDINARY: return "off";
+	case SEL_MODE_COPY: return "copy";
+	case SEL_MODE_LEARNED: return "learned";
+	}
+	return "?";
+}
+
+void flare_settings_defaults(struct flare_settings *s)
+{
+	memset(s, 0, sizeof *s);
+	snprintf(s->host, sizeof s->host, "%s", DEFAULT_HOST);
+	s->port = DEFAULT_PORT;
+	s->max_active = DEFAULT_MAX_ACTIVE;
+	s->gpu_cache = DEFAULT_GPU_CACHE;
+	s->speculate = SEL_MODE_ORDINARY;
+	s->draft_tokens = HEL_DRAFT_DEFAULT;
+	s->dashboard = FLARE_DASHBOARD_AUTO;
+	s->dashboard_ns = DEFAULT_DASHBOARD_NS;
+}
+
+/* ---- reading values ------------------------------------------------------ */
+
+static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	flare_message_tidy(err, errlen);
+	return -EINVAL;
+}
+
+void flare_message_tidy(char *msg, size_t cap)
+{
+	if (cap == 0)
+		return;
+	size_t n = strlen(msg), ctl = 0;
+	for (size_t i = 0; i < n; i++)
+		ctl += (unsigned char)msg[i] < 0x20 || msg[i] == 0x7f;
+	if (!ctl)
+		return;
+	char tmp[2048];
+	size_t o = 0;
+	for (size_t i = 0; i < n && o + 5 < sizeof tmp; i++) {
+		unsigned char c = (unsigned char)msg[i];
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(tmp + o, sizeof tmp - o, "\\x%02x", c);
+		else
+			tmp[o++] = (char)c;
+	}
+	tmp[o] = '\0';
+	snprintf(msg, cap, "%s", tmp);
+}
+
+/* eos messages begin with "size 'TEXT': " or "duration 'TEXT': "; ours
+ * already quote the text, so keep only the explanation. */
+static const char *eos_reason(const char *what, const char *text)
+{
+	const char *m = eos_errmsg();
+	size_t wl = strlen(what), tl = strlen(text);
+	if (!strncmp(m, what, wl) && m[wl] == ' ' && m[wl + 1] == '\'' &&
+	    !strncmp(m + wl + 2, text, tl) && !strncmp(m + wl + 2 + tl, "': ", 3))
+		return m + wl + 2 + tl + 3;
+	return m;
+}
+
+/* Decimal digits only, no sign, into *out (<= max). */
+static bool parse_uint(const char *t, uint64_t max, uint64_t *out)
+{
+	if (!*t)
+		return false;
+	uint64_t v = 0;
+	for (const char *p = t; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (max - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return true;
+}
+
+/* A positive duration or (allow_off) "off": *ns = 0 for off. */
+static int read_duration(const char *t, enum flare_vtype vt, bool allow_off, uint64_t *ns,
+			 char *err, size_t errlen)
+{
+	bool off = false;
+	uint64_t v;
+	if (vt == FLARE_V_INTEGER) {
+		/* A bare integer in the file counts seconds, as on the command line. */
+		if (!parse_uint(t, UINT64_MAX / 1000000000ull, &v))
+			return bad(err, errlen, "%s is not a duration in seconds", t);
+		v *= 1000000000ull;
+	} else {
+		if (eos_parse_duration(t, &v, allow_off ? &off : NULL))
+			return bad(err, errlen, "'%s' is not a duration: %s", t,
+				   eos_reason("duration", t));
+	}
+	if (off) {
+		*ns = 0;
+		return 0;
+	}
+	if (v == 0)
+		return bad(err, errlen, "'%s' is not a positive duration%s", t,
+			   allow_off ? " (write 'off' to disable)" : "");
+	*ns = v;
+	return 0;
+}
+
+static const char *vtype_name(enum flare_vtype vt)
+{
+	switch (vt) {
+	case FLARE_V_STRING: return "the string";
+	case FLARE_V_INTEGER: return "the integer";
+	case FLARE_V_BOOL: return "the boolean";
+	case FLARE_V_TEXT: break;
+	}
+	return "text";
+}
+
+int flare_settings_set(struct flare_settings *s, const struct flare_option *o, const char *t,
+		       enum flare_vtype vt, char *err, size_t errlen)
+{
+	uint64_t v = 0, ns = 0;
+	bool fromfile = vt != FLARE_V_TEXT;
+	bool want_string = false, want_int = false;
+	switch (o->kind) {
+	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: want_string = true; break;
+	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
+	default: break;
+	}
+	if (fromfile && vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH)
+		return bad(err, errlen, "expected %s, not the boolean %s",
+			   want_int ? "an integer" : "a string", t);
+	if (fromfile && want_string && vt != FLARE_V_STRING)
+		return bad(err, errlen, "expected a string, not %s %s (write it in quotes)",
+			   vtype_name(vt), t);
+	if (fromfile && want_int && vt != FLARE_V_INTEGER)
+		return bad(err, errlen, "expected an integer, not %s \"%s\"", vtype_name(vt), t);
+
+	switch (o->kind) {
+	case FLARE_K_NONE:
+		return bad(err, errlen, "takes no value");
+	case FLARE_K_PATH: {
+		char *dst = o->id == FLARE_OPT_DISK ? s->disk : o->id == FLARE_OPT_CONFIG ? s->config : s->core;
+		if (!*t)
+			return bad(err, errlen, "'' is not a path (empty)");
+		if (strlen(t) >= FLARE_PATH_MAX)
+			return bad(err, errlen, "path is longer than %d bytes", FLARE_PATH_MAX - 1);
+		snprintf(dst, FLARE_PATH_MAX, "%s", t);
+		break;
+	}
+	case FLARE_K_HOST:
+		if (!*t || strlen(t) >= FLARE_HOST_MAX || strpbrk(t, " \t/"))
+			return bad(err, errlen, "'%s' is not an address (e.g. 127.0.0.1, ::1, 0.0.0.0)", t);
+		snprintf(s->host, sizeof s->host, "%s", t);
+		break;
+	case FLARE_K_PORT:
+		if (!parse_uint(t, 65535, &v))
+			return bad(err, errlen, "'%s' is not a port number (0-65535)", t);
+		s->port = (uint16_t)v;
+		break;
+	case FLARE_K_COUNT:
+		if (!parse_uint(t, UINT64_MAX, &v) || v < o->min || v > o->max)
+			return bad(err, errlen, "'%s' is not a whole number from %" PRIu64 " to %" PRIu64, t,
+				   o->min, o->max);
+		if (o->id == FLARE_OPT_MAX_ACTIVE)
+			s->max_active = (uint32_t)v;
+		else
+			s->draft_tokens = (uint32_t)v;
+		break;
+	case FLARE_K_SIZE:
+		if (vt == FLARE_V_INTEGER) {
+			if (!parse_uint(t, UINT64_MAX, &v))
+				return bad(err, errlen, "%s is not a size in bytes", t);
+		} else if (eos_parse_size(t, &v)) {
+			return bad(err, errlen, "'%s' is not a size: %s", t, eos_reason("size", t));
+		}
+		if (v < o->min)
+			return bad(err, errlen, "'%s' is too small (it must be positive)", t);
+		if (o->id == FLARE_OPT_MEMORY)
+			s->memory = v;
+		else if (o->id == FLARE_OPT_DISK_LIMIT)
+			s->disk_limit = v;
+		else
+			s->gpu_cache = v;
+		break;
+	case FLARE_K_MODE:
+		if (!strcmp(t, "off") || !strcmp(t, "ordinary"))
+			s->speculate = SEL_MODE_ORDINARY;
+		else if (!strcmp(t, "copy"))
+			s->speculate = SEL_MODE_COPY;
+		else if (!strcmp(t, "learned"))
+			s->speculate = SEL_MODE_LEARNED;
+		else
+			return bad(err, errlen, "'%s' is not a speculation mode (off, copy, learned)", t);
+		break;
+	case FLARE_K_DRAIN:
+		if (vt == FLARE_V_BOOL || (vt != FLARE_V_INTEGER &&
+					   (!strcasecmp(t, "on") || !strcasecmp(t, "off")))) {
+			s->drain = !strcasecmp(t, "on") || !strcmp(t, "true");
+			s->drain_ns = 0;
+			break;
+		}
+		if (vt != FLARE_V_INTEGER && eos_parse_duration(t, &ns, NULL))
+			return bad(err, errlen, "'%s' is not on, off or a duration: %s", t,
+				   eos_reason("duration", t));
+		if (read_duration(t, vt, false, &ns, err, errlen))
+			return -EINVAL;
+		s->drain = true;
+		s->drain_ns = ns;
+		break;
+	case FLARE_K_AGE:
+		if (read_duration(t, vt, true, &ns, err, errlen))
+			return -EINVAL;
+		s->max_age_ns = ns;
+		break;
+	case FLARE_K_SWITCH:
+		if (!strcasecmp(t, "auto"))
+			s->dashboard = FLARE_DASHBOARD_AUTO;
+		else if (!strcasecmp(t, "on") || !strcmp(t, "true"))
+			s->dashboard = FLARE_DASHBOARD_ON;
+		else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
+			s->dashboard = FLARE_DASHBOARD_OFF;
+		else
+			return bad(err, errlen, "'%s' is not auto, on or off", t);
+		break;
+	case FLARE_K_INTERVAL:
+		if (read_duration(t, vt, false, &ns, err, errlen))
+			return -EINVAL;
+		s->dashboard_ns = ns;
+		break;
+	}
+	s->set |= 1u << o->id;
+	return 0;
+}
+
+void flare_settings_merge(struct flare_settings *d, const struct flare_settings *s)
+{
+	uint32_t m = s->set;
+#define TAKE(opt, field)                                                                       \
+	do {                                                                                   \
+		if (m & (1u << (opt)))                                                         \
+			memcpy(&d->field, &s->field, sizeof d->field);                        \
+	} while (0)
+	TAKE(FLARE_OPT_CORE, core);
+	TAKE(FLARE_OPT_CONFIG, config);
+	TAKE(FLARE_OPT_HOST, host);
+	TAKE(FLARE_OPT_PORT, port);
+	TAKE(FLARE_OPT_MAX_ACTIVE, max_active);
+	TAKE(FLARE_OPT_GPU_CACHE, gpu_cache);
+	TAKE(FLARE_OPT_SPECULATE, speculate);
+	TAKE(FLARE_OPT_DRAFT_TOKENS, draft_tokens);
+	TAKE(FLARE_OPT_MEMORY, memory);
+	TAKE(FLARE_OPT_DISK, disk);
+	TAKE(FLARE_OPT_DISK_LIMIT, disk_limit);
+	TAKE(FLARE_OPT_DRAIN, drain);
+	TAKE(FLARE_OPT_DRAIN, drain_ns);
+	TAKE(FLARE_OPT_MAX_AGE, max_age_ns);
+	TAKE(FLARE_OPT_DASHBOARD, dashboard);
+	TAKE(FLARE_OPT_DASHBOARD_INTERVAL, dashboard_ns);
+#undef TAKE
+	d->set |= m;
+}

@@ -1,0 +1,134 @@
+/*
+ * settings.h - what `flare run` is configured with, where each setting can
+ * come from, and how values are read (design 1, 2.11; docs/configuration.md).
+ *
+ * A setting has one entry in the option table (settings.c): its flag, its
+ * config-file key, the kind of value, its default and one line of help.
+ * The flag parser (cli.c), the config file parser (config.c), --help and
+ * docs/configuration.md all follow that table.  Both parsers fill a struct
+ * flare_settings and mark what they set in `set`; flare_settings_merge()
+ * applies one over another, which is how precedence works:
+ * defaults < config file < flags.
+ *
+ * Pure code: nothing here does I/O.
+ */
+#ifndef FLARE_SETTINGS_H
+#define FLARE_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "selene.h"
+
+#define FLARE_PATH_MAX 4096
+#define FLARE_HOST_MAX 256
+#define FLARE_MAX_ACTIVE_MAX 4096u
+
+/* One bit per setting in flare_settings.set. */
+enum flare_opt {
+	FLARE_OPT_CONFIG = 0,
+	FLARE_OPT_HOST,
+	FLARE_OPT_PORT,
+	FLARE_OPT_MAX_ACTIVE,
+	FLARE_OPT_GPU_CACHE,
+	FLARE_OPT_SPECULATE,
+	FLARE_OPT_DRAFT_TOKENS,
+	FLARE_OPT_MEMORY,
+	FLARE_OPT_DISK,
+	FLARE_OPT_DISK_LIMIT,
+	FLARE_OPT_DRAIN,
+	FLARE_OPT_MAX_AGE,
+	FLARE_OPT_DASHBOARD,
+	FLARE_OPT_DASHBOARD_INTERVAL,
+	FLARE_OPT_HELP,
+	FLARE_OPT_CORE, /* the positional CORE argument */
+	FLARE_OPT_COUNT
+};
+
+enum flare_dashboard {
+	FLARE_DASHBOARD_AUTO = 0, /* on when stderr is a terminal */
+	FLARE_DASHBOARD_ON,
+	FLARE_DASHBOARD_OFF,
+};
+
+struct flare_settings {
+	uint32_t set;                 /* bit (1u << flare_opt) per setting given */
+	char core[FLARE_PATH_MAX];    /* "" = the built-in core */
+	char config[FLARE_PATH_MAX];
+	char host[FLARE_HOST_MAX];
+	uint16_t port;                /* 0 = any free port */
+	uint32_t max_active;
+	uint64_t gpu_cache;           /* bytes */
+	sel_state_mode speculate;     /* ORDINARY = off */
+	uint32_t draft_tokens;        /* 1..HEL_DRAFT_MAX */
+	uint64_t memory;              /* warm host bytes; 0 = none */
+	char disk[FLARE_PATH_MAX];    /* base directory, "" = none */
+	uint64_t disk_limit;          /* meaningful when FLARE_OPT_DISK_LIMIT is set */
+	bool drain;                   /* drain DRAM-only records to disk at shutdown */
+	uint64_t drain_ns;            /* its limit; 0 = until done */
+	uint64_t max_age_ns;          /* 0 = off */
+	enum flare_dashboard dashboard;
+	uint64_t dashboard_ns;
+};
+
+/* How a setting's value is written. */
+enum flare_kind {
+	FLARE_K_NONE,     /* a flag without value (--help) */
+	FLARE_K_PATH,     /* any non-empty text */
+	FLARE_K_HOST,     /* an address or host name */
+	FLARE_K_PORT,     /* 0..65535 */
+	FLARE_K_COUNT,    /* an integer within [min, max] */
+	FLARE_K_SIZE,     /* eos_parse_size */
+	FLARE_K_MODE,     /* off | copy | learned */
+	FLARE_K_DRAIN,    /* on | off | positive duration */
+	FLARE_K_AGE,      /* off | positive duration */
+	FLARE_K_SWITCH,   /* auto | on | off */
+	FLARE_K_INTERVAL, /* positive duration */
+};
+
+struct flare_option {
+	enum flare_opt id;
+	const char *flag;     /* "--port", or NULL (CORE) */
+	const char *metavar;  /* "N", "SIZE", ... ("" for none) */
+	const char *section;  /* config section, or NULL: not in the file */
+	const char *key;      /* config key */
+	enum flare_kind kind;
+	uint64_t min, max;    /* FLARE_K_COUNT */
+	bool optional_value;  /* --flag alone or --flag=VALUE (drain) */
+	const char *defval;   /* default, as --help shows it */
+	const char *help;
+};
+
+/* The option table, in --help order; n receives its length. */
+const struct flare_option *flare_options(size_t *n);
+const struct flare_option *flare_option_by_flag(const char *flag, size_t len);
+const struct flare_option *flare_option_by_key(const char *section, const char *key);
+const struct flare_option *flare_option_get(enum flare_opt id);
+
+/* The type of a value as written: a flag's text, or a config file value. */
+enum flare_vtype {
+	FLARE_V_TEXT,    /* from a flag: any kind parses it */
+	FLARE_V_STRING,  /* config: "quoted" */
+	FLARE_V_INTEGER, /* config: 123 (text holds the digits) */
+	FLARE_V_BOOL,    /* config: true / false (text holds the word) */
+};
+
+/* Defaults for everything; set = 0. */
+void flare_settings_defaults(struct flare_settings *s);
+/* Read text (of vtype) as option o's value into s and mark it set.  On
+ * error returns -EINVAL and writes a message that quotes the value and says
+ * what was expected, without naming the option ("'8X' is not a size:
+ * unknown unit 'X' (...)"): the caller prefixes the flag or file:line: key. */
+int flare_settings_set(struct flare_settings *s, const struct flare_option *o, const char *text,
+		       enum flare_vtype vtype, char *err, size_t errlen);
+/* Copy every setting marked in src->set into dst (and mark it there). */
+void flare_settings_merge(struct flare_settings *dst, const struct flare_settings *src);
+
+const char *flare_mode_name(sel_state_mode m); /* "off", "copy", "learned" */
+
+/* Make msg one printable line in place: control bytes (a newline in a
+ * quoted value) become \xNN, cutting at cap like snprintf. */
+void flare_message_tidy(char *msg, size_t cap);
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * test_flare_metrics.c - formatting of an engine stats snapshot: the
+ * Prometheus text of /metrics (src/flare/metrics.c, docs/metrics.md;
+ * design 2.11, 2.15 "Retention metrics") and the dashboard line
+ * (src/flare/dashboard.c).
+ *
+ * Every field of hel_engine_stats and of its sel_stats gets a distinct
+ * value, so a field exported under the wrong name or not at all shows.
+ */
+#include "flare/dashboard.h"
+#include "flare/metrics.h"
+#include "flare_testlib.h"
+
+static void fill(hel_engine_stats *st)
+{
+	memset(st, 0, sizeof *st);
+	uint64_t v = 1000;
+	st->requests_submitted = v++;
+	st->requests_finished = v++;
+	st->requests_cancelled = v++;
+	st->requests_failed = v++;
+	st->pending = v++;
+	st->active = v++;
+	st->inbound_waiting = v++;
+	st->prompt_tokens = v++;
+	st->completion_tokens = v++;
+	st->prefill_launches = v++;
+	st->prefill_tokens = v++;
+	st->decode_tokens = v++;
+	st->gpu_lookups = v++;
+	st->gpu_hits = v++;
+	st->gpu_reused_tokens = v++;
+	st->host_lookups = v++;
+	st->host_hits = v++;
+	st->host_reused_tokens = v++;
+	st->host_fetch_declined = v++;
+	st->host_fetch_failed = v++;
+	st->gpu_pages_free = v++;
+	st->gpu_pages_total = v++;
+	st->gpu_rows_free = v++;
+	st->gpu_rows_total = v++;
+	st->gpu_checkpoints = v++;
+	st->gpu_evictions = v++;
+	st->publications = v++;
+	st->store_retries_pending = v++;
+	for (int r = 0; r < SEL_RETRY_REASONS; r++)
+		st->retry_abandoned[r] = v++;
+	st->store_enabled = true;
+	sel_stats *s = &st->store;
+	s->slots_in_use = v++;
+	s->slots_total = v++;
+	s->intake_slots = v++;
+	s->parked_records = v++;
+	for (int o = 0; o <= SEL_SKIPPED; o++)
+		s->outcomes[o] = v++;
+	for (int r = 0; r < SEL_RETRY_REASONS; r++)
+		s->retry_reasons[r] = v++;
+	s->lookups = v++;
+	s->hits = v++;
+	s->reused_tokens = v++;
+	s->fetches = v++;
+	s->fetch_failures = v++;
+	s->store_failures = v++;
+	s->inflight_out = v++;
+	s->inflight_in = v++;
+	s->packed_records = v++;
+	s->per_rank_records = v++;
+	s->evictions_noticed = v++;
+	for (int t = 0; t < SEL_TIERS; t++) {
+		sel_tier_stats *ts = &s->tier[t];
+		ts->records = v++;
+		ts->bytes_used = v++;
+		ts->bytes_limit = v++;
+		ts->bytes_in = v++;
+		ts->bytes_out = v++;
+		ts->held = v++;
+		ts->dropped_end_of_chain = v++;
+		ts->dropped_oversize = v++;
+		ts->dropped_io_error = v++;
+		ts->expired = v++;
+		ts->evicted = v++;
+		ts->compacted = v++;
+		ts->corrupt = v++;
+		ts->rate_bps = v++;
+	}
+	st->uptime_ns = 12345678901ull;
+}
+
+#define EXPECT(sample, want)                                                                  \
+	do {                                                                                  \
+		double got_ = prom_value(text, sample);                                       \
+		CHECKF(got_ == (double)(want), "%s = %.0f, want %llu", sample, got_,          \
+		       (unsigned long long)(want));                                           \
+	} while (0)
+
+static void test_format(void)
+{
+	hel_engine_stats st;
+	fill(&st);
+	struct flare_http_stats http = {.requests = 77, .responses = {0, 0, 70, 0, 5, 2},
+					.streams_active = 3, .disconnects = 4};
+	struct flare_metrics_info info = {.model = "ti\"ny", .mode = "copy", .store = "composite",
+					  .transport = "host", .slot_bytes = 8704};
+	struct flare_buf b = {0};
+	flare_metrics_format(&b, &st, &http, &info);
+	CHECK(!flare_buf_failed(&b));
+	const char *text = b.data;
+	prom_check(text);
+
+	EXPECT("flare_requests_submitted_total", st.requests_submitted);
+	EXPECT("flare_requests_finished_total", st.requests_finished);
+	EXPECT("flare_requests_cancelled_total", st.requests_cancelled);
+	EXPECT("flare_requests_failed_total", st.requests_failed);
+	EXPECT("flare_requests_pending", st.pending);
+	EXPECT("flare_requests_active", st.active);
+	EXPECT("flare_host_cache_inbound_waiting", st.inbound_waiting);
+	EXPECT("flare_prompt_tokens_total", st.prompt_tokens);
+	EXPECT("flare_completion_tokens_total", st.completion_tokens);
+	EXPECT("flare_prefill_launches_total", st.prefill_launches);
+	EXPECT("flare_prefill_tokens_total", st.prefill_tokens);
+	EXPECT("flare_decode_tokens_total", st.decode_tokens);
+	EXPECT("flare_gpu_cache_lookups_total", st.gpu_lookups);
+	EXPECT("flare_gpu_cache_hits_total", st.gpu_hits);
+	EXPECT("flare_gpu_cache_reused_tokens_total", st.gpu_reused_tokens);
+	EXPECT("flare_host_cache_lookups_total", st.host_lookups);
+	EXPECT("flare_host_cache_hits_total", st.host_hits);
+	EXPECT("flare_host_cache_reused_tokens_total", st.host_reused_tokens);
+	EXPECT("flare_host_cache_fetch_declined_total", st.host_fetch_declined);
+	EXPECT("flare_host_cache_restore_failures_total", st.host_fetch_failed);
+	EXPECT("flare_gpu_cache_pages_free", st.gpu_pages_free);
+	EXPECT("flare_gpu_cache_pages_total", st.gpu_pages_total);
+	EXPECT("flare_gpu_cache_rows_free", st.gpu_rows_free);
+	EXPECT("flare_gpu_cache_rows_total", st.gpu_rows_total);
+	EXPECT("flare_gpu_cache_checkpoints", st.gpu_checkpoints);
+	EXPECT("flare_gpu_cache_evictions_total", st.gpu_evictions);
+	EXPECT("flare_host_cache_publications_total", st.publications);
+	EXPECT("flare_host_cache_store_retries_pending", st.store_retries_pending);
+	EXPECT("flare_host_cache_enabled", 1);
+	const char *reasons[] = {"none", "inflight", "slabs", "queue", "budget"};
+	char name[160];
+	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
+		snprintf(name, sizeof name, "flare_host_cache_retry_abandoned_total{reason=\"%s\"}",
+			 reasons[r]);
+		EXPECT(name, st.retry_abandoned[r]);
+		snprintf(name, sizeof name, "flare_host_cache_store_retry_reasons_total{reason=\"%s\"}",
+			 reasons[r]);
+		EXPECT(name, st.store.retry_reasons[r]);
+	}
+
+	const sel_stats *s = &st.store;
+	EXPECT("flare_host_cache_slots_in_use", s->slots_in_use);
+	EXPECT("flare_host_cache_slots_total", s->slots_total);
+	EXPECT("flare_host_cache_intake_slots", s->intake_slots);
+	EXPECT("flare_host_cache_parked_records", s->parked_records);
+	const char *outcomes[] = {"queued", "present", "deferred", "retry", "oversize", "skipped"};
+	for (int o = 0; o <= SEL_SKIPPED; o++) {
+		snprintf(name, sizeof name, "flare_host_cache_store_outcomes_total{outcome=\"%s\"}",
+			 outcomes[o]);
+		EXPECT(name, s->outcomes[o]);
+	}
+	EXPECT("flare_host_cache_store_lookups_total", s->lookups);
+	EXPECT("flare_host_cache_store_hits_total", s->hits);
+	EXPECT("flare_host_cache_store_reused_tokens_total", s->reused_tokens);
+	EXPECT("flare_host_cache_fetches_total", s->fetches);
+	EXPECT("flare_host_cache_fetch_failures_total", s->fetch_failures);
+	EXPECT("flare_host_cache_store_failures_total", s->store_failures);
+	EXPECT("flare_host_cache_transfers_in_flight{direction=\"out\"}", s->inflight_out);
+	EXPECT("flare_host_cache_transfers_in_flight{direction=\"in\"}", s->inflight_in);
+	EXPECT("flare_host_cache_record_stores_total{layout=\"packed\"}", s->packed_records);
+	EXPECT("flare_host_cache_record_stores_total{layout=\"per_rank\"}", s->per_rank_records);
+	EXPECT("flare_host_cache_evictions_noticed_total", s->evictions_noticed);
+
+	const struct {
+		sel_tier t;
+		const char *name;
+	} tiers[] = {{SEL_TIER_MEMORY, "dram"}, {SEL_TIER_DISK, "nvme"}};
+	for (int i = 0; i < 2; i++) {
+		const sel_tier_stats *t = &s->tier[tiers[i].t];
+		const char *tn = tiers[i].name;
+#define TIER(metric, field)                                                                  \
+	do {                                                                                 \
+		snprintf(name, sizeof name, metric "{tier=\"%s\"}", tn);                     \
+		EXPECT(name, t->field);                                                      \
+	} while (0)
+		TIER("flare_host_cache_records", records);
+		TIER("flare_host_cache_bytes_used", bytes_used);
+		TIER("flare_host_cache_bytes_limit", bytes_limit);
+		TIER("flare_host_cache_bytes_in_total", bytes_in);
+		TIER("flare_host_cache_bytes_out_total", bytes_out);
+		TIER("flare_host_cache_held_total", held);
+		TIER("flare_host_cache_expired_total", expired);
+		TIER("flare_host_cache_evicted_total", evicted);
+		TIER("flare_host_cache_compacted_total", compacted);
+		TIER("flare_host_cache_corrupt_total", corrupt);
+		TIER("flare_host_cache_transfer_rate_bytes_per_second", rate_bps);
+#undef TIER
+		const char *why[] = {"end_of_chain", "oversize", "io_error"};
+		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize, t->dropped_io_error};
+		for (int k = 0; k < 3; k++) {
+			snprintf(name, sizeof name, "flare_host_cache_dropped_total{tier=\"%s\",reason=\"%s\"}",
+				 tn, why[k]);
+			EXPECT(name, want[k]);
+		}
+	}
+	/* The none and pool tiers are not exported. */
+	CHECK(!strstr(text, "tier=\"pool\"") && !strstr(text, "tier=\"none\""));
+
+	CHECK(strstr(text, "\nflare_uptime_seconds 12.345\n"));
+	CHECK(strstr(text, "\nflare_info{model=\"ti\\\"ny\",speculate=\"copy\",store=\"composite\","
+			   "transport=\"host\"} 1\n"));
+	EXPECT("flare_host_cache_slot_bytes", 8704);
+	EXPECT("flare_http_requests_total", 77);
+	EXPECT("flare_http_responses_total{code=\"2xx\"}", 70);
+	EXPECT("flare_http_responses_total{code=\"4xx\"}", 5);
+	EXPECT("flare_http_responses_total{code=\"5xx\"}", 2);
+	EXPECT("flare_http_streams_active", 3);
+	EXPECT("flare_http_client_disconnects_total", 4);
+	flare_buf_free(&b);
+
+	/* An empty snapshot and no extras: every family still there, zeros. */
+	hel_engine_stats zero;
+	memset(&zero, 0, sizeof zero);
+	flare_metrics_format(&b, &zero, NULL, NULL);
+	text = b.data;
+	prom_check(text);
+	EXPECT("flare_host_cache_enabled", 0);
+	EXPECT("flare_host_cache_dropped_total{tier=\"dram\",reason=\"oversize\"}", 0);
+	EXPECT("flare_http_requests_total", 0);
+	flare_buf_free(&b);
+}
+
+static void test_dashboard(void)
+{
+	hel_engine_stats a, c;
+	memset(&a, 0, sizeof a);
+	memset(&c, 0, sizeof c);
+	c.active = 2;
+	c.pending = 1;
+	c.prefill_tokens = 12000;
+	c.decode_tokens = 700;
+	c.gpu_pages_total = 200;
+	c.gpu_pages_free = 150;
+	c.uptime_ns = 2000000000ull;
+	char line[512];
+	/* Store off. */
+	flare_dashboard_line(line, sizeof line, NULL, &c, 0);
+	CHECKF(!strcmp(line, "flare: 2 active, 1 pending | prefill 6.0k tok/s, decode 350 tok/s | "
+			     "gpu cache 25% (50/200 pages) | host cache off"),
+	       "%s", line);
+	/* Store on, over a 2 s interval. */
+	a = c;
+	c.store_enabled = true;
+	c.prefill_tokens += 200000;
+	c.decode_tokens += 100;
+	c.store.slots_in_use = 10;
+	c.store.slots_total = 512;
+	c.host_hits = 3;
+	c.host_lookups = 4;
+	c.store.tier[SEL_TIER_MEMORY].bytes_in = a.store.tier[SEL_TIER_MEMORY].bytes_in + (4u << 20);
+	c.store.tier[SEL_TIER_DISK].bytes_out = 2u << 20;
+	flare_dashboard_line(line, sizeof line, &a, &c, 2000000000ull);
+	CHECKF(!strcmp(line, "flare: 2 active, 1 pending | prefill 100k tok/s, decode 50 tok/s | "
+			     "gpu cache 25% (50/200 pages) | host 10/512 slots, hits 3/4 | "
+			     "in 2 MiB/s, out 1 MiB/s"),
+	       "%s", line);
+	/* Counters that went backwards read as zero; a short buffer is cut. */
+	flare_dashboard_line(line, sizeof line, &c, &a, 1000000000ull);
+	CHECK(strstr(line, "prefill 0 tok/s, decode 0 tok/s"));
+	char small[20];
+	flare_dashboard_line(small, sizeof small, &a, &c, 1);
+	CHECK(strlen(small) == sizeof small - 1);
+}
+
+int main(void)
+{
+	test_format();
+	test_dashboard();
+	printf("ok\n");
+	return 0;
+}

@@ -1,0 +1,239 @@
+/*
+ * test_flare_serve.c - the whole `flare run` path (src/flare/serve.c)
+ * against the fake engine: exit statuses of bad invocations, then servers
+ * in child processes on port 0 with their stderr read back: the startup
+ * summary, the listening line, requests, the dashboard, the disk directory
+ * decisions of design 2.11, and a clean exit 0 on SIGTERM and SIGINT.
+ *
+ * Children are forked before this process starts any thread.
+ */
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "flare/serve.h"
+#include "flare_testlib.h"
+
+static struct fake fk;
+static const struct flare_backend_factory fake_factory = {"fake", fake_open, &fk};
+
+static int serve(const char *first, ...)
+{
+	char *argv[32];
+	int argc = 0;
+	argv[argc++] = "run";
+	va_list ap;
+	va_start(ap, first);
+	for (const char *a = first; a; a = va_arg(ap, const char *))
+		argv[argc++] = (char *)a;
+	va_end(ap);
+	argv[argc] = NULL;
+	fake_init(&fk);
+	return flare_serve(argc, argv, &fake_factory);
+}
+
+/* Run flare_serve in a child with stderr (and stdout) into a pipe. */
+struct child {
+	pid_t pid;
+	int fd;
+	char out[65536];
+	size_t len;
+};
+
+static void spawn(struct child *c, char *const argv[])
+{
+	int p[2];
+	CHECK(pipe(p) == 0);
+	fflush(NULL);
+	c->pid = fork();
+	CHECK(c->pid >= 0);
+	if (c->pid == 0) {
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		close(p[0]);
+		close(p[1]);
+		int argc = 0;
+		while (argv[argc])
+			argc++;
+		fake_init(&fk);
+		fk.delay_us = 100;
+		/* exit, not _exit: flush stdout and let LeakSanitizer check. */
+		exit(flare_serve(argc, (char **)argv, &fake_factory));
+	}
+	close(p[1]);
+	c->fd = p[0];
+	c->len = 0;
+	c->out[0] = '\0';
+}
+
+/* Read the child's output until it contains needle (or it exits). */
+static bool wait_output(struct child *c, const char *needle)
+{
+	while (!strstr(c->out, needle))
+		if (!http_read_some(c->fd, c->out, &c->len, sizeof c->out, 20000))
+			return false;
+	return true;
+}
+
+static uint16_t listening_port(struct child *c)
+{
+	CHECKF(wait_output(c, "listening on http://127.0.0.1:"), "no listening line:\n%s", c->out);
+	const char *p = strstr(c->out, "listening on http://127.0.0.1:");
+	CHECK(wait_output(c, "\n") && strchr(p, '\n'));
+	unsigned port = 0;
+	CHECK(sscanf(p, "listening on http://127.0.0.1:%u", &port) == 1);
+	CHECK(port > 0 && port < 65536);
+	return (uint16_t)port;
+}
+
+/* Signal the child and collect its exit status and the rest of its output. */
+static int finish(struct child *c, int sig)
+{
+	if (sig)
+		CHECK(kill(c->pid, sig) == 0);
+	while (http_read_some(c->fd, c->out, &c->len, sizeof c->out, 20000))
+		;
+	close(c->fd);
+	int st;
+	CHECK(waitpid(c->pid, &st, 0) == c->pid);
+	CHECKF(WIFEXITED(st), "child died by signal %d:\n%s", WTERMSIG(st), c->out);
+	return WEXITSTATUS(st);
+}
+
+static void test_exit_statuses(void)
+{
+	/* Bad flags, files and cores: 2, before anything starts. */
+	CHECK(serve("--port", "x", NULL) == 2);
+	CHECK(serve("--bogus", NULL) == 2);
+	CHECK(serve("--config", "/nonexistent.toml", NULL) == 2);
+	CHECK(serve("/nonexistent.core", NULL) == 2);
+	CHECK(!fk.opened);
+	char *dir = test_mkdtemp("flare-serve");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/bad.toml", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fputs("[prefix_cache]\nmemory = \"lots\"\n", f);
+	fclose(f);
+	CHECK(serve("--config", path, NULL) == 2);
+	test_rmtree(dir);
+	free(dir);
+}
+
+static void test_run(void)
+{
+	char *dir = test_mkdtemp("flare-serve");
+	char cache[4096], conf[4096];
+	snprintf(cache, sizeof cache, "%s/cache", dir);
+	snprintf(conf, sizeof conf, "%s/flare.toml", dir);
+	FILE *f = fopen(conf, "w");
+	CHECK(f);
+	/* The file asks for port 1 and 8 active requests; the flag's port wins. */
+	fprintf(f, "[server]\nport = 1\nmax_active = 8\n[prefix_cache]\nmemory = \"1MiB\"\n");
+	fclose(f);
+	char *argv[] = {"run", "--config", conf, "--port", "0", "--prefix-cache-disk", cache,
+			"--dashboard", "on", "--dashboard-interval", "50ms", NULL};
+	struct child c;
+	spawn(&c, argv);
+	uint16_t port = listening_port(&c);
+	const char *want[] = {"flare: core 'tiny'", "max-active 8", "prefix cache: composite store",
+			      "transport host", "memory 1 MiB", "directory ", "3 records scanned"};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		CHECKF(strstr(c.out, want[i]), "startup lacks '%s':\n%s", want[i], c.out);
+	struct stat st;
+	CHECK(stat(cache, &st) == 0 && S_ISDIR(st.st_mode));
+
+	struct http_resp r;
+	http_request(port, "GET", "/health", NULL, &r);
+	CHECK(r.status == 200);
+	http_resp_free(&r);
+	http_request(port, "POST", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":5}", &r);
+	CHECKF(r.status == 200 && strstr(r.body, "\"Hello\""), "%d %s", r.status, r.body);
+	http_resp_free(&r);
+	http_request(port, "GET", "/metrics", NULL, &r);
+	CHECK(r.status == 200);
+	prom_check(r.body);
+	CHECK(strstr(r.body, "store=\"composite\""));
+	http_resp_free(&r);
+	CHECKF(wait_output(&c, "pages) | host"), "no dashboard line:\n%s", c.out);
+
+	CHECK(finish(&c, SIGTERM) == 0);
+	CHECKF(strstr(c.out, "flare: SIGTERM: stopping") && strstr(c.out, "flare: stopped"), "%s",
+	       c.out);
+	test_rmtree(dir);
+	free(dir);
+}
+
+static void test_disk_decisions(void)
+{
+	char *dir = test_mkdtemp("flare-serve");
+	char file[4096], sub[4200], never[4096];
+	snprintf(file, sizeof file, "%s/file", dir);
+	snprintf(sub, sizeof sub, "%s/sub", file);
+	snprintf(never, sizeof never, "%s/never", dir);
+	FILE *f = fopen(file, "w");
+	CHECK(f);
+	fclose(f);
+
+	/* Unusable directory: no disk store, the line says why; memory stays. */
+	char *a1[] = {"run", "--port", "0", "--prefix-cache-memory", "1MiB", "--prefix-cache-disk",
+		      sub, NULL};
+	struct child c;
+	spawn(&c, a1);
+	listening_port(&c);
+	CHECKF(strstr(c.out, "prefix cache: memory store") && strstr(c.out, "no disk store: '") &&
+		       strstr(c.out, "not usable"),
+	       "%s", c.out);
+	CHECK(finish(&c, SIGINT) == 0);
+	CHECK(strstr(c.out, "SIGINT: stopping"));
+
+	/* Disk limit 0: no disk store and no directory. */
+	char *a2[] = {"run", "--port", "0", "--prefix-cache-disk", never,
+		      "--prefix-cache-disk-limit", "0", NULL};
+	spawn(&c, a2);
+	listening_port(&c);
+	CHECKF(strstr(c.out, "prefix cache: disabled; no disk store: --prefix-cache-disk-limit 0"),
+	       "%s", c.out);
+	CHECK(finish(&c, SIGTERM) == 0);
+	struct stat st;
+	CHECK(stat(never, &st) == -1);
+	test_rmtree(dir);
+	free(dir);
+}
+
+static void test_port_in_use(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {0};
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0);
+	socklen_t l = sizeof a;
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+	char port[16];
+	snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
+	char *argv[] = {"run", "--port", port, NULL};
+	struct child c;
+	spawn(&c, argv);
+	CHECK(finish(&c, 0) == 1);
+	CHECKF(strstr(c.out, "flare: --port: cannot listen on 127.0.0.1:") &&
+		       strstr(c.out, "in use"),
+	       "%s", c.out);
+	close(fd);
+
+	/* --help: exit 0, the text on stdout. */
+	char *h[] = {"run", "--help", NULL};
+	spawn(&c, h);
+	CHECK(finish(&c, 0) == 0);
+	CHECK(strstr(c.out, "--prefix-cache-memory SIZE"));
+}
+
+int main(void)
+{
+	test_exit_statuses();
+	test_run();
+	test_disk_decisions();
+	test_port_in_use();
+	printf("ok\n");
+	return 0;
+}
