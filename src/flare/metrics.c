@@ -61,20 +61,8 @@ static void label(struct flare_buf *b, const char *key, const char *v, bool comm
 	flare_buf_puts(b, "\"");
 }
 
-static const char *const outcome_names[SEL_SKIPPED + 1] = {
-	[SEL_QUEUED] = "queued",   [SEL_PRESENT] = "present",   [SEL_DEFERRED] = "deferred",
-	[SEL_RETRY] = "retry",     [SEL_OVERSIZE] = "oversize", [SEL_SKIPPED] = "skipped",
-};
-
-static const char *const reason_names[SEL_RETRY_REASONS] = {
-	[SEL_RETRY_NONE] = "none",   [SEL_RETRY_INFLIGHT] = "inflight", [SEL_RETRY_SLABS] = "slabs",
-	[SEL_RETRY_QUEUE] = "queue", [SEL_RETRY_BUDGET] = "budget",
-};
-
-static const struct {
-	sel_tier tier;
-	const char *name;
-} tiers[] = {{SEL_TIER_MEMORY, "dram"}, {SEL_TIER_DISK, "nvme"}};
+/* The local tiers, labelled by sel_tier_name() ("dram", "nvme"). */
+static const sel_tier tiers[] = {SEL_TIER_MEMORY, SEL_TIER_DISK};
 #define N_TIERS (sizeof tiers / sizeof tiers[0])
 
 /* One family with a tier label: field is an offset into sel_tier_stats. */
@@ -84,9 +72,9 @@ static void per_tier(struct flare_buf *out, const sel_stats *s, const char *name
 	family(out, name, type, help);
 	for (size_t i = 0; i < N_TIERS; i++) {
 		uint64_t v;
-		memcpy(&v, (const char *)&s->tier[tiers[i].tier] + field, sizeof v);
+		memcpy(&v, (const char *)&s->tier[tiers[i]] + field, sizeof v);
 		char l[32];
-		snprintf(l, sizeof l, "tier=\"%s\"", tiers[i].name);
+		snprintf(l, sizeof l, "tier=\"%s\"", sel_tier_name(tiers[i]));
 		val(out, name, l, v);
 	}
 }
@@ -112,13 +100,13 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	family(out, "flare_host_cache_store_outcomes_total", "counter",
 	       "Results of offering a checkpoint to the store, and deferrals, by outcome.");
 	for (int o = 0; o <= SEL_SKIPPED; o++) {
-		snprintf(l, sizeof l, "outcome=\"%s\"", outcome_names[o]);
+		snprintf(l, sizeof l, "outcome=\"%s\"", sel_outcome_name((sel_outcome)o));
 		val(out, "flare_host_cache_store_outcomes_total", l, s->outcomes[o]);
 	}
 	family(out, "flare_host_cache_store_retry_reasons_total", "counter",
 	       "Causes of retry and deferred outcomes (attempts, not checkpoints).");
 	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
-		snprintf(l, sizeof l, "reason=\"%s\"", reason_names[r]);
+		snprintf(l, sizeof l, "reason=\"%s\"", sel_retry_reason_name((sel_retry_reason)r));
 		val(out, "flare_host_cache_store_retry_reasons_total", l, s->retry_reasons[r]);
 	}
 	COUNTER("flare_host_cache_store_lookups_total", "Lookups the store answered.", s->lookups);
@@ -154,7 +142,7 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	family(out, "flare_host_cache_dropped_total", "counter",
 	       "Records the tier discarded: end of the local chain, oversize, terminal I/O error.");
 	for (size_t i = 0; i < N_TIERS; i++) {
-		const sel_tier_stats *t = &s->tier[tiers[i].tier];
+		const sel_tier_stats *t = &s->tier[tiers[i]];
 		const struct {
 			const char *reason;
 			uint64_t v;
@@ -162,7 +150,7 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 			 {"oversize", t->dropped_oversize},
 			 {"io_error", t->dropped_io_error}};
 		for (size_t k = 0; k < 3; k++) {
-			snprintf(l, sizeof l, "tier=\"%s\",reason=\"%s\"", tiers[i].name, d[k].reason);
+			snprintf(l, sizeof l, "tier=\"%s\",reason=\"%s\"", sel_tier_name(tiers[i]), d[k].reason);
 			val(out, "flare_host_cache_dropped_total", l, d[k].v);
 		}
 	}
@@ -234,7 +222,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	family(out, "flare_host_cache_retry_abandoned_total", "counter",
 	       "Retries given up because the GPU checkpoint disappeared, by the last retry cause.");
 	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
-		snprintf(l, sizeof l, "reason=\"%s\"", reason_names[r]);
+		snprintf(l, sizeof l, "reason=\"%s\"", sel_retry_reason_name((sel_retry_reason)r));
 		val(out, "flare_host_cache_retry_abandoned_total", l, st->retry_abandoned[r]);
 	}
 
