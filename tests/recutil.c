@@ -19,7 +19,7 @@ void test_geo_rank(struct test_geo *t, uint32_t r, uint32_t n, const uint64_t *u
 	rg->n_planes = n;
 	rg->page_count = 64;
 	for (uint32_t i = 0; i < n; i++) {
-		snprintf(t->names[r][i], sizeof t->names[r][i], "p%02u", i);
+		snprintf(t->names[r][i], sizeof t->names[r][i], "p%03u", i % 1000);
 		t->planes[r][i].name = t->names[r][i];
 		t->planes[r][i].unit_bytes = units[i];
 		rg->page_bytes += units[i];

@@ -13,13 +13,13 @@
 #define TG_MAX_PLANES 128
 
 /* A geometry built by hand (addresses and counts are irrelevant to
- * records).  Plane names are "p00", "p01", ... so geometry order is index
+ * records).  Plane names are "p000", "p001", ... so geometry order is index
  * order. */
 struct test_geo {
 	sel_geometry g;
 	sel_rank_geometry rank[TG_MAX_RANKS];
 	sel_plane planes[TG_MAX_RANKS][TG_MAX_PLANES];
-	char names[TG_MAX_RANKS][TG_MAX_PLANES][8];
+	char names[TG_MAX_RANKS][TG_MAX_PLANES][16];
 };
 
 /* ranks ranks, each with n planes of units[] and a row of row_bytes. */
