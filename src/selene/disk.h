@@ -19,6 +19,9 @@
  *     jobs are outstanding (submitted and not yet polled), SEL_ESTOPPED
  *     after close began, and -EINVAL for a malformed job; a call that
  *     returns an error produces no completion.
+ *   - Jobs of one record (same key) run and complete in submission order.
+ *     On io_uring, jobs of different records overlap (up to four at once)
+ *     and may complete out of order; match completions by pointer or id.
  *   - The job descriptor, its page address array, its row pieces and the
  *     slot buffers they point to belong to the disk thread from a
  *     successful submit until the job comes back from sel_disk_poll.  A job

@@ -293,8 +293,8 @@ int sel_record_unlink(int dirfd, const char *name, bool *existed);
 /* Synchronous whole-record write through the protocol (tools, tests, the
  * scan benchmark; the disk thread has its own pipelined writer): pages
  * [0, tail) from page addresses (4 KiB aligned, span.page_stride bytes each),
- * the row from pieces when row is true.  dir_fsync false skips the
- * directory fsync (bulk set-up only).  created_ns 0 = now. */
+ * the row from pieces when row is true.  no_dir_fsync skips the directory
+ * fsync (bulk set-up only); created_ns 0 = now; nonce 0 = from the clock. */
 struct sel_record_write_opts {
 	bool direct;
 	bool datasync;
