@@ -1,0 +1,391 @@
+/*
+ * bench/disk.c - record write and read throughput through the disk thread,
+ * against fio on the same directory, and the startup scan of 100,000
+ * records (design 2.5; section 4 "Copy-out bandwidth").
+ *
+ * Prints RESULT lines:
+ *   disk_write_gbps / disk_read_gbps   records through the disk thread
+ *                                      (io_uring + O_DIRECT, checksums
+ *                                      computed and verified on the thread)
+ *   fio_write_gbps / fio_read_gbps     fio, ioengine=io_uring, direct=1,
+ *                                      bs=8M, iodepth=32, same bytes
+ *   disk_write_vs_fio / disk_read_vs_fio  the ratios (goal >= 0.9)
+ *   scan_100k_s                        sel_record_scan over 100,000 records
+ *                                      (goal <= 2 s); scan_100k_cold_s too
+ *                                      when the page cache can be dropped
+ *
+ * Environment: BENCH_DIR (default $TMPDIR or /tmp), BENCH_MIB (MiB of
+ * records per measurement, default 512), BENCH_ROUNDS (default 4), BENCH_SCAN_RECORDS (default 100000).  Everything it
+ * writes is removed at the end.  Without fio the ratios are skipped with a
+ * line saying why.
+ */
+#include <errno.h>
+#include <math.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "disk.h"
+#include "../tests/recutil.h"
+#include "slab.h"
+
+#define MiB (1024.0 * 1024.0)
+#define MAX_ROUNDS 15
+static int ROUNDS = 4;
+
+static double now_s(void) { return (double)eos_now_ns() / 1e9; }
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+	const char *v = getenv(name);
+	return v && *v ? strtoull(v, NULL, 10) : def;
+}
+
+/* Submit jobs[0..n), job i + depth only once job i has completed (jobs
+ * depth apart share buffers); wait for all.  Returns bytes per second from
+ * the first submit to the last completion. */
+static double run_jobs(sel_disk *d, struct sel_disk_job *jobs, int n, int depth)
+{
+	int next = 0, lo = 0;
+	uint64_t bytes = 0;
+	struct pollfd p = {.fd = sel_disk_fd(d), .events = POLLIN};
+	for (int i = 0; i < n; i++)
+		jobs[i].id = 0;
+	double t0 = now_s();
+	while (lo < n) {
+		while (next < n && next < lo + depth) {
+			int rc = sel_disk_submit(d, &jobs[next]);
+			if (rc == -EAGAIN)
+				break;
+			CHECK_OK(rc);
+			next++;
+		}
+		poll(&p, 1, 1000);
+		struct sel_disk_job *out[16];
+		int k = sel_disk_poll(d, out, 16);
+		for (int i = 0; i < k; i++) {
+			if (out[i]->status)
+				fprintf(stderr, "job failed: %s\n", out[i]->errmsg);
+			CHECK(out[i]->status == 0);
+			bytes += out[i]->bytes;
+			out[i]->id = 1; /* finished */
+		}
+		while (lo < n && jobs[lo].id == 1)
+			lo++;
+	}
+	return (double)bytes / (now_s() - t0);
+}
+
+static void set_jobs(struct sel_disk_job *jobs, int n, enum sel_disk_op op, void *const *pages,
+		     const struct iovec *iov, int npieces)
+{
+	for (int i = 0; i < n; i++) {
+		sel_record_desc rec = jobs[i].rec;
+		memset(&jobs[i], 0, sizeof jobs[i]);
+		jobs[i].rec = rec;
+		jobs[i].op = op;
+		jobs[i].row = true;
+		jobs[i].pages = pages;
+		jobs[i].row_iov = iov;
+		jobs[i].row_n = (uint32_t)npieces;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+	double s[16];
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* Run fio; returns bytes per second of the job, or < 0 (reason printed). */
+static double fio_bw(const char *dir, const char *rw, uint64_t bytes)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+		 "fio --name=selene-bench --directory='%s' --filename=fio.bench --rw=%s --bs=8M "
+		 "--iodepth=32 --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
+		 "--output-format=terse --terse-version=3 2>&1",
+		 dir, rw, (unsigned long long)bytes);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	char line[8192] = {0}, last[8192] = {0};
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "3;", 2) == 0)
+			snprintf(last, sizeof last, "%s", line);
+	int st = pclose(f);
+	if (st != 0 || !last[0]) {
+		printf("fio %s failed (status %d)\n", rw, st);
+		return -1;
+	}
+	/* terse v3: field 7 read bandwidth KiB/s, field 48 write bandwidth KiB/s
+	 * (1-based, counting the version as field 1). */
+	int want = strcmp(rw, "read") == 0 ? 7 : 48, field = 1;
+	for (char *s = last, *tok; (tok = strsep(&s, ";")); field++)
+		if (field == want)
+			return strtod(tok, NULL) * 1024.0;
+	return -1;
+}
+
+static double geomean(const double *v, int n)
+{
+	double l = 0;
+	for (int i = 0; i < n; i++)
+		l += log(v[i]);
+	return exp(l / n);
+}
+
+static bool have_fio(void)
+{
+	int rc = system("fio --version >/dev/null 2>&1");
+	return rc == 0;
+}
+
+static bool drop_caches(void)
+{
+	sync();
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0)
+		return false;
+	bool ok = write(fd, "3", 1) == 1;
+	close(fd);
+	return ok;
+}
+
+/* ---- throughput ----------------------------------------------------------- */
+
+static void bench_throughput(const char *base, uint64_t total)
+{
+	/* One rank, four 1 MiB planes (a 4 MiB page record), a 1 MiB row;
+	 * records of 16 pages: 65 MiB each with header and row. */
+	struct test_geo t;
+	test_geo_init(&t, 1, 256, 4, (uint64_t[]){1 << 20, 1 << 20, 1 << 20, 1 << 20}, (1 << 20) + 100);
+	sel_record_ns ns;
+	test_ns_init(&ns, &t.g, 1);
+	struct eos_dirlock lk;
+	CHECK_OK(sel_record_dir_open(base, &ns, &lk));
+	const uint32_t tail = (uint32_t)env_u64("BENCH_TAIL", 16);
+	const uint64_t slot = ns.layout.sz.page_record;
+	uint32_t rs = sel_record_row_slots(&ns.layout, 0);
+	int nrec = (int)(total / (tail * slot));
+	if (nrec < 2)
+		nrec = 2;
+
+	sel_slab_pool *pool;
+	/* The source, and two destinations so that two reads can be in flight
+	 * (a store reads several records into different slots). */
+	CHECK_OK(sel_slab_create(slot, 3 * (tail + rs), 0, true, NULL, &pool));
+	void *pages[3][256], *row[3][4];
+	struct iovec iov[3][8];
+	test_rng r;
+	test_rng_init(&r, 1);
+	int npieces = 0;
+	for (int k = 0; k < 3; k++) {
+		for (uint32_t i = 0; i < tail + rs; i++) {
+			void *a = sel_slab_addr(pool, (uint32_t)k * (tail + rs) + i);
+			if (k == 0)
+				test_rng_fill(&r, a, slot);
+			if (i < tail)
+				pages[k][i] = a;
+			else
+				row[k][i - tail] = a;
+		}
+		npieces = sel_record_row_iov(&ns.layout, 0, row[k], rs, iov[k], 8);
+		CHECK(npieces > 0);
+	}
+	void **src_pages = pages[0];
+	struct iovec *src_iov = iov[0];
+
+	struct sel_disk_config cfg = {.dirfd = lk.fd, .dir = lk.path, .ns = &ns, .direct = -1};
+	sel_disk *d;
+	CHECK_OK(sel_disk_create(&cfg, &d));
+	struct sel_disk_stats st;
+	sel_disk_stats(d, &st);
+	printf("disk thread: %s, %s; %d records of %u x %.0f MiB pages + %.1f MiB row\n",
+	       st.uring ? "io_uring" : "pread", st.direct ? "O_DIRECT" : "buffered", nrec, tail,
+	       (double)slot / MiB, (double)ns.layout.sz.row_segment / MiB);
+
+	struct sel_disk_job *jobs = calloc((size_t)nrec, sizeof(*jobs));
+	for (int i = 0; i < nrec; i++)
+		test_desc(&r, 256, (uint64_t)tail * 256 + 17, NULL, false, &jobs[i].rec);
+	/* Paired rounds: each round writes with the disk thread and with fio
+	 * back to back, then reads both back the same way; who goes first
+	 * alternates.  The device is shared and drifts, and on a filesystem
+	 * mounted with discard (thin-provisioned virtual disks) whoever writes
+	 * first after the previous round's deletions is slower.  Each round's
+	 * ratio compares like with like, and the geometric mean over an even
+	 * number of rounds cancels the order bias. */
+	bool fio = have_fio();
+	if (!fio)
+		printf("fio not found: skipping disk_write_vs_fio and disk_read_vs_fio\n");
+	double wbw[MAX_ROUNDS], rbw[MAX_ROUNDS], fw[MAX_ROUNDS], fr[MAX_ROUNDS], wr[MAX_ROUNDS],
+		rr[MAX_ROUNDS];
+	for (int round = 0; round < ROUNDS; round++) {
+		bool fio_first = round % 2 == 1;
+		uint64_t bytes = (uint64_t)nrec * (tail * slot + ns.layout.sz.row_segment + 8192);
+		fw[round] = fr[round] = 0;
+		sync();
+		if (fio && fio_first && (fw[round] = fio_bw(lk.path, "write", bytes)) <= 0)
+			fio = false;
+		set_jobs(jobs, nrec, SEL_DISK_WRITE, src_pages, src_iov, npieces);
+		wbw[round] = run_jobs(d, jobs, nrec, 4);
+		if (fio && !fio_first && (fw[round] = fio_bw(lk.path, "write", bytes)) <= 0)
+			fio = false;
+		sync();
+		if (fio && fio_first && (fr[round] = fio_bw(lk.path, "read", bytes)) <= 0)
+			fio = false;
+		set_jobs(jobs, nrec, SEL_DISK_READ, pages[1], iov[1], npieces);
+		for (int i = 1; i < nrec; i += 2) {
+			jobs[i].pages = pages[2];
+			jobs[i].row_iov = iov[2];
+		}
+		/* Two in flight: job i + 2 reuses job i's destination, and the
+		 * runner waits for job i before submitting job i + 2. */
+		rbw[round] = run_jobs(d, jobs, nrec, 2);
+		if (fio && !fio_first && (fr[round] = fio_bw(lk.path, "read", bytes)) <= 0)
+			fio = false;
+		for (uint32_t i = 0; i < tail; i++)
+			CHECK(memcmp(src_pages[i], pages[1][i], slot) == 0 &&
+			      memcmp(src_pages[i], pages[2][i], slot) == 0);
+		for (int i = 0; i < nrec; i++) {
+			char name[SEL_RECORD_NAME_MAX];
+			sel_record_name(&jobs[i].rec.key, name);
+			unlinkat(lk.fd, name, 0);
+		}
+		unlinkat(lk.fd, "fio.bench", 0);
+		wr[round] = fio ? wbw[round] / fw[round] : 0;
+		rr[round] = fio ? rbw[round] / fr[round] : 0;
+		printf("round %d: write %.2f GB/s (fio %.2f), read %.2f GB/s (fio %.2f)\n", round,
+		       wbw[round] / 1e9, fw[round] / 1e9, rbw[round] / 1e9, fr[round] / 1e9);
+	}
+	if (!fio)
+		printf("fio did not run: no ratios\n");
+	printf("RESULT disk_write_gbps %.3f GB/s\n", median(wbw, ROUNDS) / 1e9);
+	printf("RESULT disk_read_gbps %.3f GB/s\n", median(rbw, ROUNDS) / 1e9);
+	if (fio) {
+		printf("RESULT fio_write_gbps %.3f GB/s\n", median(fw, ROUNDS) / 1e9);
+		printf("RESULT fio_read_gbps %.3f GB/s\n", median(fr, ROUNDS) / 1e9);
+		printf("RESULT disk_write_vs_fio %.3f ratio\n", geomean(wr, ROUNDS));
+		printf("RESULT disk_read_vs_fio %.3f ratio\n", geomean(rr, ROUNDS));
+	}
+	CHECK_OK(sel_disk_close(d, 0));
+	sel_disk_destroy(d);
+	free(jobs);
+	sel_slab_destroy(pool);
+	eos_dirlock_release(&lk);
+	sel_record_ns_free(&ns);
+}
+
+/* ---- scan ------------------------------------------------------------------- */
+
+struct filler {
+	int dirfd;
+	const sel_record_ns *ns;
+	uint64_t from, to;
+	void *row;
+};
+
+static void *fill_thread(void *arg)
+{
+	struct filler *fl = arg;
+	test_rng r;
+	test_rng_init(&r, fl->from + 1);
+	struct iovec iov = {.iov_base = fl->row, .iov_len = fl->ns->layout.row_bytes[0]};
+	struct sel_record_write_opts o = {.direct = true, .no_dir_fsync = true};
+	for (uint64_t i = fl->from; i < fl->to; i++) {
+		sel_record_desc d;
+		/* Roots of fewer than 64 tokens: no pages, a 4 KiB row; 8 KiB files. */
+		test_desc(&r, 64, 1 + i % 63, NULL, false, &d);
+		o.nonce = i + 1;
+		CHECK_OK(sel_record_write(fl->dirfd, fl->ns, &d, NULL, true, &iov, 1, &o));
+	}
+	return NULL;
+}
+
+static void bench_scan(const char *base, uint64_t n)
+{
+	struct test_geo t;
+	test_geo_init(&t, 1, 64, 1, (uint64_t[]){4096}, 100);
+	sel_record_ns ns;
+	test_ns_init(&ns, &t.g, 2);
+	struct eos_dirlock lk;
+	CHECK_OK(sel_record_dir_open(base, &ns, &lk));
+	void *row = eos_aligned_alloc(4096, 4096);
+	double t0 = now_s();
+	enum { NT = 4 };
+	struct filler fl[NT];
+	pthread_t th[NT];
+	for (int i = 0; i < NT; i++) {
+		fl[i] = (struct filler){lk.fd, &ns, n * (uint64_t)i / NT, n * (uint64_t)(i + 1) / NT, row};
+		CHECK(pthread_create(&th[i], NULL, fill_thread, &fl[i]) == 0);
+	}
+	for (int i = 0; i < NT; i++)
+		pthread_join(th[i], NULL);
+	printf("scan: wrote %llu records in %.1f s\n", (unsigned long long)n, now_s() - t0);
+	/* A restart finds files written long ago: let writeback settle. */
+	sync();
+	eos_sleep_ns(1000000000ull);
+
+	struct sel_scan_opts o = {.direct = true};
+	sel_scan sc;
+	t0 = now_s();
+	CHECK_OK(sel_record_scan(lk.fd, &ns, &o, &sc));
+	double ts = now_s() - t0;
+	CHECK(sc.n == n);
+	sel_scan_free(&sc);
+	printf("RESULT scan_100k_s %.3f s\n", ts * 100000.0 / (double)n);
+	if (drop_caches()) {
+		t0 = now_s();
+		CHECK_OK(sel_record_scan(lk.fd, &ns, &o, &sc));
+		ts = now_s() - t0;
+		CHECK(sc.n == n);
+		sel_scan_free(&sc);
+		printf("RESULT scan_100k_cold_s %.3f s\n", ts * 100000.0 / (double)n);
+	} else {
+		printf("cannot drop the page cache (not root): no cold scan\n");
+	}
+	eos_aligned_free(row);
+	eos_dirlock_release(&lk);
+	sel_record_ns_free(&ns);
+}
+
+int main(void)
+{
+	const char *dir = getenv("BENCH_DIR");
+	if (dir && *dir)
+		setenv("TEST_TMPDIR", dir, 1);
+	char *base = test_mkdtemp("selene-bench-disk");
+	CHECK(base);
+	int dio = eos_direct_io_probe(base);
+	if (dio != 1) {
+		printf("direct I/O refused in %s: %s; skipping\n", base, eos_errmsg());
+		test_rmtree(base);
+		return 0;
+	}
+	uint64_t mib = env_u64("BENCH_MIB", 512);
+	ROUNDS = (int)env_u64("BENCH_ROUNDS", 4);
+	if (ROUNDS < 1 || ROUNDS > MAX_ROUNDS)
+		ROUNDS = 4;
+	bench_throughput(base, mib << 20);
+	uint64_t n = env_u64("BENCH_SCAN_RECORDS", 100000);
+	if (n)
+		bench_scan(base, n);
+	double t0 = now_s();
+	test_rmtree(base);
+	printf("cleanup: %.1f s\n", now_s() - t0);
+	free(base);
+	return 0;
+}

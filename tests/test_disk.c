@@ -1,0 +1,1195 @@
+/*
+ * test_disk.c - the disk thread (design 2.5 disk thread; implementation
+ * step 6), run on every I/O path: io_uring and pread/pwrite, each with
+ * O_DIRECT and buffered files.
+ *
+ * Covers: write then read byte-exact -- whole records, page suffixes, the
+ * row alone, pages only, records without pages of their own, replicated
+ * pages and rows, pages split over several requests; verification -- a
+ * corrupted page, row, checksum entry or header fails with SEL_ECORRUPT
+ * (and a suffix read that avoids the bad page still succeeds); a header
+ * changed after indexing (a larger tail) is refused before any payload
+ * read; compaction and deletion; the channel (-EAGAIN, -EINVAL,
+ * SEL_ESTOPPED, the eventfd); fault injection through a replaced
+ * eos_fileops table -- ENOSPC and EIO at open, fallocate, pwrite, fdatasync,
+ * rename, directory fsync, pread and unlink: each reported with its cause,
+ * no temporary left (or, when its removal fails too, the message says so
+ * and the next scan removes it), a committed record never lost; at the
+ * io_uring edge -- failed and short completions, transient and permanent
+ * submission refusals (every submitted request is reaped before the job
+ * is reported, the ring is rebuilt); and shutdown, drained and past its
+ * deadline.
+ *
+ * Skips (77) where the filesystem refuses O_DIRECT.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "disk.h"
+#include "internal.h"
+#include "recutil.h"
+#include "slab.h"
+
+static test_rng rng;
+static uint64_t leaked_slots; /* slots given up to a stopped disk thread */
+
+/* ---- fault injection ------------------------------------------------------ */
+
+enum fop { F_NONE = 0, F_OPEN, F_FALLOCATE, F_PWRITE, F_PREAD, F_FDATASYNC, F_FSYNC, F_RENAME,
+	   F_UNLINK, F_NOPS };
+static const char *fop_name[] = {"none", "open", "fallocate", "pwrite", "pread", "fdatasync",
+				 "fsync", "rename", "unlink"};
+
+static struct {
+	int armed[F_NOPS];   /* errno to inject, 0 = pass */
+	int skip[F_NOPS];    /* matching calls to let through first */
+	int calls[F_NOPS];   /* calls seen */
+	int payload_preads;  /* preads at offsets past the first 4 KiB */
+	int slow_ms;         /* sleep in every pwrite */
+} fi;
+
+static bool inject(enum fop op)
+{
+	__atomic_add_fetch(&fi.calls[op], 1, __ATOMIC_RELAXED);
+	int e = __atomic_load_n(&fi.armed[op], __ATOMIC_RELAXED);
+	if (!e)
+		return false;
+	if (__atomic_load_n(&fi.skip[op], __ATOMIC_RELAXED) > 0) {
+		__atomic_sub_fetch(&fi.skip[op], 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	errno = e;
+	return true;
+}
+
+static bool record_path(const char *p) { return strstr(p, ".ckpt") != NULL; }
+
+static int f_openat(int dfd, const char *p, int fl, mode_t m)
+{
+	if (record_path(p) && inject(F_OPEN))
+		return -1;
+	return eos_fileops_libc.openat(dfd, p, fl, m);
+}
+static ssize_t f_pread(int fd, void *b, size_t n, off_t off)
+{
+	if (off >= 4096)
+		__atomic_add_fetch(&fi.payload_preads, 1, __ATOMIC_RELAXED);
+	if (inject(F_PREAD))
+		return -1;
+	return eos_fileops_libc.pread(fd, b, n, off);
+}
+static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t off)
+{
+	int ms = __atomic_load_n(&fi.slow_ms, __ATOMIC_RELAXED);
+	if (ms)
+		eos_sleep_ns((uint64_t)ms * 1000000);
+	if (inject(F_PWRITE))
+		return -1;
+	return eos_fileops_libc.pwrite(fd, b, n, off);
+}
+static int f_fsync(int fd) { return inject(F_FSYNC) ? -1 : eos_fileops_libc.fsync(fd); }
+static int f_fdatasync(int fd) { return inject(F_FDATASYNC) ? -1 : eos_fileops_libc.fdatasync(fd); }
+static int f_fallocate(int fd, int mode, off_t off, off_t len)
+{
+	return inject(F_FALLOCATE) ? -1 : eos_fileops_libc.fallocate(fd, mode, off, len);
+}
+static int f_renameat(int a, const char *p, int b, const char *q)
+{
+	return inject(F_RENAME) ? -1 : eos_fileops_libc.renameat(a, p, b, q);
+}
+static int f_unlinkat(int dfd, const char *p, int fl)
+{
+	if (record_path(p) && inject(F_UNLINK))
+		return -1;
+	return eos_fileops_libc.unlinkat(dfd, p, fl);
+}
+
+static struct eos_fileops fault_ops;
+
+static void fi_reset(void)
+{
+	for (int i = 0; i < F_NOPS; i++) {
+		__atomic_store_n(&fi.armed[i], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&fi.skip[i], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&fi.calls[i], 0, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&fi.payload_preads, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi.slow_ms, 0, __ATOMIC_RELAXED);
+}
+
+static void fi_arm(enum fop op, int e, int skip)
+{
+	__atomic_store_n(&fi.skip[op], skip, __ATOMIC_RELAXED);
+	__atomic_store_n(&fi.armed[op], e, __ATOMIC_RELAXED);
+}
+
+/* ---- io_uring hooks ------------------------------------------------------------ */
+
+static struct {
+	int submit_mode;      /* 0 real, 1 fail after the first call, 2 EAGAIN twice, 3 slow */
+	int submit_calls;
+	int submitted;        /* requests the kernel took */
+	int completions;      /* completions seen */
+	int fail_completion;  /* fail the n-th completion (1-based), 0 = none */
+	bool halve;           /* report half of every transfer */
+	int shortened;        /* completions halved */
+} hk;
+
+static int h_submit(void *ctx, struct io_uring *ring)
+{
+	(void)ctx;
+	int call = ++hk.submit_calls;
+	if (hk.submit_mode == 1 && call > 1)
+		return -EIO;
+	if (hk.submit_mode == 2 && call <= 2)
+		return -EAGAIN;
+	int rc = io_uring_submit(ring);
+	if (rc > 0)
+		hk.submitted += rc;
+	return rc;
+}
+
+static int h_complete(void *ctx, int res)
+{
+	(void)ctx;
+	int n = ++hk.completions;
+	if (hk.fail_completion && n == hk.fail_completion)
+		return -EIO;
+	if (hk.halve && res >= 8192) {
+		hk.shortened++;
+		return res / 2 / 4096 * 4096;
+	}
+	return res;
+}
+
+static const struct sel_disk_hooks hooks = {.submit = h_submit, .complete = h_complete};
+
+/* A device that takes 300 ms to accept anything (shares no state). */
+static int h_slow_submit(void *ctx, struct io_uring *ring)
+{
+	(void)ctx;
+	eos_sleep_ns(300 * 1000000ull);
+	return io_uring_submit(ring);
+}
+
+static const struct sel_disk_hooks slow_hooks = {.submit = h_slow_submit};
+
+static void hk_reset(void) { memset(&hk, 0, sizeof hk); }
+
+/* ---- fixture ---------------------------------------------------------------------- */
+
+struct mode {
+	const char *name;
+	enum sel_disk_io io;
+	int direct;
+};
+
+struct fx {
+	const struct mode *mode;
+	struct test_geo t;
+	sel_record_ns ns;
+	char *base;
+	char dir[4096];
+	struct eos_dirlock lk;
+	sel_slab_pool *pool;
+	sel_disk *d;
+	struct sel_disk_config cfg;
+};
+
+static void fx_open_disk(struct fx *f)
+{
+	CHECK_OK(sel_disk_create(&f->cfg, &f->d));
+	struct sel_disk_stats st;
+	sel_disk_stats(f->d, &st);
+	CHECK(st.uring == (f->mode->io == SEL_DISK_IO_URING));
+	CHECK(st.direct == (f->mode->direct == 1));
+}
+
+static void fx_init(struct fx *f, const struct mode *m, const struct test_geo *t)
+{
+	memset(f, 0, sizeof(*f));
+	f->mode = m;
+	f->t = *t;
+	f->t.g.rank = f->t.rank;
+	for (uint32_t r = 0; r < f->t.g.ranks; r++) {
+		f->t.rank[r].pages = f->t.planes[r];
+		for (uint32_t i = 0; i < f->t.rank[r].n_planes; i++)
+			f->t.planes[r][i].name = f->t.names[r][i];
+	}
+	test_ns_init(&f->ns, &f->t.g, 1);
+	f->base = test_mkdtemp("disk");
+	CHECK(f->base);
+	CHECK_OK(sel_record_dir_open(f->base, &f->ns, &f->lk));
+	snprintf(f->dir, sizeof f->dir, "%s", f->lk.path);
+	CHECK_OK(sel_slab_create(f->ns.layout.sz.page_record, 512, 0, false, NULL, &f->pool));
+	f->cfg = (struct sel_disk_config){
+		.dirfd = f->lk.fd, .dir = f->dir, .ns = &f->ns, .io = m->io, .direct = m->direct,
+		.hooks = &hooks,
+	};
+	fx_open_disk(f);
+}
+
+static void fx_free(struct fx *f)
+{
+	if (f->d) {
+		CHECK_OK(sel_disk_close(f->d, 0));
+		sel_disk_destroy(f->d);
+	}
+	sel_slab_destroy(f->pool);
+	eos_dirlock_release(&f->lk);
+	test_rmtree(f->base);
+	free(f->base);
+	sel_record_ns_free(&f->ns);
+}
+
+/* Wait for job j (the only one outstanding) and return its status. */
+static int wait_job(struct fx *f, struct sel_disk_job *j)
+{
+	struct pollfd p = {.fd = sel_disk_fd(f->d), .events = POLLIN};
+	struct sel_disk_job *got = NULL;
+	for (int tries = 0; tries < 600 && !got; tries++) {
+		poll(&p, 1, 100);
+		struct sel_disk_job *out[4];
+		int n = sel_disk_poll(f->d, out, 4);
+		CHECK(n <= 1);
+		if (n == 1)
+			got = out[0];
+	}
+	CHECK(got == j);
+	CHECK(j->done_ns >= j->submit_ns);
+	if (j->status)
+		CHECK(j->errmsg[0] != '\0');
+	return j->status;
+}
+
+static int run(struct fx *f, struct sel_disk_job *j)
+{
+	CHECK_OK(sel_disk_submit(f->d, j));
+	return wait_job(f, j);
+}
+
+/* A record's bytes in slots. */
+struct rec {
+	sel_record_desc d;
+	sel_record_span s;
+	uint32_t slots[256];
+	uint32_t n_slots;
+	void *pages[128];
+	void *rslots[64];
+	struct iovec iov[128];
+	int n_iov;
+};
+
+static void rec_alloc(struct fx *f, struct rec *r, const sel_record_desc *d, bool fill)
+{
+	const sel_record_layout *l = &f->ns.layout;
+	memset(r, 0, sizeof(*r));
+	r->d = *d;
+	CHECK_OK(sel_record_span_of(&l->sz, d, &r->s));
+	uint32_t ps = (d->flags & SEL_RECORD_PAGES_REPLICATED) ? (d->tail + l->ranks - 1) / l->ranks
+							       : d->tail;
+	uint32_t rs = sel_record_row_slots(l, d->flags);
+	r->n_slots = ps + rs;
+	CHECK(r->n_slots <= 256 && d->tail <= 128 && rs <= 64);
+	CHECK_OK(sel_slab_alloc(f->pool, r->n_slots, SEL_SLAB_WARM, r->slots));
+	void *addr[256];
+	for (uint32_t i = 0; i < r->n_slots; i++) {
+		addr[i] = sel_slab_addr(f->pool, r->slots[i]);
+		if (fill)
+			test_rng_fill(&rng, addr[i], l->sz.page_record);
+		else
+			memset(addr[i], 0xee, l->sz.page_record);
+	}
+	for (uint32_t i = 0; i < d->tail; i++)
+		r->pages[i] = sel_record_page_addr(l, d->flags, addr, i);
+	for (uint32_t i = 0; i < rs; i++)
+		r->rslots[i] = addr[ps + i];
+	r->n_iov = sel_record_row_iov(l, d->flags, r->rslots, rs, r->iov, 128);
+	CHECK_OK(r->n_iov);
+}
+
+static void rec_free(struct fx *f, struct rec *r)
+{
+	CHECK_OK(sel_slab_free(f->pool, r->slots, r->n_slots));
+}
+
+static void job_write(struct sel_disk_job *j, struct rec *r, bool row)
+{
+	memset(j, 0, sizeof(*j));
+	j->id = 1;
+	j->op = SEL_DISK_WRITE;
+	j->rec = r->d;
+	j->row = row;
+	j->pages = r->pages;
+	j->row_iov = row ? r->iov : NULL;
+	j->row_n = row ? (uint32_t)r->n_iov : 0;
+}
+
+/* Read pages [first, tail) into dst's pages (dst->pages[first..]) and the row. */
+static void job_read(struct sel_disk_job *j, struct rec *dst, uint32_t first, bool row)
+{
+	memset(j, 0, sizeof(*j));
+	j->id = 2;
+	j->op = SEL_DISK_READ;
+	j->rec = dst->d;
+	j->first = first;
+	j->pages = dst->pages + first;
+	j->row = row;
+	j->row_iov = row ? dst->iov : NULL;
+	j->row_n = row ? (uint32_t)dst->n_iov : 0;
+}
+
+static void job_simple(struct sel_disk_job *j, enum sel_disk_op op, const sel_record_desc *d)
+{
+	memset(j, 0, sizeof(*j));
+	j->id = 3;
+	j->op = op;
+	j->rec = *d;
+}
+
+static void check_same(const struct rec *a, const struct rec *b, uint32_t first, bool row)
+{
+	for (uint32_t i = first; i < a->d.tail; i++)
+		CHECKF(memcmp(a->pages[i], b->pages[i], a->s.page_stride) == 0, "page %u differs", i);
+	if (row)
+		for (int i = 0; i < a->n_iov; i++)
+			CHECKF(memcmp(a->iov[i].iov_base, b->iov[i].iov_base, a->iov[i].iov_len) == 0,
+			       "row piece %d differs", i);
+}
+
+static char *path_of(struct fx *f, const sel_key *k, char *buf, size_t len)
+{
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(k, name);
+	snprintf(buf, len, "%s/%s", f->dir, name);
+	return buf;
+}
+
+static uint64_t fsize(struct fx *f, const sel_key *k)
+{
+	char p[4200];
+	struct stat st;
+	if (stat(path_of(f, k, p, sizeof p), &st) != 0)
+		return UINT64_MAX;
+	return (uint64_t)st.st_size;
+}
+
+static int count_tmp(struct fx *f)
+{
+	DIR *d = opendir(f->dir);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += sel_record_is_tmp_name(e->d_name);
+	closedir(d);
+	return n;
+}
+
+static void flip_byte(struct fx *f, const sel_key *k, uint64_t off)
+{
+	char p[4200];
+	int fd = open(path_of(f, k, p, sizeof p), O_RDWR);
+	CHECK(fd >= 0);
+	uint8_t c;
+	CHECK(pread(fd, &c, 1, (off_t)off) == 1);
+	c ^= 0x5a;
+	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
+	close(fd);
+}
+
+/* ---- round trips ------------------------------------------------------------------------ */
+
+static void roundtrip(struct fx *f, const sel_record_desc *d)
+{
+	struct rec src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &src, d, true);
+	rec_alloc(f, &dst, d, false);
+
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	CHECK(j.committed && j.bytes == src.s.row_end);
+	CHECK(fsize(f, &d->key) == src.s.row_end);
+	CHECK(count_tmp(f) == 0);
+
+	/* Everything. */
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	CHECK(j.had_row);
+	check_same(&src, &dst, 0, true);
+	/* A suffix of the pages (into fresh memory), then the row alone. */
+	for (uint32_t first = 0; first <= d->tail; first += 1 + d->tail / 3) {
+		struct rec d2;
+		rec_alloc(f, &d2, d, false);
+		job_read(&j, &d2, first, false);
+		CHECK_OK(run(f, &j));
+		check_same(&src, &d2, first, false);
+		for (uint32_t i = 0; i < first; i++)
+			CHECK(((uint8_t *)d2.pages[i])[0] == 0xee); /* untouched */
+		rec_free(f, &d2);
+	}
+	{
+		struct rec d3;
+		rec_alloc(f, &d3, d, false);
+		job_read(&j, &d3, d->tail, true);
+		CHECK_OK(run(f, &j));
+		check_same(&src, &d3, d->tail, true);
+		rec_free(f, &d3);
+	}
+	/* Page-only rewrite of the same key replaces it. */
+	job_write(&j, &src, false);
+	CHECK_OK(run(f, &j));
+	CHECK(fsize(f, &d->key) == src.s.row_off);
+	job_read(&j, &dst, 0, true);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT); /* the row was asked for, the file has none */
+	job_read(&j, &dst, 0, false);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.had_row);
+	job_simple(&j, SEL_DISK_UNLINK, d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed);
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
+static void test_roundtrips(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	sel_key p;
+	test_desc(&rng, pt, 5 * pt + 7, NULL, false, &d); /* root, 5 pages */
+	roundtrip(f, &d);
+	test_key(&rng, 3 * pt + 1, &p);
+	test_desc(&rng, pt, 9 * pt, &p, false, &d); /* linked child, 6 pages */
+	roundtrip(f, &d);
+	test_desc(&rng, pt, 3 * pt + 40, &p, false, &d); /* no pages of its own */
+	CHECK(d.tail == 0);
+	roundtrip(f, &d);
+	test_desc(&rng, pt, 40 * pt, NULL, false, &d); /* more pages than a few requests */
+	roundtrip(f, &d);
+	if (f->ns.layout.sz.uniform_planes) {
+		test_desc(&rng, pt, 7 * pt, &p, true, &d);
+		d.flags = SEL_RECORD_PAGES_REPLICATED;
+		roundtrip(f, &d);
+		d.flags = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
+		roundtrip(f, &d);
+		d.flags = SEL_RECORD_ROW_REPLICATED;
+		roundtrip(f, &d);
+	}
+}
+
+/* ---- verification --------------------------------------------------------------------------- */
+
+static void test_corruption(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 6 * pt, NULL, false, &d);
+	struct rec src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	struct sel_disk_stats st0, st1;
+	sel_disk_stats(f->d, &st0);
+
+	/* A page: the read fails; a suffix past it succeeds. */
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	flip_byte(f, &d.key, src.s.page_off + 2 * src.s.page_stride + 77);
+	job_read(&j, &dst, 0, true);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	CHECK(strstr(j.errmsg, "page record 2"));
+	job_read(&j, &dst, 3, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 3, true);
+	sel_disk_stats(f->d, &st1);
+	CHECK(st1.corrupt == st0.corrupt + 1);
+
+	/* The row. */
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	flip_byte(f, &d.key, src.s.row_off + 5);
+	job_read(&j, &dst, 0, true);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	CHECK(strstr(j.errmsg, "row"));
+	job_read(&j, &dst, 0, false);
+	CHECK_OK(run(f, &j));
+
+	/* A checksum entry. */
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	flip_byte(f, &d.key, src.s.cksum_off + 8 * 4 + 3);
+	job_read(&j, &dst, 0, false);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	job_read(&j, &dst, 5, false);
+	CHECK_OK(run(f, &j));
+
+	/* The header (any byte). */
+	for (int k = 0; k < 4; k++) {
+		job_write(&j, &src, true);
+		CHECK_OK(run(f, &j));
+		fi.payload_preads = 0;
+		hk.completions = 0;
+		flip_byte(f, &d.key, k == 0 ? 90 : test_rng_below(&rng, 4096));
+		job_read(&j, &dst, 0, true);
+		CHECK_RC(run(f, &j), SEL_ECORRUPT);
+		CHECK(fi.payload_preads == 0 && hk.completions == 0);
+	}
+
+	/* A short file. */
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	{
+		char p[4200];
+		CHECK(truncate(path_of(f, &d.key, p, sizeof p), (off_t)src.s.row_off - 4096) == 0);
+	}
+	job_read(&j, &dst, 0, false);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	CHECK(strstr(j.errmsg, "length"));
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
+/* The index says: record K links under P with 2 pages.  The file under K's
+ * name now says: K holds its full chain of 6.  The read must be refused
+ * from the header alone: trusting it would read 6 pages into 2 slots. */
+static void test_changed_header(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_key p;
+	test_key(&rng, 4 * pt, &p);
+	sel_record_desc indexed, full;
+	test_desc(&rng, pt, 6 * pt, &p, false, &indexed);
+	CHECK(indexed.tail == 2);
+	full = indexed;
+	full.tail = 6;
+	struct rec big, small;
+	struct sel_disk_job j;
+	rec_alloc(f, &big, &full, true);
+	rec_alloc(f, &small, &indexed, false);
+	job_write(&j, &big, true);
+	CHECK_OK(run(f, &j));
+	fi_reset();
+	hk.completions = 0;
+	eos_fileops_set(&fault_ops);
+	job_read(&j, &small, 0, true);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	eos_fileops_set(NULL);
+	CHECK(strstr(j.errmsg, "changed"));
+	CHECK(fi.payload_preads == 0 && hk.completions == 0);
+	CHECK(fi.calls[F_PREAD] == 1);
+	/* Same with a different parent or bucket. */
+	sel_record_desc other = indexed;
+	other.bucket.b[0] ^= 1;
+	job_read(&j, &small, 0, false);
+	j.rec = other;
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	rec_free(f, &big);
+	rec_free(f, &small);
+}
+
+static void test_truncate_unlink(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 3 * pt, NULL, false, &d);
+	struct rec src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	job_simple(&j, SEL_DISK_TRUNCATE, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.had_row && fsize(f, &d.key) == src.s.row_off);
+	job_simple(&j, SEL_DISK_TRUNCATE, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.had_row);
+	job_read(&j, &dst, 0, false);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, false);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed && fsize(f, &d.key) == UINT64_MAX);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.existed);
+	job_read(&j, &dst, 0, false);
+	CHECK_RC(run(f, &j), -ENOENT);
+	job_simple(&j, SEL_DISK_TRUNCATE, &d);
+	CHECK_RC(run(f, &j), -ENOENT);
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
+static void test_channel(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 2 * pt, NULL, false, &d);
+	struct rec src;
+	rec_alloc(f, &src, &d, true);
+	struct sel_disk_job j;
+
+	/* Malformed jobs are refused at once. */
+	job_write(&j, &src, true);
+	j.first = 1;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_write(&j, &src, true);
+	void *bad[2] = {(uint8_t *)src.pages[0] + 8, src.pages[1]};
+	j.pages = bad;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_write(&j, &src, true);
+	j.row_n--;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_write(&j, &src, true);
+	j.rec.tail++;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_write(&j, &src, true);
+	j.op = 99;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	CHECK(sel_disk_outstanding(f->d) == 0);
+
+	/* A full channel: -EAGAIN, nothing queued; room again after a poll. */
+	struct sel_disk_config cfg = f->cfg;
+	cfg.queue_depth = 3;
+	sel_disk *small;
+	CHECK_OK(sel_disk_create(&cfg, &small));
+	struct sel_disk_job js[4];
+	for (int i = 0; i < 3; i++) {
+		job_write(&js[i], &src, true);
+		CHECK_OK(sel_disk_submit(small, &js[i]));
+	}
+	job_write(&js[3], &src, true);
+	CHECK_RC(sel_disk_submit(small, &js[3]), -EAGAIN);
+	int got = 0;
+	struct pollfd p = {.fd = sel_disk_fd(small), .events = POLLIN};
+	while (got < 3) {
+		CHECK(poll(&p, 1, 30000) == 1);
+		struct sel_disk_job *out[1]; /* one at a time: the eventfd must stay readable */
+		int n = sel_disk_poll(small, out, 1);
+		for (int i = 0; i < n; i++)
+			CHECK(out[i] == &js[got++] && out[i]->status == 0);
+	}
+	CHECK(sel_disk_poll(small, (struct sel_disk_job *[1]){0}, 1) == 0);
+	CHECK(poll(&p, 1, 0) == 0);
+	CHECK_OK(sel_disk_submit(small, &js[3]));
+	/* Close drains what is queued; completions stay pollable. */
+	CHECK_OK(sel_disk_close(small, eos_now_ns() + 30000000000ull));
+	struct sel_disk_job *out[2];
+	CHECK(sel_disk_poll(small, out, 2) == 1 && out[0] == &js[3] && js[3].status == 0);
+	CHECK_RC(sel_disk_submit(small, &js[3]), SEL_ESTOPPED);
+	CHECK_OK(sel_disk_close(small, 0));
+	sel_disk_destroy(small);
+	rec_free(f, &src);
+}
+
+/* Several records at once (on io_uring they overlap), and the jobs of one
+ * record in submission order. */
+static void test_concurrency(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	enum { N = 6 };
+	struct rec src[N], dst[N];
+	struct sel_disk_job w[N], r[N];
+	for (int i = 0; i < N; i++) {
+		sel_record_desc d;
+		test_desc(&rng, pt, (uint64_t)(3 + i) * pt, NULL, false, &d);
+		rec_alloc(f, &src[i], &d, true);
+		rec_alloc(f, &dst[i], &d, false);
+		job_write(&w[i], &src[i], true);
+		w[i].id = 100 + (uint64_t)i;
+		CHECK_OK(sel_disk_submit(f->d, &w[i]));
+	}
+	struct pollfd p = {.fd = sel_disk_fd(f->d), .events = POLLIN};
+	int got = 0;
+	while (got < N) {
+		CHECK(poll(&p, 1, 30000) == 1);
+		struct sel_disk_job *out[N];
+		int n = sel_disk_poll(f->d, out, N);
+		for (int k = 0; k < n; k++)
+			CHECKF(out[k]->status == 0, "%s", out[k]->errmsg);
+		got += n;
+	}
+	/* Whether jobs overlapped depends on timing; the pread path never
+	 * overlaps. */
+	struct sel_disk_stats st;
+	sel_disk_stats(f->d, &st);
+	printf("   %llu jobs overlapped so far\n", (unsigned long long)st.overlapped);
+	if (f->mode->io != SEL_DISK_IO_URING)
+		CHECK(st.overlapped == 0);
+	for (int i = 0; i < N; i++) {
+		job_read(&r[i], &dst[i], 0, true);
+		CHECK_OK(sel_disk_submit(f->d, &r[i]));
+	}
+	for (got = 0; got < N;) {
+		CHECK(poll(&p, 1, 30000) == 1);
+		struct sel_disk_job *out[N];
+		int n = sel_disk_poll(f->d, out, N);
+		for (int k = 0; k < n; k++)
+			CHECKF(out[k]->status == 0, "%s", out[k]->errmsg);
+		got += n;
+	}
+	for (int i = 0; i < N; i++)
+		check_same(&src[i], &dst[i], 0, true);
+
+	/* One record: write, read, compact, read pages, read row, delete --
+	 * submitted together, run in order. */
+	struct sel_disk_job seq[6];
+	job_write(&seq[0], &src[0], true);
+	job_read(&seq[1], &dst[0], 0, true);
+	job_simple(&seq[2], SEL_DISK_TRUNCATE, &src[0].d);
+	job_read(&seq[3], &dst[0], 1, false);
+	job_read(&seq[4], &dst[0], src[0].d.tail, true);
+	job_simple(&seq[5], SEL_DISK_UNLINK, &src[0].d);
+	for (int i = 0; i < 6; i++)
+		CHECK_OK(sel_disk_submit(f->d, &seq[i]));
+	for (got = 0; got < 6;) {
+		CHECK(poll(&p, 1, 30000) == 1);
+		struct sel_disk_job *out[6];
+		int n = sel_disk_poll(f->d, out, 6);
+		for (int k = 0; k < n; k++)
+			CHECK(out[k] == &seq[got + k]); /* one record: in order */
+		got += n;
+	}
+	CHECK(seq[0].status == 0 && seq[1].status == 0 && seq[1].had_row);
+	CHECK(seq[2].status == 0 && seq[2].had_row);
+	CHECK(seq[3].status == 0 && !seq[3].had_row);
+	CHECK(seq[4].status == SEL_ECORRUPT); /* the row is gone */
+	CHECK(seq[5].status == 0 && seq[5].existed);
+	check_same(&src[0], &dst[0], 0, false);
+
+	/* A failed request fails its own job only; a refused submission fails
+	 * every job that still had requests to submit, after every request in
+	 * flight came back. */
+	if (f->mode->io == SEL_DISK_IO_URING) {
+		for (int round = 0; round < 2; round++) {
+			hk_reset();
+			if (round == 0)
+				hk.fail_completion = 2;
+			else
+				hk.submit_mode = 1;
+			for (int i = 0; i < N; i++) {
+				job_write(&w[i], &src[i], true);
+				CHECK_OK(sel_disk_submit(f->d, &w[i]));
+			}
+			int failed = 0;
+			for (got = 0; got < N;) {
+				CHECK(poll(&p, 1, 30000) == 1);
+				struct sel_disk_job *out[N];
+				int n = sel_disk_poll(f->d, out, N);
+				for (int k = 0; k < n; k++)
+					failed += out[k]->status != 0;
+				got += n;
+			}
+			CHECK(hk.completions == hk.submitted);
+			CHECK(count_tmp(f) == 0);
+			if (round == 0)
+				CHECK(failed == 1);
+			else
+				CHECK(failed >= 1);
+		}
+		hk_reset();
+	}
+	for (int i = 0; i < N; i++) {
+		struct sel_disk_job u;
+		job_simple(&u, SEL_DISK_UNLINK, &src[i].d);
+		CHECK_OK(run(f, &u));
+		rec_free(f, &src[i]);
+		rec_free(f, &dst[i]);
+	}
+}
+
+/* Small requests: pages split over several requests, few in flight. */
+static void test_small_chunks(struct fx *f)
+{
+	sel_disk *keep = f->d;
+	struct sel_disk_config cfg = f->cfg;
+	cfg.chunk_bytes = 4096;
+	cfg.ring_depth = 2;
+	CHECK_OK(sel_disk_create(&cfg, &f->d));
+	sel_record_desc d;
+	test_desc(&rng, f->t.g.page_tokens, 9 * f->t.g.page_tokens, NULL, false, &d);
+	roundtrip(f, &d);
+	CHECK_OK(sel_disk_close(f->d, 0));
+	sel_disk_destroy(f->d);
+	f->d = keep;
+}
+
+/* ---- faults ---------------------------------------------------------------------------------- */
+
+/* Write a record whose write must fail with e at op; the committed
+ * version of the same key must survive it unchanged. */
+static void write_fault(struct fx *f, enum fop op, int e, bool datasync)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 4 * pt, NULL, false, &d);
+	struct rec old, neu, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &old, &d, true);
+	rec_alloc(f, &neu, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	job_write(&j, &old, true);
+	CHECK_OK(run(f, &j));
+
+	sel_disk *keep = f->d;
+	if (datasync) {
+		struct sel_disk_config cfg = f->cfg;
+		cfg.fdatasync = true;
+		CHECK_OK(sel_disk_create(&cfg, &f->d));
+	}
+	fi_reset();
+	eos_fileops_set(&fault_ops);
+	fi_arm(op, e, op == F_PWRITE ? 2 : 0);
+	job_write(&j, &neu, true);
+	int rc = run(f, &j);
+	eos_fileops_set(NULL);
+	CHECKF(rc == -e, "%s %s: status %d (%s)", fop_name[op], strerror(e), rc, j.errmsg);
+	CHECKF(strstr(j.errmsg, strerror(e)) != NULL, "message '%s' lacks the cause", j.errmsg);
+	CHECK(count_tmp(f) == 0);
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	if (op == F_FSYNC) {
+		/* The directory fsync comes after the rename: the new file is in place. */
+		check_same(&neu, &dst, 0, true);
+	} else {
+		check_same(&old, &dst, 0, true); /* the committed record is intact */
+	}
+	if (datasync) {
+		CHECK_OK(sel_disk_close(f->d, 0));
+		sel_disk_destroy(f->d);
+		f->d = keep;
+	}
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &old);
+	rec_free(f, &neu);
+	rec_free(f, &dst);
+}
+
+static void test_faults(struct fx *f)
+{
+	const int errs[] = {ENOSPC, EIO};
+	bool pread_path = f->mode->io == SEL_DISK_IO_PREAD;
+	for (int k = 0; k < 2; k++) {
+		int e = errs[k];
+		write_fault(f, F_OPEN, e, false);
+		write_fault(f, F_FALLOCATE, e, false);
+		if (pread_path)
+			write_fault(f, F_PWRITE, e, false);
+		write_fault(f, F_FDATASYNC, e, true);
+		write_fault(f, F_RENAME, e, false);
+		write_fault(f, F_FSYNC, e, false);
+	}
+
+	/* A write of a fresh key that fails commits nothing. */
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 3 * pt, NULL, false, &d);
+	struct rec src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	fi_reset();
+	eos_fileops_set(&fault_ops);
+	fi_arm(F_RENAME, EIO, 0);
+	job_write(&j, &src, true);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(!j.committed && fsize(f, &d.key) == UINT64_MAX && count_tmp(f) == 0);
+
+	/* Reads: open and pread (the header read, on both paths). */
+	fi_reset();
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	for (int k = 0; k < 2; k++) {
+		fi_reset();
+		fi_arm(F_OPEN, errs[k], 0);
+		job_read(&j, &dst, 0, true);
+		CHECK_RC(run(f, &j), -errs[k]);
+		fi_reset();
+		fi_arm(F_PREAD, errs[k], 0);
+		job_read(&j, &dst, 0, true);
+		CHECK_RC(run(f, &j), -errs[k]);
+		CHECK(strstr(j.errmsg, "header"));
+		if (pread_path) { /* a payload read */
+			fi_reset();
+			fi_arm(F_PREAD, errs[k], 3);
+			job_read(&j, &dst, 0, true);
+			CHECK_RC(run(f, &j), -errs[k]);
+		}
+	}
+	/* Unlink. */
+	fi_reset();
+	fi_arm(F_UNLINK, EIO, 0);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(fsize(f, &d.key) != UINT64_MAX);
+	/* Truncate: the open. */
+	fi_reset();
+	fi_arm(F_OPEN, EIO, 0);
+	job_simple(&j, SEL_DISK_TRUNCATE, &d);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(fsize(f, &d.key) == src.s.row_end);
+
+	/* A failed write whose cleanup fails too: both causes reported, the
+	 * temporary left for the next scan. */
+	fi_reset();
+	if (pread_path)
+		fi_arm(F_PWRITE, ENOSPC, 1);
+	else
+		fi_arm(F_RENAME, ENOSPC, 0);
+	fi_arm(F_UNLINK, EIO, 0);
+	job_write(&j, &src, true);
+	CHECK_RC(run(f, &j), -ENOSPC);
+	eos_fileops_set(NULL);
+	CHECK(strstr(j.errmsg, strerror(ENOSPC)) && strstr(j.errmsg, strerror(EIO)));
+	CHECK(count_tmp(f) == 1);
+	sel_scan sc;
+	CHECK_OK(sel_record_scan(f->lk.fd, &f->ns, NULL, &sc));
+	CHECK(sc.st.tmp_removed == 1 && count_tmp(f) == 0);
+	bool found = false;
+	for (size_t i = 0; i < sc.n; i++)
+		found |= sel_key_eq(&sc.rec[i].d.key, &d.key) && sc.rec[i].has_row;
+	CHECK(found);
+	sel_scan_free(&sc);
+	/* The committed record is still good. */
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, true);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &src);
+	rec_free(f, &dst);
+	fi_reset();
+}
+
+/* The io_uring edge: failed and short completions, refused submissions. */
+static void test_uring_edge(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 30 * pt, NULL, false, &d);
+	struct rec old, src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &old, &d, true);
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	sel_disk *keep = f->d;
+	struct sel_disk_config cfg = f->cfg;
+	cfg.chunk_bytes = 2 * f->ns.layout.sz.page_record; /* many requests */
+	cfg.ring_depth = 4;
+	CHECK_OK(sel_disk_create(&cfg, &f->d));
+	hk_reset();
+	job_write(&j, &old, true);
+	CHECK_OK(run(f, &j));
+
+	/* A failed completion fails the write; the old record survives. */
+	hk_reset();
+	hk.fail_completion = 3;
+	job_write(&j, &src, true);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(hk.completions == hk.submitted && count_tmp(f) == 0);
+	hk_reset();
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&old, &dst, 0, true);
+	hk.fail_completion = 2;
+	hk.completions = 0;
+	job_read(&j, &dst, 0, true);
+	CHECK_RC(run(f, &j), -EIO);
+
+	/* Short completions are resumed. */
+	hk_reset();
+	hk.halve = true;
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, true);
+	CHECK(hk.shortened > 0);
+
+	/* Transient refusals are retried. */
+	struct sel_disk_stats st0, st1;
+	sel_disk_stats(f->d, &st0);
+	hk_reset();
+	hk.submit_mode = 2;
+	job_write(&j, &old, true);
+	CHECK_OK(run(f, &j));
+	sel_disk_stats(f->d, &st1);
+	CHECK(st1.submit_retries >= st0.submit_retries + 2);
+
+	/* A permanent refusal after some requests went in: the job is reported
+	 * only once every submitted request completed; the ring is rebuilt. */
+	hk_reset();
+	hk.submit_mode = 1;
+	job_write(&j, &src, true);
+	CHECK_RC(sel_disk_submit(f->d, &j), 0);
+	CHECK_RC(wait_job(f, &j), -EIO);
+	CHECK(hk.submitted > 0 && hk.completions == hk.submitted);
+	CHECK(strstr(j.errmsg, "submission"));
+	CHECK(count_tmp(f) == 0);
+	sel_disk_stats(f->d, &st1);
+	CHECK(st1.ring_resets == st0.ring_resets + 1 && st1.uring);
+	hk_reset();
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&old, &dst, 0, true);
+	hk.submit_mode = 1;
+	hk.submit_calls = 0;
+	hk.submitted = hk.completions = 0;
+	job_read(&j, &dst, 0, true);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(hk.completions == hk.submitted);
+	hk_reset();
+
+	CHECK_OK(sel_disk_close(f->d, 0));
+	sel_disk_destroy(f->d);
+	f->d = keep;
+	rec_free(f, &old);
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
+/* A close whose deadline passes while a job is stuck. */
+static void test_close_deadline(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 4 * pt, NULL, false, &d);
+	struct rec src;
+	rec_alloc(f, &src, &d, true);
+	sel_disk *slow;
+	struct sel_disk_config cfg = f->cfg;
+	fi_reset();
+	if (f->mode->io == SEL_DISK_IO_URING) {
+		cfg.hooks = &slow_hooks;
+	} else {
+		eos_fileops_set(&fault_ops);
+		__atomic_store_n(&fi.slow_ms, 50, __ATOMIC_RELAXED);
+	}
+	CHECK_OK(sel_disk_create(&cfg, &slow));
+	static struct sel_disk_job js[3]; /* the thread may outlive this frame */
+	for (int i = 0; i < 3; i++) {
+		job_write(&js[i], &src, true);
+		CHECK_OK(sel_disk_submit(slow, &js[i]));
+	}
+	eos_sleep_ns(20000000);
+	CHECK_RC(sel_disk_close(slow, eos_now_ns() + 20000000), SEL_ESTOPPED);
+	CHECK_RC(sel_disk_close(slow, eos_now_ns() + 1000000), SEL_ESTOPPED);
+	/* The running job stops at its next chunk, drains and cleans up; the
+	 * queued ones complete with SEL_ESTOPPED without running.  Once the
+	 * thread has ended, close says so and the buffers are free. */
+	CHECK_OK(sel_disk_close(slow, eos_now_ns() + 30000000000ull));
+	struct sel_disk_job *out[4];
+	int n = sel_disk_poll(slow, out, 4);
+	CHECK(n == 3);
+	CHECK(out[1]->status == SEL_ESTOPPED && out[2]->status == SEL_ESTOPPED);
+	CHECK(out[0]->status == SEL_ESTOPPED || out[0]->status == 0);
+	sel_disk_destroy(slow);
+	eos_fileops_set(NULL);
+	CHECK(count_tmp(f) == 0);
+	fi_reset();
+	rec_free(f, &src);
+
+	/* Destroyed while its thread still runs: the thread frees the object
+	 * when it ends.  The owner never learns when, so the job's slots stay
+	 * allocated (design 2.5: leak, never reuse).  Under ThreadSanitizer
+	 * the fixture's later frees have no ordering with that thread, by
+	 * design, so this part runs in the other builds only. */
+#ifndef __SANITIZE_THREAD__
+	if (f->mode->io == SEL_DISK_IO_URING) {
+		static struct rec orphan_src;
+		static struct sel_disk_job orphan_job;
+		cfg.hooks = &slow_hooks;
+		rec_alloc(f, &orphan_src, &d, true);
+		CHECK_OK(sel_disk_create(&cfg, &slow));
+		job_write(&orphan_job, &orphan_src, true);
+		CHECK_OK(sel_disk_submit(slow, &orphan_job));
+		eos_sleep_ns(20000000);
+		CHECK_RC(sel_disk_close(slow, eos_now_ns() + 1000000), SEL_ESTOPPED);
+		sel_disk_destroy(slow);
+		eos_sleep_ns(800000000ull); /* long enough for it to end */
+		leaked_slots += orphan_src.n_slots;
+	}
+#endif
+}
+
+static void run_mode(const struct mode *m, const struct test_geo *t, int k)
+{
+	struct fx f;
+	printf("== %s, geometry %d (%u rank(s))\n", m->name, k, t->g.ranks);
+	fx_init(&f, m, t);
+	test_roundtrips(&f);
+	test_corruption(&f);
+	test_changed_header(&f);
+	test_truncate_unlink(&f);
+	test_channel(&f);
+	test_concurrency(&f);
+	test_small_chunks(&f);
+	test_faults(&f);
+	if (m->io == SEL_DISK_IO_URING)
+		test_uring_edge(&f);
+	if (k == 0)
+		test_close_deadline(&f);
+	CHECK(count_tmp(&f) == 0);
+	struct sel_disk_stats st;
+	sel_disk_stats(f.d, &st);
+	CHECK(st.direct_fallbacks == 0);
+	CHECK_OK(sel_slab_check(f.pool));
+	CHECK(sel_slab_in_use(f.pool) == leaked_slots);
+	leaked_slots = 0;
+	fx_free(&f);
+}
+
+int main(void)
+{
+	test_rng_init(&rng, test_seed());
+	/* Forcing variables would make every mode the same one. */
+	unsetenv("SELENE_DISK_IO");
+	unsetenv("SELENE_DISK_DIRECT");
+	fault_ops = eos_fileops_libc;
+	fault_ops.openat = f_openat;
+	fault_ops.pread = f_pread;
+	fault_ops.pwrite = f_pwrite;
+	fault_ops.fsync = f_fsync;
+	fault_ops.fdatasync = f_fdatasync;
+	fault_ops.fallocate = f_fallocate;
+	fault_ops.renameat = f_renameat;
+	fault_ops.unlinkat = f_unlinkat;
+
+	char *probe_dir = test_mkdtemp("probe");
+	int dio = eos_direct_io_probe(probe_dir);
+	test_rmtree(probe_dir);
+	free(probe_dir);
+	if (dio != 1)
+		SKIP("direct I/O refused here: %s", eos_errmsg());
+	struct io_uring ring;
+	if (io_uring_queue_init(4, &ring, 0) != 0)
+		SKIP("io_uring refused here");
+	io_uring_queue_exit(&ring);
+
+	static const struct mode modes[] = {
+		{"io_uring + O_DIRECT", SEL_DISK_IO_URING, 1},
+		{"io_uring, buffered", SEL_DISK_IO_URING, 0},
+		{"pread + O_DIRECT", SEL_DISK_IO_PREAD, 1},
+		{"pread, buffered", SEL_DISK_IO_PREAD, 0},
+	};
+	/* TP1 with a tiny plane and a row over three slots; TP2 uniform
+	 * (replication); TP2 uneven shares. */
+	struct test_geo *g = calloc(3, sizeof(*g));
+	test_geo_init(&g[0], 1, 64, 3, (uint64_t[]){4096, 100, 8192}, 40000);
+	test_geo_init(&g[1], 2, 128, 2, (uint64_t[]){8192, 300}, 10000);
+	test_geo_init(&g[2], 2, 64, 2, (uint64_t[]){4096, 5000}, 7000);
+	test_geo_rank(&g[2], 1, 1, (uint64_t[]){20000}, 30000);
+	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+		for (int k = 0; k < 3; k++)
+			run_mode(&modes[i], &g[k], k);
+	free(g);
+	printf("test_disk: ok\n");
+	return 0;
+}
