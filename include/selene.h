@@ -277,6 +277,7 @@ typedef enum sel_tier {
 	SEL_TIERS
 } sel_tier;
 
+/* Metric label of a tier: "none", "dram", "nvme", "pool" (design 2.15). */
 const char *sel_tier_name(sel_tier t);
 
 /* A restorable host chain (HostHit). */
@@ -371,6 +372,10 @@ struct sel_store_ops {
 struct sel_store {
 	const struct sel_store_ops *ops;
 	uint32_t page_tokens;
+	/* One startup warning for the operator (for example intake shrunk for
+	 * host headroom, design 1), or NULL.  Set at open, read with
+	 * sel_store_warning(); owned by the implementation. */
+	const char *warning;
 };
 
 /* Dispatch.  See the contract above. */
@@ -400,6 +405,9 @@ int sel_store_wait_fd(sel_store *s);
 int sel_store_close(sel_store *s, uint64_t deadline_ns);
 /* Free everything (after close).  NULL-safe. */
 void sel_store_destroy(sel_store *s);
+/* The store's startup warning ("" when none; NULL-safe), valid until
+ * destroy.  Print it once with the startup summary. */
+const char *sel_store_warning(const sel_store *s);
 
 /* ---- Opening stores (design 1, 2.4, 2.9, 2.11) -------------------------- */
 

@@ -1,0 +1,235 @@
+/*
+ * calls.c - wall time the model worker spends inside the memory store's
+ * calls (design 2.2: every call returns without waiting; 2.10: a queued
+ * copy carries page ids, address expansion runs on the transfer threads).
+ *
+ * For records of about 1 MiB (16 pages of 64 KiB) and about 1 GiB (128 pages
+ * of 8 MiB: four 2 MiB planes), with the host copy backend and planes in
+ * host memory, it times on the calling thread:
+ *   store   sel_store_put() of a new checkpoint (QUEUED), including the
+ *           tree evictions that make room once the pool is full;
+ *   lookup  sel_store_lookup() hits;
+ *   fetch   sel_store_fetch() of a hit;
+ *   poll    sel_store_poll() calls, all of them (mostly empty) and those that
+ *           delivered an event (poll_event).
+ * Goal: p99 <= 10 us, independent of record size.  Prints
+ *   RESULT calls_<op>_<size>_{p50,p99,max}_us <v> us
+ *
+ * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
+ * records (about 3 GiB touched; the intake reserve is mapped, not touched).
+ * The run takes well under a minute.  CALLS_ITERS overrides the iteration
+ * count of the 1 GiB case (default 40).
+ */
+#include <poll.h>
+
+#include "eos.h"
+#include "selene.h"
+#include "../tests/testutil.h"
+
+#define PT 64u
+#define NPLANES 4
+
+struct samples {
+	uint64_t *ns;
+	size_t n, cap;
+};
+
+static void add(struct samples *s, uint64_t ns)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 1024;
+		s->ns = realloc(s->ns, s->cap * sizeof(*s->ns));
+		CHECK(s->ns);
+	}
+	s->ns[s->n++] = ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void report(const char *op, const char *size, struct samples *s)
+{
+	CHECK(s->n > 0);
+	qsort(s->ns, s->n, sizeof(*s->ns), cmp_u64);
+	double p50 = s->ns[(s->n - 1) / 2] / 1e3;
+	double p99 = s->ns[(size_t)((s->n - 1) * 0.99)] / 1e3;
+	double max = s->ns[s->n - 1] / 1e3;
+	printf("RESULT calls_%s_%s_p50_us %.2f us\n", op, size, p50);
+	printf("RESULT calls_%s_%s_p99_us %.2f us\n", op, size, p99);
+	printf("RESULT calls_%s_%s_max_us %.2f us\n", op, size, max);
+	printf("# %s %s: %zu samples\n", op, size, s->n);
+	free(s->ns);
+	*s = (struct samples){0};
+}
+
+struct bench {
+	const char *size;
+	uint64_t plane_unit;   /* bytes per page per plane */
+	uint32_t pages;        /* pages per record */
+	uint64_t row_bytes;
+	uint32_t warm_records; /* records the warm pool holds */
+	uint32_t keys;         /* distinct records cycled through */
+	uint32_t iters;
+};
+
+/* Poll until one event arrives, timing every poll call. */
+static sel_event wait_one(sel_store *s, struct samples *all, struct samples *with_event)
+{
+	sel_event ev;
+	for (;;) {
+		uint64_t t0 = eos_now_ns();
+		int n = sel_store_poll(s, &ev, 1);
+		uint64_t dt = eos_now_ns() - t0;
+		CHECK_OK(n);
+		add(all, dt);
+		if (n == 1) {
+			add(with_event, dt);
+			return ev;
+		}
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		poll(&pfd, 1, 100);
+	}
+}
+
+static void run(const struct bench *b)
+{
+	uint8_t model[SEL_IDENTITY_BYTES] = {1, 2, 3};
+	uint8_t *plane[NPLANES], *row;
+	sel_allocation a[NPLANES + 1];
+	static const char *names[NPLANES] = {"k0", "k1", "v0", "v1"};
+	uint32_t gpu_pages = b->pages + 1;
+
+	for (int p = 0; p < NPLANES; p++) {
+		plane[p] = eos_aligned_alloc(4096, b->plane_unit * gpu_pages);
+		CHECK(plane[p]);
+		memset(plane[p], 0x11 * (p + 1), b->plane_unit * gpu_pages);
+		a[p] = (sel_allocation){.rank = 0, .name = names[p], .group = SEL_GROUP_KV_PAGES,
+					.kind = SEL_MEM_HOST, .address = (uint64_t)(uintptr_t)plane[p],
+					.unit_bytes = b->plane_unit, .count = gpu_pages};
+	}
+	row = eos_aligned_alloc(4096, b->row_bytes * 4);
+	CHECK(row);
+	a[NPLANES] = (sel_allocation){.rank = 0, .name = "state", .group = SEL_GROUP_STATE_ROWS,
+				      .kind = SEL_MEM_HOST, .address = (uint64_t)(uintptr_t)row,
+				      .unit_bytes = b->row_bytes, .count = 4};
+	sel_geometry *g;
+	CHECK_OK(sel_geometry_build(a, NPLANES + 1, 1, PT, &g));
+
+	uint64_t slot_bytes = NPLANES * b->plane_unit;
+	uint64_t row_slots = (b->row_bytes + slot_bytes - 1) / slot_bytes;
+	sel_store_config cfg = {0};
+	cfg.geometry = g;
+	cfg.max_active = 1;
+	cfg.memory_bytes = (uint64_t)b->warm_records * (b->pages + row_slots) * slot_bytes;
+	cfg.host_headroom = 1ull << 40; /* the intake reserve is mapped, never touched here */
+	sel_store *s;
+	CHECK_OK(sel_memory_store_open(&cfg, &s));
+
+	/* Distinct keys: one salted history per record. */
+	uint64_t c = (uint64_t)b->pages * PT;
+	sel_token *tok = malloc(c * sizeof(*tok));
+	CHECK(tok);
+	for (uint64_t i = 0; i < c; i++)
+		tok[i] = (sel_token)(i * 2654435761u % 50000);
+	sel_history *h = calloc(b->keys, sizeof(*h));
+	sel_published *cp = calloc(b->keys, sizeof(*cp));
+	uint32_t *ids = malloc(b->pages * sizeof(*ids));
+	CHECK(h && cp && ids);
+	for (uint32_t i = 0; i < b->pages; i++)
+		ids[i] = i;
+	for (uint32_t k = 0; k < b->keys; k++) {
+		uint32_t salt = k;
+		CHECK_OK(sel_history_init(&h[k], model, &salt, sizeof(salt)));
+		CHECK_OK(sel_history_append(&h[k], tok, c));
+		cp[k].checkpoint = k;
+		sel_history_key_at(&h[k], c, &cp[k].key);
+		cp[k].bucket = *sel_history_bound(&h[k], c / SEL_BUCKET_TOKENS);
+		cp[k].pages = ids;
+		cp[k].n_pages = b->pages;
+		cp[k].tail = b->pages;
+		cp[k].state_slot = 0;
+	}
+
+	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0};
+	uint32_t dst[b->pages];
+	for (uint32_t i = 0; i < b->pages; i++)
+		dst[i] = b->pages - i; /* other ids than the source */
+	uint64_t t_start = eos_now_ns();
+	for (uint32_t it = 0; it < b->iters; it++) {
+		sel_published *p = &cp[it % b->keys];
+		sel_retry_reason why;
+		/* Evicted by now (keys > warm records), so a real store. */
+		uint64_t t0 = eos_now_ns();
+		sel_outcome o = sel_store_put(s, p, &why);
+		uint64_t dt = eos_now_ns() - t0;
+		CHECKF(o == SEL_QUEUED, "iteration %u: %s (%s): %s", it, sel_outcome_name(o),
+		       sel_retry_reason_name(why), sel_errmsg());
+		add(&st, dt);
+		sel_event ev = wait_one(s, &pa, &pe);
+		CHECK(ev.type == SEL_EV_STORED);
+
+		sel_hit hit;
+		for (int r = 0; r < 8; r++) {
+			t0 = eos_now_ns();
+			int rc = sel_store_lookup(s, &h[it % b->keys], 0, c, &hit);
+			add(&lk, eos_now_ns() - t0);
+			CHECK_RC(rc, 1);
+		}
+		CHECK(hit.pages == b->pages);
+		if (it % 4 == 0) {
+			sel_inbound in = {.ticket = it, .pages = dst, .n_pages = b->pages, .state_slot = 1};
+			t0 = eos_now_ns();
+			int rc = sel_store_fetch(s, &hit, &in);
+			add(&fe, eos_now_ns() - t0);
+			CHECK_OK(rc);
+			ev = wait_one(s, &pa, &pe);
+			CHECK(ev.type == SEL_EV_FETCHED);
+		}
+	}
+	double secs = (eos_now_ns() - t_start) / 1e9;
+	sel_stats ss;
+	sel_store_stats(s, &ss);
+	printf("# %s: %u stores, %" PRIu64 " evictions, %.1f s, memory rate %.2f GB/s\n", b->size,
+	       b->iters, ss.tier[SEL_TIER_MEMORY].evicted, secs,
+	       ss.tier[SEL_TIER_MEMORY].rate_bps / 1e9);
+	report("store", b->size, &st);
+	report("lookup", b->size, &lk);
+	report("fetch", b->size, &fe);
+	report("poll", b->size, &pa);
+	report("poll_event", b->size, &pe);
+
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	for (uint32_t k = 0; k < b->keys; k++)
+		sel_history_free(&h[k]);
+	free(h);
+	free(cp);
+	free(ids);
+	free(tok);
+	sel_geometry_free(g);
+	for (int p = 0; p < NPLANES; p++)
+		eos_aligned_free(plane[p]);
+	eos_aligned_free(row);
+}
+
+int main(void)
+{
+	uint32_t big_iters = 40;
+	const char *e = getenv("CALLS_ITERS");
+	if (e && atoi(e) > 0)
+		big_iters = (uint32_t)atoi(e);
+	/* 16 pages x 4 planes x 16 KiB = 1 MiB. */
+	const struct bench small = {.size = "1MiB", .plane_unit = 16 << 10, .pages = 16,
+				    .row_bytes = 64 << 10, .warm_records = 16, .keys = 40,
+				    .iters = 2000};
+	/* 128 pages x 4 planes x 2 MiB = 1 GiB. */
+	const struct bench big = {.size = "1GiB", .plane_unit = 2 << 20, .pages = 128,
+				  .row_bytes = 1 << 20, .warm_records = 3, .keys = 5,
+				  .iters = big_iters};
+	run(&small);
+	run(&big);
+	return 0;
+}

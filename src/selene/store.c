@@ -1,0 +1,166 @@
+/*
+ * store.c - the store interface: dispatch of sel_store_* through a store's
+ * ops table, and the names of outcomes, retry reasons and tiers (design 2.2).
+ *
+ * DESIGN
+ *
+ * Every store (memory, disk, composite, a test double) embeds struct
+ * sel_store first and points it at a static ops table.  The dispatch
+ * functions here are the only callers of those tables.  A table is checked
+ * on every call: one whose version is not SEL_STORE_OPS_VERSION, or that
+ * lacks the entry a call needs, is refused with -EPROTO (SEL_SKIPPED for
+ * put, nothing for the void calls) and a message naming the store -- so an
+ * implementation built against another revision of selene.h fails loudly
+ * instead of calling through a misplaced pointer.  The check is two loads and
+ * compares, cheap enough for the model worker's hot path.
+ *
+ * INVARIANTS
+ *
+ *   1. No ops entry is called unless the table's version equals
+ *      SEL_STORE_OPS_VERSION and the entry is non-NULL.
+ *   2. A refused call changes nothing and produces no event, like any
+ *      failed call (selene.h).
+ */
+#include <errno.h>
+
+#include "eos.h"
+#include "selene.h"
+
+/* 0 when s may use op; else -EPROTO (or -EINVAL for a NULL store) with a
+ * message. */
+static int ops_ok(const sel_store *s, const void *op, const char *what)
+{
+	if (!s || !s->ops)
+		return eos_fail(-EINVAL, "store: %s on %s", what, s ? "a store without ops" : "NULL");
+	if (s->ops->version != SEL_STORE_OPS_VERSION)
+		return eos_fail(-EPROTO, "store '%s': ops table version %u, this library speaks %u",
+				s->ops->name ? s->ops->name : "?", s->ops->version,
+				SEL_STORE_OPS_VERSION);
+	if (!op)
+		return eos_fail(-EPROTO, "store '%s': no %s operation", s->ops->name ? s->ops->name : "?",
+				what);
+	return 0;
+}
+
+int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		     sel_hit *hit)
+{
+	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->lookup : NULL, "lookup");
+	if (rc)
+		return rc;
+	return s->ops->lookup(s, h, resident, limit, hit);
+}
+
+sel_outcome sel_store_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
+{
+	if (why)
+		*why = SEL_RETRY_NONE;
+	if (ops_ok(s, s && s->ops ? (const void *)s->ops->put : NULL, "put"))
+		return SEL_SKIPPED;
+	return s->ops->put(s, cp, why);
+}
+
+int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
+{
+	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->fetch : NULL, "fetch");
+	if (rc)
+		return rc;
+	return s->ops->fetch(s, hit, in);
+}
+
+int sel_store_poll(sel_store *s, sel_event *ev, size_t cap)
+{
+	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->poll : NULL, "poll");
+	if (rc)
+		return rc;
+	return s->ops->poll(s, ev, cap);
+}
+
+void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir)
+{
+	if (ops_ok(s, s && s->ops ? (const void *)s->ops->evicted : NULL, "evicted") == 0)
+		s->ops->evicted(s, key, generation, heir);
+}
+
+void sel_store_touch(sel_store *s, const sel_key *key)
+{
+	if (ops_ok(s, s && s->ops ? (const void *)s->ops->touch : NULL, "touch") == 0)
+		s->ops->touch(s, key);
+}
+
+void sel_store_stats(sel_store *s, sel_stats *out)
+{
+	if (ops_ok(s, s && s->ops ? (const void *)s->ops->stats : NULL, "stats") == 0) {
+		s->ops->stats(s, out);
+		return;
+	}
+	*out = (sel_stats){0};
+}
+
+int sel_store_wait_fd(sel_store *s)
+{
+	if (ops_ok(s, s && s->ops ? (const void *)s->ops->wait_fd : NULL, "wait_fd"))
+		return -1;
+	return s->ops->wait_fd(s);
+}
+
+int sel_store_close(sel_store *s, uint64_t deadline_ns)
+{
+	if (!s)
+		return 0;
+	int rc = ops_ok(s, s->ops ? (const void *)s->ops->close : NULL, "close");
+	if (rc)
+		return rc;
+	return s->ops->close(s, deadline_ns);
+}
+
+void sel_store_destroy(sel_store *s)
+{
+	if (!s)
+		return;
+	if (ops_ok(s, s->ops ? (const void *)s->ops->destroy : NULL, "destroy") == 0)
+		s->ops->destroy(s);
+}
+
+const char *sel_store_warning(const sel_store *s)
+{
+	return s && s->warning ? s->warning : "";
+}
+
+const char *sel_outcome_name(sel_outcome o)
+{
+	switch (o) {
+	case SEL_QUEUED: return "queued";
+	case SEL_PRESENT: return "present";
+	case SEL_DEFERRED: return "deferred";
+	case SEL_RETRY: return "retry";
+	case SEL_OVERSIZE: return "oversize";
+	case SEL_SKIPPED: return "skipped";
+	}
+	return "unknown";
+}
+
+const char *sel_retry_reason_name(sel_retry_reason r)
+{
+	switch (r) {
+	case SEL_RETRY_NONE: return "none";
+	case SEL_RETRY_INFLIGHT: return "inflight";
+	case SEL_RETRY_SLABS: return "slabs";
+	case SEL_RETRY_QUEUE: return "queue";
+	case SEL_RETRY_BUDGET: return "budget";
+	case SEL_RETRY_REASONS: break;
+	}
+	return "unknown";
+}
+
+const char *sel_tier_name(sel_tier t)
+{
+	switch (t) {
+	case SEL_TIER_NONE: return "none";
+	case SEL_TIER_MEMORY: return "dram";
+	case SEL_TIER_DISK: return "nvme";
+	case SEL_TIER_POOL: return "pool";
+	case SEL_TIERS: break;
+	}
+	return "unknown";
+}

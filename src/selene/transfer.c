@@ -1,0 +1,1006 @@
+/*
+ * transfer.c - per-rank copy threads between GPU planes and host slots
+ * (design 2.5 "Transfers, slabs, and record files"; 2.10 "Policy and
+ * isolation"; 2.12 "Invariants").
+ *
+ * The model worker never builds copy descriptors and never waits for a
+ * copy.  It submits a job (page ids, a state slot, slot numbers) and later
+ * polls completions; one thread per rank turns the job into (dst, src, len)
+ * copies from its own rank's geometry and drives its copy backend (host
+ * memcpy, CUDA batched copies, or a test stub).
+ *
+ * DESIGN
+ *
+ * Channels.  Each rank has a bounded ring of job pointers under its own
+ * mutex and condition variable.  Submission checks every ring for room and
+ * then pushes onto every ring, all under one submission mutex; since only
+ * submitters push, room found in the check is still there for the push, so
+ * a job is queued on all ranks or on none, and a full ring costs -EAGAIN
+ * without blocking.  A rank thread pops in FIFO order and sleeps on its
+ * condition variable when idle (design 2.10: transfer threads sleep on
+ * channel receives and event waits).
+ *
+ * Expansion.  For page i of a job, rank r copies each page plane p:
+ *     plane:  rank[r].pages[p].address + pages[i] * unit_bytes
+ *     slot:   part[r].base + page_slots[i] * part[r].stride + plane_off[r][p]
+ * unpadded unit bytes only (the 4 KiB padding of the slot is never
+ * written).  Row piece k (sel_slot_layout_row_piece) copies
+ *     row:    rank[r].row.address + state_slot * row unit + k * share[r]
+ *     slot:   part[r].base + row_slots[k] * part[r].stride
+ * Packed IN jobs read the one stored share instead: page i from slot
+ * page_slots[i / ranks] in part (i % ranks), row piece k from slot
+ * row_slots[k / ranks] in part (k % ranks).  Copies are gathered into a
+ * preallocated call buffer and handed to the backend in windows of at most
+ * SEL_WINDOW_PAGES pages, the row with the last window; a window is split
+ * into several backend calls where the backend bounds a call's bytes or
+ * entries (CUDA: 16 MiB, 4,096), and a single copy longer than the byte
+ * bound is cut into pieces.  Each backend call returns only when its copies
+ * have landed or, on failure, drained; the rank then stops that job and
+ * reports the failure, so a reported failure never leaves a copy in flight
+ * (design 2.12).
+ *
+ * Completion.  A job carries the number of ranks yet to report.  Each rank
+ * adds its bytes and, on failure, records the first failure (status,
+ * failed_rank) under the completion mutex.  The rank that brings the count
+ * to zero owns the job: for OUT jobs with compare it compares the ranks'
+ * shares and packs identical records in place (below), stamps done_ns and
+ * appends the job to the completion queue.  The queue's eventfd holds 1
+ * exactly while the queue is non-empty: the push that makes it non-empty
+ * writes 1, the poll that empties it reads it back, both under the
+ * completion mutex.  Because each ring is FIFO, job k's last report
+ * precedes job k+1's, so completion order is submission order (the compare
+ * runs before the owning thread takes its next job).
+ *
+ * Compare and pack (design 2.5).  After copy-out, the owning thread
+ * compares every rank's unpadded plane bytes with rank 0's, page by page,
+ * and likewise the row.  Packing needs equal share layouts on all ranks
+ * (decided once at creation).  If every page matches, page i's rank-0 share
+ * moves to slot page_slots[i / ranks] at rank (i % ranks)'s share offset.
+ * In ascending i this is safe: page i's destination can only be the rank-0
+ * share of page i / ranks <= i, which has already moved (or is page i
+ * itself when i == 0).  Rows the same, per piece.  The store frees the tail
+ * slots (transfer.h).  The rank threads read each other's copies only after
+ * the completion mutex ordered them, so this needs no further locking.
+ *
+ * Close.  Closing stops submission, marks every ring stopped, and waits on a
+ * monotonic condition variable until each thread has drained its ring and
+ * exited, or the deadline passes.  Then it joins the exited threads; the
+ * rest are told to abandon (they take no further job and, when a backend
+ * call returns, exit without touching the job) and detached.  A set with
+ * detached threads is never freed: it goes on a process-wide list, which
+ * also keeps leak checkers quiet about memory that is deliberately kept.
+ *
+ * INVARIANTS (checked by sel_xfer_check)
+ *
+ *   1. Every ring holds 0 <= count <= cap jobs from head (head < cap).
+ *   2. inflight == running + ndone, where running counts submitted jobs
+ *      with pending > 0 and ndone the jobs in the completion queue.
+ *   3. Every job queued on rank r's ring has pending >= 1 (r has not
+ *      reported it), so no ring holds more than running jobs.
+ *   4. Jobs in the completion queue have pending == 0; the queue has ndone
+ *      links and its tail is the last one.
+ *   5. The eventfd is readable iff ndone > 0.
+ *   6. After close began, nothing is pushed onto a ring (closing is set
+ *      under the submission mutex).
+ *   7. A job is reported by each rank once, after all of that rank's
+ *      backend calls for it returned; a failure is reported only then.
+ */
+#include "transfer.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "eos.h"
+
+#define XFER_NICE 10
+
+struct ring {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct sel_xfer_job **q; /* [cap] */
+	uint32_t cap, head, count;
+	bool stop; /* drain what is queued, then exit */
+};
+
+struct rank {
+	sel_xfer *x;
+	uint32_t r;
+	pthread_t tid;
+	bool running;   /* a thread exists and has not been joined/detached (creator) */
+	bool exited;    /* the thread left its loop (under x->life) */
+	struct ring ring;
+	/* Rank thread only. */
+	void *state;
+	struct sel_copy *call; /* [call_cap] */
+	uint32_t call_cap, ncall;
+	uint64_t call_bytes;
+	uint64_t job_bytes;
+	enum sel_copy_dir dir;
+	bool abandoned;
+};
+
+struct sel_xfer {
+	const sel_geometry *g;
+	const sel_slot_layout *l;
+	struct sel_copy_backend be;
+	uint32_t ranks, depth;
+	struct sel_xfer_part *part; /* [ranks] */
+	uint64_t nslots;
+	bool split;                 /* explicit parts: no compare, no packing */
+	bool uniform;               /* every rank has rank 0's share layout */
+	bool uniform_row;           /* ... and rank 0's row bytes */
+	uint64_t page_limit;        /* smallest page count over ranks */
+	uint64_t row_limit;         /* smallest row count over ranks */
+	struct rank *rank;          /* [ranks] */
+
+	pthread_mutex_t submit; /* serialises submitters; guards closing */
+	bool closing;
+
+	pthread_mutex_t done; /* completion queue, job priv, running/ndone */
+	struct sel_xfer_job *head, *tail;
+	uint32_t ndone, running;
+	_Atomic uint32_t inflight;
+	int efd;
+
+	pthread_mutex_t life; /* thread start, open results, exits */
+	pthread_cond_t life_cv; /* CLOCK_MONOTONIC */
+	uint32_t started, opened, exited;
+	int open_rc;
+	uint32_t open_rank;
+	char open_msg[EOS_ERRMSG_MAX];
+	atomic_bool abandon;
+
+	/* Submitting thread only. */
+	bool closed, leaked;
+	int close_rc;
+	struct sel_xfer *grave_next;
+};
+
+/* Transfer sets whose threads could not be joined: kept, never freed. */
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static sel_xfer *graveyard;
+
+#ifdef SEL_DEBUG_CHECKS
+static void debug_check(const sel_xfer *x)
+{
+	if (sel_xfer_check(x) != 0) {
+		fprintf(stderr, "sel_xfer_check: %s\n", eos_errmsg());
+		abort();
+	}
+}
+#else
+static inline void debug_check(const sel_xfer *x) { (void)x; }
+#endif
+
+static inline uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+static inline void *ptr(uint64_t a) { return (void *)(uintptr_t)a; }
+
+/* Rank r's share of slot s. */
+static inline uint64_t share_addr(const sel_xfer *x, uint32_t r, uint32_t s)
+{
+	return x->part[r].base + (uint64_t)s * x->part[r].stride;
+}
+
+/* ---- Rank thread: expansion and backend calls --------------------------- */
+
+/* Hand the gathered copies to the backend.  Returns its status; sets
+ * rk->abandoned when close gave up on this thread meanwhile. */
+static int flush(struct rank *rk)
+{
+	sel_xfer *x = rk->x;
+	int rc;
+	if (rk->ncall == 0)
+		return 0;
+	assert(!x->be.max_call_entries || rk->ncall <= x->be.max_call_entries);
+	assert(!x->be.max_call_bytes || rk->call_bytes <= x->be.max_call_bytes);
+	rc = x->be.copy(rk->state, rk->call, rk->ncall, rk->dir);
+	if (rc > 0)
+		rc = -EIO;
+	if (rc == 0)
+		rk->job_bytes += rk->call_bytes;
+	rk->ncall = 0;
+	rk->call_bytes = 0;
+	if (atomic_load(&x->abandon)) {
+		rk->abandoned = true;
+		return rc ? rc : -ECANCELED;
+	}
+	return rc;
+}
+
+/* Add one copy, flushing first where the call would exceed a bound, and
+ * cutting copies longer than the byte bound into pieces. */
+static int push(struct rank *rk, uint64_t dst, uint64_t src, uint64_t len)
+{
+	const struct sel_copy_backend *be = &rk->x->be;
+	while (len) {
+		uint64_t n = len;
+		int rc;
+		if (rk->ncall == rk->call_cap ||
+		    (be->max_call_bytes && rk->call_bytes + n > be->max_call_bytes && rk->ncall)) {
+			if ((rc = flush(rk)))
+				return rc;
+		}
+		if (be->max_call_bytes && n > be->max_call_bytes)
+			n = be->max_call_bytes;
+		rk->call[rk->ncall++] = (struct sel_copy){ .dst = dst, .src = src, .len = n };
+		rk->call_bytes += n;
+		dst += n;
+		src += n;
+		len -= n;
+	}
+	return 0;
+}
+
+static inline int push_dir(struct rank *rk, uint64_t plane, uint64_t slot, uint64_t len)
+{
+	return rk->dir == SEL_COPY_OUT ? push(rk, slot, plane, len) : push(rk, plane, slot, len);
+}
+
+static int push_page(struct rank *rk, const struct sel_xfer_job *job, uint32_t i)
+{
+	const sel_xfer *x = rk->x;
+	const sel_rank_geometry *rg = &x->g->rank[rk->r];
+	uint64_t share = job->pages_packed
+				 ? share_addr(x, i % x->ranks, job->page_slots[i / x->ranks])
+				 : share_addr(x, rk->r, job->page_slots[i]);
+	uint64_t id = job->pages[i];
+	for (uint32_t p = 0; p < rg->n_planes; p++) {
+		const sel_plane *pl = &rg->pages[p];
+		int rc = push_dir(rk, pl->address + id * pl->unit_bytes,
+				  share + x->l->plane_off[rk->r][p], pl->unit_bytes);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int push_row(struct rank *rk, const struct sel_xfer_job *job)
+{
+	const sel_xfer *x = rk->x;
+	const sel_rank_geometry *rg = &x->g->rank[rk->r];
+	uint64_t row = rg->row.address + (uint64_t)job->state_slot * rg->row.unit_bytes;
+	uint64_t piece_bytes = x->l->share[rk->r];
+	for (uint32_t k = 0; k < x->l->row_slots; k++) {
+		uint64_t off, len;
+		sel_slot_layout_row_piece(x->l, rk->r, k, &off, &len);
+		if (len == 0)
+			break;
+		uint64_t slot = job->row_packed ? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
+						: share_addr(x, rk->r, job->row_slots[k]);
+		int rc = push_dir(rk, row + (uint64_t)k * piece_bytes, slot, len);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Copy this rank's part of job in windows.  0 or the failure. */
+static int run_job(struct rank *rk, const struct sel_xfer_job *job)
+{
+	uint32_t n = job->n_pages, i = 0;
+	int rc = 0;
+	rk->dir = job->dir;
+	rk->job_bytes = 0;
+	do {
+		uint32_t end = n - i > SEL_WINDOW_PAGES ? i + SEL_WINDOW_PAGES : n;
+		for (; i < end && !rc; i++)
+			rc = push_page(rk, job, i);
+		if (!rc && end == n && job->row)
+			rc = push_row(rk, job);
+		if (!rc)
+			rc = flush(rk);
+	} while (!rc && i < n);
+	/* A failed push leaves nothing issued behind it: drop the rest. */
+	rk->ncall = 0;
+	rk->call_bytes = 0;
+	return rc;
+}
+
+/* ---- Compare and pack (design 2.5) -------------------------------------- */
+
+static bool pages_equal(const sel_xfer *x, const struct sel_xfer_job *job)
+{
+	const sel_rank_geometry *g0 = &x->g->rank[0];
+	for (uint32_t i = 0; i < job->n_pages; i++) {
+		const uint8_t *s0 = ptr(share_addr(x, 0, job->page_slots[i]));
+		for (uint32_t r = 1; r < x->ranks; r++) {
+			const uint8_t *sr = ptr(share_addr(x, r, job->page_slots[i]));
+			for (uint32_t p = 0; p < g0->n_planes; p++)
+				if (memcmp(s0 + x->l->plane_off[0][p], sr + x->l->plane_off[r][p],
+					   g0->pages[p].unit_bytes) != 0)
+					return false;
+		}
+	}
+	return true;
+}
+
+static bool rows_equal(const sel_xfer *x, const struct sel_xfer_job *job)
+{
+	for (uint32_t k = 0; k < x->l->row_slots; k++) {
+		uint64_t off, len;
+		sel_slot_layout_row_piece(x->l, 0, k, &off, &len);
+		if (len == 0)
+			break;
+		const void *s0 = ptr(share_addr(x, 0, job->row_slots[k]));
+		for (uint32_t r = 1; r < x->ranks; r++)
+			if (memcmp(s0, ptr(share_addr(x, r, job->row_slots[k])), len) != 0)
+				return false;
+	}
+	return true;
+}
+
+/* Move share i of rank 0 (in slots[i]) to slots[i / ranks] at rank
+ * (i % ranks)'s offset, for i ascending (safe: see DESIGN). */
+static void pack(const sel_xfer *x, const uint32_t *slots, uint32_t n, uint64_t len)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t src = share_addr(x, 0, slots[i]);
+		uint64_t dst = share_addr(x, i % x->ranks, slots[i / x->ranks]);
+		if (dst != src)
+			memcpy(ptr(dst), ptr(src), len);
+	}
+}
+
+static void compare_and_pack(const sel_xfer *x, struct sel_xfer_job *job)
+{
+	if (job->dir != SEL_COPY_OUT || x->ranks < 2 || x->split)
+		return;
+	if (x->uniform && job->n_pages > 0 && pages_equal(x, job)) {
+		pack(x, job->page_slots, job->n_pages, x->l->share[0]);
+		job->pages_replicated = true;
+	}
+	if (x->uniform_row && job->row && rows_equal(x, job)) {
+		uint64_t off, len;
+		uint32_t pieces = 0;
+		for (; pieces < x->l->row_slots; pieces++) {
+			sel_slot_layout_row_piece(x->l, 0, pieces, &off, &len);
+			if (len == 0)
+				break;
+		}
+		pack(x, job->row_slots, pieces, x->l->share[0]);
+		job->row_replicated = true;
+	}
+}
+
+/* ---- Completion --------------------------------------------------------- */
+
+static void report(struct rank *rk, struct sel_xfer_job *job, int rc)
+{
+	sel_xfer *x = rk->x;
+	bool last;
+
+	pthread_mutex_lock(&x->done);
+	job->bytes += rk->job_bytes;
+	if (rc && job->status == 0) {
+		job->status = rc;
+		job->failed_rank = rk->r;
+	}
+	assert(job->priv.pending > 0);
+	last = --job->priv.pending == 0;
+	pthread_mutex_unlock(&x->done);
+	if (!last)
+		return;
+
+	/* Every rank reported: this thread owns the job until it is queued. */
+	if (job->status == 0 && job->compare)
+		compare_and_pack(x, job);
+	job->done_ns = eos_now_ns();
+
+	pthread_mutex_lock(&x->done);
+	job->priv.next = NULL;
+	if (x->tail)
+		x->tail->priv.next = job;
+	else
+		x->head = job;
+	x->tail = job;
+	x->running--;
+	if (x->ndone++ == 0)
+		(void)eventfd_write(x->efd, 1);
+	pthread_mutex_unlock(&x->done);
+}
+
+/* ---- Rank thread -------------------------------------------------------- */
+
+static struct sel_xfer_job *ring_pop(struct rank *rk)
+{
+	struct ring *q = &rk->ring;
+	struct sel_xfer_job *job = NULL;
+	pthread_mutex_lock(&q->lock);
+	for (;;) {
+		if (atomic_load(&rk->x->abandon))
+			break;
+		if (q->count) {
+			job = q->q[q->head];
+			q->head = (q->head + 1) % q->cap;
+			q->count--;
+			break;
+		}
+		if (q->stop)
+			break;
+		pthread_cond_wait(&q->cv, &q->lock);
+	}
+	pthread_mutex_unlock(&q->lock);
+	return job;
+}
+
+static void *rank_main(void *arg)
+{
+	struct rank *rk = arg;
+	sel_xfer *x = rk->x;
+	char name[16];
+	int rc;
+
+	snprintf(name, sizeof(name), "sel-xfer-%" PRIu32, rk->r);
+	eos_thread_name(name);
+	/* Best effort: a kernel refusing SCHED_BATCH or nice still copies. */
+	(void)eos_thread_lower_priority(XFER_NICE);
+
+	eos_errclear();
+	rc = x->be.open_rank(x->be.ctx, rk->r, &rk->state);
+	if (rc > 0)
+		rc = -EIO;
+	pthread_mutex_lock(&x->life);
+	if (rc && !x->open_rc) {
+		x->open_rc = rc;
+		x->open_rank = rk->r;
+		snprintf(x->open_msg, sizeof(x->open_msg), "%s", eos_errmsg());
+	}
+	x->opened++;
+	pthread_cond_broadcast(&x->life_cv);
+	pthread_mutex_unlock(&x->life);
+
+	if (rc == 0) {
+		struct sel_xfer_job *job;
+		while ((job = ring_pop(rk)) != NULL) {
+			int jrc = run_job(rk, job);
+			if (rk->abandoned)
+				break; /* close gave up on us: the job is no longer ours */
+			report(rk, job, jrc);
+		}
+		if (!atomic_load(&x->abandon) && x->be.close_rank)
+			x->be.close_rank(rk->state);
+	}
+
+	pthread_mutex_lock(&x->life);
+	rk->exited = true;
+	x->exited++;
+	pthread_cond_broadcast(&x->life_cv);
+	pthread_mutex_unlock(&x->life);
+	return NULL;
+}
+
+/* ---- Creation ------------------------------------------------------------ */
+
+static void stop_rings(sel_xfer *x)
+{
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct ring *q = &x->rank[r].ring;
+		pthread_mutex_lock(&q->lock);
+		q->stop = true;
+		pthread_cond_broadcast(&q->cv);
+		pthread_mutex_unlock(&q->lock);
+	}
+}
+
+static void join_all(sel_xfer *x)
+{
+	for (uint32_t r = 0; r < x->ranks; r++)
+		if (x->rank[r].running) {
+			pthread_join(x->rank[r].tid, NULL);
+			x->rank[r].running = false;
+		}
+}
+
+static void free_set(sel_xfer *x)
+{
+	if (x->rank) {
+		for (uint32_t r = 0; r < x->ranks; r++) {
+			free(x->rank[r].ring.q);
+			free(x->rank[r].call);
+			pthread_mutex_destroy(&x->rank[r].ring.lock);
+			pthread_cond_destroy(&x->rank[r].ring.cv);
+		}
+	}
+	free(x->rank);
+	free(x->part);
+	if (x->efd >= 0)
+		close(x->efd);
+	pthread_mutex_destroy(&x->submit);
+	pthread_mutex_destroy(&x->done);
+	pthread_mutex_destroy(&x->life);
+	pthread_cond_destroy(&x->life_cv);
+	free(x);
+}
+
+static bool same_share_layout(const sel_geometry *g, uint32_t r)
+{
+	const sel_rank_geometry *a = &g->rank[0], *b = &g->rank[r];
+	if (a->n_planes != b->n_planes)
+		return false;
+	for (uint32_t p = 0; p < a->n_planes; p++)
+		if (a->pages[p].unit_bytes != b->pages[p].unit_bytes)
+			return false;
+	return true;
+}
+
+static int create(const sel_geometry *g, const sel_slot_layout *layout,
+		  const struct sel_xfer_part *parts, uint64_t nslots, bool split,
+		  const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out)
+{
+	sel_xfer *x = NULL;
+	int rc = 0;
+
+	if (out)
+		*out = NULL;
+	if (!g || !layout || !parts || !backend || !out)
+		return eos_fail(-EINVAL, "transfer: missing geometry, layout, slots or backend");
+	if (!backend->open_rank || !backend->copy)
+		return eos_fail(-EINVAL, "transfer: backend '%s' lacks open_rank or copy",
+				backend->name ? backend->name : "?");
+	if (g->ranks == 0 || g->ranks != layout->ranks)
+		return eos_fail(-EINVAL, "transfer: geometry has %" PRIu32 " ranks, slot layout %" PRIu32,
+				g->ranks, layout->ranks);
+	if (queue_depth == 0)
+		return eos_fail(-EINVAL, "transfer: queue depth 0 (expected at least 1)");
+	if (nslots == 0 || nslots > UINT32_MAX)
+		return eos_fail(-EINVAL, "transfer: %" PRIu64 " slots (expected 1..%" PRIu32 ")", nslots,
+				UINT32_MAX);
+
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return eos_fail(-ENOMEM, "transfer: out of memory");
+	x->efd = -1;
+	pthread_mutex_init(&x->submit, NULL);
+	pthread_mutex_init(&x->done, NULL);
+	pthread_mutex_init(&x->life, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&x->life_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	atomic_init(&x->inflight, 0);
+	atomic_init(&x->abandon, false);
+
+	x->g = g;
+	x->l = layout;
+	x->be = *backend;
+	x->ranks = g->ranks;
+	x->depth = queue_depth;
+	x->nslots = nslots;
+	x->split = split;
+	x->part = calloc(x->ranks, sizeof(*x->part));
+	x->rank = calloc(x->ranks, sizeof(*x->rank));
+	if (!x->part || !x->rank) {
+		free(x->part);
+		x->part = NULL;
+		free(x->rank);
+		x->rank = NULL;
+		rc = eos_fail(-ENOMEM, "transfer: out of memory for %" PRIu32 " ranks", g->ranks);
+		goto fail;
+	}
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		pthread_mutex_init(&x->rank[r].ring.lock, NULL);
+		pthread_cond_init(&x->rank[r].ring.cv, NULL);
+	}
+	memcpy(x->part, parts, x->ranks * sizeof(*x->part));
+
+	x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (x->efd < 0) {
+		rc = -errno;
+		eos_fail(rc, "transfer: eventfd: %s", strerror(-rc));
+		goto fail;
+	}
+
+	x->uniform = x->uniform_row = true;
+	x->page_limit = x->row_limit = UINT64_MAX;
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		const sel_rank_geometry *rg = &g->rank[r];
+		if (rg->n_planes == 0 || !rg->pages) {
+			rc = eos_fail(-EINVAL, "transfer: rank %" PRIu32 " has no page planes", r);
+			goto fail;
+		}
+		if (rg->page_count < x->page_limit)
+			x->page_limit = rg->page_count;
+		if (rg->row_count < x->row_limit)
+			x->row_limit = rg->row_count;
+		if (!same_share_layout(g, r))
+			x->uniform = false;
+		if (layout->row_bytes[r] != layout->row_bytes[0])
+			x->uniform_row = false;
+	}
+	x->uniform_row = x->uniform_row && x->uniform;
+
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct rank *rk = &x->rank[r];
+		/* Largest window: 64 pages of every plane plus every row piece. */
+		uint64_t window = (uint64_t)SEL_WINDOW_PAGES * g->rank[r].n_planes + layout->row_slots;
+		uint64_t cap = window;
+		if (backend->max_call_entries && backend->max_call_entries < cap)
+			cap = backend->max_call_entries;
+		rk->x = x;
+		rk->r = r;
+		rk->call_cap = (uint32_t)cap;
+		rk->call = calloc(cap, sizeof(*rk->call));
+		rk->ring.cap = queue_depth;
+		rk->ring.q = calloc(queue_depth, sizeof(*rk->ring.q));
+		if (!rk->call || !rk->ring.q) {
+			rc = eos_fail(-ENOMEM, "transfer: out of memory for rank %" PRIu32 " buffers", r);
+			goto fail;
+		}
+	}
+
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		int e = pthread_create(&x->rank[r].tid, NULL, rank_main, &x->rank[r]);
+		if (e) {
+			rc = eos_fail(-e, "transfer: cannot start the thread of rank %" PRIu32 ": %s", r,
+				      strerror(e));
+			break;
+		}
+		x->rank[r].running = true;
+		x->started++;
+	}
+
+	pthread_mutex_lock(&x->life);
+	while (x->opened < x->started)
+		pthread_cond_wait(&x->life_cv, &x->life);
+	if (!rc && x->open_rc) {
+		rc = x->open_rc;
+		if (x->open_msg[0])
+			eos_fail(rc, "%s (transfer rank %" PRIu32 ")", x->open_msg, x->open_rank);
+		else
+			eos_fail(rc, "transfer rank %" PRIu32 ": backend '%s' could not open it: %s",
+				 x->open_rank, backend->name ? backend->name : "?", sel_strerror(rc));
+	}
+	pthread_mutex_unlock(&x->life);
+	if (rc)
+		goto fail;
+
+	*out = x;
+	return 0;
+fail:
+	if (x->rank) {
+		stop_rings(x);
+		join_all(x);
+	}
+	free_set(x);
+	return rc;
+}
+
+int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout,
+		    const sel_slab_pool *pool, const struct sel_copy_backend *backend,
+		    uint32_t queue_depth, sel_xfer **out)
+{
+	struct sel_xfer_part *parts;
+	int rc;
+
+	*out = NULL;
+	if (!layout || !pool || layout->ranks == 0)
+		return eos_fail(-EINVAL, "transfer: missing slot layout or pool");
+	if (sel_slab_slot_bytes(pool) != layout->slot_bytes)
+		return eos_fail(-EINVAL, "transfer: pool slots of %" PRIu64 " bytes, layout needs %" PRIu64,
+				sel_slab_slot_bytes(pool), layout->slot_bytes);
+	parts = calloc(layout->ranks, sizeof(*parts));
+	if (!parts)
+		return eos_fail(-ENOMEM, "transfer: out of memory");
+	for (uint32_t r = 0; r < layout->ranks; r++) {
+		parts[r].base = (uint64_t)(uintptr_t)sel_slab_base(pool) + layout->share_off[r];
+		parts[r].stride = layout->slot_bytes;
+	}
+	rc = create(g, layout, parts, sel_slab_total(pool), false, backend, queue_depth, out);
+	free(parts);
+	return rc;
+}
+
+int sel_xfer_create_parts(const sel_geometry *g, const sel_slot_layout *layout,
+			  const struct sel_xfer_part *parts, uint64_t nslots,
+			  const struct sel_copy_backend *backend, uint32_t queue_depth,
+			  sel_xfer **out)
+{
+	return create(g, layout, parts, nslots, true, backend, queue_depth, out);
+}
+
+/* ---- Submission and polling --------------------------------------------- */
+
+static int check_slots(const sel_xfer *x, const uint32_t *slots, uint64_t n, const char *what)
+{
+	for (uint64_t j = 0; j < n; j++)
+		if (slots[j] >= x->nslots)
+			return eos_fail(-EINVAL, "transfer: %s slot %" PRIu32 " (entry %" PRIu64 ") beyond %" PRIu64
+					" slots", what, slots[j], j, x->nslots);
+	return 0;
+}
+
+static int validate(const sel_xfer *x, const struct sel_xfer_job *job)
+{
+	int rc;
+	if (job->dir != SEL_COPY_OUT && job->dir != SEL_COPY_IN)
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " has direction %d", job->id, (int)job->dir);
+	if (job->n_pages && (!job->pages || !job->page_slots))
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " lacks its page ids or page slots", job->id);
+	if (job->row && !job->row_slots)
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " lacks its row slots", job->id);
+	bool pages_packed = job->pages_packed && job->n_pages;
+	bool row_packed = job->row_packed && job->row;
+	if (job->dir == SEL_COPY_OUT && (job->pages_packed || job->row_packed))
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": packed flags on a copy-out (use compare)",
+				job->id);
+	if (job->dir == SEL_COPY_IN && job->compare)
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": compare on a copy-in", job->id);
+	if (x->split && (pages_packed || row_packed || job->compare))
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": split pools keep per-rank records"
+				" (no compare or packing)", job->id);
+	if (pages_packed && !x->uniform)
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": packed pages need equal share layouts"
+				" on every rank", job->id);
+	if (row_packed && !x->uniform_row)
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": a packed row needs equal share layouts"
+				" and row sizes on every rank", job->id);
+	for (uint32_t i = 0; i < job->n_pages; i++)
+		if (job->pages[i] >= x->page_limit)
+			return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": page id %" PRIu32 " (entry %" PRIu32
+					") beyond %" PRIu64 " pages", job->id, job->pages[i], i, x->page_limit);
+	uint64_t np = pages_packed ? ceil_div(job->n_pages, x->ranks) : job->n_pages;
+	if ((rc = check_slots(x, job->page_slots, np, "page")))
+		return rc;
+	if (job->row) {
+		if (job->state_slot >= x->row_limit)
+			return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": state slot %" PRIu32 " beyond %" PRIu64
+					" rows", job->id, job->state_slot, x->row_limit);
+		uint64_t nr = row_packed ? ceil_div(x->l->row_slots, x->ranks) : x->l->row_slots;
+		if ((rc = check_slots(x, job->row_slots, nr, "row")))
+			return rc;
+	}
+	return 0;
+}
+
+int sel_xfer_submit(sel_xfer *x, struct sel_xfer_job *job)
+{
+	int rc;
+	if (!job)
+		return eos_fail(-EINVAL, "transfer: no job");
+	if ((rc = validate(x, job)))
+		return rc;
+
+	pthread_mutex_lock(&x->submit);
+	if (x->closing) {
+		pthread_mutex_unlock(&x->submit);
+		return eos_fail(SEL_ESTOPPED, "transfer: closed, job %" PRIu64 " refused", job->id);
+	}
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct ring *q = &x->rank[r].ring;
+		pthread_mutex_lock(&q->lock);
+		bool full = q->count == q->cap;
+		pthread_mutex_unlock(&q->lock);
+		if (full) {
+			pthread_mutex_unlock(&x->submit);
+			return eos_fail(-EAGAIN, "transfer: rank %" PRIu32 " channel is full (%" PRIu32 " jobs)", r,
+					q->cap);
+		}
+	}
+
+	job->status = 0;
+	job->failed_rank = 0;
+	job->pages_replicated = job->row_replicated = false;
+	job->bytes = 0;
+	job->done_ns = 0;
+	job->submit_ns = eos_now_ns();
+	job->priv.pending = x->ranks;
+	job->priv.next = NULL;
+	if (job->n_pages == 0)
+		job->pages_packed = false;
+	if (!job->row)
+		job->row_packed = false;
+
+	pthread_mutex_lock(&x->done);
+	x->running++;
+	pthread_mutex_unlock(&x->done);
+	atomic_fetch_add(&x->inflight, 1);
+
+	/* Room was found above and only submitters (serialised) push. */
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct ring *q = &x->rank[r].ring;
+		pthread_mutex_lock(&q->lock);
+		assert(q->count < q->cap);
+		q->q[(q->head + q->count) % q->cap] = job;
+		q->count++;
+		pthread_cond_signal(&q->cv);
+		pthread_mutex_unlock(&q->lock);
+	}
+	pthread_mutex_unlock(&x->submit);
+	debug_check(x);
+	return 0;
+}
+
+int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
+{
+	int n = 0;
+	if (cap > INT32_MAX)
+		cap = INT32_MAX;
+	pthread_mutex_lock(&x->done);
+	while ((size_t)n < cap && x->head) {
+		struct sel_xfer_job *job = x->head;
+		x->head = job->priv.next;
+		job->priv.next = NULL;
+		done[n++] = job;
+		x->ndone--;
+	}
+	if (!x->head)
+		x->tail = NULL;
+	if (n && x->ndone == 0) {
+		eventfd_t v;
+		(void)eventfd_read(x->efd, &v);
+	}
+	pthread_mutex_unlock(&x->done);
+	atomic_fetch_sub(&x->inflight, (uint32_t)n);
+	debug_check(x);
+	return n;
+}
+
+int sel_xfer_fd(const sel_xfer *x)
+{
+	return x->efd;
+}
+
+uint32_t sel_xfer_inflight(const sel_xfer *x)
+{
+	return atomic_load(&((sel_xfer *)x)->inflight);
+}
+
+/* ---- Close --------------------------------------------------------------- */
+
+int sel_xfer_close(sel_xfer *x, uint64_t deadline_ns)
+{
+	uint32_t stuck = 0;
+
+	if (!x)
+		return 0;
+	if (x->closed) {
+		if (x->close_rc)
+			return eos_fail(x->close_rc, "transfer: closed earlier with threads that did not drain");
+		return 0;
+	}
+	x->closed = true;
+
+	pthread_mutex_lock(&x->submit);
+	x->closing = true;
+	pthread_mutex_unlock(&x->submit);
+	stop_rings(x);
+
+	pthread_mutex_lock(&x->life);
+	while (x->exited < x->started) {
+		if (deadline_ns == 0) {
+			pthread_cond_wait(&x->life_cv, &x->life);
+			continue;
+		}
+		struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
+				       .tv_nsec = (long)(deadline_ns % 1000000000u) };
+		if (pthread_cond_timedwait(&x->life_cv, &x->life, &ts) == ETIMEDOUT)
+			break;
+	}
+	bool all = x->exited == x->started;
+	pthread_mutex_unlock(&x->life);
+
+	if (all) {
+		join_all(x);
+		return 0;
+	}
+
+	/* Give up on the stragglers: no further job, no report. */
+	atomic_store(&x->abandon, true);
+	stop_rings(x); /* wakes idle threads so they see abandon */
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct rank *rk = &x->rank[r];
+		if (!rk->running)
+			continue;
+		pthread_mutex_lock(&x->life);
+		bool exited = rk->exited;
+		pthread_mutex_unlock(&x->life);
+		if (exited) {
+			pthread_join(rk->tid, NULL);
+		} else {
+			pthread_detach(rk->tid);
+			stuck++;
+		}
+		rk->running = false;
+	}
+	x->leaked = true;
+	pthread_mutex_lock(&grave_lock);
+	x->grave_next = graveyard;
+	graveyard = x;
+	pthread_mutex_unlock(&grave_lock);
+	x->close_rc = SEL_ESTOPPED;
+	return eos_fail(SEL_ESTOPPED, "transfer: %" PRIu32 " of %" PRIu32 " rank threads did not drain by the"
+			" deadline; they were detached and their memory is kept", stuck, x->ranks);
+}
+
+void sel_xfer_destroy(sel_xfer *x)
+{
+	if (!x)
+		return;
+	if (!x->closed)
+		(void)sel_xfer_close(x, 0);
+	if (x->leaked)
+		return;
+	free_set(x);
+}
+
+/* ---- Checker ------------------------------------------------------------- */
+
+int sel_xfer_check(const sel_xfer *cx)
+{
+	sel_xfer *x = (sel_xfer *)cx;
+	int rc = 0;
+
+	pthread_mutex_lock(&x->submit);
+	for (uint32_t r = 0; r < x->ranks; r++)
+		pthread_mutex_lock(&x->rank[r].ring.lock);
+	pthread_mutex_lock(&x->done);
+
+	uint32_t inflight = atomic_load(&x->inflight);
+	if (inflight != x->running + x->ndone) {
+		rc = eos_fail(SEL_ECORRUPT, "transfer: %" PRIu32 " in flight but %" PRIu32 " running + %" PRIu32
+			      " completed", inflight, x->running, x->ndone);
+		goto out;
+	}
+	for (uint32_t r = 0; r < x->ranks && !rc; r++) {
+		const struct ring *q = &x->rank[r].ring;
+		if (q->count > q->cap || q->head >= q->cap) {
+			rc = eos_fail(SEL_ECORRUPT, "transfer: rank %" PRIu32 " ring holds %" PRIu32 " from %" PRIu32
+				      " of %" PRIu32, r, q->count, q->head, q->cap);
+			break;
+		}
+		if (q->count > x->running) {
+			rc = eos_fail(SEL_ECORRUPT, "transfer: rank %" PRIu32 " ring holds %" PRIu32 " jobs but only %"
+				      PRIu32 " are running", r, q->count, x->running);
+			break;
+		}
+		for (uint32_t i = 0; i < q->count; i++) {
+			const struct sel_xfer_job *job = q->q[(q->head + i) % q->cap];
+			if (job->priv.pending == 0 || job->priv.pending > x->ranks) {
+				rc = eos_fail(SEL_ECORRUPT, "transfer: job %" PRIu64 " queued on rank %" PRIu32
+					      " has %" PRIu32 " ranks pending", job->id, r, job->priv.pending);
+				break;
+			}
+		}
+	}
+	if (rc)
+		goto out;
+	uint32_t n = 0;
+	const struct sel_xfer_job *last = NULL;
+	for (const struct sel_xfer_job *j = x->head; j; j = j->priv.next) {
+		if (j->priv.pending != 0 || ++n > x->ndone) {
+			rc = eos_fail(SEL_ECORRUPT, "transfer: completion queue entry %" PRIu32 " (job %" PRIu64
+				      ") has %" PRIu32 " ranks pending or the queue is longer than %" PRIu32,
+				      n, j->id, j->priv.pending, x->ndone);
+			goto out;
+		}
+		last = j;
+	}
+	if (n != x->ndone || last != x->tail) {
+		rc = eos_fail(SEL_ECORRUPT, "transfer: completion queue has %" PRIu32 " entries, count says %"
+			      PRIu32 " (or its tail is wrong)", n, x->ndone);
+		goto out;
+	}
+	struct pollfd pfd = { .fd = x->efd, .events = POLLIN };
+	int ready = poll(&pfd, 1, 0);
+	if (ready < 0 || (ready == 1) != (x->ndone > 0))
+		rc = eos_fail(SEL_ECORRUPT, "transfer: eventfd %s with %" PRIu32 " completions waiting",
+			      ready == 1 ? "readable" : "not readable", x->ndone);
+out:
+	pthread_mutex_unlock(&x->done);
+	for (uint32_t r = x->ranks; r-- > 0;)
+		pthread_mutex_unlock(&x->rank[r].ring.lock);
+	pthread_mutex_unlock(&x->submit);
+	return rc;
+}

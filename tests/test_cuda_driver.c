@@ -1,0 +1,827 @@
+/*
+ * test_cuda_driver.c - the CUDA driver table, copy backend and split pools
+ * against a fake driver, on machines without a GPU (design 2.5).
+ *
+ * Covers:
+ *   - the loader: a missing library and the process-wide libcuda.so.1 (where
+ *     absent) report SEL_ECUDA "cuda unavailable: ..."; a library without
+ *     the symbols names the first missing one; CUDA 13's stub libcuda.so
+ *     (where the toolkit is installed) resolves every symbol we use -- so the
+ *     versioned export names are right -- and fails only at cuInit; a driver
+ *     lacking cuMemcpyBatchAsync_v2 is "too old"; the plain
+ *     cuMemcpyBatchAsync (CUDA 12.8's ABI) is never looked up;
+ *   - the backend on a fake driver that really defers copies until an event
+ *     or stream synchronisation: round trips through transfer threads on
+ *     two devices byte-exact, batches within 16 MiB and 4,096 entries with
+ *     one stream-ordered attribute, the rank's context current, a
+ *     least-priority non-blocking stream and a blocking-sync event, the
+ *     pool registered PORTABLE once; a failing batch reported as SEL_ECUDA
+ *     with nothing left in flight; a stream that cannot be created failing
+ *     sel_xfer_create with the driver's message; unknown devices refused;
+ *   - split pools on the fake: one pinned HOST_NUMA allocation per rank on
+ *     the device's NUMA node, mapped inside one reserved range, opened to
+ *     that device and the host; identity translation; a round trip through
+ *     sel_xfer_create_parts; compare refused; everything released; devices
+ *     without host-NUMA support refused.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "eos.h"
+#include "slab.h"
+#include "testutil.h"
+#include "transfer.h"
+
+/* ---- The fake driver ------------------------------------------------------ */
+
+#define FAKE_DEVICES 2
+
+struct CUctx_st {
+	int dev;
+};
+
+struct pending {
+	uint64_t dst, src, len;
+};
+
+struct CUstream_st {
+	int dev, prio;
+	unsigned flags;
+	struct pending *q;
+	size_t n, cap;
+};
+
+struct CUevent_st {
+	unsigned flags;
+	struct CUstream_st *s;
+};
+
+static struct CUctx_st fake_ctx[FAKE_DEVICES] = { { 0 }, { 1 } };
+static __thread sel_cu_ctx current;
+
+static struct {
+	atomic_int retains[FAKE_DEVICES];
+	atomic_int batches, bad, inflight_at_entry, stream_syncs, streams, events;
+	atomic_int fail_batch;  /* -1: none */
+	atomic_int registers, unregisters;
+	atomic_int max_count;
+	atomic_ullong max_bytes;
+	atomic_int plain_batch_asked;
+	int stream_fail;        /* cuStreamCreateWithPriority fails */
+	int init_rc;
+	int numa_vmm;
+	const char *missing;    /* symbol the resolver hides */
+	char bad_why[128];
+	/* Virtual memory records (main thread only). */
+	void *reserved;
+	size_t reserved_size, reserved_align;
+	int freed, ncreated, nmapped, nunmapped, nreleased, naccess;
+	struct { size_t size; struct sel_cu_mem_alloc_prop prop; } created[4];
+	struct { uint64_t ptr; size_t size; sel_cu_mem_handle h; } mapped[4];
+	struct { uint64_t ptr; size_t size; struct sel_cu_mem_access_desc d[4]; size_t n; } access[4];
+} fake;
+
+static pthread_mutex_t bad_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void bad(const char *why)
+{
+	pthread_mutex_lock(&bad_lock);
+	if (atomic_fetch_add(&fake.bad, 1) == 0)
+		snprintf(fake.bad_why, sizeof(fake.bad_why), "%s", why);
+	pthread_mutex_unlock(&bad_lock);
+}
+
+static void fake_reset(void)
+{
+	free(fake.reserved);
+	memset(&fake, 0, sizeof(fake));
+	atomic_store(&fake.fail_batch, -1);
+	fake.numa_vmm = 1;
+}
+
+static void run_stream(struct CUstream_st *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		memcpy((void *)(uintptr_t)s->q[i].dst, (const void *)(uintptr_t)s->q[i].src, s->q[i].len);
+	s->n = 0;
+}
+
+static void enqueue(struct CUstream_st *s, uint64_t dst, uint64_t src, uint64_t len)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 64;
+		s->q = realloc(s->q, s->cap * sizeof(*s->q));
+		CHECK(s->q);
+	}
+	s->q[s->n++] = (struct pending){ dst, src, len };
+}
+
+static sel_cu_result f_cuInit(unsigned int flags) { return flags ? 1 : fake.init_rc; }
+static sel_cu_result f_cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+static sel_cu_result f_cuGetErrorName(sel_cu_result e, const char **s)
+{
+	*s = e == 1 ? "CUDA_ERROR_INVALID_VALUE" : e == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_FAKE";
+	return 0;
+}
+static sel_cu_result f_cuGetErrorString(sel_cu_result e, const char **s)
+{
+	(void)e;
+	*s = "fake driver error";
+	return 0;
+}
+static sel_cu_result f_cuDeviceGetCount(int *n) { *n = FAKE_DEVICES; return 0; }
+static sel_cu_result f_cuDeviceGet(sel_cu_device *d, int ord)
+{
+	if (ord < 0 || ord >= FAKE_DEVICES)
+		return SEL_CU_ERROR_INVALID_DEVICE;
+	*d = ord;
+	return 0;
+}
+static sel_cu_result f_cuDeviceGetAttribute(int *v, int attr, sel_cu_device dev)
+{
+	switch (attr) {
+	case SEL_CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; return 0;
+	case SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *v = dev + 3; return 0;
+	case SEL_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; return 0;
+	case SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = fake.numa_vmm; return 0;
+	default: return SEL_CU_ERROR_INVALID_VALUE;
+	}
+}
+static sel_cu_result f_cuDevicePrimaryCtxRetain(sel_cu_ctx *c, sel_cu_device dev)
+{
+	*c = &fake_ctx[dev];
+	atomic_fetch_add(&fake.retains[dev], 1);
+	return 0;
+}
+static sel_cu_result f_cuDevicePrimaryCtxRelease(sel_cu_device dev)
+{
+	if (atomic_fetch_sub(&fake.retains[dev], 1) <= 0)
+		bad("context released more than retained");
+	return 0;
+}
+static sel_cu_result f_cuCtxSetCurrent(sel_cu_ctx c) { current = c; return 0; }
+static sel_cu_result f_cuCtxGetCurrent(sel_cu_ctx *c) { *c = current; return 0; }
+static sel_cu_result f_cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+	if (!current)
+		return SEL_CU_ERROR_INVALID_CONTEXT;
+	*least = 0;
+	*greatest = -5;
+	return 0;
+}
+static sel_cu_result f_cuStreamCreateWithPriority(sel_cu_stream *s, unsigned int flags, int prio)
+{
+	if (!current)
+		return SEL_CU_ERROR_INVALID_CONTEXT;
+	if (fake.stream_fail)
+		return SEL_CU_ERROR_OUT_OF_MEMORY;
+	if (flags != SEL_CU_STREAM_NON_BLOCKING || prio != 0)
+		bad("stream not non-blocking at the least priority");
+	struct CUstream_st *st = calloc(1, sizeof(*st));
+	CHECK(st);
+	st->dev = current->dev;
+	st->prio = prio;
+	st->flags = flags;
+	atomic_fetch_add(&fake.streams, 1);
+	*s = st;
+	return 0;
+}
+static sel_cu_result f_cuStreamDestroy(sel_cu_stream s)
+{
+	if (s->n)
+		bad("stream destroyed with copies in flight");
+	free(s->q);
+	free(s);
+	atomic_fetch_sub(&fake.streams, 1);
+	return 0;
+}
+static sel_cu_result f_cuStreamSynchronize(sel_cu_stream s)
+{
+	run_stream(s);
+	atomic_fetch_add(&fake.stream_syncs, 1);
+	return 0;
+}
+static sel_cu_result f_cuEventCreate(sel_cu_event *e, unsigned int flags)
+{
+	if (flags != (SEL_CU_EVENT_BLOCKING_SYNC | SEL_CU_EVENT_DISABLE_TIMING))
+		bad("event flags");
+	struct CUevent_st *ev = calloc(1, sizeof(*ev));
+	CHECK(ev);
+	ev->flags = flags;
+	atomic_fetch_add(&fake.events, 1);
+	*e = ev;
+	return 0;
+}
+static sel_cu_result f_cuEventRecord(sel_cu_event e, sel_cu_stream s) { e->s = s; return 0; }
+static sel_cu_result f_cuEventSynchronize(sel_cu_event e)
+{
+	if (!e->s)
+		return SEL_CU_ERROR_INVALID_HANDLE;
+	run_stream(e->s); /* everything before the record */
+	return 0;
+}
+static sel_cu_result f_cuEventDestroy(sel_cu_event e)
+{
+	free(e);
+	atomic_fetch_sub(&fake.events, 1);
+	return 0;
+}
+static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes, size_t count,
+					  struct sel_cu_memcpy_attributes *attrs, size_t *idxs, size_t num,
+					  sel_cu_stream s)
+{
+	uint64_t sum = 0;
+	if (!current || current->dev != s->dev)
+		bad("batch without the stream's context current");
+	if (s->n)
+		atomic_fetch_add(&fake.inflight_at_entry, 1);
+	for (size_t i = 0; i < count; i++)
+		sum += sizes[i];
+	if (count == 0 || count > 4096 || sum > (16u << 20))
+		bad("batch beyond 4096 entries or 16 MiB");
+	if (num != 1 || idxs[0] != 0 || attrs[0].src_access_order != SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+	    attrs[0].flags != 0)
+		bad("batch attributes");
+	int m = atomic_load(&fake.max_count);
+	while ((int)count > m && !atomic_compare_exchange_weak(&fake.max_count, &m, (int)count))
+		;
+	unsigned long long mb = atomic_load(&fake.max_bytes);
+	while (sum > mb && !atomic_compare_exchange_weak(&fake.max_bytes, &mb, sum))
+		;
+	int b = atomic_fetch_add(&fake.batches, 1);
+	if (b == atomic_load(&fake.fail_batch)) {
+		for (size_t i = 0; i < count / 2; i++)
+			enqueue(s, dsts[i], srcs[i], sizes[i]);
+		return SEL_CU_ERROR_INVALID_VALUE;
+	}
+	for (size_t i = 0; i < count; i++)
+		enqueue(s, dsts[i], srcs[i], sizes[i]);
+	return 0;
+}
+static sel_cu_result f_cuMemcpyAsync(sel_cu_dptr dst, sel_cu_dptr src, size_t n, sel_cu_stream s)
+{
+	enqueue(s, dst, src, n);
+	return 0;
+}
+static sel_cu_result f_cuMemcpyHtoD(sel_cu_dptr dst, const void *src, size_t n)
+{
+	memcpy((void *)(uintptr_t)dst, src, n);
+	return 0;
+}
+static sel_cu_result f_cuMemcpyDtoH(void *dst, sel_cu_dptr src, size_t n)
+{
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return 0;
+}
+static sel_cu_result f_cuMemHostRegister(void *p, size_t n, unsigned int flags)
+{
+	(void)p;
+	(void)n;
+	if (!current)
+		bad("registration without a current context");
+	if (flags != SEL_CU_MEMHOSTREGISTER_PORTABLE)
+		bad("registration not PORTABLE");
+	atomic_fetch_add(&fake.registers, 1);
+	return 0;
+}
+static sel_cu_result f_cuMemHostUnregister(void *p)
+{
+	(void)p;
+	atomic_fetch_add(&fake.unregisters, 1);
+	return 0;
+}
+static sel_cu_result f_cuMemAlloc(sel_cu_dptr *p, size_t n)
+{
+	void *m = malloc(n);
+	*p = (uintptr_t)m;
+	return m ? 0 : SEL_CU_ERROR_OUT_OF_MEMORY;
+}
+static sel_cu_result f_cuMemFree(sel_cu_dptr p)
+{
+	free((void *)(uintptr_t)p);
+	return 0;
+}
+static sel_cu_result f_cuMemAddressReserve(sel_cu_dptr *p, size_t size, size_t align, sel_cu_dptr addr,
+					   unsigned long long flags)
+{
+	if (addr || flags || fake.reserved || align == 0 || size % align)
+		bad("address reservation arguments");
+	fake.reserved = aligned_alloc(align, size);
+	CHECK(fake.reserved);
+	memset(fake.reserved, 0, size);
+	fake.reserved_size = size;
+	fake.reserved_align = align;
+	*p = (uintptr_t)fake.reserved;
+	return 0;
+}
+static sel_cu_result f_cuMemAddressFree(sel_cu_dptr p, size_t size)
+{
+	if ((void *)(uintptr_t)p != fake.reserved || size != fake.reserved_size)
+		bad("freeing another range");
+	free(fake.reserved);
+	fake.reserved = NULL;
+	fake.freed++;
+	return 0;
+}
+static sel_cu_result f_cuMemCreate(sel_cu_mem_handle *h, size_t size, const struct sel_cu_mem_alloc_prop *prop,
+				   unsigned long long flags)
+{
+	if (flags || fake.ncreated >= 4)
+		bad("cuMemCreate arguments");
+	fake.created[fake.ncreated].size = size;
+	fake.created[fake.ncreated].prop = *prop;
+	*h = 100 + (sel_cu_mem_handle)fake.ncreated++;
+	return 0;
+}
+static sel_cu_result f_cuMemRelease(sel_cu_mem_handle h)
+{
+	(void)h;
+	fake.nreleased++;
+	return 0;
+}
+static sel_cu_result f_cuMemMap(sel_cu_dptr p, size_t size, size_t off, sel_cu_mem_handle h,
+				unsigned long long flags)
+{
+	uint64_t base = (uintptr_t)fake.reserved;
+	if (off || flags || fake.nmapped >= 4 || p < base || p + size > base + fake.reserved_size)
+		bad("cuMemMap outside the range");
+	fake.mapped[fake.nmapped].ptr = p;
+	fake.mapped[fake.nmapped].size = size;
+	fake.mapped[fake.nmapped++].h = h;
+	return 0;
+}
+static sel_cu_result f_cuMemUnmap(sel_cu_dptr p, size_t size)
+{
+	(void)p;
+	(void)size;
+	fake.nunmapped++;
+	return 0;
+}
+static sel_cu_result f_cuMemSetAccess(sel_cu_dptr p, size_t size, const struct sel_cu_mem_access_desc *d,
+				      size_t n)
+{
+	if (fake.naccess >= 4 || n > 4)
+		bad("cuMemSetAccess arguments");
+	fake.access[fake.naccess].ptr = p;
+	fake.access[fake.naccess].size = size;
+	fake.access[fake.naccess].n = n;
+	memcpy(fake.access[fake.naccess++].d, d, n * sizeof(*d));
+	return 0;
+}
+static sel_cu_result f_cuMemGetAllocationGranularity(size_t *g, const struct sel_cu_mem_alloc_prop *prop,
+						     int option)
+{
+	if (prop->location.type != SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA)
+		bad("granularity for a non-host-NUMA location");
+	*g = option == SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? 65536 : 4096;
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	void *fn;
+} fake_syms[] = {
+#define F(n, f) { n, (void *)f }
+	F("cuInit", f_cuInit),
+	F("cuDriverGetVersion", f_cuDriverGetVersion),
+	F("cuGetErrorName", f_cuGetErrorName),
+	F("cuGetErrorString", f_cuGetErrorString),
+	F("cuDeviceGetCount", f_cuDeviceGetCount),
+	F("cuDeviceGet", f_cuDeviceGet),
+	F("cuDeviceGetAttribute", f_cuDeviceGetAttribute),
+	F("cuDevicePrimaryCtxRetain", f_cuDevicePrimaryCtxRetain),
+	F("cuDevicePrimaryCtxRelease_v2", f_cuDevicePrimaryCtxRelease),
+	F("cuCtxSetCurrent", f_cuCtxSetCurrent),
+	F("cuCtxGetCurrent", f_cuCtxGetCurrent),
+	F("cuCtxGetStreamPriorityRange", f_cuCtxGetStreamPriorityRange),
+	F("cuStreamCreateWithPriority", f_cuStreamCreateWithPriority),
+	F("cuStreamDestroy_v2", f_cuStreamDestroy),
+	F("cuStreamSynchronize", f_cuStreamSynchronize),
+	F("cuEventCreate", f_cuEventCreate),
+	F("cuEventRecord", f_cuEventRecord),
+	F("cuEventSynchronize", f_cuEventSynchronize),
+	F("cuEventDestroy_v2", f_cuEventDestroy),
+	F("cuMemcpyBatchAsync_v2", f_cuMemcpyBatchAsync),
+	F("cuMemcpyAsync", f_cuMemcpyAsync),
+	F("cuMemcpyHtoD_v2", f_cuMemcpyHtoD),
+	F("cuMemcpyDtoH_v2", f_cuMemcpyDtoH),
+	F("cuMemHostRegister_v2", f_cuMemHostRegister),
+	F("cuMemHostUnregister", f_cuMemHostUnregister),
+	F("cuMemAlloc_v2", f_cuMemAlloc),
+	F("cuMemFree_v2", f_cuMemFree),
+	F("cuMemAddressReserve", f_cuMemAddressReserve),
+	F("cuMemAddressFree", f_cuMemAddressFree),
+	F("cuMemCreate", f_cuMemCreate),
+	F("cuMemRelease", f_cuMemRelease),
+	F("cuMemMap", f_cuMemMap),
+	F("cuMemUnmap", f_cuMemUnmap),
+	F("cuMemSetAccess", f_cuMemSetAccess),
+	F("cuMemGetAllocationGranularity", f_cuMemGetAllocationGranularity),
+#undef F
+};
+
+static void *fake_resolve(void *ctx, const char *sym)
+{
+	(void)ctx;
+	if (strcmp(sym, "cuMemcpyBatchAsync") == 0)
+		atomic_fetch_add(&fake.plain_batch_asked, 1);
+	if (fake.missing && strcmp(sym, fake.missing) == 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof(fake_syms) / sizeof(fake_syms[0]); i++)
+		if (strcmp(fake_syms[i].name, sym) == 0)
+			return fake_syms[i].fn;
+	return NULL;
+}
+
+static struct sel_cuda *fake_load(void)
+{
+	struct sel_cuda *cu;
+	CHECK_OK(sel_cuda_load_from("fake", fake_resolve, NULL, &cu));
+	CHECK(cu->driver_version == 13000);
+	return cu;
+}
+
+static bool starts_with(const char *s, const char *p)
+{
+	return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* ---- Loader ---------------------------------------------------------------- */
+
+static void test_loader(void)
+{
+	struct sel_cuda *cu = (struct sel_cuda *)1;
+	CHECK_RC(sel_cuda_load_library("libselene-test-no-such-cuda.so.1", &cu), SEL_ECUDA);
+	CHECK(cu == NULL);
+	CHECK(starts_with(sel_errmsg(), "cuda unavailable: "));
+	CHECK(strstr(sel_errmsg(), "libselene-test-no-such-cuda.so.1"));
+
+	/* The process-wide driver: where libcuda.so.1 is absent (this test's
+	 * usual machine), the failure is stable and says why. */
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	const struct sel_cuda *pcu = NULL;
+	int rc = sel_cuda_load(&pcu);
+	if (!h) {
+		CHECK_RC(rc, SEL_ECUDA);
+		CHECK(pcu == NULL);
+		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: ") && strstr(sel_errmsg(), "libcuda.so.1"),
+		       "message: %s", sel_errmsg());
+		eos_errclear();
+		CHECK_RC(sel_cuda_load(&pcu), SEL_ECUDA);
+		CHECK(starts_with(sel_errmsg(), "cuda unavailable: "));
+		printf("libcuda.so.1 absent: %s\n", sel_errmsg());
+	} else {
+		dlclose(h);
+		if (rc == 0)
+			CHECK(pcu && pcu->cuMemcpyBatchAsync && pcu->cuInit);
+		else
+			CHECK(rc == SEL_ECUDA && starts_with(sel_errmsg(), "cuda unavailable: "));
+	}
+
+	/* A library that is not a driver: the first symbol is named. */
+	CHECK_RC(sel_cuda_load_library("libc.so.6", &cu), SEL_ECUDA);
+	CHECKF(strcmp(sel_errmsg(), "cuda unavailable: symbol cuInit missing from libc.so.6 (driver too old"
+		      " for CUDA 13?)") == 0, "message: %s", sel_errmsg());
+
+	/* CUDA 13's stub libcuda exports the real ABI names: every symbol we
+	 * use resolves, and only cuInit refuses. */
+	const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+	if (access(stub, R_OK) == 0) {
+		CHECK_RC(sel_cuda_load_library(stub, &cu), SEL_ECUDA);
+		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: cuInit: "), "stub: %s", sel_errmsg());
+		CHECK(strstr(sel_errmsg(), "(34)")); /* CUDA_ERROR_STUB_LIBRARY */
+	} else {
+		printf("note: %s absent, export names not checked against it\n", stub);
+	}
+
+	/* Fake drivers: too old, failing cuInit, and the good one. */
+	fake_reset();
+	fake.missing = "cuMemcpyBatchAsync_v2";
+	CHECK_RC(sel_cuda_load_from("fake", fake_resolve, NULL, &cu), SEL_ECUDA);
+	CHECK(strcmp(sel_errmsg(), "cuda unavailable: symbol cuMemcpyBatchAsync_v2 missing from fake (driver"
+		     " too old for CUDA 13?)") == 0);
+	fake_reset();
+	fake.init_rc = SEL_CU_ERROR_NO_DEVICE;
+	CHECK_RC(sel_cuda_load_from("fake", fake_resolve, NULL, &cu), SEL_ECUDA);
+	CHECKF(strcmp(sel_errmsg(), "cuda unavailable: cuInit: CUDA_ERROR_NO_DEVICE (100): fake driver error") == 0,
+	       "message: %s", sel_errmsg());
+	fake_reset();
+	cu = fake_load();
+	CHECK(atomic_load(&fake.plain_batch_asked) == 0);
+	CHECK(strcmp(sel_cuda_symbol("cuMemcpyBatchAsync"), "cuMemcpyBatchAsync_v2") == 0);
+	CHECK(strcmp(sel_cuda_symbol("cuMemHostRegister"), "cuMemHostRegister_v2") == 0);
+	CHECK(sel_cuda_symbol("cuNothing") == NULL);
+	struct sel_cuda_device_info info;
+	CHECK_OK(sel_cuda_device_info(cu, 1, &info));
+	CHECK(info.ordinal == 1 && !info.integrated && info.host_numa_id == 4 && info.vmm && info.host_numa_vmm);
+	CHECK_RC(sel_cuda_device_info(cu, 2, &info), SEL_ECUDA);
+	CHECK(strstr(sel_errmsg(), "cuDeviceGet(2)"));
+	CHECK_RC(sel_cuda_fail(cu, SEL_CU_ERROR_INVALID_VALUE, "thing %d", 7), SEL_ECUDA);
+	CHECK(strcmp(sel_errmsg(), "cuda: thing 7: CUDA_ERROR_INVALID_VALUE (1): fake driver error") == 0);
+	CHECK(sel_cuda_fail(cu, SEL_CU_SUCCESS, "fine") == 0);
+	sel_cuda_unload(cu);
+	sel_cuda_unload(NULL);
+}
+
+/* ---- A small world over "device" planes (host memory for the fake) --------- */
+
+struct world {
+	uint32_t ranks;
+	uint8_t *mem[2][3];
+	uint64_t len[2][3];
+	sel_geometry *g;
+	sel_slot_layout l;
+};
+
+/* Rank r: planes "a" (unit a[r]) and "b" (unit b[r]), a row of row[r]. */
+static void world_open(struct world *w, uint32_t ranks, const uint64_t *a, const uint64_t *b,
+		       const uint64_t *row, uint64_t pages, uint64_t rows, test_rng *rng)
+{
+	sel_allocation al[6];
+	size_t n = 0;
+	memset(w, 0, sizeof(*w));
+	w->ranks = ranks;
+	for (uint32_t r = 0; r < ranks; r++) {
+		const uint64_t unit[3] = { a[r], b[r], row[r] }, count[3] = { pages, pages, rows };
+		static const char *names[3] = { "a", "b", "row" };
+		for (int p = 0; p < 3; p++) {
+			w->len[r][p] = unit[p] * count[p];
+			w->mem[r][p] = eos_aligned_alloc(EOS_ALIGN, w->len[r][p]);
+			CHECK(w->mem[r][p]);
+			test_rng_fill(rng, w->mem[r][p], w->len[r][p]);
+			al[n++] = (sel_allocation){ .rank = r, .name = names[p],
+						    .group = p == 2 ? SEL_GROUP_STATE_ROWS : SEL_GROUP_KV_PAGES,
+						    .kind = SEL_MEM_DEVICE, .address = (uintptr_t)w->mem[r][p],
+						    .unit_bytes = unit[p], .count = count[p] };
+		}
+	}
+	CHECK_OK(sel_geometry_build(al, n, ranks, 64, &w->g));
+	CHECK_OK(sel_slot_layout_init(&w->l, w->g));
+}
+
+static void world_close(struct world *w)
+{
+	sel_slot_layout_free(&w->l);
+	sel_geometry_free(w->g);
+	for (uint32_t r = 0; r < 2; r++)
+		for (int p = 0; p < 3; p++)
+			eos_aligned_free(w->mem[r][p]);
+}
+
+static uint8_t *unit_at(const struct world *w, uint32_t r, int p, uint64_t i)
+{
+	const sel_plane *pl = p == 2 ? &w->g->rank[r].row : &w->g->rank[r].pages[p];
+	return (uint8_t *)(uintptr_t)(pl->address + i * pl->unit_bytes);
+}
+
+static void wait_one(sel_xfer *x, struct sel_xfer_job *job)
+{
+	struct sel_xfer_job *done = NULL;
+	for (int i = 0; i < 20000 && sel_xfer_poll(x, &done, 1) == 0; i++)
+		eos_sleep_ns(1000000);
+	CHECK(done == job);
+}
+
+/* Out of src ids / state 0, poison, back into dst ids / state 1, compare. */
+static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const uint32_t *rs, uint32_t n,
+		      bool expect_ok)
+{
+	uint32_t *src = malloc(n * sizeof(*src)), *dst = malloc(n * sizeof(*dst));
+	CHECK(src && dst);
+	for (uint32_t i = 0; i < n; i++) {
+		src[i] = (i * 7) % n;
+		dst[i] = n + i;
+	}
+	uint8_t *ref[2][3];
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++) {
+			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes : w->g->rank[r].pages[p].unit_bytes;
+			ref[r][p] = malloc(p == 2 ? u : u * n);
+			CHECK(ref[r][p]);
+			if (p == 2)
+				memcpy(ref[r][p], unit_at(w, r, 2, 0), u);
+			else
+				for (uint32_t i = 0; i < n; i++)
+					memcpy(ref[r][p] + i * u, unit_at(w, r, p, src[i]), u);
+		}
+	struct sel_xfer_job out = { .dir = SEL_COPY_OUT, .n_pages = n, .pages = src, .page_slots = ps,
+				    .row = true, .state_slot = 0, .row_slots = rs };
+	CHECK_OK(sel_xfer_submit(x, &out));
+	wait_one(x, &out);
+	if (!expect_ok) {
+		CHECK_RC(out.status, SEL_ECUDA);
+		CHECK(out.failed_rank < w->ranks);
+		goto done;
+	}
+	CHECK(out.status == 0);
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++)
+			memset(w->mem[r][p], 0x5a, w->len[r][p]);
+	struct sel_xfer_job in = { .dir = SEL_COPY_IN, .n_pages = n, .pages = dst, .page_slots = ps,
+				   .row = true, .state_slot = 1, .row_slots = rs };
+	CHECK_OK(sel_xfer_submit(x, &in));
+	wait_one(x, &in);
+	CHECK(in.status == 0);
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++) {
+			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes : w->g->rank[r].pages[p].unit_bytes;
+			if (p == 2)
+				CHECK(memcmp(ref[r][p], unit_at(w, r, 2, 1), u) == 0);
+			else
+				for (uint32_t i = 0; i < n; i++)
+					CHECKF(memcmp(ref[r][p] + i * u, unit_at(w, r, p, dst[i]), u) == 0,
+					       "rank %u plane %d page %u", r, p, i);
+		}
+done:
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++)
+			free(ref[r][p]);
+	free(src);
+	free(dst);
+}
+
+/* ---- The backend --------------------------------------------------------- */
+
+static void test_backend(test_rng *rng)
+{
+	fake_reset();
+	struct sel_cuda *cu = fake_load();
+	struct sel_copy_backend *be;
+	const int devices[2] = { 0, 1 };
+
+	CHECK_RC(sel_copy_backend_cuda_create(cu, (int[]){ 0, 5 }, 2, &be), SEL_ECUDA);
+	CHECK(strstr(sel_errmsg(), "rank 1 names device 5 but 2 devices are visible"));
+	CHECK(atomic_load(&fake.retains[0]) == 0);
+
+	CHECK_OK(sel_copy_backend_cuda_create(cu, devices, 2, &be));
+	CHECK(strcmp(be->name, "cuda") == 0);
+	CHECK(be->max_call_bytes == 16u << 20 && be->max_call_entries == 4096);
+	CHECK(atomic_load(&fake.retains[0]) == 1 && atomic_load(&fake.retains[1]) == 1);
+
+	/* 256 KiB planes: a 64-page window moves ~16.3 MiB per rank, so
+	 * windows split into several batches. */
+	struct world w;
+	world_open(&w, 2, (uint64_t[]){ 262144, 262144 }, (uint64_t[]){ 3000, 3000 },
+		   (uint64_t[]){ 600000, 700000 }, 140, 2, rng);
+	struct sel_slab_hooks hooks = { be->host_register, be->host_unregister, be->ctx };
+	sel_slab_pool *pool;
+	current = NULL;
+	CHECK_OK(sel_slab_create(w.l.slot_bytes, 0, 80, false, &hooks, &pool));
+	CHECK(atomic_load(&fake.registers) == 1);
+	CHECK(current == NULL); /* the caller's context is restored */
+
+	sel_xfer *x;
+	CHECK_OK(sel_xfer_create(w.g, &w.l, pool, be, 4, &x));
+	CHECK(atomic_load(&fake.streams) == 2 && atomic_load(&fake.events) == 2);
+	uint32_t ps[70], rs[3];
+	CHECK(w.l.row_slots == 3);
+	CHECK_OK(sel_slab_alloc(pool, 70, SEL_SLAB_INTAKE, ps));
+	CHECK_OK(sel_slab_alloc(pool, 3, SEL_SLAB_INTAKE, rs));
+	roundtrip(&w, x, ps, rs, 70, true);
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+	CHECK(atomic_load(&fake.inflight_at_entry) == 0);
+	CHECK(atomic_load(&fake.batches) >= 2 * 2 * 3);
+	CHECK(atomic_load(&fake.max_bytes) <= 16u << 20 && atomic_load(&fake.max_bytes) > (15u << 20));
+
+	/* A failing batch: SEL_ECUDA, and the stream drained before the report. */
+	int syncs = atomic_load(&fake.stream_syncs);
+	atomic_store(&fake.fail_batch, atomic_load(&fake.batches) + 1);
+	roundtrip(&w, x, ps, rs, 70, false);
+	CHECK(atomic_load(&fake.stream_syncs) == syncs + 1);
+	CHECK(atomic_load(&fake.inflight_at_entry) == 0);
+	atomic_store(&fake.fail_batch, -1);
+	roundtrip(&w, x, ps, rs, 70, true); /* and the set still works */
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+	CHECK_OK(sel_xfer_check(x));
+	CHECK_OK(sel_xfer_close(x, 0));
+	sel_xfer_destroy(x);
+	CHECK(atomic_load(&fake.streams) == 0 && atomic_load(&fake.events) == 0);
+	sel_slab_destroy(pool);
+	CHECK(atomic_load(&fake.unregisters) == 1);
+
+	/* A rank that cannot make its stream fails the whole set. */
+	fake.stream_fail = 1;
+	CHECK_OK(sel_slab_create(w.l.slot_bytes, 0, 8, false, NULL, &pool));
+	CHECK_RC(sel_xfer_create(w.g, &w.l, pool, be, 4, &x), SEL_ECUDA);
+	CHECKF(strstr(sel_errmsg(), "cuStreamCreateWithPriority(0): CUDA_ERROR_FAKE") &&
+		       strstr(sel_errmsg(), "(transfer rank "), "message: %s", sel_errmsg());
+	CHECK(atomic_load(&fake.streams) == 0);
+	sel_slab_destroy(pool);
+	fake.stream_fail = 0;
+
+	sel_copy_backend_cuda_destroy(be);
+	CHECK(atomic_load(&fake.retains[0]) == 0 && atomic_load(&fake.retains[1]) == 0);
+	world_close(&w);
+	sel_cuda_unload(cu);
+}
+
+/* ---- Split pools ------------------------------------------------------------ */
+
+static void test_split_pool(test_rng *rng)
+{
+	fake_reset();
+	struct sel_cuda *cu = fake_load();
+	const int devices[2] = { 0, 1 };
+	struct world w;
+	/* Different shares per rank: 64 KiB + 4 KiB, and 32 KiB + 8 KiB. */
+	world_open(&w, 2, (uint64_t[]){ 65536, 32768 }, (uint64_t[]){ 100, 5000 }, (uint64_t[]){ 9000, 9000 }, 40,
+		   2, rng);
+	const uint64_t slots = 30;
+
+	sel_cuda_split_pool *sp;
+	CHECK_OK(sel_cuda_split_pool_create(cu, devices, &w.l, slots, &sp));
+	CHECK(fake.ncreated == 2 && fake.nmapped == 2 && fake.naccess == 2);
+	CHECK(sp->base == (uintptr_t)fake.reserved && sp->bytes == fake.reserved_size);
+	CHECK(sp->bytes >= slots * w.l.slot_bytes);
+	for (uint32_t r = 0; r < 2; r++) {
+		const struct sel_cuda_split_part *pt = &sp->part[r];
+		const struct sel_cu_mem_alloc_prop *prop = &fake.created[r].prop;
+		CHECK(prop->type == SEL_CU_MEM_ALLOCATION_TYPE_PINNED);
+		CHECK(prop->requested_handle_types == SEL_CU_MEM_HANDLE_TYPE_NONE);
+		CHECK(prop->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
+		CHECK(prop->location.id == 3 + (int)r && pt->numa == 3 + (int)r && pt->device == (int)r);
+		CHECK(fake.created[r].size == pt->bytes && pt->bytes % 65536 == 0);
+		CHECK(pt->bytes >= slots * w.l.share[r] && pt->share == w.l.share[r]);
+		CHECK(fake.mapped[r].ptr == pt->base && fake.mapped[r].size == pt->bytes);
+		CHECK(fake.mapped[r].h == pt->handle);
+		CHECK(fake.access[r].ptr == pt->base && fake.access[r].size == pt->bytes && fake.access[r].n == 2);
+		CHECK(fake.access[r].d[0].location.type == SEL_CU_MEM_LOCATION_TYPE_DEVICE);
+		CHECK(fake.access[r].d[0].location.id == (int)r);
+		CHECK(fake.access[r].d[0].flags == SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		CHECK(fake.access[r].d[1].location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
+		CHECK(fake.access[r].d[1].flags == SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		CHECK(pt->base >= sp->base && pt->base + pt->bytes <= sp->base + sp->bytes);
+	}
+	CHECK(sp->part[0].base + sp->part[0].bytes <= sp->part[1].base); /* no overlap */
+	CHECK(atomic_load(&fake.retains[0]) == 1);
+
+	/* Identity addressing. */
+	uint64_t id = sp->base + 7 * w.l.slot_bytes;
+	CHECK(sel_cuda_split_pool_translate(sp, 0, id) == sp->part[0].base + 7 * w.l.share[0]);
+	CHECK(sel_cuda_split_pool_translate(sp, 0, id + 100) == sp->part[0].base + 7 * w.l.share[0] + 100);
+	CHECK(sel_cuda_split_pool_translate(sp, 1, id + w.l.share_off[1] + 5) ==
+	      sp->part[1].base + 7 * w.l.share[1] + 5);
+	CHECK(sel_cuda_split_pool_translate(sp, 1, id) == 0);                  /* rank 0's share */
+	CHECK(sel_cuda_split_pool_translate(sp, 0, id + w.l.share_off[1]) == 0); /* rank 1's share */
+	CHECK(sel_cuda_split_pool_translate(sp, 0, sp->base + slots * w.l.slot_bytes) == 0);
+	CHECK(sel_cuda_split_pool_translate(sp, 2, id) == 0);
+
+	/* Transfers through the parts. */
+	struct sel_copy_backend *be;
+	CHECK_OK(sel_copy_backend_cuda_create(cu, devices, 2, &be));
+	struct sel_xfer_part parts[2];
+	sel_cuda_split_pool_parts(sp, parts);
+	CHECK(parts[1].base == sp->part[1].base && parts[1].stride == w.l.share[1]);
+	sel_xfer *x;
+	CHECK_OK(sel_xfer_create_parts(w.g, &w.l, parts, slots, be, 4, &x));
+	uint32_t ps[20], rs[1] = { 29 };
+	CHECK(w.l.row_slots == 1);
+	for (uint32_t i = 0; i < 20; i++)
+		ps[i] = 27 - i;
+	roundtrip(&w, x, ps, rs, 20, true);
+	/* Bytes sit in the parts: page 0 of the last copy-out (id 0) in slot 27. */
+	for (uint32_t r = 0; r < 2; r++)
+		CHECK(memcmp((void *)(uintptr_t)(sp->part[r].base + 27 * w.l.share[r] + w.l.plane_off[r][1]),
+			     unit_at(&w, r, 1, 20), w.g->rank[r].pages[1].unit_bytes) == 0);
+	struct sel_xfer_job cmp = { .dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = ps,
+				    .compare = true };
+	CHECK_RC(sel_xfer_submit(x, &cmp), -EINVAL);
+	CHECK(strstr(sel_errmsg(), "split pools"));
+	uint32_t big[1] = { (uint32_t)slots };
+	struct sel_xfer_job oob = { .dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = big };
+	CHECK_RC(sel_xfer_submit(x, &oob), -EINVAL);
+	CHECK_OK(sel_xfer_close(x, 0));
+	sel_xfer_destroy(x);
+	sel_copy_backend_cuda_destroy(be);
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+
+	sel_cuda_split_pool_destroy(sp);
+	CHECK(fake.nunmapped == 2 && fake.nreleased == 2 && fake.freed == 1);
+	CHECK(atomic_load(&fake.retains[0]) == 0 && atomic_load(&fake.retains[1]) == 0);
+	sel_cuda_split_pool_destroy(NULL);
+
+	/* Devices without host-NUMA allocations. */
+	fake.numa_vmm = 0;
+	sp = (sel_cuda_split_pool *)1;
+	CHECK_RC(sel_cuda_split_pool_create(cu, devices, &w.l, slots, &sp), SEL_ECUDA);
+	CHECK(sp == NULL && strstr(sel_errmsg(), "cannot create host NUMA allocations"));
+	CHECK(fake.reserved == NULL && atomic_load(&fake.retains[0]) == 0);
+
+	world_close(&w);
+	sel_cuda_unload(cu);
+	fake_reset();
+}
+
+int main(void)
+{
+	test_rng rng;
+	test_rng_init(&rng, test_seed());
+	test_loader();
+	test_backend(&rng);
+	test_split_pool(&rng);
+	printf("ok\n");
+	return 0;
+}
