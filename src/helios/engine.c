@@ -138,10 +138,12 @@ struct etk {
 	uint32_t row;
 };
 
-/* A checkpoint whose put waits for store progress. */
+/* A checkpoint whose put waits for store progress: any store event after
+ * the refusal (the deferral's own event is none). */
 struct eretry {
 	uint64_t id;
 	sel_retry_reason why;
+	uint64_t epoch; /* e->events when refused */
 };
 
 struct hel_engine {
@@ -184,6 +186,7 @@ struct hel_engine {
 	int *ent_rc;
 	int32_t *logits;
 	bool store_stopped;
+	uint64_t events;     /* store events handled */
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	struct hel_engine *grave_next;
@@ -739,13 +742,14 @@ static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why)
 	for (size_t i = 0; i < e->n_rt; i++)
 		if (e->rt[i].id == id) {
 			e->rt[i].why = why;
+			e->rt[i].epoch = e->events;
 			return;
 		}
 	if (grow((void **)&e->rt, &e->cap_rt, e->n_rt + 1, sizeof *e->rt)) {
 		e->ws.retry_abandoned[why]++; /* cannot remember it: given up */
 		return;
 	}
-	e->rt[e->n_rt++] = (struct eretry){ id, why };
+	e->rt[e->n_rt++] = (struct eretry){ id, why, e->events };
 }
 
 /* The store stopped for good (design 2.12): stop using it, keep every id
@@ -803,15 +807,16 @@ static void put_one(hel_engine *e, const sel_published *p)
 }
 
 /* Remembered puts: forget those whose checkpoint left the GPU cache
- * (counting the abandonment by its last reason); after store progress
- * offer the rest again. */
-static void retry_puts(hel_engine *e, bool progress)
+ * (counting the abandonment by its last reason); offer again those the
+ * store made progress since. */
+static void retry_puts(hel_engine *e)
 {
 	hel_cache *c = hel_scheduler_cache(e->sched);
 	size_t keep = 0;
 	for (size_t i = 0; i < e->n_rt; i++) {
 		struct eretry x = e->rt[i];
 		const hel_ckpt *k = hel_cache_get(c, x.id);
+		bool progress = e->events > x.epoch;
 		sel_published p;
 		if (!k || !hel_ckpt_has_row(k) || (progress && hel_scheduler_describe(e->sched, x.id, &p))) {
 			e->ws.retry_abandoned[x.why]++;
@@ -827,6 +832,7 @@ static void retry_puts(hel_engine *e, bool progress)
 			(void)hel_scheduler_pin(e->sched, x.id);
 		} else if (o == SEL_RETRY) {
 			x.why = why < SEL_RETRY_REASONS ? why : SEL_RETRY_NONE;
+			x.epoch = e->events;
 			e->rt[keep++] = x;
 		}
 	}
@@ -846,6 +852,7 @@ static int service_store(hel_engine *e)
 				break;
 			}
 			for (int i = 0; i < n; i++) {
+				e->events++;
 				if (ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED)
 					fetch_event(e, &ev[i]);
 				else
@@ -872,7 +879,7 @@ static int service_store(hel_engine *e)
 			break;
 	}
 	if (store_usable(e) && e->n_rt)
-		retry_puts(e, events > 0);
+		retry_puts(e);
 	/* Publications: put each and pin a Queued one before any other
 	 * scheduler call (scheduler.h). */
 	const sel_published *pubs;
