@@ -336,6 +336,51 @@ static void test_offload(void)
 	finish(b);
 }
 
+/* ---- many requests at once: queueing, preemption ------------------------------------------ */
+
+static void test_concurrent(void)
+{
+	/* Few pages for many decoders: the scheduler preempts and resumes. */
+	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_pages = 10, .gpu_rows = 24,
+						   .chunk_tokens = 64 });
+	enum { N = 16 };
+	struct et_call *c[N];
+	hel_token *p[N];
+	uint32_t n[N], max[N];
+	hel_sampler sm[N];
+	for (int i = 0; i < N; i++) {
+		p[i] = et_random_prompt(&rng, 20 + test_rng_below(&rng, 150), &n[i]);
+		max[i] = 100 + (uint32_t)test_rng_below(&rng, 200);
+		sm[i] = (hel_sampler){ 0 };
+		if (i % 3 == 0)
+			sm[i] = (hel_sampler){ .temperature = 1.0, .seed = (uint64_t)i };
+		c[i] = et_call_new();
+		CHECK_OK(et_submit(e, c[i], p[i], n[i], max[i], &sm[i]));
+	}
+	for (int i = 0; i < N; i++) {
+		et_wait(c[i]);
+		CHECK(c[i]->out.error == 0);
+		check_ref(c[i], p[i], n[i], max[i], &sm[i]);
+		et_call_free(c[i]);
+		free(p[i]);
+	}
+	hel_engine_stats st;
+	et_wait_stats(e, idle, NULL);
+	hel_engine_stats_get(e, &st);
+	printf("concurrent: %llu preemptions, %llu evictions\n", (unsigned long long)st.preemptions,
+	       (unsigned long long)st.gpu_evictions);
+	finish(e);
+}
+
+static hel_engine *stop_target;
+static int stop_rc_in_callback;
+
+static void stop_in_callback(void *ctx, const hel_outcome *o)
+{
+	stop_rc_in_callback = hel_engine_stop(stop_target, 0);
+	et_on_done(ctx, o);
+}
+
 /* ---- shutdown with requests in flight ------------------------------------------------------- */
 
 static void test_shutdown(void)
@@ -400,6 +445,21 @@ static void test_shutdown(void)
 	hel_engine_destroy(e);
 	et_call_free(q);
 	free(p);
+	/* Stop from a callback (the worker itself) is refused. */
+	c2.core = NULL;
+	e = start(c2);
+	stop_target = e;
+	q = et_call_new();
+	p = et_random_prompt(&rng, 20, &n);
+	hel_request rq = { .prompt = p, .n_prompt = n, .max_tokens = 2, .on_tokens = et_on_tokens,
+			   .on_done = stop_in_callback, .ctx = q };
+	CHECK_OK(hel_engine_submit(e, &rq, &q->id));
+	et_wait(q);
+	CHECK(stop_rc_in_callback == -EDEADLK);
+	finish(e);
+	et_call_free(q);
+	free(p);
+	c2.core = core;
 	/* Destroy without stop. */
 	CHECK_OK(hel_engine_open(&c2, &e));
 	CHECK_OK(hel_engine_start(e));
@@ -520,6 +580,7 @@ int main(void)
 	test_single();
 	test_multiturn(SEL_MODE_ORDINARY);
 	test_multiturn(SEL_MODE_COPY);
+	test_concurrent();
 	test_offload();
 	test_shutdown();
 	hel_core_free(core);

@@ -21,20 +21,30 @@
  *        ticket's pages and row were written behind its back, then
  *        finish_inbound; FETCH_FAILED likewise without the loads; STORED /
  *        STORE_FAILED: unpin, remembering a Deferred checkpoint for a
- *        retry), deliver eviction notices, retry remembered puts if the
- *        store made progress (any event), then take publications and put
- *        each, pinning a Queued one at once;
+ *        retry), deliver eviction notices, put again each remembered
+ *        checkpoint the store made progress since (an event after its
+ *        refusal; its own Deferred event is none) and forget those that
+ *        left the GPU cache, then take publications and put each, pinning
+ *        a Queued one at once;
  *     3. admission, oldest first: plan, touch the store on a GPU hit, look
- *        the store up above it, let the policy decide, admit_planned, fetch
- *        for a new ticket; -EAGAIN keeps the request at the head;
+ *        the store up above it, let the policy decide (tokens gained = hit
+ *        minus GPU hit, the hit's bytes and tier, the prefill rate the
+ *        worker measures), admit_planned, fetch for a new ticket; -EAGAIN
+ *        keeps the request at the head, and it is planned again only when
+ *        capacity may have come back (a retirement, preemption or store
+ *        event), so a long waiting prompt is not re-hashed every step;
  *     4. at most one model step: plan it, execute its entries with the
- *        model, complete it, deliver tokens and finish requests;
+ *        model (RESTORE: row copy, and at the end of the prompt the
+ *        logits from the row, hel_model_logits; PREFILL and DECODE:
+ *        hel_model_prefill; captures: row copy; sampling with the
+ *        request's sampler at the token's position), complete it, deliver
+ *        tokens and finish requests;
  *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
  *        the store's wait fd when nothing happened.
  *   Steps run synchronously (max_inflight 1), so no id is ever PENDING
  *   while the worker sleeps and nothing but a submission, a cancellation
- *   or a store event can make progress possible; the poll still has a
- *   short timeout as a safety net.
+ *   or a store event can make progress possible; while requests are live
+ *   the poll still has a short timeout as a safety net.
  *
  *   Requests.  The worker's record of a request (struct ereq) outlives its
  *   scheduler request: an inbound failure cancels the scheduler request
@@ -187,6 +197,9 @@ struct hel_engine {
 	int32_t *logits;
 	bool store_stopped;
 	uint64_t events;     /* store events handled */
+	bool blocked;        /* the head of the queue got -EAGAIN ... */
+	uint64_t block_epoch; /* ... at this capacity_epoch() */
+	uint32_t block_skips;
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	struct hel_engine *grave_next;
@@ -497,8 +510,7 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	*out = e;
 	return 0;
 fail:
-	e->stopped = true; /* nothing ran: destroy frees everything */
-	hel_engine_destroy(e);
+	hel_engine_destroy(e); /* closes a store that was opened */
 	return rc;
 }
 
@@ -772,6 +784,9 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 	int status = ev->type == SEL_EV_FETCHED ? 0 : (ev->error ? ev->error : -EIO);
 	sel_key key = t ? t->key : ev->key;
 
+	if (!t && status == 0)
+		status = -ENOENT; /* destinations unknown: cannot load them */
+
 	if (t && status == 0) {
 		/* Written behind the model's back (model.h loading rule). */
 		for (uint32_t i = 0; i < t->n_pages && status == 0; i++)
@@ -892,9 +907,25 @@ static int service_store(hel_engine *e)
 
 /* ---- the worker: admission --------------------------------------------------------- */
 
+/* Changes whenever capacity may have come back: a request finished,
+ * cancelled (withdrawals included), preempted or re-admitted, or a store
+ * event (a ticket finished, a copy-out pin released). */
+static uint64_t capacity_epoch(hel_engine *e)
+{
+	hel_scheduler_stats ss;
+	hel_scheduler_stats_get(e->sched, &ss);
+	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted;
+}
+
 static int admission(hel_engine *e)
 {
 	int work = 0, stale = 0;
+	/* A head that found no capacity is planned again (its history hashed,
+	 * the store asked) only once something changed, or every 64 rounds. */
+	if (e->pending.head && e->blocked && capacity_epoch(e) == e->block_epoch &&
+	    ++e->block_skips % 64)
+		return 0;
+	e->blocked = false;
 	while (e->pending.head) {
 		struct ereq *r = e->pending.head;
 		hel_request_spec sp = spec_of(r);
@@ -925,8 +956,11 @@ static int admission(hel_engine *e)
 		hel_admission adm;
 		rc = hel_scheduler_admit_planned(e->sched, &sp, &plan, have ? &hit : NULL, &adm);
 		hel_admission_plan_free(&plan);
-		if (rc == -EAGAIN)
+		if (rc == -EAGAIN) {
+			e->blocked = true;
+			e->block_epoch = capacity_epoch(e);
 			break;
+		}
 		if (rc == -ESTALE && stale++ < 2)
 			continue; /* the plan's GPU checkpoint went: plan again */
 		list_del(&e->pending, r);
@@ -1103,6 +1137,7 @@ static void publish_stats(hel_engine *e)
 	s.gpu_rows_total = cc.rows_total;
 	s.gpu_checkpoints = cc.checkpoints;
 	s.gpu_evictions = ss.evictions + ss.compactions;
+	s.preemptions = ss.preempted;
 	s.publications = ss.published;
 	s.store_retries_pending = e->n_rt;
 	s.prefill_rate = (uint64_t)e->prefill_rate;
@@ -1127,7 +1162,9 @@ static void idle_wait(hel_engine *e)
 		pf[1].events = POLLIN;
 		nfd = 2;
 	}
-	(void)poll(pf, (nfds_t)nfd, IDLE_WAIT_MS);
+	/* Nothing live: only a submission or the store can bring work. */
+	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
+	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : -1);
 }
 
 /* Stopping: every request still here finishes "cancelled". */
@@ -1183,6 +1220,8 @@ int hel_engine_stop(hel_engine *e, uint64_t deadline_ns)
 {
 	if (e->stopped)
 		return e->stop_rc;
+	if (e->started && pthread_equal(pthread_self(), e->thread))
+		return eos_fail(-EDEADLK, "engine: stop from a callback (the worker thread)");
 	pthread_mutex_lock(&e->mu);
 	e->stopping = true;
 	pthread_mutex_unlock(&e->mu);
@@ -1201,7 +1240,7 @@ int hel_engine_stop(hel_engine *e, uint64_t deadline_ns)
 			rc = SEL_ESTOPPED;
 		}
 	}
-	if (!e->leak)
+	if (!e->leak && e->sched)
 		hel_scheduler_release_after_shutdown(e->sched);
 	e->stopped = true;
 	e->stop_rc = rc;

@@ -117,6 +117,7 @@ typedef struct hel_engine_stats {
 	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;
+	uint64_t preemptions;          /* decoders preempted for pages (resumed later) */
 	uint64_t publications, store_retries_pending;
 	uint64_t retry_abandoned[SEL_RETRY_REASONS];
 	uint64_t evictions_noticed, evictions_lost; /* notices delivered; queue overflows */
