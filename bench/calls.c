@@ -12,7 +12,12 @@
  *   fetch   sel_store_fetch() of a hit;
  *   poll    sel_store_poll() calls, all of them (mostly empty) and those that
  *           delivered an event (poll_event).
- * Goal: p99 <= 10 us, independent of record size.  Prints
+ * Goal: p99 <= 10 us, independent of record size.  The store's own work
+ * per call is O(page ids); what varies most is waking an idle copy thread
+ * (pthread_cond_signal in sel_xfer_submit: a futex wake, an IPI that costs
+ * 5-15 us in some VMs), which lands on store/fetch, and the first poll
+ * after the worker slept on the wait fd.  After a 1 GiB copy the worker's
+ * caches are cold as well.  Prints
  *   RESULT calls_<op>_<size>_{p50,p99,max}_us <v> us
  *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three

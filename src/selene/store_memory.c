@@ -37,7 +37,9 @@
  *       the node: SEL_EV_STORE_FAILED.  A failed node that already has
  *       children cannot be removed; it stays PENDING with no slots (flag
  *       MS_FAILED), so no lookup chain runs through it, until eviction takes
- *       it or a new put of its key fills it again.
+ *       it, a new put of its key fills it again, or its last child's failed
+ *       copy removes the child and then it.  IN completions update the
+ *       memory tier's rate (median of three, policy.c) and byte counters.
  * lookup: sel_index_lookup; only READY nodes with rows qualify, so every
  *       hit is resident.
  * fetch: re-walks the chain, pins every node on it and submits IN jobs: one
@@ -54,7 +56,8 @@
  * while the block lives.  If close cannot drain the copy threads
  * (SEL_ESTOPPED), destroy leaks the pool, the transfer set, the layout and
  * every outstanding job block -- a detached copy thread may still write into
- * them -- and keeps them reachable from a process-wide list.
+ * them -- and keeps them reachable from a process-wide list.  put and fetch
+ * after close are refused (SEL_SKIPPED / SEL_ESTOPPED).
  *
  * Retry reasons: a put whose slots cannot be found after eviction is
  * SEL_RETRY_INFLIGHT when free warm slots plus the slots of records pinned
