@@ -240,6 +240,12 @@ static void test_chunking(const hel_core *c, sel_state_mode mode)
 		}
 		CHECK(memcmp(l0, l1, V * 4) == 0);
 		CHECK(seq_bytes_digest(m, &s1) == bytes0);
+		/* The same logits again from the row alone, consuming nothing
+		 * (a full-prompt restore samples from these). */
+		memset(l1, 0, V * 4);
+		CHECK_OK(hel_model_logits(m, s1.slot, s1.pages, s1.np, l1));
+		CHECK(memcmp(l0, l1, V * 4) == 0);
+		CHECK(seq_bytes_digest(m, &s1) == bytes0);
 		gen(m, &s1, first, 40, out1, NULL, NULL);
 		CHECK(memcmp(out0, out1, sizeof out0) == 0);
 		CHECK_OK(hel_model_check(m));
@@ -278,6 +284,10 @@ static void test_restore(const hel_core *c, sel_state_mode mode)
 		seq_init(m, &b, 1 + (uint32_t)trial % 4, &pb);
 		CHECK_OK(restore(m, &a, &b, NULL));
 		CHECK(seq_bytes_digest(m, &b) == seq_bytes_digest(m, &a));
+		/* Logits from the restored row equal those of the original. */
+		CHECK_OK(hel_model_logits(m, a.slot, a.pages, a.np, lref));
+		CHECK_OK(hel_model_logits(m, b.slot, b.pages, b.np, l));
+		CHECK(memcmp(l, lref, V * 4) == 0);
 		gen(m, &b, pending, 48, out, l, NULL);
 		/* A snapshot through hel_model_row_copy (the GPU cache's path). */
 		cpy.slot = 5;
@@ -491,6 +501,12 @@ static void test_validation(void)
 
 	/* Uninitialised slots and unloaded pages are refused. */
 	CHECK_RC(hel_model_step(m, 0, NULL, 0, 'a', HEL_NO_PAGE, NULL), -EINVAL);
+	int32_t lg[HEL_VOCAB_MIN + 64];
+	CHECK(c->vocab <= HEL_VOCAB_MIN + 64);
+	CHECK_RC(hel_model_logits(m, 0, NULL, 0, lg), -EINVAL);
+	CHECK_OK(hel_model_row_init(m, 0));
+	CHECK_RC(hel_model_logits(m, 0, NULL, 0, lg), -EINVAL); /* nothing consumed yet */
+	CHECK(strstr(sel_errmsg(), "no token"));
 	CHECK_RC(hel_model_row_copy(m, 2, 1), -EINVAL);
 	seq_init(m, &a, 0, &p);
 	feed(m, &a, prompt, 150, NULL);
@@ -502,6 +518,12 @@ static void test_validation(void)
 	CHECK_RC(hel_model_step(m, 0, a.pages, 1, 'a', HEL_NO_PAGE, NULL), SEL_ECORRUPT);
 	CHECK(strstr(sel_errmsg(), "150 tokens, so 2 complete pages, but the page table has 1"));
 	CHECK_RC(hel_model_prefill(m, 0, a.pages, 2, prompt, 100, NULL), -EINVAL);
+	CHECK_RC(hel_model_logits(m, 0, a.pages, 1, lg), SEL_ECORRUPT);
+	/* A flipped previous-token word is not a token. */
+	hel_model_row_ptr(m, 0, 0)[hel_model_layout(m)->recurrent + 7] ^= 0x80;
+	CHECK_RC(hel_model_logits(m, 0, a.pages, 2, lg), SEL_ECORRUPT);
+	hel_model_row_ptr(m, 0, 0)[hel_model_layout(m)->recurrent + 7] ^= 0x80;
+	CHECK_OK(hel_model_logits(m, 0, a.pages, 2, lg));
 	CHECK_RC(hel_model_step(m, 0, a.pages, 2, c->vocab, HEL_NO_PAGE, NULL), -EINVAL);
 	/* A completing token needs a next page that is not in the table. */
 	feed(m, &a, prompt, 41, NULL); /* 191: the next token completes page 2 */

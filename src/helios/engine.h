@@ -40,6 +40,26 @@ typedef struct hel_engine_config {
 	uint64_t drain_limit_ns;     /* its duration; 0 = until done */
 	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
+	/* Tuning, tests and tools (0 / NULL: defaults). */
+	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
+					 sizing from gpu_cache_bytes) */
+	uint32_t chunk_tokens;       /* prefill tokens per request per step (256) */
+	uint32_t step_tokens;        /* tokens per step, all requests (1024) */
+	bool fetch_always;           /* fetch every host hit, skipping the policy
+					(tests whose tiny restores the measured
+					rates could make look slow) */
+	/* Replaces store selection: called once by hel_engine_open with the
+	 * configuration the engine would open a store with (geometry,
+	 * identities, sizes); the engine closes and destroys what it returns.
+	 * *out NULL: no store.  Worker-side test doubles (design 2.2). */
+	int (*store_open)(void *ctx, const sel_store_config *cfg, sel_store **out);
+	void *store_ctx;
+	/* Called on the worker thread with the logits each sampled token was
+	 * drawn from: id as returned by hel_engine_submit, position = the
+	 * sampled token's index in the sequence.  Must not block. */
+	void (*debug_logits)(void *ctx, uint64_t id, uint64_t position, const int32_t *logits,
+			     uint32_t vocab);
+	void *debug_ctx;
 } hel_engine_config;
 
 /* What the startup summary reports (design 2.11). */
@@ -97,9 +117,14 @@ typedef struct hel_engine_stats {
 	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;
+	uint64_t preemptions;          /* decoders preempted for pages (resumed later) */
 	uint64_t publications, store_retries_pending;
 	uint64_t retry_abandoned[SEL_RETRY_REASONS];
+	uint64_t evictions_noticed, evictions_lost; /* notices delivered; queue overflows */
+	uint64_t model_errors;         /* requests failed by a model call */
+	uint64_t prefill_rate;         /* measured prefill tokens per second (policy input) */
 	bool store_enabled;
+	bool store_stopped;            /* the store failed for good; serving goes on without it */
 	sel_stats store;               /* the host store's counters */
 	uint64_t uptime_ns;
 } hel_engine_stats;
@@ -112,11 +137,18 @@ void hel_engine_info_get(const hel_engine *e, hel_engine_info *out);
 /* Start the worker thread. */
 int hel_engine_start(hel_engine *e);
 
-/* Thread-safe.  0 with *id set; -EAGAIN when the queue is full; -EINVAL
- * (message names the field) for an empty prompt, max_tokens 0, or a prompt
- * plus max_tokens over the core's context; -ESHUTDOWN when stopping. */
+/* Thread-safe.  0 with *id set; -EAGAIN when the queue is full (more than
+ * queue_limit requests not yet finished beyond max_active); -EINVAL
+ * (message names the field) for an empty prompt, max_tokens 0, a prompt
+ * plus max_tokens over the core's context, a token outside the vocabulary,
+ * a negative temperature or a salt length without a salt; -E2BIG when the
+ * request could never fit the GPU cache (its pages, or a row per message
+ * checkpoint); -ESHUTDOWN when stopping.  Every sampled token is reported,
+ * the stop token HEL_TOK_END included (it counts in completion_tokens). */
 int hel_engine_submit(hel_engine *e, const hel_request *r, uint64_t *id);
-/* Thread-safe.  The request finishes with "cancelled" (0), or -ENOENT. */
+/* Thread-safe.  The request finishes with "cancelled" (0), or -ENOENT
+ * when it is unknown or already finished (its on_done was called or is
+ * being called). */
 int hel_engine_cancel(hel_engine *e, uint64_t id);
 /* Thread-safe snapshot. */
 void hel_engine_stats_get(hel_engine *e, hel_engine_stats *out);

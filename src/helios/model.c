@@ -49,6 +49,9 @@
  *   certainty and the logits with overwhelming probability; there are no
  *   floating-point values anywhere in the model (sampling at a temperature
  *   uses doubles in a fixed order, outside the kernel).
+ *   hel_model_logits re-derives step 7 from the row alone (its hidden
+ *   vector and its previous-token word), so a request restored at the end
+ *   of its prompt samples exactly what the step that ended there did.
  *   Draft state never feeds the main logits: it feeds the proposals, which
  *   verification accepts only where they equal the model's own choice, so
  *   speculative modes emit exactly the ordinary tokens while their extra
@@ -1096,6 +1099,41 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
 		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
 		if ((rc = step(m, slot, &tab, tokens[i], next, i + 1 == n ? logits : NULL, NULL)))
 			return rc;
+	}
+	return 0;
+}
+
+int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		     int32_t *logits)
+{
+	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	uint64_t n;
+	int rc;
+	if ((rc = check_table(m, slot, &tab, &n)))
+		return rc;
+	if (n == 0)
+		return eos_fail(-EINVAL, "model: row slot %u holds no token to take logits after", slot);
+	/* Step 5 wrote z to every rank's hidden region and step 7 projected
+	 * that same z: read it back, insisting the replicas agree. */
+	const uint8_t *h0 = rowp(m, 0, slot) + m->lay.hidden;
+	for (uint32_t r = 1; r < m->R; r++)
+		if (memcmp(rowp(m, r, slot) + m->lay.hidden, h0, m->lay.hidden_bytes))
+			return eos_fail(SEL_ECORRUPT,
+					"model: row slot %u: rank %u's hidden vector differs from rank 0's",
+					slot, r);
+	memcpy(m->z, h0, (size_t)m->H * 4);
+	project(m, m->wout, m->z, logits);
+	/* Word 0 of the recurrent state is the last consumed token + 1: the
+	 * token whose induction entry step 7 consulted (after its update). */
+	if (m->W) {
+		uint64_t w0 = rd64(rowp(m, 0, slot) + m->lay.recurrent);
+		if (w0 == 0 || w0 - 1 >= m->V)
+			return eos_fail(SEL_ECORRUPT,
+					"model: row slot %u: previous token word %llu is not a token",
+					slot, (unsigned long long)w0);
+		hel_token b = induction(m, slot, (hel_token)(w0 - 1));
+		if (b != NO_TOKEN)
+			logits[b] += INDUCTION_BONUS;
 	}
 	return 0;
 }

@@ -128,6 +128,17 @@ int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		      const hel_token *tokens, size_t n, int32_t *logits);
 
+/* The logits the step that brought slot to its state produced: the output
+ * projection of its last hidden vector plus the induction bonus of its last
+ * consumed token, bit-identical to that step's logits, computed from the
+ * row alone and consuming nothing.  A request restored at the very end of
+ * its prompt samples from these (design 2.7 "a full-prompt hit resumes").
+ * pages[0..n_pages) is the slot's page table, validated as for a step (the
+ * logits do not read it).  -EINVAL for an empty sequence or an unloaded
+ * slot; SEL_ECORRUPT when the ranks' copies of the hidden vector differ. */
+int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		     int32_t *logits);
+
 typedef struct hel_sampler {
 	double temperature; /* 0: greedy */
 	uint64_t seed;      /* temperature sampling: the draw at a position is fixed by (seed, position) */

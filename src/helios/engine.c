@@ -1,0 +1,1281 @@
+/*
+ * engine.c - the reference engine's model worker: one thread that owns the
+ * synthetic model, the scheduler with its GPU checkpoint cache, and the
+ * optional host store, and serves the requests the front end queues
+ * (design 2.8 "Worker integration"; 2.2 store interface and outcomes; 2.7
+ * the scheduler's call sequence; 2.9 and 1 store selection; 2.10 policy;
+ * 2.12 invariants).  engine.h is the contract with the front end,
+ * scheduler.h the call sequence this file follows.
+ *
+ * DESIGN
+ *   Threads.  Front-end threads only touch the submission side: a mutex
+ *   guards the incoming queue, the list of live requests (for cancel), the
+ *   counters kept there and the published stats snapshot; an eventfd wakes
+ *   the worker.  Everything else -- model, scheduler, cache, store, policy,
+ *   the pending queue and the active list -- belongs to the worker thread.
+ *   Callbacks run on the worker without the mutex held.
+ *
+ *   One loop iteration (scheduler.h's sequence):
+ *     1. take new submissions and cancellations;
+ *     2. service the store: poll every event (FETCHED: tell the model the
+ *        ticket's pages and row were written behind its back, then
+ *        finish_inbound; FETCH_FAILED likewise without the loads; STORED /
+ *        STORE_FAILED: unpin, remembering a Deferred checkpoint for a
+ *        retry), deliver eviction notices, put again each remembered
+ *        checkpoint the store made progress since (an event after its
+ *        refusal; its own Deferred event is none) and forget those that
+ *        left the GPU cache, then take publications and put each, pinning
+ *        a Queued one at once;
+ *     3. admission, oldest first: plan, touch the store on a GPU hit, look
+ *        the store up above it, let the policy decide (tokens gained = hit
+ *        minus GPU hit, the hit's bytes and tier, the prefill rate the
+ *        worker measures), admit_planned, fetch for a new ticket; -EAGAIN
+ *        keeps the request at the head, and it is planned again only when
+ *        capacity may have come back (a retirement, preemption or store
+ *        event), so a long waiting prompt is not re-hashed every step;
+ *     4. at most one model step: plan it, execute its entries with the
+ *        model (RESTORE: row copy, and at the end of the prompt the
+ *        logits from the row, hel_model_logits; PREFILL and DECODE:
+ *        hel_model_prefill; captures: row copy; sampling with the
+ *        request's sampler at the token's position), complete it, deliver
+ *        tokens and finish requests;
+ *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
+ *        the store's wait fd when nothing happened.
+ *   Steps run synchronously (max_inflight 1), so no id is ever PENDING
+ *   while the worker sleeps and nothing but a submission, a cancellation
+ *   or a store event can make progress possible; while requests are live
+ *   the poll still has a short timeout as a safety net.
+ *
+ *   Requests.  The worker's record of a request (struct ereq) outlives its
+ *   scheduler request: an inbound failure cancels the scheduler request
+ *   and pushes the record back to the front of the pending queue with host
+ *   lookup disabled for that attempt (design 2.8).  The scheduler carries a
+ *   pointer to the record as its user cookie, so a step's entries find
+ *   their records before complete_step retires finished requests.
+ *
+ *   A model call that fails fails its request (cancelled in the scheduler
+ *   before the step completes, so no terminal is taken from it).  If the
+ *   entry was to fill a checkpoint capture, the capture row's consumed
+ *   count is overwritten with an impossible value: any later restore of
+ *   that checkpoint, from the GPU cache or through the store, fails
+ *   loudly instead of resuming from stale bytes.
+ *
+ *   Store failure.  A poll that fails (SEL_ESTOPPED) stops the worker's
+ *   use of the store for good: requests waiting on tickets are requeued
+ *   without host lookup, while the tickets keep their ids and the pins of
+ *   copies in flight stay taken, so nothing a transfer may still touch is
+ *   reused (design 2.12).  Shutdown then keeps the model planes and the
+ *   store alive (design 2.8).
+ *
+ * INVARIANTS
+ *   1. Every live request is in e->all (mutex) and in exactly one of the
+ *      incoming queue (mutex), the pending queue or the active list
+ *      (worker); a request is active iff it has a scheduler id (sid).
+ *   2. on_done is called exactly once per successful submit, after every
+ *      on_tokens call of that request, on the worker thread (or on the
+ *      thread calling hel_engine_stop when the worker never started).
+ *   3. A checkpoint holds one worker pin per put that returned Queued and
+ *      has had no STORED / STORE_FAILED event; nothing else takes worker
+ *      pins.  Between take_publications and the last pin no other
+ *      scheduler call is made.
+ *   4. Eviction notices reach the store before any put of the same
+ *      iteration.
+ *   5. A ticket's page ids and row are handed to the model as loaded
+ *      (page_loaded, row_loaded) before finish_inbound can publish them,
+ *      and only after the store reported FETCHED for that ticket.
+ *   6. The worker never waits on the store: every store call returns at
+ *      once, and it sleeps only in poll(2).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "eos.h"
+#include "helios/cache.h"
+#include "helios/engine.h"
+#include "helios/scheduler.h"
+
+#define DEFAULT_QUEUE 1024u
+#define DEFAULT_MAX_ACTIVE 8u
+#define DEFAULT_GPU_CACHE (64ull << 20)
+#define POLL_BATCH 32
+#define NOTICE_BATCH 64
+#define IDLE_WAIT_MS 50
+
+/* ---- requests ------------------------------------------------------------ */
+
+struct ereq {
+	uint64_t id;
+	hel_token *prompt;
+	uint32_t n_prompt;
+	uint64_t *ends; /* message ends (after each HEL_TOK_MESSAGE) */
+	uint32_t n_ends;
+	uint32_t max_tokens;
+	hel_sampler sampler;
+	uint8_t *salt;
+	size_t salt_len;
+	void (*on_tokens)(void *ctx, const hel_token *tokens, uint32_t n);
+	void (*on_done)(void *ctx, const hel_outcome *outcome);
+	void *ctx;
+	/* e->mu */
+	bool cancel, cancel_seen;
+	struct ereq *all_prev, *all_next;
+	struct ereq *in_next;
+	/* worker */
+	hel_req_id sid;
+	bool no_host, counted;
+	struct ereq *prev, *next;
+	hel_outcome out;
+};
+
+struct rlist {
+	struct ereq *head, *tail;
+	uint32_t n;
+};
+
+/* An inbound ticket the worker started (sel_store_fetch returned 0). */
+struct etk {
+	uint64_t ticket;
+	sel_key key;
+	uint32_t *pages;
+	uint32_t n_pages;
+	uint32_t row;
+};
+
+/* A checkpoint whose put waits for store progress: any store event after
+ * the refusal (the deferral's own event is none). */
+struct eretry {
+	uint64_t id;
+	sel_retry_reason why;
+	uint64_t epoch; /* e->events when refused */
+};
+
+struct hel_engine {
+	hel_engine_config cfg;
+	const hel_core *core;
+	hel_model *model;
+	sel_geometry *geo;
+	hel_scheduler *sched;
+	sel_store *store;
+	sel_policy *policy;
+	hel_engine_info info;
+	uint32_t P, V, max_active, queue_limit, n_pages, n_rows;
+	uint64_t open_ns;
+	int efd;
+	pthread_t thread;
+	bool started, stopped, leak;
+	int stop_rc;
+
+	/* Submission side, under mu. */
+	pthread_mutex_t mu;
+	bool stopping, cancel_pending;
+	struct ereq *all;
+	uint32_t n_all;
+	struct ereq *in_head, *in_tail;
+	uint32_t n_in;
+	uint64_t next_id;
+	uint64_t submitted, finished, cancelled, failed;
+	hel_engine_stats snap;
+
+	/* Worker. */
+	struct rlist pending, active;
+	struct etk *tk;
+	size_t n_tk, cap_tk;
+	struct eretry *rt;
+	size_t n_rt, cap_rt;
+	struct ereq **cv;
+	size_t cap_cv;
+	hel_step_result *res; /* [max_active]: a step has one entry per request */
+	struct ereq **ent;
+	int *ent_rc;
+	int32_t *logits;
+	bool store_stopped;
+	uint64_t events;     /* store events handled */
+	bool blocked;        /* the head of the queue got -EAGAIN ... */
+	uint64_t block_epoch; /* ... at this capacity_epoch() */
+	uint32_t block_skips;
+	double prefill_rate;
+	hel_engine_stats ws; /* the worker's own counters */
+	struct hel_engine *grave_next;
+};
+
+/* Engines whose store could not drain keep everything (design 2.8): the
+ * model planes, the ids and the store stay allocated and reachable here. */
+static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hel_engine *graveyard;
+
+static int grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (want <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 16;
+	while (n < want)
+		n *= 2;
+	void *q = realloc(*p, n * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+static void list_push(struct rlist *l, struct ereq *r)
+{
+	r->next = NULL;
+	r->prev = l->tail;
+	if (l->tail)
+		l->tail->next = r;
+	else
+		l->head = r;
+	l->tail = r;
+	l->n++;
+}
+
+static void list_push_front(struct rlist *l, struct ereq *r)
+{
+	r->prev = NULL;
+	r->next = l->head;
+	if (l->head)
+		l->head->prev = r;
+	else
+		l->tail = r;
+	l->head = r;
+	l->n++;
+}
+
+static void list_del(struct rlist *l, struct ereq *r)
+{
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		l->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	else
+		l->tail = r->prev;
+	r->prev = r->next = NULL;
+	l->n--;
+}
+
+static void req_free(struct ereq *r)
+{
+	if (!r)
+		return;
+	free(r->prompt);
+	free(r->ends);
+	free(r->salt);
+	free(r);
+}
+
+static void wake(hel_engine *e)
+{
+	(void)eventfd_write(e->efd, 1);
+}
+
+/* The request is done: report it once and forget it.  A cancellation
+ * requested before this point wins over the natural finish (engine.h). */
+static void finish(hel_engine *e, struct ereq *r, const char *reason, int error)
+{
+	pthread_mutex_lock(&e->mu);
+	if (r->cancel) {
+		reason = "cancelled";
+		error = 0;
+	}
+	if (r->all_prev)
+		r->all_prev->all_next = r->all_next;
+	else
+		e->all = r->all_next;
+	if (r->all_next)
+		r->all_next->all_prev = r->all_prev;
+	e->n_all--;
+	if (!strcmp(reason, "cancelled"))
+		e->cancelled++;
+	else if (error)
+		e->failed++;
+	else
+		e->finished++;
+	pthread_mutex_unlock(&e->mu);
+	r->out.finish_reason = reason;
+	r->out.error = error;
+	if (r->on_done)
+		r->on_done(r->ctx, &r->out);
+	req_free(r);
+}
+
+static hel_request_spec spec_of(const struct ereq *r)
+{
+	hel_request_spec sp = {
+		.prompt = r->prompt,
+		.prompt_len = r->n_prompt,
+		.message_ends = r->ends,
+		.n_message_ends = r->n_ends,
+		.max_tokens = r->max_tokens,
+		.has_stop = true,
+		.stop = HEL_TOK_END,
+		.salt = r->salt,
+		.salt_len = r->salt_len,
+		.user = (uint64_t)(uintptr_t)r,
+	};
+	return sp;
+}
+
+static struct ereq *req_of(hel_engine *e, hel_req_id sid)
+{
+	hel_request_info inf;
+	if (hel_scheduler_request_info(e->sched, sid, &inf))
+		return NULL;
+	return (struct ereq *)(uintptr_t)inf.user;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+/* Split the GPU cache budget: a quarter for snapshot rows (at least three
+ * per active request: its live row and two captures), the rest for pages
+ * (at least two per active request). */
+static int size_cache(const hel_engine_config *c, uint32_t max_active, uint64_t pb, uint64_t rb,
+		      uint32_t *pages, uint32_t *rows)
+{
+	uint64_t min_r = 3ull * max_active, min_p = 2ull * max_active, np, nr;
+	const uint64_t idmax = UINT32_MAX - 1;
+
+	if (c->gpu_pages || c->gpu_rows) {
+		if (!c->gpu_pages || !c->gpu_rows)
+			return eos_fail(-EINVAL, "gpu_pages %u and gpu_rows %u: set both or neither",
+					c->gpu_pages, c->gpu_rows);
+		if (c->gpu_pages < min_p || c->gpu_rows < min_r)
+			return eos_fail(-EINVAL,
+					"gpu_pages %u and gpu_rows %u: max_active %u needs at least "
+					"%" PRIu64 " pages and %" PRIu64 " rows",
+					c->gpu_pages, c->gpu_rows, max_active, min_p, min_r);
+		*pages = c->gpu_pages;
+		*rows = c->gpu_rows;
+		return 0;
+	}
+	uint64_t B = c->gpu_cache_bytes ? c->gpu_cache_bytes : DEFAULT_GPU_CACHE;
+	nr = B / 4 / rb;
+	if (nr < min_r)
+		nr = min_r;
+	np = B / rb >= nr ? (B - nr * rb) / pb : 0;
+	if (np < min_p)
+		return eos_fail(-EINVAL,
+				"gpu_cache_bytes: %" PRIu64 " bytes hold %" PRIu64 " pages of %" PRIu64
+				" bytes besides %" PRIu64 " rows of %" PRIu64 " bytes; max_active %u "
+				"needs at least %" PRIu64 " pages and %" PRIu64 " rows (%" PRIu64 " bytes)",
+				B, np, pb, nr, rb, max_active, min_p, min_r, min_p * pb + min_r * rb);
+	*pages = (uint32_t)(np < idmax ? np : idmax);
+	*rows = (uint32_t)(nr < idmax ? nr : idmax);
+	return 0;
+}
+
+/* Store selection, design 1's table.  The disk and composite stores do not
+ * exist yet: a configured disk tier is reported as not available, and warm
+ * memory, if any, is served by the memory store alone.  This is the one
+ * place that changes when they land. */
+static int select_store(hel_engine *e, const sel_store_config *sc)
+{
+	const hel_engine_config *c = &e->cfg;
+	bool disk = c->disk_dir && *c->disk_dir && !(c->disk_limit_set && c->disk_limit == 0);
+
+	e->info.store = "disabled";
+	e->info.transport = "none";
+	e->info.disk_note = "";
+	if (c->disk_dir && *c->disk_dir && !disk)
+		e->info.disk_note = "disk limit 0 selects no disk store";
+	else if (disk)
+		e->info.disk_note = "the disk store is not available yet";
+	if (sc->memory_bytes == 0)
+		return 0;
+	int rc = sel_memory_store_open(sc, &e->store);
+	if (rc)
+		return eos_fail(rc, "prefix_cache memory %" PRIu64 ": %s", sc->memory_bytes,
+				sel_errmsg());
+	e->info.store = "memory";
+	return 0;
+}
+
+int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
+{
+	hel_engine *e = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!cfg || !cfg->core)
+		return eos_fail(-EINVAL, "engine: no core");
+	const hel_core *core = cfg->core;
+	if (!hel_core_supports(core, cfg->mode))
+		return eos_fail(-EINVAL, "speculate: core '%s' does not support the %s state mode",
+				core->name, sel_state_mode_name(cfg->mode));
+	if (!(e = calloc(1, sizeof *e)))
+		return eos_fail(-ENOMEM, "engine: out of memory");
+	e->efd = -1;
+	pthread_mutex_init(&e->mu, NULL);
+	e->cfg = *cfg;
+	e->core = core;
+	e->P = core->page_tokens;
+	e->V = core->vocab;
+	e->max_active = cfg->max_active ? cfg->max_active : DEFAULT_MAX_ACTIVE;
+	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
+	e->open_ns = eos_now_ns();
+	e->next_id = 1;
+
+	hel_row_layout lay;
+	if ((rc = hel_core_row_layout(core, cfg->mode, &lay)))
+		goto fail;
+	uint64_t pb = hel_core_page_bytes(core, cfg->mode) * core->ranks;
+	uint64_t rb = lay.bytes * core->ranks;
+	if ((rc = size_cache(cfg, e->max_active, pb, rb, &e->n_pages, &e->n_rows)))
+		goto fail;
+
+	hel_model_opts mo = { .mode = cfg->mode, .pages = e->n_pages, .rows = e->n_rows,
+			      .draft_tokens = cfg->draft_tokens };
+	if ((rc = hel_model_create(core, &mo, &e->model)))
+		goto fail;
+	hel_scheduler_config sc = {
+		.page_tokens = e->P,
+		.n_pages = e->n_pages,
+		.n_rows = e->n_rows,
+		.max_active = e->max_active,
+		.chunk_tokens = cfg->chunk_tokens,
+		.step_tokens = cfg->step_tokens,
+		.max_inflight = 1,
+	};
+	memcpy(sc.model_identity, core->identity, SEL_IDENTITY_BYTES);
+	if ((rc = hel_scheduler_create(&sc, &e->sched)))
+		goto fail;
+	if ((rc = hel_model_geometry(e->model, &e->geo)))
+		goto fail;
+
+	sel_store_config stc = {
+		.geometry = e->geo,
+		.max_active = e->max_active,
+		.memory_bytes = cfg->memory_bytes,
+		.disk_dir = NULL, /* no disk store yet (select_store) */
+		.disk_limit = cfg->disk_limit,
+		.backend = SEL_BACKEND_HOST,
+		.populate = true,
+		.fdatasync = cfg->fdatasync,
+	};
+	hel_model_offload_identity(e->model, stc.identity);
+	memcpy(stc.model_identity, core->identity, SEL_IDENTITY_BYTES);
+	if (cfg->store_open) {
+		e->info.store = "disabled";
+		e->info.transport = "none";
+		e->info.disk_note = "";
+		if ((rc = cfg->store_open(cfg->store_ctx, &stc, &e->store)))
+			goto fail;
+		if (e->store)
+			e->info.store = e->store->ops && e->store->ops->name ? e->store->ops->name : "test";
+	} else if ((rc = select_store(e, &stc))) {
+		goto fail;
+	}
+	if (e->store) {
+		if ((rc = sel_policy_create(&e->policy)))
+			goto fail;
+		sel_stats st;
+		sel_store_stats(e->store, &st);
+		e->info.transport = "host";
+		e->info.slots_total = st.slots_total;
+		e->info.intake_slots = st.intake_slots;
+		for (uint32_t r = 0; r < e->geo->ranks; r++)
+			e->info.slot_bytes += e->geo->rank[r].page_bytes;
+		e->info.memory_bytes = cfg->memory_bytes;
+		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
+	}
+	e->info.gpu_pages = e->n_pages;
+	e->info.gpu_rows = e->n_rows;
+	e->info.max_active = e->max_active;
+
+	e->res = calloc(e->max_active, sizeof *e->res);
+	e->ent = calloc(e->max_active, sizeof *e->ent);
+	e->ent_rc = calloc(e->max_active, sizeof *e->ent_rc);
+	if (!(e->logits = malloc((size_t)e->V * sizeof *e->logits)) || !e->res || !e->ent ||
+	    !e->ent_rc) {
+		rc = eos_fail(-ENOMEM, "engine: out of memory");
+		goto fail;
+	}
+	e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->efd < 0) {
+		rc = eos_fail(-errno, "engine: eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	e->snap.store_enabled = e->store != NULL;
+	e->snap.gpu_pages_total = e->snap.gpu_pages_free = e->n_pages;
+	e->snap.gpu_rows_total = e->snap.gpu_rows_free = e->n_rows;
+	*out = e;
+	return 0;
+fail:
+	hel_engine_destroy(e); /* closes a store that was opened */
+	return rc;
+}
+
+void hel_engine_info_get(const hel_engine *e, hel_engine_info *out)
+{
+	*out = e->info;
+}
+
+/* ---- submission side (any thread) ------------------------------------------ */
+
+int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
+{
+	const hel_core *c = e->core;
+	struct ereq *r = NULL;
+
+	if (!q->prompt || q->n_prompt == 0)
+		return eos_fail(-EINVAL, "prompt: empty");
+	if (q->max_tokens == 0)
+		return eos_fail(-EINVAL, "max_tokens: 0 (at least 1)");
+	if ((uint64_t)q->n_prompt + q->max_tokens > c->max_context)
+		return eos_fail(-EINVAL,
+				"max_tokens: %u prompt tokens plus max_tokens %u exceed the context "
+				"of %" PRIu64 " tokens",
+				q->n_prompt, q->max_tokens, c->max_context);
+	if (!(q->sampler.temperature >= 0))
+		return eos_fail(-EINVAL, "temperature: %g (expected >= 0)", q->sampler.temperature);
+	if (q->cache_salt_len && !q->cache_salt)
+		return eos_fail(-EINVAL, "cache_salt: %zu bytes without a salt", q->cache_salt_len);
+	uint32_t n_ends = 0;
+	for (uint32_t i = 0; i < q->n_prompt; i++) {
+		if (q->prompt[i] >= c->vocab)
+			return eos_fail(-EINVAL, "prompt: token %u at %u is outside the vocabulary (%u)",
+					q->prompt[i], i, c->vocab);
+		n_ends += q->prompt[i] == HEL_TOK_MESSAGE;
+	}
+	uint64_t need_p = ((uint64_t)q->n_prompt + q->max_tokens) / e->P, need_r = n_ends + 2ull;
+	if (need_p > e->n_pages || need_r > e->n_rows)
+		return eos_fail(-E2BIG,
+				"prompt: %u tokens with %u messages and max_tokens %u need up to "
+				"%" PRIu64 " pages and %" PRIu64 " rows; the GPU cache holds %u and %u",
+				q->n_prompt, n_ends, q->max_tokens, need_p, need_r, e->n_pages, e->n_rows);
+
+	if (!(r = calloc(1, sizeof *r)) || !(r->prompt = malloc(q->n_prompt * sizeof *r->prompt)) ||
+	    !(r->ends = malloc((n_ends ? n_ends : 1) * sizeof *r->ends)) ||
+	    (q->cache_salt_len && !(r->salt = malloc(q->cache_salt_len)))) {
+		req_free(r);
+		return eos_fail(-ENOMEM, "submit: out of memory");
+	}
+	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof *r->prompt);
+	r->n_prompt = q->n_prompt;
+	for (uint32_t i = 0; i < q->n_prompt; i++)
+		if (q->prompt[i] == HEL_TOK_MESSAGE)
+			r->ends[r->n_ends++] = i + 1;
+	r->max_tokens = q->max_tokens;
+	r->sampler = q->sampler;
+	if (q->cache_salt_len)
+		memcpy(r->salt, q->cache_salt, q->cache_salt_len);
+	r->salt_len = q->cache_salt_len;
+	r->on_tokens = q->on_tokens;
+	r->on_done = q->on_done;
+	r->ctx = q->ctx;
+	r->out.prompt_tokens = q->n_prompt;
+
+	pthread_mutex_lock(&e->mu);
+	if (e->stopping) {
+		pthread_mutex_unlock(&e->mu);
+		req_free(r);
+		return eos_fail(-ESHUTDOWN, "submit: the engine is stopping");
+	}
+	if (e->n_all >= e->queue_limit + e->max_active) {
+		uint32_t n = e->n_all;
+		pthread_mutex_unlock(&e->mu);
+		req_free(r);
+		return eos_fail(-EAGAIN, "submit: queue full (%u requests)", n);
+	}
+	r->id = e->next_id++;
+	r->all_next = e->all;
+	if (e->all)
+		e->all->all_prev = r;
+	e->all = r;
+	e->n_all++;
+	if (e->in_tail)
+		e->in_tail->in_next = r;
+	else
+		e->in_head = r;
+	e->in_tail = r;
+	e->n_in++;
+	e->submitted++;
+	*id = r->id;
+	pthread_mutex_unlock(&e->mu);
+	wake(e);
+	return 0;
+}
+
+int hel_engine_cancel(hel_engine *e, uint64_t id)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&e->mu);
+	for (struct ereq *r = e->all; r; r = r->all_next)
+		if (r->id == id) {
+			r->cancel = true;
+			e->cancel_pending = true;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&e->mu);
+	if (rc)
+		return eos_fail(rc, "cancel: no request %" PRIu64, id);
+	wake(e);
+	return 0;
+}
+
+void hel_engine_stats_get(hel_engine *e, hel_engine_stats *out)
+{
+	pthread_mutex_lock(&e->mu);
+	*out = e->snap;
+	out->requests_submitted = e->submitted;
+	out->requests_finished = e->finished;
+	out->requests_cancelled = e->cancelled;
+	out->requests_failed = e->failed;
+	out->pending += e->n_in;
+	pthread_mutex_unlock(&e->mu);
+	out->uptime_ns = eos_now_ns() - e->open_ns;
+}
+
+/* ---- the worker: requests in and out ---------------------------------------- */
+
+/* Move submissions to the pending queue and collect cancellations (into
+ * e->cv, returned count).  *stop: the engine is stopping. */
+static size_t take_incoming(hel_engine *e, bool *stop)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&e->mu);
+	for (struct ereq *r = e->in_head, *nx; r; r = nx) {
+		nx = r->in_next;
+		r->in_next = NULL;
+		list_push(&e->pending, r);
+	}
+	e->in_head = e->in_tail = NULL;
+	e->n_in = 0;
+	if (e->cancel_pending) {
+		e->cancel_pending = false;
+		for (struct ereq *r = e->all; r; r = r->all_next) {
+			if (!r->cancel || r->cancel_seen)
+				continue;
+			if (grow((void **)&e->cv, &e->cap_cv, n + 1, sizeof *e->cv)) {
+				e->cancel_pending = true; /* try again next round */
+				break;
+			}
+			r->cancel_seen = true;
+			e->cv[n++] = r;
+		}
+	}
+	*stop = e->stopping;
+	pthread_mutex_unlock(&e->mu);
+	return n;
+}
+
+/* Withdraw an admitted request from the scheduler (it keeps its record). */
+static void withdraw(hel_engine *e, struct ereq *r)
+{
+	if (r->sid) {
+		(void)hel_scheduler_cancel(e->sched, r->sid);
+		r->sid = 0;
+		list_del(&e->active, r);
+	} else {
+		list_del(&e->pending, r);
+	}
+}
+
+static void cancel_now(hel_engine *e, struct ereq *r)
+{
+	withdraw(e, r);
+	finish(e, r, "cancelled", 0);
+}
+
+/* Requests whose ticket failed (INBOUND with ticket 0) go back to the
+ * front of the pending queue, in their admission order, with host lookup
+ * disabled for their next attempt (design 2.8).  Found by scanning the
+ * active list, so a failed-waiter list lost to ENOMEM loses nobody. */
+static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
+{
+	int n = 0;
+	for (struct ereq *r = e->active.tail, *pv; r; r = pv) {
+		pv = r->prev;
+		hel_request_info inf;
+		if (hel_scheduler_request_info(e->sched, r->sid, &inf) || inf.phase != HEL_PHASE_INBOUND ||
+		    (inf.ticket && !all_inbound))
+			continue;
+		withdraw(e, r);
+		r->no_host = true;
+		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
+		r->out.host_tier = SEL_TIER_NONE;
+		list_push_front(&e->pending, r);
+		e->ws.host_fetch_failed++;
+		n++;
+	}
+	return n;
+}
+
+/* ---- the worker: the store ------------------------------------------------------ */
+
+static bool store_usable(const hel_engine *e)
+{
+	return e->store && !e->store_stopped;
+}
+
+static struct etk *tk_find(hel_engine *e, uint64_t ticket)
+{
+	for (size_t i = 0; i < e->n_tk; i++)
+		if (e->tk[i].ticket == ticket)
+			return &e->tk[i];
+	return NULL;
+}
+
+static void tk_del(hel_engine *e, struct etk *t)
+{
+	free(t->pages);
+	*t = e->tk[--e->n_tk];
+}
+
+static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
+{
+	if (grow((void **)&e->tk, &e->cap_tk, e->n_tk + 1, sizeof *e->tk))
+		return eos_fail(-ENOMEM, "engine: out of memory for a ticket");
+	struct etk *t = &e->tk[e->n_tk];
+	memset(t, 0, sizeof *t);
+	if (!(t->pages = malloc((in->n_pages ? in->n_pages : 1) * sizeof *t->pages)))
+		return eos_fail(-ENOMEM, "engine: out of memory for a ticket");
+	memcpy(t->pages, in->pages, in->n_pages * sizeof *t->pages);
+	t->n_pages = in->n_pages;
+	t->row = in->state_slot;
+	t->ticket = in->ticket;
+	t->key = *key;
+	e->n_tk++;
+	return 0;
+}
+
+static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why)
+{
+	for (size_t i = 0; i < e->n_rt; i++)
+		if (e->rt[i].id == id) {
+			e->rt[i].why = why;
+			e->rt[i].epoch = e->events;
+			return;
+		}
+	if (grow((void **)&e->rt, &e->cap_rt, e->n_rt + 1, sizeof *e->rt)) {
+		e->ws.retry_abandoned[why]++; /* cannot remember it: given up */
+		return;
+	}
+	e->rt[e->n_rt++] = (struct eretry){ id, why, e->events };
+}
+
+/* The store stopped for good (design 2.12): stop using it, keep every id
+ * and pin it may still touch, and recompute what waited on it. */
+static void store_stop(hel_engine *e, int rc)
+{
+	e->store_stopped = true;
+	for (size_t i = 0; i < e->n_rt; i++)
+		e->ws.retry_abandoned[e->rt[i].why]++;
+	e->n_rt = 0;
+	while (e->n_tk)
+		tk_del(e, &e->tk[0]);
+	requeue_failed_waiters(e, true);
+	(void)rc;
+}
+
+static void fetch_event(hel_engine *e, const sel_event *ev)
+{
+	struct etk *t = tk_find(e, ev->ticket);
+	int status = ev->type == SEL_EV_FETCHED ? 0 : (ev->error ? ev->error : -EIO);
+	sel_key key = t ? t->key : ev->key;
+
+	if (!t && status == 0)
+		status = -ENOENT; /* destinations unknown: cannot load them */
+
+	if (t && status == 0) {
+		/* Written behind the model's back (model.h loading rule). */
+		for (uint32_t i = 0; i < t->n_pages && status == 0; i++)
+			status = hel_model_page_loaded(e->model, t->pages[i]);
+		if (status == 0)
+			status = hel_model_row_loaded(e->model, t->row, key.consumed);
+		if (status)
+			e->ws.model_errors++;
+	}
+	if (status == 0 && ev->duration_ns)
+		sel_policy_observe(e->policy, ev->tier, ev->bytes, ev->duration_ns);
+	if (t)
+		tk_del(e, t);
+	if (hel_scheduler_finish_inbound(e->sched, &key, status, NULL, NULL) == 0)
+		requeue_failed_waiters(e, false);
+}
+
+static void store_event(hel_engine *e, const sel_event *ev)
+{
+	(void)hel_scheduler_unpin(e->sched, ev->checkpoint);
+	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
+		retry_add(e, ev->checkpoint, SEL_RETRY_SLABS); /* no host capacity */
+}
+
+static void put_one(hel_engine *e, const sel_published *p)
+{
+	sel_retry_reason why = SEL_RETRY_NONE;
+	sel_outcome o = sel_store_put(e->store, p, &why);
+	if (o == SEL_QUEUED)
+		(void)hel_scheduler_pin(e->sched, p->checkpoint);
+	else if (o == SEL_RETRY)
+		retry_add(e, p->checkpoint, why < SEL_RETRY_REASONS ? why : SEL_RETRY_NONE);
+}
+
+/* Remembered puts: forget those whose checkpoint left the GPU cache
+ * (counting the abandonment by its last reason); offer again those the
+ * store made progress since. */
+static void retry_puts(hel_engine *e)
+{
+	hel_cache *c = hel_scheduler_cache(e->sched);
+	size_t keep = 0;
+	for (size_t i = 0; i < e->n_rt; i++) {
+		struct eretry x = e->rt[i];
+		const hel_ckpt *k = hel_cache_get(c, x.id);
+		bool progress = e->events > x.epoch;
+		sel_published p;
+		if (!k || !hel_ckpt_has_row(k) || (progress && hel_scheduler_describe(e->sched, x.id, &p))) {
+			e->ws.retry_abandoned[x.why]++;
+			continue;
+		}
+		if (!progress) {
+			e->rt[keep++] = x;
+			continue;
+		}
+		sel_retry_reason why = SEL_RETRY_NONE;
+		sel_outcome o = sel_store_put(e->store, &p, &why);
+		if (o == SEL_QUEUED) {
+			(void)hel_scheduler_pin(e->sched, x.id);
+		} else if (o == SEL_RETRY) {
+			x.why = why < SEL_RETRY_REASONS ? why : SEL_RETRY_NONE;
+			x.epoch = e->events;
+			e->rt[keep++] = x;
+		}
+	}
+	e->n_rt = keep;
+}
+
+/* Design 2.8 service_store.  Returns the number of events handled. */
+static int service_store(hel_engine *e)
+{
+	int events = 0;
+	if (store_usable(e)) {
+		sel_event ev[POLL_BATCH];
+		for (;;) {
+			int n = sel_store_poll(e->store, ev, POLL_BATCH);
+			if (n < 0) {
+				store_stop(e, n);
+				break;
+			}
+			for (int i = 0; i < n; i++) {
+				e->events++;
+				if (ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED)
+					fetch_event(e, &ev[i]);
+				else
+					store_event(e, &ev[i]);
+			}
+			events += n;
+			if (n < POLL_BATCH)
+				break;
+		}
+	}
+	/* Eviction notices before any put (design 2.15 "Evictions"). */
+	hel_notice nt[NOTICE_BATCH];
+	for (;;) {
+		bool lost = false;
+		size_t k = hel_scheduler_take_evictions(e->sched, nt, NOTICE_BATCH, &lost);
+		if (lost)
+			e->ws.evictions_lost++; /* no store hook for it yet (selene.h) */
+		for (size_t i = 0; i < k && store_usable(e); i++) {
+			sel_store_evicted(e->store, &nt[i].key, nt[i].generation,
+					  sel_key_is_none(&nt[i].heir) ? NULL : &nt[i].heir);
+			e->ws.evictions_noticed++;
+		}
+		if (k < NOTICE_BATCH)
+			break;
+	}
+	if (store_usable(e) && e->n_rt)
+		retry_puts(e);
+	/* Publications: put each and pin a Queued one before any other
+	 * scheduler call (scheduler.h). */
+	const sel_published *pubs;
+	size_t np;
+	if (hel_scheduler_take_publications(e->sched, &pubs, &np) == 0 && store_usable(e))
+		for (size_t i = 0; i < np; i++)
+			put_one(e, &pubs[i]);
+	return events;
+}
+
+/* ---- the worker: admission --------------------------------------------------------- */
+
+/* Changes whenever capacity may have come back: a request finished,
+ * cancelled (withdrawals included), preempted or re-admitted, or a store
+ * event (a ticket finished, a copy-out pin released). */
+static uint64_t capacity_epoch(hel_engine *e)
+{
+	hel_scheduler_stats ss;
+	hel_scheduler_stats_get(e->sched, &ss);
+	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted;
+}
+
+static int admission(hel_engine *e)
+{
+	int work = 0, stale = 0;
+	/* A head that found no capacity is planned again (its history hashed,
+	 * the store asked) only once something changed, or every 64 rounds. */
+	if (e->pending.head && e->blocked && capacity_epoch(e) == e->block_epoch &&
+	    ++e->block_skips % 64)
+		return 0;
+	e->blocked = false;
+	while (e->pending.head) {
+		struct ereq *r = e->pending.head;
+		hel_request_spec sp = spec_of(r);
+		hel_admission_plan plan;
+		int rc = hel_scheduler_plan_admission(e->sched, &sp, &plan);
+		if (rc) {
+			list_del(&e->pending, r);
+			finish(e, r, "error", rc);
+			work++;
+			continue;
+		}
+		e->ws.gpu_lookups++;
+		uint64_t a = plan.gpu != HEL_CKPT_NONE ? plan.gpu_consumed : 0;
+		if (plan.gpu != HEL_CKPT_NONE && store_usable(e))
+			sel_store_touch(e->store, &plan.gpu_key);
+		sel_hit hit;
+		bool have = false;
+		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
+			plan.host_lookup = true;
+			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
+				if (e->cfg.fetch_always ||
+				    sel_policy_should_fetch(e->policy, hit.tier, hit.bytes, hit.key.consumed - a))
+					have = true;
+				else
+					e->ws.host_fetch_declined++;
+			}
+		}
+		hel_admission adm;
+		rc = hel_scheduler_admit_planned(e->sched, &sp, &plan, have ? &hit : NULL, &adm);
+		hel_admission_plan_free(&plan);
+		if (rc == -EAGAIN) {
+			e->blocked = true;
+			e->block_epoch = capacity_epoch(e);
+			break;
+		}
+		if (rc == -ESTALE && stale++ < 2)
+			continue; /* the plan's GPU checkpoint went: plan again */
+		list_del(&e->pending, r);
+		work++;
+		if (rc) {
+			finish(e, r, "error", rc);
+			continue;
+		}
+		list_push(&e->active, r);
+		r->sid = adm.req;
+		r->no_host = false;
+		r->out.reused_gpu_tokens = a;
+		r->out.reused_host_tokens = have ? hit.key.consumed - a : 0;
+		r->out.cached_tokens = adm.reused_tokens;
+		r->out.host_tier = have ? hit.tier : SEL_TIER_NONE;
+		if (!r->counted) { /* once, however often it is requeued */
+			r->counted = true;
+			e->ws.prompt_tokens += r->n_prompt;
+		}
+		if (adm.fetch) {
+			rc = tk_add(e, &adm.inbound, &hit.key);
+			if (rc == 0 && (rc = sel_store_fetch(e->store, &hit, &adm.inbound)))
+				tk_del(e, &e->tk[e->n_tk - 1]);
+			if (rc && hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
+				requeue_failed_waiters(e, false);
+		}
+	}
+	return work;
+}
+
+/* ---- the worker: model steps ------------------------------------------------------------ */
+
+/* Make a capture row that was not filled unusable: its consumed count can
+ * match no key, so a GPU restore (row copy from an invalid slot) and a
+ * host restore (row_loaded) of that checkpoint both fail. */
+static void poison_row(hel_engine *e, uint32_t row)
+{
+	const hel_row_layout *lay = hel_model_layout(e->model);
+	for (uint32_t r = 0; r < e->core->ranks; r++)
+		memset(hel_model_row_ptr(e->model, r, row) + lay->consumed, 0xff, 8);
+	(void)hel_model_row_loaded(e->model, row, 0);
+}
+
+static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, hel_step_result *res,
+		      uint64_t *pf_ns)
+{
+	hel_model *m = e->model;
+	int32_t *lg = x->sample ? e->logits : NULL;
+	int rc = 0;
+
+	if (x->kind == HEL_ENTRY_RESTORE) {
+		rc = hel_model_row_copy(m, x->restore_src, x->live_row);
+		if (rc == 0 && x->sample)
+			rc = hel_model_logits(m, x->live_row, x->pages, x->n_pages, lg);
+	} else {
+		uint64_t t0 = eos_now_ns();
+		if (x->reset)
+			rc = hel_model_row_init(m, x->live_row);
+		if (rc == 0)
+			rc = hel_model_prefill(m, x->live_row, x->pages, x->n_pages, x->tokens,
+					       x->end - x->begin, lg);
+		if (x->kind == HEL_ENTRY_PREFILL)
+			*pf_ns += eos_now_ns() - t0;
+	}
+	if (x->capture_row != HEL_NONE) {
+		if (rc == 0)
+			rc = hel_model_row_copy(m, x->live_row, x->capture_row);
+		if (rc)
+			poison_row(e, x->capture_row);
+	}
+	if (rc == 0 && x->sample) {
+		if (e->cfg.debug_logits)
+			e->cfg.debug_logits(e->cfg.debug_ctx, r->id, x->end, lg, e->V);
+		res->token = hel_sample(lg, e->V, &r->sampler, x->end);
+	}
+	return rc;
+}
+
+static void note_prefill_rate(hel_engine *e, uint64_t tokens, uint64_t ns)
+{
+	if (!e->policy || tokens < 16 || ns == 0)
+		return;
+	double rate = (double)tokens * 1e9 / (double)ns;
+	e->prefill_rate = e->prefill_rate > 0 ? 0.75 * e->prefill_rate + 0.25 * rate : rate;
+	sel_policy_set_prefill_rate(e->policy, e->prefill_rate);
+}
+
+/* Plan, execute and complete one step; 1 if there was one. */
+static int model_step(hel_engine *e)
+{
+	hel_step st;
+	if (hel_scheduler_next_step(e->sched, &st) != 1)
+		return 0;
+	uint64_t pf_tokens = 0, pf_ns = 0;
+	for (size_t i = 0; i < st.n; i++) {
+		const hel_step_entry *x = &st.entries[i];
+		struct ereq *r = req_of(e, x->req);
+		memset(&e->res[i], 0, sizeof e->res[i]);
+		e->ent[i] = r;
+		e->ent_rc[i] = r ? exec_entry(e, x, r, &e->res[i], &pf_ns) : -ENOENT;
+		if (e->ent_rc[i] && r) {
+			/* Out of the step before it completes: no token, no terminal. */
+			e->ws.model_errors++;
+			withdraw(e, r);
+		}
+		if (x->kind == HEL_ENTRY_PREFILL && e->ent_rc[i] == 0)
+			pf_tokens += x->end - x->begin;
+	}
+	(void)hel_scheduler_complete_step(e->sched, st.fence, e->res, st.n);
+	note_prefill_rate(e, pf_tokens, pf_ns);
+
+	for (size_t i = 0; i < st.n; i++) {
+		const hel_step_entry *x = &st.entries[i];
+		struct ereq *r = e->ent[i];
+		if (!r)
+			continue;
+		if (e->ent_rc[i]) {
+			finish(e, r, "error", e->ent_rc[i]);
+			continue;
+		}
+		if (x->kind == HEL_ENTRY_PREFILL) {
+			r->out.prefill_tokens += x->end - x->begin;
+			r->out.prefill_launches++;
+		}
+		if (!x->sample)
+			continue;
+		hel_token t = e->res[i].token;
+		r->out.completion_tokens++;
+		e->ws.completion_tokens++;
+		if (r->on_tokens)
+			r->on_tokens(r->ctx, &t, 1);
+		if (e->res[i].finished != HEL_FINISH_NONE) {
+			list_del(&e->active, r);
+			r->sid = 0;
+			switch (e->res[i].finished) {
+			case HEL_FINISH_STOP:
+				finish(e, r, "stop", 0);
+				break;
+			case HEL_FINISH_LENGTH:
+				finish(e, r, "length", 0);
+				break;
+			default:
+				finish(e, r, "error", -ENOMEM);
+				break;
+			}
+		}
+	}
+	return 1;
+}
+
+/* ---- the worker: loop --------------------------------------------------------------------- */
+
+static void publish_stats(hel_engine *e)
+{
+	hel_engine_stats s = e->ws;
+	hel_scheduler_stats ss;
+	hel_cache_counts cc;
+	hel_scheduler_stats_get(e->sched, &ss);
+	hel_cache_counts_get(hel_scheduler_cache(e->sched), &cc);
+	s.pending = e->pending.n;
+	s.active = ss.active + ss.waiting;
+	s.inbound_waiting = ss.inbound_waiting;
+	s.prefill_launches = ss.prefill_launches;
+	s.prefill_tokens = ss.prefill_tokens;
+	s.decode_tokens = ss.decode_tokens;
+	s.gpu_hits = ss.gpu_hits;
+	s.gpu_reused_tokens = ss.gpu_reused_tokens;
+	s.host_lookups = ss.host_lookups;
+	s.host_hits = ss.host_hits;
+	s.host_reused_tokens = ss.host_reused_tokens;
+	s.gpu_pages_free = cc.pages_free;
+	s.gpu_pages_total = cc.pages_total;
+	s.gpu_rows_free = cc.rows_free;
+	s.gpu_rows_total = cc.rows_total;
+	s.gpu_checkpoints = cc.checkpoints;
+	s.gpu_evictions = ss.evictions + ss.compactions;
+	s.preemptions = ss.preempted;
+	s.publications = ss.published;
+	s.store_retries_pending = e->n_rt;
+	s.prefill_rate = (uint64_t)e->prefill_rate;
+	s.store_enabled = e->store != NULL;
+	s.store_stopped = e->store_stopped;
+	if (e->store && !e->store_stopped)
+		sel_store_stats(e->store, &s.store);
+	else
+		s.store = e->snap.store; /* unlocked read: only the worker writes it */
+	pthread_mutex_lock(&e->mu);
+	e->snap = s;
+	pthread_mutex_unlock(&e->mu);
+}
+
+static void idle_wait(hel_engine *e)
+{
+	struct pollfd pf[2] = { { .fd = e->efd, .events = POLLIN }, { .fd = -1 } };
+	int nfd = 1;
+	int sfd = store_usable(e) ? sel_store_wait_fd(e->store) : -1;
+	if (sfd >= 0) {
+		pf[1].fd = sfd;
+		pf[1].events = POLLIN;
+		nfd = 2;
+	}
+	/* Nothing live: only a submission or the store can bring work. */
+	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
+	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : -1);
+}
+
+/* Stopping: every request still here finishes "cancelled". */
+static void cancel_everything(hel_engine *e)
+{
+	bool stop;
+	(void)take_incoming(e, &stop);
+	while (e->pending.head)
+		cancel_now(e, e->pending.head);
+	while (e->active.head)
+		cancel_now(e, e->active.head);
+}
+
+static void *worker(void *arg)
+{
+	hel_engine *e = arg;
+	for (;;) {
+		eventfd_t v;
+		bool stop;
+		(void)eventfd_read(e->efd, &v);
+		size_t nc = take_incoming(e, &stop);
+		if (stop)
+			break;
+		int work = (int)nc;
+		for (size_t i = 0; i < nc; i++)
+			cancel_now(e, e->cv[i]);
+		work += service_store(e);
+		work += admission(e);
+		work += model_step(e);
+		publish_stats(e);
+		if (!work)
+			idle_wait(e);
+	}
+	cancel_everything(e);
+	publish_stats(e);
+	return NULL;
+}
+
+int hel_engine_start(hel_engine *e)
+{
+	if (e->started || e->stopped)
+		return eos_fail(-EINVAL, "engine: %s", e->started ? "already started" : "stopped");
+	int rc = pthread_create(&e->thread, NULL, worker, e);
+	if (rc)
+		return eos_fail(-rc, "engine: cannot start the worker: %s", strerror(rc));
+	e->started = true;
+	return 0;
+}
+
+/* ---- stopping ---------------------------------------------------------------------------------- */
+
+int hel_engine_stop(hel_engine *e, uint64_t deadline_ns)
+{
+	if (e->stopped)
+		return e->stop_rc;
+	if (e->started && pthread_equal(pthread_self(), e->thread))
+		return eos_fail(-EDEADLK, "engine: stop from a callback (the worker thread)");
+	pthread_mutex_lock(&e->mu);
+	e->stopping = true;
+	pthread_mutex_unlock(&e->mu);
+	wake(e);
+	if (e->started)
+		pthread_join(e->thread, NULL);
+	else
+		cancel_everything(e); /* never ran: report on this thread */
+	int rc = 0;
+	if (e->store) {
+		rc = sel_store_close(e->store, deadline_ns);
+		if (rc == SEL_ESTOPPED) {
+			/* A transfer may still touch the planes and the ids the
+			 * scheduler holds: keep them all (design 2.8). */
+			e->leak = true;
+			rc = SEL_ESTOPPED;
+		}
+	}
+	if (!e->leak && e->sched)
+		hel_scheduler_release_after_shutdown(e->sched);
+	e->stopped = true;
+	e->stop_rc = rc;
+	return rc;
+}
+
+void hel_engine_destroy(hel_engine *e)
+{
+	if (!e)
+		return;
+	if (!e->stopped)
+		(void)hel_engine_stop(e, 0);
+	if (e->leak) {
+		pthread_mutex_lock(&grave_mu);
+		e->grave_next = graveyard;
+		graveyard = e;
+		pthread_mutex_unlock(&grave_mu);
+		return;
+	}
+	sel_store_destroy(e->store);
+	hel_scheduler_destroy(e->sched);
+	hel_model_destroy(e->model);
+	sel_geometry_free(e->geo);
+	sel_policy_destroy(e->policy);
+	while (e->n_tk)
+		tk_del(e, &e->tk[0]);
+	free(e->tk);
+	free(e->rt);
+	free(e->cv);
+	free(e->res);
+	free(e->ent);
+	free(e->ent_rc);
+	free(e->logits);
+	if (e->efd >= 0)
+		close(e->efd);
+	pthread_mutex_destroy(&e->mu);
+	free(e);
+}
