@@ -336,6 +336,8 @@ typedef struct sel_tier_stats {
 } sel_tier_stats;
 
 typedef struct sel_stats {
+	const char *transport;     /* copy backend: "host", "cuda" */
+	uint64_t slot_bytes;       /* bytes per slot (one page record, padded) */
 	uint64_t slots_in_use, slots_total, intake_slots;
 	uint64_t parked_records;
 	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */

@@ -479,11 +479,10 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 			goto fail;
 		sel_stats st;
 		sel_store_stats(e->store, &st);
-		e->info.transport = "host";
+		e->info.transport = st.transport ? st.transport : "host";
 		e->info.slots_total = st.slots_total;
 		e->info.intake_slots = st.intake_slots;
-		for (uint32_t r = 0; r < e->geo->ranks; r++)
-			e->info.slot_bytes += e->geo->rank[r].page_bytes;
+		e->info.slot_bytes = st.slot_bytes;
 		e->info.memory_bytes = cfg->memory_bytes;
 		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	}

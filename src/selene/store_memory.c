@@ -1058,6 +1058,8 @@ static void ms_stats(sel_store *s, sel_stats *out)
 {
 	struct mem_store *ms = MS(s);
 	*out = ms->st;
+	out->transport = ms->backend->name;
+	out->slot_bytes = ms->slot_bytes;
 	out->slots_in_use = sel_slab_in_use(ms->pool);
 	out->slots_total = sel_slab_total(ms->pool);
 	out->intake_slots = sel_slab_intake(ms->pool);
