@@ -1,0 +1,492 @@
+"""flare.py - a small harness for driving `flare run` from Python scripts.
+
+Standard library only.  It launches `flare run` with the given flags on a
+free port (``--port 0``; the port comes from the "listening on" line),
+drains its stderr on a thread (kept for reports), talks to it over HTTP
+(JSON requests, server-sent events with arrival timestamps, /metrics), and
+stops it with SIGTERM, checking the exit status.  Processes and temporary
+directories are cleaned up on every path, including failures and timeouts.
+
+Used by qualify/host_cache.py (the qualification scenarios of design
+section 4) and bench/serve.py (the isolation measurements).
+
+    with TempDir("flare-q") as tmp, Flare(binary, ["--prefix-cache-memory", "1MiB"]) as f:
+        r = f.chat([{"role": "user", "content": "hello"}], max_tokens=8)
+        print(r["flare"], f.metrics().value("flare_host_cache_hits_total"))
+
+The chat template of the reference engine (src/helios/tokenizer.c) is
+reproduced in chat_tokens() so scripts can reason about token positions:
+BEGIN, then for each message `role ": " content MESSAGE`, then
+`"assistant: "`.  One token per byte.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+TOK_BEGIN = 256
+TOK_END = 257
+TOK_MESSAGE = 258
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+
+
+class FlareError(Exception):
+    """The server misbehaved: did not start, answered an error, or did not
+    stop cleanly.  The message names what happened and includes the tail of
+    its stderr."""
+
+
+def chat_tokens(messages, generation_prompt=True):
+    """The token ids the engine's chat template makes of `messages`."""
+    out = [TOK_BEGIN]
+    for m in messages:
+        out += list(m["role"].encode())
+        out += list(b": ")
+        out += list((m.get("content") or "").encode())
+        out.append(TOK_MESSAGE)
+    if generation_prompt:
+        out += list(b"assistant: ")
+    return out
+
+
+def message_ends(tokens):
+    """Consumed counts just after each MESSAGE token (the engine's message
+    checkpoints)."""
+    return [i + 1 for i, t in enumerate(tokens) if t == TOK_MESSAGE]
+
+
+class TempDir:
+    """A temporary directory removed on exit, whatever happened."""
+
+    def __init__(self, prefix="flare-qualify-", base=None):
+        self.path = tempfile.mkdtemp(prefix=prefix, dir=base)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.path, ignore_errors=True)
+        return False
+
+    def cleanup(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class Metrics:
+    """Parsed Prometheus text: samples keyed by (name, sorted label items)."""
+
+    LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)')
+    LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+    def __init__(self, text, when=None):
+        self.text = text
+        self.when = time.monotonic() if when is None else when
+        self.samples = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = self.LINE.match(line)
+            if not m:
+                continue
+            labels = tuple(sorted(self.LABEL.findall(m.group(3) or "")))
+            try:
+                v = float(m.group(4))
+            except ValueError:
+                continue
+            self.samples[(m.group(1), labels)] = v
+
+    def value(self, name, **labels):
+        """The sample with exactly these labels; KeyError when absent."""
+        key = (name, tuple(sorted(labels.items())))
+        if key not in self.samples:
+            raise KeyError(f"metric {name}{labels or ''} not exported")
+        return self.samples[key]
+
+    def get(self, name, default=0.0, **labels):
+        try:
+            return self.value(name, **labels)
+        except KeyError:
+            return default
+
+    def sum(self, name, **labels):
+        """Sum over every sample of `name` whose labels include `labels`."""
+        want = set(labels.items())
+        return sum(v for (n, ls), v in self.samples.items() if n == name and want <= set(ls))
+
+    def labels(self, name):
+        return [dict(ls) for (n, ls) in self.samples if n == name]
+
+    def delta(self, before, name, **labels):
+        return self.get(name, **labels) - before.get(name, **labels)
+
+
+class HTTPResult:
+    def __init__(self, status, body, headers):
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Stream:
+    """A streamed (SSE) response: events as (monotonic arrival time, parsed
+    JSON) in order, plus the time the request was sent."""
+
+    def __init__(self, sent):
+        self.sent = sent
+        self.events = []
+        self.done = False
+
+    def text(self):
+        out = []
+        for _, ev in self.events:
+            for ch in ev.get("choices") or []:
+                if "text" in ch:
+                    out.append(ch["text"])
+                elif "delta" in ch:
+                    out.append(ch["delta"].get("content") or "")
+        return "".join(out)
+
+    def token_times(self):
+        """Arrival times of the chunks that carried text (one chunk per
+        token batch the engine delivered)."""
+        ts = []
+        for t, ev in self.events:
+            for ch in ev.get("choices") or []:
+                piece = ch.get("text") if "text" in ch else (ch.get("delta") or {}).get("content")
+                if piece:
+                    ts.append(t)
+        return ts
+
+    def final(self):
+        """The chunk carrying finish_reason and the flare object."""
+        for _, ev in self.events:
+            for ch in ev.get("choices") or []:
+                if ch.get("finish_reason"):
+                    return ev
+        return None
+
+    def usage(self):
+        for _, ev in self.events:
+            if ev.get("usage"):
+                return ev["usage"]
+        return None
+
+
+class Flare:
+    """One `flare run` process.  Use as a context manager, or call start()
+    and stop() yourself (stop() is safe to call twice)."""
+
+    def __init__(self, binary, args=(), core=None, env=None, name="flare",
+                 start_timeout=START_TIMEOUT, log=None):
+        self.binary = binary
+        self.args = list(args)
+        self.core = core
+        self.env = env
+        self.name = name
+        self.start_timeout = start_timeout
+        self.log = log
+        self.proc = None
+        self.port = None
+        self.base = None
+        self.lines = []
+        self.startup = []
+        self._lock = threading.Lock()
+        self._drain = None
+        self.rc = None
+
+    # ---- lifecycle --------------------------------------------------------
+
+    def command(self):
+        cmd = [self.binary, "run", "--port", "0", "--dashboard", "off"] + self.args
+        if self.core:
+            cmd.append(self.core)
+        return cmd
+
+    def start(self):
+        cmd = self.command()
+        if self.log:
+            self.log("$ " + " ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, errors="replace",
+                                     env=self.env, start_new_session=True)
+        found = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                with self._lock:
+                    self.lines.append(line.rstrip("\n"))
+                if not found.is_set():
+                    m = re.search(r"listening on http://(\S+):(\d+)", line)
+                    if m:
+                        self.port = int(m.group(2))
+                        found.set()
+            found.set()
+
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
+        found.wait(self.start_timeout)
+        if self.port is None:
+            self._kill()
+            raise FlareError(f"{self.name} did not start (exit {self.proc.returncode}): "
+                             + self.stderr_tail())
+        with self._lock:
+            self.startup = list(self.lines)
+        self.base = f"http://127.0.0.1:{self.port}"
+        return self
+
+    def summary(self):
+        """The startup lines (core, prefix cache, listening)."""
+        return "\n".join(self.startup)
+
+    def store(self):
+        """The selected store from the startup summary: disabled, memory,
+        disk or composite."""
+        for line in self.startup:
+            m = re.search(r"prefix cache: (\w+)", line)
+            if m:
+                return m.group(1)
+        return "unknown"
+
+    def disk_note(self):
+        for line in self.startup:
+            m = re.search(r"no disk store: (.*)$", line)
+            if m:
+                return m.group(1)
+        return ""
+
+    def stderr_tail(self, n=20):
+        with self._lock:
+            return "\n".join(self.lines[-n:])
+
+    def stop(self, timeout=STOP_TIMEOUT, check=True):
+        """SIGTERM, wait; kill after the timeout.  Returns the exit status;
+        with check, a non-zero status raises FlareError."""
+        if self.proc is None:
+            return self.rc
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill()
+                self._finish()
+                raise FlareError(f"{self.name} did not stop within {timeout:.0f}s after SIGTERM: "
+                                 + self.stderr_tail())
+        self._finish()
+        if check and self.rc != 0:
+            raise FlareError(f"{self.name} exited {self.rc}: " + self.stderr_tail())
+        return self.rc
+
+    def _kill(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _finish(self):
+        self.rc = self.proc.returncode
+        if self._drain:
+            self._drain.join(5)
+        try:
+            self.proc.stderr.close()
+        except OSError:
+            pass
+        self.proc = None
+
+    def kill(self):
+        """SIGKILL (a crash); no exit status check."""
+        if self.proc:
+            self._kill()
+            self._finish()
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            try:
+                self.stop(timeout=15, check=False)
+            except FlareError:
+                pass
+            return False
+        self.stop()
+        return False
+
+    # ---- HTTP ---------------------------------------------------------------
+
+    def request(self, method, path, body=None, timeout=120.0):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return HTTPResult(r.status, r.read(), dict(r.headers))
+        except urllib.error.HTTPError as e:
+            return HTTPResult(e.code, e.read(), dict(e.headers))
+
+    def post(self, path, body, timeout=120.0):
+        """POST JSON; the parsed answer.  A non-200 status raises FlareError."""
+        r = self.request("POST", path, body, timeout)
+        if r.status != 200:
+            raise FlareError(f"POST {path}: HTTP {r.status}: {r.body[:500]!r}")
+        return r.json()
+
+    def get(self, path, timeout=30.0):
+        r = self.request("GET", path, None, timeout)
+        if r.status != 200:
+            raise FlareError(f"GET {path}: HTTP {r.status}: {r.body[:500]!r}")
+        return r.body.decode()
+
+    def metrics(self):
+        return Metrics(self.get("/metrics"))
+
+    def complete(self, prompt, max_tokens=16, temperature=0, **extra):
+        """POST /v1/completions; prompt is a string or a list of token ids."""
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
+        body.update(extra)
+        return self.post("/v1/completions", body)
+
+    def chat(self, messages, max_tokens=16, temperature=0, **extra):
+        body = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+        body.update(extra)
+        return self.post("/v1/chat/completions", body)
+
+    def stream(self, path, body, timeout=300.0):
+        """POST with "stream": true; a Stream of timestamped events."""
+        body = dict(body, stream=True)
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        s = Stream(time.monotonic())
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                for raw in r:
+                    now = time.monotonic()
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data: "):
+                        continue
+                    payload = line[6:]
+                    if payload == "[DONE]":
+                        s.done = True
+                        break
+                    ev = json.loads(payload)
+                    if "error" in ev:
+                        raise FlareError(f"stream error: {ev['error']}")
+                    s.events.append((now, ev))
+        except urllib.error.HTTPError as e:
+            raise FlareError(f"POST {path} (stream): HTTP {e.code}: {e.read()[:500]!r}")
+        return s
+
+    def post_together(self, requests, timeout=120.0):
+        """POST several JSON bodies so that they reach the server at the
+        same moment: every request is written on its own connection but for
+        its last byte, then the last bytes go out back to back.  Returns the
+        parsed answers in order (FlareError on a non-200 status)."""
+        socks = []
+        try:
+            for path, body in requests:
+                data = json.dumps(body).encode()
+                head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                        "Connection: close\r\n\r\n").encode()
+                s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                msg = head + data
+                s.sendall(msg[:-1])
+                socks.append((s, msg[-1:]))
+            time.sleep(0.05)  # the server has read everything but the last bytes
+            for s, last in socks:
+                s.sendall(last)
+            out = []
+            for s, _ in socks:
+                raw = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    raw += chunk
+                head, _, body = raw.partition(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                if b"transfer-encoding: chunked" in head.lower():
+                    body = _dechunk(body)
+                if status != 200:
+                    raise FlareError(f"POST (together): HTTP {status}: {body[:500]!r}")
+                out.append(json.loads(body))
+            return out
+        finally:
+            for s, _ in socks:
+                s.close()
+
+    def wait_idle(self, timeout=60.0):
+        """Until no request is pending, active or waiting for a restore and
+        no copy is in flight; returns the last metrics."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            busy = (m.get("flare_requests_pending") + m.get("flare_requests_active")
+                    + m.get("flare_host_cache_inbound_waiting")
+                    + m.sum("flare_host_cache_transfers_in_flight"))
+            if busy == 0:
+                return m
+            if time.monotonic() > deadline:
+                raise FlareError(f"{self.name} not idle after {timeout:.0f}s")
+            time.sleep(0.02)
+
+    def wait_metric(self, pred, timeout=30.0, what="condition"):
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            if pred(m):
+                return m
+            if time.monotonic() > deadline:
+                raise FlareError(f"{self.name}: timed out waiting for {what}")
+            time.sleep(0.02)
+
+
+def _dechunk(body):
+    out, pos = b"", 0
+    while True:
+        end = body.index(b"\r\n", pos)
+        n = int(body[pos:end].split(b";")[0], 16)
+        if n == 0:
+            return out
+        out += body[end + 2:end + 2 + n]
+        pos = end + 2 + n + 2
+
+
+def find_flare(argv_value=None):
+    """The flare binary: the given path, $SELENE_BUILD/flare, or build/flare
+    next to this checkout."""
+    if argv_value:
+        return os.path.abspath(argv_value)
+    b = os.environ.get("SELENE_BUILD")
+    if b:
+        return os.path.join(b, "flare")
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(here), "build", "flare")
+
+
+def repo_root():
+    return os.environ.get("SELENE_SRCDIR") or os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,897 @@
+#!/usr/bin/env python3
+"""host_cache.py - qualification scenarios of the host prefix cache
+(design section 4, implementation steps 11 and 12).
+
+Each scenario launches `flare run` (with and without a host store) through
+qualify/flare.py, drives it over HTTP like a client would, and reports PASS,
+FAIL or SKIP with the checks it made.  Every scenario runs with every store
+that supports it:
+
+  gpu-only      GPU-cache reuse with offload disabled (no store).
+  memory-hit    Memory hit after GPU eviction (memory, disk, composite).
+  restart       Disk hit after a server restart (disk, composite).
+  branching     Two continuations of one evicted prefix admitted together
+                share one inbound ticket (memory, disk, composite).
+  namespaces    Ordinary and speculative records never meet; compatible
+                flags keep their hits; another layout misses (disk, composite).
+  corruption    A flipped byte in a record file (header, page, row) gives a
+                miss or a failed restore, a recompute and the right answer
+                (disk, composite).
+
+Correctness is verbatim: our synthetic model is deterministic, so every
+answer at temperature 0 must equal, token for token, the answer of a server
+without a host store that computed the same prompt cold (design 4 uses a
+nine-fact retrieval check because a real model's sampled continuations are
+compared by their answers; ours are compared exactly).
+
+    python3 qualify/host_cache.py [--flare build/flare] [--quick | --full]
+        [--stores memory,disk,composite] [--scenarios memory-hit,...]
+        [--cores tiny,qwen-tp1,...] [-v]
+
+--quick (the default; what `make check` runs through tests/test_qualify.py)
+uses the built-in tiny core at small sizes; --full (`make qualify`) adds the
+realistic Qwen TP1 core (a 792 KiB page record, a 104 MiB row) and the small
+cores of the other model families.  Exit status: 0 when nothing failed
+(skips allowed; each prints why), 1 when a scenario failed, 2 for bad usage.
+Scenarios that need the disk store skip while the engine reports
+"no disk store: the disk store is not available yet".
+"""
+
+import argparse
+import concurrent.futures
+import os
+import random
+import re
+import struct
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flare import (TOK_MESSAGE, Flare, FlareError, TempDir, chat_tokens,  # noqa: E402
+                   find_flare, message_ends, repo_root)
+
+# The engine's prefill chunk (hel_engine_config.chunk_tokens, default 256;
+# flare run does not change it).  A chunk never crosses a checkpoint
+# capture point (message ends and the prompt end).
+CHUNK = 256
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz      ABCDEFGHIJ.,?0123456789"
+
+
+class Skip(Exception):
+    pass
+
+
+class Fail(Exception):
+    pass
+
+
+def text(rng, n):
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+def expected_launches(tokens, start):
+    """Prefill chunks for computing tokens[start:]: split at every capture
+    point after start (message ends and the prompt end), each piece in
+    chunks of CHUNK tokens."""
+    cuts = sorted({c for c in message_ends(tokens) if c > start} | {len(tokens)})
+    n, pos = 0, start
+    for c in cuts:
+        n += -(-(c - pos) // CHUNK)
+        pos = c
+    return n
+
+
+# ---- results -----------------------------------------------------------------
+
+class Result:
+    def __init__(self, scenario, store, core):
+        self.scenario, self.store, self.core = scenario, store, core
+        self.status = "PASS"
+        self.lines = []
+        self.seconds = 0.0
+
+    def check(self, cond, what, detail=""):
+        mark = "ok  " if cond else "FAIL"
+        self.lines.append(f"{mark} {what}" + (f": {detail}" if detail else ""))
+        if not cond:
+            self.status = "FAIL"
+        return cond
+
+    def require(self, cond, what, detail=""):
+        """A check the rest of the scenario depends on."""
+        if not self.check(cond, what, detail):
+            raise Fail(what)
+
+    def note(self, s):
+        self.lines.append(f"     {s}")
+
+    def name(self):
+        return f"{self.scenario} [{self.store}, {self.core}]"
+
+
+# ---- cores and sizes -----------------------------------------------------------
+
+class Core:
+    """A core to run scenarios on, with sizes chosen for it.  GPU cache and
+    memory budgets are computed from the core's own page and row sizes,
+    which `flare run --gpu-cache 1` reports in its refusal."""
+
+    def __init__(self, name, path, user1, user2, filler, gpu_pages, max_active=4,
+                 max_tokens=48, modes=("ordinary",)):
+        self.name, self.path = name, path
+        self.user1, self.user2, self.filler = user1, user2, filler
+        self.gpu_pages, self.max_active, self.max_tokens = gpu_pages, max_active, max_tokens
+        self.modes = modes
+        self.geo = {}
+
+    def geometry(self, flare_bin, mode="ordinary"):
+        """(page bytes, row bytes) on the GPU for a state mode."""
+        if mode not in self.geo:
+            cmd = [flare_bin, "run", "--port", "0", "--gpu-cache", "1", "--dashboard", "off",
+                   "--max-active", str(self.max_active)]
+            if mode != "ordinary":
+                cmd += ["--speculate", mode]
+            if self.path:
+                cmd.append(self.path)
+            import subprocess
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            m = re.search(r"pages of (\d+) bytes besides (\d+) rows of (\d+) bytes", p.stderr)
+            if not m:
+                raise FlareError(f"cannot read the geometry of {self.name}: {p.stderr.strip()}")
+            self.geo[mode] = (int(m.group(1)), int(m.group(3)))
+        return self.geo[mode]
+
+    def ranks(self):
+        if not self.path:
+            return 1
+        with open(self.path) as fh:
+            m = re.search(r"^\s*ranks\s*=\s*(\d+)", fh.read(), re.M)
+        return int(m.group(1)) if m else 1
+
+    def slot_bytes(self, flare_bin, mode="ordinary"):
+        """Bytes of one host slot (a page record, planes padded to 4 KiB),
+        from /metrics of a server started for the purpose."""
+        key = ("slot", mode)
+        if key not in self.geo:
+            args = self.args(flare_bin, mode, pages=2 * self.max_active) + [
+                "--prefix-cache-memory", "1MiB"]
+            with Flare(flare_bin, args, core=self.path, name="probe") as srv:
+                self.geo[key] = int(srv.metrics().value("flare_host_cache_slot_bytes"))
+        return self.geo[key]
+
+    def gpu_rows(self, flare_bin, mode="ordinary", pages=None):
+        """Rows the GPU cache gets (engine.c size_cache)."""
+        pb, rb = self.geometry(flare_bin, mode)
+        b = self.gpu_cache(flare_bin, mode, pages)
+        return max(b // 4 // rb, 3 * self.max_active)
+
+    def gpu_cache(self, flare_bin, mode="ordinary", pages=None):
+        pb, rb = self.geometry(flare_bin, mode)
+        rows = 3 * self.max_active
+        return rows * rb + (pages or self.gpu_pages) * pb
+
+    def args(self, flare_bin, mode="ordinary", pages=None):
+        a = ["--gpu-cache", str(self.gpu_cache(flare_bin, mode, pages)),
+             "--max-active", str(self.max_active)]
+        if mode != "ordinary":
+            a += ["--speculate", mode]
+        return a
+
+
+def core_table(root):
+    c = lambda f: os.path.join(root, "cores", f)  # noqa: E731
+    spec = ("ordinary", "copy", "learned")
+    return {
+        "tiny": Core("tiny", None, 300, 100, 300, gpu_pages=24, modes=spec),
+        "qwen-tp1-small": Core("qwen-tp1-small", c("qwen-tp1-small.core"), 300, 100, 300,
+                               gpu_pages=24, modes=spec),
+        "qwen-tp2-small": Core("qwen-tp2-small", c("qwen-tp2-small.core"), 300, 100, 300,
+                               gpu_pages=24, modes=spec),
+        "deepseek-small": Core("deepseek-small", c("deepseek-small.core"), 300, 100, 300,
+                               gpu_pages=24, modes=spec),
+        "hybrid-small": Core("hybrid-small", c("hybrid-small.core"), 300, 100, 300, gpu_pages=24),
+        # Realistic bytes: restores of short prefixes are declined by the
+        # policy (a 104 MiB row against a fast synthetic prefill), so the
+        # conversation is long, as the prefixes worth offloading are.
+        "qwen-tp1": Core("qwen-tp1", c("qwen-tp1.core"), 4000, 200, 300, gpu_pages=160,
+                         max_active=2, modes=spec),
+    }
+
+
+# ---- the scenario context ----------------------------------------------------------
+
+class Ctx:
+    def __init__(self, flare_bin, quick, verbose, tmp):
+        self.flare = flare_bin
+        self.quick = quick
+        self.verbose = verbose
+        self.tmp = tmp
+        self.refs = {}
+        self._ref_server = {}
+        self.disk_available = None
+        self.counter = 0
+
+    def log(self, s):
+        if self.verbose:
+            print("    " + s, flush=True)
+
+    def server(self, core, args=(), name="flare"):
+        return Flare(self.flare, list(args), core=core.path, name=name,
+                     log=self.log if self.verbose else None)
+
+    def dir(self, what):
+        self.counter += 1
+        p = os.path.join(self.tmp, f"{what}-{self.counter}")
+        os.makedirs(p)
+        return p
+
+    # The reference: a server without a store answering every request cold
+    # (a fresh cache salt each time, so nothing is ever reused).
+    def reference(self, core, kind, body):
+        key = (core.name, kind, repr(sorted(body.items())))
+        if key in self.refs:
+            return self.refs[key]
+        srv = self._ref_server.get(core.name)
+        if srv is None:
+            srv = self.server(core, core.args(self.flare, pages=None), name="reference").start()
+            self._ref_server[core.name] = srv
+        self.counter += 1
+        b = dict(body, cache_salt=f"reference-{self.counter}")
+        path = "/v1/completions" if kind == "completions" else "/v1/chat/completions"
+        r = srv.post(path, b)
+        if r["flare"]["reused_tokens"] != 0:
+            raise FlareError(f"the reference reused tokens: {r['flare']}")
+        self.refs[key] = r
+        return r
+
+    def close(self):
+        for srv in self._ref_server.values():
+            srv.stop()
+        self._ref_server = {}
+
+
+def answer(r):
+    """What must match between a response and its reference."""
+    ch = r["choices"][0]
+    content = ch["text"] if "text" in ch else ch["message"]["content"]
+    return (content, ch["finish_reason"], r["usage"]["completion_tokens"])
+
+
+def same_as_reference(res, ctx, core, kind, body, r, what):
+    ref = ctx.reference(core, kind, body)
+    a, b = answer(r), answer(ref)
+    return res.check(a == b, f"{what}: tokens identical to a cold no-offload run",
+                     f"{a[2]} tokens, finish {a[1]}" if a == b
+                     else f"got {a!r}, reference {b!r}")
+
+
+# ---- stores -----------------------------------------------------------------------
+
+def store_args(ctx, store, core, disk_dir=None, memory=None, drain=False):
+    """Flags selecting `store`; memory sized in bytes (an int) or a size."""
+    if store == "none":
+        return []
+    a = []
+    if store in ("memory", "composite"):
+        a += ["--prefix-cache-memory", str(memory)]
+    if store in ("disk", "composite"):
+        a += ["--prefix-cache-disk", disk_dir, "--prefix-cache-disk-limit", "4GiB"]
+        if drain:
+            a.append("--prefix-cache-drain-on-shutdown")
+    return a
+
+
+def check_store(res, srv, store):
+    got = srv.store()
+    if got == store:
+        return
+    note = srv.disk_note()
+    if store in ("disk", "composite") and "not available" in note:
+        raise Skip(f"the disk store is not available in this build ({note})")
+    res.require(False, f"store {store} selected", f"startup says '{got}'"
+                + (f"; no disk store: {note}" if note else ""))
+
+
+def memory_for(ctx, core, mode, checkpoints, tokens_each):
+    """Warm memory bytes that hold `checkpoints` complete records of
+    `tokens_each` tokens each (their whole page chain plus the row), with
+    half as much again to spare.  A slot is one page record; a row is cut
+    into pieces of each rank's share of a slot (design 2.5)."""
+    pb, rb = core.geometry(ctx.flare, mode)
+    slot = core.slot_bytes(ctx.flare, mode)
+    pages = -(-tokens_each // 64) + 1
+    rows = -(-rb // (slot // core.ranks())) + 1
+    return int(checkpoints * (pages + rows) * slot * 1.5) + (1 << 20)
+
+
+def scanned(srv):
+    for line in srv.startup:
+        m = re.search(r"(\d+) records scanned", line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+# ---- a conversation ---------------------------------------------------------------
+
+class Conversation:
+    """Turn 1 (a user message and the engine's reply), the terminal T1 of
+    turn 1 (prompt + completion - 1 tokens: the last sampled token is not
+    consumed), and follow-up user messages.
+
+    The reply must come back byte-exact through JSON for the follow-up's
+    prompt to begin with T1's tokens: a reply with bytes that are not
+    UTF-8 would be turned into U+FFFD.  choose() picks, deterministically,
+    the first seed whose reply is clean."""
+
+    def __init__(self, ctx, core, seed):
+        self.ctx, self.core = ctx, core
+        for attempt in range(40):
+            rng = random.Random(seed * 1000 + attempt)
+            self.user1 = text(rng, core.user1)
+            self.msgs1 = [{"role": "user", "content": self.user1}]
+            r = ctx.reference(core, "chat", self.body1())
+            reply = r["choices"][0]["message"]["content"]
+            c1 = r["usage"]["completion_tokens"]
+            stop = r["choices"][0]["finish_reason"] == "stop"
+            raw = reply.encode()
+            if "\ufffd" not in reply and len(raw) == c1 - (1 if stop else 0) and c1 >= 4:
+                break
+        else:
+            raise FlareError("no clean turn-1 reply in 40 seeds")
+        self.seed = seed * 1000 + attempt
+        self.rng = rng
+        self.reply1 = reply
+        self.n1 = r["usage"]["prompt_tokens"]
+        self.c1 = c1
+        self.t1 = self.n1 + c1 - 1
+        self.prompt1 = chat_tokens(self.msgs1)
+        assert len(self.prompt1) == self.n1
+        self.transcript = self.prompt1 + list(raw)
+        # The reply's MESSAGE checkpoint in every follow-up.
+        self.reply_end = len(self.transcript) + 1
+
+    def body1(self):
+        return {"messages": self.msgs1, "max_tokens": self.core.max_tokens, "temperature": 0}
+
+    def continue_body(self):
+        """A request resuming exactly at turn 1's terminal: the transcript
+        through the reply, less the last token when the reply was cut by
+        max_tokens (then T1 ends one token earlier), one new token."""
+        return {"prompt": self.transcript[:self.t1], "max_tokens": 1, "temperature": 0}
+
+    def follow_up(self, user2):
+        msgs = self.msgs1 + [{"role": "assistant", "content": self.reply1},
+                             {"role": "user", "content": user2}]
+        body = {"messages": msgs, "max_tokens": self.core.max_tokens, "temperature": 0}
+        toks = chat_tokens(msgs)
+        assert toks[:self.t1] == self.transcript[:self.t1]
+        return body, toks
+
+    def user2(self, tag=0):
+        r = random.Random(self.seed * 7 + tag)
+        return text(r, self.core.user2)
+
+
+def fillers(ctx, srv, core, count, seed):
+    """Distinct one-message prompts that push older checkpoints out of the
+    GPU cache (each publishes its prompt checkpoint)."""
+    for i in range(count):
+        r = random.Random(seed * 100003 + i)
+        srv.chat([{"role": "user", "content": "filler " + text(r, core.filler)}], max_tokens=2)
+
+
+def filler_count(ctx, core, mode="ordinary"):
+    """Enough fillers to cycle every GPU row (each filler's prompt
+    checkpoint takes one), so every older checkpoint is evicted or
+    compacted (page-only nodes match no lookup), and every page once."""
+    rows = core.gpu_rows(ctx.flare, mode)
+    per = -(-(core.filler + 20) // 64)
+    return max(rows + 4, core.gpu_pages // per + 2)
+
+
+def turn1_and_continue(res, ctx, srv, conv, what="turn 1"):
+    """Turn 1, then the continue request that resumes exactly at its
+    terminal, which offers the terminal to the store (design 2.2:
+    terminals are deferred until a request resumes at exactly them)."""
+    r1 = srv.chat(**conv.body1())
+    same_as_reference(res, ctx, conv.core, "chat", conv.body1(), r1, what)
+    res.check(r1["usage"]["prompt_tokens"] == conv.n1, f"{what}: {conv.n1} prompt tokens")
+    rc = srv.complete(**conv.continue_body())
+    f = rc["flare"]
+    res.check(f["reused_gpu_tokens"] == conv.t1 and f["prefill_tokens"] == 0
+              and f["prefill_launches"] == 0,
+              f"continue at turn 1's terminal T1 = {conv.t1}: resumed from the GPU cache, "
+              "no prefill", f"{f}")
+    return r1
+
+
+# ---- scenarios --------------------------------------------------------------------
+
+def sc_gpu_only(ctx, core, store, res):
+    """GPU-cache reuse with offload disabled: each turn of a conversation
+    resumes from the previous turn's terminal in the GPU cache."""
+    with ctx.server(core, core.args(ctx.flare, pages=256)) as srv:
+        res.require(srv.store() == "disabled", "no host store", srv.store())
+        rng = random.Random(11)
+        msgs = []
+        prev_t = 0
+        for turn in range(4):
+            msgs.append({"role": "user", "content": text(rng, 60 + 40 * turn)})
+            body = {"messages": list(msgs), "max_tokens": core.max_tokens, "temperature": 0}
+            toks = chat_tokens(msgs)
+            r = srv.chat(**body)
+            f, u = r["flare"], r["usage"]
+            n = u["prompt_tokens"]
+            res.check(n == len(toks), f"turn {turn + 1}: prompt tokens = the template's", f"{n}")
+            if turn == 0:
+                res.check(f["reused_tokens"] == 0 and f["source"] == "none",
+                          "turn 1: nothing reused", f"{f}")
+            else:
+                res.check(f["reused_gpu_tokens"] == prev_t and f["reused_host_tokens"] == 0
+                          and f["source"] == "gpu" and u["prompt_tokens_details"]["cached_tokens"]
+                          == prev_t,
+                          f"turn {turn + 1}: reuses the previous terminal ({prev_t} tokens) "
+                          "from the GPU", f"{f}")
+                res.check(f["prefill_tokens"] == n - prev_t
+                          and f["prefill_launches"] == expected_launches(toks, prev_t),
+                          f"turn {turn + 1}: prefill limited to the {n - prev_t} new tokens "
+                          f"({expected_launches(toks, prev_t)} launches)", f"{f}")
+            same_as_reference(res, ctx, core, "chat", body, r, f"turn {turn + 1}")
+            reply = r["choices"][0]["message"]["content"]
+            if "\ufffd" in reply:
+                res.note("reply not UTF-8; conversation stops here")
+                break
+            prev_t = n + u["completion_tokens"] - 1
+            msgs.append({"role": "assistant", "content": reply})
+        m = srv.metrics()
+        res.check(m.value("flare_host_cache_enabled") == 0
+                  and m.value("flare_host_cache_lookups_total") == 0,
+                  "metrics: host cache disabled, no host lookups")
+        res.check(m.value("flare_gpu_cache_hits_total") >= 3, "metrics: GPU hits counted",
+                  f"{m.value('flare_gpu_cache_hits_total'):.0f}")
+
+
+def sc_memory_hit(ctx, core, store, res):
+    """Memory (host) hit after GPU eviction: turn 1, a continue request at
+    turn 1's terminal (which offers it), distinct fillers evict the GPU
+    cache, then turn 2 restores the terminal from the host store."""
+    conv = Conversation(ctx, core, seed=1)
+    d = ctx.dir("memory-hit") if store in ("disk", "composite") else None
+    base_args = core.args(ctx.flare)
+    # The pool holds more complete checkpoints than the GPU cache: every
+    # filler publishes one.
+    nfill = filler_count(ctx, core)
+    mem = memory_for(ctx, core, "ordinary", nfill + 8, max(core.filler, conv.t1) + 60)
+    args = base_args + store_args(ctx, store, core, d, mem)
+    body2, toks2 = conv.follow_up(conv.user2())
+    n2 = len(toks2)
+
+    # The no-offload run of the same conversation.
+    with ctx.server(core, base_args, name="no-offload") as srv0:
+        turn1_and_continue(res, ctx, srv0, conv, "no-offload turn 1")
+        fillers(ctx, srv0, core, nfill, seed=1)
+        b2 = srv0.chat(**body2)
+        res.check(b2["flare"]["reused_tokens"] < conv.t1,
+                  "no-offload turn 2 recomputes turn 1's terminal", f"{b2['flare']}")
+
+    with ctx.server(core, args) as srv:
+        check_store(res, srv, store)
+        m0 = srv.metrics()
+        gpu_rows = m0.value("flare_gpu_cache_rows_total")
+        res.note(srv.summary().splitlines()[0].replace("flare: ", ""))
+        res.note(srv.summary().splitlines()[1].replace("flare: ", ""))
+        turn1_and_continue(res, ctx, srv, conv)
+        fillers(ctx, srv, core, nfill, seed=1)
+        m1 = srv.wait_idle()
+        held = m1.sum("flare_host_cache_records")
+        res.check(m1.delta(m0, "flare_gpu_cache_evictions_total") > 0,
+                  f"{nfill} fillers evicted GPU checkpoints",
+                  f"{m1.delta(m0, 'flare_gpu_cache_evictions_total'):.0f} evictions")
+        res.note(f"host records after the fillers: {held:.0f} "
+                 f"(the GPU cache holds at most {gpu_rows:.0f} checkpoints, one per row)")
+        first = m1.value("flare_host_cache_records", tier="nvme" if store == "disk" else "dram")
+        res.check(first > gpu_rows, "the first host tier holds more checkpoints than the GPU cache",
+                  f"{first:.0f} records > {gpu_rows:.0f} GPU rows")
+        r2 = srv.chat(**body2)
+        f = r2["flare"]
+        m2 = srv.wait_idle()
+        src = "disk" if store == "disk" else "memory"
+        res.check(f["reused_gpu_tokens"] == 0, "turn 2: nothing left in the GPU cache", f"{f}")
+        res.check(f["source"] == src and f["reused_host_tokens"] > 0,
+                  f"turn 2: a host hit from {src}", f"{f}")
+        res.check(f["reused_host_tokens"] == conv.t1 and f["reused_tokens"] == conv.t1
+                  and r2["usage"]["prompt_tokens_details"]["cached_tokens"] == conv.t1,
+                  f"turn 2: reused tokens = turn 1's terminal endpoint T1 = {conv.t1}", f"{f}")
+        res.check(f["prefill_tokens"] == n2 - conv.t1
+                  and f["prefill_launches"] == expected_launches(toks2, conv.t1),
+                  f"turn 2: prefill limited to the {n2 - conv.t1} new tokens "
+                  f"({expected_launches(toks2, conv.t1)} launches)", f"{f}")
+        res.check(m2.delta(m1, "flare_host_cache_fetches_total") == 1
+                  and m2.delta(m1, "flare_host_cache_hits_total") == 1,
+                  "metrics: one restore, one host hit",
+                  f"fetches +{m2.delta(m1, 'flare_host_cache_fetches_total'):.0f}, "
+                  f"hits +{m2.delta(m1, 'flare_host_cache_hits_total'):.0f}, declined "
+                  f"{m2.value('flare_host_cache_fetch_declined_total'):.0f}")
+        res.check(m2.delta(m1, "flare_host_cache_reused_tokens_total") == conv.t1,
+                  "metrics: host reused tokens += T1")
+        res.check(answer(r2) == answer(b2), "turn 2: tokens identical to the no-offload run",
+                  f"{answer(r2)!r} vs {answer(b2)!r}" if answer(r2) != answer(b2) else "")
+        same_as_reference(res, ctx, core, "chat", body2, r2, "turn 2")
+
+        # Turn 3 of the same conversation, plain multi-turn: turn 2's own
+        # terminal is deferred (nothing resumed at it), so after another
+        # eviction the deepest host record is turn 2's prompt checkpoint.
+        reply2 = r2["choices"][0]["message"]["content"]
+        if "\ufffd" not in reply2:
+            msgs3 = body2["messages"] + [{"role": "assistant", "content": reply2},
+                                         {"role": "user", "content": conv.user2(3)}]
+            body3 = dict(body2, messages=msgs3)
+            fillers(ctx, srv, core, nfill, seed=3)
+            r3 = srv.chat(**body3)
+            f3 = r3["flare"]
+            res.check(f3["reused_host_tokens"] == n2 and f3["reused_gpu_tokens"] == 0,
+                      f"turn 3 (no continue request): restores turn 2's prompt checkpoint "
+                      f"({n2} tokens); turn 2's terminal was deferred, never offered",
+                      f"{f3}")
+            same_as_reference(res, ctx, core, "chat", body3, r3, "turn 3")
+
+
+def sc_restart(ctx, core, store, res):
+    """Disk hit after a server restart: same directory, the conversation
+    replayed (a chat client sends the whole history) restores turn 1's
+    terminal from disk."""
+    conv = Conversation(ctx, core, seed=2)
+    d = ctx.dir("restart")
+    mem = memory_for(ctx, core, "ordinary", 8, conv.t1 + 60)
+    # The composite writes DRAM records to disk under pressure or with the
+    # shutdown drain; the drain makes this a warm restart.
+    args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem, drain=True)
+    body2, toks2 = conv.follow_up(conv.user2())
+    n2 = len(toks2)
+    with ctx.server(core, args, name="first") as srv:
+        check_store(res, srv, store)
+        turn1_and_continue(res, ctx, srv, conv)
+        srv.wait_idle()
+    res.check(srv.rc == 0, "first server: SIGTERM, exit 0")
+    files = record_files(d)
+    res.note(f"{len(files)} record files after the first server: "
+             + ", ".join(f"{c}:{'row' if r else 'pages'}" for c, r in
+                         sorted((rec_consumed(p), rec_has_row(p)) for p in files)))
+    res.check(any(rec_consumed(p) == conv.t1 for p in files), f"T1's record ({conv.t1}) on disk")
+    with ctx.server(core, args, name="second") as srv:
+        n = scanned(srv)
+        res.check(n is not None and n >= 1, "second server scanned the records", f"{n}")
+        m1 = srv.metrics()
+        r2 = srv.chat(**body2)
+        f = r2["flare"]
+        m2 = srv.wait_idle()
+        res.check(f["source"] == "disk" and f["reused_host_tokens"] == conv.t1
+                  and f["reused_gpu_tokens"] == 0,
+                  f"replayed turn 2: disk hit of T1 = {conv.t1}", f"{f}")
+        res.check(f["prefill_tokens"] == n2 - conv.t1
+                  and f["prefill_launches"] == expected_launches(toks2, conv.t1),
+                  f"prefill limited to the {n2 - conv.t1} new tokens "
+                  f"({expected_launches(toks2, conv.t1)} launches)", f"{f}")
+        res.check(m2.delta(m1, "flare_host_cache_fetches_total") == 1
+                  and m2.delta(m1, "flare_host_cache_bytes_in_total", tier="nvme") > 0,
+                  "metrics: one restore, bytes in from nvme",
+                  f"{m2.delta(m1, 'flare_host_cache_bytes_in_total', tier='nvme'):.0f} B")
+        same_as_reference(res, ctx, core, "chat", body2, r2, "replayed turn 2")
+
+
+def sc_branching(ctx, core, store, res):
+    """Two continuations of one evicted prefix admitted together share one
+    inbound ticket (one fetch) and both complete with host reuse.
+
+    Over HTTP "together" means the second arrives while the first's
+    restore is in flight.  The scenario sends both at once and retries
+    (with fresh branches after another eviction) when the second arrived
+    after the restore landed; it reports the attempts."""
+    conv = Conversation(ctx, core, seed=3)
+    d = ctx.dir("branching") if store in ("disk", "composite") else None
+    base = core.args(ctx.flare)
+    nfill = filler_count(ctx, core)
+    mem = memory_for(ctx, core, "ordinary", nfill + 12, max(core.filler, conv.t1) + 60)
+    args = base + store_args(ctx, store, core, d, mem)
+    with ctx.server(core, args) as srv:
+        check_store(res, srv, store)
+        turn1_and_continue(res, ctx, srv, conv)
+        attempts = 6
+        for attempt in range(1, attempts + 1):
+            fillers(ctx, srv, core, nfill, seed=40 + attempt)
+            m1 = srv.wait_idle()
+            bodies = [conv.follow_up(f"branch {attempt}.{k}: " + conv.user2(10 * attempt + k))[0]
+                      for k in (0, 1)]
+            rs = srv.post_together([("/v1/chat/completions", b) for b in bodies])
+            m2 = srv.wait_idle()
+            fetches = m2.delta(m1, "flare_host_cache_fetches_total")
+            hosts = [r["flare"]["reused_host_tokens"] for r in rs]
+            gpus = [r["flare"]["reused_gpu_tokens"] for r in rs]
+            res.note(f"attempt {attempt}: fetches +{fetches:.0f}, host reuse {hosts}, "
+                     f"GPU reuse {gpus}")
+            if fetches == 1 and all(h > 0 for h in hosts):
+                break
+            if fetches != 1:
+                break
+        res.check(fetches == 1, "one fetch (one inbound ticket) for both continuations",
+                  f"+{fetches:.0f}")
+        # The first attempt restores T1; later ones find the reply's message
+        # checkpoint the first attempt published (it has two children, so
+        # it keeps its row, while T1's row was dropped: design 2.3).
+        want = conv.t1 if attempt == 1 else conv.reply_end
+        res.check(all(h == want for h in hosts),
+                  f"both continuations restored the same {want} tokens from the host",
+                  f"{hosts} in attempt {attempt} of {attempts}")
+        res.check(m2.delta(m1, "flare_host_cache_hits_total") == 2,
+                  "metrics: two host hits (admissions) for one fetch",
+                  f"+{m2.delta(m1, 'flare_host_cache_hits_total'):.0f}")
+        for k, (b, r) in enumerate(zip(bodies, rs)):
+            res.check(r["choices"][0]["finish_reason"] in ("stop", "length"),
+                      f"continuation {k + 1} completed", r["choices"][0]["finish_reason"])
+            same_as_reference(res, ctx, core, "chat", b, r, f"continuation {k + 1}")
+
+
+# ---- disk records -------------------------------------------------------------------
+
+REC_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{32})\.ckpt$")
+
+
+def record_files(base):
+    out = []
+    for root, _, names in os.walk(base):
+        for n in names:
+            if REC_RE.match(n):
+                out.append(os.path.join(root, n))
+    return out
+
+
+def rec_consumed(path):
+    return int(REC_RE.match(os.path.basename(path)).group(1), 16)
+
+
+def rec_header(path):
+    with open(path, "rb") as fh:
+        h = fh.read(192)
+    hb, ranks, pt, tail = struct.unpack_from("<IIII", h, 16)
+    page_off, row_off = struct.unpack_from("<QQ", h, 144)
+    return {"header_bytes": hb, "ranks": ranks, "tail": tail, "page_off": page_off,
+            "row_off": row_off, "size": os.path.getsize(path)}
+
+
+def rec_has_row(path):
+    h = rec_header(path)
+    return h["size"] > h["row_off"]
+
+
+def flip(path, offset):
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        b = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([b[0] ^ 0x5a]))
+
+
+def namespaces(base):
+    return sorted(n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n)))
+
+
+def sc_corruption(ctx, core, store, res):
+    """A flipped byte in a record file gives a miss or a failed restore, a
+    recompute, the right answer, and a rise of the corrupt counter."""
+    conv = Conversation(ctx, core, seed=4)
+    body2, toks2 = conv.follow_up(conv.user2())
+    n2 = len(toks2)
+    mem = memory_for(ctx, core, "ordinary", 8, conv.t1 + 60)
+    for where in ("page", "row", "header"):
+        d = ctx.dir(f"corrupt-{where}")
+        args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem, drain=True)
+        with ctx.server(core, args, name="writer") as srv:
+            check_store(res, srv, store)
+            turn1_and_continue(res, ctx, srv, conv, f"{where}: turn 1")
+            srv.wait_idle()
+        files = record_files(d)
+        chain = sorted((p for p in files if rec_consumed(p) <= conv.t1), key=rec_consumed)
+        t1 = [p for p in chain if rec_consumed(p) == conv.t1]
+        res.require(len(t1) == 1, f"{where}: T1's record ({conv.t1}) on disk",
+                    f"{[rec_consumed(p) for p in files]}")
+        target = t1[0]
+        h = rec_header(target)
+        if where == "page":
+            with_pages = [p for p in chain if rec_header(p)["tail"] > 0]
+            res.require(with_pages, f"{where}: a record of T1's chain holds pages")
+            target = with_pages[-1]
+            h = rec_header(target)
+            off = h["page_off"] + (h["tail"] - 1) * ((h["row_off"] - h["page_off"]) // h["tail"]) + 100
+        elif where == "row":
+            res.require(h["size"] > h["row_off"], f"{where}: T1's record holds its row")
+            off = h["row_off"] + 100
+        else:
+            off = 170  # inside the creation time: only the header checksum covers it
+        flip(target, off)
+        res.note(f"{where}: flipped the byte at {off} of {os.path.basename(target)} "
+                 f"(consumed {rec_consumed(target)})")
+        with ctx.server(core, args, name="reader") as srv:
+            m1 = srv.metrics()
+            r2 = srv.chat(**body2)
+            f = r2["flare"]
+            m2 = srv.wait_idle()
+            corrupt = m2.sum("flare_host_cache_corrupt_total")
+            failed = m2.delta(m1, "flare_host_cache_restore_failures_total")
+            res.check(corrupt >= 1, f"{where}: the corrupt counter rose", f"{corrupt:.0f}")
+            res.check(f["reused_host_tokens"] < conv.t1 or failed >= 1,
+                      f"{where}: a miss or a failed restore",
+                      f"{f}, restore failures +{failed:.0f}")
+            res.check(f["prefill_tokens"] == n2 - f["reused_tokens"],
+                      f"{where}: the rest recomputed", f"{f}")
+            same_as_reference(res, ctx, core, "chat", body2, r2, f"{where}: turn 2")
+
+
+def sc_namespaces(ctx, core, store, res):
+    """Ordinary and speculative runs on one directory never hit each
+    other's records; --max-active and --draft-tokens keep their hits; a core
+    with another layout misses."""
+    if "copy" not in core.modes:
+        raise Skip(f"core {core.name} has no speculative modes")
+    d = ctx.dir("namespaces")
+    a = Conversation(ctx, core, seed=5)
+    b = Conversation(ctx, core, seed=6)
+    body_a, _ = a.follow_up(a.user2())
+    body_b, _ = b.follow_up(b.user2())
+
+    def run(mode, extra=(), path_core=None, name=None):
+        c = path_core or core
+        mem = memory_for(ctx, c, mode, 8, max(a.t1, b.t1) + 60)
+        args = c.args(ctx.flare, mode) + list(extra) + store_args(ctx, store, c, d, mem, drain=True)
+        return ctx.server(c, args, name=name or mode)
+
+    def hit(srv, body):
+        return srv.chat(**body)["flare"]
+
+    with run("ordinary") as srv:
+        check_store(res, srv, store)
+        turn1_and_continue(res, ctx, srv, a, "ordinary: conversation A turn 1")
+    for mode in ("copy", "learned"):
+        with run(mode) as srv:
+            res.check(scanned(srv) == 0, f"{mode}: its own namespace starts empty",
+                      f"{scanned(srv)} scanned")
+            f = hit(srv, body_a)
+            res.check(f["reused_host_tokens"] == 0, f"{mode}: no hit on ordinary records", f"{f}")
+            if mode == "copy":
+                turn1_and_continue(res, ctx, srv, b, "copy: conversation B turn 1")
+    ns = namespaces(d)
+    res.check(len(ns) == 3, "three namespace directories (ordinary, copy, learned)", f"{ns}")
+    with run("ordinary", ["--max-active", str(core.max_active + 1)], name="ordinary-max-active") as srv:
+        res.check((scanned(srv) or 0) >= 1, "ordinary, --max-active changed: records scanned",
+                  f"{scanned(srv)}")
+        f = hit(srv, body_a)
+        res.check(f["source"] == "disk" and f["reused_host_tokens"] == a.t1,
+                  f"ordinary, --max-active {core.max_active + 1}: A still hits T1 = {a.t1}", f"{f}")
+        f = hit(srv, body_b)
+        res.check(f["reused_host_tokens"] == 0, "ordinary: no hit on copy records (B)", f"{f}")
+    with run("copy", ["--draft-tokens", "2"], name="copy-draft-2") as srv:
+        f = hit(srv, body_b)
+        res.check(f["source"] == "disk" and f["reused_host_tokens"] == b.t1,
+                  f"copy, --draft-tokens 2: B still hits T1 = {b.t1}", f"{f}")
+    # Another layout: tiny's text with a wider key plane, in a temp file.
+    other = os.path.join(ctx.dir("core"), "wide-key.core")
+    src = core.path or os.path.join(repo_root(), "cores", "tiny.core")
+    with open(src) as fh:
+        txt = fh.read()
+    txt2, nsub = re.subn(r"(\[plane [^\]]+\]\s*\n\s*token_bytes\s*=\s*)(\d+)",
+                         lambda m: m.group(1) + str(int(m.group(2)) * 2), txt, count=1)
+    res.require(nsub == 1, "a core copy with one plane twice as wide")
+    with open(other, "w") as fh:
+        fh.write(txt2)
+    wide = Core(core.name + "-wide", other, core.user1, core.user2, core.filler,
+                core.gpu_pages, core.max_active, core.max_tokens, core.modes)
+    with run("ordinary", path_core=wide, name="other-layout") as srv:
+        res.check(scanned(srv) == 0, "another layout: its own namespace, nothing scanned",
+                  f"{scanned(srv)}")
+        r = srv.chat(**body_a)
+        res.check(r["flare"]["reused_host_tokens"] == 0, "another layout: A misses",
+                  f"{r['flare']}")
+    ns = namespaces(d)
+    res.check(len(ns) == 4, "four namespace directories", f"{ns}")
+
+
+SCENARIOS = {
+    "gpu-only": (sc_gpu_only, ("none",)),
+    "memory-hit": (sc_memory_hit, ("memory", "disk", "composite")),
+    "restart": (sc_restart, ("disk", "composite")),
+    "branching": (sc_branching, ("memory", "disk", "composite")),
+    "namespaces": (sc_namespaces, ("disk", "composite")),
+    "corruption": (sc_corruption, ("disk", "composite")),
+}
+
+
+def run_one(ctx, fn, core, store, scenario):
+    res = Result(scenario, store, core.name)
+    t0 = time.monotonic()
+    try:
+        fn(ctx, core, store, res)
+    except Skip as e:
+        res.status = "SKIP"
+        res.lines.append(f"skip {e}")
+    except Fail:
+        pass
+    except Exception as e:  # noqa: BLE001 - a scenario error is a failure with its trace
+        res.status = "FAIL"
+        res.lines.append(f"FAIL {type(e).__name__}: {e}")
+        res.lines += ["     " + ln for ln in traceback.format_exc().splitlines()[-6:]]
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flare", help="the flare binary (default $SELENE_BUILD/flare or build/flare)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="tiny core, small sizes (default)")
+    g.add_argument("--full", action="store_true", help="also the realistic and other cores")
+    ap.add_argument("--stores", default="memory,disk,composite")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--cores", help="comma-separated core names (default by mode)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    flare_bin = find_flare(a.flare)
+    if not os.access(flare_bin, os.X_OK):
+        print(f"host_cache: no flare binary at {flare_bin}", file=sys.stderr)
+        return 2
+    table = core_table(repo_root())
+    if a.cores:
+        names = a.cores.split(",")
+    elif a.full:
+        names = ["tiny", "qwen-tp1", "qwen-tp1-small", "qwen-tp2-small", "deepseek-small",
+                 "hybrid-small"]
+    else:
+        names = ["tiny"]
+    for n in names:
+        if n not in table:
+            print(f"host_cache: unknown core {n} (known: {', '.join(table)})", file=sys.stderr)
+            return 2
+    scen = a.scenarios.split(",")
+    for s in scen:
+        if s not in SCENARIOS:
+            print(f"host_cache: unknown scenario {s}", file=sys.stderr)
+            return 2
+    stores = set(a.stores.split(",")) | {"none"}
+    # The realistic core runs the scenarios that its sizes are for.
+    heavy_only = {"qwen-tp1": {"gpu-only", "memory-hit", "restart", "branching"}}
+
+    results = []
+    tmp = TempDir("flare-qualify-")
+    ctx = Ctx(flare_bin, not a.full, a.verbose, tmp.path)
+    t0 = time.monotonic()
+    try:
+        for name in names:
+            core = table[name]
+            for s in scen:
+                if name in heavy_only and s not in heavy_only[name]:
+                    continue
+                fn, kinds = SCENARIOS[s]
+                for st in kinds:
+                    if st not in stores:
+                        continue
+                    res = run_one(ctx, fn, core, st, s)
+                    results.append(res)
+                    print(f"{res.status} {res.name()} ({res.seconds:.1f}s)", flush=True)
+                    if res.status != "PASS" or a.verbose:
+                        for ln in res.lines:
+                            print("    " + ln)
+            ctx.close()
+    finally:
+        ctx.close()
+        tmp.cleanup()
+    np_ = sum(r.status == "PASS" for r in results)
+    nf = sum(r.status == "FAIL" for r in results)
+    ns = sum(r.status == "SKIP" for r in results)
+    print(f"host_cache: {np_} passed, {nf} failed, {ns} skipped "
+          f"({time.monotonic() - t0:.0f}s)")
+    return 1 if nf else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
