@@ -155,9 +155,13 @@ check-tsan:
 soak: $(TESTS) $(FLARE)
 	@SELENE_SOAK=1 $(RUN_TESTS) $(TESTS) $(SCRIPT_TESTS)
 
+# Scenario scripts: every qualify/*.py but the harness module flare.py.
+QUALIFY_SCRIPTS := $(filter-out qualify/flare.py,$(sort $(wildcard qualify/*.py)))
+
 qualify: $(FLARE)
-	@if ls qualify/*.py >/dev/null 2>&1; then \
-		for q in qualify/*.py; do python3 $$q --flare $(FLARE) --full || exit 1; done; \
+	@if [ -n "$(QUALIFY_SCRIPTS)" ]; then \
+		for q in $(QUALIFY_SCRIPTS); do echo "== $$q --full"; \
+			python3 $$q --flare $(FLARE) --full || exit 1; done; \
 	else echo "qualify: no scenarios yet"; fi
 
 bench: $(BENCHES)

@@ -38,7 +38,6 @@ Scenarios that need the disk store skip while the engine reports
 """
 
 import argparse
-import concurrent.futures
 import os
 import random
 import re
@@ -161,16 +160,15 @@ class Core:
                 self.geo[key] = int(srv.metrics().value("flare_host_cache_slot_bytes"))
         return self.geo[key]
 
-    def gpu_rows(self, flare_bin, mode="ordinary", pages=None):
-        """Rows the GPU cache gets (engine.c size_cache)."""
-        pb, rb = self.geometry(flare_bin, mode)
-        b = self.gpu_cache(flare_bin, mode, pages)
-        return max(b // 4 // rb, 3 * self.max_active)
-
     def gpu_cache(self, flare_bin, mode="ordinary", pages=None):
+        """Bytes for `pages` pages besides the minimum rows, 3 x max_active
+        (engine.c size_cache: a quarter of the budget for rows, at least
+        that many): rows are set through max_active."""
         pb, rb = self.geometry(flare_bin, mode)
-        rows = 3 * self.max_active
-        return rows * rb + (pages or self.gpu_pages) * pb
+        return self.gpu_rows() * rb + (pages or self.gpu_pages) * pb
+
+    def gpu_rows(self):
+        return 3 * self.max_active
 
     def args(self, flare_bin, mode="ordinary", pages=None):
         a = ["--gpu-cache", str(self.gpu_cache(flare_bin, mode, pages)),
@@ -196,7 +194,7 @@ def core_table(root):
         # policy (a 104 MiB row against a fast synthetic prefill), so the
         # conversation is long, as the prefixes worth offloading are.
         "qwen-tp1": Core("qwen-tp1", c("qwen-tp1.core"), 4000, 200, 300, gpu_pages=160,
-                         max_active=2, modes=spec),
+                         modes=spec),
     }
 
 
@@ -246,6 +244,19 @@ class Ctx:
         self.refs[key] = r
         return r
 
+    def need(self, core, store):
+        """Skip at once when this build has no disk store."""
+        if store not in ("disk", "composite"):
+            return
+        if self.disk_available is None:
+            d = self.dir("probe")
+            args = core.args(self.flare, pages=2 * core.max_active) + [
+                "--prefix-cache-memory", "1MiB", "--prefix-cache-disk", d]
+            with self.server(core, args, name="probe") as srv:
+                self.disk_available = (srv.store() == "composite", srv.disk_note())
+        if not self.disk_available[0]:
+            raise Skip(f"no disk store in this build: {self.disk_available[1]}")
+
     def close(self):
         for srv in self._ref_server.values():
             srv.stop()
@@ -294,16 +305,16 @@ def check_store(res, srv, store):
                 + (f"; no disk store: {note}" if note else ""))
 
 
-def memory_for(ctx, core, mode, checkpoints, tokens_each):
-    """Warm memory bytes that hold `checkpoints` complete records of
-    `tokens_each` tokens each (their whole page chain plus the row), with
-    half as much again to spare.  A slot is one page record; a row is cut
-    into pieces of each rank's share of a slot (design 2.5)."""
+def memory_for(ctx, core, mode, token_counts):
+    """Warm memory bytes that hold complete records (the whole page chain
+    plus the row) of the given token counts, with a quarter more to
+    spare.  A slot is one page record; a row is cut into pieces of each
+    rank's share of a slot (design 2.5)."""
     pb, rb = core.geometry(ctx.flare, mode)
     slot = core.slot_bytes(ctx.flare, mode)
-    pages = -(-tokens_each // 64) + 1
     rows = -(-rb // (slot // core.ranks())) + 1
-    return int(checkpoints * (pages + rows) * slot * 1.5) + (1 << 20)
+    slots = sum(-(-t // 64) + 1 + rows for t in token_counts)
+    return int(slots * slot * 1.25) + (1 << 20)
 
 
 def scanned(srv):
@@ -383,13 +394,12 @@ def fillers(ctx, srv, core, count, seed):
         srv.chat([{"role": "user", "content": "filler " + text(r, core.filler)}], max_tokens=2)
 
 
-def filler_count(ctx, core, mode="ordinary"):
+def filler_count(ctx, core):
     """Enough fillers to cycle every GPU row (each filler's prompt
     checkpoint takes one), so every older checkpoint is evicted or
-    compacted (page-only nodes match no lookup), and every page once."""
-    rows = core.gpu_rows(ctx.flare, mode)
-    per = -(-(core.filler + 20) // 64)
-    return max(rows + 4, core.gpu_pages // per + 2)
+    compacted (page-only nodes match no lookup).  Turn 2's
+    reused_gpu_tokens == 0 confirms it."""
+    return core.gpu_rows() + 4
 
 
 def turn1_and_continue(res, ctx, srv, conv, what="turn 1"):
@@ -458,13 +468,15 @@ def sc_memory_hit(ctx, core, store, res):
     """Memory (host) hit after GPU eviction: turn 1, a continue request at
     turn 1's terminal (which offers it), distinct fillers evict the GPU
     cache, then turn 2 restores the terminal from the host store."""
+    ctx.need(core, store)
     conv = Conversation(ctx, core, seed=1)
     d = ctx.dir("memory-hit") if store in ("disk", "composite") else None
     base_args = core.args(ctx.flare)
     # The pool holds more complete checkpoints than the GPU cache: every
     # filler publishes one.
     nfill = filler_count(ctx, core)
-    mem = memory_for(ctx, core, "ordinary", nfill + 8, max(core.filler, conv.t1) + 60)
+    big = conv.t1 + core.user2 + core.max_tokens + 40
+    mem = memory_for(ctx, core, "ordinary", [core.filler + 20] * (nfill + 2) + [big] * 4)
     args = base_args + store_args(ctx, store, core, d, mem)
     body2, toks2 = conv.follow_up(conv.user2())
     n2 = len(toks2)
@@ -543,9 +555,10 @@ def sc_restart(ctx, core, store, res):
     """Disk hit after a server restart: same directory, the conversation
     replayed (a chat client sends the whole history) restores turn 1's
     terminal from disk."""
+    ctx.need(core, store)
     conv = Conversation(ctx, core, seed=2)
     d = ctx.dir("restart")
-    mem = memory_for(ctx, core, "ordinary", 8, conv.t1 + 60)
+    mem = memory_for(ctx, core, "ordinary", [conv.t1 + core.user2 + core.max_tokens + 40] * 4)
     # The composite writes DRAM records to disk under pressure or with the
     # shutdown drain; the drain makes this a warm restart.
     args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem, drain=True)
@@ -587,43 +600,39 @@ def sc_branching(ctx, core, store, res):
     inbound ticket (one fetch) and both complete with host reuse.
 
     Over HTTP "together" means the second arrives while the first's
-    restore is in flight.  The scenario sends both at once and retries
-    (with fresh branches after another eviction) when the second arrived
-    after the restore landed; it reports the attempts."""
-    conv = Conversation(ctx, core, seed=3)
+    restore is in flight: both requests are written at the same moment
+    (Flare.post_together).  When the second still arrived after the
+    restore landed (it then reuses the GPU copy), the scenario tries again
+    with a fresh conversation, and reports the attempts."""
+    ctx.need(core, store)
+    nfill = filler_count(ctx, core)
     d = ctx.dir("branching") if store in ("disk", "composite") else None
     base = core.args(ctx.flare)
-    nfill = filler_count(ctx, core)
-    mem = memory_for(ctx, core, "ordinary", nfill + 12, max(core.filler, conv.t1) + 60)
+    big = core.user1 + 2 * core.max_tokens + core.user2 + 80
+    mem = memory_for(ctx, core, "ordinary", [core.filler + 20] * (nfill + 2) + [big] * 6)
     args = base + store_args(ctx, store, core, d, mem)
+    attempts = 6
     with ctx.server(core, args) as srv:
         check_store(res, srv, store)
-        turn1_and_continue(res, ctx, srv, conv)
-        attempts = 6
         for attempt in range(1, attempts + 1):
+            conv = Conversation(ctx, core, seed=30 + attempt)
+            turn1_and_continue(res, ctx, srv, conv, f"attempt {attempt}: turn 1")
             fillers(ctx, srv, core, nfill, seed=40 + attempt)
             m1 = srv.wait_idle()
-            bodies = [conv.follow_up(f"branch {attempt}.{k}: " + conv.user2(10 * attempt + k))[0]
-                      for k in (0, 1)]
+            bodies = [conv.follow_up(f"branch {k}: " + conv.user2(k))[0] for k in (0, 1)]
             rs = srv.post_together([("/v1/chat/completions", b) for b in bodies])
             m2 = srv.wait_idle()
             fetches = m2.delta(m1, "flare_host_cache_fetches_total")
             hosts = [r["flare"]["reused_host_tokens"] for r in rs]
             gpus = [r["flare"]["reused_gpu_tokens"] for r in rs]
-            res.note(f"attempt {attempt}: fetches +{fetches:.0f}, host reuse {hosts}, "
-                     f"GPU reuse {gpus}")
-            if fetches == 1 and all(h > 0 for h in hosts):
-                break
-            if fetches != 1:
+            res.note(f"attempt {attempt}: T1 {conv.t1}, fetches +{fetches:.0f}, "
+                     f"host reuse {hosts}, GPU reuse {gpus}")
+            if fetches != 1 or all(h > 0 for h in hosts):
                 break
         res.check(fetches == 1, "one fetch (one inbound ticket) for both continuations",
                   f"+{fetches:.0f}")
-        # The first attempt restores T1; later ones find the reply's message
-        # checkpoint the first attempt published (it has two children, so
-        # it keeps its row, while T1's row was dropped: design 2.3).
-        want = conv.t1 if attempt == 1 else conv.reply_end
-        res.check(all(h == want for h in hosts),
-                  f"both continuations restored the same {want} tokens from the host",
+        res.check(hosts == [conv.t1, conv.t1],
+                  f"both continuations restored T1 = {conv.t1} from the host",
                   f"{hosts} in attempt {attempt} of {attempts}")
         res.check(m2.delta(m1, "flare_host_cache_hits_total") == 2,
                   "metrics: two host hits (admissions) for one fetch",
@@ -681,10 +690,11 @@ def namespaces(base):
 def sc_corruption(ctx, core, store, res):
     """A flipped byte in a record file gives a miss or a failed restore, a
     recompute, the right answer, and a rise of the corrupt counter."""
+    ctx.need(core, store)
     conv = Conversation(ctx, core, seed=4)
     body2, toks2 = conv.follow_up(conv.user2())
     n2 = len(toks2)
-    mem = memory_for(ctx, core, "ordinary", 8, conv.t1 + 60)
+    mem = memory_for(ctx, core, "ordinary", [conv.t1 + core.user2 + core.max_tokens + 40] * 4)
     for where in ("page", "row", "header"):
         d = ctx.dir(f"corrupt-{where}")
         args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem, drain=True)
@@ -733,6 +743,7 @@ def sc_namespaces(ctx, core, store, res):
     """Ordinary and speculative runs on one directory never hit each
     other's records; --max-active and --draft-tokens keep their hits; a core
     with another layout misses."""
+    ctx.need(core, store)
     if "copy" not in core.modes:
         raise Skip(f"core {core.name} has no speculative modes")
     d = ctx.dir("namespaces")
@@ -743,7 +754,7 @@ def sc_namespaces(ctx, core, store, res):
 
     def run(mode, extra=(), path_core=None, name=None):
         c = path_core or core
-        mem = memory_for(ctx, c, mode, 8, max(a.t1, b.t1) + 60)
+        mem = memory_for(ctx, c, mode, [max(a.t1, b.t1) + core.user2 + core.max_tokens + 40] * 8)
         args = c.args(ctx.flare, mode) + list(extra) + store_args(ctx, store, c, d, mem, drain=True)
         return ctx.server(c, args, name=name or mode)
 
