@@ -164,8 +164,13 @@ qualify: $(FLARE)
 			python3 $$q --flare $(FLARE) --full || exit 1; done; \
 	else echo "qualify: no scenarios yet"; fi
 
-bench: $(BENCHES)
-	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done
+# bench/serve.py: the isolation measurements of design 4 against flare run
+# (about five minutes on Qwen TP1; SERVE_ARGS=--quick for a smoke run).
+SERVE_ARGS ?=
+bench: $(BENCHES) $(FLARE_IF_ANY)
+	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done; \
+	if [ -n "$(FLARE_IF_ANY)" ]; then echo "== bench/serve.py $(SERVE_ARGS)"; \
+		python3 bench/serve.py --flare $(FLARE) $(SERVE_ARGS); fi
 
 # ---- fuzzing (clang + libFuzzer) ------------------------------------------
 FUZZ_SECONDS ?= 30

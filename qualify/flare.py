@@ -464,6 +464,58 @@ class Flare:
             time.sleep(0.02)
 
 
+def geometry(binary, core=None, max_active=4, mode="ordinary"):
+    """(page bytes, row bytes) of a core's GPU cache in a state mode, read
+    from the refusal of `flare run --gpu-cache 1` (engine.c size_cache).
+    The engine gives a quarter of --gpu-cache to rows, at least
+    3 x max_active of them, and the rest to pages."""
+    cmd = [binary, "run", "--port", "0", "--gpu-cache", "1", "--dashboard", "off",
+           "--max-active", str(max_active)]
+    if mode != "ordinary":
+        cmd += ["--speculate", mode]
+    if core:
+        cmd.append(core)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r"pages of (\d+) bytes besides (\d+) rows of (\d+) bytes", p.stderr)
+    if not m:
+        raise FlareError(f"cannot read the cache geometry of {core or 'the built-in core'}: "
+                         + p.stderr.strip())
+    return int(m.group(1)), int(m.group(3))
+
+
+def cache_split(budget, page_bytes, row_bytes, max_active):
+    """(pages, rows) the engine makes of a --gpu-cache budget (engine.c
+    size_cache): a quarter for rows, at least 3 x max_active, the rest
+    for pages."""
+    rows = max(budget // 4 // row_bytes, 3 * max_active)
+    pages = (budget - rows * row_bytes) // page_bytes if budget >= rows * row_bytes else 0
+    return pages, rows
+
+
+def gpu_cache_for(binary, core=None, max_active=4, pages=64, mode="ordinary"):
+    """The smallest --gpu-cache (to a page) that gives at least `pages`
+    pages; rows follow (at least 3 x max_active)."""
+    pb, rb = geometry(binary, core, max_active, mode)
+    return gpu_cache_bytes(pb, rb, max_active, pages)
+
+
+def gpu_cache_bytes(pb, rb, max_active, pages):
+    b = 3 * max_active * rb + pages * pb
+    if cache_split(b, pb, rb, max_active)[0] < pages:
+        b = (pages * pb * 4) // 3 + rb
+    while cache_split(b, pb, rb, max_active)[0] < pages:
+        b += pb
+    return b
+
+
+def core_ranks(core):
+    if not core:
+        return 1
+    with open(core) as fh:
+        m = re.search(r"^\s*ranks\s*=\s*(\d+)", fh.read(), re.M)
+    return int(m.group(1)) if m else 1
+
+
 def _dechunk(body):
     out, pos = b"", 0
     while True:

@@ -47,8 +47,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flare import (TOK_MESSAGE, Flare, FlareError, TempDir, chat_tokens,  # noqa: E402
-                   find_flare, message_ends, repo_root)
+from flare import (Flare, FlareError, TempDir, chat_tokens, core_ranks,  # noqa: E402
+                   find_flare, geometry, gpu_cache_bytes, message_ends, repo_root)
 
 # The engine's prefill chunk (hel_engine_config.chunk_tokens, default 256;
 # flare run does not change it).  A chunk never crosses a checkpoint
@@ -128,26 +128,11 @@ class Core:
     def geometry(self, flare_bin, mode="ordinary"):
         """(page bytes, row bytes) on the GPU for a state mode."""
         if mode not in self.geo:
-            cmd = [flare_bin, "run", "--port", "0", "--gpu-cache", "1", "--dashboard", "off",
-                   "--max-active", str(self.max_active)]
-            if mode != "ordinary":
-                cmd += ["--speculate", mode]
-            if self.path:
-                cmd.append(self.path)
-            import subprocess
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-            m = re.search(r"pages of (\d+) bytes besides (\d+) rows of (\d+) bytes", p.stderr)
-            if not m:
-                raise FlareError(f"cannot read the geometry of {self.name}: {p.stderr.strip()}")
-            self.geo[mode] = (int(m.group(1)), int(m.group(3)))
+            self.geo[mode] = geometry(flare_bin, self.path, self.max_active, mode)
         return self.geo[mode]
 
     def ranks(self):
-        if not self.path:
-            return 1
-        with open(self.path) as fh:
-            m = re.search(r"^\s*ranks\s*=\s*(\d+)", fh.read(), re.M)
-        return int(m.group(1)) if m else 1
+        return core_ranks(self.path)
 
     def slot_bytes(self, flare_bin, mode="ordinary"):
         """Bytes of one host slot (a page record, planes padded to 4 KiB),
@@ -162,10 +147,9 @@ class Core:
 
     def gpu_cache(self, flare_bin, mode="ordinary", pages=None):
         """Bytes for `pages` pages besides the minimum rows, 3 x max_active
-        (engine.c size_cache: a quarter of the budget for rows, at least
-        that many): rows are set through max_active."""
+        (rows are set through max_active)."""
         pb, rb = self.geometry(flare_bin, mode)
-        return self.gpu_rows() * rb + (pages or self.gpu_pages) * pb
+        return gpu_cache_bytes(pb, rb, self.max_active, pages or self.gpu_pages)
 
     def gpu_rows(self):
         return 3 * self.max_active

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""serve.py - the isolation measurements of design section 4 against
+`flare run` with the host backend, baseline first.
+
+Each measurement runs without a host store (the baseline) and then with the
+composite store (the memory store while this build has no disk store),
+under the same core, flags and cache sizes; rounds alternate baseline and
+offload so drift hits both.  Figures:
+
+  decode      Decode latency under copy-out: 4 clients, continuous short
+              exchanges (256-token prompts, 64-token answers, each prompt
+              distinct so every exchange publishes a checkpoint: the
+              maximum publication rate), streamed; per-token latency p50
+              and p99 from SSE arrival timestamps, tokens per second.
+              Goal: within 2% of the baseline.
+  prefill     Prefill throughput under copy-out: the longest prompts the
+              context allows up to 32K tokens, back to back.  Goal: within
+              2% of the baseline.
+  inbound     Time to first token of a restore (after the GPU copy was
+              evicted) against the recompute of the same prompt, for 8K,
+              32K and 100K-token prefixes, from memory and from disk (the
+              disk rows need the disk store).  Qwen TP1's context is 32K:
+              100K runs on a copy of the core with max_context 131072,
+              written to a temporary file.
+  copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
+              and prefill runs.
+
+Prints `RESULT <name> <value> <unit>` lines (ratios are offload /
+baseline; latency ratios above 1 and throughput ratios below 1 are
+worse).  --quick is a smoke run on the tiny core (seconds); the default
+runs Qwen TP1 (cores/qwen-tp1.core) in about five minutes; --full runs the
+decode workload for ten minutes as the design asks.
+
+    python3 bench/serve.py [--flare build/flare] [--quick | --full]
+        [--core cores/qwen-tp1.core] [--duration S] [--rounds N]
+        [--only decode,prefill,inbound]
+"""
+
+import argparse
+import os
+import random
+import re
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "qualify"))
+from flare import (Flare, FlareError, TempDir, core_ranks, find_flare,  # noqa: E402
+                   cache_split, geometry, gpu_cache_bytes)
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz      ABCDEFGHIJ.,?0123456789"
+TEMPLATE = 19  # BEGIN "user: " ... MESSAGE "assistant: " around a chat message
+
+
+def result(name, value, unit):
+    print(f"RESULT {name} {value:.4g} {unit}", flush=True)
+
+
+def text(rng, n):
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+def pct(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def max_context(core):
+    if not core:
+        return 8192
+    with open(core) as fh:
+        return int(re.search(r"^\s*max_context\s*=\s*(\d+)", fh.read(), re.M).group(1))
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.flare = find_flare(a.flare)
+        self.core = a.core
+        self.tmp = TempDir("flare-bench-")
+        self.ranks = core_ranks(self.core)
+        self.pb, self.rb = geometry(self.flare, self.core, 4)
+        self.store = None
+        self.slot = None
+        self.probe()
+
+    def log(self, s):
+        print(f"# {s}", flush=True)
+
+    def server(self, args, core=None, name="flare"):
+        return Flare(self.flare, args, core=core or self.core, name=name)
+
+    def gpu_args(self, pages, max_active=4, core=None):
+        pb, rb = (self.pb, self.rb) if core is None else geometry(self.flare, core, max_active)
+        return ["--gpu-cache", str(gpu_cache_bytes(pb, rb, max_active, pages)),
+                "--max-active", str(max_active)]
+
+    def record_bytes(self, tokens, pb=None, rb=None):
+        """Pool bytes of one complete record of `tokens` tokens."""
+        pb, rb = pb or self.pb, rb or self.rb
+        slot = self.slot if pb == self.pb else pb + 4096 * 64
+        return (-(-tokens // 64) + 1 + -(-rb // (slot // self.ranks)) + 1) * slot
+
+    def probe(self):
+        """Which store a memory size plus a disk directory selects, and the
+        slot size."""
+        d = os.path.join(self.tmp.path, "probe")
+        with self.server(self.gpu_args(8) + ["--prefix-cache-memory", "1MiB",
+                                              "--prefix-cache-disk", d], name="probe") as srv:
+            self.store = srv.store()
+            self.slot = int(srv.metrics().value("flare_host_cache_slot_bytes"))
+            note = srv.disk_note()
+        if self.store != "composite":
+            self.store = "memory"
+            self.log(f"no composite store in this build ({note}): offload runs use the "
+                     "memory store")
+
+    def offload_args(self, memory, drain=False):
+        """The store the measurements compare against the baseline."""
+        a = ["--prefix-cache-memory", str(memory)]
+        if self.store == "composite":
+            d = os.path.join(self.tmp.path, f"cache-{time.monotonic_ns()}")
+            a += ["--prefix-cache-disk", d, "--prefix-cache-disk-limit", "64GiB"]
+            if drain:
+                a.append("--prefix-cache-drain-on-shutdown")
+        return a
+
+    # ---- decode latency under copy-out ---------------------------------------
+
+    def decode_run(self, srv, duration, seed):
+        stop_at = time.monotonic() + duration
+        lock = threading.Lock()
+        gaps, ttfts, tokens, exchanges = [], [], [0], [0]
+        errors = []
+
+        def client(cid):
+            rng = random.Random(seed * 100 + cid)
+            k = 0
+            while time.monotonic() < stop_at:
+                k += 1
+                content = f"{cid}.{k} " + text(rng, 256 - TEMPLATE - len(f"{cid}.{k} "))
+                body = {"messages": [{"role": "user", "content": content}], "max_tokens": 64,
+                        "temperature": 0, "stream_options": {"include_usage": True}}
+                try:
+                    s = srv.stream("/v1/chat/completions", body)
+                except FlareError as e:
+                    errors.append(str(e))
+                    return
+                ts = s.token_times()
+                u = s.usage() or {}
+                with lock:
+                    if ts:
+                        ttfts.append(ts[0] - s.sent)
+                        gaps.extend(b - a for a, b in zip(ts, ts[1:]))
+                    tokens[0] += u.get("completion_tokens", 0)
+                    exchanges[0] += 1
+
+        m0 = srv.metrics()
+        t0 = time.monotonic()
+        th = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        wall = time.monotonic() - t0
+        m1 = srv.metrics()
+        if errors:
+            raise FlareError("decode client failed: " + errors[0])
+        return {
+            "p50": pct(gaps, 0.5) * 1e3, "p99": pct(gaps, 0.99) * 1e3,
+            "ttft_p50": pct(ttfts, 0.5) * 1e3,
+            "tps": tokens[0] / wall, "exchanges": exchanges[0],
+            "tokens_per_exchange": tokens[0] / max(exchanges[0], 1),
+            "out_bps": m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram") / wall,
+            "publications": m1.delta(m0, "flare_host_cache_publications_total"),
+            "skipped": m1.delta(m0, "flare_host_cache_store_outcomes_total", outcome="skipped"),
+            "wall": wall,
+        }
+
+    def decode(self):
+        dur = self.a.duration
+        pages = 4 * 8 + 64
+        mem = self.record_bytes(320) * 24
+        runs = {"baseline": [], "offload": []}
+        for rnd in range(self.a.rounds):
+            for kind in ("baseline", "offload"):
+                args = self.gpu_args(pages)
+                if kind == "offload":
+                    args += self.offload_args(mem)
+                with self.server(args, name=kind) as srv:
+                    # Warm-up: fill the GPU cache and the pool's first slots.
+                    self.decode_run(srv, min(3.0, dur / 5), seed=999)
+                    r = self.decode_run(srv, dur, seed=rnd)
+                runs[kind].append(r)
+                self.log(f"decode round {rnd + 1} {kind}: p50 {r['p50']:.3f} ms, p99 "
+                         f"{r['p99']:.3f} ms, {r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
+                         f"({r['tokens_per_exchange']:.1f} tokens each), ttft p50 "
+                         f"{r['ttft_p50']:.1f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s, "
+                         f"{r['publications']:.0f} publications, {r['skipped']:.0f} skipped")
+        b, o = runs["baseline"], runs["offload"]
+        for key, unit, name in (("p50", "ms", "decode_token_p50"), ("p99", "ms", "decode_token_p99"),
+                                ("tps", "tok/s", "decode_tok_s")):
+            bv = statistics.median(r[key] for r in b)
+            ov = statistics.median(r[key] for r in o)
+            result(f"serve_{name}_baseline", bv, unit)
+            result(f"serve_{name}_{self.store}", ov, unit)
+            result(f"serve_{name}_ratio", ov / bv, "ratio")
+            if len(b) > 1:
+                spread = (max(r[key] for r in b) - min(r[key] for r in b)) / bv
+                result(f"serve_{name}_baseline_spread", spread, "ratio")
+        result("serve_copyout_decode_per_rank", statistics.median(r["out_bps"] for r in o)
+               / self.ranks / 2**20, "MiB/s")
+
+    # ---- prefill throughput under copy-out --------------------------------------
+
+    def prefill(self):
+        ctx = max_context(self.core)
+        L = min(32768, ctx) - 64
+        n = self.a.prefill_prompts
+        pages = -(-L // 64) + 16
+        mem = self.record_bytes(L) * 3
+        runs = {"baseline": [], "offload": []}
+        for rnd in range(self.a.rounds):
+            for kind in ("baseline", "offload"):
+                args = self.gpu_args(pages, max_active=1)
+                if kind == "offload":
+                    args += self.offload_args(mem)
+                with self.server(args, name=kind) as srv:
+                    rng = random.Random(7 + rnd)
+                    srv.complete(text(random.Random(1), L), max_tokens=1)  # warm-up
+                    srv.wait_idle(600)
+                    m0 = srv.metrics()
+                    t_req = []
+                    t0 = time.monotonic()
+                    for _ in range(n):
+                        s = time.monotonic()
+                        r = srv.complete(text(rng, L), max_tokens=1)
+                        t_req.append(time.monotonic() - s)
+                        assert r["flare"]["prefill_tokens"] == L, r["flare"]
+                    wall = time.monotonic() - t0
+                    m1 = srv.metrics()
+                    out = m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram")
+                rr = {"tps": n * L / sum(t_req), "out_bps": out / wall,
+                      "pub": m1.delta(m0, "flare_host_cache_publications_total")}
+                runs[kind].append(rr)
+                self.log(f"prefill round {rnd + 1} {kind}: {n} prompts of {L} tokens, "
+                         f"{rr['tps']:.0f} tok/s, copy-out {rr['out_bps'] / 2**20:.0f} MiB/s")
+        bv = statistics.median(r["tps"] for r in runs["baseline"])
+        ov = statistics.median(r["tps"] for r in runs["offload"])
+        result(f"serve_prefill_{L}_tok_s_baseline", bv, "tok/s")
+        result(f"serve_prefill_{L}_tok_s_{self.store}", ov, "tok/s")
+        result("serve_prefill_tok_s_ratio", ov / bv, "ratio")
+        result("serve_copyout_prefill_per_rank",
+               statistics.median(r["out_bps"] for r in runs["offload"]) / self.ranks / 2**20,
+               "MiB/s")
+
+    # ---- inbound latency ----------------------------------------------------------
+
+    def big_core(self, need):
+        """The core, or a copy of it with a larger max_context."""
+        if max_context(self.core) >= need:
+            return self.core
+        with open(self.core) as fh:
+            txt = fh.read()
+        txt = re.sub(r"^(\s*max_context\s*=\s*)\d+", lambda m: m.group(1) + "131072", txt,
+                     flags=re.M)
+        path = os.path.join(self.tmp.path, "long-context.core")
+        with open(path, "w") as fh:
+            fh.write(txt)
+        self.log(f"{os.path.basename(self.core)} has max_context {max_context(self.core)}: "
+                 f"the {need}-token prefix runs on a copy with max_context 131072 ({path})")
+        return path
+
+    def ttft(self, srv, prompt):
+        s = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+        fin = s.final()
+        t = s.events[0][0] - s.sent if s.events else float("nan")
+        return t, (fin or {}).get("flare", {})
+
+    def inbound(self):
+        sizes = [8192, 32768, 102400] if not self.a.quick else [1024, 4096]
+        ctx = max_context(self.core)
+        for L in sizes:
+            core = self.core if L <= ctx else self.big_core(L)
+            pb, rb = geometry(self.flare, core, 1)
+            pages = -(-L // 64) + 16
+            # Fillers cycle every GPU row, evicting the prompt's checkpoint.
+            fill = cache_split(gpu_cache_bytes(pb, rb, 1, pages), pb, rb, 1)[1] + 4
+            mem = int((self.record_bytes(L, pb, rb) + fill * self.record_bytes(320, pb, rb)) * 1.2)
+            args = self.gpu_args(pages, 1, core)
+            label = f"{L // 1024}k"
+            tiers = ["memory"]
+            rec, rest = [], {"memory": [], "disk": []}
+            for rnd in range(self.a.inbound_rounds):
+                prompt = text(random.Random(1000 * L + rnd), L - 1)
+                with self.server(args + self.offload_args(mem, drain=True), core=core,
+                                 name="inbound") as srv:
+                    t_re, f_re = self.ttft(srv, prompt)
+                    assert f_re.get("prefill_tokens") == len(prompt), f_re
+                    rec.append(t_re)
+                    srv.wait_idle(600)
+                    for i in range(fill):  # evict the GPU copy
+                        srv.complete(f"filler {rnd}.{i} " + text(random.Random(i), 300),
+                                     max_tokens=1)
+                    m0 = srv.wait_idle(600)
+                    t_me, f_me = self.ttft(srv, prompt)
+                    m1 = srv.wait_idle(600)
+                    if f_me.get("source") != "memory":
+                        self.log(f"inbound {label}: no memory restore: {f_me}, declined "
+                                 f"{m1.value('flare_host_cache_fetch_declined_total'):.0f}")
+                    else:
+                        rest["memory"].append((t_me, m1.delta(
+                            m0, "flare_host_cache_bytes_in_total", tier="dram")))
+                if self.store == "composite":
+                    tiers = ["memory", "disk"]
+                    # Restart: the drained records come back from disk.
+                    with self.server(args + srv.args[srv.args.index("--prefix-cache-memory"):],
+                                     core=core, name="inbound-restart") as srv2:
+                        m0 = srv2.metrics()
+                        t_di, f_di = self.ttft(srv2, prompt)
+                        m1 = srv2.wait_idle(600)
+                        if f_di.get("source") == "disk":
+                            rest["disk"].append((t_di, m1.delta(
+                                m0, "flare_host_cache_bytes_in_total", tier="nvme")))
+                        else:
+                            self.log(f"inbound {label}: no disk restore after restart: {f_di}")
+            t_rec = statistics.median(rec)
+            result(f"serve_inbound_{label}_recompute_ttft", t_rec * 1e3, "ms")
+            for tier in tiers:
+                if not rest[tier]:
+                    continue
+                t = statistics.median(x[0] for x in rest[tier])
+                b = statistics.median(x[1] for x in rest[tier])
+                result(f"serve_inbound_{label}_{tier}_ttft", t * 1e3, "ms")
+                result(f"serve_inbound_{label}_{tier}_vs_recompute", t / t_rec, "ratio")
+                result(f"serve_inbound_{label}_{tier}_bytes", b / 2**20, "MiB")
+            if self.store != "composite":
+                self.log(f"inbound {label} from disk: skipped (no disk store in this build)")
+
+    def run(self):
+        try:
+            print(f"# flare {self.flare}, core {self.core or 'tiny (built-in)'}, "
+                  f"page {self.pb} B, row {self.rb} B, {self.ranks} rank(s)", flush=True)
+            only = self.a.only.split(",")
+            if "decode" in only:
+                self.decode()
+            if "prefill" in only:
+                self.prefill()
+            if "inbound" in only:
+                self.inbound()
+        finally:
+            self.tmp.cleanup()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flare")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smoke run on the tiny core")
+    g.add_argument("--full", action="store_true", help="ten-minute decode runs")
+    ap.add_argument("--core", help="core file (default cores/qwen-tp1.core; --quick: tiny)")
+    ap.add_argument("--duration", type=float, help="seconds per decode run")
+    ap.add_argument("--rounds", type=int, help="baseline/offload rounds")
+    ap.add_argument("--prefill-prompts", type=int)
+    ap.add_argument("--inbound-rounds", type=int)
+    ap.add_argument("--only", default="decode,prefill,inbound")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.core = a.core
+        defaults = dict(duration=3, rounds=1, prefill_prompts=2, inbound_rounds=1)
+    elif a.full:
+        a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
+        defaults = dict(duration=600, rounds=2, prefill_prompts=8, inbound_rounds=3)
+    else:
+        a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
+        defaults = dict(duration=40, rounds=2, prefill_prompts=5, inbound_rounds=2)
+    for k, v in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    print("# " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]), flush=True)
+    Bench(a).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
