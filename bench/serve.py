@@ -138,7 +138,7 @@ class Bench:
     def decode_run(self, srv, duration, seed):
         stop_at = time.monotonic() + duration
         lock = threading.Lock()
-        gaps, ttfts, tokens, exchanges = [], [], [0], [0]
+        gaps, ttfts, tpots, tokens, exchanges = [], [], [], [0], [0]
         errors = []
 
         def client(cid):
@@ -160,6 +160,8 @@ class Bench:
                     if ts:
                         ttfts.append(ts[0] - s.sent)
                         gaps.extend(b - a for a, b in zip(ts, ts[1:]))
+                        if len(ts) > 1:
+                            tpots.append((ts[-1] - ts[0]) / (len(ts) - 1))
                     tokens[0] += u.get("completion_tokens", 0)
                     exchanges[0] += 1
 
@@ -177,6 +179,7 @@ class Bench:
         return {
             "p50": pct(gaps, 0.5) * 1e3, "p99": pct(gaps, 0.99) * 1e3,
             "ttft_p50": pct(ttfts, 0.5) * 1e3,
+            "tpot": statistics.mean(tpots) * 1e3 if tpots else float("nan"),
             "tps": tokens[0] / wall, "exchanges": exchanges[0],
             "tokens_per_exchange": tokens[0] / max(exchanges[0], 1),
             "out_bps": m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram") / wall,
@@ -185,39 +188,58 @@ class Bench:
             "wall": wall,
         }
 
+    def paired(self, run_one):
+        """Rounds alternating which configuration goes first (baseline,
+        offload; offload, baseline; ...), so drift and first-run effects
+        fall on both.  Returns {"baseline": [...], "offload": [...]}."""
+        runs = {"baseline": [], "offload": []}
+        for rnd in range(self.a.rounds):
+            order = ("baseline", "offload") if rnd % 2 == 0 else ("offload", "baseline")
+            for kind in order:
+                runs[kind].append(run_one(kind, rnd))
+        return runs
+
+    def report(self, name, unit, runs, key):
+        """Medians of each configuration, the median of the per-round
+        ratios, and the baseline's own spread (max/min - 1) as the noise."""
+        b = [r[key] for r in runs["baseline"]]
+        o = [r[key] for r in runs["offload"]]
+        result(f"serve_{name}_baseline", statistics.median(b), unit)
+        result(f"serve_{name}_{self.store}", statistics.median(o), unit)
+        result(f"serve_{name}_ratio", statistics.median(y / x for x, y in zip(b, o)), "ratio")
+        if len(b) > 1:
+            result(f"serve_{name}_baseline_spread", max(b) / min(b) - 1, "ratio")
+
     def decode(self):
         dur = self.a.duration
         pages = 4 * 8 + 64
         mem = self.record_bytes(320) * 24
-        runs = {"baseline": [], "offload": []}
-        for rnd in range(self.a.rounds):
-            for kind in ("baseline", "offload"):
-                args = self.gpu_args(pages)
-                if kind == "offload":
-                    args += self.offload_args(mem)
-                with self.server(args, name=kind) as srv:
-                    # Warm-up: fill the GPU cache and the pool's first slots.
-                    self.decode_run(srv, min(3.0, dur / 5), seed=999)
-                    r = self.decode_run(srv, dur, seed=rnd)
-                runs[kind].append(r)
-                self.log(f"decode round {rnd + 1} {kind}: p50 {r['p50']:.3f} ms, p99 "
-                         f"{r['p99']:.3f} ms, {r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
-                         f"({r['tokens_per_exchange']:.1f} tokens each), ttft p50 "
-                         f"{r['ttft_p50']:.1f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s, "
-                         f"{r['publications']:.0f} publications, {r['skipped']:.0f} skipped")
-        b, o = runs["baseline"], runs["offload"]
-        for key, unit, name in (("p50", "ms", "decode_token_p50"), ("p99", "ms", "decode_token_p99"),
-                                ("tps", "tok/s", "decode_tok_s")):
-            bv = statistics.median(r[key] for r in b)
-            ov = statistics.median(r[key] for r in o)
-            result(f"serve_{name}_baseline", bv, unit)
-            result(f"serve_{name}_{self.store}", ov, unit)
-            result(f"serve_{name}_ratio", ov / bv, "ratio")
-            if len(b) > 1:
-                spread = (max(r[key] for r in b) - min(r[key] for r in b)) / bv
-                result(f"serve_{name}_baseline_spread", spread, "ratio")
-        result("serve_copyout_decode_per_rank", statistics.median(r["out_bps"] for r in o)
-               / self.ranks / 2**20, "MiB/s")
+
+        def one(kind, rnd):
+            args = self.gpu_args(pages)
+            if kind == "offload":
+                args += self.offload_args(mem)
+            with self.server(args, name=kind) as srv:
+                # Warm-up: fill the GPU cache and the pool's first slots.
+                self.decode_run(srv, min(3.0, dur / 5), seed=999)
+                r = self.decode_run(srv, dur, seed=rnd)
+            self.log(f"decode round {rnd + 1} {kind}: token gap p50 {r['p50']:.3f} ms, p99 "
+                     f"{r['p99']:.3f} ms, mean per-request time per output token "
+                     f"{r['tpot']:.3f} ms, {r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
+                     f"({r['tokens_per_exchange']:.1f} tokens each), ttft p50 "
+                     f"{r['ttft_p50']:.1f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s, "
+                     f"{r['publications']:.0f} publications, {r['skipped']:.0f} skipped")
+            return r
+
+        runs = self.paired(one)
+        self.report("decode_token_p50", "ms", runs, "p50")
+        self.report("decode_token_p99", "ms", runs, "p99")
+        self.report("decode_tpot", "ms", runs, "tpot")
+        self.report("decode_tok_s", "tok/s", runs, "tps")
+        self.report("decode_ttft_p50", "ms", runs, "ttft_p50")
+        result("serve_copyout_decode_per_rank",
+               statistics.median(r["out_bps"] for r in runs["offload"]) / self.ranks / 2**20,
+               "MiB/s")
 
     # ---- prefill throughput under copy-out --------------------------------------
 
@@ -227,37 +249,34 @@ class Bench:
         n = self.a.prefill_prompts
         pages = -(-L // 64) + 16
         mem = self.record_bytes(L) * 3
-        runs = {"baseline": [], "offload": []}
-        for rnd in range(self.a.rounds):
-            for kind in ("baseline", "offload"):
-                args = self.gpu_args(pages, max_active=1)
-                if kind == "offload":
-                    args += self.offload_args(mem)
-                with self.server(args, name=kind) as srv:
-                    rng = random.Random(7 + rnd)
-                    srv.complete(text(random.Random(1), L), max_tokens=1)  # warm-up
-                    srv.wait_idle(600)
-                    m0 = srv.metrics()
-                    t_req = []
-                    t0 = time.monotonic()
-                    for _ in range(n):
-                        s = time.monotonic()
-                        r = srv.complete(text(rng, L), max_tokens=1)
-                        t_req.append(time.monotonic() - s)
-                        assert r["flare"]["prefill_tokens"] == L, r["flare"]
-                    wall = time.monotonic() - t0
-                    m1 = srv.metrics()
-                    out = m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram")
-                rr = {"tps": n * L / sum(t_req), "out_bps": out / wall,
-                      "pub": m1.delta(m0, "flare_host_cache_publications_total")}
-                runs[kind].append(rr)
-                self.log(f"prefill round {rnd + 1} {kind}: {n} prompts of {L} tokens, "
-                         f"{rr['tps']:.0f} tok/s, copy-out {rr['out_bps'] / 2**20:.0f} MiB/s")
-        bv = statistics.median(r["tps"] for r in runs["baseline"])
-        ov = statistics.median(r["tps"] for r in runs["offload"])
-        result(f"serve_prefill_{L}_tok_s_baseline", bv, "tok/s")
-        result(f"serve_prefill_{L}_tok_s_{self.store}", ov, "tok/s")
-        result("serve_prefill_tok_s_ratio", ov / bv, "ratio")
+
+        def one(kind, rnd):
+            args = self.gpu_args(pages, max_active=1)
+            if kind == "offload":
+                args += self.offload_args(mem)
+            with self.server(args, name=kind) as srv:
+                rng = random.Random(7 + rnd)
+                for w in range(2):  # warm-up: touch the pages and the pool
+                    srv.complete(text(random.Random(w), L), max_tokens=1)
+                srv.wait_idle(600)
+                m0 = srv.metrics()
+                t_req = []
+                t0 = time.monotonic()
+                for _ in range(n):
+                    s = time.monotonic()
+                    r = srv.complete(text(rng, L), max_tokens=1)
+                    t_req.append(time.monotonic() - s)
+                    assert r["flare"]["prefill_tokens"] == L, r["flare"]
+                wall = time.monotonic() - t0
+                m1 = srv.metrics()
+                out = m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram")
+            rr = {"tps": n * L / sum(t_req), "out_bps": out / wall}
+            self.log(f"prefill round {rnd + 1} {kind}: {n} prompts of {L} tokens, "
+                     f"{rr['tps']:.0f} tok/s, copy-out {rr['out_bps'] / 2**20:.0f} MiB/s")
+            return rr
+
+        runs = self.paired(one)
+        self.report(f"prefill_{L}_tok_s", "tok/s", runs, "tps")
         result("serve_copyout_prefill_per_rank",
                statistics.median(r["out_bps"] for r in runs["offload"]) / self.ranks / 2**20,
                "MiB/s")
@@ -375,13 +394,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.core = a.core
-        defaults = dict(duration=3, rounds=1, prefill_prompts=2, inbound_rounds=1)
+        defaults = dict(duration=3, rounds=2, prefill_prompts=2, inbound_rounds=1)
     elif a.full:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
         defaults = dict(duration=600, rounds=2, prefill_prompts=8, inbound_rounds=3)
     else:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
-        defaults = dict(duration=40, rounds=2, prefill_prompts=5, inbound_rounds=2)
+        defaults = dict(duration=20, rounds=4, prefill_prompts=4, inbound_rounds=2)
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
