@@ -90,6 +90,7 @@ class Bench:
         self.pb, self.rb = geometry(self.flare, self.core, 4)
         self.store = None
         self.slot = None
+        self.copyout_bps = None
         self.probe()
 
     def log(self, s):
@@ -237,9 +238,55 @@ class Bench:
         self.report("decode_tpot", "ms", runs, "tpot")
         self.report("decode_tok_s", "tok/s", runs, "tps")
         self.report("decode_ttft_p50", "ms", runs, "ttft_p50")
-        result("serve_copyout_decode_per_rank",
-               statistics.median(r["out_bps"] for r in runs["offload"]) / self.ranks / 2**20,
-               "MiB/s")
+        self.copyout_bps = statistics.median(r["out_bps"] for r in runs["offload"])
+        result("serve_copyout_decode_per_rank", self.copyout_bps / self.ranks / 2**20, "MiB/s")
+
+    def hog(self):
+        """Attribution (design 2.10 channels): the decode baseline next to a
+        process that only copies memory at the copy-out rate the offload run
+        measured, with the transfer threads' scheduling (SCHED_BATCH, nice
+        10).  If the baseline slows as much as under offload, the cost is
+        the host's CPU and memory bandwidth spent on copies, not the
+        store's bookkeeping."""
+        rate = self.copyout_bps or self.a.hog_rate * 2**20
+        dur = self.a.duration
+        pages = 4 * 8 + 64
+        hog_src = (
+            "import os, time\n"
+            "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); os.nice(10)\n"
+            f"rate = {rate}\n"
+            "src = bytearray(os.urandom(1 << 20)) * 104; dst = bytearray(len(src))\n"
+            "t0 = time.monotonic(); done = 0\n"
+            "while True:\n"
+            "    dst[:] = src; done += len(src)\n"
+            "    ahead = done / rate - (time.monotonic() - t0)\n"
+            "    if ahead > 0: time.sleep(ahead)\n")
+
+        def one(kind, rnd):
+            import subprocess
+            with self.server(self.gpu_args(pages), name=kind) as srv:
+                self.decode_run(srv, min(3.0, dur / 5), seed=999)
+                h = subprocess.Popen([sys.executable, "-c", hog_src]) if kind == "offload" else None
+                try:
+                    r = self.decode_run(srv, dur, seed=rnd)
+                finally:
+                    if h:
+                        h.kill()
+                        h.wait()
+            self.log(f"hog round {rnd + 1} {'with' if h else 'without'} a {rate / 2**20:.0f} MiB/s "
+                     f"memcpy: {r['tps']:.0f} tok/s, time per output token {r['tpot']:.3f} ms, "
+                     f"token gap p99 {r['p99']:.3f} ms, ttft p50 {r['ttft_p50']:.1f} ms")
+            return r
+
+        store, self.store = self.store, "memcpy"
+        runs = self.paired(one)
+        self.store = store
+        for key, unit, name in (("p99", "ms", "hog_decode_token_p99"), ("tpot", "ms", "hog_decode_tpot"),
+                                ("tps", "tok/s", "hog_decode_tok_s"),
+                                ("ttft_p50", "ms", "hog_decode_ttft_p50")):
+            b = [r[key] for r in runs["baseline"]]
+            o = [r[key] for r in runs["offload"]]
+            result(f"serve_{name}_ratio", statistics.median(y / x for x, y in zip(b, o)), "ratio")
 
     # ---- prefill throughput under copy-out --------------------------------------
 
@@ -371,6 +418,8 @@ class Bench:
             only = self.a.only.split(",")
             if "decode" in only:
                 self.decode()
+            if "hog" in only:
+                self.hog()
             if "prefill" in only:
                 self.prefill()
             if "inbound" in only:
@@ -390,7 +439,10 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, help="baseline/offload rounds")
     ap.add_argument("--prefill-prompts", type=int)
     ap.add_argument("--inbound-rounds", type=int)
-    ap.add_argument("--only", default="decode,prefill,inbound")
+    ap.add_argument("--only", default="decode,hog,prefill,inbound",
+                    help="measurements: decode, hog (attribution of decode), prefill, inbound")
+    ap.add_argument("--hog-rate", type=float, default=4900,
+                    help="MiB/s of the hog's memcpy when decode did not run first")
     a = ap.parse_args(argv)
     if a.quick:
         a.core = a.core
