@@ -181,6 +181,7 @@ class Bench:
             "p50": pct(gaps, 0.5) * 1e3, "p99": pct(gaps, 0.99) * 1e3,
             "ttft_p50": pct(ttfts, 0.5) * 1e3,
             "tpot": statistics.mean(tpots) * 1e3 if tpots else float("nan"),
+            "tpot_p50": pct(tpots, 0.5) * 1e3, "tpot_p99": pct(tpots, 0.99) * 1e3,
             "tps": tokens[0] / wall, "exchanges": exchanges[0],
             "tokens_per_exchange": tokens[0] / max(exchanges[0], 1),
             "out_bps": m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram") / wall,
@@ -226,7 +227,8 @@ class Bench:
                 r = self.decode_run(srv, dur, seed=rnd)
             self.log(f"decode round {rnd + 1} {kind}: token gap p50 {r['p50']:.3f} ms, p99 "
                      f"{r['p99']:.3f} ms, mean per-request time per output token "
-                     f"{r['tpot']:.3f} ms, {r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
+                     f"{r['tpot']:.3f} ms (p50 {r['tpot_p50']:.3f}, p99 {r['tpot_p99']:.3f}), "
+                     f"{r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
                      f"({r['tokens_per_exchange']:.1f} tokens each), ttft p50 "
                      f"{r['ttft_p50']:.1f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s, "
                      f"{r['publications']:.0f} publications, {r['skipped']:.0f} skipped")
