@@ -526,12 +526,26 @@ def sc_memory_hit(ctx, core, store, res):
                                          {"role": "user", "content": conv.user2(3)}]
             body3 = dict(body2, messages=msgs3)
             fillers(ctx, srv, core, nfill, seed=3)
+            m3 = srv.wait_idle()
             r3 = srv.chat(**body3)
             f3 = r3["flare"]
-            res.check(f3["reused_host_tokens"] == n2 and f3["reused_gpu_tokens"] == 0,
-                      f"turn 3 (no continue request): restores turn 2's prompt checkpoint "
-                      f"({n2} tokens); turn 2's terminal was deferred, never offered",
-                      f"{f3}")
+            m4 = srv.wait_idle()
+            declined = m4.delta(m3, "flare_host_cache_fetch_declined_total")
+            rates = ", ".join(f"{d['tier']} {m4.value('flare_host_cache_transfer_rate_bytes_per_second', **d) / 1e6:.0f} MB/s"
+                              for d in m4.labels("flare_host_cache_transfer_rate_bytes_per_second"))
+            if declined and f3["reused_host_tokens"] == 0:
+                # The policy (design 2.10) may recompute: it compares the
+                # restore at the tier's measured rate (latency-bound for
+                # tiny records) with the measured prefill rate.
+                res.check(f3["reused_gpu_tokens"] == 0 and f3["prefill_tokens"] == len(
+                    chat_tokens(msgs3)), "turn 3 (no continue request): the host hit of turn 2's "
+                    f"prompt checkpoint ({n2} tokens) was declined by the policy and recomputed",
+                    f"{f3}; measured rates: {rates}")
+            else:
+                res.check(f3["reused_host_tokens"] == n2 and f3["reused_gpu_tokens"] == 0,
+                          f"turn 3 (no continue request): restores turn 2's prompt checkpoint "
+                          f"({n2} tokens); turn 2's terminal was deferred, never offered",
+                          f"{f3}")
             same_as_reference(res, ctx, core, "chat", body3, r3, "turn 3")
 
 
