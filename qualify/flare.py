@@ -453,6 +453,27 @@ class Flare:
                 raise FlareError(f"{self.name} not idle after {timeout:.0f}s")
             time.sleep(0.02)
 
+    def settle(self, timeout=60.0):
+        """wait_idle, then until the worker has offered every publication to
+        the store and the copies landed: two snapshots 20 ms apart agree on
+        the publication and store-outcome counters with nothing in flight.
+        (A stop right after a response can otherwise lose the publications
+        the worker had not yet put: it leaves its loop before servicing the
+        store once more.)"""
+        deadline = time.monotonic() + timeout
+        prev = None
+        while True:
+            m = self.wait_idle(timeout)
+            cur = (m.get("flare_host_cache_publications_total"),
+                   m.sum("flare_host_cache_store_outcomes_total"),
+                   m.sum("flare_host_cache_transfers_in_flight"))
+            if cur == prev and cur[2] == 0:
+                return m
+            if time.monotonic() > deadline:
+                raise FlareError(f"{self.name} not settled after {timeout:.0f}s")
+            prev = cur
+            time.sleep(0.02)
+
     def wait_metric(self, pred, timeout=30.0, what="condition"):
         deadline = time.monotonic() + timeout
         while True:

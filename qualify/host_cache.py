@@ -394,6 +394,7 @@ def turn1_and_continue(res, ctx, srv, conv, what="turn 1"):
     same_as_reference(res, ctx, conv.core, "chat", conv.body1(), r1, what)
     res.check(r1["usage"]["prompt_tokens"] == conv.n1, f"{what}: {conv.n1} prompt tokens")
     rc = srv.complete(**conv.continue_body())
+    srv.settle()  # T1 is put to the store before anything else happens
     f = rc["flare"]
     res.check(f["reused_gpu_tokens"] == conv.t1 and f["prefill_tokens"] == 0
               and f["prefill_launches"] == 0,
@@ -481,7 +482,7 @@ def sc_memory_hit(ctx, core, store, res):
         res.note(srv.summary().splitlines()[1].replace("flare: ", ""))
         turn1_and_continue(res, ctx, srv, conv)
         fillers(ctx, srv, core, nfill, seed=1)
-        m1 = srv.wait_idle()
+        m1 = srv.settle()
         held = m1.sum("flare_host_cache_records")
         res.check(m1.delta(m0, "flare_gpu_cache_evictions_total") > 0,
                   f"{nfill} fillers evicted GPU checkpoints",
@@ -493,7 +494,7 @@ def sc_memory_hit(ctx, core, store, res):
                   f"{first:.0f} records > {gpu_rows:.0f} GPU rows")
         r2 = srv.chat(**body2)
         f = r2["flare"]
-        m2 = srv.wait_idle()
+        m2 = srv.settle()
         src = "disk" if store == "disk" else "memory"
         res.check(f["reused_gpu_tokens"] == 0, "turn 2: nothing left in the GPU cache", f"{f}")
         res.check(f["source"] == src and f["reused_host_tokens"] > 0,
@@ -526,10 +527,10 @@ def sc_memory_hit(ctx, core, store, res):
                                          {"role": "user", "content": conv.user2(3)}]
             body3 = dict(body2, messages=msgs3)
             fillers(ctx, srv, core, nfill, seed=3)
-            m3 = srv.wait_idle()
+            m3 = srv.settle()
             r3 = srv.chat(**body3)
             f3 = r3["flare"]
-            m4 = srv.wait_idle()
+            m4 = srv.settle()
             declined = m4.delta(m3, "flare_host_cache_fetch_declined_total")
             rates = ", ".join(f"{d['tier']} {m4.value('flare_host_cache_transfer_rate_bytes_per_second', **d) / 1e6:.0f} MB/s"
                               for d in m4.labels("flare_host_cache_transfer_rate_bytes_per_second"))
@@ -565,7 +566,7 @@ def sc_restart(ctx, core, store, res):
     with ctx.server(core, args, name="first") as srv:
         check_store(res, srv, store)
         turn1_and_continue(res, ctx, srv, conv)
-        srv.wait_idle()
+        srv.settle()
     res.check(srv.rc == 0, "first server: SIGTERM, exit 0")
     files = record_files(d)
     res.note(f"{len(files)} record files after the first server: "
@@ -578,7 +579,7 @@ def sc_restart(ctx, core, store, res):
         m1 = srv.metrics()
         r2 = srv.chat(**body2)
         f = r2["flare"]
-        m2 = srv.wait_idle()
+        m2 = srv.settle()
         res.check(f["source"] == "disk" and f["reused_host_tokens"] == conv.t1
                   and f["reused_gpu_tokens"] == 0,
                   f"replayed turn 2: disk hit of T1 = {conv.t1}", f"{f}")
@@ -616,10 +617,10 @@ def sc_branching(ctx, core, store, res):
             conv = Conversation(ctx, core, seed=30 + attempt)
             turn1_and_continue(res, ctx, srv, conv, f"attempt {attempt}: turn 1")
             fillers(ctx, srv, core, nfill, seed=40 + attempt)
-            m1 = srv.wait_idle()
+            m1 = srv.settle()
             bodies = [conv.follow_up(f"branch {k}: " + conv.user2(k))[0] for k in (0, 1)]
             rs = srv.post_together([("/v1/chat/completions", b) for b in bodies])
-            m2 = srv.wait_idle()
+            m2 = srv.settle()
             fetches = m2.delta(m1, "flare_host_cache_fetches_total")
             hosts = [r["flare"]["reused_host_tokens"] for r in rs]
             gpus = [r["flare"]["reused_gpu_tokens"] for r in rs]
@@ -699,7 +700,7 @@ def sc_corruption(ctx, core, store, res):
         with ctx.server(core, args, name="writer") as srv:
             check_store(res, srv, store)
             turn1_and_continue(res, ctx, srv, conv, f"{where}: turn 1")
-            srv.wait_idle()
+            srv.settle()
         files = record_files(d)
         chain = sorted((p for p in files if rec_consumed(p) <= conv.t1), key=rec_consumed)
         t1 = [p for p in chain if rec_consumed(p) == conv.t1]
@@ -725,7 +726,7 @@ def sc_corruption(ctx, core, store, res):
             m1 = srv.metrics()
             r2 = srv.chat(**body2)
             f = r2["flare"]
-            m2 = srv.wait_idle()
+            m2 = srv.settle()
             corrupt = m2.sum("flare_host_cache_corrupt_total")
             failed = m2.delta(m1, "flare_host_cache_restore_failures_total")
             res.check(corrupt >= 1, f"{where}: the corrupt counter rose", f"{corrupt:.0f}")
