@@ -97,6 +97,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "list.h"
 #include "helios/cache.h"
 #include "helios/engine.h"
 #include "helios/scheduler.h"
@@ -225,43 +226,7 @@ static int grow(void **p, size_t *cap, size_t want, size_t elem)
 	return 0;
 }
 
-static void list_push(struct rlist *l, struct ereq *r)
-{
-	r->next = NULL;
-	r->prev = l->tail;
-	if (l->tail)
-		l->tail->next = r;
-	else
-		l->head = r;
-	l->tail = r;
-	l->n++;
-}
-
-static void list_push_front(struct rlist *l, struct ereq *r)
-{
-	r->prev = NULL;
-	r->next = l->head;
-	if (l->head)
-		l->head->prev = r;
-	else
-		l->tail = r;
-	l->head = r;
-	l->n++;
-}
-
-static void list_del(struct rlist *l, struct ereq *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		l->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		l->tail = r->prev;
-	r->prev = r->next = NULL;
-	l->n--;
-}
+EOS_DLIST_DEFINE(list, struct rlist, struct ereq)
 
 static void req_free(struct ereq *r)
 {
