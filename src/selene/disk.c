@@ -292,10 +292,9 @@ static void seg_end(struct io_ctx *c, struct seg *s)
 	if (c->write || c->err || s->kind != SEG_PAGE)
 		return;
 	uint64_t want = sel_get_u64(c->cksum + 8 * (size_t)s->idx);
-	uint64_t got = XXH3_64bits(s->addr, s->len);
-	if (got != want)
-		io_fail(c, SEL_ECORRUPT, "page record %" PRIu32 " fails its checksum (%016" PRIx64
-			", stored %016" PRIx64 ")", c->job->first + s->idx, got, want);
+	int rc = sel_record_check_page(s->addr, s->len, want, c->job->first + s->idx);
+	if (rc)
+		io_fail(c, rc, "%s", eos_errmsg());
 }
 
 static void req_finish(struct req *r)
@@ -735,13 +734,10 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
 		return;
 	}
-	uint64_t size = (uint64_t)st.st_size;
-	if (size != s->row_off && size != s->row_end) {
-		io_fail(c, SEL_ECORRUPT, "length %" PRIu64 " is neither the page-only %" PRIu64
-			" nor the full %" PRIu64, size, s->row_off, s->row_end);
+	if ((rc = sel_record_check_length(s, (uint64_t)st.st_size, &j->had_row)) != 0) {
+		io_fail(c, rc, "%s", eos_errmsg());
 		return;
 	}
-	j->had_row = size == s->row_end;
 	if (j->row && !j->had_row) {
 		io_fail(c, SEL_ECORRUPT, "the row was asked for, but the file holds pages only");
 		return;
@@ -771,13 +767,10 @@ static void read_end(struct io_ctx *c)
 	struct sel_disk_job *j = c->job;
 	if (c->err || !j->row)
 		return;
-	XXH3_64bits_reset(&c->row_state);
-	for (uint32_t i = 0; i < j->row_n; i++)
-		XXH3_64bits_update(&c->row_state, c->plan[i].addr, c->plan[i].data);
-	uint64_t got = XXH3_64bits_digest(&c->row_state);
-	if (got != c->h.row_checksum)
-		io_fail(c, SEL_ECORRUPT, "the row fails its checksum (%016" PRIx64 ", stored %016"
-			PRIx64 ")", got, c->h.row_checksum);
+	/* row_iov holds the pieces' unpadded lengths (plan[i].data). */
+	int rc = sel_record_check_row(j->row_iov, j->row_n, c->h.row_checksum);
+	if (rc)
+		io_fail(c, rc, "%s", eos_errmsg());
 }
 
 /* Start job j in context c: the synchronous prologue.  Returns true when
