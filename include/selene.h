@@ -455,6 +455,11 @@ typedef struct sel_store_config {
 	bool populate;                   /* pre-fault the slab mapping */
 	bool split_pool;                 /* CUDA memory-only: per-rank pinned parts */
 	bool fdatasync;                  /* fdatasync record files before rename */
+	/* Composite: at close, write DRAM-only (parked) records to disk first,
+	 * for drain_ns (0 = until done) within the close deadline (design 2.5
+	 * --prefix-cache-drain-on-shutdown). */
+	bool drain_on_shutdown;
+	uint64_t drain_ns;
 	/* Tests: a struct sel_copy_backend replacing the host/CUDA backend. */
 	const void *copy_backend;
 	/* Tests and tools: a clock for record ages (NULL = CLOCK_REALTIME). */

@@ -566,6 +566,7 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 		return;
 	const sel_index_node *n = NODE(ds, id);
 	sel_key key = n->key;
+	bool parked = n->flags & DS_PARKED;
 	if (r->file) {
 		struct dj *d = job_new(ds, K_UNLINK, id, SEL_DISK_UNLINK);
 		if (d) {
@@ -584,7 +585,7 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 	}
 	memset(r, 0, sizeof(*r));
 	if (ds->hooks.removed)
-		ds->hooks.removed(ds->hooks.ctx, &key);
+		ds->hooks.removed(ds->hooks.ctx, &key, parked);
 }
 
 static const struct sel_index_ops ds_index_ops = {
@@ -2005,7 +2006,6 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 	sel_index_get(ds->ix, id)->flags |= DS_PARKED | DS_UNCHARGED;
 	park_add(ds, id);
 	sel_index_commit(ds->ix, id); /* complete in DRAM: lookups may use it */
-	ds->st.tier[SEL_TIER_DISK].held++;
 	*charged = sel_disk_store_charge(s, &p->key) == 0;
 	debug_check(ds);
 	return 0;
@@ -2198,6 +2198,7 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
 	out->flags = r->flags;
 	out->pins = n->pins;
 	out->bytes = node_bytes(ds, id);
+	out->bucket = n->bucket;
 	if (!out->is_root)
 		out->parent = NODE(ds, n->parent)->key;
 	return 0;
@@ -2297,4 +2298,26 @@ int sel_disk_store_check(sel_store *s)
 				PRIu64 "/%" PRIu64, puts, fetches, ds->st.inflight_out,
 				ds->st.inflight_in);
 	return 0;
+}
+
+bool sel_disk_store_fits(sel_store *s, const sel_published *cp)
+{
+	struct disk_store *ds = DS(s);
+	uint64_t c = cp->key.consumed;
+	sel_node_id pid = sel_key_is_none(&cp->parent) ? SEL_NODE_NONE
+							: sel_index_find(ds->ix, &cp->parent);
+	sel_record_desc d = {.key = cp->key, .bucket = cp->bucket, .tail = cp->n_pages};
+	if (pid != SEL_NODE_NONE) {
+		uint64_t p = NODE(ds, pid)->key.consumed;
+		if (p < c && cp->tail == (uint32_t)(c / ds->pt - p / ds->pt)) {
+			d.parent = cp->parent;
+			d.tail = cp->tail;
+		} else {
+			pid = SEL_NODE_NONE;
+		}
+	}
+	sel_record_span span;
+	if (sel_record_span_of(&ds->ns->layout.sz, &d, &span) != 0)
+		return false;
+	return span.row_end + ancestors_bytes(ds, pid) <= ds->limit;
 }

@@ -33,6 +33,7 @@ struct sel_disk_record_info {
 	uint32_t pins;
 	uint64_t bytes;    /* its file bytes (charged or not) */
 	sel_key parent;    /* none for a root */
+	sel_digest bucket;
 };
 /* 0 with *out filled, or -ENOENT when key is not indexed. */
 int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_record_info *out);
@@ -49,13 +50,13 @@ size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap);
 
 /* Callbacks into the composite.  removed runs whenever a record leaves the
  * disk index (eviction, corruption, a drop, expiry), from inside disk store
- * calls: it must not call the disk store.  done runs from sel_store_poll on
+ * calls (parked: it had no file yet): it must not call the disk store.  done runs from sel_store_poll on
  * the disk store once a write_from or read_into completed (status 0, a
  * negative errno, SEL_ECORRUPT), after the store updated its own state; it
  * may call the disk store. */
 struct sel_disk_store_hooks {
 	void *ctx;
-	void (*removed)(void *ctx, const sel_key *key);
+	void (*removed)(void *ctx, const sel_key *key, bool parked);
 	void (*done)(void *ctx, uint64_t cookie, int status);
 };
 
@@ -117,5 +118,9 @@ bool sel_disk_store_chain_on_disk(sel_store *s, const sel_key *key, uint64_t res
 
 /* The epoll descriptor the store's wait_fd returns (for nesting). */
 int sel_disk_store_fd(sel_store *s);
+
+/* Whether cp could ever be stored within the limit: its file bytes (per
+ * rank, with its row) plus those of the ancestors it would link under. */
+bool sel_disk_store_fits(sel_store *s, const sel_published *cp);
 
 #endif

@@ -1538,3 +1538,16 @@ void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned, u
 	if (free_warm)
 		*free_warm = f > ms->intake ? f - ms->intake : 0;
 }
+
+size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap)
+{
+	struct mem_store *ms = MS(s);
+	size_t n = 0;
+	for (sel_node_id id = sel_index_next_lru(ms->ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
+	     id = sel_index_next_lru(ms->ix, id)) {
+		if (n < cap)
+			keys[n] = sel_index_cget(ms->ix, id)->key;
+		n++;
+	}
+	return n;
+}

@@ -87,6 +87,10 @@ void sel_memory_store_settle(sel_store *s, const sel_key *key, bool ok);
 uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,
 				       bool row_packed);
 
+/* Every indexed key, oldest first, into keys[0..cap); returns the count
+ * (which may exceed cap). */
+size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap);
+
 /* Slot gauges: in use by records, held by pinned records, free warm (what
  * a warm allocation could take now). */
 void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned,
