@@ -215,7 +215,8 @@ struct sel_disk {
 	uint32_t n_act;
 	struct req *reqs;
 	uint64_t nonce;
-	struct wtemp *wt;     /* windowed writes between parts */
+	struct wtemp **wt;    /* windowed writes between parts (entries never move:
+				 active jobs point at them) */
 	uint32_t n_wt;
 
 	struct sel_disk_stats st; /* updated with atomics */
@@ -633,8 +634,8 @@ static int add_row_segs(sel_disk *d, struct io_ctx *c)
 static struct wtemp *wt_find(sel_disk *d, const sel_key *key)
 {
 	for (uint32_t i = 0; i < d->n_wt; i++)
-		if (d->wt[i].used && sel_key_eq(&d->wt[i].key, key))
-			return &d->wt[i];
+		if (d->wt[i]->used && sel_key_eq(&d->wt[i]->key, key))
+			return d->wt[i];
 	return NULL;
 }
 
@@ -642,15 +643,16 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 {
 	struct wtemp *w = NULL;
 	for (uint32_t i = 0; i < d->n_wt && !w; i++)
-		if (!d->wt[i].used)
-			w = &d->wt[i];
+		if (!d->wt[i]->used)
+			w = d->wt[i];
 	if (!w) {
-		struct wtemp *n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
+		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
 		if (!n)
 			return NULL;
 		d->wt = n;
-		w = &d->wt[d->n_wt++];
-		memset(w, 0, sizeof(*w));
+		if (!(w = calloc(1, sizeof(*w))))
+			return NULL;
+		d->wt[d->n_wt++] = w;
 	}
 	if (head_bytes > w->head_cap) {
 		uint8_t *b = eos_aligned_alloc(EOS_ALIGN, head_bytes);
@@ -1021,8 +1023,10 @@ static void disk_free(sel_disk *d)
 		free(d->ctx[i].segs);
 		free(d->ctx[i].plan);
 	}
-	for (uint32_t i = 0; i < d->n_wt; i++)
-		eos_aligned_free(d->wt[i].head);
+	for (uint32_t i = 0; i < d->n_wt; i++) {
+		eos_aligned_free(d->wt[i]->head);
+		free(d->wt[i]);
+	}
 	free(d->wt);
 	free(d->sq);
 	free(d->reqs);
@@ -1150,8 +1154,8 @@ static void *disk_main(void *arg)
 	pthread_mutex_unlock(&d->mu);
 	/* Windowed writes that never ended leave nothing behind. */
 	for (uint32_t i = 0; i < d->n_wt; i++)
-		if (d->wt[i].used)
-			(void)wt_discard(d, &d->wt[i]);
+		if (d->wt[i]->used)
+			(void)wt_discard(d, d->wt[i]);
 	pthread_mutex_lock(&d->mu);
 	d->exited = true;
 	pthread_cond_broadcast(&d->cv_exit);
