@@ -182,6 +182,16 @@ static void debug_check(struct comp_store *cs)
 #endif
 }
 
+/* Make the wait descriptor readable: poll has work no thread announces. */
+static void wake(struct comp_store *cs)
+{
+	uint64_t v = 1;
+	if (cs->efd >= 0) {
+		ssize_t w = write(cs->efd, &v, sizeof v);
+		(void)w;
+	}
+}
+
 static void ev_push(struct comp_store *cs, const sel_event *ev)
 {
 	if (cs->evq_n == cs->evq_cap) {
@@ -198,6 +208,7 @@ static void ev_push(struct comp_store *cs, const sel_event *ev)
 	}
 	cs->evq[(cs->evq_head + cs->evq_n) % cs->evq_cap] = *ev;
 	cs->evq_n++;
+	wake(cs);
 }
 
 static void rm_push(struct comp_store *cs, const sel_key *key)
@@ -367,7 +378,7 @@ static void maintain(struct comp_store *cs, bool force)
 {
 	/* Uncharged parked records: try again (evictions may make room). */
 	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
+	while (sel_disk_store_uncharged(cs->disk) && sel_disk_store_next_parked(cs->disk, &k) == 1) {
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.charged)
 			(void)sel_disk_store_charge(cs->disk, &k);
@@ -522,11 +533,12 @@ static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 
 static void read_done(struct comp_store *cs, struct cfetch *f, int status)
 {
-	(void)cs;
 	if (status && !f->status)
 		f->status = status;
-	if (--f->pending == 0)
+	if (--f->pending == 0) {
 		f->read_done = true;
+		wake(cs); /* may be synchronous, with nothing else to wake poll */
+	}
 }
 
 static void on_done(void *ctx, uint64_t cookie, int status)
@@ -665,6 +677,8 @@ static int read_through(struct comp_store *cs, const sel_hit *hit, const sel_inb
 		if (f->role[i] != ROLE_READ)
 			continue;
 		bool endpoint = i + 1 == n;
+		if (!endpoint && info[i].tail == 0)
+			continue; /* owns no pages: the empty reserved copy stands in */
 		struct sel_memory_view v;
 		f->pending++;
 		if (sel_memory_store_view(cs->mem, &chain[i], &v) != 0) {
@@ -929,16 +943,16 @@ static bool step(struct comp_store *cs)
 
 static void signal_self(struct comp_store *cs)
 {
-	uint64_t v = 1;
-	if (cs->evq_n) {
-		ssize_t w = write(cs->efd, &v, sizeof v);
-		(void)w;
-	} else {
-		ssize_t r = read(cs->efd, &v, sizeof v);
-		(void)r;
-	}
-	ssize_t r = read(cs->tfd, &v, sizeof v); /* a fired backoff timer */
+	uint64_t v;
+	ssize_t r = read(cs->efd, &v, sizeof v);
 	(void)r;
+	r = read(cs->tfd, &v, sizeof v); /* a fired backoff timer */
+	(void)r;
+	bool ready = cs->evq_n > 0;
+	for (const struct cfetch *f = cs->fetches; f && !ready; f = f->next)
+		ready = f->read_done;
+	if (ready)
+		wake(cs);
 }
 
 static int cs_poll(sel_store *s, sel_event *out, size_t cap)
@@ -988,8 +1002,9 @@ static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	uint64_t now = eos_now_ns();
 	int rc = sel_store_fetch(cs->mem, hit, in);
 	if (rc == 0) {
-		if (tk_add(cs, in->ticket, SEL_TIER_MEMORY, hit->bytes, now) != 0)
-			return -ENOMEM; /* cannot happen after a successful fetch: see tk_add */
+		/* Without the entry the event keeps the memory store's own tier
+		 * and bytes, which are right for a memory hit. */
+		(void)tk_add(cs, in->ticket, SEL_TIER_MEMORY, hit->bytes, now);
 		goto started;
 	}
 	if (rc != -ESTALE)

@@ -241,7 +241,7 @@ struct disk_store {
 	struct drec *recs;
 	uint32_t nrecs;
 	sel_node_id park_head, park_tail;
-	uint64_t parked;
+	uint64_t parked, uncharged;
 	sel_index_chain chain;
 	sel_node_id *doomed;
 	uint32_t n_doomed, cap_doomed;
@@ -327,6 +327,17 @@ static uint64_t record_bytes(const struct disk_store *ds, uint32_t pages, bool r
 	return (uint64_t)pages * ds->page_bytes_all + (row ? ds->row_bytes_all : 0);
 }
 
+/* Make the wait descriptor readable: poll has work that no thread's
+ * completion will announce (an event, a refused submission). */
+static void wake(struct disk_store *ds)
+{
+	uint64_t v = 1;
+	if (ds->efd >= 0) {
+		ssize_t w = write(ds->efd, &v, sizeof v);
+		(void)w;
+	}
+}
+
 static void ev_push(struct disk_store *ds, const sel_event *ev)
 {
 	if (ds->evq_n == ds->evq_cap) {
@@ -343,6 +354,7 @@ static void ev_push(struct disk_store *ds, const sel_event *ev)
 	}
 	ds->evq[(ds->evq_head + ds->evq_n) % ds->evq_cap] = *ev;
 	ds->evq_n++;
+	wake(ds);
 }
 
 static void hook_push(struct disk_store *ds, uint64_t cookie, int status)
@@ -422,6 +434,7 @@ static void df_push(struct disk_store *ds, struct dj *d, int rc)
 	else
 		ds->df_head = d;
 	ds->df_tail = d;
+	wake(ds);
 }
 
 /* Hand d to the disk thread in FIFO order; never fails: a refusal other
@@ -475,6 +488,7 @@ static void xf_push(struct disk_store *ds, struct dwin *w, int rc)
 	w->x.status = rc;
 	w->xqnext = ds->xf_head;
 	ds->xf_head = w;
+	wake(ds);
 }
 
 static void xfer_submit(struct disk_store *ds, struct dwin *w)
@@ -579,6 +593,8 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 	}
 	ds->used -= r->charged;
 	park_del(ds, id);
+	if (n->flags & DS_UNCHARGED)
+		ds->uncharged--;
 	if (ds->why == W_EVICT) {
 		ds->st.tier[SEL_TIER_DISK].evicted++;
 		ds->st.tier[SEL_TIER_DISK].dropped_end_of_chain++;
@@ -1190,14 +1206,11 @@ static void run_hooks(struct disk_store *ds)
 
 static void signal_self(struct disk_store *ds)
 {
-	uint64_t v = 1;
-	if (ds->evq_n) {
-		ssize_t w = write(ds->efd, &v, sizeof v);
-		(void)w;
-	} else {
-		ssize_t r = read(ds->efd, &v, sizeof v);
-		(void)r;
-	}
+	uint64_t v;
+	ssize_t r = read(ds->efd, &v, sizeof v);
+	(void)r;
+	if (ds->evq_n || ds->df_head || ds->xf_head)
+		wake(ds);
 }
 
 static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -2004,6 +2017,7 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 	r->rowseg = span.row_end - span.row_off;
 	sel_index_set_evictable(ds->ix, id, false);
 	sel_index_get(ds->ix, id)->flags |= DS_PARKED | DS_UNCHARGED;
+	ds->uncharged++;
 	park_add(ds, id);
 	sel_index_commit(ds->ix, id); /* complete in DRAM: lookups may use it */
 	*charged = sel_disk_store_charge(s, &p->key) == 0;
@@ -2028,6 +2042,7 @@ int sel_disk_store_charge(sel_store *s, const sel_key *key)
 	ds->recs[id].charged = bytes;
 	ds->used += bytes;
 	sel_index_get(ds->ix, id)->flags &= (uint16_t)~DS_UNCHARGED;
+	ds->uncharged--;
 	return 0;
 }
 
@@ -2204,6 +2219,11 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
 	return 0;
 }
 
+uint64_t sel_disk_store_uncharged(sel_store *s)
+{
+	return DS(s)->uncharged;
+}
+
 void sel_disk_store_usage(sel_store *s, uint64_t *used, uint64_t *limit)
 {
 	struct disk_store *ds = DS(s);
@@ -2234,7 +2254,7 @@ int sel_disk_store_check(sel_store *s)
 		return rc;
 	if (ds->own_sp && (rc = sel_slab_check(ds->pool)))
 		return rc;
-	uint64_t nodes = 0, charged = 0, parked = 0, puts = 0, fetches = 0;
+	uint64_t nodes = 0, charged = 0, parked = 0, puts = 0, fetches = 0, unch_n = 0;
 	for (sel_node_id id = sel_index_next_lru(ds->ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
 	     id = sel_index_next_lru(ds->ix, id)) {
 		const sel_index_node *n = NODE(ds, id);
@@ -2243,6 +2263,7 @@ int sel_disk_store_check(sel_store *s)
 		if (!r || !r->live)
 			return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " has no record", id);
 		bool unch = n->flags & DS_UNCHARGED, park = n->flags & DS_PARKED;
+		unch_n += unch;
 		uint64_t want = unch ? 0 : node_bytes(ds, id);
 		if (!(n->flags & DS_FAILED) && r->charged != want)
 			return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " charges %" PRIu64
@@ -2280,6 +2301,9 @@ int sel_disk_store_check(sel_store *s)
 	if (charged + ds->stuck != ds->used)
 		return eos_fail(SEL_ECORRUPT, "disk store: charges %" PRIu64 " + stuck %" PRIu64
 				" != used %" PRIu64, charged, ds->stuck, ds->used);
+	if (unch_n != ds->uncharged)
+		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 " uncharged, counted %" PRIu64,
+				unch_n, ds->uncharged);
 	if (parked != ds->parked)
 		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 " parked, counted %" PRIu64, parked,
 				ds->parked);

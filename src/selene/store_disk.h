@@ -81,6 +81,8 @@ struct sel_disk_park {
 	uint32_t flags;   /* SEL_RECORD_*_REPLICATED: DRAM's packing decisions */
 };
 int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charged);
+/* Parked records indexed without a charge. */
+uint64_t sel_disk_store_uncharged(sel_store *s);
 /* Charge a parked, uncharged record: 0, -ENOSPC (no room yet), -ENOENT. */
 int sel_disk_store_charge(sel_store *s, const sel_key *key);
 /* The oldest parked record after *key (key none: the first), in park
