@@ -198,7 +198,8 @@ install: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE)
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(notdir $(SHARED_LIB)) $(DESTDIR)$(PREFIX)/lib/$(SHARED_SONAME)
 	ln -sf $(notdir $(SHARED_LIB)) $(DESTDIR)$(PREFIX)/lib/libselene.so
-	install -m 644 $(PCFILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' selene.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc
 	install -m 755 $(FLARE) $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:

@@ -379,6 +379,14 @@ struct sel_store {
 	 * host headroom, design 1), or NULL.  Set at open, read with
 	 * sel_store_warning(); owned by the implementation. */
 	const char *warning;
+	/* Disk-tier facts for the startup summary (design 2.11), set at open by
+	 * stores with a disk tier and read with sel_store_describe(): the
+	 * namespace directory (NULL without a disk tier, owned by the
+	 * implementation), the disk limit in bytes and the records the startup
+	 * scan kept. */
+	const char *disk_dir;
+	uint64_t disk_limit;
+	uint64_t scanned_records;
 };
 
 /* Dispatch.  See the contract above. */
@@ -412,6 +420,18 @@ void sel_store_destroy(sel_store *s);
  * destroy.  Print it once with the startup summary. */
 const char *sel_store_warning(const sel_store *s);
 
+/* What the startup summary reports about a store (design 2.11). */
+typedef struct sel_store_info {
+	const char *kind;          /* "memory", "disk", "composite", a test double's name */
+	const char *transport;     /* copy backend: "host", "cuda" */
+	const char *disk_dir;      /* namespace directory, or NULL without a disk tier */
+	uint64_t disk_limit;       /* bytes; 0 without a disk tier */
+	uint64_t scanned_records;  /* records the startup scan kept */
+	uint64_t slot_bytes, slots_total, intake_slots;
+} sel_store_info;
+/* Fill *out (NULL-safe store: everything zero, kind "disabled"). */
+void sel_store_describe(sel_store *s, sel_store_info *out);
+
 /* ---- Opening stores (design 1, 2.4, 2.9, 2.11) -------------------------- */
 
 typedef enum sel_backend_kind {
@@ -435,14 +455,40 @@ typedef struct sel_store_config {
 	bool populate;                   /* pre-fault the slab mapping */
 	bool split_pool;                 /* CUDA memory-only: per-rank pinned parts */
 	bool fdatasync;                  /* fdatasync record files before rename */
+	/* Composite: at close, write DRAM-only (parked) records to disk first,
+	 * for drain_ns (0 = until done) within the close deadline (design 2.5
+	 * --prefix-cache-drain-on-shutdown). */
+	bool drain_on_shutdown;
+	uint64_t drain_ns;
 	/* Tests: a struct sel_copy_backend replacing the host/CUDA backend. */
 	const void *copy_backend;
 	/* Tests and tools: a clock for record ages (NULL = CLOCK_REALTIME). */
 	uint64_t (*clock_ns)(void);
+	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
+	 * value is refused by sel_store_open with -ENOTSUP. */
+	const char *pool;
 } sel_store_config;
+
+/* The one constructor (design 1's configuration table): memory_bytes > 0
+ * and no disk_dir -> the memory store; memory 0 and a disk_dir -> the disk
+ * store; both -> the composite; neither -> *out = NULL and 0 (offload
+ * disabled).  A disk tier creates and locks <disk_dir>/<identity prefix>-
+ * <fingerprint>, fails with -EBUSY (before scanning or deleting anything)
+ * when another owner holds it, scans it and rebuilds its index.  Its limit
+ * is disk_limit, or one tenth of the free space of the directory's
+ * filesystem at startup when 0 (callers that mean "no disk tier" pass no
+ * disk_dir).  On error *out is NULL and sel_errmsg() names the setting. */
+int sel_store_open(const sel_store_config *cfg, sel_store **out);
 
 /* The memory store (design 2.4): index + slab pool + transfers. */
 int sel_memory_store_open(const sel_store_config *cfg, sel_store **out);
+/* The disk store (design 2.4 DiskStore, Staged transport): record files in
+ * the namespace directory, streamed through intake slots.  memory_bytes is
+ * ignored. */
+int sel_disk_store_open(const sel_store_config *cfg, sel_store **out);
+/* The composite (design 2.4 CompositeStore): warm memory over the disk
+ * store, one shared slot pool.  Needs memory_bytes > 0 and disk_dir. */
+int sel_composite_store_open(const sel_store_config *cfg, sel_store **out);
 
 /* ---- Policy (design 2.10) ---------------------------------------------- */
 

@@ -18,7 +18,14 @@
  * io_uring edge -- failed and short completions, transient and permanent
  * submission refusals (every submitted request is reaped before the job
  * is reported, the ring is rebuilt); and shutdown, drained and past its
- * deadline.
+ * deadline.  Windowed writes (SEL_DISK_WRITE_PART): parts of any size,
+ * parts without pages, the temporary present and the name absent until the
+ * last part commits, parts out of order, a discarded write, a failed part
+ * (ENOSPC / EIO at fallocate, pwrite, rename, and failed completions)
+ * removing the temporary and failing the parts after it, a committed record
+ * of the same name intact through all of it, temporaries removed at close,
+ * and malformed parts refused; page-range reads [first, first + count),
+ * verified, with and without the row.
  *
  * Skips (77) where the filesystem refuses O_DIRECT.
  */
@@ -820,6 +827,277 @@ static void test_small_chunks(struct fx *f)
 	f->d = keep;
 }
 
+/* ---- windowed writes and range reads ------------------------------------------------------ */
+
+static void job_part(struct sel_disk_job *j, struct rec *r, uint32_t first, uint32_t count,
+		     bool row, unsigned part)
+{
+	memset(j, 0, sizeof(*j));
+	j->id = 4;
+	j->op = SEL_DISK_WRITE_PART;
+	j->rec = r->d;
+	j->first = first;
+	j->count = count;
+	j->part = part;
+	j->row = row;
+	j->pages = r->pages + first;
+	if (row && (part & SEL_DISK_PART_END)) {
+		j->row_iov = r->iov;
+		j->row_n = (uint32_t)r->n_iov;
+	}
+}
+
+static void job_range(struct sel_disk_job *j, struct rec *dst, uint32_t first, uint32_t count,
+		      bool row)
+{
+	job_read(j, dst, first, row);
+	j->count = count;
+}
+
+/* Write r in parts of the given sizes (summing to the tail); every part's
+ * status must be 0; between parts the temporary exists and the name does
+ * not (for a fresh key). */
+static void write_parts(struct fx *f, struct rec *r, const uint32_t *sizes, int n, bool row,
+			bool fresh)
+{
+	struct sel_disk_job j;
+	uint32_t at = 0;
+	for (int i = 0; i < n; i++) {
+		unsigned part = (i == 0 ? SEL_DISK_PART_BEGIN : 0) | (i == n - 1 ? SEL_DISK_PART_END : 0);
+		job_part(&j, r, at, sizes[i], row, part);
+		CHECK_OK(run(f, &j));
+		at += sizes[i];
+		if (i < n - 1) {
+			CHECK(count_tmp(f) == 1 && !j.committed);
+			if (fresh)
+				CHECK(fsize(f, &r->d.key) == UINT64_MAX);
+		} else {
+			CHECK(j.committed);
+		}
+	}
+	CHECK(at == r->d.tail && count_tmp(f) == 0);
+	CHECK(fsize(f, &r->d.key) == (row ? r->s.row_end : r->s.row_off));
+}
+
+static void test_windowed(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	struct sel_disk_job j;
+	struct rec src, dst, old;
+
+	/* Parts of several sizes, one of them empty; then range reads. */
+	test_desc(&rng, pt, 9 * pt + 5, NULL, false, &d);
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	write_parts(f, &src, (uint32_t[]){4, 0, 3, 2}, 4, true, true);
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, true);
+	struct rec d2;
+	rec_alloc(f, &d2, &d, false);
+	job_range(&j, &d2, 2, 3, false);
+	CHECK_OK(run(f, &j));
+	for (uint32_t i = 0; i < d.tail; i++) {
+		bool in = i >= 2 && i < 5;
+		CHECKF(in ? memcmp(src.pages[i], d2.pages[i], src.s.page_stride) == 0
+			  : ((uint8_t *)d2.pages[i])[0] == 0xee, "range page %u", i);
+	}
+	job_range(&j, &d2, 7, 2, true); /* the last window, with the row */
+	CHECK_OK(run(f, &j));
+	check_same(&src, &d2, 7, true);
+	rec_free(f, &d2);
+	/* A corrupted page fails only the ranges that cover it. */
+	flip_byte(f, &d.key, src.s.page_off + 5 * src.s.page_stride + 9);
+	job_range(&j, &dst, 0, 5, false);
+	CHECK_OK(run(f, &j));
+	job_range(&j, &dst, 4, 2, false);
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	CHECK(strstr(j.errmsg, "page record 5"));
+	/* Malformed range reads. */
+	job_range(&j, &dst, 8, 2, false);
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+
+	/* One part that begins and ends; a page-only windowed record. */
+	write_parts(f, &src, (uint32_t[]){9}, 1, true, false);
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, true);
+	write_parts(f, &src, (uint32_t[]){5, 4}, 2, false, false);
+	job_read(&j, &dst, 0, false);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.had_row);
+	check_same(&src, &dst, 0, false);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+
+	/* Malformed parts are refused at submission. */
+	job_part(&j, &src, 1, 3, true, SEL_DISK_PART_BEGIN);
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN | SEL_DISK_PART_END);
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL); /* does not reach the tail */
+	job_part(&j, &src, 0, 10, true, SEL_DISK_PART_BEGIN);
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	j.row_iov = src.iov;
+	j.row_n = (uint32_t)src.n_iov;
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL); /* row pieces before the end */
+	job_part(&j, &src, 0, 3, true, 4);
+	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+	CHECK(sel_disk_outstanding(f->d) == 0);
+
+	/* Out of order: the temporary goes; the parts after fail. */
+	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	CHECK_OK(run(f, &j));
+	CHECK(count_tmp(f) == 1);
+	job_part(&j, &src, 4, 2, true, 0);
+	CHECK_RC(run(f, &j), -EINVAL);
+	CHECK(count_tmp(f) == 0);
+	job_part(&j, &src, 6, 3, true, SEL_DISK_PART_END);
+	CHECK_RC(run(f, &j), -ENOENT);
+	CHECK(strstr(j.errmsg, "no temporary") && fsize(f, &d.key) == UINT64_MAX);
+	/* Discard. */
+	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	CHECK_OK(run(f, &j));
+	job_simple(&j, SEL_DISK_DISCARD, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed && count_tmp(f) == 0);
+	job_simple(&j, SEL_DISK_DISCARD, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.existed);
+	/* A new BEGIN replaces a stale temporary of the same record. */
+	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	CHECK_OK(run(f, &j));
+	write_parts(f, &src, (uint32_t[]){2, 7}, 2, true, true);
+
+	/* Failed parts never touch the committed record of the name. */
+	rec_alloc(f, &old, &d, true);
+	job_write(&j, &old, true);
+	CHECK_OK(run(f, &j));
+	bool pread_path = f->mode->io == SEL_DISK_IO_PREAD;
+	for (int k = 0; k < 5; k++) {
+		enum fop op = k == 0 ? F_FALLOCATE : k == 1 ? F_OPEN : k == 2 ? F_RENAME
+			      : k == 3 ? F_PWRITE : F_NONE;
+		int e = k % 2 ? EIO : ENOSPC;
+		if (op == F_PWRITE && !pread_path)
+			continue;
+		fi_reset();
+		hk_reset();
+		eos_fileops_set(&fault_ops);
+		uint32_t failing = op == F_FALLOCATE || op == F_OPEN ? 0 : op == F_RENAME ? 2 : 1;
+		if (op == F_PWRITE)
+			fi_arm(op, e, 3); /* inside the middle part */
+		else if (op != F_NONE)
+			fi_arm(op, e, 0);
+		else if (pread_path)
+			continue;
+		else
+			hk.fail_completion = 2; /* io_uring: a failed completion, middle part */
+		static const uint32_t sizes[3] = {3, 4, 2};
+		uint32_t at = 0;
+		for (uint32_t p = 0; p < 3; p++) {
+			unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) | (p == 2 ? SEL_DISK_PART_END : 0);
+			job_part(&j, &src, at, sizes[p], true, part);
+			int rc = run(f, &j);
+			at += sizes[p];
+			if (p < failing) {
+				CHECKF(rc == 0, "part %u: %d (%s)", p, rc, j.errmsg);
+			} else if (p == failing) {
+				CHECKF(rc == (op == F_NONE ? -EIO : -e), "part %u: %d (%s)", p, rc, j.errmsg);
+				CHECK(count_tmp(f) == 0 && !j.committed);
+			} else {
+				CHECK_RC(rc, -ENOENT);
+			}
+		}
+		eos_fileops_set(NULL);
+		hk_reset();
+		CHECK(count_tmp(f) == 0);
+		job_read(&j, &dst, 0, true);
+		CHECK_OK(run(f, &j));
+		check_same(&old, &dst, 0, true);
+	}
+	fi_reset();
+	rec_free(f, &old);
+
+	/* Temporaries still open at close are removed. */
+	{
+		sel_disk *keep = f->d;
+		CHECK_OK(sel_disk_create(&f->cfg, &f->d));
+		job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+		CHECK_OK(run(f, &j));
+		CHECK(count_tmp(f) == 1);
+		CHECK_OK(sel_disk_close(f->d, 0));
+		sel_disk_destroy(f->d);
+		f->d = keep;
+		CHECK(count_tmp(f) == 0);
+	}
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &src);
+	rec_free(f, &dst);
+
+	/* Several windowed writes interleaved, all parts queued at once (on
+	 * io_uring, parts of different records overlap): each keeps its own
+	 * temporary and checksums. */
+	{
+		enum { W = 5 };
+		struct rec ws[W], wd;
+		struct sel_disk_job parts[W][3];
+		for (int i = 0; i < W; i++) {
+			sel_record_desc di;
+			test_desc(&rng, pt, (uint64_t)(6 + i) * pt, NULL, false, &di);
+			rec_alloc(f, &ws[i], &di, true);
+		}
+		for (int p = 0; p < 3; p++)
+			for (int i = 0; i < W; i++) {
+				uint32_t t = ws[i].d.tail, a0 = t / 3, a1 = t / 3;
+				uint32_t first = p == 0 ? 0 : p == 1 ? a0 : a0 + a1;
+				uint32_t count = p == 0 ? a0 : p == 1 ? a1 : t - a0 - a1;
+				unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) |
+						(p == 2 ? SEL_DISK_PART_END : 0);
+				job_part(&parts[i][p], &ws[i], first, count, true, part);
+				CHECK_OK(sel_disk_submit(f->d, &parts[i][p]));
+			}
+		int got = 0;
+		struct pollfd pl = {.fd = sel_disk_fd(f->d), .events = POLLIN};
+		while (got < 3 * W) {
+			CHECK(poll(&pl, 1, 30000) == 1);
+			struct sel_disk_job *out[16];
+			int k = sel_disk_poll(f->d, out, 16);
+			for (int i = 0; i < k; i++)
+				CHECKF(out[i]->status == 0, "interleaved part: %s", out[i]->errmsg);
+			got += k;
+		}
+		CHECK(count_tmp(f) == 0);
+		for (int i = 0; i < W; i++) {
+			rec_alloc(f, &wd, &ws[i].d, false);
+			job_read(&j, &wd, 0, true);
+			CHECK_OK(run(f, &j));
+			check_same(&ws[i], &wd, 0, true);
+			rec_free(f, &wd);
+			job_simple(&j, SEL_DISK_UNLINK, &ws[i].d);
+			CHECK_OK(run(f, &j));
+			rec_free(f, &ws[i]);
+		}
+	}
+
+	/* Replicated pages and row, windowed. */
+	if (f->ns.layout.sz.uniform_planes && f->ns.layout.sz.uniform_row) {
+		test_desc(&rng, pt, 7 * pt, NULL, false, &d);
+		d.flags = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
+		rec_alloc(f, &src, &d, true);
+		rec_alloc(f, &dst, &d, false);
+		write_parts(f, &src, (uint32_t[]){3, 3, 1}, 3, true, true);
+		job_range(&j, &dst, 3, 4, true);
+		CHECK_OK(run(f, &j));
+		check_same(&src, &dst, 3, true);
+		job_simple(&j, SEL_DISK_UNLINK, &d);
+		CHECK_OK(run(f, &j));
+		rec_free(f, &src);
+		rec_free(f, &dst);
+	}
+}
+
 /* ---- faults ---------------------------------------------------------------------------------- */
 
 /* Write a record whose write must fail with e at op; the committed
@@ -1128,6 +1406,7 @@ static void run_mode(const struct mode *m, const struct test_geo *t, int k)
 	test_corruption(&f);
 	test_changed_header(&f);
 	test_truncate_unlink(&f);
+	test_windowed(&f);
 	test_channel(&f);
 	test_concurrency(&f);
 	test_small_chunks(&f);

@@ -490,25 +490,35 @@ static void test_validation(void)
 	c = (hel_engine_config){ .core = NULL };
 	CHECK_RC(hel_engine_open(&c, &e), -EINVAL);
 
-	/* Disk tiers do not exist yet: said in the info. */
-	c = (hel_engine_config){ .core = core, .disk_dir = "/nonexistent/records" };
+	/* Store selection (design 1's table): disk, composite, limit 0. */
+	char *dir = test_mkdtemp("records");
+	c = (hel_engine_config){ .core = core, .disk_dir = dir, .disk_limit = 64 << 20 };
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info info;
 	hel_engine_info_get(e, &info);
-	CHECK(!strcmp(info.store, "disabled") && strstr(info.disk_note, "not available yet"));
+	CHECK(!strcmp(info.store, "disk") && !strcmp(info.transport, "host") && !*info.disk_note);
+	CHECK(strstr(info.disk_dir, dir) == info.disk_dir && info.disk_limit == 64 << 20);
+	CHECK(info.scanned_records == 0 && info.intake_slots == info.slots_total);
 	CHECK(info.max_active == 8 && info.gpu_pages > 0);
 	hel_engine_destroy(e);
 	c.memory_bytes = 4 << 20;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info_get(e, &info);
-	CHECK(!strcmp(info.store, "memory") && strstr(info.disk_note, "not available yet"));
-	CHECK(info.memory_bytes == 4 << 20 && info.slots_total > 0);
+	CHECK(!strcmp(info.store, "composite") && info.disk_dir[0]);
+	CHECK(info.memory_bytes == 4 << 20 && info.slots_total > info.intake_slots);
 	hel_engine_destroy(e);
+	c.disk_limit = 0;
 	c.disk_limit_set = true;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info_get(e, &info);
-	CHECK(strstr(info.disk_note, "limit 0"));
+	CHECK(!strcmp(info.store, "memory") && strstr(info.disk_note, "limit 0") && !info.disk_dir[0]);
 	hel_engine_destroy(e);
+	/* A directory the store cannot use fails the open, naming it. */
+	c = (hel_engine_config){ .core = core, .disk_dir = "/proc/no-records-here" };
+	CHECK(hel_engine_open(&c, &e) < 0);
+	CHECK(strstr(sel_errmsg(), "/proc/no-records-here"));
+	test_rmtree(dir);
+	free(dir);
 
 	e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 16, .gpu_rows = 8,
 				       .queue_limit = 2 });

@@ -9,13 +9,16 @@
  * (magic, version, flags, sizes, padding, offsets, header checksum, tail
  * rules) and namespace mismatches (SEL_EIDENTITY, SEL_ELAYOUT); a version-1
  * vector built byte by byte from docs/record-format.md and a version-2
- * known answer; names; row pieces and slot addresses; the write protocol
+ * known answer; names; row pieces and slot addresses; the shared
+ * verification helpers (length, page and row checks) and a namespace rebuilt
+ * from a header alone; the write protocol
  * (no temporary left, replacement keeps one file); row presence by size
  * and compaction; and the scan: temporaries, invalid files by reason,
  * orphans with their descendants, full-chain children kept, cascading
  * pruning, unknown names left alone, the access order with parents first,
  * dry runs, idempotence, the directory lock, and a randomised forest
- * checked against a naive model.
+ * checked against a naive model (with every removal reported to the
+ * caller, deepest first, with its reason).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -606,6 +609,54 @@ static void test_row_pieces(void)
 	sel_record_layout_free(&l);
 }
 
+/* The shared verification helpers (disk thread, flare records) and a
+ * namespace rebuilt from a header alone. */
+static void test_verify_helpers(void)
+{
+	struct test_geo t;
+	sel_record_ns ns, back;
+	test_geo_init(&t, 2, 128, 2, (uint64_t[]){8192, 300}, 10000);
+	test_ns_init(&ns, &t.g, 3);
+	sel_record_desc d;
+	test_desc(&rng, 128, 5 * 128 + 1, NULL, false, &d);
+	uint8_t *hdr = calloc(1, SEL_RECORD_HEADER_MAX);
+	CHECK(sel_record_encode(&ns, &d, 42, 7, SEL_RECORD_VERSION, hdr, SEL_RECORD_HEADER_MAX) > 0);
+	CHECK_OK(sel_record_ns_from_header(&back, hdr, SEL_RECORD_HEADER_MAX));
+	CHECK(!strcmp(back.dirname, ns.dirname));
+	CHECK(!memcmp(back.identity, ns.identity, SEL_IDENTITY_BYTES));
+	CHECK(back.layout.table_bytes == ns.layout.table_bytes &&
+	      !memcmp(back.layout.table, ns.layout.table, ns.layout.table_bytes));
+	sel_record_header h;
+	CHECK_OK(sel_record_decode(hdr, SEL_RECORD_HEADER_MAX, &back, &h)); /* judges like ns */
+	sel_record_ns_free(&back);
+	hdr[0] ^= 1;
+	CHECK_RC(sel_record_ns_from_header(&back, hdr, SEL_RECORD_HEADER_MAX), SEL_EFORMAT);
+	sel_record_ns_free(&back); /* zeroed on failure: safe */
+
+	bool has_row = false;
+	CHECK_OK(sel_record_check_length(&h.span, h.span.row_end, &has_row));
+	CHECK(has_row);
+	CHECK_OK(sel_record_check_length(&h.span, h.span.row_off, &has_row));
+	CHECK(!has_row);
+	CHECK_RC(sel_record_check_length(&h.span, h.span.row_off + 4096, NULL), SEL_ECORRUPT);
+	CHECK(strstr(sel_errmsg(), "length"));
+
+	uint8_t page[8192];
+	test_rng_fill(&rng, page, sizeof page);
+	uint64_t want = XXH3_64bits(page, sizeof page);
+	CHECK_OK(sel_record_check_page(page, sizeof page, want, 3));
+	page[100] ^= 1;
+	CHECK_RC(sel_record_check_page(page, sizeof page, want, 3), SEL_ECORRUPT);
+	CHECK(strstr(sel_errmsg(), "page record 3"));
+	struct iovec iov[2] = {{page, 1000}, {page + 4096, 500}};
+	want = sel_record_row_checksum(iov, 2);
+	CHECK_OK(sel_record_check_row(iov, 2, want));
+	CHECK_RC(sel_record_check_row(iov, 1, want), SEL_ECORRUPT);
+	CHECK(strstr(sel_errmsg(), "row"));
+	free(hdr);
+	sel_record_ns_free(&ns);
+}
+
 /* ---- files --------------------------------------------------------------------- */
 
 struct fixture {
@@ -941,6 +992,31 @@ struct mrec {
 	int64_t mtime;
 };
 
+struct removals {
+	const struct mrec *m;
+	int n;
+	uint64_t calls, why[SEL_SCAN_PRUNED + 1];
+	uint64_t last_consumed;
+};
+
+static void on_remove(void *ctx, const char *name, enum sel_scan_why why, uint64_t bytes, int err)
+{
+	struct removals *rm = ctx;
+	sel_key k;
+	CHECK(err == 0 && bytes > 0);
+	CHECK_OK(sel_record_name_parse(name, &k));
+	CHECK(k.consumed <= rm->last_consumed); /* deepest first */
+	rm->last_consumed = k.consumed;
+	int i;
+	for (i = 0; i < rm->n && !sel_key_eq(&rm->m[i].d.key, &k); i++)
+		;
+	CHECK(i < rm->n && rm->m[i].present && !rm->m[i].alive);
+	CHECK(why >= SEL_SCAN_ORPHAN && why <= SEL_SCAN_PRUNED);
+	CHECK(strcmp(sel_scan_why_name(why), "?") != 0);
+	rm->why[why]++;
+	rm->calls++;
+}
+
 static void test_scan_random(void)
 {
 	struct fixture f;
@@ -982,8 +1058,15 @@ static void test_scan_random(void)
 		}
 	}
 	sel_scan sc;
-	struct sel_scan_opts opts = {.direct = true, .threads = 4};
+	struct removals rm = {.m = m, .n = NREC, .last_consumed = UINT64_MAX};
+	struct sel_scan_opts opts = {.direct = true, .threads = 4, .on_remove = on_remove, .ctx = &rm};
 	CHECK_OK(sel_record_scan(f.dirfd, &f.ns, &opts, &sc));
+	/* Every removal was reported, deepest first, for a record the model
+	 * drops, with the reason the statistics count. */
+	CHECK(rm.calls == sc.st.orphans + sc.st.descendants + sc.st.pruned);
+	CHECK(rm.why[SEL_SCAN_ORPHAN] == sc.st.orphans);
+	CHECK(rm.why[SEL_SCAN_DESCENDANT] == sc.st.descendants);
+	CHECK(rm.why[SEL_SCAN_PRUNED] == sc.st.pruned);
 	size_t alive = 0;
 	for (int i = 0; i < NREC; i++) {
 		size_t pos;
@@ -1036,6 +1119,7 @@ int main(void)
 	test_v1_vector();
 	test_names();
 	test_row_pieces();
+	test_verify_helpers();
 	test_write_protocol();
 	test_scan_scenario();
 	test_scan_random();

@@ -2,18 +2,22 @@
  * main.c - the flare command: dispatch to its subcommands.
  *
  *   flare run [CORE] [flags]   serve the OpenAI-compatible API (serve.c)
+ *   flare records CMD DIR      ls, verify, stat, gc a record directory (records.c)
  *   flare --help | --version
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "flare/backend.h"
+#include "flare/records.h"
 #include "flare/serve.h"
 #include "selene.h"
 
 static int usage(FILE *f)
 {
 	fprintf(f, "usage: flare run [CORE] [flags]   serve a core over HTTP (flare run --help)\n"
+		   "       flare records CMD DIR [flags]   ls, verify, stat or gc a prefix-cache\n"
+		   "                                        record directory (flare records --help)\n"
 		   "       flare --version\n"
 		   "       flare --help\n");
 	return f == stderr ? 2 : 0;
@@ -31,6 +35,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "run"))
 		return flare_serve(argc - 1, argv + 1, &flare_engine_backend);
+	if (!strcmp(argv[1], "records"))
+		return flare_records(argc - 1, argv + 1, stdout, stderr);
 	fprintf(stderr, "flare: unknown command '%s'\n", argv[1]);
 	return usage(stderr);
 }

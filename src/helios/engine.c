@@ -97,6 +97,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "list.h"
 #include "helios/cache.h"
 #include "helios/engine.h"
 #include "helios/scheduler.h"
@@ -225,43 +226,7 @@ static int grow(void **p, size_t *cap, size_t want, size_t elem)
 	return 0;
 }
 
-static void list_push(struct rlist *l, struct ereq *r)
-{
-	r->next = NULL;
-	r->prev = l->tail;
-	if (l->tail)
-		l->tail->next = r;
-	else
-		l->head = r;
-	l->tail = r;
-	l->n++;
-}
-
-static void list_push_front(struct rlist *l, struct ereq *r)
-{
-	r->prev = NULL;
-	r->next = l->head;
-	if (l->head)
-		l->head->prev = r;
-	else
-		l->tail = r;
-	l->head = r;
-	l->n++;
-}
-
-static void list_del(struct rlist *l, struct ereq *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		l->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		l->tail = r->prev;
-	r->prev = r->next = NULL;
-	l->n--;
-}
+EOS_DLIST_DEFINE(list, struct rlist, struct ereq)
 
 static void req_free(struct ereq *r)
 {
@@ -377,25 +342,25 @@ static int size_cache(const hel_engine_config *c, uint32_t max_active, uint64_t 
  * exist yet: a configured disk tier is reported as not available, and warm
  * memory, if any, is served by the memory store alone.  This is the one
  * place that changes when they land. */
+/* Design 1's table through sel_store_open: memory, disk, composite or
+ * disabled.  An explicit disk limit of 0 selects no disk store. */
 static int select_store(hel_engine *e, const sel_store_config *sc)
 {
 	const hel_engine_config *c = &e->cfg;
 	bool disk = c->disk_dir && *c->disk_dir && !(c->disk_limit_set && c->disk_limit == 0);
+	sel_store_config cfg = *sc;
 
-	e->info.store = "disabled";
-	e->info.transport = "none";
-	e->info.disk_note = "";
 	if (c->disk_dir && *c->disk_dir && !disk)
 		e->info.disk_note = "disk limit 0 selects no disk store";
-	else if (disk)
-		e->info.disk_note = "the disk store is not available yet";
-	if (sc->memory_bytes == 0)
-		return 0;
-	int rc = sel_memory_store_open(sc, &e->store);
-	if (rc)
-		return eos_fail(rc, "prefix_cache memory %" PRIu64 ": %s", sc->memory_bytes,
+	cfg.disk_dir = disk ? c->disk_dir : NULL;
+	int rc = sel_store_open(&cfg, &e->store);
+	if (rc) {
+		char a[32];
+		return eos_fail(rc, "prefix cache (memory %s%s%s): %s",
+				eos_format_size(cfg.memory_bytes, a, sizeof a),
+				cfg.disk_dir ? ", disk " : "", cfg.disk_dir ? cfg.disk_dir : "",
 				sel_errmsg());
-	e->info.store = "memory";
+	}
 	return 0;
 }
 
@@ -455,35 +420,40 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 		.geometry = e->geo,
 		.max_active = e->max_active,
 		.memory_bytes = cfg->memory_bytes,
-		.disk_dir = NULL, /* no disk store yet (select_store) */
+		.disk_dir = cfg->disk_dir, /* select_store applies "limit 0: no disk" */
 		.disk_limit = cfg->disk_limit,
+		.drain_on_shutdown = cfg->drain_on_shutdown,
+		.drain_ns = cfg->drain_limit_ns,
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
 	};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, core->identity, SEL_IDENTITY_BYTES);
+	e->info.store = "disabled";
+	e->info.transport = "none";
+	e->info.disk_note = "";
 	if (cfg->store_open) {
-		e->info.store = "disabled";
-		e->info.transport = "none";
-		e->info.disk_note = "";
 		if ((rc = cfg->store_open(cfg->store_ctx, &stc, &e->store)))
 			goto fail;
-		if (e->store)
-			e->info.store = e->store->ops && e->store->ops->name ? e->store->ops->name : "test";
 	} else if ((rc = select_store(e, &stc))) {
 		goto fail;
 	}
 	if (e->store) {
 		if ((rc = sel_policy_create(&e->policy)))
 			goto fail;
-		sel_stats st;
-		sel_store_stats(e->store, &st);
-		e->info.transport = st.transport ? st.transport : "host";
-		e->info.slots_total = st.slots_total;
-		e->info.intake_slots = st.intake_slots;
-		e->info.slot_bytes = st.slot_bytes;
+		sel_store_info si;
+		sel_store_describe(e->store, &si);
+		e->info.store = e->store->ops && e->store->ops->name ? e->store->ops->name : "test";
+		e->info.transport = si.transport ? si.transport : "host";
+		e->info.slots_total = si.slots_total;
+		e->info.intake_slots = si.intake_slots;
+		e->info.slot_bytes = si.slot_bytes;
 		e->info.memory_bytes = cfg->memory_bytes;
+		if (si.disk_dir)
+			snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
+		e->info.disk_limit = si.disk_limit;
+		e->info.scanned_records = si.scanned_records;
 		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	}
 	e->info.gpu_pages = e->n_pages;

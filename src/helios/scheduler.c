@@ -85,6 +85,7 @@
 #include <string.h>
 
 #include "eos.h"
+#include "list.h"
 #include "helios/cache.h"
 #include "helios/map.h"
 #include "helios/scheduler.h"
@@ -248,43 +249,7 @@ static void ptab_free(struct ptab *t)
 	memset(t, 0, sizeof(*t));
 }
 
-static void list_push(struct rlist *l, struct req *r)
-{
-	r->next = NULL;
-	r->prev = l->tail;
-	if (l->tail)
-		l->tail->next = r;
-	else
-		l->head = r;
-	l->tail = r;
-	l->n++;
-}
-
-static void list_push_front(struct rlist *l, struct req *r)
-{
-	r->prev = NULL;
-	r->next = l->head;
-	if (l->head)
-		l->head->prev = r;
-	else
-		l->tail = r;
-	l->head = r;
-	l->n++;
-}
-
-static void list_del(struct rlist *l, struct req *r)
-{
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		l->head = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	else
-		l->tail = r->prev;
-	r->prev = r->next = NULL;
-	l->n--;
-}
+EOS_DLIST_DEFINE(list, struct rlist, struct req)
 
 static struct req *find_req(const hel_scheduler *s, hel_req_id id)
 {

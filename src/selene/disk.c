@@ -50,6 +50,15 @@
  * be rebuilt the thread continues on the pread path.  A short transfer is
  * resumed from where it stopped.
  *
+ * Windowed writes (SEL_DISK_WRITE_PART) keep one small entry per record
+ * being written between its parts: the temporary's descriptor and name, the
+ * next page record expected, and the header-plus-checksum buffer the parts
+ * hash into.  A part's segments are its page records at their final
+ * offsets; the ending part adds the row and the header segment and commits
+ * in its epilogue like a whole write.  A failed part removes the temporary
+ * in its epilogue and forgets the entry, so the parts after it fail fast.
+ * Entries still open when the thread ends are discarded.
+ *
  * The pread/pwrite path runs the same builder and completion logic one job
  * and one request at a time through eos_fileops(), so fault injection
  * reaches every payload byte there; on the io_uring path the hooks of
@@ -74,6 +83,11 @@
  *   5. A read reports 0 only when the header matched the indexed record,
  *      every page it read matched its checksum and the row (if read)
  *      matched the row checksum.
+ *   6. A windowed write's entry exists from its BEGIN part until its END
+ *      part commits, a part fails or a DISCARD; while it exists its
+ *      temporary file exists and its descriptor is open.  Parts run in
+ *      page order (next == first), and a record's checksum segment is
+ *      written only by its END part, after every page record was hashed.
  */
 #define XXH_STATIC_LINKING_ONLY
 #include "disk.h"
@@ -123,6 +137,18 @@ struct req {
 	bool busy;
 };
 
+/* A windowed write between its parts (invariant 6). */
+struct wtemp {
+	bool used;
+	bool row;
+	sel_key key;
+	int fd;
+	uint32_t next;        /* the next part's first page record */
+	uint8_t *head;        /* header + checksum segment (aligned) */
+	size_t head_cap;
+	char tmp[SEL_RECORD_TMPNAME_MAX];
+};
+
 /* One active job: its state and its scratch. */
 struct io_ctx {
 	struct sel_disk_job *job;
@@ -139,6 +165,8 @@ struct io_ctx {
 	uint32_t unsubmitted; /* prepared, not yet taken by the kernel */
 	uint64_t bytes;
 	uint8_t *cksum;       /* write: where page hashes go; read: expected, from first */
+	uint8_t *head;        /* write: header + checksums (bounce, or the part's entry) */
+	struct wtemp *wt;     /* WRITE_PART: the record's entry */
 	XXH3_state_t row_state;
 	/* scratch */
 	uint8_t *bounce;
@@ -187,6 +215,9 @@ struct sel_disk {
 	uint32_t n_act;
 	struct req *reqs;
 	uint64_t nonce;
+	struct wtemp **wt;    /* windowed writes between parts (entries never move:
+				 active jobs point at them) */
+	uint32_t n_wt;
 
 	struct sel_disk_stats st; /* updated with atomics */
 };
@@ -280,7 +311,7 @@ static void seg_start(sel_disk *d, struct io_ctx *c, struct seg *s)
 		struct sel_disk_job *j = c->job;
 		uint64_t row_ck = j->row ? XXH3_64bits_digest(&c->row_state) : 0;
 		int rc = sel_record_encode(d->ns, &j->rec, row_ck, eos_wall_ns(), SEL_RECORD_VERSION,
-					   c->bounce, c->span.header_bytes);
+					   c->head, c->span.header_bytes);
 		if (rc < 0)
 			io_fail(c, rc, "encoding the header: %s", eos_errmsg());
 	}
@@ -292,10 +323,9 @@ static void seg_end(struct io_ctx *c, struct seg *s)
 	if (c->write || c->err || s->kind != SEG_PAGE)
 		return;
 	uint64_t want = sel_get_u64(c->cksum + 8 * (size_t)s->idx);
-	uint64_t got = XXH3_64bits(s->addr, s->len);
-	if (got != want)
-		io_fail(c, SEL_ECORRUPT, "page record %" PRIu32 " fails its checksum (%016" PRIx64
-			", stored %016" PRIx64 ")", c->job->first + s->idx, got, want);
+	int rc = sel_record_check_page(s->addr, s->len, want, c->job->first + s->idx);
+	if (rc)
+		io_fail(c, rc, "%s", eos_errmsg());
 }
 
 static void req_finish(struct req *r)
@@ -598,49 +628,166 @@ static int add_row_segs(sel_disk *d, struct io_ctx *c)
 	return 0;
 }
 
+/* ---- Windowed writes ---------------------------------------------------------- */
+
+static struct wtemp *wt_find(sel_disk *d, const sel_key *key)
+{
+	for (uint32_t i = 0; i < d->n_wt; i++)
+		if (d->wt[i]->used && sel_key_eq(&d->wt[i]->key, key))
+			return d->wt[i];
+	return NULL;
+}
+
+static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
+{
+	struct wtemp *w = NULL;
+	for (uint32_t i = 0; i < d->n_wt && !w; i++)
+		if (!d->wt[i]->used)
+			w = d->wt[i];
+	if (!w) {
+		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
+		if (!n)
+			return NULL;
+		d->wt = n;
+		if (!(w = calloc(1, sizeof(*w))))
+			return NULL;
+		d->wt[d->n_wt++] = w;
+	}
+	if (head_bytes > w->head_cap) {
+		uint8_t *b = eos_aligned_alloc(EOS_ALIGN, head_bytes);
+		if (!b)
+			return NULL;
+		eos_aligned_free(w->head);
+		w->head = b;
+		w->head_cap = head_bytes;
+	}
+	w->used = true;
+	w->fd = -1;
+	w->next = 0;
+	w->tmp[0] = '\0';
+	return w;
+}
+
+/* Forget w, removing its temporary if it has one.  Returns the removal's
+ * error (the file then stays for the next scan), else 0. */
+static int wt_discard(sel_disk *d, struct wtemp *w)
+{
+	int rc = 0;
+	if (w->fd >= 0)
+		rc = sel_record_discard(d->dirfd, w->fd, w->tmp);
+	w->fd = -1;
+	w->used = false;
+	return rc;
+}
+
 static void write_begin(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
 	const sel_record_span *s = &c->span;
+	bool part = j->op == SEL_DISK_WRITE_PART;
+	bool begin = !part || (j->part & SEL_DISK_PART_BEGIN);
+	bool end = !part || (j->part & SEL_DISK_PART_END);
+	uint32_t first = part ? j->first : 0, n = part ? j->count : j->rec.tail;
+	size_t head_bytes = (size_t)s->header_bytes + s->cksum_bytes;
 	int rc;
 
-	if (grow_bounce(c, (size_t)s->header_bytes + s->cksum_bytes) != 0) {
-		io_fail(c, -ENOMEM, "out of memory for a %" PRIu64 "-byte header",
-			s->header_bytes + s->cksum_bytes);
-		return;
+	if (part) {
+		struct wtemp *w = wt_find(d, &j->rec.key);
+		if (begin && w && wt_discard(d, w) != 0) {
+			io_fail(c, -EIO, "a stale temporary of this record: %s", eos_errmsg());
+			return;
+		}
+		if (!begin) {
+			if (!w) {
+				io_fail(c, -ENOENT, "no temporary for the part at page record %" PRIu32
+					" (an earlier part failed or none began)", first);
+				return;
+			}
+			c->wt = w; /* from here a failure discards it */
+			if (w->next != first || w->row != j->row) {
+				io_fail(c, -EINVAL, "part at page record %" PRIu32 "%s, the write is at %"
+					PRIu32, first, w->row != j->row ? " changes the row flag" : "",
+					w->next);
+				return;
+			}
+		} else {
+			if (!(w = wt_new(d, head_bytes)))
+				goto nomem;
+			w->key = j->rec.key;
+			w->row = j->row;
+			c->wt = w;
+		}
+		c->head = w->head;
+	} else {
+		if (grow_bounce(c, head_bytes) != 0) {
+			io_fail(c, -ENOMEM, "out of memory for a %zu-byte header", head_bytes);
+			return;
+		}
+		c->head = c->bounce;
 	}
-	c->cksum = c->bounce + s->header_bytes;
-	memset(c->cksum, 0, s->cksum_bytes);
-	for (uint32_t i = 0; i < j->rec.tail; i++)
-		if (!add_seg(c, j->pages[i], s->page_stride, s->page_off + (uint64_t)i * s->page_stride,
-			     SEG_PAGE, i))
+	c->cksum = c->head + s->header_bytes;
+	if (begin)
+		memset(c->cksum, 0, s->cksum_bytes);
+	for (uint32_t i = 0; i < n; i++)
+		if (!add_seg(c, j->pages[i], s->page_stride,
+			     s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE, first + i))
 			goto nomem;
-	if (j->row && (rc = add_row_segs(d, c)) != 0) {
+	if (end && j->row && (rc = add_row_segs(d, c)) != 0) {
 		if (rc == -ENOMEM)
 			goto nomem;
 		io_fail(c, rc, "%s", eos_errmsg());
 		return;
 	}
-	if (!add_seg(c, c->bounce, s->header_bytes + s->cksum_bytes, 0, SEG_HEAD, 0))
+	if (end && !add_seg(c, c->head, head_bytes, 0, SEG_HEAD, 0))
 		goto nomem;
 	XXH3_64bits_reset(&c->row_state);
 
+	if (!begin) {
+		c->fd = c->wt->fd;
+		return;
+	}
 	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
 	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? s->row_end : s->row_off,
-				      next_nonce(d), &direct, c->tmp);
+				      next_nonce(d), &direct, part ? c->wt->tmp : c->tmp);
 	note_direct(d, direct);
 	if (c->fd < 0) {
 		io_fail_msg(c, c->fd);
 		c->fd = -1;
+	} else if (part) {
+		c->wt->fd = c->fd;
 	}
 	return;
 nomem:
-	io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", j->rec.tail);
+	io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", n);
 }
 
 static void write_end(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
+	if (j->op == SEL_DISK_WRITE_PART) {
+		struct wtemp *w = c->wt;
+		c->fd = -1; /* the entry owns the descriptor */
+		if (!w)
+			return;
+		if (c->err) {
+			if (wt_discard(d, w) != 0) {
+				size_t l = strlen(j->errmsg);
+				snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s", eos_errmsg());
+			}
+			return;
+		}
+		if (!(j->part & SEL_DISK_PART_END)) {
+			w->next = j->first + j->count;
+			return;
+		}
+		int rc = sel_record_commit(d->dirfd, w->fd, w->tmp, c->name,
+					   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
+		w->fd = -1; /* closed by the commit in every case */
+		w->used = false;
+		if (rc)
+			io_fail_msg(c, rc);
+		return;
+	}
 	if (c->fd < 0)
 		return;
 	if (c->err) {
@@ -689,8 +836,9 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 	struct stat st;
 	int rc;
 
+	uint32_t n = j->count ? j->count : j->rec.tail - j->first;
 	uint64_t ck_lo = (s->cksum_off + 8 * (uint64_t)j->first) / EOS_ALIGN * EOS_ALIGN;
-	uint64_t ck_hi = eos_round_up(s->cksum_off + 8 * (uint64_t)j->rec.tail, EOS_ALIGN);
+	uint64_t ck_hi = eos_round_up(s->cksum_off + 8 * (uint64_t)(j->first + n), EOS_ALIGN);
 	if (grow_bounce(c, (size_t)s->header_bytes + (ck_hi - ck_lo) + EOS_ALIGN) != 0) {
 		io_fail(c, -ENOMEM, "out of memory for the header and checksums");
 		return;
@@ -735,20 +883,16 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
 		return;
 	}
-	uint64_t size = (uint64_t)st.st_size;
-	if (size != s->row_off && size != s->row_end) {
-		io_fail(c, SEL_ECORRUPT, "length %" PRIu64 " is neither the page-only %" PRIu64
-			" nor the full %" PRIu64, size, s->row_off, s->row_end);
+	if ((rc = sel_record_check_length(s, (uint64_t)st.st_size, &j->had_row)) != 0) {
+		io_fail(c, rc, "%s", eos_errmsg());
 		return;
 	}
-	j->had_row = size == s->row_end;
 	if (j->row && !j->had_row) {
 		io_fail(c, SEL_ECORRUPT, "the row was asked for, but the file holds pages only");
 		return;
 	}
 	j->bytes += (uint64_t)hb;
 
-	uint32_t n = j->rec.tail - j->first;
 	if (n) {
 		uint8_t *ck = c->bounce + s->header_bytes;
 		if (read_exact(c, ck, ck_hi - ck_lo, ck_lo, "checksum segment") != 0)
@@ -771,13 +915,10 @@ static void read_end(struct io_ctx *c)
 	struct sel_disk_job *j = c->job;
 	if (c->err || !j->row)
 		return;
-	XXH3_64bits_reset(&c->row_state);
-	for (uint32_t i = 0; i < j->row_n; i++)
-		XXH3_64bits_update(&c->row_state, c->plan[i].addr, c->plan[i].data);
-	uint64_t got = XXH3_64bits_digest(&c->row_state);
-	if (got != c->h.row_checksum)
-		io_fail(c, SEL_ECORRUPT, "the row fails its checksum (%016" PRIx64 ", stored %016"
-			PRIx64 ")", got, c->h.row_checksum);
+	/* row_iov holds the pieces' unpadded lengths (plan[i].data). */
+	int rc = sel_record_check_row(j->row_iov, j->row_n, c->h.row_checksum);
+	if (rc)
+		io_fail(c, rc, "%s", eos_errmsg());
 }
 
 /* Start job j in context c: the synchronous prologue.  Returns true when
@@ -785,7 +926,9 @@ static void read_end(struct io_ctx *c)
 static bool job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 {
 	c->job = j;
-	c->write = j->op == SEL_DISK_WRITE;
+	c->write = j->op == SEL_DISK_WRITE || j->op == SEL_DISK_WRITE_PART;
+	c->wt = NULL;
+	c->head = NULL;
 	c->fd = -1;
 	c->err = 0;
 	c->si = 0;
@@ -802,6 +945,7 @@ static bool job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 	}
 	switch (j->op) {
 	case SEL_DISK_WRITE:
+	case SEL_DISK_WRITE_PART:
 		write_begin(d, c);
 		break;
 	case SEL_DISK_READ:
@@ -815,6 +959,15 @@ static bool job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 		if ((rc = sel_record_unlink(d->dirfd, c->name, &j->existed)) != 0)
 			io_fail_msg(c, rc);
 		return false;
+	case SEL_DISK_DISCARD: {
+		struct wtemp *w = wt_find(d, &j->rec.key);
+		j->existed = w != NULL;
+		if (w && wt_discard(d, w) != 0)
+			io_fail_msg(c, -EIO);
+		return false;
+	}
+	case SEL_DISK_OPS:
+		break;
 	}
 	return !c->err;
 }
@@ -863,6 +1016,11 @@ static void disk_free(sel_disk *d)
 		free(d->ctx[i].segs);
 		free(d->ctx[i].plan);
 	}
+	for (uint32_t i = 0; i < d->n_wt; i++) {
+		eos_aligned_free(d->wt[i]->head);
+		free(d->wt[i]);
+	}
+	free(d->wt);
 	free(d->sq);
 	free(d->reqs);
 	free(d);
@@ -986,6 +1144,12 @@ static void *disk_main(void *arg)
 		for (uint32_t i = 0; i < nf; i++)
 			complete_locked(d, fin[i]);
 	}
+	pthread_mutex_unlock(&d->mu);
+	/* Windowed writes that never ended leave nothing behind. */
+	for (uint32_t i = 0; i < d->n_wt; i++)
+		if (d->wt[i]->used)
+			(void)wt_discard(d, d->wt[i]);
+	pthread_mutex_lock(&d->mu);
 	d->exited = true;
 	pthread_cond_broadcast(&d->cv_exit);
 	bool free_me = d->orphaned;
@@ -1132,12 +1296,12 @@ fail:
 static int check_job(sel_disk *d, struct sel_disk_job *j)
 {
 	sel_record_span s;
-	if (j->op < SEL_DISK_WRITE || j->op > SEL_DISK_UNLINK)
+	if (j->op < SEL_DISK_WRITE || j->op >= SEL_DISK_OPS)
 		return eos_fail(-EINVAL, "disk job: unknown operation %d", (int)j->op);
 	int rc = sel_record_span_of(&d->ns->layout.sz, &j->rec, &s);
 	if (rc)
 		return eos_fail(-EINVAL, "disk job: %s", eos_errmsg());
-	if (j->op != SEL_DISK_WRITE && j->op != SEL_DISK_READ)
+	if (j->op != SEL_DISK_WRITE && j->op != SEL_DISK_READ && j->op != SEL_DISK_WRITE_PART)
 		return 0;
 	if (j->op == SEL_DISK_WRITE && j->first != 0)
 		return eos_fail(-EINVAL, "disk job: a write starts at page 0, not %" PRIu32, j->first);
@@ -1145,14 +1309,39 @@ static int check_job(sel_disk *d, struct sel_disk_job *j)
 		return eos_fail(-EINVAL, "disk job: first page %" PRIu32 " beyond the tail of %" PRIu32,
 				j->first, j->rec.tail);
 	uint32_t n = j->rec.tail - j->first;
+	bool row_pieces = j->row;
+	if (j->op == SEL_DISK_READ && j->count) {
+		if (j->count > n)
+			return eos_fail(-EINVAL, "disk job: pages [%" PRIu32 ", +%" PRIu32 ") beyond the "
+					"tail of %" PRIu32, j->first, j->count, j->rec.tail);
+		n = j->count;
+	}
+	if (j->op == SEL_DISK_WRITE_PART) {
+		if (j->part & ~(SEL_DISK_PART_BEGIN | SEL_DISK_PART_END))
+			return eos_fail(-EINVAL, "disk job: unknown part flags %#x", j->part);
+		if (j->count > n)
+			return eos_fail(-EINVAL, "disk job: part [%" PRIu32 ", +%" PRIu32 ") beyond the "
+					"tail of %" PRIu32, j->first, j->count, j->rec.tail);
+		if ((j->part & SEL_DISK_PART_BEGIN) && j->first != 0)
+			return eos_fail(-EINVAL, "disk job: the first part starts at page %" PRIu32,
+					j->first);
+		if ((j->part & SEL_DISK_PART_END) && j->count != n)
+			return eos_fail(-EINVAL, "disk job: the last part ends at page %" PRIu32 ", not at"
+					" the tail of %" PRIu32, j->first + j->count, j->rec.tail);
+		n = j->count;
+		row_pieces = j->row && (j->part & SEL_DISK_PART_END);
+		if (!row_pieces && j->row_n)
+			return eos_fail(-EINVAL, "disk job: row pieces on a part that does not end the "
+					"record with its row");
+	}
 	if (n && !j->pages)
 		return eos_fail(-EINVAL, "disk job: %" PRIu32 " page records without addresses", n);
 	for (uint32_t i = 0; i < n; i++)
 		if (!j->pages[i] || (uintptr_t)j->pages[i] % EOS_ALIGN != 0)
 			return eos_fail(-EINVAL, "disk job: page record %" PRIu32 " address is not 4 KiB "
 					"aligned", j->first + i);
-	if (j->row && (rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov, j->row_n,
-						NULL)) != 0)
+	if (row_pieces && (rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov,
+						    j->row_n, NULL)) != 0)
 		return eos_fail(-EINVAL, "disk job: %s", eos_errmsg());
 	if (!j->row && j->row_n)
 		return eos_fail(-EINVAL, "disk job: row pieces given without the row flag");
@@ -1284,7 +1473,7 @@ void sel_disk_destroy(sel_disk *d)
 
 void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 {
-	for (int i = 0; i <= SEL_DISK_UNLINK; i++)
+	for (int i = 0; i < SEL_DISK_OPS; i++)
 		out->jobs[i] = __atomic_load_n(&d->st.jobs[i], __ATOMIC_RELAXED);
 	out->failed = __atomic_load_n(&d->st.failed, __ATOMIC_RELAXED);
 	out->corrupt = __atomic_load_n(&d->st.corrupt, __ATOMIC_RELAXED);

@@ -20,6 +20,11 @@
  *     after close began, and -EINVAL for a malformed job; a call that
  *     returns an error produces no completion.
  *   - Jobs of one record (same key) run and complete in submission order.
+ *     Every job's synchronous prologue (temporary creation and
+ *     preallocation, truncation, unlink, the header read) runs in
+ *     submission order across records too, so a store that releases a
+ *     removal's disk budget when it submits the unlink never has a later
+ *     write preallocate before that file is gone.
  *     On io_uring, jobs of different records overlap (up to four at once)
  *     and may complete out of order; match completions by pointer or id.
  *   - The job descriptor, its page address array, its row pieces and the
@@ -62,30 +67,66 @@
 
 enum sel_disk_op {
 	SEL_DISK_WRITE = 1, /* write a record from slots (replaces a file of its name) */
-	SEL_DISK_READ,      /* read a page suffix and/or the row into slots, verified */
+	SEL_DISK_READ,      /* read a page range and/or the row into slots, verified */
 	SEL_DISK_TRUNCATE,  /* compaction: drop the row segment */
 	SEL_DISK_UNLINK,    /* delete the file (a missing file is success) */
+	SEL_DISK_WRITE_PART, /* one window of a windowed write (see below) */
+	SEL_DISK_DISCARD,   /* abandon a windowed write: remove its temporary */
+	SEL_DISK_OPS
 };
+
+/* Windowed writes (design 2.4 Staged: a record streamed through intake
+ * windows).  A record is written as a sequence of SEL_DISK_WRITE_PART jobs
+ * covering its page records in order, [first, first + count) each:
+ *   - the part with SEL_DISK_PART_BEGIN (first == 0) creates the temporary
+ *     file and preallocates the record's whole length (with the row when
+ *     `row` is set: every part of one record carries the same `row`);
+ *   - each part writes its page records and hashes them into the record's
+ *     checksum segment, which the disk thread keeps between parts;
+ *   - the part with SEL_DISK_PART_END (first + count == tail) also writes
+ *     the row (its pieces are given on this part only), then the checksum
+ *     segment and the header, and commits (fdatasync if configured, rename,
+ *     directory fsync).  One part may be both BEGIN and END.
+ * The disk thread holds the temporary's descriptor between parts.  A part
+ * that fails removes the temporary at once; later parts of that record then
+ * fail with -ENOENT ("no temporary").  A part out of order (first is not
+ * where the previous part ended) fails the same way and removes the
+ * temporary too.  SEL_DISK_DISCARD removes a record's temporary if one is
+ * open (existed tells) and is how a store abandons a write whose copy-out
+ * failed midway.  BEGIN on a record that already has an open temporary
+ * discards the old one first.  Temporaries still open at close are
+ * removed.  Nothing but the final rename ever touches a committed file of
+ * the record's name. */
+#define SEL_DISK_PART_BEGIN 1u
+#define SEL_DISK_PART_END 2u
 
 struct sel_disk_job {
 	/* Set by the caller. */
 	uint64_t id;                /* echoed */
 	enum sel_disk_op op;
 	sel_record_desc rec;        /* the record as indexed */
-	bool row;                   /* WRITE: write the row (else page-only); READ: read it */
-	uint32_t first;             /* READ: first page record (a suffix [first, tail)); WRITE: 0 */
-	void *const *pages;         /* [tail - first] page record addresses, 4 KiB aligned,
-				       span.page_stride bytes each (sel_record_page_addr) */
+	bool row;                   /* WRITE, WRITE_PART: the record has its row (else
+				       page-only); READ: read it */
+	uint32_t first;             /* READ, WRITE_PART: first page record; WRITE: 0 */
+	uint32_t count;             /* READ: page records from first, 0 = through the tail
+				       (the suffix [first, tail)); WRITE_PART: page records
+				       of this part (may be 0) */
+	uint32_t part;              /* WRITE_PART: SEL_DISK_PART_BEGIN | SEL_DISK_PART_END */
+	void *const *pages;         /* page record addresses, 4 KiB aligned, span.page_stride
+				       bytes each (sel_record_page_addr): WRITE [tail], READ
+				       and WRITE_PART one per page record they move */
 	const struct iovec *row_iov; /* row pieces in file order (sel_record_row_iov); each
 				       row's last piece is transferred padded to 4 KiB, so the
-				       4 KiB-rounded piece must be writable memory (a slot share) */
+				       4 KiB-rounded piece must be writable memory (a slot share).
+				       WRITE_PART: on the END part only */
 	uint32_t row_n;
 	/* Filled at completion. */
 	int status;                 /* 0, a negative errno, SEL_ECORRUPT, SEL_ESTOPPED */
-	bool committed;             /* WRITE: the file is in place under its name (a failed
-				       directory fsync reports an error with this set) */
+	bool committed;             /* WRITE, WRITE_PART END: the file is in place under its
+				       name (a failed directory fsync reports an error with
+				       this set) */
 	bool had_row;               /* READ, TRUNCATE: the file held its row */
-	bool existed;               /* UNLINK: the file was there */
+	bool existed;               /* UNLINK: the file was there; DISCARD: a temporary was */
 	uint64_t bytes;             /* bytes moved to or from the file */
 	uint64_t submit_ns, done_ns; /* monotonic */
 	char errmsg[EOS_ERRMSG_MAX]; /* the cause, when status != 0 */
@@ -155,7 +196,7 @@ int sel_disk_close(sel_disk *d, uint64_t deadline_ns);
 void sel_disk_destroy(sel_disk *d);
 
 struct sel_disk_stats {
-	uint64_t jobs[SEL_DISK_UNLINK + 1]; /* completed, by op */
+	uint64_t jobs[SEL_DISK_OPS]; /* completed, by op */
 	uint64_t failed;
 	uint64_t corrupt;          /* reads that failed verification */
 	uint64_t bytes_written, bytes_read;

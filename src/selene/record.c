@@ -325,6 +325,21 @@ void sel_record_ns_free(sel_record_ns *ns)
 	memset(ns, 0, sizeof(*ns));
 }
 
+int sel_record_ns_from_header(sel_record_ns *ns, const void *hdr, size_t len)
+{
+	sel_record_header h;
+	memset(ns, 0, sizeof(*ns));
+	int rc = sel_record_decode(hdr, len, NULL, &h);
+	if (rc)
+		return rc;
+	if ((rc = sel_record_layout_parse(&ns->layout, hdr, len)) != 0)
+		return rc;
+	memcpy(ns->identity, h.identity, SEL_IDENTITY_BYTES);
+	memcpy(ns->fingerprint, h.fingerprint, SEL_FINGERPRINT_BYTES);
+	sel_record_dirname(ns->identity, ns->fingerprint, ns->dirname);
+	return 0;
+}
+
 /* ---- Spans ------------------------------------------------------------------ */
 
 static void key_text(const sel_key *k, char *buf, size_t len)
@@ -631,6 +646,36 @@ int sel_record_header_matches(const sel_record_header *h, const sel_record_desc 
 	key_text(&d->key, kt, sizeof kt);
 	return eos_fail(SEL_ECORRUPT, "record %s: the file's header changed since it was indexed "
 			"(%s differs)", kt, what);
+}
+
+/* ---- Verification ----------------------------------------------------------- */
+
+int sel_record_check_length(const sel_record_span *s, uint64_t size, bool *has_row)
+{
+	if (size != s->row_off && size != s->row_end)
+		return eos_fail(SEL_ECORRUPT, "length %" PRIu64 " is neither the page-only %" PRIu64
+				" nor the full %" PRIu64, size, s->row_off, s->row_end);
+	if (has_row)
+		*has_row = size == s->row_end;
+	return 0;
+}
+
+int sel_record_check_page(const void *page, uint64_t stride, uint64_t want, uint32_t i)
+{
+	uint64_t got = XXH3_64bits(page, stride);
+	if (got != want)
+		return eos_fail(SEL_ECORRUPT, "page record %" PRIu32 " fails its checksum (%016" PRIx64
+				", stored %016" PRIx64 ")", i, got, want);
+	return 0;
+}
+
+int sel_record_check_row(const struct iovec *iov, uint32_t n, uint64_t want)
+{
+	uint64_t got = sel_record_row_checksum(iov, n);
+	if (got != want)
+		return eos_fail(SEL_ECORRUPT, "the row fails its checksum (%016" PRIx64 ", stored %016"
+				PRIx64 ")", got, want);
+	return 0;
 }
 
 /* ---- Names ------------------------------------------------------------------ */

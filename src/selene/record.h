@@ -14,6 +14,9 @@
  *     directory, the atomic temporary-then-rename write, compaction,
  *     deletion, and the startup scan.  The disk thread (disk.c) uses the
  *     protocol helpers and moves the payload itself.
+ *   - record_verify.c checks one file whole with buffered reads (tools:
+ *     `flare records`), through the same decoder and the same length, page
+ *     and row checks the disk thread calls on every read.
  *
  * A record file, in order (every offset a multiple of 4 KiB):
  *   header     header_bytes (4 KiB unless the rank table needs more)
@@ -112,6 +115,11 @@ typedef struct sel_record_ns {
 int sel_record_ns_init(sel_record_ns *ns, const sel_geometry *g,
 		       const uint8_t identity[SEL_IDENTITY_BYTES]);
 void sel_record_ns_free(sel_record_ns *ns);
+/* A namespace from a record header alone (tools that have no geometry):
+ * the header must decode (sel_record_decode with ns NULL); identity,
+ * fingerprint and layout are the header's, the dirname follows from them.
+ * Same errors as decode, or -ENOMEM; *ns is zeroed on failure. */
+int sel_record_ns_from_header(sel_record_ns *ns, const void *hdr, size_t len);
 /* "<first 16 hex of identity>-<32 hex fingerprint>" into out. */
 void sel_record_dirname(const uint8_t identity[SEL_IDENTITY_BYTES],
 			const uint8_t fingerprint[SEL_FINGERPRINT_BYTES],
@@ -198,6 +206,22 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
  * first field that differs. */
 int sel_record_header_matches(const sel_record_header *h, const sel_record_desc *d,
 			      const sel_record_span *want);
+
+/* ---- Verification (the disk thread's read checks, shared with tools) ---- */
+
+/* The length rule: a file is page-only (span->row_off bytes) or full
+ * (span->row_end).  0 with *has_row (may be NULL), or SEL_ECORRUPT "length N
+ * is neither the page-only X nor the full Y". */
+int sel_record_check_length(const sel_record_span *s, uint64_t size, bool *has_row);
+/* Stored page record i (stride bytes, padding included) against its entry
+ * want from the checksum segment: 0 or SEL_ECORRUPT "page record i fails
+ * its checksum (...)". */
+int sel_record_check_page(const void *page, uint64_t stride, uint64_t want, uint32_t i);
+/* The stored rows as unpadded pieces in file order (sel_record_row_iov, or
+ * one piece per stored row of a row segment read whole) against the
+ * header's row checksum: 0 or SEL_ECORRUPT "the row fails its checksum
+ * (...)". */
+int sel_record_check_row(const struct iovec *iov, uint32_t n, uint64_t want);
 
 /* ---- Names ------------------------------------------------------------- */
 
@@ -347,10 +371,35 @@ typedef struct sel_scan {
 	sel_scan_stats st;
 } sel_scan;
 
+/* Why the scan removes a file (sel_scan_opts.on_remove). */
+enum sel_scan_why {
+	SEL_SCAN_TMP = 1,    /* temporary of an interrupted write */
+	SEL_SCAN_FORMAT,     /* bad_format */
+	SEL_SCAN_CHECKSUM,   /* bad_checksum (header) */
+	SEL_SCAN_IDENTITY,   /* bad_identity */
+	SEL_SCAN_LAYOUT,     /* bad_layout */
+	SEL_SCAN_NAME,       /* bad_name */
+	SEL_SCAN_SIZE,       /* bad_size */
+	SEL_SCAN_ORPHAN,     /* orphans */
+	SEL_SCAN_DESCENDANT, /* descendants */
+	SEL_SCAN_PRUNED,     /* pruned */
+};
+/* "temporary", "format", "header checksum", "identity", "layout", "name",
+ * "size", "orphan", "descendant of an orphan", "childless page-only". */
+const char *sel_scan_why_name(enum sel_scan_why why);
+
 struct sel_scan_opts {
 	bool direct;      /* read headers with O_DIRECT (fallback to buffered) */
 	uint32_t threads; /* header readers; 0 = 16 */
 	bool dry_run;     /* report, remove nothing */
+	/* Called on the calling thread for each file the scan removes (with
+	 * dry_run: would remove), in removal order -- temporaries, then records
+	 * deepest first.  bytes is the file's length (0 for a temporary, which
+	 * is not opened); err is 0, or the failed unlink's negative errno (the
+	 * file stays).  NULL: no calls. */
+	void (*on_remove)(void *ctx, const char *name, enum sel_scan_why why, uint64_t bytes,
+			  int err);
+	void *ctx;
 };
 
 /* Scan the namespace directory dirfd (the caller holds its eos_dirlock):
@@ -370,5 +419,56 @@ struct sel_scan_opts {
 int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_opts *o,
 		    sel_scan *out);
 void sel_scan_free(sel_scan *s);
+
+/* ---- Whole-file verification (record_verify.c) -------------------------- */
+
+/* What sel_record_check_file found, the first failure winning. */
+enum sel_check_kind {
+	SEL_CHECK_OK = 0,
+	SEL_CHECK_UNREADABLE,      /* open, fstat or read failed (not a verdict on the bytes) */
+	SEL_CHECK_NOT_FILE,        /* not a regular file */
+	SEL_CHECK_FORMAT,          /* header: magic, version, structure, or a file too short */
+	SEL_CHECK_HEADER_CHECKSUM, /* header: the v2 header checksum */
+	SEL_CHECK_IDENTITY,        /* header: another offload identity */
+	SEL_CHECK_LAYOUT,          /* header: another fingerprint or rank table */
+	SEL_CHECK_NAME,            /* the name is not the header's key */
+	SEL_CHECK_SIZE,            /* length neither page-only nor full */
+	SEL_CHECK_PAGE,            /* a page record fails its checksum */
+	SEL_CHECK_ROW,             /* the row fails its checksum */
+};
+/* "ok", "unreadable", "not a file", "format", "header checksum",
+ * "identity", "layout", "name", "size", "page checksum", "row checksum". */
+const char *sel_check_kind_name(enum sel_check_kind k);
+
+struct sel_record_check {
+	enum sel_check_kind kind;
+	char why[EOS_ERRMSG_MAX]; /* the first failure, "" when OK */
+	bool decoded;             /* h holds the decoded header (kind OK, NAME or later) */
+	sel_record_header h;
+	uint64_t size;            /* file length (0 when unreadable) */
+	uint64_t mtime_ns;
+	bool has_row;             /* valid when kind >= SEL_CHECK_PAGE or OK */
+	uint32_t bad_pages;       /* page records failing their checksum */
+	bool bad_row;
+	uint64_t bytes_read;
+};
+
+/* Check record file `name` in directory dirfd with ordinary buffered reads
+ * through eos_fileops(): the header decodes (against ns when given, else
+ * structurally only), the name is the header's key, the length is page-only
+ * or full -- the checks of the startup scan -- and with payload also what
+ * the disk thread checks on a read: every stored page record against its
+ * checksum entry and, when the file holds it, the row against the row
+ * checksum (sel_record_check_page, sel_record_check_row).  Every page is
+ * checked even after a failure (bad_pages counts them).  The verdict is in
+ * *out; returns 0, or -ENOMEM (nothing decided). */
+int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, bool payload,
+			  struct sel_record_check *out);
+
+/* The namespace a record file's header describes (sel_record_ns_from_header
+ * over the file's header): for tools that find a directory without knowing
+ * its geometry.  0, SEL_E* for a header that does not decode, or a negative
+ * errno, with a message. */
+int sel_record_ns_load(int dirfd, const char *name, sel_record_ns *ns);
 
 #endif

@@ -646,6 +646,42 @@ out:
 	return rc;
 }
 
+const char *sel_scan_why_name(enum sel_scan_why why)
+{
+	switch (why) {
+	case SEL_SCAN_TMP: return "temporary";
+	case SEL_SCAN_FORMAT: return "format";
+	case SEL_SCAN_CHECKSUM: return "header checksum";
+	case SEL_SCAN_IDENTITY: return "identity";
+	case SEL_SCAN_LAYOUT: return "layout";
+	case SEL_SCAN_NAME: return "name";
+	case SEL_SCAN_SIZE: return "size";
+	case SEL_SCAN_ORPHAN: return "orphan";
+	case SEL_SCAN_DESCENDANT: return "descendant of an orphan";
+	case SEL_SCAN_PRUNED: return "childless page-only";
+	}
+	return "?";
+}
+
+/* Why a removed entry goes (is_removal(e->state)). */
+static enum sel_scan_why why_of(const struct ent *e)
+{
+	switch (e->state) {
+	case ENT_ORPHAN: return SEL_SCAN_ORPHAN;
+	case ENT_DESCENDANT: return SEL_SCAN_DESCENDANT;
+	case ENT_PRUNED: return SEL_SCAN_PRUNED;
+	default: break;
+	}
+	switch (e->reason) {
+	case SEL_ECORRUPT: return SEL_SCAN_CHECKSUM;
+	case SEL_EIDENTITY: return SEL_SCAN_IDENTITY;
+	case SEL_ELAYOUT: return SEL_SCAN_LAYOUT;
+	case REASON_NAME: return SEL_SCAN_NAME;
+	case REASON_SIZE: return SEL_SCAN_SIZE;
+	default: return SEL_SCAN_FORMAT;
+	}
+}
+
 static void count_invalid(sel_scan_stats *st, int reason)
 {
 	switch (reason) {
@@ -676,10 +712,15 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 
 	/* Temporaries of interrupted writes. */
 	for (size_t i = 0; i < n_tmps; i++) {
-		if (opts.dry_run || ops->unlinkat(dirfd, tmps[i], 0) == 0 || errno == ENOENT)
+		int err = 0;
+		if (opts.dry_run || ops->unlinkat(dirfd, tmps[i], 0) == 0 || errno == ENOENT) {
 			st->tmp_removed++;
-		else
+		} else {
+			err = -errno;
 			st->unlink_failed++;
+		}
+		if (opts.on_remove)
+			opts.on_remove(opts.ctx, tmps[i], SEL_SCAN_TMP, 0, err);
 	}
 
 	/* Headers, in parallel. */
@@ -733,12 +774,16 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 			st->descendants++;
 		else if (x->state == ENT_PRUNED)
 			st->pruned++;
+		int err = 0;
 		if (opts.dry_run || ops->unlinkat(dirfd, x->name, 0) == 0 || errno == ENOENT) {
 			st->bytes_removed += x->size;
 		} else {
+			err = -errno;
 			st->unlink_failed++;
 			st->bytes_stuck += x->size;
 		}
+		if (opts.on_remove)
+			opts.on_remove(opts.ctx, x->name, why_of(x), x->size, err);
 	}
 
 	/* Survivors in access order, linked parents first. */

@@ -164,3 +164,20 @@ const char *sel_tier_name(sel_tier t)
 	}
 	return "unknown";
 }
+
+void sel_store_describe(sel_store *s, sel_store_info *out)
+{
+	*out = (sel_store_info){.kind = "disabled", .transport = "none"};
+	if (!s)
+		return;
+	out->kind = s->ops && s->ops->name ? s->ops->name : "?";
+	out->disk_dir = s->disk_dir;
+	out->disk_limit = s->disk_limit;
+	out->scanned_records = s->scanned_records;
+	sel_stats st;
+	sel_store_stats(s, &st);
+	out->transport = st.transport ? st.transport : "host";
+	out->slot_bytes = st.slot_bytes;
+	out->slots_total = st.slots_total;
+	out->intake_slots = st.intake_slots;
+}

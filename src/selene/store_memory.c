@@ -69,11 +69,16 @@
  * prefix ending at a page that is not a multiple of ranks) sets the IN job's
  * first_share to that page's share index within its slot.
  *
- * Copy backend: cfg->copy_backend (tests), else memcpy for host planes, else
- * the CUDA driver (sel_cuda_load, rank r on cfg->cuda_devices[r] or device
- * r) with the pool registered through it; a configured GPU is never
- * replaced by memcpy.  Split pools (cfg->split_pool) are not used yet: the
- * pool is always the one registered mapping.
+ * Copy backend, layout and slots come from a struct sel_store_pool
+ * (store_pool.c): cfg->copy_backend (tests), else memcpy for host planes,
+ * else the CUDA driver (rank r on cfg->cuda_devices[r] or device r) with
+ * the pool registered through it; a configured GPU is never replaced by
+ * memcpy.  A standalone store owns its pool; in a composite the composite
+ * lends it one pool of warm and intake slots shared with the disk store's
+ * staging (sel_memory_store_open_shared) and uses the calls of
+ * store_memory.h to pin dirty records, read records into warm slots and
+ * remove copies the disk tier lost.  Split pools (cfg->split_pool) are not
+ * used yet: the pool is always the one registered mapping.
  *
  * The store's startup warning (intake shrunk for host headroom, design 1)
  * is read with sel_store_warning().
@@ -89,7 +94,9 @@
  *      fetch in flight pins every node of its chain (store pins mypins <=
  *      index pins).  No slot of a pinned record is freed except by packing
  *      at its own OUT completion.
- *   4. slots_pinned equals the slots held by records with mypins > 0.
+ *   4. slots_pinned equals the slots held by records with mypins > 0;
+ *      slots_held equals the slots held by all records (the pool's in-use
+ *      count when the store owns it).
  *   5. inflight_out / inflight_in count the OUT jobs and fetches not yet
  *      reported; each fetch produces exactly one event, after all its jobs
  *      completed.
@@ -105,10 +112,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
 #include "eos.h"
 #include "index.h"
 #include "slab.h"
+#include "store_pool.h"
 #include "transfer.h"
 
 #define MS_FAILED (1u << 8) /* node flag (store bits): copy-out failed, no slots */
@@ -162,9 +169,6 @@ struct mrec {
 /* What a stopped store cannot free: a detached copy thread may use it. */
 struct leaked {
 	sel_xfer *xfer;
-	sel_slab_pool *pool;
-	sel_slot_layout *layout;
-	struct sel_copy_backend *cuda_backend;
 	struct mjob *outs;
 	struct mfetch *fetches;
 	struct leaked *next;
@@ -175,8 +179,9 @@ static struct leaked *leaked_list; /* keeps leaked memory reachable */
 struct mem_store {
 	sel_store base;
 	const sel_geometry *g;
+	struct sel_store_pool *sp;   /* layout, backend, slots (shared in a composite) */
+	bool own_sp;
 	const struct sel_copy_backend *backend;
-	struct sel_copy_backend *cuda_backend; /* owned, when CUDA */
 	sel_slot_layout *layout;
 	sel_slab_pool *pool;
 	sel_xfer *xfer;
@@ -197,6 +202,7 @@ struct mem_store {
 	uint32_t scratch_cap;
 	uint64_t job_seq;
 	uint64_t slots_pinned;
+	uint64_t slots_held;     /* slots records hold (the pool may be shared) */
 
 	struct mjob *outs;       /* live OUT jobs */
 	struct mfetch *fetches;  /* live fetches */
@@ -209,7 +215,6 @@ struct mem_store {
 	int close_rc;
 
 	sel_stats st;            /* counters; gauges are filled at stats() */
-	char warning[512];
 };
 
 #define MS(s) ((struct mem_store *)(s))
@@ -267,6 +272,7 @@ static void free_slots(struct mem_store *ms, struct mrec *r, uint32_t from, uint
 	/* A refusal is a bug here; the pool keeps the slots (never handing one
 	 * out twice) and sel_slab_check() fails from then on. */
 	(void)sel_slab_free(ms->pool, r->slots + from, n);
+	ms->slots_held -= n;
 	if (r->mypins)
 		ms->slots_pinned -= n;
 }
@@ -540,6 +546,7 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	r->n_row_slots = nrow;
 	r->pages_packed = r->row_packed = false;
 	ms->slots_pinned += need;
+	ms->slots_held += need;
 	memcpy(jslots, r->slots, (size_t)need * sizeof(uint32_t));
 
 	j->kind = JOB_OUT;
@@ -1105,12 +1112,11 @@ static void ms_destroy(sel_store *s)
 		ms_close(s, eos_now_ns() + 10ull * 1000 * 1000 * 1000);
 	}
 	if (ms->stopped && ms->closed && ms->close_rc != 0) {
+		if (ms->own_sp)
+			sel_store_pool_leak(ms->sp); /* a lender leaks its own pool */
 		struct leaked *l = calloc(1, sizeof(*l));
 		if (l) {
 			l->xfer = ms->xfer;
-			l->pool = ms->pool;
-			l->layout = ms->layout;
-			l->cuda_backend = ms->cuda_backend;
 			l->outs = ms->outs;
 			l->fetches = ms->fetches;
 			pthread_mutex_lock(&leaked_lock);
@@ -1132,12 +1138,8 @@ static void ms_destroy(sel_store *s)
 		}
 		if (ms->xfer)
 			sel_xfer_destroy(ms->xfer);
-		sel_slab_destroy(ms->pool); /* unregisters through the backend */
-		if (ms->cuda_backend)
-			sel_copy_backend_cuda_destroy(ms->cuda_backend);
-		if (ms->layout)
-			sel_slot_layout_free(ms->layout);
-		free(ms->layout);
+		if (ms->own_sp)
+			sel_store_pool_destroy(ms->sp); /* unregisters through the backend */
 	}
 	for (uint32_t i = 0; i < ms->nrecs; i++)
 		free(ms->recs[i].slots);
@@ -1166,133 +1168,41 @@ static const struct sel_store_ops ms_ops = {
 
 /* ---- open ----------------------------------------------------------------- */
 
-/* The copy backend: the caller's (tests), memcpy for host planes, the CUDA
- * driver for device planes (owned: ms->cuda_backend). */
-static int pick_backend(struct mem_store *ms, const sel_store_config *cfg)
+static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool own,
+		   sel_store **out)
 {
-	const sel_geometry *g = cfg->geometry;
-	bool device = false;
+	struct mem_store *ms = calloc(1, sizeof(*ms));
 	int rc;
-	for (uint32_t r = 0; r < g->ranks; r++) {
-		const sel_rank_geometry *rg = &g->rank[r];
-		device |= rg->row.kind == SEL_MEM_DEVICE;
-		for (uint32_t i = 0; i < rg->n_planes; i++)
-			device |= rg->pages[i].kind == SEL_MEM_DEVICE;
-	}
-	if (cfg->copy_backend) {
-		ms->backend = cfg->copy_backend;
-		return 0;
-	}
-	if (cfg->backend == SEL_BACKEND_HOST && device)
-		return eos_fail(SEL_EGEOMETRY, "memory store: host copy backend asked for, but the"
-				" geometry has device planes");
-	if (cfg->backend != SEL_BACKEND_CUDA && !device) {
-		ms->backend = &sel_copy_backend_host;
-		return 0;
-	}
-	/* A configured GPU is never silently replaced by memcpy: every failure
-	 * here is SEL_ECUDA "cuda unavailable: ..." or a driver error. */
-	const struct sel_cuda *cu;
-	rc = sel_cuda_load(&cu);
-	if (rc)
-		return rc;
-	int *dev = NULL;
-	const int *devices = cfg->cuda_devices;
-	if (!devices) {
-		/* Default: rank r on device r. */
-		dev = calloc(g->ranks, sizeof(*dev));
-		if (!dev)
-			return eos_fail(-ENOMEM, "memory store: out of memory");
-		for (uint32_t r = 0; r < g->ranks; r++)
-			dev[r] = (int)r;
-		devices = dev;
-	}
-	rc = sel_copy_backend_cuda_create(cu, devices, g->ranks, &ms->cuda_backend);
-	free(dev);
-	if (rc)
-		return rc;
-	ms->backend = ms->cuda_backend;
-	return 0;
-}
-
-int sel_memory_store_open(const sel_store_config *cfg, sel_store **out)
-{
-	struct mem_store *ms = NULL;
-	int rc;
-
-	*out = NULL;
-	if (!cfg || !cfg->geometry)
-		return eos_fail(-EINVAL, "memory store: no geometry");
-	const sel_geometry *g = cfg->geometry;
-	if (cfg->memory_bytes == 0)
-		return eos_fail(-EINVAL, "memory store: warm memory budget is 0");
-
-	ms = calloc(1, sizeof(*ms));
-	if (!ms)
+	if (!ms) {
+		if (own)
+			sel_store_pool_destroy(sp);
 		return eos_fail(-ENOMEM, "memory store: out of memory");
+	}
+	const sel_geometry *g = cfg->geometry;
 	ms->base.ops = &ms_ops;
 	ms->base.page_tokens = g->page_tokens;
 	ms->g = g;
+	ms->sp = sp;
+	ms->own_sp = own;
+	ms->backend = sp->backend;
+	ms->layout = &sp->layout;
+	ms->pool = sp->pool;
 	ms->ranks = g->ranks;
 	ms->pt = g->page_tokens;
-	ms->layout = calloc(1, sizeof(*ms->layout));
-	if (!ms->layout) {
-		rc = eos_fail(-ENOMEM, "memory store: out of memory");
-		goto fail;
-	}
-	rc = sel_slot_layout_init(ms->layout, g);
-	if (rc)
-		goto fail;
-	ms->slot_bytes = ms->layout->slot_bytes;
-	ms->row_slots = ms->layout->row_slots;
-	ms->min_pages = UINT64_MAX;
-	ms->min_rows = UINT64_MAX;
-	for (uint32_t r = 0; r < g->ranks; r++) {
-		ms->page_bytes_all += g->rank[r].page_bytes;
-		ms->row_bytes_all += g->rank[r].row.unit_bytes;
-		if (g->rank[r].page_count < ms->min_pages)
-			ms->min_pages = g->rank[r].page_count;
-		if (g->rank[r].row_count < ms->min_rows)
-			ms->min_rows = g->rank[r].row_count;
-	}
-
-	rc = pick_backend(ms, cfg);
-	if (rc)
-		goto fail;
-
-	ms->warm = cfg->memory_bytes / ms->slot_bytes;
+	ms->slot_bytes = sp->slot_bytes;
+	ms->row_slots = sp->row_slots;
+	ms->warm = sp->warm;
+	ms->intake = sp->intake;
+	ms->page_bytes_all = sp->page_bytes_all;
+	ms->row_bytes_all = sp->row_bytes_all;
+	ms->min_pages = sp->min_pages;
+	ms->min_rows = sp->min_rows;
+	if (own && sp->warning[0])
+		ms->base.warning = sp->warning;
 	if (ms->warm == 0) {
-		char a[32], b[32];
-		rc = eos_fail(-EINVAL, "memory store: warm budget %s is smaller than one slot (%s)",
-			      eos_format_size(cfg->memory_bytes, a, sizeof(a)),
-			      eos_format_size(ms->slot_bytes, b, sizeof(b)));
+		rc = eos_fail(-EINVAL, "memory store: the pool has no warm slots");
 		goto fail;
 	}
-	uint64_t headroom = cfg->host_headroom;
-	if (headroom == 0) {
-		uint64_t total = 0, avail = 0;
-		rc = eos_mem_info(&total, &avail);
-		if (rc)
-			goto fail;
-		/* Intake comes on top of the warm budget. */
-		uint64_t warm_bytes = ms->warm * ms->slot_bytes;
-		headroom = avail > warm_bytes ? avail - warm_bytes : 0;
-	}
-	rc = sel_intake_slots(cfg->max_active ? cfg->max_active : 1, ms->row_slots, ms->slot_bytes,
-			      headroom, &ms->intake, ms->warning, sizeof(ms->warning));
-	if (rc)
-		goto fail;
-	if (ms->warning[0])
-		ms->base.warning = ms->warning;
-
-	struct sel_slab_hooks hooks = {
-		.reg = ms->backend->host_register,
-		.unreg = ms->backend->host_unregister,
-		.ctx = ms->backend->ctx,
-	};
-	rc = sel_slab_create(ms->slot_bytes, ms->warm, ms->intake, cfg->populate, &hooks, &ms->pool);
-	if (rc)
-		goto fail;
 	rc = sel_index_create(ms->pt, &ms_index_ops, ms, &ms->ix);
 	if (rc)
 		goto fail;
@@ -1312,6 +1222,29 @@ fail:
 	ms->closed = true; /* nothing was submitted */
 	ms_destroy(&ms->base);
 	return rc;
+}
+
+int sel_memory_store_open(const sel_store_config *cfg, sel_store **out)
+{
+	struct sel_store_pool *sp;
+	*out = NULL;
+	if (!cfg || !cfg->geometry)
+		return eos_fail(-EINVAL, "memory store: no geometry");
+	if (cfg->memory_bytes == 0)
+		return eos_fail(-EINVAL, "memory store: warm memory budget is 0");
+	int rc = sel_store_pool_open(cfg, cfg->memory_bytes, "memory store", &sp);
+	if (rc)
+		return rc;
+	return open_on(cfg, sp, true, out);
+}
+
+int sel_memory_store_open_shared(const sel_store_config *cfg, struct sel_store_pool *sp,
+				 sel_store **out)
+{
+	*out = NULL;
+	if (!cfg || !cfg->geometry || !sp)
+		return eos_fail(-EINVAL, "memory store: no geometry or pool");
+	return open_on(cfg, sp, false, out);
 }
 
 /* ---- checks and introspection ---------------------------------------------- */
@@ -1381,9 +1314,10 @@ int sel_memory_store_check(sel_store *s)
 			      nodes);
 		goto out;
 	}
-	if (used != sel_slab_in_use(ms->pool)) {
-		rc = eos_fail(SEL_ECORRUPT, "memory store: records hold %" PRIu64 " slots, the pool has %"
-			      PRIu64 " in use", used, sel_slab_in_use(ms->pool));
+	if (used != ms->slots_held || (ms->own_sp && used != sel_slab_in_use(ms->pool))) {
+		rc = eos_fail(SEL_ECORRUPT, "memory store: records hold %" PRIu64 " slots, counted %"
+			      PRIu64 ", the pool has %" PRIu64 " in use", used, ms->slots_held,
+			      sel_slab_in_use(ms->pool));
 		goto out;
 	}
 	if (pinned != ms->slots_pinned) {
@@ -1449,4 +1383,171 @@ void sel_memory_store_slots(sel_store *s, uint64_t *slot_bytes, uint64_t *warm, 
 		*intake = ms->intake;
 	if (row_slots)
 		*row_slots = ms->row_slots;
+}
+
+/* ---- the composite's view ----------------------------------------------------- */
+
+static sel_node_id find_live(struct mem_store *ms, const sel_key *key)
+{
+	return sel_index_find(ms->ix, key);
+}
+
+int sel_memory_store_view(sel_store *s, const sel_key *key, struct sel_memory_view *out)
+{
+	struct mem_store *ms = MS(s);
+	sel_node_id id = find_live(ms, key);
+	if (id == SEL_NODE_NONE)
+		return -ENOENT;
+	const sel_index_node *n = sel_index_cget(ms->ix, id);
+	const struct mrec *r = &ms->recs[id];
+	memset(out, 0, sizeof(*out));
+	out->ready = n->state == SEL_NODE_READY && !(n->flags & MS_FAILED);
+	out->has_row = n->flags & SEL_NODE_HAS_ROW;
+	out->pages_packed = r->pages_packed;
+	out->row_packed = r->row_packed;
+	out->tail_pages = n->tail_pages;
+	out->n_page_slots = r->n_page_slots;
+	out->n_row_slots = r->n_row_slots;
+	out->slots = r->slots;
+	out->pins = n->pins;
+	out->is_root = n->parent == SEL_NODE_NONE;
+	if (!out->is_root)
+		out->parent = sel_index_cget(ms->ix, n->parent)->key;
+	return 0;
+}
+
+int sel_memory_store_pin(sel_store *s, const sel_key *key)
+{
+	struct mem_store *ms = MS(s);
+	sel_node_id id = find_live(ms, key);
+	if (id == SEL_NODE_NONE)
+		return -ENOENT;
+	ms_pin(ms, id);
+	return 0;
+}
+
+void sel_memory_store_unpin(sel_store *s, const sel_key *key)
+{
+	struct mem_store *ms = MS(s);
+	sel_node_id id = find_live(ms, key);
+	if (id != SEL_NODE_NONE && ms->recs[id].mypins)
+		ms_unpin(ms, id);
+	debug_check(ms);
+}
+
+int sel_memory_store_remove(sel_store *s, const sel_key *key)
+{
+	struct mem_store *ms = MS(s);
+	sel_node_id id = find_live(ms, key);
+	if (id == SEL_NODE_NONE)
+		return -ENOENT;
+	const sel_index_node *n = sel_index_cget(ms->ix, id);
+	if (n->pins || n->children)
+		return -EBUSY;
+	int rc = sel_index_remove(ms->ix, id);
+	debug_check(ms);
+	return rc;
+}
+
+uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,
+				       bool row_packed)
+{
+	struct mem_store *ms = MS(s);
+	uint32_t p = pages_packed ? div_up(tail, ms->ranks) : tail;
+	uint32_t r = !row ? 0 : row_packed ? div_up(ms->row_slots, ms->ranks) : ms->row_slots;
+	return p + r;
+}
+
+int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *parent,
+			     const sel_digest *bucket, uint32_t tail, bool row, bool pages_packed,
+			     bool row_packed)
+{
+	struct mem_store *ms = MS(s);
+	if (ms->stopped || ms->closed)
+		return eos_fail(SEL_ESTOPPED, "memory store: %s", ms->closed ? "closed" : "stopped");
+	if (ms->ranks == 1 && (pages_packed || row_packed))
+		return eos_fail(-EINVAL, "memory store: packing needs ranks > 1");
+	uint32_t need = sel_memory_store_record_slots(s, tail, row, pages_packed, row_packed);
+	if (need > ms->warm)
+		return eos_fail(-ENOSPC, "memory store: %" PRIu32 " slots exceed the warm pool's %"
+				PRIu64, need, ms->warm);
+	uint32_t *slots = malloc((need ? need : 1) * sizeof(uint32_t));
+	if (!slots)
+		return eos_fail(-ENOMEM, "memory store: out of memory");
+	sel_node_id id;
+	int rc = sel_index_insert(ms->ix, key, parent, bucket, tail, row, &id);
+	if (rc == 0)
+		rc = ensure_rec(ms, id);
+	if (rc) {
+		if (rc != -EEXIST && id != SEL_NODE_NONE && sel_index_find(ms->ix, key) == id)
+			sel_index_remove(ms->ix, id);
+		free(slots);
+		return rc;
+	}
+	struct mrec *r = &ms->recs[id];
+	memset(r, 0, sizeof(*r));
+	r->live = true;
+	ms_pin(ms, id);
+	if (make_room(ms, need) != 0 || sel_slab_alloc(ms->pool, need, SEL_SLAB_WARM, slots) != 0) {
+		ms_unpin(ms, id);
+		if (sel_index_find(ms->ix, key) == id)
+			sel_index_remove(ms->ix, id);
+		free(slots);
+		debug_check(ms);
+		return eos_fail(-ENOSPC, "memory store: no room for %" PRIu32 " slots", need);
+	}
+	r->slots = slots;
+	r->n_page_slots = pages_packed ? div_up(tail, ms->ranks) : tail;
+	r->n_row_slots = need - r->n_page_slots;
+	r->pages_packed = pages_packed;
+	r->row_packed = row && row_packed;
+	ms->slots_pinned += need;
+	ms->slots_held += need;
+	debug_check(ms);
+	return 0;
+}
+
+void sel_memory_store_settle(sel_store *s, const sel_key *key, bool ok)
+{
+	struct mem_store *ms = MS(s);
+	sel_node_id id = find_live(ms, key);
+	if (id == SEL_NODE_NONE)
+		return;
+	if (ok) {
+		sel_index_commit(ms->ix, id);
+		ms->st.tier[SEL_TIER_MEMORY].held++;
+		ms_unpin(ms, id);
+	} else {
+		ms_unpin(ms, id);
+		const sel_index_node *n;
+		if (sel_index_find(ms->ix, key) == id && (n = sel_index_cget(ms->ix, id)) &&
+		    !n->pins && !n->children)
+			sel_index_remove(ms->ix, id);
+	}
+	debug_check(ms);
+}
+
+void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned, uint64_t *free_warm)
+{
+	struct mem_store *ms = MS(s);
+	uint64_t f = sel_slab_free_count(ms->pool);
+	if (in_use)
+		*in_use = ms->slots_held;
+	if (pinned)
+		*pinned = ms->slots_pinned;
+	if (free_warm)
+		*free_warm = f > ms->intake ? f - ms->intake : 0;
+}
+
+size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap)
+{
+	struct mem_store *ms = MS(s);
+	size_t n = 0;
+	for (sel_node_id id = sel_index_next_lru(ms->ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
+	     id = sel_index_next_lru(ms->ix, id)) {
+		if (n < cap)
+			keys[n] = sel_index_cget(ms->ix, id)->key;
+		n++;
+	}
+	return n;
 }

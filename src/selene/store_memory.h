@@ -8,6 +8,8 @@
 
 #include "selene.h"
 
+struct sel_store_pool;
+
 /* Verify the memory store's invariants (store_memory.c header): the index
  * and slab checks pass, every slot in use belongs to exactly one record,
  * each record holds exactly the slots its representation needs, in-flight
@@ -34,5 +36,64 @@ int sel_memory_store_record(sel_store *s, const sel_key *key, struct sel_memory_
  * slots one row takes. */
 void sel_memory_store_slots(sel_store *s, uint64_t *slot_bytes, uint64_t *warm, uint64_t *intake,
 			    uint32_t *row_slots);
+
+/* ---- The composite's view (design 2.4 CompositeStore) ------------------- */
+
+/* A memory store over a pool the caller owns (store_pool.h): it never frees
+ * or leaks the pool; when its close returns SEL_ESTOPPED the owner must
+ * leak the pool.  The pool must have warm slots. */
+int sel_memory_store_open_shared(const sel_store_config *cfg, struct sel_store_pool *sp,
+				 sel_store **out);
+
+/* A record's storage as the composite sees it (write_from reads it, the
+ * disk index mirrors it).  slots: page slots then row slots, valid until
+ * the next call that may change the store. */
+struct sel_memory_view {
+	bool ready, has_row;
+	bool pages_packed, row_packed;
+	uint32_t tail_pages;
+	uint32_t n_page_slots, n_row_slots;
+	const uint32_t *slots;
+	uint32_t pins;        /* index pins */
+	bool is_root;
+	sel_key parent;       /* its parent in the memory index (none for a root) */
+};
+int sel_memory_store_view(sel_store *s, const sel_key *key, struct sel_memory_view *out);
+
+/* Store pins (the composite keeps dirty records and read-through targets
+ * pinned: a pinned record is never evicted and keeps its row and slots).
+ * pin: 0 or -ENOENT.  unpin may run deferred row drops and remove a
+ * useless page-only leaf. */
+int sel_memory_store_pin(sel_store *s, const sel_key *key);
+void sel_memory_store_unpin(sel_store *s, const sel_key *key);
+
+/* Remove a record now: 0, -ENOENT, or -EBUSY while it is pinned or has
+ * children (retry later).  Page-only ancestors left childless go too. */
+int sel_memory_store_remove(sel_store *s, const sel_key *key);
+
+/* Read-through: index key PENDING and pinned under parent (tail as
+ * sel_index_insert takes it), with warm slots for tail pages and, when row,
+ * the row -- in the packed representation where asked -- evicting by the
+ * tree policy (unpinned records only) to make room.  0, -EEXIST, -ENOSPC
+ * (nothing changed but evictions), or an index error.  The slots are the
+ * caller's to fill until sel_memory_store_settle: ok commits the record
+ * (READY) and drops the pin; !ok frees the slots and removes it. */
+int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *parent,
+			     const sel_digest *bucket, uint32_t tail, bool row, bool pages_packed,
+			     bool row_packed);
+void sel_memory_store_settle(sel_store *s, const sel_key *key, bool ok);
+
+/* Slots a record of tail pages (and its row) takes in a representation. */
+uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,
+				       bool row_packed);
+
+/* Every indexed key, oldest first, into keys[0..cap); returns the count
+ * (which may exceed cap). */
+size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap);
+
+/* Slot gauges: in use by records, held by pinned records, free warm (what
+ * a warm allocation could take now). */
+void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned,
+			     uint64_t *free_warm);
 
 #endif

@@ -1,0 +1,51 @@
+/*
+ * list.h - intrusive doubly linked lists with a head, a tail and a count.
+ *
+ * The worker's queues (pending, active, waiting requests) are lists of
+ * structs that carry their own prev/next links, so moving a request between
+ * queues allocates nothing.  EOS_DLIST_DEFINE(prefix, LIST, NODE) defines
+ * prefix_push (append), prefix_push_front and prefix_del for a list type
+ * LIST { NODE *head, *tail; uint32_t n; } over nodes NODE { NODE *prev,
+ * *next; ... }.  A deleted node's links are cleared.
+ */
+#ifndef EOS_LIST_H
+#define EOS_LIST_H
+
+#define EOS_DLIST_DEFINE(prefix, list_t, node_t)                                      \
+	static inline void prefix##_push(list_t *l, node_t *x)                         \
+	{                                                                              \
+		x->next = NULL;                                                        \
+		x->prev = l->tail;                                                     \
+		if (l->tail)                                                           \
+			l->tail->next = x;                                             \
+		else                                                                   \
+			l->head = x;                                                   \
+		l->tail = x;                                                           \
+		l->n++;                                                                \
+	}                                                                              \
+	static inline void prefix##_push_front(list_t *l, node_t *x)                   \
+	{                                                                              \
+		x->prev = NULL;                                                        \
+		x->next = l->head;                                                     \
+		if (l->head)                                                           \
+			l->head->prev = x;                                             \
+		else                                                                   \
+			l->tail = x;                                                   \
+		l->head = x;                                                           \
+		l->n++;                                                                \
+	}                                                                              \
+	static inline void prefix##_del(list_t *l, node_t *x)                         \
+	{                                                                              \
+		if (x->prev)                                                           \
+			x->prev->next = x->next;                                       \
+		else                                                                   \
+			l->head = x->next;                                             \
+		if (x->next)                                                           \
+			x->next->prev = x->prev;                                       \
+		else                                                                   \
+			l->tail = x->prev;                                             \
+		x->prev = x->next = NULL;                                              \
+		l->n--;                                                                \
+	}
+
+#endif

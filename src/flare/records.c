@@ -1,0 +1,1536 @@
+/*
+ * records.c - `flare records`: ls, verify, stat and gc on a prefix-cache
+ * record directory without a server (design 2.5, the record-file,
+ * directory-lock, recovery-scan and expiry paragraphs; design 2.3,
+ * leaf-first eviction and page-only pruning; docs/records-tool.md).
+ *
+ * DESIGN
+ *
+ * The tool decides nothing the server would decide differently.  Every
+ * judgement comes from the code the server runs on the same files:
+ *   - a file's validity from sel_record_check_file (record_verify.c), which
+ *     calls the header decoder, the length rule and the page and row
+ *     checksum helpers the disk thread uses on every read;
+ *   - the tree (orphans, their descendants, childless page-only records)
+ *     from sel_record_scan, run as a dry run and listening to what it
+ *     would remove -- or, for gc, run for real, as the server does at
+ *     startup;
+ *   - gc's retention from a sel_index rebuilt from the scan's survivors in
+ *     their access order (file mtime), with the index's own leaf-first
+ *     removal: expired leaves go with sel_index_remove (repeatedly, and
+ *     once more after the limit, for parents it left as expired leaves),
+ *     the size limit evicts with sel_index_evict, and page-only ancestors
+ *     leave with their last child through the index's cascade.  The files are unlinked in
+ *     the order the index removed the nodes, children first.
+ * Only the namespace itself is the tool's: a server knows its geometry and
+ * identity, the tool reads them from the first header that decodes and
+ * matches the directory name, and judges every other file against it.
+ *
+ * Each namespace directory is locked with eos_dirlock, the server's lock,
+ * for the whole time the tool works on it, so a command and a server never
+ * share a namespace; a locked namespace is reported with the holder's pid
+ * (the eos message) and skipped, and the command exits 1.
+ *
+ * Output is built once per namespace: the text report as it goes, or a
+ * jansson document printed whole at the end (--json), so a script always
+ * reads one well-formed JSON value, failures included ("error" members).
+ *
+ * INVARIANTS
+ *   1. Nothing is removed except by gc, and gc never unlinks a record while
+ *      a record that links under it stays: removals follow the index's
+ *      child-first order, and a failed unlink keeps every ancestor of the
+ *      file that stayed.
+ *   2. Every namespace directory is worked on only while its lock is held.
+ *   3. The exit status is 2 only for bad arguments, before any directory is
+ *      touched.
+ */
+#include "flare/records.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "eos.h"
+#include "flare/settings.h"
+#include "index.h"
+#include "record.h"
+
+#define NS 1000000000ull
+#define TOP_CHAINS 10
+
+/* ---- Arguments -------------------------------------------------------------- */
+
+enum rcmd { R_LS, R_VERIFY, R_STAT, R_GC };
+static const char *const cmd_names[] = {"ls", "verify", "stat", "gc"};
+
+struct ropts {
+	enum rcmd cmd;
+	const char *dir;
+	bool json, dry_run;
+	bool age, limit;     /* given (--max-age off counts as not given) */
+	uint64_t max_age_ns; /* when age */
+	uint64_t limit_bytes;
+	char age_text[64], limit_text[64];
+};
+
+#define R_HELP 1
+
+void flare_records_help(FILE *f)
+{
+	fprintf(f,
+		"usage: flare records ls DIR [--json]\n"
+		"       flare records verify DIR [--json]\n"
+		"       flare records stat DIR [--json]\n"
+		"       flare records gc DIR [--max-age DURATION] [--limit SIZE] [--dry-run] [--json]\n"
+		"\n"
+		"Work on a prefix-cache record directory without a server.  DIR is a base\n"
+		"directory (--prefix-cache-disk: every namespace <16 hex>-<32 hex> under it)\n"
+		"or one namespace directory.  Each namespace is locked as the server locks it,\n"
+		"so a command refuses a namespace a running server owns, and a server refuses\n"
+		"to start while a command works on it.\n"
+		"\n"
+		"Commands:\n"
+		"  ls      namespaces (identity, fingerprint, ranks and planes), records (key,\n"
+		"          parent, tail pages, size, row or page-only, age, chain depth),\n"
+		"          temporaries and other files\n"
+		"  verify  read every record whole: header, header checksum, name against key,\n"
+		"          length against layout, each page record's and the row's checksum;\n"
+		"          also orphans, childless page-only records and temporaries.  Exit 1\n"
+		"          naming each bad file with the reason\n"
+		"  stat    totals per namespace, the largest and deepest chains, an age histogram\n"
+		"  gc      the server's startup recovery (temporaries, invalid headers, orphans,\n"
+		"          childless page-only records), then drop leaves whose file is older\n"
+		"          than --max-age and evict the least recently written leaves until each\n"
+		"          namespace fits --limit; page-only ancestors go with their last child,\n"
+		"          never before it\n"
+		"\n"
+		"Options:\n"
+		"  --json                   one JSON document on stdout (docs/records-tool.md)\n"
+		"  --max-age DURATION|off   gc: drop leaves unmodified for longer (90s, 2h, 7d)\n"
+		"  --limit SIZE             gc: bytes each namespace may keep (10GiB, 0 = none)\n"
+		"  --dry-run                gc: report what would be removed, remove nothing\n"
+		"  --help, -h               print this help\n"
+		"\n"
+		"Exit status: 0 done; 1 a namespace could not be locked or read, a removal\n"
+		"failed, or verify found a problem; 2 bad arguments.\n");
+}
+
+static int bad_arg(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad_arg(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	flare_message_tidy(err, len);
+	return -EINVAL;
+}
+
+/* Copy src into dst[cap], cut to fit (names here are bounded already). */
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+	size_t n = strnlen(src, cap - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* A gc value through the option table of `flare run`, so --max-age and
+ * --limit read and complain exactly as --prefix-cache-max-age and
+ * --prefix-cache-disk-limit do. */
+static int gc_value(enum flare_opt id, const char *flag, const char *v, struct flare_settings *s,
+		    char *err, size_t len)
+{
+	char why[768];
+	if (flare_settings_set(s, flare_option_get(id), v, FLARE_V_TEXT, why, sizeof why))
+		return bad_arg(err, len, "%s: %s", flag, why);
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t len)
+{
+	memset(o, 0, sizeof *o);
+	if (argc < 2)
+		return bad_arg(err, len, "missing command (ls, verify, stat or gc)");
+	const char *c = argv[1];
+	if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help"))
+		return R_HELP;
+	size_t k;
+	for (k = 0; k < sizeof cmd_names / sizeof cmd_names[0]; k++)
+		if (!strcmp(c, cmd_names[k]))
+			break;
+	if (k == sizeof cmd_names / sizeof cmd_names[0])
+		return bad_arg(err, len, "unknown command '%s' (ls, verify, stat or gc)", c);
+	o->cmd = (enum rcmd)k;
+	struct flare_settings s;
+	flare_settings_defaults(&s);
+	bool flags_done = false;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
+			if (o->dir)
+				return bad_arg(err, len, "unexpected argument '%s' (DIR was already given "
+					       "as '%s')", a, o->dir);
+			if (!*a)
+				return bad_arg(err, len, "DIR: '' is not a directory name");
+			o->dir = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			flags_done = true;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+			return R_HELP;
+		const char *eq = strchr(a, '=');
+		size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+		char flag[64];
+		snprintf(flag, sizeof flag, "%.*s", (int)(nlen < 60 ? nlen : 60), a);
+		bool takes = !strcmp(flag, "--max-age") || !strcmp(flag, "--limit");
+		bool plain = !strcmp(flag, "--json") || !strcmp(flag, "--dry-run");
+		if (!takes && !plain)
+			return bad_arg(err, len, "unknown flag '%s' (flare records --help lists them)", flag);
+		if (plain && eq)
+			return bad_arg(err, len, "%s: takes no value (got '%s')", flag, eq + 1);
+		if (strcmp(flag, "--json") && o->cmd != R_GC)
+			return bad_arg(err, len, "%s: only gc takes it, not %s", flag, cmd_names[o->cmd]);
+		if (!strcmp(flag, "--json")) {
+			o->json = true;
+		} else if (!strcmp(flag, "--dry-run")) {
+			o->dry_run = true;
+		} else {
+			const char *v;
+			if (eq)
+				v = eq + 1;
+			else if (i + 1 < argc)
+				v = argv[++i];
+			else
+				return bad_arg(err, len, "%s: missing value (%s %s)", flag, flag,
+					       !strcmp(flag, "--limit") ? "SIZE" : "DURATION");
+			bool is_age = !strcmp(flag, "--max-age");
+			int rc = gc_value(is_age ? FLARE_OPT_MAX_AGE : FLARE_OPT_DISK_LIMIT, flag, v, &s,
+					  err, len);
+			if (rc)
+				return rc;
+			if (is_age) {
+				o->age = s.max_age_ns != 0;
+				o->max_age_ns = s.max_age_ns;
+				copy_str(o->age_text, sizeof o->age_text, v);
+			} else {
+				o->limit = true;
+				o->limit_bytes = s.disk_limit;
+				copy_str(o->limit_text, sizeof o->limit_text, v);
+			}
+		}
+	}
+	if (!o->dir)
+		return bad_arg(err, len, "%s: missing DIR (a record base or namespace directory)",
+			       cmd_names[o->cmd]);
+	if (o->cmd == R_GC && !o->age && !o->limit)
+		return bad_arg(err, len, "gc: nothing to apply: give --max-age DURATION, --limit SIZE "
+			       "or both");
+	return 0;
+}
+
+/* ---- Small formatting helpers ------------------------------------------------ */
+
+static const char *fmt_size(uint64_t b, char *buf, size_t len)
+{
+	return eos_format_size(b, buf, len);
+}
+
+/* "42s", "17m", "5h", "3d" (rounded down). */
+static const char *fmt_age(uint64_t ns, char *buf, size_t len)
+{
+	uint64_t s = ns / NS;
+	if (s < 60)
+		snprintf(buf, len, "%" PRIu64 "s", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%" PRIu64 "m", s / 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%" PRIu64 "h", s / 3600);
+	else
+		snprintf(buf, len, "%" PRIu64 "d", s / 86400);
+	return buf;
+}
+
+/* "<consumed>:<first 8 hex of the digest>" */
+static const char *fmt_key(const sel_key *k, char *buf, size_t len)
+{
+	char hex[2 * SEL_DIGEST_BYTES + 1];
+	sel_hex(k->digest.b, SEL_DIGEST_BYTES, hex);
+	snprintf(buf, len, "%" PRIu64 ":%.8s", k->consumed, hex);
+	return buf;
+}
+
+static json_t *json_key(const sel_key *k)
+{
+	char hex[2 * SEL_DIGEST_BYTES + 1];
+	sel_hex(k->digest.b, SEL_DIGEST_BYTES, hex);
+	return json_pack("{s:I, s:s}", "consumed", (json_int_t)k->consumed, "digest", hex);
+}
+
+static json_t *json_u64(uint64_t v) { return json_integer((json_int_t)v); }
+
+static uint64_t age_of(uint64_t now, uint64_t mtime) { return now > mtime ? now - mtime : 0; }
+
+/* ---- One namespace: lock, list, judge ---------------------------------------- */
+
+struct rfile {
+	char name[SEL_RECORD_NAME_MAX];
+	sel_key key;              /* from the name */
+	enum sel_check_kind kind; /* sel_record_check_file's verdict */
+	char *why;                /* its message; NULL when OK */
+	bool decoded;
+	sel_record_header h;
+	uint64_t size, mtime_ns;
+	bool has_row;
+	int fate;        /* 0, or the enum sel_scan_why the startup scan would remove it for */
+	int64_t parent;  /* linked parent among the valid files, -1 */
+	uint32_t children;
+	uint32_t depth;  /* 1 + the depth of its linked parent; 0 when not valid */
+};
+
+struct rother {
+	char *name;
+	uint64_t size, mtime_ns;
+};
+
+struct rns {
+	char path[PATH_MAX];
+	char name[SEL_RECORD_DIRNAME_MAX];
+	struct eos_dirlock lk;
+	char *error;                  /* why the namespace could not be worked on */
+	bool have_ns;                 /* ns describes it (from the header of ref) */
+	sel_record_ns ns;
+	char ref[SEL_RECORD_NAME_MAX];
+	struct rfile *f;              /* record-named entries, by name */
+	size_t nf;
+	struct rother *tmp, *other;   /* temporaries; names that are not ours */
+	size_t ntmp, nother;
+	uint64_t bytes_read;
+	json_t *j;                    /* the namespace's JSON object */
+};
+
+struct run {
+	const struct ropts *o;
+	FILE *out, *err;
+	uint64_t now;
+	int status;
+	uint64_t problems;            /* verify */
+	json_t *root, *jns;
+};
+
+static void rns_free(struct rns *n)
+{
+	for (size_t i = 0; i < n->nf; i++)
+		free(n->f[i].why);
+	for (size_t i = 0; i < n->ntmp; i++)
+		free(n->tmp[i].name);
+	for (size_t i = 0; i < n->nother; i++)
+		free(n->other[i].name);
+	free(n->f);
+	free(n->tmp);
+	free(n->other);
+	free(n->error);
+	sel_record_ns_free(&n->ns);
+	eos_dirlock_release(&n->lk);
+	n->f = NULL;
+	n->tmp = n->other = NULL;
+	n->nf = n->ntmp = n->nother = 0;
+	n->error = NULL;
+}
+
+/* Mark the namespace failed with the calling thread's eos message (or
+ * msg), print it and set exit status 1. */
+static void ns_fail(struct run *r, struct rns *n, const char *msg)
+{
+	if (!msg)
+		msg = eos_errmsg();
+	if (!n->error)
+		n->error = strdup(msg);
+	fprintf(r->err, "flare records: %s\n", msg);
+	if (r->status < 1)
+		r->status = 1;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct rfile *)a)->name, ((const struct rfile *)b)->name);
+}
+
+static int other_by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct rother *)a)->name, ((const struct rother *)b)->name);
+}
+
+static struct rfile *find_file(struct rns *n, const char *name)
+{
+	struct rfile key;
+	if (!n->nf)
+		return NULL;
+	copy_str(key.name, sizeof key.name, name);
+	return bsearch(&key, n->f, n->nf, sizeof *n->f, by_name);
+}
+
+static struct rfile *find_key(struct rns *n, const sel_key *k)
+{
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(k, name);
+	return find_file(n, name);
+}
+
+static int push_other(struct rother **v, size_t *n, size_t *cap, const char *name, int dirfd)
+{
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 16;
+		struct rother *nv = realloc(*v, *cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+	}
+	struct stat st;
+	struct rother *x = &(*v)[*n];
+	memset(x, 0, sizeof *x);
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		x->size = (uint64_t)st.st_size;
+		x->mtime_ns = (uint64_t)st.st_mtim.tv_sec * NS + (uint64_t)st.st_mtim.tv_nsec;
+	}
+	if (!(x->name = strdup(name)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Read the namespace directory: record names, temporaries, the rest. */
+static int ns_list(struct rns *n)
+{
+	size_t cap = 0, tcap = 0, ocap = 0;
+	int rc = 0;
+	int fd = openat(n->lk.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		rc = eos_fail(-errno, "'%s': cannot read the directory: %s", n->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	for (;;) {
+		errno = 0;
+		struct dirent *de = readdir(d);
+		if (!de) {
+			if (errno)
+				rc = eos_fail(-errno, "'%s': reading the directory: %s", n->path,
+					      strerror(errno));
+			break;
+		}
+		const char *nm = de->d_name;
+		sel_key k;
+		if (!strcmp(nm, ".") || !strcmp(nm, ".."))
+			continue;
+		if (sel_record_is_tmp_name(nm)) {
+			rc = push_other(&n->tmp, &n->ntmp, &tcap, nm, n->lk.fd);
+		} else if (strlen(nm) < SEL_RECORD_NAME_MAX && sel_record_name_parse(nm, &k) == 0) {
+			if (n->nf == cap) {
+				cap = cap ? 2 * cap : 256;
+				struct rfile *nf = realloc(n->f, cap * sizeof(*nf));
+				if (!nf) {
+					rc = -ENOMEM;
+					break;
+				}
+				n->f = nf;
+			}
+			struct rfile *f = &n->f[n->nf++];
+			memset(f, 0, sizeof *f);
+			copy_str(f->name, sizeof f->name, nm);
+			f->key = k;
+			f->parent = -1;
+		} else {
+			rc = push_other(&n->other, &n->nother, &ocap, nm, n->lk.fd);
+		}
+		if (rc)
+			break;
+	}
+	closedir(d);
+	if (rc == -ENOMEM)
+		rc = eos_fail(rc, "'%s': out of memory listing the directory", n->path);
+	if (rc)
+		return rc;
+	if (n->nf)
+		qsort(n->f, n->nf, sizeof *n->f, by_name);
+	if (n->ntmp)
+		qsort(n->tmp, n->ntmp, sizeof *n->tmp, other_by_name);
+	if (n->nother)
+		qsort(n->other, n->nother, sizeof *n->other, other_by_name);
+	return 0;
+}
+
+/* The namespace from the first record (by name) whose header decodes and
+ * names this directory. */
+static void ns_reference(struct rns *n)
+{
+	for (size_t i = 0; i < n->nf; i++) {
+		sel_record_ns ns;
+		if (sel_record_ns_load(n->lk.fd, n->f[i].name, &ns) != 0)
+			continue;
+		if (!strcmp(ns.dirname, n->name)) {
+			n->ns = ns;
+			n->have_ns = true;
+			copy_str(n->ref, sizeof n->ref, n->f[i].name);
+			return;
+		}
+		sel_record_ns_free(&ns);
+	}
+}
+
+/* A file that decoded on its own where no header names the directory. */
+static void judge_without_ns(struct rns *n, struct rfile *f)
+{
+	char dn[SEL_RECORD_DIRNAME_MAX];
+	sel_record_dirname(f->h.identity, f->h.fingerprint, dn);
+	f->kind = strncmp(dn, n->name, SEL_RECORD_ID_PREFIX_HEX) ? SEL_CHECK_IDENTITY
+								  : SEL_CHECK_LAYOUT;
+	char buf[256];
+	snprintf(buf, sizeof buf, "its header belongs to namespace %s, not this directory's", dn);
+	free(f->why);
+	f->why = strdup(buf);
+}
+
+static void on_scan_remove(void *ctx, const char *name, enum sel_scan_why why, uint64_t bytes,
+			   int err)
+{
+	(void)bytes;
+	(void)err;
+	struct rns *n = ctx;
+	struct rfile *f = why == SEL_SCAN_TMP ? NULL : find_file(n, name);
+	if (f)
+		f->fate = (int)why;
+}
+
+static bool header_valid(const struct rfile *f)
+{
+	return f->decoded && (f->kind == SEL_CHECK_OK || f->kind == SEL_CHECK_PAGE ||
+			      f->kind == SEL_CHECK_ROW);
+}
+
+/* Lock, list, judge every file (payload too for verify), learn the
+ * scan's verdicts and link the tree.  0, or -1 with the namespace failed. */
+static int ns_load(struct run *r, struct rns *n, bool payload)
+{
+	int rc;
+	if ((rc = eos_dirlock_acquire(&n->lk, n->path)) != 0 || (rc = ns_list(n)) != 0) {
+		ns_fail(r, n, NULL);
+		return -1;
+	}
+	ns_reference(n);
+	for (size_t i = 0; i < n->nf; i++) {
+		struct rfile *f = &n->f[i];
+		struct sel_record_check c;
+		if ((rc = sel_record_check_file(n->lk.fd, f->name, n->have_ns ? &n->ns : NULL, payload,
+						&c)) != 0) {
+			ns_fail(r, n, NULL);
+			return -1;
+		}
+		f->kind = c.kind;
+		f->decoded = c.decoded;
+		f->h = c.h;
+		f->size = c.size;
+		f->mtime_ns = c.mtime_ns;
+		f->has_row = c.has_row;
+		n->bytes_read += c.bytes_read;
+		if (c.kind != SEL_CHECK_OK && !(f->why = strdup(c.why))) {
+			ns_fail(r, n, "out of memory");
+			return -1;
+		}
+		if (!n->have_ns && c.decoded && (c.kind == SEL_CHECK_OK || c.kind >= SEL_CHECK_NAME))
+			judge_without_ns(n, f);
+	}
+	if (n->have_ns) {
+		/* The server's own tree rules, removing nothing. */
+		sel_scan sc;
+		struct sel_scan_opts so = {.dry_run = true, .threads = 4, .on_remove = on_scan_remove,
+					   .ctx = n};
+		if (sel_record_scan(n->lk.fd, &n->ns, &so, &sc) != 0) {
+			ns_fail(r, n, NULL);
+			return -1;
+		}
+		sel_scan_free(&sc);
+	}
+	/* Links among the valid files; a parent sorts before its children. */
+	uint32_t pt = n->have_ns ? n->ns.layout.sz.page_tokens : 0;
+	for (size_t i = 0; i < n->nf; i++) {
+		struct rfile *f = &n->f[i];
+		if (!header_valid(f))
+			continue;
+		f->depth = 1;
+		if (!sel_record_links_parent(&f->h.d, pt))
+			continue;
+		struct rfile *p = find_key(n, &f->h.d.parent);
+		if (p && header_valid(p)) {
+			f->parent = p - n->f;
+			p->children++;
+			f->depth = p->depth + 1;
+		}
+	}
+	return 0;
+}
+
+/* ---- JSON and text pieces shared by the commands ------------------------------- */
+
+static const char *state_of(const struct rfile *f)
+{
+	switch (f->kind) {
+	case SEL_CHECK_UNREADABLE: return "unreadable";
+	case SEL_CHECK_NOT_FILE: return "not a file";
+	case SEL_CHECK_PAGE:
+	case SEL_CHECK_ROW: return "corrupt";
+	case SEL_CHECK_OK: break;
+	default: return "invalid";
+	}
+	switch (f->fate) {
+	case SEL_SCAN_ORPHAN: return "orphan";
+	case SEL_SCAN_DESCENDANT: return "descendant";
+	case SEL_SCAN_PRUNED: return "prunable";
+	default: return "ok";
+	}
+}
+
+static json_t *json_layout(const sel_record_layout *l)
+{
+	json_t *planes = json_array(), *rows = json_array(), *units = json_array();
+	for (uint32_t r = 0; r < l->ranks; r++) {
+		json_array_append_new(planes, json_u64(l->n_planes[r]));
+		json_array_append_new(rows, json_u64(l->row_bytes[r]));
+		json_t *u = json_array();
+		for (uint32_t p = 0; p < l->n_planes[r]; p++)
+			json_array_append_new(u, json_u64(l->unit[r][p]));
+		json_array_append_new(units, u);
+	}
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "ranks", (json_int_t)l->ranks,
+			 "page_tokens", (json_int_t)l->sz.page_tokens, "header_bytes",
+			 (json_int_t)l->sz.header_bytes, "page_record_bytes",
+			 (json_int_t)l->sz.page_record, "row_segment_bytes",
+			 (json_int_t)l->sz.row_segment, "planes", planes, "row_bytes", rows,
+			 "plane_bytes", units);
+}
+
+/* The namespace's JSON object with what every command reports. */
+static json_t *json_ns(const struct rns *n)
+{
+	json_t *j = json_pack("{s:s, s:s}", "name", n->name, "dir", n->path);
+	char idp[SEL_RECORD_ID_PREFIX_HEX + 1];
+	memcpy(idp, n->name, SEL_RECORD_ID_PREFIX_HEX);
+	idp[SEL_RECORD_ID_PREFIX_HEX] = '\0';
+	json_object_set_new(j, "identity_prefix", json_string(idp));
+	json_object_set_new(j, "fingerprint", json_string(n->name + SEL_RECORD_ID_PREFIX_HEX + 1));
+	json_object_set_new(j, "layout", n->have_ns ? json_layout(&n->ns.layout) : json_null());
+	json_object_set_new(j, "layout_from", n->have_ns ? json_string(n->ref) : json_null());
+	return j;
+}
+
+static void text_ns_head(struct run *r, const struct rns *n)
+{
+	fprintf(r->out, "namespace %s  %s\n", n->name, n->path);
+}
+
+static void text_layout(struct run *r, const struct rns *n)
+{
+	if (!n->have_ns) {
+		fprintf(r->out, "  layout: unknown (no record header names this directory)\n");
+		return;
+	}
+	const sel_record_layout *l = &n->ns.layout;
+	char a[32], b[32];
+	fprintf(r->out, "  identity %.16s..., fingerprint %s (from %s)\n", n->name,
+		n->name + SEL_RECORD_ID_PREFIX_HEX + 1, n->ref);
+	fprintf(r->out, "  %" PRIu32 " rank%s, %" PRIu32 " tokens per page, planes ", l->ranks,
+		l->ranks == 1 ? "" : "s", l->sz.page_tokens);
+	for (uint32_t k = 0; k < l->ranks && k < 8; k++)
+		fprintf(r->out, "%s%" PRIu32, k ? "+" : "", l->n_planes[k]);
+	fprintf(r->out, "%s, row bytes ", l->ranks > 8 ? "+..." : "");
+	for (uint32_t k = 0; k < l->ranks && k < 8; k++)
+		fprintf(r->out, "%s%" PRIu64, k ? "+" : "", l->row_bytes[k]);
+	fprintf(r->out, "%s; page record %s, header %s\n", l->ranks > 8 ? "+..." : "",
+		fmt_size(l->sz.page_record, a, sizeof a), fmt_size(l->sz.header_bytes, b, sizeof b));
+}
+
+/* ---- ls --------------------------------------------------------------------------- */
+
+static json_t *json_file(const struct run *r, const struct rfile *f)
+{
+	json_t *j = json_pack("{s:s, s:o}", "name", f->name, "key", json_key(&f->key));
+	json_object_set_new(j, "state", json_string(state_of(f)));
+	if (f->kind != SEL_CHECK_OK) {
+		json_object_set_new(j, "kind", json_string(sel_check_kind_name(f->kind)));
+		json_object_set_new(j, "reason", json_string(f->why ? f->why : ""));
+	} else if (f->fate) {
+		json_object_set_new(j, "kind", json_string(sel_scan_why_name(f->fate)));
+	}
+	json_object_set_new(j, "bytes", json_u64(f->size));
+	json_object_set_new(j, "mtime_ns", json_u64(f->mtime_ns));
+	json_object_set_new(j, "age_s", json_u64(age_of(r->now, f->mtime_ns) / NS));
+	if (!f->decoded)
+		return j;
+	const sel_record_header *h = &f->h;
+	json_object_set_new(j, "parent", sel_key_is_none(&h->d.parent) ? json_null()
+									: json_key(&h->d.parent));
+	bool links = sel_record_links_parent(&h->d, h->page_tokens);
+	json_object_set_new(j, "links_parent", json_boolean(links));
+	json_object_set_new(j, "parent_present", json_boolean(links && f->parent >= 0));
+	json_object_set_new(j, "tail_pages", json_u64(h->d.tail));
+	json_object_set_new(j, "row", json_boolean(f->has_row));
+	json_object_set_new(j, "replicated_pages",
+			    json_boolean(h->d.flags & SEL_RECORD_PAGES_REPLICATED));
+	json_object_set_new(j, "replicated_row", json_boolean(h->d.flags & SEL_RECORD_ROW_REPLICATED));
+	json_object_set_new(j, "version", json_u64(h->version));
+	json_object_set_new(j, "created_ns", json_u64(h->created_ns));
+	json_object_set_new(j, "depth", f->depth ? json_u64(f->depth) : json_null());
+	return j;
+}
+
+static json_t *json_others(const struct run *r, const struct rother *v, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "name", v[i].name, "bytes",
+						   (json_int_t)v[i].size, "age_s",
+						   (json_int_t)(age_of(r->now, v[i].mtime_ns) / NS)));
+	return a;
+}
+
+static void cmd_ls(struct run *r, struct rns *n)
+{
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < n->nf; i++)
+		bytes += n->f[i].size;
+	if (r->o->json) {
+		json_t *a = json_array();
+		for (size_t i = 0; i < n->nf; i++)
+			json_array_append_new(a, json_file(r, &n->f[i]));
+		json_object_set_new(n->j, "records", a);
+		json_object_set_new(n->j, "temporaries", json_others(r, n->tmp, n->ntmp));
+		json_object_set_new(n->j, "other", json_others(r, n->other, n->nother));
+		return;
+	}
+	char a[32], b[32], c[32], d[32];
+	text_layout(r, n);
+	fprintf(r->out, "  %zu record%s (%s), %zu temporar%s, %zu other file%s\n", n->nf,
+		n->nf == 1 ? "" : "s", fmt_size(bytes, a, sizeof a), n->ntmp,
+		n->ntmp == 1 ? "y" : "ies", n->nother, n->nother == 1 ? "" : "s");
+	if (n->nf) {
+		fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s\n", "KEY", "PARENT", "TAIL",
+			"SIZE", "ROW", "AGE", "DEPTH", "STATE");
+		for (size_t i = 0; i < n->nf; i++) {
+			const struct rfile *f = &n->f[i];
+			char kt[48], pt[48] = "-", tail[16] = "?", depth[16] = "-";
+			fmt_key(&f->key, kt, sizeof kt);
+			const char *row = "?";
+			if (f->decoded) {
+				if (!sel_key_is_none(&f->h.d.parent)) {
+					fmt_key(&f->h.d.parent, pt, sizeof pt);
+					bool links = sel_record_links_parent(&f->h.d, f->h.page_tokens);
+					if (!links)
+						strncat(pt, " (full)", sizeof pt - strlen(pt) - 1);
+					else if (header_valid(f) && f->parent < 0)
+						strncat(pt, " (absent)", sizeof pt - strlen(pt) - 1);
+				}
+				snprintf(tail, sizeof tail, "%" PRIu32, f->h.d.tail);
+				if (header_valid(f))
+					row = f->has_row ? "row" : "pages";
+			}
+			if (f->depth)
+				snprintf(depth, sizeof depth, "%" PRIu32, f->depth);
+			fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s", kt, pt, tail,
+				fmt_size(f->size, b, sizeof b), row,
+				fmt_age(age_of(r->now, f->mtime_ns), c, sizeof c), depth, state_of(f));
+			if (f->kind != SEL_CHECK_OK)
+				fprintf(r->out, ": %s: %s", sel_check_kind_name(f->kind), f->why);
+			fputc('\n', r->out);
+		}
+	}
+	for (size_t i = 0; i < n->ntmp; i++)
+		fprintf(r->out, "  temporary %s  %s  %s\n", n->tmp[i].name,
+			fmt_size(n->tmp[i].size, b, sizeof b),
+			fmt_age(age_of(r->now, n->tmp[i].mtime_ns), d, sizeof d));
+	for (size_t i = 0; i < n->nother; i++)
+		fprintf(r->out, "  other     %s  %s (not a record name; left alone)\n", n->other[i].name,
+			fmt_size(n->other[i].size, b, sizeof b));
+}
+
+/* ---- verify ----------------------------------------------------------------------- */
+
+/* Report one problem: a line, or an entry of arr (--json). */
+static void add_problem(struct run *r, json_t *arr, const char *file, const char *kind,
+			const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void add_problem(struct run *r, json_t *arr, const char *file, const char *kind,
+			const char *fmt, ...)
+{
+	char reason[EOS_ERRMSG_MAX + 256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	r->problems++;
+	if (r->status < 1)
+		r->status = 1;
+	if (r->o->json)
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "file", file, "kind", kind,
+						     "reason", reason));
+	else
+		fprintf(r->out, "  BAD %s: %s: %s\n", file, kind, reason);
+}
+
+static void cmd_verify(struct run *r, struct rns *n)
+{
+	json_t *arr = r->o->json ? json_array() : NULL;
+	uint64_t before = r->problems, records = 0;
+	char a[32];
+	for (size_t i = 0; i < n->nf; i++)
+		records += n->f[i].kind != SEL_CHECK_NOT_FILE;
+	if (!r->o->json) {
+		if (!n->have_ns && n->nf)
+			fprintf(r->out, "  no record header names this directory: every record is "
+				"judged on its own\n");
+		fprintf(r->out, "  %" PRIu64 " record%s checked, %s read\n", records,
+			records == 1 ? "" : "s", fmt_size(n->bytes_read, a, sizeof a));
+	}
+	for (size_t i = 0; i < n->nf; i++) {
+		const struct rfile *f = &n->f[i];
+		if (f->kind == SEL_CHECK_NOT_FILE)
+			continue;
+		if (f->kind != SEL_CHECK_OK)
+			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s", f->why);
+		/* The scan's header verdicts repeat what the check found; its tree
+		 * verdicts are new. */
+		if (f->fate == SEL_SCAN_ORPHAN) {
+			char pn[SEL_RECORD_NAME_MAX];
+			sel_record_name(&f->h.d.parent, pn);
+			add_problem(r, arr, f->name, "orphan", "it links under %s, which is %s; the "
+				    "next server start removes it", pn,
+				    find_file(n, pn) ? "not a valid record" : "absent");
+		} else if (f->fate == SEL_SCAN_DESCENDANT) {
+			char pn[SEL_RECORD_NAME_MAX];
+			sel_record_name(&f->h.d.parent, pn);
+			add_problem(r, arr, f->name, "orphan", "it links under %s, which is "
+				    "removed as an orphan; the next server start removes it too", pn);
+		} else if (f->fate == SEL_SCAN_PRUNED) {
+			add_problem(r, arr, f->name, "childless page-only", "no row and no record "
+				    "links under it; the next server start removes it");
+		} else if (f->fate && f->kind == SEL_CHECK_OK) {
+			add_problem(r, arr, f->name, sel_scan_why_name(f->fate), "the startup scan "
+				    "removes it");
+		}
+	}
+	for (size_t i = 0; i < n->ntmp; i++)
+		add_problem(r, arr, n->tmp[i].name, "temporary", "left by an interrupted write; "
+			    "the next server start removes it");
+	if (r->o->json) {
+		json_object_set_new(n->j, "checked", json_u64(records));
+		json_object_set_new(n->j, "bytes_read", json_u64(n->bytes_read));
+		json_object_set_new(n->j, "ok", json_boolean(r->problems == before));
+		json_object_set_new(n->j, "problems", arr);
+	} else if (r->problems == before) {
+		fprintf(r->out, "  ok\n");
+	}
+}
+
+/* ---- stat ------------------------------------------------------------------------- */
+
+struct chain {
+	size_t leaf;
+	uint32_t depth;
+	uint64_t bytes;
+};
+
+static int chain_by_bytes(const void *a, const void *b)
+{
+	const struct chain *x = a, *y = b;
+	if (x->bytes != y->bytes)
+		return x->bytes > y->bytes ? -1 : 1;
+	if (x->depth != y->depth)
+		return x->depth > y->depth ? -1 : 1;
+	return x->leaf < y->leaf ? -1 : x->leaf > y->leaf;
+}
+
+static int chain_by_depth(const void *a, const void *b)
+{
+	const struct chain *x = a, *y = b;
+	if (x->depth != y->depth)
+		return x->depth > y->depth ? -1 : 1;
+	return chain_by_bytes(a, b);
+}
+
+static const struct {
+	const char *name;
+	uint64_t below_s; /* 0: no bound */
+} age_buckets[] = {
+	{"<1m", 60}, {"<10m", 600}, {"<1h", 3600}, {"<1d", 86400}, {"<1w", 7 * 86400}, {"older", 0},
+};
+#define N_AGE (sizeof age_buckets / sizeof age_buckets[0])
+
+static json_t *json_chains(struct rns *n, const struct chain *c, size_t k)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < k; i++) {
+		const struct rfile *leaf = &n->f[c[i].leaf], *root = leaf;
+		while (root->parent >= 0)
+			root = &n->f[root->parent];
+		json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:I, s:I}", "leaf", leaf->name,
+						   "root", root->name, "key", json_key(&leaf->key),
+						   "depth", (json_int_t)c[i].depth, "bytes",
+						   (json_int_t)c[i].bytes));
+	}
+	return a;
+}
+
+static void text_chains(struct run *r, struct rns *n, const char *title, const struct chain *c,
+			size_t k)
+{
+	char a[48], b[32];
+	fprintf(r->out, "  %s:\n", title);
+	for (size_t i = 0; i < k; i++)
+		fprintf(r->out, "    %-26s depth %4" PRIu32 "  %10s  %s\n",
+			fmt_key(&n->f[c[i].leaf].key, a, sizeof a), c[i].depth,
+			fmt_size(c[i].bytes, b, sizeof b), n->f[c[i].leaf].name);
+}
+
+static void cmd_stat(struct run *r, struct rns *n)
+{
+	uint64_t records = 0, bytes = 0, with_row = 0, page_only = 0, invalid = 0, invalid_bytes = 0;
+	uint64_t orphans = 0, prunable = 0, tmp_bytes = 0;
+	uint64_t age_n[N_AGE] = {0}, age_b[N_AGE] = {0};
+	size_t nleaves = 0;
+	struct chain *ch = calloc(n->nf ? n->nf : 1, sizeof *ch);
+	if (!ch) {
+		ns_fail(r, n, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n->nf; i++) {
+		const struct rfile *f = &n->f[i];
+		if (!header_valid(f)) {
+			invalid += f->kind != SEL_CHECK_NOT_FILE;
+			invalid_bytes += f->size;
+			continue;
+		}
+		records++;
+		bytes += f->size;
+		with_row += f->has_row;
+		page_only += !f->has_row;
+		orphans += f->fate == SEL_SCAN_ORPHAN || f->fate == SEL_SCAN_DESCENDANT;
+		prunable += f->fate == SEL_SCAN_PRUNED;
+		uint64_t age_s = age_of(r->now, f->mtime_ns) / NS;
+		size_t b = 0;
+		while (age_buckets[b].below_s && age_s >= age_buckets[b].below_s)
+			b++;
+		age_n[b]++;
+		age_b[b] += f->size;
+		if (f->children == 0) {
+			struct chain *c = &ch[nleaves++];
+			c->leaf = i;
+			c->depth = f->depth;
+			for (const struct rfile *x = f;; x = &n->f[x->parent]) {
+				c->bytes += x->size;
+				if (x->parent < 0)
+					break;
+			}
+		}
+	}
+	for (size_t i = 0; i < n->ntmp; i++)
+		tmp_bytes += n->tmp[i].size;
+	size_t k = nleaves < TOP_CHAINS ? nleaves : TOP_CHAINS;
+	char a[32], b[32], c[32];
+	if (r->o->json) {
+		json_object_set_new(n->j, "totals", json_pack(
+			"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+			"records", (json_int_t)records, "bytes", (json_int_t)bytes,
+			"with_row", (json_int_t)with_row, "page_only", (json_int_t)page_only,
+			"orphans", (json_int_t)orphans, "prunable", (json_int_t)prunable,
+			"invalid", (json_int_t)invalid, "invalid_bytes", (json_int_t)invalid_bytes,
+			"temporaries", (json_int_t)n->ntmp, "temporary_bytes", (json_int_t)tmp_bytes,
+			"other", (json_int_t)n->nother));
+		qsort(ch, nleaves, sizeof *ch, chain_by_bytes);
+		json_object_set_new(n->j, "largest_chains", json_chains(n, ch, k));
+		qsort(ch, nleaves, sizeof *ch, chain_by_depth);
+		json_object_set_new(n->j, "deepest_chains", json_chains(n, ch, k));
+		json_t *h = json_array();
+		for (size_t i = 0; i < N_AGE; i++)
+			json_array_append_new(h, json_pack("{s:s, s:I, s:I}", "age", age_buckets[i].name,
+							   "records", (json_int_t)age_n[i], "bytes",
+							   (json_int_t)age_b[i]));
+		json_object_set_new(n->j, "age_histogram", h);
+	} else {
+		text_layout(r, n);
+		fprintf(r->out, "  records %" PRIu64 " (%s): %" PRIu64 " with row, %" PRIu64
+			" page-only; %" PRIu64 " orphaned, %" PRIu64 " prunable\n", records,
+			fmt_size(bytes, a, sizeof a), with_row, page_only, orphans, prunable);
+		fprintf(r->out, "  invalid %" PRIu64 " (%s), temporaries %zu (%s), other files %zu\n",
+			invalid, fmt_size(invalid_bytes, b, sizeof b), n->ntmp,
+			fmt_size(tmp_bytes, c, sizeof c), n->nother);
+		if (k) {
+			qsort(ch, nleaves, sizeof *ch, chain_by_bytes);
+			text_chains(r, n, "largest chains (leaf, depth, bytes)", ch, k);
+			qsort(ch, nleaves, sizeof *ch, chain_by_depth);
+			text_chains(r, n, "deepest chains", ch, k);
+		}
+		fprintf(r->out, "  age (file mtime):\n");
+		for (size_t i = 0; i < N_AGE; i++)
+			fprintf(r->out, "    %-6s %8" PRIu64 "  %s\n", age_buckets[i].name, age_n[i],
+				fmt_size(age_b[i], a, sizeof a));
+	}
+	free(ch);
+}
+
+/* ---- gc --------------------------------------------------------------------------- */
+
+enum gc_op { GC_UNLINK, GC_TRUNCATE };
+
+struct gc_act {
+	size_t rec;         /* index into the scan's survivors */
+	enum gc_op op;
+	const char *reason; /* "expired", "limit", "page-only ancestor", ... */
+};
+
+struct gc {
+	sel_scan sc;
+	struct gc_act *act;
+	size_t n, cap;
+	const char *primary; /* reason of the next removal the index reports */
+	bool first;
+	bool oom;
+	uint64_t bytes;      /* survivors' bytes not yet removed */
+	uint64_t records;
+	json_t *recovery;    /* the real (or dry) scan's removals */
+	struct run *r;
+	uint64_t recovered, recovered_bytes;
+};
+
+static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
+{
+	const sel_index_node *node = sel_index_cget(ix, id);
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 64;
+		struct gc_act *na = realloc(g->act, cap * sizeof(*na));
+		if (!na) {
+			g->oom = true;
+			return;
+		}
+		g->act = na;
+		g->cap = cap;
+	}
+	const sel_scan_record *rec = &g->sc.rec[node->loc];
+	g->act[g->n++] = (struct gc_act){.rec = node->loc, .op = op,
+					 .reason = g->first ? g->primary : "page-only ancestor"};
+	g->first = false;
+	if (op == GC_UNLINK) {
+		g->bytes -= rec->file_bytes;
+		g->records--;
+	} else {
+		g->bytes -= rec->span.row_end - rec->span.row_off;
+	}
+}
+
+static void gc_remove(void *ctx, sel_index *ix, sel_node_id id) { gc_push(ctx, ix, id, GC_UNLINK); }
+
+static void gc_drop_row(void *ctx, sel_index *ix, sel_node_id id)
+{
+	gc_push(ctx, ix, id, GC_TRUNCATE);
+}
+
+static void gc_on_scan(void *ctx, const char *name, enum sel_scan_why why, uint64_t bytes, int err)
+{
+	struct gc *g = ctx;
+	g->recovered++;
+	g->recovered_bytes += bytes;
+	if (g->r->o->json) {
+		json_t *j = json_pack("{s:s, s:s, s:I}", "name", name, "reason", sel_scan_why_name(why),
+				      "bytes", (json_int_t)bytes);
+		if (err)
+			json_object_set_new(j, "error", json_string(strerror(-err)));
+		json_array_append_new(g->recovery, j);
+	} else {
+		char a[32];
+		fprintf(g->r->out, "    %-56s %s", name, sel_scan_why_name(why));
+		if (bytes)
+			fprintf(g->r->out, "  %s", fmt_size(bytes, a, sizeof a));
+		if (err)
+			fprintf(g->r->out, "  FAILED: %s", strerror(-err));
+		fputc('\n', g->r->out);
+	}
+	if (err) {
+		fprintf(g->r->err, "flare records: remove '%s': %s\n", name, strerror(-err));
+		g->r->status = 1;
+	}
+}
+
+/* Remove every leaf whose file is older than cutoff (ns since the epoch),
+ * again and again: a parent left childless may be expired too.  An
+ * interior record is never expired.  0 or -ENOMEM / the index's error. */
+static int gc_expire(struct gc *g, sel_index *ix, uint64_t cutoff)
+{
+	sel_node_id *ids = malloc((g->sc.n ? g->sc.n : 1) * sizeof *ids);
+	int rc = 0;
+	if (!ids)
+		return eos_fail(-ENOMEM, "out of memory");
+	for (;;) {
+		size_t k = 0;
+		for (sel_node_id id = sel_index_next_lru(ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
+		     id = sel_index_next_lru(ix, id)) {
+			const sel_index_node *node = sel_index_cget(ix, id);
+			if (node->children == 0 && g->sc.rec[node->loc].mtime_ns < cutoff)
+				ids[k++] = id;
+		}
+		if (k == 0)
+			break;
+		for (size_t i = 0; i < k && rc == 0; i++) {
+			if (!sel_index_cget(ix, ids[i]))
+				continue; /* cannot happen: only ancestors cascade */
+			g->primary = "expired";
+			g->first = true;
+			rc = sel_index_remove(ix, ids[i]);
+		}
+		if (rc)
+			break;
+	}
+	free(ids);
+	return rc;
+}
+
+static int key_cmp(const sel_key *a, const sel_key *b)
+{
+	if (a->consumed != b->consumed)
+		return a->consumed < b->consumed ? -1 : 1;
+	return memcmp(a->digest.b, b->digest.b, SEL_DIGEST_BYTES);
+}
+
+static int rec_idx_cmp(const void *a, const void *b, void *base)
+{
+	const sel_scan_record *rec = base;
+	return key_cmp(&rec[*(const size_t *)a].d.key, &rec[*(const size_t *)b].d.key);
+}
+
+/* For each survivor, the survivor it links under (or -1). */
+static int64_t *gc_parents(const sel_scan *sc, uint32_t pt)
+{
+	size_t n = sc->n;
+	size_t *ord = malloc((n ? n : 1) * sizeof *ord);
+	int64_t *par = malloc((n ? n : 1) * sizeof *par);
+	if (!ord || !par) {
+		free(ord);
+		free(par);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		ord[i] = i;
+	qsort_r(ord, n, sizeof *ord, rec_idx_cmp, sc->rec);
+	for (size_t i = 0; i < n; i++) {
+		par[i] = -1;
+		if (!sel_record_links_parent(&sc->rec[i].d, pt))
+			continue;
+		size_t lo = 0, hi = n;
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			int c = key_cmp(&sc->rec[ord[mid]].d.key, &sc->rec[i].d.parent);
+			if (c == 0) {
+				par[i] = (int64_t)ord[mid];
+				break;
+			}
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	}
+	free(ord);
+	return par;
+}
+
+static void cmd_gc(struct run *r, struct rns *n)
+{
+	const struct ropts *o = r->o;
+	struct gc g = {.r = r};
+	sel_index *ix = NULL;
+	int64_t *par = NULL;
+	bool *blocked = NULL;
+	char a[32], b[32], c[48];
+	const char *verb = o->dry_run ? "would remove" : "removed";
+
+	/* Lock and find the namespace; the scan does the rest. */
+	if (eos_dirlock_acquire(&n->lk, n->path) != 0 || ns_list(n) != 0) {
+		ns_fail(r, n, NULL);
+		return;
+	}
+	ns_reference(n);
+	if (o->json) {
+		json_t *head = json_ns(n);
+		json_object_update(n->j, head);
+		json_decref(head);
+	}
+	if (!n->have_ns) {
+		if (!o->json)
+			fprintf(r->out, "  no record header names this directory: nothing to do "
+				"(%zu record-named files, %zu temporaries left alone)\n", n->nf, n->ntmp);
+		if (o->json) {
+			json_object_set_new(n->j, "recovery", json_array());
+			json_object_set_new(n->j, "removed", json_array());
+			json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records",
+								    (json_int_t)0, "bytes",
+								    (json_int_t)0));
+		}
+		return;
+	}
+
+	/* 1. The server's startup recovery. */
+	if (o->json)
+		g.recovery = json_array();
+	if (!o->json)
+		fprintf(r->out, "  startup recovery (%s):\n", o->dry_run ? "dry run" : "as a server "
+			"start would do it");
+	struct sel_scan_opts so = {.dry_run = o->dry_run, .threads = 4, .on_remove = gc_on_scan,
+				   .ctx = &g};
+	if (sel_record_scan(n->lk.fd, &n->ns, &so, &g.sc) != 0) {
+		ns_fail(r, n, NULL);
+		goto out;
+	}
+	if (!o->json)
+		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", verb, g.recovered,
+			g.recovered == 1 ? "" : "s", fmt_size(g.recovered_bytes, a, sizeof a));
+	if (o->json) {
+		json_object_set_new(n->j, "recovery", g.recovery);
+		g.recovery = NULL;
+	}
+
+	/* 2. The tree, in access order (file mtime, parents first). */
+	struct sel_index_ops ops = {.drop_row = gc_drop_row, .remove = gc_remove};
+	uint32_t pt = n->ns.layout.sz.page_tokens;
+	if (sel_index_create(pt, &ops, &g, &ix) != 0) {
+		ns_fail(r, n, NULL);
+		goto out;
+	}
+	for (size_t i = 0; i < g.sc.n; i++) {
+		const sel_scan_record *rec = &g.sc.rec[i];
+		sel_node_id id;
+		if (sel_index_insert(ix, &rec->d.key, &rec->d.parent, &rec->d.bucket, rec->d.tail,
+				     rec->has_row, &id) != 0) {
+			ns_fail(r, n, NULL);
+			goto out;
+		}
+		sel_index_get(ix, id)->loc = i;
+		g.bytes += rec->file_bytes;
+		g.records++;
+	}
+	g.primary = "childless page-only";
+	g.first = true;
+	sel_index_prune(ix); /* the scan pruned already: nothing, normally */
+
+	/* 3. Expiry, 4. the limit (least recently written leaves first), and
+	 * expiry again for parents the limit left as expired leaves. */
+	if (o->age && gc_expire(&g, ix, r->now > o->max_age_ns ? r->now - o->max_age_ns : 0) != 0) {
+		ns_fail(r, n, NULL);
+		goto out;
+	}
+	bool evicted = false;
+	while (o->limit && g.bytes > o->limit_bytes) {
+		g.primary = "limit";
+		g.first = true;
+		if (sel_index_evict(ix, NULL) == 0)
+			break;
+		evicted = true;
+	}
+	if (o->age && evicted &&
+	    gc_expire(&g, ix, r->now > o->max_age_ns ? r->now - o->max_age_ns : 0) != 0) {
+		ns_fail(r, n, NULL);
+		goto out;
+	}
+	if (g.oom) {
+		ns_fail(r, n, "out of memory");
+		goto out;
+	}
+
+	/* 5. The files, in the index's order: children before parents.  A
+	 * record whose removal failed keeps every record it links under. */
+	par = gc_parents(&g.sc, pt);
+	blocked = calloc(g.sc.n ? g.sc.n : 1, sizeof *blocked);
+	if (!par || !blocked) {
+		ns_fail(r, n, "out of memory");
+		goto out;
+	}
+	uint64_t freed = 0;
+	json_t *removed = o->json ? json_array() : NULL;
+	if (!o->json) {
+		fprintf(r->out, "  retention (");
+		if (o->age)
+			fprintf(r->out, "max age %s", o->age_text);
+		if (o->limit)
+			fprintf(r->out, "%slimit %s", o->age ? ", " : "", o->limit_text);
+		fprintf(r->out, "):\n");
+	}
+	for (size_t i = 0; i < g.n; i++) {
+		const struct gc_act *x = &g.act[i];
+		const sel_scan_record *rec = &g.sc.rec[x->rec];
+		char name[SEL_RECORD_NAME_MAX];
+		sel_record_name(&rec->d.key, name);
+		int rc = 0;
+		const char *err = NULL;
+		uint64_t gone = x->op == GC_UNLINK ? rec->file_bytes
+						   : rec->span.row_end - rec->span.row_off;
+		if (blocked[x->rec]) {
+			err = "kept: a record linking under it could not be removed";
+		} else if (!o->dry_run) {
+			rc = x->op == GC_UNLINK ? sel_record_unlink(n->lk.fd, name, NULL)
+						: sel_record_truncate(n->lk.fd, name, &rec->span, NULL);
+			if (rc)
+				err = eos_errmsg();
+		}
+		if (err) {
+			fprintf(r->err, "flare records: %s '%s': %s\n",
+				x->op == GC_UNLINK ? "remove" : "compact", name, err);
+			r->status = 1;
+			for (int64_t p = par[x->rec]; p >= 0; p = par[p])
+				blocked[p] = true;
+		} else {
+			freed += gone;
+		}
+		uint64_t age = age_of(r->now, rec->mtime_ns);
+		if (o->json) {
+			json_t *j = json_pack("{s:s, s:o, s:s, s:s, s:I, s:I}", "name", name, "key",
+					      json_key(&rec->d.key), "action",
+					      x->op == GC_UNLINK ? "unlink" : "truncate", "reason",
+					      x->reason, "bytes", (json_int_t)gone, "age_s",
+					      (json_int_t)(age / NS));
+			if (err)
+				json_object_set_new(j, "error", json_string(err));
+			json_array_append_new(removed, j);
+		} else {
+			fprintf(r->out, "    %-56s %-24s %10s  age %-5s%s%s\n", name, x->reason,
+				fmt_size(gone, a, sizeof a), fmt_age(age, b, sizeof b),
+				err ? "  FAILED: " : "", err ? err : "");
+		}
+	}
+	if (!o->dry_run && (g.n || g.recovered) && eos_fileops()->fsync(n->lk.fd) != 0) {
+		fprintf(r->err, "flare records: '%s': fsync of the directory: %s\n", n->path,
+			strerror(errno));
+		r->status = 1;
+	}
+	if (o->json) {
+		json_object_set_new(n->j, "removed", removed);
+		json_object_set_new(n->j, "removed_bytes", json_u64(freed));
+		json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records",
+							    (json_int_t)g.records, "bytes",
+							    (json_int_t)g.bytes));
+	} else {
+		fprintf(r->out, "    %s %zu record%s (%s)\n", verb, g.n, g.n == 1 ? "" : "s",
+			fmt_size(freed, a, sizeof a));
+		fprintf(r->out, "  kept %" PRIu64 " record%s (%s)\n", g.records,
+			g.records == 1 ? "" : "s", fmt_size(g.bytes, c, sizeof c));
+	}
+out:
+	json_decref(g.recovery);
+	sel_index_destroy(ix);
+	sel_scan_free(&g.sc);
+	free(g.act);
+	free(par);
+	free(blocked);
+}
+
+/* ---- Namespaces under DIR ------------------------------------------------------------- */
+
+static bool is_ns_name(const char *s)
+{
+	if (strlen(s) != 2 * SEL_FINGERPRINT_BYTES + SEL_RECORD_ID_PREFIX_HEX + 1 ||
+	    s[SEL_RECORD_ID_PREFIX_HEX] != '-')
+		return false;
+	for (const char *p = s; *p; p++)
+		if (p - s != SEL_RECORD_ID_PREFIX_HEX && !((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The namespace directories DIR means: itself when its name is one, else
+ * every such subdirectory, sorted.  0, or 1 with a message on err. */
+static int find_namespaces(const char *dir, char ***out, size_t *n_out, bool *single, char *err,
+			   size_t errlen)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	*out = NULL;
+	*n_out = 0;
+	if (strlen(dir) >= sizeof path) {
+		snprintf(err, errlen, "'%.64s...': path too long", dir);
+		return 1;
+	}
+	copy_str(path, sizeof path, dir);
+	for (size_t l = strlen(path); l > 1 && path[l - 1] == '/'; l--)
+		path[l - 1] = '\0';
+	if (stat(path, &st) != 0) {
+		snprintf(err, errlen, "'%s': %s", dir,
+			 errno == ENOENT ? "no such directory" : strerror(errno));
+		return 1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "'%s': not a directory", dir);
+		return 1;
+	}
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	*single = is_ns_name(base);
+	if (*single) {
+		*out = calloc(1, sizeof **out);
+		if (!*out || !((*out)[0] = strdup(path)))
+			goto nomem;
+		*n_out = 1;
+		return 0;
+	}
+	DIR *d = opendir(path);
+	if (!d) {
+		snprintf(err, errlen, "'%s': cannot read the directory: %s", dir, strerror(errno));
+		return 1;
+	}
+	size_t cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+		if (!is_ns_name(de->d_name))
+			continue;
+		if ((size_t)snprintf(sub, sizeof sub, "%s/%s", path, de->d_name) >= sizeof sub)
+			continue;
+		if (stat(sub, &st) != 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (*n_out == cap) {
+			cap = cap ? 2 * cap : 8;
+			char **nv = realloc(*out, cap * sizeof *nv);
+			if (!nv) {
+				closedir(d);
+				goto nomem;
+			}
+			*out = nv;
+		}
+		if (!((*out)[*n_out] = strdup(sub))) {
+			closedir(d);
+			goto nomem;
+		}
+		(*n_out)++;
+	}
+	closedir(d);
+	if (*n_out)
+		qsort(*out, *n_out, sizeof **out, str_cmp);
+	return 0;
+nomem:
+	for (size_t i = 0; i < *n_out; i++)
+		free((*out)[i]);
+	free(*out);
+	*out = NULL;
+	*n_out = 0;
+	snprintf(err, errlen, "out of memory");
+	return 1;
+}
+
+static void run_ns(struct run *r, const char *path)
+{
+	struct rns n;
+	memset(&n, 0, sizeof n);
+	n.lk.fd = -1;
+	copy_str(n.path, sizeof n.path, path);
+	const char *base = strrchr(path, '/');
+	copy_str(n.name, sizeof n.name, base ? base + 1 : path);
+	if (!r->o->json) {
+		text_ns_head(r, &n);
+	} else {
+		n.j = json_pack("{s:s, s:s}", "name", n.name, "dir", n.path);
+		json_array_append(r->jns, n.j);
+	}
+	if (r->o->cmd == R_GC) {
+		cmd_gc(r, &n);
+	} else if (ns_load(r, &n, r->o->cmd == R_VERIFY) == 0) {
+		if (r->o->json) {
+			json_t *head = json_ns(&n);
+			json_object_update(n.j, head);
+			json_decref(head);
+		}
+		switch (r->o->cmd) {
+		case R_LS: cmd_ls(r, &n); break;
+		case R_VERIFY: cmd_verify(r, &n); break;
+		case R_STAT: cmd_stat(r, &n); break;
+		case R_GC: break;
+		}
+	}
+	if (n.error) {
+		if (r->o->json)
+			json_object_set_new(n.j, "error", json_string(n.error));
+		else
+			fprintf(r->out, "  error: %s\n", n.error);
+	}
+	json_decref(n.j);
+	rns_free(&n);
+}
+
+int flare_records(int argc, char **argv, FILE *out, FILE *err)
+{
+	struct ropts o;
+	char msg[1024];
+	int rc = parse_args(argc, argv, &o, msg, sizeof msg);
+	if (rc == R_HELP) {
+		flare_records_help(out);
+		return 0;
+	}
+	if (rc) {
+		fprintf(err, "flare records: %s\n", msg);
+		return 2;
+	}
+	struct run r = {.o = &o, .out = out, .err = err, .now = eos_wall_ns()};
+	char **dirs = NULL;
+	size_t nd = 0;
+	bool single = false;
+	if (find_namespaces(o.dir, &dirs, &nd, &single, msg, sizeof msg) != 0) {
+		fprintf(err, "flare records: %s\n", msg);
+		r.status = 1;
+	}
+	if (o.json) {
+		r.root = json_pack("{s:s, s:s}", "command", cmd_names[o.cmd], "dir", o.dir);
+		r.jns = json_array();
+		if (o.cmd == R_GC) {
+			json_object_set_new(r.root, "dry_run", json_boolean(o.dry_run));
+			json_object_set_new(r.root, "max_age_ns", o.age ? json_u64(o.max_age_ns)
+								       : json_null());
+			json_object_set_new(r.root, "limit_bytes", o.limit ? json_u64(o.limit_bytes)
+									 : json_null());
+		}
+	} else if (nd == 0 && !r.status) {
+		fprintf(out, "no record namespaces (<16 hex>-<32 hex>) under %s\n", o.dir);
+	}
+	for (size_t i = 0; i < nd; i++) {
+		if (!o.json && i)
+			fputc('\n', out);
+		run_ns(&r, dirs[i]);
+		free(dirs[i]);
+	}
+	free(dirs);
+	if (o.cmd == R_VERIFY && !o.json)
+		fprintf(out, "%s: %" PRIu64 " problem%s in %zu namespace%s\n",
+			r.problems ? "verify FAILED" : "verify ok", r.problems,
+			r.problems == 1 ? "" : "s", nd, nd == 1 ? "" : "s");
+	if (o.json) {
+		if (r.status && !nd)
+			json_object_set_new(r.root, "error", json_string(msg));
+		json_object_set_new(r.root, "namespaces", r.jns);
+		json_object_set_new(r.root, "ok", json_boolean(r.status == 0));
+		if (o.cmd == R_VERIFY)
+			json_object_set_new(r.root, "problems", json_u64(r.problems));
+		json_dumpf(r.root, out, JSON_INDENT(2));
+		fputc('\n', out);
+		json_decref(r.root);
+	}
+	fflush(out);
+	return r.status;
+}

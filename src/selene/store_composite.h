@@ -1,0 +1,33 @@
+/*
+ * store_composite.h - internal calls of the composite store (design 2.4
+ * CompositeStore) for tests and tools.  The store is opened with
+ * sel_composite_store_open() (selene.h) and used through sel_store_*.
+ */
+#ifndef SEL_STORE_COMPOSITE_H
+#define SEL_STORE_COMPOSITE_H
+
+#include "selene.h"
+
+/* Verify the composite's invariants (store_composite.c header), the
+ * memory store's and the disk store's: 0 or SEL_ECORRUPT naming the first
+ * violation.  O(records). */
+int sel_composite_store_check(sel_store *s);
+
+/* The two stores inside (for their own introspection calls). */
+sel_store *sel_composite_store_memory(sel_store *s);
+sel_store *sel_composite_store_disk(sel_store *s);
+
+/* Maintenance gauges: memory slots whose disk writes are in flight, the
+ * most that may be (2 x intake, plus the record being started), the
+ * largest in-flight write seen, and the backoff deadline (monotonic ns; 0
+ * when none). */
+struct sel_composite_gauges {
+	uint64_t writing_slots;
+	uint64_t write_ahead_bound;
+	uint64_t max_writing_slots;
+	uint64_t writes_started, writes_done, writes_retried, backoff_until_ns;
+	uint64_t read_through, streamed;
+};
+void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * store_open.c - the one constructor: design 1's configuration table turned
+ * into a store (design 1 "Scope and configurations"; 2.4 the three stores;
+ * 2.9 loader integration; 2.11 disk limit).
+ *
+ * DESIGN
+ *
+ * The engine asks for a store once, with the resolved sizes; this file
+ * decides which one exists:
+ *
+ *     warm memory  disk dir  pool   store
+ *     0            none      none   none (disabled: *out = NULL, 0)
+ *     > 0          none      none   MemoryStore
+ *     0            set       none   DiskStore (intake-only slot pool)
+ *     > 0          set       none   CompositeStore
+ *     any          any       set    refused: the pool (design 2.15) is not
+ *                                   implemented
+ *
+ * The disk limit (0 = one tenth of the free space of the directory's
+ * filesystem at startup) and the namespace directory belong to the disk
+ * store; "limit 0 selects no disk store" is the caller's decision, made by
+ * not passing a directory.
+ *
+ * INVARIANTS
+ *   1. On success *out is a store of the table's kind, or NULL exactly when
+ *      neither tier is configured; on failure *out is NULL.
+ */
+#include <errno.h>
+
+#include "eos.h"
+#include "selene.h"
+
+int sel_store_open(const sel_store_config *cfg, sel_store **out)
+{
+	*out = NULL;
+	if (!cfg || !cfg->geometry)
+		return eos_fail(-EINVAL, "store: no geometry");
+	if (cfg->pool)
+		return eos_fail(-ENOTSUP, "prefix cache pool '%s': the pool tier (design 2.15) is not "
+				"implemented in this build", cfg->pool);
+	bool memory = cfg->memory_bytes > 0;
+	bool disk = cfg->disk_dir && *cfg->disk_dir;
+	if (memory && disk)
+		return sel_composite_store_open(cfg, out);
+	if (disk)
+		return sel_disk_store_open(cfg, out);
+	if (memory)
+		return sel_memory_store_open(cfg, out);
+	return 0;
+}

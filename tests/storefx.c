@@ -1,0 +1,383 @@
+/* storefx.c - the shared store fixture (see storefx.h). */
+#include "storefx.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+/* ---- stub copy backend ------------------------------------------------------ */
+
+static int stub_open_rank(void *ctx, uint32_t rank, void **state)
+{
+	(void)rank;
+	*state = ctx;
+	return 0;
+}
+
+static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
+{
+	struct sfx_stub *st = state;
+	pthread_mutex_lock(&st->mu);
+	st->calls++;
+	st->waiting++;
+	pthread_cond_broadcast(&st->cv);
+	while (st->hold)
+		pthread_cond_wait(&st->cv, &st->mu);
+	st->waiting--;
+	int f = st->fail && st->fail_left != 0 && (st->fail_dir < 0 || st->fail_dir == (int)dir)
+			? st->fail : 0;
+	if (f && st->fail_left > 0)
+		st->fail_left--;
+	pthread_mutex_unlock(&st->mu);
+	if (f)
+		return f;
+	for (uint32_t i = 0; i < n; i++)
+		memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+	return 0;
+}
+
+static void stub_close_rank(void *state) { (void)state; }
+
+void sfx_hold(struct sfx *f, bool hold)
+{
+	pthread_mutex_lock(&f->stub.mu);
+	f->stub.hold = hold;
+	pthread_cond_broadcast(&f->stub.cv);
+	pthread_mutex_unlock(&f->stub.mu);
+}
+
+void sfx_fail_n(struct sfx *f, int err, int dir, int n)
+{
+	pthread_mutex_lock(&f->stub.mu);
+	f->stub.fail = err;
+	f->stub.fail_dir = dir;
+	f->stub.fail_left = n;
+	pthread_mutex_unlock(&f->stub.mu);
+}
+
+void sfx_wait_blocked(struct sfx *f, int n)
+{
+	uint64_t deadline = eos_now_ns() + 10ull * 1000000000;
+	pthread_mutex_lock(&f->stub.mu);
+	while (f->stub.waiting < n) {
+		pthread_mutex_unlock(&f->stub.mu);
+		CHECKF(eos_now_ns() < deadline, "%d of %d copies blocked", f->stub.waiting, n);
+		eos_sleep_ns(1000000);
+		pthread_mutex_lock(&f->stub.mu);
+	}
+	pthread_mutex_unlock(&f->stub.mu);
+}
+
+/* ---- planes and geometry ------------------------------------------------------ */
+
+void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *unit,
+	      uint64_t row_bytes, uint64_t pages, uint64_t rows)
+{
+	static const char *names[SFX_MAXP] = {"k", "v", "x"};
+	sel_allocation a[SFX_MAXR * (SFX_MAXP + 1)];
+	size_t na = 0;
+	memset(f, 0, sizeof(*f));
+	f->ranks = ranks;
+	f->n_planes = n_planes;
+	f->row_bytes = row_bytes;
+	f->pages = pages;
+	f->rows = rows;
+	for (uint32_t r = 0; r < ranks; r++) {
+		for (uint32_t p = 0; p < n_planes; p++) {
+			f->unit[p] = unit[p];
+			f->plane[r][p] = eos_aligned_alloc(4096, unit[p] * pages);
+			CHECK(f->plane[r][p]);
+			a[na++] = (sel_allocation){.rank = r, .name = names[p], .group = SEL_GROUP_KV_PAGES,
+						   .kind = SEL_MEM_HOST,
+						   .address = (uint64_t)(uintptr_t)f->plane[r][p],
+						   .unit_bytes = unit[p], .count = pages};
+		}
+		f->row[r] = eos_aligned_alloc(4096, row_bytes * rows);
+		CHECK(f->row[r]);
+		a[na++] = (sel_allocation){.rank = r, .name = "state", .group = SEL_GROUP_STATE_ROWS,
+					   .kind = SEL_MEM_HOST,
+					   .address = (uint64_t)(uintptr_t)f->row[r],
+					   .unit_bytes = row_bytes, .count = rows};
+	}
+	CHECK_OK(sel_geometry_build(a, na, ranks, SFX_PT, &f->g));
+	for (size_t i = 0; i < sizeof(f->model); i++)
+		f->model[i] = (uint8_t)(i * 7 + 1);
+	sel_slot_layout l;
+	CHECK_OK(sel_slot_layout_init(&l, f->g));
+	f->slot_bytes = l.slot_bytes;
+	f->row_slots = l.row_slots;
+	sel_slot_layout_free(&l);
+	pthread_mutex_init(&f->stub.mu, NULL);
+	pthread_cond_init(&f->stub.cv, NULL);
+	f->stub.fail_dir = -1;
+	f->be = (struct sel_copy_backend){
+		.name = "stub",
+		.ctx = &f->stub,
+		.open_rank = stub_open_rank,
+		.copy = stub_copy,
+		.close_rank = stub_close_rank,
+	};
+}
+
+void sfx_free(struct sfx *f)
+{
+	for (uint32_t r = 0; r < f->ranks; r++) {
+		for (uint32_t p = 0; p < f->n_planes; p++)
+			eos_aligned_free(f->plane[r][p]);
+		eos_aligned_free(f->row[r]);
+	}
+	sel_geometry_free(f->g);
+	pthread_mutex_destroy(&f->stub.mu);
+	pthread_cond_destroy(&f->stub.cv);
+}
+
+sel_store_config sfx_config(struct sfx *f, bool stub)
+{
+	sel_store_config cfg = {0};
+	cfg.geometry = f->g;
+	cfg.max_active = 1;
+	cfg.host_headroom = 1ull << 30;
+	memcpy(cfg.model_identity, f->model, SEL_IDENTITY_BYTES);
+	sel_offload_identity(f->model, SEL_MODE_ORDINARY, cfg.identity);
+	cfg.copy_backend = stub ? &f->be : NULL;
+	return cfg;
+}
+
+uint64_t sfx_page_bytes_all(struct sfx *f)
+{
+	uint64_t b = 0;
+	for (uint32_t p = 0; p < f->n_planes; p++)
+		b += f->unit[p];
+	return b * f->ranks;
+}
+
+/* ---- patterns ------------------------------------------------------------------ */
+
+uint64_t sfx_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
+	x ^= (c + 17) * 0x94D049BB133111EBull;
+	x ^= (d + 91) * 0xD6E8FEB86659FD93ull;
+	x ^= x >> 31;
+	return x ? x : 1;
+}
+
+static void fill(uint8_t *dst, uint64_t len, uint64_t seed)
+{
+	uint64_t x = seed;
+	for (uint64_t k = 0; k < len; k += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		uint64_t n = len - k < 8 ? len - k : 8;
+		memcpy(dst + k, &x, n);
+	}
+}
+
+static bool same(const uint8_t *p, uint64_t len, uint64_t seed)
+{
+	uint64_t x = seed;
+	for (uint64_t k = 0; k < len; k += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		uint64_t n = len - k < 8 ? len - k : 8;
+		if (memcmp(p + k, &x, n) != 0)
+			return false;
+	}
+	return true;
+}
+
+void sfx_put_page(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split)
+{
+	for (uint32_t r = 0; r < f->ranks; r++)
+		for (uint32_t p = 0; p < f->n_planes; p++)
+			fill(f->plane[r][p] + id * f->unit[p], f->unit[p], sfx_mix(tag, j, split ? r : 0, p));
+}
+
+bool sfx_page_ok(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split)
+{
+	for (uint32_t r = 0; r < f->ranks; r++)
+		for (uint32_t p = 0; p < f->n_planes; p++)
+			if (!same(f->plane[r][p] + id * f->unit[p], f->unit[p],
+				  sfx_mix(tag, j, split ? r : 0, p)))
+				return false;
+	return true;
+}
+
+void sfx_put_row(struct sfx *f, uint32_t slot, uint64_t seed, bool split)
+{
+	for (uint32_t r = 0; r < f->ranks; r++)
+		fill(f->row[r] + slot * f->row_bytes, f->row_bytes, sfx_mix(seed, 1u << 30, split ? r : 0, 99));
+}
+
+bool sfx_row_ok(struct sfx *f, uint32_t slot, uint64_t seed, bool split)
+{
+	for (uint32_t r = 0; r < f->ranks; r++)
+		if (!same(f->row[r] + slot * f->row_bytes, f->row_bytes,
+			  sfx_mix(seed, 1u << 30, split ? r : 0, 99)))
+			return false;
+	return true;
+}
+
+void sfx_poison(struct sfx *f)
+{
+	for (uint32_t r = 0; r < f->ranks; r++) {
+		for (uint32_t p = 0; p < f->n_planes; p++)
+			memset(f->plane[r][p], 0xA5, f->unit[p] * f->pages);
+		memset(f->row[r], 0x5A, f->row_bytes * f->rows);
+	}
+}
+
+/* ---- conversations ----------------------------------------------------------------- */
+
+void sfx_conv_init(struct sfx *f, struct sfx_conv *cv, uint64_t tag, uint64_t tokens,
+		   uint32_t first_id)
+{
+	memset(cv, 0, sizeof(*cv));
+	cv->tag = tag;
+	cv->n = tokens;
+	CHECK_OK(sel_history_init(&cv->h, f->model, NULL, 0));
+	sel_token *t = malloc(tokens * sizeof(*t));
+	CHECK(t);
+	for (uint64_t i = 0; i < tokens; i++)
+		t[i] = (sel_token)(sfx_mix(tag, i, 3, 4) % 50000);
+	CHECK_OK(sel_history_append(&cv->h, t, tokens));
+	free(t);
+	cv->gid = malloc((tokens / SFX_PT + 1) * sizeof(*cv->gid));
+	CHECK(cv->gid);
+	for (uint64_t j = 0; j <= tokens / SFX_PT; j++) {
+		cv->gid[j] = (uint32_t)(first_id + j);
+		CHECK(cv->gid[j] < f->pages);
+	}
+}
+
+void sfx_conv_free(struct sfx_conv *cv)
+{
+	sel_history_free(&cv->h);
+	free(cv->gid);
+}
+
+sel_published sfx_ckpt(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
+		       uint32_t slot, uint64_t checkpoint)
+{
+	sel_published cp = {0};
+	for (uint64_t j = 0; j < c / SFX_PT; j++)
+		sfx_put_page(f, cv->gid[j], cv->tag, j, cv->split);
+	sfx_put_row(f, slot, sfx_row_seed(cv, c), cv->split);
+	cp.checkpoint = checkpoint;
+	sel_history_key_at(&cv->h, c, &cp.key);
+	if (parent_c)
+		sel_history_key_at(&cv->h, parent_c, &cp.parent);
+	cp.bucket = *sel_history_bound(&cv->h, c / SEL_BUCKET_TOKENS);
+	cp.pages = cv->gid;
+	cp.n_pages = (uint32_t)(c / SFX_PT);
+	cp.tail = (uint32_t)(c / SFX_PT - parent_c / SFX_PT);
+	cp.state_slot = slot;
+	return cp;
+}
+
+sel_key sfx_key(struct sfx_conv *cv, uint64_t c)
+{
+	sel_key k;
+	sel_history_key_at(&cv->h, c, &k);
+	return k;
+}
+
+/* ---- events ---------------------------------------------------------------------------- */
+
+void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check)
+{
+	int got = 0;
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	while (got < want) {
+		int n = sel_store_poll(s, ev + got, (size_t)(want - got));
+		CHECK_OK(n);
+		got += n;
+		if (check)
+			CHECK_OK(check(s));
+		if (got >= want)
+			break;
+		CHECKF(eos_now_ns() < deadline, "%d of %d events", got, want);
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		CHECK(pfd.fd >= 0);
+		poll(&pfd, 1, 10);
+	}
+}
+
+void sfx_no_events(sel_store *s, int ms)
+{
+	sel_event ev[4];
+	if (ms)
+		eos_sleep_ns((uint64_t)ms * 1000000);
+	CHECK_RC(sel_store_poll(s, ev, 4), 0);
+}
+
+sel_event sfx_one_event(sel_store *s, sfx_check_fn check)
+{
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, check);
+	sfx_no_events(s, 2);
+	return ev;
+}
+
+void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,
+		    int cap, sfx_check_fn check)
+{
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	sel_event scratch[8];
+	while (!pred(ctx)) {
+		int room = ev ? cap - *n_ev : 8;
+		int n = sel_store_poll(s, ev ? ev + *n_ev : scratch, (size_t)(room > 0 ? room : 0));
+		CHECK_OK(n);
+		if (ev)
+			*n_ev += n;
+		if (check)
+			CHECK_OK(check(s));
+		if (pred(ctx))
+			break;
+		CHECKF(eos_now_ns() < deadline, "condition not reached");
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		poll(&pfd, 1, 5);
+	}
+}
+
+sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
+		      uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
+		      sel_tier tier, bool verify, sfx_check_fn check)
+{
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &cv->h, resident, limit, &hit), 1);
+	sel_key want = sfx_key(cv, want_c);
+	CHECKF(sel_key_eq(&hit.key, &want), "hit at %" PRIu64 ", wanted %" PRIu64, hit.key.consumed,
+	       want_c);
+	CHECK(hit.resident == resident);
+	CHECKF(hit.tier == tier || tier == SEL_TIER_NONE, "hit tier %s", sel_tier_name(hit.tier));
+	CHECKF(hit.pages == want_c / SFX_PT - resident / SFX_PT, "hit pages %u", hit.pages);
+	CHECK(hit.bytes == hit.pages * sfx_page_bytes_all(f) + f->row_bytes * f->ranks);
+	uint32_t *dst = malloc((hit.pages + 1) * sizeof(*dst));
+	CHECK(dst);
+	for (uint32_t i = 0; i < hit.pages; i++)
+		dst[i] = dst_first + i;
+	sel_inbound in = {.ticket = 1000 + dst_first + slot, .pages = dst, .n_pages = hit.pages,
+			  .state_slot = slot};
+	sfx_poison(f);
+	CHECK_OK(sel_store_fetch(s, &hit, &in));
+	if (check)
+		CHECK_OK(check(s));
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, check);
+	CHECK(ev.ticket == in.ticket);
+	if (verify) {
+		CHECKF(ev.type == SEL_EV_FETCHED, "event %d error %d (%s)", ev.type, ev.error,
+		       sel_strerror(ev.error));
+		CHECK(ev.bytes == hit.bytes && sel_key_eq(&ev.key, &want));
+		for (uint32_t i = 0; i < hit.pages; i++) {
+			uint64_t j = resident / SFX_PT + i;
+			CHECKF(sfx_page_ok(f, dst[i], cv->tag, j, cv->split), "page %" PRIu64 " at id %u",
+			       j, dst[i]);
+		}
+		CHECK(sfx_row_ok(f, slot, sfx_row_seed(cv, want_c), cv->split));
+	}
+	free(dst);
+	return ev;
+}

@@ -1,0 +1,110 @@
+/*
+ * storefx.h - the fixture the disk, composite and crash tests share: page
+ * and row planes in host memory (eos_aligned_alloc), a geometry over them,
+ * a copy backend the test can hold or fail, deterministic byte patterns
+ * derived from a conversation tag and page index, conversations with their
+ * histories, and event helpers.  (test_store_memory.c keeps its own copy.)
+ */
+#ifndef STOREFX_H
+#define STOREFX_H
+
+#include <pthread.h>
+
+#include "eos.h"
+#include "testutil.h"
+#include "transfer.h"
+
+#define SFX_PT 64u
+#define SFX_MAXR 2
+#define SFX_MAXP 3
+
+/* A copy backend the test controls. */
+struct sfx_stub {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool hold;     /* copies wait while set */
+	int fail;      /* error for copies in fail_dir (0: none) */
+	int fail_dir;  /* SEL_COPY_OUT, SEL_COPY_IN, or -1 for both */
+	int fail_left; /* copies still to fail (-1: every one) */
+	int waiting;   /* copy calls blocked on hold */
+	uint64_t calls;
+};
+
+struct sfx {
+	uint32_t ranks, n_planes;
+	uint64_t unit[SFX_MAXP];
+	uint64_t row_bytes;
+	uint64_t pages, rows;
+	uint8_t *plane[SFX_MAXR][SFX_MAXP];
+	uint8_t *row[SFX_MAXR];
+	sel_geometry *g;
+	struct sfx_stub stub;
+	struct sel_copy_backend be;
+	uint8_t model[SEL_IDENTITY_BYTES];
+	uint64_t slot_bytes;
+	uint32_t row_slots;
+};
+
+/* ranks x n_planes page planes of unit[] bytes (names "k", "v", "x") and a
+ * row plane of row_bytes, pages pages and rows rows each. */
+void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *unit,
+	      uint64_t row_bytes, uint64_t pages, uint64_t rows);
+void sfx_free(struct sfx *f);
+/* A store configuration over f: host headroom 1 GiB, max_active 1, the
+ * offload identity derived from f->model (ordinary mode). */
+sel_store_config sfx_config(struct sfx *f, bool stub);
+
+void sfx_hold(struct sfx *f, bool hold);
+void sfx_fail_n(struct sfx *f, int err, int dir, int n);
+void sfx_wait_blocked(struct sfx *f, int n);
+
+/* Byte patterns.  Page j of conversation tag on every rank; split: ranks
+ * differ. */
+uint64_t sfx_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+void sfx_put_page(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split);
+bool sfx_page_ok(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split);
+void sfx_put_row(struct sfx *f, uint32_t slot, uint64_t seed, bool split);
+bool sfx_row_ok(struct sfx *f, uint32_t slot, uint64_t seed, bool split);
+void sfx_poison(struct sfx *f);
+
+struct sfx_conv {
+	sel_history h;
+	uint64_t tag;
+	uint32_t *gid; /* GPU page id of logical page j */
+	uint64_t n;
+	bool split;
+};
+
+/* tokens tokens derived from tag; logical page j lives at id first_id + j. */
+void sfx_conv_init(struct sfx *f, struct sfx_conv *cv, uint64_t tag, uint64_t tokens,
+		   uint32_t first_id);
+void sfx_conv_free(struct sfx_conv *cv);
+/* Write the GPU bytes of the checkpoint at c (pages from 0, its row in
+ * slot) and describe it.  parent_c 0: no offered parent. */
+sel_published sfx_ckpt(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
+		       uint32_t slot, uint64_t checkpoint);
+sel_key sfx_key(struct sfx_conv *cv, uint64_t c);
+static inline uint64_t sfx_row_seed(const struct sfx_conv *cv, uint64_t c)
+{
+	return cv->tag * 1000003 + c;
+}
+
+/* Events.  check (may be NULL) runs after every poll. */
+typedef int (*sfx_check_fn)(sel_store *s);
+void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
+void sfx_no_events(sel_store *s, int ms);
+sel_event sfx_one_event(sel_store *s, sfx_check_fn check);
+/* Poll (discarding nothing) until pred(ctx) or 10 s. */
+void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,
+		    int cap, sfx_check_fn check);
+
+uint64_t sfx_page_bytes_all(struct sfx *f);
+
+/* Restore: lookup at resident (hit must be want_c on tier), fetch into ids
+ * dst_first.. and slot, wait; returns the event.  With verify, the bytes
+ * must match. */
+sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
+		      uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
+		      sel_tier tier, bool verify, sfx_check_fn check);
+
+#endif

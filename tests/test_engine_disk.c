@@ -1,0 +1,165 @@
+/*
+ * test_engine_disk.c - the engine with disk tiers (design 2.4, 2.11;
+ * implementation step 12's acceptance at small size): the built-in core,
+ * the host backend, a disk-only store and a composite with the drain on
+ * shutdown, each on its own record directory.
+ *
+ * Covers: a conversation's turn-1 terminal, offered to the store, survives
+ * an engine restart on the same directory (the startup info reports the
+ * namespace directory, its limit and the scanned records); turn 2 on the
+ * new engine restores it from disk (reused host tokens = the terminal,
+ * tier disk, prefill limited to the new tokens) and its tokens equal those
+ * of an engine without offload and of the model run directly.  A second
+ * engine on a directory that is in use fails at open.
+ */
+#include "engine_test.h"
+
+static hel_core *core;
+static test_rng rng;
+
+static hel_engine *start(hel_engine_config c)
+{
+	hel_engine *e;
+	c.core = core;
+	CHECK_OK(hel_engine_open(&c, &e));
+	CHECK_OK(hel_engine_start(e));
+	return e;
+}
+
+static void finish(hel_engine *e)
+{
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+}
+
+static bool settled(const hel_engine_stats *st, void *arg)
+{
+	(void)arg;
+	return st->pending == 0 && st->active == 0 && st->inbound_waiting == 0 &&
+	       st->store.inflight_out == 0 && st->store_retries_pending == 0;
+}
+
+/* Turn 1 and a request resuming at its terminal (which offers it). */
+static void turn1(hel_engine *e, uint64_t seed, struct et_chat *ch, uint64_t *t1,
+		  struct et_call **out)
+{
+	test_rng r;
+	test_rng_init(&r, seed);
+	char q[160];
+	size_t len = 80 + test_rng_below(&r, 60);
+	et_text(&r, q, len);
+	et_chat_add(ch, "user", q, len);
+	uint32_t n1;
+	hel_token *p1 = et_chat_prompt(ch, &n1);
+	struct et_call *c = et_run(e, p1, n1, 40, NULL);
+	*t1 = et_terminal(c);
+	hel_token *pc = malloc(*t1 * sizeof *pc);
+	memcpy(pc, p1, n1 * sizeof *pc);
+	memcpy(pc + n1, c->tok, (*t1 - n1) * sizeof *pc);
+	struct et_call *probe = et_run(e, pc, (uint32_t)*t1, 1, NULL);
+	CHECK(probe->out.reused_gpu_tokens == *t1);
+	et_call_free(probe);
+	et_chat_reply(ch, c->tok, c->n);
+	len = 20 + test_rng_below(&r, 40);
+	et_text(&r, q, len);
+	et_chat_add(ch, "user", q, len);
+	*out = c;
+	free(p1);
+	free(pc);
+}
+
+static void scenario(const char *name, hel_engine_config cfg)
+{
+	uint64_t seed = test_rng_next(&rng);
+	char *dir = test_mkdtemp("engine-disk");
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 256 << 20;
+	cfg.disk_limit_set = true;
+
+	/* Engine A writes; stopped, its records stay. */
+	hel_engine *a = start(cfg);
+	hel_engine_info info;
+	hel_engine_info_get(a, &info);
+	CHECKF(!strcmp(info.store, name), "store %s", info.store);
+	CHECK(strstr(info.disk_dir, dir) == info.disk_dir && info.disk_limit == 256 << 20);
+	CHECK(info.scanned_records == 0);
+	struct et_chat cha = {0};
+	uint64_t t1;
+	struct et_call *c1;
+	turn1(a, seed, &cha, &t1, &c1);
+	et_wait_stats(a, settled, NULL);
+	/* The directory is this engine's: a second one fails at open. */
+	hel_engine *busy;
+	hel_engine_config cb = cfg;
+	cb.core = core;
+	CHECK_RC(hel_engine_open(&cb, &busy), -EBUSY);
+	finish(a);
+
+	/* Engine B on the same directory restores the terminal from disk. */
+	hel_engine *b = start(cfg);
+	hel_engine_info_get(b, &info);
+	CHECKF(info.scanned_records >= 1, "%s: %llu records scanned", name,
+	       (unsigned long long)info.scanned_records);
+	uint32_t n2;
+	hel_token *p2 = et_chat_prompt(&cha, &n2);
+	struct et_call *c2 = et_run(b, p2, n2, 40, NULL);
+	CHECKF(c2->out.reused_host_tokens == t1 && c2->out.host_tier == SEL_TIER_DISK,
+	       "%s: reused host %llu (tier %s), terminal %llu", name,
+	       (unsigned long long)c2->out.reused_host_tokens, sel_tier_name(c2->out.host_tier),
+	       (unsigned long long)t1);
+	CHECK(c2->out.cached_tokens == t1 && c2->out.prefill_tokens == n2 - t1);
+	hel_engine_stats st;
+	et_wait_stats(b, settled, NULL);
+	hel_engine_stats_get(b, &st);
+	CHECK(st.host_hits >= 1 && st.store.tier[SEL_TIER_DISK].bytes_in > 0);
+
+	/* The same conversation without offload: the same tokens. */
+	hel_engine *r = start((hel_engine_config){.max_active = cfg.max_active,
+						   .gpu_pages = cfg.gpu_pages, .gpu_rows = cfg.gpu_rows});
+	struct et_chat chr = {0};
+	uint64_t tr;
+	struct et_call *r1;
+	turn1(r, seed, &chr, &tr, &r1);
+	CHECK(tr == t1 && r1->n == c1->n && !memcmp(r1->tok, c1->tok, c1->n * sizeof(hel_token)));
+	uint32_t nr2;
+	hel_token *pr2 = et_chat_prompt(&chr, &nr2);
+	CHECK(nr2 == n2 && !memcmp(pr2, p2, n2 * sizeof(hel_token)));
+	struct et_call *rc2 = et_run(r, pr2, nr2, 40, NULL);
+	CHECK(rc2->out.reused_host_tokens == 0);
+	CHECK(rc2->n == c2->n && !memcmp(rc2->tok, c2->tok, c2->n * sizeof(hel_token)));
+	struct et_ref ref;
+	et_reference(core, p2, n2, 40, NULL, &ref);
+	et_same_as_ref(NULL, c2, &ref);
+	et_ref_free(&ref);
+	printf("  %s: turn 2 restored %llu tokens from disk after a restart, %u tokens as "
+	       "without offload\n", name, (unsigned long long)t1, c2->n);
+
+	finish(b);
+	finish(r);
+	et_call_free(c1);
+	et_call_free(c2);
+	et_call_free(r1);
+	et_call_free(rc2);
+	et_chat_free(&cha);
+	et_chat_free(&chr);
+	free(p2);
+	free(pr2);
+	test_rmtree(dir);
+	free(dir);
+}
+
+int main(void)
+{
+	test_rng_init(&rng, test_seed());
+	CHECK_OK(hel_core_builtin(&core));
+	hel_engine_config base = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
+				  .fetch_always = true};
+	scenario("disk", base);
+	hel_engine_config comp = base;
+	comp.memory_bytes = 16 << 20;
+	comp.drain_on_shutdown = true;
+	scenario("composite", comp);
+	hel_core_free(core);
+	printf("ok\n");
+	return 0;
+}

@@ -1,0 +1,538 @@
+/*
+ * test_store_composite.c - the composite store (design 2.4 CompositeStore;
+ * implementation step 9): warm memory over the disk store, one slot pool,
+ * host planes and the host copy backend.
+ *
+ * Covers: a memory hit (the record parked: complete in DRAM, indexed on
+ * disk, no file); maintenance under memory pressure writing the oldest
+ * parked records from their memory slots, never more than 2 x intake plus
+ * one record ahead, and memory eviction taking only durable records; a
+ * disk hit that reads through into memory and becomes a memory resident;
+ * a fetch of a record whose write is in flight (served from memory); disk
+ * eviction removing the memory copy; a record larger than memory stored
+ * and fetched by streaming through staging, evicting no resident; a
+ * parked record under ENOSPC kept and retried after a backoff; EIO at the
+ * write dropping the record from both tiers and counting it; the drain on
+ * shutdown and a restart reading records through.  The subset invariant
+ * (every memory record has a disk record; every parked record a pinned
+ * memory copy) and both stores' checks run after every poll
+ * (sel_composite_store_check).
+ */
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "record.h"
+#include "store_composite.h"
+#include "store_disk.h"
+#include "store_memory.h"
+#include "storefx.h"
+
+static test_rng rng;
+static const uint64_t units2[] = {4096, 1000};
+
+static int check(sel_store *s) { return sel_composite_store_check(s); }
+
+/* ---- fault injection ---------------------------------------------------------------- */
+
+static struct {
+	int fallocate_err; /* errno for the next fallocate_n calls */
+	int fallocate_n;
+	int block_pwrite;  /* pwrite waits while set */
+	int blocked;       /* pwrites waiting */
+} fi;
+
+static int f_fallocate(int fd, int mode, off_t off, off_t len)
+{
+	if (__atomic_load_n(&fi.fallocate_n, __ATOMIC_SEQ_CST) > 0) {
+		__atomic_sub_fetch(&fi.fallocate_n, 1, __ATOMIC_SEQ_CST);
+		errno = fi.fallocate_err;
+		return -1;
+	}
+	return eos_fileops_libc.fallocate(fd, mode, off, len);
+}
+
+static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t off)
+{
+	if (__atomic_load_n(&fi.block_pwrite, __ATOMIC_SEQ_CST)) {
+		__atomic_add_fetch(&fi.blocked, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&fi.block_pwrite, __ATOMIC_SEQ_CST))
+			eos_sleep_ns(1000000);
+		__atomic_sub_fetch(&fi.blocked, 1, __ATOMIC_SEQ_CST);
+	}
+	return eos_fileops_libc.pwrite(fd, b, n, off);
+}
+
+static struct eos_fileops fault_ops;
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+struct opts {
+	uint64_t warm;      /* slots */
+	uint64_t limit;     /* bytes; 0 = 1 GiB */
+	bool drain;
+};
+
+static sel_store *open_store(struct sfx *f, const char *base, struct opts o)
+{
+	sel_store_config cfg = sfx_config(f, false);
+	cfg.memory_bytes = o.warm * f->slot_bytes;
+	cfg.disk_dir = base;
+	cfg.disk_limit = o.limit ? o.limit : 1ull << 30;
+	cfg.drain_on_shutdown = o.drain;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(s && !strcmp(s->ops->name, "composite"));
+	CHECK_OK(check(s));
+	return s;
+}
+
+static void close_store(sel_store *s)
+{
+	CHECK_OK(check(s));
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+}
+
+static sel_stats stats(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st;
+}
+
+static struct sel_composite_gauges gauges(sel_store *s)
+{
+	struct sel_composite_gauges g;
+	sel_composite_store_gauges(s, &g);
+	return g;
+}
+
+static bool in_memory(sel_store *s, const sel_key *k)
+{
+	struct sel_memory_view v;
+	return sel_memory_store_view(sel_composite_store_memory(s), k, &v) == 0 && v.ready;
+}
+
+static struct sel_disk_record_info drec(sel_store *s, const sel_key *k)
+{
+	struct sel_disk_record_info ri;
+	CHECK_OK(sel_disk_store_record(sel_composite_store_disk(s), k, &ri));
+	return ri;
+}
+
+static bool on_disk(sel_store *s, const sel_key *k)
+{
+	struct sel_disk_record_info ri;
+	return sel_disk_store_record(sel_composite_store_disk(s), k, &ri) == 0;
+}
+
+/* Poll (checking the bound and the invariants) for ms milliseconds. */
+static void settle(sel_store *s, int ms)
+{
+	uint64_t end = eos_now_ns() + (uint64_t)ms * 1000000;
+	do {
+		sel_event ev[8];
+		CHECK_RC(sel_store_poll(s, ev, 8), 0);
+		CHECK_OK(check(s));
+		struct sel_composite_gauges g = gauges(s);
+		CHECK(g.writing_slots <= g.write_ahead_bound + 67);
+		eos_sleep_ns(1000000);
+	} while (eos_now_ns() < end);
+}
+
+static sel_event store(sel_store *s, const sel_published *cp, sel_tier tier)
+{
+	sel_retry_reason why = SEL_RETRY_SLABS;
+	sel_outcome o = sel_store_put(s, cp, &why);
+	CHECKF(o == SEL_QUEUED, "put: %s (%s): %s", sel_outcome_name(o), sel_retry_reason_name(why),
+	       sel_errmsg());
+	CHECK_OK(check(s));
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, check);
+	CHECKF(ev.type == SEL_EV_STORED, "event %d error %d (%s)", ev.type, ev.error,
+	       sel_strerror(ev.error));
+	CHECK(ev.checkpoint == cp->checkpoint && sel_key_eq(&ev.key, &cp->key));
+	CHECKF(ev.tier == tier, "stored in %s", sel_tier_name(ev.tier));
+	return ev;
+}
+
+static sel_event restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
+			 uint64_t want_c, uint32_t dst, uint32_t slot, sel_tier tier)
+{
+	sel_event ev = sfx_restore(f, s, cv, resident, UINT64_MAX, want_c, dst, slot, tier, true, check);
+	CHECKF(ev.tier == tier, "restored from %s", sel_tier_name(ev.tier));
+	return ev;
+}
+
+/* ---- memory hit, pressure, durability, read-through ------------------------------------- */
+
+static void test_tiers(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 2048, 16);
+	char *base = test_mkdtemp("tiers");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 600});
+	sel_stats st = stats(s);
+	CHECK(st.intake_slots == 134 && st.slots_total == 734);
+	sel_store_info info;
+	sel_store_describe(s, &info);
+	CHECK(!strcmp(info.kind, "composite") && info.disk_dir && info.scanned_records == 0);
+
+	/* A memory hit: parked (no file), restorable, announced. */
+	struct sfx_conv a;
+	sfx_conv_init(&fx, &a, 1, 300, 0);
+	sel_published cpa = sfx_ckpt(&fx, &a, 256, 0, 1, 1);
+	store(s, &cpa, SEL_TIER_MEMORY);
+	struct sel_disk_record_info di = drec(s, &cpa.key);
+	CHECK(di.parked && di.ready && !di.file && di.charged && !di.writing);
+	CHECK(in_memory(s, &cpa.key) && stats(s).parked_records == 1);
+	CHECK(sel_store_put(s, &cpa, NULL) == SEL_PRESENT);
+	restore(&fx, s, &a, 0, 256, 500, 2, SEL_TIER_MEMORY);
+	restore(&fx, s, &a, 128, 256, 500, 3, SEL_TIER_MEMORY);
+	CHECK(gauges(s).writes_started == 0); /* plenty of room: no write yet */
+
+	/* Pressure: 64-page records (67 slots) until free + clean falls below
+	 * 2 x intake = 268; the oldest parked records get written, at most
+	 * 268 slots (+ one record) ahead, and memory evicts durable records
+	 * only (the check: every parked record keeps a pinned copy). */
+	enum { N = 14 };
+	uint64_t streamed = 0; /* puts memory could not take now: straight to disk */
+	struct sfx_conv cv[N];
+	sel_published cp[N];
+	for (int i = 0; i < N; i++) {
+		sfx_conv_init(&fx, &cv[i], 10 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(70 + i * 66));
+		cp[i] = sfx_ckpt(&fx, &cv[i], 64 * 64, 0, 4, (uint64_t)i + 10);
+		sel_retry_reason why;
+		sel_outcome o;
+		uint64_t deadline = eos_now_ns() + 10000000000ull;
+		while ((o = sel_store_put(s, &cp[i], &why)) == SEL_RETRY) {
+			CHECK(eos_now_ns() < deadline);
+			settle(s, 2);
+		}
+		CHECKF(o == SEL_QUEUED, "put %d: %s", i, sel_outcome_name(o));
+		sel_event ev;
+		sfx_wait_events(s, &ev, 1, check);
+		CHECK(ev.type == SEL_EV_STORED && ev.checkpoint == cp[i].checkpoint);
+		streamed += ev.tier == SEL_TIER_DISK;
+		settle(s, 5);
+	}
+	settle(s, 50);
+	struct sel_composite_gauges g = gauges(s);
+	st = stats(s);
+	printf("  pressure: %" PRIu64 " writes, max %" PRIu64 " slots ahead (bound %" PRIu64
+	       "), %" PRIu64 " parked, %" PRIu64 " memory evictions\n", g.writes_done,
+	       g.max_writing_slots, g.write_ahead_bound, st.parked_records,
+	       st.tier[SEL_TIER_MEMORY].evicted);
+	CHECK(g.writes_done > 0 && g.max_writing_slots <= g.write_ahead_bound + 67);
+	CHECK(st.tier[SEL_TIER_MEMORY].evicted > 0);
+	CHECK(st.tier[SEL_TIER_DISK].held == g.writes_done + streamed); /* held once written */
+	/* The oldest record left memory but not the disk. */
+	CHECK(!in_memory(s, &cp[0].key) && drec(s, &cp[0].key).file);
+
+	/* A disk hit reads through and becomes a memory resident. */
+	uint64_t rt = g.read_through;
+	restore(&fx, s, &cv[0], 0, 64 * 64, 0, 5, SEL_TIER_DISK);
+	CHECK(gauges(s).read_through == rt + 1 && in_memory(s, &cp[0].key));
+	restore(&fx, s, &cv[0], 100, 64 * 64, 0, 6, SEL_TIER_MEMORY);
+	st = stats(s);
+	CHECK(st.tier[SEL_TIER_DISK].bytes_in > 0 && st.fetch_failures == 0);
+	g = gauges(s);
+	bool parked[N];
+	int n_parked = 0;
+	for (int i = 0; i < N; i++) { /* parked and not being written: lost at close */
+		struct sel_disk_record_info ri = drec(s, &cp[i].key);
+		n_parked += parked[i] = ri.parked && !ri.writing;
+	}
+	CHECK(n_parked > 0 && drec(s, &cpa.key).file);
+	close_store(s);
+
+	/* A restart: every written record is there; the parked ones (never
+	 * written, no drain) are gone, and reads go through memory again. */
+	s = open_store(&fx, base, (struct opts){.warm = 600});
+	CHECKF(s->scanned_records == (uint64_t)(N + 1 - n_parked), "%" PRIu64 " scanned",
+	       s->scanned_records);
+	for (int i = 0; i < N; i++) /* parked only: lost without a drain */
+		CHECK(on_disk(s, &cp[i].key) == !parked[i]);
+	restore(&fx, s, &cv[0], 0, 64 * 64, 0, 5, SEL_TIER_DISK);
+	restore(&fx, s, &cv[0], 0, 64 * 64, 200, 5, SEL_TIER_MEMORY);
+	close_store(s);
+
+	sfx_conv_free(&a);
+	for (int i = 0; i < N; i++)
+		sfx_conv_free(&cv[i]);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+/* A chain: read-through of non-resident ancestors links in memory. */
+static void test_chain_read_through(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 512, 16);
+	char *base = test_mkdtemp("chainrt");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 600, .drain = true});
+	struct sfx_conv a;
+	sfx_conv_init(&fx, &a, 20, 1100, 10);
+	sel_published p = sfx_ckpt(&fx, &a, 256, 0, 1, 1);
+	sel_published q = sfx_ckpt(&fx, &a, 640, 256, 2, 2);
+	sel_published r = sfx_ckpt(&fx, &a, 1000, 640, 3, 3);
+	store(s, &p, SEL_TIER_MEMORY);
+	store(s, &q, SEL_TIER_MEMORY);
+	store(s, &r, SEL_TIER_MEMORY);
+	CHECK(!drec(s, &q.key).is_root && !drec(s, &r.key).is_root);
+	CHECK(!drec(s, &q.key).has_row); /* only child committed: its row goes */
+	close_store(s); /* drains: all three written */
+	s = open_store(&fx, base, (struct opts){.warm = 600});
+	CHECK(s->scanned_records == 3);
+	restore(&fx, s, &a, 0, 1000, 100, 4, SEL_TIER_DISK);
+	CHECK(in_memory(s, &p.key) && in_memory(s, &q.key) && in_memory(s, &r.key));
+	restore(&fx, s, &a, 300, 1000, 100, 5, SEL_TIER_MEMORY);
+	/* From a GPU-resident prefix whose parent is not in memory: a resident
+	 * chain is found in memory all the same. */
+	restore(&fx, s, &a, 700, 1000, 100, 6, SEL_TIER_MEMORY);
+	close_store(s);
+	/* After another restart, a restore from inside q: q's parent p is not
+	 * in memory and q is no root, so the chain streams. */
+	s = open_store(&fx, base, (struct opts){.warm = 600});
+	uint64_t streamed = gauges(s).streamed;
+	restore(&fx, s, &a, 300, 1000, 100, 7, SEL_TIER_DISK);
+	CHECK(gauges(s).streamed == streamed + 1 && !in_memory(s, &r.key));
+	close_store(s);
+	sfx_conv_free(&a);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+/* ---- in-flight writes, disk eviction, streaming ------------------------------------------- */
+
+static bool has_writing(void *arg)
+{
+	return __atomic_load_n(&fi.blocked, __ATOMIC_SEQ_CST) > 0 && arg;
+}
+
+static void test_inflight_write(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 512, 16);
+	char *base = test_mkdtemp("inflight");
+	setenv("SELENE_DISK_IO", "pread", 1);
+	/* Warm 60 slots < 2 x intake: every parked record is written at once. */
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 60});
+	eos_fileops_set(&fault_ops);
+	__atomic_store_n(&fi.block_pwrite, 1, __ATOMIC_SEQ_CST);
+	struct sfx_conv a;
+	sfx_conv_init(&fx, &a, 30, 300, 10);
+	sel_published cp = sfx_ckpt(&fx, &a, 256, 0, 1, 1);
+	store(s, &cp, SEL_TIER_MEMORY);
+	sfx_pump_until(s, has_writing, s, NULL, NULL, 0, check);
+	CHECK(drec(s, &cp.key).writing && drec(s, &cp.key).parked);
+	/* Its write is in flight: the DRAM copy serves it. */
+	restore(&fx, s, &a, 0, 256, 100, 2, SEL_TIER_MEMORY);
+	CHECK(drec(s, &cp.key).writing);
+	__atomic_store_n(&fi.block_pwrite, 0, __ATOMIC_SEQ_CST);
+	uint64_t deadline = eos_now_ns() + 10000000000ull;
+	while (!drec(s, &cp.key).file) {
+		CHECK(eos_now_ns() < deadline);
+		settle(s, 2);
+	}
+	CHECK(!drec(s, &cp.key).parked && stats(s).parked_records == 0);
+	eos_fileops_set(NULL);
+	close_store(s);
+	unsetenv("SELENE_DISK_IO");
+	sfx_conv_free(&a);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+static void test_disk_eviction(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 512, 16);
+	char *base = test_mkdtemp("deviction");
+	struct sfx_conv cv[6];
+	sel_published cp[6];
+	for (int i = 0; i < 6; i++) {
+		sfx_conv_init(&fx, &cv[i], 40 + (uint64_t)i, 300, (uint32_t)(10 + 5 * i));
+		cp[i] = sfx_ckpt(&fx, &cv[i], 256, 0, (uint32_t)i, (uint64_t)i + 1);
+	}
+	/* A 4-page record is 61440 bytes: the limit holds three. */
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 60, .limit = 3 * 61440 + 1000});
+	for (int i = 0; i < 3; i++) {
+		cp[i] = sfx_ckpt(&fx, &cv[i], 256, 0, (uint32_t)i, (uint64_t)i + 1);
+		store(s, &cp[i], SEL_TIER_MEMORY);
+		uint64_t deadline = eos_now_ns() + 10000000000ull;
+		while (!drec(s, &cp[i].key).file) {
+			CHECK(eos_now_ns() < deadline);
+			settle(s, 1);
+		}
+	}
+	CHECK(in_memory(s, &cp[0].key));
+	/* The fourth evicts the least recently used committed record on disk,
+	 * and with it its memory copy. */
+	cp[3] = sfx_ckpt(&fx, &cv[3], 256, 0, 3, 4);
+	store(s, &cp[3], SEL_TIER_MEMORY);
+	settle(s, 5);
+	CHECK(!on_disk(s, &cp[0].key) && !in_memory(s, &cp[0].key));
+	CHECK(on_disk(s, &cp[1].key) && in_memory(s, &cp[1].key));
+	sel_stats st = stats(s);
+	CHECK(st.tier[SEL_TIER_DISK].evicted == 1);
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &cv[0].h, 0, 300, &hit), 0);
+	close_store(s);
+	for (int i = 0; i < 6; i++)
+		sfx_conv_free(&cv[i]);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+static void test_streaming(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 1024, 16);
+	char *base = test_mkdtemp("stream");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 60});
+	struct sfx_conv r1, r2, big;
+	sfx_conv_init(&fx, &r1, 50, 300, 0);
+	sfx_conv_init(&fx, &r2, 51, 300, 10);
+	sfx_conv_init(&fx, &big, 52, 100 * 64 + 10, 100);
+	sel_published c1 = sfx_ckpt(&fx, &r1, 256, 0, 1, 1);
+	sel_published c2 = sfx_ckpt(&fx, &r2, 256, 0, 2, 2);
+	store(s, &c1, SEL_TIER_MEMORY);
+	store(s, &c2, SEL_TIER_MEMORY);
+	/* 100 pages: more than the warm pool -- streamed to disk, no DRAM copy. */
+	sel_published cb = sfx_ckpt(&fx, &big, 100 * 64, 0, 3, 3);
+	store(s, &cb, SEL_TIER_DISK);
+	CHECK(drec(s, &cb.key).file && !in_memory(s, &cb.key));
+	settle(s, 10);
+	CHECK(in_memory(s, &c1.key) && in_memory(s, &c2.key));
+	uint64_t ev0 = stats(s).tier[SEL_TIER_MEMORY].evicted;
+	/* Its restore streams through intake and evicts no resident. */
+	restore(&fx, s, &big, 0, 100 * 64, 200, 4, SEL_TIER_DISK);
+	restore(&fx, s, &big, 70 * 64 + 5, 100 * 64, 200, 5, SEL_TIER_DISK);
+	CHECK(in_memory(s, &c1.key) && in_memory(s, &c2.key) && !in_memory(s, &cb.key));
+	CHECK(stats(s).tier[SEL_TIER_MEMORY].evicted == ev0);
+	restore(&fx, s, &r1, 0, 256, 300, 6, SEL_TIER_MEMORY);
+	close_store(s);
+	sfx_conv_free(&r1);
+	sfx_conv_free(&r2);
+	sfx_conv_free(&big);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+/* ---- write failures ------------------------------------------------------------------------ */
+
+static void test_write_failures(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 512, 16);
+	char *base = test_mkdtemp("wfail");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 60});
+	eos_fileops_set(&fault_ops);
+	struct sfx_conv a, b;
+	sfx_conv_init(&fx, &a, 60, 300, 10);
+	sfx_conv_init(&fx, &b, 61, 300, 20);
+
+	/* ENOSPC: parked, retried after a backoff, durable in the end. */
+	__atomic_store_n(&fi.fallocate_err, ENOSPC, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&fi.fallocate_n, 2, __ATOMIC_SEQ_CST);
+	sel_published ca = sfx_ckpt(&fx, &a, 256, 0, 1, 1);
+	store(s, &ca, SEL_TIER_MEMORY);
+	uint64_t t0 = eos_now_ns(), deadline = t0 + 10000000000ull;
+	while (!drec(s, &ca.key).file) {
+		CHECK(eos_now_ns() < deadline);
+		struct sel_composite_gauges g = gauges(s);
+		if (!drec(s, &ca.key).file && g.writes_retried)
+			CHECK(drec(s, &ca.key).parked && in_memory(s, &ca.key));
+		settle(s, 1);
+	}
+	struct sel_composite_gauges g = gauges(s);
+	CHECK(g.writes_retried == 2 && g.writes_done == 3);
+	CHECK(eos_now_ns() - t0 >= 50 * 1000000ull); /* backed off */
+	restore(&fx, s, &a, 0, 256, 100, 2, SEL_TIER_MEMORY);
+
+	/* EIO: dropped from both tiers, counted. */
+	__atomic_store_n(&fi.fallocate_err, EIO, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&fi.fallocate_n, 1, __ATOMIC_SEQ_CST);
+	sel_published cb = sfx_ckpt(&fx, &b, 256, 0, 2, 2);
+	store(s, &cb, SEL_TIER_MEMORY);
+	deadline = eos_now_ns() + 10000000000ull;
+	while (on_disk(s, &cb.key)) {
+		CHECK(eos_now_ns() < deadline);
+		settle(s, 1);
+	}
+	settle(s, 5);
+	CHECK(!in_memory(s, &cb.key));
+	sel_stats st = stats(s);
+	CHECK(st.tier[SEL_TIER_DISK].dropped_io_error == 1);
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &b.h, 0, 300, &hit), 0);
+	CHECK(on_disk(s, &ca.key) && in_memory(s, &ca.key));
+	eos_fileops_set(NULL);
+	close_store(s);
+	sfx_conv_free(&a);
+	sfx_conv_free(&b);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+/* ---- TP2: DRAM's packing decisions reach the files -------------------------------------------- */
+
+static void test_tp2(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 2, 2, units2, 10000, 512, 8);
+	char *base = test_mkdtemp("ctp2");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 600, .drain = true});
+	struct sfx_conv rep, split;
+	sfx_conv_init(&fx, &rep, 70, 700, 0);
+	sfx_conv_init(&fx, &split, 71, 300, 100);
+	split.split = true;
+	sel_published a = sfx_ckpt(&fx, &rep, 640, 0, 1, 1);
+	sel_published b = sfx_ckpt(&fx, &split, 256, 0, 2, 2);
+	store(s, &a, SEL_TIER_MEMORY);
+	store(s, &b, SEL_TIER_MEMORY);
+	CHECK(drec(s, &a.key).flags == (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED));
+	CHECK(drec(s, &b.key).flags == 0);
+	close_store(s); /* drain: written with DRAM's decisions */
+	s = open_store(&fx, base, (struct opts){.warm = 600});
+	CHECK(s->scanned_records == 2);
+	restore(&fx, s, &rep, 0, 640, 200, 3, SEL_TIER_DISK);     /* read through, packed */
+	restore(&fx, s, &rep, 3 * 64 + 1, 640, 200, 4, SEL_TIER_MEMORY);
+	restore(&fx, s, &split, 0, 256, 300, 5, SEL_TIER_DISK);
+	close_store(s);
+	/* And streamed (warm too small to read through). */
+	s = open_store(&fx, base, (struct opts){.warm = 8});
+	restore(&fx, s, &rep, 64 + 1, 640, 200, 3, SEL_TIER_DISK);
+	close_store(s);
+	sfx_conv_free(&rep);
+	sfx_conv_free(&split);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+int main(void)
+{
+	test_rng_init(&rng, test_seed());
+	unsetenv("SELENE_DISK_IO");
+	unsetenv("SELENE_DISK_DIRECT");
+	fault_ops = eos_fileops_libc;
+	fault_ops.fallocate = f_fallocate;
+	fault_ops.pwrite = f_pwrite;
+	test_tiers();
+	test_chain_read_through();
+	test_inflight_write();
+	test_disk_eviction();
+	test_streaming();
+	test_write_failures();
+	test_tp2();
+	printf("test_store_composite: ok\n");
+	return 0;
+}
