@@ -1788,6 +1788,10 @@ static int rebuild(struct disk_store *ds)
 	int rc = sel_record_scan(ds->lk->fd, ds->ns, &so, &sc);
 	if (rc)
 		return eos_fail(rc, "disk store: scanning '%s': %s", ds->base.disk_dir, eos_errmsg());
+	/* Files the scan removed for failing header verification count as
+	 * corrupt records (docs/metrics.md), like payloads failing at a read. */
+	ds->st.tier[SEL_TIER_DISK].corrupt += sc.st.bad_format + sc.st.bad_checksum +
+					      sc.st.bad_name + sc.st.bad_size;
 	sel_node_id *ids = malloc((sc.n ? sc.n : 1) * sizeof(*ids));
 	if (!ids) {
 		sel_scan_free(&sc);
