@@ -162,6 +162,35 @@ class Core:
         return a
 
 
+SIZE_RE = re.compile(r"^(\s*recurrent_bytes\s*=\s*)(\d+)\s*([A-Za-z]*)", re.M)
+UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
+         "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def slow_restore_core(ctx, core, row=8 << 20):
+    """The core with at least an 8 MiB recurrent state per row, written to a
+    temporary file: a restore then takes milliseconds, a window the second
+    of two simultaneous requests reliably falls into.  The prefix is long
+    enough (3,000 tokens) that the fetch policy still prefers restoring."""
+    src = core.path or os.path.join(repo_root(), "cores", "tiny.core")
+    with open(src) as fh:
+        txt = fh.read()
+    m = SIZE_RE.search(txt)
+    if m and int(m.group(2)) * UNITS[m.group(3).lower()] >= row:
+        return core
+    path = os.path.join(ctx.tmp, f"{core.name}-big-row.core")
+    if not os.path.exists(path):
+        txt = SIZE_RE.sub(lambda mm: mm.group(1) + str(row), txt, count=1)
+        txt = re.sub(r"^(\s*name\s*=\s*)(\S+)", lambda mm: mm.group(1) + mm.group(2) + "-big-row",
+                     txt, count=1, flags=re.M)
+        with open(path, "w") as fh:
+            fh.write(txt)
+    user1 = max(core.user1, 3000)
+    return Core(core.name + "-big-row", path, user1, core.user2, core.filler,
+                max(core.gpu_pages, (user1 + core.user2 + 3 * core.max_tokens) // 64 + 16),
+                core.max_active, core.max_tokens, core.modes)
+
+
 def core_table(root):
     c = lambda f: os.path.join(root, "cores", f)  # noqa: E731
     spec = ("ordinary", "copy", "learned")
@@ -618,15 +647,19 @@ def sc_branching(ctx, core, store, res):
     restore is in flight: both requests are written at the same moment
     (Flare.post_together).  When the second still arrived after the
     restore landed (it then reuses the GPU copy), the scenario tries again
-    with a fresh conversation, and reports the attempts."""
+    with a fresh conversation, and reports the attempts.  Cores with small
+    rows run with an 8 MiB row (slow_restore_core) so that the restore is
+    slow enough for the race to be won."""
     ctx.need(core, store)
+    core = slow_restore_core(ctx, core)
+    res.core = core.name
     nfill = filler_count(ctx, core)
     d = ctx.dir("branching") if store in ("disk", "composite") else None
     base = core.args(ctx.flare)
     big = core.user1 + 2 * core.max_tokens + core.user2 + 80
     mem = memory_for(ctx, core, "ordinary", [core.filler + 20] * (nfill + 2) + [big] * 6)
     args = base + store_args(ctx, store, core, d, mem)
-    attempts = 6
+    attempts = 12
     with ctx.server(core, args) as srv:
         check_store(res, srv, store)
         for attempt in range(1, attempts + 1):
