@@ -129,7 +129,7 @@ class Bench:
         a = ["--prefix-cache-memory", str(memory)]
         if self.store == "composite":
             d = os.path.join(self.tmp.path, f"cache-{time.monotonic_ns()}")
-            a += ["--prefix-cache-disk", d, "--prefix-cache-disk-limit", "64GiB"]
+            a += ["--prefix-cache-disk", d, "--prefix-cache-disk-limit", "8GiB"]
             if drain:
                 a.append("--prefix-cache-drain-on-shutdown")
         return a
@@ -281,8 +281,9 @@ class Bench:
             return r
 
         store, self.store = self.store, "memcpy"
+        rounds, self.a.rounds = self.a.rounds, self.a.hog_rounds
         runs = self.paired(one)
-        self.store = store
+        self.store, self.a.rounds = store, rounds
         for key, unit, name in (("p99", "ms", "hog_decode_token_p99"), ("tpot", "ms", "hog_decode_tpot"),
                                 ("tps", "tok/s", "hog_decode_tok_s"),
                                 ("ttft_p50", "ms", "hog_decode_ttft_p50")):
@@ -441,6 +442,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, help="baseline/offload rounds")
     ap.add_argument("--prefill-prompts", type=int)
     ap.add_argument("--inbound-rounds", type=int)
+    ap.add_argument("--hog-rounds", type=int)
     ap.add_argument("--only", default="decode,hog,prefill,inbound",
                     help="measurements: decode, hog (attribution of decode), prefill, inbound")
     ap.add_argument("--hog-rate", type=float, default=4900,
@@ -448,13 +450,14 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.core = a.core
-        defaults = dict(duration=3, rounds=2, prefill_prompts=2, inbound_rounds=1)
+        defaults = dict(duration=3, rounds=2, prefill_prompts=2, inbound_rounds=1, hog_rounds=2)
     elif a.full:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
-        defaults = dict(duration=600, rounds=2, prefill_prompts=8, inbound_rounds=3)
+        defaults = dict(duration=600, rounds=2, prefill_prompts=8, inbound_rounds=3,
+                        hog_rounds=2)
     else:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
-        defaults = dict(duration=20, rounds=4, prefill_prompts=4, inbound_rounds=2)
+        defaults = dict(duration=20, rounds=4, prefill_prompts=4, inbound_rounds=2, hog_rounds=2)
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
