@@ -18,6 +18,24 @@ that supports it:
                 miss or a failed restore, a recompute and the right answer
                 (disk, composite).
 
+The conversation (Conversation, turn1_and_continue).  Turn 1 is a chat
+request; its terminal checkpoint T1 holds prompt + completion - 1 tokens
+(the last sampled token is not consumed).  The engine defers terminals
+until a request resumes at exactly them (design 2.2), so a "continue"
+request follows: /v1/completions with turn 1's transcript up to T1 as token
+ids and max_tokens 1 (the client continuing turn 1's answer); it resumes
+from the GPU cache with no prefill and offers T1 to the store.  Distinct
+filler prompts (3 x max_active + 4, one GPU row each) then evict it from the
+GPU.  Turn 2 (user 1, the reply, a new user message) must reuse exactly T1
+from the host: reused_host_tokens == reused_tokens == cached_tokens == T1,
+reused_gpu_tokens == 0, source memory (disk for the disk store),
+prefill_tokens == n2 - T1, prefill_launches == the chunks of those tokens
+(256-token chunks cut at every message end and the prompt end), one fetch
+and one host hit in /metrics, and the same answer as the same conversation
+on a server without a store.  Without the continue request (plain
+multi-turn, turn 3) the deepest host record is turn 2's prompt checkpoint:
+turn 2's terminal is never offered.
+
 Correctness is verbatim: our synthetic model is deterministic, so every
 answer at temperature 0 must equal, token for token, the answer of a server
 without a host store that computed the same prompt cold (design 4 uses a
@@ -33,8 +51,10 @@ uses the built-in tiny core at small sizes; --full (`make qualify`) adds the
 realistic Qwen TP1 core (a 792 KiB page record, a 104 MiB row) and the small
 cores of the other model families.  Exit status: 0 when nothing failed
 (skips allowed; each prints why), 1 when a scenario failed, 2 for bad usage.
-Scenarios that need the disk store skip while the engine reports
-"no disk store: the disk store is not available yet".
+Scenarios that need the disk store skip in a build without one.  A host hit
+the fetch policy declined (design 2.10: the transfer at the tier's rate
+slower than half the prefill at the measured rate) is reported as a skip
+with the rates, since recomputing is then the correct behaviour.
 """
 
 import argparse
