@@ -24,16 +24,25 @@ offload so drift hits both.  Figures:
               written to a temporary file.
   copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
               and prefill runs.
+  hog         Attribution of the decode result (design 2.10 channels): the
+              baseline next to a process that only copies memory at the
+              copy-out rate decode measured, scheduled like the transfer
+              threads (SCHED_BATCH, nice 10).
+
+Also printed: time per output token (per request: last token minus first
+over the tokens between; mean, p50, p99) and time to first token, since in
+this closed loop the SSE gap percentiles follow the batch size.  Results and
+their reading are in docs/performance.md.
 
 Prints `RESULT <name> <value> <unit>` lines (ratios are offload /
 baseline; latency ratios above 1 and throughput ratios below 1 are
 worse).  --quick is a smoke run on the tiny core (seconds); the default
-runs Qwen TP1 (cores/qwen-tp1.core) in about five minutes; --full runs the
+runs Qwen TP1 (cores/qwen-tp1.core) in about nine minutes; --full runs the
 decode workload for ten minutes as the design asks.
 
     python3 bench/serve.py [--flare build/flare] [--quick | --full]
         [--core cores/qwen-tp1.core] [--duration S] [--rounds N]
-        [--only decode,prefill,inbound]
+        [--only decode,hog,prefill,inbound]
 """
 
 import argparse
