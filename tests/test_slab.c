@@ -7,8 +7,11 @@
  * pieces; warm allocation stopping at the intake reserve and -ENOSPC leaving
  * the pool unchanged; reuse; 4 KiB alignment; staging release; intake sizing
  * (full, shrunk with a warning, floor, -ENOMEM, argument and overflow
- * errors); registration hooks; refused double frees; and a randomised
- * alloc/free run checked against a model after every operation.
+ * errors); registration hooks; refused double frees; a pool over a
+ * borrowed range (a split pool's identity range: addresses from its base,
+ * the range untouched and still usable after destroy, argument errors); and
+ * a randomised alloc/free run checked against a model after every
+ * operation.
  */
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -607,6 +610,51 @@ static void test_hooks(void)
 
 /* A refused mmap leaves nothing behind (not under sanitizers, whose shadow
  * memory does not mix with RLIMIT_AS). */
+/* A free list over someone else's range (design 2.5 split pools): slot
+ * addresses count from the given base, nothing is mapped or written, and
+ * destroy leaves the range alone. */
+static void test_create_over(void)
+{
+	const uint64_t sb = 8 * KiB;
+	uint8_t *range = eos_aligned_alloc(64 * KiB, 10 * sb);
+	sel_slab_pool *p;
+	uint32_t s[10];
+	CHECK(range);
+	memset(range, 0x77, 10 * sb);
+	CHECK_OK(sel_slab_create_over(range, sb, 6, 4, &p));
+	CHECK(!sel_slab_owns_memory(p));
+	CHECK(sel_slab_base(p) == range && sel_slab_total(p) == 10 && sel_slab_intake(p) == 4);
+	CHECK(sel_slab_addr(p, 7) == range + 7 * sb);
+	CHECK_RC(sel_slab_alloc(p, 7, SEL_SLAB_WARM, s), -ENOSPC);
+	CHECK_OK(sel_slab_alloc(p, 6, SEL_SLAB_WARM, s));
+	CHECK_OK(sel_slab_alloc(p, 4, SEL_SLAB_INTAKE, s + 6));
+	CHECK(sel_slab_free_count(p) == 0 && sel_slab_in_use(p) == 10);
+	CHECK_OK(sel_slab_check(p));
+	CHECK_OK(sel_slab_free(p, s, 10));
+	CHECK_OK(sel_slab_check(p));
+	sel_slab_destroy(p);
+	for (uint64_t i = 0; i < 10 * sb; i++)
+		CHECK(range[i] == 0x77);
+	range[0] = 1; /* still ours */
+
+	/* A real mapping owns its memory. */
+	CHECK_OK(sel_slab_create(sb, 1, 1, false, NULL, &p));
+	CHECK(sel_slab_owns_memory(p));
+	sel_slab_destroy(p);
+
+	p = (sel_slab_pool *)1;
+	CHECK_RC(sel_slab_create_over(NULL, sb, 1, 1, &p), -EINVAL);
+	CHECK(p == NULL);
+	CHECK_RC(sel_slab_create_over(range + 512, sb, 1, 1, &p), -EINVAL);
+	CHECK(strstr(sel_errmsg(), "not 4 KiB aligned"));
+	CHECK_RC(sel_slab_create_over(range, 1000, 1, 1, &p), -EINVAL);
+	CHECK_RC(sel_slab_create_over(range, sb, 0, 0, &p), -EINVAL);
+	CHECK_RC(sel_slab_create_over((void *)(uintptr_t)(UINTPTR_MAX & ~(uintptr_t)4095), sb, 2, 0, &p),
+		 -EOVERFLOW);
+	CHECK(p == NULL);
+	eos_aligned_free(range);
+}
+
 static void test_map_failure(void)
 {
 #ifndef SEL_SANITIZED
@@ -754,6 +802,7 @@ int main(void)
 	test_multi_piece_rows();
 	test_intake_slots();
 	test_hooks();
+	test_create_over();
 	test_map_failure();
 	test_bad_free();
 	test_random();

@@ -23,6 +23,11 @@
  * (a double free finds where[s] != SLOT_USED) and lets sel_slab_check()
  * prove the stack holds no duplicates without allocating.
  *
+ * A CUDA split pool (design 2.5, memory-only TP>1) brings its own reserved
+ * range instead (sel_slab_create_over): the pool then only keeps the free
+ * list, its slot addresses are identities inside that range, and it
+ * neither maps, populates nor registers anything.
+ *
  * Two classes share the free stack.  Warm (retention) allocations leave at
  * least intake slots free, so staging for a transfer window always finds
  * room once warm records have been evicted down to the reserve; intake
@@ -49,8 +54,9 @@
  *   4. base is 4 KiB aligned and slot_bytes is a positive multiple of 4 KiB,
  *      so every slot address is 4 KiB aligned; total * slot_bytes fits in
  *      the address space.
- *   5. The mapping is registered (reg hook) exactly once, from create until
- *      destroy, and unregistered only if reg succeeded.
+ *   5. An owned mapping is registered (reg hook) exactly once, from create
+ *      until destroy, and unregistered only if reg succeeded.  A borrowed
+ *      range (owns == false) is never mapped, registered or unmapped here.
  *   6. refused == 0 (no bad free was ever attempted).
  *   7. Layout: share[r] = sum of round_up(plane unit, 4 KiB) > 0,
  *      share_off[r] = sum of share[0..r), slot_bytes = sum of share,
@@ -80,6 +86,7 @@ struct sel_slab_pool {
 	uint32_t *stack; /* [total] free slot ids; stack[0..nfree) valid */
 	uint32_t *where; /* [total] index in stack, or SLOT_USED */
 	struct sel_slab_hooks hooks;
+	bool owns;       /* base is our mapping (false: the caller's range) */
 	bool registered;
 	uint64_t refused;      /* bad frees attempted (invariant 6) */
 	uint32_t refused_slot; /* the first offending slot id */
@@ -215,12 +222,13 @@ void sel_slot_layout_row_piece(const sel_slot_layout *l, uint32_t rank, uint32_t
 
 /* ---- Pool --------------------------------------------------------------- */
 
-int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, bool populate,
-		    const struct sel_slab_hooks *hooks, sel_slab_pool **out)
+/* The free list and counts of a pool of warm + intake slots (no memory
+ * yet: base stays MAP_FAILED).  0 or an error with a message. */
+static int pool_new(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, uint64_t *bytes,
+		    sel_slab_pool **out)
 {
-	int rc = 0;
-	sel_slab_pool *p = NULL;
-	uint64_t total, bytes;
+	sel_slab_pool *p;
+	uint64_t total;
 	*out = NULL;
 
 	if (slot_bytes == 0 || slot_bytes % EOS_ALIGN != 0)
@@ -231,8 +239,8 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 				" slots", warm_slots, intake_slots, UINT32_MAX);
 	if (total == 0)
 		return eos_fail(-EINVAL, "slab: pool of 0 slots");
-	if (__builtin_mul_overflow(total, slot_bytes, &bytes) || bytes > (uint64_t)PTRDIFF_MAX ||
-	    bytes > SIZE_MAX)
+	if (__builtin_mul_overflow(total, slot_bytes, bytes) || *bytes > (uint64_t)PTRDIFF_MAX ||
+	    *bytes > SIZE_MAX)
 		return eos_fail(-EOVERFLOW, "slab: %" PRIu64 " slots of %" PRIu64 " bytes exceed the address space",
 				total, slot_bytes);
 
@@ -243,13 +251,11 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 	p->slot_bytes = slot_bytes;
 	p->total = (uint32_t)total;
 	p->intake = (uint32_t)intake_slots;
-	if (hooks)
-		p->hooks = *hooks;
 	p->stack = malloc(total * sizeof(*p->stack));
 	p->where = malloc(total * sizeof(*p->where));
 	if (!p->stack || !p->where) {
-		rc = eos_fail(-ENOMEM, "slab: out of memory for the free list of %" PRIu64 " slots", total);
-		goto fail;
+		sel_slab_destroy(p);
+		return eos_fail(-ENOMEM, "slab: out of memory for the free list of %" PRIu64 " slots", total);
 	}
 	/* Slot 0 on top, so a fresh pool hands out ascending ids. */
 	for (uint32_t i = 0; i < p->total; i++) {
@@ -258,14 +264,31 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 		p->where[s] = i;
 	}
 	p->nfree = p->total;
+	*out = p;
+	return 0;
+}
+
+int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, bool populate,
+		    const struct sel_slab_hooks *hooks, sel_slab_pool **out)
+{
+	sel_slab_pool *p = NULL;
+	uint64_t bytes = 0;
+	int rc;
+
+	*out = NULL;
+	if ((rc = pool_new(slot_bytes, warm_slots, intake_slots, &bytes, &p)))
+		return rc;
+	if (hooks)
+		p->hooks = *hooks;
+	p->owns = true;
 
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0);
 	void *m = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
 	if (m == MAP_FAILED) {
 		char buf[32];
 		rc = -errno;
-		eos_fail(rc, "slab: cannot map %s (%" PRIu64 " slots of %" PRIu64 " bytes): %s",
-			 eos_format_size(bytes, buf, sizeof(buf)), total, slot_bytes, strerror(-rc));
+		eos_fail(rc, "slab: cannot map %s (%" PRIu32 " slots of %" PRIu64 " bytes): %s",
+			 eos_format_size(bytes, buf, sizeof(buf)), p->total, slot_bytes, strerror(-rc));
 		goto fail;
 	}
 	p->base = m;
@@ -298,13 +321,37 @@ fail:
 	return rc;
 }
 
+int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots,
+			 sel_slab_pool **out)
+{
+	sel_slab_pool *p = NULL;
+	uint64_t bytes = 0;
+	int rc;
+
+	*out = NULL;
+	if (!base || (uintptr_t)base % EOS_ALIGN != 0)
+		return eos_fail(-EINVAL, "slab: range %p is not 4 KiB aligned", base);
+	if ((rc = pool_new(slot_bytes, warm_slots, intake_slots, &bytes, &p)))
+		return rc;
+	if ((uintptr_t)base > UINTPTR_MAX - bytes) {
+		sel_slab_destroy(p);
+		return eos_fail(-EOVERFLOW, "slab: %" PRIu64 " bytes from %p exceed the address space", bytes,
+				base);
+	}
+	p->base = base;
+	p->map_bytes = bytes;
+	debug_check(p);
+	*out = p;
+	return 0;
+}
+
 void sel_slab_destroy(sel_slab_pool *p)
 {
 	if (!p)
 		return;
 	if (p->registered && p->hooks.unreg)
 		p->hooks.unreg(p->hooks.ctx, p->base, p->map_bytes);
-	if (p->base != MAP_FAILED && p->base)
+	if (p->owns && p->base != MAP_FAILED && p->base)
 		munmap(p->base, (size_t)p->map_bytes);
 	free(p->stack);
 	free(p->where);
@@ -395,6 +442,7 @@ uint64_t sel_slab_total(const sel_slab_pool *p) { return p->total; }
 uint64_t sel_slab_intake(const sel_slab_pool *p) { return p->intake; }
 uint64_t sel_slab_free_count(const sel_slab_pool *p) { return p->nfree; }
 uint64_t sel_slab_in_use(const sel_slab_pool *p) { return p->total - p->nfree; }
+bool sel_slab_owns_memory(const sel_slab_pool *p) { return p->owns; }
 
 int sel_slab_check(const sel_slab_pool *p)
 {
@@ -403,6 +451,8 @@ int sel_slab_check(const sel_slab_pool *p)
 				p->refused, p->refused_slot, p->refused_why);
 	if (p->nfree > p->total)
 		return eos_fail(SEL_ECORRUPT, "slab: %" PRIu32 " free of %" PRIu32 " slots", p->nfree, p->total);
+	if (!p->owns && p->registered)
+		return eos_fail(SEL_ECORRUPT, "slab: a borrowed range is registered");
 	if (((uintptr_t)p->base | p->slot_bytes) % EOS_ALIGN != 0 || p->slot_bytes == 0)
 		return eos_fail(SEL_ECORRUPT, "slab: base %p or slot size %" PRIu64 " not 4 KiB aligned",
 				(void *)p->base, p->slot_bytes);

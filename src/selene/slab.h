@@ -18,6 +18,12 @@
  * allocations may take any.  Allocation never blocks: it succeeds whole or
  * fails with -ENOSPC.  The free list is shared; the pool is used from the
  * model worker thread only (transfer threads receive addresses).
+ *
+ * A memory-only TP>1 store on the CUDA backend splits its slots by rank
+ * instead (design 2.5, cuda.h): the slab pool is then only the free list
+ * over a range the split pool reserved (sel_slab_create_over), its
+ * addresses are slot identities, and the transfer set addresses each rank's
+ * part itself (sel_xfer_create_parts).
  */
 #ifndef SEL_SLAB_H
 #define SEL_SLAB_H
@@ -74,9 +80,18 @@ enum sel_slab_class {
  * without transparent huge pages (madvise EINVAL) are fine. */
 int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, bool populate,
 		    const struct sel_slab_hooks *hooks, sel_slab_pool **out);
-/* Unregisters and unmaps.  NULL-safe.  The caller guarantees no transfer
- * still uses a slot (design 2.5: a store whose copiers cannot drain leaks
- * the pool instead of destroying it). */
+/* A free list over warm_slots + intake_slots slots of a range the caller
+ * owns and keeps mapped (a CUDA split pool's reserved range, design 2.5):
+ * nothing is mapped, populated or registered here, and sel_slab_addr(p, s)
+ * is base + s * slot_bytes.  For a split pool those addresses are slot
+ * identities, not the slots' bytes (cuda.h).  base must be 4 KiB aligned
+ * and non-NULL (-EINVAL); other limits as sel_slab_create. */
+int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots,
+			 sel_slab_pool **out);
+/* Unregisters and unmaps (a pool from sel_slab_create_over: frees only the
+ * free list).  NULL-safe.  The caller guarantees no transfer still uses a
+ * slot (design 2.5: a store whose copiers cannot drain leaks the pool
+ * instead of destroying it). */
 void sel_slab_destroy(sel_slab_pool *p);
 
 /* Take n slots, all or none, into out[0..n): 0 or -ENOSPC (with a
@@ -99,6 +114,9 @@ uint64_t sel_slab_total(const sel_slab_pool *p);   /* warm + intake */
 uint64_t sel_slab_intake(const sel_slab_pool *p);
 uint64_t sel_slab_free_count(const sel_slab_pool *p);
 uint64_t sel_slab_in_use(const sel_slab_pool *p);
+
+/* Whether p's slots live in its own mapping (false: sel_slab_create_over). */
+bool sel_slab_owns_memory(const sel_slab_pool *p);
 
 /* Verify: free list holds distinct in-range slots marked free, every other
  * slot is marked in use, counts balance, and no free was ever refused.
