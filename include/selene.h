@@ -434,6 +434,28 @@ void sel_store_describe(sel_store *s, sel_store_info *out);
 
 /* ---- Opening stores (design 1, 2.4, 2.9, 2.11) -------------------------- */
 
+/* How a standalone memory store lays out its slot pool on the CUDA backend
+ * (design 2.5).  A registered pool is one host mapping pinned with
+ * cuMemHostRegister, which maps it into every device's page tables; a split
+ * pool gives each rank its share of every slot as one pinned allocation on
+ * the host NUMA node nearest the rank's device, mapped for that device (and
+ * the host) only, so each device pays for its own share.  Records in a split
+ * pool stay per-rank (no TP packing: their bytes are not compared on the
+ * CPU).  Disk and composite stores, whose disk threads read whole records,
+ * always use the registered pool. */
+typedef enum sel_split_mode {
+	/* The design's choice: split a memory store's pool when it has no disk
+	 * tier, copies with the CUDA driver and has ranks > 1, and every device
+	 * can create host-NUMA allocations; otherwise the registered pool (with
+	 * a startup warning when only the devices stood in the way). */
+	SEL_SPLIT_AUTO = 0,
+	/* Split it, at any rank count, or fail: -EINVAL with a disk tier or a
+	 * host (memcpy) or test copy backend, SEL_ECUDA where a device cannot. */
+	SEL_SPLIT_ON = 1,
+	/* Always the registered pool (TP packing stays possible). */
+	SEL_SPLIT_OFF = 2,
+} sel_split_mode;
+
 typedef enum sel_backend_kind {
 	SEL_BACKEND_AUTO = 0, /* from the geometry's memory kinds */
 	SEL_BACKEND_HOST,     /* planes in host memory: memcpy */
@@ -453,7 +475,7 @@ typedef struct sel_store_config {
 	const int *cuda_devices;         /* [ranks] device ordinals (CUDA) */
 	uint32_t queue_depth;            /* per-rank transfer channel; 0 = 64 */
 	bool populate;                   /* pre-fault the slab mapping */
-	bool split_pool;                 /* CUDA memory-only: per-rank pinned parts */
+	sel_split_mode split_pool;       /* memory-only CUDA slot pool; 0 = AUTO */
 	bool fdatasync;                  /* fdatasync record files before rename */
 	/* Composite: at close, write DRAM-only (parked) records to disk first,
 	 * for drain_ns (0 = until done) within the close deadline (design 2.5

@@ -22,7 +22,23 @@
  *     the device's NUMA node, mapped inside one reserved range, opened to
  *     that device and the host; identity translation; a round trip through
  *     sel_xfer_create_parts; compare refused; everything released; devices
- *     without host-NUMA support refused.
+ *     without host-NUMA support refused;
+ *   - the memory store on a split pool (design 2.5, memory-only TP>1),
+ *     opened through sel_store_open with the default split mode and the
+ *     fake as the process's driver: cuMemCreate on each device's NUMA node,
+ *     access for that device and the host only, nothing registered, the
+ *     slab pool a free list over the identity range; a root over two
+ *     windows and its child stored from scattered ids, each rank's bytes in
+ *     its own part at part base + slot x share, records per-rank although
+ *     the ranks' bytes are identical (no compare), fetched byte-exact into
+ *     other ids and another state slot, also above a resident prefix;
+ *     eviction; close releasing the parts only after the transfer streams
+ *     are gone.  The same identical bytes pack on a registered pool
+ *     (split_pool off).  AUTO keeps the registered pool at TP1 and, with a
+ *     warning, on devices without host-NUMA allocations; ON fails there,
+ *     with a disk tier and with a non-CUDA backend; ON splits a TP1 pool;
+ *   - a split-pool store whose copy never finishes: close returns
+ *     SEL_ESTOPPED and destroy leaks the parts (nothing unmapped).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -32,6 +48,8 @@
 #include "cuda.h"
 #include "eos.h"
 #include "slab.h"
+#include "store_memory.h"
+#include "store_pool.h"
 #include "testutil.h"
 #include "transfer.h"
 
@@ -70,6 +88,8 @@ static struct {
 	atomic_int max_count;
 	atomic_ullong max_bytes;
 	atomic_int plain_batch_asked;
+	atomic_int hold, blocked; /* event waits stall while hold is set */
+	int streams_at_unmap;   /* streams alive at the first cuMemUnmap, -1 before */
 	int stream_fail;        /* cuStreamCreateWithPriority fails */
 	int init_rc;
 	int numa_vmm;
@@ -100,6 +120,7 @@ static void fake_reset(void)
 	memset(&fake, 0, sizeof(fake));
 	atomic_store(&fake.fail_batch, -1);
 	fake.numa_vmm = 1;
+	fake.streams_at_unmap = -1;
 }
 
 static void run_stream(struct CUstream_st *s)
@@ -220,6 +241,11 @@ static sel_cu_result f_cuEventSynchronize(sel_cu_event e)
 {
 	if (!e->s)
 		return SEL_CU_ERROR_INVALID_HANDLE;
+	if (atomic_load(&fake.hold)) {
+		atomic_fetch_add(&fake.blocked, 1);
+		while (atomic_load(&fake.hold))
+			eos_sleep_ns(1000000);
+	}
 	run_stream(e->s); /* everything before the record */
 	return 0;
 }
@@ -229,6 +255,22 @@ static sel_cu_result f_cuEventDestroy(sel_cu_event e)
 	atomic_fetch_sub(&fake.events, 1);
 	return 0;
 }
+/* A copy touching the reserved range must stay inside the part mapped for
+ * the stream's device (the tests map part r for device r, in order). */
+static void check_part(int dev, uint64_t a, uint64_t len)
+{
+	uint64_t base = (uintptr_t)fake.reserved;
+	if (!fake.reserved || a + len <= base || a >= base + fake.reserved_size)
+		return;
+	for (int m = 0; m < fake.nmapped; m++)
+		if (a >= fake.mapped[m].ptr && a + len <= fake.mapped[m].ptr + fake.mapped[m].size) {
+			if (m != dev)
+				bad("a device copied into another device's part");
+			return;
+		}
+	bad("a copy outside the mapped parts");
+}
+
 static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes, size_t count,
 					  struct sel_cu_memcpy_attributes *attrs, size_t *idxs, size_t num,
 					  sel_cu_stream s)
@@ -238,8 +280,11 @@ static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, 
 		bad("batch without the stream's context current");
 	if (s->n)
 		atomic_fetch_add(&fake.inflight_at_entry, 1);
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; i < count; i++) {
 		sum += sizes[i];
+		check_part(s->dev, dsts[i], sizes[i]);
+		check_part(s->dev, srcs[i], sizes[i]);
+	}
 	if (count == 0 || count > 4096 || sum > (16u << 20))
 		bad("batch beyond 4096 entries or 16 MiB");
 	if (num != 1 || idxs[0] != 0 || attrs[0].src_access_order != SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
@@ -357,6 +402,8 @@ static sel_cu_result f_cuMemUnmap(sel_cu_dptr p, size_t size)
 {
 	(void)p;
 	(void)size;
+	if (fake.nunmapped == 0)
+		fake.streams_at_unmap = atomic_load(&fake.streams);
 	fake.nunmapped++;
 	return 0;
 }
@@ -815,6 +862,403 @@ static void test_split_pool(test_rng *rng)
 	fake_reset();
 }
 
+
+/* ---- The memory store on a split pool -------------------------------------- */
+
+#define ST_PAGES 200u
+#define ST_ROWS 4u
+
+static sel_event store_wait(sel_store *s)
+{
+	sel_event ev;
+	uint64_t deadline = eos_now_ns() + 30ull * 1000000000;
+	for (;;) {
+		int n = sel_store_poll(s, &ev, 1);
+		CHECK(n >= 0);
+		if (n == 1)
+			return ev;
+		CHECK(eos_now_ns() < deadline);
+		eos_sleep_ns(200000);
+	}
+}
+
+/* A conversation over the world's planes: tokens, and its page ids. */
+struct sconv {
+	sel_history h;
+	uint32_t ids[ST_PAGES];
+};
+
+static void sconv_init(struct sconv *c, uint32_t pages, test_rng *rng)
+{
+	static const uint8_t model[SEL_IDENTITY_BYTES] = { 7 };
+	sel_token *tok = malloc((size_t)pages * 64 * sizeof(*tok));
+	CHECK(tok);
+	CHECK_OK(sel_history_init(&c->h, model, NULL, 0));
+	for (uint32_t i = 0; i < pages * 64; i++)
+		tok[i] = (sel_token)(test_rng_next(rng) % 50000);
+	CHECK_OK(sel_history_append(&c->h, tok, (size_t)pages * 64));
+	free(tok);
+	for (uint32_t i = 0; i < ST_PAGES; i++)
+		c->ids[i] = i;
+	for (uint32_t i = ST_PAGES - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)test_rng_below(rng, i + 1), t = c->ids[i];
+		c->ids[i] = c->ids[j];
+		c->ids[j] = t;
+	}
+}
+
+/* The checkpoint at consumed tokens c: n_pages ids, the last tail new. */
+static sel_published sconv_ckpt(struct sconv *cv, uint64_t id, uint64_t c, const sel_key *parent, uint32_t tail,
+				uint32_t state_slot)
+{
+	sel_published p = { .checkpoint = id, .pages = cv->ids, .n_pages = (uint32_t)(c / 64), .tail = tail,
+			    .state_slot = state_slot };
+	sel_history_key_at(&cv->h, c, &p.key);
+	p.bucket = *sel_history_bound(&cv->h, c / SEL_BUCKET_TOKENS);
+	if (parent)
+		p.parent = *parent;
+	return p;
+}
+
+static void put_stored(sel_store *s, const sel_published *p)
+{
+	sel_retry_reason why;
+	sel_outcome o = sel_store_put(s, p, &why);
+	CHECKF(o == SEL_QUEUED, "put %s: %s", sel_outcome_name(o), sel_errmsg());
+	sel_event ev = store_wait(s);
+	CHECKF(ev.type == SEL_EV_STORED && ev.checkpoint == p->checkpoint, "store event %d: %s", ev.type,
+	       sel_strerror(ev.error));
+	CHECK_OK(sel_memory_store_check(s));
+}
+
+/* Snapshot of every plane, to compare restores with. */
+struct snap {
+	uint8_t *b[2][3];
+};
+
+static void snap_take(struct snap *sn, const struct world *w)
+{
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++) {
+			sn->b[r][p] = malloc(w->len[r][p]);
+			CHECK(sn->b[r][p]);
+			memcpy(sn->b[r][p], w->mem[r][p], w->len[r][p]);
+		}
+}
+
+static void snap_free(struct snap *sn, const struct world *w)
+{
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++)
+			free(sn->b[r][p]);
+}
+
+static const uint8_t *snap_unit(const struct snap *sn, const struct world *w, uint32_t r, int p, uint64_t i)
+{
+	const sel_plane *pl = p == 2 ? &w->g->rank[r].row : &w->g->rank[r].pages[p];
+	return sn->b[r][p] + i * pl->unit_bytes;
+}
+
+/* Look up cv up to c above resident, fetch into ids the chain does not use
+ * (from the end of cv->ids) and state slot 3, and compare with sn. */
+static void fetch_check(sel_store *s, struct world *w, const struct snap *sn, struct sconv *cv, uint64_t c,
+			uint64_t resident, const sel_published *want)
+{
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &cv->h, resident, c, &hit), 1);
+	CHECK(sel_key_eq(&hit.key, &want->key));
+	uint32_t first = (uint32_t)(resident / 64), dst[ST_PAGES];
+	CHECK(hit.pages == want->n_pages - first);
+	for (uint32_t i = 0; i < hit.pages; i++)
+		dst[i] = cv->ids[ST_PAGES - 1 - i];
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++)
+			memset(w->mem[r][p], 0x5a, w->len[r][p]);
+	sel_inbound in = { .ticket = 11, .pages = dst, .n_pages = hit.pages, .state_slot = 3 };
+	CHECK_OK(sel_store_fetch(s, &hit, &in));
+	sel_event ev = store_wait(s);
+	CHECKF(ev.type == SEL_EV_FETCHED && ev.ticket == 11, "fetch event %d: %s", ev.type, sel_strerror(ev.error));
+	for (uint32_t r = 0; r < w->ranks; r++) {
+		for (uint32_t i = 0; i < hit.pages; i++)
+			for (int p = 0; p < 2; p++)
+				CHECKF(memcmp(unit_at(w, r, p, dst[i]), snap_unit(sn, w, r, p, cv->ids[first + i]),
+					      w->g->rank[r].pages[p].unit_bytes) == 0, "rank %u page %u plane %d", r, i, p);
+		CHECKF(memcmp(unit_at(w, r, 2, 3), snap_unit(sn, w, r, 2, want->state_slot),
+			      w->g->rank[r].row.unit_bytes) == 0,
+		       "rank %u row", r);
+	}
+	for (uint32_t r = 0; r < w->ranks; r++)
+		for (int p = 0; p < 3; p++)
+			memcpy(w->mem[r][p], sn->b[r][p], w->len[r][p]);
+}
+
+/* Every access descriptor the fake saw names device r (for the r-th part)
+ * or the host: no other device maps a part. */
+static void check_access(uint32_t parts)
+{
+	CHECK(fake.naccess == (int)parts);
+	for (uint32_t r = 0; r < parts; r++) {
+		int devs = 0, hosts = 0;
+		CHECK(fake.access[r].ptr == fake.mapped[r].ptr && fake.access[r].size == fake.mapped[r].size);
+		for (size_t i = 0; i < fake.access[r].n; i++) {
+			const struct sel_cu_mem_access_desc *d = &fake.access[r].d[i];
+			CHECK(d->flags == SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+			if (d->location.type == SEL_CU_MEM_LOCATION_TYPE_DEVICE) {
+				CHECKF(d->location.id == (int)r, "part %u opened to device %d", r, d->location.id);
+				devs++;
+			} else {
+				CHECK(d->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
+				hosts++;
+			}
+		}
+		CHECK(devs == 1 && hosts == 1);
+	}
+}
+
+static sel_store_config split_cfg(const struct world *w, const int *devices, uint64_t warm_slots)
+{
+	sel_store_config cfg = { 0 };
+	cfg.geometry = w->g;
+	cfg.max_active = 1;
+	cfg.cuda_devices = devices;
+	cfg.host_headroom = 1ull << 30;
+	cfg.memory_bytes = warm_slots * w->l.slot_bytes;
+	return cfg;
+}
+
+static void close_store(sel_store *s)
+{
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+}
+
+static void test_split_store(test_rng *rng)
+{
+	fake_reset();
+	struct sel_cuda *cu = fake_load();
+	sel_cuda_override(cu);
+	const int devices[2] = { 0, 1 };
+	struct world w;
+	/* Equal share layouts and, below, identical bytes on both ranks: a
+	 * registered pool would pack these records. */
+	world_open(&w, 2, (uint64_t[]){ 65536, 65536 }, (uint64_t[]){ 5000, 5000 }, (uint64_t[]){ 9000, 9000 },
+		   ST_PAGES, ST_ROWS, rng);
+	for (int p = 0; p < 3; p++)
+		memcpy(w.mem[1][p], w.mem[0][p], w.len[0][p]);
+	CHECK(w.l.row_slots == 1);
+	struct snap sn;
+	snap_take(&sn, &w);
+
+	/* The default (AUTO) through the one constructor: split. */
+	sel_store_config cfg = split_cfg(&w, devices, 120);
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(s && strcmp(s->ops->name, "memory") == 0);
+	CHECK(strcmp(sel_store_warning(s), "") == 0);
+	const struct sel_store_pool *sp = sel_memory_store_pool(s);
+	const sel_cuda_split_pool *split = sp->split;
+	CHECK(split && split->ranks == 2);
+	CHECK(atomic_load(&fake.registers) == 0); /* no cuMemHostRegister of the pool */
+	CHECK(fake.ncreated == 2 && fake.nmapped == 2);
+	for (uint32_t r = 0; r < 2; r++) {
+		const struct sel_cu_mem_alloc_prop *prop = &fake.created[r].prop;
+		CHECK(prop->type == SEL_CU_MEM_ALLOCATION_TYPE_PINNED);
+		CHECK(prop->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
+		CHECK(prop->location.id == 3 + (int)r); /* device r's NUMA node */
+		CHECK(split->part[r].base == fake.mapped[r].ptr && split->part[r].share == w.l.share[r]);
+		CHECK(split->part[r].bytes >= split->slots * w.l.share[r]);
+	}
+	check_access(2);
+	CHECK(!sel_slab_owns_memory(sp->pool));
+	CHECK((uintptr_t)sel_slab_base(sp->pool) == split->base && split->base == (uintptr_t)fake.reserved);
+	CHECK(split->slots == sp->warm + sp->intake && sp->warm == 120);
+	CHECK(split->slot_bytes == w.l.slot_bytes);
+	sel_store_info info;
+	sel_store_describe(s, &info);
+	CHECK(strcmp(info.transport, "cuda") == 0 && info.slots_total == split->slots);
+
+	/* A root over two windows (70 pages, row from state slot 0) and its
+	 * child (19 more pages, row from state slot 1). */
+	struct sconv a;
+	sconv_init(&a, 90, rng);
+	sel_published ra = sconv_ckpt(&a, 1, 70 * 64, NULL, 70, 0);
+	sel_published rb = sconv_ckpt(&a, 2, 90 * 64 - 10, &ra.key, 19, 1);
+	put_stored(s, &ra);
+	put_stored(s, &rb);
+	struct sel_memory_record_info ri;
+	CHECK_OK(sel_memory_store_record(s, &ra.key, &ri));
+	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 70 && ri.row_slots == 1);
+	CHECK_OK(sel_memory_store_record(s, &rb.key, &ri));
+	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 19 && ri.row_slots == 1);
+	sel_stats st;
+	sel_store_stats(s, &st);
+	CHECK(st.packed_records == 0 && st.per_rank_records == 2);
+
+	/* Each rank's bytes sit in its own part at part base + slot x share,
+	 * where the identity address translates to. */
+	struct sel_memory_view v;
+	CHECK_OK(sel_memory_store_view(s, &ra.key, &v));
+	for (uint32_t i = 0; i < 70; i++)
+		for (uint32_t r = 0; r < 2; r++)
+			for (int p = 0; p < 2; p++) {
+				uint64_t at = split->part[r].base + v.slots[i] * w.l.share[r] + w.l.plane_off[r][p];
+				uint64_t id = (uintptr_t)sel_slab_addr(sp->pool, v.slots[i]) + w.l.share_off[r] +
+					      w.l.plane_off[r][p];
+				CHECK(sel_cuda_split_pool_translate(split, r, id) == at);
+				CHECKF(memcmp((void *)(uintptr_t)at, snap_unit(&sn, &w, r, p, a.ids[i]),
+					      w.g->rank[r].pages[p].unit_bytes) == 0, "part %u slot %u plane %d", r,
+				       v.slots[i], p);
+			}
+	for (uint32_t r = 0; r < 2; r++)
+		CHECK(memcmp((void *)(uintptr_t)(split->part[r].base + v.slots[70] * w.l.share[r]),
+			     snap_unit(&sn, &w, r, 2, 0), 9000) == 0);
+
+	/* Restores: the whole chain, then above a GPU-resident prefix. */
+	fetch_check(s, &w, &sn, &a, 90 * 64 - 10, 0, &rb);
+	fetch_check(s, &w, &sn, &a, 90 * 64 - 10, 30 * 64 + 5, &rb);
+	fetch_check(s, &w, &sn, &a, 70 * 64, 0, &ra);
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+
+	/* Eviction: another root of 40 pages needs 41 of the 120 warm slots
+	 * while 91 are held; the child goes. */
+	struct sconv b;
+	sconv_init(&b, 40, rng);
+	sel_published rc2 = sconv_ckpt(&b, 3, 40 * 64, NULL, 40, 1);
+	put_stored(s, &rc2);
+	sel_store_stats(s, &st);
+	CHECK(st.tier[SEL_TIER_MEMORY].evicted >= 1);
+	CHECK(sel_memory_store_record(s, &rb.key, &ri) == -ENOENT);
+	fetch_check(s, &w, &sn, &b, 40 * 64, 0, &rc2);
+	CHECK_OK(sel_memory_store_check(s));
+
+	/* Close drains the transfer threads before the parts are released. */
+	close_store(s);
+	CHECK(fake.nunmapped == 2 && fake.nreleased == 2 && fake.freed == 1);
+	CHECK(fake.streams_at_unmap == 0);
+	CHECK(atomic_load(&fake.streams) == 0 && atomic_load(&fake.events) == 0);
+	CHECK(atomic_load(&fake.retains[0]) == 0 && atomic_load(&fake.retains[1]) == 0);
+	CHECK(atomic_load(&fake.registers) == 0 && atomic_load(&fake.unregisters) == 0);
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+
+	/* split_pool off: the registered pool, where the same bytes pack. */
+	fake_reset();
+	cfg.split_pool = SEL_SPLIT_OFF;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(sel_memory_store_pool(s)->split == NULL && sel_slab_owns_memory(sel_memory_store_pool(s)->pool));
+	CHECK(atomic_load(&fake.registers) == 1 && fake.ncreated == 0);
+	put_stored(s, &ra);
+	sel_store_stats(s, &st);
+	CHECK(st.packed_records == 1 && st.per_rank_records == 0);
+	fetch_check(s, &w, &sn, &a, 70 * 64, 0, &ra);
+	close_store(s);
+	CHECK(atomic_load(&fake.unregisters) == 1);
+
+	/* AUTO on devices without host-NUMA allocations: registered, with a
+	 * warning.  ON there: the driver's refusal, nothing left behind. */
+	fake_reset();
+	fake.numa_vmm = 0;
+	cfg.split_pool = SEL_SPLIT_AUTO;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(sel_memory_store_pool(s)->split == NULL && atomic_load(&fake.registers) == 1);
+	CHECKF(strstr(sel_store_warning(s), "device 0 (rank 0) cannot create host NUMA allocations"),
+	       "warning: %s", sel_store_warning(s));
+	close_store(s);
+	cfg.split_pool = SEL_SPLIT_ON;
+	s = (sel_store *)1;
+	CHECK_RC(sel_store_open(&cfg, &s), SEL_ECUDA);
+	CHECK(s == NULL && strstr(sel_errmsg(), "cannot create host NUMA allocations"));
+	CHECK(fake.reserved == NULL && fake.ncreated == 0);
+	CHECK(atomic_load(&fake.retains[0]) == 0 && atomic_load(&fake.retains[1]) == 0);
+	fake.numa_vmm = 1;
+
+	/* ON where records are read on the CPU or copied without CUDA. */
+	fake_reset();
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s/split-disk", getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp");
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 1ull << 30;
+	CHECK_RC(sel_store_open(&cfg, &s), -EINVAL);
+	CHECKF(strstr(sel_errmsg(), "split_pool is on"), "message: %s", sel_errmsg());
+	cfg.disk_dir = NULL;
+	cfg.copy_backend = &sel_copy_backend_host;
+	CHECK_RC(sel_store_open(&cfg, &s), -EINVAL);
+	CHECK(strstr(sel_errmsg(), "needs the CUDA copy backend"));
+	cfg.copy_backend = NULL;
+	cfg.split_pool = (sel_split_mode)7;
+	CHECK_RC(sel_store_open(&cfg, &s), -EINVAL);
+	CHECK(atomic_load(&fake.retains[0]) == 0 && atomic_load(&fake.retains[1]) == 0);
+	CHECK(fake.reserved == NULL && atomic_load(&fake.registers) == 0);
+
+	/* TP1: AUTO keeps the registered pool; ON splits into one part. */
+	struct world w1;
+	world_open(&w1, 1, (uint64_t[]){ 65536 }, (uint64_t[]){ 5000 }, (uint64_t[]){ 9000 }, ST_PAGES, 2, rng);
+	sel_store_config c1 = split_cfg(&w1, devices, 70);
+	CHECK_OK(sel_store_open(&c1, &s));
+	CHECK(sel_memory_store_pool(s)->split == NULL && atomic_load(&fake.registers) == 1);
+	close_store(s);
+	fake_reset();
+	c1.split_pool = SEL_SPLIT_ON;
+	CHECK_OK(sel_store_open(&c1, &s));
+	CHECK(sel_memory_store_pool(s)->split != NULL && fake.ncreated == 1 && atomic_load(&fake.registers) == 0);
+	check_access(1);
+	struct sconv d;
+	sconv_init(&d, 64, rng);
+	sel_published rd = sconv_ckpt(&d, 4, 64 * 64, NULL, 64, 0);
+	put_stored(s, &rd);
+	close_store(s);
+	CHECK(fake.nunmapped == 1 && fake.freed == 1);
+	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+	sel_history_free(&d.h);
+	world_close(&w1);
+
+	sel_history_free(&a.h);
+	sel_history_free(&b.h);
+	snap_free(&sn, &w);
+	world_close(&w);
+	sel_cuda_override(NULL);
+	sel_cuda_unload(cu);
+	fake_reset();
+}
+
+/* A split-pool store whose copy never finishes: close gives SEL_ESTOPPED and
+ * destroy leaks the parts, which the detached copy may still write.  Runs
+ * last: the world, the driver table and the range stay (reachable). */
+static struct world stuck_world;
+static struct sconv stuck_conv;
+static struct sel_cuda *stuck_cu;
+
+static void test_split_store_stuck(test_rng *rng)
+{
+	fake_reset();
+	stuck_cu = fake_load();
+	sel_cuda_override(stuck_cu);
+	const int devices[2] = { 0, 1 };
+	struct world *w = &stuck_world;
+	world_open(w, 2, (uint64_t[]){ 65536, 32768 }, (uint64_t[]){ 5000, 9000 }, (uint64_t[]){ 9000, 9000 },
+		   ST_PAGES, ST_ROWS, rng);
+	sel_store_config cfg = split_cfg(w, devices, 80);
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(sel_memory_store_pool(s)->split != NULL);
+	sconv_init(&stuck_conv, 10, rng);
+	sel_published p = sconv_ckpt(&stuck_conv, 1, 10 * 64, NULL, 10, 0);
+	atomic_store(&fake.hold, 1);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
+	for (int i = 0; i < 5000 && atomic_load(&fake.blocked) == 0; i++)
+		eos_sleep_ns(1000000);
+	CHECK(atomic_load(&fake.blocked) >= 1);
+	uint64_t t0 = eos_now_ns();
+	CHECK_RC(sel_store_close(s, t0 + 100000000), SEL_ESTOPPED);
+	CHECK(strstr(sel_errmsg(), "leaked"));
+	sel_store_destroy(s);
+	CHECK(fake.nunmapped == 0 && fake.nreleased == 0 && fake.freed == 0 && fake.reserved != NULL);
+	/* Let the copy land in the leaked parts; nothing reports it. */
+	atomic_store(&fake.hold, 0);
+	eos_sleep_ns(20000000);
+	sel_cuda_override(NULL);
+}
+
 int main(void)
 {
 	test_rng rng;
@@ -822,6 +1266,8 @@ int main(void)
 	test_loader();
 	test_backend(&rng);
 	test_split_pool(&rng);
+	test_split_store(&rng);
+	test_split_store_stuck(&rng);
 	printf("ok\n");
 	return 0;
 }

@@ -11,13 +11,24 @@
  * root over 64 pages, so several windows and 16 MiB batch calls), the
  * device poisoned, the chain looked up and fetched into other page ids and
  * another state slot, byte-exact; a fetch above a GPU-resident prefix; and
- * the packed / per-rank counters (replicated TP2 records pack).
+ * the packed / per-rank counters (replicated TP2 records pack on the
+ * registered pool).
+ *
+ * Split pools (design 2.5, memory-only TP>1): the default mode splits a TP2
+ * store where every device can create host-NUMA allocations (else it keeps
+ * the registered pool and warns), split_pool on splits or fails with
+ * SEL_ECUDA, off never splits.  On a split pool the same round trips run,
+ * records stay per-rank even with replicated planes, and each rank's page
+ * bytes are read back on the CPU from its own part at part base + slot x
+ * share (the parts are opened to the host as well as the rank's device).
  */
 #include <poll.h>
 
 #include "cuda.h"
 #include "eos.h"
+#include "slab.h"
 #include "store_memory.h"
+#include "store_pool.h"
 #include "testutil.h"
 
 #define PLANE_A (256u * 1024)
@@ -148,7 +159,24 @@ static sel_event wait_one(sel_store *s)
 	}
 }
 
-static void run(uint32_t ranks, const int *devices, bool replicated, test_rng *rng)
+/* Can every device create the host-NUMA allocations of a split pool? */
+static bool numa_capable(uint32_t ranks, const int *devices)
+{
+	for (uint32_t r = 0; r < ranks; r++) {
+		struct sel_cuda_device_info info;
+		CHECK_OK(sel_cuda_device_info(cu, devices[r], &info));
+		if (!info.host_numa_vmm)
+			return false;
+	}
+	return true;
+}
+
+static const char *mode_name(sel_split_mode m)
+{
+	return m == SEL_SPLIT_ON ? "on" : m == SEL_SPLIT_OFF ? "off" : "auto";
+}
+
+static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_mode mode, test_rng *rng)
 {
 	struct gworld w;
 	gworld_open(&w, ranks, devices, replicated, rng);
@@ -158,12 +186,27 @@ static void run(uint32_t ranks, const int *devices, bool replicated, test_rng *r
 	cfg.max_active = 1;
 	cfg.cuda_devices = devices;
 	cfg.host_headroom = 1ull << 30;
+	cfg.split_pool = mode;
 	uint64_t slot = 0;
 	for (uint32_t r = 0; r < ranks; r++)
 		slot += eos_round_up(PLANE_A, 4096) + eos_round_up(PLANE_B, 4096);
 	cfg.memory_bytes = 120 * slot;
 	sel_store *s;
+	bool capable = numa_capable(ranks, devices);
+	if (mode == SEL_SPLIT_ON && !capable) {
+		CHECK_RC(sel_memory_store_open(&cfg, &s), SEL_ECUDA);
+		printf("memory store: split pool on: refused as expected: %s\n", sel_errmsg());
+		gworld_close(&w);
+		return;
+	}
 	CHECK_OK(sel_memory_store_open(&cfg, &s));
+	const struct sel_store_pool *sp = sel_memory_store_pool(s);
+	bool split = sp->split != NULL;
+	bool want_split = mode == SEL_SPLIT_ON || (mode == SEL_SPLIT_AUTO && ranks > 1 && capable);
+	CHECKF(split == want_split, "split pool %s at TP%u: split %d", mode_name(mode), ranks, split);
+	if (mode == SEL_SPLIT_AUTO && ranks > 1 && !capable)
+		CHECK(strstr(sel_store_warning(s), "cannot create host NUMA allocations"));
+	CHECK(split != sel_slab_owns_memory(sp->pool));
 
 	/* Scattered GPU page ids for a conversation of 90 pages. */
 	uint32_t ids[PAGES];
@@ -201,8 +244,24 @@ static void run(uint32_t ranks, const int *devices, bool replicated, test_rng *r
 	CHECK_OK(sel_memory_store_check(s));
 	sel_stats st;
 	sel_store_stats(s, &st);
-	bool packs = replicated && ranks > 1;
+	bool packs = replicated && ranks > 1 && !split;
 	CHECK(st.packed_records == (packs ? 2u : 0u) && st.per_rank_records == (packs ? 0u : 2u));
+	if (split) {
+		/* Each rank's share of the root's pages, read on the CPU from its
+		 * part. */
+		struct sel_memory_view v;
+		CHECK_OK(sel_memory_store_view(s, &a.key, &v));
+		CHECK(v.n_page_slots == 70);
+		for (uint32_t r = 0; r < ranks; r++)
+			for (uint32_t i = 0; i < 70; i++)
+				for (int p = 0; p < 2; p++) {
+					uint64_t at = sp->split->part[r].base + v.slots[i] * sp->layout.share[r] +
+						      sp->layout.plane_off[r][p];
+					CHECKF(memcmp((const void *)(uintptr_t)at,
+						      w.host[r][p] + (uint64_t)ids[i] * unit[p], unit[p]) == 0,
+					       "rank %u part, page %u plane %d", r, i, p);
+				}
+	}
 
 	/* Whole chain, then above a resident prefix of 30 pages. */
 	for (int pass = 0; pass < 2; pass++) {
@@ -232,7 +291,8 @@ static void run(uint32_t ranks, const int *devices, bool replicated, test_rng *r
 	sel_store_destroy(s);
 	sel_history_free(&h);
 	gworld_close(&w);
-	printf("memory store: %u rank(s), %s planes ok\n", ranks, replicated ? "replicated" : "split");
+	printf("memory store: %u rank(s), %s planes, split pool %s (%s) ok\n", ranks,
+	       replicated ? "replicated" : "split", mode_name(mode), split ? "split" : "registered");
 }
 
 int main(void)
@@ -247,10 +307,13 @@ int main(void)
 		SKIP("cuda: the driver sees no device");
 	test_rng rng;
 	test_rng_init(&rng, test_seed());
-	run(1, (int[]){0}, false, &rng);
+	run(1, (int[]){0}, false, SEL_SPLIT_AUTO, &rng);
 	int two[2] = {0, count > 1 ? 1 : 0};
-	run(2, two, false, &rng);
-	run(2, two, true, &rng);
+	run(2, two, false, SEL_SPLIT_OFF, &rng);
+	run(2, two, true, SEL_SPLIT_OFF, &rng);
+	run(2, two, true, SEL_SPLIT_AUTO, &rng);
+	run(2, two, false, SEL_SPLIT_ON, &rng);
+	run(1, (int[]){0}, false, SEL_SPLIT_ON, &rng);
 	printf("ok\n");
 	return 0;
 }

@@ -41,6 +41,12 @@
  * Split pools: see cuda.h for the addressing.  All virtual memory calls run
  * with devices[0]'s primary context current.  Parts are laid out in the
  * reserved range one after another, each at a multiple of its granularity.
+ * Each part is opened to its rank's device and to the host (a
+ * CU_MEM_LOCATION_TYPE_HOST_NUMA access descriptor, valid for host-NUMA
+ * allocations), as design 2.5 says: "that device and the host only".  The
+ * host grant costs no device memory; no store code reads a part on the CPU
+ * (records stay per-rank), but tests and tools may.  No other device gets
+ * access, which is the whole saving.
  *
  * INVARIANTS
  *   1. A loaded table has every entry non-NULL and cuInit(0) succeeded.
@@ -60,6 +66,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,8 +285,20 @@ static void process_load(void)
 		snprintf(process_msg, sizeof(process_msg), "%s", eos_errmsg());
 }
 
+static const struct sel_cuda *_Atomic override_cu;
+
+void sel_cuda_override(const struct sel_cuda *cu)
+{
+	atomic_store(&override_cu, cu);
+}
+
 int sel_cuda_load(const struct sel_cuda **out)
 {
+	const struct sel_cuda *o = atomic_load(&override_cu);
+	if (o) {
+		*out = o;
+		return 0;
+	}
 	pthread_once(&process_once, process_load);
 	if (process_rc) {
 		*out = NULL;

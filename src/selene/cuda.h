@@ -180,6 +180,13 @@ struct sel_cuda {
  * for CUDA 13)") or cuInit fails.  Never unloaded. */
 int sel_cuda_load(const struct sel_cuda **out);
 
+/* Tests: from now on sel_cuda_load hands out cu (a table from
+ * sel_cuda_load_from over a fake driver) instead of libcuda.so.1, so the
+ * stores' CUDA paths run without a GPU; NULL restores the real driver.  cu
+ * must outlive every store opened meanwhile.  Call it between store
+ * lifetimes, not concurrently with opens. */
+void sel_cuda_override(const struct sel_cuda *cu);
+
 /* A private table from the library at path (dlopen, RTLD_LOCAL), same
  * checks and messages.  Free with sel_cuda_unload. */
 int sel_cuda_load_library(const char *path, struct sel_cuda **out);
@@ -263,6 +270,13 @@ void sel_copy_backend_cuda_destroy(struct sel_copy_backend *backend);
  * sel_cuda_split_pool_translate maps an identity address to that place;
  * sel_cuda_split_pool_parts gives each rank's (base, stride) for
  * sel_xfer_create_parts, whose jobs keep naming slots by number.
+ *
+ * Use.  store_pool.c builds one for a standalone memory store on this
+ * backend at TP>1 (sel_store_pool_open_memory, selene.h sel_split_mode):
+ * the slab pool keeps the free list over [base, base + slots * slot_bytes)
+ * (sel_slab_create_over) and nothing is host-registered.  Destroy only once
+ * every transfer set over the parts has drained; after SEL_ESTOPPED the
+ * store leaks the pool instead.
  */
 struct sel_cuda_split_part {
 	int device;

@@ -77,8 +77,11 @@
  * lends it one pool of warm and intake slots shared with the disk store's
  * staging (sel_memory_store_open_shared) and uses the calls of
  * store_memory.h to pin dirty records, read records into warm slots and
- * remove copies the disk tier lost.  Split pools (cfg->split_pool) are not
- * used yet: the pool is always the one registered mapping.
+ * remove copies the disk tier lost.  A standalone store on the CUDA
+ * backend at TP>1 gets a split pool instead (design 2.5; store_pool.c,
+ * cfg->split_pool): the same slot numbers, each rank's share in its own
+ * pinned part, and records that stay per-rank -- its OUT jobs never ask for
+ * compare, since no CPU code may read a split slot.
  *
  * The store's startup warning (intake shrunk for host headroom, design 1)
  * is read with sel_store_warning().
@@ -562,7 +565,7 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	j->x.row = row;
 	j->x.state_slot = cp->state_slot;
 	j->x.row_slots = jslots + tail;
-	j->x.compare = ms->ranks > 1;
+	j->x.compare = ms->ranks > 1 && !ms->sp->split; /* split slots are not CPU-readable */
 
 	int rc = sel_xfer_submit(ms->xfer, &j->x);
 	if (rc != 0) {
@@ -1212,8 +1215,7 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	rc = ensure_rec(ms, 0);
 	if (rc)
 		goto fail;
-	rc = sel_xfer_create(g, ms->layout, ms->pool, ms->backend,
-			     cfg->queue_depth ? cfg->queue_depth : 64, &ms->xfer);
+	rc = sel_store_pool_xfer_create(sp, cfg->queue_depth ? cfg->queue_depth : 64, &ms->xfer);
 	if (rc)
 		goto fail;
 	*out = &ms->base;
@@ -1232,7 +1234,7 @@ int sel_memory_store_open(const sel_store_config *cfg, sel_store **out)
 		return eos_fail(-EINVAL, "memory store: no geometry");
 	if (cfg->memory_bytes == 0)
 		return eos_fail(-EINVAL, "memory store: warm memory budget is 0");
-	int rc = sel_store_pool_open(cfg, cfg->memory_bytes, "memory store", &sp);
+	int rc = sel_store_pool_open_memory(cfg, cfg->memory_bytes, "memory store", &sp);
 	if (rc)
 		return rc;
 	return open_on(cfg, sp, true, out);
@@ -1385,6 +1387,11 @@ void sel_memory_store_slots(sel_store *s, uint64_t *slot_bytes, uint64_t *warm, 
 		*row_slots = ms->row_slots;
 }
 
+const struct sel_store_pool *sel_memory_store_pool(sel_store *s)
+{
+	return MS(s)->sp;
+}
+
 /* ---- the composite's view ----------------------------------------------------- */
 
 static sel_node_id find_live(struct mem_store *ms, const sel_key *key)
@@ -1465,8 +1472,8 @@ int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *pa
 	struct mem_store *ms = MS(s);
 	if (ms->stopped || ms->closed)
 		return eos_fail(SEL_ESTOPPED, "memory store: %s", ms->closed ? "closed" : "stopped");
-	if (ms->ranks == 1 && (pages_packed || row_packed))
-		return eos_fail(-EINVAL, "memory store: packing needs ranks > 1");
+	if ((ms->ranks == 1 || ms->sp->split) && (pages_packed || row_packed))
+		return eos_fail(-EINVAL, "memory store: packing needs ranks > 1 and a registered pool");
 	uint32_t need = sel_memory_store_record_slots(s, tail, row, pages_packed, row_packed);
 	if (need > ms->warm)
 		return eos_fail(-ENOSPC, "memory store: %" PRIu32 " slots exceed the warm pool's %"

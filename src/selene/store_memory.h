@@ -37,6 +37,11 @@ int sel_memory_store_record(sel_store *s, const sel_key *key, struct sel_memory_
 void sel_memory_store_slots(sel_store *s, uint64_t *slot_bytes, uint64_t *warm, uint64_t *intake,
 			    uint32_t *row_slots);
 
+/* The slot pool the store copies through (store_pool.h): its layout, slab
+ * pool and, for a split pool (design 2.5), the rank parts.  For tests;
+ * valid until destroy. */
+const struct sel_store_pool *sel_memory_store_pool(sel_store *s);
+
 /* ---- The composite's view (design 2.4 CompositeStore) ------------------- */
 
 /* A memory store over a pool the caller owns (store_pool.h): it never frees

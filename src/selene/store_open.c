@@ -16,6 +16,12 @@
  *     any          any       set    refused: the pool (design 2.15) is not
  *                                   implemented
  *
+ * The memory store alone never reads its slots on the CPU, so on the CUDA
+ * backend at TP>1 its slot pool is split by rank by default (design 2.5;
+ * cfg->split_pool, store_pool.c); stores with a disk tier keep the one
+ * registered mapping and refuse split_pool on.  Nothing here decides it:
+ * the zero value of the config is the design's default.
+ *
  * The disk limit (0 = one tenth of the free space of the directory's
  * filesystem at startup) and the namespace directory belong to the disk
  * store; "limit 0 selects no disk store" is the caller's decision, made by

@@ -8,6 +8,17 @@
  * pool; the composite opens one and lends it to its memory store and its
  * disk store, which then never free it.  Used from the model worker thread
  * only (the transfer threads receive addresses).
+ *
+ * Two layouts.  The registered pool is one host mapping of whole cross-rank
+ * records, pinned once through the copy backend (cuMemHostRegister on CUDA,
+ * which maps it into every device's page tables).  A standalone memory store
+ * on the CUDA backend at TP>1 splits it by rank instead (design 2.5, cuda.h
+ * "Split pools"): each rank's share of every slot is one pinned allocation
+ * on its device's NUMA node, mapped for that device and the host only; the
+ * slab pool keeps the free list over the split pool's identity range and
+ * the transfer set addresses the rank parts (sel_store_pool_xfer_create).
+ * Records in a split pool stay per-rank: nothing may compare or pack them,
+ * since no CPU code reads their slots.
  */
 #ifndef SEL_STORE_POOL_H
 #define SEL_STORE_POOL_H
@@ -16,11 +27,19 @@
 #include "slab.h"
 #include "transfer.h"
 
+struct sel_cuda;
+struct sel_cuda_split_pool;
+
 struct sel_store_pool {
 	const sel_geometry *g;
 	sel_slot_layout layout;
 	const struct sel_copy_backend *backend; /* the caller's, the host one, or cuda_backend */
 	struct sel_copy_backend *cuda_backend;  /* owned, when CUDA */
+	const struct sel_cuda *cu;              /* the driver, when CUDA */
+	int *devices;                           /* [ranks] device ordinals, when CUDA */
+	/* Owned, for a split pool (records per-rank, no compare); else NULL.
+	 * pool is then a free list over its identity range. */
+	struct sel_cuda_split_pool *split;
 	sel_slab_pool *pool;
 	uint64_t slot_bytes;
 	uint64_t warm, intake;                  /* slots */
@@ -28,19 +47,39 @@ struct sel_store_pool {
 	uint64_t page_bytes_all;                /* unpadded bytes of one page, all ranks */
 	uint64_t row_bytes_all;                 /* unpadded bytes of one row, all ranks */
 	uint64_t min_pages, min_rows;           /* smallest plane page and row counts */
-	char warning[512];                      /* intake shrunk for headroom, or "" */
+	/* Intake shrunk for headroom, a split pool the devices could not make,
+	 * or "". */
+	char warning[512];
 };
 
 /* Build the layout, pick the copy backend (cfg->copy_backend, memcpy for
  * host planes, the CUDA driver for device planes; a configured GPU is never
  * replaced by memcpy), size the automatic intake (cfg->max_active, headroom
  * from cfg->host_headroom or MemAvailable less the warm bytes) and map
- * warm_bytes / slot_bytes warm slots plus the intake.  warm_bytes 0 maps an
- * intake-only pool (disk store).  who names the store in messages.  0 or
- * an error with a message; nothing is left behind on failure. */
+ * warm_bytes / slot_bytes warm slots plus the intake as the registered
+ * pool.  warm_bytes 0 maps an intake-only pool (disk store).  who names the
+ * store in messages.  For stores with a disk tier, which read records on
+ * the CPU: cfg->split_pool == SEL_SPLIT_ON is refused (-EINVAL), AUTO means
+ * the registered pool.  0 or an error with a message; nothing is left
+ * behind on failure. */
 int sel_store_pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const char *who,
 			struct sel_store_pool **out);
-/* Unmap and free.  NULL-safe.  Only once nothing can copy into a slot. */
+/* The same for a standalone memory store, which never reads its slots on
+ * the CPU: the pool is split by rank as cfg->split_pool says (selene.h
+ * sel_split_mode; AUTO: CUDA backend, ranks > 1 and devices with host-NUMA
+ * allocations, else the registered pool with a warning when only the
+ * devices stood in the way).  The split pool's driver calls fail with
+ * SEL_ECUDA naming the call, rank and device. */
+int sel_store_pool_open_memory(const sel_store_config *cfg, uint64_t warm_bytes, const char *who,
+			       struct sel_store_pool **out);
+/* The transfer set over sp's slots (queue_depth per rank): sel_xfer_create
+ * over the registered mapping, or sel_xfer_create_parts over a split pool's
+ * rank parts (that set refuses compare and packed jobs).  sp must outlive
+ * it; destroy it (or, after SEL_ESTOPPED, leak sp) before the pool. */
+int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth, sel_xfer **out);
+/* Unmap and free: the slab pool, then a split pool's parts and range, then
+ * the CUDA backend.  NULL-safe.  Only once nothing can copy into a slot
+ * (every transfer set over sp closed and drained). */
 void sel_store_pool_destroy(struct sel_store_pool *sp);
 /* Keep everything reachable and never free it: a copier that could not
  * drain may still use the slots (design 2.5, 2.8).  NULL-safe. */
