@@ -449,8 +449,10 @@ typedef struct sel_drain_progress {
 	uint64_t records_writing, bytes_writing;   /* writes in flight */
 	uint64_t records_left, bytes_left;         /* DRAM-only, not started */
 	uint64_t rate_bps;           /* bytes_written / elapsed */
-	/* Final: why records_left were not saved ("" when all were):
-	 * "time limit", "deadline", "disk limit", "write errors", "stopped". */
+	/* Final: why records were not saved ("" when all were): "time limit"
+	 * (drain_ns passed), "deadline" (the close deadline passed), "disk
+	 * limit" (no budget without evicting committed files), "disk full"
+	 * (ENOSPC/EDQUOT after a few retries), "write errors", "stopped". */
 	const char *why;
 	uint64_t failed;             /* writes that failed (their records not saved) */
 } sel_drain_progress;
