@@ -424,6 +424,10 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 		.disk_limit = cfg->disk_limit,
 		.drain_on_shutdown = cfg->drain_on_shutdown,
 		.drain_ns = cfg->drain_limit_ns,
+		.drain_progress = cfg->drain_progress,
+		.drain_ctx = cfg->drain_ctx,
+		.max_age_ns = cfg->max_age_ns,
+		.clock_ns = cfg->clock_ns,
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
@@ -776,8 +780,11 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 static void store_event(hel_engine *e, const sel_event *ev)
 {
 	(void)hel_scheduler_unpin(e->sched, ev->checkpoint);
+	/* Deferred: no host capacity; the event names why (a store that does
+	 * not say is counted as out of slots). */
 	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
-		retry_add(e, ev->checkpoint, SEL_RETRY_SLABS); /* no host capacity */
+		retry_add(e, ev->checkpoint, ev->why > SEL_RETRY_NONE && ev->why < SEL_RETRY_REASONS
+						     ? ev->why : SEL_RETRY_SLABS);
 }
 
 static void put_one(hel_engine *e, const sel_published *p)
