@@ -40,7 +40,8 @@
  *        request's sampler at the token's position), complete it, deliver
  *        tokens and finish requests;
  *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
- *        the store's wait fd when nothing happened.
+ *        the store's wait fd when nothing happened (at most a minute with
+ *        expiry on, so the store's poll can sweep an idle cache).
  *   Steps run synchronously (max_inflight 1), so no id is ever PENDING
  *   while the worker sleeps and nothing but a submission, a cancellation
  *   or a store event can make progress possible; while requests are live
@@ -108,6 +109,7 @@
 #define POLL_BATCH 32
 #define NOTICE_BATCH 64
 #define IDLE_WAIT_MS 50
+#define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -1138,9 +1140,12 @@ static void idle_wait(hel_engine *e)
 		pf[1].events = POLLIN;
 		nfd = 2;
 	}
-	/* Nothing live: only a submission or the store can bring work. */
+	/* Nothing live: only a submission or the store can bring work -- and,
+	 * with expiry, the store's once-a-minute sweep, which its poll runs
+	 * (design 2.5): wake for it even when idle. */
 	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
-	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : -1);
+	int idle = store_usable(e) && e->cfg.max_age_ns ? EXPIRY_WAIT_MS : -1;
+	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : idle);
 }
 
 /* Stopping: every request still here finishes "cancelled". */
