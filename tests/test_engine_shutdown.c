@@ -11,7 +11,8 @@
  * checks that the stop returned 0 within its bound (drain limit plus a
  * grace; none for an unlimited drain), every request got its on_done, no
  * temporary file is left, and a drain reported its end once.  Cycles rotate
- * through an unlimited drain, a drain limited to 100 ms, and no drain.
+ * through an unlimited drain, a drain limited to 100 ms (with writes slowed
+ * so that the limit cuts it short), and no drain.
  *
  * "Committed" excludes what the design lets a stop lose: a record whose
  * parent's file was never written (an orphan at the next start) and a
@@ -36,9 +37,11 @@ static int total_cancelled;
 
 /* ---- slow disk writes ---------------------------------------------------------------- */
 
+static uint64_t write_delay_ns = 200000; /* per pwrite; slower for limited drains */
+
 static ssize_t slow_pwrite(int fd, const void *b, size_t n, off_t off)
 {
-	eos_sleep_ns(200000);
+	eos_sleep_ns(__atomic_load_n(&write_delay_ns, __ATOMIC_RELAXED));
 	return eos_fileops_libc.pwrite(fd, b, n, off);
 }
 
@@ -201,9 +204,13 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	hel_engine_stats_get(e, &st);
 
 	uint64_t bound = mode == 0 ? 0 : (mode == 1 ? 100000000ull : 0) + GRACE_NS;
+	/* A limited drain meets writes slow enough for its limit to matter. */
+	if (mode == 1)
+		__atomic_store_n(&write_delay_ns, 3000000, __ATOMIC_RELAXED);
 	uint64_t t0 = eos_now_ns();
 	CHECK_RC(hel_engine_stop(e, bound ? t0 + bound : 0), 0);
 	uint64_t took = eos_now_ns() - t0;
+	__atomic_store_n(&write_delay_ns, 200000, __ATOMIC_RELAXED);
 	if (took > *max_stop_ns)
 		*max_stop_ns = took;
 	CHECKF(!bound || took <= bound + SLACK_NS, "cycle %d: stop took %" PRIu64 " ms, bound %"

@@ -73,8 +73,8 @@
  *   file links under first (its file needs them at the next start), then
  *   the rest, each group most recently used first, which puts every
  *   record after its parked ancestors (a parent is always more recent than
- *   its children in the access order) -- is written in order, at most 2 x
- *   intake slots ahead; a record whose parked ancestor did not start is
+ *   its children in the access order) -- is written in order, at most four
+ *   records and 2 x intake slots ahead; a record whose parked ancestor did not start is
  *   skipped, an uncharged one is charged only if the limit has room
  *   without evicting (committed files are preserved).  New writes stop at
  *   drain_ns and at the close deadline; started ones finish.  ENOSPC and
@@ -117,6 +117,7 @@
 #define BACKOFF_MIN_NS (50ull * 1000000)
 #define BACKOFF_MAX_NS (2000ull * 1000000)
 #define POLL_BATCH 32
+#define DRAIN_WRITES 4           /* drain writes in flight at most: the time limit's overrun */
 #define DRAIN_RETRIES 3          /* drain passes after a full filesystem */
 #define DRAIN_BACKOFF_NS (100ull * 1000000) /* before the first; doubling, at most 400 ms */
 
@@ -148,6 +149,7 @@ struct cdrain {
 	uint64_t retried;           /* writes a full filesystem sent back */
 	uint64_t retries_left;
 	uint64_t resume_ns;         /* no new pass before this */
+	uint32_t in_flight;         /* drain writes started, not done */
 	bool time_up, deadline_hit, no_room, no_space;
 };
 
@@ -465,6 +467,8 @@ static void write_done(struct comp_store *cs, struct cwrite *w, int status)
 	cs->writing_slots -= w->slots;
 	cs->g.writes_done++;
 	if (cs->draining) {
+		if (cs->dr.in_flight)
+			cs->dr.in_flight--;
 		if (status == 0) {
 			cs->dr.written++;
 			cs->dr.written_bytes += w->bytes;
@@ -1234,8 +1238,9 @@ static bool ancestors_started(struct comp_store *cs, const struct sel_disk_recor
 	return true;
 }
 
-/* Start plan writes while the write-ahead bound (2 x intake, or one record
- * at a time above it) and the time limit allow. */
+/* Start plan writes while the time limit and the write-ahead bound allow:
+ * at most DRAIN_WRITES records and 2 x intake slots in flight (one record
+ * at a time above that), so the limit is overrun by a few writes at most. */
 static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 {
 	struct cdrain *d = &cs->dr;
@@ -1251,7 +1256,8 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 			d->deadline_hit = true;
 			return;
 		}
-		if (cs->writes && cs->writing_slots >= 2 * cs->intake)
+		if (cs->writes && (cs->writing_slots >= 2 * cs->intake ||
+				   d->in_flight >= DRAIN_WRITES))
 			return;
 		const sel_key *k = &d->plan[d->next++];
 		struct sel_disk_record_info di;
@@ -1265,6 +1271,8 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 			continue; /* its file would not link: not saved */
 		if (write_start(cs, k) != 0)
 			d->failed++;
+		else
+			d->in_flight++;
 	}
 	/* The plan is done.  Records a full filesystem sent back to the park
 	 * get another pass after the backoff, a few times. */
