@@ -315,6 +315,7 @@ typedef struct sel_event {
 	sel_tier tier;         /* fetch events: where the bytes came from */
 	uint64_t bytes;
 	uint64_t duration_ns;  /* submission to completion */
+	sel_retry_reason why;  /* SEL_DEFERRED: the cause (design 2.15) */
 } sel_event;
 
 /* Counters and gauges, cumulative since open (design 2.11, 2.15). */
@@ -462,6 +463,22 @@ typedef enum sel_backend_kind {
 	SEL_BACKEND_CUDA,     /* planes in device memory: the CUDA driver (dlopen) */
 } sel_backend_kind;
 
+/* The shutdown drain's progress (design 2.5), for the operator's log. */
+typedef struct sel_drain_progress {
+	bool final;                  /* the last report: the drain is over */
+	uint64_t elapsed_ns;         /* since the drain began */
+	uint64_t records_written, bytes_written;   /* files committed by the drain */
+	uint64_t records_writing, bytes_writing;   /* writes in flight */
+	uint64_t records_left, bytes_left;         /* DRAM-only, not started */
+	uint64_t rate_bps;           /* bytes_written / elapsed */
+	/* Final: why records were not saved ("" when all were): "time limit"
+	 * (drain_ns passed), "deadline" (the close deadline passed), "disk
+	 * limit" (no budget without evicting committed files), "disk full"
+	 * (ENOSPC/EDQUOT after a few retries), "write errors", "stopped". */
+	const char *why;
+	uint64_t failed;             /* writes that failed (their records not saved) */
+} sel_drain_progress;
+
 typedef struct sel_store_config {
 	const sel_geometry *geometry;    /* live plane addresses; outlives the store */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
@@ -477,14 +494,27 @@ typedef struct sel_store_config {
 	bool populate;                   /* pre-fault the slab mapping */
 	sel_split_mode split_pool;       /* memory-only CUDA slot pool; 0 = AUTO */
 	bool fdatasync;                  /* fdatasync record files before rename */
-	/* Composite: at close, write DRAM-only (parked) records to disk first,
-	 * for drain_ns (0 = until done) within the close deadline (design 2.5
-	 * --prefix-cache-drain-on-shutdown). */
+	/* Composite: at close, write DRAM-only (parked) records to disk first
+	 * (design 2.5 --prefix-cache-drain-on-shutdown): the most recently
+	 * used first, each after its parked ancestors; new writes start only
+	 * within drain_ns (0 = until done) and the close deadline, writes
+	 * started finish.  Committed files are never evicted to make room.
+	 * drain_progress (may be NULL) is called from sel_store_close on the
+	 * closing thread about once a second while it drains and once at the
+	 * end (final), with drain_ctx. */
 	bool drain_on_shutdown;
 	uint64_t drain_ns;
+	void (*drain_progress)(void *ctx, const struct sel_drain_progress *p);
+	void *drain_ctx;
+	/* Expiry (design 2.5 --prefix-cache-max-age): records whose last use
+	 * (publication, reuse, restore, a child's publication; file mtime
+	 * after a restart) is older than max_age_ns are dropped by a sweep
+	 * that sel_store_poll runs at most once a minute.  0 = off. */
+	uint64_t max_age_ns;
 	/* Tests: a struct sel_copy_backend replacing the host/CUDA backend. */
 	const void *copy_backend;
-	/* Tests and tools: a clock for record ages (NULL = CLOCK_REALTIME). */
+	/* Tests and tools: the clock of record ages and expiry sweeps, ns
+	 * since the epoch (NULL = CLOCK_REALTIME, which file mtimes use). */
 	uint64_t (*clock_ns)(void);
 	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
 	 * value is refused by sel_store_open with -ENOTSUP. */

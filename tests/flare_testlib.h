@@ -265,6 +265,23 @@ static int fake_stop(void *ctx, uint64_t deadline_ns)
 {
 	(void)deadline_ns;
 	struct fake *f = ctx;
+	/* A drain, as the engine reports one from its store's close. */
+	if (f->cfg.drain_on_shutdown && f->cfg.drain_progress) {
+		sel_drain_progress p = {.elapsed_ns = 1000000000ull, .records_written = 2,
+					.bytes_written = 2 << 20, .records_writing = 1,
+					.bytes_writing = 1 << 20, .records_left = 4,
+					.bytes_left = 4 << 20, .rate_bps = 2 << 20};
+		f->cfg.drain_progress(f->cfg.drain_ctx, &p);
+		p.final = true;
+		p.elapsed_ns = 1500000000ull;
+		p.records_written = 3;
+		p.bytes_written = 3 << 20;
+		p.records_writing = 0;
+		p.bytes_writing = 0;
+		p.records_left = 4;
+		p.why = "time limit";
+		f->cfg.drain_progress(f->cfg.drain_ctx, &p);
+	}
 	pthread_mutex_lock(&f->mu);
 	f->stopping = true;
 	pthread_cond_broadcast(&f->cv);

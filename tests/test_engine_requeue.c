@@ -59,6 +59,9 @@ struct dbl {
 	/* puts */
 	bool scripted;       /* outcome by checkpoint id % 4, else always Queued */
 	bool always_retry;   /* scripted kind 1 refuses every put */
+	bool defer_one;      /* the first scripted kind-2 checkpoint defers every put */
+	uint64_t deferring;  /* its id (0: not chosen yet) */
+	sel_retry_reason defer_why; /* the cause deferral events name */
 	int poll_fail;       /* poll returns it when non-zero */
 	int close_rc;
 	/* events */
@@ -163,9 +166,13 @@ static sel_outcome d_put(sel_store *s, const sel_published *cp, sel_retry_reason
 	if (kind == 1 && (r->puts == 1 || d->always_retry)) {
 		o = SEL_RETRY;
 		*why = SEL_RETRY_QUEUE;
-	} else if (kind == 2 && r->puts == 1) {
+	} else if (kind == 2 && d->defer_one && !d->deferring) {
+		d->deferring = cp->checkpoint;
+	}
+	if (kind == 2 && (r->puts == 1 || d->deferring == cp->checkpoint)) {
 		ev.type = SEL_EV_STORE_FAILED;
 		ev.outcome = SEL_DEFERRED;
+		ev.why = d->defer_why;
 	} else if (kind == 3) {
 		ev.type = SEL_EV_STORE_FAILED;
 		ev.outcome = SEL_SKIPPED;
@@ -506,6 +513,17 @@ static void test_requeue_front(void)
 
 /* ---- put outcomes, pins, notices --------------------------------------------------------- */
 
+/* No checkpoint holds a worker pin (every Queued put had its event). */
+static bool no_pins(struct dbl *d)
+{
+	bool none = true;
+	pthread_mutex_lock(&d->mu);
+	for (size_t i = 0; i < d->nrecs && none; i++)
+		none = d->recs[i].pins == 0;
+	pthread_mutex_unlock(&d->mu);
+	return none;
+}
+
 static void test_put_outcomes(void)
 {
 	struct dbl *d = dbl_new();
@@ -535,6 +553,10 @@ static void test_put_outcomes(void)
 	 * pin (a leaked pin keeps its checkpoint forever). */
 	fillers(e, 20);
 	et_wait_stats(e, idle, NULL);
+	/* Idle requests do not mean settled puts: the last terminals are
+	 * offered, and their events polled, an iteration or two later. */
+	for (int i = 0; i < 10000 && !no_pins(d); i++)
+		usleep(1000);
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
 	int puts_by_kind[4] = { 0 }, evicted_by_kind[4] = { 0 }, n_by_kind[4] = { 0 };
@@ -612,6 +634,35 @@ static void test_retry_abandoned(void)
 	dbl_free(d);
 }
 
+/* A Deferred put is abandoned by the cause its event names (design 2.15:
+ * the disk store defers for disk budget); one without a cause counts as
+ * out of slots. */
+static bool abandoned_for(const hel_engine_stats *st, void *arg)
+{
+	return st->retry_abandoned[*(sel_retry_reason *)arg] > 0;
+}
+
+static void test_deferred_abandoned(sel_retry_reason why)
+{
+	struct dbl *d = dbl_new();
+	LOCKED(d, { d->scripted = true; d->defer_one = true; d->defer_why = why; });
+	hel_engine *e = open_with(d, 12, 20);
+	/* One checkpoint is deferred on every put until the GPU evicts it. */
+	fillers(e, 30);
+	et_wait_stats(e, idle, NULL);
+	big_request_fits(e, 12);
+	sel_retry_reason want = why == SEL_RETRY_NONE ? SEL_RETRY_SLABS : why;
+	et_wait_stats(e, abandoned_for, &want);
+	hel_engine_stats st;
+	hel_engine_stats_get(e, &st);
+	for (int r = 0; r < SEL_RETRY_REASONS; r++)
+		if (r != (int)want && r != SEL_RETRY_QUEUE) /* kind 1 is refused once (queue) */
+			CHECKF(st.retry_abandoned[r] == 0, "%s abandoned", sel_retry_reason_name(r));
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+	dbl_free(d);
+}
+
 /* ---- a store that stops ------------------------------------------------------------------------ */
 
 static void test_store_stops(bool drains)
@@ -660,6 +711,8 @@ int main(void)
 	test_requeue_front();
 	test_put_outcomes();
 	test_retry_abandoned();
+	test_deferred_abandoned(SEL_RETRY_BUDGET);
+	test_deferred_abandoned(SEL_RETRY_NONE);
 	test_store_stops(true);
 	test_store_stops(false);
 	hel_core_free(core);

@@ -6,10 +6,18 @@
  *
  * Every field of hel_engine_stats and of its sel_stats gets a distinct
  * value, so a field exported under the wrong name or not at all shows.
+ * Then the retention families (design 2.15) from real stores, with their
+ * meaning: held counts holding events per tier; dropped counts what left
+ * the last local tier (end_of_chain: disk evictions in a composite, memory
+ * evictions in a memory store alone; a composite's memory evictions are
+ * not drops), oversize and terminal I/O losses; expired counts age
+ * removals in each tier; parked_records is the DRAM-only gauge.
  */
 #include "flare/dashboard.h"
 #include "flare/metrics.h"
 #include "flare_testlib.h"
+#include "store_composite.h"
+#include "storefx.h"
 
 static void fill(hel_engine_stats *st)
 {
@@ -271,9 +279,151 @@ static void test_dashboard(void)
 	CHECK(strlen(small) == sizeof small - 1);
 }
 
+/* ---- the retention families from real stores --------------------------------------------- */
+
+static uint64_t now_s;
+static uint64_t fake_clock(void) { return 1700000000ull * 1000000000ull + now_s * 1000000000ull; }
+
+static double sample(sel_store *s, const char *name)
+{
+	hel_engine_stats st;
+	memset(&st, 0, sizeof st);
+	st.store_enabled = true;
+	sel_store_stats(s, &st.store);
+	struct flare_buf b = {0};
+	flare_metrics_format(&b, &st, NULL, NULL);
+	prom_check(b.data);
+	double v = prom_value(b.data, name);
+	flare_buf_free(&b);
+	return v;
+}
+
+static void put_wait(sel_store *s, const sel_published *cp)
+{
+	sel_retry_reason why;
+	sel_outcome o;
+	uint64_t deadline = eos_now_ns() + 10000000000ull;
+	while ((o = sel_store_put(s, cp, &why)) == SEL_RETRY) {
+		CHECK(eos_now_ns() < deadline);
+		sfx_no_events(s, 2);
+	}
+	CHECKF(o == SEL_QUEUED, "put: %s", sel_outcome_name(o));
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, NULL);
+	CHECK(ev.type == SEL_EV_STORED);
+}
+
+static void settle(sel_store *s, int ms)
+{
+	for (int i = 0; i < ms; i++)
+		sfx_no_events(s, 1);
+}
+
+static const uint64_t units2[] = {4096, 1000};
+
+static void test_retention_composite(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 2048, 16);
+	char *dir = test_mkdtemp("metrics-retention");
+	sel_store_config cfg = sfx_config(&fx, false);
+	cfg.memory_bytes = 600 * fx.slot_bytes;
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 6ull << 20; /* about ten 64-page records */
+	cfg.max_age_ns = 3600ull * 1000000000ull;
+	cfg.clock_ns = fake_clock;
+	now_s = 0;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	enum { N = 14 };
+	struct sfx_conv cv[N];
+	for (int i = 0; i < N; i++) {
+		sfx_conv_init(&fx, &cv[i], 10 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(i * 66));
+		sel_published cp = sfx_ckpt(&fx, &cv[i], 64 * 64, 0, 4, (uint64_t)i + 10);
+		put_wait(s, &cp);
+		settle(s, 5);
+	}
+	settle(s, 50);
+	sel_stats st;
+	sel_store_stats(s, &st);
+	struct sel_composite_gauges g;
+	sel_composite_store_gauges(s, &g);
+	/* Held: every landed memory copy; every committed file. */
+	CHECK(sample(s, "flare_host_cache_held_total{tier=\"dram\"}") == (double)N - g.streamed);
+	CHECK(sample(s, "flare_host_cache_held_total{tier=\"nvme\"}") ==
+	      (double)(g.writes_done + g.streamed));
+	/* Memory evicted durable copies: not drops (the disk keeps them). */
+	CHECK(st.tier[SEL_TIER_MEMORY].evicted > 0);
+	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"end_of_chain\"}") == 0);
+	/* The disk limit evicted committed records: the end of the chain. */
+	double ev = sample(s, "flare_host_cache_evicted_total{tier=\"nvme\"}");
+	CHECK(ev > 0 && sample(s, "flare_host_cache_dropped_total{tier=\"nvme\","
+				  "reason=\"end_of_chain\"}") == ev);
+	CHECK(sample(s, "flare_host_cache_parked_records") == (double)st.parked_records);
+	/* A record the disk limit can never hold: oversize on nvme only. */
+	struct sfx_conv big;
+	sfx_conv_init(&fx, &big, 99, 13 * 64 * 64 + 10, 1000);
+	sel_published cb = sfx_ckpt(&fx, &big, 13 * 64 * 64, 0, 5, 99);
+	CHECK(sel_store_put(s, &cb, NULL) == SEL_OVERSIZE);
+	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"nvme\",reason=\"oversize\"}") == 1);
+	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"oversize\"}") == 0);
+	/* Two hours later every record has expired, in both tiers. */
+	sel_store_stats(s, &st);
+	uint64_t disk_n = st.tier[SEL_TIER_DISK].records, mem_n = st.tier[SEL_TIER_MEMORY].records;
+	now_s = 7200;
+	settle(s, 2);
+	CHECK(disk_n <= 64 && mem_n > 0);
+	CHECK(sample(s, "flare_host_cache_expired_total{tier=\"nvme\"}") == (double)disk_n);
+	CHECK(sample(s, "flare_host_cache_expired_total{tier=\"dram\"}") == (double)mem_n);
+	CHECK(sample(s, "flare_host_cache_parked_records") == 0);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	for (int i = 0; i < N; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_conv_free(&big);
+	test_rmtree(dir);
+	free(dir);
+	sfx_free(&fx);
+}
+
+/* A memory store alone is the last local tier: its evictions are drops. */
+static void test_retention_memory(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 2048, 16);
+	sel_store_config cfg = sfx_config(&fx, false);
+	cfg.memory_bytes = 300 * fx.slot_bytes;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	struct sfx_conv cv[6];
+	for (int i = 0; i < 6; i++) {
+		sfx_conv_init(&fx, &cv[i], 30 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(i * 66));
+		sel_published cp = sfx_ckpt(&fx, &cv[i], 64 * 64, 0, 4, (uint64_t)i + 30);
+		put_wait(s, &cp);
+	}
+	double ev = sample(s, "flare_host_cache_evicted_total{tier=\"dram\"}");
+	CHECK(ev > 0 && sample(s, "flare_host_cache_dropped_total{tier=\"dram\","
+				  "reason=\"end_of_chain\"}") == ev);
+	CHECK(sample(s, "flare_host_cache_held_total{tier=\"dram\"}") == 6);
+	/* A record the warm pool can never hold is dropped as oversize. */
+	struct sfx_conv big;
+	sfx_conv_init(&fx, &big, 99, 5 * 64 * 64 + 10, 1000);
+	sel_published cb = sfx_ckpt(&fx, &big, 5 * 64 * 64, 0, 5, 99);
+	CHECK(sel_store_put(s, &cb, NULL) == SEL_OVERSIZE);
+	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"oversize\"}") == 1);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	for (int i = 0; i < 6; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_conv_free(&big);
+	sfx_free(&fx);
+}
+
 int main(void)
 {
 	test_format();
+	test_retention_composite();
+	test_retention_memory();
 	test_dashboard();
 	printf("ok\n");
 	return 0;

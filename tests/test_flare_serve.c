@@ -132,12 +132,15 @@ static void test_run(void)
 	fprintf(f, "[server]\nport = 1\nmax_active = 8\n[prefix_cache]\nmemory = \"1MiB\"\n");
 	fclose(f);
 	char *argv[] = {"run", "--config", conf, "--port", "0", "--prefix-cache-disk", cache,
-			"--dashboard", "on", "--dashboard-interval", "50ms", NULL};
+			"--dashboard", "on", "--dashboard-interval", "50ms",
+			"--prefix-cache-drain-on-shutdown=90s", "--prefix-cache-max-age", "2h", NULL};
 	struct child c;
 	spawn(&c, argv);
 	uint16_t port = listening_port(&c);
 	const char *want[] = {"flare: core 'tiny'", "max-active 8", "prefix cache: composite store",
-			      "transport host", "memory 1 MiB", "directory ", "3 records scanned"};
+			      "transport host", "memory 1 MiB", "directory ", "3 records scanned",
+			      "; records expire after 2h unused",
+			      "; drain on shutdown for at most 1m30s"};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
 		CHECKF(strstr(c.out, want[i]), "startup lacks '%s':\n%s", want[i], c.out);
 	struct stat st;
@@ -160,6 +163,12 @@ static void test_run(void)
 	CHECK(finish(&c, SIGTERM) == 0);
 	CHECKF(strstr(c.out, "flare: SIGTERM: stopping") && strstr(c.out, "flare: stopped"), "%s",
 	       c.out);
+	/* The drain's progress and its final line, on stderr. */
+	CHECKF(strstr(c.out, "flare: drain: 2 records (2 MiB) written, 2 MiB/s; 1 writing (1 MiB), "
+			     "4 left (4 MiB), 1s\n") &&
+		       strstr(c.out, "flare: drain: saved 3 records (3 MiB) in 1.500s, 2 MiB/s; not "
+				     "saved 4 records (4 MiB): time limit\n"),
+	       "%s", c.out);
 	test_rmtree(dir);
 	free(dir);
 }
@@ -228,8 +237,35 @@ static void test_port_in_use(void)
 	CHECK(strstr(c.out, "--prefix-cache-memory SIZE"));
 }
 
+/* The drain's lines and durations as the operator reads them. */
+static void test_drain_lines(void)
+{
+	char b[512];
+	CHECK(!strcmp(flare_duration_text(90ull * 1000000000, b, sizeof b), "1m30s"));
+	CHECK(!strcmp(flare_duration_text(7200ull * 1000000000, b, sizeof b), "2h"));
+	CHECK(!strcmp(flare_duration_text(250000000, b, sizeof b), "250ms"));
+	CHECK(!strcmp(flare_duration_text(1500000000, b, sizeof b), "1.500s"));
+	sel_drain_progress p = {.final = true, .elapsed_ns = 2000000000ull};
+	flare_drain_line(b, sizeof b, &p);
+	CHECKF(!strcmp(b, "flare: drain: nothing to save (no DRAM-only records)"), "%s", b);
+	p.records_written = 1;
+	p.bytes_written = 4096;
+	p.rate_bps = 2048;
+	flare_drain_line(b, sizeof b, &p);
+	CHECKF(!strcmp(b, "flare: drain: saved 1 record (4 KiB) in 2s, 2 KiB/s; every DRAM-only "
+			  "record saved"), "%s", b);
+	p.failed = 2;
+	p.why = "write errors";
+	flare_drain_line(b, sizeof b, &p);
+	CHECKF(strstr(b, "; not saved 2 records (0 B), 2 failed to write: write errors"), "%s", b);
+	char small[24];
+	flare_drain_line(small, sizeof small, &p);
+	CHECK(strlen(small) == sizeof small - 1);
+}
+
 int main(void)
 {
+	test_drain_lines();
 	test_exit_statuses();
 	test_run();
 	test_disk_decisions();

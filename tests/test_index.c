@@ -7,8 +7,11 @@
  * nodes surviving eviction; compaction removing lookup matches but not chain
  * pages; LRU order; dedupe; root records and orphans; row drops on commit of
  * an only child (and their deferral while pinned); prune; the removal
- * cascade; lookup bounds; key mismatches inside one bucket; salts.  Every
- * step is followed by sel_index_check().
+ * cascade; lookup bounds; key mismatches inside one bucket; salts; last-use
+ * stamps (ancestors refreshed, a clock stepping back), the expiry walk
+ * (stop at the first fresh leaf, interior and pinned nodes passed over,
+ * page-only ancestors going with their last child, the 64-leaf bound) and
+ * recovered times.  Every step is followed by sel_index_check().
  */
 #include "testutil.h"
 
@@ -637,6 +640,107 @@ static void test_checker(uint32_t pt, const sel_history *h)
 	fx_free(&f);
 }
 
+
+/* ---- last use and the expiry walk (design 2.5) ---------------------------------------- */
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void) { return fake_now; }
+
+static bool refuse_ctx(void *ctx, const sel_index *ix, sel_node_id id)
+{
+	(void)ix;
+	return id != *(sel_node_id *)ctx;
+}
+
+static void test_expiry(uint32_t pt, const sel_history *h, const sel_history *h2)
+{
+	struct fx f;
+	fx_init(&f, pt);
+	const uint64_t S = 1000000000ull;
+	sel_index_set_clock(f.ix, fake_clock);
+	/* a <- b <- c (b loses its row when c, its only child, commits), and
+	 * d, e: roots of another conversation, e used last. */
+	fake_now = 100 * S;
+	sel_node_id a = put_ready(&f, h, 2 * pt, -1);
+	fake_now = 200 * S;
+	sel_node_id b = put_ready(&f, h, 4 * pt, 2 * pt);
+	fake_now = 300 * S;
+	sel_node_id d = put_ready(&f, h2, 3 * pt, -1);
+	fake_now = 400 * S;
+	sel_node_id c = put_ready(&f, h, 6 * pt, 4 * pt);
+	CHECK(!has_row(&f, b));
+	fake_now = 500 * S;
+	sel_node_id e = put_ready(&f, h2, 5 * pt, -1); /* a second root (full chain) */
+	/* Publication refreshes the record and its ancestors. */
+	CHECK(sel_index_used_ns(f.ix, c) == 400 * S && sel_index_used_ns(f.ix, b) == 400 * S &&
+	      sel_index_used_ns(f.ix, a) == 400 * S && sel_index_used_ns(f.ix, d) == 300 * S &&
+	      sel_index_used_ns(f.ix, e) == 500 * S);
+	/* Nothing is older than 250 s but d: d goes, the walk stops at c. */
+	fx_clear_log(&f);
+	CHECK(sel_index_expire(f.ix, 350 * S, 64, false, NULL, NULL) == 1);
+	CHECK(!alive(&f, d) && f.nremoved == 1 && alive(&f, c));
+	CHECK_OK(sel_index_check(f.ix));
+	/* A reuse refreshes c and its ancestors; the clock stepping back
+	 * stamps no earlier than before. */
+	fake_now = 600 * S;
+	sel_index_touch(f.ix, c);
+	fake_now = 550 * S;
+	sel_index_touch(f.ix, e);
+	CHECK(sel_index_used_ns(f.ix, c) == 600 * S && sel_index_used_ns(f.ix, a) == 600 * S &&
+	      sel_index_used_ns(f.ix, e) == 600 * S && sel_index_stamp(f.ix) == 600 * S);
+	/* A pinned leaf is passed over, and so is one droppable refuses;
+	 * interior nodes are never expired while their children live. */
+	sel_index_pin(f.ix, c);
+	fx_clear_log(&f);
+	CHECK(sel_index_expire(f.ix, 1000 * S, 64, false, NULL, NULL) == 1);
+	CHECK(alive(&f, a) && alive(&f, b) && alive(&f, c) && !alive(&f, e));
+	sel_index_unpin(f.ix, c);
+	CHECK(sel_index_expire(f.ix, 1000 * S, 64, false, refuse_ctx, &c) == 0);
+	CHECK(alive(&f, c));
+	/* c expires; b (page-only) goes with its last child; a, left a leaf
+	 * with its row, is judged in turn and expires too. */
+	fx_clear_log(&f);
+	CHECK(sel_index_expire(f.ix, 1000 * S, 64, false, NULL, NULL) == 2);
+	CHECK(f.nremoved == 3 && f.removed[0] == c && f.removed[1] == b && f.removed[2] == a);
+	CHECK(sel_index_count(f.ix) == 0);
+	CHECK_OK(sel_index_check(f.ix));
+
+	/* The 64-leaf bound, and the stop at the first fresh leaf against
+	 * 'all' (tools). */
+	for (int i = 0; i < 70; i++) {
+		fake_now = (1000 + (uint64_t)i) * S;
+		put_ready(&f, h, (uint64_t)(i + 1) * 64 + 1, -1);
+	}
+	CHECK(sel_index_count(f.ix) == 70);
+	CHECK(sel_index_expire(f.ix, 2000 * S, 64, false, NULL, NULL) == 64);
+	CHECK(sel_index_count(f.ix) == 6);
+	CHECK(sel_index_expire(f.ix, 2000 * S, 64, false, NULL, NULL) == 6);
+	CHECK_OK(sel_index_check(f.ix));
+
+	/* Recovery: times seeded from each file's mtime, the access order
+	 * sorted by the newest time in each subtree (parents after children).
+	 * p (old file) under q (fresh file): p stays while q lives. */
+	fake_now = 5000 * S;
+	sel_node_id p = put_ready(&f, h, 2 * pt, -1);
+	sel_node_id q = put_ready(&f, h, 3 * pt, 2 * pt);
+	sel_node_id x = put_ready(&f, h2, 1100, -1);
+	sel_index_seed_used(f.ix, p, 100 * S);
+	sel_index_seed_used(f.ix, q, 300 * S);
+	sel_index_seed_used(f.ix, x, 200 * S);
+	CHECK_OK(sel_index_order_by_use(f.ix));
+	CHECK_OK(sel_index_check(f.ix));
+	CHECK(sel_index_next_lru(f.ix, SEL_NODE_NONE) == x);
+	CHECK(sel_index_next_lru(f.ix, x) == q && sel_index_next_lru(f.ix, q) == p);
+	CHECK(sel_index_used_ns(f.ix, p) == 100 * S); /* its own file's time */
+	fx_clear_log(&f);
+	CHECK(sel_index_expire(f.ix, 250 * S, 64, false, NULL, NULL) == 1); /* x; q is fresh */
+	CHECK(!alive(&f, x) && alive(&f, p) && alive(&f, q));
+	/* q expires: p, an old leaf now, goes in the same walk. */
+	CHECK(sel_index_expire(f.ix, 350 * S, 64, false, NULL, NULL) == 2);
+	CHECK(sel_index_count(f.ix) == 0);
+	fx_free(&f);
+}
+
 int main(void)
 {
 	test_rng r;
@@ -663,6 +767,7 @@ int main(void)
 		test_cascade_prune(pt, &h, &h2);
 		test_mismatch_and_salt(pt, &h, &h2, &hs);
 		test_checker(pt, &h);
+		test_expiry(pt, &h, &h2);
 		printf("page tokens %u: ok\n", pt);
 	}
 	sel_history_free(&h);

@@ -94,7 +94,7 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	GAUGE("flare_host_cache_intake_slots", "Slots reserved for automatic intake (design 1).",
 	      s->intake_slots);
 	GAUGE("flare_host_cache_parked_records",
-	      "Complete records parked in DRAM until their disk reservation succeeds.",
+	      "DRAM-only records of a composite store: complete in memory, their files not written yet.",
 	      s->parked_records);
 
 	family(out, "flare_host_cache_store_outcomes_total", "counter",
@@ -138,9 +138,11 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	     bytes_in);
 	TIER("flare_host_cache_bytes_out_total", "counter",
 	     "Bytes copied into the tier (memory: every landed copy, design 5).", bytes_out);
-	TIER("flare_host_cache_held_total", "counter", "Record holding events in the tier.", held);
+	TIER("flare_host_cache_held_total", "counter",
+	     "Record holding events in the tier (a copy landed in memory, a file committed).", held);
 	family(out, "flare_host_cache_dropped_total", "counter",
-	       "Records the tier discarded: end of the local chain, oversize, terminal I/O error.");
+	       "Records discarded from the last local tier: end of the local chain, oversize, "
+	       "terminal I/O error.");
 	for (size_t i = 0; i < N_TIERS; i++) {
 		const sel_tier_stats *t = &s->tier[tiers[i]];
 		const struct {
@@ -154,7 +156,8 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 			val(out, "flare_host_cache_dropped_total", l, d[k].v);
 		}
 	}
-	TIER("flare_host_cache_expired_total", "counter", "Records removed for age (max_age).", expired);
+	TIER("flare_host_cache_expired_total", "counter",
+	     "Records removed for age (--prefix-cache-max-age).", expired);
 	TIER("flare_host_cache_evicted_total", "counter", "Records evicted for room.", evicted);
 	TIER("flare_host_cache_compacted_total", "counter",
 	     "Records whose row was dropped, keeping their pages.", compacted);

@@ -15,12 +15,16 @@
  *     from sel_record_scan, run as a dry run and listening to what it
  *     would remove -- or, for gc, run for real, as the server does at
  *     startup;
- *   - gc's retention from a sel_index rebuilt from the scan's survivors in
- *     their access order (file mtime), with the index's own leaf-first
- *     removal: expired leaves go with sel_index_remove (repeatedly, and
- *     once more after the limit, for parents it left as expired leaves),
- *     the size limit evicts with sel_index_evict, and page-only ancestors
- *     leave with their last child through the index's cascade.  The files are unlinked in
+ *   - gc's retention from a sel_index rebuilt from the scan's survivors,
+ *     with last use seeded from file mtime and the access order sorted by
+ *     it as the disk store does at startup, and the index's own leaf-first
+ *     removal: expired leaves go through the server's expiry walk
+ *     (sel_index_expire, the rule sel_index_expired and the cutoff
+ *     sel_expiry_cutoff; without the sweep's 64-leaf limit and its stop at
+ *     the first fresh leaf, and once more after the limit for parents it
+ *     left as expired leaves), the size limit
+ *     evicts with sel_index_evict, and page-only ancestors leave with
+ *     their last child through the index's cascade.  The files are unlinked in
  *     the order the index removed the nodes, children first.
  * Only the namespace itself is the tool's: a server knows its geometry and
  * identity, the tool reads them from the first header that decodes and
@@ -60,6 +64,7 @@
 
 #include "eos.h"
 #include "flare/settings.h"
+#include "expiry.h"
 #include "index.h"
 #include "record.h"
 
@@ -1069,37 +1074,26 @@ static void gc_on_scan(void *ctx, const char *name, enum sel_scan_why why, uint6
 	}
 }
 
-/* Remove every leaf whose file is older than cutoff (ns since the epoch),
- * again and again: a parent left childless may be expired too.  An
- * interior record is never expired.  0 or -ENOMEM / the index's error. */
-static int gc_expire(struct gc *g, sel_index *ix, uint64_t cutoff)
+/* The index asks before each leaf it may expire: the removal that follows
+ * (if the leaf is expired) is the primary one, its cascade the page-only
+ * ancestors. */
+static bool gc_expiring(void *ctx, const sel_index *ix, sel_node_id id)
 {
-	sel_node_id *ids = malloc((g->sc.n ? g->sc.n : 1) * sizeof *ids);
-	int rc = 0;
-	if (!ids)
-		return eos_fail(-ENOMEM, "out of memory");
-	for (;;) {
-		size_t k = 0;
-		for (sel_node_id id = sel_index_next_lru(ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
-		     id = sel_index_next_lru(ix, id)) {
-			const sel_index_node *node = sel_index_cget(ix, id);
-			if (node->children == 0 && g->sc.rec[node->loc].mtime_ns < cutoff)
-				ids[k++] = id;
-		}
-		if (k == 0)
-			break;
-		for (size_t i = 0; i < k && rc == 0; i++) {
-			if (!sel_index_cget(ix, ids[i]))
-				continue; /* cannot happen: only ancestors cascade */
-			g->primary = "expired";
-			g->first = true;
-			rc = sel_index_remove(ix, ids[i]);
-		}
-		if (rc)
-			break;
-	}
-	free(ids);
-	return rc;
+	struct gc *g = ctx;
+	(void)ix;
+	(void)id;
+	g->primary = "expired";
+	g->first = true;
+	return true;
+}
+
+/* The server's expiry rule and walk (sel_index_expire, design 2.5) without
+ * the sweep's bounds (64 leaves, the stop at the first fresh leaf): every
+ * leaf last used before cutoff, oldest first, and the parents that leaves,
+ * once expired leaves themselves. */
+static void gc_expire(struct gc *g, sel_index *ix, uint64_t cutoff)
+{
+	(void)sel_index_expire(ix, cutoff, UINT32_MAX, true, gc_expiring, g);
 }
 
 static int key_cmp(const sel_key *a, const sel_key *b)
@@ -1228,13 +1222,23 @@ static void cmd_gc(struct run *r, struct rns *n)
 	g.primary = "childless page-only";
 	g.first = true;
 	sel_index_prune(ix); /* the scan pruned already: nothing, normally */
-
-	/* 3. Expiry, 4. the limit (least recently written leaves first), and
-	 * expiry again for parents the limit left as expired leaves. */
-	if (o->age && gc_expire(&g, ix, r->now > o->max_age_ns ? r->now - o->max_age_ns : 0) != 0) {
+	/* Last use as the server recovers it: file mtime, a parent as recent
+	 * as its newest descendant, the access order sorted by it. */
+	for (sel_node_id id = sel_index_next_lru(ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
+	     id = sel_index_next_lru(ix, id)) {
+		uint64_t m = g.sc.rec[sel_index_cget(ix, id)->loc].mtime_ns;
+		sel_index_seed_used(ix, id, m < r->now ? m : r->now);
+	}
+	if (sel_index_order_by_use(ix) != 0) {
 		ns_fail(r, n, NULL);
 		goto out;
 	}
+	uint64_t cutoff = sel_expiry_cutoff(r->now, o->max_age_ns);
+
+	/* 3. Expiry, 4. the limit (least recently written leaves first), and
+	 * expiry again for parents the limit left as expired leaves. */
+	if (o->age)
+		gc_expire(&g, ix, cutoff);
 	bool evicted = false;
 	while (o->limit && g.bytes > o->limit_bytes) {
 		g.primary = "limit";
@@ -1243,11 +1247,8 @@ static void cmd_gc(struct run *r, struct rns *n)
 			break;
 		evicted = true;
 	}
-	if (o->age && evicted &&
-	    gc_expire(&g, ix, r->now > o->max_age_ns ? r->now - o->max_age_ns : 0) != 0) {
-		ns_fail(r, n, NULL);
-		goto out;
-	}
+	if (o->age && evicted)
+		gc_expire(&g, ix, cutoff);
 	if (g.oom) {
 		ns_fail(r, n, "out of memory");
 		goto out;

@@ -14,7 +14,9 @@
  * Shutdown order: new requests get 503; the engine stops, which cancels
  * running requests and delivers their on_done (so their responses go
  * out); the HTTP server closes; the engine is destroyed.  The engine's
- * deadline is generous unless the operator asked for an unlimited drain.
+ * deadline is the drain limit plus a grace of 30 s, or none for an
+ * unlimited drain; the drain reports its progress on stderr about once a
+ * second and ends with a line saying what it saved and what not.
  *
  * Invariants:
  *   1. Every failure before serving prints one line naming the flag, file
@@ -79,6 +81,76 @@ static const char *size_text(uint64_t v, char *b, size_t cap)
 	return eos_format_size(v, b, cap);
 }
 
+const char *flare_duration_text(uint64_t ns, char *b, size_t cap)
+{
+	const uint64_t S = 1000000000ull;
+	uint64_t ms = ns / 1000000 % 1000, sec = ns / S;
+	size_t o = 0;
+	b[0] = '\0';
+	if (sec == 0) {
+		snprintf(b, cap, "%" PRIu64 "ms", ms);
+		return b;
+	}
+	uint64_t h = sec / 3600, m = sec / 60 % 60, x = sec % 60;
+	if (h && o < cap)
+		o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 "h", h);
+	if (m && o < cap)
+		o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 "m", m);
+	if ((x || ms) && o < cap) {
+		if (ms)
+			o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 ".%03" PRIu64 "s", x, ms);
+		else
+			o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 "s", x);
+	}
+	return b;
+}
+
+void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
+{
+	char a[32], b[32], c[32], d[32], t[32];
+	size_t o = 0;
+#define ADD(...)                                                                              \
+	do {                                                                                  \
+		if (o < cap)                                                                  \
+			o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                 \
+	} while (0)
+	if (!p->final) {
+		ADD("flare: drain: %" PRIu64 " record%s (%s) written, %s/s; %" PRIu64 " writing (%s), "
+		    "%" PRIu64 " left (%s), %s", p->records_written, p->records_written == 1 ? "" : "s",
+		    size_text(p->bytes_written, a, sizeof a), size_text(p->rate_bps, b, sizeof b),
+		    p->records_writing, size_text(p->bytes_writing, c, sizeof c), p->records_left,
+		    size_text(p->bytes_left, d, sizeof d), flare_duration_text(p->elapsed_ns, t, sizeof t));
+		return;
+	}
+	if (!p->records_written && !p->records_left && !p->failed) {
+		ADD("flare: drain: nothing to save (no DRAM-only records)");
+		return;
+	}
+	ADD("flare: drain: saved %" PRIu64 " record%s (%s) in %s, %s/s", p->records_written,
+	    p->records_written == 1 ? "" : "s", size_text(p->bytes_written, a, sizeof a),
+	    flare_duration_text(p->elapsed_ns, t, sizeof t), size_text(p->rate_bps, b, sizeof b));
+	if (p->records_left || p->failed) {
+		ADD("; not saved %" PRIu64 " record%s (%s)", p->records_left + p->failed,
+		    p->records_left + p->failed == 1 ? "" : "s", size_text(p->bytes_left, c, sizeof c));
+		if (p->failed)
+			ADD(", %" PRIu64 " failed to write", p->failed);
+		if (p->why && *p->why)
+			ADD(": %s", p->why);
+	} else {
+		ADD("; every DRAM-only record saved");
+	}
+#undef ADD
+}
+
+/* The engine's drain progress, on stderr (design 2.5). */
+static void print_drain(void *ctx, const sel_drain_progress *p)
+{
+	(void)ctx;
+	char line[512];
+	flare_drain_line(line, sizeof line, p);
+	fprintf(stderr, "%s\n", line);
+}
+
 void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			 const hel_core *core, const hel_engine_info *info, const char *disk_note)
 {
@@ -108,6 +180,19 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			flare_buf_printf(out, "; directory %s, limit %s, %" PRIu64 " records scanned",
 					 info->disk_dir, size_text(info->disk_limit, a, sizeof a),
 					 info->scanned_records);
+		/* Retention over time (design 2.5). */
+		if (s->max_age_ns)
+			flare_buf_printf(out, "; records expire after %s unused",
+					 flare_duration_text(s->max_age_ns, a, sizeof a));
+		if (s->drain && !strcmp(store, "composite")) {
+			if (s->drain_ns)
+				flare_buf_printf(out, "; drain on shutdown for at most %s",
+						 flare_duration_text(s->drain_ns, a, sizeof a));
+			else
+				flare_buf_printf(out, "; drain on shutdown until done");
+		} else if (s->drain) {
+			flare_buf_printf(out, "; drain on shutdown: nothing to drain in a %s store", store);
+		}
 	}
 	if (*note)
 		flare_buf_printf(out, "; no disk store: %s", note);
@@ -187,6 +272,7 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.disk_limit_set = (s->set & (1u << FLARE_OPT_DISK_LIMIT)) != 0,
 		.drain_on_shutdown = s->drain,
 		.drain_limit_ns = s->drain_ns,
+		.drain_progress = print_drain,
 		.max_age_ns = s->max_age_ns,
 		.fdatasync = false,
 	};

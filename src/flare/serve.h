@@ -31,6 +31,15 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
  * selects no disk store and creates nothing. */
 const char *flare_disk_resolve(const struct flare_settings *s, char *note, size_t notelen);
 
+/* A duration as the operator writes one: "90s", "1m30s", "2h", "250ms",
+ * "1.500s". */
+const char *flare_duration_text(uint64_t ns, char *buf, size_t cap);
+
+/* One line of the shutdown drain's progress (no newline): while it runs,
+ * records and bytes written, the rate, writes in flight and what is left;
+ * the final line, what was saved and what was not, and why. */
+void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p);
+
 /* The startup summary lines (each ending in a newline). */
 void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			 const hel_core *core, const hel_engine_info *info, const char *disk_note);

@@ -40,7 +40,8 @@
  *        request's sampler at the token's position), complete it, deliver
  *        tokens and finish requests;
  *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
- *        the store's wait fd when nothing happened.
+ *        the store's wait fd when nothing happened (at most a minute with
+ *        expiry on, so the store's poll can sweep an idle cache).
  *   Steps run synchronously (max_inflight 1), so no id is ever PENDING
  *   while the worker sleeps and nothing but a submission, a cancellation
  *   or a store event can make progress possible; while requests are live
@@ -108,6 +109,7 @@
 #define POLL_BATCH 32
 #define NOTICE_BATCH 64
 #define IDLE_WAIT_MS 50
+#define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -424,6 +426,10 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 		.disk_limit = cfg->disk_limit,
 		.drain_on_shutdown = cfg->drain_on_shutdown,
 		.drain_ns = cfg->drain_limit_ns,
+		.drain_progress = cfg->drain_progress,
+		.drain_ctx = cfg->drain_ctx,
+		.max_age_ns = cfg->max_age_ns,
+		.clock_ns = cfg->clock_ns,
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
@@ -776,8 +782,11 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 static void store_event(hel_engine *e, const sel_event *ev)
 {
 	(void)hel_scheduler_unpin(e->sched, ev->checkpoint);
+	/* Deferred: no host capacity; the event names why (a store that does
+	 * not say is counted as out of slots). */
 	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
-		retry_add(e, ev->checkpoint, SEL_RETRY_SLABS); /* no host capacity */
+		retry_add(e, ev->checkpoint, ev->why > SEL_RETRY_NONE && ev->why < SEL_RETRY_REASONS
+						     ? ev->why : SEL_RETRY_SLABS);
 }
 
 static void put_one(hel_engine *e, const sel_published *p)
@@ -1131,9 +1140,12 @@ static void idle_wait(hel_engine *e)
 		pf[1].events = POLLIN;
 		nfd = 2;
 	}
-	/* Nothing live: only a submission or the store can bring work. */
+	/* Nothing live: only a submission or the store can bring work -- and,
+	 * with expiry, the store's once-a-minute sweep, which its poll runs
+	 * (design 2.5): wake for it even when idle. */
 	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
-	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : -1);
+	int idle = store_usable(e) && e->cfg.max_age_ns ? EXPIRY_WAIT_MS : -1;
+	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : idle);
 }
 
 /* Stopping: every request still here finishes "cancelled". */

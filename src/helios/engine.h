@@ -38,6 +38,11 @@ typedef struct hel_engine_config {
 	bool disk_limit_set;         /* an explicit limit (0 then selects no disk store) */
 	bool drain_on_shutdown;      /* --prefix-cache-drain-on-shutdown */
 	uint64_t drain_limit_ns;     /* its duration; 0 = until done */
+	/* The drain's progress, called by hel_engine_stop on the stopping
+	 * thread about once a second and once at the end (final); NULL: none
+	 * (sel_store_config.drain_progress). */
+	void (*drain_progress)(void *ctx, const sel_drain_progress *p);
+	void *drain_ctx;
 	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
 	/* Tuning, tests and tools (0 / NULL: defaults). */
@@ -48,6 +53,8 @@ typedef struct hel_engine_config {
 	bool fetch_always;           /* fetch every host hit, skipping the policy
 					(tests whose tiny restores the measured
 					rates could make look slow) */
+	uint64_t (*clock_ns)(void);  /* record ages and expiry sweeps (tests;
+					NULL: the wall clock) */
 	/* Replaces store selection: called once by hel_engine_open with the
 	 * configuration the engine would open a store with (geometry,
 	 * identities, sizes); the engine closes and destroys what it returns.

@@ -1,6 +1,7 @@
 /*
  * index.c - the in-memory checkpoint tree every store owns (design 2.3,
- * "Index and lookup"; the pin rules of design 2.12).
+ * "Index and lookup"; the pin rules of design 2.12; the last-use times and
+ * the expiry walk of design 2.5, "Host record expiry").
  *
  * The index answers one question fast -- "what is the deepest restorable
  * checkpoint for this request above what the GPU already holds?" -- and keeps
@@ -50,6 +51,25 @@
  *   record before its children): it carries SEL_NODE_UNPRUNED until it gets
  *   a child or sel_index_prune runs, which removes the ones still useless.
  *
+ *   Last use.  Beside the logical tick, every node has a last-use time in
+ *   nanoseconds (a parallel array, so the node stays within 96 bytes).
+ *   The touch that refreshes a node's tick stamps it and each ancestor
+ *   with one stamp: the store's clock when it gave one
+ *   (sel_index_set_clock), never less than the last stamp given, so a
+ *   clock stepping back never reorders anything.  Startup seeds each
+ *   node's time from its own file's mtime (sel_index_seed_used; design
+ *   2.5, "recovery uses file mtime") and sorts the LRU list by the newest
+ *   time in each node's subtree (sel_index_order_by_use), so parents stay
+ *   after their children.  A touch moves the node and its ancestors to the
+ *   tail with a stamp no older than any other, so the list stays in that
+ *   order and the expiry walk (sel_index_expire) can start at the head and
+ *   stop at the first fresh leaf.  The one exception is a recovered parent
+ *   whose own file is older than its children's: once its children go, it
+ *   is an old leaf behind fresher ones and expires only when the walk
+ *   reaches it -- the delay design 2.5 accepts ("a record reused from disk
+ *   but never rewritten may expire up to one max age early", and the
+ *   reverse).  The times live only in memory.
+ *
  *   Lookup never writes: it reads the tables, computes at most one key per
  *   distinct candidate consumed count, and grows only the caller's chain.
  *   Its cost is one table probe per boundary between the resident count and
@@ -80,6 +100,7 @@
  *   7. DROP_ROW is set only on pinned nodes that have their row.
  *   8. Free-list ids are below the used count, not live, and together with
  *      the live nodes account for every used id.
+ *   9. No last-use time exceeds the last stamp.
  */
 #include <assert.h>
 #include <errno.h>
@@ -120,6 +141,9 @@ struct sel_index {
 	struct idtable buckets; /* bucket digest -> deepest node of the bucket */
 	sel_node_id lru_head, lru_tail;
 	uint64_t clock; /* last tick given */
+	uint64_t *last_use;             /* [cap] last-use time (ns) of each id */
+	uint64_t (*now_ns)(void);       /* the store's clock, or NULL */
+	uint64_t stamp;                 /* last stamp given (or seeded) */
 };
 
 static inline sel_index_node *N(const sel_index *ix, sel_node_id id)
@@ -325,12 +349,27 @@ static void lru_append(sel_index *ix, sel_node_id id)
 	ix->lru_tail = id;
 }
 
-/* Fresh ticks for id, then each ancestor: parents stay newer (inv. 5). */
+/* The stamp of a touch: the clock, but never before the last stamp
+ * (invariant 9 holds whatever the clock does). */
+static uint64_t next_stamp(sel_index *ix)
+{
+	if (ix->now_ns) {
+		uint64_t t = ix->now_ns();
+		if (t > ix->stamp)
+			ix->stamp = t;
+	}
+	return ix->stamp;
+}
+
+/* Fresh ticks for id, then each ancestor: parents stay newer (inv. 5), and
+ * all get one last-use stamp (inv. 9). */
 static void touch(sel_index *ix, sel_node_id id)
 {
+	uint64_t t = next_stamp(ix);
 	while (id != SEL_NODE_NONE) {
 		sel_index_node *n = N(ix, id);
 		n->tick = ++ix->clock;
+		ix->last_use[id] = t;
 		if (ix->lru_tail != id) {
 			lru_unlink(ix, id);
 			lru_append(ix, id);
@@ -442,6 +481,7 @@ void sel_index_destroy(sel_index *ix)
 	if (!ix)
 		return;
 	free(ix->nodes);
+	free(ix->last_use);
 	free(ix->keys.slot);
 	free(ix->buckets.slot);
 	free(ix);
@@ -482,7 +522,8 @@ sel_node_id sel_index_next_lru(const sel_index *ix, sel_node_id after)
 
 double sel_index_bytes_per_node(const sel_index *ix)
 {
-	double bytes = (double)sizeof *ix + (double)ix->cap * sizeof(sel_index_node) +
+	double bytes = (double)sizeof *ix +
+		       (double)ix->cap * (sizeof(sel_index_node) + sizeof(uint64_t)) +
 		       (double)((uint64_t)1 << ix->keys.bits) * sizeof(sel_node_id) +
 		       (double)((uint64_t)1 << ix->buckets.bits) * sizeof(sel_node_id);
 	return ix->count ? bytes / (double)ix->count : bytes;
@@ -502,6 +543,10 @@ static int reserve(sel_index *ix)
 		if (!nn)
 			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes", ncap);
 		ix->nodes = nn;
+		uint64_t *nu = realloc(ix->last_use, ncap * sizeof *nu);
+		if (!nu)
+			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes", ncap);
+		ix->last_use = nu;
 		ix->cap = (uint32_t)ncap;
 	}
 	if (table_reserve(ix, &ix->keys) || table_reserve(ix, &ix->buckets))
@@ -728,6 +773,124 @@ uint64_t sel_index_prune(sel_index *ix)
 			N(ix, id)->flags &= (uint16_t)~SEL_NODE_UNPRUNED;
 	debug_check(ix);
 	return removed;
+}
+
+/* ---- last use and expiry (design 2.5) ------------------------------------ */
+
+void sel_index_set_clock(sel_index *ix, uint64_t (*now_ns)(void))
+{
+	ix->now_ns = now_ns;
+}
+
+uint64_t sel_index_used_ns(const sel_index *ix, sel_node_id id)
+{
+	return live(ix, id) ? ix->last_use[id] : 0;
+}
+
+uint64_t sel_index_stamp(const sel_index *ix)
+{
+	return ix->stamp;
+}
+
+void sel_index_seed_used(sel_index *ix, sel_node_id id, uint64_t ns)
+{
+	assert(live(ix, id));
+	ix->last_use[id] = ns;
+	if (ns > ix->stamp)
+		ix->stamp = ns;
+}
+
+struct use_order {
+	const sel_index *ix;
+	const uint64_t *eff; /* newest last use in each id's subtree */
+};
+
+static int by_depth(const void *a, const void *b, void *arg)
+{
+	const sel_index *ix = arg;
+	uint64_t cx = N(ix, *(const sel_node_id *)a)->key.consumed;
+	uint64_t cy = N(ix, *(const sel_node_id *)b)->key.consumed;
+	return cx > cy ? -1 : cx < cy;
+}
+
+static int by_use(const void *a, const void *b, void *arg)
+{
+	const struct use_order *u = arg;
+	const sel_index *ix = u->ix;
+	sel_node_id x = *(const sel_node_id *)a, y = *(const sel_node_id *)b;
+	if (u->eff[x] != u->eff[y])
+		return u->eff[x] < u->eff[y] ? -1 : 1;
+	/* Equal times: deeper first, so a parent stays after its children. */
+	uint64_t cx = N(ix, x)->key.consumed, cy = N(ix, y)->key.consumed;
+	if (cx != cy)
+		return cx > cy ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+int sel_index_order_by_use(sel_index *ix)
+{
+	if (ix->count == 0)
+		return 0;
+	sel_node_id *ids = malloc(ix->count * sizeof *ids);
+	uint64_t *eff = malloc((size_t)ix->used * sizeof *eff);
+	if (!ids || !eff) {
+		free(ids);
+		free(eff);
+		return eos_fail(-ENOMEM, "index: out of memory to order %" PRIu64 " nodes", ix->count);
+	}
+	uint64_t n = 0;
+	for (sel_node_id id = ix->lru_head; id != SEL_NODE_NONE; id = N(ix, id)->lru_next) {
+		ids[n++] = id;
+		eff[id] = ix->last_use[id];
+	}
+	/* Children before parents (deeper first): each passes its subtree's
+	 * newest time up once. */
+	qsort_r(ids, n, sizeof *ids, by_depth, ix);
+	for (uint64_t i = 0; i < n; i++) {
+		sel_node_id p = N(ix, ids[i])->parent;
+		if (p != SEL_NODE_NONE && eff[p] < eff[ids[i]])
+			eff[p] = eff[ids[i]];
+	}
+	struct use_order u = {ix, eff};
+	qsort_r(ids, n, sizeof *ids, by_use, &u);
+	ix->lru_head = ix->lru_tail = SEL_NODE_NONE;
+	for (uint64_t i = 0; i < n; i++) {
+		lru_append(ix, ids[i]);
+		N(ix, ids[i])->tick = ++ix->clock;
+	}
+	free(ids);
+	free(eff);
+	debug_check(ix);
+	return 0;
+}
+
+uint32_t sel_index_expire(sel_index *ix, uint64_t cutoff_ns, uint32_t max_leaves, bool all,
+			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id), void *ctx)
+{
+	uint32_t n = 0;
+	sel_node_id kept = SEL_NODE_NONE; /* the last node passed over */
+	sel_node_id id = ix->lru_head;
+	while (id != SEL_NODE_NONE && n < max_leaves) {
+		const sel_index_node *x = N(ix, id);
+		if (x->children || x->pins || (droppable && !droppable(ctx, ix, id))) {
+			kept = id;
+			id = x->lru_next;
+			continue;
+		}
+		if (!sel_index_expired(ix->last_use[id], cutoff_ns)) {
+			if (!all)
+				break; /* the first fresh leaf: later ones are as fresh (DESIGN) */
+			kept = id;
+			id = x->lru_next;
+			continue;
+		}
+		remove_cascade(ix, id, false);
+		n++;
+		/* The cascade removed only id and ancestors after it. */
+		id = kept == SEL_NODE_NONE ? ix->lru_head : N(ix, kept)->lru_next;
+	}
+	debug_check(ix);
+	return n;
 }
 
 /* ---- lookup ------------------------------------------------------------ */
@@ -989,6 +1152,9 @@ static int check_nodes(const sel_index *ix, uint8_t *seen, uint32_t *kids)
 			return eos_fail(SEL_ECORRUPT, "index: LRU back link of %" PRIu32 " broken", id);
 		if (walked > 1 && n->tick <= last_tick)
 			return eos_fail(SEL_ECORRUPT, "index: LRU ticks not increasing at %" PRIu32, id);
+		if (ix->last_use[id] > ix->stamp)
+			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " used after the last stamp",
+					id);
 		last_tick = n->tick;
 		prev = id;
 	}

@@ -180,6 +180,49 @@ void sel_index_chain_free(sel_index_chain *ch);
 int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
 		     uint64_t limit, sel_index_chain *out);
 
+/* ---- Last use and expiry (design 2.5, "Host record expiry") ------------
+ *
+ * Every node has a last-use time in nanoseconds, kept in memory only.
+ * Insert and touch stamp the node and each ancestor with one stamp: the
+ * clock's reading, but never less than the last stamp given, so from then
+ * on the access order is last-use order (oldest first).  Without a clock
+ * the stamp stays at the newest seed (0 when none).  Recovered nodes keep
+ * their own file's time; see index.c DESIGN for the one way the two orders
+ * can then differ. */
+
+/* The store's clock (ns; NULL: none).  Set it when expiry is on. */
+void sel_index_set_clock(sel_index *ix, uint64_t (*now_ns)(void));
+/* id's last-use time (0 for a dead id). */
+uint64_t sel_index_used_ns(const sel_index *ix, sel_node_id id);
+/* The last stamp given or seeded. */
+uint64_t sel_index_stamp(const sel_index *ix);
+/* Startup: id was last used at ns (its file's mtime; the caller clamps it
+ * to the present).  Changes no access order: call sel_index_order_by_use
+ * once every node is seeded. */
+void sel_index_seed_used(sel_index *ix, sel_node_id id, uint64_t ns);
+/* Sort the access order by the newest last use in each node's subtree
+ * (oldest first; equal times deeper first, so parents stay after their
+ * children) and renumber the ticks.  0 or -ENOMEM (nothing changed). */
+int sel_index_order_by_use(sel_index *ix);
+
+/* The expiry rule, shared by the stores' sweeps and `flare records gc`: a
+ * record is expired when it was last used before cutoff (now - max age). */
+static inline bool sel_index_expired(uint64_t used_ns, uint64_t cutoff_ns)
+{
+	return used_ns < cutoff_ns;
+}
+
+/* The expiry walk: from the oldest node, pass over interior nodes, pinned
+ * ones and those droppable (may be NULL) refuses; stop at the first leaf
+ * that is not expired (the stores' bounded sweep) -- or, with all, pass
+ * over fresh leaves too (tools) -- or after max_leaves removals.  Each
+ * expired leaf is removed like sel_index_remove (ops->remove, then
+ * page-only ancestors it leaves useless); an ancestor left a leaf with its
+ * row is judged in its turn later in the walk.  Returns the leaves removed
+ * (cascaded ancestors not counted). */
+uint32_t sel_index_expire(sel_index *ix, uint64_t cutoff_ns, uint32_t max_leaves, bool all,
+			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id), void *ctx);
+
 /* Iterate in access order, oldest first: start with SEL_NODE_NONE; returns
  * SEL_NODE_NONE after the newest. */
 sel_node_id sel_index_next_lru(const sel_index *ix, sel_node_id after);

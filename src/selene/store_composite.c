@@ -2,7 +2,7 @@
  * store_composite.c - the composite store: warm host memory over the disk
  * store, one shared slot pool (design 2.4 "CompositeStore"; 2.2 store
  * interface; 2.5 memory allocation, maintenance, write-ahead limit,
- * durability and the shutdown drain; 2.12 "memory contents are a subset of
+ * durability, the shutdown drain and expiry; 2.12 "memory contents are a subset of
  * disk contents"; 2.15 eviction below the instance, retention metrics,
  * publication outcomes -- local-tier parts).
  *
@@ -29,8 +29,8 @@
  *   composite, so it is never evicted and keeps its row until its file
  *   commits (this is the "NOEVICT on dirty" rule, done with a pin).
  *
- * Maintenance (every poll): uncharged parked records try to charge again;
- *   when free slots + clean (durable, unpinned) memory slots + slots whose
+ * Maintenance (every poll but during close): uncharged parked records try
+ *   to charge again; when free slots + clean (durable, unpinned) memory slots + slots whose
  *   writes are in flight fall below 2 x intake, writes start for parked
  *   records in park order (oldest first), each from its topmost parked
  *   ancestor down, while the slots being written stay below 2 x intake (so
@@ -56,12 +56,33 @@
  *   chain whose first node's parent is neither in memory nor a root is
  *   therefore streamed, not retained: a simplification of design 2.4.)
  *
- * Disk removal (eviction, corruption, drops) removes the memory copy too:
- *   at once, or when the copy's pins are released.
+ * Disk removal (eviction, corruption, drops, expiry) removes the memory
+ *   copy too: at once, or when the copy's pins are released.
  *
- * Close drains in-flight work; with drain_on_shutdown it first writes the
- * parked records (oldest first, ancestors first), within drain_ns and the
- * close deadline.  If either store cannot drain, the pool is leaked.
+ * Expiry (design 2.5): the disk index is the catalogue, so only the disk
+ *   store sweeps (the memory store is opened with no max age); every
+ *   refresh reaches the disk index -- publication parks under the disk
+ *   parent, PRESENT and touch go to both stores, and every fetch touches
+ *   the disk record whichever tier serves it.  An expired record leaves
+ *   both tiers, a parked one too (it is DRAM-only: dropped, not written),
+ *   and each tier counts it.
+ *
+ * Close: first the accepted transfers (puts land and park, reads through
+ *   finish, maintenance writes end).  Then, with drain_on_shutdown, the
+ *   drain (design 2.5): a plan of the parked records -- those a committed
+ *   file links under first (its file needs them at the next start), then
+ *   the rest, each group most recently used first, which puts every
+ *   record after its parked ancestors (a parent is always more recent than
+ *   its children in the access order) -- is written in order, at most four
+ *   records and 2 x intake slots ahead; a record whose parked ancestor did not start is
+ *   skipped, an uncharged one is charged only if the limit has room
+ *   without evicting (committed files are preserved).  New writes stop at
+ *   drain_ns and at the close deadline; started ones finish.  ENOSPC and
+ *   EDQUOT send a record back to the park for up to three more passes
+ *   (100, 200, 400 ms apart); other errors drop it.  Nothing of this fails
+ *   the close.  drain_progress hears of it about once a second and once at
+ *   the end.  Then both stores close (their transfers drain before memory
+ *   is released); if either cannot drain, the pool is leaked.
  *
  * INVARIANTS (verified by sel_composite_store_check)
  *
@@ -96,7 +117,9 @@
 #define BACKOFF_MIN_NS (50ull * 1000000)
 #define BACKOFF_MAX_NS (2000ull * 1000000)
 #define POLL_BATCH 32
-#define DRAIN_RETRIES 5
+#define DRAIN_WRITES 4           /* drain writes in flight at most: the time limit's overrun */
+#define DRAIN_RETRIES 3          /* drain passes after a full filesystem */
+#define DRAIN_BACKOFF_NS (100ull * 1000000) /* before the first; doubling, at most 400 ms */
 
 /* A memory put whose copy-out has not landed. */
 struct cput {
@@ -112,7 +135,22 @@ struct cput {
 struct cwrite {
 	sel_key key;
 	uint64_t slots;
+	uint64_t bytes;      /* the record's file bytes */
 	struct cwrite *next;
+};
+
+/* The shutdown drain (design 2.5): its plan and what it did. */
+struct cdrain {
+	sel_key *plan;       /* parked records, in write order */
+	size_t n, next;
+	uint64_t start_ns, end_ns;  /* end: new writes stop (0: no limit) */
+	uint64_t report_ns;         /* next progress report */
+	uint64_t written, written_bytes, failed;
+	uint64_t retried;           /* writes a full filesystem sent back */
+	uint64_t retries_left;
+	uint64_t resume_ns;         /* no new pass before this */
+	uint32_t in_flight;         /* drain writes started, not done */
+	bool time_up, deadline_hit, no_room, no_space;
 };
 
 /* A read-through fetch. */
@@ -149,6 +187,10 @@ struct comp_store {
 	int epfd, tfd, efd;
 	bool drain;
 	uint64_t drain_ns;
+	void (*drain_cb)(void *ctx, const sel_drain_progress *p);
+	void *drain_ctx;
+	struct cdrain dr;
+	bool draining;
 
 	struct cput *puts;
 	struct cwrite *writes;
@@ -250,13 +292,17 @@ static bool rm_pending(const struct comp_store *cs, const sel_key *key)
 	return false;
 }
 
-/* The disk store dropped key: the memory copy goes too. */
-static void on_removed(void *ctx, const sel_key *key, bool parked)
+/* The disk store dropped key: the memory copy goes too (an expired record
+ * leaves both tiers, design 2.5; a copy in flight keeps its slots until
+ * its pins go). */
+static void on_removed(void *ctx, const sel_key *key, bool parked, bool expired)
 {
 	struct comp_store *cs = ctx;
 	struct sel_memory_view v;
 	if (sel_memory_store_view(cs->mem, key, &v) != 0)
 		return;
+	if (expired)
+		cs->st.tier[SEL_TIER_MEMORY].expired++;
 	if (parked)
 		sel_memory_store_unpin(cs->mem, key); /* the dirty pin */
 	if (sel_memory_store_remove(cs->mem, key) == -EBUSY)
@@ -337,6 +383,7 @@ static int write_start(struct comp_store *cs, const sel_key *key)
 	}
 	w->key = *key;
 	w->slots = n_slots;
+	w->bytes = di.bytes;
 	rc = sel_disk_store_write_from(cs->disk, key, pages, iov, (uint32_t)n_iov,
 				       (uint64_t)(uintptr_t)w);
 	if (rc == 0) {
@@ -374,7 +421,7 @@ static sel_key write_target(struct comp_store *cs, const sel_key *key)
 	return best;
 }
 
-static void maintain(struct comp_store *cs, bool force)
+static void maintain(struct comp_store *cs)
 {
 	/* Uncharged parked records: try again (evictions may make room). */
 	sel_key k = {0};
@@ -397,9 +444,9 @@ static void maintain(struct comp_store *cs, bool force)
 		sel_memory_store_counts(cs->mem, &in_use, &pinned, NULL);
 		uint64_t free_slots = sel_slab_free_count(cs->sp->pool);
 		uint64_t clean = in_use - pinned;
-		if (!force && free_slots + clean + cs->writing_slots >= floor)
+		if (free_slots + clean + cs->writing_slots >= floor)
 			break;
-		if (!force && cs->writing_slots >= floor)
+		if (cs->writing_slots >= floor)
 			break; /* the write-ahead bound */
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) != 0 || di.writing || !di.charged)
@@ -419,6 +466,19 @@ static void write_done(struct comp_store *cs, struct cwrite *w, int status)
 		*pp = w->next;
 	cs->writing_slots -= w->slots;
 	cs->g.writes_done++;
+	if (cs->draining) {
+		if (cs->dr.in_flight)
+			cs->dr.in_flight--;
+		if (status == 0) {
+			cs->dr.written++;
+			cs->dr.written_bytes += w->bytes;
+		} else if (status != -ENOSPC && status != -EDQUOT) {
+			cs->dr.failed++;
+		} else {
+			cs->dr.retried++;
+			cs->dr.no_space = true;
+		}
+	}
 	if (status == 0) {
 		sel_memory_store_unpin(cs->mem, &w->key); /* durable: evictable now */
 		cs->backoff_ns = 0;
@@ -960,7 +1020,7 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	struct comp_store *cs = CS(s);
 	step(cs);
 	if (!cs->closed)
-		maintain(cs, false);
+		maintain(cs);
 	size_t n = 0;
 	while (n < cap && cs->evq_n) {
 		out[n++] = cs->evq[cs->evq_head];
@@ -1020,6 +1080,9 @@ static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		return rc;
 	cs->g.streamed++;
 started:
+	/* A restore refreshes the catalogue's last use (design 2.5), whichever
+	 * tier serves it. */
+	sel_store_touch(cs->disk, &hit->key);
 	cs->st.fetches++;
 	cs->st.inflight_in++;
 	debug_check(cs);
@@ -1062,6 +1125,7 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->tier[SEL_TIER_MEMORY] = m.tier[SEL_TIER_MEMORY];
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
 	out->tier[SEL_TIER_DISK].dropped_oversize += cs->st.tier[SEL_TIER_DISK].dropped_oversize;
+	out->tier[SEL_TIER_MEMORY].expired += cs->st.tier[SEL_TIER_MEMORY].expired;
 }
 
 static int cs_wait_fd(sel_store *s)
@@ -1069,21 +1133,238 @@ static int cs_wait_fd(sel_store *s)
 	return CS(s)->epfd;
 }
 
-/* A parked record that could be written now (charged, not writing). */
-static bool writable(struct comp_store *cs)
-{
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing && di.charged)
-			return true;
-	}
-	return false;
-}
-
 static bool cs_busy(const struct comp_store *cs)
 {
 	return cs->puts || cs->writes || cs->fetches;
+}
+
+static bool past(uint64_t deadline_ns)
+{
+	return deadline_ns && eos_now_ns() >= deadline_ns;
+}
+
+/* Sleep until a store has something, at most 5 ms. */
+static void nap(struct comp_store *cs)
+{
+	struct epoll_event e;
+	(void)epoll_wait(cs->epfd, &e, 1, 5);
+}
+
+/* ---- the shutdown drain (design 2.5) ------------------------------------------------ */
+
+struct dcand {
+	sel_key key;
+	uint64_t tick;
+	bool protects;       /* a committed file links under it */
+};
+
+static int by_drain_order(const void *a, const void *b)
+{
+	const struct dcand *x = a, *y = b;
+	if (x->protects != y->protects)
+		return x->protects ? -1 : 1;
+	return x->tick < y->tick ? 1 : x->tick > y->tick ? -1 : 0; /* most recent first */
+}
+
+/* The write order: first the parked records committed files link under
+ * (their files need them at the next start), then the rest; within each,
+ * most recently used first.  A parent is always more recent than its
+ * children in the access order (index invariant 5), so every record comes
+ * after its parked ancestors. */
+static int drain_plan(struct comp_store *cs)
+{
+	struct cdrain *d = &cs->dr;
+	sel_stats ds;
+	sel_store_stats(cs->disk, &ds);
+	size_t cap = ds.parked_records, n = 0;
+	struct dcand *c = malloc((cap ? cap : 1) * sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	sel_key k = {0};
+	while (n < cap && sel_disk_store_next_parked(cs->disk, &k) == 1) {
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, &k, &di) != 0)
+			continue;
+		c[n++] = (struct dcand){.key = k, .tick = di.tick};
+	}
+	/* Mark the parked chains above committed files. */
+	size_t nk = sel_disk_store_keys(cs->disk, NULL, 0);
+	sel_key *all = malloc((nk ? nk : 1) * sizeof(*all));
+	if (all) {
+		nk = sel_disk_store_keys(cs->disk, all, nk);
+		for (size_t i = 0; i < nk; i++) {
+			struct sel_disk_record_info di, pi;
+			if (sel_disk_store_record(cs->disk, &all[i], &di) != 0 || !di.file || di.is_root)
+				continue;
+			for (sel_key p = di.parent;
+			     sel_disk_store_record(cs->disk, &p, &pi) == 0 && pi.parked;
+			     p = pi.parent) {
+				for (size_t j = 0; j < n; j++)
+					if (sel_key_eq(&c[j].key, &p))
+						c[j].protects = true;
+				if (pi.is_root)
+					break;
+			}
+		}
+		free(all);
+	}
+	qsort(c, n, sizeof(*c), by_drain_order);
+	d->plan = malloc((n ? n : 1) * sizeof(sel_key));
+	if (!d->plan) {
+		free(c);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		d->plan[i] = c[i].key;
+	d->n = n;
+	d->next = 0;
+	free(c);
+	return 0;
+}
+
+/* Whether every parked ancestor of key has a write started (so key's file
+ * will link under files, not under DRAM-only records). */
+static bool ancestors_started(struct comp_store *cs, const struct sel_disk_record_info *di)
+{
+	struct sel_disk_record_info pi;
+	if (di->is_root)
+		return true;
+	for (sel_key p = di->parent; sel_disk_store_record(cs->disk, &p, &pi) == 0; p = pi.parent) {
+		if (pi.parked && !pi.writing)
+			return false;
+		if (pi.is_root)
+			break;
+	}
+	return true;
+}
+
+/* Start plan writes while the time limit and the write-ahead bound allow:
+ * at most DRAIN_WRITES records and 2 x intake slots in flight (one record
+ * at a time above that), so the limit is overrun by a few writes at most. */
+static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
+{
+	struct cdrain *d = &cs->dr;
+	uint64_t now = eos_now_ns();
+	if (now < d->resume_ns)
+		return;
+	while (d->next < d->n) {
+		if (d->end_ns && now >= d->end_ns) {
+			d->time_up = true;
+			return;
+		}
+		if (deadline_ns && now >= deadline_ns) {
+			d->deadline_hit = true;
+			return;
+		}
+		if (cs->writes && (cs->writing_slots >= 2 * cs->intake ||
+				   d->in_flight >= DRAIN_WRITES))
+			return;
+		const sel_key *k = &d->plan[d->next++];
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, k, &di) != 0 || !di.parked || di.writing || di.doomed)
+			continue; /* gone, written, or being written */
+		if (!di.charged && sel_disk_store_charge_free(cs->disk, k) != 0) {
+			d->no_room = true; /* committed files are not evicted for it */
+			continue;
+		}
+		if (!ancestors_started(cs, &di))
+			continue; /* its file would not link: not saved */
+		if (write_start(cs, k) != 0)
+			d->failed++;
+		else
+			d->in_flight++;
+	}
+	/* The plan is done.  Records a full filesystem sent back to the park
+	 * get another pass after the backoff, a few times. */
+	if (!cs->writes && d->retries_left && d->retried) {
+		bool again = false;
+		sel_key k = {0};
+		while (!again && sel_disk_store_next_parked(cs->disk, &k) == 1) {
+			struct sel_disk_record_info di;
+			again = sel_disk_store_record(cs->disk, &k, &di) == 0 && di.charged && !di.writing;
+		}
+		d->retried = 0;
+		if (again) {
+			uint32_t k = DRAIN_RETRIES - (uint32_t)d->retries_left;
+			d->resume_ns = now + (DRAIN_BACKOFF_NS << (k < 2 ? k : 2));
+			d->retries_left--;
+			d->next = 0;
+		}
+	}
+}
+
+static void drain_report(struct comp_store *cs, bool final, bool stopped)
+{
+	struct cdrain *d = &cs->dr;
+	if (!cs->drain_cb)
+		return;
+	uint64_t now = eos_now_ns();
+	sel_drain_progress p = {.final = final};
+	p.elapsed_ns = now - d->start_ns;
+	p.records_written = d->written;
+	p.bytes_written = d->written_bytes;
+	for (const struct cwrite *w = cs->writes; w; w = w->next) {
+		p.records_writing++;
+		p.bytes_writing += w->bytes;
+	}
+	sel_key k = {0};
+	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
+			p.records_left++;
+			p.bytes_left += di.bytes;
+		}
+	}
+	p.rate_bps = p.elapsed_ns ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
+				  : 0;
+	p.failed = d->failed;
+	p.why = "";
+	if (final && (p.records_left || d->failed))
+		p.why = stopped ? "stopped" : d->deadline_hit ? "deadline" : d->time_up ? "time limit"
+			: d->no_room ? "disk limit" : d->no_space && !d->failed ? "disk full"
+			: "write errors";
+	cs->drain_cb(cs->drain_ctx, &p);
+}
+
+/* Write the parked records to disk within the drain limit and the close
+ * deadline; writes started finish (or the deadline passes). */
+static void drain(struct comp_store *cs, uint64_t deadline_ns)
+{
+	struct cdrain *d = &cs->dr;
+	memset(d, 0, sizeof(*d));
+	d->start_ns = eos_now_ns();
+	d->report_ns = d->start_ns + 1000000000ull;
+	if (cs->drain_ns)
+		d->end_ns = d->start_ns + cs->drain_ns;
+	d->retries_left = DRAIN_RETRIES;
+	cs->draining = true;
+	cs->backoff_until = 0;
+	if (drain_plan(cs) != 0)
+		d->n = 0; /* out of memory: nothing drains, the rest closes */
+	for (;;) {
+		step(cs);
+		if (!cs->stopped)
+			drain_step(cs, deadline_ns);
+		/* Writes in flight, plan left to start, or a pass after a full
+		 * filesystem's backoff. */
+		bool retry = d->retried && d->retries_left;
+		bool more = cs->writes || (!cs->stopped && !d->time_up && !d->deadline_hit &&
+					   (d->next < d->n || retry));
+		if (!more || past(deadline_ns)) {
+			d->deadline_hit |= more;
+			break;
+		}
+		if (eos_now_ns() >= d->report_ns) {
+			drain_report(cs, false, false);
+			d->report_ns += 1000000000ull;
+		}
+		nap(cs);
+	}
+	step(cs);
+	drain_report(cs, true, cs->stopped);
+	cs->draining = false;
+	free(d->plan);
+	d->plan = NULL;
 }
 
 static int cs_close(sel_store *s, uint64_t deadline_ns)
@@ -1091,34 +1372,18 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 	struct comp_store *cs = CS(s);
 	if (cs->closed)
 		return cs->close_rc;
-	uint64_t drain_end = deadline_ns;
-	if (cs->drain && cs->drain_ns) {
-		uint64_t d = eos_now_ns() + cs->drain_ns;
-		if (!drain_end || d < drain_end)
-			drain_end = d;
-	}
-	/* In-flight puts land and park first; then, with the drain, every
-	 * parked record is written (a full disk gives up after a few
-	 * backoffs). */
-	uint64_t retried0 = cs->g.writes_retried;
+	/* Accepted transfers first: in-flight puts land and park, reads
+	 * through finish, maintenance writes end. */
 	for (;;) {
 		step(cs);
-		bool more = cs_busy(cs);
-		if (cs->drain && !cs->stopped && cs->g.writes_retried < retried0 + DRAIN_RETRIES) {
-			bool expired = drain_end && eos_now_ns() >= drain_end;
-			if (!expired && writable(cs)) {
-				if (!cs->backoff_until || eos_now_ns() >= cs->backoff_until) {
-					cs->backoff_until = 0;
-					maintain(cs, true);
-				}
-				more = true;
-			}
-		}
-		if (!more || (deadline_ns && eos_now_ns() >= deadline_ns))
+		if (!cs_busy(cs) || past(deadline_ns))
 			break;
-		struct epoll_event e;
-		(void)epoll_wait(cs->epfd, &e, 1, 5);
+		nap(cs);
 	}
+	/* Then, with the drain, the parked records (design 2.5); past the
+	 * deadline it only reports that nothing could be saved. */
+	if (cs->drain)
+		drain(cs, deadline_ns);
 	cs->closed = true;
 	int rc = 0;
 	if (sel_store_close(cs->mem, deadline_ns) != 0)
@@ -1216,6 +1481,8 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
 	cs->epfd = cs->tfd = cs->efd = -1;
 	cs->drain = cfg->drain_on_shutdown;
 	cs->drain_ns = cfg->drain_ns;
+	cs->drain_cb = cfg->drain_progress;
+	cs->drain_ctx = cfg->drain_ctx;
 	cs->closed = true; /* until open completes: destroy skips the drain */
 	if ((rc = sel_store_pool_open(cfg, cfg->memory_bytes, "composite store", &cs->sp)))
 		goto fail;
@@ -1224,7 +1491,11 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
 		cs->base.warning = cs->sp->warning;
 	if ((rc = sel_record_layout_init(&cs->rl, cfg->geometry)))
 		goto fail;
-	if ((rc = sel_memory_store_open_shared(cfg, cs->sp, &cs->mem)))
+	/* The disk index is the catalogue: only the disk store sweeps for
+	 * expiry, and its removals take the memory copies along. */
+	sel_store_config mcfg = *cfg;
+	mcfg.max_age_ns = 0;
+	if ((rc = sel_memory_store_open_shared(&mcfg, cs->sp, &cs->mem)))
 		goto fail;
 	struct sel_disk_store_hooks hooks = {.ctx = cs, .removed = on_removed, .done = on_done};
 	if ((rc = sel_disk_store_open_shared(cfg, cs->sp, &hooks, &cs->disk)))

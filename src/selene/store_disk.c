@@ -4,7 +4,7 @@
  * streamed back, byte-exact and verified (design 2.4 "DiskStore" and its
  * Staged transport; 2.2 store interface; 2.3 index, tree eviction, row
  * drops and startup pruning; 2.5 record files, directory lock, recovery,
- * the disk thread; 2.10 backpressure; 2.11 disk limit; 2.12 invariants;
+ * the disk thread, expiry; 2.10 backpressure; 2.11 disk limit; 2.12 invariants;
  * 2.15 local eviction, retention metrics and publication outcomes).
  *
  * DESIGN
@@ -26,8 +26,19 @@
  * (linked under its parent when its tail is the count since it), with its
  * row when the file length covers it, then all are committed -- which
  * applies the row-drop rule to any single-child ancestor whose truncation
- * a crash interrupted -- and sel_index_prune removes what is useless.  If
- * the records exceed the limit, LRU eviction brings them under it.
+ * a crash interrupted -- and sel_index_prune removes what is useless.  Each
+ * record's last use is its file's mtime (no later than now), and the
+ * access order is sorted by the newest time under each record
+ * (sel_index_order_by_use).  If the records exceed the limit, LRU eviction
+ * brings them under it.
+ *
+ * Expiry (design 2.5, cfg->max_age_ns): the index stamps last use on
+ * publication, PRESENT, touch, fetch and read_into (the record and its
+ * ancestors).  At most once a minute of the store's clock, poll runs the
+ * index's expiry walk: a ready leaf that is not doomed and no stream or
+ * job pins is removed outright (unlinked; a parked one leaves the
+ * composite's memory too), counted expired, with the page-only ancestors
+ * it leaves childless.
  *
  * Budget.  Every record charges its file bytes (with or without the row)
  * against the limit (cfg->disk_limit, or a tenth of the free space at
@@ -118,6 +129,7 @@
 
 #include "disk.h"
 #include "eos.h"
+#include "expiry.h"
 #include "index.h"
 #include "record.h"
 #include "slab.h"
@@ -133,7 +145,7 @@
 #define POLL_BATCH 32
 
 enum jkind { K_PUT_WIN = 1, K_FETCH_WIN, K_TRUNCATE, K_UNLINK, K_DISCARD, K_WRITE_FROM, K_READ_INTO };
-enum why { W_NONE = 0, W_EVICT, W_DOOM };
+enum why { W_NONE = 0, W_EVICT, W_DOOM, W_EXPIRE };
 
 struct dwin;
 struct dstream;
@@ -188,6 +200,7 @@ struct dstream {
 	sel_node_id *nodes;        /* put: the node; fetch: the chain, ascending, pinned */
 	uint32_t n_nodes;
 	bool parts_sent;           /* put: a part reached the disk thread */
+	bool disk_failed;          /* put: a write part failed on the disk thread */
 	bool waiting;
 	struct dstream *wnext;
 	struct dstream *prev, *next;
@@ -247,6 +260,7 @@ struct disk_store {
 	uint32_t n_doomed, cap_doomed;
 	uint64_t job_seq;
 	enum why why;
+	struct sel_expiry exp;
 
 	struct dj *dq_head, *dq_tail;      /* waiting for disk queue room */
 	struct dj *df_head, *df_tail;      /* refused at submission: complete at poll */
@@ -598,10 +612,12 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 	if (ds->why == W_EVICT) {
 		ds->st.tier[SEL_TIER_DISK].evicted++;
 		ds->st.tier[SEL_TIER_DISK].dropped_end_of_chain++;
+	} else if (ds->why == W_EXPIRE) {
+		ds->st.tier[SEL_TIER_DISK].expired++;
 	}
 	memset(r, 0, sizeof(*r));
 	if (ds->hooks.removed)
-		ds->hooks.removed(ds->hooks.ctx, &key, parked);
+		ds->hooks.removed(ds->hooks.ctx, &key, parked, ds->why == W_EXPIRE);
 }
 
 static const struct sel_index_ops ds_index_ops = {
@@ -1037,11 +1053,14 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 			ds->st.store_failures++;
 			if (budget_error(st->status)) {
 				ev.outcome = SEL_DEFERRED;
+				ev.why = SEL_RETRY_BUDGET;
 				ds->st.outcomes[SEL_DEFERRED]++;
 				ds->st.retry_reasons[SEL_RETRY_BUDGET]++;
 			} else {
 				ev.outcome = SEL_SKIPPED;
-				if (st->status == -EIO)
+				/* A terminal disk error loses the record (design 2.15);
+				 * a failed GPU copy-out is not a disk drop. */
+				if (st->disk_failed && st->status != SEL_ESTOPPED)
 					ds->st.tier[SEL_TIER_DISK].dropped_io_error++;
 			}
 			ds_unpin(ds, id);
@@ -1082,8 +1101,10 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	case K_PUT_WIN:
 		/* A failed directory fsync after the rename: the file is in
 		 * place and readable; keep it. */
-		if (rc && !d->j.committed)
+		if (rc && !d->j.committed) {
 			stream_fail(d->w->st, rc);
+			d->w->st->disk_failed = true;
+		}
 		win_end(ds, d->w);
 		return;
 	case K_FETCH_WIN:
@@ -1213,10 +1234,33 @@ static void signal_self(struct disk_store *ds)
 		wake(ds);
 }
 
+/* Expiry may drop a committed or parked record that is not doomed (pinned
+ * ones -- streams, write_from, read_into -- are passed over by the index). */
+static bool ds_droppable(void *ctx, const sel_index *ix, sel_node_id id)
+{
+	struct disk_store *ds = ctx;
+	const sel_index_node *n = sel_index_cget(ix, id);
+	return n->state == SEL_NODE_READY && !(n->flags & DS_DOOMED) && !ds->recs[id].writing;
+}
+
+/* The once-a-minute expiry sweep (design 2.5): unlinks and memory copies
+ * through the usual removal path, counted as expired. */
+static void ds_expire(struct disk_store *ds)
+{
+	uint64_t cutoff;
+	if (ds->closed || ds->stopped || !sel_expiry_due(&ds->exp, &cutoff))
+		return;
+	enum why w = ds->why;
+	ds->why = W_EXPIRE;
+	(void)sel_index_expire(ds->ix, cutoff, SEL_EXPIRY_LEAVES, false, ds_droppable, ds);
+	ds->why = w;
+}
+
 static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 {
 	struct disk_store *ds = DS(s);
 	progress(ds);
+	ds_expire(ds);
 	run_hooks(ds);
 	size_t n = 0;
 	while (n < cap && ds->evq_n) {
@@ -1830,6 +1874,17 @@ static int rebuild(struct disk_store *ds)
 		if (sel_index_cget(ds->ix, ids[i]))
 			sel_index_commit(ds->ix, ids[i]);
 	sel_index_prune(ds->ix);
+	/* Last use from the files' mtimes (design 2.5: recovery uses file
+	 * mtime; a parent is as recent as its newest descendant), and the
+	 * access order sorted by it.  A future mtime counts as now. */
+	uint64_t now = ds->exp.clock();
+	for (size_t i = 0; i < sc.n; i++) {
+		sel_node_id id = sel_index_find(ds->ix, &sc.rec[i].d.key);
+		if (id != SEL_NODE_NONE)
+			sel_index_seed_used(ds->ix, id, sc.rec[i].mtime_ns < now ? sc.rec[i].mtime_ns : now);
+	}
+	if ((rc = sel_index_order_by_use(ds->ix)))
+		goto fail;
 	ds->base.scanned_records = sel_index_count(ds->ix);
 	(void)make_room(ds, 0); /* over the limit: LRU eviction */
 	free(ids);
@@ -1917,6 +1972,9 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	if ((rc = sel_index_create(ds->pt, &ds_index_ops, ds, &ds->ix)) ||
 	    (rc = sel_policy_create(&ds->policy)) || (rc = ensure_rec(ds, 0)))
 		goto fail;
+	sel_expiry_init(&ds->exp, cfg);
+	if (sel_expiry_on(&ds->exp))
+		sel_index_set_clock(ds->ix, ds->exp.clock);
 	struct sel_disk_config dc = {
 		.dirfd = ds->lk->fd, .dir = ds->lk->path, .ns = ds->ns, .direct = -1,
 		.fdatasync = cfg->fdatasync,
@@ -2042,6 +2100,24 @@ int sel_disk_store_charge(sel_store *s, const sel_key *key)
 	bool ok = make_room(ds, bytes);
 	ds_unpin(ds, id);
 	if (!ok || sel_index_find(ds->ix, key) != id)
+		return -ENOSPC;
+	ds->recs[id].charged = bytes;
+	ds->used += bytes;
+	sel_index_get(ds->ix, id)->flags &= (uint16_t)~DS_UNCHARGED;
+	ds->uncharged--;
+	return 0;
+}
+
+int sel_disk_store_charge_free(sel_store *s, const sel_key *key)
+{
+	struct disk_store *ds = DS(s);
+	sel_node_id id = sel_index_find(ds->ix, key);
+	if (id == SEL_NODE_NONE)
+		return -ENOENT;
+	if (!(NODE(ds, id)->flags & DS_UNCHARGED))
+		return 0;
+	uint64_t bytes = node_bytes(ds, id);
+	if (ds->used + bytes > ds->limit)
 		return -ENOSPC;
 	ds->recs[id].charged = bytes;
 	ds->used += bytes;
@@ -2218,6 +2294,8 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
 	out->pins = n->pins;
 	out->bytes = node_bytes(ds, id);
 	out->bucket = n->bucket;
+	out->tick = n->tick;
+	out->used_ns = sel_index_used_ns(ds->ix, id);
 	if (!out->is_root)
 		out->parent = NODE(ds, n->parent)->key;
 	return 0;

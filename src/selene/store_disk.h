@@ -34,6 +34,8 @@ struct sel_disk_record_info {
 	uint64_t bytes;    /* its file bytes (charged or not) */
 	sel_key parent;    /* none for a root */
 	sel_digest bucket;
+	uint64_t tick;     /* access order: larger is more recent */
+	uint64_t used_ns;  /* last use (design 2.5 expiry) */
 };
 /* 0 with *out filled, or -ENOENT when key is not indexed. */
 int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_record_info *out);
@@ -50,13 +52,14 @@ size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap);
 
 /* Callbacks into the composite.  removed runs whenever a record leaves the
  * disk index (eviction, corruption, a drop, expiry), from inside disk store
- * calls (parked: it had no file yet): it must not call the disk store.  done runs from sel_store_poll on
- * the disk store once a write_from or read_into completed (status 0, a
+ * calls (parked: it had no file yet; expired: the expiry sweep removed it):
+ * it must not call the disk store.  done runs from sel_store_poll on the
+ * disk store once a write_from or read_into completed (status 0, a
  * negative errno, SEL_ECORRUPT), after the store updated its own state; it
  * may call the disk store. */
 struct sel_disk_store_hooks {
 	void *ctx;
-	void (*removed)(void *ctx, const sel_key *key, bool parked);
+	void (*removed)(void *ctx, const sel_key *key, bool parked, bool expired);
 	void (*done)(void *ctx, uint64_t cookie, int status);
 };
 
@@ -85,6 +88,9 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 uint64_t sel_disk_store_uncharged(sel_store *s);
 /* Charge a parked, uncharged record: 0, -ENOSPC (no room yet), -ENOENT. */
 int sel_disk_store_charge(sel_store *s, const sel_key *key);
+/* The same without evicting anything: only when the limit has room now
+ * (the shutdown drain preserves committed files). */
+int sel_disk_store_charge_free(sel_store *s, const sel_key *key);
 /* The oldest parked record after *key (key none: the first), in park
  * order: 1 with *key set, 0 at the end. */
 int sel_disk_store_next_parked(sel_store *s, sel_key *key);

@@ -2,8 +2,8 @@
  * store_memory.c - the memory store: published GPU checkpoints copied into
  * host slots and restored from them, byte-exact (design 2.4 "MemoryStore";
  * 2.2 store interface; 2.3 index and tree eviction; 2.5 slabs, transfers
- * and TP packing; 2.10 policy; 2.12 invariants; 2.15 outcomes and retention
- * metrics).
+ * and TP packing; 2.5 expiry; 2.10 policy; 2.12 invariants; 2.15 outcomes
+ * and retention metrics).
  *
  * DESIGN
  *
@@ -50,6 +50,15 @@
  *       -EAGAIN with nothing pinned; a full channel later keeps the fetch on
  *       an internal FIFO and poll resubmits the rest.  One event per ticket,
  *       after every job of the ticket completed.
+ *
+ * expiry (design 2.5; cfg->max_age_ns): the index stamps last use on
+ *       publication, PRESENT, touch and fetch, for the record and its
+ *       ancestors.  At most once a minute of the store's clock, poll runs
+ *       the index's expiry walk (sel_index_expire): expired ready leaves no
+ *       job pins are dropped outright (counted expired, not evicted), with
+ *       page-only ancestors they leave childless; a pinned record keeps its
+ *       slots until its job ends.  In a composite the memory store does not
+ *       sweep: the disk index is the catalogue and drops the copy.
  *
  * Every job is one malloc'd block owning everything the transfer threads
  * read (job descriptor, page ids, slot ids), so records can change or go
@@ -116,6 +125,7 @@
 #include <string.h>
 
 #include "eos.h"
+#include "expiry.h"
 #include "index.h"
 #include "slab.h"
 #include "store_pool.h"
@@ -213,6 +223,8 @@ struct mem_store {
 	struct mfetch *fin_head, *fin_tail;
 
 	bool evicting;
+	bool expiring;           /* inside the expiry sweep */
+	struct sel_expiry exp;
 	bool stopped;            /* a transfer failed fatally or close timed out */
 	bool closed;
 	int close_rc;
@@ -306,9 +318,14 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 	(void)ix;
 	struct mem_store *ms = ctx;
 	struct mrec *r = rec_of(ms, id);
-	if (ms->evicting) {
+	if (ms->expiring) {
+		ms->st.tier[SEL_TIER_MEMORY].expired++;
+	} else if (ms->evicting) {
 		ms->st.tier[SEL_TIER_MEMORY].evicted++;
-		ms->st.tier[SEL_TIER_MEMORY].dropped_end_of_chain++;
+		/* The end of the local chain only when memory is the last tier;
+		 * in a composite the record stays on disk. */
+		if (ms->own_sp)
+			ms->st.tier[SEL_TIER_MEMORY].dropped_end_of_chain++;
 	}
 	if (r && r->live)
 		rec_release(ms, r);
@@ -479,7 +496,8 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	uint32_t nrow = row ? ms->row_slots : 0;
 	uint64_t need64 = (uint64_t)tail + nrow;
 	if (need64 > ms->warm) {
-		ms->st.tier[SEL_TIER_MEMORY].dropped_oversize++;
+		if (ms->own_sp) /* a composite streams it to disk instead */
+			ms->st.tier[SEL_TIER_MEMORY].dropped_oversize++;
 		eos_fail(SEL_EOVERSIZE, "memory store: checkpoint %" PRIu64 " needs %" PRIu64
 			 " slots, the warm pool has %" PRIu64, cp->checkpoint, need64, ms->warm);
 		return SEL_OVERSIZE;
@@ -1009,11 +1027,33 @@ static void resubmit_pending(struct mem_store *ms)
 	}
 }
 
+/* Expiry may drop a ready record no job holds (pinned ones are passed
+ * over by the index). */
+static bool ms_droppable(void *ctx, const sel_index *ix, sel_node_id id)
+{
+	(void)ctx;
+	const sel_index_node *n = sel_index_cget(ix, id);
+	return n->state == SEL_NODE_READY && !(n->flags & MS_FAILED);
+}
+
+/* The once-a-minute expiry sweep (design 2.5). */
+static void ms_expire(struct mem_store *ms)
+{
+	uint64_t cutoff;
+	if (ms->closed || ms->stopped || !sel_expiry_due(&ms->exp, &cutoff))
+		return;
+	ms->expiring = true;
+	(void)sel_index_expire(ms->ix, cutoff, SEL_EXPIRY_LEAVES, false, ms_droppable, ms);
+	ms->expiring = false;
+}
+
 static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 {
 	struct mem_store *ms = MS(s);
 	size_t n = 0;
 	bool progress = true;
+
+	ms_expire(ms);
 
 	while (n < cap && progress) {
 		progress = false;
@@ -1209,6 +1249,9 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	rc = sel_index_create(ms->pt, &ms_index_ops, ms, &ms->ix);
 	if (rc)
 		goto fail;
+	sel_expiry_init(&ms->exp, cfg);
+	if (sel_expiry_on(&ms->exp))
+		sel_index_set_clock(ms->ix, ms->exp.clock);
 	rc = sel_policy_create(&ms->policy);
 	if (rc)
 		goto fail;
