@@ -147,9 +147,12 @@ int main(void)
 			sel_event ev[16];
 			int k = sel_store_poll(s, ev, 16);
 			CHECK_OK(k);
-			for (int i = 0; i < k; i++)
+			for (int i = 0; i < k; i++) {
+				if (ev[i].type == SEL_EV_PROGRESS)
+					continue; /* capacity back after a Retry */
 				CHECK(ev[i].type == SEL_EV_STORED);
-			done += (uint32_t)k;
+				done++;
+			}
 			if (!k)
 				wait_fd(s);
 		}
@@ -172,10 +175,13 @@ int main(void)
 			sel_event ev[16];
 			int k = sel_store_poll(s, ev, 16);
 			CHECK_OK(k);
-			for (int i = 0; i < k; i++)
+			for (int i = 0; i < k; i++) {
+				if (ev[i].type == SEL_EV_PROGRESS)
+					continue;
 				CHECKF(ev[i].type == SEL_EV_FETCHED, "fetch: %s", sel_strerror(ev[i].error));
-			done += (uint32_t)k;
-			live -= (uint32_t)k;
+				done++;
+				live--;
+			}
 			if (!k)
 				wait_fd(s);
 		}

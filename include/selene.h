@@ -215,6 +215,25 @@ char *sel_hex(const void *bytes, size_t n, char *out);
  *     call that may change the store (put, fetch, poll, evicted, touch);
  *     sel_store_fetch() re-validates it and returns -ESTALE when the chain
  *     is gone, in which case the worker treats the request as a miss.
+ *   - SEL_RETRY (from put) and SEL_DEFERRED (a store event) take no pin:
+ *     the worker keeps only the checkpoint id and offers it again after
+ *     store progress made after the refusal -- a SEL_EV_STORED,
+ *     SEL_EV_FETCHED or SEL_EV_PROGRESS event delivered later than the
+ *     refusal.  Failure events (SEL_EV_STORE_FAILED, SEL_DEFERRED included,
+ *     and SEL_EV_FETCH_FAILED) are not progress: a deferral found no
+ *     capacity, and counting it would let two deferred records re-offer
+ *     each other for ever.  A retry that sees no progress stays unpinned
+ *     until GPU eviction takes its checkpoint; nothing waits for it.
+ *   - SEL_EV_PROGRESS (design 2.10 backpressure): after a put was refused
+ *     (SEL_RETRY, or a SEL_DEFERRED event), a store emits one PROGRESS
+ *     event, at most one per poll, when host capacity that may let a
+ *     refused put through comes back without a STORED or FETCHED event
+ *     saying so: a composite's maintenance write committed (its memory
+ *     slots became evictable), slots, budget or pins held by a failed
+ *     transfer or by records now removed were released, a bounded stream
+ *     ended.  Never for a failure that itself found no capacity (a
+ *     SEL_DEFERRED outcome, ENOSPC).  Only `type` is set.  Consumers that
+ *     do not retry may ignore it; the ops table version is unchanged.
  *   - sel_store_fetch() returning 0 means exactly one SEL_EV_FETCHED or
  *     SEL_EV_FETCH_FAILED event follows for the ticket.  The destination
  *     page ids and state slot belong to the scheduler's ticket until then;
@@ -303,6 +322,8 @@ typedef enum sel_event_type {
 	SEL_EV_STORE_FAILED,   /* a queued put failed or was deferred (outcome) */
 	SEL_EV_FETCHED,        /* a fetch landed: the ticket's ids hold the bytes */
 	SEL_EV_FETCH_FAILED,   /* a fetch failed; its destinations are quiescent */
+	SEL_EV_PROGRESS,       /* host capacity came back after a refusal: retry
+				  (no checkpoint, no ticket; see the rules above) */
 } sel_event_type;
 
 typedef struct sel_event {
@@ -539,7 +560,14 @@ int sel_memory_store_open(const sel_store_config *cfg, sel_store **out);
  * ignored. */
 int sel_disk_store_open(const sel_store_config *cfg, sel_store **out);
 /* The composite (design 2.4 CompositeStore): warm memory over the disk
- * store, one shared slot pool.  Needs memory_bytes > 0 and disk_dir. */
+ * store, one shared slot pool.  Needs memory_bytes > 0 and disk_dir.
+ * Backpressure (design 2.10): a put that warm memory cannot take now --
+ * its slots held by records not yet durable on disk, by copies in flight
+ * or by reads -- is SEL_RETRY (SEL_RETRY_INFLIGHT or SEL_RETRY_SLABS), with
+ * no copy and no GPU pin; maintenance writes make room and SEL_EV_PROGRESS
+ * says so.  Only a record larger than the warm pool, which memory can
+ * never retain, streams to disk through bounded staging, and at most two
+ * such streams run at once (more: SEL_RETRY_INFLIGHT). */
 int sel_composite_store_open(const sel_store_config *cfg, sel_store **out);
 
 /* ---- Policy (design 2.10) ---------------------------------------------- */

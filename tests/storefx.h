@@ -89,12 +89,14 @@ static inline uint64_t sfx_row_seed(const struct sfx_conv *cv, uint64_t c)
 	return cv->tag * 1000003 + c;
 }
 
-/* Events.  check (may be NULL) runs after every poll. */
+/* Events.  check (may be NULL) runs after every poll.  These skip
+ * SEL_EV_PROGRESS: they wait for, count or forbid the events of puts and
+ * fetches (tests of PROGRESS poll directly). */
 typedef int (*sfx_check_fn)(sel_store *s);
 void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
 void sfx_no_events(sel_store *s, int ms);
 sel_event sfx_one_event(sel_store *s, sfx_check_fn check);
-/* Poll (discarding nothing) until pred(ctx) or 10 s. */
+/* Poll (discarding nothing but PROGRESS) until pred(ctx) or 10 s. */
 void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,
 		    int cap, sfx_check_fn check);
 

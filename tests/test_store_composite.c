@@ -13,12 +13,20 @@
  * and fetched by streaming through staging, evicting no resident; a
  * parked record under ENOSPC kept and retried after a backoff; EIO at the
  * write dropping the record from both tiers and counting it; the drain on
- * shutdown and a restart reading records through.  The subset invariant
+ * shutdown and a restart reading records through.  Backpressure (design
+ * 2.10): a put that warm memory cannot take because its slots hold
+ * records still being written is SEL_RETRY (inflight) with no copy and
+ * nothing streamed, SEL_EV_PROGRESS follows once a write commits (none
+ * while nothing commits, none after a deferral), and the retry then lands
+ * in memory; a refused record larger than 2 x intake makes maintenance
+ * write ahead until it fits; at most two records larger than the warm pool
+ * stream at once.  The subset invariant
  * (every memory record has a disk record; every parked record a pinned
  * memory copy) and both stores' checks run after every poll
  * (sel_composite_store_check).
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "record.h"
@@ -482,6 +490,206 @@ static void test_write_failures(void)
 	sfx_free(&fx);
 }
 
+/* ---- backpressure (design 2.10) ------------------------------------------------------------- */
+
+/* Poll (checking) until a SEL_EV_PROGRESS arrives or ms pass; events of
+ * other kinds are counted in *other (may be NULL). */
+static bool wait_progress(sel_store *s, int ms, int *other)
+{
+	uint64_t end = eos_now_ns() + (uint64_t)ms * 1000000;
+	for (;;) {
+		sel_event ev[8];
+		int n = sel_store_poll(s, ev, 8);
+		CHECK_OK(n);
+		CHECK_OK(check(s));
+		bool got = false;
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == SEL_EV_PROGRESS)
+				got = true;
+			else if (other)
+				(*other)++;
+		}
+		if (got)
+			return true;
+		if (eos_now_ns() >= end)
+			return false;
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		poll(&pfd, 1, 5);
+	}
+}
+
+/* Put cp, and after each refusal wait for the progress that announces
+ * room: every refusal must be followed by one.  Returns the refusals. */
+static int put_after_progress(sel_store *s, const sel_published *cp, int max_refusals)
+{
+	int refusals = 0;
+	sel_retry_reason why;
+	sel_outcome o;
+	while ((o = sel_store_put(s, cp, &why)) == SEL_RETRY) {
+		CHECKF(why == SEL_RETRY_INFLIGHT || why == SEL_RETRY_SLABS, "retry for %s",
+		       sel_retry_reason_name(why));
+		CHECKF(++refusals <= max_refusals, "%d refusals", refusals);
+		CHECKF(wait_progress(s, 10000, NULL), "no progress after refusal %d", refusals);
+	}
+	CHECKF(o == SEL_QUEUED, "put: %s", sel_outcome_name(o));
+	return refusals;
+}
+
+static void test_retry_instead_of_stream(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 1024, 16);
+	char *base = test_mkdtemp("backpressure");
+	setenv("SELENE_DISK_IO", "pread", 1);
+	/* Warm 60 slots < 2 x intake: every parked record is written at once. */
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 60});
+	eos_fileops_set(&fault_ops);
+	__atomic_store_n(&fi.block_pwrite, 1, __ATOMIC_SEQ_CST);
+	/* 4-page records of 7 slots: eight fill the pool, dirty, their writes
+	 * stuck behind a blocked pwrite. */
+	enum { N = 9 };
+	struct sfx_conv cv[N];
+	sel_published cp[N];
+	for (int i = 0; i < N; i++) {
+		sfx_conv_init(&fx, &cv[i], 80 + (uint64_t)i, 300, (uint32_t)(10 * i));
+		cp[i] = sfx_ckpt(&fx, &cv[i], 256, 0, (uint32_t)(i % 15) + 1, (uint64_t)i + 1);
+	}
+	for (int i = 0; i < N - 1; i++)
+		store(s, &cp[i], SEL_TIER_MEMORY);
+	settle(s, 5);
+	CHECK(drec(s, &cp[0].key).writing);
+	/* The ninth: memory is held by records not yet durable.  Retry, with
+	 * no copy (so no GPU pin) and nothing streamed to disk. */
+	sel_stats st0 = stats(s);
+	struct sel_composite_gauges g0 = gauges(s);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &cp[N - 1], &why) == SEL_RETRY && why == SEL_RETRY_INFLIGHT);
+	sel_stats st = stats(s);
+	struct sel_composite_gauges g = gauges(s);
+	CHECK(st.inflight_out == st0.inflight_out && g.streamed == g0.streamed);
+	CHECK(g.refused_full == g0.refused_full + 1 && st.outcomes[SEL_RETRY] == st0.outcomes[SEL_RETRY] + 1);
+	CHECK(!on_disk(s, &cp[N - 1].key) && !in_memory(s, &cp[N - 1].key));
+	/* Nothing commits: no progress. */
+	int other = 0;
+	CHECK(!wait_progress(s, 60, &other) && other == 0);
+	/* A write commits: progress, and the retry lands in memory (evicting
+	 * the durable record). */
+	__atomic_store_n(&fi.block_pwrite, 0, __ATOMIC_SEQ_CST);
+	CHECK(wait_progress(s, 10000, &other) && other == 0);
+	CHECK(gauges(s).progress == g0.progress + 1);
+	put_after_progress(s, &cp[N - 1], 4);
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, check);
+	CHECK(ev.type == SEL_EV_STORED && ev.tier == SEL_TIER_MEMORY && ev.checkpoint == N);
+	CHECK(in_memory(s, &cp[N - 1].key));
+	settle(s, 20);
+
+	/* Records larger than the warm pool (60 pages + a 3-slot row) still
+	 * stream, at most two at once. */
+	struct sfx_conv big[3];
+	sel_published cb[3];
+	for (int i = 0; i < 3; i++) {
+		sfx_conv_init(&fx, &big[i], 90 + (uint64_t)i, 60 * 64 + 10, (uint32_t)(100 + 70 * i));
+		cb[i] = sfx_ckpt(&fx, &big[i], 60 * 64, 0, (uint32_t)(12 + i), 20 + (uint64_t)i);
+	}
+	__atomic_store_n(&fi.block_pwrite, 1, __ATOMIC_SEQ_CST);
+	g0 = gauges(s);
+	CHECK(sel_store_put(s, &cb[0], &why) == SEL_QUEUED);
+	CHECK(sel_store_put(s, &cb[1], &why) == SEL_QUEUED);
+	CHECK(gauges(s).streaming == 2 && gauges(s).streamed == g0.streamed + 2);
+	CHECK(sel_store_put(s, &cb[2], &why) == SEL_RETRY && why == SEL_RETRY_INFLIGHT);
+	CHECK_OK(check(s));
+	__atomic_store_n(&fi.block_pwrite, 0, __ATOMIC_SEQ_CST);
+	sel_event two[2];
+	sfx_wait_events(s, two, 2, check);
+	CHECK(two[0].type == SEL_EV_STORED && two[1].type == SEL_EV_STORED);
+	CHECK(two[0].tier == SEL_TIER_DISK && gauges(s).streaming == 0);
+	CHECK(sel_store_put(s, &cb[2], &why) == SEL_QUEUED);
+	sfx_wait_events(s, &ev, 1, check);
+	CHECK(ev.type == SEL_EV_STORED && ev.checkpoint == 22 && drec(s, &cb[2].key).file);
+	settle(s, 20);
+
+	/* A deferral is no progress: a streamed record the disk refuses with
+	 * ENOSPC is deferred, and no PROGRESS follows it. */
+	struct sfx_conv dv;
+	sfx_conv_init(&fx, &dv, 95, 60 * 64 + 10, 400);
+	sel_published cd = sfx_ckpt(&fx, &dv, 60 * 64, 0, 15, 30);
+	__atomic_store_n(&fi.fallocate_err, ENOSPC, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&fi.fallocate_n, 1, __ATOMIC_SEQ_CST);
+	CHECK(sel_store_put(s, &cd, &why) == SEL_QUEUED);
+	sfx_wait_events(s, &ev, 1, check);
+	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_DEFERRED &&
+	       ev.why == SEL_RETRY_BUDGET, "event %d outcome %s", ev.type, sel_outcome_name(ev.outcome));
+	other = 0;
+	CHECK(!wait_progress(s, 100, &other) && other == 0);
+	__atomic_store_n(&fi.fallocate_n, 0, __ATOMIC_SEQ_CST);
+
+	eos_fileops_set(NULL);
+	close_store(s);
+	unsetenv("SELENE_DISK_IO");
+	for (int i = 0; i < N; i++)
+		sfx_conv_free(&cv[i]);
+	for (int i = 0; i < 3; i++)
+		sfx_conv_free(&big[i]);
+	sfx_conv_free(&dv);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
+/* A refused record that needs more than the free and clean warm slots
+ * while the floor (free + clean >= 2 x intake, intake slots counting as
+ * free) is met: maintenance writes ahead until it fits (the design's "one
+ * largest record" of write-ahead), so its retry is not left waiting for
+ * progress that the floor alone would never make. */
+static void test_refused_need_writes_ahead(void)
+{
+	struct sfx fx;
+	sfx_init(&fx, 1, 2, units2, 20000, 1024, 16);
+	char *base = test_mkdtemp("wantslots");
+	sel_store *s = open_store(&fx, base, (struct opts){.warm = 600});
+	enum { N = 8 };
+	struct sfx_conv cv[N];
+	for (int i = 0; i < N; i++) {
+		sfx_conv_init(&fx, &cv[i], 100 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(65 * i));
+		sel_published cp = sfx_ckpt(&fx, &cv[i], 64 * 64, 0, (uint32_t)i + 1, (uint64_t)i + 1);
+		put_after_progress(s, &cp, 8);
+		sel_event ev;
+		sfx_wait_events(s, &ev, 1, check);
+		CHECK(ev.type == SEL_EV_STORED);
+		settle(s, 5);
+	}
+	settle(s, 50);
+	uint64_t in_use, pinned, free_warm;
+	sel_memory_store_counts(sel_composite_store_memory(s), &in_use, &pinned, &free_warm);
+	uint64_t room = free_warm + in_use - pinned;
+	uint32_t pages = (uint32_t)(room + 20 - fx.row_slots);
+	/* The floor is met (no write in flight), yet dirty records hold what
+	 * the record needs. */
+	CHECKF(pinned > 20 && room + 20 <= 600 && 520 + pages < 1024 && gauges(s).writing_slots == 0,
+	       "free %" PRIu64 ", in use %" PRIu64 ", dirty %" PRIu64, free_warm, in_use, pinned);
+	struct sfx_conv bv;
+	sfx_conv_init(&fx, &bv, 120, (uint64_t)pages * 64 + 10, 520);
+	sel_published cb = sfx_ckpt(&fx, &bv, (uint64_t)pages * 64, 0, 12, 50);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &cb, &why) == SEL_RETRY && why == SEL_RETRY_INFLIGHT);
+	CHECK(gauges(s).want_slots == room + 20 && gauges(s).write_ahead_bound >= room + 20);
+	CHECK(wait_progress(s, 10000, NULL));
+	int refusals = put_after_progress(s, &cb, 16);
+	sel_event ev;
+	sfx_wait_events(s, &ev, 1, check);
+	CHECK(ev.type == SEL_EV_STORED && ev.tier == SEL_TIER_MEMORY);
+	printf("  a record of %u slots, %" PRIu64 " warm slots free or clean: written ahead, "
+	       "stored after %d more refusals\n", pages + fx.row_slots, room, refusals);
+	close_store(s);
+	for (int i = 0; i < N; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_conv_free(&bv);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&fx);
+}
+
 /* ---- TP2: DRAM's packing decisions reach the files -------------------------------------------- */
 
 static void test_tp2(void)
@@ -532,6 +740,8 @@ int main(void)
 	test_disk_eviction();
 	test_streaming();
 	test_write_failures();
+	test_retry_instead_of_stream();
+	test_refused_need_writes_ahead();
 	test_tp2();
 	printf("test_store_composite: ok\n");
 	return 0;

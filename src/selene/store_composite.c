@@ -19,9 +19,18 @@
  *   copy in flight: SKIPPED); SEL_OVERSIZE when the record with the
  *   ancestors it links under can never fit the disk limit; then the memory
  *   store's put, with the disk parent pinned until the record is parked
- *   under it.  When memory cannot hold it now (retry for slabs or in-flight
- *   slots, or oversize for the warm pool) the disk store's own put streams
- *   it through intake without retention.  When the copy-out lands
+ *   under it.  When memory cannot hold it now -- its warm slots are held by
+ *   dirty (parked) records, copies or reads in flight -- the put is
+ *   SEL_RETRY with memory's reason (INFLIGHT or SLABS): no copy, so the
+ *   worker holds no GPU pin while the disk catches up (design 2.10 "when a
+ *   pool is exhausted by pinned records, copy-out is skipped and counted,
+ *   never waited for").  Streaming such a record to disk instead would keep
+ *   its GPU checkpoint pinned for a whole disk write, and with the warm
+ *   tier full every publication would: the GPU rows fill with pins and
+ *   admission stalls (docs/performance.md, serving).  Only a record larger
+ *   than the warm pool (memory's SEL_OVERSIZE), which can never be
+ *   retained, streams through intake without retention (design 2.4), at
+ *   most STREAM_PUTS at once (beyond: SEL_RETRY, INFLIGHT).  When the copy-out lands
  *   (SEL_EV_STORED from memory) the record is parked: indexed READY in the
  *   disk index with DRAM's packing decisions and its file bytes charged
  *   (evicting committed leaves) or, when that cannot be done now, indexed
@@ -31,10 +40,12 @@
  *
  * Maintenance (every poll but during close): uncharged parked records try
  *   to charge again; when free slots + clean (durable, unpinned) memory slots + slots whose
- *   writes are in flight fall below 2 x intake, writes start for parked
+ *   writes are in flight fall below 2 x intake -- or free warm + clean +
+ *   writing slots below what the last refused put needed (want_slots), a
+ *   need the design's write-ahead bound allows for -- writes start for parked
  *   records in park order (oldest first), each from its topmost parked
- *   ancestor down, while the slots being written stay below 2 x intake (so
- *   at most 2 x intake plus one record is ever written ahead).  A write is
+ *   ancestor down, while the slots being written stay below the larger of
+ *   the two (so at most that plus one record is ever written ahead).  A write is
  *   the disk store's write_from of the memory slots themselves (no copy).
  *   Its completion makes the memory copy durable (unpinned, evictable).
  *   ENOSPC and EDQUOT keep it parked and pause writes for a backoff that
@@ -58,6 +69,16 @@
  *
  * Disk removal (eviction, corruption, drops, expiry) removes the memory
  *   copy too: at once, or when the copy's pins are released.
+ *
+ * Progress (selene.h SEL_EV_PROGRESS): after a put was refused (SEL_RETRY)
+ *   or deferred, the next poll in which capacity came back without a
+ *   STORED or FETCHED event ends with one SEL_EV_PROGRESS: a maintenance
+ *   write committed (its memory copy durable, so evictable), a terminal
+ *   write error or a removal freed memory slots, a read-through failed and
+ *   gave back its reserved slots, a streamed put failed for good (stream
+ *   room), or an inner store reported progress.  A deferral or ENOSPC
+ *   write is never progress.  Then want_slots is forgotten: the retry it
+ *   wakes, if still refused, sets it again.
  *
  * Expiry (design 2.5): the disk index is the catalogue, so only the disk
  *   store sweeps (the memory store is opened with no max age); every
@@ -94,6 +115,8 @@
  *   3. writing_slots is the sum of the memory slots of records whose writes
  *      are in flight.
  *   4. The memory store's and the disk store's checks pass.
+ *   5. streaming counts the disk store's put streams whose events the
+ *      composite has not seen; put starts none while it is STREAM_PUTS.
  */
 #include "store_composite.h"
 
@@ -120,6 +143,10 @@
 #define DRAIN_WRITES 4           /* drain writes in flight at most: the time limit's overrun */
 #define DRAIN_RETRIES 3          /* drain passes after a full filesystem */
 #define DRAIN_BACKOFF_NS (100ull * 1000000) /* before the first; doubling, at most 400 ms */
+/* Streamed puts (records larger than the warm pool) at once: each keeps its
+ * GPU checkpoint pinned for a whole disk write; two let the next one's
+ * copy-out overlap the last one's final write. */
+#define STREAM_PUTS 2
 
 /* A memory put whose copy-out has not landed. */
 struct cput {
@@ -203,6 +230,10 @@ struct comp_store {
 	size_t evq_head, evq_n, evq_cap;
 
 	uint64_t writing_slots;
+	uint64_t want_slots;    /* warm slots the last refused put needed */
+	uint32_t streaming;     /* streamed puts in flight */
+	bool refused;           /* a put refused or deferred since the last PROGRESS */
+	bool released;          /* capacity came back since that refusal */
 	uint64_t backoff_until, backoff_ns;
 	struct sel_composite_gauges g;
 	bool closed, stopped;
@@ -275,10 +306,12 @@ static void rm_flush(struct comp_store *cs)
 		size_t keep = 0;
 		for (size_t i = 0; i < cs->n_rm; i++) {
 			int rc = sel_memory_store_remove(cs->mem, &cs->pend_rm[i]);
-			if (rc == -EBUSY)
+			if (rc == -EBUSY) {
 				cs->pend_rm[keep++] = cs->pend_rm[i];
-			else
+			} else {
 				more = true;
+				cs->released = true;
+			}
 		}
 		cs->n_rm = keep;
 	}
@@ -307,6 +340,8 @@ static void on_removed(void *ctx, const sel_key *key, bool parked, bool expired)
 		sel_memory_store_unpin(cs->mem, key); /* the dirty pin */
 	if (sel_memory_store_remove(cs->mem, key) == -EBUSY)
 		rm_push(cs, key);
+	else
+		cs->released = true;
 }
 
 static struct cticket *tk_find(struct comp_store *cs, uint64_t ticket)
@@ -438,15 +473,17 @@ static void maintain(struct comp_store *cs)
 		arm_timer(cs);
 	}
 	uint64_t floor = 2 * cs->intake;
+	uint64_t bound = floor > cs->want_slots ? floor : cs->want_slots;
 	memset(&k, 0, sizeof k);
 	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		uint64_t in_use, pinned;
-		sel_memory_store_counts(cs->mem, &in_use, &pinned, NULL);
+		uint64_t in_use, pinned, free_warm;
+		sel_memory_store_counts(cs->mem, &in_use, &pinned, &free_warm);
 		uint64_t free_slots = sel_slab_free_count(cs->sp->pool);
 		uint64_t clean = in_use - pinned;
-		if (free_slots + clean + cs->writing_slots >= floor)
+		if (free_slots + clean + cs->writing_slots >= floor &&
+		    free_warm + clean + cs->writing_slots >= cs->want_slots)
 			break;
-		if (cs->writing_slots >= floor)
+		if (cs->writing_slots >= bound)
 			break; /* the write-ahead bound */
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) != 0 || di.writing || !di.charged)
@@ -482,6 +519,7 @@ static void write_done(struct comp_store *cs, struct cwrite *w, int status)
 	if (status == 0) {
 		sel_memory_store_unpin(cs->mem, &w->key); /* durable: evictable now */
 		cs->backoff_ns = 0;
+		cs->released = true;
 	} else if (status == -ENOSPC || status == -EDQUOT) {
 		/* Keep it parked; pause writes for a short, growing backoff. */
 		cs->backoff_ns = cs->backoff_ns ? cs->backoff_ns * 2 : BACKOFF_MIN_NS;
@@ -559,6 +597,7 @@ static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 			  .state_slot = f->state_slot};
 	if (f->status) {
 		cfetch_release(cs, f, false);
+		cs->released = true; /* the reserved slots, the residents' pins */
 		fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, f->status, f->submit_ns);
 		cfetch_free(cs, f);
 		return true;
@@ -835,25 +874,39 @@ static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel
 		return SEL_QUEUED;
 	}
 	free(p);
-	if (o == SEL_OVERSIZE || (o == SEL_RETRY && (mwhy == SEL_RETRY_SLABS ||
-						     mwhy == SEL_RETRY_INFLIGHT))) {
-		/* Memory cannot hold it now: stream it to disk without
-		 * retention (design 2.4). */
+	if (o == SEL_OVERSIZE) {
+		/* Memory can never retain it: stream it to disk without
+		 * retention (design 2.4), a bounded number at once. */
+		if (cs->streaming >= STREAM_PUTS) {
+			eos_fail(-EAGAIN, "composite store: %u records larger than warm memory "
+				 "are streaming already", cs->streaming);
+			*why = SEL_RETRY_INFLIGHT;
+			return SEL_RETRY;
+		}
 		sel_retry_reason dwhy = SEL_RETRY_NONE;
 		sel_outcome d = sel_store_put(cs->disk, cp, &dwhy);
 		if (d == SEL_QUEUED) {
 			cs->st.inflight_out++;
+			cs->streaming++;
 			cs->g.streamed++;
 			return d;
 		}
-		if (d == SEL_RETRY) {
-			*why = o == SEL_RETRY ? mwhy : dwhy;
-			return SEL_RETRY;
-		}
+		if (d == SEL_RETRY)
+			*why = dwhy;
 		return d;
 	}
-	if (o == SEL_RETRY)
+	if (o == SEL_RETRY) {
+		/* Memory cannot take it now (dirty records, copies or reads
+		 * hold its slots, or its queue is full): no copy and no GPU
+		 * pin; maintenance writes make room and PROGRESS says so. */
 		*why = mwhy;
+		if (mwhy == SEL_RETRY_INFLIGHT || mwhy == SEL_RETRY_SLABS) {
+			uint64_t need = sel_memory_store_refused_need(cs->mem);
+			if (need > cs->want_slots)
+				cs->want_slots = need;
+			cs->g.refused_full++;
+		}
+	}
 	if (o == SEL_PRESENT)
 		return SEL_SKIPPED; /* a copy whose disk record just went */
 	return o;
@@ -865,8 +918,11 @@ static sel_outcome cs_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(cs, cp, &reason) : SEL_SKIPPED;
 	cs->st.outcomes[o]++;
-	if (o == SEL_RETRY)
+	if (o == SEL_RETRY) {
 		cs->st.retry_reasons[reason]++;
+		cs->refused = true;
+		cs->released = false; /* what came back before, this put saw */
+	}
 	if (why)
 		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
 	debug_check(cs);
@@ -930,8 +986,23 @@ static struct cput *put_take(struct comp_store *cs, uint64_t checkpoint, const s
 
 /* ---- poll ---------------------------------------------------------------------------------- */
 
+/* A deferral passing through is a refusal of ours (the worker waits for
+ * our progress). */
+static void note_deferral(struct comp_store *cs, const sel_event *ev)
+{
+	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED) {
+		cs->refused = true;
+		cs->released = false;
+	}
+}
+
 static void mem_event(struct comp_store *cs, sel_event *ev)
 {
+	if (ev->type == SEL_EV_PROGRESS) {
+		cs->released = true; /* ours to announce */
+		return;
+	}
+	note_deferral(cs, ev);
 	if (ev->type == SEL_EV_STORED || ev->type == SEL_EV_STORE_FAILED) {
 		struct cput *p = put_take(cs, ev->checkpoint, &ev->key);
 		if (p) {
@@ -963,10 +1034,21 @@ static void mem_event(struct comp_store *cs, sel_event *ev)
 
 static void disk_event(struct comp_store *cs, const sel_event *ev)
 {
+	if (ev->type == SEL_EV_PROGRESS) {
+		cs->released = true; /* ours to announce */
+		return;
+	}
+	note_deferral(cs, ev);
 	if (ev->type == SEL_EV_STORED || ev->type == SEL_EV_STORE_FAILED) {
+		/* A streamed put ended (write_from completions come through the
+		 * done hook, not as events). */
 		cs->st.inflight_out--;
-		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome != SEL_DEFERRED)
+		if (cs->streaming)
+			cs->streaming--;
+		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome != SEL_DEFERRED) {
 			cs->st.store_failures++;
+			cs->released = true; /* stream room */
+		}
 		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
 			cs->st.outcomes[SEL_DEFERRED]++;
 	} else {
@@ -1021,6 +1103,13 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	step(cs);
 	if (!cs->closed)
 		maintain(cs);
+	if (cs->refused && cs->released) {
+		sel_event pe = {.type = SEL_EV_PROGRESS};
+		ev_push(cs, &pe);
+		cs->refused = cs->released = false;
+		cs->want_slots = 0;
+		cs->g.progress++;
+	}
 	size_t n = 0;
 	while (n < cap && cs->evq_n) {
 		out[n++] = cs->evq[cs->evq_head];
@@ -1537,7 +1626,9 @@ void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out)
 	struct comp_store *cs = CS(s);
 	*out = cs->g;
 	out->writing_slots = cs->writing_slots;
-	out->write_ahead_bound = 2 * cs->intake;
+	out->write_ahead_bound = 2 * cs->intake > cs->want_slots ? 2 * cs->intake : cs->want_slots;
+	out->want_slots = cs->want_slots;
+	out->streaming = cs->streaming;
 	out->backoff_until_ns = cs->backoff_until;
 }
 
@@ -1588,5 +1679,8 @@ int sel_composite_store_check(sel_store *s)
 	if (ws != cs->writing_slots)
 		return eos_fail(SEL_ECORRUPT, "composite: writing slots %" PRIu64 ", counted %" PRIu64,
 				ws, cs->writing_slots);
+	if (cs->streaming > STREAM_PUTS)
+		return eos_fail(SEL_ECORRUPT, "composite: %u streamed puts in flight, at most %d",
+				cs->streaming, STREAM_PUTS);
 	return 0;
 }

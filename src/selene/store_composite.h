@@ -18,15 +18,19 @@ sel_store *sel_composite_store_memory(sel_store *s);
 sel_store *sel_composite_store_disk(sel_store *s);
 
 /* Maintenance gauges: memory slots whose disk writes are in flight, the
- * most that may be (2 x intake, plus the record being started), the
- * largest in-flight write seen, and the backoff deadline (monotonic ns; 0
- * when none). */
+ * most that may be (2 x intake, or what the last refused put needed when
+ * larger, plus the record being started), the largest in-flight write seen,
+ * and the backoff deadline (monotonic ns; 0 when none).  Backpressure:
+ * puts refused because warm memory was held by dirty records, copies or
+ * reads (refused_full), PROGRESS events emitted, the slots the last refused
+ * put needed, streamed puts in flight. */
 struct sel_composite_gauges {
 	uint64_t writing_slots;
 	uint64_t write_ahead_bound;
 	uint64_t max_writing_slots;
 	uint64_t writes_started, writes_done, writes_retried, backoff_until_ns;
 	uint64_t read_through, streamed;
+	uint64_t refused_full, progress, want_slots, streaming;
 };
 void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out);
 

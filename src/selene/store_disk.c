@@ -83,6 +83,13 @@
  *   unpin and never served again; the ticket gets SEL_EV_FETCH_FAILED.  An
  *   I/O error fails the fetch and keeps the record (it may be transient).
  *
+ * Progress (selene.h SEL_EV_PROGRESS): after a put was refused (SEL_RETRY)
+ *   or deferred, a poll ends with one SEL_EV_PROGRESS when capacity came
+ *   back without a STORED or FETCHED event: a stream that failed for good
+ *   released its intake slots and budget, a failed fetch its pins, expiry
+ *   its records' budget.  A deferral (ENOSPC, EDQUOT) is a refusal, never
+ *   progress: the space it hands back was not usable.
+ *
  * Compaction (a non-root record's row once its only child commits, design
  *   2.3) is a TRUNCATE job; removal an UNLINK job.  Index pins (streams,
  *   write_from, read_into) keep a node's file from both.
@@ -277,6 +284,8 @@ struct disk_store {
 	uint32_t disk_out;                 /* jobs handed to the disk thread, not polled */
 
 	bool stopped, closed;
+	bool refused;              /* a put refused or deferred since the last PROGRESS */
+	bool released;             /* capacity came back since that refusal */
 	int close_rc;
 	sel_stats st;
 };
@@ -1056,7 +1065,12 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 				ev.why = SEL_RETRY_BUDGET;
 				ds->st.outcomes[SEL_DEFERRED]++;
 				ds->st.retry_reasons[SEL_RETRY_BUDGET]++;
+				/* A refusal; the space it gives back was never
+				 * usable, so no progress either. */
+				ds->refused = true;
+				ds->released = false;
 			} else {
+				ds->released = true; /* its slots and budget */
 				ev.outcome = SEL_SKIPPED;
 				/* A terminal disk error loses the record (design 2.15);
 				 * a failed GPU copy-out is not a disk drop. */
@@ -1073,6 +1087,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		ds->st.inflight_in--;
 		if (st->status) {
 			ds->st.fetch_failures++;
+			ds->released = true; /* its pins drop */
 		} else {
 			ds->st.tier[SEL_TIER_DISK].bytes_in += st->bytes;
 			ds->st.reused_tokens += st->key.consumed - st->resident;
@@ -1251,9 +1266,12 @@ static void ds_expire(struct disk_store *ds)
 	if (ds->closed || ds->stopped || !sel_expiry_due(&ds->exp, &cutoff))
 		return;
 	enum why w = ds->why;
+	uint64_t before = ds->st.tier[SEL_TIER_DISK].expired;
 	ds->why = W_EXPIRE;
 	(void)sel_index_expire(ds->ix, cutoff, SEL_EXPIRY_LEAVES, false, ds_droppable, ds);
 	ds->why = w;
+	if (ds->st.tier[SEL_TIER_DISK].expired != before)
+		ds->released = true; /* budget */
 }
 
 static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -1262,6 +1280,11 @@ static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 	progress(ds);
 	ds_expire(ds);
 	run_hooks(ds);
+	if (ds->refused && ds->released) {
+		sel_event pe = {.type = SEL_EV_PROGRESS};
+		ev_push(ds, &pe);
+		ds->refused = ds->released = false;
+	}
 	size_t n = 0;
 	while (n < cap && ds->evq_n) {
 		ev[n++] = ds->evq[ds->evq_head];
@@ -1484,8 +1507,11 @@ static sel_outcome ds_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(ds, cp, &reason) : SEL_SKIPPED;
 	ds->st.outcomes[o]++;
-	if (o == SEL_RETRY)
+	if (o == SEL_RETRY) {
 		ds->st.retry_reasons[reason]++;
+		ds->refused = true;
+		ds->released = false; /* what came back before, this put saw */
+	}
 	if (why)
 		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
 	return o;

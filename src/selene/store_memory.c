@@ -72,7 +72,16 @@
  * SEL_RETRY_INFLIGHT when free warm slots plus the slots of records pinned
  * by this store's jobs would hold it (progress frees them), else
  * SEL_RETRY_SLABS; a full channel is SEL_RETRY_QUEUE.  A record larger than
- * the warm class can ever hold is SEL_OVERSIZE.
+ * the warm class can ever hold is SEL_OVERSIZE.  The slots a refused put
+ * needed are kept for the composite (sel_memory_store_refused_need), whose
+ * maintenance writes dirty records until that many could be evicted.
+ *
+ * Progress (selene.h SEL_EV_PROGRESS): after a refused put, a poll that
+ *   released capacity without a STORED or FETCHED event -- a failed copy-out
+ *   freed its slots, a failed fetch dropped its pins, expiry removed records
+ *   -- ends with one SEL_EV_PROGRESS (or the next poll does, when this one's
+ *   events filled the caller's array).  Releases made before the refusal do
+ *   not count: the refused put saw them.
  *
  * A restore that starts inside a packed record (the GPU already holds a
  * prefix ending at a page that is not a multiple of ranks) sets the IN job's
@@ -228,6 +237,10 @@ struct mem_store {
 	bool stopped;            /* a transfer failed fatally or close timed out */
 	bool closed;
 	int close_rc;
+
+	bool refused;            /* a put was refused since the last PROGRESS */
+	bool released;           /* capacity came back since that refusal */
+	uint32_t refused_need;   /* slots the last refused put needed */
 
 	sel_stats st;            /* counters; gauges are filled at stats() */
 };
@@ -610,6 +623,8 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	return SEL_QUEUED;
 
 undo:
+	if (out == SEL_RETRY)
+		ms->refused_need = need;
 	ms_unpin(ms, id);
 	if (fresh)
 		sel_index_remove(ms->ix, id);
@@ -625,8 +640,11 @@ static sel_outcome ms_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(ms, cp, &reason) : SEL_SKIPPED;
 	ms->st.outcomes[o]++;
-	if (o == SEL_RETRY)
+	if (o == SEL_RETRY) {
 		ms->st.retry_reasons[reason]++;
+		ms->refused = true;
+		ms->released = false; /* what came back before, this put saw */
+	}
 	if (why)
 		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
 	return o;
@@ -913,6 +931,7 @@ static void fetch_event(struct mem_store *ms, struct mfetch *f, sel_event *ev)
 	ms->st.inflight_in--;
 	if (f->status) {
 		ms->st.fetch_failures++;
+		ms->released = true; /* its pins drop: a failure is no progress event */
 	} else {
 		ms->st.tier[SEL_TIER_MEMORY].bytes_in += f->bytes;
 		ms->st.reused_tokens += f->key.consumed - f->resident;
@@ -1005,6 +1024,7 @@ static int out_done(struct mem_store *ms, struct mjob *j, sel_event *ev)
 		ms_unpin(ms, id);
 		remove_failed(ms, id, &j->key);
 		ms->st.store_failures++;
+		ms->released = true; /* its slots are free again */
 		ev->type = SEL_EV_STORE_FAILED;
 		ev->outcome = SEL_SKIPPED;
 		ev->error = j->x.status;
@@ -1042,9 +1062,12 @@ static void ms_expire(struct mem_store *ms)
 	uint64_t cutoff;
 	if (ms->closed || ms->stopped || !sel_expiry_due(&ms->exp, &cutoff))
 		return;
+	uint64_t before = ms->st.tier[SEL_TIER_MEMORY].expired;
 	ms->expiring = true;
 	(void)sel_index_expire(ms->ix, cutoff, SEL_EXPIRY_LEAVES, false, ms_droppable, ms);
 	ms->expiring = false;
+	if (ms->st.tier[SEL_TIER_MEMORY].expired != before)
+		ms->released = true;
 }
 
 static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -1082,6 +1105,11 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 	}
 	if (cap == 0)
 		resubmit_pending(ms);
+	if (ms->refused && ms->released && n < cap) {
+		memset(&ev[n], 0, sizeof(ev[n]));
+		ev[n++].type = SEL_EV_PROGRESS;
+		ms->refused = ms->released = false;
+	}
 	debug_check(ms);
 	return (int)n;
 }
@@ -1497,6 +1525,11 @@ int sel_memory_store_remove(sel_store *s, const sel_key *key)
 	int rc = sel_index_remove(ms->ix, id);
 	debug_check(ms);
 	return rc;
+}
+
+uint32_t sel_memory_store_refused_need(sel_store *s)
+{
+	return MS(s)->refused_need;
 }
 
 uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,

@@ -88,6 +88,10 @@ int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *pa
 			     bool row_packed);
 void sel_memory_store_settle(sel_store *s, const sel_key *key, bool ok);
 
+/* The warm slots the last put refused with SEL_RETRY needed (0 if none
+ * was): the composite writes dirty records until that many can be freed. */
+uint32_t sel_memory_store_refused_need(sel_store *s);
+
 /* Slots a record of tail pages (and its row) takes in a representation. */
 uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,
 				       bool row_packed);
