@@ -10,9 +10,18 @@
  *     front of the queue with host lookup disabled for that attempt (no
  *     second lookup), recompute and produce the reference tokens;
  *   - a fetch refused at once (-ESTALE) and a hit the policy declines;
- *   - Retry outcomes put again only after store progress (an event), and
- *     abandoned by their last reason once the checkpoint left the GPU;
+ *   - Retry outcomes put again only after store progress (a STORED,
+ *     FETCHED or PROGRESS event delivered after the refusal; failure
+ *     events, Deferred included, are none), and abandoned by their last
+ *     reason once the checkpoint left the GPU;
  *   - Deferred: the pin released, the put retried after progress;
+ *   - two checkpoints deferred on every put do not re-offer each other
+ *     (retry_storm_two_deferred): with the engine idle no put is made, and
+ *     both are abandoned once evicted;
+ *   - the copy-out pin bound (copyouts_pin_the_gpu_cache): with copy-outs
+ *     that never complete, queued copy-outs pin at most
+ *     max(1, rows / 4) checkpoints, requests still finish, the rest is
+ *     held back unpinned (counted) and offered once pins drop;
  *   - STORE_FAILED: the pin released (the checkpoint is evicted later),
  *     no retry;
  *   - every Queued put pinned until its event (no pin leaks: every
@@ -39,7 +48,8 @@ struct putrec {
 	uint64_t id;
 	sel_key key;
 	int puts;
-	uint64_t events_at_refusal; /* events delivered when last refused */
+	uint64_t progress_at_refusal; /* progress events delivered (or queued
+				       * ahead of its Deferred) when last refused */
 	bool refused;               /* waits for progress */
 	bool evicted;
 	int pins;                   /* Queued puts without their event yet */
@@ -60,14 +70,19 @@ struct dbl {
 	bool scripted;       /* outcome by checkpoint id % 4, else always Queued */
 	bool always_retry;   /* scripted kind 1 refuses every put */
 	bool defer_one;      /* the first scripted kind-2 checkpoint defers every put */
-	uint64_t deferring;  /* its id (0: not chosen yet) */
+	bool defer_two;      /* the first two do */
+	uint64_t deferring[2]; /* their ids (0: not chosen yet) */
+	bool hold_stored;    /* keep the events of Queued puts until released */
 	sel_retry_reason defer_why; /* the cause deferral events name */
 	int poll_fail;       /* poll returns it when non-zero */
 	int close_rc;
 	/* events */
-	sel_event q[1024], held[64];
-	size_t nq, nheld;
+	sel_event q[1024], held[64], held_st[1024];
+	size_t nq, nheld, nheld_st;
 	uint64_t delivered;  /* events returned by poll */
+	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
+	int pins, max_pins;  /* Queued puts without their event: now, most */
+	int puts;            /* every put */
 	/* bookkeeping */
 	struct putrec *recs;
 	size_t nrecs, caprecs;
@@ -104,6 +119,27 @@ static void enqueue(struct dbl *d, const sel_event *ev)
 	CHECK(d->nq < 1024);
 	d->q[d->nq++] = *ev;
 	(void)eventfd_write(d->efd, 1);
+}
+
+static bool is_progress(const sel_event *ev)
+{
+	return ev->type == SEL_EV_STORED || ev->type == SEL_EV_FETCHED ||
+	       ev->type == SEL_EV_PROGRESS;
+}
+
+/* Progress events the engine will have seen once it reaches the end of
+ * the queue as it is now. */
+static uint64_t progress_through_queue(const struct dbl *d)
+{
+	uint64_t n = d->progress;
+	for (size_t i = 0; i < d->nq; i++)
+		n += is_progress(&d->q[i]);
+	return n;
+}
+
+static bool deferring(const struct dbl *d, uint64_t id)
+{
+	return id && (d->deferring[0] == id || d->deferring[1] == id);
 }
 
 static int d_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit)
@@ -155,10 +191,11 @@ static sel_outcome d_put(sel_store *s, const sel_published *cp, sel_retry_reason
 	logc(d, LOG_PUT);
 	struct putrec *r = rec_of(d, cp->checkpoint);
 	r->key = cp->key;
-	if (r->refused && d->delivered <= r->events_at_refusal)
+	if (r->refused && d->progress <= r->progress_at_refusal)
 		d->early_retries++; /* retried without store progress */
 	r->refused = false;
 	r->puts++;
+	d->puts++;
 	CHECK(cp->n_pages == cp->key.consumed / s->page_tokens && cp->tail <= cp->n_pages);
 	sel_event ev = { .type = SEL_EV_STORED, .outcome = SEL_QUEUED, .checkpoint = cp->checkpoint,
 			 .key = cp->key };
@@ -166,10 +203,13 @@ static sel_outcome d_put(sel_store *s, const sel_published *cp, sel_retry_reason
 	if (kind == 1 && (r->puts == 1 || d->always_retry)) {
 		o = SEL_RETRY;
 		*why = SEL_RETRY_QUEUE;
-	} else if (kind == 2 && d->defer_one && !d->deferring) {
-		d->deferring = cp->checkpoint;
+	} else if (kind == 2 && (d->defer_one || d->defer_two) && !deferring(d, cp->checkpoint)) {
+		if (!d->deferring[0])
+			d->deferring[0] = cp->checkpoint;
+		else if (d->defer_two && !d->deferring[1])
+			d->deferring[1] = cp->checkpoint;
 	}
-	if (kind == 2 && (r->puts == 1 || d->deferring == cp->checkpoint)) {
+	if (kind == 2 && (r->puts == 1 || deferring(d, cp->checkpoint))) {
 		ev.type = SEL_EV_STORE_FAILED;
 		ev.outcome = SEL_DEFERRED;
 		ev.why = d->defer_why;
@@ -180,14 +220,22 @@ static sel_outcome d_put(sel_store *s, const sel_published *cp, sel_retry_reason
 	}
 	if (o == SEL_QUEUED) {
 		r->pins++;
-		enqueue(d, &ev);
+		if (++d->pins > d->max_pins)
+			d->max_pins = d->pins;
+		if (ev.outcome == SEL_DEFERRED) {
+			/* Progress queued ahead of its own event is not after it. */
+			r->refused = true;
+			r->progress_at_refusal = progress_through_queue(d);
+		}
+		if (d->hold_stored && ev.type == SEL_EV_STORED) {
+			CHECK(d->nheld_st < 1024);
+			d->held_st[d->nheld_st++] = ev;
+		} else {
+			enqueue(d, &ev);
+		}
 	} else {
 		r->refused = true;
-		r->events_at_refusal = d->delivered;
-	}
-	if (ev.outcome == SEL_DEFERRED) {
-		r->refused = true;
-		r->events_at_refusal = d->delivered + d->nq; /* its own event is no progress */
+		r->progress_at_refusal = d->progress;
 	}
 	pthread_mutex_unlock(&d->mu);
 	return o;
@@ -208,6 +256,11 @@ static int d_poll(sel_store *s, sel_event *ev, size_t cap)
 			enqueue(d, &d->held[i]);
 		d->nheld = 0;
 	}
+	if (!d->hold_stored && d->nheld_st) {
+		for (size_t i = 0; i < d->nheld_st; i++)
+			enqueue(d, &d->held_st[i]);
+		d->nheld_st = 0;
+	}
 	size_t n = d->nq < cap ? d->nq : cap;
 	memcpy(ev, d->q, n * sizeof *ev);
 	memmove(d->q, d->q + n, (d->nq - n) * sizeof *d->q);
@@ -216,7 +269,9 @@ static int d_poll(sel_store *s, sel_event *ev, size_t cap)
 		if (ev[i].type == SEL_EV_STORED || ev[i].type == SEL_EV_STORE_FAILED) {
 			struct putrec *r = rec_of(d, ev[i].checkpoint);
 			r->pins--;
+			d->pins--;
 		}
+		d->progress += is_progress(&ev[i]);
 	}
 	d->delivered += n;
 	if (d->nq == 0) {
@@ -663,6 +718,123 @@ static void test_deferred_abandoned(sel_retry_reason why)
 	dbl_free(d);
 }
 
+/* Two checkpoints deferred on every put (a full disk): each one's Deferred
+ * event is no progress for the other, so they do not re-offer each other
+ * (the worker used to count any event as progress, and two such records
+ * kept each other -- and a GPU pin each -- going for ever).  They are
+ * offered again only after real progress, and abandoned once evicted. */
+static bool two_abandoned_budget(const hel_engine_stats *st, void *arg)
+{
+	(void)arg;
+	return st->retry_abandoned[SEL_RETRY_BUDGET] >= 2;
+}
+
+static void test_retry_storm_two_deferred(void)
+{
+	struct dbl *d = dbl_new();
+	LOCKED(d, { d->scripted = true; d->defer_two = true; d->defer_why = SEL_RETRY_BUDGET; });
+	hel_engine *e = open_with(d, 24, 30);
+	bool both = false;
+	for (int i = 0; i < 100 && !both; i++) {
+		fillers(e, 1);
+		LOCKED(d, both = d->deferring[1] != 0);
+	}
+	CHECK(both);
+	et_wait_stats(e, idle, NULL);
+	for (int i = 0; i < 10000 && !no_pins(d); i++)
+		usleep(1000);
+	CHECK(no_pins(d));
+	usleep(100000); /* the last events handled */
+	hel_engine_stats st;
+	hel_engine_stats_get(e, &st);
+	CHECK(st.store_retries_pending >= 2); /* both wait, unpinned */
+	int puts0, puts1;
+	LOCKED(d, puts0 = d->puts);
+	usleep(300000);
+	LOCKED(d, puts1 = d->puts);
+	CHECKF(puts1 == puts0, "%d puts while idle: deferred checkpoints re-offer each other",
+	       puts1 - puts0);
+	/* Evicted by later requests: abandoned by the deferral's cause. */
+	fillers(e, 30);
+	et_wait_stats(e, two_abandoned_budget, NULL);
+	et_wait_stats(e, idle, NULL);
+	for (int i = 0; i < 10000 && !no_pins(d); i++)
+		usleep(1000);
+	hel_engine_stats_get(e, &st);
+	pthread_mutex_lock(&d->mu);
+	CHECKF(d->early_retries == 0, "%d puts retried without store progress", d->early_retries);
+	CHECKF(d->max_pins <= (int)st.copyout_pin_limit, "%d copy-out pins at once, bound %llu",
+	       d->max_pins, (unsigned long long)st.copyout_pin_limit);
+	CHECK(d->pins == 0);
+	for (int k = 0; k < 2; k++)
+		CHECK(rec_of(d, d->deferring[k])->evicted);
+	printf("two deferring checkpoints: %d and %d puts, %d puts in all, at most %d pins\n",
+	       rec_of(d, d->deferring[0])->puts, rec_of(d, d->deferring[1])->puts, d->puts,
+	       d->max_pins);
+	pthread_mutex_unlock(&d->mu);
+	big_request_fits(e, 24);
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+	dbl_free(d);
+}
+
+/* Copy-outs that never complete (a disk far behind) pin at most
+ * max(1, rows / 4) GPU checkpoints: requests go on finishing, and the
+ * publications beyond the bound wait unpinned (counted, reason inflight)
+ * and are abandoned when evicted, or offered once pins drop.  Unbounded,
+ * every publication kept its row pinned until admission found none. */
+static bool drained(const hel_engine_stats *st, void *arg)
+{
+	(void)arg;
+	return st->copyout_pins == 0 && st->store_retries_pending == 0;
+}
+
+static void test_copyouts_pin_the_gpu_cache(void)
+{
+	struct dbl *d = dbl_new();
+	LOCKED(d, d->hold_stored = true);
+	hel_engine *e = open_with(d, 24, 20);
+	hel_engine_stats st;
+	hel_engine_stats_get(e, &st);
+	CHECK(st.copyout_pin_limit == 5); /* 20 rows / 4 */
+	for (int i = 0; i < 12 * ET_SCALE; i++) {
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 100 + test_rng_below(&rng, 100), &n);
+		struct et_call *c = et_run(e, p, n, 1 + (uint32_t)test_rng_below(&rng, 4), NULL);
+		check_ref(c, p, n, c->out.completion_tokens);
+		et_call_free(c);
+		free(p);
+		hel_engine_stats_get(e, &st);
+		CHECK(st.copyout_pins <= st.copyout_pin_limit);
+	}
+	et_wait_stats(e, idle, NULL);
+	hel_engine_stats_get(e, &st);
+	pthread_mutex_lock(&d->mu);
+	int held = d->pins, most = d->max_pins;
+	pthread_mutex_unlock(&d->mu);
+	CHECKF(most <= 5 && held <= 5, "%d copy-out pins (at most %d at once), bound 5", held, most);
+	CHECK(held > 0 && st.copyout_pin_waits > 0 && st.retry_abandoned[SEL_RETRY_INFLIGHT] > 0);
+	printf("copy-outs held: %d pins (bound %llu), %llu puts held back, %llu abandoned\n", held,
+	       (unsigned long long)st.copyout_pin_limit, (unsigned long long)st.copyout_pin_waits,
+	       (unsigned long long)st.retry_abandoned[SEL_RETRY_INFLIGHT]);
+	/* The copies land: the pins go and what waits under the bound is
+	 * offered while it is still in the GPU cache. */
+	int puts0;
+	LOCKED(d, { d->hold_stored = false; puts0 = d->puts; });
+	(void)eventfd_write(d->efd, 1);
+	et_wait_stats(e, drained, NULL);
+	for (int i = 0; i < 10000 && !no_pins(d); i++)
+		usleep(1000);
+	pthread_mutex_lock(&d->mu);
+	CHECK(d->pins == 0 && d->max_pins <= 5 && d->early_retries == 0);
+	CHECK(d->puts > puts0 || st.store_retries_pending == 0);
+	pthread_mutex_unlock(&d->mu);
+	big_request_fits(e, 24);
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+	dbl_free(d);
+}
+
 /* ---- a store that stops ------------------------------------------------------------------------ */
 
 static void test_store_stops(bool drains)
@@ -713,6 +885,8 @@ int main(void)
 	test_retry_abandoned();
 	test_deferred_abandoned(SEL_RETRY_BUDGET);
 	test_deferred_abandoned(SEL_RETRY_NONE);
+	test_retry_storm_two_deferred();
+	test_copyouts_pin_the_gpu_cache();
 	test_store_stops(true);
 	test_store_stops(false);
 	hel_core_free(core);

@@ -21,11 +21,11 @@
  *        ticket's pages and row were written behind its back, then
  *        finish_inbound; FETCH_FAILED likewise without the loads; STORED /
  *        STORE_FAILED: unpin, remembering a Deferred checkpoint for a
- *        retry), deliver eviction notices, put again each remembered
- *        checkpoint the store made progress since (an event after its
- *        refusal; its own Deferred event is none) and forget those that
- *        left the GPU cache, then take publications and put each, pinning
- *        a Queued one at once;
+ *        retry; PROGRESS: nothing but the count), deliver eviction
+ *        notices, put again each remembered checkpoint (Retries below)
+ *        and forget those that left the GPU cache, then take publications
+ *        and put each within the pin bound (Backpressure below), pinning a
+ *        Queued one at once;
  *     3. admission, oldest first: plan, touch the store on a GPU hit, look
  *        the store up above it, let the policy decide (tokens gained = hit
  *        minus GPU hit, the hit's bytes and tier, the prefill rate the
@@ -61,6 +61,38 @@
  *   that checkpoint, from the GPU cache or through the store, fails
  *   loudly instead of resuming from stale bytes.
  *
+ *   Retries (design 2.2, selene.h).  A refused put (Retry) and a deferred
+ *   copy (Deferred event) leave only the checkpoint id, unpinned, with the
+ *   progress count at the refusal.  Progress is a STORED, FETCHED or
+ *   PROGRESS event -- capacity the store got back.  Failure events are
+ *   not: a Deferred event says its copy found no room, and counting it
+ *   (as the worker once counted every event) let two records that keep
+ *   being deferred, say on a full disk, re-offer each other for ever, each
+ *   round pinning a GPU checkpoint for another copy-out.  A retry is
+ *   offered again only once progress passed its count; it is forgotten,
+ *   counted in retry_abandoned by its last reason, when its checkpoint
+ *   leaves the GPU cache (or loses its row).  Nothing waits for one: a
+ *   retry whose capacity never returns just stays unpinned until GPU
+ *   eviction takes its checkpoint.
+ *
+ *   Backpressure (design 2.10: "when a pool is exhausted by pinned
+ *   records, copy-out is skipped and counted, never waited for"; 2.12 a
+ *   checkpoint is pinned for its whole copy-out).  Queued copy-outs may pin
+ *   at most max(1, rows / 4) checkpoints, whose own pages may take at most
+ *   a quarter of the GPU pages; one copy-out may always run, so a
+ *   checkpoint larger than the page share still goes, alone.  A put beyond
+ *   the bound is not attempted: the checkpoint waits as an unpinned retry
+ *   (reason inflight, counted in copyout_pin_waits) and is offered, oldest
+ *   first, when a pin goes; later publications queue behind it.  Why rows
+ *   and a quarter: every pinned checkpoint holds one snapshot row -- the
+ *   scarce id with 100 MiB rows -- and admission needs a live row per
+ *   request plus a row per capture; a copy-out slower than decode (a disk
+ *   write behind a full warm tier) otherwise ends with every row pinned
+ *   and admission stalled behind copies (docs/performance.md, serving:
+ *   10 copies in flight, 0 of 12 rows free).  A quarter keeps three
+ *   quarters of each pool for serving, while a store keeping up (copies
+ *   shorter than a decode step apart) never meets the bound.
+ *
  *   Store failure.  A poll that fails (SEL_ESTOPPED) stops the worker's
  *   use of the store for good: requests waiting on tickets are requeued
  *   without host lookup, while the tickets keep their ids and the pins of
@@ -78,7 +110,11 @@
  *   3. A checkpoint holds one worker pin per put that returned Queued and
  *      has had no STORED / STORE_FAILED event; nothing else takes worker
  *      pins.  Between take_publications and the last pin no other
- *      scheduler call is made.
+ *      scheduler call is made.  e->op lists those puts: n_op <= pin_max
+ *      and their pages <= pin_max_pages unless n_op is 1.
+ *   7. A retry is either held back by the pin bound (pin) or refused by
+ *      the store and offered again only after progress past its epoch; a
+ *      retry takes no pin.
  *   4. Eviction notices reach the store before any put of the same
  *      iteration.
  *   5. A ticket's page ids and row are handed to the model as loaded
@@ -151,12 +187,20 @@ struct etk {
 	uint32_t row;
 };
 
-/* A checkpoint whose put waits for store progress: any store event after
- * the refusal (the deferral's own event is none). */
+/* A checkpoint whose put waits, unpinned: for store progress after its
+ * refusal (a Retry outcome or a Deferred event: e->progress passing epoch),
+ * or, held back by the copy-out pin bound (pin), for room under it. */
 struct eretry {
 	uint64_t id;
 	sel_retry_reason why;
-	uint64_t epoch; /* e->events when refused */
+	uint64_t epoch; /* e->progress when refused */
+	bool pin;       /* held back by the pin bound, not refused by the store */
+};
+
+/* A GPU pin a queued copy-out holds, with the checkpoint's own pages. */
+struct epin {
+	uint64_t id;
+	uint32_t pages;
 };
 
 struct hel_engine {
@@ -192,6 +236,11 @@ struct hel_engine {
 	size_t n_tk, cap_tk;
 	struct eretry *rt;
 	size_t n_rt, cap_rt;
+	size_t n_held;       /* retries with pin set */
+	struct epin *op;     /* copy-out pins: puts Queued without their event */
+	size_t n_op, cap_op;
+	uint64_t op_pages;   /* their checkpoints' own pages */
+	uint32_t pin_max, pin_max_pages; /* the bound (DESIGN) */
 	struct ereq **cv;
 	size_t cap_cv;
 	hel_step_result *res; /* [max_active]: a step has one entry per request */
@@ -200,6 +249,7 @@ struct hel_engine {
 	int32_t *logits;
 	bool store_stopped;
 	uint64_t events;     /* store events handled */
+	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
 	bool blocked;        /* the head of the queue got -EAGAIN ... */
 	uint64_t block_epoch; /* ... at this capacity_epoch() */
 	uint32_t block_skips;
@@ -398,6 +448,8 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	uint64_t rb = lay.bytes * core->ranks;
 	if ((rc = size_cache(cfg, e->max_active, pb, rb, &e->n_pages, &e->n_rows)))
 		goto fail;
+	e->pin_max = e->n_rows / 4 > 1 ? e->n_rows / 4 : 1;
+	e->pin_max_pages = e->n_pages / 4 > 1 ? e->n_pages / 4 : 1;
 
 	hel_model_opts mo = { .mode = cfg->mode, .pages = e->n_pages, .rows = e->n_rows,
 			      .draft_tokens = cfg->draft_tokens };
@@ -482,6 +534,7 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->snap.store_enabled = e->store != NULL;
 	e->snap.gpu_pages_total = e->snap.gpu_pages_free = e->n_pages;
 	e->snap.gpu_rows_total = e->snap.gpu_rows_free = e->n_rows;
+	e->snap.copyout_pin_limit = e->pin_max;
 	*out = e;
 	return 0;
 fail:
@@ -724,19 +777,78 @@ static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
 	return 0;
 }
 
-static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why)
+static sel_retry_reason valid_why(sel_retry_reason why, sel_retry_reason dflt)
 {
+	return why > SEL_RETRY_NONE && why < SEL_RETRY_REASONS ? why : dflt;
+}
+
+/* Remember id for a retry: refused by the store (pin false: offered again
+ * after progress made from now on) or held back by the pin bound. */
+static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why, bool pin)
+{
+	struct eretry x = { id, why, e->progress, pin };
 	for (size_t i = 0; i < e->n_rt; i++)
 		if (e->rt[i].id == id) {
-			e->rt[i].why = why;
-			e->rt[i].epoch = e->events;
+			e->n_held += (size_t)pin - (size_t)e->rt[i].pin;
+			e->rt[i] = x;
 			return;
 		}
 	if (grow((void **)&e->rt, &e->cap_rt, e->n_rt + 1, sizeof *e->rt)) {
 		e->ws.retry_abandoned[why]++; /* cannot remember it: given up */
 		return;
 	}
-	e->rt[e->n_rt++] = (struct eretry){ id, why, e->events };
+	e->rt[e->n_rt++] = x;
+	e->n_held += pin;
+}
+
+/* ---- the copy-out pin bound (DESIGN "Backpressure") ---- */
+
+/* The pages checkpoint id owns in the GPU cache (0 when gone). */
+static uint32_t ckpt_pages(hel_engine *e, uint64_t id)
+{
+	const hel_ckpt *k = hel_cache_get(hel_scheduler_cache(e->sched), id);
+	return k ? k->n_tail : 0;
+}
+
+/* May one more copy-out pin a checkpoint of `pages` own pages?  Always
+ * when none is pinned (so a checkpoint larger than the share still goes,
+ * alone); else within max(1, rows / 4) checkpoints and
+ * pages / 4 pages. */
+static bool pin_room(const hel_engine *e, uint32_t pages)
+{
+	if (e->n_op == 0)
+		return true;
+	return e->n_op < e->pin_max && e->op_pages + pages <= e->pin_max_pages;
+}
+
+static void op_add(hel_engine *e, uint64_t id, uint32_t pages)
+{
+	if (grow((void **)&e->op, &e->cap_op, e->n_op + 1, sizeof *e->op))
+		return; /* not counted: the bound is looser by one, nothing leaks */
+	e->op[e->n_op++] = (struct epin){ id, pages };
+	e->op_pages += pages;
+}
+
+static void op_del(hel_engine *e, uint64_t id)
+{
+	for (size_t i = 0; i < e->n_op; i++)
+		if (e->op[i].id == id) {
+			e->op_pages -= e->op[i].pages;
+			e->op[i] = e->op[--e->n_op];
+			return;
+		}
+}
+
+/* Put a described checkpoint, pinning it at once when Queued.  Returns the
+ * outcome (why: a Retry's reason). */
+static sel_outcome put_pin(hel_engine *e, const sel_published *p, uint32_t pages,
+			   sel_retry_reason *why)
+{
+	*why = SEL_RETRY_NONE;
+	sel_outcome o = sel_store_put(e->store, p, why);
+	if (o == SEL_QUEUED && hel_scheduler_pin(e->sched, p->checkpoint) == 0)
+		op_add(e, p->checkpoint, pages);
+	return o;
 }
 
 /* The store stopped for good (design 2.12): stop using it, keep every id
@@ -746,7 +858,7 @@ static void store_stop(hel_engine *e, int rc)
 	e->store_stopped = true;
 	for (size_t i = 0; i < e->n_rt; i++)
 		e->ws.retry_abandoned[e->rt[i].why]++;
-	e->n_rt = 0;
+	e->n_rt = e->n_held = 0;
 	while (e->n_tk)
 		tk_del(e, &e->tk[0]);
 	requeue_failed_waiters(e, true);
@@ -779,57 +891,83 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		requeue_failed_waiters(e, false);
 }
 
+/* STORED or STORE_FAILED: the copy-out's pin goes. */
 static void store_event(hel_engine *e, const sel_event *ev)
 {
 	(void)hel_scheduler_unpin(e->sched, ev->checkpoint);
+	op_del(e, ev->checkpoint);
+	if (ev->type == SEL_EV_STORED)
+		e->progress++;
 	/* Deferred: no host capacity; the event names why (a store that does
-	 * not say is counted as out of slots). */
+	 * not say is counted as out of slots).  Not progress for anyone. */
 	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
-		retry_add(e, ev->checkpoint, ev->why > SEL_RETRY_NONE && ev->why < SEL_RETRY_REASONS
-						     ? ev->why : SEL_RETRY_SLABS);
+		retry_add(e, ev->checkpoint, valid_why(ev->why, SEL_RETRY_SLABS), false);
 }
 
+/* A new publication: put it, unless the pin bound holds it back (or earlier
+ * publications wait under the bound: first come, first offered). */
 static void put_one(hel_engine *e, const sel_published *p)
 {
-	sel_retry_reason why = SEL_RETRY_NONE;
-	sel_outcome o = sel_store_put(e->store, p, &why);
-	if (o == SEL_QUEUED)
-		(void)hel_scheduler_pin(e->sched, p->checkpoint);
-	else if (o == SEL_RETRY)
-		retry_add(e, p->checkpoint, why < SEL_RETRY_REASONS ? why : SEL_RETRY_NONE);
+	uint32_t pages = ckpt_pages(e, p->checkpoint);
+	if (e->n_held || !pin_room(e, pages)) {
+		retry_add(e, p->checkpoint, SEL_RETRY_INFLIGHT, true);
+		e->ws.copyout_pin_waits++;
+		return;
+	}
+	sel_retry_reason why;
+	if (put_pin(e, p, pages, &why) == SEL_RETRY)
+		retry_add(e, p->checkpoint, valid_why(why, SEL_RETRY_NONE), false);
 }
 
-/* Remembered puts: forget those whose checkpoint left the GPU cache
- * (counting the abandonment by its last reason); offer again those the
- * store made progress since. */
+/* Remembered puts, oldest first: forget those whose checkpoint left the
+ * GPU cache (counting the abandonment by its last reason); offer again
+ * those refused before the latest store progress, and those held back by
+ * the pin bound, while the bound has room -- once it has none, every later
+ * one waits too (held back, reason inflight). */
 static void retry_puts(hel_engine *e)
 {
 	hel_cache *c = hel_scheduler_cache(e->sched);
 	size_t keep = 0;
+	bool full = false;
 	for (size_t i = 0; i < e->n_rt; i++) {
 		struct eretry x = e->rt[i];
 		const hel_ckpt *k = hel_cache_get(c, x.id);
-		bool progress = e->events > x.epoch;
-		sel_published p;
-		if (!k || !hel_ckpt_has_row(k) || (progress && hel_scheduler_describe(e->sched, x.id, &p))) {
+		if (!k || !hel_ckpt_has_row(k)) {
 			e->ws.retry_abandoned[x.why]++;
 			continue;
 		}
-		if (!progress) {
+		if (!x.pin && e->progress <= x.epoch) {
+			e->rt[keep++] = x; /* no progress since its refusal */
+			continue;
+		}
+		uint32_t pages = k->n_tail;
+		if (full || !pin_room(e, pages)) {
+			if (!x.pin) {
+				x.pin = true;
+				x.why = SEL_RETRY_INFLIGHT;
+				e->ws.copyout_pin_waits++;
+			}
+			full = true;
 			e->rt[keep++] = x;
 			continue;
 		}
-		sel_retry_reason why = SEL_RETRY_NONE;
-		sel_outcome o = sel_store_put(e->store, &p, &why);
-		if (o == SEL_QUEUED) {
-			(void)hel_scheduler_pin(e->sched, x.id);
-		} else if (o == SEL_RETRY) {
-			x.why = why < SEL_RETRY_REASONS ? why : SEL_RETRY_NONE;
-			x.epoch = e->events;
+		sel_published p;
+		if (hel_scheduler_describe(e->sched, x.id, &p)) {
+			e->ws.retry_abandoned[x.why]++;
+			continue;
+		}
+		sel_retry_reason why;
+		if (put_pin(e, &p, pages, &why) == SEL_RETRY) {
+			x.why = valid_why(why, SEL_RETRY_NONE);
+			x.epoch = e->progress;
+			x.pin = false;
 			e->rt[keep++] = x;
 		}
 	}
 	e->n_rt = keep;
+	e->n_held = 0;
+	for (size_t i = 0; i < keep; i++)
+		e->n_held += e->rt[i].pin;
 }
 
 /* Design 2.8 service_store.  Returns the number of events handled. */
@@ -846,10 +984,23 @@ static int service_store(hel_engine *e)
 			}
 			for (int i = 0; i < n; i++) {
 				e->events++;
-				if (ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED)
+				switch (ev[i].type) {
+				case SEL_EV_FETCHED:
+					e->progress++;
+					/* fall through */
+				case SEL_EV_FETCH_FAILED:
 					fetch_event(e, &ev[i]);
-				else
+					break;
+				case SEL_EV_STORED:
+				case SEL_EV_STORE_FAILED:
 					store_event(e, &ev[i]);
+					break;
+				case SEL_EV_PROGRESS:
+					e->progress++;
+					break;
+				default:
+					break; /* a kind this worker does not know: holds nothing */
+				}
 			}
 			events += n;
 			if (n < POLL_BATCH)
@@ -1118,6 +1269,8 @@ static void publish_stats(hel_engine *e)
 	s.preemptions = ss.preempted;
 	s.publications = ss.published;
 	s.store_retries_pending = e->n_rt;
+	s.copyout_pins = e->n_op;
+	s.copyout_pin_limit = e->pin_max;
 	s.prefill_rate = (uint64_t)e->prefill_rate;
 	s.store_enabled = e->store != NULL;
 	s.store_stopped = e->store_stopped;
@@ -1250,6 +1403,7 @@ void hel_engine_destroy(hel_engine *e)
 		tk_del(e, &e->tk[0]);
 	free(e->tk);
 	free(e->rt);
+	free(e->op);
 	free(e->cv);
 	free(e->res);
 	free(e->ent);

@@ -126,6 +126,10 @@ typedef struct hel_engine_stats {
 	uint64_t gpu_checkpoints, gpu_evictions;
 	uint64_t preemptions;          /* decoders preempted for pages (resumed later) */
 	uint64_t publications, store_retries_pending;
+	/* The copy-out pin bound (design 2.10 backpressure): checkpoints
+	 * pinned by queued copy-outs now, the most that may be, and puts held
+	 * back by it (kept as unpinned retries, reason inflight). */
+	uint64_t copyout_pins, copyout_pin_limit, copyout_pin_waits;
 	uint64_t retry_abandoned[SEL_RETRY_REASONS];
 	uint64_t evictions_noticed, evictions_lost; /* notices delivered; queue overflows */
 	uint64_t model_errors;         /* requests failed by a model call */

@@ -21,6 +21,8 @@
  *       STORED / STORE_FAILED   -> hel_scheduler_unpin(s, ev.checkpoint)
  *                                  (a SEL_DEFERRED outcome: retry the put after
  *                                  store progress, via hel_scheduler_describe)
+ *       PROGRESS                -> store progress (with STORED and FETCHED):
+ *                                  retries refused before it may go again
  *     n = hel_scheduler_take_evictions(s, notices, cap, &lost);
  *       each -> sel_store_evicted(key, generation, heir or NULL); lost -> the
  *       store's evictions-lost hook.  Always before the puts below.
