@@ -457,9 +457,10 @@ class Flare:
         """wait_idle, then until the worker has offered every publication to
         the store and the copies landed: two snapshots 20 ms apart agree on
         the publication and store-outcome counters with nothing in flight.
-        (A stop right after a response can otherwise lose the publications
-        the worker had not yet put: it leaves its loop before servicing the
-        store once more.)"""
+        (A stop no longer loses publications the worker had not yet put --
+        it services the store once more before closing it -- but a
+        scenario that reads metrics or files before stopping still needs
+        the copies landed.)"""
         deadline = time.monotonic() + timeout
         prev = None
         while True:

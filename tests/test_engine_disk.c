@@ -11,8 +11,17 @@
  * tier disk, prefill limited to the new tokens) and its tokens equal those
  * of an engine without offload and of the model run directly.  A second
  * engine on a directory that is in use fails at open.
+ *
+ * Regression (stop_loses_resumed_terminal): an engine stopped right after
+ * a request that resumed at turn 1's terminal -- the resume offers that
+ * terminal -- must hand the publication to the store before closing it,
+ * so the drain on shutdown writes it: the worker used to leave its loop
+ * before servicing the store once more, and the record was missing after
+ * a restart in some runs.  Repeated, each time on a fresh directory.
  */
 #include "engine_test.h"
+#include "store_composite.h"
+#include "store_disk.h"
 
 static hel_core *core;
 static test_rng rng;
@@ -148,6 +157,82 @@ static void scenario(const char *name, hel_engine_config cfg)
 	free(dir);
 }
 
+/* ---- stop right after a resume (regression) ---------------------------------------- */
+
+struct holder {
+	sel_store *s;
+};
+
+static int open_held(void *ctx, const sel_store_config *cfg, sel_store **out)
+{
+	struct holder *h = ctx;
+	int rc = sel_store_open(cfg, out);
+	h->s = rc == 0 ? *out : NULL;
+	return rc;
+}
+
+/* The probe's on_done: report, then keep the worker a moment, so the stop
+ * the test thread makes at once lands before the worker's next iteration
+ * (the window a SIGTERM right after a response hits in flare run). */
+static void done_then_linger(void *ctx, const hel_outcome *o)
+{
+	et_on_done(ctx, o);
+	eos_sleep_ns(20 * 1000000ull);
+}
+
+static void stop_loses_resumed_terminal(int rounds)
+{
+	int missing = 0;
+	for (int i = 0; i < rounds; i++) {
+		char *dir = test_mkdtemp("engine-stop");
+		struct holder h = {0};
+		hel_engine_config cfg = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
+					 .fetch_always = true, .memory_bytes = 16 << 20,
+					 .disk_dir = dir, .disk_limit = 256 << 20,
+					 .disk_limit_set = true, .drain_on_shutdown = true,
+					 .store_open = open_held, .store_ctx = &h};
+		hel_engine *e = start(cfg);
+		uint32_t n1;
+		hel_token *p1 = et_random_prompt(&rng, 80 + test_rng_below(&rng, 60), &n1);
+		struct et_call *c = et_run(e, p1, n1, 20 + (uint32_t)test_rng_below(&rng, 20), NULL);
+		uint64_t t1 = et_terminal(c);
+		hel_token *pc = malloc(t1 * sizeof *pc);
+		CHECK(pc);
+		memcpy(pc, p1, n1 * sizeof *pc);
+		memcpy(pc + n1, c->tok, (t1 - n1) * sizeof *pc);
+		sel_key key;
+		sel_key_direct(core->identity, NULL, 0, pc, t1, &key);
+		/* The resume offers the terminal; stop as soon as it answered. */
+		struct et_call *probe = et_call_new();
+		hel_request q = {.prompt = pc, .n_prompt = (uint32_t)t1, .max_tokens = 1,
+				 .on_tokens = et_on_tokens, .on_done = done_then_linger, .ctx = probe};
+		CHECK_OK(hel_engine_submit(e, &q, &probe->id));
+		et_wait(probe);
+		CHECK(probe->out.error == 0 && probe->out.reused_gpu_tokens == t1);
+		CHECK_OK(hel_engine_stop(e, 0));
+		hel_engine_destroy(e);
+
+		/* A restart finds the terminal's file. */
+		h.s = NULL;
+		e = start(cfg);
+		CHECK(h.s);
+		struct sel_disk_record_info ri;
+		bool found = sel_disk_store_record(sel_composite_store_disk(h.s), &key, &ri) == 0 &&
+			     ri.file && ri.has_row;
+		missing += !found;
+		finish(e);
+		et_call_free(c);
+		et_call_free(probe);
+		free(p1);
+		free(pc);
+		test_rmtree(dir);
+		free(dir);
+	}
+	CHECKF(missing == 0, "the resumed terminal was missing after %d of %d stops", missing, rounds);
+	printf("  stop right after a resume: the terminal on disk after %d of %d restarts\n",
+	       rounds - missing, rounds);
+}
+
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
@@ -159,6 +244,7 @@ int main(void)
 	comp.memory_bytes = 16 << 20;
 	comp.drain_on_shutdown = true;
 	scenario("composite", comp);
+	stop_loses_resumed_terminal(20 * ET_SCALE);
 	hel_core_free(core);
 	printf("ok\n");
 	return 0;

@@ -93,6 +93,17 @@
  *   quarters of each pool for serving, while a store keeping up (copies
  *   shorter than a decode step apart) never meets the bound.
  *
+ *   Stopping.  On a stop the worker cancels every request (which may offer
+ *   messages at retirement), then services the store once more before it
+ *   exits: events, notices, the publications not yet taken -- a terminal
+ *   the last request resumed at would otherwise never reach the store, and
+ *   the drain on shutdown could not write it -- and one offer of every
+ *   retry still in the GPU cache, the pin bound lifted (nothing is
+ *   admitted any more).  With the drain on, refused retries are offered
+ *   after each progress while the drain's time limit and the stop deadline
+ *   allow and the store is not quiet for a second; then hel_engine_stop
+ *   closes the store as before.
+ *
  *   Store failure.  A poll that fails (SEL_ESTOPPED) stops the worker's
  *   use of the store for good: requests waiting on tickets are requeued
  *   without host lookup, while the tickets keep their ids and the pins of
@@ -111,7 +122,8 @@
  *      has had no STORED / STORE_FAILED event; nothing else takes worker
  *      pins.  Between take_publications and the last pin no other
  *      scheduler call is made.  e->op lists those puts: n_op <= pin_max
- *      and their pages <= pin_max_pages unless n_op is 1.
+ *      and their pages <= pin_max_pages unless n_op is 1, except while
+ *      stopping.
  *   7. A retry is either held back by the pin bound (pin) or refused by
  *      the store and offered again only after progress past its epoch; a
  *      retry takes no pin.
@@ -237,6 +249,8 @@ struct hel_engine {
 	struct eretry *rt;
 	size_t n_rt, cap_rt;
 	size_t n_held;       /* retries with pin set */
+	bool offer_all;      /* stopping: offer every retry once, progress or not */
+	bool flushing;       /* stopping: the pin bound no longer applies */
 	struct epin *op;     /* copy-out pins: puts Queued without their event */
 	size_t n_op, cap_op;
 	uint64_t op_pages;   /* their checkpoints' own pages */
@@ -248,6 +262,7 @@ struct hel_engine {
 	int *ent_rc;
 	int32_t *logits;
 	bool store_stopped;
+	uint64_t stop_deadline; /* hel_engine_stop's deadline (mu) */
 	uint64_t events;     /* store events handled */
 	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
 	bool blocked;        /* the head of the queue got -EAGAIN ... */
@@ -812,11 +827,11 @@ static uint32_t ckpt_pages(hel_engine *e, uint64_t id)
 
 /* May one more copy-out pin a checkpoint of `pages` own pages?  Always
  * when none is pinned (so a checkpoint larger than the share still goes,
- * alone); else within max(1, rows / 4) checkpoints and
+ * alone) and while stopping; else within max(1, rows / 4) checkpoints and
  * pages / 4 pages. */
 static bool pin_room(const hel_engine *e, uint32_t pages)
 {
-	if (e->n_op == 0)
+	if (e->flushing || e->n_op == 0)
 		return true;
 	return e->n_op < e->pin_max && e->op_pages + pages <= e->pin_max_pages;
 }
@@ -936,7 +951,7 @@ static void retry_puts(hel_engine *e)
 			e->ws.retry_abandoned[x.why]++;
 			continue;
 		}
-		if (!x.pin && e->progress <= x.epoch) {
+		if (!x.pin && !e->offer_all && e->progress <= x.epoch) {
 			e->rt[keep++] = x; /* no progress since its refusal */
 			continue;
 		}
@@ -968,6 +983,7 @@ static void retry_puts(hel_engine *e)
 	e->n_held = 0;
 	for (size_t i = 0; i < keep; i++)
 		e->n_held += e->rt[i].pin;
+	e->offer_all = false;
 }
 
 /* Design 2.8 service_store.  Returns the number of events handled. */
@@ -1312,6 +1328,47 @@ static void cancel_everything(hel_engine *e)
 		cancel_now(e, e->active.head);
 }
 
+/* Stopping (design 2.8): hand the store what the loop had not, so that
+ * its close -- and the drain on shutdown -- sees it: the store's last
+ * events, eviction notices, the publications not yet taken (a terminal a
+ * request resumed at in the last iteration, messages cancellation offers)
+ * and one more offer of every retry still in the GPU cache, the pin bound
+ * lifted (nothing is admitted any more).  With the drain, retries the
+ * store refused again are offered after each progress while the drain's
+ * time limit and the stop deadline allow, until none is left or the store
+ * has been quiet for SHUTDOWN_QUIET_NS (nothing in flight will wake
+ * them).  Every step is a non-blocking store call or a bounded wait on the
+ * store's descriptor. */
+#define SHUTDOWN_QUIET_NS (1000ull * 1000000)
+
+static void shutdown_offers(hel_engine *e)
+{
+	if (!store_usable(e))
+		return;
+	pthread_mutex_lock(&e->mu);
+	uint64_t end = e->stop_deadline;
+	pthread_mutex_unlock(&e->mu);
+	uint64_t now = eos_now_ns();
+	if (e->cfg.drain_limit_ns && (!end || now + e->cfg.drain_limit_ns < end))
+		end = now + e->cfg.drain_limit_ns;
+	e->flushing = true;
+	e->offer_all = true;
+	(void)service_store(e);
+	uint64_t quiet_from = eos_now_ns();
+	while (e->cfg.drain_on_shutdown && e->n_rt && store_usable(e)) {
+		now = eos_now_ns();
+		if ((end && now >= end) || now - quiet_from >= SHUTDOWN_QUIET_NS)
+			break;
+		struct pollfd pf = { .fd = sel_store_wait_fd(e->store), .events = POLLIN };
+		if (pf.fd >= 0)
+			(void)poll(&pf, 1, 10);
+		else
+			eos_sleep_ns(1000000);
+		if (service_store(e))
+			quiet_from = eos_now_ns();
+	}
+}
+
 static void *worker(void *arg)
 {
 	hel_engine *e = arg;
@@ -1332,7 +1389,8 @@ static void *worker(void *arg)
 		if (!work)
 			idle_wait(e);
 	}
-	cancel_everything(e);
+	cancel_everything(e); /* may offer the messages of cancelled requests */
+	shutdown_offers(e);
 	publish_stats(e);
 	return NULL;
 }
@@ -1358,6 +1416,7 @@ int hel_engine_stop(hel_engine *e, uint64_t deadline_ns)
 		return eos_fail(-EDEADLK, "engine: stop from a callback (the worker thread)");
 	pthread_mutex_lock(&e->mu);
 	e->stopping = true;
+	e->stop_deadline = deadline_ns;
 	pthread_mutex_unlock(&e->mu);
 	wake(e);
 	if (e->started)

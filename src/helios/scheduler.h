@@ -52,8 +52,10 @@
  *       hel_scheduler_complete_step(s, step.fence, results, step.n);
  *     }
  *   }
- *   shutdown: close the executor, sel_store_close(), then
- *             hel_scheduler_release_after_shutdown(s), hel_scheduler_destroy(s).
+ *   shutdown: cancel the requests, service the store once more (the
+ *             publications not yet taken, retries), close the executor,
+ *             sel_store_close(), then hel_scheduler_release_after_shutdown(s),
+ *             hel_scheduler_destroy(s).
  *
  * ---- Executing an entry ------------------------------------------------------
  *
