@@ -86,6 +86,9 @@ static void test_single(void)
 	CHECK(st.requests_submitted == 2 * ET_SCALE && st.requests_finished == 2 * ET_SCALE);
 	CHECK(!st.store_enabled && st.prompt_tokens > 0 && st.completion_tokens > 0);
 	CHECK(st.prefill_tokens > 0 && st.decode_tokens > 0 && st.gpu_pages_total == info.gpu_pages);
+	/* The prefill rate is measured without a store too (/metrics). */
+	CHECK(st.prefill_rate > 0 && st.copyout_pins == 0);
+	CHECK(st.copyout_pin_limit == (info.gpu_rows / 4 > 1 ? info.gpu_rows / 4 : 1));
 	finish(e);
 }
 

@@ -49,8 +49,13 @@ static void fill(hel_engine_stats *st)
 	st->gpu_rows_total = v++;
 	st->gpu_checkpoints = v++;
 	st->gpu_evictions = v++;
+	st->preemptions = v++;
+	st->prefill_rate = v++;
 	st->publications = v++;
 	st->store_retries_pending = v++;
+	st->copyout_pins = v++;
+	st->copyout_pin_limit = v++;
+	st->copyout_pin_waits = v++;
 	for (int r = 0; r < SEL_RETRY_REASONS; r++)
 		st->retry_abandoned[r] = v++;
 	st->store_enabled = true;
@@ -127,6 +132,8 @@ static void test_format(void)
 	EXPECT("flare_prefill_launches_total", st.prefill_launches);
 	EXPECT("flare_prefill_tokens_total", st.prefill_tokens);
 	EXPECT("flare_decode_tokens_total", st.decode_tokens);
+	EXPECT("flare_prefill_rate_tokens_per_second", st.prefill_rate);
+	EXPECT("flare_preemptions_total", st.preemptions);
 	EXPECT("flare_gpu_cache_lookups_total", st.gpu_lookups);
 	EXPECT("flare_gpu_cache_hits_total", st.gpu_hits);
 	EXPECT("flare_gpu_cache_reused_tokens_total", st.gpu_reused_tokens);
@@ -143,6 +150,9 @@ static void test_format(void)
 	EXPECT("flare_gpu_cache_evictions_total", st.gpu_evictions);
 	EXPECT("flare_host_cache_publications_total", st.publications);
 	EXPECT("flare_host_cache_store_retries_pending", st.store_retries_pending);
+	EXPECT("flare_host_cache_copyout_pins", st.copyout_pins);
+	EXPECT("flare_host_cache_copyout_pin_limit", st.copyout_pin_limit);
+	EXPECT("flare_host_cache_copyout_pin_waits_total", st.copyout_pin_waits);
 	EXPECT("flare_host_cache_enabled", 1);
 	const char *reasons[] = {"none", "inflight", "slabs", "queue", "budget"};
 	char name[160];

@@ -187,6 +187,12 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	COUNTER("flare_prefill_tokens_total", "Prompt tokens computed in prefill (not reused).",
 		st->prefill_tokens);
 	COUNTER("flare_decode_tokens_total", "Tokens produced by decode.", st->decode_tokens);
+	GAUGE("flare_prefill_rate_tokens_per_second",
+	      "Measured prefill throughput, a recent average: the fetch policy's prefill rate.",
+	      st->prefill_rate);
+	COUNTER("flare_preemptions_total",
+		"Decoding requests preempted for GPU pages (resumed later from their terminal).",
+		st->preemptions);
 
 	/* The GPU checkpoint cache. */
 	COUNTER("flare_gpu_cache_lookups_total", "GPU checkpoint cache lookups at admission.",
@@ -222,6 +228,14 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		st->publications);
 	GAUGE("flare_host_cache_store_retries_pending",
 	      "Checkpoints waiting to be offered again after a retry outcome.", st->store_retries_pending);
+	GAUGE("flare_host_cache_copyout_pins", "GPU checkpoints pinned by queued copy-outs.",
+	      st->copyout_pins);
+	GAUGE("flare_host_cache_copyout_pin_limit",
+	      "The most GPU checkpoints queued copy-outs may pin: max(1, rows / 4).",
+	      st->copyout_pin_limit);
+	COUNTER("flare_host_cache_copyout_pin_waits_total",
+		"Puts not attempted because copy-outs held their share of the GPU cache "
+		"(kept as unpinned retries, reason inflight).", st->copyout_pin_waits);
 	family(out, "flare_host_cache_retry_abandoned_total", "counter",
 	       "Retries given up because the GPU checkpoint disappeared, by the last retry cause.");
 	for (int r = 0; r < SEL_RETRY_REASONS; r++) {

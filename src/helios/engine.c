@@ -1184,13 +1184,17 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 	return rc;
 }
 
+/* The measured prefill rate (an average over steps, most weight on the
+ * recent ones): the fetch policy's input when a store is configured, and a
+ * gauge in /metrics either way. */
 static void note_prefill_rate(hel_engine *e, uint64_t tokens, uint64_t ns)
 {
-	if (!e->policy || tokens < 16 || ns == 0)
+	if (tokens < 16 || ns == 0)
 		return;
 	double rate = (double)tokens * 1e9 / (double)ns;
 	e->prefill_rate = e->prefill_rate > 0 ? 0.75 * e->prefill_rate + 0.25 * rate : rate;
-	sel_policy_set_prefill_rate(e->policy, e->prefill_rate);
+	if (e->policy)
+		sel_policy_set_prefill_rate(e->policy, e->prefill_rate);
 }
 
 /* Plan, execute and complete one step; 1 if there was one. */
