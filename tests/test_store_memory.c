@@ -890,17 +890,21 @@ static void test_capacity_outcomes(void)
 	put_ok(&fx, &cpc);
 	stub_wait_blocked(&fx.stub, 1);
 	CHECK(stats(&fx).slots_in_use == 11);
-	/* 6 pages + 3 = 9 slots: free 4 after compaction + 4 pinned < 9. */
+	/* 6 pages + 3 = 9 slots: free 1 + 7 unpinned < 9 -- even evicting
+	 * everything it could not fit, so nothing is evicted for it -- and
+	 * free 4 after compaction + 4 pinned < 9: slabs. */
 	sel_published x9 = conv_ckpt(&fx, &x, 384, 0, 3, 4, false);
 	CHECK(sel_store_put(fx.s, &x9, &why) == SEL_RETRY && why == SEL_RETRY_SLABS);
 	CHECK(!present(&fx, &x9.key));
 	CHECK_OK(sel_memory_store_check(fx.s));
-	/* P was compacted: page-only, its row slots back. */
-	CHECK(!rec(&fx, &cpp.key).has_row && stats(&fx).tier[SEL_TIER_MEMORY].compacted == 1);
-	CHECK(stats(&fx).slots_in_use == 8);
-	/* 2 pages + 3 = 5 slots: free 4 + 4 pinned >= 5: in flight. */
+	CHECK(rec(&fx, &cpp.key).has_row && stats(&fx).tier[SEL_TIER_MEMORY].compacted == 0);
+	CHECK(stats(&fx).slots_in_use == 11);
+	/* 2 pages + 3 = 5 slots: eviction compacts P (page-only, its row slots
+	 * back) and stops at free 4; free 4 + 4 pinned >= 5: in flight. */
 	sel_published x5 = conv_ckpt(&fx, &x, 128, 0, 3, 5, false);
 	CHECK(sel_store_put(fx.s, &x5, &why) == SEL_RETRY && why == SEL_RETRY_INFLIGHT);
+	CHECK(!rec(&fx, &cpp.key).has_row && stats(&fx).tier[SEL_TIER_MEMORY].compacted == 1);
+	CHECK(stats(&fx).slots_in_use == 8);
 	st = stats(&fx);
 	CHECK(st.retry_reasons[SEL_RETRY_SLABS] == 1 && st.retry_reasons[SEL_RETRY_INFLIGHT] == 1);
 	stub_hold(&fx.stub, false);

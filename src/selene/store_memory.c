@@ -26,7 +26,9 @@
  * put:  dedupe (READY -> PRESENT, in flight -> SKIPPED), insert the node
  *       PENDING under its offered parent (absent parent: a root holding the
  *       whole chain), pin it, evict by the tree policy until tail + row slots
- *       fit the warm class, take the slots and submit one OUT job.  The
+ *       fit the warm class (no eviction at all when free warm slots plus
+ *       every unpinned record's could not hold it: a refusal empties
+ *       nothing), take the slots and submit one OUT job.  The
  *       calling thread does O(tail) work: it copies page ids and slot ids
  *       into the job, nothing else; no payload byte is touched and nothing
  *       waits.  Any refusal after the insert undoes it (the node and its
@@ -556,7 +558,13 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	ms_pin(ms, id);
 
 	sel_outcome out = SEL_QUEUED;
-	if (make_room(ms, need) != 0) {
+	/* Free warm slots plus every unpinned record's cannot hold it: evicting
+	 * would only empty memory for a refusal (under backpressure, a
+	 * composite whose dirty records fill memory refuses often). */
+	uint64_t warm_free = sel_slab_free_count(ms->pool);
+	warm_free = warm_free > ms->intake ? warm_free - ms->intake : 0;
+	bool hopeless = warm_free + (ms->slots_held - ms->slots_pinned) < need;
+	if (hopeless || make_room(ms, need) != 0) {
 		uint64_t avail = sel_slab_free_count(ms->pool);
 		avail = avail > ms->intake ? avail - ms->intake : 0;
 		*why = avail + ms->slots_pinned - rec_slots(r) >= need ? SEL_RETRY_INFLIGHT
