@@ -23,7 +23,13 @@ offload so drift hits both.  Figures:
               100K runs on a copy of the core with max_context 131072,
               written to a temporary file.
   copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
-              and prefill runs.
+              and prefill runs; the share of decode's publications copied
+              out (the rest skipped under backpressure, design 2.10), and
+              per round the store outcomes, the puts the copy-out pin bound
+              held back, the retries abandoned, and samples of copy-out pins,
+              free GPU rows and pending requests taken every 0.5 s, and the
+              cores each kind of flare thread used (/proc: serving, the
+              transfer threads' copies, the disk thread).
   hog         Attribution of the decode result (design 2.10 channels): the
               baseline next to a process that only copies memory at the
               copy-out rate decode measured, scheduled like the transfer
@@ -80,6 +86,40 @@ def pct(xs, q):
     lo = int(k)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def thread_cpu(pid):
+    """CPU seconds (user + system) of each thread of pid, by thread id:
+    {tid: (name, seconds)}.  Threads that exit between reads are missed."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                st = fh.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        f = st[st.rindex(")") + 2:].split()
+        out[tid] = (name, (int(f[11]) + int(f[12])) / tick)
+    return out
+
+
+def cpu_by_role(before, after, wall):
+    """Cores used during the run by role: copies (sel-xfer-*: the memory
+    and disk stores' transfer threads), disk (sel-disk: checksums and I/O
+    submission), and the rest of flare (model worker, HTTP threads)."""
+    roles = {"copies": 0.0, "disk": 0.0, "serving": 0.0}
+    for tid, (name, sec) in after.items():
+        d = sec - before.get(tid, (name, 0.0))[1]
+        role = ("copies" if name.startswith("sel-xfer") else
+                "disk" if name.startswith("sel-disk") else "serving")
+        roles[role] += d / wall
+    return roles
 
 
 def max_context(core):
@@ -175,14 +215,32 @@ class Bench:
                     tokens[0] += u.get("completion_tokens", 0)
                     exchanges[0] += 1
 
+        # Sampled during the run: GPU checkpoints pinned by copy-outs, free
+        # GPU rows, requests waiting for admission.
+        samples = []
+
+        def sampler():
+            while time.monotonic() < stop_at:
+                try:
+                    m = srv.metrics()
+                except FlareError:
+                    break
+                samples.append((m.get("flare_host_cache_copyout_pins"),
+                                m.get("flare_gpu_cache_rows_free"),
+                                m.get("flare_requests_pending")))
+                time.sleep(0.5)
+
         m0 = srv.metrics()
+        c0 = thread_cpu(srv.proc.pid)
         t0 = time.monotonic()
         th = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+        th.append(threading.Thread(target=sampler))
         for t in th:
             t.start()
         for t in th:
             t.join()
         wall = time.monotonic() - t0
+        cpu = cpu_by_role(c0, thread_cpu(srv.proc.pid), wall)
         m1 = srv.metrics()
         if errors:
             raise FlareError("decode client failed: " + errors[0])
@@ -196,6 +254,15 @@ class Bench:
             "out_bps": m1.delta(m0, "flare_host_cache_bytes_out_total", tier="dram") / wall,
             "publications": m1.delta(m0, "flare_host_cache_publications_total"),
             "skipped": m1.delta(m0, "flare_host_cache_store_outcomes_total", outcome="skipped"),
+            "queued": m1.delta(m0, "flare_host_cache_store_outcomes_total", outcome="queued"),
+            "retries": m1.delta(m0, "flare_host_cache_store_outcomes_total", outcome="retry"),
+            "pin_waits": m1.delta(m0, "flare_host_cache_copyout_pin_waits_total"),
+            "abandoned": (m1.sum("flare_host_cache_retry_abandoned_total")
+                          - m0.sum("flare_host_cache_retry_abandoned_total")),
+            "pins_max": max((x[0] for x in samples), default=0),
+            "rows_free_min": min((x[1] for x in samples), default=0),
+            "pending_mean": statistics.mean(x[2] for x in samples) if samples else 0,
+            "cpu": cpu,
             "wall": wall,
         }
 
@@ -240,7 +307,13 @@ class Bench:
                      f"{r['tps']:.0f} tok/s, {r['exchanges']} exchanges "
                      f"({r['tokens_per_exchange']:.1f} tokens each), ttft p50 "
                      f"{r['ttft_p50']:.1f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s, "
-                     f"{r['publications']:.0f} publications, {r['skipped']:.0f} skipped")
+                     f"{r['publications']:.0f} publications, {r['queued']:.0f} copies queued, "
+                     f"{r['retries']:.0f} retry outcomes, {r['pin_waits']:.0f} held back by the "
+                     f"pin bound, {r['abandoned']:.0f} retries abandoned, {r['skipped']:.0f} "
+                     f"skipped; sampled: copy-out pins <= {r['pins_max']:.0f}, GPU rows free >= "
+                     f"{r['rows_free_min']:.0f}, {r['pending_mean']:.1f} requests pending; "
+                     f"cores used: serving {r['cpu']['serving']:.2f}, copies "
+                     f"{r['cpu']['copies']:.2f}, disk thread {r['cpu']['disk']:.2f}")
             return r
 
         runs = self.paired(one)
@@ -251,6 +324,17 @@ class Bench:
         self.report("decode_ttft_p50", "ms", runs, "ttft_p50")
         self.copyout_bps = statistics.median(r["out_bps"] for r in runs["offload"])
         result("serve_copyout_decode_per_rank", self.copyout_bps / self.ranks / 2**20, "MiB/s")
+        # Backpressure (design 2.10): the share of publications copied out;
+        # the rest was skipped (retried unpinned, then abandoned).
+        result("serve_decode_copied_fraction",
+               statistics.median(r["queued"] / max(r["publications"], 1) for r in runs["offload"]),
+               "ratio")
+        # Attribution (design 2.10 CPU channel): cores the offload threads
+        # took from a 2-core machine, and what serving itself used.
+        for role in ("serving", "copies", "disk"):
+            for kind in ("baseline", "offload"):
+                result(f"serve_decode_cores_{role}_{kind}",
+                       statistics.median(r["cpu"][role] for r in runs[kind]), "cores")
 
     def hog(self):
         """Attribution (design 2.10 channels): the decode baseline next to a
