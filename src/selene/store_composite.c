@@ -133,6 +133,7 @@
 #include "eos.h"
 #include "record.h"
 #include "slab.h"
+#include "store_common.h"
 #include "store_disk.h"
 #include "store_memory.h"
 #include "store_pool.h"
@@ -232,8 +233,7 @@ struct comp_store {
 	uint64_t writing_slots;
 	uint64_t want_slots;    /* warm slots the last refused put needed */
 	uint32_t streaming;     /* streamed puts in flight */
-	bool refused;           /* a put refused or deferred since the last PROGRESS */
-	bool released;          /* capacity came back since that refusal */
+	struct sel_progress pg;    /* refusals since the last PROGRESS, capacity back since */
 	uint64_t backoff_until, backoff_ns;
 	struct sel_composite_gauges g;
 	bool closed, stopped;
@@ -310,7 +310,7 @@ static void rm_flush(struct comp_store *cs)
 				cs->pend_rm[keep++] = cs->pend_rm[i];
 			} else {
 				more = true;
-				cs->released = true;
+				cs->pg.released = true;
 			}
 		}
 		cs->n_rm = keep;
@@ -341,7 +341,7 @@ static void on_removed(void *ctx, const sel_key *key, bool parked, bool expired)
 	if (sel_memory_store_remove(cs->mem, key) == -EBUSY)
 		rm_push(cs, key);
 	else
-		cs->released = true;
+		cs->pg.released = true;
 }
 
 static struct cticket *tk_find(struct comp_store *cs, uint64_t ticket)
@@ -519,7 +519,7 @@ static void write_done(struct comp_store *cs, struct cwrite *w, int status)
 	if (status == 0) {
 		sel_memory_store_unpin(cs->mem, &w->key); /* durable: evictable now */
 		cs->backoff_ns = 0;
-		cs->released = true;
+		cs->pg.released = true;
 	} else if (status == -ENOSPC || status == -EDQUOT) {
 		/* Keep it parked; pause writes for a short, growing backoff. */
 		cs->backoff_ns = cs->backoff_ns ? cs->backoff_ns * 2 : BACKOFF_MIN_NS;
@@ -597,7 +597,7 @@ static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 			  .state_slot = f->state_slot};
 	if (f->status) {
 		cfetch_release(cs, f, false);
-		cs->released = true; /* the reserved slots, the residents' pins */
+		cs->pg.released = true; /* the reserved slots, the residents' pins */
 		fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, f->status, f->submit_ns);
 		cfetch_free(cs, f);
 		return true;
@@ -917,14 +917,7 @@ static sel_outcome cs_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	struct comp_store *cs = CS(s);
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(cs, cp, &reason) : SEL_SKIPPED;
-	cs->st.outcomes[o]++;
-	if (o == SEL_RETRY) {
-		cs->st.retry_reasons[reason]++;
-		cs->refused = true;
-		cs->released = false; /* what came back before, this put saw */
-	}
-	if (why)
-		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
+	sel_put_account(&cs->st, &cs->pg, o, reason, why);
 	debug_check(cs);
 	return o;
 }
@@ -991,15 +984,14 @@ static struct cput *put_take(struct comp_store *cs, uint64_t checkpoint, const s
 static void note_deferral(struct comp_store *cs, const sel_event *ev)
 {
 	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED) {
-		cs->refused = true;
-		cs->released = false;
+		sel_progress_refuse(&cs->pg);
 	}
 }
 
 static void mem_event(struct comp_store *cs, sel_event *ev)
 {
 	if (ev->type == SEL_EV_PROGRESS) {
-		cs->released = true; /* ours to announce */
+		cs->pg.released = true; /* ours to announce */
 		return;
 	}
 	note_deferral(cs, ev);
@@ -1035,7 +1027,7 @@ static void mem_event(struct comp_store *cs, sel_event *ev)
 static void disk_event(struct comp_store *cs, const sel_event *ev)
 {
 	if (ev->type == SEL_EV_PROGRESS) {
-		cs->released = true; /* ours to announce */
+		cs->pg.released = true; /* ours to announce */
 		return;
 	}
 	note_deferral(cs, ev);
@@ -1047,7 +1039,7 @@ static void disk_event(struct comp_store *cs, const sel_event *ev)
 			cs->streaming--;
 		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome != SEL_DEFERRED) {
 			cs->st.store_failures++;
-			cs->released = true; /* stream room */
+			cs->pg.released = true; /* stream room */
 		}
 		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
 			cs->st.outcomes[SEL_DEFERRED]++;
@@ -1103,10 +1095,9 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	step(cs);
 	if (!cs->closed)
 		maintain(cs);
-	if (cs->refused && cs->released) {
+	if (sel_progress_due(&cs->pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		ev_push(cs, &pe);
-		cs->refused = cs->released = false;
 		cs->want_slots = 0;
 		cs->g.progress++;
 	}

@@ -140,6 +140,7 @@
 #include "index.h"
 #include "record.h"
 #include "slab.h"
+#include "store_common.h"
 #include "store_pool.h"
 #include "transfer.h"
 
@@ -284,8 +285,7 @@ struct disk_store {
 	uint32_t disk_out;                 /* jobs handed to the disk thread, not polled */
 
 	bool stopped, closed;
-	bool refused;              /* a put refused or deferred since the last PROGRESS */
-	bool released;             /* capacity came back since that refusal */
+	struct sel_progress pg;    /* refusals since the last PROGRESS, capacity back since */
 	int close_rc;
 	sel_stats st;
 };
@@ -1067,10 +1067,9 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 				ds->st.retry_reasons[SEL_RETRY_BUDGET]++;
 				/* A refusal; the space it gives back was never
 				 * usable, so no progress either. */
-				ds->refused = true;
-				ds->released = false;
+				sel_progress_refuse(&ds->pg);
 			} else {
-				ds->released = true; /* its slots and budget */
+				ds->pg.released = true; /* its slots and budget */
 				ev.outcome = SEL_SKIPPED;
 				/* A terminal disk error loses the record (design 2.15);
 				 * a failed GPU copy-out is not a disk drop. */
@@ -1087,7 +1086,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		ds->st.inflight_in--;
 		if (st->status) {
 			ds->st.fetch_failures++;
-			ds->released = true; /* its pins drop */
+			ds->pg.released = true; /* its pins drop */
 		} else {
 			ds->st.tier[SEL_TIER_DISK].bytes_in += st->bytes;
 			ds->st.reused_tokens += st->key.consumed - st->resident;
@@ -1271,7 +1270,7 @@ static void ds_expire(struct disk_store *ds)
 	(void)sel_index_expire(ds->ix, cutoff, SEL_EXPIRY_LEAVES, false, ds_droppable, ds);
 	ds->why = w;
 	if (ds->st.tier[SEL_TIER_DISK].expired != before)
-		ds->released = true; /* budget */
+		ds->pg.released = true; /* budget */
 }
 
 static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -1280,10 +1279,9 @@ static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 	progress(ds);
 	ds_expire(ds);
 	run_hooks(ds);
-	if (ds->refused && ds->released) {
+	if (sel_progress_due(&ds->pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		ev_push(ds, &pe);
-		ds->refused = ds->released = false;
 	}
 	size_t n = 0;
 	while (n < cap && ds->evq_n) {
@@ -1321,7 +1319,6 @@ static struct dstream *stream_new(struct disk_store *ds, uint32_t n_ids, uint32_
 
 static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel_retry_reason *why)
 {
-	uint64_t c = cp->key.consumed;
 	sel_node_id id, pid = SEL_NODE_NONE;
 	uint32_t tail;
 	bool row, fresh;
@@ -1330,14 +1327,8 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		eos_fail(SEL_ESTOPPED, "disk store: %s", ds->closed ? "closed" : "stopped");
 		return SEL_SKIPPED;
 	}
-	if (c == 0 || cp->n_pages != c / ds->pt || cp->tail > cp->n_pages ||
-	    (cp->n_pages && !cp->pages) || cp->state_slot >= ds->min_rows) {
-		eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 " is unusable: %" PRIu64
-			 " tokens, %" PRIu32 " pages (%" PRIu64 " expected), tail %" PRIu32
-			 ", state slot %" PRIu32 " of %" PRIu64, cp->checkpoint, c, cp->n_pages,
-			 c / ds->pt, cp->tail, cp->state_slot, ds->min_rows);
+	if (!sel_put_usable("disk store", cp, ds->pt, ds->min_rows))
 		return SEL_SKIPPED;
-	}
 	id = sel_index_find(ds->ix, &cp->key);
 	sel_key fparent = {0};
 	if (id != SEL_NODE_NONE) {
@@ -1368,14 +1359,10 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 			if (pid != SEL_NODE_NONE && (NODE(ds, pid)->flags & DS_DOOMED))
 				pid = SEL_NODE_NONE;
 			if (pid != SEL_NODE_NONE) {
-				uint64_t p = NODE(ds, pid)->key.consumed;
-				uint32_t derived = p < c ? (uint32_t)(c / ds->pt - p / ds->pt) : 0;
-				if (p >= c || (cp->tail != derived && cp->tail != cp->n_pages)) {
-					eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 " tail %" PRIu32
-						 " does not extend its parent at %" PRIu64 " tokens (%" PRIu32
-						 " pages)", cp->checkpoint, cp->tail, p, derived);
+				uint32_t derived;
+				if (!sel_put_extends("disk store", cp, NODE(ds, pid)->key.consumed, ds->pt,
+						     &derived))
 					return SEL_SKIPPED;
-				}
 				tail = cp->tail;
 				if (tail == derived)
 					fparent = cp->parent;
@@ -1384,13 +1371,8 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 			}
 		}
 	}
-	for (uint32_t i = 0; i < tail; i++)
-		if (cp->pages[cp->n_pages - tail + i] >= ds->min_pages) {
-			eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 " page id %" PRIu32
-				 " beyond the planes' %" PRIu64 " pages", cp->checkpoint,
-				 cp->pages[cp->n_pages - tail + i], ds->min_pages);
-			return SEL_SKIPPED;
-		}
+	if (!sel_put_pages_fit("disk store", cp, tail, ds->min_pages))
+		return SEL_SKIPPED;
 
 	sel_record_desc d = {.key = cp->key, .parent = fparent, .bucket = cp->bucket, .tail = tail};
 	sel_record_span span;
@@ -1506,14 +1488,7 @@ static sel_outcome ds_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	struct disk_store *ds = DS(s);
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(ds, cp, &reason) : SEL_SKIPPED;
-	ds->st.outcomes[o]++;
-	if (o == SEL_RETRY) {
-		ds->st.retry_reasons[reason]++;
-		ds->refused = true;
-		ds->released = false; /* what came back before, this put saw */
-	}
-	if (why)
-		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
+	sel_put_account(&ds->st, &ds->pg, o, reason, why);
 	return o;
 }
 

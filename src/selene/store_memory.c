@@ -139,6 +139,7 @@
 #include "expiry.h"
 #include "index.h"
 #include "slab.h"
+#include "store_common.h"
 #include "store_pool.h"
 #include "transfer.h"
 
@@ -240,8 +241,7 @@ struct mem_store {
 	bool closed;
 	int close_rc;
 
-	bool refused;            /* a put was refused since the last PROGRESS */
-	bool released;           /* capacity came back since that refusal */
+	struct sel_progress pg;    /* refusals since the last PROGRESS, capacity back since */
 	uint32_t refused_need;   /* slots the last refused put needed */
 
 	sel_stats st;            /* counters; gauges are filled at stats() */
@@ -433,27 +433,8 @@ static void list_fetch_del(struct mem_store *ms, struct mfetch *f)
 
 /* ---- put ------------------------------------------------------------------ */
 
-/* Copy the last `tail` page ids of cp, checking them against the planes.
- * Returns false (with a message) for an id beyond a plane. */
-static bool copy_pages(const struct mem_store *ms, const sel_published *cp, uint32_t tail,
-		       uint32_t *dst)
-{
-	const uint32_t *src = cp->pages + (cp->n_pages - tail);
-	for (uint32_t i = 0; i < tail; i++) {
-		if (src[i] >= ms->min_pages) {
-			eos_fail(-EINVAL, "memory store: checkpoint %" PRIu64 " page id %" PRIu32
-				 " beyond the planes' %" PRIu64 " pages", cp->checkpoint, src[i],
-				 ms->min_pages);
-			return false;
-		}
-		dst[i] = src[i];
-	}
-	return true;
-}
-
 static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_retry_reason *why)
 {
-	uint64_t c = cp->key.consumed;
 	sel_node_id id, pid = SEL_NODE_NONE;
 	uint32_t tail;
 	bool row, fresh;
@@ -462,14 +443,8 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 		eos_fail(SEL_ESTOPPED, "memory store: %s", ms->closed ? "closed" : "stopped");
 		return SEL_SKIPPED;
 	}
-	if (c == 0 || cp->n_pages != c / ms->pt || cp->tail > cp->n_pages ||
-	    (cp->n_pages && !cp->pages) || cp->state_slot >= ms->min_rows) {
-		eos_fail(-EINVAL, "memory store: checkpoint %" PRIu64 " is unusable: %" PRIu64
-			 " tokens, %" PRIu32 " pages (%" PRIu64 " expected), tail %" PRIu32
-			 ", state slot %" PRIu32 " of %" PRIu64, cp->checkpoint, c, cp->n_pages,
-			 c / ms->pt, cp->tail, cp->state_slot, ms->min_rows);
+	if (!sel_put_usable("memory store", cp, ms->pt, ms->min_rows))
 		return SEL_SKIPPED;
-	}
 
 	id = sel_index_find(ms->ix, &cp->key);
 	if (id != SEL_NODE_NONE) {
@@ -495,14 +470,10 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 		if (!sel_key_is_none(&cp->parent)) {
 			pid = sel_index_find(ms->ix, &cp->parent);
 			if (pid != SEL_NODE_NONE) {
-				uint64_t p = sel_index_cget(ms->ix, pid)->key.consumed;
-				uint32_t derived = p < c ? (uint32_t)(c / ms->pt - p / ms->pt) : 0;
-				if (p >= c || (cp->tail != derived && cp->tail != cp->n_pages)) {
-					eos_fail(-EINVAL, "memory store: checkpoint %" PRIu64 " tail %" PRIu32
-						 " does not extend its parent at %" PRIu64 " tokens (%" PRIu32
-						 " pages)", cp->checkpoint, cp->tail, p, derived);
+				uint32_t derived;
+				if (!sel_put_extends("memory store", cp, sel_index_cget(ms->ix, pid)->key.consumed, ms->pt,
+						     &derived))
 					return SEL_SKIPPED;
-				}
 				tail = cp->tail;
 			}
 		}
@@ -532,11 +503,12 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	memset(j, 0, sizeof(*j));
 	uint32_t *jpages = (uint32_t *)(j + 1);
 	uint32_t *jslots = jpages + tail;
-	if (!copy_pages(ms, cp, tail, jpages)) {
+	if (!sel_put_pages_fit("memory store", cp, tail, ms->min_pages)) {
 		free(j);
 		free(slots);
 		return SEL_SKIPPED;
 	}
+	memcpy(jpages, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
 
 	if (fresh) {
 		int rc = sel_index_insert(ms->ix, &cp->key, pid == SEL_NODE_NONE ? NULL : &cp->parent,
@@ -647,14 +619,7 @@ static sel_outcome ms_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	struct mem_store *ms = MS(s);
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(ms, cp, &reason) : SEL_SKIPPED;
-	ms->st.outcomes[o]++;
-	if (o == SEL_RETRY) {
-		ms->st.retry_reasons[reason]++;
-		ms->refused = true;
-		ms->released = false; /* what came back before, this put saw */
-	}
-	if (why)
-		*why = o == SEL_RETRY ? reason : SEL_RETRY_NONE;
+	sel_put_account(&ms->st, &ms->pg, o, reason, why);
 	return o;
 }
 
@@ -939,7 +904,7 @@ static void fetch_event(struct mem_store *ms, struct mfetch *f, sel_event *ev)
 	ms->st.inflight_in--;
 	if (f->status) {
 		ms->st.fetch_failures++;
-		ms->released = true; /* its pins drop: a failure is no progress event */
+		ms->pg.released = true; /* its pins drop: a failure is no progress event */
 	} else {
 		ms->st.tier[SEL_TIER_MEMORY].bytes_in += f->bytes;
 		ms->st.reused_tokens += f->key.consumed - f->resident;
@@ -1032,7 +997,7 @@ static int out_done(struct mem_store *ms, struct mjob *j, sel_event *ev)
 		ms_unpin(ms, id);
 		remove_failed(ms, id, &j->key);
 		ms->st.store_failures++;
-		ms->released = true; /* its slots are free again */
+		ms->pg.released = true; /* its slots are free again */
 		ev->type = SEL_EV_STORE_FAILED;
 		ev->outcome = SEL_SKIPPED;
 		ev->error = j->x.status;
@@ -1075,7 +1040,7 @@ static void ms_expire(struct mem_store *ms)
 	(void)sel_index_expire(ms->ix, cutoff, SEL_EXPIRY_LEAVES, false, ms_droppable, ms);
 	ms->expiring = false;
 	if (ms->st.tier[SEL_TIER_MEMORY].expired != before)
-		ms->released = true;
+		ms->pg.released = true;
 }
 
 static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -1113,10 +1078,9 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 	}
 	if (cap == 0)
 		resubmit_pending(ms);
-	if (ms->refused && ms->released && n < cap) {
+	if (n < cap && sel_progress_due(&ms->pg)) {
 		memset(&ev[n], 0, sizeof(ev[n]));
 		ev[n++].type = SEL_EV_PROGRESS;
-		ms->refused = ms->released = false;
 	}
 	debug_check(ms);
 	return (int)n;
