@@ -733,9 +733,13 @@ static void test_retry_storm_two_deferred(void)
 {
 	struct dbl *d = dbl_new();
 	LOCKED(d, { d->scripted = true; d->defer_two = true; d->defer_why = SEL_RETRY_BUDGET; });
-	hel_engine *e = open_with(d, 24, 30);
+	/* A cache large enough that the first deferred checkpoint stays on
+	 * the GPU until the second is chosen (that can take a dozen fillers;
+	 * with 24 pages the first was sometimes evicted and abandoned). */
+	hel_engine *e = open_with(d, 160, 60);
 	bool both = false;
-	for (int i = 0; i < 100 && !both; i++) {
+	int nfill = 0;
+	for (int i = 0; i < 100 && !both; i++, nfill++) {
 		fillers(e, 1);
 		LOCKED(d, both = d->deferring[1] != 0);
 	}
@@ -747,7 +751,10 @@ static void test_retry_storm_two_deferred(void)
 	usleep(100000); /* the last events handled */
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
-	CHECK(st.store_retries_pending >= 2); /* both wait, unpinned */
+	CHECKF(st.store_retries_pending >= 2, "retries pending %llu, abandoned budget %llu, "
+	       "evicted %d %d, fillers %d", (unsigned long long)st.store_retries_pending,
+	       (unsigned long long)st.retry_abandoned[SEL_RETRY_BUDGET],
+	       rec_of(d, d->deferring[0])->evicted, rec_of(d, d->deferring[1])->evicted, nfill);
 	int puts0, puts1;
 	LOCKED(d, puts0 = d->puts);
 	usleep(300000);
@@ -755,7 +762,12 @@ static void test_retry_storm_two_deferred(void)
 	CHECKF(puts1 == puts0, "%d puts while idle: deferred checkpoints re-offer each other",
 	       puts1 - puts0);
 	/* Evicted by later requests: abandoned by the deferral's cause. */
-	fillers(e, 30);
+	for (int i = 0; i < 400; i++) {
+		fillers(e, 1);
+		hel_engine_stats_get(e, &st);
+		if (two_abandoned_budget(&st, NULL))
+			break;
+	}
 	et_wait_stats(e, two_abandoned_budget, NULL);
 	et_wait_stats(e, idle, NULL);
 	for (int i = 0; i < 10000 && !no_pins(d); i++)
