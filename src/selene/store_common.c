@@ -39,14 +39,15 @@ bool sel_put_extends(const char *store, const sel_published *cp, uint64_t parent
 bool sel_put_pages_fit(const char *store, const sel_published *cp, uint32_t tail,
 		       uint64_t pages)
 {
-	const uint32_t *ids = cp->pages + (cp->n_pages - tail);
-	for (uint32_t i = 0; i < tail; i++)
-		if (ids[i] >= pages) {
+	for (uint32_t i = 0; i < tail; i++) {
+		uint32_t id = cp->pages[cp->n_pages - tail + i];
+		if (id >= pages) {
 			eos_fail(-EINVAL, "%s: checkpoint %" PRIu64 " page id %" PRIu32
 				 " beyond the planes' %" PRIu64 " pages", store, cp->checkpoint,
-				 ids[i], pages);
+				 id, pages);
 			return false;
 		}
+	}
 	return true;
 }
 

@@ -508,7 +508,8 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 		free(slots);
 		return SEL_SKIPPED;
 	}
-	memcpy(jpages, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
+	if (tail)
+		memcpy(jpages, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
 
 	if (fresh) {
 		int rc = sel_index_insert(ms->ix, &cp->key, pid == SEL_NODE_NONE ? NULL : &cp->parent,
