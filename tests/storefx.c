@@ -260,10 +260,16 @@ void sfx_conv_free(struct sfx_conv *cv)
 sel_published sfx_ckpt(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
 		       uint32_t slot, uint64_t checkpoint)
 {
+	return sfx_ckpt_row(f, cv, c, parent_c, slot, checkpoint, cv->split);
+}
+
+sel_published sfx_ckpt_row(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
+			   uint32_t slot, uint64_t checkpoint, bool row_split)
+{
 	sel_published cp = {0};
 	for (uint64_t j = 0; j < c / SFX_PT; j++)
-		sfx_put_page(f, cv->gid[j], cv->tag, j, cv->split);
-	sfx_put_row(f, slot, sfx_row_seed(cv, c), cv->split);
+		sfx_put_page(f, cv->gid[j], cv->tag, j, sfx_conv_split(cv, j));
+	sfx_put_row(f, slot, sfx_row_seed(cv, c), row_split);
 	cp.checkpoint = checkpoint;
 	sel_history_key_at(&cv->h, c, &cp.key);
 	if (parent_c)
@@ -297,14 +303,14 @@ static int drop_progress(sel_event *ev, int n)
 	return k;
 }
 
-void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check)
+static void wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check, bool all)
 {
 	int got = 0;
 	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
 	while (got < want) {
 		int n = sel_store_poll(s, ev + got, (size_t)(want - got));
 		CHECK_OK(n);
-		got += drop_progress(ev + got, n);
+		got += all ? n : drop_progress(ev + got, n);
 		if (check)
 			CHECK_OK(check(s));
 		if (got >= want)
@@ -316,14 +322,34 @@ void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check)
 	}
 }
 
-void sfx_no_events(sel_store *s, int ms)
+void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check)
+{
+	wait_events(s, ev, want, check, false);
+}
+
+void sfx_wait_events_all(sel_store *s, sel_event *ev, int want, sfx_check_fn check)
+{
+	wait_events(s, ev, want, check, true);
+}
+
+static void no_events(sel_store *s, int ms, bool all)
 {
 	sel_event ev[4];
 	if (ms)
 		eos_sleep_ns((uint64_t)ms * 1000000);
 	int n = sel_store_poll(s, ev, 4);
 	CHECK_OK(n);
-	CHECK_RC(drop_progress(ev, n), 0);
+	CHECK_RC(all ? n : drop_progress(ev, n), 0);
+}
+
+void sfx_no_events(sel_store *s, int ms)
+{
+	no_events(s, ms, false);
+}
+
+void sfx_no_events_all(sel_store *s, int ms)
+{
+	no_events(s, ms, true);
 }
 
 sel_event sfx_one_event(sel_store *s, sfx_check_fn check)
@@ -359,6 +385,15 @@ sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t
 		      uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
 		      sel_tier tier, bool verify, sfx_check_fn check)
 {
+	return sfx_restore_with(f, s, cv, resident, limit, want_c, dst_first, slot, tier, verify,
+				check, (struct sfx_restore_opts){.row_split = cv->split});
+}
+
+sel_event sfx_restore_with(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
+			   uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
+			   sel_tier tier, bool verify, sfx_check_fn check,
+			   struct sfx_restore_opts o)
+{
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(s, &cv->h, resident, limit, &hit), 1);
 	sel_key want = sfx_key(cv, want_c);
@@ -379,7 +414,7 @@ sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t
 	if (check)
 		CHECK_OK(check(s));
 	sel_event ev;
-	sfx_wait_events(s, &ev, 1, check);
+	wait_events(s, &ev, 1, check, o.all_events);
 	CHECK(ev.ticket == in.ticket);
 	if (verify) {
 		CHECKF(ev.type == SEL_EV_FETCHED, "event %d error %d (%s)", ev.type, ev.error,
@@ -387,10 +422,10 @@ sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t
 		CHECK(ev.bytes == hit.bytes && sel_key_eq(&ev.key, &want));
 		for (uint32_t i = 0; i < hit.pages; i++) {
 			uint64_t j = resident / SFX_PT + i;
-			CHECKF(sfx_page_ok(f, dst[i], cv->tag, j, cv->split), "page %" PRIu64 " at id %u",
-			       j, dst[i]);
+			CHECKF(sfx_page_ok(f, dst[i], cv->tag, j, sfx_conv_split(cv, j)),
+			       "page %" PRIu64 " at id %u", j, dst[i]);
 		}
-		CHECK(sfx_row_ok(f, slot, sfx_row_seed(cv, want_c), cv->split));
+		CHECK(sfx_row_ok(f, slot, sfx_row_seed(cv, want_c), o.row_split));
 	}
 	free(dst);
 	return ev;

@@ -1,9 +1,10 @@
 /*
- * storefx.h - the fixture the disk, composite and crash tests share: page
- * and row planes in host memory (eos_aligned_alloc), a geometry over them,
- * a copy backend the test can hold or fail, deterministic byte patterns
- * derived from a conversation tag and page index, conversations with their
- * histories, and event helpers.  (test_store_memory.c keeps its own copy.)
+ * storefx.h - the fixture the store tests share (memory, disk, composite,
+ * crash, drain, expiry, flare metrics; bench/store.c too): page and row
+ * planes in host memory (eos_aligned_alloc), a geometry over them, a copy
+ * backend the test can hold or fail, deterministic byte patterns derived
+ * from a conversation tag and page index, conversations with their
+ * histories, and event helpers.
  */
 #ifndef STOREFX_H
 #define STOREFX_H
@@ -72,17 +73,27 @@ struct sfx_conv {
 	uint64_t tag;
 	uint32_t *gid; /* GPU page id of logical page j */
 	uint64_t n;
-	bool split;
+	bool split;          /* TP>1: pages and rows differ across ranks ... */
+	uint64_t split_from; /* ... pages from page split_from on (0: all) */
 };
+
+/* Whether logical page j of cv differs across ranks. */
+static inline bool sfx_conv_split(const struct sfx_conv *cv, uint64_t j)
+{
+	return cv->split && j >= cv->split_from;
+}
 
 /* tokens tokens derived from tag; logical page j lives at id first_id + j. */
 void sfx_conv_init(struct sfx *f, struct sfx_conv *cv, uint64_t tag, uint64_t tokens,
 		   uint32_t first_id);
 void sfx_conv_free(struct sfx_conv *cv);
 /* Write the GPU bytes of the checkpoint at c (pages from 0, its row in
- * slot) and describe it.  parent_c 0: no offered parent. */
+ * slot) and describe it.  parent_c 0: no offered parent.  The row is split
+ * across ranks as cv->split says; sfx_ckpt_row says it per checkpoint. */
 sel_published sfx_ckpt(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
 		       uint32_t slot, uint64_t checkpoint);
+sel_published sfx_ckpt_row(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint64_t parent_c,
+			   uint32_t slot, uint64_t checkpoint, bool row_split);
 sel_key sfx_key(struct sfx_conv *cv, uint64_t c);
 static inline uint64_t sfx_row_seed(const struct sfx_conv *cv, uint64_t c)
 {
@@ -91,10 +102,13 @@ static inline uint64_t sfx_row_seed(const struct sfx_conv *cv, uint64_t c)
 
 /* Events.  check (may be NULL) runs after every poll.  These skip
  * SEL_EV_PROGRESS: they wait for, count or forbid the events of puts and
- * fetches (tests of PROGRESS poll directly). */
+ * fetches (tests of PROGRESS poll directly).  The _all forms count every
+ * event, PROGRESS included, for scenarios in which none may come. */
 typedef int (*sfx_check_fn)(sel_store *s);
 void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
+void sfx_wait_events_all(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
 void sfx_no_events(sel_store *s, int ms);
+void sfx_no_events_all(sel_store *s, int ms);
 sel_event sfx_one_event(sel_store *s, sfx_check_fn check);
 /* Poll (discarding nothing but PROGRESS) until pred(ctx) or 10 s. */
 void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,
@@ -104,9 +118,20 @@ uint64_t sfx_page_bytes_all(struct sfx *f);
 
 /* Restore: lookup at resident (hit must be want_c on tier), fetch into ids
  * dst_first.. and slot, wait; returns the event.  With verify, the bytes
- * must match. */
+ * must match, the row's split across ranks as cv->split says. */
 sel_event sfx_restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
 		      uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
 		      sel_tier tier, bool verify, sfx_check_fn check);
+/* sfx_restore with the row split or not as row_split says (whatever
+ * cv->split) and, with all_events, the fetch's event the very next event
+ * (PROGRESS included). */
+struct sfx_restore_opts {
+	bool row_split;
+	bool all_events;
+};
+sel_event sfx_restore_with(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
+			   uint64_t limit, uint64_t want_c, uint32_t dst_first, uint32_t slot,
+			   sel_tier tier, bool verify, sfx_check_fn check,
+			   struct sfx_restore_opts o);
 
 #endif

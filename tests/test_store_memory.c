@@ -1,7 +1,7 @@
 /*
  * test_store_memory.c - the memory store (design 2.4) through the store
- * interface (design 2.2), with the host copy backend and with a stub backend
- * that holds copies until released or fails them on demand.
+ * interface (design 2.2), with the host copy backend and with storefx's stub
+ * backend that holds copies until released or fails them on demand.
  *
  * Covers: event sequencing (put -> QUEUED, no event until the copy lands,
  * then exactly one STORED; fetch -> exactly one FETCHED); copy-out failure
@@ -18,6 +18,10 @@
  * planes (packed and per-rank records, mixed chains, packed prefix skips,
  * counters); open errors and the intake warning; close with a stuck copy
  * (SEL_ESTOPPED).  sel_memory_store_check() runs after every step.
+ *
+ * The planes, geometry, stub backend, byte patterns and conversations are
+ * storefx.h's.  Its event helpers are used in their _all forms: every event
+ * counts, so a SEL_EV_PROGRESS no scenario here asks for fails the test.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -26,163 +30,24 @@
 #include "eos.h"
 #include "slab.h"
 #include "store_memory.h"
+#include "storefx.h"
 #include "testutil.h"
 #include "transfer.h"
 
-#define PT 64u
-#define MAXR 2
-#define MAXP 3
+#define PT SFX_PT
 
-/* ---- a copy backend the test controls ------------------------------------- */
-
-struct stub {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool hold;       /* copies wait while set */
-	int fail;        /* error for copies in fail_dir (0: none) */
-	int fail_dir;    /* SEL_COPY_OUT, SEL_COPY_IN, or -1 for both */
-	int fail_left;   /* copies still to fail (-1: every one) */
-	int waiting;     /* copy calls blocked on hold */
-	uint64_t calls;
-};
-
-static int stub_open_rank(void *ctx, uint32_t rank, void **state)
-{
-	(void)rank;
-	*state = ctx;
-	return 0;
-}
-
-static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
-{
-	struct stub *st = state;
-	pthread_mutex_lock(&st->mu);
-	st->calls++;
-	st->waiting++;
-	pthread_cond_broadcast(&st->cv);
-	while (st->hold)
-		pthread_cond_wait(&st->cv, &st->mu);
-	st->waiting--;
-	int f = st->fail && st->fail_left != 0 && (st->fail_dir < 0 || st->fail_dir == (int)dir)
-			? st->fail : 0;
-	if (f && st->fail_left > 0)
-		st->fail_left--;
-	pthread_mutex_unlock(&st->mu);
-	if (f)
-		return f;
-	for (uint32_t i = 0; i < n; i++)
-		memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
-	return 0;
-}
-
-static void stub_close_rank(void *state)
-{
-	(void)state;
-}
-
-static void stub_hold(struct stub *st, bool hold)
-{
-	pthread_mutex_lock(&st->mu);
-	st->hold = hold;
-	pthread_cond_broadcast(&st->cv);
-	pthread_mutex_unlock(&st->mu);
-}
-
-/* Fail the next n copies in direction dir (-1: both) with err; n -1: all. */
-static void stub_fail_n(struct stub *st, int err, int dir, int n)
-{
-	pthread_mutex_lock(&st->mu);
-	st->fail = err;
-	st->fail_dir = dir;
-	st->fail_left = n;
-	pthread_mutex_unlock(&st->mu);
-}
-
-static void stub_fail(struct stub *st, int err, int dir)
-{
-	stub_fail_n(st, err, dir, -1);
-}
-
-/* Wait until n copy calls are blocked on hold. */
-static void stub_wait_blocked(struct stub *st, int n)
-{
-	uint64_t deadline = eos_now_ns() + 10ull * 1000000000;
-	pthread_mutex_lock(&st->mu);
-	while (st->waiting < n) {
-		pthread_mutex_unlock(&st->mu);
-		CHECKF(eos_now_ns() < deadline, "%d of %d copies blocked", st->waiting, n);
-		eos_sleep_ns(1000000);
-		pthread_mutex_lock(&st->mu);
-	}
-	pthread_mutex_unlock(&st->mu);
-}
-
-/* ---- fixture: planes in host memory, a geometry, a store ------------------ */
+/* ---- fixture: storefx's planes, geometry and stub backend, and a store ---- */
 
 struct fx {
-	uint32_t ranks, n_planes;
-	uint64_t unit[MAXP];
-	uint64_t row_bytes;
-	uint64_t pages, rows;
-	uint8_t *plane[MAXR][MAXP];
-	uint8_t *row[MAXR];
-	sel_geometry *g;
+	struct sfx f; /* planes, geometry, stub copy backend */
 	sel_store *s;
-	struct stub stub;
-	struct sel_copy_backend be;
-	uint8_t model[SEL_IDENTITY_BYTES];
-	uint64_t slot_bytes;
-	uint32_t row_slots;
 };
 
 static void fx_init(struct fx *fx, uint32_t ranks, uint32_t n_planes, const uint64_t *unit,
 		    uint64_t row_bytes, uint64_t pages, uint64_t rows)
 {
-	static const char *names[MAXP] = {"k", "v", "x"};
-	sel_allocation a[MAXR * (MAXP + 1)];
-	size_t na = 0;
-	memset(fx, 0, sizeof(*fx));
-	fx->ranks = ranks;
-	fx->n_planes = n_planes;
-	fx->row_bytes = row_bytes;
-	fx->pages = pages;
-	fx->rows = rows;
-	for (uint32_t r = 0; r < ranks; r++) {
-		for (uint32_t p = 0; p < n_planes; p++) {
-			fx->unit[p] = unit[p];
-			fx->plane[r][p] = eos_aligned_alloc(4096, unit[p] * pages);
-			CHECK(fx->plane[r][p]);
-			a[na++] = (sel_allocation){.rank = r, .name = names[p], .group = SEL_GROUP_KV_PAGES,
-						   .kind = SEL_MEM_HOST,
-						   .address = (uint64_t)(uintptr_t)fx->plane[r][p],
-						   .unit_bytes = unit[p], .count = pages};
-		}
-		fx->row[r] = eos_aligned_alloc(4096, row_bytes * rows);
-		CHECK(fx->row[r]);
-		a[na++] = (sel_allocation){.rank = r, .name = "state", .group = SEL_GROUP_STATE_ROWS,
-					   .kind = SEL_MEM_HOST,
-					   .address = (uint64_t)(uintptr_t)fx->row[r],
-					   .unit_bytes = row_bytes, .count = rows};
-	}
-	CHECK_OK(sel_geometry_build(a, na, ranks, PT, &fx->g));
-	for (size_t i = 0; i < sizeof(fx->model); i++)
-		fx->model[i] = (uint8_t)(i * 7 + 1);
-	sel_slot_layout l;
-	CHECK_OK(sel_slot_layout_init(&l, fx->g));
-	fx->slot_bytes = l.slot_bytes;
-	fx->row_slots = l.row_slots;
-	sel_slot_layout_free(&l);
-
-	pthread_mutex_init(&fx->stub.mu, NULL);
-	pthread_cond_init(&fx->stub.cv, NULL);
-	fx->stub.fail_dir = -1;
-	fx->be = (struct sel_copy_backend){
-		.name = "stub",
-		.ctx = &fx->stub,
-		.open_rank = stub_open_rank,
-		.copy = stub_copy,
-		.close_rank = stub_close_rank,
-	};
+	sfx_init(&fx->f, ranks, n_planes, unit, row_bytes, pages, rows);
+	fx->s = NULL;
 }
 
 struct open_opts {
@@ -192,18 +57,14 @@ struct open_opts {
 
 static void fx_open(struct fx *fx, uint64_t warm_slots, struct open_opts o)
 {
-	sel_store_config cfg = {0};
-	cfg.geometry = fx->g;
-	cfg.max_active = 1;
-	cfg.memory_bytes = warm_slots * fx->slot_bytes + fx->slot_bytes / 2; /* rounds down */
-	cfg.host_headroom = 1ull << 30;
+	sel_store_config cfg = sfx_config(&fx->f, o.stub);
+	cfg.memory_bytes = warm_slots * fx->f.slot_bytes + fx->f.slot_bytes / 2; /* rounds down */
 	cfg.queue_depth = o.queue_depth;
-	cfg.copy_backend = o.stub ? &fx->be : NULL;
 	CHECK_OK(sel_memory_store_open(&cfg, &fx->s));
 	uint64_t sb, warm, intake;
 	uint32_t rs;
 	sel_memory_store_slots(fx->s, &sb, &warm, &intake, &rs);
-	CHECK(sb == fx->slot_bytes && warm == warm_slots && rs == fx->row_slots);
+	CHECK(sb == fx->f.slot_bytes && warm == warm_slots && rs == fx->f.row_slots);
 	CHECK(intake == 2ull * 1 * rs + 2 * 64);
 	CHECK(*sel_store_warning(fx->s) == '\0');
 	CHECK_OK(sel_memory_store_check(fx->s));
@@ -222,200 +83,21 @@ static void fx_close(struct fx *fx)
 static void fx_free(struct fx *fx)
 {
 	fx_close(fx);
-	for (uint32_t r = 0; r < fx->ranks; r++) {
-		for (uint32_t p = 0; p < fx->n_planes; p++)
-			eos_aligned_free(fx->plane[r][p]);
-		eos_aligned_free(fx->row[r]);
-	}
-	sel_geometry_free(fx->g);
-	pthread_mutex_destroy(&fx->stub.mu);
-	pthread_cond_destroy(&fx->stub.cv);
+	sfx_free(&fx->f);
 }
 
-/* ---- byte patterns -------------------------------------------------------- */
+/* ---- events: every one counts, the checker runs after every poll ---------- */
 
-static uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
-{
-	uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
-	x ^= (c + 17) * 0x94D049BB133111EBull;
-	x ^= (d + 91) * 0xD6E8FEB86659FD93ull;
-	x ^= x >> 31;
-	return x ? x : 1;
-}
-
-static void fill(uint8_t *dst, uint64_t len, uint64_t seed)
-{
-	uint64_t x = seed;
-	for (uint64_t k = 0; k < len; k++) {
-		if (k % 8 == 0) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-		}
-		dst[k] = (uint8_t)(x >> (8 * (k % 8)));
-	}
-}
-
-static bool same(const uint8_t *p, uint64_t len, uint64_t seed)
-{
-	uint64_t x = seed;
-	for (uint64_t k = 0; k < len; k++) {
-		if (k % 8 == 0) {
-			x ^= x << 13;
-			x ^= x >> 7;
-			x ^= x << 17;
-		}
-		if (p[k] != (uint8_t)(x >> (8 * (k % 8))))
-			return false;
-	}
-	return true;
-}
-
-/* Logical page j of conversation `tag` at page id `id`; split: the ranks'
- * bytes differ (a split plane), else they are replicated. */
-static void put_page(struct fx *fx, uint32_t id, uint64_t tag, uint64_t j, bool split)
-{
-	for (uint32_t r = 0; r < fx->ranks; r++)
-		for (uint32_t p = 0; p < fx->n_planes; p++)
-			fill(fx->plane[r][p] + id * fx->unit[p], fx->unit[p],
-			     mix(tag, j, split ? r : 0, p));
-}
-
-static bool page_ok(struct fx *fx, uint32_t id, uint64_t tag, uint64_t j, bool split)
-{
-	for (uint32_t r = 0; r < fx->ranks; r++)
-		for (uint32_t p = 0; p < fx->n_planes; p++)
-			if (!same(fx->plane[r][p] + id * fx->unit[p], fx->unit[p],
-				  mix(tag, j, split ? r : 0, p)))
-				return false;
-	return true;
-}
-
-static void put_row(struct fx *fx, uint32_t slot, uint64_t tag, bool split)
-{
-	for (uint32_t r = 0; r < fx->ranks; r++)
-		fill(fx->row[r] + slot * fx->row_bytes, fx->row_bytes, mix(tag, 1u << 30, split ? r : 0, 99));
-}
-
-static bool row_ok(struct fx *fx, uint32_t slot, uint64_t tag, bool split)
-{
-	for (uint32_t r = 0; r < fx->ranks; r++)
-		if (!same(fx->row[r] + slot * fx->row_bytes, fx->row_bytes,
-			  mix(tag, 1u << 30, split ? r : 0, 99)))
-			return false;
-	return true;
-}
-
-/* Overwrite every plane and row: the restore must come from the host. */
-static void poison(struct fx *fx)
-{
-	for (uint32_t r = 0; r < fx->ranks; r++) {
-		for (uint32_t p = 0; p < fx->n_planes; p++)
-			memset(fx->plane[r][p], 0xA5, fx->unit[p] * fx->pages);
-		memset(fx->row[r], 0x5A, fx->row_bytes * fx->rows);
-	}
-}
-
-/* ---- conversations and checkpoints ---------------------------------------- */
-
-struct conv {
-	sel_history h;
-	uint64_t tag;
-	uint32_t *gid;   /* GPU page id of logical page j */
-	uint64_t n;
-	bool split;      /* TP>1: pages differ across ranks from page split_from on */
-	uint64_t split_from;
-};
-
-static void conv_init(struct fx *fx, struct conv *cv, uint64_t tag, uint64_t tokens,
-		      uint32_t first_id)
-{
-	memset(cv, 0, sizeof(*cv));
-	cv->tag = tag;
-	cv->n = tokens;
-	cv->split_from = UINT64_MAX;
-	CHECK_OK(sel_history_init(&cv->h, fx->model, NULL, 0));
-	sel_token *t = malloc(tokens * sizeof(*t));
-	CHECK(t);
-	for (uint64_t i = 0; i < tokens; i++)
-		t[i] = (sel_token)(mix(tag, i, 3, 4) % 50000);
-	CHECK_OK(sel_history_append(&cv->h, t, tokens));
-	free(t);
-	cv->gid = malloc((tokens / PT + 1) * sizeof(*cv->gid));
-	CHECK(cv->gid);
-	for (uint64_t j = 0; j <= tokens / PT; j++) {
-		cv->gid[j] = (uint32_t)(first_id + j);
-		CHECK(cv->gid[j] < fx->pages);
-	}
-}
-
-static void conv_free(struct conv *cv)
-{
-	sel_history_free(&cv->h);
-	free(cv->gid);
-}
-
-static bool conv_split(const struct conv *cv, uint64_t j)
-{
-	return j >= cv->split_from;
-}
-
-/* Write the GPU bytes of the checkpoint at c (its pages from 0 and its row
- * in `slot`) and describe it.  parent_c 0: no offered parent. */
-static sel_published conv_ckpt(struct fx *fx, struct conv *cv, uint64_t c, uint64_t parent_c,
-			       uint32_t slot, uint64_t checkpoint, bool row_split)
-{
-	sel_published cp = {0};
-	for (uint64_t j = 0; j < c / PT; j++)
-		put_page(fx, cv->gid[j], cv->tag, j, conv_split(cv, j));
-	put_row(fx, slot, cv->tag * 1000003 + c, row_split);
-	cp.checkpoint = checkpoint;
-	sel_history_key_at(&cv->h, c, &cp.key);
-	if (parent_c)
-		sel_history_key_at(&cv->h, parent_c, &cp.parent);
-	cp.bucket = *sel_history_bound(&cv->h, c / SEL_BUCKET_TOKENS);
-	cp.pages = cv->gid;
-	cp.n_pages = (uint32_t)(c / PT);
-	cp.tail = (uint32_t)(c / PT - parent_c / PT);
-	cp.state_slot = slot;
-	return cp;
-}
-
-static sel_key conv_key(struct conv *cv, uint64_t c)
-{
-	sel_key k;
-	sel_history_key_at(&cv->h, c, &k);
-	return k;
-}
-
-/* ---- events ---------------------------------------------------------------- */
-
-/* Poll until `want` events arrived (sleeping on the wait fd), 10 s at most. */
+/* Poll until `want` events arrived (sleeping on the wait fd). */
 static void wait_events(sel_store *s, sel_event *ev, int want)
 {
-	int got = 0;
-	uint64_t deadline = eos_now_ns() + 10ull * 1000000000;
-	while (got < want) {
-		int n = sel_store_poll(s, ev + got, (size_t)(want - got));
-		CHECK_OK(n);
-		got += n;
-		CHECK_OK(sel_memory_store_check(s));
-		if (got >= want)
-			break;
-		CHECKF(eos_now_ns() < deadline, "%d of %d events", got, want);
-		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
-		CHECK(pfd.fd >= 0);
-		poll(&pfd, 1, 10);
-	}
+	sfx_wait_events_all(s, ev, want, sel_memory_store_check);
 }
 
 /* No event arrives within ms milliseconds. */
 static void no_events(sel_store *s, int ms)
 {
-	sel_event ev[4];
-	if (ms)
-		eos_sleep_ns((uint64_t)ms * 1000000);
-	CHECK_RC(sel_store_poll(s, ev, 4), 0);
+	sfx_no_events_all(s, ms);
 }
 
 static sel_event one_event(sel_store *s)
@@ -466,47 +148,18 @@ static sel_stats stats(struct fx *fx)
 	return st;
 }
 
-static uint64_t page_bytes_all(struct fx *fx)
+/* Restore from the memory tier: lookup at resident, fetch into ids
+ * dst_first.., slot `slot`, wait for FETCHED (the next event, and the only
+ * one) and check the bytes, the row split across ranks as row_split says. */
+static void restore(struct fx *fx, struct sfx_conv *cv, uint64_t resident, uint64_t limit,
+		    uint64_t want_c, uint32_t dst_first, uint32_t slot, bool row_split)
 {
-	uint64_t b = 0;
-	for (uint32_t p = 0; p < fx->n_planes; p++)
-		b += fx->unit[p];
-	return b * fx->ranks;
-}
-
-/* Restore: lookup at resident, fetch into ids dst_first.., slot `slot`,
- * wait for FETCHED and check the bytes.  Returns the hit. */
-static sel_hit restore(struct fx *fx, struct conv *cv, uint64_t resident, uint64_t limit,
-		       uint64_t want_c, uint32_t dst_first, uint32_t slot, bool row_split)
-{
-	sel_hit hit;
-	CHECK_RC(sel_store_lookup(fx->s, &cv->h, resident, limit, &hit), 1);
-	sel_key want = conv_key(cv, want_c);
-	CHECK(sel_key_eq(&hit.key, &want));
-	CHECK(hit.resident == resident && hit.tier == SEL_TIER_MEMORY);
-	CHECKF(hit.pages == want_c / PT - resident / PT, "hit pages %u", hit.pages);
-	CHECK(hit.bytes == hit.pages * page_bytes_all(fx) + fx->row_bytes * fx->ranks);
-	uint32_t *dst = malloc((hit.pages + 1) * sizeof(*dst));
-	CHECK(dst);
-	for (uint32_t i = 0; i < hit.pages; i++)
-		dst[i] = dst_first + i;
-	sel_inbound in = {.ticket = 1000 + dst_first, .pages = dst, .n_pages = hit.pages, .state_slot = slot};
-	poison(fx);
-	CHECK_OK(sel_store_fetch(fx->s, &hit, &in));
-	CHECK_OK(sel_memory_store_check(fx->s));
-	sel_event ev = one_event(fx->s);
-	CHECKF(ev.type == SEL_EV_FETCHED, "event %d error %d (%s)", ev.type, ev.error,
-	       sel_strerror(ev.error));
-	CHECK(ev.ticket == in.ticket && ev.tier == SEL_TIER_MEMORY && ev.bytes == hit.bytes);
-	CHECK(sel_key_eq(&ev.key, &want));
-	for (uint32_t i = 0; i < hit.pages; i++) {
-		uint64_t j = resident / PT + i;
-		CHECKF(page_ok(fx, dst[i], cv->tag, j, conv_split(cv, j)), "page %" PRIu64 " at id %u", j,
-		       dst[i]);
-	}
-	CHECK(row_ok(fx, slot, cv->tag * 1000003 + want_c, row_split));
-	free(dst);
-	return hit;
+	sel_event ev = sfx_restore_with(&fx->f, fx->s, cv, resident, limit, want_c, dst_first, slot,
+					SEL_TIER_MEMORY, true, sel_memory_store_check,
+					(struct sfx_restore_opts){.row_split = row_split,
+								  .all_events = true});
+	CHECK(ev.tier == SEL_TIER_MEMORY);
+	no_events(fx->s, 5);
 }
 
 /* ---- tests ----------------------------------------------------------------- */
@@ -516,16 +169,16 @@ static const uint64_t units2[] = {4096, 1000};
 static void test_sequencing(void)
 {
 	struct fx fx;
-	struct conv cv;
+	struct sfx_conv cv;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
-	CHECK(fx.row_slots == 3);
+	CHECK(fx.f.row_slots == 3);
 	fx_open(&fx, 64, (struct open_opts){.stub = true});
-	conv_init(&fx, &cv, 1, 300, 10);
+	sfx_conv_init(&fx.f, &cv, 1, 300, 10);
 
-	stub_hold(&fx.stub, true);
-	sel_published cp = conv_ckpt(&fx, &cv, 256, 0, 1, 77, false);
+	sfx_hold(&fx.f, true);
+	sel_published cp = sfx_ckpt_row(&fx.f, &cv, 256, 0, 1, 77, false);
 	put_ok(&fx, &cp);
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	no_events(fx.s, 20);
 	sel_stats st = stats(&fx);
 	CHECK(st.inflight_out == 1 && st.slots_in_use == 4 + 3);
@@ -538,7 +191,7 @@ static void test_sequencing(void)
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(fx.s, &cv.h, 0, 300, &hit), 0);
 
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event ev = one_event(fx.s);
 	CHECK(ev.type == SEL_EV_STORED && ev.outcome == SEL_QUEUED && ev.checkpoint == 77);
 	CHECK(ev.error == 0 && ev.tier == SEL_TIER_MEMORY);
@@ -557,22 +210,22 @@ static void test_sequencing(void)
 	CHECK(stats(&fx).inflight_in == 0);
 
 	/* Fetch: pinned while the copy is held, one event when it lands. */
-	stub_hold(&fx.stub, true);
+	sfx_hold(&fx.f, true);
 	uint32_t dst[4] = {100, 101, 102, 103};
 	sel_inbound in = {.ticket = 5, .pages = dst, .n_pages = 4, .state_slot = 3};
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in));
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	no_events(fx.s, 20);
 	CHECK(rec(&fx, &cp.key).pins == 1);
 	CHECK(stats(&fx).inflight_in == 1);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	ev = one_event(fx.s);
 	CHECK(ev.type == SEL_EV_FETCHED && ev.ticket == 5 && ev.error == 0);
 	CHECK(ev.tier == SEL_TIER_MEMORY && ev.bytes == hit.bytes);
 	CHECK(rec(&fx, &cp.key).pins == 0);
 	for (uint32_t i = 0; i < 4; i++)
-		CHECK(page_ok(&fx, dst[i], cv.tag, i, false));
-	CHECK(row_ok(&fx, 3, cv.tag * 1000003 + 256, false));
+		CHECK(sfx_page_ok(&fx.f, dst[i], cv.tag, i, false));
+	CHECK(sfx_row_ok(&fx.f, 3, sfx_row_seed(&cv, 256), false));
 
 	st = stats(&fx);
 	CHECK(st.outcomes[SEL_QUEUED] == 1 && st.outcomes[SEL_SKIPPED] == 1 &&
@@ -585,8 +238,8 @@ static void test_sequencing(void)
 	CHECK(st.tier[SEL_TIER_MEMORY].held == 1);
 	CHECK(st.tier[SEL_TIER_MEMORY].bytes_out == ev.bytes);
 	CHECK(st.tier[SEL_TIER_MEMORY].bytes_in == ev.bytes);
-	CHECK(st.tier[SEL_TIER_MEMORY].bytes_used == 7 * fx.slot_bytes);
-	CHECK(st.tier[SEL_TIER_MEMORY].bytes_limit == 64 * fx.slot_bytes);
+	CHECK(st.tier[SEL_TIER_MEMORY].bytes_used == 7 * fx.f.slot_bytes);
+	CHECK(st.tier[SEL_TIER_MEMORY].bytes_limit == 64 * fx.f.slot_bytes);
 	CHECK(st.tier[SEL_TIER_MEMORY].rate_bps > 0);
 	CHECK(st.slots_total == 64 + st.intake_slots && st.intake_slots == 2 * 3 + 128);
 
@@ -598,23 +251,23 @@ static void test_sequencing(void)
 	CHECK(stats(&fx).evictions_noticed == 1);
 	CHECK(rec(&fx, &cp.key).ready);
 
-	conv_free(&cv);
+	sfx_conv_free(&cv);
 	fx_free(&fx);
 }
 
 static void test_failures(void)
 {
 	struct fx fx;
-	struct conv a, b, c;
+	struct sfx_conv a, b, c;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	fx_open(&fx, 15, (struct open_opts){.stub = true});
-	conv_init(&fx, &a, 11, 200, 10);
-	conv_init(&fx, &b, 12, 200, 20);
-	conv_init(&fx, &c, 13, 200, 30);
+	sfx_conv_init(&fx.f, &a, 11, 200, 10);
+	sfx_conv_init(&fx.f, &b, 12, 200, 20);
+	sfx_conv_init(&fx.f, &c, 13, 200, 30);
 
 	/* Copy-out failure: STORE_FAILED, the record and its slots are gone. */
-	stub_fail(&fx.stub, -EIO, SEL_COPY_OUT);
-	sel_published cpa = conv_ckpt(&fx, &a, 128, 0, 1, 1, false);
+	sfx_fail_n(&fx.f, -EIO, SEL_COPY_OUT, -1);
+	sel_published cpa = sfx_ckpt_row(&fx.f, &a, 128, 0, 1, 1, false);
 	put_ok(&fx, &cpa);
 	sel_event ev = one_event(fx.s);
 	CHECK(ev.type == SEL_EV_STORE_FAILED && ev.error == -EIO && ev.checkpoint == 1);
@@ -626,16 +279,16 @@ static void test_failures(void)
 	CHECK_RC(sel_store_lookup(fx.s, &a.h, 0, 200, &hit), 0);
 
 	/* The same offer succeeds later. */
-	stub_fail(&fx.stub, 0, -1);
+	sfx_fail_n(&fx.f, 0, -1, -1);
 	store(&fx, &cpa);
 
 	/* Fetch failure: FETCH_FAILED; the destinations are quiescent after. */
 	CHECK_RC(sel_store_lookup(fx.s, &a.h, 0, 200, &hit), 1);
 	uint32_t dst[2] = {200, 201};
 	for (int i = 0; i < 2; i++)
-		for (uint32_t p = 0; p < fx.n_planes; p++)
-			memset(fx.plane[0][p] + dst[i] * fx.unit[p], 0x77, fx.unit[p]);
-	memset(fx.row[0] + 6 * fx.row_bytes, 0x77, fx.row_bytes);
+		for (uint32_t p = 0; p < fx.f.n_planes; p++)
+			memset(fx.f.plane[0][p] + dst[i] * fx.f.unit[p], 0x77, fx.f.unit[p]);
+	memset(fx.f.row[0] + 6 * fx.f.row_bytes, 0x77, fx.f.row_bytes);
 	/* Wrong destination size: -EINVAL, nothing pinned, no event. */
 	sel_inbound bad = {.ticket = 8, .pages = dst, .n_pages = 1, .state_slot = 6};
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &bad), -EINVAL);
@@ -643,7 +296,7 @@ static void test_failures(void)
 	CHECK(rec(&fx, &cpa.key).pins == 0);
 	no_events(fx.s, 0);
 
-	stub_fail(&fx.stub, -EIO, SEL_COPY_IN);
+	sfx_fail_n(&fx.f, -EIO, SEL_COPY_IN, -1);
 	sel_inbound in = {.ticket = 9, .pages = dst, .n_pages = 2, .state_slot = 6};
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in));
 	ev = one_event(fx.s);
@@ -651,53 +304,53 @@ static void test_failures(void)
 	CHECK(rec(&fx, &cpa.key).pins == 0);
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < 2; i++)
-			for (uint32_t p = 0; p < fx.n_planes; p++)
-				for (uint64_t k = 0; k < fx.unit[p]; k++)
-					CHECK(fx.plane[0][p][dst[i] * fx.unit[p] + k] == 0x77);
-		for (uint64_t k = 0; k < fx.row_bytes; k++)
-			CHECK(fx.row[0][6 * fx.row_bytes + k] == 0x77);
+			for (uint32_t p = 0; p < fx.f.n_planes; p++)
+				for (uint64_t k = 0; k < fx.f.unit[p]; k++)
+					CHECK(fx.f.plane[0][p][dst[i] * fx.f.unit[p] + k] == 0x77);
+		for (uint64_t k = 0; k < fx.f.row_bytes; k++)
+			CHECK(fx.f.row[0][6 * fx.f.row_bytes + k] == 0x77);
 		eos_sleep_ns(20000000);
 	}
 	st = stats(&fx);
 	CHECK(st.fetches == 1 && st.fetch_failures == 1 && st.inflight_in == 0);
 	CHECK(st.tier[SEL_TIER_MEMORY].bytes_in == 0);
-	stub_fail(&fx.stub, 0, -1);
+	sfx_fail_n(&fx.f, 0, -1, -1);
 
 	/* -ESTALE once eviction took the hit's record: 15 warm slots hold three
 	 * records of 2 pages + 3 row slots. */
-	sel_published cpb = conv_ckpt(&fx, &b, 128, 0, 2, 2, false);
-	sel_published cpc = conv_ckpt(&fx, &c, 128, 0, 3, 3, false);
+	sel_published cpb = sfx_ckpt_row(&fx.f, &b, 128, 0, 2, 2, false);
+	sel_published cpc = sfx_ckpt_row(&fx.f, &c, 128, 0, 3, 3, false);
 	store(&fx, &cpb);
 	store(&fx, &cpc);
 	CHECK(present(&fx, &cpa.key));
-	struct conv d;
-	conv_init(&fx, &d, 14, 200, 40);
-	sel_published cpd = conv_ckpt(&fx, &d, 128, 0, 4, 4, false);
+	struct sfx_conv d;
+	sfx_conv_init(&fx.f, &d, 14, 200, 40);
+	sel_published cpd = sfx_ckpt_row(&fx.f, &d, 128, 0, 4, 4, false);
 	store(&fx, &cpd); /* evicts a, the least recently used */
 	CHECK(!present(&fx, &cpa.key));
 	CHECK(stats(&fx).tier[SEL_TIER_MEMORY].evicted == 1);
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &in), -ESTALE);
 	no_events(fx.s, 0);
 
-	conv_free(&a);
-	conv_free(&b);
-	conv_free(&c);
-	conv_free(&d);
+	sfx_conv_free(&a);
+	sfx_conv_free(&b);
+	sfx_conv_free(&c);
+	sfx_conv_free(&d);
 	fx_free(&fx);
 }
 
 static void test_roundtrip_host(void)
 {
 	struct fx fx;
-	struct conv a, b;
+	struct sfx_conv a, b;
 	const uint64_t units3[] = {8192, 4096, 100};
 	fx_init(&fx, 1, 3, units3, 50000, 512, 8);
 	/* share 8+4+4 KiB = 16 KiB; row 50000 -> 4 slots. */
-	CHECK(fx.slot_bytes == 16384 && fx.row_slots == 4);
+	CHECK(fx.f.slot_bytes == 16384 && fx.f.row_slots == 4);
 	fx_open(&fx, 400, (struct open_opts){0});
 
 	/* A record over 64 pages: 150 pages (three windows) at scattered ids. */
-	conv_init(&fx, &a, 21, 150 * PT + 30, 0);
+	sfx_conv_init(&fx.f, &a, 21, 150 * PT + 30, 0);
 	test_rng rng;
 	test_rng_init(&rng, test_seed());
 	uint32_t perm[256];
@@ -710,7 +363,7 @@ static void test_roundtrip_host(void)
 	}
 	for (uint32_t j = 0; j <= 150; j++)
 		a.gid[j] = perm[j];
-	sel_published cpa = conv_ckpt(&fx, &a, 150 * PT + 30, 0, 2, 1, false);
+	sel_published cpa = sfx_ckpt_row(&fx.f, &a, 150 * PT + 30, 0, 2, 1, false);
 	store(&fx, &cpa);
 	CHECK(stats(&fx).slots_in_use == 150 + 4);
 	restore(&fx, &a, 0, UINT64_MAX, 150 * PT + 30, 300, 5, false);
@@ -718,8 +371,8 @@ static void test_roundtrip_host(void)
 	restore(&fx, &a, 0, UINT64_MAX, 150 * PT + 30, 100, 7, false);
 
 	/* A one-page record. */
-	conv_init(&fx, &b, 22, 100, 400);
-	sel_published cpb = conv_ckpt(&fx, &b, 64, 0, 0, 2, false);
+	sfx_conv_init(&fx.f, &b, 22, 100, 400);
+	sel_published cpb = sfx_ckpt_row(&fx.f, &b, 64, 0, 0, 2, false);
 	store(&fx, &cpb);
 	restore(&fx, &b, 0, 100, 64, 0, 1, false);
 	/* A GPU-resident prefix covering the whole page: the row alone. */
@@ -728,23 +381,23 @@ static void test_roundtrip_host(void)
 	CHECK_RC(sel_store_lookup(fx.s, &b.h, 63, 100, &hit), 1);
 	CHECK(hit.pages == 1);
 
-	conv_free(&a);
-	conv_free(&b);
+	sfx_conv_free(&a);
+	sfx_conv_free(&b);
 	fx_free(&fx);
 }
 
 static void test_chains(void)
 {
 	struct fx fx;
-	struct conv a, other;
+	struct sfx_conv a, other;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	fx_open(&fx, 64, (struct open_opts){0});
-	conv_init(&fx, &a, 31, 1100, 10);
+	sfx_conv_init(&fx.f, &a, 31, 1100, 10);
 
 	/* Root A at 256 (4 pages), B at 640 (+6), C at 1000 (+5). */
-	sel_published cpa = conv_ckpt(&fx, &a, 256, 0, 1, 1, false);
-	sel_published cpb = conv_ckpt(&fx, &a, 640, 256, 2, 2, false);
-	sel_published cpc = conv_ckpt(&fx, &a, 1000, 640, 3, 3, false);
+	sel_published cpa = sfx_ckpt_row(&fx.f, &a, 256, 0, 1, 1, false);
+	sel_published cpb = sfx_ckpt_row(&fx.f, &a, 640, 256, 2, 2, false);
+	sel_published cpc = sfx_ckpt_row(&fx.f, &a, 1000, 640, 3, 3, false);
 	store(&fx, &cpa);
 	store(&fx, &cpb);
 	/* B's parent is a root: A keeps its row. */
@@ -768,14 +421,14 @@ static void test_chains(void)
 	restore(&fx, &a, 100, 700, 256, 170, 2, false);
 
 	/* A conversation sharing A's first 300 tokens finds A only. */
-	conv_init(&fx, &other, 32, 800, 200);
+	sfx_conv_init(&fx.f, &other, 32, 800, 200);
 	sel_token *t = malloc(800 * sizeof(*t));
 	CHECK(t);
 	memcpy(t, a.h.tokens, 300 * sizeof(*t));
 	for (int i = 300; i < 800; i++)
 		t[i] = (sel_token)(70000 + i);
 	sel_history_free(&other.h);
-	CHECK_OK(sel_history_init(&other.h, fx.model, NULL, 0));
+	CHECK_OK(sel_history_init(&other.h, fx.f.model, NULL, 0));
 	CHECK_OK(sel_history_append(&other.h, t, 800));
 	free(t);
 	other.tag = a.tag; /* same bytes for the shared pages */
@@ -785,31 +438,31 @@ static void test_chains(void)
 
 	/* A child offered with its parent unknown becomes a root with the whole
 	 * chain. */
-	struct conv r;
-	conv_init(&fx, &r, 33, 700, 100);
-	sel_published cpr = conv_ckpt(&fx, &r, 640, 320, 5, 9, false);
+	struct sfx_conv r;
+	sfx_conv_init(&fx.f, &r, 33, 700, 100);
+	sel_published cpr = sfx_ckpt_row(&fx.f, &r, 640, 320, 5, 9, false);
 	store(&fx, &cpr);
 	struct sel_memory_record_info ri = rec(&fx, &cpr.key);
 	CHECK(ri.is_root && ri.tail_pages == 10);
 	restore(&fx, &r, 130, 700, 640, 60, 3, false);
 
-	conv_free(&a);
-	conv_free(&other);
-	conv_free(&r);
+	sfx_conv_free(&a);
+	sfx_conv_free(&other);
+	sfx_conv_free(&r);
 	fx_free(&fx);
 }
 
 static void test_eviction(void)
 {
 	struct fx fx;
-	struct conv cv[8];
+	struct sfx_conv cv[8];
 	sel_published cp[8];
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	/* Three records of 2 pages + 3 row slots. */
 	fx_open(&fx, 15, (struct open_opts){.stub = true});
 	for (int i = 0; i < 8; i++) {
-		conv_init(&fx, &cv[i], 40 + i, 200, 10 + 10 * i);
-		cp[i] = conv_ckpt(&fx, &cv[i], 128, 0, 1, 100 + i, false);
+		sfx_conv_init(&fx.f, &cv[i], 40 + i, 200, 10 + 10 * i);
+		cp[i] = sfx_ckpt_row(&fx.f, &cv[i], 128, 0, 1, 100 + i, false);
 	}
 	store(&fx, &cp[0]);
 	store(&fx, &cp[1]);
@@ -825,11 +478,11 @@ static void test_eviction(void)
 	/* A record being fetched is not evicted even when it is the oldest. */
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(fx.s, &cv[2].h, 0, 200, &hit), 1);
-	stub_hold(&fx.stub, true);
+	sfx_hold(&fx.f, true);
 	uint32_t dst[2] = {200, 201};
 	sel_inbound in = {.ticket = 1, .pages = dst, .n_pages = 2, .state_slot = 5};
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in));
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	sel_store_touch(fx.s, &cp[0].key);
 	sel_store_touch(fx.s, &cp[3].key); /* now 2 is the least recently used */
 	put_ok(&fx, &cp[4]);               /* evicts 0, not 2 */
@@ -844,7 +497,7 @@ static void test_eviction(void)
 	CHECK(!present(&fx, &cp[6].key) && present(&fx, &cp[2].key));
 	CHECK(stats(&fx).retry_reasons[SEL_RETRY_INFLIGHT] == 1);
 	CHECK(stats(&fx).outcomes[SEL_RETRY] == 1);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event ev[3];
 	wait_events(fx.s, ev, 3);
 	no_events(fx.s, 5);
@@ -859,20 +512,20 @@ static void test_eviction(void)
 	CHECK(stats(&fx).tier[SEL_TIER_MEMORY].evicted == 4);
 
 	for (int i = 0; i < 8; i++)
-		conv_free(&cv[i]);
+		sfx_conv_free(&cv[i]);
 	fx_free(&fx);
 }
 
 static void test_capacity_outcomes(void)
 {
 	struct fx fx;
-	struct conv p, x, q[4];
+	struct sfx_conv p, x, q[4];
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	fx_open(&fx, 12, (struct open_opts){.stub = true});
 
 	/* Oversize: 10 pages + 3 row slots > 12 warm slots, never inserted. */
-	conv_init(&fx, &x, 50, 700, 100);
-	sel_published big = conv_ckpt(&fx, &x, 640, 0, 1, 1, false);
+	sfx_conv_init(&fx.f, &x, 50, 700, 100);
+	sel_published big = sfx_ckpt_row(&fx.f, &x, 640, 0, 1, 1, false);
 	sel_retry_reason why;
 	CHECK(sel_store_put(fx.s, &big, &why) == SEL_OVERSIZE);
 	CHECK(!present(&fx, &big.key));
@@ -882,18 +535,18 @@ static void test_capacity_outcomes(void)
 
 	/* Slabs vs inflight: root P (4 pages + row = 7), child C (1 page + row
 	 * = 4) in flight.  Eviction can only compact P (its row, 3 slots). */
-	conv_init(&fx, &p, 51, 400, 10);
-	sel_published cpp = conv_ckpt(&fx, &p, 256, 0, 1, 2, false);
-	sel_published cpc = conv_ckpt(&fx, &p, 320, 256, 2, 3, false);
+	sfx_conv_init(&fx.f, &p, 51, 400, 10);
+	sel_published cpp = sfx_ckpt_row(&fx.f, &p, 256, 0, 1, 2, false);
+	sel_published cpc = sfx_ckpt_row(&fx.f, &p, 320, 256, 2, 3, false);
 	store(&fx, &cpp);
-	stub_hold(&fx.stub, true);
+	sfx_hold(&fx.f, true);
 	put_ok(&fx, &cpc);
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	CHECK(stats(&fx).slots_in_use == 11);
 	/* 6 pages + 3 = 9 slots: free 1 + 7 unpinned < 9 -- even evicting
 	 * everything it could not fit, so nothing is evicted for it -- and
 	 * free 4 after compaction + 4 pinned < 9: slabs. */
-	sel_published x9 = conv_ckpt(&fx, &x, 384, 0, 3, 4, false);
+	sel_published x9 = sfx_ckpt_row(&fx.f, &x, 384, 0, 3, 4, false);
 	CHECK(sel_store_put(fx.s, &x9, &why) == SEL_RETRY && why == SEL_RETRY_SLABS);
 	CHECK(!present(&fx, &x9.key));
 	CHECK_OK(sel_memory_store_check(fx.s));
@@ -901,13 +554,13 @@ static void test_capacity_outcomes(void)
 	CHECK(stats(&fx).slots_in_use == 11);
 	/* 2 pages + 3 = 5 slots: eviction compacts P (page-only, its row slots
 	 * back) and stops at free 4; free 4 + 4 pinned >= 5: in flight. */
-	sel_published x5 = conv_ckpt(&fx, &x, 128, 0, 3, 5, false);
+	sel_published x5 = sfx_ckpt_row(&fx.f, &x, 128, 0, 3, 5, false);
 	CHECK(sel_store_put(fx.s, &x5, &why) == SEL_RETRY && why == SEL_RETRY_INFLIGHT);
 	CHECK(!rec(&fx, &cpp.key).has_row && stats(&fx).tier[SEL_TIER_MEMORY].compacted == 1);
 	CHECK(stats(&fx).slots_in_use == 8);
 	st = stats(&fx);
 	CHECK(st.retry_reasons[SEL_RETRY_SLABS] == 1 && st.retry_reasons[SEL_RETRY_INFLIGHT] == 1);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event ev = one_event(fx.s);
 	CHECK(ev.type == SEL_EV_STORED && ev.checkpoint == 3);
 	/* The page-only P stays for its child. */
@@ -920,13 +573,13 @@ static void test_capacity_outcomes(void)
 	fx_open(&fx, 40, (struct open_opts){.stub = true, .queue_depth = 1});
 	sel_published cq[4];
 	for (int i = 0; i < 4; i++) {
-		conv_init(&fx, &q[i], 60 + i, 200, 10 + 10 * i);
-		cq[i] = conv_ckpt(&fx, &q[i], 128, 0, 1, 10 + i, false);
+		sfx_conv_init(&fx.f, &q[i], 60 + i, 200, 10 + 10 * i);
+		cq[i] = sfx_ckpt_row(&fx.f, &q[i], 128, 0, 1, 10 + i, false);
 	}
 	store(&fx, &cq[0]);
-	stub_hold(&fx.stub, true);
+	sfx_hold(&fx.f, true);
 	put_ok(&fx, &cq[1]);
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	put_ok(&fx, &cq[2]);
 	CHECK(sel_store_put(fx.s, &cq[3], &why) == SEL_RETRY && why == SEL_RETRY_QUEUE);
 	CHECK(!present(&fx, &cq[3].key));
@@ -939,7 +592,7 @@ static void test_capacity_outcomes(void)
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &in), -EAGAIN);
 	CHECK(rec(&fx, &cq[0].key).pins == 0 && stats(&fx).inflight_in == 0);
 	no_events(fx.s, 0);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event evs[2];
 	wait_events(fx.s, evs, 2);
 	CHECK(evs[0].type == SEL_EV_STORED && evs[1].type == SEL_EV_STORED);
@@ -960,9 +613,9 @@ static void test_capacity_outcomes(void)
 	CHECK(sel_store_put(fx.s, NULL, &why) == SEL_SKIPPED);
 
 	for (int i = 0; i < 4; i++)
-		conv_free(&q[i]);
-	conv_free(&p);
-	conv_free(&x);
+		sfx_conv_free(&q[i]);
+	sfx_conv_free(&p);
+	sfx_conv_free(&x);
 	fx_free(&fx);
 }
 
@@ -972,27 +625,27 @@ static void test_capacity_outcomes(void)
 static void test_tp2(void)
 {
 	struct fx fx;
-	struct conv pk, un, mx, ch, od;
+	struct sfx_conv pk, un, mx, ch, od;
 	fx_init(&fx, 2, 2, units2, 20000, 256, 8);
-	CHECK(fx.slot_bytes == 2 * 8192 && fx.row_slots == 3);
+	CHECK(fx.f.slot_bytes == 2 * 8192 && fx.f.row_slots == 3);
 	fx_open(&fx, 200, (struct open_opts){0});
 
 	/* Packed: pages and row replicated. */
-	conv_init(&fx, &pk, 70, 400, 10);
-	sel_published cpk = conv_ckpt(&fx, &pk, 320, 0, 1, 1, false);
+	sfx_conv_init(&fx.f, &pk, 70, 400, 10);
+	sel_published cpk = sfx_ckpt_row(&fx.f, &pk, 320, 0, 1, 1, false);
 	store(&fx, &cpk);
 	struct sel_memory_record_info ri = rec(&fx, &cpk.key);
 	CHECK(ri.pages_packed && ri.row_packed && ri.page_slots == 3 && ri.row_slots == 2);
 	/* Per-rank: split pages, split row. */
-	conv_init(&fx, &un, 71, 400, 20);
-	un.split_from = 0;
-	sel_published cun = conv_ckpt(&fx, &un, 320, 0, 2, 2, true);
+	sfx_conv_init(&fx.f, &un, 71, 400, 20);
+	un.split = true; /* from page 0 */
+	sel_published cun = sfx_ckpt_row(&fx.f, &un, 320, 0, 2, 2, true);
 	store(&fx, &cun);
 	ri = rec(&fx, &cun.key);
 	CHECK(!ri.pages_packed && !ri.row_packed && ri.page_slots == 5 && ri.row_slots == 3);
 	/* Mixed: replicated pages, split row. */
-	conv_init(&fx, &mx, 72, 400, 30);
-	sel_published cmx = conv_ckpt(&fx, &mx, 320, 0, 3, 3, true);
+	sfx_conv_init(&fx.f, &mx, 72, 400, 30);
+	sel_published cmx = sfx_ckpt_row(&fx.f, &mx, 320, 0, 3, 3, true);
 	store(&fx, &cmx);
 	ri = rec(&fx, &cmx.key);
 	CHECK(ri.pages_packed && !ri.row_packed && ri.page_slots == 3 && ri.row_slots == 3);
@@ -1011,10 +664,11 @@ static void test_tp2(void)
 	restore(&fx, &un, 64, 400, 320, 120, 5, true);
 
 	/* Chain: packed root (5 pages, odd) + per-rank child: two IN jobs. */
-	conv_init(&fx, &ch, 73, 800, 40);
+	sfx_conv_init(&fx.f, &ch, 73, 800, 40);
+	ch.split = true;
 	ch.split_from = 5;
-	sel_published cr = conv_ckpt(&fx, &ch, 320, 0, 1, 4, false);
-	sel_published cc = conv_ckpt(&fx, &ch, 640, 320, 2, 5, true);
+	sel_published cr = sfx_ckpt_row(&fx.f, &ch, 320, 0, 1, 4, false);
+	sel_published cc = sfx_ckpt_row(&fx.f, &ch, 640, 320, 2, 5, true);
 	store(&fx, &cr);
 	store(&fx, &cc);
 	CHECK(rec(&fx, &cr.key).pages_packed && !rec(&fx, &cc.key).pages_packed);
@@ -1024,9 +678,9 @@ static void test_tp2(void)
 	restore(&fx, &ch, 200, 800, 640, 150, 6, true); /* skip 3 */
 
 	/* Two packed records, the first with an odd page count: 3 + 4 pages. */
-	conv_init(&fx, &od, 74, 600, 80);
-	sel_published o1 = conv_ckpt(&fx, &od, 192, 0, 1, 6, false);
-	sel_published o2 = conv_ckpt(&fx, &od, 448, 192, 2, 7, false);
+	sfx_conv_init(&fx.f, &od, 74, 600, 80);
+	sel_published o1 = sfx_ckpt_row(&fx.f, &od, 192, 0, 1, 6, false);
+	sel_published o2 = sfx_ckpt_row(&fx.f, &od, 448, 192, 2, 7, false);
 	store(&fx, &o1);
 	store(&fx, &o2);
 	CHECK(rec(&fx, &o1.key).page_slots == 2 && rec(&fx, &o2.key).page_slots == 2);
@@ -1037,11 +691,11 @@ static void test_tp2(void)
 	st = stats(&fx);
 	CHECK(st.packed_records == 2 + 3 && st.per_rank_records == 1 + 1);
 
-	conv_free(&pk);
-	conv_free(&un);
-	conv_free(&mx);
-	conv_free(&ch);
-	conv_free(&od);
+	sfx_conv_free(&pk);
+	sfx_conv_free(&un);
+	sfx_conv_free(&mx);
+	sfx_conv_free(&ch);
+	sfx_conv_free(&od);
 	fx_free(&fx);
 }
 
@@ -1050,13 +704,14 @@ static void test_tp2(void)
 static void test_fetch_resubmit(void)
 {
 	struct fx fx;
-	struct conv ch, z;
+	struct sfx_conv ch, z;
 	fx_init(&fx, 2, 2, units2, 20000, 256, 8);
 	fx_open(&fx, 100, (struct open_opts){.stub = true, .queue_depth = 1});
-	conv_init(&fx, &ch, 80, 800, 10);
+	sfx_conv_init(&fx.f, &ch, 80, 800, 10);
+	ch.split = true;
 	ch.split_from = 5;
-	sel_published cr = conv_ckpt(&fx, &ch, 320, 0, 1, 1, false);
-	sel_published cc = conv_ckpt(&fx, &ch, 640, 320, 2, 2, true);
+	sel_published cr = sfx_ckpt_row(&fx.f, &ch, 320, 0, 1, 1, false);
+	sel_published cc = sfx_ckpt_row(&fx.f, &ch, 640, 320, 2, 2, true);
 	store(&fx, &cr);
 	store(&fx, &cc);
 	CHECK(rec(&fx, &cr.key).pages_packed && !rec(&fx, &cc.key).pages_packed);
@@ -1064,20 +719,20 @@ static void test_fetch_resubmit(void)
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(fx.s, &ch.h, 0, 800, &hit), 1);
 	CHECK(hit.pages == 10);
-	conv_init(&fx, &z, 81, 200, 100);
-	sel_published cz = conv_ckpt(&fx, &z, 128, 0, 3, 3, false);
-	stub_hold(&fx.stub, true);
+	sfx_conv_init(&fx.f, &z, 81, 200, 100);
+	sel_published cz = sfx_ckpt_row(&fx.f, &z, 128, 0, 3, 3, false);
+	sfx_hold(&fx.f, true);
 	put_ok(&fx, &cz);
-	stub_wait_blocked(&fx.stub, 2); /* both ranks took it: channels empty */
+	sfx_wait_blocked(&fx.f, 2); /* both ranks took it: channels empty */
 	uint32_t dst[10];
 	for (uint32_t i = 0; i < 10; i++)
 		dst[i] = 150 + i;
 	sel_inbound in = {.ticket = 42, .pages = dst, .n_pages = 10, .state_slot = 6};
-	poison(&fx);
+	sfx_poison(&fx.f);
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in)); /* job 1 queued, job 2 kept */
 	CHECK(rec(&fx, &cr.key).pins == 1 && rec(&fx, &cc.key).pins == 1);
 	no_events(fx.s, 10);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event ev[2];
 	wait_events(fx.s, ev, 2);
 	no_events(fx.s, 20);
@@ -1085,20 +740,20 @@ static void test_fetch_resubmit(void)
 	CHECK(ev[1].type == SEL_EV_FETCHED && ev[1].ticket == 42 && ev[1].bytes == hit.bytes);
 	CHECK(rec(&fx, &cr.key).pins == 0 && rec(&fx, &cc.key).pins == 0);
 	for (uint32_t i = 0; i < 10; i++)
-		CHECK(page_ok(&fx, dst[i], ch.tag, i, conv_split(&ch, i)));
-	CHECK(row_ok(&fx, 6, ch.tag * 1000003 + 640, true));
+		CHECK(sfx_page_ok(&fx.f, dst[i], ch.tag, i, sfx_conv_split(&ch, i)));
+	CHECK(sfx_row_ok(&fx.f, 6, sfx_row_seed(&ch, 640), true));
 
 	/* A fetch failing in one of its two jobs reports once, after both. */
-	stub_fail(&fx.stub, -EIO, SEL_COPY_IN);
+	sfx_fail_n(&fx.f, -EIO, SEL_COPY_IN, -1);
 	CHECK_RC(sel_store_lookup(fx.s, &ch.h, 0, 800, &hit), 1);
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in));
 	sel_event e = one_event(fx.s);
 	CHECK(e.type == SEL_EV_FETCH_FAILED && e.error == -EIO && e.ticket == 42);
 	CHECK(stats(&fx).inflight_in == 0 && rec(&fx, &cr.key).pins == 0);
-	stub_fail(&fx.stub, 0, -1);
+	sfx_fail_n(&fx.f, 0, -1, -1);
 
-	conv_free(&ch);
-	conv_free(&z);
+	sfx_conv_free(&ch);
+	sfx_conv_free(&z);
 	fx_free(&fx);
 }
 
@@ -1107,18 +762,18 @@ static void test_fetch_resubmit(void)
 static void test_failed_parent(void)
 {
 	struct fx fx;
-	struct conv a;
+	struct sfx_conv a;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	fx_open(&fx, 64, (struct open_opts){.stub = true});
-	conv_init(&fx, &a, 90, 700, 10);
-	sel_published cpa = conv_ckpt(&fx, &a, 256, 0, 1, 1, false);
-	sel_published cpb = conv_ckpt(&fx, &a, 512, 256, 2, 2, false);
-	stub_hold(&fx.stub, true);
-	stub_fail(&fx.stub, -EIO, SEL_COPY_OUT);
+	sfx_conv_init(&fx.f, &a, 90, 700, 10);
+	sel_published cpa = sfx_ckpt_row(&fx.f, &a, 256, 0, 1, 1, false);
+	sel_published cpb = sfx_ckpt_row(&fx.f, &a, 512, 256, 2, 2, false);
+	sfx_hold(&fx.f, true);
+	sfx_fail_n(&fx.f, -EIO, SEL_COPY_OUT, -1);
 	put_ok(&fx, &cpa);
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	put_ok(&fx, &cpb); /* queued behind a, under a */
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	sel_event ev[2];
 	wait_events(fx.s, ev, 2);
 	CHECK(ev[0].type == SEL_EV_STORE_FAILED && ev[1].type == SEL_EV_STORE_FAILED);
@@ -1126,17 +781,17 @@ static void test_failed_parent(void)
 	CHECK(stats(&fx).slots_in_use == 0);
 
 	/* Now b succeeds while a fails: a stays as an empty interior node. */
-	stub_fail_n(&fx.stub, -EIO, SEL_COPY_OUT, 1);
-	stub_hold(&fx.stub, true);
+	sfx_fail_n(&fx.f, -EIO, SEL_COPY_OUT, 1);
+	sfx_hold(&fx.f, true);
 	put_ok(&fx, &cpa);
-	stub_wait_blocked(&fx.stub, 1);
+	sfx_wait_blocked(&fx.f, 1);
 	put_ok(&fx, &cpb);
-	stub_hold(&fx.stub, false);
+	sfx_hold(&fx.f, false);
 	wait_events(fx.s, ev, 2);
 	no_events(fx.s, 5);
 	CHECK(ev[0].type == SEL_EV_STORE_FAILED && ev[0].checkpoint == 1);
 	CHECK(ev[1].type == SEL_EV_STORED && ev[1].checkpoint == 2);
-	stub_fail(&fx.stub, 0, -1);
+	sfx_fail_n(&fx.f, 0, -1, -1);
 	struct sel_memory_record_info ri = rec(&fx, &cpa.key);
 	CHECK(ri.failed && !ri.ready && ri.page_slots == 0 && ri.row_slots == 0);
 	sel_hit hit;
@@ -1149,7 +804,7 @@ static void test_failed_parent(void)
 	CHECK(ri.ready && !ri.failed && ri.page_slots == 4);
 	restore(&fx, &a, 0, 700, 512, 100, 3, false);
 
-	conv_free(&a);
+	sfx_conv_free(&a);
 	fx_free(&fx);
 }
 
@@ -1159,7 +814,7 @@ static void test_open_errors(void)
 	sel_store *s = NULL;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	sel_store_config cfg = {0};
-	cfg.geometry = fx.g;
+	cfg.geometry = fx.f.g;
 	cfg.max_active = 4;
 	cfg.host_headroom = 1ull << 30;
 
@@ -1169,9 +824,9 @@ static void test_open_errors(void)
 	CHECK_RC(sel_memory_store_open(&cfg, &s), -EINVAL);
 
 	/* Intake shrunk for headroom: one warning, readable from the store. */
-	cfg.memory_bytes = 10 * fx.slot_bytes;
+	cfg.memory_bytes = 10 * fx.f.slot_bytes;
 	cfg.max_active = 1000;
-	cfg.host_headroom = 200 * fx.slot_bytes;
+	cfg.host_headroom = 200 * fx.f.slot_bytes;
 	CHECK_OK(sel_memory_store_open(&cfg, &s));
 	CHECK(strstr(sel_store_warning(s), "intake") != NULL);
 	sel_stats st;
@@ -1183,7 +838,7 @@ static void test_open_errors(void)
 	CHECK(*sel_store_warning(NULL) == '\0');
 
 	/* Headroom below the floor. */
-	cfg.host_headroom = 10 * fx.slot_bytes;
+	cfg.host_headroom = 10 * fx.f.slot_bytes;
 	CHECK_RC(sel_memory_store_open(&cfg, &s), -ENOMEM);
 
 	/* From MemAvailable. */
@@ -1269,7 +924,7 @@ static void test_ops_version(void)
 struct rnd_fetch {
 	bool live;
 	uint64_t ticket;
-	struct conv *cv;
+	struct sfx_conv *cv;
 	uint64_t first_page, c;
 	uint32_t *dst, n;
 	uint32_t slot;
@@ -1279,7 +934,7 @@ struct rnd_fetch {
 static void test_random(uint32_t ranks)
 {
 	struct fx fx;
-	struct conv cv[RND_CONVS];
+	struct sfx_conv cv[RND_CONVS];
 	uint64_t cks[RND_CONVS][RND_CKPTS];
 	bool offered[RND_CONVS][RND_CKPTS];
 	bool row_split[RND_CONVS];
@@ -1289,9 +944,12 @@ static void test_random(uint32_t ranks)
 	fx_init(&fx, ranks, 2, units2, 20000, 512, 64);
 	fx_open(&fx, 48, (struct open_opts){.queue_depth = 4});
 	for (int i = 0; i < RND_CONVS; i++) {
-		conv_init(&fx, &cv[i], 500 + i, 2200, (uint32_t)(i * 34));
+		sfx_conv_init(&fx.f, &cv[i], 500 + i, 2200, (uint32_t)(i * 34));
 		/* TP2: some conversations replicated, some split from a page on. */
-		cv[i].split_from = ranks > 1 ? test_rng_below(&rng, 40) : UINT64_MAX;
+		if (ranks > 1) {
+			cv[i].split = true;
+			cv[i].split_from = test_rng_below(&rng, 40);
+		}
 		row_split[i] = ranks > 1 && test_rng_below(&rng, 2);
 		uint64_t c = 0;
 		for (int k = 0; k < RND_CKPTS; k++) {
@@ -1302,9 +960,10 @@ static void test_random(uint32_t ranks)
 		/* Every checkpoint's pages and rows are written once: the GPU
 		 * copies never change (rows: slot i * RND_CKPTS + k). */
 		for (uint64_t j = 0; j < c / PT; j++)
-			put_page(&fx, cv[i].gid[j], cv[i].tag, j, conv_split(&cv[i], j));
+			sfx_put_page(&fx.f, cv[i].gid[j], cv[i].tag, j, sfx_conv_split(&cv[i], j));
 		for (int k = 0; k < RND_CKPTS; k++)
-			put_row(&fx, (uint32_t)(i * RND_CKPTS + k), cv[i].tag * 1000003 + cks[i][k], row_split[i]);
+			sfx_put_row(&fx.f, (uint32_t)(i * RND_CKPTS + k), sfx_row_seed(&cv[i], cks[i][k]),
+				    row_split[i]);
 	}
 	bool id_used[512] = {0};
 	bool slot_used[64] = {0};
@@ -1325,9 +984,9 @@ static void test_random(uint32_t ranks)
 				}
 			sel_published cp = {0};
 			cp.checkpoint = (uint64_t)(i * RND_CKPTS + k);
-			cp.key = conv_key(&cv[i], cks[i][k]);
+			cp.key = sfx_key(&cv[i], cks[i][k]);
 			if (parent_c)
-				cp.parent = conv_key(&cv[i], parent_c);
+				cp.parent = sfx_key(&cv[i], parent_c);
 			cp.bucket = *sel_history_bound(&cv[i].h, cks[i][k] / SEL_BUCKET_TOKENS);
 			cp.pages = cv[i].gid;
 			cp.n_pages = (uint32_t)(cks[i][k] / PT);
@@ -1379,9 +1038,9 @@ static void test_random(uint32_t ranks)
 			}
 			/* Garbage in the destinations first. */
 			for (uint32_t x = 0; x < n; x++)
-				for (uint32_t r = 0; r < fx.ranks; r++)
-					for (uint32_t p = 0; p < fx.n_planes; p++)
-						memset(fx.plane[r][p] + dst[x] * fx.unit[p], 0xEE, fx.unit[p]);
+				for (uint32_t r = 0; r < fx.f.ranks; r++)
+					for (uint32_t p = 0; p < fx.f.n_planes; p++)
+						memset(fx.f.plane[r][p] + dst[x] * fx.f.unit[p], 0xEE, fx.f.unit[p]);
 			sel_inbound in = {.ticket = ++tickets, .pages = dst, .n_pages = n,
 					  .state_slot = (uint32_t)slot};
 			rc = sel_store_fetch(fx.s, &hit, &in);
@@ -1405,7 +1064,7 @@ static void test_random(uint32_t ranks)
 			(void)k;
 		} else if (what < 8) {
 			int k = (int)test_rng_below(&rng, RND_CKPTS);
-			sel_key key = conv_key(&cv[i], cks[i][k]);
+			sel_key key = sfx_key(&cv[i], cks[i][k]);
 			sel_store_touch(fx.s, &key);
 		} else {
 			sel_event ev[4];
@@ -1430,12 +1089,13 @@ static void test_random(uint32_t ranks)
 					struct rnd_fetch *rf = &fl[f];
 					for (uint32_t x = 0; x < rf->n; x++) {
 						uint64_t j = rf->first_page + x;
-						CHECKF(page_ok(&fx, rf->dst[x], rf->cv->tag, j,
-							       conv_split(rf->cv, j)),
+						CHECKF(sfx_page_ok(&fx.f, rf->dst[x], rf->cv->tag, j,
+								   sfx_conv_split(rf->cv, j)),
 						       "ticket %" PRIu64 " page %" PRIu64, rf->ticket, j);
 						id_used[rf->dst[x]] = false;
 					}
-					CHECK(row_ok(&fx, rf->slot, rf->cv->tag * 1000003 + rf->c, rf->row_split));
+					CHECK(sfx_row_ok(&fx.f, rf->slot, sfx_row_seed(rf->cv, rf->c),
+							 rf->row_split));
 					slot_used[rf->slot] = false;
 					free(rf->dst);
 					rf->live = false;
@@ -1465,11 +1125,12 @@ static void test_random(uint32_t ranks)
 			for (int f = 0; f < 16; f++)
 				if (fl[f].live && fl[f].ticket == ev.ticket) {
 					for (uint32_t x = 0; x < fl[f].n; x++)
-						CHECK(page_ok(&fx, fl[f].dst[x], fl[f].cv->tag,
-							      fl[f].first_page + x,
-							      conv_split(fl[f].cv, fl[f].first_page + x)));
-					CHECK(row_ok(&fx, fl[f].slot, fl[f].cv->tag * 1000003 + fl[f].c,
-						     fl[f].row_split));
+						CHECK(sfx_page_ok(&fx.f, fl[f].dst[x], fl[f].cv->tag,
+								  fl[f].first_page + x,
+								  sfx_conv_split(fl[f].cv,
+										 fl[f].first_page + x)));
+					CHECK(sfx_row_ok(&fx.f, fl[f].slot, sfx_row_seed(fl[f].cv, fl[f].c),
+							 fl[f].row_split));
 					free(fl[f].dst);
 					fl[f].live = false;
 				}
@@ -1489,7 +1150,7 @@ static void test_random(uint32_t ranks)
 	       st.retry_reasons[SEL_RETRY_INFLIGHT], st.retry_reasons[SEL_RETRY_SLABS],
 	       st.retry_reasons[SEL_RETRY_QUEUE]);
 	for (int i = 0; i < RND_CONVS; i++)
-		conv_free(&cv[i]);
+		sfx_conv_free(&cv[i]);
 	fx_free(&fx);
 }
 
@@ -1501,14 +1162,14 @@ static struct fx stuck_fx;
 static void test_close_stuck(void)
 {
 	struct fx *fx = &stuck_fx;
-	struct conv cv;
+	struct sfx_conv cv;
 	fx_init(fx, 1, 2, units2, 20000, 256, 8);
 	fx_open(fx, 32, (struct open_opts){.stub = true});
-	conv_init(fx, &cv, 95, 300, 10);
-	sel_published cp = conv_ckpt(fx, &cv, 256, 0, 1, 1, false);
-	stub_hold(&fx->stub, true);
+	sfx_conv_init(&fx->f, &cv, 95, 300, 10);
+	sel_published cp = sfx_ckpt_row(&fx->f, &cv, 256, 0, 1, 1, false);
+	sfx_hold(&fx->f, true);
 	put_ok(fx, &cp);
-	stub_wait_blocked(&fx->stub, 1);
+	sfx_wait_blocked(&fx->f, 1);
 	uint64_t t0 = eos_now_ns();
 	CHECK_RC(sel_store_close(fx->s, t0 + 100000000), SEL_ESTOPPED);
 	CHECK(eos_now_ns() - t0 < 5000000000ull);
@@ -1519,9 +1180,9 @@ static void test_close_stuck(void)
 	sel_store_destroy(fx->s);
 	fx->s = NULL;
 	/* Let the copy finish into the leaked pool; nothing reports it. */
-	stub_hold(&fx->stub, false);
+	sfx_hold(&fx->f, false);
 	eos_sleep_ns(20000000);
-	conv_free(&cv);
+	sfx_conv_free(&cv);
 }
 
 int main(void)
