@@ -759,30 +759,107 @@ static void test_faults(const char *mode, bool pread_path)
 
 /* ---- TP2 -------------------------------------------------------------------------------------- */
 
+/* TP2 on a disk-only store (design 2.5): the representation is decided
+ * from each record's first window.  rep (70 pages: two windows) matches on
+ * both ranks, so its pages are stored once and its row, copied in the last
+ * window, per rank; one (3 pages: one window, the row in it) stores pages
+ * and row once; prow (one window, row split) pages once, row per rank;
+ * split (pages and row differ) per rank; mixed matches in its first window
+ * and differs from page 64 on, so its write is abandoned (no file, no
+ * temporary).  Files have the size their flags give; everything restores
+ * byte-exact, before and after a restart. */
+static uint64_t span_bytes(struct sfx *f, const sel_published *cp, uint32_t flags)
+{
+	sel_record_ns ns;
+	uint8_t id[SEL_IDENTITY_BYTES];
+	sel_offload_identity(f->model, SEL_MODE_ORDINARY, id);
+	CHECK_OK(sel_record_ns_init(&ns, f->g, id));
+	sel_record_desc d = {.key = cp->key, .bucket = cp->bucket, .tail = cp->tail, .flags = flags};
+	sel_record_span sp;
+	CHECK_OK(sel_record_span_of(&ns.layout.sz, &d, &sp));
+	sel_record_ns_free(&ns);
+	return sp.row_end;
+}
+
+static void tp2_restore_all(struct sfx *fx, sel_store *s, struct sfx_conv *rep,
+			    struct sfx_conv *one, struct sfx_conv *prow, struct sfx_conv *split)
+{
+	restore(fx, s, rep, 0, UINT64_MAX, 70 * 64 + 9, 300, 3);
+	restore(fx, s, rep, 65 * 64 + 1, UINT64_MAX, 70 * 64 + 9, 300, 4);
+	restore(fx, s, one, 0, UINT64_MAX, 3 * 64 + 5, 400, 5);
+	sfx_restore_with(fx, s, prow, 0, UINT64_MAX, 2 * 64, 410, 6, SEL_TIER_DISK, true, check,
+			 (struct sfx_restore_opts){.row_split = true});
+	restore(fx, s, split, 64, UINT64_MAX, 256, 420, 7);
+}
+
 static void test_tp2(void)
 {
+	const uint32_t P = SEL_RECORD_PAGES_REPLICATED, R = SEL_RECORD_ROW_REPLICATED;
 	struct sfx fx;
 	sfx_init(&fx, 2, 2, units2, 10000, 512, 8);
 	char *base = test_mkdtemp("tp2");
 	sel_store *s = open_store(&fx, base, (struct opts){0});
-	struct sfx_conv rep, split;
+	struct sfx_conv rep, one, prow, split, mixed;
 	sfx_conv_init(&fx, &rep, 90, 70 * 64 + 9, 0);
+	sfx_conv_init(&fx, &one, 92, 3 * 64 + 5, 100);
+	sfx_conv_init(&fx, &prow, 93, 2 * 64, 110);
 	sfx_conv_init(&fx, &split, 91, 300, 200);
+	sfx_conv_init(&fx, &mixed, 94, 70 * 64, 300);
 	split.split = true;
+	mixed.split = true;
+	mixed.split_from = 64;
 	sel_published a = sfx_ckpt(&fx, &rep, 70 * 64 + 9, 0, 1, 1);
 	sel_published b = sfx_ckpt(&fx, &split, 256, 0, 2, 2);
+	sel_published c = sfx_ckpt(&fx, &one, 3 * 64 + 5, 0, 3, 3);
+	sel_published d = sfx_ckpt_row(&fx, &prow, 2 * 64, 0, 4, 4, true);
 	store(s, &a);
 	store(s, &b);
-	CHECK(rec(s, &a.key).flags == 0 && rec(s, &b.key).flags == 0); /* per-rank */
-	restore(&fx, s, &rep, 0, UINT64_MAX, 70 * 64 + 9, 300, 3);
-	restore(&fx, s, &rep, 65 * 64 + 1, UINT64_MAX, 70 * 64 + 9, 300, 4);
-	restore(&fx, s, &split, 0, UINT64_MAX, 256, 400, 5);
+	store(s, &c);
+	store(s, &d);
+	CHECK(rec(s, &a.key).flags == P);
+	CHECK(rec(s, &b.key).flags == 0);
+	CHECK(rec(s, &c.key).flags == (P | R));
+	CHECK(rec(s, &d.key).flags == P);
+	CHECK(fsize(s, &a.key) == span_bytes(&fx, &a, P));
+	CHECK(fsize(s, &b.key) == span_bytes(&fx, &b, 0));
+	CHECK(fsize(s, &c.key) == span_bytes(&fx, &c, P | R));
+	CHECK(fsize(s, &d.key) == span_bytes(&fx, &d, P));
+	CHECK(span_bytes(&fx, &a, P) < span_bytes(&fx, &a, 0));
+	CHECK(rec(s, &a.key).bytes == fsize(s, &a.key) && rec(s, &c.key).bytes == fsize(s, &c.key));
+	sel_stats st = stats(s);
+	CHECK(st.packed_records == 3 && st.per_rank_records == 1);
+	CHECK(st.tier[SEL_TIER_DISK].bytes_used == fsize(s, &a.key) + fsize(s, &b.key) + fsize(s, &c.key) +
+				    fsize(s, &d.key));
+
+	/* Pages 64.. of mixed differ across ranks: abandoned, nothing kept. */
+	sel_published m = sfx_ckpt(&fx, &mixed, 70 * 64, 0, 5, 5);
+	put_ok(s, &m);
+	sel_event ev = sfx_one_event(s, check);
+	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_SKIPPED && ev.error == -EILSEQ,
+	       "event %d outcome %d error %d", ev.type, ev.outcome, ev.error);
+	CHECK(!present(s, &m.key) && fsize(s, &m.key) == UINT64_MAX);
+	CHECK(count_tmp(s->disk_dir) == 0);
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &mixed.h, 0, UINT64_MAX, &hit), 0);
+	st = stats(s);
+	CHECK(st.packed_records == 3 && st.per_rank_records == 1 && st.slots_in_use == 0);
+	CHECK(st.tier[SEL_TIER_DISK].dropped_io_error == 0);
+	CHECK(st.tier[SEL_TIER_DISK].bytes_used == fsize(s, &a.key) + fsize(s, &b.key) + fsize(s, &c.key) +
+				    fsize(s, &d.key));
+
+	sfx_poison(&fx);
+	tp2_restore_all(&fx, s, &rep, &one, &prow, &split);
 	close_store(s);
 	s = open_store(&fx, base, (struct opts){0});
-	restore(&fx, s, &split, 64, UINT64_MAX, 256, 400, 5);
+	CHECK(rec(s, &a.key).flags == P && rec(s, &c.key).flags == (P | R));
+	sfx_poison(&fx);
+	tp2_restore_all(&fx, s, &rep, &one, &prow, &split);
 	close_store(s);
 	sfx_conv_free(&rep);
+	sfx_conv_free(&one);
+	sfx_conv_free(&prow);
 	sfx_conv_free(&split);
+	sfx_conv_free(&mixed);
 	test_rmtree(base);
 	free(base);
 	sfx_free(&fx);

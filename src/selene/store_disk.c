@@ -65,10 +65,18 @@
  *   terminal errors.  The calling thread copies page ids; it never touches
  *   payload bytes or hashes.
  *
- *   Disk-only stores with TP > 1 always write per-rank records: deciding a
- *   replicated representation from the first window (design 2.5) is not
- *   implemented.  Replicated records that a composite wrote (with DRAM's
- *   decisions) are read and restored like any other.
+ *   TP > 1 (design 2.5): a put decides its record's representation from
+ *   its first window.  That window's copy-out compares the ranks' bytes
+ *   (packing equal ones in place); later windows wait for it.  If every
+ *   page matched, the pages are stored once (SEL_RECORD_PAGES_REPLICATED)
+ *   and later windows compare too: one whose pages differ fails the stream
+ *   (-EILSEQ, SEL_SKIPPED; the temporary is discarded), so no partial or
+ *   mixed record is written.  The row is decided by the same window only
+ *   when it is the record's one window (the row travels with the last); a
+ *   longer record keeps its row per rank, written once per rank from the
+ *   packed copy if the last window's compare packed it.  The file length,
+ *   budget charge and counters (packed_records, per_rank_records) follow
+ *   the decision.  Records a composite writes use DRAM's decisions.
  *
  * fetch: re-validates the hit's chain (every node READY, with a file, not
  *   doomed), pins it and plans windows: each node's needed pages in runs of
@@ -208,6 +216,9 @@ struct dstream {
 	sel_node_id *nodes;        /* put: the node; fetch: the chain, ascending, pinned */
 	uint32_t n_nodes;
 	bool parts_sent;           /* put: a part reached the disk thread */
+	bool decide;               /* put, TP > 1: representation from the first window */
+	bool decided;              /* put: that window's copy-out completed */
+	uint32_t flags;            /* put: the representation decided (SEL_RECORD_*) */
 	bool disk_failed;          /* put: a write part failed on the disk thread */
 	bool waiting;
 	struct dstream *wnext;
@@ -771,6 +782,45 @@ static uint32_t win_slots(const struct disk_store *ds, const struct dstream *st,
 	return ps + rs;
 }
 
+/* The addresses of w's page records (as `pages` says they lie in its slots)
+ * and row pieces (as `row` says).  A row packed in place (row) that the
+ * record stores per rank (pages has no SEL_RECORD_ROW_REPLICATED) is
+ * written once per rank from the one packed copy: the ranks' rows are
+ * equal, their pieces too (uniform rows).  0 or -ENOMEM / -ENOBUFS. */
+static int win_addrs(struct disk_store *ds, struct dwin *w, uint32_t pages, uint32_t row)
+{
+	const sel_record_layout *l = &ds->ns->layout;
+	void *sa[2 * SEL_WINDOW_PAGES + 64];
+	void **slot_addr = w->n_slots <= sizeof sa / sizeof sa[0] ? sa
+				 : malloc(w->n_slots * sizeof(void *));
+	if (!slot_addr)
+		return eos_fail(-ENOMEM, "disk store: out of memory for a window");
+	for (uint32_t i = 0; i < w->n_slots; i++)
+		slot_addr[i] = sel_slab_addr(ds->pool, w->slots[i]);
+	for (uint32_t i = 0; i < w->count; i++)
+		w->addr[i] = sel_record_page_addr(l, pages, slot_addr, i);
+	int rc = 0;
+	w->n_iov = 0;
+	if (w->row) {
+		void **rs = slot_addr + w->n_page_slots;
+		bool dup = (row & SEL_RECORD_ROW_REPLICATED) && !(pages & SEL_RECORD_ROW_REPLICATED);
+		uint32_t cap = dup ? ds->iov_cap / ds->ranks : ds->iov_cap;
+		int k = sel_record_row_iov(l, row, rs, w->n_row_slots, w->iov, cap);
+		if (k > 0 && dup) {
+			for (uint32_t r = 1; r < ds->ranks; r++)
+				memcpy(w->iov + r * (uint32_t)k, w->iov, (size_t)k * sizeof(*w->iov));
+			k *= (int)ds->ranks;
+		}
+		if (k > 0)
+			w->n_iov = (uint32_t)k;
+		else
+			rc = k;
+	}
+	if (slot_addr != sa)
+		free(slot_addr);
+	return rc;
+}
+
 /* Start the stream's next window: 0, 1 when no slots are free now, or a
  * submission error (direct: the put's first window, submitted at once). */
 static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
@@ -812,23 +862,11 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	w->dj.kind = st->put ? K_PUT_WIN : K_FETCH_WIN;
 	w->dj.w = w;
 
-	/* Addresses of the page records and row pieces in the slots. */
-	void *sa[2 * SEL_WINDOW_PAGES + 64];
-	void **slot_addr = need <= sizeof sa / sizeof sa[0] ? sa : malloc(need * sizeof(void *));
-	if (!slot_addr) {
+	int rc = win_addrs(ds, w, flags, flags);
+	if (rc) {
 		win_free(ds, w);
-		return eos_fail(-ENOMEM, "disk store: out of memory for a window");
+		return rc;
 	}
-	for (uint32_t i = 0; i < need; i++)
-		slot_addr[i] = sel_slab_addr(ds->pool, w->slots[i]);
-	for (uint32_t i = 0; i < p->count; i++)
-		w->addr[i] = sel_record_page_addr(&ds->ns->layout, flags, slot_addr, i);
-	if (p->row) {
-		int k = sel_record_row_iov(&ds->ns->layout, flags, slot_addr + np, nr, w->iov, ds->iov_cap);
-		w->n_iov = k > 0 ? (uint32_t)k : 0;
-	}
-	if (slot_addr != sa)
-		free(slot_addr);
 
 	st->next_win++;
 	st->live_win++;
@@ -840,9 +878,14 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 		w->x.row = p->row;
 		w->x.state_slot = st->state_slot;
 		w->x.row_slots = w->slots + np;
+		/* Compare the ranks' bytes (and pack equal ones in place) in the
+		 * window that decides, and in later ones of a replicated record
+		 * to prove they match too. */
+		w->x.compare = st->decide &&
+			       (!st->decided || (st->flags & SEL_RECORD_PAGES_REPLICATED));
 		if (direct) {
 			w->x.id = ++ds->job_seq;
-			int rc = sel_xfer_submit(ds->xfer, &w->x);
+			rc = sel_xfer_submit(ds->xfer, &w->x);
 			if (rc) {
 				st->next_win--;
 				st->live_win--;
@@ -884,7 +927,8 @@ static void wait_add(struct disk_store *ds, struct dstream *st)
 
 static void stream_pump(struct disk_store *ds, struct dstream *st)
 {
-	while (!st->status && st->next_win < st->n_win && st->live_win < WINDOWS_IN_FLIGHT) {
+	while (!st->status && st->next_win < st->n_win && st->live_win < WINDOWS_IN_FLIGHT &&
+	       !(st->decide && !st->decided && st->next_win > 0)) {
 		int rc = win_start(ds, st, false);
 		if (rc == 1) {
 			wait_add(ds, st);
@@ -927,11 +971,81 @@ static bool doom_status(int rc)
 	return rc == SEL_ECORRUPT || rc == -ENOENT;
 }
 
+/* TP > 1 (design 2.5): a disk-only record's representation is decided from
+ * its first window's copy-out.  Pages are stored once (replicated) when
+ * every rank's pages matched there; the row too when that window is the
+ * only one (it carries the row).  The file, its budget and the window's
+ * addresses follow.  A later window of a replicated record whose pages
+ * differ fails the stream: no partial or mixed record is written.
+ * Returns false when the stream failed. */
+static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w)
+{
+	if (!st->decided) {
+		st->decided = true;
+		uint32_t fl = 0;
+		if (w->count && w->x.pages_replicated)
+			fl |= SEL_RECORD_PAGES_REPLICATED;
+		if (w->end && w->row && w->x.row_replicated)
+			fl |= SEL_RECORD_ROW_REPLICATED;
+		st->flags = fl;
+		if (fl) {
+			sel_node_id id = st->nodes[0];
+			struct drec *r = &ds->recs[id];
+			sel_record_desc d;
+			sel_record_span span;
+			r->flags = fl;
+			node_desc(ds, id, &d);
+			if (sel_record_span_of(&ds->ns->layout.sz, &d, &span) != 0) {
+				r->flags = 0;
+				stream_fail(st, -EINVAL);
+				return false;
+			}
+			uint64_t bytes = (NODE(ds, id)->flags & SEL_NODE_HAS_ROW) ? span.row_end
+										    : span.row_off;
+			r->full = span.row_end;
+			r->rowseg = span.row_end - span.row_off;
+			if (bytes < r->charged) {
+				ds->used -= r->charged - bytes;
+				r->charged = bytes;
+				ds->pg.released = true; /* budget */
+			}
+		}
+		stream_pump(ds, st); /* the windows held back for the decision */
+	} else if ((st->flags & SEL_RECORD_PAGES_REPLICATED) && w->count && !w->x.pages_replicated) {
+		stream_fail(st, eos_fail(-EILSEQ, "disk store: checkpoint %" PRIu64 ": pages %" PRIu32
+					 "..%" PRIu32 " differ across ranks, the first window's did not;"
+					 " the record is abandoned", st->id, w->first,
+					 w->first + w->count - 1));
+		return false;
+	}
+	/* Slots hold pages (and the row) as the copy left them: packed in
+	 * place where they matched and compare ran. */
+	uint32_t as_pages = w->x.compare && w->x.pages_replicated ? SEL_RECORD_PAGES_REPLICATED : 0;
+	uint32_t as_row = w->x.compare && w->x.row_replicated ? SEL_RECORD_ROW_REPLICATED : 0;
+	if (as_pages != (st->flags & SEL_RECORD_PAGES_REPLICATED) && w->count) {
+		stream_fail(st, eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 ": window at page %"
+					 PRIu32 " copied out %s, the record is %s", st->id, w->first,
+					 as_pages ? "packed" : "per rank",
+					 as_pages ? "per rank" : "packed"));
+		return false;
+	}
+	int rc = win_addrs(ds, w, st->flags | as_pages, as_row);
+	if (rc) {
+		stream_fail(st, rc);
+		return false;
+	}
+	return true;
+}
+
 static void put_copied(struct disk_store *ds, struct dwin *w)
 {
 	struct dstream *st = w->st;
 	if (w->x.status)
 		stream_fail(st, w->x.status);
+	if (!st->status && st->decide && !put_decide(ds, st, w)) {
+		win_end(ds, w);
+		return;
+	}
 	if (st->status) {
 		win_end(ds, w);
 		return;
@@ -1045,7 +1159,10 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 			sel_index_commit(ds->ix, id);
 			ds->st.tier[SEL_TIER_DISK].held++;
 			ds->st.tier[SEL_TIER_DISK].bytes_out += st->bytes;
-			ds->st.per_rank_records++;
+			if (r->flags & (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED))
+				ds->st.packed_records++;
+			else
+				ds->st.per_rank_records++;
 			ev.type = SEL_EV_STORED;
 			ev.outcome = SEL_QUEUED;
 			ds_unpin(ds, id);
@@ -1400,6 +1517,8 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	st->key = cp->key;
 	st->state_slot = cp->state_slot;
 	st->bytes = record_bytes(ds, tail, row);
+	st->decide = ds->ranks > 1 && (ds->ns->layout.sz.uniform_planes ||
+				       ds->ns->layout.sz.uniform_row);
 	memcpy(st->ids, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
 	for (uint32_t k = 0; k < n_win; k++) {
 		uint32_t first = k * SEL_WINDOW_PAGES;
