@@ -30,6 +30,12 @@ offload so drift hits both.  Figures:
               free GPU rows and pending requests taken every 0.5 s, and the
               cores each kind of flare thread used (/proc: serving, the
               transfer threads' copies, the disk thread).
+  restore     Decode latency under inbound (design 4): three requests decode
+              at 64K context while a fourth restores a 100K-token prefix from
+              disk (written by an earlier server, drained on its shutdown);
+              the decoders' token gaps and rate while the restore runs
+              (request sent to its first token) against the same streams'
+              in the seconds before it, in the same run.  Composite only.
   hog         Attribution of the decode result (design 2.10 channels): the
               baseline next to a process that only copies memory at the
               copy-out rate decode measured, scheduled like the transfer
@@ -48,7 +54,7 @@ decode workload for ten minutes as the design asks.
 
     python3 bench/serve.py [--flare build/flare] [--quick | --full]
         [--core cores/qwen-tp1.core] [--duration S] [--rounds N]
-        [--only decode,hog,prefill,inbound]
+        [--only decode,hog,prefill,inbound,restore]
 """
 
 import argparse
@@ -507,6 +513,113 @@ class Bench:
             if self.store != "composite":
                 self.log(f"inbound {label} from disk: skipped (no disk store in this build)")
 
+    # ---- decode latency under inbound ------------------------------------------------
+
+    def restore(self):
+        if self.store != "composite":
+            self.log("restore: skipped (no disk store in this build)")
+            return
+        big, ctx = (102400, 65536) if not self.a.quick else (4096, 2048)
+        core = self.core if big + 64 <= max_context(self.core) else self.big_core(big)
+        pb, rb = geometry(self.flare, core, 4)
+        decode_tokens = 6000 if not self.a.quick else 600
+        pages = 3 * (-(-(ctx + decode_tokens) // 64)) + -(-big // 64) + 64
+        args = self.gpu_args(pages, 4, core)
+        mem = int(self.record_bytes(big, pb, rb) * 1.5)
+        runs = []
+        for rnd in range(self.a.inbound_rounds):
+            prompt = text(random.Random(5000 + rnd), big - 1)
+            d = os.path.join(self.tmp.path, f"restore-{rnd}")
+            store = ["--prefix-cache-memory", str(mem), "--prefix-cache-disk", d,
+                     "--prefix-cache-disk-limit", "8GiB"]
+            # An earlier server computes the prefix; its drain writes it.
+            with self.server(args + store + ["--prefix-cache-drain-on-shutdown"], core=core,
+                             name="restore-seed") as srv:
+                srv.complete(prompt, max_tokens=1)
+                srv.wait_idle(600)
+            with self.server(args + store, core=core, name="restore") as srv:
+                lock = threading.Lock()
+                started = threading.Barrier(4)
+                streams, errors = [], []
+
+                def decoder(i):
+                    p = text(random.Random(7000 + 10 * rnd + i), ctx - 1)
+                    try:
+                        s = srv.stream("/v1/completions",
+                                       {"prompt": p, "max_tokens": decode_tokens,
+                                        "temperature": 0, "ignore_eos": True},
+                                       timeout=600, on_first=started.wait)
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        errors.append(str(e))
+                        started.abort()
+                        return
+                    with lock:
+                        streams.append(s)
+
+                th = [threading.Thread(target=decoder, args=(i,)) for i in range(3)]
+                for t in th:
+                    t.start()
+                started.wait(600)  # every decoder has its first token
+                time.sleep(2.0)    # decoding at full batch before the restore
+                m0 = srv.metrics()
+                t_send = time.monotonic()
+                t_first, fl = self.ttft(srv, prompt)
+                t_done = t_send + t_first
+                m1 = srv.metrics()
+                for t in th:
+                    t.join()
+                if errors:
+                    raise FlareError("restore decoder failed: " + errors[0])
+            if fl.get("source") != "disk":
+                self.log(f"restore round {rnd + 1}: the prefix did not come from disk: {fl}")
+                continue
+            before, during = [], []
+            n_before = n_during = 0
+            for s in streams:
+                ts = s.token_times()
+                for a, b in zip(ts, ts[1:]):
+                    if t_send - 1.5 <= a and b <= t_send:
+                        before.append(b - a)
+                    elif a >= t_send and b <= t_done:
+                        during.append(b - a)
+                n_before += sum(1 for t in ts if t_send - 1.5 < t <= t_send)
+                n_during += sum(1 for t in ts if t_send < t <= t_done)
+            for s in streams:
+                ts = s.token_times()
+                if ts:
+                    self.log(f"  decoder: {len(ts)} tokens from {ts[0] - t_send:+.2f} s to "
+                             f"{ts[-1] - t_send:+.2f} s of the restore's start; "
+                             f"{str(s.final())[:300]}")
+            if len(during) < 3:
+                self.log(f"restore round {rnd + 1}: only {len(during)} token gaps during a "
+                         f"{t_first * 1e3:.0f} ms restore")
+                continue
+            r = {"p50_before": pct(before, 0.5) * 1e3, "p99_before": pct(before, 0.99) * 1e3,
+                 "p50_during": pct(during, 0.5) * 1e3, "p99_during": pct(during, 0.99) * 1e3,
+                 "tps_before": n_before / 1.5, "tps_during": n_during / t_first,
+                 "restore_ms": t_first * 1e3,
+                 "bytes": m1.delta(m0, "flare_host_cache_bytes_in_total", tier="nvme")}
+            self.log(f"restore round {rnd + 1}: {big}-token prefix from disk "
+                     f"({r['bytes'] / 2**20:.0f} MiB) in {r['restore_ms']:.0f} ms while 3 "
+                     f"requests decode at {ctx} context: token gap p50 {r['p50_before']:.2f} -> "
+                     f"{r['p50_during']:.2f} ms, p99 {r['p99_before']:.2f} -> "
+                     f"{r['p99_during']:.2f} ms, {r['tps_before']:.0f} -> "
+                     f"{r['tps_during']:.0f} tok/s")
+            runs.append(r)
+        if not runs:
+            return
+        label = f"{big // 1024}k"
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        result(f"serve_restore_{label}_disk_ms", med["restore_ms"], "ms")
+        for q in ("p50", "p99"):
+            result(f"serve_restore_decode_token_{q}_before", med[f"{q}_before"], "ms")
+            result(f"serve_restore_decode_token_{q}_during", med[f"{q}_during"], "ms")
+            result(f"serve_restore_decode_token_{q}_ratio",
+                   statistics.median(r[f"{q}_during"] / r[f"{q}_before"] for r in runs),
+                   "ratio")
+        result("serve_restore_decode_tok_s_ratio",
+               statistics.median(r["tps_during"] / r["tps_before"] for r in runs), "ratio")
+
     def run(self):
         try:
             print(f"# flare {self.flare}, core {self.core or 'tiny (built-in)'}, "
@@ -520,6 +633,8 @@ class Bench:
                 self.prefill()
             if "inbound" in only:
                 self.inbound()
+            if "restore" in only:
+                self.restore()
         finally:
             self.tmp.cleanup()
 
@@ -536,8 +651,9 @@ def main(argv=None):
     ap.add_argument("--prefill-prompts", type=int)
     ap.add_argument("--inbound-rounds", type=int)
     ap.add_argument("--hog-rounds", type=int)
-    ap.add_argument("--only", default="decode,hog,prefill,inbound",
-                    help="measurements: decode, hog (attribution of decode), prefill, inbound")
+    ap.add_argument("--only", default="decode,hog,prefill,inbound,restore",
+                    help="measurements: decode, hog (attribution of decode), prefill, inbound, "
+                    "restore (decode under inbound)")
     ap.add_argument("--hog-rate", type=float, default=4900,
                     help="MiB/s of the hog's memcpy when decode did not run first")
     a = ap.parse_args(argv)

@@ -372,8 +372,9 @@ class Flare:
         body.update(extra)
         return self.post("/v1/chat/completions", body)
 
-    def stream(self, path, body, timeout=300.0):
-        """POST with "stream": true; a Stream of timestamped events."""
+    def stream(self, path, body, timeout=300.0, on_first=None):
+        """POST with "stream": true; a Stream of timestamped events.
+        on_first, if given, is called once when the first event arrives."""
         body = dict(body, stream=True)
         data = json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method="POST",
@@ -394,6 +395,8 @@ class Flare:
                     if "error" in ev:
                         raise FlareError(f"stream error: {ev['error']}")
                     s.events.append((now, ev))
+                    if on_first and len(s.events) == 1:
+                        on_first()
         except urllib.error.HTTPError as e:
             raise FlareError(f"POST {path} (stream): HTTP {e.code}: {e.read()[:500]!r}")
         return s

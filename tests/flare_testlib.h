@@ -69,6 +69,7 @@ struct fake {
 	unsigned submitted, cancels, finished;
 	hel_sampler last_sampler;
 	uint32_t last_max_tokens;
+	bool last_ignore_eos;
 	hel_token last_prompt[8192];
 	uint32_t last_n_prompt;
 	char last_salt[2048];
@@ -219,6 +220,7 @@ static int fake_submit(void *ctx, const hel_request *r, uint64_t *id)
 	f->submitted++;
 	f->last_sampler = r->sampler;
 	f->last_max_tokens = r->max_tokens;
+	f->last_ignore_eos = r->ignore_eos;
 	f->last_n_prompt = r->n_prompt < 8192 ? r->n_prompt : 8192;
 	memcpy(f->last_prompt, r->prompt, f->last_n_prompt * sizeof *r->prompt);
 	f->last_has_salt = r->cache_salt != NULL;

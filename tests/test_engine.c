@@ -52,6 +52,39 @@ static bool idle(const hel_engine_stats *st, void *arg)
 
 /* ---- single requests ------------------------------------------------------------- */
 
+/* ignore_eos: a greedy request that stops at the end token runs on to
+ * max_tokens instead, its first tokens (the end token included) unchanged. */
+static void test_ignore_eos(void)
+{
+	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 4 << 20 });
+	const uint32_t max = 200;
+	bool seen = false;
+	for (int trial = 0; trial < 200 && !seen; trial++) {
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 20 + test_rng_below(&rng, 100), &n);
+		struct et_call *c = et_run(e, p, n, max, NULL);
+		if (!strcmp(c->out.finish_reason, "stop") && c->n + 8 < max) {
+			seen = true;
+			struct et_call *d = et_call_new();
+			hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = max,
+					  .ignore_eos = true, .on_tokens = et_on_tokens,
+					  .on_done = et_on_done, .ctx = d };
+			CHECK_OK(hel_engine_submit(e, &q, &d->id));
+			et_wait(d);
+			CHECKF(!strcmp(d->out.finish_reason, "length") && d->n == max,
+			       "ignore_eos: %s after %u of %u tokens", d->out.finish_reason, d->n, max);
+			CHECK(!memcmp(d->tok, c->tok, c->n * sizeof(hel_token)));
+			CHECK(c->tok[c->n - 1] == HEL_TOK_END);
+			et_call_free(d);
+		}
+		et_call_free(c);
+		free(p);
+	}
+	CHECKF(seen, "no greedy request stopped at the end token in 200 tries");
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+}
+
 static void test_single(void)
 {
 	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 4 << 20 });
@@ -591,6 +624,7 @@ int main(void)
 	CHECK_OK(hel_core_builtin(&core));
 	test_validation();
 	test_single();
+	test_ignore_eos();
 	test_multiturn(SEL_MODE_ORDINARY);
 	test_multiturn(SEL_MODE_COPY);
 	test_concurrent();

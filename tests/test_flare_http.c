@@ -204,6 +204,7 @@ static void test_completion(void)
 	for (int i = 0; i < 8; i++)
 		CHECK(fk.last_prompt[i] == (hel_token)(unsigned char)"Hi there"[i]);
 	CHECK(fk.last_max_tokens == 5);
+	CHECK(!fk.last_ignore_eos);
 	CHECK(fk.last_sampler.temperature == 0.0);
 	CHECK(fk.last_sampler.seed == 42);
 	CHECK(!fk.last_has_salt);
@@ -225,6 +226,13 @@ static void test_completion(void)
 	CHECK(fk.last_sampler.temperature == 1.0);
 	CHECK(fk.last_has_salt && fk.last_salt_len == 3 && !memcmp(fk.last_salt, "bob", 3));
 	fk.host = 0;
+	pthread_mutex_unlock(&fk.mu);
+
+	/* ignore_eos (vLLM's extension) reaches the engine. */
+	j = post("/v1/completions", "{\"prompt\":\"Hi\",\"ignore_eos\":true}", 200);
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.last_ignore_eos);
 	pthread_mutex_unlock(&fk.mu);
 
 	/* cache_salt wins over user; token-id prompts. */
@@ -397,6 +405,7 @@ static void test_bad_requests(void)
 	bad(C, "{\"prompt\":\"x\",\"seed\":\"s\"}", 400, "seed");
 	bad(C, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed");
 	bad(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream");
+	bad(C, "{\"prompt\":\"x\",\"ignore_eos\":1}", 400, "ignore_eos");
 	bad(C, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":5}", 400, "stream_options");
 	bad(C, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400,
 	    "stream_options.include_usage");

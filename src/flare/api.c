@@ -369,6 +369,9 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 	/* Streaming. */
 	if (read_bool(root, "stream", &out->stream, err))
 		goto fail;
+	/* ignore_eos (vLLM's extension, for benchmarks): run to max_tokens. */
+	if (read_bool(root, "ignore_eos", &out->ignore_eos, err))
+		goto fail;
 	if ((v = member(root, "stream_options"))) {
 		if (!json_is_object(v))
 			FAIL(400, "stream_options", NULL, "stream_options must be an object, not %s",

@@ -42,6 +42,7 @@ struct flare_api_request {
 	bool seed_set;           /* false: the caller picks a seed */
 	bool stream;
 	bool include_usage;      /* stream_options.include_usage */
+	bool ignore_eos;         /* generate max_tokens, past the end token (vLLM's extension) */
 	char *salt;              /* cache_salt, else user; NULL = none (malloc'd) */
 	size_t salt_len;
 };

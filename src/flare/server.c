@@ -571,6 +571,7 @@ static enum MHD_Result start_exchange(struct flare_server *s, struct exchange *x
 		.prompt = x->req.prompt,
 		.n_prompt = x->req.n_prompt,
 		.max_tokens = x->req.max_tokens,
+		.ignore_eos = x->req.ignore_eos,
 		.sampler = x->req.sampler,
 		.cache_salt = x->req.salt,
 		.cache_salt_len = x->req.salt_len,

@@ -168,6 +168,7 @@ struct ereq {
 	uint64_t *ends; /* message ends (after each HEL_TOK_MESSAGE) */
 	uint32_t n_ends;
 	uint32_t max_tokens;
+	bool ignore_eos;
 	hel_sampler sampler;
 	uint8_t *salt;
 	size_t salt_len;
@@ -348,7 +349,7 @@ static hel_request_spec spec_of(const struct ereq *r)
 		.message_ends = r->ends,
 		.n_message_ends = r->n_ends,
 		.max_tokens = r->max_tokens,
-		.has_stop = true,
+		.has_stop = !r->ignore_eos,
 		.stop = HEL_TOK_END,
 		.salt = r->salt,
 		.salt_len = r->salt_len,
@@ -608,6 +609,7 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 		if (q->prompt[i] == HEL_TOK_MESSAGE)
 			r->ends[r->n_ends++] = i + 1;
 	r->max_tokens = q->max_tokens;
+	r->ignore_eos = q->ignore_eos;
 	r->sampler = q->sampler;
 	if (q->cache_salt_len)
 		memcpy(r->salt, q->cache_salt, q->cache_salt_len);

@@ -102,6 +102,7 @@ typedef struct hel_request {
 					 after each HEL_TOK_MESSAGE and at the end */
 	uint32_t n_prompt;
 	uint32_t max_tokens;          /* > 0 */
+	bool ignore_eos;              /* the end token does not stop generation */
 	hel_sampler sampler;
 	const void *cache_salt;       /* optional tenant salt (copied) */
 	size_t cache_salt_len;
