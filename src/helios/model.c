@@ -318,9 +318,15 @@ static void set_page_sum(const hel_model *m, struct page_sum *ps, uint64_t diges
 
 /* ---- Creation -------------------------------------------------------------- */
 
+/* Plane and row memory stands in for GPU memory, which an engine allocates
+ * up front: pre-faulted (MAP_POPULATE) so that neither a decode step nor a
+ * restore's copy-in pays first-touch page faults (on this 2-core VM they
+ * made a 100K restore 4.9 s instead of 0.7 s and the decode p99 4.6 ms
+ * instead of 0.5 ms). */
 static void *map(size_t len)
 {
-	void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
