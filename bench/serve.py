@@ -522,7 +522,7 @@ class Bench:
         big, ctx = (102400, 65536) if not self.a.quick else (4096, 2048)
         core = self.core if big + 64 <= max_context(self.core) else self.big_core(big)
         pb, rb = geometry(self.flare, core, 4)
-        decode_tokens = 6000 if not self.a.quick else 600
+        decode_tokens = 30000 if not self.a.quick else 600
         pages = 3 * (-(-(ctx + decode_tokens) // 64)) + -(-big // 64) + 64
         args = self.gpu_args(pages, 4, core)
         mem = int(self.record_bytes(big, pb, rb) * 1.5)
@@ -560,11 +560,16 @@ class Bench:
                 for t in th:
                     t.start()
                 started.wait(600)  # every decoder has its first token
-                time.sleep(2.0)    # decoding at full batch before the restore
+                time.sleep(1.0)    # decoding at full batch before the restore
+                c_pre = thread_cpu(srv.proc.pid)
+                time.sleep(1.0)
+                c0 = thread_cpu(srv.proc.pid)
+                cpu_before = cpu_by_role(c_pre, c0, 1.0)
                 m0 = srv.metrics()
                 t_send = time.monotonic()
                 t_first, fl = self.ttft(srv, prompt)
                 t_done = t_send + t_first
+                cpu_during = cpu_by_role(c0, thread_cpu(srv.proc.pid), t_first)
                 m1 = srv.metrics()
                 for t in th:
                     t.join()
@@ -584,12 +589,6 @@ class Bench:
                         during.append(b - a)
                 n_before += sum(1 for t in ts if t_send - 1.5 < t <= t_send)
                 n_during += sum(1 for t in ts if t_send < t <= t_done)
-            for s in streams:
-                ts = s.token_times()
-                if ts:
-                    self.log(f"  decoder: {len(ts)} tokens from {ts[0] - t_send:+.2f} s to "
-                             f"{ts[-1] - t_send:+.2f} s of the restore's start; "
-                             f"{str(s.final())[:300]}")
             if len(during) < 3:
                 self.log(f"restore round {rnd + 1}: only {len(during)} token gaps during a "
                          f"{t_first * 1e3:.0f} ms restore")
@@ -597,19 +596,24 @@ class Bench:
             r = {"p50_before": pct(before, 0.5) * 1e3, "p99_before": pct(before, 0.99) * 1e3,
                  "p50_during": pct(during, 0.5) * 1e3, "p99_during": pct(during, 0.99) * 1e3,
                  "tps_before": n_before / 1.5, "tps_during": n_during / t_first,
-                 "restore_ms": t_first * 1e3,
+                 "restore_ms": t_first * 1e3, "cpu_before": cpu_before,
+                 "cpu_during": cpu_during,
                  "bytes": m1.delta(m0, "flare_host_cache_bytes_in_total", tier="nvme")}
             self.log(f"restore round {rnd + 1}: {big}-token prefix from disk "
                      f"({r['bytes'] / 2**20:.0f} MiB) in {r['restore_ms']:.0f} ms while 3 "
                      f"requests decode at {ctx} context: token gap p50 {r['p50_before']:.2f} -> "
                      f"{r['p50_during']:.2f} ms, p99 {r['p99_before']:.2f} -> "
                      f"{r['p99_during']:.2f} ms, {r['tps_before']:.0f} -> "
-                     f"{r['tps_during']:.0f} tok/s")
+                     f"{r['tps_during']:.0f} tok/s; flare's cores: serving "
+                     f"{cpu_before['serving']:.2f} -> {cpu_during['serving']:.2f}, copies "
+                     f"{cpu_before['copies']:.2f} -> {cpu_during['copies']:.2f}, disk thread "
+                     f"{cpu_before['disk']:.2f} -> {cpu_during['disk']:.2f}")
             runs.append(r)
         if not runs:
             return
         label = f"{big // 1024}k"
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]
+               if not k.startswith("cpu")}
         result(f"serve_restore_{label}_disk_ms", med["restore_ms"], "ms")
         for q in ("p50", "p99"):
             result(f"serve_restore_decode_token_{q}_before", med[f"{q}_before"], "ms")
