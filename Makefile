@@ -165,7 +165,7 @@ qualify: $(FLARE)
 	else echo "qualify: no scenarios yet"; fi
 
 # bench/serve.py: the isolation measurements of design 4 against flare run
-# (about nine minutes on Qwen TP1; SERVE_ARGS=--quick for a smoke run).
+# (about eleven minutes on Qwen TP1; SERVE_ARGS=--quick for a smoke run).
 SERVE_ARGS ?=
 bench: $(BENCHES) $(FLARE_IF_ANY)
 	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done; \

@@ -49,7 +49,7 @@ their reading are in docs/performance.md.
 Prints `RESULT <name> <value> <unit>` lines (ratios are offload /
 baseline; latency ratios above 1 and throughput ratios below 1 are
 worse).  --quick is a smoke run on the tiny core (seconds); the default
-runs Qwen TP1 (cores/qwen-tp1.core) in about nine minutes; --full runs the
+runs Qwen TP1 (cores/qwen-tp1.core) in about eleven minutes; --full runs the
 decode workload for ten minutes as the design asks.
 
     python3 bench/serve.py [--flare build/flare] [--quick | --full]
