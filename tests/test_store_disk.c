@@ -760,14 +760,15 @@ static void test_faults(const char *mode, bool pread_path)
 /* ---- TP2 -------------------------------------------------------------------------------------- */
 
 /* TP2 on a disk-only store (design 2.5): the representation is decided
- * from each record's first window.  rep (70 pages: two windows) matches on
- * both ranks, so its pages are stored once and its row, copied in the last
- * window, per rank; one (3 pages: one window, the row in it) stores pages
- * and row once; prow (one window, row split) pages once, row per rank;
+ * from each record's first window, which carries the row too.  rep (70
+ * pages: two windows) matches on both ranks, so pages and row are stored
+ * once; one (3 pages: one window) likewise; prow (one window, row split)
+ * pages once, row per rank; prow2 (two windows, row split) the same;
+ * prep (two windows, pages split, row equal) pages per rank, row once;
  * split (pages and row differ) per rank; mixed matches in its first window
  * and differs from page 64 on, so its write is abandoned (no file, no
  * temporary).  Files have the size their flags give; everything restores
- * byte-exact, before and after a restart. */
+ * byte-exact, before and after a restart, and no intake slot stays held. */
 static uint64_t span_bytes(struct sfx *f, const sel_published *cp, uint32_t flags)
 {
 	sel_record_ns ns;
@@ -781,15 +782,23 @@ static uint64_t span_bytes(struct sfx *f, const sel_published *cp, uint32_t flag
 	return sp.row_end;
 }
 
-static void tp2_restore_all(struct sfx *fx, sel_store *s, struct sfx_conv *rep,
-			    struct sfx_conv *one, struct sfx_conv *prow, struct sfx_conv *split)
+struct tp2_convs {
+	struct sfx_conv rep, one, prow, prow2, prep, split, mixed;
+};
+
+static void tp2_restore_all(struct sfx *fx, sel_store *s, struct tp2_convs *v)
 {
-	restore(fx, s, rep, 0, UINT64_MAX, 70 * 64 + 9, 300, 3);
-	restore(fx, s, rep, 65 * 64 + 1, UINT64_MAX, 70 * 64 + 9, 300, 4);
-	restore(fx, s, one, 0, UINT64_MAX, 3 * 64 + 5, 400, 5);
-	sfx_restore_with(fx, s, prow, 0, UINT64_MAX, 2 * 64, 410, 6, SEL_TIER_DISK, true, check,
-			 (struct sfx_restore_opts){.row_split = true});
-	restore(fx, s, split, 64, UINT64_MAX, 256, 420, 7);
+	const struct sfx_restore_opts rsplit = {.row_split = true}, requal = {.row_split = false};
+	restore(fx, s, &v->rep, 0, UINT64_MAX, 70 * 64 + 9, 300, 3);
+	restore(fx, s, &v->rep, 65 * 64 + 1, UINT64_MAX, 70 * 64 + 9, 300, 4);
+	restore(fx, s, &v->one, 0, UINT64_MAX, 3 * 64 + 5, 400, 5);
+	sfx_restore_with(fx, s, &v->prow, 0, UINT64_MAX, 2 * 64, 410, 6, SEL_TIER_DISK, true, check,
+			 rsplit);
+	sfx_restore_with(fx, s, &v->prow2, 0, UINT64_MAX, 66 * 64, 300, 2, SEL_TIER_DISK, true,
+			 check, rsplit);
+	sfx_restore_with(fx, s, &v->prep, 0, UINT64_MAX, 66 * 64 + 1, 300, 1, SEL_TIER_DISK, true,
+			 check, requal);
+	restore(fx, s, &v->split, 64, UINT64_MAX, 256, 420, 7);
 }
 
 static void test_tp2(void)
@@ -799,40 +808,43 @@ static void test_tp2(void)
 	sfx_init(&fx, 2, 2, units2, 10000, 512, 8);
 	char *base = test_mkdtemp("tp2");
 	sel_store *s = open_store(&fx, base, (struct opts){0});
-	struct sfx_conv rep, one, prow, split, mixed;
-	sfx_conv_init(&fx, &rep, 90, 70 * 64 + 9, 0);
-	sfx_conv_init(&fx, &one, 92, 3 * 64 + 5, 100);
-	sfx_conv_init(&fx, &prow, 93, 2 * 64, 110);
-	sfx_conv_init(&fx, &split, 91, 300, 200);
-	sfx_conv_init(&fx, &mixed, 94, 70 * 64, 300);
-	split.split = true;
-	mixed.split = true;
-	mixed.split_from = 64;
-	sel_published a = sfx_ckpt(&fx, &rep, 70 * 64 + 9, 0, 1, 1);
-	sel_published b = sfx_ckpt(&fx, &split, 256, 0, 2, 2);
-	sel_published c = sfx_ckpt(&fx, &one, 3 * 64 + 5, 0, 3, 3);
-	sel_published d = sfx_ckpt_row(&fx, &prow, 2 * 64, 0, 4, 4, true);
-	store(s, &a);
-	store(s, &b);
-	store(s, &c);
-	store(s, &d);
-	CHECK(rec(s, &a.key).flags == P);
-	CHECK(rec(s, &b.key).flags == 0);
-	CHECK(rec(s, &c.key).flags == (P | R));
-	CHECK(rec(s, &d.key).flags == P);
-	CHECK(fsize(s, &a.key) == span_bytes(&fx, &a, P));
-	CHECK(fsize(s, &b.key) == span_bytes(&fx, &b, 0));
-	CHECK(fsize(s, &c.key) == span_bytes(&fx, &c, P | R));
-	CHECK(fsize(s, &d.key) == span_bytes(&fx, &d, P));
+	struct tp2_convs v;
+	sfx_conv_init(&fx, &v.rep, 90, 70 * 64 + 9, 0);
+	sfx_conv_init(&fx, &v.one, 92, 3 * 64 + 5, 100);
+	sfx_conv_init(&fx, &v.prow, 93, 2 * 64, 110);
+	sfx_conv_init(&fx, &v.prow2, 95, 66 * 64, 120);
+	sfx_conv_init(&fx, &v.prep, 96, 66 * 64 + 1, 190);
+	sfx_conv_init(&fx, &v.split, 91, 300, 260);
+	sfx_conv_init(&fx, &v.mixed, 94, 70 * 64, 300);
+	v.split.split = true;
+	v.prep.split = true;
+	v.mixed.split = true;
+	v.mixed.split_from = 64;
+	sel_published a = sfx_ckpt(&fx, &v.rep, 70 * 64 + 9, 0, 1, 1);
+	sel_published b = sfx_ckpt(&fx, &v.split, 256, 0, 2, 2);
+	sel_published c = sfx_ckpt(&fx, &v.one, 3 * 64 + 5, 0, 3, 3);
+	sel_published d = sfx_ckpt_row(&fx, &v.prow, 2 * 64, 0, 4, 4, true);
+	sel_published e = sfx_ckpt_row(&fx, &v.prow2, 66 * 64, 0, 5, 6, true);
+	sel_published g = sfx_ckpt_row(&fx, &v.prep, 66 * 64 + 1, 0, 6, 7, false);
+	const sel_published *all[] = {&a, &b, &c, &d, &e, &g};
+	const uint32_t want[] = {P | R, 0, P | R, P, P, R};
+	uint64_t used = 0;
+	for (int i = 0; i < 6; i++) {
+		store(s, all[i]);
+		uint32_t fl = rec(s, &all[i]->key).flags;
+		CHECKF(fl == want[i], "record %d: flags 0x%x, want 0x%x", i, fl, want[i]);
+		CHECK(fsize(s, &all[i]->key) == span_bytes(&fx, all[i], want[i]));
+		CHECK(rec(s, &all[i]->key).bytes == fsize(s, &all[i]->key));
+		used += fsize(s, &all[i]->key);
+	}
+	CHECK(span_bytes(&fx, &a, P | R) < span_bytes(&fx, &a, P));
 	CHECK(span_bytes(&fx, &a, P) < span_bytes(&fx, &a, 0));
-	CHECK(rec(s, &a.key).bytes == fsize(s, &a.key) && rec(s, &c.key).bytes == fsize(s, &c.key));
 	sel_stats st = stats(s);
-	CHECK(st.packed_records == 3 && st.per_rank_records == 1);
-	CHECK(st.tier[SEL_TIER_DISK].bytes_used == fsize(s, &a.key) + fsize(s, &b.key) + fsize(s, &c.key) +
-				    fsize(s, &d.key));
+	CHECK(st.packed_records == 5 && st.per_rank_records == 1 && st.slots_in_use == 0);
+	CHECK(st.tier[SEL_TIER_DISK].bytes_used == used);
 
 	/* Pages 64.. of mixed differ across ranks: abandoned, nothing kept. */
-	sel_published m = sfx_ckpt(&fx, &mixed, 70 * 64, 0, 5, 5);
+	sel_published m = sfx_ckpt(&fx, &v.mixed, 70 * 64, 0, 7, 5);
 	put_ok(s, &m);
 	sel_event ev = sfx_one_event(s, check);
 	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_SKIPPED && ev.error == -EILSEQ,
@@ -840,26 +852,29 @@ static void test_tp2(void)
 	CHECK(!present(s, &m.key) && fsize(s, &m.key) == UINT64_MAX);
 	CHECK(count_tmp(s->disk_dir) == 0);
 	sel_hit hit;
-	CHECK_RC(sel_store_lookup(s, &mixed.h, 0, UINT64_MAX, &hit), 0);
+	CHECK_RC(sel_store_lookup(s, &v.mixed.h, 0, UINT64_MAX, &hit), 0);
 	st = stats(s);
-	CHECK(st.packed_records == 3 && st.per_rank_records == 1 && st.slots_in_use == 0);
+	CHECK(st.packed_records == 5 && st.per_rank_records == 1 && st.slots_in_use == 0);
 	CHECK(st.tier[SEL_TIER_DISK].dropped_io_error == 0);
-	CHECK(st.tier[SEL_TIER_DISK].bytes_used == fsize(s, &a.key) + fsize(s, &b.key) + fsize(s, &c.key) +
-				    fsize(s, &d.key));
+	CHECK(st.tier[SEL_TIER_DISK].bytes_used == used);
 
 	sfx_poison(&fx);
-	tp2_restore_all(&fx, s, &rep, &one, &prow, &split);
+	tp2_restore_all(&fx, s, &v);
 	close_store(s);
 	s = open_store(&fx, base, (struct opts){0});
-	CHECK(rec(s, &a.key).flags == P && rec(s, &c.key).flags == (P | R));
+	for (int i = 0; i < 6; i++)
+		CHECK(rec(s, &all[i]->key).flags == want[i]);
 	sfx_poison(&fx);
-	tp2_restore_all(&fx, s, &rep, &one, &prow, &split);
+	tp2_restore_all(&fx, s, &v);
+	CHECK(stats(s).slots_in_use == 0);
 	close_store(s);
-	sfx_conv_free(&rep);
-	sfx_conv_free(&one);
-	sfx_conv_free(&prow);
-	sfx_conv_free(&split);
-	sfx_conv_free(&mixed);
+	sfx_conv_free(&v.rep);
+	sfx_conv_free(&v.one);
+	sfx_conv_free(&v.prow);
+	sfx_conv_free(&v.prow2);
+	sfx_conv_free(&v.prep);
+	sfx_conv_free(&v.split);
+	sfx_conv_free(&v.mixed);
 	test_rmtree(base);
 	free(base);
 	sfx_free(&fx);

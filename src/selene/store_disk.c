@@ -71,12 +71,12 @@
  *   page matched, the pages are stored once (SEL_RECORD_PAGES_REPLICATED)
  *   and later windows compare too: one whose pages differ fails the stream
  *   (-EILSEQ, SEL_SKIPPED; the temporary is discarded), so no partial or
- *   mixed record is written.  The row is decided by the same window only
- *   when it is the record's one window (the row travels with the last); a
- *   longer record keeps its row per rank, written once per rank from the
- *   packed copy if the last window's compare packed it.  The file length,
- *   budget charge and counters (packed_records, per_rank_records) follow
- *   the decision.  Records a composite writes use DRAM's decisions.
+ *   mixed record is written.  The row is decided by the same window: when
+ *   the ranks' rows can be equal (uniform rows), a record of several
+ *   windows copies its row with the first, and the stream keeps those row
+ *   slots for the last part, which writes the row (rslots, riov).  The file
+ *   length, budget charge and counters (packed_records, per_rank_records)
+ *   follow the decision.  Records a composite writes use DRAM's decisions.
  *
  * fetch: re-validates the hit's chain (every node READY, with a file, not
  *   doomed), pins it and plans windows: each node's needed pages in runs of
@@ -219,6 +219,11 @@ struct dstream {
 	bool decide;               /* put, TP > 1: representation from the first window */
 	bool decided;              /* put: that window's copy-out completed */
 	uint32_t flags;            /* put: the representation decided (SEL_RECORD_*) */
+	/* put, deciding over several windows: the row travels with the first
+	 * window, and its slots and pieces stay here for the last part. */
+	uint32_t *rslots, n_rslots;
+	struct iovec *riov;
+	uint32_t n_riov;
 	bool disk_failed;          /* put: a write part failed on the disk thread */
 	bool waiting;
 	struct dstream *wnext;
@@ -782,12 +787,9 @@ static uint32_t win_slots(const struct disk_store *ds, const struct dstream *st,
 	return ps + rs;
 }
 
-/* The addresses of w's page records (as `pages` says they lie in its slots)
- * and row pieces (as `row` says).  A row packed in place (row) that the
- * record stores per rank (pages has no SEL_RECORD_ROW_REPLICATED) is
- * written once per rank from the one packed copy: the ranks' rows are
- * equal, their pieces too (uniform rows).  0 or -ENOMEM / -ENOBUFS. */
-static int win_addrs(struct disk_store *ds, struct dwin *w, uint32_t pages, uint32_t row)
+/* The addresses of w's page records and row pieces in its slots, laid out
+ * as flags (SEL_RECORD_*_REPLICATED) say.  0 or -ENOMEM / -ENOBUFS. */
+static int win_addrs(struct disk_store *ds, struct dwin *w, uint32_t flags)
 {
 	const sel_record_layout *l = &ds->ns->layout;
 	void *sa[2 * SEL_WINDOW_PAGES + 64];
@@ -798,19 +800,12 @@ static int win_addrs(struct disk_store *ds, struct dwin *w, uint32_t pages, uint
 	for (uint32_t i = 0; i < w->n_slots; i++)
 		slot_addr[i] = sel_slab_addr(ds->pool, w->slots[i]);
 	for (uint32_t i = 0; i < w->count; i++)
-		w->addr[i] = sel_record_page_addr(l, pages, slot_addr, i);
+		w->addr[i] = sel_record_page_addr(l, flags, slot_addr, i);
 	int rc = 0;
 	w->n_iov = 0;
 	if (w->row) {
-		void **rs = slot_addr + w->n_page_slots;
-		bool dup = (row & SEL_RECORD_ROW_REPLICATED) && !(pages & SEL_RECORD_ROW_REPLICATED);
-		uint32_t cap = dup ? ds->iov_cap / ds->ranks : ds->iov_cap;
-		int k = sel_record_row_iov(l, row, rs, w->n_row_slots, w->iov, cap);
-		if (k > 0 && dup) {
-			for (uint32_t r = 1; r < ds->ranks; r++)
-				memcpy(w->iov + r * (uint32_t)k, w->iov, (size_t)k * sizeof(*w->iov));
-			k *= (int)ds->ranks;
-		}
+		int k = sel_record_row_iov(l, flags, slot_addr + w->n_page_slots, w->n_row_slots,
+					   w->iov, ds->iov_cap);
 		if (k > 0)
 			w->n_iov = (uint32_t)k;
 		else
@@ -862,7 +857,7 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	w->dj.kind = st->put ? K_PUT_WIN : K_FETCH_WIN;
 	w->dj.w = w;
 
-	int rc = win_addrs(ds, w, flags, flags);
+	int rc = win_addrs(ds, w, flags);
 	if (rc) {
 		win_free(ds, w);
 		return rc;
@@ -985,7 +980,7 @@ static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w
 		uint32_t fl = 0;
 		if (w->count && w->x.pages_replicated)
 			fl |= SEL_RECORD_PAGES_REPLICATED;
-		if (w->end && w->row && w->x.row_replicated)
+		if (w->row && w->x.row_replicated)
 			fl |= SEL_RECORD_ROW_REPLICATED;
 		st->flags = fl;
 		if (fl) {
@@ -1018,21 +1013,45 @@ static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w
 					 w->first + w->count - 1));
 		return false;
 	}
-	/* Slots hold pages (and the row) as the copy left them: packed in
-	 * place where they matched and compare ran. */
-	uint32_t as_pages = w->x.compare && w->x.pages_replicated ? SEL_RECORD_PAGES_REPLICATED : 0;
-	uint32_t as_row = w->x.compare && w->x.row_replicated ? SEL_RECORD_ROW_REPLICATED : 0;
-	if (as_pages != (st->flags & SEL_RECORD_PAGES_REPLICATED) && w->count) {
+	/* Slots hold pages and the row as the copy left them (packed in
+	 * place where they matched and compare ran): as the record stores
+	 * them, or this is a bug caught before any byte is written. */
+	uint32_t as = (w->x.compare && w->x.pages_replicated && w->count
+			       ? SEL_RECORD_PAGES_REPLICATED : 0) |
+		      (w->x.compare && w->x.row_replicated && w->row ? SEL_RECORD_ROW_REPLICATED : 0);
+	uint32_t want = (w->count ? st->flags & SEL_RECORD_PAGES_REPLICATED : 0) |
+			(w->row ? st->flags & SEL_RECORD_ROW_REPLICATED : 0);
+	if (as != want) {
 		stream_fail(st, eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 ": window at page %"
-					 PRIu32 " copied out %s, the record is %s", st->id, w->first,
-					 as_pages ? "packed" : "per rank",
-					 as_pages ? "per rank" : "packed"));
+					 PRIu32 " copied out with flags 0x%" PRIx32 ", the record's"
+					 " are 0x%" PRIx32, st->id, w->first, as, want));
 		return false;
 	}
-	int rc = win_addrs(ds, w, st->flags | as_pages, as_row);
+	int rc = win_addrs(ds, w, st->flags);
 	if (rc) {
 		stream_fail(st, rc);
 		return false;
+	}
+	if (w->row && !w->end) {
+		/* The row came with the first window: its slots and pieces
+		 * move to the stream for the last part (freed at its end). */
+		st->rslots = malloc((size_t)w->n_row_slots * sizeof(uint32_t));
+		st->riov = malloc((size_t)(w->n_iov ? w->n_iov : 1) * sizeof(struct iovec));
+		if (!st->rslots || !st->riov) {
+			free(st->rslots);
+			free(st->riov);
+			st->rslots = NULL;
+			st->riov = NULL;
+			stream_fail(st, eos_fail(-ENOMEM, "disk store: out of memory for a row"));
+			return false;
+		}
+		memcpy(st->rslots, w->slots + w->n_page_slots, (size_t)w->n_row_slots * sizeof(uint32_t));
+		memcpy(st->riov, w->iov, (size_t)w->n_iov * sizeof(struct iovec));
+		st->n_rslots = w->n_row_slots;
+		st->n_riov = w->n_iov;
+		w->n_slots -= w->n_row_slots; /* win_free leaves them */
+		w->n_row_slots = 0;
+		w->n_iov = 0;
 	}
 	return true;
 }
@@ -1059,8 +1078,8 @@ static void put_copied(struct disk_store *ds, struct dwin *w)
 	j->part = (w->begin ? SEL_DISK_PART_BEGIN : 0) | (w->end ? SEL_DISK_PART_END : 0);
 	j->row = NODE(ds, id)->flags & SEL_NODE_HAS_ROW;
 	j->pages = w->addr;
-	j->row_iov = w->end && j->row ? w->iov : NULL;
-	j->row_n = w->end && j->row ? w->n_iov : 0;
+	j->row_iov = w->end && j->row ? (st->riov ? st->riov : w->iov) : NULL;
+	j->row_n = w->end && j->row ? (st->riov ? st->n_riov : w->n_iov) : 0;
 	st->parts_sent = true;
 	disk_submit(ds, &w->dj);
 }
@@ -1136,6 +1155,17 @@ static void remove_failed(struct disk_store *ds, sel_node_id id, const sel_key *
 		if (id != SEL_NODE_NONE && !NODE(ds, id))
 			return;
 	}
+}
+
+/* Free a stream block and the row slots it kept (a put deciding over
+ * several windows). */
+static void stream_free(struct disk_store *ds, struct dstream *st)
+{
+	if (st->n_rslots)
+		(void)sel_slab_free(ds->pool, st->rslots, st->n_rslots);
+	free(st->rslots);
+	free(st->riov);
+	free(st);
 }
 
 static void stream_finish(struct disk_store *ds, struct dstream *st)
@@ -1214,7 +1244,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 	}
 	ev_push(ds, &ev);
 	stream_unlink(ds, st);
-	free(st);
+	stream_free(ds, st);
 }
 
 /* ---- completions ------------------------------------------------------------- */
@@ -1520,11 +1550,16 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	st->decide = ds->ranks > 1 && (ds->ns->layout.sz.uniform_planes ||
 				       ds->ns->layout.sz.uniform_row);
 	memcpy(st->ids, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
+	/* A record that decides its representation over several windows copies
+	 * its row with the first (so both decisions come from it), and keeps the
+	 * row's slots until the last part writes them. */
+	bool row_first = st->decide && ds->ns->layout.sz.uniform_row && n_win > 1;
 	for (uint32_t k = 0; k < n_win; k++) {
 		uint32_t first = k * SEL_WINDOW_PAGES;
 		uint32_t cnt = tail - first < SEL_WINDOW_PAGES ? tail - first : SEL_WINDOW_PAGES;
+		bool has_row = row && (row_first ? k == 0 : k + 1 == n_win);
 		st->plan[k] = (struct wplan){.node_i = 0, .first = first, .count = tail ? cnt : 0,
-					     .dst_at = first, .row = row && k + 1 == n_win};
+					     .dst_at = first, .row = has_row};
 	}
 
 	if (fresh) {
@@ -1900,7 +1935,7 @@ static void ds_destroy(sel_store *s)
 		while (ds->streams) {
 			struct dstream *st = ds->streams;
 			ds->streams = st->next;
-			free(st);
+			stream_free(ds, st);
 		}
 		sel_xfer_destroy(ds->xfer);
 		sel_disk_destroy(ds->disk);
