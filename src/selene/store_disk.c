@@ -146,6 +146,7 @@
 #include "eos.h"
 #include "expiry.h"
 #include "index.h"
+#include "list.h"
 #include "record.h"
 #include "slab.h"
 #include "store_common.h"
@@ -175,7 +176,7 @@ struct dj {
 	uint64_t cookie;
 	uint64_t bytes;            /* truncate, unlink: bytes released at submission */
 	struct dj *qnext;          /* submission FIFO / failed-now list */
-	struct dj *lprev, *lnext;  /* live standalone jobs */
+	struct dj *prev, *next;    /* live standalone jobs */
 	bool standalone;
 };
 
@@ -185,7 +186,7 @@ struct dwin {
 	struct dj dj;              /* disk stage */
 	struct sel_xfer_job x;     /* copy stage */
 	struct dwin *xqnext;       /* copy submission FIFO */
-	struct dwin *lnext, *lprev; /* live windows */
+	struct dwin *prev, *next;  /* live windows */
 	uint32_t node_i, first, count, dst_at;
 	bool row, begin, end;
 	uint32_t flags;            /* record flags (fetch: packing) */
@@ -229,6 +230,22 @@ struct dstream {
 	struct dstream *wnext;
 	struct dstream *prev, *next;
 };
+
+struct dj_list {
+	struct dj *head, *tail;
+	uint32_t n;
+};
+struct dwin_list {
+	struct dwin *head, *tail;
+	uint32_t n;
+};
+struct dstream_list {
+	struct dstream *head, *tail;
+	uint32_t n;
+};
+EOS_DLIST_DEFINE(jobs, struct dj_list, struct dj)
+EOS_DLIST_DEFINE(wins, struct dwin_list, struct dwin)
+EOS_DLIST_DEFINE(streams, struct dstream_list, struct dstream)
 
 struct drec {
 	sel_key fparent;           /* the parent its file names */
@@ -290,10 +307,10 @@ struct disk_store {
 	struct dj *df_head, *df_tail;      /* refused at submission: complete at poll */
 	struct dwin *xq_head, *xq_tail;    /* waiting for copy queue room */
 	struct dwin *xf_head;              /* copy refused at submission */
-	struct dstream *streams;
+	struct dstream_list streams;       /* live streams */
 	struct dstream *wait_head, *wait_tail;
-	struct dwin *wins;                 /* live windows */
-	struct dj *jobs;                   /* live standalone jobs */
+	struct dwin_list wins;             /* live windows */
+	struct dj_list jobs;               /* live standalone jobs */
 	sel_event *evq;
 	size_t evq_head, evq_n, evq_cap;
 	struct hookdone *hd;
@@ -444,25 +461,6 @@ static void park_del(struct disk_store *ds, sel_node_id id)
 
 /* ---- disk and copy submission ------------------------------------------------ */
 
-static void list_job_add(struct disk_store *ds, struct dj *d)
-{
-	d->lprev = NULL;
-	d->lnext = ds->jobs;
-	if (ds->jobs)
-		ds->jobs->lprev = d;
-	ds->jobs = d;
-}
-
-static void list_job_del(struct disk_store *ds, struct dj *d)
-{
-	if (d->lprev)
-		d->lprev->lnext = d->lnext;
-	else
-		ds->jobs = d->lnext;
-	if (d->lnext)
-		d->lnext->lprev = d->lprev;
-}
-
 static void df_push(struct disk_store *ds, struct dj *d, int rc)
 {
 	d->j.status = rc;
@@ -581,7 +579,7 @@ static struct dj *job_new(struct disk_store *ds, uint8_t kind, sel_node_id id, e
 	d->standalone = true;
 	d->j.op = op;
 	node_desc(ds, id, &d->j.rec);
-	list_job_add(ds, d);
+	jobs_push(&ds->jobs, d);
 	return d;
 }
 
@@ -756,12 +754,7 @@ static void win_free(struct disk_store *ds, struct dwin *w)
 {
 	if (w->n_slots)
 		(void)sel_slab_free(ds->pool, w->slots, w->n_slots);
-	if (w->lprev)
-		w->lprev->lnext = w->lnext;
-	else
-		ds->wins = w->lnext;
-	if (w->lnext)
-		w->lnext->lprev = w->lprev;
+	wins_del(&ds->wins, w);
 	free(w);
 }
 
@@ -850,10 +843,7 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	w->n_slots = need;
 	w->n_page_slots = np;
 	w->n_row_slots = nr;
-	w->lnext = ds->wins;
-	if (ds->wins)
-		ds->wins->lprev = w;
-	ds->wins = w;
+	wins_push(&ds->wins, w);
 	w->dj.kind = st->put ? K_PUT_WIN : K_FETCH_WIN;
 	w->dj.w = w;
 
@@ -1128,16 +1118,6 @@ static void xfer_done(struct disk_store *ds, struct dwin *w)
 
 static bool budget_error(int rc) { return rc == -ENOSPC || rc == -EDQUOT; }
 
-static void stream_unlink(struct disk_store *ds, struct dstream *st)
-{
-	if (st->prev)
-		st->prev->next = st->next;
-	else
-		ds->streams = st->next;
-	if (st->next)
-		st->next->prev = st->prev;
-}
-
 /* Remove failed node id once childless and unpinned, then failed ancestors
  * left so. */
 static void remove_failed(struct disk_store *ds, sel_node_id id, const sel_key *key)
@@ -1243,7 +1223,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 			ds_unpin(ds, st->nodes[i]);
 	}
 	ev_push(ds, &ev);
-	stream_unlink(ds, st);
+	streams_del(&ds->streams, st);
 	stream_free(ds, st);
 }
 
@@ -1251,7 +1231,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 
 static void job_free(struct disk_store *ds, struct dj *d)
 {
-	list_job_del(ds, d);
+	jobs_del(&ds->jobs, d);
 	free(d);
 }
 
@@ -1457,10 +1437,7 @@ static struct dstream *stream_new(struct disk_store *ds, uint32_t n_ids, uint32_
 	st->n_win = n_win;
 	st->n_nodes = n_nodes;
 	st->submit_ns = eos_now_ns();
-	st->next = ds->streams;
-	if (ds->streams)
-		ds->streams->prev = st;
-	ds->streams = st;
+	streams_push(&ds->streams, st);
 	return st;
 }
 
@@ -1570,7 +1547,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		if (rc) {
 			if (rc != -EEXIST && id != SEL_NODE_NONE && sel_index_find(ds->ix, &cp->key) == id)
 				sel_index_remove(ds->ix, id);
-			stream_unlink(ds, st);
+			streams_del(&ds->streams, st);
 			free(st);
 			return SEL_SKIPPED;
 		}
@@ -1628,7 +1605,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	return SEL_QUEUED;
 
 undo:
-	stream_unlink(ds, st);
+	streams_del(&ds->streams, st);
 	free(st);
 	ds_unpin(ds, id);
 	if (fresh && sel_index_find(ds->ix, &cp->key) == id)
@@ -1856,7 +1833,7 @@ int sel_disk_store_fd(sel_store *s)
 
 static bool busy(const struct disk_store *ds)
 {
-	return ds->streams || ds->jobs || ds->dq_head || ds->df_head || ds->xf_head ||
+	return ds->streams.head || ds->jobs.head || ds->dq_head || ds->df_head || ds->xf_head ||
 	       ds->disk_out || (ds->xfer && sel_xfer_inflight(ds->xfer));
 }
 
@@ -1919,8 +1896,8 @@ static void ds_destroy(sel_store *s)
 			l->what[1] = ds->disk;
 			l->what[2] = ds->ns;
 			l->what[3] = ds->lk;
-			l->what[4] = ds->wins;
-			l->what[5] = ds->jobs;
+			l->what[4] = ds->wins.head;
+			l->what[5] = ds->jobs.head;
 			pthread_mutex_lock(&leak_mu);
 			l->next = leaked_list;
 			leaked_list = l;
@@ -1928,13 +1905,13 @@ static void ds_destroy(sel_store *s)
 		}
 		sel_disk_destroy(ds->disk); /* frees itself when its thread ends */
 	} else {
-		while (ds->wins)
-			win_free(ds, ds->wins);
-		while (ds->jobs)
-			job_free(ds, ds->jobs);
-		while (ds->streams) {
-			struct dstream *st = ds->streams;
-			ds->streams = st->next;
+		while (ds->wins.head)
+			win_free(ds, ds->wins.head);
+		while (ds->jobs.head)
+			job_free(ds, ds->jobs.head);
+		while (ds->streams.head) {
+			struct dstream *st = ds->streams.head;
+			streams_del(&ds->streams, st);
 			stream_free(ds, st);
 		}
 		sel_xfer_destroy(ds->xfer);
@@ -2338,7 +2315,7 @@ int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pag
 	d->j.pages = pa;
 	d->j.row_iov = row ? iov : NULL;
 	d->j.row_n = row ? row_n : 0;
-	list_job_add(ds, d);
+	jobs_push(&ds->jobs, d);
 	r->writing = true;
 	ds_pin(ds, id);
 	disk_submit(ds, d);
@@ -2379,7 +2356,7 @@ int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *c
 	d->j.row = row;
 	d->j.row_iov = row ? iov : NULL;
 	d->j.row_n = row ? row_n : 0;
-	list_job_add(ds, d);
+	jobs_push(&ds->jobs, d);
 	ds_pin(ds, id);
 	sel_index_touch(ds->ix, id);
 	disk_submit(ds, d);
@@ -2544,7 +2521,7 @@ int sel_disk_store_check(sel_store *s)
 	if (parked != ds->parked)
 		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 " parked, counted %" PRIu64, parked,
 				ds->parked);
-	for (const struct dstream *st = ds->streams; st; st = st->next) {
+	for (const struct dstream *st = ds->streams.head; st; st = st->next) {
 		if (st->put)
 			puts++;
 		else

@@ -138,6 +138,7 @@
 #include "eos.h"
 #include "expiry.h"
 #include "index.h"
+#include "list.h"
 #include "slab.h"
 #include "store_common.h"
 #include "store_pool.h"
@@ -180,6 +181,17 @@ struct mfetch {
 	struct mfetch *fin_next;     /* finished, event not yet delivered */
 	bool pending, finished;
 };
+
+struct mjob_list {
+	struct mjob *head, *tail;
+	uint32_t n;
+};
+struct mfetch_list {
+	struct mfetch *head, *tail;
+	uint32_t n;
+};
+EOS_DLIST_DEFINE(outs, struct mjob_list, struct mjob)
+EOS_DLIST_DEFINE(fetches, struct mfetch_list, struct mfetch)
 
 struct mrec {
 	uint32_t *slots;       /* page slots, then row slots */
@@ -229,8 +241,8 @@ struct mem_store {
 	uint64_t slots_pinned;
 	uint64_t slots_held;     /* slots records hold (the pool may be shared) */
 
-	struct mjob *outs;       /* live OUT jobs */
-	struct mfetch *fetches;  /* live fetches */
+	struct mjob_list outs;      /* live OUT jobs */
+	struct mfetch_list fetches; /* live fetches */
 	struct mfetch *pend_head, *pend_tail;
 	struct mfetch *fin_head, *fin_tail;
 
@@ -391,44 +403,6 @@ static int make_room(struct mem_store *ms, uint32_t n)
 	}
 	ms->evicting = false;
 	return sel_slab_can_alloc(ms->pool, n, SEL_SLAB_WARM) ? 0 : -ENOSPC;
-}
-
-static void list_out_add(struct mem_store *ms, struct mjob *j)
-{
-	j->prev = NULL;
-	j->next = ms->outs;
-	if (ms->outs)
-		ms->outs->prev = j;
-	ms->outs = j;
-}
-
-static void list_out_del(struct mem_store *ms, struct mjob *j)
-{
-	if (j->prev)
-		j->prev->next = j->next;
-	else
-		ms->outs = j->next;
-	if (j->next)
-		j->next->prev = j->prev;
-}
-
-static void list_fetch_add(struct mem_store *ms, struct mfetch *f)
-{
-	f->prev = NULL;
-	f->next = ms->fetches;
-	if (ms->fetches)
-		ms->fetches->prev = f;
-	ms->fetches = f;
-}
-
-static void list_fetch_del(struct mem_store *ms, struct mfetch *f)
-{
-	if (f->prev)
-		f->prev->next = f->next;
-	else
-		ms->fetches = f->next;
-	if (f->next)
-		f->next->prev = f->prev;
 }
 
 /* ---- put ------------------------------------------------------------------ */
@@ -598,7 +572,7 @@ static sel_outcome put_inner(struct mem_store *ms, const sel_published *cp, sel_
 	}
 	sel_index_get(ms->ix, id)->flags &= (uint16_t)~MS_FAILED;
 	r->out = j;
-	list_out_add(ms, j);
+	outs_push(&ms->outs, j);
 	ms->st.inflight_out++;
 	debug_check(ms);
 	return SEL_QUEUED;
@@ -706,7 +680,7 @@ static void fetch_release(struct mem_store *ms, struct mfetch *f)
 {
 	for (uint32_t i = 0; i < f->n_nodes; i++)
 		ms_unpin(ms, f->nodes[i]);
-	list_fetch_del(ms, f);
+	fetches_del(&ms->fetches, f);
 	free(f);
 }
 
@@ -869,7 +843,7 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 
 	for (uint32_t i = 0; i < n_nodes; i++)
 		ms_pin(ms, f->nodes[i]);
-	list_fetch_add(ms, f);
+	fetches_push(&ms->fetches, f);
 	f->submit_ns = eos_now_ns();
 	int rc = fetch_submit(ms, f);
 	if (rc != 0 && f->n_submitted == 0) {
@@ -959,7 +933,7 @@ static int out_done(struct mem_store *ms, struct mjob *j, sel_event *ev)
 	ev->bytes = j->bytes;
 	ev->duration_ns = j->x.done_ns > j->x.submit_ns ? j->x.done_ns - j->x.submit_ns : 0;
 	r->out = NULL;
-	list_out_del(ms, j);
+	outs_del(&ms->outs, j);
 	ms->st.inflight_out--;
 
 	if (j->x.status == 0) {
@@ -1161,8 +1135,8 @@ static void ms_destroy(sel_store *s)
 		struct leaked *l = calloc(1, sizeof(*l));
 		if (l) {
 			l->xfer = ms->xfer;
-			l->outs = ms->outs;
-			l->fetches = ms->fetches;
+			l->outs = ms->outs.head;
+			l->fetches = ms->fetches.head;
 			pthread_mutex_lock(&leaked_lock);
 			l->next = leaked_list;
 			leaked_list = l;
@@ -1170,14 +1144,14 @@ static void ms_destroy(sel_store *s)
 		}
 		/* else: leaked unreachable, which is still safe. */
 	} else {
-		while (ms->outs) {
-			struct mjob *j = ms->outs;
-			ms->outs = j->next;
+		while (ms->outs.head) {
+			struct mjob *j = ms->outs.head;
+			outs_del(&ms->outs, j);
 			free(j);
 		}
-		while (ms->fetches) {
-			struct mfetch *f = ms->fetches;
-			ms->fetches = f->next;
+		while (ms->fetches.head) {
+			struct mfetch *f = ms->fetches.head;
+			fetches_del(&ms->fetches, f);
 			free(f);
 		}
 		if (ms->xfer)
@@ -1372,13 +1346,13 @@ int sel_memory_store_check(sel_store *s)
 		goto out;
 	}
 	uint64_t outs = 0, fetches = 0;
-	for (const struct mjob *j = ms->outs; j; j = j->next, outs++)
+	for (const struct mjob *j = ms->outs.head; j; j = j->next, outs++)
 		if (rec_of(ms, j->node) == NULL || ms->recs[j->node].out != j) {
 			rc = eos_fail(SEL_ECORRUPT, "memory store: copy-out job of node %" PRIu32
 				      " not on its record", j->node);
 			goto out;
 		}
-	for (const struct mfetch *f = ms->fetches; f; f = f->next, fetches++)
+	for (const struct mfetch *f = ms->fetches.head; f; f = f->next, fetches++)
 		for (uint32_t i = 0; i < f->n_nodes; i++)
 			if (!ms->recs[f->nodes[i]].live || !ms->recs[f->nodes[i]].mypins) {
 				rc = eos_fail(SEL_ECORRUPT, "memory store: fetch of ticket %" PRIu64
