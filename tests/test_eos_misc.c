@@ -165,6 +165,31 @@ static void run_lower(struct prio_result *r)
 	CHECK(pthread_join(t, NULL) == 0);
 }
 
+/* eos_grow: no-op when large enough, doubling from 16, contents kept,
+ * -ENOMEM (array unchanged) when the size overflows. */
+static void test_grow(void)
+{
+	uint32_t *a = NULL;
+	size_t cap = 0;
+	CHECK_OK(eos_grow((void **)&a, &cap, 1, sizeof(*a)));
+	CHECK(a && cap == 16);
+	for (uint32_t i = 0; i < 16; i++)
+		a[i] = i * 7;
+	uint32_t *before = a;
+	CHECK_OK(eos_grow((void **)&a, &cap, 16, sizeof(*a)));
+	CHECK(a == before && cap == 16);
+	CHECK_OK(eos_grow((void **)&a, &cap, 33, sizeof(*a)));
+	CHECK(cap == 64);
+	for (uint32_t i = 0; i < 16; i++)
+		CHECK(a[i] == i * 7);
+	size_t cap2 = cap;
+	uint32_t *keep = a;
+	CHECK_RC(eos_grow((void **)&a, &cap2, SIZE_MAX / 2 + 2, sizeof(*a)), -ENOMEM);
+	CHECK_RC(eos_grow((void **)&a, &cap2, SIZE_MAX / 4 + 1, 8), -ENOMEM);
+	CHECK(a == keep && cap2 == 64 && a[15] == 105);
+	free(a);
+}
+
 static void test_priority(void)
 {
 	int policy0 = sched_getscheduler(0);
@@ -231,6 +256,7 @@ int main(void)
 	test_errors();
 	test_clocks();
 	test_capacity();
+	test_grow();
 	test_priority();
 	test_thread_name();
 

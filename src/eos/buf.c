@@ -20,6 +20,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+int eos_grow(void **p, size_t *cap, size_t want, size_t elem)
+{
+	if (want <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 16;
+	while (n < want) {
+		if (n > SIZE_MAX / 2)
+			return -ENOMEM;
+		n *= 2;
+	}
+	if (elem && n > SIZE_MAX / elem)
+		return -ENOMEM;
+	void *q = realloc(*p, n * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
 void *eos_aligned_alloc(size_t align, size_t len)
 {
 	if (align < sizeof(void *) || (align & (align - 1)) != 0) {

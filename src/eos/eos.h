@@ -51,6 +51,11 @@ void eos_errclear(void);
  * which accepts NULL. */
 void *eos_aligned_alloc(size_t align, size_t len);
 void eos_aligned_free(void *p);
+
+/* Make the array *p of elem-byte elements hold at least want of them,
+ * doubling *cap (from 16) and reallocating when it is short.  0, or -ENOMEM
+ * (the array is left as it was; also when the size would overflow). */
+int eos_grow(void **p, size_t *cap, size_t want, size_t elem);
 /* v rounded up to a multiple of a (a > 0); v must be <= UINT64_MAX - a + 1. */
 static inline uint64_t eos_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

@@ -279,21 +279,6 @@ struct hel_engine {
 static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct hel_engine *graveyard;
 
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	if (want <= *cap)
-		return 0;
-	size_t n = *cap ? *cap : 16;
-	while (n < want)
-		n *= 2;
-	void *q = realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 EOS_DLIST_DEFINE(list, struct rlist, struct ereq)
 
 static void req_free(struct ereq *r)
@@ -701,7 +686,7 @@ static size_t take_incoming(hel_engine *e, bool *stop)
 		for (struct ereq *r = e->all; r; r = r->all_next) {
 			if (!r->cancel || r->cancel_seen)
 				continue;
-			if (grow((void **)&e->cv, &e->cap_cv, n + 1, sizeof *e->cv)) {
+			if (eos_grow((void **)&e->cv, &e->cap_cv, n + 1, sizeof *e->cv)) {
 				e->cancel_pending = true; /* try again next round */
 				break;
 			}
@@ -779,7 +764,7 @@ static void tk_del(hel_engine *e, struct etk *t)
 
 static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
 {
-	if (grow((void **)&e->tk, &e->cap_tk, e->n_tk + 1, sizeof *e->tk))
+	if (eos_grow((void **)&e->tk, &e->cap_tk, e->n_tk + 1, sizeof *e->tk))
 		return eos_fail(-ENOMEM, "engine: out of memory for a ticket");
 	struct etk *t = &e->tk[e->n_tk];
 	memset(t, 0, sizeof *t);
@@ -810,7 +795,7 @@ static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why, bool pin
 			e->rt[i] = x;
 			return;
 		}
-	if (grow((void **)&e->rt, &e->cap_rt, e->n_rt + 1, sizeof *e->rt)) {
+	if (eos_grow((void **)&e->rt, &e->cap_rt, e->n_rt + 1, sizeof *e->rt)) {
 		e->ws.retry_abandoned[why]++; /* cannot remember it: given up */
 		return;
 	}
@@ -840,7 +825,7 @@ static bool pin_room(const hel_engine *e, uint32_t pages)
 
 static void op_add(hel_engine *e, uint64_t id, uint32_t pages)
 {
-	if (grow((void **)&e->op, &e->cap_op, e->n_op + 1, sizeof *e->op))
+	if (eos_grow((void **)&e->op, &e->cap_op, e->n_op + 1, sizeof *e->op))
 		return; /* not counted: the bound is looser by one, nothing leaks */
 	e->op[e->n_op++] = (struct epin){ id, pages };
 	e->op_pages += pages;

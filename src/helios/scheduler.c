@@ -193,21 +193,6 @@ const char *hel_phase_name(hel_phase p)
 
 /* ---- small containers ---------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	if (want <= *cap)
-		return 0;
-	size_t n = *cap ? *cap : 16;
-	while (n < want)
-		n *= 2;
-	void *q = realloc(*p, n * elem);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 static int ptab_reserve(struct ptab *t)
 {
 	if (t->nfree)
@@ -385,7 +370,7 @@ static void res_set(hel_scheduler *s, struct req *r, uint32_t pages, uint32_t ro
 /* Queue id for take_publications (the caller sets the flags). */
 static int queue_push(hel_scheduler *s, uint64_t id)
 {
-	if (grow((void **)&s->queue, &s->capq, s->nq + 1, sizeof(*s->queue)))
+	if (eos_grow((void **)&s->queue, &s->capq, s->nq + 1, sizeof(*s->queue)))
 		return -ENOMEM;
 	s->queue[s->nq++] = id;
 	return 0;
@@ -420,7 +405,7 @@ static void refresh_below(hel_scheduler *s, const hel_ckpt *heir)
 	const hel_ckpt **stack = NULL;
 	size_t n = 0, cap = 0;
 	for (const hel_ckpt *ch = heir->first_child; ch; ch = ch->next_sibling) {
-		if (grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
+		if (eos_grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
 			goto out;
 		stack[n++] = ch;
 	}
@@ -435,7 +420,7 @@ static void refresh_below(hel_scheduler *s, const hel_ckpt *heir)
 			continue;
 		}
 		for (const hel_ckpt *ch = x->first_child; ch; ch = ch->next_sibling) {
-			if (grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
+			if (eos_grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
 				goto out;
 			stack[n++] = ch;
 		}
@@ -991,7 +976,7 @@ int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int statu
 	} else {
 		s->st.inbound_failed++;
 		if (t->n_waiters &&
-		    grow((void **)&s->failed, &s->cap_failed, t->n_waiters, sizeof(*s->failed)) == 0) {
+		    eos_grow((void **)&s->failed, &s->cap_failed, t->n_waiters, sizeof(*s->failed)) == 0) {
 			memcpy(s->failed, t->waiters, t->n_waiters * sizeof(*s->failed));
 			if (failed)
 				*failed = s->failed;
@@ -1090,8 +1075,8 @@ static void readmit(hel_scheduler *s)
 
 static int arena_reserve(struct step *st, size_t pages, size_t tokens)
 {
-	if (grow((void **)&st->pg, &st->cappg, st->npg + pages, sizeof(*st->pg)) ||
-	    grow((void **)&st->tk, &st->captk, st->ntk + tokens, sizeof(*st->tk)))
+	if (eos_grow((void **)&st->pg, &st->cappg, st->npg + pages, sizeof(*st->pg)) ||
+	    eos_grow((void **)&st->tk, &st->captk, st->ntk + tokens, sizeof(*st->tk)))
 		return -ENOMEM;
 	return 0;
 }
@@ -1409,9 +1394,9 @@ int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out,
 			pages += hel_cache_chain_len(s->c, k);
 		}
 	}
-	if (grow((void **)&s->pubs, &s->cap_pubs, n, sizeof(*s->pubs)) ||
-	    grow((void **)&s->pubk, &s->cap_pubk, n, sizeof(*s->pubk)) ||
-	    grow((void **)&s->pub_pages, &s->cap_pub_pages, pages, sizeof(*s->pub_pages)))
+	if (eos_grow((void **)&s->pubs, &s->cap_pubs, n, sizeof(*s->pubs)) ||
+	    eos_grow((void **)&s->pubk, &s->cap_pubk, n, sizeof(*s->pubk)) ||
+	    eos_grow((void **)&s->pub_pages, &s->cap_pub_pages, pages, sizeof(*s->pub_pages)))
 		return eos_fail(-ENOMEM, "take_publications: out of memory");
 	size_t m = 0, keep = 0;
 	for (size_t i = 0; i < s->nq; i++) {
@@ -1450,7 +1435,7 @@ int hel_scheduler_describe(hel_scheduler *s, uint64_t id, sel_published *out)
 	if (!k || !hel_ckpt_has_row(k) || !(k->flags & HEL_CK_OFFERED))
 		return eos_fail(-ENOENT, "describe: checkpoint %llu left the GPU cache",
 				(unsigned long long)id);
-	if (grow((void **)&s->desc_pages, &s->cap_desc, hel_cache_chain_len(s->c, k) + 1,
+	if (eos_grow((void **)&s->desc_pages, &s->cap_desc, hel_cache_chain_len(s->c, k) + 1,
 		 sizeof(*s->desc_pages)))
 		return eos_fail(-ENOMEM, "describe: out of memory");
 	describe(s, k, s->desc_pages, out);
@@ -1542,8 +1527,8 @@ static int refs_add(struct refs *f, uint64_t id)
 			return 0;
 		}
 	size_t cap = f->cap;
-	if (grow((void **)&f->ids, &cap, f->n + 1, sizeof(*f->ids)) ||
-	    grow((void **)&f->cnt, &f->cap, f->n + 1, sizeof(*f->cnt)) ||
+	if (eos_grow((void **)&f->ids, &cap, f->n + 1, sizeof(*f->ids)) ||
+	    eos_grow((void **)&f->cnt, &f->cap, f->n + 1, sizeof(*f->cnt)) ||
 	    hel_map_add(&f->m, h, (uint32_t)f->n))
 		return -ENOMEM;
 	f->ids[f->n] = id;

@@ -255,21 +255,6 @@ static void io_fail_msg(struct io_ctx *c, int rc)
 
 /* ---- Scratch ---------------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t n = *cap ? *cap : 64;
-	while (n < need)
-		n *= 2;
-	void *np = realloc(*p, n * elem);
-	if (!np)
-		return -ENOMEM;
-	*p = np;
-	*cap = n;
-	return 0;
-}
-
 static int grow_bounce(struct io_ctx *c, size_t need)
 {
 	if (need <= c->bounce_cap)
@@ -289,7 +274,7 @@ static int grow_bounce(struct io_ctx *c, size_t need)
 static bool add_seg(struct io_ctx *c, void *addr, uint64_t len, uint64_t off, uint8_t kind,
 		    uint32_t idx)
 {
-	if (grow((void **)&c->segs, &c->segs_cap, c->n_segs + 1, sizeof(*c->segs)) != 0)
+	if (eos_grow((void **)&c->segs, &c->segs_cap, c->n_segs + 1, sizeof(*c->segs)) != 0)
 		return false;
 	c->segs[c->n_segs++] = (struct seg){.addr = addr, .len = len, .off = off, .kind = kind,
 					    .idx = idx};
@@ -616,7 +601,7 @@ static uint64_t next_nonce(sel_disk *d)
 static int add_row_segs(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
-	if (grow((void **)&c->plan, &c->plan_cap, j->row_n ? j->row_n : 1, sizeof(*c->plan)) != 0)
+	if (eos_grow((void **)&c->plan, &c->plan_cap, j->row_n ? j->row_n : 1, sizeof(*c->plan)) != 0)
 		return -ENOMEM;
 	int rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov, j->row_n, c->plan);
 	if (rc)
@@ -1266,8 +1251,8 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 		struct io_ctx *c = &d->ctx[i];
 		c->fd = -1;
 		ok = grow_bounce(c, 131072) == 0 &&
-		     grow((void **)&c->segs, &c->segs_cap, 256, sizeof(*c->segs)) == 0 &&
-		     grow((void **)&c->plan, &c->plan_cap, 64, sizeof(*c->plan)) == 0;
+		     eos_grow((void **)&c->segs, &c->segs_cap, 256, sizeof(*c->segs)) == 0 &&
+		     eos_grow((void **)&c->plan, &c->plan_cap, 64, sizeof(*c->plan)) == 0;
 	}
 	if (!ok) {
 		rc = eos_fail(-ENOMEM, "disk thread: out of memory");
