@@ -42,7 +42,8 @@ HELIOS_SRCS := $(sort $(wildcard src/helios/*.c))
 FLARE_SRCS  := $(sort $(wildcard src/flare/*.c))
 TEST_SRCS   := $(sort $(wildcard tests/test_*.c))
 TESTLIB_SRCS:= $(sort $(filter-out $(TEST_SRCS),$(wildcard tests/*.c)))
-BENCH_SRCS  := $(sort $(wildcard bench/*.c))
+BENCH_SRCS  := $(sort $(filter-out bench/benchlib.c,$(wildcard bench/*.c)))
+BENCHLIB_SRCS := bench/benchlib.c
 FUZZ_SRCS   := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -58,6 +59,7 @@ FLARE_MAIN_OBJ := $(call obj,src/flare/main.c)
 FLARE_LIB_SRCS := $(filter-out src/flare/main.c,$(FLARE_SRCS))
 FLARE_LIB_OBJS := $(call obj,$(FLARE_LIB_SRCS))
 TESTLIB_OBJS:= $(call obj,$(TESTLIB_SRCS))
+BENCHLIB_OBJS := $(call obj,$(BENCHLIB_SRCS))
 
 STATIC_LIB  := $(BUILD)/libselene.a
 SHARED_LIB  := $(BUILD)/libselene.so.$(VERSION)
@@ -128,9 +130,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTLIB_OBJS) $(TEST_STATIC)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_SAN) -o $@ $< $(TESTLIB_OBJS) $(TEST_STATIC) $(DEPS_LIBS) $(LIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(TESTLIB_OBJS) $(ALL_STATIC)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCHLIB_OBJS) $(TESTLIB_OBJS) $(ALL_STATIC)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_SAN) -o $@ $< $(TESTLIB_OBJS) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS_SAN) -o $@ $< $(BENCHLIB_OBJS) $(TESTLIB_OBJS) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
 
 # Replay drivers: each fuzz target linked with fuzz/replay.c runs its corpus
 # (fuzz/corpus/<name>/) as an ordinary test inside make check.

@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "disk.h"
 #include "../tests/recutil.h"
 #include "slab.h"
@@ -94,50 +95,6 @@ static void set_jobs(struct sel_disk_job *jobs, int n, enum sel_disk_op op, void
 		jobs[i].row_iov = iov;
 		jobs[i].row_n = (uint32_t)npieces;
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-	double s[16];
-	memcpy(s, v, (size_t)n * sizeof *s);
-	qsort(s, (size_t)n, sizeof *s, cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-/* Run fio; returns bytes per second of the job, or < 0 (reason printed). */
-static double fio_bw(const char *dir, const char *rw, uint64_t bytes)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd,
-		 "fio --name=selene-bench --directory='%s' --filename=fio.bench --rw=%s --bs=8M "
-		 "--iodepth=32 --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
-		 "--output-format=terse --terse-version=3 2>&1",
-		 dir, rw, (unsigned long long)bytes);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return -1;
-	char line[8192] = {0}, last[8192] = {0};
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, "3;", 2) == 0)
-			snprintf(last, sizeof last, "%s", line);
-	int st = pclose(f);
-	if (st != 0 || !last[0]) {
-		printf("fio %s failed (status %d)\n", rw, st);
-		return -1;
-	}
-	/* terse v3: field 7 read bandwidth KiB/s, field 48 write bandwidth KiB/s
-	 * (1-based, counting the version as field 1). */
-	int want = strcmp(rw, "read") == 0 ? 7 : 48, field = 1;
-	for (char *s = last, *tok; (tok = strsep(&s, ";")); field++)
-		if (field == want)
-			return strtod(tok, NULL) * 1024.0;
-	return -1;
 }
 
 static double geomean(const double *v, int n)
@@ -238,14 +195,14 @@ static void bench_throughput(const char *base, uint64_t total)
 		uint64_t bytes = (uint64_t)nrec * (tail * slot + ns.layout.sz.row_segment + 8192);
 		fw[round] = fr[round] = 0;
 		sync();
-		if (fio && fio_first && (fw[round] = fio_bw(lk.path, "write", bytes)) <= 0)
+		if (fio && fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
 		set_jobs(jobs, nrec, SEL_DISK_WRITE, src_pages, src_iov, npieces);
 		wbw[round] = run_jobs(d, jobs, nrec, 4);
-		if (fio && !fio_first && (fw[round] = fio_bw(lk.path, "write", bytes)) <= 0)
+		if (fio && !fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
 		sync();
-		if (fio && fio_first && (fr[round] = fio_bw(lk.path, "read", bytes)) <= 0)
+		if (fio && fio_first && (fr[round] = bench_fio_bw(lk.path, "read", bytes)) <= 0)
 			fio = false;
 		set_jobs(jobs, nrec, SEL_DISK_READ, pages[1], iov[1], npieces);
 		for (int i = 1; i < nrec; i += 2) {
@@ -255,7 +212,7 @@ static void bench_throughput(const char *base, uint64_t total)
 		/* Two in flight: job i + 2 reuses job i's destination, and the
 		 * runner waits for job i before submitting job i + 2. */
 		rbw[round] = run_jobs(d, jobs, nrec, 2);
-		if (fio && !fio_first && (fr[round] = fio_bw(lk.path, "read", bytes)) <= 0)
+		if (fio && !fio_first && (fr[round] = bench_fio_bw(lk.path, "read", bytes)) <= 0)
 			fio = false;
 		for (uint32_t i = 0; i < tail; i++)
 			CHECK(memcmp(src_pages[i], pages[1][i], slot) == 0 &&
@@ -273,11 +230,11 @@ static void bench_throughput(const char *base, uint64_t total)
 	}
 	if (!fio)
 		printf("fio did not run: no ratios\n");
-	printf("RESULT disk_write_gbps %.3f GB/s\n", median(wbw, ROUNDS) / 1e9);
-	printf("RESULT disk_read_gbps %.3f GB/s\n", median(rbw, ROUNDS) / 1e9);
+	printf("RESULT disk_write_gbps %.3f GB/s\n", bench_median(wbw, ROUNDS) / 1e9);
+	printf("RESULT disk_read_gbps %.3f GB/s\n", bench_median(rbw, ROUNDS) / 1e9);
 	if (fio) {
-		printf("RESULT fio_write_gbps %.3f GB/s\n", median(fw, ROUNDS) / 1e9);
-		printf("RESULT fio_read_gbps %.3f GB/s\n", median(fr, ROUNDS) / 1e9);
+		printf("RESULT fio_write_gbps %.3f GB/s\n", bench_median(fw, ROUNDS) / 1e9);
+		printf("RESULT fio_read_gbps %.3f GB/s\n", bench_median(fr, ROUNDS) / 1e9);
 		printf("RESULT disk_write_vs_fio %.3f ratio\n", geomean(wr, ROUNDS));
 		printf("RESULT disk_read_vs_fio %.3f ratio\n", geomean(rr, ROUNDS));
 	}

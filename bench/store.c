@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "../tests/storefx.h"
 
 #define PAGES 256u
@@ -36,45 +37,6 @@ static uint64_t env_u64(const char *name, uint64_t def)
 {
 	const char *v = getenv(name);
 	return v && *v ? strtoull(v, NULL, 10) : def;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-	double s[MAX_ROUNDS];
-	memcpy(s, v, (size_t)n * sizeof *s);
-	qsort(s, (size_t)n, sizeof *s, cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static double fio_bw(const char *dir, const char *rw, uint64_t bytes)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd,
-		 "fio --name=selene-store --directory='%s' --filename=fio.bench --rw=%s --bs=8M "
-		 "--iodepth=32 --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
-		 "--output-format=terse --terse-version=3 2>&1",
-		 dir, rw, (unsigned long long)bytes);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return -1;
-	char line[8192] = {0}, last[8192] = {0};
-	while (fgets(line, sizeof line, f))
-		if (strncmp(line, "3;", 2) == 0)
-			snprintf(last, sizeof last, "%s", line);
-	int st = pclose(f);
-	if (st != 0 || !last[0])
-		return -1;
-	int want = strcmp(rw, "read") == 0 ? 7 : 48, field = 1;
-	for (char *s = last, *tok; (tok = strsep(&s, ";")); field++)
-		if (field == want)
-			return strtod(tok, NULL) * 1024.0;
-	return -1;
 }
 
 static void wait_fd(sel_store *s)
@@ -189,8 +151,8 @@ int main(void)
 		CHECK(sfx_page_ok(&fx, dst[7], 1000 + n - 1, 7, false));
 
 		if (fio) {
-			fw[r] = fio_bw(ns_dir, "write", (uint64_t)n * rec_bytes);
-			fr[r] = fio_bw(ns_dir, "read", (uint64_t)n * rec_bytes);
+			fw[r] = bench_fio_bw(ns_dir, "write", (uint64_t)n * rec_bytes);
+			fr[r] = bench_fio_bw(ns_dir, "read", (uint64_t)n * rec_bytes);
 			if (fw[r] <= 0 || fr[r] <= 0) {
 				printf("fio failed: no ratios\n");
 				fio = false;
@@ -207,13 +169,13 @@ int main(void)
 		CHECK_RC(sel_store_close(s, 0), 0);
 		sel_store_destroy(s);
 	}
-	printf("RESULT store_put_gbps %.3f GB/s\n", median(put, rounds) / 1e9);
-	printf("RESULT store_fetch_gbps %.3f GB/s\n", median(get, rounds) / 1e9);
+	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
+	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
 	if (fio) {
-		printf("RESULT fio_write_gbps %.3f GB/s\n", median(fw, rounds) / 1e9);
-		printf("RESULT fio_read_gbps %.3f GB/s\n", median(fr, rounds) / 1e9);
-		printf("RESULT store_put_vs_fio %.3f ratio\n", median(put, rounds) / median(fw, rounds));
-		printf("RESULT store_fetch_vs_fio %.3f ratio\n", median(get, rounds) / median(fr, rounds));
+		printf("RESULT fio_write_gbps %.3f GB/s\n", bench_median(fw, rounds) / 1e9);
+		printf("RESULT fio_read_gbps %.3f GB/s\n", bench_median(fr, rounds) / 1e9);
+		printf("RESULT store_put_vs_fio %.3f ratio\n", bench_median(put, rounds) / bench_median(fw, rounds));
+		printf("RESULT store_fetch_vs_fio %.3f ratio\n", bench_median(get, rounds) / bench_median(fr, rounds));
 	}
 	for (uint32_t i = 0; i < n; i++)
 		sfx_conv_free(&cv[i]);

@@ -1,0 +1,58 @@
+/*
+ * benchlib.c - shared benchmark helpers (benchlib.h).
+ */
+#include "benchlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double bench_median(const double *v, int n)
+{
+	double *s = malloc((size_t)n * sizeof *s);
+	if (!s)
+		abort();
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	free(s);
+	return m;
+}
+
+double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+		 "fio --name=selene-bench --directory='%s' --filename=fio.bench --rw=%s --bs=8M "
+		 "--iodepth=32 --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
+		 "--output-format=terse --terse-version=3 2>&1",
+		 dir, rw, (unsigned long long)bytes);
+	FILE *f = popen(cmd, "r");
+	if (!f) {
+		printf("fio %s: cannot start it\n", rw);
+		return -1;
+	}
+	char line[8192] = {0}, last[8192] = {0};
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "3;", 2) == 0)
+			snprintf(last, sizeof last, "%s", line);
+	int st = pclose(f);
+	if (st != 0 || !last[0]) {
+		printf("fio %s failed (status %d)\n", rw, st);
+		return -1;
+	}
+	/* terse v3: field 7 read bandwidth KiB/s, field 48 write bandwidth KiB/s
+	 * (1-based, counting the version as field 1). */
+	int want = strcmp(rw, "read") == 0 ? 7 : 48, field = 1;
+	for (char *s = last, *tok; (tok = strsep(&s, ";")); field++)
+		if (field == want)
+			return strtod(tok, NULL) * 1024.0;
+	printf("fio %s: no bandwidth field in its output\n", rw);
+	return -1;
+}

@@ -1,0 +1,19 @@
+/*
+ * benchlib.h - what several benchmarks share: the median of a few rounds and
+ * fio's bandwidth on a directory, the baseline the disk figures are set
+ * against (measured in the same run).
+ */
+#ifndef BENCHLIB_H
+#define BENCHLIB_H
+
+#include <stdint.h>
+
+/* Median of v[0..n) (n >= 1); v is not changed. */
+double bench_median(const double *v, int n);
+
+/* fio with io_uring and O_DIRECT, 8 MiB requests, 32 in flight, on
+ * dir/fio.bench: bytes per second of `rw` ("write" or "read") over `bytes`,
+ * or -1 with the reason printed.  The file is left for the caller. */
+double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes);
+
+#endif
