@@ -38,101 +38,12 @@
 
 #include "disk.h"
 #include "internal.h"
+#include "faultfs.h"
 #include "recutil.h"
 #include "slab.h"
 
 static test_rng rng;
 static uint64_t leaked_slots; /* slots given up to a stopped disk thread */
-
-/* ---- fault injection ------------------------------------------------------ */
-
-enum fop { F_NONE = 0, F_OPEN, F_FALLOCATE, F_PWRITE, F_PREAD, F_FDATASYNC, F_FSYNC, F_RENAME,
-	   F_UNLINK, F_NOPS };
-static const char *fop_name[] = {"none", "open", "fallocate", "pwrite", "pread", "fdatasync",
-				 "fsync", "rename", "unlink"};
-
-static struct {
-	int armed[F_NOPS];   /* errno to inject, 0 = pass */
-	int skip[F_NOPS];    /* matching calls to let through first */
-	int calls[F_NOPS];   /* calls seen */
-	int payload_preads;  /* preads at offsets past the first 4 KiB */
-	int slow_ms;         /* sleep in every pwrite */
-} fi;
-
-static bool inject(enum fop op)
-{
-	__atomic_add_fetch(&fi.calls[op], 1, __ATOMIC_RELAXED);
-	int e = __atomic_load_n(&fi.armed[op], __ATOMIC_RELAXED);
-	if (!e)
-		return false;
-	if (__atomic_load_n(&fi.skip[op], __ATOMIC_RELAXED) > 0) {
-		__atomic_sub_fetch(&fi.skip[op], 1, __ATOMIC_RELAXED);
-		return false;
-	}
-	errno = e;
-	return true;
-}
-
-static bool record_path(const char *p) { return strstr(p, ".ckpt") != NULL; }
-
-static int f_openat(int dfd, const char *p, int fl, mode_t m)
-{
-	if (record_path(p) && inject(F_OPEN))
-		return -1;
-	return eos_fileops_libc.openat(dfd, p, fl, m);
-}
-static ssize_t f_pread(int fd, void *b, size_t n, off_t off)
-{
-	if (off >= 4096)
-		__atomic_add_fetch(&fi.payload_preads, 1, __ATOMIC_RELAXED);
-	if (inject(F_PREAD))
-		return -1;
-	return eos_fileops_libc.pread(fd, b, n, off);
-}
-static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t off)
-{
-	int ms = __atomic_load_n(&fi.slow_ms, __ATOMIC_RELAXED);
-	if (ms)
-		eos_sleep_ns((uint64_t)ms * 1000000);
-	if (inject(F_PWRITE))
-		return -1;
-	return eos_fileops_libc.pwrite(fd, b, n, off);
-}
-static int f_fsync(int fd) { return inject(F_FSYNC) ? -1 : eos_fileops_libc.fsync(fd); }
-static int f_fdatasync(int fd) { return inject(F_FDATASYNC) ? -1 : eos_fileops_libc.fdatasync(fd); }
-static int f_fallocate(int fd, int mode, off_t off, off_t len)
-{
-	return inject(F_FALLOCATE) ? -1 : eos_fileops_libc.fallocate(fd, mode, off, len);
-}
-static int f_renameat(int a, const char *p, int b, const char *q)
-{
-	return inject(F_RENAME) ? -1 : eos_fileops_libc.renameat(a, p, b, q);
-}
-static int f_unlinkat(int dfd, const char *p, int fl)
-{
-	if (record_path(p) && inject(F_UNLINK))
-		return -1;
-	return eos_fileops_libc.unlinkat(dfd, p, fl);
-}
-
-static struct eos_fileops fault_ops;
-
-static void fi_reset(void)
-{
-	for (int i = 0; i < F_NOPS; i++) {
-		__atomic_store_n(&fi.armed[i], 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&fi.skip[i], 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&fi.calls[i], 0, __ATOMIC_RELAXED);
-	}
-	__atomic_store_n(&fi.payload_preads, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&fi.slow_ms, 0, __ATOMIC_RELAXED);
-}
-
-static void fi_arm(enum fop op, int e, int skip)
-{
-	__atomic_store_n(&fi.skip[op], skip, __ATOMIC_RELAXED);
-	__atomic_store_n(&fi.armed[op], e, __ATOMIC_RELAXED);
-}
 
 /* ---- io_uring hooks ------------------------------------------------------------ */
 
@@ -539,12 +450,12 @@ static void test_corruption(struct fx *f)
 	for (int k = 0; k < 4; k++) {
 		job_write(&j, &src, true);
 		CHECK_OK(run(f, &j));
-		fi.payload_preads = 0;
+		faultfs.payload_preads = 0;
 		hk.completions = 0;
 		flip_byte(f, &d.key, k == 0 ? 90 : test_rng_below(&rng, 4096));
 		job_read(&j, &dst, 0, true);
 		CHECK_RC(run(f, &j), SEL_ECORRUPT);
-		CHECK(fi.payload_preads == 0 && hk.completions == 0);
+		CHECK(faultfs.payload_preads == 0 && hk.completions == 0);
 	}
 
 	/* A short file. */
@@ -580,15 +491,15 @@ static void test_changed_header(struct fx *f)
 	rec_alloc(f, &small, &indexed, false);
 	job_write(&j, &big, true);
 	CHECK_OK(run(f, &j));
-	fi_reset();
+	faultfs_reset();
 	hk.completions = 0;
-	eos_fileops_set(&fault_ops);
+	eos_fileops_set(faultfs_ops());
 	job_read(&j, &small, 0, true);
 	CHECK_RC(run(f, &j), SEL_ECORRUPT);
 	eos_fileops_set(NULL);
 	CHECK(strstr(j.errmsg, "changed"));
-	CHECK(fi.payload_preads == 0 && hk.completions == 0);
-	CHECK(fi.calls[F_PREAD] == 1);
+	CHECK(faultfs.payload_preads == 0 && hk.completions == 0);
+	CHECK(faultfs.calls[F_PREAD] == 1);
 	/* Same with a different parent or bucket. */
 	sel_record_desc other = indexed;
 	other.bucket.b[0] ^= 1;
@@ -976,19 +887,19 @@ static void test_windowed(struct fx *f)
 	CHECK_OK(run(f, &j));
 	bool pread_path = f->mode->io == SEL_DISK_IO_PREAD;
 	for (int k = 0; k < 5; k++) {
-		enum fop op = k == 0 ? F_FALLOCATE : k == 1 ? F_OPEN : k == 2 ? F_RENAME
+		enum faultfs_op op = k == 0 ? F_FALLOCATE : k == 1 ? F_OPEN : k == 2 ? F_RENAME
 			      : k == 3 ? F_PWRITE : F_NONE;
 		int e = k % 2 ? EIO : ENOSPC;
 		if (op == F_PWRITE && !pread_path)
 			continue;
-		fi_reset();
+		faultfs_reset();
 		hk_reset();
-		eos_fileops_set(&fault_ops);
+		eos_fileops_set(faultfs_ops());
 		uint32_t failing = op == F_FALLOCATE || op == F_OPEN ? 0 : op == F_RENAME ? 2 : 1;
 		if (op == F_PWRITE)
-			fi_arm(op, e, 3); /* inside the middle part */
+			faultfs_arm(op, e, 3); /* inside the middle part */
 		else if (op != F_NONE)
-			fi_arm(op, e, 0);
+			faultfs_arm(op, e, 0);
 		else if (pread_path)
 			continue;
 		else
@@ -1016,7 +927,7 @@ static void test_windowed(struct fx *f)
 		CHECK_OK(run(f, &j));
 		check_same(&old, &dst, 0, true);
 	}
-	fi_reset();
+	faultfs_reset();
 	rec_free(f, &old);
 
 	/* Temporaries still open at close are removed. */
@@ -1102,7 +1013,7 @@ static void test_windowed(struct fx *f)
 
 /* Write a record whose write must fail with e at op; the committed
  * version of the same key must survive it unchanged. */
-static void write_fault(struct fx *f, enum fop op, int e, bool datasync)
+static void write_fault(struct fx *f, enum faultfs_op op, int e, bool datasync)
 {
 	uint32_t pt = f->t.g.page_tokens;
 	sel_record_desc d;
@@ -1121,13 +1032,13 @@ static void write_fault(struct fx *f, enum fop op, int e, bool datasync)
 		cfg.fdatasync = true;
 		CHECK_OK(sel_disk_create(&cfg, &f->d));
 	}
-	fi_reset();
-	eos_fileops_set(&fault_ops);
-	fi_arm(op, e, op == F_PWRITE ? 2 : 0);
+	faultfs_reset();
+	eos_fileops_set(faultfs_ops());
+	faultfs_arm(op, e, op == F_PWRITE ? 2 : 0);
 	job_write(&j, &neu, true);
 	int rc = run(f, &j);
 	eos_fileops_set(NULL);
-	CHECKF(rc == -e, "%s %s: status %d (%s)", fop_name[op], strerror(e), rc, j.errmsg);
+	CHECKF(rc == -e, "%s %s: status %d (%s)", faultfs_op_name[op], strerror(e), rc, j.errmsg);
 	CHECKF(strstr(j.errmsg, strerror(e)) != NULL, "message '%s' lacks the cause", j.errmsg);
 	CHECK(count_tmp(f) == 0);
 	job_read(&j, &dst, 0, true);
@@ -1173,55 +1084,55 @@ static void test_faults(struct fx *f)
 	struct sel_disk_job j;
 	rec_alloc(f, &src, &d, true);
 	rec_alloc(f, &dst, &d, false);
-	fi_reset();
-	eos_fileops_set(&fault_ops);
-	fi_arm(F_RENAME, EIO, 0);
+	faultfs_reset();
+	eos_fileops_set(faultfs_ops());
+	faultfs_arm(F_RENAME, EIO, 0);
 	job_write(&j, &src, true);
 	CHECK_RC(run(f, &j), -EIO);
 	CHECK(!j.committed && fsize(f, &d.key) == UINT64_MAX && count_tmp(f) == 0);
 
 	/* Reads: open and pread (the header read, on both paths). */
-	fi_reset();
+	faultfs_reset();
 	job_write(&j, &src, true);
 	CHECK_OK(run(f, &j));
 	for (int k = 0; k < 2; k++) {
-		fi_reset();
-		fi_arm(F_OPEN, errs[k], 0);
+		faultfs_reset();
+		faultfs_arm(F_OPEN, errs[k], 0);
 		job_read(&j, &dst, 0, true);
 		CHECK_RC(run(f, &j), -errs[k]);
-		fi_reset();
-		fi_arm(F_PREAD, errs[k], 0);
+		faultfs_reset();
+		faultfs_arm(F_PREAD, errs[k], 0);
 		job_read(&j, &dst, 0, true);
 		CHECK_RC(run(f, &j), -errs[k]);
 		CHECK(strstr(j.errmsg, "header"));
 		if (pread_path) { /* a payload read */
-			fi_reset();
-			fi_arm(F_PREAD, errs[k], 3);
+			faultfs_reset();
+			faultfs_arm(F_PREAD, errs[k], 3);
 			job_read(&j, &dst, 0, true);
 			CHECK_RC(run(f, &j), -errs[k]);
 		}
 	}
 	/* Unlink. */
-	fi_reset();
-	fi_arm(F_UNLINK, EIO, 0);
+	faultfs_reset();
+	faultfs_arm(F_UNLINK, EIO, 0);
 	job_simple(&j, SEL_DISK_UNLINK, &d);
 	CHECK_RC(run(f, &j), -EIO);
 	CHECK(fsize(f, &d.key) != UINT64_MAX);
 	/* Truncate: the open. */
-	fi_reset();
-	fi_arm(F_OPEN, EIO, 0);
+	faultfs_reset();
+	faultfs_arm(F_OPEN, EIO, 0);
 	job_simple(&j, SEL_DISK_TRUNCATE, &d);
 	CHECK_RC(run(f, &j), -EIO);
 	CHECK(fsize(f, &d.key) == src.s.row_end);
 
 	/* A failed write whose cleanup fails too: both causes reported, the
 	 * temporary left for the next scan. */
-	fi_reset();
+	faultfs_reset();
 	if (pread_path)
-		fi_arm(F_PWRITE, ENOSPC, 1);
+		faultfs_arm(F_PWRITE, ENOSPC, 1);
 	else
-		fi_arm(F_RENAME, ENOSPC, 0);
-	fi_arm(F_UNLINK, EIO, 0);
+		faultfs_arm(F_RENAME, ENOSPC, 0);
+	faultfs_arm(F_UNLINK, EIO, 0);
 	job_write(&j, &src, true);
 	CHECK_RC(run(f, &j), -ENOSPC);
 	eos_fileops_set(NULL);
@@ -1243,7 +1154,7 @@ static void test_faults(struct fx *f)
 	CHECK_OK(run(f, &j));
 	rec_free(f, &src);
 	rec_free(f, &dst);
-	fi_reset();
+	faultfs_reset();
 }
 
 /* The io_uring edge: failed and short completions, refused submissions. */
@@ -1343,12 +1254,12 @@ static void test_close_deadline(struct fx *f)
 	rec_alloc(f, &src, &d, true);
 	sel_disk *slow;
 	struct sel_disk_config cfg = f->cfg;
-	fi_reset();
+	faultfs_reset();
 	if (f->mode->io == SEL_DISK_IO_URING) {
 		cfg.hooks = &slow_hooks;
 	} else {
-		eos_fileops_set(&fault_ops);
-		__atomic_store_n(&fi.slow_ms, 50, __ATOMIC_RELAXED);
+		eos_fileops_set(faultfs_ops());
+		__atomic_store_n(&faultfs.slow_ms, 50, __ATOMIC_RELAXED);
 	}
 	CHECK_OK(sel_disk_create(&cfg, &slow));
 	static struct sel_disk_job js[3]; /* the thread may outlive this frame */
@@ -1371,7 +1282,7 @@ static void test_close_deadline(struct fx *f)
 	sel_disk_destroy(slow);
 	eos_fileops_set(NULL);
 	CHECK(count_tmp(f) == 0);
-	fi_reset();
+	faultfs_reset();
 	rec_free(f, &src);
 
 	/* Destroyed while its thread still runs: the thread frees the object
@@ -1431,15 +1342,6 @@ int main(void)
 	/* Forcing variables would make every mode the same one. */
 	unsetenv("SELENE_DISK_IO");
 	unsetenv("SELENE_DISK_DIRECT");
-	fault_ops = eos_fileops_libc;
-	fault_ops.openat = f_openat;
-	fault_ops.pread = f_pread;
-	fault_ops.pwrite = f_pwrite;
-	fault_ops.fsync = f_fsync;
-	fault_ops.fdatasync = f_fdatasync;
-	fault_ops.fallocate = f_fallocate;
-	fault_ops.renameat = f_renameat;
-	fault_ops.unlinkat = f_unlinkat;
 
 	char *probe_dir = test_mkdtemp("probe");
 	int dio = eos_direct_io_probe(probe_dir);

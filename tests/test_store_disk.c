@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "faultfs.h"
 #include "record.h"
 #include "store_disk.h"
 #include "storefx.h"
@@ -45,71 +46,22 @@ static const uint64_t units2[] = {4096, 1000};
 
 static int check(sel_store *s) { return sel_disk_store_check(s); }
 
-/* ---- fault injection (through eos_fileops) -------------------------------------------- */
+/* ---- fault injection (through eos_fileops, tests/faultfs.c) ------------------------- */
 
-enum fop { F_NONE = 0, F_OPEN, F_FALLOCATE, F_PWRITE, F_PREAD, F_FDATASYNC, F_FSYNC, F_RENAME,
-	   F_UNLINK, F_NOPS };
-static const char *fop_name[] = {"none", "open", "fallocate", "pwrite", "pread", "fdatasync",
-				 "fsync", "rename", "unlink"};
-static struct {
-	int armed[F_NOPS];
-	int skip[F_NOPS];
-} fi;
-
-static bool inject(enum fop op)
+/* Arm op (everything else cleared; temporaries' unlinks never fail) and
+ * install the failing table. */
+static void fi_arm(enum faultfs_op op, int e, int skip)
 {
-	int e = __atomic_load_n(&fi.armed[op], __ATOMIC_SEQ_CST);
-	if (!e)
-		return false;
-	if (__atomic_load_n(&fi.skip[op], __ATOMIC_SEQ_CST) > 0) {
-		__atomic_sub_fetch(&fi.skip[op], 1, __ATOMIC_SEQ_CST);
-		return false;
-	}
-	errno = e;
-	return true;
-}
-static bool record_path(const char *p) { return strstr(p, ".ckpt") != NULL; }
-static int f_openat(int dfd, const char *p, int fl, mode_t m)
-{
-	return record_path(p) && inject(F_OPEN) ? -1 : eos_fileops_libc.openat(dfd, p, fl, m);
-}
-static ssize_t f_pread(int fd, void *b, size_t n, off_t off)
-{
-	return inject(F_PREAD) ? -1 : eos_fileops_libc.pread(fd, b, n, off);
-}
-static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t off)
-{
-	return inject(F_PWRITE) ? -1 : eos_fileops_libc.pwrite(fd, b, n, off);
-}
-static int f_fsync(int fd) { return inject(F_FSYNC) ? -1 : eos_fileops_libc.fsync(fd); }
-static int f_fdatasync(int fd) { return inject(F_FDATASYNC) ? -1 : eos_fileops_libc.fdatasync(fd); }
-static int f_fallocate(int fd, int mode, off_t off, off_t len)
-{
-	return inject(F_FALLOCATE) ? -1 : eos_fileops_libc.fallocate(fd, mode, off, len);
-}
-static int f_renameat(int a, const char *p, int b, const char *q)
-{
-	return inject(F_RENAME) ? -1 : eos_fileops_libc.renameat(a, p, b, q);
-}
-static int f_unlinkat(int dfd, const char *p, int fl)
-{
-	return record_path(p) && !sel_record_is_tmp_name(p) && inject(F_UNLINK)
-		       ? -1 : eos_fileops_libc.unlinkat(dfd, p, fl);
-}
-static struct eos_fileops fault_ops;
-
-static void fi_arm(enum fop op, int e, int skip)
-{
-	memset(&fi, 0, sizeof fi);
-	__atomic_store_n(&fi.skip[op], skip, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&fi.armed[op], e, __ATOMIC_SEQ_CST);
-	eos_fileops_set(&fault_ops);
+	faultfs_reset();
+	faultfs.spare_tmp_unlink = true;
+	faultfs_arm(op, e, skip);
+	eos_fileops_set(faultfs_ops());
 }
 
 static void fi_off(void)
 {
 	eos_fileops_set(NULL);
-	memset(&fi, 0, sizeof fi);
+	faultfs_reset();
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -647,7 +599,7 @@ static void test_limit(void)
 /* A put whose write fails with e at op: the earlier record survives, no
  * temporary stays, the outcome and counters name the cause. */
 static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const sel_published *good,
-			enum fop op, int e, uint64_t ckpt)
+			enum faultfs_op op, int e, uint64_t ckpt)
 {
 	sel_published cp = sfx_ckpt(f, cv, 3 * 64 + (ckpt % 50), 0, 2, ckpt);
 	sel_stats st0 = stats(s);
@@ -661,7 +613,7 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 		CHECK(present(s, &cp.key) && rec(s, &cp.key).file);
 	} else {
 		CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.error == -e, "%s %s: event %d error %d",
-		       fop_name[op], strerror(e), ev.type, ev.error);
+		       faultfs_op_name[op], strerror(e), ev.type, ev.error);
 		CHECK(ev.outcome == (e == ENOSPC ? SEL_DEFERRED : SEL_SKIPPED));
 		CHECK(!present(s, &cp.key) && fsize(s, &cp.key) == UINT64_MAX);
 		sel_stats st = stats(s);
@@ -923,15 +875,6 @@ int main(void)
 	test_rng_init(&rng, test_seed());
 	unsetenv("SELENE_DISK_IO");
 	unsetenv("SELENE_DISK_DIRECT");
-	fault_ops = eos_fileops_libc;
-	fault_ops.openat = f_openat;
-	fault_ops.pread = f_pread;
-	fault_ops.pwrite = f_pwrite;
-	fault_ops.fsync = f_fsync;
-	fault_ops.fdatasync = f_fdatasync;
-	fault_ops.fallocate = f_fallocate;
-	fault_ops.renameat = f_renameat;
-	fault_ops.unlinkat = f_unlinkat;
 
 	char *probe = test_mkdtemp("probe");
 	bool direct = eos_direct_io_probe(probe) == 1;
