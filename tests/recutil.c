@@ -3,8 +3,11 @@
  */
 #include "recutil.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 void test_geo_rank(struct test_geo *t, uint32_t r, uint32_t n, const uint64_t *units,
 		   uint64_t row_bytes)
@@ -63,4 +66,27 @@ void test_desc(test_rng *r, uint32_t page_tokens, uint64_t c, const sel_key *par
 		d->tail = (uint32_t)(c / page_tokens);
 	else
 		d->tail = (uint32_t)(c / page_tokens - parent->consumed / page_tokens);
+}
+
+int test_count_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	CHECKF(d, "opendir %s", dir);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += sel_record_is_tmp_name(e->d_name);
+	closedir(d);
+	return n;
+}
+
+void test_flip_byte(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDWR);
+	CHECKF(fd >= 0, "open %s", path);
+	uint8_t c;
+	CHECK(pread(fd, &c, 1, (off_t)off) == 1);
+	c ^= 0x5a;
+	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
+	close(fd);
 }

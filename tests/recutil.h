@@ -41,4 +41,9 @@ void test_key(test_rng *r, uint64_t consumed, sel_key *k);
 void test_desc(test_rng *r, uint32_t page_tokens, uint64_t c, const sel_key *parent, bool full,
 	       sel_record_desc *d);
 
+/* Temporary record files (sel_record_is_tmp_name) in directory dir. */
+int test_count_tmp(const char *dir);
+/* XOR the byte at off of the file at path with 0x5a (a corruption). */
+void test_flip_byte(const char *path, uint64_t off);
+
 #endif

@@ -29,7 +29,6 @@
  *
  * Skips (77) where the filesystem refuses O_DIRECT.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
@@ -296,27 +295,10 @@ static uint64_t fsize(struct fx *f, const sel_key *k)
 	return (uint64_t)st.st_size;
 }
 
-static int count_tmp(struct fx *f)
-{
-	DIR *d = opendir(f->dir);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += sel_record_is_tmp_name(e->d_name);
-	closedir(d);
-	return n;
-}
-
 static void flip_byte(struct fx *f, const sel_key *k, uint64_t off)
 {
 	char p[4200];
-	int fd = open(path_of(f, k, p, sizeof p), O_RDWR);
-	CHECK(fd >= 0);
-	uint8_t c;
-	CHECK(pread(fd, &c, 1, (off_t)off) == 1);
-	c ^= 0x5a;
-	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
-	close(fd);
+	test_flip_byte(path_of(f, k, p, sizeof p), off);
 }
 
 /* ---- round trips ------------------------------------------------------------------------ */
@@ -332,7 +314,7 @@ static void roundtrip(struct fx *f, const sel_record_desc *d)
 	CHECK_OK(run(f, &j));
 	CHECK(j.committed && j.bytes == src.s.row_end);
 	CHECK(fsize(f, &d->key) == src.s.row_end);
-	CHECK(count_tmp(f) == 0);
+	CHECK(test_count_tmp(f->dir) == 0);
 
 	/* Everything. */
 	job_read(&j, &dst, 0, true);
@@ -705,7 +687,7 @@ static void test_concurrency(struct fx *f)
 				got += n;
 			}
 			CHECK(hk.completions == hk.submitted);
-			CHECK(count_tmp(f) == 0);
+			CHECK(test_count_tmp(f->dir) == 0);
 			if (round == 0)
 				CHECK(failed == 1);
 			else
@@ -779,14 +761,14 @@ static void write_parts(struct fx *f, struct rec *r, const uint32_t *sizes, int 
 		CHECK_OK(run(f, &j));
 		at += sizes[i];
 		if (i < n - 1) {
-			CHECK(count_tmp(f) == 1 && !j.committed);
+			CHECK(test_count_tmp(f->dir) == 1 && !j.committed);
 			if (fresh)
 				CHECK(fsize(f, &r->d.key) == UINT64_MAX);
 		} else {
 			CHECK(j.committed);
 		}
 	}
-	CHECK(at == r->d.tail && count_tmp(f) == 0);
+	CHECK(at == r->d.tail && test_count_tmp(f->dir) == 0);
 	CHECK(fsize(f, &r->d.key) == (row ? r->s.row_end : r->s.row_off));
 }
 
@@ -860,10 +842,10 @@ static void test_windowed(struct fx *f)
 	/* Out of order: the temporary goes; the parts after fail. */
 	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
 	CHECK_OK(run(f, &j));
-	CHECK(count_tmp(f) == 1);
+	CHECK(test_count_tmp(f->dir) == 1);
 	job_part(&j, &src, 4, 2, true, 0);
 	CHECK_RC(run(f, &j), -EINVAL);
-	CHECK(count_tmp(f) == 0);
+	CHECK(test_count_tmp(f->dir) == 0);
 	job_part(&j, &src, 6, 3, true, SEL_DISK_PART_END);
 	CHECK_RC(run(f, &j), -ENOENT);
 	CHECK(strstr(j.errmsg, "no temporary") && fsize(f, &d.key) == UINT64_MAX);
@@ -872,7 +854,7 @@ static void test_windowed(struct fx *f)
 	CHECK_OK(run(f, &j));
 	job_simple(&j, SEL_DISK_DISCARD, &d);
 	CHECK_OK(run(f, &j));
-	CHECK(j.existed && count_tmp(f) == 0);
+	CHECK(j.existed && test_count_tmp(f->dir) == 0);
 	job_simple(&j, SEL_DISK_DISCARD, &d);
 	CHECK_OK(run(f, &j));
 	CHECK(!j.existed);
@@ -915,14 +897,14 @@ static void test_windowed(struct fx *f)
 				CHECKF(rc == 0, "part %u: %d (%s)", p, rc, j.errmsg);
 			} else if (p == failing) {
 				CHECKF(rc == (op == F_NONE ? -EIO : -e), "part %u: %d (%s)", p, rc, j.errmsg);
-				CHECK(count_tmp(f) == 0 && !j.committed);
+				CHECK(test_count_tmp(f->dir) == 0 && !j.committed);
 			} else {
 				CHECK_RC(rc, -ENOENT);
 			}
 		}
 		eos_fileops_set(NULL);
 		hk_reset();
-		CHECK(count_tmp(f) == 0);
+		CHECK(test_count_tmp(f->dir) == 0);
 		job_read(&j, &dst, 0, true);
 		CHECK_OK(run(f, &j));
 		check_same(&old, &dst, 0, true);
@@ -936,11 +918,11 @@ static void test_windowed(struct fx *f)
 		CHECK_OK(sel_disk_create(&f->cfg, &f->d));
 		job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
 		CHECK_OK(run(f, &j));
-		CHECK(count_tmp(f) == 1);
+		CHECK(test_count_tmp(f->dir) == 1);
 		CHECK_OK(sel_disk_close(f->d, 0));
 		sel_disk_destroy(f->d);
 		f->d = keep;
-		CHECK(count_tmp(f) == 0);
+		CHECK(test_count_tmp(f->dir) == 0);
 	}
 	job_simple(&j, SEL_DISK_UNLINK, &d);
 	CHECK_OK(run(f, &j));
@@ -979,7 +961,7 @@ static void test_windowed(struct fx *f)
 				CHECKF(out[i]->status == 0, "interleaved part: %s", out[i]->errmsg);
 			got += k;
 		}
-		CHECK(count_tmp(f) == 0);
+		CHECK(test_count_tmp(f->dir) == 0);
 		for (int i = 0; i < W; i++) {
 			rec_alloc(f, &wd, &ws[i].d, false);
 			job_read(&j, &wd, 0, true);
@@ -1040,7 +1022,7 @@ static void write_fault(struct fx *f, enum faultfs_op op, int e, bool datasync)
 	eos_fileops_set(NULL);
 	CHECKF(rc == -e, "%s %s: status %d (%s)", faultfs_op_name[op], strerror(e), rc, j.errmsg);
 	CHECKF(strstr(j.errmsg, strerror(e)) != NULL, "message '%s' lacks the cause", j.errmsg);
-	CHECK(count_tmp(f) == 0);
+	CHECK(test_count_tmp(f->dir) == 0);
 	job_read(&j, &dst, 0, true);
 	CHECK_OK(run(f, &j));
 	if (op == F_FSYNC) {
@@ -1089,7 +1071,7 @@ static void test_faults(struct fx *f)
 	faultfs_arm(F_RENAME, EIO, 0);
 	job_write(&j, &src, true);
 	CHECK_RC(run(f, &j), -EIO);
-	CHECK(!j.committed && fsize(f, &d.key) == UINT64_MAX && count_tmp(f) == 0);
+	CHECK(!j.committed && fsize(f, &d.key) == UINT64_MAX && test_count_tmp(f->dir) == 0);
 
 	/* Reads: open and pread (the header read, on both paths). */
 	faultfs_reset();
@@ -1137,10 +1119,10 @@ static void test_faults(struct fx *f)
 	CHECK_RC(run(f, &j), -ENOSPC);
 	eos_fileops_set(NULL);
 	CHECK(strstr(j.errmsg, strerror(ENOSPC)) && strstr(j.errmsg, strerror(EIO)));
-	CHECK(count_tmp(f) == 1);
+	CHECK(test_count_tmp(f->dir) == 1);
 	sel_scan sc;
 	CHECK_OK(sel_record_scan(f->lk.fd, &f->ns, NULL, &sc));
-	CHECK(sc.st.tmp_removed == 1 && count_tmp(f) == 0);
+	CHECK(sc.st.tmp_removed == 1 && test_count_tmp(f->dir) == 0);
 	bool found = false;
 	for (size_t i = 0; i < sc.n; i++)
 		found |= sel_key_eq(&sc.rec[i].d.key, &d.key) && sc.rec[i].has_row;
@@ -1182,7 +1164,7 @@ static void test_uring_edge(struct fx *f)
 	hk.fail_completion = 3;
 	job_write(&j, &src, true);
 	CHECK_RC(run(f, &j), -EIO);
-	CHECK(hk.completions == hk.submitted && count_tmp(f) == 0);
+	CHECK(hk.completions == hk.submitted && test_count_tmp(f->dir) == 0);
 	hk_reset();
 	job_read(&j, &dst, 0, true);
 	CHECK_OK(run(f, &j));
@@ -1221,7 +1203,7 @@ static void test_uring_edge(struct fx *f)
 	CHECK_RC(wait_job(f, &j), -EIO);
 	CHECK(hk.submitted > 0 && hk.completions == hk.submitted);
 	CHECK(strstr(j.errmsg, "submission"));
-	CHECK(count_tmp(f) == 0);
+	CHECK(test_count_tmp(f->dir) == 0);
 	sel_disk_stats(f->d, &st1);
 	CHECK(st1.ring_resets == st0.ring_resets + 1 && st1.uring);
 	hk_reset();
@@ -1281,7 +1263,7 @@ static void test_close_deadline(struct fx *f)
 	CHECK(out[0]->status == SEL_ESTOPPED || out[0]->status == 0);
 	sel_disk_destroy(slow);
 	eos_fileops_set(NULL);
-	CHECK(count_tmp(f) == 0);
+	CHECK(test_count_tmp(f->dir) == 0);
 	faultfs_reset();
 	rec_free(f, &src);
 
@@ -1326,7 +1308,7 @@ static void run_mode(const struct mode *m, const struct test_geo *t, int k)
 		test_uring_edge(&f);
 	if (k == 0)
 		test_close_deadline(&f);
-	CHECK(count_tmp(&f) == 0);
+	CHECK(test_count_tmp(f.dir) == 0);
 	struct sel_disk_stats st;
 	sel_disk_stats(f.d, &st);
 	CHECK(st.direct_fallbacks == 0);

@@ -21,12 +21,12 @@
  *
  * A handful of cycles by default; 200 with SELENE_SOAK=1.
  */
-#include <dirent.h>
 
 #include "engine_test.h"
 #include "record.h"
 #include "store_composite.h"
 #include "store_disk.h"
+#include "recutil.h"
 
 #define GRACE_NS (3ull * 1000000000ull)
 #define SLACK_NS (500ull * 1000000ull)
@@ -137,18 +137,6 @@ static void committed(sel_store *disk, struct expect *x)
 	free(in);
 }
 
-static int count_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	CHECK(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += sel_record_is_tmp_name(e->d_name);
-	closedir(d);
-	return n;
-}
-
 /* ---- one cycle --------------------------------------------------------------------------- */
 
 enum { N_REQ = 24 };
@@ -227,7 +215,7 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	if (mode == 0)
 		CHECKF(h.final.records_left == 0 && h.final.failed == 0, "cycle %d: %" PRIu64
 		       " records not saved (%s)", i, h.final.records_left, h.final.why);
-	CHECK(count_tmp(h.s->disk_dir) == 0);
+	CHECK(test_count_tmp(h.s->disk_dir) == 0);
 	CHECK_OK(sel_composite_store_check(h.s));
 	committed(disk, x);
 	if (mode == 0)

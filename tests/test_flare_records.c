@@ -218,17 +218,6 @@ static bool exists(const struct fx *f, const sel_record_desc *d)
 	return stat(path_of(f, &d->key, p, sizeof p), &st) == 0;
 }
 
-static void flip(const char *path, uint64_t off)
-{
-	int fd = open(path, O_RDWR);
-	CHECK(fd >= 0);
-	uint8_t c;
-	CHECK(pread(fd, &c, 1, (off_t)off) == 1);
-	c ^= 0x5a;
-	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
-	close(fd);
-}
-
 static void touch_file(const char *dir, const char *name, size_t bytes)
 {
 	char p[PATH_MAX];
@@ -456,11 +445,11 @@ static void test_verify(void)
 	sel_record_span sb[N_BAD];
 	for (int i = 0; i < N_BAD; i++)
 		CHECK_OK(sel_record_span_of(&f.ns.layout.sz, &bad[i], &sb[i]));
-	flip(path_of(&f, &bad[PAGE].key, p, sizeof p), sb[PAGE].page_off + 2 * sb[PAGE].page_stride + 77);
-	flip(path_of(&f, &bad[ROW].key, p, sizeof p), sb[ROW].row_off + 5);
-	flip(path_of(&f, &bad[CKSUM].key, p, sizeof p), sb[CKSUM].cksum_off + 8 * 4 + 3);
-	flip(path_of(&f, &bad[HEADER].key, p, sizeof p), 90);
-	flip(path_of(&f, &bad[HEADER2].key, p, sizeof p), 1000 + test_rng_below(&rng, 3000));
+	test_flip_byte(path_of(&f, &bad[PAGE].key, p, sizeof p), sb[PAGE].page_off + 2 * sb[PAGE].page_stride + 77);
+	test_flip_byte(path_of(&f, &bad[ROW].key, p, sizeof p), sb[ROW].row_off + 5);
+	test_flip_byte(path_of(&f, &bad[CKSUM].key, p, sizeof p), sb[CKSUM].cksum_off + 8 * 4 + 3);
+	test_flip_byte(path_of(&f, &bad[HEADER].key, p, sizeof p), 90);
+	test_flip_byte(path_of(&f, &bad[HEADER2].key, p, sizeof p), 1000 + test_rng_below(&rng, 3000));
 	CHECK(truncate(path_of(&f, &bad[TRUNC].key, p, sizeof p), (off_t)sb[TRUNC].row_off - 4096) == 0);
 	CHECK(truncate(path_of(&f, &bad[SHORT].key, p, sizeof p), 100) == 0);
 	{
@@ -637,7 +626,7 @@ static void test_gc_limit(void)
 	touch_file(f.dir, tmp, 100);
 	sel_record_desc badh = mk(&f, 9 * pt, NULL);
 	write_rec(&f, &badh, true, 10);
-	flip(path_of(&f, &badh.key, p, sizeof p), 100);
+	test_flip_byte(path_of(&f, &badh.key, p, sizeof p), 100);
 
 	struct stat st;
 	CHECK(stat(path_of(&f, &r1.key, p, sizeof p), &st) == 0);
@@ -993,7 +982,7 @@ static void test_consistency(uint32_t ranks)
 				 s.cksum_off + 8 * 4 + 3, 90};
 	for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
 		write_payload(&f, &d, true, &src);
-		flip(p, offs[i]);
+		test_flip_byte(p, offs[i]);
 		CHECK_RC(store_read(&f, &d, true), SEL_ECORRUPT);
 		char *k = tool_verdict(&f, &d);
 		CHECKF(k, "verify missed the flip at %" PRIu64, offs[i]);
@@ -1001,7 +990,7 @@ static void test_consistency(uint32_t ranks)
 	}
 	for (int i = 0; i < 4; i++) {
 		write_payload(&f, &d, true, &src);
-		flip(p, test_rng_below(&rng, 4096));
+		test_flip_byte(p, test_rng_below(&rng, 4096));
 		CHECK_RC(store_read(&f, &d, true), SEL_ECORRUPT);
 		char *k = tool_verdict(&f, &d);
 		CHECK(k);
@@ -1022,7 +1011,7 @@ static void test_consistency(uint32_t ranks)
 		write_payload(&f, &d, true, &src);
 		uint64_t off = i % 4 == 0 ? s.row_off + test_rng_below(&rng, s.row_bytes)
 					  : test_rng_below(&rng, s.row_end);
-		flip(p, off);
+		test_flip_byte(p, off);
 		int st = store_read(&f, &d, true);
 		CHECK(st == 0 || st == SEL_ECORRUPT);
 		k = tool_verdict(&f, &d);
@@ -1097,7 +1086,7 @@ static void test_binary(void)
 	st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 	char path[PATH_MAX];
-	flip(path_of(&f, &a.key, path, sizeof path), 9000); /* page 0 */
+	test_flip_byte(path_of(&f, &a.key, path, sizeof path), 9000); /* page 0 */
 	CHECK(snprintf(cmd, sizeof cmd, "'%s' records verify '%s' > '%s' 2>&1", flare, f.dir, outp) < (int)sizeof cmd);
 	st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);

@@ -17,7 +17,6 @@
  * also checks every page-only ancestor; no restore fails, so nothing torn
  * is ever served.  50 cycles in make check, 1,000 with SELENE_SOAK=1.
  */
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include "record.h"
 #include "store_disk.h"
 #include "storefx.h"
+#include "recutil.h"
 
 #define PT SFX_PT
 #define LIMIT (24ull << 20)
@@ -129,18 +129,6 @@ static const struct known *lookup_known(const sel_key *k)
 	return NULL;
 }
 
-static int count_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	CHECK(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += sel_record_is_tmp_name(e->d_name);
-	closedir(d);
-	return n;
-}
-
 /* Open the directory as a disk store and check everything in it. */
 static uint64_t verify(struct sfx *f, const char *base)
 {
@@ -150,7 +138,7 @@ static uint64_t verify(struct sfx *f, const char *base)
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
 	CHECK_OK(check(s));
-	CHECK(count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(s->disk_dir) == 0);
 	size_t n = sel_disk_store_keys(s, NULL, 0);
 	sel_key *keys = malloc((n + 1) * sizeof(*keys));
 	CHECK(keys);

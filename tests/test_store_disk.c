@@ -28,7 +28,6 @@
  * pread), each with and without O_DIRECT.  sel_disk_store_check runs after
  * every poll.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -38,6 +37,7 @@
 #include "record.h"
 #include "store_disk.h"
 #include "storefx.h"
+#include "recutil.h"
 
 #define PT SFX_PT
 
@@ -133,28 +133,10 @@ static uint64_t fsize(sel_store *s, const sel_key *k)
 	return (uint64_t)st.st_size;
 }
 
-static int count_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	CHECK(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += sel_record_is_tmp_name(e->d_name);
-	closedir(d);
-	return n;
-}
-
 static void flip(sel_store *s, const sel_key *k, uint64_t off)
 {
 	char p[4300];
-	int fd = open(path_of(s, k, p, sizeof p), O_RDWR);
-	CHECK(fd >= 0);
-	uint8_t c;
-	CHECK(pread(fd, &c, 1, (off_t)off) == 1);
-	c ^= 0x5a;
-	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
-	close(fd);
+	test_flip_byte(path_of(s, k, p, sizeof p), off);
 }
 
 /* Layout facts of a record of tail pages in fx's namespace. */
@@ -238,7 +220,7 @@ static void test_roundtrip(const char *mode)
 		CHECK(ri.pins == 0 && !ri.writing && ri.bytes == sp.row_end);
 		CHECK(sel_store_put(s, &cp[i], NULL) == SEL_PRESENT);
 	}
-	CHECK(count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(s->disk_dir) == 0);
 	for (int i = 0; i < 4; i++) {
 		uint64_t c = cp[i].key.consumed;
 		restore(&fx, s, &cv[i], 0, UINT64_MAX, c, 300, 5);
@@ -625,9 +607,9 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 			CHECK(st.tier[SEL_TIER_DISK].dropped_io_error ==
 			      st0.tier[SEL_TIER_DISK].dropped_io_error + 1);
 	}
-	for (int i = 0; i < 500 && count_tmp(s->disk_dir); i++)
+	for (int i = 0; i < 500 && test_count_tmp(s->disk_dir); i++)
 		sfx_no_events(s, 2);
-	CHECK(count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(s->disk_dir) == 0);
 	CHECK(present(s, &good->key) && rec(s, &good->key).file);
 }
 
@@ -802,7 +784,7 @@ static void test_tp2(void)
 	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_SKIPPED && ev.error == -EILSEQ,
 	       "event %d outcome %d error %d", ev.type, ev.outcome, ev.error);
 	CHECK(!present(s, &m.key) && fsize(s, &m.key) == UINT64_MAX);
-	CHECK(count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(s->disk_dir) == 0);
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(s, &v.mixed.h, 0, UINT64_MAX, &hit), 0);
 	st = stats(s);

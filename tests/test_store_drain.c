@@ -12,7 +12,6 @@
  * close and leave no temporary; a parked record with no disk budget is
  * not saved by evicting committed files (they are preserved).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "store_disk.h"
 #include "store_memory.h"
 #include "storefx.h"
+#include "recutil.h"
 
 static const uint64_t units2[] = {4096, 1000};
 
@@ -128,18 +128,6 @@ static bool on_disk(sel_store *s, const sel_key *k)
 	return sel_disk_store_record(sel_composite_store_disk(s), k, &ri) == 0 && ri.file;
 }
 
-static int count_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	CHECK(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += sel_record_is_tmp_name(e->d_name);
-	closedir(d);
-	return n;
-}
-
 /* ---- drain on, drain off ------------------------------------------------------------------- */
 
 static void on_off(bool drain)
@@ -178,7 +166,7 @@ static void on_off(bool drain)
 	s = open_store(&fx, dir, (struct opts){0});
 	if (drain) {
 		CHECK(s->scanned_records == 4);
-		CHECK(count_tmp(s->disk_dir) == 0);
+		CHECK(test_count_tmp(s->disk_dir) == 0);
 		sfx_restore(&fx, s, &a, 0, UINT64_MAX, 1000, 100, 5, SEL_TIER_DISK, true, check);
 		sfx_restore(&fx, s, &b, 0, UINT64_MAX, 256, 100, 6, SEL_TIER_DISK, true, check);
 	} else {
@@ -252,7 +240,7 @@ static void test_limited(void)
 	CHECK(s->scanned_records == 4);
 	CHECK(on_disk(s, &a1.key) && on_disk(s, &a2.key) && on_disk(s, &d1.key) && on_disk(s, &c1.key));
 	CHECK(!on_disk(s, &b1.key) && !on_disk(s, &b2.key));
-	CHECK(count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(s->disk_dir) == 0);
 	sfx_restore(&fx, s, &a, 0, UINT64_MAX, 2 * P, 100, 7, SEL_TIER_DISK, true, check);
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
@@ -300,7 +288,7 @@ static void test_failures(void)
 		else
 			CHECKF(rep.final.records_left == 2 && !strcmp(rep.why, "disk full"),
 			       "left %" PRIu64 " why %s", rep.final.records_left, rep.why);
-		CHECK(count_tmp(ns) == 0);
+		CHECK(test_count_tmp(ns) == 0);
 		CHECKF(took < 20000000000ull, "close took %" PRIu64 " ms", took / 1000000);
 		s = open_store(&fx, dir, (struct opts){0});
 		CHECK(s->scanned_records == 0);
