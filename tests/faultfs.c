@@ -57,6 +57,9 @@ static int f_renameat(int a, const char *p, int b, const char *q)
 }
 static int f_unlinkat(int dfd, const char *p, int fl)
 {
+	int ms = __atomic_load_n(&faultfs.slow_unlink_ms, __ATOMIC_SEQ_CST);
+	if (ms)
+		eos_sleep_ns((uint64_t)ms * 1000000);
 	bool spared = __atomic_load_n(&faultfs.spare_tmp_unlink, __ATOMIC_SEQ_CST) &&
 		      sel_record_is_tmp_name(p);
 	return record_path(p) && !spared && inject(F_UNLINK) ? -1

@@ -6,7 +6,8 @@
  * number of matching calls through.  open and unlink fail only for record
  * files (".ckpt" in the path); with spare_tmp_unlink, unlinks of temporaries
  * are never failed.  Calls are counted, preads past the first 4 KiB
- * (payload, not header) too, and every pwrite can be slowed by slow_ms.
+ * (payload, not header) too, and every pwrite can be slowed by slow_ms,
+ * every unlink by slow_unlink_ms.
  * Everything is atomic: the disk thread calls these.
  */
 #ifndef FAULTFS_H
@@ -26,6 +27,7 @@ struct faultfs {
 	int calls[F_NOPS];     /* calls seen */
 	int payload_preads;    /* preads at offsets past the first 4 KiB */
 	int slow_ms;           /* sleep in every pwrite */
+	int slow_unlink_ms;    /* sleep in every unlink (widens the window of a late removal) */
 	bool spare_tmp_unlink; /* never fail the unlink of a temporary */
 };
 extern struct faultfs faultfs;

@@ -777,7 +777,12 @@ static void test_tp2(void)
 	CHECK(st.packed_records == 5 && st.per_rank_records == 1 && st.slots_in_use == 0);
 	CHECK(st.tier[SEL_TIER_DISK].bytes_used == used);
 
-	/* Pages 64.. of mixed differ across ranks: abandoned, nothing kept. */
+	/* Pages 64.. of mixed differ across ranks: abandoned, nothing kept.
+	 * The failure is reported only once its temporary is gone, however
+	 * slowly the disk thread removes it. */
+	faultfs_reset();
+	faultfs.slow_unlink_ms = 200;
+	eos_fileops_set(faultfs_ops());
 	sel_published m = sfx_ckpt(&fx, &v.mixed, 70 * 64, 0, 7, 5);
 	put_ok(s, &m);
 	sel_event ev = sfx_one_event(s, check);
@@ -785,6 +790,9 @@ static void test_tp2(void)
 	       "event %d outcome %d error %d", ev.type, ev.outcome, ev.error);
 	CHECK(!present(s, &m.key) && fsize(s, &m.key) == UINT64_MAX);
 	CHECK(test_count_tmp(s->disk_dir) == 0);
+	CHECK(faultfs.calls[F_UNLINK] > 0);
+	eos_fileops_set(NULL);
+	faultfs_reset();
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(s, &v.mixed.h, 0, UINT64_MAX, &hit), 0);
 	st = stats(s);

@@ -60,7 +60,9 @@
  *   that ends the record commits the file (rename); then the node is READY
  *   and SEL_EV_STORED reports it, releasing the worker's GPU pin.  A failed
  *   window stops the stream; once its windows drained, a DISCARD removes
- *   any temporary and SEL_EV_STORE_FAILED reports SEL_DEFERRED for ENOSPC
+ *   any temporary and, once it ran (the discard job holds the event, so
+ *   whoever sees the failure finds no temporary of it left),
+ *   SEL_EV_STORE_FAILED reports SEL_DEFERRED for ENOSPC
  *   and EDQUOT (retry after progress) or SEL_SKIPPED, counting io_error for
  *   terminal errors.  The calling thread copies page ids; it never touches
  *   payload bytes or hashes.
@@ -175,6 +177,7 @@ struct dj {
 	sel_node_id node;          /* write_from, read_into */
 	uint64_t cookie;
 	uint64_t bytes;            /* truncate, unlink: bytes released at submission */
+	sel_event *held;           /* discard: the failed put's event, sent once it ran */
 	struct dj *qnext;          /* submission FIFO / failed-now list */
 	struct dj *prev, *next;    /* live standalone jobs */
 	bool standalone;
@@ -1151,6 +1154,7 @@ static void stream_free(struct disk_store *ds, struct dstream *st)
 static void stream_finish(struct disk_store *ds, struct dstream *st)
 {
 	sel_event ev = {0};
+	sel_event *held = NULL; /* the event, kept by the discard job that must run first */
 	uint64_t now = eos_now_ns();
 	ev.key = st->key;
 	ev.tier = SEL_TIER_DISK;
@@ -1177,10 +1181,19 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 			ev.outcome = SEL_QUEUED;
 			ds_unpin(ds, id);
 		} else {
-			if (st->parts_sent) {
-				struct dj *d = job_new(ds, K_DISCARD, id, SEL_DISK_DISCARD);
-				if (d)
-					disk_submit(ds, d);
+			/* The event waits for the discard: whoever sees it finds
+			 * no temporary left of this put. */
+			struct dj *d = st->parts_sent ? job_new(ds, K_DISCARD, id, SEL_DISK_DISCARD) : NULL;
+			if (d && !(d->held = malloc(sizeof(*d->held)))) {
+				/* Out of memory: the event goes now, and the
+				 * disk thread drops the temporary at close. */
+				jobs_del(&ds->jobs, d);
+				free(d);
+				d = NULL;
+			}
+			if (d) {
+				held = d->held;
+				disk_submit(ds, d);
 			}
 			ds->used -= r->charged;
 			r->charged = 0;
@@ -1222,7 +1235,10 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		for (uint32_t i = 0; i < st->n_nodes; i++)
 			ds_unpin(ds, st->nodes[i]);
 	}
-	ev_push(ds, &ev);
+	if (held)
+		*held = ev;
+	else
+		ev_push(ds, &ev);
 	streams_del(&ds->streams, st);
 	stream_free(ds, st);
 }
@@ -1232,6 +1248,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 static void job_free(struct disk_store *ds, struct dj *d)
 {
 	jobs_del(&ds->jobs, d);
+	free(d->held);
 	free(d);
 }
 
@@ -1260,6 +1277,8 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		}
 		break;
 	case K_DISCARD:
+		if (d->held)
+			ev_push(ds, d->held);
 		break;
 	case K_WRITE_FROM: {
 		sel_node_id id = d->node;
