@@ -13,6 +13,7 @@
 
 BUILD    ?= build
 SANITIZE ?=
+DEBUG_CHECKS ?=
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
@@ -41,6 +42,12 @@ endif
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g $(OPT) -fPIC -MMD -MP \
 	-D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene -Itests
+# DEBUG_CHECKS=1: every module checker (sel_index_check, sel_slab_check,
+# sel_xfer_check, the store checkers, hel_scheduler_check) runs after every
+# mutation and aborts on the first violation (make check-asan sets it).
+ifneq ($(DEBUG_CHECKS),)
+CFLAGS_BASE += -DSEL_DEBUG_CHECKS=1
+endif
 ifneq ($(SANITIZE),)
 CFLAGS_BASE += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS_SAN := -fsanitize=$(SANITIZE)
@@ -176,7 +183,7 @@ check: $(TESTS) $(FUZZ_REPLAYS) $(FLARE_IF_ANY)
 	@$(RUN_TESTS) $(TESTS) $(FUZZ_REPLAYS) $(SCRIPT_TESTS)
 
 check-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address,undefined OPT=-O1 check
+	@$(MAKE) --no-print-directory BUILD=build/asan SANITIZE=address,undefined OPT=-O1 DEBUG_CHECKS=1 check
 
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan SANITIZE=thread OPT=-O1 check

@@ -2,6 +2,8 @@
 #include "testutil.h"
 
 #include <ftw.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,4 +117,36 @@ bool test_soak(void)
 {
 	const char *s = getenv("SELENE_SOAK");
 	return s && *s && strcmp(s, "0") != 0;
+}
+
+bool test_aborts(void (*fn)(void *), void *arg, const char *want)
+{
+	int p[2];
+	CHECK(pipe(p) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		dup2(p[1], 2);
+		fn(arg);
+		_exit(0);
+	}
+	close(p[1]);
+	char buf[8192];
+	size_t n = 0;
+	ssize_t k;
+	while ((k = read(p[0], buf + n, sizeof buf - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = 0;
+	close(p[0]);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+	if (!aborted || (want && !strstr(buf, want))) {
+		fprintf(stderr, "the child %s; it wrote: %s\n",
+			aborted ? "aborted" : WIFSIGNALED(st) ? "died of another signal" : "exited", buf);
+		return false;
+	}
+	return true;
 }

@@ -92,4 +92,9 @@ int test_rmtree(const char *path);
 /* Long runs (make soak) set SELENE_SOAK=1. */
 bool test_soak(void);
 
+/* Run fn(arg) in a child process, its stderr captured: true when the child
+ * died of SIGABRT and what it wrote contains want (NULL: anything).  For
+ * the builds whose module checkers abort (SEL_DEBUG_CHECKS). */
+bool test_aborts(void (*fn)(void *), void *arg, const char *want);
+
 #endif

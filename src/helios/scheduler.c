@@ -81,6 +81,7 @@
  *   8. inbound_waiting == the number of requests waiting on a ticket.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,6 +259,24 @@ static struct ticket *find_ticket(const hel_scheduler *s, const sel_key *key)
 	}
 	return NULL;
 }
+
+/* Builds with SEL_DEBUG_CHECKS (make check-asan) run hel_scheduler_check,
+ * and with it hel_cache_check, whenever a public call that changes the
+ * scheduler returns, on every path, and abort on the first violation.
+ * CHECK_ON_RETURN(s) at the top of such a call arranges it. */
+#ifdef SEL_DEBUG_CHECKS
+static void check_on_return(hel_scheduler **sp)
+{
+	if (*sp && hel_scheduler_check(*sp) != 0) {
+		fprintf(stderr, "hel_scheduler_check: %s\n", eos_errmsg());
+		abort();
+	}
+}
+#define CHECK_ON_RETURN(s) \
+	hel_scheduler *check_on_return_ __attribute__((cleanup(check_on_return), unused)) = (s)
+#else
+#define CHECK_ON_RETURN(s) ((void)0)
+#endif
 
 /* ---- create / destroy ---------------------------------------------------------- */
 
@@ -452,6 +471,7 @@ static bool evict_one(hel_scheduler *s)
 
 uint32_t hel_scheduler_evict(hel_scheduler *s, uint32_t steps)
 {
+	CHECK_ON_RETURN(s);
 	uint32_t n = 0;
 	while (n < steps && evict_one(s))
 		n++;
@@ -668,6 +688,7 @@ static int validate_spec(const hel_scheduler *s, const hel_request_spec *sp)
 int hel_scheduler_plan_admission(hel_scheduler *s, const hel_request_spec *spec,
 				 hel_admission_plan *plan)
 {
+	CHECK_ON_RETURN(s);
 	memset(plan, 0, sizeof(*plan));
 	int rc = validate_spec(s, spec);
 	if (rc)
@@ -839,6 +860,7 @@ static struct req *req_new(hel_scheduler *s, const hel_request_spec *sp)
 int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 				hel_admission_plan *plan, const sel_hit *inbound, hel_admission *out)
 {
+	CHECK_ON_RETURN(s);
 	memset(out, 0, sizeof(*out));
 	int rc = validate_spec(s, spec);
 	if (rc)
@@ -895,6 +917,7 @@ int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 
 int hel_scheduler_admit(hel_scheduler *s, const hel_request_spec *spec, hel_admission *out)
 {
+	CHECK_ON_RETURN(s);
 	hel_admission_plan plan;
 	int rc = hel_scheduler_plan_admission(s, spec, &plan);
 	if (rc == 0)
@@ -918,6 +941,7 @@ static void ticket_forget(hel_scheduler *s, struct ticket *t)
 int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int status,
 				 const hel_req_id **failed, size_t *n_failed)
 {
+	CHECK_ON_RETURN(s);
 	if (failed)
 		*failed = NULL;
 	if (n_failed)
@@ -1000,6 +1024,7 @@ int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int statu
 
 int hel_scheduler_cancel(hel_scheduler *s, hel_req_id id)
 {
+	CHECK_ON_RETURN(s);
 	struct req *r = find_req(s, id);
 	if (!r)
 		return eos_fail(-ENOENT, "cancel: no request %llu", (unsigned long long)id);
@@ -1266,6 +1291,7 @@ static void plan_prefill(hel_scheduler *s, struct step *st, struct req *r, uint6
 
 int hel_scheduler_next_step(hel_scheduler *s, hel_step *out)
 {
+	CHECK_ON_RETURN(s);
 	memset(out, 0, sizeof(*out));
 	if (s->n_steps == s->cfg.max_inflight)
 		return eos_fail(-EBUSY, "next_step: %u steps in flight", s->n_steps);
@@ -1310,6 +1336,7 @@ int hel_scheduler_next_step(hel_scheduler *s, hel_step *out)
 int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_result *results,
 				size_t n)
 {
+	CHECK_ON_RETURN(s);
 	if (!s->n_steps)
 		return eos_fail(-EINVAL, "complete_step: no step in flight");
 	struct step *st = &s->steps[s->step_head];
@@ -1384,6 +1411,7 @@ static int cmp_depth(const void *a, const void *b)
 
 int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out, size_t *nout)
 {
+	CHECK_ON_RETURN(s);
 	*out = NULL;
 	*nout = 0;
 	size_t n = 0, pages = 0;
@@ -1442,11 +1470,20 @@ int hel_scheduler_describe(hel_scheduler *s, uint64_t id, sel_published *out)
 	return 0;
 }
 
-int hel_scheduler_pin(hel_scheduler *s, uint64_t id) { return hel_cache_pin(s->c, id, true); }
-int hel_scheduler_unpin(hel_scheduler *s, uint64_t id) { return hel_cache_unpin(s->c, id, true); }
+int hel_scheduler_pin(hel_scheduler *s, uint64_t id)
+{
+	CHECK_ON_RETURN(s);
+	return hel_cache_pin(s->c, id, true);
+}
+int hel_scheduler_unpin(hel_scheduler *s, uint64_t id)
+{
+	CHECK_ON_RETURN(s);
+	return hel_cache_unpin(s->c, id, true);
+}
 
 size_t hel_scheduler_take_evictions(hel_scheduler *s, hel_notice *out, size_t cap, bool *lost)
 {
+	CHECK_ON_RETURN(s);
 	return hel_cache_take_notices(s->c, out, cap, lost);
 }
 
@@ -1462,6 +1499,7 @@ void hel_scheduler_stats_get(hel_scheduler *s, hel_scheduler_stats *out)
 
 void hel_scheduler_release_after_shutdown(hel_scheduler *s)
 {
+	CHECK_ON_RETURN(s);
 	/* The executor is closed: every submitted step is over. */
 	s->completed = s->submitted;
 	hel_cache_complete_fence(s->c, s->submitted);

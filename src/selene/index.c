@@ -77,8 +77,9 @@
  *   candidate, and the parent walk above the resident count -- not the
  *   history length.
  *
- *   Building with -DSEL_INDEX_DEBUG runs sel_index_check after every
- *   mutation and aborts on the first violation.
+ *   Building with -DSEL_DEBUG_CHECKS (make check-asan) runs
+ *   sel_index_check after every mutation and aborts on the first
+ *   violation.
  *
  * INVARIANTS (verified by sel_index_check)
  *   1. The key table maps the key of every live node to its id and holds
@@ -380,7 +381,7 @@ static void touch(sel_index *ix, sel_node_id id)
 
 /* ---- removal and rows -------------------------------------------------- */
 
-#ifdef SEL_INDEX_DEBUG
+#ifdef SEL_DEBUG_CHECKS
 static void debug_check(const sel_index *ix)
 {
 	if (sel_index_check(ix)) {
@@ -655,14 +656,17 @@ void sel_index_pin(sel_index *ix, sel_node_id id)
 {
 	assert(live(ix, id));
 	N(ix, id)->pins++;
+	debug_check(ix);
 }
 
 void sel_index_unpin(sel_index *ix, sel_node_id id)
 {
 	assert(live(ix, id) && N(ix, id)->pins > 0);
 	sel_index_node *n = N(ix, id);
-	if (n->pins == 0 || --n->pins)
+	if (n->pins == 0 || --n->pins) {
+		debug_check(ix);
 		return;
+	}
 	if (n->flags & SEL_NODE_DROP_ROW) {
 		/* A row drop deferred by commit, unless the child went meanwhile. */
 		if (n->children)
@@ -679,6 +683,7 @@ void sel_index_touch(sel_index *ix, sel_node_id id)
 {
 	assert(live(ix, id));
 	touch(ix, id);
+	debug_check(ix);
 }
 
 void sel_index_set_evictable(sel_index *ix, sel_node_id id, bool evictable)

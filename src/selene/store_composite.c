@@ -1184,6 +1184,7 @@ static void cs_touch(sel_store *s, const sel_key *key)
 	struct comp_store *cs = CS(s);
 	sel_store_touch(cs->disk, key);
 	sel_store_touch(cs->mem, key);
+	debug_check(cs);
 }
 
 static void cs_stats(sel_store *s, sel_stats *out)

@@ -1821,6 +1821,7 @@ static void ds_touch(sel_store *s, const sel_key *key)
 	sel_node_id id = sel_index_find(ds->ix, key);
 	if (id != SEL_NODE_NONE)
 		sel_index_touch(ds->ix, id);
+	debug_check(ds);
 }
 
 static void ds_stats(sel_store *s, sel_stats *out)
@@ -2256,6 +2257,7 @@ int sel_disk_store_charge(sel_store *s, const sel_key *key)
 	ds->used += bytes;
 	sel_index_get(ds->ix, id)->flags &= (uint16_t)~DS_UNCHARGED;
 	ds->uncharged--;
+	debug_check(ds);
 	return 0;
 }
 
@@ -2274,6 +2276,7 @@ int sel_disk_store_charge_free(sel_store *s, const sel_key *key)
 	ds->used += bytes;
 	sel_index_get(ds->ix, id)->flags &= (uint16_t)~DS_UNCHARGED;
 	ds->uncharged--;
+	debug_check(ds);
 	return 0;
 }
 
@@ -2338,6 +2341,7 @@ int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pag
 	r->writing = true;
 	ds_pin(ds, id);
 	disk_submit(ds, d);
+	debug_check(ds);
 	return 0;
 }
 
@@ -2379,6 +2383,7 @@ int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *c
 	ds_pin(ds, id);
 	sel_index_touch(ds->ix, id);
 	disk_submit(ds, d);
+	debug_check(ds);
 	return 0;
 }
 
@@ -2409,6 +2414,7 @@ int sel_disk_store_pin(sel_store *s, const sel_key *key)
 	if (id == SEL_NODE_NONE)
 		return -ENOENT;
 	ds_pin(ds, id);
+	debug_check(ds);
 	return 0;
 }
 
@@ -2418,6 +2424,7 @@ void sel_disk_store_unpin(sel_store *s, const sel_key *key)
 	sel_node_id id = sel_index_find(ds->ix, key);
 	if (id != SEL_NODE_NONE && ds->recs[id].mypins)
 		ds_unpin(ds, id);
+	debug_check(ds);
 }
 
 /* ---- checks and introspection ------------------------------------------------------------ */

@@ -1077,6 +1077,7 @@ static void ms_touch(sel_store *s, const sel_key *key)
 	sel_node_id id = sel_index_find(ms->ix, key);
 	if (id != SEL_NODE_NONE)
 		sel_index_touch(ms->ix, id);
+	debug_check(ms);
 }
 
 static void ms_stats(sel_store *s, sel_stats *out)
@@ -1448,6 +1449,7 @@ int sel_memory_store_pin(sel_store *s, const sel_key *key)
 	if (id == SEL_NODE_NONE)
 		return -ENOENT;
 	ms_pin(ms, id);
+	debug_check(ms);
 	return 0;
 }
 
