@@ -1,7 +1,10 @@
 /* storefx.c - the shared store fixture (see storefx.h). */
 #include "storefx.h"
 
+#include "store_composite.h"
+
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- stub copy backend ------------------------------------------------------ */
@@ -28,11 +31,14 @@ static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 	if (f && st->fail_left > 0)
 		st->fail_left--;
 	pthread_mutex_unlock(&st->mu);
-	if (f)
-		return f;
-	for (uint32_t i = 0; i < n; i++)
-		memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
-	return 0;
+	if (!f)
+		for (uint32_t i = 0; i < n; i++)
+			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+	pthread_mutex_lock(&st->mu);
+	st->done++;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+	return f;
 }
 
 static void stub_close_rank(void *state) { (void)state; }
@@ -56,14 +62,25 @@ void sfx_fail_n(struct sfx *f, int err, int dir, int n)
 
 void sfx_wait_blocked(struct sfx *f, int n)
 {
-	uint64_t deadline = eos_now_ns() + 10ull * 1000000000;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
 	pthread_mutex_lock(&f->stub.mu);
-	while (f->stub.waiting < n) {
-		pthread_mutex_unlock(&f->stub.mu);
-		CHECKF(eos_now_ns() < deadline, "%d of %d copies blocked", f->stub.waiting, n);
-		eos_sleep_ns(1000000);
-		pthread_mutex_lock(&f->stub.mu);
-	}
+	while (f->stub.waiting < n)
+		CHECKF(pthread_cond_timedwait(&f->stub.cv, &f->stub.mu, &ts) != ETIMEDOUT,
+		       "%d of %d copies blocked", f->stub.waiting, n);
+	pthread_mutex_unlock(&f->stub.mu);
+}
+
+void sfx_wait_copies_done(struct sfx *f)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&f->stub.mu);
+	while (f->stub.done < f->stub.calls)
+		CHECKF(pthread_cond_timedwait(&f->stub.cv, &f->stub.mu, &ts) != ETIMEDOUT,
+		       "%" PRIu64 " of %" PRIu64 " copies returned in 10 s", f->stub.done, f->stub.calls);
 	pthread_mutex_unlock(&f->stub.mu);
 }
 
@@ -332,31 +349,121 @@ void sfx_wait_events_all(sel_store *s, sel_event *ev, int want, sfx_check_fn che
 	wait_events(s, ev, want, check, true);
 }
 
-static void no_events(sel_store *s, int ms, bool all)
+/* Any event in ev[0..n) (PROGRESS only with all) fails the test. */
+static void forbid(const sel_event *ev, int n, bool all)
+{
+	for (int i = 0; i < n; i++)
+		CHECKF(!all && ev[i].type == SEL_EV_PROGRESS,
+		       "unexpected event %d (checkpoint %" PRIu64 ", ticket %" PRIu64 ", error %d)",
+		       ev[i].type, ev[i].checkpoint, ev[i].ticket, ev[i].error);
+}
+
+/* Poll until every accepted put and fetch has reported (the store's
+ * in-flight counts are 0), at most 20 s; no event may arrive on the way,
+ * nor in a last poll after it. */
+static void no_events(sel_store *s, bool all)
+{
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	for (;;) {
+		sel_event ev[4];
+		sel_stats st;
+		sel_store_stats(s, &st);
+		bool idle = st.inflight_out == 0 && st.inflight_in == 0;
+		int n = sel_store_poll(s, ev, 4);
+		CHECK_OK(n);
+		forbid(ev, n, all);
+		if (idle)
+			return;
+		CHECKF(eos_now_ns() < deadline, "%" PRIu64 " puts and %" PRIu64 " fetches still in "
+		       "flight after 20 s", st.inflight_out, st.inflight_in);
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		poll(&pfd, 1, 10);
+	}
+}
+
+void sfx_no_events(sel_store *s)
+{
+	no_events(s, false);
+}
+
+void sfx_no_events_all(sel_store *s)
+{
+	no_events(s, true);
+}
+
+static void none_now(sel_store *s, bool all)
 {
 	sel_event ev[4];
-	if (ms)
-		eos_sleep_ns((uint64_t)ms * 1000000);
 	int n = sel_store_poll(s, ev, 4);
 	CHECK_OK(n);
-	CHECK_RC(all ? n : drop_progress(ev, n), 0);
+	forbid(ev, n, all);
 }
 
-void sfx_no_events(sel_store *s, int ms)
+void sfx_none_now(sel_store *s)
 {
-	no_events(s, ms, false);
+	none_now(s, false);
 }
 
-void sfx_no_events_all(sel_store *s, int ms)
+void sfx_none_now_all(sel_store *s)
 {
-	no_events(s, ms, true);
+	none_now(s, true);
+}
+
+void sfx_pump(sel_store *s, sfx_check_fn check, int *progress)
+{
+	sel_event ev[8];
+	int n = sel_store_poll(s, ev, 8);
+	CHECK_OK(n);
+	forbid(ev, n, false);
+	if (progress)
+		*progress += n;
+	if (check)
+		CHECK_OK(check(s));
+	struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+	CHECK(pfd.fd >= 0);
+	poll(&pfd, 1, 5);
+}
+
+bool sfx_quiet(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	if (st.inflight_out || st.inflight_in)
+		return false;
+	if (strcmp(s->ops->name, "composite") != 0)
+		return true;
+	struct sel_composite_gauges g;
+	sel_composite_store_gauges(s, &g);
+	sel_stats m, d;
+	sel_store_stats(sel_composite_store_memory(s), &m);
+	sel_store_stats(sel_composite_store_disk(s), &d);
+	return !g.busy && g.writing_slots == 0 && !m.inflight_out && !m.inflight_in &&
+	       !d.inflight_out && !d.inflight_in &&
+	       (!g.backoff_until_ns || eos_now_ns() >= g.backoff_until_ns);
+}
+
+int sfx_settle(sel_store *s, sfx_check_fn check)
+{
+	int progress = 0;
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	for (;;) {
+		sfx_pump(s, check, &progress);
+		/* Quiet after two polls in a row: the second let maintenance,
+		 * which runs in the poll, look at the state the first left. */
+		if (sfx_quiet(s)) {
+			sfx_pump(s, check, &progress);
+			if (sfx_quiet(s))
+				return progress;
+		}
+		CHECKF(eos_now_ns() < deadline, "the store did not settle in 20 s");
+	}
 }
 
 sel_event sfx_one_event(sel_store *s, sfx_check_fn check)
 {
 	sel_event ev;
 	sfx_wait_events(s, &ev, 1, check);
-	sfx_no_events(s, 2);
+	sfx_no_events(s);
 	return ev;
 }
 

@@ -29,6 +29,7 @@ struct sfx_stub {
 	int fail_left; /* copies still to fail (-1: every one) */
 	int waiting;   /* copy calls blocked on hold */
 	uint64_t calls;
+	uint64_t done; /* copy calls returned */
 };
 
 struct sfx {
@@ -58,6 +59,8 @@ sel_store_config sfx_config(struct sfx *f, bool stub);
 void sfx_hold(struct sfx *f, bool hold);
 void sfx_fail_n(struct sfx *f, int err, int dir, int n);
 void sfx_wait_blocked(struct sfx *f, int n);
+/* Wait (up to 10 s) until every copy call made so far has returned. */
+void sfx_wait_copies_done(struct sfx *f);
 
 /* Byte patterns.  Page j of conversation tag on every rank; split: ranks
  * differ. */
@@ -107,9 +110,38 @@ static inline uint64_t sfx_row_seed(const struct sfx_conv *cv, uint64_t c)
 typedef int (*sfx_check_fn)(sel_store *s);
 void sfx_wait_events(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
 void sfx_wait_events_all(sel_store *s, sel_event *ev, int want, sfx_check_fn check);
-void sfx_no_events(sel_store *s, int ms);
-void sfx_no_events_all(sel_store *s, int ms);
+/* No event comes: poll until every accepted put and fetch has reported
+ * (nothing in flight), failing on any event on the way.  No fixed wait:
+ * once nothing is in flight, nothing can come. */
+void sfx_no_events(sel_store *s);
+void sfx_no_events_all(sel_store *s);
+/* No event now: one poll.  For a test that holds every copy in flight
+ * (sfx_hold, then sfx_wait_blocked) or started none: nothing can complete,
+ * so nothing may be reported. */
+void sfx_none_now(sel_store *s);
+void sfx_none_now_all(sel_store *s);
+/* The one event that comes next, and no other after it. */
 sel_event sfx_one_event(sel_store *s, sfx_check_fn check);
+/* One poll, then a wait of at most 5 ms on the store's descriptor.  Any
+ * event but PROGRESS fails the test; PROGRESS events are counted in
+ * *progress (may be NULL).  check (may be NULL) runs after the poll. */
+void sfx_pump(sel_store *s, sfx_check_fn check, int *progress);
+/* Nothing in flight: every put and fetch reported and, in a composite,
+ * no maintenance write, read-through or streamed put left and no write
+ * backoff pending.  Nothing more happens then without a new call. */
+bool sfx_quiet(sel_store *s);
+/* Pump until quiet (at most 20 s): what the last calls set off has
+ * finished.  Returns the PROGRESS events seen on the way. */
+int sfx_settle(sel_store *s, sfx_check_fn check);
+/* Pump until cond holds, at most 20 s (a file removed, a count reached). */
+#define SFX_UNTIL(s, check, cond)                                                            \
+	do {                                                                                 \
+		uint64_t until_deadline_ = eos_now_ns() + 20ull * 1000000000;                \
+		while (!(cond)) {                                                            \
+			CHECKF(eos_now_ns() < until_deadline_, "not reached in 20 s: %s", #cond); \
+			sfx_pump((s), (check), NULL);                                        \
+		}                                                                            \
+	} while (0)
 /* Poll (discarding nothing but PROGRESS) until pred(ctx) or 10 s. */
 void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,
 		    int cap, sfx_check_fn check);

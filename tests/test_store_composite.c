@@ -134,18 +134,31 @@ static bool on_disk(sel_store *s, const sel_key *k)
 	return sel_disk_store_record(sel_composite_store_disk(s), k, &ri) == 0;
 }
 
-/* Poll (checking the bound and the invariants) for ms milliseconds. */
-static void settle(sel_store *s, int ms)
+/* The invariants and the write-ahead bound: at most the bound plus one
+ * record (64 pages + a 3-slot row) is ever being written. */
+static int check_bound(sel_store *s)
 {
-	uint64_t end = eos_now_ns() + (uint64_t)ms * 1000000;
-	do {
-		sel_event ev[8];
-		CHECK_RC(sel_store_poll(s, ev, 8), 0);
-		CHECK_OK(check(s));
-		struct sel_composite_gauges g = gauges(s);
-		CHECK(g.writing_slots <= g.write_ahead_bound + 67);
-		eos_sleep_ns(1000000);
-	} while (eos_now_ns() < end);
+	int rc = check(s);
+	if (rc)
+		return rc;
+	struct sel_composite_gauges g = gauges(s);
+	CHECKF(g.writing_slots <= g.write_ahead_bound + 67, "%" PRIu64 " slots being written, bound %"
+	       PRIu64, g.writing_slots, g.write_ahead_bound);
+	return 0;
+}
+
+/* One poll (only PROGRESS may come, counted in *progress), then a short
+ * wait on the store's descriptor. */
+static void pump(sel_store *s, int *progress)
+{
+	sfx_pump(s, check_bound, progress);
+}
+
+/* Until the maintenance the last calls started has finished; returns the
+ * PROGRESS events seen. */
+static int settle(sel_store *s)
+{
+	return sfx_settle(s, check_bound);
 }
 
 static sel_event store(sel_store *s, const sel_published *cp, sel_tier tier)
@@ -215,16 +228,16 @@ static void test_tiers(void)
 		uint64_t deadline = eos_now_ns() + 10000000000ull;
 		while ((o = sel_store_put(s, &cp[i], &why)) == SEL_RETRY) {
 			CHECK(eos_now_ns() < deadline);
-			settle(s, 2);
+			pump(s, NULL);
 		}
 		CHECKF(o == SEL_QUEUED, "put %d: %s", i, sel_outcome_name(o));
 		sel_event ev;
 		sfx_wait_events(s, &ev, 1, check);
 		CHECK(ev.type == SEL_EV_STORED && ev.checkpoint == cp[i].checkpoint);
 		streamed += ev.tier == SEL_TIER_DISK;
-		settle(s, 5);
+		settle(s);
 	}
-	settle(s, 50);
+	settle(s);
 	struct sel_composite_gauges g = gauges(s);
 	st = stats(s);
 	printf("  pressure: %" PRIu64 " writes, max %" PRIu64 " slots ahead (bound %" PRIu64
@@ -343,7 +356,7 @@ static void test_inflight_write(void)
 	uint64_t deadline = eos_now_ns() + 10000000000ull;
 	while (!drec(s, &cp.key).file) {
 		CHECK(eos_now_ns() < deadline);
-		settle(s, 2);
+		pump(s, NULL);
 	}
 	CHECK(!drec(s, &cp.key).parked && stats(s).parked_records == 0);
 	eos_fileops_set(NULL);
@@ -374,7 +387,7 @@ static void test_disk_eviction(void)
 		uint64_t deadline = eos_now_ns() + 10000000000ull;
 		while (!drec(s, &cp[i].key).file) {
 			CHECK(eos_now_ns() < deadline);
-			settle(s, 1);
+			pump(s, NULL);
 		}
 	}
 	CHECK(in_memory(s, &cp[0].key));
@@ -382,7 +395,7 @@ static void test_disk_eviction(void)
 	 * and with it its memory copy. */
 	cp[3] = sfx_ckpt(&fx, &cv[3], 256, 0, 3, 4);
 	store(s, &cp[3], SEL_TIER_MEMORY);
-	settle(s, 5);
+	settle(s);
 	CHECK(!on_disk(s, &cp[0].key) && !in_memory(s, &cp[0].key));
 	CHECK(on_disk(s, &cp[1].key) && in_memory(s, &cp[1].key));
 	sel_stats st = stats(s);
@@ -415,7 +428,7 @@ static void test_streaming(void)
 	sel_published cb = sfx_ckpt(&fx, &big, 100 * 64, 0, 3, 3);
 	store(s, &cb, SEL_TIER_DISK);
 	CHECK(drec(s, &cb.key).file && !in_memory(s, &cb.key));
-	settle(s, 10);
+	settle(s);
 	CHECK(in_memory(s, &c1.key) && in_memory(s, &c2.key));
 	uint64_t ev0 = stats(s).tier[SEL_TIER_MEMORY].evicted;
 	/* Its restore streams through intake and evicts no resident. */
@@ -457,7 +470,7 @@ static void test_write_failures(void)
 		struct sel_composite_gauges g = gauges(s);
 		if (!drec(s, &ca.key).file && g.writes_retried)
 			CHECK(drec(s, &ca.key).parked && in_memory(s, &ca.key));
-		settle(s, 1);
+		pump(s, NULL);
 	}
 	struct sel_composite_gauges g = gauges(s);
 	CHECK(g.writes_retried == 2 && g.writes_done == 3);
@@ -472,9 +485,9 @@ static void test_write_failures(void)
 	deadline = eos_now_ns() + 10000000000ull;
 	while (on_disk(s, &cb.key)) {
 		CHECK(eos_now_ns() < deadline);
-		settle(s, 1);
+		pump(s, NULL);
 	}
-	settle(s, 5);
+	settle(s);
 	CHECK(!in_memory(s, &cb.key));
 	sel_stats st = stats(s);
 	CHECK(st.tier[SEL_TIER_DISK].dropped_io_error == 1);
@@ -556,7 +569,12 @@ static void test_retry_instead_of_stream(void)
 	}
 	for (int i = 0; i < N - 1; i++)
 		store(s, &cp[i], SEL_TIER_MEMORY);
-	settle(s, 5);
+	/* Maintenance starts the oldest record's write, which blocks. */
+	uint64_t deadline = eos_now_ns() + 10000000000ull;
+	while (!has_writing(s)) {
+		CHECK(eos_now_ns() < deadline);
+		pump(s, NULL);
+	}
 	CHECK(drec(s, &cp[0].key).writing);
 	/* The ninth: memory is held by records not yet durable.  Retry, with
 	 * no copy (so no GPU pin) and nothing streamed to disk. */
@@ -569,9 +587,11 @@ static void test_retry_instead_of_stream(void)
 	CHECK(st.inflight_out == st0.inflight_out && g.streamed == g0.streamed);
 	CHECK(g.refused_full == g0.refused_full + 1 && st.outcomes[SEL_RETRY] == st0.outcomes[SEL_RETRY] + 1);
 	CHECK(!on_disk(s, &cp[N - 1].key) && !in_memory(s, &cp[N - 1].key));
-	/* Nothing commits: no progress. */
-	int other = 0;
-	CHECK(!wait_progress(s, 60, &other) && other == 0);
+	/* Nothing commits while the write is blocked in pwrite: no progress. */
+	int other = 0, progress = 0;
+	CHECK(has_writing(s));
+	pump(s, &progress);
+	CHECK(progress == 0);
 	/* A write commits: progress, and the retry lands in memory (evicting
 	 * the durable record). */
 	__atomic_store_n(&fi.block_pwrite, 0, __ATOMIC_SEQ_CST);
@@ -582,7 +602,7 @@ static void test_retry_instead_of_stream(void)
 	sfx_wait_events(s, &ev, 1, check);
 	CHECK(ev.type == SEL_EV_STORED && ev.tier == SEL_TIER_MEMORY && ev.checkpoint == N);
 	CHECK(in_memory(s, &cp[N - 1].key));
-	settle(s, 20);
+	settle(s);
 
 	/* Records larger than the warm pool (60 pages + a 3-slot row) still
 	 * stream, at most two at once. */
@@ -607,7 +627,7 @@ static void test_retry_instead_of_stream(void)
 	CHECK(sel_store_put(s, &cb[2], &why) == SEL_QUEUED);
 	sfx_wait_events(s, &ev, 1, check);
 	CHECK(ev.type == SEL_EV_STORED && ev.checkpoint == 22 && drec(s, &cb[2].key).file);
-	settle(s, 20);
+	settle(s);
 
 	/* A deferral is no progress: a streamed record the disk refuses with
 	 * ENOSPC is deferred, and no PROGRESS follows it. */
@@ -620,8 +640,8 @@ static void test_retry_instead_of_stream(void)
 	sfx_wait_events(s, &ev, 1, check);
 	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_DEFERRED &&
 	       ev.why == SEL_RETRY_BUDGET, "event %d outcome %s", ev.type, sel_outcome_name(ev.outcome));
-	other = 0;
-	CHECK(!wait_progress(s, 100, &other) && other == 0);
+	/* Everything the deferral set off has finished: no progress came. */
+	CHECK(settle(s) == 0);
 	__atomic_store_n(&fi.fallocate_n, 0, __ATOMIC_SEQ_CST);
 
 	eos_fileops_set(NULL);
@@ -657,9 +677,9 @@ static void test_refused_need_writes_ahead(void)
 		sel_event ev;
 		sfx_wait_events(s, &ev, 1, check);
 		CHECK(ev.type == SEL_EV_STORED);
-		settle(s, 5);
+		settle(s);
 	}
-	settle(s, 50);
+	settle(s);
 	uint64_t in_use, pinned, free_warm;
 	sel_memory_store_counts(sel_composite_store_memory(s), &in_use, &pinned, &free_warm);
 	uint64_t room = free_warm + in_use - pinned;

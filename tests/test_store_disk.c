@@ -46,6 +46,13 @@ static const uint64_t units2[] = {4096, 1000};
 
 static int check(sel_store *s) { return sel_disk_store_check(s); }
 
+static uint64_t disk_used(sel_store *s)
+{
+	uint64_t used;
+	sel_disk_store_usage(s, &used, NULL);
+	return used;
+}
+
 /* ---- fault injection (through eos_fileops, tests/faultfs.c) ------------------------- */
 
 /* Arm op (everything else cleared; temporaries' unlinks never fail) and
@@ -272,8 +279,7 @@ static void test_chains_restart(const char *mode)
 	store(s, &cpx);
 	/* C is B's only child and B is no root: its row goes (truncation). */
 	CHECK(!rec(s, &cpb.key).has_row);
-	for (int i = 0; i < 500 && fsize(s, &cpb.key) != sb.row_off; i++)
-		sfx_no_events(s, 2);
+	SFX_UNTIL(s, check, fsize(s, &cpb.key) == sb.row_off);
 	CHECK(fsize(s, &cpb.key) == sb.row_off);
 	CHECK(rec(s, &cpa.key).has_row); /* A is a root */
 
@@ -350,8 +356,7 @@ static void test_corruption(const char *mode)
 		CHECK(!present(s, bad) && !present(s, &r.key));
 		if (bad == &q.key || bad == &p.key)
 			CHECK(!present(s, &q.key));
-		for (int i = 0; i < 500 && fsize(s, bad) != UINT64_MAX; i++)
-			sfx_no_events(s, 2);
+		SFX_UNTIL(s, check, fsize(s, bad) == UINT64_MAX);
 		CHECK(fsize(s, bad) == UINT64_MAX);
 		sel_hit hit;
 		if (want_after) {
@@ -485,8 +490,7 @@ static void test_limit(void)
 	CHECK(present(s, &cp[1].key) && !present(s, &cp[2].key));
 	sel_stats st = stats(s);
 	CHECK(st.tier[SEL_TIER_DISK].evicted == 2 && st.tier[SEL_TIER_DISK].dropped_end_of_chain == 2);
-	for (int i = 0; i < 500 && fsize(s, &cp[2].key) != UINT64_MAX; i++)
-		sfx_no_events(s, 2);
+	SFX_UNTIL(s, check, fsize(s, &cp[0].key) == UINT64_MAX && fsize(s, &cp[2].key) == UINT64_MAX);
 	CHECK(fsize(s, &cp[0].key) == UINT64_MAX && fsize(s, &cp[2].key) == UINT64_MAX);
 	uint64_t used;
 	sel_disk_store_usage(s, &used, NULL);
@@ -515,7 +519,7 @@ static void test_limit(void)
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &bp, &why) == SEL_OVERSIZE);
 	CHECK(stats(s).tier[SEL_TIER_DISK].dropped_oversize == 1);
-	sfx_no_events(s, 0);
+	sfx_none_now(s);
 
 	/* Retry (budget): every record in the way is pinned by a held copy. */
 	close_store(s);
@@ -607,8 +611,7 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 			CHECK(st.tier[SEL_TIER_DISK].dropped_io_error ==
 			      st0.tier[SEL_TIER_DISK].dropped_io_error + 1);
 	}
-	for (int i = 0; i < 500 && test_count_tmp(s->disk_dir); i++)
-		sfx_no_events(s, 2);
+	SFX_UNTIL(s, check, test_count_tmp(s->disk_dir) == 0);
 	CHECK(test_count_tmp(s->disk_dir) == 0);
 	CHECK(present(s, &good->key) && rec(s, &good->key).file);
 }
@@ -670,8 +673,10 @@ static void test_faults(const char *mode, bool pread_path)
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &other, &why) == SEL_QUEUED); /* evicts good */
 	sel_event ev = sfx_one_event(s, check);
-	for (int i = 0; i < 50; i++)
-		sfx_no_events(s, 2);
+	/* Until the failed unlink has been polled: its bytes come back
+	 * charged, as stuck. */
+	SFX_UNTIL(s, check, disk_used(s) == 2 * one);
+	CHECK(faultfs.calls[F_UNLINK] >= 1);
 	fi_off();
 	CHECK(ev.type == SEL_EV_STORED && !present(s, &good.key));
 	uint64_t used;

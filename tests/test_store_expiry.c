@@ -49,7 +49,7 @@ static sel_stats stats(sel_store *s)
 static void poll_at(sel_store *s, uint64_t t)
 {
 	now_s = t;
-	sfx_no_events(s, 0);
+	sfx_none_now(s);
 	CHECK_OK(check(s));
 }
 
@@ -215,11 +215,7 @@ static bool on_disk(sel_store *s, const sel_key *k)
 /* Poll until no file of keys is left that the store has forgotten. */
 static void wait_unlinked(sel_store *s, const sel_key *k)
 {
-	for (int i = 0; i < 2000 && file_exists(s, k); i++) {
-		sfx_no_events(s, 1);
-		CHECK_OK(check(s));
-	}
-	CHECK(!file_exists(s, k));
+	SFX_UNTIL(s, check, !file_exists(s, k));
 }
 
 static void test_disk(void)

@@ -94,17 +94,23 @@ static void wait_events(sel_store *s, sel_event *ev, int want)
 	sfx_wait_events_all(s, ev, want, sel_memory_store_check);
 }
 
-/* No event arrives within ms milliseconds. */
-static void no_events(sel_store *s, int ms)
+/* No event comes: every put and fetch has reported, and nothing else. */
+static void no_events(sel_store *s)
 {
-	sfx_no_events_all(s, ms);
+	sfx_no_events_all(s);
+}
+
+/* No event now (the test holds every copy in flight, or started none). */
+static void none_now(sel_store *s)
+{
+	sfx_none_now_all(s);
 }
 
 static sel_event one_event(sel_store *s)
 {
 	sel_event ev;
 	wait_events(s, &ev, 1);
-	no_events(s, 5);
+	no_events(s);
 	return ev;
 }
 
@@ -159,7 +165,7 @@ static void restore(struct fx *fx, struct sfx_conv *cv, uint64_t resident, uint6
 					(struct sfx_restore_opts){.row_split = row_split,
 								  .all_events = true});
 	CHECK(ev.tier == SEL_TIER_MEMORY);
-	no_events(fx->s, 5);
+	no_events(fx->s);
 }
 
 /* ---- tests ----------------------------------------------------------------- */
@@ -179,7 +185,7 @@ static void test_sequencing(void)
 	sel_published cp = sfx_ckpt_row(&fx.f, &cv, 256, 0, 1, 77, false);
 	put_ok(&fx, &cp);
 	sfx_wait_blocked(&fx.f, 1);
-	no_events(fx.s, 20);
+	none_now(fx.s);
 	sel_stats st = stats(&fx);
 	CHECK(st.inflight_out == 1 && st.slots_in_use == 4 + 3);
 	struct sel_memory_record_info ri = rec(&fx, &cp.key);
@@ -215,7 +221,7 @@ static void test_sequencing(void)
 	sel_inbound in = {.ticket = 5, .pages = dst, .n_pages = 4, .state_slot = 3};
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in));
 	sfx_wait_blocked(&fx.f, 1);
-	no_events(fx.s, 20);
+	none_now(fx.s);
 	CHECK(rec(&fx, &cp.key).pins == 1);
 	CHECK(stats(&fx).inflight_in == 1);
 	sfx_hold(&fx.f, false);
@@ -294,7 +300,7 @@ static void test_failures(void)
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &bad), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "1 pages") && strstr(sel_errmsg(), "uploads 2"));
 	CHECK(rec(&fx, &cpa.key).pins == 0);
-	no_events(fx.s, 0);
+	none_now(fx.s);
 
 	sfx_fail_n(&fx.f, -EIO, SEL_COPY_IN, -1);
 	sel_inbound in = {.ticket = 9, .pages = dst, .n_pages = 2, .state_slot = 6};
@@ -302,6 +308,10 @@ static void test_failures(void)
 	ev = one_event(fx.s);
 	CHECK(ev.type == SEL_EV_FETCH_FAILED && ev.error == -EIO && ev.ticket == 9);
 	CHECK(rec(&fx, &cpa.key).pins == 0);
+	/* Untouched now, and still after a later copy through the same
+	 * transfer threads (which run their jobs in order) has completed:
+	 * nothing of the failed fetch was left to land late. */
+	sel_published cpb = sfx_ckpt_row(&fx.f, &b, 128, 0, 2, 2, false);
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < 2; i++)
 			for (uint32_t p = 0; p < fx.f.n_planes; p++)
@@ -309,18 +319,18 @@ static void test_failures(void)
 					CHECK(fx.f.plane[0][p][dst[i] * fx.f.unit[p] + k] == 0x77);
 		for (uint64_t k = 0; k < fx.f.row_bytes; k++)
 			CHECK(fx.f.row[0][6 * fx.f.row_bytes + k] == 0x77);
-		eos_sleep_ns(20000000);
+		if (pass == 0) {
+			sfx_fail_n(&fx.f, 0, -1, -1);
+			store(&fx, &cpb);
+		}
 	}
 	st = stats(&fx);
 	CHECK(st.fetches == 1 && st.fetch_failures == 1 && st.inflight_in == 0);
 	CHECK(st.tier[SEL_TIER_MEMORY].bytes_in == 0);
-	sfx_fail_n(&fx.f, 0, -1, -1);
 
 	/* -ESTALE once eviction took the hit's record: 15 warm slots hold three
 	 * records of 2 pages + 3 row slots. */
-	sel_published cpb = sfx_ckpt_row(&fx.f, &b, 128, 0, 2, 2, false);
 	sel_published cpc = sfx_ckpt_row(&fx.f, &c, 128, 0, 3, 3, false);
-	store(&fx, &cpb);
 	store(&fx, &cpc);
 	CHECK(present(&fx, &cpa.key));
 	struct sfx_conv d;
@@ -330,7 +340,7 @@ static void test_failures(void)
 	CHECK(!present(&fx, &cpa.key));
 	CHECK(stats(&fx).tier[SEL_TIER_MEMORY].evicted == 1);
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &in), -ESTALE);
-	no_events(fx.s, 0);
+	none_now(fx.s);
 
 	sfx_conv_free(&a);
 	sfx_conv_free(&b);
@@ -500,7 +510,7 @@ static void test_eviction(void)
 	sfx_hold(&fx.f, false);
 	sel_event ev[3];
 	wait_events(fx.s, ev, 3);
-	no_events(fx.s, 5);
+	no_events(fx.s);
 	int fetched = 0, stored = 0;
 	for (int i = 0; i < 3; i++) {
 		fetched += ev[i].type == SEL_EV_FETCHED;
@@ -591,7 +601,7 @@ static void test_capacity_outcomes(void)
 	sel_inbound in = {.ticket = 3, .pages = dst, .n_pages = 2, .state_slot = 5};
 	CHECK_RC(sel_store_fetch(fx.s, &hit, &in), -EAGAIN);
 	CHECK(rec(&fx, &cq[0].key).pins == 0 && stats(&fx).inflight_in == 0);
-	no_events(fx.s, 0);
+	none_now(fx.s);
 	sfx_hold(&fx.f, false);
 	sel_event evs[2];
 	wait_events(fx.s, evs, 2);
@@ -731,11 +741,11 @@ static void test_fetch_resubmit(void)
 	sfx_poison(&fx.f);
 	CHECK_OK(sel_store_fetch(fx.s, &hit, &in)); /* job 1 queued, job 2 kept */
 	CHECK(rec(&fx, &cr.key).pins == 1 && rec(&fx, &cc.key).pins == 1);
-	no_events(fx.s, 10);
+	none_now(fx.s);
 	sfx_hold(&fx.f, false);
 	sel_event ev[2];
 	wait_events(fx.s, ev, 2);
-	no_events(fx.s, 20);
+	no_events(fx.s);
 	CHECK(ev[0].type == SEL_EV_STORED && ev[0].checkpoint == 3);
 	CHECK(ev[1].type == SEL_EV_FETCHED && ev[1].ticket == 42 && ev[1].bytes == hit.bytes);
 	CHECK(rec(&fx, &cr.key).pins == 0 && rec(&fx, &cc.key).pins == 0);
@@ -788,7 +798,7 @@ static void test_failed_parent(void)
 	put_ok(&fx, &cpb);
 	sfx_hold(&fx.f, false);
 	wait_events(fx.s, ev, 2);
-	no_events(fx.s, 5);
+	no_events(fx.s);
 	CHECK(ev[0].type == SEL_EV_STORE_FAILED && ev[0].checkpoint == 1);
 	CHECK(ev[1].type == SEL_EV_STORED && ev[1].checkpoint == 2);
 	sfx_fail_n(&fx.f, 0, -1, -1);
@@ -1137,7 +1147,7 @@ static void test_random(uint32_t ranks)
 			fetched++;
 		}
 	}
-	no_events(fx.s, 5);
+	no_events(fx.s);
 	CHECK(store_failed == 0);
 	sel_stats st = stats(&fx);
 	CHECK(st.inflight_in == 0 && st.inflight_out == 0);
@@ -1181,7 +1191,7 @@ static void test_close_stuck(void)
 	fx->s = NULL;
 	/* Let the copy finish into the leaked pool; nothing reports it. */
 	sfx_hold(&fx->f, false);
-	eos_sleep_ns(20000000);
+	sfx_wait_copies_done(&fx->f);
 	sfx_conv_free(&cv);
 }
 

@@ -1622,6 +1622,7 @@ void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out)
 	out->want_slots = cs->want_slots;
 	out->streaming = cs->streaming;
 	out->backoff_until_ns = cs->backoff_until;
+	out->busy = cs_busy(cs) || cs->streaming || cs->evq_n;
 }
 
 int sel_composite_store_check(sel_store *s)

@@ -23,7 +23,10 @@ sel_store *sel_composite_store_disk(sel_store *s);
  * and the backoff deadline (monotonic ns; 0 when none).  Backpressure:
  * puts refused because warm memory was held by dirty records, copies or
  * reads (refused_full), PROGRESS events emitted, the slots the last refused
- * put needed, streamed puts in flight. */
+ * put needed, streamed puts in flight.  busy: a copy-out, maintenance
+ * write, read-through or streamed put is in flight or an event is queued
+ * (what a caller waits out, with the inner stores' in-flight counts and
+ * the backoff, to know that nothing more happens without a new call). */
 struct sel_composite_gauges {
 	uint64_t writing_slots;
 	uint64_t write_ahead_bound;
@@ -31,6 +34,7 @@ struct sel_composite_gauges {
 	uint64_t writes_started, writes_done, writes_retried, backoff_until_ns;
 	uint64_t read_through, streamed;
 	uint64_t refused_full, progress, want_slots, streaming;
+	bool busy;
 };
 void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out);
 

@@ -128,7 +128,8 @@
  *   4. A record with a write in flight is pinned by it; a fetch pins every
  *      node of its chain; store pins (mypins) <= index pins.
  *   5. inflight_out / inflight_in count the put streams and fetches not yet
- *      reported; each produces exactly one event.
+ *      reported (a failed put's stream is gone while its discard job holds
+ *      its event); each produces exactly one event.
  *   6. The index check (and, for an owned pool, the slab check) passes.
  */
 #include "store_disk.h"
@@ -1166,7 +1167,6 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		struct drec *r = &ds->recs[id];
 		ev.checkpoint = st->id;
 		r->writing = false;
-		ds->st.inflight_out--;
 		if (!st->status) {
 			r->file = true;
 			sel_index_get(ds->ix, id)->flags &= (uint16_t)~DS_FAILED;
@@ -1235,10 +1235,13 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		for (uint32_t i = 0; i < st->n_nodes; i++)
 			ds_unpin(ds, st->nodes[i]);
 	}
-	if (held)
-		*held = ev;
-	else
+	if (held) {
+		*held = ev; /* still in flight until the discard ran */
+	} else {
+		if (st->put)
+			ds->st.inflight_out--;
 		ev_push(ds, &ev);
+	}
 	streams_del(&ds->streams, st);
 	stream_free(ds, st);
 }
@@ -1277,8 +1280,10 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		}
 		break;
 	case K_DISCARD:
-		if (d->held)
+		if (d->held) {
+			ds->st.inflight_out--;
 			ev_push(ds, d->held);
+		}
 		break;
 	case K_WRITE_FROM: {
 		sel_node_id id = d->node;
@@ -2557,6 +2562,8 @@ int sel_disk_store_check(sel_store *s)
 				return eos_fail(SEL_ECORRUPT, "disk store: a stream uses unpinned node %"
 						PRIu32, st->nodes[i]);
 	}
+	for (const struct dj *d = ds->jobs.head; d; d = d->next)
+		puts += d->held != NULL;
 	if (puts != ds->st.inflight_out || fetches != ds->st.inflight_in)
 		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 "/%" PRIu64 " streams live, counted %"
 				PRIu64 "/%" PRIu64, puts, fetches, ds->st.inflight_out,
