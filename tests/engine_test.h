@@ -140,6 +140,23 @@ ET_FN void et_wait_stats(hel_engine *e, bool (*pred)(const hel_engine_stats *, v
 	       (unsigned long long)st.gpu_hits);
 }
 
+/* Settled: no request pending, active or waiting for a restore, no
+ * copy-out pinned, and the worker's last iteration found nothing to do --
+ * every publication offered, every queued copy-out reported. */
+ET_FN bool et_settled(const hel_engine_stats *st, void *arg)
+{
+	(void)arg;
+	return st->pending == 0 && st->active == 0 && st->inbound_waiting == 0 &&
+	       st->copyout_pins == 0 && st->quiet;
+}
+
+/* Wait (up to 30 s) until the engine settled: what the last requests
+ * published has reached the store. */
+ET_FN void et_settle(hel_engine *e)
+{
+	et_wait_stats(e, et_settled, NULL);
+}
+
 /* ---- conversations ------------------------------------------------------------ */
 
 /* A chat of up to 16 messages; contents owned. */

@@ -109,6 +109,7 @@ static void fillers(hel_engine *e, int count)
 		et_call_free(et_run(e, p, n, 3, NULL));
 		free(p);
 	}
+	et_settle(e); /* their checkpoints in the store, the GPU cache evicted */
 }
 
 static void conversation(struct eng *engs, int n_engs)
@@ -134,6 +135,8 @@ static void conversation(struct eng *engs, int n_engs)
 			if (x->offload && turn > 0)
 				fillers(x->e, 12);
 			struct et_call *c = et_run(x->e, p, n, max, &sm);
+			if (x->offload)
+				et_settle(x->e); /* this turn's checkpoints reached the store */
 			et_same_as_ref(&x->lg, c, &ref);
 			x->turns++;
 			x->gpu_reuse += c->out.reused_gpu_tokens;

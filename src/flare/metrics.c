@@ -245,6 +245,13 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 
 	store_metrics(out, st);
 
+	/* The model worker's loop: a caller that must see every publication
+	 * offered and every copy-out reported waits for quiet (engine.h). */
+	COUNTER("flare_worker_loops_total", "Iterations of the model worker's loop.", st->loops);
+	GAUGE("flare_worker_quiet",
+	      "1 when the worker's last iteration found nothing to do and it went to sleep.",
+	      st->quiet ? 1 : 0);
+
 	/* The process. */
 	family(out, "flare_uptime_seconds", "gauge", "Seconds since the engine started.");
 	flare_buf_printf(out, "flare_uptime_seconds %" PRIu64 ".%03" PRIu64 "\n",

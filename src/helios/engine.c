@@ -1376,12 +1376,15 @@ static void *worker(void *arg)
 		work += service_store(e);
 		work += admission(e);
 		work += model_step(e);
+		e->ws.loops++;
+		e->ws.quiet = !work;
 		publish_stats(e);
 		if (!work)
 			idle_wait(e);
 	}
 	cancel_everything(e); /* may offer the messages of cancelled requests */
 	shutdown_offers(e);
+	e->ws.quiet = false;
 	publish_stats(e);
 	return NULL;
 }

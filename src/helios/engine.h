@@ -139,6 +139,14 @@ typedef struct hel_engine_stats {
 	bool store_stopped;            /* the store failed for good; serving goes on without it */
 	sel_stats store;               /* the host store's counters */
 	uint64_t uptime_ns;
+	/* The worker's loop: iterations run, and whether the last one found
+	 * nothing to do (no submission, store event, admission or step) and
+	 * went to sleep.  A quiet snapshot with no request live and no
+	 * copy-out pinned means every publication was offered and every
+	 * queued copy-out reported: what a caller that reads the stores'
+	 * state waits for, instead of a fixed time. */
+	uint64_t loops;
+	bool quiet;
 } hel_engine_stats;
 
 /* Build the model, the scheduler and cache, and the configured store
