@@ -157,6 +157,24 @@ ET_FN void et_settle(hel_engine *e)
 	et_wait_stats(e, et_settled, NULL);
 }
 
+/* The same, in an iteration after the snapshot whose loop count was
+ * loops (the worker woke and found nothing to do again). */
+struct et_since {
+	uint64_t loops;
+};
+ET_FN bool et_settled_since(const hel_engine_stats *st, void *arg)
+{
+	return st->loops > ((struct et_since *)arg)->loops && et_settled(st, NULL);
+}
+
+/* Quiet with no request live, copy-out pins allowed (a store holding
+ * its events): every publication has been offered. */
+ET_FN bool et_quiet(const hel_engine_stats *st, void *arg)
+{
+	(void)arg;
+	return st->pending == 0 && st->active == 0 && st->inbound_waiting == 0 && st->quiet;
+}
+
 /* ---- conversations ------------------------------------------------------------ */
 
 /* A chat of up to 16 messages; contents owned. */

@@ -67,6 +67,7 @@ struct fake {
 
 	/* Observations (under mu). */
 	unsigned submitted, cancels, finished;
+	unsigned tokens;        /* on_tokens calls returned */
 	hel_sampler last_sampler;
 	uint32_t last_max_tokens;
 	bool last_ignore_eos;
@@ -149,6 +150,7 @@ static void *fake_main(void *arg)
 		if (delay)
 			usleep(delay);
 		pthread_mutex_lock(&f->mu);
+		f->tokens++;
 	}
 	/* Stopping: every request still here finishes cancelled. */
 	while (f->reqs) {

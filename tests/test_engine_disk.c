@@ -43,9 +43,7 @@ static void finish(hel_engine *e)
 
 static bool settled(const hel_engine_stats *st, void *arg)
 {
-	(void)arg;
-	return st->pending == 0 && st->active == 0 && st->inbound_waiting == 0 &&
-	       st->store.inflight_out == 0 && st->store_retries_pending == 0;
+	return et_settled(st, arg) && st->store.inflight_out == 0 && st->store_retries_pending == 0;
 }
 
 /* Turn 1 and a request resuming at its terminal (which offers it). */

@@ -607,11 +607,10 @@ static void test_put_outcomes(void)
 	/* Push everything out: every offered checkpoint must go, so none kept a
 	 * pin (a leaked pin keeps its checkpoint forever). */
 	fillers(e, 20);
-	et_wait_stats(e, idle, NULL);
 	/* Idle requests do not mean settled puts: the last terminals are
 	 * offered, and their events polled, an iteration or two later. */
-	for (int i = 0; i < 10000 && !no_pins(d); i++)
-		usleep(1000);
+	et_settle(e);
+	CHECK(no_pins(d));
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
 	int puts_by_kind[4] = { 0 }, evicted_by_kind[4] = { 0 }, n_by_kind[4] = { 0 };
@@ -744,20 +743,21 @@ static void test_retry_storm_two_deferred(void)
 		LOCKED(d, both = d->deferring[1] != 0);
 	}
 	CHECK(both);
-	et_wait_stats(e, idle, NULL);
-	for (int i = 0; i < 10000 && !no_pins(d); i++)
-		usleep(1000);
+	et_settle(e); /* the last events handled */
 	CHECK(no_pins(d));
-	usleep(100000); /* the last events handled */
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
 	CHECKF(st.store_retries_pending >= 2, "retries pending %llu, abandoned budget %llu, "
 	       "evicted %d %d, fillers %d", (unsigned long long)st.store_retries_pending,
 	       (unsigned long long)st.retry_abandoned[SEL_RETRY_BUDGET],
 	       rec_of(d, d->deferring[0])->evicted, rec_of(d, d->deferring[1])->evicted, nfill);
+	/* Settled means neither is being offered now; woken again, the
+	 * worker still finds nothing to offer. */
 	int puts0, puts1;
 	LOCKED(d, puts0 = d->puts);
-	usleep(300000);
+	struct et_since since = {st.loops};
+	(void)eventfd_write(d->efd, 1);
+	et_wait_stats(e, et_settled_since, &since);
 	LOCKED(d, puts1 = d->puts);
 	CHECKF(puts1 == puts0, "%d puts while idle: deferred checkpoints re-offer each other",
 	       puts1 - puts0);
@@ -769,9 +769,7 @@ static void test_retry_storm_two_deferred(void)
 			break;
 	}
 	et_wait_stats(e, two_abandoned_budget, NULL);
-	et_wait_stats(e, idle, NULL);
-	for (int i = 0; i < 10000 && !no_pins(d); i++)
-		usleep(1000);
+	et_settle(e);
 	hel_engine_stats_get(e, &st);
 	pthread_mutex_lock(&d->mu);
 	CHECKF(d->early_retries == 0, "%d puts retried without store progress", d->early_retries);
@@ -819,7 +817,7 @@ static void test_copyouts_pin_the_gpu_cache(void)
 		hel_engine_stats_get(e, &st);
 		CHECK(st.copyout_pins <= st.copyout_pin_limit);
 	}
-	et_wait_stats(e, idle, NULL);
+	et_wait_stats(e, et_quiet, NULL); /* every publication offered */
 	hel_engine_stats_get(e, &st);
 	pthread_mutex_lock(&d->mu);
 	int held = d->pins, most = d->max_pins;
@@ -835,8 +833,7 @@ static void test_copyouts_pin_the_gpu_cache(void)
 	LOCKED(d, { d->hold_stored = false; puts0 = d->puts; });
 	(void)eventfd_write(d->efd, 1);
 	et_wait_stats(e, drained, NULL);
-	for (int i = 0; i < 10000 && !no_pins(d); i++)
-		usleep(1000);
+	et_settle(e);
 	pthread_mutex_lock(&d->mu);
 	CHECK(d->pins == 0 && d->max_pins <= 5 && d->early_retries == 0);
 	CHECK(d->puts > puts0 || st.store_retries_pending == 0);

@@ -576,7 +576,7 @@ static void test_disconnect(void)
 {
 	pthread_mutex_lock(&fk.mu);
 	fk.hold = true;
-	unsigned cancels = fk.cancels, submitted = fk.submitted;
+	unsigned cancels = fk.cancels, submitted = fk.submitted, tokens = fk.tokens;
 	pthread_mutex_unlock(&fk.mu);
 
 	/* Mid-stream: the first token arrives, then the client goes. */
@@ -601,7 +601,8 @@ static void test_disconnect(void)
 	fd = http_connect(port);
 	http_send(fd, req, (size_t)n);
 	CHECK(fake_wait(&fk, &fk.submitted, submitted + 2, 5000));
-	usleep(30000); /* let the token land and the connection sleep */
+	/* Its one token (the fake holds it after that) has landed. */
+	CHECK(fake_wait(&fk, &fk.tokens, tokens + 2, 5000));
 	close(fd);
 	CHECKF(fake_wait(&fk, &fk.cancels, cancels + 2, 5000), "plain disconnect did not cancel");
 
@@ -725,13 +726,14 @@ static void test_stop_aborts(void)
 	flare_server_set_ready(srv);
 	pthread_mutex_lock(&fk.mu);
 	fk.hold = true;
+	unsigned fk_tokens0 = fk.tokens;
 	pthread_mutex_unlock(&fk.mu);
 	int fd = http_connect(port);
 	const char *req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
 			  "Content-Length: 15\r\n\r\n{\"prompt\":\"Hi\"}";
 	http_send(fd, req, strlen(req));
 	CHECK(fake_wait(&fk, &fk.submitted, 1, 5000));
-	usleep(20000);
+	CHECK(fake_wait(&fk, &fk.tokens, fk_tokens0 + 1, 5000)); /* its first token landed */
 	flare_server_stop(srv, 50000000ull); /* the engine is still running */
 	char buf[4096] = "";
 	size_t len = 0;
