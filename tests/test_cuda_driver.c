@@ -89,6 +89,7 @@ static struct {
 	atomic_ullong max_bytes;
 	atomic_int plain_batch_asked;
 	atomic_int hold, blocked; /* event waits stall while hold is set */
+	atomic_int unblocked;     /* stalled waits that have run their stream since */
 	int streams_at_unmap;   /* streams alive at the first cuMemUnmap, -1 before */
 	int stream_fail;        /* cuStreamCreateWithPriority fails */
 	int init_rc;
@@ -241,12 +242,16 @@ static sel_cu_result f_cuEventSynchronize(sel_cu_event e)
 {
 	if (!e->s)
 		return SEL_CU_ERROR_INVALID_HANDLE;
+	bool stalled = false;
 	if (atomic_load(&fake.hold)) {
 		atomic_fetch_add(&fake.blocked, 1);
 		while (atomic_load(&fake.hold))
 			eos_sleep_ns(1000000);
+		stalled = true;
 	}
 	run_stream(e->s); /* everything before the record */
+	if (stalled)
+		atomic_fetch_add(&fake.unblocked, 1);
 	return 0;
 }
 static sel_cu_result f_cuEventDestroy(sel_cu_event e)
@@ -1255,7 +1260,11 @@ static void test_split_store_stuck(test_rng *rng)
 	CHECK(fake.nunmapped == 0 && fake.nreleased == 0 && fake.freed == 0 && fake.reserved != NULL);
 	/* Let the copy land in the leaked parts; nothing reports it. */
 	atomic_store(&fake.hold, 0);
-	eos_sleep_ns(20000000);
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	while (atomic_load(&fake.unblocked) < atomic_load(&fake.blocked)) {
+		CHECK(eos_now_ns() < deadline);
+		eos_sleep_ns(1000000);
+	}
 	sel_cuda_override(NULL);
 }
 

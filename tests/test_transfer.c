@@ -805,15 +805,19 @@ static void test_queue_full(test_rng *rng)
 	stub_wait_blocked(&st, 1);
 	for (int i = 1; i <= 2; i++) {
 		CHECK_OK(sel_xfer_submit(w.x, &job[i]));
-		while (atomic_load(&st.calls[1]) < i + 1) /* rank 1 keeps its ring empty */
+		uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+		while (atomic_load(&st.calls[1]) < i + 1) { /* rank 1 keeps its ring empty */
+			CHECK(eos_now_ns() < deadline);
 			eos_sleep_ns(1000000);
+		}
 	}
 	CHECK_OK(sel_xfer_check(w.x));
 	CHECK_RC(sel_xfer_submit(w.x, &job[3]), -EAGAIN);
 	CHECK(strstr(sel_errmsg(), "rank 0"));
 	CHECK(sel_xfer_inflight(w.x) == 3);
-	eos_sleep_ns(20 * 1000000ull);
-	CHECK(atomic_load(&st.calls[1]) == 3); /* rank 1 never saw job 3 */
+	/* Refused at submission, so rank 1 never saw job 3 (and, below, sees
+	 * it exactly once when it is submitted again). */
+	CHECK(atomic_load(&st.calls[1]) == 3);
 	CHECK_OK(sel_xfer_check(w.x));
 	struct sel_xfer_job *done[5];
 	CHECK(sel_xfer_poll(w.x, done, 5) == 0);
@@ -962,7 +966,11 @@ static void test_close(test_rng *rng)
 		be = stub_backend(&st);
 		struct spec sp = spec_tp2(false);
 		sp.be = &be;
+		int before[64];
+		int n_before = test_threads_named("sel-xfer-1", before, 64);
+		CHECK(n_before <= 64);
 		world_open(&w, &sp, rng);
+		int rank1 = test_new_thread("sel-xfer-1", before, n_before);
 		for (int i = 0; i < 2; i++) {
 			job[i] = (struct sel_xfer_job){ .dir = SEL_COPY_OUT, .n_pages = 1, .pages = &ids[i],
 							.page_slots = &ps[i] };
@@ -980,9 +988,7 @@ static void test_close(test_rng *rng)
 		 * job 0 (never completed) or taking job 1.  The pool, planes,
 		 * backend and jobs stay allocated, as the contract requires. */
 		stub_release(&st);
-		for (int i = 0; i < 1000 && atomic_load(&st.calls[1]) < 1; i++)
-			eos_sleep_ns(1000000);
-		eos_sleep_ns(20 * 1000000ull);
+		test_wait_thread_gone(rank1);
 		CHECK(atomic_load(&st.calls[1]) == 1);
 		CHECK(atomic_load(&st.closes) == 1); /* rank 0 only */
 	}

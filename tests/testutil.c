@@ -1,6 +1,7 @@
 /* testutil.c - the shared test harness (see testutil.h). */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -149,4 +150,75 @@ bool test_aborts(void (*fn)(void *), void *arg, const char *want)
 		return false;
 	}
 	return true;
+}
+
+int test_threads_named(const char *name, int *tids, int cap)
+{
+	DIR *d = opendir("/proc/self/task");
+	CHECK(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* it just ended */
+		if (fgets(comm, sizeof comm, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		if (strcmp(comm, name) != 0)
+			continue;
+		if (n < cap)
+			tids[n] = atoi(e->d_name);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static bool elapsed_20s(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec - t0->tv_sec >= 20;
+}
+
+static void nap_1ms(void)
+{
+	struct timespec nap = {0, 1000000};
+	nanosleep(&nap, NULL);
+}
+
+int test_new_thread(const char *name, const int *before, int n)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int now[64];
+		int k = test_threads_named(name, now, 64);
+		for (int i = 0; i < k && i < 64; i++) {
+			bool old = false;
+			for (int j = 0; j < n && !old; j++)
+				old = now[i] == before[j];
+			if (!old)
+				return now[i];
+		}
+		CHECKF(!elapsed_20s(&t0), "no new thread '%s' after 20 s", name);
+		nap_1ms();
+	}
+}
+
+void test_wait_thread_gone(int tid)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/task/%d", tid);
+	while (access(path, F_OK) == 0) {
+		CHECKF(!elapsed_20s(&t0), "thread %d still runs after 20 s", tid);
+		nap_1ms();
+	}
 }

@@ -92,6 +92,15 @@ int test_rmtree(const char *path);
 /* Long runs (make soak) set SELENE_SOAK=1. */
 bool test_soak(void);
 
+/* Threads of this process named name (/proc/self/task/<tid>/comm): their
+ * ids (up to cap) and count.  test_new_thread waits (up to 20 s) for one
+ * not among before[0..n) and returns its id; test_wait_thread_gone waits
+ * (up to 20 s) until that thread has ended: how a test knows that a thread
+ * it cannot join (a detached one, say) is gone. */
+int test_threads_named(const char *name, int *tids, int cap);
+int test_new_thread(const char *name, const int *before, int n);
+void test_wait_thread_gone(int tid);
+
 /* Run fn(arg) in a child process, its stderr captured: true when the child
  * died of SIGABRT and what it wrote contains want (NULL: anything).  For
  * the builds whose module checkers abort (SEL_DEBUG_CHECKS). */
