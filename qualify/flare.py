@@ -404,7 +404,8 @@ class Flare:
     def post_together(self, requests, timeout=120.0):
         """POST several JSON bodies so that they reach the server at the
         same moment: every request is written on its own connection but for
-        its last byte, then the last bytes go out back to back.  Returns the
+        its last byte, the server reads those, then the last bytes go out back
+        to back.  Returns the
         parsed answers in order (FlareError on a non-200 status)."""
         socks = []
         try:
@@ -418,7 +419,10 @@ class Flare:
                 msg = head + data
                 s.sendall(msg[:-1])
                 socks.append((s, msg[-1:]))
-            time.sleep(0.05)  # the server has read everything but the last bytes
+            # Until the server has read everything but the last bytes (its
+            # side of each connection has nothing queued): a condition, not
+            # a fixed wait.
+            self._wait_server_read([s for s, _ in socks], timeout)
             for s, last in socks:
                 s.sendall(last)
             out = []
@@ -441,6 +445,30 @@ class Flare:
             for s, _ in socks:
                 s.close()
 
+    def _wait_server_read(self, socks, timeout):
+        """Until the server process has read every byte these client
+        sockets sent: the server-side end of each loopback connection shows
+        an empty receive queue in /proc/net/tcp."""
+        want = {s.getsockname()[1] for s in socks}
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = set(want)
+            with open("/proc/net/tcp") as fh:
+                next(fh)
+                for line in fh:
+                    f = line.split()
+                    local, remote, queues = f[1], f[2], f[4]
+                    if int(local.split(":")[1], 16) != self.port:
+                        continue
+                    rport = int(remote.split(":")[1], 16)
+                    if rport in pending and int(queues.split(":")[1], 16) == 0:
+                        pending.discard(rport)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise FlareError(f"{self.name} did not read the requests in {timeout:.0f}s")
+            time.sleep(0.001)
+
     def wait_idle(self, timeout=60.0):
         """Until no request is pending, active or waiting for a restore and
         no copy is in flight; returns the last metrics."""
@@ -457,25 +485,32 @@ class Flare:
             time.sleep(0.02)
 
     def settle(self, timeout=60.0):
-        """wait_idle, then until the worker has offered every publication to
-        the store and the copies landed: two snapshots 20 ms apart agree on
-        the publication and store-outcome counters with nothing in flight.
-        (A stop no longer loses publications the worker had not yet put --
-        it services the store once more before closing it -- but a
-        scenario that reads metrics or files before stopping still needs
-        the copies landed.)"""
+        """Until the worker has offered every publication to the store and
+        every queued copy-out has reported: no request pending, active or
+        waiting for a restore, no copy-out pinned, no copy in flight, and
+        the worker's last loop iteration found nothing to do
+        (flare_worker_quiet, docs/metrics.md).  Returns those metrics.
+        A snapshot with the last request finished is one the worker
+        published at the end of that request's step or later; that
+        iteration worked, so quiet there means a later one.  (A stop no longer loses
+        publications the worker had not yet put -- it services the store
+        once more before closing it -- but a scenario that reads metrics
+        or files before stopping needs the copies landed.)"""
         deadline = time.monotonic() + timeout
-        prev = None
         while True:
-            m = self.wait_idle(timeout)
-            cur = (m.get("flare_host_cache_publications_total"),
-                   m.sum("flare_host_cache_store_outcomes_total"),
-                   m.sum("flare_host_cache_transfers_in_flight"))
-            if cur == prev and cur[2] == 0:
+            m = self.metrics()
+            busy = (m.get("flare_requests_pending") + m.get("flare_requests_active")
+                    + m.get("flare_host_cache_inbound_waiting")
+                    + m.get("flare_host_cache_copyout_pins")
+                    + m.sum("flare_host_cache_transfers_in_flight"))
+            if busy == 0 and m.get("flare_worker_quiet") == 1:
                 return m
             if time.monotonic() > deadline:
-                raise FlareError(f"{self.name} not settled after {timeout:.0f}s")
-            prev = cur
+                raise FlareError(f"{self.name} not settled after {timeout:.0f}s: pending "
+                                 f"{m.get('flare_requests_pending'):.0f}, active "
+                                 f"{m.get('flare_requests_active'):.0f}, copy-out pins "
+                                 f"{m.get('flare_host_cache_copyout_pins'):.0f}, quiet "
+                                 f"{m.get('flare_worker_quiet'):.0f}")
             time.sleep(0.02)
 
     def wait_metric(self, pred, timeout=30.0, what="condition"):

@@ -440,6 +440,10 @@ def fillers(ctx, srv, core, count, seed):
     for i in range(count):
         r = random.Random(seed * 100003 + i)
         srv.chat([{"role": "user", "content": "filler " + text(r, core.filler)}], max_tokens=2)
+        # Its checkpoint reaches the store before the next filler: however
+        # slow the disk, no publication waits under the copy-out pin bound
+        # and is abandoned when the fillers evict it.
+        srv.settle()
 
 
 def filler_count(ctx, core):

@@ -63,6 +63,27 @@ def metrics(base):
         return r.read().decode()
 
 
+def sample(text, name):
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def settle(base, timeout=60):
+    """Until the worker is quiet with nothing live and no copy-out pinned:
+    every publication has been offered to the store (docs/metrics.md,
+    flare_worker_quiet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        t = metrics(base)
+        busy = sum(sample(t, n) or 0 for n in ("flare_requests_pending", "flare_requests_active",
+                                              "flare_host_cache_inbound_waiting",
+                                              "flare_host_cache_copyout_pins"))
+        if busy == 0 and sample(t, "flare_worker_quiet") == 1:
+            return t
+        assert time.monotonic() < deadline, "flare did not settle: " + t[-2000:]
+        time.sleep(0.02)
+
+
 proc, base, startup = start()
 try:
     assert "composite store" in startup, startup
@@ -79,9 +100,9 @@ try:
     assert cached > 0, "second turn reused nothing"
     text = metrics(base)
     assert "flare_prefill_tokens_total" in text and "flare_host_cache_slots_total" in text
-    # The drain writes what the worker has put to the store: let it take the
-    # last publications first (a stop right after a response can miss them).
-    time.sleep(0.3)
+    # The drain writes what the worker has put to the store: the restart
+    # below checks the records, so the last publications must be in.
+    settle(base)
 except BaseException:
     proc.kill()
     proc.wait()
