@@ -69,8 +69,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "qualify"))
-from flare import (Flare, FlareError, TempDir, core_ranks, find_flare,  # noqa: E402
-                   cache_split, geometry, gpu_cache_bytes)
+from flare import (Flare, FlareError, TempDir, cache_split, core_ranks,  # noqa: E402
+                   die_with_parent, find_flare, geometry, gpu_cache_bytes, install_cleanup)
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz      ABCDEFGHIJ.,?0123456789"
 TEMPLATE = 19  # BEGIN "user: " ... MESSAGE "assistant: " around a chat message
@@ -141,12 +141,16 @@ class Bench:
         self.flare = find_flare(a.flare)
         self.core = a.core
         self.tmp = TempDir("flare-bench-")
-        self.ranks = core_ranks(self.core)
-        self.pb, self.rb = geometry(self.flare, self.core, 4)
-        self.store = None
-        self.slot = None
-        self.copyout_bps = None
-        self.probe()
+        try:
+            self.ranks = core_ranks(self.core)
+            self.pb, self.rb = geometry(self.flare, self.core, 4)
+            self.store = None
+            self.slot = None
+            self.copyout_bps = None
+            self.probe()
+        except BaseException:
+            self.tmp.cleanup()
+            raise
 
     def log(self, s):
         print(f"# {s}", flush=True)
@@ -367,7 +371,8 @@ class Bench:
             import subprocess
             with self.server(self.gpu_args(pages), name=kind) as srv:
                 self.decode_run(srv, min(3.0, dur / 5), seed=999)
-                h = subprocess.Popen([sys.executable, "-c", hog_src]) if kind == "offload" else None
+                h = (subprocess.Popen([sys.executable, "-c", hog_src], preexec_fn=die_with_parent)
+                     if kind == "offload" else None)
                 try:
                     r = self.decode_run(srv, dur, seed=rnd)
                 finally:
@@ -644,6 +649,7 @@ class Bench:
 
 
 def main(argv=None):
+    install_cleanup()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flare")
     g = ap.add_mutually_exclusive_group()

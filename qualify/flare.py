@@ -5,7 +5,9 @@ free port (``--port 0``; the port comes from the "listening on" line),
 drains its stderr on a thread (kept for reports), talks to it over HTTP
 (JSON requests, server-sent events with arrival timestamps, /metrics), and
 stops it with SIGTERM, checking the exit status.  Processes and temporary
-directories are cleaned up on every path, including failures and timeouts.
+directories are cleaned up on every path, including failures, timeouts,
+SIGTERM (install_cleanup) and a SIGKILL of the script (its servers die
+with it; its directories are reaped by the next run).
 
 Used by qualify/host_cache.py (the qualification scenarios of design
 section 4) and bench/serve.py (the isolation measurements).
@@ -66,17 +68,104 @@ def message_ends(tokens):
     return [i + 1 for i, t in enumerate(tokens) if t == TOK_MESSAGE]
 
 
+# ---- nothing left running or lying around ---------------------------------------
+#
+# A script stopped by a timeout or a signal must not leave servers serving
+# or multi-gigabyte directories behind.  Three layers:
+#   - every child this module starts (and die_with_parent() for others)
+#     gets PR_SET_PDEATHSIG = SIGKILL: when the script dies, however, its
+#     children die with it (they run in sessions of their own, which the
+#     process-group kill of `timeout` or of tests/run-tests does not reach);
+#   - install_cleanup() turns SIGTERM and SIGHUP into SystemExit, so the
+#     `with` blocks and `finally` clauses stop servers and remove
+#     directories as on any error;
+#   - TempDir writes its owner's pid and start time into the directory and
+#     removes, when it makes a new one, directories of its prefix whose
+#     owner no longer runs (the script was SIGKILLed).
+
+_PR_SET_PDEATHSIG = 1
+try:
+    import ctypes
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork
+except (ImportError, OSError, AttributeError):
+    _prctl = None
+
+
+def die_with_parent():
+    """A preexec_fn: the child gets a session of its own and is SIGKILLed
+    when the thread that started it ends (the whole script, for children
+    started by the main thread), and exits at once if that already
+    happened."""
+    parent = os.getppid()
+    os.setsid()
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def install_cleanup():
+    """SIGTERM and SIGHUP raise SystemExit in the main thread, so cleanup
+    code runs as for any error (SIGINT already raises KeyboardInterrupt)."""
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def _start_time(pid):
+    """The process's start time in clock ticks (/proc/PID/stat field 22),
+    or None when it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+OWNER_FILE = ".flare-owner"
+
+
+def reap_stale(prefix, base=None):
+    """Remove directories named prefix* under base (the temporary
+    directory) whose owner file names a process that no longer runs.
+    Returns the paths removed."""
+    base = base or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for n in names:
+        if not n.startswith(prefix):
+            continue
+        path = os.path.join(base, n)
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as fh:
+                pid, start = (int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            continue  # not one of ours, or being created
+        if _start_time(pid) != start:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class TempDir:
-    """A temporary directory removed on exit, whatever happened."""
+    """A temporary directory removed on exit, whatever happened; one left
+    by a killed owner is removed by the next TempDir of the same prefix."""
 
     def __init__(self, prefix="flare-qualify-", base=None):
+        reap_stale(prefix, base)
         self.path = tempfile.mkdtemp(prefix=prefix, dir=base)
+        with open(os.path.join(self.path, OWNER_FILE), "w") as fh:
+            fh.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
 
     def __enter__(self):
         return self.path
 
     def __exit__(self, *exc):
-        shutil.rmtree(self.path, ignore_errors=True)
+        self.cleanup()
         return False
 
     def cleanup(self):
@@ -222,7 +311,7 @@ class Flare:
             self.log("$ " + " ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace",
-                                     env=self.env, start_new_session=True)
+                                     env=self.env, preexec_fn=die_with_parent)
         found = threading.Event()
 
         def drain():
@@ -535,7 +624,8 @@ def geometry(binary, core=None, max_active=4, mode="ordinary"):
         cmd += ["--speculate", mode]
     if core:
         cmd.append(core)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       preexec_fn=die_with_parent)
     m = re.search(r"pages of (\d+) bytes besides (\d+) rows of (\d+) bytes", p.stderr)
     if not m:
         raise FlareError(f"cannot read the cache geometry of {core or 'the built-in core'}: "

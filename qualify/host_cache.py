@@ -67,7 +67,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flare import (Flare, FlareError, TempDir, chat_tokens, core_ranks,  # noqa: E402
+from flare import (Flare, FlareError, TempDir, chat_tokens, core_ranks, install_cleanup,  # noqa: E402
                    find_flare, geometry, gpu_cache_bytes, message_ends, repo_root)
 
 # The engine's prefill chunk (hel_engine_config.chunk_tokens, default 256;
@@ -910,6 +910,7 @@ def run_one(ctx, fn, core, store, scenario):
 
 
 def main(argv=None):
+    install_cleanup()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flare", help="the flare binary (default $SELENE_BUILD/flare or build/flare)")
     g = ap.add_mutually_exclusive_group()

@@ -16,6 +16,11 @@ import tempfile
 import time
 import urllib.request
 
+src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(src, "qualify"))
+from flare import die_with_parent, install_cleanup  # noqa: E402
+
+install_cleanup()
 flare = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
 tmp = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp(prefix="test_flare_run-")
 cache = os.path.join(tmp, "prefix-cache")
@@ -24,7 +29,7 @@ cmd = [flare, "run", "--port", "0", "--prefix-cache-memory", "64MiB", "--prefix-
 
 
 def start():
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
     port = None
     lines = []
     deadline = time.time() + 30
