@@ -4,12 +4,15 @@
 #   make check           build and run every test (tests/run-tests)
 #   make check-asan      the same under AddressSanitizer + UBSan (build/asan)
 #   make check-tsan      the same under ThreadSanitizer (build/tsan)
+#   make check-load      make check three times beside one CPU hog per core
+#   make check-gpu       the GPU tests and bench/copy (exit 77 without a driver)
 #   make bench           build and run the benchmarks (RESULT lines)
 #   make fuzz            build libFuzzer targets with clang and run each briefly
 #   make install         PREFIX=/usr/local DESTDIR=
 #
-# Every target first runs scripts/install-deps, so a fresh Debian 12 machine
-# needs nothing but make.
+# Every target but clean first makes $(BUILD)/deps.mk, whose rule runs
+# scripts/install-deps, so a fresh Debian 12 machine needs nothing but make
+# (scripts/check-fresh proves it in a clean root).
 
 BUILD    ?= build
 SANITIZE ?=
@@ -101,7 +104,8 @@ FUZZERS := $(patsubst fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(FUZZ_SRCS))
 # Shell-script tests (qualification scenarios at small sizes) run as they are.
 SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 
-.PHONY: all check check-asan check-tsan bench fuzz install uninstall clean deps soak qualify FORCE
+.PHONY: all check check-asan check-tsan check-load check-gpu bench fuzz install uninstall clean \
+	deps soak qualify FORCE
 .DEFAULT_GOAL := all
 # Keep object files of tests, benches and fuzz replays (pattern-rule
 # intermediates) so rebuilds stay incremental.
@@ -188,6 +192,13 @@ check-asan:
 check-tsan:
 	@$(MAKE) --no-print-directory BUILD=build/tsan SANITIZE=thread OPT=-O1 check
 
+# make check LOAD_RUNS times beside LOAD_HOGS CPU-bound processes (one per
+# core): fails if any run fails (scripts/check-load).
+LOAD_RUNS ?= 3
+LOAD_HOGS ?= $(shell nproc)
+check-load: $(DEPS_MK)
+	@MAKE="$(MAKE)" scripts/check-load $(LOAD_RUNS) $(LOAD_HOGS)
+
 # Long soaks (crash cycles, shutdown cycles) are selected by SELENE_SOAK=1.
 soak: $(TESTS) $(FLARE)
 	@SELENE_SOAK=1 $(RUN_TESTS) $(TESTS) $(SCRIPT_TESTS)
@@ -195,8 +206,18 @@ soak: $(TESTS) $(FLARE)
 # Scenario scripts: every qualify/*.py but the harness module flare.py.
 QUALIFY_SCRIPTS := $(filter-out qualify/flare.py,$(sort $(wildcard qualify/*.py)))
 
+# Scenarios and benchmarks write under one directory of the build, emptied
+# before and removed after each run, even when the run is stopped (a
+# SIGKILLed one's is emptied by the next): nothing of theirs outlives them.
+QUALIFY_TMP := $(abspath $(BUILD))/qualify-tmp
+BENCH_TMP   := $(abspath $(BUILD))/bench-tmp
+# The recipe prefix: a fresh directory $(1), removed on every exit.
+scratch = rm -rf $(1) && mkdir -p $(1) && trap 'rm -rf $(1)' EXIT && \
+	trap 'rm -rf $(1); exit 130' INT TERM HUP && export TMPDIR=$(1)
+
 qualify: $(FLARE)
-	@if [ -n "$(QUALIFY_SCRIPTS)" ]; then \
+	@$(call scratch,$(QUALIFY_TMP)); \
+	if [ -n "$(QUALIFY_SCRIPTS)" ]; then \
 		for q in $(QUALIFY_SCRIPTS); do echo "== $$q --full"; \
 			python3 $$q --flare $(FLARE) --full || exit 1; done; \
 	else echo "qualify: no scenarios yet"; fi
@@ -205,7 +226,8 @@ qualify: $(FLARE)
 # (about eleven minutes on Qwen TP1; SERVE_ARGS=--quick for a smoke run).
 SERVE_ARGS ?=
 bench: $(BENCHES) $(FLARE_IF_ANY)
-	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done; \
+	@$(call scratch,$(BENCH_TMP)); \
+	set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done; \
 	if [ -n "$(FLARE_IF_ANY)" ]; then echo "== bench/serve.py $(SERVE_ARGS)"; \
 		python3 bench/serve.py --flare $(FLARE) $(SERVE_ARGS); fi
 
@@ -219,6 +241,7 @@ FUZZ_LIB_SRCS := $(EOS_SRCS) $(SELENE_SRCS) $(HELIOS_SRCS) \
 	$(filter-out src/flare/backend_engine.c,$(FLARE_LIB_SRCS))
 
 $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB_SRCS) $(FLAGS_FILE)
+	@scripts/install-deps --quiet clang
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) $(DEPS_LIBS) $(LIBS)
 
