@@ -1,17 +1,35 @@
 /* storefx.c - the shared store fixture (see storefx.h). */
 #include "storefx.h"
 
+#include "cudafake.h"
 #include "store_composite.h"
 
 #include <poll.h>
+#include <stddef.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ---- stub copy backend ------------------------------------------------------ */
 
+static const struct sel_cuda *dev_cu;  /* device mode (sfx_devices) */
+static int dev_ids[SFX_MAXR];
+static bool dev_fake;
+
+#define CU(f, call) CHECK_OK(sel_cuda_fail((f)->cu, (call), "%s", #call))
+
+static struct sfx *stub_sfx(struct sfx_stub *st)
+{
+	return (struct sfx *)(void *)((char *)st - offsetof(struct sfx, stub));
+}
+
 static int stub_open_rank(void *ctx, uint32_t rank, void **state)
 {
-	(void)rank;
+	struct sfx *f = stub_sfx(ctx);
+	if (f->cu) { /* the rank's device current on its transfer thread */
+		int rc = sel_cuda_fail(f->cu, f->cu->cuCtxSetCurrent(f->ctx[rank]), "cuCtxSetCurrent");
+		if (rc)
+			return rc;
+	}
 	*state = ctx;
 	return 0;
 }
@@ -31,9 +49,17 @@ static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 	if (f && st->fail_left > 0)
 		st->fail_left--;
 	pthread_mutex_unlock(&st->mu);
-	if (!f)
-		for (uint32_t i = 0; i < n; i++)
+	const struct sel_cuda *cu = stub_sfx(st)->cu;
+	for (uint32_t i = 0; i < n && !f; i++) {
+		if (!cu)
 			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+		else if (dir == SEL_COPY_OUT) /* device to host slot */
+			f = sel_cuda_fail(cu, cu->cuMemcpyDtoH((void *)(uintptr_t)c[i].dst, c[i].src,
+							      c[i].len), "stub: cuMemcpyDtoH");
+		else
+			f = sel_cuda_fail(cu, cu->cuMemcpyHtoD(c[i].dst, (const void *)(uintptr_t)c[i].src,
+							      c[i].len), "stub: cuMemcpyHtoD");
+	}
 	pthread_mutex_lock(&st->mu);
 	st->done++;
 	pthread_cond_broadcast(&st->cv);
@@ -98,22 +124,39 @@ void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *
 	f->row_bytes = row_bytes;
 	f->pages = pages;
 	f->rows = rows;
+	f->cu = dev_cu;
+	sel_memkind kind = f->cu ? SEL_MEM_DEVICE : SEL_MEM_HOST;
 	for (uint32_t r = 0; r < ranks; r++) {
+		if (f->cu) {
+			sel_cu_device d;
+			f->dev[r] = dev_ids[r];
+			CU(f, f->cu->cuDeviceGet(&d, f->dev[r]));
+			CU(f, f->cu->cuDevicePrimaryCtxRetain(&f->ctx[r], d));
+			CU(f, f->cu->cuCtxSetCurrent(f->ctx[r]));
+		}
 		for (uint32_t p = 0; p < n_planes; p++) {
 			f->unit[p] = unit[p];
 			f->plane[r][p] = eos_aligned_alloc(4096, unit[p] * pages);
 			CHECK(f->plane[r][p]);
+			uint64_t at = (uint64_t)(uintptr_t)f->plane[r][p];
+			if (f->cu) {
+				CU(f, f->cu->cuMemAlloc(&f->dplane[r][p], unit[p] * pages));
+				at = f->dplane[r][p];
+			}
 			a[na++] = (sel_allocation){.rank = r, .name = names[p], .group = SEL_GROUP_KV_PAGES,
-						   .kind = SEL_MEM_HOST,
-						   .address = (uint64_t)(uintptr_t)f->plane[r][p],
-						   .unit_bytes = unit[p], .count = pages};
+						   .kind = kind, .address = at, .unit_bytes = unit[p],
+						   .count = pages};
 		}
 		f->row[r] = eos_aligned_alloc(4096, row_bytes * rows);
 		CHECK(f->row[r]);
+		uint64_t at = (uint64_t)(uintptr_t)f->row[r];
+		if (f->cu) {
+			CU(f, f->cu->cuMemAlloc(&f->drow[r], row_bytes * rows));
+			at = f->drow[r];
+		}
 		a[na++] = (sel_allocation){.rank = r, .name = "state", .group = SEL_GROUP_STATE_ROWS,
-					   .kind = SEL_MEM_HOST,
-					   .address = (uint64_t)(uintptr_t)f->row[r],
-					   .unit_bytes = row_bytes, .count = rows};
+					   .kind = kind, .address = at, .unit_bytes = row_bytes,
+					   .count = rows};
 	}
 	CHECK_OK(sel_geometry_build(a, na, ranks, SFX_PT, &f->g));
 	for (size_t i = 0; i < sizeof(f->model); i++)
@@ -138,6 +181,16 @@ void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *
 void sfx_free(struct sfx *f)
 {
 	for (uint32_t r = 0; r < f->ranks; r++) {
+		if (f->cu) {
+			CU(f, f->cu->cuCtxSetCurrent(f->ctx[r]));
+			for (uint32_t p = 0; p < f->n_planes; p++)
+				CU(f, f->cu->cuMemFree(f->dplane[r][p]));
+			CU(f, f->cu->cuMemFree(f->drow[r]));
+			CU(f, f->cu->cuCtxSetCurrent(NULL));
+			sel_cu_device d;
+			CU(f, f->cu->cuDeviceGet(&d, f->dev[r]));
+			CU(f, f->cu->cuDevicePrimaryCtxRelease(d));
+		}
 		for (uint32_t p = 0; p < f->n_planes; p++)
 			eos_aligned_free(f->plane[r][p]);
 		eos_aligned_free(f->row[r]);
@@ -156,7 +209,61 @@ sel_store_config sfx_config(struct sfx *f, bool stub)
 	memcpy(cfg.model_identity, f->model, SEL_IDENTITY_BYTES);
 	sel_offload_identity(f->model, SEL_MODE_ORDINARY, cfg.identity);
 	cfg.copy_backend = stub ? &f->be : NULL;
+	if (f->cu)
+		cfg.cuda_devices = f->dev;
 	return cfg;
+}
+
+/* ---- device mode ------------------------------------------------------------------ */
+
+void sfx_devices(const struct sel_cuda *cu, const int *devices)
+{
+	dev_cu = cu;
+	for (uint32_t r = 0; r < SFX_MAXR && cu; r++)
+		dev_ids[r] = devices[r];
+}
+
+const struct sel_cuda *sfx_device_mode(void) { return dev_cu; }
+bool sfx_device_fake(void) { return dev_cu && dev_fake; }
+
+int sfx_cuda_main(const char *name, int (*test_main)(void))
+{
+	const char *env = getenv("SELENE_TEST_FAKE_CUDA");
+	struct sel_cuda *fake_cu = NULL;
+	const struct sel_cuda *cu;
+	int count = 0;
+	if (env && *env && strcmp(env, "0") != 0) {
+		fake_reset();
+		fake_cu = fake_load();
+		sel_cuda_override(fake_cu);
+		dev_fake = true;
+		cu = fake_cu;
+		printf("%s: the fake CUDA driver (tests/cudafake.c)\n", name);
+	} else {
+		int rc = sel_cuda_load(&cu);
+		if (rc) {
+			CHECK_RC(rc, SEL_ECUDA);
+			SKIP("%s", sel_errmsg());
+		}
+	}
+	CHECK_OK(sel_cuda_device_count(cu, &count));
+	if (count == 0)
+		SKIP("cuda: the driver sees no device");
+	int devices[SFX_MAXR] = {0, count > 1 ? 1 : 0};
+	printf("%s: device planes on devices %d and %d (%d visible), driver %d\n", name, devices[0],
+	       devices[1], count, cu->driver_version);
+	sfx_devices(cu, devices);
+	int rc = test_main();
+	sfx_devices(NULL, NULL);
+	if (fake_cu) {
+		CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
+		CHECKF(atomic_load(&fake.batches) > 0, "no batch copy went through the fake driver");
+		printf("%s: %d batch copies through the fake driver\n", name, atomic_load(&fake.batches));
+		sel_cuda_override(NULL);
+		sel_cuda_unload(fake_cu);
+		fake_reset();
+	}
+	return rc;
 }
 
 uint64_t sfx_page_bytes_all(struct sfx *f)
@@ -204,44 +311,70 @@ static bool same(const uint8_t *p, uint64_t len, uint64_t seed)
 	return true;
 }
 
+/* Device mode: the host mirror [off, off + len) of rank r's plane p (p ==
+ * SFX_MAXP: the row) to the device, or back from it. */
+static void mirror(struct sfx *f, uint32_t r, uint32_t p, uint64_t off, uint64_t len, bool to_dev)
+{
+	if (!f->cu)
+		return;
+	uint8_t *h = (p == SFX_MAXP ? f->row[r] : f->plane[r][p]) + off;
+	sel_cu_dptr d = (p == SFX_MAXP ? f->drow[r] : f->dplane[r][p]) + off;
+	CU(f, f->cu->cuCtxSetCurrent(f->ctx[r]));
+	if (to_dev)
+		CU(f, f->cu->cuMemcpyHtoD(d, h, len));
+	else
+		CU(f, f->cu->cuMemcpyDtoH(h, d, len));
+}
+
 void sfx_put_page(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split)
 {
 	for (uint32_t r = 0; r < f->ranks; r++)
-		for (uint32_t p = 0; p < f->n_planes; p++)
+		for (uint32_t p = 0; p < f->n_planes; p++) {
 			fill(f->plane[r][p] + id * f->unit[p], f->unit[p], sfx_mix(tag, j, split ? r : 0, p));
+			mirror(f, r, p, id * f->unit[p], f->unit[p], true);
+		}
 }
 
 bool sfx_page_ok(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool split)
 {
 	for (uint32_t r = 0; r < f->ranks; r++)
-		for (uint32_t p = 0; p < f->n_planes; p++)
+		for (uint32_t p = 0; p < f->n_planes; p++) {
+			mirror(f, r, p, id * f->unit[p], f->unit[p], false);
 			if (!same(f->plane[r][p] + id * f->unit[p], f->unit[p],
 				  sfx_mix(tag, j, split ? r : 0, p)))
 				return false;
+		}
 	return true;
 }
 
 void sfx_put_row(struct sfx *f, uint32_t slot, uint64_t seed, bool split)
 {
-	for (uint32_t r = 0; r < f->ranks; r++)
+	for (uint32_t r = 0; r < f->ranks; r++) {
 		fill(f->row[r] + slot * f->row_bytes, f->row_bytes, sfx_mix(seed, 1u << 30, split ? r : 0, 99));
+		mirror(f, r, SFX_MAXP, slot * f->row_bytes, f->row_bytes, true);
+	}
 }
 
 bool sfx_row_ok(struct sfx *f, uint32_t slot, uint64_t seed, bool split)
 {
-	for (uint32_t r = 0; r < f->ranks; r++)
+	for (uint32_t r = 0; r < f->ranks; r++) {
+		mirror(f, r, SFX_MAXP, slot * f->row_bytes, f->row_bytes, false);
 		if (!same(f->row[r] + slot * f->row_bytes, f->row_bytes,
 			  sfx_mix(seed, 1u << 30, split ? r : 0, 99)))
 			return false;
+	}
 	return true;
 }
 
 void sfx_poison(struct sfx *f)
 {
 	for (uint32_t r = 0; r < f->ranks; r++) {
-		for (uint32_t p = 0; p < f->n_planes; p++)
+		for (uint32_t p = 0; p < f->n_planes; p++) {
 			memset(f->plane[r][p], 0xA5, f->unit[p] * f->pages);
+			mirror(f, r, p, 0, f->unit[p] * f->pages, true);
+		}
 		memset(f->row[r], 0x5A, f->row_bytes * f->rows);
+		mirror(f, r, SFX_MAXP, 0, f->row_bytes * f->rows, true);
 	}
 }
 

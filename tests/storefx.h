@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 
+#include "cuda.h"
 #include "eos.h"
 #include "testutil.h"
 #include "transfer.h"
@@ -37,8 +38,15 @@ struct sfx {
 	uint64_t unit[SFX_MAXP];
 	uint64_t row_bytes;
 	uint64_t pages, rows;
+	/* The planes; in device mode host mirrors (what was written or read
+	 * back last) of the device planes dplane / drow. */
 	uint8_t *plane[SFX_MAXR][SFX_MAXP];
 	uint8_t *row[SFX_MAXR];
+	/* Device mode (sfx_devices): rank r's planes on device dev[r]. */
+	const struct sel_cuda *cu;
+	int dev[SFX_MAXR];
+	sel_cu_ctx ctx[SFX_MAXR];
+	sel_cu_dptr dplane[SFX_MAXR][SFX_MAXP], drow[SFX_MAXR];
 	sel_geometry *g;
 	struct sfx_stub stub;
 	struct sel_copy_backend be;
@@ -46,6 +54,20 @@ struct sfx {
 	uint64_t slot_bytes;
 	uint32_t row_slots;
 };
+
+/* Device mode: from now on sfx_init puts rank r's planes and rows in
+ * device memory of devices[r] (cuMemAlloc through cu, the real driver or
+ * tests/cudafake.c), kind SEL_MEM_DEVICE, and sfx_config names the
+ * devices, so stores copy through the CUDA backend; page and row patterns
+ * are written and checked through cuMemcpyHtoD / cuMemcpyDtoH, and the stub
+ * backend copies with them too.  NULL cu: host planes again.
+ * sfx_device_mode() says which; sfx_cuda_main runs a store test's main in
+ * device mode (the real driver, or the fake with SELENE_TEST_FAKE_CUDA=1),
+ * exiting 77 with the reason when there is no driver or device. */
+void sfx_devices(const struct sel_cuda *cu, const int *devices);
+const struct sel_cuda *sfx_device_mode(void);
+bool sfx_device_fake(void);
+int sfx_cuda_main(const char *name, int (*test_main)(void));
 
 /* ranks x n_planes page planes of unit[] bytes (names "k", "v", "x") and a
  * row plane of row_bytes, pages pages and rows rows each. */

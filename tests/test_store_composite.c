@@ -91,6 +91,10 @@ static sel_store *open_store(struct sfx *f, const char *base, struct opts o)
 	CHECK_OK(sel_store_open(&cfg, &s));
 	CHECK(s && !strcmp(s->ops->name, "composite"));
 	CHECK_OK(check(s));
+	sel_stats st;
+	sel_store_stats(s, &st);
+	const char *want = sfx_device_mode() ? "cuda" : "host";
+	CHECKF(!strcmp(st.transport, want), "transport %s, want %s", st.transport, want);
 	return s;
 }
 
@@ -746,7 +750,12 @@ static void test_tp2(void)
 	sfx_free(&fx);
 }
 
-int main(void)
+/* tests/test_store_composite_cuda.c runs these with device planes through
+ * the CUDA backend: it includes this file with STORE_TEST_MAIN defined. */
+#ifndef STORE_TEST_MAIN
+#define STORE_TEST_MAIN main
+#endif
+int STORE_TEST_MAIN(void)
 {
 	test_rng_init(&rng, test_seed());
 	unsetenv("SELENE_DISK_IO");

@@ -93,6 +93,10 @@ static sel_store *open_store(struct sfx *f, const char *base, struct opts o)
 	CHECK_OK(sel_store_open(&cfg, &s));
 	CHECK(s && !strcmp(s->ops->name, "disk"));
 	CHECK_OK(check(s));
+	sel_stats st;
+	sel_store_stats(s, &st);
+	const char *want = o.stub ? "stub" : sfx_device_mode() ? "cuda" : "host";
+	CHECKF(!strcmp(st.transport, want), "transport %s, want %s", st.transport, want);
 	return s;
 }
 
@@ -208,7 +212,7 @@ static void test_roundtrip(const char *mode)
 	CHECK(s->scanned_records == 0 && s->disk_limit == 1ull << 30);
 	sel_store_info info;
 	sel_store_describe(s, &info);
-	CHECK(!strcmp(info.kind, "disk") && !strcmp(info.transport, "host"));
+	CHECK(!strcmp(info.kind, "disk") && !strcmp(info.transport, sfx_device_mode() ? "cuda" : "host"));
 	CHECK(strstr(info.disk_dir, base) == info.disk_dir && info.slots_total == info.intake_slots);
 
 	static const uint32_t sizes[] = {1, 64, 65, 200};
@@ -432,20 +436,24 @@ static void test_namespaces(void)
 		CHECK(fd >= 0 && write(fd, "junk", 4) == 4);
 		close(fd);
 	}
-	fflush(NULL);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		sel_store_config cfg = sfx_config(&fx, false);
-		cfg.disk_dir = base;
-		cfg.disk_limit = 1 << 30;
-		sel_store *s2 = NULL;
-		int rc = sel_store_open(&cfg, &s2);
-		_exit(rc == -EBUSY && !s2 ? 0 : 10 + (rc < 0 ? 0 : 1));
+	/* A CUDA context does not survive fork: on a real GPU the second
+	 * process is this one only. */
+	if (!sfx_device_mode() || sfx_device_fake()) {
+		fflush(NULL);
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			sel_store_config cfg = sfx_config(&fx, false);
+			cfg.disk_dir = base;
+			cfg.disk_limit = 1 << 30;
+			sel_store *s2 = NULL;
+			int rc = sel_store_open(&cfg, &s2);
+			_exit(rc == -EBUSY && !s2 ? 0 : 10 + (rc < 0 ? 0 : 1));
+		}
+		int status;
+		CHECK(waitpid(pid, &status, 0) == pid);
+		CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 	}
-	int status;
-	CHECK(waitpid(pid, &status, 0) == pid);
-	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 	CHECK(access(junk, F_OK) == 0 && access(tmp, F_OK) == 0);
 	/* In this process too. */
 	sel_store_config cfg = sfx_config(&fx, false);
@@ -865,7 +873,12 @@ static void test_open_table(void)
 	sfx_free(&fx);
 }
 
-int main(void)
+/* tests/test_store_disk_cuda.c runs these with device planes through the
+ * CUDA backend: it includes this file with STORE_TEST_MAIN defined. */
+#ifndef STORE_TEST_MAIN
+#define STORE_TEST_MAIN main
+#endif
+int STORE_TEST_MAIN(void)
 {
 	test_rng_init(&rng, test_seed());
 	unsetenv("SELENE_DISK_IO");
