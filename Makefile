@@ -199,6 +199,12 @@ LOAD_HOGS ?= $(shell nproc)
 check-load: $(DEPS_MK)
 	@MAKE="$(MAKE)" scripts/check-load $(LOAD_RUNS) $(LOAD_HOGS)
 
+# The GPU machine's checks: build, the CUDA tests (memory, disk and
+# composite stores on device planes), bench/copy's GPU lines; logs and
+# RESULT lines under $OUT when set; exit 77 without a driver.
+check-gpu: $(DEPS_MK)
+	@scripts/check-gpu
+
 # Long soaks (crash cycles, shutdown cycles) are selected by SELENE_SOAK=1.
 soak: $(TESTS) $(FLARE)
 	@SELENE_SOAK=1 $(RUN_TESTS) $(TESTS) $(SCRIPT_TESTS)
