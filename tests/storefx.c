@@ -226,6 +226,21 @@ void sfx_devices(const struct sel_cuda *cu, const int *devices)
 const struct sel_cuda *sfx_device_mode(void) { return dev_cu; }
 bool sfx_device_fake(void) { return dev_cu && dev_fake; }
 
+const struct sel_cuda *sfx_cuda_or_skip(int *count)
+{
+	const struct sel_cuda *cu;
+	int rc = sel_cuda_load(&cu);
+	if (rc) {
+		CHECK_RC(rc, SEL_ECUDA);
+		CHECK(strncmp(sel_errmsg(), "cuda unavailable: ", 18) == 0);
+		SKIP("%s", sel_errmsg());
+	}
+	CHECK_OK(sel_cuda_device_count(cu, count));
+	if (*count == 0)
+		SKIP("cuda: the driver sees no device");
+	return cu;
+}
+
 int sfx_cuda_main(const char *name, int (*test_main)(void))
 {
 	const char *env = getenv("SELENE_TEST_FAKE_CUDA");
@@ -240,11 +255,7 @@ int sfx_cuda_main(const char *name, int (*test_main)(void))
 		cu = fake_cu;
 		printf("%s: the fake CUDA driver (tests/cudafake.c)\n", name);
 	} else {
-		int rc = sel_cuda_load(&cu);
-		if (rc) {
-			CHECK_RC(rc, SEL_ECUDA);
-			SKIP("%s", sel_errmsg());
-		}
+		cu = sfx_cuda_or_skip(&count);
 	}
 	CHECK_OK(sel_cuda_device_count(cu, &count));
 	if (count == 0)

@@ -65,6 +65,9 @@ struct sfx {
  * device mode (the real driver, or the fake with SELENE_TEST_FAKE_CUDA=1),
  * exiting 77 with the reason when there is no driver or device. */
 void sfx_devices(const struct sel_cuda *cu, const int *devices);
+/* The process's CUDA driver with *count devices, or exit 77 saying why
+ * there is none to test on (no library, cuInit failing, no device). */
+const struct sel_cuda *sfx_cuda_or_skip(int *count);
 const struct sel_cuda *sfx_device_mode(void);
 bool sfx_device_fake(void);
 int sfx_cuda_main(const char *name, int (*test_main)(void));

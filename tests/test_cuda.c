@@ -23,6 +23,7 @@
 #include "cuda.h"
 #include "eos.h"
 #include "slab.h"
+#include "storefx.h"
 #include "testutil.h"
 #include "transfer.h"
 
@@ -341,15 +342,8 @@ static void test_split(test_rng *rng)
 
 int main(void)
 {
-	int rc = sel_cuda_load(&cu), count = 0;
-	if (rc) {
-		CHECK_RC(rc, SEL_ECUDA);
-		CHECK(strncmp(sel_errmsg(), "cuda unavailable: ", 18) == 0);
-		SKIP("%s", sel_errmsg());
-	}
-	CHECK_OK(sel_cuda_device_count(cu, &count));
-	if (count == 0)
-		SKIP("cuda: the driver sees no device");
+	int count = 0;
+	cu = sfx_cuda_or_skip(&count);
 	test_rng rng;
 	test_rng_init(&rng, test_seed());
 	struct sel_cuda_device_info info;

@@ -29,6 +29,7 @@
 #include "slab.h"
 #include "store_memory.h"
 #include "store_pool.h"
+#include "storefx.h"
 #include "testutil.h"
 
 #define PLANE_A (256u * 1024)
@@ -297,14 +298,8 @@ static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_m
 
 int main(void)
 {
-	int rc = sel_cuda_load(&cu), count = 0;
-	if (rc) {
-		CHECK_RC(rc, SEL_ECUDA);
-		SKIP("%s", sel_errmsg());
-	}
-	CHECK_OK(sel_cuda_device_count(cu, &count));
-	if (count == 0)
-		SKIP("cuda: the driver sees no device");
+	int count = 0;
+	cu = sfx_cuda_or_skip(&count);
 	test_rng rng;
 	test_rng_init(&rng, test_seed());
 	run(1, (int[]){0}, false, SEL_SPLIT_AUTO, &rng);
