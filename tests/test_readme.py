@@ -6,6 +6,7 @@ prints for the main job's flags today, line for line -- numbers, sizes,
 the port and the namespace directory aside (they depend on the machine)."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -64,6 +65,7 @@ try:
 finally:
     proc.terminate()
     proc.communicate(timeout=60)
+    shutil.rmtree(os.path.join(tmp, "prefix-cache"), ignore_errors=True)
 assert len(got) == 3, got
 for want, have in zip(sample, got):
     if shape(want) != shape(have):
