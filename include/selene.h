@@ -307,6 +307,13 @@ typedef struct sel_hit {
 	uint64_t bytes;     /* bytes the restore moves (pages and row, all ranks) */
 	sel_tier tier;      /* where the bytes come from (the slowest tier involved) */
 	uint64_t cookie;    /* store-private */
+	/* The chain the lookup verified: every node above `resident` had its
+	 * key compared with the request's history at its consumed count, and
+	 * this digest names those nodes and the pages each supplies.  fetch
+	 * re-walks its chain and refuses (-ESTALE) one whose digest differs,
+	 * so it never reads a node the lookup did not check.  Store-computed;
+	 * callers copy hits whole. */
+	sel_digest chain;
 } sel_hit;
 
 /* Where a restore lands (InboundTicket). */
@@ -365,6 +372,10 @@ typedef struct sel_stats {
 	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */
 	uint64_t retry_reasons[SEL_RETRY_REASONS];
 	uint64_t lookups, hits;    /* lookups made, hits returned */
+	/* Lookup candidates passed over because a node of their chain had
+	 * another key than the request's history gives at its consumed count:
+	 * a parent link naming another prefix's record (forged, or stale). */
+	uint64_t chains_rejected;
 	uint64_t reused_tokens;    /* tokens restored by completed fetches */
 	uint64_t fetches, fetch_failures;
 	uint64_t store_failures;

@@ -131,6 +131,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "internal.h"
 #include "record.h"
 #include "slab.h"
 #include "store_common.h"
@@ -693,6 +694,21 @@ static int read_through(struct comp_store *cs, const sel_hit *hit, const sel_inb
 		info[i] = info[n - 1 - i];
 		info[n - 1 - i] = u;
 	}
+	/* Exactly the nodes the lookup compared with the request's history
+	 * (else the disk fetch refuses the hit as stale). */
+	{
+		uint64_t base = info[0].is_root ? 0 : info[0].parent.consumed;
+		uint32_t skip = (uint32_t)(hit->resident / cs->pt - base / cs->pt);
+		sel_digest dg;
+		memset(&dg, 0, sizeof dg);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t used = info[i].tail - (i == 0 ? skip : 0);
+			if (used || i + 1 == n)
+				sel_chain_digest_add(&dg, &chain[i], used);
+		}
+		if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
+			goto out;
+	}
 	f = calloc(1, sizeof(*f) + n * (sizeof(sel_key) + 1) + (size_t)in->n_pages * sizeof(uint32_t));
 	if (!f) {
 		rc = -ENOMEM;
@@ -1202,6 +1218,7 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->packed_records = m.packed_records + d.packed_records;
 	out->per_rank_records = m.per_rank_records + d.per_rank_records;
 	out->reused_tokens = m.reused_tokens + d.reused_tokens;
+	out->chains_rejected = d.chains_rejected; /* the catalogue's lookups */
 	out->tier[SEL_TIER_MEMORY] = m.tier[SEL_TIER_MEMORY];
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
 	out->tier[SEL_TIER_DISK].dropped_oversize += cs->st.tier[SEL_TIER_DISK].dropped_oversize;

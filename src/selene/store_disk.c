@@ -1639,6 +1639,7 @@ static int ds_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	struct disk_store *ds = DS(s);
 	ds->st.lookups++;
 	int rc = sel_index_lookup(ds->ix, h, resident, limit, &ds->chain);
+	ds->st.chains_rejected += ds->chain.rejected;
 	if (rc <= 0)
 		return rc;
 	const sel_index_chain *ch = &ds->chain;
@@ -1652,6 +1653,7 @@ static int ds_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	hit->bytes = record_bytes(ds, hit->pages, true);
 	hit->tier = SEL_TIER_DISK;
 	hit->cookie = end;
+	hit->chain = ch->digest;
 	ds->st.hits++;
 	return 1;
 }
@@ -1718,6 +1720,14 @@ static int ds_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	if (pages != hit->pages)
 		return eos_fail(-ESTALE, "disk store: hit chain changed (%" PRIu32 " pages now, %" PRIu32
 				" in the hit)", pages, hit->pages);
+	/* Exactly the nodes the lookup compared with the request's history. */
+	sel_digest dg;
+	if ((rc = sel_index_chain_digest(ds->ix, sel_index_find(ds->ix, &hit->key), hit->resident,
+					 &dg)) != 0)
+		return rc;
+	if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
+		return eos_fail(-ESTALE, "disk store: the hit's chain is not the one its lookup "
+				"verified");
 	if (in->n_pages != hit->pages)
 		return eos_fail(-EINVAL, "disk store: inbound ticket %" PRIu64 " has %" PRIu32
 				" pages, the hit uploads %" PRIu32, in->ticket, in->n_pages, hit->pages);
