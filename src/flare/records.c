@@ -1285,7 +1285,7 @@ static void cmd_gc(struct run *r, struct rns *n)
 			err = "kept: a record linking under it could not be removed";
 		} else if (!o->dry_run) {
 			rc = x->op == GC_UNLINK ? sel_record_unlink(n->lk.fd, name, NULL)
-						: sel_record_truncate(n->lk.fd, name, &rec->span, NULL);
+						: sel_record_truncate(n->lk.fd, name, &rec->span, &rec->id, NULL);
 			if (rc)
 				err = eos_errmsg();
 		}

@@ -588,6 +588,20 @@ static void note_direct(sel_disk *d, bool direct)
 	}
 }
 
+/* The file a job names, or NULL when it names none. */
+static const struct eos_file_id *want_id(const struct sel_disk_job *j)
+{
+	return j->want.dev || j->want.ino ? &j->want : NULL;
+}
+
+/* The file behind fd, for the job's completion (a commit's `file`). */
+static void note_file(struct sel_disk_job *j, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0)
+		j->file = (struct eos_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+}
+
 static uint64_t next_nonce(sel_disk *d)
 {
 	uint64_t x = d->nonce;
@@ -765,6 +779,7 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 			w->next = j->first + j->count;
 			return;
 		}
+		note_file(j, w->fd);
 		int rc = sel_record_commit(d->dirfd, w->fd, w->tmp, c->name,
 					   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
 		w->fd = -1; /* closed by the commit in every case */
@@ -783,6 +798,7 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 		c->fd = -1;
 		return;
 	}
+	note_file(j, c->fd);
 	int rc = sel_record_commit(d->dirfd, c->fd, c->tmp, c->name,
 				   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
 	c->fd = -1;
@@ -829,19 +845,12 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		return;
 	}
 	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
-	c->fd = eos_open(d->dirfd, c->name, direct ? EOS_O_DIRECT : 0);
-	if (c->fd == -EINVAL && direct) {
-		c->fd = eos_open(d->dirfd, c->name, 0);
-		if (c->fd >= 0)
-			note_direct(d, false);
-	}
+	c->fd = sel_record_open(d->dirfd, c->name, &direct, want_id(j), &st);
+	if (c->fd >= 0)
+		note_direct(d, direct);
 	if (c->fd < 0) {
 		io_fail(c, c->fd, "%s", eos_errmsg());
 		c->fd = -1;
-		return;
-	}
-	if (fstat(c->fd, &st) != 0) {
-		io_fail(c, -errno, "fstat: %s", strerror(errno));
 		return;
 	}
 
@@ -937,7 +946,7 @@ static bool job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 		read_begin(d, c);
 		break;
 	case SEL_DISK_TRUNCATE:
-		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, &j->had_row)) != 0)
+		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j), &j->had_row)) != 0)
 			io_fail_msg(c, rc);
 		return false;
 	case SEL_DISK_UNLINK:
@@ -1340,6 +1349,7 @@ int sel_disk_submit(sel_disk *d, struct sel_disk_job *j)
 		return rc;
 	j->status = 0;
 	j->committed = j->had_row = j->existed = false;
+	j->file = (struct eos_file_id){0, 0};
 	j->bytes = 0;
 	j->errmsg[0] = '\0';
 	j->submit_ns = eos_now_ns();

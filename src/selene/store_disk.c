@@ -249,6 +249,8 @@ EOS_DLIST_DEFINE(streams, struct dstream_list, struct dstream)
 
 struct drec {
 	sel_key fparent;           /* the parent its file names */
+	uint64_t parent_check;     /* its file's parent link check (record.h) */
+	struct eos_file_id fid;    /* the file indexed: the scan's, or the last commit's */
 	uint64_t full;             /* file bytes with the row */
 	uint64_t rowseg;           /* row segment bytes */
 	uint64_t charged;
@@ -376,6 +378,15 @@ static void node_desc(const struct disk_store *ds, sel_node_id id, sel_record_de
 	d->bucket = n->bucket;
 	d->tail = n->tail_pages;
 	d->flags = ds->recs[id].flags;
+	d->parent_check = ds->recs[id].parent_check;
+}
+
+/* A disk job on record id's file: its description and the file indexed,
+ * so the disk thread refuses anything else under the name. */
+static void job_rec(const struct disk_store *ds, sel_node_id id, struct sel_disk_job *j)
+{
+	node_desc(ds, id, &j->rec);
+	j->want = ds->recs[id].fid;
 }
 
 static uint64_t record_bytes(const struct disk_store *ds, uint32_t pages, bool row)
@@ -578,7 +589,7 @@ static struct dj *job_new(struct disk_store *ds, uint8_t kind, sel_node_id id, e
 	d->node = id;
 	d->standalone = true;
 	d->j.op = op;
-	node_desc(ds, id, &d->j.rec);
+	job_rec(ds, id, &d->j);
 	jobs_push(&ds->jobs, d);
 	return d;
 }
@@ -885,7 +896,7 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	} else {
 		struct sel_disk_job *j = &w->dj.j;
 		j->op = SEL_DISK_READ;
-		node_desc(ds, id, &j->rec);
+		job_rec(ds, id, j);
 		j->first = p->first;
 		j->count = p->count;
 		j->pages = w->addr;
@@ -1240,6 +1251,8 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	int rc = d->j.status;
 	switch (d->kind) {
 	case K_PUT_WIN:
+		if (d->j.committed)
+			ds->recs[d->w->st->nodes[0]].fid = d->j.file;
 		/* A failed directory fsync after the rename: the file is in
 		 * place and readable; keep it. */
 		if (rc && !d->j.committed) {
@@ -1269,6 +1282,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 			rc = 0; /* in place; only the directory fsync failed */
 		if (rc == 0) {
 			r->file = true;
+			r->fid = d->j.file;
 			sel_index_get(ds->ix, id)->flags &= (uint16_t)~(DS_PARKED | DS_UNCHARGED);
 			park_del(ds, id);
 			ds->st.tier[SEL_TIER_DISK].held++;
@@ -1455,6 +1469,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		return SEL_SKIPPED;
 	id = sel_index_find(ds->ix, &cp->key);
 	sel_key fparent = {0};
+	uint64_t pcheck = 0;
 	if (id != SEL_NODE_NONE) {
 		const sel_index_node *n = NODE(ds, id);
 		if (n->flags & DS_DOOMED)
@@ -1472,6 +1487,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		row = n->flags & SEL_NODE_HAS_ROW;
 		pid = n->parent;
 		fparent = ds->recs[id].fparent;
+		pcheck = ds->recs[id].parent_check;
 		if (tail > cp->n_pages)
 			return SEL_SKIPPED;
 	} else {
@@ -1488,9 +1504,10 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 						     &derived))
 					return SEL_SKIPPED;
 				tail = cp->tail;
-				if (tail == derived)
+				if (tail == derived) {
 					fparent = cp->parent;
-				else
+					pcheck = sel_record_parent_check(&NODE(ds, pid)->bucket);
+				} else
 					pid = SEL_NODE_NONE; /* stored as a root */
 			}
 		}
@@ -1498,7 +1515,8 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	if (!sel_put_pages_fit("disk store", cp, tail, ds->min_pages))
 		return SEL_SKIPPED;
 
-	sel_record_desc d = {.key = cp->key, .parent = fparent, .bucket = cp->bucket, .tail = tail};
+	sel_record_desc d = {.key = cp->key, .parent = fparent, .bucket = cp->bucket, .tail = tail,
+			     .parent_check = pcheck};
 	sel_record_span span;
 	if (sel_record_span_of(&ds->ns->layout.sz, &d, &span) != 0)
 		return SEL_SKIPPED;
@@ -1558,6 +1576,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	}
 	struct drec *r = &ds->recs[id];
 	r->fparent = fparent;
+	r->parent_check = pcheck;
 	r->full = span.row_end;
 	r->rowseg = span.row_end - span.row_off;
 	r->flags = 0;
@@ -1970,14 +1989,16 @@ static const struct sel_store_ops ds_ops = {
 static int rebuild(struct disk_store *ds)
 {
 	sel_scan sc;
-	struct sel_scan_opts so = {.direct = false};
+	struct sel_scan_opts so = {.direct = false, .max_file_bytes = ds->limit};
 	int rc = sel_record_scan(ds->lk->fd, ds->ns, &so, &sc);
 	if (rc)
 		return eos_fail(rc, "disk store: scanning '%s': %s", ds->base.disk_dir, eos_errmsg());
 	/* Files the scan removed for failing header verification count as
 	 * corrupt records (docs/metrics.md), like payloads failing at a read. */
 	ds->st.tier[SEL_TIER_DISK].corrupt += sc.st.bad_format + sc.st.bad_checksum +
-					      sc.st.bad_name + sc.st.bad_size;
+					      sc.st.bad_name + sc.st.bad_size + sc.st.bad_sparse +
+					      sc.st.bad_link;
+	ds->st.tier[SEL_TIER_DISK].dropped_oversize += sc.st.bad_large;
 	sel_node_id *ids = malloc((sc.n ? sc.n : 1) * sizeof(*ids));
 	if (!ids) {
 		sel_scan_free(&sc);
@@ -2003,6 +2024,8 @@ static int rebuild(struct disk_store *ds)
 		r->file = true;
 		r->pprev = r->pnext = SEL_NODE_NONE;
 		r->fparent = x->d.parent;
+		r->parent_check = x->d.parent_check;
+		r->fid = x->id;
 		r->flags = x->d.flags;
 		r->full = x->span.row_end;
 		r->rowseg = x->span.row_end - x->span.row_off;
@@ -2191,8 +2214,10 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 			pid = SEL_NODE_NONE;
 	}
 	sel_record_desc d = {.key = p->key, .bucket = p->bucket, .tail = p->tail, .flags = p->flags};
-	if (linked)
+	if (linked) {
 		d.parent = p->parent;
+		d.parent_check = sel_record_parent_check(&NODE(ds, pid)->bucket);
+	}
 	sel_record_span span;
 	int rc = sel_record_span_of(&ds->ns->layout.sz, &d, &span);
 	if (rc)
@@ -2216,6 +2241,7 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 	r->live = true;
 	r->pprev = r->pnext = SEL_NODE_NONE;
 	r->fparent = d.parent;
+	r->parent_check = d.parent_check;
 	r->flags = p->flags;
 	r->full = span.row_end;
 	r->rowseg = span.row_end - span.row_off;
@@ -2361,7 +2387,7 @@ int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *c
 	d->node = id;
 	d->cookie = cookie;
 	d->j.op = SEL_DISK_READ;
-	node_desc(ds, id, &d->j.rec);
+	job_rec(ds, id, &d->j);
 	d->j.pages = pa;
 	d->j.row = row;
 	d->j.row_iov = row ? iov : NULL;
