@@ -799,6 +799,8 @@ static void cmd_verify(struct run *r, struct rns *n)
 	char a[32];
 	for (size_t i = 0; i < n->nf; i++)
 		records += n->f[i].kind != SEL_CHECK_NOT_FILE;
+	/* Entries named like records that are not regular files: the server
+	 * never opens them (nor does this tool), but they are not records. */
 	if (!r->o->json) {
 		if (!n->have_ns && n->nf)
 			fprintf(r->out, "  no record header names this directory: every record is "
@@ -808,8 +810,11 @@ static void cmd_verify(struct run *r, struct rns *n)
 	}
 	for (size_t i = 0; i < n->nf; i++) {
 		const struct rfile *f = &n->f[i];
-		if (f->kind == SEL_CHECK_NOT_FILE)
+		if (f->kind == SEL_CHECK_NOT_FILE) {
+			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s; the server "
+				    "ignores it", f->why);
 			continue;
+		}
 		if (f->kind != SEL_CHECK_OK)
 			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s", f->why);
 		/* The scan's header verdicts repeat what the check found; its tree
@@ -823,8 +828,15 @@ static void cmd_verify(struct run *r, struct rns *n)
 		} else if (f->fate == SEL_SCAN_DESCENDANT) {
 			char pn[SEL_RECORD_NAME_MAX];
 			sel_record_name(&f->h.d.parent, pn);
-			add_problem(r, arr, f->name, "orphan", "it links under %s, which is "
-				    "removed as an orphan; the next server start removes it too", pn);
+			add_problem(r, arr, f->name, "orphan", "it links under %s, which the next "
+				    "server start removes (an orphan, or a bad parent link); it goes "
+				    "too", pn);
+		} else if (f->fate == SEL_SCAN_LINK) {
+			char pn[SEL_RECORD_NAME_MAX];
+			sel_record_name(&f->h.d.parent, pn);
+			add_problem(r, arr, f->name, "parent link", "it links under %s, whose bucket "
+				    "is not the one it was written under (a parent key rewritten to "
+				    "another record's); the next server start removes it", pn);
 		} else if (f->fate == SEL_SCAN_PRUNED) {
 			add_problem(r, arr, f->name, "childless page-only", "no row and no record "
 				    "links under it; the next server start removes it");

@@ -481,9 +481,11 @@ enum sel_check_kind {
 	SEL_CHECK_SIZE,            /* length neither page-only nor full */
 	SEL_CHECK_PAGE,            /* a page record fails its checksum */
 	SEL_CHECK_ROW,             /* the row fails its checksum */
+	SEL_CHECK_SPARSE,          /* holes: its blocks do not cover its length */
 };
 /* "ok", "unreadable", "not a file", "format", "header checksum",
- * "identity", "layout", "name", "size", "page checksum", "row checksum". */
+ * "identity", "layout", "name", "size", "page checksum", "row checksum",
+ * "sparse". */
 const char *sel_check_kind_name(enum sel_check_kind k);
 
 struct sel_record_check {
@@ -494,7 +496,7 @@ struct sel_record_check {
 	uint64_t size;            /* file length (0 when unreadable) */
 	uint64_t mtime_ns;
 	bool has_row;             /* valid when kind >= SEL_CHECK_PAGE or OK */
-	uint32_t bad_pages;       /* page records failing their checksum */
+	uint32_t bad_pages;       /* 1 when a page record failed (the check stops there) */
 	bool bad_row;
 	uint64_t bytes_read;
 };
@@ -505,8 +507,11 @@ struct sel_record_check {
  * or full -- the checks of the startup scan -- and with payload also what
  * the disk thread checks on a read: every stored page record against its
  * checksum entry and, when the file holds it, the row against the row
- * checksum (sel_record_check_page, sel_record_check_row).  Every page is
- * checked even after a failure (bad_pages counts them).  The verdict is in
+ * checksum (sel_record_check_page, sel_record_check_row).  The file is
+ * judged by fstatat first: a symbolic link, FIFO or device is never opened
+ * (SEL_CHECK_NOT_FILE); a file with holes is not read past its header
+ * (SEL_CHECK_SPARSE); reading stops at the first page record that fails.
+ * Memory stays bounded whatever tail the header claims.  The verdict is in
  * *out; returns 0, or -ENOMEM (nothing decided). */
 int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, bool payload,
 			  struct sel_record_check *out);
