@@ -21,16 +21,18 @@
  * namespaces share the base directory.  The lock is held until destroy
  * (or for ever, if the disk thread could not drain).
  *
- * Startup.  sel_record_scan removes temporaries, invalid files and orphans
- * and lists the survivors in mtime order, parents first; each is inserted
- * (linked under its parent when its tail is the count since it), with its
- * row when the file length covers it, then all are committed -- which
- * applies the row-drop rule to any single-child ancestor whose truncation
- * a crash interrupted -- and sel_index_prune removes what is useless.  Each
- * record's last use is its file's mtime (no later than now), and the
- * access order is sorted by the newest time under each record
- * (sel_index_order_by_use).  If the records exceed the limit, LRU eviction
- * brings them under it.
+ * Startup.  sel_recover (record_recovery.c, the routine `flare records gc`
+ * runs too) scans -- removing temporaries, invalid files, files over the
+ * limit or with holes, orphans and records with a bad parent link --
+ * inserts the survivors (linked under their parents when their tails are
+ * the counts since them), with their rows when the file lengths cover
+ * them, commits them all -- which applies the row-drop rule to any
+ * single-child ancestor whose truncation a crash interrupted -- prunes what
+ * is useless, seeds each record's last use from its file's mtime (no later
+ * than now) and sorts the access order by the newest time under each
+ * record.  If the records exceed the limit, LRU eviction brings them under
+ * it.  Each record remembers the device and inode its file had, so a file
+ * put under its name later is never read or truncated.
  *
  * Expiry (design 2.5, cfg->max_age_ns): the index stamps last use on
  * publication, PRESENT, touch, fetch and read_into (the record and its
@@ -148,6 +150,7 @@
 #include "index.h"
 #include "list.h"
 #include "record.h"
+#include "recovery.h"
 #include "slab.h"
 #include "store_common.h"
 #include "store_pool.h"
@@ -1986,79 +1989,55 @@ static const struct sel_store_ops ds_ops = {
 
 /* ---- open: lock, scan, rebuild --------------------------------------------------------- */
 
+/* The startup recovery's hook: the record behind node id, from its file. */
+static int rebuilt(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel_scan_record *x)
+{
+	(void)ix;
+	(void)i;
+	struct disk_store *ds = ctx;
+	int rc = ensure_rec(ds, id);
+	if (rc)
+		return rc;
+	struct drec *r = &ds->recs[id];
+	memset(r, 0, sizeof(*r));
+	r->live = true;
+	r->file = true;
+	r->pprev = r->pnext = SEL_NODE_NONE;
+	r->fparent = x->d.parent;
+	r->parent_check = x->d.parent_check;
+	r->fid = x->id;
+	r->flags = x->d.flags;
+	r->full = x->span.row_end;
+	r->rowseg = x->span.row_end - x->span.row_off;
+	r->charged = x->file_bytes;
+	ds->used += r->charged;
+	return 0;
+}
+
+/* Startup: the recovery `flare records gc` runs too (record_recovery.c),
+ * then the limit. */
 static int rebuild(struct disk_store *ds)
 {
 	sel_scan sc;
-	struct sel_scan_opts so = {.direct = false, .max_file_bytes = ds->limit};
-	int rc = sel_record_scan(ds->lk->fd, ds->ns, &so, &sc);
+	struct sel_recovery_opts ro = {
+		.scan = {.direct = false, .max_file_bytes = ds->limit},
+		.now_ns = ds->exp.clock(),
+		.inserted = rebuilt,
+		.ctx = ds,
+	};
+	int rc = sel_recover(ds->lk->fd, ds->ns, &ro, ds->ix, &sc);
 	if (rc)
-		return eos_fail(rc, "disk store: scanning '%s': %s", ds->base.disk_dir, eos_errmsg());
+		return eos_fail(rc, "disk store: recovering '%s': %s", ds->base.disk_dir, eos_errmsg());
 	/* Files the scan removed for failing header verification count as
 	 * corrupt records (docs/metrics.md), like payloads failing at a read. */
 	ds->st.tier[SEL_TIER_DISK].corrupt += sc.st.bad_format + sc.st.bad_checksum +
 					      sc.st.bad_name + sc.st.bad_size + sc.st.bad_sparse +
 					      sc.st.bad_link;
 	ds->st.tier[SEL_TIER_DISK].dropped_oversize += sc.st.bad_large;
-	sel_node_id *ids = malloc((sc.n ? sc.n : 1) * sizeof(*ids));
-	if (!ids) {
-		sel_scan_free(&sc);
-		return eos_fail(-ENOMEM, "disk store: out of memory for %zu records", sc.n);
-	}
-	size_t n = 0;
-	for (size_t i = 0; i < sc.n; i++) {
-		const sel_scan_record *x = &sc.rec[i];
-		bool links = sel_record_links_parent(&x->d, ds->pt);
-		sel_node_id id;
-		rc = sel_index_insert(ds->ix, &x->d.key, links ? &x->d.parent : NULL, &x->d.bucket,
-				      x->d.tail, x->has_row, &id);
-		if (rc == 0)
-			rc = ensure_rec(ds, id);
-		if (rc) {
-			if (rc == -ENOMEM)
-				goto fail;
-			continue; /* cannot happen after the scan; leave the file */
-		}
-		struct drec *r = &ds->recs[id];
-		memset(r, 0, sizeof(*r));
-		r->live = true;
-		r->file = true;
-		r->pprev = r->pnext = SEL_NODE_NONE;
-		r->fparent = x->d.parent;
-		r->parent_check = x->d.parent_check;
-		r->fid = x->id;
-		r->flags = x->d.flags;
-		r->full = x->span.row_end;
-		r->rowseg = x->span.row_end - x->span.row_off;
-		r->charged = x->file_bytes;
-		ds->used += r->charged;
-		ids[n++] = id;
-	}
-	/* Committed once every child is in: the row-drop rule sees the final
-	 * child counts (a truncation a crash interrupted happens now). */
-	for (size_t i = 0; i < n; i++)
-		if (sel_index_cget(ds->ix, ids[i]))
-			sel_index_commit(ds->ix, ids[i]);
-	sel_index_prune(ds->ix);
-	/* Last use from the files' mtimes (design 2.5: recovery uses file
-	 * mtime; a parent is as recent as its newest descendant), and the
-	 * access order sorted by it.  A future mtime counts as now. */
-	uint64_t now = ds->exp.clock();
-	for (size_t i = 0; i < sc.n; i++) {
-		sel_node_id id = sel_index_find(ds->ix, &sc.rec[i].d.key);
-		if (id != SEL_NODE_NONE)
-			sel_index_seed_used(ds->ix, id, sc.rec[i].mtime_ns < now ? sc.rec[i].mtime_ns : now);
-	}
-	if ((rc = sel_index_order_by_use(ds->ix)))
-		goto fail;
 	ds->base.scanned_records = sel_index_count(ds->ix);
 	(void)make_room(ds, 0); /* over the limit: LRU eviction */
-	free(ids);
 	sel_scan_free(&sc);
 	return 0;
-fail:
-	free(ids);
-	sel_scan_free(&sc);
-	return eos_fail(rc, "disk store: rebuilding the index: %s", eos_errmsg());
 }
 
 static int epoll_add(int epfd, int fd)
