@@ -42,7 +42,9 @@ enum {
 	SEL_EOVERSIZE = -30805,  /* larger than the tier can ever hold */
 	SEL_EFORMAT = -30806,    /* malformed header, name or text */
 	SEL_ESTOPPED = -30807,   /* the store stopped after an unreportable failure */
-	SEL_ELAST = -30808,
+	SEL_EDIRECTORY = -30808, /* the record directory is unusable (not writable, not a
+				    directory, a symbolic link): no disk tier */
+	SEL_ELAST = -30809,
 };
 
 /* Static description of rc (negative errno or SEL_E*). */

@@ -163,6 +163,11 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 	const char *store = info->store && *info->store ? info->store : "disabled";
 	const char *note = disk_note && *disk_note ? disk_note
 			   : info->disk_note && *info->disk_note ? info->disk_note : "";
+	/* A disk directory that was asked for and cannot be used is a warning;
+	 * "--prefix-cache-disk-limit 0" is a choice. */
+	bool warn = disk_note && *disk_note ? !((s->set & (1u << FLARE_OPT_DISK_LIMIT)) &&
+						s->disk_limit == 0)
+					    : info->disk_warning;
 	if (!strcmp(store, "disabled")) {
 		flare_buf_printf(out, "flare: prefix cache: disabled");
 	} else {
@@ -195,7 +200,7 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		}
 	}
 	if (*note)
-		flare_buf_printf(out, "; no disk store: %s", note);
+		flare_buf_printf(out, "; %sno disk store: %s", warn ? "warning: " : "", note);
 	flare_buf_puts(out, "\n");
 	if (info->warning[0])
 		flare_buf_printf(out, "flare: warning: %s\n", info->warning);

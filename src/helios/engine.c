@@ -263,6 +263,8 @@ struct hel_engine {
 	int *ent_rc;
 	int32_t *logits;
 	bool store_stopped;
+	int store_stop_rc;
+	char disk_note[512];    /* why no disk store: an unusable directory */
 	uint64_t stop_deadline; /* hel_engine_stop's deadline (mu) */
 	uint64_t events;     /* store events handled */
 	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
@@ -407,6 +409,15 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 		e->info.disk_note = "disk limit 0 selects no disk store";
 	cfg.disk_dir = disk ? c->disk_dir : NULL;
 	int rc = sel_store_open(&cfg, &e->store);
+	if (rc == SEL_EDIRECTORY && cfg.disk_dir) {
+		/* docs/configuration.md: an unusable directory selects no disk
+		 * store (design 2.11); the startup line says which and why. */
+		snprintf(e->disk_note, sizeof e->disk_note, "%s", sel_errmsg());
+		e->info.disk_note = e->disk_note;
+		e->info.disk_warning = true;
+		cfg.disk_dir = NULL;
+		rc = sel_store_open(&cfg, &e->store);
+	}
 	if (rc) {
 		char a[32];
 		return eos_fail(rc, "prefix cache (memory %s%s%s): %s",

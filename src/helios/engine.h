@@ -81,6 +81,7 @@ typedef struct hel_engine_info {
 	uint64_t scanned_records;
 	uint32_t gpu_pages, gpu_rows, max_active;
 	char warning[512];           /* intake shrink warning, or "" */
+	bool disk_warning;           /* disk_note is a warning: the directory is unusable */
 } hel_engine_info;
 
 /* Per-request result. */

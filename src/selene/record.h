@@ -291,10 +291,15 @@ int sel_record_row_plan(const sel_record_layout *l, uint32_t flags, const struct
 
 /* ---- File protocol (record_io.c) ---------------------------------------- */
 
-/* Create <base>/<ns->dirname> (and base) if missing and take its exclusive
- * nonblocking lock: 0, or -EBUSY when another owner holds it, or the
- * failing errno, with a message.  The lock's fd is the dirfd of every
- * later call. */
+/* Create <base>/<ns->dirname> (and base) if missing, take its exclusive
+ * nonblocking lock and prove a file can be created and removed in it: 0;
+ * -EBUSY when another owner holds it; SEL_EDIRECTORY when the directory
+ * cannot be used by this process -- a regular file or a symbolic link at
+ * its name (never followed), no permission to create files there (the
+ * probe runs as the process is, so it tells the truth for root too), a
+ * read-only filesystem; another errno otherwise; each with a message
+ * naming the directory and why.  The lock's fd is the dirfd of every later
+ * call. */
 int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_dirlock *lk);
 
 /* Write protocol step 1: create ".tmp-<name>-<nonce>" (O_EXCL; another

@@ -55,8 +55,17 @@
 
 /* ---- Directory ---------------------------------------------------------- */
 
+/* Whether errno e says a directory cannot be used by this process (as
+ * opposed to a transient or resource failure). */
+static bool unusable(int e)
+{
+	return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR || e == ELOOP ||
+	       e == ENOENT;
+}
+
 int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_dirlock *lk)
 {
+	static unsigned probes;
 	char path[PATH_MAX];
 	lk->fd = -1;
 	lk->path = NULL;
@@ -66,8 +75,39 @@ int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_di
 		return eos_fail(-ENAMETOOLONG, "record directory: '%s' is too long", base);
 	int rc = eos_mkdir_p(path);
 	if (rc)
-		return rc;
-	return eos_dirlock_acquire(lk, path);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': %s", path,
+				eos_errmsg());
+	rc = eos_dirlock_acquire(lk, path);
+	if (rc)
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "%s", eos_errmsg());
+	/* Every write creates a temporary here: prove one can be made (as the
+	 * process is, capabilities included) before anything is scanned, so a
+	 * read-only or foreign directory selects no disk tier instead of
+	 * failing later in the middle of the startup. */
+	char probe[64];
+	snprintf(probe, sizeof probe, SEL_RECORD_TMP_PREFIX "probe-%ld-%u", (long)getpid(),
+		 __atomic_fetch_add(&probes, 1, __ATOMIC_RELAXED));
+	int fd = eos_open(lk->fd, probe, EOS_O_CREATE | EOS_O_WRITE);
+	if (fd == -EEXIST) {
+		(void)eos_fileops()->unlinkat(lk->fd, probe, 0); /* a stale probe of a dead pid */
+		fd = eos_open(lk->fd, probe, EOS_O_CREATE | EOS_O_WRITE);
+	}
+	if (fd < 0) {
+		rc = fd;
+		char msg[EOS_ERRMSG_MAX];
+		snprintf(msg, sizeof msg, "%s", eos_errmsg());
+		eos_dirlock_release(lk);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s' is not "
+				"writable: %s", path, msg);
+	}
+	eos_fileops()->close(fd);
+	if (eos_fileops()->unlinkat(lk->fd, probe, 0) != 0 && errno != ENOENT) {
+		rc = -errno;
+		eos_dirlock_release(lk);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': cannot "
+				"remove a file it created: %s", path, strerror(-rc));
+	}
+	return 0;
 }
 
 /* ---- Write protocol ----------------------------------------------------- */
