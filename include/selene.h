@@ -511,6 +511,10 @@ typedef struct sel_drain_progress {
 	 * (ENOSPC/EDQUOT after a few retries), "write errors", "stopped". */
 	const char *why;
 	uint64_t failed;             /* writes that failed (their records not saved) */
+	/* The drain on shutdown is off: one final report at close when DRAM-only
+	 * records exist, with records_left / bytes_left the records lost (why
+	 * "drain off"), so a stop never drops them without a word. */
+	bool off;
 } sel_drain_progress;
 
 typedef struct sel_store_config {

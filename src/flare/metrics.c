@@ -210,7 +210,15 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		st->gpu_evictions);
 
 	/* The host prefix cache, as the scheduler sees it (design 2.7). */
-	GAUGE("flare_host_cache_enabled", "1 when a host store is configured.", st->store_enabled ? 1 : 0);
+	GAUGE("flare_host_cache_enabled",
+	      "1 when a host store is configured and serving; 0 without one or after it stopped.",
+	      st->store_enabled && !st->store_stopped ? 1 : 0);
+	family(out, "flare_host_cache_stopped", "gauge",
+	       "1 when the host store stopped for good (serving goes on without it), by reason; "
+	       "reason=\"none\" 0 while it serves.");
+	snprintf(l, sizeof l, "reason=\"%s\"",
+		 st->store_stopped && st->store_stop_reason ? st->store_stop_reason : "none");
+	val(out, "flare_host_cache_stopped", l, st->store_stopped ? 1 : 0);
 	COUNTER("flare_host_cache_lookups_total", "Host store lookups made at admission.",
 		st->host_lookups);
 	COUNTER("flare_host_cache_hits_total", "Admissions that restored from a host tier.",

@@ -114,6 +114,13 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 		if (o < cap)                                                                  \
 			o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                 \
 	} while (0)
+	if (p->off) {
+		ADD("flare: warning: stopped without a drain: %" PRIu64 " DRAM-only record%s (%s) not "
+		    "saved to disk; --prefix-cache-drain-on-shutdown saves them for a warm restart",
+		    p->records_left, p->records_left == 1 ? "" : "s",
+		    size_text(p->bytes_left, a, sizeof a));
+		return;
+	}
 	if (!p->final) {
 		ADD("flare: drain: %" PRIu64 " record%s (%s) written, %s/s; %" PRIu64 " writing (%s), "
 		    "%" PRIu64 " left (%s), %s", p->records_written, p->records_written == 1 ? "" : "s",
@@ -140,6 +147,15 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 		ADD("; every DRAM-only record saved");
 	}
 #undef ADD
+}
+
+/* The store stopped for good (design 2.12): one line, from the worker. */
+static void print_store_stopped(void *ctx, int rc, const char *reason, const char *why)
+{
+	(void)ctx;
+	(void)rc;
+	fprintf(stderr, "flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
+		"without it (flare_host_cache_enabled 0)\n", reason, why);
 }
 
 /* The engine's drain progress, on stderr (design 2.5). */
@@ -278,6 +294,7 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.drain_on_shutdown = s->drain,
 		.drain_limit_ns = s->drain_ns,
 		.drain_progress = print_drain,
+		.store_stopped = print_store_stopped,
 		.max_age_ns = s->max_age_ns,
 		.fdatasync = false,
 	};

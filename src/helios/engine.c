@@ -866,16 +866,33 @@ static sel_outcome put_pin(hel_engine *e, const sel_published *p, uint32_t pages
 
 /* The store stopped for good (design 2.12): stop using it, keep every id
  * and pin it may still touch, and recompute what waited on it. */
+const char *hel_store_stop_reason(int rc)
+{
+	switch (rc) {
+	case SEL_ESTOPPED: return "transfer_failed";
+	case -EIO: return "io_error";
+	case -ENOMEM: return "out_of_memory";
+	case SEL_ECORRUPT: return "corrupt";
+	default: return "error";
+	}
+}
+
 static void store_stop(hel_engine *e, int rc)
 {
+	/* Say it once (design 2.12: the store stops; serving goes on). */
+	char why[EOS_ERRMSG_MAX];
+	snprintf(why, sizeof why, "%s", sel_errmsg());
 	e->store_stopped = true;
+	e->store_stop_rc = rc;
 	for (size_t i = 0; i < e->n_rt; i++)
 		e->ws.retry_abandoned[e->rt[i].why]++;
 	e->n_rt = e->n_held = 0;
 	while (e->n_tk)
 		tk_del(e, &e->tk[0]);
 	requeue_failed_waiters(e, true);
-	(void)rc;
+	if (e->cfg.store_stopped)
+		e->cfg.store_stopped(e->cfg.store_stopped_ctx, rc, hel_store_stop_reason(rc),
+				     *why ? why : sel_strerror(rc));
 }
 
 static void fetch_event(hel_engine *e, const sel_event *ev)
@@ -1292,6 +1309,8 @@ static void publish_stats(hel_engine *e)
 	s.prefill_rate = (uint64_t)e->prefill_rate;
 	s.store_enabled = e->store != NULL;
 	s.store_stopped = e->store_stopped;
+	s.store_stop_rc = e->store_stop_rc;
+	s.store_stop_reason = e->store_stopped ? hel_store_stop_reason(e->store_stop_rc) : NULL;
 	if (e->store && !e->store_stopped)
 		sel_store_stats(e->store, &s.store);
 	else

@@ -101,7 +101,9 @@
  *   drain_ns and at the close deadline; started ones finish.  ENOSPC and
  *   EDQUOT send a record back to the park for up to three more passes
  *   (100, 200, 400 ms apart); other errors drop it.  Nothing of this fails
- *   the close.  drain_progress hears of it about once a second and once at
+ *   the close.  Without the drain, drain_progress hears once, at close, how
+ *   many DRAM-only records (and bytes) the stop loses, when it loses any
+ *   (sel_drain_progress.off).  drain_progress hears of it about once a second and once at
  *   the end.  Then both stores close (their transfers drain before memory
  *   is released); if either cannot drain, the pool is leaked.
  *
@@ -1423,6 +1425,25 @@ static void drain_report(struct comp_store *cs, bool final, bool stopped)
 	cs->drain_cb(cs->drain_ctx, &p);
 }
 
+/* Without the drain on shutdown: say what a stop loses (the DRAM-only
+ * records and their bytes), once, when it loses anything. */
+static void report_not_drained(struct comp_store *cs)
+{
+	if (!cs->drain_cb)
+		return;
+	sel_drain_progress p = {.final = true, .off = true, .why = "drain off"};
+	sel_key k = {0};
+	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
+			p.records_left++;
+			p.bytes_left += di.bytes;
+		}
+	}
+	if (p.records_left)
+		cs->drain_cb(cs->drain_ctx, &p);
+}
+
 /* Write the parked records to disk within the drain limit and the close
  * deadline; writes started finish (or the deadline passes). */
 static void drain(struct comp_store *cs, uint64_t deadline_ns)
@@ -1481,6 +1502,8 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 	 * deadline it only reports that nothing could be saved. */
 	if (cs->drain)
 		drain(cs, deadline_ns);
+	else
+		report_not_drained(cs);
 	cs->closed = true;
 	int rc = 0;
 	if (sel_store_close(cs->mem, deadline_ns) != 0)
