@@ -384,6 +384,10 @@ typedef struct sel_stats {
 	uint64_t inflight_out, inflight_in;
 	uint64_t packed_records, per_rank_records;
 	uint64_t evictions_noticed;
+	/* The disk tier's record I/O path now: "io_uring+O_DIRECT" (design
+	 * 2.10), "io_uring+buffered", "pread+O_DIRECT", "pread+buffered";
+	 * NULL without a disk tier.  A static string. */
+	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
 } sel_stats;
 
@@ -422,6 +426,11 @@ struct sel_store {
 	const char *disk_dir;
 	uint64_t disk_limit;
 	uint64_t scanned_records;
+	/* The record I/O path the disk tier started with (sel_stats.disk_io)
+	 * and, when it is not io_uring+O_DIRECT, why ("" otherwise): both
+	 * owned by the implementation, NULL without a disk tier. */
+	const char *disk_io;
+	const char *disk_io_note;
 };
 
 /* Dispatch.  See the contract above. */
@@ -463,6 +472,8 @@ typedef struct sel_store_info {
 	uint64_t disk_limit;       /* bytes; 0 without a disk tier */
 	uint64_t scanned_records;  /* records the startup scan kept */
 	uint64_t slot_bytes, slots_total, intake_slots;
+	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
+	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled"). */
 void sel_store_describe(sel_store *s, sel_store_info *out);

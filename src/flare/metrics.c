@@ -93,6 +93,11 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	      s->slots_total);
 	GAUGE("flare_host_cache_intake_slots", "Slots reserved for automatic intake (design 1).",
 	      s->intake_slots);
+	family(out, "flare_host_cache_disk_io", "gauge",
+	       "1 for the record I/O path the disk tier uses now (design 2.10 wants "
+	       "io_uring+O_DIRECT); path=\"none\" 0 without a disk tier.");
+	snprintf(l, sizeof l, "path=\"%s\"", s->disk_io ? s->disk_io : "none");
+	val(out, "flare_host_cache_disk_io", l, s->disk_io ? 1 : 0);
 	GAUGE("flare_host_cache_parked_records",
 	      "DRAM-only records of a composite store: complete in memory, their files not written yet.",
 	      s->parked_records);

@@ -198,9 +198,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		if (info->memory_bytes)
 			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
 		if (info->disk_dir[0])
-			flare_buf_printf(out, "; directory %s, limit %s, %" PRIu64 " records scanned",
-					 info->disk_dir, size_text(info->disk_limit, a, sizeof a),
-					 info->scanned_records);
+			flare_buf_printf(out, "; directory %s, limit %s, I/O %s, %" PRIu64
+					 " records scanned", info->disk_dir,
+					 size_text(info->disk_limit, a, sizeof a),
+					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
@@ -220,6 +221,13 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 	flare_buf_puts(out, "\n");
 	if (info->warning[0])
 		flare_buf_printf(out, "flare: warning: %s\n", info->warning);
+	/* Design 2.10: record I/O is direct, so disk writes neither grow the
+	 * page cache nor evict the core's mappings.  Say so when it is not. */
+	if (info->disk_io && info->disk_io_note[0])
+		flare_buf_printf(out, "flare: warning: record I/O is %s, not io_uring+O_DIRECT: %s%s\n",
+				 info->disk_io, info->disk_io_note,
+				 strstr(info->disk_io, "buffered") ? " (records go through the page cache)"
+								   : "");
 }
 
 static const char *signame(int sig)

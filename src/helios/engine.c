@@ -524,6 +524,9 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 			snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
 		e->info.disk_limit = si.disk_limit;
 		e->info.scanned_records = si.scanned_records;
+		e->info.disk_io = si.disk_io;
+		snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
+			 si.disk_io_note ? si.disk_io_note : "");
 		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	}
 	e->info.gpu_pages = e->n_pages;

@@ -81,14 +81,16 @@ typedef struct hel_engine_info {
 	const char *store;           /* "disabled", "memory", "disk", "composite" */
 	const char *transport;       /* "host" (memcpy) or "cuda", or "none" */
 	const char *disk_note;       /* why no disk store was selected, or "" */
+	bool disk_warning;           /* disk_note is a warning: the directory is unusable */
 	uint64_t slots_total, intake_slots, slot_bytes;
 	uint64_t memory_bytes;
 	char disk_dir[4096];         /* the namespace directory, or "" */
 	uint64_t disk_limit;
 	uint64_t scanned_records;
+	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
+	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
 	uint32_t gpu_pages, gpu_rows, max_active;
 	char warning[512];           /* intake shrink warning, or "" */
-	bool disk_warning;           /* disk_note is a warning: the directory is unusable */
 } hel_engine_info;
 
 /* Per-request result. */

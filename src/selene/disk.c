@@ -220,6 +220,7 @@ struct sel_disk {
 	uint32_t n_wt;
 
 	struct sel_disk_stats st; /* updated with atomics */
+	char io_note[EOS_ERRMSG_MAX]; /* why not io_uring + O_DIRECT at startup */
 };
 
 #define STAT_ADD(d, field, v) __atomic_fetch_add(&(d)->st.field, (v), __ATOMIC_RELAXED)
@@ -1153,6 +1154,31 @@ static void *disk_main(void *arg)
 	return NULL;
 }
 
+/* Add a startup path note (io_note, "; "-separated). */
+__attribute__((format(printf, 2, 3))) static void note(sel_disk *d, const char *fmt, ...)
+{
+	size_t n = strlen(d->io_note);
+	if (n && n + 2 < sizeof d->io_note) {
+		memcpy(d->io_note + n, "; ", 3);
+		n += 2;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(d->io_note + n, sizeof d->io_note - n, fmt, ap);
+	va_end(ap);
+}
+
+const char *sel_disk_io_path(const struct sel_disk_stats *st)
+{
+	return st->uring ? (st->direct ? "io_uring+O_DIRECT" : "io_uring+buffered")
+			 : (st->direct ? "pread+O_DIRECT" : "pread+buffered");
+}
+
+const char *sel_disk_io_note(const sel_disk *d)
+{
+	return d->io_note;
+}
+
 static const char *env_choice(const char *var)
 {
 	const char *v = getenv(var);
@@ -1226,9 +1252,13 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 			if (rc < 0)
 				goto fail;
 			direct = rc;
+			if (!direct)
+				note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
 		} else {
 			direct = 1; /* fall back at the first open that refuses */
 		}
+	} else if (direct == 0) {
+		note(d, "buffered I/O: %s", env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
 	} else if (direct == 1 && d->dir) {
 		rc = eos_direct_io_probe(d->dir);
 		if (rc < 0)
@@ -1248,7 +1278,12 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 		} else if (io == SEL_DISK_IO_URING) {
 			rc = eos_fail(rc, "disk thread: io_uring forced but refused: %s", strerror(-rc));
 			goto fail;
+		} else {
+			note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
 		}
+	} else {
+		note(d, "pread/pwrite: %s", getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread"
+								     : "io_uring off");
 	}
 
 	d->q = calloc(d->cap, sizeof(*d->q));

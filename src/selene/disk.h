@@ -219,5 +219,12 @@ struct sel_disk_stats {
 	bool uring, direct;        /* the paths in use now */
 };
 void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out);
+/* The I/O path the stats describe: "io_uring+O_DIRECT", "io_uring+buffered",
+ * "pread+O_DIRECT" or "pread+buffered" (a static string). */
+const char *sel_disk_io_path(const struct sel_disk_stats *st);
+/* Why the thread started on another path than io_uring+O_DIRECT (the probe's
+ * or io_uring's refusal, or the environment forcing it), "" when it did
+ * not.  Valid until destroy. */
+const char *sel_disk_io_note(const sel_disk *d);
 
 #endif

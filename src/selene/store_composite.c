@@ -1221,6 +1221,7 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->per_rank_records = m.per_rank_records + d.per_rank_records;
 	out->reused_tokens = m.reused_tokens + d.reused_tokens;
 	out->chains_rejected = d.chains_rejected; /* the catalogue's lookups */
+	out->disk_io = d.disk_io;
 	out->tier[SEL_TIER_MEMORY] = m.tier[SEL_TIER_MEMORY];
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
 	out->tier[SEL_TIER_DISK].dropped_oversize += cs->st.tier[SEL_TIER_DISK].dropped_oversize;
@@ -1623,6 +1624,8 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
 	cs->base.disk_dir = cs->disk->disk_dir;
 	cs->base.disk_limit = cs->disk->disk_limit;
 	cs->base.scanned_records = cs->disk->scanned_records;
+	cs->base.disk_io = cs->disk->disk_io;
+	cs->base.disk_io_note = cs->disk->disk_io_note;
 	cs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	cs->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	cs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

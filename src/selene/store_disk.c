@@ -1841,6 +1841,11 @@ static void ds_stats(sel_store *s, sel_stats *out)
 	struct disk_store *ds = DS(s);
 	*out = ds->st;
 	out->transport = ds->sp->backend->name;
+	if (ds->disk) {
+		struct sel_disk_stats dst;
+		sel_disk_stats(ds->disk, &dst);
+		out->disk_io = sel_disk_io_path(&dst);
+	}
 	out->slot_bytes = ds->slot_bytes;
 	out->slots_in_use = sel_slab_in_use(ds->pool);
 	out->slots_total = sel_slab_total(ds->pool);
@@ -2125,6 +2130,14 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	};
 	if ((rc = sel_disk_create(&dc, &ds->disk)))
 		goto fail;
+	{
+		/* The startup line names the path actually used (design 2.10 wants
+		 * direct I/O; a fallback fills the page cache). */
+		struct sel_disk_stats dst;
+		sel_disk_stats(ds->disk, &dst);
+		ds->base.disk_io = sel_disk_io_path(&dst);
+		ds->base.disk_io_note = sel_disk_io_note(ds->disk);
+	}
 	rc = sel_xfer_create(g, ds->layout, ds->pool, sp->backend,
 			     cfg->queue_depth ? cfg->queue_depth : 64, &ds->xfer);
 	if (rc)
