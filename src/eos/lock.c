@@ -99,6 +99,9 @@ int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir)
 		free(path);
 		if (e == ENOENT)
 			return eos_fail(-ENOENT, "lock directory '%s': no such directory", dir);
+		struct stat ls;
+		if ((e == ENOTDIR || e == ELOOP) && lstat(dir, &ls) == 0 && S_ISLNK(ls.st_mode))
+			e = ELOOP; /* O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR */
 		if (e == ENOTDIR)
 			return eos_fail(-ENOTDIR, "lock directory '%s': not a directory", dir);
 		if (e == ELOOP)
