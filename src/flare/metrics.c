@@ -117,6 +117,9 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	COUNTER("flare_host_cache_store_lookups_total", "Lookups the store answered.", s->lookups);
 	COUNTER("flare_host_cache_store_hits_total", "Store lookups that found a restorable chain.",
 		s->hits);
+	COUNTER("flare_host_cache_chains_rejected_total",
+		"Lookup candidates passed over because a record on their chain has another key than "
+		"the request's history gives (a forged or stale parent link).", s->chains_rejected);
 	COUNTER("flare_host_cache_store_reused_tokens_total",
 		"Tokens covered by the chains the store's hits found.", s->reused_tokens);
 	COUNTER("flare_host_cache_fetches_total", "Restores the store started.", s->fetches);
