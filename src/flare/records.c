@@ -27,8 +27,11 @@
  *     their last child through the index's cascade.  The files are unlinked in
  *     the order the index removed the nodes, children first.
  * Only the namespace itself is the tool's: a server knows its geometry and
- * identity, the tool reads them from the first header that decodes and
- * matches the directory name, and judges every other file against it.
+ * identity, the tool reads them from the headers that name the directory
+ * -- the layout a strict majority of them carries, since no header can
+ * prove its rank table alone -- and judges every file against it; without
+ * a majority gc removes nothing.  gc's recovery is the server's own
+ * routine (sel_recover), so both keep the same set from one directory.
  *
  * Each namespace directory is locked with eos_dirlock, the server's lock,
  * for the whole time the tool works on it, so a command and a server never

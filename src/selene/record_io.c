@@ -17,6 +17,15 @@
  * scan removes.  A rename replaces an older file of the same name in one
  * step, so a failed rewrite never loses the committed record.
  *
+ * Nothing under the directory is trusted to be what its name says.  Every
+ * open of an existing record is O_NOFOLLOW | O_NONBLOCK, requires a regular
+ * file and, where the caller knows it, the device and inode it indexed
+ * (sel_record_open, sel_record_truncate), so a symbolic link never leads a
+ * read or a truncation outside the directory and a FIFO never blocks one;
+ * the scan judges every entry with fstatat(AT_SYMLINK_NOFOLLOW) before it
+ * opens anything, whatever d_type says.  At open the namespace directory
+ * must not be a link and must take a file (SEL_EDIRECTORY otherwise).
+ *
  * The scan runs under the namespace directory lock the caller holds, so no
  * one else writes while it deletes.  Header reads dominate its time on a
  * cold cache (one device read per file), so a few threads read headers in
@@ -34,9 +43,12 @@
  *      the named file and no temporary; a failed one leaves the directory
  *      as it was (a temporary only when its unlink itself failed, named in
  *      the message).
- *   2. Every record the scan returns decoded against the namespace, its
- *      name is its key, its length is its row offset or row end, and every
- *      record it links under is returned before it.
+ *   2. Every record the scan returns is a regular file that decoded against
+ *      the namespace, its name is its key, its length is its row offset or
+ *      row end (and at most max_file_bytes), it has no hole, every record it
+ *      links under is returned before it and matches its parent link check.
+ *   3. The scan opens nothing that is not a regular file, and follows no
+ *      symbolic link.
  */
 #include "record.h"
 
