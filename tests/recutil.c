@@ -82,15 +82,27 @@ void test_reseal(uint8_t *hdr, uint32_t hb)
 	sel_put_u64(hdr + 176, XXH3_64bits(hdr, hb));
 }
 
-void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, void *ctx),
-		      void *ctx)
+/* Open record `name` (flags) and read up to 64 KiB of its header into a
+ * new buffer: the descriptor, with the buffer and its length. */
+static int header_open(int dirfd, const char *name, int flags, uint8_t **buf, size_t *len)
 {
 	uint8_t *b = calloc(1, SEL_RECORD_HEADER_MAX);
 	CHECK(b);
-	int fd = openat(dirfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC);
 	CHECKF(fd >= 0, "open %s: %s", name, strerror(errno));
 	ssize_t n = pread(fd, b, SEL_RECORD_HEADER_MAX, 0);
 	CHECK(n >= 4096);
+	*buf = b;
+	*len = (size_t)n;
+	return fd;
+}
+
+void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, void *ctx),
+		      void *ctx)
+{
+	uint8_t *b;
+	size_t n;
+	int fd = header_open(dirfd, name, O_RDWR, &b, &n);
 	uint32_t version = sel_get_u32(b + 8);
 	uint32_t hb = version >= 2 ? sel_get_u32(b + 16) : 4096;
 	CHECK(hb <= (uint32_t)n);
@@ -104,13 +116,10 @@ void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, vo
 
 void test_header_read(int dirfd, const char *name, sel_record_header *h)
 {
-	uint8_t *b = calloc(1, SEL_RECORD_HEADER_MAX);
-	CHECK(b);
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	CHECKF(fd >= 0, "open %s: %s", name, strerror(errno));
-	ssize_t n = pread(fd, b, SEL_RECORD_HEADER_MAX, 0);
-	CHECK(n >= 4096);
-	CHECK_OK(sel_record_decode(b, (size_t)n, NULL, h));
+	uint8_t *b;
+	size_t n;
+	int fd = header_open(dirfd, name, O_RDONLY, &b, &n);
+	CHECK_OK(sel_record_decode(b, n, NULL, h));
 	close(fd);
 	free(b);
 }
@@ -176,6 +185,39 @@ void test_tree_hash(const char *dir, uint8_t out[16])
 	memcpy(out, &h, sizeof h);
 }
 
+struct forged {
+	sel_key parent;
+	uint64_t check;
+};
+
+static void forge(uint8_t *h, void *ctx)
+{
+	const struct forged *f = ctx;
+	sel_put_u64(h + 104, f->parent.consumed);
+	memcpy(h + 112, f->parent.digest.b, SEL_DIGEST_BYTES);
+	if (f->check)
+		sel_put_u64(h + 184, f->check);
+}
+
+void test_forge_parent(int dirfd, const char *name, const sel_key *parent, uint64_t check)
+{
+	struct forged f = {*parent, check};
+	test_header_edit(dirfd, name, forge, &f);
+}
+
+void test_copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECKF(in >= 0 && out >= 0, "copy %s to %s: %s", from, to, strerror(errno));
+	char buf[65536];
+	ssize_t k;
+	while ((k = read(in, buf, sizeof buf)) > 0)
+		CHECK(write(out, buf, (size_t)k) == k);
+	close(in);
+	close(out);
+}
+
 void test_copy_dir(const char *src, const char *dst)
 {
 	CHECK(mkdir(dst, 0755) == 0 || errno == EEXIST);
@@ -189,15 +231,7 @@ void test_copy_dir(const char *src, const char *dst)
 		snprintf(b, sizeof b, "%s/%s", dst, e->d_name);
 		if (lstat(a, &st) != 0 || !S_ISREG(st.st_mode))
 			continue;
-		int in = open(a, O_RDONLY | O_CLOEXEC);
-		int out = open(b, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		CHECK(in >= 0 && out >= 0);
-		char buf[65536];
-		ssize_t k;
-		while ((k = read(in, buf, sizeof buf)) > 0)
-			CHECK(write(out, buf, (size_t)k) == k);
-		close(in);
-		close(out);
+		test_copy_file(a, b);
 		struct timespec ts[2] = {st.st_atim, st.st_mtim};
 		CHECK(utimensat(AT_FDCWD, b, ts, 0) == 0);
 	}

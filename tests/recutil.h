@@ -64,6 +64,11 @@ void test_tree_hash(const char *dir, uint8_t out[16]);
  * length; *key (may be NULL) the new key. */
 uint64_t test_make_sparse(int dirfd, const char *name, const sel_record_ns *ns, uint32_t tail,
 			  sel_key *key);
+/* Rewrite record `name`'s parent key to parent and, when check is not 0,
+ * its version-3 parent link check to check; resealed. */
+void test_forge_parent(int dirfd, const char *name, const sel_key *parent, uint64_t check);
+/* Copy file from to to (created or truncated). */
+void test_copy_file(const char *from, const char *to);
 /* Copy every regular file of directory src into dst (created). */
 void test_copy_dir(const char *src, const char *dst);
 /* Whether the namespace's directory listing holds `name`. */

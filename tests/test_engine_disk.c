@@ -256,19 +256,6 @@ static hel_token *two_messages(uint64_t seed, uint32_t *n)
 	return t;
 }
 
-struct forged {
-	sel_key parent;
-	uint64_t check;
-};
-
-static void forge(uint8_t *h, void *ctx)
-{
-	const struct forged *f = ctx;
-	sel_put_u64(h + 104, f->parent.consumed);
-	memcpy(h + 112, f->parent.digest.b, SEL_DIGEST_BYTES);
-	sel_put_u64(h + 184, f->check);
-}
-
 /* Regression (forged_parent_gives_wrong_answer): a child record whose
  * parent key was rewritten -- parent check included, header resealed -- to
  * an unrelated record of the same consumed count used to answer the child's
@@ -308,8 +295,7 @@ static void forged_parent_gives_wrong_answer(void)
 	test_header_read(dfd, ny1, &hy);
 	CHECKF(sel_key_eq(&h2.d.parent, &x1) && sel_record_links_parent(&h2.d, core->page_tokens),
 	       "X's 203-token record does not link under its 102-token one");
-	struct forged fg = {.parent = y1, .check = sel_record_parent_check(&hy.d.bucket)};
-	test_header_edit(dfd, n2, forge, &fg);
+	test_forge_parent(dfd, n2, &y1, sel_record_parent_check(&hy.d.bucket));
 	close(dfd);
 
 	hel_engine *b = start(cfg);

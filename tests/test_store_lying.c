@@ -159,21 +159,6 @@ static bool problem(json_t *j, const char *file, const char *kind)
 
 /* ---- item 1: forged parent links ------------------------------------------------------------ */
 
-struct forge {
-	sel_key parent;
-	uint64_t check;
-	bool with_check;
-};
-
-static void forge_parent(uint8_t *h, void *ctx)
-{
-	const struct forge *fg = ctx;
-	sel_put_u64(h + 104, fg->parent.consumed);
-	memcpy(h + 112, fg->parent.digest.b, SEL_DIGEST_BYTES);
-	if (fg->with_check)
-		sel_put_u64(h + 184, fg->check);
-}
-
 static void forged_parent_gives_wrong_answer(bool composite)
 {
 	struct sfx fx;
@@ -203,9 +188,7 @@ static void forged_parent_gives_wrong_answer(bool composite)
 	test_header_read(dfd, n2, &h);
 	CHECK(sel_key_eq(&h.d.parent, &a1.key) && h.version == SEL_RECORD_VERSION &&
 	      h.d.parent_check == sel_record_parent_check(&a1.bucket));
-	struct forge fg = {.parent = b1.key, .check = sel_record_parent_check(&b1.bucket),
-			   .with_check = true};
-	test_header_edit(dfd, n2, forge_parent, &fg);
+	test_forge_parent(dfd, n2, &b1.key, sel_record_parent_check(&b1.bucket));
 
 	s = open_at(&fx, base, composite ? 64 * fx.slot_bytes : 0, 0);
 	CHECK(s->scanned_records == 3);
@@ -221,16 +204,11 @@ static void forged_parent_gives_wrong_answer(bool composite)
 
 	/* The naive forgery (parent key only): its link check names A1's
 	 * bucket, not B1's, so the scan removes it, and verify says why. */
-	struct forge naive = {.parent = a1.key};
-	test_header_edit(dfd, n2, forge_parent, &naive); /* back to A1 ... */
-	naive.parent = b1.key;
-	test_header_edit(dfd, n2, forge_parent, &naive); /* ... then B1, key only */
-	sel_record_header hc;
+	test_forge_parent(dfd, n2, &b1.key, sel_record_parent_check(&a1.bucket));
+	sel_record_header hc; /* B1's key, A1's check: as the key-only forgery leaves it */
 	test_header_read(dfd, n2, &hc);
-	CHECK(hc.d.parent_check == sel_record_parent_check(&b1.bucket)); /* the full forgery's */
-	struct forge undo = {.parent = b1.key, .check = sel_record_parent_check(&a1.bucket),
-			     .with_check = true};
-	test_header_edit(dfd, n2, forge_parent, &undo); /* B1's key, A1's check */
+	CHECK(sel_key_eq(&hc.d.parent, &b1.key) &&
+	      hc.d.parent_check == sel_record_parent_check(&a1.bucket));
 	json_t *j;
 	CHECK(records_json(&j, "verify", dir, "--json", NULL, NULL) == 1);
 	CHECKF(problem(j, n2, "parent link"), "verify did not report %s", n2);
@@ -251,19 +229,6 @@ static void forged_parent_gives_wrong_answer(bool composite)
 
 /* ---- item 2: symbolic links and replaced files ---------------------------------------------- */
 
-static void copy_file(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC);
-	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	CHECK(in >= 0 && out >= 0);
-	char buf[65536];
-	ssize_t k;
-	while ((k = read(in, buf, sizeof buf)) > 0)
-		CHECK(write(out, buf, (size_t)k) == k);
-	close(in);
-	close(out);
-}
-
 static void compaction_truncates_through_symlink(void)
 {
 	struct sfx fx;
@@ -275,23 +240,31 @@ static void compaction_truncates_through_symlink(void)
 	struct sfx_conv a;
 	sfx_conv_init(&fx, &a, 5, 400, 0);
 	sel_store *s = open_at(&fx, base, 0, 0);
-	sel_published p = sfx_ckpt(&fx, &a, 130, 0, 1, 1);
+	/* P must not be a root: a root keeps its row (design 2.3). */
+	sel_published q = sfx_ckpt(&fx, &a, 70, 0, 3, 3);
+	put_wait(s, &q);
+	sel_published p = sfx_ckpt(&fx, &a, 200, 70, 1, 1);
 	put_wait(s, &p);
 	char dir[4096], name[SEL_RECORD_NAME_MAX], path[4200];
 	snprintf(dir, sizeof dir, "%s", s->disk_dir);
 	close_store(s);
 	s = open_at(&fx, base, 0, 0); /* P indexed from the scan, with its row */
+	struct sel_disk_record_info ri;
+	CHECK_OK(sel_disk_store_record(s, &p.key, &ri));
+	CHECK(ri.has_row && !ri.is_root);
 	name_of(&p.key, name);
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	snprintf(decoy, sizeof decoy, "%s/precious", decoy_dir);
-	copy_file(path, decoy); /* a file of exactly the record's length */
+	test_copy_file(path, decoy); /* a file of exactly the record's length */
 	uint8_t before[16], after[16];
 	test_tree_hash(decoy_dir, before);
 	CHECK(unlink(path) == 0 && symlink(decoy, path) == 0);
 	/* P's only child commits: P's row goes, and its file is truncated. */
-	sel_published c = sfx_ckpt(&fx, &a, 330, 130, 2, 2);
+	sel_published c = sfx_ckpt(&fx, &a, 330, 200, 2, 2);
 	put_wait(s, &c);
-	close_store(s); /* drains the truncation job */
+	CHECK_OK(sel_disk_store_record(s, &p.key, &ri));
+	CHECK(!ri.has_row); /* compacted: the truncation job was submitted */
+	close_store(s);     /* and drained */
 	test_tree_hash(decoy_dir, after);
 	CHECKF(!memcmp(before, after, 16), "the file behind the link changed");
 	struct stat st;
@@ -332,13 +305,13 @@ static void read_follows_symlink_and_replaced_file(void)
 	snprintf(pb_path, sizeof pb_path, "%s/%s", dir, nb);
 	/* A: a link to a valid copy of itself outside the directory. */
 	snprintf(decoy, sizeof decoy, "%s/a-copy", decoy_dir);
-	copy_file(pa_path, decoy);
+	test_copy_file(pa_path, decoy);
 	uint8_t before[16], after[16];
 	test_tree_hash(decoy_dir, before);
 	CHECK(unlink(pa_path) == 0 && symlink(decoy, pa_path) == 0);
 	/* B: the same bytes, another file (renamed over the indexed one). */
 	snprintf(tmp, sizeof tmp, "%s/other", dir);
-	copy_file(pb_path, tmp);
+	test_copy_file(pb_path, tmp);
 	CHECK(rename(tmp, pb_path) == 0);
 	sel_event ev = sfx_restore(&fx, s, &a, 0, UINT64_MAX, 200, 40, 5, SEL_TIER_DISK, false,
 				   check_any);
@@ -729,10 +702,10 @@ static void gc_and_server_disagree(void)
 	name_of(&gk, good);
 	snprintf(from, sizeof from, "%s/%s", dir, nf);
 	snprintf(to, sizeof to, "%s/%s", d3, nf);
-	copy_file(from, to);
+	test_copy_file(from, to);
 	snprintf(from, sizeof from, "%s/%s", dir, good);
 	snprintf(to, sizeof to, "%s/%s", d3, good);
-	copy_file(from, to);
+	test_copy_file(from, to);
 	CHECK(records_json(&j, "gc", d3, "--limit", "0", "--json") == 1);
 	json_decref(j);
 	CHECK(test_has_file(d3, nf) && test_has_file(d3, good));

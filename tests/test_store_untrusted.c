@@ -168,21 +168,6 @@ static void write_all(struct run *r)
 
 /* ---- mutations ------------------------------------------------------------------------------ */
 
-struct forge {
-	sel_key parent;
-	uint64_t check;
-	bool with_check;
-};
-
-static void forge_parent(uint8_t *h, void *ctx)
-{
-	const struct forge *fg = ctx;
-	sel_put_u64(h + 104, fg->parent.consumed);
-	memcpy(h + 112, fg->parent.digest.b, SEL_DIGEST_BYTES);
-	if (fg->with_check)
-		sel_put_u64(h + 184, fg->check);
-}
-
 struct flip {
 	uint32_t at;
 	uint8_t bit;
@@ -224,19 +209,6 @@ static bool flip_harmless(struct run *r, const char *name, const sel_record_head
 	       !memcmp(&h.span, &old->span, sizeof h.span) && links == was &&
 	       (!links || (sel_key_eq(&h.d.parent, &old->d.parent) &&
 			   h.d.parent_check == old->d.parent_check));
-}
-
-static void copy_file(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC);
-	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	CHECK(in >= 0 && out >= 0);
-	char buf[65536];
-	ssize_t k;
-	while ((k = read(in, buf, sizeof buf)) > 0)
-		CHECK(write(out, buf, (size_t)k) == k);
-	close(in);
-	close(out);
 }
 
 /* A record of another conversation, not mutated yet, for a swap. */
@@ -285,10 +257,8 @@ static void mutate(struct run *r, struct conv *c, int i)
 		do
 			t = &r->c[test_rng_below(&rng, r->n)];
 		while (t == c);
-		struct forge fg = {.parent = t->cp[i - 1].key,
-				   .check = sel_record_parent_check(&t->cp[i - 1].bucket),
-				   .with_check = m == M_REPARENT};
-		test_header_edit(r->dfd, name, forge_parent, &fg);
+		test_forge_parent(r->dfd, name, &t->cp[i - 1].key,
+				  m == M_REPARENT ? sel_record_parent_check(&t->cp[i - 1].bucket) : 0);
 		/* The key only: the parent check (the old parent's bucket) no
 		 * longer matches, and verify says so.  Both: no offline check can
 		 * know one prefix does not extend another without their tokens;
@@ -315,7 +285,7 @@ static void mutate(struct run *r, struct conv *c, int i)
 	case M_LINK: {
 		char target[4400];
 		snprintf(target, sizeof target, "%s/%s", r->decoy, name);
-		copy_file(path, target); /* following the link would read valid bytes */
+		test_copy_file(path, target); /* following the link would read valid bytes */
 		CHECK(unlink(path) == 0 && symlink(target, path) == 0);
 		lie(r, name);
 		break;

@@ -1393,6 +1393,19 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 	}
 }
 
+/* The parked (DRAM-only) records no write has started for, and their bytes. */
+static void parked_left(struct comp_store *cs, uint64_t *records, uint64_t *bytes)
+{
+	sel_key k = {0};
+	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
+			(*records)++;
+			*bytes += di.bytes;
+		}
+	}
+}
+
 static void drain_report(struct comp_store *cs, bool final, bool stopped)
 {
 	struct cdrain *d = &cs->dr;
@@ -1407,14 +1420,7 @@ static void drain_report(struct comp_store *cs, bool final, bool stopped)
 		p.records_writing++;
 		p.bytes_writing += w->bytes;
 	}
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
-			p.records_left++;
-			p.bytes_left += di.bytes;
-		}
-	}
+	parked_left(cs, &p.records_left, &p.bytes_left);
 	p.rate_bps = p.elapsed_ns ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
 				  : 0;
 	p.failed = d->failed;
@@ -1433,14 +1439,7 @@ static void report_not_drained(struct comp_store *cs)
 	if (!cs->drain_cb)
 		return;
 	sel_drain_progress p = {.final = true, .off = true, .why = "drain off"};
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
-			p.records_left++;
-			p.bytes_left += di.bytes;
-		}
-	}
+	parked_left(cs, &p.records_left, &p.bytes_left);
 	if (p.records_left)
 		cs->drain_cb(cs->drain_ctx, &p);
 }
