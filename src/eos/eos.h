@@ -139,6 +139,10 @@ int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct e
  * eos_fileops() like record I/O: an injected EINVAL reads as "no", any
  * other injected error as a failed probe. */
 int eos_direct_io_probe(const char *dir);
+/* The same probe in the directory open at dfd (a locked directory: the test
+ * file is created relative to it, so a path renamed or replaced by a link
+ * since it was opened does not matter); dir names it in messages. */
+int eos_direct_io_probe_at(int dfd, const char *dir);
 
 /* Create directory path and any missing parents (mode 0755).  Existing
  * directories (and symlinks to them) are fine; an existing non-directory on

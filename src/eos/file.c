@@ -169,20 +169,27 @@ static int probe_io_failed(const char *dir, const char *what, int e)
 
 int eos_direct_io_probe(const char *dir)
 {
+	if (!dir || !*dir)
+		return eos_fail(-EINVAL, "direct I/O probe: empty directory name");
+	int dfd = eos_fileops()->openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (dfd < 0)
+		return eos_fail(-errno, "direct I/O probe: cannot open directory '%s': %s", dir,
+				strerror(errno));
+	int rc = eos_direct_io_probe_at(dfd, dir);
+	eos_fileops()->close(dfd);
+	return rc;
+}
+
+int eos_direct_io_probe_at(int dfd, const char *dir)
+{
 	static unsigned counter;
 	const struct eos_fileops *ops = eos_fileops();
-	int dfd = -1, wfd = -1, dio = -1, rc;
+	int wfd = -1, dio = -1, rc;
 	void *out = NULL, *in = NULL;
 	char name[64];
 
-	if (!dir || !*dir)
-		return eos_fail(-EINVAL, "direct I/O probe: empty directory name");
-	dfd = ops->openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-	if (dfd < 0) {
-		rc = eos_fail(-errno, "direct I/O probe: cannot open directory '%s': %s", dir,
-			      strerror(errno));
-		goto out;
-	}
+	if (!dir)
+		dir = "the directory";
 	/* A plain create first: failing here means the probe cannot run
 	 * (read-only, no space, no permission), not that O_DIRECT is refused. */
 	for (int tries = 0;; tries++) {
@@ -248,8 +255,6 @@ out:
 		ops->close(dio);
 	if (wfd >= 0)
 		ops->close(wfd);
-	if (dfd >= 0)
-		ops->close(dfd);
 	return rc;
 }
 

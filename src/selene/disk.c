@@ -1248,7 +1248,7 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 
 	if (direct < 0) {
 		if (d->dir) {
-			rc = eos_direct_io_probe(d->dir);
+			rc = eos_direct_io_probe_at(d->dirfd, d->dir);
 			if (rc < 0)
 				goto fail;
 			direct = rc;
@@ -1260,7 +1260,7 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 	} else if (direct == 0) {
 		note(d, "buffered I/O: %s", env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
 	} else if (direct == 1 && d->dir) {
-		rc = eos_direct_io_probe(d->dir);
+		rc = eos_direct_io_probe_at(d->dirfd, d->dir);
 		if (rc < 0)
 			goto fail;
 		if (rc == 0) {
