@@ -567,6 +567,10 @@ static void tmp_directory_fails_gc(void)
 		json_t *j;
 		int rc = records_json(&j, "gc", base, "--limit", "1TiB", "--json");
 		CHECKF(rc == 0, "gc exit %d with a .tmp-* directory", rc);
+		json_t *alone = json_object_get(json_array_get(json_object_get(j, "namespaces"), 0),
+						"left_alone");
+		CHECK(json_array_size(alone) == 1 &&
+		      !strcmp(json_string_value(json_array_get(alone, 0)), strrchr(td, '/') + 1));
 		json_decref(j);
 	}
 	struct stat st;
@@ -578,7 +582,7 @@ static void tmp_directory_fails_gc(void)
 	test_rmtree(base);
 	free(base);
 	sfx_free(&fx);
-	printf("  a .tmp-* directory: left alone; gc exits 0 run after run\n");
+	printf("  a .tmp-* directory: reported and left alone; gc exits 0 run after run\n");
 }
 
 /* ---- item 4: one recovery for gc and the server ------------------------------------------------- */

@@ -326,7 +326,7 @@ struct rns {
 	struct rfile *f;              /* record-named entries, by name */
 	size_t nf;
 	struct rother *tmp, *other;   /* temporaries; names that are not ours */
-	size_t ntmp, nother;
+	size_t ntmp, nother;          /* (a '.tmp-*' directory is among the other) */
 	uint64_t bytes_read;
 	json_t *j;                    /* the namespace's JSON object */
 };
@@ -449,7 +449,12 @@ static int ns_list(struct rns *n)
 		sel_key k;
 		if (!strcmp(nm, ".") || !strcmp(nm, ".."))
 			continue;
-		if (sel_record_is_tmp_name(nm)) {
+		struct stat tst;
+		if (sel_record_is_tmp_name(nm) && fstatat(n->lk.fd, nm, &tst, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISDIR(tst.st_mode)) {
+			/* Not a temporary of ours: the server leaves it alone. */
+			rc = push_other(&n->other, &n->nother, &ocap, nm, n->lk.fd);
+		} else if (sel_record_is_tmp_name(nm)) {
 			rc = push_other(&n->tmp, &n->ntmp, &tcap, nm, n->lk.fd);
 		} else if (strlen(nm) < SEL_RECORD_NAME_MAX && sel_record_name_parse(nm, &k) == 0) {
 			if (n->nf == cap) {
@@ -1334,6 +1339,20 @@ static void cmd_gc(struct run *r, struct rns *n)
 	if (!o->json)
 		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", verb, g.recovered,
 			g.recovered == 1 ? "" : "s", fmt_size(g.recovered_bytes, a, sizeof a));
+	/* A '.tmp-*' directory is nobody's interrupted write: reported, left
+	 * alone, and no reason to fail. */
+	json_t *alone = o->json ? json_array() : NULL;
+	for (size_t i = 0; i < n->nother; i++) {
+		if (!sel_record_is_tmp_name(n->other[i].name))
+			continue;
+		if (o->json)
+			json_array_append_new(alone, json_string(n->other[i].name));
+		else
+			fprintf(r->out, "    left alone: %s (a directory, not a temporary record)\n",
+				n->other[i].name);
+	}
+	if (o->json)
+		json_object_set_new(n->j, "left_alone", alone);
 	if (o->json) {
 		json_object_set_new(n->j, "recovery", g.recovery);
 		g.recovery = NULL;
