@@ -515,6 +515,15 @@ static bool mount_no_dtype(const char *img, const char *mnt)
 	return true;
 }
 
+static char mounted_at[4200];
+
+/* A failing check exits at once: never leave the loop mount behind. */
+static void unmount_on_failure(void)
+{
+	if (mounted_at[0])
+		umount2(mounted_at, MNT_DETACH);
+}
+
 static void fifo_hangs_startup_without_dtype(void)
 {
 	char *base = test_mkdtemp("nodtype");
@@ -528,6 +537,8 @@ static void fifo_hangs_startup_without_dtype(void)
 		free(base);
 		return;
 	}
+	snprintf(mounted_at, sizeof mounted_at, "%s", mnt);
+	test_fail_cb = unmount_on_failure;
 	struct sfx fx;
 	sfx_init(&fx, 1, 1, units1, 1000, 256, 16);
 	char fifo[4300];
@@ -539,6 +550,8 @@ static void fifo_hangs_startup_without_dtype(void)
 	int vstatus = -1;
 	bool vended = in_child(run_tool_child, &t, 30, &vstatus);
 	CHECK(umount(mnt) == 0);
+	mounted_at[0] = '\0';
+	test_fail_cb = NULL;
 	CHECKF(ended, "the store's startup hung on a FIFO where d_type is DT_UNKNOWN");
 	CHECKF(status == 1, "startup exit %d (1 record kept expected)", status);
 	CHECKF(vended && vstatus == 1, "verify: ended %d, exit %d", vended, vstatus);
