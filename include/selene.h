@@ -42,7 +42,9 @@ enum {
 	SEL_EOVERSIZE = -30805,  /* larger than the tier can ever hold */
 	SEL_EFORMAT = -30806,    /* malformed header, name or text */
 	SEL_ESTOPPED = -30807,   /* the store stopped after an unreportable failure */
-	SEL_ELAST = -30808,
+	SEL_EDIRECTORY = -30808, /* the record directory is unusable (not writable, not a
+				    directory, a symbolic link): no disk tier */
+	SEL_ELAST = -30809,
 };
 
 /* Static description of rc (negative errno or SEL_E*). */
@@ -307,6 +309,13 @@ typedef struct sel_hit {
 	uint64_t bytes;     /* bytes the restore moves (pages and row, all ranks) */
 	sel_tier tier;      /* where the bytes come from (the slowest tier involved) */
 	uint64_t cookie;    /* store-private */
+	/* The chain the lookup verified: every node above `resident` had its
+	 * key compared with the request's history at its consumed count, and
+	 * this digest names those nodes and the pages each supplies.  fetch
+	 * re-walks its chain and refuses (-ESTALE) one whose digest differs,
+	 * so it never reads a node the lookup did not check.  Store-computed;
+	 * callers copy hits whole. */
+	sel_digest chain;
 } sel_hit;
 
 /* Where a restore lands (InboundTicket). */
@@ -365,12 +374,20 @@ typedef struct sel_stats {
 	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */
 	uint64_t retry_reasons[SEL_RETRY_REASONS];
 	uint64_t lookups, hits;    /* lookups made, hits returned */
+	/* Lookup candidates passed over because a node of their chain had
+	 * another key than the request's history gives at its consumed count:
+	 * a parent link naming another prefix's record (forged, or stale). */
+	uint64_t chains_rejected;
 	uint64_t reused_tokens;    /* tokens restored by completed fetches */
 	uint64_t fetches, fetch_failures;
 	uint64_t store_failures;
 	uint64_t inflight_out, inflight_in;
 	uint64_t packed_records, per_rank_records;
 	uint64_t evictions_noticed;
+	/* The disk tier's record I/O path now: "io_uring+O_DIRECT" (design
+	 * 2.10), "io_uring+buffered", "pread+O_DIRECT", "pread+buffered";
+	 * NULL without a disk tier.  A static string. */
+	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
 } sel_stats;
 
@@ -409,6 +426,11 @@ struct sel_store {
 	const char *disk_dir;
 	uint64_t disk_limit;
 	uint64_t scanned_records;
+	/* The record I/O path the disk tier started with (sel_stats.disk_io)
+	 * and, when it is not io_uring+O_DIRECT, why ("" otherwise): both
+	 * owned by the implementation, NULL without a disk tier. */
+	const char *disk_io;
+	const char *disk_io_note;
 };
 
 /* Dispatch.  See the contract above. */
@@ -450,6 +472,8 @@ typedef struct sel_store_info {
 	uint64_t disk_limit;       /* bytes; 0 without a disk tier */
 	uint64_t scanned_records;  /* records the startup scan kept */
 	uint64_t slot_bytes, slots_total, intake_slots;
+	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
+	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled"). */
 void sel_store_describe(sel_store *s, sel_store_info *out);
@@ -498,6 +522,10 @@ typedef struct sel_drain_progress {
 	 * (ENOSPC/EDQUOT after a few retries), "write errors", "stopped". */
 	const char *why;
 	uint64_t failed;             /* writes that failed (their records not saved) */
+	/* The drain on shutdown is off: one final report at close when DRAM-only
+	 * records exist, with records_left / bytes_left the records lost (why
+	 * "drain off"), so a stop never drops them without a word. */
+	bool off;
 } sel_drain_progress;
 
 typedef struct sel_store_config {

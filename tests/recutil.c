@@ -5,9 +5,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "internal.h"
 
 void test_geo_rank(struct test_geo *t, uint32_t r, uint32_t n, const uint64_t *units,
 		   uint64_t row_bytes)
@@ -89,4 +96,213 @@ void test_flip_byte(const char *path, uint64_t off)
 	c ^= 0x5a;
 	CHECK(pwrite(fd, &c, 1, (off_t)off) == 1);
 	close(fd);
+}
+
+void test_reseal(uint8_t *hdr, uint32_t hb)
+{
+	CHECK(hb >= 4096 && hb <= SEL_RECORD_HEADER_MAX);
+	memset(hdr + 176, 0, 8);
+	sel_put_u64(hdr + 176, XXH3_64bits(hdr, hb));
+}
+
+/* Open record `name` (flags) and read up to 64 KiB of its header into a
+ * new buffer: the descriptor, with the buffer and its length. */
+static int header_open(int dirfd, const char *name, int flags, uint8_t **buf, size_t *len)
+{
+	uint8_t *b = calloc(1, SEL_RECORD_HEADER_MAX);
+	CHECK(b);
+	int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC);
+	CHECKF(fd >= 0, "open %s: %s", name, strerror(errno));
+	ssize_t n = pread(fd, b, SEL_RECORD_HEADER_MAX, 0);
+	CHECK(n >= 4096);
+	*buf = b;
+	*len = (size_t)n;
+	return fd;
+}
+
+void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, void *ctx),
+		      void *ctx)
+{
+	uint8_t *b;
+	size_t n;
+	int fd = header_open(dirfd, name, O_RDWR, &b, &n);
+	uint32_t version = sel_get_u32(b + 8);
+	uint32_t hb = version >= 2 ? sel_get_u32(b + 16) : 4096;
+	CHECK(hb <= (uint32_t)n);
+	edit(b, ctx);
+	if (sel_get_u32(b + 8) >= 2)
+		test_reseal(b, hb);
+	CHECK(pwrite(fd, b, hb, 0) == (ssize_t)hb);
+	close(fd);
+	free(b);
+}
+
+void test_header_read(int dirfd, const char *name, sel_record_header *h)
+{
+	uint8_t *b;
+	size_t n;
+	int fd = header_open(dirfd, name, O_RDONLY, &b, &n);
+	CHECK_OK(sel_record_decode(b, n, NULL, h));
+	close(fd);
+	free(b);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void tree_hash(XXH3_state_t *st, const char *dir)
+{
+	DIR *d = opendir(dir);
+	CHECKF(d, "opendir %s: %s", dir, strerror(errno));
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (n == cap)
+			CHECK((names = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names)));
+		CHECK((names[n++] = strdup(e->d_name)));
+	}
+	closedir(d);
+	if (n)
+		qsort(names, n, sizeof *names, name_cmp);
+	for (size_t i = 0; i < n; i++) {
+		char p[PATH_MAX];
+		struct stat st2;
+		snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+		CHECK(lstat(p, &st2) == 0);
+		XXH3_64bits_update(st, names[i], strlen(names[i]) + 1);
+		uint64_t meta[2] = {(uint64_t)st2.st_mode, (uint64_t)st2.st_size};
+		XXH3_64bits_update(st, meta, sizeof meta);
+		if (S_ISLNK(st2.st_mode)) {
+			char t[PATH_MAX];
+			ssize_t k = readlink(p, t, sizeof t);
+			CHECK(k >= 0);
+			XXH3_64bits_update(st, t, (size_t)k);
+		} else if (S_ISDIR(st2.st_mode)) {
+			tree_hash(st, p);
+		} else if (S_ISREG(st2.st_mode)) {
+			int fd = open(p, O_RDONLY | O_CLOEXEC);
+			CHECK(fd >= 0);
+			char buf[65536];
+			ssize_t k;
+			while ((k = read(fd, buf, sizeof buf)) > 0)
+				XXH3_64bits_update(st, buf, (size_t)k);
+			close(fd);
+		}
+		free(names[i]);
+	}
+	free(names);
+}
+
+void test_tree_hash(const char *dir, uint8_t out[16])
+{
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	tree_hash(&st, dir);
+	uint64_t h = XXH3_64bits_digest(&st);
+	memset(out, 0, 16);
+	memcpy(out, &h, sizeof h);
+}
+
+struct forged {
+	sel_key parent;
+	uint64_t check;
+};
+
+static void forge(uint8_t *h, void *ctx)
+{
+	const struct forged *f = ctx;
+	sel_put_u64(h + 104, f->parent.consumed);
+	memcpy(h + 112, f->parent.digest.b, SEL_DIGEST_BYTES);
+	if (f->check)
+		sel_put_u64(h + 184, f->check);
+}
+
+void test_forge_parent(int dirfd, const char *name, const sel_key *parent, uint64_t check)
+{
+	struct forged f = {*parent, check};
+	test_header_edit(dirfd, name, forge, &f);
+}
+
+void test_copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	CHECKF(in >= 0 && out >= 0, "copy %s to %s: %s", from, to, strerror(errno));
+	char buf[65536];
+	ssize_t k;
+	while ((k = read(in, buf, sizeof buf)) > 0)
+		CHECK(write(out, buf, (size_t)k) == k);
+	close(in);
+	close(out);
+}
+
+void test_copy_dir(const char *src, const char *dst)
+{
+	CHECK(mkdir(dst, 0755) == 0 || errno == EEXIST);
+	DIR *d = opendir(src);
+	CHECK(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char a[PATH_MAX], b[PATH_MAX];
+		struct stat st;
+		snprintf(a, sizeof a, "%s/%s", src, e->d_name);
+		snprintf(b, sizeof b, "%s/%s", dst, e->d_name);
+		if (lstat(a, &st) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		test_copy_file(a, b);
+		struct timespec ts[2] = {st.st_atim, st.st_mtim};
+		CHECK(utimensat(AT_FDCWD, b, ts, 0) == 0);
+	}
+	closedir(d);
+}
+
+bool test_has_file(const char *dir, const char *name)
+{
+	char p[PATH_MAX];
+	struct stat st;
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	return lstat(p, &st) == 0;
+}
+
+struct huge {
+	uint32_t tail;
+	uint64_t consumed, page_off, row_off;
+};
+
+static void claim_tail(uint8_t *h, void *ctx)
+{
+	const struct huge *x = ctx;
+	sel_put_u32(h + 28, x->tail);
+	sel_put_u64(h + 80, x->consumed);
+	sel_put_u64(h + 144, x->page_off);
+	sel_put_u64(h + 152, x->row_off);
+}
+
+uint64_t test_make_sparse(int dirfd, const char *name, const sel_record_ns *ns, uint32_t tail,
+			  sel_key *key)
+{
+	sel_record_header h;
+	test_header_read(dirfd, name, &h);
+	CHECK(sel_key_is_none(&h.d.parent));
+	sel_record_desc d = h.d;
+	d.tail = tail;
+	d.key.consumed = (uint64_t)tail * ns->layout.sz.page_tokens + 1;
+	sel_record_span sp;
+	CHECK_OK(sel_record_span_of(&ns->layout.sz, &d, &sp));
+	char nn[SEL_RECORD_NAME_MAX];
+	sel_record_name(&d.key, nn);
+	CHECK(renameat(dirfd, name, dirfd, nn) == 0);
+	struct huge x = {tail, d.key.consumed, sp.page_off, sp.row_off};
+	test_header_edit(dirfd, nn, claim_tail, &x);
+	int fd = openat(dirfd, nn, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)sp.row_end) == 0);
+	close(fd);
+	if (key)
+		*key = d.key;
+	return sp.row_end;
 }

@@ -19,7 +19,11 @@
  * before servicing the store once more, and the record was missing after
  * a restart in some runs.  Repeated, each time on a fresh directory.
  */
+#include <fcntl.h>
+
 #include "engine_test.h"
+#include "internal.h"
+#include "recutil.h"
 #include "store_composite.h"
 #include "store_disk.h"
 
@@ -231,6 +235,90 @@ static void stop_loses_resumed_terminal(int rounds)
 	       rounds - missing, rounds);
 }
 
+/* ---- a forged parent link (issue 12, item 1) ------------------------------------------------- */
+
+/* [BEGIN, 100 tokens, MESSAGE, 100 tokens, MESSAGE]: checkpoints at 102 and
+ * 203 for every seed, so two such prompts have records of the same lengths. */
+static hel_token *two_messages(uint64_t seed, uint32_t *n)
+{
+	test_rng r;
+	test_rng_init(&r, seed);
+	hel_token *t = malloc(203 * sizeof *t);
+	CHECK(t);
+	t[0] = HEL_TOK_BEGIN;
+	for (int i = 1; i < 203; i++)
+		t[i] = (hel_token)('a' + test_rng_below(&r, 26));
+	t[101] = HEL_TOK_MESSAGE;
+	t[202] = HEL_TOK_MESSAGE;
+	*n = 203;
+	return t;
+}
+
+/* Regression (forged_parent_gives_wrong_answer): a child record whose
+ * parent key was rewritten -- parent check included, header resealed -- to
+ * an unrelated record of the same consumed count used to answer the child's
+ * prompt from the unrelated prefix.  After a restart the reply must equal
+ * the reply without offload. */
+static void forged_parent_gives_wrong_answer(void)
+{
+	char *dir = test_mkdtemp("engine-forged");
+	hel_engine_config cfg = {.max_active = 3, .gpu_pages = 40, .gpu_rows = 30,
+				 .fetch_always = true, .disk_dir = dir, .disk_limit = 256 << 20,
+				 .disk_limit_set = true};
+	uint32_t nx, ny;
+	hel_token *x = two_messages(test_rng_next(&rng), &nx);
+	hel_token *y = two_messages(test_rng_next(&rng), &ny);
+	hel_engine *a = start(cfg);
+	hel_engine_info info;
+	hel_engine_info_get(a, &info);
+	char ns[4096];
+	snprintf(ns, sizeof ns, "%s", info.disk_dir);
+	et_call_free(et_run(a, x, nx, 8, NULL));
+	et_call_free(et_run(a, y, ny, 8, NULL));
+	et_wait_stats(a, settled, NULL);
+	finish(a);
+
+	/* X's record at 203 links under X's at 102; Y has one at 102 too. */
+	sel_key x2, x1, y1;
+	sel_key_direct(core->identity, NULL, 0, x, 203, &x2);
+	sel_key_direct(core->identity, NULL, 0, x, 102, &x1);
+	sel_key_direct(core->identity, NULL, 0, y, 102, &y1);
+	char n2[SEL_RECORD_NAME_MAX], ny1[SEL_RECORD_NAME_MAX];
+	sel_record_name(&x2, n2);
+	sel_record_name(&y1, ny1);
+	int dfd = open(ns, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+	sel_record_header h2, hy;
+	test_header_read(dfd, n2, &h2);
+	test_header_read(dfd, ny1, &hy);
+	CHECKF(sel_key_eq(&h2.d.parent, &x1) && sel_record_links_parent(&h2.d, core->page_tokens),
+	       "X's 203-token record does not link under its 102-token one");
+	test_forge_parent(dfd, n2, &y1, sel_record_parent_check(&hy.d.bucket));
+	close(dfd);
+
+	hel_engine *b = start(cfg);
+	hel_engine_info_get(b, &info);
+	CHECK(info.scanned_records >= 3); /* the forgery passes the scan */
+	struct et_call *c = et_run(b, x, nx, 24, NULL);
+	struct et_ref ref;
+	et_reference(core, x, nx, 24, NULL, &ref);
+	et_same_as_ref(NULL, c, &ref);
+	et_ref_free(&ref);
+	hel_engine_stats st;
+	et_wait_stats(b, settled, NULL);
+	hel_engine_stats_get(b, &st);
+	CHECKF(st.store.chains_rejected >= 1, "%llu chains rejected",
+	       (unsigned long long)st.store.chains_rejected);
+	printf("  forged parent link: X's prompt restored %llu tokens (not the forged chain), "
+	       "reply as without offload\n", (unsigned long long)c->out.reused_host_tokens);
+	finish(b);
+	et_call_free(c);
+	free(x);
+	free(y);
+	test_rmtree(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
@@ -243,6 +331,7 @@ int main(void)
 	comp.drain_on_shutdown = true;
 	scenario("composite", comp);
 	stop_loses_resumed_terminal(20 * ET_SCALE);
+	forged_parent_gives_wrong_answer();
 	hel_core_free(core);
 	printf("ok\n");
 	return 0;

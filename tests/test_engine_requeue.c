@@ -36,6 +36,7 @@
 #include <sys/eventfd.h>
 
 #include "engine_test.h"
+#include "flare/metrics.h"
 
 static hel_core *core;
 static test_rng rng;
@@ -249,7 +250,7 @@ static int d_poll(sel_store *s, sel_event *ev, size_t cap)
 	if (d->poll_fail) {
 		int rc = d->poll_fail;
 		pthread_mutex_unlock(&d->mu);
-		return rc;
+		return eos_fail(rc, "test double: a copy job's completion cannot be reported");
 	}
 	if (!d->hold && d->nheld) {
 		for (size_t i = 0; i < d->nheld; i++)
@@ -386,10 +387,29 @@ static void dbl_free(struct dbl *d)
 		pthread_mutex_unlock(&(d)->mu); \
 	} while (0)
 
+/* What the worker said when the store stopped (hel_engine_config.store_stopped). */
+static struct {
+	pthread_mutex_t mu;
+	int calls, rc;
+	char reason[64], why[512];
+} stopped_said = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void on_store_stopped(void *ctx, int rc, const char *reason, const char *why)
+{
+	(void)ctx;
+	pthread_mutex_lock(&stopped_said.mu);
+	stopped_said.calls++;
+	stopped_said.rc = rc;
+	snprintf(stopped_said.reason, sizeof stopped_said.reason, "%s", reason);
+	snprintf(stopped_said.why, sizeof stopped_said.why, "%s", why);
+	pthread_mutex_unlock(&stopped_said.mu);
+}
+
 static hel_engine *open_with(struct dbl *d, uint32_t pages, uint32_t rows)
 {
 	hel_engine_config c = { .core = core, .max_active = 3, .gpu_pages = pages, .gpu_rows = rows,
-				.store_open = d_open, .store_ctx = d };
+				.store_open = d_open, .store_ctx = d,
+				.store_stopped = on_store_stopped };
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info info;
@@ -872,6 +892,24 @@ static void test_store_stops(bool drains)
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
 	CHECK(st.store_stopped && st.store_enabled);
+	/* Regression (store_stop_is_silent): the worker served on without a
+	 * cache and nothing said so.  One call, with the reason and the
+	 * store's message; the gauges say it too. */
+	pthread_mutex_lock(&stopped_said.mu);
+	CHECKF(stopped_said.calls == 1 && stopped_said.rc == SEL_ESTOPPED &&
+		       !strcmp(stopped_said.reason, "transfer_failed") &&
+		       strstr(stopped_said.why, "cannot be reported"),
+	       "%d calls, rc %d, reason %s, why %s", stopped_said.calls, stopped_said.rc,
+	       stopped_said.reason, stopped_said.why);
+	stopped_said.calls = 0;
+	pthread_mutex_unlock(&stopped_said.mu);
+	CHECK(st.store_stop_rc == SEL_ESTOPPED && !strcmp(st.store_stop_reason, "transfer_failed"));
+	struct flare_buf mb = {0};
+	flare_metrics_format(&mb, &st, NULL, NULL);
+	CHECKF(strstr(mb.data, "\nflare_host_cache_enabled 0\n") &&
+		       strstr(mb.data, "\nflare_host_cache_stopped{reason=\"transfer_failed\"} 1\n"),
+	       "%s", mb.data);
+	flare_buf_free(&mb);
 	int rc = hel_engine_stop(e, 0);
 	CHECK_RC(rc, drains ? 0 : SEL_ESTOPPED);
 	CHECK_RC(hel_engine_stop(e, 0), rc);

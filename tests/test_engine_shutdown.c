@@ -51,7 +51,8 @@ static struct eos_fileops slow_ops;
 
 struct holder {
 	sel_store *s;
-	int reports, finals;
+	int reports, finals, offs;
+	uint64_t off_left;
 	sel_drain_progress final;
 };
 
@@ -67,6 +68,11 @@ static void on_drain(void *ctx, const sel_drain_progress *p)
 {
 	struct holder *h = ctx;
 	h->reports++;
+	if (p->off) { /* no drain: what the stop did not save */
+		h->offs++;
+		h->off_left = p->records_left;
+		return;
+	}
 	if (p->final) {
 		h->finals++;
 		h->final = *p;
@@ -212,6 +218,7 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 		free(prompts[r]);
 	}
 	CHECK(h.finals == (mode != 2));
+	CHECK(mode == 2 ? h.offs <= 1 && (h.offs == 0 || h.off_left > 0) : h.offs == 0);
 	if (mode == 0)
 		CHECKF(h.final.records_left == 0 && h.final.failed == 0, "cycle %d: %" PRIu64
 		       " records not saved (%s)", i, h.final.records_left, h.final.why);

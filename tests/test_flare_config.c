@@ -483,7 +483,8 @@ static void test_summary(void)
 	info.store = "disabled";
 	info.warning[0] = 0;
 	flare_serve_summary(&b, &s, core, &info, "'/x' is not usable: Not a directory");
-	CHECKF(has(b.data, "prefix cache: disabled; no disk store: '/x' is not usable"), "%s", b.data);
+	CHECKF(has(b.data, "prefix cache: disabled; warning: no disk store: '/x' is not usable"),
+	       "%s", b.data);
 	flare_buf_free(&b);
 	hel_core_free(core);
 }

@@ -544,7 +544,10 @@ static size_t removed_index(json_t *removed, const char *name)
 {
 	size_t i;
 	json_t *v;
-	json_array_foreach(removed, i, v) if (!strcmp(jstr(v, "name"), name)) return i;
+	/* Removals only: a truncation (the row of a single-child parent, as the
+	 * server's recovery compacts it) leaves the record in place. */
+	json_array_foreach(removed, i, v) if (!strcmp(jstr(v, "name"), name) &&
+					      !strcmp(jstr(v, "action"), "unlink")) return i;
 	return SIZE_MAX;
 }
 

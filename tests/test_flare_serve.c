@@ -261,6 +261,13 @@ static void test_drain_lines(void)
 	char small[24];
 	flare_drain_line(small, sizeof small, &p);
 	CHECK(strlen(small) == sizeof small - 1);
+	/* A stop without the drain: what it did not save, and the flag. */
+	p = (sel_drain_progress){.final = true, .off = true, .records_left = 20,
+				 .bytes_left = 20 * 4096, .why = "drain off"};
+	flare_drain_line(b, sizeof b, &p);
+	CHECKF(!strcmp(b, "flare: warning: stopped without a drain: 20 DRAM-only records (80 KiB) "
+			  "not saved to disk; --prefix-cache-drain-on-shutdown saves them for a "
+			  "warm restart"), "%s", b);
 }
 
 int main(void)

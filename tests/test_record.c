@@ -195,7 +195,7 @@ static void test_layouts(void)
 		uint8_t *b = eos_aligned_alloc(4096, 8192);
 		CHECK_RC(sel_record_encode(&ns, &d, 0, 0, 1, b, 8192), SEL_EOVERSIZE);
 		CHECK_RC(sel_record_encode(&ns, &d, 0, 0, 2, b, 4096), -EINVAL);
-		CHECK_RC(sel_record_encode(&ns, &d, 0, 0, 3, b, 8192), -EINVAL);
+		CHECK_RC(sel_record_encode(&ns, &d, 0, 0, 4, b, 8192), -EINVAL);
 		eos_aligned_free(b);
 		sel_record_ns_free(&ns);
 	}
@@ -352,7 +352,7 @@ static void test_decode_rejects(void)
 		uint32_t v;
 		const char *what;
 	} bad32[] = {
-		{8, 0, "version 0"},       {8, 3, "version 3"},        {12, 1, "unknown flag"},
+		{8, 0, "version 0"},       {8, 4, "version 4"},        {12, 1, "unknown flag"},
 		{16, 0, "header size 0"},  {16, 8192, "header size"},  {16, 4097, "header size"},
 		{20, 0, "0 ranks"},        {20, 3, "3 ranks"},         {20, 100000, "many ranks"},
 		{24, 0, "page tokens 0"},  {24, 96, "page tokens 96"}, {28, 5, "tail"},
@@ -413,6 +413,36 @@ static void test_decode_rejects(void)
 	m = d;
 	m.flags = SEL_RECORD_PAGES_REPLICATED;
 	CHECK_RC(sel_record_header_matches(&h, &m, &h.span), SEL_ECORRUPT);
+
+	/* Version 3: the parent link check travels in the header, is covered
+	 * by its checksum, is compared by header_matches, needs a parent, and
+	 * versions 1 and 2 cannot carry it. */
+	{
+		sel_digest pb;
+		for (int i = 0; i < SEL_DIGEST_BYTES; i++)
+			pb.b[i] = (uint8_t)(0x30 + i);
+		sel_record_desc d3 = d;
+		d3.parent_check = sel_record_parent_check(&pb);
+		CHECK(d3.parent_check == sel_get_u64(pb.b));
+		uint8_t v3[4096];
+		CHECK(sel_record_encode(&ns, &d3, 42, 43, 3, v3, sizeof v3) == 4096);
+		CHECK(sel_get_u32(v3 + 8) == 3 && sel_get_u64(v3 + 184) == d3.parent_check);
+		CHECK_OK(sel_record_decode(v3, 4096, &ns, &h));
+		CHECK(h.version == 3 && h.d.parent_check == d3.parent_check);
+		CHECK_OK(sel_record_header_matches(&h, &d3, &h.span));
+		CHECK_RC(sel_record_header_matches(&h, &d, &h.span), SEL_ECORRUPT);
+		CHECK(strstr(sel_errmsg(), "parent link check") != NULL);
+		v3[184] ^= 1;
+		CHECK_RC(sel_record_decode(v3, 4096, &ns, &h), SEL_ECORRUPT);
+		CHECK_RC(sel_record_encode(&ns, &d3, 42, 43, 2, v3, sizeof v3), SEL_EFORMAT);
+		sel_record_desc root;
+		test_desc(&rng, 64, 1000, NULL, false, &root);
+		root.parent_check = 5;
+		CHECK_RC(sel_record_encode(&ns, &root, 0, 0, 3, v3, sizeof v3), SEL_EFORMAT);
+		/* 0 means "not known": a digest starting with 8 zero bytes maps to 1. */
+		memset(pb.b, 0, 8);
+		CHECK(sel_record_parent_check(&pb) == 1);
+	}
 
 	sel_record_ns_free(&ns);
 	sel_record_ns_free(&other_id);
@@ -762,9 +792,9 @@ static void test_write_protocol(void)
 	/* Compaction. */
 	write_rec(f.dirfd, &f.ns, &d, true);
 	bool had;
-	CHECK_OK(sel_record_truncate(f.dirfd, name, &s, &had));
+	CHECK_OK(sel_record_truncate(f.dirfd, name, &s, NULL, &had));
 	CHECK(had && file_size(f.dirfd, name) == s.row_off);
-	CHECK_OK(sel_record_truncate(f.dirfd, name, &s, &had));
+	CHECK_OK(sel_record_truncate(f.dirfd, name, &s, NULL, &had));
 	CHECK(!had);
 
 	/* Deletion. */
@@ -849,7 +879,7 @@ static void test_scan_scenario(void)
 	sel_record_name(&B.key, name);
 	CHECK_OK(sel_record_span_of(&f.ns.layout.sz, &B, &s));
 	bool had;
-	CHECK_OK(sel_record_truncate(dfd, name, &s, &had));
+	CHECK_OK(sel_record_truncate(dfd, name, &s, NULL, &had));
 	CHECK(had);
 	/* C's header rewritten as version 1 (same layout otherwise). */
 	{
@@ -964,7 +994,7 @@ static void test_scan_scenario(void)
 		CHECK(r->d.tail == want[i]->tail && r->d.flags == 0);
 		CHECK(r->has_row == want_row[i]);
 		CHECK(r->file_bytes == (r->has_row ? r->span.row_end : r->span.row_off));
-		CHECK(r->version == (want[i] == &C ? 1u : 2u));
+		CHECK(r->version == (want[i] == &C ? 1u : SEL_RECORD_VERSION));
 	}
 	CHECK(sc.rec[0].mtime_ns == 1000000000000ull);
 	/* What is left on disk: the 7 records, README and the directory. */

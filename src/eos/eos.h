@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define EOS_ALIGN 4096u /* direct I/O and slab alignment */
@@ -99,12 +100,37 @@ enum {
 	EOS_O_TRUNC = 1 << 3,  /* O_TRUNC; only with EOS_O_WRITE */
 };
 
-/* Open path relative to dirfd (AT_FDCWD for the cwd) with O_CLOEXEC and the
- * flags above, through eos_fileops()->openat.  Returns the descriptor or a
- * negative errno with a message naming the path (and the directory behind
- * dirfd).  Unknown flag bits, or EOS_O_TRUNC without EOS_O_WRITE, are
- * -EINVAL. */
+/* Open path relative to dirfd (AT_FDCWD for the cwd) with O_CLOEXEC,
+ * O_NOFOLLOW and the flags above, through eos_fileops()->openat: a symbolic
+ * link as the last component is refused (-ELOOP), never followed.  Returns
+ * the descriptor or a negative errno with a message naming the path (and
+ * the directory behind dirfd).  Unknown flag bits, or EOS_O_TRUNC without
+ * EOS_O_WRITE, are -EINVAL. */
 int eos_open(int dirfd, const char *path, unsigned flags);
+
+/* A file's identity: the device and inode it lives at (st_dev, st_ino). */
+struct eos_file_id {
+	uint64_t dev, ino;
+};
+static inline bool eos_file_id_eq(const struct eos_file_id *a, const struct eos_file_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino;
+}
+
+/* Open an existing regular file `name` in directory dirfd (never creating
+ * it), as eos_open with flags EOS_O_DIRECT and EOS_O_WRITE only, and prove
+ * it is the file the caller means before anything reads it:
+ *   - a symbolic link is refused (O_NOFOLLOW): -ELOOP;
+ *   - the open is O_NONBLOCK, so a FIFO or device never blocks it, and the
+ *     descriptor's fstat must say S_ISREG, else -ENXIO ("not a regular
+ *     file": a FIFO, socket, device or directory);
+ *   - with want, the file must be that device and inode, else -ESTALE (the
+ *     name was replaced since the caller learnt it).
+ * O_NONBLOCK is cleared again before returning.  st (may be NULL) receives
+ * the fstat.  Returns the descriptor, or a negative errno with a message
+ * naming the file; -EINVAL for a refused O_DIRECT as eos_open. */
+int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct eos_file_id *want,
+		     struct stat *st);
 
 /* Whether the filesystem holding directory dir accepts O_DIRECT reads and
  * writes of EOS_ALIGN-aligned buffers: 1 yes, 0 no (message says why), or
@@ -113,6 +139,10 @@ int eos_open(int dirfd, const char *path, unsigned flags);
  * eos_fileops() like record I/O: an injected EINVAL reads as "no", any
  * other injected error as a failed probe. */
 int eos_direct_io_probe(const char *dir);
+/* The same probe in the directory open at dfd (a locked directory: the test
+ * file is created relative to it, so a path renamed or replaced by a link
+ * since it was opened does not matter); dir names it in messages. */
+int eos_direct_io_probe_at(int dfd, const char *dir);
 
 /* Create directory path and any missing parents (mode 0755).  Existing
  * directories (and symlinks to them) are fine; an existing non-directory on
@@ -137,7 +167,9 @@ struct eos_dirlock {
 	int fd;
 	char *path; /* non-NULL exactly while held */
 };
-/* lk is overwritten; on failure it is left released (fd -1, path NULL). */
+/* lk is overwritten; on failure it is left released (fd -1, path NULL).
+ * The last component of dir must be a directory, not a symbolic link to
+ * one (-ELOOP, refused, never followed; -ENOTDIR for anything else). */
 int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir);
 /* Close the descriptor, which drops the lock.  Safe on a zeroed or already
  * released lock. */

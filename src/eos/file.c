@@ -59,7 +59,7 @@ int eos_open(int dirfd, const char *path, unsigned flags)
 	if ((flags & EOS_O_TRUNC) && !(flags & EOS_O_WRITE))
 		return eos_fail(-EINVAL, "open '%s': EOS_O_TRUNC needs EOS_O_WRITE", path);
 
-	int oflags = O_CLOEXEC | ((flags & EOS_O_WRITE) ? O_RDWR : O_RDONLY);
+	int oflags = O_CLOEXEC | O_NOFOLLOW | ((flags & EOS_O_WRITE) ? O_RDWR : O_RDONLY);
 	if (flags & EOS_O_CREATE)
 		oflags |= O_CREAT | O_EXCL;
 	if (flags & EOS_O_TRUNC)
@@ -78,8 +78,82 @@ int eos_open(int dirfd, const char *path, unsigned flags)
 				"does not support direct I/O", name, strerror(e));
 	if (e == EEXIST && (flags & EOS_O_CREATE))
 		return eos_fail(-EEXIST, "create '%s': already exists", name);
+	if (e == ELOOP)
+		return eos_fail(-ELOOP, "open '%s': a symbolic link; refused, not followed", name);
 	return eos_fail(-e, "open '%s'%s: %s", name, (flags & EOS_O_WRITE) ? " for writing" : "",
 			strerror(e));
+}
+
+static const char *file_type(mode_t m)
+{
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	return "not a regular file";
+}
+
+int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct eos_file_id *want,
+		     struct stat *st_out)
+{
+	const unsigned known = EOS_O_DIRECT | EOS_O_WRITE;
+	if (!name || !*name)
+		return eos_fail(-EINVAL, "open: empty path");
+	if (flags & ~known)
+		return eos_fail(-EINVAL, "open '%s': flags 0x%x are not for an existing file", name,
+				flags & ~known);
+	int oflags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | ((flags & EOS_O_WRITE) ? O_RDWR : O_RDONLY);
+	if (flags & EOS_O_DIRECT)
+		oflags |= O_DIRECT;
+	const struct eos_fileops *ops = eos_fileops();
+	char where[PATH_MAX + 64];
+	int fd = ops->openat(dirfd, name, oflags, 0);
+	if (fd < 0) {
+		int e = errno;
+		const char *nm = describe_at(dirfd, name, where, sizeof where);
+		if (e == EINVAL && (flags & EOS_O_DIRECT))
+			return eos_fail(-EINVAL, "open '%s' with O_DIRECT: refused (%s); the filesystem "
+					"does not support direct I/O", nm, strerror(e));
+		if (e == ELOOP)
+			return eos_fail(-ELOOP, "open '%s': a symbolic link; refused, not followed", nm);
+		if (e == ENXIO || e == EISDIR)
+			return eos_fail(-ENXIO, "open '%s': not a regular file; refused", nm);
+		return eos_fail(-e, "open '%s'%s: %s", nm, (flags & EOS_O_WRITE) ? " for writing" : "",
+				strerror(e));
+	}
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st) != 0) {
+		rc = eos_fail(-errno, "fstat '%s': %s", describe_at(dirfd, name, where, sizeof where),
+			      strerror(errno));
+	} else if (!S_ISREG(st.st_mode)) {
+		rc = eos_fail(-ENXIO, "'%s' is %s; refused", describe_at(dirfd, name, where, sizeof where),
+			      file_type(st.st_mode));
+	} else if (want && (want->dev != (uint64_t)st.st_dev || want->ino != (uint64_t)st.st_ino)) {
+		rc = eos_fail(-ESTALE, "'%s' is another file (device %llu inode %llu) than the one "
+			      "expected (device %llu inode %llu): it was replaced; refused",
+			      describe_at(dirfd, name, where, sizeof where),
+			      (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+			      (unsigned long long)want->dev, (unsigned long long)want->ino);
+	} else {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+			rc = eos_fail(-errno, "fcntl '%s': %s",
+				      describe_at(dirfd, name, where, sizeof where), strerror(errno));
+	}
+	if (rc) {
+		ops->close(fd);
+		return rc;
+	}
+	if (st_out)
+		*st_out = st;
+	return fd;
 }
 
 /* The probe's outcome when an I/O call failed with errno e: EINVAL means
@@ -95,20 +169,27 @@ static int probe_io_failed(const char *dir, const char *what, int e)
 
 int eos_direct_io_probe(const char *dir)
 {
+	if (!dir || !*dir)
+		return eos_fail(-EINVAL, "direct I/O probe: empty directory name");
+	int dfd = eos_fileops()->openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	if (dfd < 0)
+		return eos_fail(-errno, "direct I/O probe: cannot open directory '%s': %s", dir,
+				strerror(errno));
+	int rc = eos_direct_io_probe_at(dfd, dir);
+	eos_fileops()->close(dfd);
+	return rc;
+}
+
+int eos_direct_io_probe_at(int dfd, const char *dir)
+{
 	static unsigned counter;
 	const struct eos_fileops *ops = eos_fileops();
-	int dfd = -1, wfd = -1, dio = -1, rc;
+	int wfd = -1, dio = -1, rc;
 	void *out = NULL, *in = NULL;
 	char name[64];
 
-	if (!dir || !*dir)
-		return eos_fail(-EINVAL, "direct I/O probe: empty directory name");
-	dfd = ops->openat(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-	if (dfd < 0) {
-		rc = eos_fail(-errno, "direct I/O probe: cannot open directory '%s': %s", dir,
-			      strerror(errno));
-		goto out;
-	}
+	if (!dir)
+		dir = "the directory";
 	/* A plain create first: failing here means the probe cannot run
 	 * (read-only, no space, no permission), not that O_DIRECT is refused. */
 	for (int tries = 0;; tries++) {
@@ -174,8 +255,6 @@ out:
 		ops->close(dio);
 	if (wfd >= 0)
 		ops->close(wfd);
-	if (dfd >= 0)
-		ops->close(dfd);
 	return rc;
 }
 

@@ -7,7 +7,9 @@
  * The loader takes the lock before scanning the directory, and the store
  * keeps the descriptor as the dirfd of every *at() call until it closes, so
  * the directory it locked is the directory it writes, even if the path is
- * renamed underneath it.  A second store on the same directory, in this
+ * renamed underneath it.  The directory's own name must not be a symbolic
+ * link (O_NOFOLLOW): a link there is refused, never followed, so a store
+ * never works in the link's target.  A second store on the same directory, in this
  * process or another, fails at once instead of deleting files the first one
  * is writing.
  *
@@ -89,14 +91,22 @@ int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir)
 	char *path = strdup(dir);
 	if (!path)
 		return eos_fail(-ENOMEM, "lock directory '%s': out of memory", dir);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* O_NOFOLLOW: a symbolic link at the directory's own name is refused,
+	 * so a store never scans, writes or deletes in a link's target. */
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		free(path);
 		if (e == ENOENT)
 			return eos_fail(-ENOENT, "lock directory '%s': no such directory", dir);
+		struct stat ls;
+		if ((e == ENOTDIR || e == ELOOP) && lstat(dir, &ls) == 0 && S_ISLNK(ls.st_mode))
+			e = ELOOP; /* O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR */
 		if (e == ENOTDIR)
 			return eos_fail(-ENOTDIR, "lock directory '%s': not a directory", dir);
+		if (e == ELOOP)
+			return eos_fail(-ELOOP, "lock directory '%s': a symbolic link; refused, not "
+					"followed", dir);
 		return eos_fail(-e, "lock directory '%s': cannot open it: %s", dir, strerror(e));
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -93,6 +93,11 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	      s->slots_total);
 	GAUGE("flare_host_cache_intake_slots", "Slots reserved for automatic intake (design 1).",
 	      s->intake_slots);
+	family(out, "flare_host_cache_disk_io", "gauge",
+	       "1 for the record I/O path the disk tier uses now (design 2.10 wants "
+	       "io_uring+O_DIRECT); path=\"none\" 0 without a disk tier.");
+	snprintf(l, sizeof l, "path=\"%s\"", s->disk_io ? s->disk_io : "none");
+	val(out, "flare_host_cache_disk_io", l, s->disk_io ? 1 : 0);
 	GAUGE("flare_host_cache_parked_records",
 	      "DRAM-only records of a composite store: complete in memory, their files not written yet.",
 	      s->parked_records);
@@ -112,6 +117,9 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	COUNTER("flare_host_cache_store_lookups_total", "Lookups the store answered.", s->lookups);
 	COUNTER("flare_host_cache_store_hits_total", "Store lookups that found a restorable chain.",
 		s->hits);
+	COUNTER("flare_host_cache_chains_rejected_total",
+		"Lookup candidates passed over because a record on their chain has another key than "
+		"the request's history gives (a forged or stale parent link).", s->chains_rejected);
 	COUNTER("flare_host_cache_store_reused_tokens_total",
 		"Tokens covered by the chains the store's hits found.", s->reused_tokens);
 	COUNTER("flare_host_cache_fetches_total", "Restores the store started.", s->fetches);
@@ -210,7 +218,15 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		st->gpu_evictions);
 
 	/* The host prefix cache, as the scheduler sees it (design 2.7). */
-	GAUGE("flare_host_cache_enabled", "1 when a host store is configured.", st->store_enabled ? 1 : 0);
+	GAUGE("flare_host_cache_enabled",
+	      "1 when a host store is configured and serving; 0 without one or after it stopped.",
+	      st->store_enabled && !st->store_stopped ? 1 : 0);
+	family(out, "flare_host_cache_stopped", "gauge",
+	       "1 when the host store stopped for good (serving goes on without it), by reason; "
+	       "reason=\"none\" 0 while it serves.");
+	snprintf(l, sizeof l, "reason=\"%s\"",
+		 st->store_stopped && st->store_stop_reason ? st->store_stop_reason : "none");
+	val(out, "flare_host_cache_stopped", l, st->store_stopped ? 1 : 0);
 	COUNTER("flare_host_cache_lookups_total", "Host store lookups made at admission.",
 		st->host_lookups);
 	COUNTER("flare_host_cache_hits_total", "Admissions that restored from a host tier.",

@@ -27,8 +27,11 @@
  *     their last child through the index's cascade.  The files are unlinked in
  *     the order the index removed the nodes, children first.
  * Only the namespace itself is the tool's: a server knows its geometry and
- * identity, the tool reads them from the first header that decodes and
- * matches the directory name, and judges every other file against it.
+ * identity, the tool reads them from the headers that name the directory
+ * -- the layout a strict majority of them carries, since no header can
+ * prove its rank table alone -- and judges every file against it; without
+ * a majority gc removes nothing.  gc's recovery is the server's own
+ * routine (sel_recover), so both keep the same set from one directory.
  *
  * Each namespace directory is locked with eos_dirlock, the server's lock,
  * for the whole time the tool works on it, so a command and a server never
@@ -67,6 +70,7 @@
 #include "expiry.h"
 #include "index.h"
 #include "record.h"
+#include "recovery.h"
 
 #define NS 1000000000ull
 #define TOP_CHAINS 10
@@ -316,10 +320,13 @@ struct rns {
 	bool have_ns;                 /* ns describes it (from the header of ref) */
 	sel_record_ns ns;
 	char ref[SEL_RECORD_NAME_MAX];
+	size_t layout_votes;          /* headers that carry ns's layout ... */
+	size_t layout_files;          /* ... of those that name this directory */
+	char *undecided;              /* why no layout could be decided, or NULL */
 	struct rfile *f;              /* record-named entries, by name */
 	size_t nf;
 	struct rother *tmp, *other;   /* temporaries; names that are not ours */
-	size_t ntmp, nother;
+	size_t ntmp, nother;          /* (a '.tmp-*' directory is among the other) */
 	uint64_t bytes_read;
 	json_t *j;                    /* the namespace's JSON object */
 };
@@ -345,6 +352,8 @@ static void rns_free(struct rns *n)
 	free(n->tmp);
 	free(n->other);
 	free(n->error);
+	free(n->undecided);
+	n->undecided = NULL;
 	sel_record_ns_free(&n->ns);
 	eos_dirlock_release(&n->lk);
 	n->f = NULL;
@@ -440,7 +449,12 @@ static int ns_list(struct rns *n)
 		sel_key k;
 		if (!strcmp(nm, ".") || !strcmp(nm, ".."))
 			continue;
-		if (sel_record_is_tmp_name(nm)) {
+		struct stat tst;
+		if (sel_record_is_tmp_name(nm) && fstatat(n->lk.fd, nm, &tst, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISDIR(tst.st_mode)) {
+			/* Not a temporary of ours: the server leaves it alone. */
+			rc = push_other(&n->other, &n->nother, &ocap, nm, n->lk.fd);
+		} else if (sel_record_is_tmp_name(nm)) {
 			rc = push_other(&n->tmp, &n->ntmp, &tcap, nm, n->lk.fd);
 		} else if (strlen(nm) < SEL_RECORD_NAME_MAX && sel_record_name_parse(nm, &k) == 0) {
 			if (n->nf == cap) {
@@ -477,22 +491,85 @@ static int ns_list(struct rns *n)
 	return 0;
 }
 
-/* The namespace from the first record (by name) whose header decodes and
- * names this directory. */
+/* Whether two namespaces read from headers are the same: identity,
+ * fingerprint and the layout their rank tables give. */
+static bool same_ns(const sel_record_ns *a, const sel_record_ns *b)
+{
+	const sel_record_layout *x = &a->layout, *y = &b->layout;
+	return !memcmp(a->identity, b->identity, SEL_IDENTITY_BYTES) &&
+	       !memcmp(a->fingerprint, b->fingerprint, SEL_FINGERPRINT_BYTES) &&
+	       x->sz.ranks == y->sz.ranks && x->sz.page_tokens == y->sz.page_tokens &&
+	       x->table_bytes == y->table_bytes && !memcmp(x->table, y->table, x->table_bytes);
+}
+
+/* The namespace's layout, by agreement of its files.  A header carries the
+ * fingerprint but not the plane names it hashes, so no single header can
+ * prove its rank table is the namespace's: a one-bit flip in a version-1
+ * header (no header checksum) changes a plane size and keeps the
+ * fingerprint.  So every header that decodes and names this directory
+ * votes, and the layout is the one a strict majority of them carry --
+ * what the server, which knows its geometry, would judge those files by;
+ * ref is the first file (by name) that carries it.  Without a majority
+ * (a tie) the layout is undecided: nothing is judged against it and gc
+ * removes nothing. */
 static void ns_reference(struct rns *n)
 {
+	struct vote {
+		sel_record_ns ns;
+		size_t files, first;
+	} *v = NULL;
+	size_t nv = 0, cap = 0, total = 0;
 	for (size_t i = 0; i < n->nf; i++) {
 		sel_record_ns ns;
 		if (sel_record_ns_load(n->lk.fd, n->f[i].name, &ns) != 0)
 			continue;
-		if (!strcmp(ns.dirname, n->name)) {
-			n->ns = ns;
-			n->have_ns = true;
-			copy_str(n->ref, sizeof n->ref, n->f[i].name);
-			return;
+		if (strcmp(ns.dirname, n->name)) {
+			sel_record_ns_free(&ns);
+			continue;
 		}
-		sel_record_ns_free(&ns);
+		total++;
+		size_t k = 0;
+		while (k < nv && !same_ns(&v[k].ns, &ns))
+			k++;
+		if (k < nv) {
+			v[k].files++;
+			sel_record_ns_free(&ns);
+			continue;
+		}
+		if (nv == cap) {
+			struct vote *g = realloc(v, (cap = cap ? 2 * cap : 4) * sizeof *v);
+			if (!g) {
+				sel_record_ns_free(&ns);
+				break;
+			}
+			v = g;
+		}
+		v[nv++] = (struct vote){.ns = ns, .files = 1, .first = i};
 	}
+	size_t best = 0;
+	for (size_t k = 1; k < nv; k++)
+		if (v[k].files > v[best].files)
+			best = k;
+	if (nv && 2 * v[best].files > total) {
+		n->ns = v[best].ns;
+		n->have_ns = true;
+		copy_str(n->ref, sizeof n->ref, n->f[v[best].first].name);
+		n->layout_votes = v[best].files;
+	} else if (nv) {
+		char buf[512];
+		size_t o = (size_t)snprintf(buf, sizeof buf, "%zu headers name this directory but "
+					    "no layout has a majority:", total);
+		for (size_t k = 0; k < nv && o < sizeof buf; k++)
+			o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %zu like %s", k ? "," : "",
+					      v[k].files, n->f[v[k].first].name);
+		free(n->undecided);
+		n->undecided = strdup(buf);
+	}
+	n->layout_files = total;
+	for (size_t k = 0; k < nv; k++)
+		if (!n->have_ns || k != best)
+			sel_record_ns_free(&v[k].ns);
+	free(v);
 }
 
 /* A file that decoded on its own where no header names the directory. */
@@ -637,6 +714,8 @@ static json_t *json_ns(const struct rns *n)
 	json_object_set_new(j, "fingerprint", json_string(n->name + SEL_RECORD_ID_PREFIX_HEX + 1));
 	json_object_set_new(j, "layout", n->have_ns ? json_layout(&n->ns.layout) : json_null());
 	json_object_set_new(j, "layout_from", n->have_ns ? json_string(n->ref) : json_null());
+	if (n->undecided)
+		json_object_set_new(j, "layout_undecided", json_string(n->undecided));
 	return j;
 }
 
@@ -648,13 +727,17 @@ static void text_ns_head(struct run *r, const struct rns *n)
 static void text_layout(struct run *r, const struct rns *n)
 {
 	if (!n->have_ns) {
-		fprintf(r->out, "  layout: unknown (no record header names this directory)\n");
+		if (n->undecided)
+			fprintf(r->out, "  layout: undecided (%s)\n", n->undecided);
+		else
+			fprintf(r->out, "  layout: unknown (no record header names this directory)\n");
 		return;
 	}
 	const sel_record_layout *l = &n->ns.layout;
 	char a[32], b[32];
-	fprintf(r->out, "  identity %.16s..., fingerprint %s (from %s)\n", n->name,
-		n->name + SEL_RECORD_ID_PREFIX_HEX + 1, n->ref);
+	fprintf(r->out, "  identity %.16s..., fingerprint %s (from %s, as %zu of %zu headers)\n",
+		n->name, n->name + SEL_RECORD_ID_PREFIX_HEX + 1, n->ref, n->layout_votes,
+		n->layout_files);
 	fprintf(r->out, "  %" PRIu32 " rank%s, %" PRIu32 " tokens per page, planes ", l->ranks,
 		l->ranks == 1 ? "" : "s", l->sz.page_tokens);
 	for (uint32_t k = 0; k < l->ranks && k < 8; k++)
@@ -799,8 +882,13 @@ static void cmd_verify(struct run *r, struct rns *n)
 	char a[32];
 	for (size_t i = 0; i < n->nf; i++)
 		records += n->f[i].kind != SEL_CHECK_NOT_FILE;
+	/* Entries named like records that are not regular files: the server
+	 * never opens them (nor does this tool), but they are not records. */
+	if (n->undecided)
+		add_problem(r, arr, n->name, "layout", "undecided: %s; every record is judged on "
+			    "its own and gc removes nothing here", n->undecided);
 	if (!r->o->json) {
-		if (!n->have_ns && n->nf)
+		if (!n->have_ns && n->nf && !n->undecided)
 			fprintf(r->out, "  no record header names this directory: every record is "
 				"judged on its own\n");
 		fprintf(r->out, "  %" PRIu64 " record%s checked, %s read\n", records,
@@ -808,8 +896,11 @@ static void cmd_verify(struct run *r, struct rns *n)
 	}
 	for (size_t i = 0; i < n->nf; i++) {
 		const struct rfile *f = &n->f[i];
-		if (f->kind == SEL_CHECK_NOT_FILE)
+		if (f->kind == SEL_CHECK_NOT_FILE) {
+			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s; the server "
+				    "ignores it", f->why);
 			continue;
+		}
 		if (f->kind != SEL_CHECK_OK)
 			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s", f->why);
 		/* The scan's header verdicts repeat what the check found; its tree
@@ -823,8 +914,15 @@ static void cmd_verify(struct run *r, struct rns *n)
 		} else if (f->fate == SEL_SCAN_DESCENDANT) {
 			char pn[SEL_RECORD_NAME_MAX];
 			sel_record_name(&f->h.d.parent, pn);
-			add_problem(r, arr, f->name, "orphan", "it links under %s, which is "
-				    "removed as an orphan; the next server start removes it too", pn);
+			add_problem(r, arr, f->name, "orphan", "it links under %s, which the next "
+				    "server start removes (an orphan, or a bad parent link); it goes "
+				    "too", pn);
+		} else if (f->fate == SEL_SCAN_LINK) {
+			char pn[SEL_RECORD_NAME_MAX];
+			sel_record_name(&f->h.d.parent, pn);
+			add_problem(r, arr, f->name, "parent link", "it links under %s, whose bucket "
+				    "is not the one it was written under (a parent key rewritten to "
+				    "another record's); the next server start removes it", pn);
 		} else if (f->fate == SEL_SCAN_PRUNED) {
 			add_problem(r, arr, f->name, "childless page-only", "no row and no record "
 				    "links under it; the next server start removes it");
@@ -1000,6 +1098,7 @@ struct gc_act {
 	size_t rec;         /* index into the scan's survivors */
 	enum gc_op op;
 	const char *reason; /* "expired", "limit", "page-only ancestor", ... */
+	uint64_t bytes;     /* what the action frees */
 };
 
 struct gc {
@@ -1014,6 +1113,7 @@ struct gc {
 	json_t *recovery;    /* the real (or dry) scan's removals */
 	struct run *r;
 	uint64_t recovered, recovered_bytes;
+	bool recovering;     /* inside sel_recover: its commits and prunes */
 };
 
 static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
@@ -1030,18 +1130,32 @@ static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
 		g->cap = cap;
 	}
 	const sel_scan_record *rec = &g->sc.rec[node->loc];
-	g->act[g->n++] = (struct gc_act){.rec = node->loc, .op = op,
-					 .reason = g->first ? g->primary : "page-only ancestor"};
+	const char *why = g->recovering ? (op == GC_TRUNCATE ? "interrupted compaction"
+							     : "childless page-only")
+			  : g->first   ? g->primary
+				       : "page-only ancestor";
+	/* What the file holds when its action runs: a record compacted
+	 * earlier (its row dropped) is only its pages by then. */
+	uint64_t has = (node->flags & SEL_NODE_HAS_ROW) ? rec->span.row_end : rec->span.row_off;
+	uint64_t gone = op == GC_UNLINK ? has : rec->span.row_end - rec->span.row_off;
+	g->act[g->n++] = (struct gc_act){.rec = node->loc, .op = op, .reason = why, .bytes = gone};
 	g->first = false;
-	if (op == GC_UNLINK) {
-		g->bytes -= rec->file_bytes;
+	g->bytes -= gone;
+	if (op == GC_UNLINK)
 		g->records--;
-	} else {
-		g->bytes -= rec->span.row_end - rec->span.row_off;
-	}
 }
 
 static void gc_remove(void *ctx, sel_index *ix, sel_node_id id) { gc_push(ctx, ix, id, GC_UNLINK); }
+
+/* Recovery inserted survivor i as node id: the tree's bookkeeping. */
+static int gc_inserted(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel_scan_record *rec)
+{
+	struct gc *g = ctx;
+	sel_index_get(ix, id)->loc = i;
+	g->bytes += rec->file_bytes;
+	g->records++;
+	return 0;
+}
 
 static void gc_drop_row(void *ctx, sel_index *ix, sel_node_id id)
 {
@@ -1166,6 +1280,19 @@ static void cmd_gc(struct run *r, struct rns *n)
 		json_object_update(n->j, head);
 		json_decref(head);
 	}
+	if (!n->have_ns && n->undecided) {
+		/* Deleting by a layout a minority of files carries is what lost
+		 * every good record once: refuse instead. */
+		char msg[PATH_MAX + 1024];
+		snprintf(msg, sizeof msg, "'%s': cannot decide the namespace's layout (%s); nothing "
+			 "removed", n->path, n->undecided);
+		ns_fail(r, n, msg);
+		if (o->json) {
+			json_object_set_new(n->j, "recovery", json_array());
+			json_object_set_new(n->j, "removed", json_array());
+		}
+		return;
+	}
 	if (!n->have_ns) {
 		if (!o->json)
 			fprintf(r->out, "  no record header names this directory: nothing to do "
@@ -1180,58 +1307,55 @@ static void cmd_gc(struct run *r, struct rns *n)
 		return;
 	}
 
-	/* 1. The server's startup recovery. */
+	/* 1-2. The server's startup recovery, by the server's own routine
+	 * (sel_recover): the scan's removals, then the tree in access order
+	 * (file mtime, parents first), a compaction a crash interrupted and
+	 * the pruning of useless page-only records. */
 	if (o->json)
 		g.recovery = json_array();
 	if (!o->json)
 		fprintf(r->out, "  startup recovery (%s):\n", o->dry_run ? "dry run" : "as a server "
 			"start would do it");
-	struct sel_scan_opts so = {.dry_run = o->dry_run, .threads = 4, .on_remove = gc_on_scan,
-				   .ctx = &g};
-	if (sel_record_scan(n->lk.fd, &n->ns, &so, &g.sc) != 0) {
-		ns_fail(r, n, NULL);
-		goto out;
-	}
-	if (!o->json)
-		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", verb, g.recovered,
-			g.recovered == 1 ? "" : "s", fmt_size(g.recovered_bytes, a, sizeof a));
-	if (o->json) {
-		json_object_set_new(n->j, "recovery", g.recovery);
-		g.recovery = NULL;
-	}
-
-	/* 2. The tree, in access order (file mtime, parents first). */
 	struct sel_index_ops ops = {.drop_row = gc_drop_row, .remove = gc_remove};
 	uint32_t pt = n->ns.layout.sz.page_tokens;
 	if (sel_index_create(pt, &ops, &g, &ix) != 0) {
 		ns_fail(r, n, NULL);
 		goto out;
 	}
-	for (size_t i = 0; i < g.sc.n; i++) {
-		const sel_scan_record *rec = &g.sc.rec[i];
-		sel_node_id id;
-		if (sel_index_insert(ix, &rec->d.key, &rec->d.parent, &rec->d.bucket, rec->d.tail,
-				     rec->has_row, &id) != 0) {
-			ns_fail(r, n, NULL);
-			goto out;
-		}
-		sel_index_get(ix, id)->loc = i;
-		g.bytes += rec->file_bytes;
-		g.records++;
-	}
-	g.primary = "childless page-only";
-	g.first = true;
-	sel_index_prune(ix); /* the scan pruned already: nothing, normally */
-	/* Last use as the server recovers it: file mtime, a parent as recent
-	 * as its newest descendant, the access order sorted by it. */
-	for (sel_node_id id = sel_index_next_lru(ix, SEL_NODE_NONE); id != SEL_NODE_NONE;
-	     id = sel_index_next_lru(ix, id)) {
-		uint64_t m = g.sc.rec[sel_index_cget(ix, id)->loc].mtime_ns;
-		sel_index_seed_used(ix, id, m < r->now ? m : r->now);
-	}
-	if (sel_index_order_by_use(ix) != 0) {
+	struct sel_recovery_opts ro = {
+		/* No max_file_bytes: --limit is what gc keeps in all, not the
+		 * server's disk limit; its eviction below applies it. */
+		.scan = {.dry_run = o->dry_run, .threads = 4, .on_remove = gc_on_scan, .ctx = &g},
+		.now_ns = r->now,
+		.inserted = gc_inserted,
+		.ctx = &g,
+	};
+	g.recovering = true;
+	if (sel_recover(n->lk.fd, &n->ns, &ro, ix, &g.sc) != 0) {
 		ns_fail(r, n, NULL);
 		goto out;
+	}
+	g.recovering = false;
+	if (!o->json)
+		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", verb, g.recovered,
+			g.recovered == 1 ? "" : "s", fmt_size(g.recovered_bytes, a, sizeof a));
+	/* A '.tmp-*' directory is nobody's interrupted write: reported, left
+	 * alone, and no reason to fail. */
+	json_t *alone = o->json ? json_array() : NULL;
+	for (size_t i = 0; i < n->nother; i++) {
+		if (!sel_record_is_tmp_name(n->other[i].name))
+			continue;
+		if (o->json)
+			json_array_append_new(alone, json_string(n->other[i].name));
+		else
+			fprintf(r->out, "    left alone: %s (a directory, not a temporary record)\n",
+				n->other[i].name);
+	}
+	if (o->json)
+		json_object_set_new(n->j, "left_alone", alone);
+	if (o->json) {
+		json_object_set_new(n->j, "recovery", g.recovery);
+		g.recovery = NULL;
 	}
 	uint64_t cutoff = sel_expiry_cutoff(r->now, o->max_age_ns);
 
@@ -1279,13 +1403,12 @@ static void cmd_gc(struct run *r, struct rns *n)
 		sel_record_name(&rec->d.key, name);
 		int rc = 0;
 		const char *err = NULL;
-		uint64_t gone = x->op == GC_UNLINK ? rec->file_bytes
-						   : rec->span.row_end - rec->span.row_off;
+		uint64_t gone = x->bytes;
 		if (blocked[x->rec]) {
 			err = "kept: a record linking under it could not be removed";
 		} else if (!o->dry_run) {
 			rc = x->op == GC_UNLINK ? sel_record_unlink(n->lk.fd, name, NULL)
-						: sel_record_truncate(n->lk.fd, name, &rec->span, NULL);
+						: sel_record_truncate(n->lk.fd, name, &rec->span, &rec->id, NULL);
 			if (rc)
 				err = eos_errmsg();
 		}

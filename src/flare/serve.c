@@ -114,6 +114,13 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 		if (o < cap)                                                                  \
 			o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                 \
 	} while (0)
+	if (p->off) {
+		ADD("flare: warning: stopped without a drain: %" PRIu64 " DRAM-only record%s (%s) not "
+		    "saved to disk; --prefix-cache-drain-on-shutdown saves them for a warm restart",
+		    p->records_left, p->records_left == 1 ? "" : "s",
+		    size_text(p->bytes_left, a, sizeof a));
+		return;
+	}
 	if (!p->final) {
 		ADD("flare: drain: %" PRIu64 " record%s (%s) written, %s/s; %" PRIu64 " writing (%s), "
 		    "%" PRIu64 " left (%s), %s", p->records_written, p->records_written == 1 ? "" : "s",
@@ -142,6 +149,15 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 #undef ADD
 }
 
+/* The store stopped for good (design 2.12): one line, from the worker. */
+static void print_store_stopped(void *ctx, int rc, const char *reason, const char *why)
+{
+	(void)ctx;
+	(void)rc;
+	fprintf(stderr, "flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
+		"without it (flare_host_cache_enabled 0)\n", reason, why);
+}
+
 /* The engine's drain progress, on stderr (design 2.5). */
 static void print_drain(void *ctx, const sel_drain_progress *p)
 {
@@ -163,6 +179,11 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 	const char *store = info->store && *info->store ? info->store : "disabled";
 	const char *note = disk_note && *disk_note ? disk_note
 			   : info->disk_note && *info->disk_note ? info->disk_note : "";
+	/* A disk directory that was asked for and cannot be used is a warning;
+	 * "--prefix-cache-disk-limit 0" is a choice. */
+	bool warn = disk_note && *disk_note ? !((s->set & (1u << FLARE_OPT_DISK_LIMIT)) &&
+						s->disk_limit == 0)
+					    : info->disk_warning;
 	if (!strcmp(store, "disabled")) {
 		flare_buf_printf(out, "flare: prefix cache: disabled");
 	} else {
@@ -177,9 +198,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		if (info->memory_bytes)
 			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
 		if (info->disk_dir[0])
-			flare_buf_printf(out, "; directory %s, limit %s, %" PRIu64 " records scanned",
-					 info->disk_dir, size_text(info->disk_limit, a, sizeof a),
-					 info->scanned_records);
+			flare_buf_printf(out, "; directory %s, limit %s, I/O %s, %" PRIu64
+					 " records scanned", info->disk_dir,
+					 size_text(info->disk_limit, a, sizeof a),
+					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
@@ -195,10 +217,17 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		}
 	}
 	if (*note)
-		flare_buf_printf(out, "; no disk store: %s", note);
+		flare_buf_printf(out, "; %sno disk store: %s", warn ? "warning: " : "", note);
 	flare_buf_puts(out, "\n");
 	if (info->warning[0])
 		flare_buf_printf(out, "flare: warning: %s\n", info->warning);
+	/* Design 2.10: record I/O is direct, so disk writes neither grow the
+	 * page cache nor evict the core's mappings.  Say so when it is not. */
+	if (info->disk_io && info->disk_io_note[0])
+		flare_buf_printf(out, "flare: warning: record I/O is %s, not io_uring+O_DIRECT: %s%s\n",
+				 info->disk_io, info->disk_io_note,
+				 strstr(info->disk_io, "buffered") ? " (records go through the page cache)"
+								   : "");
 }
 
 static const char *signame(int sig)
@@ -273,6 +302,7 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.drain_on_shutdown = s->drain,
 		.drain_limit_ns = s->drain_ns,
 		.drain_progress = print_drain,
+		.store_stopped = print_store_stopped,
 		.max_age_ns = s->max_age_ns,
 		.fdatasync = false,
 	};

@@ -263,6 +263,8 @@ struct hel_engine {
 	int *ent_rc;
 	int32_t *logits;
 	bool store_stopped;
+	int store_stop_rc;
+	char disk_note[512];    /* why no disk store: an unusable directory */
 	uint64_t stop_deadline; /* hel_engine_stop's deadline (mu) */
 	uint64_t events;     /* store events handled */
 	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
@@ -407,6 +409,15 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 		e->info.disk_note = "disk limit 0 selects no disk store";
 	cfg.disk_dir = disk ? c->disk_dir : NULL;
 	int rc = sel_store_open(&cfg, &e->store);
+	if (rc == SEL_EDIRECTORY && cfg.disk_dir) {
+		/* docs/configuration.md: an unusable directory selects no disk
+		 * store (design 2.11); the startup line says which and why. */
+		snprintf(e->disk_note, sizeof e->disk_note, "%s", sel_errmsg());
+		e->info.disk_note = e->disk_note;
+		e->info.disk_warning = true;
+		cfg.disk_dir = NULL;
+		rc = sel_store_open(&cfg, &e->store);
+	}
 	if (rc) {
 		char a[32];
 		return eos_fail(rc, "prefix cache (memory %s%s%s): %s",
@@ -513,6 +524,9 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 			snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
 		e->info.disk_limit = si.disk_limit;
 		e->info.scanned_records = si.scanned_records;
+		e->info.disk_io = si.disk_io;
+		snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
+			 si.disk_io_note ? si.disk_io_note : "");
 		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	}
 	e->info.gpu_pages = e->n_pages;
@@ -855,16 +869,33 @@ static sel_outcome put_pin(hel_engine *e, const sel_published *p, uint32_t pages
 
 /* The store stopped for good (design 2.12): stop using it, keep every id
  * and pin it may still touch, and recompute what waited on it. */
+const char *hel_store_stop_reason(int rc)
+{
+	switch (rc) {
+	case SEL_ESTOPPED: return "transfer_failed";
+	case -EIO: return "io_error";
+	case -ENOMEM: return "out_of_memory";
+	case SEL_ECORRUPT: return "corrupt";
+	default: return "error";
+	}
+}
+
 static void store_stop(hel_engine *e, int rc)
 {
+	/* Say it once (design 2.12: the store stops; serving goes on). */
+	char why[EOS_ERRMSG_MAX];
+	snprintf(why, sizeof why, "%s", sel_errmsg());
 	e->store_stopped = true;
+	e->store_stop_rc = rc;
 	for (size_t i = 0; i < e->n_rt; i++)
 		e->ws.retry_abandoned[e->rt[i].why]++;
 	e->n_rt = e->n_held = 0;
 	while (e->n_tk)
 		tk_del(e, &e->tk[0]);
 	requeue_failed_waiters(e, true);
-	(void)rc;
+	if (e->cfg.store_stopped)
+		e->cfg.store_stopped(e->cfg.store_stopped_ctx, rc, hel_store_stop_reason(rc),
+				     *why ? why : sel_strerror(rc));
 }
 
 static void fetch_event(hel_engine *e, const sel_event *ev)
@@ -1281,6 +1312,8 @@ static void publish_stats(hel_engine *e)
 	s.prefill_rate = (uint64_t)e->prefill_rate;
 	s.store_enabled = e->store != NULL;
 	s.store_stopped = e->store_stopped;
+	s.store_stop_rc = e->store_stop_rc;
+	s.store_stop_reason = e->store_stopped ? hel_store_stop_reason(e->store_stop_rc) : NULL;
 	if (e->store && !e->store_stopped)
 		sel_store_stats(e->store, &s.store);
 	else

@@ -43,6 +43,13 @@ typedef struct hel_engine_config {
 	 * (sel_store_config.drain_progress). */
 	void (*drain_progress)(void *ctx, const sel_drain_progress *p);
 	void *drain_ctx;
+	/* Called once, on the worker thread, when the store stops for good
+	 * (its poll failed: design 2.12, a transfer whose completion cannot be
+	 * reported): rc, a short reason (hel_store_stop_reason) and the
+	 * store's message.  Serving goes on without the store.  Must not
+	 * block for long.  NULL: nothing is said (the stats still are). */
+	void (*store_stopped)(void *ctx, int rc, const char *reason, const char *why);
+	void *store_stopped_ctx;
 	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
 	/* Tuning, tests and tools (0 / NULL: defaults). */
@@ -74,11 +81,14 @@ typedef struct hel_engine_info {
 	const char *store;           /* "disabled", "memory", "disk", "composite" */
 	const char *transport;       /* "host" (memcpy) or "cuda", or "none" */
 	const char *disk_note;       /* why no disk store was selected, or "" */
+	bool disk_warning;           /* disk_note is a warning: the directory is unusable */
 	uint64_t slots_total, intake_slots, slot_bytes;
 	uint64_t memory_bytes;
 	char disk_dir[4096];         /* the namespace directory, or "" */
 	uint64_t disk_limit;
 	uint64_t scanned_records;
+	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
+	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
 	uint32_t gpu_pages, gpu_rows, max_active;
 	char warning[512];           /* intake shrink warning, or "" */
 } hel_engine_info;
@@ -137,6 +147,8 @@ typedef struct hel_engine_stats {
 	uint64_t prefill_rate;         /* measured prefill tokens per second (policy input) */
 	bool store_enabled;
 	bool store_stopped;            /* the store failed for good; serving goes on without it */
+	int store_stop_rc;             /* then: the poll's error */
+	const char *store_stop_reason; /* then: hel_store_stop_reason(rc); NULL while running */
 	sel_stats store;               /* the host store's counters */
 	uint64_t uptime_ns;
 	/* The worker's loop: iterations run, and whether the last one found
@@ -148,6 +160,11 @@ typedef struct hel_engine_stats {
 	uint64_t loops;
 	bool quiet;
 } hel_engine_stats;
+
+/* A short, fixed name for why a store stopped (a metric label):
+ * "transfer_failed" (SEL_ESTOPPED), "io_error", "out_of_memory",
+ * "corrupt", or "error". */
+const char *hel_store_stop_reason(int rc);
 
 /* Build the model, the scheduler and cache, and the configured store
  * (scanning a disk directory, taking its lock).  Nothing runs yet.  On

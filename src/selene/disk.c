@@ -220,6 +220,7 @@ struct sel_disk {
 	uint32_t n_wt;
 
 	struct sel_disk_stats st; /* updated with atomics */
+	char io_note[EOS_ERRMSG_MAX]; /* why not io_uring + O_DIRECT at startup */
 };
 
 #define STAT_ADD(d, field, v) __atomic_fetch_add(&(d)->st.field, (v), __ATOMIC_RELAXED)
@@ -588,6 +589,20 @@ static void note_direct(sel_disk *d, bool direct)
 	}
 }
 
+/* The file a job names, or NULL when it names none. */
+static const struct eos_file_id *want_id(const struct sel_disk_job *j)
+{
+	return j->want.dev || j->want.ino ? &j->want : NULL;
+}
+
+/* The file behind fd, for the job's completion (a commit's `file`). */
+static void note_file(struct sel_disk_job *j, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0)
+		j->file = (struct eos_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+}
+
 static uint64_t next_nonce(sel_disk *d)
 {
 	uint64_t x = d->nonce;
@@ -765,6 +780,7 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 			w->next = j->first + j->count;
 			return;
 		}
+		note_file(j, w->fd);
 		int rc = sel_record_commit(d->dirfd, w->fd, w->tmp, c->name,
 					   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
 		w->fd = -1; /* closed by the commit in every case */
@@ -783,6 +799,7 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 		c->fd = -1;
 		return;
 	}
+	note_file(j, c->fd);
 	int rc = sel_record_commit(d->dirfd, c->fd, c->tmp, c->name,
 				   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
 	c->fd = -1;
@@ -829,19 +846,12 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		return;
 	}
 	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
-	c->fd = eos_open(d->dirfd, c->name, direct ? EOS_O_DIRECT : 0);
-	if (c->fd == -EINVAL && direct) {
-		c->fd = eos_open(d->dirfd, c->name, 0);
-		if (c->fd >= 0)
-			note_direct(d, false);
-	}
+	c->fd = sel_record_open(d->dirfd, c->name, &direct, want_id(j), &st);
+	if (c->fd >= 0)
+		note_direct(d, direct);
 	if (c->fd < 0) {
 		io_fail(c, c->fd, "%s", eos_errmsg());
 		c->fd = -1;
-		return;
-	}
-	if (fstat(c->fd, &st) != 0) {
-		io_fail(c, -errno, "fstat: %s", strerror(errno));
 		return;
 	}
 
@@ -937,7 +947,7 @@ static bool job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 		read_begin(d, c);
 		break;
 	case SEL_DISK_TRUNCATE:
-		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, &j->had_row)) != 0)
+		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j), &j->had_row)) != 0)
 			io_fail_msg(c, rc);
 		return false;
 	case SEL_DISK_UNLINK:
@@ -1144,6 +1154,31 @@ static void *disk_main(void *arg)
 	return NULL;
 }
 
+/* Add a startup path note (io_note, "; "-separated). */
+__attribute__((format(printf, 2, 3))) static void note(sel_disk *d, const char *fmt, ...)
+{
+	size_t n = strlen(d->io_note);
+	if (n && n + 2 < sizeof d->io_note) {
+		memcpy(d->io_note + n, "; ", 3);
+		n += 2;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(d->io_note + n, sizeof d->io_note - n, fmt, ap);
+	va_end(ap);
+}
+
+const char *sel_disk_io_path(const struct sel_disk_stats *st)
+{
+	return st->uring ? (st->direct ? "io_uring+O_DIRECT" : "io_uring+buffered")
+			 : (st->direct ? "pread+O_DIRECT" : "pread+buffered");
+}
+
+const char *sel_disk_io_note(const sel_disk *d)
+{
+	return d->io_note;
+}
+
 static const char *env_choice(const char *var)
 {
 	const char *v = getenv(var);
@@ -1213,15 +1248,19 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 
 	if (direct < 0) {
 		if (d->dir) {
-			rc = eos_direct_io_probe(d->dir);
+			rc = eos_direct_io_probe_at(d->dirfd, d->dir);
 			if (rc < 0)
 				goto fail;
 			direct = rc;
+			if (!direct)
+				note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
 		} else {
 			direct = 1; /* fall back at the first open that refuses */
 		}
+	} else if (direct == 0) {
+		note(d, "buffered I/O: %s", env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
 	} else if (direct == 1 && d->dir) {
-		rc = eos_direct_io_probe(d->dir);
+		rc = eos_direct_io_probe_at(d->dirfd, d->dir);
 		if (rc < 0)
 			goto fail;
 		if (rc == 0) {
@@ -1239,7 +1278,12 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 		} else if (io == SEL_DISK_IO_URING) {
 			rc = eos_fail(rc, "disk thread: io_uring forced but refused: %s", strerror(-rc));
 			goto fail;
+		} else {
+			note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
 		}
+	} else {
+		note(d, "pread/pwrite: %s", getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread"
+								     : "io_uring off");
 	}
 
 	d->q = calloc(d->cap, sizeof(*d->q));
@@ -1340,6 +1384,7 @@ int sel_disk_submit(sel_disk *d, struct sel_disk_job *j)
 		return rc;
 	j->status = 0;
 	j->committed = j->had_row = j->existed = false;
+	j->file = (struct eos_file_id){0, 0};
 	j->bytes = 0;
 	j->errmsg[0] = '\0';
 	j->submit_ns = eos_now_ns();

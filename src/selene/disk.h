@@ -32,6 +32,11 @@
  *     successful submit until the job comes back from sel_disk_poll.  A job
  *     is reported only after every I/O it issued has completed, including
  *     after a failed ring submission, so the buffers are quiescent then.
+ *   - Every record file is opened relative to the directory descriptor with
+ *     O_NOFOLLOW and O_NONBLOCK, must be a regular file and, where the job
+ *     names it (want), the very file that was indexed: a symbolic link, a
+ *     FIFO or a file put under the name since is never read, written
+ *     through or truncated (SEL_ECORRUPT).
  *   - Reads verify before they report success: the file's header is re-read
  *     and must describe exactly the indexed record (identity, fingerprint,
  *     layout, key, parent, bucket, tail, flags, every offset) before any
@@ -120,6 +125,11 @@ struct sel_disk_job {
 				       4 KiB-rounded piece must be writable memory (a slot share).
 				       WRITE_PART: on the END part only */
 	uint32_t row_n;
+	/* READ, TRUNCATE: the file the record was indexed at (the scan's
+	 * fstat, or a commit's `file` below); another file under the name --
+	 * replaced, a symbolic link, a FIFO -- is never read or truncated
+	 * (SEL_ECORRUPT).  All zero: no such check (tests). */
+	struct eos_file_id want;
 	/* Filled at completion. */
 	int status;                 /* 0, a negative errno, SEL_ECORRUPT, SEL_ESTOPPED */
 	bool committed;             /* WRITE, WRITE_PART END: the file is in place under its
@@ -127,6 +137,8 @@ struct sel_disk_job {
 				       this set) */
 	bool had_row;               /* READ, TRUNCATE: the file held its row */
 	bool existed;               /* UNLINK: the file was there; DISCARD: a temporary was */
+	struct eos_file_id file;    /* WRITE, WRITE_PART END with committed: the file now
+				       under the record's name */
 	uint64_t bytes;             /* bytes moved to or from the file */
 	uint64_t submit_ns, done_ns; /* monotonic */
 	char errmsg[EOS_ERRMSG_MAX]; /* the cause, when status != 0 */
@@ -207,5 +219,12 @@ struct sel_disk_stats {
 	bool uring, direct;        /* the paths in use now */
 };
 void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out);
+/* The I/O path the stats describe: "io_uring+O_DIRECT", "io_uring+buffered",
+ * "pread+O_DIRECT" or "pread+buffered" (a static string). */
+const char *sel_disk_io_path(const struct sel_disk_stats *st);
+/* Why the thread started on another path than io_uring+O_DIRECT (the probe's
+ * or io_uring's refusal, or the environment forcing it), "" when it did
+ * not.  Valid until destroy. */
+const char *sel_disk_io_note(const sel_disk *d);
 
 #endif

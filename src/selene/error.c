@@ -20,6 +20,7 @@ static const char *const sel_codes[] = {
 	[SEL_EBASE - SEL_EOVERSIZE] = "larger than the tier can ever hold",
 	[SEL_EBASE - SEL_EFORMAT] = "malformed header, name or text",
 	[SEL_EBASE - SEL_ESTOPPED] = "store stopped after an unreportable transfer failure",
+	[SEL_EBASE - SEL_EDIRECTORY] = "record directory unusable",
 };
 
 const char *sel_strerror(int rc)

@@ -74,8 +74,18 @@
  *   distinct candidate consumed count, and grows only the caller's chain.
  *   Its cost is one table probe per boundary between the resident count and
  *   the history's end (the new tokens / 64), one BLAKE2b per qualifying
- *   candidate, and the parent walk above the resident count -- not the
- *   history length.
+ *   candidate, and the parent walk above the resident count with one
+ *   BLAKE2b per ancestor on it -- not the history length.
+ *
+ *   Parent links are not trusted.  A recovered node's parent came from its
+ *   file's header, and anyone who can write the directory can make it name
+ *   another prefix's record of the same consumed count (design 2.3's
+ *   feasibility alone would then restore that prefix's pages under this
+ *   one's row).  So every ancestor on a candidate's walk must have the key
+ *   the request's history gives at its consumed count, or the candidate is
+ *   infeasible; the chain found is digested (internal.h,
+ *   sel_chain_digest_add) so that fetch, which re-walks the tree later
+ *   without the history, can prove it reads exactly these nodes.
  *
  *   Building with -DSEL_DEBUG_CHECKS (make check-asan) runs
  *   sel_index_check after every mutation and aborts on the first
@@ -112,6 +122,7 @@
 
 #include "eos.h"
 #include "index.h"
+#include "internal.h"
 
 #define NODE_FREE 0xffu /* node.state of an id on the free list */
 #define MIN_TABLE_BITS 4
@@ -922,9 +933,25 @@ static int chain_push(sel_index_chain *ch, sel_node_id id)
 	return 0;
 }
 
+/* The chain digest of ch (ascending ids, skip pages of its first node). */
+static void chain_digest(const sel_index *ix, const sel_node_id *ids, uint32_t n, uint32_t skip,
+			 sel_digest *out)
+{
+	memset(out, 0, sizeof *out);
+	for (uint32_t i = 0; i < n; i++) {
+		const sel_index_node *x = N(ix, ids[i]);
+		uint32_t used = x->tail_pages - (i == 0 ? skip : 0);
+		if (used || i + 1 == n)
+			sel_chain_digest_add(out, &x->key, used);
+	}
+}
+
 /* Collect the chain of candidate id above resident a: 1 when feasible (every
- * node above a READY), 0 when not, or -ENOMEM. */
-static int collect(const sel_index *ix, sel_node_id id, uint64_t a, sel_index_chain *ch)
+ * node above a READY, and each with the key h has at its consumed count --
+ * the candidate's own key was compared by the caller), 0 when not, or
+ * -ENOMEM. */
+static int collect(const sel_index *ix, const sel_history *h, sel_node_id id, uint64_t a,
+		   sel_index_chain *ch)
 {
 	uint64_t pages = 0, base = 0;
 	ch->n = 0;
@@ -933,6 +960,15 @@ static int collect(const sel_index *ix, sel_node_id id, uint64_t a, sel_index_ch
 		if (n->state != SEL_NODE_READY) {
 			ch->n = 0;
 			return 0;
+		}
+		if (ch->n > 0) { /* an ancestor: its link came from a file */
+			sel_key want;
+			sel_history_key_at(h, n->key.consumed, &want);
+			if (!sel_key_eq(&want, &n->key)) {
+				ch->n = 0;
+				ch->rejected++;
+				return 0;
+			}
 		}
 		int rc = chain_push(ch, id);
 		if (rc)
@@ -957,7 +993,49 @@ static int collect(const sel_index *ix, sel_node_id id, uint64_t a, sel_index_ch
 	ch->pages = (uint32_t)pages;
 	ch->skip_pages = (uint32_t)(a / pt - base / pt);
 	assert(pages == ch->consumed / pt - base / pt); /* invariant 4 */
+	chain_digest(ix, ch->ids, ch->n, ch->skip_pages, &ch->digest);
 	return 1;
+}
+
+int sel_index_chain_digest(const sel_index *ix, sel_node_id end, uint64_t resident,
+			   sel_digest *out)
+{
+	sel_node_id small[64], *ids = small;
+	uint32_t n = 0, cap = 64;
+	uint64_t base = 0;
+	int rc = 0;
+	for (sel_node_id cur = end; cur != SEL_NODE_NONE;) {
+		const sel_index_node *x = N(ix, cur);
+		if (x->key.consumed <= resident) {
+			base = x->key.consumed;
+			break;
+		}
+		if (n == cap) {
+			sel_node_id *g = malloc((size_t)cap * 2 * sizeof *g);
+			if (!g) {
+				rc = eos_fail(-ENOMEM, "index: out of memory for a chain of %" PRIu32, cap);
+				goto out;
+			}
+			memcpy(g, ids, (size_t)n * sizeof *g);
+			if (ids != small)
+				free(ids);
+			ids = g;
+			cap *= 2;
+		}
+		ids[n++] = cur;
+		cur = x->parent;
+	}
+	for (uint32_t i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
+		sel_node_id t = ids[i];
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+	uint64_t pt = ix->page_tokens;
+	chain_digest(ix, ids, n, (uint32_t)(resident / pt - base / pt), out);
+out:
+	if (ids != small)
+		free(ids);
+	return rc;
 }
 
 int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
@@ -969,6 +1047,8 @@ int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t residen
 	out->n = 0;
 	out->consumed = out->base = 0;
 	out->pages = out->skip_pages = 0;
+	out->rejected = 0;
+	memset(&out->digest, 0, sizeof out->digest);
 	if (top <= resident)
 		return 0;
 	sel_key want;
@@ -992,7 +1072,7 @@ int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t residen
 			}
 			if (!sel_key_eq(&want, &n->key))
 				continue;
-			int rc = collect(ix, id, resident, out);
+			int rc = collect(ix, h, id, resident, out);
 			if (rc)
 				return rc;
 		}

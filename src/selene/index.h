@@ -162,6 +162,10 @@ typedef struct sel_index_chain {
 	uint64_t base;       /* stopping parent's consumed count p (0 at a root) */
 	uint32_t pages;      /* sum of chain tail pages = c/pt - p/pt */
 	uint32_t skip_pages; /* a/pt - p/pt: chain pages the GPU already holds */
+	sel_digest digest;   /* the chain digest (internal.h, sel_hit.chain) */
+	/* Candidates the last lookup passed over because a node of their chain
+	 * did not match the history (a forged or stale parent link). */
+	uint32_t rejected;
 } sel_index_chain;
 
 void sel_index_chain_free(sel_index_chain *ch);
@@ -179,6 +183,12 @@ void sel_index_chain_free(sel_index_chain *ch);
  * reused and grown across calls; free it with sel_index_chain_free. */
 int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
 		     uint64_t limit, sel_index_chain *out);
+
+/* The chain digest (sel_hit.chain) of the restore of endpoint end above
+ * resident, walking the tree as it is now: the check every fetch makes
+ * before it reads.  0, or -ENOMEM. */
+int sel_index_chain_digest(const sel_index *ix, sel_node_id end, uint64_t resident,
+			   sel_digest *out);
 
 /* ---- Last use and expiry (design 2.5, "Host record expiry") ------------
  *

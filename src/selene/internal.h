@@ -6,8 +6,20 @@
 
 #include <stdint.h>
 
+#include "selene.h"
+
 /* Initialise libsodium once (thread-safe); picks its fast BLAKE2b. */
 void sel_crypto_init(void);
+
+/* The chain digest of a restore (sel_hit.chain): start from an all-zero
+ * digest and add, ancestor first, every node of the chain above the
+ * resident count that supplies pages (with the pages it supplies) and the
+ * endpoint:  acc = B16("flare-chain-v1" || acc || u64le consumed ||
+ * u32le pages || key digest).  Lookup computes it over the nodes it
+ * checked against the request's history; every fetch path recomputes it
+ * over the nodes it is about to read and refuses a difference, so a
+ * restore reads exactly the chain that was verified. */
+void sel_chain_digest_add(sel_digest *acc, const sel_key *k, uint32_t pages);
 
 /* Little-endian field access for on-disk and hashed encodings. */
 static inline void sel_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }

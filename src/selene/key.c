@@ -101,6 +101,22 @@ static void key_from(const sel_digest *bound, const sel_token *rest, uint64_t c,
 	out->consumed = c;
 }
 
+void sel_chain_digest_add(sel_digest *acc, const sel_key *k, uint32_t pages)
+{
+	static const char domain[] = "flare-chain-v1";
+	crypto_generichash_blake2b_state st;
+	uint8_t b[12];
+	sel_crypto_init();
+	crypto_generichash_blake2b_init(&st, NULL, 0, SEL_DIGEST_BYTES);
+	crypto_generichash_blake2b_update(&st, (const unsigned char *)domain, sizeof domain - 1);
+	crypto_generichash_blake2b_update(&st, acc->b, SEL_DIGEST_BYTES);
+	sel_put_u64(b, k->consumed);
+	sel_put_u32(b + 8, pages);
+	crypto_generichash_blake2b_update(&st, b, sizeof b);
+	crypto_generichash_blake2b_update(&st, k->digest.b, SEL_DIGEST_BYTES);
+	crypto_generichash_blake2b_final(&st, acc->b, SEL_DIGEST_BYTES);
+}
+
 bool sel_key_is_none(const sel_key *k)
 {
 	if (k->consumed)

@@ -64,7 +64,8 @@ enum {
 	OFF_ROW_CHECKSUM = 160,
 	OFF_CREATED = 168,
 	OFF_HEADER_CHECKSUM = 176,
-	OFF_RESERVED = 184,
+	OFF_RESERVED = 184,     /* v1, v2: 8 reserved zero bytes */
+	OFF_PARENT_CHECK = 184, /* v3: the parent link check (record.h) */
 	OFF_TABLE = 192,
 	RANK_ENTRY = 16, /* u32 planes, u32 reserved, u64 row bytes */
 };
@@ -374,6 +375,8 @@ int sel_record_span_of(const struct sel_record_sizes *sz, const sel_record_desc 
 		return eos_fail(SEL_EFORMAT, "record: key consumes 0 tokens");
 	uint64_t full = c / pt;
 	if (sel_key_is_none(&d->parent)) {
+		if (d->parent_check)
+			return eos_fail(SEL_EFORMAT, "record %s: a parent link check without a parent", kt);
 		if (d->tail != full)
 			return eos_fail(SEL_EFORMAT, "record %s: a root must hold its full chain of %" PRIu64
 					" pages, not %" PRIu32, kt, full, d->tail);
@@ -424,6 +427,12 @@ int sel_record_span_of(const struct sel_record_sizes *sz, const sel_record_desc 
 
 /* ---- Encode ----------------------------------------------------------------- */
 
+uint64_t sel_record_parent_check(const sel_digest *b)
+{
+	uint64_t v = sel_get_u64(b->b);
+	return v ? v : 1;
+}
+
 static void put_key(uint8_t *p, const sel_key *k)
 {
 	sel_put_u64(p, k->consumed);
@@ -453,12 +462,15 @@ int sel_record_encode(const sel_record_ns *ns, const sel_record_desc *d, uint64_
 {
 	const sel_record_layout *l = &ns->layout;
 	sel_record_span s;
-	if (version != 1 && version != SEL_RECORD_VERSION)
-		return eos_fail(-EINVAL, "record encode: version %" PRIu32 " (can write 1 or %u)",
-				version, SEL_RECORD_VERSION);
+	if (version < SEL_RECORD_VERSION_MIN || version > SEL_RECORD_VERSION)
+		return eos_fail(-EINVAL, "record encode: version %" PRIu32 " (can write %u..%u)",
+				version, SEL_RECORD_VERSION_MIN, SEL_RECORD_VERSION);
 	int rc = sel_record_span_of(&l->sz, d, &s);
 	if (rc)
 		return rc;
+	if (version < 3 && d->parent_check)
+		return eos_fail(SEL_EFORMAT, "record encode: version %" PRIu32 " has no parent link "
+				"check", version);
 	if (version == 1) {
 		if (d->flags)
 			return eos_fail(SEL_EFORMAT, "record encode: version 1 has no flags (0x%" PRIx32 ")",
@@ -488,6 +500,8 @@ int sel_record_encode(const sel_record_ns *ns, const sel_record_desc *d, uint64_
 	sel_put_u64(b + OFF_ROW_OFF, s.row_off);
 	sel_put_u64(b + OFF_ROW_CHECKSUM, row_checksum);
 	sel_put_u64(b + OFF_CREATED, created_ns);
+	if (version >= 3)
+		sel_put_u64(b + OFF_PARENT_CHECK, d->parent_check);
 	memcpy(b + OFF_TABLE, l->table, l->table_bytes);
 	if (version >= 2)
 		sel_put_u64(b + OFF_HEADER_CHECKSUM, header_checksum(b, s.header_bytes));
@@ -559,7 +573,9 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (h.d.flags & ~SEL_RECORD_FLAGS_KNOWN)
 		return eos_fail(SEL_EFORMAT, "record header: unknown flags 0x%" PRIx32,
 				h.d.flags & ~SEL_RECORD_FLAGS_KNOWN);
-	if (!all_zero(b + OFF_RESERVED, OFF_TABLE - OFF_RESERVED))
+	if (h.version >= 3)
+		h.d.parent_check = sel_get_u64(b + OFF_PARENT_CHECK);
+	else if (!all_zero(b + OFF_RESERVED, OFF_TABLE - OFF_RESERVED))
 		return eos_fail(SEL_EFORMAT, "record header: reserved bytes %d..%d are not 0", OFF_RESERVED,
 				OFF_TABLE - 1);
 	h.ranks = sel_get_u32(b + OFF_RANKS);
@@ -638,6 +654,8 @@ int sel_record_header_matches(const sel_record_header *h, const sel_record_desc 
 		what = "tail page count";
 	else if (h->d.flags != d->flags)
 		what = "replication flags";
+	else if (h->d.parent_check != d->parent_check)
+		what = "parent link check";
 	else if (memcmp(&h->span, want, sizeof(*want)) != 0)
 		what = "segment offsets";
 	if (!what)

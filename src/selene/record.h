@@ -38,7 +38,7 @@
 #include "selene.h"
 
 #define SEL_RECORD_MAGIC "FLARECKP"
-#define SEL_RECORD_VERSION 2u     /* what we write */
+#define SEL_RECORD_VERSION 3u     /* what we write */
 #define SEL_RECORD_VERSION_MIN 1u /* oldest we read */
 #define SEL_RECORD_ALIGN 4096u
 #define SEL_RECORD_HEADER_MIN 4096u
@@ -135,7 +135,20 @@ typedef struct sel_record_desc {
 	sel_digest bucket; /* boundary digest at key.consumed / 64 */
 	uint32_t tail;     /* stored page records */
 	uint32_t flags;    /* SEL_RECORD_*_REPLICATED */
+	/* Version 3: sel_record_parent_check(the parent's bucket digest) as the
+	 * writer knew it, so a parent key rewritten to another record's (of the
+	 * same consumed count) no longer matches that record's bucket.  0 =
+	 * not known (no parent; version 1 and 2 files; writers without one):
+	 * nothing is checked then.  A consistency check, not authentication:
+	 * whoever rewrites the parent key can rewrite this too (the restore
+	 * itself compares every chain node with the request's history,
+	 * sel_index_lookup). */
+	uint64_t parent_check;
 } sel_record_desc;
+
+/* The parent link check of a record whose parent has bucket digest b: its
+ * first 8 bytes, little-endian, never 0 (0 means "not known"). */
+uint64_t sel_record_parent_check(const sel_digest *b);
 
 /* Where everything is in one record's file. */
 typedef struct sel_record_span {
@@ -278,10 +291,15 @@ int sel_record_row_plan(const sel_record_layout *l, uint32_t flags, const struct
 
 /* ---- File protocol (record_io.c) ---------------------------------------- */
 
-/* Create <base>/<ns->dirname> (and base) if missing and take its exclusive
- * nonblocking lock: 0, or -EBUSY when another owner holds it, or the
- * failing errno, with a message.  The lock's fd is the dirfd of every
- * later call. */
+/* Create <base>/<ns->dirname> (and base) if missing, take its exclusive
+ * nonblocking lock and prove a file can be created and removed in it: 0;
+ * -EBUSY when another owner holds it; SEL_EDIRECTORY when the directory
+ * cannot be used by this process -- a regular file or a symbolic link at
+ * its name (never followed), no permission to create files there (the
+ * probe runs as the process is, so it tells the truth for root too), a
+ * read-only filesystem; another errno otherwise; each with a message
+ * naming the directory and why.  The lock's fd is the dirfd of every later
+ * call. */
 int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_dirlock *lk);
 
 /* Write protocol step 1: create ".tmp-<name>-<nonce>" (O_EXCL; another
@@ -307,10 +325,25 @@ int sel_record_commit(int dirfd, int fd, const char *tmp, const char *name, unsi
 /* Abandon a temporary file: close fd (if >= 0) and unlink tmp.  Returns
  * the unlink error (the file then stays for the next scan), else 0. */
 int sel_record_discard(int dirfd, int fd, const char *tmp);
-/* Compaction: truncate name to span->row_off.  The file must be page-only
- * or full (SEL_ECORRUPT otherwise); page-only already is a no-op.
- * *had_row (may be NULL) tells which. */
-int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span, bool *had_row);
+/* Compaction: truncate name to span->row_off.  The file must be a regular
+ * file (a symbolic link, FIFO or other file type under the name is never
+ * opened through: SEL_ECORRUPT), the file id names (dev, ino; NULL: any)
+ * and page-only or full (SEL_ECORRUPT otherwise); page-only already is a
+ * no-op.  *had_row (may be NULL) tells which. */
+int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span,
+			const struct eos_file_id *id, bool *had_row);
+/* Open record file name in dirfd for reading (O_DIRECT when *direct,
+ * falling back to buffered where refused: *direct = false) with
+ * eos_open_regular: no symbolic link is followed, no FIFO or device opened
+ * for I/O, and with id the file must be the one indexed.  Those refusals
+ * are SEL_ECORRUPT ("the file under the record's name is not the record"),
+ * a missing file -ENOENT, other failures their errno, with a message. */
+int sel_record_open(int dirfd, const char *name, bool *direct, const struct eos_file_id *id,
+		    struct stat *st);
+/* Whether the file fd of size bytes has a hole (SEEK_HOLE before its end):
+ * allocated blocks that do not cover its length.  Filesystems without
+ * SEEK_HOLE report none.  *at (may be NULL): where the first hole starts. */
+bool sel_record_sparse(int fd, uint64_t size, uint64_t *at);
 /* Deletion: unlinkat.  A missing file is success (*existed false). */
 int sel_record_unlink(int dirfd, const char *name, bool *existed);
 
@@ -340,6 +373,7 @@ typedef struct sel_scan_record {
 	uint64_t created_ns;
 	uint64_t file_bytes; /* span.row_off or span.row_end */
 	sel_record_span span;
+	struct eos_file_id id; /* the file the scan read (dev, ino) */
 } sel_scan_record;
 
 /* What the scan found and removed, and why. */
@@ -355,10 +389,14 @@ typedef struct sel_scan_stats {
 	uint64_t bad_layout;     /* another fingerprint or rank table */
 	uint64_t bad_name;       /* name does not match the header's key */
 	uint64_t bad_size;       /* length neither page-only nor full */
+	uint64_t bad_large;      /* longer than max_file_bytes (the disk limit) */
+	uint64_t bad_sparse;     /* holes: allocated blocks do not cover the length */
+	uint64_t bad_link;       /* parent link check differs from the parent's bucket */
 	uint64_t orphans;        /* parent named, absent, tail not the full chain */
 	uint64_t descendants;    /* removed with an orphan */
 	uint64_t pruned;         /* childless page-only, cascading */
 	uint64_t ignored;        /* names that are not ours, not regular files */
+	uint64_t tmp_dirs;       /* ".tmp-*" directories: left alone (not ours to remove) */
 	uint64_t unreadable;     /* open/read failed: neither kept nor removed */
 	uint64_t unlink_failed;  /* removals that failed (files stay) */
 	uint64_t bytes_stuck;    /* bytes of unreadable or unremovable files */
@@ -383,15 +421,22 @@ enum sel_scan_why {
 	SEL_SCAN_ORPHAN,     /* orphans */
 	SEL_SCAN_DESCENDANT, /* descendants */
 	SEL_SCAN_PRUNED,     /* pruned */
+	SEL_SCAN_LARGE,      /* bad_large */
+	SEL_SCAN_SPARSE,     /* bad_sparse */
+	SEL_SCAN_LINK,       /* bad_link, and every record linking under it */
 };
 /* "temporary", "format", "header checksum", "identity", "layout", "name",
- * "size", "orphan", "descendant of an orphan", "childless page-only". */
+ * "size", "orphan", "descendant of an orphan", "childless page-only",
+ * "too large", "sparse", "parent link". */
 const char *sel_scan_why_name(enum sel_scan_why why);
 
 struct sel_scan_opts {
 	bool direct;      /* read headers with O_DIRECT (fallback to buffered) */
 	uint32_t threads; /* header readers; 0 = 16 */
 	bool dry_run;     /* report, remove nothing */
+	/* Records longer than this are refused (removed, SEL_SCAN_LARGE) before
+	 * any budget is charged: the disk limit.  0 = no bound. */
+	uint64_t max_file_bytes;
 	/* Called on the calling thread for each file the scan removes (with
 	 * dry_run: would remove), in removal order -- temporaries, then records
 	 * deepest first.  bytes is the file's length (0 for a temporary, which
@@ -404,11 +449,17 @@ struct sel_scan_opts {
 
 /* Scan the namespace directory dirfd (the caller holds its eos_dirlock):
  * read every record's header, validate it against ns (magic, version,
- * identity, fingerprint, rank table, name vs key, length vs header), and
- * remove what cannot be used: temporaries, invalid files, orphans (parent
- * named but absent and tail not the full chain) with every record that
- * depends on them, and childless page-only records, cascading.  Files whose
- * names are not ours are left alone.
+ * identity, fingerprint, rank table, name vs key, length vs header, no
+ * holes, at most max_file_bytes), and remove what cannot be used:
+ * temporaries, invalid files, orphans (parent named but absent and tail not
+ * the full chain) and records whose parent link check does not match their
+ * parent, with every record that depends on them, and childless page-only
+ * records, cascading.  Files whose names are not ours are left alone, and
+ * so is every entry that is not a regular file (symbolic links, FIFOs,
+ * devices, directories -- ".tmp-*" directories included): each is judged by
+ * fstatat without following links and never opened, so nothing outside
+ * the directory is read or touched and a FIFO cannot block the scan, on
+ * filesystems without d_type too.
  *
  * out->rec lists the survivors in access order: ascending mtime, except
  * that a record's parent (when it links under it) is moved up to just
@@ -435,9 +486,11 @@ enum sel_check_kind {
 	SEL_CHECK_SIZE,            /* length neither page-only nor full */
 	SEL_CHECK_PAGE,            /* a page record fails its checksum */
 	SEL_CHECK_ROW,             /* the row fails its checksum */
+	SEL_CHECK_SPARSE,          /* holes: its blocks do not cover its length */
 };
 /* "ok", "unreadable", "not a file", "format", "header checksum",
- * "identity", "layout", "name", "size", "page checksum", "row checksum". */
+ * "identity", "layout", "name", "size", "page checksum", "row checksum",
+ * "sparse". */
 const char *sel_check_kind_name(enum sel_check_kind k);
 
 struct sel_record_check {
@@ -448,7 +501,7 @@ struct sel_record_check {
 	uint64_t size;            /* file length (0 when unreadable) */
 	uint64_t mtime_ns;
 	bool has_row;             /* valid when kind >= SEL_CHECK_PAGE or OK */
-	uint32_t bad_pages;       /* page records failing their checksum */
+	uint32_t bad_pages;       /* 1 when a page record failed (the check stops there) */
 	bool bad_row;
 	uint64_t bytes_read;
 };
@@ -459,8 +512,11 @@ struct sel_record_check {
  * or full -- the checks of the startup scan -- and with payload also what
  * the disk thread checks on a read: every stored page record against its
  * checksum entry and, when the file holds it, the row against the row
- * checksum (sel_record_check_page, sel_record_check_row).  Every page is
- * checked even after a failure (bad_pages counts them).  The verdict is in
+ * checksum (sel_record_check_page, sel_record_check_row).  The file is
+ * judged by fstatat first: a symbolic link, FIFO or device is never opened
+ * (SEL_CHECK_NOT_FILE); a file with holes is not read past its header
+ * (SEL_CHECK_SPARSE); reading stops at the first page record that fails.
+ * Memory stays bounded whatever tail the header claims.  The verdict is in
  * *out; returns 0, or -ENOMEM (nothing decided). */
 int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, bool payload,
 			  struct sel_record_check *out);

@@ -17,6 +17,15 @@
  * scan removes.  A rename replaces an older file of the same name in one
  * step, so a failed rewrite never loses the committed record.
  *
+ * Nothing under the directory is trusted to be what its name says.  Every
+ * open of an existing record is O_NOFOLLOW | O_NONBLOCK, requires a regular
+ * file and, where the caller knows it, the device and inode it indexed
+ * (sel_record_open, sel_record_truncate), so a symbolic link never leads a
+ * read or a truncation outside the directory and a FIFO never blocks one;
+ * the scan judges every entry with fstatat(AT_SYMLINK_NOFOLLOW) before it
+ * opens anything, whatever d_type says.  At open the namespace directory
+ * must not be a link and must take a file (SEL_EDIRECTORY otherwise).
+ *
  * The scan runs under the namespace directory lock the caller holds, so no
  * one else writes while it deletes.  Header reads dominate its time on a
  * cold cache (one device read per file), so a few threads read headers in
@@ -34,9 +43,12 @@
  *      the named file and no temporary; a failed one leaves the directory
  *      as it was (a temporary only when its unlink itself failed, named in
  *      the message).
- *   2. Every record the scan returns decoded against the namespace, its
- *      name is its key, its length is its row offset or row end, and every
- *      record it links under is returned before it.
+ *   2. Every record the scan returns is a regular file that decoded against
+ *      the namespace, its name is its key, its length is its row offset or
+ *      row end (and at most max_file_bytes), it has no hole, every record it
+ *      links under is returned before it and matches its parent link check.
+ *   3. The scan opens nothing that is not a regular file, and follows no
+ *      symbolic link.
  */
 #include "record.h"
 
@@ -55,8 +67,17 @@
 
 /* ---- Directory ---------------------------------------------------------- */
 
+/* Whether errno e says a directory cannot be used by this process (as
+ * opposed to a transient or resource failure). */
+static bool unusable(int e)
+{
+	return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR || e == ELOOP ||
+	       e == ENOENT;
+}
+
 int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_dirlock *lk)
 {
+	static unsigned probes;
 	char path[PATH_MAX];
 	lk->fd = -1;
 	lk->path = NULL;
@@ -66,8 +87,39 @@ int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_di
 		return eos_fail(-ENAMETOOLONG, "record directory: '%s' is too long", base);
 	int rc = eos_mkdir_p(path);
 	if (rc)
-		return rc;
-	return eos_dirlock_acquire(lk, path);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': %s", path,
+				eos_errmsg());
+	rc = eos_dirlock_acquire(lk, path);
+	if (rc)
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "%s", eos_errmsg());
+	/* Every write creates a temporary here: prove one can be made (as the
+	 * process is, capabilities included) before anything is scanned, so a
+	 * read-only or foreign directory selects no disk tier instead of
+	 * failing later in the middle of the startup. */
+	char probe[64];
+	snprintf(probe, sizeof probe, SEL_RECORD_TMP_PREFIX "probe-%ld-%u", (long)getpid(),
+		 __atomic_fetch_add(&probes, 1, __ATOMIC_RELAXED));
+	int fd = eos_open(lk->fd, probe, EOS_O_CREATE | EOS_O_WRITE);
+	if (fd == -EEXIST) {
+		(void)eos_fileops()->unlinkat(lk->fd, probe, 0); /* a stale probe of a dead pid */
+		fd = eos_open(lk->fd, probe, EOS_O_CREATE | EOS_O_WRITE);
+	}
+	if (fd < 0) {
+		rc = fd;
+		char msg[EOS_ERRMSG_MAX];
+		snprintf(msg, sizeof msg, "%s", eos_errmsg());
+		eos_dirlock_release(lk);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s' is not "
+				"writable: %s", path, msg);
+	}
+	eos_fileops()->close(fd);
+	if (eos_fileops()->unlinkat(lk->fd, probe, 0) != 0 && errno != ENOENT) {
+		rc = -errno;
+		eos_dirlock_release(lk);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': cannot "
+				"remove a file it created: %s", path, strerror(-rc));
+	}
+	return 0;
 }
 
 /* ---- Write protocol ----------------------------------------------------- */
@@ -149,18 +201,44 @@ int sel_record_commit(int dirfd, int fd, const char *tmp, const char *name, unsi
 	return 0;
 }
 
-int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span, bool *had_row)
+int sel_record_open(int dirfd, const char *name, bool *direct, const struct eos_file_id *id,
+		    struct stat *st)
+{
+	int fd = eos_open_regular(dirfd, name, *direct ? EOS_O_DIRECT : 0, id, st);
+	if (fd == -EINVAL && *direct) {
+		*direct = false;
+		fd = eos_open_regular(dirfd, name, 0, id, st);
+	}
+	if (fd == -ELOOP || fd == -ENXIO || fd == -ESTALE)
+		return eos_fail(SEL_ECORRUPT, "the file under the record's name is not the record: %s",
+				eos_errmsg());
+	return fd;
+}
+
+bool sel_record_sparse(int fd, uint64_t size, uint64_t *at)
+{
+	if (size == 0)
+		return false;
+	off_t h = lseek(fd, 0, SEEK_HOLE);
+	if (h < 0 || (uint64_t)h >= size)
+		return false; /* no hole, or no SEEK_HOLE: nothing to say */
+	if (at)
+		*at = (uint64_t)h;
+	return true;
+}
+
+int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span,
+			const struct eos_file_id *id, bool *had_row)
 {
 	const struct eos_fileops *ops = eos_fileops();
 	struct stat st;
 	int rc = 0;
-	int fd = eos_open(dirfd, name, EOS_O_WRITE);
+	int fd = eos_open_regular(dirfd, name, EOS_O_WRITE, id, &st);
+	if (fd == -ELOOP || fd == -ENXIO || fd == -ESTALE)
+		return eos_fail(SEL_ECORRUPT, "compact record: the file under the record's name is not "
+				"the record: %s", eos_errmsg());
 	if (fd < 0)
 		return eos_fail(fd, "compact record: %s", eos_errmsg());
-	if (fstat(fd, &st) != 0) {
-		rc = eos_fail(-errno, "compact record '%s': fstat: %s", name, strerror(errno));
-		goto out;
-	}
 	if ((uint64_t)st.st_size == span->row_off) {
 		if (had_row)
 			*had_row = false;
@@ -302,13 +380,14 @@ enum ent_state {
 	ENT_DESCENDANT,    /* remove: links under an orphan */
 	ENT_PRUNED,        /* remove: childless page-only */
 	ENT_HELD,          /* links under an unreadable file: neither kept nor removed */
+	ENT_BADLINK,       /* remove: its parent link check does not match the parent */
 };
 
 struct ent {
 	char name[SEL_RECORD_NAME_MAX];
 	sel_key name_key;
 	uint8_t state;
-	int reason;          /* ENT_INVALID: the decode error (SEL_E*), or 1 = name, 2 = size */
+	int reason;          /* ENT_INVALID: the decode error (SEL_E*), or a REASON_* */
 	int64_t parent;      /* index of the linked parent, -1 if none */
 	uint32_t children;   /* linked children still kept */
 	bool emitted;
@@ -320,6 +399,7 @@ struct scan_ctx {
 	int dirfd;
 	const sel_record_ns *ns;
 	bool direct;
+	uint64_t max_bytes;
 	struct ent *e;
 	size_t n;
 	size_t next; /* atomic work counter */
@@ -327,28 +407,37 @@ struct scan_ctx {
 
 #define REASON_NAME 1
 #define REASON_SIZE 2
+#define REASON_LARGE 3
+#define REASON_SPARSE 4
 
-/* Read and judge one file's header (a scan thread). */
+/* Read and judge one file's header (a scan thread).  The entry is judged
+ * by fstatat first, without following a link: anything but a regular file
+ * is passed over unopened, so a FIFO never blocks the scan and a link never
+ * leads outside the directory, whatever d_type said.  The open that follows
+ * is O_NOFOLLOW | O_NONBLOCK and must find the same file (an entry swapped
+ * in between is unreadable: neither kept nor removed). */
 static void scan_one(struct scan_ctx *c, struct ent *e, uint8_t *buf)
 {
 	const struct eos_fileops *ops = eos_fileops();
 	struct stat st;
 	sel_record_header h;
-	int fd = eos_open(c->dirfd, e->name, c->direct ? EOS_O_DIRECT : 0);
+	if (fstatat(c->dirfd, e->name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		e->state = ENT_UNREADABLE;
+		return;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		e->state = ENT_IGNORED;
+		return;
+	}
+	struct eos_file_id id = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+	int fd = eos_open_regular(c->dirfd, e->name, c->direct ? EOS_O_DIRECT : 0, &id, &st);
 	if (fd == -EINVAL && c->direct)
-		fd = eos_open(c->dirfd, e->name, 0);
+		fd = eos_open_regular(c->dirfd, e->name, 0, &id, &st);
 	if (fd < 0) {
 		e->state = ENT_UNREADABLE;
 		return;
 	}
-	if (fstat(fd, &st) != 0) {
-		e->state = ENT_UNREADABLE;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		e->state = ENT_IGNORED;
-		goto out;
-	}
+	e->r.id = id;
 	e->size = (uint64_t)st.st_size;
 	e->r.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
 	if (e->size < SEL_RECORD_HEADER_MIN) {
@@ -386,6 +475,19 @@ static void scan_one(struct scan_ctx *c, struct ent *e, uint8_t *buf)
 	if (e->size != h.span.row_off && e->size != h.span.row_end) {
 		e->state = ENT_INVALID;
 		e->reason = REASON_SIZE;
+		goto out;
+	}
+	/* Before anything is charged to the budget: a file that can never fit
+	 * it, or whose blocks do not cover its length (a sparse file claiming
+	 * a huge tail), would make the store evict good records for it. */
+	if (c->max_bytes && e->size > c->max_bytes) {
+		e->state = ENT_INVALID;
+		e->reason = REASON_LARGE;
+		goto out;
+	}
+	if (sel_record_sparse(fd, e->size, NULL)) {
+		e->state = ENT_INVALID;
+		e->reason = REASON_SPARSE;
 		goto out;
 	}
 	e->state = ENT_OK;
@@ -481,7 +583,8 @@ static int by_access(const void *a, const void *b, void *base)
 
 static bool is_removal(uint8_t st)
 {
-	return st == ENT_INVALID || st == ENT_ORPHAN || st == ENT_DESCENDANT || st == ENT_PRUNED;
+	return st == ENT_INVALID || st == ENT_ORPHAN || st == ENT_DESCENDANT || st == ENT_PRUNED ||
+	       st == ENT_BADLINK;
 }
 
 void sel_scan_free(sel_scan *s)
@@ -536,6 +639,8 @@ static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n
 			continue;
 		}
 		sel_key k;
+		/* d_type only short-cuts: DT_UNKNOWN (filesystems without it)
+		 * and DT_REG are judged by fstatat in scan_one. */
 		if (strlen(nm) >= SEL_RECORD_NAME_MAX || sel_record_name_parse(nm, &k) != 0 ||
 		    (de->d_type != DT_REG && de->d_type != DT_UNKNOWN)) {
 			st->ignored++;
@@ -586,6 +691,9 @@ static int scan_tree(struct ent *e, size_t n, uint32_t page_tokens)
 		int64_t p = keymap_get(&m, e, &e[i].r.d.parent);
 		if (p < 0)
 			e[i].state = ENT_ORPHAN;
+		else if (e[i].r.d.parent_check && e[p].state == ENT_OK &&
+			 e[i].r.d.parent_check != sel_record_parent_check(&e[p].r.d.bucket))
+			e[i].state = ENT_BADLINK; /* named another record than it was written under */
 		else
 			e[i].parent = p;
 	}
@@ -599,7 +707,7 @@ static int scan_tree(struct ent *e, size_t n, uint32_t page_tokens)
 		uint8_t verdict = ENT_OK;
 		for (;;) {
 			uint8_t s = e[x].state;
-			if (s == ENT_ORPHAN || s == ENT_DESCENDANT) {
+			if (s == ENT_ORPHAN || s == ENT_DESCENDANT || s == ENT_BADLINK) {
 				verdict = ENT_DESCENDANT;
 				break;
 			}
@@ -659,6 +767,9 @@ const char *sel_scan_why_name(enum sel_scan_why why)
 	case SEL_SCAN_ORPHAN: return "orphan";
 	case SEL_SCAN_DESCENDANT: return "descendant of an orphan";
 	case SEL_SCAN_PRUNED: return "childless page-only";
+	case SEL_SCAN_LARGE: return "too large";
+	case SEL_SCAN_SPARSE: return "sparse";
+	case SEL_SCAN_LINK: return "parent link";
 	}
 	return "?";
 }
@@ -670,9 +781,12 @@ static enum sel_scan_why why_of(const struct ent *e)
 	case ENT_ORPHAN: return SEL_SCAN_ORPHAN;
 	case ENT_DESCENDANT: return SEL_SCAN_DESCENDANT;
 	case ENT_PRUNED: return SEL_SCAN_PRUNED;
+	case ENT_BADLINK: return SEL_SCAN_LINK;
 	default: break;
 	}
 	switch (e->reason) {
+	case REASON_LARGE: return SEL_SCAN_LARGE;
+	case REASON_SPARSE: return SEL_SCAN_SPARSE;
 	case SEL_ECORRUPT: return SEL_SCAN_CHECKSUM;
 	case SEL_EIDENTITY: return SEL_SCAN_IDENTITY;
 	case SEL_ELAYOUT: return SEL_SCAN_LAYOUT;
@@ -690,6 +804,8 @@ static void count_invalid(sel_scan_stats *st, int reason)
 	case SEL_ELAYOUT: st->bad_layout++; break;
 	case REASON_NAME: st->bad_name++; break;
 	case REASON_SIZE: st->bad_size++; break;
+	case REASON_LARGE: st->bad_large++; break;
+	case REASON_SPARSE: st->bad_sparse++; break;
 	default: st->bad_format++; break;
 	}
 }
@@ -710,9 +826,15 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 	if ((rc = scan_list(dirfd, st, &e, &n, &tmps, &n_tmps)) != 0)
 		goto out;
 
-	/* Temporaries of interrupted writes. */
+	/* Temporaries of interrupted writes.  A directory by such a name is not
+	 * one (nothing of ours makes directories here): left alone, counted. */
 	for (size_t i = 0; i < n_tmps; i++) {
 		int err = 0;
+		struct stat tst;
+		if (fstatat(dirfd, tmps[i], &tst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(tst.st_mode)) {
+			st->tmp_dirs++;
+			continue;
+		}
 		if (opts.dry_run || ops->unlinkat(dirfd, tmps[i], 0) == 0 || errno == ENOENT) {
 			st->tmp_removed++;
 		} else {
@@ -724,7 +846,8 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 	}
 
 	/* Headers, in parallel. */
-	struct scan_ctx c = {.dirfd = dirfd, .ns = ns, .direct = opts.direct, .e = e, .n = n};
+	struct scan_ctx c = {.dirfd = dirfd, .ns = ns, .direct = opts.direct,
+			     .max_bytes = opts.max_file_bytes, .e = e, .n = n};
 	uint32_t want = opts.threads ? opts.threads : 16, started = 0;
 	if (want > 64)
 		want = 64;
@@ -768,7 +891,9 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 	qsort_r(order, nr, sizeof(*order), by_depth_desc, e);
 	for (size_t k = 0; k < nr; k++) {
 		struct ent *x = &e[order[k]];
-		if (x->state == ENT_ORPHAN)
+		if (x->state == ENT_BADLINK)
+			st->bad_link++;
+		else if (x->state == ENT_ORPHAN)
 			st->orphans++;
 		else if (x->state == ENT_DESCENDANT)
 			st->descendants++;

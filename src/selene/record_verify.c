@@ -19,11 +19,15 @@
  * instead of the disk thread's O_DIRECT pipeline into slots -- a tool has
  * time, and no slots.
  *
- * The order of the checks is the store's: header, name, length, then
- * payload.  The first failure names the verdict; payload checks go on after
- * a failed page so the count of bad pages is complete, but nothing past a
- * header, name or length failure is read (those files are unusable as a
- * whole, and their offsets cannot be trusted).
+ * The order of the checks is the store's: file type, header, name, length,
+ * holes, then payload.  The first failure names the verdict and ends the
+ * reading: nothing past a header, name, length or hole failure is read
+ * (those files are unusable as a whole, and their offsets cannot be
+ * trusted), and nothing past the first page record that fails its
+ * checksum.  A symbolic link, FIFO or device named like a record is judged
+ * by fstatat and never opened.  Memory is bounded by one page record, one
+ * row and a 4 KiB window of the checksum segment, whatever tail a header
+ * claims.
  *
  * INVARIANTS
  *   1. kind == SEL_CHECK_OK exactly when every check ran and passed (with
@@ -39,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -57,6 +62,7 @@ const char *sel_check_kind_name(enum sel_check_kind k)
 	case SEL_CHECK_SIZE: return "size";
 	case SEL_CHECK_PAGE: return "page checksum";
 	case SEL_CHECK_ROW: return "row checksum";
+	case SEL_CHECK_SPARSE: return "sparse";
 	}
 	return "?";
 }
@@ -149,7 +155,15 @@ static enum sel_check_kind decode_kind(int rc)
 	}
 }
 
-/* Pages and row of a file whose header, name and length passed. */
+/* Checksum entries read at a time: verification streams the checksum
+ * segment beside the pages, so its memory does not grow with the tail a
+ * header claims. */
+#define CK_CHUNK 4096u
+
+/* Pages and row of a file whose header, name and length passed.  Stops at
+ * the first page record that fails (the rest of such a file is never read):
+ * its verdict is decided, and a file claiming millions of pages is not read
+ * whole for it. */
 static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_record_check *out)
 {
 	const sel_record_header *h = &out->h;
@@ -165,20 +179,28 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 		return 0;
 	}
 	if (h->d.tail) {
-		ck = malloc(s->cksum_bytes);
+		ck = malloc(CK_CHUNK);
 		buf = malloc(s->page_stride);
 		if (!ck || !buf) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		rc = read_at(fd, ck, s->cksum_bytes, s->cksum_off, &out->bytes_read);
-		if (rc != 0) {
-			verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE,
-				"reading the checksum segment: %s", rc < 0 ? strerror(-rc) : "end of file");
-			rc = 0;
-			goto out;
-		}
+		uint32_t have = 0, at = 0; /* entries [at, at + have) are in ck */
 		for (uint32_t i = 0; i < h->d.tail; i++) {
+			if (i >= at + have) {
+				uint32_t left = h->d.tail - i, per = CK_CHUNK / 8;
+				at = i;
+				have = left < per ? left : per;
+				rc = read_at(fd, ck, 8 * (uint64_t)have, s->cksum_off + 8 * (uint64_t)i,
+					     &out->bytes_read);
+				if (rc != 0) {
+					verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE,
+						"reading the checksum segment: %s",
+						rc < 0 ? strerror(-rc) : "end of file");
+					rc = 0;
+					goto out;
+				}
+			}
 			rc = read_at(fd, buf, s->page_stride, s->page_off + (uint64_t)i * s->page_stride,
 				     &out->bytes_read);
 			if (rc != 0) {
@@ -188,10 +210,12 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 				rc = 0;
 				goto out;
 			}
-			if (sel_record_check_page(buf, s->page_stride, sel_get_u64(ck + 8 * (size_t)i),
-						  i) != 0) {
+			if (sel_record_check_page(buf, s->page_stride,
+						  sel_get_u64(ck + 8 * (size_t)(i - at)), i) != 0) {
 				out->bad_pages++;
-				verdict(out, SEL_CHECK_PAGE, "%s", eos_errmsg());
+				verdict(out, SEL_CHECK_PAGE, "%s (not read further)", eos_errmsg());
+				rc = 0;
+				goto out;
 			}
 		}
 		free(buf);
@@ -224,20 +248,39 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 	}
 	rc = 0;
 out:
-	if (out->bad_pages > 1 && out->kind == SEL_CHECK_PAGE) {
-		size_t n = strlen(out->why);
-		snprintf(out->why + n, sizeof out->why - n, "; %" PRIu32 " page records fail in all",
-			 out->bad_pages);
-	}
-	if (out->bad_row && out->kind == SEL_CHECK_PAGE) {
-		size_t n = strlen(out->why);
-		snprintf(out->why + n, sizeof out->why - n, "; the row fails too");
-	}
 	free(ck);
 	free(buf);
 	free(iov);
 	sel_record_layout_free(&l);
 	return rc;
+}
+
+/* Open name in dirfd for a check: judged by fstatat first (a symbolic link,
+ * FIFO or device is never opened), then opened as eos_open_regular does
+ * (O_NOFOLLOW | O_NONBLOCK, a regular file, the same one).  The descriptor,
+ * or -1 with the verdict given. */
+static int open_checked(int dirfd, const char *name, struct stat *st, struct sel_record_check *out)
+{
+	if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) != 0) {
+		verdict(out, SEL_CHECK_UNREADABLE, "fstatat: %s", strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		verdict(out, SEL_CHECK_NOT_FILE, "%s, not a regular file (never opened)",
+			S_ISLNK(st->st_mode)   ? "a symbolic link"
+			: S_ISFIFO(st->st_mode) ? "a FIFO"
+			: S_ISDIR(st->st_mode)  ? "a directory"
+						: "a device or socket");
+		return -1;
+	}
+	struct eos_file_id id = {(uint64_t)st->st_dev, (uint64_t)st->st_ino};
+	int fd = eos_open_regular(dirfd, name, 0, &id, st);
+	if (fd < 0) {
+		verdict(out, fd == -ENXIO || fd == -ELOOP ? SEL_CHECK_NOT_FILE : SEL_CHECK_UNREADABLE,
+			"%s", eos_errmsg());
+		return -1;
+	}
+	return fd;
 }
 
 int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, bool payload,
@@ -251,19 +294,9 @@ int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, 
 	uint8_t *hdr = malloc(SEL_RECORD_HEADER_MAX);
 	if (!hdr)
 		return eos_fail(-ENOMEM, "check record '%s': out of memory", name);
-	int fd = eos_open(dirfd, name, 0);
-	if (fd < 0) {
-		verdict(out, SEL_CHECK_UNREADABLE, "%s", eos_errmsg());
+	int fd = open_checked(dirfd, name, &st, out);
+	if (fd < 0)
 		goto done;
-	}
-	if (fstat(fd, &st) != 0) {
-		verdict(out, SEL_CHECK_UNREADABLE, "fstat: %s", strerror(errno));
-		goto done;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		verdict(out, SEL_CHECK_NOT_FILE, "not a regular file");
-		goto done;
-	}
 	out->size = (uint64_t)st.st_size;
 	out->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
 	if (!read_header(fd, out->size, hdr, &hlen, out))
@@ -282,6 +315,12 @@ int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, 
 	}
 	if (sel_record_check_length(&out->h.span, out->size, &out->has_row) != 0) {
 		verdict(out, SEL_CHECK_SIZE, "%s", eos_errmsg());
+		goto done;
+	}
+	uint64_t hole;
+	if (sel_record_sparse(fd, out->size, &hole)) {
+		verdict(out, SEL_CHECK_SPARSE, "a hole at byte %" PRIu64 " of %" PRIu64 ": its blocks "
+			"do not cover its length (never read whole)", hole, out->size);
 		goto done;
 	}
 	if (payload)
@@ -306,13 +345,10 @@ int sel_record_ns_load(int dirfd, const char *name, sel_record_ns *ns)
 	uint8_t *hdr = malloc(SEL_RECORD_HEADER_MAX);
 	if (!hdr)
 		return eos_fail(-ENOMEM, "record '%s': out of memory", name);
-	int fd = eos_open(dirfd, name, 0);
+	int fd = open_checked(dirfd, name, &st, &c);
 	if (fd < 0) {
-		rc = fd;
-		goto out;
-	}
-	if (fstat(fd, &st) != 0) {
-		rc = eos_fail(-errno, "record '%s': fstat: %s", name, strerror(errno));
+		rc = eos_fail(c.kind == SEL_CHECK_NOT_FILE ? -ENXIO : -EIO, "record '%s': %s", name,
+			      c.why);
 		goto out;
 	}
 	if (!read_header(fd, (uint64_t)st.st_size, hdr, &hlen, &c)) {

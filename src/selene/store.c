@@ -174,6 +174,8 @@ void sel_store_describe(sel_store *s, sel_store_info *out)
 	out->disk_dir = s->disk_dir;
 	out->disk_limit = s->disk_limit;
 	out->scanned_records = s->scanned_records;
+	out->disk_io = s->disk_io;
+	out->disk_io_note = s->disk_io ? (s->disk_io_note ? s->disk_io_note : "") : NULL;
 	sel_stats st;
 	sel_store_stats(s, &st);
 	out->transport = st.transport ? st.transport : "host";

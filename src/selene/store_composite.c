@@ -101,7 +101,9 @@
  *   drain_ns and at the close deadline; started ones finish.  ENOSPC and
  *   EDQUOT send a record back to the park for up to three more passes
  *   (100, 200, 400 ms apart); other errors drop it.  Nothing of this fails
- *   the close.  drain_progress hears of it about once a second and once at
+ *   the close.  Without the drain, drain_progress hears once, at close, how
+ *   many DRAM-only records (and bytes) the stop loses, when it loses any
+ *   (sel_drain_progress.off).  drain_progress hears of it about once a second and once at
  *   the end.  Then both stores close (their transfers drain before memory
  *   is released); if either cannot drain, the pool is leaked.
  *
@@ -131,6 +133,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "internal.h"
 #include "record.h"
 #include "slab.h"
 #include "store_common.h"
@@ -693,6 +696,21 @@ static int read_through(struct comp_store *cs, const sel_hit *hit, const sel_inb
 		info[i] = info[n - 1 - i];
 		info[n - 1 - i] = u;
 	}
+	/* Exactly the nodes the lookup compared with the request's history
+	 * (else the disk fetch refuses the hit as stale). */
+	{
+		uint64_t base = info[0].is_root ? 0 : info[0].parent.consumed;
+		uint32_t skip = (uint32_t)(hit->resident / cs->pt - base / cs->pt);
+		sel_digest dg;
+		memset(&dg, 0, sizeof dg);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t used = info[i].tail - (i == 0 ? skip : 0);
+			if (used || i + 1 == n)
+				sel_chain_digest_add(&dg, &chain[i], used);
+		}
+		if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
+			goto out;
+	}
 	f = calloc(1, sizeof(*f) + n * (sizeof(sel_key) + 1) + (size_t)in->n_pages * sizeof(uint32_t));
 	if (!f) {
 		rc = -ENOMEM;
@@ -1203,6 +1221,8 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->packed_records = m.packed_records + d.packed_records;
 	out->per_rank_records = m.per_rank_records + d.per_rank_records;
 	out->reused_tokens = m.reused_tokens + d.reused_tokens;
+	out->chains_rejected = d.chains_rejected; /* the catalogue's lookups */
+	out->disk_io = d.disk_io;
 	out->tier[SEL_TIER_MEMORY] = m.tier[SEL_TIER_MEMORY];
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
 	out->tier[SEL_TIER_DISK].dropped_oversize += cs->st.tier[SEL_TIER_DISK].dropped_oversize;
@@ -1374,6 +1394,19 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 	}
 }
 
+/* The parked (DRAM-only) records no write has started for, and their bytes. */
+static void parked_left(struct comp_store *cs, uint64_t *records, uint64_t *bytes)
+{
+	sel_key k = {0};
+	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
+		struct sel_disk_record_info di;
+		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
+			(*records)++;
+			*bytes += di.bytes;
+		}
+	}
+}
+
 static void drain_report(struct comp_store *cs, bool final, bool stopped)
 {
 	struct cdrain *d = &cs->dr;
@@ -1388,14 +1421,7 @@ static void drain_report(struct comp_store *cs, bool final, bool stopped)
 		p.records_writing++;
 		p.bytes_writing += w->bytes;
 	}
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
-			p.records_left++;
-			p.bytes_left += di.bytes;
-		}
-	}
+	parked_left(cs, &p.records_left, &p.bytes_left);
 	p.rate_bps = p.elapsed_ns ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
 				  : 0;
 	p.failed = d->failed;
@@ -1405,6 +1431,18 @@ static void drain_report(struct comp_store *cs, bool final, bool stopped)
 			: d->no_room ? "disk limit" : d->no_space && !d->failed ? "disk full"
 			: "write errors";
 	cs->drain_cb(cs->drain_ctx, &p);
+}
+
+/* Without the drain on shutdown: say what a stop loses (the DRAM-only
+ * records and their bytes), once, when it loses anything. */
+static void report_not_drained(struct comp_store *cs)
+{
+	if (!cs->drain_cb)
+		return;
+	sel_drain_progress p = {.final = true, .off = true, .why = "drain off"};
+	parked_left(cs, &p.records_left, &p.bytes_left);
+	if (p.records_left)
+		cs->drain_cb(cs->drain_ctx, &p);
 }
 
 /* Write the parked records to disk within the drain limit and the close
@@ -1465,6 +1503,8 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 	 * deadline it only reports that nothing could be saved. */
 	if (cs->drain)
 		drain(cs, deadline_ns);
+	else
+		report_not_drained(cs);
 	cs->closed = true;
 	int rc = 0;
 	if (sel_store_close(cs->mem, deadline_ns) != 0)
@@ -1584,6 +1624,8 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
 	cs->base.disk_dir = cs->disk->disk_dir;
 	cs->base.disk_limit = cs->disk->disk_limit;
 	cs->base.scanned_records = cs->disk->scanned_records;
+	cs->base.disk_io = cs->disk->disk_io;
+	cs->base.disk_io_note = cs->disk->disk_io_note;
 	cs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	cs->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	cs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

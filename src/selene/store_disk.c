@@ -21,16 +21,18 @@
  * namespaces share the base directory.  The lock is held until destroy
  * (or for ever, if the disk thread could not drain).
  *
- * Startup.  sel_record_scan removes temporaries, invalid files and orphans
- * and lists the survivors in mtime order, parents first; each is inserted
- * (linked under its parent when its tail is the count since it), with its
- * row when the file length covers it, then all are committed -- which
- * applies the row-drop rule to any single-child ancestor whose truncation
- * a crash interrupted -- and sel_index_prune removes what is useless.  Each
- * record's last use is its file's mtime (no later than now), and the
- * access order is sorted by the newest time under each record
- * (sel_index_order_by_use).  If the records exceed the limit, LRU eviction
- * brings them under it.
+ * Startup.  sel_recover (record_recovery.c, the routine `flare records gc`
+ * runs too) scans -- removing temporaries, invalid files, files over the
+ * limit or with holes, orphans and records with a bad parent link --
+ * inserts the survivors (linked under their parents when their tails are
+ * the counts since them), with their rows when the file lengths cover
+ * them, commits them all -- which applies the row-drop rule to any
+ * single-child ancestor whose truncation a crash interrupted -- prunes what
+ * is useless, seeds each record's last use from its file's mtime (no later
+ * than now) and sorts the access order by the newest time under each
+ * record.  If the records exceed the limit, LRU eviction brings them under
+ * it.  Each record remembers the device and inode its file had, so a file
+ * put under its name later is never read or truncated.
  *
  * Expiry (design 2.5, cfg->max_age_ns): the index stamps last use on
  * publication, PRESENT, touch, fetch and read_into (the record and its
@@ -151,6 +153,7 @@
 #include "index.h"
 #include "list.h"
 #include "record.h"
+#include "recovery.h"
 #include "slab.h"
 #include "store_common.h"
 #include "store_pool.h"
@@ -253,6 +256,8 @@ EOS_DLIST_DEFINE(streams, struct dstream_list, struct dstream)
 
 struct drec {
 	sel_key fparent;           /* the parent its file names */
+	uint64_t parent_check;     /* its file's parent link check (record.h) */
+	struct eos_file_id fid;    /* the file indexed: the scan's, or the last commit's */
 	uint64_t full;             /* file bytes with the row */
 	uint64_t rowseg;           /* row segment bytes */
 	uint64_t charged;
@@ -380,6 +385,15 @@ static void node_desc(const struct disk_store *ds, sel_node_id id, sel_record_de
 	d->bucket = n->bucket;
 	d->tail = n->tail_pages;
 	d->flags = ds->recs[id].flags;
+	d->parent_check = ds->recs[id].parent_check;
+}
+
+/* A disk job on record id's file: its description and the file indexed,
+ * so the disk thread refuses anything else under the name. */
+static void job_rec(const struct disk_store *ds, sel_node_id id, struct sel_disk_job *j)
+{
+	node_desc(ds, id, &j->rec);
+	j->want = ds->recs[id].fid;
 }
 
 static uint64_t record_bytes(const struct disk_store *ds, uint32_t pages, bool row)
@@ -582,7 +596,7 @@ static struct dj *job_new(struct disk_store *ds, uint8_t kind, sel_node_id id, e
 	d->node = id;
 	d->standalone = true;
 	d->j.op = op;
-	node_desc(ds, id, &d->j.rec);
+	job_rec(ds, id, &d->j);
 	jobs_push(&ds->jobs, d);
 	return d;
 }
@@ -889,7 +903,7 @@ static int win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	} else {
 		struct sel_disk_job *j = &w->dj.j;
 		j->op = SEL_DISK_READ;
-		node_desc(ds, id, &j->rec);
+		job_rec(ds, id, j);
 		j->first = p->first;
 		j->count = p->count;
 		j->pages = w->addr;
@@ -1260,6 +1274,8 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	int rc = d->j.status;
 	switch (d->kind) {
 	case K_PUT_WIN:
+		if (d->j.committed)
+			ds->recs[d->w->st->nodes[0]].fid = d->j.file;
 		/* A failed directory fsync after the rename: the file is in
 		 * place and readable; keep it. */
 		if (rc && !d->j.committed) {
@@ -1293,6 +1309,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 			rc = 0; /* in place; only the directory fsync failed */
 		if (rc == 0) {
 			r->file = true;
+			r->fid = d->j.file;
 			sel_index_get(ds->ix, id)->flags &= (uint16_t)~(DS_PARKED | DS_UNCHARGED);
 			park_del(ds, id);
 			ds->st.tier[SEL_TIER_DISK].held++;
@@ -1479,6 +1496,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		return SEL_SKIPPED;
 	id = sel_index_find(ds->ix, &cp->key);
 	sel_key fparent = {0};
+	uint64_t pcheck = 0;
 	if (id != SEL_NODE_NONE) {
 		const sel_index_node *n = NODE(ds, id);
 		if (n->flags & DS_DOOMED)
@@ -1496,6 +1514,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 		row = n->flags & SEL_NODE_HAS_ROW;
 		pid = n->parent;
 		fparent = ds->recs[id].fparent;
+		pcheck = ds->recs[id].parent_check;
 		if (tail > cp->n_pages)
 			return SEL_SKIPPED;
 	} else {
@@ -1512,9 +1531,10 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 						     &derived))
 					return SEL_SKIPPED;
 				tail = cp->tail;
-				if (tail == derived)
+				if (tail == derived) {
 					fparent = cp->parent;
-				else
+					pcheck = sel_record_parent_check(&NODE(ds, pid)->bucket);
+				} else
 					pid = SEL_NODE_NONE; /* stored as a root */
 			}
 		}
@@ -1522,7 +1542,8 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	if (!sel_put_pages_fit("disk store", cp, tail, ds->min_pages))
 		return SEL_SKIPPED;
 
-	sel_record_desc d = {.key = cp->key, .parent = fparent, .bucket = cp->bucket, .tail = tail};
+	sel_record_desc d = {.key = cp->key, .parent = fparent, .bucket = cp->bucket, .tail = tail,
+			     .parent_check = pcheck};
 	sel_record_span span;
 	if (sel_record_span_of(&ds->ns->layout.sz, &d, &span) != 0)
 		return SEL_SKIPPED;
@@ -1582,6 +1603,7 @@ static sel_outcome put_inner(struct disk_store *ds, const sel_published *cp, sel
 	}
 	struct drec *r = &ds->recs[id];
 	r->fparent = fparent;
+	r->parent_check = pcheck;
 	r->full = span.row_end;
 	r->rowseg = span.row_end - span.row_off;
 	r->flags = 0;
@@ -1663,6 +1685,7 @@ static int ds_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	struct disk_store *ds = DS(s);
 	ds->st.lookups++;
 	int rc = sel_index_lookup(ds->ix, h, resident, limit, &ds->chain);
+	ds->st.chains_rejected += ds->chain.rejected;
 	if (rc <= 0)
 		return rc;
 	const sel_index_chain *ch = &ds->chain;
@@ -1676,6 +1699,7 @@ static int ds_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	hit->bytes = record_bytes(ds, hit->pages, true);
 	hit->tier = SEL_TIER_DISK;
 	hit->cookie = end;
+	hit->chain = ch->digest;
 	ds->st.hits++;
 	return 1;
 }
@@ -1742,6 +1766,14 @@ static int ds_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	if (pages != hit->pages)
 		return eos_fail(-ESTALE, "disk store: hit chain changed (%" PRIu32 " pages now, %" PRIu32
 				" in the hit)", pages, hit->pages);
+	/* Exactly the nodes the lookup compared with the request's history. */
+	sel_digest dg;
+	if ((rc = sel_index_chain_digest(ds->ix, sel_index_find(ds->ix, &hit->key), hit->resident,
+					 &dg)) != 0)
+		return rc;
+	if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
+		return eos_fail(-ESTALE, "disk store: the hit's chain is not the one its lookup "
+				"verified");
 	if (in->n_pages != hit->pages)
 		return eos_fail(-EINVAL, "disk store: inbound ticket %" PRIu64 " has %" PRIu32
 				" pages, the hit uploads %" PRIu32, in->ticket, in->n_pages, hit->pages);
@@ -1834,6 +1866,11 @@ static void ds_stats(sel_store *s, sel_stats *out)
 	struct disk_store *ds = DS(s);
 	*out = ds->st;
 	out->transport = ds->sp->backend->name;
+	if (ds->disk) {
+		struct sel_disk_stats dst;
+		sel_disk_stats(ds->disk, &dst);
+		out->disk_io = sel_disk_io_path(&dst);
+	}
 	out->slot_bytes = ds->slot_bytes;
 	out->slots_in_use = sel_slab_in_use(ds->pool);
 	out->slots_total = sel_slab_total(ds->pool);
@@ -1982,75 +2019,55 @@ static const struct sel_store_ops ds_ops = {
 
 /* ---- open: lock, scan, rebuild --------------------------------------------------------- */
 
+/* The startup recovery's hook: the record behind node id, from its file. */
+static int rebuilt(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel_scan_record *x)
+{
+	(void)ix;
+	(void)i;
+	struct disk_store *ds = ctx;
+	int rc = ensure_rec(ds, id);
+	if (rc)
+		return rc;
+	struct drec *r = &ds->recs[id];
+	memset(r, 0, sizeof(*r));
+	r->live = true;
+	r->file = true;
+	r->pprev = r->pnext = SEL_NODE_NONE;
+	r->fparent = x->d.parent;
+	r->parent_check = x->d.parent_check;
+	r->fid = x->id;
+	r->flags = x->d.flags;
+	r->full = x->span.row_end;
+	r->rowseg = x->span.row_end - x->span.row_off;
+	r->charged = x->file_bytes;
+	ds->used += r->charged;
+	return 0;
+}
+
+/* Startup: the recovery `flare records gc` runs too (record_recovery.c),
+ * then the limit. */
 static int rebuild(struct disk_store *ds)
 {
 	sel_scan sc;
-	struct sel_scan_opts so = {.direct = false};
-	int rc = sel_record_scan(ds->lk->fd, ds->ns, &so, &sc);
+	struct sel_recovery_opts ro = {
+		.scan = {.direct = false, .max_file_bytes = ds->limit},
+		.now_ns = ds->exp.clock(),
+		.inserted = rebuilt,
+		.ctx = ds,
+	};
+	int rc = sel_recover(ds->lk->fd, ds->ns, &ro, ds->ix, &sc);
 	if (rc)
-		return eos_fail(rc, "disk store: scanning '%s': %s", ds->base.disk_dir, eos_errmsg());
+		return eos_fail(rc, "disk store: recovering '%s': %s", ds->base.disk_dir, eos_errmsg());
 	/* Files the scan removed for failing header verification count as
 	 * corrupt records (docs/metrics.md), like payloads failing at a read. */
 	ds->st.tier[SEL_TIER_DISK].corrupt += sc.st.bad_format + sc.st.bad_checksum +
-					      sc.st.bad_name + sc.st.bad_size;
-	sel_node_id *ids = malloc((sc.n ? sc.n : 1) * sizeof(*ids));
-	if (!ids) {
-		sel_scan_free(&sc);
-		return eos_fail(-ENOMEM, "disk store: out of memory for %zu records", sc.n);
-	}
-	size_t n = 0;
-	for (size_t i = 0; i < sc.n; i++) {
-		const sel_scan_record *x = &sc.rec[i];
-		bool links = sel_record_links_parent(&x->d, ds->pt);
-		sel_node_id id;
-		rc = sel_index_insert(ds->ix, &x->d.key, links ? &x->d.parent : NULL, &x->d.bucket,
-				      x->d.tail, x->has_row, &id);
-		if (rc == 0)
-			rc = ensure_rec(ds, id);
-		if (rc) {
-			if (rc == -ENOMEM)
-				goto fail;
-			continue; /* cannot happen after the scan; leave the file */
-		}
-		struct drec *r = &ds->recs[id];
-		memset(r, 0, sizeof(*r));
-		r->live = true;
-		r->file = true;
-		r->pprev = r->pnext = SEL_NODE_NONE;
-		r->fparent = x->d.parent;
-		r->flags = x->d.flags;
-		r->full = x->span.row_end;
-		r->rowseg = x->span.row_end - x->span.row_off;
-		r->charged = x->file_bytes;
-		ds->used += r->charged;
-		ids[n++] = id;
-	}
-	/* Committed once every child is in: the row-drop rule sees the final
-	 * child counts (a truncation a crash interrupted happens now). */
-	for (size_t i = 0; i < n; i++)
-		if (sel_index_cget(ds->ix, ids[i]))
-			sel_index_commit(ds->ix, ids[i]);
-	sel_index_prune(ds->ix);
-	/* Last use from the files' mtimes (design 2.5: recovery uses file
-	 * mtime; a parent is as recent as its newest descendant), and the
-	 * access order sorted by it.  A future mtime counts as now. */
-	uint64_t now = ds->exp.clock();
-	for (size_t i = 0; i < sc.n; i++) {
-		sel_node_id id = sel_index_find(ds->ix, &sc.rec[i].d.key);
-		if (id != SEL_NODE_NONE)
-			sel_index_seed_used(ds->ix, id, sc.rec[i].mtime_ns < now ? sc.rec[i].mtime_ns : now);
-	}
-	if ((rc = sel_index_order_by_use(ds->ix)))
-		goto fail;
+					      sc.st.bad_name + sc.st.bad_size + sc.st.bad_sparse +
+					      sc.st.bad_link;
+	ds->st.tier[SEL_TIER_DISK].dropped_oversize += sc.st.bad_large;
 	ds->base.scanned_records = sel_index_count(ds->ix);
 	(void)make_room(ds, 0); /* over the limit: LRU eviction */
-	free(ids);
 	sel_scan_free(&sc);
 	return 0;
-fail:
-	free(ids);
-	sel_scan_free(&sc);
-	return eos_fail(rc, "disk store: rebuilding the index: %s", eos_errmsg());
 }
 
 static int epoll_add(int epfd, int fd)
@@ -2138,6 +2155,14 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	};
 	if ((rc = sel_disk_create(&dc, &ds->disk)))
 		goto fail;
+	{
+		/* The startup line names the path actually used (design 2.10 wants
+		 * direct I/O; a fallback fills the page cache). */
+		struct sel_disk_stats dst;
+		sel_disk_stats(ds->disk, &dst);
+		ds->base.disk_io = sel_disk_io_path(&dst);
+		ds->base.disk_io_note = sel_disk_io_note(ds->disk);
+	}
 	rc = sel_xfer_create(g, ds->layout, ds->pool, sp->backend,
 			     cfg->queue_depth ? cfg->queue_depth : 64, &ds->xfer);
 	if (rc)
@@ -2206,8 +2231,10 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 			pid = SEL_NODE_NONE;
 	}
 	sel_record_desc d = {.key = p->key, .bucket = p->bucket, .tail = p->tail, .flags = p->flags};
-	if (linked)
+	if (linked) {
 		d.parent = p->parent;
+		d.parent_check = sel_record_parent_check(&NODE(ds, pid)->bucket);
+	}
 	sel_record_span span;
 	int rc = sel_record_span_of(&ds->ns->layout.sz, &d, &span);
 	if (rc)
@@ -2231,6 +2258,7 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 	r->live = true;
 	r->pprev = r->pnext = SEL_NODE_NONE;
 	r->fparent = d.parent;
+	r->parent_check = d.parent_check;
 	r->flags = p->flags;
 	r->full = span.row_end;
 	r->rowseg = span.row_end - span.row_off;
@@ -2379,7 +2407,7 @@ int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *c
 	d->node = id;
 	d->cookie = cookie;
 	d->j.op = SEL_DISK_READ;
-	node_desc(ds, id, &d->j.rec);
+	job_rec(ds, id, &d->j);
 	d->j.pages = pa;
 	d->j.row = row;
 	d->j.row_iov = row ? iov : NULL;

@@ -606,6 +606,7 @@ static int ms_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	struct mem_store *ms = MS(s);
 	ms->st.lookups++;
 	int rc = sel_index_lookup(ms->ix, h, resident, limit, &ms->chain);
+	ms->st.chains_rejected += ms->chain.rejected;
 	if (rc <= 0)
 		return rc;
 	const sel_index_chain *ch = &ms->chain;
@@ -617,6 +618,7 @@ static int ms_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	hit->bytes = record_bytes(ms, hit->pages, true);
 	hit->tier = SEL_TIER_MEMORY;
 	hit->cookie = end;
+	hit->chain = ch->digest;
 	ms->st.hits++;
 	return 1;
 }
@@ -720,6 +722,14 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	if (tails != chain_pages || chain_pages - skip != hit->pages)
 		return eos_fail(-ESTALE, "memory store: hit chain changed (%" PRIu64 " pages now, %" PRIu32
 				" in the hit)", chain_pages - skip, hit->pages);
+	/* Exactly the nodes the lookup compared with the request's history. */
+	sel_digest dg;
+	int drc = sel_index_chain_digest(ms->ix, end, hit->resident, &dg);
+	if (drc)
+		return drc;
+	if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
+		return eos_fail(-ESTALE, "memory store: the hit's chain is not the one its lookup "
+				"verified");
 	if (in->n_pages != hit->pages)
 		return eos_fail(-EINVAL, "memory store: inbound ticket %" PRIu64 " has %" PRIu32
 				" pages, the hit uploads %" PRIu32, in->ticket, in->n_pages, hit->pages);
