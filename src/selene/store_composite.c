@@ -1201,6 +1201,9 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->parked_records = d.parked_records;
 	out->packed_records = m.packed_records + d.packed_records;
 	out->per_rank_records = m.per_rank_records + d.per_rank_records;
+	out->abandoned_stores = d.abandoned_stores;
+	out->spilled_bytes = d.spilled_bytes;
+	out->read_through_bytes = d.read_through_bytes;
 	out->reused_tokens = m.reused_tokens + d.reused_tokens;
 	out->tier[SEL_TIER_MEMORY] = m.tier[SEL_TIER_MEMORY];
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
