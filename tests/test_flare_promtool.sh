@@ -12,11 +12,17 @@ flare=${SELENE_BUILD:-build}/flare
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/promtool.XXXXXX")
 pid=
 cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	rc=$?
+	if [ -n "$pid" ]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
 	rm -rf "$tmp"
+	exit $rc
 }
 trap cleanup EXIT
 
+: >"$tmp/err" # before the server starts: the loop below reads it at once
 "$flare" run --port 0 --dashboard off --prefix-cache-memory 8MiB \
 	--prefix-cache-disk "$tmp/pc" 2>"$tmp/err" &
 pid=$!
@@ -24,7 +30,7 @@ pid=$!
 port=
 i=0
 while [ $i -lt 300 ]; do
-	port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/err")
+	port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/err" || true)
 	[ -n "$port" ] && break
 	kill -0 "$pid" 2>/dev/null || { cat "$tmp/err"; exit 1; }
 	sleep 0.1
