@@ -191,10 +191,11 @@ int hel_engine_start(hel_engine *e);
  * queue_limit requests not yet finished beyond max_active); -EINVAL
  * (message names the field) for an empty prompt, max_tokens 0, a prompt
  * plus max_tokens over the core's context, a token outside the vocabulary,
- * a negative temperature or a salt length without a salt; -E2BIG when the
- * request could never fit the GPU cache (its pages, or a row per message
- * checkpoint); -ESHUTDOWN when stopping.  Every sampled token is reported,
- * the stop token HEL_TOK_END included (it counts in completion_tokens). */
+ * a negative temperature, a salt length without a salt or top_logprobs over
+ * HEL_TOP_LOGPROBS_MAX; -E2BIG when the request could never fit the GPU
+ * cache (its pages, or a row per message checkpoint); -ESHUTDOWN when
+ * stopping.  Every sampled token is reported, the stop token HEL_TOK_END
+ * included (it counts in completion_tokens). */
 int hel_engine_submit(hel_engine *e, const hel_request *r, uint64_t *id);
 /* Thread-safe.  The request finishes with "cancelled" (0), or -ENOENT
  * when it is unknown or already finished (its on_done was called or is
