@@ -157,6 +157,15 @@ try:
           "bad role: 400 naming messages[0].role (%s)" % e)
     e = by["unknown model"]["error"]
     check(e and e["status"] == 404 and e["code"] == "model_not_found", "unknown model: 404 model_not_found (%s)" % e)
+    # n choices share the prompt through the GPU cache (design 4's
+    # branching): on a prompt never seen, the first computes it and the
+    # other two resume from its checkpoint.
+    fresh = {"messages": [{"role": "user", "content": "A prompt seen once: %f" % time.time()}],
+             "n": 3, "max_tokens": 4, "temperature": 0.5, "seed": 1}
+    w = raw(base, "/v1/chat/completions", fresh)
+    pt = w["usage"]["prompt_tokens"]
+    check(w["flare"]["prefill_tokens"] == pt and w["flare"]["reused_gpu_tokens"] == 2 * pt,
+          "n 3: the prompt computed once, reused twice (%s, %d prompt tokens)" % (w["flare"], pt))
     e = by["wrong key"]["error"]
     check(e and e["status"] == 401 and e["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key (%s)" % e)
 finally:
