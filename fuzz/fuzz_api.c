@@ -5,9 +5,10 @@
  *
  * The first byte picks the endpoint (completions or chat); the rest is the
  * body.  Besides "never crashes, never leaks", it checks:
- *   1. Success yields a non-empty prompt with 1 <= max_tokens and
- *      prompt + max_tokens within the context (invariant 1 of api.c), and
- *      a response built from it is valid JSON.
+ *   1. Success yields prompts within their bounds, each non-empty with
+ *      1 <= max_tokens and prompt + max_tokens within the context
+ *      (invariant 1 of api.c), and a response built from it, logprobs
+ *      included, is valid JSON.
  *   2. Failure yields a 4xx/5xx status, a message, and an error body that
  *      is valid JSON naming the same param.
  *   3. flare_utf8_clean turns any bytes into text jansson accepts, and
@@ -39,15 +40,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct flare_api_error err;
 	struct flare_buf b = {0};
 	if (flare_api_parse(kind, body, len, &lim, &req, &err) == 0) {
-		if (req.n_prompt == 0 || req.max_tokens == 0 ||
-		    (uint64_t)req.n_prompt + req.max_tokens > lim.max_context)
-			fail("accepted request breaks its limits", "");
+		if (req.n_prompts == 0 || req.n_prompts > FLARE_API_PROMPTS_MAX || req.n == 0 ||
+		    req.n > FLARE_API_N_MAX || req.n_prompts * req.n > FLARE_API_CHOICES_MAX ||
+		    req.top_logprobs > FLARE_API_TOP_LOGPROBS_MAX || req.stop.n > FLARE_STOP_MAX)
+			fail("accepted request breaks its bounds", "");
+		for (uint32_t i = 0; i < req.n_prompts; i++) {
+			const struct flare_api_prompt *p = &req.prompts[i];
+			if (p->n == 0 || p->max_tokens == 0 ||
+			    (uint64_t)p->n + p->max_tokens > lim.max_context)
+				fail("accepted request breaks its limits", "");
+		}
 		if (req.salt && req.salt_len > FLARE_API_SALT_MAX)
 			fail("salt too long", "");
 		struct flare_api_meta m = {.kind = kind, .id = "x-1", .created = 1, .model = "tiny",
-					   .include_usage = req.include_usage};
-		hel_outcome o = {.finish_reason = "stop", .prompt_tokens = req.n_prompt};
-		flare_api_response(&b, &m, "ok", 2, &o);
+					   .include_usage = req.include_usage,
+					   .logprobs = req.logprobs};
+		hel_outcome o = {.finish_reason = "stop", .prompt_tokens = req.prompts[0].n};
+		/* Every token id as a logprobs entry, alternatives included. */
+		struct flare_api_token tk[2] = {{.token = req.prompts[0].tokens[0], .offset = 0},
+						{.token = 257, .offset = 1}};
+		tk[0].lp.n_top = req.top_logprobs;
+		for (uint32_t k = 0; k < req.top_logprobs; k++)
+			tk[0].lp.top[k] = (hel_token)(k * 37 % 320);
+		struct flare_api_choice c = {.index = 0, .text = "ok", .len = 2, .finish = "stop",
+					     .tokens = tk, .n_tokens = 2};
+		flare_api_response(&b, &m, &c, 1, &o);
 		json_t *j = json_loads(b.data, 0, NULL);
 		if (!j)
 			fail("response is not JSON", b.data);
@@ -56,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		if (err.status < 400 || err.status > 599 || !err.message[0])
 			fail("error without status or message", err.message);
-		if (req.prompt || req.salt)
+		if (req.prompts || req.salt)
 			fail("failed parse left allocations", err.message);
 		flare_api_error_json(&b, &err);
 		json_error_t je;

@@ -364,6 +364,9 @@ typedef struct sel_tier_stats {
 	uint64_t compacted;
 	uint64_t corrupt;       /* records that failed verification */
 	uint64_t rate_bps;      /* median of the last three transfers (policy) */
+	/* Records stored into the tier with replicated shares packed once,
+	 * or per rank (design 2.5; a read-through promotion is a new store). */
+	uint64_t stores_packed, stores_per_rank;
 } sel_tier_stats;
 
 typedef struct sel_stats {
@@ -383,6 +386,13 @@ typedef struct sel_stats {
 	uint64_t store_failures;
 	uint64_t inflight_out, inflight_in;
 	uint64_t packed_records, per_rank_records;
+	/* Disk-only TP>1 stores abandoned: a later page window differed across
+	 * ranks after the first decided they were replicated (design 2.5). */
+	uint64_t abandoned_stores;
+	/* Composite traffic between its tiers, included in the disk tier's
+	 * bytes_out (spills: memory to disk) and bytes_in (read-through: disk
+	 * to memory); the rest of the tiers' bytes crossed to or from the GPU. */
+	uint64_t spilled_bytes, read_through_bytes;
 	uint64_t evictions_noticed;
 	/* The disk tier's record I/O path now: "io_uring+O_DIRECT" (design
 	 * 2.10), "io_uring+buffered", "pread+O_DIRECT", "pread+buffered";

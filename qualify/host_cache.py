@@ -545,7 +545,7 @@ def sc_memory_hit(ctx, core, store, res):
     with ctx.server(core, args) as srv:
         check_store(res, srv, store)
         m0 = srv.metrics()
-        gpu_rows = m0.value("flare_gpu_cache_rows_total")
+        gpu_rows = m0.value("flare_gpu_cache_rows_capacity")
         res.note(srv.summary().splitlines()[0].replace("flare: ", ""))
         res.note(srv.summary().splitlines()[1].replace("flare: ", ""))
         turn1_and_continue(res, ctx, srv, conv)

@@ -38,17 +38,28 @@ struct et_call {
 	int done;          /* on_done calls */
 	bool late_tokens;  /* on_tokens after on_done */
 	uint64_t id;
+	hel_logprob lp[ET_MAXTOK]; /* with logprobs */
+	bool have_lp;
+	uint32_t stop_after; /* on_tokens ends the request after this many tokens (0: never) */
 };
 
-ET_FN void et_on_tokens(void *ctx, const hel_token *t, uint32_t n)
+ET_FN uint32_t et_on_tokens(void *ctx, const hel_token *t, const hel_logprob *lp, uint32_t n)
 {
 	struct et_call *c = ctx;
+	uint32_t keep = 0;
 	pthread_mutex_lock(&c->mu);
 	if (c->done)
 		c->late_tokens = true;
-	for (uint32_t i = 0; i < n && c->n < ET_MAXTOK; i++)
+	for (uint32_t i = 0; i < n && c->n < ET_MAXTOK; i++) {
+		if (lp)
+			c->lp[c->n] = lp[i];
+		c->have_lp |= lp != NULL;
 		c->tok[c->n++] = t[i];
+		if (c->stop_after && c->n == c->stop_after && !keep)
+			keep = i + 1;
+	}
 	pthread_mutex_unlock(&c->mu);
+	return keep;
 }
 
 ET_FN void et_on_done(void *ctx, const hel_outcome *o)

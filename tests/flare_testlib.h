@@ -8,9 +8,12 @@
  * each with "stop" (reply exhausted) or "length" (max_tokens reached).  It
  * keeps the engine's contract: exactly one on_done per successful submit,
  * callbacks never under its lock, cancel finishes a request "cancelled",
- * stop cancels everything.  Knobs: delay between tokens, hold (stop after
- * the first token until cancelled), a forced submit result, the outcome's
- * reuse figures.  It records the last request it was given.
+ * stop cancels everything.  on_tokens returning k ends the request "stop"
+ * (a stop sequence), as the engine does; logprobs are made up but
+ * predictable (fake_main).  Knobs: delay between tokens, hold (stop after
+ * the first token until cancelled), hold_all (no token at all), a forced
+ * submit result, one failing submit, the outcome's reuse figures.  It
+ * records the last request it was given and every seed.
  *
  * Header-only (static functions) so each test links only what it uses.
  */
@@ -47,6 +50,7 @@ struct fake_req {
 	uint32_t n_prompt;
 	uint32_t emitted;
 	bool cancelled;
+	bool stopped; /* on_tokens ended it */
 };
 
 struct fake {
@@ -61,14 +65,22 @@ struct fake {
 	const char *reply;
 	unsigned delay_us;
 	bool hold;
+	bool hold_all;            /* no token at all until cancelled (a queued request) */
 	int submit_rc;
+	unsigned fail_at;         /* the submit with this number (1-based) fails -EAGAIN */
 	uint64_t cached, gpu, host;
 	sel_tier tier;
 
 	/* Observations (under mu). */
-	unsigned submitted, cancels, finished;
+	unsigned submitted, cancels, finished, stop_requests;
 	unsigned tokens;        /* on_tokens calls returned */
 	hel_sampler last_sampler;
+	uint64_t last_after;
+	bool last_logprobs;
+	uint32_t last_top_logprobs;
+	uint64_t seeds[256];      /* of every submit, in order: the seed, */
+	uint64_t afters[256];     /* hel_request.after, */
+	uint64_t ids[256];        /* and the id it got */
 	uint32_t last_max_tokens;
 	bool last_ignore_eos;
 	hel_token last_prompt[8192];
@@ -116,7 +128,8 @@ static void *fake_main(void *arg)
 		/* First a cancelled request, else the first one that can step. */
 		struct fake_req **pp, *q = NULL;
 		for (pp = &f->reqs; *pp; pp = &(*pp)->next)
-			if ((*pp)->cancelled || !(f->hold && (*pp)->emitted >= 1))
+			if ((*pp)->cancelled || (*pp)->stopped ||
+			    !(f->hold_all || (f->hold && (*pp)->emitted >= 1)))
 				break;
 		if (!*pp) {
 			pthread_cond_wait(&f->cv, &f->mu);
@@ -125,9 +138,10 @@ static void *fake_main(void *arg)
 		q = *pp;
 		size_t len = strlen(f->reply);
 		uint32_t limit = len < q->r.max_tokens ? (uint32_t)len : q->r.max_tokens;
-		if (q->cancelled || q->emitted >= limit) {
+		if (q->cancelled || q->stopped || q->emitted >= limit) {
 			*pp = q->next;
-			const char *why = q->cancelled ? "cancelled" : q->emitted < len ? "length" : "stop";
+			const char *why = q->cancelled ? "cancelled"
+					  : q->stopped || q->emitted >= len ? "stop" : "length";
 			f->finished++;
 			hel_outcome o = fake_outcome(q, why, f);
 			pthread_mutex_unlock(&f->mu);
@@ -146,11 +160,24 @@ static void *fake_main(void *arg)
 		*tail = q;
 		unsigned delay = f->delay_us;
 		pthread_mutex_unlock(&f->mu);
-		q->r.on_tokens(q->r.ctx, &t, 1);
+		/* Logprobs that tests can predict: the token itself at
+		 * -(t % 8) / 4, alternatives t + 1, t + 2, ... lower. */
+		hel_logprob lp = {0};
+		lp.logprob = -(float)(t % 8) / 4;
+		lp.n_top = q->r.top_logprobs;
+		for (uint32_t k = 0; k < lp.n_top; k++) {
+			lp.top[k] = (t + k) % 256;
+			lp.top_logprob[k] = lp.logprob - (float)k;
+		}
+		uint32_t keep = q->r.on_tokens(q->r.ctx, &t, q->r.logprobs ? &lp : NULL, 1);
 		if (delay)
 			usleep(delay);
 		pthread_mutex_lock(&f->mu);
 		f->tokens++;
+		if (keep) {
+			q->stopped = true; /* a stop sequence: finish "stop" next */
+			f->stop_requests++;
+		}
 	}
 	/* Stopping: every request still here finishes cancelled. */
 	while (f->reqs) {
@@ -206,6 +233,10 @@ static int fake_submit(void *ctx, const hel_request *r, uint64_t *id)
 	struct fake *f = ctx;
 	pthread_mutex_lock(&f->mu);
 	int rc = f->stopping ? -ESHUTDOWN : f->submit_rc;
+	if (!rc && f->fail_at && f->submitted + 1 == f->fail_at) {
+		f->fail_at = 0;
+		rc = -EAGAIN;
+	}
 	if (rc) {
 		pthread_mutex_unlock(&f->mu);
 		if (rc == -EINVAL)
@@ -221,6 +252,14 @@ static int fake_submit(void *ctx, const hel_request *r, uint64_t *id)
 	q->id = f->next_id++;
 	f->submitted++;
 	f->last_sampler = r->sampler;
+	f->last_after = r->after;
+	f->last_logprobs = r->logprobs;
+	f->last_top_logprobs = r->top_logprobs;
+	if (f->submitted <= 256) {
+		f->seeds[f->submitted - 1] = r->sampler.seed;
+		f->afters[f->submitted - 1] = r->after;
+		f->ids[f->submitted - 1] = q->id;
+	}
 	f->last_max_tokens = r->max_tokens;
 	f->last_ignore_eos = r->ignore_eos;
 	f->last_n_prompt = r->n_prompt < 8192 ? r->n_prompt : 8192;
@@ -517,6 +556,63 @@ static UNUSED void http_request(uint16_t port, const char *method, const char *p
 	free(req);
 }
 
+/* Read one whole response from a kept-alive connection (Content-Length
+ * or chunked) into out; false when the connection closed or stalled for
+ * 20 s first. */
+static UNUSED bool http_read_response(int fd, struct http_resp *out)
+{
+	memset(out, 0, sizeof *out);
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	CHECK(buf);
+	buf[0] = '\0';
+	for (;;) {
+		char *end = strstr(buf, "\r\n\r\n");
+		if (end) {
+			size_t hl = (size_t)(end - buf) + 4;
+			const char *cl = strcasestr(buf, "\r\nContent-Length:");
+			bool chunked = strcasestr(buf, "\r\nTransfer-Encoding: chunked") != NULL;
+			if (cl && cl < end && len >= hl + strtoull(cl + 17, NULL, 10))
+				break;
+			if (chunked && len >= hl + 5 && !memcmp(buf + len - 5, "0\r\n\r\n", 5) &&
+			    (len == hl + 5 || !memcmp(buf + len - 7, "\r\n", 2)))
+				break;
+			if (!cl && !chunked)
+				break; /* no body (204, HEAD) */
+		}
+		if (len + 1 >= cap) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			CHECK(buf);
+		}
+		if (!http_read_some(fd, buf, &len, cap, 20000)) {
+			free(buf);
+			return false;
+		}
+	}
+	out->raw = buf;
+	out->raw_len = len;
+	http_parse(out);
+	return true;
+}
+
+/* Send a request on a kept-alive connection (no Connection: close) with
+ * extra header lines (each ending in \r\n, or NULL). */
+static UNUSED void http_send_request(int fd, const char *method, const char *path,
+				     const char *headers, const char *body)
+{
+	char head[2048];
+	size_t bl = body ? strlen(body) : 0;
+	int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s", method,
+			 path, headers ? headers : "", body ? "Content-Type: application/json\r\n" : "");
+	if (body || !strcmp(method, "POST"))
+		n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n", bl);
+	n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
+	http_send(fd, head, (size_t)n);
+	if (bl)
+		http_send(fd, body, bl);
+}
+
 /* ---- Prometheus text ---------------------------------------------------------- */
 
 /* Prometheus text: # HELP/# TYPE once per family, before its samples;
@@ -542,12 +638,16 @@ static UNUSED void prom_check(const char *text)
 		}
 		if (!strncmp(line, "# TYPE ", 7)) {
 			CHECK(sscanf(line + 7, "%95s %31s", name, kind) == 2);
-			CHECKF(!strcmp(kind, "counter") || !strcmp(kind, "gauge"), "type %s", kind);
+			CHECKF(!strcmp(kind, "counter") || !strcmp(kind, "gauge") ||
+				       !strcmp(kind, "histogram"), "type %s", kind);
 			for (size_t i = 0; i < nt; i++)
 				CHECKF(strcmp(types[i], name), "TYPE %s twice", name);
+			bool total = strlen(name) > 6 && !strcmp(name + strlen(name) - 6, "_total");
 			if (!strcmp(kind, "counter"))
-				CHECKF(strlen(name) > 6 && !strcmp(name + strlen(name) - 6, "_total"),
-				       "counter %s does not end in _total", name);
+				CHECKF(total, "counter %s does not end in _total", name);
+			else
+				CHECKF(!total, "%s %s ends in _total (promtool: only counters may)", kind,
+				       name);
 			CHECK(nt < 256);
 			snprintf(types[nt++], sizeof types[0], "%s", name);
 			continue;
@@ -557,6 +657,12 @@ static UNUSED void prom_check(const char *text)
 		CHECKF(nl2 > 0 && (line[nl2] == ' ' || line[nl2] == '{'), "bad sample '%s'", line);
 		memcpy(name, line, nl2);
 		name[nl2] = '\0';
+		/* A histogram's samples are NAME_bucket, NAME_sum and NAME_count. */
+		size_t fl = nt ? strlen(types[nt - 1]) : 0;
+		if (nt && strcmp(types[nt - 1], name) && !strncmp(types[nt - 1], name, fl) &&
+		    (!strcmp(name + fl, "_bucket") || !strcmp(name + fl, "_sum") ||
+		     !strcmp(name + fl, "_count")))
+			name[fl] = '\0';
 		CHECKF(nt > 0 && !strcmp(types[nt - 1], name), "sample %s outside its family", name);
 		const char *v = strrchr(line, ' ');
 		char *end;

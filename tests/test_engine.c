@@ -13,8 +13,12 @@
  * evicted prefix admitted together sharing one inbound ticket; cancel
  * during inbound (the ticket still completes and the next request reuses
  * it from the GPU cache); speculative modes; shutdown with requests in
- * flight; submit and open validation; the startup info.
+ * flight; submit and open validation; the startup info; logprobs from the
+ * logits tokens were drawn from, a stop from on_tokens, branching siblings
+ * resuming from the first's prompt checkpoint, the latency histograms.
  */
+#include <math.h>
+
 #include "engine_test.h"
 
 static hel_core *core;
@@ -277,6 +281,9 @@ static void test_offload(void)
 	hel_engine_stats_get(a, &st);
 	CHECK(st.host_hits >= 1 && st.host_reused_tokens >= oa.t1 && st.gpu_evictions > 0);
 	CHECK(st.store.fetches >= 1 && st.store.hits >= 1 && st.store_enabled);
+	/* Restores are timed by the tier they came from. */
+	CHECK(st.restore_time[SEL_TIER_MEMORY].count >= st.host_hits - st.host_fetch_failed &&
+	      st.restore_time[SEL_TIER_MEMORY].count > 0 && st.restore_time[SEL_TIER_DISK].count == 0);
 	printf("policy inputs: prefill %llu tokens/s, memory restores %llu B/s\n",
 	       (unsigned long long)st.prefill_rate,
 	       (unsigned long long)st.store.tier[SEL_TIER_MEMORY].rate_bps);
@@ -625,6 +632,203 @@ static void test_validation(void)
 	finish(e);
 }
 
+/* ---- what issue 14 asks of the engine ------------------------------------------------ */
+
+/* Logprobs are those of the logits each token was drawn from (the
+ * debug_logits hook sees the same array), at temperature 1 whatever the
+ * sampler's; the alternatives come most likely first. */
+static void test_logprobs(void)
+{
+	static struct et_logits lg;
+	memset(&lg, 0, sizeof lg);
+	pthread_mutex_init(&lg.mu, NULL);
+	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20,
+						   .debug_logits = et_logits_cb, .debug_ctx = &lg });
+	for (int trial = 0; trial < 2; trial++) {
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 40 + test_rng_below(&rng, 60), &n);
+		hel_sampler sm = trial ? (hel_sampler){ .temperature = 0.7, .seed = 5 } : (hel_sampler){ 0 };
+		struct et_call *c = et_call_new();
+		hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 12, .sampler = sm,
+				  .logprobs = true, .top_logprobs = trial ? 20 : 3,
+				  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = c };
+		CHECK_OK(hel_engine_submit(e, &q, &c->id));
+		et_wait(c);
+		CHECK(c->have_lp);
+		for (uint32_t i = 0; i < c->n; i++) {
+			const int32_t *l = et_logits_get(&lg, c->id, n + i);
+			CHECK(l);
+			hel_logprob want;
+			hel_logprobs(l, core->vocab, c->tok[i], q.top_logprobs, &want);
+			const hel_logprob *got = &c->lp[i];
+			CHECK(!memcmp(got, &want, sizeof want));
+			CHECK(got->n_top == q.top_logprobs && got->logprob <= 0);
+			double mass = 0;
+			for (uint32_t k = 0; k < got->n_top; k++) {
+				CHECK(got->top_logprob[k] <= 0);
+				if (k)
+					CHECK(got->top_logprob[k] <= got->top_logprob[k - 1]);
+				mass += exp(got->top_logprob[k]);
+			}
+			CHECK(mass <= 1.0 + 1e-5);
+			if (!trial) /* greedy: the sampled token is the most likely */
+				CHECK(got->top[0] == c->tok[i] && got->top_logprob[0] == got->logprob);
+		}
+		check_ref(c, p, n, 12, &sm);
+		et_call_free(c);
+		free(p);
+	}
+	/* Not asked: none. */
+	uint32_t n;
+	hel_token *p = et_random_prompt(&rng, 30, &n);
+	struct et_call *c = et_run(e, p, n, 4, NULL);
+	CHECK(!c->have_lp);
+	et_call_free(c);
+	/* More than 20 alternatives: refused. */
+	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 2, .logprobs = true,
+			  .top_logprobs = HEL_TOP_LOGPROBS_MAX + 1, .on_tokens = et_on_tokens,
+			  .on_done = et_on_done };
+	uint64_t id;
+	CHECK_RC(hel_engine_submit(e, &q, &id), -EINVAL);
+	free(p);
+	finish(e);
+	et_logits_free(&lg);
+	pthread_mutex_destroy(&lg.mu);
+}
+
+/* on_tokens ends a request (a stop sequence): finish "stop" at once, no
+ * token past it, completion_tokens counting only what it kept. */
+static void test_stop_from_callback(void)
+{
+	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20 });
+	uint32_t n;
+	hel_token *p = et_random_prompt(&rng, 50, &n);
+	struct et_call *c = et_call_new();
+	c->stop_after = 3;
+	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 200, .ignore_eos = true,
+			  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = c };
+	CHECK_OK(hel_engine_submit(e, &q, &c->id));
+	et_wait(c);
+	CHECK(!strcmp(c->out.finish_reason, "stop") && c->out.error == 0);
+	CHECK(c->n == 3 && c->out.completion_tokens == 3);
+	struct et_ref ref;
+	et_reference(core, p, n, 200, NULL, &ref);
+	CHECK(!memcmp(c->tok, ref.tok, 3 * sizeof *c->tok));
+	et_ref_free(&ref);
+	hel_engine_stats st;
+	et_wait_stats(e, idle, NULL);
+	hel_engine_stats_get(e, &st);
+	CHECK(st.requests_finished == 1 && st.requests_cancelled == 0 && st.completion_tokens == 3);
+	et_call_free(c);
+	free(p);
+	finish(e);
+}
+
+/* Branching: siblings submitted with `after` wait for the first's prompt
+ * and resume from its checkpoint in the GPU cache, the whole prompt
+ * reused; without it, the same requests submitted together compute the
+ * prompt each. */
+static void test_branching(void)
+{
+	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 8 << 20 });
+	uint32_t n;
+	hel_token *p = et_random_prompt(&rng, 300, &n);
+	struct et_call *c[4];
+	for (int i = 0; i < 4; i++)
+		c[i] = et_call_new();
+	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 8, .on_tokens = et_on_tokens,
+			  .on_done = et_on_done, .ctx = c[0] };
+	CHECK_OK(hel_engine_submit(e, &q, &c[0]->id));
+	for (int i = 1; i < 4; i++) {
+		q.ctx = c[i];
+		q.after = c[0]->id;
+		q.sampler = (hel_sampler){ .temperature = 0.9, .seed = (uint64_t)i };
+		CHECK_OK(hel_engine_submit(e, &q, &c[i]->id));
+	}
+	for (int i = 0; i < 4; i++)
+		et_wait(c[i]);
+	CHECK(c[0]->out.reused_gpu_tokens == 0 && c[0]->out.prefill_tokens == n);
+	for (int i = 1; i < 4; i++) {
+		CHECKF(c[i]->out.reused_gpu_tokens == n && c[i]->out.prefill_tokens == 0,
+		       "sibling %d: reused %llu of %u, prefilled %llu", i,
+		       (unsigned long long)c[i]->out.reused_gpu_tokens, n,
+		       (unsigned long long)c[i]->out.prefill_tokens);
+		hel_sampler sm = { .temperature = 0.9, .seed = (uint64_t)i };
+		check_ref(c[i], p, n, 8, &sm);
+	}
+	hel_engine_stats st;
+	et_wait_stats(e, idle, NULL);
+	hel_engine_stats_get(e, &st);
+	CHECK(st.branched_requests == 3 && st.branched_reused_tokens == 3ull * n);
+	CHECK(st.prefill_tokens == n);
+	for (int i = 0; i < 4; i++)
+		et_call_free(c[i]);
+
+	/* An unknown or finished first request does not hold anyone back. */
+	struct et_call *d = et_call_new();
+	q.ctx = d;
+	q.after = 999999;
+	CHECK_OK(hel_engine_submit(e, &q, &d->id));
+	et_wait(d);
+	CHECK(d->out.reused_gpu_tokens == n); /* the checkpoint is still there */
+	et_call_free(d);
+	/* A first request cancelled before its prompt is done lets its
+	 * siblings go (they compute the prompt themselves). */
+	hel_token *p2 = et_random_prompt(&rng, 400, &n);
+	struct et_call *f = et_call_new(), *g = et_call_new();
+	q = (hel_request){ .prompt = p2, .n_prompt = n, .max_tokens = 300, .ignore_eos = true,
+			   .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = f };
+	CHECK_OK(hel_engine_submit(e, &q, &f->id));
+	int rc = hel_engine_cancel(e, f->id); /* -ENOENT: it already finished, which primes too */
+	CHECK(rc == 0 || rc == -ENOENT);
+	q.ctx = g;
+	q.after = f->id;
+	q.max_tokens = 4;
+	CHECK_OK(hel_engine_submit(e, &q, &g->id));
+	et_wait(f);
+	et_wait(g);
+	CHECK((rc || !strcmp(f->out.finish_reason, "cancelled")) && g->n > 0 && g->out.error == 0);
+	et_call_free(f);
+	et_call_free(g);
+	free(p);
+	free(p2);
+	finish(e);
+}
+
+static uint64_t hist_sum(const hel_hist *h)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++)
+		t += h->bucket[i];
+	return t;
+}
+
+/* The latency histograms count what they say. */
+static void test_latency_histograms(void)
+{
+	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20 });
+	uint64_t tokens = 0;
+	for (int i = 0; i < 5; i++) {
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 30 + 10 * i, &n);
+		struct et_call *c = et_run(e, p, n, 1 + (uint32_t)i * 3, NULL);
+		tokens += c->n;
+		et_call_free(c);
+		free(p);
+	}
+	hel_engine_stats st;
+	et_wait_stats(e, idle, NULL);
+	hel_engine_stats_get(e, &st);
+	CHECK(st.queue_time.count == 5 && st.prefill_time.count == 5 && st.ttft.count == 5);
+	CHECK(st.e2e.count == 5 && st.tpot.count == tokens - 5);
+	CHECK(hist_sum(&st.ttft) == 5 && hist_sum(&st.tpot) == tokens - 5);
+	CHECK(st.ttft.sum_ns >= st.prefill_time.sum_ns && st.e2e.sum_ns >= st.ttft.sum_ns);
+	CHECK(st.restore_time[SEL_TIER_MEMORY].count == 0);
+	for (size_t i = 1; i < HEL_HIST_BUCKETS; i++)
+		CHECK(hel_hist_bounds_ns[i] > hel_hist_bounds_ns[i - 1]);
+	finish(e);
+}
+
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
@@ -637,6 +841,10 @@ int main(void)
 	test_concurrent();
 	test_offload();
 	test_shutdown();
+	test_logprobs();
+	test_stop_from_callback();
+	test_branching();
+	test_latency_histograms();
 	hel_core_free(core);
 	printf("ok\n");
 	return 0;

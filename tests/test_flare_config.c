@@ -122,9 +122,18 @@ static void test_flags(void)
 	CHECK(!s.drain && (s.set & 1u << FLARE_OPT_DRAIN));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=on"));
 	CHECK(s.drain && s.drain_ns == 0);
-	/* Bare takes no next argument: that one is CORE. */
+	/* Issue 14 item 6: a value after a space is the flag's when it reads
+	 * as one; otherwise the flag is bare and the argument is CORE. */
+	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "90s"));
+	CHECK(s.drain && s.drain_ns == 90 * NS && !(s.set & 1u << FLARE_OPT_CORE));
+	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "off", "my.core"));
+	CHECK(!s.drain && !strcmp(s.core, "my.core"));
+	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "2m", "--port", "0"));
+	CHECK(s.drain && s.drain_ns == 120 * NS && s.port == 0);
+	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "--port", "0"));
+	CHECK(s.drain && s.drain_ns == 0 && s.port == 0);
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "x.core"));
-	CHECK(s.drain && !strcmp(s.core, "x.core"));
+	CHECK(s.drain && s.drain_ns == 0 && !strcmp(s.core, "x.core"));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-max-age", "off"));
 	CHECK(s.max_age_ns == 0 && (s.set & 1u << FLARE_OPT_MAX_AGE));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-max-age", "1.5"));
@@ -137,6 +146,23 @@ static void test_flags(void)
 	CHECK(!strcmp(s.core, "--weird.core"));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-memory", "0", "--prefix-cache-disk-limit", "0"));
 	CHECK(s.memory == 0 && s.disk_limit == 0 && (s.set & 1u << FLARE_OPT_DISK_LIMIT));
+
+	/* Access and limits (issue 14 items 4, 12; issue 12 item 6). */
+	CHECK_OK(FLAGS(&s, "--allowed-origins", "https://a.example, http://localhost:3000",
+		       "--api-key", "sk-1", "--metrics-auth", "on", "--max-connections", "100",
+		       "--max-connections-per-client", "0", "--idle-timeout", "5s",
+		       "--max-buffered-bytes", "16MiB"));
+	CHECK(!strcmp(s.allowed_origins, "https://a.example,http://localhost:3000"));
+	CHECK(!strcmp(s.api_key, "sk-1") && s.metrics_auth);
+	CHECK(s.max_connections == 100 && s.max_per_client == 0 && s.idle_timeout_ns == 5 * NS);
+	CHECK(s.max_buffered == 16ull << 20);
+	CHECK_OK(FLAGS(&s, "--allowed-origins", "*", "--api-key-file", "/run/key"));
+	CHECK(!strcmp(s.allowed_origins, "*") && !strcmp(s.api_key_file, "/run/key"));
+	struct flare_settings d;
+	flare_settings_defaults(&d);
+	CHECK(!d.allowed_origins[0] && !d.api_key[0] && !d.metrics_auth);
+	CHECK(d.max_connections == 1024 && d.max_per_client == 64 && d.idle_timeout_ns == 30 * NS);
+	CHECK(d.max_buffered == 64ull << 20);
 
 	CHECK(FLAGS(&s, "--help") == FLARE_CLI_HELP);
 	CHECK(FLAGS(&s, "--port", "x", "--help") == -EINVAL); /* in order */
@@ -169,8 +195,19 @@ static void test_flag_errors(void)
 	flag_bad("--host", "a b", "not an address");
 	flag_bad("--prefix-cache-disk", "", "not a path");
 	flag_bad("--config", "", "not a path");
+	flag_bad("--allowed-origins", "example.com", "not an origin list");
+	flag_bad("--allowed-origins", "https://a.example/path", "not an origin list");
+	flag_bad("--allowed-origins", "https://a.example,,", "not an origin list");
+	flag_bad("--metrics-auth", "maybe", "on or off");
+	flag_bad("--max-connections", "0", "from 1 to");
+	flag_bad("--idle-timeout", "0", "positive");
+	flag_bad("--max-buffered-bytes", "0", "positive");
+	/* A bad key is refused without being quoted back. */
+	CHECK(FLAGS(&s, "--api-key", "has space") == -EINVAL);
+	CHECKF(has(err, "--api-key: the key must be") && !has(err, "has space"), "%s", err);
+	CHECK(FLAGS(&s, "--api-key", "") == -EINVAL);
 
-	/* The drain flag only with '='. */
+	/* The drain flag's bad values after '='. */
 	CHECK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=0") == -EINVAL);
 	CHECKF(!strncmp(err, "--prefix-cache-drain-on-shutdown: '0'", 37), "%s", err);
 	CHECK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=soon") == -EINVAL);
@@ -218,7 +255,7 @@ static void test_help(void)
 	CHECK(has(text, "default: 8080"));
 	CHECK(has(text, "default: 127.0.0.1"));
 	CHECK(has(text, "default: 64MiB"));
-	CHECK(has(text, "--prefix-cache-drain-on-shutdown[=DURATION|off]"));
+	CHECK(has(text, "--prefix-cache-drain-on-shutdown [DURATION|on|off]"));
 	CHECK(has(text, "usage: flare run [OPTIONS] [CORE]"));
 	free(text);
 }
@@ -275,6 +312,16 @@ static void test_config(void)
 	CHECK(s.max_active == 8 && s.gpu_cache == 256ull << 20);
 	CHECK(s.speculate == SEL_MODE_COPY && s.draft_tokens == 2);
 	CHECK(s.dashboard == FLARE_DASHBOARD_OFF && s.dashboard_ns == 10 * NS);
+
+	/* The access and limit keys. */
+	CHECK_OK(CFG(&s, "[server]\nallowed_origins = \"*\"\napi_key_file = \"/run/flare.key\"\n"
+			 "metrics_auth = true\nmax_connections = 10\nmax_connections_per_client = 2\n"
+			 "idle_timeout = 5\nmax_buffered_bytes = \"1MiB\"\n"));
+	CHECK(!strcmp(s.allowed_origins, "*") && !strcmp(s.api_key_file, "/run/flare.key"));
+	CHECK(s.metrics_auth && s.max_connections == 10 && s.max_per_client == 2);
+	CHECK(s.idle_timeout_ns == 5 * NS && s.max_buffered == 1ull << 20);
+	CHECK_OK(CFG(&s, "[server]\napi_key = \"sk-file\"\nmetrics_auth = \"off\"\nallowed_origins = \"\"\n"));
+	CHECK(!strcmp(s.api_key, "sk-file") && !s.metrics_auth && !s.allowed_origins[0]);
 
 	/* Other spellings. */
 	CHECK_OK(CFG(&s, "\xef\xbb\xbf[prefix_cache]\ndrain_on_shutdown = true\nmax_age = \"off\"\n"

@@ -6,7 +6,11 @@
  * Covers: /health while starting, ready and stopping; completions and
  * chat completions, plain and streamed (SSE framing, [DONE], the usage
  * chunk, the "flare" object); what reaches the engine (prompt tokens, chat
- * template, sampler, seed, cache salt); every bad request naming its field;
+ * template, sampler, seed, cache salt); issue 14's items: max_tokens by
+ * default the rest of the context (1), stop sequences (2), list prompts
+ * and n (3), GET /v1/models/{id} (7), shutdown-cut generations ending
+ * "abort" (9), validation naming the field (10), and logprobs in both
+ * shapes; every bad request naming its field;
  * 404, 405, 413, 503 (queue full, stopping); /metrics as Prometheus text;
  * clients that disconnect mid-stream or while waiting (their engine
  * requests are cancelled); shutdown with requests in flight; concurrent
@@ -214,7 +218,8 @@ static void test_completion(void)
 	fk.tier = SEL_TIER_DISK;
 	pthread_mutex_unlock(&fk.mu);
 
-	/* Defaults: max_tokens 16 covers the whole reply; temperature 1. */
+	/* Defaults: max_tokens is what the context leaves (issue 14 item 1:
+	 * not 16); temperature 1. */
 	j = post("/v1/completions", "{\"prompt\":\"Hi\",\"user\":\"bob\"}", 200);
 	CHECK(!strcmp(jstr(j, "choices.0.text"), "Hello, world!"));
 	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
@@ -222,7 +227,7 @@ static void test_completion(void)
 	CHECK(jint(j, "flare.reused_host_tokens") == 7);
 	json_decref(j);
 	pthread_mutex_lock(&fk.mu);
-	CHECK(fk.last_max_tokens == 16);
+	CHECK(fk.last_max_tokens == CONTEXT - 2);
 	CHECK(fk.last_sampler.temperature == 1.0);
 	CHECK(fk.last_has_salt && fk.last_salt_len == 3 && !memcmp(fk.last_salt, "bob", 3));
 	fk.host = 0;
@@ -379,6 +384,276 @@ static void test_utf8(void)
 	pthread_mutex_unlock(&fk.mu);
 }
 
+/* SSE events of a streamed POST; returns their count (the last is [DONE]). */
+static size_t stream_post(const char *path, const char *body, char ev[][4096], size_t cap)
+{
+	struct http_resp r;
+	http_request(port, "POST", path, body, &r);
+	CHECKF(r.status == 200, "%s: %d %s", body, r.status, r.body);
+	size_t n = sse_events(r.body, ev, cap);
+	CHECK(n >= 2 && !strcmp(ev[n - 1], "[DONE]"));
+	http_resp_free(&r);
+	return n;
+}
+
+/* Item 1: without max_tokens a chat reply runs to its end or the context,
+ * not 16 tokens. */
+static void test_default_max_tokens(void)
+{
+	pthread_mutex_lock(&fk.mu);
+	fk.reply = "A reply longer than sixteen tokens, as chat replies are.";
+	pthread_mutex_unlock(&fk.mu);
+	json_t *j = post("/v1/chat/completions",
+			 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
+	CHECK(!strcmp(jstr(j, "choices.0.message.content"),
+		      "A reply longer than sixteen tokens, as chat replies are."));
+	uint32_t n_prompt = (uint32_t)jint(j, "usage.prompt_tokens");
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.last_max_tokens == CONTEXT - n_prompt);
+	fk.reply = "Hello, world!";
+	pthread_mutex_unlock(&fk.mu);
+}
+
+/* Item 2: stop sequences, matched across tokens (one byte each here),
+ * never returned, finish_reason stop; the engine is told to stop there. */
+static void test_stop(void)
+{
+	static char ev[64][4096];
+	pthread_mutex_lock(&fk.mu);
+	unsigned stops = fk.stop_requests;
+	pthread_mutex_unlock(&fk.mu);
+	json_t *j = post("/v1/completions", "{\"prompt\":\"x\",\"stop\":\", w\"}", 200);
+	CHECK(!strcmp(jstr(j, "choices.0.text"), "Hello"));
+	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
+	CHECK(jint(j, "usage.completion_tokens") == 8); /* "Hello, w": up to the stop's end */
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.stop_requests == stops + 1);
+	pthread_mutex_unlock(&fk.mu);
+
+	/* An array: the earliest occurrence wins; chat too. */
+	j = post("/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stop\":[\"xyz\",\"orld\",\"lo,\"]}",
+		 200);
+	CHECK(!strcmp(jstr(j, "choices.0.message.content"), "Hel"));
+	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
+	json_decref(j);
+
+	/* A stop that never completes: the text is whole, the finish natural;
+	 * one reached only with max_tokens: length. */
+	j = post("/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"!?\"]}", 200);
+	CHECK(!strcmp(jstr(j, "choices.0.text"), "Hello, world!"));
+	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
+	json_decref(j);
+	j = post("/v1/completions", "{\"prompt\":\"x\",\"stop\":\"world\",\"max_tokens\":9}", 200);
+	CHECK(!strcmp(jstr(j, "choices.0.text"), "Hello, wo"));
+	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "length"));
+	json_decref(j);
+
+	/* Streams hold back what could begin a stop sequence: no event ever
+	 * carries the 'o' of "o, w" although "Hello" arrives whole first. */
+	size_t n = stream_post("/v1/completions", "{\"prompt\":\"x\",\"stream\":true,\"stop\":[\"o, w\"]}",
+			       ev, 64);
+	char text[64] = "";
+	for (size_t i = 0; i + 1 < n; i++) {
+		j = parse_json(ev[i]);
+		const char *t = jstr(j, "choices.0.text");
+		CHECKF(!strchr(t, 'o'), "stop text streamed: %s", ev[i]);
+		strcat(text, t);
+		if (i + 2 == n)
+			CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
+		json_decref(j);
+	}
+	CHECK(!strcmp(text, "Hell"));
+	/* A held-back prefix that did not become a stop is sent at the end. */
+	n = stream_post("/v1/chat/completions",
+			"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":true,"
+			"\"stop\":[\"!!\"]}", ev, 64);
+	text[0] = '\0';
+	for (size_t i = 1; i + 2 < n; i++) {
+		j = parse_json(ev[i]);
+		strcat(text, jstr(j, "choices.0.delta.content"));
+		json_decref(j);
+	}
+	CHECK(!strcmp(text, "Hello, world!"));
+}
+
+/* Item 3: completions prompts as a list of strings (even of one), a list
+ * of token ids, a list of lists; n for both endpoints; each choice its own
+ * index; the siblings of a prompt branch from its first choice. */
+static void test_choices(void)
+{
+	static char ev[64][4096];
+	json_t *j = post("/v1/completions", "{\"prompt\":[\"Hi\"],\"max_tokens\":2}", 200);
+	CHECK(json_array_size(jget(j, "choices")) == 1);
+	CHECK(!strcmp(jstr(j, "choices.0.text"), "He"));
+	json_decref(j);
+
+	pthread_mutex_lock(&fk.mu);
+	unsigned first = fk.submitted;
+	pthread_mutex_unlock(&fk.mu);
+	j = post("/v1/completions",
+		 "{\"prompt\":[\"Hi\",\"Yo!\"],\"n\":2,\"max_tokens\":3,\"seed\":42,\"temperature\":0.5}", 200);
+	json_t *ch = jget(j, "choices");
+	CHECK(json_array_size(ch) == 4);
+	for (int i = 0; i < 4; i++) {
+		char path[32];
+		snprintf(path, sizeof path, "choices.%d.index", i);
+		CHECK(jint(j, path) == i);
+		snprintf(path, sizeof path, "choices.%d.text", i);
+		CHECK(!strcmp(jstr(j, path), "Hel"));
+	}
+	CHECK(jint(j, "usage.prompt_tokens") == 5);       /* each prompt once */
+	CHECK(jint(j, "usage.completion_tokens") == 12);  /* every choice */
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.submitted == first + 4);
+	/* Choice 0 and 2 lead their prompts; 1 and 3 follow them. */
+	CHECK(fk.afters[first] == 0 && fk.afters[first + 1] == fk.ids[first]);
+	CHECK(fk.afters[first + 2] == 0 && fk.afters[first + 3] == fk.ids[first + 2]);
+	/* A seed gives each choice of a prompt its own (seed + j). */
+	CHECK(fk.seeds[first] == 42 && fk.seeds[first + 1] == 43);
+	CHECK(fk.seeds[first + 2] == 42 && fk.seeds[first + 3] == 43);
+	pthread_mutex_unlock(&fk.mu);
+
+	j = post("/v1/completions", "{\"prompt\":[[72,105],[89]],\"max_tokens\":1}", 200);
+	CHECK(json_array_size(jget(j, "choices")) == 2);
+	CHECK(jint(j, "usage.prompt_tokens") == 3);
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.last_n_prompt == 1 && fk.last_prompt[0] == 89);
+	pthread_mutex_unlock(&fk.mu);
+
+	j = post("/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":3,\"max_tokens\":2}", 200);
+	CHECK(json_array_size(jget(j, "choices")) == 3);
+	CHECK(jint(j, "choices.2.index") == 2);
+	CHECK(!strcmp(jstr(j, "choices.2.message.content"), "He"));
+	json_decref(j);
+
+	/* Streams: every choice's chunks carry its index, each ends once. */
+	size_t n = stream_post("/v1/chat/completions",
+			       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":2,"
+			       "\"max_tokens\":4,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+			       ev, 64);
+	char text[2][32] = {"", ""};
+	int roles[2] = {0, 0}, finishes[2] = {0, 0};
+	for (size_t i = 0; i + 2 < n; i++) {
+		j = parse_json(ev[i]);
+		long long k = jint(j, "choices.0.index");
+		CHECK(k == 0 || k == 1);
+		if (jget(j, "choices.0.delta.role"))
+			roles[k]++;
+		else if (jget(j, "choices.0.delta.content"))
+			strcat(text[k], jstr(j, "choices.0.delta.content"));
+		if (json_is_string(jget(j, "choices.0.finish_reason")))
+			finishes[k]++;
+		json_decref(j);
+	}
+	CHECK(roles[0] == 1 && roles[1] == 1 && finishes[0] == 1 && finishes[1] == 1);
+	CHECK(!strcmp(text[0], "Hell") && !strcmp(text[1], "Hell"));
+	j = parse_json(ev[n - 2]);
+	CHECK(jint(j, "usage.completion_tokens") == 8);
+	json_decref(j);
+
+	/* One choice refused by the engine: the request fails, the choices
+	 * already submitted are cancelled. */
+	pthread_mutex_lock(&fk.mu);
+	fk.fail_at = fk.submitted + 2;
+	fk.hold = true; /* the first cannot finish before the second fails */
+	unsigned cancels = fk.cancels;
+	pthread_mutex_unlock(&fk.mu);
+	bad("/v1/completions", "{\"prompt\":\"x\",\"n\":3}", 503, NULL);
+	CHECK(fake_wait(&fk, &fk.cancels, cancels + 1, 5000));
+	pthread_mutex_lock(&fk.mu);
+	fk.hold = false;
+	pthread_cond_broadcast(&fk.cv);
+	pthread_mutex_unlock(&fk.mu);
+	CHECK(fake_wait(&fk, &fk.finished, fk.submitted, 5000));
+}
+
+/* Logprobs from the engine in OpenAI's two shapes (the fake's values:
+ * -(t % 8) / 4, alternatives t, t + 1, ... each 1 lower). */
+static void test_logprobs(void)
+{
+	static char ev[64][4096];
+	json_t *j = post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"logprobs\":2}", 200);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(fk.last_logprobs && fk.last_top_logprobs == 2);
+	pthread_mutex_unlock(&fk.mu);
+	CHECK(json_array_size(jget(j, "choices.0.logprobs.tokens")) == 3);
+	CHECK(!strcmp(jstr(j, "choices.0.logprobs.tokens.1"), "e"));
+	CHECK(json_real_value(jget(j, "choices.0.logprobs.token_logprobs.1")) == -1.25); /* 'e' = 101 */
+	CHECK(jint(j, "choices.0.logprobs.text_offset.2") == 2);
+	json_t *top = jget(j, "choices.0.logprobs.top_logprobs.0"); /* 'H': H, I */
+	CHECK(json_object_size(top) == 2);
+	CHECK(json_real_value(json_object_get(top, "H")) == 0.0);
+	CHECK(json_real_value(json_object_get(top, "I")) == -1.0);
+	json_decref(j);
+
+	j = post("/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
+		 "\"top_logprobs\":3,\"stop\":\"lo\"}", 200);
+	CHECK(!strcmp(jstr(j, "choices.0.message.content"), "Hel"));
+	json_t *content = jget(j, "choices.0.logprobs.content");
+	CHECK(json_array_size(content) == 3); /* the stop's tokens are not shown */
+	CHECK(!strcmp(jstr(j, "choices.0.logprobs.content.0.token"), "H"));
+	CHECK(jint(j, "choices.0.logprobs.content.0.bytes.0") == 72);
+	CHECK(json_array_size(jget(j, "choices.0.logprobs.content.2.top_logprobs")) == 3);
+	CHECK(!strcmp(jstr(j, "choices.0.logprobs.content.2.top_logprobs.1.token"), "m"));
+	CHECK(json_is_null(jget(j, "choices.0.logprobs.refusal")));
+	json_decref(j);
+	/* Without logprobs, null. */
+	j = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+	CHECK(json_is_null(jget(j, "choices.0.logprobs")));
+	json_decref(j);
+	pthread_mutex_lock(&fk.mu);
+	CHECK(!fk.last_logprobs);
+	pthread_mutex_unlock(&fk.mu);
+
+	/* Streamed: each chunk carries the entries of its own text. */
+	size_t n = stream_post("/v1/chat/completions",
+			       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
+			       "\"stream\":true,\"max_tokens\":4}", ev, 64);
+	size_t entries = 0;
+	for (size_t i = 1; i + 2 < n; i++) {
+		j = parse_json(ev[i]);
+		const char *t = jstr(j, "choices.0.delta.content");
+		json_t *c = jget(j, "choices.0.logprobs.content");
+		CHECK(json_array_size(c) == strlen(t));
+		for (size_t k = 0; k < json_array_size(c); k++)
+			CHECK(!strncmp(json_string_value(json_object_get(json_array_get(c, k), "token")),
+				       t + k, 1));
+		entries += json_array_size(c);
+		json_decref(j);
+	}
+	CHECK(entries == 4);
+}
+
+/* Item 7: GET /v1/models/{id}, as models.retrieve() asks. */
+static void test_model_retrieve(void)
+{
+	struct http_resp r;
+	http_request(port, "GET", "/v1/models/tiny", NULL, &r);
+	CHECK(r.status == 200);
+	json_t *j = parse_json(r.body);
+	CHECK(!strcmp(jstr(j, "id"), "tiny") && !strcmp(jstr(j, "object"), "model"));
+	CHECK(!strcmp(jstr(j, "owned_by"), "flare") && jint(j, "created") > 1600000000);
+	json_decref(j);
+	http_resp_free(&r);
+	http_request(port, "GET", "/v1/models/gpt-4o", NULL, &r);
+	CHECK(r.status == 404);
+	j = parse_json(r.body);
+	CHECK(!strcmp(jstr(j, "error.code"), "model_not_found") && !strcmp(jstr(j, "error.param"), "model"));
+	json_decref(j);
+	http_resp_free(&r);
+	http_request(port, "POST", "/v1/models/tiny", "{}", &r);
+	CHECK(r.status == 405);
+	http_resp_free(&r);
+}
+
 static void test_bad_requests(void)
 {
 	const char *C = "/v1/completions", *T = "/v1/chat/completions";
@@ -391,7 +666,11 @@ static void test_bad_requests(void)
 	bad(C, "{\"prompt\":5}", 400, "prompt");
 	bad(C, "{\"prompt\":\"\"}", 400, "prompt");
 	bad(C, "{\"prompt\":[]}", 400, "prompt");
-	bad(C, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt");
+	bad(C, "{\"prompt\":[\"a\",5]}", 400, "prompt[1]");
+	bad(C, "{\"prompt\":[\"a\",\"\"]}", 400, "prompt[1]");
+	bad(C, "{\"prompt\":[[1,2],[]]}", 400, "prompt[1]");
+	bad(C, "{\"prompt\":[[1,2],[3,99999]]}", 400, "prompt[1][1]");
+	bad(C, "{\"prompt\":[true]}", 400, "prompt");
 	bad(C, "{\"prompt\":[1,99999]}", 400, "prompt[1]");
 	bad(C, "{\"prompt\":[1,-1]}", 400, "prompt[1]");
 	bad(C, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
@@ -409,10 +688,31 @@ static void test_bad_requests(void)
 	bad(C, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":5}", 400, "stream_options");
 	bad(C, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400,
 	    "stream_options.include_usage");
-	bad(C, "{\"prompt\":\"x\",\"n\":2}", 400, "n");
-	bad(C, "{\"prompt\":\"x\",\"stop\":[\"\\n\"]}", 400, "stop");
+	bad(C, "{\"prompt\":\"x\",\"n\":0}", 400, "n");
+	bad(C, "{\"prompt\":\"x\",\"n\":17}", 400, "n");
+	bad(C, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3}", 400, "best_of");
+	bad(C, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"],\"n\":16}", 400,
+	    "n"); /* 144 choices */
+	bad(C, "{\"prompt\":\"x\",\"stop\":5}", 400, "stop");
+	bad(C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop");
+	bad(C, "{\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", 400, "stop[1]");
+	bad(C, "{\"prompt\":\"x\",\"stop\":[\"a\",7]}", 400, "stop[1]");
 	bad(C, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo");
-	bad(C, "{\"prompt\":\"x\",\"logprobs\":5}", 400, "logprobs");
+	bad(C, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs");
+	bad(C, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs");
+	bad(C, "{\"prompt\":\"x\",\"top_logprobs\":2}", 400, "top_logprobs"); /* chat's */
+	bad(C, "{\"prompt\":\"x\",\"suffix\":\"end\"}", 400, "suffix");
+	bad(C, "{\"prompt\":\"x\",\"top_p\":0.9}", 400, "top_p");
+	bad(C, "{\"prompt\":\"x\",\"presence_penalty\":0.5}", 400, "presence_penalty");
+	bad(C, "{\"prompt\":\"x\",\"frequency_penalty\":-1}", 400, "frequency_penalty");
+	/* Item 10: what would change the result is refused, naming the field. */
+	bad(C, "{\"prompt\":\"x\",\"logit_bias\":{\"50\":-100}}", 400, "logit_bias");
+	bad(C, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400,
+	    "stream_options");
+	bad(C, "{\"prompt\":\"x\",\"top_k\":5}", 400, "top_k"); /* unknown: refused */
+	bad(C, "{\"prompt\":\"x\",\"max_token\":5}", 400, "max_token");
+	bad(C, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include\":true}}", 400,
+	    "stream_options.include");
 	bad(C, "{\"prompt\":\"x\",\"cache_salt\":5}", 400, "cache_salt");
 	bad(C, "{\"prompt\":\"x\",\"cache_salt\":\"\"}", 400, "cache_salt");
 	bad(C, "{\"prompt\":\"x\",\"user\":[1]}", 400, "user");
@@ -429,7 +729,7 @@ static void test_bad_requests(void)
 	json_decref(post(C, body, 200));
 
 	bad(T, "{}", 400, "messages");
-	bad(T, "{\"prompt\":\"x\"}", 400, "messages");
+	bad(T, "{\"prompt\":\"x\"}", 400, "prompt"); /* a completions field */
 	bad(T, "{\"messages\":\"hi\"}", 400, "messages");
 	bad(T, "{\"messages\":[]}", 400, "messages");
 	bad(T, "{\"messages\":[5]}", 400, "messages[0]");
@@ -437,6 +737,40 @@ static void test_bad_requests(void)
 	    "messages[1].role");
 	bad(T, "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", 400, "messages[0].role");
 	bad(T, "{\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", 400, "messages[0].role");
+	bad(T, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\","
+	       "\"content\":\"y\"}]}", 400, "messages[1].role");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}]}", 400,
+	    "messages[0].name");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"colour\":1}]}", 400,
+	    "messages[0].colour");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}", 400,
+	    "tool_choice");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"1\":5}}", 400,
+	    "logit_bias");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":"
+	       "{\"include_usage\":true}}", 400, "stream_options");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
+	    "top_logprobs"); /* without logprobs */
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+	       "\"top_logprobs\":21}", 400, "top_logprobs");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+	       "{\"type\":\"json_object\"}}", 400, "response_format");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\"}",
+	    400, "reasoning_effort");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"\"}", 400,
+	    "suffix"); /* a completions field */
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"metadata\":5}", 400,
+	    "metadata");
+	/* Harmless fields are accepted (docs/configuration.md lists them). */
+	json_decref(post(T, "{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"},{\"role\":"
+			 "\"assistant\",\"content\":\"y\",\"refusal\":null}],\"user\":\"u\",\"metadata\":"
+			 "{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\",\"parallel_tool_calls\":"
+			 "true,\"tool_choice\":\"none\",\"tools\":[],\"top_p\":1,\"presence_penalty\":0,"
+			 "\"frequency_penalty\":0,\"logit_bias\":{},\"prompt_cache_key\":\"p\","
+			 "\"safety_identifier\":\"s\",\"modalities\":[\"text\"],\"n\":1}", 200));
+	json_decref(post(C, "{\"prompt\":\"x\",\"best_of\":1,\"echo\":false,\"suffix\":null,"
+			 "\"logprobs\":null,\"stop\":[],\"store\":true,\"metadata\":{}}", 200));
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
 	    "messages[0].content[0]");
@@ -459,7 +793,7 @@ static void test_bad_requests(void)
 	http_request(port, "GET", "/v1/completions", NULL, &r);
 	CHECK(r.status == 405);
 	char allow[64];
-	CHECK(!strcmp(http_header(&r, "Allow", allow, sizeof allow), "POST"));
+	CHECK(!strcmp(http_header(&r, "Allow", allow, sizeof allow), "POST, OPTIONS"));
 	json_decref(parse_json(r.body));
 	http_resp_free(&r);
 	http_request(port, "POST", "/health", "{}", &r);
@@ -539,7 +873,7 @@ static void test_metrics(void)
 	CHECK(strstr(http_header(&r, "Content-Type", ct, sizeof ct), "text/plain"));
 	prom_check(r.body);
 	static const char *const names[] = {
-		"flare_host_cache_slots_in_use", "flare_host_cache_slots_total",
+		"flare_host_cache_slots_in_use", "flare_host_cache_slots_capacity",
 		"flare_host_cache_intake_slots", "flare_host_cache_held_total{tier=\"dram\"}",
 		"flare_host_cache_dropped_total{tier=\"nvme\",reason=\"io_error\"}",
 		"flare_host_cache_parked_records", "flare_host_cache_store_outcomes_total{outcome=\"queued\"}",
@@ -556,7 +890,7 @@ static void test_metrics(void)
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		CHECKF(strstr(r.body, names[i]), "/metrics lacks %s", names[i]);
-	CHECK(strstr(r.body, "\nflare_host_cache_slots_total 512\n"));
+	CHECK(strstr(r.body, "\nflare_host_cache_slots_capacity 512\n"));
 	CHECK(strstr(r.body, "\nflare_host_cache_held_total{tier=\"nvme\"} 9\n"));
 	CHECK(strstr(r.body, "\nflare_prefill_launches_total 77\n"));
 	CHECK(strstr(r.body, "flare_info{model=\"tiny\",speculate=\"off\",store=\"memory\",transport=\"host\"} 1"));
@@ -662,8 +996,8 @@ static void test_concurrent(void)
 }
 
 /* Shutdown in flare_serve's order with one plain and one streamed request
- * held: begin_stop (503 for new), backend stop (both finish "cancelled"),
- * server stop. */
+ * held after their first token: begin_stop (503 for new), backend stop
+ * (both finish "abort"), server stop. */
 static void test_shutdown(void)
 {
 	pthread_mutex_lock(&fk.mu);
@@ -703,11 +1037,18 @@ static void test_shutdown(void)
 		pr.raw = buf;
 		pr.raw_len = len;
 		http_parse(&pr);
+		/* Item 9: generations cut by shutdown end "abort" (vLLM's value),
+		 * with what they generated. */
 		if (i == 0) {
-			CHECKF(pr.status == 503, "held plain request: %d %s", pr.status, pr.body);
+			CHECKF(pr.status == 200, "held plain request: %d %s", pr.status, pr.body);
+			json_t *j = parse_json(pr.body);
+			CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "abort"));
+			CHECK(!strcmp(jstr(j, "choices.0.text"), "H"));
+			json_decref(j);
 		} else {
 			CHECK(pr.status == 200);
-			CHECKF(strstr(pr.body, "\"finish_reason\":\"cancelled\""), "%s", pr.body);
+			CHECKF(strstr(pr.body, "\"finish_reason\":\"abort\""), "%s", pr.body);
+			CHECK(!strstr(pr.body, "cancelled"));
 			CHECK(strstr(pr.body, "data: [DONE]\n\n"));
 		}
 		http_resp_free(&pr);
@@ -718,22 +1059,21 @@ static void test_shutdown(void)
 	srv = NULL;
 }
 
-/* A backend that never finishes: stop ends the waiting requests itself. */
+/* A backend that never finishes: stop ends the waiting requests itself;
+ * one that generated nothing yet gets 503 (retry elsewhere). */
 static void test_stop_aborts(void)
 {
 	start_server(0);
 	CHECK_OK(fake_start(&fk));
 	flare_server_set_ready(srv);
 	pthread_mutex_lock(&fk.mu);
-	fk.hold = true;
-	unsigned fk_tokens0 = fk.tokens;
+	fk.hold_all = true;
 	pthread_mutex_unlock(&fk.mu);
 	int fd = http_connect(port);
 	const char *req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
 			  "Content-Length: 15\r\n\r\n{\"prompt\":\"Hi\"}";
 	http_send(fd, req, strlen(req));
 	CHECK(fake_wait(&fk, &fk.submitted, 1, 5000));
-	CHECK(fake_wait(&fk, &fk.tokens, fk_tokens0 + 1, 5000)); /* its first token landed */
 	flare_server_stop(srv, 50000000ull); /* the engine is still running */
 	char buf[4096] = "";
 	size_t len = 0;
@@ -755,6 +1095,11 @@ int main(void)
 	test_chat();
 	test_stream();
 	test_utf8();
+	test_default_max_tokens();
+	test_stop();
+	test_choices();
+	test_logprobs();
+	test_model_retrieve();
 	test_bad_requests();
 	test_body_limit();
 	test_metrics();

@@ -58,6 +58,14 @@ static void fill(hel_engine_stats *st)
 	st->copyout_pin_waits = v++;
 	for (int r = 0; r < SEL_RETRY_REASONS; r++)
 		st->retry_abandoned[r] = v++;
+	st->evictions_lost = v++;
+	st->branched_requests = v++;
+	st->branched_reused_tokens = v++;
+	hel_hist *hs[] = {&st->queue_time, &st->prefill_time, &st->ttft, &st->tpot, &st->e2e,
+			  &st->restore_time[SEL_TIER_MEMORY], &st->restore_time[SEL_TIER_DISK]};
+	for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++)
+		for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++)
+			hs[h]->bucket[i] = v++;
 	st->store_enabled = true;
 	sel_stats *s = &st->store;
 	s->slots_in_use = v++;
@@ -78,6 +86,9 @@ static void fill(hel_engine_stats *st)
 	s->inflight_in = v++;
 	s->packed_records = v++;
 	s->per_rank_records = v++;
+	s->abandoned_stores = v++;
+	s->spilled_bytes = v++;
+	s->read_through_bytes = v++;
 	s->evictions_noticed = v++;
 	for (int t = 0; t < SEL_TIERS; t++) {
 		sel_tier_stats *ts = &s->tier[t];
@@ -95,6 +106,8 @@ static void fill(hel_engine_stats *st)
 		ts->compacted = v++;
 		ts->corrupt = v++;
 		ts->rate_bps = v++;
+		ts->stores_packed = v++;
+		ts->stores_per_rank = v++;
 	}
 	st->uptime_ns = 12345678901ull;
 }
@@ -143,9 +156,9 @@ static void test_format(void)
 	EXPECT("flare_host_cache_fetch_declined_total", st.host_fetch_declined);
 	EXPECT("flare_host_cache_restore_failures_total", st.host_fetch_failed);
 	EXPECT("flare_gpu_cache_pages_free", st.gpu_pages_free);
-	EXPECT("flare_gpu_cache_pages_total", st.gpu_pages_total);
+	EXPECT("flare_gpu_cache_pages_capacity", st.gpu_pages_total);
 	EXPECT("flare_gpu_cache_rows_free", st.gpu_rows_free);
-	EXPECT("flare_gpu_cache_rows_total", st.gpu_rows_total);
+	EXPECT("flare_gpu_cache_rows_capacity", st.gpu_rows_total);
 	EXPECT("flare_gpu_cache_checkpoints", st.gpu_checkpoints);
 	EXPECT("flare_gpu_cache_evictions_total", st.gpu_evictions);
 	EXPECT("flare_host_cache_publications_total", st.publications);
@@ -167,7 +180,7 @@ static void test_format(void)
 
 	const sel_stats *s = &st.store;
 	EXPECT("flare_host_cache_slots_in_use", s->slots_in_use);
-	EXPECT("flare_host_cache_slots_total", s->slots_total);
+	EXPECT("flare_host_cache_slots_capacity", s->slots_total);
 	EXPECT("flare_host_cache_intake_slots", s->intake_slots);
 	EXPECT("flare_host_cache_parked_records", s->parked_records);
 	const char *outcomes[] = {"queued", "present", "deferred", "retry", "oversize", "skipped"};
@@ -184,9 +197,42 @@ static void test_format(void)
 	EXPECT("flare_host_cache_store_failures_total", s->store_failures);
 	EXPECT("flare_host_cache_transfers_in_flight{direction=\"out\"}", s->inflight_out);
 	EXPECT("flare_host_cache_transfers_in_flight{direction=\"in\"}", s->inflight_in);
-	EXPECT("flare_host_cache_record_stores_total{layout=\"packed\"}", s->packed_records);
-	EXPECT("flare_host_cache_record_stores_total{layout=\"per_rank\"}", s->per_rank_records);
+	EXPECT("flare_host_cache_abandoned_stores_total", s->abandoned_stores);
+	EXPECT("flare_host_cache_spilled_bytes_total", s->spilled_bytes);
+	EXPECT("flare_host_cache_read_through_bytes_total", s->read_through_bytes);
 	EXPECT("flare_host_cache_evictions_noticed_total", s->evictions_noticed);
+	EXPECT("flare_host_cache_evictions_lost_total", st.evictions_lost);
+	EXPECT("flare_branched_requests_total", st.branched_requests);
+	EXPECT("flare_branched_reused_tokens_total", st.branched_reused_tokens);
+	/* Histograms: cumulative buckets 0.1 ms .. 60 s, +Inf, _sum, _count. */
+	const struct {
+		const char *name, *labels;
+		const hel_hist *h;
+	} hists[] = {
+		{"flare_time_to_first_token_seconds", "", &st.ttft},
+		{"flare_time_per_output_token_seconds", "", &st.tpot},
+		{"flare_e2e_request_latency_seconds", "", &st.e2e},
+		{"flare_request_queue_time_seconds", "", &st.queue_time},
+		{"flare_request_prefill_time_seconds", "", &st.prefill_time},
+		{"flare_host_cache_restore_time_seconds", "tier=\"dram\",", &st.restore_time[SEL_TIER_MEMORY]},
+		{"flare_host_cache_restore_time_seconds", "tier=\"nvme\",", &st.restore_time[SEL_TIER_DISK]},
+	};
+	for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
+		uint64_t cum = 0;
+		for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++) {
+			cum += hists[h].h->bucket[i];
+			char le[32];
+			if (i == HEL_HIST_BUCKETS)
+				snprintf(le, sizeof le, "+Inf");
+			else
+				snprintf(le, sizeof le, "%g", (double)hel_hist_bounds_ns[i] / 1e9);
+			snprintf(name, sizeof name, "%s_bucket{%sle=\"%s\"}", hists[h].name, hists[h].labels, le);
+			EXPECT(name, cum);
+		}
+	}
+	CHECK(hel_hist_bounds_ns[0] == 100000ull && hel_hist_bounds_ns[HEL_HIST_BUCKETS - 1] == 60000000000ull);
+	CHECK(strstr(text, "flare_time_to_first_token_seconds_bucket{le=\"0.0001\"}"));
+	CHECK(strstr(text, "flare_time_to_first_token_seconds_bucket{le=\"60\"}"));
 
 	const struct {
 		sel_tier t;
@@ -212,6 +258,12 @@ static void test_format(void)
 		TIER("flare_host_cache_corrupt_total", corrupt);
 		TIER("flare_host_cache_transfer_rate_bytes_per_second", rate_bps);
 #undef TIER
+		snprintf(name, sizeof name, "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"packed\"}",
+			 tn);
+		EXPECT(name, t->stores_packed);
+		snprintf(name, sizeof name,
+			 "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"per_rank\"}", tn);
+		EXPECT(name, t->stores_per_rank);
 		const char *why[] = {"end_of_chain", "oversize", "io_error"};
 		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize, t->dropped_io_error};
 		for (int k = 0; k < 3; k++) {
@@ -284,6 +336,17 @@ static void test_dashboard(void)
 	/* Counters that went backwards read as zero; a short buffer is cut. */
 	flare_dashboard_line(line, sizeof line, &c, &a, 1000000000ull);
 	CHECK(strstr(line, "prefill 0 tok/s, decode 0 tok/s"));
+	/* A composite's read-through (disk to memory, then memory to the GPU)
+	 * and its spills (memory to disk after the GPU copy) count once. */
+	hel_engine_stats d = c;
+	d.store.tier[SEL_TIER_DISK].bytes_in += 6u << 20;
+	d.store.read_through_bytes += 6u << 20;
+	d.store.tier[SEL_TIER_MEMORY].bytes_in += 6u << 20;
+	d.store.tier[SEL_TIER_MEMORY].bytes_out += 4u << 20;
+	d.store.tier[SEL_TIER_DISK].bytes_out += 4u << 20;
+	d.store.spilled_bytes += 4u << 20;
+	flare_dashboard_line(line, sizeof line, &c, &d, 2000000000ull);
+	CHECKF(strstr(line, "in 3 MiB/s, out 2 MiB/s"), "%s", line);
 	char small[20];
 	flare_dashboard_line(small, sizeof small, &a, &c, 1);
 	CHECK(strlen(small) == sizeof small - 1);
@@ -361,6 +424,21 @@ static void test_retention_composite(void)
 	CHECK(sample(s, "flare_host_cache_held_total{tier=\"dram\"}") == (double)N - g.streamed);
 	CHECK(sample(s, "flare_host_cache_held_total{tier=\"nvme\"}") ==
 	      (double)(g.writes_done + g.streamed));
+	/* Stores by tier: every landed memory copy, every committed file. */
+	CHECK(sample(s, "flare_host_cache_record_stores_total{tier=\"dram\",layout=\"per_rank\"}") +
+		      sample(s, "flare_host_cache_record_stores_total{tier=\"dram\",layout=\"packed\"}") ==
+	      (double)N - g.streamed);
+	CHECK(sample(s, "flare_host_cache_record_stores_total{tier=\"nvme\",layout=\"per_rank\"}") +
+		      sample(s, "flare_host_cache_record_stores_total{tier=\"nvme\",layout=\"packed\"}") ==
+	      (double)(g.writes_done + g.streamed));
+	/* Spills from memory are in the disk tier's bytes out, so the dashboard
+	 * takes them away (they left the GPU once, into memory). */
+	double spilled = sample(s, "flare_host_cache_spilled_bytes_total");
+	double nvme_out = sample(s, "flare_host_cache_bytes_out_total{tier=\"nvme\"}");
+	CHECK(g.writes_done > 0 && spilled > 0 && spilled <= nvme_out);
+	if (g.streamed == 0)
+		CHECK(spilled == nvme_out);
+	CHECK(spilled == (double)st.spilled_bytes);
 	/* Memory evicted durable copies: not drops (the disk keeps them). */
 	CHECK(st.tier[SEL_TIER_MEMORY].evicted > 0);
 	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"end_of_chain\"}") == 0);

@@ -104,7 +104,7 @@ try:
     print("turn 2:", r2["usage"], r2["flare"])
     assert cached > 0, "second turn reused nothing"
     text = metrics(base)
-    assert "flare_prefill_tokens_total" in text and "flare_host_cache_slots_total" in text
+    assert "flare_prefill_tokens_total" in text and "flare_host_cache_slots_capacity" in text
     # The drain writes what the worker has put to the store: the restart
     # below checks the records, so the last publications must be in.
     settle(base)

@@ -100,6 +100,16 @@ static int finish(struct child *c, int sig)
 	return WEXITSTATUS(st);
 }
 
+/* dir/name holding text; its path into path. */
+static void write_file(const char *dir, const char *name, const char *text, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fputs(text, f);
+	CHECK(fclose(f) == 0);
+}
+
 static void test_exit_statuses(void)
 {
 	/* Bad flags, files and cores: 2, before anything starts. */
@@ -108,13 +118,11 @@ static void test_exit_statuses(void)
 	CHECK(serve("--config", "/nonexistent.toml", NULL) == 2);
 	CHECK(serve("/nonexistent.core", NULL) == 2);
 	CHECK(!fk.opened);
+	CHECK(serve("--api-key", "k", "--api-key-file", "/k", NULL) == 2);
+	CHECK(serve("--api-key-file", "/nonexistent.key", NULL) == 2);
 	char *dir = test_mkdtemp("flare-serve");
 	char path[4096];
-	snprintf(path, sizeof path, "%s/bad.toml", dir);
-	FILE *f = fopen(path, "w");
-	CHECK(f);
-	fputs("[prefix_cache]\nmemory = \"lots\"\n", f);
-	fclose(f);
+	write_file(dir, "bad.toml", "[prefix_cache]\nmemory = \"lots\"\n", path, sizeof path);
 	CHECK(serve("--config", path, NULL) == 2);
 	test_rmtree(dir);
 	free(dir);
@@ -133,7 +141,8 @@ static void test_run(void)
 	fclose(f);
 	char *argv[] = {"run", "--config", conf, "--port", "0", "--prefix-cache-disk", cache,
 			"--dashboard", "on", "--dashboard-interval", "50ms",
-			"--prefix-cache-drain-on-shutdown=90s", "--prefix-cache-max-age", "2h", NULL};
+			/* issue 14 item 6: the value after a space */
+			"--prefix-cache-drain-on-shutdown", "90s", "--prefix-cache-max-age", "2h", NULL};
 	struct child c;
 	spawn(&c, argv);
 	uint16_t port = listening_port(&c);
@@ -210,6 +219,55 @@ static void test_disk_decisions(void)
 	free(dir);
 }
 
+/* Issue 14 item 6: an argument that is not a core file is named as the
+ * core file that was not found (it was "flare: 90s: No such file or
+ * directory" when a flag's value was taken for CORE). */
+static void test_core_not_found(void)
+{
+	char *argv[] = {"run", "--port", "0", "90x", NULL};
+	struct child c;
+	spawn(&c, argv);
+	CHECK(finish(&c, 0) == 2);
+	CHECKF(strstr(c.out, "flare: core file '90x' not found"), "%s", c.out);
+}
+
+/* --api-key-file: the key is the file's first line; /health stays open. */
+static void test_api_key_file(void)
+{
+	char *dir = test_mkdtemp("flare-serve");
+	char key[4096];
+	write_file(dir, "key", "sk-from-file\n", key, sizeof key);
+	char *argv[] = {"run", "--port", "0", "--api-key-file", key, NULL};
+	struct child c;
+	spawn(&c, argv);
+	uint16_t port = listening_port(&c);
+	CHECK(!strstr(c.out, "sk-from-file"));
+	struct http_resp r;
+	http_request(port, "GET", "/v1/models", NULL, &r);
+	CHECK(r.status == 401);
+	http_resp_free(&r);
+	int fd = http_connect(port);
+	http_send_request(fd, "GET", "/v1/models", "Authorization: Bearer sk-from-file\r\n", NULL);
+	CHECK(http_read_response(fd, &r) && r.status == 200);
+	http_resp_free(&r);
+	close(fd);
+	http_request(port, "GET", "/health", NULL, &r);
+	CHECK(r.status == 200);
+	http_resp_free(&r);
+	CHECK(finish(&c, SIGTERM) == 0);
+	/* An empty key file is refused, naming the flag and the file. */
+	write_file(dir, "key", "", key, sizeof key);
+	spawn(&c, argv);
+	CHECK(finish(&c, 0) == 2);
+	CHECKF(strstr(c.out, "flare: --api-key-file: '") && strstr(c.out, "the key must be"), "%s",
+	       c.out);
+	test_rmtree(dir);
+	free(dir);
+}
+
+/* Issue 14 item 8: a busy port is found before the engine and the store
+ * start: no startup summary, no namespace directory, the flag and the
+ * address named. */
 static void test_port_in_use(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -221,14 +279,27 @@ static void test_port_in_use(void)
 	CHECK(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
 	char port[16];
 	snprintf(port, sizeof port, "%u", ntohs(a.sin_port));
-	char *argv[] = {"run", "--port", port, NULL};
+	char *dir = test_mkdtemp("flare-serve");
+	char cache[4096];
+	snprintf(cache, sizeof cache, "%s/cache", dir);
+	char *argv[] = {"run", "--port", port, "--prefix-cache-disk", cache, NULL};
 	struct child c;
 	spawn(&c, argv);
 	CHECK(finish(&c, 0) == 1);
-	CHECKF(strstr(c.out, "flare: --port: cannot listen on 127.0.0.1:") &&
-		       strstr(c.out, "in use"),
-	       "%s", c.out);
+	char want[128];
+	snprintf(want, sizeof want, "flare: --port: cannot listen on 127.0.0.1:%s: ", port);
+	CHECKF(strstr(c.out, want) && strstr(c.out, "in use"), "%s", c.out);
+	CHECKF(!strstr(c.out, "flare: core '") && !strstr(c.out, "prefix cache"), "%s", c.out);
+	struct stat st;
+	CHECK(stat(cache, &st) == -1 && errno == ENOENT);
+	test_rmtree(dir);
+	free(dir);
 	close(fd);
+	/* An address this host does not have: the --host's fault. */
+	char *a2[] = {"run", "--port", "0", "--host", "192.0.2.1", NULL};
+	spawn(&c, a2);
+	CHECK(finish(&c, 0) == 1);
+	CHECKF(strstr(c.out, "flare: --host: cannot listen on 192.0.2.1:0: "), "%s", c.out);
 
 	/* --help: exit 0, the text on stdout. */
 	char *h[] = {"run", "--help", NULL};
@@ -277,6 +348,8 @@ int main(void)
 	test_run();
 	test_disk_decisions();
 	test_port_in_use();
+	test_core_not_found();
+	test_api_key_file();
 	printf("ok\n");
 	return 0;
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool reserve(struct flare_buf *b, size_t extra)
+bool flare_buf_reserve(struct flare_buf *b, size_t extra)
 {
 	if (b->failed)
 		return false;
@@ -37,7 +37,7 @@ static bool reserve(struct flare_buf *b, size_t extra)
 
 void flare_buf_append(struct flare_buf *b, const void *p, size_t n)
 {
-	if (!reserve(b, n))
+	if (!flare_buf_reserve(b, n))
 		return;
 	if (n)
 		memcpy(b->data + b->len, p, n);
@@ -60,7 +60,7 @@ void flare_buf_printf(struct flare_buf *b, const char *fmt, ...)
 		flare_buf_append(b, small, (size_t)n);
 		return;
 	}
-	if (!reserve(b, (size_t)n))
+	if (!flare_buf_reserve(b, (size_t)n))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
@@ -93,7 +93,7 @@ char *flare_buf_take(struct flare_buf *b, size_t *len)
 	char *p = NULL;
 	if (!b->failed) {
 		if (!b->data)
-			reserve(b, 0);
+			flare_buf_reserve(b, 0);
 		if (!b->failed) {
 			b->data[b->len] = '\0';
 			p = b->data;

@@ -20,6 +20,9 @@ struct flare_buf {
 };
 
 void flare_buf_append(struct flare_buf *b, const void *p, size_t n);
+/* Room for extra more bytes (and the NUL) without another allocation;
+ * capacity grows by doubling from 256.  false after a failed allocation. */
+bool flare_buf_reserve(struct flare_buf *b, size_t extra);
 static inline void flare_buf_puts(struct flare_buf *b, const char *s)
 {
 	flare_buf_append(b, s, strlen(s));

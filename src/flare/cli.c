@@ -86,7 +86,15 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 		if (eq) {
 			value = eq + 1;
 		} else if (o->optional_value) {
+			/* The next argument is the value when it reads as one
+			 * (--prefix-cache-drain-on-shutdown 90s); else the flag
+			 * is bare and the argument is whatever it is (CORE). */
+			struct flare_settings probe = {0};
+			char why[256];
 			value = "on";
+			if (i + 1 < argc && argv[i + 1][0] != '-' &&
+			    flare_settings_set(&probe, o, argv[i + 1], FLARE_V_TEXT, why, sizeof why) == 0)
+				value = argv[++i];
 		} else {
 			if (i + 1 >= argc)
 				return cli_bad(err, errlen, "%s: missing value (%s %s)", name, name,

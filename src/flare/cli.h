@@ -15,7 +15,9 @@
 
 /* Parse `run [OPTIONS] [CORE]`: argv[0] is the command name and is
  * skipped.  Flags take their value as the next argument or after '='
- * (--port=0); --prefix-cache-drain-on-shutdown takes one only after '='.
+ * (--port=0); --prefix-cache-drain-on-shutdown, which also stands alone,
+ * takes the next argument only when it reads as its value (on, off or a
+ * duration: `--prefix-cache-drain-on-shutdown 90s`).
  * "--" ends the flags.  out is reset (set = 0) and receives exactly what
  * the flags say.  Returns 0, FLARE_CLI_HELP when --help was given (nothing
  * else is checked then), or -EINVAL with a message naming the flag and the

@@ -8,6 +8,8 @@
  *
  * (one line).  Rates are differences of cumulative counters over the
  * interval; a counter that went backwards (a restarted engine) reads as 0.
+ * in and out are bytes restored to and copied from the GPU: a composite
+ * store's spills and read-throughs between its tiers are not counted.
  */
 #include "flare/dashboard.h"
 
@@ -37,12 +39,15 @@ static const char *short_num(char *b, size_t cap, double v)
 	return b;
 }
 
+/* Bytes between the GPU and the host tiers: a composite's moves between
+ * its own tiers (read-through, spills) are in its disk tier's counters
+ * too and would count twice. */
 static uint64_t bytes_in(const hel_engine_stats *s)
 {
 	uint64_t t = 0;
 	for (int i = 0; i < SEL_TIERS; i++)
 		t += s->store.tier[i].bytes_in;
-	return t;
+	return t >= s->store.read_through_bytes ? t - s->store.read_through_bytes : 0;
 }
 
 static uint64_t bytes_out(const hel_engine_stats *s)
@@ -50,7 +55,7 @@ static uint64_t bytes_out(const hel_engine_stats *s)
 	uint64_t t = 0;
 	for (int i = 0; i < SEL_TIERS; i++)
 		t += s->store.tier[i].bytes_out;
-	return t;
+	return t >= s->store.spilled_bytes ? t - s->store.spilled_bytes : 0;
 }
 
 const char *flare_dashboard_line(char *buf, size_t cap, const hel_engine_stats *prev,

@@ -5,10 +5,15 @@
  *
  * DESIGN
  * Every metric is written with # HELP and # TYPE once, followed by all its
- * samples, as the exposition format requires.  Counters end in _total.
- * Tiers are labelled as the design names them: dram (the memory store) and
- * nvme (the disk store).  Labels take fixed values except flare_info's,
- * which are escaped.
+ * samples, as the exposition format requires, so that `promtool check
+ * metrics` accepts the page without a warning: counters end in _total and
+ * nothing else does (the design's gauge flare_host_cache_slots_total is
+ * flare_host_cache_slots_capacity here; docs/metrics.md maps the names),
+ * and every help text says what is counted.  Tiers are labelled as the
+ * design names them: dram (the memory store) and nvme (the disk store).
+ * Labels take fixed values except flare_info's, which are escaped.
+ * Latency histograms follow vLLM's (seconds, cumulative buckets from
+ * 0.1 ms to 60 s, _sum and _count).
  *
  * Invariants:
  *   1. Each metric family appears exactly once, whatever the snapshot.
@@ -81,17 +86,48 @@ static void per_tier(struct flare_buf *out, const sel_stats *s, const char *name
 
 #define TIER(name, type, help, field) per_tier(out, s, name, type, help, offsetof(sel_tier_stats, field))
 
+/* One histogram's samples (its family written by the caller), labels
+ * ("tier=\"dram\"") or NULL. */
+static void hist_samples(struct flare_buf *out, const char *name, const char *labels,
+			 const hel_hist *h)
+{
+	uint64_t cum = 0;
+	for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++) {
+		cum += h->bucket[i];
+		char le[32];
+		if (i < HEL_HIST_BUCKETS)
+			snprintf(le, sizeof le, "%g", (double)hel_hist_bounds_ns[i] / 1e9);
+		else
+			snprintf(le, sizeof le, "+Inf");
+		flare_buf_printf(out, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels ? labels : "",
+				 labels ? "," : "", le, cum);
+	}
+	flare_buf_printf(out, "%s_sum%s%s%s %" PRIu64 ".%09" PRIu64 "\n", name, labels ? "{" : "",
+			 labels ? labels : "", labels ? "}" : "", h->sum_ns / 1000000000u,
+			 h->sum_ns % 1000000000u);
+	flare_buf_printf(out, "%s_count%s%s%s %" PRIu64 "\n", name, labels ? "{" : "",
+			 labels ? labels : "", labels ? "}" : "", h->count);
+}
+
+static void hist(struct flare_buf *out, const char *name, const char *help, const hel_hist *h)
+{
+	family(out, name, "histogram", help);
+	hist_samples(out, name, NULL, h);
+}
+
 static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
 	const sel_stats *s = &st->store;
 	char l[96];
 
 	GAUGE("flare_host_cache_slots_in_use",
-	      "Slots of the local host pool in use, including row pieces and slots held by copies in flight.",
+	      "Slots of the local host pool in use now, including row pieces and slots held by copies "
+	      "in flight.",
 	      s->slots_in_use);
-	GAUGE("flare_host_cache_slots_total", "Slots of the local host pool, intake included.",
+	GAUGE("flare_host_cache_slots_capacity",
+	      "Slots of the local host pool, intake included (design 2.11's flare_host_cache_slots_total).",
 	      s->slots_total);
-	GAUGE("flare_host_cache_intake_slots", "Slots reserved for automatic intake (design 1).",
+	GAUGE("flare_host_cache_intake_slots", "Slots of the pool reserved for automatic intake (design 1).",
 	      s->intake_slots);
 	family(out, "flare_host_cache_disk_io", "gauge",
 	       "1 for the record I/O path the disk tier uses now (design 2.10 wants "
@@ -99,17 +135,19 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	snprintf(l, sizeof l, "path=\"%s\"", s->disk_io ? s->disk_io : "none");
 	val(out, "flare_host_cache_disk_io", l, s->disk_io ? 1 : 0);
 	GAUGE("flare_host_cache_parked_records",
-	      "DRAM-only records of a composite store: complete in memory, their files not written yet.",
+	      "DRAM-only records of a composite store now: complete in memory, their files not written "
+	      "yet.",
 	      s->parked_records);
 
 	family(out, "flare_host_cache_store_outcomes_total", "counter",
-	       "Results of offering a checkpoint to the store, and deferrals, by outcome.");
+	       "Checkpoints offered to the store, by the outcome of the offer, and copies deferred after "
+	       "it.");
 	for (int o = 0; o <= SEL_SKIPPED; o++) {
 		snprintf(l, sizeof l, "outcome=\"%s\"", sel_outcome_name((sel_outcome)o));
 		val(out, "flare_host_cache_store_outcomes_total", l, s->outcomes[o]);
 	}
 	family(out, "flare_host_cache_store_retry_reasons_total", "counter",
-	       "Causes of retry and deferred outcomes (attempts, not checkpoints).");
+	       "Offers answered retry or deferred, by cause (attempts, not checkpoints).");
 	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
 		snprintf(l, sizeof l, "reason=\"%s\"", sel_retry_reason_name((sel_retry_reason)r));
 		val(out, "flare_host_cache_store_retry_reasons_total", l, s->retry_reasons[r]);
@@ -121,36 +159,62 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 		"Lookup candidates passed over because a record on their chain has another key than "
 		"the request's history gives (a forged or stale parent link).", s->chains_rejected);
 	COUNTER("flare_host_cache_store_reused_tokens_total",
-		"Tokens covered by the chains the store's hits found.", s->reused_tokens);
+		"Tokens restored by the store's completed fetches.", s->reused_tokens);
 	COUNTER("flare_host_cache_fetches_total", "Restores the store started.", s->fetches);
 	COUNTER("flare_host_cache_fetch_failures_total", "Restores the store reported as failed.",
 		s->fetch_failures);
-	COUNTER("flare_host_cache_store_failures_total", "Queued copy-outs that failed.",
+	COUNTER("flare_host_cache_store_failures_total", "Copy-outs the store accepted that then failed.",
 		s->store_failures);
 	family(out, "flare_host_cache_transfers_in_flight", "gauge",
 	       "Copy jobs submitted and not yet completed, by direction (out: GPU to host).");
 	val(out, "flare_host_cache_transfers_in_flight", "direction=\"out\"", s->inflight_out);
 	val(out, "flare_host_cache_transfers_in_flight", "direction=\"in\"", s->inflight_in);
 	family(out, "flare_host_cache_record_stores_total", "counter",
-	       "Records stored with replicated shares packed once, or per rank (design 2.5).");
-	val(out, "flare_host_cache_record_stores_total", "layout=\"packed\"", s->packed_records);
-	val(out, "flare_host_cache_record_stores_total", "layout=\"per_rank\"", s->per_rank_records);
+	       "Records stored into a tier, by tier and by layout: replicated shares packed once, or "
+	       "per rank (design 2.5; a read-through promotion counts as a new memory store).");
+	for (size_t i = 0; i < N_TIERS; i++) {
+		const sel_tier_stats *t = &s->tier[tiers[i]];
+		snprintf(l, sizeof l, "tier=\"%s\",layout=\"packed\"", sel_tier_name(tiers[i]));
+		val(out, "flare_host_cache_record_stores_total", l, t->stores_packed);
+		snprintf(l, sizeof l, "tier=\"%s\",layout=\"per_rank\"", sel_tier_name(tiers[i]));
+		val(out, "flare_host_cache_record_stores_total", l, t->stores_per_rank);
+	}
+	COUNTER("flare_host_cache_abandoned_stores_total",
+		"Disk-only TP>1 stores abandoned because a later page window differed across ranks after "
+		"the first window decided the pages were replicated (design 2.5).",
+		s->abandoned_stores);
 	COUNTER("flare_host_cache_evictions_noticed_total",
 		"GPU evictions and compactions the store was told of.", s->evictions_noticed);
+	COUNTER("flare_host_cache_evictions_lost_total",
+		"Times the bounded eviction-notice queue overflowed, losing its oldest notices before the "
+		"store was told of them.",
+		st->evictions_lost);
+	COUNTER("flare_host_cache_spilled_bytes_total",
+		"Bytes a composite store wrote from its memory tier to its disk tier (part of "
+		"bytes_out_total{tier=\"nvme\"}).",
+		s->spilled_bytes);
+	COUNTER("flare_host_cache_read_through_bytes_total",
+		"Bytes a composite store read from its disk tier into its memory tier (part of "
+		"bytes_in_total{tier=\"nvme\"}).",
+		s->read_through_bytes);
 
 	TIER("flare_host_cache_records", "gauge",
-	     "Records indexed in the tier (disk: includes reservations of DRAM-only records).", records);
-	TIER("flare_host_cache_bytes_used", "gauge", "Bytes the tier holds.", bytes_used);
+	     "Records indexed in the tier now (nvme: includes reservations of DRAM-only records).",
+	     records);
+	TIER("flare_host_cache_bytes_used", "gauge", "Bytes the tier holds now.", bytes_used);
 	TIER("flare_host_cache_bytes_limit", "gauge", "The tier's byte budget.", bytes_limit);
-	TIER("flare_host_cache_bytes_in_total", "counter", "Bytes restored from the tier to the GPU.",
+	TIER("flare_host_cache_bytes_in_total", "counter",
+	     "Bytes read from the tier for restores (nvme: also a composite's read-through into memory).",
 	     bytes_in);
 	TIER("flare_host_cache_bytes_out_total", "counter",
-	     "Bytes copied into the tier (memory: every landed copy, design 5).", bytes_out);
+	     "Bytes copied into the tier (dram: every landed copy, design 5; nvme: also a composite's "
+	     "spills).",
+	     bytes_out);
 	TIER("flare_host_cache_held_total", "counter",
-	     "Record holding events in the tier (a copy landed in memory, a file committed).", held);
+	     "Records the tier took in (a copy landed in memory, a file committed).", held);
 	family(out, "flare_host_cache_dropped_total", "counter",
-	       "Records discarded from the last local tier: end of the local chain, oversize, "
-	       "terminal I/O error.");
+	       "Records discarded from the last local tier, by reason: end of the local chain, "
+	       "oversize, terminal I/O error.");
 	for (size_t i = 0; i < N_TIERS; i++) {
 		const sel_tier_stats *t = &s->tier[tiers[i]];
 		const struct {
@@ -166,12 +230,23 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	}
 	TIER("flare_host_cache_expired_total", "counter",
 	     "Records removed for age (--prefix-cache-max-age).", expired);
-	TIER("flare_host_cache_evicted_total", "counter", "Records evicted for room.", evicted);
+	TIER("flare_host_cache_evicted_total", "counter", "Records evicted for room (not for age).",
+	     evicted);
 	TIER("flare_host_cache_compacted_total", "counter",
 	     "Records whose row was dropped, keeping their pages.", compacted);
-	TIER("flare_host_cache_corrupt_total", "counter", "Records that failed verification.", corrupt);
+	TIER("flare_host_cache_corrupt_total", "counter",
+	     "Records that failed checksum or header verification.", corrupt);
 	TIER("flare_host_cache_transfer_rate_bytes_per_second", "gauge",
 	     "Median rate of the tier's last three transfers (the fetch policy's estimate).", rate_bps);
+
+	family(out, "flare_host_cache_restore_time_seconds", "histogram",
+	       "Restores from a host tier, by tier: seconds from the fetch's start to its bytes "
+	       "landing in the GPU cache.");
+	for (size_t i = 0; i < N_TIERS; i++) {
+		snprintf(l, sizeof l, "tier=\"%s\"", sel_tier_name(tiers[i]));
+		hist_samples(out, "flare_host_cache_restore_time_seconds", l,
+			     &st->restore_time[tiers[i]]);
+	}
 }
 
 void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
@@ -180,27 +255,50 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	char l[96];
 
 	/* Requests and tokens. */
-	COUNTER("flare_requests_submitted_total", "Requests the engine accepted.", st->requests_submitted);
-	COUNTER("flare_requests_finished_total", "Requests that finished (stop or length).",
+	COUNTER("flare_requests_submitted_total", "Requests (choices) the engine accepted.",
+		st->requests_submitted);
+	COUNTER("flare_requests_finished_total",
+		"Requests that finished with stop (end token or stop sequence) or length.",
 		st->requests_finished);
-	COUNTER("flare_requests_cancelled_total", "Requests cancelled (client gone, shutdown).",
-		st->requests_cancelled);
+	COUNTER("flare_requests_cancelled_total",
+		"Requests cancelled: client gone or shutdown.", st->requests_cancelled);
 	COUNTER("flare_requests_failed_total", "Requests that ended with an error.", st->requests_failed);
-	GAUGE("flare_requests_pending", "Requests queued, not yet admitted.", st->pending);
-	GAUGE("flare_requests_active", "Requests admitted and running.", st->active);
-	COUNTER("flare_prompt_tokens_total", "Prompt tokens of finished requests.", st->prompt_tokens);
-	COUNTER("flare_completion_tokens_total", "Generated tokens of finished requests.",
+	GAUGE("flare_requests_pending", "Requests queued now, not yet admitted.", st->pending);
+	GAUGE("flare_requests_active", "Requests admitted and running now.", st->active);
+	COUNTER("flare_prompt_tokens_total", "Prompt tokens of admitted requests.", st->prompt_tokens);
+	COUNTER("flare_completion_tokens_total", "Tokens generated, every request's.",
 		st->completion_tokens);
 	COUNTER("flare_prefill_launches_total", "Prefill chunks run.", st->prefill_launches);
 	COUNTER("flare_prefill_tokens_total", "Prompt tokens computed in prefill (not reused).",
 		st->prefill_tokens);
-	COUNTER("flare_decode_tokens_total", "Tokens produced by decode.", st->decode_tokens);
+	COUNTER("flare_decode_tokens_total", "Tokens produced by decode steps.", st->decode_tokens);
 	GAUGE("flare_prefill_rate_tokens_per_second",
 	      "Measured prefill throughput, a recent average: the fetch policy's prefill rate.",
 	      st->prefill_rate);
 	COUNTER("flare_preemptions_total",
 		"Decoding requests preempted for GPU pages (resumed later from their terminal).",
 		st->preemptions);
+	COUNTER("flare_branched_requests_total",
+		"Requests admitted as branches of a sibling with the same prompt (the choices of an n > 1 "
+		"request after the first: design 4's branching).",
+		st->branched_requests);
+	COUNTER("flare_branched_reused_tokens_total",
+		"Prompt tokens those branched requests reused from the GPU cache.",
+		st->branched_reused_tokens);
+
+	/* Latencies, vLLM's set. */
+	hist(out, "flare_time_to_first_token_seconds",
+	     "Requests by seconds from submission to their first token.", &st->ttft);
+	hist(out, "flare_time_per_output_token_seconds",
+	     "Generated tokens after a request's first, by seconds since the token before.", &st->tpot);
+	hist(out, "flare_e2e_request_latency_seconds",
+	     "Requests that finished (stop or length), by seconds from submission to the end.",
+	     &st->e2e);
+	hist(out, "flare_request_queue_time_seconds",
+	     "Requests by seconds from submission to admission.", &st->queue_time);
+	hist(out, "flare_request_prefill_time_seconds",
+	     "Requests by seconds from admission to their first token (prefill, restores included).",
+	     &st->prefill_time);
 
 	/* The GPU checkpoint cache. */
 	COUNTER("flare_gpu_cache_lookups_total", "GPU checkpoint cache lookups at admission.",
@@ -209,11 +307,13 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		st->gpu_hits);
 	COUNTER("flare_gpu_cache_reused_tokens_total", "Prompt tokens reused from GPU checkpoints.",
 		st->gpu_reused_tokens);
-	GAUGE("flare_gpu_cache_pages_free", "Free GPU pages.", st->gpu_pages_free);
-	GAUGE("flare_gpu_cache_pages_total", "GPU pages.", st->gpu_pages_total);
-	GAUGE("flare_gpu_cache_rows_free", "Free GPU state rows.", st->gpu_rows_free);
-	GAUGE("flare_gpu_cache_rows_total", "GPU state rows.", st->gpu_rows_total);
-	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache.", st->gpu_checkpoints);
+	GAUGE("flare_gpu_cache_pages_free", "GPU pages free now.", st->gpu_pages_free);
+	GAUGE("flare_gpu_cache_pages_capacity", "GPU pages in the cache's page planes.",
+	      st->gpu_pages_total);
+	GAUGE("flare_gpu_cache_rows_free", "GPU state rows free now.", st->gpu_rows_free);
+	GAUGE("flare_gpu_cache_rows_capacity", "GPU state rows in the cache's row plane.",
+	      st->gpu_rows_total);
+	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache now.", st->gpu_checkpoints);
 	COUNTER("flare_gpu_cache_evictions_total", "GPU checkpoints evicted or compacted.",
 		st->gpu_evictions);
 
@@ -233,7 +333,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		st->host_hits);
 	COUNTER("flare_host_cache_reused_tokens_total", "Prompt tokens restored from host tiers.",
 		st->host_reused_tokens);
-	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore (Inbound phase).",
+	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore now (Inbound phase).",
 	      st->inbound_waiting);
 	COUNTER("flare_host_cache_fetch_declined_total",
 		"Host hits the policy recomputed instead (transfer slower than prefill).",
@@ -243,8 +343,9 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	COUNTER("flare_host_cache_publications_total", "Checkpoints offered to the host store.",
 		st->publications);
 	GAUGE("flare_host_cache_store_retries_pending",
-	      "Checkpoints waiting to be offered again after a retry outcome.", st->store_retries_pending);
-	GAUGE("flare_host_cache_copyout_pins", "GPU checkpoints pinned by queued copy-outs.",
+	      "Checkpoints waiting now to be offered again after a retry outcome.",
+	      st->store_retries_pending);
+	GAUGE("flare_host_cache_copyout_pins", "GPU checkpoints pinned now by queued copy-outs.",
 	      st->copyout_pins);
 	GAUGE("flare_host_cache_copyout_pin_limit",
 	      "The most GPU checkpoints queued copy-outs may pin: max(1, rows / 4).",
@@ -272,7 +373,8 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	family(out, "flare_uptime_seconds", "gauge", "Seconds since the engine started.");
 	flare_buf_printf(out, "flare_uptime_seconds %" PRIu64 ".%03" PRIu64 "\n",
 			 (uint64_t)(st->uptime_ns / 1000000000u), (uint64_t)(st->uptime_ns / 1000000u % 1000u));
-	family(out, "flare_info", "gauge", "The served model and host store configuration (always 1).");
+	family(out, "flare_info", "gauge",
+	       "Always 1; its labels name the served model and host store configuration.");
 	flare_buf_puts(out, "flare_info{");
 	label(out, "model", info ? info->model : "", false);
 	label(out, "speculate", info ? info->mode : "", true);
@@ -287,13 +389,22 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	if (!http)
 		http = &none;
 	COUNTER("flare_http_requests_total", "HTTP requests answered.", http->requests);
-	family(out, "flare_http_responses_total", "counter", "HTTP responses by status class.");
+	family(out, "flare_http_responses_total", "counter", "HTTP responses sent, by status class.");
 	for (int c = 2; c <= 5; c++) {
 		snprintf(l, sizeof l, "code=\"%dxx\"", c);
 		val(out, "flare_http_responses_total", l, http->responses[c]);
 	}
-	GAUGE("flare_http_streams_active", "Streamed (SSE) responses open.", http->streams_active);
+	GAUGE("flare_http_streams_active", "Streamed (SSE) responses open now.", http->streams_active);
 	COUNTER("flare_http_client_disconnects_total",
 		"Clients that went away before their request finished (the request was cancelled).",
 		http->disconnects);
+	GAUGE("flare_http_connections", "TCP connections open now.", http->connections);
+	GAUGE("flare_http_buffered_request_bytes",
+	      "Request body bytes held now while they arrive (bounded by --max-buffered-bytes).",
+	      http->buffered_bytes);
+	COUNTER("flare_http_buffer_refusals_total",
+		"Requests refused with 503 because their body would pass --max-buffered-bytes.",
+		http->buffer_refusals);
+	COUNTER("flare_http_unauthorized_total",
+		"Requests refused with 401 for a missing or wrong API key.", http->unauthorized);
 }

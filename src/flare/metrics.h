@@ -19,6 +19,10 @@ struct flare_http_stats {
 	uint64_t responses[6];      /* by status class: [2] = 2xx ... [5] = 5xx */
 	uint64_t streams_active;    /* SSE responses open */
 	uint64_t disconnects;       /* clients gone before their request finished */
+	uint64_t connections;       /* TCP connections open */
+	uint64_t buffered_bytes;    /* request body bytes held */
+	uint64_t buffer_refusals;   /* requests refused (503) for the body budget */
+	uint64_t unauthorized;      /* requests refused (401) for a missing or wrong API key */
 };
 
 /* What the startup summary knew (hel_engine_info), for the info gauges. */

@@ -33,10 +33,13 @@
  * a majority gc removes nothing.  gc's recovery is the server's own
  * routine (sel_recover), so both keep the same set from one directory.
  *
- * Each namespace directory is locked with eos_dirlock, the server's lock,
- * for the whole time the tool works on it, so a command and a server never
- * share a namespace; a locked namespace is reported with the holder's pid
- * (the eos message) and skipped, and the command exits 1.
+ * verify and gc lock each namespace directory with eos_dirlock, the
+ * server's lock, for the whole time they work on it, so they and a server
+ * never share a namespace; a locked namespace is reported with the
+ * holder's pid (the eos message) and skipped, and the command exits 1.
+ * ls and stat only read: a namespace a server owns (the lock is busy) is
+ * read without the lock, and the output says that the listing may change
+ * while it is read (files come and go as the server writes and evicts).
  *
  * Output is built once per namespace: the text report as it goes, or a
  * jansson document printed whole at the end (--json), so a script always
@@ -47,7 +50,8 @@
  *      a record that links under it stays: removals follow the index's
  *      child-first order, and a failed unlink keeps every ancestor of the
  *      file that stayed.
- *   2. Every namespace directory is worked on only while its lock is held.
+ *   2. Every namespace directory is changed only while its lock is held;
+ *      one a server holds is only read (ls, stat).
  *   3. The exit status is 2 only for bad arguments, before any directory is
  *      touched.
  */
@@ -102,9 +106,10 @@ void flare_records_help(FILE *f)
 		"\n"
 		"Work on a prefix-cache record directory without a server.  DIR is a base\n"
 		"directory (--prefix-cache-disk: every namespace <16 hex>-<32 hex> under it)\n"
-		"or one namespace directory.  Each namespace is locked as the server locks it,\n"
-		"so a command refuses a namespace a running server owns, and a server refuses\n"
-		"to start while a command works on it.\n"
+		"or one namespace directory.  verify and gc lock each namespace as the server\n"
+		"locks it, so they refuse a namespace a running server owns, and a server\n"
+		"refuses to start while they work on it.  ls and stat only read: a namespace\n"
+		"a server owns is read without its lock and marked as one that may change.\n"
 		"\n"
 		"Commands:\n"
 		"  ls      namespaces (identity, fingerprint, ranks and planes), records (key,\n"
@@ -315,7 +320,9 @@ struct rother {
 struct rns {
 	char path[PATH_MAX];
 	char name[SEL_RECORD_DIRNAME_MAX];
-	struct eos_dirlock lk;
+	struct eos_dirlock lk;        /* lk.fd: the directory, locked unless unlocked */
+	bool unlocked;                /* a server holds the lock: read without it */
+	char *busy;                   /* the lock's message then */
 	char *error;                  /* why the namespace could not be worked on */
 	bool have_ns;                 /* ns describes it (from the header of ref) */
 	sel_record_ns ns;
@@ -354,7 +361,12 @@ static void rns_free(struct rns *n)
 	free(n->error);
 	free(n->undecided);
 	n->undecided = NULL;
+	free(n->busy);
 	sel_record_ns_free(&n->ns);
+	if (n->unlocked && n->lk.fd >= 0)
+		close(n->lk.fd);
+	n->unlocked = false;
+	n->busy = NULL;
 	eos_dirlock_release(&n->lk);
 	n->f = NULL;
 	n->tmp = n->other = NULL;
@@ -602,12 +614,28 @@ static bool header_valid(const struct rfile *f)
 			      f->kind == SEL_CHECK_ROW);
 }
 
-/* Lock, list, judge every file (payload too for verify), learn the
- * scan's verdicts and link the tree.  0, or -1 with the namespace failed. */
-static int ns_load(struct run *r, struct rns *n, bool payload)
+/* The directory for reading only, when a server holds its lock. */
+static int ns_open_unlocked(struct rns *n)
 {
-	int rc;
-	if ((rc = eos_dirlock_acquire(&n->lk, n->path)) != 0 || (rc = ns_list(n)) != 0) {
+	if (!(n->busy = strdup(eos_errmsg())))
+		return eos_fail(-ENOMEM, "out of memory");
+	int fd = open(n->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return eos_fail(-errno, "'%s': cannot open the directory: %s", n->path, strerror(errno));
+	n->lk.fd = fd;
+	n->unlocked = true;
+	return 0;
+}
+
+/* Lock (or, for a reader when a server holds the lock, open), list, judge
+ * every file (payload too for verify), learn the scan's verdicts and link
+ * the tree.  0, or -1 with the namespace failed. */
+static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
+{
+	int rc = eos_dirlock_acquire(&n->lk, n->path);
+	if (rc == -EBUSY && reader)
+		rc = ns_open_unlocked(n);
+	if (rc != 0 || (rc = ns_list(n)) != 0) {
 		ns_fail(r, n, NULL);
 		return -1;
 	}
@@ -1576,11 +1604,18 @@ static void run_ns(struct run *r, const char *path)
 	}
 	if (r->o->cmd == R_GC) {
 		cmd_gc(r, &n);
-	} else if (ns_load(r, &n, r->o->cmd == R_VERIFY) == 0) {
+	} else if (ns_load(r, &n, r->o->cmd == R_VERIFY, r->o->cmd != R_VERIFY) == 0) {
+		static const char note[] = "a running server owns this namespace; read without its "
+					   "lock, so the listing may change while it is read";
 		if (r->o->json) {
 			json_t *head = json_ns(&n);
 			json_object_update(n.j, head);
 			json_decref(head);
+			json_object_set_new(n.j, "in_use", json_boolean(n.unlocked));
+			if (n.unlocked)
+				json_object_set_new(n.j, "note", json_pack("s+", note, ""));
+		} else if (n.unlocked) {
+			fprintf(r->out, "  note: %s (%s)\n", note, n.busy);
 		}
 		switch (r->o->cmd) {
 		case R_LS: cmd_ls(r, &n); break;

@@ -5,8 +5,10 @@
  *
  * DESIGN
  * One function walks the life of the server: flags -> config file ->
- * precedence -> core -> disk directory -> engine -> summary -> HTTP ->
- * serve -> stop.  The engine comes from a factory (backend.h), so tests run
+ * precedence -> API key file -> core -> HTTP listening (503 "starting")
+ * -> disk directory -> engine -> summary -> ready -> serve -> stop.  The
+ * port is bound before the disk directory and the engine, so a busy port
+ * fails at once, with nothing created and no minutes of model loading.  The engine comes from a factory (backend.h), so tests run
  * this whole path against a fake engine; `flare run` passes the real one.
  * The main thread does nothing while serving but wait for a signal with a
  * timeout, which is also the dashboard's tick.
@@ -31,10 +33,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "eos.h"
 #include "flare/cli.h"
@@ -230,6 +236,57 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 								   : "");
 }
 
+/* --api-key-file: the key is the file's first line. */
+static int read_key_file(struct flare_settings *s, char *err, size_t errlen)
+{
+	FILE *f = fopen(s->api_key_file, "re");
+	if (!f) {
+		snprintf(err, errlen, "--api-key-file: '%.1024s': %s", s->api_key_file, strerror(errno));
+		return -1;
+	}
+	char line[FLARE_API_KEY_MAX + 3];
+	size_t n = fread(line, 1, sizeof line - 1, f);
+	fclose(f);
+	line[n] = '\0';
+	line[strcspn(line, "\r\n")] = '\0';
+	const struct flare_option *o = flare_option_get(FLARE_OPT_API_KEY);
+	char why[256];
+	int rc = flare_settings_set(s, o, line, FLARE_V_TEXT, why, sizeof why);
+	sodium_memzero(line, sizeof line);
+	if (rc) {
+		snprintf(err, errlen, "--api-key-file: '%.1024s': %s", s->api_key_file, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* File descriptors for --max-connections beside the engine's own: raise
+ * the soft limit as far as the hard one allows; returns the connections
+ * that fit (with a warning when fewer than asked). */
+#define FD_RESERVE 256u
+static uint32_t fit_connections(uint32_t want)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return want;
+	rlim_t need = (rlim_t)want + FD_RESERVE;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+		struct rlimit nr = {to, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &nr) == 0)
+			rl.rlim_cur = to;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		uint32_t fit = rl.rlim_cur > FD_RESERVE + 16 ? (uint32_t)(rl.rlim_cur - FD_RESERVE) : 16;
+		fprintf(stderr,
+			"flare: warning: --max-connections %u needs %llu file descriptors; the limit is "
+			"%llu (ulimit -n): at most %u connections\n",
+			want, (unsigned long long)need, (unsigned long long)rl.rlim_cur, fit);
+		return fit;
+	}
+	return want;
+}
+
 static const char *signame(int sig)
 {
 	return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
@@ -272,13 +329,31 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		flare_settings_merge(s, file);
 	}
 	flare_settings_merge(s, flags);
+	if (s->api_key[0] && s->api_key_file[0]) {
+		fprintf(stderr, "flare: --api-key and --api-key-file: give one of them\n");
+		goto out;
+	}
+	if (s->api_key_file[0] && read_key_file(s, err, sizeof err)) {
+		fprintf(stderr, "flare: %s\n", err);
+		goto out;
+	}
 
+	struct stat cst;
+	if (s->core[0] && stat(s->core, &cst) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+		/* The one argument that is not a flag is the core file. */
+		fprintf(stderr, "flare: core file '%s' not found (flare run [OPTIONS] [CORE])\n",
+			s->core);
+		goto out;
+	}
 	if (s->core[0])
 		rc = hel_core_load(s->core, &core, err, sizeof err);
 	else
 		rc = hel_core_builtin(&core);
 	if (rc) {
-		fprintf(stderr, "flare: %s\n", s->core[0] ? err : "the built-in core does not parse");
+		if (s->core[0])
+			fprintf(stderr, "flare: core file %s\n", err);
+		else
+			fprintf(stderr, "flare: the built-in core does not parse\n");
 		goto out;
 	}
 	if (!hel_core_supports(core, s->speculate)) {
@@ -286,6 +361,36 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 			core->name, flare_mode_name(s->speculate));
 		goto out;
 	}
+	/* Before any thread exists: threads inherit the mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	masked = true;
+
+	/* Listen first: a busy port is found before the engine loads. */
+	status = 1;
+	struct flare_server_config sc = {
+		.host = s->host,
+		.port = s->port,
+		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context},
+		.info = {.model = core->name, .mode = flare_mode_name(s->speculate), .store = "disabled",
+			 .transport = "none"},
+		.allowed_origins = s->allowed_origins,
+		.api_key = s->api_key,
+		.metrics_auth = s->metrics_auth,
+		.max_connections = fit_connections(s->max_connections),
+		.max_per_client = s->max_per_client,
+		.idle_timeout_s = (unsigned)((s->idle_timeout_ns + 999999999ull) / 1000000000ull),
+		.max_buffered = s->max_buffered,
+	};
+	if (flare_server_start(&sc, NULL, &srv, err, sizeof err)) {
+		fprintf(stderr, "flare: %s\n", err);
+		goto out;
+	}
+	sodium_memzero(s->api_key, sizeof s->api_key);
+
 	const char *disk = flare_disk_resolve(s, note, sizeof note);
 
 	hel_engine_config ec = {
@@ -307,15 +412,6 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.fdatasync = false,
 	};
 
-	/* Before any thread exists: threads inherit the mask. */
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, &old);
-	masked = true;
-
-	status = 1;
 	if (factory->open(factory, &ec, &be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
 		goto out;
@@ -330,19 +426,11 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		fputs(sum.data, stderr);
 	flare_buf_free(&sum);
 
-	struct flare_server_config sc = {
-		.host = s->host,
-		.port = s->port,
-		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context},
-		.info = {.model = core->name, .mode = flare_mode_name(s->speculate),
-			 .store = info.store ? info.store : "disabled",
-			 .transport = info.transport ? info.transport : "none",
-			 .slot_bytes = info.slot_bytes},
-	};
-	if (flare_server_start(&sc, &be, &srv, err, sizeof err)) {
-		fprintf(stderr, "flare: %s\n", err);
-		goto out;
-	}
+	struct flare_metrics_info mi = {.model = core->name, .mode = flare_mode_name(s->speculate),
+					.store = info.store ? info.store : "disabled",
+					.transport = info.transport ? info.transport : "none",
+					.slot_bytes = info.slot_bytes};
+	flare_server_attach(srv, &be, &mi);
 	if ((rc = be.ops->start(be.ctx))) {
 		fprintf(stderr, "flare: cannot start the engine: %s: %s\n", sel_strerror(rc), sel_errmsg());
 		goto out;

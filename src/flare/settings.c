@@ -37,6 +37,10 @@
  * far more than a test or a demo conversation needs. */
 #define DEFAULT_GPU_CACHE (64ull << 20)
 #define DEFAULT_DASHBOARD_NS (5ull * 1000000000ull)
+#define DEFAULT_MAX_CONNECTIONS 1024u
+#define DEFAULT_MAX_PER_CLIENT 64u
+#define DEFAULT_IDLE_TIMEOUT_NS (30ull * 1000000000ull)
+#define DEFAULT_MAX_BUFFERED (64ull << 20)
 
 static const struct flare_option options[] = {
 	{FLARE_OPT_CONFIG, "--config", "FILE", NULL, NULL, FLARE_K_PATH, 0, 0, false, "none",
@@ -60,15 +64,35 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_DISK_LIMIT, "--prefix-cache-disk-limit", "SIZE", "prefix_cache", "disk_limit",
 	 FLARE_K_SIZE, 0, 0, false, "1/10 of free space",
 	 "disk budget for prefix records; 0 = no disk store"},
-	{FLARE_OPT_DRAIN, "--prefix-cache-drain-on-shutdown", "[=DURATION|off]", "prefix_cache",
+	{FLARE_OPT_DRAIN, "--prefix-cache-drain-on-shutdown", " [DURATION|on|off]", "prefix_cache",
 	 "drain_on_shutdown", FLARE_K_DRAIN, 0, 0, true, "off",
-	 "at shutdown write DRAM-only records to disk: bare = until done, =90s = at most that long"},
+	 "at shutdown write DRAM-only records to disk: bare = until done, 90s = at most that long"},
 	{FLARE_OPT_MAX_AGE, "--prefix-cache-max-age", "DURATION|off", "prefix_cache", "max_age",
 	 FLARE_K_AGE, 0, 0, false, "off", "drop host records unused for longer than this"},
 	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH, 0, 0,
 	 false, "auto", "one status line on stderr per interval; auto = when stderr is a terminal"},
 	{FLARE_OPT_DASHBOARD_INTERVAL, "--dashboard-interval", "DURATION", "server",
 	 "dashboard_interval", FLARE_K_INTERVAL, 0, 0, false, "5s", "how often the dashboard prints"},
+	{FLARE_OPT_ALLOWED_ORIGINS, "--allowed-origins", "LIST", "server", "allowed_origins",
+	 FLARE_K_ORIGINS, 0, 0, false, "none (CORS off)",
+	 "browser origins allowed to call the API: * or scheme://host[:port],..."},
+	{FLARE_OPT_API_KEY, "--api-key", "KEY", "server", "api_key", FLARE_K_SECRET, 0, 0, false,
+	 "none", "require Authorization: Bearer KEY everywhere but /health (and /metrics)"},
+	{FLARE_OPT_API_KEY_FILE, "--api-key-file", "FILE", "server", "api_key_file", FLARE_K_PATH, 0,
+	 0, false, "none", "the API key from FILE's first line (keeps it out of ps)"},
+	{FLARE_OPT_METRICS_AUTH, "--metrics-auth", "on|off", "server", "metrics_auth", FLARE_K_BOOL, 0,
+	 0, false, "off", "whether /metrics needs the API key too"},
+	{FLARE_OPT_MAX_CONNECTIONS, "--max-connections", "N", "server", "max_connections",
+	 FLARE_K_COUNT, 1, FLARE_CONNECTIONS_MAX, false, "1024", "TCP connections open at once"},
+	{FLARE_OPT_MAX_PER_CLIENT, "--max-connections-per-client", "N", "server",
+	 "max_connections_per_client", FLARE_K_COUNT, 0, FLARE_CONNECTIONS_MAX, false, "64",
+	 "connections open at once from one address; 0 = no limit (behind a proxy)"},
+	{FLARE_OPT_IDLE_TIMEOUT, "--idle-timeout", "DURATION", "server", "idle_timeout",
+	 FLARE_K_INTERVAL, 0, 0, false, "30s",
+	 "close a connection idle this long (waiting requests are not idle)"},
+	{FLARE_OPT_MAX_BUFFERED, "--max-buffered-bytes", "SIZE", "server", "max_buffered_bytes",
+	 FLARE_K_SIZE, 1, 0, false, "64MiB",
+	 "request body bytes held at once, all connections; beyond it 503"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -126,6 +150,45 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->draft_tokens = HEL_DRAFT_DEFAULT;
 	s->dashboard = FLARE_DASHBOARD_AUTO;
 	s->dashboard_ns = DEFAULT_DASHBOARD_NS;
+	s->max_connections = DEFAULT_MAX_CONNECTIONS;
+	s->max_per_client = DEFAULT_MAX_PER_CLIENT;
+	s->idle_timeout_ns = DEFAULT_IDLE_TIMEOUT_NS;
+	s->max_buffered = DEFAULT_MAX_BUFFERED;
+}
+
+/* "*", or origins scheme://host[:port] (http or https, no path) joined by
+ * commas, spaces around them dropped, into out. */
+static bool read_origins(const char *t, char *out, size_t cap)
+{
+	if (!strcmp(t, "*")) {
+		snprintf(out, cap, "*");
+		return true;
+	}
+	size_t o = 0;
+	for (const char *p = t;;) {
+		while (*p == ' ')
+			p++;
+		size_t l = strcspn(p, ",");
+		while (l && p[l - 1] == ' ')
+			l--;
+		const char *host = !strncmp(p, "http://", 7) ? p + 7 : !strncmp(p, "https://", 8) ? p + 8
+												 : NULL;
+		if (!host || host >= p + l || o + l + 2 > cap)
+			return false;
+		for (const char *q = host; q < p + l; q++)
+			if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+			      (*q >= '0' && *q <= '9') || strchr(".-:[]", *q)))
+				return false;
+		if (o)
+			out[o++] = ',';
+		memcpy(out + o, p, l);
+		o += l;
+		out[o] = '\0';
+		p += strcspn(p, ",");
+		if (!*p)
+			return true;
+		p++;
+	}
 }
 
 /* ---- reading values ------------------------------------------------------ */
@@ -238,11 +301,13 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 	bool fromfile = vt != FLARE_V_TEXT;
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
-	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: want_string = true; break;
+	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
+	case FLARE_K_SECRET: want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
-	if (fromfile && vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH)
+	if (fromfile && vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH &&
+	    o->kind != FLARE_K_BOOL)
 		return bad(err, errlen, "expected %s, not the boolean %s",
 			   want_int ? "an integer" : "a string", t);
 	if (fromfile && want_string && vt != FLARE_V_STRING)
@@ -255,7 +320,10 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 	case FLARE_K_NONE:
 		return bad(err, errlen, "takes no value");
 	case FLARE_K_PATH: {
-		char *dst = o->id == FLARE_OPT_DISK ? s->disk : o->id == FLARE_OPT_CONFIG ? s->config : s->core;
+		char *dst = o->id == FLARE_OPT_DISK	    ? s->disk
+			    : o->id == FLARE_OPT_CONFIG	    ? s->config
+			    : o->id == FLARE_OPT_API_KEY_FILE ? s->api_key_file
+							      : s->core;
 		if (!*t)
 			return bad(err, errlen, "'' is not a path (empty)");
 		if (strlen(t) >= FLARE_PATH_MAX)
@@ -279,6 +347,10 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 				   o->min, o->max);
 		if (o->id == FLARE_OPT_MAX_ACTIVE)
 			s->max_active = (uint32_t)v;
+		else if (o->id == FLARE_OPT_MAX_CONNECTIONS)
+			s->max_connections = (uint32_t)v;
+		else if (o->id == FLARE_OPT_MAX_PER_CLIENT)
+			s->max_per_client = (uint32_t)v;
 		else
 			s->draft_tokens = (uint32_t)v;
 		break;
@@ -295,6 +367,8 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 			s->memory = v;
 		else if (o->id == FLARE_OPT_DISK_LIMIT)
 			s->disk_limit = v;
+		else if (o->id == FLARE_OPT_MAX_BUFFERED)
+			s->max_buffered = v;
 		else
 			s->gpu_cache = v;
 		break;
@@ -341,7 +415,38 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 	case FLARE_K_INTERVAL:
 		if (read_duration(t, vt, false, &ns, err, errlen))
 			return -EINVAL;
-		s->dashboard_ns = ns;
+		if (o->id == FLARE_OPT_IDLE_TIMEOUT)
+			s->idle_timeout_ns = ns;
+		else
+			s->dashboard_ns = ns;
+		break;
+	case FLARE_K_ORIGINS: {
+		char tmp[FLARE_ORIGINS_MAX] = "";
+		if (*t && (strlen(t) >= sizeof tmp || !read_origins(t, tmp, sizeof tmp)))
+			return bad(err, errlen, "'%.200s' is not an origin list (* for any, or "
+				   "http(s)://host[:port] separated by commas)", t);
+		snprintf(s->allowed_origins, sizeof s->allowed_origins, "%s", tmp);
+		break;
+	}
+	case FLARE_K_SECRET: {
+		/* Never quoted back: it is a secret. */
+		size_t l = strlen(t);
+		bool ok = l > 0 && l <= FLARE_API_KEY_MAX;
+		for (size_t i = 0; ok && i < l; i++)
+			ok = t[i] > 0x20 && t[i] < 0x7f;
+		if (!ok)
+			return bad(err, errlen, "the key must be 1 to %d printable characters without "
+				   "spaces", FLARE_API_KEY_MAX);
+		snprintf(s->api_key, sizeof s->api_key, "%s", t);
+		break;
+	}
+	case FLARE_K_BOOL:
+		if (!strcasecmp(t, "on") || !strcmp(t, "true"))
+			s->metrics_auth = true;
+		else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
+			s->metrics_auth = false;
+		else
+			return bad(err, errlen, "'%s' is not on or off", t);
 		break;
 	}
 	s->set |= 1u << o->id;
@@ -372,6 +477,14 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_MAX_AGE, max_age_ns);
 	TAKE(FLARE_OPT_DASHBOARD, dashboard);
 	TAKE(FLARE_OPT_DASHBOARD_INTERVAL, dashboard_ns);
+	TAKE(FLARE_OPT_ALLOWED_ORIGINS, allowed_origins);
+	TAKE(FLARE_OPT_API_KEY, api_key);
+	TAKE(FLARE_OPT_API_KEY_FILE, api_key_file);
+	TAKE(FLARE_OPT_METRICS_AUTH, metrics_auth);
+	TAKE(FLARE_OPT_MAX_CONNECTIONS, max_connections);
+	TAKE(FLARE_OPT_MAX_PER_CLIENT, max_per_client);
+	TAKE(FLARE_OPT_IDLE_TIMEOUT, idle_timeout_ns);
+	TAKE(FLARE_OPT_MAX_BUFFERED, max_buffered);
 #undef TAKE
 	d->set |= m;
 }

@@ -24,6 +24,9 @@
 #define FLARE_PATH_MAX 4096
 #define FLARE_HOST_MAX 256
 #define FLARE_MAX_ACTIVE_MAX 4096u
+#define FLARE_ORIGINS_MAX 2048
+#define FLARE_API_KEY_MAX 256
+#define FLARE_CONNECTIONS_MAX 1000000u
 
 /* One bit per setting in flare_settings.set. */
 enum flare_opt {
@@ -41,6 +44,14 @@ enum flare_opt {
 	FLARE_OPT_MAX_AGE,
 	FLARE_OPT_DASHBOARD,
 	FLARE_OPT_DASHBOARD_INTERVAL,
+	FLARE_OPT_ALLOWED_ORIGINS,
+	FLARE_OPT_API_KEY,
+	FLARE_OPT_API_KEY_FILE,
+	FLARE_OPT_METRICS_AUTH,
+	FLARE_OPT_MAX_CONNECTIONS,
+	FLARE_OPT_MAX_PER_CLIENT,
+	FLARE_OPT_IDLE_TIMEOUT,
+	FLARE_OPT_MAX_BUFFERED,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -70,6 +81,14 @@ struct flare_settings {
 	uint64_t max_age_ns;          /* 0 = off */
 	enum flare_dashboard dashboard;
 	uint64_t dashboard_ns;
+	char allowed_origins[FLARE_ORIGINS_MAX]; /* "" off, "*", or origins joined by ',' */
+	char api_key[FLARE_API_KEY_MAX + 1];     /* "" = none */
+	char api_key_file[FLARE_PATH_MAX];
+	bool metrics_auth;            /* /metrics needs the API key too */
+	uint32_t max_connections;
+	uint32_t max_per_client;      /* 0 = no per-client limit */
+	uint64_t idle_timeout_ns;
+	uint64_t max_buffered;        /* request body bytes held at once */
 };
 
 /* How a setting's value is written. */
@@ -85,6 +104,9 @@ enum flare_kind {
 	FLARE_K_AGE,      /* off | positive duration */
 	FLARE_K_SWITCH,   /* auto | on | off */
 	FLARE_K_INTERVAL, /* positive duration */
+	FLARE_K_ORIGINS,  /* * | origin[,origin...] */
+	FLARE_K_SECRET,   /* printable text without spaces, never echoed */
+	FLARE_K_BOOL,     /* on | off */
 };
 
 struct flare_option {
@@ -95,7 +117,8 @@ struct flare_option {
 	const char *key;      /* config key */
 	enum flare_kind kind;
 	uint64_t min, max;    /* FLARE_K_COUNT */
-	bool optional_value;  /* --flag alone or --flag=VALUE (drain) */
+	bool optional_value;  /* --flag alone, --flag=VALUE, or --flag VALUE when
+				 VALUE reads as its value (drain) */
 	const char *defval;   /* default, as --help shows it */
 	const char *help;
 };

@@ -54,6 +54,27 @@
  *   pointer to the record as its user cookie, so a step's entries find
  *   their records before complete_step retires finished requests.
  *
+ *   Branching (design 4, "two continuations of one prefix").  A request
+ *   submitted with `after` naming an earlier one of the same prompt joins
+ *   that one's group and waits in the pending queue, passed over by
+ *   admission, until the first has sampled its first token -- its prompt
+ *   checkpoint is then GPU-ready -- or ended.  Admitted then, its GPU
+ *   lookup finds the whole prompt and it resumes with a row copy instead
+ *   of computing it again (counted in branched_requests and
+ *   branched_reused_tokens).  The group lives under the mutex: submit
+ *   links it, the worker primes it.
+ *
+ *   Tokens out.  Each sampled token goes to on_tokens with its log
+ *   probabilities when the request asked (hel_logprobs over the logits it
+ *   was drawn from).  on_tokens may end the request after a token (the
+ *   front end matched a stop sequence): the worker withdraws it at once
+ *   and finishes it "stop", so no token beyond the stop is generated.
+ *
+ *   Latencies.  Submit, first admission, first token and every later token
+ *   are stamped on the worker (submit on the caller's thread) and go into
+ *   the histograms of hel_engine_stats; a restore is timed from its
+ *   fetch to its FETCHED event.
+ *
  *   A model call that fails fails its request (cancelled in the scheduler
  *   before the step completes, so no terminal is taken from it).  If the
  *   entry was to fill a checkpoint capture, the capture row's consumed
@@ -161,6 +182,13 @@
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* Siblings of a branching request (hel_request.after) and their first
+ * one: e->mu. */
+struct egroup {
+	uint32_t refs;
+	bool primed; /* the first one computed its prompt, or ended */
+};
+
 struct ereq {
 	uint64_t id;
 	hel_token *prompt;
@@ -172,16 +200,25 @@ struct ereq {
 	hel_sampler sampler;
 	uint8_t *salt;
 	size_t salt_len;
-	void (*on_tokens)(void *ctx, const hel_token *tokens, uint32_t n);
+	bool logprobs;
+	uint32_t top_logprobs;
+	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp, uint32_t n);
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
+	uint64_t t_submit;   /* eos_now_ns at submit */
 	/* e->mu */
 	bool cancel, cancel_seen;
 	struct ereq *all_prev, *all_next;
 	struct ereq *in_next;
+	struct egroup *group; /* branching: shared with the siblings */
+	bool leads;           /* the group's first request */
+	bool primed;          /* sampled its first token */
+	bool sibling;         /* waits on a group (set before the worker sees it) */
+	bool branch;          /* submitted after an earlier request of the engine */
 	/* worker */
 	hel_req_id sid;
 	bool no_host, counted;
+	uint64_t t_admit, t_last; /* first admission, latest token */
 	struct ereq *prev, *next;
 	hel_outcome out;
 };
@@ -198,6 +235,8 @@ struct etk {
 	uint32_t *pages;
 	uint32_t n_pages;
 	uint32_t row;
+	sel_tier tier;     /* the hit's */
+	uint64_t start_ns; /* the fetch's start */
 };
 
 /* A checkpoint whose put waits, unpinned: for store progress after its
@@ -262,12 +301,14 @@ struct hel_engine {
 	struct ereq **ent;
 	int *ent_rc;
 	int32_t *logits;
+	hel_logprob *lps;     /* [max_active]: a step's entries' logprobs */
 	bool store_stopped;
 	int store_stop_rc;
 	char disk_note[512];    /* why no disk store: an unusable directory */
 	uint64_t stop_deadline; /* hel_engine_stop's deadline (mu) */
 	uint64_t events;     /* store events handled */
 	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
+	uint64_t primes;     /* branching groups primed (mu) */
 	bool blocked;        /* the head of the queue got -EAGAIN ... */
 	uint64_t block_epoch; /* ... at this capacity_epoch() */
 	uint32_t block_skips;
@@ -282,6 +323,62 @@ static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct hel_engine *graveyard;
 
 EOS_DLIST_DEFINE(list, struct rlist, struct ereq)
+
+/* 0.1 ms to 60 s, as vLLM's latency histograms span. */
+const uint64_t hel_hist_bounds_ns[HEL_HIST_BUCKETS] = {
+	100000ull,     250000ull,     500000ull,     1000000ull,     2500000ull,    5000000ull,
+	10000000ull,   25000000ull,   50000000ull,   75000000ull,    100000000ull,  250000000ull,
+	500000000ull,  750000000ull,  1000000000ull, 2500000000ull,  5000000000ull, 7500000000ull,
+	10000000000ull, 20000000000ull, 40000000000ull, 60000000000ull,
+};
+
+void hel_hist_observe(hel_hist *h, uint64_t ns)
+{
+	size_t i = 0;
+	while (i < HEL_HIST_BUCKETS && ns > hel_hist_bounds_ns[i])
+		i++;
+	h->bucket[i]++;
+	h->count++;
+	h->sum_ns += ns;
+}
+
+/* Leave r's group (e->mu held); a first request that ends primes it. */
+static void group_leave_locked(hel_engine *e, struct ereq *r)
+{
+	struct egroup *g = r->group;
+	if (!g)
+		return;
+	if (r->leads && !g->primed) {
+		g->primed = true;
+		e->primes++;
+	}
+	r->group = NULL;
+	if (--g->refs == 0)
+		free(g);
+}
+
+/* Is r a sibling whose first request has not computed the prompt yet? */
+static bool group_waits(hel_engine *e, struct ereq *r)
+{
+	if (!r->sibling)
+		return false;
+	pthread_mutex_lock(&e->mu);
+	bool w = r->group && !r->group->primed;
+	pthread_mutex_unlock(&e->mu);
+	return w;
+}
+
+/* r sampled its first token: a group it leads is primed. */
+static void group_prime(hel_engine *e, struct ereq *r)
+{
+	pthread_mutex_lock(&e->mu);
+	r->primed = true;
+	if (r->group && r->leads && !r->group->primed) {
+		r->group->primed = true;
+		e->primes++;
+	}
+	pthread_mutex_unlock(&e->mu);
+}
 
 static void req_free(struct ereq *r)
 {
@@ -314,6 +411,7 @@ static void finish(hel_engine *e, struct ereq *r, const char *reason, int error)
 	if (r->all_next)
 		r->all_next->all_prev = r->all_prev;
 	e->n_all--;
+	group_leave_locked(e, r);
 	if (!strcmp(reason, "cancelled"))
 		e->cancelled++;
 	else if (error)
@@ -321,6 +419,8 @@ static void finish(hel_engine *e, struct ereq *r, const char *reason, int error)
 	else
 		e->finished++;
 	pthread_mutex_unlock(&e->mu);
+	if (!error && strcmp(reason, "cancelled"))
+		hel_hist_observe(&e->ws.e2e, eos_now_ns() - r->t_submit);
 	r->out.finish_reason = reason;
 	r->out.error = error;
 	if (r->on_done)
@@ -536,8 +636,9 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->res = calloc(e->max_active, sizeof *e->res);
 	e->ent = calloc(e->max_active, sizeof *e->ent);
 	e->ent_rc = calloc(e->max_active, sizeof *e->ent_rc);
+	e->lps = calloc(e->max_active, sizeof *e->lps);
 	if (!(e->logits = malloc((size_t)e->V * sizeof *e->logits)) || !e->res || !e->ent ||
-	    !e->ent_rc) {
+	    !e->ent_rc || !e->lps) {
 		rc = eos_fail(-ENOMEM, "engine: out of memory");
 		goto fail;
 	}
@@ -582,6 +683,9 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 		return eos_fail(-EINVAL, "temperature: %g (expected >= 0)", q->sampler.temperature);
 	if (q->cache_salt_len && !q->cache_salt)
 		return eos_fail(-EINVAL, "cache_salt: %zu bytes without a salt", q->cache_salt_len);
+	if (q->top_logprobs > HEL_TOP_LOGPROBS_MAX)
+		return eos_fail(-EINVAL, "top_logprobs: %u (at most %u)", q->top_logprobs,
+				HEL_TOP_LOGPROBS_MAX);
 	uint32_t n_ends = 0;
 	for (uint32_t i = 0; i < q->n_prompt; i++) {
 		if (q->prompt[i] >= c->vocab)
@@ -613,23 +717,51 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 	if (q->cache_salt_len)
 		memcpy(r->salt, q->cache_salt, q->cache_salt_len);
 	r->salt_len = q->cache_salt_len;
+	r->logprobs = q->logprobs;
+	r->top_logprobs = q->logprobs ? q->top_logprobs : 0;
 	r->on_tokens = q->on_tokens;
 	r->on_done = q->on_done;
 	r->ctx = q->ctx;
 	r->out.prompt_tokens = q->n_prompt;
+	r->t_submit = eos_now_ns();
+	struct egroup *g = q->after ? calloc(1, sizeof *g) : NULL; /* used if the first has none */
 
 	pthread_mutex_lock(&e->mu);
 	if (e->stopping) {
 		pthread_mutex_unlock(&e->mu);
 		req_free(r);
+		free(g);
 		return eos_fail(-ESHUTDOWN, "submit: the engine is stopping");
 	}
 	if (e->n_all >= e->queue_limit + e->max_active) {
 		uint32_t n = e->n_all;
 		pthread_mutex_unlock(&e->mu);
 		req_free(r);
+		free(g);
 		return eos_fail(-EAGAIN, "submit: queue full (%u requests)", n);
 	}
+	/* Branching: wait for the first request of the prompt while it has not
+	 * computed it (without memory for a group, just do not wait). */
+	r->branch = q->after && q->after < e->next_id;
+	for (struct ereq *f = q->after ? e->all : NULL; f; f = f->all_next) {
+		if (f->id != q->after)
+			continue;
+		if (f->primed)
+			break; /* its prompt checkpoint is there already */
+		if (!f->group && g) {
+			f->group = g;
+			f->leads = true;
+			g->refs = 1;
+			g = NULL;
+		}
+		if (f->group && !f->group->primed) {
+			r->group = f->group;
+			r->group->refs++;
+			r->sibling = true;
+		}
+		break;
+	}
+	free(g);
 	r->id = e->next_id++;
 	r->all_next = e->all;
 	if (e->all)
@@ -776,7 +908,7 @@ static void tk_del(hel_engine *e, struct etk *t)
 	*t = e->tk[--e->n_tk];
 }
 
-static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
+static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key, sel_tier tier)
 {
 	if (eos_grow((void **)&e->tk, &e->cap_tk, e->n_tk + 1, sizeof *e->tk))
 		return eos_fail(-ENOMEM, "engine: out of memory for a ticket");
@@ -789,6 +921,8 @@ static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
 	t->row = in->state_slot;
 	t->ticket = in->ticket;
 	t->key = *key;
+	t->tier = tier;
+	t->start_ns = eos_now_ns();
 	e->n_tk++;
 	return 0;
 }
@@ -918,6 +1052,8 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 	}
 	if (status == 0 && ev->duration_ns)
 		sel_policy_observe(e->policy, ev->tier, ev->bytes, ev->duration_ns);
+	if (status == 0 && t && t->tier > SEL_TIER_NONE && t->tier < SEL_TIERS)
+		hel_hist_observe(&e->ws.restore_time[t->tier], eos_now_ns() - t->start_ns);
 	if (t)
 		tk_del(e, t);
 	if (hel_scheduler_finish_inbound(e->sched, &key, status, NULL, NULL) == 0)
@@ -1077,7 +1213,10 @@ static uint64_t capacity_epoch(hel_engine *e)
 {
 	hel_scheduler_stats ss;
 	hel_scheduler_stats_get(e->sched, &ss);
-	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted;
+	pthread_mutex_lock(&e->mu);
+	uint64_t primes = e->primes;
+	pthread_mutex_unlock(&e->mu);
+	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted + primes;
 }
 
 static int admission(hel_engine *e)
@@ -1089,8 +1228,10 @@ static int admission(hel_engine *e)
 	    ++e->block_skips % 64)
 		return 0;
 	e->blocked = false;
-	while (e->pending.head) {
-		struct ereq *r = e->pending.head;
+	for (struct ereq *r = e->pending.head, *nx; r; r = nx) {
+		nx = r->next;
+		if (group_waits(e, r))
+			continue; /* branching: its first request is computing the prompt */
 		hel_request_spec sp = spec_of(r);
 		hel_admission_plan plan;
 		int rc = hel_scheduler_plan_admission(e->sched, &sp, &plan);
@@ -1124,8 +1265,10 @@ static int admission(hel_engine *e)
 			e->block_epoch = capacity_epoch(e);
 			break;
 		}
-		if (rc == -ESTALE && stale++ < 2)
-			continue; /* the plan's GPU checkpoint went: plan again */
+		if (rc == -ESTALE && stale++ < 2) {
+			nx = r; /* the plan's GPU checkpoint went: plan again */
+			continue;
+		}
 		list_del(&e->pending, r);
 		work++;
 		if (rc) {
@@ -1142,9 +1285,15 @@ static int admission(hel_engine *e)
 		if (!r->counted) { /* once, however often it is requeued */
 			r->counted = true;
 			e->ws.prompt_tokens += r->n_prompt;
+			r->t_admit = eos_now_ns();
+			hel_hist_observe(&e->ws.queue_time, r->t_admit - r->t_submit);
+			if (r->branch) {
+				e->ws.branched_requests++;
+				e->ws.branched_reused_tokens += a;
+			}
 		}
 		if (adm.fetch) {
-			rc = tk_add(e, &adm.inbound, &hit.key);
+			rc = tk_add(e, &adm.inbound, &hit.key, hit.tier);
 			if (rc == 0 && (rc = sel_store_fetch(e->store, &hit, &adm.inbound)))
 				tk_del(e, &e->tk[e->n_tk - 1]);
 			if (rc && hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
@@ -1168,7 +1317,7 @@ static void poison_row(hel_engine *e, uint32_t row)
 }
 
 static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, hel_step_result *res,
-		      uint64_t *pf_ns)
+		      hel_logprob *lp, uint64_t *pf_ns)
 {
 	hel_model *m = e->model;
 	int32_t *lg = x->sample ? e->logits : NULL;
@@ -1198,6 +1347,8 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 		if (e->cfg.debug_logits)
 			e->cfg.debug_logits(e->cfg.debug_ctx, r->id, x->end, lg, e->V);
 		res->token = hel_sample(lg, e->V, &r->sampler, x->end);
+		if (r->logprobs)
+			hel_logprobs(lg, e->V, res->token, r->top_logprobs, lp);
 	}
 	return rc;
 }
@@ -1227,7 +1378,7 @@ static int model_step(hel_engine *e)
 		struct ereq *r = req_of(e, x->req);
 		memset(&e->res[i], 0, sizeof e->res[i]);
 		e->ent[i] = r;
-		e->ent_rc[i] = r ? exec_entry(e, x, r, &e->res[i], &pf_ns) : -ENOENT;
+		e->ent_rc[i] = r ? exec_entry(e, x, r, &e->res[i], &e->lps[i], &pf_ns) : -ENOENT;
 		if (e->ent_rc[i] && r) {
 			/* Out of the step before it completes: no token, no terminal. */
 			e->ws.model_errors++;
@@ -1257,8 +1408,27 @@ static int model_step(hel_engine *e)
 		hel_token t = e->res[i].token;
 		r->out.completion_tokens++;
 		e->ws.completion_tokens++;
-		if (r->on_tokens)
-			r->on_tokens(r->ctx, &t, 1);
+		uint64_t now = eos_now_ns();
+		if (r->out.completion_tokens == 1) {
+			hel_hist_observe(&e->ws.ttft, now - r->t_submit);
+			hel_hist_observe(&e->ws.prefill_time, now - r->t_admit);
+			group_prime(e, r); /* its siblings may go */
+		} else {
+			hel_hist_observe(&e->ws.tpot, now - r->t_last);
+		}
+		r->t_last = now;
+		uint32_t keep = r->on_tokens ? r->on_tokens(r->ctx, &t, r->logprobs ? &e->lps[i] : NULL, 1)
+					     : 0;
+		if (keep) {
+			/* A stop sequence ended with this token: done, "stop". */
+			if (e->res[i].finished == HEL_FINISH_NONE)
+				withdraw(e, r);
+			else
+				list_del(&e->active, r);
+			r->sid = 0;
+			finish(e, r, "stop", 0);
+			continue;
+		}
 		if (e->res[i].finished != HEL_FINISH_NONE) {
 			list_del(&e->active, r);
 			r->sid = 0;
@@ -1494,6 +1664,7 @@ void hel_engine_destroy(hel_engine *e)
 	free(e->res);
 	free(e->ent);
 	free(e->ent_rc);
+	free(e->lps);
 	free(e->logits);
 	if (e->efd >= 0)
 		close(e->efd);

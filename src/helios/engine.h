@@ -116,11 +116,39 @@ typedef struct hel_request {
 	hel_sampler sampler;
 	const void *cache_salt;       /* optional tenant salt (copied) */
 	size_t cache_salt_len;
-	/* Called on the worker thread; must not block. */
-	void (*on_tokens)(void *ctx, const hel_token *tokens, uint32_t n);
+	/* Report each sampled token's log probability with on_tokens, and the
+	 * top_logprobs (0..HEL_TOP_LOGPROBS_MAX) most likely tokens. */
+	bool logprobs;
+	uint32_t top_logprobs;
+	/* Branching (design 4): 0, or the id of an earlier request of this
+	 * engine with the same prompt and salt.  This one is admitted only
+	 * once that one has computed its prompt (sampled its first token) or
+	 * ended, so it resumes from that prompt checkpoint in the GPU cache
+	 * instead of computing the prompt again; other requests are admitted
+	 * past it meanwhile.  An unknown or finished id does not wait. */
+	uint64_t after;
+	/* Called on the worker thread; must not block.  tokens[0..n) are
+	 * accepted in order (one per step today, several per speculative step
+	 * later); lp[0..n) their log probabilities, or NULL unless logprobs.
+	 * Returns 0 to go on, or k in 1..n: the request ends after its first k
+	 * of these tokens (a stop sequence ended there) with finish reason
+	 * "stop", and completion_tokens counts only those k. */
+	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp, uint32_t n);
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
 } hel_request;
+
+/* A latency histogram (Prometheus style): bucket[i] counts observations
+ * at or below hel_hist_bounds_ns[i] and above the bound before it;
+ * bucket[HEL_HIST_BUCKETS] those above the last bound. */
+#define HEL_HIST_BUCKETS 22
+extern const uint64_t hel_hist_bounds_ns[HEL_HIST_BUCKETS]; /* 0.1 ms ... 60 s */
+typedef struct hel_hist {
+	uint64_t bucket[HEL_HIST_BUCKETS + 1];
+	uint64_t count;
+	uint64_t sum_ns;
+} hel_hist;
+void hel_hist_observe(hel_hist *h, uint64_t ns);
 
 /* Everything /metrics and the dashboard show.  A consistent snapshot the
  * worker publishes once per loop iteration. */
@@ -143,6 +171,16 @@ typedef struct hel_engine_stats {
 	uint64_t copyout_pins, copyout_pin_limit, copyout_pin_waits;
 	uint64_t retry_abandoned[SEL_RETRY_REASONS];
 	uint64_t evictions_noticed, evictions_lost; /* notices delivered; queue overflows */
+	/* Branching: requests admitted that named an earlier sibling
+	 * (hel_request.after), and the prompt tokens they reused from the GPU
+	 * cache. */
+	uint64_t branched_requests, branched_reused_tokens;
+	/* Latencies, from submit: to admission (queue), admission to the
+	 * first token (prefill, restores included), to the first token, between
+	 * tokens, to the end of requests that finished (stop or length); and
+	 * restores, from the ticket's start to its bytes landing, by host tier. */
+	hel_hist queue_time, prefill_time, ttft, tpot, e2e;
+	hel_hist restore_time[SEL_TIERS];
 	uint64_t model_errors;         /* requests failed by a model call */
 	uint64_t prefill_rate;         /* measured prefill tokens per second (policy input) */
 	bool store_enabled;
@@ -178,10 +216,11 @@ int hel_engine_start(hel_engine *e);
  * queue_limit requests not yet finished beyond max_active); -EINVAL
  * (message names the field) for an empty prompt, max_tokens 0, a prompt
  * plus max_tokens over the core's context, a token outside the vocabulary,
- * a negative temperature or a salt length without a salt; -E2BIG when the
- * request could never fit the GPU cache (its pages, or a row per message
- * checkpoint); -ESHUTDOWN when stopping.  Every sampled token is reported,
- * the stop token HEL_TOK_END included (it counts in completion_tokens). */
+ * a negative temperature, a salt length without a salt or top_logprobs over
+ * HEL_TOP_LOGPROBS_MAX; -E2BIG when the request could never fit the GPU
+ * cache (its pages, or a row per message checkpoint); -ESHUTDOWN when
+ * stopping.  Every sampled token is reported, the stop token HEL_TOK_END
+ * included (it counts in completion_tokens). */
 int hel_engine_submit(hel_engine *e, const hel_request *r, uint64_t *id);
 /* Thread-safe.  The request finishes with "cancelled" (0), or -ENOENT
  * when it is unknown or already finished (its on_done was called or is

@@ -1172,6 +1172,46 @@ hel_token hel_sample(const int32_t *logits, uint32_t vocab, const hel_sampler *s
 	return best;
 }
 
+void hel_logprobs(const int32_t *logits, uint32_t vocab, hel_token token, uint32_t top,
+		  hel_logprob *out)
+{
+	memset(out, 0, sizeof *out);
+	if (top > HEL_TOP_LOGPROBS_MAX)
+		top = HEL_TOP_LOGPROBS_MAX;
+	int32_t best = HEL_LOGIT_MASKED;
+	for (uint32_t v = 0; v < vocab; v++)
+		if (logits[v] > best)
+			best = logits[v];
+	/* log(sum exp) in nats, relative to the best logit. */
+	double total = 0;
+	for (uint32_t v = 0; v < vocab; v++)
+		if (logits[v] > HEL_LOGIT_MASKED)
+			total += exp((double)(logits[v] - best) / HEL_LOGIT_SCALE);
+	double lse = (double)best / HEL_LOGIT_SCALE + log(total > 0 ? total : 1);
+	out->logprob = token < vocab && logits[token] > HEL_LOGIT_MASKED
+			       ? (float)((double)logits[token] / HEL_LOGIT_SCALE - lse)
+			       : -INFINITY;
+	/* The top ids by insertion into a sorted list of at most top entries. */
+	for (uint32_t v = 0; v < vocab && top; v++) {
+		if (logits[v] <= HEL_LOGIT_MASKED)
+			continue;
+		uint32_t k = out->n_top;
+		if (k == top && logits[v] <= logits[out->top[k - 1]])
+			continue;
+		if (k == top)
+			k--;
+		while (k > 0 && logits[out->top[k - 1]] < logits[v]) {
+			out->top[k] = out->top[k - 1];
+			k--;
+		}
+		out->top[k] = v;
+		if (out->n_top < top)
+			out->n_top++;
+	}
+	for (uint32_t i = 0; i < out->n_top; i++)
+		out->top_logprob[i] = (float)((double)logits[out->top[i]] / HEL_LOGIT_SCALE - lse);
+}
+
 static uint32_t argmax(const int32_t *l, uint32_t n)
 {
 	uint32_t best = 0;

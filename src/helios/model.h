@@ -150,6 +150,23 @@ typedef struct hel_sampler {
 hel_token hel_sample(const int32_t *logits, uint32_t vocab, const hel_sampler *s,
 		     uint64_t position);
 
+/* A sampled token's log probability under the model, and the most likely
+ * alternatives (the OpenAI API's logprobs and top_logprobs). */
+#define HEL_TOP_LOGPROBS_MAX 20
+typedef struct hel_logprob {
+	float logprob;                          /* natural log; -INFINITY if masked */
+	uint32_t n_top;                         /* entries below */
+	hel_token top[HEL_TOP_LOGPROBS_MAX];    /* most likely first, ties by lower id */
+	float top_logprob[HEL_TOP_LOGPROBS_MAX];
+} hel_logprob;
+
+/* token's log probability in the softmax of logits at temperature 1 (the
+ * model's own distribution, whatever temperature sampled it: vLLM's raw
+ * logprobs) and the top most likely tokens (top <= HEL_TOP_LOGPROBS_MAX;
+ * masked tokens never appear).  Pure. */
+void hel_logprobs(const int32_t *logits, uint32_t vocab, hel_token token, uint32_t top,
+		  hel_logprob *out);
+
 /* One decode round. */
 typedef struct hel_round {
 	hel_token tokens[HEL_DRAFT_MAX + 1]; /* emitted; the last one is not yet consumed */

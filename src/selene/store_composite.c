@@ -1220,6 +1220,9 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->parked_records = d.parked_records;
 	out->packed_records = m.packed_records + d.packed_records;
 	out->per_rank_records = m.per_rank_records + d.per_rank_records;
+	out->abandoned_stores = d.abandoned_stores;
+	out->spilled_bytes = d.spilled_bytes;
+	out->read_through_bytes = d.read_through_bytes;
 	out->reused_tokens = m.reused_tokens + d.reused_tokens;
 	out->chains_rejected = d.chains_rejected; /* the catalogue's lookups */
 	out->disk_io = d.disk_io;

@@ -1019,6 +1019,7 @@ static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w
 					 "..%" PRIu32 " differ across ranks, the first window's did not;"
 					 " the record is abandoned", st->id, w->first,
 					 w->first + w->count - 1));
+		ds->st.abandoned_stores++;
 		return false;
 	}
 	/* Slots hold pages and the row as the copy left them (packed in
@@ -1187,10 +1188,13 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 			sel_index_commit(ds->ix, id);
 			ds->st.tier[SEL_TIER_DISK].held++;
 			ds->st.tier[SEL_TIER_DISK].bytes_out += st->bytes;
-			if (r->flags & (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED))
+			if (r->flags & (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED)) {
 				ds->st.packed_records++;
-			else
+				ds->st.tier[SEL_TIER_DISK].stores_packed++;
+			} else {
 				ds->st.per_rank_records++;
+				ds->st.tier[SEL_TIER_DISK].stores_per_rank++;
+			}
 			ev.type = SEL_EV_STORED;
 			ev.outcome = SEL_QUEUED;
 			ds_unpin(ds, id);
@@ -1314,10 +1318,14 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 			park_del(ds, id);
 			ds->st.tier[SEL_TIER_DISK].held++;
 			ds->st.tier[SEL_TIER_DISK].bytes_out += d->j.bytes;
-			if (r->flags)
+			ds->st.spilled_bytes += d->j.bytes;
+			if (r->flags) {
 				ds->st.packed_records++;
-			else
+				ds->st.tier[SEL_TIER_DISK].stores_packed++;
+			} else {
 				ds->st.per_rank_records++;
+				ds->st.tier[SEL_TIER_DISK].stores_per_rank++;
+			}
 			sel_index_set_evictable(ds->ix, id, true);
 		} else {
 			ds->st.store_failures++;
@@ -1330,6 +1338,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		sel_node_id id = d->node;
 		if (rc == 0) {
 			ds->st.tier[SEL_TIER_DISK].bytes_in += d->j.bytes;
+			ds->st.read_through_bytes += d->j.bytes;
 		} else if (doom_status(rc) && !(NODE(ds, id)->flags & DS_DOOMED)) {
 			if (rc == SEL_ECORRUPT)
 				ds->st.tier[SEL_TIER_DISK].corrupt++;

@@ -964,10 +964,13 @@ static int out_done(struct mem_store *ms, struct mjob *j, sel_event *ev)
 			r->row_packed = true;
 			packed = true;
 		}
-		if (packed)
+		if (packed) {
 			ms->st.packed_records++;
-		else
+			ms->st.tier[SEL_TIER_MEMORY].stores_packed++;
+		} else {
 			ms->st.per_rank_records++;
+			ms->st.tier[SEL_TIER_MEMORY].stores_per_rank++;
+		}
 		ms->st.tier[SEL_TIER_MEMORY].held++;
 		ms->st.tier[SEL_TIER_MEMORY].bytes_out += j->bytes;
 		sel_index_commit(ms->ix, id);
@@ -1556,8 +1559,13 @@ void sel_memory_store_settle(sel_store *s, const sel_key *key, bool ok)
 	if (id == SEL_NODE_NONE)
 		return;
 	if (ok) {
+		const struct mrec *r = &ms->recs[id];
 		sel_index_commit(ms->ix, id);
 		ms->st.tier[SEL_TIER_MEMORY].held++;
+		if (r->pages_packed || r->row_packed)
+			ms->st.tier[SEL_TIER_MEMORY].stores_packed++; /* a promotion: a new store */
+		else
+			ms->st.tier[SEL_TIER_MEMORY].stores_per_rank++;
 		ms_unpin(ms, id);
 	} else {
 		ms_unpin(ms, id);
