@@ -167,7 +167,7 @@ static int read_header(struct mgr_arena *a)
 int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, size_t errlen)
 {
 	memset(a, 0, sizeof *a);
-	a->fd = -1;
+	a->fd = a->share_fd = -1;
 	a->data_start = MGR_ARENA_HEADER;
 	a->bytes = o->memory / MGR_GRANULE * MGR_GRANULE;
 	if (a->bytes < a->data_start + MGR_GRANULE) {
@@ -245,6 +245,21 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 		snprintf(err, errlen, "cannot seal the arena: %s", strerror(errno));
 		goto fail;
 	}
+	if (a->file) {
+		/* A separate open file description: one passed to clients would
+		 * share fd's lock, and a client alive after the manager died
+		 * would keep it. */
+		struct stat s1, s2;
+		a->share_fd = open(a->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		if (a->share_fd < 0 || fstat(a->fd, &s1) || fstat(a->share_fd, &s2) ||
+		    s1.st_ino != s2.st_ino || s1.st_dev != s2.st_dev) {
+			rc = -EIO;
+			snprintf(err, errlen, "--arena '%s': it changed while opening it", a->path);
+			goto fail;
+		}
+	} else {
+		a->share_fd = a->fd;
+	}
 	while (!a->reused && !a->generation)
 		randombytes_buf(&a->generation, sizeof a->generation);
 	a->granules = (a->bytes - a->data_start) / MGR_GRANULE;
@@ -268,9 +283,11 @@ fail:
 
 void mgr_arena_close(struct mgr_arena *a)
 {
+	if (a->share_fd >= 0 && a->share_fd != a->fd)
+		close(a->share_fd);
 	if (a->fd >= 0)
 		close(a->fd);
-	a->fd = -1;
+	a->fd = a->share_fd = -1;
 	free(a->bits);
 	a->bits = NULL;
 	free(a->prev);

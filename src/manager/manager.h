@@ -82,6 +82,8 @@ struct mgr_prev {
 
 struct mgr_arena {
 	int fd;
+	int share_fd;                  /* what clients get: the memfd, or the file opened
+					  again (the lock on fd must stay the manager's alone) */
 	bool file;                     /* a named file (kept across restarts), else a memfd */
 	bool reused;                   /* the file's header and generation were kept */
 	char path[4096];

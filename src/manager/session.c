@@ -254,7 +254,9 @@ static void on_hello(struct mgr_session *s, const struct sel_pool_c_hello *h)
 			    p->pid == s->pid && p->start == s->pid_start && (h->flags & SEL_POOL_HELLO_DRAINED))
 				p->done = true;
 		}
-	srv->sessions_dirty = true;
+	/* In the arena header before the welcome: a manager restarted after
+	 * a crash must know of every client that may be copying. */
+	mgr_sessions_write(srv);
 	welcome(s, SEL_POOL_OK, "%s", "");
 }
 
@@ -913,7 +915,7 @@ static int send_hello(struct mgr_server *srv, struct mgr_session *s)
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &srv->arena.fd, sizeof(int));
+	memcpy(CMSG_DATA(c), &srv->arena.share_fd, sizeof(int));
 	ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (w < 0)
 		return -errno;
@@ -1107,7 +1109,7 @@ int mgr_server_open(const struct mgr_options *o, struct mgr_server **out, char *
 	}
 	srv->o = *o;
 	srv->lfd = srv->ep = srv->sfd = -1;
-	srv->arena.fd = -1;
+	srv->arena.fd = srv->arena.share_fd = -1;
 	srv->euid = geteuid();
 	int rc;
 	if ((rc = eos_hmap_init(&srv->leases))) {
