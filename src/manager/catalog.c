@@ -527,9 +527,19 @@ void mgr_catalog_sweep(struct mgr_catalog *cat, uint64_t now)
 			break;
 		if (r->pins || r->children)
 			continue;
+		/* Expired ancestors this leaves childless go with it. */
+		struct mgr_record *p = r->parent;
 		record_remove(cat, r);
 		cat->st->expired++;
 		removed++;
+		while (p && !p->pins && !p->children && mgr_record_expired(cat, p, now)) {
+			struct mgr_record *up = p->parent;
+			if (p == nx)
+				nx = p->lnext;
+			record_remove(cat, p);
+			cat->st->expired++;
+			p = up;
+		}
 	}
 }
 
