@@ -454,7 +454,13 @@ static void test_misbehaving(void)
 	sel_pool_ticket_free(b.c, k);
 	long rss1 = rss_kib(m.pid);
 	printf("manager RSS: %ld KiB before the misbehaving clients, %ld KiB after\n", rss0, rss1);
+#ifdef SEL_SANITIZED
+	/* AddressSanitizer keeps freed memory in its quarantine (256 MiB by
+	 * default) and ThreadSanitizer its shadow: RSS says nothing there. */
+	printf("note: sanitized build: the manager's RSS bound is checked in the plain build only\n");
+#else
 	CHECKF(rss1 - rss0 < 48 * 1024, "RSS grew from %ld to %ld KiB", rss0, rss1);
+#endif
 	for (int i = 0; i < 8; i++)
 		close(half[i]);
 	tc_close(&f);

@@ -402,6 +402,16 @@ struct hs {
 	struct sel_pool_m_welcome welcome;
 };
 
+/* Whether a reattach found the same region. */
+static bool same_region(sel_pool_client *c, struct hs *h)
+{
+	struct stat st;
+	return !fstat(h->arena_fd, &st) && st.st_dev == c->arena_dev && st.st_ino == c->arena_ino &&
+	       h->hello.generation == c->hello.generation && h->hello.arena_bytes == c->arena_bytes &&
+	       h->hello.data_start == c->hello.data_start;
+}
+
+
 /* Connect, read M_HELLO (and the arena), send C_HELLO, read M_WELCOME.
  * Retryable failures (no socket yet, refused connection, closed before the
  * hello) return -EAGAIN; a refusal the manager stated is -EACCES or -EPROTO
@@ -465,6 +475,13 @@ static int handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struc
 	if (!reattach)
 		sel_pool_instance_id(h->hello.name, c->explicit_id, c->machine_id, c->core_identity,
 				     c->listen, c->instance);
+	h->arena_fd = afd;
+	if (reattach && !same_region(c, h)) {
+		/* Another region: no session on it (the caller disables sharing). */
+		h->fd = fd;
+		return -ESTALE;
+	}
+	h->arena_fd = -1;
 	struct sel_pool_msg ch = {.type = SEL_POOL_C_HELLO};
 	ch.u.c_hello.version = SEL_POOL_VERSION;
 	ch.u.c_hello.flags = reattach ? SEL_POOL_HELLO_DRAINED : 0;
@@ -526,15 +543,6 @@ static int map_arena(sel_pool_client *c, struct hs *h)
 	c->arena_ino = st.st_ino;
 	c->hello = *mh;
 	return 0;
-}
-
-/* Whether a reattach found the same region. */
-static bool same_region(sel_pool_client *c, struct hs *h)
-{
-	struct stat st;
-	return !fstat(h->arena_fd, &st) && st.st_dev == c->arena_dev && st.st_ino == c->arena_ino &&
-	       h->hello.generation == c->hello.generation && h->hello.arena_bytes == c->arena_bytes &&
-	       h->hello.data_start == c->hello.data_start;
 }
 
 /* ---- the I/O thread ------------------------------------------------------------------- */
@@ -679,7 +687,7 @@ static void *io_main(void *arg)
 			if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
 				struct hs h;
 				int rc = handshake(c, eos_now_ns() + c->hello_timeout_ns, true, &h);
-				if (!rc && !same_region(c, &h)) {
+				if (rc == -ESTALE) {
 					snprintf(c->warning, sizeof c->warning,
 						 "pool %s: the manager came back with another arena (generation "
 						 "%016" PRIx64 ", was %016" PRIx64 "): sharing is disabled until "
