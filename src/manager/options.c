@@ -76,10 +76,12 @@ void mgr_options_help(FILE *f)
 		   "(docs/pool.md).\n\n");
 	for (size_t i = 0; i < NOPTS; i++) {
 		const char *sp = strchr(opts[i].help, ' ');
-		int argw = sp ? (int)(sp - opts[i].help) : 0;
-		fprintf(f, "  %s %-*.*s %s\n", opts[i].flag, 8, argw, opts[i].help, sp ? sp + 2 : "");
+		char col[64];
+		snprintf(col, sizeof col, "%s %.*s", opts[i].flag, sp ? (int)(sp - opts[i].help) : 0,
+			 opts[i].help);
+		fprintf(f, "  %-30s %s\n", col, sp ? sp + 2 : "");
 	}
-	fprintf(f, "  --help\n");
+	fprintf(f, "  %-30s %s\n", "--help", "this text");
 }
 
 static void defaults(struct mgr_options *o)
