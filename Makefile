@@ -65,6 +65,8 @@ EOS_SRCS    := $(sort $(wildcard src/eos/*.c))
 SELENE_SRCS := $(sort $(wildcard src/selene/*.c))
 HELIOS_SRCS := $(sort $(wildcard src/helios/*.c))
 FLARE_SRCS  := $(sort $(wildcard src/flare/*.c))
+# The pool manager (`flare pool`, design 2.15) links into the flare command.
+MANAGER_SRCS := $(sort $(wildcard src/manager/*.c))
 TEST_SRCS   := $(sort $(wildcard tests/test_*.c))
 TESTLIB_SRCS:= $(sort $(filter-out $(TEST_SRCS),$(wildcard tests/*.c)))
 BENCH_SRCS  := $(sort $(filter-out bench/benchlib.c,$(wildcard bench/*.c)))
@@ -81,7 +83,7 @@ HELIOS_OBJS := $(call obj,$(HELIOS_SRCS))
 # the archive too and is linked only when something references
 # flare_engine_backend: main.c does not until src/helios/engine.c exists.
 FLARE_MAIN_OBJ := $(call obj,src/flare/main.c)
-FLARE_LIB_SRCS := $(filter-out src/flare/main.c,$(FLARE_SRCS))
+FLARE_LIB_SRCS := $(filter-out src/flare/main.c,$(FLARE_SRCS)) $(MANAGER_SRCS)
 FLARE_LIB_OBJS := $(call obj,$(FLARE_LIB_SRCS))
 TESTLIB_OBJS:= $(call obj,$(TESTLIB_SRCS))
 BENCHLIB_OBJS := $(call obj,$(BENCHLIB_SRCS))

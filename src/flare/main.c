@@ -3,6 +3,7 @@
  *
  *   flare run [CORE] [flags]   serve the OpenAI-compatible API (serve.c)
  *   flare records CMD DIR      ls, verify, stat, gc a record directory (records.c)
+ *   flare pool [flags]         the pool manager (src/manager/, docs/pool.md)
  *   flare --help | --version
  */
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "flare/backend.h"
 #include "flare/records.h"
 #include "flare/serve.h"
+#include "manager/manager.h"
 #include "selene.h"
 
 static int usage(FILE *f)
@@ -18,6 +20,8 @@ static int usage(FILE *f)
 	fprintf(f, "usage: flare run [CORE] [flags]   serve a core over HTTP (flare run --help)\n"
 		   "       flare records CMD DIR [flags]   ls, verify, stat or gc a prefix-cache\n"
 		   "                                        record directory (flare records --help)\n"
+		   "       flare pool --socket PATH --memory SIZE [flags]   the pool manager that\n"
+		   "                                        instances share (flare pool --help)\n"
 		   "       flare --version\n"
 		   "       flare --help\n");
 	return f == stderr ? 2 : 0;
@@ -37,6 +41,8 @@ int main(int argc, char **argv)
 		return flare_serve(argc - 1, argv + 1, &flare_engine_backend);
 	if (!strcmp(argv[1], "records"))
 		return flare_records(argc - 1, argv + 1, stdout, stderr);
+	if (!strcmp(argv[1], "pool"))
+		return mgr_pool_main(argc - 1, argv + 1);
 	fprintf(stderr, "flare: unknown command '%s'\n", argv[1]);
 	return usage(stderr);
 }
