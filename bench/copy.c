@@ -11,7 +11,11 @@
  *   RESULT <name> <value> <unit>
  *
  * lines: with the host backend, bytes/s and the ratio to one large memcpy
- * of the same total bytes timed in the same run (goal >= 0.85); with a GPU,
+ * of the same total bytes timed in the same run (issue 18: goal >= 0.9),
+ * and the ratio to the faster of that memcpy and one large copy of the
+ * same bytes with streaming stores (copy_host.c), the best a single copy
+ * reaches on this CPU (where glibc's memcpy does not stream at this size,
+ * that copy beats it); with a GPU,
  * bytes/s through the CUDA backend, the ratio to one large pinned copy of
  * the same bytes (goal >= 0.9), and the speed-up over one cuMemcpyAsync per
  * page plane.  Without CUDA the GPU lines are skipped with a comment saying
@@ -192,6 +196,13 @@ static void do_memcpy(void *ctx)
 	memcpy(c->dst, c->src, c->len);
 }
 
+static void do_stream(void *ctx)
+{
+	struct big_copy *c = ctx;
+	struct sel_copy one = { (uintptr_t)c->dst, (uintptr_t)c->src, c->len };
+	(void)sel_host_copy_run(&one, 1, sel_host_copy_choose(c->len));
+}
+
 static void bench_host(const struct geo *geo, test_rng *rng)
 {
 	uint8_t *plane[36], *row;
@@ -219,13 +230,20 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	memset(src, 2, c.len);
 	c.src = src;
 	uint64_t big_ns = median_ns(do_memcpy, &c);
+	uint64_t stream_ns = median_ns(do_stream, &c);
+	uint64_t best_ns = stream_ns < big_ns ? stream_ns : big_ns;
 
+	printf("# %s: windows of this size are copied with %s\n", geo->name,
+	       sel_host_copy_choose(rg.bytes) == SEL_HOST_COPY_MEMCPY ? "memcpy" : "streaming stores");
 	result(geo->name, "window_bytes", (double)rg.bytes, "B");
 	result(geo->name, "host_memcpy_rate", rate(rg.bytes, big_ns) / 1e9, "GB/s");
+	result(geo->name, "host_stream_rate", rate(rg.bytes, stream_ns) / 1e9, "GB/s");
 	result(geo->name, "host_out_rate", rate(rg.bytes, out_ns) / 1e9, "GB/s");
 	result(geo->name, "host_out_ratio", (double)big_ns / (double)out_ns, "x");
+	result(geo->name, "host_out_vs_best", (double)best_ns / (double)out_ns, "x");
 	result(geo->name, "host_in_rate", rate(rg.bytes, in_ns) / 1e9, "GB/s");
 	result(geo->name, "host_in_ratio", (double)big_ns / (double)in_ns, "x");
+	result(geo->name, "host_in_vs_best", (double)best_ns / (double)in_ns, "x");
 
 	rig_close(&rg);
 	eos_aligned_free(c.dst);
