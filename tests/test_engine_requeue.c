@@ -169,8 +169,10 @@ static int d_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	int rc = d->fetch_rc;
 	if (rc == 0) {
 		d->fetches++;
+		/* Slow, to show that failed restores are no policy samples. */
 		sel_event ev = { .type = SEL_EV_FETCH_FAILED, .error = d->fetch_error,
-				 .ticket = in->ticket, .key = hit->key, .tier = SEL_TIER_MEMORY };
+				 .ticket = in->ticket, .key = hit->key, .tier = SEL_TIER_MEMORY,
+				 .bytes = 1 << 20, .duration_ns = 1000000000 };
 		CHECK(in->n_pages == hit->pages);
 		if (d->hold) {
 			CHECK(d->nheld < 64);
@@ -504,6 +506,9 @@ static void test_fetch_failed(void)
 	et_wait_stats(e, idle, NULL);
 	hel_engine_stats_get(e, &st);
 	CHECK(st.host_fetch_declined >= 1);
+	/* Two failed restores of 1 MiB in a second each: no samples. */
+	CHECK(st.store.tier[SEL_TIER_MEMORY].rate_bps == 20000000000ull);
+	CHECK(st.store.tier[SEL_TIER_MEMORY].fixed_ns == 50000);
 	et_call_free(a);
 
 	big_request_fits(e, 24);

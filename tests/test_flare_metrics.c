@@ -95,6 +95,7 @@ static void fill(hel_engine_stats *st)
 		ts->compacted = v++;
 		ts->corrupt = v++;
 		ts->rate_bps = v++;
+		ts->fixed_ns = 1234567890ull * v++; /* seconds with a fraction */
 	}
 	st->uptime_ns = 12345678901ull;
 }
@@ -212,6 +213,10 @@ static void test_format(void)
 		TIER("flare_host_cache_corrupt_total", corrupt);
 		TIER("flare_host_cache_transfer_rate_bytes_per_second", rate_bps);
 #undef TIER
+		char fixed[160];
+		snprintf(fixed, sizeof fixed, "\nflare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+			 ".%06" PRIu64 "\n", tn, t->fixed_ns / 1000000000u, t->fixed_ns / 1000u % 1000000u);
+		CHECKF(strstr(text, fixed), "no %s", fixed + 1);
 		const char *why[] = {"end_of_chain", "oversize", "io_error"};
 		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize, t->dropped_io_error};
 		for (int k = 0; k < 3; k++) {

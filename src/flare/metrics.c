@@ -163,7 +163,15 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	     "Records whose row was dropped, keeping their pages.", compacted);
 	TIER("flare_host_cache_corrupt_total", "counter", "Records that failed verification.", corrupt);
 	TIER("flare_host_cache_transfer_rate_bytes_per_second", "gauge",
-	     "Median rate of the tier's last three transfers (the fetch policy's estimate).", rate_bps);
+	     "Bandwidth fitted to the tier's recent restores (the fetch policy's estimate).", rate_bps);
+	family(out, "flare_host_cache_transfer_fixed_seconds", "gauge",
+	       "Fixed cost per restore fitted to the tier's recent restores (the fetch policy's estimate).");
+	for (size_t i = 0; i < N_TIERS; i++) {
+		uint64_t ns = s->tier[tiers[i]].fixed_ns;
+		flare_buf_printf(out, "flare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+				 ".%06" PRIu64 "\n", sel_tier_name(tiers[i]), ns / 1000000000u,
+				 ns / 1000u % 1000000u);
+	}
 }
 
 void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,

@@ -198,6 +198,7 @@ struct etk {
 	uint32_t *pages;
 	uint32_t n_pages;
 	uint32_t row;
+	uint64_t submit_ns; /* when the fetch was made: the policy's sample */
 };
 
 /* A checkpoint whose put waits, unpinned: for store progress after its
@@ -775,6 +776,7 @@ static int tk_add(hel_engine *e, const sel_inbound *in, const sel_key *key)
 	t->row = in->state_slot;
 	t->ticket = in->ticket;
 	t->key = *key;
+	t->submit_ns = eos_now_ns();
 	e->n_tk++;
 	return 0;
 }
@@ -885,8 +887,12 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		if (status)
 			e->ws.model_errors++;
 	}
-	if (status == 0 && ev->duration_ns)
-		sel_policy_observe(e->policy, ev->tier, ev->bytes, ev->duration_ns);
+	/* The policy's sample is the restore as the worker waited for it, from
+	 * the fetch to the loaded pages and row (what a recompute is set
+	 * against), not the store's copy time alone.  Failed and row-only
+	 * restores are no samples (design 2.15). */
+	if (status == 0)
+		sel_policy_observe(e->policy, ev->tier, ev->bytes, eos_now_ns() - t->submit_ns, t->n_pages);
 	if (t)
 		tk_del(e, t);
 	if (hel_scheduler_finish_inbound(e->sched, &key, status, NULL, NULL) == 0)
@@ -1281,9 +1287,14 @@ static void publish_stats(hel_engine *e)
 	s.prefill_rate = (uint64_t)e->prefill_rate;
 	s.store_enabled = e->store != NULL;
 	s.store_stopped = e->store_stopped;
-	if (e->store && !e->store_stopped)
+	if (e->store && !e->store_stopped) {
 		sel_store_stats(e->store, &s.store);
-	else
+		/* The estimates that decide are the worker's own. */
+		for (sel_tier t = SEL_TIER_MEMORY; t < SEL_TIERS; t++) {
+			s.store.tier[t].rate_bps = (uint64_t)sel_policy_rate(e->policy, t);
+			s.store.tier[t].fixed_ns = (uint64_t)sel_policy_fixed_ns(e->policy, t);
+		}
+	} else
 		s.store = e->snap.store; /* unlocked read: only the worker writes it */
 	pthread_mutex_lock(&e->mu);
 	e->snap = s;
