@@ -228,7 +228,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore (Inbound phase).",
 	      st->inbound_waiting);
 	COUNTER("flare_host_cache_fetch_declined_total",
-		"Host hits the policy recomputed instead (transfer slower than prefill).",
+		"Host hits recomputed instead: the policy judged prefill faster, or --prefix-cache-fetch never.",
 		st->host_fetch_declined);
 	COUNTER("flare_host_cache_restore_failures_total",
 		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);
