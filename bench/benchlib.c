@@ -59,6 +59,14 @@ double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes)
 	return -1;
 }
 
+const char *bench_dir(void)
+{
+	const char *dir = getenv("BENCH_DIR");
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	return dir && *dir ? dir : "/tmp";
+}
+
 const char *bench_cores_dir(void)
 {
 	static char dir[PATH_MAX];

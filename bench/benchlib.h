@@ -16,6 +16,9 @@ double bench_median(const double *v, int n);
  * or -1 with the reason printed.  The file is left for the caller. */
 double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes);
 
+/* Where benchmarks write: $BENCH_DIR, else $TMPDIR, else /tmp. */
+const char *bench_dir(void);
+
 /* The shipped cores' directory: $SELENE_SRCDIR/cores, else the first
  * cores/ directory above the executable, else "cores". */
 const char *bench_cores_dir(void);

@@ -454,11 +454,7 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 
 int main(void)
 {
-	const char *dir = getenv("BENCH_DIR");
-	if (!dir || !*dir)
-		dir = getenv("TMPDIR");
-	if (!dir || !*dir)
-		dir = "/tmp";
+	const char *dir = bench_dir();
 	const char *seed = getenv("BENCH_SEED");
 	test_rng rng;
 	test_rng_init(&rng, seed && *seed ? strtoull(seed, NULL, 10) : 1);
