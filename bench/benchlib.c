@@ -3,9 +3,11 @@
  */
 #include "benchlib.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -55,4 +57,34 @@ double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes)
 			return strtod(tok, NULL) * 1024.0;
 	printf("fio %s: no bandwidth field in its output\n", rw);
 	return -1;
+}
+
+const char *bench_dir(void)
+{
+	const char *dir = getenv("BENCH_DIR");
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	return dir && *dir ? dir : "/tmp";
+}
+
+const char *bench_cores_dir(void)
+{
+	static char dir[PATH_MAX];
+	const char *env = getenv("SELENE_SRCDIR");
+	if (env && *env) {
+		snprintf(dir, sizeof dir, "%s/cores", env);
+		return dir;
+	}
+	char exe[PATH_MAX - 16];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return "cores";
+	exe[n] = 0;
+	for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
+		*slash = 0;
+		snprintf(dir, sizeof dir, "%s/cores", exe);
+		if (access(dir, R_OK) == 0)
+			return dir;
+	}
+	return "cores";
 }

@@ -1,7 +1,7 @@
 /*
  * benchlib.h - what several benchmarks share: the median of a few rounds and
  * fio's bandwidth on a directory, the baseline the disk figures are set
- * against (measured in the same run).
+ * against (measured in the same run); where the shipped cores are.
  */
 #ifndef BENCHLIB_H
 #define BENCHLIB_H
@@ -15,5 +15,12 @@ double bench_median(const double *v, int n);
  * dir/fio.bench: bytes per second of `rw` ("write" or "read") over `bytes`,
  * or -1 with the reason printed.  The file is left for the caller. */
 double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes);
+
+/* Where benchmarks write: $BENCH_DIR, else $TMPDIR, else /tmp. */
+const char *bench_dir(void);
+
+/* The shipped cores' directory: $SELENE_SRCDIR/cores, else the first
+ * cores/ directory above the executable, else "cores". */
+const char *bench_cores_dir(void);
 
 #endif

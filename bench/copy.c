@@ -11,7 +11,13 @@
  *   RESULT <name> <value> <unit>
  *
  * lines: with the host backend, bytes/s and the ratio to one large memcpy
- * of the same total bytes timed in the same run (goal >= 0.85); with a GPU,
+ * of the same total bytes timed in the same run (issue 18: goal >= 0.9),
+ * the ratio to the faster of that memcpy and one large copy of the same
+ * bytes with streaming stores (copy_host.c), the best a single copy
+ * reaches on this CPU (where glibc's memcpy does not stream at this size,
+ * that copy beats it), and the ratio the backend had before it streamed
+ * (memcpy per piece, memcpy_pieces_*); all of them in rounds of every copy
+ * back to back, each ratio the median of the rounds' ratios; with a GPU,
  * bytes/s through the CUDA backend, the ratio to one large pinned copy of
  * the same bytes (goal >= 0.9), and the speed-up over one cuMemcpyAsync per
  * page plane.  Without CUDA the GPU lines are skipped with a comment saying
@@ -23,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "benchlib.h"
 #include "cuda.h"
 #include "eos.h"
 #include "slab.h"
@@ -192,6 +199,25 @@ static void do_memcpy(void *ctx)
 	memcpy(c->dst, c->src, c->len);
 }
 
+/* The host backend as it was before streaming stores: memcpy per piece,
+ * measured in the same rounds for comparison. */
+static int memcpy_copy(void *st, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
+{
+	(void)st;
+	(void)dir;
+	(void)sel_host_copy_run(c, n, SEL_HOST_COPY_MEMCPY);
+	return 0;
+}
+
+static struct sel_copy_backend memcpy_backend;
+
+static void do_stream(void *ctx)
+{
+	struct big_copy *c = ctx;
+	struct sel_copy one = { (uintptr_t)c->dst, (uintptr_t)c->src, c->len };
+	(void)sel_host_copy_run(&one, 1, sel_host_copy_choose(c->len));
+}
+
 static void bench_host(const struct geo *geo, test_rng *rng)
 {
 	uint8_t *plane[36], *row;
@@ -206,10 +232,9 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	CHECK(row);
 	memset(row, 0x77, 2 * geo->row);
 
-	struct rig rg;
+	struct rig rg, old;
 	rig_open(&rg, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &sel_copy_backend_host, rng);
-	uint64_t out_ns = median_ns(job_out, &rg);
-	uint64_t in_ns = median_ns(job_in, &rg);
+	rig_open(&old, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &memcpy_backend, rng);
 
 	struct big_copy c = { .len = rg.bytes };
 	c.dst = eos_aligned_alloc(EOS_ALIGN, c.len);
@@ -218,15 +243,53 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	memset(c.dst, 1, c.len);
 	memset(src, 2, c.len);
 	c.src = src;
-	uint64_t big_ns = median_ns(do_memcpy, &c);
 
-	result(geo->name, "window_bytes", (double)rg.bytes, "B");
-	result(geo->name, "host_memcpy_rate", rate(rg.bytes, big_ns) / 1e9, "GB/s");
-	result(geo->name, "host_out_rate", rate(rg.bytes, out_ns) / 1e9, "GB/s");
-	result(geo->name, "host_out_ratio", (double)big_ns / (double)out_ns, "x");
-	result(geo->name, "host_in_rate", rate(rg.bytes, in_ns) / 1e9, "GB/s");
-	result(geo->name, "host_in_ratio", (double)big_ns / (double)in_ns, "x");
+	/* Rounds of every copy back to back, so each ratio compares timings
+	 * taken under the same load (the machine is shared); medians of the
+	 * rates and of the per-round ratios. */
+	enum { OUT, OLD_OUT, IN, OLD_IN, BIG, STREAM, KINDS };
+	static void (*const fn[KINDS])(void *) = { job_out, job_out, job_in, job_in, do_memcpy, do_stream };
+	void *ctx[KINDS] = { &rg, &old, &rg, &old, &c, &c };
+	static double t[KINDS][MAX_REPS], q[6][MAX_REPS];
+	for (int k = 0; k < KINDS; k++)
+		fn[k](ctx[k]); /* warm up */
+	int n = 0;
+	uint64_t spent = 0;
+	while (n < MAX_REPS && (n < MIN_REPS || spent < 2 * TARGET_NS)) {
+		for (int k = 0; k < KINDS; k++) {
+			uint64_t t0 = eos_now_ns();
+			fn[k](ctx[k]);
+			uint64_t d = eos_now_ns() - t0;
+			t[k][n] = (double)d;
+			spent += d;
+		}
+		double best = t[BIG][n] < t[STREAM][n] ? t[BIG][n] : t[STREAM][n];
+		q[0][n] = t[BIG][n] / t[OUT][n];
+		q[1][n] = best / t[OUT][n];
+		q[2][n] = t[BIG][n] / t[IN][n];
+		q[3][n] = best / t[IN][n];
+		q[4][n] = t[BIG][n] / t[OLD_OUT][n];
+		q[5][n] = t[BIG][n] / t[OLD_IN][n];
+		n++;
+	}
+	double b = (double)rg.bytes;
+#define RATE(k) (b / (bench_median(t[k], n) / 1e9) / 1e9)
+	printf("# %s: windows of this size are copied with %s; %d rounds\n", geo->name,
+	       sel_host_copy_choose(rg.bytes) == SEL_HOST_COPY_MEMCPY ? "memcpy" : "streaming stores", n);
+	result(geo->name, "window_bytes", b, "B");
+	result(geo->name, "host_memcpy_rate", RATE(BIG), "GB/s");
+	result(geo->name, "host_stream_rate", RATE(STREAM), "GB/s");
+	result(geo->name, "host_out_rate", RATE(OUT), "GB/s");
+	result(geo->name, "host_out_ratio", bench_median(q[0], n), "x");
+	result(geo->name, "host_out_vs_best", bench_median(q[1], n), "x");
+	result(geo->name, "host_in_rate", RATE(IN), "GB/s");
+	result(geo->name, "host_in_ratio", bench_median(q[2], n), "x");
+	result(geo->name, "host_in_vs_best", bench_median(q[3], n), "x");
+	result(geo->name, "memcpy_pieces_out_ratio", bench_median(q[4], n), "x");
+	result(geo->name, "memcpy_pieces_in_ratio", bench_median(q[5], n), "x");
+#undef RATE
 
+	rig_close(&old);
 	rig_close(&rg);
 	eos_aligned_free(c.dst);
 	eos_aligned_free(src);
@@ -359,6 +422,9 @@ int main(void)
 	geo_qwen(&geos[0]);
 	geo_big4(&geos[1]);
 
+	memcpy_backend = sel_copy_backend_host;
+	memcpy_backend.name = "host-memcpy";
+	memcpy_backend.copy = memcpy_copy;
 	for (int i = 0; i < 2; i++)
 		bench_host(&geos[i], &rng);
 

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "helios/core.h"
 #include "helios/model.h"
 #include "../tests/testutil.h"
@@ -30,28 +31,6 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char *cores_dir(void)
-{
-	static char dir[PATH_MAX];
-	const char *env = getenv("SELENE_SRCDIR");
-	if (env && *env) {
-		snprintf(dir, sizeof dir, "%s/cores", env);
-		return dir;
-	}
-	char exe[PATH_MAX - 16];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
-		return "cores";
-	exe[n] = 0;
-	for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
-		*slash = 0;
-		snprintf(dir, sizeof dir, "%s/cores", exe);
-		if (access(dir, R_OK) == 0)
-			return dir;
-	}
-	return "cores";
 }
 
 static void bench_core(const char *path, double budget)
@@ -140,7 +119,7 @@ int main(int argc, char **argv)
 {
 	const char *env = getenv("MODEL_BENCH_SECONDS");
 	double budget = env ? atof(env) : 0.4;
-	const char *dir = cores_dir();
+	const char *dir = bench_cores_dir();
 	char path[PATH_MAX + 300];
 
 	if (argc > 1) {

@@ -47,11 +47,7 @@ static void wait_fd(sel_store *s)
 
 int main(void)
 {
-	const char *dir = getenv("BENCH_DIR");
-	if (!dir || !*dir)
-		dir = getenv("TMPDIR");
-	if (!dir || !*dir)
-		dir = "/tmp";
+	const char *dir = bench_dir();
 	int rounds = (int)env_u64("BENCH_ROUNDS", 3);
 	if (rounds < 1 || rounds > MAX_ROUNDS)
 		rounds = 3;

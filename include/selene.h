@@ -363,7 +363,8 @@ typedef struct sel_tier_stats {
 	uint64_t evicted;
 	uint64_t compacted;
 	uint64_t corrupt;       /* records that failed verification */
-	uint64_t rate_bps;      /* median of the last three transfers (policy) */
+	uint64_t rate_bps;      /* fitted bandwidth of restores (policy) */
+	uint64_t fixed_ns;      /* fitted fixed cost per restore (policy) */
 	/* Records stored into the tier with replicated shares packed once,
 	 * or per rank (design 2.5; a read-through promotion is a new store). */
 	uint64_t stores_packed, stores_per_rank;
@@ -612,19 +613,26 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out);
 
 typedef struct sel_policy sel_policy;
 
-/* Initial rates: memory 20 GB/s, disk 3 GB/s, pool 400 MiB/s, prefill 8,000
- * tokens/s. */
+/* Transfer time is estimated per tier as a fixed cost plus bytes over a
+ * bandwidth, both fitted from completed transfers (policy.c).  Initial
+ * estimates: memory 50 us + 20 GB/s, disk 300 us + 3 GB/s, pool 1 ms +
+ * 400 MiB/s; prefill 8,000 tokens/s. */
 int sel_policy_create(sel_policy **out);
 void sel_policy_destroy(sel_policy *p);
-/* Fetch when bytes / rate(tier) < (tokens gained / prefill rate) / 2. */
+/* Fetch when the estimated transfer time of bytes from tier is below the
+ * estimated prefill time of tokens_gained (tokens / prefill rate). */
 bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
 			     uint64_t tokens_gained);
-/* A completed transfer at tier: the tier's rate becomes the median of the
- * last three. */
-void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t ns);
+/* A completed transfer at tier: bytes in ns, restoring pages pages.  Failed
+ * transfers are not passed; row-only restores (pages 0) and transfers of
+ * zero bytes or time are ignored (design 2.15). */
+void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t ns, uint32_t pages);
 /* The worker's measured prefill throughput (tokens per second). */
 void sel_policy_set_prefill_rate(sel_policy *p, double tokens_per_s);
-double sel_policy_rate(const sel_policy *p, sel_tier tier); /* bytes/s */
+double sel_policy_rate(const sel_policy *p, sel_tier tier);     /* fitted bandwidth, bytes/s */
+double sel_policy_fixed_ns(const sel_policy *p, sel_tier tier); /* fitted fixed cost, ns */
+/* The estimate for bytes from tier, ns (infinite for SEL_TIER_NONE). */
+double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes);
 double sel_policy_prefill_rate(const sel_policy *p);
 
 #ifdef __cplusplus

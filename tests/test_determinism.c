@@ -81,7 +81,7 @@ static void eng_open(struct eng *x, bool offload)
 		c.gpu_pages = 24;
 		c.gpu_rows = 24;
 		c.memory_bytes = 16 << 20;
-		c.fetch_always = true;
+		c.fetch = HEL_FETCH_ALWAYS;
 		c.store_open = et_gate_open;
 		c.store_ctx = &x->gate;
 	} else {

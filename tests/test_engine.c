@@ -179,11 +179,11 @@ static void fillers(hel_engine *e, int count)
 	}
 }
 
-/* fetch_always: the tiny core's restores are so small that the measured
+/* HEL_FETCH_ALWAYS: the tiny core's restores are so small that the measured
  * rates put them near the policy's threshold (test_engine_requeue covers
  * the policy's refusals). */
 static const hel_engine_config small_cache = { .max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-					       .fetch_always = true };
+					       .fetch = HEL_FETCH_ALWAYS };
 
 struct script_out {
 	uint64_t t1;              /* turn 1's terminal */

@@ -189,7 +189,7 @@ static void stop_loses_resumed_terminal(int rounds)
 		char *dir = test_mkdtemp("engine-stop");
 		struct holder h = {0};
 		hel_engine_config cfg = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-					 .fetch_always = true, .memory_bytes = 16 << 20,
+					 .fetch = HEL_FETCH_ALWAYS, .memory_bytes = 16 << 20,
 					 .disk_dir = dir, .disk_limit = 256 << 20,
 					 .disk_limit_set = true, .drain_on_shutdown = true,
 					 .store_open = open_held, .store_ctx = &h};
@@ -263,7 +263,7 @@ static void forged_parent_gives_wrong_answer(void)
 {
 	char *dir = test_mkdtemp("engine-forged");
 	hel_engine_config cfg = {.max_active = 3, .gpu_pages = 40, .gpu_rows = 30,
-				 .fetch_always = true, .disk_dir = dir, .disk_limit = 256 << 20,
+				 .fetch = HEL_FETCH_ALWAYS, .disk_dir = dir, .disk_limit = 256 << 20,
 				 .disk_limit_set = true};
 	uint32_t nx, ny;
 	hel_token *x = two_messages(test_rng_next(&rng), &nx);
@@ -324,7 +324,7 @@ int main(void)
 	test_rng_init(&rng, test_seed());
 	CHECK_OK(hel_core_builtin(&core));
 	hel_engine_config base = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-				  .fetch_always = true};
+				  .fetch = HEL_FETCH_ALWAYS};
 	scenario("disk", base);
 	hel_engine_config comp = base;
 	comp.memory_bytes = 16 << 20;

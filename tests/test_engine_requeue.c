@@ -10,6 +10,11 @@
  *     front of the queue with host lookup disabled for that attempt (no
  *     second lookup), recompute and produce the reference tokens;
  *   - a fetch refused at once (-ESTALE) and a hit the policy declines;
+ *     failed restores leave the policy's estimates (published in the
+ *     stats) as they were;
+ *   - --prefix-cache-fetch: always restores a hit the policy would
+ *     decline, never recomputes one it would take (counted as declined),
+ *     and an unknown mode is refused at open;
  *   - Retry outcomes put again only after store progress (a STORED,
  *     FETCHED or PROGRESS event delivered after the refusal; failure
  *     events, Deferred included, are none), and abandoned by their last
@@ -170,8 +175,10 @@ static int d_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	int rc = d->fetch_rc;
 	if (rc == 0) {
 		d->fetches++;
+		/* Slow, to show that failed restores are no policy samples. */
 		sel_event ev = { .type = SEL_EV_FETCH_FAILED, .error = d->fetch_error,
-				 .ticket = in->ticket, .key = hit->key, .tier = SEL_TIER_MEMORY };
+				 .ticket = in->ticket, .key = hit->key, .tier = SEL_TIER_MEMORY,
+				 .bytes = 1 << 20, .duration_ns = 1000000000 };
 		CHECK(in->n_pages == hit->pages);
 		if (d->hold) {
 			CHECK(d->nheld < 64);
@@ -405,11 +412,11 @@ static void on_store_stopped(void *ctx, int rc, const char *reason, const char *
 	pthread_mutex_unlock(&stopped_said.mu);
 }
 
-static hel_engine *open_with(struct dbl *d, uint32_t pages, uint32_t rows)
+static hel_engine *open_mode(struct dbl *d, uint32_t pages, uint32_t rows, hel_fetch_mode fetch)
 {
 	hel_engine_config c = { .core = core, .max_active = 3, .gpu_pages = pages, .gpu_rows = rows,
 				.store_open = d_open, .store_ctx = d,
-				.store_stopped = on_store_stopped };
+				.store_stopped = on_store_stopped, .fetch = fetch };
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info info;
@@ -417,6 +424,11 @@ static hel_engine *open_with(struct dbl *d, uint32_t pages, uint32_t rows)
 	CHECK(!strcmp(info.store, "test"));
 	CHECK_OK(hel_engine_start(e));
 	return e;
+}
+
+static hel_engine *open_with(struct dbl *d, uint32_t pages, uint32_t rows)
+{
+	return open_mode(d, pages, rows, HEL_FETCH_AUTO);
 }
 
 static bool idle(const hel_engine_stats *st, void *arg)
@@ -524,6 +536,9 @@ static void test_fetch_failed(void)
 	et_wait_stats(e, idle, NULL);
 	hel_engine_stats_get(e, &st);
 	CHECK(st.host_fetch_declined >= 1);
+	/* Two failed restores of 1 MiB in a second each: no samples. */
+	CHECK(st.store.tier[SEL_TIER_MEMORY].rate_bps == 20000000000ull);
+	CHECK(st.store.tier[SEL_TIER_MEMORY].fixed_ns == 50000);
 	et_call_free(a);
 
 	big_request_fits(e, 24);
@@ -922,11 +937,45 @@ static void test_store_stops(bool drains)
 	/* else the double stays allocated: the kept engine still points at it */
 }
 
+/* --prefix-cache-fetch always / never: the policy is not asked. */
+static void test_fetch_modes(void)
+{
+	hel_engine_config bad = { .core = core, .fetch = (hel_fetch_mode)7 };
+	hel_engine *e;
+	CHECK_RC(hel_engine_open(&bad, &e), -EINVAL);
+	CHECK(strstr(sel_errmsg(), "fetch mode 7"));
+
+	for (int m = 0; m < 2; m++) {
+		struct dbl *d = dbl_new();
+		e = open_mode(d, 24, 24, m == 0 ? HEL_FETCH_ALWAYS : HEL_FETCH_NEVER);
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 180, &n);
+		/* always: a hit no tier could restore in time, fetched (and
+		 * failed by the double); never: a free one, recomputed. */
+		LOCKED(d, { d->hit_at = 150; d->hit_bytes = m == 0 ? 1ull << 50 : 1; });
+		struct et_call *a = et_run(e, p, n, 10, NULL);
+		check_ref(a, p, n, 10);
+		CHECK(a->out.reused_host_tokens == 0);
+		et_wait_stats(e, idle, NULL);
+		hel_engine_stats st;
+		hel_engine_stats_get(e, &st);
+		LOCKED(d, CHECK(d->lookups >= 1 && d->fetches == (m == 0 ? 1 : 0)));
+		CHECK(m == 0 ? st.host_fetch_declined == 0 && st.host_fetch_failed == 1
+			     : st.host_fetch_declined >= 1 && st.host_hits == 0);
+		et_call_free(a);
+		free(p);
+		CHECK_OK(hel_engine_stop(e, 0));
+		hel_engine_destroy(e);
+		dbl_free(d);
+	}
+}
+
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
 	CHECK_OK(hel_core_builtin(&core));
 	test_fetch_failed();
+	test_fetch_modes();
 	test_requeue_front();
 	test_put_outcomes();
 	test_retry_abandoned();

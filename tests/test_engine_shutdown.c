@@ -156,7 +156,7 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 		.memory_bytes = 3 << 20, .disk_dir = dir, .disk_limit = 64 << 20,
 		.disk_limit_set = true, .drain_on_shutdown = mode != 2,
 		.drain_limit_ns = mode == 1 ? 100000000ull : 0,
-		.drain_progress = on_drain, .drain_ctx = &h, .fetch_always = true,
+		.drain_progress = on_drain, .drain_ctx = &h, .fetch = HEL_FETCH_ALWAYS,
 		.store_open = open_real, .store_ctx = &h,
 	};
 	hel_engine *e;

@@ -75,6 +75,7 @@ static void test_defaults(void)
 	CHECK(s.speculate == SEL_MODE_ORDINARY);
 	CHECK(s.draft_tokens == 4);
 	CHECK(s.memory == 0 && s.disk[0] == 0 && !s.drain && s.max_age_ns == 0);
+	CHECK(s.fetch == HEL_FETCH_AUTO);
 	CHECK(s.dashboard == FLARE_DASHBOARD_AUTO && s.dashboard_ns == 5 * NS);
 	CHECK(s.core[0] == 0);
 }
@@ -87,7 +88,7 @@ static void test_flags(void)
 		       "--prefix-cache-disk-limit=100G", "--host", "0.0.0.0", "--port", "0",
 		       "--gpu-cache", "1.5GiB", "--max-active", "16", "--speculate", "learned",
 		       "--draft-tokens", "8", "--prefix-cache-max-age", "2h", "--dashboard=on",
-		       "--dashboard-interval", "250ms", "my.core"));
+		       "--dashboard-interval", "250ms", "--prefix-cache-fetch", "never", "my.core"));
 	CHECK(s.memory == 8ull << 30);
 	CHECK(!strcmp(s.disk, "/tmp/pc"));
 	CHECK(s.disk_limit == 100ull << 30);
@@ -98,6 +99,7 @@ static void test_flags(void)
 	CHECK(s.speculate == SEL_MODE_LEARNED);
 	CHECK(s.draft_tokens == 8);
 	CHECK(s.max_age_ns == 2 * 3600 * NS);
+	CHECK(s.fetch == HEL_FETCH_NEVER);
 	CHECK(s.dashboard == FLARE_DASHBOARD_ON && s.dashboard_ns == NS / 4);
 	CHECK(!strcmp(s.core, "my.core"));
 	uint32_t want = 0;
@@ -138,6 +140,10 @@ static void test_flags(void)
 	CHECK(s.max_age_ns == 0 && (s.set & 1u << FLARE_OPT_MAX_AGE));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-max-age", "1.5"));
 	CHECK(s.max_age_ns == 3 * NS / 2);
+	CHECK_OK(FLAGS(&s, "--prefix-cache-fetch=always"));
+	CHECK(s.fetch == HEL_FETCH_ALWAYS && s.set == 1u << FLARE_OPT_FETCH);
+	CHECK_OK(FLAGS(&s, "--prefix-cache-fetch", "auto"));
+	CHECK(s.fetch == HEL_FETCH_AUTO && s.set == 1u << FLARE_OPT_FETCH);
 	CHECK_OK(FLAGS(&s, "--speculate", "off"));
 	CHECK(s.speculate == SEL_MODE_ORDINARY);
 	CHECK_OK(FLAGS(&s, "--speculate", "copy", "--port", "1", "--port", "2"));
@@ -190,6 +196,8 @@ static void test_flag_errors(void)
 	flag_bad("--prefix-cache-max-age", "0", "positive");
 	flag_bad("--prefix-cache-max-age", "2y", "not a duration");
 	flag_bad("--dashboard", "sometimes", "auto, on or off");
+	flag_bad("--prefix-cache-fetch", "sometimes", "not a fetch mode (auto, always, never)");
+	flag_bad("--prefix-cache-fetch", "Always", "not a fetch mode");
 	flag_bad("--dashboard-interval", "0", "positive");
 	flag_bad("--dashboard-interval", "off", "not a duration");
 	flag_bad("--host", "a b", "not an address");
@@ -292,6 +300,7 @@ static void test_config(void)
 			 "disk_limit = 1_000_000_000\n"
 			 "drain_on_shutdown = \"90s\"\n"
 			 "max_age = \"2h\"\n"
+			 "fetch = \"always\"\n"
 			 "\r\n"
 			 "  [ server ]  \n"
 			 "\thost = \"::1\"\n"
@@ -307,6 +316,7 @@ static void test_config(void)
 	CHECK(s.disk_limit == 1000000000ull);
 	CHECK(s.drain && s.drain_ns == 90 * NS);
 	CHECK(s.max_age_ns == 7200 * NS);
+	CHECK(s.fetch == HEL_FETCH_ALWAYS && (s.set & 1u << FLARE_OPT_FETCH));
 	CHECK(!strcmp(s.host, "::1"));
 	CHECK(s.port == 0 && (s.set & 1u << FLARE_OPT_PORT));
 	CHECK(s.max_active == 8 && s.gpu_cache == 256ull << 20);
@@ -394,6 +404,10 @@ static void test_config_errors(void)
 		"positive");
 	cfg_bad("[prefix_cache]\nmax_age = \"0\"\n", "t.toml:2: prefix_cache.max_age: ", "positive");
 	cfg_bad("[prefix_cache]\nmax_age = true\n", "t.toml:2: prefix_cache.max_age: ", "boolean");
+	cfg_bad("[prefix_cache]\nfetch = \"maybe\"\n", "t.toml:2: prefix_cache.fetch: ",
+		"'maybe' is not a fetch mode (auto, always, never)");
+	cfg_bad("[prefix_cache]\nfetch = true\n", "t.toml:2: prefix_cache.fetch: ", "boolean");
+	cfg_bad("[prefix_cache]\nfetch = 1\n", "t.toml:2: prefix_cache.fetch: ", "expected a string");
 	cfg_bad("[server]\nmax_active = 1979-05-27\n", "t.toml:2: server.max_active: ", "dates");
 
 	/* A NUL byte (the text is not a C string). */

@@ -108,6 +108,7 @@ static void fill(hel_engine_stats *st)
 		ts->rate_bps = v++;
 		ts->stores_packed = v++;
 		ts->stores_per_rank = v++;
+		ts->fixed_ns = 1234567890ull * v++; /* seconds with a fraction */
 	}
 	st->uptime_ns = 12345678901ull;
 }
@@ -264,6 +265,10 @@ static void test_format(void)
 		snprintf(name, sizeof name,
 			 "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"per_rank\"}", tn);
 		EXPECT(name, t->stores_per_rank);
+		char fixed[160];
+		snprintf(fixed, sizeof fixed, "\nflare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+			 ".%06" PRIu64 "\n", tn, t->fixed_ns / 1000000000u, t->fixed_ns / 1000u % 1000000u);
+		CHECKF(strstr(text, fixed), "no %s", fixed + 1);
 		const char *why[] = {"end_of_chain", "oversize", "io_error"};
 		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize, t->dropped_io_error};
 		for (int k = 0; k < 3; k++) {

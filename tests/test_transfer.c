@@ -9,7 +9,9 @@
  *     their slot offsets), planes poisoned, copied back into different page
  *     ids and a different state slot, compared byte-exact, and nothing
  *     outside the destinations written; jobs of 0 (row only), 1, 63, 64, 65
- *     and 200 pages, counting one backend call per window;
+ *     and 200 pages, counting one backend call per window; the host
+ *     backend on windows large enough for its streaming stores, with
+ *     pieces off cache lines;
  *   - backend bounds: calls split by entries and bytes, long copies cut;
  *   - compare and pack: replicated records packed (pages and row) into the
  *     documented slots, the tail slots then garbage, and a packed copy-in
@@ -558,6 +560,23 @@ static void test_roundtrips(test_rng *rng)
 	struct world w;
 	world_open(&w, &sp, rng);
 	roundtrip(&w, NULL, rng, 65, true);
+	world_close(&w);
+
+	/* Windows of more than 4 MiB per rank, which the host backend copies
+	 * with streaming stores where the CPU has them (copy_host.c): odd unit
+	 * sizes, so plane pieces start and end off cache lines, and a piece
+	 * below the streaming minimum among them. */
+	sp = (struct spec){
+		.ranks = 2, .n_planes = 3,
+		.units = { { 65536 + 3, 100, 4096 + 17 }, { 65536 + 3, 100, 4096 + 17 } },
+		.row_bytes = { 300001, 300001 },
+		.pages = 300, .rows = 4, .slots = 150,
+	};
+	CHECK(sel_host_copy_choose(64 * (65536 + 3 + 100 + 4096 + 17)) != SEL_HOST_COPY_MEMCPY ||
+	      !sel_host_copy_available(SEL_HOST_COPY_STREAM_SSE2));
+	world_open(&w, &sp, rng);
+	roundtrip(&w, NULL, rng, 130, true);
+	roundtrip(&w, NULL, rng, 64, false);
 	world_close(&w);
 }
 

@@ -237,7 +237,15 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	TIER("flare_host_cache_corrupt_total", "counter",
 	     "Records that failed checksum or header verification.", corrupt);
 	TIER("flare_host_cache_transfer_rate_bytes_per_second", "gauge",
-	     "Median rate of the tier's last three transfers (the fetch policy's estimate).", rate_bps);
+	     "Bandwidth fitted to the tier's recent restores (the fetch policy's estimate).", rate_bps);
+	family(out, "flare_host_cache_transfer_fixed_seconds", "gauge",
+	       "Fixed cost per restore fitted to the tier's recent restores (the fetch policy's estimate).");
+	for (size_t i = 0; i < N_TIERS; i++) {
+		uint64_t ns = s->tier[tiers[i]].fixed_ns;
+		flare_buf_printf(out, "flare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+				 ".%06" PRIu64 "\n", sel_tier_name(tiers[i]), ns / 1000000000u,
+				 ns / 1000u % 1000000u);
+	}
 
 	family(out, "flare_host_cache_restore_time_seconds", "histogram",
 	       "Restores from a host tier, by tier: seconds from the fetch's start to its bytes "
@@ -336,7 +344,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore now (Inbound phase).",
 	      st->inbound_waiting);
 	COUNTER("flare_host_cache_fetch_declined_total",
-		"Host hits the policy recomputed instead (transfer slower than prefill).",
+		"Host hits recomputed instead: the policy judged prefill faster, or --prefix-cache-fetch never.",
 		st->host_fetch_declined);
 	COUNTER("flare_host_cache_restore_failures_total",
 		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);

@@ -212,6 +212,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
 					 flare_duration_text(s->max_age_ns, a, sizeof a));
+		if (s->fetch != HEL_FETCH_AUTO)
+			flare_buf_printf(out, "; host hits %s", s->fetch == HEL_FETCH_ALWAYS
+								? "always restored (--prefix-cache-fetch always)"
+								: "never restored (--prefix-cache-fetch never)");
 		if (s->drain && !strcmp(store, "composite")) {
 			if (s->drain_ns)
 				flare_buf_printf(out, "; drain on shutdown for at most %s",
@@ -409,6 +413,7 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.drain_progress = print_drain,
 		.store_stopped = print_store_stopped,
 		.max_age_ns = s->max_age_ns,
+		.fetch = s->fetch,
 		.fdatasync = false,
 	};
 

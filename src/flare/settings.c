@@ -69,6 +69,9 @@ static const struct flare_option options[] = {
 	 "at shutdown write DRAM-only records to disk: bare = until done, 90s = at most that long"},
 	{FLARE_OPT_MAX_AGE, "--prefix-cache-max-age", "DURATION|off", "prefix_cache", "max_age",
 	 FLARE_K_AGE, 0, 0, false, "off", "drop host records unused for longer than this"},
+	{FLARE_OPT_FETCH, "--prefix-cache-fetch", "auto|always|never", "prefix_cache", "fetch",
+	 FLARE_K_FETCH, 0, 0, false, "auto",
+	 "restore host hits: auto = when faster than recomputing, always, never"},
 	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH, 0, 0,
 	 false, "auto", "one status line on stderr per interval; auto = when stderr is a terminal"},
 	{FLARE_OPT_DASHBOARD_INTERVAL, "--dashboard-interval", "DURATION", "server",
@@ -302,7 +305,7 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
-	case FLARE_K_SECRET: want_string = true; break;
+	case FLARE_K_SECRET: case FLARE_K_FETCH: want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
@@ -402,6 +405,16 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 			return -EINVAL;
 		s->max_age_ns = ns;
 		break;
+	case FLARE_K_FETCH:
+		if (!strcmp(t, "auto"))
+			s->fetch = HEL_FETCH_AUTO;
+		else if (!strcmp(t, "always"))
+			s->fetch = HEL_FETCH_ALWAYS;
+		else if (!strcmp(t, "never"))
+			s->fetch = HEL_FETCH_NEVER;
+		else
+			return bad(err, errlen, "'%s' is not a fetch mode (auto, always, never)", t);
+		break;
 	case FLARE_K_SWITCH:
 		if (!strcasecmp(t, "auto"))
 			s->dashboard = FLARE_DASHBOARD_AUTO;
@@ -475,6 +488,7 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_DRAIN, drain);
 	TAKE(FLARE_OPT_DRAIN, drain_ns);
 	TAKE(FLARE_OPT_MAX_AGE, max_age_ns);
+	TAKE(FLARE_OPT_FETCH, fetch);
 	TAKE(FLARE_OPT_DASHBOARD, dashboard);
 	TAKE(FLARE_OPT_DASHBOARD_INTERVAL, dashboard_ns);
 	TAKE(FLARE_OPT_ALLOWED_ORIGINS, allowed_origins);

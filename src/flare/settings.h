@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "helios/engine.h"
 #include "selene.h"
 
 #define FLARE_PATH_MAX 4096
@@ -42,6 +43,7 @@ enum flare_opt {
 	FLARE_OPT_DISK_LIMIT,
 	FLARE_OPT_DRAIN,
 	FLARE_OPT_MAX_AGE,
+	FLARE_OPT_FETCH,
 	FLARE_OPT_DASHBOARD,
 	FLARE_OPT_DASHBOARD_INTERVAL,
 	FLARE_OPT_ALLOWED_ORIGINS,
@@ -79,6 +81,7 @@ struct flare_settings {
 	bool drain;                   /* drain DRAM-only records to disk at shutdown */
 	uint64_t drain_ns;            /* its limit; 0 = until done */
 	uint64_t max_age_ns;          /* 0 = off */
+	hel_fetch_mode fetch;         /* restore host hits: auto, always, never */
 	enum flare_dashboard dashboard;
 	uint64_t dashboard_ns;
 	char allowed_origins[FLARE_ORIGINS_MAX]; /* "" off, "*", or origins joined by ',' */
@@ -102,6 +105,7 @@ enum flare_kind {
 	FLARE_K_MODE,     /* off | copy | learned */
 	FLARE_K_DRAIN,    /* on | off | positive duration */
 	FLARE_K_AGE,      /* off | positive duration */
+	FLARE_K_FETCH,    /* auto | always | never */
 	FLARE_K_SWITCH,   /* auto | on | off */
 	FLARE_K_INTERVAL, /* positive duration */
 	FLARE_K_ORIGINS,  /* * | origin[,origin...] */

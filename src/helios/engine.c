@@ -29,7 +29,8 @@
  *     3. admission, oldest first: plan, touch the store on a GPU hit, look
  *        the store up above it, let the policy decide (tokens gained = hit
  *        minus GPU hit, the hit's bytes and tier, the prefill rate the
- *        worker measures), admit_planned, fetch for a new ticket; -EAGAIN
+ *        worker measures) unless --prefix-cache-fetch says always or
+ *        never, admit_planned, fetch for a new ticket; -EAGAIN
  *        keeps the request at the head, and it is planned again only when
  *        capacity may have come back (a retirement, preemption or store
  *        event), so a long waiting prompt is not re-hashed every step;
@@ -540,6 +541,9 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	if (!hel_core_supports(core, cfg->mode))
 		return eos_fail(-EINVAL, "speculate: core '%s' does not support the %s state mode",
 				core->name, sel_state_mode_name(cfg->mode));
+	if (cfg->fetch != HEL_FETCH_AUTO && cfg->fetch != HEL_FETCH_ALWAYS && cfg->fetch != HEL_FETCH_NEVER)
+		return eos_fail(-EINVAL, "engine: fetch mode %d (expected auto, always or never)",
+				(int)cfg->fetch);
 	if (!(e = calloc(1, sizeof *e)))
 		return eos_fail(-ENOMEM, "engine: out of memory");
 	e->efd = -1;
@@ -1050,8 +1054,13 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		if (status)
 			e->ws.model_errors++;
 	}
-	if (status == 0 && ev->duration_ns)
-		sel_policy_observe(e->policy, ev->tier, ev->bytes, ev->duration_ns);
+	/* The policy's sample is the restore as the worker waited for it, from
+	 * the fetch to the loaded pages and row (what a recompute is set
+	 * against), not the store's copy time alone.  Failed and row-only
+	 * restores are no samples (design 2.15). */
+	if (status == 0 && t)
+		sel_policy_observe(e->policy, ev->tier, ev->bytes, eos_now_ns() - t->start_ns,
+				   t->n_pages);
 	if (status == 0 && t && t->tier > SEL_TIER_NONE && t->tier < SEL_TIERS)
 		hel_hist_observe(&e->ws.restore_time[t->tier], eos_now_ns() - t->start_ns);
 	if (t)
@@ -1219,6 +1228,17 @@ static uint64_t capacity_epoch(hel_engine *e)
 	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted + primes;
 }
 
+/* Restore this host hit (gaining tokens over the GPU hit) or recompute? */
+static bool fetch_decision(const hel_engine *e, const sel_hit *hit, uint64_t tokens)
+{
+	switch (e->cfg.fetch) {
+	case HEL_FETCH_ALWAYS: return true;
+	case HEL_FETCH_NEVER: return false;
+	case HEL_FETCH_AUTO: break;
+	}
+	return sel_policy_should_fetch(e->policy, hit->tier, hit->bytes, tokens);
+}
+
 static int admission(hel_engine *e)
 {
 	int work = 0, stale = 0;
@@ -1250,8 +1270,7 @@ static int admission(hel_engine *e)
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
 			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
-				if (e->cfg.fetch_always ||
-				    sel_policy_should_fetch(e->policy, hit.tier, hit.bytes, hit.key.consumed - a))
+				if (fetch_decision(e, &hit, hit.key.consumed - a))
 					have = true;
 				else
 					e->ws.host_fetch_declined++;
@@ -1484,9 +1503,14 @@ static void publish_stats(hel_engine *e)
 	s.store_stopped = e->store_stopped;
 	s.store_stop_rc = e->store_stop_rc;
 	s.store_stop_reason = e->store_stopped ? hel_store_stop_reason(e->store_stop_rc) : NULL;
-	if (e->store && !e->store_stopped)
+	if (e->store && !e->store_stopped) {
 		sel_store_stats(e->store, &s.store);
-	else
+		/* The estimates that decide are the worker's own. */
+		for (sel_tier t = SEL_TIER_MEMORY; t < SEL_TIERS; t++) {
+			s.store.tier[t].rate_bps = (uint64_t)sel_policy_rate(e->policy, t);
+			s.store.tier[t].fixed_ns = (uint64_t)sel_policy_fixed_ns(e->policy, t);
+		}
+	} else
 		s.store = e->snap.store; /* unlocked read: only the worker writes it */
 	pthread_mutex_lock(&e->mu);
 	e->snap = s;

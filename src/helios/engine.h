@@ -23,6 +23,13 @@
 
 typedef struct hel_engine hel_engine;
 
+/* --prefix-cache-fetch: who decides whether a host hit is restored. */
+typedef enum hel_fetch_mode {
+	HEL_FETCH_AUTO = 0, /* the fetch policy (design 2.10): the faster of restore and recompute */
+	HEL_FETCH_ALWAYS,   /* restore every host hit */
+	HEL_FETCH_NEVER,    /* recompute every host hit (counted as declined) */
+} hel_fetch_mode;
+
 typedef struct hel_engine_config {
 	const hel_core *core;        /* must outlive the engine */
 	sel_state_mode mode;         /* --speculate: ordinary, copy, learned */
@@ -57,9 +64,8 @@ typedef struct hel_engine_config {
 					 sizing from gpu_cache_bytes) */
 	uint32_t chunk_tokens;       /* prefill tokens per request per step (256) */
 	uint32_t step_tokens;        /* tokens per step, all requests (1024) */
-	bool fetch_always;           /* fetch every host hit, skipping the policy
-					(tests whose tiny restores the measured
-					rates could make look slow) */
+	hel_fetch_mode fetch;        /* --prefix-cache-fetch (tests whose tiny
+					restores could look slow use ALWAYS) */
 	uint64_t (*clock_ns)(void);  /* record ages and expiry sweeps (tests;
 					NULL: the wall clock) */
 	/* Replaces store selection: called once by hel_engine_open with the

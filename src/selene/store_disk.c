@@ -219,6 +219,7 @@ struct dstream {
 	uint64_t submit_ns, done_ns;
 	uint32_t state_slot;
 	uint32_t *ids;             /* put: tail GPU page ids; fetch: destination ids */
+	uint32_t n_ids;
 	struct wplan *plan;
 	uint32_t n_win, next_win, live_win;
 	sel_node_id *nodes;        /* put: the node; fetch: the chain, ascending, pinned */
@@ -1248,7 +1249,7 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 		} else {
 			ds->st.tier[SEL_TIER_DISK].bytes_in += st->bytes;
 			ds->st.reused_tokens += st->key.consumed - st->resident;
-			sel_policy_observe(ds->policy, SEL_TIER_DISK, st->bytes, ev.duration_ns);
+			sel_policy_observe(ds->policy, SEL_TIER_DISK, st->bytes, ev.duration_ns, st->n_ids);
 		}
 		for (uint32_t i = 0; i < st->n_nodes; i++)
 			ds_unpin(ds, st->nodes[i]);
@@ -1484,6 +1485,7 @@ static struct dstream *stream_new(struct disk_store *ds, uint32_t n_ids, uint32_
 	st->plan = (struct wplan *)(st + 1);
 	st->nodes = (sel_node_id *)(st->plan + n_win);
 	st->ids = (uint32_t *)(st->nodes + n_nodes);
+	st->n_ids = n_ids;
 	st->n_win = n_win;
 	st->n_nodes = n_nodes;
 	st->submit_ns = eos_now_ns();
@@ -1890,6 +1892,7 @@ static void ds_stats(sel_store *s, sel_stats *out)
 	t->bytes_used = ds->used;
 	t->bytes_limit = ds->limit;
 	t->rate_bps = (uint64_t)sel_policy_rate(ds->policy, SEL_TIER_DISK);
+	t->fixed_ns = (uint64_t)sel_policy_fixed_ns(ds->policy, SEL_TIER_DISK);
 }
 
 static int ds_wait_fd(sel_store *s)

@@ -41,7 +41,8 @@
  *       MS_FAILED), so no lookup chain runs through it, until eviction takes
  *       it, a new put of its key fills it again, or its last child's failed
  *       copy removes the child and then it.  IN completions update the
- *       memory tier's rate (median of three, policy.c) and byte counters.
+ *       memory tier's estimates (fixed cost, bandwidth: policy.c) and
+ *       byte counters.
  * lookup: sel_index_lookup; only READY nodes with rows qualify, so every
  *       hit is resident.
  * fetch: re-walks the chain, pins every node on it and submits IN jobs: one
@@ -170,6 +171,7 @@ struct mfetch {
 	sel_key key;
 	uint64_t resident;           /* GPU-resident count the hit was for */
 	uint64_t bytes;
+	uint32_t pages;              /* pages restored (0: row only) */
 	uint64_t submit_ns, last_done_ns;
 	int status;
 	uint32_t n_jobs, n_submitted, n_done;
@@ -802,6 +804,7 @@ static int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->key = hit->key;
 	f->resident = hit->resident;
 	f->bytes = record_bytes(ms, hit->pages, true);
+	f->pages = hit->pages;
 
 	/* Pass 2: fill the jobs. */
 	struct mjob *j = NULL;
@@ -893,7 +896,7 @@ static void fetch_event(struct mem_store *ms, struct mfetch *f, sel_event *ev)
 	} else {
 		ms->st.tier[SEL_TIER_MEMORY].bytes_in += f->bytes;
 		ms->st.reused_tokens += f->key.consumed - f->resident;
-		sel_policy_observe(ms->policy, SEL_TIER_MEMORY, f->bytes, ev->duration_ns);
+		sel_policy_observe(ms->policy, SEL_TIER_MEMORY, f->bytes, ev->duration_ns, f->pages);
 	}
 	fetch_release(ms, f);
 }
@@ -1107,6 +1110,7 @@ static void ms_stats(sel_store *s, sel_stats *out)
 	t->bytes_used = out->slots_in_use * ms->slot_bytes;
 	t->bytes_limit = ms->warm * ms->slot_bytes;
 	t->rate_bps = (uint64_t)sel_policy_rate(ms->policy, SEL_TIER_MEMORY);
+	t->fixed_ns = (uint64_t)sel_policy_fixed_ns(ms->policy, SEL_TIER_MEMORY);
 }
 
 static int ms_wait_fd(sel_store *s)

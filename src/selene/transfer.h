@@ -83,6 +83,24 @@ struct sel_copy_backend {
  * Stateless, so one instance serves every transfer set. */
 extern const struct sel_copy_backend sel_copy_backend_host;
 
+/* How the host backend copies a call (copy_host.c DESIGN): memcpy, or
+ * streaming (non-temporal) stores with SSE2 or AVX2. */
+enum sel_host_copy {
+	SEL_HOST_COPY_AUTO = 0,    /* sel_host_copy_choose by the call's bytes */
+	SEL_HOST_COPY_MEMCPY,
+	SEL_HOST_COPY_STREAM_SSE2, /* x86-64 only */
+	SEL_HOST_COPY_STREAM_AVX2, /* CPUs (and kernels) with AVX2 only */
+};
+
+/* Whether this CPU can run kind (AUTO and MEMCPY: always). */
+bool sel_host_copy_available(enum sel_host_copy kind);
+/* The kind AUTO uses for a call of that many bytes. */
+enum sel_host_copy sel_host_copy_choose(uint64_t bytes);
+/* Copy c[0..n) (non-overlapping; any alignment and length) with kind
+ * (MEMCPY where kind is not available); every byte is visible to other
+ * threads' ordinary loads once it returns.  Returns the kind used. */
+enum sel_host_copy sel_host_copy_run(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind);
+
 /* Private per-job bookkeeping of the transfer set.  Callers neither read nor
  * write it (submission initialises it). */
 struct sel_xfer_job_priv {
