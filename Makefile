@@ -21,8 +21,8 @@ TEST_TIMEOUT ?= 300
 
 VERSION := 0.1.0
 
-DEPS_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson 2>/dev/null)
-DEPS_LIBS   := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null)
+DEPS_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson libpng libjpeg 2>/dev/null)
+DEPS_LIBS   := $(shell pkg-config --libs libmicrohttpd jansson libpng libjpeg 2>/dev/null)
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g $(OPT) -fPIC -MMD -MP \
 	-D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene -Itests
