@@ -116,3 +116,27 @@ bool test_soak(void)
 	const char *s = getenv("SELENE_SOAK");
 	return s && *s && strcmp(s, "0") != 0;
 }
+
+const char *test_srcdir(void)
+{
+	static char dir[4096];
+	if (dir[0])
+		return dir;
+	const char *env = getenv("SELENE_SRCDIR");
+	if (env && *env) {
+		snprintf(dir, sizeof dir, "%s", env);
+		return dir;
+	}
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+	CHECK(n > 0);
+	dir[n] = 0;
+	for (;;) {
+		char *slash = strrchr(dir, '/');
+		CHECK(slash && slash != dir);
+		*slash = 0;
+		char probe[4096 + 32];
+		snprintf(probe, sizeof probe, "%s/cores/tiny.core", dir);
+		if (access(probe, R_OK) == 0)
+			return dir;
+	}
+}
