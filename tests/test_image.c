@@ -384,8 +384,9 @@ static void test_bombs(void)
 	uint8_t *px = img_pattern(4, 4, 3, 10);
 	img_png(&b, 4, 4, PNG_COLOR_TYPE_RGB, 8, px, 12, NULL);
 	struct imgbuf c = { 0 };
-	img_png_chunk(&c, "zTXt", (const uint8_t *)"Comment\0\0\x78\x9c garbage", 24);
-	img_png_chunk(&c, "iCCP", (const uint8_t *)"icc\0\0\x78\x9c\xff\xff\xff", 11);
+	static const char ztxt[] = "Comment\0\0\x78\x9c garbage", iccp[] = "icc\0\0\x78\x9c\xff\xff\xff";
+	img_png_chunk(&c, "zTXt", (const uint8_t *)ztxt, sizeof ztxt - 1);
+	img_png_chunk(&c, "iCCP", (const uint8_t *)iccp, sizeof iccp - 1);
 	/* Insert after IHDR (8 + 25 bytes). */
 	uint8_t *merged = malloc(b.n + c.n);
 	memcpy(merged, b.b, 33);

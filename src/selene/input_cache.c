@@ -413,6 +413,14 @@ void sel_input_cache_release(sel_input_cache *c, sel_input_lease *e)
 		entry_free(e);
 }
 
+sel_input_lease *sel_input_cache_ref(sel_input_cache *c, sel_input_lease *e)
+{
+	pthread_mutex_lock(&c->mu);
+	e->refs++; /* it holds one already, so it is off the LRU list */
+	pthread_mutex_unlock(&c->mu);
+	return e;
+}
+
 void sel_input_cache_stats(sel_input_cache *c, struct sel_input_cache_stats *out)
 {
 	pthread_mutex_lock(&c->mu);

@@ -86,6 +86,9 @@ int sel_input_cache_wait(sel_input_cache *c, sel_input_lease *l, uint64_t timeou
 /* The record of a ready lease (NULL while pending or after a failure). */
 const sel_input_rec *sel_input_lease_rec(const sel_input_lease *l);
 void sel_input_cache_release(sel_input_cache *c, sel_input_lease *l);
+/* One more lease on what l leases (a second consumer of the same record,
+ * retained or not): returns l, to be released separately. */
+sel_input_lease *sel_input_cache_ref(sel_input_cache *c, sel_input_lease *l);
 
 /* Insert a sealed record without a lookup (a disk read, a warm-up): it is
  * retained if it fits, replacing nothing -- an entry already there (ready

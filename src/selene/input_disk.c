@@ -317,7 +317,7 @@ static int scan(sel_input_disk *d)
 		f[n].key = key;
 		f[n].bytes = (uint64_t)st.st_size;
 		f[n].mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
-		snprintf(f[n].name, sizeof f[n].name, "%s", nm);
+		memcpy(f[n].name, nm, strlen(nm) + 1); /* a parsed name: shorter than the field */
 		n++;
 		errno = 0;
 	}
@@ -329,7 +329,8 @@ static int scan(sel_input_disk *d)
 		return rc;
 	}
 	/* Newest first: charge what fits the bound and the budget. */
-	qsort(f, n, sizeof *f, by_mtime);
+	if (n)
+		qsort(f, n, sizeof *f, by_mtime);
 	size_t keep_from = n;
 	uint32_t kept = 0;
 	for (size_t i = n; i-- > 0;) {
