@@ -146,7 +146,8 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out);
 int sel_input_verify(const sel_input_header *h, const void *file, size_t len);
 
 /* Decode and verify bytes[0..len) as a record of kind with key want (NULL:
- * any key) and take ownership of bytes (malloc'd) on success; on failure
+ * any key) and take ownership of bytes (malloc'd or eos_aligned_alloc'd)
+ * on success; on failure
  * bytes stay the caller's.  SEL_EIDENTITY for another kind or key. */
 int sel_input_rec_adopt(sel_input_rec *r, uint8_t *bytes, size_t len, uint32_t kind,
 			const sel_input_key *want);
