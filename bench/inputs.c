@@ -22,7 +22,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <png.h>
-#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +31,7 @@
 #include "helios/prepare.h"
 #include "helios/vision.h"
 #include "imgutil.h"
+#include "inpututil.h"
 #include "testutil.h"
 
 static double now_ms(void)
@@ -65,10 +65,7 @@ static double run(hel_prep *w, const struct imgbuf *b, uint32_t *tier, uint32_t 
 	hel_prep_result r;
 	double t0 = now_ms();
 	CHECK_OK(hel_prep_submit(w, &j, NULL));
-	while (hel_prep_poll(w, &r, 1) == 0) {
-		struct pollfd p = { .fd = hel_prep_wait_fd(w), .events = POLLIN };
-		poll(&p, 1, 1000);
-	}
+	test_prep_wait(w, &r, 1, 600);
 	double dt = now_ms() - t0;
 	CHECKF(r.rc == 0, "%s", r.why);
 	*tier = r.tensor_tier;

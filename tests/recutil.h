@@ -41,4 +41,9 @@ void test_key(test_rng *r, uint64_t consumed, sel_key *k);
 void test_desc(test_rng *r, uint32_t page_tokens, uint64_t c, const sel_key *parent, bool full,
 	       sel_record_desc *d);
 
+/* Write record d of ns into dirfd through sel_record_write (direct I/O
+ * where the filesystem takes it), its page and row bytes a pattern seeded
+ * by its key; with or without the row. */
+void test_record_write(int dirfd, const sel_record_ns *ns, const sel_record_desc *d, bool row);
+
 #endif

@@ -14,26 +14,12 @@
 
 #include "eos.h"
 #include "input_disk.h"
+#include "inpututil.h"
 #include "recutil.h"
 #include "testutil.h"
 
-static sel_input_key key_of(uint32_t n)
-{
-	sel_input_key k;
-	sel_input_source_key("test", &n, sizeof n, "", &k); /* distinct keys for distinct n */
-	return k;
-}
-
-static void make_prepared(sel_input_rec *r, uint32_t n, uint64_t bytes)
-{
-	sel_input_tensor t = { .dtype = SEL_DT_U8, .rank = 1, .dims = { bytes } };
-	strcpy(t.name, "pixels");
-	sel_input_key k = key_of(n);
-	CHECK_OK(sel_input_prepared_init(r, &k, &t, 1));
-	for (uint64_t i = 0; i < bytes; i++)
-		sel_input_data(r, 0)[i] = (uint8_t)(i * 13 + n);
-	CHECK_OK(sel_input_seal(r, 1));
-}
+#define key_of test_input_key
+#define make_prepared test_input_prepared
 
 static void make_source(sel_input_rec *r, uint32_t n)
 {
@@ -195,24 +181,24 @@ static void expect_miss(int dirfd, uint32_t n, void (*damage)(int dirfd, const c
 	sel_input_rec_free(&p);
 }
 
-static void flip_payload(int dirfd, const char *name)
+static void flip_at(int dirfd, const char *name, off_t off)
 {
 	int fd = openat(dirfd, name, O_RDWR);
 	uint8_t b;
-	CHECK(pread(fd, &b, 1, 1000) == 1);
+	CHECK(pread(fd, &b, 1, off) == 1);
 	b ^= 0x10;
-	CHECK(pwrite(fd, &b, 1, 1000) == 1);
+	CHECK(pwrite(fd, &b, 1, off) == 1);
 	close(fd);
+}
+
+static void flip_payload(int dirfd, const char *name)
+{
+	flip_at(dirfd, name, 1000);
 }
 
 static void flip_header(int dirfd, const char *name)
 {
-	int fd = openat(dirfd, name, O_RDWR);
-	uint8_t b;
-	CHECK(pread(fd, &b, 1, 40) == 1);
-	b ^= 1;
-	CHECK(pwrite(fd, &b, 1, 40) == 1);
-	close(fd);
+	flip_at(dirfd, name, 40);
 }
 
 static void truncate_it(int dirfd, const char *name)
@@ -290,21 +276,7 @@ static void write_ckpt(int dirfd, sel_record_ns *ns, sel_record_desc *d)
 	test_rng r;
 	test_rng_init(&r, 5);
 	test_desc(&r, 64, 128, NULL, true, d);
-	const sel_record_layout *l = &ns->layout;
-	uint64_t stride = l->sz.page_record;
-	uint32_t rs = sel_record_row_slots(l, d->flags), n = d->tail + rs;
-	uint8_t *mem = eos_aligned_alloc(4096, n * stride);
-	void *pages[8], *rslots[8];
-	for (uint32_t i = 0; i < d->tail; i++)
-		pages[i] = mem + i * stride;
-	for (uint32_t i = 0; i < rs; i++)
-		rslots[i] = mem + (d->tail + i) * stride;
-	struct iovec iov[16];
-	int pieces = sel_record_row_iov(l, d->flags, rslots, rs, iov, 16);
-	CHECK_OK(pieces);
-	struct sel_record_write_opts wo = { 0 };
-	CHECK_OK(sel_record_write(dirfd, ns, d, pages, true, iov, (uint32_t)pieces, &wo));
-	eos_aligned_free(mem);
+	test_record_write(dirfd, ns, d, true);
 }
 
 static void test_scan_and_neighbours(int dirfd)

@@ -21,34 +21,20 @@
 #include "helios/prepare.h"
 #include "helios/vision.h"
 #include "imgutil.h"
+#include "inpututil.h"
 #include "testutil.h"
 
 static hel_core *core;
 
-static hel_core *load(const char *name)
-{
-	char path[4200], err[512];
-	hel_core *c;
-	snprintf(path, sizeof path, "%s/cores/%s.core", test_srcdir(), name);
-	int rc = hel_core_load(path, &c, err, sizeof err);
-	CHECKF(rc == 0, "%s", err);
-	return c;
-}
+#define load test_core_load
 
-/* Wait (deadline 60 s) until n results have been polled into out. */
+/* Wait (deadline 60 s) until n results have been polled into out; no
+ * more may be waiting. */
 static void wait_results(hel_prep *w, hel_prep_result *out, int n)
 {
-	int got = 0;
-	uint64_t deadline = eos_now_ns() + 60ull * 1000000000ull;
-	while (got < n) {
-		got += hel_prep_poll(w, out + got, (uint32_t)(n - got));
-		if (got >= n)
-			break;
-		CHECKF(eos_now_ns() < deadline, "%d of %d results after 60 s", got, n);
-		struct pollfd p = { .fd = hel_prep_wait_fd(w), .events = POLLIN };
-		poll(&p, 1, 1000);
-	}
-	CHECK(hel_prep_poll(w, out + got, 1) == 0 || n == 0);
+	hel_prep_result extra;
+	test_prep_wait(w, out, n, 60);
+	CHECK(hel_prep_poll(w, &extra, 1) == 0);
 }
 
 static uint64_t submit(hel_prep *w, uint32_t kind, const struct imgbuf *b, uint64_t tag)
@@ -85,19 +71,38 @@ static void check_tensors(const hel_prep_result *r, hel_model *m)
 	free(st);
 }
 
+/* A worker over a fresh memory tier and the disk tier of dirfd: what a
+ * (re)started engine has. */
+struct tiers {
+	sel_input_cache *cache;
+	sel_input_disk *disk;
+	hel_prep *w;
+};
+
+static void start(struct tiers *t, int dirfd)
+{
+	CHECK_OK(sel_input_cache_create(1 << 20, &t->cache));
+	CHECK_OK(sel_input_disk_open(dirfd, NULL, &t->disk));
+	hel_prep_opts o = { .core = core, .cache = t->cache, .disk = t->disk };
+	CHECK_OK(hel_prep_create(&o, &t->w));
+}
+
+static void stop(struct tiers *t)
+{
+	hel_prep_destroy(t->w);
+	sel_input_cache_destroy(t->cache);
+	sel_input_disk_close(t->disk);
+}
+
 static void test_tiers(const char *dir)
 {
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	hel_model *m;
 	hel_model_opts mo = { .mode = SEL_MODE_ORDINARY, .pages = 4, .rows = 1 };
 	CHECK_OK(hel_model_create(core, &mo, &m));
-	sel_input_cache *cache;
-	sel_input_disk *disk;
-	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	CHECK_OK(sel_input_disk_open(dirfd, NULL, &disk));
-	hel_prep_opts o = { .core = core, .cache = cache, .disk = disk };
-	hel_prep *w;
-	CHECK_OK(hel_prep_create(&o, &w));
+	struct tiers t;
+	start(&t, dirfd);
+	hel_prep *w = t.w;
 
 	struct imgbuf a = { 0 }, a16 = { 0 };
 	png_of(&a, 40, 30, 1);
@@ -110,11 +115,12 @@ static void test_tiers(const char *dir)
 
 	hel_prep_result r[4];
 	/* First time: decoded and prepared. */
-	uint64_t t = submit(w, HEL_PREP_PREPARE, &a, 7);
+	uint64_t tk = submit(w, HEL_PREP_PREPARE, &a, 7);
 	wait_results(w, r, 1);
-	CHECK(r[0].ticket == t && r[0].tag == 7 && r[0].kind == HEL_PREP_PREPARE);
+	CHECK(r[0].ticket == tk && r[0].tag == 7 && r[0].kind == HEL_PREP_PREPARE);
 	CHECK(r[0].desc_tier == HEL_PREP_BUILT && r[0].tensor_tier == HEL_PREP_BUILT);
-	CHECK(r[0].desc.tokens == 12 /* 4 x 5 shrunk to 3 x 4 */ && r[0].desc.encoding == HEL_IMAGE_PNG &&
+	CHECK(r[0].desc.tokens == 12 /* 4 x 5 shrunk to 3 x 4 */ &&
+	      r[0].desc.encoding == HEL_IMAGE_PNG &&
 	      r[0].desc.color == HEL_COLOR_RGB && r[0].desc.width == 40);
 	CHECK(r[0].decode_ns > 0 && r[0].prepare_ns > 0);
 	check_tensors(&r[0], m);
@@ -150,16 +156,11 @@ static void test_tiers(const char *dir)
 	hel_prep_done(w, &r[0]);
 	s = stats(w);
 	CHECK(s.decodes == 2 && s.preparations == 1);
-	hel_prep_destroy(w);
-	sel_input_cache_destroy(cache);
-	sel_input_disk_close(disk);
+	stop(&t);
 
 	/* A restart: an empty memory tier, the same directory: disk hits. */
-	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	CHECK_OK(sel_input_disk_open(dirfd, NULL, &disk));
-	o.cache = cache;
-	o.disk = disk;
-	CHECK_OK(hel_prep_create(&o, &w));
+	start(&t, dirfd);
+	w = t.w;
 	submit(w, HEL_PREP_PREPARE, &a, 10);
 	wait_results(w, r, 1);
 	CHECK(r[0].desc_tier == HEL_PREP_DISK && r[0].tensor_tier == HEL_PREP_DISK);
@@ -169,9 +170,7 @@ static void test_tiers(const char *dir)
 	hel_prep_done(w, &r[0]);
 	s = stats(w);
 	CHECK(s.decodes == 0 && s.preparations == 0 && s.desc_disk == 1 && s.tensor_disk == 1);
-	hel_prep_destroy(w);
-	sel_input_cache_destroy(cache);
-	sel_input_disk_close(disk);
+	stop(&t);
 
 	/* A corrupted prepared record on disk: a miss, rebuilt from the
 	 * request's own bytes, the same tensors. */
@@ -186,11 +185,8 @@ static void test_tiers(const char *dir)
 	byte ^= 0x80;
 	CHECK(pwrite(fd, &byte, 1, 400) == 1);
 	close(fd);
-	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	CHECK_OK(sel_input_disk_open(dirfd, NULL, &disk));
-	o.cache = cache;
-	o.disk = disk;
-	CHECK_OK(hel_prep_create(&o, &w));
+	start(&t, dirfd);
+	w = t.w;
 	submit(w, HEL_PREP_PREPARE, &a, 11);
 	wait_results(w, r, 1);
 	CHECK(r[0].desc_tier == HEL_PREP_DISK && r[0].tensor_tier == HEL_PREP_BUILT);
@@ -202,11 +198,9 @@ static void test_tiers(const char *dir)
 	s = stats(w);
 	CHECK(s.decodes == 1 && s.preparations == 1 && s.disk_writes == 1);
 	struct sel_input_disk_stats ds;
-	sel_input_disk_stats(disk, &ds);
+	sel_input_disk_stats(t.disk, &ds);
 	CHECK(ds.invalid == 1);
-	hel_prep_destroy(w);
-	sel_input_cache_destroy(cache);
-	sel_input_disk_close(disk);
+	stop(&t);
 
 	free(first.bytes);
 	imgbuf_free(&a);

@@ -14,6 +14,7 @@
 #include "helios/model.h"
 #include "helios/vision.h"
 #include "imgutil.h"
+#include "inpututil.h"
 #include "input_key.h"
 #include "testutil.h"
 
@@ -27,15 +28,7 @@
 
 static hel_image_limits lim;
 
-static hel_core *load(const char *name)
-{
-	char path[4200], err[512];
-	hel_core *c;
-	snprintf(path, sizeof path, "%s/cores/%s.core", test_srcdir(), name);
-	int rc = hel_core_load(path, &c, err, sizeof err);
-	CHECKF(rc == 0, "%s", err);
-	return c;
-}
+#define load test_core_load
 
 /* text with the first a replaced by b (malloc'd). */
 static char *edit(const char *text, const char *a, const char *b)

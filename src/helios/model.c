@@ -1095,8 +1095,10 @@ int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 	return step(m, slot, &tab, token, next_page, logits, NULL, NULL);
 }
 
-int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		      const hel_token *tokens, size_t n, int32_t *logits)
+/* A prefill chunk of n positions: tokens[i], or (tokens NULL) image-token
+ * positions with states[i x hidden ..) added to HEL_TOK_IMAGE. */
+static int prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		   const hel_token *tokens, const uint32_t *states, size_t n, int32_t *logits)
 {
 	uint64_t c;
 	int rc;
@@ -1115,11 +1117,20 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
 		uint64_t pos = c + i;
 		struct ptab tab = { pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE };
 		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
-		if ((rc = step(m, slot, &tab, tokens[i], next, i + 1 == n ? logits : NULL, NULL,
-			       NULL)))
+		if ((rc = step(m, slot, &tab, tokens ? tokens[i] : HEL_TOK_IMAGE, next,
+			       i + 1 == n ? logits : NULL, NULL, tokens ? NULL : states + i * m->H)))
 			return rc;
 	}
 	return 0;
+}
+
+int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		      const hel_token *tokens, size_t n, int32_t *logits)
+{
+	static const hel_token none[1]; /* an empty chunk may pass no tokens */
+	if (!tokens && n)
+		return eos_fail(-EINVAL, "model: a chunk of %zu tokens without the tokens", n);
+	return prefill(m, slot, pages, n_pages, tokens ? tokens : none, NULL, n, logits);
 }
 
 /* ---- Vision (cores with an [image] section) ------------------------------------ */
@@ -1149,31 +1160,12 @@ int hel_model_image_states(const hel_model *m, const sel_input_rec *prepared, ui
 int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 			    const uint32_t *states, size_t n, int32_t *logits)
 {
-	uint64_t c;
-	int rc;
 	if (!m->core->has_image)
 		return eos_fail(-EINVAL, "model: core '%s' has no [image] section: it takes no images",
 				m->core->name);
-	if (slot >= m->rows || !m->row_valid[slot])
-		return eos_fail(-EINVAL, "model: row slot %u holds no sequence (init or load it)", slot);
-	if ((rc = consumed_of(m, slot, &c)))
-		return rc;
-	if (n == 0 && logits)
-		return eos_fail(-EINVAL, "model: logits of an empty chunk");
-	if (n_pages != (c + n) / m->pt)
-		return eos_fail(-EINVAL,
-				"model: an image chunk of %zu tokens after %llu needs a page table of "
-				"%llu pages, not %u",
-				n, (unsigned long long)c, (unsigned long long)((c + n) / m->pt), n_pages);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t pos = c + i;
-		struct ptab tab = { pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE };
-		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
-		if ((rc = step(m, slot, &tab, HEL_TOK_IMAGE, next, i + 1 == n ? logits : NULL, NULL,
-			       states + i * m->H)))
-			return rc;
-	}
-	return 0;
+	if (n && !states)
+		return eos_fail(-EINVAL, "model: image positions without their states");
+	return prefill(m, slot, pages, n_pages, NULL, states, n, logits);
 }
 
 int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
