@@ -427,6 +427,7 @@ struct jpeg_ctx {
 	struct jpeg_progress_mgr progress;
 	jmp_buf jb;
 	char msg[JMSG_LENGTH_MAX];
+	int rc;          /* the code the error maps to */
 	uint8_t *pixels; /* allocated after setjmp (see DESIGN) */
 };
 
@@ -434,6 +435,10 @@ static void jpeg_on_error(j_common_ptr ci)
 {
 	struct jpeg_ctx *c = (struct jpeg_ctx *)ci->err;
 	ci->err->format_message(ci, c->msg);
+	int code = ci->err->msg_code;
+	/* Its memory cap: a limit, not a broken file. */
+	c->rc = code == JERR_OUT_OF_MEMORY || code == JERR_NO_BACKING_STORE ? SEL_EOVERSIZE
+									    : SEL_EFORMAT;
 	longjmp(c->jb, 1);
 }
 
@@ -455,6 +460,7 @@ static void jpeg_on_progress(j_common_ptr ci)
 	if (ci->is_decompressor && ((j_decompress_ptr)ci)->input_scan_number > HEL_IMAGE_JPEG_SCANS_MAX) {
 		snprintf(c->msg, sizeof c->msg, "more than %d scans (refused as a decoding time bomb)",
 			 HEL_IMAGE_JPEG_SCANS_MAX);
+		c->rc = SEL_EOVERSIZE;
 		longjmp(c->jb, 1);
 	}
 }
@@ -473,8 +479,10 @@ static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *
 	c->err.error_exit = jpeg_on_error;
 	c->err.emit_message = jpeg_on_message;
 	if (setjmp(c->jb)) {
-		rc = eos_fail(c->msg[0] ? SEL_EFORMAT : -ENOMEM, "image: jpeg: %s",
-			      c->msg[0] ? c->msg : "out of memory");
+		rc = eos_fail(c->rc, "image: jpeg: %s%s", c->msg,
+			      c->rc == SEL_EOVERSIZE && !strstr(c->msg, "scans")
+				      ? " (over the decoder's memory limit for this pixel limit)"
+				      : "");
 		goto out;
 	}
 	jpeg_create_decompress(&ci);

@@ -131,9 +131,9 @@ int hel_image_probe(const void *data, size_t len, const hel_image_limits *lim,
 /* Decode data[0..len) (PNG or JPEG, by magic) into *out.  The limits are
  * checked first from the header (hel_image_probe); libpng's chunk cache and
  * chunk allocation and libjpeg's memory are bounded too, and a JPEG with
- * more than HEL_IMAGE_JPEG_SCANS_MAX scans is refused.  Corrupt data --
- * including what libjpeg merely warns about (a truncated scan) -- is
- * SEL_EFORMAT with the library's message.  *out is zeroed on failure;
+ * more than HEL_IMAGE_JPEG_SCANS_MAX scans or over libjpeg's memory cap is
+ * SEL_EOVERSIZE.  Corrupt data -- including what libjpeg merely warns about
+ * (a truncated scan) -- is SEL_EFORMAT with the library's message.  *out is zeroed on failure;
  * release with hel_image_free. */
 int hel_image_decode(const void *data, size_t len, const hel_image_limits *lim, hel_image *out);
 
