@@ -375,6 +375,55 @@ static void test_cold(void)
 		imgbuf_free(&img[i]);
 }
 
+/* The caller's calls never wait for the worker's work: hold the worker
+ * inside a job (it waits on a cache entry this thread owns) and submit,
+ * poll, cancel, forget and read stats meanwhile; if any of them waited for
+ * the job, this test would hang (and time out). */
+static void test_never_blocks(void)
+{
+	sel_input_cache *cache;
+	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
+	hel_prep_opts o = { .core = core, .cache = cache };
+	hel_prep *w;
+	CHECK_OK(hel_prep_create(&o, &w));
+	struct imgbuf a = { 0 }, b = { 0 };
+	png_of(&a, 16, 16, 40);
+	png_of(&b, 16, 16, 41);
+	char st[HEL_VISION_SETTINGS_MAX];
+	CHECK_OK(hel_vision_settings(core, st));
+	sel_input_key src;
+	sel_input_source_key("png", a.b, a.n, st, &src);
+	sel_input_lease *mine;
+	CHECK_RC(sel_input_cache_lookup(cache, SEL_INPUT_SOURCE, &src, &mine), SEL_INPUT_MISS);
+	submit(w, HEL_PREP_PREPARE, &a, 1); /* the worker will wait on `mine` */
+	/* Wait until it does: the entry gains a waiter. */
+	uint64_t deadline = eos_now_ns() + 60ull * 1000000000ull;
+	struct sel_input_cache_stats cs;
+	do {
+		sel_input_cache_stats(cache, &cs);
+		CHECK(eos_now_ns() < deadline);
+		if (cs.waits == 0)
+			eos_sleep_ns(1000000);
+	} while (cs.waits == 0);
+	uint64_t t2 = submit(w, HEL_PREP_DESCRIBE, &b, 2);
+	hel_prep_result r[2];
+	CHECK(hel_prep_poll(w, r, 2) == 0);
+	CHECK(stats(w).queued == 2);
+	CHECK_OK(hel_prep_cancel(w, t2));
+	hel_prep_forget(w, &src);
+	/* Let it go: this owner fails, the worker becomes the owner itself. */
+	sel_input_cache_fail(cache, mine, -EIO);
+	wait_results(w, r, 2);
+	CHECK(r[0].tag == 1 && r[0].rc == 0 && r[0].desc_tier == HEL_PREP_BUILT);
+	CHECK(r[1].tag == 2 && r[1].rc == -ECANCELED);
+	hel_prep_done(w, &r[0]);
+	hel_prep_done(w, &r[1]);
+	hel_prep_destroy(w);
+	sel_input_cache_destroy(cache);
+	imgbuf_free(&a);
+	imgbuf_free(&b);
+}
+
 int main(void)
 {
 	core = load("vision-small");
@@ -384,6 +433,7 @@ int main(void)
 	test_shared(false);
 	test_bound();
 	test_cold();
+	test_never_blocks();
 	CHECK_OK(test_rmtree(dir));
 	free(dir);
 	hel_core_free(core);
