@@ -31,9 +31,10 @@ VERSION := 0.1.0
 # the Makefile after making an included file.  Nothing here calls
 # pkg-config while the Makefile is parsed.
 #   SEL_PKGS    what libselene links (liburing, libxxhash, libsodium)
-#   DEPS_PKGS   what the flare front end adds (libmicrohttpd, jansson)
+#   DEPS_PKGS   what the flare front end and Helios add (libmicrohttpd, jansson,
+#               libpng and libjpeg for images)
 SEL_PKGS  := liburing libxxhash libsodium
-DEPS_PKGS := libmicrohttpd jansson
+DEPS_PKGS := libmicrohttpd jansson libpng libjpeg
 DEPS_MK   := $(BUILD)/deps.mk
 # Objects and links depend on $(FLAGS_FILE), rewritten only when the
 # compiler, the flags or the libraries changed, so they rebuild then.

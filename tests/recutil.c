@@ -306,3 +306,28 @@ uint64_t test_make_sparse(int dirfd, const char *name, const sel_record_ns *ns, 
 		*key = d.key;
 	return sp.row_end;
 }
+
+void test_record_write(int dirfd, const sel_record_ns *ns, const sel_record_desc *d, bool row)
+{
+	const sel_record_layout *l = &ns->layout;
+	uint64_t stride = l->sz.page_record;
+	uint32_t rs = sel_record_row_slots(l, d->flags);
+	uint32_t n = d->tail + rs;
+	uint8_t *mem = eos_aligned_alloc(4096, (n ? n : 1) * stride);
+	test_rng r;
+	test_rng_init(&r, d->key.consumed ^ d->key.digest.b[0]);
+	test_rng_fill(&r, mem, n * stride);
+	void **pages = calloc(d->tail + 1, sizeof(*pages)), **rslots = calloc(rs, sizeof(*rslots));
+	for (uint32_t i = 0; i < d->tail; i++)
+		pages[i] = mem + i * stride;
+	for (uint32_t i = 0; i < rs; i++)
+		rslots[i] = mem + (d->tail + i) * stride;
+	struct iovec iov[64];
+	int pieces = sel_record_row_iov(l, d->flags, rslots, rs, iov, 64);
+	CHECK_OK(pieces);
+	struct sel_record_write_opts o = {.direct = true};
+	CHECK_OK(sel_record_write(dirfd, ns, d, pages, row, iov, (uint32_t)pieces, &o));
+	free(pages);
+	free(rslots);
+	eos_aligned_free(mem);
+}

@@ -77,5 +77,9 @@ void test_copy_file(const char *from, const char *to);
 void test_copy_dir(const char *src, const char *dst);
 /* Whether the namespace's directory listing holds `name`. */
 bool test_has_file(const char *dir, const char *name);
+/* Write record d of ns into dirfd through sel_record_write (direct I/O
+ * where the filesystem takes it), its page and row bytes a pattern seeded
+ * by its key; with or without the row. */
+void test_record_write(int dirfd, const sel_record_ns *ns, const sel_record_desc *d, bool row);
 
 #endif

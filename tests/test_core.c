@@ -13,30 +13,10 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* The source tree: $SELENE_SRCDIR, else the first ancestor of the test
- * binary that holds cores/tiny.core. */
+/* The source tree (testutil.h). */
 static const char *srcdir(void)
 {
-	static char dir[PATH_MAX];
-	if (dir[0])
-		return dir;
-	const char *env = getenv("SELENE_SRCDIR");
-	if (env && *env) {
-		snprintf(dir, sizeof dir, "%s", env);
-		return dir;
-	}
-	ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-	CHECK(n > 0);
-	dir[n] = 0;
-	for (;;) {
-		char *slash = strrchr(dir, '/');
-		CHECK(slash && slash != dir);
-		*slash = 0;
-		char probe[PATH_MAX + 32];
-		snprintf(probe, sizeof probe, "%s/cores/tiny.core", dir);
-		if (access(probe, R_OK) == 0)
-			return dir;
-	}
+	return test_srcdir();
 }
 
 static char *read_all(const char *path, size_t *len)

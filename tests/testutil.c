@@ -222,3 +222,27 @@ void test_wait_thread_gone(int tid)
 		nap_1ms();
 	}
 }
+
+const char *test_srcdir(void)
+{
+	static char dir[4096];
+	if (dir[0])
+		return dir;
+	const char *env = getenv("SELENE_SRCDIR");
+	if (env && *env) {
+		snprintf(dir, sizeof dir, "%s", env);
+		return dir;
+	}
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+	CHECK(n > 0);
+	dir[n] = 0;
+	for (;;) {
+		char *slash = strrchr(dir, '/');
+		CHECK(slash && slash != dir);
+		*slash = 0;
+		char probe[4096 + 32];
+		snprintf(probe, sizeof probe, "%s/cores/tiny.core", dir);
+		if (access(probe, R_OK) == 0)
+			return dir;
+	}
+}

@@ -89,6 +89,10 @@ void test_rng_fill(test_rng *r, void *buf, size_t len);
 char *test_mkdtemp(const char *tag);
 int test_rmtree(const char *path);
 
+/* The source tree: $SELENE_SRCDIR, else the first ancestor of the test
+ * binary that holds cores/tiny.core. */
+const char *test_srcdir(void);
+
 /* Long runs (make soak) set SELENE_SOAK=1. */
 bool test_soak(void);
 

@@ -160,6 +160,24 @@ static bool valid_name(const char *s)
 	return true;
 }
 
+const char *hel_resize_name(hel_resize r)
+{
+	return r == HEL_RESIZE_CROP ? "crop" : r == HEL_RESIZE_STRETCH ? "stretch" : "fit";
+}
+
+int hel_resize_parse(const char *s, hel_resize *out)
+{
+	if (strcmp(s, "fit") == 0)
+		*out = HEL_RESIZE_FIT;
+	else if (strcmp(s, "crop") == 0)
+		*out = HEL_RESIZE_CROP;
+	else if (strcmp(s, "stretch") == 0)
+		*out = HEL_RESIZE_STRETCH;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 int hel_state_mode_parse(const char *s, sel_state_mode *out)
 {
 	if (strcmp(s, "ordinary") == 0)
@@ -175,7 +193,14 @@ int hel_state_mode_parse(const char *s, sel_state_mode *out)
 
 /* ---- Fields ------------------------------------------------------------ */
 
-enum section { SEC_TOP, SEC_ROW, SEC_PLANE };
+enum section { SEC_TOP, SEC_ROW, SEC_PLANE, SEC_IMAGE };
+
+/* How messages name a section's place. */
+static const char *sec_name(enum section s)
+{
+	return s == SEC_TOP ? "the top of the file" : s == SEC_ROW ? "[row]"
+		: s == SEC_PLANE ? "a [plane] section" : "[image]";
+}
 
 /* Integer fields and their rules; `line` records where each was set. */
 enum field {
@@ -195,6 +220,12 @@ enum field {
 	F_ROW_END,
 	F_TOKEN_BYTES = F_ROW_END,
 	F_SHARD,
+	F_PLANE_END,
+	F_PATCH_SIZE = F_PLANE_END,
+	F_MERGE,
+	F_MAX_TOKENS,
+	F_RESIZE,
+	F_CHANNELS,
 	F_END,
 };
 
@@ -227,6 +258,15 @@ static const struct field_rule {
 	[F_TOKEN_BYTES] = { "token_bytes", SEC_PLANE, true, true, 8, HEL_TOKEN_BYTES_MAX, 8,
 			    "a multiple of 8 bytes in 8..16 MiB" },
 	[F_SHARD] = { "shard", SEC_PLANE, true, false, 0, 0, 0, NULL },
+	[F_PATCH_SIZE] = { "patch_size", SEC_IMAGE, true, false, 2, HEL_PATCH_MAX, 1,
+			   "2..64 pixels" },
+	[F_MERGE] = { "merge", SEC_IMAGE, false, false, 1, HEL_MERGE_MAX, 1,
+		      "1..4 patches per image-token side" },
+	[F_MAX_TOKENS] = { "max_tokens", SEC_IMAGE, true, false, 1, HEL_IMAGE_TOKENS_MAX, 1,
+			   "1..16384 image tokens" },
+	[F_RESIZE] = { "resize", SEC_IMAGE, true, false, 0, 0, 0, NULL },
+	[F_CHANNELS] = { "channels", SEC_IMAGE, true, false, 1, 4, 1,
+			 "1 (gray), 3 (rgb) or 4 (rgba)" },
 };
 
 struct raw_plane {
@@ -239,6 +279,7 @@ struct raw {
 	hel_core *c;
 	uint32_t set[F_END];
 	uint32_t row_line;
+	uint32_t image_line;
 	struct raw_plane *planes;
 	uint32_t n, cap;
 };
@@ -252,6 +293,11 @@ static int parse_shard(const char *v, hel_shard *out)
 	else
 		return -EINVAL;
 	return 0;
+}
+
+static const char *r_expect(enum field f)
+{
+	return rules[f].expect;
 }
 
 static int set_number(struct parser *p, uint32_t line, enum field f, const char *v, uint64_t *out)
@@ -294,15 +340,9 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 		for (int i = 0; i < F_END; i++)
 			if (strcmp(rules[i].key, key) == 0)
 				return perr(p, line, key, "belongs in %s, not %s",
-					    rules[i].sec == SEC_TOP	? "the top of the file"
-					    : rules[i].sec == SEC_ROW ? "[row]"
-								      : "a [plane] section",
-					    sec == SEC_TOP ? "the top of the file"
-					    : sec == SEC_ROW ? "[row]"
-							     : "a [plane] section");
-		return perr(p, line, key, "unknown key%s", sec == SEC_TOP ? ""
-							 : sec == SEC_ROW ? " in [row]"
-									  : " in a [plane] section");
+					    sec_name(rules[i].sec), sec_name(sec));
+		return perr(p, line, key, "unknown key%s%s", sec == SEC_TOP ? "" : " in ",
+			    sec == SEC_TOP ? "" : sec_name(sec));
 	}
 	if (set[f])
 		return perr(p, line, key, "set twice (first on line %u)", set[f]);
@@ -338,6 +378,12 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 		c->modes = modes;
 		return 0;
 	}
+	case F_RESIZE:
+		if (hel_resize_parse(v, &c->image.resize))
+			return perr(p, line, key,
+				    "'%s' is not a resize mode (expected fit, crop or stretch)",
+				    q(v, b, sizeof b));
+		return 0;
 	case F_RECURRENT_SHARD:
 	case F_SHARD: {
 		hel_shard s;
@@ -366,6 +412,14 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 	case F_RECURRENT_BYTES: c->recurrent_bytes = x; break;
 	case F_DRAFT_HISTORY: c->draft_history = (uint32_t)x; break;
 	case F_TOKEN_BYTES: pl->p.token_bytes = x; break;
+	case F_PATCH_SIZE: c->image.patch = (uint32_t)x; break;
+	case F_MERGE: c->image.merge = (uint32_t)x; break;
+	case F_MAX_TOKENS: c->image.max_tokens = (uint32_t)x; break;
+	case F_CHANNELS:
+		if (x == 2)
+			return perr(p, line, key, "2 is out of range (expected %s)", r_expect(f));
+		c->image.channels = (uint32_t)x;
+		break;
 	default: break;
 	}
 	return 0;
@@ -392,10 +446,22 @@ static int open_section(struct parser *p, struct raw *raw, uint32_t line, char *
 		*sec = SEC_ROW;
 		return 0;
 	}
+	if (strcmp(kind, "image") == 0) {
+		if (name)
+			return perr(p, line, "[image]", "takes no name (found '%s')",
+				    q(name, b, sizeof b));
+		if (raw->image_line)
+			return perr(p, line, "[image]", "section repeated (first on line %u)",
+				    raw->image_line);
+		raw->image_line = line;
+		*sec = SEC_IMAGE;
+		return 0;
+	}
 	bool draft = strcmp(kind, "draft_plane") == 0;
 	if (!draft && strcmp(kind, "plane") != 0)
 		return perr(p, line, "[section]",
-			    "'%s' is not a section (expected [plane NAME], [draft_plane NAME] or [row])",
+			    "'%s' is not a section (expected [plane NAME], [draft_plane NAME], [row] "
+			    "or [image])",
 			    q(kind, b, sizeof b));
 	const char *sname = draft ? "[draft_plane]" : "[plane]";
 	if (!name)
@@ -530,10 +596,41 @@ static bool speculative(uint32_t modes)
 	return (modes & (1u << SEL_MODE_COPY | 1u << SEL_MODE_LEARNED)) != 0;
 }
 
+/* The [image] section: required keys, and what the model needs of it. */
+static int check_image(struct parser *p, struct raw *raw)
+{
+	hel_core *c = raw->c;
+	hel_core_image *im = &c->image;
+	for (int f = F_PLANE_END; f < F_END; f++)
+		if (rules[f].required && !raw->set[f])
+			return perr(p, raw->image_line, rules[f].key, "missing in [image] (required)");
+	if (!raw->set[F_MERGE])
+		im->merge = 1;
+	if (c->vocab <= HEL_TOK_IMAGE)
+		return perr(p, raw->set[F_VOCAB], "vocab",
+			    "%u leaves no id for image tokens (a core with [image] needs at least %u)",
+			    c->vocab, HEL_TOK_IMAGE + 1);
+	if (im->max_tokens > c->max_context)
+		return perr(p, raw->set[F_MAX_TOKENS], "max_tokens",
+			    "%u image tokens do not fit in max_context (%llu)", im->max_tokens,
+			    (unsigned long long)c->max_context);
+	uint64_t side = (uint64_t)im->patch * im->merge;
+	uint64_t bytes = (uint64_t)im->max_tokens * side * side * im->channels;
+	if (bytes > HEL_PREPARED_MAX)
+		return perr(p, raw->set[F_MAX_TOKENS], "max_tokens",
+			    "%u tokens of %llu x %llu pixels x %u channels are %llu prepared bytes "
+			    "(at most %llu MiB per image)", im->max_tokens, (unsigned long long)side,
+			    (unsigned long long)side, im->channels, (unsigned long long)bytes,
+			    (unsigned long long)(HEL_PREPARED_MAX >> 20));
+	c->has_image = true;
+	return 0;
+}
+
 static int check(struct parser *p, struct raw *raw)
 {
 	hel_core *c = raw->c;
 	uint32_t end = p->lines ? p->lines : 1;
+	int rc;
 
 	for (int f = 0; f < F_TOP_END; f++)
 		if (rules[f].required && !raw->set[f])
@@ -546,12 +643,14 @@ static int check(struct parser *p, struct raw *raw)
 		if (rules[f].required && !raw->set[f])
 			return perr(p, raw->row_line, rules[f].key, "missing in [row] (required)");
 	for (uint32_t i = 0; i < raw->n; i++)
-		for (int f = F_ROW_END; f < F_END; f++)
+		for (int f = F_ROW_END; f < F_PLANE_END; f++)
 			if (rules[f].required && !raw->planes[i].set[f])
 				return perr(p, raw->planes[i].line, rules[f].key,
 					    "missing in [%s %s] (required)",
 					    raw->planes[i].p.draft ? "draft_plane" : "plane",
 					    raw->planes[i].p.name);
+	if (raw->image_line && (rc = check_image(p, raw)))
+		return rc;
 	if ((uint64_t)c->vocab * c->hidden > HEL_WEIGHTS_MAX)
 		return perr(p, raw->set[F_HIDDEN], "hidden",
 			    "vocab x hidden = %llu (at most %u weights per matrix)",
@@ -680,6 +779,10 @@ static int canonicalize(hel_core *c)
 		  (unsigned long long)c->recurrent_bytes, shard_name(c->recurrent_shard));
 	if (c->draft_history)
 		sb_printf(&s, "draft_history = %u\n", c->draft_history);
+	if (c->has_image)
+		sb_printf(&s, "\n[image]\npatch_size = %u\nmerge = %u\nmax_tokens = %u\nresize = %s\n"
+			  "channels = %u\n", c->image.patch, c->image.merge, c->image.max_tokens,
+			  hel_resize_name(c->image.resize), c->image.channels);
 	for (uint32_t i = 0; i < c->n_planes; i++)
 		sb_printf(&s, "\n[plane %s]\ntoken_bytes = %llu\nshard = %s\n", c->planes[i].name,
 			  (unsigned long long)c->planes[i].token_bytes, shard_name(c->planes[i].shard));

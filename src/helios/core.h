@@ -29,6 +29,10 @@ typedef uint32_t hel_token;
 #define HEL_TOK_END 257u     /* end of a generated reply */
 #define HEL_TOK_MESSAGE 258u /* boundary after every chat message */
 #define HEL_VOCAB_MIN 259u
+/* Vision cores (an [image] section): the id the model consumes at every
+ * image-token position, with that position's image-token state added to
+ * its embedding (hel_model_prefill_image).  Never generated. */
+#define HEL_TOK_IMAGE 259u
 
 /* ---- Limits (a core outside them is rejected) ----------------------------- */
 
@@ -46,6 +50,10 @@ typedef uint32_t hel_token;
 #define HEL_RECURRENT_MAX (16ull << 30)          /* recurrent bytes per rank */
 #define HEL_ROW_MAX (64ull << 30)                /* a row, per rank */
 #define HEL_DRAFT_HISTORY_MAX 65536u             /* tokens */
+#define HEL_PATCH_MAX 64u                        /* [image] patch_size: pixels per side */
+#define HEL_MERGE_MAX 4u                         /* [image] merge: patches per token side */
+#define HEL_IMAGE_TOKENS_MAX 16384u              /* [image] max_tokens */
+#define HEL_PREPARED_MAX (256ull << 20)          /* prepared pixel bytes of one image */
 
 /* ---- The parsed core -------------------------------------------------- */
 
@@ -60,6 +68,27 @@ typedef struct hel_core_plane {
 	hel_shard shard;
 	bool draft;           /* a draft plane: allocated only in speculative modes */
 } hel_core_plane;
+
+/* How a vision core resizes an image before patching (docs/inputs.md
+ * "Preparation"). */
+typedef enum hel_resize {
+	HEL_RESIZE_FIT = 0,     /* keep the aspect ratio, grid within max_tokens */
+	HEL_RESIZE_CROP = 1,    /* centre square crop, then the square grid */
+	HEL_RESIZE_STRETCH = 2, /* the square grid, aspect ratio ignored */
+} hel_resize;
+
+/* The [image] section: the geometry image inputs are prepared to. */
+typedef struct hel_core_image {
+	uint32_t patch;      /* patch side in pixels */
+	uint32_t merge;      /* patches per image-token side (1: a token per patch) */
+	uint32_t max_tokens; /* image tokens of one image, at most */
+	hel_resize resize;
+	uint32_t channels;   /* 1 gray, 3 RGB, 4 RGBA */
+} hel_core_image;
+
+/* "fit", "crop", "stretch"; hel_resize_parse: 0 or -EINVAL. */
+const char *hel_resize_name(hel_resize r);
+int hel_resize_parse(const char *s, hel_resize *out);
 
 /* Read-only after hel_core_parse().  Plane arrays are in strcmp order of
  * names, whatever order the file used, so everything derived from a core
@@ -84,6 +113,8 @@ typedef struct hel_core {
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* model identity */
 	char *canonical;          /* canonical text (itself a valid core) */
 	size_t canonical_len;
+	bool has_image;           /* a vision core: the [image] section */
+	hel_core_image image;     /* valid when has_image */
 } hel_core;
 
 /* Parse a core from text[0..len) (need not be NUL-terminated).  On failure

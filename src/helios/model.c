@@ -79,6 +79,7 @@
 
 #include "eos.h"
 #include "model.h"
+#include "vision.h"
 
 #define GOLD 0x9E3779B97F4A7C15ull
 #define GOLD32 0x9E3779B9u
@@ -92,6 +93,7 @@
 enum {
 	T_EMB = 1, T_WQ, T_WO, T_WOUT, T_H0, T_DEMB, T_DWQ, T_DWO, T_DOUT, T_D0,
 	T_POS, T_DPOS, T_SPLIT, T_REP, T_COMB, T_IND, T_TAG, T_PLANE, T_KLANE, T_VLANE,
+	T_VISION, /* vision cores only: text cores use none of it */
 };
 /* Per-rank salts combining that rank's summaries into the model's inputs. */
 enum { C_S, C_P, C_HISTORY, C_DP, C_PAGE, C_DPAGE, C_REC, COMB_SALTS };
@@ -205,6 +207,7 @@ struct hel_model {
 	uint64_t rep_salt;
 	uint64_t *comb;      /* [R * COMB_SALTS] */
 	uint64_t pos_salt, dpos_salt, ind_salt, tag_salt;
+	uint64_t vis_salt; /* vision cores: the image-token state salt */
 	/* recurrent geometry, in words */
 	uint64_t W, T, M;
 	/* weights */
@@ -403,6 +406,8 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 	m->dpos_salt = seed_salt(c, T_DPOS, o->mode); /* copy and learned bytes differ */
 	m->ind_salt = seed_salt(c, T_IND, 0);
 	m->tag_salt = seed_salt(c, T_TAG, 0);
+	if (c->has_image)
+		m->vis_salt = seed_salt(c, T_VISION, 0);
 
 	/* Weights. */
 	size_t VH = (size_t)m->V * m->H, H = m->H;
@@ -967,8 +972,11 @@ static int check_table(const hel_model *m, uint32_t slot, const struct ptab *tab
 	return 0;
 }
 
+/* embed: NULL for a vocabulary token; at an image-token position (x is
+ * HEL_TOK_IMAGE) that position's image-token state, added to the
+ * embedding. */
 static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x,
-		uint32_t next_page, int32_t *logits, bool *page_done)
+		uint32_t next_page, int32_t *logits, bool *page_done, const uint32_t *embed)
 {
 	const uint32_t H = m->H;
 	uint32_t *z = m->z, *lane = m->lane, *att = m->att;
@@ -979,6 +987,9 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 		return rc;
 	if (x >= m->V)
 		return eos_fail(-EINVAL, "model: token %u outside the vocabulary (%u)", x, m->V);
+	if (x == HEL_TOK_IMAGE && m->core->has_image && !embed)
+		return eos_fail(-EINVAL, "model: an image token without its image-token state "
+				"(hel_model_prefill_image consumes images)");
 	if (n >= m->core->max_context)
 		return eos_fail(-E2BIG, "model: row slot %u is full (max_context %llu tokens)", slot,
 				(unsigned long long)m->core->max_context);
@@ -1001,7 +1012,8 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 	uint64_t c = main_context(m, slot, n, m->hs);
 	lanes(c, lane, H);
 	for (uint32_t j = 0; j < H; j++)
-		z[j] = nl32(m->emb[(size_t)x * H + j] + rotl32(m->hs[j], 5) + lane[j]);
+		z[j] = nl32(m->emb[(size_t)x * H + j] + (embed ? embed[j] : 0) +
+			    rotl32(m->hs[j], 5) + lane[j]);
 	/* 3: attention blocks. */
 	for (uint32_t l = 0; l < m->L; l++) {
 		attend(m, tab, m->wq + (size_t)l * SW * H, m->wo + (size_t)l * SW * H, z, false, l, att);
@@ -1080,11 +1092,13 @@ int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 		   hel_token token, uint32_t next_page, int32_t *logits)
 {
 	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
-	return step(m, slot, &tab, token, next_page, logits, NULL);
+	return step(m, slot, &tab, token, next_page, logits, NULL, NULL);
 }
 
-int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		      const hel_token *tokens, size_t n, int32_t *logits)
+/* A prefill chunk of n positions: tokens[i], or (tokens NULL) image-token
+ * positions with states[i x hidden ..) added to HEL_TOK_IMAGE. */
+static int prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		   const hel_token *tokens, const uint32_t *states, size_t n, int32_t *logits)
 {
 	uint64_t c;
 	int rc;
@@ -1103,10 +1117,55 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
 		uint64_t pos = c + i;
 		struct ptab tab = { pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE };
 		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
-		if ((rc = step(m, slot, &tab, tokens[i], next, i + 1 == n ? logits : NULL, NULL)))
+		if ((rc = step(m, slot, &tab, tokens ? tokens[i] : HEL_TOK_IMAGE, next,
+			       i + 1 == n ? logits : NULL, NULL, tokens ? NULL : states + i * m->H)))
 			return rc;
 	}
 	return 0;
+}
+
+int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		      const hel_token *tokens, size_t n, int32_t *logits)
+{
+	static const hel_token none[1]; /* an empty chunk may pass no tokens */
+	if (!tokens && n)
+		return eos_fail(-EINVAL, "model: a chunk of %zu tokens without the tokens", n);
+	return prefill(m, slot, pages, n_pages, tokens ? tokens : none, NULL, n, logits);
+}
+
+/* ---- Vision (cores with an [image] section) ------------------------------------ */
+
+int hel_model_image_states(const hel_model *m, const sel_input_rec *prepared, uint32_t *states)
+{
+	uint32_t n;
+	int rc;
+	if ((rc = hel_vision_check(m->core, prepared, &n)))
+		return rc;
+	const sel_input_tensor *pt = &prepared->h.tensors[sel_input_find(prepared, HEL_VISION_PIXELS)];
+	const sel_input_tensor *gt = &prepared->h.tensors[sel_input_find(prepared, HEL_VISION_GRID)];
+	const uint8_t *px = prepared->bytes + pt->offset;
+	uint64_t E = pt->dims[1];
+	/* The image as a whole: every token's hash and the grid. */
+	uint64_t g = mix64(XXH3_64bits_withSeed(prepared->bytes + gt->offset, 8, m->vis_salt));
+	for (uint32_t t = 0; t < n; t++)
+		g += mix64(XXH3_64bits_withSeed(px + t * E, E, m->vis_salt + t) + t * GOLD);
+	for (uint32_t t = 0; t < n; t++) {
+		uint64_t h = XXH3_64bits_withSeed(px + t * E, E, m->vis_salt + t);
+		lanes(mix64(h ^ m->vis_salt) ^ mix64(g + (t + 1) * GOLD), states + (size_t)t * m->H,
+		      m->H);
+	}
+	return (int)n;
+}
+
+int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+			    const uint32_t *states, size_t n, int32_t *logits)
+{
+	if (!m->core->has_image)
+		return eos_fail(-EINVAL, "model: core '%s' has no [image] section: it takes no images",
+				m->core->name);
+	if (n && !states)
+		return eos_fail(-EINVAL, "model: image positions without their states");
+	return prefill(m, slot, pages, n_pages, NULL, states, n, logits);
 }
 
 int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
@@ -1310,7 +1369,7 @@ int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 		return eos_fail(-EINVAL, "model: a decode round of zero tokens");
 	if (max_tokens > HEL_DRAFT_MAX + 1)
 		max_tokens = HEL_DRAFT_MAX + 1;
-	if ((rc = step(m, slot, &tab, pending, next_page, logits, &done)))
+	if ((rc = step(m, slot, &tab, pending, next_page, logits, &done, NULL)))
 		return rc;
 	if (done) {
 		out->page_used = true;
@@ -1330,7 +1389,7 @@ int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 		if (g == HEL_TOK_END || out->n_tokens >= max_tokens || n >= m->core->max_context)
 			break;
 		if ((rc = step(m, slot, &tab, g, out->page_used ? HEL_NO_PAGE : next_page, logits,
-			       &done)))
+			       &done, NULL)))
 			return rc;
 		if (done) {
 			out->page_used = true;

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "input_record.h"
 #include "selene.h"
 
 #define HEL_DRAFT_MAX 16          /* proposals per speculative round */
@@ -138,6 +139,25 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
  * slot; SEL_ECORRUPT when the ranks' copies of the hidden vector differ. */
 int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		     int32_t *logits);
+
+/* ---- Vision cores (an [image] section; docs/inputs.md) --------------------- */
+
+/* The vision path: the image-token states of a prepared image (vision.h),
+ * H lanes per image token into states[0 .. tokens x hidden).  Every byte
+ * of both tensors feeds every token's state.  Returns the token count, or
+ * -EINVAL when the record does not fit the core (hel_vision_check).
+ * Reads nothing of the model's cache; any thread. */
+int hel_model_image_states(const hel_model *m, const sel_input_rec *prepared, uint32_t *states);
+
+/* Consume n image-token positions, like hel_model_prefill with the token
+ * HEL_TOK_IMAGE at each position and states[i x hidden ..) added to its
+ * embedding (the i-th of the chunk; a chunked image passes each chunk's
+ * share of its states).  The positions then feed every later token like
+ * any other: their bytes go to the pages and the row.  Chunking never
+ * changes the result.  -EINVAL on a text-only core.  (A plain step or
+ * prefill of HEL_TOK_IMAGE on a vision core is refused.) */
+int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+			    const uint32_t *states, size_t n, int32_t *logits);
 
 typedef struct hel_sampler {
 	double temperature; /* 0: greedy */
