@@ -21,8 +21,8 @@ TEST_TIMEOUT ?= 300
 
 VERSION := 0.1.0
 
-DEPS_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson 2>/dev/null)
-DEPS_LIBS   := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null)
+DEPS_CFLAGS := $(shell pkg-config --cflags libmicrohttpd jansson hiredis 2>/dev/null)
+DEPS_LIBS   := $(shell pkg-config --libs libmicrohttpd jansson hiredis 2>/dev/null)
 
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g $(OPT) -fPIC -MMD -MP \
 	-D_GNU_SOURCE -Iinclude -Isrc -Isrc/eos -Isrc/selene -Itests
@@ -33,7 +33,7 @@ LDFLAGS_SAN := -fsanitize=$(SANITIZE)
 CFLAGS_BASE += -DSEL_SANITIZED=1
 endif
 override CFLAGS := $(CFLAGS_BASE) $(DEPS_CFLAGS) $(CFLAGS)
-LIBS := -luring -lxxhash -lsodium -lpthread -ldl -lm
+LIBS := -luring -lxxhash -lsodium -lhiredis -lpthread -ldl -lm
 
 # ---- sources ---------------------------------------------------------------
 EOS_SRCS    := $(sort $(wildcard src/eos/*.c))
