@@ -801,14 +801,14 @@ int sel_remote_put(sel_remote *r, const struct sel_remote_put *p, uint64_t *id)
 				r->cfg.put_queue);
 	}
 	r->n_put++;
-	o->id = ++r->next_id;
+	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
 	ol_push(&r->sub, o);
 	pthread_mutex_unlock(&r->mu);
 	count(&r->ct.puts, 1);
 	uint64_t one = 1;
 	ssize_t w = write(r->wake_fd, &one, sizeof one);
 	(void)w;
-	*id = o->id;
+	*id = my_id;
 	return 0;
 }
 
@@ -1212,14 +1212,14 @@ int sel_remote_lookup(sel_remote *r, const sel_history *h, uint64_t resident, ui
 				r->cfg.lookup_queue);
 	}
 	r->n_lookup++;
-	o->id = ++r->next_id;
+	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
 	ol_push(&r->sub, o);
 	pthread_mutex_unlock(&r->mu);
 	count(&r->ct.lookups, 1);
 	uint64_t one = 1;
 	ssize_t w = write(r->wake_fd, &one, sizeof one);
 	(void)w;
-	*id = o->id;
+	*id = my_id;
 	return 0;
 }
 
@@ -1442,14 +1442,14 @@ int sel_remote_claim(sel_remote *r, sel_remote_hit *hit, const struct sel_remote
 		goto fail;
 	}
 	r->n_claim++;
-	o->id = ++r->next_id;
+	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
 	ol_push(&r->sub, o);
 	pthread_mutex_unlock(&r->mu);
 	count(&r->ct.claims, 1);
 	uint64_t one = 1;
 	ssize_t w = write(r->wake_fd, &one, sizeof one);
 	(void)w;
-	*id = o->id;
+	*id = my_id;
 	return 0;
 fail:
 	if (rc == -ENOMEM)
