@@ -77,8 +77,8 @@
 #include "remote_value.h"
 
 #define PUT_PARALLEL 2
-#define PUT_WINDOWS_INFLIGHT 2
-#define CLAIM_WINDOWS_INFLIGHT 4
+#define PUT_WINDOWS_INFLIGHT SEL_RN_BULK_LANES /* window SETs in flight, one a lane */
+#define CLAIM_WINDOWS_INFLIGHT 2 /* window GETs in flight, all claims together */
 #define CANDIDATES_MAX 32
 #define MEMBERS_MAX 1024   /* bucket members looked at per bucket */
 #define CHAIN_MAX 64
@@ -137,6 +137,8 @@ struct op {
 			int32_t slot;
 			enum put_step step;
 			uint32_t next_w, acked, inflight, pending, have;
+			uint32_t lanes;          /* bulk lanes its windows in flight use */
+			struct sel_rn_cmd *wcmd[SEL_RN_BULK_LANES]; /* ... and their commands */
 			bool present;
 		} p;
 		struct {
@@ -211,6 +213,9 @@ struct sel_remote {
 	uint32_t pool_n;
 	size_t pool_size;
 	uint64_t info_ns, net_errors;
+	uint32_t put_wins, claim_wins;     /* windows in flight */
+	uint32_t bulk_busy;                /* bulk lanes with a window in flight */
+	uint32_t put_budget, claim_budget; /* ... at most */
 };
 
 static void count(_Atomic uint64_t *c, uint64_t v)
@@ -392,6 +397,19 @@ static void finish(struct op *o, enum sel_remote_result res, int err, sel_remote
 		ol_del(&r->active, o);
 	else if (o->kind == SEL_REMOTE_OP_PUT)
 		ol_del(&r->put_wait, o);
+	/* Windows still in flight leave the budget: their replies, if any,
+	 * are ignored. */
+	if (o->kind == SEL_REMOTE_OP_PUT) {
+		r->put_wins -= o->u.p.inflight;
+		r->bulk_busy &= ~o->u.p.lanes;
+		/* Window commands read the caller's pages until written: after
+		 * this event the pages are the caller's again. */
+		for (uint32_t l = 0; l < SEL_RN_BULK_LANES; l++)
+			if (o->u.p.wcmd[l])
+				sel_rn_cmd_detach(r->net, o->u.p.wcmd[l]);
+	}
+	else if (o->kind == SEL_REMOTE_OP_CLAIM)
+		r->claim_wins -= o->u.c.inflight;
 	if (err && r->net)
 		sync_error(r); /* readable before the event is */
 	post(r, &ev);
@@ -491,6 +509,45 @@ static struct sel_rn_cmd *set_value_cmd(struct sel_remote *r, const char *key, s
 	return c;
 }
 
+/* SET key <value> [PX ms] for a window whose payload stays in iov (the
+ * caller's pages): RESP framing and the value header in one small buffer,
+ * the pages as segments, the tag and the rest of the framing after them.
+ * Nothing is copied; under encryption (ciphertext has to be written
+ * somewhere) this is set_value_cmd. */
+static struct sel_rn_cmd *set_window_cmd(struct sel_remote *r, const char *key, size_t kl,
+					 const struct sel_rv_hdr *h, const struct iovec *iov,
+					 uint32_t n, uint64_t px_ms, int *err)
+{
+	if (r->keys.encrypt)
+		return set_value_cmd(r, key, kl, h, iov, n, px_ms, err);
+	size_t vl = sel_rv_value_bytes(&r->keys, h->payload);
+	char *buf = malloc(kl + 64 + SEL_RV_HEADER + 32 + 64);
+	struct iovec *seg = malloc((n + 2) * sizeof *seg);
+	if (!buf || !seg) {
+		free(buf);
+		free(seg);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	size_t at = set_prefix(buf, key, kl, vl, px_ms != 0);
+	uint8_t *hdr = (uint8_t *)buf + at, *tail = hdr + SEL_RV_HEADER;
+	int tl = sel_rv_seal(&r->keys, h, iov, n, hdr, tail);
+	if (tl < 0) {
+		free(buf);
+		free(seg);
+		*err = tl;
+		return NULL;
+	}
+	size_t sl = set_suffix((char *)tail + tl, px_ms);
+	seg[0] = (struct iovec){buf, at + SEL_RV_HEADER};
+	memcpy(seg + 1, iov, n * sizeof *iov);
+	seg[n + 1] = (struct iovec){tail, (size_t)tl + sl};
+	struct sel_rn_cmd *c = sel_rn_cmd_segs(seg, n + 2, buf, NULL, NULL);
+	if (!c)
+		*err = -ENOMEM;
+	return c;
+}
+
 static void value_want(const struct sel_remote *r, uint8_t kind, const sel_key *key, uint32_t w,
 		       uint64_t gen, struct sel_rv_hdr *h)
 {
@@ -501,6 +558,27 @@ static void value_want(const struct sel_remote *r, uint8_t kind, const sel_key *
 	h->key = *key;
 	h->window = w;
 	h->generation = gen;
+}
+
+static void put_pump(struct op *o);
+static void cl_pump(struct op *o);
+
+/* Give window budget freed by a reply or a finished op to the active ops
+ * of kind, oldest first. */
+static void pump_all(struct sel_remote *r, enum sel_remote_op kind)
+{
+	for (struct op *o = r->active.head, *next; o; o = next) {
+		next = o->next;
+		if (o->kind != kind || o->finished)
+			continue;
+		if (kind == SEL_REMOTE_OP_PUT && o->u.p.step == P_WINDOWS)
+			put_pump(o);
+		else if (kind == SEL_REMOTE_OP_CLAIM)
+			cl_pump(o);
+		if ((kind == SEL_REMOTE_OP_PUT ? r->put_wins >= r->put_budget
+					       : r->claim_wins >= r->claim_budget))
+			break;
+	}
 }
 
 /* ---- Put ----------------------------------------------------------------- */
@@ -549,8 +627,12 @@ static void put_fail(struct op *o, int err)
 static void put_pump(struct op *o)
 {
 	struct sel_remote *r = o->r;
-	while (!o->finished && o->u.p.inflight < PUT_WINDOWS_INFLIGHT &&
-	       o->u.p.next_w < o->u.p.lay.windows) {
+	while (!o->finished && r->put_wins < r->put_budget && o->u.p.next_w < o->u.p.lay.windows) {
+		uint32_t lane = 0; /* a bulk connection with no window in flight */
+		while (lane < SEL_RN_BULK_LANES && (r->bulk_busy & (1u << lane)))
+			lane++;
+		if (lane == SEL_RN_BULK_LANES)
+			return;
 		uint32_t w = o->u.p.next_w;
 		char key[SEL_RV_NAME_MAX];
 		int kl = sel_rv_window_name(&r->names, &o->u.p.in.d.key, w, key);
@@ -561,15 +643,20 @@ static void put_pump(struct op *o)
 		value_want(r, SEL_RV_KIND_WINDOW, &o->u.p.in.d.key, w, o->u.p.generation, &h);
 		h.payload = (uint32_t)e.len;
 		int err = 0;
-		struct sel_rn_cmd *c = set_value_cmd(r, key, (size_t)kl, &h, o->u.p.iov, n,
-						     put_ttl_ms(r, true), &err);
+		struct sel_rn_cmd *c = set_window_cmd(r, key, (size_t)kl, &h, o->u.p.iov, n,
+						      put_ttl_ms(r, true), &err);
 		if (!c) {
 			put_fail(o, err);
 			return;
 		}
+		o->u.p.wcmd[lane] = c;
 		o->u.p.next_w++;
 		o->u.p.inflight++;
-		issue(o, c, w, o->u.p.slot, SEL_RN_BULK, false);
+		o->u.p.lanes |= 1u << lane;
+		r->put_wins++;
+		r->bulk_busy |= 1u << lane;
+		issue(o, c, w | (uint64_t)lane << 32, o->u.p.slot,
+		      (enum sel_rn_lane)(SEL_RN_BULK + lane), false);
 	}
 }
 
@@ -688,7 +775,6 @@ static void put_start(struct op *o)
 static void put_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 {
 	struct sel_remote *r = o->r;
-	(void)tag;
 	if (err) {
 		put_fail(o, err);
 		return;
@@ -715,10 +801,12 @@ static void put_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 		return;
 	case P_WINDOWS:
 		o->u.p.inflight--;
+		o->u.p.lanes &= ~(1u << (tag >> 32));
+		r->bulk_busy &= ~(1u << (tag >> 32));
+		r->put_wins--;
 		if (++o->u.p.acked == o->u.p.lay.windows)
 			put_manifest(o);
-		else
-			put_pump(o);
+		pump_all(r, SEL_REMOTE_OP_PUT);
 		return;
 	case P_MANIFEST:
 		put_bucket(o);
@@ -1246,8 +1334,7 @@ static void cl_fail(struct op *o, int err)
 static void cl_pump(struct op *o)
 {
 	struct sel_remote *r = o->r;
-	while (!o->finished && o->u.c.inflight < CLAIM_WINDOWS_INFLIGHT &&
-	       o->u.c.next < o->u.c.n_wins) {
+	while (!o->finished && r->claim_wins < r->claim_budget && o->u.c.next < o->u.c.n_wins) {
 		uint32_t i = o->u.c.next++;
 		const struct hnode *hn = &o->u.c.hp->node[o->u.c.wins[i].node];
 		char key[SEL_RV_NAME_MAX];
@@ -1259,6 +1346,7 @@ static void cl_pump(struct op *o)
 			return;
 		}
 		o->u.c.inflight++;
+		r->claim_wins++;
 	}
 }
 
@@ -1343,8 +1431,9 @@ static void cl_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 		return;
 	}
 	o->u.c.inflight--;
+	r->claim_wins--;
 	if (++o->u.c.acked < o->u.c.n_wins) {
-		cl_pump(o);
+		pump_all(r, SEL_REMOTE_OP_CLAIM);
 		return;
 	}
 	const struct hnode *end = &o->u.c.hp->node[o->u.c.hp->n - 1];
@@ -1466,6 +1555,9 @@ fail:
 static void on_reply(struct sel_rn_cmd *c, redisReply *rep, int err)
 {
 	struct op *o = c->owner;
+	if (o->kind == SEL_REMOTE_OP_PUT && (c->tag >> 32) < SEL_RN_BULK_LANES &&
+	    o->u.p.wcmd[c->tag >> 32] == c)
+		o->u.p.wcmd[c->tag >> 32] = NULL; /* done: nothing left to detach */
 	if (!o->finished) {
 		switch (o->kind) {
 		case SEL_REMOTE_OP_PUT:
@@ -1542,7 +1634,7 @@ static void *io_main(void *arg)
 {
 	struct sel_remote *r = arg;
 	eos_thread_name("sel-remote");
-	(void)eos_thread_lower_priority(IO_NICE);
+	(void)eos_thread_lower_priority(IO_NICE); /* below serving threads (design 2.12) */
 	struct pollfd pfd[1 + 2 * (SEL_RC_NODES_MAX + SEL_RU_SEEDS_MAX)];
 	int nfds = 0;
 	bool closing = false, cancelled = false;
@@ -1584,6 +1676,8 @@ static void *io_main(void *arg)
 			}
 		}
 		start_puts(r);
+		pump_all(r, SEL_REMOTE_OP_PUT); /* budget freed by ops that finished early */
+		pump_all(r, SEL_REMOTE_OP_CLAIM);
 		update_info(r, now);
 		if (closing && !r->active.head && !r->put_wait.head)
 			break;
@@ -1671,6 +1765,12 @@ int sel_remote_open(const struct sel_remote_config *cfg, sel_remote **out)
 	 * put plus a minute. */
 	r->provisional_ms = 2 * sel_remote_claim_budget_ns(r, 64ull << 30) / MS + 60000;
 	r->pool_size = sel_rv_value_bytes(&r->keys, r->cap) + 2 * SEL_RV_NAME_MAX + 128;
+	r->put_budget = cfg->put_windows ? cfg->put_windows : PUT_WINDOWS_INFLIGHT;
+	r->claim_budget = cfg->claim_windows ? cfg->claim_windows : CLAIM_WINDOWS_INFLIGHT;
+	if (r->put_budget > SEL_RN_BULK_LANES)
+		r->put_budget = SEL_RN_BULK_LANES; /* one window a bulk connection */
+	if (r->claim_budget > 64)
+		r->claim_budget = 64;
 	r->ring_cap = r->cfg.put_queue + r->cfg.lookup_queue + r->cfg.claim_queue;
 	r->ring = calloc(r->ring_cap, sizeof *r->ring);
 	r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -96,6 +96,9 @@ struct sel_remote_config {
 	uint64_t restore_setup_ns;    /* 0 = 10 s (design 2.15) */
 	uint64_t restore_rate_bps;    /* 0 = 8 MiB/s (design 2.15) */
 	uint32_t max_buckets;         /* buckets one lookup probes; 0 = 4096 */
+	uint32_t put_windows;         /* window SETs in flight, all puts; 0 = 3 (at most 3:
+					 one per bulk connection) */
+	uint32_t claim_windows;       /* window GETs in flight, all claims; 0 = 2 */
 	struct sel_rn_opts net;       /* connect timeout, stall, ping, backoff */
 };
 

@@ -182,8 +182,25 @@ struct sel_rn_cmd *sel_rn_cmd_raw(char *buf, size_t len, void (*free_buf)(void *
 	return c;
 }
 
+struct sel_rn_cmd *sel_rn_cmd_segs(struct iovec *seg, uint32_t nseg, char *buf,
+				   void (*free_buf)(void *, char *), void *ctx)
+{
+	size_t len = 0;
+	for (uint32_t i = 0; i < nseg; i++)
+		len += seg[i].iov_len;
+	struct sel_rn_cmd *c = sel_rn_cmd_raw(buf, len, free_buf, ctx);
+	if (!c) {
+		free(seg);
+		return NULL;
+	}
+	c->seg = seg;
+	c->nseg = nseg;
+	return c;
+}
+
 static void cmd_free(struct sel_rn_cmd *c)
 {
+	free(c->seg);
 	if (c->pending)
 		freeReplyObject(c->pending);
 	if (c->free_buf)
@@ -423,6 +440,10 @@ static void hs_done(struct sel_rn_cmd *c, redisReply *reply, int err)
 		k->st = C_READY;
 		k->ever_ready = true;
 		k->backoff_ns = 0;
+		/* The server answers: its other connections need no backoff. */
+		for (int l = 0; l < SEL_RN_LANES; l++)
+			if (k->node->conn[l].st == C_DOWN)
+				k->node->conn[l].retry_ns = 0;
 		publish_state(n);
 	}
 }
@@ -480,7 +501,12 @@ static void route_to(struct sel_rn *n, struct sel_rn_cmd *c, struct sel_rn_node 
 		return;
 	}
 	if (k->st == C_DOWN) {
-		if (now < k->retry_ns || conn_connect(k, now) != 0) {
+		/* In its backoff, but another connection to the node answers:
+		 * the server is there, connect now. */
+		bool alive = false;
+		for (int l = 0; l < SEL_RN_LANES; l++)
+			alive |= nd->conn[l].st == C_READY;
+		if ((now < k->retry_ns && !alive) || conn_connect(k, now) != 0) {
 			fail_later(n, c, -ENOTCONN);
 			return;
 		}
@@ -631,8 +657,23 @@ static void conn_write(struct sel_rn_conn *k, uint64_t now)
 				off = ASKING_LEN;
 			}
 			size_t boff = off - (c->asking ? ASKING_LEN : 0);
-			iov[cnt].iov_base = c->buf + boff;
-			iov[cnt++].iov_len = c->len - boff;
+			if (!c->seg) {
+				iov[cnt].iov_base = c->buf + boff;
+				iov[cnt++].iov_len = c->len - boff;
+			} else {
+				for (uint32_t i = 0; i < c->nseg && cnt < IOV_BATCH; i++) {
+					size_t sl = c->seg[i].iov_len;
+					if (boff >= sl) {
+						boff -= sl;
+						continue;
+					}
+					iov[cnt].iov_base = (char *)c->seg[i].iov_base + boff;
+					iov[cnt++].iov_len = sl - boff;
+					boff = 0;
+				}
+				if (cnt == IOV_BATCH)
+					break; /* the rest of c on the next writev */
+			}
 			c = next;
 		}
 		if (!cnt)
@@ -665,6 +706,33 @@ static void conn_write(struct sel_rn_conn *k, uint64_t now)
 			k->send = c->next;
 		}
 	}
+}
+
+void sel_rn_cmd_detach(struct sel_rn *n, struct sel_rn_cmd *c)
+{
+	if (!c->seg || (c->sent == 0 && c->cancel && *c->cancel) || c->sent >= cmd_total(c))
+		return;
+	char *flat = malloc(c->len ? c->len : 1);
+	if (!flat) {
+		if (c->on)
+			conn_kill(c->on, -ENOMEM, eos_now_ns());
+		set_error(n, "out of memory copying a command");
+		return;
+	}
+	size_t at = 0;
+	for (uint32_t i = 0; i < c->nseg; i++) {
+		memcpy(flat + at, c->seg[i].iov_base, c->seg[i].iov_len);
+		at += c->seg[i].iov_len;
+	}
+	if (c->free_buf)
+		c->free_buf(c->free_ctx, c->buf);
+	else
+		free(c->buf);
+	free(c->seg);
+	c->seg = NULL;
+	c->nseg = 0;
+	c->buf = flat;
+	c->free_buf = NULL;
 }
 
 static void conn_read(struct sel_rn_conn *k, uint64_t now)

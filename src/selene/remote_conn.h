@@ -35,15 +35,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <hiredis/hiredis.h>
 
 #include "remote_url.h"
 
+/* Connections per node.  Redis serves big values best one per connection
+ * at a time (a pipeline of 4 MiB SETs on one connection is several times
+ * slower than the same SETs on as many connections), so puts spread their
+ * windows over a few bulk connections, one window each. */
 enum sel_rn_lane {
-	SEL_RN_FAST = 0, /* lookups, claims, pings: small requests, latency */
-	SEL_RN_BULK = 1, /* puts: large values, so they never queue ahead of a lookup */
-	SEL_RN_LANES = 2,
+	SEL_RN_FAST = 0,       /* lookups, claims, pings: small requests, latency */
+	SEL_RN_BULK = 1,       /* puts, first of SEL_RN_BULK_LANES: never ahead of a lookup */
+	SEL_RN_BULK_LANES = 3,
+	SEL_RN_LANES = 1 + SEL_RN_BULK_LANES,
 };
 
 #define SEL_RN_RTT_BUCKETS 20 /* bucket i: round trips up to 2^i * 16 us; the last: above */
@@ -75,6 +81,7 @@ struct sel_rn_opts {
 	uint64_t backoff_max_ns;     /* 0 = 2 s */
 };
 
+struct sel_rn;
 struct sel_rn_cmd;
 typedef void (*sel_rn_done_fn)(struct sel_rn_cmd *c, redisReply *reply, int err);
 
@@ -90,7 +97,9 @@ struct sel_rn_cmd {
 	/* Owned by the network from submission to done. */
 	struct sel_rn_cmd *prev, *next;
 	char *buf;
-	size_t len;
+	size_t len;              /* bytes of the command (without ASKING) */
+	struct iovec *seg;       /* the command as segments, or NULL: buf[0..len) */
+	uint32_t nseg;
 	void (*free_buf)(void *ctx, char *buf);
 	void *free_ctx;
 	struct sel_rn_conn *on;
@@ -110,6 +119,20 @@ struct sel_rn_cmd *sel_rn_cmd_argv(int argc, const char **argv, const size_t *ar
  * done (NULL: free()).  NULL when out of memory (buf is then released). */
 struct sel_rn_cmd *sel_rn_cmd_raw(char *buf, size_t len, void (*free_buf)(void *, char *),
 				  void *ctx);
+/* A command of segments seg[0..nseg) (a malloc'd array the command takes)
+ * in order; buf (may be NULL) holds the bytes of any segment the command
+ * owns and is released as for sel_rn_cmd_raw.  Segments that point
+ * elsewhere are read until the command is written completely: see
+ * sel_rn_cmd_detach.  NULL when out of memory (seg and buf released). */
+struct sel_rn_cmd *sel_rn_cmd_segs(struct iovec *seg, uint32_t nseg, char *buf,
+				   void (*free_buf)(void *, char *), void *ctx);
+/* Make c stop reading memory it does not own: a command not yet written
+ * completely gets its bytes copied into a buffer of its own (a command not
+ * started is left alone if its *cancel is set: it will not be written).
+ * On a copy that fails for memory, c's connection is closed (its commands
+ * fail) instead.  Call it from done of another command or from the I/O
+ * thread's own code, never with c completed. */
+void sel_rn_cmd_detach(struct sel_rn *n, struct sel_rn_cmd *c);
 
 struct sel_rn;
 

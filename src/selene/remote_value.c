@@ -7,10 +7,14 @@
  *   Every value starts with a 120-byte header naming what it is -- kind,
  *   protection, offload identity, layout fingerprint, record key, window
  *   index, payload length, the generation of the put that wrote it and,
- *   encrypted, the nonce -- and ends with a tag over header and payload:
- *   XXH3-64 without a key (catches damage, not forgery), keyed BLAKE2b-256
- *   with a key, or XChaCha20-Poly1305 with the header as associated data
- *   when encrypting.  A reader checks structure, then the protection its
+ *   encrypted, the nonce -- and ends with a tag: keyed BLAKE2b-256 over
+ *   header and payload with a key, XChaCha20-Poly1305 with the header as
+ *   associated data when encrypting, or, without a key, XXH3-64 (catches
+ *   damage, not forgery) over a manifest's header and payload and over a
+ *   window's header only -- a window's payload is pages and row bytes the
+ *   manifest's checksums cover, and every reader checks those.  Sealing
+ *   (header and tag for payload that stays where it is) lets a writer send
+ *   a window straight from the caller's pages.  A reader checks structure, then the protection its
  *   configuration demands (with a key, an unauthenticated value is refused:
  *   someone without the key wrote it), then integrity, then that the
  *   fields name exactly the value it asked for, so a value copied under
@@ -26,7 +30,8 @@
  *   a suffix fetch whole windows and check each page as it lands.
  *
  * INVARIANTS
- *   1. decode(encode(h, p)) gives back h and p under the same keys.
+ *   1. decode(encode(h, p)) gives back h and p under the same keys, and
+ *      encode(h, p) == sealed header || p || sealed tag (but encrypted).
  *   2. Every value is at most SEL_RV_VALUE_MAX bytes.
  *   3. The windows of a layout cover [0, tail) pages and [0, row) row bytes
  *      exactly once, in order, each at most cap bytes.
@@ -234,48 +239,100 @@ static void put_header(uint8_t *b, const struct sel_rv_hdr *h, enum sel_rv_prot 
 	memset(b + OFF_NONCE, 0, NONCE_BYTES);
 }
 
-int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
-		  const struct iovec *iov, uint32_t n, uint8_t *out, size_t cap)
+/* Without a key a window's tag covers its header only: its payload is
+ * pages and row bytes that the manifest's checksums cover, and every
+ * reader checks those, so hashing the payload twice would buy nothing.  A
+ * manifest's tag covers all of it (its checksums are its payload). */
+static bool tag_covers_payload(unsigned kind, enum sel_rv_prot prot)
 {
-	enum sel_rv_prot prot = prot_of(k);
-	size_t total = sel_rv_value_bytes(k, h->payload);
+	return prot != SEL_RV_CHECKSUM || kind == SEL_RV_KIND_MANIFEST;
+}
+
+static int check_hdr(const struct sel_rv_keys *k, const struct sel_rv_hdr *h)
+{
 	if (h->kind != SEL_RV_KIND_MANIFEST && h->kind != SEL_RV_KIND_WINDOW)
 		return eos_fail(-EINVAL, "remote value: kind %u", h->kind);
 	if (!h->generation)
 		return eos_fail(-EINVAL, "remote value: generation 0");
-	if (total > SEL_RV_VALUE_MAX)
+	if (sel_rv_value_bytes(k, h->payload) > SEL_RV_VALUE_MAX)
 		return eos_fail(-EINVAL, "remote value: %u payload bytes make a value beyond %u",
 				h->payload, SEL_RV_VALUE_MAX);
-	if (cap < total)
-		return eos_fail(-ENOBUFS, "remote value: %zu bytes needed, %zu given", total, cap);
+	return 0;
+}
+
+static int check_pieces(const struct sel_rv_hdr *h, const struct iovec *iov, uint32_t n)
+{
 	uint64_t sum = 0;
-	uint8_t *p = out + SEL_RV_HEADER;
 	for (uint32_t i = 0; i < n; i++) {
 		if (iov[i].iov_len > h->payload - sum)
 			return eos_fail(-EINVAL, "remote value: pieces exceed %u payload bytes",
 					h->payload);
-		memcpy(p + sum, iov[i].iov_base, iov[i].iov_len);
 		sum += iov[i].iov_len;
 	}
 	if (sum != h->payload)
 		return eos_fail(-EINVAL, "remote value: pieces of %llu bytes for a payload of %u",
 				(unsigned long long)sum, h->payload);
-	put_header(out, h, prot);
-	uint8_t *tag = out + SEL_RV_HEADER + h->payload;
-	switch (prot) {
-	case SEL_RV_CHECKSUM:
-		sel_put_u64(tag, XXH3_64bits(out, SEL_RV_HEADER + h->payload));
-		break;
-	case SEL_RV_MAC:
-		crypto_generichash(tag, 32, out, SEL_RV_HEADER + h->payload, k->mac, sizeof k->mac);
-		break;
-	case SEL_RV_AEAD:
-		randombytes_buf(out + OFF_NONCE, NONCE_BYTES);
-		crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
-			p, tag, NULL, p, h->payload, out, SEL_RV_HEADER, NULL, out + OFF_NONCE,
-			k->aead);
-		break;
+	return 0;
+}
+
+int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
+		const struct iovec *iov, uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag)
+{
+	enum sel_rv_prot prot = prot_of(k);
+	int rc = check_hdr(k, h);
+	if (!rc && prot == SEL_RV_AEAD)
+		rc = eos_fail(-EINVAL, "remote value: an encrypted value cannot be sealed in place");
+	if (!rc)
+		rc = check_pieces(h, iov, n);
+	if (rc)
+		return rc;
+	put_header(hdr, h, prot);
+	bool all = tag_covers_payload(h->kind, prot);
+	if (prot == SEL_RV_CHECKSUM) {
+		XXH3_state_t st;
+		XXH3_64bits_reset(&st);
+		XXH3_64bits_update(&st, hdr, SEL_RV_HEADER);
+		for (uint32_t i = 0; all && i < n; i++)
+			XXH3_64bits_update(&st, iov[i].iov_base, iov[i].iov_len);
+		sel_put_u64(tag, XXH3_64bits_digest(&st));
+		return 8;
 	}
+	crypto_generichash_state st;
+	crypto_generichash_init(&st, k->mac, sizeof k->mac, 32);
+	crypto_generichash_update(&st, hdr, SEL_RV_HEADER);
+	for (uint32_t i = 0; i < n; i++)
+		crypto_generichash_update(&st, iov[i].iov_base, iov[i].iov_len);
+	crypto_generichash_final(&st, tag, 32);
+	return 32;
+}
+
+int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
+		  const struct iovec *iov, uint32_t n, uint8_t *out, size_t cap)
+{
+	enum sel_rv_prot prot = prot_of(k);
+	int rc = check_hdr(k, h);
+	if (rc || (rc = check_pieces(h, iov, n)))
+		return rc;
+	size_t total = sel_rv_value_bytes(k, h->payload);
+	if (cap < total)
+		return eos_fail(-ENOBUFS, "remote value: %zu bytes needed, %zu given", total, cap);
+	uint8_t *p = out + SEL_RV_HEADER;
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(p + at, iov[i].iov_base, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+	uint8_t *tag = p + h->payload;
+	if (prot != SEL_RV_AEAD) {
+		struct iovec one = {p, h->payload};
+		rc = sel_rv_seal(k, h, &one, 1, out, tag);
+		return rc < 0 ? rc : (int)total;
+	}
+	put_header(out, h, prot);
+	randombytes_buf(out + OFF_NONCE, NONCE_BYTES);
+	crypto_aead_xchacha20poly1305_ietf_encrypt_detached(p, tag, NULL, p, h->payload, out,
+							    SEL_RV_HEADER, NULL, out + OFF_NONCE,
+							    k->aead);
 	return (int)total;
 }
 
@@ -326,7 +383,8 @@ int sel_rv_decode(const struct sel_rv_keys *k, const struct sel_rv_hdr *want, ui
 	uint8_t *p = buf + SEL_RV_HEADER, *tag = p + pl;
 	switch (prot) {
 	case SEL_RV_CHECKSUM:
-		if (XXH3_64bits(buf, SEL_RV_HEADER + pl) != sel_get_u64(tag))
+		if (XXH3_64bits(buf, SEL_RV_HEADER + (tag_covers_payload(kind, prot) ? pl : 0)) !=
+		    sel_get_u64(tag))
 			return eos_fail(SEL_ECORRUPT, "remote %s: the value fails its checksum", w);
 		break;
 	case SEL_RV_MAC: {

@@ -52,7 +52,7 @@ enum sel_rv_kind {
 
 /* How a value is protected (byte 6 of its header). */
 enum sel_rv_prot {
-	SEL_RV_CHECKSUM = 0, /* no key: XXH3-64 over header and payload */
+	SEL_RV_CHECKSUM = 0, /* no key: XXH3-64 over the header (and a manifest's payload) */
 	SEL_RV_MAC = 1,      /* key: keyed BLAKE2b-256 over header and payload */
 	SEL_RV_AEAD = 2,     /* key, encryption: XChaCha20-Poly1305, header as AD */
 };
@@ -102,6 +102,15 @@ size_t sel_rv_value_bytes(const struct sel_rv_keys *k, size_t payload);
  * or -ENOBUFS. */
 int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
 		  const struct iovec *iov, uint32_t n, uint8_t *out, size_t cap);
+
+/* The header and the tag of a value whose payload stays in iov[0..n)
+ * (checksum and MAC protection; -EINVAL under encryption, whose payload is
+ * ciphertext and has to be written): header into hdr, tag into tag (32
+ * bytes of room), returns the tag's bytes.  The value is header, the
+ * pieces in order, then the tag -- what sel_rv_encode writes into one
+ * buffer.  Errors as sel_rv_encode. */
+int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
+		const struct iovec *iov, uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag);
 
 /* Decode and verify the value buf[0..len) in place (an encrypted payload
  * is decrypted where it lies).  want names the value expected: kind,
