@@ -5,7 +5,8 @@
  *
  * The first byte picks the parser, the rest is its input:
  *   0  a MOVED / ASK error text (sel_rc_redirect_parse)
- *   1  RESP bytes, decoded by hiredis's reader, as a CLUSTER SLOTS reply
+ *   1  RESP bytes, decoded by hiredis's reader with the connections' bounded
+ *      reply builders (sel_rn_reader_create), as a CLUSTER SLOTS reply
  *      (sel_rc_slotmap_parse)
  *   2  a remote URL (sel_ru_parse)
  *   3  a value under no key, a MAC key or an AEAD key (sel_rv_decode; the
@@ -32,6 +33,7 @@
 
 #include "record.h"
 #include "remote_cluster.h"
+#include "remote_conn.h"
 #include "remote_url.h"
 #include "remote_value.h"
 
@@ -65,30 +67,9 @@ static void fuzz_redirect(const uint8_t *d, size_t n)
 
 static struct sel_rc_slotmap map;
 
-/* hiredis 0.14 allocates a multi-bulk's element array when it reads the
- * header, with no limit (hiredis 1.0 has one): a header like "*389012345"
- * is an allocation of gigabytes inside the library, not a bug of ours.
- * Leave such inputs out (docs/remote.md names the limitation). */
-static bool huge_array(const uint8_t *d, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (d[i] != '*')
-			continue;
-		uint64_t v = 0;
-		size_t j = i + 1;
-		while (j < n && j < i + 12 && d[j] >= '0' && d[j] <= '9')
-			v = v * 10 + (uint64_t)(d[j++] - '0');
-		if (v > 100000)
-			return true;
-	}
-	return false;
-}
-
 static void fuzz_slotmap(const uint8_t *d, size_t n)
 {
-	if (huge_array(d, n))
-		return;
-	redisReader *r = redisReaderCreate();
+	redisReader *r = sel_rn_reader_create(); /* the connections' bounded builders */
 	if (!r)
 		return;
 	void *rep = NULL;

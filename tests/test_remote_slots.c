@@ -7,6 +7,7 @@
  * message.
  */
 #include "remote_cluster.h"
+#include "remote_conn.h"
 #include "testutil.h"
 
 #include <hiredis/hiredis.h>
@@ -119,10 +120,10 @@ static void test_redirects(void)
 	CHECK_RC(sel_rc_redirect_parse("MOVED 5 a:1\0zz", 14, &rd), SEL_EFORMAT);
 }
 
-/* Decode RESP bytes with hiredis's reader, as the connection does. */
+/* Decode RESP bytes with the connections' bounded reader. */
 static redisReply *decode(const char *resp, size_t len)
 {
-	redisReader *rd = redisReaderCreate();
+	redisReader *rd = sel_rn_reader_create();
 	CHECK(rd);
 	CHECK(redisReaderFeed(rd, resp, len) == REDIS_OK);
 	void *rep = NULL;
@@ -229,8 +230,37 @@ static void test_slot_map(void)
 	free(m);
 }
 
+/* A server announcing a huge reply gets a reader error, not an abort in
+ * libhiredis 0.14's allocator. */
+static void test_bounded_replies(void)
+{
+	static const char *huge[] = {"*3999999999\r\n", "*2000000\r\n", "*1\r\n*1048577\r\n"};
+	for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+		redisReader *rd = sel_rn_reader_create();
+		CHECK(redisReaderFeed(rd, huge[i], strlen(huge[i])) == REDIS_OK);
+		void *rep = NULL;
+		CHECK(redisReaderGetReply(rd, &rep) == REDIS_ERR && !rep);
+		redisReaderFree(rd);
+	}
+	/* The largest array allowed, and nested values, decode and free. */
+	redisReader *rd = sel_rn_reader_create();
+	const char *ok = "*3\r\n$3\r\nabc\r\n:-7\r\n*2\r\n$-1\r\n+OK\r\n";
+	CHECK(redisReaderFeed(rd, ok, strlen(ok)) == REDIS_OK);
+	void *rep = NULL;
+	CHECK(redisReaderGetReply(rd, &rep) == REDIS_OK && rep);
+	redisReply *r = rep;
+	CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+	CHECK(r->element[0]->len == 3 && strcmp(r->element[0]->str, "abc") == 0);
+	CHECK(r->element[1]->integer == -7 && r->element[2]->elements == 2);
+	CHECK(r->element[2]->element[0]->type == REDIS_REPLY_NIL);
+	CHECK(r->element[2]->element[1]->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	redisReaderFree(rd);
+}
+
 int main(void)
 {
+	test_bounded_replies();
 	test_crc_and_slots();
 	test_redirects();
 	test_slot_map();

@@ -136,6 +136,12 @@ void sel_rn_cmd_detach(struct sel_rn *n, struct sel_rn_cmd *c);
 
 struct sel_rn;
 
+/* A libhiredis reader whose replies are bounded (at most 2^20 elements, a
+ * string of at most 64 MiB): a reply beyond is a reader error, not an
+ * allocation hiredis 0.14 would abort on.  Every connection reads with
+ * these builders; tests and the fuzz target use this reader. */
+redisReader *sel_rn_reader_create(void);
+
 /* Open the network for url: nothing is sent yet; connections start at the
  * first sel_rn_run.  counters must outlive it.  0, -ENOMEM. */
 int sel_rn_open(const struct sel_ru_url *url, const struct sel_rn_opts *o,
