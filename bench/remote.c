@@ -26,8 +26,8 @@
  * (records per trial, default 2: 128 MiB), BENCH_TRIALS (default 9),
  * BENCH_LOOKUPS (default 2000), BENCH_PUT_WINDOWS / BENCH_CLAIM_WINDOWS
  * (the client's windows in flight; 0 = its defaults), BENCH_VERBOSE=1 (the
- * process's CPU share during each put and claim phase).  Exits 77 without
- * redis-server or redis-benchmark.
+ * process's CPU share during each put and claim phase).  Without
+ * redis-server or redis-benchmark it says so and exits 0 (make bench).
  */
 #include <poll.h>
 #include <stdio.h>
@@ -326,13 +326,14 @@ static void report(const char *suffix, const struct run *x, int n)
 
 int main(void)
 {
+	/* Not an error for make bench, which runs every benchmark. */
 	if (!rfx_available()) {
 		printf("skip: redis-server is not installed (scripts/install-deps)\n");
-		return 77;
+		return 0;
 	}
 	if (system("command -v redis-benchmark >/dev/null") != 0) {
 		printf("skip: redis-benchmark is not installed (redis-tools)\n");
-		return 77;
+		return 0;
 	}
 	const char *base = getenv("BENCH_DIR");
 	if (!base || !*base)
