@@ -630,6 +630,29 @@ int rfx_claim_check(sel_remote *r, sel_remote_hit *hit)
 	return ev.error;
 }
 
+uint64_t rfx_claim_async(sel_remote *r, sel_remote_hit *hit, uint8_t **mem)
+{
+	uint64_t total = 0;
+	for (uint32_t j = 0; j < hit->n_nodes; j++)
+		total += (hit->node[j].tail - hit->node[j].skip) * hit->node[j].stride;
+	*mem = malloc(total + hit->row_bytes + 1);
+	void **pages = malloc((hit->pages ? hit->pages : 1) * sizeof(void *));
+	CHECK(*mem && pages);
+	uint64_t at = 0;
+	uint32_t pi = 0;
+	for (uint32_t j = 0; j < hit->n_nodes; j++)
+		for (uint32_t i = hit->node[j].skip; i < hit->node[j].tail; i++) {
+			pages[pi++] = *mem + at;
+			at += hit->node[j].stride;
+		}
+	struct iovec row = {*mem + total, hit->row_bytes};
+	struct sel_remote_dest d = {.pages = pages, .n_pages = hit->pages, .row = &row, .row_n = 1};
+	uint64_t id;
+	CHECK_OK(sel_remote_claim(r, hit, &d, 0, &id)); /* the client copies the arrays */
+	free(pages);
+	return id;
+}
+
 void rfx_wait_state(sel_remote *r, enum sel_rn_state want, uint64_t timeout_ns)
 {
 	uint64_t deadline = eos_now_ns() + timeout_ns;

@@ -108,6 +108,9 @@ struct sel_remote_event rfx_lookup(sel_remote *r, const sel_history *h, uint64_t
 /* Claim a hit into fresh buffers, wait, and when it succeeds check every
  * byte against rfx_fill.  Returns the event's error (0 on success). */
 int rfx_claim_check(sel_remote *r, sel_remote_hit *hit);
+/* Submit a claim of hit into fresh buffers (*mem, freed by the caller
+ * after the event) without waiting or checking bytes: the op id. */
+uint64_t rfx_claim_async(sel_remote *r, sel_remote_hit *hit, uint8_t **mem);
 /* Wait (deadline timeout_ns) until the client's state is want. */
 void rfx_wait_state(sel_remote *r, enum sel_rn_state want, uint64_t timeout_ns);
 /* Open a client on url for t with test-sized settings. */

@@ -193,19 +193,8 @@ static void test_killed_master(sel_remote *r)
 	struct sel_remote_event ev = rfx_lookup(r, &hist[x], 0, 1100);
 	CHECK(ev.result == SEL_REMOTE_HIT);
 	rfx_signal(&node[victim], SIGSTOP);
-	uint64_t total = 0;
-	for (uint32_t j = 0; j < ev.hit->n_nodes; j++)
-		total += (ev.hit->node[j].tail - ev.hit->node[j].skip) * ev.hit->node[j].stride;
-	uint8_t *mem = malloc(total + ev.hit->row_bytes);
-	void *pages[64];
-	CHECK(ev.hit->pages <= 64);
-	for (uint32_t p = 0; p < ev.hit->pages; p++)
-		pages[p] = mem + p * ev.hit->node[0].stride;
-	struct iovec row = {mem + total, ev.hit->row_bytes};
-	struct sel_remote_dest d = {.pages = pages, .n_pages = ev.hit->pages, .row = &row, .row_n = 1};
-	uint64_t id;
-	CHECK(ev.hit->n_nodes == 1);
-	CHECK_OK(sel_remote_claim(r, ev.hit, &d, 0, &id));
+	uint8_t *mem;
+	uint64_t id = rfx_claim_async(r, ev.hit, &mem);
 	rfx_kill(&node[victim]);
 	ev = rfx_wait(r, id, 30 * SEC);
 	CHECKF(ev.result == SEL_REMOTE_FAILED && ev.error < 0, "claim on a killed master: %d %d",

@@ -563,6 +563,45 @@ static void value_want(const struct sel_remote *r, uint8_t kind, const sel_key *
 static void put_pump(struct op *o);
 static void cl_pump(struct op *o);
 
+/* Hand a built op to the I/O thread: its queue's bound, an id, the
+ * submission list, a wake-up.  On failure o is freed (with a claim's hit)
+ * and nothing else changes.  The lock guards only these links and counts. */
+static int submit(struct sel_remote *r, struct op *o, uint64_t *id)
+{
+	static const char *const what[] = {"", "put", "lookup", "claim"};
+	uint32_t *queued = o->kind == SEL_REMOTE_OP_PUT ? &r->n_put
+			   : o->kind == SEL_REMOTE_OP_LOOKUP ? &r->n_lookup : &r->n_claim;
+	uint32_t bound = o->kind == SEL_REMOTE_OP_PUT ? r->cfg.put_queue
+			 : o->kind == SEL_REMOTE_OP_LOOKUP ? r->cfg.lookup_queue : r->cfg.claim_queue;
+	const char *name = what[o->kind];
+	o->submit_ns = eos_now_ns();
+	pthread_mutex_lock(&r->mu);
+	if (r->closing || *queued >= bound) {
+		bool closing = r->closing;
+		pthread_mutex_unlock(&r->mu);
+		enum sel_remote_op kind = o->kind;
+		op_free(o);
+		if (closing)
+			return eos_fail(SEL_ESTOPPED, "remote %s: the client is closing", name);
+		count(kind == SEL_REMOTE_OP_PUT ? &r->ct.skipped
+		      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups_refused : &r->ct.claims_refused,
+		      1);
+		return eos_fail(-EAGAIN, "remote %s: the queue of %u is full", name, bound);
+	}
+	(*queued)++;
+	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
+	enum sel_remote_op kind = o->kind;
+	ol_push(&r->sub, o);
+	pthread_mutex_unlock(&r->mu);
+	count(kind == SEL_REMOTE_OP_PUT ? &r->ct.puts
+	      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups : &r->ct.claims, 1);
+	uint64_t one = 1;
+	ssize_t w = write(r->wake_fd, &one, sizeof one);
+	(void)w;
+	*id = my_id;
+	return 0;
+}
+
 /* Give window budget freed by a reply or a finished op to the active ops
  * of kind, oldest first. */
 static void pump_all(struct sel_remote *r, enum sel_remote_op kind)
@@ -873,31 +912,7 @@ int sel_remote_put(sel_remote *r, const struct sel_remote_put *p, uint64_t *id)
 		o->u.p.in.created_ns = eos_wall_ns();
 	int ml = sel_rv_manifest_name(&r->names, &p->d.key, o->u.p.mname);
 	o->u.p.slot = slot_of(o->u.p.mname, ml);
-	o->submit_ns = eos_now_ns();
-
-	pthread_mutex_lock(&r->mu);
-	if (r->closing) {
-		pthread_mutex_unlock(&r->mu);
-		op_free(o);
-		return eos_fail(SEL_ESTOPPED, "remote put: the client is closing");
-	}
-	if (r->n_put >= r->cfg.put_queue) {
-		pthread_mutex_unlock(&r->mu);
-		op_free(o);
-		count(&r->ct.skipped, 1);
-		return eos_fail(-EAGAIN, "remote put: the queue of %u puts is full",
-				r->cfg.put_queue);
-	}
-	r->n_put++;
-	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
-	ol_push(&r->sub, o);
-	pthread_mutex_unlock(&r->mu);
-	count(&r->ct.puts, 1);
-	uint64_t one = 1;
-	ssize_t w = write(r->wake_fd, &one, sizeof one);
-	(void)w;
-	*id = my_id;
-	return 0;
+	return submit(r, o, id);
 }
 
 /* ---- Lookup -------------------------------------------------------------- */
@@ -1285,30 +1300,7 @@ int sel_remote_lookup(sel_remote *r, const sel_history *h, uint64_t resident, ui
 	for (uint64_t k = o->u.l.k_lo; k <= o->u.l.k_hi; k++)
 		o->u.l.bounds[k - o->u.l.k_lo] = *sel_history_bound(h, k);
 	memcpy(o->u.l.tok, h->tokens + o->u.l.k_lo * SEL_BUCKET_TOKENS, nt * sizeof *o->u.l.tok);
-	o->submit_ns = eos_now_ns();
-	pthread_mutex_lock(&r->mu);
-	if (r->closing) {
-		pthread_mutex_unlock(&r->mu);
-		op_free(o);
-		return eos_fail(SEL_ESTOPPED, "remote lookup: the client is closing");
-	}
-	if (r->n_lookup >= r->cfg.lookup_queue) {
-		pthread_mutex_unlock(&r->mu);
-		op_free(o);
-		count(&r->ct.lookups_refused, 1);
-		return eos_fail(-EAGAIN, "remote lookup: %u lookups are queued",
-				r->cfg.lookup_queue);
-	}
-	r->n_lookup++;
-	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
-	ol_push(&r->sub, o);
-	pthread_mutex_unlock(&r->mu);
-	count(&r->ct.lookups, 1);
-	uint64_t one = 1;
-	ssize_t w = write(r->wake_fd, &one, sizeof one);
-	(void)w;
-	*id = my_id;
-	return 0;
+	return submit(r, o, id);
 }
 
 void sel_remote_hit_free(sel_remote_hit *h)
@@ -1517,29 +1509,7 @@ int sel_remote_claim(sel_remote *r, sel_remote_hit *hit, const struct sel_remote
 			o->u.c.wins[o->u.c.n_wins++].w = w;
 		}
 	}
-	o->submit_ns = eos_now_ns();
-	pthread_mutex_lock(&r->mu);
-	if (r->closing) {
-		pthread_mutex_unlock(&r->mu);
-		rc = eos_fail(SEL_ESTOPPED, "remote claim: the client is closing");
-		goto fail;
-	}
-	if (r->n_claim >= r->cfg.claim_queue) {
-		pthread_mutex_unlock(&r->mu);
-		count(&r->ct.claims_refused, 1);
-		rc = eos_fail(-EAGAIN, "remote claim: %u claims are queued", r->cfg.claim_queue);
-		goto fail;
-	}
-	r->n_claim++;
-	uint64_t my_id = o->id = ++r->next_id; /* o is the I/O thread's once linked */
-	ol_push(&r->sub, o);
-	pthread_mutex_unlock(&r->mu);
-	count(&r->ct.claims, 1);
-	uint64_t one = 1;
-	ssize_t w = write(r->wake_fd, &one, sizeof one);
-	(void)w;
-	*id = my_id;
-	return 0;
+	return submit(r, o, id);
 fail:
 	if (rc == -ENOMEM)
 		eos_fail(rc, "remote claim: out of memory");
