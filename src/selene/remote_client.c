@@ -24,12 +24,16 @@
  *   while it is unfinished: after its event nothing writes them.
  *
  *   Put: EXISTS of the manifest and every window (pipelined, one key per
- *   command so a slot in migration answers ASK, not TRYAGAIN), then -- unless all are there -- the windows (two in flight per
- *   put, two puts at a time, on the bulk lane), the manifest, and the
- *   bucket entry (SADD) with the bucket's expiry.  Without a max age the
- *   windows are written with a provisional expiry that PERSIST clears
- *   once the manifest is in: a put cut short leaves nothing that lasts.
- *   Page checksums are computed as the windows are encoded.
+ *   command so a slot in migration answers ASK, not TRYAGAIN), then --
+ *   unless all are there -- the windows, the manifest, and the bucket entry
+ *   (SADD) with the bucket's expiry.  Windows go out sealed (header and tag
+ *   around the caller's pages, no copy; encrypted ones from a buffer), one
+ *   at a time on each of the node's bulk connections, within a client-wide
+ *   budget of windows in flight shared by the puts running (two at a time,
+ *   oldest first).  Without a max age the windows are written with a
+ *   provisional expiry that PERSIST clears once the manifest is in: a put
+ *   cut short leaves nothing that lasts.  Page checksums are computed as
+ *   the windows are sealed.
  *
  *   Lookup (design 2.3 on Redis): one SMEMBERS per aligned boundary from
  *   the limit down to the resident count, pipelined; members whose key is
@@ -41,10 +45,13 @@
  *   and EXISTS finds every window the restore needs.  A candidate that
  *   fails any of this gives way to the next.
  *
- *   Claim: GET of the needed windows, four in flight, each value decoded
- *   (authenticated, decrypted in place) and copied to its page buffers;
- *   every page is checked against the manifest's XXH3-64 as it completes
- *   and the row against the header's row checksum at the end.
+ *   Claim: GET of the needed windows within a client-wide budget (two in
+ *   flight), each value decoded (authenticated, decrypted in place) and
+ *   copied to its page buffers; every page is checked against the
+ *   manifest's XXH3-64 as it completes and the row against the header's row
+ *   checksum at the end.  A value bad in itself gets its record's manifest
+ *   deleted (refused()), so the record stops being found and its next put
+ *   writes it again.
  *
  * INVARIANTS
  *   1. Every op submitted successfully produces exactly one event.
