@@ -193,7 +193,6 @@ struct sel_remote {
 	struct sel_rv_keys keys;
 	struct sel_rv_names names;
 	uint32_t cap;          /* window payload bytes */
-	uint64_t provisional_ms;
 	/* Shared with the caller's thread, under mu. */
 	pthread_mutex_t mu;
 	struct op_list sub;
@@ -629,11 +628,16 @@ static void pump_all(struct sel_remote *r, enum sel_remote_op kind)
 
 /* ---- Put ----------------------------------------------------------------- */
 
-static uint64_t put_ttl_ms(const struct sel_remote *r, bool window)
+/* The expiry of a put's keys: the max age; without one, none for the
+ * manifest and, for the windows until PERSIST, twice the put's deadline
+ * plus a minute -- longer than the put can take, short enough that what a
+ * put cut short leaves goes away. */
+static uint64_t put_ttl_ms(const struct op *o, bool window)
 {
+	const struct sel_remote *r = o->r;
 	if (r->cfg.max_age_ns)
 		return r->cfg.max_age_ns / MS ? r->cfg.max_age_ns / MS : 1;
-	return window ? r->provisional_ms : 0;
+	return window ? 2 * (o->deadline_ns - o->start_ns) / MS + 60000 : 0;
 }
 
 /* The payload pieces of window w of a put. */
@@ -690,7 +694,7 @@ static void put_pump(struct op *o)
 		h.payload = (uint32_t)e.len;
 		int err = 0;
 		struct sel_rn_cmd *c = set_window_cmd(r, key, (size_t)kl, &h, o->u.p.iov, n,
-						      put_ttl_ms(r, true), &err);
+						      put_ttl_ms(o, true), &err);
 		if (!c) {
 			put_fail(o, err);
 			return;
@@ -706,35 +710,48 @@ static void put_pump(struct op *o)
 	}
 }
 
+static void put_done(struct op *o)
+{
+	finish(o, o->u.p.present ? SEL_REMOTE_PRESENT : SEL_REMOTE_STORED, 0, NULL,
+	       o->u.p.present ? 0 : o->u.p.in.d.tail * o->u.p.lay.stride + o->u.p.lay.row);
+}
+
+/* After the manifest: announce the record in its bucket (only a record
+ * with its row can be an endpoint; a page-only one is found through its
+ * children's parent links) and, without a max age, end the windows'
+ * provisional expiry. */
 static void put_bucket(struct op *o)
 {
 	struct sel_remote *r = o->r;
-	char bkey[SEL_RV_NAME_MAX], member[SEL_RECORD_NAME_MAX];
-	int bl = sel_rv_bucket_name(&r->names, &o->u.p.in.d.bucket, bkey);
-	sel_record_name(&o->u.p.in.d.key, member);
-	int32_t bslot = slot_of(bkey, bl);
+	int rc;
 	o->u.p.step = P_BUCKET;
 	o->u.p.pending = 0;
-	const char *sadd[] = {"SADD", bkey, member};
-	size_t sl[] = {4, (size_t)bl, strlen(member)};
-	int rc = issue_argv(o, 0, bslot, SEL_RN_BULK, false, 3, sadd, sl);
-	if (rc) {
-		put_fail(o, rc);
-		return;
-	}
-	o->u.p.pending++;
-	if (r->cfg.max_age_ns) {
-		char ms[24];
-		int ml = snprintf(ms, sizeof ms, "%llu", (unsigned long long)put_ttl_ms(r, false));
-		const char *pe[] = {"PEXPIRE", bkey, ms};
-		size_t pl[] = {7, (size_t)bl, (size_t)ml};
-		if ((rc = issue_argv(o, 0, bslot, SEL_RN_BULK, false, 3, pe, pl))) {
+	if (o->u.p.in.has_row) {
+		char bkey[SEL_RV_NAME_MAX], member[SEL_RECORD_NAME_MAX];
+		int bl = sel_rv_bucket_name(&r->names, &o->u.p.in.d.bucket, bkey);
+		sel_record_name(&o->u.p.in.d.key, member);
+		int32_t bslot = slot_of(bkey, bl);
+		const char *sadd[] = {"SADD", bkey, member};
+		size_t sl[] = {4, (size_t)bl, strlen(member)};
+		if ((rc = issue_argv(o, 0, bslot, SEL_RN_BULK, false, 3, sadd, sl))) {
 			put_fail(o, rc);
 			return;
 		}
 		o->u.p.pending++;
-	} else if (!o->u.p.present) {
-		/* The windows' provisional expiry ends: the manifest is in. */
+		if (r->cfg.max_age_ns) {
+			char ms[24];
+			int ml = snprintf(ms, sizeof ms, "%llu",
+					  (unsigned long long)put_ttl_ms(o, false));
+			const char *pe[] = {"PEXPIRE", bkey, ms};
+			size_t pl[] = {7, (size_t)bl, (size_t)ml};
+			if ((rc = issue_argv(o, 0, bslot, SEL_RN_BULK, false, 3, pe, pl))) {
+				put_fail(o, rc);
+				return;
+			}
+			o->u.p.pending++;
+		}
+	}
+	if (!r->cfg.max_age_ns && !o->u.p.present) {
 		for (uint32_t w = 0; w < o->u.p.lay.windows; w++) {
 			char key[SEL_RV_NAME_MAX];
 			int kl = sel_rv_window_name(&r->names, &o->u.p.in.d.key, w, key);
@@ -747,6 +764,8 @@ static void put_bucket(struct op *o)
 			o->u.p.pending++;
 		}
 	}
+	if (!o->u.p.pending)
+		put_done(o);
 }
 
 static void put_manifest(struct op *o)
@@ -773,7 +792,7 @@ static void put_manifest(struct op *o)
 	struct iovec iov = {m, (size_t)rc};
 	int err = 0;
 	struct sel_rn_cmd *c = set_value_cmd(r, o->u.p.mname, strlen(o->u.p.mname), &h, &iov, 1,
-					     put_ttl_ms(r, false), &err);
+					     put_ttl_ms(o, false), &err);
 	free(m);
 	if (!c) {
 		put_fail(o, err);
@@ -859,9 +878,7 @@ static void put_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 		return;
 	case P_BUCKET:
 		if (--o->u.p.pending == 0)
-			finish(o, o->u.p.present ? SEL_REMOTE_PRESENT : SEL_REMOTE_STORED, 0, NULL,
-			       o->u.p.present ? 0
-					      : o->u.p.in.d.tail * o->u.p.lay.stride + o->u.p.lay.row);
+			put_done(o);
 		return;
 	}
 }
@@ -1607,6 +1624,46 @@ static void update_info(struct sel_remote *r, uint64_t now)
 	pthread_mutex_unlock(&r->info_mu);
 }
 
+#if defined(SEL_SANITIZED) || defined(SEL_DEBUG_CHECKS)
+/* Invariants of the I/O thread's state (INVARIANTS 2, 3): the window
+ * budgets and bulk lanes in use are exactly those of the running ops,
+ * every active op is unfinished and referenced, and the queues' counts
+ * cover what is active.  0 or -EINVAL with a message. */
+static int client_check(struct sel_remote *r)
+{
+	uint32_t put_wins = 0, claim_wins = 0, lanes = 0, running = 0, n[4] = {0};
+	for (const struct op *o = r->active.head; o; o = o->next) {
+		if (o->finished || o->refs < 1 || !o->started)
+			return eos_fail(-EINVAL, "remote: active op %llu finished, unreferenced or "
+					"not started", (unsigned long long)o->id);
+		n[o->kind]++;
+		if (o->kind == SEL_REMOTE_OP_PUT) {
+			running++;
+			put_wins += o->u.p.inflight;
+			if (lanes & o->u.p.lanes)
+				return eos_fail(-EINVAL, "remote: two puts on one bulk lane");
+			lanes |= o->u.p.lanes;
+		} else if (o->kind == SEL_REMOTE_OP_CLAIM) {
+			claim_wins += o->u.c.inflight;
+		}
+	}
+	for (const struct op *o = r->put_wait.head; o; o = o->next)
+		n[SEL_REMOTE_OP_PUT]++;
+	if (put_wins != r->put_wins || claim_wins != r->claim_wins || lanes != r->bulk_busy ||
+	    running != r->puts_running || put_wins > r->put_budget || claim_wins > r->claim_budget)
+		return eos_fail(-EINVAL, "remote: windows in flight %u/%u puts, %u/%u claims, lanes "
+				"0x%x/0x%x, %u/%u puts running", put_wins, r->put_wins, claim_wins,
+				r->claim_wins, lanes, r->bulk_busy, running, r->puts_running);
+	pthread_mutex_lock(&r->mu);
+	bool over = n[SEL_REMOTE_OP_PUT] > r->n_put || n[SEL_REMOTE_OP_LOOKUP] > r->n_lookup ||
+		    n[SEL_REMOTE_OP_CLAIM] > r->n_claim || r->ring_n > r->ring_cap;
+	pthread_mutex_unlock(&r->mu);
+	if (over)
+		return eos_fail(-EINVAL, "remote: more ops active than queued");
+	return 0;
+}
+#endif
+
 static void *io_main(void *arg)
 {
 	struct sel_remote *r = arg;
@@ -1656,6 +1713,12 @@ static void *io_main(void *arg)
 		pump_all(r, SEL_REMOTE_OP_PUT); /* budget freed by ops that finished early */
 		pump_all(r, SEL_REMOTE_OP_CLAIM);
 		update_info(r, now);
+#if defined(SEL_SANITIZED) || defined(SEL_DEBUG_CHECKS)
+		if (client_check(r)) { /* after every pass, in the sanitizer builds */
+			fprintf(stderr, "selene: %s\n", sel_errmsg());
+			abort();
+		}
+#endif
 		if (closing && !r->active.head && !r->put_wait.head)
 			break;
 		/* Write what the ops just queued, then sleep. */
@@ -1738,9 +1801,6 @@ int sel_remote_open(const struct sel_remote_config *cfg, sel_remote **out)
 		r->cfg.restore_rate_bps = 8ull << 20;
 	if (!r->cfg.max_buckets)
 		r->cfg.max_buckets = 4096;
-	/* A put cut short must not leave windows for ever: twice the longest
-	 * put plus a minute. */
-	r->provisional_ms = 2 * sel_remote_claim_budget_ns(r, 64ull << 30) / MS + 60000;
 	r->pool_size = sel_rv_value_bytes(&r->keys, r->cap) + 2 * SEL_RV_NAME_MAX + 128;
 	r->put_budget = cfg->put_windows ? cfg->put_windows : PUT_WINDOWS_INFLIGHT;
 	r->claim_budget = cfg->claim_windows ? cfg->claim_windows : CLAIM_WINDOWS_INFLIGHT;

@@ -923,6 +923,12 @@ static void map_done(struct sel_rn_cmd *c, redisReply *reply, int err)
 		return;
 	}
 	int rc = sel_rc_slotmap_parse(reply, k->node->addr.host, n->scratch);
+#if defined(SEL_SANITIZED) || defined(SEL_DEBUG_CHECKS)
+	if (!rc && sel_rc_slotmap_check(n->scratch)) {
+		fprintf(stderr, "selene: %s\n", sel_errmsg());
+		abort();
+	}
+#endif
 	if (rc) {
 		set_error(n, "%s", eos_errmsg());
 		n->refresh_due = true;
@@ -1189,6 +1195,13 @@ void sel_rn_run(struct sel_rn *n, const struct pollfd *pfd, int nfds, uint64_t n
 		for (int l = 0; l < SEL_RN_LANES; l++)
 			conn_write(&n->node[i]->conn[l], now);
 	deliver_failed(n);
+#if defined(SEL_SANITIZED) || defined(SEL_DEBUG_CHECKS)
+	/* The checker after every run in the sanitizer builds (STYLE.md 9). */
+	if (sel_rn_check(n)) {
+		fprintf(stderr, "selene: %s\n", sel_errmsg());
+		abort();
+	}
+#endif
 }
 
 uint64_t sel_rn_inflight(const struct sel_rn *n)
