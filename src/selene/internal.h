@@ -21,6 +21,15 @@ void sel_crypto_init(void);
  * restore reads exactly the chain that was verified. */
 void sel_chain_digest_add(sel_digest *acc, const sel_key *k, uint32_t pages);
 
+/* key.c: the key of the first c tokens from the boundary digest at c / 64
+ * and the c % 64 tokens after that boundary -- sel_history_key_at for a
+ * caller that holds only that part of a history (the remote lookup, which
+ * runs off the worker thread on a copy of the new tokens). */
+struct sel_digest;
+struct sel_key;
+void sel_key_from_bound(const struct sel_digest *bound, const uint32_t *rest, uint64_t c,
+			struct sel_key *out);
+
 /* Little-endian field access for on-disk and hashed encodings. */
 static inline void sel_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static inline void sel_put_u32(uint8_t *p, uint32_t v)

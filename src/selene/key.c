@@ -246,3 +246,8 @@ char *sel_hex(const void *bytes, size_t n, char *out)
 	out[2 * n] = 0;
 	return out;
 }
+
+void sel_key_from_bound(const sel_digest *bound, const sel_token *rest, uint64_t c, sel_key *out)
+{
+	key_from(bound, rest, c, out);
+}
