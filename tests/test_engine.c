@@ -713,7 +713,11 @@ static void test_stop_from_callback(void)
 	CHECK(c->n == 3 && c->out.completion_tokens == 3);
 	struct et_ref ref;
 	et_reference(core, p, n, 200, NULL, &ref);
-	CHECK(!memcmp(c->tok, ref.tok, 3 * sizeof *c->tok));
+	/* The reference stops at the end token; ignore_eos only goes on past it,
+	 * so compare what the reference has (a prompt whose reply ends within
+	 * three tokens leaves it shorter). */
+	uint32_t k = ref.n < 3 ? ref.n : 3;
+	CHECK(k > 0 && !memcmp(c->tok, ref.tok, k * sizeof *c->tok));
 	et_ref_free(&ref);
 	hel_engine_stats st;
 	et_wait_stats(e, idle, NULL);
