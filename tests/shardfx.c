@@ -52,15 +52,11 @@ void sfx_identity(uint8_t out[SEL_IDENTITY_BYTES], int variant)
 
 void sfx_fingerprint(uint32_t world, uint32_t rank, uint8_t out[SEL_FINGERPRINT_BYTES])
 {
-	/* This rank's geometry, its rank and the world size (design 2.14); the
-	 * part B fingerprint will hash them, the test only needs them apart. */
 	sel_geometry g;
 	sel_rank_geometry rg;
 	sel_plane pl[2];
 	rank_geometry(&g, &rg, pl);
-	sel_layout_fingerprint(&g, out);
-	out[0] ^= (uint8_t)rank;
-	out[1] ^= (uint8_t)world;
+	sel_shard_rank_fingerprint(&rg, g.page_tokens, rank, world, out);
 }
 
 void sfx_rank_init(struct sfx_rank *r, uint32_t world, uint32_t rank, const char *base)

@@ -523,6 +523,30 @@ static void test_rules(void)
 	CHECK(!strcmp(sel_shard_addr_text(&a, t), "fd00::7"));
 	struct sockaddr un = {.sa_family = AF_UNIX};
 	CHECK(sel_shard_addr_from(&un, &a) == -EAFNOSUPPORT);
+
+	/* A rank's fingerprint covers its geometry, its rank and the world. */
+	struct test_geo tg;
+	uint64_t units[2] = {4096, 100};
+	test_geo_init(&tg, 2, 64, 2, units, 5000);
+	uint8_t f[6][SEL_FINGERPRINT_BYTES], again[SEL_FINGERPRINT_BYTES];
+	sel_shard_rank_fingerprint(&tg.rank[0], 64, 0, 2, f[0]);
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[1]); /* same geometry, rank 1 */
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 4, f[2]); /* world 4 */
+	sel_shard_rank_fingerprint(&tg.rank[1], 128, 1, 2, f[3]); /* page tokens */
+	tg.planes[1][1].unit_bytes = 101;
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[4]); /* a plane's size */
+	tg.planes[1][1].unit_bytes = 100;
+	tg.rank[1].row.unit_bytes = 5001;
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[5]); /* the row's */
+	for (int i = 0; i < 6; i++)
+		for (int k = i + 1; k < 6; k++)
+			CHECKF(memcmp(f[i], f[k], SEL_FINGERPRINT_BYTES), "fingerprints %d and %d", i, k);
+	tg.rank[1].row.unit_bytes = 5000;
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, again);
+	CHECK(!memcmp(again, f[1], SEL_FINGERPRINT_BYTES));
+	uint8_t whole[SEL_FINGERPRINT_BYTES];
+	sel_layout_fingerprint(&tg.g, whole); /* the one-process namespace is another */
+	CHECK(memcmp(whole, f[0], SEL_FINGERPRINT_BYTES) && memcmp(whole, f[1], SEL_FINGERPRINT_BYTES));
 	printf("rules: ok\n");
 }
 

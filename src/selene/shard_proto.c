@@ -33,6 +33,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <sodium.h>
+
 #include "eos.h"
 #include "wire.h"
 
@@ -85,6 +87,24 @@ void sel_shard_text(char *out, const char *text)
 		out[n] = c < 0x20 || c == 0x7f ? '?' : (char)c;
 	}
 	out[n] = '\0';
+}
+
+void sel_shard_rank_fingerprint(const sel_rank_geometry *rg, uint32_t page_tokens, uint32_t rank,
+				uint32_t world, uint8_t out[SEL_FINGERPRINT_BYTES])
+{
+	static const char domain[] = "flare-rank-layout-v1";
+	sel_geometry one = {.ranks = 1, .page_tokens = page_tokens, .rank = (sel_rank_geometry *)rg};
+	uint8_t layout[SEL_FINGERPRINT_BYTES], b[8];
+	sel_layout_fingerprint(&one, layout);
+	sel_put_u32(b, rank);
+	sel_put_u32(b + 4, world);
+	crypto_generichash_blake2b_state st;
+	sel_crypto_init();
+	crypto_generichash_blake2b_init(&st, NULL, 0, SEL_FINGERPRINT_BYTES);
+	crypto_generichash_blake2b_update(&st, (const unsigned char *)domain, sizeof domain - 1);
+	crypto_generichash_blake2b_update(&st, layout, sizeof layout);
+	crypto_generichash_blake2b_update(&st, b, sizeof b);
+	crypto_generichash_blake2b_final(&st, out, SEL_FINGERPRINT_BYTES);
 }
 
 /* ---- addresses ----------------------------------------------------------------- */

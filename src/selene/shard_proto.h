@@ -286,6 +286,15 @@ static inline bool sel_shard_space_status(int status)
  * to SEL_SHARD_TEXT_MAX bytes, control bytes replaced by '?'. */
 void sel_shard_text(char *out, const char *text);
 
+/* The layout fingerprint rank `rank` of a world of `world` ranks presents
+ * at JOIN and writes into its record files (design 2.14: it covers that
+ * rank's geometry, its rank and the world size, so a host never restores
+ * records another rank wrote): the 16-byte BLAKE2b of the domain
+ * "flare-rank-layout-v1", sel_layout_fingerprint of a one-rank geometry of
+ * rg with page_tokens, rank and world (u32 little-endian). */
+void sel_shard_rank_fingerprint(const sel_rank_geometry *rg, uint32_t page_tokens, uint32_t rank,
+				uint32_t world, uint8_t out[SEL_FINGERPRINT_BYTES]);
+
 /* Addresses: from a sockaddr (AF_INET, AF_INET6; v4-mapped becomes v4),
  * 0 or -EAFNOSUPPORT; equality; "a.b.c.d" or "x:y::z" into out[64]. */
 struct sockaddr;
