@@ -56,7 +56,7 @@
  *      normal <= queue_jobs, count <= capacity, bytes = their lengths.
  *   3. Every job on the completion list has no pending rank; none is there
  *      once the set is stopping.
- *   4. A frame's reference count equals the rings holding it.
+ *   4. A queued frame holds a reference for every ring it is on.
  */
 #include "shard_link.h"
 
@@ -390,6 +390,20 @@ struct sel_shard_set {
 	uint32_t stop_cleaned, stop_cleanup_failed, stop_abandoned;
 	struct sel_shard_stats stats;
 };
+
+static int check_locked(sel_shard_set *s);
+#ifdef SEL_DEBUG_CHECKS
+/* After every mutation in debug builds (make check-asan), mu held. */
+static void debug_check(sel_shard_set *s)
+{
+	if (check_locked(s) != 0) {
+		fprintf(stderr, "sel_shard_check: %s\n", eos_errmsg());
+		abort();
+	}
+}
+#else
+static inline void debug_check(sel_shard_set *s) { (void)s; }
+#endif
 
 static void frame_unref(struct frame *f)
 {
@@ -1404,6 +1418,7 @@ static void *writer_main(void *arg)
 			s->stats.bytes_sent += head.f->len;
 		}
 		frame_unref(head.f);
+		debug_check(s);
 		if (err) {
 			char why[EOS_ERRMSG_MAX];
 			snprintf(why, sizeof why, "rank %u's link failed while sending: %s", l->rank,
@@ -1555,6 +1570,7 @@ static void *reader_main(void *arg)
 			stop_begin(s, why);
 		}
 		check_stopped(s, now);
+		debug_check(s);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
@@ -1660,6 +1676,7 @@ static int submit(sel_shard_set *s, const struct sel_shard_job *job, uint64_t ra
 		s->stats.cleanups++;
 	else
 		s->stats.submitted++;
+	debug_check(s);
 	pthread_mutex_unlock(&s->mu);
 	if (id)
 		*id = j->d.id;
@@ -1858,6 +1875,13 @@ void sel_shard_stats(sel_shard_set *s, struct sel_shard_stats *out)
 int sel_shard_check(sel_shard_set *s)
 {
 	pthread_mutex_lock(&s->mu);
+	int rc = check_locked(s);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static int check_locked(sel_shard_set *s)
+{
 	int rc = 0;
 	uint32_t n = 0;
 	uint64_t dead = dead_mask(s);
@@ -1902,7 +1926,6 @@ int sel_shard_check(sel_shard_set *s)
 		if (j->pending)
 			rc = eos_fail(SEL_ECORRUPT, "rank links: completed job %" PRIu64 " has ranks "
 				      "pending", j->d.id);
-	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
