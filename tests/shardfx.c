@@ -413,6 +413,18 @@ bool sfx_has(const struct sfx_rank *r, const sel_key *k, uint64_t *len)
 	return true;
 }
 
+void sfx_check_restored(struct sfx_rank *r, uint32_t dst, const uint32_t *src,
+			const uint32_t *tails, int n, uint32_t row_dst, uint32_t row_src)
+{
+	uint32_t at = dst;
+	for (int k = 0; k < n; k++)
+		for (uint32_t i = 0; i < tails[k]; i++, at++)
+			CHECKF(!memcmp(sfx_page(r, at), sfx_page(r, src[k] + i), r->stride),
+			       "rank %u: page id %u does not hold its page %u", r->rank, at, src[k] + i);
+	CHECKF(!memcmp(sfx_row(r, row_dst), sfx_row(r, row_src), ROW_BYTES),
+	       "rank %u: slot %u does not hold its row of slot %u", r->rank, row_dst, row_src);
+}
+
 void sfx_scan(struct sfx_rank *r, uint64_t limit, sel_scan *s, struct sel_shard_entry **e)
 {
 	sfx_dir_open(r);

@@ -101,6 +101,12 @@ void sfx_check_same(struct sfx_rank *ranks, uint32_t world, const char *what);
 /* Whether r's directory holds a record of key k, and its length. */
 bool sfx_has(const struct sfx_rank *r, const sel_key *k, uint64_t *len);
 
+/* Rank r's page ids from dst hold, in order, its pages src[k] ..
+ * src[k] + tails[k] - 1 for k < n, and slot row_dst its row of slot
+ * row_src: what a fetch of a chain stored from those ids restores. */
+void sfx_check_restored(struct sfx_rank *r, uint32_t dst, const uint32_t *src,
+			const uint32_t *tails, int n, uint32_t row_dst, uint32_t row_src);
+
 /* Scan r's directory (limit as max_file_bytes) into s and its summary. */
 void sfx_scan(struct sfx_rank *r, uint64_t limit, sel_scan *s, struct sel_shard_entry **e);
 

@@ -84,6 +84,22 @@ static void world_free(struct world *w)
 		sfx_rank_free(&w->rk[r]);
 }
 
+/* After a stop: close reports it, and every peer still running sees its
+ * link end, drains and exits 4. */
+static void world_stopped(struct world *w)
+{
+	CHECK(sel_shard_close(w->s, deadline(30)) == SEL_ESTOPPED);
+	sel_shard_destroy(w->s);
+	w->s = NULL;
+	for (uint32_t r = 1; r < w->n; r++)
+		if (w->pid[r] > 0) {
+			kill(w->pid[r], SIGCONT);
+			int code = sfx_wait_exit(w->pid[r], deadline(30));
+			CHECKF(code == 4, "rank %u exited %d, not 4 (its link ended, it drained)", r, code);
+			w->pid[r] = 0;
+		}
+}
+
 static struct sel_shard_job store_job(const sel_record_desc *d, uint32_t *ids, struct sel_shard_rec *rec)
 {
 	*rec = (struct sel_shard_rec){*d, 0, d->tail};
@@ -334,11 +350,7 @@ static void test_killed_in_write(void)
 	CHECK(sel_shard_submit(w.s, &j, 0, 2, &id) == SEL_ESTOPPED);
 	CHECK(sel_shard_poll(w.s, &done, 1) == SEL_ESTOPPED);
 	CHECK_OK(sel_shard_check(w.s));
-	CHECK(sel_shard_close(w.s, deadline(30)) == SEL_ESTOPPED);
-	sel_shard_destroy(w.s);
-	w.s = NULL;
-	CHECK(sfx_wait_exit(w.pid[1], deadline(30)) == 4); /* its link ended; it drained */
-	w.pid[1] = 0;
+	world_stopped(&w);
 	sel_scan sc;
 	struct sel_shard_entry *e;
 	sfx_scan(&w.rk[2], SFX_LIMIT, &sc, &e);
@@ -451,13 +463,7 @@ static void test_stalled_peer(void)
 	sel_shard_stopped(w.s, why, sizeof why);
 	printf("stopped: %.200s...\n", why);
 	CHECK(rc == SEL_ESTOPPED && strstr(why, "not completed by rank 2 within the job timeout"));
-	CHECK(sel_shard_close(w.s, deadline(30)) == SEL_ESTOPPED);
-	sel_shard_destroy(w.s);
-	w.s = NULL;
-	CHECK(kill(w.pid[2], SIGCONT) == 0);
-	CHECK(sfx_wait_exit(w.pid[2], deadline(30)) == 4);
-	CHECK(sfx_wait_exit(w.pid[1], deadline(30)) == 4);
-	w.pid[1] = w.pid[2] = 0;
+	world_stopped(&w); /* SIGCONT first: the stopped peer then drains too */
 	world_free(&w);
 }
 
@@ -484,11 +490,7 @@ static void test_timeout(void)
 	CHECK(rc == SEL_ESTOPPED);
 	CHECK(strstr(why, "(store of the record of 256 tokens) was not completed by rank 1 within "
 			  "the job timeout of 1000 ms"));
-	CHECK(sel_shard_close(w.s, deadline(30)) == SEL_ESTOPPED);
-	sel_shard_destroy(w.s);
-	w.s = NULL;
-	CHECK(sfx_wait_exit(w.pid[1], deadline(30)) == 4);
-	w.pid[1] = 0;
+	world_stopped(&w);
 	world_free(&w);
 
 	world_init(&w, 2, "close");
@@ -525,11 +527,7 @@ static void test_out_of_range(void)
 	sel_shard_stopped(w.s, why, sizeof why);
 	printf("out of range: %.200s...\n", why);
 	CHECK(rc == SEL_ESTOPPED && strstr(why, "page id 70 out of range (this rank has 64)"));
-	CHECK(sel_shard_close(w.s, deadline(30)) == SEL_ESTOPPED);
-	sel_shard_destroy(w.s);
-	w.s = NULL;
-	CHECK(sfx_wait_exit(w.pid[1], deadline(30)) == 4);
-	w.pid[1] = 0;
+	world_stopped(&w);
 	world_free(&w);
 
 	world_init(&w, 2, "idle");

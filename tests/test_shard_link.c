@@ -114,14 +114,9 @@ static void fetch_and_check(struct life *L, uint32_t dst)
 	ok_everywhere(&local, &d);
 	CHECK(d.bytes == 2ull * n * rk[1].stride);
 	/* R was stored from ids 0.., C from 10.., D from 20.. with slot 2. */
+	uint32_t src[3] = {0, 10, 20}, tails[3] = {R.tail, C.tail, D.tail};
 	for (uint32_t r = 0; r < WORLD; r++) {
-		uint32_t at = dst;
-		uint32_t src[3] = {0, 10, 20}, tails[3] = {R.tail, C.tail, D.tail};
-		for (int k = 0; k < 3; k++)
-			for (uint32_t i = 0; i < tails[k]; i++, at++)
-				CHECKF(!memcmp(sfx_page(&rk[r], at), sfx_page(&rk[r], src[k] + i),
-					       rk[r].stride), "rank %u page %u", r, at);
-		CHECK(!memcmp(sfx_row(&rk[r], 3), sfx_row(&rk[r], 2), 3000));
+		sfx_check_restored(&rk[r], dst, src, tails, 3, 3, 2);
 		/* Another rank's bytes differ: each rank restored its own. */
 		if (r)
 			CHECK(memcmp(sfx_page(&rk[r], dst), sfx_page(&rk[0], dst), rk[r].stride));

@@ -157,13 +157,8 @@ int main(void)
 	sfx_check_same(rk, WORLD, "after the namespaces' run");
 	/* Each rank restored its own bytes into its own ids. */
 	uint32_t src[3] = {0, 10, 20}, tails[3] = {R.tail, C.tail, D.tail};
-	for (uint32_t r = 0; r < WORLD; r++) {
-		uint32_t at = 40;
-		for (int k = 0; k < 3; k++)
-			for (uint32_t i = 0; i < tails[k]; i++, at++)
-				CHECK(!memcmp(sfx_page(&rk[r], at), sfx_page(&rk[r], src[k] + i), rk[r].stride));
-		CHECK(!memcmp(sfx_row(&rk[r], 3), sfx_row(&rk[r], 2), 3000));
-	}
+	for (uint32_t r = 0; r < WORLD; r++)
+		sfx_check_restored(&rk[r], 40, src, tails, 3, 3, 2);
 	uint64_t len;
 	CHECK(sfx_has(&rk[2], &C.key, &len) && !sfx_has(&rk[1], &old.key, NULL));
 	nfx_destroy(&nx);
