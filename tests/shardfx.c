@@ -89,6 +89,16 @@ void sfx_rank_init(struct sfx_rank *r, uint32_t world, uint32_t rank, const char
 		sfx_fill_row(r, i, 1);
 }
 
+void sfx_ranks_init(struct sfx_rank *rk, uint32_t world, const char *tag)
+{
+	const char *tmp = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
+	for (uint32_t r = 0; r < world; r++) {
+		char base[512];
+		snprintf(base, sizeof base, "%s/%.200s-rank%u", tmp, tag, r);
+		sfx_rank_init(&rk[r], world, r, base);
+	}
+}
+
 void sfx_rank_free(struct sfx_rank *r)
 {
 	sfx_dir_close(r);

@@ -60,6 +60,8 @@ struct sfx_rank {
 /* Rank `rank` of `world` with its directory under base (created). */
 void sfx_rank_init(struct sfx_rank *r, uint32_t world, uint32_t rank, const char *base);
 void sfx_rank_free(struct sfx_rank *r);
+/* Ranks 0..world-1 with directories $TEST_TMPDIR/<tag>-rank<r>. */
+void sfx_ranks_init(struct sfx_rank *rk, uint32_t world, const char *tag);
 /* The offload identity every rank shares (variant != 0: another one). */
 void sfx_identity(uint8_t out[SEL_IDENTITY_BYTES], int variant);
 /* Rank rank's layout fingerprint in a world of world ranks. */

@@ -333,14 +333,10 @@ static void test_random(void)
 static void test_files(void)
 {
 	chain();
-	const char *tmp = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
 	struct sfx_rank rk[3];
-	for (uint32_t r = 0; r < 3; r++) {
-		char base[512];
-		snprintf(base, sizeof base, "%s/agree-rank%u", tmp, r);
-		sfx_rank_init(&rk[r], 3, r, base);
+	sfx_ranks_init(rk, 3, "agree");
+	for (uint32_t r = 0; r < 3; r++)
 		sfx_dir_open(&rk[r]);
-	}
 	/* Before the restart every rank wrote R, C, G and F. */
 	for (uint32_t r = 0; r < 3; r++) {
 		sfx_write(&rk[r], &R, 0, true, 0, 111);

@@ -26,7 +26,6 @@
 #include "wire.h"
 
 static uint64_t deadline(uint64_t s) { return eos_now_ns() + s * SFX_S; }
-static const char *tmpdir(void) { return getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp"; }
 
 struct world {
 	uint32_t n;
@@ -42,12 +41,9 @@ static void world_init(struct world *w, uint32_t n, const char *tag)
 {
 	memset(w, 0, sizeof *w);
 	w->n = n;
-	for (uint32_t r = 0; r < n; r++) {
-		char base[512];
-		snprintf(base, sizeof base, "%s/%s-rank%u", tmpdir(), tag, r);
-		sfx_rank_init(&w->rk[r], n, r, base);
+	sfx_ranks_init(w->rk, n, tag);
+	for (uint32_t r = 0; r < n; r++)
 		w->o[r] = (struct sfx_peer_opts){.wait_fd = -1, .signal_fd = -1};
-	}
 	sfx_rdv_listen(&w->v, "127.0.0.1");
 	for (uint32_t r = 1; r < n; r++)
 		w->o[r].rdv_port = w->v.port;

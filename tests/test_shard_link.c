@@ -271,12 +271,7 @@ static void phase_restart(void)
 
 int main(void)
 {
-	const char *tmp = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
-	for (uint32_t r = 0; r < WORLD; r++) {
-		char base[512];
-		snprintf(base, sizeof base, "%s/link-rank%u", tmp, r);
-		sfx_rank_init(&rk[r], WORLD, r, base);
-	}
+	sfx_ranks_init(rk, WORLD, "link");
 	R = sfx_desc(128, 1, NULL);
 	C = sfx_desc(320, 2, &R);
 	D = sfx_desc(384, 3, &C);
