@@ -28,6 +28,14 @@ extern "C" {
 
 #define SEL_VERSION_MAJOR 0
 #define SEL_VERSION_MINOR 1
+#define SEL_VERSION_PATCH 0
+#define SEL_VERSION_STRING "0.1.0"
+
+/* The library's version as "major.minor.patch" (static), with each part
+ * stored where the pointer is not NULL: what the library linked at run
+ * time says, which may differ from the SEL_VERSION_* this program was
+ * compiled with.  Never fails. */
+const char *sel_version(int *major, int *minor, int *patch);
 
 /* ---- Errors ------------------------------------------------------------ */
 
@@ -402,47 +410,8 @@ typedef struct sel_stats {
 	sel_tier_stats tier[SEL_TIERS];
 } sel_stats;
 
-/* The ops table a store implementation provides.  Versioned: a table whose
- * version differs from SEL_STORE_OPS_VERSION is refused. */
-#define SEL_STORE_OPS_VERSION 1
-struct sel_store_ops {
-	uint32_t version;
-	const char *name; /* "memory", "disk", "composite", "test" */
-	int (*lookup)(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
-		      sel_hit *hit);
-	sel_outcome (*put)(sel_store *s, const sel_published *cp, sel_retry_reason *why);
-	int (*fetch)(sel_store *s, const sel_hit *hit, const sel_inbound *in);
-	int (*poll)(sel_store *s, sel_event *ev, size_t cap);
-	void (*evicted)(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
-	void (*touch)(sel_store *s, const sel_key *key);
-	void (*stats)(sel_store *s, sel_stats *out);
-	int (*wait_fd)(sel_store *s);
-	int (*close)(sel_store *s, uint64_t deadline_ns);
-	void (*destroy)(sel_store *s);
-};
-
-/* Implementations embed this first. */
-struct sel_store {
-	const struct sel_store_ops *ops;
-	uint32_t page_tokens;
-	/* One startup warning for the operator (for example intake shrunk for
-	 * host headroom, design 1), or NULL.  Set at open, read with
-	 * sel_store_warning(); owned by the implementation. */
-	const char *warning;
-	/* Disk-tier facts for the startup summary (design 2.11), set at open by
-	 * stores with a disk tier and read with sel_store_describe(): the
-	 * namespace directory (NULL without a disk tier, owned by the
-	 * implementation), the disk limit in bytes and the records the startup
-	 * scan kept. */
-	const char *disk_dir;
-	uint64_t disk_limit;
-	uint64_t scanned_records;
-	/* The record I/O path the disk tier started with (sel_stats.disk_io)
-	 * and, when it is not io_uring+O_DIRECT, why ("" otherwise): both
-	 * owned by the implementation, NULL without a disk tier. */
-	const char *disk_io;
-	const char *disk_io_note;
-};
+/* struct sel_store and the ops table it dispatches through are the
+ * implementer's (selene_store.h): an engine never needs them. */
 
 /* Dispatch.  See the contract above. */
 
@@ -485,6 +454,7 @@ typedef struct sel_store_info {
 	uint64_t slot_bytes, slots_total, intake_slots;
 	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
 	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
+	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled"). */
 void sel_store_describe(sel_store *s, sel_store_info *out);

@@ -6,7 +6,8 @@
  * queues allocates nothing.  EOS_DLIST_DEFINE(prefix, LIST, NODE) defines
  * prefix_push (append), prefix_push_front and prefix_del for a list type
  * LIST { NODE *head, *tail; uint32_t n; } over nodes NODE { NODE *prev,
- * *next; ... }.  A deleted node's links are cleared.
+ * *next; ... }, and prefix_pop (delete and return the head, or NULL).  A
+ * deleted node's links are cleared.
  */
 #ifndef EOS_LIST_H
 #define EOS_LIST_H
@@ -46,6 +47,48 @@
 			l->tail = x->prev;                                             \
 		x->prev = x->next = NULL;                                              \
 		l->n--;                                                                \
+	}                                                                              \
+	static inline node_t *prefix##_pop(list_t *l)                                  \
+	{                                                                              \
+		node_t *x = l->head;                                                   \
+		if (x)                                                                 \
+			prefix##_del(l, x);                                            \
+		return x;                                                              \
 	}
+
+#define EOS_FIFO_DEFINE(prefix, fifo_t, node_t, link)                                 \
+	static inline void prefix##_push(fifo_t *q, node_t *x)                         \
+	{                                                                              \
+		x->link = NULL;                                                        \
+		if (q->tail)                                                           \
+			q->tail->link = x;                                             \
+		else                                                                   \
+			q->head = x;                                                   \
+		q->tail = x;                                                           \
+	}                                                                              \
+	static inline node_t *prefix##_pop(fifo_t *q)                                  \
+	{                                                                              \
+		node_t *x = q->head;                                                   \
+		if (x) {                                                               \
+			q->head = x->link;                                             \
+			if (!q->head)                                                  \
+				q->tail = NULL;                                        \
+			x->link = NULL;                                                \
+		}                                                                      \
+		return x;                                                              \
+	}
+
+#define EOS_DLIST(prefix, tag, node_t)                                                 \
+	struct tag {                                                                   \
+		node_t *head, *tail;                                                   \
+		uint32_t n;                                                            \
+	};                                                                             \
+	EOS_DLIST_DEFINE(prefix, struct tag, node_t)
+
+#define EOS_FIFO(prefix, tag, node_t, link)                                            \
+	struct tag {                                                                   \
+		node_t *head, *tail;                                                   \
+	};                                                                             \
+	EOS_FIFO_DEFINE(prefix, struct tag, node_t, link)
 
 #endif

@@ -9,7 +9,7 @@
 
 #include <sys/uio.h>
 
-#include "selene.h"
+#include "selene_store.h"
 
 struct sel_store_pool;
 
@@ -53,14 +53,16 @@ size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap);
 /* Callbacks into the composite.  removed runs whenever a record leaves the
  * disk index (eviction, corruption, a drop, expiry), from inside disk store
  * calls (parked: it had no file yet; expired: the expiry sweep removed it):
- * it must not call the disk store.  done runs from sel_store_poll on the
- * disk store once a write_from or read_into completed (status 0, a
- * negative errno, SEL_ECORRUPT), after the store updated its own state; it
- * may call the disk store. */
+ * it must not call the disk store.  written and read run from
+ * sel_store_poll on the disk store once a write_from or a read_into
+ * completed, with the arg it was given (status 0, a negative errno,
+ * SEL_ECORRUPT), after the store updated its own state; they may call the
+ * disk store. */
 struct sel_disk_store_hooks {
 	void *ctx;
 	void (*removed)(void *ctx, const sel_key *key, bool parked, bool expired);
-	void (*done)(void *ctx, uint64_t cookie, int status);
+	void (*written)(void *ctx, void *arg, int status);
+	void (*read)(void *ctx, void *arg, int status);
 };
 
 /* A disk store over the composite's pool (it never frees or leaks the
@@ -98,18 +100,18 @@ int sel_disk_store_next_parked(sel_store *s, sel_key *key);
 /* Write a parked, charged record from the caller's slots: pages[tail] page
  * record addresses (sel_record_page_addr of its flags) and, with its row,
  * the row pieces (sel_record_row_iov).  The buffers belong to the disk
- * thread until done(cookie) runs.  On success the record is committed
+ * thread until the written hook runs with arg.  On success the record is committed
  * (file, no longer parked, evictable); -ENOSPC/-EDQUOT keep it parked and
  * charged; other failures keep it parked (the composite drops it).  0, or
  * -EBUSY (already writing), -EINVAL (not parked, or uncharged), -EAGAIN. */
 int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pages,
-			      const struct iovec *row_iov, uint32_t row_n, uint64_t cookie);
+			      const struct iovec *row_iov, uint32_t row_n, void *arg);
 /* Read a committed record's pages [0, tail) and, with row, its row into the
  * caller's slots (same addressing), verified; the record is pinned until
- * done(cookie).  A verification failure removes it with its descendants
+ * the read hook runs with arg.  A verification failure removes it with its descendants
  * and counts it.  0, -ESTALE (no file, or no row when asked), -EAGAIN. */
 int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *const *pages,
-			     const struct iovec *row_iov, uint32_t row_n, uint64_t cookie);
+			     const struct iovec *row_iov, uint32_t row_n, void *arg);
 
 /* Remove a record and its descendants (at their last unpin), counting each
  * as dropped for reason (SEL_DISK_DROP_*).  0 or -ENOENT. */

@@ -6,7 +6,7 @@
 #ifndef SEL_STORE_MEMORY_H
 #define SEL_STORE_MEMORY_H
 
-#include "selene.h"
+#include "selene_store.h"
 
 struct sel_store_pool;
 

@@ -55,20 +55,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
 #include "eos.h"
-
-/* Leaked pools stay reachable (design 2.5: never reuse under copies). */
-static pthread_mutex_t leak_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct leaked_pool {
-	struct sel_store_pool *sp;
-	struct leaked_pool *next;
-} *leaked_pools;
+#include "store_common.h"
 
 static int pick_backend(struct sel_store_pool *sp, const sel_store_config *cfg, const char *who)
 {
@@ -171,6 +164,8 @@ static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const cha
 		return eos_fail(-ENOMEM, "%s: out of memory", who);
 	sp->g = g;
 	rc = sel_slot_layout_init(&sp->layout, g);
+	if (rc == 0)
+		rc = sel_record_layout_init(&sp->rl, g);
 	if (rc)
 		goto fail;
 	sp->slot_bytes = sp->layout.slot_bytes;
@@ -280,19 +275,41 @@ void sel_store_pool_destroy(struct sel_store_pool *sp)
 		sel_copy_backend_cuda_destroy(sp->cuda_backend);
 	free(sp->devices);
 	sel_slot_layout_free(&sp->layout);
+	sel_record_layout_free(&sp->rl);
 	free(sp);
 }
 
 void sel_store_pool_leak(struct sel_store_pool *sp)
 {
-	if (!sp)
-		return;
-	struct leaked_pool *l = malloc(sizeof(*l));
-	if (!l)
-		return; /* leaked unreachable: still never reused */
-	l->sp = sp;
-	pthread_mutex_lock(&leak_mu);
-	l->next = leaked_pools;
-	leaked_pools = l;
-	pthread_mutex_unlock(&leak_mu);
+	if (sp)
+		sel_leak((void *[]){sp}, 1); /* still never reused */
+}
+
+int sel_store_pool_map(const struct sel_store_pool *sp, uint32_t flags, const uint32_t *slots,
+		       uint32_t n_page_slots, uint32_t n_row_slots, uint32_t first, uint32_t count,
+		       void **pages, struct iovec *iov, uint32_t iov_cap, uint32_t *n_iov)
+{
+	uint32_t n_slots = n_page_slots + n_row_slots;
+	void *sa[2 * SEL_WINDOW_PAGES + 64];
+	void **addr = n_slots <= sizeof sa / sizeof sa[0] ? sa : malloc(n_slots * sizeof(void *));
+	int rc = 0;
+	if (!addr)
+		return eos_fail(-ENOMEM, "slot pool: out of memory for the addresses of %" PRIu32
+				" slots", n_slots);
+	for (uint32_t i = 0; i < n_slots; i++)
+		addr[i] = sel_slab_addr(sp->pool, slots[i]);
+	for (uint32_t i = 0; i < count; i++)
+		pages[i] = sel_record_page_addr(&sp->rl, flags, addr, first + i);
+	*n_iov = 0;
+	if (n_row_slots) {
+		int k = sel_record_row_iov(&sp->rl, flags, addr + n_page_slots, n_row_slots, iov, iov_cap);
+		if (k < 0)
+			rc = eos_fail(k, "slot pool: a row of %" PRIu32 " slots has more pieces than %" PRIu32,
+				      n_row_slots, iov_cap);
+		else
+			*n_iov = (uint32_t)k;
+	}
+	if (addr != sa)
+		free(addr);
+	return rc;
 }
