@@ -116,7 +116,7 @@ FUZZERS := $(patsubst fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(FUZZ_SRCS))
 SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 
 .PHONY: all check check-asan check-tsan check-load check-gpu bench fuzz install uninstall clean \
-	deps soak qualify FORCE
+	deps soak qualify format-check tidy FORCE
 .DEFAULT_GOAL := all
 # Keep object files of tests, benches and fuzz replays (pattern-rule
 # intermediates) so rebuilds stay incremental.
@@ -274,6 +274,36 @@ fuzz: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/work_$$n; \
 		echo "== fuzz $$n ($(FUZZ_SECONDS)s)"; \
 		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/work_$$n fuzz/corpus/$$n; done
+
+# ---- habits: formatting, static analysis, the compilation database ---------
+# Every C file of the tree (tracked or new), for format-check and tidy.
+C_FILES := $(sort $(wildcard src/*/*.c src/*/*.h include/*.h tests/*.c tests/*.h bench/*.c \
+	bench/*.h fuzz/*.c examples/*.c))
+TIDY_SRCS := $(EOS_SRCS) $(SELENE_SRCS) $(HELIOS_SRCS) $(FLARE_SRCS) $(MANAGER_SRCS)
+CDB_SRCS := $(TIDY_SRCS) $(TEST_SRCS) $(TESTLIB_SRCS) $(BENCH_SRCS) $(BENCHLIB_SRCS) \
+	$(FUZZ_SRCS) fuzz/replay.c
+
+# compile_commands.json: what clangd and clang-tidy read, from this
+# Makefile's flags (builds nothing; the example gets its own flags).
+compile_commands.json: Makefile $(DEPS_MK) scripts/compile-commands FORCE
+	@{ scripts/compile-commands $(CURDIR) "$(CC) $(CFLAGS)" $(CDB_SRCS) | sed '$$d'; \
+	  printf ',\n'; scripts/compile-commands $(CURDIR) "$(CC) -std=gnu11 -Wall -Wextra -Iinclude" \
+		examples/engine.c | sed '1d'; } > $@.tmp && mv $@.tmp $@
+
+# format-check: clang-format (.clang-format) changes nothing (HACKING.md
+# "Formatting" says which files it covers and why).
+FORMAT_FILES := $(filter-out $(shell cat scripts/format-legacy 2>/dev/null),$(C_FILES))
+format-check: $(DEPS_MK)
+	@scripts/install-deps --quiet clang-format
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: $(words $(FORMAT_FILES)) files clean"
+
+# tidy: clang-tidy with .clang-tidy's checks, over every source of the
+# libraries and the commands.
+tidy: compile_commands.json
+	@scripts/install-deps --quiet clang-tidy
+	@clang-tidy --quiet -p . $(TIDY_SRCS) 2>/dev/null | { grep -v '^[0-9]* warnings\? generated' || true; } > $(BUILD)/tidy.log; \
+	if grep -q 'warning:\|error:' $(BUILD)/tidy.log; then cat $(BUILD)/tidy.log; exit 1; fi; \
+	echo "tidy: $(words $(TIDY_SRCS)) files clean"
 
 # ---- install ---------------------------------------------------------------
 install: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE)

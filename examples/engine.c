@@ -37,11 +37,11 @@
 #define PAGE_TOKENS 64
 #define PAGES 32
 #define ROWS 4
-#define UNIT 4096     /* bytes of one page in one plane */
+#define UNIT 4096 /* bytes of one page in one plane */
 #define ROW_BYTES 8192
 
 struct engine {
-	unsigned char *k, *v, *rows;  /* the "GPU" planes */
+	unsigned char *k, *v, *rows; /* the "GPU" planes */
 	sel_geometry *geometry;
 	uint8_t model[SEL_IDENTITY_BYTES];
 	sel_store *store;
@@ -70,12 +70,27 @@ static int engine_init(struct engine *e)
 	if (!e->k || !e->v || !e->rows)
 		return fail("planes", -12);
 	sel_allocation a[] = {
-		{.rank = 0, .name = "k", .group = SEL_GROUP_KV_PAGES, .kind = SEL_MEM_HOST,
-		 .address = (uint64_t)(uintptr_t)e->k, .unit_bytes = UNIT, .count = PAGES},
-		{.rank = 0, .name = "v", .group = SEL_GROUP_KV_PAGES, .kind = SEL_MEM_HOST,
-		 .address = (uint64_t)(uintptr_t)e->v, .unit_bytes = UNIT, .count = PAGES},
-		{.rank = 0, .name = "rows", .group = SEL_GROUP_STATE_ROWS, .kind = SEL_MEM_HOST,
-		 .address = (uint64_t)(uintptr_t)e->rows, .unit_bytes = ROW_BYTES, .count = ROWS},
+		{.rank = 0,
+		 .name = "k",
+		 .group = SEL_GROUP_KV_PAGES,
+		 .kind = SEL_MEM_HOST,
+		 .address = (uint64_t)(uintptr_t)e->k,
+		 .unit_bytes = UNIT,
+		 .count = PAGES},
+		{.rank = 0,
+		 .name = "v",
+		 .group = SEL_GROUP_KV_PAGES,
+		 .kind = SEL_MEM_HOST,
+		 .address = (uint64_t)(uintptr_t)e->v,
+		 .unit_bytes = UNIT,
+		 .count = PAGES},
+		{.rank = 0,
+		 .name = "rows",
+		 .group = SEL_GROUP_STATE_ROWS,
+		 .kind = SEL_MEM_HOST,
+		 .address = (uint64_t)(uintptr_t)e->rows,
+		 .unit_bytes = ROW_BYTES,
+		 .count = ROWS},
 	};
 	int rc = sel_geometry_build(a, sizeof a / sizeof a[0], 1, PAGE_TOKENS, &e->geometry);
 	if (rc)
@@ -102,9 +117,11 @@ static int wait_event(struct engine *e, bool fetch, uint64_t id, sel_event *out)
 		if (n < 0)
 			return fail("poll", n);
 		for (int i = 0; i < n; i++) {
-			bool mine = fetch ? (ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED) &&
+			bool mine = fetch ? (ev[i].type == SEL_EV_FETCHED ||
+					     ev[i].type == SEL_EV_FETCH_FAILED) &&
 						    ev[i].ticket == id
-					  : (ev[i].type == SEL_EV_STORED || ev[i].type == SEL_EV_STORE_FAILED) &&
+					  : (ev[i].type == SEL_EV_STORED ||
+					     ev[i].type == SEL_EV_STORE_FAILED) &&
 						    ev[i].checkpoint == id;
 			if (mine) {
 				*out = ev[i];
@@ -134,7 +151,8 @@ static int restore(struct engine *e, const sel_history *h, uint32_t first, uint3
 	       (unsigned long long)hit.key.consumed, hit.pages, (unsigned long long)hit.bytes,
 	       sel_tier_name(hit.tier));
 	const uint32_t dst_pages[2] = {first, first + 1};
-	sel_inbound in = {.ticket = 7, .pages = dst_pages, .n_pages = hit.pages, .state_slot = slot};
+	sel_inbound in = {
+		.ticket = 7, .pages = dst_pages, .n_pages = hit.pages, .state_slot = slot};
 	sel_event ev;
 	if ((rc = sel_store_fetch(e->store, &hit, &in)))
 		return fail("fetch", rc);
@@ -183,24 +201,30 @@ static int run(struct engine *e, const char *disk_dir)
 		return fail("open", rc);
 	sel_store_info info;
 	sel_store_describe(e->store, &info);
-	printf("store %s, copies with %s, %llu slots of %llu bytes%s%s\n", info.kind, info.transport,
-	       (unsigned long long)info.slots_total, (unsigned long long)info.slot_bytes,
-	       info.disk_dir ? ", records in " : "", info.disk_dir ? info.disk_dir : "");
+	printf("store %s, copies with %s, %llu slots of %llu bytes%s%s\n", info.kind,
+	       info.transport, (unsigned long long)info.slots_total,
+	       (unsigned long long)info.slot_bytes, info.disk_dir ? ", records in " : "",
+	       info.disk_dir ? info.disk_dir : "");
 
 	/* 1. A request's first 150 tokens and its checkpoint there. */
 	sel_token tokens[200];
 	for (int i = 0; i < 200; i++)
 		tokens[i] = (sel_token)(1000 + i * 3);
 	sel_history h;
-	if ((rc = sel_history_init(&h, e->model, NULL, 0)) || (rc = sel_history_append(&h, tokens, 150)))
+	if ((rc = sel_history_init(&h, e->model, NULL, 0)) ||
+	    (rc = sel_history_append(&h, tokens, 150)))
 		return fail("history", rc);
 	const uint32_t pub_pages[2] = {3, 7}, pub_slot = 1;
 	for (unsigned i = 0; i < 2; i++) {
 		fill(e->k + (size_t)pub_pages[i] * UNIT, UNIT, 0, i);
 		fill(e->v + (size_t)pub_pages[i] * UNIT, UNIT, 1, i);
 	}
-	fill(e->rows + (size_t)pub_slot * ROW_BYTES, ROW_BYTES, 2, 150); /* tokens 128..149, state */
-	sel_published cp = {.checkpoint = 42, .pages = pub_pages, .n_pages = 2, .tail = 2,
+	fill(e->rows + (size_t)pub_slot * ROW_BYTES, ROW_BYTES, 2,
+	     150); /* tokens 128..149, state */
+	sel_published cp = {.checkpoint = 42,
+			    .pages = pub_pages,
+			    .n_pages = 2,
+			    .tail = 2,
 			    .state_slot = pub_slot};
 	sel_history_key_at(&h, 150, &cp.key);
 	cp.bucket = *sel_history_bound(&h, 150 / SEL_BUCKET_TOKENS);
@@ -259,7 +283,8 @@ int main(void)
 	int major, minor, patch;
 	printf("libselene %s\n", sel_version(&major, &minor, &patch));
 	if (major != SEL_VERSION_MAJOR) {
-		fprintf(stderr, "engine: built for libselene %d, running %d\n", SEL_VERSION_MAJOR, major);
+		fprintf(stderr, "engine: built for libselene %d, running %d\n", SEL_VERSION_MAJOR,
+			major);
 		return 1;
 	}
 	if (engine_init(&e))

@@ -29,10 +29,13 @@
 
 /* ---- gc --------------------------------------------------------------------------- */
 
-enum gc_op { GC_UNLINK, GC_TRUNCATE };
+enum gc_op {
+	GC_UNLINK,
+	GC_TRUNCATE
+};
 
 struct gc_act {
-	size_t rec;         /* index into the scan's survivors */
+	size_t rec; /* index into the scan's survivors */
 	enum gc_op op;
 	const char *reason; /* "expired", "limit", "page-only ancestor", ... */
 	uint64_t bytes;     /* what the action frees */
@@ -45,12 +48,12 @@ struct gc {
 	const char *primary; /* reason of the next removal the index reports */
 	bool first;
 	bool oom;
-	uint64_t bytes;      /* survivors' bytes not yet removed */
+	uint64_t bytes; /* survivors' bytes not yet removed */
 	uint64_t records;
-	json_t *recovery;    /* the real (or dry) scan's removals */
+	json_t *recovery; /* the real (or dry) scan's removals */
 	struct run *r;
 	uint64_t recovered, recovered_bytes;
-	bool recovering;     /* inside sel_recover: its commits and prunes */
+	bool recovering; /* inside sel_recover: its commits and prunes */
 };
 
 static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
@@ -69,8 +72,8 @@ static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
 	const sel_scan_record *rec = &g->sc.rec[node->loc];
 	const char *why = g->recovering ? (op == GC_TRUNCATE ? "interrupted compaction"
 							     : "childless page-only")
-			  : g->first   ? g->primary
-				       : "page-only ancestor";
+			  : g->first    ? g->primary
+					: "page-only ancestor";
 	/* What the file holds when its action runs: a record compacted
 	 * earlier (its row dropped) is only its pages by then. */
 	uint64_t has = (node->flags & SEL_NODE_HAS_ROW) ? rec->span.row_end : rec->span.row_off;
@@ -85,7 +88,8 @@ static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
 static void gc_remove(void *ctx, sel_index *ix, sel_node_id id) { gc_push(ctx, ix, id, GC_UNLINK); }
 
 /* Recovery inserted survivor i as node id: the tree's bookkeeping. */
-static int gc_inserted(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel_scan_record *rec)
+static int gc_inserted(void *ctx, sel_index *ix, sel_node_id id, size_t i,
+		       const sel_scan_record *rec)
 {
 	struct gc *g = ctx;
 	sel_index_get(ix, id)->loc = i;
@@ -105,8 +109,8 @@ static void gc_on_scan(void *ctx, const char *name, enum sel_scan_why why, uint6
 	g->recovered++;
 	g->recovered_bytes += bytes;
 	if (g->r->o->json) {
-		json_t *j = json_pack("{s:s, s:s, s:I}", "name", name, "reason", sel_scan_why_name(why),
-				      "bytes", (json_int_t)bytes);
+		json_t *j = json_pack("{s:s, s:s, s:I}", "name", name, "reason",
+				      sel_scan_why_name(why), "bytes", (json_int_t)bytes);
 		if (err)
 			json_object_set_new(j, "error", json_string(strerror(-err)));
 		json_array_append_new(g->recovery, j);
@@ -216,8 +220,10 @@ static bool gc_ready(struct run *r, struct rns *n)
 		/* Deleting by a layout a minority of files carries is what lost
 		 * every good record once: refuse instead. */
 		char msg[PATH_MAX + 1024];
-		snprintf(msg, sizeof msg, "'%s': cannot decide the namespace's layout (%s); nothing "
-			 "removed", n->path, n->undecided);
+		snprintf(msg, sizeof msg,
+			 "'%s': cannot decide the namespace's layout (%s); nothing "
+			 "removed",
+			 n->path, n->undecided);
 		rec_ns_fail(r, n, msg);
 		if (o->json) {
 			json_object_set_new(n->j, "recovery", json_array());
@@ -228,13 +234,16 @@ static bool gc_ready(struct run *r, struct rns *n)
 	if (n->have_ns)
 		return true;
 	if (!o->json)
-		fprintf(r->out, "  no record header names this directory: nothing to do "
-			"(%zu record-named files, %zu temporaries left alone)\n", n->nf, n->ntmp);
+		fprintf(r->out,
+			"  no record header names this directory: nothing to do "
+			"(%zu record-named files, %zu temporaries left alone)\n",
+			n->nf, n->ntmp);
 	if (o->json) {
 		json_object_set_new(n->j, "recovery", json_array());
 		json_object_set_new(n->j, "removed", json_array());
-		json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records", (json_int_t)0,
-							    "bytes", (json_int_t)0));
+		json_object_set_new(
+			n->j, "kept",
+			json_pack("{s:I, s:I}", "records", (json_int_t)0, "bytes", (json_int_t)0));
 	}
 	return false;
 }
@@ -250,8 +259,10 @@ static int gc_recover(struct run *r, struct rns *n, struct gc *g, sel_index **ix
 	if (o->json)
 		g->recovery = json_array();
 	else
-		fprintf(r->out, "  startup recovery (%s):\n", o->dry_run ? "dry run" : "as a server "
-			"start would do it");
+		fprintf(r->out, "  startup recovery (%s):\n",
+			o->dry_run ? "dry run"
+				   : "as a server "
+				     "start would do it");
 	struct sel_index_ops ops = {.drop_row = gc_drop_row, .remove = gc_remove};
 	if (sel_index_create(n->ns.layout.sz.page_tokens, &ops, g, ix) != 0)
 		return -ENOMEM;
@@ -269,8 +280,9 @@ static int gc_recover(struct run *r, struct rns *n, struct gc *g, sel_index **ix
 		return rc;
 	g->recovering = false;
 	if (!o->json)
-		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", o->dry_run ? "would remove" : "removed",
-			g->recovered, g->recovered == 1 ? "" : "s",
+		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n",
+			o->dry_run ? "would remove" : "removed", g->recovered,
+			g->recovered == 1 ? "" : "s",
 			rec_fmt_size(g->recovered_bytes, a, sizeof a));
 	/* A '.tmp-*' directory is nobody's interrupted write: reported, left
 	 * alone, and no reason to fail. */
@@ -281,7 +293,8 @@ static int gc_recover(struct run *r, struct rns *n, struct gc *g, sel_index **ix
 		if (o->json)
 			json_array_append_new(alone, json_string(n->other[i].name));
 		else
-			fprintf(r->out, "    left alone: %s (a directory, not a temporary record)\n",
+			fprintf(r->out,
+				"    left alone: %s (a directory, not a temporary record)\n",
 				n->other[i].name);
 	}
 	if (o->json) {
@@ -325,24 +338,26 @@ static uint64_t gc_act_one(struct run *r, struct rns *n, struct gc *g, const str
 	if (blocked[x->rec]) {
 		err = "kept: a record linking under it could not be removed";
 	} else if (!o->dry_run) {
-		int rc = x->op == GC_UNLINK ? sel_record_unlink(n->lk.fd, name, NULL)
-					    : sel_record_truncate(n->lk.fd, name, &rec->span, &rec->id, NULL);
+		int rc = x->op == GC_UNLINK
+				 ? sel_record_unlink(n->lk.fd, name, NULL)
+				 : sel_record_truncate(n->lk.fd, name, &rec->span, &rec->id, NULL);
 		if (rc)
 			err = eos_errmsg();
 	}
 	if (err) {
-		fprintf(r->err, "flare records: %s '%s': %s\n", x->op == GC_UNLINK ? "remove" : "compact",
-			name, err);
+		fprintf(r->err, "flare records: %s '%s': %s\n",
+			x->op == GC_UNLINK ? "remove" : "compact", name, err);
 		r->status = 1;
 		for (int64_t p = par[x->rec]; p >= 0; p = par[p])
 			blocked[p] = true;
 	}
 	uint64_t age = rec_age_of(r->now, rec->mtime_ns);
 	if (o->json) {
-		json_t *j = json_pack("{s:s, s:o, s:s, s:s, s:I, s:I}", "name", name, "key",
-				      rec_json_key(&rec->d.key), "action",
-				      x->op == GC_UNLINK ? "unlink" : "truncate", "reason", x->reason,
-				      "bytes", (json_int_t)x->bytes, "age_s", (json_int_t)(age / NS));
+		json_t *j =
+			json_pack("{s:s, s:o, s:s, s:s, s:I, s:I}", "name", name, "key",
+				  rec_json_key(&rec->d.key), "action",
+				  x->op == GC_UNLINK ? "unlink" : "truncate", "reason", x->reason,
+				  "bytes", (json_int_t)x->bytes, "age_s", (json_int_t)(age / NS));
 		if (err)
 			json_object_set_new(j, "error", json_string(err));
 		json_array_append_new(removed, j);
@@ -387,12 +402,13 @@ static int gc_files(struct run *r, struct rns *n, struct gc *g)
 	if (o->json) {
 		json_object_set_new(n->j, "removed", removed);
 		json_object_set_new(n->j, "removed_bytes", rec_json_u64(freed));
-		json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records",
-							    (json_int_t)g->records, "bytes",
-							    (json_int_t)g->bytes));
+		json_object_set_new(n->j, "kept",
+				    json_pack("{s:I, s:I}", "records", (json_int_t)g->records,
+					      "bytes", (json_int_t)g->bytes));
 	} else {
-		fprintf(r->out, "    %s %zu record%s (%s)\n", o->dry_run ? "would remove" : "removed",
-			g->n, g->n == 1 ? "" : "s", rec_fmt_size(freed, a, sizeof a));
+		fprintf(r->out, "    %s %zu record%s (%s)\n",
+			o->dry_run ? "would remove" : "removed", g->n, g->n == 1 ? "" : "s",
+			rec_fmt_size(freed, a, sizeof a));
 		fprintf(r->out, "  kept %" PRIu64 " record%s (%s)\n", g->records,
 			g->records == 1 ? "" : "s", rec_fmt_size(g->bytes, c, sizeof c));
 	}
@@ -419,4 +435,3 @@ void rec_cmd_gc(struct run *r, struct rns *n)
 	sel_scan_free(&g.sc);
 	free(g.act);
 }
-

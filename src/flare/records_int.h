@@ -33,7 +33,12 @@
 
 /* ---- Arguments -------------------------------------------------------------- */
 
-enum rcmd { R_LS, R_VERIFY, R_STAT, R_GC };
+enum rcmd {
+	R_LS,
+	R_VERIFY,
+	R_STAT,
+	R_GC
+};
 
 struct ropts {
 	enum rcmd cmd;
@@ -57,10 +62,10 @@ struct rfile {
 	sel_record_header h;
 	uint64_t size, mtime_ns;
 	bool has_row;
-	int fate;        /* 0, or the enum sel_scan_why the startup scan would remove it for */
-	int64_t parent;  /* linked parent among the valid files, -1 */
+	int fate;       /* 0, or the enum sel_scan_why the startup scan would remove it for */
+	int64_t parent; /* linked parent among the valid files, -1 */
 	uint32_t children;
-	uint32_t depth;  /* 1 + the depth of its linked parent; 0 when not valid */
+	uint32_t depth; /* 1 + the depth of its linked parent; 0 when not valid */
 };
 
 struct rother {
@@ -71,22 +76,22 @@ struct rother {
 struct rns {
 	char path[PATH_MAX];
 	char name[SEL_RECORD_DIRNAME_MAX];
-	struct eos_dirlock lk;        /* lk.fd: the directory, locked unless unlocked */
-	bool unlocked;                /* a server holds the lock: read without it */
-	char *busy;                   /* the lock's message then */
-	char *error;                  /* why the namespace could not be worked on */
-	bool have_ns;                 /* ns describes it (from the header of ref) */
+	struct eos_dirlock lk; /* lk.fd: the directory, locked unless unlocked */
+	bool unlocked;         /* a server holds the lock: read without it */
+	char *busy;            /* the lock's message then */
+	char *error;           /* why the namespace could not be worked on */
+	bool have_ns;          /* ns describes it (from the header of ref) */
 	sel_record_ns ns;
 	char ref[SEL_RECORD_NAME_MAX];
-	size_t layout_votes;          /* headers that carry ns's layout ... */
-	size_t layout_files;          /* ... of those that name this directory */
-	char *undecided;              /* why no layout could be decided, or NULL */
-	struct rfile *f;              /* record-named entries, by name */
+	size_t layout_votes; /* headers that carry ns's layout ... */
+	size_t layout_files; /* ... of those that name this directory */
+	char *undecided;     /* why no layout could be decided, or NULL */
+	struct rfile *f;     /* record-named entries, by name */
 	size_t nf;
-	struct rother *tmp, *other;   /* temporaries; names that are not ours */
-	size_t ntmp, nother;          /* (a '.tmp-*' directory is among the other) */
+	struct rother *tmp, *other; /* temporaries; names that are not ours */
+	size_t ntmp, nother;        /* (a '.tmp-*' directory is among the other) */
 	uint64_t bytes_read;
-	json_t *j;                    /* the namespace's JSON object */
+	json_t *j; /* the namespace's JSON object */
 };
 
 struct run {
@@ -94,7 +99,7 @@ struct run {
 	FILE *out, *err;
 	uint64_t now;
 	int status;
-	uint64_t problems;            /* verify */
+	uint64_t problems; /* verify */
 	json_t *root, *jns;
 };
 
@@ -107,7 +112,10 @@ int rec_ns_list(struct rns *n);
 void rec_ns_reference(struct rns *n);
 json_t *rec_json_ns(const struct rns *n);
 static inline json_t *rec_json_u64(uint64_t v) { return json_integer((json_int_t)v); }
-static inline uint64_t rec_age_of(uint64_t now, uint64_t mtime) { return now > mtime ? now - mtime : 0; }
+static inline uint64_t rec_age_of(uint64_t now, uint64_t mtime)
+{
+	return now > mtime ? now - mtime : 0;
+}
 
 /* records_gc.c: `flare records gc` on one namespace. */
 void rec_cmd_gc(struct run *r, struct rns *n);

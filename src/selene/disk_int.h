@@ -34,13 +34,17 @@
 #define SUBMIT_RETRIES 8
 #define ACTIVE_JOBS 4
 
-enum seg_kind { SEG_PAGE = 0, SEG_ROW, SEG_HEAD };
+enum seg_kind {
+	SEG_PAGE = 0,
+	SEG_ROW,
+	SEG_HEAD
+};
 
 struct seg {
 	uint8_t *addr;
 	uint64_t len;
 	uint64_t off;
-	uint32_t idx;     /* page index from the job's first page / row piece index */
+	uint32_t idx; /* page index from the job's first page / row piece index */
 	uint8_t kind;
 	bool all_queued;  /* every byte is in some request */
 	uint32_t pending; /* requests touching it that have not finished */
@@ -63,8 +67,8 @@ struct wtemp {
 	bool row;
 	sel_key key;
 	int fd;
-	uint32_t next;        /* the next part's first page record */
-	uint8_t *head;        /* header + checksum segment (aligned) */
+	uint32_t next; /* the next part's first page record */
+	uint8_t *head; /* header + checksum segment (aligned) */
 	size_t head_cap;
 	char tmp[SEL_RECORD_TMPNAME_MAX];
 };
@@ -84,9 +88,9 @@ struct io_ctx {
 	uint32_t inflight;    /* submitted, not reaped */
 	uint32_t unsubmitted; /* prepared, not yet taken by the kernel */
 	uint64_t bytes;
-	uint8_t *cksum;       /* write: where page hashes go; read: expected, from first */
-	uint8_t *head;        /* write: header + checksums (bounce, or the part's entry) */
-	struct wtemp *wt;     /* WRITE_PART: the record's entry */
+	uint8_t *cksum;   /* write: where page hashes go; read: expected, from first */
+	uint8_t *head;    /* write: header + checksums (bounce, or the part's entry) */
+	struct wtemp *wt; /* WRITE_PART: the record's entry */
 	XXH3_state_t row_state;
 	/* scratch */
 	uint8_t *bounce;
@@ -107,13 +111,13 @@ struct sel_disk {
 	int nice;
 	struct sel_disk_hooks hooks;
 
-	bool uring;      /* atomic: the thread may switch it off */
-	bool direct;     /* atomic: likewise */
-	bool ring_ok;    /* ring initialised */
+	bool uring;   /* atomic: the thread may switch it off */
+	bool direct;  /* atomic: likewise */
+	bool ring_ok; /* ring initialised */
 	bool ring_broken;
 	struct io_uring ring;
-	uint32_t inflight;    /* requests the kernel holds */
-	struct req **sq;      /* [ring_depth] prepared, not yet submitted, oldest first */
+	uint32_t inflight; /* requests the kernel holds */
+	struct req **sq;   /* [ring_depth] prepared, not yet submitted, oldest first */
 	uint32_t sq_n;
 
 	pthread_mutex_t mu;
@@ -135,11 +139,11 @@ struct sel_disk {
 	uint32_t n_act;
 	struct req *reqs;
 	uint64_t nonce;
-	struct wtemp **wt;    /* windowed writes between parts (entries never move:
+	struct wtemp **wt; /* windowed writes between parts (entries never move:
 				 active jobs point at them) */
 	uint32_t n_wt;
 
-	struct sel_disk_stats st; /* updated with atomics */
+	struct sel_disk_stats st;     /* updated with atomics */
 	char io_note[EOS_ERRMSG_MAX]; /* why not io_uring + O_DIRECT at startup */
 };
 
@@ -148,7 +152,7 @@ struct sel_disk {
 /* disk_io.c: scratch, segments, the ring and the pread path. */
 int dk_grow_bounce(struct io_ctx *c, size_t need);
 bool dk_add_seg(struct io_ctx *c, void *addr, uint64_t len, uint64_t off, uint8_t kind,
-		    uint32_t idx);
+		uint32_t idx);
 void dk_reap(sel_disk *d, bool wait);
 bool dk_quiescent(const sel_disk *d, const struct io_ctx *c);
 void dk_uring_fill(sel_disk *d);

@@ -70,12 +70,12 @@ int dk_grow_bounce(struct io_ctx *c, size_t need)
 }
 
 bool dk_add_seg(struct io_ctx *c, void *addr, uint64_t len, uint64_t off, uint8_t kind,
-		    uint32_t idx)
+		uint32_t idx)
 {
 	if (eos_grow((void **)&c->segs, &c->segs_cap, c->n_segs + 1, sizeof(*c->segs)) != 0)
 		return false;
-	c->segs[c->n_segs++] = (struct seg){.addr = addr, .len = len, .off = off, .kind = kind,
-					    .idx = idx};
+	c->segs[c->n_segs++] =
+		(struct seg){.addr = addr, .len = len, .off = off, .kind = kind, .idx = idx};
 	return true;
 }
 
@@ -93,8 +93,8 @@ static void seg_start(sel_disk *d, struct io_ctx *c, struct seg *s)
 	} else {
 		struct sel_disk_job *j = c->job;
 		uint64_t row_ck = j->row ? XXH3_64bits_digest(&c->row_state) : 0;
-		int rc = sel_record_encode(d->ns, &j->rec, row_ck, eos_wall_ns(), SEL_RECORD_VERSION,
-					   c->head, c->span.header_bytes);
+		int rc = sel_record_encode(d->ns, &j->rec, row_ck, eos_wall_ns(),
+					   SEL_RECORD_VERSION, c->head, c->span.header_bytes);
 		if (rc < 0)
 			dk_io_fail(c, rc, "encoding the header: %s", eos_errmsg());
 	}
@@ -163,15 +163,17 @@ static int req_progress(struct req *r, int res)
 	struct io_ctx *c = r->owner;
 	if (res < 0) {
 		dk_io_fail(c, res, "%s of %" PRIu64 " bytes at offset %" PRIu64 ": %s",
-			c->write ? "write" : "read", r->left, r->off, strerror(-res));
+			   c->write ? "write" : "read", r->left, r->off, strerror(-res));
 		return -1;
 	}
 	if (res == 0) {
 		if (c->write)
 			dk_io_fail(c, -EIO, "write at offset %" PRIu64 " made no progress", r->off);
 		else
-			dk_io_fail(c, SEL_ECORRUPT, "the file ends at %" PRIu64 ", inside what its header "
-				"describes", r->off);
+			dk_io_fail(c, SEL_ECORRUPT,
+				   "the file ends at %" PRIu64 ", inside what its header "
+				   "describes",
+				   r->off);
 		return -1;
 	}
 	uint64_t n = (uint64_t)res;
@@ -347,8 +349,10 @@ void dk_run_sync(sel_disk *d, struct io_ctx *c)
 		int p = 0;
 		while (p == 0) {
 			struct iovec *v = &r->iov[r->iov_at];
-			ssize_t n = c->write ? ops->pwrite(c->fd, v->iov_base, v->iov_len, (off_t)r->off)
-					     : ops->pread(c->fd, v->iov_base, v->iov_len, (off_t)r->off);
+			ssize_t n =
+				c->write
+					? ops->pwrite(c->fd, v->iov_base, v->iov_len, (off_t)r->off)
+					: ops->pread(c->fd, v->iov_base, v->iov_len, (off_t)r->off);
 			if (n < 0 && errno == EINTR)
 				continue;
 			p = req_progress(r, n < 0 ? -errno : (int)n);
@@ -374,4 +378,3 @@ void dk_ring_reset(sel_disk *d)
 	else
 		__atomic_store_n(&d->uring, false, __ATOMIC_RELAXED);
 }
-

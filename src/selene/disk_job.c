@@ -58,14 +58,15 @@ static uint64_t next_nonce(sel_disk *d)
 static int add_row_segs(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
-	if (eos_grow((void **)&c->plan, &c->plan_cap, j->row_n ? j->row_n : 1, sizeof(*c->plan)) != 0)
+	if (eos_grow((void **)&c->plan, &c->plan_cap, j->row_n ? j->row_n : 1, sizeof(*c->plan)) !=
+	    0)
 		return -ENOMEM;
 	int rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov, j->row_n, c->plan);
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < j->row_n; i++)
-		if (!dk_add_seg(c, c->plan[i].addr, c->plan[i].len, c->span.row_off + c->plan[i].off,
-			     SEG_ROW, i))
+		if (!dk_add_seg(c, c->plan[i].addr, c->plan[i].len,
+				c->span.row_off + c->plan[i].off, SEG_ROW, i))
 			return -ENOMEM;
 	return 0;
 }
@@ -141,15 +142,19 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 		}
 		if (!begin) {
 			if (!w) {
-				dk_io_fail(c, -ENOENT, "no temporary for the part at page record %" PRIu32
-					" (an earlier part failed or none began)", first);
+				dk_io_fail(c, -ENOENT,
+					   "no temporary for the part at page record %" PRIu32
+					   " (an earlier part failed or none began)",
+					   first);
 				return;
 			}
 			c->wt = w; /* from here a failure discards it */
 			if (w->next != first || w->row != j->row) {
-				dk_io_fail(c, -EINVAL, "part at page record %" PRIu32 "%s, the write is at %"
-					PRIu32, first, w->row != j->row ? " changes the row flag" : "",
-					w->next);
+				dk_io_fail(c, -EINVAL,
+					   "part at page record %" PRIu32
+					   "%s, the write is at %" PRIu32,
+					   first, w->row != j->row ? " changes the row flag" : "",
+					   w->next);
 				return;
 			}
 		} else {
@@ -172,7 +177,8 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 		memset(c->cksum, 0, s->cksum_bytes);
 	for (uint32_t i = 0; i < n; i++)
 		if (!dk_add_seg(c, j->pages[i], s->page_stride,
-			     s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE, first + i))
+				s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE,
+				first + i))
 			goto nomem;
 	if (end && j->row && (rc = add_row_segs(d, c)) != 0) {
 		if (rc == -ENOMEM)
@@ -214,7 +220,8 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 		if (c->err) {
 			if (dk_wt_discard(d, w) != 0) {
 				size_t l = strlen(j->errmsg);
-				snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s", eos_errmsg());
+				snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s",
+					 eos_errmsg());
 			}
 			return;
 		}
@@ -307,8 +314,8 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		return;
 	}
 	if ((uint32_t)hb != s->header_bytes) {
-		dk_io_fail(c, SEL_ECORRUPT, "the header is %d bytes, the indexed record's %" PRIu32, hb,
-			s->header_bytes);
+		dk_io_fail(c, SEL_ECORRUPT, "the header is %d bytes, the indexed record's %" PRIu32,
+			   hb, s->header_bytes);
 		return;
 	}
 	if (hb > (int)SEL_RECORD_HEADER_MIN &&
@@ -339,8 +346,10 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 	}
 	for (uint32_t i = 0; i < n; i++)
 		if (!dk_add_seg(c, j->pages[i], s->page_stride,
-			     s->page_off + (uint64_t)(j->first + i) * s->page_stride, SEG_PAGE, i)) {
-			dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", n);
+				s->page_off + (uint64_t)(j->first + i) * s->page_stride, SEG_PAGE,
+				i)) {
+			dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records",
+				   n);
 			return;
 		}
 	if (j->row && (rc = add_row_segs(d, c)) != 0)
@@ -382,14 +391,11 @@ bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 	}
 	switch (j->op) {
 	case SEL_DISK_WRITE:
-	case SEL_DISK_WRITE_PART:
-		write_begin(d, c);
-		break;
-	case SEL_DISK_READ:
-		read_begin(d, c);
-		break;
+	case SEL_DISK_WRITE_PART: write_begin(d, c); break;
+	case SEL_DISK_READ: read_begin(d, c); break;
 	case SEL_DISK_TRUNCATE:
-		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j), &j->had_row)) != 0)
+		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j),
+					      &j->had_row)) != 0)
 			dk_io_fail_msg(c, rc);
 		return false;
 	case SEL_DISK_UNLINK:
@@ -403,8 +409,7 @@ bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 			dk_io_fail_msg(c, -EIO);
 		return false;
 	}
-	case SEL_DISK_OPS:
-		break;
+	case SEL_DISK_OPS: break;
 	}
 	return !c->err;
 }
@@ -433,4 +438,3 @@ void dk_job_end(sel_disk *d, struct io_ctx *c)
 			STAT_ADD(d, corrupt, 1);
 	}
 }
-

@@ -32,20 +32,25 @@ static int check_table(const sel_index *ix, const struct idtable *t, const char 
 			continue;
 		used++;
 		if (!live(ix, e))
-			return eos_fail(SEL_ECORRUPT, "index: %s slot %" PRIu64 " holds dead id %" PRIu32,
-					what, i, e);
+			return eos_fail(SEL_ECORRUPT,
+					"index: %s slot %" PRIu64 " holds dead id %" PRIu32, what,
+					i, e);
 		if (seen[e])
-			return eos_fail(SEL_ECORRUPT, "index: %s holds id %" PRIu32 " twice", what, e);
+			return eos_fail(SEL_ECORRUPT, "index: %s holds id %" PRIu32 " twice", what,
+					e);
 		seen[e] = 1;
 		uint64_t s = t->by_bucket ? ix_bucket_slot(ix, &N(ix, e)->bucket)
 					  : ix_key_slot(ix, &N(ix, e)->key);
 		if (s != i)
-			return eos_fail(SEL_ECORRUPT, "index: %s entry %" PRIu32 " at slot %" PRIu64
-					" is found at %" PRIu64, what, e, i, s);
+			return eos_fail(SEL_ECORRUPT,
+					"index: %s entry %" PRIu32 " at slot %" PRIu64
+					" is found at %" PRIu64,
+					what, e, i, s);
 	}
 	if (used != t->used)
-		return eos_fail(SEL_ECORRUPT, "index: %s counts %" PRIu64 " entries, holds %" PRIu64,
-				what, t->used, used);
+		return eos_fail(SEL_ECORRUPT,
+				"index: %s counts %" PRIu64 " entries, holds %" PRIu64, what,
+				t->used, used);
 	if (used * 4 > cap * 3)
 		return eos_fail(SEL_ECORRUPT, "index: %s overloaded", what);
 	return 0;
@@ -66,8 +71,10 @@ static int check_keys(const sel_index *ix, uint8_t *seen, uint64_t *nlive)
 			continue;
 		(*nlive)++;
 		if (!seen[id])
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " (key %s) missing from the"
-					" key table", id, sel_hex(N(ix, id)->key.digest.b, 8, hex));
+			return eos_fail(SEL_ECORRUPT,
+					"index: node %" PRIu32 " (key %s) missing from the"
+					" key table",
+					id, sel_hex(N(ix, id)->key.digest.b, 8, hex));
 	}
 	if (*nlive != ix->count)
 		return eos_fail(SEL_ECORRUPT, "index: count %" PRIu64 " but %" PRIu64 " live nodes",
@@ -86,33 +93,44 @@ static int check_buckets(const sel_index *ix, uint8_t *seen, uint64_t nlive)
 			continue;
 		heads++;
 		if (!live(ix, head))
-			return eos_fail(SEL_ECORRUPT, "index: bucket slot %" PRIu64 " holds dead id %"
-					PRIu32, i, head);
+			return eos_fail(SEL_ECORRUPT,
+					"index: bucket slot %" PRIu64 " holds dead id %" PRIu32, i,
+					head);
 		if (ix_bucket_slot(ix, &N(ix, head)->bucket) != i)
-			return eos_fail(SEL_ECORRUPT, "index: bucket head %" PRIu32 " not found at its"
-					" slot %" PRIu64, head, i);
+			return eos_fail(SEL_ECORRUPT,
+					"index: bucket head %" PRIu32 " not found at its"
+					" slot %" PRIu64,
+					head, i);
 		uint64_t prev_c = UINT64_MAX;
 		for (sel_node_id id = head; id != SEL_NODE_NONE; id = N(ix, id)->bnext) {
 			if (!live(ix, id) || seen[id])
-				return eos_fail(SEL_ECORRUPT, "index: bucket chain of %" PRIu32 " reaches %s"
-						" id %" PRIu32, head, live(ix, id) ? "repeated" : "dead", id);
+				return eos_fail(SEL_ECORRUPT,
+						"index: bucket chain of %" PRIu32 " reaches %s"
+						" id %" PRIu32,
+						head, live(ix, id) ? "repeated" : "dead", id);
 			seen[id] = 1;
 			on_chains++;
 			const sel_index_node *n = N(ix, id);
 			if (!digest_eq(&n->bucket, &N(ix, head)->bucket))
-				return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " on the chain of"
-						" another bucket", id);
+				return eos_fail(SEL_ECORRUPT,
+						"index: node %" PRIu32 " on the chain of"
+						" another bucket",
+						id);
 			if (n->key.consumed > prev_c)
-				return eos_fail(SEL_ECORRUPT, "index: bucket chain not deepest first at"
-						" node %" PRIu32, id);
+				return eos_fail(SEL_ECORRUPT,
+						"index: bucket chain not deepest first at"
+						" node %" PRIu32,
+						id);
 			prev_c = n->key.consumed;
 		}
 	}
 	if (heads != ix->buckets.used)
-		return eos_fail(SEL_ECORRUPT, "index: bucket table counts %" PRIu64 ", holds %" PRIu64,
+		return eos_fail(SEL_ECORRUPT,
+				"index: bucket table counts %" PRIu64 ", holds %" PRIu64,
 				ix->buckets.used, heads);
 	if (on_chains != nlive)
-		return eos_fail(SEL_ECORRUPT, "index: %" PRIu64 " of %" PRIu64 " nodes on bucket chains",
+		return eos_fail(SEL_ECORRUPT,
+				"index: %" PRIu64 " of %" PRIu64 " nodes on bucket chains",
 				on_chains, nlive);
 
 	return 0;
@@ -131,22 +149,28 @@ static int check_node(const sel_index *ix, sel_node_id id, uint32_t *kids)
 	uint64_t want = c / pt;
 	if (n->parent != SEL_NODE_NONE) {
 		if (!live(ix, n->parent))
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " has dead parent %"
-					PRIu32, id, n->parent);
+			return eos_fail(SEL_ECORRUPT,
+					"index: node %" PRIu32 " has dead parent %" PRIu32, id,
+					n->parent);
 		uint64_t p = N(ix, n->parent)->key.consumed;
 		if (p >= c)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " (%" PRIu64 " tokens)"
-					" under parent %" PRIu32 " of %" PRIu64, id, c, n->parent, p);
+			return eos_fail(SEL_ECORRUPT,
+					"index: node %" PRIu32 " (%" PRIu64 " tokens)"
+					" under parent %" PRIu32 " of %" PRIu64,
+					id, c, n->parent, p);
 		want = c / pt - p / pt;
 		kids[n->parent]++;
 	}
 	if (n->tail_pages != want)
-		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " tail %" PRIu32 " pages,"
-				" expected %" PRIu64, id, n->tail_pages, want);
-	if ((n->flags & SEL_NODE_DROP_ROW) &&
-	    (n->pins == 0 || !(n->flags & SEL_NODE_HAS_ROW)))
-		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " waits to drop a row"
-				" while %s", id, n->pins ? "rowless" : "unpinned");
+		return eos_fail(SEL_ECORRUPT,
+				"index: node %" PRIu32 " tail %" PRIu32 " pages,"
+				" expected %" PRIu64,
+				id, n->tail_pages, want);
+	if ((n->flags & SEL_NODE_DROP_ROW) && (n->pins == 0 || !(n->flags & SEL_NODE_HAS_ROW)))
+		return eos_fail(SEL_ECORRUPT,
+				"index: node %" PRIu32 " waits to drop a row"
+				" while %s",
+				id, n->pins ? "rowless" : "unpinned");
 	if ((n->flags & SEL_NODE_UNPRUNED) && (n->flags & SEL_NODE_HAS_ROW))
 		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " unpruned with a row", id);
 	if (n->tick > ix->clock)
@@ -159,16 +183,20 @@ static int check_kin(const sel_index *ix, sel_node_id id, const uint32_t *kids)
 {
 	const sel_index_node *n = N(ix, id);
 	if (n->children != kids[id])
-		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " counts %" PRIu32
-				" children, has %" PRIu32, id, n->children, kids[id]);
+		return eos_fail(SEL_ECORRUPT,
+				"index: node %" PRIu32 " counts %" PRIu32 " children, has %" PRIu32,
+				id, n->children, kids[id]);
 	if (useless(n))
-		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " is a useless page-only"
-				" leaf", id);
+		return eos_fail(SEL_ECORRUPT,
+				"index: node %" PRIu32 " is a useless page-only"
+				" leaf",
+				id);
 	if ((n->flags & SEL_NODE_UNPRUNED) && n->children)
 		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " unpruned with children", id);
 	if (n->parent != SEL_NODE_NONE && N(ix, n->parent)->tick <= n->tick)
-		return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " is newer than its parent %"
-				PRIu32, id, n->parent);
+		return eos_fail(SEL_ECORRUPT,
+				"index: node %" PRIu32 " is newer than its parent %" PRIu32, id,
+				n->parent);
 	return 0;
 }
 
@@ -183,18 +211,21 @@ static int check_lru(const sel_index *ix, uint64_t nlive)
 					live(ix, id) ? "too many nodes at" : "dead", id);
 		const sel_index_node *n = N(ix, id);
 		if (n->lru_prev != prev)
-			return eos_fail(SEL_ECORRUPT, "index: LRU back link of %" PRIu32 " broken", id);
-		if (walked > 1 && n->tick <= last_tick)
-			return eos_fail(SEL_ECORRUPT, "index: LRU ticks not increasing at %" PRIu32, id);
-		if (ix->last_use[id] > ix->stamp)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " used after the last stamp",
+			return eos_fail(SEL_ECORRUPT, "index: LRU back link of %" PRIu32 " broken",
 					id);
+		if (walked > 1 && n->tick <= last_tick)
+			return eos_fail(SEL_ECORRUPT, "index: LRU ticks not increasing at %" PRIu32,
+					id);
+		if (ix->last_use[id] > ix->stamp)
+			return eos_fail(SEL_ECORRUPT,
+					"index: node %" PRIu32 " used after the last stamp", id);
 		last_tick = n->tick;
 		prev = id;
 	}
 	if (walked != nlive || prev != ix->lru_tail)
-		return eos_fail(SEL_ECORRUPT, "index: LRU list holds %" PRIu64 " of %" PRIu64 " nodes",
-				walked, nlive);
+		return eos_fail(SEL_ECORRUPT,
+				"index: LRU list holds %" PRIu64 " of %" PRIu64 " nodes", walked,
+				nlive);
 
 	return 0;
 }
@@ -206,11 +237,14 @@ static int check_free(const sel_index *ix, uint64_t nlive)
 	for (sel_node_id id = ix->free_head; id != SEL_NODE_NONE; id = N(ix, id)->lru_next) {
 		if (id >= ix->used || live(ix, id) || ++nfree > ix->nfree)
 			return eos_fail(SEL_ECORRUPT, "index: free list reaches %s id %" PRIu32,
-					id >= ix->used || live(ix, id) ? "a live or unused" : "too many", id);
+					id >= ix->used || live(ix, id) ? "a live or unused"
+								       : "too many",
+					id);
 	}
 	if (nfree != ix->nfree || nfree + nlive != ix->used)
-		return eos_fail(SEL_ECORRUPT, "index: %" PRIu64 " free and %" PRIu64 " live of %" PRIu32
-				" ids", nfree, nlive, ix->used);
+		return eos_fail(SEL_ECORRUPT,
+				"index: %" PRIu64 " free and %" PRIu64 " live of %" PRIu32 " ids",
+				nfree, nlive, ix->used);
 	return 0;
 }
 

@@ -30,24 +30,21 @@ struct sel_index {
 	struct sel_index_ops ops;
 	void *ctx;
 	sel_index_node *nodes;
-	uint32_t used;  /* ids [0, used) are live or free */
-	uint32_t cap;   /* allocated entries of nodes[] */
+	uint32_t used; /* ids [0, used) are live or free */
+	uint32_t cap;  /* allocated entries of nodes[] */
 	sel_node_id free_head;
 	uint32_t nfree;
-	uint64_t count; /* live nodes */
+	uint64_t count;         /* live nodes */
 	struct idtable keys;    /* key -> id */
 	struct idtable buckets; /* bucket digest -> deepest node of the bucket */
 	sel_node_id lru_head, lru_tail;
-	uint64_t clock; /* last tick given */
-	uint64_t *last_use;             /* [cap] last-use time (ns) of each id */
-	uint64_t (*now_ns)(void);       /* the store's clock, or NULL */
-	uint64_t stamp;                 /* last stamp given (or seeded) */
+	uint64_t clock;           /* last tick given */
+	uint64_t *last_use;       /* [cap] last-use time (ns) of each id */
+	uint64_t (*now_ns)(void); /* the store's clock, or NULL */
+	uint64_t stamp;           /* last stamp given (or seeded) */
 };
 
-static inline sel_index_node *N(const sel_index *ix, sel_node_id id)
-{
-	return &ix->nodes[id];
-}
+static inline sel_index_node *N(const sel_index *ix, sel_node_id id) { return &ix->nodes[id]; }
 
 static inline bool live(const sel_index *ix, sel_node_id id)
 {

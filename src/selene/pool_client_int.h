@@ -56,7 +56,12 @@ struct qframe {
 	uint8_t data[];
 };
 
-enum qkind { Q_MSG = 0, Q_LOST, Q_ATTACHED, Q_DISABLED };
+enum qkind {
+	Q_MSG = 0,
+	Q_LOST,
+	Q_ATTACHED,
+	Q_DISABLED
+};
 
 struct qmsg {
 	struct qmsg *next;
@@ -97,9 +102,9 @@ struct lease {
 	struct sel_pool_lease pub; /* first: the caller's pointer */
 	struct eos_hnode hn;
 	uint64_t nonce, epoch;
-	bool committed;            /* put: committed, waiting for M_PUT_RESULT */
-	uint32_t *slots;           /* page slots then row slots */
-	struct sel_pool_msg msg;   /* the grant (nodes, checksums) */
+	bool committed;          /* put: committed, waiting for M_PUT_RESULT */
+	uint32_t *slots;         /* page slots then row slots */
+	struct sel_pool_msg msg; /* the grant (nodes, checksums) */
 };
 
 struct evq {
@@ -167,13 +172,13 @@ struct hs {
 	struct sel_pool_m_welcome welcome;
 };
 
-#define CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+#define CONTAINER(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
 /* pool_client.c: the eventfds, the event queue, submissions. */
 void pc_wake(int fd);
 void pc_drain_fd(int fd);
-void pc_emit(sel_pool_client *c, enum sel_pool_event_type type, uint32_t reason,
-		 uint64_t request, const sel_key *key, struct sel_pool_lease *l, sel_pool_ticket *t);
+void pc_emit(sel_pool_client *c, enum sel_pool_event_type type, uint32_t reason, uint64_t request,
+	     const sel_key *key, struct sel_pool_lease *l, sel_pool_ticket *t);
 int pc_submit(sel_pool_client *c, const struct sel_pool_msg *m, bool force);
 void pc_lease_free(struct lease *l);
 
@@ -189,10 +194,10 @@ struct lease *pc_lease_find(sel_pool_client *c, uint64_t id);
 void pc_maybe_drained(sel_pool_client *c);
 void pc_lease_end(sel_pool_client *c, struct lease *l);
 struct lease *pc_lease_new(sel_pool_client *c, enum sel_pool_lease_kind kind, uint64_t id,
-			       uint64_t nonce, uint32_t deadline_ms, const struct sel_pool_window *w,
-			       uint32_t nw, uint32_t pages, uint32_t rows);
+			   uint64_t nonce, uint32_t deadline_ms, const struct sel_pool_window *w,
+			   uint32_t nw, uint32_t pages, uint32_t rows);
 int pc_windows_ok(sel_pool_client *c, const struct sel_pool_window *w, uint32_t n, uint32_t pages,
-		      uint32_t rows);
+		  uint32_t rows);
 void pc_send_ls(sel_pool_client *c, uint16_t type, uint64_t lease, uint64_t nonce, uint32_t status);
 sel_pool_ticket *pc_ticket_find(sel_pool_client *c, uint64_t id);
 

@@ -131,7 +131,8 @@ static int send_msg(int fd, const struct sel_pool_msg *m, uint64_t deadline)
 	uint8_t *b = malloc((size_t)n);
 	if (!b)
 		return -ENOMEM;
-	int rc = sel_pool_encode(m, b, (size_t)n) == n ? write_all(fd, b, (size_t)n, deadline) : -EIO;
+	int rc = sel_pool_encode(m, b, (size_t)n) == n ? write_all(fd, b, (size_t)n, deadline)
+						       : -EIO;
 	free(b);
 	return rc;
 }
@@ -143,8 +144,8 @@ static bool same_region(sel_pool_client *c, struct hs *h)
 {
 	struct stat st;
 	return !fstat(h->arena_fd, &st) && st.st_dev == c->arena_dev && st.st_ino == c->arena_ino &&
-	       h->hello.generation == c->hello.generation && h->hello.arena_bytes == c->arena_bytes &&
-	       h->hello.data_start == c->hello.data_start;
+	       h->hello.generation == c->hello.generation &&
+	       h->hello.arena_bytes == c->arena_bytes && h->hello.data_start == c->hello.data_start;
 }
 
 
@@ -164,10 +165,11 @@ int pc_handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struct hs
 		int e = errno;
 		close(fd);
 		if (e == ENOENT || e == ECONNREFUSED || e == EAGAIN || e == EINTR)
-			return eos_fail(-EAGAIN, "pool %s: no manager answers (%s)", c->address, strerror(e));
-		if (e == EACCES || e == EPERM)
-			return eos_fail(-EACCES, "pool %s: the socket refuses this process (%s)", c->address,
+			return eos_fail(-EAGAIN, "pool %s: no manager answers (%s)", c->address,
 					strerror(e));
+		if (e == EACCES || e == EPERM)
+			return eos_fail(-EACCES, "pool %s: the socket refuses this process (%s)",
+					c->address, strerror(e));
 		return eos_fail(-e, "pool %s: connect: %s", c->address, strerror(e));
 	}
 	struct sel_pool_msg m;
@@ -178,7 +180,8 @@ int pc_handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struct hs
 			close(afd);
 		close(fd);
 		if (rc == -ECONNRESET || rc == -ETIMEDOUT)
-			return eos_fail(-EAGAIN, "pool %s: the manager closed or sent no hello", c->address);
+			return eos_fail(-EAGAIN, "pool %s: the manager closed or sent no hello",
+					c->address);
 		if (rc == SEL_EFORMAT)
 			return eos_fail(rc, "pool %s: %s", c->address, eos_errmsg());
 		return eos_fail(rc, "pool %s: reading the hello: %s", c->address, strerror(-rc));
@@ -190,22 +193,26 @@ int pc_handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struct hs
 		if (afd >= 0)
 			close(afd);
 		close(fd);
-		return eos_fail(-EACCES, "pool %s: the manager refused this process: %s", c->address, text);
+		return eos_fail(-EACCES, "pool %s: the manager refused this process: %s",
+				c->address, text);
 	}
 	if (m.type != SEL_POOL_M_HELLO || afd < 0) {
 		sel_pool_msg_free(&m);
 		if (afd >= 0)
 			close(afd);
 		close(fd);
-		return eos_fail(SEL_EFORMAT, "pool %s: the manager's first frame is not a hello with the "
-				"arena", c->address);
+		return eos_fail(SEL_EFORMAT,
+				"pool %s: the manager's first frame is not a hello with the "
+				"arena",
+				c->address);
 	}
 	h->hello = m.u.m_hello;
 	sel_pool_msg_free(&m);
 	if (h->hello.version != SEL_POOL_VERSION) {
 		close(afd);
 		close(fd);
-		return eos_fail(-EPROTO, "pool %s: the manager speaks protocol version %u, this instance %u",
+		return eos_fail(-EPROTO,
+				"pool %s: the manager speaks protocol version %u, this instance %u",
 				c->address, h->hello.version, SEL_POOL_VERSION);
 	}
 	if (!reattach)
@@ -224,8 +231,7 @@ int pc_handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struct hs
 	memcpy(ch.u.c_hello.instance, c->instance, SEL_POOL_ID_BYTES);
 	ch.u.c_hello.generation = reattach ? c->hello.generation : 0;
 	ch.u.c_hello.scope = c->scope;
-	if ((rc = send_msg(fd, &ch, deadline)) ||
-	    (rc = read_msg(c, fd, deadline, &m, NULL))) {
+	if ((rc = send_msg(fd, &ch, deadline)) || (rc = read_msg(c, fd, deadline, &m, NULL))) {
 		close(afd);
 		close(fd);
 		if (rc == SEL_EFORMAT)
@@ -246,8 +252,9 @@ int pc_handshake(sel_pool_client *c, uint64_t deadline, bool reattach, struct hs
 	if (h->welcome.status != SEL_POOL_OK) {
 		close(afd);
 		close(fd);
-		return eos_fail(-EPROTO, "pool %s: the manager refused this instance (%s): %s", c->address,
-				sel_pool_reason_name(h->welcome.status), h->welcome.text);
+		return eos_fail(-EPROTO, "pool %s: the manager refused this instance (%s): %s",
+				c->address, sel_pool_reason_name(h->welcome.status),
+				h->welcome.text);
 	}
 	h->fd = fd;
 	h->arena_fd = afd;
@@ -261,18 +268,22 @@ int pc_map_arena(sel_pool_client *c, struct hs *h)
 	struct stat st;
 	const struct sel_pool_m_hello *mh = &h->hello;
 	if (fstat(h->arena_fd, &st))
-		return eos_fail(-errno, "pool %s: fstat of the arena: %s", c->address, strerror(errno));
+		return eos_fail(-errno, "pool %s: fstat of the arena: %s", c->address,
+				strerror(errno));
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < mh->arena_bytes || !mh->arena_bytes ||
 	    mh->data_start >= mh->arena_bytes || mh->data_start % EOS_ALIGN)
-		return eos_fail(SEL_EFORMAT, "pool %s: the arena descriptor (%" PRIu64 " bytes) does not "
-				"match the hello (%" PRIu64 " bytes from %" PRIu64 ")", c->address,
-				(uint64_t)st.st_size, mh->arena_bytes, mh->data_start);
+		return eos_fail(SEL_EFORMAT,
+				"pool %s: the arena descriptor (%" PRIu64 " bytes) does not "
+				"match the hello (%" PRIu64 " bytes from %" PRIu64 ")",
+				c->address, (uint64_t)st.st_size, mh->arena_bytes, mh->data_start);
 	if (mh->arena_bytes > SIZE_MAX)
-		return eos_fail(-EOVERFLOW, "pool %s: the arena does not fit the address space", c->address);
-	void *p = mmap(NULL, (size_t)mh->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->arena_fd, 0);
+		return eos_fail(-EOVERFLOW, "pool %s: the arena does not fit the address space",
+				c->address);
+	void *p = mmap(NULL, (size_t)mh->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       h->arena_fd, 0);
 	if (p == MAP_FAILED)
-		return eos_fail(-errno, "pool %s: mapping the arena of %" PRIu64 " bytes: %s", c->address,
-				mh->arena_bytes, strerror(errno));
+		return eos_fail(-errno, "pool %s: mapping the arena of %" PRIu64 " bytes: %s",
+				c->address, mh->arena_bytes, strerror(errno));
 	c->arena = p;
 	c->arena_bytes = mh->arena_bytes;
 	c->arena_dev = st.st_dev;
@@ -422,12 +433,16 @@ void *pc_io_main(void *arg)
 			int timeout = -1;
 			if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
 				struct hs h;
-				int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true, &h);
+				int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true,
+						      &h);
 				if (rc == -ESTALE) {
 					snprintf(c->warning, sizeof c->warning,
-						 "pool %s: the manager came back with another arena (generation "
-						 "%016" PRIx64 ", was %016" PRIx64 "): sharing is disabled until "
-						 "this instance restarts", c->address, h.hello.generation,
+						 "pool %s: the manager came back with another "
+						 "arena (generation "
+						 "%016" PRIx64 ", was %016" PRIx64
+						 "): sharing is disabled until "
+						 "this instance restarts",
+						 c->address, h.hello.generation,
 						 c->hello.generation);
 					close(h.fd);
 					close(h.arena_fd);
@@ -442,7 +457,8 @@ void *pc_io_main(void *arg)
 					c->rlen = c->sent = 0;
 					reading = true;
 					want_out = false;
-					ev = (struct epoll_event){.events = EPOLLIN | EPOLLRDHUP, .data.fd = c->fd};
+					ev = (struct epoll_event){.events = EPOLLIN | EPOLLRDHUP,
+								  .data.fd = c->fd};
 					epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
 					backoff = BACKOFF_MIN_NS;
 					push_marker(c, Q_ATTACHED);
@@ -453,7 +469,8 @@ void *pc_io_main(void *arg)
 					backoff = BACKOFF_MAX_NS;
 				}
 				timeout = (int)(backoff / MS_NS);
-				backoff = backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : backoff * 2;
+				backoff =
+					backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : backoff * 2;
 			}
 			struct epoll_event got;
 			if (epoll_wait(ep, &got, 1, timeout) > 0)
@@ -483,7 +500,8 @@ void *pc_io_main(void *arg)
 			pthread_mutex_unlock(&c->mu);
 			if (paused == reading) {
 				reading = !paused;
-				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) | EPOLLRDHUP |
+				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) |
+								    EPOLLRDHUP |
 								    (want_out ? EPOLLOUT : 0),
 							  .data.fd = c->fd};
 				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
@@ -497,7 +515,8 @@ void *pc_io_main(void *arg)
 				lost = true;
 			} else if ((s == 1) != want_out) {
 				want_out = s == 1;
-				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) | EPOLLRDHUP |
+				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) |
+								    EPOLLRDHUP |
 								    (want_out ? EPOLLOUT : 0),
 							  .data.fd = c->fd};
 				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
@@ -515,4 +534,3 @@ void *pc_io_main(void *arg)
 	close(ep);
 	return NULL;
 }
-

@@ -26,7 +26,8 @@
 
 struct pending *pc_pending_find(sel_pool_client *c, uint64_t id, bool claim)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&c->pendings, eos_hash64(id)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&c->pendings, eos_hash64(id)); x;
+	     x = eos_hmap_next(x)) {
 		struct pending *p = CONTAINER(x, struct pending, hn);
 		if (p->id == id && p->is_claim == claim && p->epoch == c->epoch)
 			return p;
@@ -48,7 +49,8 @@ void pc_pending_drop(sel_pool_client *c, struct pending *p)
 
 struct lease *pc_lease_find(sel_pool_client *c, uint64_t id)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&c->leases, eos_hash64(id)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&c->leases, eos_hash64(id)); x;
+	     x = eos_hmap_next(x)) {
 		struct lease *l = CONTAINER(x, struct lease, hn);
 		if (l->pub.id == id)
 			return l;
@@ -58,7 +60,8 @@ struct lease *pc_lease_find(sel_pool_client *c, uint64_t id)
 
 void pc_maybe_drained(sel_pool_client *c)
 {
-	if (c->state == SEL_POOL_DETACHED && c->n_live == 0 && atomic_load(&c->drained) != c->epoch) {
+	if (c->state == SEL_POOL_DETACHED && c->n_live == 0 &&
+	    atomic_load(&c->drained) != c->epoch) {
 		atomic_store(&c->drained, c->epoch);
 		pc_wake(c->wake_io);
 	}
@@ -82,8 +85,8 @@ void pc_lease_end(sel_pool_client *c, struct lease *l)
 }
 
 struct lease *pc_lease_new(sel_pool_client *c, enum sel_pool_lease_kind kind, uint64_t id,
-			       uint64_t nonce, uint32_t deadline_ms, const struct sel_pool_window *w,
-			       uint32_t nw, uint32_t pages, uint32_t rows)
+			   uint64_t nonce, uint32_t deadline_ms, const struct sel_pool_window *w,
+			   uint32_t nw, uint32_t pages, uint32_t rows)
 {
 	struct lease *l = calloc(1, sizeof *l);
 	if (!l)
@@ -116,7 +119,7 @@ struct lease *pc_lease_new(sel_pool_client *c, enum sel_pool_lease_kind kind, ui
 
 /* Windows of a grant: the protocol's rule, and slot numbers that fit u32. */
 int pc_windows_ok(sel_pool_client *c, const struct sel_pool_window *w, uint32_t n, uint32_t pages,
-		      uint32_t rows)
+		  uint32_t rows)
 {
 	if (c->arena_bytes / c->lay.slot_bytes > UINT32_MAX)
 		return eos_fail(SEL_EFORMAT, "pool: the arena has more slots than slot numbers");
@@ -140,7 +143,8 @@ static int holdings(sel_pool_client *c, uint16_t type, const struct sel_pool_hol
 				SEL_POOL_MAX_HOLDINGS);
 	for (uint32_t i = 0; i < n; i++)
 		if (h[i].source == SEL_POOL_SRC_ARENA || h[i].source >= SEL_POOL_SOURCES)
-			return eos_fail(-EINVAL, "pool: holding %u has source %u (gpu, dram or nvme)", i,
+			return eos_fail(-EINVAL,
+					"pool: holding %u has source %u (gpu, dram or nvme)", i,
 					h[i].source);
 	struct sel_pool_msg m = {.type = type};
 	m.u.holdings.n = n;
@@ -174,8 +178,10 @@ int sel_pool_begin_lookup(sel_pool_client *c, const sel_history *h, uint64_t res
 	uint64_t len = sel_history_len(h);
 	uint64_t top = limit < len ? limit : len;
 	if (resident >= top)
-		return eos_fail(-EINVAL, "pool lookup: nothing above the resident %" PRIu64 " tokens "
-				"(history %" PRIu64 ", limit %" PRIu64 ")", resident, len, limit);
+		return eos_fail(-EINVAL,
+				"pool lookup: nothing above the resident %" PRIu64 " tokens "
+				"(history %" PRIu64 ", limit %" PRIu64 ")",
+				resident, len, limit);
 	uint64_t k_hi = top / SEL_BUCKET_TOKENS, k_lo = resident / SEL_BUCKET_TOKENS;
 	uint64_t n = k_hi - k_lo + 1;
 	if (n > SEL_POOL_MAX_BOUNDS)
@@ -228,7 +234,8 @@ void sel_pool_ticket_free(sel_pool_client *c, sel_pool_ticket *t)
 
 sel_pool_ticket *pc_ticket_find(sel_pool_client *c, uint64_t id)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&c->tickets, eos_hash64(id)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&c->tickets, eos_hash64(id)); x;
+	     x = eos_hmap_next(x)) {
 		sel_pool_ticket *t = CONTAINER(x, sel_pool_ticket, hn);
 		if (t->id == id)
 			return t;
@@ -236,8 +243,8 @@ sel_pool_ticket *pc_ticket_find(sel_pool_client *c, uint64_t id)
 	return NULL;
 }
 
-bool sel_pool_candidate_matches(const struct sel_pool_m_answer *a, uint32_t i,
-				const sel_history *h, uint64_t resident)
+bool sel_pool_candidate_matches(const struct sel_pool_m_answer *a, uint32_t i, const sel_history *h,
+				uint64_t resident)
 {
 	if (i >= a->n_cands)
 		return false;
@@ -265,7 +272,10 @@ bool sel_pool_candidate_matches(const struct sel_pool_m_answer *a, uint32_t i,
 
 static int source_rank(uint8_t s)
 {
-	return s == SEL_POOL_SRC_GPU ? 0 : s == SEL_POOL_SRC_DRAM ? 1 : s == SEL_POOL_SRC_NVME ? 2 : 3;
+	return s == SEL_POOL_SRC_GPU    ? 0
+	       : s == SEL_POOL_SRC_DRAM ? 1
+	       : s == SEL_POOL_SRC_NVME ? 2
+					: 3;
 }
 
 int sel_pool_answer_pick(const struct sel_pool_m_answer *a, const sel_history *h, uint64_t resident)
@@ -277,7 +287,8 @@ int sel_pool_answer_pick(const struct sel_pool_m_answer *a, const sel_history *h
 			uint64_t cb = a->nodes[a->cands[best].node].key.consumed;
 			if (ci < cb)
 				break;
-			if (ci > cb || source_rank(a->cands[i].source) >= source_rank(a->cands[best].source))
+			if (ci > cb ||
+			    source_rank(a->cands[i].source) >= source_rank(a->cands[best].source))
 				continue;
 		}
 		if (sel_pool_candidate_matches(a, i, h, resident))
@@ -290,11 +301,13 @@ int sel_pool_answer_pick(const struct sel_pool_m_answer *a, const sel_history *h
 
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim)
 {
-	if (t->state != SEL_POOL_TICKET_READY || t->epoch != c->epoch || i >= t->ans.u.answer.n_cands)
-		return eos_fail(-EINVAL, "pool claim: the ticket has no candidate %u of this session", i);
+	if (t->state != SEL_POOL_TICKET_READY || t->epoch != c->epoch ||
+	    i >= t->ans.u.answer.n_cands)
+		return eos_fail(-EINVAL,
+				"pool claim: the ticket has no candidate %u of this session", i);
 	if (c->n_claims >= c->hello.max_claims)
-		return eos_fail(-EBUSY, "pool claim: %u claims open (the manager allows %u)", c->n_claims,
-				c->hello.max_claims);
+		return eos_fail(-EBUSY, "pool claim: %u claims open (the manager allows %u)",
+				c->n_claims, c->hello.max_claims);
 	const struct sel_pool_m_answer *a = &t->ans.u.answer;
 	const struct sel_pool_candidate *cd = &a->cands[i];
 	struct pending *p = calloc(1, sizeof *p);
@@ -307,9 +320,10 @@ int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uin
 	p->key = a->nodes[cd->node].key;
 	p->resident = t->resident;
 	p->bytes = cd->bytes;
-	p->deadline_ns = eos_now_ns() +
-			 (uint64_t)sel_pool_deadline_ms(SEL_POOL_REQUESTER_SETUP_MS,
-							SEL_POOL_REQUESTER_SETUP_MS, cd->bytes) * MS_NS;
+	p->deadline_ns = eos_now_ns() + (uint64_t)sel_pool_deadline_ms(SEL_POOL_REQUESTER_SETUP_MS,
+								       SEL_POOL_REQUESTER_SETUP_MS,
+								       cd->bytes) *
+						MS_NS;
 	struct sel_pool_msg m = {.type = SEL_POOL_C_CLAIM};
 	m.u.claim.claim = p->id;
 	m.u.claim.source = cd->source;
@@ -338,8 +352,10 @@ int sel_pool_put(sel_pool_client *c, const struct sel_pool_put_desc *d, uint64_t
 	bool root = d->tail == cc / pt;
 	bool linked = !sel_key_is_none(&d->parent) && pc < cc && d->tail == cc / pt - pc / pt;
 	if (!cc || (!root && !linked) || d->tail > SEL_POOL_MAX_PAGES)
-		return eos_fail(-EINVAL, "pool put: tail %u is neither the whole chain (%" PRIu64 ") nor "
-				"the pages past the parent's %" PRIu64 " tokens", d->tail, cc / pt, pc);
+		return eos_fail(-EINVAL,
+				"pool put: tail %u is neither the whole chain (%" PRIu64 ") nor "
+				"the pages past the parent's %" PRIu64 " tokens",
+				d->tail, cc / pt, pc);
 	if (c->n_puts >= c->hello.max_puts)
 		return eos_fail(-EBUSY, "pool put: %u puts open (the manager allows %u)", c->n_puts,
 				c->hello.max_puts);
@@ -351,8 +367,12 @@ int sel_pool_put(sel_pool_client *c, const struct sel_pool_put_desc *d, uint64_t
 	p->key = d->key;
 	p->tail = d->tail;
 	struct sel_pool_msg m = {.type = SEL_POOL_C_PUT};
-	m.u.put = (struct sel_pool_c_put){.put = p->id, .key = d->key, .parent = d->parent,
-					  .bucket = d->bucket, .tail = d->tail, .has_row = 1,
+	m.u.put = (struct sel_pool_c_put){.put = p->id,
+					  .key = d->key,
+					  .parent = d->parent,
+					  .bucket = d->bucket,
+					  .tail = d->tail,
+					  .has_row = 1,
 					  .setup_ms = c->setup_ms};
 	int rc = pc_submit(c, &m, false);
 	if (rc) {
@@ -386,13 +406,14 @@ int sel_pool_commit(sel_pool_client *c, struct sel_pool_lease *pub, const uint64
 	struct lease *l = (struct lease *)pub;
 	if (!same_session(c, l)) {
 		/* The session is gone: nothing to commit to. */
-		pc_emit(c, SEL_POOL_EV_PUT_RESULT, SEL_POOL_GONE, l->pub.request, &l->pub.key, NULL, NULL);
+		pc_emit(c, SEL_POOL_EV_PUT_RESULT, SEL_POOL_GONE, l->pub.request, &l->pub.key, NULL,
+			NULL);
 		pc_lease_end(c, l);
 		return 0;
 	}
 	struct sel_pool_msg m = {.type = SEL_POOL_C_COMMIT};
-	m.u.cksums = (struct sel_pool_c_cksums){l->pub.id, l->nonce, 0, l->pub.n_pages,
-						(uint64_t *)page_cksum, row_cksum};
+	m.u.cksums = (struct sel_pool_c_cksums){
+		l->pub.id, l->nonce, 0, l->pub.n_pages, (uint64_t *)page_cksum, row_cksum};
 	int rc = pc_submit(c, &m, true);
 	if (rc)
 		return rc;
@@ -427,8 +448,9 @@ int sel_pool_export_done(sel_pool_client *c, struct sel_pool_lease *pub, const u
 	struct lease *l = (struct lease *)pub;
 	if (same_session(c, l)) {
 		struct sel_pool_msg m = {.type = SEL_POOL_C_EXPORT_DONE};
-		m.u.cksums = (struct sel_pool_c_cksums){l->pub.id, l->nonce, SEL_POOL_OK, l->pub.n_pages,
-							(uint64_t *)page_cksum, row_cksum};
+		m.u.cksums = (struct sel_pool_c_cksums){
+			l->pub.id, l->nonce, SEL_POOL_OK, l->pub.n_pages, (uint64_t *)page_cksum,
+			row_cksum};
 		pc_submit(c, &m, true);
 	}
 	c->st.exports_done++;
@@ -456,12 +478,13 @@ int sel_pool_release(sel_pool_client *c, struct sel_pool_lease *pub, uint32_t st
 	if (same_session(c, l)) {
 		if (l->pub.kind == SEL_POOL_EXPORT) {
 			struct sel_pool_msg m = {.type = SEL_POOL_C_EXPORT_DONE};
-			m.u.cksums = (struct sel_pool_c_cksums){l->pub.id, l->nonce,
-								status ? status : SEL_POOL_COPY_FAILED,
-								0, NULL, 0};
+			m.u.cksums = (struct sel_pool_c_cksums){
+				l->pub.id, l->nonce, status ? status : SEL_POOL_COPY_FAILED,
+				0,         NULL,     0};
 			pc_submit(c, &m, true);
 		} else {
-			uint32_t s = l->pub.kind == SEL_POOL_PUT && !status ? SEL_POOL_CANCELLED : status;
+			uint32_t s = l->pub.kind == SEL_POOL_PUT && !status ? SEL_POOL_CANCELLED
+									    : status;
 			pc_send_ls(c, SEL_POOL_C_RELEASE, l->pub.id, l->nonce, s);
 		}
 	}
@@ -520,11 +543,13 @@ int sel_pool_lease_verify(const sel_pool_client *c, const struct sel_pool_lease 
 	if (l->kind != SEL_POOL_CLAIM || !l->page_cksum)
 		return eos_fail(-EINVAL, "pool verify: not a claim lease");
 	for (uint32_t i = 0; i < l->n_pages; i++) {
-		uint64_t got = XXH3_64bits(sel_pool_slot_addr(c, l->page_slots[i]), c->lay.slot_bytes);
+		uint64_t got =
+			XXH3_64bits(sel_pool_slot_addr(c, l->page_slots[i]), c->lay.slot_bytes);
 		if (got != l->page_cksum[i])
-			return eos_fail(SEL_ECORRUPT, "pool claim %" PRIu64 ": page %u (arena slot %u) fails "
-					"its checksum (%016" PRIx64 ", expected %016" PRIx64 ")", l->id, i,
-					l->page_slots[i], got, l->page_cksum[i]);
+			return eos_fail(SEL_ECORRUPT,
+					"pool claim %" PRIu64 ": page %u (arena slot %u) fails "
+					"its checksum (%016" PRIx64 ", expected %016" PRIx64 ")",
+					l->id, i, l->page_slots[i], got, l->page_cksum[i]);
 	}
 	if (l->n_row_slots) {
 		bool ok;
@@ -532,8 +557,10 @@ int sel_pool_lease_verify(const sel_pool_client *c, const struct sel_pool_lease 
 		if (!ok)
 			return eos_fail(-ENOMEM, "pool verify: out of memory for the row");
 		if (got != l->row_cksum)
-			return eos_fail(SEL_ECORRUPT, "pool claim %" PRIu64 ": the row fails its checksum "
-					"(%016" PRIx64 ", expected %016" PRIx64 ")", l->id, got, l->row_cksum);
+			return eos_fail(SEL_ECORRUPT,
+					"pool claim %" PRIu64 ": the row fails its checksum "
+					"(%016" PRIx64 ", expected %016" PRIx64 ")",
+					l->id, got, l->row_cksum);
 	}
 	return 0;
 }
@@ -542,7 +569,8 @@ void sel_pool_lease_checksums(const sel_pool_client *c, const struct sel_pool_le
 			      uint64_t *page_cksum, uint64_t *row_cksum)
 {
 	for (uint32_t i = 0; i < l->n_pages; i++)
-		page_cksum[i] = XXH3_64bits(sel_pool_slot_addr(c, l->page_slots[i]), c->lay.slot_bytes);
+		page_cksum[i] =
+			XXH3_64bits(sel_pool_slot_addr(c, l->page_slots[i]), c->lay.slot_bytes);
 	bool ok;
 	*row_cksum = l->n_row_slots ? row_checksum(c, l, &ok) : 0;
 }

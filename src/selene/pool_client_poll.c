@@ -25,29 +25,38 @@ static void refused(sel_pool_client *c) { c->st.refused_frames++; }
 
 /* A claim grant against the pending claim: the chain's shape, the pages a
  * restore above its resident count needs, and the windows. */
-static int grant_ok(sel_pool_client *c, const struct pending *p, const struct sel_pool_m_claim_grant *g)
+static int grant_ok(sel_pool_client *c, const struct pending *p,
+		    const struct sel_pool_m_claim_grant *g)
 {
 	uint32_t pt = c->g->page_tokens;
 	if (g->source != p->source || !g->n_nodes)
 		return eos_fail(SEL_EFORMAT, "pool grant: source %u or no nodes", g->source);
 	const struct sel_pool_gnode *last = &g->nodes[g->n_nodes - 1];
 	if (!sel_key_eq(&last->key, &p->key) || !last->has_row)
-		return eos_fail(SEL_EFORMAT, "pool grant: the last node is not the claimed endpoint");
-	if (g->base != p->resident / pt * pt || g->n_pages != p->key.consumed / pt - p->resident / pt)
-		return eos_fail(SEL_EFORMAT, "pool grant: pages start at %" PRIu64 " tokens, %u pages "
-				"(wanted from %" PRIu64 ")", g->base, g->n_pages, p->resident / pt * pt);
+		return eos_fail(SEL_EFORMAT,
+				"pool grant: the last node is not the claimed endpoint");
+	if (g->base != p->resident / pt * pt ||
+	    g->n_pages != p->key.consumed / pt - p->resident / pt)
+		return eos_fail(SEL_EFORMAT,
+				"pool grant: pages start at %" PRIu64 " tokens, %u pages "
+				"(wanted from %" PRIu64 ")",
+				g->base, g->n_pages, p->resident / pt * pt);
 	uint64_t prev = 0;
 	for (uint32_t i = 0; i < g->n_nodes; i++) {
 		const struct sel_pool_gnode *n = &g->nodes[i];
 		uint64_t cc = n->key.consumed;
-		if (cc <= prev || cc <= p->resident || n->pages > n->tail || (i + 1 < g->n_nodes && n->has_row))
-			return eos_fail(SEL_EFORMAT, "pool grant: node %u is out of order or oversized", i);
-		if (i > 0 && (!sel_key_eq(&n->parent, &g->nodes[i - 1].key) || n->pages != n->tail ||
-			      n->tail != cc / pt - prev / pt))
-			return eos_fail(SEL_EFORMAT, "pool grant: node %u does not extend node %u", i, i - 1);
+		if (cc <= prev || cc <= p->resident || n->pages > n->tail ||
+		    (i + 1 < g->n_nodes && n->has_row))
+			return eos_fail(SEL_EFORMAT,
+					"pool grant: node %u is out of order or oversized", i);
+		if (i > 0 && (!sel_key_eq(&n->parent, &g->nodes[i - 1].key) ||
+			      n->pages != n->tail || n->tail != cc / pt - prev / pt))
+			return eos_fail(SEL_EFORMAT, "pool grant: node %u does not extend node %u",
+					i, i - 1);
 		if (i == 0 && (cc / pt < n->tail || cc / pt - n->tail > p->resident / pt ||
 			       n->pages != cc / pt - p->resident / pt))
-			return eos_fail(SEL_EFORMAT, "pool grant: the first node's pages do not start at the "
+			return eos_fail(SEL_EFORMAT,
+					"pool grant: the first node's pages do not start at the "
 					"resident page");
 		prev = cc;
 	}
@@ -61,7 +70,8 @@ static void on_claim_grant(sel_pool_client *c, struct qmsg *q)
 	if (!p || p->dead || pc_lease_find(c, g->lease)) {
 		/* Not ours, or too late: release it so nothing stays reserved. */
 		refused(c);
-		pc_send_ls(c, SEL_POOL_C_RELEASE, g->lease, g->nonce, p ? SEL_POOL_CANCELLED : SEL_POOL_FORGED);
+		pc_send_ls(c, SEL_POOL_C_RELEASE, g->lease, g->nonce,
+			   p ? SEL_POOL_CANCELLED : SEL_POOL_FORGED);
 		if (p && p->dead)
 			pc_pending_drop(c, p);
 		return;
@@ -69,13 +79,14 @@ static void on_claim_grant(sel_pool_client *c, struct qmsg *q)
 	if (grant_ok(c, p, g)) {
 		refused(c);
 		pc_send_ls(c, SEL_POOL_C_RELEASE, g->lease, g->nonce, SEL_POOL_BAD_REQUEST);
-		pc_emit(c, SEL_POOL_EV_CLAIM_FAILED, SEL_POOL_BAD_REQUEST, p->id, &p->key, NULL, NULL);
+		pc_emit(c, SEL_POOL_EV_CLAIM_FAILED, SEL_POOL_BAD_REQUEST, p->id, &p->key, NULL,
+			NULL);
 		c->st.claims_failed++;
 		pc_pending_drop(c, p);
 		return;
 	}
-	struct lease *l = pc_lease_new(c, SEL_POOL_CLAIM, g->lease, g->nonce, g->deadline_ms, g->windows,
-				    g->n_windows, g->n_pages, c->lay.row_slots);
+	struct lease *l = pc_lease_new(c, SEL_POOL_CLAIM, g->lease, g->nonce, g->deadline_ms,
+				       g->windows, g->n_windows, g->n_pages, c->lay.row_slots);
 	if (!l) {
 		pc_send_ls(c, SEL_POOL_C_RELEASE, g->lease, g->nonce, SEL_POOL_CANCELLED);
 		pc_emit(c, SEL_POOL_EV_CLAIM_FAILED, SEL_POOL_NO_ROOM, p->id, &p->key, NULL, NULL);
@@ -98,7 +109,8 @@ static void on_claim_grant(sel_pool_client *c, struct qmsg *q)
 	plist_del(&c->claims, p);
 	free(p);
 	c->st.claims_granted++;
-	pc_emit(c, SEL_POOL_EV_CLAIM_GRANTED, SEL_POOL_OK, l->pub.request, &l->pub.key, &l->pub, NULL);
+	pc_emit(c, SEL_POOL_EV_CLAIM_GRANTED, SEL_POOL_OK, l->pub.request, &l->pub.key, &l->pub,
+		NULL);
 }
 
 static void on_put_grant(sel_pool_client *c, struct qmsg *q)
@@ -113,11 +125,12 @@ static void on_put_grant(sel_pool_client *c, struct qmsg *q)
 	struct lease *l = NULL;
 	if (pc_windows_ok(c, g->windows, g->n_windows, p->tail, c->lay.row_slots) ||
 	    !(l = pc_lease_new(c, SEL_POOL_PUT, g->lease, g->nonce, g->deadline_ms, g->windows,
-			    g->n_windows, p->tail, c->lay.row_slots))) {
+			       g->n_windows, p->tail, c->lay.row_slots))) {
 		if (!l)
 			refused(c);
 		pc_send_ls(c, SEL_POOL_C_RELEASE, g->lease, g->nonce, SEL_POOL_BAD_REQUEST);
-		pc_emit(c, SEL_POOL_EV_PUT_REFUSED, SEL_POOL_BAD_REQUEST, p->id, &p->key, NULL, NULL);
+		pc_emit(c, SEL_POOL_EV_PUT_REFUSED, SEL_POOL_BAD_REQUEST, p->id, &p->key, NULL,
+			NULL);
 		c->st.puts_refused++;
 		pc_pending_drop(c, p);
 		return;
@@ -127,7 +140,8 @@ static void on_put_grant(sel_pool_client *c, struct qmsg *q)
 	eos_hmap_remove(&c->pendings, &p->hn);
 	free(p);
 	c->st.puts_granted++;
-	pc_emit(c, SEL_POOL_EV_PUT_GRANTED, SEL_POOL_OK, l->pub.request, &l->pub.key, &l->pub, NULL);
+	pc_emit(c, SEL_POOL_EV_PUT_GRANTED, SEL_POOL_OK, l->pub.request, &l->pub.key, &l->pub,
+		NULL);
 }
 
 static void on_export(sel_pool_client *c, struct qmsg *q)
@@ -145,7 +159,7 @@ static void on_export(sel_pool_client *c, struct qmsg *q)
 	if (!e->key.consumed || e->start_page > chain || e->n_pages != chain - e->start_page ||
 	    pc_windows_ok(c, e->windows, e->n_windows, e->n_pages, rows) ||
 	    !(l = pc_lease_new(c, SEL_POOL_EXPORT, e->lease, e->nonce, e->deadline_ms, e->windows,
-			    e->n_windows, e->n_pages, rows))) {
+			       e->n_windows, e->n_pages, rows))) {
 		refused(c);
 		pc_send_ls(c, SEL_POOL_C_EXPORT_REPLY, e->lease, e->nonce, SEL_POOL_BAD_REQUEST);
 		c->st.exports_refused++;
@@ -177,7 +191,8 @@ static void on_lease_status(sel_pool_client *c, struct qmsg *q)
 			c->st.puts_accepted++;
 		else
 			c->st.puts_rejected++;
-		pc_emit(c, SEL_POOL_EV_PUT_RESULT, s->status, l->pub.request, &l->pub.key, NULL, NULL);
+		pc_emit(c, SEL_POOL_EV_PUT_RESULT, s->status, l->pub.request, &l->pub.key, NULL,
+			NULL);
 		pc_lease_end(c, l);
 		return;
 	case SEL_POOL_M_EXPORT_CANCEL:
@@ -195,12 +210,11 @@ static void on_lease_status(sel_pool_client *c, struct qmsg *q)
 		if (!l->pub.failed) {
 			l->pub.failed = s->status ? s->status : SEL_POOL_TIMEOUT;
 			c->st.leases_failed++;
-			pc_emit(c, SEL_POOL_EV_LEASE_FAILED, l->pub.failed, l->pub.request, &l->pub.key,
-			     &l->pub, NULL);
+			pc_emit(c, SEL_POOL_EV_LEASE_FAILED, l->pub.failed, l->pub.request,
+				&l->pub.key, &l->pub, NULL);
 		}
 		return;
-	default:
-		return;
+	default: return;
 	}
 }
 
@@ -221,9 +235,7 @@ static void on_msg(sel_pool_client *c, struct qmsg *q)
 		pc_emit(c, SEL_POOL_EV_ANSWER, SEL_POOL_OK, t->id, NULL, NULL, t);
 		return;
 	}
-	case SEL_POOL_M_CLAIM_GRANT:
-		on_claim_grant(c, q);
-		return;
+	case SEL_POOL_M_CLAIM_GRANT: on_claim_grant(c, q); return;
 	case SEL_POOL_M_CLAIM_REFUSED:
 	case SEL_POOL_M_PUT_REFUSED: {
 		bool claim = q->m.type == SEL_POOL_M_CLAIM_REFUSED;
@@ -234,7 +246,7 @@ static void on_msg(sel_pool_client *c, struct qmsg *q)
 		}
 		if (!p->dead) {
 			pc_emit(c, claim ? SEL_POOL_EV_CLAIM_FAILED : SEL_POOL_EV_PUT_REFUSED,
-			     q->m.u.refused.reason, p->id, &p->key, NULL, NULL);
+				q->m.u.refused.reason, p->id, &p->key, NULL, NULL);
 			if (claim)
 				c->st.claims_failed++;
 			else
@@ -243,20 +255,12 @@ static void on_msg(sel_pool_client *c, struct qmsg *q)
 		pc_pending_drop(c, p);
 		return;
 	}
-	case SEL_POOL_M_PUT_GRANT:
-		on_put_grant(c, q);
-		return;
-	case SEL_POOL_M_EXPORT_REQUEST:
-		on_export(c, q);
-		return;
+	case SEL_POOL_M_PUT_GRANT: on_put_grant(c, q); return;
+	case SEL_POOL_M_EXPORT_REQUEST: on_export(c, q); return;
 	case SEL_POOL_M_PUT_RESULT:
 	case SEL_POOL_M_EXPORT_CANCEL:
-	case SEL_POOL_M_LEASE_FAILED:
-		on_lease_status(c, q);
-		return;
-	case SEL_POOL_M_ERROR:
-		c->st.manager_errors++;
-		return;
+	case SEL_POOL_M_LEASE_FAILED: on_lease_status(c, q); return;
+	case SEL_POOL_M_ERROR: c->st.manager_errors++; return;
 	default:
 		refused(c); /* hellos after the handshake, client types */
 		return;
@@ -279,8 +283,10 @@ static void on_lost(sel_pool_client *c)
 			nx = x->next;
 			struct pending *p = CONTAINER(x, struct pending, hn);
 			if (!p->dead)
-				pc_emit(c, p->is_claim ? SEL_POOL_EV_CLAIM_FAILED : SEL_POOL_EV_PUT_REFUSED,
-				     SEL_POOL_GONE, p->id, &p->key, NULL, NULL);
+				pc_emit(c,
+					p->is_claim ? SEL_POOL_EV_CLAIM_FAILED
+						    : SEL_POOL_EV_PUT_REFUSED,
+					SEL_POOL_GONE, p->id, &p->key, NULL, NULL);
 			pc_pending_drop(c, p);
 		}
 	for (size_t i = 0; i <= c->leases.mask; i++)
@@ -288,8 +294,8 @@ static void on_lost(sel_pool_client *c)
 			nx = x->next;
 			struct lease *l = CONTAINER(x, struct lease, hn);
 			if (l->committed) {
-				pc_emit(c, SEL_POOL_EV_PUT_RESULT, SEL_POOL_GONE, l->pub.request, &l->pub.key,
-				     NULL, NULL);
+				pc_emit(c, SEL_POOL_EV_PUT_RESULT, SEL_POOL_GONE, l->pub.request,
+					&l->pub.key, NULL, NULL);
 				pc_lease_end(c, l);
 				continue;
 			}
@@ -297,8 +303,8 @@ static void on_lost(sel_pool_client *c)
 				l->pub.failed = SEL_POOL_GONE;
 				c->st.leases_failed++;
 			}
-			pc_emit(c, SEL_POOL_EV_LEASE_FAILED, SEL_POOL_GONE, l->pub.request, &l->pub.key,
-			     &l->pub, NULL);
+			pc_emit(c, SEL_POOL_EV_LEASE_FAILED, SEL_POOL_GONE, l->pub.request,
+				&l->pub.key, &l->pub, NULL);
 		}
 	pc_emit(c, SEL_POOL_EV_DETACHED, SEL_POOL_GONE, 0, NULL, NULL, NULL);
 	pc_maybe_drained(c);
@@ -311,7 +317,8 @@ static void expire_claims(sel_pool_client *c, uint64_t now)
 		if (!p->dead && now >= p->deadline_ns) {
 			p->dead = true; /* a late grant is released on arrival */
 			c->st.claims_failed++;
-			pc_emit(c, SEL_POOL_EV_CLAIM_FAILED, SEL_POOL_TIMEOUT, p->id, &p->key, NULL, NULL);
+			pc_emit(c, SEL_POOL_EV_CLAIM_FAILED, SEL_POOL_TIMEOUT, p->id, &p->key, NULL,
+				NULL);
 		}
 	}
 }
@@ -347,7 +354,8 @@ int sel_pool_poll(sel_pool_client *c, struct sel_pool_event *ev, size_t cap)
 				break;
 			case Q_DISABLED:
 				c->state = SEL_POOL_DISABLED;
-				pc_emit(c, SEL_POOL_EV_DISABLED, SEL_POOL_GONE, 0, NULL, NULL, NULL);
+				pc_emit(c, SEL_POOL_EV_DISABLED, SEL_POOL_GONE, 0, NULL, NULL,
+					NULL);
 				break;
 			}
 			sel_pool_msg_free(&q->m);
@@ -366,4 +374,3 @@ int sel_pool_poll(sel_pool_client *c, struct sel_pool_event *ev, size_t cap)
 		pc_wake(c->wake_worker);
 	return (int)n;
 }
-

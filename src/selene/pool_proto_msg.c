@@ -302,8 +302,7 @@ static int enc_check(const struct sel_pool_msg *m)
 {
 	const char *t = sel_pool_type_name(m->type);
 	switch (m->type) {
-	case SEL_POOL_M_HELLO:
-		return check_str(m->u.m_hello.name, SEL_POOL_NAME_MAX);
+	case SEL_POOL_M_HELLO: return check_str(m->u.m_hello.name, SEL_POOL_NAME_MAX);
 	case SEL_POOL_M_WELCOME:
 		if (m->u.welcome.status >= SEL_POOL_REASONS || m->u.welcome.recovering > 1)
 			return eos_fail(SEL_EFORMAT, "pool frame %s: status out of range", t);
@@ -315,15 +314,18 @@ static int enc_check(const struct sel_pool_msg *m)
 	case SEL_POOL_M_ANSWER: {
 		const struct sel_pool_m_answer *a = &m->u.answer;
 		if (a->n_nodes > SEL_POOL_MAX_NODES || a->n_cands > SEL_POOL_MAX_CANDIDATES)
-			return eos_fail(SEL_EFORMAT, "pool frame %s: too many nodes or candidates", t);
+			return eos_fail(SEL_EFORMAT, "pool frame %s: too many nodes or candidates",
+					t);
 		for (uint32_t i = 0; i < a->n_nodes; i++)
 			if ((a->nodes[i].up != SEL_POOL_NONE && a->nodes[i].up >= a->n_nodes) ||
 			    a->nodes[i].has_row > 1)
-				return eos_fail(SEL_EFORMAT, "pool frame %s: node %u is malformed", t, i);
-		for (uint32_t i = 0; i < a->n_cands; i++)
-			if (a->cands[i].node >= a->n_nodes || a->cands[i].source >= SEL_POOL_SOURCES)
-				return eos_fail(SEL_EFORMAT, "pool frame %s: candidate %u is malformed",
+				return eos_fail(SEL_EFORMAT, "pool frame %s: node %u is malformed",
 						t, i);
+		for (uint32_t i = 0; i < a->n_cands; i++)
+			if (a->cands[i].node >= a->n_nodes ||
+			    a->cands[i].source >= SEL_POOL_SOURCES)
+				return eos_fail(SEL_EFORMAT,
+						"pool frame %s: candidate %u is malformed", t, i);
 		return 0;
 	}
 	case SEL_POOL_M_CLAIM_GRANT: {
@@ -334,12 +336,13 @@ static int enc_check(const struct sel_pool_msg *m)
 		uint64_t sum = 0;
 		for (uint32_t i = 0; i < g->n_nodes; i++) {
 			if (g->nodes[i].has_row > 1)
-				return eos_fail(SEL_EFORMAT, "pool frame %s: node %u is malformed", t, i);
+				return eos_fail(SEL_EFORMAT, "pool frame %s: node %u is malformed",
+						t, i);
 			sum += g->nodes[i].pages;
 		}
 		if (sum != g->n_pages)
-			return eos_fail(SEL_EFORMAT, "pool frame %s: node pages do not sum to n_pages",
-					t);
+			return eos_fail(SEL_EFORMAT,
+					"pool frame %s: node pages do not sum to n_pages", t);
 		for (uint32_t i = 0; i < g->n_windows; i++)
 			if (g->windows[i].kind > 1)
 				return eos_fail(SEL_EFORMAT, "pool frame %s: window kind", t);
@@ -354,8 +357,8 @@ static int enc_check(const struct sel_pool_msg *m)
 		return 0;
 	case SEL_POOL_M_EXPORT_REQUEST: {
 		const struct sel_pool_m_export_request *e = &m->u.export_req;
-		if (e->n_windows > SEL_POOL_MAX_WINDOWS || e->row > 1 || e->source == SEL_POOL_SRC_ARENA ||
-		    e->source >= SEL_POOL_SOURCES)
+		if (e->n_windows > SEL_POOL_MAX_WINDOWS || e->row > 1 ||
+		    e->source == SEL_POOL_SRC_ARENA || e->source >= SEL_POOL_SOURCES)
 			return eos_fail(SEL_EFORMAT, "pool frame %s: malformed", t);
 		for (uint32_t i = 0; i < e->n_windows; i++)
 			if (e->windows[i].kind > 1)
@@ -365,14 +368,16 @@ static int enc_check(const struct sel_pool_msg *m)
 	case SEL_POOL_M_CLAIM_REFUSED:
 	case SEL_POOL_M_PUT_REFUSED:
 		return m->u.refused.reason < SEL_POOL_REASONS
-			       ? 0 : eos_fail(SEL_EFORMAT, "pool frame %s: reason out of range", t);
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "pool frame %s: reason out of range", t);
 	case SEL_POOL_M_PUT_RESULT:
 	case SEL_POOL_M_EXPORT_CANCEL:
 	case SEL_POOL_M_LEASE_FAILED:
 	case SEL_POOL_C_RELEASE:
 	case SEL_POOL_C_EXPORT_REPLY:
 		return m->u.ls.status < SEL_POOL_REASONS
-			       ? 0 : eos_fail(SEL_EFORMAT, "pool frame %s: status out of range", t);
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "pool frame %s: status out of range", t);
 	case SEL_POOL_C_HELLO:
 		if (m->u.c_hello.version == SEL_POOL_VERSION &&
 		    m->u.c_hello.scope.table_bytes > SEL_POOL_TABLE_MAX)
@@ -390,7 +395,8 @@ static int enc_check(const struct sel_pool_msg *m)
 		return 0;
 	case SEL_POOL_C_RESET:
 		return (m->u.reset.sources & ~0xeu) == 0
-			       ? 0 : eos_fail(SEL_EFORMAT, "pool frame %s: unknown sources", t);
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "pool frame %s: unknown sources", t);
 	case SEL_POOL_C_LOOKUP:
 		if (m->u.lookup.n > SEL_POOL_MAX_BOUNDS ||
 		    (m->u.lookup.n && m->u.lookup.k_hi < (uint64_t)m->u.lookup.n - 1))
@@ -398,18 +404,18 @@ static int enc_check(const struct sel_pool_msg *m)
 		return 0;
 	case SEL_POOL_C_CLAIM:
 		return m->u.claim.source < SEL_POOL_SOURCES
-			       ? 0 : eos_fail(SEL_EFORMAT, "pool frame %s: source", t);
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "pool frame %s: source", t);
 	case SEL_POOL_C_PUT:
-		return m->u.put.has_row <= 1 ? 0 : eos_fail(SEL_EFORMAT, "pool frame %s: has_row", t);
+		return m->u.put.has_row <= 1 ? 0
+					     : eos_fail(SEL_EFORMAT, "pool frame %s: has_row", t);
 	case SEL_POOL_C_COMMIT:
 	case SEL_POOL_C_EXPORT_DONE:
 		if (m->u.cksums.n > SEL_POOL_MAX_PAGES || m->u.cksums.status >= SEL_POOL_REASONS)
 			return eos_fail(SEL_EFORMAT, "pool frame %s: malformed", t);
 		return 0;
-	case SEL_POOL_C_PROGRESS:
-		return 0;
-	default:
-		return eos_fail(SEL_EFORMAT, "pool frame: unknown type %u", m->type);
+	case SEL_POOL_C_PROGRESS: return 0;
+	default: return eos_fail(SEL_EFORMAT, "pool frame: unknown type %u", m->type);
 	}
 }
 
@@ -583,10 +589,7 @@ static void enc_holdings(struct wr *w, const struct sel_pool_msg *m)
 }
 
 /* SEL_POOL_C_RESET */
-static void enc_reset(struct wr *w, const struct sel_pool_msg *m)
-{
-	w_u32(w, m->u.reset.sources);
-}
+static void enc_reset(struct wr *w, const struct sel_pool_msg *m) { w_u32(w, m->u.reset.sources); }
 
 /* SEL_POOL_C_LOOKUP */
 static void enc_lookup(struct wr *w, const struct sel_pool_msg *m)
@@ -661,7 +664,8 @@ int64_t sel_pool_encoded_size(const struct sel_pool_msg *m)
 	struct wr w = {0};
 	enc_body(&w, m);
 	if (w.n > SEL_POOL_FRAME_MAX)
-		return eos_fail(SEL_EFORMAT, "pool frame %s: payload of %zu bytes is over the %u limit",
+		return eos_fail(SEL_EFORMAT,
+				"pool frame %s: payload of %zu bytes is over the %u limit",
 				sel_pool_type_name(m->type), w.n, SEL_POOL_FRAME_MAX);
 	return (int64_t)(w.n + SEL_POOL_FRAME_HEADER);
 }
@@ -691,8 +695,9 @@ int sel_pool_frame_header(const uint8_t *buf, size_t len, uint16_t *type, uint32
 	uint32_t n = sel_get_u32(buf);
 	uint16_t t = sel_get_u16(buf + 4), z = sel_get_u16(buf + 6);
 	if (n > SEL_POOL_FRAME_MAX)
-		return eos_fail(SEL_EFORMAT, "pool frame: payload of %" PRIu32 " bytes is over the %u limit",
-				n, SEL_POOL_FRAME_MAX);
+		return eos_fail(SEL_EFORMAT,
+				"pool frame: payload of %" PRIu32 " bytes is over the %u limit", n,
+				SEL_POOL_FRAME_MAX);
 	if (z)
 		return eos_fail(SEL_EFORMAT, "pool frame: reserved header field is %u, not 0", z);
 	if (!sel_pool_type_known(t))

@@ -20,10 +20,7 @@
 
 /* ---- Claim --------------------------------------------------------------- */
 
-static void cl_fail(struct op *o, int err)
-{
-	rmt_finish(o, SEL_REMOTE_FAILED, err, NULL, 0);
-}
+static void cl_fail(struct op *o, int err) { rmt_finish(o, SEL_REMOTE_FAILED, err, NULL, 0); }
 
 void rmt_cl_pump(struct op *o)
 {
@@ -59,7 +56,8 @@ static int cl_place(struct op *o, uint32_t i, const uint8_t *p)
 			uint64_t len = o->u.c.row[k].iov_len, s = at, t = at + len;
 			if (t > lo && s < hi) {
 				uint64_t a = s > lo ? s : lo, b = t < hi ? t : hi;
-				memcpy((uint8_t *)o->u.c.row[k].iov_base + (a - s), p + (a - lo), b - a);
+				memcpy((uint8_t *)o->u.c.row[k].iov_base + (a - s), p + (a - lo),
+				       b - a);
 			}
 			at = t;
 		}
@@ -74,8 +72,8 @@ static int cl_place(struct op *o, uint32_t i, const uint8_t *p)
 		uint64_t len = e.pages == 1 ? e.len : lay->stride;
 		memcpy(dst + e.off, p + (uint64_t)k * lay->stride, len);
 		if ((o->u.c.got[di] += len) == lay->stride) {
-			int rc = sel_record_check_page(dst, lay->stride, sel_rv_manifest_cksum(&hn->m, pg),
-						       pg);
+			int rc = sel_record_check_page(dst, lay->stride,
+						       sel_rv_manifest_cksum(&hn->m, pg), pg);
 			if (rc)
 				return rc;
 		}
@@ -101,7 +99,7 @@ void rmt_cl_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 	}
 	if (rep->type != REDIS_REPLY_STRING) {
 		cl_fail(o, rep->type == REDIS_REPLY_ERROR ? rmt_reply_error(r, rep, "remote claim")
-							    : -EPROTO);
+							  : -EPROTO);
 		return;
 	}
 	uint32_t j = o->u.c.wins[tag].node, w = o->u.c.wins[tag].w;
@@ -114,8 +112,10 @@ void rmt_cl_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 		struct sel_rv_extent e;
 		sel_rv_extent(&hn->m.layout, w, &e);
 		if (got.payload != e.len)
-			rc = eos_fail(SEL_EFORMAT, "remote window %u: %u payload bytes, the manifest "
-				      "says %llu", w, got.payload, (unsigned long long)e.len);
+			rc = eos_fail(SEL_EFORMAT,
+				      "remote window %u: %u payload bytes, the manifest "
+				      "says %llu",
+				      w, got.payload, (unsigned long long)e.len);
 	}
 	if (!rc)
 		rc = cl_place(o, (uint32_t)tag, payload);
@@ -162,10 +162,12 @@ int sel_remote_claim(sel_remote *r, sel_remote_hit *hit, const struct sel_remote
 		rs += dest->row[i].iov_len;
 	if (!hp || !dest || dest->n_pages != hit->pages || (hit->pages && !dest->pages) ||
 	    rs != hit->row_bytes) {
-		int rc = eos_fail(-EINVAL, "remote claim: destination of %u pages and %llu row "
+		int rc = eos_fail(-EINVAL,
+				  "remote claim: destination of %u pages and %llu row "
 				  "bytes for a hit of %u pages and %llu row bytes",
 				  dest ? dest->n_pages : 0, (unsigned long long)rs,
-				  hit ? hit->pages : 0, hit ? (unsigned long long)hit->row_bytes : 0ull);
+				  hit ? hit->pages : 0,
+				  hit ? (unsigned long long)hit->row_bytes : 0ull);
 		sel_remote_hit_free(hit);
 		return rc;
 	}
@@ -221,4 +223,3 @@ fail:
 		sel_remote_hit_free(hit);
 	return rc;
 }
-

@@ -32,22 +32,32 @@
 
 #define PUT_PARALLEL 2
 #define PUT_WINDOWS_INFLIGHT SEL_RN_BULK_LANES /* window SETs in flight, one a lane */
-#define CLAIM_WINDOWS_INFLIGHT 2 /* window GETs in flight, all claims together */
+#define CLAIM_WINDOWS_INFLIGHT 2               /* window GETs in flight, all claims together */
 #define CANDIDATES_MAX 32
-#define MEMBERS_MAX 1024   /* bucket members looked at per bucket */
+#define MEMBERS_MAX 1024 /* bucket members looked at per bucket */
 #define CHAIN_MAX 64
-#define POOL_KEEP 4         /* spare window buffers */
+#define POOL_KEEP 4 /* spare window buffers */
 #define IO_NICE 10
 #define MS (1000ull * 1000)
 #define SEC (1000ull * MS)
 
-enum put_step { P_CHECK, P_WINDOWS, P_MANIFEST, P_BUCKET };
-enum lookup_step { L_BUCKETS, L_MANIFESTS, L_CHAIN, L_EXISTS };
+enum put_step {
+	P_CHECK,
+	P_WINDOWS,
+	P_MANIFEST,
+	P_BUCKET
+};
+enum lookup_step {
+	L_BUCKETS,
+	L_MANIFESTS,
+	L_CHAIN,
+	L_EXISTS
+};
 
 struct cand {
 	sel_key key;
 	bool fetched, good, from_bucket;
-	uint8_t *val;                 /* the manifest value (owns m.cksum) */
+	uint8_t *val; /* the manifest value (owns m.cksum) */
 	struct sel_rv_manifest m;
 	uint64_t generation;
 };
@@ -82,7 +92,7 @@ struct op {
 			struct sel_remote_put in;
 			void **pages;
 			struct iovec *row;
-			struct iovec *iov;       /* scratch: one window's pieces */
+			struct iovec *iov; /* scratch: one window's pieces */
 			uint32_t iov_cap;
 			sel_record_span span;
 			struct sel_rv_layout lay;
@@ -91,7 +101,7 @@ struct op {
 			int32_t slot;
 			enum put_step step;
 			uint32_t next_w, acked, inflight, pending, have;
-			uint32_t lanes;          /* bulk lanes its windows in flight use */
+			uint32_t lanes; /* bulk lanes its windows in flight use */
 			struct sel_rn_cmd *wcmd[SEL_RN_BULK_LANES]; /* ... and their commands */
 			bool present;
 		} p;
@@ -113,9 +123,11 @@ struct op {
 			void **pages;
 			struct iovec *row;
 			uint32_t row_n;
-			uint32_t *base;          /* [nodes] first dest page of each node */
-			uint64_t *got;           /* [hit pages] bytes received (split pages) */
-			struct { uint32_t node, w; } *wins;
+			uint32_t *base; /* [nodes] first dest page of each node */
+			uint64_t *got;  /* [hit pages] bytes received (split pages) */
+			struct {
+				uint32_t node, w;
+			} * wins;
 			uint32_t n_wins, next, acked, inflight;
 		} c;
 	} u;
@@ -139,7 +151,7 @@ struct sel_remote {
 	struct sel_ru_url url;
 	struct sel_rv_keys keys;
 	struct sel_rv_names names;
-	uint32_t cap;          /* window payload bytes */
+	uint32_t cap; /* window payload bytes */
 	/* Shared with the caller's thread, under mu. */
 	pthread_mutex_t mu;
 	struct op_list sub;
@@ -178,21 +190,21 @@ void rmt_op_free(struct op *o);
 void rmt_op_unref(struct op *o);
 void rmt_sync_error(struct sel_remote *r);
 void rmt_finish(struct op *o, enum sel_remote_result res, int err, sel_remote_hit *hit,
-		   uint64_t bytes);
+		uint64_t bytes);
 int rmt_reply_error(struct sel_remote *r, const redisReply *rep, const char *what);
 void rmt_issue(struct op *o, struct sel_rn_cmd *c, uint64_t tag, int32_t slot,
-		  enum sel_rn_lane lane, bool rtt);
+	       enum sel_rn_lane lane, bool rtt);
 int rmt_issue_argv(struct op *o, uint64_t tag, int32_t slot, enum sel_rn_lane lane, bool rtt,
-		      int argc, const char **argv, const size_t *lens);
+		   int argc, const char **argv, const size_t *lens);
 int32_t rmt_slot_of(const char *key, int len);
 struct sel_rn_cmd *rmt_set_value_cmd(struct sel_remote *r, const char *key, size_t kl,
-					const struct sel_rv_hdr *h, const struct iovec *iov,
-					uint32_t n, uint64_t px_ms, int *err);
+				     const struct sel_rv_hdr *h, const struct iovec *iov,
+				     uint32_t n, uint64_t px_ms, int *err);
 struct sel_rn_cmd *rmt_set_window_cmd(struct sel_remote *r, const char *key, size_t kl,
-					 const struct sel_rv_hdr *h, const struct iovec *iov,
-					 uint32_t n, uint64_t px_ms, int *err);
+				      const struct sel_rv_hdr *h, const struct iovec *iov,
+				      uint32_t n, uint64_t px_ms, int *err);
 void rmt_value_want(const struct sel_remote *r, uint8_t kind, const sel_key *key, uint32_t w,
-		       uint64_t gen, struct sel_rv_hdr *h);
+		    uint64_t gen, struct sel_rv_hdr *h);
 int rmt_submit(struct sel_remote *r, struct op *o, uint64_t *id);
 void rmt_pump_all(struct sel_remote *r, enum sel_remote_op kind);
 

@@ -29,15 +29,9 @@ void rmt_on_reply(struct sel_rn_cmd *c, redisReply *rep, int err)
 		o->u.p.wcmd[c->tag >> 32] = NULL; /* done: nothing left to detach */
 	if (!o->finished) {
 		switch (o->kind) {
-		case SEL_REMOTE_OP_PUT:
-			rmt_put_reply(o, c->tag, rep, err);
-			break;
-		case SEL_REMOTE_OP_LOOKUP:
-			rmt_lk_reply(o, c->tag, rep, err);
-			break;
-		case SEL_REMOTE_OP_CLAIM:
-			rmt_cl_reply(o, c->tag, rep, err);
-			break;
+		case SEL_REMOTE_OP_PUT: rmt_put_reply(o, c->tag, rep, err); break;
+		case SEL_REMOTE_OP_LOOKUP: rmt_lk_reply(o, c->tag, rep, err); break;
+		case SEL_REMOTE_OP_CLAIM: rmt_cl_reply(o, c->tag, rep, err); break;
 		}
 	}
 	rmt_op_unref(o);
@@ -65,9 +59,7 @@ static void take_submissions(struct sel_remote *r, bool *closing, uint64_t *dead
 		struct op *o = got.head;
 		ol_del(&got, o);
 		switch (o->kind) {
-		case SEL_REMOTE_OP_PUT:
-			ol_push(&r->put_wait, o);
-			break;
+		case SEL_REMOTE_OP_PUT: ol_push(&r->put_wait, o); break;
 		case SEL_REMOTE_OP_LOOKUP:
 			if (*closing)
 				rmt_finish(o, SEL_REMOTE_FAILED, -ECANCELED, NULL, 0);
@@ -109,8 +101,10 @@ static int client_check(struct sel_remote *r)
 	uint32_t put_wins = 0, claim_wins = 0, lanes = 0, running = 0, n[4] = {0};
 	for (const struct op *o = r->active.head; o; o = o->next) {
 		if (o->finished || o->refs < 1 || !o->started)
-			return eos_fail(-EINVAL, "remote: active op %llu finished, unreferenced or "
-					"not started", (unsigned long long)o->id);
+			return eos_fail(-EINVAL,
+					"remote: active op %llu finished, unreferenced or "
+					"not started",
+					(unsigned long long)o->id);
 		n[o->kind]++;
 		if (o->kind == SEL_REMOTE_OP_PUT) {
 			running++;
@@ -126,9 +120,11 @@ static int client_check(struct sel_remote *r)
 		n[SEL_REMOTE_OP_PUT]++;
 	if (put_wins != r->put_wins || claim_wins != r->claim_wins || lanes != r->bulk_busy ||
 	    running != r->puts_running || put_wins > r->put_budget || claim_wins > r->claim_budget)
-		return eos_fail(-EINVAL, "remote: windows in flight %u/%u puts, %u/%u claims, lanes "
-				"0x%x/0x%x, %u/%u puts running", put_wins, r->put_wins, claim_wins,
-				r->claim_wins, lanes, r->bulk_busy, running, r->puts_running);
+		return eos_fail(-EINVAL,
+				"remote: windows in flight %u/%u puts, %u/%u claims, lanes "
+				"0x%x/0x%x, %u/%u puts running",
+				put_wins, r->put_wins, claim_wins, r->claim_wins, lanes,
+				r->bulk_busy, running, r->puts_running);
 	pthread_mutex_lock(&r->mu);
 	bool over = n[SEL_REMOTE_OP_PUT] > r->n_put || n[SEL_REMOTE_OP_LOOKUP] > r->n_lookup ||
 		    n[SEL_REMOTE_OP_CLAIM] > r->n_claim || r->ring_n > r->ring_cap;
@@ -168,8 +164,9 @@ void *rmt_io_main(void *arg)
 			if (o->deadline_ns && now >= o->deadline_ns) {
 				char m[96];
 				snprintf(m, sizeof m, "remote %s: deadline passed",
-					 o->kind == SEL_REMOTE_OP_PUT ? "put"
-					 : o->kind == SEL_REMOTE_OP_LOOKUP ? "lookup" : "claim");
+					 o->kind == SEL_REMOTE_OP_PUT      ? "put"
+					 : o->kind == SEL_REMOTE_OP_LOOKUP ? "lookup"
+									   : "claim");
 				rmt_note_error(r, m);
 				rmt_finish(o, SEL_REMOTE_FAILED, -ETIMEDOUT, NULL, 0);
 			}
@@ -181,7 +178,8 @@ void *rmt_io_main(void *arg)
 			}
 			while (r->put_wait.head) {
 				close_rc = -ETIMEDOUT;
-				rmt_finish(r->put_wait.head, SEL_REMOTE_FAILED, -ETIMEDOUT, NULL, 0);
+				rmt_finish(r->put_wait.head, SEL_REMOTE_FAILED, -ETIMEDOUT, NULL,
+					   0);
 			}
 		}
 		start_puts(r);
@@ -232,4 +230,3 @@ void *rmt_io_main(void *arg)
 	pthread_mutex_unlock(&r->mu);
 	return NULL;
 }
-

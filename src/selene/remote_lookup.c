@@ -54,7 +54,8 @@ static void lk_bucket(struct op *o, uint64_t k, const redisReply *rep)
 	for (size_t i = 0; i < n; i++) {
 		const redisReply *e = rep->element[i];
 		sel_key key;
-		if (!e || e->type != REDIS_REPLY_STRING || sel_rv_member_parse(e->str, e->len, &key))
+		if (!e || e->type != REDIS_REPLY_STRING ||
+		    sel_rv_member_parse(e->str, e->len, &key))
 			continue;
 		uint64_t c = key.consumed;
 		if (c / SEL_BUCKET_TOKENS != k || !lk_covers(o, c))
@@ -146,13 +147,15 @@ static void lk_exists(struct op *o)
 		const struct sel_rv_layout *lay = &cd->m.layout;
 		uint32_t skip = node_skip(o, &cd->m);
 		uint32_t w0 = skip < lay->tail ? sel_rv_page_window(lay, skip) : lay->page_windows;
-		uint32_t w1 = j == 0 ? lay->windows : lay->page_windows; /* chain[0]: the endpoint */
+		uint32_t w1 =
+			j == 0 ? lay->windows : lay->page_windows; /* chain[0]: the endpoint */
 		for (uint32_t w = w0; w < w1; w++) {
 			char key[SEL_RV_NAME_MAX];
 			int kl = sel_rv_window_name(&r->names, &cd->key, w, key);
 			const char *argv[] = {"EXISTS", key};
 			size_t lens[] = {6, (size_t)kl};
-			if (rmt_issue_argv(o, 0, rmt_slot_of(key, kl), SEL_RN_FAST, true, 2, argv, lens)) {
+			if (rmt_issue_argv(o, 0, rmt_slot_of(key, kl), SEL_RN_FAST, true, 2, argv,
+					   lens)) {
 				lk_finish_miss(o, -ENOMEM);
 				return;
 			}
@@ -377,9 +380,11 @@ int sel_remote_lookup(sel_remote *r, const sel_history *h, uint64_t resident, ui
 		      uint64_t user, uint64_t *id)
 {
 	if (limit > sel_history_len(h) || resident >= limit)
-		return eos_fail(-EINVAL, "remote lookup: resident %llu and limit %llu for a history "
-				"of %llu tokens", (unsigned long long)resident,
-				(unsigned long long)limit, (unsigned long long)sel_history_len(h));
+		return eos_fail(-EINVAL,
+				"remote lookup: resident %llu and limit %llu for a history "
+				"of %llu tokens",
+				(unsigned long long)resident, (unsigned long long)limit,
+				(unsigned long long)sel_history_len(h));
 	struct op *o = calloc(1, sizeof *o);
 	if (!o)
 		return eos_fail(-ENOMEM, "remote lookup: out of memory");
@@ -420,4 +425,3 @@ void sel_remote_hit_free(sel_remote_hit *h)
 	free(h->node);
 	free(h);
 }
-

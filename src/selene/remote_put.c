@@ -64,10 +64,7 @@ static uint32_t put_pieces(struct op *o, uint32_t w)
 	return n;
 }
 
-static void put_fail(struct op *o, int err)
-{
-	rmt_finish(o, SEL_REMOTE_FAILED, err, NULL, 0);
-}
+static void put_fail(struct op *o, int err) { rmt_finish(o, SEL_REMOTE_FAILED, err, NULL, 0); }
 
 void rmt_put_pump(struct op *o)
 {
@@ -89,7 +86,7 @@ void rmt_put_pump(struct op *o)
 		h.payload = (uint32_t)e.len;
 		int err = 0;
 		struct sel_rn_cmd *c = rmt_set_window_cmd(r, key, (size_t)kl, &h, o->u.p.iov, n,
-						      put_ttl_ms(o, true), &err);
+							  put_ttl_ms(o, true), &err);
 		if (!c) {
 			put_fail(o, err);
 			return;
@@ -101,14 +98,14 @@ void rmt_put_pump(struct op *o)
 		r->put_wins++;
 		r->bulk_busy |= 1u << lane;
 		rmt_issue(o, c, w | (uint64_t)lane << 32, o->u.p.slot,
-		      (enum sel_rn_lane)(SEL_RN_BULK + lane), false);
+			  (enum sel_rn_lane)(SEL_RN_BULK + lane), false);
 	}
 }
 
 static void put_done(struct op *o)
 {
 	rmt_finish(o, o->u.p.present ? SEL_REMOTE_PRESENT : SEL_REMOTE_STORED, 0, NULL,
-	       o->u.p.present ? 0 : o->u.p.in.d.tail * o->u.p.lay.stride + o->u.p.lay.row);
+		   o->u.p.present ? 0 : o->u.p.in.d.tail * o->u.p.lay.stride + o->u.p.lay.row);
 }
 
 /* After the manifest: announce the record in its bucket (only a record
@@ -152,7 +149,8 @@ static void put_bucket(struct op *o)
 			int kl = sel_rv_window_name(&r->names, &o->u.p.in.d.key, w, key);
 			const char *pa[] = {"PERSIST", key};
 			size_t pl[] = {7, (size_t)kl};
-			if ((rc = rmt_issue_argv(o, 0, o->u.p.slot, SEL_RN_BULK, false, 2, pa, pl))) {
+			if ((rc = rmt_issue_argv(o, 0, o->u.p.slot, SEL_RN_BULK, false, 2, pa,
+						 pl))) {
 				put_fail(o, rc);
 				return;
 			}
@@ -182,12 +180,12 @@ static void put_manifest(struct op *o)
 	}
 	struct sel_rv_hdr h;
 	rmt_value_want(r, SEL_RV_KIND_MANIFEST, &o->u.p.in.d.key, SEL_RV_MANIFEST_WINDOW,
-		   o->u.p.generation, &h);
+		       o->u.p.generation, &h);
 	h.payload = (uint32_t)rc;
 	struct iovec iov = {m, (size_t)rc};
 	int err = 0;
 	struct sel_rn_cmd *c = rmt_set_value_cmd(r, o->u.p.mname, strlen(o->u.p.mname), &h, &iov, 1,
-					     put_ttl_ms(o, false), &err);
+						 put_ttl_ms(o, false), &err);
 	free(m);
 	if (!c) {
 		put_fail(o, err);
@@ -250,7 +248,8 @@ void rmt_put_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 		if (--o->u.p.pending)
 			return;
 		if (o->u.p.have == o->u.p.lay.windows + 1) {
-			o->u.p.present = true; /* complete there: announce it again, write nothing */
+			o->u.p.present =
+				true; /* complete there: announce it again, write nothing */
 			put_bucket(o);
 			return;
 		}
@@ -268,9 +267,7 @@ void rmt_put_reply(struct op *o, uint64_t tag, redisReply *rep, int err)
 			put_manifest(o);
 		rmt_pump_all(r, SEL_REMOTE_OP_PUT);
 		return;
-	case P_MANIFEST:
-		put_bucket(o);
-		return;
+	case P_MANIFEST: put_bucket(o); return;
 	case P_BUCKET:
 		if (--o->u.p.pending == 0)
 			put_done(o);
@@ -294,8 +291,10 @@ int sel_remote_put(sel_remote *r, const struct sel_remote_put *p, uint64_t *id)
 		return eos_fail(-EINVAL, "remote put: row pieces of %llu bytes for a row of %llu",
 				(unsigned long long)sum, (unsigned long long)row);
 	if (!sel_rv_manifest_bytes(ns, p->d.tail))
-		return eos_fail(SEL_EOVERSIZE, "remote put: %u pages need a manifest beyond one "
-				"value", p->d.tail);
+		return eos_fail(SEL_EOVERSIZE,
+				"remote put: %u pages need a manifest beyond one "
+				"value",
+				p->d.tail);
 	struct op *o = calloc(1, sizeof *o);
 	if (!o)
 		return eos_fail(-ENOMEM, "remote put: out of memory");
@@ -333,4 +332,3 @@ int sel_remote_put(sel_remote *r, const struct sel_remote_put *p, uint64_t *id)
 	o->u.p.slot = rmt_slot_of(o->u.p.mname, ml);
 	return rmt_submit(r, o, id);
 }
-

@@ -95,24 +95,15 @@ static void *reply_integer(const redisReadTask *task, long long value)
 	return r;
 }
 
-static void *reply_nil(const redisReadTask *task)
-{
-	return reply_new(task, REDIS_REPLY_NIL);
-}
+static void *reply_nil(const redisReadTask *task) { return reply_new(task, REDIS_REPLY_NIL); }
 
 static redisReplyObjectFunctions bounded_replies = {
 	reply_string, reply_array, reply_integer, reply_nil, freeReplyObject,
 };
 
-void sel_rn_reader_bound(redisReader *r)
-{
-	r->fn = &bounded_replies;
-}
+void sel_rn_reader_bound(redisReader *r) { r->fn = &bounded_replies; }
 
-redisReader *sel_rn_reader_create(void)
-{
-	return redisReaderCreateWithFunctions(&bounded_replies);
-}
+redisReader *sel_rn_reader_create(void) { return redisReaderCreateWithFunctions(&bounded_replies); }
 
 /* ---- Commands ------------------------------------------------------------ */
 

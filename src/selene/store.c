@@ -35,14 +35,15 @@
 static int ops_ok(const sel_store *s, const void *op, const char *what)
 {
 	if (!s || !s->ops)
-		return eos_fail(-EINVAL, "store: %s on %s", what, s ? "a store without ops" : "NULL");
+		return eos_fail(-EINVAL, "store: %s on %s", what,
+				s ? "a store without ops" : "NULL");
 	if (s->ops->version != SEL_STORE_OPS_VERSION)
 		return eos_fail(-EPROTO, "store '%s': ops table version %u, this library speaks %u",
 				s->ops->name ? s->ops->name : "?", s->ops->version,
 				SEL_STORE_OPS_VERSION);
 	if (!op)
-		return eos_fail(-EPROTO, "store '%s': no %s operation", s->ops->name ? s->ops->name : "?",
-				what);
+		return eos_fail(-EPROTO, "store '%s': no %s operation",
+				s->ops->name ? s->ops->name : "?", what);
 	return 0;
 }
 

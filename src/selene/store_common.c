@@ -40,15 +40,16 @@
 
 /* ---- put checks ------------------------------------------------------------ */
 
-bool sel_put_usable(const char *store, const sel_published *cp, uint32_t page_tokens,
-		    uint64_t rows)
+bool sel_put_usable(const char *store, const sel_published *cp, uint32_t page_tokens, uint64_t rows)
 {
 	uint64_t c = cp->key.consumed;
 	if (c != 0 && cp->n_pages == c / page_tokens && cp->tail <= cp->n_pages &&
 	    (cp->n_pages == 0 || cp->pages) && cp->state_slot < rows)
 		return true;
-	eos_fail(-EINVAL, "%s: checkpoint %" PRIu64 " is unusable: %" PRIu64 " tokens, %" PRIu32
-		 " pages (%" PRIu64 " expected), tail %" PRIu32 ", state slot %" PRIu32 " of %" PRIu64,
+	eos_fail(-EINVAL,
+		 "%s: checkpoint %" PRIu64 " is unusable: %" PRIu64 " tokens, %" PRIu32
+		 " pages (%" PRIu64 " expected), tail %" PRIu32 ", state slot %" PRIu32
+		 " of %" PRIu64,
 		 store, cp->checkpoint, c, cp->n_pages, c / page_tokens, cp->tail, cp->state_slot,
 		 rows);
 	return false;
@@ -61,21 +62,22 @@ bool sel_put_extends(const char *store, const sel_published *cp, uint64_t parent
 	*derived = p < c ? (uint32_t)(c / page_tokens - p / page_tokens) : 0;
 	if (p < c && (cp->tail == *derived || cp->tail == cp->n_pages))
 		return true;
-	eos_fail(-EINVAL, "%s: checkpoint %" PRIu64 " tail %" PRIu32 " does not extend its parent"
-		 " at %" PRIu64 " tokens (%" PRIu32 " pages)", store, cp->checkpoint, cp->tail, p,
-		 *derived);
+	eos_fail(-EINVAL,
+		 "%s: checkpoint %" PRIu64 " tail %" PRIu32 " does not extend its parent"
+		 " at %" PRIu64 " tokens (%" PRIu32 " pages)",
+		 store, cp->checkpoint, cp->tail, p, *derived);
 	return false;
 }
 
-bool sel_put_pages_fit(const char *store, const sel_published *cp, uint32_t tail,
-		       uint64_t pages)
+bool sel_put_pages_fit(const char *store, const sel_published *cp, uint32_t tail, uint64_t pages)
 {
 	for (uint32_t i = 0; i < tail; i++) {
 		uint32_t id = cp->pages[cp->n_pages - tail + i];
 		if (id >= pages) {
-			eos_fail(-EINVAL, "%s: checkpoint %" PRIu64 " page id %" PRIu32
-				 " beyond the planes' %" PRIu64 " pages", store, cp->checkpoint,
-				 id, pages);
+			eos_fail(-EINVAL,
+				 "%s: checkpoint %" PRIu64 " page id %" PRIu32
+				 " beyond the planes' %" PRIu64 " pages",
+				 store, cp->checkpoint, id, pages);
 			return false;
 		}
 	}
@@ -191,7 +193,8 @@ int sel_core_init(struct sel_core *c, const struct sel_store_ops *ops,
 
 int sel_core_xfer(struct sel_core *c, const sel_store_config *cfg)
 {
-	return sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64, &c->xfer);
+	return sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
+					  &c->xfer);
 }
 
 void sel_core_free(struct sel_core *c)
@@ -247,10 +250,7 @@ int sel_core_refuse_stopped(struct sel_core *c)
 /* The entries below (sel_core_put, sel_core_lookup, sel_core_touch) sit in
  * a core store's own ops table, so the store behind s is a core store by
  * construction: store.c dispatched through that table. */
-static struct sel_core *core(sel_store *s)
-{
-	return (struct sel_core *)s;
-}
+static struct sel_core *core(sel_store *s) { return (struct sel_core *)s; }
 
 sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 {
@@ -286,8 +286,7 @@ static sel_outcome put_existing(struct sel_core *c, const sel_published *cp, sel
 	return p->tail > cp->n_pages ? SEL_SKIPPED : SEL_QUEUED;
 }
 
-sel_outcome sel_core_put_begin(struct sel_core *c, const sel_published *cp,
-			       struct sel_put_plan *p)
+sel_outcome sel_core_put_begin(struct sel_core *c, const sel_published *cp, struct sel_put_plan *p)
 {
 	*p = (struct sel_put_plan){.id = SEL_NODE_NONE, .pid = SEL_NODE_NONE};
 	if (sel_core_refuse_stopped(c) || !sel_put_usable(c->name, cp, c->pt, c->min_rows))
@@ -305,8 +304,8 @@ sel_outcome sel_core_put_begin(struct sel_core *c, const sel_published *cp,
 							       : sel_index_find(c->ix, &cp->parent);
 		if (pid != SEL_NODE_NONE && !(sel_core_node(c, pid)->flags & c->refuse)) {
 			uint32_t derived;
-			if (!sel_put_extends(c->name, cp, sel_core_node(c, pid)->key.consumed, c->pt,
-					     &derived))
+			if (!sel_put_extends(c->name, cp, sel_core_node(c, pid)->key.consumed,
+					     c->pt, &derived))
 				return SEL_SKIPPED;
 			p->tail = cp->tail;
 			if (p->tail == derived) { /* linked; else a root with its whole chain */
@@ -332,7 +331,8 @@ int sel_core_insert(struct sel_core *c, const sel_key *key, const sel_key *paren
 			sel_index_remove(c->ix, nid);
 		return rc;
 	}
-	struct sel_core_rec *h = (struct sel_core_rec *)((char *)c->recs + (size_t)nid * c->rec_size);
+	struct sel_core_rec *h =
+		(struct sel_core_rec *)((char *)c->recs + (size_t)nid * c->rec_size);
 	memset(h, 0, c->rec_size);
 	h->live = true;
 	*id = nid;
@@ -426,13 +426,15 @@ static bool readable_node(const struct sel_core *c, const sel_index_node *n)
 	return n->state == SEL_NODE_READY && !(n->flags & c->refuse);
 }
 
-int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident, struct sel_chain_walk *w)
+int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident,
+		  struct sel_chain_walk *w)
 {
 	sel_node_id end = sel_index_find(c->ix, key);
 	if (end == SEL_NODE_NONE)
 		return eos_fail(-ESTALE, "%s: hit endpoint is gone", c->name);
 	const sel_index_node *en = sel_core_node(c, end);
-	if (!readable_node(c, en) || !(en->flags & SEL_NODE_HAS_ROW) || en->key.consumed <= resident)
+	if (!readable_node(c, en) || !(en->flags & SEL_NODE_HAS_ROW) ||
+	    en->key.consumed <= resident)
 		return eos_fail(-ESTALE, "%s: hit endpoint lost its row", c->name);
 	uint32_t n = 0;
 	uint64_t base = 0, tails = 0;
@@ -454,7 +456,8 @@ int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident, str
 	if (n > c->walk_cap) {
 		sel_node_id *p = realloc(c->walk, (size_t)n * 2 * sizeof(*p));
 		if (!p)
-			return eos_fail(-ENOMEM, "%s: out of memory for a chain of %" PRIu32, c->name, n);
+			return eos_fail(-ENOMEM, "%s: out of memory for a chain of %" PRIu32,
+					c->name, n);
 		c->walk = p;
 		c->walk_cap = n * 2;
 	}
@@ -470,8 +473,8 @@ int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident, str
 }
 
 int sel_core_fetch_check(struct sel_core *c, const sel_hit *hit, const sel_inbound *in,
-			 bool (*readable)(struct sel_core *c, sel_node_id id), const char *unreadable,
-			 struct sel_chain_walk *w)
+			 bool (*readable)(struct sel_core *c, sel_node_id id),
+			 const char *unreadable, struct sel_chain_walk *w)
 {
 	int rc = sel_core_refuse_stopped(c);
 	if (rc)
@@ -484,8 +487,10 @@ int sel_core_fetch_check(struct sel_core *c, const sel_hit *hit, const sel_inbou
 		if (!readable(c, w->ids[i]))
 			return eos_fail(-ESTALE, "%s: %s", c->name, unreadable);
 	if (w->pages != hit->pages)
-		return eos_fail(-ESTALE, "%s: hit chain changed (%" PRIu32 " pages now, %" PRIu32
-				" in the hit)", c->name, w->pages, hit->pages);
+		return eos_fail(-ESTALE,
+				"%s: hit chain changed (%" PRIu32 " pages now, %" PRIu32
+				" in the hit)",
+				c->name, w->pages, hit->pages);
 	/* Exactly the nodes the lookup compared with the request's history. */
 	sel_digest dg;
 	if ((rc = sel_index_chain_digest(c->ix, w->end, hit->resident, &dg)))
@@ -494,16 +499,19 @@ int sel_core_fetch_check(struct sel_core *c, const sel_hit *hit, const sel_inbou
 		return eos_fail(-ESTALE, "%s: the hit's chain is not the one its lookup verified",
 				c->name);
 	if (in->n_pages != hit->pages)
-		return eos_fail(-EINVAL, "%s: inbound ticket %" PRIu64 " has %" PRIu32
-				" pages, the hit uploads %" PRIu32, c->name, in->ticket, in->n_pages,
-				hit->pages);
+		return eos_fail(-EINVAL,
+				"%s: inbound ticket %" PRIu64 " has %" PRIu32
+				" pages, the hit uploads %" PRIu32,
+				c->name, in->ticket, in->n_pages, hit->pages);
 	if (in->state_slot >= c->min_rows)
-		return eos_fail(-EINVAL, "%s: inbound state slot %" PRIu32 " beyond %" PRIu64 " rows",
+		return eos_fail(-EINVAL,
+				"%s: inbound state slot %" PRIu32 " beyond %" PRIu64 " rows",
 				c->name, in->state_slot, c->min_rows);
 	for (uint32_t i = 0; i < in->n_pages; i++)
 		if (in->pages[i] >= c->min_pages)
-			return eos_fail(-EINVAL, "%s: inbound page id %" PRIu32 " beyond %" PRIu64
-					" pages", c->name, in->pages[i], c->min_pages);
+			return eos_fail(-EINVAL,
+					"%s: inbound page id %" PRIu32 " beyond %" PRIu64 " pages",
+					c->name, in->pages[i], c->min_pages);
 	return 0;
 }
 
@@ -524,7 +532,8 @@ void sel_core_count_fetched(struct sel_core *c, int status, uint64_t bytes, uint
 /* ---- checks -------------------------------------------------------------------------- */
 
 int sel_core_check(struct sel_core *c,
-		   int (*visit)(struct sel_core *c, sel_node_id id, const sel_index_node *n, void *ctx),
+		   int (*visit)(struct sel_core *c, sel_node_id id, const sel_index_node *n,
+				void *ctx),
 		   void *ctx)
 {
 	int rc = sel_index_check(c->ix);
@@ -537,12 +546,15 @@ int sel_core_check(struct sel_core *c,
 		const struct sel_core_rec *h = sel_core_live(c, id);
 		nodes++;
 		if (!h)
-			return eos_fail(SEL_ECORRUPT, "%s: node %" PRIu32 " has no record", c->name, id);
+			return eos_fail(SEL_ECORRUPT, "%s: node %" PRIu32 " has no record", c->name,
+					id);
 		if (visit && (rc = visit(c, id, n, ctx)))
 			return rc;
 		if (h->mypins > n->pins)
-			return eos_fail(SEL_ECORRUPT, "%s: node %" PRIu32 " store pins %" PRIu32
-					" > index pins %" PRIu32, c->name, id, h->mypins, n->pins);
+			return eos_fail(SEL_ECORRUPT,
+					"%s: node %" PRIu32 " store pins %" PRIu32
+					" > index pins %" PRIu32,
+					c->name, id, h->mypins, n->pins);
 	}
 	uint64_t live = 0;
 	for (uint32_t i = 0; i < c->nrecs; i++)
@@ -557,8 +569,9 @@ int sel_core_check_inflight(struct sel_core *c, uint64_t puts, uint64_t fetches,
 {
 	if (puts == c->st.inflight_out && fetches == c->st.inflight_in)
 		return 0;
-	return eos_fail(SEL_ECORRUPT, "%s: %" PRIu64 "/%" PRIu64 " %s live, counted %" PRIu64 "/%"
-			PRIu64, c->name, puts, fetches, what, c->st.inflight_out, c->st.inflight_in);
+	return eos_fail(SEL_ECORRUPT,
+			"%s: %" PRIu64 "/%" PRIu64 " %s live, counted %" PRIu64 "/%" PRIu64,
+			c->name, puts, fetches, what, c->st.inflight_out, c->st.inflight_in);
 }
 
 /* ---- close and destroy ------------------------------------------------------------------ */
@@ -638,8 +651,8 @@ size_t sel_core_keys(struct sel_core *c, sel_key *keys, size_t cap)
 	return n;
 }
 
-void sel_core_expire(struct sel_core *c, bool (*droppable)(void *ctx, const sel_index *ix,
-							    sel_node_id id))
+void sel_core_expire(struct sel_core *c,
+		     bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id))
 {
 	uint64_t cutoff;
 	if (c->closed || c->stopped || !sel_expiry_due(&c->exp, &cutoff))
@@ -674,7 +687,7 @@ static struct leaked {
 	struct leaked *next;
 	size_t n;
 	void *what[];
-} *leaked_list;
+} * leaked_list;
 
 void sel_leak(void *const *what, size_t n)
 {

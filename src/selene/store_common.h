@@ -66,8 +66,7 @@ bool sel_put_extends(const char *store, const sel_published *cp, uint64_t parent
 
 /* Whether the last `tail` page ids of cp lie below `pages` (the smallest
  * rank's page count); else fails (-EINVAL) naming the first bad id. */
-bool sel_put_pages_fit(const char *store, const sel_published *cp, uint32_t tail,
-		       uint64_t pages);
+bool sel_put_pages_fit(const char *store, const sel_published *cp, uint32_t tail, uint64_t pages);
 
 /* ---- Progress (selene.h SEL_EV_PROGRESS) --------------------------------- */
 
@@ -124,8 +123,8 @@ struct sel_core_ops {
 	/* The store's own put, once the prologue (sel_core_put_begin) let cp
 	 * through with plan p; sel_core_put does the accounting.  *why
 	 * receives a Retry's reason. */
-	sel_outcome (*put)(struct sel_core *c, const sel_published *cp, const struct sel_put_plan *p,
-			   sel_retry_reason *why);
+	sel_outcome (*put)(struct sel_core *c, const sel_published *cp,
+			   const struct sel_put_plan *p, sel_retry_reason *why);
 	/* Store pins (its jobs, the composite): the index pin plus whatever
 	 * the store counts. */
 	void (*pin)(struct sel_core *c, sel_node_id id);
@@ -140,21 +139,21 @@ struct sel_core_ops {
 };
 
 struct sel_core {
-	sel_store base;             /* first: the store's handle */
+	sel_store base; /* first: the store's handle */
 	const struct sel_core_ops *cops;
-	const char *name;           /* "memory store": messages start with it */
-	sel_tier tier;              /* the stats slot it counts in */
+	const char *name; /* "memory store": messages start with it */
+	sel_tier tier;    /* the stats slot it counts in */
 	/* Node flags that take a node out of dedupe, parent links, lookups
 	 * and fetches (the disk store's doomed records; 0 for none). */
 	uint16_t refuse;
 	/* Evictions drop records for good (the local end of the chain): the
 	 * tier's dropped_end_of_chain counts them too. */
 	bool end_of_chain;
-	struct sel_store_pool *sp;  /* layout, backend, slots (shared in a composite) */
+	struct sel_store_pool *sp; /* layout, backend, slots (shared in a composite) */
 	bool own_sp;
 	sel_index *ix;
-	sel_policy *policy;         /* the tier's fitted restore estimates */
-	sel_xfer *xfer;             /* the store's own transfer set */
+	sel_policy *policy; /* the tier's fitted restore estimates */
+	sel_xfer *xfer;     /* the store's own transfer set */
 	struct sel_expiry exp;
 
 	/* The pool's numbers, copied for the hot paths. */
@@ -170,16 +169,16 @@ struct sel_core {
 	uint32_t nrecs;
 	size_t rec_size;
 
-	sel_index_chain chain;      /* lookup scratch */
-	sel_node_id *walk;          /* fetch-check scratch: the chain, ascending */
+	sel_index_chain chain; /* lookup scratch */
+	sel_node_id *walk;     /* fetch-check scratch: the chain, ascending */
 	uint32_t walk_cap;
 	enum sel_core_why why;
 	uint64_t job_seq;
-	bool stopped;               /* a transfer failed fatally or close timed out */
+	bool stopped; /* a transfer failed fatally or close timed out */
 	bool closed;
 	int close_rc;
-	struct sel_progress pg;     /* refusals since the last PROGRESS, capacity back since */
-	sel_stats st;               /* counters; gauges are filled at stats() */
+	struct sel_progress pg; /* refusals since the last PROGRESS, capacity back since */
+	sel_stats st;           /* counters; gauges are filled at stats() */
 };
 
 /* A zeroed store of size bytes (its core first), or NULL with -ENOMEM
@@ -240,12 +239,12 @@ static inline const sel_index_node *sel_core_node(const struct sel_core *c, sel_
 
 /* What the put prologue decided. */
 struct sel_put_plan {
-	sel_node_id id;  /* the failed node being refilled, or SEL_NODE_NONE (fresh) */
-	sel_node_id pid; /* the parent the record links under, or SEL_NODE_NONE (a root) */
-	uint32_t tail;   /* page records it holds: its tail, or its whole chain */
+	sel_node_id id;   /* the failed node being refilled, or SEL_NODE_NONE (fresh) */
+	sel_node_id pid;  /* the parent the record links under, or SEL_NODE_NONE (a root) */
+	uint32_t tail;    /* page records it holds: its tail, or its whole chain */
 	uint32_t derived; /* fresh and linked: the count since the parent */
-	bool row;        /* it holds its row */
-	bool fresh;      /* a new node is to be inserted */
+	bool row;         /* it holds its row */
+	bool fresh;       /* a new node is to be inserted */
 };
 
 /* ops->put of a core store: the prologue, cops->put, and the outcome
@@ -255,26 +254,25 @@ sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason
 /* The ops table of a core store: lookup, put and touch are the skeleton's
  * (sel_core_lookup, sel_core_put, sel_core_touch), evicted is store.c's
  * default; the store gives its name and the entries that are its own. */
-#define SEL_CORE_STORE_OPS(kind, fetch_, poll_, stats_, wait_fd_, close_, destroy_, describe_)  \
-	{                                                                                       \
-		.version = SEL_STORE_OPS_VERSION, .name = (kind), .lookup = sel_core_lookup,    \
-		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_),                        \
-		.touch = sel_core_touch, .stats = (stats_), .wait_fd = (wait_fd_),              \
-		.close = (close_), .destroy = (destroy_), .describe = (describe_),              \
+#define SEL_CORE_STORE_OPS(kind, fetch_, poll_, stats_, wait_fd_, close_, destroy_, describe_)     \
+	{                                                                                          \
+		.version = SEL_STORE_OPS_VERSION, .name = (kind), .lookup = sel_core_lookup,       \
+		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_), .touch = sel_core_touch,  \
+		.stats = (stats_), .wait_fd = (wait_fd_), .close = (close_),                       \
+		.destroy = (destroy_), .describe = (describe_),                                    \
 	}
 
 /* A core store's sel_core_ops, in the order of the struct. */
-#define SEL_CORE_OPS(put_, pin_, unpin_, check_, drop_row_, remove_)                            \
-	{                                                                                       \
-		.put = (put_), .pin = (pin_), .unpin = (unpin_), .check = (check_),             \
-		.drop_row = (drop_row_), .remove = (remove_),                                   \
+#define SEL_CORE_OPS(put_, pin_, unpin_, check_, drop_row_, remove_)                               \
+	{                                                                                          \
+		.put = (put_), .pin = (pin_), .unpin = (unpin_), .check = (check_),                \
+		.drop_row = (drop_row_), .remove = (remove_),                                      \
 	}
 
 /* The checks every put starts with.  SEL_QUEUED means go on with *p;
  * anything else is the put's outcome (with a message where it fails).  A
  * PRESENT touches the record. */
-sel_outcome sel_core_put_begin(struct sel_core *c, const sel_published *cp,
-			       struct sel_put_plan *p);
+sel_outcome sel_core_put_begin(struct sel_core *c, const sel_published *cp, struct sel_put_plan *p);
 
 /* Insert key PENDING under parent (NULL: a root) with a zeroed, live-to-be
  * record: 0 with *id, or the index's or -ENOMEM error with nothing left
@@ -317,7 +315,8 @@ struct sel_chain_walk {
 /* Walk key's chain above resident: the endpoint READY with its row, every
  * node above resident READY and not refused, their tails summing to the
  * chain's pages.  0 with *w (ids valid until the next walk), or -ESTALE. */
-int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident, struct sel_chain_walk *w);
+int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident,
+		  struct sel_chain_walk *w);
 
 /* The fetch check: a running store, a hit and a destination, the walk, the
  * hit's page count, its chain digest, and the destination's page count,
@@ -325,8 +324,8 @@ int sel_core_walk(struct sel_core *c, const sel_key *key, uint64_t resident, str
  * of the chain, else -ESTALE with unreadable as the message's reason.  0
  * with *w, or -ESTALE, -EINVAL, -ENOMEM, SEL_ESTOPPED (nothing changed). */
 int sel_core_fetch_check(struct sel_core *c, const sel_hit *hit, const sel_inbound *in,
-			 bool (*readable)(struct sel_core *c, sel_node_id id), const char *unreadable,
-			 struct sel_chain_walk *w);
+			 bool (*readable)(struct sel_core *c, sel_node_id id),
+			 const char *unreadable, struct sel_chain_walk *w);
 
 /* A fetch ended (status 0: its bytes landed): counters, the tier's fitted
  * estimates and, for a failure, released capacity. */
@@ -342,7 +341,8 @@ void sel_core_count_fetched(struct sel_core *c, int status, uint64_t bytes, uint
  * and last the record count.  0 or SEL_ECORRUPT naming the first
  * violation. */
 int sel_core_check(struct sel_core *c,
-		   int (*visit)(struct sel_core *c, sel_node_id id, const sel_index_node *n, void *ctx),
+		   int (*visit)(struct sel_core *c, sel_node_id id, const sel_index_node *n,
+				void *ctx),
 		   void *ctx);
 /* Invariant "inflight_out / inflight_in count what is live": the puts and
  * fetches the store found on its lists (what names them in the message). */
@@ -380,8 +380,8 @@ size_t sel_core_keys(struct sel_core *c, sel_key *keys, size_t cap);
 /* The once-a-minute expiry sweep (design 2.5) with why SEL_WHY_EXPIRE;
  * droppable as sel_index_expire takes it.  Expired records release
  * capacity (progress). */
-void sel_core_expire(struct sel_core *c, bool (*droppable)(void *ctx, const sel_index *ix,
-							    sel_node_id id));
+void sel_core_expire(struct sel_core *c,
+		     bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id));
 
 /* The stats every core store reports: its counters, the pool's slots, the
  * tier's record count and fitted estimates. */
@@ -394,12 +394,12 @@ void sel_leak(void *const *what, size_t n);
 /* SEL_DEBUG_CHECKS builds: run a module's checker after a mutation and
  * abort on the first violation (SQLite's assert_pager_state). */
 #ifdef SEL_DEBUG_CHECKS
-#define SEL_DEBUG_CHECK(check, s)                                                               \
-	do {                                                                                    \
-		if ((check)(s) != 0) {                                                          \
-			fprintf(stderr, "%s: %s\n", #check, eos_errmsg());                      \
-			abort();                                                                \
-		}                                                                               \
+#define SEL_DEBUG_CHECK(check, s)                                                                  \
+	do {                                                                                       \
+		if ((check)(s) != 0) {                                                             \
+			fprintf(stderr, "%s: %s\n", #check, eos_errmsg());                         \
+			abort();                                                                   \
+		}                                                                                  \
 	} while (0)
 #else
 #define SEL_DEBUG_CHECK(check, s) ((void)(s))

@@ -167,15 +167,9 @@
 
 static const struct sel_store_ops cs_ops;
 
-struct comp_store *sel_cs_of(sel_store *s)
-{
-	return sel_store_checked(s, &cs_ops);
-}
+struct comp_store *sel_cs_of(sel_store *s) { return sel_store_checked(s, &cs_ops); }
 
-bool cs_past(uint64_t deadline_ns)
-{
-	return deadline_ns && eos_now_ns() >= deadline_ns;
-}
+bool cs_past(uint64_t deadline_ns) { return deadline_ns && eos_now_ns() >= deadline_ns; }
 
 /* ---- removals and tickets -------------------------------------------------------- */
 
@@ -301,8 +295,8 @@ int cs_write_start(struct comp_store *cs, const sel_key *key)
 		goto out;
 	/* A full-chain memory copy of a linked record: its last di.tail pages. */
 	rc = sel_store_pool_map(cs->sp, di.flags, v.slots, v.n_page_slots,
-				di.has_row ? v.n_row_slots : 0, v.tail_pages - di.tail, di.tail, pages,
-				iov, icap, &n_iov);
+				di.has_row ? v.n_row_slots : 0, v.tail_pages - di.tail, di.tail,
+				pages, iov, icap, &n_iov);
 	if (rc)
 		goto out;
 	w->key = *key;
@@ -359,7 +353,8 @@ static void maintain(struct comp_store *cs)
 {
 	/* Uncharged parked records: try again (evictions may make room). */
 	sel_key k = {0};
-	while (sel_disk_store_uncharged(cs->disk) && sel_disk_store_next_parked(cs->disk, &k) == 1) {
+	while (sel_disk_store_uncharged(cs->disk) &&
+	       sel_disk_store_next_parked(cs->disk, &k) == 1) {
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.charged)
 			(void)sel_disk_store_charge(cs->disk, &k);
@@ -419,12 +414,13 @@ static void on_written(void *ctx, void *arg, int status)
 
 /* Memory can never retain cp: stream it to disk without retention (design
  * 2.4), a bounded number at once. */
-static sel_outcome put_stream(struct comp_store *cs, const sel_published *cp,
-			      sel_retry_reason *why)
+static sel_outcome put_stream(struct comp_store *cs, const sel_published *cp, sel_retry_reason *why)
 {
 	if (cs->streaming >= STREAM_PUTS) {
-		eos_fail(-EAGAIN, "composite store: %u records larger than warm memory are streaming"
-			 " already", cs->streaming);
+		eos_fail(-EAGAIN,
+			 "composite store: %u records larger than warm memory are streaming"
+			 " already",
+			 cs->streaming);
 		*why = SEL_RETRY_INFLIGHT;
 		return SEL_RETRY;
 	}
@@ -449,8 +445,8 @@ static void put_queued(struct comp_store *cs, const sel_published *cp, struct cp
 	p->bucket = cp->bucket;
 	p->n_pages = cp->n_pages;
 	p->tail = cp->tail;
-	p->parent_pinned = !sel_key_is_none(&cp->parent) &&
-			   sel_disk_store_pin(cs->disk, &cp->parent) == 0;
+	p->parent_pinned =
+		!sel_key_is_none(&cp->parent) && sel_disk_store_pin(cs->disk, &cp->parent) == 0;
 	cputs_push(&cs->puts, p);
 	cs->st.inflight_out++;
 }
@@ -472,8 +468,10 @@ static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel
 	}
 	if (!sel_disk_store_fits(cs->disk, cp)) {
 		cs->st.tier[SEL_TIER_DISK].dropped_oversize++;
-		eos_fail(SEL_EOVERSIZE, "composite store: checkpoint %" PRIu64 " with its ancestors "
-			 "exceeds the disk limit", cp->checkpoint);
+		eos_fail(SEL_EOVERSIZE,
+			 "composite store: checkpoint %" PRIu64 " with its ancestors "
+			 "exceeds the disk limit",
+			 cp->checkpoint);
 		return SEL_OVERSIZE;
 	}
 	struct cput *p = calloc(1, sizeof(*p));
@@ -523,8 +521,8 @@ static void park(struct comp_store *cs, struct cput *p, sel_event *ev)
 	struct sel_memory_view v;
 	int rc = sel_memory_store_view(cs->mem, &p->key, &v);
 	if (rc == 0 && v.ready) {
-		struct sel_disk_park dp = {.key = p->key, .parent = p->parent, .bucket = p->bucket,
-					   .row = v.has_row};
+		struct sel_disk_park dp = {
+			.key = p->key, .parent = p->parent, .bucket = p->bucket, .row = v.has_row};
 		dp.flags = (v.pages_packed ? SEL_RECORD_PAGES_REPLICATED : 0) |
 			   (v.row_packed ? SEL_RECORD_ROW_REPLICATED : 0);
 		/* Linked on disk when the parent is there (pinned since the put),
@@ -701,7 +699,8 @@ static int cs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 	if (rc <= 0)
 		return rc;
 	sel_hit mh;
-	if (sel_store_lookup(cs->mem, h, resident, limit, &mh) == 1 && sel_key_eq(&mh.key, &hit->key))
+	if (sel_store_lookup(cs->mem, h, resident, limit, &mh) == 1 &&
+	    sel_key_eq(&mh.key, &hit->key))
 		hit->tier = SEL_TIER_MEMORY;
 	cs->st.hits++;
 	return 1;
@@ -711,12 +710,15 @@ static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 {
 	struct comp_store *cs = sel_cs_of(s);
 	if (cs->closed || cs->stopped)
-		return eos_fail(SEL_ESTOPPED, "composite store: %s", cs->closed ? "closed" : "stopped");
+		return eos_fail(SEL_ESTOPPED, "composite store: %s",
+				cs->closed ? "closed" : "stopped");
 	if (!hit || !in)
 		return eos_fail(-EINVAL, "composite store: fetch without a hit or destination");
 	if (in->n_pages != hit->pages)
-		return eos_fail(-EINVAL, "composite store: inbound ticket %" PRIu64 " has %" PRIu32
-				" pages, the hit uploads %" PRIu32, in->ticket, in->n_pages, hit->pages);
+		return eos_fail(-EINVAL,
+				"composite store: inbound ticket %" PRIu64 " has %" PRIu32
+				" pages, the hit uploads %" PRIu32,
+				in->ticket, in->n_pages, hit->pages);
 	uint64_t now = eos_now_ns();
 	int rc = sel_store_fetch(cs->mem, hit, in);
 	if (rc == 0) {
@@ -793,10 +795,7 @@ static void cs_describe(sel_store *s, sel_store_info *out)
 		out->warning = cs->sp->warning;
 }
 
-static int cs_wait_fd(sel_store *s)
-{
-	return sel_cs_of(s)->evq.epfd;
-}
+static int cs_wait_fd(sel_store *s) { return sel_cs_of(s)->evq.epfd; }
 
 static bool cs_busy(const struct comp_store *cs)
 {
@@ -830,7 +829,8 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 		rc = SEL_ESTOPPED;
 	if (rc) {
 		cs->stopped = true;
-		eos_fail(rc, "composite store: copies or disk I/O did not drain by the deadline; the "
+		eos_fail(rc,
+			 "composite store: copies or disk I/O did not drain by the deadline; the "
 			 "slot pool is leaked");
 	}
 	cs->close_rc = rc;
@@ -893,7 +893,10 @@ static int inner_open(struct comp_store *cs, const sel_store_config *cfg)
 	if (rc)
 		return rc;
 	struct sel_disk_store_hooks hooks = {
-		.ctx = cs, .removed = on_removed, .written = on_written, .read = cs_read_done,
+		.ctx = cs,
+		.removed = on_removed,
+		.written = on_written,
+		.read = cs_read_done,
 	};
 	if ((rc = sel_disk_store_open_shared(cfg, cs->sp, &hooks, &cs->disk)))
 		return rc;
@@ -975,8 +978,8 @@ enum cstate {
 	CS_RESERVED,
 	CS_STREAMING,
 	CS_PENDING_REMOVAL,
-	CS_DOOMED,   /* any state above, its disk node doomed: removed at its last unpin */
-	CS_FAILED,   /* a memory copy whose copy-out failed, kept for its children */
+	CS_DOOMED, /* any state above, its disk node doomed: removed at its last unpin */
+	CS_FAILED, /* a memory copy whose copy-out failed, kept for its children */
 	CS_INVALID,
 };
 
@@ -1016,11 +1019,12 @@ static enum cstate cs_state(struct comp_store *cs, const sel_key *key, const cha
 			return CS_INVALID;
 		return di.writing ? CS_WRITING : CS_PARKED;
 	}
-	if (mem && !v.ready) /* a copy-out or a read in flight, or a failed copy kept for children */
+	if (mem &&
+	    !v.ready) /* a copy-out or a read in flight, or a failed copy kept for children */
 		return in_puts(cs, key) ? CS_COPYING : disk && di.file ? CS_RESERVED : CS_FAILED;
 	if (mem) {
-		*why = disk ? "has a memory copy whose disk record has no file" :
-			      "has a memory copy but no disk record";
+		*why = disk ? "has a memory copy whose disk record has no file"
+			    : "has a memory copy but no disk record";
 		return disk && di.file ? CS_DURABLE : CS_INVALID;
 	}
 	return disk && di.file ? CS_DISK_ONLY : disk ? CS_STREAMING : CS_NONE;
@@ -1038,14 +1042,16 @@ static int check_states(struct comp_store *cs)
 	sel_memory_store_keys(cs->mem, keys, n);
 	for (size_t i = 0; i < n && !rc; i++)
 		if (cs_state(cs, &keys[i], &why) == CS_INVALID)
-			rc = eos_fail(SEL_ECORRUPT, "composite: the record at %" PRIu64 " tokens %s",
+			rc = eos_fail(SEL_ECORRUPT,
+				      "composite: the record at %" PRIu64 " tokens %s",
 				      keys[i].consumed, *why ? why : "is in no state of the table");
 	free(keys);
 	sel_key k = {0};
 	while (!rc && sel_disk_store_next_parked(cs->disk, &k) == 1)
 		if (cs_state(cs, &k, &why) == CS_INVALID)
-			rc = eos_fail(SEL_ECORRUPT, "composite: the record at %" PRIu64 " tokens %s",
-				      k.consumed, why);
+			rc = eos_fail(SEL_ECORRUPT,
+				      "composite: the record at %" PRIu64 " tokens %s", k.consumed,
+				      why);
 	return rc;
 }
 
@@ -1060,8 +1066,9 @@ int sel_composite_store_check(sel_store *s)
 	for (const struct cwrite *w = cs->writes.head; w; w = w->next)
 		ws += w->slots;
 	if (ws != cs->writing_slots)
-		return eos_fail(SEL_ECORRUPT, "composite: writing slots %" PRIu64 ", counted %" PRIu64,
-				ws, cs->writing_slots);
+		return eos_fail(SEL_ECORRUPT,
+				"composite: writing slots %" PRIu64 ", counted %" PRIu64, ws,
+				cs->writing_slots);
 	if (cs->streaming > STREAM_PUTS)
 		return eos_fail(SEL_ECORRUPT, "composite: %u streamed puts in flight, at most %d",
 				cs->streaming, STREAM_PUTS);

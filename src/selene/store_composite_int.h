@@ -38,7 +38,7 @@ struct cput {
 struct cwrite {
 	sel_key key;
 	uint64_t slots;
-	uint64_t bytes;      /* the record's file bytes */
+	uint64_t bytes; /* the record's file bytes */
 	struct cwrite *prev, *next;
 };
 
@@ -48,16 +48,19 @@ struct cfetch {
 	sel_hit hit;
 	uint32_t *dst;
 	uint32_t n_dst, state_slot;
-	uint32_t n;          /* chain nodes, ascending */
+	uint32_t n; /* chain nodes, ascending */
 	sel_key *keys;
-	uint8_t *role;       /* ROLE_* */
-	uint32_t pending;    /* reads in flight */
+	uint8_t *role;    /* ROLE_* */
+	uint32_t pending; /* reads in flight */
 	int status;
 	bool read_done;
 	uint64_t submit_ns;
 	struct cfetch *prev, *next;
 };
-enum { ROLE_RESIDENT = 1, ROLE_READ = 2 };
+enum {
+	ROLE_RESIDENT = 1,
+	ROLE_READ = 2
+};
 
 EOS_DLIST(cputs, cput_list, struct cput)
 EOS_DLIST(cwrites, cwrite_list, struct cwrite)
@@ -72,26 +75,26 @@ struct cticket {
 
 /* The shutdown drain (design 2.5): its plan and what it did. */
 struct cdrain {
-	sel_key *plan;       /* parked records, in write order */
+	sel_key *plan; /* parked records, in write order */
 	size_t n, next;
-	uint64_t start_ns, end_ns;  /* end: new writes stop (0: no limit) */
-	uint64_t report_ns;         /* next progress report */
+	uint64_t start_ns, end_ns; /* end: new writes stop (0: no limit) */
+	uint64_t report_ns;        /* next progress report */
 	uint64_t written, written_bytes, failed;
-	uint64_t retried;           /* writes a full filesystem sent back */
+	uint64_t retried; /* writes a full filesystem sent back */
 	uint64_t retries_left;
-	uint64_t resume_ns;         /* no new pass before this */
-	uint32_t in_flight;         /* drain writes started, not done */
+	uint64_t resume_ns; /* no new pass before this */
+	uint32_t in_flight; /* drain writes started, not done */
 	bool time_up, deadline_hit, no_room, no_space;
 };
 
 struct comp_store {
 	sel_store base;
 	struct sel_store_pool *sp;
-	sel_store *mem, *disk;      /* a memory store and a disk store over sp */
+	sel_store *mem, *disk; /* a memory store and a disk store over sp */
 	uint32_t pt, ranks;
 	uint64_t intake;
-	struct sel_evq evq;         /* events; the set over both stores, the timer, the eventfd */
-	int tfd;                    /* the write backoff's timerfd */
+	struct sel_evq evq; /* events; the set over both stores, the timer, the eventfd */
+	int tfd;            /* the write backoff's timerfd */
 	bool drain;
 	uint64_t drain_ns;
 	void (*drain_cb)(void *ctx, const sel_drain_progress *p);
@@ -104,7 +107,7 @@ struct comp_store {
 	struct cfetch_list fetches;
 	struct cticket *tk;
 	size_t n_tk, cap_tk;
-	sel_key *pend_rm;      /* memory copies to remove once unpinned (PENDING_REMOVAL) */
+	sel_key *pend_rm; /* memory copies to remove once unpinned (PENDING_REMOVAL) */
 	size_t n_rm, cap_rm;
 
 	uint64_t writing_slots;
@@ -115,7 +118,7 @@ struct comp_store {
 	struct sel_composite_gauges g;
 	bool closed, stopped;
 	int close_rc;
-	sel_stats st;           /* the composite's own counters */
+	sel_stats st; /* the composite's own counters */
 };
 
 #define debug_check(cs) SEL_DEBUG_CHECK(sel_composite_store_check, &(cs)->base)

@@ -95,12 +95,15 @@ static void cfetch_free(struct comp_store *cs, struct cfetch *f)
  * later (memory transfer queue full). */
 static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 {
-	sel_inbound in = {.ticket = f->ticket, .pages = f->dst, .n_pages = f->n_dst,
+	sel_inbound in = {.ticket = f->ticket,
+			  .pages = f->dst,
+			  .n_pages = f->n_dst,
 			  .state_slot = f->state_slot};
 	if (f->status) {
 		cfetch_release(cs, f, false);
 		cs->pg.released = true; /* the reserved slots, the residents' pins */
-		fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, f->status, f->submit_ns);
+		fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, f->status,
+				   f->submit_ns);
 		cfetch_free(cs, f);
 		return true;
 	}
@@ -121,11 +124,13 @@ static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 		cs->g.read_through++;
 	} else {
 		rc = sel_disk_store_chain_on_disk(cs->disk, &f->hit.key, f->hit.resident)
-			     ? sel_store_fetch(cs->disk, &f->hit, &in) : -ESTALE;
+			     ? sel_store_fetch(cs->disk, &f->hit, &in)
+			     : -ESTALE;
 		if (rc == 0)
 			cs->g.streamed++;
 		else
-			fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, rc, f->submit_ns);
+			fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, rc,
+					   f->submit_ns);
 	}
 	cfetch_release(cs, f, true);
 	cfetch_free(cs, f);
@@ -142,10 +147,7 @@ static void read_done(struct comp_store *cs, struct cfetch *f, int status)
 	}
 }
 
-void cs_read_done(void *ctx, void *arg, int status)
-{
-	read_done(ctx, arg, status);
-}
+void cs_read_done(void *ctx, void *arg, int status) { read_done(ctx, arg, status); }
 
 void cs_fetches_advance(struct comp_store *cs)
 {
@@ -278,10 +280,10 @@ static int reserve_chain(struct comp_store *cs, const struct dchain *c, struct c
 			continue;
 		const struct sel_disk_record_info *x = &c->info[i];
 		bool endpoint = i + 1 == c->n;
-		int r = sel_memory_store_reserve(cs->mem, &c->keys[i], x->is_root ? NULL : &x->parent,
-						 &x->bucket, x->tail, endpoint,
-						 x->flags & SEL_RECORD_PAGES_REPLICATED,
-						 endpoint && (x->flags & SEL_RECORD_ROW_REPLICATED));
+		int r = sel_memory_store_reserve(
+			cs->mem, &c->keys[i], x->is_root ? NULL : &x->parent, &x->bucket, x->tail,
+			endpoint, x->flags & SEL_RECORD_PAGES_REPLICATED,
+			endpoint && (x->flags & SEL_RECORD_ROW_REPLICATED));
 		if (r != 0) {
 			/* Undo: settle what was reserved, unpin residents. */
 			for (uint32_t j = i; j < c->n; j++)
@@ -327,7 +329,8 @@ int cs_read_through(struct comp_store *cs, const sel_hit *hit, const sel_inbound
 	if (rc)
 		goto out;
 	rc = -ENOMEM;
-	f = calloc(1, sizeof(*f) + c.n * (sizeof(sel_key) + 1) + (size_t)in->n_pages * sizeof(uint32_t));
+	f = calloc(1, sizeof(*f) + c.n * (sizeof(sel_key) + 1) +
+			      (size_t)in->n_pages * sizeof(uint32_t));
 	if (!f)
 		goto out;
 	f->keys = (sel_key *)(f + 1);

@@ -98,8 +98,10 @@ static sel_outcome put_start(struct disk_store *ds, struct dstream *st, uint64_t
 	if (!ds_make_room(ds, bytes)) {
 		char a[32], b[32];
 		*why = SEL_RETRY_BUDGET;
-		eos_fail(-ENOSPC, "disk store: checkpoint %" PRIu64 " needs %s; %s of the limit are held"
-			 " by records in use", cp->checkpoint, eos_format_size(bytes, a, sizeof a),
+		eos_fail(-ENOSPC,
+			 "disk store: checkpoint %" PRIu64 " needs %s; %s of the limit are held"
+			 " by records in use",
+			 cp->checkpoint, eos_format_size(bytes, a, sizeof a),
 			 eos_format_size(ds->used, b, sizeof b));
 		return SEL_RETRY;
 	}
@@ -138,8 +140,10 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	if (total > ds->limit) {
 		char a[32], b[32];
 		ds->c.st.tier[SEL_TIER_DISK].dropped_oversize++;
-		eos_fail(SEL_EOVERSIZE, "disk store: checkpoint %" PRIu64 " needs %s with its ancestors;"
-			 " the disk limit is %s", cp->checkpoint, eos_format_size(total, a, sizeof a),
+		eos_fail(SEL_EOVERSIZE,
+			 "disk store: checkpoint %" PRIu64 " needs %s with its ancestors;"
+			 " the disk limit is %s",
+			 cp->checkpoint, eos_format_size(total, a, sizeof a),
 			 eos_format_size(ds->limit, b, sizeof b));
 		return SEL_OVERSIZE;
 	}
@@ -147,8 +151,9 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	if (!st)
 		return SEL_SKIPPED;
 	sel_node_id id = p->id;
-	if (p->fresh && sel_core_insert(&ds->c, &cp->key, p->pid == SEL_NODE_NONE ? NULL : &cp->parent,
-				       &cp->bucket, p->tail, true, &id) != 0) {
+	if (p->fresh &&
+	    sel_core_insert(&ds->c, &cp->key, p->pid == SEL_NODE_NONE ? NULL : &cp->parent,
+			    &cp->bucket, p->tail, true, &id) != 0) {
 		ds_stream_free(ds, st);
 		return SEL_SKIPPED;
 	}
@@ -241,15 +246,9 @@ static void ds_describe(sel_store *s, sel_store_info *out)
 		out->warning = ds->c.sp->warning;
 }
 
-static int ds_wait_fd(sel_store *s)
-{
-	return sel_ds_of(s)->evq.epfd;
-}
+static int ds_wait_fd(sel_store *s) { return sel_ds_of(s)->evq.epfd; }
 
-int sel_disk_store_fd(sel_store *s)
-{
-	return sel_ds_of(s)->evq.epfd;
-}
+int sel_disk_store_fd(sel_store *s) { return sel_ds_of(s)->evq.epfd; }
 
 static int ds_close(sel_store *s, uint64_t deadline_ns)
 {
@@ -281,7 +280,8 @@ static int ds_close(sel_store *s, uint64_t deadline_ns)
 	}
 	char b[32];
 	if (rc)
-		eos_fail(rc, "disk store: copies or disk I/O did not drain by the deadline; the slot "
+		eos_fail(rc,
+			 "disk store: copies or disk I/O did not drain by the deadline; the slot "
 			 "pool (%s) and the record directory lock are kept",
 			 eos_format_size(ds->c.slot_bytes * sel_slab_total(ds->pool), b, sizeof b));
 	return sel_core_close_end(&ds->c, rc);
@@ -331,7 +331,10 @@ static const struct sel_core_ops ds_core_ops =
 static int threads_open(struct disk_store *ds, const sel_store_config *cfg)
 {
 	struct sel_disk_config dc = {
-		.dirfd = ds->lk->fd, .dir = ds->lk->path, .ns = ds->ns, .direct = -1,
+		.dirfd = ds->lk->fd,
+		.dir = ds->lk->path,
+		.ns = ds->ns,
+		.direct = -1,
 		.fdatasync = cfg->fdatasync,
 	};
 	int rc = sel_disk_create(&dc, &ds->disk);
@@ -365,8 +368,8 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 		ds->hooks = *hooks;
 	ds->c.refuse = DS_DOOMED;
 	ds->c.end_of_chain = true;
-	rc = sel_core_init(&ds->c, &ds_ops, &ds_core_ops, "disk store", SEL_TIER_DISK, sizeof(struct drec),
-			   cfg, sp, own);
+	rc = sel_core_init(&ds->c, &ds_ops, &ds_core_ops, "disk store", SEL_TIER_DISK,
+			   sizeof(struct drec), cfg, sp, own);
 	if (rc == 0)
 		rc = ds_namespace_open(ds, cfg);
 	if (rc == 0)

@@ -19,23 +19,23 @@ int sel_disk_store_check(sel_store *s);
 
 /* One record as the disk store knows it, for tests and the composite. */
 struct sel_disk_record_info {
-	bool ready;        /* READY: its bytes are complete (on disk, or parked in DRAM) */
+	bool ready; /* READY: its bytes are complete (on disk, or parked in DRAM) */
 	bool has_row;
-	bool file;         /* a committed file under its name */
-	bool writing;      /* a write (stream or write_from) is in flight */
-	bool parked;       /* composite: complete in DRAM, no file yet */
-	bool charged;      /* its file bytes count against the limit */
-	bool failed;       /* its write failed; kept, without a file, for its children */
-	bool doomed;       /* removed (with its descendants) at its last unpin */
+	bool file;    /* a committed file under its name */
+	bool writing; /* a write (stream or write_from) is in flight */
+	bool parked;  /* composite: complete in DRAM, no file yet */
+	bool charged; /* its file bytes count against the limit */
+	bool failed;  /* its write failed; kept, without a file, for its children */
+	bool doomed;  /* removed (with its descendants) at its last unpin */
 	bool is_root;
-	uint32_t tail;     /* page records it holds */
-	uint32_t flags;    /* SEL_RECORD_*_REPLICATED */
+	uint32_t tail;  /* page records it holds */
+	uint32_t flags; /* SEL_RECORD_*_REPLICATED */
 	uint32_t pins;
-	uint64_t bytes;    /* its file bytes (charged or not) */
-	sel_key parent;    /* none for a root */
+	uint64_t bytes; /* its file bytes (charged or not) */
+	sel_key parent; /* none for a root */
 	sel_digest bucket;
-	uint64_t tick;     /* access order: larger is more recent */
-	uint64_t used_ns;  /* last use (design 2.5 expiry) */
+	uint64_t tick;    /* access order: larger is more recent */
+	uint64_t used_ns; /* last use (design 2.5 expiry) */
 };
 /* 0 with *out filled, or -ENOENT when key is not indexed. */
 int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_record_info *out);
@@ -83,7 +83,7 @@ struct sel_disk_park {
 	sel_digest bucket;
 	uint32_t tail;
 	bool row;
-	uint32_t flags;   /* SEL_RECORD_*_REPLICATED: DRAM's packing decisions */
+	uint32_t flags; /* SEL_RECORD_*_REPLICATED: DRAM's packing decisions */
 };
 int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charged);
 /* Parked records indexed without a charge. */
@@ -115,7 +115,11 @@ int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *c
 
 /* Remove a record and its descendants (at their last unpin), counting each
  * as dropped for reason (SEL_DISK_DROP_*).  0 or -ENOENT. */
-enum { SEL_DISK_DROP_IO_ERROR = 1, SEL_DISK_DROP_OVERSIZE, SEL_DISK_DROP_END_OF_CHAIN };
+enum {
+	SEL_DISK_DROP_IO_ERROR = 1,
+	SEL_DISK_DROP_OVERSIZE,
+	SEL_DISK_DROP_END_OF_CHAIN
+};
 int sel_disk_store_drop(sel_store *s, const sel_key *key, int reason);
 
 /* Pin a record against eviction and removal (0 or -ENOENT). */

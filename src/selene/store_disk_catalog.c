@@ -238,10 +238,7 @@ uint64_t ds_doom(struct disk_store *ds, sel_node_id id)
 /* A read status that makes the record useless for good: it failed
  * verification, or the file is gone.  (An I/O error may be transient: the
  * fetch fails, the committed record stays.) */
-static bool doom_status(int rc)
-{
-	return rc == SEL_ECORRUPT || rc == -ENOENT;
-}
+static bool doom_status(int rc) { return rc == SEL_ECORRUPT || rc == -ENOENT; }
 
 void ds_read_failed(struct disk_store *ds, sel_node_id id, int rc)
 {
@@ -346,10 +343,7 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
 	return 0;
 }
 
-uint64_t sel_disk_store_uncharged(sel_store *s)
-{
-	return sel_ds_of(s)->uncharged;
-}
+uint64_t sel_disk_store_uncharged(sel_store *s) { return sel_ds_of(s)->uncharged; }
 
 void sel_disk_store_usage(sel_store *s, uint64_t *used, uint64_t *limit)
 {
@@ -379,27 +373,40 @@ static int check_rec(struct sel_core *c, sel_node_id id, const sel_index_node *n
 	x->unch += unch;
 	uint64_t want = unch ? 0 : ds_node_bytes(ds, id);
 	if (!(n->flags & DS_FAILED) && r->charged != want)
-		return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " charges %" PRIu64
-				", expected %" PRIu64, id, r->charged, want);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: node %" PRIu32 " charges %" PRIu64
+				", expected %" PRIu64,
+				id, r->charged, want);
 	if ((n->flags & DS_FAILED) && (r->charged || r->file))
-		return eos_fail(SEL_ECORRUPT, "disk store: failed node %" PRIu32 " holds a file "
-				"or charge", id);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: failed node %" PRIu32 " holds a file "
+				"or charge",
+				id);
 	x->charged += r->charged;
 	if ((r->file || r->writing) && unch)
-		return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " has a file or a write "
-				"but no charge", id);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: node %" PRIu32 " has a file or a write "
+				"but no charge",
+				id);
 	if (n->state == SEL_NODE_READY && !r->file && !park)
-		return eos_fail(SEL_ECORRUPT, "disk store: ready node %" PRIu32 " has no file and "
-				"is not parked", id);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: ready node %" PRIu32 " has no file and "
+				"is not parked",
+				id);
 	if (park && (r->file || !(n->flags & SEL_NODE_NOEVICT) || !r->parked_listed))
-		return eos_fail(SEL_ECORRUPT, "disk store: parked node %" PRIu32 " has a file, is "
-				"evictable or is off the park list", id);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: parked node %" PRIu32 " has a file, is "
+				"evictable or is off the park list",
+				id);
 	if (!park && r->parked_listed)
-		return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " on the park list is "
-				"not parked", id);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: node %" PRIu32 " on the park list is "
+				"not parked",
+				id);
 	x->parked += r->parked_listed;
 	if (r->writing && !r->h.mypins)
-		return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " is written unpinned", id);
+		return eos_fail(SEL_ECORRUPT, "disk store: node %" PRIu32 " is written unpinned",
+				id);
 	return 0;
 }
 
@@ -413,9 +420,11 @@ static int check_streams(struct disk_store *ds)
 		else
 			fetches++;
 		for (uint32_t i = 0; i < (st->put ? 1 : st->n_nodes); i++)
-			if (!sel_core_live(&ds->c, st->nodes[i]) || !ds_rec(ds, st->nodes[i])->h.mypins)
-				return eos_fail(SEL_ECORRUPT, "disk store: a stream uses unpinned node %"
-						PRIu32, st->nodes[i]);
+			if (!sel_core_live(&ds->c, st->nodes[i]) ||
+			    !ds_rec(ds, st->nodes[i])->h.mypins)
+				return eos_fail(SEL_ECORRUPT,
+						"disk store: a stream uses unpinned node %" PRIu32,
+						st->nodes[i]);
 	}
 	for (const struct dj *d = ds->jobs.head; d; d = d->next)
 		puts += d->held != NULL;
@@ -432,8 +441,10 @@ int sel_disk_store_check(sel_store *s)
 	if ((rc = sel_core_check(&ds->c, check_rec, &x)))
 		return rc;
 	if (x.charged + ds->stuck != ds->used)
-		return eos_fail(SEL_ECORRUPT, "disk store: charges %" PRIu64 " + stuck %" PRIu64
-				" != used %" PRIu64, x.charged, ds->stuck, ds->used);
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: charges %" PRIu64 " + stuck %" PRIu64
+				" != used %" PRIu64,
+				x.charged, ds->stuck, ds->used);
 	if (x.unch != ds->uncharged)
 		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 " uncharged, counted %" PRIu64,
 				x.unch, ds->uncharged);
@@ -448,7 +459,7 @@ bool sel_disk_store_fits(sel_store *s, const sel_published *cp)
 	struct disk_store *ds = sel_ds_of(s);
 	uint64_t c = cp->key.consumed;
 	sel_node_id pid = sel_key_is_none(&cp->parent) ? SEL_NODE_NONE
-							: sel_index_find(ds->c.ix, &cp->parent);
+						       : sel_index_find(ds->c.ix, &cp->parent);
 	sel_record_desc d = {.key = cp->key, .bucket = cp->bucket, .tail = cp->n_pages};
 	if (pid != SEL_NODE_NONE) {
 		uint64_t p = NODE(ds, pid)->key.consumed;

@@ -38,7 +38,15 @@
 #define WINDOWS_IN_FLIGHT 2u
 #define POLL_BATCH 32
 
-enum jkind { K_PUT_WIN = 1, K_FETCH_WIN, K_TRUNCATE, K_UNLINK, K_DISCARD, K_WRITE_FROM, K_READ_INTO };
+enum jkind {
+	K_PUT_WIN = 1,
+	K_FETCH_WIN,
+	K_TRUNCATE,
+	K_UNLINK,
+	K_DISCARD,
+	K_WRITE_FROM,
+	K_READ_INTO
+};
 
 struct dwin;
 struct dstream;
@@ -47,13 +55,13 @@ struct dstream;
 struct dj {
 	struct sel_disk_job j;
 	uint8_t kind;
-	struct dwin *w;            /* window jobs */
-	sel_node_id node;          /* write_from, read_into */
-	void *arg;                 /* write_from, read_into: the composite's, for its hook */
-	uint64_t bytes;            /* truncate, unlink: bytes released at submission */
-	sel_event *held;           /* discard: the failed put's event, sent once it ran */
-	struct dj *qnext;          /* submission FIFO / failed-now FIFO */
-	struct dj *prev, *next;    /* live standalone jobs */
+	struct dwin *w;         /* window jobs */
+	sel_node_id node;       /* write_from, read_into */
+	void *arg;              /* write_from, read_into: the composite's, for its hook */
+	uint64_t bytes;         /* truncate, unlink: bytes released at submission */
+	sel_event *held;        /* discard: the failed put's event, sent once it ran */
+	struct dj *qnext;       /* submission FIFO / failed-now FIFO */
+	struct dj *prev, *next; /* live standalone jobs */
 	bool standalone;
 };
 
@@ -66,13 +74,13 @@ struct wplan {
 /* One window: <= 64 page records (and maybe the row) through intake slots. */
 struct dwin {
 	struct dstream *st;
-	struct dj dj;              /* disk stage */
-	struct sel_xfer_job x;     /* copy stage */
-	struct dwin *xqnext;       /* copy submission FIFO / failed-now FIFO */
-	struct dwin *prev, *next;  /* live windows */
-	struct wplan p;            /* node, pages [first, first + count), destination, row */
+	struct dj dj;             /* disk stage */
+	struct sel_xfer_job x;    /* copy stage */
+	struct dwin *xqnext;      /* copy submission FIFO / failed-now FIFO */
+	struct dwin *prev, *next; /* live windows */
+	struct wplan p;           /* node, pages [first, first + count), destination, row */
 	bool begin, end;
-	uint32_t flags;            /* record flags (fetch: packing) */
+	uint32_t flags; /* record flags (fetch: packing) */
 	uint32_t n_slots, n_page_slots, n_row_slots;
 	uint32_t *slots;
 	void **addr;
@@ -83,30 +91,30 @@ struct dwin {
 struct dstream {
 	bool put;
 	int status;
-	uint64_t id;               /* checkpoint (put) or ticket (fetch) */
+	uint64_t id; /* checkpoint (put) or ticket (fetch) */
 	sel_key key;
 	uint64_t resident;
 	uint64_t bytes;
 	uint64_t submit_ns, done_ns;
 	uint32_t state_slot;
-	uint32_t *ids;             /* put: tail GPU page ids; fetch: destination ids */
+	uint32_t *ids; /* put: tail GPU page ids; fetch: destination ids */
 	uint32_t n_ids;
 	struct wplan *plan;
 	uint32_t n_win, next_win, live_win;
-	sel_node_id *nodes;        /* put: the node; fetch: the chain, ascending, pinned */
+	sel_node_id *nodes; /* put: the node; fetch: the chain, ascending, pinned */
 	uint32_t n_nodes;
-	bool parts_sent;           /* put: a part reached the disk thread */
-	bool decide;               /* put, TP > 1: representation from the first window */
-	bool decided;              /* put: that window's copy-out completed */
-	uint32_t flags;            /* put: the representation decided (SEL_RECORD_*) */
+	bool parts_sent; /* put: a part reached the disk thread */
+	bool decide;     /* put, TP > 1: representation from the first window */
+	bool decided;    /* put: that window's copy-out completed */
+	uint32_t flags;  /* put: the representation decided (SEL_RECORD_*) */
 	/* put, deciding over several windows: the row travels with the first
 	 * window, and its slots and pieces stay here for the last part. */
 	uint32_t *rslots, n_rslots;
 	struct iovec *riov;
 	uint32_t n_riov;
-	bool disk_failed;          /* put: a write part failed on the disk thread */
+	bool disk_failed; /* put: a write part failed on the disk thread */
 	bool waiting;
-	struct dstream *wnext;     /* streams waiting for intake slots */
+	struct dstream *wnext; /* streams waiting for intake slots */
 	struct dstream *prev, *next;
 };
 
@@ -118,58 +126,58 @@ EOS_FIFO(dwq, dwin_fifo, struct dwin, xqnext)
 EOS_FIFO(waitq, dstream_fifo, struct dstream, wnext)
 
 struct drec {
-	struct sel_core_rec h;     /* store pins, live */
-	sel_key fparent;           /* the parent its file names */
-	uint64_t parent_check;     /* its file's parent link check (record.h) */
-	struct eos_file_id fid;    /* the file indexed: the scan's, or the last commit's */
-	uint64_t full;             /* file bytes with the row */
-	uint64_t rowseg;           /* row segment bytes */
+	struct sel_core_rec h;  /* store pins, live */
+	sel_key fparent;        /* the parent its file names */
+	uint64_t parent_check;  /* its file's parent link check (record.h) */
+	struct eos_file_id fid; /* the file indexed: the scan's, or the last commit's */
+	uint64_t full;          /* file bytes with the row */
+	uint64_t rowseg;        /* row segment bytes */
 	uint64_t charged;
-	uint32_t flags;            /* SEL_RECORD_*_REPLICATED */
-	sel_node_id pprev, pnext;  /* park list */
+	uint32_t flags;           /* SEL_RECORD_*_REPLICATED */
+	sel_node_id pprev, pnext; /* park list */
 	bool file, writing, parked_listed;
 };
 
 /* A composite hook to run from poll: a write_from or read_into ended. */
 struct hookdone {
-	uint8_t kind;              /* K_WRITE_FROM, K_READ_INTO */
+	uint8_t kind; /* K_WRITE_FROM, K_READ_INTO */
 	void *arg;
 	int status;
 };
 
 struct disk_store {
-	struct sel_core c;         /* first: index, pool numbers, counters, transfers */
+	struct sel_core c; /* first: index, pool numbers, counters, transfers */
 	sel_slab_pool *pool;
 	sel_disk *disk;
 	sel_record_ns *ns;
 	struct eos_dirlock *lk;
 	struct sel_disk_store_hooks hooks;
-	struct sel_evq evq;        /* events, the eventfd and the epoll set (wait_fd) */
+	struct sel_evq evq; /* events, the eventfd and the epoll set (wait_fd) */
 
 	/* What describe reports (design 2.11 startup summary). */
-	char *dir;                 /* the namespace directory */
+	char *dir; /* the namespace directory */
 	const char *disk_io, *disk_io_note;
-	uint64_t scanned;          /* records the startup scan kept */
+	uint64_t scanned; /* records the startup scan kept */
 
 	uint64_t limit, used, stuck;
-	uint32_t iov_cap;          /* row pieces of one row, all ranks */
+	uint32_t iov_cap; /* row pieces of one row, all ranks */
 
 	sel_node_id park_head, park_tail;
 	uint64_t parked, uncharged;
 	sel_node_id *doomed;
 	uint32_t n_doomed, cap_doomed;
 
-	struct dj_fifo dq;         /* waiting for disk queue room */
-	struct dj_fifo df;         /* refused at submission: complete at poll */
-	struct dwin_fifo xq;       /* waiting for copy queue room */
-	struct dwin_fifo xf;       /* copy refused at submission */
+	struct dj_fifo dq;           /* waiting for disk queue room */
+	struct dj_fifo df;           /* refused at submission: complete at poll */
+	struct dwin_fifo xq;         /* waiting for copy queue room */
+	struct dwin_fifo xf;         /* copy refused at submission */
 	struct dstream_list streams; /* live streams */
-	struct dstream_fifo wait;  /* streams waiting for intake slots */
-	struct dwin_list wins;     /* live windows */
-	struct dj_list jobs;       /* live standalone jobs */
+	struct dstream_fifo wait;    /* streams waiting for intake slots */
+	struct dwin_list wins;       /* live windows */
+	struct dj_list jobs;         /* live standalone jobs */
 	struct hookdone *hd;
 	size_t hd_n, hd_cap;
-	uint32_t disk_out;         /* jobs handed to the disk thread, not polled */
+	uint32_t disk_out; /* jobs handed to the disk thread, not polled */
 };
 
 #define debug_check(ds) SEL_DEBUG_CHECK(sel_disk_store_check, &(ds)->c.base)

@@ -41,8 +41,8 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 		return rc;
 	if (sel_index_find(ds->c.ix, &p->key) != SEL_NODE_NONE)
 		return -EEXIST;
-	sel_node_id pid = sel_key_is_none(&p->parent) ? SEL_NODE_NONE
-						       : sel_index_find(ds->c.ix, &p->parent);
+	sel_node_id pid =
+		sel_key_is_none(&p->parent) ? SEL_NODE_NONE : sel_index_find(ds->c.ix, &p->parent);
 	if (pid != SEL_NODE_NONE && (NODE(ds, pid)->flags & DS_DOOMED))
 		pid = SEL_NODE_NONE;
 	bool linked = false;
@@ -52,7 +52,8 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 		if (!linked)
 			pid = SEL_NODE_NONE;
 	}
-	sel_record_desc d = {.key = p->key, .bucket = p->bucket, .tail = p->tail, .flags = p->flags};
+	sel_record_desc d = {
+		.key = p->key, .bucket = p->bucket, .tail = p->tail, .flags = p->flags};
 	if (linked) {
 		d.parent = p->parent;
 		d.parent_check = sel_record_parent_check(&NODE(ds, pid)->bucket);
@@ -62,8 +63,10 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 		return rc;
 	uint64_t bytes = p->row ? span.row_end : span.row_off;
 	if (bytes + ds_ancestors_bytes(ds, pid) > ds->limit)
-		return eos_fail(SEL_EOVERSIZE, "disk store: record of %" PRIu64 " bytes with its "
-				"ancestors exceeds the limit", bytes);
+		return eos_fail(SEL_EOVERSIZE,
+				"disk store: record of %" PRIu64 " bytes with its "
+				"ancestors exceeds the limit",
+				bytes);
 	sel_node_id id;
 	if ((rc = sel_core_insert(&ds->c, &p->key, linked ? &p->parent : NULL, &p->bucket, p->tail,
 				  p->row, &id)))
@@ -168,7 +171,8 @@ int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pag
 	if (r->writing)
 		return eos_fail(-EBUSY, "disk store: a write of this record is in flight");
 	if (!(n->flags & DS_PARKED) || (n->flags & (DS_UNCHARGED | DS_DOOMED)))
-		return eos_fail(-EINVAL, "disk store: write_from of a record that is not parked and "
+		return eos_fail(-EINVAL,
+				"disk store: write_from of a record that is not parked and "
 				"charged");
 	bool row = n->flags & SEL_NODE_HAS_ROW;
 	if (row && (!row_iov || !row_n))
@@ -197,7 +201,7 @@ void ds_write_from_done(struct disk_store *ds, struct dj *d)
 	if (rc == 0) {
 		r->file = true;
 		r->fid = d->j.file;
-		sel_index_get(ds->c.ix, id)->flags &= (uint16_t)~(DS_PARKED | DS_UNCHARGED);
+		sel_index_get(ds->c.ix, id)->flags &= (uint16_t) ~(DS_PARKED | DS_UNCHARGED);
 		ds_park_del(ds, id);
 		sel_core_count_stored(&ds->c, d->j.bytes, r->flags != 0);
 		ds->c.st.spilled_bytes += d->j.bytes;

@@ -234,7 +234,7 @@ static uint32_t win_slots(const struct disk_store *ds, const struct dstream *st,
 			  const struct wplan *p, uint32_t flags, uint32_t *pages, uint32_t *rows)
 {
 	uint32_t ps = (flags & SEL_RECORD_PAGES_REPLICATED) ? sel_div_up(p->count, ds->c.ranks)
-							     : p->count;
+							    : p->count;
 	uint32_t rs = 0;
 	if (p->row)
 		rs = st->put ? ds->c.row_slots : sel_record_row_slots(&ds->ns->layout, flags);
@@ -465,26 +465,33 @@ static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w
 		if (fl && !apply_decision(ds, st, fl))
 			return false;
 		ds_stream_pump(ds, st); /* the windows held back for the decision */
-	} else if ((st->flags & SEL_RECORD_PAGES_REPLICATED) && w->p.count && !w->x.pages_replicated) {
-		stream_fail(st, eos_fail(-EILSEQ, "disk store: checkpoint %" PRIu64 ": pages %" PRIu32
-					 "..%" PRIu32 " differ across ranks, the first window's did not;"
-					 " the record is abandoned", st->id, w->p.first,
-					 w->p.first + w->p.count - 1));
+	} else if ((st->flags & SEL_RECORD_PAGES_REPLICATED) && w->p.count &&
+		   !w->x.pages_replicated) {
+		stream_fail(st, eos_fail(-EILSEQ,
+					 "disk store: checkpoint %" PRIu64 ": pages %" PRIu32
+					 "..%" PRIu32
+					 " differ across ranks, the first window's did not;"
+					 " the record is abandoned",
+					 st->id, w->p.first, w->p.first + w->p.count - 1));
 		ds->c.st.abandoned_stores++;
 		return false;
 	}
 	/* Slots hold pages and the row as the copy left them (packed in place
 	 * where they matched and compare ran): as the record stores them, or
 	 * this is a bug caught before any byte is written. */
-	uint32_t as = (w->x.compare && w->x.pages_replicated && w->p.count
-			       ? SEL_RECORD_PAGES_REPLICATED : 0) |
-		      (w->x.compare && w->x.row_replicated && w->p.row ? SEL_RECORD_ROW_REPLICATED : 0);
+	uint32_t as =
+		(w->x.compare && w->x.pages_replicated && w->p.count ? SEL_RECORD_PAGES_REPLICATED
+								     : 0) |
+		(w->x.compare && w->x.row_replicated && w->p.row ? SEL_RECORD_ROW_REPLICATED : 0);
 	uint32_t want = (w->p.count ? st->flags & SEL_RECORD_PAGES_REPLICATED : 0) |
 			(w->p.row ? st->flags & SEL_RECORD_ROW_REPLICATED : 0);
 	if (as != want) {
-		stream_fail(st, eos_fail(-EINVAL, "disk store: checkpoint %" PRIu64 ": window at page %"
-					 PRIu32 " copied out with flags 0x%" PRIx32 ", the record's"
-					 " are 0x%" PRIx32, st->id, w->p.first, as, want));
+		stream_fail(st,
+			    eos_fail(-EINVAL,
+				     "disk store: checkpoint %" PRIu64 ": window at page %" PRIu32
+				     " copied out with flags 0x%" PRIx32 ", the record's"
+				     " are 0x%" PRIx32,
+				     st->id, w->p.first, as, want));
 		return false;
 	}
 	int rc = win_addrs(ds, w, st->flags);
@@ -525,7 +532,8 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 	uint32_t n_win = tail ? sel_div_up(tail, SEL_WINDOW_PAGES) : 1;
 	struct dstream *st = stream_new(ds, tail, n_win, 1);
 	if (!st) {
-		eos_fail(-ENOMEM, "disk store: out of memory for a stream of %" PRIu32 " pages", tail);
+		eos_fail(-ENOMEM, "disk store: out of memory for a stream of %" PRIu32 " pages",
+			 tail);
 		return NULL;
 	}
 	const struct sel_record_sizes *sz = &ds->ns->layout.sz;
@@ -544,8 +552,11 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 		uint32_t first = k * SEL_WINDOW_PAGES;
 		uint32_t cnt = tail - first < SEL_WINDOW_PAGES ? tail - first : SEL_WINDOW_PAGES;
 		bool has_row = row && (row_first ? k == 0 : k + 1 == n_win);
-		st->plan[k] = (struct wplan){.node_i = 0, .first = first, .count = tail ? cnt : 0,
-					     .dst_at = first, .row = has_row};
+		st->plan[k] = (struct wplan){.node_i = 0,
+					     .first = first,
+					     .count = tail ? cnt : 0,
+					     .dst_at = first,
+					     .row = has_row};
 	}
 	return st;
 }
@@ -589,7 +600,8 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 		n_win++; /* the row alone */
 	struct dstream *st = stream_new(ds, hit->pages, n_win, w->n);
 	if (!st)
-		return eos_fail(-ENOMEM, "disk store: out of memory for a fetch of %" PRIu32 " pages",
+		return eos_fail(-ENOMEM,
+				"disk store: out of memory for a fetch of %" PRIu32 " pages",
 				hit->pages);
 	memcpy(st->nodes, w->ids, (size_t)w->n * sizeof(sel_node_id));
 	uint32_t k = 0, at = 0;
@@ -597,12 +609,14 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 		uint32_t tail = NODE(ds, st->nodes[i])->tail_pages;
 		for (uint32_t f = i == 0 ? w->skip : 0; f < tail; f += SEL_WINDOW_PAGES) {
 			uint32_t cnt = tail - f < SEL_WINDOW_PAGES ? tail - f : SEL_WINDOW_PAGES;
-			st->plan[k++] = (struct wplan){.node_i = i, .first = f, .count = cnt, .dst_at = at};
+			st->plan[k++] =
+				(struct wplan){.node_i = i, .first = f, .count = cnt, .dst_at = at};
 			at += cnt;
 		}
 	}
 	if (k < n_win) /* the row alone */
-		st->plan[k++] = (struct wplan){.node_i = w->n - 1, .first = e->tail_pages, .dst_at = at};
+		st->plan[k++] =
+			(struct wplan){.node_i = w->n - 1, .first = e->tail_pages, .dst_at = at};
 	st->plan[n_win - 1].row = true;
 	memcpy(st->ids, in->pages, (size_t)in->n_pages * sizeof(uint32_t));
 	st->put = false;
@@ -750,9 +764,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		}
 		win_end(ds, d->w);
 		return;
-	case K_FETCH_WIN:
-		fetch_read(ds, d->w);
-		return;
+	case K_FETCH_WIN: fetch_read(ds, d->w); return;
 	case K_TRUNCATE:
 	case K_UNLINK:
 		if (rc && rc != -ENOENT) {
@@ -767,12 +779,8 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 			sel_evq_push(&ds->evq, d->held);
 		}
 		break;
-	case K_WRITE_FROM:
-		ds_write_from_done(ds, d);
-		break;
-	case K_READ_INTO:
-		ds_read_into_done(ds, d);
-		break;
+	case K_WRITE_FROM: ds_write_from_done(ds, d); break;
+	case K_READ_INTO: ds_read_into_done(ds, d); break;
 	}
 	ds_job_free(ds, d);
 }

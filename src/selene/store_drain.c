@@ -44,8 +44,8 @@
 #include "eos.h"
 #include "store_composite_int.h"
 
-#define DRAIN_WRITES 4           /* drain writes in flight at most: the time limit's overrun */
-#define DRAIN_RETRIES 3          /* drain passes after a full filesystem */
+#define DRAIN_WRITES 4  /* drain writes in flight at most: the time limit's overrun */
+#define DRAIN_RETRIES 3 /* drain passes after a full filesystem */
 #define DRAIN_BACKOFF_NS (100ull * 1000000) /* before the first; doubling, at most 400 ms */
 
 void cs_drain_write_done(struct comp_store *cs, const struct cwrite *w, int status)
@@ -67,7 +67,7 @@ void cs_drain_write_done(struct comp_store *cs, const struct cwrite *w, int stat
 struct dcand {
 	sel_key key;
 	uint64_t tick;
-	bool protects;       /* a committed file links under it */
+	bool protects; /* a committed file links under it */
 };
 
 static int by_drain_order(const void *a, const void *b)
@@ -106,7 +106,8 @@ static int drain_plan(struct comp_store *cs)
 		nk = sel_disk_store_keys(cs->disk, all, nk);
 		for (size_t i = 0; i < nk; i++) {
 			struct sel_disk_record_info di, pi;
-			if (sel_disk_store_record(cs->disk, &all[i], &di) != 0 || !di.file || di.is_root)
+			if (sel_disk_store_record(cs->disk, &all[i], &di) != 0 || !di.file ||
+			    di.is_root)
 				continue;
 			for (sel_key p = di.parent;
 			     sel_disk_store_record(cs->disk, &p, &pi) == 0 && pi.parked;
@@ -168,12 +169,13 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 			d->deadline_hit = true;
 			return;
 		}
-		if (cs->writes.head && (cs->writing_slots >= 2 * cs->intake ||
-				   d->in_flight >= DRAIN_WRITES))
+		if (cs->writes.head &&
+		    (cs->writing_slots >= 2 * cs->intake || d->in_flight >= DRAIN_WRITES))
 			return;
 		const sel_key *k = &d->plan[d->next++];
 		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, k, &di) != 0 || !di.parked || di.writing || di.doomed)
+		if (sel_disk_store_record(cs->disk, k, &di) != 0 || !di.parked || di.writing ||
+		    di.doomed)
 			continue; /* gone, written, or being written */
 		if (!di.charged && sel_disk_store_charge_free(cs->disk, k) != 0) {
 			d->no_room = true; /* committed files are not evicted for it */
@@ -193,7 +195,8 @@ static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
 		sel_key k = {0};
 		while (!again && sel_disk_store_next_parked(cs->disk, &k) == 1) {
 			struct sel_disk_record_info di;
-			again = sel_disk_store_record(cs->disk, &k, &di) == 0 && di.charged && !di.writing;
+			again = sel_disk_store_record(cs->disk, &k, &di) == 0 && di.charged &&
+				!di.writing;
 		}
 		d->retried = 0;
 		if (again) {
@@ -233,14 +236,18 @@ static void drain_report(struct comp_store *cs, bool final, bool stopped)
 		p.bytes_writing += w->bytes;
 	}
 	parked_left(cs, &p.records_left, &p.bytes_left);
-	p.rate_bps = p.elapsed_ns ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
-				  : 0;
+	p.rate_bps = p.elapsed_ns
+			     ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
+			     : 0;
 	p.failed = d->failed;
 	p.why = "";
 	if (final && (p.records_left || d->failed))
-		p.why = stopped ? "stopped" : d->deadline_hit ? "deadline" : d->time_up ? "time limit"
-			: d->no_room ? "disk limit" : d->no_space && !d->failed ? "disk full"
-			: "write errors";
+		p.why = stopped                     ? "stopped"
+			: d->deadline_hit           ? "deadline"
+			: d->time_up                ? "time limit"
+			: d->no_room                ? "disk limit"
+			: d->no_space && !d->failed ? "disk full"
+						    : "write errors";
 	cs->drain_cb(cs->drain_ctx, &p);
 }
 
@@ -279,7 +286,7 @@ void cs_drain(struct comp_store *cs, uint64_t deadline_ns)
 		 * filesystem's backoff. */
 		bool retry = d->retried && d->retries_left;
 		bool more = cs->writes.head || (!cs->stopped && !d->time_up && !d->deadline_hit &&
-					   (d->next < d->n || retry));
+						(d->next < d->n || retry));
 		if (!more || cs_past(deadline_ns)) {
 			d->deadline_hit |= more;
 			break;
@@ -296,4 +303,3 @@ void cs_drain(struct comp_store *cs, uint64_t deadline_ns)
 	free(d->plan);
 	d->plan = NULL;
 }
-

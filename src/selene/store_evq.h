@@ -26,8 +26,8 @@
 struct sel_evq {
 	sel_event *q;
 	size_t head, n, cap;
-	int efd;   /* eventfd, in the set */
-	int epfd;  /* epoll set: the store's wait_fd */
+	int efd;  /* eventfd, in the set */
+	int epfd; /* epoll set: the store's wait_fd */
 };
 
 /* The eventfd and an epoll set holding it; who names the store in

@@ -252,7 +252,8 @@ static struct mjob *out_job(struct mem_store *ms, const sel_published *cp,
 		return NULL;
 	uint32_t *jpages = (uint32_t *)(j + 1);
 	if (p->tail)
-		memcpy(jpages, cp->pages + (cp->n_pages - p->tail), (size_t)p->tail * sizeof(uint32_t));
+		memcpy(jpages, cp->pages + (cp->n_pages - p->tail),
+		       (size_t)p->tail * sizeof(uint32_t));
 	j->kind = JOB_OUT;
 	j->checkpoint = cp->checkpoint;
 	j->key = cp->key;
@@ -278,11 +279,12 @@ static sel_retry_reason take_slots(struct mem_store *ms, const sel_published *cp
 	bool hopeless = ms_free_warm(ms) + (ms->slots_held - ms->slots_pinned) < need;
 	if (hopeless || ms_make_room(ms, need) != 0) {
 		uint64_t avail = ms_free_warm(ms);
-		eos_fail(-ENOSPC, "memory store: checkpoint %" PRIu64 " needs %" PRIu32
-			 " slots; %" PRIu64 " free, %" PRIu64 " held by pinned records",
+		eos_fail(-ENOSPC,
+			 "memory store: checkpoint %" PRIu64 " needs %" PRIu32 " slots; %" PRIu64
+			 " free, %" PRIu64 " held by pinned records",
 			 cp->checkpoint, need, avail, ms->slots_pinned - rec_slots(r));
 		return avail + ms->slots_pinned - rec_slots(r) >= need ? SEL_RETRY_INFLIGHT
-								      : SEL_RETRY_SLABS;
+								       : SEL_RETRY_SLABS;
 	}
 	if (sel_slab_alloc(ms->pool, need, SEL_SLAB_WARM, slots) != 0)
 		return SEL_RETRY_SLABS;
@@ -299,8 +301,10 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	if (need64 > ms->c.warm) {
 		if (ms->c.own_sp) /* a composite streams it to disk instead */
 			ms->c.st.tier[SEL_TIER_MEMORY].dropped_oversize++;
-		eos_fail(SEL_EOVERSIZE, "memory store: checkpoint %" PRIu64 " needs %" PRIu64
-			 " slots, the warm pool has %" PRIu64, cp->checkpoint, need64, ms->c.warm);
+		eos_fail(SEL_EOVERSIZE,
+			 "memory store: checkpoint %" PRIu64 " needs %" PRIu64
+			 " slots, the warm pool has %" PRIu64,
+			 cp->checkpoint, need64, ms->c.warm);
 		return SEL_OVERSIZE;
 	}
 	uint32_t need = (uint32_t)need64;
@@ -309,8 +313,10 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	struct mjob *j = out_job(ms, cp, p, need);
 	uint32_t *slots = malloc((need ? need : 1) * sizeof(uint32_t));
 	sel_node_id id = p->id;
-	int rc = j && slots ? 0 : eos_fail(-ENOMEM, "memory store: out of memory for a job of %"
-					   PRIu32 " pages", p->tail);
+	int rc = j && slots ? 0
+			    : eos_fail(-ENOMEM,
+				       "memory store: out of memory for a job of %" PRIu32 " pages",
+				       p->tail);
 	if (rc == 0 && p->fresh)
 		rc = sel_core_insert(&ms->c, &cp->key, p->pid == SEL_NODE_NONE ? NULL : &cp->parent,
 				     &cp->bucket, p->tail, true, &id);
@@ -470,8 +476,10 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 		size_t want = cap - n < POLL_BATCH ? cap - n : POLL_BATCH;
 		int k = sel_xfer_poll(ms->c.xfer, done, want);
 		for (int i = 0; i < k; i++) {
-			struct mjob *j = (struct mjob *)((char *)done[i] - offsetof(struct mjob, x));
-			n += j->kind == JOB_OUT ? out_done(ms, j, &ev[n]) : ms_in_done(ms, j, &ev[n]);
+			struct mjob *j =
+				(struct mjob *)((char *)done[i] - offsetof(struct mjob, x));
+			n += j->kind == JOB_OUT ? out_done(ms, j, &ev[n])
+						: ms_in_done(ms, j, &ev[n]);
 		}
 		progress = k > 0;
 		/* Completions made channel room. */
@@ -520,10 +528,12 @@ static int ms_close(sel_store *s, uint64_t deadline_ns)
 	char b[32];
 	if (ms->c.xfer && sel_xfer_close(ms->c.xfer, deadline_ns) != 0)
 		return sel_core_close_end(
-			&ms->c, eos_fail(SEL_ESTOPPED, "memory store: copies did not drain by the deadline;"
-					 " the slot pool (%s) is leaked and the planes must stay mapped",
-					 eos_format_size(ms->c.slot_bytes * (ms->c.warm + ms->c.intake), b,
-							 sizeof(b))));
+			&ms->c,
+			eos_fail(SEL_ESTOPPED,
+				 "memory store: copies did not drain by the deadline;"
+				 " the slot pool (%s) is leaked and the planes must stay mapped",
+				 eos_format_size(ms->c.slot_bytes * (ms->c.warm + ms->c.intake), b,
+						 sizeof(b))));
 	return sel_core_close_end(&ms->c, 0);
 }
 
@@ -560,8 +570,8 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 		return -ENOMEM;
 	ms->pool = sp->pool;
 	ms->c.closed = true; /* until open completes: nothing was submitted */
-	rc = sel_core_init(&ms->c, &ms_ops, &ms_core_ops, "memory store", SEL_TIER_MEMORY, sizeof(struct mrec),
-			   cfg, sp, own);
+	rc = sel_core_init(&ms->c, &ms_ops, &ms_core_ops, "memory store", SEL_TIER_MEMORY,
+			   sizeof(struct mrec), cfg, sp, own);
 	/* The end of the local chain only when memory is the last tier; in a
 	 * composite the record stays on disk. */
 	ms->c.end_of_chain = own;
@@ -615,27 +625,33 @@ static int check_rec(struct sel_core *c, sel_node_id id, const sel_index_node *n
 	struct check_ctx *x = arg;
 	const struct mrec *r = ms_rec(ms, id);
 	bool failed = n->flags & MS_FAILED;
-	uint32_t want_pages = failed ? 0 : r->pages_packed ? sel_div_up(n->tail_pages, c->ranks)
-							  : n->tail_pages;
+	uint32_t want_pages = failed            ? 0
+			      : r->pages_packed ? sel_div_up(n->tail_pages, c->ranks)
+						: n->tail_pages;
 	uint32_t want_row = failed || !(n->flags & SEL_NODE_HAS_ROW) ? 0
-			    : r->row_packed ? sel_div_up(c->row_slots, c->ranks) : c->row_slots;
+			    : r->row_packed ? sel_div_up(c->row_slots, c->ranks)
+					    : c->row_slots;
 	if (r->n_page_slots != want_pages || r->n_row_slots != want_row)
-		return eos_fail(SEL_ECORRUPT, "memory store: node %" PRIu32 " holds %" PRIu32 "+%" PRIu32
-				" slots, expected %" PRIu32 "+%" PRIu32, id, r->n_page_slots,
-				r->n_row_slots, want_pages, want_row);
+		return eos_fail(SEL_ECORRUPT,
+				"memory store: node %" PRIu32 " holds %" PRIu32 "+%" PRIu32
+				" slots, expected %" PRIu32 "+%" PRIu32,
+				id, r->n_page_slots, r->n_row_slots, want_pages, want_row);
 	for (uint32_t i = 0; i < rec_slots(r); i++) {
 		uint32_t sl = r->slots[i];
 		if (sl >= x->total || x->owned[sl])
-			return eos_fail(SEL_ECORRUPT, "memory store: slot %" PRIu32 " of node %" PRIu32
-					" is %s", sl, id, sl >= x->total ? "out of range" : "owned twice");
+			return eos_fail(SEL_ECORRUPT,
+					"memory store: slot %" PRIu32 " of node %" PRIu32 " is %s",
+					sl, id, sl >= x->total ? "out of range" : "owned twice");
 		x->owned[sl] = 1;
 		x->used++;
 	}
 	if (r->h.mypins)
 		x->pinned += rec_slots(r);
 	if (r->out && (n->state != SEL_NODE_PENDING || !r->h.mypins || r->out->node != id))
-		return eos_fail(SEL_ECORRUPT, "memory store: node %" PRIu32 " has a copy-out in flight"
-				" but is not a pinned pending node", id);
+		return eos_fail(SEL_ECORRUPT,
+				"memory store: node %" PRIu32 " has a copy-out in flight"
+				" but is not a pinned pending node",
+				id);
 	return 0;
 }
 
@@ -645,13 +661,18 @@ static int check_jobs(struct mem_store *ms)
 	uint64_t outs = 0, fetches = 0;
 	for (const struct mjob *j = ms->outs.head; j; j = j->next, outs++)
 		if (!sel_core_live(&ms->c, j->node) || ms_rec(ms, j->node)->out != j)
-			return eos_fail(SEL_ECORRUPT, "memory store: copy-out job of node %" PRIu32
-					" not on its record", j->node);
+			return eos_fail(SEL_ECORRUPT,
+					"memory store: copy-out job of node %" PRIu32
+					" not on its record",
+					j->node);
 	for (const struct mfetch *f = ms->fetches.head; f; f = f->next, fetches++)
 		for (uint32_t i = 0; i < f->n_nodes; i++)
-			if (!sel_core_live(&ms->c, f->nodes[i]) || !ms_rec(ms, f->nodes[i])->h.mypins)
-				return eos_fail(SEL_ECORRUPT, "memory store: fetch of ticket %" PRIu64
-						" reads unpinned node %" PRIu32, f->ticket, f->nodes[i]);
+			if (!sel_core_live(&ms->c, f->nodes[i]) ||
+			    !ms_rec(ms, f->nodes[i])->h.mypins)
+				return eos_fail(SEL_ECORRUPT,
+						"memory store: fetch of ticket %" PRIu64
+						" reads unpinned node %" PRIu32,
+						f->ticket, f->nodes[i]);
 	return sel_core_check_inflight(&ms->c, outs, fetches, "jobs");
 }
 
@@ -669,11 +690,13 @@ int sel_memory_store_check(sel_store *s)
 	if (rc)
 		return rc;
 	if (x.used != ms->slots_held || (ms->c.own_sp && x.used != sel_slab_in_use(ms->pool)))
-		return eos_fail(SEL_ECORRUPT, "memory store: records hold %" PRIu64 " slots, counted %"
-				PRIu64 ", the pool has %" PRIu64 " in use", x.used, ms->slots_held,
-				sel_slab_in_use(ms->pool));
+		return eos_fail(SEL_ECORRUPT,
+				"memory store: records hold %" PRIu64 " slots, counted %" PRIu64
+				", the pool has %" PRIu64 " in use",
+				x.used, ms->slots_held, sel_slab_in_use(ms->pool));
 	if (x.pinned != ms->slots_pinned)
-		return eos_fail(SEL_ECORRUPT, "memory store: pinned slots %" PRIu64 ", counted %" PRIu64,
+		return eos_fail(SEL_ECORRUPT,
+				"memory store: pinned slots %" PRIu64 ", counted %" PRIu64,
 				x.pinned, ms->slots_pinned);
 	return check_jobs(ms);
 }
@@ -715,7 +738,4 @@ void sel_memory_store_slots(sel_store *s, uint64_t *slot_bytes, uint64_t *warm, 
 		*row_slots = ms->c.row_slots;
 }
 
-const struct sel_store_pool *sel_memory_store_pool(sel_store *s)
-{
-	return sel_ms_of(s)->c.sp;
-}
+const struct sel_store_pool *sel_memory_store_pool(sel_store *s) { return sel_ms_of(s)->c.sp; }

@@ -82,11 +82,11 @@ static void fetch_release(struct mem_store *ms, struct mfetch *f)
 
 /* The runs of a chain: how its used pages split into IN jobs. */
 struct run_walk {
-	uint32_t i;          /* node index */
-	uint32_t off, used;  /* first used page of the node, pages used */
-	uint32_t lead;       /* packed: shares before ours in the first slot */
+	uint32_t i;         /* node index */
+	uint32_t off, used; /* first used page of the node, pages used */
+	uint32_t lead;      /* packed: shares before ours in the first slot */
 	bool packed;
-	bool new_job;        /* this node starts a job */
+	bool new_job; /* this node starts a job */
 };
 
 /* Step to the next node of w that supplies pages: false at the end. */
@@ -191,7 +191,8 @@ int ms_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		    ((size_t)hit->pages + n_slot_ids) * sizeof(uint32_t);
 	struct mfetch *f = calloc(1, sz);
 	if (!f)
-		return eos_fail(-ENOMEM, "memory store: out of memory for a fetch of %" PRIu32 " pages",
+		return eos_fail(-ENOMEM,
+				"memory store: out of memory for a fetch of %" PRIu32 " pages",
 				hit->pages);
 	f->jobs = (struct mjob *)(f + 1);
 	f->nodes = (sel_node_id *)(f->jobs + n_jobs);

@@ -17,7 +17,10 @@
 
 struct mfetch;
 
-enum { JOB_OUT = 1, JOB_IN = 2 };
+enum {
+	JOB_OUT = 1,
+	JOB_IN = 2
+};
 
 /* A job block: descriptor, then the arrays it points into. */
 struct mjob {
@@ -36,18 +39,18 @@ struct mjob {
 struct mfetch {
 	uint64_t ticket;
 	sel_key key;
-	uint64_t resident;           /* GPU-resident count the hit was for */
+	uint64_t resident; /* GPU-resident count the hit was for */
 	uint64_t bytes;
-	uint32_t pages;              /* pages restored (0: row only) */
+	uint32_t pages; /* pages restored (0: row only) */
 	uint64_t submit_ns, last_done_ns;
 	int status;
 	uint32_t n_jobs, n_submitted, n_done;
 	uint32_t n_nodes;
 	sel_node_id *nodes;
 	struct mjob *jobs;
-	struct mfetch *prev, *next;  /* live fetches (for destroy) */
-	struct mfetch *pend_next;    /* resubmission FIFO */
-	struct mfetch *fin_next;     /* finished, event not yet delivered */
+	struct mfetch *prev, *next; /* live fetches (for destroy) */
+	struct mfetch *pend_next;   /* resubmission FIFO */
+	struct mfetch *fin_next;    /* finished, event not yet delivered */
 };
 
 EOS_DLIST(outs, mjob_list, struct mjob)
@@ -56,27 +59,27 @@ EOS_FIFO(pend, mfetch_fifo, struct mfetch, pend_next)
 EOS_FIFO_DEFINE(fin, struct mfetch_fifo, struct mfetch, fin_next)
 
 struct mrec {
-	struct sel_core_rec h;  /* store pins, live */
+	struct sel_core_rec h; /* store pins, live */
 	uint32_t *slots;       /* page slots, then row slots */
 	uint32_t n_page_slots; /* tail, or ceil(tail / ranks) packed; 0 failed */
 	uint32_t n_row_slots;  /* row_slots, fewer packed, 0 without row */
 	bool pages_packed, row_packed;
-	struct mjob *out;      /* OUT job in flight */
+	struct mjob *out; /* OUT job in flight */
 };
 
 struct mem_store {
-	struct sel_core c;       /* first: index, pool numbers, counters, transfers */
+	struct sel_core c; /* first: index, pool numbers, counters, transfers */
 	sel_slab_pool *pool;
 
 	uint64_t slots_pinned;
-	uint64_t slots_held;     /* slots records hold (the pool may be shared) */
+	uint64_t slots_held; /* slots records hold (the pool may be shared) */
 
 	struct mjob_list outs;      /* live OUT jobs */
 	struct mfetch_list fetches; /* live fetches */
 	struct mfetch_fifo pend;    /* fetches with jobs the channel had no room for */
 	struct mfetch_fifo fin;     /* fetches finished without a last completion */
 
-	uint32_t refused_need;   /* slots the last refused put needed */
+	uint32_t refused_need; /* slots the last refused put needed */
 };
 
 #define debug_check(ms) SEL_DEBUG_CHECK(sel_memory_store_check, &(ms)->c.base)
@@ -89,10 +92,7 @@ static inline struct mrec *ms_rec(struct mem_store *ms, sel_node_id id)
 	return SEL_CORE_REC(&ms->c, struct mrec, id);
 }
 
-static inline uint32_t rec_slots(const struct mrec *r)
-{
-	return r->n_page_slots + r->n_row_slots;
-}
+static inline uint32_t rec_slots(const struct mrec *r) { return r->n_page_slots + r->n_row_slots; }
 
 /* Pins by the store (jobs, the composite): counted in slots_pinned. */
 void ms_pin(struct sel_core *c, sel_node_id id);

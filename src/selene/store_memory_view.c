@@ -80,17 +80,16 @@ int sel_memory_store_remove(sel_store *s, const sel_key *key)
 	return rc;
 }
 
-uint32_t sel_memory_store_refused_need(sel_store *s)
-{
-	return sel_ms_of(s)->refused_need;
-}
+uint32_t sel_memory_store_refused_need(sel_store *s) { return sel_ms_of(s)->refused_need; }
 
 uint32_t sel_memory_store_record_slots(sel_store *s, uint32_t tail, bool row, bool pages_packed,
 				       bool row_packed)
 {
 	struct mem_store *ms = sel_ms_of(s);
 	uint32_t p = pages_packed ? sel_div_up(tail, ms->c.ranks) : tail;
-	uint32_t r = !row ? 0 : row_packed ? sel_div_up(ms->c.row_slots, ms->c.ranks) : ms->c.row_slots;
+	uint32_t r = !row         ? 0
+		     : row_packed ? sel_div_up(ms->c.row_slots, ms->c.ranks)
+				  : ms->c.row_slots;
 	return p + r;
 }
 
@@ -103,11 +102,13 @@ int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *pa
 	if (rc)
 		return rc;
 	if ((ms->c.ranks == 1 || ms->c.sp->split) && (pages_packed || row_packed))
-		return eos_fail(-EINVAL, "memory store: packing needs ranks > 1 and a registered pool");
+		return eos_fail(-EINVAL,
+				"memory store: packing needs ranks > 1 and a registered pool");
 	uint32_t need = sel_memory_store_record_slots(s, tail, row, pages_packed, row_packed);
 	if (need > ms->c.warm)
-		return eos_fail(-ENOSPC, "memory store: %" PRIu32 " slots exceed the warm pool's %"
-				PRIu64, need, ms->c.warm);
+		return eos_fail(-ENOSPC,
+				"memory store: %" PRIu32 " slots exceed the warm pool's %" PRIu64,
+				need, ms->c.warm);
 	uint32_t *slots = malloc((need ? need : 1) * sizeof(uint32_t));
 	if (!slots)
 		return eos_fail(-ENOMEM, "memory store: out of memory");
@@ -118,7 +119,8 @@ int sel_memory_store_reserve(sel_store *s, const sel_key *key, const sel_key *pa
 	}
 	struct mrec *r = ms_rec(ms, id);
 	ms_pin(&ms->c, id);
-	if (ms_make_room(ms, need) != 0 || sel_slab_alloc(ms->pool, need, SEL_SLAB_WARM, slots) != 0) {
+	if (ms_make_room(ms, need) != 0 ||
+	    sel_slab_alloc(ms->pool, need, SEL_SLAB_WARM, slots) != 0) {
 		ms_unpin(&ms->c, id);
 		sel_core_discard(&ms->c, id, key);
 		free(slots);

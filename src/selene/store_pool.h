@@ -46,11 +46,11 @@ struct sel_store_pool {
 	struct sel_cuda_split_pool *split;
 	sel_slab_pool *pool;
 	uint64_t slot_bytes;
-	uint64_t warm, intake;                  /* slots */
+	uint64_t warm, intake; /* slots */
 	uint32_t row_slots;
-	uint64_t page_bytes_all;                /* unpadded bytes of one page, all ranks */
-	uint64_t row_bytes_all;                 /* unpadded bytes of one row, all ranks */
-	uint64_t min_pages, min_rows;           /* smallest plane page and row counts */
+	uint64_t page_bytes_all;      /* unpadded bytes of one page, all ranks */
+	uint64_t row_bytes_all;       /* unpadded bytes of one row, all ranks */
+	uint64_t min_pages, min_rows; /* smallest plane page and row counts */
 	/* Intake shrunk for headroom, a split pool the devices could not make,
 	 * or "". */
 	char warning[512];
@@ -80,7 +80,8 @@ int sel_store_pool_open_memory(const sel_store_config *cfg, uint64_t warm_bytes,
  * over the registered mapping, or sel_xfer_create_parts over a split pool's
  * rank parts (that set refuses compare and packed jobs).  sp must outlive
  * it; destroy it (or, after SEL_ESTOPPED, leak sp) before the pool. */
-int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth, sel_xfer **out);
+int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth,
+			       sel_xfer **out);
 /* One mapping from a record's slots to what the disk thread reads and
  * writes (design 2.5 slot layout; record.h "Payload addresses"): for a
  * record held in slots as flags lay it out (SEL_RECORD_*_REPLICATED: DRAM's
