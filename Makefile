@@ -1,6 +1,7 @@
 # Flare / Selene build.  GNU Make; everything lands under $(BUILD).
 #
-#   make                 libselene (static + shared), flare, tests, benches
+#   make                 libselene (static + shared), flare, tests, benches,
+#                        fuzz replays, examples/engine
 #   make check           build and run every test (tests/run-tests)
 #   make check-asan      the same under AddressSanitizer + UBSan (build/asan)
 #   make check-tsan      the same under ThreadSanitizer (build/tsan)
@@ -8,6 +9,9 @@
 #   make check-gpu       the GPU tests and bench/copy (exit 77 without a driver)
 #   make bench           build and run the benchmarks (RESULT lines)
 #   make fuzz            build libFuzzer targets with clang and run each briefly
+#   make format-check    clang-format --dry-run -Werror over every .c and .h
+#   make tidy            clang-tidy (.clang-tidy: bugprone-*, clang-analyzer-*)
+#   make compile_commands.json   the compilation database, for editors and tidy
 #   make install         PREFIX=/usr/local DESTDIR=
 #
 # Every target but clean first makes $(BUILD)/deps.mk, whose rule runs
@@ -23,7 +27,8 @@ CC       ?= cc
 OPT      ?= -O2
 TEST_TIMEOUT ?= 300
 
-VERSION := 0.1.0
+# The one version: SEL_VERSION_STRING in include/selene.h (sel_version()).
+VERSION := $(shell sed -n 's/^\#define SEL_VERSION_STRING "\(.*\)"/\1/p' include/selene.h)
 
 # Flags of the Debian libraries come from pkg-config, and pkg-config can only
 # answer once scripts/install-deps has installed them: $(DEPS_MK) is
@@ -78,11 +83,11 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_OBJS    := $(call obj,$(EOS_SRCS) $(SELENE_SRCS))
 HELIOS_OBJS := $(call obj,$(HELIOS_SRCS))
-# The flare command is main.c plus libflare.a (everything else in src/flare/),
-# so tests and fuzz replays can link the front end without main().  The real
-# engine backend (src/flare/backend_engine.c, which calls hel_engine_*) sits in
-# the archive too and is linked only when something references
-# flare_engine_backend: main.c does not until src/helios/engine.c exists.
+# The flare command is main.c plus libflare.a (everything else in src/flare/
+# and the pool manager), so tests and fuzz replays can link the front end
+# without main().  The real engine backend (src/flare/backend_engine.c, which
+# calls hel_engine_*) sits in the archive too and is linked only into what
+# references flare_engine_backend: main.c does; tests that use fakes do not.
 FLARE_MAIN_OBJ := $(call obj,src/flare/main.c)
 FLARE_LIB_SRCS := $(filter-out src/flare/main.c,$(FLARE_SRCS)) $(MANAGER_SRCS)
 FLARE_LIB_OBJS := $(call obj,$(FLARE_LIB_SRCS))
@@ -95,10 +100,13 @@ SHARED_SONAME := libselene.so.0
 HELIOS_LIB  := $(BUILD)/libhelios.a
 FLARE_LIB   := $(BUILD)/libflare.a
 FLARE       := $(BUILD)/flare
-# flare links only once src/flare/ holds its main; until then the lower
-# modules' tests still build and run.
-FLARE_IF_ANY := $(if $(FLARE_SRCS),$(FLARE))
 PCFILE      := $(BUILD)/selene.pc
+# libselene.so exports what include/selene.h declares and nothing else.
+SEL_MAP     := src/selene/libselene.map
+# examples/engine.c: an engine that is not ours, built against the public
+# header and the shared library only (make check builds it again against an
+# installed copy, tests/test_example_engine.sh).
+EXAMPLES    := $(BUILD)/examples/engine
 
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
@@ -108,13 +116,13 @@ FUZZERS := $(patsubst fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(FUZZ_SRCS))
 SCRIPT_TESTS := $(sort $(wildcard tests/test_*.sh tests/test_*.py))
 
 .PHONY: all check check-asan check-tsan check-load check-gpu bench fuzz install uninstall clean \
-	deps soak qualify FORCE
+	deps soak qualify format-check tidy FORCE
 .DEFAULT_GOAL := all
 # Keep object files of tests, benches and fuzz replays (pattern-rule
 # intermediates) so rebuilds stay incremental.
 .SECONDARY:
 
-all: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE_IF_ANY) $(TESTS) $(BENCHES) $(FUZZ_REPLAYS)
+all: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE) $(TESTS) $(BENCHES) $(FUZZ_REPLAYS) $(EXAMPLES)
 
 # install-deps, then the flags pkg-config gives for what it installed.  A
 # missing package fails here, by name, not at the link.
@@ -144,8 +152,9 @@ $(STATIC_LIB): $(LIB_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(SHARED_LIB): $(LIB_OBJS) $(FLAGS_FILE)
-	$(CC) -shared -Wl,-soname,$(SHARED_SONAME) $(LDFLAGS_SAN) -o $@ $(LIB_OBJS) $(LIBS)
+$(SHARED_LIB): $(LIB_OBJS) $(SEL_MAP) $(FLAGS_FILE)
+	$(CC) -shared -Wl,-soname,$(SHARED_SONAME) -Wl,--version-script=$(SEL_MAP) $(LDFLAGS_SAN) \
+		-o $@ $(LIB_OBJS) $(LIBS)
 	ln -sf $(notdir $@) $(BUILD)/$(SHARED_SONAME)
 	ln -sf $(notdir $@) $(BUILD)/libselene.so
 
@@ -163,7 +172,7 @@ $(PCFILE): selene.pc.in Makefile
 
 ALL_STATIC := $(HELIOS_LIB) $(STATIC_LIB)
 # Tests and fuzz replays: the flare front end first (it uses Helios and Selene).
-TEST_STATIC := $(if $(FLARE_LIB_SRCS),$(FLARE_LIB)) $(ALL_STATIC)
+TEST_STATIC := $(FLARE_LIB) $(ALL_STATIC)
 
 $(FLARE): $(FLARE_MAIN_OBJ) $(FLARE_LIB) $(ALL_STATIC) $(FLAGS_FILE)
 	$(CC) $(LDFLAGS_SAN) -o $@ $(FLARE_MAIN_OBJ) $(FLARE_LIB) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
@@ -176,6 +185,13 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BENCHLIB_OBJS) $(TESTLIB_OBJS) $(ALL_
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_SAN) -o $@ $< $(BENCHLIB_OBJS) $(TESTLIB_OBJS) $(ALL_STATIC) $(DEPS_LIBS) $(LIBS)
 
+# The example sees the public header only (-Iinclude, no src/), and links
+# the shared library (run it with LD_LIBRARY_PATH=$(BUILD)).
+$(BUILD)/examples/%: examples/%.c include/selene.h $(SHARED_LIB) $(FLAGS_FILE)
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -Wall -Wextra -Werror -g $(OPT) $(filter -fsanitize=%,$(CFLAGS)) -Iinclude \
+		-o $@ $< $(LDFLAGS_SAN) -L$(BUILD) -lselene
+
 # Replay drivers: each fuzz target linked with fuzz/replay.c runs its corpus
 # (fuzz/corpus/<name>/) as an ordinary test inside make check.
 $(BUILD)/fuzz/replay_%: $(BUILD)/obj/fuzz/fuzz_%.o $(BUILD)/obj/fuzz/replay.o $(TEST_STATIC) $(FLAGS_FILE)
@@ -186,7 +202,7 @@ $(BUILD)/fuzz/replay_%: $(BUILD)/obj/fuzz/fuzz_%.o $(BUILD)/obj/fuzz/replay.o $(
 RUN_TESTS = SELENE_SRCDIR=$(CURDIR) SELENE_BUILD=$(abspath $(BUILD)) \
 	tests/run-tests -t $(TEST_TIMEOUT)
 
-check: $(TESTS) $(FUZZ_REPLAYS) $(FLARE_IF_ANY)
+check: $(TESTS) $(FUZZ_REPLAYS) $(FLARE) $(SHARED_LIB) $(EXAMPLES)
 	@$(RUN_TESTS) $(TESTS) $(FUZZ_REPLAYS) $(SCRIPT_TESTS)
 
 check-asan:
@@ -234,11 +250,11 @@ qualify: $(FLARE)
 # bench/serve.py: the isolation measurements of design 4 against flare run
 # (about eleven minutes on Qwen TP1; SERVE_ARGS=--quick for a smoke run).
 SERVE_ARGS ?=
-bench: $(BENCHES) $(FLARE_IF_ANY)
+bench: $(BENCHES) $(FLARE)
 	@$(call scratch,$(BENCH_TMP)); \
 	set -e; for b in $(BENCHES); do echo "== $$b"; $$b; done; \
-	if [ -n "$(FLARE_IF_ANY)" ]; then echo "== bench/serve.py $(SERVE_ARGS)"; \
-		python3 bench/serve.py --flare $(FLARE) $(SERVE_ARGS); fi
+	echo "== bench/serve.py $(SERVE_ARGS)"; \
+	python3 bench/serve.py --flare $(FLARE) $(SERVE_ARGS)
 
 # ---- fuzzing (clang + libFuzzer) ------------------------------------------
 FUZZ_SECONDS ?= 30
@@ -259,10 +275,40 @@ fuzz: $(FUZZERS)
 		echo "== fuzz $$n ($(FUZZ_SECONDS)s)"; \
 		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/work_$$n fuzz/corpus/$$n; done
 
+# ---- habits: formatting, static analysis, the compilation database ---------
+# Every C file of the tree (tracked or new), for format-check and tidy.
+C_FILES := $(sort $(wildcard src/*/*.c src/*/*.h include/*.h tests/*.c tests/*.h bench/*.c \
+	bench/*.h fuzz/*.c examples/*.c))
+TIDY_SRCS := $(EOS_SRCS) $(SELENE_SRCS) $(HELIOS_SRCS) $(FLARE_SRCS) $(MANAGER_SRCS)
+CDB_SRCS := $(TIDY_SRCS) $(TEST_SRCS) $(TESTLIB_SRCS) $(BENCH_SRCS) $(BENCHLIB_SRCS) \
+	$(FUZZ_SRCS) fuzz/replay.c
+
+# compile_commands.json: what clangd and clang-tidy read, from this
+# Makefile's flags (builds nothing; the example gets its own flags).
+compile_commands.json: Makefile $(DEPS_MK) scripts/compile-commands FORCE
+	@{ scripts/compile-commands $(CURDIR) "$(CC) $(CFLAGS)" $(CDB_SRCS) | sed '$$d'; \
+	  printf ',\n'; scripts/compile-commands $(CURDIR) "$(CC) -std=gnu11 -Wall -Wextra -Iinclude" \
+		examples/engine.c | sed '1d'; } > $@.tmp && mv $@.tmp $@
+
+# format-check: clang-format (.clang-format) changes nothing (HACKING.md
+# "Formatting" says which files it covers and why).
+FORMAT_FILES := $(filter-out $(shell cat scripts/format-legacy 2>/dev/null),$(C_FILES))
+format-check: $(DEPS_MK)
+	@scripts/install-deps --quiet clang-format
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: $(words $(FORMAT_FILES)) files clean"
+
+# tidy: clang-tidy with .clang-tidy's checks, over every source of the
+# libraries and the commands.
+tidy: compile_commands.json
+	@scripts/install-deps --quiet clang-tidy
+	@clang-tidy --quiet -p . $(TIDY_SRCS) 2>/dev/null | { grep -v '^[0-9]* warnings\? generated' || true; } > $(BUILD)/tidy.log; \
+	if grep -q 'warning:\|error:' $(BUILD)/tidy.log; then cat $(BUILD)/tidy.log; exit 1; fi; \
+	echo "tidy: $(words $(TIDY_SRCS)) files clean"
+
 # ---- install ---------------------------------------------------------------
 install: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE)
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/selene.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/selene.h include/selene_store.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(notdir $(SHARED_LIB)) $(DESTDIR)$(PREFIX)/lib/$(SHARED_SONAME)
@@ -272,7 +318,8 @@ install: $(STATIC_LIB) $(SHARED_LIB) $(PCFILE) $(FLARE)
 	install -m 755 $(FLARE) $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/include/selene.h $(DESTDIR)$(PREFIX)/lib/libselene.* \
+	rm -f $(DESTDIR)$(PREFIX)/include/selene.h $(DESTDIR)$(PREFIX)/include/selene_store.h \
+		$(DESTDIR)$(PREFIX)/lib/libselene.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/selene.pc $(DESTDIR)$(PREFIX)/bin/flare
 
 clean:

@@ -88,7 +88,7 @@ int main(void)
 		cfg.max_active = 4;
 		sel_store *s;
 		CHECK_OK(sel_store_open(&cfg, &s));
-		ns_dir = s->disk_dir;
+		ns_dir = test_store_dir(s);
 
 		/* Puts: as many in flight as the store accepts. */
 		double t0 = (double)eos_now_ns() / 1e9;

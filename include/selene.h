@@ -6,14 +6,21 @@
  * host DRAM and local NVMe, and brings them back byte-exact when a later
  * request can resume from them (design: prefix-cache-offload.md).
  *
- * This header is the library's whole public surface.  Conventions:
+ * This header is the library's whole public surface for an engine
+ * (docs/integration.md is the guide; examples/engine.c a complete host).
+ * An implementation of a store, or a test double, also includes
+ * selene_store.h, the implementer's header.  Conventions:
  *   - Calls return 0 (or a non-negative count) on success and a negative
  *     errno, or one of the SEL_E* codes below, on failure.  sel_strerror()
  *     decodes both; sel_errmsg() returns the calling thread's detailed
  *     message for the last failure ("geometry: rank 1 has no KV_PAGES
- *     allocation").
+ *     allocation").  Each call says which errors it returns ("Errors:"),
+ *     as lmdb.h does; calls without such a line cannot fail.
  *   - A call that fails changes nothing and produces no event.
  *   - Objects are opaque; destructors accept NULL and half-built objects.
+ *   - Every store call on a handle is made from one thread (the model
+ *     worker).  sel_history is single-threaded too.  Different handles are
+ *     independent.
  */
 #ifndef SELENE_H
 #define SELENE_H
@@ -28,6 +35,14 @@ extern "C" {
 
 #define SEL_VERSION_MAJOR 0
 #define SEL_VERSION_MINOR 1
+#define SEL_VERSION_PATCH 0
+#define SEL_VERSION_STRING "0.1.0"
+
+/* The library's version as "major.minor.patch" (static), with each part
+ * stored where the pointer is not NULL: what the library linked at run
+ * time says, which may differ from the SEL_VERSION_* this program was
+ * compiled with.  Never fails. */
+const char *sel_version(int *major, int *minor, int *patch);
 
 /* ---- Errors ------------------------------------------------------------ */
 
@@ -47,7 +62,7 @@ enum {
 	SEL_ELAST = -30809,
 };
 
-/* Static description of rc (negative errno or SEL_E*). */
+/* Static description of rc (negative errno or SEL_E*); never NULL. */
 const char *sel_strerror(int rc);
 /* The calling thread's message for its last failed call ("" if none). */
 const char *sel_errmsg(void);
@@ -99,9 +114,11 @@ typedef struct sel_history {
 } sel_history;
 
 /* Initialise an empty history.  salt may be NULL (salt_len 0): requests with
- * different salts never share any key, bucket or digest. */
+ * different salts never share any key, bucket or digest.
+ * Errors: -EINVAL (salt NULL with salt_len > 0), -ENOMEM. */
 int sel_history_init(sel_history *h, const uint8_t model_identity[SEL_IDENTITY_BYTES],
 		     const void *salt, size_t salt_len);
+/* Errors: -ENOMEM (h unchanged). */
 int sel_history_append(sel_history *h, const sel_token *t, size_t n);
 /* Shorten to n tokens (n <= length). */
 void sel_history_truncate(sel_history *h, uint64_t n);
@@ -112,7 +129,7 @@ void sel_history_key_at(const sel_history *h, uint64_t c, sel_key *out);
 /* Digest of aligned boundary k (token k*64); k must be <= length/64.  The
  * bucket digest of an endpoint c is the boundary digest at c/64. */
 const sel_digest *sel_history_bound(const sel_history *h, uint64_t k);
-/* Copy h into an empty dst (deep copy). */
+/* Copy h into an empty dst (deep copy).  Errors: -ENOMEM (dst left empty). */
 int sel_history_copy(sel_history *dst, const sel_history *h);
 
 /* Reference definition: the key of tokens[0..c) computed from scratch,
@@ -171,8 +188,10 @@ typedef struct sel_geometry {
  * exactly one STATE_ROWS and at least one KV_PAGES allocation that is not
  * PEER memory; PEER and OTHER allocations are ignored.  Plane names must be
  * unique within a rank and unit sizes non-zero.  page_tokens must be a
- * positive multiple of SEL_BUCKET_TOKENS.  On error returns SEL_EGEOMETRY
- * with a message naming the rank and allocation. */
+ * positive multiple of SEL_BUCKET_TOKENS.
+ * Errors: SEL_EGEOMETRY (a message names the rank and allocation: no or two
+ * STATE_ROWS, no KV_PAGES, a duplicate name, a zero unit or count, ranks
+ * or page_tokens out of range), -ENOMEM.  *out is NULL on failure. */
 int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 		       uint32_t page_tokens, sel_geometry **out);
 void sel_geometry_free(sel_geometry *g);
@@ -402,59 +421,36 @@ typedef struct sel_stats {
 	sel_tier_stats tier[SEL_TIERS];
 } sel_stats;
 
-/* The ops table a store implementation provides.  Versioned: a table whose
- * version differs from SEL_STORE_OPS_VERSION is refused. */
-#define SEL_STORE_OPS_VERSION 1
-struct sel_store_ops {
-	uint32_t version;
-	const char *name; /* "memory", "disk", "composite", "test" */
-	int (*lookup)(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
-		      sel_hit *hit);
-	sel_outcome (*put)(sel_store *s, const sel_published *cp, sel_retry_reason *why);
-	int (*fetch)(sel_store *s, const sel_hit *hit, const sel_inbound *in);
-	int (*poll)(sel_store *s, sel_event *ev, size_t cap);
-	void (*evicted)(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
-	void (*touch)(sel_store *s, const sel_key *key);
-	void (*stats)(sel_store *s, sel_stats *out);
-	int (*wait_fd)(sel_store *s);
-	int (*close)(sel_store *s, uint64_t deadline_ns);
-	void (*destroy)(sel_store *s);
-};
-
-/* Implementations embed this first. */
-struct sel_store {
-	const struct sel_store_ops *ops;
-	uint32_t page_tokens;
-	/* One startup warning for the operator (for example intake shrunk for
-	 * host headroom, design 1), or NULL.  Set at open, read with
-	 * sel_store_warning(); owned by the implementation. */
-	const char *warning;
-	/* Disk-tier facts for the startup summary (design 2.11), set at open by
-	 * stores with a disk tier and read with sel_store_describe(): the
-	 * namespace directory (NULL without a disk tier, owned by the
-	 * implementation), the disk limit in bytes and the records the startup
-	 * scan kept. */
-	const char *disk_dir;
-	uint64_t disk_limit;
-	uint64_t scanned_records;
-	/* The record I/O path the disk tier started with (sel_stats.disk_io)
-	 * and, when it is not io_uring+O_DIRECT, why ("" otherwise): both
-	 * owned by the implementation, NULL without a disk tier. */
-	const char *disk_io;
-	const char *disk_io_note;
-};
+/* struct sel_store and the ops table it dispatches through are the
+ * implementer's (selene_store.h): an engine never needs them. */
 
 /* Dispatch.  See the contract above. */
 
 /* Deepest restorable host chain for h above the GPU-resident count and at
- * or below limit: 1 with *hit filled, 0 for a miss. */
+ * or below limit: 1 with *hit filled, 0 for a miss.  Pins nothing.
+ * Errors: -ENOMEM, -EINVAL (NULL store), -EPROTO (an ops table of another
+ * version, selene_store.h). */
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit);
 /* Offer a checkpoint.  why (may be NULL) receives the reason of a
- * SEL_RETRY. */
+ * SEL_RETRY.  Returns an outcome, never an error code: a checkpoint that
+ * cannot be used (page ids beyond the planes, a tail longer than its
+ * chain, a state slot beyond the rows, a tail that does not extend its
+ * parent), a store that stopped or closed, or a failed allocation is
+ * SEL_SKIPPED with sel_errmsg() saying why. */
 sel_outcome sel_store_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
+/* Restore hit into in's page ids and state slot: 0 means exactly one
+ * SEL_EV_FETCHED or SEL_EV_FETCH_FAILED follows for in->ticket.
+ * Errors: -ESTALE (the chain changed since the lookup: a node gone, no
+ * longer complete, another page count, a chain digest other than the one
+ * the lookup verified, a disk node without its file -- treat it as a
+ * miss), -EINVAL (no hit or destination, in->n_pages != hit->pages, a page
+ * id or state slot beyond the planes), -EAGAIN (the memory tier's transfer
+ * queue is full: try again after a poll), -ENOMEM, SEL_ESTOPPED (closed, or
+ * stopped after a transfer failed for good), -EPROTO. */
 int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
-/* Up to cap completed events; never blocks.  Returns the count. */
+/* Up to cap completed events; never blocks.  Returns the count.
+ * Errors: -EINVAL (NULL store), -EPROTO. */
 int sel_store_poll(sel_store *s, sel_event *ev, size_t cap);
 /* The GPU retired a checkpoint (LRU or compaction; heir: the child that took
  * its pages, or NULL). */
@@ -463,11 +459,14 @@ void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, co
 void sel_store_touch(sel_store *s, const sel_key *key);
 void sel_store_stats(sel_store *s, sel_stats *out);
 /* A descriptor that becomes readable when poll has something (eventfd), so
- * the worker can sleep on it with its other inputs; -1 if none. */
+ * the worker can sleep on it with its other inputs; -1 if none (or for a
+ * store that cannot be called).  Owned by the store. */
 int sel_store_wait_fd(sel_store *s);
 /* Drain within deadline_ns (monotonic, 0 = wait as long as needed) and
- * join threads.  0, or SEL_ESTOPPED when something could not drain (the
- * store then keeps its memory; destroy leaks it instead of freeing). */
+ * join threads.  A second close returns what the first did; NULL is 0.
+ * Errors: SEL_ESTOPPED (a copy or disk I/O could not drain: the store
+ * keeps its memory, destroy leaks it instead of freeing, and the caller
+ * must keep its planes mapped), -EPROTO. */
 int sel_store_close(sel_store *s, uint64_t deadline_ns);
 /* Free everything (after close).  NULL-safe. */
 void sel_store_destroy(sel_store *s);
@@ -485,8 +484,10 @@ typedef struct sel_store_info {
 	uint64_t slot_bytes, slots_total, intake_slots;
 	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
 	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
+	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
 } sel_store_info;
-/* Fill *out (NULL-safe store: everything zero, kind "disabled"). */
+/* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
+ * strings are the store's, valid until destroy. */
 void sel_store_describe(sel_store *s, sel_store_info *out);
 
 /* ---- Opening stores (design 1, 2.4, 2.9, 2.11) -------------------------- */
@@ -589,14 +590,31 @@ typedef struct sel_store_config {
  * when another owner holds it, scans it and rebuilds its index.  Its limit
  * is disk_limit, or one tenth of the free space of the directory's
  * filesystem at startup when 0 (callers that mean "no disk tier" pass no
- * disk_dir).  On error *out is NULL and sel_errmsg() names the setting. */
+ * disk_dir).  On error *out is NULL and sel_errmsg() names the setting.
+ * Errors (those of the stores below too):
+ *   -EINVAL       no geometry; a warm budget smaller than one slot; a
+ *                 split_pool value that is no mode, or on with a disk tier
+ *                 or a host copy backend
+ *   -ENOTSUP      cfg->pool: the pool tier is not in this build
+ *   SEL_EGEOMETRY the host backend asked for with device planes
+ *   SEL_ECUDA     the CUDA driver is unavailable or a driver call failed
+ *                 (the message names the call, rank and device)
+ *   -EBUSY        another owner holds the namespace directory's lock (its
+ *                 pid in the message); nothing was scanned or deleted
+ *   SEL_EDIRECTORY the record directory cannot be used (not a directory, a
+ *                 symbolic link, no permission, a read-only filesystem)
+ *   -ENAMETOOLONG, -EOVERFLOW, SEL_EOVERSIZE (a layout beyond what a
+ *                 record header can describe), -ENOMEM, -EMFILE and other
+ *                 errno values from the filesystem, eventfd, epoll or
+ *                 thread creation */
 int sel_store_open(const sel_store_config *cfg, sel_store **out);
 
-/* The memory store (design 2.4): index + slab pool + transfers. */
+/* The memory store (design 2.4): index + slab pool + transfers.
+ * Errors: as sel_store_open; -EINVAL when memory_bytes is 0. */
 int sel_memory_store_open(const sel_store_config *cfg, sel_store **out);
 /* The disk store (design 2.4 DiskStore, Staged transport): record files in
  * the namespace directory, streamed through intake slots.  memory_bytes is
- * ignored. */
+ * ignored.  Errors: as sel_store_open; -EINVAL without disk_dir. */
 int sel_disk_store_open(const sel_store_config *cfg, sel_store **out);
 /* The composite (design 2.4 CompositeStore): warm memory over the disk
  * store, one shared slot pool.  Needs memory_bytes > 0 and disk_dir.
@@ -606,7 +624,9 @@ int sel_disk_store_open(const sel_store_config *cfg, sel_store **out);
  * no copy and no GPU pin; maintenance writes make room and SEL_EV_PROGRESS
  * says so.  Only a record larger than the warm pool, which memory can
  * never retain, streams to disk through bounded staging, and at most two
- * such streams run at once (more: SEL_RETRY_INFLIGHT). */
+ * such streams run at once (more: SEL_RETRY_INFLIGHT).
+ * Errors: as sel_store_open; -EINVAL without both memory_bytes and
+ * disk_dir. */
 int sel_composite_store_open(const sel_store_config *cfg, sel_store **out);
 
 /* ---- Policy (design 2.10) ---------------------------------------------- */
@@ -616,7 +636,7 @@ typedef struct sel_policy sel_policy;
 /* Transfer time is estimated per tier as a fixed cost plus bytes over a
  * bandwidth, both fitted from completed transfers (policy.c).  Initial
  * estimates: memory 50 us + 20 GB/s, disk 300 us + 3 GB/s, pool 1 ms +
- * 400 MiB/s; prefill 8,000 tokens/s. */
+ * 400 MiB/s; prefill 8,000 tokens/s.  Errors: -ENOMEM. */
 int sel_policy_create(sel_policy **out);
 void sel_policy_destroy(sel_policy *p);
 /* Fetch when the estimated transfer time of bytes from tier is below the

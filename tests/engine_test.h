@@ -16,6 +16,7 @@
 #include "helios/engine.h"
 #include "helios/model.h"
 #include "helios/tokenizer.h"
+#include "selene_store.h" /* the gate below is a store double */
 #include "testutil.h"
 
 #ifdef SEL_SANITIZED

@@ -41,6 +41,7 @@
 #include <sys/eventfd.h>
 
 #include "engine_test.h"
+#include "selene_store.h" /* the store double */
 #include "flare/metrics.h"
 
 static hel_core *core;

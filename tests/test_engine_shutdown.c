@@ -222,7 +222,7 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	if (mode == 0)
 		CHECKF(h.final.records_left == 0 && h.final.failed == 0, "cycle %d: %" PRIu64
 		       " records not saved (%s)", i, h.final.records_left, h.final.why);
-	CHECK(test_count_tmp(h.s->disk_dir) == 0);
+	CHECK(test_count_tmp(test_store_dir(h.s)) == 0);
 	CHECK_OK(sel_composite_store_check(h.s));
 	committed(disk, x);
 	if (mode == 0)

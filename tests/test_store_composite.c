@@ -274,8 +274,8 @@ static void test_tiers(void)
 	/* A restart: every written record is there; the parked ones (never
 	 * written, no drain) are gone, and reads go through memory again. */
 	s = open_store(&fx, base, (struct opts){.warm = 600});
-	CHECKF(s->scanned_records == (uint64_t)(N + 1 - n_parked), "%" PRIu64 " scanned",
-	       s->scanned_records);
+	CHECKF(test_store_scanned(s) == (uint64_t)(N + 1 - n_parked), "%" PRIu64 " scanned",
+	       test_store_scanned(s));
 	for (int i = 0; i < N; i++) /* parked only: lost without a drain */
 		CHECK(on_disk(s, &cp[i].key) == !parked[i]);
 	restore(&fx, s, &cv[0], 0, 64 * 64, 0, 5, SEL_TIER_DISK);
@@ -309,7 +309,7 @@ static void test_chain_read_through(void)
 	CHECK(!drec(s, &q.key).has_row); /* only child committed: its row goes */
 	close_store(s); /* drains: all three written */
 	s = open_store(&fx, base, (struct opts){.warm = 600});
-	CHECK(s->scanned_records == 3);
+	CHECK(test_store_scanned(s) == 3);
 	restore(&fx, s, &a, 0, 1000, 100, 4, SEL_TIER_DISK);
 	CHECK(in_memory(s, &p.key) && in_memory(s, &q.key) && in_memory(s, &r.key));
 	restore(&fx, s, &a, 300, 1000, 100, 5, SEL_TIER_MEMORY);
@@ -734,7 +734,7 @@ static void test_tp2(void)
 	CHECK(drec(s, &b.key).flags == 0);
 	close_store(s); /* drain: written with DRAM's decisions */
 	s = open_store(&fx, base, (struct opts){.warm = 600});
-	CHECK(s->scanned_records == 2);
+	CHECK(test_store_scanned(s) == 2);
 	restore(&fx, s, &rep, 0, 640, 200, 3, SEL_TIER_DISK);     /* read through, packed */
 	restore(&fx, s, &rep, 3 * 64 + 1, 640, 200, 4, SEL_TIER_MEMORY);
 	restore(&fx, s, &split, 0, 256, 300, 5, SEL_TIER_DISK);

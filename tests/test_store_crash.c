@@ -171,7 +171,7 @@ static uint64_t verify(struct sfx *f, const char *base)
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
 	CHECK_OK(check(s));
-	CHECK(test_count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	size_t n = sel_disk_store_keys(s, NULL, 0);
 	sel_key *keys = malloc((n + 1) * sizeof(*keys));
 	CHECK(keys);

@@ -131,7 +131,7 @@ static char *path_of(sel_store *s, const sel_key *k, char *buf, size_t len)
 {
 	char name[SEL_RECORD_NAME_MAX];
 	sel_record_name(k, name);
-	snprintf(buf, len, "%s/%s", s->disk_dir, name);
+	snprintf(buf, len, "%s/%s", test_store_dir(s), name);
 	return buf;
 }
 
@@ -209,7 +209,7 @@ static void test_roundtrip(const char *mode)
 	CHECK(fx.slot_bytes == 8192 && fx.row_slots == 3);
 	char *base = test_mkdtemp("rt");
 	sel_store *s = open_store(&fx, base, (struct opts){0});
-	CHECK(s->scanned_records == 0 && s->disk_limit == 1ull << 30);
+	CHECK(test_store_scanned(s) == 0 && test_store_limit(s) == 1ull << 30);
 	sel_store_info info;
 	sel_store_describe(s, &info);
 	CHECK(!strcmp(info.kind, "disk") && !strcmp(info.transport, sfx_device_mode() ? "cuda" : "host"));
@@ -231,7 +231,7 @@ static void test_roundtrip(const char *mode)
 		CHECK(ri.pins == 0 && !ri.writing && ri.bytes == sp.row_end);
 		CHECK(sel_store_put(s, &cp[i], NULL) == SEL_PRESENT);
 	}
-	CHECK(test_count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	for (int i = 0; i < 4; i++) {
 		uint64_t c = cp[i].key.consumed;
 		restore(&fx, s, &cv[i], 0, UINT64_MAX, c, 300, 5);
@@ -298,7 +298,7 @@ static void test_chains_restart(const char *mode)
 
 	/* A new store on the same directory finds everything. */
 	s = open_store(&fx, base, (struct opts){0});
-	CHECK(s->scanned_records == 4);
+	CHECK(test_store_scanned(s) == 4);
 	uint64_t used1;
 	sel_disk_store_usage(s, &used1, NULL);
 	CHECK(used1 == used0);
@@ -408,7 +408,7 @@ static void test_namespaces(void)
 	sel_store *a = open_store(&fx, base, (struct opts){0});
 	sel_store *b = open_store(&fx, base, (struct opts){.model = other}); /* same base dir */
 	sel_store *c = open_store(&fy, base, (struct opts){0});
-	CHECK(strcmp(a->disk_dir, b->disk_dir) && strcmp(a->disk_dir, c->disk_dir));
+	CHECK(strcmp(test_store_dir(a), test_store_dir(b)) && strcmp(test_store_dir(a), test_store_dir(c)));
 	struct sfx_conv cv;
 	sfx_conv_init(&fx, &cv, 51, 300, 10);
 	sel_published cp = sfx_ckpt(&fx, &cv, 256, 0, 1, 1);
@@ -422,15 +422,15 @@ static void test_namespaces(void)
 	/* Reopened, the other namespaces still miss (nothing was written there). */
 	b = open_store(&fx, base, (struct opts){.model = other});
 	c = open_store(&fy, base, (struct opts){0});
-	CHECK(b->scanned_records == 0 && c->scanned_records == 0);
+	CHECK(test_store_scanned(b) == 0 && test_store_scanned(c) == 0);
 	close_store(b);
 	close_store(c);
 
 	/* The lock: a second process on a's namespace fails at open, before
 	 * scanning or deleting anything. */
 	char junk[4300], tmp[4300];
-	snprintf(junk, sizeof junk, "%s/%016x-%032x.ckpt", a->disk_dir, 7, 7);
-	snprintf(tmp, sizeof tmp, "%s/.tmp-stale", a->disk_dir);
+	snprintf(junk, sizeof junk, "%s/%016x-%032x.ckpt", test_store_dir(a), 7, 7);
+	snprintf(tmp, sizeof tmp, "%s/.tmp-stale", test_store_dir(a));
 	for (int i = 0; i < 2; i++) {
 		int fd = open(i ? tmp : junk, O_CREAT | O_WRONLY, 0644);
 		CHECK(fd >= 0 && write(fd, "junk", 4) == 4);
@@ -464,7 +464,7 @@ static void test_namespaces(void)
 	close_store(a);
 	/* The owner gone, the next open scans: junk and temporary go. */
 	a = open_store(&fx, base, (struct opts){0});
-	CHECK(a->scanned_records == 1 && access(junk, F_OK) != 0 && access(tmp, F_OK) != 0);
+	CHECK(test_store_scanned(a) == 1 && access(junk, F_OK) != 0 && access(tmp, F_OK) != 0);
 	close_store(a);
 	sfx_conv_free(&cv);
 	test_rmtree(base);
@@ -619,8 +619,8 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 			CHECK(st.tier[SEL_TIER_DISK].dropped_io_error ==
 			      st0.tier[SEL_TIER_DISK].dropped_io_error + 1);
 	}
-	SFX_UNTIL(s, check, test_count_tmp(s->disk_dir) == 0);
-	CHECK(test_count_tmp(s->disk_dir) == 0);
+	SFX_UNTIL(s, check, test_count_tmp(test_store_dir(s)) == 0);
+	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	CHECK(present(s, &good->key) && rec(s, &good->key).file);
 }
 
@@ -693,7 +693,7 @@ static void test_faults(const char *mode, bool pread_path)
 	CHECK(fsize(s, &good.key) == one);
 	close_store(s);
 	s = open_store(&fx, base, (struct opts){.limit = 4 * one});
-	CHECK(s->scanned_records == 2);
+	CHECK(test_store_scanned(s) == 2);
 	restore(&fx, s, &g, 0, 300, 256, 50, 3);
 	close_store(s);
 	printf("  %s: faults ok\n", mode);
@@ -802,7 +802,7 @@ static void test_tp2(void)
 	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_SKIPPED && ev.error == -EILSEQ,
 	       "event %d outcome %d error %d", ev.type, ev.outcome, ev.error);
 	CHECK(!present(s, &m.key) && fsize(s, &m.key) == UINT64_MAX);
-	CHECK(test_count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	CHECK(faultfs.calls[F_UNLINK] > 0);
 	eos_fileops_set(NULL);
 	faultfs_reset();
@@ -851,7 +851,7 @@ static void test_open_table(void)
 	cfg.pool = NULL;
 	cfg.memory_bytes = 1 << 20;
 	CHECK_OK(sel_store_open(&cfg, &s));
-	CHECK(s && !strcmp(s->ops->name, "memory") && s->disk_dir == NULL);
+	CHECK(s && !strcmp(s->ops->name, "memory") && test_store_dir(s) == NULL);
 	sel_store_close(s, 0);
 	sel_store_destroy(s);
 	/* Limit 0: a tenth of the free space. */
@@ -861,8 +861,8 @@ static void test_open_table(void)
 	CHECK_OK(sel_store_open(&cfg, &s));
 	uint64_t avail = 0;
 	CHECK_OK(eos_fs_space(base, &avail, NULL));
-	CHECK(s->disk_limit > 0 && s->disk_limit <= avail / 10 + (64 << 20) &&
-	      s->disk_limit + (64 << 20) >= avail / 10);
+	CHECK(test_store_limit(s) > 0 && test_store_limit(s) <= avail / 10 + (64 << 20) &&
+	      test_store_limit(s) + (64 << 20) >= avail / 10);
 	sel_store_close(s, 0);
 	sel_store_destroy(s);
 	/* An unusable base directory. */

@@ -173,13 +173,13 @@ static void on_off(bool drain)
 
 	s = open_store(&fx, dir, (struct opts){0});
 	if (drain) {
-		CHECK(s->scanned_records == 4);
-		CHECK(test_count_tmp(s->disk_dir) == 0);
+		CHECK(test_store_scanned(s) == 4);
+		CHECK(test_count_tmp(test_store_dir(s)) == 0);
 		sfx_restore(&fx, s, &a, 0, UINT64_MAX, 1000, 100, 5, SEL_TIER_DISK, true, check);
 		sfx_restore(&fx, s, &b, 0, UINT64_MAX, 256, 100, 6, SEL_TIER_DISK, true, check);
 	} else {
 		sel_hit h;
-		CHECK(s->scanned_records == 0);
+		CHECK(test_store_scanned(s) == 0);
 		CHECK(sel_store_lookup(s, &a.h, 0, UINT64_MAX, &h) == 0);
 		CHECK(sel_store_lookup(s, &b.h, 0, UINT64_MAX, &h) == 0);
 	}
@@ -245,10 +245,10 @@ static void test_limited(void)
 	       took / 1000000);
 
 	s = open_store(&fx, dir, (struct opts){0});
-	CHECK(s->scanned_records == 4);
+	CHECK(test_store_scanned(s) == 4);
 	CHECK(on_disk(s, &a1.key) && on_disk(s, &a2.key) && on_disk(s, &d1.key) && on_disk(s, &c1.key));
 	CHECK(!on_disk(s, &b1.key) && !on_disk(s, &b2.key));
-	CHECK(test_count_tmp(s->disk_dir) == 0);
+	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	sfx_restore(&fx, s, &a, 0, UINT64_MAX, 2 * P, 100, 7, SEL_TIER_DISK, true, check);
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
@@ -282,7 +282,7 @@ static void test_failures(void)
 		else
 			__atomic_store_n(&fi.fallocate_err, ENOSPC, __ATOMIC_SEQ_CST);
 		char ns[4096];
-		snprintf(ns, sizeof ns, "%s", s->disk_dir);
+		snprintf(ns, sizeof ns, "%s", test_store_dir(s));
 		uint64_t t0 = eos_now_ns();
 		CHECK_RC(sel_store_close(s, 0), 0);
 		uint64_t took = eos_now_ns() - t0;
@@ -299,7 +299,7 @@ static void test_failures(void)
 		CHECK(test_count_tmp(ns) == 0);
 		CHECKF(took < 20000000000ull, "close took %" PRIu64 " ms", took / 1000000);
 		s = open_store(&fx, dir, (struct opts){0});
-		CHECK(s->scanned_records == 0);
+		CHECK(test_store_scanned(s) == 0);
 		CHECK_RC(sel_store_close(s, 0), 0);
 		sel_store_destroy(s);
 		sfx_conv_free(&a);
@@ -342,7 +342,7 @@ static void test_preserved(void)
 	s = open_store(&fx, dir, (struct opts){.drain = true, .limit = used + 4096, .rep = &rep});
 	sel_store *disk = sel_composite_store_disk(s);
 	sel_disk_store_usage(disk, &used, &limit);
-	CHECK(s->scanned_records == 2);
+	CHECK(test_store_scanned(s) == 2);
 	CHECK_OK(sel_disk_store_pin(disk, &a1.key));
 	CHECK_OK(sel_disk_store_pin(disk, &a2.key));
 	store(s, &b1);
@@ -355,7 +355,7 @@ static void test_preserved(void)
 	       !strcmp(rep.why, "disk limit"), "written %" PRIu64 " left %" PRIu64 " why %s",
 	       rep.final.records_written, rep.final.records_left, rep.why);
 	s = open_store(&fx, dir, (struct opts){0});
-	CHECK(s->scanned_records == 2 && on_disk(s, &a1.key) && on_disk(s, &a2.key));
+	CHECK(test_store_scanned(s) == 2 && on_disk(s, &a1.key) && on_disk(s, &a2.key));
 	CHECK(!on_disk(s, &b1.key));
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);

@@ -191,7 +191,7 @@ static void set_mtime(sel_store *s, const sel_key *k, int64_t rel_s)
 {
 	char name[SEL_RECORD_NAME_MAX], path[4400];
 	sel_record_name(k, name);
-	snprintf(path, sizeof path, "%s/%s", s->disk_dir, name);
+	snprintf(path, sizeof path, "%s/%s", test_store_dir(s), name);
 	uint64_t t = (uint64_t)((int64_t)(T0 / S) + rel_s);
 	struct timespec ts[2] = {{.tv_sec = (time_t)t}, {.tv_sec = (time_t)t}};
 	CHECKF(utimensat(AT_FDCWD, path, ts, 0) == 0, "utimensat %s: %s", path, strerror(errno));
@@ -202,7 +202,7 @@ static bool file_exists(sel_store *s, const sel_key *k)
 	char name[SEL_RECORD_NAME_MAX], path[4400];
 	struct stat st;
 	sel_record_name(k, name);
-	snprintf(path, sizeof path, "%s/%s", s->disk_dir, name);
+	snprintf(path, sizeof path, "%s/%s", test_store_dir(s), name);
 	return stat(path, &st) == 0;
 }
 
@@ -249,7 +249,7 @@ static void test_disk(void)
 
 	now_s = 0;
 	s = open_store(&fx, dir, 0, false);
-	CHECK(s->scanned_records == 4);
+	CHECK(test_store_scanned(s) == 4);
 	poll_at(s, 0); /* the first sweep: x expired; q is fresh, p interior */
 	CHECK(!on_disk(s, &x.key) && on_disk(s, &p.key) && on_disk(s, &q.key) && on_disk(s, &y.key));
 	wait_unlinked(s, &x.key);

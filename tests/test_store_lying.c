@@ -175,7 +175,7 @@ static void forged_parent_gives_wrong_answer(bool composite)
 	sel_published b1 = sfx_ckpt(&fx, &b, 130, 0, 3, 3);
 	put_wait(s, &b1);
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s", s->disk_dir);
+	snprintf(dir, sizeof dir, "%s", test_store_dir(s));
 	close_store(s);
 
 	/* A2 links under A1.  Make it name B1 (same consumed count), with
@@ -191,7 +191,7 @@ static void forged_parent_gives_wrong_answer(bool composite)
 	test_forge_parent(dfd, n2, &b1.key, sel_record_parent_check(&b1.bucket));
 
 	s = open_at(&fx, base, composite ? 64 * fx.slot_bytes : 0, 0);
-	CHECK(s->scanned_records == 3);
+	CHECK(test_store_scanned(s) == 3);
 	/* A's history: A2's chain fails at its parent; A1 itself is the hit,
 	 * and its bytes are A's.  (Before: A2 restored with B1's pages.) */
 	sfx_restore(&fx, s, &a, 0, UINT64_MAX, 130, 40, 5, SEL_TIER_DISK, true, check_any);
@@ -214,7 +214,7 @@ static void forged_parent_gives_wrong_answer(bool composite)
 	CHECKF(problem(j, n2, "parent link"), "verify did not report %s", n2);
 	json_decref(j);
 	s = open_at(&fx, base, composite ? 64 * fx.slot_bytes : 0, 0);
-	CHECK(s->scanned_records == 2 && !test_has_file(dir, n2));
+	CHECK(test_store_scanned(s) == 2 && !test_has_file(dir, n2));
 	sfx_restore(&fx, s, &a, 0, UINT64_MAX, 130, 40, 5, SEL_TIER_DISK, true, check_any);
 	close_store(s);
 	close(dfd);
@@ -246,7 +246,7 @@ static void compaction_truncates_through_symlink(void)
 	sel_published p = sfx_ckpt(&fx, &a, 200, 70, 1, 1);
 	put_wait(s, &p);
 	char dir[4096], name[SEL_RECORD_NAME_MAX], path[4200];
-	snprintf(dir, sizeof dir, "%s", s->disk_dir);
+	snprintf(dir, sizeof dir, "%s", test_store_dir(s));
 	close_store(s);
 	s = open_at(&fx, base, 0, 0); /* P indexed from the scan, with its row */
 	struct sel_disk_record_info ri;
@@ -294,7 +294,7 @@ static void read_follows_symlink_and_replaced_file(void)
 	sel_published pb = sfx_ckpt(&fx, &b, 200, 0, 2, 2);
 	put_wait(s, &pb);
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s", s->disk_dir);
+	snprintf(dir, sizeof dir, "%s", test_store_dir(s));
 	close_store(s);
 	s = open_at(&fx, base, 0, 0);
 	char na[SEL_RECORD_NAME_MAX], nb[SEL_RECORD_NAME_MAX], pa_path[4200], pb_path[4200],
@@ -433,7 +433,7 @@ static int open_child(void *arg)
 	sel_store *s;
 	if (sel_store_open(&cfg, &s) != 0)
 		return 2;
-	int kept = (int)s->scanned_records;
+	int kept = (int)test_store_scanned(s);
 	close_store(s);
 	return kept;
 }
@@ -447,7 +447,7 @@ static void with_fifo(struct sfx *fx, const char *base, char *fifo, size_t len)
 	sel_published p = sfx_ckpt(fx, &a, 200, 0, 1, 1);
 	put_wait(s, &p);
 	snprintf(fifo, len, "%s/0000000000000180-ffeeddccbbaa99887766554433221100.ckpt",
-		 s->disk_dir);
+		 test_store_dir(s));
 	close_store(s);
 	CHECK(mkfifo(fifo, 0644) == 0);
 	sfx_conv_free(&a);
@@ -573,7 +573,7 @@ static void tmp_directory_fails_gc(void)
 	sel_published p = sfx_ckpt(&fx, &a, 200, 0, 1, 1);
 	put_wait(s, &p);
 	char td[4300];
-	snprintf(td, sizeof td, "%s/.tmp-someones-directory", s->disk_dir);
+	snprintf(td, sizeof td, "%s/.tmp-someones-directory", test_store_dir(s));
 	close_store(s);
 	CHECK(mkdir(td, 0755) == 0);
 	for (int round = 0; round < 2; round++) {
@@ -589,7 +589,7 @@ static void tmp_directory_fails_gc(void)
 	struct stat st;
 	CHECK(stat(td, &st) == 0 && S_ISDIR(st.st_mode));
 	s = open_at(&fx, base, 0, 0); /* and the server starts */
-	CHECK(s->scanned_records == 1);
+	CHECK(test_store_scanned(s) == 1);
 	close_store(s);
 	sfx_conv_free(&a);
 	test_rmtree(base);
@@ -675,7 +675,7 @@ static void gc_and_server_disagree(void)
 		}
 	}
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s", s->disk_dir);
+	snprintf(dir, sizeof dir, "%s", test_store_dir(s));
 	close_store(s);
 	int dfd = dir_fd(dir);
 	char nf[SEL_RECORD_NAME_MAX];
@@ -760,7 +760,7 @@ static void sparse_record_evicts_everything(void)
 		put_wait(s, &p);
 	}
 	char dir[4096];
-	snprintf(dir, sizeof dir, "%s", s->disk_dir);
+	snprintf(dir, sizeof dir, "%s", test_store_dir(s));
 	close_store(s);
 	sel_store_config cfg = sfx_config(&fx, false);
 	sel_record_ns ns;
@@ -787,8 +787,8 @@ static void sparse_record_evicts_everything(void)
 	CHECKF(read < (json_int_t)(1 << 20), "verify read %lld bytes", (long long)read);
 	json_decref(j);
 	s = open_at(&fx, base, 0, limit);
-	CHECKF(s->scanned_records == 6, "the startup kept %" PRIu64 " records of the 6 good ones",
-	       s->scanned_records);
+	CHECKF(test_store_scanned(s) == 6, "the startup kept %" PRIu64 " records of the 6 good ones",
+	       test_store_scanned(s));
 	sel_stats st;
 	sel_store_stats(s, &st);
 	CHECK(st.tier[SEL_TIER_DISK].evicted == 0);

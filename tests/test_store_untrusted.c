@@ -120,7 +120,7 @@ static void write_all(struct run *r)
 	cfg.disk_limit = 1ull << 30;
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
-	snprintf(r->dir, sizeof r->dir, "%s", s->disk_dir);
+	snprintf(r->dir, sizeof r->dir, "%s", test_store_dir(s));
 	for (size_t b0 = 0; b0 < r->n; b0 += BATCH) {
 		size_t nb = r->n - b0 < BATCH ? r->n - b0 : BATCH;
 		sel_published todo[3 * BATCH];
@@ -490,7 +490,7 @@ int main(void)
 
 	/* The scan meets those; then the other half lies under a live store. */
 	sel_store *s = open_store(&r);
-	uint64_t scanned = s->scanned_records;
+	uint64_t scanned = test_store_scanned(s);
 	mutate_phase(&r, true);
 	test_tree_hash(r.decoy, decoy_before); /* the links' targets are in it now */
 	restore_all(&r, s, "live store (scan-time and runtime lies)");

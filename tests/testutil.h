@@ -110,4 +110,26 @@ void test_wait_thread_gone(int tid);
  * the builds whose module checkers abort (SEL_DEBUG_CHECKS). */
 bool test_aborts(void (*fn)(void *), void *arg, const char *want);
 
+/* What sel_store_describe says of a store's disk tier: its namespace
+ * directory (NULL without one), its limit and the records its startup
+ * scan kept. */
+static inline const char *test_store_dir(sel_store *s)
+{
+	sel_store_info i;
+	sel_store_describe(s, &i);
+	return i.disk_dir;
+}
+static inline uint64_t test_store_limit(sel_store *s)
+{
+	sel_store_info i;
+	sel_store_describe(s, &i);
+	return i.disk_limit;
+}
+static inline uint64_t test_store_scanned(sel_store *s)
+{
+	sel_store_info i;
+	sel_store_describe(s, &i);
+	return i.scanned_records;
+}
+
 #endif

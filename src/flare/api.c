@@ -534,37 +534,19 @@ fail:
 	return -EINVAL;
 }
 
-int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
-		    const struct flare_api_limits *lim, struct flare_api_request *out,
-		    struct flare_api_error *err)
+/* model (when the server names one) and n, with best_of (completions)
+ * that may only repeat it. */
+static int read_model_n(json_t *root, const struct flare_api_limits *lim,
+			struct flare_api_request *out, struct flare_api_error *err)
 {
-	memset(out, 0, sizeof *out);
-	memset(err, 0, sizeof *err);
-	out->kind = kind;
-	out->n = 1;
-	struct parts parts = {0};
-	json_error_t jerr;
-	json_t *root = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
-	const char *prompt_field = kind == FLARE_API_CHAT ? "messages" : "prompt";
-	if (!root)
-		FAIL(400, NULL, NULL, "request body is not valid JSON: %s (line %d, column %d)",
-		     jerr.text, jerr.line, jerr.column);
-	if (!json_is_object(root))
-		FAIL(400, NULL, NULL, "request body must be a JSON object, not %s", json_type_name(root));
-	if (check_known(root, kind, err))
-		goto fail;
-
 	json_t *v = member(root, "model");
 	if (v && !json_is_string(v))
 		FAIL(400, "model", NULL, "model must be a string, not %s", json_type_name(v));
 	if (v && lim->model && strcmp(json_string_value(v), lim->model))
 		FAIL(404, "model", "model_not_found", "model '%.200s' does not exist; this server serves '%s'",
 		     json_string_value(v), lim->model);
-
 	if (refuse_unsupported(root, err))
 		goto fail;
-
-	/* n, and best_of (completions) that may only repeat it. */
 	int64_t x = 1;
 	bool have = false;
 	if (read_uint(root, "n", 1, FLARE_API_N_MAX, &x, &have, err))
@@ -574,9 +556,19 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 	    !(json_is_integer(v) && json_integer_value(v) == (json_int_t)out->n))
 		FAIL(400, "best_of", NULL, "best_of must equal n (%u): choosing the best of more "
 		     "choices is not implemented", out->n);
+	return 0;
+fail:
+	return -EINVAL;
+}
 
-	/* The prompts. */
-	v = json_object_get(root, prompt_field);
+/* The prompts: completions' prompt, or the chat's messages through the
+ * template; n choices each, within the request's bound. */
+static int read_prompt_field(json_t *root, enum flare_api_kind kind,
+			     const struct flare_api_limits *lim, struct parts *parts,
+			     struct flare_api_request *out, struct flare_api_error *err)
+{
+	const char *prompt_field = kind == FLARE_API_CHAT ? "messages" : "prompt";
+	json_t *v = json_object_get(root, prompt_field);
 	if (!v || json_is_null(v))
 		FAIL(400, prompt_field, NULL, "%s is required", prompt_field);
 	if (kind == FLARE_API_COMPLETIONS) {
@@ -585,9 +577,9 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 	} else {
 		if (!json_is_array(v))
 			FAIL(400, "messages", NULL, "messages must be an array, not %s", json_type_name(v));
-		if (read_messages(v, &parts, err))
+		if (read_messages(v, parts, err))
 			goto fail;
-		size_t n = hel_chat_template(parts.msgs, parts.n, true, NULL, 0);
+		size_t n = hel_chat_template(parts->msgs, parts->n, true, NULL, 0);
 		if (n >= lim->max_context)
 			FAIL(400, "messages", "context_length_exceeded",
 			     "messages are %zu tokens; the context holds %" PRIu64 " including the reply",
@@ -596,18 +588,26 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 		    !(out->prompts[0].tokens = malloc(n * sizeof *out->prompts[0].tokens)))
 			FAIL(500, NULL, NULL, "out of memory");
 		out->n_prompts = 1;
-		out->prompts[0].n = (uint32_t)hel_chat_template(parts.msgs, parts.n, true,
+		out->prompts[0].n = (uint32_t)hel_chat_template(parts->msgs, parts->n, true,
 								 out->prompts[0].tokens, n);
 	}
 	if ((uint64_t)out->n_prompts * out->n > FLARE_API_CHOICES_MAX)
 		FAIL(400, "n", NULL, "%u prompts with n %u make %u choices; at most %d per request",
 		     out->n_prompts, out->n, out->n_prompts * out->n, FLARE_API_CHOICES_MAX);
+	return 0;
+fail:
+	return -EINVAL;
+}
 
-	/* max_tokens (chat: max_completion_tokens wins); by default what the
-	 * context leaves. */
+/* max_tokens (chat: max_completion_tokens wins); by default what the
+ * context leaves each prompt. */
+static int read_max_tokens(json_t *root, enum flare_api_kind kind,
+			   const struct flare_api_limits *lim, struct flare_api_request *out,
+			   struct flare_api_error *err)
+{
 	int64_t mt = 0;
 	const char *mt_field = "max_tokens";
-	have = false;
+	bool have = false;
 	if (kind == FLARE_API_CHAT) {
 		if (read_uint(root, "max_completion_tokens", 1, INT64_MAX, &mt, &have, err))
 			goto fail;
@@ -626,8 +626,16 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 			     p->n, room, lim->max_context);
 		p->max_tokens = have ? (uint32_t)mt : (uint32_t)(room < UINT32_MAX ? room : UINT32_MAX);
 	}
+	return 0;
+fail:
+	return -EINVAL;
+}
 
-	/* Sampling. */
+/* Sampling: temperature, seed, stop sequences, logprobs. */
+static int read_sampling(json_t *root, enum flare_api_kind kind, struct flare_api_request *out,
+			 struct flare_api_error *err)
+{
+	json_t *v;
 	out->sampler.temperature = 1.0;
 	if ((v = member(root, "temperature"))) {
 		if (!json_is_number(v))
@@ -646,12 +654,19 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 	}
 	if (read_stop(root, &out->stop, err) || read_logprobs(root, kind, out, err))
 		goto fail;
+	return 0;
+fail:
+	return -EINVAL;
+}
 
-	/* Streaming. */
-	if (read_bool(root, "stream", &out->stream, err))
-		goto fail;
-	/* ignore_eos (vLLM's extension, for benchmarks): run to max_tokens. */
-	if (read_bool(root, "ignore_eos", &out->ignore_eos, err))
+/* Streaming: stream, ignore_eos (vLLM's extension, for benchmarks: run to
+ * max_tokens), stream_options. */
+static int read_streaming(json_t *root, struct flare_api_request *out,
+			  struct flare_api_error *err)
+{
+	json_t *v;
+	if (read_bool(root, "stream", &out->stream, err) ||
+	    read_bool(root, "ignore_eos", &out->ignore_eos, err))
 		goto fail;
 	if ((v = member(root, "stream_options"))) {
 		if (!out->stream)
@@ -672,8 +687,14 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 		json_t *iu = member(v, "include_usage");
 		out->include_usage = iu && json_is_true(iu);
 	}
+	return 0;
+fail:
+	return -EINVAL;
+}
 
-	/* The cache salt: cache_salt, else user (tenants never share prefixes). */
+/* The cache salt: cache_salt, else user (tenants never share prefixes). */
+static int read_salt(json_t *root, struct flare_api_request *out, struct flare_api_error *err)
+{
 	json_t *salt = member(root, "cache_salt");
 	const char *salt_field = "cache_salt";
 	if (salt) {
@@ -700,6 +721,32 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 		memcpy(out->salt, json_string_value(salt), sl + 1);
 		out->salt_len = sl;
 	}
+	return 0;
+fail:
+	return -EINVAL;
+}
+
+int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
+		    const struct flare_api_limits *lim, struct flare_api_request *out,
+		    struct flare_api_error *err)
+{
+	memset(out, 0, sizeof *out);
+	memset(err, 0, sizeof *err);
+	out->kind = kind;
+	out->n = 1;
+	struct parts parts = {0};
+	json_error_t jerr;
+	json_t *root = json_loadb(body, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		FAIL(400, NULL, NULL, "request body is not valid JSON: %s (line %d, column %d)",
+		     jerr.text, jerr.line, jerr.column);
+	if (!json_is_object(root))
+		FAIL(400, NULL, NULL, "request body must be a JSON object, not %s", json_type_name(root));
+	if (check_known(root, kind, err) || read_model_n(root, lim, out, err) ||
+	    read_prompt_field(root, kind, lim, &parts, out, err) ||
+	    read_max_tokens(root, kind, lim, out, err) || read_sampling(root, kind, out, err) ||
+	    read_streaming(root, out, err) || read_salt(root, out, err))
+		goto fail;
 	parts_free(&parts);
 	json_decref(root);
 	return 0;

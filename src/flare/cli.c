@@ -19,17 +19,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-static int cli_bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cli_bad(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	flare_message_tidy(err, errlen);
-	return -EINVAL;
-}
-
 static const struct flare_option core_option = {
 	FLARE_OPT_CORE, NULL, "CORE", NULL, NULL, FLARE_K_PATH, 0, 0, false, "the built-in tiny core",
 	"core file to serve",
@@ -40,7 +29,7 @@ static int set_value(struct flare_settings *out, const struct flare_option *o, c
 {
 	char why[768];
 	if (flare_settings_set(out, o, value, FLARE_V_TEXT, why, sizeof why))
-		return cli_bad(err, errlen, "%s: %s", name, why);
+		return flare_bad(err, errlen, "%s: %s", name, why);
 	return 0;
 }
 
@@ -53,7 +42,7 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 		const char *a = argv[i];
 		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
 			if (out->set & (1u << FLARE_OPT_CORE))
-				return cli_bad(err, errlen,
+				return flare_bad(err, errlen,
 					       "unexpected argument '%s' (CORE was already given as '%s')",
 					       a, out->core);
 			int rc = set_value(out, &core_option, "CORE", a, err, errlen);
@@ -71,13 +60,13 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 		size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
 		const struct flare_option *o = flare_option_by_flag(a, nlen);
 		if (!o)
-			return cli_bad(err, errlen, "unknown flag '%.*s' (flare run --help lists them)",
+			return flare_bad(err, errlen, "unknown flag '%.*s' (flare run --help lists them)",
 				       (int)nlen, a);
 		char name[64];
 		snprintf(name, sizeof name, "%s", o->flag);
 		if (o->kind == FLARE_K_NONE) {
 			if (eq)
-				return cli_bad(err, errlen, "%s: takes no value (got '%s')", name, eq + 1);
+				return flare_bad(err, errlen, "%s: takes no value (got '%s')", name, eq + 1);
 			if (o->id == FLARE_OPT_HELP)
 				return FLARE_CLI_HELP;
 			continue;
@@ -97,7 +86,7 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 				value = argv[++i];
 		} else {
 			if (i + 1 >= argc)
-				return cli_bad(err, errlen, "%s: missing value (%s %s)", name, name,
+				return flare_bad(err, errlen, "%s: missing value (%s %s)", name, name,
 					       o->metavar);
 			value = argv[++i];
 		}

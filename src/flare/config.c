@@ -43,9 +43,7 @@ static int perr(struct parser *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	snprintf(p->err, p->errlen, "%s:%u: %s", p->file, p->line, msg);
-	flare_message_tidy(p->err, p->errlen);
-	return -EINVAL;
+	return flare_bad(p->err, p->errlen, "%s:%u: %s", p->file, p->line, msg);
 }
 
 static bool is_bare(char c)
@@ -221,26 +219,166 @@ static int read_integer(struct parser *p, const char *key, const char **sp, cons
 	return 0;
 }
 
-int flare_config_parse(const char *text, size_t len, const char *filename,
-		       struct flare_settings *out, char *err, size_t errlen)
-{
-	struct parser p = {filename ? filename : "config", 0, err, errlen};
-	char section[64] = "";
-	bool in_section = false;
-	unsigned key_line[FLARE_OPT_COUNT] = {0};
+/* What the parse has seen so far. */
+struct cstate {
+	struct parser p;
+	char section[64];
+	bool in_section;
+	unsigned key_line[FLARE_OPT_COUNT];
 	struct {
 		char name[64];
 		unsigned line;
 	} seen[8];
-	size_t nseen = 0;
-	char *value = malloc(VALUE_MAX);
+	size_t nseen;
+	char *value; /* VALUE_MAX bytes: the value being read */
+	struct flare_settings *out;
+};
+
+/* A section header "[name]" in s..end: 0 or an error. */
+static int parse_section(struct cstate *c, const char *s, const char *end)
+{
+	struct parser *p = &c->p;
+	char piece[96];
+	if (s + 1 < end && s[1] == '[')
+		return perr(p, "arrays of tables ([[...]]) are not supported");
+	const char *n0 = skip_ws(s + 1, end), *n1 = n0;
+	while (n1 < end && is_bare(*n1))
+		n1++;
+	const char *close = skip_ws(n1, end);
+	if (n1 < end && (*n1 == '.' || *n1 == '"' || *n1 == '\''))
+		return perr(p, "section '%s': dotted and quoted section names are not supported",
+			    quote_piece(s, end, piece, sizeof piece));
+	if (n1 == n0 || close >= end || *close != ']')
+		return perr(p, "'%s' is not a section header ([name])",
+			    quote_piece(s, end, piece, sizeof piece));
+	if (!rest_is_empty(close + 1, end))
+		return perr(p, "unexpected text after the section header [%.*s]", (int)(n1 - n0), n0);
+	size_t nlen = (size_t)(n1 - n0);
+	if (nlen >= sizeof c->section)
+		return perr(p, "unknown section [%.40s...]", n0);
+	memcpy(c->section, n0, nlen);
+	c->section[nlen] = '\0';
+	if (strcmp(c->section, "server") && strcmp(c->section, "prefix_cache"))
+		return perr(p, "unknown section [%s] (known: [server], [prefix_cache])", c->section);
+	for (size_t i = 0; i < c->nseen; i++)
+		if (!strcmp(c->seen[i].name, c->section))
+			return perr(p, "section [%s] appears twice (first on line %u)", c->section,
+				    c->seen[i].line);
+	snprintf(c->seen[c->nseen].name, sizeof c->seen[c->nseen].name, "%s", c->section);
+	c->seen[c->nseen++].line = p->line;
+	c->in_section = true;
+	return 0;
+}
+
+/* The key of a "key = value" line: its option, "section.key" in qkey and
+ * where the value starts.  0 or an error. */
+static int parse_key(struct cstate *c, const char *s, const char *end,
+		     const struct flare_option **o, char qkey[160], const char **v)
+{
+	struct parser *p = &c->p;
+	char piece[96], key[64];
+	const char *k1 = s;
+	while (k1 < end && is_bare(*k1))
+		k1++;
+	if (k1 == s) {
+		if (*s == '"' || *s == '\'')
+			return perr(p, "quoted keys are not supported");
+		return perr(p, "'%s' is not a 'key = value' line", quote_piece(s, end, piece, sizeof piece));
+	}
+	size_t klen = (size_t)(k1 - s);
+	snprintf(key, sizeof key, "%.*s", (int)(klen < 63 ? klen : 63), s);
+	const char *eq = skip_ws(k1, end);
+	if (eq < end && *eq == '.')
+		return perr(p, "%s: dotted keys are not supported", key);
+	if (eq >= end || *eq != '=')
+		return perr(p, "%s: expected '=' after the key", key);
+	if (!c->in_section)
+		return perr(p, "key '%s' outside a section (put it under [server] or [prefix_cache])", key);
+	*o = klen < 63 ? flare_option_by_key(c->section, key) : NULL;
+	if (!*o)
+		return perr(p, "unknown key '%s' in [%s]", key, c->section);
+	snprintf(qkey, 160, "%s.%s", c->section, key);
+	if (c->key_line[(*o)->id])
+		return perr(p, "%s: set twice (first on line %u)", qkey, c->key_line[(*o)->id]);
+	c->key_line[(*o)->id] = p->line;
+	*v = skip_ws(eq + 1, end);
+	return 0;
+}
+
+/* The value at v into c->value and its TOML type: 0 or an error. */
+static int parse_value(struct cstate *c, const char *qkey, const char *v, const char *end,
+		       enum flare_vtype *vt)
+{
+	struct parser *p = &c->p;
+	char piece[96];
 	int rc = 0;
-	if (!value) {
-		snprintf(err, errlen, "%s: out of memory", p.file);
+	*vt = FLARE_V_STRING;
+	if (v >= end || *v == '#')
+		return perr(p, "%s: expected a value after '='", qkey);
+	if (*v == '"' || *v == '\'') {
+		rc = read_string(p, qkey, &v, end, c->value);
+	} else if ((*v >= '0' && *v <= '9') || *v == '+' || *v == '-') {
+		*vt = FLARE_V_INTEGER;
+		rc = read_integer(p, qkey, &v, end, c->value);
+	} else if (end - v >= 4 && !memcmp(v, "true", 4) && (end - v == 4 || !is_bare(v[4]))) {
+		*vt = FLARE_V_BOOL;
+		strcpy(c->value, "true");
+		v += 4;
+	} else if (end - v >= 5 && !memcmp(v, "false", 5) && (end - v == 5 || !is_bare(v[5]))) {
+		*vt = FLARE_V_BOOL;
+		strcpy(c->value, "false");
+		v += 5;
+	} else if (*v == '[') {
+		return perr(p, "%s: arrays are not supported", qkey);
+	} else if (*v == '{') {
+		return perr(p, "%s: inline tables are not supported", qkey);
+	} else {
+		return perr(p, "%s: '%s' is not a value (strings need quotes: \"%s\")", qkey,
+			    quote_piece(v, end, piece, sizeof piece), piece);
+	}
+	if (rc)
+		return rc;
+	if (!rest_is_empty(v, end))
+		return perr(p, "%s: unexpected text after the value: '%s'", qkey,
+			    quote_piece(skip_ws(v, end), end, piece, sizeof piece));
+	if (*vt == FLARE_V_INTEGER && c->value[0] == '-')
+		return perr(p, "%s: %s is negative", qkey, c->value);
+	return 0;
+}
+
+/* One line (without its newline): a comment, a section header or a
+ * setting.  0 or an error. */
+static int parse_line(struct cstate *c, const char *pos, const char *end)
+{
+	if (end > pos && memchr(pos, '\0', (size_t)(end - pos)))
+		return perr(&c->p, "NUL byte in the file");
+	const char *s = skip_ws(pos, end);
+	if (s == end || *s == '#')
+		return 0;
+	if (*s == '[')
+		return parse_section(c, s, end);
+	const struct flare_option *o = NULL;
+	const char *v = NULL;
+	char qkey[160], why[768];
+	enum flare_vtype vt = FLARE_V_STRING;
+	int rc;
+	if ((rc = parse_key(c, s, end, &o, qkey, &v)) || (rc = parse_value(c, qkey, v, end, &vt)))
+		return rc;
+	if (flare_settings_set(c->out, o, c->value, vt, why, sizeof why))
+		return perr(&c->p, "%s: %s", qkey, why);
+	return 0;
+}
+
+int flare_config_parse(const char *text, size_t len, const char *filename,
+		       struct flare_settings *out, char *err, size_t errlen)
+{
+	struct cstate c = {.p = {filename ? filename : "config", 0, err, errlen}, .out = out};
+	int rc = 0;
+	if (!(c.value = malloc(VALUE_MAX))) {
+		snprintf(err, errlen, "%s: out of memory", c.p.file);
 		return -ENOMEM;
 	}
 	memset(out, 0, sizeof *out);
-
 	const char *pos = text, *end_all = text + len;
 	/* A UTF-8 byte order mark is allowed at the very start. */
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
@@ -248,157 +386,13 @@ int flare_config_parse(const char *text, size_t len, const char *filename,
 	while (pos < end_all && !rc) {
 		const char *nl = memchr(pos, '\n', (size_t)(end_all - pos));
 		const char *end = nl ? nl : end_all;
-		const char *next = nl ? nl + 1 : end_all;
-		p.line++;
+		c.p.line++;
 		if (end > pos && end[-1] == '\r')
 			end--;
-		if (end > pos && memchr(pos, '\0', (size_t)(end - pos))) {
-			rc = perr(&p, "NUL byte in the file");
-			break;
-		}
-		const char *s = skip_ws(pos, end);
-		pos = next;
-		if (s == end || *s == '#')
-			continue;
-		char piece[96];
-
-		if (*s == '[') {
-			if (s + 1 < end && s[1] == '[') {
-				rc = perr(&p, "arrays of tables ([[...]]) are not supported");
-				break;
-			}
-			const char *n0 = skip_ws(s + 1, end), *n1 = n0;
-			while (n1 < end && is_bare(*n1))
-				n1++;
-			const char *close = skip_ws(n1, end);
-			if (n1 < end && (*n1 == '.' || *n1 == '"' || *n1 == '\'')) {
-				rc = perr(&p, "section '%s': dotted and quoted section names are not supported",
-					  quote_piece(s, end, piece, sizeof piece));
-				break;
-			}
-			if (n1 == n0 || close >= end || *close != ']') {
-				rc = perr(&p, "'%s' is not a section header ([name])",
-					  quote_piece(s, end, piece, sizeof piece));
-				break;
-			}
-			if (!rest_is_empty(close + 1, end)) {
-				rc = perr(&p, "unexpected text after the section header [%.*s]",
-					  (int)(n1 - n0), n0);
-				break;
-			}
-			size_t nlen = (size_t)(n1 - n0);
-			if (nlen >= sizeof section) {
-				rc = perr(&p, "unknown section [%.40s...]", n0);
-				break;
-			}
-			memcpy(section, n0, nlen);
-			section[nlen] = '\0';
-			if (strcmp(section, "server") && strcmp(section, "prefix_cache")) {
-				rc = perr(&p, "unknown section [%s] (known: [server], [prefix_cache])", section);
-				break;
-			}
-			for (size_t i = 0; i < nseen; i++)
-				if (!strcmp(seen[i].name, section)) {
-					rc = perr(&p, "section [%s] appears twice (first on line %u)", section,
-						  seen[i].line);
-					break;
-				}
-			if (rc)
-				break;
-			snprintf(seen[nseen].name, sizeof seen[nseen].name, "%s", section);
-			seen[nseen++].line = p.line;
-			in_section = true;
-			continue;
-		}
-
-		/* key = value */
-		const char *k0 = s, *k1 = s;
-		while (k1 < end && is_bare(*k1))
-			k1++;
-		if (k1 == k0) {
-			if (*s == '"' || *s == '\'')
-				rc = perr(&p, "quoted keys are not supported");
-			else
-				rc = perr(&p, "'%s' is not a 'key = value' line",
-					  quote_piece(s, end, piece, sizeof piece));
-			break;
-		}
-		char key[64];
-		size_t klen = (size_t)(k1 - k0);
-		snprintf(key, sizeof key, "%.*s", (int)(klen < 63 ? klen : 63), k0);
-		const char *eq = skip_ws(k1, end);
-		if (eq < end && *eq == '.') {
-			rc = perr(&p, "%s: dotted keys are not supported", key);
-			break;
-		}
-		if (eq >= end || *eq != '=') {
-			rc = perr(&p, "%s: expected '=' after the key", key);
-			break;
-		}
-		if (!in_section) {
-			rc = perr(&p, "key '%s' outside a section (put it under [server] or [prefix_cache])",
-				  key);
-			break;
-		}
-		const struct flare_option *o = klen < 63 ? flare_option_by_key(section, key) : NULL;
-		if (!o) {
-			rc = perr(&p, "unknown key '%s' in [%s]", key, section);
-			break;
-		}
-		char qkey[160];
-		snprintf(qkey, sizeof qkey, "%s.%s", section, key);
-		if (key_line[o->id]) {
-			rc = perr(&p, "%s: set twice (first on line %u)", qkey, key_line[o->id]);
-			break;
-		}
-		key_line[o->id] = p.line;
-
-		const char *v = skip_ws(eq + 1, end);
-		enum flare_vtype vt = FLARE_V_STRING;
-		if (v >= end || *v == '#') {
-			rc = perr(&p, "%s: expected a value after '='", qkey);
-			break;
-		}
-		if (*v == '"' || *v == '\'') {
-			vt = FLARE_V_STRING;
-			rc = read_string(&p, qkey, &v, end, value);
-		} else if ((*v >= '0' && *v <= '9') || *v == '+' || *v == '-') {
-			vt = FLARE_V_INTEGER;
-			rc = read_integer(&p, qkey, &v, end, value);
-		} else if (end - v >= 4 && !memcmp(v, "true", 4) && (end - v == 4 || !is_bare(v[4]))) {
-			vt = FLARE_V_BOOL;
-			strcpy(value, "true");
-			v += 4;
-		} else if (end - v >= 5 && !memcmp(v, "false", 5) && (end - v == 5 || !is_bare(v[5]))) {
-			vt = FLARE_V_BOOL;
-			strcpy(value, "false");
-			v += 5;
-		} else if (*v == '[') {
-			rc = perr(&p, "%s: arrays are not supported", qkey);
-		} else if (*v == '{') {
-			rc = perr(&p, "%s: inline tables are not supported", qkey);
-		} else {
-			rc = perr(&p, "%s: '%s' is not a value (strings need quotes: \"%s\")", qkey,
-				  quote_piece(v, end, piece, sizeof piece), piece);
-		}
-		if (rc)
-			break;
-		if (!rest_is_empty(v, end)) {
-			rc = perr(&p, "%s: unexpected text after the value: '%s'", qkey,
-				  quote_piece(skip_ws(v, end), end, piece, sizeof piece));
-			break;
-		}
-		if (vt == FLARE_V_INTEGER && value[0] == '-') {
-			rc = perr(&p, "%s: %s is negative", qkey, value);
-			break;
-		}
-		char why[768];
-		if (flare_settings_set(out, o, value, vt, why, sizeof why)) {
-			rc = perr(&p, "%s: %s", qkey, why);
-			break;
-		}
+		rc = parse_line(&c, pos, end);
+		pos = nl ? nl + 1 : end_all;
 	}
-	free(value);
+	free(c.value);
 	return rc;
 }
 

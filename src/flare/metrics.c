@@ -115,9 +115,9 @@ static void hist(struct flare_buf *out, const char *name, const char *help, cons
 	hist_samples(out, name, NULL, h);
 }
 
-static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
+/* The store's pool and its disk tier's I/O path. */
+static void store_pool_metrics(struct flare_buf *out, const sel_stats *s)
 {
-	const sel_stats *s = &st->store;
 	char l[96];
 
 	GAUGE("flare_host_cache_slots_in_use",
@@ -138,6 +138,13 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	      "DRAM-only records of a composite store now: complete in memory, their files not written "
 	      "yet.",
 	      s->parked_records);
+}
+
+/* What the store was asked and did: outcomes, lookups, fetches, copies. */
+static void store_call_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	const sel_stats *s = &st->store;
+	char l[96];
 
 	family(out, "flare_host_cache_store_outcomes_total", "counter",
 	       "Checkpoints offered to the store, by the outcome of the offer, and copies deferred after "
@@ -197,6 +204,13 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 		"Bytes a composite store read from its disk tier into its memory tier (part of "
 		"bytes_in_total{tier=\"nvme\"}).",
 		s->read_through_bytes);
+}
+
+/* Per tier: records, bytes, retention, the fitted estimates, restore times. */
+static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	const sel_stats *s = &st->store;
+	char l[96];
 
 	TIER("flare_host_cache_records", "gauge",
 	     "Records indexed in the tier now (nvme: includes reservations of DRAM-only records).",
@@ -257,11 +271,15 @@ static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	}
 }
 
-void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
-			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
+static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
-	char l[96];
+	store_pool_metrics(out, &st->store);
+	store_call_metrics(out, st);
+	store_tier_metrics(out, st);
+}
 
+static void request_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
 	/* Requests and tokens. */
 	COUNTER("flare_requests_submitted_total", "Requests (choices) the engine accepted.",
 		st->requests_submitted);
@@ -293,7 +311,10 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	COUNTER("flare_branched_reused_tokens_total",
 		"Prompt tokens those branched requests reused from the GPU cache.",
 		st->branched_reused_tokens);
+}
 
+static void latency_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
 	/* Latencies, vLLM's set. */
 	hist(out, "flare_time_to_first_token_seconds",
 	     "Requests by seconds from submission to their first token.", &st->ttft);
@@ -307,7 +328,10 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	hist(out, "flare_request_prefill_time_seconds",
 	     "Requests by seconds from admission to their first token (prefill, restores included).",
 	     &st->prefill_time);
+}
 
+static void gpu_cache_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
 	/* The GPU checkpoint cache. */
 	COUNTER("flare_gpu_cache_lookups_total", "GPU checkpoint cache lookups at admission.",
 		st->gpu_lookups);
@@ -324,6 +348,11 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache now.", st->gpu_checkpoints);
 	COUNTER("flare_gpu_cache_evictions_total", "GPU checkpoints evicted or compacted.",
 		st->gpu_evictions);
+}
+
+static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	char l[96];
 
 	/* The host prefix cache, as the scheduler sees it (design 2.7). */
 	GAUGE("flare_host_cache_enabled",
@@ -367,9 +396,10 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		snprintf(l, sizeof l, "reason=\"%s\"", sel_retry_reason_name((sel_retry_reason)r));
 		val(out, "flare_host_cache_retry_abandoned_total", l, st->retry_abandoned[r]);
 	}
+}
 
-	store_metrics(out, st);
-
+static void process_metrics(struct flare_buf *out, const hel_engine_stats *st, const struct flare_metrics_info *info)
+{
 	/* The model worker's loop: a caller that must see every publication
 	 * offered and every copy-out reported waits for quiet (engine.h). */
 	COUNTER("flare_worker_loops_total", "Iterations of the model worker's loop.", st->loops);
@@ -391,6 +421,11 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	flare_buf_puts(out, "} 1\n");
 	GAUGE("flare_host_cache_slot_bytes", "Bytes per host pool slot (one page record).",
 	      info ? info->slot_bytes : 0);
+}
+
+static void http_metrics(struct flare_buf *out, const struct flare_http_stats *http)
+{
+	char l[96];
 
 	/* The HTTP front end. */
 	struct flare_http_stats none = {0};
@@ -415,4 +450,16 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 		http->buffer_refusals);
 	COUNTER("flare_http_unauthorized_total",
 		"Requests refused with 401 for a missing or wrong API key.", http->unauthorized);
+}
+
+void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
+			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
+{
+	request_metrics(out, st);
+	latency_metrics(out, st);
+	gpu_cache_metrics(out, st);
+	host_cache_metrics(out, st);
+	store_metrics(out, st);
+	process_metrics(out, st, info);
+	http_metrics(out, http);
 }

@@ -55,47 +55,9 @@
  *   3. The exit status is 2 only for bad arguments, before any directory is
  *      touched.
  */
-#include "flare/records.h"
+#include "flare/records_int.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <jansson.h>
-#include <limits.h>
-#include <stdarg.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "eos.h"
-#include "flare/settings.h"
-#include "expiry.h"
-#include "index.h"
-#include "record.h"
-#include "recovery.h"
-
-#define NS 1000000000ull
-#define TOP_CHAINS 10
-
-/* ---- Arguments -------------------------------------------------------------- */
-
-enum rcmd { R_LS, R_VERIFY, R_STAT, R_GC };
 static const char *const cmd_names[] = {"ls", "verify", "stat", "gc"};
-
-struct ropts {
-	enum rcmd cmd;
-	const char *dir;
-	bool json, dry_run;
-	bool age, limit;     /* given (--max-age off counts as not given) */
-	uint64_t max_age_ns; /* when age */
-	uint64_t limit_bytes;
-	char age_text[64], limit_text[64];
-};
-
-#define R_HELP 1
-
 void flare_records_help(FILE *f)
 {
 	fprintf(f,
@@ -137,17 +99,6 @@ void flare_records_help(FILE *f)
 		"failed, or verify found a problem; 2 bad arguments.\n");
 }
 
-static int bad_arg(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad_arg(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	flare_message_tidy(err, len);
-	return -EINVAL;
-}
-
 /* Copy src into dst[cap], cut to fit (names here are bounded already). */
 static void copy_str(char *dst, size_t cap, const char *src)
 {
@@ -164,7 +115,7 @@ static int gc_value(enum flare_opt id, const char *flag, const char *v, struct f
 {
 	char why[768];
 	if (flare_settings_set(s, flare_option_get(id), v, FLARE_V_TEXT, why, sizeof why))
-		return bad_arg(err, len, "%s: %s", flag, why);
+		return flare_bad(err, len, "%s: %s", flag, why);
 	return 0;
 }
 
@@ -172,7 +123,7 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 {
 	memset(o, 0, sizeof *o);
 	if (argc < 2)
-		return bad_arg(err, len, "missing command (ls, verify, stat or gc)");
+		return flare_bad(err, len, "missing command (ls, verify, stat or gc)");
 	const char *c = argv[1];
 	if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help"))
 		return R_HELP;
@@ -181,7 +132,7 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		if (!strcmp(c, cmd_names[k]))
 			break;
 	if (k == sizeof cmd_names / sizeof cmd_names[0])
-		return bad_arg(err, len, "unknown command '%s' (ls, verify, stat or gc)", c);
+		return flare_bad(err, len, "unknown command '%s' (ls, verify, stat or gc)", c);
 	o->cmd = (enum rcmd)k;
 	struct flare_settings s;
 	flare_settings_defaults(&s);
@@ -190,10 +141,10 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		const char *a = argv[i];
 		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
 			if (o->dir)
-				return bad_arg(err, len, "unexpected argument '%s' (DIR was already given "
+				return flare_bad(err, len, "unexpected argument '%s' (DIR was already given "
 					       "as '%s')", a, o->dir);
 			if (!*a)
-				return bad_arg(err, len, "DIR: '' is not a directory name");
+				return flare_bad(err, len, "DIR: '' is not a directory name");
 			o->dir = a;
 			continue;
 		}
@@ -210,11 +161,11 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		bool takes = !strcmp(flag, "--max-age") || !strcmp(flag, "--limit");
 		bool plain = !strcmp(flag, "--json") || !strcmp(flag, "--dry-run");
 		if (!takes && !plain)
-			return bad_arg(err, len, "unknown flag '%s' (flare records --help lists them)", flag);
+			return flare_bad(err, len, "unknown flag '%s' (flare records --help lists them)", flag);
 		if (plain && eq)
-			return bad_arg(err, len, "%s: takes no value (got '%s')", flag, eq + 1);
+			return flare_bad(err, len, "%s: takes no value (got '%s')", flag, eq + 1);
 		if (strcmp(flag, "--json") && o->cmd != R_GC)
-			return bad_arg(err, len, "%s: only gc takes it, not %s", flag, cmd_names[o->cmd]);
+			return flare_bad(err, len, "%s: only gc takes it, not %s", flag, cmd_names[o->cmd]);
 		if (!strcmp(flag, "--json")) {
 			o->json = true;
 		} else if (!strcmp(flag, "--dry-run")) {
@@ -226,7 +177,7 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 			else if (i + 1 < argc)
 				v = argv[++i];
 			else
-				return bad_arg(err, len, "%s: missing value (%s %s)", flag, flag,
+				return flare_bad(err, len, "%s: missing value (%s %s)", flag, flag,
 					       !strcmp(flag, "--limit") ? "SIZE" : "DURATION");
 			bool is_age = !strcmp(flag, "--max-age");
 			int rc = gc_value(is_age ? FLARE_OPT_MAX_AGE : FLARE_OPT_DISK_LIMIT, flag, v, &s,
@@ -245,23 +196,23 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		}
 	}
 	if (!o->dir)
-		return bad_arg(err, len, "%s: missing DIR (a record base or namespace directory)",
+		return flare_bad(err, len, "%s: missing DIR (a record base or namespace directory)",
 			       cmd_names[o->cmd]);
 	if (o->cmd == R_GC && !o->age && !o->limit)
-		return bad_arg(err, len, "gc: nothing to apply: give --max-age DURATION, --limit SIZE "
+		return flare_bad(err, len, "gc: nothing to apply: give --max-age DURATION, --limit SIZE "
 			       "or both");
 	return 0;
 }
 
 /* ---- Small formatting helpers ------------------------------------------------ */
 
-static const char *fmt_size(uint64_t b, char *buf, size_t len)
+const char *rec_fmt_size(uint64_t b, char *buf, size_t len)
 {
 	return eos_format_size(b, buf, len);
 }
 
 /* "42s", "17m", "5h", "3d" (rounded down). */
-static const char *fmt_age(uint64_t ns, char *buf, size_t len)
+const char *rec_fmt_age(uint64_t ns, char *buf, size_t len)
 {
 	uint64_t s = ns / NS;
 	if (s < 60)
@@ -284,69 +235,16 @@ static const char *fmt_key(const sel_key *k, char *buf, size_t len)
 	return buf;
 }
 
-static json_t *json_key(const sel_key *k)
+json_t *rec_json_key(const sel_key *k)
 {
 	char hex[2 * SEL_DIGEST_BYTES + 1];
 	sel_hex(k->digest.b, SEL_DIGEST_BYTES, hex);
 	return json_pack("{s:I, s:s}", "consumed", (json_int_t)k->consumed, "digest", hex);
 }
 
-static json_t *json_u64(uint64_t v) { return json_integer((json_int_t)v); }
 
-static uint64_t age_of(uint64_t now, uint64_t mtime) { return now > mtime ? now - mtime : 0; }
 
 /* ---- One namespace: lock, list, judge ---------------------------------------- */
-
-struct rfile {
-	char name[SEL_RECORD_NAME_MAX];
-	sel_key key;              /* from the name */
-	enum sel_check_kind kind; /* sel_record_check_file's verdict */
-	char *why;                /* its message; NULL when OK */
-	bool decoded;
-	sel_record_header h;
-	uint64_t size, mtime_ns;
-	bool has_row;
-	int fate;        /* 0, or the enum sel_scan_why the startup scan would remove it for */
-	int64_t parent;  /* linked parent among the valid files, -1 */
-	uint32_t children;
-	uint32_t depth;  /* 1 + the depth of its linked parent; 0 when not valid */
-};
-
-struct rother {
-	char *name;
-	uint64_t size, mtime_ns;
-};
-
-struct rns {
-	char path[PATH_MAX];
-	char name[SEL_RECORD_DIRNAME_MAX];
-	struct eos_dirlock lk;        /* lk.fd: the directory, locked unless unlocked */
-	bool unlocked;                /* a server holds the lock: read without it */
-	char *busy;                   /* the lock's message then */
-	char *error;                  /* why the namespace could not be worked on */
-	bool have_ns;                 /* ns describes it (from the header of ref) */
-	sel_record_ns ns;
-	char ref[SEL_RECORD_NAME_MAX];
-	size_t layout_votes;          /* headers that carry ns's layout ... */
-	size_t layout_files;          /* ... of those that name this directory */
-	char *undecided;              /* why no layout could be decided, or NULL */
-	struct rfile *f;              /* record-named entries, by name */
-	size_t nf;
-	struct rother *tmp, *other;   /* temporaries; names that are not ours */
-	size_t ntmp, nother;          /* (a '.tmp-*' directory is among the other) */
-	uint64_t bytes_read;
-	json_t *j;                    /* the namespace's JSON object */
-};
-
-struct run {
-	const struct ropts *o;
-	FILE *out, *err;
-	uint64_t now;
-	int status;
-	uint64_t problems;            /* verify */
-	json_t *root, *jns;
-};
-
 static void rns_free(struct rns *n)
 {
 	for (size_t i = 0; i < n->nf; i++)
@@ -376,7 +274,7 @@ static void rns_free(struct rns *n)
 
 /* Mark the namespace failed with the calling thread's eos message (or
  * msg), print it and set exit status 1. */
-static void ns_fail(struct run *r, struct rns *n, const char *msg)
+void rec_ns_fail(struct run *r, struct rns *n, const char *msg)
 {
 	if (!msg)
 		msg = eos_errmsg();
@@ -436,7 +334,7 @@ static int push_other(struct rother **v, size_t *n, size_t *cap, const char *nam
 }
 
 /* Read the namespace directory: record names, temporaries, the rest. */
-static int ns_list(struct rns *n)
+int rec_ns_list(struct rns *n)
 {
 	size_t cap = 0, tcap = 0, ocap = 0;
 	int rc = 0;
@@ -524,7 +422,7 @@ static bool same_ns(const sel_record_ns *a, const sel_record_ns *b)
  * ref is the first file (by name) that carries it.  Without a majority
  * (a tie) the layout is undecided: nothing is judged against it and gc
  * removes nothing. */
-static void ns_reference(struct rns *n)
+void rec_ns_reference(struct rns *n)
 {
 	struct vote {
 		sel_record_ns ns;
@@ -635,17 +533,17 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 	int rc = eos_dirlock_acquire(&n->lk, n->path);
 	if (rc == -EBUSY && reader)
 		rc = ns_open_unlocked(n);
-	if (rc != 0 || (rc = ns_list(n)) != 0) {
-		ns_fail(r, n, NULL);
+	if (rc != 0 || (rc = rec_ns_list(n)) != 0) {
+		rec_ns_fail(r, n, NULL);
 		return -1;
 	}
-	ns_reference(n);
+	rec_ns_reference(n);
 	for (size_t i = 0; i < n->nf; i++) {
 		struct rfile *f = &n->f[i];
 		struct sel_record_check c;
 		if ((rc = sel_record_check_file(n->lk.fd, f->name, n->have_ns ? &n->ns : NULL, payload,
 						&c)) != 0) {
-			ns_fail(r, n, NULL);
+			rec_ns_fail(r, n, NULL);
 			return -1;
 		}
 		f->kind = c.kind;
@@ -656,7 +554,7 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 		f->has_row = c.has_row;
 		n->bytes_read += c.bytes_read;
 		if (c.kind != SEL_CHECK_OK && !(f->why = strdup(c.why))) {
-			ns_fail(r, n, "out of memory");
+			rec_ns_fail(r, n, "out of memory");
 			return -1;
 		}
 		if (!n->have_ns && c.decoded && (c.kind == SEL_CHECK_OK || c.kind >= SEL_CHECK_NAME))
@@ -668,7 +566,7 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 		struct sel_scan_opts so = {.dry_run = true, .threads = 4, .on_remove = on_scan_remove,
 					   .ctx = n};
 		if (sel_record_scan(n->lk.fd, &n->ns, &so, &sc) != 0) {
-			ns_fail(r, n, NULL);
+			rec_ns_fail(r, n, NULL);
 			return -1;
 		}
 		sel_scan_free(&sc);
@@ -716,11 +614,11 @@ static json_t *json_layout(const sel_record_layout *l)
 {
 	json_t *planes = json_array(), *rows = json_array(), *units = json_array();
 	for (uint32_t r = 0; r < l->ranks; r++) {
-		json_array_append_new(planes, json_u64(l->n_planes[r]));
-		json_array_append_new(rows, json_u64(l->row_bytes[r]));
+		json_array_append_new(planes, rec_json_u64(l->n_planes[r]));
+		json_array_append_new(rows, rec_json_u64(l->row_bytes[r]));
 		json_t *u = json_array();
 		for (uint32_t p = 0; p < l->n_planes[r]; p++)
-			json_array_append_new(u, json_u64(l->unit[r][p]));
+			json_array_append_new(u, rec_json_u64(l->unit[r][p]));
 		json_array_append_new(units, u);
 	}
 	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "ranks", (json_int_t)l->ranks,
@@ -732,7 +630,7 @@ static json_t *json_layout(const sel_record_layout *l)
 }
 
 /* The namespace's JSON object with what every command reports. */
-static json_t *json_ns(const struct rns *n)
+json_t *rec_json_ns(const struct rns *n)
 {
 	json_t *j = json_pack("{s:s, s:s}", "name", n->name, "dir", n->path);
 	char idp[SEL_RECORD_ID_PREFIX_HEX + 1];
@@ -774,14 +672,14 @@ static void text_layout(struct run *r, const struct rns *n)
 	for (uint32_t k = 0; k < l->ranks && k < 8; k++)
 		fprintf(r->out, "%s%" PRIu64, k ? "+" : "", l->row_bytes[k]);
 	fprintf(r->out, "%s; page record %s, header %s\n", l->ranks > 8 ? "+..." : "",
-		fmt_size(l->sz.page_record, a, sizeof a), fmt_size(l->sz.header_bytes, b, sizeof b));
+		rec_fmt_size(l->sz.page_record, a, sizeof a), rec_fmt_size(l->sz.header_bytes, b, sizeof b));
 }
 
 /* ---- ls --------------------------------------------------------------------------- */
 
 static json_t *json_file(const struct run *r, const struct rfile *f)
 {
-	json_t *j = json_pack("{s:s, s:o}", "name", f->name, "key", json_key(&f->key));
+	json_t *j = json_pack("{s:s, s:o}", "name", f->name, "key", rec_json_key(&f->key));
 	json_object_set_new(j, "state", json_string(state_of(f)));
 	if (f->kind != SEL_CHECK_OK) {
 		json_object_set_new(j, "kind", json_string(sel_check_kind_name(f->kind)));
@@ -789,25 +687,25 @@ static json_t *json_file(const struct run *r, const struct rfile *f)
 	} else if (f->fate) {
 		json_object_set_new(j, "kind", json_string(sel_scan_why_name(f->fate)));
 	}
-	json_object_set_new(j, "bytes", json_u64(f->size));
-	json_object_set_new(j, "mtime_ns", json_u64(f->mtime_ns));
-	json_object_set_new(j, "age_s", json_u64(age_of(r->now, f->mtime_ns) / NS));
+	json_object_set_new(j, "bytes", rec_json_u64(f->size));
+	json_object_set_new(j, "mtime_ns", rec_json_u64(f->mtime_ns));
+	json_object_set_new(j, "age_s", rec_json_u64(rec_age_of(r->now, f->mtime_ns) / NS));
 	if (!f->decoded)
 		return j;
 	const sel_record_header *h = &f->h;
 	json_object_set_new(j, "parent", sel_key_is_none(&h->d.parent) ? json_null()
-									: json_key(&h->d.parent));
+									: rec_json_key(&h->d.parent));
 	bool links = sel_record_links_parent(&h->d, h->page_tokens);
 	json_object_set_new(j, "links_parent", json_boolean(links));
 	json_object_set_new(j, "parent_present", json_boolean(links && f->parent >= 0));
-	json_object_set_new(j, "tail_pages", json_u64(h->d.tail));
+	json_object_set_new(j, "tail_pages", rec_json_u64(h->d.tail));
 	json_object_set_new(j, "row", json_boolean(f->has_row));
 	json_object_set_new(j, "replicated_pages",
 			    json_boolean(h->d.flags & SEL_RECORD_PAGES_REPLICATED));
 	json_object_set_new(j, "replicated_row", json_boolean(h->d.flags & SEL_RECORD_ROW_REPLICATED));
-	json_object_set_new(j, "version", json_u64(h->version));
-	json_object_set_new(j, "created_ns", json_u64(h->created_ns));
-	json_object_set_new(j, "depth", f->depth ? json_u64(f->depth) : json_null());
+	json_object_set_new(j, "version", rec_json_u64(h->version));
+	json_object_set_new(j, "created_ns", rec_json_u64(h->created_ns));
+	json_object_set_new(j, "depth", f->depth ? rec_json_u64(f->depth) : json_null());
 	return j;
 }
 
@@ -817,7 +715,7 @@ static json_t *json_others(const struct run *r, const struct rother *v, size_t n
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "name", v[i].name, "bytes",
 						   (json_int_t)v[i].size, "age_s",
-						   (json_int_t)(age_of(r->now, v[i].mtime_ns) / NS)));
+						   (json_int_t)(rec_age_of(r->now, v[i].mtime_ns) / NS)));
 	return a;
 }
 
@@ -838,7 +736,7 @@ static void cmd_ls(struct run *r, struct rns *n)
 	char a[32], b[32], c[32], d[32];
 	text_layout(r, n);
 	fprintf(r->out, "  %zu record%s (%s), %zu temporar%s, %zu other file%s\n", n->nf,
-		n->nf == 1 ? "" : "s", fmt_size(bytes, a, sizeof a), n->ntmp,
+		n->nf == 1 ? "" : "s", rec_fmt_size(bytes, a, sizeof a), n->ntmp,
 		n->ntmp == 1 ? "y" : "ies", n->nother, n->nother == 1 ? "" : "s");
 	if (n->nf) {
 		fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s\n", "KEY", "PARENT", "TAIL",
@@ -864,8 +762,8 @@ static void cmd_ls(struct run *r, struct rns *n)
 			if (f->depth)
 				snprintf(depth, sizeof depth, "%" PRIu32, f->depth);
 			fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s", kt, pt, tail,
-				fmt_size(f->size, b, sizeof b), row,
-				fmt_age(age_of(r->now, f->mtime_ns), c, sizeof c), depth, state_of(f));
+				rec_fmt_size(f->size, b, sizeof b), row,
+				rec_fmt_age(rec_age_of(r->now, f->mtime_ns), c, sizeof c), depth, state_of(f));
 			if (f->kind != SEL_CHECK_OK)
 				fprintf(r->out, ": %s: %s", sel_check_kind_name(f->kind), f->why);
 			fputc('\n', r->out);
@@ -873,11 +771,11 @@ static void cmd_ls(struct run *r, struct rns *n)
 	}
 	for (size_t i = 0; i < n->ntmp; i++)
 		fprintf(r->out, "  temporary %s  %s  %s\n", n->tmp[i].name,
-			fmt_size(n->tmp[i].size, b, sizeof b),
-			fmt_age(age_of(r->now, n->tmp[i].mtime_ns), d, sizeof d));
+			rec_fmt_size(n->tmp[i].size, b, sizeof b),
+			rec_fmt_age(rec_age_of(r->now, n->tmp[i].mtime_ns), d, sizeof d));
 	for (size_t i = 0; i < n->nother; i++)
 		fprintf(r->out, "  other     %s  %s (not a record name; left alone)\n", n->other[i].name,
-			fmt_size(n->other[i].size, b, sizeof b));
+			rec_fmt_size(n->other[i].size, b, sizeof b));
 }
 
 /* ---- verify ----------------------------------------------------------------------- */
@@ -920,7 +818,7 @@ static void cmd_verify(struct run *r, struct rns *n)
 			fprintf(r->out, "  no record header names this directory: every record is "
 				"judged on its own\n");
 		fprintf(r->out, "  %" PRIu64 " record%s checked, %s read\n", records,
-			records == 1 ? "" : "s", fmt_size(n->bytes_read, a, sizeof a));
+			records == 1 ? "" : "s", rec_fmt_size(n->bytes_read, a, sizeof a));
 	}
 	for (size_t i = 0; i < n->nf; i++) {
 		const struct rfile *f = &n->f[i];
@@ -963,8 +861,8 @@ static void cmd_verify(struct run *r, struct rns *n)
 		add_problem(r, arr, n->tmp[i].name, "temporary", "left by an interrupted write; "
 			    "the next server start removes it");
 	if (r->o->json) {
-		json_object_set_new(n->j, "checked", json_u64(records));
-		json_object_set_new(n->j, "bytes_read", json_u64(n->bytes_read));
+		json_object_set_new(n->j, "checked", rec_json_u64(records));
+		json_object_set_new(n->j, "bytes_read", rec_json_u64(n->bytes_read));
 		json_object_set_new(n->j, "ok", json_boolean(r->problems == before));
 		json_object_set_new(n->j, "problems", arr);
 	} else if (r->problems == before) {
@@ -1014,7 +912,7 @@ static json_t *json_chains(struct rns *n, const struct chain *c, size_t k)
 		while (root->parent >= 0)
 			root = &n->f[root->parent];
 		json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:I, s:I}", "leaf", leaf->name,
-						   "root", root->name, "key", json_key(&leaf->key),
+						   "root", root->name, "key", rec_json_key(&leaf->key),
 						   "depth", (json_int_t)c[i].depth, "bytes",
 						   (json_int_t)c[i].bytes));
 	}
@@ -1029,7 +927,7 @@ static void text_chains(struct run *r, struct rns *n, const char *title, const s
 	for (size_t i = 0; i < k; i++)
 		fprintf(r->out, "    %-26s depth %4" PRIu32 "  %10s  %s\n",
 			fmt_key(&n->f[c[i].leaf].key, a, sizeof a), c[i].depth,
-			fmt_size(c[i].bytes, b, sizeof b), n->f[c[i].leaf].name);
+			rec_fmt_size(c[i].bytes, b, sizeof b), n->f[c[i].leaf].name);
 }
 
 static void cmd_stat(struct run *r, struct rns *n)
@@ -1040,7 +938,7 @@ static void cmd_stat(struct run *r, struct rns *n)
 	size_t nleaves = 0;
 	struct chain *ch = calloc(n->nf ? n->nf : 1, sizeof *ch);
 	if (!ch) {
-		ns_fail(r, n, "out of memory");
+		rec_ns_fail(r, n, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < n->nf; i++) {
@@ -1056,7 +954,7 @@ static void cmd_stat(struct run *r, struct rns *n)
 		page_only += !f->has_row;
 		orphans += f->fate == SEL_SCAN_ORPHAN || f->fate == SEL_SCAN_DESCENDANT;
 		prunable += f->fate == SEL_SCAN_PRUNED;
-		uint64_t age_s = age_of(r->now, f->mtime_ns) / NS;
+		uint64_t age_s = rec_age_of(r->now, f->mtime_ns) / NS;
 		size_t b = 0;
 		while (age_buckets[b].below_s && age_s >= age_buckets[b].below_s)
 			b++;
@@ -1100,10 +998,10 @@ static void cmd_stat(struct run *r, struct rns *n)
 		text_layout(r, n);
 		fprintf(r->out, "  records %" PRIu64 " (%s): %" PRIu64 " with row, %" PRIu64
 			" page-only; %" PRIu64 " orphaned, %" PRIu64 " prunable\n", records,
-			fmt_size(bytes, a, sizeof a), with_row, page_only, orphans, prunable);
+			rec_fmt_size(bytes, a, sizeof a), with_row, page_only, orphans, prunable);
 		fprintf(r->out, "  invalid %" PRIu64 " (%s), temporaries %zu (%s), other files %zu\n",
-			invalid, fmt_size(invalid_bytes, b, sizeof b), n->ntmp,
-			fmt_size(tmp_bytes, c, sizeof c), n->nother);
+			invalid, rec_fmt_size(invalid_bytes, b, sizeof b), n->ntmp,
+			rec_fmt_size(tmp_bytes, c, sizeof c), n->nother);
 		if (k) {
 			qsort(ch, nleaves, sizeof *ch, chain_by_bytes);
 			text_chains(r, n, "largest chains (leaf, depth, bytes)", ch, k);
@@ -1113,382 +1011,9 @@ static void cmd_stat(struct run *r, struct rns *n)
 		fprintf(r->out, "  age (file mtime):\n");
 		for (size_t i = 0; i < N_AGE; i++)
 			fprintf(r->out, "    %-6s %8" PRIu64 "  %s\n", age_buckets[i].name, age_n[i],
-				fmt_size(age_b[i], a, sizeof a));
+				rec_fmt_size(age_b[i], a, sizeof a));
 	}
 	free(ch);
-}
-
-/* ---- gc --------------------------------------------------------------------------- */
-
-enum gc_op { GC_UNLINK, GC_TRUNCATE };
-
-struct gc_act {
-	size_t rec;         /* index into the scan's survivors */
-	enum gc_op op;
-	const char *reason; /* "expired", "limit", "page-only ancestor", ... */
-	uint64_t bytes;     /* what the action frees */
-};
-
-struct gc {
-	sel_scan sc;
-	struct gc_act *act;
-	size_t n, cap;
-	const char *primary; /* reason of the next removal the index reports */
-	bool first;
-	bool oom;
-	uint64_t bytes;      /* survivors' bytes not yet removed */
-	uint64_t records;
-	json_t *recovery;    /* the real (or dry) scan's removals */
-	struct run *r;
-	uint64_t recovered, recovered_bytes;
-	bool recovering;     /* inside sel_recover: its commits and prunes */
-};
-
-static void gc_push(struct gc *g, sel_index *ix, sel_node_id id, enum gc_op op)
-{
-	const sel_index_node *node = sel_index_cget(ix, id);
-	if (g->n == g->cap) {
-		size_t cap = g->cap ? 2 * g->cap : 64;
-		struct gc_act *na = realloc(g->act, cap * sizeof(*na));
-		if (!na) {
-			g->oom = true;
-			return;
-		}
-		g->act = na;
-		g->cap = cap;
-	}
-	const sel_scan_record *rec = &g->sc.rec[node->loc];
-	const char *why = g->recovering ? (op == GC_TRUNCATE ? "interrupted compaction"
-							     : "childless page-only")
-			  : g->first   ? g->primary
-				       : "page-only ancestor";
-	/* What the file holds when its action runs: a record compacted
-	 * earlier (its row dropped) is only its pages by then. */
-	uint64_t has = (node->flags & SEL_NODE_HAS_ROW) ? rec->span.row_end : rec->span.row_off;
-	uint64_t gone = op == GC_UNLINK ? has : rec->span.row_end - rec->span.row_off;
-	g->act[g->n++] = (struct gc_act){.rec = node->loc, .op = op, .reason = why, .bytes = gone};
-	g->first = false;
-	g->bytes -= gone;
-	if (op == GC_UNLINK)
-		g->records--;
-}
-
-static void gc_remove(void *ctx, sel_index *ix, sel_node_id id) { gc_push(ctx, ix, id, GC_UNLINK); }
-
-/* Recovery inserted survivor i as node id: the tree's bookkeeping. */
-static int gc_inserted(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel_scan_record *rec)
-{
-	struct gc *g = ctx;
-	sel_index_get(ix, id)->loc = i;
-	g->bytes += rec->file_bytes;
-	g->records++;
-	return 0;
-}
-
-static void gc_drop_row(void *ctx, sel_index *ix, sel_node_id id)
-{
-	gc_push(ctx, ix, id, GC_TRUNCATE);
-}
-
-static void gc_on_scan(void *ctx, const char *name, enum sel_scan_why why, uint64_t bytes, int err)
-{
-	struct gc *g = ctx;
-	g->recovered++;
-	g->recovered_bytes += bytes;
-	if (g->r->o->json) {
-		json_t *j = json_pack("{s:s, s:s, s:I}", "name", name, "reason", sel_scan_why_name(why),
-				      "bytes", (json_int_t)bytes);
-		if (err)
-			json_object_set_new(j, "error", json_string(strerror(-err)));
-		json_array_append_new(g->recovery, j);
-	} else {
-		char a[32];
-		fprintf(g->r->out, "    %-56s %s", name, sel_scan_why_name(why));
-		if (bytes)
-			fprintf(g->r->out, "  %s", fmt_size(bytes, a, sizeof a));
-		if (err)
-			fprintf(g->r->out, "  FAILED: %s", strerror(-err));
-		fputc('\n', g->r->out);
-	}
-	if (err) {
-		fprintf(g->r->err, "flare records: remove '%s': %s\n", name, strerror(-err));
-		g->r->status = 1;
-	}
-}
-
-/* The index asks before each leaf it may expire: the removal that follows
- * (if the leaf is expired) is the primary one, its cascade the page-only
- * ancestors. */
-static bool gc_expiring(void *ctx, const sel_index *ix, sel_node_id id)
-{
-	struct gc *g = ctx;
-	(void)ix;
-	(void)id;
-	g->primary = "expired";
-	g->first = true;
-	return true;
-}
-
-/* The server's expiry rule and walk (sel_index_expire, design 2.5) without
- * the sweep's bounds (64 leaves, the stop at the first fresh leaf): every
- * leaf last used before cutoff, oldest first, and the parents that leaves,
- * once expired leaves themselves. */
-static void gc_expire(struct gc *g, sel_index *ix, uint64_t cutoff)
-{
-	(void)sel_index_expire(ix, cutoff, UINT32_MAX, true, gc_expiring, g);
-}
-
-static int key_cmp(const sel_key *a, const sel_key *b)
-{
-	if (a->consumed != b->consumed)
-		return a->consumed < b->consumed ? -1 : 1;
-	return memcmp(a->digest.b, b->digest.b, SEL_DIGEST_BYTES);
-}
-
-static int rec_idx_cmp(const void *a, const void *b, void *base)
-{
-	const sel_scan_record *rec = base;
-	return key_cmp(&rec[*(const size_t *)a].d.key, &rec[*(const size_t *)b].d.key);
-}
-
-/* For each survivor, the survivor it links under (or -1). */
-static int64_t *gc_parents(const sel_scan *sc, uint32_t pt)
-{
-	size_t n = sc->n;
-	size_t *ord = malloc((n ? n : 1) * sizeof *ord);
-	int64_t *par = malloc((n ? n : 1) * sizeof *par);
-	if (!ord || !par) {
-		free(ord);
-		free(par);
-		return NULL;
-	}
-	for (size_t i = 0; i < n; i++)
-		ord[i] = i;
-	qsort_r(ord, n, sizeof *ord, rec_idx_cmp, sc->rec);
-	for (size_t i = 0; i < n; i++) {
-		par[i] = -1;
-		if (!sel_record_links_parent(&sc->rec[i].d, pt))
-			continue;
-		size_t lo = 0, hi = n;
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-			int c = key_cmp(&sc->rec[ord[mid]].d.key, &sc->rec[i].d.parent);
-			if (c == 0) {
-				par[i] = (int64_t)ord[mid];
-				break;
-			}
-			if (c < 0)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-	}
-	free(ord);
-	return par;
-}
-
-static void cmd_gc(struct run *r, struct rns *n)
-{
-	const struct ropts *o = r->o;
-	struct gc g = {.r = r};
-	sel_index *ix = NULL;
-	int64_t *par = NULL;
-	bool *blocked = NULL;
-	char a[32], b[32], c[48];
-	const char *verb = o->dry_run ? "would remove" : "removed";
-
-	/* Lock and find the namespace; the scan does the rest. */
-	if (eos_dirlock_acquire(&n->lk, n->path) != 0 || ns_list(n) != 0) {
-		ns_fail(r, n, NULL);
-		return;
-	}
-	ns_reference(n);
-	if (o->json) {
-		json_t *head = json_ns(n);
-		json_object_update(n->j, head);
-		json_decref(head);
-	}
-	if (!n->have_ns && n->undecided) {
-		/* Deleting by a layout a minority of files carries is what lost
-		 * every good record once: refuse instead. */
-		char msg[PATH_MAX + 1024];
-		snprintf(msg, sizeof msg, "'%s': cannot decide the namespace's layout (%s); nothing "
-			 "removed", n->path, n->undecided);
-		ns_fail(r, n, msg);
-		if (o->json) {
-			json_object_set_new(n->j, "recovery", json_array());
-			json_object_set_new(n->j, "removed", json_array());
-		}
-		return;
-	}
-	if (!n->have_ns) {
-		if (!o->json)
-			fprintf(r->out, "  no record header names this directory: nothing to do "
-				"(%zu record-named files, %zu temporaries left alone)\n", n->nf, n->ntmp);
-		if (o->json) {
-			json_object_set_new(n->j, "recovery", json_array());
-			json_object_set_new(n->j, "removed", json_array());
-			json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records",
-								    (json_int_t)0, "bytes",
-								    (json_int_t)0));
-		}
-		return;
-	}
-
-	/* 1-2. The server's startup recovery, by the server's own routine
-	 * (sel_recover): the scan's removals, then the tree in access order
-	 * (file mtime, parents first), a compaction a crash interrupted and
-	 * the pruning of useless page-only records. */
-	if (o->json)
-		g.recovery = json_array();
-	if (!o->json)
-		fprintf(r->out, "  startup recovery (%s):\n", o->dry_run ? "dry run" : "as a server "
-			"start would do it");
-	struct sel_index_ops ops = {.drop_row = gc_drop_row, .remove = gc_remove};
-	uint32_t pt = n->ns.layout.sz.page_tokens;
-	if (sel_index_create(pt, &ops, &g, &ix) != 0) {
-		ns_fail(r, n, NULL);
-		goto out;
-	}
-	struct sel_recovery_opts ro = {
-		/* No max_file_bytes: --limit is what gc keeps in all, not the
-		 * server's disk limit; its eviction below applies it. */
-		.scan = {.dry_run = o->dry_run, .threads = 4, .on_remove = gc_on_scan, .ctx = &g},
-		.now_ns = r->now,
-		.inserted = gc_inserted,
-		.ctx = &g,
-	};
-	g.recovering = true;
-	if (sel_recover(n->lk.fd, &n->ns, &ro, ix, &g.sc) != 0) {
-		ns_fail(r, n, NULL);
-		goto out;
-	}
-	g.recovering = false;
-	if (!o->json)
-		fprintf(r->out, "    %s %" PRIu64 " file%s (%s)\n", verb, g.recovered,
-			g.recovered == 1 ? "" : "s", fmt_size(g.recovered_bytes, a, sizeof a));
-	/* A '.tmp-*' directory is nobody's interrupted write: reported, left
-	 * alone, and no reason to fail. */
-	json_t *alone = o->json ? json_array() : NULL;
-	for (size_t i = 0; i < n->nother; i++) {
-		if (!sel_record_is_tmp_name(n->other[i].name))
-			continue;
-		if (o->json)
-			json_array_append_new(alone, json_string(n->other[i].name));
-		else
-			fprintf(r->out, "    left alone: %s (a directory, not a temporary record)\n",
-				n->other[i].name);
-	}
-	if (o->json)
-		json_object_set_new(n->j, "left_alone", alone);
-	if (o->json) {
-		json_object_set_new(n->j, "recovery", g.recovery);
-		g.recovery = NULL;
-	}
-	uint64_t cutoff = sel_expiry_cutoff(r->now, o->max_age_ns);
-
-	/* 3. Expiry, 4. the limit (least recently written leaves first), and
-	 * expiry again for parents the limit left as expired leaves. */
-	if (o->age)
-		gc_expire(&g, ix, cutoff);
-	bool evicted = false;
-	while (o->limit && g.bytes > o->limit_bytes) {
-		g.primary = "limit";
-		g.first = true;
-		if (sel_index_evict(ix, NULL) == 0)
-			break;
-		evicted = true;
-	}
-	if (o->age && evicted)
-		gc_expire(&g, ix, cutoff);
-	if (g.oom) {
-		ns_fail(r, n, "out of memory");
-		goto out;
-	}
-
-	/* 5. The files, in the index's order: children before parents.  A
-	 * record whose removal failed keeps every record it links under. */
-	par = gc_parents(&g.sc, pt);
-	blocked = calloc(g.sc.n ? g.sc.n : 1, sizeof *blocked);
-	if (!par || !blocked) {
-		ns_fail(r, n, "out of memory");
-		goto out;
-	}
-	uint64_t freed = 0;
-	json_t *removed = o->json ? json_array() : NULL;
-	if (!o->json) {
-		fprintf(r->out, "  retention (");
-		if (o->age)
-			fprintf(r->out, "max age %s", o->age_text);
-		if (o->limit)
-			fprintf(r->out, "%slimit %s", o->age ? ", " : "", o->limit_text);
-		fprintf(r->out, "):\n");
-	}
-	for (size_t i = 0; i < g.n; i++) {
-		const struct gc_act *x = &g.act[i];
-		const sel_scan_record *rec = &g.sc.rec[x->rec];
-		char name[SEL_RECORD_NAME_MAX];
-		sel_record_name(&rec->d.key, name);
-		int rc = 0;
-		const char *err = NULL;
-		uint64_t gone = x->bytes;
-		if (blocked[x->rec]) {
-			err = "kept: a record linking under it could not be removed";
-		} else if (!o->dry_run) {
-			rc = x->op == GC_UNLINK ? sel_record_unlink(n->lk.fd, name, NULL)
-						: sel_record_truncate(n->lk.fd, name, &rec->span, &rec->id, NULL);
-			if (rc)
-				err = eos_errmsg();
-		}
-		if (err) {
-			fprintf(r->err, "flare records: %s '%s': %s\n",
-				x->op == GC_UNLINK ? "remove" : "compact", name, err);
-			r->status = 1;
-			for (int64_t p = par[x->rec]; p >= 0; p = par[p])
-				blocked[p] = true;
-		} else {
-			freed += gone;
-		}
-		uint64_t age = age_of(r->now, rec->mtime_ns);
-		if (o->json) {
-			json_t *j = json_pack("{s:s, s:o, s:s, s:s, s:I, s:I}", "name", name, "key",
-					      json_key(&rec->d.key), "action",
-					      x->op == GC_UNLINK ? "unlink" : "truncate", "reason",
-					      x->reason, "bytes", (json_int_t)gone, "age_s",
-					      (json_int_t)(age / NS));
-			if (err)
-				json_object_set_new(j, "error", json_string(err));
-			json_array_append_new(removed, j);
-		} else {
-			fprintf(r->out, "    %-56s %-24s %10s  age %-5s%s%s\n", name, x->reason,
-				fmt_size(gone, a, sizeof a), fmt_age(age, b, sizeof b),
-				err ? "  FAILED: " : "", err ? err : "");
-		}
-	}
-	if (!o->dry_run && (g.n || g.recovered) && eos_fileops()->fsync(n->lk.fd) != 0) {
-		fprintf(r->err, "flare records: '%s': fsync of the directory: %s\n", n->path,
-			strerror(errno));
-		r->status = 1;
-	}
-	if (o->json) {
-		json_object_set_new(n->j, "removed", removed);
-		json_object_set_new(n->j, "removed_bytes", json_u64(freed));
-		json_object_set_new(n->j, "kept", json_pack("{s:I, s:I}", "records",
-							    (json_int_t)g.records, "bytes",
-							    (json_int_t)g.bytes));
-	} else {
-		fprintf(r->out, "    %s %zu record%s (%s)\n", verb, g.n, g.n == 1 ? "" : "s",
-			fmt_size(freed, a, sizeof a));
-		fprintf(r->out, "  kept %" PRIu64 " record%s (%s)\n", g.records,
-			g.records == 1 ? "" : "s", fmt_size(g.bytes, c, sizeof c));
-	}
-out:
-	json_decref(g.recovery);
-	sel_index_destroy(ix);
-	sel_scan_free(&g.sc);
-	free(g.act);
-	free(par);
-	free(blocked);
 }
 
 /* ---- Namespaces under DIR ------------------------------------------------------------- */
@@ -1603,12 +1128,12 @@ static void run_ns(struct run *r, const char *path)
 		json_array_append(r->jns, n.j);
 	}
 	if (r->o->cmd == R_GC) {
-		cmd_gc(r, &n);
+		rec_cmd_gc(r, &n);
 	} else if (ns_load(r, &n, r->o->cmd == R_VERIFY, r->o->cmd != R_VERIFY) == 0) {
 		static const char note[] = "a running server owns this namespace; read without its "
 					   "lock, so the listing may change while it is read";
 		if (r->o->json) {
-			json_t *head = json_ns(&n);
+			json_t *head = rec_json_ns(&n);
 			json_object_update(n.j, head);
 			json_decref(head);
 			json_object_set_new(n.j, "in_use", json_boolean(n.unlocked));
@@ -1660,9 +1185,9 @@ int flare_records(int argc, char **argv, FILE *out, FILE *err)
 		r.jns = json_array();
 		if (o.cmd == R_GC) {
 			json_object_set_new(r.root, "dry_run", json_boolean(o.dry_run));
-			json_object_set_new(r.root, "max_age_ns", o.age ? json_u64(o.max_age_ns)
+			json_object_set_new(r.root, "max_age_ns", o.age ? rec_json_u64(o.max_age_ns)
 								       : json_null());
-			json_object_set_new(r.root, "limit_bytes", o.limit ? json_u64(o.limit_bytes)
+			json_object_set_new(r.root, "limit_bytes", o.limit ? rec_json_u64(o.limit_bytes)
 									 : json_null());
 		}
 	} else if (nd == 0 && !r.status) {
@@ -1685,7 +1210,7 @@ int flare_records(int argc, char **argv, FILE *out, FILE *err)
 		json_object_set_new(r.root, "namespaces", r.jns);
 		json_object_set_new(r.root, "ok", json_boolean(r.status == 0));
 		if (o.cmd == R_VERIFY)
-			json_object_set_new(r.root, "problems", json_u64(r.problems));
+			json_object_set_new(r.root, "problems", rec_json_u64(r.problems));
 		json_dumpf(r.root, out, JSON_INDENT(2));
 		fputc('\n', out);
 		json_decref(r.root);
@@ -1693,3 +1218,4 @@ int flare_records(int argc, char **argv, FILE *out, FILE *err)
 	fflush(out);
 	return r.status;
 }
+

@@ -296,85 +296,78 @@ static const char *signame(int sig)
 	return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
 }
 
-int flare_serve(int argc, char **argv, const struct flare_backend_factory *factory)
+/* The settings: defaults, then the config file, then the flags, then the
+ * key file.  0 to go on, 1 when --help was printed, else -1 (the message
+ * printed). */
+static int settle(int argc, char **argv, struct flare_settings *flags, struct flare_settings *file,
+		  struct flare_settings *s)
 {
-	struct flare_settings *flags = malloc(sizeof *flags), *file = malloc(sizeof *file),
-			      *s = malloc(sizeof *s);
-	char err[2048], note[FLARE_PATH_MAX + 512];
-	hel_core *core = NULL;
-	struct flare_backend be = {0};
-	bool be_open = false, be_started = false;
-	struct flare_server *srv = NULL;
-	int status = 2;
-	sigset_t sigs, old;
-	bool masked = false;
-
-	if (!flags || !file || !s) {
-		fprintf(stderr, "flare: out of memory\n");
-		status = 1;
-		goto out;
-	}
+	char err[2048];
 	int rc = flare_cli_parse(argc, argv, flags, err, sizeof err);
 	if (rc == FLARE_CLI_HELP) {
 		flare_cli_help(stdout);
-		status = 0;
-		goto out;
+		return 1;
 	}
 	if (rc) {
 		fprintf(stderr, "flare: %s\n", err);
-		goto out;
+		return -1;
 	}
 	flare_settings_defaults(s);
 	if (flags->set & (1u << FLARE_OPT_CONFIG)) {
 		if (flare_config_load(flags->config, file, err, sizeof err)) {
 			fprintf(stderr, "flare: %s\n", err);
-			goto out;
+			return -1;
 		}
 		flare_settings_merge(s, file);
 	}
 	flare_settings_merge(s, flags);
 	if (s->api_key[0] && s->api_key_file[0]) {
 		fprintf(stderr, "flare: --api-key and --api-key-file: give one of them\n");
-		goto out;
+		return -1;
 	}
 	if (s->api_key_file[0] && read_key_file(s, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
-		goto out;
+		return -1;
 	}
+	return 0;
+}
 
+/* The core file (or the built-in core), able to run the speculation mode
+ * asked for.  0, or -1 with the message printed. */
+static int load_core(const struct flare_settings *s, hel_core **core)
+{
+	char err[2048];
 	struct stat cst;
+	int rc;
 	if (s->core[0] && stat(s->core, &cst) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
 		/* The one argument that is not a flag is the core file. */
 		fprintf(stderr, "flare: core file '%s' not found (flare run [OPTIONS] [CORE])\n",
 			s->core);
-		goto out;
+		return -1;
 	}
 	if (s->core[0])
-		rc = hel_core_load(s->core, &core, err, sizeof err);
+		rc = hel_core_load(s->core, core, err, sizeof err);
 	else
-		rc = hel_core_builtin(&core);
+		rc = hel_core_builtin(core);
 	if (rc) {
 		if (s->core[0])
 			fprintf(stderr, "flare: core file %s\n", err);
 		else
 			fprintf(stderr, "flare: the built-in core does not parse\n");
-		goto out;
+		return -1;
 	}
-	if (!hel_core_supports(core, s->speculate)) {
+	if (!hel_core_supports(*core, s->speculate)) {
 		fprintf(stderr, "flare: --speculate: core '%s' does not support %s speculation\n",
-			core->name, flare_mode_name(s->speculate));
-		goto out;
+			(*core)->name, flare_mode_name(s->speculate));
+		return -1;
 	}
-	/* Before any thread exists: threads inherit the mask. */
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, &old);
-	masked = true;
+	return 0;
+}
 
-	/* Listen first: a busy port is found before the engine loads. */
-	status = 1;
+/* Listen first: a busy port is found before the engine loads. */
+static int listen_first(struct flare_settings *s, const hel_core *core, struct flare_server **srv)
+{
+	char err[2048];
 	struct flare_server_config sc = {
 		.host = s->host,
 		.port = s->port,
@@ -389,14 +382,21 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.idle_timeout_s = (unsigned)((s->idle_timeout_ns + 999999999ull) / 1000000000ull),
 		.max_buffered = s->max_buffered,
 	};
-	if (flare_server_start(&sc, NULL, &srv, err, sizeof err)) {
+	if (flare_server_start(&sc, NULL, srv, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
-		goto out;
+		return -1;
 	}
 	sodium_memzero(s->api_key, sizeof s->api_key);
+	return 0;
+}
 
+/* The engine behind the server, with the startup summary: 0 (be open),
+ * -1 when it could not be opened, -2 when it opened but did not start. */
+static int open_engine(const struct flare_backend_factory *factory, const struct flare_settings *s,
+		       const hel_core *core, struct flare_server *srv, struct flare_backend *be)
+{
+	char err[2048], note[FLARE_PATH_MAX + 512];
 	const char *disk = flare_disk_resolve(s, note, sizeof note);
-
 	hel_engine_config ec = {
 		.core = core,
 		.mode = s->speculate,
@@ -416,54 +416,58 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		.fetch = s->fetch,
 		.fdatasync = false,
 	};
-
-	if (factory->open(factory, &ec, &be, err, sizeof err)) {
+	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
-		goto out;
+		return -1;
 	}
-	be_open = true;
 	hel_engine_info info;
 	memset(&info, 0, sizeof info);
-	be.ops->info(be.ctx, &info);
+	be->ops->info(be->ctx, &info);
 	struct flare_buf sum = {0};
 	flare_serve_summary(&sum, s, core, &info, note);
 	if (sum.data)
 		fputs(sum.data, stderr);
 	flare_buf_free(&sum);
-
 	struct flare_metrics_info mi = {.model = core->name, .mode = flare_mode_name(s->speculate),
 					.store = info.store ? info.store : "disabled",
 					.transport = info.transport ? info.transport : "none",
 					.slot_bytes = info.slot_bytes};
-	flare_server_attach(srv, &be, &mi);
-	if ((rc = be.ops->start(be.ctx))) {
+	flare_server_attach(srv, be, &mi);
+	int rc = be->ops->start(be->ctx);
+	if (rc) {
 		fprintf(stderr, "flare: cannot start the engine: %s: %s\n", sel_strerror(rc), sel_errmsg());
-		goto out;
+		return -2;
 	}
-	be_started = true;
 	flare_server_set_ready(srv);
 	fprintf(stderr, "flare: listening on %s\n", flare_server_url(srv));
+	return 0;
+}
 
+/* Serve until SIGINT or SIGTERM, printing the dashboard line when asked;
+ * returns the signal. */
+static int serve_until_signal(const struct flare_settings *s, struct flare_backend *be,
+			      const sigset_t *sigs)
+{
 	bool dash = s->dashboard == FLARE_DASHBOARD_ON ||
 		    (s->dashboard == FLARE_DASHBOARD_AUTO && isatty(STDERR_FILENO));
 	hel_engine_stats prev, cur;
 	memset(&prev, 0, sizeof prev);
 	bool have_prev = false;
 	uint64_t prev_ns = eos_now_ns();
-	int sig;
 	for (;;) {
+		int sig;
 		if (dash) {
 			struct timespec ts = {.tv_sec = (time_t)(s->dashboard_ns / 1000000000ull),
 					      .tv_nsec = (long)(s->dashboard_ns % 1000000000ull)};
-			sig = sigtimedwait(&sigs, NULL, &ts);
+			sig = sigtimedwait(sigs, NULL, &ts);
 		} else {
-			sig = sigwaitinfo(&sigs, NULL);
+			sig = sigwaitinfo(sigs, NULL);
 		}
 		if (sig > 0)
-			break;
+			return sig;
 		if (errno != EAGAIN)
 			continue; /* EINTR */
-		be.ops->stats(be.ctx, &cur);
+		be->ops->stats(be->ctx, &cur);
 		uint64_t now = eos_now_ns();
 		char line[512];
 		flare_dashboard_line(line, sizeof line, have_prev ? &prev : NULL, &cur, now - prev_ns);
@@ -472,21 +476,20 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		prev_ns = now;
 		have_prev = true;
 	}
-	fprintf(stderr, "flare: %s: stopping\n", signame(sig));
-	/* A second signal now ends the process the ordinary way. */
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	masked = false;
-	status = 0;
+}
 
-out:
+/* The stop: the server stops taking requests, the engine stops within its
+ * grace (drain included), the server finishes. */
+static void shut_down(const struct flare_settings *s, struct flare_server *srv,
+		      struct flare_backend *be, bool be_open)
+{
 	if (srv)
 		flare_server_begin_stop(srv);
 	if (be_open) {
 		uint64_t deadline = 0; /* an unlimited drain was asked for */
 		if (!(s->drain && s->drain_ns == 0))
 			deadline = eos_now_ns() + STOP_GRACE_NS + (s->drain ? s->drain_ns : 0);
-		(void)be_started;
-		rc = be.ops->stop(be.ctx, deadline);
+		int rc = be->ops->stop(be->ctx, deadline);
 		if (rc)
 			fprintf(stderr, "flare: warning: the engine did not stop cleanly: %s: %s\n",
 				sel_strerror(rc), sel_errmsg());
@@ -496,7 +499,55 @@ out:
 		flare_server_destroy(srv);
 	}
 	if (be_open)
-		be.ops->destroy(be.ctx);
+		be->ops->destroy(be->ctx);
+}
+
+int flare_serve(int argc, char **argv, const struct flare_backend_factory *factory)
+{
+	struct flare_settings *flags = malloc(sizeof *flags), *file = malloc(sizeof *file),
+			      *s = malloc(sizeof *s);
+	hel_core *core = NULL;
+	struct flare_backend be = {0};
+	bool be_open = false;
+	struct flare_server *srv = NULL;
+	int status = 2, rc;
+	sigset_t sigs, old;
+	bool masked = false;
+
+	if (!flags || !file || !s) {
+		fprintf(stderr, "flare: out of memory\n");
+		status = 1;
+		goto out;
+	}
+	if ((rc = settle(argc, argv, flags, file, s)) != 0) {
+		status = rc > 0 ? 0 : 2;
+		goto out;
+	}
+	if (load_core(s, &core))
+		goto out;
+	/* Before any thread exists: threads inherit the mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
+	masked = true;
+	status = 1;
+	if (listen_first(s, core, &srv))
+		goto out;
+	rc = open_engine(factory, s, core, srv, &be);
+	be_open = rc != -1;
+	if (rc)
+		goto out;
+	int sig = serve_until_signal(s, &be, &sigs);
+	fprintf(stderr, "flare: %s: stopping\n", signame(sig));
+	/* A second signal now ends the process the ordinary way. */
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	masked = false;
+	status = 0;
+out:
+	if (s)
+		shut_down(s, srv, &be, be_open);
 	if (masked)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (be_open && status == 0)

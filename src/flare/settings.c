@@ -196,8 +196,7 @@ static bool read_origins(const char *t, char *out, size_t cap)
 
 /* ---- reading values ------------------------------------------------------ */
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t errlen, const char *fmt, ...)
+int flare_bad(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -268,11 +267,11 @@ static int read_duration(const char *t, enum flare_vtype vt, bool allow_off, uin
 	if (vt == FLARE_V_INTEGER) {
 		/* A bare integer in the file counts seconds, as on the command line. */
 		if (!parse_uint(t, UINT64_MAX / 1000000000ull, &v))
-			return bad(err, errlen, "%s is not a duration in seconds", t);
+			return flare_bad(err, errlen, "%s is not a duration in seconds", t);
 		v *= 1000000000ull;
 	} else {
 		if (eos_parse_duration(t, &v, allow_off ? &off : NULL))
-			return bad(err, errlen, "'%s' is not a duration: %s", t,
+			return flare_bad(err, errlen, "'%s' is not a duration: %s", t,
 				   eos_reason("duration", t));
 	}
 	if (off) {
@@ -280,7 +279,7 @@ static int read_duration(const char *t, enum flare_vtype vt, bool allow_off, uin
 		return 0;
 	}
 	if (v == 0)
-		return bad(err, errlen, "'%s' is not a positive duration%s", t,
+		return flare_bad(err, errlen, "'%s' is not a positive duration%s", t,
 			   allow_off ? " (write 'off' to disable)" : "");
 	*ns = v;
 	return 0;
@@ -297,11 +296,262 @@ static const char *vtype_name(enum flare_vtype vt)
 	return "text";
 }
 
-int flare_settings_set(struct flare_settings *s, const struct flare_option *o, const char *t,
-		       enum flare_vtype vt, char *err, size_t errlen)
+/* One setter per kind of option: the value in t (its TOML type vt)
+ * checked and stored; the failure's message into err. */
+static int set_none(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
 {
-	uint64_t v = 0, ns = 0;
-	bool fromfile = vt != FLARE_V_TEXT;
+	(void)s;
+	(void)o;
+	(void)t;
+	(void)vt;
+	return flare_bad(err, errlen, "takes no value");
+}
+
+static int set_path(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)vt;
+	char *dst = o->id == FLARE_OPT_DISK	    ? s->disk
+		    : o->id == FLARE_OPT_CONFIG	    ? s->config
+		    : o->id == FLARE_OPT_API_KEY_FILE ? s->api_key_file
+						      : s->core;
+	if (!*t)
+		return flare_bad(err, errlen, "'' is not a path (empty)");
+	if (strlen(t) >= FLARE_PATH_MAX)
+		return flare_bad(err, errlen, "path is longer than %d bytes", FLARE_PATH_MAX - 1);
+	snprintf(dst, FLARE_PATH_MAX, "%s", t);
+	return 0;
+}
+
+static int set_host(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!*t || strlen(t) >= FLARE_HOST_MAX || strpbrk(t, " \t/"))
+		return flare_bad(err, errlen, "'%s' is not an address (e.g. 127.0.0.1, ::1, 0.0.0.0)", t);
+	snprintf(s->host, sizeof s->host, "%s", t);
+	return 0;
+}
+
+static int set_port(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	uint64_t v = 0;
+	if (!parse_uint(t, 65535, &v))
+		return flare_bad(err, errlen, "'%s' is not a port number (0-65535)", t);
+	s->port = (uint16_t)v;
+	return 0;
+}
+
+static int set_count(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)vt;
+	uint64_t v = 0;
+	if (!parse_uint(t, UINT64_MAX, &v) || v < o->min || v > o->max)
+		return flare_bad(err, errlen, "'%s' is not a whole number from %" PRIu64 " to %" PRIu64, t,
+			   o->min, o->max);
+	if (o->id == FLARE_OPT_MAX_ACTIVE)
+		s->max_active = (uint32_t)v;
+	else if (o->id == FLARE_OPT_MAX_CONNECTIONS)
+		s->max_connections = (uint32_t)v;
+	else if (o->id == FLARE_OPT_MAX_PER_CLIENT)
+		s->max_per_client = (uint32_t)v;
+	else
+		s->draft_tokens = (uint32_t)v;
+	return 0;
+}
+
+static int set_size(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	uint64_t v = 0;
+	if (vt == FLARE_V_INTEGER) {
+		if (!parse_uint(t, UINT64_MAX, &v))
+			return flare_bad(err, errlen, "%s is not a size in bytes", t);
+	} else if (eos_parse_size(t, &v)) {
+		return flare_bad(err, errlen, "'%s' is not a size: %s", t, eos_reason("size", t));
+	}
+	if (v < o->min)
+		return flare_bad(err, errlen, "'%s' is too small (it must be positive)", t);
+	if (o->id == FLARE_OPT_MEMORY)
+		s->memory = v;
+	else if (o->id == FLARE_OPT_DISK_LIMIT)
+		s->disk_limit = v;
+	else if (o->id == FLARE_OPT_MAX_BUFFERED)
+		s->max_buffered = v;
+	else
+		s->gpu_cache = v;
+	return 0;
+}
+
+static int set_mode(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcmp(t, "off") || !strcmp(t, "ordinary"))
+		s->speculate = SEL_MODE_ORDINARY;
+	else if (!strcmp(t, "copy"))
+		s->speculate = SEL_MODE_COPY;
+	else if (!strcmp(t, "learned"))
+		s->speculate = SEL_MODE_LEARNED;
+	else
+		return flare_bad(err, errlen, "'%s' is not a speculation mode (off, copy, learned)", t);
+	return 0;
+}
+
+static int set_drain(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	uint64_t ns = 0;
+	if (vt == FLARE_V_BOOL || (vt != FLARE_V_INTEGER &&
+				   (!strcasecmp(t, "on") || !strcasecmp(t, "off")))) {
+		s->drain = !strcasecmp(t, "on") || !strcmp(t, "true");
+		s->drain_ns = 0;
+		return 0;
+	}
+	if (vt != FLARE_V_INTEGER && eos_parse_duration(t, &ns, NULL))
+		return flare_bad(err, errlen, "'%s' is not on, off or a duration: %s", t,
+			   eos_reason("duration", t));
+	if (read_duration(t, vt, false, &ns, err, errlen))
+		return -EINVAL;
+	s->drain = true;
+	s->drain_ns = ns;
+	return 0;
+}
+
+static int set_age(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	uint64_t ns = 0;
+	if (read_duration(t, vt, true, &ns, err, errlen))
+		return -EINVAL;
+	s->max_age_ns = ns;
+	return 0;
+}
+
+static int set_fetch(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcmp(t, "auto"))
+		s->fetch = HEL_FETCH_AUTO;
+	else if (!strcmp(t, "always"))
+		s->fetch = HEL_FETCH_ALWAYS;
+	else if (!strcmp(t, "never"))
+		s->fetch = HEL_FETCH_NEVER;
+	else
+		return flare_bad(err, errlen, "'%s' is not a fetch mode (auto, always, never)", t);
+	return 0;
+}
+
+static int set_switch(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcasecmp(t, "auto"))
+		s->dashboard = FLARE_DASHBOARD_AUTO;
+	else if (!strcasecmp(t, "on") || !strcmp(t, "true"))
+		s->dashboard = FLARE_DASHBOARD_ON;
+	else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
+		s->dashboard = FLARE_DASHBOARD_OFF;
+	else
+		return flare_bad(err, errlen, "'%s' is not auto, on or off", t);
+	return 0;
+}
+
+static int set_interval(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	uint64_t ns = 0;
+	if (read_duration(t, vt, false, &ns, err, errlen))
+		return -EINVAL;
+	if (o->id == FLARE_OPT_IDLE_TIMEOUT)
+		s->idle_timeout_ns = ns;
+	else
+		s->dashboard_ns = ns;
+	return 0;
+}
+
+static int set_origins(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	char tmp[FLARE_ORIGINS_MAX] = "";
+	if (*t && (strlen(t) >= sizeof tmp || !read_origins(t, tmp, sizeof tmp)))
+		return flare_bad(err, errlen, "'%.200s' is not an origin list (* for any, or "
+			   "http(s)://host[:port] separated by commas)", t);
+	snprintf(s->allowed_origins, sizeof s->allowed_origins, "%s", tmp);
+	return 0;
+}
+
+static int set_secret(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	/* Never quoted back: it is a secret. */
+	size_t l = strlen(t);
+	bool ok = l > 0 && l <= FLARE_API_KEY_MAX;
+	for (size_t i = 0; ok && i < l; i++)
+		ok = t[i] > 0x20 && t[i] < 0x7f;
+	if (!ok)
+		return flare_bad(err, errlen, "the key must be 1 to %d printable characters without "
+			   "spaces", FLARE_API_KEY_MAX);
+	snprintf(s->api_key, sizeof s->api_key, "%s", t);
+	return 0;
+}
+
+static int set_bool(struct flare_settings *s, const struct flare_option *o, const char *t,
+		enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcasecmp(t, "on") || !strcmp(t, "true"))
+		s->metrics_auth = true;
+	else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
+		s->metrics_auth = false;
+	else
+		return flare_bad(err, errlen, "'%s' is not on or off", t);
+	return 0;
+}
+
+typedef int setter(struct flare_settings *s, const struct flare_option *o, const char *t,
+		   enum flare_vtype vt, char *err, size_t errlen);
+/* The setter of each kind: a table is the clearest form of "one rule per
+ * kind of value". */
+static setter *const setters[] = {
+	[FLARE_K_NONE] = set_none,
+	[FLARE_K_PATH] = set_path,
+	[FLARE_K_HOST] = set_host,
+	[FLARE_K_PORT] = set_port,
+	[FLARE_K_COUNT] = set_count,
+	[FLARE_K_SIZE] = set_size,
+	[FLARE_K_MODE] = set_mode,
+	[FLARE_K_DRAIN] = set_drain,
+	[FLARE_K_AGE] = set_age,
+	[FLARE_K_FETCH] = set_fetch,
+	[FLARE_K_SWITCH] = set_switch,
+	[FLARE_K_INTERVAL] = set_interval,
+	[FLARE_K_ORIGINS] = set_origins,
+	[FLARE_K_SECRET] = set_secret,
+	[FLARE_K_BOOL] = set_bool,
+};
+
+/* A value from the config file must have the TOML type its option takes. */
+static int check_vtype(const struct flare_option *o, const char *t, enum flare_vtype vt, char *err,
+		       size_t errlen)
+{
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
@@ -309,159 +559,30 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
-	if (fromfile && vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH &&
+	if (vt == FLARE_V_TEXT)
+		return 0; /* from the command line: the setter reads it */
+	if (vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH &&
 	    o->kind != FLARE_K_BOOL)
-		return bad(err, errlen, "expected %s, not the boolean %s",
-			   want_int ? "an integer" : "a string", t);
-	if (fromfile && want_string && vt != FLARE_V_STRING)
-		return bad(err, errlen, "expected a string, not %s %s (write it in quotes)",
-			   vtype_name(vt), t);
-	if (fromfile && want_int && vt != FLARE_V_INTEGER)
-		return bad(err, errlen, "expected an integer, not %s \"%s\"", vtype_name(vt), t);
+		return flare_bad(err, errlen, "expected %s, not the boolean %s",
+				 want_int ? "an integer" : "a string", t);
+	if (want_string && vt != FLARE_V_STRING)
+		return flare_bad(err, errlen, "expected a string, not %s %s (write it in quotes)",
+				 vtype_name(vt), t);
+	if (want_int && vt != FLARE_V_INTEGER)
+		return flare_bad(err, errlen, "expected an integer, not %s \"%s\"", vtype_name(vt), t);
+	return 0;
+}
 
-	switch (o->kind) {
-	case FLARE_K_NONE:
-		return bad(err, errlen, "takes no value");
-	case FLARE_K_PATH: {
-		char *dst = o->id == FLARE_OPT_DISK	    ? s->disk
-			    : o->id == FLARE_OPT_CONFIG	    ? s->config
-			    : o->id == FLARE_OPT_API_KEY_FILE ? s->api_key_file
-							      : s->core;
-		if (!*t)
-			return bad(err, errlen, "'' is not a path (empty)");
-		if (strlen(t) >= FLARE_PATH_MAX)
-			return bad(err, errlen, "path is longer than %d bytes", FLARE_PATH_MAX - 1);
-		snprintf(dst, FLARE_PATH_MAX, "%s", t);
-		break;
-	}
-	case FLARE_K_HOST:
-		if (!*t || strlen(t) >= FLARE_HOST_MAX || strpbrk(t, " \t/"))
-			return bad(err, errlen, "'%s' is not an address (e.g. 127.0.0.1, ::1, 0.0.0.0)", t);
-		snprintf(s->host, sizeof s->host, "%s", t);
-		break;
-	case FLARE_K_PORT:
-		if (!parse_uint(t, 65535, &v))
-			return bad(err, errlen, "'%s' is not a port number (0-65535)", t);
-		s->port = (uint16_t)v;
-		break;
-	case FLARE_K_COUNT:
-		if (!parse_uint(t, UINT64_MAX, &v) || v < o->min || v > o->max)
-			return bad(err, errlen, "'%s' is not a whole number from %" PRIu64 " to %" PRIu64, t,
-				   o->min, o->max);
-		if (o->id == FLARE_OPT_MAX_ACTIVE)
-			s->max_active = (uint32_t)v;
-		else if (o->id == FLARE_OPT_MAX_CONNECTIONS)
-			s->max_connections = (uint32_t)v;
-		else if (o->id == FLARE_OPT_MAX_PER_CLIENT)
-			s->max_per_client = (uint32_t)v;
-		else
-			s->draft_tokens = (uint32_t)v;
-		break;
-	case FLARE_K_SIZE:
-		if (vt == FLARE_V_INTEGER) {
-			if (!parse_uint(t, UINT64_MAX, &v))
-				return bad(err, errlen, "%s is not a size in bytes", t);
-		} else if (eos_parse_size(t, &v)) {
-			return bad(err, errlen, "'%s' is not a size: %s", t, eos_reason("size", t));
-		}
-		if (v < o->min)
-			return bad(err, errlen, "'%s' is too small (it must be positive)", t);
-		if (o->id == FLARE_OPT_MEMORY)
-			s->memory = v;
-		else if (o->id == FLARE_OPT_DISK_LIMIT)
-			s->disk_limit = v;
-		else if (o->id == FLARE_OPT_MAX_BUFFERED)
-			s->max_buffered = v;
-		else
-			s->gpu_cache = v;
-		break;
-	case FLARE_K_MODE:
-		if (!strcmp(t, "off") || !strcmp(t, "ordinary"))
-			s->speculate = SEL_MODE_ORDINARY;
-		else if (!strcmp(t, "copy"))
-			s->speculate = SEL_MODE_COPY;
-		else if (!strcmp(t, "learned"))
-			s->speculate = SEL_MODE_LEARNED;
-		else
-			return bad(err, errlen, "'%s' is not a speculation mode (off, copy, learned)", t);
-		break;
-	case FLARE_K_DRAIN:
-		if (vt == FLARE_V_BOOL || (vt != FLARE_V_INTEGER &&
-					   (!strcasecmp(t, "on") || !strcasecmp(t, "off")))) {
-			s->drain = !strcasecmp(t, "on") || !strcmp(t, "true");
-			s->drain_ns = 0;
-			break;
-		}
-		if (vt != FLARE_V_INTEGER && eos_parse_duration(t, &ns, NULL))
-			return bad(err, errlen, "'%s' is not on, off or a duration: %s", t,
-				   eos_reason("duration", t));
-		if (read_duration(t, vt, false, &ns, err, errlen))
-			return -EINVAL;
-		s->drain = true;
-		s->drain_ns = ns;
-		break;
-	case FLARE_K_AGE:
-		if (read_duration(t, vt, true, &ns, err, errlen))
-			return -EINVAL;
-		s->max_age_ns = ns;
-		break;
-	case FLARE_K_FETCH:
-		if (!strcmp(t, "auto"))
-			s->fetch = HEL_FETCH_AUTO;
-		else if (!strcmp(t, "always"))
-			s->fetch = HEL_FETCH_ALWAYS;
-		else if (!strcmp(t, "never"))
-			s->fetch = HEL_FETCH_NEVER;
-		else
-			return bad(err, errlen, "'%s' is not a fetch mode (auto, always, never)", t);
-		break;
-	case FLARE_K_SWITCH:
-		if (!strcasecmp(t, "auto"))
-			s->dashboard = FLARE_DASHBOARD_AUTO;
-		else if (!strcasecmp(t, "on") || !strcmp(t, "true"))
-			s->dashboard = FLARE_DASHBOARD_ON;
-		else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
-			s->dashboard = FLARE_DASHBOARD_OFF;
-		else
-			return bad(err, errlen, "'%s' is not auto, on or off", t);
-		break;
-	case FLARE_K_INTERVAL:
-		if (read_duration(t, vt, false, &ns, err, errlen))
-			return -EINVAL;
-		if (o->id == FLARE_OPT_IDLE_TIMEOUT)
-			s->idle_timeout_ns = ns;
-		else
-			s->dashboard_ns = ns;
-		break;
-	case FLARE_K_ORIGINS: {
-		char tmp[FLARE_ORIGINS_MAX] = "";
-		if (*t && (strlen(t) >= sizeof tmp || !read_origins(t, tmp, sizeof tmp)))
-			return bad(err, errlen, "'%.200s' is not an origin list (* for any, or "
-				   "http(s)://host[:port] separated by commas)", t);
-		snprintf(s->allowed_origins, sizeof s->allowed_origins, "%s", tmp);
-		break;
-	}
-	case FLARE_K_SECRET: {
-		/* Never quoted back: it is a secret. */
-		size_t l = strlen(t);
-		bool ok = l > 0 && l <= FLARE_API_KEY_MAX;
-		for (size_t i = 0; ok && i < l; i++)
-			ok = t[i] > 0x20 && t[i] < 0x7f;
-		if (!ok)
-			return bad(err, errlen, "the key must be 1 to %d printable characters without "
-				   "spaces", FLARE_API_KEY_MAX);
-		snprintf(s->api_key, sizeof s->api_key, "%s", t);
-		break;
-	}
-	case FLARE_K_BOOL:
-		if (!strcasecmp(t, "on") || !strcmp(t, "true"))
-			s->metrics_auth = true;
-		else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
-			s->metrics_auth = false;
-		else
-			return bad(err, errlen, "'%s' is not on or off", t);
-		break;
-	}
+int flare_settings_set(struct flare_settings *s, const struct flare_option *o, const char *t,
+		       enum flare_vtype vt, char *err, size_t errlen)
+{
+	int rc = check_vtype(o, t, vt, err, errlen);
+	if (rc)
+		return rc;
+	if ((size_t)o->kind >= sizeof setters / sizeof setters[0] || !setters[o->kind])
+		return flare_bad(err, errlen, "takes no value");
+	if ((rc = setters[o->kind](s, o, t, vt, err, errlen)))
+		return rc;
 	s->set |= 1u << o->id;
 	return 0;
 }

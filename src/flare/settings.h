@@ -158,4 +158,8 @@ const char *flare_mode_name(sel_state_mode m); /* "off", "copy", "learned" */
  * quoted value) become \xNN, cutting at cap like snprintf. */
 void flare_message_tidy(char *msg, size_t cap);
 
+/* The one error formatter of the flare command: the message into err (one
+ * printable line, flare_message_tidy), and -EINVAL to return. */
+int flare_bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -618,7 +618,7 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 			goto fail;
 		sel_store_info si;
 		sel_store_describe(e->store, &si);
-		e->info.store = e->store->ops && e->store->ops->name ? e->store->ops->name : "test";
+		e->info.store = si.kind;
 		e->info.transport = si.transport ? si.transport : "host";
 		e->info.slots_total = si.slots_total;
 		e->info.intake_slots = si.intake_slots;

@@ -244,156 +244,208 @@ static bool is_bare(char c)
 	       c == '-';
 }
 
+/* Where the parse is. */
+struct mparse {
+	const char *file;
+	unsigned line;
+	char *err;
+	size_t errlen;
+	bool in_pool, seen_pool;
+	uint64_t seen; /* options set, by index */
+};
+
+#define MERR(m, ...) cerr((m)->err, (m)->errlen, (m)->file, (m)->line, __VA_ARGS__)
+
+static const char *skip_blank(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t'))
+		p++;
+	return p;
+}
+
+/* "[pool]", the one section. */
+static int m_section(struct mparse *m, const char *p, const char *e)
+{
+	const char *q = p + 1;
+	while (q < e && *q == ' ')
+		q++;
+	const char *n0 = q;
+	while (q < e && is_bare(*q))
+		q++;
+	size_t nlen = (size_t)(q - n0);
+	while (q < e && *q == ' ')
+		q++;
+	if (q >= e || *q != ']')
+		return MERR(m, "not a section header ([pool])");
+	q = skip_blank(q + 1, e);
+	if (q < e && *q != '#')
+		return MERR(m, "text after the section header");
+	if (nlen != 4 || memcmp(n0, "pool", 4))
+		return MERR(m, "unknown section [%.*s] (known: [pool])", (int)(nlen < 40 ? nlen : 40), n0);
+	if (m->seen_pool)
+		return MERR(m, "section [pool] appears twice");
+	m->seen_pool = m->in_pool = true;
+	return 0;
+}
+
+/* The key of a "key = value" line: its option and name; *pp moves past
+ * the '='. */
+static int m_key(struct mparse *m, const char **pp, const char *e, const struct opt **op,
+		 char key[64])
+{
+	const char *p = *pp, *k0 = p;
+	while (p < e && is_bare(*p))
+		p++;
+	size_t klen = (size_t)(p - k0);
+	if (!klen)
+		return MERR(m, "not a 'key = value' line");
+	snprintf(key, 64, "%.*s", (int)(klen < 63 ? klen : 63), k0);
+	p = skip_blank(p, e);
+	if (p >= e || *p != '=')
+		return MERR(m, "%s: expected '=' after the key", key);
+	if (!m->in_pool)
+		return MERR(m, "key '%s' outside [pool]", key);
+	*op = NULL;
+	for (size_t i = 0; i < NOPTS; i++)
+		if (opts[i].key && strlen(opts[i].key) == klen && !memcmp(opts[i].key, k0, klen))
+			*op = &opts[i];
+	if (!*op)
+		return MERR(m, "unknown key '%s' in [pool]", key);
+	size_t idx = (size_t)(*op - opts);
+	if (m->seen & (1ull << idx))
+		return MERR(m, "pool.%s: set twice", key);
+	m->seen |= 1ull << idx;
+	*pp = skip_blank(p + 1, e);
+	return 0;
+}
+
+/* A quoted string (basic with \" \\ \n \t, or literal) into val[cap]. */
+static int m_string(struct mparse *m, const char *key, const char **pp, const char *e, char *val,
+		    size_t cap, size_t *vn)
+{
+	const char *p = *pp;
+	char qc = *p++;
+	while (p < e) {
+		char c = *p++;
+		if (c == qc) {
+			*pp = p;
+			return 0;
+		}
+		if (qc == '"' && c == '\\') {
+			if (p >= e)
+				break;
+			char x = *p++;
+			c = x == 'n' ? '\n' : x == 't' ? '\t' : x == '"' ? '"' : x == '\\' ? '\\' : 0;
+			if (!c)
+				return MERR(m, "pool.%s: escape \\%c is not supported (use \\\" \\\\ \\n \\t)",
+					    key, x);
+		}
+		if ((unsigned char)c < 0x20 && c != '\t')
+			return MERR(m, "pool.%s: a control byte in the string", key);
+		if (*vn + 1 >= cap)
+			return MERR(m, "pool.%s: the value is too long", key);
+		val[(*vn)++] = c;
+	}
+	return MERR(m, "pool.%s: unterminated string", key);
+}
+
+/* A decimal integer with '_' between digits into val. */
+static int m_integer(struct mparse *m, const char *key, const char **pp, const char *e, char *val,
+		     size_t *vn)
+{
+	const char *p = *pp;
+	while (p < e && ((*p >= '0' && *p <= '9') || *p == '_')) {
+		if (*p == '_' && (p[-1] == '_' || p + 1 >= e || p[1] < '0' || p[1] > '9'))
+			return MERR(m, "pool.%s: misplaced '_'", key);
+		if (*p != '_') {
+			if (*vn + 1 >= 32)
+				return MERR(m, "pool.%s: the number is too long", key);
+			val[(*vn)++] = *p;
+		}
+		p++;
+	}
+	*pp = p;
+	return 0;
+}
+
+/* The value at p: a string or an integer into val[4096], *integer saying
+ * which; nothing but a comment after it. */
+static int m_value(struct mparse *m, const char *key, const char *p, const char *e, char *val,
+		   bool *integer)
+{
+	size_t vn = 0;
+	int rc;
+	*integer = false;
+	if (p < e && (*p == '"' || *p == '\'')) {
+		rc = m_string(m, key, &p, e, val, 4096, &vn);
+	} else if (p < e && *p >= '0' && *p <= '9') {
+		*integer = true;
+		rc = m_integer(m, key, &p, e, val, &vn);
+	} else if ((e - p >= 4 && !memcmp(p, "true", 4)) || (e - p >= 5 && !memcmp(p, "false", 5))) {
+		return MERR(m, "pool.%s: takes no boolean", key);
+	} else {
+		return MERR(m, "pool.%s: expected a \"string\" or a number", key);
+	}
+	if (rc)
+		return rc;
+	val[vn] = '\0';
+	p = skip_blank(p, e);
+	if (p < e && *p != '#')
+		return MERR(m, "pool.%s: text after the value", key);
+	return 0;
+}
+
+/* A "key = value" line: the option set unless a flag set it (flags win). */
+static int m_setting(struct mparse *m, const char *p, const char *e, struct mgr_options *o,
+		     uint64_t flag_mask)
+{
+	const struct opt *op = NULL;
+	char key[64], val[4096];
+	bool integer;
+	int rc;
+	if ((rc = m_key(m, &p, e, &op, key)) || (rc = m_value(m, key, p, e, val, &integer)))
+		return rc;
+	/* A bare number means bytes (sizes) or seconds (durations). */
+	char tmp[4200];
+	const char *v = val;
+	if (integer && (op->t == T_AGE || op->t == T_MS)) {
+		snprintf(tmp, sizeof tmp, "%ss", val);
+		v = tmp;
+	}
+	if (!integer && (op->t == T_U32 || op->t == T_U64 || op->t == T_PORT))
+		return MERR(m, "pool.%s: expected a number, not a string", key);
+	if (flag_mask & (1ull << (size_t)(op - opts)))
+		return 0; /* the flag wins */
+	char why[1024];
+	if (set_opt(o, op, v, why, sizeof why))
+		return MERR(m, "pool.%s: %s", key, why);
+	return 0;
+}
+
 int mgr_config_parse(const char *text, size_t len, const char *file, struct mgr_options *o,
 		     uint64_t flag_mask, char *err, size_t errlen)
 {
+	struct mparse m = {.file = file, .err = err, .errlen = errlen};
 	const char *p = text, *end_all = text + len;
-	unsigned line = 0;
-	bool in_pool = false, seen_pool = false;
-	uint64_t seen = 0;
+	int rc = 0;
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
 		p += 3;
-	while (p < end_all) {
+	while (p < end_all && !rc) {
 		const char *nl = memchr(p, '\n', (size_t)(end_all - p));
 		const char *e = nl ? nl : end_all, *next = nl ? nl + 1 : end_all;
-		line++;
+		m.line++;
 		if (e > p && e[-1] == '\r')
 			e--;
 		if (e > p && memchr(p, 0, (size_t)(e - p)))
-			return cerr(err, errlen, file, line, "NUL byte in the file");
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		if (p == e || *p == '#') {
-			p = next;
-			continue;
-		}
-		if (*p == '[') {
-			const char *q = p + 1;
-			while (q < e && *q == ' ')
-				q++;
-			const char *n0 = q;
-			while (q < e && is_bare(*q))
-				q++;
-			size_t nlen = (size_t)(q - n0);
-			while (q < e && *q == ' ')
-				q++;
-			if (q >= e || *q != ']')
-				return cerr(err, errlen, file, line, "not a section header ([pool])");
-			q++;
-			while (q < e && (*q == ' ' || *q == '\t'))
-				q++;
-			if (q < e && *q != '#')
-				return cerr(err, errlen, file, line, "text after the section header");
-			if (nlen != 4 || memcmp(n0, "pool", 4))
-				return cerr(err, errlen, file, line, "unknown section [%.*s] (known: [pool])",
-					    (int)(nlen < 40 ? nlen : 40), n0);
-			if (seen_pool)
-				return cerr(err, errlen, file, line, "section [pool] appears twice");
-			seen_pool = in_pool = true;
-			p = next;
-			continue;
-		}
-		const char *k0 = p;
-		while (p < e && is_bare(*p))
-			p++;
-		size_t klen = (size_t)(p - k0);
-		if (!klen)
-			return cerr(err, errlen, file, line, "not a 'key = value' line");
-		char key[64];
-		snprintf(key, sizeof key, "%.*s", (int)(klen < 63 ? klen : 63), k0);
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		if (p >= e || *p != '=')
-			return cerr(err, errlen, file, line, "%s: expected '=' after the key", key);
-		if (!in_pool)
-			return cerr(err, errlen, file, line, "key '%s' outside [pool]", key);
-		const struct opt *op = NULL;
-		for (size_t i = 0; i < NOPTS; i++)
-			if (opts[i].key && strlen(opts[i].key) == klen && !memcmp(opts[i].key, k0, klen))
-				op = &opts[i];
-		if (!op)
-			return cerr(err, errlen, file, line, "unknown key '%s' in [pool]", key);
-		size_t idx = (size_t)(op - opts);
-		if (seen & (1ull << idx))
-			return cerr(err, errlen, file, line, "pool.%s: set twice", key);
-		seen |= 1ull << idx;
-		p++;
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		char val[4096];
-		size_t vn = 0;
-		bool integer = false;
-		if (p < e && (*p == '"' || *p == '\'')) {
-			char qc = *p++;
-			bool closed = false;
-			while (p < e) {
-				char c = *p++;
-				if (c == qc) {
-					closed = true;
-					break;
-				}
-				if (qc == '"' && c == '\\') {
-					if (p >= e)
-						break;
-					char x = *p++;
-					c = x == 'n' ? '\n' : x == 't' ? '\t' : x == '"' ? '"' : x == '\\' ? '\\' : 0;
-					if (!c)
-						return cerr(err, errlen, file, line, "pool.%s: escape \\%c is not "
-							    "supported (use \\\" \\\\ \\n \\t)", key, x);
-				}
-				if ((unsigned char)c < 0x20 && c != '\t')
-					return cerr(err, errlen, file, line, "pool.%s: a control byte in the "
-						    "string", key);
-				if (vn + 1 >= sizeof val)
-					return cerr(err, errlen, file, line, "pool.%s: the value is too long", key);
-				val[vn++] = c;
-			}
-			if (!closed)
-				return cerr(err, errlen, file, line, "pool.%s: unterminated string", key);
-		} else if (p < e && *p >= '0' && *p <= '9') {
-			integer = true;
-			while (p < e && ((*p >= '0' && *p <= '9') || *p == '_')) {
-				if (*p == '_' && (p[-1] == '_' || p + 1 >= e || p[1] < '0' || p[1] > '9'))
-					return cerr(err, errlen, file, line, "pool.%s: misplaced '_'", key);
-				if (*p != '_') {
-					if (vn + 1 >= 32)
-						return cerr(err, errlen, file, line, "pool.%s: the number is too "
-							    "long", key);
-					val[vn++] = *p;
-				}
-				p++;
-			}
-		} else if (e - p >= 4 && !memcmp(p, "true", 4)) {
-			return cerr(err, errlen, file, line, "pool.%s: takes no boolean", key);
-		} else if (e - p >= 5 && !memcmp(p, "false", 5)) {
-			return cerr(err, errlen, file, line, "pool.%s: takes no boolean", key);
-		} else {
-			return cerr(err, errlen, file, line, "pool.%s: expected a \"string\" or a number", key);
-		}
-		val[vn] = '\0';
-		while (p < e && (*p == ' ' || *p == '\t'))
-			p++;
-		if (p < e && *p != '#')
-			return cerr(err, errlen, file, line, "pool.%s: text after the value", key);
-		/* A bare number means bytes (sizes) or seconds (durations). */
-		char tmp[4200];
-		const char *v = val;
-		if (integer && (op->t == T_AGE || op->t == T_MS)) {
-			snprintf(tmp, sizeof tmp, "%ss", val);
-			v = tmp;
-		}
-		if (!integer && (op->t == T_U32 || op->t == T_U64 || op->t == T_PORT))
-			return cerr(err, errlen, file, line, "pool.%s: expected a number, not a string", key);
-		if (flag_mask & (1ull << idx)) {
-			p = next;
-			continue; /* the flag wins */
-		}
-		char why[1024];
-		if (set_opt(o, op, v, why, sizeof why))
-			return cerr(err, errlen, file, line, "pool.%s: %s", key, why);
+			return MERR(&m, "NUL byte in the file");
+		p = skip_blank(p, e);
+		if (p < e && *p == '[')
+			rc = m_section(&m, p, e);
+		else if (p < e && *p != '#')
+			rc = m_setting(&m, p, e, o, flag_mask);
 		p = next;
 	}
-	return 0;
+	return rc;
 }
 
 static int load_config(struct mgr_options *o, uint64_t mask, char *err, size_t errlen)

@@ -629,6 +629,82 @@ void sel_cuda_split_pool_destroy(sel_cuda_split_pool *p)
 	free(p);
 }
 
+/* Size rank r's part from its own allocation properties (*prop): its
+ * device's host NUMA node, the allocation granularity, its offset in the
+ * range to be reserved (*off advanced past it) and the range's alignment. */
+static int size_part(sel_cuda_split_pool *p, const int *devices, const sel_slot_layout *l,
+		     uint32_t r, struct sel_cu_mem_alloc_prop *prop, uint64_t *off, uint64_t *align)
+{
+	const struct sel_cuda *cu = p->cu;
+	struct sel_cuda_split_part *pt = &p->part[r];
+	struct sel_cuda_device_info info;
+	sel_cu_result res;
+	size_t gran = 0;
+	int rc;
+	if ((rc = sel_cuda_device_info(cu, devices[r], &info)))
+		return rc;
+	if (!info.host_numa_vmm)
+		return eos_fail(SEL_ECUDA, "cuda: split pool: device %d (rank %" PRIu32 ") cannot create"
+				" host NUMA allocations (CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_"
+				"MANAGEMENT_SUPPORTED is 0); use the registered pool", devices[r], r);
+	pt->device = devices[r];
+	pt->numa = info.host_numa_id < 0 ? 0 : info.host_numa_id; /* no NUMA: id 0 */
+	pt->share = l->share[r];
+	pt->share_off = l->share_off[r];
+	*prop = (struct sel_cu_mem_alloc_prop){
+		.type = SEL_CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requested_handle_types = SEL_CU_MEM_HANDLE_TYPE_NONE,
+		.location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
+	};
+	if ((res = cu->cuMemGetAllocationGranularity(&gran, prop,
+						     SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) ||
+	    gran == 0)
+		return res ? sel_cuda_fail(cu, res, "split pool: cuMemGetAllocationGranularity (rank %" PRIu32
+					   ", NUMA node %d)", r, pt->numa)
+			   : eos_fail(SEL_ECUDA, "cuda: split pool: granularity 0 for NUMA node %d", pt->numa);
+	uint64_t need, bytes, start, end;
+	if (__builtin_mul_overflow(p->slots, pt->share, &need) ||
+	    __builtin_add_overflow(need, (uint64_t)gran - 1, &bytes) ||
+	    __builtin_add_overflow(*off, (uint64_t)gran - 1, &start) ||
+	    __builtin_add_overflow(start / gran * gran, bytes / gran * gran, &end))
+		return eos_fail(-EOVERFLOW, "split pool: rank %" PRIu32 " part of %" PRIu64 " slots exceeds"
+				" 64 bits", r, p->slots);
+	pt->bytes = bytes / gran * gran;
+	pt->base = start / gran * gran; /* an offset until the range exists */
+	*off = end;
+	if (gran > *align)
+		*align = gran;
+	return 0;
+}
+
+/* Create rank r's pinned allocation, map it at its place in the range and
+ * open it to the rank's device and the host only. */
+static int map_part(sel_cuda_split_pool *p, uint32_t r, const struct sel_cu_mem_alloc_prop *prop)
+{
+	const struct sel_cuda *cu = p->cu;
+	struct sel_cuda_split_part *pt = &p->part[r];
+	sel_cu_result res;
+	pt->base += p->base;
+	if ((res = cu->cuMemCreate(&pt->handle, (size_t)pt->bytes, prop, 0)))
+		return sel_cuda_fail(cu, res, "split pool: cuMemCreate of %" PRIu64 " pinned bytes on NUMA node"
+				     " %d (rank %" PRIu32 ")", pt->bytes, pt->numa, r);
+	pt->created = true;
+	if ((res = cu->cuMemMap(pt->base, (size_t)pt->bytes, 0, pt->handle, 0)))
+		return sel_cuda_fail(cu, res, "split pool: cuMemMap (rank %" PRIu32 ")", r);
+	pt->mapped = true;
+	/* The rank's device and the host; no other device maps it. */
+	struct sel_cu_mem_access_desc access[2] = {
+		{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_DEVICE, .id = pt->device },
+		  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
+		{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
+		  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
+	};
+	if ((res = cu->cuMemSetAccess(pt->base, (size_t)pt->bytes, access, 2)))
+		return sel_cuda_fail(cu, res, "split pool: cuMemSetAccess for device %d and the host (rank %"
+				     PRIu32 ")", pt->device, r);
+	return 0;
+}
+
 int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, const sel_slot_layout *l,
 			       uint64_t slots, sel_cuda_split_pool **out)
 {
@@ -671,52 +747,9 @@ int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, co
 	if ((rc = pool_enter(p, &prev)))
 		goto fail;
 	entered = true;
-
-	/* Size each part from its own allocation properties. */
-	for (uint32_t r = 0; r < l->ranks; r++) {
-		struct sel_cuda_split_part *pt = &p->part[r];
-		struct sel_cuda_device_info info;
-		size_t gran = 0;
-		if ((rc = sel_cuda_device_info(cu, devices[r], &info)))
+	for (uint32_t r = 0; r < l->ranks; r++)
+		if ((rc = size_part(p, devices, l, r, &prop[r], &off, &align)))
 			goto fail;
-		if (!info.host_numa_vmm) {
-			rc = eos_fail(SEL_ECUDA, "cuda: split pool: device %d (rank %" PRIu32 ") cannot create"
-				      " host NUMA allocations (CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_"
-				      "MANAGEMENT_SUPPORTED is 0); use the registered pool", devices[r], r);
-			goto fail;
-		}
-		pt->device = devices[r];
-		pt->numa = info.host_numa_id < 0 ? 0 : info.host_numa_id; /* no NUMA: id 0 */
-		pt->share = l->share[r];
-		pt->share_off = l->share_off[r];
-		prop[r] = (struct sel_cu_mem_alloc_prop){
-			.type = SEL_CU_MEM_ALLOCATION_TYPE_PINNED,
-			.requested_handle_types = SEL_CU_MEM_HANDLE_TYPE_NONE,
-			.location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
-		};
-		if ((res = cu->cuMemGetAllocationGranularity(&gran, &prop[r],
-							     SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) ||
-		    gran == 0) {
-			rc = res ? sel_cuda_fail(cu, res, "split pool: cuMemGetAllocationGranularity (rank %" PRIu32
-						 ", NUMA node %d)", r, pt->numa)
-				 : eos_fail(SEL_ECUDA, "cuda: split pool: granularity 0 for NUMA node %d", pt->numa);
-			goto fail;
-		}
-		uint64_t need, bytes, start, end;
-		if (__builtin_mul_overflow(slots, pt->share, &need) ||
-		    __builtin_add_overflow(need, (uint64_t)gran - 1, &bytes) ||
-		    __builtin_add_overflow(off, (uint64_t)gran - 1, &start) ||
-		    __builtin_add_overflow(start / gran * gran, bytes / gran * gran, &end)) {
-			rc = eos_fail(-EOVERFLOW, "split pool: rank %" PRIu32 " part of %" PRIu64 " slots exceeds"
-				      " 64 bits", r, slots);
-			goto fail;
-		}
-		pt->bytes = bytes / gran * gran;
-		pt->base = start / gran * gran; /* an offset until the range exists */
-		off = end;
-		if (gran > align)
-			align = gran;
-	}
 	p->bytes = eos_round_up(off, align);
 	assert(p->bytes >= identity_bytes);
 
@@ -727,34 +760,9 @@ int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, co
 	}
 	p->base = range;
 	p->reserved = true;
-
-	for (uint32_t r = 0; r < l->ranks; r++) {
-		struct sel_cuda_split_part *pt = &p->part[r];
-		pt->base += p->base;
-		if ((res = cu->cuMemCreate(&pt->handle, (size_t)pt->bytes, &prop[r], 0))) {
-			rc = sel_cuda_fail(cu, res, "split pool: cuMemCreate of %" PRIu64 " pinned bytes on NUMA node"
-					   " %d (rank %" PRIu32 ")", pt->bytes, pt->numa, r);
+	for (uint32_t r = 0; r < l->ranks; r++)
+		if ((rc = map_part(p, r, &prop[r])))
 			goto fail;
-		}
-		pt->created = true;
-		if ((res = cu->cuMemMap(pt->base, (size_t)pt->bytes, 0, pt->handle, 0))) {
-			rc = sel_cuda_fail(cu, res, "split pool: cuMemMap (rank %" PRIu32 ")", r);
-			goto fail;
-		}
-		pt->mapped = true;
-		/* The rank's device and the host; no other device maps it. */
-		struct sel_cu_mem_access_desc access[2] = {
-			{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_DEVICE, .id = pt->device },
-			  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
-			{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
-			  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
-		};
-		if ((res = cu->cuMemSetAccess(pt->base, (size_t)pt->bytes, access, 2))) {
-			rc = sel_cuda_fail(cu, res, "split pool: cuMemSetAccess for device %d and the host (rank %"
-					   PRIu32 ")", pt->device, r);
-			goto fail;
-		}
-	}
 	(void)cu->cuCtxSetCurrent(prev);
 	free(prop);
 	*out = p;

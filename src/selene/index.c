@@ -121,52 +121,8 @@
 #include <string.h>
 
 #include "eos.h"
-#include "index.h"
+#include "index_int.h"
 #include "internal.h"
-
-#define NODE_FREE 0xffu /* node.state of an id on the free list */
-#define MIN_TABLE_BITS 4
-#define MAX_IDS (UINT32_MAX - 1u)
-
-_Static_assert(sizeof(sel_index_node) <= 96, "keep the index node small");
-
-/* An open-addressing table of node ids (empty = SEL_NODE_NONE), keyed by
- * the node's key or by its bucket digest. */
-struct idtable {
-	sel_node_id *slot;
-	uint32_t bits; /* capacity 1 << bits */
-	bool by_bucket;
-	uint64_t used;
-};
-
-struct sel_index {
-	uint32_t page_tokens;
-	struct sel_index_ops ops;
-	void *ctx;
-	sel_index_node *nodes;
-	uint32_t used;  /* ids [0, used) are live or free */
-	uint32_t cap;   /* allocated entries of nodes[] */
-	sel_node_id free_head;
-	uint32_t nfree;
-	uint64_t count; /* live nodes */
-	struct idtable keys;    /* key -> id */
-	struct idtable buckets; /* bucket digest -> deepest node of the bucket */
-	sel_node_id lru_head, lru_tail;
-	uint64_t clock; /* last tick given */
-	uint64_t *last_use;             /* [cap] last-use time (ns) of each id */
-	uint64_t (*now_ns)(void);       /* the store's clock, or NULL */
-	uint64_t stamp;                 /* last stamp given (or seeded) */
-};
-
-static inline sel_index_node *N(const sel_index *ix, sel_node_id id)
-{
-	return &ix->nodes[id];
-}
-
-static inline bool live(const sel_index *ix, sel_node_id id)
-{
-	return id < ix->used && ix->nodes[id].state != NODE_FREE;
-}
 
 /* ---- hashing and tables ------------------------------------------------ */
 
@@ -190,11 +146,6 @@ static inline uint64_t key_hash(const sel_key *k)
 static inline uint64_t bucket_hash(const sel_digest *d)
 {
 	return mix(digest_word(d));
-}
-
-static inline bool digest_eq(const sel_digest *a, const sel_digest *b)
-{
-	return memcmp(a->b, b->b, SEL_DIGEST_BYTES) == 0;
 }
 
 static inline uint64_t home_of(const struct idtable *t, uint64_t h)
@@ -273,7 +224,7 @@ static void table_del(const sel_index *ix, struct idtable *t, uint64_t i)
 }
 
 /* Slot holding key k, or UINT64_MAX. */
-static uint64_t key_slot(const sel_index *ix, const sel_key *k)
+uint64_t ix_key_slot(const sel_index *ix, const sel_key *k)
 {
 	const struct idtable *t = &ix->keys;
 	uint64_t mask = ((uint64_t)1 << t->bits) - 1;
@@ -287,7 +238,7 @@ static uint64_t key_slot(const sel_index *ix, const sel_key *k)
 }
 
 /* Slot holding the chain of bucket d, or UINT64_MAX. */
-static uint64_t bucket_slot(const sel_index *ix, const sel_digest *d)
+uint64_t ix_bucket_slot(const sel_index *ix, const sel_digest *d)
 {
 	const struct idtable *t = &ix->buckets;
 	uint64_t mask = ((uint64_t)1 << t->bits) - 1;
@@ -305,7 +256,7 @@ static uint64_t bucket_slot(const sel_index *ix, const sel_digest *d)
 static void bucket_link(sel_index *ix, sel_node_id id)
 {
 	sel_index_node *n = N(ix, id);
-	uint64_t s = bucket_slot(ix, &n->bucket);
+	uint64_t s = ix_bucket_slot(ix, &n->bucket);
 	if (s == UINT64_MAX) {
 		n->bnext = SEL_NODE_NONE;
 		table_put(ix, &ix->buckets, id);
@@ -321,7 +272,7 @@ static void bucket_link(sel_index *ix, sel_node_id id)
 static void bucket_unlink(sel_index *ix, sel_node_id id)
 {
 	sel_index_node *n = N(ix, id);
-	uint64_t s = bucket_slot(ix, &n->bucket);
+	uint64_t s = ix_bucket_slot(ix, &n->bucket);
 	assert(s != UINT64_MAX);
 	if (ix->buckets.slot[s] == id) {
 		if (n->bnext == SEL_NODE_NONE)
@@ -404,13 +355,6 @@ static void debug_check(const sel_index *ix)
 static inline void debug_check(const sel_index *ix) { (void)ix; }
 #endif
 
-/* Invariant 6: a node nobody needs and nothing keeps. */
-static inline bool useless(const sel_index_node *n)
-{
-	const unsigned keep = SEL_NODE_HAS_ROW | SEL_NODE_NOEVICT | SEL_NODE_UNPRUNED;
-	return n->children == 0 && n->pins == 0 && !(n->flags & keep);
-}
-
 /* Forget one node (storage freed through ops->remove first); returns its
  * parent. */
 static sel_node_id forget(sel_index *ix, sel_node_id id)
@@ -418,7 +362,7 @@ static sel_node_id forget(sel_index *ix, sel_node_id id)
 	if (ix->ops.remove)
 		ix->ops.remove(ix->ctx, ix, id);
 	sel_index_node *n = N(ix, id);
-	uint64_t s = key_slot(ix, &n->key);
+	uint64_t s = ix_key_slot(ix, &n->key);
 	assert(s != UINT64_MAX);
 	table_del(ix, &ix->keys, s);
 	bucket_unlink(ix, id);
@@ -521,7 +465,7 @@ const sel_index_node *sel_index_cget(const sel_index *ix, sel_node_id id)
 
 sel_node_id sel_index_find(const sel_index *ix, const sel_key *key)
 {
-	uint64_t s = key_slot(ix, key);
+	uint64_t s = ix_key_slot(ix, key);
 	return s == UINT64_MAX ? SEL_NODE_NONE : ix->keys.slot[s];
 }
 
@@ -1055,7 +999,7 @@ int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t residen
 	uint64_t want_c = 0; /* consumed count of want; 0 = not computed */
 	uint64_t lowest = resident / SEL_BUCKET_TOKENS;
 	for (uint64_t k = top / SEL_BUCKET_TOKENS;; k--) {
-		uint64_t s = bucket_slot(ix, sel_history_bound(h, k));
+		uint64_t s = ix_bucket_slot(ix, sel_history_bound(h, k));
 		sel_node_id id = s == UINT64_MAX ? SEL_NODE_NONE : ix->buckets.slot[s];
 		for (; id != SEL_NODE_NONE; id = N(ix, id)->bnext) {
 			const sel_index_node *n = N(ix, id);
@@ -1080,194 +1024,4 @@ int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t residen
 			break;
 	}
 	return 0;
-}
-
-/* ---- checker ----------------------------------------------------------- */
-
-static int check_table(const sel_index *ix, const struct idtable *t, const char *what,
-		       uint8_t *seen)
-{
-	uint64_t cap = (uint64_t)1 << t->bits, used = 0;
-	for (uint64_t i = 0; i < cap; i++) {
-		sel_node_id e = t->slot[i];
-		if (e == SEL_NODE_NONE)
-			continue;
-		used++;
-		if (!live(ix, e))
-			return eos_fail(SEL_ECORRUPT, "index: %s slot %" PRIu64 " holds dead id %" PRIu32,
-					what, i, e);
-		if (seen[e])
-			return eos_fail(SEL_ECORRUPT, "index: %s holds id %" PRIu32 " twice", what, e);
-		seen[e] = 1;
-		uint64_t s = t->by_bucket ? bucket_slot(ix, &N(ix, e)->bucket)
-					  : key_slot(ix, &N(ix, e)->key);
-		if (s != i)
-			return eos_fail(SEL_ECORRUPT, "index: %s entry %" PRIu32 " at slot %" PRIu64
-					" is found at %" PRIu64, what, e, i, s);
-	}
-	if (used != t->used)
-		return eos_fail(SEL_ECORRUPT, "index: %s counts %" PRIu64 " entries, holds %" PRIu64,
-				what, t->used, used);
-	if (used * 4 > cap * 3)
-		return eos_fail(SEL_ECORRUPT, "index: %s overloaded", what);
-	return 0;
-}
-
-static int check_nodes(const sel_index *ix, uint8_t *seen, uint32_t *kids)
-{
-	uint64_t pt = ix->page_tokens, nlive = 0;
-	char hex[2 * SEL_DIGEST_BYTES + 1];
-
-	/* 1: every live node is in the key table (and only those, via seen). */
-	memset(seen, 0, ix->used);
-	int rc = check_table(ix, &ix->keys, "key table", seen);
-	if (rc)
-		return rc;
-	for (sel_node_id id = 0; id < ix->used; id++) {
-		if (!live(ix, id))
-			continue;
-		nlive++;
-		if (!seen[id])
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " (key %s) missing from the"
-					" key table", id, sel_hex(N(ix, id)->key.digest.b, 8, hex));
-	}
-	if (nlive != ix->count)
-		return eos_fail(SEL_ECORRUPT, "index: count %" PRIu64 " but %" PRIu64 " live nodes",
-				ix->count, nlive);
-
-	/* 2: bucket chains partition the live nodes, deepest first. */
-	memset(seen, 0, ix->used);
-	uint64_t cap = (uint64_t)1 << ix->buckets.bits, on_chains = 0, heads = 0;
-	for (uint64_t i = 0; i < cap; i++) {
-		sel_node_id head = ix->buckets.slot[i];
-		if (head == SEL_NODE_NONE)
-			continue;
-		heads++;
-		if (!live(ix, head))
-			return eos_fail(SEL_ECORRUPT, "index: bucket slot %" PRIu64 " holds dead id %"
-					PRIu32, i, head);
-		if (bucket_slot(ix, &N(ix, head)->bucket) != i)
-			return eos_fail(SEL_ECORRUPT, "index: bucket head %" PRIu32 " not found at its"
-					" slot %" PRIu64, head, i);
-		uint64_t prev_c = UINT64_MAX;
-		for (sel_node_id id = head; id != SEL_NODE_NONE; id = N(ix, id)->bnext) {
-			if (!live(ix, id) || seen[id])
-				return eos_fail(SEL_ECORRUPT, "index: bucket chain of %" PRIu32 " reaches %s"
-						" id %" PRIu32, head, live(ix, id) ? "repeated" : "dead", id);
-			seen[id] = 1;
-			on_chains++;
-			const sel_index_node *n = N(ix, id);
-			if (!digest_eq(&n->bucket, &N(ix, head)->bucket))
-				return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " on the chain of"
-						" another bucket", id);
-			if (n->key.consumed > prev_c)
-				return eos_fail(SEL_ECORRUPT, "index: bucket chain not deepest first at"
-						" node %" PRIu32, id);
-			prev_c = n->key.consumed;
-		}
-	}
-	if (heads != ix->buckets.used)
-		return eos_fail(SEL_ECORRUPT, "index: bucket table counts %" PRIu64 ", holds %" PRIu64,
-				ix->buckets.used, heads);
-	if (on_chains != nlive)
-		return eos_fail(SEL_ECORRUPT, "index: %" PRIu64 " of %" PRIu64 " nodes on bucket chains",
-				on_chains, nlive);
-
-	/* 3, 4, 6, 7: per-node shape. */
-	memset(kids, 0, (size_t)ix->used * sizeof *kids);
-	for (sel_node_id id = 0; id < ix->used; id++) {
-		if (!live(ix, id))
-			continue;
-		const sel_index_node *n = N(ix, id);
-		uint64_t c = n->key.consumed;
-		if (n->state != SEL_NODE_PENDING && n->state != SEL_NODE_READY)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " in state %u", id, n->state);
-		if (c == 0)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " consumes nothing", id);
-		uint64_t want = c / pt;
-		if (n->parent != SEL_NODE_NONE) {
-			if (!live(ix, n->parent))
-				return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " has dead parent %"
-						PRIu32, id, n->parent);
-			uint64_t p = N(ix, n->parent)->key.consumed;
-			if (p >= c)
-				return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " (%" PRIu64 " tokens)"
-						" under parent %" PRIu32 " of %" PRIu64, id, c, n->parent, p);
-			want = c / pt - p / pt;
-			kids[n->parent]++;
-		}
-		if (n->tail_pages != want)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " tail %" PRIu32 " pages,"
-					" expected %" PRIu64, id, n->tail_pages, want);
-		if ((n->flags & SEL_NODE_DROP_ROW) &&
-		    (n->pins == 0 || !(n->flags & SEL_NODE_HAS_ROW)))
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " waits to drop a row"
-					" while %s", id, n->pins ? "rowless" : "unpinned");
-		if ((n->flags & SEL_NODE_UNPRUNED) && (n->flags & SEL_NODE_HAS_ROW))
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " unpruned with a row", id);
-		if (n->tick > ix->clock)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " ticks in the future", id);
-	}
-	for (sel_node_id id = 0; id < ix->used; id++) {
-		if (!live(ix, id))
-			continue;
-		const sel_index_node *n = N(ix, id);
-		if (n->children != kids[id])
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " counts %" PRIu32
-					" children, has %" PRIu32, id, n->children, kids[id]);
-		if (useless(n))
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " is a useless page-only"
-					" leaf", id);
-		if ((n->flags & SEL_NODE_UNPRUNED) && n->children)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " unpruned with children", id);
-		if (n->parent != SEL_NODE_NONE && N(ix, n->parent)->tick <= n->tick)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " is newer than its parent %"
-					PRIu32, id, n->parent);
-	}
-
-	/* 5: the LRU list. */
-	uint64_t walked = 0, last_tick = 0;
-	sel_node_id prev = SEL_NODE_NONE;
-	for (sel_node_id id = ix->lru_head; id != SEL_NODE_NONE; id = N(ix, id)->lru_next) {
-		if (!live(ix, id) || ++walked > nlive)
-			return eos_fail(SEL_ECORRUPT, "index: LRU list reaches %s id %" PRIu32,
-					live(ix, id) ? "too many nodes at" : "dead", id);
-		const sel_index_node *n = N(ix, id);
-		if (n->lru_prev != prev)
-			return eos_fail(SEL_ECORRUPT, "index: LRU back link of %" PRIu32 " broken", id);
-		if (walked > 1 && n->tick <= last_tick)
-			return eos_fail(SEL_ECORRUPT, "index: LRU ticks not increasing at %" PRIu32, id);
-		if (ix->last_use[id] > ix->stamp)
-			return eos_fail(SEL_ECORRUPT, "index: node %" PRIu32 " used after the last stamp",
-					id);
-		last_tick = n->tick;
-		prev = id;
-	}
-	if (walked != nlive || prev != ix->lru_tail)
-		return eos_fail(SEL_ECORRUPT, "index: LRU list holds %" PRIu64 " of %" PRIu64 " nodes",
-				walked, nlive);
-
-	/* 8: the free list. */
-	uint64_t nfree = 0;
-	for (sel_node_id id = ix->free_head; id != SEL_NODE_NONE; id = N(ix, id)->lru_next) {
-		if (id >= ix->used || live(ix, id) || ++nfree > ix->nfree)
-			return eos_fail(SEL_ECORRUPT, "index: free list reaches %s id %" PRIu32,
-					id >= ix->used || live(ix, id) ? "a live or unused" : "too many", id);
-	}
-	if (nfree != ix->nfree || nfree + nlive != ix->used)
-		return eos_fail(SEL_ECORRUPT, "index: %" PRIu64 " free and %" PRIu64 " live of %" PRIu32
-				" ids", nfree, nlive, ix->used);
-	return 0;
-}
-
-int sel_index_check(const sel_index *ix)
-{
-	size_t n = ix->used ? ix->used : 1;
-	uint8_t *seen = malloc(n);
-	uint32_t *kids = malloc(n * sizeof *kids);
-	int rc = seen && kids ? check_nodes(ix, seen, kids)
-			      : eos_fail(-ENOMEM, "index: out of memory for the check");
-	free(seen);
-	free(kids);
-	return rc;
 }

@@ -810,24 +810,12 @@ static void count_invalid(sel_scan_stats *st, int reason)
 	}
 }
 
-int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_opts *o,
-		    sel_scan *out)
+/* Temporaries of interrupted writes.  A directory by such a name is not
+ * one (nothing of ours makes directories here): left alone, counted. */
+static void scan_tmps(int dirfd, const struct sel_scan_opts *opts, char **tmps, size_t n_tmps,
+		      sel_scan_stats *st)
 {
 	const struct eos_fileops *ops = eos_fileops();
-	struct sel_scan_opts opts = o ? *o : (struct sel_scan_opts){0};
-	struct ent *e = NULL;
-	size_t n = 0, n_tmps = 0, *order = NULL;
-	char **tmps = NULL;
-	pthread_t th[64];
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	sel_scan_stats *st = &out->st;
-	if ((rc = scan_list(dirfd, st, &e, &n, &tmps, &n_tmps)) != 0)
-		goto out;
-
-	/* Temporaries of interrupted writes.  A directory by such a name is not
-	 * one (nothing of ours makes directories here): left alone, counted. */
 	for (size_t i = 0; i < n_tmps; i++) {
 		int err = 0;
 		struct stat tst;
@@ -835,20 +823,26 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 			st->tmp_dirs++;
 			continue;
 		}
-		if (opts.dry_run || ops->unlinkat(dirfd, tmps[i], 0) == 0 || errno == ENOENT) {
+		if (opts->dry_run || ops->unlinkat(dirfd, tmps[i], 0) == 0 || errno == ENOENT) {
 			st->tmp_removed++;
 		} else {
 			err = -errno;
 			st->unlink_failed++;
 		}
-		if (opts.on_remove)
-			opts.on_remove(opts.ctx, tmps[i], SEL_SCAN_TMP, 0, err);
+		if (opts->on_remove)
+			opts->on_remove(opts->ctx, tmps[i], SEL_SCAN_TMP, 0, err);
 	}
+}
 
-	/* Headers, in parallel. */
-	struct scan_ctx c = {.dirfd = dirfd, .ns = ns, .direct = opts.direct,
-			     .max_bytes = opts.max_file_bytes, .e = e, .n = n};
-	uint32_t want = opts.threads ? opts.threads : 16, started = 0;
+/* Headers, in parallel (at most opts->threads readers, 16 by default, one
+ * per 64 files), then the counts of what they found. */
+static void scan_headers(int dirfd, const sel_record_ns *ns, const struct sel_scan_opts *opts,
+			 struct ent *e, size_t n, sel_scan_stats *st)
+{
+	pthread_t th[64];
+	struct scan_ctx c = {.dirfd = dirfd, .ns = ns, .direct = opts->direct,
+			     .max_bytes = opts->max_file_bytes, .e = e, .n = n};
+	uint32_t want = opts->threads ? opts->threads : 16, started = 0;
 	if (want > 64)
 		want = 64;
 	if (want > n / 64 + 1)
@@ -859,7 +853,6 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 	scan_thread(&c);
 	for (uint32_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
-
 	for (size_t i = 0; i < n; i++) {
 		if (e[i].state == ENT_INVALID)
 			count_invalid(st, e[i].reason);
@@ -869,21 +862,13 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 		} else if (e[i].state == ENT_IGNORED)
 			st->ignored++;
 	}
-	if ((rc = scan_tree(e, n, ns->layout.sz.page_tokens)) != 0)
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		if (e[i].state == ENT_HELD) {
-			st->unreadable++;
-			st->bytes_stuck += e[i].size;
-		}
-	}
+}
 
-	/* Removals, deepest first. */
-	order = malloc((n ? n : 1) * sizeof(*order));
-	if (!order) {
-		rc = eos_fail(-ENOMEM, "record scan: out of memory");
-		goto out;
-	}
+/* Removals, deepest first (order: room for n indices). */
+static void scan_remove(int dirfd, const struct sel_scan_opts *opts, struct ent *e, size_t n,
+			size_t *order, sel_scan_stats *st)
+{
+	const struct eos_fileops *ops = eos_fileops();
 	size_t nr = 0;
 	for (size_t i = 0; i < n; i++)
 		if (is_removal(e[i].state))
@@ -900,18 +885,22 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 		else if (x->state == ENT_PRUNED)
 			st->pruned++;
 		int err = 0;
-		if (opts.dry_run || ops->unlinkat(dirfd, x->name, 0) == 0 || errno == ENOENT) {
+		if (opts->dry_run || ops->unlinkat(dirfd, x->name, 0) == 0 || errno == ENOENT) {
 			st->bytes_removed += x->size;
 		} else {
 			err = -errno;
 			st->unlink_failed++;
 			st->bytes_stuck += x->size;
 		}
-		if (opts.on_remove)
-			opts.on_remove(opts.ctx, x->name, why_of(x), x->size, err);
+		if (opts->on_remove)
+			opts->on_remove(opts->ctx, x->name, why_of(x), x->size, err);
 	}
+}
 
-	/* Survivors in access order, linked parents first. */
+/* Survivors in access order, linked parents first, into out. */
+static int scan_emit(struct ent *e, size_t n, size_t *order, sel_scan *out)
+{
+	sel_scan_stats *st = &out->st;
 	size_t nk = 0;
 	for (size_t i = 0; i < n; i++)
 		if (e[i].state == ENT_OK)
@@ -921,8 +910,7 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 	size_t *chain = malloc((nk ? nk : 1) * sizeof(*chain));
 	if (!out->rec || !chain) {
 		free(chain);
-		rc = eos_fail(-ENOMEM, "record scan: out of memory");
-		goto out;
+		return eos_fail(-ENOMEM, "record scan: out of memory");
 	}
 	for (size_t k = 0; k < nk; k++) {
 		size_t depth = 0;
@@ -938,7 +926,38 @@ int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_op
 		}
 	}
 	free(chain);
-	rc = 0;
+	return 0;
+}
+
+int sel_record_scan(int dirfd, const sel_record_ns *ns, const struct sel_scan_opts *o,
+		    sel_scan *out)
+{
+	struct sel_scan_opts opts = o ? *o : (struct sel_scan_opts){0};
+	struct ent *e = NULL;
+	size_t n = 0, n_tmps = 0, *order = NULL;
+	char **tmps = NULL;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	sel_scan_stats *st = &out->st;
+	if ((rc = scan_list(dirfd, st, &e, &n, &tmps, &n_tmps)) != 0)
+		goto out;
+	scan_tmps(dirfd, &opts, tmps, n_tmps, st);
+	scan_headers(dirfd, ns, &opts, e, n, st);
+	if ((rc = scan_tree(e, n, ns->layout.sz.page_tokens)) != 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		if (e[i].state == ENT_HELD) {
+			st->unreadable++;
+			st->bytes_stuck += e[i].size;
+		}
+	}
+	if (!(order = malloc((n ? n : 1) * sizeof(*order)))) {
+		rc = eos_fail(-ENOMEM, "record scan: out of memory");
+		goto out;
+	}
+	scan_remove(dirfd, &opts, e, n, order, st);
+	rc = scan_emit(e, n, order, out);
 out:
 	for (size_t i = 0; i < n_tmps; i++)
 		free(tmps[i]);

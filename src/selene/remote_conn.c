@@ -145,148 +145,10 @@ static bool elapsed(uint64_t now, uint64_t since, uint64_t len)
 	return now > since && now - since >= len;
 }
 
-/* ---- Replies, bounded ---------------------------------------------------- */
-
-/* libhiredis 0.14 allocates a multi-bulk reply's element array as soon as
- * it reads "*<count>", and aborts the process when that fails; a server
- * could announce billions.  Our reply builders -- hiredis's documented
- * extension point, building the same redisReply objects that
- * freeReplyObject frees -- refuse more than REPLY_ELEMENTS_MAX elements
- * and strings beyond REPLY_STRING_MAX, which the reader reports as an
- * error (the connection is then closed).  conn_read also bounds the bytes
- * a reply may have buffered before it completes (READER_MAX). */
-#define REPLY_ELEMENTS_MAX (1 << 20)
-#define REPLY_STRING_MAX (64u << 20)
-#define READER_MAX (REPLY_STRING_MAX + (1u << 20))
-
-static void *reply_new(const redisReadTask *task, int type)
-{
-	redisReply *r = calloc(1, sizeof *r);
-	if (!r)
-		return NULL;
-	r->type = type;
-	if (task->parent) {
-		redisReply *parent = task->parent->obj;
-		if (parent->type != REDIS_REPLY_ARRAY || task->idx < 0 ||
-		    (size_t)task->idx >= parent->elements) {
-			free(r);
-			return NULL;
-		}
-		parent->element[task->idx] = r;
-	}
-	return r;
-}
-
-static void *reply_string(const redisReadTask *task, char *str, size_t len)
-{
-	if (len > REPLY_STRING_MAX)
-		return NULL;
-	char *buf = malloc(len + 1);
-	if (!buf)
-		return NULL;
-	redisReply *r = reply_new(task, task->type);
-	if (!r) {
-		free(buf);
-		return NULL;
-	}
-	memcpy(buf, str, len);
-	buf[len] = '\0';
-	r->str = buf;
-	r->len = len;
-	return r;
-}
-
-static void *reply_array(const redisReadTask *task, int elements)
-{
-	if (elements < 0 || elements > REPLY_ELEMENTS_MAX)
-		return NULL;
-	redisReply **el = NULL;
-	if (elements > 0 && !(el = calloc((size_t)elements, sizeof *el)))
-		return NULL;
-	redisReply *r = reply_new(task, REDIS_REPLY_ARRAY);
-	if (!r) {
-		free(el);
-		return NULL;
-	}
-	r->element = el;
-	r->elements = (size_t)elements;
-	return r;
-}
-
-static void *reply_integer(const redisReadTask *task, long long value)
-{
-	redisReply *r = reply_new(task, REDIS_REPLY_INTEGER);
-	if (r)
-		r->integer = value;
-	return r;
-}
-
-static void *reply_nil(const redisReadTask *task)
-{
-	return reply_new(task, REDIS_REPLY_NIL);
-}
-
-static redisReplyObjectFunctions bounded_replies = {
-	reply_string, reply_array, reply_integer, reply_nil, freeReplyObject,
-};
-
-redisReader *sel_rn_reader_create(void)
-{
-	return redisReaderCreateWithFunctions(&bounded_replies);
-}
+/* A reply may have buffered this much before it completes (conn_read). */
+#define READER_MAX (SEL_RN_REPLY_STRING_MAX + (1u << 20))
 
 /* ---- Commands ------------------------------------------------------------ */
-
-static void free_formatted(void *ctx, char *buf)
-{
-	(void)ctx;
-	redisFreeCommand(buf);
-}
-
-struct sel_rn_cmd *sel_rn_cmd_argv(int argc, const char **argv, const size_t *argvlen)
-{
-	char *buf = NULL;
-	int len = redisFormatCommandArgv(&buf, argc, argv, argvlen);
-	if (len < 0)
-		return NULL;
-	struct sel_rn_cmd *c = sel_rn_cmd_raw(buf, (size_t)len, free_formatted, NULL);
-	return c;
-}
-
-struct sel_rn_cmd *sel_rn_cmd_raw(char *buf, size_t len, void (*free_buf)(void *, char *),
-				  void *ctx)
-{
-	struct sel_rn_cmd *c = calloc(1, sizeof *c);
-	if (!c) {
-		if (free_buf)
-			free_buf(ctx, buf);
-		else
-			free(buf);
-		return NULL;
-	}
-	c->buf = buf;
-	c->len = len;
-	c->free_buf = free_buf;
-	c->free_ctx = ctx;
-	c->slot = -1;
-	return c;
-}
-
-struct sel_rn_cmd *sel_rn_cmd_segs(struct iovec *seg, uint32_t nseg, char *buf,
-				   void (*free_buf)(void *, char *), void *ctx)
-{
-	size_t len = 0;
-	for (uint32_t i = 0; i < nseg; i++)
-		len += seg[i].iov_len;
-	struct sel_rn_cmd *c = sel_rn_cmd_raw(buf, len, free_buf, ctx);
-	if (!c) {
-		free(seg);
-		return NULL;
-	}
-	c->seg = seg;
-	c->nseg = nseg;
-	return c;
-}
 
 static void cmd_free(struct sel_rn_cmd *c)
 {
@@ -475,7 +337,7 @@ static int conn_connect(struct sel_rn_conn *k, uint64_t now)
 		conn_kill(k, -ENOTCONN, now);
 		return -ENOTCONN;
 	}
-	ctx->reader->fn = &bounded_replies;
+	sel_rn_reader_bound(ctx->reader);
 	ctx->reader->maxbuf = 0; /* keep the reader's buffer: windows are megabytes */
 	k->ctx = ctx;
 	k->gen++;

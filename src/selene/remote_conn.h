@@ -141,6 +141,12 @@ struct sel_rn;
  * allocation hiredis 0.14 would abort on.  Every connection reads with
  * these builders; tests and the fuzz target use this reader. */
 redisReader *sel_rn_reader_create(void);
+/* Give a connection's existing reader the same bounded builders. */
+void sel_rn_reader_bound(redisReader *r);
+/* The bounds its builders keep (remote_resp.c): elements of a multi-bulk
+ * reply and bytes of one string; more is a reader error. */
+#define SEL_RN_REPLY_ELEMENTS_MAX (1 << 20)
+#define SEL_RN_REPLY_STRING_MAX (64u << 20)
 
 /* Open the network for url: nothing is sent yet; connections start at the
  * first sel_rn_run.  counters must outlive it.  0, -ENOMEM. */

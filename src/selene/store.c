@@ -5,8 +5,12 @@
  * DESIGN
  *
  * Every store (memory, disk, composite, a test double) embeds struct
- * sel_store first and points it at a static ops table.  The dispatch
- * functions here are the only callers of those tables.  A table is checked
+ * sel_store first and points it at a static ops table (selene_store.h, the
+ * implementer's header; selene.h keeps sel_store opaque).  The dispatch
+ * functions here are the only callers of those tables, and they supply the
+ * defaults of the optional entries: evicted counts the notice in the base
+ * struct (added to sel_stats.evictions_noticed), touch does nothing,
+ * describe adds nothing to what kind, stats and the defaults say.  A table is checked
  * on every call: one whose version is not SEL_STORE_OPS_VERSION, or that
  * lacks the entry a call needs, is refused with -EPROTO (SEL_SKIPPED for
  * put, nothing for the void calls) and a message naming the store -- so an
@@ -24,21 +28,22 @@
 #include <errno.h>
 
 #include "eos.h"
-#include "selene.h"
+#include "selene_store.h"
 
 /* 0 when s may use op; else -EPROTO (or -EINVAL for a NULL store) with a
  * message. */
 static int ops_ok(const sel_store *s, const void *op, const char *what)
 {
 	if (!s || !s->ops)
-		return eos_fail(-EINVAL, "store: %s on %s", what, s ? "a store without ops" : "NULL");
+		return eos_fail(-EINVAL, "store: %s on %s", what,
+				s ? "a store without ops" : "NULL");
 	if (s->ops->version != SEL_STORE_OPS_VERSION)
 		return eos_fail(-EPROTO, "store '%s': ops table version %u, this library speaks %u",
 				s->ops->name ? s->ops->name : "?", s->ops->version,
 				SEL_STORE_OPS_VERSION);
 	if (!op)
-		return eos_fail(-EPROTO, "store '%s': no %s operation", s->ops->name ? s->ops->name : "?",
-				what);
+		return eos_fail(-EPROTO, "store '%s': no %s operation",
+				s->ops->name ? s->ops->name : "?", what);
 	return 0;
 }
 
@@ -76,15 +81,25 @@ int sel_store_poll(sel_store *s, sel_event *ev, size_t cap)
 	return s->ops->poll(s, ev, cap);
 }
 
+/* The table of s is usable at all (optional entries may be NULL). */
+static int table_ok(const sel_store *s, const char *what)
+{
+	return ops_ok(s, s && s->ops ? (const void *)s->ops : NULL, what);
+}
+
 void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir)
 {
-	if (ops_ok(s, s && s->ops ? (const void *)s->ops->evicted : NULL, "evicted") == 0)
+	if (table_ok(s, "evicted"))
+		return;
+	if (s->ops->evicted)
 		s->ops->evicted(s, key, generation, heir);
+	else
+		s->evictions_noticed++;
 }
 
 void sel_store_touch(sel_store *s, const sel_key *key)
 {
-	if (ops_ok(s, s && s->ops ? (const void *)s->ops->touch : NULL, "touch") == 0)
+	if (table_ok(s, "touch") == 0 && s->ops->touch)
 		s->ops->touch(s, key);
 }
 
@@ -92,6 +107,7 @@ void sel_store_stats(sel_store *s, sel_stats *out)
 {
 	if (ops_ok(s, s && s->ops ? (const void *)s->ops->stats : NULL, "stats") == 0) {
 		s->ops->stats(s, out);
+		out->evictions_noticed += s->evictions_noticed;
 		return;
 	}
 	*out = (sel_stats){0};
@@ -124,7 +140,21 @@ void sel_store_destroy(sel_store *s)
 
 const char *sel_store_warning(const sel_store *s)
 {
-	return s && s->warning ? s->warning : "";
+	sel_store_info info;
+	/* describe reads stats, which change nothing the caller can see */
+	sel_store_describe((sel_store *)s, &info);
+	return info.warning;
+}
+
+const char *sel_version(int *major, int *minor, int *patch)
+{
+	if (major)
+		*major = SEL_VERSION_MAJOR;
+	if (minor)
+		*minor = SEL_VERSION_MINOR;
+	if (patch)
+		*patch = SEL_VERSION_PATCH;
+	return SEL_VERSION_STRING;
 }
 
 const char *sel_outcome_name(sel_outcome o)
@@ -167,19 +197,20 @@ const char *sel_tier_name(sel_tier t)
 
 void sel_store_describe(sel_store *s, sel_store_info *out)
 {
-	*out = (sel_store_info){.kind = "disabled", .transport = "none"};
-	if (!s)
+	*out = (sel_store_info){.kind = "disabled", .transport = "none", .warning = ""};
+	if (!s || table_ok(s, "describe"))
 		return;
-	out->kind = s->ops && s->ops->name ? s->ops->name : "?";
-	out->disk_dir = s->disk_dir;
-	out->disk_limit = s->disk_limit;
-	out->scanned_records = s->scanned_records;
-	out->disk_io = s->disk_io;
-	out->disk_io_note = s->disk_io ? (s->disk_io_note ? s->disk_io_note : "") : NULL;
+	out->kind = s->ops->name ? s->ops->name : "?";
 	sel_stats st;
 	sel_store_stats(s, &st);
 	out->transport = st.transport ? st.transport : "host";
 	out->slot_bytes = st.slot_bytes;
 	out->slots_total = st.slots_total;
 	out->intake_slots = st.intake_slots;
+	if (s->ops->describe)
+		s->ops->describe(s, out);
+	if (out->disk_io && !out->disk_io_note)
+		out->disk_io_note = "";
+	if (!out->warning)
+		out->warning = "";
 }

@@ -89,46 +89,72 @@
  *   and each tier counts it.
  *
  * Close: first the accepted transfers (puts land and park, reads through
- *   finish, maintenance writes end).  Then, with drain_on_shutdown, the
- *   drain (design 2.5): a plan of the parked records -- those a committed
- *   file links under first (its file needs them at the next start), then
- *   the rest, each group most recently used first, which puts every
- *   record after its parked ancestors (a parent is always more recent than
- *   its children in the access order) -- is written in order, at most four
- *   records and 2 x intake slots ahead; a record whose parked ancestor did not start is
- *   skipped, an uncharged one is charged only if the limit has room
- *   without evicting (committed files are preserved).  New writes stop at
- *   drain_ns and at the close deadline; started ones finish.  ENOSPC and
- *   EDQUOT send a record back to the park for up to three more passes
- *   (100, 200, 400 ms apart); other errors drop it.  Nothing of this fails
- *   the close.  Without the drain, drain_progress hears once, at close, how
- *   many DRAM-only records (and bytes) the stop loses, when it loses any
- *   (sel_drain_progress.off).  drain_progress hears of it about once a second and once at
- *   the end.  Then both stores close (their transfers drain before memory
- *   is released); if either cannot drain, the pool is leaked.
+ *   finish, maintenance writes end), then, with drain_on_shutdown, the
+ *   drain of the parked records (store_drain.c, design 2.5), then both
+ *   stores close (their transfers drain before memory is released); if
+ *   either cannot drain, the pool is leaked.
+ *
+ * ONE RECORD'S STATES
+ *
+ * A record of the composite lives in both inner stores at once; its state
+ * is the pair (memory copy, disk node) and what the composite holds for
+ * it.  cs_state() derives it, and the checker verifies that every record
+ * is in one of these states and nowhere in between:
+ *
+ *   state            memory copy               disk node              composite holds
+ *   ---------------  ------------------------  ---------------------  -------------------------
+ *   COPYING          PENDING, pinned by its    none (the disk parent  a cput (puts list)
+ *                    copy-out job              pinned)
+ *   PARKED           READY, pinned (dirty)     READY, DS_PARKED, no   --
+ *                                              file, not evictable
+ *                                              (charged or not)
+ *   WRITING          READY, pinned (dirty)     PARKED, writing        a cwrite (writes list)
+ *   DURABLE          READY, unpinned by us,    READY, committed file  --
+ *                    evictable
+ *   DISK_ONLY        none                      READY, committed file  --
+ *   RESERVED         PENDING, pinned           READY, file, pinned    a cfetch (fetches list)
+ *                    (sel_memory_store_reserve) by read_into
+ *   STREAMING        none                      PENDING, a put stream  streaming count
+ *   PENDING_REMOVAL  any, pinned by a reader   none                   pend_rm entry
+ *   (DOOMED)         any                       doomed: removed with   --
+ *                                              its descendants at its
+ *                                              last unpin
+ *   (FAILED)         PENDING, failed, no slots none                   --
+ *                    (kept for its children)
+ *
+ * Transitions: put -> COPYING -> (copy-out lands) PARKED -> (maintenance or
+ * the drain) WRITING -> (commit) DURABLE; WRITING -> (ENOSPC) PARKED;
+ * WRITING -> (terminal error) dropped from both.  DURABLE -> (memory
+ * eviction) DISK_ONLY -> (read-through) RESERVED -> (reads land) DURABLE.
+ * A record larger than warm memory: put -> STREAMING -> DISK_ONLY.  Disk
+ * removal (eviction, corruption, drop, expiry) of any state: the memory
+ * copy goes at once, or becomes PENDING_REMOVAL until its pins go.
+ * Completions are told apart by who reports them: the memory store's
+ * events (copy-outs), the disk store's events (streams and its own
+ * fetches), and its two hooks -- written for a write_from (its cwrite),
+ * read for a read_into (its cfetch).
  *
  * INVARIANTS (verified by sel_composite_store_check)
  *
- *   1. Every memory record has a disk index node, except copies whose
- *      removal waits for their pins (the pending-removal list).
+ *   1. Every record is in one state of the table above: in particular
+ *      every memory record has a disk index node, except copies whose
+ *      removal waits for their pins (PENDING_REMOVAL) and copies in flight.
  *   2. Every parked disk record has a READY memory copy pinned by the
  *      composite; a record is pinned by the composite exactly while it is
  *      parked (dirty) or its read-through is in flight.
  *   3. writing_slots is the sum of the memory slots of records whose writes
- *      are in flight.
+ *      are in flight, and each of them is WRITING.
  *   4. The memory store's and the disk store's checks pass.
  *   5. streaming counts the disk store's put streams whose events the
  *      composite has not seen; put starts none while it is STREAM_PUTS.
  */
-#include "store_composite.h"
+#include "store_composite_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -136,156 +162,16 @@
 #include "internal.h"
 #include "record.h"
 #include "slab.h"
-#include "store_common.h"
-#include "store_disk.h"
-#include "store_memory.h"
-#include "store_pool.h"
 
-#define BACKOFF_MIN_NS (50ull * 1000000)
-#define BACKOFF_MAX_NS (2000ull * 1000000)
 #define POLL_BATCH 32
-#define DRAIN_WRITES 4           /* drain writes in flight at most: the time limit's overrun */
-#define DRAIN_RETRIES 3          /* drain passes after a full filesystem */
-#define DRAIN_BACKOFF_NS (100ull * 1000000) /* before the first; doubling, at most 400 ms */
-/* Streamed puts (records larger than the warm pool) at once: each keeps its
- * GPU checkpoint pinned for a whole disk write; two let the next one's
- * copy-out overlap the last one's final write. */
-#define STREAM_PUTS 2
 
-/* A memory put whose copy-out has not landed. */
-struct cput {
-	uint64_t checkpoint;
-	sel_key key, parent;
-	sel_digest bucket;
-	uint32_t n_pages, tail;
-	bool parent_pinned;
-	struct cput *next;
-};
+static const struct sel_store_ops cs_ops;
 
-/* A write_from in flight. */
-struct cwrite {
-	sel_key key;
-	uint64_t slots;
-	uint64_t bytes;      /* the record's file bytes */
-	struct cwrite *next;
-};
+struct comp_store *sel_cs_of(sel_store *s) { return sel_store_checked(s, &cs_ops); }
 
-/* The shutdown drain (design 2.5): its plan and what it did. */
-struct cdrain {
-	sel_key *plan;       /* parked records, in write order */
-	size_t n, next;
-	uint64_t start_ns, end_ns;  /* end: new writes stop (0: no limit) */
-	uint64_t report_ns;         /* next progress report */
-	uint64_t written, written_bytes, failed;
-	uint64_t retried;           /* writes a full filesystem sent back */
-	uint64_t retries_left;
-	uint64_t resume_ns;         /* no new pass before this */
-	uint32_t in_flight;         /* drain writes started, not done */
-	bool time_up, deadline_hit, no_room, no_space;
-};
+bool cs_past(uint64_t deadline_ns) { return deadline_ns && eos_now_ns() >= deadline_ns; }
 
-/* A read-through fetch. */
-struct cfetch {
-	uint64_t ticket;
-	sel_hit hit;
-	uint32_t *dst;
-	uint32_t n_dst, state_slot;
-	uint32_t n;          /* chain nodes, ascending */
-	sel_key *keys;
-	uint8_t *role;       /* ROLE_* */
-	uint32_t pending;    /* reads in flight */
-	int status;
-	bool read_done;
-	uint64_t submit_ns;
-	struct cfetch *next;
-};
-enum { ROLE_RESIDENT = 1, ROLE_READ = 2 };
-
-/* A memory fetch the composite answers for (its tier and timing). */
-struct cticket {
-	uint64_t ticket;
-	sel_tier tier;
-	uint64_t bytes, submit_ns;
-};
-
-struct comp_store {
-	sel_store base;
-	struct sel_store_pool *sp;
-	sel_store *mem, *disk;
-	sel_record_layout rl;
-	uint32_t pt, ranks;
-	uint64_t intake;
-	int epfd, tfd, efd;
-	bool drain;
-	uint64_t drain_ns;
-	void (*drain_cb)(void *ctx, const sel_drain_progress *p);
-	void *drain_ctx;
-	struct cdrain dr;
-	bool draining;
-
-	struct cput *puts;
-	struct cwrite *writes;
-	struct cfetch *fetches;
-	struct cticket *tk;
-	size_t n_tk, cap_tk;
-	sel_key *pend_rm;      /* memory copies to remove once unpinned */
-	size_t n_rm, cap_rm;
-	sel_event *evq;
-	size_t evq_head, evq_n, evq_cap;
-
-	uint64_t writing_slots;
-	uint64_t want_slots;    /* warm slots the last refused put needed */
-	uint32_t streaming;     /* streamed puts in flight */
-	struct sel_progress pg;    /* refusals since the last PROGRESS, capacity back since */
-	uint64_t backoff_until, backoff_ns;
-	struct sel_composite_gauges g;
-	bool closed, stopped;
-	int close_rc;
-	sel_stats st;           /* the composite's own counters */
-};
-
-#define CS(s) ((struct comp_store *)(s))
-
-static void debug_check(struct comp_store *cs)
-{
-#ifdef SEL_DEBUG_CHECKS
-	if (sel_composite_store_check(&cs->base) != 0) {
-		fprintf(stderr, "sel_composite_store_check: %s\n", eos_errmsg());
-		abort();
-	}
-#else
-	(void)cs;
-#endif
-}
-
-/* Make the wait descriptor readable: poll has work no thread announces. */
-static void wake(struct comp_store *cs)
-{
-	uint64_t v = 1;
-	if (cs->efd >= 0) {
-		ssize_t w = write(cs->efd, &v, sizeof v);
-		(void)w;
-	}
-}
-
-static void ev_push(struct comp_store *cs, const sel_event *ev)
-{
-	if (cs->evq_n == cs->evq_cap) {
-		size_t n = cs->evq_cap ? cs->evq_cap * 2 : 64;
-		sel_event *q = malloc(n * sizeof(*q));
-		if (!q)
-			abort(); /* a lost event would leak the worker's pins */
-		for (size_t i = 0; i < cs->evq_n; i++)
-			q[i] = cs->evq[(cs->evq_head + i) % cs->evq_cap];
-		free(cs->evq);
-		cs->evq = q;
-		cs->evq_cap = n;
-		cs->evq_head = 0;
-	}
-	cs->evq[(cs->evq_head + cs->evq_n) % cs->evq_cap] = *ev;
-	cs->evq_n++;
-	wake(cs);
-}
+/* ---- removals and tickets -------------------------------------------------------- */
 
 static void rm_push(struct comp_store *cs, const sel_key *key)
 {
@@ -298,6 +184,15 @@ static void rm_push(struct comp_store *cs, const sel_key *key)
 		cs->cap_rm = n;
 	}
 	cs->pend_rm[cs->n_rm++] = *key;
+}
+
+/* Remove key's memory copy now, or once its pins go. */
+static void mem_remove(struct comp_store *cs, const sel_key *key)
+{
+	if (sel_memory_store_remove(cs->mem, key) == -EBUSY)
+		rm_push(cs, key);
+	else
+		cs->pg.released = true;
 }
 
 /* Remove pending memory copies that can go now (until no progress). */
@@ -320,7 +215,7 @@ static void rm_flush(struct comp_store *cs)
 	}
 }
 
-static bool rm_pending(const struct comp_store *cs, const sel_key *key)
+bool cs_rm_pending(const struct comp_store *cs, const sel_key *key)
 {
 	for (size_t i = 0; i < cs->n_rm; i++)
 		if (sel_key_eq(&cs->pend_rm[i], key))
@@ -341,10 +236,7 @@ static void on_removed(void *ctx, const sel_key *key, bool parked, bool expired)
 		cs->st.tier[SEL_TIER_MEMORY].expired++;
 	if (parked)
 		sel_memory_store_unpin(cs->mem, key); /* the dirty pin */
-	if (sel_memory_store_remove(cs->mem, key) == -EBUSY)
-		rm_push(cs, key);
-	else
-		cs->pg.released = true;
+	mem_remove(cs, key);
 }
 
 static struct cticket *tk_find(struct comp_store *cs, uint64_t ticket)
@@ -355,8 +247,8 @@ static struct cticket *tk_find(struct comp_store *cs, uint64_t ticket)
 	return NULL;
 }
 
-static int tk_add(struct comp_store *cs, uint64_t ticket, sel_tier tier, uint64_t bytes,
-		  uint64_t submit_ns)
+int cs_tk_add(struct comp_store *cs, uint64_t ticket, sel_tier tier, uint64_t bytes,
+	      uint64_t submit_ns)
 {
 	if (cs->n_tk == cs->cap_tk) {
 		size_t n = cs->cap_tk ? cs->cap_tk * 2 : 16;
@@ -384,9 +276,7 @@ static void arm_timer(struct comp_store *cs)
 	(void)timerfd_settime(cs->tfd, 0, &it, NULL);
 }
 
-/* Start the write of parked record key from its memory slots.  0, or an
- * error (nothing started). */
-static int write_start(struct comp_store *cs, const sel_key *key)
+int cs_write_start(struct comp_store *cs, const sel_key *key)
 {
 	struct sel_memory_view v;
 	struct sel_disk_record_info di;
@@ -396,45 +286,33 @@ static int write_start(struct comp_store *cs, const sel_key *key)
 		return -ENOENT;
 	if (di.tail > v.tail_pages || (di.has_row && (!v.has_row || !v.n_row_slots)))
 		return -EINVAL; /* cannot happen: the copy is pinned since it parked */
-	uint32_t n_slots = v.n_page_slots + v.n_row_slots;
-	void **sa = malloc(((size_t)n_slots + di.tail + 1) * sizeof(void *));
-	uint32_t icap = cs->ranks * (v.n_row_slots + 1);
+	uint32_t icap = cs->ranks * (v.n_row_slots + 1), n_iov = 0;
+	void **pages = malloc(((size_t)di.tail + 1) * sizeof(void *));
 	struct iovec *iov = malloc((size_t)icap * sizeof(*iov));
 	struct cwrite *w = calloc(1, sizeof(*w));
 	int rc = -ENOMEM;
-	if (!sa || !iov || !w)
+	if (!pages || !iov || !w)
 		goto out;
-	for (uint32_t i = 0; i < n_slots; i++)
-		sa[i] = sel_slab_addr(cs->sp->pool, v.slots[i]);
-	void **pages = sa + n_slots;
-	uint32_t off = v.tail_pages - di.tail; /* a full-chain memory copy of a linked record */
-	for (uint32_t k = 0; k < di.tail; k++)
-		pages[k] = sel_record_page_addr(&cs->rl, di.flags, sa, off + k);
-	int n_iov = 0;
-	if (di.has_row) {
-		n_iov = sel_record_row_iov(&cs->rl, di.flags, sa + v.n_page_slots, v.n_row_slots, iov,
-					   icap);
-		if (n_iov < 0) {
-			rc = n_iov;
-			goto out;
-		}
-	}
+	/* A full-chain memory copy of a linked record: its last di.tail pages. */
+	rc = sel_store_pool_map(cs->sp, di.flags, v.slots, v.n_page_slots,
+				di.has_row ? v.n_row_slots : 0, v.tail_pages - di.tail, di.tail,
+				pages, iov, icap, &n_iov);
+	if (rc)
+		goto out;
 	w->key = *key;
-	w->slots = n_slots;
+	w->slots = v.n_page_slots + v.n_row_slots;
 	w->bytes = di.bytes;
-	rc = sel_disk_store_write_from(cs->disk, key, pages, iov, (uint32_t)n_iov,
-				       (uint64_t)(uintptr_t)w);
+	rc = sel_disk_store_write_from(cs->disk, key, pages, iov, n_iov, w);
 	if (rc == 0) {
-		w->next = cs->writes;
-		cs->writes = w;
+		cwrites_push(&cs->writes, w);
+		cs->writing_slots += w->slots;
 		w = NULL;
-		cs->writing_slots += n_slots;
 		if (cs->writing_slots > cs->g.max_writing_slots)
 			cs->g.max_writing_slots = cs->writing_slots;
 		cs->g.writes_started++;
 	}
 out:
-	free(sa);
+	free(pages);
 	free(iov);
 	free(w);
 	return rc;
@@ -459,11 +337,24 @@ static sel_key write_target(struct comp_store *cs, const sel_key *key)
 	return best;
 }
 
+/* Whether memory is below its clean floor (2 x intake of free, clean and
+ * writing slots) or below what the last refused put needed. */
+static bool below_floor(struct comp_store *cs, uint64_t floor)
+{
+	uint64_t in_use, pinned, free_warm;
+	sel_memory_store_counts(cs->mem, &in_use, &pinned, &free_warm);
+	uint64_t free_slots = sel_slab_free_count(cs->sp->pool);
+	uint64_t clean = in_use - pinned;
+	return free_slots + clean + cs->writing_slots < floor ||
+	       free_warm + clean + cs->writing_slots < cs->want_slots;
+}
+
 static void maintain(struct comp_store *cs)
 {
 	/* Uncharged parked records: try again (evictions may make room). */
 	sel_key k = {0};
-	while (sel_disk_store_uncharged(cs->disk) && sel_disk_store_next_parked(cs->disk, &k) == 1) {
+	while (sel_disk_store_uncharged(cs->disk) &&
+	       sel_disk_store_next_parked(cs->disk, &k) == 1) {
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.charged)
 			(void)sel_disk_store_charge(cs->disk, &k);
@@ -479,46 +370,27 @@ static void maintain(struct comp_store *cs)
 	uint64_t bound = floor > cs->want_slots ? floor : cs->want_slots;
 	memset(&k, 0, sizeof k);
 	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		uint64_t in_use, pinned, free_warm;
-		sel_memory_store_counts(cs->mem, &in_use, &pinned, &free_warm);
-		uint64_t free_slots = sel_slab_free_count(cs->sp->pool);
-		uint64_t clean = in_use - pinned;
-		if (free_slots + clean + cs->writing_slots >= floor &&
-		    free_warm + clean + cs->writing_slots >= cs->want_slots)
-			break;
-		if (cs->writing_slots >= bound)
-			break; /* the write-ahead bound */
+		if (!below_floor(cs, floor) || cs->writing_slots >= bound)
+			break; /* enough room, or the write-ahead bound */
 		struct sel_disk_record_info di;
 		if (sel_disk_store_record(cs->disk, &k, &di) != 0 || di.writing || !di.charged)
 			continue;
 		sel_key t = write_target(cs, &k);
-		if (write_start(cs, &t) != 0 && !sel_key_eq(&t, &k))
-			(void)write_start(cs, &k);
+		if (cs_write_start(cs, &t) != 0 && !sel_key_eq(&t, &k))
+			(void)cs_write_start(cs, &k);
 	}
 }
 
-static void write_done(struct comp_store *cs, struct cwrite *w, int status)
+/* The disk store's written hook: a write_from ended. */
+static void on_written(void *ctx, void *arg, int status)
 {
-	struct cwrite **pp = &cs->writes;
-	while (*pp && *pp != w)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = w->next;
+	struct comp_store *cs = ctx;
+	struct cwrite *w = arg;
+	cwrites_del(&cs->writes, w);
 	cs->writing_slots -= w->slots;
 	cs->g.writes_done++;
-	if (cs->draining) {
-		if (cs->dr.in_flight)
-			cs->dr.in_flight--;
-		if (status == 0) {
-			cs->dr.written++;
-			cs->dr.written_bytes += w->bytes;
-		} else if (status != -ENOSPC && status != -EDQUOT) {
-			cs->dr.failed++;
-		} else {
-			cs->dr.retried++;
-			cs->dr.no_space = true;
-		}
-	}
+	if (cs->draining)
+		cs_drain_write_done(cs, w, status);
 	if (status == 0) {
 		sel_memory_store_unpin(cs->mem, &w->key); /* durable: evictable now */
 		cs->backoff_ns = 0;
@@ -538,316 +410,46 @@ static void write_done(struct comp_store *cs, struct cwrite *w, int status)
 	free(w);
 }
 
-/* ---- read-through ------------------------------------------------------------------- */
-
-static void cfetch_unlink(struct comp_store *cs, struct cfetch *f)
-{
-	struct cfetch **pp = &cs->fetches;
-	while (*pp && *pp != f)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = f->next;
-}
-
-static void fetch_failed_event(struct comp_store *cs, uint64_t ticket, const sel_key *key,
-			       uint64_t bytes, int status, uint64_t submit_ns)
-{
-	sel_event ev = {0};
-	uint64_t now = eos_now_ns();
-	ev.type = SEL_EV_FETCH_FAILED;
-	ev.outcome = SEL_QUEUED;
-	ev.error = status ? status : -EIO;
-	ev.ticket = ticket;
-	ev.key = *key;
-	ev.tier = SEL_TIER_DISK;
-	ev.bytes = bytes;
-	ev.duration_ns = now > submit_ns ? now - submit_ns : 0;
-	cs->st.fetch_failures++;
-	cs->st.inflight_in--;
-	ev_push(cs, &ev);
-}
-
-/* Release what a read-through holds: reserved copies settle, resident
- * pins drop. */
-static void cfetch_release(struct comp_store *cs, struct cfetch *f, bool ok)
-{
-	if (ok) {
-		for (uint32_t i = 0; i < f->n; i++)
-			if (f->role[i] == ROLE_READ)
-				sel_memory_store_settle(cs->mem, &f->keys[i], true);
-	} else {
-		for (uint32_t i = f->n; i-- > 0;)
-			if (f->role[i] == ROLE_READ)
-				sel_memory_store_settle(cs->mem, &f->keys[i], false);
-	}
-	for (uint32_t i = 0; i < f->n; i++)
-		if (f->role[i] == ROLE_RESIDENT)
-			sel_memory_store_unpin(cs->mem, &f->keys[i]);
-}
-
-static void cfetch_free(struct comp_store *cs, struct cfetch *f)
-{
-	cfetch_unlink(cs, f);
-	free(f);
-}
-
-/* The reads landed: upload through the memory store, or stream from disk
- * when memory cannot serve the chain after all.  Returns false to retry
- * later (memory transfer queue full). */
-static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
-{
-	sel_inbound in = {.ticket = f->ticket, .pages = f->dst, .n_pages = f->n_dst,
-			  .state_slot = f->state_slot};
-	if (f->status) {
-		cfetch_release(cs, f, false);
-		cs->pg.released = true; /* the reserved slots, the residents' pins */
-		fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, f->status, f->submit_ns);
-		cfetch_free(cs, f);
-		return true;
-	}
-	/* Commit the copies (ancestors first) while still pinned, then fetch:
-	 * the memory fetch pins them itself before ours drop. */
-	for (uint32_t i = 0; i < f->n; i++) {
-		if (f->role[i] != ROLE_READ)
-			continue;
-		(void)sel_memory_store_pin(cs->mem, &f->keys[i]);
-		sel_memory_store_settle(cs->mem, &f->keys[i], true);
-		f->role[i] = ROLE_RESIDENT;
-	}
-	int rc = sel_store_fetch(cs->mem, &f->hit, &in);
-	if (rc == -EAGAIN)
-		return false;
-	if (rc == 0) {
-		(void)tk_add(cs, f->ticket, SEL_TIER_DISK, f->hit.bytes, f->submit_ns);
-		cs->g.read_through++;
-	} else {
-		rc = sel_disk_store_chain_on_disk(cs->disk, &f->hit.key, f->hit.resident)
-			     ? sel_store_fetch(cs->disk, &f->hit, &in) : -ESTALE;
-		if (rc == 0)
-			cs->g.streamed++;
-		else
-			fetch_failed_event(cs, f->ticket, &f->hit.key, f->hit.bytes, rc, f->submit_ns);
-	}
-	cfetch_release(cs, f, true);
-	cfetch_free(cs, f);
-	return true;
-}
-
-static void read_done(struct comp_store *cs, struct cfetch *f, int status)
-{
-	if (status && !f->status)
-		f->status = status;
-	if (--f->pending == 0) {
-		f->read_done = true;
-		wake(cs); /* may be synchronous, with nothing else to wake poll */
-	}
-}
-
-static void on_done(void *ctx, uint64_t cookie, int status)
-{
-	struct comp_store *cs = ctx;
-	if (cookie & 1)
-		read_done(cs, (struct cfetch *)(uintptr_t)(cookie & ~(uint64_t)1), status);
-	else
-		write_done(cs, (struct cwrite *)(uintptr_t)cookie, status);
-}
-
-/* Try read-through for hit: 0 started, 1 not eligible (stream instead),
- * or an error. */
-static int read_through(struct comp_store *cs, const sel_hit *hit, const sel_inbound *in)
-{
-	/* The disk chain above resident, ascending. */
-	uint32_t cap = 8, n = 0;
-	sel_key *chain = malloc(cap * sizeof(*chain));
-	struct sel_disk_record_info *info = malloc(cap * sizeof(*info));
-	struct cfetch *f = NULL;
-	int rc = 1;
-	if (!chain || !info) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (sel_key k = hit->key;;) {
-		if (n == cap) {
-			cap *= 2;
-			sel_key *c2 = realloc(chain, cap * sizeof(*c2));
-			if (c2)
-				chain = c2;
-			struct sel_disk_record_info *i2 = realloc(info, cap * sizeof(*i2));
-			if (i2)
-				info = i2;
-			if (!c2 || !i2) {
-				rc = -ENOMEM;
-				goto out;
-			}
-		}
-		if (sel_disk_store_record(cs->disk, &k, &info[n]) != 0 || !info[n].ready ||
-		    info[n].doomed)
-			goto out;
-		chain[n++] = k;
-		if (info[n - 1].is_root || info[n - 1].parent.consumed <= hit->resident)
-			break;
-		k = info[n - 1].parent;
-	}
-	for (uint32_t i = 0; i < n / 2; i++) { /* ascending */
-		sel_key t = chain[i];
-		chain[i] = chain[n - 1 - i];
-		chain[n - 1 - i] = t;
-		struct sel_disk_record_info u = info[i];
-		info[i] = info[n - 1 - i];
-		info[n - 1 - i] = u;
-	}
-	/* Exactly the nodes the lookup compared with the request's history
-	 * (else the disk fetch refuses the hit as stale). */
-	{
-		uint64_t base = info[0].is_root ? 0 : info[0].parent.consumed;
-		uint32_t skip = (uint32_t)(hit->resident / cs->pt - base / cs->pt);
-		sel_digest dg;
-		memset(&dg, 0, sizeof dg);
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t used = info[i].tail - (i == 0 ? skip : 0);
-			if (used || i + 1 == n)
-				sel_chain_digest_add(&dg, &chain[i], used);
-		}
-		if (memcmp(dg.b, hit->chain.b, SEL_DIGEST_BYTES) != 0)
-			goto out;
-	}
-	f = calloc(1, sizeof(*f) + n * (sizeof(sel_key) + 1) + (size_t)in->n_pages * sizeof(uint32_t));
-	if (!f) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	f->keys = (sel_key *)(f + 1);
-	f->dst = (uint32_t *)(f->keys + n);
-	f->role = (uint8_t *)(f->dst + in->n_pages);
-	f->n = n;
-	memcpy(f->keys, chain, n * sizeof(sel_key));
-	memcpy(f->dst, in->pages, (size_t)in->n_pages * sizeof(uint32_t));
-	f->n_dst = in->n_pages;
-	f->state_slot = in->state_slot;
-	f->ticket = in->ticket;
-	f->hit = *hit;
-	f->submit_ns = eos_now_ns();
-
-	/* Roles and eligibility: a node read must link in memory. */
-	uint64_t need = 0, have_pinned = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		struct sel_memory_view v;
-		bool endpoint = i + 1 == n;
-		if (sel_memory_store_view(cs->mem, &chain[i], &v) == 0) {
-			if (v.ready && (!endpoint || v.has_row) && !rm_pending(cs, &chain[i])) {
-				f->role[i] = ROLE_RESIDENT;
-				have_pinned += v.n_page_slots + v.n_row_slots;
-				continue;
-			}
-			goto out; /* a copy in another state: stream */
-		}
-		if (!info[i].file)
-			goto out;
-		bool root = info[i].is_root;
-		bool linked = false;
-		if (!root) {
-			struct sel_memory_view pv;
-			linked = (i > 0 && sel_key_eq(&chain[i - 1], &info[i].parent)) ||
-				 (sel_memory_store_view(cs->mem, &info[i].parent, &pv) == 0 && pv.ready);
-		}
-		if (!root && !linked)
-			goto out;
-		f->role[i] = ROLE_READ;
-		need += sel_memory_store_record_slots(cs->mem, info[i].tail, endpoint,
-						      info[i].flags & SEL_RECORD_PAGES_REPLICATED,
-						      info[i].flags & SEL_RECORD_ROW_REPLICATED);
-	}
-	uint64_t in_use, pinned, free_warm;
-	sel_memory_store_counts(cs->mem, &in_use, &pinned, &free_warm);
-	uint64_t clean = in_use - pinned;
-	clean = clean > have_pinned ? clean - have_pinned : 0;
-	if (need > free_warm + clean)
-		goto out; /* would evict residents for an impossible admission */
-
-	/* Pin the residents, reserve the rest (ancestors first). */
-	for (uint32_t i = 0; i < n; i++)
-		if (f->role[i] == ROLE_RESIDENT)
-			(void)sel_memory_store_pin(cs->mem, &chain[i]);
-	for (uint32_t i = 0; i < n; i++) {
-		if (f->role[i] != ROLE_READ)
-			continue;
-		bool endpoint = i + 1 == n;
-		const sel_key *parent = info[i].is_root ? NULL : &info[i].parent;
-		int r = sel_memory_store_reserve(cs->mem, &chain[i], parent, &info[i].bucket,
-						 info[i].tail, endpoint,
-						 info[i].flags & SEL_RECORD_PAGES_REPLICATED,
-						 endpoint && (info[i].flags & SEL_RECORD_ROW_REPLICATED));
-		if (r != 0) {
-			/* Undo: settle what was reserved, unpin residents. */
-			for (uint32_t j = i; j < n; j++)
-				if (f->role[j] == ROLE_READ)
-					f->role[j] = 0;
-			cfetch_release(cs, f, false);
-			goto out;
-		}
-	}
-	/* Read each reserved node into its slots. */
-	f->next = cs->fetches;
-	cs->fetches = f;
-	f->pending = 1; /* held while submitting */
-	for (uint32_t i = 0; i < n; i++) {
-		if (f->role[i] != ROLE_READ)
-			continue;
-		bool endpoint = i + 1 == n;
-		if (!endpoint && info[i].tail == 0)
-			continue; /* owns no pages: the empty reserved copy stands in */
-		struct sel_memory_view v;
-		f->pending++;
-		if (sel_memory_store_view(cs->mem, &chain[i], &v) != 0) {
-			read_done(cs, f, -ESTALE);
-			continue;
-		}
-		uint32_t ns = v.n_page_slots + v.n_row_slots;
-		void **sa = malloc(((size_t)ns + info[i].tail + 1) * sizeof(void *));
-		uint32_t icap = cs->ranks * (v.n_row_slots + 1);
-		struct iovec *iov = malloc((size_t)icap * sizeof(*iov));
-		int r = -ENOMEM;
-		if (sa && iov) {
-			for (uint32_t s = 0; s < ns; s++)
-				sa[s] = sel_slab_addr(cs->sp->pool, v.slots[s]);
-			void **pages = sa + ns;
-			for (uint32_t k = 0; k < info[i].tail; k++)
-				pages[k] = sel_record_page_addr(&cs->rl, info[i].flags, sa, k);
-			int n_iov = 0;
-			if (endpoint)
-				n_iov = sel_record_row_iov(&cs->rl, info[i].flags, sa + v.n_page_slots,
-							   v.n_row_slots, iov, icap);
-			r = n_iov < 0 ? n_iov
-				      : sel_disk_store_read_into(cs->disk, &chain[i], endpoint, pages, iov,
-								 (uint32_t)n_iov,
-								 (uint64_t)(uintptr_t)f | 1);
-		}
-		free(sa);
-		free(iov);
-		if (r != 0)
-			read_done(cs, f, r);
-	}
-	read_done(cs, f, 0); /* the submission hold */
-	f = NULL;
-	rc = 0;
-out:
-	free(f);
-	free(chain);
-	free(info);
-	return rc;
-}
-
-/* Read-throughs whose reads landed. */
-static void fetches_advance(struct comp_store *cs)
-{
-	for (struct cfetch *f = cs->fetches, *next; f; f = next) {
-		next = f->next;
-		if (f->read_done)
-			(void)cfetch_upload(cs, f);
-	}
-}
-
 /* ---- put ------------------------------------------------------------------------------ */
+
+/* Memory can never retain cp: stream it to disk without retention (design
+ * 2.4), a bounded number at once. */
+static sel_outcome put_stream(struct comp_store *cs, const sel_published *cp, sel_retry_reason *why)
+{
+	if (cs->streaming >= STREAM_PUTS) {
+		eos_fail(-EAGAIN,
+			 "composite store: %u records larger than warm memory are streaming"
+			 " already",
+			 cs->streaming);
+		*why = SEL_RETRY_INFLIGHT;
+		return SEL_RETRY;
+	}
+	sel_retry_reason dwhy = SEL_RETRY_NONE;
+	sel_outcome d = sel_store_put(cs->disk, cp, &dwhy);
+	if (d == SEL_QUEUED) {
+		cs->st.inflight_out++;
+		cs->streaming++;
+		cs->g.streamed++;
+	} else if (d == SEL_RETRY) {
+		*why = dwhy;
+	}
+	return d;
+}
+
+/* The memory put queued: remember it (COPYING) until its copy-out lands. */
+static void put_queued(struct comp_store *cs, const sel_published *cp, struct cput *p)
+{
+	p->checkpoint = cp->checkpoint;
+	p->key = cp->key;
+	p->parent = cp->parent;
+	p->bucket = cp->bucket;
+	p->n_pages = cp->n_pages;
+	p->tail = cp->tail;
+	p->parent_pinned =
+		!sel_key_is_none(&cp->parent) && sel_disk_store_pin(cs->disk, &cp->parent) == 0;
+	cputs_push(&cs->puts, p);
+	cs->st.inflight_out++;
+}
 
 static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel_retry_reason *why)
 {
@@ -866,8 +468,10 @@ static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel
 	}
 	if (!sel_disk_store_fits(cs->disk, cp)) {
 		cs->st.tier[SEL_TIER_DISK].dropped_oversize++;
-		eos_fail(SEL_EOVERSIZE, "composite store: checkpoint %" PRIu64 " with its ancestors "
-			 "exceeds the disk limit", cp->checkpoint);
+		eos_fail(SEL_EOVERSIZE,
+			 "composite store: checkpoint %" PRIu64 " with its ancestors "
+			 "exceeds the disk limit",
+			 cp->checkpoint);
 		return SEL_OVERSIZE;
 	}
 	struct cput *p = calloc(1, sizeof(*p));
@@ -878,45 +482,16 @@ static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel
 	sel_retry_reason mwhy = SEL_RETRY_NONE;
 	sel_outcome o = sel_store_put(cs->mem, cp, &mwhy);
 	if (o == SEL_QUEUED) {
-		p->checkpoint = cp->checkpoint;
-		p->key = cp->key;
-		p->parent = cp->parent;
-		p->bucket = cp->bucket;
-		p->n_pages = cp->n_pages;
-		p->tail = cp->tail;
-		p->parent_pinned = !sel_key_is_none(&cp->parent) &&
-				   sel_disk_store_pin(cs->disk, &cp->parent) == 0;
-		p->next = cs->puts;
-		cs->puts = p;
-		cs->st.inflight_out++;
+		put_queued(cs, cp, p);
 		return SEL_QUEUED;
 	}
 	free(p);
-	if (o == SEL_OVERSIZE) {
-		/* Memory can never retain it: stream it to disk without
-		 * retention (design 2.4), a bounded number at once. */
-		if (cs->streaming >= STREAM_PUTS) {
-			eos_fail(-EAGAIN, "composite store: %u records larger than warm memory "
-				 "are streaming already", cs->streaming);
-			*why = SEL_RETRY_INFLIGHT;
-			return SEL_RETRY;
-		}
-		sel_retry_reason dwhy = SEL_RETRY_NONE;
-		sel_outcome d = sel_store_put(cs->disk, cp, &dwhy);
-		if (d == SEL_QUEUED) {
-			cs->st.inflight_out++;
-			cs->streaming++;
-			cs->g.streamed++;
-			return d;
-		}
-		if (d == SEL_RETRY)
-			*why = dwhy;
-		return d;
-	}
+	if (o == SEL_OVERSIZE)
+		return put_stream(cs, cp, why);
 	if (o == SEL_RETRY) {
-		/* Memory cannot take it now (dirty records, copies or reads
-		 * hold its slots, or its queue is full): no copy and no GPU
-		 * pin; maintenance writes make room and PROGRESS says so. */
+		/* Memory cannot take it now (dirty records, copies or reads hold
+		 * its slots, or its queue is full): no copy and no GPU pin;
+		 * maintenance writes make room and PROGRESS says so. */
 		*why = mwhy;
 		if (mwhy == SEL_RETRY_INFLIGHT || mwhy == SEL_RETRY_SLABS) {
 			uint64_t need = sel_memory_store_refused_need(cs->mem);
@@ -932,7 +507,7 @@ static sel_outcome put_inner(struct comp_store *cs, const sel_published *cp, sel
 
 static sel_outcome cs_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	sel_retry_reason reason = SEL_RETRY_NONE;
 	sel_outcome o = cp ? put_inner(cs, cp, &reason) : SEL_SKIPPED;
 	sel_put_account(&cs->st, &cs->pg, o, reason, why);
@@ -940,14 +515,14 @@ static sel_outcome cs_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 	return o;
 }
 
-/* The memory copy-out of p landed: park it. */
+/* The memory copy-out of p landed: park it (COPYING -> PARKED). */
 static void park(struct comp_store *cs, struct cput *p, sel_event *ev)
 {
 	struct sel_memory_view v;
 	int rc = sel_memory_store_view(cs->mem, &p->key, &v);
 	if (rc == 0 && v.ready) {
-		struct sel_disk_park dp = {.key = p->key, .parent = p->parent, .bucket = p->bucket,
-					   .row = v.has_row};
+		struct sel_disk_park dp = {
+			.key = p->key, .parent = p->parent, .bucket = p->bucket, .row = v.has_row};
 		dp.flags = (v.pages_packed ? SEL_RECORD_PAGES_REPLICATED : 0) |
 			   (v.row_packed ? SEL_RECORD_ROW_REPLICATED : 0);
 		/* Linked on disk when the parent is there (pinned since the put),
@@ -961,11 +536,10 @@ static void park(struct comp_store *cs, struct cput *p, sel_event *ev)
 		} else {
 			bool charged;
 			rc = sel_disk_store_park(cs->disk, &dp, &charged);
-			if (rc == 0) {
+			if (rc == 0)
 				(void)sel_memory_store_pin(cs->mem, &p->key); /* dirty */
-			} else if (rc == -EEXIST) {
+			else if (rc == -EEXIST)
 				rc = 0; /* a streamed copy committed meanwhile: durable */
-			}
 		}
 	}
 	if (rc != 0) {
@@ -985,34 +559,34 @@ static void park(struct comp_store *cs, struct cput *p, sel_event *ev)
 
 static struct cput *put_take(struct comp_store *cs, uint64_t checkpoint, const sel_key *key)
 {
-	for (struct cput **pp = &cs->puts; *pp; pp = &(*pp)->next) {
-		struct cput *p = *pp;
+	for (struct cput *p = cs->puts.head; p; p = p->next)
 		if (p->checkpoint == checkpoint && sel_key_eq(&p->key, key)) {
-			*pp = p->next;
+			cputs_del(&cs->puts, p);
 			return p;
 		}
-	}
 	return NULL;
 }
 
 /* ---- poll ---------------------------------------------------------------------------------- */
 
-/* A deferral passing through is a refusal of ours (the worker waits for
- * our progress). */
-static void note_deferral(struct comp_store *cs, const sel_event *ev)
+/* An inner store's PROGRESS is ours to announce; a deferral passing
+ * through is a refusal of ours (the worker waits for our progress).
+ * Returns true when ev is consumed (PROGRESS). */
+static bool note_event(struct comp_store *cs, const sel_event *ev)
 {
-	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED) {
-		sel_progress_refuse(&cs->pg);
+	if (ev->type == SEL_EV_PROGRESS) {
+		cs->pg.released = true;
+		return true;
 	}
+	if (ev->type == SEL_EV_STORE_FAILED && ev->outcome == SEL_DEFERRED)
+		sel_progress_refuse(&cs->pg);
+	return false;
 }
 
 static void mem_event(struct comp_store *cs, sel_event *ev)
 {
-	if (ev->type == SEL_EV_PROGRESS) {
-		cs->pg.released = true; /* ours to announce */
+	if (note_event(cs, ev))
 		return;
-	}
-	note_deferral(cs, ev);
 	if (ev->type == SEL_EV_STORED || ev->type == SEL_EV_STORE_FAILED) {
 		struct cput *p = put_take(cs, ev->checkpoint, &ev->key);
 		if (p) {
@@ -1025,7 +599,7 @@ static void mem_event(struct comp_store *cs, sel_event *ev)
 		}
 		if (ev->type == SEL_EV_STORE_FAILED && ev->outcome != SEL_DEFERRED)
 			cs->st.store_failures++;
-		ev_push(cs, ev);
+		sel_evq_push(&cs->evq, ev);
 		return;
 	}
 	struct cticket *t = tk_find(cs, ev->ticket);
@@ -1039,19 +613,16 @@ static void mem_event(struct comp_store *cs, sel_event *ev)
 	}
 	if (ev->type == SEL_EV_FETCH_FAILED)
 		cs->st.fetch_failures++;
-	ev_push(cs, ev);
+	sel_evq_push(&cs->evq, ev);
 }
 
 static void disk_event(struct comp_store *cs, const sel_event *ev)
 {
-	if (ev->type == SEL_EV_PROGRESS) {
-		cs->pg.released = true; /* ours to announce */
+	if (note_event(cs, ev))
 		return;
-	}
-	note_deferral(cs, ev);
 	if (ev->type == SEL_EV_STORED || ev->type == SEL_EV_STORE_FAILED) {
 		/* A streamed put ended (write_from completions come through the
-		 * done hook, not as events). */
+		 * written hook, not as events). */
 		cs->st.inflight_out--;
 		if (cs->streaming)
 			cs->streaming--;
@@ -1066,16 +637,16 @@ static void disk_event(struct comp_store *cs, const sel_event *ev)
 		if (ev->type == SEL_EV_FETCH_FAILED)
 			cs->st.fetch_failures++;
 	}
-	ev_push(cs, ev);
+	sel_evq_push(&cs->evq, ev);
 }
 
-static bool step(struct comp_store *cs)
+bool cs_step(struct comp_store *cs)
 {
 	sel_event ev[POLL_BATCH];
 	bool any = false;
 	int n;
 	do {
-		n = sel_store_poll(cs->disk, ev, POLL_BATCH); /* runs write/read hooks */
+		n = sel_store_poll(cs->disk, ev, POLL_BATCH); /* runs the write/read hooks */
 		for (int i = 0; i < n; i++)
 			disk_event(cs, &ev[i]);
 		any |= n > 0;
@@ -1089,43 +660,30 @@ static bool step(struct comp_store *cs)
 	size_t before = cs->n_rm;
 	rm_flush(cs);
 	any |= cs->n_rm != before;
-	fetches_advance(cs);
+	cs_fetches_advance(cs);
 	return any;
-}
-
-static void signal_self(struct comp_store *cs)
-{
-	uint64_t v;
-	ssize_t r = read(cs->efd, &v, sizeof v);
-	(void)r;
-	r = read(cs->tfd, &v, sizeof v); /* a fired backoff timer */
-	(void)r;
-	bool ready = cs->evq_n > 0;
-	for (const struct cfetch *f = cs->fetches; f && !ready; f = f->next)
-		ready = f->read_done;
-	if (ready)
-		wake(cs);
 }
 
 static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 {
-	struct comp_store *cs = CS(s);
-	step(cs);
+	struct comp_store *cs = sel_cs_of(s);
+	cs_step(cs);
 	if (!cs->closed)
 		maintain(cs);
 	if (sel_progress_due(&cs->pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
-		ev_push(cs, &pe);
+		sel_evq_push(&cs->evq, &pe);
 		cs->want_slots = 0;
 		cs->g.progress++;
 	}
-	size_t n = 0;
-	while (n < cap && cs->evq_n) {
-		out[n++] = cs->evq[cs->evq_head];
-		cs->evq_head = (cs->evq_head + 1) % cs->evq_cap;
-		cs->evq_n--;
-	}
-	signal_self(cs);
+	size_t n = sel_evq_take(&cs->evq, out, cap);
+	uint64_t v;
+	ssize_t r = read(cs->tfd, &v, sizeof v); /* a fired backoff timer */
+	(void)r;
+	bool ready = false;
+	for (const struct cfetch *f = cs->fetches.head; f && !ready; f = f->next)
+		ready = f->read_done;
+	sel_evq_rearm(&cs->evq, ready);
 	debug_check(cs);
 	return (int)n;
 }
@@ -1135,13 +693,14 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 static int cs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	cs->st.lookups++;
 	int rc = sel_store_lookup(cs->disk, h, resident, limit, hit);
 	if (rc <= 0)
 		return rc;
 	sel_hit mh;
-	if (sel_store_lookup(cs->mem, h, resident, limit, &mh) == 1 && sel_key_eq(&mh.key, &hit->key))
+	if (sel_store_lookup(cs->mem, h, resident, limit, &mh) == 1 &&
+	    sel_key_eq(&mh.key, &hit->key))
 		hit->tier = SEL_TIER_MEMORY;
 	cs->st.hits++;
 	return 1;
@@ -1149,35 +708,33 @@ static int cs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 
 static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	if (cs->closed || cs->stopped)
-		return eos_fail(SEL_ESTOPPED, "composite store: %s", cs->closed ? "closed" : "stopped");
+		return eos_fail(SEL_ESTOPPED, "composite store: %s",
+				cs->closed ? "closed" : "stopped");
 	if (!hit || !in)
 		return eos_fail(-EINVAL, "composite store: fetch without a hit or destination");
 	if (in->n_pages != hit->pages)
-		return eos_fail(-EINVAL, "composite store: inbound ticket %" PRIu64 " has %" PRIu32
-				" pages, the hit uploads %" PRIu32, in->ticket, in->n_pages, hit->pages);
+		return eos_fail(-EINVAL,
+				"composite store: inbound ticket %" PRIu64 " has %" PRIu32
+				" pages, the hit uploads %" PRIu32,
+				in->ticket, in->n_pages, hit->pages);
 	uint64_t now = eos_now_ns();
 	int rc = sel_store_fetch(cs->mem, hit, in);
 	if (rc == 0) {
 		/* Without the entry the event keeps the memory store's own tier
 		 * and bytes, which are right for a memory hit. */
-		(void)tk_add(cs, in->ticket, SEL_TIER_MEMORY, hit->bytes, now);
-		goto started;
+		(void)cs_tk_add(cs, in->ticket, SEL_TIER_MEMORY, hit->bytes, now);
+	} else if (rc != -ESTALE) {
+		return rc;
+	} else if ((rc = cs_read_through(cs, hit, in)) != 0) {
+		if (rc < 0)
+			return rc;
+		/* Stream from disk without retention. */
+		if ((rc = sel_store_fetch(cs->disk, hit, in)))
+			return rc;
+		cs->g.streamed++;
 	}
-	if (rc != -ESTALE)
-		return rc;
-	rc = read_through(cs, hit, in);
-	if (rc == 0)
-		goto started;
-	if (rc < 0)
-		return rc;
-	/* Stream from disk without retention. */
-	rc = sel_store_fetch(cs->disk, hit, in);
-	if (rc)
-		return rc;
-	cs->g.streamed++;
-started:
 	/* A restore refreshes the catalogue's last use (design 2.5), whichever
 	 * tier serves it. */
 	sel_store_touch(cs->disk, &hit->key);
@@ -1189,17 +746,9 @@ started:
 
 /* ---- the rest of the interface ------------------------------------------------------------------ */
 
-static void cs_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir)
-{
-	(void)key;
-	(void)generation;
-	(void)heir;
-	CS(s)->st.evictions_noticed++;
-}
-
 static void cs_touch(sel_store *s, const sel_key *key)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	sel_store_touch(cs->disk, key);
 	sel_store_touch(cs->mem, key);
 	debug_check(cs);
@@ -1207,7 +756,7 @@ static void cs_touch(sel_store *s, const sel_key *key)
 
 static void cs_stats(sel_store *s, sel_stats *out)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	sel_stats m, d;
 	sel_store_stats(cs->mem, &m);
 	sel_store_stats(cs->disk, &d);
@@ -1232,282 +781,46 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->tier[SEL_TIER_MEMORY].expired += cs->st.tier[SEL_TIER_MEMORY].expired;
 }
 
-static int cs_wait_fd(sel_store *s)
+static void cs_describe(sel_store *s, sel_store_info *out)
 {
-	return CS(s)->epfd;
+	struct comp_store *cs = sel_cs_of(s);
+	sel_store_info d;
+	sel_store_describe(cs->disk, &d);
+	out->disk_dir = d.disk_dir;
+	out->disk_limit = d.disk_limit;
+	out->scanned_records = d.scanned_records;
+	out->disk_io = d.disk_io;
+	out->disk_io_note = d.disk_io_note;
+	if (cs->sp->warning[0])
+		out->warning = cs->sp->warning;
 }
+
+static int cs_wait_fd(sel_store *s) { return sel_cs_of(s)->evq.epfd; }
 
 static bool cs_busy(const struct comp_store *cs)
 {
-	return cs->puts || cs->writes || cs->fetches;
-}
-
-static bool past(uint64_t deadline_ns)
-{
-	return deadline_ns && eos_now_ns() >= deadline_ns;
-}
-
-/* Sleep until a store has something, at most 5 ms. */
-static void nap(struct comp_store *cs)
-{
-	struct epoll_event e;
-	(void)epoll_wait(cs->epfd, &e, 1, 5);
-}
-
-/* ---- the shutdown drain (design 2.5) ------------------------------------------------ */
-
-struct dcand {
-	sel_key key;
-	uint64_t tick;
-	bool protects;       /* a committed file links under it */
-};
-
-static int by_drain_order(const void *a, const void *b)
-{
-	const struct dcand *x = a, *y = b;
-	if (x->protects != y->protects)
-		return x->protects ? -1 : 1;
-	return x->tick < y->tick ? 1 : x->tick > y->tick ? -1 : 0; /* most recent first */
-}
-
-/* The write order: first the parked records committed files link under
- * (their files need them at the next start), then the rest; within each,
- * most recently used first.  A parent is always more recent than its
- * children in the access order (index invariant 5), so every record comes
- * after its parked ancestors. */
-static int drain_plan(struct comp_store *cs)
-{
-	struct cdrain *d = &cs->dr;
-	sel_stats ds;
-	sel_store_stats(cs->disk, &ds);
-	size_t cap = ds.parked_records, n = 0;
-	struct dcand *c = malloc((cap ? cap : 1) * sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	sel_key k = {0};
-	while (n < cap && sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) != 0)
-			continue;
-		c[n++] = (struct dcand){.key = k, .tick = di.tick};
-	}
-	/* Mark the parked chains above committed files. */
-	size_t nk = sel_disk_store_keys(cs->disk, NULL, 0);
-	sel_key *all = malloc((nk ? nk : 1) * sizeof(*all));
-	if (all) {
-		nk = sel_disk_store_keys(cs->disk, all, nk);
-		for (size_t i = 0; i < nk; i++) {
-			struct sel_disk_record_info di, pi;
-			if (sel_disk_store_record(cs->disk, &all[i], &di) != 0 || !di.file || di.is_root)
-				continue;
-			for (sel_key p = di.parent;
-			     sel_disk_store_record(cs->disk, &p, &pi) == 0 && pi.parked;
-			     p = pi.parent) {
-				for (size_t j = 0; j < n; j++)
-					if (sel_key_eq(&c[j].key, &p))
-						c[j].protects = true;
-				if (pi.is_root)
-					break;
-			}
-		}
-		free(all);
-	}
-	qsort(c, n, sizeof(*c), by_drain_order);
-	d->plan = malloc((n ? n : 1) * sizeof(sel_key));
-	if (!d->plan) {
-		free(c);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n; i++)
-		d->plan[i] = c[i].key;
-	d->n = n;
-	d->next = 0;
-	free(c);
-	return 0;
-}
-
-/* Whether every parked ancestor of key has a write started (so key's file
- * will link under files, not under DRAM-only records). */
-static bool ancestors_started(struct comp_store *cs, const struct sel_disk_record_info *di)
-{
-	struct sel_disk_record_info pi;
-	if (di->is_root)
-		return true;
-	for (sel_key p = di->parent; sel_disk_store_record(cs->disk, &p, &pi) == 0; p = pi.parent) {
-		if (pi.parked && !pi.writing)
-			return false;
-		if (pi.is_root)
-			break;
-	}
-	return true;
-}
-
-/* Start plan writes while the time limit and the write-ahead bound allow:
- * at most DRAIN_WRITES records and 2 x intake slots in flight (one record
- * at a time above that), so the limit is overrun by a few writes at most. */
-static void drain_step(struct comp_store *cs, uint64_t deadline_ns)
-{
-	struct cdrain *d = &cs->dr;
-	uint64_t now = eos_now_ns();
-	if (now < d->resume_ns)
-		return;
-	while (d->next < d->n) {
-		if (d->end_ns && now >= d->end_ns) {
-			d->time_up = true;
-			return;
-		}
-		if (deadline_ns && now >= deadline_ns) {
-			d->deadline_hit = true;
-			return;
-		}
-		if (cs->writes && (cs->writing_slots >= 2 * cs->intake ||
-				   d->in_flight >= DRAIN_WRITES))
-			return;
-		const sel_key *k = &d->plan[d->next++];
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, k, &di) != 0 || !di.parked || di.writing || di.doomed)
-			continue; /* gone, written, or being written */
-		if (!di.charged && sel_disk_store_charge_free(cs->disk, k) != 0) {
-			d->no_room = true; /* committed files are not evicted for it */
-			continue;
-		}
-		if (!ancestors_started(cs, &di))
-			continue; /* its file would not link: not saved */
-		if (write_start(cs, k) != 0)
-			d->failed++;
-		else
-			d->in_flight++;
-	}
-	/* The plan is done.  Records a full filesystem sent back to the park
-	 * get another pass after the backoff, a few times. */
-	if (!cs->writes && d->retries_left && d->retried) {
-		bool again = false;
-		sel_key k = {0};
-		while (!again && sel_disk_store_next_parked(cs->disk, &k) == 1) {
-			struct sel_disk_record_info di;
-			again = sel_disk_store_record(cs->disk, &k, &di) == 0 && di.charged && !di.writing;
-		}
-		d->retried = 0;
-		if (again) {
-			uint32_t k = DRAIN_RETRIES - (uint32_t)d->retries_left;
-			d->resume_ns = now + (DRAIN_BACKOFF_NS << (k < 2 ? k : 2));
-			d->retries_left--;
-			d->next = 0;
-		}
-	}
-}
-
-/* The parked (DRAM-only) records no write has started for, and their bytes. */
-static void parked_left(struct comp_store *cs, uint64_t *records, uint64_t *bytes)
-{
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) == 0 && !di.writing) {
-			(*records)++;
-			*bytes += di.bytes;
-		}
-	}
-}
-
-static void drain_report(struct comp_store *cs, bool final, bool stopped)
-{
-	struct cdrain *d = &cs->dr;
-	if (!cs->drain_cb)
-		return;
-	uint64_t now = eos_now_ns();
-	sel_drain_progress p = {.final = final};
-	p.elapsed_ns = now - d->start_ns;
-	p.records_written = d->written;
-	p.bytes_written = d->written_bytes;
-	for (const struct cwrite *w = cs->writes; w; w = w->next) {
-		p.records_writing++;
-		p.bytes_writing += w->bytes;
-	}
-	parked_left(cs, &p.records_left, &p.bytes_left);
-	p.rate_bps = p.elapsed_ns ? (uint64_t)((double)d->written_bytes * 1e9 / (double)p.elapsed_ns)
-				  : 0;
-	p.failed = d->failed;
-	p.why = "";
-	if (final && (p.records_left || d->failed))
-		p.why = stopped ? "stopped" : d->deadline_hit ? "deadline" : d->time_up ? "time limit"
-			: d->no_room ? "disk limit" : d->no_space && !d->failed ? "disk full"
-			: "write errors";
-	cs->drain_cb(cs->drain_ctx, &p);
-}
-
-/* Without the drain on shutdown: say what a stop loses (the DRAM-only
- * records and their bytes), once, when it loses anything. */
-static void report_not_drained(struct comp_store *cs)
-{
-	if (!cs->drain_cb)
-		return;
-	sel_drain_progress p = {.final = true, .off = true, .why = "drain off"};
-	parked_left(cs, &p.records_left, &p.bytes_left);
-	if (p.records_left)
-		cs->drain_cb(cs->drain_ctx, &p);
-}
-
-/* Write the parked records to disk within the drain limit and the close
- * deadline; writes started finish (or the deadline passes). */
-static void drain(struct comp_store *cs, uint64_t deadline_ns)
-{
-	struct cdrain *d = &cs->dr;
-	memset(d, 0, sizeof(*d));
-	d->start_ns = eos_now_ns();
-	d->report_ns = d->start_ns + 1000000000ull;
-	if (cs->drain_ns)
-		d->end_ns = d->start_ns + cs->drain_ns;
-	d->retries_left = DRAIN_RETRIES;
-	cs->draining = true;
-	cs->backoff_until = 0;
-	if (drain_plan(cs) != 0)
-		d->n = 0; /* out of memory: nothing drains, the rest closes */
-	for (;;) {
-		step(cs);
-		if (!cs->stopped)
-			drain_step(cs, deadline_ns);
-		/* Writes in flight, plan left to start, or a pass after a full
-		 * filesystem's backoff. */
-		bool retry = d->retried && d->retries_left;
-		bool more = cs->writes || (!cs->stopped && !d->time_up && !d->deadline_hit &&
-					   (d->next < d->n || retry));
-		if (!more || past(deadline_ns)) {
-			d->deadline_hit |= more;
-			break;
-		}
-		if (eos_now_ns() >= d->report_ns) {
-			drain_report(cs, false, false);
-			d->report_ns += 1000000000ull;
-		}
-		nap(cs);
-	}
-	step(cs);
-	drain_report(cs, true, cs->stopped);
-	cs->draining = false;
-	free(d->plan);
-	d->plan = NULL;
+	return cs->puts.head || cs->writes.head || cs->fetches.head;
 }
 
 static int cs_close(sel_store *s, uint64_t deadline_ns)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	if (cs->closed)
 		return cs->close_rc;
 	/* Accepted transfers first: in-flight puts land and park, reads
 	 * through finish, maintenance writes end. */
 	for (;;) {
-		step(cs);
-		if (!cs_busy(cs) || past(deadline_ns))
+		cs_step(cs);
+		if (!cs_busy(cs) || cs_past(deadline_ns))
 			break;
-		nap(cs);
+		sel_evq_nap(&cs->evq, 5);
 	}
 	/* Then, with the drain, the parked records (design 2.5); past the
 	 * deadline it only reports that nothing could be saved. */
 	if (cs->drain)
-		drain(cs, deadline_ns);
+		cs_drain(cs, deadline_ns);
 	else
-		report_not_drained(cs);
+		cs_report_not_drained(cs);
 	cs->closed = true;
 	int rc = 0;
 	if (sel_store_close(cs->mem, deadline_ns) != 0)
@@ -1516,7 +829,8 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 		rc = SEL_ESTOPPED;
 	if (rc) {
 		cs->stopped = true;
-		eos_fail(rc, "composite store: copies or disk I/O did not drain by the deadline; the "
+		eos_fail(rc,
+			 "composite store: copies or disk I/O did not drain by the deadline; the "
 			 "slot pool is leaked");
 	}
 	cs->close_rc = rc;
@@ -1525,7 +839,10 @@ static int cs_close(sel_store *s, uint64_t deadline_ns)
 
 static void cs_destroy(sel_store *s)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
+	struct cput *p;
+	struct cwrite *w;
+	struct cfetch *f;
 	if (!cs)
 		return;
 	if (!cs->closed && (cs->mem || cs->disk))
@@ -1536,31 +853,17 @@ static void cs_destroy(sel_store *s)
 		sel_store_pool_leak(cs->sp);
 	else
 		sel_store_pool_destroy(cs->sp);
-	sel_record_layout_free(&cs->rl);
-	while (cs->puts) {
-		struct cput *p = cs->puts;
-		cs->puts = p->next;
+	while ((p = cputs_pop(&cs->puts)))
 		free(p);
-	}
-	while (cs->writes) {
-		struct cwrite *w = cs->writes;
-		cs->writes = w->next;
+	while ((w = cwrites_pop(&cs->writes)))
 		free(w);
-	}
-	while (cs->fetches) {
-		struct cfetch *f = cs->fetches;
-		cs->fetches = f->next;
+	while ((f = cfetches_pop(&cs->fetches)))
 		free(f);
-	}
-	if (cs->epfd >= 0)
-		close(cs->epfd);
+	sel_evq_free(&cs->evq);
 	if (cs->tfd >= 0)
 		close(cs->tfd);
-	if (cs->efd >= 0)
-		close(cs->efd);
 	free(cs->tk);
 	free(cs->pend_rm);
-	free(cs->evq);
 	free(cs);
 }
 
@@ -1571,20 +874,40 @@ static const struct sel_store_ops cs_ops = {
 	.put = cs_put,
 	.fetch = cs_fetch,
 	.poll = cs_poll,
-	.evicted = cs_evicted,
 	.touch = cs_touch,
 	.stats = cs_stats,
 	.wait_fd = cs_wait_fd,
 	.close = cs_close,
 	.destroy = cs_destroy,
+	.describe = cs_describe,
 };
 
-static int epoll_add(int epfd, int fd)
+/* Both stores over one pool: the memory store never sweeps for expiry (the
+ * disk index is the catalogue, and its removals take the memory copies
+ * along); the disk store calls back on removals and completions. */
+static int inner_open(struct comp_store *cs, const sel_store_config *cfg)
 {
-	struct epoll_event e = {.events = EPOLLIN, .data.fd = fd};
-	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e) != 0)
-		return eos_fail(-errno, "composite store: epoll: %s", strerror(errno));
-	return 0;
+	sel_store_config mcfg = *cfg;
+	mcfg.max_age_ns = 0;
+	int rc = sel_memory_store_open_shared(&mcfg, cs->sp, &cs->mem);
+	if (rc)
+		return rc;
+	struct sel_disk_store_hooks hooks = {
+		.ctx = cs,
+		.removed = on_removed,
+		.written = on_written,
+		.read = cs_read_done,
+	};
+	if ((rc = sel_disk_store_open_shared(cfg, cs->sp, &hooks, &cs->disk)))
+		return rc;
+	cs->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (cs->tfd < 0)
+		return eos_fail(-errno, "composite store: timerfd: %s", strerror(errno));
+	if ((rc = sel_evq_init(&cs->evq, "composite store")) ||
+	    (rc = sel_evq_watch(&cs->evq, sel_store_wait_fd(cs->mem), "composite store")) ||
+	    (rc = sel_evq_watch(&cs->evq, sel_store_wait_fd(cs->disk), "composite store")))
+		return rc;
+	return sel_evq_watch(&cs->evq, cs->tfd, "composite store");
 }
 
 int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
@@ -1602,121 +925,150 @@ int sel_composite_store_open(const sel_store_config *cfg, sel_store **out)
 	cs->base.page_tokens = cfg->geometry->page_tokens;
 	cs->pt = cfg->geometry->page_tokens;
 	cs->ranks = cfg->geometry->ranks;
-	cs->epfd = cs->tfd = cs->efd = -1;
+	cs->evq.epfd = cs->evq.efd = cs->tfd = -1;
 	cs->drain = cfg->drain_on_shutdown;
 	cs->drain_ns = cfg->drain_ns;
 	cs->drain_cb = cfg->drain_progress;
 	cs->drain_ctx = cfg->drain_ctx;
 	cs->closed = true; /* until open completes: destroy skips the drain */
-	if ((rc = sel_store_pool_open(cfg, cfg->memory_bytes, "composite store", &cs->sp)))
-		goto fail;
-	cs->intake = cs->sp->intake;
-	if (cs->sp->warning[0])
-		cs->base.warning = cs->sp->warning;
-	if ((rc = sel_record_layout_init(&cs->rl, cfg->geometry)))
-		goto fail;
-	/* The disk index is the catalogue: only the disk store sweeps for
-	 * expiry, and its removals take the memory copies along. */
-	sel_store_config mcfg = *cfg;
-	mcfg.max_age_ns = 0;
-	if ((rc = sel_memory_store_open_shared(&mcfg, cs->sp, &cs->mem)))
-		goto fail;
-	struct sel_disk_store_hooks hooks = {.ctx = cs, .removed = on_removed, .done = on_done};
-	if ((rc = sel_disk_store_open_shared(cfg, cs->sp, &hooks, &cs->disk)))
-		goto fail;
-	cs->base.disk_dir = cs->disk->disk_dir;
-	cs->base.disk_limit = cs->disk->disk_limit;
-	cs->base.scanned_records = cs->disk->scanned_records;
-	cs->base.disk_io = cs->disk->disk_io;
-	cs->base.disk_io_note = cs->disk->disk_io_note;
-	cs->epfd = epoll_create1(EPOLL_CLOEXEC);
-	cs->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	cs->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (cs->epfd < 0 || cs->tfd < 0 || cs->efd < 0) {
-		rc = eos_fail(-errno, "composite store: epoll/timerfd/eventfd: %s", strerror(errno));
-		goto fail;
+	if ((rc = sel_store_pool_open(cfg, cfg->memory_bytes, "composite store", &cs->sp)) == 0) {
+		cs->intake = cs->sp->intake;
+		rc = inner_open(cs, cfg);
 	}
-	if ((rc = epoll_add(cs->epfd, sel_store_wait_fd(cs->mem))) ||
-	    (rc = epoll_add(cs->epfd, sel_store_wait_fd(cs->disk))) ||
-	    (rc = epoll_add(cs->epfd, cs->tfd)) || (rc = epoll_add(cs->epfd, cs->efd)))
-		goto fail;
+	if (rc) {
+		if (cs->mem)
+			sel_store_close(cs->mem, 0);
+		if (cs->disk)
+			sel_store_close(cs->disk, 0);
+		cs_destroy(&cs->base);
+		return rc;
+	}
 	cs->closed = false;
 	*out = &cs->base;
 	debug_check(cs);
 	return 0;
-fail:
-	if (cs->mem)
-		sel_store_close(cs->mem, 0);
-	if (cs->disk)
-		sel_store_close(cs->disk, 0);
-	cs_destroy(&cs->base);
-	return rc;
 }
 
 /* ---- checks and introspection ------------------------------------------------------------------ */
 
-sel_store *sel_composite_store_memory(sel_store *s) { return CS(s)->mem; }
-sel_store *sel_composite_store_disk(sel_store *s) { return CS(s)->disk; }
+sel_store *sel_composite_store_memory(sel_store *s) { return sel_cs_of(s)->mem; }
+sel_store *sel_composite_store_disk(sel_store *s) { return sel_cs_of(s)->disk; }
 
 void sel_composite_store_gauges(sel_store *s, struct sel_composite_gauges *out)
 {
-	struct comp_store *cs = CS(s);
+	struct comp_store *cs = sel_cs_of(s);
 	*out = cs->g;
 	out->writing_slots = cs->writing_slots;
 	out->write_ahead_bound = 2 * cs->intake > cs->want_slots ? 2 * cs->intake : cs->want_slots;
 	out->want_slots = cs->want_slots;
 	out->streaming = cs->streaming;
 	out->backoff_until_ns = cs->backoff_until;
-	out->busy = cs_busy(cs) || cs->streaming || cs->evq_n;
+	out->busy = cs_busy(cs) || cs->streaming || cs->evq.n;
+}
+
+/* One record's state (the table in the header), or a name of why it is
+ * in none. */
+enum cstate {
+	CS_NONE = 0,
+	CS_COPYING,
+	CS_PARKED,
+	CS_WRITING,
+	CS_DURABLE,
+	CS_DISK_ONLY,
+	CS_RESERVED,
+	CS_STREAMING,
+	CS_PENDING_REMOVAL,
+	CS_DOOMED, /* any state above, its disk node doomed: removed at its last unpin */
+	CS_FAILED, /* a memory copy whose copy-out failed, kept for its children */
+	CS_INVALID,
+};
+
+static bool in_puts(const struct comp_store *cs, const sel_key *key)
+{
+	for (const struct cput *p = cs->puts.head; p; p = p->next)
+		if (sel_key_eq(&p->key, key))
+			return true;
+	return false;
+}
+
+static bool in_writes(const struct comp_store *cs, const sel_key *key)
+{
+	for (const struct cwrite *w = cs->writes.head; w; w = w->next)
+		if (sel_key_eq(&w->key, key))
+			return true;
+	return false;
+}
+
+static enum cstate cs_state(struct comp_store *cs, const sel_key *key, const char **why)
+{
+	struct sel_memory_view v;
+	struct sel_disk_record_info di;
+	bool mem = sel_memory_store_view(cs->mem, key, &v) == 0;
+	bool disk = sel_disk_store_record(cs->disk, key, &di) == 0;
+	*why = "";
+	if (mem && cs_rm_pending(cs, key))
+		return CS_PENDING_REMOVAL;
+	if (disk && di.doomed)
+		return CS_DOOMED; /* both copies go at its last unpin */
+	if (disk && di.parked) {
+		*why = "is parked without a pinned, complete memory copy";
+		if (!mem || !v.ready || !v.pins)
+			return CS_INVALID;
+		*why = "is written without its write on the list, or the other way round";
+		if (di.writing != in_writes(cs, key))
+			return CS_INVALID;
+		return di.writing ? CS_WRITING : CS_PARKED;
+	}
+	if (mem &&
+	    !v.ready) /* a copy-out or a read in flight, or a failed copy kept for children */
+		return in_puts(cs, key) ? CS_COPYING : disk && di.file ? CS_RESERVED : CS_FAILED;
+	if (mem) {
+		*why = disk ? "has a memory copy whose disk record has no file"
+			    : "has a memory copy but no disk record";
+		return disk && di.file ? CS_DURABLE : CS_INVALID;
+	}
+	return disk && di.file ? CS_DISK_ONLY : disk ? CS_STREAMING : CS_NONE;
+}
+
+/* Invariants 1 and 2 over every memory record and every parked one. */
+static int check_states(struct comp_store *cs)
+{
+	size_t n = sel_memory_store_keys(cs->mem, NULL, 0);
+	sel_key *keys = malloc((n ? n : 1) * sizeof(*keys));
+	const char *why;
+	int rc = 0;
+	if (!keys)
+		return eos_fail(-ENOMEM, "composite check: out of memory");
+	sel_memory_store_keys(cs->mem, keys, n);
+	for (size_t i = 0; i < n && !rc; i++)
+		if (cs_state(cs, &keys[i], &why) == CS_INVALID)
+			rc = eos_fail(SEL_ECORRUPT,
+				      "composite: the record at %" PRIu64 " tokens %s",
+				      keys[i].consumed, *why ? why : "is in no state of the table");
+	free(keys);
+	sel_key k = {0};
+	while (!rc && sel_disk_store_next_parked(cs->disk, &k) == 1)
+		if (cs_state(cs, &k, &why) == CS_INVALID)
+			rc = eos_fail(SEL_ECORRUPT,
+				      "composite: the record at %" PRIu64 " tokens %s", k.consumed,
+				      why);
+	return rc;
 }
 
 int sel_composite_store_check(sel_store *s)
 {
-	struct comp_store *cs = CS(s);
-	int rc = sel_memory_store_check(cs->mem);
-	if (rc)
+	struct comp_store *cs = sel_cs_of(s);
+	int rc;
+	if ((rc = sel_memory_store_check(cs->mem)) || (rc = sel_disk_store_check(cs->disk)) ||
+	    (rc = sel_slab_check(cs->sp->pool)) || (rc = check_states(cs)))
 		return rc;
-	if ((rc = sel_disk_store_check(cs->disk)))
-		return rc;
-	if ((rc = sel_slab_check(cs->sp->pool)))
-		return rc;
-	size_t n = sel_memory_store_keys(cs->mem, NULL, 0);
-	sel_key *keys = malloc((n ? n : 1) * sizeof(*keys));
-	if (!keys)
-		return eos_fail(-ENOMEM, "composite check: out of memory");
-	sel_memory_store_keys(cs->mem, keys, n);
-	for (size_t i = 0; i < n && !rc; i++) {
-		struct sel_memory_view v;
-		struct sel_disk_record_info di;
-		if (sel_memory_store_view(cs->mem, &keys[i], &v) != 0 || !v.ready)
-			continue; /* a copy-out or read in flight */
-		if (sel_disk_store_record(cs->disk, &keys[i], &di) != 0) {
-			if (!rm_pending(cs, &keys[i]))
-				rc = eos_fail(SEL_ECORRUPT, "composite: memory record at %" PRIu64 " tokens "
-					      "has no disk record", keys[i].consumed);
-			continue;
-		}
-		if (di.parked && v.pins == 0)
-			rc = eos_fail(SEL_ECORRUPT, "composite: parked record at %" PRIu64 " tokens is "
-				      "not pinned in memory", keys[i].consumed);
-	}
-	free(keys);
-	if (rc)
-		return rc;
-	/* Every parked record has a ready memory copy. */
-	sel_key k = {0};
-	while (sel_disk_store_next_parked(cs->disk, &k) == 1) {
-		struct sel_memory_view v;
-		if (sel_memory_store_view(cs->mem, &k, &v) != 0 || !v.ready || !v.pins)
-			return eos_fail(SEL_ECORRUPT, "composite: parked record at %" PRIu64 " tokens has "
-					"no pinned memory copy", k.consumed);
-	}
 	uint64_t ws = 0;
-	for (const struct cwrite *w = cs->writes; w; w = w->next)
+	for (const struct cwrite *w = cs->writes.head; w; w = w->next)
 		ws += w->slots;
 	if (ws != cs->writing_slots)
-		return eos_fail(SEL_ECORRUPT, "composite: writing slots %" PRIu64 ", counted %" PRIu64,
-				ws, cs->writing_slots);
+		return eos_fail(SEL_ECORRUPT,
+				"composite: writing slots %" PRIu64 ", counted %" PRIu64, ws,
+				cs->writing_slots);
 	if (cs->streaming > STREAM_PUTS)
 		return eos_fail(SEL_ECORRUPT, "composite: %u streamed puts in flight, at most %d",
 				cs->streaming, STREAM_PUTS);

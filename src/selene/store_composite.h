@@ -6,7 +6,7 @@
 #ifndef SEL_STORE_COMPOSITE_H
 #define SEL_STORE_COMPOSITE_H
 
-#include "selene.h"
+#include "selene_store.h"
 
 /* Verify the composite's invariants (store_composite.c header), the
  * memory store's and the disk store's: 0 or SEL_ECORRUPT naming the first

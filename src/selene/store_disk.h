@@ -9,7 +9,7 @@
 
 #include <sys/uio.h>
 
-#include "selene.h"
+#include "selene_store.h"
 
 struct sel_store_pool;
 
@@ -19,23 +19,23 @@ int sel_disk_store_check(sel_store *s);
 
 /* One record as the disk store knows it, for tests and the composite. */
 struct sel_disk_record_info {
-	bool ready;        /* READY: its bytes are complete (on disk, or parked in DRAM) */
+	bool ready; /* READY: its bytes are complete (on disk, or parked in DRAM) */
 	bool has_row;
-	bool file;         /* a committed file under its name */
-	bool writing;      /* a write (stream or write_from) is in flight */
-	bool parked;       /* composite: complete in DRAM, no file yet */
-	bool charged;      /* its file bytes count against the limit */
-	bool failed;       /* its write failed; kept, without a file, for its children */
-	bool doomed;       /* removed (with its descendants) at its last unpin */
+	bool file;    /* a committed file under its name */
+	bool writing; /* a write (stream or write_from) is in flight */
+	bool parked;  /* composite: complete in DRAM, no file yet */
+	bool charged; /* its file bytes count against the limit */
+	bool failed;  /* its write failed; kept, without a file, for its children */
+	bool doomed;  /* removed (with its descendants) at its last unpin */
 	bool is_root;
-	uint32_t tail;     /* page records it holds */
-	uint32_t flags;    /* SEL_RECORD_*_REPLICATED */
+	uint32_t tail;  /* page records it holds */
+	uint32_t flags; /* SEL_RECORD_*_REPLICATED */
 	uint32_t pins;
-	uint64_t bytes;    /* its file bytes (charged or not) */
-	sel_key parent;    /* none for a root */
+	uint64_t bytes; /* its file bytes (charged or not) */
+	sel_key parent; /* none for a root */
 	sel_digest bucket;
-	uint64_t tick;     /* access order: larger is more recent */
-	uint64_t used_ns;  /* last use (design 2.5 expiry) */
+	uint64_t tick;    /* access order: larger is more recent */
+	uint64_t used_ns; /* last use (design 2.5 expiry) */
 };
 /* 0 with *out filled, or -ENOENT when key is not indexed. */
 int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_record_info *out);
@@ -53,14 +53,16 @@ size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap);
 /* Callbacks into the composite.  removed runs whenever a record leaves the
  * disk index (eviction, corruption, a drop, expiry), from inside disk store
  * calls (parked: it had no file yet; expired: the expiry sweep removed it):
- * it must not call the disk store.  done runs from sel_store_poll on the
- * disk store once a write_from or read_into completed (status 0, a
- * negative errno, SEL_ECORRUPT), after the store updated its own state; it
- * may call the disk store. */
+ * it must not call the disk store.  written and read run from
+ * sel_store_poll on the disk store once a write_from or a read_into
+ * completed, with the arg it was given (status 0, a negative errno,
+ * SEL_ECORRUPT), after the store updated its own state; they may call the
+ * disk store. */
 struct sel_disk_store_hooks {
 	void *ctx;
 	void (*removed)(void *ctx, const sel_key *key, bool parked, bool expired);
-	void (*done)(void *ctx, uint64_t cookie, int status);
+	void (*written)(void *ctx, void *arg, int status);
+	void (*read)(void *ctx, void *arg, int status);
 };
 
 /* A disk store over the composite's pool (it never frees or leaks the
@@ -81,7 +83,7 @@ struct sel_disk_park {
 	sel_digest bucket;
 	uint32_t tail;
 	bool row;
-	uint32_t flags;   /* SEL_RECORD_*_REPLICATED: DRAM's packing decisions */
+	uint32_t flags; /* SEL_RECORD_*_REPLICATED: DRAM's packing decisions */
 };
 int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charged);
 /* Parked records indexed without a charge. */
@@ -98,22 +100,26 @@ int sel_disk_store_next_parked(sel_store *s, sel_key *key);
 /* Write a parked, charged record from the caller's slots: pages[tail] page
  * record addresses (sel_record_page_addr of its flags) and, with its row,
  * the row pieces (sel_record_row_iov).  The buffers belong to the disk
- * thread until done(cookie) runs.  On success the record is committed
+ * thread until the written hook runs with arg.  On success the record is committed
  * (file, no longer parked, evictable); -ENOSPC/-EDQUOT keep it parked and
  * charged; other failures keep it parked (the composite drops it).  0, or
  * -EBUSY (already writing), -EINVAL (not parked, or uncharged), -EAGAIN. */
 int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pages,
-			      const struct iovec *row_iov, uint32_t row_n, uint64_t cookie);
+			      const struct iovec *row_iov, uint32_t row_n, void *arg);
 /* Read a committed record's pages [0, tail) and, with row, its row into the
  * caller's slots (same addressing), verified; the record is pinned until
- * done(cookie).  A verification failure removes it with its descendants
+ * the read hook runs with arg.  A verification failure removes it with its descendants
  * and counts it.  0, -ESTALE (no file, or no row when asked), -EAGAIN. */
 int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *const *pages,
-			     const struct iovec *row_iov, uint32_t row_n, uint64_t cookie);
+			     const struct iovec *row_iov, uint32_t row_n, void *arg);
 
 /* Remove a record and its descendants (at their last unpin), counting each
  * as dropped for reason (SEL_DISK_DROP_*).  0 or -ENOENT. */
-enum { SEL_DISK_DROP_IO_ERROR = 1, SEL_DISK_DROP_OVERSIZE, SEL_DISK_DROP_END_OF_CHAIN };
+enum {
+	SEL_DISK_DROP_IO_ERROR = 1,
+	SEL_DISK_DROP_OVERSIZE,
+	SEL_DISK_DROP_END_OF_CHAIN
+};
 int sel_disk_store_drop(sel_store *s, const sel_key *key, int reason);
 
 /* Pin a record against eviction and removal (0 or -ENOENT). */

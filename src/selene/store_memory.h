@@ -6,7 +6,7 @@
 #ifndef SEL_STORE_MEMORY_H
 #define SEL_STORE_MEMORY_H
 
-#include "selene.h"
+#include "selene_store.h"
 
 struct sel_store_pool;
 
@@ -19,13 +19,13 @@ int sel_memory_store_check(sel_store *s);
 
 /* One record's storage, for tests. */
 struct sel_memory_record_info {
-	bool ready;            /* committed (SEL_NODE_READY) */
+	bool ready; /* committed (SEL_NODE_READY) */
 	bool has_row;
-	bool failed;           /* its copy-out failed; holds no slots */
+	bool failed; /* its copy-out failed; holds no slots */
 	bool pages_packed, row_packed;
 	uint32_t tail_pages;
 	uint32_t page_slots, row_slots; /* slots held */
-	uint32_t pins;         /* index pins (store-held and others) */
+	uint32_t pins;                  /* index pins (store-held and others) */
 	bool is_root;
 };
 
@@ -59,9 +59,9 @@ struct sel_memory_view {
 	uint32_t tail_pages;
 	uint32_t n_page_slots, n_row_slots;
 	const uint32_t *slots;
-	uint32_t pins;        /* index pins */
+	uint32_t pins; /* index pins */
 	bool is_root;
-	sel_key parent;       /* its parent in the memory index (none for a root) */
+	sel_key parent; /* its parent in the memory index (none for a root) */
 };
 int sel_memory_store_view(sel_store *s, const sel_key *key, struct sel_memory_view *out);
 
@@ -102,7 +102,6 @@ size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap);
 
 /* Slot gauges: in use by records, held by pinned records, free warm (what
  * a warm allocation could take now). */
-void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned,
-			     uint64_t *free_warm);
+void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned, uint64_t *free_warm);
 
 #endif

@@ -42,8 +42,10 @@ int sel_store_open(const sel_store_config *cfg, sel_store **out)
 	if (!cfg || !cfg->geometry)
 		return eos_fail(-EINVAL, "store: no geometry");
 	if (cfg->pool)
-		return eos_fail(-ENOTSUP, "prefix cache pool '%s': the pool tier (design 2.15) is not "
-				"implemented in this build", cfg->pool);
+		return eos_fail(-ENOTSUP,
+				"prefix cache pool '%s': the pool tier (design 2.15) is not "
+				"implemented in this build",
+				cfg->pool);
 	bool memory = cfg->memory_bytes > 0;
 	bool disk = cfg->disk_dir && *cfg->disk_dir;
 	if (memory && disk)

@@ -55,20 +55,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
 #include "eos.h"
-
-/* Leaked pools stay reachable (design 2.5: never reuse under copies). */
-static pthread_mutex_t leak_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct leaked_pool {
-	struct sel_store_pool *sp;
-	struct leaked_pool *next;
-} *leaked_pools;
+#include "store_common.h"
 
 static int pick_backend(struct sel_store_pool *sp, const sel_store_config *cfg, const char *who)
 {
@@ -86,8 +79,10 @@ static int pick_backend(struct sel_store_pool *sp, const sel_store_config *cfg, 
 		return 0;
 	}
 	if (cfg->backend == SEL_BACKEND_HOST && device)
-		return eos_fail(SEL_EGEOMETRY, "%s: host copy backend asked for, but the geometry has"
-				" device planes", who);
+		return eos_fail(SEL_EGEOMETRY,
+				"%s: host copy backend asked for, but the geometry has"
+				" device planes",
+				who);
 	if (cfg->backend != SEL_BACKEND_CUDA && !device) {
 		sp->backend = &sel_copy_backend_host;
 		return 0;
@@ -101,7 +96,8 @@ static int pick_backend(struct sel_store_pool *sp, const sel_store_config *cfg, 
 	if (!sp->devices)
 		return eos_fail(-ENOMEM, "%s: out of memory", who);
 	for (uint32_t r = 0; r < g->ranks; r++)
-		sp->devices[r] = cfg->cuda_devices ? cfg->cuda_devices[r] : (int)r; /* rank r on device r */
+		sp->devices[r] =
+			cfg->cuda_devices ? cfg->cuda_devices[r] : (int)r; /* rank r on device r */
 	rc = sel_copy_backend_cuda_create(sp->cu, sp->devices, g->ranks, &sp->cuda_backend);
 	if (rc)
 		return rc;
@@ -125,13 +121,17 @@ static int split_wanted(struct sel_store_pool *sp, const sel_store_config *cfg, 
 	if (mode == SEL_SPLIT_OFF)
 		return 0;
 	if (mode != SEL_SPLIT_AUTO && mode != SEL_SPLIT_ON)
-		return eos_fail(-EINVAL, "%s: split_pool %d is not a split mode (auto 0, on 1, off 2)", who,
+		return eos_fail(-EINVAL,
+				"%s: split_pool %d is not a split mode (auto 0, on 1, off 2)", who,
 				(int)mode);
 	if (!sp->cuda_backend) {
 		if (mode == SEL_SPLIT_AUTO)
 			return 0;
-		return eos_fail(-EINVAL, "%s: a split pool needs the CUDA copy backend, this store copies with"
-				" '%s'", who, sp->backend->name ? sp->backend->name : "?");
+		return eos_fail(
+			-EINVAL,
+			"%s: a split pool needs the CUDA copy backend, this store copies with"
+			" '%s'",
+			who, sp->backend->name ? sp->backend->name : "?");
 	}
 	if (mode == SEL_SPLIT_ON)
 		return 1; /* sel_cuda_split_pool_create names a device that cannot */
@@ -143,9 +143,12 @@ static int split_wanted(struct sel_store_pool *sp, const sel_store_config *cfg, 
 			return rc;
 		if (!info.host_numa_vmm) {
 			char w[256];
-			snprintf(w, sizeof(w), "%s: device %d (rank %" PRIu32 ") cannot create host NUMA"
-				 " allocations, so the slot pool is registered whole and every device maps all"
-				 " of it (no split pool, design 2.5)", who, sp->devices[r], r);
+			snprintf(w, sizeof(w),
+				 "%s: device %d (rank %" PRIu32 ") cannot create host NUMA"
+				 " allocations, so the slot pool is registered whole and every "
+				 "device maps all"
+				 " of it (no split pool, design 2.5)",
+				 who, sp->devices[r], r);
 			add_warning(sp, w);
 			return 0;
 		}
@@ -153,8 +156,8 @@ static int split_wanted(struct sel_store_pool *sp, const sel_store_config *cfg, 
 	return 1;
 }
 
-static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const char *who, bool memory_only,
-		     struct sel_store_pool **out)
+static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const char *who,
+		     bool memory_only, struct sel_store_pool **out)
 {
 	struct sel_store_pool *sp;
 	int rc;
@@ -163,14 +166,19 @@ static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const cha
 	if (!cfg || !cfg->geometry)
 		return eos_fail(-EINVAL, "%s: no geometry", who);
 	if (!memory_only && cfg->split_pool == SEL_SPLIT_ON)
-		return eos_fail(-EINVAL, "%s: split_pool is on, but a store with a disk tier reads whole"
-				" records on the CPU and needs the registered pool; split pools serve memory"
-				" stores alone (design 2.5)", who);
+		return eos_fail(-EINVAL,
+				"%s: split_pool is on, but a store with a disk tier reads whole"
+				" records on the CPU and needs the registered pool; split pools "
+				"serve memory"
+				" stores alone (design 2.5)",
+				who);
 	const sel_geometry *g = cfg->geometry;
 	if (!(sp = calloc(1, sizeof(*sp))))
 		return eos_fail(-ENOMEM, "%s: out of memory", who);
 	sp->g = g;
 	rc = sel_slot_layout_init(&sp->layout, g);
+	if (rc == 0)
+		rc = sel_record_layout_init(&sp->rl, g);
 	if (rc)
 		goto fail;
 	sp->slot_bytes = sp->layout.slot_bytes;
@@ -218,12 +226,13 @@ static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const cha
 	}
 	if (split) {
 		struct sel_cuda_split_pool *p;
-		rc = sel_cuda_split_pool_create(sp->cu, sp->devices, &sp->layout, sp->warm + sp->intake, &p);
+		rc = sel_cuda_split_pool_create(sp->cu, sp->devices, &sp->layout,
+						sp->warm + sp->intake, &p);
 		if (rc)
 			goto fail;
 		sp->split = p;
-		rc = sel_slab_create_over((void *)(uintptr_t)p->base, sp->slot_bytes, sp->warm, sp->intake,
-					  &sp->pool);
+		rc = sel_slab_create_over((void *)(uintptr_t)p->base, sp->slot_bytes, sp->warm,
+					  sp->intake, &sp->pool);
 		if (rc)
 			goto fail;
 	} else {
@@ -232,7 +241,8 @@ static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const cha
 			.unreg = sp->backend->host_unregister,
 			.ctx = sp->backend->ctx,
 		};
-		rc = sel_slab_create(sp->slot_bytes, sp->warm, sp->intake, cfg->populate, &hooks, &sp->pool);
+		rc = sel_slab_create(sp->slot_bytes, sp->warm, sp->intake, cfg->populate, &hooks,
+				     &sp->pool);
 		if (rc)
 			goto fail;
 	}
@@ -255,7 +265,8 @@ int sel_store_pool_open_memory(const sel_store_config *cfg, uint64_t warm_bytes,
 	return pool_open(cfg, warm_bytes, who, true, out);
 }
 
-int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth, sel_xfer **out)
+int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth,
+			       sel_xfer **out)
 {
 	if (!sp->split)
 		return sel_xfer_create(sp->g, &sp->layout, sp->pool, sp->backend, queue_depth, out);
@@ -264,8 +275,8 @@ int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_d
 	if (!parts)
 		return eos_fail(-ENOMEM, "split pool: out of memory");
 	sel_cuda_split_pool_parts(sp->split, parts);
-	int rc = sel_xfer_create_parts(sp->g, &sp->layout, parts, sel_slab_total(sp->pool), sp->backend,
-				       queue_depth, out);
+	int rc = sel_xfer_create_parts(sp->g, &sp->layout, parts, sel_slab_total(sp->pool),
+				       sp->backend, queue_depth, out);
 	free(parts);
 	return rc;
 }
@@ -280,19 +291,45 @@ void sel_store_pool_destroy(struct sel_store_pool *sp)
 		sel_copy_backend_cuda_destroy(sp->cuda_backend);
 	free(sp->devices);
 	sel_slot_layout_free(&sp->layout);
+	sel_record_layout_free(&sp->rl);
 	free(sp);
 }
 
 void sel_store_pool_leak(struct sel_store_pool *sp)
 {
-	if (!sp)
-		return;
-	struct leaked_pool *l = malloc(sizeof(*l));
-	if (!l)
-		return; /* leaked unreachable: still never reused */
-	l->sp = sp;
-	pthread_mutex_lock(&leak_mu);
-	l->next = leaked_pools;
-	leaked_pools = l;
-	pthread_mutex_unlock(&leak_mu);
+	if (sp)
+		sel_leak((void *[]){sp}, 1); /* still never reused */
+}
+
+int sel_store_pool_map(const struct sel_store_pool *sp, uint32_t flags, const uint32_t *slots,
+		       uint32_t n_page_slots, uint32_t n_row_slots, uint32_t first, uint32_t count,
+		       void **pages, struct iovec *iov, uint32_t iov_cap, uint32_t *n_iov)
+{
+	uint32_t n_slots = n_page_slots + n_row_slots;
+	void *sa[2 * SEL_WINDOW_PAGES + 64];
+	void **addr = n_slots <= sizeof sa / sizeof sa[0] ? sa : malloc(n_slots * sizeof(void *));
+	int rc = 0;
+	if (!addr)
+		return eos_fail(-ENOMEM,
+				"slot pool: out of memory for the addresses of %" PRIu32 " slots",
+				n_slots);
+	for (uint32_t i = 0; i < n_slots; i++)
+		addr[i] = sel_slab_addr(sp->pool, slots[i]);
+	for (uint32_t i = 0; i < count; i++)
+		pages[i] = sel_record_page_addr(&sp->rl, flags, addr, first + i);
+	*n_iov = 0;
+	if (n_row_slots) {
+		int k = sel_record_row_iov(&sp->rl, flags, addr + n_page_slots, n_row_slots, iov,
+					   iov_cap);
+		if (k < 0)
+			rc = eos_fail(k,
+				      "slot pool: a row of %" PRIu32
+				      " slots has more pieces than %" PRIu32,
+				      n_row_slots, iov_cap);
+		else
+			*n_iov = (uint32_t)k;
+	}
+	if (addr != sa)
+		free(addr);
+	return rc;
 }

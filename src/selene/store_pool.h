@@ -23,6 +23,9 @@
 #ifndef SEL_STORE_POOL_H
 #define SEL_STORE_POOL_H
 
+#include <sys/uio.h>
+
+#include "record.h"
 #include "selene.h"
 #include "slab.h"
 #include "transfer.h"
@@ -33,6 +36,7 @@ struct sel_cuda_split_pool;
 struct sel_store_pool {
 	const sel_geometry *g;
 	sel_slot_layout layout;
+	sel_record_layout rl;                   /* the same layout as record files see it */
 	const struct sel_copy_backend *backend; /* the caller's, the host one, or cuda_backend */
 	struct sel_copy_backend *cuda_backend;  /* owned, when CUDA */
 	const struct sel_cuda *cu;              /* the driver, when CUDA */
@@ -42,11 +46,11 @@ struct sel_store_pool {
 	struct sel_cuda_split_pool *split;
 	sel_slab_pool *pool;
 	uint64_t slot_bytes;
-	uint64_t warm, intake;                  /* slots */
+	uint64_t warm, intake; /* slots */
 	uint32_t row_slots;
-	uint64_t page_bytes_all;                /* unpadded bytes of one page, all ranks */
-	uint64_t row_bytes_all;                 /* unpadded bytes of one row, all ranks */
-	uint64_t min_pages, min_rows;           /* smallest plane page and row counts */
+	uint64_t page_bytes_all;      /* unpadded bytes of one page, all ranks */
+	uint64_t row_bytes_all;       /* unpadded bytes of one row, all ranks */
+	uint64_t min_pages, min_rows; /* smallest plane page and row counts */
 	/* Intake shrunk for headroom, a split pool the devices could not make,
 	 * or "". */
 	char warning[512];
@@ -76,7 +80,21 @@ int sel_store_pool_open_memory(const sel_store_config *cfg, uint64_t warm_bytes,
  * over the registered mapping, or sel_xfer_create_parts over a split pool's
  * rank parts (that set refuses compare and packed jobs).  sp must outlive
  * it; destroy it (or, after SEL_ESTOPPED, leak sp) before the pool. */
-int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth, sel_xfer **out);
+int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth,
+			       sel_xfer **out);
+/* One mapping from a record's slots to what the disk thread reads and
+ * writes (design 2.5 slot layout; record.h "Payload addresses"): for a
+ * record held in slots as flags lay it out (SEL_RECORD_*_REPLICATED: DRAM's
+ * or the disk file's packing), the addresses of its page records
+ * [first, first + count) into pages[0..count) and, when n_row_slots > 0,
+ * its row's pieces in file order into iov[0..iov_cap) with their count in
+ * *n_iov (0 without a row).  slots: the record's page slots, then its
+ * n_row_slots row slots.  Pure address arithmetic: 0, or -ENOMEM, -ENOBUFS
+ * (iov_cap too small) with a message. */
+int sel_store_pool_map(const struct sel_store_pool *sp, uint32_t flags, const uint32_t *slots,
+		       uint32_t n_page_slots, uint32_t n_row_slots, uint32_t first, uint32_t count,
+		       void **pages, struct iovec *iov, uint32_t iov_cap, uint32_t *n_iov);
+
 /* Unmap and free: the slab pool, then a split pool's parts and range, then
  * the CUDA backend.  NULL-safe.  Only once nothing can copy into a slot
  * (every transfer set over sp closed and drained). */

@@ -535,15 +535,10 @@ static bool same_share_layout(const sel_geometry *g, uint32_t r)
 	return true;
 }
 
-static int create(const sel_geometry *g, const sel_slot_layout *layout,
-		  const struct sel_xfer_part *parts, uint64_t nslots, bool split,
-		  const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out)
+static int check_args(const sel_geometry *g, const sel_slot_layout *layout,
+		      const struct sel_xfer_part *parts, uint64_t nslots,
+		      const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out)
 {
-	sel_xfer *x = NULL;
-	int rc = 0;
-
-	if (out)
-		*out = NULL;
 	if (!g || !layout || !parts || !backend || !out)
 		return eos_fail(-EINVAL, "transfer: missing geometry, layout, slots or backend");
 	if (!backend->open_rank || !backend->copy)
@@ -557,10 +552,17 @@ static int create(const sel_geometry *g, const sel_slot_layout *layout,
 	if (nslots == 0 || nslots > UINT32_MAX)
 		return eos_fail(-EINVAL, "transfer: %" PRIu64 " slots (expected 1..%" PRIu32 ")", nslots,
 				UINT32_MAX);
+	return 0;
+}
 
-	x = calloc(1, sizeof(*x));
+/* A set not yet started: its locks, its parameters, its rank table. */
+static sel_xfer *set_new(const sel_geometry *g, const sel_slot_layout *layout,
+			 const struct sel_xfer_part *parts, uint64_t nslots, bool split,
+			 const struct sel_copy_backend *backend, uint32_t queue_depth)
+{
+	sel_xfer *x = calloc(1, sizeof(*x));
 	if (!x)
-		return eos_fail(-ENOMEM, "transfer: out of memory");
+		return NULL;
 	x->efd = -1;
 	pthread_mutex_init(&x->submit, NULL);
 	pthread_mutex_init(&x->done, NULL);
@@ -572,7 +574,6 @@ static int create(const sel_geometry *g, const sel_slot_layout *layout,
 	pthread_condattr_destroy(&ca);
 	atomic_init(&x->inflight, 0);
 	atomic_init(&x->abandon, false);
-
 	x->g = g;
 	x->l = layout;
 	x->be = *backend;
@@ -587,60 +588,66 @@ static int create(const sel_geometry *g, const sel_slot_layout *layout,
 		x->part = NULL;
 		free(x->rank);
 		x->rank = NULL;
-		rc = eos_fail(-ENOMEM, "transfer: out of memory for %" PRIu32 " ranks", g->ranks);
-		goto fail;
+		return x;
 	}
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		pthread_mutex_init(&x->rank[r].ring.lock, NULL);
 		pthread_cond_init(&x->rank[r].ring.cv, NULL);
 	}
 	memcpy(x->part, parts, x->ranks * sizeof(*x->part));
+	return x;
+}
 
-	x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (x->efd < 0) {
-		rc = -errno;
-		eos_fail(rc, "transfer: eventfd: %s", strerror(-rc));
-		goto fail;
-	}
-
+/* Page and row limits, and whether the ranks' shares (and rows) have one
+ * layout, so a copy-out may compare them. */
+static int set_limits(sel_xfer *x)
+{
+	const sel_geometry *g = x->g;
 	x->uniform = x->uniform_row = true;
 	x->page_limit = x->row_limit = UINT64_MAX;
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		const sel_rank_geometry *rg = &g->rank[r];
-		if (rg->n_planes == 0 || !rg->pages) {
-			rc = eos_fail(-EINVAL, "transfer: rank %" PRIu32 " has no page planes", r);
-			goto fail;
-		}
+		if (rg->n_planes == 0 || !rg->pages)
+			return eos_fail(-EINVAL, "transfer: rank %" PRIu32 " has no page planes", r);
 		if (rg->page_count < x->page_limit)
 			x->page_limit = rg->page_count;
 		if (rg->row_count < x->row_limit)
 			x->row_limit = rg->row_count;
 		if (!same_share_layout(g, r))
 			x->uniform = false;
-		if (layout->row_bytes[r] != layout->row_bytes[0])
+		if (x->l->row_bytes[r] != x->l->row_bytes[0])
 			x->uniform_row = false;
 	}
 	x->uniform_row = x->uniform_row && x->uniform;
+	return 0;
+}
 
+/* Each rank's call array (the largest window: 64 pages of every plane plus
+ * every row piece, at most the backend's entries per call) and ring. */
+static int rank_buffers(sel_xfer *x)
+{
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		struct rank *rk = &x->rank[r];
-		/* Largest window: 64 pages of every plane plus every row piece. */
-		uint64_t window = (uint64_t)SEL_WINDOW_PAGES * g->rank[r].n_planes + layout->row_slots;
-		uint64_t cap = window;
-		if (backend->max_call_entries && backend->max_call_entries < cap)
-			cap = backend->max_call_entries;
+		uint64_t cap = (uint64_t)SEL_WINDOW_PAGES * x->g->rank[r].n_planes + x->l->row_slots;
+		if (x->be.max_call_entries && x->be.max_call_entries < cap)
+			cap = x->be.max_call_entries;
 		rk->x = x;
 		rk->r = r;
 		rk->call_cap = (uint32_t)cap;
 		rk->call = calloc(cap, sizeof(*rk->call));
-		rk->ring.cap = queue_depth;
-		rk->ring.q = calloc(queue_depth, sizeof(*rk->ring.q));
-		if (!rk->call || !rk->ring.q) {
-			rc = eos_fail(-ENOMEM, "transfer: out of memory for rank %" PRIu32 " buffers", r);
-			goto fail;
-		}
+		rk->ring.cap = x->depth;
+		rk->ring.q = calloc(x->depth, sizeof(*rk->ring.q));
+		if (!rk->call || !rk->ring.q)
+			return eos_fail(-ENOMEM, "transfer: out of memory for rank %" PRIu32 " buffers", r);
 	}
+	return 0;
+}
 
+/* Start every rank's thread and wait until each has opened its rank (or
+ * failed to): 0, or the first failure. */
+static int start_ranks(sel_xfer *x)
+{
+	int rc = 0;
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		int e = pthread_create(&x->rank[r].tid, NULL, rank_main, &x->rank[r]);
 		if (e) {
@@ -651,7 +658,6 @@ static int create(const sel_geometry *g, const sel_slot_layout *layout,
 		x->rank[r].running = true;
 		x->started++;
 	}
-
 	pthread_mutex_lock(&x->life);
 	while (x->opened < x->started)
 		pthread_cond_wait(&x->life_cv, &x->life);
@@ -661,12 +667,37 @@ static int create(const sel_geometry *g, const sel_slot_layout *layout,
 			eos_fail(rc, "%s (transfer rank %" PRIu32 ")", x->open_msg, x->open_rank);
 		else
 			eos_fail(rc, "transfer rank %" PRIu32 ": backend '%s' could not open it: %s",
-				 x->open_rank, backend->name ? backend->name : "?", sel_strerror(rc));
+				 x->open_rank, x->be.name ? x->be.name : "?", sel_strerror(rc));
 	}
 	pthread_mutex_unlock(&x->life);
-	if (rc)
-		goto fail;
+	return rc;
+}
 
+static int create(const sel_geometry *g, const sel_slot_layout *layout,
+		  const struct sel_xfer_part *parts, uint64_t nslots, bool split,
+		  const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out)
+{
+	sel_xfer *x;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if ((rc = check_args(g, layout, parts, nslots, backend, queue_depth, out)))
+		return rc;
+	if (!(x = set_new(g, layout, parts, nslots, split, backend, queue_depth)))
+		return eos_fail(-ENOMEM, "transfer: out of memory");
+	if (!x->rank) {
+		rc = eos_fail(-ENOMEM, "transfer: out of memory for %" PRIu32 " ranks", g->ranks);
+		goto fail;
+	}
+	x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (x->efd < 0) {
+		rc = -errno;
+		eos_fail(rc, "transfer: eventfd: %s", strerror(-rc));
+		goto fail;
+	}
+	if ((rc = set_limits(x)) || (rc = rank_buffers(x)) || (rc = start_ranks(x)))
+		goto fail;
 	*out = x;
 	return 0;
 fail:

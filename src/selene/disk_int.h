@@ -1,0 +1,178 @@
+/*
+ * disk_int.h - what the files of the disk thread share (design 2.5;
+ * disk.h is the interface): its struct, the per-job I/O context, requests
+ * and segments, the windowed writes' entries, and the calls one part makes
+ * into another.  Private to disk.c (the thread and its channel),
+ * disk_io.c (the I/O engine) and disk_job.c (each job's prologue, segments
+ * and epilogue).
+ */
+#ifndef SEL_DISK_INT_H
+#define SEL_DISK_INT_H
+
+#define XXH_STATIC_LINKING_ONLY
+#include "disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define IOV_PER_REQ 128
+#define SUBMIT_RETRIES 8
+#define ACTIVE_JOBS 4
+
+enum seg_kind {
+	SEG_PAGE = 0,
+	SEG_ROW,
+	SEG_HEAD
+};
+
+struct seg {
+	uint8_t *addr;
+	uint64_t len;
+	uint64_t off;
+	uint32_t idx; /* page index from the job's first page / row piece index */
+	uint8_t kind;
+	bool all_queued;  /* every byte is in some request */
+	uint32_t pending; /* requests touching it that have not finished */
+};
+
+struct io_ctx;
+
+struct req {
+	struct iovec iov[IOV_PER_REQ];
+	uint32_t iov_at, iov_n; /* remaining: iov[iov_at .. iov_n) */
+	uint64_t off, left;     /* file offset and bytes of the remainder */
+	uint32_t seg_lo, seg_hi;
+	struct io_ctx *owner;
+	bool busy;
+};
+
+/* A windowed write between its parts (invariant 6). */
+struct wtemp {
+	bool used;
+	bool row;
+	sel_key key;
+	int fd;
+	uint32_t next; /* the next part's first page record */
+	uint8_t *head; /* header + checksum segment (aligned) */
+	size_t head_cap;
+	char tmp[SEL_RECORD_TMPNAME_MAX];
+};
+
+/* One active job: its state and its scratch. */
+struct io_ctx {
+	struct sel_disk_job *job;
+	char name[SEL_RECORD_NAME_MAX];
+	char tmp[SEL_RECORD_TMPNAME_MAX];
+	bool write, active;
+	int fd;
+	int err;
+	sel_record_span span;
+	sel_record_header h;  /* read: the file's header */
+	size_t si;            /* builder: next segment */
+	uint64_t spos;        /* builder: bytes of it already queued */
+	uint32_t inflight;    /* submitted, not reaped */
+	uint32_t unsubmitted; /* prepared, not yet taken by the kernel */
+	uint64_t bytes;
+	uint8_t *cksum;   /* write: where page hashes go; read: expected, from first */
+	uint8_t *head;    /* write: header + checksums (bounce, or the part's entry) */
+	struct wtemp *wt; /* WRITE_PART: the record's entry */
+	XXH3_state_t row_state;
+	/* scratch */
+	uint8_t *bounce;
+	size_t bounce_cap;
+	struct seg *segs;
+	size_t segs_cap, n_segs;
+	struct sel_record_piece *plan;
+	size_t plan_cap;
+};
+
+struct sel_disk {
+	int dirfd;
+	char *dir;
+	const sel_record_ns *ns;
+	uint32_t cap, ring_depth;
+	uint64_t chunk;
+	bool fdatasync;
+	int nice;
+	struct sel_disk_hooks hooks;
+
+	bool uring;   /* atomic: the thread may switch it off */
+	bool direct;  /* atomic: likewise */
+	bool ring_ok; /* ring initialised */
+	bool ring_broken;
+	struct io_uring ring;
+	uint32_t inflight; /* requests the kernel holds */
+	struct req **sq;   /* [ring_depth] prepared, not yet submitted, oldest first */
+	uint32_t sq_n;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* jobs queued, or closing */
+	pthread_cond_t cv_exit; /* the thread ended */
+	struct sel_disk_job **q;
+	uint32_t q_head, q_n;
+	struct sel_disk_job **done;
+	uint32_t d_head, d_n;
+	uint32_t outstanding;
+	bool closing, exited, joined, detached, orphaned, started;
+	bool abort; /* atomic */
+	int efd;
+	pthread_t th;
+
+	/* Thread state. */
+	struct io_ctx ctx[ACTIVE_JOBS];
+	struct io_ctx *act[ACTIVE_JOBS]; /* active jobs, oldest first */
+	uint32_t n_act;
+	struct req *reqs;
+	uint64_t nonce;
+	struct wtemp **wt; /* windowed writes between parts (entries never move:
+				 active jobs point at them) */
+	uint32_t n_wt;
+
+	struct sel_disk_stats st;     /* updated with atomics */
+	char io_note[EOS_ERRMSG_MAX]; /* why not io_uring + O_DIRECT at startup */
+};
+
+#define STAT_ADD(d, field, v) __atomic_fetch_add(&(d)->st.field, (v), __ATOMIC_RELAXED)
+
+/* disk_io.c: scratch, segments, the ring and the pread path. */
+int dk_grow_bounce(struct io_ctx *c, size_t need);
+bool dk_add_seg(struct io_ctx *c, void *addr, uint64_t len, uint64_t off, uint8_t kind,
+		uint32_t idx);
+void dk_reap(sel_disk *d, bool wait);
+bool dk_quiescent(const sel_disk *d, const struct io_ctx *c);
+void dk_uring_fill(sel_disk *d);
+void dk_run_sync(sel_disk *d, struct io_ctx *c);
+void dk_ring_reset(sel_disk *d);
+
+/* disk_job.c: a job's prologue and epilogue, windowed writes. */
+int dk_wt_discard(sel_disk *d, struct wtemp *w);
+bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j);
+void dk_job_end(sel_disk *d, struct io_ctx *c);
+
+/* Shared helpers. */
+static inline bool dk_aborting(sel_disk *d) { return __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE); }
+/* The builder has nothing more to queue (it failed, or every segment is
+ * in some request). */
+static inline bool dk_builder_done(const struct io_ctx *c) { return c->err || c->si >= c->n_segs; }
+/* Record the job's first failure with its message, or the calling thread's
+ * Eos message as the cause. */
+__attribute__((format(printf, 3, 4))) void dk_io_fail(struct io_ctx *c, int rc, const char *fmt,
+						      ...);
+void dk_io_fail_msg(struct io_ctx *c, int rc);
+
+#endif

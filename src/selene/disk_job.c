@@ -1,0 +1,440 @@
+/*
+ * disk_job.c - one disk job from prologue to epilogue: whole and windowed
+ * record writes by the atomic protocol of record.h (temporary, fallocate,
+ * payload, header last, optional fdatasync, rename, directory fsync),
+ * verified reads (header first, every page against its checksum, the row
+ * against its checksum), truncation and unlinks of the indexed file only
+ * (design 2.5 record files; 2.12; disk.c DESIGN).
+ *
+ * DESIGN
+ *
+ * A job's prologue and epilogue run through eos_fileops() on both I/O
+ * paths, so fault injection reaches them; its payload runs on the engine
+ * (disk_io.c).  Windowed writes (SEL_DISK_WRITE_PART) keep one small entry
+ * per record between its parts: the temporary's descriptor and name, the
+ * next page record expected, and the header-plus-checksum buffer the parts
+ * hash into; the ending part adds the row and the header segment and
+ * commits in its epilogue like a whole write.  A failed part removes the
+ * temporary and forgets the entry, so the parts after it fail fast.
+ *
+ * INVARIANTS: disk.c's 4 to 6.
+ */
+#include "disk_int.h"
+
+/* ---- Jobs ------------------------------------------------------------------- */
+
+static void note_direct(sel_disk *d, bool direct)
+{
+	if (!direct && __atomic_load_n(&d->direct, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&d->direct, false, __ATOMIC_RELAXED);
+		STAT_ADD(d, direct_fallbacks, 1);
+	}
+}
+
+/* The file a job names, or NULL when it names none. */
+static const struct eos_file_id *want_id(const struct sel_disk_job *j)
+{
+	return j->want.dev || j->want.ino ? &j->want : NULL;
+}
+
+/* The file behind fd, for the job's completion (a commit's `file`). */
+static void note_file(struct sel_disk_job *j, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0)
+		j->file = (struct eos_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+}
+
+static uint64_t next_nonce(sel_disk *d)
+{
+	uint64_t x = d->nonce;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return d->nonce = x;
+}
+
+/* Plan the row pieces of c's job and add their segments. */
+static int add_row_segs(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	if (eos_grow((void **)&c->plan, &c->plan_cap, j->row_n ? j->row_n : 1, sizeof(*c->plan)) !=
+	    0)
+		return -ENOMEM;
+	int rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov, j->row_n, c->plan);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < j->row_n; i++)
+		if (!dk_add_seg(c, c->plan[i].addr, c->plan[i].len,
+				c->span.row_off + c->plan[i].off, SEG_ROW, i))
+			return -ENOMEM;
+	return 0;
+}
+
+/* ---- Windowed writes ---------------------------------------------------------- */
+
+static struct wtemp *wt_find(sel_disk *d, const sel_key *key)
+{
+	for (uint32_t i = 0; i < d->n_wt; i++)
+		if (d->wt[i]->used && sel_key_eq(&d->wt[i]->key, key))
+			return d->wt[i];
+	return NULL;
+}
+
+static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
+{
+	struct wtemp *w = NULL;
+	for (uint32_t i = 0; i < d->n_wt && !w; i++)
+		if (!d->wt[i]->used)
+			w = d->wt[i];
+	if (!w) {
+		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
+		if (!n)
+			return NULL;
+		d->wt = n;
+		if (!(w = calloc(1, sizeof(*w))))
+			return NULL;
+		d->wt[d->n_wt++] = w;
+	}
+	if (head_bytes > w->head_cap) {
+		uint8_t *b = eos_aligned_alloc(EOS_ALIGN, head_bytes);
+		if (!b)
+			return NULL;
+		eos_aligned_free(w->head);
+		w->head = b;
+		w->head_cap = head_bytes;
+	}
+	w->used = true;
+	w->fd = -1;
+	w->next = 0;
+	w->tmp[0] = '\0';
+	return w;
+}
+
+/* Forget w, removing its temporary if it has one.  Returns the removal's
+ * error (the file then stays for the next scan), else 0. */
+int dk_wt_discard(sel_disk *d, struct wtemp *w)
+{
+	int rc = 0;
+	if (w->fd >= 0)
+		rc = sel_record_discard(d->dirfd, w->fd, w->tmp);
+	w->fd = -1;
+	w->used = false;
+	return rc;
+}
+
+static void write_begin(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	const sel_record_span *s = &c->span;
+	bool part = j->op == SEL_DISK_WRITE_PART;
+	bool begin = !part || (j->part & SEL_DISK_PART_BEGIN);
+	bool end = !part || (j->part & SEL_DISK_PART_END);
+	uint32_t first = part ? j->first : 0, n = part ? j->count : j->rec.tail;
+	size_t head_bytes = (size_t)s->header_bytes + s->cksum_bytes;
+	int rc;
+
+	if (part) {
+		struct wtemp *w = wt_find(d, &j->rec.key);
+		if (begin && w && dk_wt_discard(d, w) != 0) {
+			dk_io_fail(c, -EIO, "a stale temporary of this record: %s", eos_errmsg());
+			return;
+		}
+		if (!begin) {
+			if (!w) {
+				dk_io_fail(c, -ENOENT,
+					   "no temporary for the part at page record %" PRIu32
+					   " (an earlier part failed or none began)",
+					   first);
+				return;
+			}
+			c->wt = w; /* from here a failure discards it */
+			if (w->next != first || w->row != j->row) {
+				dk_io_fail(c, -EINVAL,
+					   "part at page record %" PRIu32
+					   "%s, the write is at %" PRIu32,
+					   first, w->row != j->row ? " changes the row flag" : "",
+					   w->next);
+				return;
+			}
+		} else {
+			if (!(w = wt_new(d, head_bytes)))
+				goto nomem;
+			w->key = j->rec.key;
+			w->row = j->row;
+			c->wt = w;
+		}
+		c->head = w->head;
+	} else {
+		if (dk_grow_bounce(c, head_bytes) != 0) {
+			dk_io_fail(c, -ENOMEM, "out of memory for a %zu-byte header", head_bytes);
+			return;
+		}
+		c->head = c->bounce;
+	}
+	c->cksum = c->head + s->header_bytes;
+	if (begin)
+		memset(c->cksum, 0, s->cksum_bytes);
+	for (uint32_t i = 0; i < n; i++)
+		if (!dk_add_seg(c, j->pages[i], s->page_stride,
+				s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE,
+				first + i))
+			goto nomem;
+	if (end && j->row && (rc = add_row_segs(d, c)) != 0) {
+		if (rc == -ENOMEM)
+			goto nomem;
+		dk_io_fail(c, rc, "%s", eos_errmsg());
+		return;
+	}
+	if (end && !dk_add_seg(c, c->head, head_bytes, 0, SEG_HEAD, 0))
+		goto nomem;
+	XXH3_64bits_reset(&c->row_state);
+
+	if (!begin) {
+		c->fd = c->wt->fd;
+		return;
+	}
+	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
+	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? s->row_end : s->row_off,
+				      next_nonce(d), &direct, part ? c->wt->tmp : c->tmp);
+	note_direct(d, direct);
+	if (c->fd < 0) {
+		dk_io_fail_msg(c, c->fd);
+		c->fd = -1;
+	} else if (part) {
+		c->wt->fd = c->fd;
+	}
+	return;
+nomem:
+	dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", n);
+}
+
+static void write_end(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	if (j->op == SEL_DISK_WRITE_PART) {
+		struct wtemp *w = c->wt;
+		c->fd = -1; /* the entry owns the descriptor */
+		if (!w)
+			return;
+		if (c->err) {
+			if (dk_wt_discard(d, w) != 0) {
+				size_t l = strlen(j->errmsg);
+				snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s",
+					 eos_errmsg());
+			}
+			return;
+		}
+		if (!(j->part & SEL_DISK_PART_END)) {
+			w->next = j->first + j->count;
+			return;
+		}
+		note_file(j, w->fd);
+		int rc = sel_record_commit(d->dirfd, w->fd, w->tmp, c->name,
+					   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
+		w->fd = -1; /* closed by the commit in every case */
+		w->used = false;
+		if (rc)
+			dk_io_fail_msg(c, rc);
+		return;
+	}
+	if (c->fd < 0)
+		return;
+	if (c->err) {
+		if (sel_record_discard(d->dirfd, c->fd, c->tmp) != 0) {
+			size_t l = strlen(j->errmsg);
+			snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s", eos_errmsg());
+		}
+		c->fd = -1;
+		return;
+	}
+	note_file(j, c->fd);
+	int rc = sel_record_commit(d->dirfd, c->fd, c->tmp, c->name,
+				   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
+	c->fd = -1;
+	if (rc)
+		dk_io_fail_msg(c, rc);
+}
+
+/* pread exactly len bytes at off into buf (a short read is a short file). */
+static int read_exact(struct io_ctx *c, void *buf, uint64_t len, uint64_t off, const char *what)
+{
+	const struct eos_fileops *ops = eos_fileops();
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = ops->pread(c->fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			dk_io_fail(c, -errno, "reading the %s: %s", what, strerror(errno));
+			return c->err;
+		}
+		if (n == 0) {
+			dk_io_fail(c, SEL_ECORRUPT, "the file ends inside its %s", what);
+			return c->err;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static void read_begin(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	const sel_record_span *s = &c->span;
+	struct stat st;
+	int rc;
+
+	uint32_t n = j->count ? j->count : j->rec.tail - j->first;
+	uint64_t ck_lo = (s->cksum_off + 8 * (uint64_t)j->first) / EOS_ALIGN * EOS_ALIGN;
+	uint64_t ck_hi = eos_round_up(s->cksum_off + 8 * (uint64_t)(j->first + n), EOS_ALIGN);
+	if (dk_grow_bounce(c, (size_t)s->header_bytes + (ck_hi - ck_lo) + EOS_ALIGN) != 0) {
+		dk_io_fail(c, -ENOMEM, "out of memory for the header and checksums");
+		return;
+	}
+	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
+	c->fd = sel_record_open(d->dirfd, c->name, &direct, want_id(j), &st);
+	if (c->fd >= 0)
+		note_direct(d, direct);
+	if (c->fd < 0) {
+		dk_io_fail(c, c->fd, "%s", eos_errmsg());
+		c->fd = -1;
+		return;
+	}
+
+	/* The header first: it must describe exactly the indexed record
+	 * before a single payload byte is read. */
+	if (read_exact(c, c->bounce, SEL_RECORD_HEADER_MIN, 0, "header") != 0)
+		return;
+	int hb = sel_record_header_bytes(c->bounce, SEL_RECORD_HEADER_MIN);
+	if (hb < 0) {
+		dk_io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
+		return;
+	}
+	if ((uint32_t)hb != s->header_bytes) {
+		dk_io_fail(c, SEL_ECORRUPT, "the header is %d bytes, the indexed record's %" PRIu32,
+			   hb, s->header_bytes);
+		return;
+	}
+	if (hb > (int)SEL_RECORD_HEADER_MIN &&
+	    read_exact(c, c->bounce + SEL_RECORD_HEADER_MIN, (uint64_t)hb - SEL_RECORD_HEADER_MIN,
+		       SEL_RECORD_HEADER_MIN, "header") != 0)
+		return;
+	if ((rc = sel_record_decode(c->bounce, (size_t)hb, d->ns, &c->h)) != 0 ||
+	    (rc = sel_record_header_matches(&c->h, &j->rec, s)) != 0) {
+		dk_io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
+		return;
+	}
+	if ((rc = sel_record_check_length(s, (uint64_t)st.st_size, &j->had_row)) != 0) {
+		dk_io_fail(c, rc, "%s", eos_errmsg());
+		return;
+	}
+	if (j->row && !j->had_row) {
+		dk_io_fail(c, SEL_ECORRUPT, "the row was asked for, but the file holds pages only");
+		return;
+	}
+	j->bytes += (uint64_t)hb;
+
+	if (n) {
+		uint8_t *ck = c->bounce + s->header_bytes;
+		if (read_exact(c, ck, ck_hi - ck_lo, ck_lo, "checksum segment") != 0)
+			return;
+		j->bytes += ck_hi - ck_lo;
+		c->cksum = ck + (s->cksum_off + 8 * (uint64_t)j->first - ck_lo);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!dk_add_seg(c, j->pages[i], s->page_stride,
+				s->page_off + (uint64_t)(j->first + i) * s->page_stride, SEG_PAGE,
+				i)) {
+			dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records",
+				   n);
+			return;
+		}
+	if (j->row && (rc = add_row_segs(d, c)) != 0)
+		dk_io_fail(c, rc, "%s", rc == -ENOMEM ? "out of memory" : eos_errmsg());
+}
+
+static void read_end(struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	if (c->err || !j->row)
+		return;
+	/* row_iov holds the pieces' unpadded lengths (plan[i].data). */
+	int rc = sel_record_check_row(j->row_iov, j->row_n, c->h.row_checksum);
+	if (rc)
+		dk_io_fail(c, rc, "%s", eos_errmsg());
+}
+
+/* Start job j in context c: the synchronous prologue.  Returns true when
+ * the job has payload I/O to run; otherwise it is finished (job_end). */
+bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
+{
+	c->job = j;
+	c->write = j->op == SEL_DISK_WRITE || j->op == SEL_DISK_WRITE_PART;
+	c->wt = NULL;
+	c->head = NULL;
+	c->fd = -1;
+	c->err = 0;
+	c->si = 0;
+	c->spos = 0;
+	c->inflight = c->unsubmitted = 0;
+	c->bytes = 0;
+	c->n_segs = 0;
+	c->cksum = NULL;
+	sel_record_name(&j->rec.key, c->name);
+	int rc = sel_record_span_of(&d->ns->layout.sz, &j->rec, &c->span);
+	if (rc) {
+		dk_io_fail_msg(c, rc);
+		return false;
+	}
+	switch (j->op) {
+	case SEL_DISK_WRITE:
+	case SEL_DISK_WRITE_PART: write_begin(d, c); break;
+	case SEL_DISK_READ: read_begin(d, c); break;
+	case SEL_DISK_TRUNCATE:
+		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j),
+					      &j->had_row)) != 0)
+			dk_io_fail_msg(c, rc);
+		return false;
+	case SEL_DISK_UNLINK:
+		if ((rc = sel_record_unlink(d->dirfd, c->name, &j->existed)) != 0)
+			dk_io_fail_msg(c, rc);
+		return false;
+	case SEL_DISK_DISCARD: {
+		struct wtemp *w = wt_find(d, &j->rec.key);
+		j->existed = w != NULL;
+		if (w && dk_wt_discard(d, w) != 0)
+			dk_io_fail_msg(c, -EIO);
+		return false;
+	}
+	case SEL_DISK_OPS: break;
+	}
+	return !c->err;
+}
+
+/* The epilogue: commit or verify, close, account.  c's I/O is quiescent. */
+void dk_job_end(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	if (c->write)
+		write_end(d, c);
+	else if (j->op == SEL_DISK_READ)
+		read_end(c);
+	if (c->fd >= 0)
+		eos_fileops()->close(c->fd);
+	c->fd = -1;
+	if (c->write)
+		STAT_ADD(d, bytes_written, c->bytes);
+	else if (j->op == SEL_DISK_READ)
+		STAT_ADD(d, bytes_read, c->bytes);
+	j->bytes += c->bytes;
+	j->status = c->err;
+	STAT_ADD(d, jobs[j->op], 1);
+	if (c->err) {
+		STAT_ADD(d, failed, 1);
+		if (c->err == SEL_ECORRUPT && j->op == SEL_DISK_READ)
+			STAT_ADD(d, corrupt, 1);
+	}
+}
