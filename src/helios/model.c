@@ -1605,7 +1605,7 @@ static inline hel_token ring_at(const uint8_t *ring, uint32_t Hd, uint64_t pos)
 struct draft {
 	const uint8_t *ring;
 	uint64_t n, lo;
-	uint64_t dc;
+	uint64_t dc, digest;
 	uint32_t dd[DRAFT_LANES]; /* the draft head's state */
 	hel_token props[HEL_DRAFT_MAX];
 	uint32_t pg[HEL_DRAFT_MAX]; /* sampled proposals: their generated-token index */
@@ -1655,43 +1655,25 @@ static int draft_begin(hel_model *m, uint32_t slot, const struct ptab *tab, stru
 	for (uint32_t j = 0; j < DRAFT_LANES; j++)
 		d->dd[j] = nl32((f[j] ^ rotl32(f[j + DRAFT_LANES], 7)) + acc[j] +
 				rotl32(acc[j + DRAFT_LANES], 13) + lane[j] + np * GOLD32);
+	d->digest = XXH3_64bits_withSeed(d->dd, sizeof d->dd, d->dc) | 1;
 	return 0;
 }
 
-/* Does the sequence at q end with the same three tokens as at last (a
- * position before the sequence's start is "none", as in the context
- * word; one before the ring's window cannot be compared)? */
-static bool draft_same_context(const hel_model *m, const struct draft *d, uint64_t q, uint64_t last)
+/* The draft's view of the induction table: what followed the context of
+ * its last three tokens (the slot's context word, pushed on through the
+ * proposals) last time.  Like a draft head reading the main model's
+ * features, it reads the main model's table in the row. */
+static hel_token draft_successor(const hel_model *m, uint32_t slot, const struct draft *d)
 {
-	for (uint64_t i = 0; i < 3; i++) {
-		bool qn = q < i, ln = last < i; /* before the start */
-		if (qn || ln) {
-			if (qn != ln)
-				return false;
-			continue;
-		}
-		if (q - i < d->lo || draft_at(m, d, q - i) != draft_at(m, d, last - i))
-			return false;
-	}
-	return true;
-}
-
-/* What followed the draft's last three tokens at their latest earlier
- * occurrence: the draft's view of the induction table. */
-static hel_token draft_successor(const hel_model *m, const struct draft *d)
-{
-	uint64_t last = d->n + d->np - 1;
-	for (uint64_t q = last; q-- > d->lo;)
-		if (draft_same_context(m, d, q, last)) {
-			hel_token f = draft_at(m, d, q + 1);
-			return f < m->V && m->gen[f] ? f : NO_TOKEN;
-		}
-	return NO_TOKEN;
+	uint64_t ctx = rd64(rowp(m, 0, slot) + m->lay.recurrent);
+	for (uint32_t i = 0; i < d->np; i++)
+		ctx = ctx_push(ctx, d->props[i]);
+	return induction(m, slot, ctx);
 }
 
 /* The draft head's logits for the next proposal: step 7 truncated (DESIGN
  * "Drafts"), its state chained through the last token. */
-static void draft_logits(hel_model *m, struct draft *d, int32_t *out)
+static void draft_logits(hel_model *m, uint32_t slot, struct draft *d, int32_t *out)
 {
 	hel_token cur = draft_at(m, d, d->n + d->np - 1);
 	uint32_t lane[DRAFT_LANES], e[DRAFT_LANES];
@@ -1710,7 +1692,7 @@ static void draft_logits(hel_model *m, struct draft *d, int32_t *out)
 			l += coarse(cx, m->cv[g]);
 		out[m->genlist[g]] = l;
 	}
-	hel_token b = m->T ? draft_successor(m, d) : NO_TOKEN;
+	hel_token b = m->T ? draft_successor(m, slot, d) : NO_TOKEN;
 	if (b != NO_TOKEN)
 		out[b] += INDUCTION_BONUS;
 }
@@ -1762,7 +1744,7 @@ static int propose(hel_model *m, uint32_t slot, const struct ptab *tab, const he
 	}
 	bool hot = m->mode == SEL_MODE_LEARNED && s && s->temperature > 0;
 	while (d->np < max) {
-		draft_logits(m, d, m->logits);
+		draft_logits(m, slot, d, m->logits);
 		hel_token t;
 		if (hot) {
 			double *q = m->qv + (size_t)d->np * m->G;
@@ -1850,6 +1832,7 @@ static int decode_round(hel_model *m, uint32_t slot, struct ptab *tab, uint32_t 
 		return rc;
 	memcpy(out->proposed, d.props, d.np * sizeof *d.props);
 	out->n_proposed = d.np;
+	out->draft_state = k ? d.digest : 0;
 	bool sampled = m->mode == SEL_MODE_LEARNED && !out->copied && s && s->temperature > 0;
 	for (uint32_t i = 0;; i++) {
 		const int32_t *l = L + (size_t)i * m->V;

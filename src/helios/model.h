@@ -235,6 +235,11 @@ typedef struct hel_round {
 	uint32_t accepted;                   /* proposals verified and emitted */
 	bool copied;                         /* copy mode: proposals from the history
 						(false: the draft head's fallback) */
+	/* A digest of the draft state the round's proposals started from
+	 * (draft history, draft hidden, draft partial page, the draft planes'
+	 * summaries of the page table, the context word): tests compare it to
+	 * see draft bytes matter.  0 without proposals. */
+	uint64_t draft_state;
 	bool page_used;                      /* next_page received a completed page */
 } hel_round;
 
