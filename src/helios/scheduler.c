@@ -1387,6 +1387,7 @@ int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_resul
 				fin = HEL_FINISH_ERROR;
 			}
 		}
+		s->st.decode_tokens += n_tok - 1;
 		/* A round consumed every token it emitted but the last.  Should
 		 * the history not hold them all (out of memory), the row is no
 		 * checkpoint of it: no terminal (last_fence 0). */
