@@ -373,12 +373,35 @@ static inline void coarse_context(const hel_model *m, hel_token x, uint64_t c, i
 	memcpy(out, v, COARSE_RANK);
 }
 
-static inline int32_t coarse(const int8_t *a, uint16_t signs)
+/* The coarse term over every generated token is sum_j (+-1) a_j x MUL,
+ * the sign from bit j of the token's signs: 2 x (the sum of a_j over its
+ * set bits) - sum_j a_j.  A position's table holds the sums over each
+ * nibble's set bits, so a token costs four lookups, not sixteen terms. */
+struct coarse_table {
+	int32_t nib[COARSE_RANK / 4][16];
+	int32_t all;
+};
+
+static void coarse_prepare(const int8_t *a, struct coarse_table *t)
 {
-	int32_t s = 0;
+	t->all = 0;
+	for (int k = 0; k < COARSE_RANK / 4; k++)
+		for (int b = 0; b < 16; b++) {
+			int32_t s = 0;
+			for (int j = 0; j < 4; j++)
+				if (b >> j & 1)
+					s += a[4 * k + j];
+			t->nib[k][b] = s;
+		}
 	for (int j = 0; j < COARSE_RANK; j++)
-		s += signs >> j & 1 ? a[j] : -a[j];
-	s *= COARSE_MUL;
+		t->all += a[j];
+}
+
+static inline int32_t coarse(const struct coarse_table *t, uint16_t signs)
+{
+	int32_t s1 = t->nib[0][signs & 15] + t->nib[1][signs >> 4 & 15] + t->nib[2][signs >> 8 & 15] +
+		     t->nib[3][signs >> 12];
+	int32_t s = (2 * s1 - t->all) * COARSE_MUL;
 	return s < -COARSE_MAX ? -COARSE_MAX : s > COARSE_MAX ? COARSE_MAX : s;
 }
 
@@ -1208,15 +1231,18 @@ static void head(hel_model *m, const uint32_t *z, hel_token x, bool has_x, uint6
 	m->counts.heads++;
 	const uint32_t H = m->H;
 	int8_t cx[COARSE_RANK];
-	if (has_x)
+	struct coarse_table ct;
+	if (has_x) {
 		coarse_context(m, x, c, cx);
+		coarse_prepare(cx, &ct);
+	}
 	for (uint32_t v = 0; v < m->V; v++)
 		logits[v] = HEL_LOGIT_MASKED;
 	for (uint32_t g = 0; g < m->G; g++) {
 		uint32_t acc = dot(m->wout + (size_t)g * H, z, H);
 		int32_t l = (int32_t)(acc >> FINE_SHIFT) - (1 << (31 - FINE_SHIFT));
 		if (has_x)
-			l += coarse(cx, m->cv[g]);
+			l += coarse(&ct, m->cv[g]);
 		logits[m->genlist[g]] = l;
 	}
 	if (ind != NO_TOKEN)
@@ -1682,14 +1708,16 @@ static void draft_logits(hel_model *m, uint32_t slot, struct draft *d, int32_t *
 	for (uint32_t j = 0; j < DRAFT_LANES; j++)
 		d->dd[j] = nl32(d->dd[j] + e[j] + lane[j]);
 	int8_t cx[COARSE_RANK];
+	struct coarse_table ct;
 	coarse_context(m, cur, d->n + d->np, cx);
+	coarse_prepare(cx, &ct);
 	for (uint32_t v = 0; v < m->V; v++)
 		out[v] = HEL_LOGIT_MASKED;
 	for (uint32_t g = 0; g < m->G; g++) {
 		uint32_t acc = dot(m->dout + (size_t)g * DRAFT_LANES, d->dd, DRAFT_LANES);
 		int32_t l = (int32_t)(acc >> DRAFT_SHIFT) - (1 << (31 - DRAFT_SHIFT));
 		if (m->W)
-			l += coarse(cx, m->cv[g]);
+			l += coarse(&ct, m->cv[g]);
 		out[m->genlist[g]] = l;
 	}
 	hel_token b = m->T ? draft_successor(m, slot, d) : NO_TOKEN;
