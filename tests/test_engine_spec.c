@@ -592,7 +592,7 @@ static struct et_call *conversation(hel_engine *e, uint64_t seed, bool evict, ui
 	if (evict) {
 		test_rng saved = rng;
 		test_rng_init(&rng, seed ^ 0x5eed);
-		fillers(e, 14);
+		fillers(e, 24);
 		rng = saved;
 	}
 	if (flip)

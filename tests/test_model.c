@@ -1011,9 +1011,9 @@ static void test_sampling(void)
 	for (uint32_t v = 0; v < c->vocab; v++) {
 		bool gen_ok = v == '\n' || (v >= 0x20 && v < 0x7f) || v == HEL_TOK_END;
 		CHECK((l[v] == HEL_LOGIT_MASKED) == !gen_ok);
-		/* fine +-0.5 nat, coarse +-10, the induction bonus 22 */
+		/* fine +-0.5 nat, coarse 0..13, the induction bonus 28 */
 		if (gen_ok)
-			CHECK(l[v] >= -512 - 10240 && l[v] < 512 + 10240 + 22528);
+			CHECK(l[v] >= -512 && l[v] < 512 + 13 * 1024 + 28672);
 	}
 	hel_token g = hel_sample(l, c->vocab, NULL, 3);
 	for (uint32_t v = 0; v < c->vocab; v++)
@@ -1024,7 +1024,8 @@ static void test_sampling(void)
 	int differ = 0, distinct = 0;
 	uint8_t seen[512] = { 0 };
 	for (uint64_t pos = 0; pos < 200; pos++) {
-		hel_sampler a = { 1.0, 7 }, b = { 1.0, 8 }, hot = { 50.0, 7 };
+		/* The model's distributions are peaked: compare draws at 4. */
+		hel_sampler a = { 4.0, 7 }, b = { 4.0, 8 }, hot = { 50.0, 7 };
 		hel_token x = hel_sample(l, c->vocab, &a, pos);
 		CHECK(x == hel_sample(l, c->vocab, &a, pos));
 		CHECK(l[x] != HEL_LOGIT_MASKED);
@@ -1087,13 +1088,13 @@ static void test_tokenizer(void)
 static void test_known_answer(void)
 {
 	static const char *want_text =
-		"\x3d\x5b\x2a\x3d\x64\x0a\x75\x5a\x3b\x57\x32\x5f\x74\x20\x5f\x25\x3e\x3d\x35\x4b\x44\x3a\x73\x55"
-		"\x74\x72\x2c\x41\x2f\x44\x58\x5f\x3a\x3b\x33\x58\x44\x43\x75\x66\x29\x77\x22\x7c\x42\x60\x3e";
-	static const uint64_t want_main = 0xa7646bed920cee2eull;
+		"\x65\x72\x45\x3f\x34\x26\x65\x51\x66\x69\x2f\x75\x7b\x44\x63\x4b\x39\x4a\x5d\x2e\x2f\x59\x37\x3f"
+		"\x3b\x62\x36\x2d\x21\x32\x75\x5a\x45\x30\x4e\x7d\x55\x3d\x26\x24\x40\x59\x37\x7e\x38\x39\x5d\x40";
+	static const uint64_t want_main = 0xedf7b9d44179290aull;
 	static const uint64_t want_all[3] = {
-		[SEL_MODE_ORDINARY] = 0x4861dc96e3bface2ull,
-		[SEL_MODE_LEARNED] = 0x49a0f173f492fac4ull,
-		[SEL_MODE_COPY] = 0x180b5793e1f6d203ull,
+		[SEL_MODE_ORDINARY] = 0x2c6af911c9369e68ull,
+		[SEL_MODE_LEARNED] = 0x861955eefc11077bull,
+		[SEL_MODE_COPY] = 0xd007a7e046703301ull,
 	};
 	hel_core *c = load_core(NULL);
 	for (int mode = 0; mode < 3; mode++) {

@@ -34,12 +34,13 @@
  *        keeps the request at the head, and it is planned again only when
  *        capacity may have come back (a retirement, preemption or store
  *        event), so a long waiting prompt is not re-hashed every step;
- *     4. at most one model step: plan it, execute its entries with the
- *        model (RESTORE: row copy, and at the end of the prompt the
- *        logits from the row, hel_model_logits; PREFILL and DECODE:
- *        hel_model_prefill; captures: row copy; sampling with the
- *        request's sampler at the token's position), complete it, deliver
- *        tokens and finish requests;
+ *     4. at most one model step, one launch of the model: plan it,
+ *        execute its entries with the model (RESTORE: row copy, and at the
+ *        end of the prompt the logits from the row, hel_model_logits;
+ *        PREFILL: hel_model_prefill; captures: row copy; DECODE: a round
+ *        of hel_model_decode; sampling with the request's sampler at the
+ *        token's position), deliver tokens, complete it and finish
+ *        requests;
  *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
  *        the store's wait fd when nothing happened (at most a minute with
  *        expiry on, so the store's poll can sweep an idle cache).
@@ -65,11 +66,24 @@
  *   branched_reused_tokens).  The group lives under the mutex: submit
  *   links it, the worker primes it.
  *
- *   Tokens out.  Each sampled token goes to on_tokens with its log
+ *   Speculative decoding (issue 19).  In copy and learned modes a DECODE
+ *   entry is a round: the model consumes the pending token, drafts up to
+ *   --draft-tokens proposals and verifies them in the same launch,
+ *   emitting the accepted ones and one token of its own (max_tokens left
+ *   and END bound it).  Rejected proposals never touch the row or the
+ *   pages, so a round leaves nothing to undo, and everything a step
+ *   publishes (captures, terminals) comes after its fence: an in-flight
+ *   round is never offered to the store (design 1).  Rounds are counted
+ *   and timed (the speculative round time of design 4).
+ *
+ *   Tokens out.  A step's tokens go to on_tokens before the step
+ *   completes -- a round's several in one call -- each with its log
  *   probabilities when the request asked (hel_logprobs over the logits it
- *   was drawn from).  on_tokens may end the request after a token (the
- *   front end matched a stop sequence): the worker withdraws it at once
- *   and finishes it "stop", so no token beyond the stop is generated.
+ *   was decided from: the target distribution at its position).
+ *   on_tokens may end the request after k of them (the front end matched
+ *   a stop sequence): the worker withdraws it before complete_step when
+ *   the cut is inside the round, so the tokens after it reach neither the
+ *   request's history nor a checkpoint, and finishes it "stop".
  *
  *   Latencies.  Submit, first admission, first token and every later token
  *   are stamped on the worker (submit on the caller's thread) and go into

@@ -143,11 +143,10 @@
 #define GOLD32 0x9E3779B9u
 #define SW HEL_SUMMARY_LANES
 #define REC_UPDATES 16     /* mixing words updated per token per rank */
-#define INDUCTION_BONUS 22528 /* 22 nats: more than coarse and fine can differ */
+#define INDUCTION_BONUS 28672 /* 28 nats: more than coarse and fine can differ */
 #define FINE_SHIFT 22      /* fine logits: (acc >> 22) - 512, about +-0.5 nat */
-#define COARSE_RANK 16     /* the coarse term: a rank-16 product of int8 factors */
-#define COARSE_MUL 12      /* and signs, scaled: about 3.4 nats of spread, */
-#define COARSE_MAX 10240   /* bounded to +-10 nats */
+#define COARSE_UNIT 1024   /* the coarse term: 1 nat per leading zero of a hash, */
+#define COARSE_LZ_MAX 12   /* at most 12, so within 13 nats */
 #define DRAFT_LANES 8      /* the draft head's fine term: 8 lanes of its state */
 #define DRAFT_SHIFT 23     /* (acc >> 23) - 256: about +-0.25 nat */
 #define COPY_MATCH_MIN 3   /* copy drafting: the shortest match it follows */
@@ -159,7 +158,7 @@ enum {
 	T_EMB = 1, T_WQ, T_WO, T_WOUT, T_H0, T_DEMB, T_DWQ, T_DWO, T_DOUT, T_D0,
 	T_POS, T_DPOS, T_SPLIT, T_REP, T_COMB, T_IND, T_TAG, T_PLANE, T_KLANE, T_VLANE,
 	T_VISION, /* vision cores only: text cores use none of it */
-	T_COARSE_X, T_COARSE_V, /* the coarse term's factors (issue 19) */
+	T_COARSE_X, /* the coarse term (issue 19) */
 };
 /* Per-rank salts combining that rank's summaries into the model's inputs. */
 enum { C_S, C_P, C_HISTORY, C_DP, C_PAGE, C_DPAGE, C_REC, COMB_SALTS };
@@ -297,7 +296,7 @@ struct hel_model {
 	uint64_t W, T, M;
 	/* Weights: the salts of their streams (derived, never stored whole),
 	 * and the initial hidden vectors. */
-	uint64_t s_emb, s_wq, s_wo, s_wout, s_demb, s_dout, s_cx, s_cv;
+	uint64_t s_emb, s_wq, s_wo, s_wout, s_demb, s_dout, s_cx;
 	uint32_t *h0, *d0;
 	uint8_t *gen;       /* [V]: 1 if the model may generate the token */
 	hel_token *genlist; /* [G]: those tokens, ascending */
@@ -307,7 +306,6 @@ struct hel_model {
 	bool have_attn, have_head, have_draft;
 	uint32_t *wq, *wo;  /* [L * SW * H] */
 	uint32_t *wout;     /* [G * H]: output rows of the generated tokens */
-	uint16_t *cv;       /* [G]: their coarse signs */
 	uint32_t *dout;     /* [G * DRAFT_LANES]: its narrow output rows */
 	hel_model_counts counts;
 	/* scratch (one thread) */
@@ -354,55 +352,24 @@ static void derive(uint32_t *w, uint64_t salt, size_t first, size_t n)
 	}
 }
 
-/* The coarse factors of a generated token: COARSE_RANK signs (bits), so
- * that every token's coarse logit has the same spread and none is favoured
- * at every position. */
-static inline uint16_t coarse_signs(uint64_t salt, hel_token t)
+/* The coarse term of generated token v after consumed token x at the
+ * position after c consumed tokens: each token's own value from a hash of
+ * (x, c, v), geometric-tailed (COARSE_UNIT per leading zero of the hash,
+ * at most COARSE_LZ_MAX, plus low bits for the rest), so that at every
+ * position a few tokens stand out by a few nats, every token as often as
+ * any other, and the draft head computes exactly the same. */
+static inline uint64_t coarse_position(const hel_model *m, hel_token x, uint64_t c)
 {
-	return (uint16_t)mix64(salt + ((uint64_t)t + 1) * GOLD);
+	return mix64(m->s_cx ^ mix64((uint64_t)x * GOLD + c));
 }
 
-/* The coarse factors of the consumed token x for the position after c
- * consumed tokens (COARSE_RANK int8): a fresh preference at every
- * position, so the coarse term steers without locking the output into a
- * cycle. */
-static inline void coarse_context(const hel_model *m, hel_token x, uint64_t c, int8_t *out)
+static inline int32_t coarse(uint64_t hx, hel_token v)
 {
-	uint64_t h = mix64((uint64_t)x * GOLD + c);
-	uint64_t v[2] = { mix64(m->s_cx + h), mix64(m->s_cx ^ h) };
-	memcpy(out, v, COARSE_RANK);
-}
-
-/* The coarse term over every generated token is sum_j (+-1) a_j x MUL,
- * the sign from bit j of the token's signs: 2 x (the sum of a_j over its
- * set bits) - sum_j a_j.  A position's table holds the sums over each
- * nibble's set bits, so a token costs four lookups, not sixteen terms. */
-struct coarse_table {
-	int32_t nib[COARSE_RANK / 4][16];
-	int32_t all;
-};
-
-static void coarse_prepare(const int8_t *a, struct coarse_table *t)
-{
-	t->all = 0;
-	for (int k = 0; k < COARSE_RANK / 4; k++)
-		for (int b = 0; b < 16; b++) {
-			int32_t s = 0;
-			for (int j = 0; j < 4; j++)
-				if (b >> j & 1)
-					s += a[4 * k + j];
-			t->nib[k][b] = s;
-		}
-	for (int j = 0; j < COARSE_RANK; j++)
-		t->all += a[j];
-}
-
-static inline int32_t coarse(const struct coarse_table *t, uint16_t signs)
-{
-	int32_t s1 = t->nib[0][signs & 15] + t->nib[1][signs >> 4 & 15] + t->nib[2][signs >> 8 & 15] +
-		     t->nib[3][signs >> 12];
-	int32_t s = (2 * s1 - t->all) * COARSE_MUL;
-	return s < -COARSE_MAX ? -COARSE_MAX : s > COARSE_MAX ? COARSE_MAX : s;
+	uint64_t h = mix64(hx + ((uint64_t)v + 1) * GOLD);
+	uint32_t lz = h ? (uint32_t)__builtin_clzll(h) : 64;
+	if (lz > COARSE_LZ_MAX)
+		lz = COARSE_LZ_MAX;
+	return (int32_t)(lz * COARSE_UNIT + (h & (COARSE_UNIT - 1)));
 }
 
 /* ---- Launches --------------------------------------------------------------- */
@@ -447,27 +414,22 @@ static void need_attn(hel_model *m)
 	m->have_attn = true;
 }
 
-/* The output head: the rows of the generated tokens and their factors. */
+/* The output head: the rows of the generated tokens. */
 static void need_head(hel_model *m)
 {
 	if (m->have_head)
 		return;
 	counted(m);
-	for (uint32_t g = 0; g < m->G; g++) {
-		hel_token v = m->genlist[g];
-		derive(m->wout + (size_t)g * m->H, m->s_wout, (size_t)v * m->H, m->H);
-		m->cv[g] = coarse_signs(m->s_cv, v);
-	}
+	for (uint32_t g = 0; g < m->G; g++)
+		derive(m->wout + (size_t)g * m->H, m->s_wout, (size_t)m->genlist[g] * m->H, m->H);
 	m->have_head = true;
 }
 
-/* The draft head's narrow output rows (and the output head's coarse
- * factors it shares). */
+/* The draft head's narrow output rows. */
 static void need_draft(hel_model *m)
 {
 	if (m->have_draft)
 		return;
-	need_head(m);
 	for (uint32_t g = 0; g < m->G; g++)
 		derive(m->dout + (size_t)g * DRAFT_LANES, m->s_dout,
 		       (size_t)m->genlist[g] * DRAFT_LANES, DRAFT_LANES);
@@ -607,7 +569,6 @@ static int create_salts(hel_model *m)
 	m->s_demb = seed_salt(c, T_DEMB, 0);
 	m->s_dout = seed_salt(c, T_DOUT, 0);
 	m->s_cx = seed_salt(c, T_COARSE_X, 0);
-	m->s_cv = seed_salt(c, T_COARSE_V, 0);
 	return 0;
 }
 
@@ -629,7 +590,6 @@ static int create_weights(hel_model *m)
 	m->wq = malloc(LW * 4);
 	m->wo = malloc(LW * 4);
 	m->wout = malloc((size_t)m->G * H * 4);
-	m->cv = malloc((size_t)m->G * sizeof *m->cv);
 	m->z = malloc(H * 4);
 	m->hs = malloc(H * 4);
 	m->lane = malloc(H * 4);
@@ -641,7 +601,7 @@ static int create_weights(hel_model *m)
 	m->rl = malloc((size_t)(HEL_DRAFT_MAX + 1) * m->V * 4);
 	m->pv = malloc((size_t)m->G * sizeof *m->pv);
 	m->qv = malloc((size_t)HEL_DRAFT_MAX * m->G * sizeof *m->qv);
-	if (!m->h0 || !m->wq || !m->wo || !m->wout || !m->cv || !m->z || !m->hs || !m->lane ||
+	if (!m->h0 || !m->wq || !m->wo || !m->wout || !m->z || !m->hs || !m->lane ||
 	    !m->att || !m->d || !m->dhs || !m->erow || !m->logits || !m->rl || !m->pv || !m->qv)
 		return -ENOMEM;
 	derive(m->h0, seed_salt(m->core, T_H0, 0), 0, H);
@@ -782,7 +742,7 @@ void hel_model_destroy(hel_model *m)
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
 	void *own[] = { m->pbase, m->pmap, m->rbase, m->ps, m->rs, m->row_valid, m->zero_hash,
 			m->S_zero, m->split_salt, m->comb, m->pl, m->h0, m->d0, m->gen, m->genlist,
-			m->wq, m->wo, m->wout, m->cv, m->dout, m->z, m->hs, m->lane,
+			m->wq, m->wo, m->wout, m->dout, m->z, m->hs, m->lane,
 			m->att, m->d, m->dhs, m->erow, m->logits, m->rl, m->pv, m->qv };
 	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
 		free(own[i]);
@@ -1230,19 +1190,14 @@ static void head(hel_model *m, const uint32_t *z, hel_token x, bool has_x, uint6
 	need_head(m);
 	m->counts.heads++;
 	const uint32_t H = m->H;
-	int8_t cx[COARSE_RANK];
-	struct coarse_table ct;
-	if (has_x) {
-		coarse_context(m, x, c, cx);
-		coarse_prepare(cx, &ct);
-	}
+	uint64_t hx = has_x ? coarse_position(m, x, c) : 0;
 	for (uint32_t v = 0; v < m->V; v++)
 		logits[v] = HEL_LOGIT_MASKED;
 	for (uint32_t g = 0; g < m->G; g++) {
 		uint32_t acc = dot(m->wout + (size_t)g * H, z, H);
 		int32_t l = (int32_t)(acc >> FINE_SHIFT) - (1 << (31 - FINE_SHIFT));
 		if (has_x)
-			l += coarse(&ct, m->cv[g]);
+			l += coarse(hx, m->genlist[g]);
 		logits[m->genlist[g]] = l;
 	}
 	if (ind != NO_TOKEN)
@@ -1707,17 +1662,14 @@ static void draft_logits(hel_model *m, uint32_t slot, struct draft *d, int32_t *
 	derive(e, m->s_demb, (size_t)(cur < m->V ? cur : 0) * DRAFT_LANES, DRAFT_LANES);
 	for (uint32_t j = 0; j < DRAFT_LANES; j++)
 		d->dd[j] = nl32(d->dd[j] + e[j] + lane[j]);
-	int8_t cx[COARSE_RANK];
-	struct coarse_table ct;
-	coarse_context(m, cur, d->n + d->np, cx);
-	coarse_prepare(cx, &ct);
+	uint64_t hx = coarse_position(m, cur, d->n + d->np);
 	for (uint32_t v = 0; v < m->V; v++)
 		out[v] = HEL_LOGIT_MASKED;
 	for (uint32_t g = 0; g < m->G; g++) {
 		uint32_t acc = dot(m->dout + (size_t)g * DRAFT_LANES, d->dd, DRAFT_LANES);
 		int32_t l = (int32_t)(acc >> DRAFT_SHIFT) - (1 << (31 - DRAFT_SHIFT));
 		if (m->W)
-			l += coarse(&ct, m->cv[g]);
+			l += coarse(hx, m->genlist[g]);
 		out[m->genlist[g]] = l;
 	}
 	hel_token b = m->T ? draft_successor(m, slot, d) : NO_TOKEN;

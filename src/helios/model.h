@@ -8,6 +8,8 @@
  * physical page id) and one row plane (STATE_ROWS, indexed by state slot).
  * Every stored byte feeds the next token's logits (draft bytes feed the
  * draft proposals), so a wrong, stale or misplaced byte changes the output.
+ * Speculative modes decode in rounds (hel_model_decode): a draft proposes,
+ * the model verifies in the same launch, the output is the model's own.
  *
  * The engine owns page ids and state slots; the model never allocates them.
  * A sequence is a state slot plus its page table: the ids of its complete
@@ -130,9 +132,10 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
 		      const hel_token *tokens, size_t n, int32_t *logits);
 
 /* The logits the step that brought slot to its state produced: the output
- * projection of its last hidden vector plus the induction bonus of its last
- * consumed token, bit-identical to that step's logits, computed from the
- * row alone and consuming nothing.  A request restored at the very end of
+ * head over its last hidden vector, its last consumed token and the
+ * induction entry of its last three (the context word of the recurrent
+ * state), bit-identical to that step's logits, computed from the row alone
+ * and consuming nothing.  A request restored at the very end of
  * its prompt samples from these (design 2.7 "a full-prompt hit resumes").
  * pages[0..n_pages) is the slot's page table, validated as for a step (the
  * logits do not read it).  -EINVAL for an empty sequence or an unloaded
