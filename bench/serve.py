@@ -36,6 +36,12 @@ offload so drift hits both.  Figures:
               the decoders' token gaps and rate while the restore runs
               (request sent to its first token) against the same streams'
               in the seconds before it, in the same run.  Composite only.
+  spec        Speculative round time under copy-out (design 4): the decode
+              workload above with --speculate copy and then learned, each
+              baseline against the store; the model's time per round from
+              /metrics (flare_spec_round_time_seconds: sum over count in the
+              run, and the bucket holding the 99th percentile), tokens/s and
+              the acceptance rate.  Goal: within noise of the baseline.
   hog         Attribution of the decode result (design 2.10 channels): the
               baseline next to a process that only copies memory at the
               copy-out rate decode measured, scheduled like the transfer
@@ -54,7 +60,7 @@ decode workload for ten minutes as the design asks.
 
     python3 bench/serve.py [--flare build/flare] [--quick | --full]
         [--core cores/qwen-tp1.core] [--duration S] [--rounds N]
-        [--only decode,hog,prefill,inbound,restore]
+        [--only decode,spec,hog,prefill,inbound,restore] [--spec-modes copy,learned]
 """
 
 import argparse
@@ -395,6 +401,60 @@ class Bench:
             o = [r[key] for r in runs["offload"]]
             result(f"serve_{name}_ratio", statistics.median(y / x for x, y in zip(b, o)), "ratio")
 
+    # ---- speculative round time under copy-out ----------------------------------
+
+    @staticmethod
+    def bucket_quantile(m1, m0, name, q, **labels):
+        """The upper bound (s) of the histogram bucket holding quantile q of
+        the observations between two snapshots."""
+        rows = []
+        for ls in m1.labels(name + "_bucket"):
+            if all(ls.get(k) == v for k, v in labels.items()):
+                le = ls["le"]
+                rows.append((float("inf") if le == "+Inf" else float(le),
+                             m1.delta(m0, name + "_bucket", **ls)))
+        rows.sort()
+        total = rows[-1][1] if rows else 0
+        for le, cum in rows:
+            if total and cum >= q * total:
+                return le
+        return float("nan")
+
+    def spec(self):
+        dur = self.a.duration
+        pages = 4 * 8 + 64
+        mem = self.record_bytes(320) * 24
+        hist = "flare_spec_round_time_seconds"
+        for mode in self.a.spec_modes.split(","):
+            def one(kind, rnd, mode=mode):
+                args = self.gpu_args(pages) + ["--speculate", mode]
+                if kind == "offload":
+                    args += self.offload_args(mem)
+                with self.server(args, name=f"{mode}-{kind}") as srv:
+                    self.decode_run(srv, min(3.0, dur / 5), seed=999)
+                    m0 = srv.metrics()
+                    r = self.decode_run(srv, dur, seed=rnd)
+                    m1 = srv.metrics()
+                n = m1.delta(m0, hist + "_count", mode=mode)
+                r["rounds"] = n
+                r["round_us"] = m1.delta(m0, hist + "_sum", mode=mode) / n * 1e6 if n else float("nan")
+                r["round_p99_le_us"] = self.bucket_quantile(m1, m0, hist, 0.99, mode=mode) * 1e6
+                prop = m1.delta(m0, "flare_spec_proposed_tokens_total", mode=mode)
+                r["acceptance"] = m1.delta(m0, "flare_spec_accepted_tokens_total", mode=mode) / max(prop, 1)
+                r["per_round"] = m1.delta(m0, "flare_spec_emitted_tokens_total", mode=mode) / max(n, 1)
+                self.log(f"spec {mode} round {rnd + 1} {kind}: {n:.0f} rounds, model time per "
+                         f"round {r['round_us']:.1f} us (p99 in the bucket up to "
+                         f"{r['round_p99_le_us']:.0f} us), {r['per_round']:.2f} tokens per round, "
+                         f"acceptance {r['acceptance']:.3f}, {r['tps']:.0f} tok/s, token gap p99 "
+                         f"{r['p99']:.3f} ms, copy-out {r['out_bps'] / 2**20:.0f} MiB/s")
+                return r
+
+            runs = self.paired(one)
+            self.report(f"spec_{mode}_round_time", "us", runs, "round_us")
+            self.report(f"spec_{mode}_round_p99_bucket", "us", runs, "round_p99_le_us")
+            self.report(f"spec_{mode}_decode_tok_s", "tok/s", runs, "tps")
+            self.report(f"spec_{mode}_acceptance", "ratio", runs, "acceptance")
+
     # ---- prefill throughput under copy-out --------------------------------------
 
     def prefill(self):
@@ -636,6 +696,8 @@ class Bench:
             only = self.a.only.split(",")
             if "decode" in only:
                 self.decode()
+            if "spec" in only:
+                self.spec()
             if "hog" in only:
                 self.hog()
             if "prefill" in only:
@@ -661,9 +723,12 @@ def main(argv=None):
     ap.add_argument("--prefill-prompts", type=int)
     ap.add_argument("--inbound-rounds", type=int)
     ap.add_argument("--hog-rounds", type=int)
-    ap.add_argument("--only", default="decode,hog,prefill,inbound,restore",
-                    help="measurements: decode, hog (attribution of decode), prefill, inbound, "
-                    "restore (decode under inbound)")
+    ap.add_argument("--only", default="decode,spec,hog,prefill,inbound,restore",
+                    help="measurements: decode, spec (speculative round time under copy-out), "
+                    "hog (attribution of decode), prefill, inbound, restore (decode under "
+                    "inbound)")
+    ap.add_argument("--spec-modes", default="copy,learned",
+                    help="the speculation modes the spec measurement runs")
     ap.add_argument("--hog-rate", type=float, default=4900,
                     help="MiB/s of the hog's memcpy when decode did not run first")
     a = ap.parse_args(argv)

@@ -51,12 +51,13 @@ ET_FN uint32_t et_on_tokens(void *ctx, const hel_token *t, const hel_logprob *lp
 	pthread_mutex_lock(&c->mu);
 	if (c->done)
 		c->late_tokens = true;
-	for (uint32_t i = 0; i < n && c->n < ET_MAXTOK; i++) {
+	/* Tokens after a stop are discarded, as the front end does. */
+	for (uint32_t i = 0; i < n && c->n < ET_MAXTOK && !keep; i++) {
 		if (lp)
 			c->lp[c->n] = lp[i];
 		c->have_lp |= lp != NULL;
 		c->tok[c->n++] = t[i];
-		if (c->stop_after && c->n == c->stop_after && !keep)
+		if (c->stop_after && c->n == c->stop_after)
 			keep = i + 1;
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -408,6 +409,11 @@ struct et_gate {
 	int flipped;            /* atomic: flips applied */
 	int fetches;            /* atomic */
 	int held_total;         /* atomic: fetch completions that passed the gate */
+	/* Called on the worker thread with every put before the inner store
+	 * sees it (the checkpoint is published and immutable: its bytes are
+	 * those the store will copy).  NULL: none. */
+	void (*on_put)(void *ctx, const sel_published *p, const sel_geometry *geo);
+	void *put_ctx;
 };
 
 ET_FN sel_store *et_gate_inner(sel_store *s) { return ((struct et_gate *)s)->inner; }
@@ -419,6 +425,9 @@ ET_FN int et_gate_lookup(sel_store *s, const sel_history *h, uint64_t res, uint6
 
 ET_FN sel_outcome et_gate_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 {
+	struct et_gate *g = (struct et_gate *)s;
+	if (g->on_put)
+		g->on_put(g->put_ctx, cp, g->geo);
 	return sel_store_put(et_gate_inner(s), cp, why);
 }
 

@@ -107,6 +107,7 @@ struct sim {
 	uint64_t *page_wr, *row_wr;   /* last fence writing the id */
 	test_rng rng;
 	uint32_t stop_one_in;        /* sample the stop token one time in N (0 never) */
+	uint32_t spec;               /* decode entries emit up to 1 + spec tokens (rounds) */
 	sel_token stop;
 	struct sim_step q[8];
 	int qhead, nq;
@@ -324,12 +325,32 @@ static void sim_execute(struct sim *m, const hel_step *st, hel_step_result *res)
 			CHECK(e->capture == HEL_CKPT_NONE);
 		}
 		res[i].token = 0;
+		res[i].n_more = 0;
 		if (e->sample) {
-			CHECK(e->end == len);
-			sel_token t = (sel_token)(1 + test_rng_below(&m->rng, 200));
-			if (m->stop_one_in && test_rng_below(&m->rng, m->stop_one_in) == 0)
-				t = m->stop;
-			res[i].token = t;
+			CHECK(e->end == len && e->emit_max >= 1);
+			CHECK(e->kind == HEL_ENTRY_DECODE || e->emit_max == 1);
+			/* A speculative round emits several, consuming all but the
+			 * last, none of them on a page's last slot (the first, at
+			 * e->end, only if the round could go on past it). */
+			uint32_t n = 1;
+			if (m->spec && e->emit_max > 1) {
+				uint32_t want = 1 + (uint32_t)test_rng_below(&m->rng, m->spec + 1);
+				while (n < want && n < e->emit_max && n < HEL_STEP_TOKENS_MAX &&
+				       (e->end + n - 1) % P != P - 1)
+					n++;
+			}
+			for (uint32_t k = 0; k < n; k++) {
+				sel_token t = (sel_token)(1 + test_rng_below(&m->rng, 200));
+				if (t == m->stop)
+					t++;
+				if (k + 1 == n && m->stop_one_in &&
+				    test_rng_below(&m->rng, m->stop_one_in) == 0)
+					t = m->stop;
+				if (k == 0)
+					res[i].token = t;
+				else
+					res[i].more[res[i].n_more++] = t;
+			}
 		}
 	}
 }
@@ -383,11 +404,23 @@ static int sim_complete(struct sim *m)
 		for (size_t k = 0; k < npre; k++) {
 			if (pre[k].id != id)
 				continue;
-			if (q->res[i].terminal)
-				sim_rec_put(&m->ckpts, q->res[i].terminal, pre[k].t, pre[k].n, rec->salt,
-					    rec->salt_len);
+			/* The tokens the step added; a round's all but the last
+			 * are in the live row (and its terminal) now. */
+			uint32_t nm = q->res[i].n_more;
+			pre[k].t = realloc(pre[k].t, (pre[k].n + 1 + nm) * sizeof(sel_token));
+			CHECK(pre[k].t);
 			pre[k].t[pre[k].n] = q->res[i].token;
-			sim_rec_put(&m->reqs, id, pre[k].t, pre[k].n + 1, rec->salt, rec->salt_len);
+			memcpy(pre[k].t + pre[k].n + 1, q->res[i].more, nm * sizeof(sel_token));
+			if (q->res[i].terminal)
+				sim_rec_put(&m->ckpts, q->res[i].terminal, pre[k].t, pre[k].n + nm,
+					    rec->salt, rec->salt_len);
+			sim_rec_put(&m->reqs, id, pre[k].t, pre[k].n + 1 + nm, rec->salt, rec->salt_len);
+			if (nm) {
+				sel_history h;
+				sim_history(&h, pre[k].t, pre[k].n + nm, rec->salt, rec->salt_len);
+				sel_history_key_at(&h, pre[k].n + nm, &m->row[q->st.entries[i].live_row]);
+				sel_history_free(&h);
+			}
 		}
 		if (q->res[i].finished) {
 			m->finished++;

@@ -61,8 +61,15 @@ static void fill(hel_engine_stats *st)
 	st->evictions_lost = v++;
 	st->branched_requests = v++;
 	st->branched_reused_tokens = v++;
+	st->spec_mode = SEL_MODE_LEARNED;
+	st->spec_rounds = v++;
+	st->spec_proposed = 4 * st->spec_rounds;
+	st->spec_accepted = v++;
+	st->spec_emitted = v++;
+	st->spec_copied = v++;
 	hel_hist *hs[] = {&st->queue_time, &st->prefill_time, &st->ttft, &st->tpot, &st->e2e,
-			  &st->restore_time[SEL_TIER_MEMORY], &st->restore_time[SEL_TIER_DISK]};
+			  &st->restore_time[SEL_TIER_MEMORY], &st->restore_time[SEL_TIER_DISK],
+			  &st->spec_round_time};
 	for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++)
 		for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++)
 			hs[h]->bucket[i] = v++;
@@ -205,6 +212,39 @@ static void test_format(void)
 	EXPECT("flare_host_cache_evictions_lost_total", st.evictions_lost);
 	EXPECT("flare_branched_requests_total", st.branched_requests);
 	EXPECT("flare_branched_reused_tokens_total", st.branched_reused_tokens);
+	/* Speculative decoding, by mode: the engine's mode has its counts,
+	 * the other zeros. */
+	EXPECT("flare_spec_rounds_total{mode=\"learned\"}", st.spec_rounds);
+	EXPECT("flare_spec_rounds_total{mode=\"copy\"}", 0);
+	EXPECT("flare_spec_proposed_tokens_total{mode=\"learned\"}", st.spec_proposed);
+	EXPECT("flare_spec_accepted_tokens_total{mode=\"learned\"}", st.spec_accepted);
+	EXPECT("flare_spec_emitted_tokens_total{mode=\"learned\"}", st.spec_emitted);
+	EXPECT("flare_spec_history_rounds_total{mode=\"learned\"}", st.spec_copied);
+	EXPECT("flare_spec_accepted_tokens_total{mode=\"copy\"}", 0);
+	char ratio[200];
+	snprintf(ratio, sizeof ratio, "\nflare_spec_acceptance_rate{mode=\"learned\"} %.6f\n",
+		 (double)st.spec_accepted / (double)st.spec_proposed);
+	CHECKF(strstr(text, ratio), "no %s", ratio + 1);
+	snprintf(ratio, sizeof ratio, "\nflare_spec_tokens_per_round{mode=\"learned\"} %.6f\n",
+		 (double)st.spec_emitted / (double)st.spec_rounds);
+	CHECKF(strstr(text, ratio), "no %s", ratio + 1);
+	CHECK(strstr(text, "\nflare_spec_acceptance_rate{mode=\"copy\"} 0.000000\n"));
+	CHECK(strstr(text, "\nflare_spec_round_time_seconds_count{mode=\"copy\"} 0\n"));
+	{
+		uint64_t cum = 0;
+		char le[32];
+		for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++) {
+			cum += st.spec_round_time.bucket[i];
+			if (i == HEL_HIST_BUCKETS)
+				snprintf(le, sizeof le, "+Inf");
+			else
+				snprintf(le, sizeof le, "%g", (double)hel_hist_fine_bounds_ns[i] / 1e9);
+			snprintf(name, sizeof name,
+				 "flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"%s\"}", le);
+			EXPECT(name, cum);
+		}
+		CHECK(strstr(text, "flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"1e-05\"}"));
+	}
 	/* Histograms: cumulative buckets 0.1 ms .. 60 s, +Inf, _sum, _count. */
 	const struct {
 		const char *name, *labels;

@@ -2,7 +2,8 @@
 # test_flare_promtool.sh - `curl -s localhost:PORT/metrics | promtool check
 # metrics` exits 0, with nothing to say, on a live `flare run` with both
 # host tiers after plain, streamed, branched (n 3) and stopped requests,
-# so every family has samples, the histograms too (issue 14 item 5).
+# so every family has samples, the histograms too (issue 14 item 5); with
+# copy speculation, so the speculative families have them too (issue 19).
 # promtool comes from Debian's prometheus (scripts/install-deps); without
 # it the test is skipped (exit 77).
 set -eu
@@ -24,7 +25,7 @@ trap cleanup EXIT
 
 : >"$tmp/err" # before the server starts: the loop below reads it at once
 "$flare" run --port 0 --dashboard off --prefix-cache-memory 8MiB \
-	--prefix-cache-disk "$tmp/pc" 2>"$tmp/err" &
+	--prefix-cache-disk "$tmp/pc" --speculate copy --draft-tokens 3 2>"$tmp/err" &
 pid=$!
 # The listening line, within a deadline.
 port=
@@ -52,7 +53,9 @@ out=$(promtool check metrics <"$tmp/metrics" 2>&1) || { echo "promtool check met
 # The page is the one asked for: histograms with samples, branching counted.
 for want in '^flare_time_to_first_token_seconds_count [1-9]' \
 	'^flare_host_cache_restore_time_seconds_bucket{tier="dram",le="+Inf"} ' \
-	'^flare_branched_requests_total [1-9]' '^# TYPE flare_host_cache_slots_capacity gauge'; do
+	'^flare_branched_requests_total [1-9]' '^# TYPE flare_host_cache_slots_capacity gauge' \
+	'^flare_spec_rounds_total{mode="copy"} [1-9]' \
+	'^flare_spec_round_time_seconds_count{mode="copy"} [1-9]'; do
 	grep -q "$want" "$tmp/metrics" || { echo "/metrics lacks $want"; exit 1; }
 done
 if grep '^# TYPE .*_total gauge' "$tmp/metrics"; then

@@ -4,6 +4,7 @@
  * every stored byte, geometry from the core, a recurrent part, speculative
  * modes, several ranks; plus rows, sampling and the tokenizer.
  */
+#include <math.h>
 #include <unistd.h>
 
 #include "helios/core.h"
@@ -311,14 +312,20 @@ static void test_restore(const hel_core *c, sel_state_mode mode)
 
 /* ---- requirement 1: every stored byte matters ------------------------------------ */
 
+/* Tokens compared after a flip, and draft rounds whose proposals are: the
+ * fine term decides about a fifth of the tokens, and the draft head's
+ * narrow term (which draft bytes change) about one proposal in twenty. */
+#define SENS_TOKENS 96
+#define PROPOSAL_ROUNDS 32
+
 struct sens {
 	hel_model *m;
 	struct seq a;
 	struct pool pa, pb;
 	hel_token pending;
-	hel_token ref[32];
+	hel_token ref[SENS_TOKENS];
 	int32_t *lref;
-	hel_token props_ref[4 * (HEL_DRAFT_MAX + 1)];
+	hel_token props_ref[PROPOSAL_ROUNDS * (HEL_DRAFT_MAX + 1)];
 	int n_props_ref;
 };
 
@@ -328,10 +335,10 @@ static int proposals(struct sens *S, struct seq *b, hel_token *props)
 	hel_model *m = S->m;
 	int k = 0;
 	hel_token pending = S->pending;
-	for (int round = 0; round < 4; round++) {
+	for (int round = 0; round < PROPOSAL_ROUNDS; round++) {
 		hel_token out[1];
 		pending = gen(m, b, pending, 1, out, NULL, NULL);
-		int n = hel_model_propose(m, b->slot, b->pages, b->np, pending, props + k, HEL_DRAFT_MAX);
+		int n = hel_model_propose(m, b->slot, b->pages, b->np, props + k, HEL_DRAFT_MAX);
 		CHECK(n >= 0);
 		k += n;
 		props[k++] = 0xffff; /* round separator */
@@ -346,13 +353,13 @@ static void expect_sensitive(struct sens *S, const struct flip *f, bool draft, c
 	hel_model *m = S->m;
 	uint32_t V = hel_model_core(m)->vocab;
 	struct seq b;
-	hel_token out[32], props[4 * (HEL_DRAFT_MAX + 1)];
+	hel_token out[SENS_TOKENS], props[PROPOSAL_ROUNDS * (HEL_DRAFT_MAX + 1)];
 	int32_t *l = malloc(V * 4);
 	S->pb.next = 128;
 	seq_init(m, &b, 1, &S->pb);
 	CHECK_OK(restore(m, &S->a, &b, f));
 	if (!draft) {
-		gen(m, &b, S->pending, 32, out, l, NULL);
+		gen(m, &b, S->pending, SENS_TOKENS, out, l, NULL);
 		CHECKF(memcmp(l, S->lref, V * 4) != 0, "%s: the logits did not change", what);
 		CHECKF(memcmp(out, S->ref, sizeof out) != 0, "%s: the tokens did not change", what);
 	} else {
@@ -363,7 +370,7 @@ static void expect_sensitive(struct sens *S, const struct flip *f, bool draft, c
 		S->pb.next = 128;
 		seq_init(m, &b, 1, &S->pb);
 		CHECK_OK(restore(m, &S->a, &b, f));
-		gen(m, &b, S->pending, 32, out, l, NULL);
+		gen(m, &b, S->pending, SENS_TOKENS, out, l, NULL);
 		CHECKF(memcmp(out, S->ref, sizeof out) == 0, "%s: draft bytes changed the tokens", what);
 	}
 	free(l);
@@ -397,8 +404,8 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 	S.pb.next = 128;
 	seq_init(m, &b, 1, &S.pb);
 	CHECK_OK(restore(m, &S.a, &b, NULL));
-	hel_token tmp[32];
-	gen(m, &b, S.pending, 32, tmp, S.lref, NULL);
+	hel_token tmp[SENS_TOKENS];
+	gen(m, &b, S.pending, SENS_TOKENS, tmp, S.lref, NULL);
 	memcpy(S.ref, tmp, sizeof tmp);
 	if (mode != SEL_MODE_ORDINARY) {
 		S.pb.next = 128;
@@ -479,7 +486,7 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 		b.pages[0] = b.pages[1];
 		b.pages[1] = t;
 		int32_t *l = malloc(V * 4);
-		gen(m, &b, S.pending, 32, tmp, l, NULL);
+		gen(m, &b, S.pending, SENS_TOKENS, tmp, l, NULL);
 		CHECK(memcmp(l, S.lref, V * 4) != 0 && memcmp(tmp, S.ref, sizeof tmp) != 0);
 		free(l);
 	}
@@ -633,15 +640,15 @@ static void test_ranks(const char *name)
 	/* Every rank's bytes count: flip a replicated byte on rank 1 only. */
 	struct pool pb = { 32, 1, 64 };
 	struct seq b, b2;
-	hel_token o1[16], o2[16];
+	hel_token o1[SENS_TOKENS], o2[SENS_TOKENS];
 	seq_init(m, &b, 0, &pb);
 	CHECK_OK(restore(m, &a, &b, NULL));
-	gen(m, &b, 'q', 16, o1, NULL, NULL);
+	gen(m, &b, 'q', SENS_TOKENS, o1, NULL, NULL);
 	pb.next = 32;
 	seq_init(m, &b2, 0, &pb);
 	struct flip f = { FLIP_ROW, 1, 0, 0, lay->hidden + 3, 0x10 };
 	CHECK_OK(restore(m, &a, &b2, &f));
-	gen(m, &b2, 'q', 16, o2, NULL, NULL);
+	gen(m, &b2, 'q', SENS_TOKENS, o2, NULL, NULL);
 	CHECK(memcmp(o1, o2, sizeof o1) != 0);
 	CHECK_OK(hel_model_check(m));
 	free(prompt);
@@ -651,25 +658,36 @@ static void test_ranks(const char *name)
 
 /* ---- requirement 5: speculative modes ---------------------------------------------- */
 
-/* Decode `count` tokens in rounds; END is treated as an ordinary token. */
+/* Decode `count` tokens in rounds (END an ordinary token), checking each
+ * round's shape; the state after every round must be what consuming its
+ * emitted tokens (all but the last) one by one gives. */
 static void decode_rounds(hel_model *m, struct seq *s, hel_token pending, const hel_sampler *sm,
 			  int count, hel_token *out, uint32_t *accepted, uint32_t *proposed)
 {
+	uint32_t pt = hel_model_core(m)->page_tokens;
 	int k = 0;
 	*accepted = *proposed = 0;
 	while (k < count) {
 		hel_round r;
+		uint64_t before = consumed(m, s->slot);
 		uint32_t next = pool_take(s->pool);
-		uint32_t max = (uint32_t)(count - k) < 8 ? (uint32_t)(count - k) : 8;
-		CHECK_OK(hel_model_decode(m, s->slot, s->pages, s->np, next, pending, sm, max, &r));
+		hel_decode_opts o = { .sampler = sm, .max_tokens = (uint32_t)(count - k) };
+		CHECK_OK(hel_model_decode(m, s->slot, s->pages, s->np, next, pending, &o, &r));
 		if (r.page_used)
 			s->pages[s->np++] = next;
 		else
 			s->pool->next = next; /* give it back */
-		CHECK(r.n_tokens >= 1 && r.n_tokens <= max);
-		/* Accepted proposals, plus the first token, plus a correction. */
-		CHECK(r.accepted <= r.n_proposed);
-		CHECK(r.n_tokens == r.accepted + 1 || r.n_tokens == r.accepted + 2);
+		CHECK(r.page_used == (before % pt == pt - 1));
+		CHECK(r.n_tokens >= 1 && r.n_tokens <= o.max_tokens);
+		CHECK(r.accepted <= r.n_proposed && r.n_proposed <= HEL_DRAFT_DEFAULT);
+		/* The accepted proposals, then a correction or the token after
+		 * them all -- or the round ended on an accepted one. */
+		CHECK(r.n_tokens == r.accepted + 1 || r.n_tokens == r.accepted);
+		CHECK(!memcmp(r.tokens, r.proposed, r.accepted * sizeof *r.tokens));
+		/* Every emitted token but the last is consumed; no proposal
+		 * completes a page. */
+		CHECK(consumed(m, s->slot) == before + r.n_tokens);
+		CHECK(r.n_tokens == 1 || (before + r.n_tokens - 1) / pt == (before + 1) / pt);
 		for (uint32_t i = 0; i < r.n_tokens; i++)
 			out[k++] = r.tokens[i];
 		pending = r.tokens[r.n_tokens - 1];
@@ -678,55 +696,100 @@ static void decode_rounds(hel_model *m, struct seq *s, hel_token pending, const 
 	}
 }
 
+static void repetitive_prompt(hel_token *t, size_t n)
+{
+	const char *pat = "the quick brown fox jumps over the lazy dog. ";
+	t[0] = HEL_TOK_BEGIN;
+	for (size_t i = 1; i < n; i++)
+		t[i] = (hel_token)pat[(i - 1) % strlen(pat)];
+}
+
+static void chat_prompt(hel_token *t, size_t n)
+{
+	char text[2048];
+	const char *words[] = { "the ", "meeting ", "is ", "on ", "Thursday, ", "and ", "we ",
+				"will ", "review ", "schedule ", "for ", "release. " };
+	size_t len = 0;
+	while (len < n && len + 16 < sizeof text) {
+		const char *w = words[test_rng_below(&rng, sizeof words / sizeof words[0])];
+		memcpy(text + len, w, strlen(w));
+		len += strlen(w);
+	}
+	t[0] = HEL_TOK_BEGIN;
+	for (size_t i = 1; i < n; i++)
+		t[i] = (hel_token)(unsigned char)text[i - 1];
+}
+
+/* Temperature 0: every mode emits the ordinary tokens; copy mode does at
+ * every temperature (its acceptance test is the ordinary draw).  The state
+ * after rounds equals the state after decoding the same tokens one by one,
+ * draft bytes included: rejected proposals left nothing behind. */
 static void test_speculative(const hel_core *c)
 {
-	/* A repetitive prompt gives the copy draft (and the model's
-	 * induction) something to work with. */
-	hel_token prompt[400];
-	const char *pat = "the quick brown fox jumps over the lazy dog. ";
-	for (size_t i = 0; i < 400; i++)
-		prompt[i] = (hel_token)pat[i % strlen(pat)];
-	enum { N = 160 };
-	hel_token out[3][N + 16], ref[N];
+	enum { PROMPT = 400, N = 300 };
+	hel_token prompt[PROMPT];
+	hel_token out[3][N], ref[N];
 	uint8_t ident[3][32], fp[3][16];
 	hel_sampler samplers[2] = { { 0, 0 }, { 0.7, 42 } };
 
-	for (int si = 0; si < 2; si++) {
-		const hel_sampler *sm = &samplers[si];
-		for (int mode = 0; mode < 3; mode++) {
-			hel_model *m = make(c, (sel_state_mode)mode, 256, 2);
-			struct pool p = { 0, 1, 256 };
-			struct seq s;
-			int32_t *l = malloc(c->vocab * 4);
-			seq_init(m, &s, 0, &p);
-			feed(m, &s, prompt, 400, l);
-			hel_token first = hel_sample(l, c->vocab, sm, 400);
-			uint32_t acc, prop;
-			decode_rounds(m, &s, first, sm, N, out[mode], &acc, &prop);
-			printf("%s %s T=%.1f: %u of %u proposals accepted\n", c->name,
-			       sel_state_mode_name((sel_state_mode)mode), sm->temperature, acc, prop);
-			if (mode != SEL_MODE_ORDINARY && si == 0)
-				CHECK(acc > 0);
-			if (mode == SEL_MODE_ORDINARY) {
-				CHECK(prop == 0);
-				/* Rounds equal the per-token kernel. */
-				struct seq s2;
-				seq_init(m, &s2, 1, &p);
-				feed(m, &s2, prompt, 400, NULL);
-				gen(m, &s2, first, N, ref, NULL, sm);
-				CHECK(memcmp(ref, out[0], sizeof ref) == 0);
-			} else {
-				CHECKF(memcmp(out[mode], out[0], N * sizeof(hel_token)) == 0,
-				       "%s mode changed the tokens", sel_state_mode_name((sel_state_mode)mode));
+	for (int kind = 0; kind < 2; kind++) {
+		if (kind == 0)
+			repetitive_prompt(prompt, PROMPT);
+		else
+			chat_prompt(prompt, PROMPT);
+		for (int si = 0; si < 2; si++) {
+			const hel_sampler *sm = &samplers[si];
+			for (int mode = 0; mode < 3; mode++) {
+				hel_model *m = make(c, (sel_state_mode)mode, 256, 2);
+				struct pool p = { 0, 1, 256 };
+				struct seq s, s2;
+				int32_t *l = malloc(c->vocab * 4);
+				seq_init(m, &s, 0, &p);
+				feed(m, &s, prompt, PROMPT, l);
+				hel_token first = hel_sample(l, c->vocab, sm, PROMPT);
+				uint32_t acc, prop;
+				out[mode][0] = first;
+				decode_rounds(m, &s, first, sm, N - 1, out[mode] + 1, &acc, &prop);
+				printf("%s %s prompt, %s T=%.1f: %u of %u proposals accepted\n", c->name,
+				       kind ? "chat" : "repetitive",
+				       sel_state_mode_name((sel_state_mode)mode), sm->temperature, acc, prop);
+				/* The same bytes as one token at a time. */
+				struct pool p2 = { 128, 1, 256 };
+				seq_init(m, &s2, 1, &p2);
+				feed(m, &s2, prompt, PROMPT, NULL);
+				feed(m, &s2, out[mode], N - 1, NULL);
+				CHECK(seq_bytes_digest(m, &s) == seq_bytes_digest(m, &s2));
+				if (mode == SEL_MODE_ORDINARY) {
+					CHECK(prop == 0);
+					/* Rounds equal the per-token kernel. */
+					seq_init(m, &s2, 1, &p2);
+					feed(m, &s2, prompt, PROMPT, NULL);
+					ref[0] = first;
+					gen(m, &s2, first, N - 1, ref + 1, NULL, sm);
+					CHECK(memcmp(ref, out[0], sizeof ref) == 0);
+				} else {
+					/* On the repetitive prompt nearly all; on the
+					 * random chat text the draft's 64-token history
+					 * misses what the model copies from further back
+					 * (and copy's longest match is not the model's
+					 * latest context), so only some. */
+					CHECKF(acc > (kind == 0 ? prop * 3 / 4 : 0),
+					       "%s: %u of %u proposals accepted",
+					       sel_state_mode_name((sel_state_mode)mode), acc, prop);
+					if (si == 0 || mode == SEL_MODE_COPY)
+						CHECKF(memcmp(out[mode], out[0], sizeof ref) == 0,
+						       "%s mode changed the tokens",
+						       sel_state_mode_name((sel_state_mode)mode));
+				}
+				hel_model_offload_identity(m, ident[mode]);
+				sel_geometry *g;
+				CHECK_OK(hel_model_geometry(m, &g));
+				sel_layout_fingerprint(g, fp[mode]);
+				sel_geometry_free(g);
+				CHECK_OK(hel_model_check(m));
+				free(l);
+				hel_model_destroy(m);
 			}
-			hel_model_offload_identity(m, ident[mode]);
-			sel_geometry *g;
-			CHECK_OK(hel_model_geometry(m, &g));
-			sel_layout_fingerprint(g, fp[mode]);
-			sel_geometry_free(g);
-			CHECK_OK(hel_model_check(m));
-			free(l);
-			hel_model_destroy(m);
 		}
 	}
 	/* Separate namespaces: three offload identities; draft planes and
@@ -737,6 +800,198 @@ static void test_speculative(const hel_core *c)
 	uint8_t want[32];
 	sel_offload_identity(c->identity, SEL_MODE_LEARNED, want);
 	CHECK(memcmp(want, ident[SEL_MODE_LEARNED], 32) == 0);
+}
+
+/* Rounds respect max_tokens and END, and a proposal that would complete a
+ * page ends the round unconsumed. */
+static void test_round_limits(void)
+{
+	hel_core *c = load_core(NULL);
+	hel_model *m = make(c, SEL_MODE_COPY, 64, 1);
+	hel_token prompt[200];
+	repetitive_prompt(prompt, 200);
+	struct pool p = { 0, 1, 64 };
+	struct seq s;
+	int32_t *l = malloc(c->vocab * 4);
+	seq_init(m, &s, 0, &p);
+	feed(m, &s, prompt, 200, l);
+	hel_token pending = hel_sample(l, c->vocab, NULL, 200);
+	uint32_t pt = c->page_tokens, ends = 0, full = 0;
+	for (int i = 0; i < 300; i++) {
+		uint64_t before = consumed(m, 0);
+		uint32_t max = 1 + (uint32_t)test_rng_below(&rng, 6);
+		uint32_t next = pool_take(&p);
+		hel_round r;
+		hel_decode_opts o = { .max_tokens = max, .stop_on_end = true,
+				      .draft_tokens = 1 + (uint32_t)test_rng_below(&rng, HEL_DRAFT_MAX) };
+		CHECK_OK(hel_model_decode(m, 0, s.pages, s.np, next, pending, &o, &r));
+		if (r.page_used)
+			s.pages[s.np++] = next;
+		else
+			p.next = next;
+		CHECK(r.n_tokens <= max && r.n_proposed <= o.draft_tokens && r.n_proposed < max);
+		for (uint32_t k = 0; k + 1 < r.n_tokens; k++)
+			CHECK(r.tokens[k] != HEL_TOK_END);
+		CHECK(consumed(m, 0) == before + r.n_tokens);
+		/* Ended on an accepted proposal: END, max_tokens or a page. */
+		if (r.n_tokens == r.accepted && r.accepted) {
+			uint64_t last = before + r.n_tokens;
+			CHECK(r.tokens[r.n_tokens - 1] == HEL_TOK_END || r.n_tokens == max ||
+			      last % pt == pt - 1);
+			ends += last % pt == pt - 1;
+		}
+		full += r.n_tokens == max;
+		pending = r.tokens[r.n_tokens - 1];
+		if (pending == HEL_TOK_END)
+			pending = 'x';
+	}
+	CHECK(ends > 0 && full > 0);
+	hel_decode_opts zero = { .max_tokens = 0 }, many = { .max_tokens = 4, .draft_tokens = 17 };
+	hel_round r;
+	CHECK_RC(hel_model_decode(m, 0, s.pages, s.np, HEL_NO_PAGE, 'a', &zero, &r), -EINVAL);
+	CHECK_RC(hel_model_decode(m, 0, s.pages, s.np, HEL_NO_PAGE, 'a', &many, &r), -EINVAL);
+	hel_token props[4];
+	hel_model *o = make(c, SEL_MODE_ORDINARY, 4, 1);
+	CHECK_OK(hel_model_row_init(o, 0));
+	CHECK_RC(hel_model_propose(o, 0, NULL, 0, props, 4), -EINVAL);
+	hel_model_destroy(o);
+	free(l);
+	hel_model_destroy(m);
+	hel_core_free(c);
+}
+
+/* Speculative sampling is lossless: over a fixed set of seeds, the first
+ * two tokens of learned-mode continuations from one state follow the main
+ * model's distributions (chi-square at p = 1e-4 with merged sparse
+ * classes), while the draft's own first proposals do not (the test can
+ * tell the two apart).  A small core, so that 20,000 continuations are
+ * cheap; the seeds are fixed, so the result is too. */
+static double chi2_limit(double df) /* Wilson-Hilferty, upper 1e-4 */
+{
+	double a = 2.0 / (9.0 * df), z = 3.719;
+	return df * pow(1.0 - a + z * sqrt(a), 3.0);
+}
+
+/* Chi-square of counts against probabilities p (classes with expected
+ * count below 5 merged into one); *df receives the degrees of freedom. */
+static double chi2(const uint32_t *count, const double *p, uint32_t n, uint32_t total, double *df)
+{
+	double stat = 0, rest_e = 0, rest_o = 0;
+	uint32_t classes = 0;
+	for (uint32_t v = 0; v < n; v++) {
+		double e = p[v] * total;
+		if (e < 5) {
+			rest_e += e;
+			rest_o += count[v];
+			continue;
+		}
+		stat += (count[v] - e) * (count[v] - e) / e;
+		classes++;
+	}
+	if (rest_e > 0) {
+		stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+		classes++;
+	}
+	*df = classes - 1;
+	return stat;
+}
+
+static void softmax_at(const int32_t *l, uint32_t V, double t, double *p)
+{
+	double best = -1e300, total = 0;
+	for (uint32_t v = 0; v < V; v++)
+		if (l[v] > HEL_LOGIT_MASKED && l[v] > best)
+			best = l[v];
+	for (uint32_t v = 0; v < V; v++) {
+		p[v] = l[v] > HEL_LOGIT_MASKED ? exp((l[v] - best) / (t * HEL_LOGIT_SCALE)) : 0;
+		total += p[v];
+	}
+	for (uint32_t v = 0; v < V; v++)
+		p[v] /= total;
+}
+
+static void test_sampling_lossless(void)
+{
+	static const char *text =
+		"name=chi\npage_tokens=64\nranks=1\nvocab=259\nhidden=16\nlayers=1\nseed=11\n"
+		"max_context=4096\nstate_modes=ordinary learned\n[row]\nrecurrent_bytes=2KiB\n"
+		"recurrent_shard=split\ndraft_history=64\n[plane k]\ntoken_bytes=16\nshard=split\n"
+		"[draft_plane d]\ntoken_bytes=8\nshard=split\n";
+	hel_core *c;
+	char err[256];
+	CHECK_OK(hel_core_parse(text, strlen(text), "chi.core", &c, err, sizeof err));
+	const uint32_t V = c->vocab, SEEDS = 20000;
+	const double T = 1.5;
+	hel_model *m = make(c, SEL_MODE_LEARNED, 16, 3);
+	struct pool p = { 0, 1, 16 };
+	struct seq s;
+	/* A fixed prompt (the test must not depend on TEST_SEED). */
+	const char *words = "we will review the schedule for the release on Thursday, and the "
+			    "meeting notes go to everyone who could not come along this week";
+	hel_token prompt[150];
+	prompt[0] = HEL_TOK_BEGIN;
+	for (size_t i = 1; i < 150; i++)
+		prompt[i] = (hel_token)words[(i - 1) % strlen(words)];
+	int32_t *l = malloc(V * 4), *l1 = malloc(V * 4);
+	seq_init(m, &s, 0, &p);
+	feed(m, &s, prompt, 150, NULL);
+	const hel_token pending = 'e';
+	/* The targets: p1 after pending, p2 after pending and a, a the most
+	 * likely first token. */
+	double *p1 = calloc(V, sizeof *p1), *p2 = calloc(V, sizeof *p2);
+	CHECK_OK(hel_model_row_copy(m, 0, 1));
+	CHECK_OK(hel_model_step(m, 1, s.pages, s.np, pending, HEL_NO_PAGE, l));
+	softmax_at(l, V, T, p1);
+	hel_token a = hel_sample(l, V, NULL, 151);
+	CHECK_OK(hel_model_step(m, 1, s.pages, s.np, a, HEL_NO_PAGE, l1));
+	softmax_at(l1, V, T, p2);
+	uint32_t *c1 = calloc(V, 4), *c2 = calloc(V, 4), *cq = calloc(V, 4);
+	uint32_t n2 = 0, accepted = 0, proposed = 0;
+	for (uint32_t seed = 1; seed <= SEEDS; seed++) {
+		hel_sampler sm = { T, seed * 0x9E3779B97F4A7C15ull };
+		hel_decode_opts o = { .sampler = &sm, .max_tokens = 8 };
+		hel_round r;
+		hel_token t[2];
+		uint32_t got = 0;
+		CHECK_OK(hel_model_row_copy(m, 0, 2));
+		hel_token pend = pending;
+		while (got < 2) {
+			CHECK_OK(hel_model_decode(m, 2, s.pages, s.np, HEL_NO_PAGE, pend, &o, &r));
+			if (got == 0) {
+				cq[r.proposed[0]]++;
+				accepted += r.accepted;
+				proposed += r.n_proposed;
+			}
+			for (uint32_t i = 0; i < r.n_tokens && got < 2; i++)
+				t[got++] = r.tokens[i];
+			pend = r.tokens[r.n_tokens - 1];
+		}
+		c1[t[0]]++;
+		if (t[0] == a) {
+			c2[t[1]]++;
+			n2++;
+		}
+	}
+	double df1, df2, dfq;
+	double x1 = chi2(c1, p1, V, SEEDS, &df1), x2 = chi2(c2, p2, V, n2, &df2);
+	double xq = chi2(cq, p1, V, SEEDS, &dfq);
+	printf("speculative sampling at T=%.1f: %u of %u proposals accepted; chi2 first %.1f "
+	       "(df %.0f, limit %.1f), second after '%c' %.1f (df %.0f over %u, limit %.1f), "
+	       "the draft's own %.1f\n",
+	       T, accepted, proposed, x1, df1, chi2_limit(df1), a, x2, df2, n2, chi2_limit(df2), xq);
+	CHECK(df1 >= 5 && df2 >= 3 && n2 >= 1000);
+	CHECK(x1 < chi2_limit(df1) && x2 < chi2_limit(df2));
+	CHECK(xq > chi2_limit(dfq)); /* the draft alone is told apart */
+	CHECK(accepted > proposed / 4);
+	free(c1);
+	free(c2);
+	free(cq);
+	free(p1);
+	free(p2);
+	free(l);
+	free(l1);
+	hel_model_destroy(m);
+	hel_core_free(c);
 }
 
 /* ---- sampling and the tokenizer ----------------------------------------------------- */
@@ -756,8 +1011,9 @@ static void test_sampling(void)
 	for (uint32_t v = 0; v < c->vocab; v++) {
 		bool gen_ok = v == '\n' || (v >= 0x20 && v < 0x7f) || v == HEL_TOK_END;
 		CHECK((l[v] == HEL_LOGIT_MASKED) == !gen_ok);
+		/* fine +-0.5 nat, coarse 0..13, the induction bonus 28 */
 		if (gen_ok)
-			CHECK(l[v] >= -8192 && l[v] < 8192 + 6144);
+			CHECK(l[v] >= -512 && l[v] < 512 + 13 * 1024 + 28672);
 	}
 	hel_token g = hel_sample(l, c->vocab, NULL, 3);
 	for (uint32_t v = 0; v < c->vocab; v++)
@@ -768,7 +1024,8 @@ static void test_sampling(void)
 	int differ = 0, distinct = 0;
 	uint8_t seen[512] = { 0 };
 	for (uint64_t pos = 0; pos < 200; pos++) {
-		hel_sampler a = { 1.0, 7 }, b = { 1.0, 8 }, hot = { 50.0, 7 };
+		/* The model's distributions are peaked: compare draws at 4. */
+		hel_sampler a = { 4.0, 7 }, b = { 4.0, 8 }, hot = { 50.0, 7 };
 		hel_token x = hel_sample(l, c->vocab, &a, pos);
 		CHECK(x == hel_sample(l, c->vocab, &a, pos));
 		CHECK(l[x] != HEL_LOGIT_MASKED);
@@ -826,15 +1083,18 @@ static void test_tokenizer(void)
 /* The built-in core's greedy reply to a fixed chat prompt, and a digest of
  * the row and pages after it.  Changing the model's arithmetic, weights or
  * byte layout changes these (and every stored record's meaning): update
- * them deliberately.  Equal in every build (-O2, sanitizers). */
+ * them deliberately (KNOWN_ANSWER_PRINT=1 prints what they are now).
+ * Equal in every build (-O2, sanitizers). */
 static void test_known_answer(void)
 {
-	static const char *want_text = "^jl^j_^j_VyhV4PDpk#fisti9Tti9Ttd{TtHelM~0>Yi'~kE";
-	static const uint64_t want_main = 0x83796d30a59c11c0ull;
+	static const char *want_text =
+		"\x65\x72\x45\x3f\x34\x26\x65\x51\x66\x69\x2f\x75\x7b\x44\x63\x4b\x39\x4a\x5d\x2e\x2f\x59\x37\x3f"
+		"\x3b\x62\x36\x2d\x21\x32\x75\x5a\x45\x30\x4e\x7d\x55\x3d\x26\x24\x40\x59\x37\x7e\x38\x39\x5d\x40";
+	static const uint64_t want_main = 0xedf7b9d44179290aull;
 	static const uint64_t want_all[3] = {
-		[SEL_MODE_ORDINARY] = 0x9b676737164d03e1ull,
-		[SEL_MODE_LEARNED] = 0x55a35e1e78843df1ull,
-		[SEL_MODE_COPY] = 0x7ca9af6e9cb923deull,
+		[SEL_MODE_ORDINARY] = 0x2c6af911c9369e68ull,
+		[SEL_MODE_LEARNED] = 0x861955eefc11077bull,
+		[SEL_MODE_COPY] = 0xd007a7e046703301ull,
 	};
 	hel_core *c = load_core(NULL);
 	for (int mode = 0; mode < 3; mode++) {
@@ -860,6 +1120,12 @@ static void test_known_answer(void)
 		       (unsigned long long)all);
 		/* The same reply and main row bytes in every mode; draft bytes
 		 * differ between modes too. */
+		if (getenv("KNOWN_ANSWER_PRINT")) {
+			for (const char *q = text; *q; q++)
+				fprintf(stderr, "\\x%02x", (unsigned char)*q);
+			fprintf(stderr, " %016llx %016llx\n", (unsigned long long)main_bytes, (unsigned long long)all);
+			continue;
+		}
 		CHECK(strcmp(text, want_text) == 0);
 		CHECK(main_bytes == want_main && all == want_all[mode]);
 		free(l);
@@ -928,8 +1194,16 @@ int main(void)
 	test_ranks("qwen-tp2-small");
 	test_ranks("deepseek-tp2-small");
 
+	const char *spec_cores[] = { "qwen-tp1-small", "qwen-tp2-small", "deepseek-small",
+				     "deepseek-tp2-small", "vision-small" };
 	test_speculative(tiny);
-	test_speculative(qwen2);
+	for (size_t i = 0; i < sizeof spec_cores / sizeof spec_cores[0]; i++) {
+		hel_core *sc = load_core(spec_cores[i]);
+		test_speculative(sc);
+		hel_core_free(sc);
+	}
+	test_round_limits();
+	test_sampling_lossless();
 
 	hel_core_free(tiny);
 	hel_core_free(qwen2);

@@ -259,6 +259,9 @@ static void one_run(uint64_t seed, int ops, bool tight)
 	       (unsigned long long)seed, c.n_pages, c.n_rows, c.max_active, c.chunk_tokens,
 	       c.step_tokens, c.max_inflight);
 	sim_init(&r->m, &c, seed ^ 0x5eed);
+	/* Half the runs decode in speculative rounds of up to 1 + spec tokens. */
+	r->m.spec = test_rng_below(g, 2) ? 1 + (uint32_t)test_rng_below(g, 16) : 0;
+	printf("     rounds of up to %u tokens\n", 1 + r->m.spec);
 	r->m.stop_one_in = 25;
 	r->m.stop = 0;
 	for (int b = 0; b < NBASE; b++)

@@ -87,16 +87,16 @@ static void per_tier(struct flare_buf *out, const sel_stats *s, const char *name
 #define TIER(name, type, help, field) per_tier(out, s, name, type, help, offsetof(sel_tier_stats, field))
 
 /* One histogram's samples (its family written by the caller), labels
- * ("tier=\"dram\"") or NULL. */
-static void hist_samples(struct flare_buf *out, const char *name, const char *labels,
-			 const hel_hist *h)
+ * ("tier=\"dram\"") or NULL, over the bounds it was observed in. */
+static void hist_in(struct flare_buf *out, const char *name, const char *labels, const hel_hist *h,
+		    const uint64_t *bounds)
 {
 	uint64_t cum = 0;
 	for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++) {
 		cum += h->bucket[i];
 		char le[32];
 		if (i < HEL_HIST_BUCKETS)
-			snprintf(le, sizeof le, "%g", (double)hel_hist_bounds_ns[i] / 1e9);
+			snprintf(le, sizeof le, "%g", (double)bounds[i] / 1e9);
 		else
 			snprintf(le, sizeof le, "+Inf");
 		flare_buf_printf(out, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels ? labels : "",
@@ -107,6 +107,12 @@ static void hist_samples(struct flare_buf *out, const char *name, const char *la
 			 h->sum_ns % 1000000000u);
 	flare_buf_printf(out, "%s_count%s%s%s %" PRIu64 "\n", name, labels ? "{" : "",
 			 labels ? labels : "", labels ? "}" : "", h->count);
+}
+
+static void hist_samples(struct flare_buf *out, const char *name, const char *labels,
+			 const hel_hist *h)
+{
+	hist_in(out, name, labels, h, hel_hist_bounds_ns);
 }
 
 static void hist(struct flare_buf *out, const char *name, const char *help, const hel_hist *h)
@@ -268,6 +274,68 @@ static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st
 		snprintf(l, sizeof l, "tier=\"%s\"", sel_tier_name(tiers[i]));
 		hist_samples(out, "flare_host_cache_restore_time_seconds", l,
 			     &st->restore_time[tiers[i]]);
+	}
+}
+
+/* Speculative decoding (issue 19, design 4 "speculative round time"): by
+ * mode, both modes always present (the one the server does not run at 0). */
+static void spec_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	static const sel_state_mode modes[] = { SEL_MODE_COPY, SEL_MODE_LEARNED };
+	static const hel_hist none;
+	static const struct {
+		const char *name, *help;
+		size_t field;
+	} counters[] = {
+		{ "flare_spec_rounds_total",
+		  "Speculative decoding rounds (a request's decode step: draft, verify, emit), by mode.",
+		  offsetof(hel_engine_stats, spec_rounds) },
+		{ "flare_spec_proposed_tokens_total", "Tokens the draft proposed, by mode.",
+		  offsetof(hel_engine_stats, spec_proposed) },
+		{ "flare_spec_accepted_tokens_total",
+		  "Proposed tokens verification accepted (emitted), by mode.",
+		  offsetof(hel_engine_stats, spec_accepted) },
+		{ "flare_spec_emitted_tokens_total",
+		  "Tokens speculative rounds emitted: accepted proposals plus each round's own, by mode.",
+		  offsetof(hel_engine_stats, spec_emitted) },
+		{ "flare_spec_history_rounds_total",
+		  "Copy-mode rounds whose proposals came from the draft history (the rest fell back "
+		  "to the draft head), by mode.",
+		  offsetof(hel_engine_stats, spec_copied) },
+	};
+	char l[32];
+	for (size_t c = 0; c < sizeof counters / sizeof counters[0]; c++) {
+		family(out, counters[c].name, "counter", counters[c].help);
+		for (size_t i = 0; i < 2; i++) {
+			uint64_t v = 0;
+			if (st->spec_mode == modes[i])
+				memcpy(&v, (const char *)st + counters[c].field, sizeof v);
+			snprintf(l, sizeof l, "mode=\"%s\"", sel_state_mode_name(modes[i]));
+			val(out, counters[c].name, l, v);
+		}
+	}
+	family(out, "flare_spec_acceptance_rate", "gauge",
+	       "Accepted over proposed tokens since the start (0 before any proposal), by mode.");
+	for (size_t i = 0; i < 2; i++) {
+		bool on = st->spec_mode == modes[i] && st->spec_proposed;
+		flare_buf_printf(out, "flare_spec_acceptance_rate{mode=\"%s\"} %.6f\n",
+				 sel_state_mode_name(modes[i]),
+				 on ? (double)st->spec_accepted / (double)st->spec_proposed : 0.0);
+	}
+	family(out, "flare_spec_tokens_per_round", "gauge",
+	       "Tokens emitted per speculative round since the start (0 before any round), by mode.");
+	for (size_t i = 0; i < 2; i++) {
+		bool on = st->spec_mode == modes[i] && st->spec_rounds;
+		flare_buf_printf(out, "flare_spec_tokens_per_round{mode=\"%s\"} %.6f\n",
+				 sel_state_mode_name(modes[i]),
+				 on ? (double)st->spec_emitted / (double)st->spec_rounds : 0.0);
+	}
+	family(out, "flare_spec_round_time_seconds", "histogram",
+	       "Speculative rounds by the model's time for the round (draft and verification), by mode.");
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(l, sizeof l, "mode=\"%s\"", sel_state_mode_name(modes[i]));
+		hist_in(out, "flare_spec_round_time_seconds", l,
+			st->spec_mode == modes[i] ? &st->spec_round_time : &none, hel_hist_fine_bounds_ns);
 	}
 }
 
@@ -456,6 +524,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
 {
 	request_metrics(out, st);
+	spec_metrics(out, st);
 	latency_metrics(out, st);
 	gpu_cache_metrics(out, st);
 	host_cache_metrics(out, st);

@@ -594,6 +594,9 @@ static void totals(const struct exchange *x, hel_outcome *t)
 		t->reused_host_tokens += c->outcome.reused_host_tokens;
 		t->prefill_tokens += c->outcome.prefill_tokens;
 		t->prefill_launches += c->outcome.prefill_launches;
+		t->spec_rounds += c->outcome.spec_rounds;
+		t->spec_proposed += c->outcome.spec_proposed;
+		t->spec_accepted += c->outcome.spec_accepted;
 		if (t->host_tier == SEL_TIER_NONE && c->outcome.reused_host_tokens)
 			t->host_tier = c->outcome.host_tier;
 	}

@@ -34,12 +34,13 @@
  *        keeps the request at the head, and it is planned again only when
  *        capacity may have come back (a retirement, preemption or store
  *        event), so a long waiting prompt is not re-hashed every step;
- *     4. at most one model step: plan it, execute its entries with the
- *        model (RESTORE: row copy, and at the end of the prompt the
- *        logits from the row, hel_model_logits; PREFILL and DECODE:
- *        hel_model_prefill; captures: row copy; sampling with the
- *        request's sampler at the token's position), complete it, deliver
- *        tokens and finish requests;
+ *     4. at most one model step, one launch of the model: plan it,
+ *        execute its entries with the model (RESTORE: row copy, and at the
+ *        end of the prompt the logits from the row, hel_model_logits;
+ *        PREFILL: hel_model_prefill; captures: row copy; DECODE: a round
+ *        of hel_model_decode; sampling with the request's sampler at the
+ *        token's position), deliver tokens, complete it and finish
+ *        requests;
  *     5. publish the stats snapshot; sleep in poll(2) on the eventfd and
  *        the store's wait fd when nothing happened (at most a minute with
  *        expiry on, so the store's poll can sweep an idle cache).
@@ -65,11 +66,24 @@
  *   branched_reused_tokens).  The group lives under the mutex: submit
  *   links it, the worker primes it.
  *
- *   Tokens out.  Each sampled token goes to on_tokens with its log
+ *   Speculative decoding (issue 19).  In copy and learned modes a DECODE
+ *   entry is a round: the model consumes the pending token, drafts up to
+ *   --draft-tokens proposals and verifies them in the same launch,
+ *   emitting the accepted ones and one token of its own (max_tokens left
+ *   and END bound it).  Rejected proposals never touch the row or the
+ *   pages, so a round leaves nothing to undo, and everything a step
+ *   publishes (captures, terminals) comes after its fence: an in-flight
+ *   round is never offered to the store (design 1).  Rounds are counted
+ *   and timed (the speculative round time of design 4).
+ *
+ *   Tokens out.  A step's tokens go to on_tokens before the step
+ *   completes -- a round's several in one call -- each with its log
  *   probabilities when the request asked (hel_logprobs over the logits it
- *   was drawn from).  on_tokens may end the request after a token (the
- *   front end matched a stop sequence): the worker withdraws it at once
- *   and finishes it "stop", so no token beyond the stop is generated.
+ *   was decided from: the target distribution at its position).
+ *   on_tokens may end the request after k of them (the front end matched
+ *   a stop sequence): the worker withdraws it before complete_step when
+ *   the cut is inside the round, so the tokens after it reach neither the
+ *   request's history nor a checkpoint, and finishes it "stop".
  *
  *   Latencies.  Submit, first admission, first token and every later token
  *   are stamped on the worker (submit on the caller's thread) and go into
@@ -180,6 +194,8 @@
 #define NOTICE_BATCH 64
 #define IDLE_WAIT_MS 50
 #define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
+
+_Static_assert(HEL_STEP_TOKENS_MAX == HEL_DRAFT_MAX + 1, "a step entry holds one round's tokens");
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -302,7 +318,8 @@ struct hel_engine {
 	struct ereq **ent;
 	int *ent_rc;
 	int32_t *logits;
-	hel_logprob *lps;     /* [max_active]: a step's entries' logprobs */
+	hel_logprob *lps;     /* [max_active x HEL_STEP_TOKENS_MAX]: a step's entries' logprobs */
+	uint32_t *keep;       /* [max_active]: what on_tokens kept of each entry's tokens */
 	bool store_stopped;
 	int store_stop_rc;
 	char disk_note[512];    /* why no disk store: an unusable directory */
@@ -333,14 +350,27 @@ const uint64_t hel_hist_bounds_ns[HEL_HIST_BUCKETS] = {
 	10000000000ull, 20000000000ull, 40000000000ull, 60000000000ull,
 };
 
-void hel_hist_observe(hel_hist *h, uint64_t ns)
+/* 10 us to 5 s: a speculative round takes tens of microseconds here. */
+const uint64_t hel_hist_fine_bounds_ns[HEL_HIST_BUCKETS] = {
+	10000ull,     25000ull,     50000ull,     75000ull,     100000ull,     250000ull,
+	500000ull,    750000ull,    1000000ull,   2500000ull,   5000000ull,    7500000ull,
+	10000000ull,  25000000ull,  50000000ull,  75000000ull,  100000000ull,  250000000ull,
+	500000000ull, 1000000000ull, 2500000000ull, 5000000000ull,
+};
+
+void hel_hist_observe_in(hel_hist *h, const uint64_t *bounds, uint64_t ns)
 {
 	size_t i = 0;
-	while (i < HEL_HIST_BUCKETS && ns > hel_hist_bounds_ns[i])
+	while (i < HEL_HIST_BUCKETS && ns > bounds[i])
 		i++;
 	h->bucket[i]++;
 	h->count++;
 	h->sum_ns += ns;
+}
+
+void hel_hist_observe(hel_hist *h, uint64_t ns)
+{
+	hel_hist_observe_in(h, hel_hist_bounds_ns, ns);
 }
 
 /* Leave r's group (e->mu held); a first request that ends primes it. */
@@ -529,48 +559,26 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 	return 0;
 }
 
-int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
+/* The model and the scheduler over the GPU cache's ids. */
+static int open_model(hel_engine *e)
 {
-	hel_engine *e = NULL;
-	int rc;
-
-	*out = NULL;
-	if (!cfg || !cfg->core)
-		return eos_fail(-EINVAL, "engine: no core");
-	const hel_core *core = cfg->core;
-	if (!hel_core_supports(core, cfg->mode))
-		return eos_fail(-EINVAL, "speculate: core '%s' does not support the %s state mode",
-				core->name, sel_state_mode_name(cfg->mode));
-	if (cfg->fetch != HEL_FETCH_AUTO && cfg->fetch != HEL_FETCH_ALWAYS && cfg->fetch != HEL_FETCH_NEVER)
-		return eos_fail(-EINVAL, "engine: fetch mode %d (expected auto, always or never)",
-				(int)cfg->fetch);
-	if (!(e = calloc(1, sizeof *e)))
-		return eos_fail(-ENOMEM, "engine: out of memory");
-	e->efd = -1;
-	pthread_mutex_init(&e->mu, NULL);
-	e->cfg = *cfg;
-	e->core = core;
-	e->P = core->page_tokens;
-	e->V = core->vocab;
-	e->max_active = cfg->max_active ? cfg->max_active : DEFAULT_MAX_ACTIVE;
-	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
-	e->open_ns = eos_now_ns();
-	e->next_id = 1;
-
+	const hel_engine_config *cfg = &e->cfg;
+	const hel_core *core = e->core;
 	hel_row_layout lay;
+	int rc;
 	if ((rc = hel_core_row_layout(core, cfg->mode, &lay)))
-		goto fail;
+		return rc;
 	uint64_t pb = hel_core_page_bytes(core, cfg->mode) * core->ranks;
 	uint64_t rb = lay.bytes * core->ranks;
 	if ((rc = size_cache(cfg, e->max_active, pb, rb, &e->n_pages, &e->n_rows)))
-		goto fail;
+		return rc;
 	e->pin_max = e->n_rows / 4 > 1 ? e->n_rows / 4 : 1;
 	e->pin_max_pages = e->n_pages / 4 > 1 ? e->n_pages / 4 : 1;
 
 	hel_model_opts mo = { .mode = cfg->mode, .pages = e->n_pages, .rows = e->n_rows,
 			      .draft_tokens = cfg->draft_tokens };
 	if ((rc = hel_model_create(core, &mo, &e->model)))
-		goto fail;
+		return rc;
 	hel_scheduler_config sc = {
 		.page_tokens = e->P,
 		.n_pages = e->n_pages,
@@ -582,10 +590,16 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	};
 	memcpy(sc.model_identity, core->identity, SEL_IDENTITY_BYTES);
 	if ((rc = hel_scheduler_create(&sc, &e->sched)))
-		goto fail;
-	if ((rc = hel_model_geometry(e->model, &e->geo)))
-		goto fail;
+		return rc;
+	return hel_model_geometry(e->model, &e->geo);
+}
 
+/* The host store (design 1's table, or the test double), its policy and
+ * what the startup summary says of it. */
+static int open_store(hel_engine *e)
+{
+	const hel_engine_config *cfg = &e->cfg;
+	int rc;
 	sel_store_config stc = {
 		.geometry = e->geo,
 		.max_active = e->max_active,
@@ -603,58 +617,99 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 		.fdatasync = cfg->fdatasync,
 	};
 	hel_model_offload_identity(e->model, stc.identity);
-	memcpy(stc.model_identity, core->identity, SEL_IDENTITY_BYTES);
+	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
 	e->info.transport = "none";
 	e->info.disk_note = "";
 	if (cfg->store_open) {
 		if ((rc = cfg->store_open(cfg->store_ctx, &stc, &e->store)))
-			goto fail;
+			return rc;
 	} else if ((rc = select_store(e, &stc))) {
-		goto fail;
+		return rc;
 	}
-	if (e->store) {
-		if ((rc = sel_policy_create(&e->policy)))
-			goto fail;
-		sel_store_info si;
-		sel_store_describe(e->store, &si);
-		e->info.store = si.kind;
-		e->info.transport = si.transport ? si.transport : "host";
-		e->info.slots_total = si.slots_total;
-		e->info.intake_slots = si.intake_slots;
-		e->info.slot_bytes = si.slot_bytes;
-		e->info.memory_bytes = cfg->memory_bytes;
-		if (si.disk_dir)
-			snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
-		e->info.disk_limit = si.disk_limit;
-		e->info.scanned_records = si.scanned_records;
-		e->info.disk_io = si.disk_io;
-		snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
-			 si.disk_io_note ? si.disk_io_note : "");
-		snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
-	}
-	e->info.gpu_pages = e->n_pages;
-	e->info.gpu_rows = e->n_rows;
-	e->info.max_active = e->max_active;
+	if (!e->store)
+		return 0;
+	if ((rc = sel_policy_create(&e->policy)))
+		return rc;
+	sel_store_info si;
+	sel_store_describe(e->store, &si);
+	e->info.store = si.kind;
+	e->info.transport = si.transport ? si.transport : "host";
+	e->info.slots_total = si.slots_total;
+	e->info.intake_slots = si.intake_slots;
+	e->info.slot_bytes = si.slot_bytes;
+	e->info.memory_bytes = cfg->memory_bytes;
+	if (si.disk_dir)
+		snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
+	e->info.disk_limit = si.disk_limit;
+	e->info.scanned_records = si.scanned_records;
+	e->info.disk_io = si.disk_io;
+	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
+		 si.disk_io_note ? si.disk_io_note : "");
+	snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
+	return 0;
+}
 
+/* The worker's per-step buffers and its eventfd; the first snapshot. */
+static int open_worker(hel_engine *e)
+{
 	e->res = calloc(e->max_active, sizeof *e->res);
 	e->ent = calloc(e->max_active, sizeof *e->ent);
 	e->ent_rc = calloc(e->max_active, sizeof *e->ent_rc);
-	e->lps = calloc(e->max_active, sizeof *e->lps);
+	e->lps = calloc((size_t)e->max_active * HEL_STEP_TOKENS_MAX, sizeof *e->lps);
+	e->keep = calloc(e->max_active, sizeof *e->keep);
 	if (!(e->logits = malloc((size_t)e->V * sizeof *e->logits)) || !e->res || !e->ent ||
-	    !e->ent_rc || !e->lps) {
-		rc = eos_fail(-ENOMEM, "engine: out of memory");
-		goto fail;
-	}
+	    !e->ent_rc || !e->lps || !e->keep)
+		return eos_fail(-ENOMEM, "engine: out of memory");
 	e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (e->efd < 0) {
-		rc = eos_fail(-errno, "engine: eventfd: %s", strerror(errno));
-		goto fail;
-	}
+	if (e->efd < 0)
+		return eos_fail(-errno, "engine: eventfd: %s", strerror(errno));
+	e->ws.spec_mode = e->cfg.mode;
+	e->snap.spec_mode = e->cfg.mode;
 	e->snap.store_enabled = e->store != NULL;
 	e->snap.gpu_pages_total = e->snap.gpu_pages_free = e->n_pages;
 	e->snap.gpu_rows_total = e->snap.gpu_rows_free = e->n_rows;
 	e->snap.copyout_pin_limit = e->pin_max;
+	return 0;
+}
+
+int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
+{
+	hel_engine *e = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!cfg || !cfg->core)
+		return eos_fail(-EINVAL, "engine: no core");
+	const hel_core *core = cfg->core;
+	if (!hel_core_supports(core, cfg->mode))
+		return eos_fail(-EINVAL, "speculate: core '%s' does not support the %s state mode",
+				core->name, sel_state_mode_name(cfg->mode));
+	if (cfg->draft_tokens > HEL_DRAFT_MAX)
+		return eos_fail(-EINVAL, "draft_tokens: %u (at most %u)", cfg->draft_tokens,
+				HEL_DRAFT_MAX);
+	if (cfg->fetch != HEL_FETCH_AUTO && cfg->fetch != HEL_FETCH_ALWAYS && cfg->fetch != HEL_FETCH_NEVER)
+		return eos_fail(-EINVAL, "engine: fetch mode %d (expected auto, always or never)",
+				(int)cfg->fetch);
+	if (!(e = calloc(1, sizeof *e)))
+		return eos_fail(-ENOMEM, "engine: out of memory");
+	e->efd = -1;
+	pthread_mutex_init(&e->mu, NULL);
+	e->cfg = *cfg;
+	e->core = core;
+	e->P = core->page_tokens;
+	e->V = core->vocab;
+	e->max_active = cfg->max_active ? cfg->max_active : DEFAULT_MAX_ACTIVE;
+	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
+	e->open_ns = eos_now_ns();
+	e->next_id = 1;
+	if ((rc = open_model(e)) || (rc = open_store(e)))
+		goto fail;
+	e->info.gpu_pages = e->n_pages;
+	e->info.gpu_rows = e->n_rows;
+	e->info.max_active = e->max_active;
+	if ((rc = open_worker(e)))
+		goto fail;
 	*out = e;
 	return 0;
 fail:
@@ -1335,6 +1390,48 @@ static void poison_row(hel_engine *e, uint32_t row)
 	(void)hel_model_row_loaded(e->model, row, 0);
 }
 
+/* A DECODE entry: one round of hel_model_decode (one token in ordinary
+ * mode, a speculative round otherwise); its tokens go to res (token, then
+ * more), their log probabilities to lp[0..), each from the logits it was
+ * decided from, read before the model's next call. */
+static int exec_decode(hel_engine *e, const hel_step_entry *x, struct ereq *r, hel_step_result *res,
+		       hel_logprob *lp)
+{
+	uint64_t pos = x->begin;
+	uint32_t next = (pos + 1) % e->P == 0 ? x->pages[pos / e->P] : HEL_NO_PAGE;
+	hel_decode_opts o = { .sampler = &r->sampler, .max_tokens = x->emit_max,
+			      .stop_on_end = x->has_stop, .draft_tokens = e->cfg.draft_tokens };
+	hel_round rd;
+	uint64_t t0 = eos_now_ns();
+	int rc = hel_model_decode(e->model, x->live_row, x->pages, (uint32_t)(pos / e->P), next,
+				  x->tokens[0], &o, &rd);
+	if (rc)
+		return rc;
+	if (e->cfg.mode != SEL_MODE_ORDINARY) {
+		hel_hist_observe_in(&e->ws.spec_round_time, hel_hist_fine_bounds_ns, eos_now_ns() - t0);
+		e->ws.spec_rounds++;
+		e->ws.spec_proposed += rd.n_proposed;
+		e->ws.spec_accepted += rd.accepted;
+		e->ws.spec_emitted += rd.n_tokens;
+		e->ws.spec_copied += rd.copied;
+		r->out.spec_rounds++;
+		r->out.spec_proposed += rd.n_proposed;
+		r->out.spec_accepted += rd.accepted;
+		if (e->cfg.debug_round)
+			e->cfg.debug_round(e->cfg.debug_ctx, r->id, x->end, &rd);
+	}
+	res->token = rd.tokens[0];
+	res->n_more = rd.n_tokens - 1;
+	memcpy(res->more, rd.tokens + 1, res->n_more * sizeof *res->more);
+	for (uint32_t i = 0; i < rd.n_tokens; i++) {
+		if (e->cfg.debug_logits)
+			e->cfg.debug_logits(e->cfg.debug_ctx, r->id, x->end + i, rd.logits[i], e->V);
+		if (r->logprobs)
+			hel_logprobs(rd.logits[i], e->V, rd.tokens[i], r->top_logprobs, &lp[i]);
+	}
+	return 0;
+}
+
 static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, hel_step_result *res,
 		      hel_logprob *lp, uint64_t *pf_ns)
 {
@@ -1342,6 +1439,8 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 	int32_t *lg = x->sample ? e->logits : NULL;
 	int rc = 0;
 
+	if (x->kind == HEL_ENTRY_DECODE && x->sample && x->capture_row == HEL_NONE)
+		return exec_decode(e, x, r, res, lp);
 	if (x->kind == HEL_ENTRY_RESTORE) {
 		rc = hel_model_row_copy(m, x->restore_src, x->live_row);
 		if (rc == 0 && x->sample)
@@ -1385,19 +1484,89 @@ static void note_prefill_rate(hel_engine *e, uint64_t tokens, uint64_t ns)
 		sel_policy_set_prefill_rate(e->policy, e->prefill_rate);
 }
 
-/* Plan, execute and complete one step; 1 if there was one. */
+/* The tokens entry i sampled (a round's several) to its request: latency
+ * stamps and on_tokens, before the step completes, so that a stop
+ * sequence can cut a round short.  Returns how many the request keeps:
+ * all of them (0 < n), or k < n where on_tokens ended it after k. */
+static uint32_t deliver(hel_engine *e, size_t i, struct ereq *r)
+{
+	const hel_step_result *res = &e->res[i];
+	hel_token t[HEL_STEP_TOKENS_MAX];
+	uint32_t n = 1 + res->n_more;
+	t[0] = res->token;
+	memcpy(t + 1, res->more, res->n_more * sizeof *t);
+	uint64_t now = eos_now_ns();
+	if (r->out.completion_tokens == 0) {
+		hel_hist_observe(&e->ws.ttft, now - r->t_submit);
+		hel_hist_observe(&e->ws.prefill_time, now - r->t_admit);
+		group_prime(e, r); /* its siblings may go */
+	} else {
+		hel_hist_observe(&e->ws.tpot, now - r->t_last);
+	}
+	for (uint32_t k = 1; k < n; k++)
+		hel_hist_observe(&e->ws.tpot, 0); /* a round's tokens arrive together */
+	r->t_last = now;
+	uint32_t keep = r->on_tokens ? r->on_tokens(r->ctx, t, r->logprobs ? e->lps + i * HEL_STEP_TOKENS_MAX
+									   : NULL, n)
+				     : 0;
+	if (keep > n)
+		keep = n;
+	uint32_t kept = keep ? keep : n;
+	r->out.completion_tokens += kept;
+	e->ws.completion_tokens += kept;
+	return keep;
+}
+
+/* How entry i's request ends after the step completed (keep: deliver's
+ * answer; a request cut before the end of its round was withdrawn). */
+static void settle(hel_engine *e, size_t i, struct ereq *r, uint32_t keep)
+{
+	const hel_step_result *res = &e->res[i];
+	if (keep) {
+		/* A stop sequence ended with the kept tokens: done, "stop". */
+		if (r->sid && res->finished == HEL_FINISH_NONE)
+			withdraw(e, r);
+		else if (r->sid)
+			list_del(&e->active, r);
+		r->sid = 0;
+		finish(e, r, "stop", 0);
+		return;
+	}
+	if (res->finished == HEL_FINISH_NONE)
+		return;
+	list_del(&e->active, r);
+	r->sid = 0;
+	switch (res->finished) {
+	case HEL_FINISH_STOP:
+		finish(e, r, "stop", 0);
+		break;
+	case HEL_FINISH_LENGTH:
+		finish(e, r, "length", 0);
+		break;
+	default:
+		finish(e, r, "error", -ENOMEM);
+		break;
+	}
+}
+
+/* Plan, execute and complete one step; 1 if there was one.  The step is
+ * one launch of the model (hel_model_launch_begin: its requests share the
+ * weight stream, as a GPU engine's batch does). */
 static int model_step(hel_engine *e)
 {
 	hel_step st;
 	if (hel_scheduler_next_step(e->sched, &st) != 1)
 		return 0;
 	uint64_t pf_tokens = 0, pf_ns = 0;
+	hel_model_launch_begin(e->model);
 	for (size_t i = 0; i < st.n; i++) {
 		const hel_step_entry *x = &st.entries[i];
 		struct ereq *r = req_of(e, x->req);
 		memset(&e->res[i], 0, sizeof e->res[i]);
 		e->ent[i] = r;
-		e->ent_rc[i] = r ? exec_entry(e, x, r, &e->res[i], &e->lps[i], &pf_ns) : -ENOENT;
+		e->ent_rc[i] = r ? exec_entry(e, x, r, &e->res[i], e->lps + i * HEL_STEP_TOKENS_MAX,
+					      &pf_ns)
+				 : -ENOENT;
 		if (e->ent_rc[i] && r) {
 			/* Out of the step before it completes: no token, no terminal. */
 			e->ws.model_errors++;
@@ -1405,6 +1574,18 @@ static int model_step(hel_engine *e)
 		}
 		if (x->kind == HEL_ENTRY_PREFILL && e->ent_rc[i] == 0)
 			pf_tokens += x->end - x->begin;
+	}
+	hel_model_launch_end(e->model);
+	for (size_t i = 0; i < st.n; i++) {
+		struct ereq *r = e->ent[i];
+		e->keep[i] = 0;
+		if (!r || e->ent_rc[i] || !st.entries[i].sample)
+			continue;
+		e->keep[i] = deliver(e, i, r);
+		/* Cut inside its round: out before the step completes, so the
+		 * tokens after the cut reach no history and no checkpoint. */
+		if (e->keep[i] && e->keep[i] < 1 + e->res[i].n_more)
+			withdraw(e, r);
 	}
 	(void)hel_scheduler_complete_step(e->sched, st.fence, e->res, st.n);
 	note_prefill_rate(e, pf_tokens, pf_ns);
@@ -1422,47 +1603,8 @@ static int model_step(hel_engine *e)
 			r->out.prefill_tokens += x->end - x->begin;
 			r->out.prefill_launches++;
 		}
-		if (!x->sample)
-			continue;
-		hel_token t = e->res[i].token;
-		r->out.completion_tokens++;
-		e->ws.completion_tokens++;
-		uint64_t now = eos_now_ns();
-		if (r->out.completion_tokens == 1) {
-			hel_hist_observe(&e->ws.ttft, now - r->t_submit);
-			hel_hist_observe(&e->ws.prefill_time, now - r->t_admit);
-			group_prime(e, r); /* its siblings may go */
-		} else {
-			hel_hist_observe(&e->ws.tpot, now - r->t_last);
-		}
-		r->t_last = now;
-		uint32_t keep = r->on_tokens ? r->on_tokens(r->ctx, &t, r->logprobs ? &e->lps[i] : NULL, 1)
-					     : 0;
-		if (keep) {
-			/* A stop sequence ended with this token: done, "stop". */
-			if (e->res[i].finished == HEL_FINISH_NONE)
-				withdraw(e, r);
-			else
-				list_del(&e->active, r);
-			r->sid = 0;
-			finish(e, r, "stop", 0);
-			continue;
-		}
-		if (e->res[i].finished != HEL_FINISH_NONE) {
-			list_del(&e->active, r);
-			r->sid = 0;
-			switch (e->res[i].finished) {
-			case HEL_FINISH_STOP:
-				finish(e, r, "stop", 0);
-				break;
-			case HEL_FINISH_LENGTH:
-				finish(e, r, "length", 0);
-				break;
-			default:
-				finish(e, r, "error", -ENOMEM);
-				break;
-			}
-		}
+		if (x->sample)
+			settle(e, i, r, e->keep[i]);
 	}
 	return 1;
 }
@@ -1689,6 +1831,7 @@ void hel_engine_destroy(hel_engine *e)
 	free(e->ent);
 	free(e->ent_rc);
 	free(e->lps);
+	free(e->keep);
 	free(e->logits);
 	if (e->efd >= 0)
 		close(e->efd);

@@ -33,7 +33,8 @@ typedef enum hel_fetch_mode {
 typedef struct hel_engine_config {
 	const hel_core *core;        /* must outlive the engine */
 	sel_state_mode mode;         /* --speculate: ordinary, copy, learned */
-	uint32_t draft_tokens;       /* proposals per round (speculative); 0 = default */
+	uint32_t draft_tokens;       /* --draft-tokens: proposals per speculative round,
+					1..HEL_DRAFT_MAX; 0 = HEL_DRAFT_DEFAULT */
 	uint32_t max_active;         /* --max-active: concurrently running requests */
 	uint64_t gpu_cache_bytes;    /* --gpu-cache: page planes + rows budget */
 	uint32_t queue_limit;        /* pending requests accepted; 0 = 1024 */
@@ -79,6 +80,10 @@ typedef struct hel_engine_config {
 	 * sampled token's index in the sequence.  Must not block. */
 	void (*debug_logits)(void *ctx, uint64_t id, uint64_t position, const int32_t *logits,
 			     uint32_t vocab);
+	/* Called on the worker thread after each speculative round: id, the
+	 * position of the round's first emitted token, and the round (its
+	 * proposals, acceptance and tokens).  Must not block. */
+	void (*debug_round)(void *ctx, uint64_t id, uint64_t position, const hel_round *round);
 	void *debug_ctx;
 } hel_engine_config;
 
@@ -111,6 +116,9 @@ typedef struct hel_outcome {
 	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
 	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
 	uint32_t prefill_launches;    /* prefill chunks it ran */
+	/* Speculative decoding: the draft's proposals for this request and
+	 * those verified and emitted (flare.speculation). */
+	uint32_t spec_rounds, spec_proposed, spec_accepted;
 } hel_outcome;
 
 typedef struct hel_request {
@@ -134,11 +142,13 @@ typedef struct hel_request {
 	 * past it meanwhile.  An unknown or finished id does not wait. */
 	uint64_t after;
 	/* Called on the worker thread; must not block.  tokens[0..n) are
-	 * accepted in order (one per step today, several per speculative step
-	 * later); lp[0..n) their log probabilities, or NULL unless logprobs.
+	 * accepted in order (one per step, or several from one speculative
+	 * round); lp[0..n) their log probabilities (of the model's own
+	 * distribution at each token's position), or NULL unless logprobs.
 	 * Returns 0 to go on, or k in 1..n: the request ends after its first k
 	 * of these tokens (a stop sequence ended there) with finish reason
-	 * "stop", and completion_tokens counts only those k. */
+	 * "stop", completion_tokens counts only those k, and the tokens after
+	 * them are discarded: never reported, never part of a checkpoint. */
 	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp, uint32_t n);
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
@@ -149,12 +159,15 @@ typedef struct hel_request {
  * bucket[HEL_HIST_BUCKETS] those above the last bound. */
 #define HEL_HIST_BUCKETS 22
 extern const uint64_t hel_hist_bounds_ns[HEL_HIST_BUCKETS]; /* 0.1 ms ... 60 s */
+/* Finer bounds for what takes microseconds (a speculative round). */
+extern const uint64_t hel_hist_fine_bounds_ns[HEL_HIST_BUCKETS]; /* 10 us ... 5 s */
 typedef struct hel_hist {
 	uint64_t bucket[HEL_HIST_BUCKETS + 1];
 	uint64_t count;
 	uint64_t sum_ns;
 } hel_hist;
 void hel_hist_observe(hel_hist *h, uint64_t ns);
+void hel_hist_observe_in(hel_hist *h, const uint64_t *bounds, uint64_t ns);
 
 /* Everything /metrics and the dashboard show.  A consistent snapshot the
  * worker publishes once per loop iteration. */
@@ -188,6 +201,14 @@ typedef struct hel_engine_stats {
 	hel_hist queue_time, prefill_time, ttft, tpot, e2e;
 	hel_hist restore_time[SEL_TIERS];
 	uint64_t model_errors;         /* requests failed by a model call */
+	/* Speculative decoding (issue 19; design 4 "speculative round time"):
+	 * the engine's mode, its rounds, the draft's proposals, those
+	 * accepted, the tokens rounds emitted (accepted ones plus each
+	 * round's own), the rounds whose proposals came from the history
+	 * (copy mode), and each round's model time (fine bounds). */
+	sel_state_mode spec_mode;
+	uint64_t spec_rounds, spec_proposed, spec_accepted, spec_emitted, spec_copied;
+	hel_hist spec_round_time;
 	uint64_t prefill_rate;         /* measured prefill tokens per second (policy input) */
 	bool store_enabled;
 	bool store_stopped;            /* the store failed for good; serving goes on without it */

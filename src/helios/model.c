@@ -1,6 +1,7 @@
 /*
  * model.c - the synthetic model of the reference engine (ARCHITECTURE.md
- * "The reference engine's model"; design 2.1 "Checkpoint bytes").
+ * "The reference engine's model"; design 2.1 "Checkpoint bytes"; design 1
+ * and issue 19 for speculative decoding).
  *
  * There is no trained model on these machines, and the store must be judged
  * on real bytes, so Helios runs a small integer transformer whose weights
@@ -11,7 +12,7 @@
  * logits however its prefix was computed or restored.
  *
  * DESIGN
- *   One per-token kernel (step) serves prefill and decode, so chunking
+ *   One per-token kernel (consume) serves prefill and decode, so chunking
  *   cannot change anything.  For token x at position n of a sequence:
  *     1. context: c64 mixes n, each rank's recurrent summary S and partial
  *        page summary P; hs sums each rank's copy of the last hidden vector
@@ -31,10 +32,19 @@
  *        with a rank salt on split planes only) go to the partial page in
  *        the row; when the page completes they are copied to next_page in
  *        every plane of every rank and the page's summary is set;
- *     6. speculative modes update the draft state the same way from the
- *        draft hidden: draft history ring, draft hidden, draft planes;
- *     7. logits = Wout z (integer, wrapping), masked to printable ASCII,
- *        newline and END, plus the induction bonus.
+ *     6. speculative modes update the draft state from the draft hidden,
+ *        the token and z: draft history ring, draft hidden, draft planes.
+ *   The output head (positions that need logits only) then gives
+ *     7. logits[v] = fine(v) + coarse(x, v) + induction bonus, for v among
+ *        printable ASCII, newline and END (the rest are masked): fine is
+ *        the full-rank projection of z (integer, wrapping, about +-0.5
+ *        nat), coarse a rank-16 product of small factors of the consumed
+ *        token and the position and of signs of v (a preference of a few
+ *        nats, bounded), and the bonus (larger than the others can
+ *        differ) goes to what followed the last three tokens last time
+ *        (the induction table), so a repeated context is copied.  fine is
+ *        what ties the output to every stored byte; coarse and the bonus
+ *        are the structure a cheap draft can learn (below).
  *   Summaries keep the cost per token at O(pages x lanes x layers + row
  *   context + the token's plane bytes) instead of O(context bytes): a page
  *   summary is a function of every byte of the page on every plane and rank
@@ -44,18 +54,64 @@
  *   maintained incrementally by the kernel and recomputed from the bytes by
  *   hel_model_page_loaded() and hel_model_row_loaded() after a restore.
  *   The hidden vectors, consumed counts and draft history are read whole
- *   every token.  All arithmetic is on unsigned integers modulo 2^32 or
- *   2^64 with bijective mixers, so one flipped bit changes a summary with
- *   certainty and the logits with overwhelming probability; there are no
- *   floating-point values anywhere in the model (sampling at a temperature
- *   uses doubles in a fixed order, outside the kernel).
+ *   every token.  All state arithmetic is on unsigned integers modulo 2^32
+ *   or 2^64 with bijective mixers, so one flipped bit changes a summary
+ *   with certainty and the logits with overwhelming probability; sampling
+ *   at a temperature uses doubles in a fixed order, outside the kernel.
  *   hel_model_logits re-derives step 7 from the row alone (its hidden
  *   vector and its previous-token word), so a request restored at the end
  *   of its prompt samples exactly what the step that ended there did.
- *   Draft state never feeds the main logits: it feeds the proposals, which
- *   verification accepts only where they equal the model's own choice, so
- *   speculative modes emit exactly the ordinary tokens while their extra
- *   bytes (and state mode) give them a separate storage namespace.
+ *
+ *   Launches and the weight stream (the cost model).  The model keeps no
+ *   weight matrices.  A launch derives every weight it multiplies by from
+ *   the seed once -- the attention projections when it consumes a token,
+ *   the output head's rows when it computes logits, the draft head's when
+ *   it drafts -- and every position of the launch uses them.  On a GPU a
+ *   decode step is bound by reading the weights, and the positions of a
+ *   launch share that read; the derivation is that read here.  Without it
+ *   the CPU model's cache-resident weights would make a launch of k+1
+ *   positions cost k+1 single steps, and speculation could only lose.
+ *   docs/performance.md has the figures (derivation against arithmetic per
+ *   position) and what they mean.
+ *
+ *   Drafts.  Speculative modes keep draft state in the row and the draft
+ *   planes: the draft history ring, the draft hidden vector and the draft
+ *   planes' partial page (updated by step 6 for every consumed token) and
+ *   the draft planes of every page.  The draft head reads all of it: its
+ *   state vector is the draft hidden plus attention over the draft planes'
+ *   page summaries, mixed with a hash of the history ring and the draft
+ *   partial page's summary, then chained through each proposal's token.
+ *   Its logits are a truncated version of step 7: the same coarse factors
+ *   (exact), the induction bonus from the history ring instead of the
+ *   recurrent table (the same answer while the previous occurrence is in
+ *   the ring), and a narrow fine term over 8 lanes of its own state
+ *   (about +-0.5 nat) instead of the full-rank projection of z.  Copy mode
+ *   proposes the continuation of the longest earlier match (up to
+ *   COPY_MATCH_MAX tokens) of the latest tokens in the history ring,
+ *   extended periodically, and falls back to the draft head when nothing
+ *   matches.  Draft state never feeds the main logits, so every mode emits
+ *   the same tokens at temperature 0 while speculative records carry
+ *   draft bytes (and a state mode) that give them their own namespace.
+ *
+ *   Rounds (hel_model_decode).  Pending is consumed and its logits taken,
+ *   the draft proposes k tokens, and verification walks them in the same
+ *   launch: each proposal is decided against the main logits at its
+ *   position, and only an accepted one is consumed to get the logits for
+ *   the next.  The first rejection emits the main model's token there and
+ *   ends the round, so rejected proposals never touch the row or the
+ *   pages: nothing needs rolling back, and the row after a round is the
+ *   row after ordinary decoding of the emitted tokens.  A proposal is
+ *   never consumed where it would complete a page (the round ends with it
+ *   emitted, unconsumed); pending, consumed first, is the only token of a
+ *   round that completes one, into next_page as in ordinary decoding.
+ *   Speculative sampling: with a point-mass draft (copy, greedy) the
+ *   acceptance test min(1, p(d)/1) and the residual max(0, p - q) are the
+ *   ordinary draw itself (sample from p; accept if it is d, else what it
+ *   drew is the residual sample), so copy mode emits the ordinary tokens
+ *   at every temperature; the learned draft samples d from its q, accepts
+ *   with probability min(1, p(d)/q(d)) and otherwise draws from the
+ *   normalised residual.  Every draw is a function of (seed, position,
+ *   purpose), so a restored request repeats its proposals and choices.
  *
  * INVARIANTS
  *   1. For every loaded page id, ps[id] is the summary of its current bytes
@@ -67,7 +123,9 @@
  *      replicated recurrent state) hold identical bytes on every rank.
  *   4. Every output is a function of the core, the mode and the bytes of
  *      the row and the pages in the table: not of slot or page ids, chunking,
- *      or anything else.
+ *      launches, or anything else.
+ *   5. The weights derived in a launch are used only within it (the
+ *      launch's flags say which are current).
  */
 #include <errno.h>
 #include <math.h>
@@ -84,9 +142,15 @@
 #define GOLD 0x9E3779B97F4A7C15ull
 #define GOLD32 0x9E3779B9u
 #define SW HEL_SUMMARY_LANES
-#define REC_UPDATES 16   /* mixing words updated per token per rank */
-#define INDUCTION_BONUS 6144
-#define DRAFT_BONUS 16384 /* the draft head trusts its history outright */
+#define REC_UPDATES 16     /* mixing words updated per token per rank */
+#define INDUCTION_BONUS 28672 /* 28 nats: more than coarse and fine can differ */
+#define FINE_SHIFT 22      /* fine logits: (acc >> 22) - 512, about +-0.5 nat */
+#define COARSE_UNIT 1024   /* the coarse term: 1 nat per leading zero of a hash, */
+#define COARSE_LZ_MAX 12   /* at most 12, so within 13 nats */
+#define DRAFT_LANES 8      /* the draft head's fine term: 8 lanes of its state */
+#define DRAFT_SHIFT 23     /* (acc >> 23) - 256: about +-0.25 nat */
+#define COPY_MATCH_MIN 3   /* copy drafting: the shortest match it follows */
+#define COPY_MATCH_MAX 16  /* and the longest it looks for */
 #define NO_TOKEN UINT32_MAX
 
 /* Salt tags: each use of the seed gets its own (tag, index) pair. */
@@ -94,9 +158,12 @@ enum {
 	T_EMB = 1, T_WQ, T_WO, T_WOUT, T_H0, T_DEMB, T_DWQ, T_DWO, T_DOUT, T_D0,
 	T_POS, T_DPOS, T_SPLIT, T_REP, T_COMB, T_IND, T_TAG, T_PLANE, T_KLANE, T_VLANE,
 	T_VISION, /* vision cores only: text cores use none of it */
+	T_COARSE_X, /* the coarse term (issue 19) */
 };
 /* Per-rank salts combining that rank's summaries into the model's inputs. */
 enum { C_S, C_P, C_HISTORY, C_DP, C_PAGE, C_DPAGE, C_REC, COMB_SALTS };
+/* What a draw decides (hel_sample's own draw is the ordinary one). */
+enum { D_DRAFT = 0x1d8e, D_ACCEPT = 0x7a11, D_RESIDUAL = 0x3c59, D_SAMPLE = 0x5a3d };
 
 static inline uint64_t mix64(uint64_t x)
 {
@@ -131,6 +198,23 @@ static void lanes(uint64_t c, uint32_t *out, uint32_t n)
 		out[j] = (uint32_t)v;
 		out[j + 1] = (uint32_t)(v >> 32);
 	}
+}
+
+/* sum_j a[j] x b[j] modulo 2^32, n a multiple of 4: four lanes at a time
+ * (GCC vector extensions; SSE2 on x86-64).  Modular sums do not depend on
+ * their order, so this is bit-exact with the scalar loop. */
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+static inline uint32_t dot(const uint32_t *a, const uint32_t *b, uint32_t n)
+{
+	v4u s = { 0, 0, 0, 0 };
+	for (uint32_t j = 0; j < n; j += 4) {
+		v4u x, y;
+		memcpy(&x, a + j, sizeof x);
+		memcpy(&y, b + j, sizeof y);
+		s += x * y;
+	}
+	return s[0] + s[1] + s[2] + s[3];
 }
 
 static inline uint64_t rd64(const uint8_t *p)
@@ -210,14 +294,26 @@ struct hel_model {
 	uint64_t vis_salt; /* vision cores: the image-token state salt */
 	/* recurrent geometry, in words */
 	uint64_t W, T, M;
-	/* weights */
-	uint32_t *emb, *wq, *wo, *wout, *h0;
-	uint32_t *demb, *dwq, *dwo, *dout, *d0;
-	uint8_t *gen; /* [V]: 1 if the model may generate the token */
+	/* Weights: the salts of their streams (derived, never stored whole),
+	 * and the initial hidden vectors. */
+	uint64_t s_emb, s_wq, s_wo, s_wout, s_demb, s_dout, s_cx;
+	uint32_t *h0, *d0;
+	uint8_t *gen;       /* [V]: 1 if the model may generate the token */
+	hel_token *genlist; /* [G]: those tokens, ascending */
+	uint32_t G;
+	/* The current launch (DESIGN "Launches") and the weights it derived. */
+	uint32_t depth;
+	bool have_attn, have_head, have_draft;
+	uint32_t *wq, *wo;  /* [L * SW * H] */
+	uint32_t *wout;     /* [G * H]: output rows of the generated tokens */
+	uint32_t *dout;     /* [G * DRAFT_LANES]: its narrow output rows */
+	hel_model_counts counts;
 	/* scratch (one thread) */
-	uint32_t *z, *hs, *lane, *att, *d, *dhs;
+	uint32_t *z, *hs, *lane, *att, *d, *dhs, *erow;
 	uint32_t q[SW], acc[SW];
-	int32_t *logits;
+	int32_t *logits;    /* [V] */
+	int32_t *rl;        /* [(HEL_DRAFT_MAX + 1) * V]: a round's logits */
+	double *pv, *qv;    /* [G] target, [HEL_DRAFT_MAX * G] draft probabilities */
 };
 
 static inline uint8_t *rowp(const hel_model *m, uint32_t r, uint32_t slot)
@@ -245,14 +341,104 @@ static inline uint64_t seed_salt(const hel_core *c, uint64_t tag, uint64_t index
 	return mix64(c->seed ^ mix64(tag * GOLD + index)); /* index < 2^32: no collisions */
 }
 
-static void gen_weights(uint32_t *w, size_t n, uint64_t salt)
+/* Words [first, first + n) of the weight stream `salt` (first and n even):
+ * the pair at i is mix64(salt + (i + 1) x GOLD), low half first. */
+static void derive(uint32_t *w, uint64_t salt, size_t first, size_t n)
 {
 	for (size_t i = 0; i < n; i += 2) {
-		uint64_t v = mix64(salt + (i + 1) * GOLD);
+		uint64_t v = mix64(salt + (first + i + 1) * GOLD);
 		w[i] = (uint32_t)v;
-		if (i + 1 < n)
-			w[i + 1] = (uint32_t)(v >> 32);
+		w[i + 1] = (uint32_t)(v >> 32);
 	}
+}
+
+/* The coarse term of generated token v after consumed token x at the
+ * position after c consumed tokens: each token's own value from a hash of
+ * (x, c, v), geometric-tailed (COARSE_UNIT per leading zero of the hash,
+ * at most COARSE_LZ_MAX, plus low bits for the rest), so that at every
+ * position a few tokens stand out by a few nats, every token as often as
+ * any other, and the draft head computes exactly the same. */
+static inline uint64_t coarse_position(const hel_model *m, hel_token x, uint64_t c)
+{
+	return mix64(m->s_cx ^ mix64((uint64_t)x * GOLD + c));
+}
+
+static inline int32_t coarse(uint64_t hx, hel_token v)
+{
+	uint64_t h = mix64(hx + ((uint64_t)v + 1) * GOLD);
+	uint32_t lz = h ? (uint32_t)__builtin_clzll(h) : 64;
+	if (lz > COARSE_LZ_MAX)
+		lz = COARSE_LZ_MAX;
+	return (int32_t)(lz * COARSE_UNIT + (h & (COARSE_UNIT - 1)));
+}
+
+/* ---- Launches --------------------------------------------------------------- */
+
+static void enter(hel_model *m)
+{
+	if (m->depth++ == 0)
+		m->have_attn = m->have_head = m->have_draft = false;
+}
+
+static void leave(hel_model *m)
+{
+	m->depth--;
+}
+
+void hel_model_launch_begin(hel_model *m)
+{
+	enter(m);
+}
+
+void hel_model_launch_end(hel_model *m)
+{
+	if (m->depth)
+		leave(m);
+}
+
+static void counted(hel_model *m)
+{
+	if (!m->have_attn && !m->have_head && !m->have_draft)
+		m->counts.launches++;
+}
+
+/* The attention projections of every layer. */
+static void need_attn(hel_model *m)
+{
+	if (m->have_attn)
+		return;
+	counted(m);
+	size_t n = (size_t)m->L * SW * m->H;
+	derive(m->wq, m->s_wq, 0, n);
+	derive(m->wo, m->s_wo, 0, n);
+	m->have_attn = true;
+}
+
+/* The output head: the rows of the generated tokens. */
+static void need_head(hel_model *m)
+{
+	if (m->have_head)
+		return;
+	counted(m);
+	for (uint32_t g = 0; g < m->G; g++)
+		derive(m->wout + (size_t)g * m->H, m->s_wout, (size_t)m->genlist[g] * m->H, m->H);
+	m->have_head = true;
+}
+
+/* The draft head's narrow output rows. */
+static void need_draft(hel_model *m)
+{
+	if (m->have_draft)
+		return;
+	for (uint32_t g = 0; g < m->G; g++)
+		derive(m->dout + (size_t)g * DRAFT_LANES, m->s_dout,
+		       (size_t)m->genlist[g] * DRAFT_LANES, DRAFT_LANES);
+	m->have_draft = true;
+}
+
+void hel_model_counts_get(const hel_model *m, hel_model_counts *out)
+{
+	*out = m->counts;
 }
 
 /* ---- Summaries ------------------------------------------------------------ */
@@ -319,8 +505,6 @@ static void set_page_sum(const hel_model *m, struct page_sum *ps, uint64_t diges
 	}
 }
 
-/* ---- Creation -------------------------------------------------------------- */
-
 /* Plane and row memory stands in for GPU memory, which an engine allocates
  * up front: pre-faulted (MAP_POPULATE) so that neither a decode step nor a
  * restore's copy-in pays first-touch page faults (on this 2-core VM they
@@ -333,47 +517,13 @@ static void *map(size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out)
+/* ---- Creation -------------------------------------------------------------- */
+
+/* Planes: main then drafts, each in name order (the core's order).
+ * Returns the largest bytes per token. */
+static uint64_t create_planes(hel_model *m)
 {
-	hel_model *m = NULL;
-	int rc = -ENOMEM;
-
-	*out = NULL;
-	if (!hel_core_supports(c, o->mode))
-		return eos_fail(-EINVAL, "model: core '%s' does not support the %s state mode", c->name,
-				sel_state_mode_name(o->mode));
-	if (o->pages == 0 || o->rows == 0 || o->pages == HEL_NO_PAGE)
-		return eos_fail(-EINVAL, "model: %u pages and %u rows (expected at least one of each)",
-				o->pages, o->rows);
-	if (o->draft_tokens > HEL_DRAFT_MAX)
-		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
-				HEL_DRAFT_MAX);
-	if (!(m = calloc(1, sizeof *m)))
-		goto nomem;
-	m->core = c;
-	m->mode = o->mode;
-	m->spec = o->mode != SEL_MODE_ORDINARY;
-	m->R = c->ranks;
-	m->H = c->hidden;
-	m->L = c->layers;
-	m->V = c->vocab;
-	m->pt = c->page_tokens;
-	m->Hd = m->spec ? c->draft_history : 0;
-	m->K = m->spec ? (o->draft_tokens ? o->draft_tokens : HEL_DRAFT_DEFAULT) : 0;
-	m->pages = o->pages;
-	m->rows = o->rows;
-	if ((rc = hel_core_row_layout(c, o->mode, &m->lay)))
-		goto fail;
-	rc = -ENOMEM;
-	m->W = m->lay.recurrent_bytes / 8;
-	m->T = m->W > 1 ? (m->W - 1) / 2 : 0;
-	m->M = m->W > 1 ? m->W - 1 - m->T : 0;
-
-	/* Planes: main then drafts, each in name order (the core's order). */
-	m->nmain = c->n_planes;
-	m->npl = c->n_planes + (m->spec ? c->n_drafts : 0);
-	if (!(m->pl = calloc(m->npl, sizeof *m->pl)))
-		goto nomem;
+	const hel_core *c = m->core;
 	uint64_t part = m->lay.partial, dpart = m->lay.draft_partial, maxtb = 0;
 	for (uint32_t p = 0; p < m->npl; p++) {
 		struct mplane *pl = &m->pl[p];
@@ -389,13 +539,17 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 		if (pl->tb > maxtb)
 			maxtb = pl->tb;
 	}
+	return maxtb;
+}
 
-	/* Salts. */
+static int create_salts(hel_model *m)
+{
+	const hel_core *c = m->core;
 	m->split_salt = calloc(m->R, sizeof *m->split_salt);
 	m->comb = calloc((size_t)m->R * COMB_SALTS, sizeof *m->comb);
 	m->S_zero = calloc(m->R, sizeof *m->S_zero);
 	if (!m->split_salt || !m->comb || !m->S_zero)
-		goto nomem;
+		return -ENOMEM;
 	m->rep_salt = seed_salt(c, T_REP, 0);
 	for (uint32_t r = 0; r < m->R; r++) {
 		m->split_salt[r] = seed_salt(c, T_SPLIT, r);
@@ -403,58 +557,72 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 			m->comb[r * COMB_SALTS + k] = seed_salt(c, T_COMB, (uint64_t)r * COMB_SALTS + k);
 	}
 	m->pos_salt = seed_salt(c, T_POS, 0);
-	m->dpos_salt = seed_salt(c, T_DPOS, o->mode); /* copy and learned bytes differ */
+	m->dpos_salt = seed_salt(c, T_DPOS, m->mode); /* copy and learned bytes differ */
 	m->ind_salt = seed_salt(c, T_IND, 0);
 	m->tag_salt = seed_salt(c, T_TAG, 0);
 	if (c->has_image)
 		m->vis_salt = seed_salt(c, T_VISION, 0);
+	m->s_emb = seed_salt(c, T_EMB, 0);
+	m->s_wq = seed_salt(c, T_WQ, 0);
+	m->s_wo = seed_salt(c, T_WO, 0);
+	m->s_wout = seed_salt(c, T_WOUT, 0);
+	m->s_demb = seed_salt(c, T_DEMB, 0);
+	m->s_dout = seed_salt(c, T_DOUT, 0);
+	m->s_cx = seed_salt(c, T_COARSE_X, 0);
+	return 0;
+}
 
-	/* Weights. */
-	size_t VH = (size_t)m->V * m->H, H = m->H;
-	m->emb = malloc(VH * 4);
-	m->wq = malloc((size_t)m->L * SW * H * 4);
-	m->wo = malloc((size_t)m->L * SW * H * 4);
-	m->wout = malloc(VH * 4);
-	m->h0 = malloc(H * 4);
+/* The generated tokens, the initial hidden vectors, the launch's weight
+ * buffers and the scratch. */
+static int create_weights(hel_model *m)
+{
+	size_t H = m->H, LW = (size_t)m->L * SW * H;
 	m->gen = calloc(m->V, 1);
+	m->genlist = malloc((size_t)m->V * sizeof *m->genlist);
+	if (!m->gen || !m->genlist)
+		return -ENOMEM;
+	for (uint32_t v = 0; v < m->V; v++) {
+		m->gen[v] = v == '\n' || (v >= 0x20 && v <= 0x7e) || v == HEL_TOK_END;
+		if (m->gen[v])
+			m->genlist[m->G++] = v;
+	}
+	m->h0 = malloc(H * 4);
+	m->wq = malloc(LW * 4);
+	m->wo = malloc(LW * 4);
+	m->wout = malloc((size_t)m->G * H * 4);
 	m->z = malloc(H * 4);
 	m->hs = malloc(H * 4);
 	m->lane = malloc(H * 4);
 	m->att = malloc(H * 4);
 	m->d = malloc(H * 4);
 	m->dhs = malloc(H * 4);
+	m->erow = malloc(H * 4);
 	m->logits = malloc((size_t)m->V * 4);
-	if (!m->emb || !m->wq || !m->wo || !m->wout || !m->h0 || !m->gen || !m->z || !m->hs ||
-	    !m->lane || !m->att || !m->d || !m->dhs || !m->logits)
-		goto nomem;
-	gen_weights(m->emb, VH, seed_salt(c, T_EMB, 0));
-	gen_weights(m->wq, (size_t)m->L * SW * H, seed_salt(c, T_WQ, 0));
-	gen_weights(m->wo, (size_t)m->L * SW * H, seed_salt(c, T_WO, 0));
-	gen_weights(m->wout, VH, seed_salt(c, T_WOUT, 0));
-	gen_weights(m->h0, H, seed_salt(c, T_H0, 0));
-	for (uint32_t v = 0; v < m->V; v++)
-		m->gen[v] = v == '\n' || (v >= 0x20 && v <= 0x7e) || v == HEL_TOK_END;
+	m->rl = malloc((size_t)(HEL_DRAFT_MAX + 1) * m->V * 4);
+	m->pv = malloc((size_t)m->G * sizeof *m->pv);
+	m->qv = malloc((size_t)HEL_DRAFT_MAX * m->G * sizeof *m->qv);
+	if (!m->h0 || !m->wq || !m->wo || !m->wout || !m->z || !m->hs || !m->lane ||
+	    !m->att || !m->d || !m->dhs || !m->erow || !m->logits || !m->rl || !m->pv || !m->qv)
+		return -ENOMEM;
+	derive(m->h0, seed_salt(m->core, T_H0, 0), 0, H);
 	if (m->spec) {
-		m->demb = malloc(VH * 4);
-		m->dwq = malloc(SW * H * 4);
-		m->dwo = malloc(SW * H * 4);
-		m->dout = malloc(VH * 4);
 		m->d0 = malloc(H * 4);
-		if (!m->demb || !m->dwq || !m->dwo || !m->dout || !m->d0)
-			goto nomem;
-		gen_weights(m->demb, VH, seed_salt(c, T_DEMB, 0));
-		gen_weights(m->dwq, SW * H, seed_salt(c, T_DWQ, 0));
-		gen_weights(m->dwo, SW * H, seed_salt(c, T_DWO, 0));
-		gen_weights(m->dout, VH, seed_salt(c, T_DOUT, 0));
-		gen_weights(m->d0, H, seed_salt(c, T_D0, 0));
+		m->dout = malloc((size_t)m->G * DRAFT_LANES * 4);
+		if (!m->d0 || !m->dout)
+			return -ENOMEM;
+		derive(m->d0, seed_salt(m->core, T_D0, 0), 0, H);
 	}
+	return 0;
+}
 
-	/* Zero-chunk hashes, empty partial sums, zero recurrent sums. */
+/* Zero-chunk hashes, empty partial sums, zero recurrent sums. */
+static int create_summaries(hel_model *m, uint64_t maxtb)
+{
 	uint8_t *zeros = calloc(1, maxtb);
 	m->zero_hash = malloc((size_t)m->npl * m->pt * sizeof *m->zero_hash);
 	if (!zeros || !m->zero_hash) {
 		free(zeros);
-		goto nomem;
+		return -ENOMEM;
 	}
 	for (uint32_t p = 0; p < m->npl; p++)
 		for (uint32_t t = 0; t < m->pt; t++) {
@@ -466,6 +634,7 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 				m->P_empty += h;
 		}
 	free(zeros);
+	const hel_core *c = m->core;
 	for (uint32_t r = 0; r < m->R; r++) {
 		uint64_t rsr = shard_salt(m, c->recurrent_shard, r);
 		if (r > 0 && c->recurrent_shard == HEL_SHARD_REPLICATED) {
@@ -475,8 +644,12 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 		for (uint64_t i = 0; i < m->W; i++)
 			m->S_zero[r] += rec_term(rsr, i, 0);
 	}
+	return 0;
+}
 
-	/* The planes. */
+/* The page and row planes, and their summaries. */
+static int create_planes_memory(hel_model *m)
+{
 	m->pbase = calloc((size_t)m->R * m->npl, sizeof *m->pbase);
 	m->pmap = calloc(m->npl, sizeof *m->pmap);
 	m->rbase = calloc(m->R, sizeof *m->rbase);
@@ -484,24 +657,67 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 	m->rs = calloc((size_t)m->rows * m->R, sizeof *m->rs);
 	m->row_valid = calloc(m->rows, sizeof *m->row_valid);
 	if (!m->pbase || !m->pmap || !m->rbase || !m->ps || !m->rs || !m->row_valid)
-		goto nomem;
+		return eos_fail(-ENOMEM, "model: out of memory");
 	for (uint32_t p = 0; p < m->npl; p++)
 		m->pmap[p] = (size_t)(m->pl[p].unit * m->pages);
 	m->rmap = (size_t)(m->lay.bytes * m->rows);
 	for (uint32_t r = 0; r < m->R; r++) {
-		for (uint32_t p = 0; p < m->npl; p++) {
-			if (!(m->pbase[(size_t)r * m->npl + p] = map(m->pmap[p]))) {
-				rc = eos_fail(-ENOMEM, "model: cannot map %zu bytes for plane '%s' of rank %u",
-					      m->pmap[p], m->pl[p].cp->name, r);
-				goto fail;
-			}
-		}
-		if (!(m->rbase[r] = map(m->rmap))) {
-			rc = eos_fail(-ENOMEM, "model: cannot map %zu bytes for the rows of rank %u",
-				      m->rmap, r);
-			goto fail;
-		}
+		for (uint32_t p = 0; p < m->npl; p++)
+			if (!(m->pbase[(size_t)r * m->npl + p] = map(m->pmap[p])))
+				return eos_fail(-ENOMEM,
+						"model: cannot map %zu bytes for plane '%s' of rank %u",
+						m->pmap[p], m->pl[p].cp->name, r);
+		if (!(m->rbase[r] = map(m->rmap)))
+			return eos_fail(-ENOMEM, "model: cannot map %zu bytes for the rows of rank %u",
+					m->rmap, r);
 	}
+	return 0;
+}
+
+int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out)
+{
+	hel_model *m = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!hel_core_supports(c, o->mode))
+		return eos_fail(-EINVAL, "model: core '%s' does not support the %s state mode", c->name,
+				sel_state_mode_name(o->mode));
+	if (o->pages == 0 || o->rows == 0 || o->pages == HEL_NO_PAGE)
+		return eos_fail(-EINVAL, "model: %u pages and %u rows (expected at least one of each)",
+				o->pages, o->rows);
+	if (o->draft_tokens > HEL_DRAFT_MAX)
+		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
+				HEL_DRAFT_MAX);
+	if (!(m = calloc(1, sizeof *m)))
+		return eos_fail(-ENOMEM, "model: out of memory");
+	m->core = c;
+	m->mode = o->mode;
+	m->spec = o->mode != SEL_MODE_ORDINARY;
+	m->R = c->ranks;
+	m->H = c->hidden;
+	m->L = c->layers;
+	m->V = c->vocab;
+	m->pt = c->page_tokens;
+	m->Hd = m->spec ? c->draft_history : 0;
+	m->K = m->spec ? (o->draft_tokens ? o->draft_tokens : HEL_DRAFT_DEFAULT) : 0;
+	m->pages = o->pages;
+	m->rows = o->rows;
+	if ((rc = hel_core_row_layout(c, o->mode, &m->lay)))
+		goto fail;
+	m->W = m->lay.recurrent_bytes / 8;
+	m->T = m->W > 1 ? (m->W - 1) / 2 : 0;
+	m->M = m->W > 1 ? m->W - 1 - m->T : 0;
+	m->nmain = c->n_planes;
+	m->npl = c->n_planes + (m->spec ? c->n_drafts : 0);
+	rc = -ENOMEM;
+	if (!(m->pl = calloc(m->npl, sizeof *m->pl)))
+		goto nomem;
+	uint64_t maxtb = create_planes(m);
+	if (create_salts(m) || create_weights(m) || create_summaries(m, maxtb))
+		goto nomem;
+	if ((rc = create_planes_memory(m)))
+		goto fail;
 	*out = m;
 	return 0;
 nomem:
@@ -524,35 +740,12 @@ void hel_model_destroy(hel_model *m)
 		for (uint32_t r = 0; r < m->R; r++)
 			if (m->rbase[r])
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
-	free(m->pbase);
-	free(m->pmap);
-	free(m->rbase);
-	free(m->ps);
-	free(m->rs);
-	free(m->row_valid);
-	free(m->zero_hash);
-	free(m->S_zero);
-	free(m->split_salt);
-	free(m->comb);
-	free(m->pl);
-	free(m->emb);
-	free(m->wq);
-	free(m->wo);
-	free(m->wout);
-	free(m->h0);
-	free(m->demb);
-	free(m->dwq);
-	free(m->dwo);
-	free(m->dout);
-	free(m->d0);
-	free(m->gen);
-	free(m->z);
-	free(m->hs);
-	free(m->lane);
-	free(m->att);
-	free(m->d);
-	free(m->dhs);
-	free(m->logits);
+	void *own[] = { m->pbase, m->pmap, m->rbase, m->ps, m->rs, m->row_valid, m->zero_hash,
+			m->S_zero, m->split_salt, m->comb, m->pl, m->h0, m->d0, m->gen, m->genlist,
+			m->wq, m->wo, m->wout, m->dout, m->z, m->hs, m->lane,
+			m->att, m->d, m->dhs, m->erow, m->logits, m->rl, m->pv, m->qv };
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		free(own[i]);
 	free(m);
 }
 
@@ -799,29 +992,19 @@ static void attend(hel_model *m, const struct ptab *tab, const uint32_t *wq, con
 	const uint32_t H = m->H;
 	uint32_t *q = m->q, *acc = m->acc;
 	for (uint32_t k = 0; k < SW; k++) {
-		uint32_t s = 0;
-		for (uint32_t j = 0; j < H; j++)
-			s += wq[k * H + j] * x[j];
-		q[k] = s;
+		q[k] = dot(wq + (size_t)k * H, x, H);
 		acc[k] = 0;
 	}
 	uint32_t n = ptab_len(tab);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct page_sum *ps = &m->ps[ptab_at(tab, i)];
 		const uint32_t *kk = draft ? ps->dk : ps->k, *vv = draft ? ps->dv : ps->v;
-		uint32_t s = (i + 1) * GOLD32 + layer;
-		for (uint32_t k = 0; k < SW; k++)
-			s += q[k] * kk[k];
-		uint32_t w = (nl32(s) >> 20) | 1;
+		uint32_t w = (nl32((i + 1) * GOLD32 + layer + dot(q, kk, SW)) >> 20) | 1;
 		for (uint32_t k = 0; k < SW; k++)
 			acc[k] += w * vv[k];
 	}
-	for (uint32_t j = 0; j < H; j++) {
-		uint32_t s = n * GOLD32;
-		for (uint32_t k = 0; k < SW; k++)
-			s += wo[j * SW + k] * acc[k];
-		out[j] = s;
-	}
+	for (uint32_t j = 0; j < H; j++)
+		out[j] = n * GOLD32 + dot(wo + (size_t)j * SW, acc, SW);
 }
 
 static inline uint32_t ind_tag(const hel_model *m, uint64_t y)
@@ -829,9 +1012,16 @@ static inline uint32_t ind_tag(const hel_model *m, uint64_t y)
 	return (uint32_t)mix64(y ^ m->tag_salt) | 1u;
 }
 
-static inline uint64_t ind_index(const hel_model *m, uint64_t y, uint64_t rsr)
+/* The induction table is four-way set associative: context y may sit in
+ * any of four words, so the small cores' tables rarely lose a context to
+ * a collision. */
+#define IND_WAYS 4
+
+static inline void ind_slots(const hel_model *m, uint64_t y, uint64_t rsr, uint64_t *slot)
 {
-	return 1 + mix64(y ^ rsr ^ m->ind_salt) % m->T;
+	uint64_t h = mix64(y ^ rsr ^ m->ind_salt);
+	for (int k = 0; k < IND_WAYS; k++)
+		slot[k] = 1 + mix64(h + (uint64_t)k * GOLD) % m->T;
 }
 
 static inline void rec_set(uint8_t *w, uint64_t *S, uint64_t rsr, uint64_t i, uint64_t v)
@@ -842,6 +1032,17 @@ static inline void rec_set(uint8_t *w, uint64_t *S, uint64_t rsr, uint64_t i, ui
 }
 
 /* Step 4 for one rank: previous token, induction entry, mixing words. */
+/* Word 0 of the recurrent state: the last three consumed tokens, each + 1
+ * (0: none) in a 21-bit field, the latest lowest. */
+#define CTX_BITS 21
+#define CTX_FIELD ((1ull << CTX_BITS) - 1)
+
+static inline uint64_t ctx_push(uint64_t ctx, hel_token x)
+{
+	return (ctx & ((1ull << 2 * CTX_BITS) - 1)) << CTX_BITS | ((uint64_t)x + 1);
+}
+
+/* Step 4 for one rank: the context word, induction entry, mixing words. */
 static void rec_update(const hel_model *m, uint8_t *row, struct row_sum *s, uint64_t rsr,
 		       hel_token x, uint64_t zd)
 {
@@ -849,10 +1050,22 @@ static void rec_update(const hel_model *m, uint8_t *row, struct row_sum *s, uint
 	if (m->W == 0)
 		return;
 	uint64_t prev = rd64(w);
-	rec_set(w, &s->S, rsr, 0, (uint64_t)x + 1);
+	rec_set(w, &s->S, rsr, 0, ctx_push(prev, x));
+	/* x followed the context before it: into the way already holding that
+	 * context, else the first empty one, else the one its tag picks. */
 	if (m->T && prev) {
-		uint64_t y = prev - 1;
-		rec_set(w, &s->S, rsr, ind_index(m, y, rsr), (uint64_t)ind_tag(m, y) << 32 | x);
+		uint64_t ways[IND_WAYS], tag = ind_tag(m, prev), i = 0;
+		ind_slots(m, prev, rsr, ways);
+		int empty = -1, k;
+		for (k = 0; k < IND_WAYS; k++) {
+			uint64_t e = rd64(w + 8 * ways[k]);
+			if (e >> 32 == tag)
+				break;
+			if (!e && empty < 0)
+				empty = k;
+		}
+		i = ways[k < IND_WAYS ? k : empty >= 0 ? empty : (int)(tag >> 1 & (IND_WAYS - 1))];
+		rec_set(w, &s->S, rsr, i, tag << 32 | x);
 	}
 	uint32_t u_n = m->M < REC_UPDATES ? (uint32_t)m->M : REC_UPDATES;
 	for (uint32_t u = 0; u < u_n; u++) {
@@ -862,17 +1075,23 @@ static void rec_update(const hel_model *m, uint8_t *row, struct row_sum *s, uint
 	}
 }
 
-/* The token rank 0's induction table says followed x last time, or NO_TOKEN. */
-static hel_token induction(const hel_model *m, uint32_t slot, hel_token x)
+/* What rank 0's induction table says followed the context ctx (the last
+ * three tokens, as word 0 holds them) last time, or NO_TOKEN. */
+static hel_token induction(const hel_model *m, uint32_t slot, uint64_t ctx)
 {
 	if (!m->T)
 		return NO_TOKEN;
-	uint64_t rsr = shard_salt(m, m->core->recurrent_shard, 0);
-	uint64_t e = rd64(rowp(m, 0, slot) + m->lay.recurrent + 8 * ind_index(m, x, rsr));
-	uint32_t t = (uint32_t)e;
-	if ((uint32_t)(e >> 32) != ind_tag(m, x) || t >= m->V || !m->gen[t])
-		return NO_TOKEN;
-	return t;
+	uint64_t rsr = shard_salt(m, m->core->recurrent_shard, 0), ways[IND_WAYS];
+	const uint8_t *w = rowp(m, 0, slot) + m->lay.recurrent;
+	uint32_t tag = ind_tag(m, ctx);
+	ind_slots(m, ctx, rsr, ways);
+	for (int k = 0; k < IND_WAYS; k++) {
+		uint64_t e = rd64(w + 8 * ways[k]);
+		uint32_t t = (uint32_t)e;
+		if ((uint32_t)(e >> 32) == tag)
+			return t < m->V && m->gen[t] ? t : NO_TOKEN;
+	}
+	return NO_TOKEN;
 }
 
 /* Write one token's chunk of every plane of one group on every rank into
@@ -937,17 +1156,6 @@ static uint64_t draft_context(const hel_model *m, uint32_t slot, uint64_t n, uin
 	return c;
 }
 
-static void project(const hel_model *m, const uint32_t *w, const uint32_t *x, int32_t *logits)
-{
-	for (uint32_t v = 0; v < m->V; v++) {
-		const uint32_t *row = w + (size_t)v * m->H;
-		uint32_t acc = 0;
-		for (uint32_t j = 0; j < m->H; j++)
-			acc += row[j] * x[j];
-		logits[v] = m->gen[v] ? (int32_t)(acc >> 18) - 8192 : HEL_LOGIT_MASKED;
-	}
-}
-
 static int check_table(const hel_model *m, uint32_t slot, const struct ptab *tab, uint64_t *n_out)
 {
 	uint64_t n;
@@ -972,14 +1180,40 @@ static int check_table(const hel_model *m, uint32_t slot, const struct ptab *tab
 	return 0;
 }
 
-/* embed: NULL for a vocabulary token; at an image-token position (x is
- * HEL_TOK_IMAGE) that position's image-token state, added to the
- * embedding. */
-static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x,
-		uint32_t next_page, int32_t *logits, bool *page_done, const uint32_t *embed)
+/* Step 7, the output head, for one position: z its hidden vector, x the
+ * token it consumed (has_x false: a core without recurrent state, whose
+ * row does not keep it, so the logits cannot use it either), ind what
+ * followed x's context last time or NO_TOKEN, c the tokens consumed. */
+static void head(hel_model *m, const uint32_t *z, hel_token x, bool has_x, uint64_t c,
+		 hel_token ind, int32_t *logits)
+{
+	need_head(m);
+	m->counts.heads++;
+	const uint32_t H = m->H;
+	uint64_t hx = has_x ? coarse_position(m, x, c) : 0;
+	for (uint32_t v = 0; v < m->V; v++)
+		logits[v] = HEL_LOGIT_MASKED;
+	for (uint32_t g = 0; g < m->G; g++) {
+		uint32_t acc = dot(m->wout + (size_t)g * H, z, H);
+		int32_t l = (int32_t)(acc >> FINE_SHIFT) - (1 << (31 - FINE_SHIFT));
+		if (has_x)
+			l += coarse(hx, m->genlist[g]);
+		logits[m->genlist[g]] = l;
+	}
+	if (ind != NO_TOKEN)
+		logits[ind] += INDUCTION_BONUS;
+}
+
+/* Steps 1-6 for token x: consume it into slot (embed: NULL for a
+ * vocabulary token; at an image-token position, x being HEL_TOK_IMAGE,
+ * that position's image-token state, added to the embedding).  *ind_out
+ * (may be NULL) receives the induction table's answer for x after the
+ * update, for step 7. */
+static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x,
+		   uint32_t next_page, bool *page_done, const uint32_t *embed, hel_token *ind_out)
 {
 	const uint32_t H = m->H;
-	uint32_t *z = m->z, *lane = m->lane, *att = m->att;
+	uint32_t *z = m->z, *lane = m->lane, *att = m->att, *e = m->erow;
 	uint64_t n;
 	int rc;
 
@@ -1007,13 +1241,15 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 						"model: next page %u is already in the page table",
 						next_page);
 	}
+	need_attn(m);
+	m->counts.positions++;
 
 	/* 1-2: context and embedding. */
 	uint64_t c = main_context(m, slot, n, m->hs);
 	lanes(c, lane, H);
+	derive(e, m->s_emb, (size_t)x * H, H);
 	for (uint32_t j = 0; j < H; j++)
-		z[j] = nl32(m->emb[(size_t)x * H + j] + (embed ? embed[j] : 0) +
-			    rotl32(m->hs[j], 5) + lane[j]);
+		z[j] = nl32(e[j] + (embed ? embed[j] : 0) + rotl32(m->hs[j], 5) + lane[j]);
 	/* 3: attention blocks. */
 	for (uint32_t l = 0; l < m->L; l++) {
 		attend(m, tab, m->wq + (size_t)l * SW * H, m->wo + (size_t)l * SW * H, z, false, l, att);
@@ -1039,12 +1275,9 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 		uint32_t *d = m->d;
 		uint64_t dc = draft_context(m, slot, n, m->dhs);
 		lanes(dc, lane, H);
+		derive(e, m->s_demb, (size_t)x * H, H);
 		for (uint32_t j = 0; j < H; j++)
-			d[j] = nl32(m->demb[(size_t)x * H + j] + rotl32(m->dhs[j], 3) + lane[j] +
-				    rotl32(z[j], 11));
-		attend(m, tab, m->dwq, m->dwo, d, true, 0, att);
-		for (uint32_t j = 0; j < H; j++)
-			d[j] = nl32(d[j] + att[j]);
+			d[j] = nl32(e[j] + rotl32(m->dhs[j], 3) + lane[j] + rotl32(z[j], 11));
 		for (uint32_t r = 0; r < m->R; r++) {
 			uint8_t *row = rowp(m, r, slot);
 			memcpy(row + m->lay.draft_hidden, d, (size_t)H * 4);
@@ -1078,21 +1311,30 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 	}
 	if (page_done)
 		*page_done = completes;
-	/* 7: logits. */
-	if (logits) {
-		project(m, m->wout, z, logits);
-		hel_token b = induction(m, slot, x);
-		if (b != NO_TOKEN)
-			logits[b] += INDUCTION_BONUS;
-	}
+	if (ind_out)
+		*ind_out = m->W ? induction(m, slot, rd64(rowp(m, 0, slot) + m->lay.recurrent)) : NO_TOKEN;
 	return 0;
+}
+
+/* Consume x, then (logits non-NULL) step 7 for the position after it. */
+static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x,
+		uint32_t next_page, int32_t *logits, bool *page_done, const uint32_t *embed)
+{
+	hel_token ind = NO_TOKEN;
+	int rc = consume(m, slot, tab, x, next_page, page_done, embed, &ind);
+	if (rc == 0 && logits)
+		head(m, m->z, x, m->W > 0, rd64(rowp(m, 0, slot) + m->lay.consumed), ind, logits);
+	return rc;
 }
 
 int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		   hel_token token, uint32_t next_page, int32_t *logits)
 {
 	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
-	return step(m, slot, &tab, token, next_page, logits, NULL, NULL);
+	enter(m);
+	int rc = step(m, slot, &tab, token, next_page, logits, NULL, NULL);
+	leave(m);
+	return rc;
 }
 
 /* A prefill chunk of n positions: tokens[i], or (tokens NULL) image-token
@@ -1113,15 +1355,16 @@ static int prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 				"model: a chunk of %zu tokens after %llu needs a page table of %llu "
 				"pages, not %u",
 				n, (unsigned long long)c, (unsigned long long)((c + n) / m->pt), n_pages);
-	for (size_t i = 0; i < n; i++) {
+	enter(m);
+	for (size_t i = 0; i < n && rc == 0; i++) {
 		uint64_t pos = c + i;
 		struct ptab tab = { pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE };
 		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
-		if ((rc = step(m, slot, &tab, tokens ? tokens[i] : HEL_TOK_IMAGE, next,
-			       i + 1 == n ? logits : NULL, NULL, tokens ? NULL : states + i * m->H)))
-			return rc;
+		rc = step(m, slot, &tab, tokens ? tokens[i] : HEL_TOK_IMAGE, next,
+			  i + 1 == n ? logits : NULL, NULL, tokens ? NULL : states + i * m->H);
 	}
-	return 0;
+	leave(m);
+	return rc;
 }
 
 int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
@@ -1186,20 +1429,26 @@ int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 			return eos_fail(SEL_ECORRUPT,
 					"model: row slot %u: rank %u's hidden vector differs from rank 0's",
 					slot, r);
-	memcpy(m->z, h0, (size_t)m->H * 4);
-	project(m, m->wout, m->z, logits);
-	/* Word 0 of the recurrent state is the last consumed token + 1: the
-	 * token whose induction entry step 7 consulted (after its update). */
+	/* Word 0 of the recurrent state holds the last consumed tokens: the
+	 * one whose coarse factors step 7 used, and the context whose
+	 * induction entry it consulted (after its update). */
+	hel_token x = 0, ind = NO_TOKEN;
 	if (m->W) {
 		uint64_t w0 = rd64(rowp(m, 0, slot) + m->lay.recurrent);
-		if (w0 == 0 || w0 - 1 >= m->V)
+		uint64_t f0 = w0 & CTX_FIELD, f1 = w0 >> CTX_BITS & CTX_FIELD,
+			 f2 = w0 >> 2 * CTX_BITS & CTX_FIELD;
+		if (f0 == 0 || f0 > m->V || f1 > m->V || f2 > m->V || w0 >> 3 * CTX_BITS ||
+		    (f1 == 0 && f2 != 0))
 			return eos_fail(SEL_ECORRUPT,
-					"model: row slot %u: previous token word %llu is not a token",
+					"model: row slot %u: the context word %#llx holds no tokens",
 					slot, (unsigned long long)w0);
-		hel_token b = induction(m, slot, (hel_token)(w0 - 1));
-		if (b != NO_TOKEN)
-			logits[b] += INDUCTION_BONUS;
+		x = (hel_token)(f0 - 1);
+		ind = induction(m, slot, w0);
 	}
+	memcpy(m->z, h0, (size_t)m->H * 4);
+	enter(m);
+	head(m, m->z, x, m->W > 0, n, ind, logits);
+	leave(m);
 	return 0;
 }
 
@@ -1280,6 +1529,50 @@ static uint32_t argmax(const int32_t *l, uint32_t n)
 	return best;
 }
 
+/* The draw deciding `purpose` at a position, in [0, 1): a function of the
+ * seed and the position only, like hel_sample's (D_SAMPLE). */
+static double draw(const hel_sampler *s, uint64_t position, uint64_t purpose)
+{
+	return (double)(mix64(s->seed ^ mix64(position * GOLD + purpose)) >> 11) * 0x1p-53;
+}
+
+/* p[g]: the softmax of logits at temperature over the generated tokens, in
+ * id order (masked tokens have none), as hel_sample draws from it. */
+static void probs(const hel_model *m, const int32_t *l, double temperature, double *p)
+{
+	int32_t best = HEL_LOGIT_MASKED;
+	for (uint32_t g = 0; g < m->G; g++)
+		if (l[m->genlist[g]] > best)
+			best = l[m->genlist[g]];
+	double scale = 1.0 / (temperature * HEL_LOGIT_SCALE), total = 0;
+	for (uint32_t g = 0; g < m->G; g++) {
+		int32_t v = l[m->genlist[g]];
+		p[g] = v > HEL_LOGIT_MASKED ? exp((double)(v - best) * scale) : 0;
+		total += p[g];
+	}
+	for (uint32_t g = 0; g < m->G; g++)
+		p[g] /= total;
+}
+
+/* The index drawn from weights w[0..n) (not necessarily normalised) by u. */
+static uint32_t pick(const double *w, uint32_t n, double u)
+{
+	double total = 0, cum = 0;
+	uint32_t last = 0;
+	for (uint32_t g = 0; g < n; g++)
+		if (w[g] > 0) {
+			total += w[g];
+			last = g;
+		}
+	u *= total;
+	for (uint32_t g = 0; g < n; g++) {
+		cum += w[g];
+		if (w[g] > 0 && u < cum)
+			return g;
+	}
+	return last;
+}
+
 /* Token at sequence position pos in a draft history ring of Hd tokens. */
 static inline hel_token ring_at(const uint8_t *ring, uint32_t Hd, uint64_t pos)
 {
@@ -1288,8 +1581,26 @@ static inline hel_token ring_at(const uint8_t *ring, uint32_t Hd, uint64_t pos)
 	return v;
 }
 
-static int propose(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token after,
-		   hel_token *out, uint32_t max)
+/* A draft in progress: the history (ring positions lo..n-1) followed by
+ * the proposals so far. */
+struct draft {
+	const uint8_t *ring;
+	uint64_t n, lo;
+	uint64_t dc, digest;
+	uint32_t dd[DRAFT_LANES]; /* the draft head's state */
+	hel_token props[HEL_DRAFT_MAX];
+	uint32_t pg[HEL_DRAFT_MAX]; /* sampled proposals: their generated-token index */
+	uint32_t np;
+};
+
+static inline hel_token draft_at(const hel_model *m, const struct draft *d, uint64_t q)
+{
+	return q < d->n ? ring_at(d->ring, m->Hd, q) : d->props[q - d->n];
+}
+
+/* The draft head's state after the slot's consumed tokens: the draft
+ * hidden plus attention over the draft planes, and the context hash. */
+static int draft_begin(hel_model *m, uint32_t slot, const struct ptab *tab, struct draft *d)
 {
 	uint64_t n;
 	int rc;
@@ -1297,111 +1608,247 @@ static int propose(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		return eos_fail(-EINVAL, "model: drafts need a speculative state mode");
 	if ((rc = check_table(m, slot, tab, &n)))
 		return rc;
+	if (n == 0)
+		return eos_fail(-EINVAL, "model: row slot %u holds no token to draft after", slot);
+	need_draft(m);
+	d->ring = rowp(m, 0, slot) + m->lay.draft_history;
+	d->n = n;
+	d->lo = n > m->Hd ? n - m->Hd : 0;
+	d->np = 0;
+	d->dc = draft_context(m, slot, n, m->dhs);
+	/* Fold the draft hidden into SW lanes, attend over the draft planes'
+	 * page summaries with it, and keep DRAFT_LANES lanes of both. */
+	uint32_t f[SW], acc[SW] = { 0 };
+	for (uint32_t k = 0; k < SW; k++) {
+		f[k] = 0;
+		for (uint32_t i = 0; i < m->H / SW; i++)
+			f[k] += m->dhs[i * SW + k] * (2 * i + 1);
+	}
+	uint32_t np = ptab_len(tab);
+	for (uint32_t i = 0; i < np; i++) {
+		const struct page_sum *ps = &m->ps[ptab_at(tab, i)];
+		uint32_t w = (nl32((i + 1) * GOLD32 + 1 + dot(f, ps->dk, SW)) >> 20) | 1;
+		for (uint32_t k = 0; k < SW; k++)
+			acc[k] += w * ps->dv[k];
+	}
+	uint32_t lane[DRAFT_LANES];
+	lanes(d->dc, lane, DRAFT_LANES);
+	for (uint32_t j = 0; j < DRAFT_LANES; j++)
+		d->dd[j] = nl32((f[j] ^ rotl32(f[j + DRAFT_LANES], 7)) + acc[j] +
+				rotl32(acc[j + DRAFT_LANES], 13) + lane[j] + np * GOLD32);
+	d->digest = XXH3_64bits_withSeed(d->dd, sizeof d->dd, d->dc) | 1;
+	return 0;
+}
+
+/* The draft's view of the induction table: what followed the context of
+ * its last three tokens (the slot's context word, pushed on through the
+ * proposals) last time.  Like a draft head reading the main model's
+ * features, it reads the main model's table in the row. */
+static hel_token draft_successor(const hel_model *m, uint32_t slot, const struct draft *d)
+{
+	uint64_t ctx = rd64(rowp(m, 0, slot) + m->lay.recurrent);
+	for (uint32_t i = 0; i < d->np; i++)
+		ctx = ctx_push(ctx, d->props[i]);
+	return induction(m, slot, ctx);
+}
+
+/* The draft head's logits for the next proposal: step 7 truncated (DESIGN
+ * "Drafts"), its state chained through the last token. */
+static void draft_logits(hel_model *m, uint32_t slot, struct draft *d, int32_t *out)
+{
+	hel_token cur = draft_at(m, d, d->n + d->np - 1);
+	uint32_t lane[DRAFT_LANES], e[DRAFT_LANES];
+	lanes(d->dc + (d->np + 1) * GOLD, lane, DRAFT_LANES);
+	derive(e, m->s_demb, (size_t)(cur < m->V ? cur : 0) * DRAFT_LANES, DRAFT_LANES);
+	for (uint32_t j = 0; j < DRAFT_LANES; j++)
+		d->dd[j] = nl32(d->dd[j] + e[j] + lane[j]);
+	uint64_t hx = coarse_position(m, cur, d->n + d->np);
+	for (uint32_t v = 0; v < m->V; v++)
+		out[v] = HEL_LOGIT_MASKED;
+	for (uint32_t g = 0; g < m->G; g++) {
+		uint32_t acc = dot(m->dout + (size_t)g * DRAFT_LANES, d->dd, DRAFT_LANES);
+		int32_t l = (int32_t)(acc >> DRAFT_SHIFT) - (1 << (31 - DRAFT_SHIFT));
+		if (m->W)
+			l += coarse(hx, m->genlist[g]);
+		out[m->genlist[g]] = l;
+	}
+	hel_token b = m->T ? draft_successor(m, slot, d) : NO_TOKEN;
+	if (b != NO_TOKEN)
+		out[b] += INDUCTION_BONUS;
+}
+
+/* Copy mode: the continuation of the longest earlier match (up to
+ * COPY_MATCH_MAX tokens; the latest of the longest) of the history's last
+ * tokens, read on past the history's end through the proposals themselves
+ * (a periodic continuation), up to max tokens and the first one the model
+ * never generates.  0 when nothing matches. */
+static uint32_t copy_propose(hel_model *m, struct draft *d, uint32_t max)
+{
+	uint64_t n = d->n, lo = d->lo, best_p = 0;
+	uint32_t best = 0;
+	for (uint64_t p = n - 1; p-- > lo && best < COPY_MATCH_MAX;) {
+		uint32_t l = 0;
+		while (l < COPY_MATCH_MAX && p >= lo + l &&
+		       ring_at(d->ring, m->Hd, p - l) == ring_at(d->ring, m->Hd, n - 1 - l))
+			l++;
+		if (l > best) {
+			best = l;
+			best_p = p;
+		}
+	}
+	for (uint32_t k = 0; best >= COPY_MATCH_MIN && k < max; k++) {
+		hel_token t = draft_at(m, d, best_p + 1 + k);
+		if (t >= m->V || !m->gen[t])
+			break;
+		d->props[d->np++] = t;
+	}
+	return d->np;
+}
+
+/* Up to max proposals after the slot's consumed tokens into d: copy's, or
+ * the draft head's (greedy; sampled from q at s's temperature when s is
+ * hot, q stored in m->qv).  *copied: they came from the history. */
+static int propose(hel_model *m, uint32_t slot, const struct ptab *tab, const hel_sampler *s,
+		   uint32_t max, struct draft *d, bool *copied)
+{
+	int rc;
+	*copied = false;
+	if ((rc = draft_begin(m, slot, tab, d)))
+		return rc;
 	if (max > HEL_DRAFT_MAX)
 		max = HEL_DRAFT_MAX;
-	if (max == 0)
+	if (m->mode == SEL_MODE_COPY && copy_propose(m, d, max)) {
+		*copied = true;
+		m->counts.proposals += d->np;
 		return 0;
-	if (m->mode == SEL_MODE_COPY && n >= 3) {
-		const uint8_t *ring = rowp(m, 0, slot) + m->lay.draft_history;
-		hel_token last = ring_at(ring, m->Hd, n - 1);
-		uint64_t lo = n > m->Hd ? n - m->Hd : 0;
-		for (uint64_t p = n - 2; p-- > lo;) { /* p = n-3 down to lo */
-			if (ring_at(ring, m->Hd, p) != last || ring_at(ring, m->Hd, p + 1) != after)
-				continue;
-			uint32_t k = 0;
-			for (uint64_t q = p + 2; q < n && k < max; q++)
-				out[k++] = ring_at(ring, m->Hd, q);
-			return (int)k;
-		}
 	}
-	/* The draft head: chain the draft hidden through its own projection,
-	 * preferring what followed the current token last time in the
-	 * history (the cue the model's induction table follows). */
-	const uint8_t *ring = rowp(m, 0, slot) + m->lay.draft_history;
-	uint64_t lo = n > m->Hd ? n - m->Hd : 0;
-	const uint32_t H = m->H;
-	uint32_t *dd = m->d, *lane = m->lane, *att = m->att;
-	uint64_t dc = draft_context(m, slot, n, m->dhs);
-	attend(m, tab, m->dwq, m->dwo, m->dhs, true, 1, att);
-	memcpy(dd, m->dhs, (size_t)H * 4);
-	hel_token cur = after;
-	for (uint32_t k = 0; k < max; k++) {
-		lanes(dc + k * GOLD, lane, H);
-		for (uint32_t j = 0; j < H; j++)
-			dd[j] = nl32(dd[j] + m->demb[(size_t)(cur < m->V ? cur : 0) * H + j] + lane[j] +
-				     att[j]);
-		project(m, m->dout, dd, m->logits);
-		for (uint64_t p = n; p-- > lo + 1;) { /* p = n-1 down to lo+1 */
-			if (ring_at(ring, m->Hd, p - 1) != cur)
-				continue;
-			hel_token f = ring_at(ring, m->Hd, p);
-			if (f < m->V && m->gen[f])
-				m->logits[f] += DRAFT_BONUS;
-			break;
+	bool hot = m->mode == SEL_MODE_LEARNED && s && s->temperature > 0;
+	while (d->np < max) {
+		draft_logits(m, slot, d, m->logits);
+		hel_token t;
+		if (hot) {
+			double *q = m->qv + (size_t)d->np * m->G;
+			probs(m, m->logits, s->temperature, q);
+			uint32_t g = pick(q, m->G, draw(s, d->n + d->np, D_DRAFT));
+			d->pg[d->np] = g;
+			t = m->genlist[g];
+		} else {
+			t = argmax(m->logits, m->V);
 		}
-		cur = argmax(m->logits, m->V);
-		out[k] = cur;
-		if (cur == HEL_TOK_END)
-			return (int)k + 1;
+		d->props[d->np++] = t;
 	}
-	return (int)max;
+	m->counts.proposals += d->np;
+	return 0;
 }
 
 int hel_model_propose(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		      hel_token after, hel_token *out, uint32_t max)
+		      hel_token *out, uint32_t max)
 {
 	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
-	return propose(m, slot, &tab, after, out, max);
+	struct draft d;
+	bool copied;
+	if (max == 0)
+		return 0;
+	enter(m);
+	int rc = propose(m, slot, &tab, NULL, max, &d, &copied);
+	leave(m);
+	if (rc)
+		return rc;
+	memcpy(out, d.props, d.np * sizeof *out);
+	return (int)d.np;
 }
 
-int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		     uint32_t next_page, hel_token pending, const hel_sampler *s,
-		     uint32_t max_tokens, hel_round *out)
+/* ---- Verification ------------------------------------------------------------------ */
+
+/* Decide proposal i of d at position pos against the main logits l there:
+ * returns the token to emit, *ok whether it is the proposal accepted. */
+static hel_token decide(hel_model *m, const struct draft *d, uint32_t i, bool sampled,
+			const hel_sampler *s, const int32_t *l, uint64_t pos, bool *ok)
 {
-	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
-	int32_t *logits = m->logits;
+	hel_token want = d->props[i];
+	if (!sampled) {
+		/* Greedy, or a point-mass draft: min(1, p(d)/1) and the residual
+		 * max(0, p - 1_d) are the ordinary draw itself. */
+		hel_token t = hel_sample(l, m->V, s, pos);
+		*ok = t == want;
+		return t;
+	}
+	double *p = m->pv;
+	const double *q = m->qv + (size_t)i * m->G;
+	uint32_t g = d->pg[i];
+	probs(m, l, s->temperature, p);
+	if (draw(s, pos, D_ACCEPT) * q[g] < p[g]) {
+		*ok = true;
+		return want;
+	}
+	*ok = false;
+	for (uint32_t k = 0; k < m->G; k++)
+		p[k] = p[k] > q[k] ? p[k] - q[k] : 0; /* the residual */
+	return m->genlist[pick(p, m->G, draw(s, pos, D_RESIDUAL))];
+}
+
+/* The round of hel_model_decode, inside its launch. */
+static int decode_round(hel_model *m, uint32_t slot, struct ptab *tab, uint32_t next_page,
+			hel_token pending, const hel_decode_opts *o, uint32_t max, hel_round *out)
+{
+	const hel_sampler *s = o->sampler;
+	int32_t *L = m->rl;
 	uint64_t n;
 	bool done;
 	int rc;
 
-	memset(out, 0, sizeof *out);
-	if (max_tokens == 0)
-		return eos_fail(-EINVAL, "model: a decode round of zero tokens");
-	if (max_tokens > HEL_DRAFT_MAX + 1)
-		max_tokens = HEL_DRAFT_MAX + 1;
-	if ((rc = step(m, slot, &tab, pending, next_page, logits, &done, NULL)))
+	if ((rc = step(m, slot, tab, pending, next_page, L, &done, NULL)))
 		return rc;
 	if (done) {
 		out->page_used = true;
-		tab.extra = next_page;
+		tab->extra = next_page;
 	}
 	if ((rc = consumed_of(m, slot, &n)))
 		return rc;
-	hel_token g = hel_sample(logits, m->V, s, n);
-	out->tokens[out->n_tokens++] = g;
-	if (!m->spec || g == HEL_TOK_END || out->n_tokens >= max_tokens)
-		return 0;
-	uint32_t want = m->K < max_tokens - 1 ? m->K : max_tokens - 1;
-	if ((rc = propose(m, slot, &tab, g, out->proposed, want)) < 0)
+	uint32_t K = m->spec ? (o->draft_tokens ? o->draft_tokens : m->K) : 0;
+	uint32_t k = K < max - 1 ? K : max - 1;
+	struct draft d = { .np = 0 };
+	if (k && (rc = propose(m, slot, tab, s, k, &d, &out->copied)))
 		return rc;
-	out->n_proposed = (uint32_t)rc;
-	for (uint32_t i = 0; i < out->n_proposed; i++) {
-		if (g == HEL_TOK_END || out->n_tokens >= max_tokens || n >= m->core->max_context)
-			break;
-		if ((rc = step(m, slot, &tab, g, out->page_used ? HEL_NO_PAGE : next_page, logits,
-			       &done, NULL)))
-			return rc;
-		if (done) {
-			out->page_used = true;
-			tab.extra = next_page;
-		}
-		n++;
-		hel_token v = hel_sample(logits, m->V, s, n);
-		out->tokens[out->n_tokens++] = v;
-		if (v != out->proposed[i])
-			break;
+	memcpy(out->proposed, d.props, d.np * sizeof *d.props);
+	out->n_proposed = d.np;
+	out->draft_state = k ? d.digest : 0;
+	bool sampled = m->mode == SEL_MODE_LEARNED && !out->copied && s && s->temperature > 0;
+	for (uint32_t i = 0;; i++) {
+		const int32_t *l = L + (size_t)i * m->V;
+		uint64_t pos = n + i;
+		bool ok = false;
+		hel_token t = i < d.np ? decide(m, &d, i, sampled, s, l, pos, &ok)
+				       : hel_sample(l, m->V, s, pos); /* the token after them all */
+		out->tokens[out->n_tokens] = t;
+		out->logits[out->n_tokens++] = l;
+		if (!ok)
+			return 0; /* a correction, or the last: not consumed */
 		out->accepted++;
-		g = v;
+		/* Accepted: consumed, unless it ends the round or would complete
+		 * a page (DESIGN "Rounds"). */
+		if ((o->stop_on_end && t == HEL_TOK_END) || out->n_tokens >= max ||
+		    pos % m->pt == m->pt - 1 || pos >= m->core->max_context)
+			return 0;
+		if ((rc = step(m, slot, tab, t, HEL_NO_PAGE, L + (size_t)(i + 1) * m->V, NULL, NULL)))
+			return rc;
 	}
-	return 0;
+}
+
+int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
+		     uint32_t next_page, hel_token pending, const hel_decode_opts *o,
+		     hel_round *out)
+{
+	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	memset(out, 0, sizeof *out);
+	if (!o || o->max_tokens == 0)
+		return eos_fail(-EINVAL, "model: a decode round of zero tokens");
+	if (o->draft_tokens > HEL_DRAFT_MAX)
+		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
+				HEL_DRAFT_MAX);
+	uint32_t max = o->max_tokens < HEL_DRAFT_MAX + 1 ? o->max_tokens : HEL_DRAFT_MAX + 1;
+	enter(m);
+	int rc = decode_round(m, slot, &tab, next_page, pending, o, max, out);
+	leave(m);
+	return rc;
 }

@@ -8,6 +8,8 @@
  * physical page id) and one row plane (STATE_ROWS, indexed by state slot).
  * Every stored byte feeds the next token's logits (draft bytes feed the
  * draft proposals), so a wrong, stale or misplaced byte changes the output.
+ * Speculative modes decode in rounds (hel_model_decode): a draft proposes,
+ * the model verifies in the same launch, the output is the model's own.
  *
  * The engine owns page ids and state slots; the model never allocates them.
  * A sequence is a state slot plus its page table: the ids of its complete
@@ -130,9 +132,10 @@ int hel_model_prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32
 		      const hel_token *tokens, size_t n, int32_t *logits);
 
 /* The logits the step that brought slot to its state produced: the output
- * projection of its last hidden vector plus the induction bonus of its last
- * consumed token, bit-identical to that step's logits, computed from the
- * row alone and consuming nothing.  A request restored at the very end of
+ * head over its last hidden vector, its last consumed token and the
+ * induction entry of its last three (the context word of the recurrent
+ * state), bit-identical to that step's logits, computed from the row alone
+ * and consuming nothing.  A request restored at the very end of
  * its prompt samples from these (design 2.7 "a full-prompt hit resumes").
  * pages[0..n_pages) is the slot's page table, validated as for a step (the
  * logits do not read it).  -EINVAL for an empty sequence or an unloaded
@@ -187,33 +190,91 @@ typedef struct hel_logprob {
 void hel_logprobs(const int32_t *logits, uint32_t vocab, hel_token token, uint32_t top,
 		  hel_logprob *out);
 
+/* ---- Launches (the cost model: design 4, docs/performance.md) -------------- */
+
+/* A launch is one pass of the model over the positions it computes, the
+ * unit a GPU engine submits per step.  The model keeps no weight matrices:
+ * a launch derives from the seed, once, every weight it multiplies by (the
+ * attention projections, the output head's rows, the draft head), the
+ * stand-in for a GPU reading its weights from memory, which the positions
+ * of one launch share; each position then pays only its own arithmetic.
+ * Every call below that computes is a launch of its own, unless it runs
+ * between launch_begin and launch_end (nestable), which make one launch of
+ * everything between them -- the engine brackets each step with them, as a
+ * GPU engine runs all requests of a step in one forward pass.  Results
+ * never depend on how calls are grouped into launches. */
+void hel_model_launch_begin(hel_model *m);
+void hel_model_launch_end(hel_model *m);
+
+typedef struct hel_model_counts {
+	uint64_t launches;      /* launches that derived weights */
+	uint64_t positions;     /* tokens consumed */
+	uint64_t heads;         /* logits computed (output head positions) */
+	uint64_t proposals;     /* draft proposals made */
+} hel_model_counts;
+void hel_model_counts_get(const hel_model *m, hel_model_counts *out);
+
+/* ---- Decode rounds (speculative decoding) ----------------------------------- */
+
+typedef struct hel_decode_opts {
+	const hel_sampler *sampler; /* NULL: greedy */
+	uint32_t max_tokens;        /* tokens the round may emit, >= 1 (the request's
+				       max_tokens less what it generated) */
+	bool stop_on_end;           /* an emitted HEL_TOK_END ends the round (and the
+				       request); false: ignore_eos, END is a token */
+	uint32_t draft_tokens;      /* proposals, 1..HEL_DRAFT_MAX; 0: the model's */
+} hel_decode_opts;
+
 /* One decode round. */
 typedef struct hel_round {
-	hel_token tokens[HEL_DRAFT_MAX + 1]; /* emitted; the last one is not yet consumed */
+	hel_token tokens[HEL_DRAFT_MAX + 1]; /* emitted; the last one is not consumed */
 	uint32_t n_tokens;
+	/* The main model's logits each emitted token was decided from (at
+	 * its position; temperature 1 gives the target distribution's
+	 * logprobs).  Valid until the model's next call. */
+	const int32_t *logits[HEL_DRAFT_MAX + 1];
 	hel_token proposed[HEL_DRAFT_MAX];   /* the draft's proposals (speculative) */
 	uint32_t n_proposed;
-	uint32_t accepted;                   /* proposals verified and consumed */
+	uint32_t accepted;                   /* proposals verified and emitted */
+	bool copied;                         /* copy mode: proposals from the history
+						(false: the draft head's fallback) */
+	/* A digest of the draft state the round's proposals started from
+	 * (draft history, draft hidden, draft partial page, the draft planes'
+	 * summaries of the page table, the context word): tests compare it to
+	 * see draft bytes matter.  0 without proposals. */
+	uint64_t draft_state;
 	bool page_used;                      /* next_page received a completed page */
 } hel_round;
 
-/* Consume pending (the last emitted token) and generate.  Ordinary mode
- * emits one token.  Speculative modes draft up to draft_tokens proposals
- * and verify them: each proposal is consumed only if it equals the token
- * the model samples at its position, so the emitted tokens are exactly
- * those of ordinary mode with the same sampler.  A round stops after
- * emitting HEL_TOK_END (which is not consumed) or max_tokens tokens.  At
- * most one page completes per round; it goes to next_page. */
+/* Consume pending (the last emitted token, not yet consumed) and emit.
+ * Ordinary mode emits one token, sampled from the logits after pending.
+ * Speculative modes draft up to draft_tokens proposals for the positions
+ * after pending (copy: the longest earlier match of the latest tokens in
+ * the row's draft history, else the draft head; learned: the draft head)
+ * and verify them in the same launch, position by position: a proposal is
+ * accepted as the main model's own choice would be (temperature 0: it is
+ * the greedy token; sampling: standard speculative sampling -- accept with
+ * min(1, p/q), else emit a token from the normalised max(0, p - q), q a
+ * point mass for copy proposals), and the round emits the accepted prefix
+ * plus the main model's token after it.  Every emitted token except the
+ * last is consumed, so the state afterwards is exactly that of ordinary
+ * decoding of the same tokens, and a rejected proposal is never consumed.
+ * The round ends early, its last emitted token unconsumed, at END
+ * (stop_on_end), at max_tokens, or where consuming an accepted proposal
+ * would complete a page (only pending completes one: it goes to
+ * next_page).  Temperature 0 emits the ordinary tokens; sampling emits
+ * tokens from the target distribution (copy mode: the ordinary tokens, as
+ * its acceptance test is the ordinary draw itself). */
 int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		     uint32_t next_page, hel_token pending, const hel_sampler *s,
-		     uint32_t max_tokens, hel_round *out);
+		     uint32_t next_page, hel_token pending, const hel_decode_opts *o,
+		     hel_round *out);
 
-/* Speculative modes: up to max draft proposals to follow token `after`
- * (generated, not yet consumed) from the slot's draft state; copy mode
- * continues the latest earlier occurrence of (last token, after) in the
- * draft history and otherwise falls back to the draft head.  Changes
- * nothing.  Returns the count or a negative error. */
+/* Speculative modes: up to max greedy proposals to follow the slot's
+ * consumed tokens, from its draft state (the draft history, draft hidden,
+ * draft partial page and the draft planes of the pages in the table);
+ * what hel_model_decode would propose at temperature 0.  Changes nothing.
+ * Returns the count or a negative error. */
 int hel_model_propose(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
-		      hel_token after, hel_token *out, uint32_t max);
+		      hel_token *out, uint32_t max);
 
 #endif

@@ -1117,6 +1117,8 @@ static hel_step_entry *add_entry(struct step *st, struct req *r, hel_entry_kind 
 	e->live_row = r->live_row;
 	e->restore_src = HEL_NONE;
 	e->capture_row = HEL_NONE;
+	e->emit_max = 1;
+	e->has_stop = r->has_stop;
 	e->begin = begin;
 	e->end = end;
 	e->n_pages = (uint32_t)(end / P);
@@ -1164,6 +1166,7 @@ static void plan_decode(hel_scheduler *s, struct step *st, struct req *r, uint64
 		return; /* waits for a fence, or was preempted itself */
 	hel_step_entry *e = add_entry(st, r, HEL_ENTRY_DECODE, pos, end, s->P);
 	e->sample = true;
+	e->emit_max = r->max_tokens - r->n_gen; /* >= 1: a request stops at max_tokens */
 	r->consumed = end;
 	r->inflight = fence;
 	r->last_fence = fence;
@@ -1343,6 +1346,19 @@ int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_resul
 	if (st->fence != fence || st->n != n)
 		return eos_fail(-EINVAL, "complete_step: fence %llu with %zu results, expected %llu with %zu",
 				(unsigned long long)fence, n, (unsigned long long)st->fence, st->n);
+	for (size_t i = 0; i < n; i++) {
+		const hel_step_result *res = &results[i];
+		const hel_step_entry *e = &st->e[i];
+		if (res->n_more >= HEL_STEP_TOKENS_MAX ||
+		    (res->n_more && (e->kind != HEL_ENTRY_DECODE || 1 + res->n_more > e->emit_max)))
+			return eos_fail(-EINVAL, "complete_step: entry %zu emitted %u tokens, at most %u",
+					i, 1 + res->n_more, e->emit_max);
+		const struct req *r = find_req(s, e->req);
+		for (uint32_t t = 0; r && e->has_stop && t < res->n_more; t++)
+			if ((t ? res->more[t - 1] : res->token) == r->stop)
+				return eos_fail(-EINVAL, "complete_step: entry %zu emitted tokens after "
+						"the stop token", i);
+	}
 	s->completed = fence;
 	hel_cache_complete_fence(s->c, fence);
 	for (size_t i = 0; i < n; i++) {
@@ -1357,16 +1373,27 @@ int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_resul
 		if (!e->sample)
 			continue;
 		hel_finish fin = HEL_FINISH_NONE;
-		if (r->n_tok < r->cap_tok && sel_history_append(&r->h, &res->token, 1) == 0) {
-			r->tok[r->n_tok++] = res->token;
-			r->n_gen++;
-			if (r->has_stop && res->token == r->stop)
-				fin = HEL_FINISH_STOP;
-			else if (r->n_gen >= r->max_tokens)
-				fin = HEL_FINISH_LENGTH;
-		} else {
-			fin = HEL_FINISH_ERROR;
+		uint32_t n_tok = 1 + res->n_more;
+		for (uint32_t t = 0; t < n_tok && fin == HEL_FINISH_NONE; t++) {
+			sel_token tk = t ? res->more[t - 1] : res->token;
+			if (r->n_tok < r->cap_tok && sel_history_append(&r->h, &tk, 1) == 0) {
+				r->tok[r->n_tok++] = tk;
+				r->n_gen++;
+				if (r->has_stop && tk == r->stop)
+					fin = HEL_FINISH_STOP;
+				else if (r->n_gen >= r->max_tokens)
+					fin = HEL_FINISH_LENGTH;
+			} else {
+				fin = HEL_FINISH_ERROR;
+			}
 		}
+		s->st.decode_tokens += n_tok - 1;
+		/* A round consumed every token it emitted but the last.  Should
+		 * the history not hold them all (out of memory), the row is no
+		 * checkpoint of it: no terminal (last_fence 0). */
+		r->consumed += n_tok - 1;
+		if (r->n_tok < r->consumed)
+			r->last_fence = 0;
 		if (fin == HEL_FINISH_NONE) {
 			r->phase = HEL_PHASE_DECODE;
 			continue;
@@ -1542,11 +1569,7 @@ void hel_scheduler_release_after_shutdown(hel_scheduler *s)
 /* ---- check ---------------------------------------------------------------------------------- */
 
 #undef FAIL
-#define FAIL(...)                                                     \
-	do {                                                          \
-		rc = eos_fail(-EUCLEAN, "scheduler check: " __VA_ARGS__); \
-		goto out;                                             \
-	} while (0)
+#define FAIL(...) return eos_fail(-EUCLEAN, "scheduler check: " __VA_ARGS__)
 
 /* Per-checkpoint reference counts for invariant 4, kept in a map. */
 struct refs {
@@ -1583,127 +1606,146 @@ static uint32_t refs_get(const struct refs *f, uint64_t id)
 	return 0;
 }
 
-int hel_scheduler_check(hel_scheduler *s)
-{
-	int rc = hel_cache_check(s->c);
-	if (rc)
-		return rc;
+/* What the checks below share: ids seen as owned, the chain buffer, the
+ * references to checkpoints, and the totals compared at the end. */
+struct check {
 	hel_cache_counts k;
-	hel_cache_counts_get(s->c, &k);
-	uint8_t *pseen = calloc(k.pages_total, 1), *rseen = calloc(k.rows_total, 1);
-	uint32_t *chain = malloc((k.pages_total + 1) * sizeof(uint32_t));
-	struct refs refs = { 0 };
-	hel_map qset = { 0 };
-	uint32_t out_pages = 0, out_rows = 0;
-	uint64_t res_p = 0, res_r = 0, waiting_on_tickets = 0;
-	if (!pseen || !rseen || !chain) {
-		rc = eos_fail(-ENOMEM, "scheduler check: out of memory");
-		goto out;
-	}
-	if (s->completed > s->submitted || s->completed != k.completed || s->submitted != k.submitted)
+	uint8_t *pseen, *rseen;
+	uint32_t *chain;
+	struct refs refs;
+	uint32_t out_pages, out_rows;
+	uint64_t res_p, res_r, waiting_on_tickets;
+};
+
+/* Invariant 6: fences and the steps in flight. */
+static int check_steps(const hel_scheduler *s, const struct check *x)
+{
+	if (s->completed > s->submitted || s->completed != x->k.completed ||
+	    s->submitted != x->k.submitted)
 		FAIL("fences %llu/%llu, cache says %llu/%llu", (unsigned long long)s->completed,
-		     (unsigned long long)s->submitted, (unsigned long long)k.completed,
-		     (unsigned long long)k.submitted);
+		     (unsigned long long)s->submitted, (unsigned long long)x->k.completed,
+		     (unsigned long long)x->k.submitted);
 	if (s->submitted - s->completed != s->n_steps ||
 	    (s->n_steps && s->steps[s->step_head].fence != s->completed + 1))
 		FAIL("%u steps in flight for fences %llu..%llu", s->n_steps,
 		     (unsigned long long)s->completed, (unsigned long long)s->submitted);
 	if (s->active.n > s->cfg.max_active)
 		FAIL("%u active requests, max %u", s->active.n, s->cfg.max_active);
+	return 0;
+}
 
+/* Invariant 2 for an INBOUND request. */
+static int check_inbound(const struct req *r, struct check *x)
+{
+	unsigned long long id = (unsigned long long)r->id;
+	if (r->prefix != HEL_CKPT_NONE || r->n_table || r->consumed != r->reused || r->inflight)
+		FAIL("inbound request %llu has a prefix, pages or a step", id);
+	if (r->ticket) {
+		uint32_t seen = 0;
+		for (uint32_t i = 0; i < r->ticket->n_waiters; i++)
+			seen += r->ticket->waiters[i] == r->id;
+		if (seen != 1 || r->ticket->key.consumed != r->consumed)
+			FAIL("inbound request %llu is %u times on its ticket", id, seen);
+		x->waiting_on_tickets++;
+	} else if (!r->inbound_failed) {
+		FAIL("inbound request %llu has no ticket", id);
+	}
+	return 0;
+}
+
+/* Invariants 2, 3 and 7 for a request with a prefix and pages. */
+static int check_table(const hel_scheduler *s, const struct req *r, struct check *x)
+{
+	unsigned long long id = (unsigned long long)r->id;
+	if (r->ticket)
+		FAIL("request %llu in phase %s keeps a ticket", id, hel_phase_name(r->phase));
+	uint64_t pc = 0;
+	if (r->prefix != HEL_CKPT_NONE) {
+		const hel_ckpt *p = hel_cache_get(s->c, r->prefix);
+		if (!p || !hel_ckpt_has_row(p))
+			FAIL("request %llu prefix %llu is gone", id, (unsigned long long)r->prefix);
+		pc = p->key.consumed;
+		int nc = hel_cache_chain(s->c, p, x->chain, x->k.pages_total + 1);
+		if (nc < 0 || (uint32_t)nc != r->n_prefix ||
+		    memcmp(x->chain, r->table, r->n_prefix * sizeof(uint32_t)))
+			FAIL("request %llu shares pages that are not its prefix chain", id);
+		if (refs_add(&x->refs, r->prefix))
+			FAIL("out of memory");
+	} else if (r->n_prefix) {
+		FAIL("request %llu shares %u pages without a prefix", id, r->n_prefix);
+	}
+	if (r->consumed < pc || r->n_table != r->consumed / s->P)
+		FAIL("request %llu holds %u pages at %llu tokens (prefix %llu)", id, r->n_table,
+		     (unsigned long long)r->consumed, (unsigned long long)pc);
+	for (uint32_t i = r->n_prefix; i < r->n_table; i++) {
+		uint32_t pg = r->table[i];
+		if (pg >= x->k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT ||
+		    x->pseen[pg]++)
+			FAIL("request %llu own page %u is not its own", id, pg);
+		x->out_pages++;
+	}
+	uint64_t len = sel_history_len(&r->h);
+	if (r->phase == HEL_PHASE_RESTORE && (r->prefix == HEL_CKPT_NONE || r->consumed != pc))
+		FAIL("restoring request %llu at %llu, prefix at %llu", id,
+		     (unsigned long long)r->consumed, (unsigned long long)pc);
+	if (!r->inflight && r->phase == HEL_PHASE_PREFILL && r->consumed >= len)
+		FAIL("prefilling request %llu has nothing left", id);
+	if (!r->inflight && r->phase == HEL_PHASE_DECODE && (!r->n_gen || r->consumed + 1 != len))
+		FAIL("decoding request %llu at %llu of %llu", id, (unsigned long long)r->consumed,
+		     (unsigned long long)len);
+	if (r->deferred_msg != HEL_CKPT_NONE && r->deferred_msg != r->prefix)
+		FAIL("request %llu waits to offer %llu, not its prefix", id,
+		     (unsigned long long)r->deferred_msg);
+	return 0;
+}
+
+/* Invariants 1-3 and 5 for one request of list l (1: waiting). */
+static int check_request(const hel_scheduler *s, const struct req *r, int l, struct check *x)
+{
+	unsigned long long id = (unsigned long long)r->id;
+	x->res_p += r->res_pages;
+	x->res_r += r->res_rows;
+	if (sel_history_len(&r->h) != r->n_tok || r->n_tok != r->prompt_len + r->n_gen)
+		FAIL("request %llu history %llu tokens, mirror %llu, prompt %llu + %u", id,
+		     (unsigned long long)sel_history_len(&r->h), (unsigned long long)r->n_tok,
+		     (unsigned long long)r->prompt_len, r->n_gen);
+	if (l) {
+		if (r->phase != HEL_PHASE_WAITING || r->live_row != HEL_NONE ||
+		    r->prefix != HEL_CKPT_NONE || r->n_table || r->res_pages || r->res_rows ||
+		    r->ticket || r->inflight)
+			FAIL("waiting request %llu holds something (phase %s)", id,
+			     hel_phase_name(r->phase));
+		return 0;
+	}
+	if (r->phase < HEL_PHASE_INBOUND || r->phase > HEL_PHASE_DECODE)
+		FAIL("active request %llu in phase %s", id, hel_phase_name(r->phase));
+	if (r->live_row >= x->k.rows_total ||
+	    hel_cache_row_state(s->c, r->live_row) != HEL_ID_OUT || x->rseen[r->live_row]++)
+		FAIL("request %llu live row %u is not its own", id, r->live_row);
+	x->out_rows++;
+	if (r->res_rows != r->n_caps - r->next_cap)
+		FAIL("request %llu reserves %u rows for %u capture points", id, r->res_rows,
+		     r->n_caps - r->next_cap);
+	if (r->inflight && (r->inflight <= s->completed || r->inflight > s->submitted))
+		FAIL("request %llu in flight on fence %llu", id, (unsigned long long)r->inflight);
+	return r->phase == HEL_PHASE_INBOUND ? check_inbound(r, x) : check_table(s, r, x);
+}
+
+/* Both request lists, the request table and the reservation totals. */
+static int check_requests(const hel_scheduler *s, struct check *x)
+{
 	uint32_t nreq = 0;
+	int rc;
 	for (int l = 0; l < 2; l++) {
 		const struct rlist *list = l ? &s->waiting : &s->active;
 		uint32_t cnt = 0;
 		const struct req *prev = NULL;
 		for (const struct req *r = list->head; r; prev = r, r = r->next) {
-			unsigned long long id = (unsigned long long)r->id;
 			if (++cnt > list->n || r->prev != prev || find_req(s, r->id) != r)
-				FAIL("request list %d broken at request %llu", l, id);
-			res_p += r->res_pages;
-			res_r += r->res_rows;
-			if (sel_history_len(&r->h) != r->n_tok || r->n_tok != r->prompt_len + r->n_gen)
-				FAIL("request %llu history %llu tokens, mirror %llu, prompt %llu + %u", id,
-				     (unsigned long long)sel_history_len(&r->h),
-				     (unsigned long long)r->n_tok, (unsigned long long)r->prompt_len,
-				     r->n_gen);
-			if (l) {
-				if (r->phase != HEL_PHASE_WAITING || r->live_row != HEL_NONE ||
-				    r->prefix != HEL_CKPT_NONE || r->n_table || r->res_pages ||
-				    r->res_rows || r->ticket || r->inflight)
-					FAIL("waiting request %llu holds something (phase %s)", id,
-					     hel_phase_name(r->phase));
-				continue;
-			}
-			if (r->phase < HEL_PHASE_INBOUND || r->phase > HEL_PHASE_DECODE)
-				FAIL("active request %llu in phase %s", id, hel_phase_name(r->phase));
-			if (r->live_row >= k.rows_total || hel_cache_row_state(s->c, r->live_row) != HEL_ID_OUT ||
-			    rseen[r->live_row]++)
-				FAIL("request %llu live row %u is not its own", id, r->live_row);
-			out_rows++;
-			if (r->res_rows != r->n_caps - r->next_cap)
-				FAIL("request %llu reserves %u rows for %u capture points", id, r->res_rows,
-				     r->n_caps - r->next_cap);
-			if (r->inflight && (r->inflight <= s->completed || r->inflight > s->submitted))
-				FAIL("request %llu in flight on fence %llu", id,
-				     (unsigned long long)r->inflight);
-			if (r->phase == HEL_PHASE_INBOUND) {
-				if (r->prefix != HEL_CKPT_NONE || r->n_table || r->consumed != r->reused ||
-				    r->inflight)
-					FAIL("inbound request %llu has a prefix, pages or a step", id);
-				if (r->ticket) {
-					uint32_t seen = 0;
-					for (uint32_t i = 0; i < r->ticket->n_waiters; i++)
-						seen += r->ticket->waiters[i] == r->id;
-					if (seen != 1 || r->ticket->key.consumed != r->consumed)
-						FAIL("inbound request %llu is %u times on its ticket", id, seen);
-					waiting_on_tickets++;
-				} else if (!r->inbound_failed) {
-					FAIL("inbound request %llu has no ticket", id);
-				}
-				continue;
-			}
-			if (r->ticket)
-				FAIL("request %llu in phase %s keeps a ticket", id, hel_phase_name(r->phase));
-			uint64_t pc = 0;
-			if (r->prefix != HEL_CKPT_NONE) {
-				const hel_ckpt *p = hel_cache_get(s->c, r->prefix);
-				if (!p || !hel_ckpt_has_row(p))
-					FAIL("request %llu prefix %llu is gone", id,
-					     (unsigned long long)r->prefix);
-				pc = p->key.consumed;
-				int nc = hel_cache_chain(s->c, p, chain, k.pages_total + 1);
-				if (nc < 0 || (uint32_t)nc != r->n_prefix ||
-				    memcmp(chain, r->table, r->n_prefix * sizeof(uint32_t)))
-					FAIL("request %llu shares pages that are not its prefix chain", id);
-				if (refs_add(&refs, r->prefix))
-					FAIL("out of memory");
-			} else if (r->n_prefix) {
-				FAIL("request %llu shares %u pages without a prefix", id, r->n_prefix);
-			}
-			if (r->consumed < pc || r->n_table != r->consumed / s->P)
-				FAIL("request %llu holds %u pages at %llu tokens (prefix %llu)", id,
-				     r->n_table, (unsigned long long)r->consumed, (unsigned long long)pc);
-			for (uint32_t i = r->n_prefix; i < r->n_table; i++) {
-				uint32_t pg = r->table[i];
-				if (pg >= k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT ||
-				    pseen[pg]++)
-					FAIL("request %llu own page %u is not its own", id, pg);
-				out_pages++;
-			}
-			uint64_t len = sel_history_len(&r->h);
-			if (r->phase == HEL_PHASE_RESTORE && (r->prefix == HEL_CKPT_NONE || r->consumed != pc))
-				FAIL("restoring request %llu at %llu, prefix at %llu", id,
-				     (unsigned long long)r->consumed, (unsigned long long)pc);
-			if (!r->inflight && r->phase == HEL_PHASE_PREFILL && r->consumed >= len)
-				FAIL("prefilling request %llu has nothing left", id);
-			if (!r->inflight && r->phase == HEL_PHASE_DECODE &&
-			    (!r->n_gen || r->consumed + 1 != len))
-				FAIL("decoding request %llu at %llu of %llu", id,
-				     (unsigned long long)r->consumed, (unsigned long long)len);
-			if (r->deferred_msg != HEL_CKPT_NONE && r->deferred_msg != r->prefix)
-				FAIL("request %llu waits to offer %llu, not its prefix", id,
-				     (unsigned long long)r->deferred_msg);
+				FAIL("request list %d broken at request %llu", l,
+				     (unsigned long long)r->id);
+			if ((rc = check_request(s, r, l, x)))
+				return rc;
 		}
 		if (cnt != list->n || list->tail != prev)
 			FAIL("request list %d counts %u, holds %u", l, list->n, cnt);
@@ -1714,11 +1756,16 @@ int hel_scheduler_check(hel_scheduler *s)
 		nslots += s->reqs.p[i] != NULL;
 	if (nslots != nreq || s->req_map.n != nreq)
 		FAIL("%u requests in lists, %u in the table, %zu in the map", nreq, nslots, s->req_map.n);
-	if (res_p != s->res_pages || res_r != s->res_rows)
+	if (x->res_p != s->res_pages || x->res_r != s->res_rows)
 		FAIL("reservations sum to %llu pages and %llu rows, totals %llu and %llu",
-		     (unsigned long long)res_p, (unsigned long long)res_r,
+		     (unsigned long long)x->res_p, (unsigned long long)x->res_r,
 		     (unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
+	return 0;
+}
 
+/* Invariants 3, 4 and 8 for the tickets, then the ids handed out. */
+static int check_tickets(const hel_scheduler *s, struct check *x)
+{
 	uint32_t ntk = 0;
 	for (uint32_t i = 0; i < s->tickets.cap; i++) {
 		const struct ticket *t = s->tickets.p[i];
@@ -1734,7 +1781,7 @@ int hel_scheduler_check(hel_scheduler *s)
 			if (!a || !hel_ckpt_has_row(a))
 				FAIL("ticket %llu ancestor %llu is gone", id, (unsigned long long)t->ancestor);
 			ac = a->key.consumed;
-			if (refs_add(&refs, t->ancestor))
+			if (refs_add(&x->refs, t->ancestor))
 				FAIL("out of memory");
 		}
 		if (t->n_pages != t->key.consumed / s->P - ac / s->P)
@@ -1742,13 +1789,15 @@ int hel_scheduler_check(hel_scheduler *s)
 			     (unsigned long long)t->key.consumed, (unsigned long long)ac);
 		for (uint32_t j = 0; j < t->n_pages; j++) {
 			uint32_t pg = t->pages[j];
-			if (pg >= k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT || pseen[pg]++)
+			if (pg >= x->k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT ||
+			    x->pseen[pg]++)
 				FAIL("ticket %llu page %u is not its own", id, pg);
-			out_pages++;
+			x->out_pages++;
 		}
-		if (t->row >= k.rows_total || hel_cache_row_state(s->c, t->row) != HEL_ID_OUT || rseen[t->row]++)
+		if (t->row >= x->k.rows_total || hel_cache_row_state(s->c, t->row) != HEL_ID_OUT ||
+		    x->rseen[t->row]++)
 			FAIL("ticket %llu row %u is not its own", id, t->row);
-		out_rows++;
+		x->out_rows++;
 		for (uint32_t j = 0; j < t->n_waiters; j++) {
 			const struct req *r = find_req(s, t->waiters[j]);
 			if (!r || r->phase != HEL_PHASE_INBOUND || r->ticket != t)
@@ -1758,35 +1807,67 @@ int hel_scheduler_check(hel_scheduler *s)
 	}
 	if (ntk != s->n_tickets || s->ticket_map.n != ntk)
 		FAIL("%u tickets, counted %u, map %zu", ntk, s->n_tickets, s->ticket_map.n);
-	if (out_pages != k.pages_out || out_rows != k.rows_out)
+	if (x->out_pages != x->k.pages_out || x->out_rows != x->k.rows_out)
 		FAIL("requests and tickets own %u pages and %u rows, the cache handed out %u and %u",
-		     out_pages, out_rows, k.pages_out, k.rows_out);
-	if (waiting_on_tickets != s->st.inbound_waiting)
-		FAIL("%llu requests wait on tickets, stats say %llu", (unsigned long long)waiting_on_tickets,
-		     (unsigned long long)s->st.inbound_waiting);
+		     x->out_pages, x->out_rows, x->k.pages_out, x->k.rows_out);
+	if (x->waiting_on_tickets != s->st.inbound_waiting)
+		FAIL("%llu requests wait on tickets, stats say %llu",
+		     (unsigned long long)x->waiting_on_tickets, (unsigned long long)s->st.inbound_waiting);
+	return 0;
+}
 
-	for (size_t i = 0; i < s->nq; i++)
+/* Invariants 4 and 7 for every checkpoint. */
+static int check_checkpoints(hel_scheduler *s, const struct check *x)
+{
+	hel_map qset = { 0 };
+	int rc = 0;
+	for (size_t i = 0; i < s->nq && !rc; i++)
 		if (hel_map_add(&qset, hel_mix64(s->queue[i]), 0))
-			FAIL("out of memory");
+			rc = eos_fail(-ENOMEM, "scheduler check: out of memory");
 	size_t cur = 0;
-	for (const hel_ckpt *c; (c = hel_cache_iter(s->c, &cur));) {
+	for (const hel_ckpt *c; !rc && (c = hel_cache_iter(s->c, &cur));) {
 		unsigned long long id = (unsigned long long)c->id;
-		uint32_t want = refs_get(&refs, c->id) + c->xpins;
+		uint32_t want = refs_get(&x->refs, c->id) + c->xpins;
 		if (c->pins != want)
-			FAIL("checkpoint %llu has %u pins, references account for %u", id, c->pins, want);
-		if ((c->flags & HEL_CK_DEFERRED) && (c->flags & HEL_CK_OFFERED))
-			FAIL("checkpoint %llu is both deferred and offered", id);
-		if ((c->flags & HEL_CK_QUEUED) &&
-		    hel_map_first(&qset, hel_mix64(c->id)) == HEL_MAP_END)
-			FAIL("checkpoint %llu is flagged queued but not in the queue", id);
+			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu has %u pins, "
+				      "references account for %u", id, c->pins, want);
+		else if ((c->flags & HEL_CK_DEFERRED) && (c->flags & HEL_CK_OFFERED))
+			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu is both deferred "
+				      "and offered", id);
+		else if ((c->flags & HEL_CK_QUEUED) &&
+			 hel_map_first(&qset, hel_mix64(c->id)) == HEL_MAP_END)
+			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu is flagged queued "
+				      "but not in the queue", id);
 	}
-out:
-	free(pseen);
-	free(rseen);
-	free(chain);
-	hel_map_free(&refs.m);
-	free(refs.ids);
-	free(refs.cnt);
 	hel_map_free(&qset);
+	return rc;
+}
+
+int hel_scheduler_check(hel_scheduler *s)
+{
+	int rc = hel_cache_check(s->c);
+	if (rc)
+		return rc;
+	struct check x = { 0 };
+	hel_cache_counts_get(s->c, &x.k);
+	x.pseen = calloc(x.k.pages_total, 1);
+	x.rseen = calloc(x.k.rows_total, 1);
+	x.chain = malloc((x.k.pages_total + 1) * sizeof(uint32_t));
+	if (!x.pseen || !x.rseen || !x.chain)
+		rc = eos_fail(-ENOMEM, "scheduler check: out of memory");
+	if (!rc)
+		rc = check_steps(s, &x);
+	if (!rc)
+		rc = check_requests(s, &x);
+	if (!rc)
+		rc = check_tickets(s, &x);
+	if (!rc)
+		rc = check_checkpoints(s, &x);
+	free(x.pseen);
+	free(x.rseen);
+	free(x.chain);
+	hel_map_free(&x.refs.m);
+	free(x.refs.ids);
+	free(x.refs.cnt);
 	return rc;
 }

@@ -72,6 +72,12 @@
  *            e.capture_row (checkpoint e.capture, GPU-ready after the fence);
  *            if e.sample, sample a token from the row and put it in
  *            results[i].token.
+ *   A DECODE entry may instead run a speculative round (hel_model_decode):
+ *   consume e.tokens[0], then emit up to e.emit_max tokens (none after a
+ *   stop token when e.has_stop), consuming every emitted token but the
+ *   last and completing no page but the one e.pages names for the first
+ *   token; the first emitted token goes to results[i].token, the rest to
+ *   results[i].more.
  * A step's hel_step and everything it points to stay valid until its
  * complete_step.  Steps complete in fence order; with max_inflight > 1 the
  * worker may plan the next step before completing the previous one (its
@@ -225,6 +231,9 @@ typedef struct hel_step_entry {
 	uint32_t first_new_page;   /* pages[first_new_page..n_pages) complete in this entry */
 	bool reset;                /* begin == 0 without a restore: start empty */
 	bool sample;               /* sample the next token after the entry */
+	uint32_t emit_max;         /* sample: tokens the request may still generate (>= 1;
+				      more than 1 only for DECODE: a speculative round) */
+	bool has_stop;             /* the request ends at the stop token */
 	uint32_t capture_row;      /* HEL_NONE, or snapshot live_row here after the entry */
 	uint64_t capture;          /* the checkpoint that capture fills */
 } hel_step_entry;
@@ -242,8 +251,15 @@ typedef enum hel_finish {
 	HEL_FINISH_ERROR,  /* out of memory recording the token */
 } hel_finish;
 
+#define HEL_STEP_TOKENS_MAX 17 /* tokens one entry may emit: a round of 16 proposals */
+
 typedef struct hel_step_result {
 	sel_token token;     /* in: the sampled token, for entries with sample */
+	/* in: a speculative round's further tokens, in order (DECODE only;
+	 * 1 + n_more <= the entry's emit_max, no token after a stop token).
+	 * All of them but the last were consumed by the round. */
+	sel_token more[HEL_STEP_TOKENS_MAX - 1];
+	uint32_t n_more;
 	hel_finish finished; /* out: the request finished and is gone */
 	uint64_t terminal;   /* out: its terminal checkpoint (or HEL_CKPT_NONE) */
 } hel_step_result;
@@ -350,10 +366,13 @@ int hel_scheduler_request_info(hel_scheduler *s, hel_req_id req, hel_request_inf
 int hel_scheduler_next_step(hel_scheduler *s, hel_step *out);
 
 /* The step `fence` (the oldest outstanding) completed: results[i] answers
- * entries[i] (n must match).  Applies sampled tokens, finishes requests on
- * the stop token or max_tokens (their terminal checkpoint is created and
- * reported), completes the fence (pending ids become free, the step's
- * captures become GPU-ready).  -EINVAL for a wrong fence or count. */
+ * entries[i] (n must match).  Applies sampled tokens (a round's several in
+ * order; the request's live row then holds every one but the last),
+ * finishes requests on the stop token or max_tokens (their terminal
+ * checkpoint is created and reported), completes the fence (pending ids
+ * become free, the step's captures become GPU-ready).  -EINVAL for a wrong
+ * fence or count, or a result with more tokens than its entry allowed
+ * (nothing is applied then). */
 int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_result *results,
 				size_t n);
 
