@@ -70,6 +70,7 @@ import random
 import re
 import struct
 import sys
+import threading
 import time
 import traceback
 
@@ -187,35 +188,6 @@ class Core:
         if mode != "ordinary":
             a += ["--speculate", mode]
         return a
-
-
-SIZE_RE = re.compile(r"^(\s*recurrent_bytes\s*=\s*)(\d+)\s*([A-Za-z]*)", re.M)
-UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20,
-         "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
-
-def slow_restore_core(ctx, core, row=8 << 20):
-    """The core with at least an 8 MiB recurrent state per row, written to a
-    temporary file: a restore then takes milliseconds, a window the second
-    of two simultaneous requests reliably falls into.  The prefix is long
-    enough (3,000 tokens) that the fetch policy still prefers restoring."""
-    src = core.path or os.path.join(repo_root(), "cores", "tiny.core")
-    with open(src) as fh:
-        txt = fh.read()
-    m = SIZE_RE.search(txt)
-    if m and int(m.group(2)) * UNITS[m.group(3).lower()] >= row:
-        return core
-    path = os.path.join(ctx.tmp, f"{core.name}-big-row.core")
-    if not os.path.exists(path):
-        txt = SIZE_RE.sub(lambda mm: mm.group(1) + str(row), txt, count=1)
-        txt = re.sub(r"^(\s*name\s*=\s*)(\S+)", lambda mm: mm.group(1) + mm.group(2) + "-big-row",
-                     txt, count=1, flags=re.M)
-        with open(path, "w") as fh:
-            fh.write(txt)
-    user1 = max(core.user1, 3000)
-    return Core(core.name + "-big-row", path, user1, core.user2, core.filler,
-                max(core.gpu_pages, (user1 + core.user2 + 3 * core.max_tokens) // 64 + 16),
-                core.max_active, core.max_tokens, core.modes)
 
 
 def core_table(root):
@@ -652,14 +624,13 @@ def sc_branching(ctx, core, store, res):
     inbound ticket (one fetch) and both complete with host reuse.
 
     Over HTTP "together" means the second arrives while the first's
-    restore is in flight: both requests are written at the same moment
-    (Flare.post_together).  When the second still arrived after the
-    restore landed (it then reuses the GPU copy), the scenario tries again
-    with a fresh conversation, and reports the attempts.  Cores with small
-    rows run with an 8 MiB row (slow_restore_core) so that the restore is
-    slow enough for the race to be won."""
+    restore is in flight.  The server runs with the test hook
+    FLARE_TEST_HOLD_INBOUND (engine.h test_hold_inbound): while its file
+    exists, completed restores are held back, so both continuations are
+    posted, the scenario waits until both wait on the restore
+    (flare_host_cache_inbound_waiting == 2), then removes the file.  No
+    race with the restore's speed: the outcome is decided by conditions."""
     ctx.need(core, store)
-    core = slow_restore_core(ctx, core)
     res.core = core.name
     nfill = filler_count(ctx, core)
     d = ctx.dir("branching") if store in ("disk", "composite") else None
@@ -667,29 +638,51 @@ def sc_branching(ctx, core, store, res):
     big = core.user1 + 2 * core.max_tokens + core.user2 + 80
     mem = memory_for(ctx, core, "ordinary", [core.filler + 20] * (nfill + 2) + [big] * 6)
     args = base + store_args(ctx, store, core, d, mem)
-    attempts = 12
-    with ctx.server(core, args) as srv:
+    hold = os.path.join(ctx.dir("branching-hold"), "hold")
+    env = dict(os.environ, FLARE_TEST_HOLD_INBOUND=hold)
+    with Flare(ctx.flare, args, core=core.path, env=env, name="flare",
+               log=ctx.log if ctx.verbose else None) as srv:
         check_store(res, srv, store)
-        for attempt in range(1, attempts + 1):
-            conv = Conversation(ctx, core, seed=30 + attempt)
-            turn1_and_continue(res, ctx, srv, conv, f"attempt {attempt}: turn 1")
-            fillers(ctx, srv, core, nfill, seed=40 + attempt)
-            m1 = srv.settle()
-            bodies = [conv.follow_up(f"branch {k}: " + conv.user2(k))[0] for k in (0, 1)]
-            rs = srv.post_together([("/v1/chat/completions", b) for b in bodies])
-            m2 = srv.settle()
-            fetches = m2.delta(m1, "flare_host_cache_fetches_total")
-            hosts = [r["flare"]["reused_host_tokens"] for r in rs]
-            gpus = [r["flare"]["reused_gpu_tokens"] for r in rs]
-            res.note(f"attempt {attempt}: T1 {conv.t1}, fetches +{fetches:.0f}, "
-                     f"host reuse {hosts}, GPU reuse {gpus}")
-            if fetches != 1 or all(h > 0 for h in hosts):
-                break
+        conv = Conversation(ctx, core, seed=31)
+        turn1_and_continue(res, ctx, srv, conv, "turn 1")
+        fillers(ctx, srv, core, nfill, seed=41)
+        m1 = srv.settle()
+        bodies = [conv.follow_up(f"branch {k}: " + conv.user2(k))[0] for k in (0, 1)]
+        out = {}
+
+        def post():
+            try:
+                out["rs"] = srv.post_together([("/v1/chat/completions", b) for b in bodies])
+            except Exception as exc:  # reported below, in the scenario's thread
+                out["err"] = exc
+
+        with open(hold, "w"):
+            pass
+        t = threading.Thread(target=post, daemon=True)
+        t.start()
+        try:
+            srv.wait_metric(lambda m: m.get("flare_host_cache_inbound_waiting") >= 2,
+                            timeout=60.0, what="both continuations waiting on the restore")
+            res.check(True, "both continuations wait on one restore (inbound_waiting 2)")
+        except FlareError as exc:
+            res.check(False, "both continuations wait on one restore (inbound_waiting 2)",
+                      str(exc))
+        finally:
+            os.unlink(hold)
+        t.join(timeout=120.0)
+        if "err" in out or "rs" not in out:
+            res.check(False, "both continuations answered", repr(out.get("err", "timeout")))
+            return
+        rs = out["rs"]
+        m2 = srv.settle()
+        fetches = m2.delta(m1, "flare_host_cache_fetches_total")
+        hosts = [r["flare"]["reused_host_tokens"] for r in rs]
+        gpus = [r["flare"]["reused_gpu_tokens"] for r in rs]
+        res.note(f"T1 {conv.t1}, fetches +{fetches:.0f}, host reuse {hosts}, GPU reuse {gpus}")
         res.check(fetches == 1, "one fetch (one inbound ticket) for both continuations",
                   f"+{fetches:.0f}")
         res.check(hosts == [conv.t1, conv.t1],
-                  f"both continuations restored T1 = {conv.t1} from the host",
-                  f"{hosts} in attempt {attempt} of {attempts}")
+                  f"both continuations restored T1 = {conv.t1} from the host", f"{hosts}")
         res.check(m2.delta(m1, "flare_host_cache_hits_total") == 2,
                   "metrics: two host hits (admissions) for one fetch",
                   f"+{m2.delta(m1, 'flare_host_cache_hits_total'):.0f}")

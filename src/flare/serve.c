@@ -415,6 +415,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.fdatasync = false,
+		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

@@ -332,6 +332,8 @@ struct hel_engine {
 	uint32_t block_skips;
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
+	sel_event *held_ev;  /* restore outcomes held back (cfg.test_hold_inbound) */
+	size_t n_held_ev, cap_held_ev;
 	struct hel_engine *grave_next;
 };
 
@@ -1204,6 +1206,37 @@ static void retry_puts(hel_engine *e)
 	e->offer_all = false;
 }
 
+/* The test hook cfg.test_hold_inbound: keep a restore's outcome while the
+ * path exists (or when the array cannot grow: then it is handled now). */
+static bool hold_inbound(hel_engine *e, const sel_event *ev)
+{
+	if (!e->cfg.test_hold_inbound || access(e->cfg.test_hold_inbound, F_OK) != 0)
+		return false;
+	if (e->n_held_ev == e->cap_held_ev) {
+		size_t cap = e->cap_held_ev ? 2 * e->cap_held_ev : 8;
+		sel_event *p = realloc(e->held_ev, cap * sizeof *p);
+		if (!p)
+			return false;
+		e->held_ev = p;
+		e->cap_held_ev = cap;
+	}
+	e->held_ev[e->n_held_ev++] = *ev;
+	return true;
+}
+
+/* The held outcomes, in their order, once the path is gone (or always,
+ * when the worker stops). */
+static int release_inbound(hel_engine *e, bool always)
+{
+	size_t n = e->n_held_ev;
+	if (!n || (!always && access(e->cfg.test_hold_inbound, F_OK) == 0))
+		return 0;
+	e->n_held_ev = 0;
+	for (size_t i = 0; i < n; i++)
+		fetch_event(e, &e->held_ev[i]);
+	return (int)n;
+}
+
 /* Design 2.8 service_store.  Returns the number of events handled. */
 static int service_store(hel_engine *e)
 {
@@ -1223,7 +1256,8 @@ static int service_store(hel_engine *e)
 					e->progress++;
 					/* fall through */
 				case SEL_EV_FETCH_FAILED:
-					fetch_event(e, &ev[i]);
+					if (!hold_inbound(e, &ev[i]))
+						fetch_event(e, &ev[i]);
 					break;
 				case SEL_EV_STORED:
 				case SEL_EV_STORE_FAILED:
@@ -1241,6 +1275,7 @@ static int service_store(hel_engine *e)
 				break;
 		}
 	}
+	events += release_inbound(e, false);
 	/* Eviction notices before any put (design 2.15 "Evictions"). */
 	hel_notice nt[NOTICE_BATCH];
 	for (;;) {
@@ -1751,6 +1786,7 @@ static void *worker(void *arg)
 		if (!work)
 			idle_wait(e);
 	}
+	(void)release_inbound(e, true);
 	cancel_everything(e); /* may offer the messages of cancelled requests */
 	shutdown_offers(e);
 	e->ws.quiet = false;
@@ -1832,6 +1868,7 @@ void hel_engine_destroy(hel_engine *e)
 	free(e->ent_rc);
 	free(e->lps);
 	free(e->keep);
+	free(e->held_ev);
 	free(e->logits);
 	if (e->efd >= 0)
 		close(e->efd);

@@ -69,6 +69,10 @@ typedef struct hel_engine_config {
 					restores could look slow use ALWAYS) */
 	uint64_t (*clock_ns)(void);  /* record ages and expiry sweeps (tests;
 					NULL: the wall clock) */
+	/* Tests only (FLARE_TEST_HOLD_INBOUND): while this path exists, the
+	 * worker keeps completed restores to itself, so that a test can admit
+	 * requests onto one in-flight ticket without a race.  NULL: off. */
+	const char *test_hold_inbound;
 	/* Replaces store selection: called once by hel_engine_open with the
 	 * configuration the engine would open a store with (geometry,
 	 * identities, sizes); the engine closes and destroys what it returns.
