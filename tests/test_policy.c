@@ -11,7 +11,8 @@
  * the estimates little, and a bad first transfer not locking a tier out;
  * estimates following a tier that changed; records all of one size,
  * latency-bound or bandwidth-bound; ignored samples (row-only restores,
- * zero bytes or time, no tier) changing nothing; tiers independent.
+ * zero bytes or time, no tier) changing nothing; tiers independent; the
+ * prefill estimate by position (chunks in, a span's time out).
  */
 #include <math.h>
 
@@ -112,6 +113,84 @@ static void test_prefill_rate(void)
 	sel_policy_set_prefill_rate(p, NAN);      /* ignored */
 	sel_policy_set_prefill_rate(p, INFINITY); /* ignored */
 	CHECK(sel_policy_prefill_rate(p) == 12345.5);
+	sel_policy_destroy(p);
+}
+
+/* Chunks of 256 tokens of prompts of len tokens, each costing
+ * c + d * (its middle position) per token, times factor. */
+static void prompt(sel_policy *p, uint64_t len, double c, double d, double factor)
+{
+	for (uint64_t at = 0; at < len; at += 256) {
+		uint64_t n = len - at < 256 ? len - at : 256;
+		double mid = (double)at + (double)n / 2;
+		sel_policy_observe_prefill(p, at, at + n, (uint64_t)((double)n * (c + d * mid) * factor));
+	}
+}
+
+/* Prefill time by position (policy.c DESIGN): the line recovered from
+ * prompts of several lengths, a span's estimate growing with its
+ * positions, a long prompt's chunks not erasing what short ones taught,
+ * outliers and short chunks ignored, and the decision following it. */
+static void test_prefill_by_position(void)
+{
+	const double c = 2000, d = 0.5; /* ns/token; ns/token/position */
+	sel_policy *p = fresh();
+	CHECK(sel_policy_prefill_growth(p) == 0);
+	CHECK(near(sel_policy_prefill_ns(p, 0, 8000), 1e9, 1e-12)); /* 8,000 tokens/s */
+	for (int i = 0; i < 3; i++) {
+		prompt(p, 2048, c, d, 1);
+		prompt(p, 40000, c, d, 1);
+	}
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.02));
+	CHECK(near(sel_policy_prefill_rate(p), 1e9 / c, 0.05));
+	/* [g, h) costs (h - g) * (c + d * (g + h) / 2). */
+	CHECK(near(sel_policy_prefill_ns(p, 0, 1000), 1000 * (c + d * 500), 0.03));
+	CHECK(near(sel_policy_prefill_ns(p, 30000, 31000), 1000 * (c + d * 30500), 0.03));
+	CHECK(sel_policy_prefill_ns(p, 30000, 31000) > 5 * sel_policy_prefill_ns(p, 0, 1000));
+	CHECK(sel_policy_prefill_ns(p, 5, 5) == 0 && sel_policy_prefill_ns(p, 6, 5) == 0);
+
+	/* Many chunks at one position (a long prompt's tail, repeated) leave
+	 * the short positions' evidence in place. */
+	for (int i = 0; i < 50; i++)
+		sel_policy_observe_prefill(p, 39000, 39256, (uint64_t)(256 * (c + d * 39128)));
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+	CHECK(near(sel_policy_prefill_ns(p, 0, 1000), 1000 * (c + d * 500), 0.05));
+
+	/* One slow chunk per band (a stall) moves nothing: medians of three. */
+	prompt(p, 40000, c, d, 5);
+	prompt(p, 40000, c, d, 1);
+	prompt(p, 40000, c, d, 1);
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+	/* Short chunks (decode-like steps) and zero times are no samples. */
+	sel_policy_observe_prefill(p, 100, 110, 1000000000);
+	sel_policy_observe_prefill(p, 100, 400, 0);
+	sel_policy_observe_prefill(p, 400, 100, 1000);
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+
+	/* The decision: 64 MiB at 20 GB/s + 50 us, about 3.4 ms.  1000
+	 * tokens at the start cost 2.25 ms (recompute), the same 1000 at
+	 * position 30000 cost 17 ms (fetch). */
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 0, 1000));
+	CHECK(sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 30000, 31000));
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 31000, 31000));
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_NONE, 1, 0, 31000));
+	CHECK(sel_policy_should_fetch(p, SEL_TIER_MEMORY, 64 << 20, 5000) ==
+	      sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 0, 5000));
+
+	/* A flat cost (no growth) fits d = 0; a rate set by the caller
+	 * replaces the estimate. */
+	sel_policy *q = fresh();
+	for (int i = 0; i < 3; i++)
+		prompt(q, 20000, c, 0, 1);
+	CHECK(sel_policy_prefill_growth(q) < 1e-3 && near(sel_policy_prefill_rate(q), 1e9 / c, 0.02));
+	sel_policy_set_prefill_rate(p, 1000);
+	CHECK(sel_policy_prefill_growth(p) == 0 && sel_policy_prefill_rate(p) == 1000);
+	/* Only short prompts: the growth stays unknown (0), the cost fitted. */
+	sel_policy *r = fresh();
+	sel_policy_observe_prefill(r, 0, 256, (uint64_t)(256 * c));
+	CHECK(sel_policy_prefill_growth(r) == 0 && near(sel_policy_prefill_rate(r), 1e9 / c, 1e-9));
+	sel_policy_destroy(r);
+	sel_policy_destroy(q);
 	sel_policy_destroy(p);
 }
 
@@ -293,6 +372,7 @@ int main(void)
 	test_initial();
 	test_decisions();
 	test_prefill_rate();
+	test_prefill_by_position();
 	test_exact_line();
 	test_small_records();
 	test_outliers();

@@ -77,6 +77,29 @@
  * make the tier look so slow that it is never fetched from, and so never
  * measured, again.
  *
+ * Prefill time by position.  What a declined hit costs is the prefill of
+ * the tokens it would have restored, at their positions: a token's cost is
+ * a constant (the weights) plus a part that grows with the context it
+ * attends over, so a chunk at position x costs about n * (c + d * x) and
+ * the span [g, h) about (h - g) * (c + d * (g + h) / 2).  One rate cannot
+ * follow that: bench/policy measured the synthetic deepseek-small 3-5x
+ * slower per token at 45K than at 1-3K, so a rate measured on short
+ * prompts underestimated long recomputes (and restores of them were
+ * declined) and overestimated short ones.  The worker reports every
+ * prefill chunk it ran (sel_policy_observe_prefill: positions and time);
+ * chunks of fewer than PF_MIN_TOKENS tokens (decode-like steps, whose
+ * per-call cost dominates) are no samples.  A chunk's cost per token is
+ * kept in a bucket by log2 of its middle position, each the median of its
+ * last PF_KEEP (the design's "median of the last three", applied per
+ * position band), so that a long prompt's hundreds of chunks at one
+ * position do not push out what was learned at others; c and d are
+ * fitted over the buckets' medians as the transfer line is (weighted
+ * Theil-Sen slope over pairs of buckets at least SPREAD apart, d never
+ * below 0; c the weighted median residual).  With one bucket only, d is
+ * kept and c fitted.  sel_policy_set_prefill_rate sets a flat estimate (c
+ * = 1 / rate, d = 0) and forgets the chunks: for callers that measure a
+ * rate themselves, and the initial 8,000 tokens/s.
+ *
  * Non-positive or non-finite prefill rates are ignored.  SEL_TIER_NONE
  * transfers nothing: nothing is ever fetched from it.
  *
@@ -89,10 +112,13 @@
  *   2. SEEDS <= n[t] <= SAMPLES; the ring holds the last n[t] samples
  *      (the seeds among them until pushed out), each with bytes > 0 and
  *      ns > 0.
+ *   3. pf.c > 0 and pf.d >= 0, both finite; every bucket holds at most
+ *      PF_KEEP samples, each with y > 0, all in its log2 position band.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "eos.h"
 #include "selene.h"
@@ -123,9 +149,23 @@ struct tier_est {
 	uint32_t n, next;
 };
 
+#define PF_BUCKETS 48 /* log2 of a chunk's middle position */
+#define PF_KEEP 3
+#define PF_MIN_TOKENS 16
+
+struct pf_bucket {
+	double x[PF_KEEP], y[PF_KEEP]; /* middle position, ns per token */
+	uint32_t n, next;
+};
+
+struct prefill_est {
+	double c, d; /* ns per token at position 0; ns per token per position */
+	struct pf_bucket b[PF_BUCKETS];
+};
+
 struct sel_policy {
 	struct tier_est t[SEL_TIERS];
-	double prefill;
+	struct prefill_est pf;
 };
 
 int sel_policy_create(sel_policy **out)
@@ -148,7 +188,7 @@ int sel_policy_create(sel_policy **out)
 		}
 		e->n = e->next = SEEDS;
 	}
-	p->prefill = PREFILL_TOKENS;
+	p->pf.c = 1e9 / PREFILL_TOKENS;
 	*out = p;
 	return 0;
 }
@@ -173,10 +213,23 @@ double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes
 bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
 			     uint64_t tokens_gained)
 {
-	if (!real_tier(tier) || tokens_gained == 0)
+	return sel_policy_should_fetch_span(p, tier, bytes, 0, tokens_gained);
+}
+
+double sel_policy_prefill_ns(const sel_policy *p, uint64_t begin, uint64_t end)
+{
+	if (end <= begin)
+		return 0;
+	double n = (double)(end - begin), mid = ((double)begin + (double)end) / 2;
+	return n * (p->pf.c + p->pf.d * mid);
+}
+
+bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
+				  uint64_t begin, uint64_t end)
+{
+	if (!real_tier(tier) || end <= begin)
 		return false;
-	double prefill_ns = (double)tokens_gained * 1e9 / p->prefill;
-	return sel_policy_transfer_ns(p, tier, bytes) < prefill_ns;
+	return sel_policy_transfer_ns(p, tier, bytes) < sel_policy_prefill_ns(p, begin, end);
 }
 
 /* ---- fitting ----------------------------------------------------------------- */
@@ -281,8 +334,74 @@ void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t n
 
 void sel_policy_set_prefill_rate(sel_policy *p, double tokens_per_s)
 {
-	if (tokens_per_s > 0 && isfinite(tokens_per_s))
-		p->prefill = tokens_per_s;
+	if (!(tokens_per_s > 0 && isfinite(tokens_per_s)))
+		return;
+	memset(&p->pf, 0, sizeof p->pf);
+	p->pf.c = 1e9 / tokens_per_s;
+}
+
+static double med_of(const double *v, uint32_t n)
+{
+	struct wv t[PF_KEEP];
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (struct wv){ v[i], 1 };
+	return wmedian(t, (int)n);
+}
+
+/* Refit c and d over the buckets' medians (DESIGN, prefill time). */
+static void fit_prefill(struct prefill_est *e)
+{
+	double X[PF_BUCKETS], Y[PF_BUCKETS];
+	int m = 0;
+	for (int i = 0; i < PF_BUCKETS; i++)
+		if (e->b[i].n) {
+			X[m] = med_of(e->b[i].x, e->b[i].n);
+			Y[m] = med_of(e->b[i].y, e->b[i].n);
+			m++;
+		}
+	struct wv v[PF_BUCKETS * PF_BUCKETS / 2 + PF_BUCKETS];
+	int np = 0;
+	for (int i = 0; i < m; i++)
+		for (int j = i + 1; j < m; j++) {
+			double dx = X[j] - X[i];
+			if (X[j] < SPREAD * X[i] || dx <= 0)
+				continue;
+			double ei = e->c + e->d * X[i], ej = e->c + e->d * X[j];
+			v[np++] = (struct wv){ (Y[j] - Y[i]) / dx, dx / (ei + ej) };
+		}
+	if (np > 0) {
+		double d = wmedian(v, np);
+		e->d = d > 0 && isfinite(d) ? d : 0;
+	}
+	for (int k = 0; k < m; k++)
+		v[k] = (struct wv){ Y[k] - e->d * X[k], 1 / (e->c + e->d * X[k]) };
+	double c = wmedian(v, m);
+	/* Never free: at least a hundredth of the cheapest bucket's cost. */
+	double floor = INFINITY;
+	for (int k = 0; k < m; k++)
+		floor = Y[k] / 100 < floor ? Y[k] / 100 : floor;
+	e->c = c > floor ? c : floor;
+}
+
+void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uint64_t ns)
+{
+	if (end < begin + PF_MIN_TOKENS || ns == 0)
+		return;
+	double n = (double)(end - begin), x = ((double)begin + (double)end) / 2;
+	double y = (double)ns / n;
+	if (!isfinite(y) || !(y > 0))
+		return;
+	uint64_t xi = (uint64_t)x + 1;
+	int k = 63 - __builtin_clzll(xi);
+	if (k >= PF_BUCKETS)
+		k = PF_BUCKETS - 1;
+	struct pf_bucket *b = &p->pf.b[k];
+	b->x[b->next] = x;
+	b->y[b->next] = y;
+	b->next = (b->next + 1) % PF_KEEP;
+	if (b->n < PF_KEEP)
+		b->n++;
+	fit_prefill(&p->pf);
 }
 
 double sel_policy_rate(const sel_policy *p, sel_tier tier)
@@ -297,5 +416,10 @@ double sel_policy_fixed_ns(const sel_policy *p, sel_tier tier)
 
 double sel_policy_prefill_rate(const sel_policy *p)
 {
-	return p->prefill;
+	return 1e9 / p->pf.c;
+}
+
+double sel_policy_prefill_growth(const sel_policy *p)
+{
+	return p->pf.d;
 }
