@@ -239,6 +239,7 @@ static void *disk_main(void *arg)
 			complete_locked(d, fin[i]);
 	}
 	pthread_mutex_unlock(&d->mu);
+	dk_rf_close_all(d);
 	/* Windowed writes that never ended leave nothing behind. */
 	for (uint32_t i = 0; i < d->n_wt; i++)
 		if (d->wt[i]->used)
@@ -645,6 +646,8 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->ring_resets = __atomic_load_n(&d->st.ring_resets, __ATOMIC_RELAXED);
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
+	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
+	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	out->uring = __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
 }
