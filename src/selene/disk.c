@@ -14,8 +14,10 @@
  *
  * A job runs in three phases.  Its prologue is synchronous: a write creates
  * the temporary file and preallocates it; a read opens the file, reads and
- * checks the header against the indexed record, and reads the checksums it
- * needs.  Its payload is then planned as segments, each one contiguous
+ * checks the header against the indexed record, and reads the record's
+ * checksums -- or, for a later window of the same fetch, finds the file
+ * still open with its header and checksums and checks that header against
+ * its own indexed record (disk_job.c, "Open files").  Its payload is then planned as segments, each one contiguous
  * memory range at one file offset: the page records, the row pieces, and
  * for a write the header with its checksum segment, which sits in the
  * job's own aligned bounce buffer and goes last (its checksums and row
