@@ -178,6 +178,26 @@ static void test_prefill_by_position(void)
 	CHECK(sel_policy_should_fetch(p, SEL_TIER_MEMORY, 64 << 20, 5000) ==
 	      sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 0, 5000));
 
+	/* The load (policy.c DESIGN): every third chunk stalls 7x (the
+	 * medians ignore it), so a prompt costs 3x the medians' line; the
+	 * estimate of a span follows the sum.  Quiet again, it returns. */
+	sel_policy *l = fresh();
+	for (int i = 0; i < 3; i++)
+		prompt(l, 8192, c, d, 1);
+	CHECK(near(sel_policy_prefill_ns(l, 0, 8192), 8192 * (c + d * 4096), 0.03));
+	for (int i = 0; i < 4; i++)
+		for (uint64_t at = 0; at < 8192; at += 256) {
+			double f = (at / 256) % 3 == 1 ? 7 : 1;
+			sel_policy_observe_prefill(l, at, at + 256, (uint64_t)(256 * (c + d * (at + 128)) * f));
+		}
+	CHECK(near(sel_policy_prefill_growth(l), d, 0.05));
+	CHECKF(near(sel_policy_prefill_ns(l, 0, 8192), 3 * 8192 * (c + d * 4096), 0.15), "loaded: %.0f",
+	       sel_policy_prefill_ns(l, 0, 8192));
+	for (int i = 0; i < 8; i++) /* 256 chunks: the stalled ones weigh 2% */
+		prompt(l, 8192, c, d, 1);
+	CHECK(near(sel_policy_prefill_ns(l, 0, 8192), 8192 * (c + d * 4096), 0.1));
+	sel_policy_destroy(l);
+
 	/* A flat cost (no growth) fits d = 0; a rate set by the caller
 	 * replaces the estimate. */
 	sel_policy *q = fresh();

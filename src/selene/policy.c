@@ -120,6 +120,18 @@
  * = 1 / rate, d = 0) and forgets the chunks: for callers that measure a
  * rate themselves, and the initial 8,000 tokens/s.
  *
+ * The load.  Medians give a chunk's typical cost, but a recompute is the
+ * sum of many chunks, and on a loaded machine some of them stall (the
+ * worker descheduled for a scheduler tick or more: bench/policy saw a
+ * third of deepseek-small's 256-token chunks take 5-10x the others at
+ * load 7-9), so the sum is the mean cost times the chunks, and a
+ * recompute estimated from medians alone came out at a third of the
+ * measured one.  So the estimate of a span is the medians' line times the
+ * recent ratio of actual to expected chunk time (decayed sums over about
+ * the last 64 chunks, PF_DECAY; clamped to [PF_LOAD_MIN, PF_LOAD_MAX]):
+ * the shape from the robust medians, the level from every chunk.  A
+ * quiet machine keeps it near 1.
+ *
  * Non-positive or non-finite prefill rates are ignored.  SEL_TIER_NONE
  * transfers nothing: nothing is ever fetched from it.
  *
@@ -135,7 +147,9 @@
  *      and ns > 0; none of them has at most the bytes of a later one and
  *      more than STALL times its time.
  *   3. pf.c > 0 and pf.d >= 0, both finite; every bucket holds at most
- *      PF_KEEP samples, each with y > 0, all in its log2 position band.
+ *      PF_KEEP samples, each with y > 0, all in its log2 position band;
+ *      pf.act, pf.pred >= 0, and the load factor is within
+ *      [PF_LOAD_MIN, PF_LOAD_MAX] (1 before any chunk).
  */
 #include <errno.h>
 #include <math.h>
@@ -175,6 +189,9 @@ struct tier_est {
 #define PF_BUCKETS 48 /* log2 of a chunk's middle position */
 #define PF_KEEP 3
 #define PF_MIN_TOKENS 16
+#define PF_DECAY (1.0 / 64) /* the load follows about the last 64 chunks */
+#define PF_LOAD_MIN 0.5
+#define PF_LOAD_MAX 20.0
 
 struct pf_bucket {
 	double x[PF_KEEP], y[PF_KEEP]; /* middle position, ns per token */
@@ -183,6 +200,7 @@ struct pf_bucket {
 
 struct prefill_est {
 	double c, d; /* ns per token at position 0; ns per token per position */
+	double act, pred; /* decayed sums of chunk times and of their estimates */
 	struct pf_bucket b[PF_BUCKETS];
 };
 
@@ -239,12 +257,21 @@ bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
 	return sel_policy_should_fetch_span(p, tier, bytes, 0, tokens_gained);
 }
 
+/* Actual over estimated chunk time, recently (DESIGN, "load"). */
+static double pf_load(const struct prefill_est *e)
+{
+	if (!(e->pred > 0))
+		return 1;
+	double f = e->act / e->pred;
+	return f < PF_LOAD_MIN ? PF_LOAD_MIN : f > PF_LOAD_MAX ? PF_LOAD_MAX : f;
+}
+
 double sel_policy_prefill_ns(const sel_policy *p, uint64_t begin, uint64_t end)
 {
 	if (end <= begin)
 		return 0;
 	double n = (double)(end - begin), mid = ((double)begin + (double)end) / 2;
-	return n * (p->pf.c + p->pf.d * mid);
+	return n * (p->pf.c + p->pf.d * mid) * pf_load(&p->pf);
 }
 
 bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
@@ -437,6 +464,12 @@ void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uin
 	if (k >= PF_BUCKETS)
 		k = PF_BUCKETS - 1;
 	struct pf_bucket *b = &p->pf.b[k];
+	/* The load: this chunk against what the medians expect of it, where
+	 * its position band has been measured. */
+	if (b->n) {
+		p->pf.act = p->pf.act * (1 - PF_DECAY) + (double)ns;
+		p->pf.pred = p->pf.pred * (1 - PF_DECAY) + n * (p->pf.c + p->pf.d * x);
+	}
 	b->x[b->next] = x;
 	b->y[b->next] = y;
 	b->next = (b->next + 1) % PF_KEEP;
