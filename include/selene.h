@@ -654,6 +654,22 @@ double sel_policy_fixed_ns(const sel_policy *p, sel_tier tier); /* fitted fixed 
 /* The estimate for bytes from tier, ns (infinite for SEL_TIER_NONE). */
 double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes);
 double sel_policy_prefill_rate(const sel_policy *p);
+/* Prefill time by position (policy.c DESIGN): the worker reports each
+ * prefill chunk it ran, positions [begin, end) in ns; chunks of fewer than
+ * 16 tokens are ignored.  sel_policy_prefill_rate is then the rate at
+ * position 0, and the estimate of a span grows with its positions. */
+void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uint64_t ns);
+/* The estimated prefill time of positions [begin, end), ns. */
+double sel_policy_prefill_ns(const sel_policy *p, uint64_t begin, uint64_t end);
+/* The fitted growth of the cost per token with position, ns per token per
+ * position (0 while unmeasured). */
+double sel_policy_prefill_growth(const sel_policy *p);
+/* Fetch when the estimated transfer time of bytes from tier is below the
+ * estimated prefill time of positions [begin, end): the tokens a hit gains
+ * over what the GPU holds.  sel_policy_should_fetch is the span
+ * [0, tokens_gained). */
+bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
+				  uint64_t begin, uint64_t end);
 
 #ifdef __cplusplus
 }

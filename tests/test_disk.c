@@ -540,6 +540,96 @@ static void test_truncate_unlink(struct fx *f)
 	rec_free(f, &dst);
 }
 
+/* Open files (disk_job.c): the windows of one fetch open the record once
+ * and read through that descriptor, each window still checked against its
+ * own indexed record and every page against the checksums read at the
+ * open; the last window, a failure, a write, truncate or unlink of the
+ * record close it, so nothing stale is ever read through it. */
+static void read_window(struct fx *f, struct rec *dst, uint32_t first, uint32_t count, bool row,
+			int want)
+{
+	struct sel_disk_job j;
+	job_read(&j, dst, first, row);
+	j.count = count;
+	CHECK_RC(run(f, &j), want);
+}
+
+static void test_open_files(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 9 * pt, NULL, false, &d);
+	CHECK(d.tail == 9);
+	struct rec src, dst;
+	struct sel_disk_job j;
+	struct sel_disk_stats s0, s1;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+
+	/* Three windows and the row: one open, two reuses, bytes exact. */
+	sel_disk_stats(f->d, &s0);
+	for (uint32_t w = 0; w < 3; w++)
+		read_window(f, &dst, 3 * w, 3, w == 2, 0);
+	check_same(&src, &dst, 0, true);
+	sel_disk_stats(f->d, &s1);
+	CHECKF(s1.read_opens - s0.read_opens == 1 && s1.read_reuses - s0.read_reuses == 2,
+	       "opens %llu reuses %llu", (unsigned long long)(s1.read_opens - s0.read_opens),
+	       (unsigned long long)(s1.read_reuses - s0.read_reuses));
+	/* The last window closed it: the next fetch opens again. */
+	read_window(f, &dst, 0, 3, false, 0);
+	sel_disk_stats(f->d, &s0);
+	CHECK(s0.read_opens - s1.read_opens == 1);
+
+	/* A window whose own indexed record differs (another bucket) is
+	 * refused from the kept header, before any payload; that closes it. */
+	job_read(&j, &dst, 3, false);
+	j.count = 3;
+	j.rec.bucket.b[0] ^= 1;
+	CHECK_RC(run(f, &j), SEL_ECORRUPT);
+	read_window(f, &dst, 3, 3, false, 0);
+	sel_disk_stats(f->d, &s1);
+	CHECK(s1.read_opens - s0.read_opens == 1 && s1.read_reuses == s0.read_reuses + 1);
+
+	/* A page corrupted between windows: caught by the checksums read at
+	 * the open. */
+	flip_byte(f, &d.key, src.s.page_off + 7 * (uint64_t)src.s.page_stride + 100);
+	read_window(f, &dst, 6, 3, true, SEL_ECORRUPT);
+	job_write(&j, &src, true); /* restore the file */
+	CHECK_OK(run(f, &j));
+
+	/* An unlink between windows closes it: the next window finds no file. */
+	read_window(f, &dst, 0, 3, false, 0);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed);
+	read_window(f, &dst, 3, 3, false, -ENOENT);
+	/* A rewrite between windows: the windows after it read the new file. */
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	read_window(f, &dst, 0, 3, false, 0);
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	sel_disk_stats(f->d, &s0);
+	read_window(f, &dst, 3, 6, true, 0);
+	sel_disk_stats(f->d, &s1);
+	CHECK(s1.read_opens - s0.read_opens == 1);
+	check_same(&src, &dst, 0, true);
+	/* A truncate (the row dropped) between windows: reopened, and a
+	 * window that asks for the row is refused. */
+	read_window(f, &dst, 0, 3, false, 0);
+	job_simple(&j, SEL_DISK_TRUNCATE, &d);
+	CHECK_OK(run(f, &j));
+	read_window(f, &dst, 3, 6, true, SEL_ECORRUPT);
+	read_window(f, &dst, 3, 6, false, 0);
+	check_same(&src, &dst, 0, false);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
 static void test_channel(struct fx *f)
 {
 	uint32_t pt = f->t.g.page_tokens;
@@ -1323,6 +1413,7 @@ static void run_mode(const struct mode *m, const struct test_geo *t, int k)
 	test_corruption(&f);
 	test_changed_header(&f);
 	test_truncate_unlink(&f);
+	test_open_files(&f);
 	test_windowed(&f);
 	test_channel(&f);
 	test_concurrency(&f);

@@ -9,9 +9,11 @@
  * records (the latency-bound samples that once made a disk look 84 MB/s)
  * not misleading large ones; a single slow sample, and two of eight, moving
  * the estimates little, and a bad first transfer not locking a tier out;
- * estimates following a tier that changed; records all of one size,
+ * estimates following a tier that changed; the fixed cost back after a
+ * burst of stalls; records all of one size,
  * latency-bound or bandwidth-bound; ignored samples (row-only restores,
- * zero bytes or time, no tier) changing nothing; tiers independent.
+ * zero bytes or time, no tier) changing nothing; tiers independent; the
+ * prefill estimate by position (chunks in, a span's time out).
  */
 #include <math.h>
 
@@ -112,6 +114,104 @@ static void test_prefill_rate(void)
 	sel_policy_set_prefill_rate(p, NAN);      /* ignored */
 	sel_policy_set_prefill_rate(p, INFINITY); /* ignored */
 	CHECK(sel_policy_prefill_rate(p) == 12345.5);
+	sel_policy_destroy(p);
+}
+
+/* Chunks of 256 tokens of prompts of len tokens, each costing
+ * c + d * (its middle position) per token, times factor. */
+static void prompt(sel_policy *p, uint64_t len, double c, double d, double factor)
+{
+	for (uint64_t at = 0; at < len; at += 256) {
+		uint64_t n = len - at < 256 ? len - at : 256;
+		double mid = (double)at + (double)n / 2;
+		sel_policy_observe_prefill(p, at, at + n, (uint64_t)((double)n * (c + d * mid) * factor));
+	}
+}
+
+/* Prefill time by position (policy.c DESIGN): the line recovered from
+ * prompts of several lengths, a span's estimate growing with its
+ * positions, a long prompt's chunks not erasing what short ones taught,
+ * outliers and short chunks ignored, and the decision following it. */
+static void test_prefill_by_position(void)
+{
+	const double c = 2000, d = 0.5; /* ns/token; ns/token/position */
+	sel_policy *p = fresh();
+	CHECK(sel_policy_prefill_growth(p) == 0);
+	CHECK(near(sel_policy_prefill_ns(p, 0, 8000), 1e9, 1e-12)); /* 8,000 tokens/s */
+	for (int i = 0; i < 3; i++) {
+		prompt(p, 2048, c, d, 1);
+		prompt(p, 40000, c, d, 1);
+	}
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.02));
+	CHECK(near(sel_policy_prefill_rate(p), 1e9 / c, 0.05));
+	/* [g, h) costs (h - g) * (c + d * (g + h) / 2). */
+	CHECK(near(sel_policy_prefill_ns(p, 0, 1000), 1000 * (c + d * 500), 0.03));
+	CHECK(near(sel_policy_prefill_ns(p, 30000, 31000), 1000 * (c + d * 30500), 0.03));
+	CHECK(sel_policy_prefill_ns(p, 30000, 31000) > 5 * sel_policy_prefill_ns(p, 0, 1000));
+	CHECK(sel_policy_prefill_ns(p, 5, 5) == 0 && sel_policy_prefill_ns(p, 6, 5) == 0);
+
+	/* Many chunks at one position (a long prompt's tail, repeated) leave
+	 * the short positions' evidence in place. */
+	for (int i = 0; i < 50; i++)
+		sel_policy_observe_prefill(p, 39000, 39256, (uint64_t)(256 * (c + d * 39128)));
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+	CHECK(near(sel_policy_prefill_ns(p, 0, 1000), 1000 * (c + d * 500), 0.05));
+
+	/* One slow chunk per band (a stall) moves nothing: medians of three. */
+	prompt(p, 40000, c, d, 5);
+	prompt(p, 40000, c, d, 1);
+	prompt(p, 40000, c, d, 1);
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+	/* Short chunks (decode-like steps) and zero times are no samples. */
+	sel_policy_observe_prefill(p, 100, 110, 1000000000);
+	sel_policy_observe_prefill(p, 100, 400, 0);
+	sel_policy_observe_prefill(p, 400, 100, 1000);
+	CHECK(near(sel_policy_prefill_growth(p), d, 0.03));
+
+	/* The decision: 64 MiB at 20 GB/s + 50 us, about 3.4 ms.  1000
+	 * tokens at the start cost 2.25 ms (recompute), the same 1000 at
+	 * position 30000 cost 17 ms (fetch). */
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 0, 1000));
+	CHECK(sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 30000, 31000));
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 31000, 31000));
+	CHECK(!sel_policy_should_fetch_span(p, SEL_TIER_NONE, 1, 0, 31000));
+	CHECK(sel_policy_should_fetch(p, SEL_TIER_MEMORY, 64 << 20, 5000) ==
+	      sel_policy_should_fetch_span(p, SEL_TIER_MEMORY, 64 << 20, 0, 5000));
+
+	/* The load (policy.c DESIGN): every third chunk stalls 7x (the
+	 * medians ignore it), so a prompt costs 3x the medians' line; the
+	 * estimate of a span follows the sum.  Quiet again, it returns. */
+	sel_policy *l = fresh();
+	for (int i = 0; i < 3; i++)
+		prompt(l, 8192, c, d, 1);
+	CHECK(near(sel_policy_prefill_ns(l, 0, 8192), 8192 * (c + d * 4096), 0.03));
+	for (int i = 0; i < 4; i++)
+		for (uint64_t at = 0; at < 8192; at += 256) {
+			double f = (at / 256) % 3 == 1 ? 7 : 1;
+			sel_policy_observe_prefill(l, at, at + 256, (uint64_t)(256 * (c + d * (at + 128)) * f));
+		}
+	CHECK(near(sel_policy_prefill_growth(l), d, 0.05));
+	CHECKF(near(sel_policy_prefill_ns(l, 0, 8192), 3 * 8192 * (c + d * 4096), 0.15), "loaded: %.0f",
+	       sel_policy_prefill_ns(l, 0, 8192));
+	for (int i = 0; i < 8; i++) /* 256 chunks: the stalled ones weigh 2% */
+		prompt(l, 8192, c, d, 1);
+	CHECK(near(sel_policy_prefill_ns(l, 0, 8192), 8192 * (c + d * 4096), 0.1));
+	sel_policy_destroy(l);
+
+	/* A flat cost (no growth) fits d = 0; a rate set by the caller
+	 * replaces the estimate. */
+	sel_policy *q = fresh();
+	for (int i = 0; i < 3; i++)
+		prompt(q, 20000, c, 0, 1);
+	CHECK(sel_policy_prefill_growth(q) < 1e-3 && near(sel_policy_prefill_rate(q), 1e9 / c, 0.02));
+	sel_policy_set_prefill_rate(p, 1000);
+	CHECK(sel_policy_prefill_growth(p) == 0 && sel_policy_prefill_rate(p) == 1000);
+	/* Only short prompts: the growth stays unknown (0), the cost fitted. */
+	sel_policy *r = fresh();
+	sel_policy_observe_prefill(r, 0, 256, (uint64_t)(256 * c));
+	CHECK(sel_policy_prefill_growth(r) == 0 && near(sel_policy_prefill_rate(r), 1e9 / c, 1e-9));
+	sel_policy_destroy(r);
+	sel_policy_destroy(q);
 	sel_policy_destroy(p);
 }
 
@@ -238,6 +338,35 @@ static void test_adapts(void)
 	sel_policy_destroy(p);
 }
 
+/* A burst of stalls (policy.c DESIGN, fixed): nine of sixteen samples of
+ * the small records held up 2-6 ms make the tier look slow; four later
+ * transfers at the true cost, of any size, bring the fixed cost back.  A
+ * load that persists is followed the same way. */
+static void test_stall_burst(void)
+{
+	sel_policy *p = fresh();
+	const double c = 50 * US, r = 5e9;
+	for (int i = 0; i < 16; i++)
+		sample(p, SEL_TIER_MEMORY, spread[i % 8], c, r, 1);
+	for (int i = 0; i < 9; i++) {
+		double b = spread[i % 3];
+		sel_policy_observe(p, SEL_TIER_MEMORY, (uint64_t)b,
+				   (uint64_t)(c + b * 1e9 / r + (2 + i % 5) * MS), 1);
+	}
+	CHECKF(sel_policy_fixed_ns(p, SEL_TIER_MEMORY) > 1 * MS, "fixed %.0f",
+	       sel_policy_fixed_ns(p, SEL_TIER_MEMORY));
+	for (int i = 0; i < 4; i++)
+		sample(p, SEL_TIER_MEMORY, spread[1 + i], c, r, 1);
+	CHECKF(sel_policy_fixed_ns(p, SEL_TIER_MEMORY) < 3 * c, "after the burst: fixed %.0f",
+	       sel_policy_fixed_ns(p, SEL_TIER_MEMORY));
+	CHECK(sel_policy_transfer_ns(p, SEL_TIER_MEMORY, (uint64_t)(16 * KiB)) < 3 * c);
+	/* The stalls persist: four of the last seven slow. */
+	for (int i = 0; i < 4; i++)
+		sel_policy_observe(p, SEL_TIER_MEMORY, (uint64_t)spread[i], (uint64_t)(3 * MS), 1);
+	CHECK(sel_policy_fixed_ns(p, SEL_TIER_MEMORY) > 1 * MS);
+	sel_policy_destroy(p);
+}
+
 static void test_one_size(void)
 {
 	/* Large records, all of one size, slower than the initial disk rate:
@@ -293,10 +422,12 @@ int main(void)
 	test_initial();
 	test_decisions();
 	test_prefill_rate();
+	test_prefill_by_position();
 	test_exact_line();
 	test_small_records();
 	test_outliers();
 	test_adapts();
+	test_stall_burst();
 	test_one_size();
 	test_ignored();
 	printf("test_policy: ok\n");

@@ -1318,15 +1318,17 @@ static uint64_t capacity_epoch(hel_engine *e)
 	return e->events + ss.finished + ss.cancelled + ss.preempted + ss.readmitted + primes;
 }
 
-/* Restore this host hit (gaining tokens over the GPU hit) or recompute? */
-static bool fetch_decision(const hel_engine *e, const sel_hit *hit, uint64_t tokens)
+/* Restore this host hit (gaining positions [from, hit->key.consumed) over
+ * the GPU hit) or recompute them? */
+static bool fetch_decision(const hel_engine *e, const sel_hit *hit, uint64_t from)
 {
 	switch (e->cfg.fetch) {
 	case HEL_FETCH_ALWAYS: return true;
 	case HEL_FETCH_NEVER: return false;
 	case HEL_FETCH_AUTO: break;
 	}
-	return sel_policy_should_fetch(e->policy, hit->tier, hit->bytes, tokens);
+	return sel_policy_should_fetch_span(e->policy, hit->tier, hit->bytes, from,
+					    hit->key.consumed);
 }
 
 static int admission(hel_engine *e)
@@ -1360,7 +1362,7 @@ static int admission(hel_engine *e)
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
 			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
-				if (fetch_decision(e, &hit, hit.key.consumed - a))
+				if (fetch_decision(e, &hit, a))
 					have = true;
 				else
 					e->ws.host_fetch_declined++;
@@ -1487,8 +1489,13 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 		if (rc == 0)
 			rc = hel_model_prefill(m, x->live_row, x->pages, x->n_pages, x->tokens,
 					       x->end - x->begin, lg);
-		if (x->kind == HEL_ENTRY_PREFILL)
-			*pf_ns += eos_now_ns() - t0;
+		if (x->kind == HEL_ENTRY_PREFILL) {
+			uint64_t ns = eos_now_ns() - t0;
+			*pf_ns += ns;
+			/* The policy's recompute estimate, by position. */
+			if (rc == 0 && e->policy)
+				sel_policy_observe_prefill(e->policy, x->begin, x->end, ns);
+		}
 	}
 	if (x->capture_row != HEL_NONE) {
 		if (rc == 0)
@@ -1507,16 +1514,14 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 }
 
 /* The measured prefill rate (an average over steps, most weight on the
- * recent ones): the fetch policy's input when a store is configured, and a
- * gauge in /metrics either way. */
+ * recent ones): a gauge in /metrics.  The fetch policy estimates prefill
+ * time by position from each chunk instead (exec_entry). */
 static void note_prefill_rate(hel_engine *e, uint64_t tokens, uint64_t ns)
 {
 	if (tokens < 16 || ns == 0)
 		return;
 	double rate = (double)tokens * 1e9 / (double)ns;
 	e->prefill_rate = e->prefill_rate > 0 ? 0.75 * e->prefill_rate + 0.25 * rate : rate;
-	if (e->policy)
-		sel_policy_set_prefill_rate(e->policy, e->prefill_rate);
 }
 
 /* The tokens entry i sampled (a round's several) to its request: latency

@@ -14,8 +14,10 @@
  *
  * A job runs in three phases.  Its prologue is synchronous: a write creates
  * the temporary file and preallocates it; a read opens the file, reads and
- * checks the header against the indexed record, and reads the checksums it
- * needs.  Its payload is then planned as segments, each one contiguous
+ * checks the header against the indexed record, and reads the record's
+ * checksums -- or, for a later window of the same fetch, finds the file
+ * still open with its header and checksums and checks that header against
+ * its own indexed record (disk_job.c, "Open files").  Its payload is then planned as segments, each one contiguous
  * memory range at one file offset: the page records, the row pieces, and
  * for a write the header with its checksum segment, which sits in the
  * job's own aligned bounce buffer and goes last (its checksums and row
@@ -239,6 +241,7 @@ static void *disk_main(void *arg)
 			complete_locked(d, fin[i]);
 	}
 	pthread_mutex_unlock(&d->mu);
+	dk_rf_close_all(d);
 	/* Windowed writes that never ended leave nothing behind. */
 	for (uint32_t i = 0; i < d->n_wt; i++)
 		if (d->wt[i]->used)
@@ -645,6 +648,8 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->ring_resets = __atomic_load_n(&d->st.ring_resets, __ATOMIC_RELAXED);
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
+	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
+	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	out->uring = __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
 }

@@ -216,6 +216,8 @@ struct sel_disk_stats {
 	uint64_t ring_resets;      /* rings rebuilt after a failed submission */
 	uint64_t direct_fallbacks; /* O_DIRECT refused at open: buffered since */
 	uint64_t overlapped;       /* jobs started while another's I/O was in flight */
+	uint64_t read_opens;       /* record files opened (and headers read) for reads */
+	uint64_t read_reuses;      /* reads through a file a previous window opened */
 	bool uring, direct;        /* the paths in use now */
 };
 void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out);

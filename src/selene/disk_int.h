@@ -74,8 +74,27 @@ struct wtemp {
 };
 
 /* One active job: its state and its scratch. */
+/* A record file kept open between the windows of one fetch (disk_job.c,
+ * "Open files"): its descriptor, the header read and checked when it was
+ * opened, and its whole checksum segment. */
+#define RFILES (ACTIVE_JOBS + 2)
+
+struct rfile {
+	bool used, busy;          /* busy: an active job reads through it */
+	sel_key key;
+	struct eos_file_id want;  /* the file the opening job named (zero: none) */
+	int fd;
+	uint32_t tail, header_bytes;
+	uint64_t cksum_off;       /* the span's, when opened */
+	uint64_t size;            /* st_size at open */
+	sel_record_header h;
+	uint8_t *cksum;           /* [8 * tail] from cksum_off, in an aligned buffer */
+	uint64_t lru;
+};
+
 struct io_ctx {
 	struct sel_disk_job *job;
+	struct rfile *rf; /* READ: the open file read through (not closed by the job) */
 	char name[SEL_RECORD_NAME_MAX];
 	char tmp[SEL_RECORD_TMPNAME_MAX];
 	bool write, active;
@@ -142,6 +161,8 @@ struct sel_disk {
 	struct wtemp **wt; /* windowed writes between parts (entries never move:
 				 active jobs point at them) */
 	uint32_t n_wt;
+	struct rfile rf[RFILES]; /* record files open between a fetch's windows */
+	uint64_t rf_tick;
 
 	struct sel_disk_stats st;     /* updated with atomics */
 	char io_note[EOS_ERRMSG_MAX]; /* why not io_uring + O_DIRECT at startup */
@@ -161,6 +182,7 @@ void dk_ring_reset(sel_disk *d);
 
 /* disk_job.c: a job's prologue and epilogue, windowed writes. */
 int dk_wt_discard(sel_disk *d, struct wtemp *w);
+void dk_rf_close_all(sel_disk *d);
 bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j);
 void dk_job_end(sel_disk *d, struct io_ctx *c);
 

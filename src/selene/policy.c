@@ -51,9 +51,27 @@
  *     runs of the same seeds on a machine at load 5-10.  A
  *     median slope that is not positive (times that fall with size: noise
  *     around a fixed cost) keeps the previous per_byte.
- *   fixed: the weighted median of the residuals t_k - per_byte * b_k, each
- *     weighted by 1 / T(b_k) (small transfers pin the fixed cost down
- *     best), never below 0.
+ *   fixed: the weighted median of the residuals t_k - per_byte * b_k of
+ *     the latest FIXED_RECENT (7) samples that can measure it (the current
+ *     fixed cost at least FIXED_SHARE, a quarter, of their estimate; all
+ *     samples when none is), each weighted by 1 / T(b_k) (small transfers
+ *     pin the fixed cost down best), never below 0.  Why the latest seven
+ *     and not all sixteen: the fixed cost is the part that load changes (a
+ *     copy or disk thread waiting for a core, a busy device), and it
+ *     changes in bursts.  bench/policy saw memory restores of 20-260 KiB
+ *     records stall 2-7 ms for the first dozen (their copy thread, at
+ *     SCHED_BATCH and nice 10, waiting for a scheduler tick while other
+ *     jobs held both cores); with the fixed cost fitted to all sixteen,
+ *     nine stalled samples made it 1.3-2.9 ms, the small records were then
+ *     recomputed and so never measured again, and the estimate stayed
+ *     there for the rest of the run (decisions up to 10-17x slower than
+ *     restoring), though 1 MiB restores in 0.2 ms were observed meanwhile.
+ *     Fitted to the latest seven, four quiet transfers bring it back, and
+ *     a load that persists (four of seven slow) is followed as quickly.
+ *     Five was tried: two slow small samples of five (their weights are
+ *     the largest) owned the median, so one stall in eight samples moved
+ *     the estimate tenfold (tests/test_policy.c test_outliers).
+ *     The bandwidth, a property of the hardware, keeps all sixteen.
  *
  *   tests/test_policy.c holds the properties: both parameters recovered
  *   from an exact line; one slow sample in eight, or two (unless they are
@@ -77,6 +95,41 @@
  * make the tier look so slow that it is never fetched from, and so never
  * measured, again.
  *
+ * Prefill time by position.  What a declined hit costs is the prefill of
+ * the tokens it would have restored, at their positions: a token's cost is
+ * a constant (the weights) plus a part that grows with the context it
+ * attends over, so a chunk at position x costs about n * (c + d * x) and
+ * the span [g, h) about (h - g) * (c + d * (g + h) / 2).  One rate cannot
+ * follow that: bench/policy measured the synthetic deepseek-small 3-5x
+ * slower per token at 45K than at 1-3K, so a rate measured on short
+ * prompts underestimated long recomputes (and restores of them were
+ * declined) and overestimated short ones.  The worker reports every
+ * prefill chunk it ran (sel_policy_observe_prefill: positions and time);
+ * chunks of fewer than PF_MIN_TOKENS tokens (decode-like steps, whose
+ * per-call cost dominates) are no samples.  A chunk's cost per token is
+ * kept in a bucket by log2 of its middle position, each the median of its
+ * last PF_KEEP (the design's "median of the last three", applied per
+ * position band), so that a long prompt's hundreds of chunks at one
+ * position do not push out what was learned at others; c and d are
+ * fitted over the buckets' medians as the transfer line is (weighted
+ * Theil-Sen slope over pairs of buckets at least SPREAD apart, d never
+ * below 0; c the weighted median residual).  With one bucket only, d is
+ * kept and c fitted.  sel_policy_set_prefill_rate sets a flat estimate (c
+ * = 1 / rate, d = 0) and forgets the chunks: for callers that measure a
+ * rate themselves, and the initial 8,000 tokens/s.
+ *
+ * The load.  Medians give a chunk's typical cost, but a recompute is the
+ * sum of many chunks, and on a loaded machine some of them stall (the
+ * worker descheduled for a scheduler tick or more: bench/policy saw a
+ * third of deepseek-small's 256-token chunks take 5-10x the others at
+ * load 7-9), so the sum is the mean cost times the chunks, and a
+ * recompute estimated from medians alone came out at a third of the
+ * measured one.  So the estimate of a span is the medians' line times the
+ * recent ratio of actual to expected chunk time (decayed sums over about
+ * the last 64 chunks, PF_DECAY; clamped to [PF_LOAD_MIN, PF_LOAD_MAX]):
+ * the shape from the robust medians, the level from every chunk.  A
+ * quiet machine keeps it near 1.
+ *
  * Non-positive or non-finite prefill rates are ignored.  SEL_TIER_NONE
  * transfers nothing: nothing is ever fetched from it.
  *
@@ -89,10 +142,15 @@
  *   2. SEEDS <= n[t] <= SAMPLES; the ring holds the last n[t] samples
  *      (the seeds among them until pushed out), each with bytes > 0 and
  *      ns > 0.
+ *   3. pf.c > 0 and pf.d >= 0, both finite; every bucket holds at most
+ *      PF_KEEP samples, each with y > 0, all in its log2 position band;
+ *      pf.act, pf.pred >= 0, and the load factor is within
+ *      [PF_LOAD_MIN, PF_LOAD_MAX] (1 before any chunk).
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "eos.h"
 #include "selene.h"
@@ -110,6 +168,8 @@
 #define SPREAD 2.0
 #define MAX_RATE 1e12 /* bytes/s: no tier is faster, so per_byte never reaches 0 */
 #define SEEDS 2
+#define FIXED_RECENT 7   /* samples the fixed cost is fitted to, the latest ... */
+#define FIXED_SHARE 0.25 /* ... of those whose estimate it is this share of */
 static const uint64_t seed_bytes[SEEDS] = { 1ull << 20, 256ull << 20 };
 
 struct sample {
@@ -123,9 +183,27 @@ struct tier_est {
 	uint32_t n, next;
 };
 
+#define PF_BUCKETS 48 /* log2 of a chunk's middle position */
+#define PF_KEEP 3
+#define PF_MIN_TOKENS 16
+#define PF_DECAY (1.0 / 64) /* the load follows about the last 64 chunks */
+#define PF_LOAD_MIN 0.5
+#define PF_LOAD_MAX 20.0
+
+struct pf_bucket {
+	double x[PF_KEEP], y[PF_KEEP]; /* middle position, ns per token */
+	uint32_t n, next;
+};
+
+struct prefill_est {
+	double c, d; /* ns per token at position 0; ns per token per position */
+	double act, pred; /* decayed sums of chunk times and of their estimates */
+	struct pf_bucket b[PF_BUCKETS];
+};
+
 struct sel_policy {
 	struct tier_est t[SEL_TIERS];
-	double prefill;
+	struct prefill_est pf;
 };
 
 int sel_policy_create(sel_policy **out)
@@ -148,7 +226,7 @@ int sel_policy_create(sel_policy **out)
 		}
 		e->n = e->next = SEEDS;
 	}
-	p->prefill = PREFILL_TOKENS;
+	p->pf.c = 1e9 / PREFILL_TOKENS;
 	*out = p;
 	return 0;
 }
@@ -173,10 +251,32 @@ double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes
 bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
 			     uint64_t tokens_gained)
 {
-	if (!real_tier(tier) || tokens_gained == 0)
+	return sel_policy_should_fetch_span(p, tier, bytes, 0, tokens_gained);
+}
+
+/* Actual over estimated chunk time, recently (DESIGN, "load"). */
+static double pf_load(const struct prefill_est *e)
+{
+	if (!(e->pred > 0))
+		return 1;
+	double f = e->act / e->pred;
+	return f < PF_LOAD_MIN ? PF_LOAD_MIN : f > PF_LOAD_MAX ? PF_LOAD_MAX : f;
+}
+
+double sel_policy_prefill_ns(const sel_policy *p, uint64_t begin, uint64_t end)
+{
+	if (end <= begin)
+		return 0;
+	double n = (double)(end - begin), mid = ((double)begin + (double)end) / 2;
+	return n * (p->pf.c + p->pf.d * mid) * pf_load(&p->pf);
+}
+
+bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
+				  uint64_t begin, uint64_t end)
+{
+	if (!real_tier(tier) || end <= begin)
 		return false;
-	double prefill_ns = (double)tokens_gained * 1e9 / p->prefill;
-	return sel_policy_transfer_ns(p, tier, bytes) < prefill_ns;
+	return sel_policy_transfer_ns(p, tier, bytes) < sel_policy_prefill_ns(p, begin, end);
 }
 
 /* ---- fitting ----------------------------------------------------------------- */
@@ -214,12 +314,21 @@ static double expect(const struct tier_est *e, double b)
 	return e->fixed + e->per_byte * b;
 }
 
+/* The fixed cost from the latest FIXED_RECENT samples that can measure
+ * it (DESIGN, fixed), or from all when none can. */
 static double fit_fixed(const struct tier_est *e, const double *scale)
 {
 	struct wv r[SAMPLES];
-	for (uint32_t k = 0; k < e->n; k++)
-		r[k] = (struct wv){ e->ring[k].ns - e->per_byte * e->ring[k].bytes, 1 / scale[k] };
-	double c = wmedian(r, (int)e->n);
+	uint32_t m = 0;
+	for (uint32_t k = 0; k < e->n && m < FIXED_RECENT; k++) {
+		uint32_t i = (e->next + SAMPLES - 1 - k) % SAMPLES;
+		if (e->fixed >= FIXED_SHARE * scale[i])
+			r[m++] = (struct wv){ e->ring[i].ns - e->per_byte * e->ring[i].bytes, 1 / scale[i] };
+	}
+	if (m == 0)
+		for (uint32_t i = 0; i < e->n; i++)
+			r[m++] = (struct wv){ e->ring[i].ns - e->per_byte * e->ring[i].bytes, 1 / scale[i] };
+	double c = wmedian(r, (int)m);
 	return c > 0 ? c : 0;
 }
 
@@ -281,8 +390,80 @@ void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t n
 
 void sel_policy_set_prefill_rate(sel_policy *p, double tokens_per_s)
 {
-	if (tokens_per_s > 0 && isfinite(tokens_per_s))
-		p->prefill = tokens_per_s;
+	if (!(tokens_per_s > 0 && isfinite(tokens_per_s)))
+		return;
+	memset(&p->pf, 0, sizeof p->pf);
+	p->pf.c = 1e9 / tokens_per_s;
+}
+
+static double med_of(const double *v, uint32_t n)
+{
+	struct wv t[PF_KEEP];
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (struct wv){ v[i], 1 };
+	return wmedian(t, (int)n);
+}
+
+/* Refit c and d over the buckets' medians (DESIGN, prefill time). */
+static void fit_prefill(struct prefill_est *e)
+{
+	double X[PF_BUCKETS], Y[PF_BUCKETS];
+	int m = 0;
+	for (int i = 0; i < PF_BUCKETS; i++)
+		if (e->b[i].n) {
+			X[m] = med_of(e->b[i].x, e->b[i].n);
+			Y[m] = med_of(e->b[i].y, e->b[i].n);
+			m++;
+		}
+	struct wv v[PF_BUCKETS * PF_BUCKETS / 2 + PF_BUCKETS];
+	int np = 0;
+	for (int i = 0; i < m; i++)
+		for (int j = i + 1; j < m; j++) {
+			double dx = X[j] - X[i];
+			if (X[j] < SPREAD * X[i] || dx <= 0)
+				continue;
+			double ei = e->c + e->d * X[i], ej = e->c + e->d * X[j];
+			v[np++] = (struct wv){ (Y[j] - Y[i]) / dx, dx / (ei + ej) };
+		}
+	if (np > 0) {
+		double d = wmedian(v, np);
+		e->d = d > 0 && isfinite(d) ? d : 0;
+	}
+	for (int k = 0; k < m; k++)
+		v[k] = (struct wv){ Y[k] - e->d * X[k], 1 / (e->c + e->d * X[k]) };
+	double c = wmedian(v, m);
+	/* Never free: at least a hundredth of the cheapest bucket's cost. */
+	double floor = INFINITY;
+	for (int k = 0; k < m; k++)
+		floor = Y[k] / 100 < floor ? Y[k] / 100 : floor;
+	e->c = c > floor ? c : floor;
+}
+
+void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uint64_t ns)
+{
+	if (end < begin + PF_MIN_TOKENS || ns == 0)
+		return;
+	double n = (double)(end - begin), x = ((double)begin + (double)end) / 2;
+	double y = (double)ns / n;
+	if (!isfinite(y) || !(y > 0))
+		return;
+	uint64_t xi = (uint64_t)x + 1;
+	int k = 63 - __builtin_clzll(xi);
+	if (k >= PF_BUCKETS)
+		k = PF_BUCKETS - 1;
+	struct pf_bucket *b = &p->pf.b[k];
+	/* The load: this chunk against what the medians expect of it, where
+	 * its position band has been measured. */
+	if (b->n) {
+		p->pf.act = p->pf.act * (1 - PF_DECAY) + (double)ns;
+		p->pf.pred = p->pf.pred * (1 - PF_DECAY) + n * (p->pf.c + p->pf.d * x);
+	}
+	b->x[b->next] = x;
+	b->y[b->next] = y;
+	b->next = (b->next + 1) % PF_KEEP;
+	if (b->n < PF_KEEP)
+		b->n++;
+	fit_prefill(&p->pf);
 }
 
 double sel_policy_rate(const sel_policy *p, sel_tier tier)
@@ -297,5 +478,10 @@ double sel_policy_fixed_ns(const sel_policy *p, sel_tier tier)
 
 double sel_policy_prefill_rate(const sel_policy *p)
 {
-	return p->prefill;
+	return 1e9 / p->pf.c;
+}
+
+double sel_policy_prefill_growth(const sel_policy *p)
+{
+	return p->pf.d;
 }
