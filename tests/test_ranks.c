@@ -56,8 +56,11 @@ static pid_t spawn_peer(const hel_core *c, uint32_t rank, const char *addr, uint
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		struct hel_ranks_config pc = { .core = c, .world = c->ranks, .rank = rank,
-					       .rendezvous = addr, .join_ns = join_ns };
+		struct hel_ranks_config pc = {.core = c,
+					      .world = c->ranks,
+					      .rank = rank,
+					      .rendezvous = addr,
+					      .join_ns = join_ns};
 		int rc = hel_ranks_peer(&pc);
 		if (rc)
 			fprintf(stderr, "peer %u: %s\n", rank, eos_errmsg());
@@ -90,15 +93,18 @@ struct group {
 
 static void group_open(struct group *gr, const hel_core *c, uint32_t pages, uint32_t rows)
 {
-	struct hel_ranks_config cfg = { .core = c, .world = c->ranks, .rank = 0,
-					.rendezvous = "127.0.0.1:0", .join_ns = 20000000000ull,
-					.dead = on_dead };
+	struct hel_ranks_config cfg = {.core = c,
+				       .world = c->ranks,
+				       .rank = 0,
+				       .rendezvous = "127.0.0.1:0",
+				       .join_ns = 20000000000ull,
+				       .dead = on_dead};
 	CHECK_OK(hel_ranks_listen(&cfg, &gr->g));
 	for (uint32_t r = 1; r < c->ranks; r++)
 		gr->pid[r] = spawn_peer(c, r, hel_ranks_address(gr->g), 20000000000ull);
 	CHECK_OK(hel_ranks_join(gr->g));
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = pages, .rows = rows,
-			     .tp = hel_ranks_tp(gr->g) };
+	hel_model_opts o = {
+		.mode = SEL_MODE_ORDINARY, .pages = pages, .rows = rows, .tp = hel_ranks_tp(gr->g)};
 	CHECK_OK(hel_model_create(c, &o, &gr->m));
 }
 
@@ -135,7 +141,7 @@ static hel_token decode(hel_model *m, struct seq *s, hel_token pending, int32_t 
 	uint64_t c;
 	CHECK_OK(hel_model_row_consumed(m, s->slot, &c));
 	uint32_t next = c % pt == pt - 1 ? s->next++ : HEL_NO_PAGE;
-	hel_decode_opts o = { .max_tokens = 1, .stop_on_end = false };
+	hel_decode_opts o = {.max_tokens = 1, .stop_on_end = false};
 	hel_round r;
 	CHECK_OK(hel_model_decode(m, s->slot, s->pages, s->np, next, pending, &o, &r));
 	if (r.page_used)
@@ -153,7 +159,7 @@ static void script(hel_model *m, int32_t *out, size_t per)
 	hel_token prompt[300];
 	for (int i = 0; i < 300; i++)
 		prompt[i] = 0x20 + (uint32_t)((i * 7919 + i / 5) % 95);
-	struct seq a = { .slot = 0 }, b = { .slot = 1 };
+	struct seq a = {.slot = 0}, b = {.slot = 1};
 	CHECK_OK(hel_model_row_init(m, 0));
 	prefill(m, &a, prompt, 100, NULL);
 	prefill(m, &a, prompt + 100, 1, NULL);
@@ -186,7 +192,7 @@ static void test_same_tokens(const char *name)
 	size_t per = 60, V = c->vocab;
 	int32_t *one = calloc((per + 1) * V, 4), *many = calloc((per + 1) * V, 4);
 	hel_model *m;
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = 64, .rows = 4 };
+	hel_model_opts o = {.mode = SEL_MODE_ORDINARY, .pages = 64, .rows = 4};
 	CHECK_OK(hel_model_create(c, &o, &m));
 	script(m, one, per);
 	hel_model_destroy(m);
@@ -210,7 +216,7 @@ static bool wait_dead(int want)
 {
 	uint64_t dl = eos_now_ns() + 10000000000ull;
 	while (atomic_load(&dead_calls) < want && eos_now_ns() < dl) {
-		struct timespec ts = { 0, 2000000 };
+		struct timespec ts = {0, 2000000};
 		nanosleep(&ts, NULL);
 	}
 	return atomic_load(&dead_calls) == want;
@@ -223,7 +229,7 @@ static void test_killed(void)
 	atomic_store(&dead_calls, 0);
 	group_open(&gr, c, 16, 2);
 	CHECK_OK(hel_model_row_init(gr.m, 0));
-	hel_token t[10] = { 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j' };
+	hel_token t[10] = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'};
 	CHECK_OK(hel_model_prefill(gr.m, 0, NULL, 0, t, 10, NULL));
 	kill(gr.pid[1], SIGKILL);
 	CHECK(wait_exit(gr.pid[1]) == 128 + SIGKILL);
@@ -245,12 +251,15 @@ static void test_killed(void)
 static void test_refused(void)
 {
 	hel_core *c = load("qwen-tp2-small"), *other = load("deepseek-tp2-small");
-	struct hel_ranks_config cfg = { .core = c, .world = 2, .rank = 0,
-					.rendezvous = "127.0.0.1:0", .join_ns = 20000000000ull };
+	struct hel_ranks_config cfg = {.core = c,
+				       .world = 2,
+				       .rank = 0,
+				       .rendezvous = "127.0.0.1:0",
+				       .join_ns = 20000000000ull};
 	hel_ranks *g;
 	CHECK_OK(hel_ranks_listen(&cfg, &g));
 	/* A stray connection first: refused, the join goes on. */
-	struct addrinfo *ai, hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai, hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM};
 	char host[64], *port;
 	snprintf(host, sizeof host, "%s", hel_ranks_address(g));
 	port = strrchr(host, ':');
@@ -273,8 +282,8 @@ static void test_refused(void)
 	char addr[128];
 	snprintf(addr, sizeof addr, "%s", hel_ranks_address(g));
 	hel_ranks_close(g); /* nobody listens there now */
-	struct hel_ranks_config pc = { .core = c, .world = 2, .rank = 1, .rendezvous = addr,
-				       .join_ns = 300000000ull };
+	struct hel_ranks_config pc = {
+		.core = c, .world = 2, .rank = 1, .rendezvous = addr, .join_ns = 300000000ull};
 	CHECK_RC(hel_ranks_peer(&pc), -ETIMEDOUT);
 	CHECK(strstr(eos_errmsg(), "cannot reach rank 0"));
 	/* Settings refused before anything. */

@@ -15,31 +15,40 @@
 #include "helios/ranks_proto.h"
 #include "testutil.h"
 
-static uint32_t pages[5] = { 7, 3, 9, 1, 0 };
-static uint32_t words[6] = { 'h', 'e', 'l', 'l', 'o', 10 };
-static uint64_t sums[3] = { 1, UINT64_MAX, 42 };
+static uint32_t pages[5] = {7, 3, 9, 1, 0};
+static uint32_t words[6] = {'h', 'e', 'l', 'l', 'o', 10};
+static uint64_t sums[3] = {1, UINT64_MAX, 42};
 
 static int samples(struct hel_rp_msg *m)
 {
 	int n = 0;
-	m[n] = (struct hel_rp_msg){ .type = HEL_RP_JOIN, .join = { .world = 4, .rank = 3 } };
+	m[n] = (struct hel_rp_msg){.type = HEL_RP_JOIN, .join = {.world = 4, .rank = 3}};
 	memset(m[n++].join.identity, 0xab, SEL_IDENTITY_BYTES);
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_START, .start = { 0, 1366, 311 } };
-	m[n] = (struct hel_rp_msg){ .type = HEL_RP_READY };
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_START, .start = {0, 1366, 311}};
+	m[n] = (struct hel_rp_msg){.type = HEL_RP_READY};
 	memset(m[n++].ready.fingerprint, 0x5c, HEL_RP_FP_BYTES);
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_CALL,
-				      .call = { .op = HEL_TP_PREFILL, .slot = 2, .pages = pages,
-						.n_pages = 5, .words = words, .n_words = 6, .n = 6 } };
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_CALL,
-				      .call = { .op = HEL_TP_STEP, .slot = 1, .arg = 12, .value = 'x',
-						.pages = pages, .n_pages = 2 } };
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_CALL,
-				      .call = { .op = HEL_TP_ROW_LOADED, .slot = 3, .value = 640 } };
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_PART, .sum = { 3, sums } };
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_SUM, .sum = { 1, sums } };
-	m[n] = (struct hel_rp_msg){ .type = HEL_RP_ERROR, .error = { .status = -71 } };
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_CALL,
+				     .call = {.op = HEL_TP_PREFILL,
+					      .slot = 2,
+					      .pages = pages,
+					      .n_pages = 5,
+					      .words = words,
+					      .n_words = 6,
+					      .n = 6}};
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_CALL,
+				     .call = {.op = HEL_TP_STEP,
+					      .slot = 1,
+					      .arg = 12,
+					      .value = 'x',
+					      .pages = pages,
+					      .n_pages = 2}};
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_CALL,
+				     .call = {.op = HEL_TP_ROW_LOADED, .slot = 3, .value = 640}};
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_PART, .sum = {3, sums}};
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_SUM, .sum = {1, sums}};
+	m[n] = (struct hel_rp_msg){.type = HEL_RP_ERROR, .error = {.status = -71}};
 	snprintf(m[n++].error.text, sizeof m[0].error.text, "rank 1 runs another core");
-	m[n++] = (struct hel_rp_msg){ .type = HEL_RP_BYE };
+	m[n++] = (struct hel_rp_msg){.type = HEL_RP_BYE};
 	return n;
 }
 
@@ -122,7 +131,7 @@ static void test_rejections(void)
 	refused(b, len, "count over its limit");
 	free(b);
 	uint32_t huge = HEL_RP_FRAME_MAX + 1;
-	uint8_t h[HEL_RP_HEADER] = { 0 };
+	uint8_t h[HEL_RP_HEADER] = {0};
 	memcpy(h, &huge, 4);
 	h[4] = HEL_RP_BYE;
 	uint16_t t;
@@ -141,17 +150,17 @@ static void test_rejections(void)
 
 static void test_encoder(void)
 {
-	struct hel_rp_msg e = { .type = HEL_RP_ERROR };
+	struct hel_rp_msg e = {.type = HEL_RP_ERROR};
 	snprintf(e.error.text, sizeof e.error.text, "a\tb");
 	CHECK_RC(hel_rp_encode(&e, NULL, 0), -EINVAL);
-	struct hel_rp_msg c = { .type = HEL_RP_CALL, .call = { .op = 0 } };
+	struct hel_rp_msg c = {.type = HEL_RP_CALL, .call = {.op = 0}};
 	CHECK_RC(hel_rp_encode(&c, NULL, 0), -EINVAL);
 	c.call.op = HEL_TP_STEP;
 	c.call.n_pages = 3; /* no pages */
 	CHECK_RC(hel_rp_encode(&c, NULL, 0), -EINVAL);
-	struct hel_rp_msg s = { .type = HEL_RP_SUM, .sum = { HEL_RP_MAX_SUM + 1, sums } };
+	struct hel_rp_msg s = {.type = HEL_RP_SUM, .sum = {HEL_RP_MAX_SUM + 1, sums}};
 	CHECK_RC(hel_rp_encode(&s, NULL, 0), -EINVAL);
-	struct hel_rp_msg u = { .type = 0 };
+	struct hel_rp_msg u = {.type = 0};
 	CHECK_RC(hel_rp_encode(&u, NULL, 0), -EINVAL);
 }
 

@@ -47,7 +47,8 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 		why = "--speculate: ranks in separate processes decode without speculation (not "
 		      "supported yet); use --speculate off";
 	} else if (s->disk[0] && !((s->set & (1u << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)) {
-		why = "--prefix-cache-disk: the sharded disk store of ranks in separate processes is "
+		why = "--prefix-cache-disk: the sharded disk store of ranks in separate processes "
+		      "is "
 		      "not built yet (docs/multihost.md \"What is left\")";
 	}
 	if (why) {
@@ -59,8 +60,8 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 
 int flare_ranks_peer(const struct flare_settings *s, const hel_core *core)
 {
-	struct hel_ranks_config cfg = { .core = core, .world = s->ranks, .rank = s->rank,
-					.rendezvous = s->rendezvous };
+	struct hel_ranks_config cfg = {
+		.core = core, .world = s->ranks, .rank = s->rank, .rendezvous = s->rendezvous};
 	fprintf(stderr, "flare: rank %u of %u (core '%s'): joining rank 0 at %s\n", s->rank,
 		s->ranks, core->name, s->rendezvous);
 	int rc = hel_ranks_peer(&cfg);
@@ -81,13 +82,17 @@ static void raise_stop(void *ctx, const char *why)
 
 int flare_ranks_lead(const struct flare_settings *s, const hel_core *core, hel_ranks **out)
 {
-	struct hel_ranks_config cfg = { .core = core, .world = s->ranks, .rank = 0,
-					.rendezvous = s->rendezvous, .dead = raise_stop };
+	struct hel_ranks_config cfg = {.core = core,
+				       .world = s->ranks,
+				       .rank = 0,
+				       .rendezvous = s->rendezvous,
+				       .dead = raise_stop};
 	if (hel_ranks_listen(&cfg, out)) {
 		fprintf(stderr, "flare: %s\n", eos_errmsg());
 		return -1;
 	}
-	fprintf(stderr, "flare: rank 0 of %u (core '%s'): rendezvous on %s; waiting for the peers\n",
+	fprintf(stderr,
+		"flare: rank 0 of %u (core '%s'): rendezvous on %s; waiting for the peers\n",
 		s->ranks, core->name, hel_ranks_address(*out));
 	if (hel_ranks_join(*out)) {
 		fprintf(stderr, "flare: %s\n", eos_errmsg());

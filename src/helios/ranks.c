@@ -109,19 +109,16 @@ const char *hel_ranks_failure(hel_ranks *g)
 
 /* ---- sockets ------------------------------------------------------------------ */
 
-static uint64_t deadline_in(uint64_t ns)
-{
-	return eos_now_ns() + ns;
-}
+static uint64_t deadline_in(uint64_t ns) { return eos_now_ns() + ns; }
 
 static int wait_fd(int fd, short ev, uint64_t deadline)
 {
 	for (;;) {
 		uint64_t now = eos_now_ns();
 		int ms = deadline == UINT64_MAX ? -1
-			 : now >= deadline	 ? 0
-						 : (int)((deadline - now + 999999) / 1000000);
-		struct pollfd p = { fd, ev, 0 };
+			 : now >= deadline      ? 0
+						: (int)((deadline - now + 999999) / 1000000);
+		struct pollfd p = {fd, ev, 0};
 		int n = poll(&p, 1, ms);
 		if (n > 0)
 			return 0;
@@ -273,8 +270,9 @@ static int resolve(const char *a, bool passive, struct addrinfo **out)
 	int rc = split_addr(a, host, sizeof host, port, sizeof port);
 	if (rc)
 		return rc;
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = passive ? AI_PASSIVE : 0 };
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = passive ? AI_PASSIVE : 0};
 	int e = getaddrinfo(host, port, &hints, out);
 	if (e)
 		return eos_fail(-EINVAL, "--rendezvous '%s': %s", a, gai_strerror(e));
@@ -346,7 +344,7 @@ static int tp_call(void *ctx, const hel_tp_call *c)
 	int rc = stopped(g);
 	if (rc)
 		return rc;
-	struct hel_rp_msg m = { .type = HEL_RP_CALL, .call = *c };
+	struct hel_rp_msg m = {.type = HEL_RP_CALL, .call = *c};
 	uint64_t dl = deadline_in(g->cfg.step_ns);
 	for (uint32_t r = 1; r < g->cfg.world; r++) {
 		char b[512];
@@ -373,8 +371,9 @@ static int leader_reduce(void *ctx, uint64_t *w, size_t n)
 		if (rc == 0 && m.type == HEL_RP_ERROR)
 			rc = stop(g, 0, "rank %u failed: %s", r, m.error.text);
 		else if (rc == 0 && (m.type != HEL_RP_PART || m.sum.n != n))
-			rc = stop(g, SEL_EFORMAT, "rank %u sent %s (%u words) where its share of %zu "
-					      "words was due: the ranks are out of step",
+			rc = stop(g, SEL_EFORMAT,
+				  "rank %u sent %s (%u words) where its share of %zu "
+				  "words was due: the ranks are out of step",
 				  r, hel_rp_type_name(m.type), m.sum.n, n);
 		else if (rc)
 			rc = stop(g, 0, "rank %u: %s", r, io_text(rc, b, sizeof b));
@@ -385,7 +384,7 @@ static int leader_reduce(void *ctx, uint64_t *w, size_t n)
 		if (rc)
 			return rc;
 	}
-	struct hel_rp_msg s = { .type = HEL_RP_SUM, .sum = { (uint32_t)n, g->acc } };
+	struct hel_rp_msg s = {.type = HEL_RP_SUM, .sum = {(uint32_t)n, g->acc}};
 	for (uint32_t r = 1; r < g->cfg.world; r++) {
 		char b[512];
 		if ((rc = send_msg(g, g->fd[r], &s, dl)))
@@ -418,9 +417,9 @@ static int leader_start(void *ctx, hel_model *model)
 {
 	hel_ranks *g = ctx;
 	uint64_t dl = deadline_in(g->cfg.join_ns);
-	struct hel_rp_msg s = { .type = HEL_RP_START,
-				.start = { hel_model_mode(model), hel_model_page_count(model),
-					   hel_model_row_count(model) } };
+	struct hel_rp_msg s = {.type = HEL_RP_START,
+			       .start = {hel_model_mode(model), hel_model_page_count(model),
+					 hel_model_row_count(model)}};
 	int rc;
 	for (uint32_t r = 1; r < g->cfg.world; r++) {
 		char b[512];
@@ -454,10 +453,7 @@ static int leader_start(void *ctx, hel_model *model)
 	return 0;
 }
 
-const hel_model_tp *hel_ranks_tp(hel_ranks *g)
-{
-	return &g->tp;
-}
+const hel_model_tp *hel_ranks_tp(hel_ranks *g) { return &g->tp; }
 
 /* ---- rank 0: listen, join, watch, close ----------------------------------------- */
 
@@ -506,8 +502,11 @@ int hel_ranks_listen(const struct hel_ranks_config *cfg, hel_ranks **out)
 	hel_ranks *g = alloc_group(cfg);
 	if (!g)
 		return eos_fail(-ENOMEM, "ranks: out of memory");
-	g->tp = (hel_model_tp){ .rank = 0, .reduce = leader_reduce, .call = tp_call,
-				.start = leader_start, .ctx = g };
+	g->tp = (hel_model_tp){.rank = 0,
+			       .reduce = leader_reduce,
+			       .call = tp_call,
+			       .start = leader_start,
+			       .ctx = g};
 	if ((rc = bind_listener(g))) {
 		free_group(g);
 		return rc;
@@ -516,14 +515,11 @@ int hel_ranks_listen(const struct hel_ranks_config *cfg, hel_ranks **out)
 	return 0;
 }
 
-const char *hel_ranks_address(const hel_ranks *g)
-{
-	return g->addr;
-}
+const char *hel_ranks_address(const hel_ranks *g) { return g->addr; }
 
 static void refuse(hel_ranks *g, int fd, int status, const char *text)
 {
-	struct hel_rp_msg e = { .type = HEL_RP_ERROR };
+	struct hel_rp_msg e = {.type = HEL_RP_ERROR};
 	e.error.status = status;
 	snprintf(e.error.text, sizeof e.error.text, "%s", text);
 	(void)send_msg(g, fd, &e, deadline_in(1000000000ull));
@@ -587,7 +583,8 @@ int hel_ranks_join(hel_ranks *g)
 			char miss[256] = "";
 			for (uint32_t r = 1; r < g->cfg.world; r++)
 				if (g->fd[r] < 0)
-					snprintf(miss + strlen(miss), sizeof miss - strlen(miss), " %u", r);
+					snprintf(miss + strlen(miss), sizeof miss - strlen(miss),
+						 " %u", r);
 			return eos_fail(-ETIMEDOUT, "rank 0: ranks%s did not join %s in time", miss,
 					g->addr);
 		}
@@ -623,8 +620,8 @@ static void *watch(void *arg)
 	uint32_t n = g->cfg.world;
 	struct pollfd p[SEL_SHARD_WORLD_MAX + 1];
 	for (uint32_t r = 1; r < n; r++)
-		p[r - 1] = (struct pollfd){ g->fd[r], POLLRDHUP, 0 };
-	p[n - 1] = (struct pollfd){ g->wake[0], POLLIN, 0 };
+		p[r - 1] = (struct pollfd){g->fd[r], POLLRDHUP, 0};
+	p[n - 1] = (struct pollfd){g->wake[0], POLLIN, 0};
 	for (;;) {
 		if (poll(p, n, -1) < 0 && errno == EINTR)
 			continue;
@@ -632,8 +629,9 @@ static void *watch(void *arg)
 			return NULL;
 		for (uint32_t r = 1; r < n; r++)
 			if (p[r - 1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-				(void)stop(g, 0, "rank %u: its connection was closed (the process "
-						 "exited or its host went away)",
+				(void)stop(g, 0,
+					   "rank %u: its connection was closed (the process "
+					   "exited or its host went away)",
 					   r);
 				return NULL;
 			}
@@ -654,7 +652,7 @@ void hel_ranks_close(hel_ranks *g)
 	if (g->wake[1] >= 0)
 		close(g->wake[1]);
 	if (!hel_ranks_failure(g)) {
-		struct hel_rp_msg bye = { .type = HEL_RP_BYE };
+		struct hel_rp_msg bye = {.type = HEL_RP_BYE};
 		for (uint32_t r = 1; r < g->cfg.world; r++)
 			if (g->fd[r] >= 0)
 				(void)send_msg(g, g->fd[r], &bye, deadline_in(1000000000ull));
@@ -690,7 +688,7 @@ static int peer_connect(hel_ranks *g)
 		if (eos_now_ns() >= dl)
 			return eos_fail(-ETIMEDOUT, "rank %u: cannot reach rank 0 at %s: %s",
 					g->cfg.rank, g->rendezvous, strerror(last));
-		struct timespec ts = { 0, 100000000 }; /* rank 0 may not listen yet */
+		struct timespec ts = {0, 100000000}; /* rank 0 may not listen yet */
 		nanosleep(&ts, NULL);
 	}
 }
@@ -702,7 +700,7 @@ static int peer_reduce(void *ctx, uint64_t *w, size_t n)
 	if (rc)
 		return rc;
 	uint64_t dl = deadline_in(g->cfg.step_ns);
-	struct hel_rp_msg m = { .type = HEL_RP_PART, .sum = { (uint32_t)n, w } };
+	struct hel_rp_msg m = {.type = HEL_RP_PART, .sum = {(uint32_t)n, w}};
 	char b[512];
 	if ((rc = send_msg(g, g->fd[0], &m, dl)))
 		return stop(g, 0, "rank 0: %s", io_text(rc, b, sizeof b));
@@ -722,12 +720,12 @@ static int peer_reduce(void *ctx, uint64_t *w, size_t n)
 /* START: the model rank 0 describes, and this rank's fingerprint. */
 static int peer_start(hel_ranks *g, const struct hel_rp_msg *s, hel_model **model)
 {
-	hel_model_opts o = g->cfg.peer_opts ? *g->cfg.peer_opts : (hel_model_opts){ 0 };
+	hel_model_opts o = g->cfg.peer_opts ? *g->cfg.peer_opts : (hel_model_opts){0};
 	o.mode = (sel_state_mode)s->start.mode;
 	o.pages = s->start.pages;
 	o.rows = s->start.rows;
 	o.tp = &g->tp;
-	struct hel_rp_msg r = { .type = HEL_RP_READY };
+	struct hel_rp_msg r = {.type = HEL_RP_READY};
 	int rc = hel_model_create(g->cfg.core, &o, model);
 	if (rc == 0)
 		rc = rank_fingerprint(*model, g->cfg.rank, g->cfg.world, r.ready.fingerprint);
@@ -766,8 +764,8 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 			(void)hel_model_tp_run(*model, &m.call);
 			rc = stopped(g);
 		} else {
-			rc = eos_fail(SEL_EFORMAT, "rank %u: rank 0 sent %s out of order", g->cfg.rank,
-				      hel_rp_type_name(m.type));
+			rc = eos_fail(SEL_EFORMAT, "rank %u: rank 0 sent %s out of order",
+				      g->cfg.rank, hel_rp_type_name(m.type));
 		}
 		hel_rp_free(&m);
 		if (rc)
@@ -786,15 +784,16 @@ int hel_ranks_peer(const struct hel_ranks_config *cfg)
 	if (!g)
 		return eos_fail(-ENOMEM, "ranks: out of memory");
 	g->cfg.dead = NULL;
-	g->tp = (hel_model_tp){ .rank = cfg->rank, .reduce = peer_reduce, .ctx = g };
+	g->tp = (hel_model_tp){.rank = cfg->rank, .reduce = peer_reduce, .ctx = g};
 	hel_model *model = NULL;
 	if ((rc = peer_connect(g)) == 0) {
-		struct hel_rp_msg j = { .type = HEL_RP_JOIN,
-					.join = { .world = cfg->world, .rank = cfg->rank } };
+		struct hel_rp_msg j = {.type = HEL_RP_JOIN,
+				       .join = {.world = cfg->world, .rank = cfg->rank}};
 		memcpy(j.join.identity, cfg->core->identity, SEL_IDENTITY_BYTES);
 		char b[512];
 		if ((rc = send_msg(g, g->fd[0], &j, deadline_in(HELLO_NS))))
-			rc = eos_fail(rc, "rank %u: rank 0: %s", cfg->rank, io_text(rc, b, sizeof b));
+			rc = eos_fail(rc, "rank %u: rank 0: %s", cfg->rank,
+				      io_text(rc, b, sizeof b));
 		else
 			rc = peer_serve(g, &model);
 	}

@@ -15,8 +15,8 @@
 #include "wire.h"
 
 static const char *const names[] = {
-	[HEL_RP_JOIN] = "JOIN", [HEL_RP_START] = "START", [HEL_RP_READY] = "READY",
-	[HEL_RP_CALL] = "CALL", [HEL_RP_PART] = "PART",	  [HEL_RP_SUM] = "SUM",
+	[HEL_RP_JOIN] = "JOIN",   [HEL_RP_START] = "START", [HEL_RP_READY] = "READY",
+	[HEL_RP_CALL] = "CALL",   [HEL_RP_PART] = "PART",   [HEL_RP_SUM] = "SUM",
 	[HEL_RP_ERROR] = "ERROR", [HEL_RP_BYE] = "BYE",
 };
 
@@ -58,14 +58,16 @@ static int check(const struct hel_rp_msg *m)
 	case HEL_RP_PART:
 	case HEL_RP_SUM:
 		if (m->sum.n > HEL_RP_MAX_SUM || (m->sum.n && !m->sum.w))
-			return eos_fail(-EINVAL, "ranks frame %s: %u words", names[m->type], m->sum.n);
+			return eos_fail(-EINVAL, "ranks frame %s: %u words", names[m->type],
+					m->sum.n);
 		return 0;
 	case HEL_RP_ERROR:
 		if (strlen(m->error.text) > HEL_RP_TEXT_MAX)
 			return eos_fail(-EINVAL, "ranks frame ERROR: text too long");
 		for (const char *p = m->error.text; *p; p++)
 			if ((uint8_t)*p < 0x20 || *p == 0x7f)
-				return eos_fail(-EINVAL, "ranks frame ERROR: a control byte in the text");
+				return eos_fail(-EINVAL,
+						"ranks frame ERROR: a control byte in the text");
 		return 0;
 	default:
 		return m->type >= 1 && m->type <= HEL_RP_TYPE_MAX
@@ -90,9 +92,7 @@ static void put_payload(struct sel_wr *w, const struct hel_rp_msg *m)
 		sel_wr_u32(w, m->start.pages);
 		sel_wr_u32(w, m->start.rows);
 		break;
-	case HEL_RP_READY:
-		sel_wr_bytes(w, m->ready.fingerprint, HEL_RP_FP_BYTES);
-		break;
+	case HEL_RP_READY: sel_wr_bytes(w, m->ready.fingerprint, HEL_RP_FP_BYTES); break;
 	case HEL_RP_CALL:
 		sel_wr_u16(w, (uint16_t)m->call.op);
 		sel_wr_zeros(w, 2);
@@ -117,8 +117,7 @@ static void put_payload(struct sel_wr *w, const struct hel_rp_msg *m)
 		sel_wr_u32(w, (uint32_t)m->error.status);
 		sel_wr_text(w, m->error.text);
 		break;
-	default: /* BYE */
-		break;
+	default: /* BYE */ break;
 	}
 }
 
@@ -127,14 +126,14 @@ int64_t hel_rp_encode(const struct hel_rp_msg *m, void *buf, size_t cap)
 	int rc = check(m);
 	if (rc)
 		return rc;
-	struct sel_wr meas = { NULL, 0, 0 };
+	struct sel_wr meas = {NULL, 0, 0};
 	put_payload(&meas, m);
 	size_t total = HEL_RP_HEADER + meas.n;
 	if (meas.n > HEL_RP_FRAME_MAX)
 		return eos_fail(-EINVAL, "ranks frame %s: %zu payload bytes (at most %u)",
 				names[m->type], meas.n, HEL_RP_FRAME_MAX);
 	if (buf && cap >= total) {
-		struct sel_wr w = { buf, cap, 0 };
+		struct sel_wr w = {buf, cap, 0};
 		sel_wr_u32(&w, (uint32_t)meas.n);
 		sel_wr_u16(&w, m->type);
 		sel_wr_zeros(&w, 2);
@@ -193,9 +192,7 @@ static void get_payload(struct sel_rd *r, struct hel_rp_msg *m)
 	case HEL_RP_READY:
 		sel_rd_bytes(r, m->ready.fingerprint, HEL_RP_FP_BYTES, "fingerprint");
 		break;
-	case HEL_RP_CALL:
-		get_call(r, &m->call);
-		break;
+	case HEL_RP_CALL: get_call(r, &m->call); break;
 	case HEL_RP_PART:
 	case HEL_RP_SUM:
 		m->sum.n = sel_rd_count(r, HEL_RP_MAX_SUM, 8, "words");
@@ -209,8 +206,7 @@ static void get_payload(struct sel_rd *r, struct hel_rp_msg *m)
 		m->error.status = (int32_t)sel_rd_u32(r, "status");
 		sel_rd_text(r, m->error.text, HEL_RP_TEXT_MAX, "text");
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -223,10 +219,11 @@ int hel_rp_decode(const void *buf, size_t len, struct hel_rp_msg *m)
 	if (rc)
 		return rc;
 	if (len - HEL_RP_HEADER != plen)
-		return eos_fail(SEL_EFORMAT, "ranks frame %s: %zu payload bytes, the header says %u",
+		return eos_fail(SEL_EFORMAT,
+				"ranks frame %s: %zu payload bytes, the header says %u",
 				names[type], len - HEL_RP_HEADER, plen);
 	m->type = type;
-	struct sel_rd r = { (const uint8_t *)buf + HEL_RP_HEADER, plen, 0, 0, "ranks", names[type] };
+	struct sel_rd r = {(const uint8_t *)buf + HEL_RP_HEADER, plen, 0, 0, "ranks", names[type]};
 	get_payload(&r, m);
 	if (!r.err && r.pos != r.len)
 		sel_rd_fail(&r, "end", "bytes after the last field");

@@ -34,9 +34,9 @@
 #define HEL_RP_HEADER 8u
 #define HEL_RP_FRAME_MAX (64u << 20) /* payload bytes */
 #define HEL_RP_TEXT_MAX 511u
-#define HEL_RP_MAX_PAGES (1u << 20)  /* page ids of one call */
-#define HEL_RP_MAX_WORDS (8u << 20)  /* words of one call (tokens or states) */
-#define HEL_RP_MAX_SUM 65536u        /* words of one reduction */
+#define HEL_RP_MAX_PAGES (1u << 20) /* page ids of one call */
+#define HEL_RP_MAX_WORDS (8u << 20) /* words of one call (tokens or states) */
+#define HEL_RP_MAX_SUM 65536u       /* words of one reduction */
 #define HEL_RP_FP_BYTES 16u
 
 enum hel_rp_type {
@@ -68,7 +68,7 @@ struct hel_rp_msg {
 		struct {
 			uint32_t n;
 			uint64_t *w; /* decoded: owned */
-		} sum;           /* PART and SUM */
+		} sum;               /* PART and SUM */
 		struct {
 			int32_t status;
 			char text[HEL_RP_TEXT_MAX + 1];
