@@ -14,17 +14,35 @@ import subprocess
 import threading
 import time
 
-from flare import Flare, FlareError, die_with_parent
+from flare import Flare, FlareError, die_with_parent  # noqa: F401
 
 START_TIMEOUT = 60.0
+
+
+class _Lead(Flare):
+    """Rank 0: a Flare whose command may run under a prefix (ip netns exec
+    NS) and whose HTTP address may be another than 127.0.0.1."""
+
+    def __init__(self, *a, prefix=(), host=None, **kw):
+        super().__init__(*a, **kw)
+        self.prefix, self.host = list(prefix), host
+
+    def command(self):
+        return self.prefix + super().command()
+
+    def wait_started(self):
+        super().wait_started()
+        if self.host:
+            self.base = f"http://{self.host}:{self.port}"
+        return self
 
 
 class Peer:
     """A rank > 0: no HTTP; its stderr drained on a thread."""
 
-    def __init__(self, binary, core, world, rank, addr, args=(), log=None):
+    def __init__(self, binary, core, world, rank, addr, args=(), log=None, prefix=()):
         self.rank = rank
-        self.cmd = [binary, "run", "--dashboard", "off", "--ranks", str(world), "--rank", str(rank),
+        self.cmd = list(prefix) + [binary, "run", "--dashboard", "off", "--ranks", str(world), "--rank", str(rank),
                     "--rendezvous", addr] + list(args) + [core]
         if log:
             log("$ " + " ".join(self.cmd))
@@ -66,7 +84,12 @@ class Ranks:
     every rank; rank_args[r] to rank r only (e.g. another core)."""
 
     def __init__(self, binary, core, world, args=(), rank_args=None, cores=None, log=None,
-                 start_timeout=START_TIMEOUT):
+                 start_timeout=START_TIMEOUT, prefix=None, host=None, rendezvous="127.0.0.1:0"):
+        """prefix[r]: what runs rank r's command (e.g. ip netns exec NS);
+        host: rank 0's HTTP address (--host); rendezvous: where it listens."""
+        self.prefix = prefix or {}
+        self.host = host
+        self.rendezvous = rendezvous
         self.binary, self.core, self.world = binary, core, world
         self.args = list(args)
         self.rank_args = rank_args or {}
@@ -79,9 +102,12 @@ class Ranks:
 
     def start(self):
         lead_args = self.args + list(self.rank_args.get(0, [])) + [
-            "--ranks", str(self.world), "--rank", "0", "--rendezvous", "127.0.0.1:0"]
-        self.lead = Flare(self.binary, lead_args, core=self.cores.get(0, self.core), name="rank 0",
-                          start_timeout=self.start_timeout, log=self.log)
+            "--ranks", str(self.world), "--rank", "0", "--rendezvous", self.rendezvous]
+        if self.host:
+            lead_args += ["--host", self.host]
+        self.lead = _Lead(self.binary, lead_args, core=self.cores.get(0, self.core), name="rank 0",
+                          start_timeout=self.start_timeout, log=self.log,
+                          prefix=self.prefix.get(0, ()), host=self.host)
         self.lead.start(wait=False)
         deadline = time.monotonic() + self.start_timeout
         while self.addr is None and time.monotonic() < deadline and self.lead.proc.poll() is None:
@@ -98,7 +124,7 @@ class Ranks:
         for r in range(1, self.world):
             self.peers.append(Peer(self.binary, self.cores.get(r, self.core), self.world, r,
                                    self.addr, self.args + list(self.rank_args.get(r, [])),
-                                   self.log))
+                                   self.log, self.prefix.get(r, ())))
         try:
             self.lead.wait_started()
         except FlareError as e:

@@ -91,10 +91,11 @@ static int stop(hel_ranks *g, int rc, const char *fmt, ...)
 
 static int stopped(hel_ranks *g)
 {
+	char text[1024];
 	pthread_mutex_lock(&g->mu);
 	bool s = g->stopped;
-	char text[1024];
-	snprintf(text, sizeof text, "%s", g->why);
+	if (s)
+		snprintf(text, sizeof text, "%s", g->why);
 	pthread_mutex_unlock(&g->mu);
 	return s ? eos_fail(SEL_ESTOPPED, "the ranks stopped: %s", text) : 0;
 }
