@@ -249,7 +249,10 @@ static void test_help(void)
 		if (o[i].kind == FLARE_K_NONE)
 			continue;
 		/* The flag's line is followed by its default (and file key). */
-		const char *at = strstr(text, o[i].flag);
+		char word[64]; /* the flag as a word: --rank is not --ranks */
+		snprintf(word, sizeof word, "%s ", o[i].flag);
+		const char *at = strstr(text, word);
+		CHECKF(at, "--help lacks '%s'", word);
 		const char *def = strstr(at, "default: ");
 		CHECKF(def, "%s has no default in --help", o[i].flag);
 		CHECKF(!strncmp(def + 9, o[i].defval, strlen(o[i].defval)),

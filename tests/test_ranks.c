@@ -91,6 +91,8 @@ struct group {
 	hel_model *m;
 };
 
+static uint64_t step_ns; /* 0: the default */
+
 static void group_open(struct group *gr, const hel_core *c, uint32_t pages, uint32_t rows)
 {
 	struct hel_ranks_config cfg = {.core = c,
@@ -98,6 +100,7 @@ static void group_open(struct group *gr, const hel_core *c, uint32_t pages, uint
 				       .rank = 0,
 				       .rendezvous = "127.0.0.1:0",
 				       .join_ns = 20000000000ull,
+				       .step_ns = step_ns,
 				       .dead = on_dead};
 	CHECK_OK(hel_ranks_listen(&cfg, &gr->g));
 	for (uint32_t r = 1; r < c->ranks; r++)
@@ -247,6 +250,35 @@ static void test_killed(void)
 	hel_core_free(c);
 }
 
+/* A peer that stops (SIGSTOP): the step's exchange times out and stops
+ * the group; nothing hangs. */
+static void test_stalled(void)
+{
+	hel_core *c = load("qwen-tp2-small");
+	struct group gr;
+	atomic_store(&dead_calls, 0);
+	step_ns = 300000000ull;
+	group_open(&gr, c, 16, 2);
+	step_ns = 0;
+	CHECK_OK(hel_model_row_init(gr.m, 0));
+	hel_token t[4] = {'a', 'b', 'c', 'd'};
+	kill(gr.pid[1], SIGSTOP);
+	uint64_t t0 = eos_now_ns();
+	CHECK_RC(hel_model_prefill(gr.m, 0, NULL, 0, t, 4, NULL), SEL_ESTOPPED);
+	uint64_t took = eos_now_ns() - t0;
+	CHECKF(strstr(eos_errmsg(), "rank 1") && strstr(eos_errmsg(), "in time"), "%s",
+	       eos_errmsg());
+	CHECKF(took < 20000000000ull, "the stop took %llu ms", (unsigned long long)(took / 1000000));
+	CHECK(atomic_load(&dead_calls) == 1);
+	hel_model_destroy(gr.m);
+	hel_ranks_close(gr.g);
+	kill(gr.pid[1], SIGCONT);
+	CHECK(wait_exit(gr.pid[1]) == 1); /* rank 0's connection closed */
+	printf("a stopped peer stops the group after the step deadline (%llu ms)\n",
+	       (unsigned long long)(took / 1000000));
+	hel_core_free(c);
+}
+
 /* Another core on rank 1; before it, a stray connection sending garbage. */
 static void test_refused(void)
 {
@@ -304,6 +336,7 @@ int main(void)
 	test_same_tokens("deepseek-tp2-small");
 	test_same_tokens("qwen-tp4-small");
 	test_killed();
+	test_stalled();
 	test_refused();
 	printf("ok\n");
 	return 0;
