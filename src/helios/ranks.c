@@ -46,6 +46,7 @@
 #define JOIN_NS_DEFAULT (120ull * 1000000000ull)
 #define STEP_NS_DEFAULT (30ull * 1000000000ull)
 #define HELLO_NS (10ull * 1000000000ull) /* a connection's JOIN */
+#define JOIN_PAYLOAD_MAX 1024u                /* a frame while rank 0 joins */
 
 struct hel_ranks {
 	struct hel_ranks_config cfg;
@@ -203,6 +204,9 @@ static int recv_msg(hel_ranks *g, int fd, struct hel_rp_msg *m, uint64_t deadlin
 		return rc;
 	if ((rc = hel_rp_header(h, sizeof h, &type, &plen)))
 		return rc;
+	if (g->lfd >= 0 && plen > JOIN_PAYLOAD_MAX) /* joining: a stray allocates nothing */
+		return eos_fail(SEL_EFORMAT, "ranks frame %s of %u bytes while joining",
+				hel_rp_type_name(type), plen);
 	if (HEL_RP_HEADER + (size_t)plen > g->cap) {
 		uint8_t *b = realloc(g->buf, HEL_RP_HEADER + (size_t)plen);
 		if (!b)
