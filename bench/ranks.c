@@ -95,7 +95,7 @@ static int bench(const char *name)
 		procs = run(m, &pn);
 		hel_model_destroy(m);
 	}
-	hel_ranks_close(g);
+	hel_ranks_close(g, NULL);
 	for (uint32_t r = 1; r < c->ranks; r++)
 		waitpid(pid[r], NULL, 0);
 	if (one < 0 || procs < 0) {

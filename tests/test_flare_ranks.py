@@ -53,7 +53,8 @@ def same_tokens(name, world):
 
 def peer_killed():
     core = os.path.join(cores, "qwen-tp2-small.core")
-    g = Ranks(flare, core, 2).start()
+    # TP4: rank 1 killed; rank 0 exits 1 and ranks 2 and 3 stop saying why.
+    g = Ranks(flare, os.path.join(cores, "qwen-tp4-small.core"), 4).start()
     g.lead.complete("hello", max_tokens=4)
     g.peers[0].kill()
     deadline = time.monotonic() + 20
@@ -63,7 +64,11 @@ def peer_killed():
     assert rc == 1, f"rank 0 exited {rc} after its peer was killed"
     tail = g.lead.stderr_tail()
     assert "the instance stops: rank 1" in tail, tail
+    for p in g.peers[1:]:
+        prc = p.wait(20)
+        assert prc == 1 and "rank 0 ended the instance: rank 1" in p.tail(), (prc, p.tail())
     print("a killed peer stops rank 0:", [ln for ln in tail.splitlines() if "stops" in ln][0])
+    print("and the other peers:", g.peers[1].tail(1))
     # Rank 0 killed: the peer says so and exits 1.
     g = Ranks(flare, core, 2).start()
     g.lead.kill()

@@ -114,7 +114,7 @@ static void group_open(struct group *gr, const hel_core *c, uint32_t pages, uint
 static void group_close(struct group *gr, const hel_core *c, int want_exit)
 {
 	hel_model_destroy(gr->m);
-	hel_ranks_close(gr->g);
+	hel_ranks_close(gr->g, NULL);
 	for (uint32_t r = 1; r < c->ranks; r++) {
 		int st = wait_exit(gr->pid[r]);
 		CHECKF(st == want_exit, "peer %u exited %d, expected %d", r, st, want_exit);
@@ -245,7 +245,7 @@ static void test_killed(void)
 	CHECK(atomic_load(&dead_calls) == 1);
 	CHECK(hel_ranks_failure(gr.g) != NULL);
 	hel_model_destroy(gr.m);
-	hel_ranks_close(gr.g);
+	hel_ranks_close(gr.g, NULL);
 	printf("a killed peer stops the group: %s\n", dead_why);
 	hel_core_free(c);
 }
@@ -271,7 +271,7 @@ static void test_stalled(void)
 	CHECKF(took < 20000000000ull, "the stop took %llu ms", (unsigned long long)(took / 1000000));
 	CHECK(atomic_load(&dead_calls) == 1);
 	hel_model_destroy(gr.m);
-	hel_ranks_close(gr.g);
+	hel_ranks_close(gr.g, NULL);
 	kill(gr.pid[1], SIGCONT);
 	CHECK(wait_exit(gr.pid[1]) == 1); /* rank 0's connection closed */
 	printf("a stopped peer stops the group after the step deadline (%llu ms)\n",
@@ -307,13 +307,13 @@ static void test_refused(void)
 	printf("refused: %s\n", eos_errmsg());
 	CHECK(wait_exit(pid) == 1);
 	close(fd);
-	hel_ranks_close(g);
+	hel_ranks_close(g, NULL);
 
 	/* No rank 0 at all: the peer gives up at its deadline. */
 	CHECK_OK(hel_ranks_listen(&cfg, &g));
 	char addr[128];
 	snprintf(addr, sizeof addr, "%s", hel_ranks_address(g));
-	hel_ranks_close(g); /* nobody listens there now */
+	hel_ranks_close(g, NULL); /* nobody listens there now */
 	struct hel_ranks_config pc = {
 		.core = c, .world = 2, .rank = 1, .rendezvous = addr, .join_ns = 300000000ull};
 	CHECK_RC(hel_ranks_peer(&pc), -ETIMEDOUT);

@@ -95,8 +95,10 @@ int flare_ranks_lead(const struct flare_settings *s, const hel_core *core, hel_r
 		"flare: rank 0 of %u (core '%s'): rendezvous on %s; waiting for the peers\n",
 		s->ranks, core->name, hel_ranks_address(*out));
 	if (hel_ranks_join(*out)) {
-		fprintf(stderr, "flare: %s\n", eos_errmsg());
-		hel_ranks_close(*out);
+		char why[EOS_ERRMSG_MAX];
+		snprintf(why, sizeof why, "%s", eos_errmsg());
+		fprintf(stderr, "flare: %s\n", why);
+		hel_ranks_close(*out, why);
 		*out = NULL;
 		return -1;
 	}

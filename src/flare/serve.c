@@ -564,7 +564,8 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 out:
 	if (s)
 		shut_down(s, srv, &be, be_open);
-	hel_ranks_close(ranks); /* after the engine and its model */
+	/* After the engine and its model; the peers stop with rank 0's word. */
+	hel_ranks_close(ranks, status ? "rank 0 stopped with an error (its log says why)" : NULL);
 	if (masked)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (be_open && status == 0)

@@ -643,7 +643,7 @@ static void *watch(void *arg)
 	}
 }
 
-void hel_ranks_close(hel_ranks *g)
+void hel_ranks_close(hel_ranks *g, const char *why)
 {
 	if (!g)
 		return;
@@ -656,12 +656,17 @@ void hel_ranks_close(hel_ranks *g)
 		close(g->wake[0]);
 	if (g->wake[1] >= 0)
 		close(g->wake[1]);
-	if (!hel_ranks_failure(g)) {
-		struct hel_rp_msg bye = {.type = HEL_RP_BYE};
-		for (uint32_t r = 1; r < g->cfg.world; r++)
-			if (g->fd[r] >= 0)
-				(void)send_msg(g, g->fd[r], &bye, deadline_in(1000000000ull));
+	/* BYE, or the reason every surviving peer stops with (best effort: a
+	 * dead peer's connection just fails). */
+	const char *failed = hel_ranks_failure(g);
+	struct hel_rp_msg m = {.type = failed || why ? HEL_RP_ERROR : HEL_RP_BYE};
+	if (m.type == HEL_RP_ERROR) {
+		m.error.status = SEL_ESTOPPED;
+		sel_shard_text(m.error.text, failed ? failed : why);
 	}
+	for (uint32_t r = 1; r < g->cfg.world; r++)
+		if (g->fd[r] >= 0)
+			(void)send_msg(g, g->fd[r], &m, deadline_in(1000000000ull));
 	free_group(g);
 }
 
@@ -760,7 +765,8 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 			return 0;
 		if (m.type == HEL_RP_ERROR) {
 			rc = eos_fail(m.error.status < 0 ? m.error.status : -EPROTO,
-				      "rank %u: rank 0 refused: %s", g->cfg.rank, m.error.text);
+				      "rank %u: rank 0 ended the instance: %s", g->cfg.rank,
+				      m.error.text);
 		} else if (m.type == HEL_RP_START && !*model) {
 			rc = peer_start(g, &m, model);
 		} else if (m.type == HEL_RP_CALL && *model) {

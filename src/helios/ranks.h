@@ -59,9 +59,11 @@ int hel_ranks_join(hel_ranks *g);
 const hel_model_tp *hel_ranks_tp(hel_ranks *g);
 /* Why the group stopped, or NULL. */
 const char *hel_ranks_failure(hel_ranks *g);
-/* Rank 0: BYE to every peer (unless stopped), close, free.  NULL-safe.
- * Call after the model is destroyed. */
-void hel_ranks_close(hel_ranks *g);
+/* Rank 0: BYE to every peer (they exit 0); when the group stopped, an
+ * ERROR with the reason it stopped, or when why is given (rank 0 could not
+ * start), one with why (they exit 1 saying it).  Then close and free.
+ * NULL-safe.  Call after the model is destroyed. */
+void hel_ranks_close(hel_ranks *g, const char *why);
 
 /* A peer: connect (retrying until the join deadline), JOIN, make the model
  * on START, serve until BYE.  0 after BYE; else an error with a message
