@@ -41,6 +41,7 @@
 
 #include "eos.h"
 #include "ranks_proto.h"
+#include "shard_link.h"
 #include "shard_proto.h"
 
 #define JOIN_NS_DEFAULT (120ull * 1000000000ull)
@@ -131,50 +132,6 @@ static int wait_fd(int fd, short ev, uint64_t deadline)
 	}
 }
 
-static int send_all(int fd, const void *buf, size_t len, uint64_t deadline)
-{
-	const uint8_t *p = buf;
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno != EAGAIN)
-			return -errno;
-		int rc = wait_fd(fd, POLLOUT, deadline);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
-{
-	uint8_t *p = buf;
-	while (len) {
-		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET; /* closed by the peer */
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN)
-			return -errno;
-		int rc = wait_fd(fd, POLLIN, deadline);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
 /* Encode m into g->buf and send it on fd. */
 static int send_msg(hel_ranks *g, int fd, const struct hel_rp_msg *m, uint64_t deadline)
 {
@@ -189,7 +146,7 @@ static int send_msg(hel_ranks *g, int fd, const struct hel_rp_msg *m, uint64_t d
 		g->cap = (size_t)n;
 	}
 	hel_rp_encode(m, g->buf, g->cap);
-	return send_all(fd, g->buf, (size_t)n, deadline);
+	return sel_shard_send(fd, g->buf, (size_t)n, deadline);
 }
 
 /* Read one frame and decode it (release with hel_rp_free). */
@@ -199,7 +156,7 @@ static int recv_msg(hel_ranks *g, int fd, struct hel_rp_msg *m, uint64_t deadlin
 	uint16_t type;
 	uint32_t plen;
 	memset(m, 0, sizeof *m);
-	int rc = recv_all(fd, h, sizeof h, deadline);
+	int rc = sel_shard_recv_all(fd, h, sizeof h, deadline);
 	if (rc)
 		return rc;
 	if ((rc = hel_rp_header(h, sizeof h, &type, &plen)))
@@ -215,7 +172,7 @@ static int recv_msg(hel_ranks *g, int fd, struct hel_rp_msg *m, uint64_t deadlin
 		g->cap = HEL_RP_HEADER + (size_t)plen;
 	}
 	memcpy(g->buf, h, sizeof h);
-	if ((rc = recv_all(fd, g->buf + HEL_RP_HEADER, plen, deadline)))
+	if ((rc = sel_shard_recv_all(fd, g->buf + HEL_RP_HEADER, plen, deadline)))
 		return rc;
 	return hel_rp_decode(g->buf, HEL_RP_HEADER + plen, m);
 }
@@ -755,7 +712,13 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 	for (;;) {
 		struct hel_rp_msg m;
 		char b[512];
-		int rc = recv_msg(g, g->fd[0], &m, UINT64_MAX);
+		/* Idle as long as rank 0 is (keepalive ends a vanished host's
+		 * connection); a frame once begun must arrive by the deadline. */
+		int rc = wait_fd(g->fd[0], POLLIN, UINT64_MAX);
+		if (rc == 0)
+			rc = recv_msg(g, g->fd[0], &m, deadline_in(g->cfg.step_ns));
+		else
+			memset(&m, 0, sizeof m);
 		if (rc) {
 			hel_rp_free(&m);
 			return eos_fail(rc == -ECONNRESET ? -ECONNRESET : rc, "rank %u: rank 0: %s",

@@ -93,7 +93,7 @@ int sel_shard_send(int fd, const void *buf, size_t len, uint64_t deadline_ns)
 	return 0;
 }
 
-int shl_recv_exact(int fd, uint8_t *p, size_t len, uint64_t deadline_ns)
+int sel_shard_recv_all(int fd, uint8_t *p, size_t len, uint64_t deadline_ns)
 {
 	while (len) {
 		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
@@ -124,7 +124,7 @@ int64_t sel_shard_recv(int fd, void *buf, size_t cap, uint64_t deadline_ns)
 	uint8_t *b = buf;
 	if (cap < SEL_SHARD_FRAME_HEADER)
 		return eos_fail(-EINVAL, "rank link: a receive buffer of %zu bytes", cap);
-	int rc = shl_recv_exact(fd, b, SEL_SHARD_FRAME_HEADER, deadline_ns);
+	int rc = sel_shard_recv_all(fd, b, SEL_SHARD_FRAME_HEADER, deadline_ns);
 	uint16_t type;
 	uint32_t plen;
 	if (rc || (rc = sel_shard_frame_header(b, SEL_SHARD_FRAME_HEADER, &type, &plen)))
@@ -134,7 +134,7 @@ int64_t sel_shard_recv(int fd, void *buf, size_t cap, uint64_t deadline_ns)
 				"rank link: a %s frame of %" PRIu32 " bytes, more than %zu "
 				"expected here",
 				sel_shard_type_name(type), plen, cap - SEL_SHARD_FRAME_HEADER);
-	if ((rc = shl_recv_exact(fd, b + SEL_SHARD_FRAME_HEADER, plen, deadline_ns)))
+	if ((rc = sel_shard_recv_all(fd, b + SEL_SHARD_FRAME_HEADER, plen, deadline_ns)))
 		return rc;
 	return (int64_t)(SEL_SHARD_FRAME_HEADER + plen);
 }

@@ -314,14 +314,14 @@ static int early_frame(sel_shard_set *s, uint32_t r, const uint8_t *got, size_t 
 	uint32_t plen = 0;
 	int rc = 0;
 	if (have < SEL_SHARD_FRAME_HEADER)
-		rc = shl_recv_exact(fd, b + have, SEL_SHARD_FRAME_HEADER - have, until);
+		rc = sel_shard_recv_all(fd, b + have, SEL_SHARD_FRAME_HEADER - have, until);
 	if (!rc)
 		rc = sel_shard_frame_header(b, SEL_SHARD_FRAME_HEADER, &type, &plen);
 	if (!rc && (type != SEL_SHARD_ERROR || SEL_SHARD_FRAME_HEADER + plen > sizeof b ||
 		    SEL_SHARD_FRAME_HEADER + plen < have))
 		rc = eos_fail(-EPROTO, "a %s frame before ACCEPT", sel_shard_type_name(type));
 	if (!rc && have < SEL_SHARD_FRAME_HEADER + plen)
-		rc = shl_recv_exact(fd, b + have, SEL_SHARD_FRAME_HEADER + plen - have, until);
+		rc = sel_shard_recv_all(fd, b + have, SEL_SHARD_FRAME_HEADER + plen - have, until);
 	struct sel_shard_msg m;
 	if (!rc && (rc = sel_shard_decode(b, SEL_SHARD_FRAME_HEADER + plen, NULL, &m)) == 0) {
 		rc = m.u.status.status;

@@ -44,7 +44,6 @@ void shl_link_sockopts(int fd, int sock_buf);
 socklen_t shl_to_sockaddr(const struct sel_shard_addr *a, uint16_t port,
 			  struct sockaddr_storage *ss);
 int shl_sock_addr(int fd, bool peer, struct sel_shard_addr *out);
-int shl_recv_exact(int fd, uint8_t *p, size_t len, uint64_t deadline_ns);
 int shl_send_msg(int fd, const struct sel_shard_msg *m, uint64_t deadline_ns);
 int shl_recv_msg(int fd, uint8_t *buf, size_t cap, const struct sel_shard_limits *lim,
 		 struct sel_shard_msg *m, uint64_t deadline_ns);
