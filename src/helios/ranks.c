@@ -190,18 +190,6 @@ static const char *io_text(int rc, char *b, size_t cap)
 	return b;
 }
 
-static void tune(int fd)
-{
-	int one = 1, idle = 10, intvl = 5, cnt = 3;
-	unsigned user_ms = 30000;
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
-}
-
 /* "HOST:PORT" or "[V6]:PORT" into host and port texts. */
 static int split_addr(const char *a, char *host, size_t hcap, char *port, size_t pcap)
 {
@@ -555,7 +543,7 @@ int hel_ranks_join(hel_ranks *g)
 		int fd = accept4(g->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		tune(fd);
+		sel_shard_sockopts(fd, 0);
 		if ((rc = judge(g, fd)) < 0) {
 			close(fd);
 			return rc;
@@ -644,7 +632,7 @@ static int peer_connect(hel_ranks *g)
 				continue;
 			if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
 				freeaddrinfo(ai);
-				tune(fd);
+				sel_shard_sockopts(fd, 0);
 				g->fd[0] = fd;
 				return 0;
 			}

@@ -23,7 +23,7 @@ const char *shl_hex16(const uint8_t *b, char out[33]) { return sel_hex(b, 16, ou
  * latency-bound), keepalive and a user timeout so a host that vanished
  * without a reset ends the link within about a minute, and the configured
  * buffer sizes. */
-void shl_link_sockopts(int fd, int sock_buf)
+void sel_shard_sockopts(int fd, int sock_buf)
 {
 	int one = 1, idle = 10, intvl = 5, cnt = 3;
 	unsigned int user_ms = 30000;

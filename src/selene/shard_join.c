@@ -296,7 +296,7 @@ static int judge(sel_shard_set *s, struct pend *p, const struct sel_shard_join *
 	l->joined = true;
 	l->set = j->set;
 	sodium_memzero(l->nonce, sizeof l->nonce); /* used once */
-	shl_link_sockopts(l->fd, s->cfg.sock_buf);
+	sel_shard_sockopts(l->fd, s->cfg.sock_buf);
 	return 1;
 }
 

@@ -336,5 +336,9 @@ int64_t sel_shard_recv(int fd, void *buf, size_t cap, uint64_t deadline_ns);
  * frames use it too, src/helios/ranks.c): 0, -ECONNRESET when the other
  * end closed, -ETIMEDOUT, or -errno, with a message. */
 int sel_shard_recv_all(int fd, uint8_t *p, size_t len, uint64_t deadline_ns);
+/* A link's socket options: TCP_NODELAY, keepalive (10 s idle, 5 s, 3
+ * probes) and a 30 s user timeout, so a vanished host ends the connection
+ * within about a minute; sock_buf > 0 sets both buffer sizes. */
+void sel_shard_sockopts(int fd, int sock_buf);
 
 #endif

@@ -40,7 +40,6 @@
 static inline int shl_popcount64(uint64_t v) { return __builtin_popcountll(v); }
 int shl_timeout_ms(uint64_t deadline_ns, uint64_t now);
 const char *shl_hex16(const uint8_t *b, char out[33]);
-void shl_link_sockopts(int fd, int sock_buf);
 socklen_t shl_to_sockaddr(const struct sel_shard_addr *a, uint16_t port,
 			  struct sockaddr_storage *ss);
 int shl_sock_addr(int fd, bool peer, struct sel_shard_addr *out);

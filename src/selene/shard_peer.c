@@ -227,7 +227,7 @@ int sel_shard_peer_join(const struct sel_shard_peer_config *cfg, const void *hel
 	if (rc < 0)
 		goto fail;
 	p->fd = rc;
-	shl_link_sockopts(p->fd, cfg->sock_buf);
+	sel_shard_sockopts(p->fd, cfg->sock_buf);
 	struct sel_shard_msg jm = {.type = SEL_SHARD_JOIN};
 	struct sel_shard_join *j = &jm.u.join;
 	j->world = cfg->world;
