@@ -675,7 +675,7 @@ static int peer_reduce(void *ctx, uint64_t *w, size_t n)
 /* START: the model rank 0 describes, and this rank's fingerprint. */
 static int peer_start(hel_ranks *g, const struct hel_rp_msg *s, hel_model **model)
 {
-	hel_model_opts o = g->cfg.peer_opts ? *g->cfg.peer_opts : (hel_model_opts){0};
+	hel_model_opts o = {0};
 	o.mode = (sel_state_mode)s->start.mode;
 	o.pages = s->start.pages;
 	o.rows = s->start.rows;

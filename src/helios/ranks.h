@@ -43,8 +43,6 @@ struct hel_ranks_config {
 	/* Rank 0: the group stopped (any thread, once, must not block). */
 	void (*dead)(void *ctx, const char *why);
 	void *dead_ctx;
-	/* A peer, tests: the model options beyond what START says (NULL: none). */
-	const hel_model_opts *peer_opts;
 };
 
 /* Rank 0: bind the rendezvous address.  0, or an error with a message. */
