@@ -81,6 +81,7 @@ static int bench(const char *name)
 	pid_t pid[64];
 	if (hel_ranks_listen(&cfg, &g))
 		return 1;
+	fflush(stdout);
 	for (uint32_t r = 1; r < c->ranks; r++)
 		if ((pid[r] = fork()) == 0) {
 			struct hel_ranks_config pc = {.core = c,

@@ -53,6 +53,7 @@ static hel_core *load(const char *name)
 
 static pid_t spawn_peer(const hel_core *c, uint32_t rank, const char *addr, uint64_t join_ns)
 {
+	fflush(stdout); /* a child must not print the parent's buffer again */
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
