@@ -305,7 +305,10 @@ class Flare:
             cmd.append(self.core)
         return cmd
 
-    def start(self):
+    def start(self, wait=True):
+        """Start the process; wait (default) for its "listening on" line.
+        wait=False returns at once: call wait_started() later (the process
+        is the caller's thread's child: it dies with that thread)."""
         cmd = self.command()
         if self.log:
             self.log("$ " + " ".join(cmd))
@@ -327,7 +330,11 @@ class Flare:
 
         self._drain = threading.Thread(target=drain, daemon=True)
         self._drain.start()
-        found.wait(self.start_timeout)
+        self._found = found
+        return self.wait_started() if wait else self
+
+    def wait_started(self):
+        self._found.wait(self.start_timeout)
         if self.port is None:
             self._kill()
             raise FlareError(f"{self.name} did not start (exit {self.proc.returncode}): "

@@ -249,7 +249,10 @@ static void test_help(void)
 		if (o[i].kind == FLARE_K_NONE)
 			continue;
 		/* The flag's line is followed by its default (and file key). */
-		const char *at = strstr(text, o[i].flag);
+		char word[64]; /* the flag as a word: --rank is not --ranks */
+		snprintf(word, sizeof word, "%s ", o[i].flag);
+		const char *at = strstr(text, word);
+		CHECKF(at, "--help lacks '%s'", word);
 		const char *def = strstr(at, "default: ");
 		CHECKF(def, "%s has no default in --help", o[i].flag);
 		CHECKF(!strncmp(def + 9, o[i].defval, strlen(o[i].defval)),
@@ -351,6 +354,13 @@ static void test_config(void)
 	CHECK(s.set == 0);
 	CHECK_OK(CFG(&s, "[server]\nport = +80"));
 	CHECK(s.port == 80);
+	/* Ranks in separate processes (docs/multihost.md "Execution"). */
+	CHECK_OK(CFG(&s, "[ranks]\nranks = 4\nrank = 3\nrendezvous = \"[fd00::1]:7000\"\n"));
+	CHECK(s.ranks == 4 && s.rank == 3 && !strcmp(s.rendezvous, "[fd00::1]:7000"));
+	CHECK(s.set == (1u << FLARE_OPT_RANKS | 1u << FLARE_OPT_RANK | 1u << FLARE_OPT_RENDEZVOUS));
+	cfg_bad("[ranks]\nrendezvous = \"10.0.0.1\"\n", "t.toml:2: ranks.rendezvous: ",
+		"is not HOST:PORT");
+	cfg_bad("[ranks]\nranks = 65\n", "t.toml:2: ranks.ranks: ", "from 1 to 64");
 }
 
 static void test_config_errors(void)

@@ -258,8 +258,10 @@ static int parse_section(struct cstate *c, const char *s, const char *end)
 		return perr(p, "unknown section [%.40s...]", n0);
 	memcpy(c->section, n0, nlen);
 	c->section[nlen] = '\0';
-	if (strcmp(c->section, "server") && strcmp(c->section, "prefix_cache"))
-		return perr(p, "unknown section [%s] (known: [server], [prefix_cache])", c->section);
+	if (strcmp(c->section, "server") && strcmp(c->section, "prefix_cache") &&
+	    strcmp(c->section, "ranks"))
+		return perr(p, "unknown section [%s] (known: [server], [prefix_cache], [ranks])",
+			    c->section);
 	for (size_t i = 0; i < c->nseen; i++)
 		if (!strcmp(c->seen[i].name, c->section))
 			return perr(p, "section [%s] appears twice (first on line %u)", c->section,

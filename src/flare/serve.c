@@ -46,6 +46,7 @@
 #include "flare/cli.h"
 #include "flare/config.h"
 #include "flare/dashboard.h"
+#include "flare/ranks_run.h"
 #include "flare/server.h"
 #include "helios/core.h"
 
@@ -393,7 +394,8 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 /* The engine behind the server, with the startup summary: 0 (be open),
  * -1 when it could not be opened, -2 when it opened but did not start. */
 static int open_engine(const struct flare_backend_factory *factory, const struct flare_settings *s,
-		       const hel_core *core, struct flare_server *srv, struct flare_backend *be)
+		       const hel_core *core, struct flare_server *srv, struct flare_backend *be,
+		       hel_ranks *ranks)
 {
 	char err[2048], note[FLARE_PATH_MAX + 512];
 	const char *disk = flare_disk_resolve(s, note, sizeof note);
@@ -416,6 +418,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.fetch = s->fetch,
 		.fdatasync = false,
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
+		.tp = ranks ? hel_ranks_tp(ranks) : NULL,
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
@@ -508,6 +511,7 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	struct flare_settings *flags = malloc(sizeof *flags), *file = malloc(sizeof *file),
 			      *s = malloc(sizeof *s);
 	hel_core *core = NULL;
+	hel_ranks *ranks = NULL;
 	struct flare_backend be = {0};
 	bool be_open = false;
 	struct flare_server *srv = NULL;
@@ -524,23 +528,35 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 		status = rc > 0 ? 0 : 2;
 		goto out;
 	}
-	if (load_core(s, &core))
+	if (load_core(s, &core) || flare_ranks_check(s, core))
 		goto out;
+	if (flare_ranks_on(s) && s->rank > 0) {
+		status = flare_ranks_peer(s, core); /* no HTTP, no engine */
+		goto out;
+	}
 	/* Before any thread exists: threads inherit the mask. */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGUSR1); /* the ranks stopped (flare_ranks_lead) */
 	pthread_sigmask(SIG_BLOCK, &sigs, &old);
 	masked = true;
 	status = 1;
 	if (listen_first(s, core, &srv))
 		goto out;
-	rc = open_engine(factory, s, core, srv, &be);
+	if (flare_ranks_on(s) && flare_ranks_lead(s, core, &ranks))
+		goto out;
+	rc = open_engine(factory, s, core, srv, &be, ranks);
 	be_open = rc != -1;
 	if (rc)
 		goto out;
 	int sig = serve_until_signal(s, &be, &sigs);
+	if (sig == SIGUSR1 && ranks && hel_ranks_failure(ranks)) {
+		fprintf(stderr, "flare: error: the instance stops: %s\n", hel_ranks_failure(ranks));
+		status = 1;
+		goto out;
+	}
 	fprintf(stderr, "flare: %s: stopping\n", signame(sig));
 	/* A second signal now ends the process the ordinary way. */
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -549,6 +565,8 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 out:
 	if (s)
 		shut_down(s, srv, &be, be_open);
+	/* After the engine and its model; the peers stop with rank 0's word. */
+	hel_ranks_close(ranks, status ? "rank 0 stopped with an error (its log says why)" : NULL);
 	if (masked)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (be_open && status == 0)

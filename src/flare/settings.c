@@ -96,6 +96,12 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_MAX_BUFFERED, "--max-buffered-bytes", "SIZE", "server", "max_buffered_bytes",
 	 FLARE_K_SIZE, 1, 0, false, "64MiB",
 	 "request body bytes held at once, all connections; beyond it 503"},
+	{FLARE_OPT_RANKS, "--ranks", "N", "ranks", "ranks", FLARE_K_COUNT, 1, 64, false, "1",
+	 "run a multi-host core as N processes, one per rank (docs/multihost.md)"},
+	{FLARE_OPT_RANK, "--rank", "R", "ranks", "rank", FLARE_K_COUNT, 0, 63, false, "0",
+	 "this process's rank: 0 serves HTTP and schedules, the others compute"},
+	{FLARE_OPT_RENDEZVOUS, "--rendezvous", "HOST:PORT", "ranks", "rendezvous", FLARE_K_ENDPOINT,
+	 0, 0, false, "none", "rank 0 listens there (port 0: any; it prints it), the peers connect"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -361,6 +367,10 @@ static int set_count(struct flare_settings *s, const struct flare_option *o, con
 		s->max_connections = (uint32_t)v;
 	else if (o->id == FLARE_OPT_MAX_PER_CLIENT)
 		s->max_per_client = (uint32_t)v;
+	else if (o->id == FLARE_OPT_RANKS)
+		s->ranks = (uint32_t)v;
+	else if (o->id == FLARE_OPT_RANK)
+		s->rank = (uint32_t)v;
 	else
 		s->draft_tokens = (uint32_t)v;
 	return 0;
@@ -526,6 +536,22 @@ static int set_bool(struct flare_settings *s, const struct flare_option *o, cons
 	return 0;
 }
 
+/* Rank 0's rendezvous address: HOST:PORT, the host part checked as --host. */
+static int set_endpoint(struct flare_settings *s, const struct flare_option *o, const char *t,
+			enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	const char *colon = strrchr(t, ':');
+	uint64_t port = 0;
+	if (!colon || colon == t || strlen(t) >= sizeof s->rendezvous || strpbrk(t, " \t/") ||
+	    !parse_uint(colon + 1, 65535, &port))
+		return flare_bad(err, errlen,
+				 "'%s' is not HOST:PORT (e.g. 10.0.0.1:7000, [fd00::1]:7000)", t);
+	snprintf(s->rendezvous, sizeof s->rendezvous, "%s", t);
+	return 0;
+}
+
 typedef int setter(struct flare_settings *s, const struct flare_option *o, const char *t,
 		   enum flare_vtype vt, char *err, size_t errlen);
 /* The setter of each kind: a table is the clearest form of "one rule per
@@ -546,6 +572,7 @@ static setter *const setters[] = {
 	[FLARE_K_ORIGINS] = set_origins,
 	[FLARE_K_SECRET] = set_secret,
 	[FLARE_K_BOOL] = set_bool,
+	[FLARE_K_ENDPOINT] = set_endpoint,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -555,7 +582,7 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
-	case FLARE_K_SECRET: case FLARE_K_FETCH: want_string = true; break;
+	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_ENDPOINT: want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
@@ -620,6 +647,9 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_MAX_PER_CLIENT, max_per_client);
 	TAKE(FLARE_OPT_IDLE_TIMEOUT, idle_timeout_ns);
 	TAKE(FLARE_OPT_MAX_BUFFERED, max_buffered);
+	TAKE(FLARE_OPT_RANKS, ranks);
+	TAKE(FLARE_OPT_RANK, rank);
+	TAKE(FLARE_OPT_RENDEZVOUS, rendezvous);
 #undef TAKE
 	d->set |= m;
 }

@@ -54,6 +54,9 @@ enum flare_opt {
 	FLARE_OPT_MAX_PER_CLIENT,
 	FLARE_OPT_IDLE_TIMEOUT,
 	FLARE_OPT_MAX_BUFFERED,
+	FLARE_OPT_RANKS,      /* ranks in separate processes (docs/multihost.md) */
+	FLARE_OPT_RANK,
+	FLARE_OPT_RENDEZVOUS,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -92,6 +95,9 @@ struct flare_settings {
 	uint32_t max_per_client;      /* 0 = no per-client limit */
 	uint64_t idle_timeout_ns;
 	uint64_t max_buffered;        /* request body bytes held at once */
+	uint32_t ranks;               /* processes of a multi-host core; 0 = one */
+	uint32_t rank;                /* this process's rank */
+	char rendezvous[FLARE_HOST_MAX + 8]; /* rank 0's HOST:PORT */
 };
 
 /* How a setting's value is written. */
@@ -111,6 +117,7 @@ enum flare_kind {
 	FLARE_K_ORIGINS,  /* * | origin[,origin...] */
 	FLARE_K_SECRET,   /* printable text without spaces, never echoed */
 	FLARE_K_BOOL,     /* on | off */
+	FLARE_K_ENDPOINT, /* HOST:PORT or [V6]:PORT */
 };
 
 struct flare_option {

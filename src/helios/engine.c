@@ -561,6 +561,21 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 	return 0;
 }
 
+/* Ranks in separate processes keep records on disk only (design 1, 2.14);
+ * the sharded disk transport is not built yet (docs/multihost.md). */
+static int ranks_refuse(const hel_engine_config *cfg)
+{
+	if (cfg->memory_bytes)
+		return eos_fail(-EINVAL, "ranks on separate hosts keep records on disk only: a memory "
+				"tier would hold every rank's bytes in one process; set "
+				"--prefix-cache-memory 0");
+	if (cfg->disk_dir && !(cfg->disk_limit_set && cfg->disk_limit == 0))
+		return eos_fail(-EINVAL, "ranks in separate processes: the sharded disk store is not "
+				"built yet (docs/multihost.md \"What is left\"); run without "
+				"--prefix-cache-disk");
+	return 0;
+}
+
 /* The model and the scheduler over the GPU cache's ids. */
 static int open_model(hel_engine *e)
 {
@@ -577,8 +592,10 @@ static int open_model(hel_engine *e)
 	e->pin_max = e->n_rows / 4 > 1 ? e->n_rows / 4 : 1;
 	e->pin_max_pages = e->n_pages / 4 > 1 ? e->n_pages / 4 : 1;
 
+	if (cfg->tp && (rc = ranks_refuse(cfg)))
+		return rc;
 	hel_model_opts mo = { .mode = cfg->mode, .pages = e->n_pages, .rows = e->n_rows,
-			      .draft_tokens = cfg->draft_tokens };
+			      .draft_tokens = cfg->draft_tokens, .tp = cfg->tp };
 	if ((rc = hel_model_create(core, &mo, &e->model)))
 		return rc;
 	hel_scheduler_config sc = {
@@ -1422,8 +1439,11 @@ static int admission(hel_engine *e)
 static void poison_row(hel_engine *e, uint32_t row)
 {
 	const hel_row_layout *lay = hel_model_layout(e->model);
-	for (uint32_t r = 0; r < e->core->ranks; r++)
-		memset(hel_model_row_ptr(e->model, r, row) + lay->consumed, 0xff, 8);
+	for (uint32_t r = 0; r < e->core->ranks; r++) {
+		uint8_t *p = hel_model_row_ptr(e->model, r, row); /* NULL: another process's rank */
+		if (p)
+			memset(p + lay->consumed, 0xff, 8);
+	}
 	(void)hel_model_row_loaded(e->model, row, 0);
 }
 

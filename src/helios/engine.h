@@ -89,6 +89,9 @@ typedef struct hel_engine_config {
 	 * proposals, acceptance and tokens).  Must not block. */
 	void (*debug_round)(void *ctx, uint64_t id, uint64_t position, const hel_round *round);
 	void *debug_ctx;
+	/* Ranks in separate processes (src/helios/ranks.h): this process's
+	 * rank 0 of a multi-host core, or NULL.  Disk-only retention at most. */
+	const hel_model_tp *tp;
 } hel_engine_config;
 
 /* What the startup summary reports (design 2.11). */

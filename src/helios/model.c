@@ -129,6 +129,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -243,6 +244,7 @@ struct page_sum {
 	uint32_t k[SW], v[SW];   /* main planes */
 	uint32_t dk[SW], dv[SW]; /* draft planes (speculative) */
 	uint64_t digest, ddigest;
+	uint64_t local, dlocal; /* this process's ranks' share of the digests */
 	bool valid;
 };
 
@@ -273,6 +275,9 @@ struct hel_model {
 	sel_state_mode mode;
 	bool spec;
 	uint32_t R, H, L, V, pt, Hd, K;
+	uint32_t lo, hi;   /* the ranks this process holds (all but with tp) */
+	hel_model_tp tp;   /* reduce NULL: every rank here */
+	uint64_t *red;     /* [1 + H]: a reduction's words */
 	uint32_t pages, rows;
 	hel_row_layout lay;
 	struct mplane *pl; /* [npl]: main planes, then drafts */
@@ -329,6 +334,27 @@ static inline uint8_t *pagep(const hel_model *m, uint32_t r, uint32_t p, uint32_
 static inline uint64_t comb(const hel_model *m, uint32_t r, int k)
 {
 	return m->comb[(size_t)r * COMB_SALTS + (size_t)k];
+}
+
+/* The tensor-parallel all-reduce (model.h "Ranks in separate processes"):
+ * with every rank in this process, the sums are already whole. */
+static int tp_sum(hel_model *m, uint64_t *w, size_t n)
+{
+	return m->tp.reduce ? m->tp.reduce(m->tp.ctx, w, n) : 0;
+}
+
+/* Rank 0 mirrors a call to the peers before running it. */
+static int tp_mirror(hel_model *m, const hel_tp_call *c)
+{
+	return m->tp.call ? m->tp.call(m->tp.ctx, c) : 0;
+}
+
+/* Logits read rank 0's row (its induction table): a peer never takes any. */
+static int tp_logits(const hel_model *m, const int32_t *logits)
+{
+	if (logits && m->lo != 0)
+		return eos_fail(-EINVAL, "model: rank %u takes no logits (rank 0 samples)", m->lo);
+	return 0;
 }
 
 static inline uint64_t shard_salt(const hel_model *m, hel_shard s, uint32_t r)
@@ -477,11 +503,12 @@ static uint64_t partial_sum(const hel_model *m, const uint8_t *row, bool draft)
 	return s;
 }
 
-/* Digest of page id from every rank's planes of one group. */
+/* Digest of page id from this process's ranks' planes of one group (with
+ * tp, this rank's share; tp_sum adds the others'). */
 static uint64_t page_digest(const hel_model *m, uint32_t id, bool draft)
 {
 	uint64_t d = 0;
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint64_t s = 0;
 		for (uint32_t p = 0; p < m->npl; p++)
 			if (m->pl[p].draft == draft)
@@ -587,6 +614,7 @@ static int create_weights(hel_model *m)
 			m->genlist[m->G++] = v;
 	}
 	m->h0 = malloc(H * 4);
+	m->red = malloc((H + 1) * 8);
 	m->wq = malloc(LW * 4);
 	m->wo = malloc(LW * 4);
 	m->wout = malloc((size_t)m->G * H * 4);
@@ -601,7 +629,7 @@ static int create_weights(hel_model *m)
 	m->rl = malloc((size_t)(HEL_DRAFT_MAX + 1) * m->V * 4);
 	m->pv = malloc((size_t)m->G * sizeof *m->pv);
 	m->qv = malloc((size_t)HEL_DRAFT_MAX * m->G * sizeof *m->qv);
-	if (!m->h0 || !m->wq || !m->wo || !m->wout || !m->z || !m->hs || !m->lane ||
+	if (!m->h0 || !m->red || !m->wq || !m->wo || !m->wout || !m->z || !m->hs || !m->lane ||
 	    !m->att || !m->d || !m->dhs || !m->erow || !m->logits || !m->rl || !m->pv || !m->qv)
 		return -ENOMEM;
 	derive(m->h0, seed_salt(m->core, T_H0, 0), 0, H);
@@ -661,7 +689,7 @@ static int create_planes_memory(hel_model *m)
 	for (uint32_t p = 0; p < m->npl; p++)
 		m->pmap[p] = (size_t)(m->pl[p].unit * m->pages);
 	m->rmap = (size_t)(m->lay.bytes * m->rows);
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		for (uint32_t p = 0; p < m->npl; p++)
 			if (!(m->pbase[(size_t)r * m->npl + p] = map(m->pmap[p])))
 				return eos_fail(-ENOMEM,
@@ -689,12 +717,24 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 	if (o->draft_tokens > HEL_DRAFT_MAX)
 		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
 				HEL_DRAFT_MAX);
+	if (o->tp && (o->tp->rank >= c->ranks || !o->tp->reduce || (o->tp->rank == 0) != !!o->tp->call))
+		return eos_fail(-EINVAL, "model: rank %u of a %u-rank core, or no reduce/call",
+				o->tp->rank, c->ranks);
+	if (o->tp && o->mode != SEL_MODE_ORDINARY)
+		return eos_fail(-EINVAL,
+				"model: %s speculation with ranks in separate processes is not "
+				"supported (ordinary decoding only)",
+				sel_state_mode_name(o->mode));
 	if (!(m = calloc(1, sizeof *m)))
 		return eos_fail(-ENOMEM, "model: out of memory");
 	m->core = c;
 	m->mode = o->mode;
 	m->spec = o->mode != SEL_MODE_ORDINARY;
 	m->R = c->ranks;
+	m->lo = o->tp ? o->tp->rank : 0;
+	m->hi = o->tp ? o->tp->rank + 1 : c->ranks;
+	if (o->tp)
+		m->tp = *o->tp;
 	m->H = c->hidden;
 	m->L = c->layers;
 	m->V = c->vocab;
@@ -717,6 +757,8 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 	if (create_salts(m) || create_weights(m) || create_summaries(m, maxtb))
 		goto nomem;
 	if ((rc = create_planes_memory(m)))
+		goto fail;
+	if (m->tp.start && (rc = m->tp.start(m->tp.ctx, m)))
 		goto fail;
 	*out = m;
 	return 0;
@@ -741,7 +783,7 @@ void hel_model_destroy(hel_model *m)
 			if (m->rbase[r])
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
 	void *own[] = { m->pbase, m->pmap, m->rbase, m->ps, m->rs, m->row_valid, m->zero_hash,
-			m->S_zero, m->split_salt, m->comb, m->pl, m->h0, m->d0, m->gen, m->genlist,
+			m->S_zero, m->split_salt, m->comb, m->pl, m->h0, m->red, m->d0, m->gen, m->genlist,
 			m->wq, m->wo, m->wout, m->dout, m->z, m->hs, m->lane,
 			m->att, m->d, m->dhs, m->erow, m->logits, m->rl, m->pv, m->qv };
 	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -763,16 +805,22 @@ const hel_core_plane *hel_model_plane(const hel_model *m, uint32_t plane)
 	return plane < m->npl ? m->pl[plane].cp : NULL;
 }
 
+void hel_model_ranks(const hel_model *m, uint32_t *lo, uint32_t *hi)
+{
+	*lo = m->lo;
+	*hi = m->hi;
+}
+
 uint8_t *hel_model_page_ptr(hel_model *m, uint32_t rank, uint32_t plane, uint32_t page)
 {
-	if (rank >= m->R || plane >= m->npl || page >= m->pages)
+	if (rank < m->lo || rank >= m->hi || plane >= m->npl || page >= m->pages)
 		return NULL;
 	return pagep(m, rank, plane, page);
 }
 
 uint8_t *hel_model_row_ptr(hel_model *m, uint32_t rank, uint32_t slot)
 {
-	if (rank >= m->R || slot >= m->rows)
+	if (rank < m->lo || rank >= m->hi || slot >= m->rows)
 		return NULL;
 	return rowp(m, rank, slot);
 }
@@ -780,12 +828,12 @@ uint8_t *hel_model_row_ptr(hel_model *m, uint32_t rank, uint32_t slot)
 size_t hel_model_allocations(const hel_model *m, sel_allocation *out, size_t cap)
 {
 	size_t n = 0;
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		for (uint32_t p = 0; p <= m->npl; p++, n++) {
 			if (n >= cap)
 				continue;
 			sel_allocation *a = &out[n];
-			a->rank = r;
+			a->rank = r - m->lo; /* with tp: a one-rank layout (design 2.14) */
 			a->kind = SEL_MEM_HOST;
 			if (p < m->npl) {
 				a->name = m->pl[p].cp->name;
@@ -812,7 +860,7 @@ int hel_model_geometry(const hel_model *m, sel_geometry **out)
 	if (!a)
 		return eos_fail(-ENOMEM, "model: out of memory");
 	hel_model_allocations(m, a, n);
-	int rc = sel_geometry_build(a, n, m->R, m->pt, out);
+	int rc = sel_geometry_build(a, n, m->hi - m->lo, m->pt, out);
 	free(a);
 	return rc;
 }
@@ -831,9 +879,12 @@ static inline struct row_sum *rsum(const hel_model *m, uint32_t slot, uint32_t r
 
 int hel_model_row_init(hel_model *m, uint32_t slot)
 {
+	int rc;
 	if (slot >= m->rows)
 		return eos_fail(-EINVAL, "model: row slot %u of %u", slot, m->rows);
-	for (uint32_t r = 0; r < m->R; r++) {
+	if ((rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_INIT, .slot = slot })))
+		return rc;
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint8_t *row = rowp(m, r, slot);
 		memset(row, 0, m->lay.bytes);
 		memcpy(row + m->lay.hidden, m->h0, m->lay.hidden_bytes);
@@ -856,7 +907,10 @@ int hel_model_row_copy(hel_model *m, uint32_t src, uint32_t dst)
 		return eos_fail(-EINVAL, "model: row slot %u holds no sequence", src);
 	if (src == dst)
 		return 0;
-	for (uint32_t r = 0; r < m->R; r++) {
+	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_COPY, .slot = src, .arg = dst });
+	if (rc)
+		return rc;
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		memcpy(rowp(m, r, dst), rowp(m, r, src), m->lay.bytes);
 		*rsum(m, dst, r) = *rsum(m, src, r);
 	}
@@ -866,8 +920,8 @@ int hel_model_row_copy(hel_model *m, uint32_t src, uint32_t dst)
 
 static int consumed_of(const hel_model *m, uint32_t slot, uint64_t *out)
 {
-	uint64_t n = rd64(rowp(m, 0, slot) + m->lay.consumed);
-	for (uint32_t r = 1; r < m->R; r++) {
+	uint64_t n = rd64(rowp(m, m->lo, slot) + m->lay.consumed);
+	for (uint32_t r = m->lo + 1; r < m->hi; r++) {
 		uint64_t nr = rd64(rowp(m, r, slot) + m->lay.consumed);
 		if (nr != n)
 			return eos_fail(SEL_ECORRUPT,
@@ -903,13 +957,42 @@ static int check_partial_zero(const hel_model *m, uint32_t slot, uint32_t r, uin
 	return 0;
 }
 
+static int row_validate(hel_model *m, uint32_t slot, uint64_t expected);
+
+/* With tp every rank validates its own row, and the slot is loaded only
+ * when every rank's is: the word is the mask of ranks that refused. */
 int hel_model_row_loaded(hel_model *m, uint32_t slot, uint64_t expected)
 {
-	int rc;
 	if (slot >= m->rows)
 		return eos_fail(-EINVAL, "model: row slot %u of %u", slot, m->rows);
+	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_LOADED, .slot = slot,
+					      .value = expected });
+	if (rc)
+		return rc;
 	m->row_valid[slot] = false;
-	for (uint32_t r = 0; r < m->R; r++) {
+	rc = row_validate(m, slot, expected);
+	if (!m->tp.reduce)
+		return rc;
+	char own[512];
+	snprintf(own, sizeof own, "%s", rc ? eos_errmsg() : "");
+	uint64_t refused = rc ? 1ull << m->lo : 0;
+	int trc = tp_sum(m, &refused, 1);
+	if (trc)
+		return trc;
+	if (rc)
+		return eos_fail(rc, "%s", own);
+	if (refused) {
+		m->row_valid[slot] = false;
+		return eos_fail(SEL_ECORRUPT, "model: row slot %u: rank %u refused the loaded row", slot,
+				(unsigned)__builtin_ctzll(refused));
+	}
+	return 0;
+}
+
+static int row_validate(hel_model *m, uint32_t slot, uint64_t expected)
+{
+	int rc;
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint64_t n = rd64(rowp(m, r, slot) + m->lay.consumed);
 		if (n != expected)
 			return eos_fail(SEL_ECORRUPT,
@@ -920,10 +1003,10 @@ int hel_model_row_loaded(hel_model *m, uint32_t slot, uint64_t expected)
 		return eos_fail(SEL_ECORRUPT, "model: row slot %u: consumed %llu beyond max_context %llu",
 				slot, (unsigned long long)expected,
 				(unsigned long long)m->core->max_context);
-	for (uint32_t r = 0; r < m->R; r++)
+	for (uint32_t r = m->lo; r < m->hi; r++)
 		if ((rc = check_partial_zero(m, slot, r, expected % m->pt)))
 			return rc;
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		const uint8_t *row = rowp(m, r, slot);
 		struct row_sum *s = rsum(m, slot, r);
 		s->S = rec_sum(m, row, shard_salt(m, m->core->recurrent_shard, r));
@@ -938,10 +1021,19 @@ int hel_model_page_loaded(hel_model *m, uint32_t page)
 {
 	if (page >= m->pages)
 		return eos_fail(-EINVAL, "model: page id %u of %u", page, m->pages);
+	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_PAGE_LOADED, .slot = page });
+	if (rc)
+		return rc;
 	struct page_sum *ps = &m->ps[page];
-	set_page_sum(m, ps, page_digest(m, page, false), false);
+	ps->valid = false;
+	ps->local = page_digest(m, page, false);
+	ps->dlocal = m->spec ? page_digest(m, page, true) : 0;
+	uint64_t d[2] = { ps->local, ps->dlocal };
+	if ((rc = tp_sum(m, d, 2)))
+		return rc;
+	set_page_sum(m, ps, d[0], false);
 	if (m->spec)
-		set_page_sum(m, ps, page_digest(m, page, true), true);
+		set_page_sum(m, ps, d[1], true);
 	ps->valid = true;
 	return 0;
 }
@@ -952,8 +1044,8 @@ int hel_model_check(const hel_model *m)
 		const struct page_sum *ps = &m->ps[id];
 		if (!ps->valid)
 			continue;
-		if (page_digest(m, id, false) != ps->digest ||
-		    (m->spec && page_digest(m, id, true) != ps->ddigest))
+		if (page_digest(m, id, false) != ps->local ||
+		    (m->spec && page_digest(m, id, true) != ps->dlocal))
 			return eos_fail(SEL_ECORRUPT, "model check: page id %u changed since it was loaded",
 					id);
 	}
@@ -964,7 +1056,7 @@ int hel_model_check(const hel_model *m)
 			continue;
 		if ((rc = consumed_of(m, slot, &n)))
 			return rc;
-		for (uint32_t r = 0; r < m->R; r++) {
+		for (uint32_t r = m->lo; r < m->hi; r++) {
 			const uint8_t *row = rowp(m, r, slot);
 			const struct row_sum *s = rsum(m, slot, r);
 			if ((rc = check_partial_zero(m, slot, r, n % m->pt)))
@@ -1082,7 +1174,7 @@ static hel_token induction(const hel_model *m, uint32_t slot, uint64_t ctx)
 	if (!m->T)
 		return NO_TOKEN;
 	uint64_t rsr = shard_salt(m, m->core->recurrent_shard, 0), ways[IND_WAYS];
-	const uint8_t *w = rowp(m, 0, slot) + m->lay.recurrent;
+	const uint8_t *w = rowp(m, m->lo, slot) + m->lay.recurrent;
 	uint32_t tag = ind_tag(m, ctx);
 	ind_slots(m, ctx, rsr, ways);
 	for (int k = 0; k < IND_WAYS; k++) {
@@ -1099,7 +1191,7 @@ static hel_token induction(const hel_model *m, uint32_t slot, uint64_t ctx)
 static void write_token(hel_model *m, uint32_t slot, uint32_t t, bool draft, const uint32_t *x)
 {
 	uint64_t xd = XXH3_64bits(x, (size_t)m->H * 4);
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint8_t *row = rowp(m, r, slot);
 		struct row_sum *s = rsum(m, slot, r);
 		for (uint32_t p = 0; p < m->npl; p++) {
@@ -1117,31 +1209,39 @@ static void write_token(hel_model *m, uint32_t slot, uint32_t t, bool draft, con
 	}
 }
 
-/* Hidden-vector context of a group: c64 and the all-reduced copies. */
-static uint64_t main_context(const hel_model *m, uint32_t slot, uint64_t n, uint32_t *hs)
+/* Hidden-vector context of a group: c64 and the all-reduced copies (with
+ * tp, this rank's terms, then the sum over the ranks: hs's lanes summed
+ * as 64-bit words and cut to 32 bits are the sums modulo 2^32). */
+static int main_context(hel_model *m, uint32_t slot, uint64_t n, uint32_t *hs, uint64_t *out)
 {
-	uint64_t c = mix64(n * GOLD + m->pos_salt);
-	memset(hs, 0, (size_t)m->H * 4);
-	for (uint32_t r = 0; r < m->R; r++) {
+	uint64_t *w = m->red;
+	memset(w, 0, ((size_t)m->H + 1) * 8);
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		const struct row_sum *s = rsum(m, slot, r);
 		const uint8_t *hid = rowp(m, r, slot) + m->lay.hidden;
-		c += mix64(s->S + comb(m, r, C_S));
-		c += mix64(s->P + comb(m, r, C_P));
+		w[0] += mix64(s->S + comb(m, r, C_S));
+		w[0] += mix64(s->P + comb(m, r, C_P));
 		uint32_t wgt = 2 * r + 1;
 		for (uint32_t j = 0; j < m->H; j++) {
 			uint32_t v;
 			memcpy(&v, hid + 4 * j, 4);
-			hs[j] += wgt * v;
+			w[1 + j] += (uint32_t)(wgt * v);
 		}
 	}
-	return c;
+	int rc = tp_sum(m, w, (size_t)m->H + 1);
+	if (rc)
+		return rc;
+	for (uint32_t j = 0; j < m->H; j++)
+		hs[j] = (uint32_t)w[1 + j];
+	*out = mix64(n * GOLD + m->pos_salt) + w[0];
+	return 0;
 }
 
 static uint64_t draft_context(const hel_model *m, uint32_t slot, uint64_t n, uint32_t *dhs)
 {
 	uint64_t c = mix64(n * GOLD + m->dpos_salt);
 	memset(dhs, 0, (size_t)m->H * 4);
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		const uint8_t *row = rowp(m, r, slot);
 		c += mix64(XXH3_64bits_withSeed(row + m->lay.draft_history, m->lay.draft_history_bytes,
 						comb(m, r, C_HISTORY)));
@@ -1245,7 +1345,9 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 	m->counts.positions++;
 
 	/* 1-2: context and embedding. */
-	uint64_t c = main_context(m, slot, n, m->hs);
+	uint64_t c;
+	if ((rc = main_context(m, slot, n, m->hs, &c)))
+		return rc;
 	lanes(c, lane, H);
 	derive(e, m->s_emb, (size_t)x * H, H);
 	for (uint32_t j = 0; j < H; j++)
@@ -1258,16 +1360,18 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 	}
 	/* 4: recurrent update and its output. */
 	uint64_t zd = XXH3_64bits(z, (size_t)H * 4), rec = 0;
-	for (uint32_t r = 0; r < m->R; r++) {
+	for (uint32_t r = m->lo; r < m->hi; r++) {
 		struct row_sum *s = rsum(m, slot, r);
 		rec_update(m, rowp(m, r, slot), s, shard_salt(m, m->core->recurrent_shard, r), x, zd);
 		rec += mix64(s->S + comb(m, r, C_REC));
 	}
+	if ((rc = tp_sum(m, &rec, 1)))
+		return rc;
 	lanes(rec ^ zd, lane, H);
 	for (uint32_t j = 0; j < H; j++)
 		z[j] = nl32(z[j] ^ lane[j]);
 	/* 5: the new hidden and the token's bytes. */
-	for (uint32_t r = 0; r < m->R; r++)
+	for (uint32_t r = m->lo; r < m->hi; r++)
 		memcpy(rowp(m, r, slot) + m->lay.hidden, z, (size_t)H * 4);
 	write_token(m, slot, t, false, z);
 	/* 6: draft state. */
@@ -1278,7 +1382,7 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		derive(e, m->s_demb, (size_t)x * H, H);
 		for (uint32_t j = 0; j < H; j++)
 			d[j] = nl32(e[j] + rotl32(m->dhs[j], 3) + lane[j] + rotl32(z[j], 11));
-		for (uint32_t r = 0; r < m->R; r++) {
+		for (uint32_t r = m->lo; r < m->hi; r++) {
 			uint8_t *row = rowp(m, r, slot);
 			memcpy(row + m->lay.draft_hidden, d, (size_t)H * 4);
 			uint32_t tok = x;
@@ -1286,13 +1390,13 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		}
 		write_token(m, slot, t, true, d);
 	}
-	for (uint32_t r = 0; r < m->R; r++)
+	for (uint32_t r = m->lo; r < m->hi; r++)
 		wr64(rowp(m, r, slot) + m->lay.consumed, n + 1);
 	/* A completed page moves to next_page on every plane and rank. */
 	if (completes) {
 		struct page_sum *ps = &m->ps[next_page];
 		uint64_t dig = 0, ddig = 0;
-		for (uint32_t r = 0; r < m->R; r++) {
+		for (uint32_t r = m->lo; r < m->hi; r++) {
 			uint8_t *row = rowp(m, r, slot);
 			struct row_sum *s = rsum(m, slot, r);
 			for (uint32_t p = 0; p < m->npl; p++) {
@@ -1304,6 +1408,14 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 			s->P = m->P_empty;
 			s->DP = m->DP_empty;
 		}
+		ps->valid = false;
+		ps->local = dig;
+		ps->dlocal = m->spec ? ddig : 0;
+		uint64_t d[2] = { dig, ddig };
+		if ((rc = tp_sum(m, d, 2)))
+			return rc;
+		dig = d[0];
+		ddig = d[1];
 		set_page_sum(m, ps, dig, false);
 		if (m->spec)
 			set_page_sum(m, ps, ddig, true);
@@ -1312,7 +1424,7 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 	if (page_done)
 		*page_done = completes;
 	if (ind_out)
-		*ind_out = m->W ? induction(m, slot, rd64(rowp(m, 0, slot) + m->lay.recurrent)) : NO_TOKEN;
+		*ind_out = m->W ? induction(m, slot, rd64(rowp(m, m->lo, slot) + m->lay.recurrent)) : NO_TOKEN;
 	return 0;
 }
 
@@ -1321,9 +1433,9 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 		uint32_t next_page, int32_t *logits, bool *page_done, const uint32_t *embed)
 {
 	hel_token ind = NO_TOKEN;
-	int rc = consume(m, slot, tab, x, next_page, page_done, embed, &ind);
+	int rc = consume(m, slot, tab, x, next_page, page_done, embed, logits ? &ind : NULL);
 	if (rc == 0 && logits)
-		head(m, m->z, x, m->W > 0, rd64(rowp(m, 0, slot) + m->lay.consumed), ind, logits);
+		head(m, m->z, x, m->W > 0, rd64(rowp(m, m->lo, slot) + m->lay.consumed), ind, logits);
 	return rc;
 }
 
@@ -1331,8 +1443,13 @@ int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 		   hel_token token, uint32_t next_page, int32_t *logits)
 {
 	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	int rc = tp_logits(m, logits);
+	if (rc || (rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_STEP, .slot = slot, .pages = pages,
+						       .n_pages = n_pages, .value = token,
+						       .arg = next_page })))
+		return rc;
 	enter(m);
-	int rc = step(m, slot, &tab, token, next_page, logits, NULL, NULL);
+	rc = step(m, slot, &tab, token, next_page, logits, NULL, NULL);
 	leave(m);
 	return rc;
 }
@@ -1355,6 +1472,13 @@ static int prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 				"model: a chunk of %zu tokens after %llu needs a page table of %llu "
 				"pages, not %u",
 				n, (unsigned long long)c, (unsigned long long)((c + n) / m->pt), n_pages);
+	if ((rc = tp_logits(m, logits)))
+		return rc;
+	hel_tp_call call = { .op = tokens ? HEL_TP_PREFILL : HEL_TP_PREFILL_IMAGE, .slot = slot,
+			     .pages = pages, .n_pages = n_pages, .words = tokens ? tokens : states,
+			     .n_words = tokens ? n : n * m->H, .n = n };
+	if ((rc = tp_mirror(m, &call)))
+		return rc;
 	enter(m);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		uint64_t pos = c + i;
@@ -1423,8 +1547,8 @@ int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 		return eos_fail(-EINVAL, "model: row slot %u holds no token to take logits after", slot);
 	/* Step 5 wrote z to every rank's hidden region and step 7 projected
 	 * that same z: read it back, insisting the replicas agree. */
-	const uint8_t *h0 = rowp(m, 0, slot) + m->lay.hidden;
-	for (uint32_t r = 1; r < m->R; r++)
+	const uint8_t *h0 = rowp(m, m->lo, slot) + m->lay.hidden;
+	for (uint32_t r = m->lo + 1; r < m->hi; r++)
 		if (memcmp(rowp(m, r, slot) + m->lay.hidden, h0, m->lay.hidden_bytes))
 			return eos_fail(SEL_ECORRUPT,
 					"model: row slot %u: rank %u's hidden vector differs from rank 0's",
@@ -1434,7 +1558,7 @@ int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 	 * induction entry it consulted (after its update). */
 	hel_token x = 0, ind = NO_TOKEN;
 	if (m->W) {
-		uint64_t w0 = rd64(rowp(m, 0, slot) + m->lay.recurrent);
+		uint64_t w0 = rd64(rowp(m, m->lo, slot) + m->lay.recurrent);
 		uint64_t f0 = w0 & CTX_FIELD, f1 = w0 >> CTX_BITS & CTX_FIELD,
 			 f2 = w0 >> 2 * CTX_BITS & CTX_FIELD;
 		if (f0 == 0 || f0 > m->V || f1 > m->V || f2 > m->V || w0 >> 3 * CTX_BITS ||
@@ -1611,7 +1735,7 @@ static int draft_begin(hel_model *m, uint32_t slot, const struct ptab *tab, stru
 	if (n == 0)
 		return eos_fail(-EINVAL, "model: row slot %u holds no token to draft after", slot);
 	need_draft(m);
-	d->ring = rowp(m, 0, slot) + m->lay.draft_history;
+	d->ring = rowp(m, m->lo, slot) + m->lay.draft_history;
 	d->n = n;
 	d->lo = n > m->Hd ? n - m->Hd : 0;
 	d->np = 0;
@@ -1646,7 +1770,7 @@ static int draft_begin(hel_model *m, uint32_t slot, const struct ptab *tab, stru
  * features, it reads the main model's table in the row. */
 static hel_token draft_successor(const hel_model *m, uint32_t slot, const struct draft *d)
 {
-	uint64_t ctx = rd64(rowp(m, 0, slot) + m->lay.recurrent);
+	uint64_t ctx = rd64(rowp(m, m->lo, slot) + m->lay.recurrent);
 	for (uint32_t i = 0; i < d->np; i++)
 		ctx = ctx_push(ctx, d->props[i]);
 	return induction(m, slot, ctx);
@@ -1847,8 +1971,48 @@ int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
 				HEL_DRAFT_MAX);
 	uint32_t max = o->max_tokens < HEL_DRAFT_MAX + 1 ? o->max_tokens : HEL_DRAFT_MAX + 1;
+	/* With tp the mode is ordinary: the peers consume pending, as a step. */
+	int rc = tp_logits(m, m->rl);
+	if (rc || (rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_STEP, .slot = slot, .pages = pages,
+						       .n_pages = n_pages, .value = pending,
+						       .arg = next_page })))
+		return rc;
 	enter(m);
-	int rc = decode_round(m, slot, &tab, next_page, pending, o, max, out);
+	rc = decode_round(m, slot, &tab, next_page, pending, o, max, out);
 	leave(m);
 	return rc;
+}
+
+/* ---- Ranks in separate processes: a peer runs what rank 0 mirrored ----------- */
+
+int hel_model_tp_run(hel_model *m, const hel_tp_call *c)
+{
+	if (!m->tp.reduce || m->tp.call)
+		return eos_fail(-EINVAL, "model: only a peer rank runs mirrored calls");
+	switch (c->op) {
+	case HEL_TP_ROW_INIT:
+		return hel_model_row_init(m, c->slot);
+	case HEL_TP_ROW_COPY:
+		return hel_model_row_copy(m, c->slot, c->arg);
+	case HEL_TP_ROW_LOADED:
+		return hel_model_row_loaded(m, c->slot, c->value);
+	case HEL_TP_PAGE_LOADED:
+		return hel_model_page_loaded(m, c->slot);
+	case HEL_TP_STEP:
+		if (c->value > UINT32_MAX)
+			return eos_fail(-EINVAL, "model: token %llu", (unsigned long long)c->value);
+		return hel_model_step(m, c->slot, c->pages, c->n_pages, (hel_token)c->value, c->arg,
+				      NULL);
+	case HEL_TP_PREFILL:
+		if (c->n_words != c->n)
+			return eos_fail(-EINVAL, "model: a chunk of %zu tokens with %zu words", c->n,
+					c->n_words);
+		return hel_model_prefill(m, c->slot, c->pages, c->n_pages, c->words, c->n, NULL);
+	case HEL_TP_PREFILL_IMAGE:
+		if (c->n_words != c->n * m->H)
+			return eos_fail(-EINVAL, "model: %zu image positions with %zu state words", c->n,
+					c->n_words);
+		return hel_model_prefill_image(m, c->slot, c->pages, c->n_pages, c->words, c->n, NULL);
+	}
+	return eos_fail(-EINVAL, "model: mirrored call %d", (int)c->op);
 }

@@ -47,11 +47,58 @@
 
 typedef struct hel_model hel_model;
 
+/* ---- Ranks in separate processes (design 2.8, 2.14; src/helios/ranks.h) ----
+ *
+ * With opts.tp a model holds one rank of its core: that rank's page planes
+ * and rows only.  Every computing call then runs on every rank in the same
+ * order: rank 0's model mirrors each call to the peers (tp.call, before it
+ * runs it), a peer runs what it receives (hel_model_tp_run), and inside
+ * the kernel each rank combines its share with the others' through
+ * tp.reduce -- a sum, modulo 2^64, of a few words, at the points where the
+ * one-process model sums over its ranks (the tensor-parallel all-reduce).
+ * Tokens are then bit-identical to the same core in one process.  Logits
+ * come from rank 0 only.  Ordinary mode only (speculative modes are refused). */
+typedef enum hel_tp_op {
+	HEL_TP_ROW_INIT = 1, /* slot */
+	HEL_TP_ROW_COPY,     /* slot -> arg */
+	HEL_TP_ROW_LOADED,   /* slot, value = expected consumed */
+	HEL_TP_PAGE_LOADED,  /* slot = the page id */
+	HEL_TP_STEP,         /* slot, pages, value = token, arg = next page */
+	HEL_TP_PREFILL,      /* slot, pages, words = n tokens */
+	HEL_TP_PREFILL_IMAGE, /* slot, pages, words = n x hidden states */
+	HEL_TP_OP_MAX = HEL_TP_PREFILL_IMAGE,
+} hel_tp_op;
+
+typedef struct hel_tp_call {
+	hel_tp_op op;
+	uint32_t slot, arg;
+	uint64_t value;
+	const uint32_t *pages;
+	uint32_t n_pages;
+	const uint32_t *words; /* PREFILL: tokens; PREFILL_IMAGE: states */
+	size_t n_words;
+	size_t n;              /* PREFILL*: positions */
+} hel_tp_call;
+
+typedef struct hel_model_tp {
+	uint32_t rank;         /* the rank this process holds, < core->ranks */
+	/* Sum words[0..n) over every rank, in place.  The same calls in the
+	 * same order on every rank.  0, or an error that stops the model. */
+	int (*reduce)(void *ctx, uint64_t *words, size_t n);
+	/* Rank 0: send the call to every peer (NULL on a peer). */
+	int (*call)(void *ctx, const hel_tp_call *c);
+	/* Rank 0, optional: called once by hel_model_create with the model
+	 * made (the peers make theirs); its failure fails the create. */
+	int (*start)(void *ctx, hel_model *m);
+	void *ctx;
+} hel_model_tp;
+
 typedef struct hel_model_opts {
 	sel_state_mode mode;   /* one of the core's state_modes */
 	uint32_t pages;        /* page ids 0..pages-1 (the page planes' count) */
 	uint32_t rows;         /* state slots 0..rows-1 (the row plane's count) */
 	uint32_t draft_tokens; /* proposals per round, speculative modes: 1..16 (0: 4) */
+	const hel_model_tp *tp; /* NULL: every rank in this process (copied) */
 } hel_model_opts;
 
 /* Create a model over core (which must outlive it): weights from the seed,
@@ -92,6 +139,11 @@ void hel_model_offload_identity(const hel_model *m, uint8_t out[SEL_IDENTITY_BYT
 
 /* An empty sequence in slot (every rank). */
 int hel_model_row_init(hel_model *m, uint32_t slot);
+/* A peer: run a call rank 0 mirrored (hel_model_tp.call), without logits. */
+int hel_model_tp_run(hel_model *m, const hel_tp_call *c);
+/* The ranks this model holds: [*lo, *hi). */
+void hel_model_ranks(const hel_model *m, uint32_t *lo, uint32_t *hi);
+
 /* Snapshot or restore between slots: dst becomes a copy of src on every
  * rank, summaries included (no reload needed). */
 int hel_model_row_copy(hel_model *m, uint32_t src, uint32_t dst);

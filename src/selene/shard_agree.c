@@ -86,6 +86,91 @@ static int by_consumed(const void *pa, const void *pb, void *ctx)
 	return a < b ? -1 : a > b;
 }
 
+/* What each peer holds of rank zero's records (an entry rank zero lacks
+ * counts as extra). */
+static int tally_peers(uint32_t world, const struct sel_shard_entry *const *ent, const size_t *n,
+		       const struct table *tp, struct rec *r, struct sel_shard_agree_stats *st)
+{
+	const struct sel_shard_entry *e0 = ent[0];
+	for (uint32_t k = 1; k < world; k++)
+		for (size_t j = 0; j < n[k]; j++) {
+			const struct sel_shard_entry *x = &ent[k][j];
+			int64_t i = table_find(tp, &x->d.key);
+			if (i < 0) {
+				st->extra++;
+				continue;
+			}
+			if (r[i].seen == k + 1) {
+				int rc = eos_fail(SEL_EFORMAT, "agreement: rank %" PRIu32 "'s summary names the "
+					      "record of %" PRIu64 " tokens twice", k, x->d.key.consumed);
+				return rc;
+			}
+			r[i].seen = k + 1;
+			if (!sel_shard_entry_same(&e0[i], x)) {
+				r[i].differs = true;
+				continue;
+			}
+			r[i].present++;
+			r[i].all_row = r[i].all_row && x->has_row;
+		}
+	return 0;
+}
+
+/* Rules 1 to 3, parents before children. */
+static void apply_rules(uint32_t world, uint32_t page_tokens, const struct sel_shard_entry *e0,
+			size_t n0, const struct table *tp, struct rec *r, int64_t *order,
+			struct sel_shard_agree_stats *st)
+{
+	qsort_r(order, n0, sizeof *order, by_consumed, (void *)e0);
+	for (size_t o = 0; o < n0; o++) {
+		int64_t i = order[o];
+		struct rec *x = &r[i];
+		if (x->differs) {
+			st->differ++;
+			continue;
+		}
+		if (x->present < world) {
+			st->missing++;
+			continue;
+		}
+		x->kept = true;
+		if (sel_record_links_parent(&e0[i].d, page_tokens)) {
+			int64_t p = table_find(tp, &e0[i].d.parent);
+			if (p < 0 || !r[p].kept) {
+				x->kept = false;
+				st->orphaned++;
+				continue;
+			}
+			x->parent = p;
+		}
+		x->row = x->all_row;
+		if (e0[i].has_row && !x->row)
+			st->rows_dropped++;
+	}
+}
+
+/* Rule 4: childless page-only records, cascading up. */
+static void prune(size_t n0, struct rec *r, int64_t *queue, struct sel_shard_agree_stats *st)
+{
+	for (size_t i = 0; i < n0; i++)
+		if (r[i].kept && r[i].parent >= 0)
+			r[r[i].parent].children++;
+	size_t qn = 0;
+	for (size_t i = 0; i < n0; i++)
+		if (r[i].kept && !r[i].row && r[i].children == 0)
+			queue[qn++] = (int64_t)i;
+	while (qn) {
+		struct rec *x = &r[queue[--qn]];
+		x->kept = false;
+		st->pruned++;
+		if (x->parent >= 0) {
+			struct rec *p = &r[x->parent];
+			if (--p->children == 0 && !p->row && p->kept)
+				queue[qn++] = x->parent;
+		}
+	}
+}
+
 int sel_shard_agree(uint32_t world, uint32_t page_tokens, const struct sel_shard_entry *const *ent,
 		    const size_t *n, uint8_t *const *act, struct sel_shard_agree_stats *st)
 {
@@ -130,73 +215,10 @@ int sel_shard_agree(uint32_t world, uint32_t page_tokens, const struct sel_shard
 		r[i] = (struct rec){.present = 1, .parent = -1, .seen = 1, .all_row = e0[i].has_row};
 		order[i] = (int64_t)i;
 	}
-	/* What each peer holds of them. */
-	for (uint32_t k = 1; k < world; k++)
-		for (size_t j = 0; j < n[k]; j++) {
-			const struct sel_shard_entry *x = &ent[k][j];
-			int64_t i = table_find(&t, &x->d.key);
-			if (i < 0) {
-				st->extra++;
-				continue;
-			}
-			if (r[i].seen == k + 1) {
-				rc = eos_fail(SEL_EFORMAT, "agreement: rank %" PRIu32 "'s summary names the "
-					      "record of %" PRIu64 " tokens twice", k, x->d.key.consumed);
-				goto out;
-			}
-			r[i].seen = k + 1;
-			if (!sel_shard_entry_same(&e0[i], x)) {
-				r[i].differs = true;
-				continue;
-			}
-			r[i].present++;
-			r[i].all_row = r[i].all_row && x->has_row;
-		}
-	/* Rules 1 to 3, parents before children. */
-	qsort_r(order, n0, sizeof *order, by_consumed, (void *)e0);
-	for (size_t o = 0; o < n0; o++) {
-		int64_t i = order[o];
-		struct rec *x = &r[i];
-		if (x->differs) {
-			st->differ++;
-			continue;
-		}
-		if (x->present < world) {
-			st->missing++;
-			continue;
-		}
-		x->kept = true;
-		if (sel_record_links_parent(&e0[i].d, page_tokens)) {
-			int64_t p = table_find(&t, &e0[i].d.parent);
-			if (p < 0 || !r[p].kept) {
-				x->kept = false;
-				st->orphaned++;
-				continue;
-			}
-			x->parent = p;
-		}
-		x->row = x->all_row;
-		if (e0[i].has_row && !x->row)
-			st->rows_dropped++;
-	}
-	/* Rule 4: childless page-only records, cascading up. */
-	for (size_t i = 0; i < n0; i++)
-		if (r[i].kept && r[i].parent >= 0)
-			r[r[i].parent].children++;
-	size_t qn = 0;
-	for (size_t i = 0; i < n0; i++)
-		if (r[i].kept && !r[i].row && r[i].children == 0)
-			queue[qn++] = (int64_t)i;
-	while (qn) {
-		struct rec *x = &r[queue[--qn]];
-		x->kept = false;
-		st->pruned++;
-		if (x->parent >= 0) {
-			struct rec *p = &r[x->parent];
-			if (--p->children == 0 && !p->row && p->kept)
-				queue[qn++] = x->parent;
-		}
-	}
+	if ((rc = tally_peers(world, ent, n, &t, r, st)))
+		goto out;
+	apply_rules(world, page_tokens, e0, n0, &t, r, order, st);
+	prune(n0, r, queue, st);
 	/* Actions. */
 	for (size_t i = 0; i < n0; i++) {
 		if (r[i].kept) {

@@ -332,5 +332,13 @@ int sel_shard_send(int fd, const void *buf, size_t len, uint64_t deadline_ns);
  * by deadline_ns: its length, SEL_EFORMAT (a header that does not parse, or
  * a frame over cap), -ECONNRESET (closed), -ETIMEDOUT, or the socket error. */
 int64_t sel_shard_recv(int fd, void *buf, size_t cap, uint64_t deadline_ns);
+/* Exactly len bytes from fd by the deadline (the execution protocol's
+ * frames use it too, src/helios/ranks.c): 0, -ECONNRESET when the other
+ * end closed, -ETIMEDOUT, or -errno, with a message. */
+int sel_shard_recv_all(int fd, uint8_t *p, size_t len, uint64_t deadline_ns);
+/* A link's socket options: TCP_NODELAY, keepalive (10 s idle, 5 s, 3
+ * probes) and a 30 s user timeout, so a vanished host ends the connection
+ * within about a minute; sock_buf > 0 sets both buffer sizes. */
+void sel_shard_sockopts(int fd, int sock_buf);
 
 #endif

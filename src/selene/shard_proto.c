@@ -668,6 +668,87 @@ static void *block(struct sel_shard_msg *m, struct sel_rd *r, size_t bytes)
 	return m->block;
 }
 
+/* SCAN: a chunk of a rank's summary. */
+static void r_scan(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
+{
+	struct sel_shard_scan *s = &m->u.scan;
+	s->first = sel_rd_u32(r, "first entry");
+	s->n = sel_rd_count(r, SEL_SHARD_SCAN_CHUNK, SEL_SHARD_ENTRY_BYTES, "entries");
+	if (!r->err && s->first > SEL_SHARD_MAX_SCAN - s->n)
+		sel_rd_fail(r, "first entry", "beyond the largest summary");
+	s->e = block(m, r, (size_t)s->n * sizeof *s->e);
+	for (uint32_t i = 0; i < s->n && !r->err; i++)
+		r_entry(r, &s->e[i], lim);
+}
+
+/* DECIDE: a chunk of a rank's actions. */
+static void r_decide(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
+{
+	(void)lim;
+	struct sel_shard_decide *d = &m->u.decide;
+	d->first = sel_rd_u32(r, "first action");
+	d->n = sel_rd_count(r, SEL_SHARD_DECIDE_CHUNK, 1, "actions");
+	if (!r->err && d->first > SEL_SHARD_MAX_SCAN - d->n)
+		sel_rd_fail(r, "first action", "beyond the largest summary");
+	d->act = block(m, r, d->n);
+	if (d->act)
+		sel_rd_bytes(r, d->act, d->n, "actions");
+	for (uint32_t i = 0; i < d->n && !r->err; i++)
+		if (d->act[i] >= SEL_SHARD_ACTIONS)
+			sel_rd_fail(r, "action", "neither keep, truncate nor delete");
+}
+
+/* JOB: the records, page ids and slot, checked against lim. */
+static void r_job(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
+{
+	struct sel_shard_job *j = &m->u.job;
+	j->id = sel_rd_u64(r, "job id");
+	j->op = sel_rd_u32(r, "operation");
+	j->row = sel_rd_bool(r, "row");
+	sel_rd_zeros(r, 3, "padding");
+	j->slot = sel_rd_u32(r, "state slot");
+	j->created_ns = sel_rd_u64(r, "creation time");
+	j->n_recs = sel_rd_count(r, SEL_SHARD_MAX_RECS, REC_BYTES, "records");
+	j->n_pages = sel_rd_count(r, SEL_SHARD_MAX_PAGES, 4, "page ids");
+	if (!r->err && (uint64_t)j->n_recs * REC_BYTES + (uint64_t)j->n_pages * 4 != r->len - r->pos)
+		sel_rd_fail(r, "records and page ids", "not exactly the rest of the payload");
+	size_t rb = ((size_t)j->n_recs * sizeof *j->recs + 15) & ~(size_t)15;
+	uint8_t *blk = block(m, r, rb + (size_t)j->n_pages * sizeof *j->pages);
+	if (!blk)
+		return;
+	j->recs = (struct sel_shard_rec *)(void *)blk;
+	j->pages = j->n_pages ? (uint32_t *)(void *)(blk + rb) : NULL;
+	for (uint32_t i = 0; i < j->n_recs && !r->err; i++) {
+		r_desc(r, &j->recs[i].d, NULL, "record");
+		j->recs[i].first = sel_rd_u32(r, "record first page");
+		j->recs[i].count = sel_rd_u32(r, "record page count");
+	}
+	for (uint32_t i = 0; i < j->n_pages && !r->err; i++)
+		j->pages[i] = sel_rd_u32(r, "page id");
+	if (!r->err && sel_shard_job_check(j, lim))
+		r->err = eos_fail(SEL_EFORMAT, "shard frame JOB: %s", eos_errmsg());
+}
+
+/* DONE: a job's completion on one rank. */
+static void r_done(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
+{
+	(void)lim;
+	struct sel_shard_result *d = &m->u.done;
+	d->id = sel_rd_u64(r, "job id");
+	d->status = (int32_t)sel_rd_u32(r, "status");
+	d->flags = sel_rd_u32(r, "flags");
+	d->bytes = sel_rd_u64(r, "bytes");
+	sel_rd_text(r, d->text, SEL_SHARD_TEXT_MAX, "text");
+	if (r->err)
+		return;
+	if (d->id == 0)
+		sel_rd_fail(r, "job id", "0");
+	else if (!sel_shard_status_valid(d->status))
+		sel_rd_fail(r, "status", "not 0, an errno or a SEL_E code");
+	else if (d->flags & ~SEL_SHARD_R_KNOWN)
+		sel_rd_fail(r, "flags", "unknown bits");
+}
+
 static void read_payload(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
 {
 	switch (m->type) {
@@ -710,83 +791,24 @@ static void read_payload(struct sel_rd *r, struct sel_shard_msg *m, const struct
 	case SEL_SHARD_APPLIED:
 		r_status(r, &m->u.status, true, false);
 		break;
-	case SEL_SHARD_SCAN: {
-		struct sel_shard_scan *s = &m->u.scan;
-		s->first = sel_rd_u32(r, "first entry");
-		s->n = sel_rd_count(r, SEL_SHARD_SCAN_CHUNK, SEL_SHARD_ENTRY_BYTES, "entries");
-		if (!r->err && s->first > SEL_SHARD_MAX_SCAN - s->n)
-			sel_rd_fail(r, "first entry", "beyond the largest summary");
-		s->e = block(m, r, (size_t)s->n * sizeof *s->e);
-		for (uint32_t i = 0; i < s->n && !r->err; i++)
-			r_entry(r, &s->e[i], lim);
+	case SEL_SHARD_SCAN:
+		r_scan(r, m, lim);
 		break;
-	}
-	case SEL_SHARD_DECIDE: {
-		struct sel_shard_decide *d = &m->u.decide;
-		d->first = sel_rd_u32(r, "first action");
-		d->n = sel_rd_count(r, SEL_SHARD_DECIDE_CHUNK, 1, "actions");
-		if (!r->err && d->first > SEL_SHARD_MAX_SCAN - d->n)
-			sel_rd_fail(r, "first action", "beyond the largest summary");
-		d->act = block(m, r, d->n);
-		if (d->act)
-			sel_rd_bytes(r, d->act, d->n, "actions");
-		for (uint32_t i = 0; i < d->n && !r->err; i++)
-			if (d->act[i] >= SEL_SHARD_ACTIONS)
-				sel_rd_fail(r, "action", "neither keep, truncate nor delete");
+	case SEL_SHARD_DECIDE:
+		r_decide(r, m, lim);
 		break;
-	}
 	case SEL_SHARD_SCAN_END:
 	case SEL_SHARD_DECIDE_END:
 		m->u.total.total = sel_rd_u32(r, "total");
 		if (!r->err && m->u.total.total > SEL_SHARD_MAX_SCAN)
 			sel_rd_fail(r, "total", "more than the largest summary");
 		break;
-	case SEL_SHARD_JOB: {
-		struct sel_shard_job *j = &m->u.job;
-		j->id = sel_rd_u64(r, "job id");
-		j->op = sel_rd_u32(r, "operation");
-		j->row = sel_rd_bool(r, "row");
-		sel_rd_zeros(r, 3, "padding");
-		j->slot = sel_rd_u32(r, "state slot");
-		j->created_ns = sel_rd_u64(r, "creation time");
-		j->n_recs = sel_rd_count(r, SEL_SHARD_MAX_RECS, REC_BYTES, "records");
-		j->n_pages = sel_rd_count(r, SEL_SHARD_MAX_PAGES, 4, "page ids");
-		if (!r->err && (uint64_t)j->n_recs * REC_BYTES + (uint64_t)j->n_pages * 4 != r->len - r->pos)
-			sel_rd_fail(r, "records and page ids", "not exactly the rest of the payload");
-		size_t rb = ((size_t)j->n_recs * sizeof *j->recs + 15) & ~(size_t)15;
-		uint8_t *blk = block(m, r, rb + (size_t)j->n_pages * sizeof *j->pages);
-		if (!blk)
-			break;
-		j->recs = (struct sel_shard_rec *)(void *)blk;
-		j->pages = j->n_pages ? (uint32_t *)(void *)(blk + rb) : NULL;
-		for (uint32_t i = 0; i < j->n_recs && !r->err; i++) {
-			r_desc(r, &j->recs[i].d, NULL, "record");
-			j->recs[i].first = sel_rd_u32(r, "record first page");
-			j->recs[i].count = sel_rd_u32(r, "record page count");
-		}
-		for (uint32_t i = 0; i < j->n_pages && !r->err; i++)
-			j->pages[i] = sel_rd_u32(r, "page id");
-		if (!r->err && sel_shard_job_check(j, lim))
-			r->err = eos_fail(SEL_EFORMAT, "shard frame JOB: %s", eos_errmsg());
+	case SEL_SHARD_JOB:
+		r_job(r, m, lim);
 		break;
-	}
-	case SEL_SHARD_DONE: {
-		struct sel_shard_result *d = &m->u.done;
-		d->id = sel_rd_u64(r, "job id");
-		d->status = (int32_t)sel_rd_u32(r, "status");
-		d->flags = sel_rd_u32(r, "flags");
-		d->bytes = sel_rd_u64(r, "bytes");
-		sel_rd_text(r, d->text, SEL_SHARD_TEXT_MAX, "text");
-		if (r->err)
-			break;
-		if (d->id == 0)
-			sel_rd_fail(r, "job id", "0");
-		else if (!sel_shard_status_valid(d->status))
-			sel_rd_fail(r, "status", "not 0, an errno or a SEL_E code");
-		else if (d->flags & ~SEL_SHARD_R_KNOWN)
-			sel_rd_fail(r, "flags", "unknown bits");
+	case SEL_SHARD_DONE:
+		r_done(r, m, lim);
 		break;
-	}
 	case SEL_SHARD_DRAIN:
 		m->u.drain.ms = sel_rd_u32(r, "milliseconds");
 		sel_rd_zeros(r, 4, "padding");
