@@ -371,7 +371,8 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 	struct flare_server_config sc = {
 		.host = s->host,
 		.port = s->port,
-		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context},
+		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context,
+			   .core = core},
 		.info = {.model = core->name, .mode = flare_mode_name(s->speculate), .store = "disabled",
 			 .transport = "none"},
 		.allowed_origins = s->allowed_origins,

@@ -881,6 +881,8 @@ static int submit_all(struct flare_server *s, struct exchange *x)
 			hel_request hr = {
 				.prompt = q->prompts[p].tokens,
 				.n_prompt = q->prompts[p].n,
+				.images = p == 0 ? q->images : NULL, /* chat: one prompt */
+				.n_images = p == 0 ? q->n_images : 0,
 				.max_tokens = q->prompts[p].max_tokens,
 				.ignore_eos = q->ignore_eos,
 				.sampler = sm,

@@ -79,6 +79,7 @@ struct cold {
 	sel_input_key source;
 	hel_image img;
 	uint64_t charge;
+	uint32_t color; /* the decoded source's (sel_input_source.color) */
 };
 
 struct hel_prep {
@@ -311,7 +312,21 @@ static int describe(hel_prep *w, struct job *j)
 		sel_input_cache_release(w->cache, l);
 		return 0;
 	}
-	if ((rc = decode(w, j)) || (rc = hel_vision_describe(w->core, &j->consumed, &j->r.desc))) {
+	/* Without retention the description is not kept: a PREPARE after a
+	 * DESCRIBE of the same source describes again from its cold source
+	 * instead of decoding twice. */
+	pthread_mutex_lock(&w->mu);
+	struct cold *c = cold_take(w, &j->r.source);
+	pthread_mutex_unlock(&w->mu);
+	if (c) {
+		j->consumed = c->img;
+		j->charge = c->charge;
+		j->src_color = c->color;
+		j->has_consumed = true;
+		free(c);
+	}
+	if ((!c && (rc = decode(w, j))) ||
+	    (rc = hel_vision_describe(w->core, &j->consumed, &j->r.desc))) {
 		int e = rc;
 		sel_input_cache_fail(w->cache, l, e);
 		return e;
@@ -486,6 +501,7 @@ static void *worker(void *arg)
 				c->source = j->r.source;
 				c->img = j->consumed;
 				c->charge = j->charge;
+				c->color = j->src_color;
 				c->next = NULL;
 				struct cold **p = &w->cold;
 				while (*p)
