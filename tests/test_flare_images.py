@@ -5,7 +5,7 @@ with the same image is answered from a reused checkpoint with nothing
 decoded or prepared again (an input cache hit, the image covered); the
 same image after other text is a tensor hit; a JPEG part works; bad
 images, decompression bombs, other URL schemes, a media type that lies
-and too many images are refused with 400 naming the part; a text-only
+and more images than --max-images are refused with 400 naming the part; a text-only
 core refuses any image part; after a restart on the same directory the
 .input records are found on disk (disk hits, nothing decoded) and
 `flare records ls/verify` list and verify them.
@@ -101,7 +101,8 @@ def main():
     tmp = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp(prefix="test_flare_images-")
     cache = os.path.join(tmp, "images-cache")
     args = ["--prefix-cache-memory", "16MiB", "--prefix-cache-disk", cache,
-            "--prefix-cache-disk-limit", "64MiB", "--prefix-cache-fetch", "always"]
+            "--prefix-cache-disk-limit", "64MiB", "--prefix-cache-fetch", "always",
+            "--max-images", "4"]
     img = png(40, 24, 5)
     sys_msg = {"role": "system", "content": "Be brief."}
     turn1 = [sys_msg, user("What is this?", url(img))]
@@ -151,11 +152,19 @@ def main():
                 "an oversized image")
         refused(srv, [user("x", url(img, "image/jpeg"))], p, ["PNG", "image/jpeg"],
                 "a media type that lies")
-        many = [{"type": "image_url", "image_url": {"url": url(img)}}] * 17
-        refused(srv, [{"role": "user", "content": many}], "messages[0].content[16]", ["17"],
-                "17 images")
+        many = [{"type": "image_url", "image_url": {"url": url(img)}}] * 5
+        refused(srv, [{"role": "user", "content": many}], "messages[0].content[4]", ["5", "4"],
+                "5 images over --max-images 4")
         refused(srv, [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}],
                 "messages[0].content[0]", ["image_url"], "image_url not an object")
+        # A valid header over data that does not decode: found by the
+        # preparation worker, still a 400.
+        broken = bytearray(png(16, 16, 9))
+        for i in range(45, len(broken) - 16):
+            broken[i] ^= 0x5a
+        st, body = status_of(srv, {"messages": [user("x", url(bytes(broken)))], "max_tokens": 2})
+        check(st == 400 and "does not decode" in body.get("error", {}).get("message", ""),
+              f"corrupt image data: HTTP {st} {body}")
         st, _ = status_of(srv, {"messages": turn1, "max_tokens": 2})
         check(st == 200, f"after the refusals: HTTP {st}")
     finally:

@@ -372,7 +372,7 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 		.host = s->host,
 		.port = s->port,
 		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context,
-			   .core = core},
+			   .core = core, .images = flare_image_limits(s)},
 		.info = {.model = core->name, .mode = flare_mode_name(s->speculate), .store = "disabled",
 			 .transport = "none"},
 		.allowed_origins = s->allowed_origins,
@@ -416,6 +416,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.fdatasync = false,
+		.image_limits = flare_image_limits(s),
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

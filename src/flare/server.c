@@ -667,6 +667,13 @@ static enum MHD_Result finish_plain(struct flare_server *s, struct exchange *x)
 	enum MHD_Result ret;
 	if (!ok) {
 		ret = MHD_NO;
+	} else if (failed && (error == SEL_EFORMAT || error == SEL_EOVERSIZE)) {
+		/* Only an image the preparation worker could not decode past its
+		 * header fails a request with these (docs/inputs.md). */
+		char msg[256];
+		snprintf(msg, sizeof msg, "an image of the request does not decode: %s",
+			 sel_strerror(error));
+		ret = respond_simple_error(s, x->conn, 400, "messages", NULL, msg);
 	} else if (failed) {
 		char msg[256];
 		snprintf(msg, sizeof msg, "the engine failed the request: %s", sel_strerror(error));

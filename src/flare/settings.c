@@ -96,6 +96,14 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_MAX_BUFFERED, "--max-buffered-bytes", "SIZE", "server", "max_buffered_bytes",
 	 FLARE_K_SIZE, 1, 0, false, "64MiB",
 	 "request body bytes held at once, all connections; beyond it 503"},
+	{FLARE_OPT_MAX_IMAGE_BYTES, "--max-image-bytes", "SIZE", "images", "max_image_bytes",
+	 FLARE_K_SIZE, 1, 0, false, "16MiB",
+	 "an image part's encoded bytes at most (vision cores); beyond it 400"},
+	{FLARE_OPT_MAX_IMAGE_PIXELS, "--max-image-pixels", "N", "images", "max_image_pixels",
+	 FLARE_K_COUNT, 1, 65535ull * 65535ull, false, "16777216",
+	 "an image's width x height at most, from its header before decoding; beyond it 400"},
+	{FLARE_OPT_MAX_IMAGES, "--max-images", "N", "images", "max_images", FLARE_K_COUNT, 1, 1024,
+	 false, "16", "image parts in one request at most; beyond it 400"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -157,6 +165,9 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->max_per_client = DEFAULT_MAX_PER_CLIENT;
 	s->idle_timeout_ns = DEFAULT_IDLE_TIMEOUT_NS;
 	s->max_buffered = DEFAULT_MAX_BUFFERED;
+	s->max_image_bytes = HEL_IMAGE_ENCODED_DEFAULT;
+	s->max_image_pixels = HEL_IMAGE_PIXELS_DEFAULT;
+	s->max_images = HEL_IMAGE_COUNT_DEFAULT;
 }
 
 /* "*", or origins scheme://host[:port] (http or https, no path) joined by
@@ -361,6 +372,10 @@ static int set_count(struct flare_settings *s, const struct flare_option *o, con
 		s->max_connections = (uint32_t)v;
 	else if (o->id == FLARE_OPT_MAX_PER_CLIENT)
 		s->max_per_client = (uint32_t)v;
+	else if (o->id == FLARE_OPT_MAX_IMAGE_PIXELS)
+		s->max_image_pixels = v;
+	else if (o->id == FLARE_OPT_MAX_IMAGES)
+		s->max_images = (uint32_t)v;
 	else
 		s->draft_tokens = (uint32_t)v;
 	return 0;
@@ -384,6 +399,8 @@ static int set_size(struct flare_settings *s, const struct flare_option *o, cons
 		s->disk_limit = v;
 	else if (o->id == FLARE_OPT_MAX_BUFFERED)
 		s->max_buffered = v;
+	else if (o->id == FLARE_OPT_MAX_IMAGE_BYTES)
+		s->max_image_bytes = v;
 	else
 		s->gpu_cache = v;
 	return 0;
@@ -620,6 +637,9 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_MAX_PER_CLIENT, max_per_client);
 	TAKE(FLARE_OPT_IDLE_TIMEOUT, idle_timeout_ns);
 	TAKE(FLARE_OPT_MAX_BUFFERED, max_buffered);
+	TAKE(FLARE_OPT_MAX_IMAGE_BYTES, max_image_bytes);
+	TAKE(FLARE_OPT_MAX_IMAGE_PIXELS, max_image_pixels);
+	TAKE(FLARE_OPT_MAX_IMAGES, max_images);
 #undef TAKE
 	d->set |= m;
 }

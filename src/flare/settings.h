@@ -54,6 +54,9 @@ enum flare_opt {
 	FLARE_OPT_MAX_PER_CLIENT,
 	FLARE_OPT_IDLE_TIMEOUT,
 	FLARE_OPT_MAX_BUFFERED,
+	FLARE_OPT_MAX_IMAGE_BYTES,
+	FLARE_OPT_MAX_IMAGE_PIXELS,
+	FLARE_OPT_MAX_IMAGES,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -92,7 +95,21 @@ struct flare_settings {
 	uint32_t max_per_client;      /* 0 = no per-client limit */
 	uint64_t idle_timeout_ns;
 	uint64_t max_buffered;        /* request body bytes held at once */
+	/* Image parts (vision cores; docs/inputs.md): one image's encoded
+	 * bytes, its pixels (from the header, before decoding), images per
+	 * request. */
+	uint64_t max_image_bytes, max_image_pixels;
+	uint32_t max_images;
 };
+
+/* The image limits the settings give (--max-image-bytes, --max-image-pixels,
+ * --max-images). */
+static inline hel_image_limits flare_image_limits(const struct flare_settings *s)
+{
+	return (hel_image_limits){ .max_encoded_bytes = s->max_image_bytes,
+				   .max_pixels = s->max_image_pixels,
+				   .max_images = s->max_images };
+}
 
 /* How a setting's value is written. */
 enum flare_kind {
