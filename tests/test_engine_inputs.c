@@ -231,8 +231,40 @@ static int count_inputs(const char *dir, const char *prefix, char *first, size_t
 	return n;
 }
 
-/* A restart on the same directory finds the image on disk; a corrupted
- * prepared record is a miss, rebuilt, with the same reply. */
+/* Flip a byte in the middle of every file of dir whose name ends with
+ * suffix; the count. */
+static int flip_all(const char *dir, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	CHECK(d);
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name), ls = strlen(suffix);
+		if (l < ls || strcmp(de->d_name + l - ls, suffix) || de->d_name[0] == '.')
+			continue;
+		char path[4400];
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		int fd = open(path, O_RDWR);
+		CHECK(fd >= 0);
+		off_t end = lseek(fd, 0, SEEK_END);
+		uint8_t byte;
+		CHECK(pread(fd, &byte, 1, end / 2) == 1);
+		byte ^= 0x40;
+		CHECK(pwrite(fd, &byte, 1, end / 2) == 1);
+		close(fd);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* A restart on the same directory: turn two restores the checkpoint that
+ * covers the image from disk (no preparation at all, the description from
+ * disk); other text before the image finds its tensors on disk.  Then
+ * with every checkpoint and the prepared record corrupted: the restore
+ * fails, the request plans again from what it has (nothing), and the
+ * image is rebuilt from the request's own bytes -- the same reply. */
 static void test_restart(void)
 {
 	char *dir = test_mkdtemp("engine-inputs");
@@ -241,7 +273,7 @@ static void test_restart(void)
 	hel_engine_config cfg = { .max_active = 2, .gpu_pages = 64, .gpu_rows = 32,
 				  .fetch = HEL_FETCH_ALWAYS, .disk_dir = dir,
 				  .disk_limit = 64 << 20, .disk_limit_set = true };
-	struct chat c1, c2;
+	struct chat c1, c2, t2;
 	build(&c1, "Be brief.", &img, NULL, 0, NULL);
 	build(&c2, "Other text first.", &img, NULL, 0, NULL);
 
@@ -253,44 +285,52 @@ static void test_restart(void)
 	struct et_call *a = run(e, &c1, 10);
 	hel_engine_input_stats s = istats(e);
 	CHECK(s.decodes == 1 && s.preparations == 1 && s.records_disk == 2 && s.bytes_disk > 0);
+	CHECK(s.memory_budget == 0 && s.bytes_memory == 0); /* no warm budget: nothing kept */
 	hel_engine_destroy(e);
 	CHECK(count_inputs(ns, "src-", NULL, 0) == 1);
-	char prep[4400];
-	CHECK(count_inputs(ns, "prep-", prep, sizeof prep) == 1);
+	CHECK(count_inputs(ns, "prep-", NULL, 0) == 1);
+	build(&t2, "Be brief.", &img, a->tok, a->n, "More, please.");
+	struct et_call *t0 = cold(&t2, 8);
 
-	/* Restarted: other text before the image (no checkpoint covers it):
-	 * description and tensors from disk, nothing decoded or prepared. */
+	/* Restarted: turn two resumes from the disk checkpoint past the image. */
 	e = start(cfg);
-	struct et_call *b = run(e, &c2, 10);
+	struct et_call *b = run(e, &t2, 8);
 	s = istats(e);
-	CHECKF(s.decodes == 0 && s.preparations == 0 && s.hits_disk == 2,
-	       "decodes %llu preparations %llu disk hits %llu", (unsigned long long)s.decodes,
-	       (unsigned long long)s.preparations, (unsigned long long)s.hits_disk);
-	struct et_call *b0 = cold(&c2, 10);
-	same(b, b0);
-	hel_engine_destroy(e);
-
-	/* A wrong byte in the prepared record on disk: a miss, rebuilt from
-	 * the request's own image, the same reply. */
-	int fd = open(prep, O_RDWR);
-	CHECK(fd >= 0);
-	off_t end = lseek(fd, 0, SEEK_END);
-	uint8_t byte;
-	CHECK(pread(fd, &byte, 1, end - 1) == 1);
-	byte ^= 0x40;
-	CHECK(pwrite(fd, &byte, 1, end - 1) == 1);
-	close(fd);
-	struct chat c3;
-	build(&c3, "Yet other text.", &img, NULL, 0, NULL);
-	e = start(cfg);
-	struct et_call *d = run(e, &c3, 10);
+	CHECKF(s.decodes == 0 && s.preparations == 0 && s.tensor_lookups == 0 &&
+		       s.images_covered == 1 && s.hits_disk == 1,
+	       "decodes %llu preparations %llu tensor lookups %llu covered %llu disk hits %llu",
+	       (unsigned long long)s.decodes, (unsigned long long)s.preparations,
+	       (unsigned long long)s.tensor_lookups, (unsigned long long)s.images_covered,
+	       (unsigned long long)s.hits_disk);
+	CHECK(b->out.reused_host_tokens >= t2.img[0].at + t2.img[0].tokens);
+	same(b, t0);
+	/* Other text before the image: description and tensors from disk. */
+	struct et_call *d = run(e, &c2, 10);
 	s = istats(e);
-	CHECK(s.decodes == 1 && s.preparations == 1 && s.disk_invalid == 1);
-	struct et_call *d0 = cold(&c3, 10);
+	CHECK(s.decodes == 0 && s.preparations == 0 && s.hits_disk == 3 && s.tensor_hits == 1);
+	struct et_call *d0 = cold(&c2, 10);
 	same(d, d0);
 	hel_engine_destroy(e);
 
-	struct et_call *all[] = { a, b, b0, d, d0 };
+	/* Every checkpoint and the prepared record corrupted. */
+	CHECK(flip_all(ns, ".ckpt") > 0);
+	CHECK(flip_all(ns, ".input") == 2);
+	e = start(cfg);
+	struct et_call *f = run(e, &t2, 8);
+	s = istats(e);
+	hel_engine_stats es;
+	hel_engine_stats_get(e, &es);
+	CHECKF(s.decodes == 1 && s.preparations == 1 && s.disk_invalid >= 1,
+	       "decodes %llu preparations %llu invalid %llu (restores failed %llu)",
+	       (unsigned long long)s.decodes, (unsigned long long)s.preparations,
+	       (unsigned long long)s.disk_invalid, (unsigned long long)es.host_fetch_failed);
+	CHECK(f->out.reused_host_tokens == 0);
+	same(f, t0);
+	printf("corrupted checkpoints: %llu restores failed and were recomputed\n",
+	       (unsigned long long)es.host_fetch_failed);
+	hel_engine_destroy(e);
+
+	struct et_call *all[] = { a, t0, b, d, d0, f };
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		et_call_free(all[i]);
 	imgbuf_free(&img);
