@@ -208,6 +208,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 " records scanned", info->disk_dir,
 					 size_text(info->disk_limit, a, sizeof a),
 					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
+		if (info->input_memory || info->disk_shared) /* a vision core (docs/inputs.md) */
+			flare_buf_printf(out, "; image inputs: memory %s, disk %s",
+					 size_text(info->input_memory, a, sizeof a),
+					 size_text(info->disk_shared, b, sizeof b));
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",

@@ -621,6 +621,7 @@ static int open_store(hel_engine *e)
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
+		.disk_share_div = e->core->has_image ? 8 : 0, /* the .input files' eighth */
 	};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
@@ -648,6 +649,8 @@ static int open_store(hel_engine *e)
 	if (si.disk_dir)
 		snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
 	e->info.disk_limit = si.disk_limit;
+	e->info.disk_shared = si.disk_shared;
+	e->info.input_memory = hel_inputs_memory_budget(cfg);
 	e->info.scanned_records = si.scanned_records;
 	e->info.disk_io = si.disk_io;
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
@@ -710,7 +713,7 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->open_ns = eos_now_ns();
 	e->next_id = 1;
 	if ((rc = open_model(e)) || (rc = open_store(e)) ||
-	    (rc = hel_inputs_open(cfg, e->model, e->info.disk_dir, e->info.disk_limit / 8,
+	    (rc = hel_inputs_open(cfg, e->model, e->info.disk_dir, e->info.disk_shared,
 				  &e->inputs)))
 		goto fail;
 	e->info.gpu_pages = e->n_pages;
