@@ -132,6 +132,14 @@ def main():
         check(s3["preparations"] == 1 and s3["decodes"] == 1, f"other text: {s3}")
         check(c["choices"][0]["finish_reason"] in ("stop", "length"), f"other text: {c}")
 
+        # The exposition, image metrics included, passes promtool.
+        if shutil.which("promtool"):
+            pc = subprocess.run(["promtool", "check", "metrics"], input=srv.get("/metrics"),
+                                capture_output=True, text=True, timeout=60)
+            check(pc.returncode == 0, f"promtool check metrics: {pc.stdout} {pc.stderr}")
+        else:
+            print("promtool not installed: the exposition is not linted here")
+
         # A JPEG, and an image between two text parts.
         with open(os.path.join(src, "fuzz", "corpus", "image", "rgb.jpg"), "rb") as f:
             jpg = f.read()
