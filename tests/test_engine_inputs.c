@@ -46,32 +46,44 @@ static uint32_t tokens_of(const struct imgbuf *b)
 static void build(struct chat *c, const char *sys, const struct imgbuf *b, const hel_token *reply,
 		  uint32_t n_reply, const char *next)
 {
-	hel_message_image span = { .offset = 12, .tokens = tokens_of(b) };
+	hel_message_image span = {.offset = 12, .tokens = tokens_of(b)};
 	const char *u = "Look at this and tell me.";
 	char rb[ET_MAXTOK + 1];
 	size_t nr = hel_detokenize(reply, n_reply, rb, sizeof rb);
 	hel_message m[4] = {
-		{ .role = "system", .content = sys, .content_len = strlen(sys) },
-		{ .role = "user", .content = u, .content_len = strlen(u), .images = &span,
-		  .n_images = 1 },
-		{ .role = "assistant", .content = rb, .content_len = nr },
-		{ .role = "user", .content = next ? next : "", .content_len = next ? strlen(next) : 0 },
+		{.role = "system", .content = sys, .content_len = strlen(sys)},
+		{.role = "user",
+		 .content = u,
+		 .content_len = strlen(u),
+		 .images = &span,
+		 .n_images = 1},
+		{.role = "assistant", .content = rb, .content_len = nr},
+		{.role = "user",
+		 .content = next ? next : "",
+		 .content_len = next ? strlen(next) : 0},
 	};
-	size_t n = hel_chat_template(m, next ? 4 : 2, true, c->tok, sizeof c->tok / sizeof c->tok[0]);
+	size_t n =
+		hel_chat_template(m, next ? 4 : 2, true, c->tok, sizeof c->tok / sizeof c->tok[0]);
 	CHECK(n <= sizeof c->tok / sizeof c->tok[0]);
 	c->n = (uint32_t)n;
 	c->n_img = 1;
 	uint32_t at = 0;
 	while (c->tok[at] != HEL_TOK_IMAGE)
 		at++;
-	c->img[0] = (hel_image_input){ .bytes = b->b, .len = b->n, .at = at, .tokens = span.tokens };
+	c->img[0] = (hel_image_input){.bytes = b->b, .len = b->n, .at = at, .tokens = span.tokens};
 }
 
 static int submit(hel_engine *e, struct et_call *call, const struct chat *c, uint32_t max_tokens)
 {
-	hel_request q = { .prompt = c->tok, .n_prompt = c->n, .images = c->img,
-			  .n_images = c->n_img, .max_tokens = max_tokens, .ignore_eos = true,
-			  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = call };
+	hel_request q = {.prompt = c->tok,
+			 .n_prompt = c->n,
+			 .images = c->img,
+			 .n_images = c->n_img,
+			 .max_tokens = max_tokens,
+			 .ignore_eos = true,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = call};
 	return hel_engine_submit(e, &q, &call->id);
 }
 
@@ -104,10 +116,13 @@ static hel_engine_input_stats istats(hel_engine *e)
 /* A cold engine's reply to c: what every warm path must match. */
 static struct et_call *cold(const struct chat *c, uint32_t max_tokens)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 64, .gpu_rows = 32 });
+	hel_engine *e =
+		start((hel_engine_config){.max_active = 2, .gpu_pages = 64, .gpu_rows = 32});
 	struct et_call *call = run(e, c, max_tokens);
 	hel_engine_input_stats s = istats(e);
-	CHECKF(s.enabled && s.decodes == 1 && s.preparations == 1, "en %d dec %llu prep %llu look %llu", s.enabled, (unsigned long long)s.decodes, (unsigned long long)s.preparations, (unsigned long long)s.lookups);
+	CHECKF(s.enabled && s.decodes == 1 && s.preparations == 1,
+	       "en %d dec %llu prep %llu look %llu", s.enabled, (unsigned long long)s.decodes,
+	       (unsigned long long)s.preparations, (unsigned long long)s.lookups);
 	hel_engine_destroy(e);
 	return call;
 }
@@ -130,8 +145,8 @@ static void test_turns(void)
 {
 	struct imgbuf img = {0};
 	png_of(&img, 40, 24, 7);
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 64, .gpu_rows = 32,
-						   .memory_bytes = 8 << 20 });
+	hel_engine *e = start((hel_engine_config){
+		.max_active = 2, .gpu_pages = 64, .gpu_rows = 32, .memory_bytes = 8 << 20});
 	struct chat c1;
 	build(&c1, "Be brief.", &img, NULL, 0, NULL);
 	struct et_call *a = run(e, &c1, 12);
@@ -151,8 +166,8 @@ static void test_turns(void)
 	CHECK(s.decodes == 1 && s.preparations == 1);
 	CHECK(s.desc_hits == 1 && s.hits_memory == 1 && s.images_covered == 1);
 	CHECK(s.tensor_lookups == 1);
-	CHECKF(b->out.reused_gpu_tokens >= c2.img[0].at + c2.img[0].tokens,
-	       "reused %llu", (unsigned long long)b->out.reused_gpu_tokens);
+	CHECKF(b->out.reused_gpu_tokens >= c2.img[0].at + c2.img[0].tokens, "reused %llu",
+	       (unsigned long long)b->out.reused_gpu_tokens);
 	struct et_call *b0 = cold(&c2, 10);
 	same(b, b0);
 
@@ -179,7 +194,7 @@ static void test_turns(void)
 	CHECK(s.decodes == 2 && s.preparations == 2 && s.waiting == 0);
 
 	hel_engine_destroy(e);
-	struct et_call *all[] = { a, a0, b, b0, d, d0, f };
+	struct et_call *all[] = {a, a0, b, b0, d, d0, f};
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		et_call_free(all[i]);
 	imgbuf_free(&img);
@@ -192,8 +207,8 @@ static void test_concurrent(void)
 {
 	struct imgbuf img = {0};
 	png_of(&img, 33, 17, 11);
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 64, .gpu_rows = 32,
-						   .memory_bytes = 8 << 20 });
+	hel_engine *e = start((hel_engine_config){
+		.max_active = 2, .gpu_pages = 64, .gpu_rows = 32, .memory_bytes = 8 << 20});
 	struct chat c;
 	build(&c, "Two at once.", &img, NULL, 0, NULL);
 	struct et_call *x = et_call_new(), *y = et_call_new();
@@ -270,9 +285,13 @@ static void test_restart(void)
 	char *dir = test_mkdtemp("engine-inputs");
 	struct imgbuf img = {0};
 	png_of(&img, 40, 24, 21);
-	hel_engine_config cfg = { .max_active = 2, .gpu_pages = 64, .gpu_rows = 32,
-				  .fetch = HEL_FETCH_ALWAYS, .disk_dir = dir,
-				  .disk_limit = 64 << 20, .disk_limit_set = true };
+	hel_engine_config cfg = {.max_active = 2,
+				 .gpu_pages = 64,
+				 .gpu_rows = 32,
+				 .fetch = HEL_FETCH_ALWAYS,
+				 .disk_dir = dir,
+				 .disk_limit = 64 << 20,
+				 .disk_limit_set = true};
 	struct chat c1, c2, t2;
 	build(&c1, "Be brief.", &img, NULL, 0, NULL);
 	build(&c2, "Other text first.", &img, NULL, 0, NULL);
@@ -330,7 +349,7 @@ static void test_restart(void)
 	       (unsigned long long)es.host_fetch_failed);
 	hel_engine_destroy(e);
 
-	struct et_call *all[] = { a, t0, b, d, d0, f };
+	struct et_call *all[] = {a, t0, b, d, d0, f};
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		et_call_free(all[i]);
 	imgbuf_free(&img);
@@ -344,7 +363,8 @@ static void test_refused(void)
 {
 	struct imgbuf img = {0};
 	png_of(&img, 16, 16, 3);
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 64, .gpu_rows = 32 });
+	hel_engine *e =
+		start((hel_engine_config){.max_active = 2, .gpu_pages = 64, .gpu_rows = 32});
 	struct chat c;
 	build(&c, "x", &img, NULL, 0, NULL);
 	struct et_call *call = et_call_new();
@@ -375,12 +395,17 @@ static void test_refused(void)
 	et_call_free(call);
 
 	hel_core *text = test_core_load("tiny");
-	hel_engine_config tc = { .core = text, .max_active = 2, .gpu_pages = 64, .gpu_rows = 32 };
+	hel_engine_config tc = {.core = text, .max_active = 2, .gpu_pages = 64, .gpu_rows = 32};
 	CHECK_OK(hel_engine_open(&tc, &e));
 	call = et_call_new();
-	hel_request q = { .prompt = c.tok, .n_prompt = c.n, .images = c.img, .n_images = 1,
-			  .max_tokens = 4, .on_tokens = et_on_tokens, .on_done = et_on_done,
-			  .ctx = call };
+	hel_request q = {.prompt = c.tok,
+			 .n_prompt = c.n,
+			 .images = c.img,
+			 .n_images = 1,
+			 .max_tokens = 4,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = call};
 	CHECK(hel_engine_submit(e, &q, &call->id) == -EINVAL);
 	CHECK(strstr(sel_errmsg(), "takes no images"));
 	hel_engine_destroy(e);

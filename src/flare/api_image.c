@@ -15,10 +15,10 @@
 
 #define INVALID "invalid_request_error"
 
-#define FAIL(status, param, ...)                                                               \
-	do {                                                                                   \
-		flare_api_error_set(err, status, INVALID, param, NULL, __VA_ARGS__);          \
-		goto fail;                                                                     \
+#define FAIL(status, param, ...)                                                                   \
+	do {                                                                                       \
+		flare_api_error_set(err, status, INVALID, param, NULL, __VA_ARGS__);               \
+		goto fail;                                                                         \
 	} while (0)
 
 static hel_image_limits limits_of(const struct flare_api_limits *lim)
@@ -40,26 +40,31 @@ static int part_url(json_t *part, const char *pp, const char **url, size_t *len,
 {
 	const char *key;
 	json_t *v;
-	json_object_foreach(part, key, v) {
+	json_object_foreach(part, key, v)
+	{
 		if (strcmp(key, "type") && strcmp(key, "image_url"))
-			FAIL(400, pp, "%s.%.40s is not a field of an image_url part (type, image_url)",
-			     pp, key);
+			FAIL(400, pp,
+			     "%s.%.40s is not a field of an image_url part (type, image_url)", pp,
+			     key);
 	}
 	json_t *iu = json_object_get(part, "image_url");
 	if (!json_is_object(iu))
-		FAIL(400, pp, "%s.image_url must be an object {\"url\": \"data:image/png;base64,...\"}",
-		     pp);
-	json_object_foreach(iu, key, v) {
+		FAIL(400, pp,
+		     "%s.image_url must be an object {\"url\": \"data:image/png;base64,...\"}", pp);
+	json_object_foreach(iu, key, v)
+	{
 		if (!strcmp(key, "url"))
 			continue;
 		if (!strcmp(key, "detail")) {
 			const char *d = json_is_string(v) ? json_string_value(v) : "";
 			if (strcmp(d, "auto") && strcmp(d, "low") && strcmp(d, "high"))
-				FAIL(400, pp, "%s.image_url.detail must be \"auto\", \"low\" or \"high\"",
+				FAIL(400, pp,
+				     "%s.image_url.detail must be \"auto\", \"low\" or \"high\"",
 				     pp);
 			continue; /* the core's geometry decides the tokens */
 		}
-		FAIL(400, pp, "%s.image_url.%.40s is not a field of image_url (url, detail)", pp, key);
+		FAIL(400, pp, "%s.image_url.%.40s is not a field of image_url (url, detail)", pp,
+		     key);
 	}
 	json_t *u = json_object_get(iu, "url");
 	if (!json_is_string(u))
@@ -100,8 +105,11 @@ int flare_api_image_part(json_t *part, const char *pp, size_t msg, size_t offset
 	size_t len;
 	const hel_core *core = lim->core;
 	if (!core || !core->has_image)
-		FAIL(400, pp, "%s: the model takes no images (core '%s' has no [image] section)", pp,
-		     core ? core->name : lim->model ? lim->model : "?");
+		FAIL(400, pp, "%s: the model takes no images (core '%s' has no [image] section)",
+		     pp,
+		     core         ? core->name
+		     : lim->model ? lim->model
+				  : "?");
 	if (part_url(part, pp, &url, &len, err))
 		goto fail;
 	hel_image_limits l = limits_of(lim);
@@ -115,15 +123,15 @@ int flare_api_image_part(json_t *part, const char *pp, size_t msg, size_t offset
 		FAIL(400, pp, "%s: %s", pp, sel_errmsg());
 	bool png = fmt == HEL_IMAGE_PNG;
 	if (strcmp(du.media_type, png ? "image/png" : "image/jpeg"))
-		FAIL(400, pp, "%s: the data is a %s image but the URL says %s", pp, png ? "PNG" : "JPEG",
-		     du.media_type);
+		FAIL(400, pp, "%s: the data is a %s image but the URL says %s", pp,
+		     png ? "PNG" : "JPEG", du.media_type);
 	uint32_t gh, gw;
 	hel_vision_grid(&core->image, w, h, &gh, &gw);
 	if (grow(im))
 		FAIL(500, NULL, "out of memory");
-	im->img[im->n] = (hel_image_input){ .bytes = du.bytes, .len = du.len, .tokens = gh * gw };
+	im->img[im->n] = (hel_image_input){.bytes = du.bytes, .len = du.len, .tokens = gh * gw};
 	im->msg[im->n] = msg;
-	im->span[im->n] = (hel_message_image){ .offset = offset, .tokens = gh * gw };
+	im->span[im->n] = (hel_message_image){.offset = offset, .tokens = gh * gw};
 	im->n++;
 	return 0;
 fail:

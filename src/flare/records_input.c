@@ -61,7 +61,8 @@ static uint8_t *read_bytes(int fd, size_t len, struct rinput *x)
 	while (got < len) {
 		ssize_t k = pread(fd, b + got, len - got, (off_t)got);
 		if (k <= 0) {
-			snprintf(x->why, sizeof x->why, "read: %s", k ? strerror(errno) : "short file");
+			snprintf(x->why, sizeof x->why, "read: %s",
+				 k ? strerror(errno) : "short file");
 			free(b);
 			return NULL;
 		}
@@ -130,7 +131,7 @@ static size_t each_input(struct run *r, struct rns *n, bool whole,
 	for (size_t i = 0; i < n->nother; i++) {
 		if (!rec_is_input_name(n->other[i].name))
 			continue;
-		struct rinput x = { .o = &n->other[i] };
+		struct rinput x = {.o = &n->other[i]};
 		judge(n, &x, whole);
 		fn(r, n, &x, ctx);
 		k++;
@@ -184,6 +185,6 @@ size_t rec_inputs_verify(struct run *r, struct rns *n, json_t *arr,
 			 void (*problem)(struct run *, json_t *, const char *, const char *,
 					 const char *))
 {
-	struct verify_ctx v = { .problem = problem, .arr = arr };
+	struct verify_ctx v = {.problem = problem, .arr = arr};
 	return each_input(r, n, true, verify_one, &v);
 }

@@ -112,14 +112,17 @@ int hel_inputs_open(const hel_engine_config *cfg, const hel_model *model, const 
 			rc = eos_fail(-errno, "image inputs: %s: %s", disk_dir, strerror(errno));
 			goto fail;
 		}
-		struct sel_input_disk_opts o = { .limit_bytes = disk_limit, .datasync = cfg->fdatasync };
+		struct sel_input_disk_opts o = {.limit_bytes = disk_limit,
+						.datasync = cfg->fdatasync};
 		if ((rc = sel_input_disk_open(in->dirfd, &o, &in->disk))) {
 			rc = eos_fail(rc, "image inputs: scanning %s: %s", disk_dir, sel_errmsg());
 			goto fail;
 		}
 	}
-	hel_prep_opts po = { .core = cfg->core, .limits = cfg->image_limits, .cache = in->cache,
-			     .disk = in->disk };
+	hel_prep_opts po = {.core = cfg->core,
+			    .limits = cfg->image_limits,
+			    .cache = in->cache,
+			    .disk = in->disk};
 	if ((rc = hel_prep_create(&po, &in->prep)))
 		goto fail;
 	in->st.enabled = true;
@@ -141,10 +144,7 @@ static void ri_free(hel_req_inputs *ri)
 	free(ri);
 }
 
-void hel_req_inputs_free(hel_req_inputs *ri)
-{
-	ri_free(ri);
-}
+void hel_req_inputs_free(hel_req_inputs *ri) { ri_free(ri); }
 
 void hel_inputs_destroy(hel_inputs *in)
 {
@@ -163,10 +163,7 @@ void hel_inputs_destroy(hel_inputs *in)
 	free(in);
 }
 
-int hel_inputs_wait_fd(const hel_inputs *in)
-{
-	return in ? hel_prep_wait_fd(in->prep) : -1;
-}
+int hel_inputs_wait_fd(const hel_inputs *in) { return in ? hel_prep_wait_fd(in->prep) : -1; }
 
 /* ---- submit side --------------------------------------------------------- */
 
@@ -184,7 +181,8 @@ static int check_spans(const hel_core *core, const hel_request *q)
 					im->tokens, core->image.max_tokens, core->name);
 		if (im->at < end || (uint64_t)im->at + im->tokens > q->n_prompt)
 			return eos_fail(-EINVAL,
-					"images[%u]: positions %u..%" PRIu64 " overlap the image before "
+					"images[%u]: positions %u..%" PRIu64
+					" overlap the image before "
 					"or leave the prompt of %u tokens",
 					k, im->at, (uint64_t)im->at + im->tokens, q->n_prompt);
 		end = (uint64_t)im->at + im->tokens;
@@ -195,15 +193,17 @@ static int check_spans(const hel_core *core, const hel_request *q)
 			k++;
 		bool inside = k < q->n_images && i >= q->images[k].at;
 		if (inside && q->prompt[i] != HEL_TOK_IMAGE)
-			return eos_fail(-EINVAL,
-					"prompt: position %u of images[%u] is token %u, not the image "
-					"placeholder %u",
-					i, k, q->prompt[i], HEL_TOK_IMAGE);
+			return eos_fail(
+				-EINVAL,
+				"prompt: position %u of images[%u] is token %u, not the image "
+				"placeholder %u",
+				i, k, q->prompt[i], HEL_TOK_IMAGE);
 		if (!inside && q->prompt[i] == HEL_TOK_IMAGE)
-			return eos_fail(-EINVAL,
-					"prompt: the image placeholder %u at position %u is no image's "
-					"position",
-					HEL_TOK_IMAGE, i);
+			return eos_fail(
+				-EINVAL,
+				"prompt: the image placeholder %u at position %u is no image's "
+				"position",
+				HEL_TOK_IMAGE, i);
 	}
 	return 0;
 }
@@ -242,10 +242,7 @@ int hel_inputs_copy(const hel_core *core, const hel_request *q, hel_req_inputs *
 
 /* ---- worker side --------------------------------------------------------- */
 
-static int fail_ri(hel_req_inputs *ri)
-{
-	return eos_fail(ri->err, "%s", ri->why);
-}
+static int fail_ri(hel_req_inputs *ri) { return eos_fail(ri->err, "%s", ri->why); }
 
 static void set_waiting(hel_inputs *in, hel_req_inputs *ri, bool w)
 {
@@ -262,8 +259,8 @@ static void set_waiting(hel_inputs *in, hel_req_inputs *ri, bool w)
  * < 0 (the request fails). */
 static int submit(hel_inputs *in, struct rimg *im, uint32_t kind)
 {
-	hel_prep_job job = { .kind = kind, .bytes = im->bytes, .len = im->len,
-			     .tag = (uint64_t)(uintptr_t)im };
+	hel_prep_job job = {
+		.kind = kind, .bytes = im->bytes, .len = im->len, .tag = (uint64_t)(uintptr_t)im};
 	int rc = hel_prep_submit(in->prep, &job, &im->ticket);
 	if (rc == -EAGAIN)
 		return 1;
@@ -473,9 +470,9 @@ int hel_inputs_service(hel_inputs *in)
 	return total;
 }
 
-int hel_inputs_prefill(const hel_req_inputs *ri, hel_model *m, uint32_t slot,
-		       const uint32_t *pages, uint32_t page_tokens, const hel_token *tokens,
-		       uint64_t begin, uint64_t end, int32_t *logits)
+int hel_inputs_prefill(const hel_req_inputs *ri, hel_model *m, uint32_t slot, const uint32_t *pages,
+		       uint32_t page_tokens, const hel_token *tokens, uint64_t begin, uint64_t end,
+		       int32_t *logits)
 {
 	uint64_t pos = begin;
 	while (pos < end) {
@@ -496,16 +493,17 @@ int hel_inputs_prefill(const hel_req_inputs *ri, hel_model *m, uint32_t slot,
 		int rc;
 		if (im) {
 			if (!im->states)
-				return eos_fail(-EINVAL,
-						"prefill: the image at %u is not prepared (a replay "
-						"past the checkpoint that covered it)",
-						im->at);
+				return eos_fail(
+					-EINVAL,
+					"prefill: the image at %u is not prepared (a replay "
+					"past the checkpoint that covered it)",
+					im->at);
 			size_t lanes = (size_t)(pos - im->at) * ri->hidden;
-			rc = hel_model_prefill_image(m, slot, pages, np, im->states + lanes, stop - pos,
-						     lg);
+			rc = hel_model_prefill_image(m, slot, pages, np, im->states + lanes,
+						     stop - pos, lg);
 		} else {
-			rc = hel_model_prefill(m, slot, pages, np, tokens + (pos - begin), stop - pos,
-					       lg);
+			rc = hel_model_prefill(m, slot, pages, np, tokens + (pos - begin),
+					       stop - pos, lg);
 		}
 		if (rc)
 			return rc;

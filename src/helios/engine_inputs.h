@@ -82,9 +82,9 @@ int hel_inputs_service(hel_inputs *in);
  * text runs with hel_model_prefill, image runs with
  * hel_model_prefill_image and their share of the packed states; logits
  * of the last token.  -EINVAL when an image position has no states. */
-int hel_inputs_prefill(const hel_req_inputs *ri, hel_model *m, uint32_t slot,
-		       const uint32_t *pages, uint32_t page_tokens, const hel_token *tokens,
-		       uint64_t begin, uint64_t end, int32_t *logits);
+int hel_inputs_prefill(const hel_req_inputs *ri, hel_model *m, uint32_t slot, const uint32_t *pages,
+		       uint32_t page_tokens, const hel_token *tokens, uint64_t begin, uint64_t end,
+		       int32_t *logits);
 
 void hel_inputs_stats(hel_inputs *in, hel_engine_input_stats *out);
 
