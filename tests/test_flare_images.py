@@ -220,6 +220,7 @@ def main():
     finally:
         srv.stop()
 
+    shutil.rmtree(cache, ignore_errors=True)
     if not os.environ.get("TEST_TMPDIR"):
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
