@@ -770,20 +770,16 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 				"%" PRIu64 " pages and %" PRIu64 " rows; the GPU cache holds %u and %u",
 				q->n_prompt, n_ends, q->max_tokens, need_p, need_r, e->n_pages, e->n_rows);
 
-	hel_req_inputs *ri = NULL;
-	int irc = hel_inputs_copy(c, q, &ri);
-	if (irc)
-		return irc;
-	if (!(r = calloc(1, sizeof *r))) {
-		hel_req_inputs_free(ri);
-		return eos_fail(-ENOMEM, "submit: out of memory");
-	}
-	r->in = ri;
-	if (!(r->prompt = malloc(q->n_prompt * sizeof *r->prompt)) ||
+	if (!(r = calloc(1, sizeof *r)) || !(r->prompt = malloc(q->n_prompt * sizeof *r->prompt)) ||
 	    !(r->ends = malloc((n_ends ? n_ends : 1) * sizeof *r->ends)) ||
 	    (q->cache_salt_len && !(r->salt = malloc(q->cache_salt_len)))) {
 		req_free(r);
 		return eos_fail(-ENOMEM, "submit: out of memory");
+	}
+	int irc = hel_inputs_copy(c, q, &r->in); /* images: validated and copied */
+	if (irc) {
+		req_free(r);
+		return irc;
 	}
 	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof *r->prompt);
 	r->n_prompt = q->n_prompt;

@@ -278,10 +278,12 @@ static int submit(hel_inputs *in, struct rimg *im, uint32_t kind)
 
 int hel_inputs_describe(hel_inputs *in, hel_req_inputs *ri, hel_token *prompt)
 {
-	if (!ri || ri->substituted)
+	if (!ri)
 		return 0;
 	if (ri->err)
 		return fail_ri(ri);
+	if (ri->substituted)
+		return ri->jobs ? 1 : 0; /* a preparation in flight: no plan until it lands */
 	bool all = true;
 	for (uint32_t k = 0; k < ri->n; k++) {
 		struct rimg *im = &ri->img[k];

@@ -64,8 +64,10 @@ int hel_inputs_copy(const hel_core *core, const hel_request *q, hel_req_inputs *
 void hel_req_inputs_free(hel_req_inputs *ri);
 
 /* Admission, before planning: 0 when every image is described (the
- * prompt's placeholders replaced by image tokens), 1 while descriptions
- * are in flight, or < 0: the request fails (message through eos_fail). */
+ * prompt's placeholders replaced by image tokens) and no preparation is in
+ * flight, 1 while a job is (the request is not planned, so a waiting
+ * prompt is not hashed again every step), or < 0: the request fails
+ * (message through eos_fail). */
 int hel_inputs_describe(hel_inputs *in, hel_req_inputs *ri, hel_token *prompt);
 /* Admission, with the plan: reused = the tokens the admission will reuse
  * (GPU or host checkpoint).  0 when every image whose span ends past
