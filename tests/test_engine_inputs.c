@@ -5,7 +5,8 @@
  * next turn skipping decoding, preparation and the image's prefill (a
  * description hit, a GPU checkpoint covering the image); the same image
  * after other text (a tensor hit, no preparation); two requests with one
- * new image at once (one preparation); a restart on the same directory
+ * new image at once (one preparation); evictions of inputs and of
+ * checkpoints independent; a restart on the same directory
  * (disk hits from .input files); a corrupted .input file (a miss, rebuilt,
  * the same reply); the image placeholders validated at submit; a text
  * core refusing images.  Waits are by condition with deadlines.
@@ -227,6 +228,82 @@ static void test_concurrent(void)
 	imgbuf_free(&img);
 }
 
+static int no_store(void *ctx, const sel_store_config *cfg, sel_store **out)
+{
+	(void)ctx;
+	(void)cfg;
+	*out = NULL;
+	return 0;
+}
+
+/* Evicting inputs never invalidates a checkpoint, nor the reverse.
+ * Without host retention the input records are gone at once: turn two
+ * still resumes past the image from the GPU checkpoint (the image is
+ * decoded again for its identity, never prepared).  With GPU checkpoints
+ * evicted by other requests, the prepared tensors in memory still serve
+ * the image (a tensor hit, no preparation), with the same reply. */
+static void test_independent(void)
+{
+	struct imgbuf img = {0};
+	png_of(&img, 40, 24, 31);
+	struct chat c1, c2;
+	build(&c1, "Be brief.", &img, NULL, 0, NULL);
+
+	hel_engine *e =
+		start((hel_engine_config){.max_active = 2, .gpu_pages = 64, .gpu_rows = 32});
+	struct et_call *a = run(e, &c1, 10);
+	build(&c2, "Be brief.", &img, a->tok, a->n, "Again?");
+	struct et_call *b = run(e, &c2, 6);
+	hel_engine_input_stats s = istats(e);
+	CHECK(s.bytes_memory == 0 && s.decodes == 2 && s.preparations == 1 &&
+	      s.images_covered == 1);
+	CHECK(b->out.reused_gpu_tokens >= c2.img[0].at + c2.img[0].tokens);
+	struct et_call *b0 = cold(&c2, 6);
+	same(b, b0);
+	hel_engine_destroy(e);
+
+	/* A warm budget for the input tier, no host store for checkpoints:
+	 * what the GPU cache evicts is gone. */
+	e = start((hel_engine_config){.max_active = 1,
+				      .gpu_pages = 12,
+				      .gpu_rows = 12,
+				      .memory_bytes = 8 << 20,
+				      .store_open = no_store});
+	struct et_call *x = run(e, &c1, 10);
+	test_rng rng;
+	test_rng_init(&rng, 7);
+	for (int i = 0; i < 8; i++) {
+		uint32_t n;
+		hel_token *p = et_random_prompt(&rng, 150 + 10 * (uint32_t)i, &n);
+		et_call_free(et_run(e, p, n, 3, NULL));
+		free(p);
+	}
+	hel_engine_stats es;
+	et_settle(e);
+	hel_engine_stats_get(e, &es);
+	CHECK(es.gpu_evictions > 0);
+	struct et_call *y = run(e, &c2, 6);
+	s = istats(e);
+	CHECKF(y->out.reused_gpu_tokens < c2.img[0].at + c2.img[0].tokens,
+	       "the checkpoint past the image survived: reused %llu",
+	       (unsigned long long)y->out.reused_gpu_tokens);
+	CHECKF(s.preparations == 1 && s.decodes == 1 && s.tensor_hits == 1,
+	       "prep %llu dec %llu th %llu dh %llu tl %llu cov %llu reused %llu at %u err %d "
+	       "cached %llu prefill %llu",
+	       (unsigned long long)s.preparations, (unsigned long long)s.decodes,
+	       (unsigned long long)s.tensor_hits, (unsigned long long)s.desc_hits,
+	       (unsigned long long)s.tensor_lookups, (unsigned long long)s.images_covered,
+	       (unsigned long long)y->out.reused_gpu_tokens, c2.img[0].at, y->out.error,
+	       (unsigned long long)y->out.cached_tokens, (unsigned long long)y->out.prefill_tokens);
+	same(y, b0);
+	hel_engine_destroy(e);
+
+	struct et_call *all[] = {a, b, b0, x, y};
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		et_call_free(all[i]);
+	imgbuf_free(&img);
+}
+
 /* The .input files of dir, by prefix ("src-", "prep-"); the first's path. */
 static int count_inputs(const char *dir, const char *prefix, char *first, size_t cap)
 {
@@ -420,6 +497,7 @@ int main(void)
 	core = test_core_load("vision-small");
 	test_turns();
 	test_concurrent();
+	test_independent();
 	test_restart();
 	test_refused();
 	hel_core_free(core);
