@@ -69,6 +69,14 @@ def start(*extra):
     sys.exit("flare did not start")
 
 
+def stop(proc, name):
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    proc.stderr.close()
+    if rc != 0:
+        failures.append("%s exited %d" % (name, rc))
+
+
 def raw(base, path, body):
     req = urllib.request.Request(base + path, json.dumps(body).encode(),
                                  {"Content-Type": "application/json",
@@ -172,11 +180,7 @@ try:
     e = by["wrong key"]["error"]
     check(e and e["status"] == 401 and e["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key (%s)" % e)
 finally:
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=60)
-    proc.stderr.close()
-if rc != 0:
-    failures.append("flare exited %d" % rc)
+    stop(proc, "flare")
 
 
 def png_url(w, h):
@@ -212,11 +216,7 @@ try:
     check(e and e["status"] == 400 and e["param"] == "messages[0].content[0]" and "https" in e["message"],
           "image https: 400 naming messages[0].content[0] (%s)" % e)
 finally:
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=60)
-    proc.stderr.close()
-if rc != 0:
-    failures.append("flare (vision) exited %d" % rc)
+    stop(proc, "flare (vision)")
 if failures:
     sys.exit("%d failed: %s" % (len(failures), failures))
 print("ok")
