@@ -69,7 +69,7 @@ def start(*extra):
     sys.exit("flare did not start")
 
 
-def stop(proc, name):
+def stop_server(proc, name):
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
     proc.stderr.close()
@@ -180,7 +180,7 @@ try:
     e = by["wrong key"]["error"]
     check(e and e["status"] == 401 and e["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key (%s)" % e)
 finally:
-    stop(proc, "flare")
+    stop_server(proc, "flare")
 
 
 def png_url(w, h):
@@ -216,7 +216,7 @@ try:
     check(e and e["status"] == 400 and e["param"] == "messages[0].content[0]" and "https" in e["message"],
           "image https: 400 naming messages[0].content[0] (%s)" % e)
 finally:
-    stop(proc, "flare (vision)")
+    stop_server(proc, "flare (vision)")
 if failures:
     sys.exit("%d failed: %s" % (len(failures), failures))
 print("ok")
