@@ -8,7 +8,8 @@ images, decompression bombs, other URL schemes, a media type that lies
 and more images than --max-images are refused with 400 naming the part; a text-only
 core refuses any image part; after a restart on the same directory the
 .input records are found on disk (disk hits, nothing decoded) and
-`flare records ls/verify` list and verify them.
+`flare records ls/verify` list and verify them; `--speculate copy` answers
+an image chat as `--speculate off` does.
 
 Servers are started by this test on loopback ports it reads back and
 stopped by it; the directory is the test's own."""
@@ -211,6 +212,16 @@ def main():
     vf = subprocess.run([binary, "records", "verify", ns], capture_output=True, text=True)
     check(vf.returncode != 0 and prep in vf.stdout + vf.stderr,
           f"records verify of a corrupted {prep}: {vf.returncode} {vf.stdout} {vf.stderr}")
+
+    # Speculative decoding over a prompt with an image answers as off does
+    # (image positions never become draft proposals).
+    srv = Flare(binary, ["--speculate", "copy"], core=core, name="vision-copy").start()
+    try:
+        g = srv.chat(turn1, max_tokens=12, ignore_eos=True)
+        check(reply(g) == reply(a), f"--speculate copy: {reply(g)!r}, off: {reply(a)!r}")
+        check(g["flare"]["speculation"]["rounds"] > 0, f"--speculate copy: {g['flare']}")
+    finally:
+        srv.stop()
 
     # A text-only core refuses image parts.
     srv = Flare(binary, [], name="text").start()
