@@ -25,7 +25,7 @@ import zlib
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, install_cleanup  # noqa: E402
+from flare import Flare, FlareError, install_cleanup  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
@@ -174,6 +174,14 @@ def main():
         st, body = status_of(srv, {"messages": [user("x", url(bytes(broken)))], "max_tokens": 2})
         check(st == 400 and "does not decode" in body.get("error", {}).get("message", ""),
               f"corrupt image data: HTTP {st} {body}")
+        # Streamed, the same image fails its stream with a 400-class error.
+        try:
+            srv.stream("/v1/chat/completions",
+                       {"messages": [user("y", url(bytes(broken)))], "max_tokens": 2})
+            check(False, "a streamed corrupt image was answered")
+        except FlareError as e:
+            check("does not decode" in str(e) and ("400" in str(e) or "invalid_request" in str(e)),
+                  f"streamed corrupt image: {e}")
         st, _ = status_of(srv, {"messages": turn1, "max_tokens": 2})
         check(st == 200, f"after the refusals: HTTP {st}")
     finally:
