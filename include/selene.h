@@ -588,6 +588,12 @@ typedef struct sel_store_config {
 	 * share this limit"); the store's own records get the rest.
 	 * sel_store_info.disk_shared says how much. */
 	uint32_t disk_share_div;
+	/* Host bytes the process's other allocations may take (a vision
+	 * core's CPU inputs: the cold decoded-source allowance, the input
+	 * index, one serialized record in flight; design 2.13 "The loader
+	 * accounts for these allocations"): left out of the headroom the
+	 * intake is sized from when host_headroom is 0. */
+	uint64_t host_reserved;
 } sel_store_config;
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0

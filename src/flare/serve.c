@@ -209,9 +209,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 size_text(info->disk_limit, a, sizeof a),
 					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
 		if (info->input_memory || info->disk_shared) /* a vision core (docs/inputs.md) */
-			flare_buf_printf(out, "; image inputs: memory %s, disk %s",
+			flare_buf_printf(out, "; image inputs: memory %s, disk %s, host allowances %s",
 					 size_text(info->input_memory, a, sizeof a),
-					 size_text(info->disk_shared, b, sizeof b));
+					 size_text(info->disk_shared, b, sizeof b),
+					 size_text(info->input_reserved, c, sizeof c));
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",

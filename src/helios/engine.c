@@ -622,6 +622,7 @@ static int open_store(hel_engine *e)
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
 		.disk_share_div = e->core->has_image ? 8 : 0, /* the .input files' eighth */
+		.host_reserved = hel_inputs_host_reserved(cfg), /* CPU inputs' allowances */
 	};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
@@ -651,6 +652,7 @@ static int open_store(hel_engine *e)
 	e->info.disk_limit = si.disk_limit;
 	e->info.disk_shared = si.disk_shared;
 	e->info.input_memory = hel_inputs_memory_budget(cfg);
+	e->info.input_reserved = hel_inputs_host_reserved(cfg);
 	e->info.scanned_records = si.scanned_records;
 	e->info.disk_io = si.disk_io;
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",

@@ -103,6 +103,8 @@ typedef struct hel_engine_info {
 	uint64_t disk_limit;
 	uint64_t disk_shared;        /* of the disk limit, the image inputs' (vision cores) */
 	uint64_t input_memory;       /* of memory_bytes, the image inputs' (vision cores) */
+	uint64_t input_reserved;     /* host bytes their allowances may take besides (cold
+					sources, index, a record in flight) */
 	uint64_t scanned_records;
 	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
 	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */

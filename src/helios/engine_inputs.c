@@ -90,6 +90,20 @@ uint64_t hel_inputs_memory_budget(const hel_engine_config *cfg)
 	return sel_input_budget(cfg->memory_bytes, cfg->core && cfg->core->has_image);
 }
 
+uint64_t hel_inputs_host_reserved(const hel_engine_config *cfg)
+{
+	const hel_core *c = cfg->core;
+	if (!c || !c->has_image)
+		return 0;
+	hel_image_limits l = cfg->image_limits;
+	if (!l.max_pixels)
+		l = hel_image_limits_default();
+	uint64_t u = (uint64_t)c->image.patch * c->image.merge;
+	uint64_t record = (uint64_t)c->image.max_tokens * u * u * c->image.channels +
+			  SEL_INPUT_HEADER_MAX + 64 * SEL_INPUT_TENSORS_MAX;
+	return hel_image_cold_allowance(&l) + SEL_INPUT_DISK_ALLOWANCE + record;
+}
+
 int hel_inputs_open(const hel_engine_config *cfg, const hel_model *model, const char *disk_dir,
 		    uint64_t disk_limit, hel_inputs **out)
 {

@@ -43,6 +43,13 @@ typedef struct hel_req_inputs hel_req_inputs;
  * core (sel_input_budget), 0 otherwise.  The checkpoints get the rest. */
 uint64_t hel_inputs_memory_budget(const hel_engine_config *cfg);
 
+/* Host bytes a vision core's inputs may hold beyond the memory tier's
+ * budget (design 2.13): the cold decoded-source allowance (max_pixels x
+ * 8), the disk index's allowance (1 MiB) and one serialized prepared
+ * record in flight (the core's largest); 0 for a text-only core.  The
+ * store leaves them out of the intake's headroom. */
+uint64_t hel_inputs_host_reserved(const hel_engine_config *cfg);
+
 /* For a vision core: the memory tier, the disk tier over the namespace
  * directory disk_dir (the disk store's locked record directory; NULL or ""
  * for none) with a limit of disk_limit bytes, and the worker.  *out NULL
