@@ -189,7 +189,7 @@ static uint32_t spec_prompt(int kind, hel_token *t, uint32_t cap)
 			t[i] = (hel_token)fox[(i - 1) % strlen(fox)];
 		return cap < SPEC_PROMPT ? cap : SPEC_PROMPT;
 	}
-	hel_message msg = { "user", note, strlen(note) };
+	hel_message msg = { .role = "user", .content = note, .content_len = strlen(note) };
 	size_t n = hel_chat_template(&msg, 1, true, t, cap);
 	return (uint32_t)(n < cap ? n : cap);
 }

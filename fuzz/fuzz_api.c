@@ -3,14 +3,18 @@
  * (src/flare/api.c; STYLE.md 13).  Its corpus, fuzz/corpus/api/, replays in
  * make check through build/fuzz/replay_api.
  *
- * The first byte picks the endpoint (completions or chat); the rest is the
- * body.  Besides "never crashes, never leaks", it checks:
+ * The first byte picks the endpoint (bit 0: completions or chat) and the
+ * core (bit 1: a vision core, whose chats take image parts); the rest is
+ * the body.  Besides "never crashes, never leaks", it checks:
  *   1. Success yields prompts within their bounds, each non-empty with
  *      1 <= max_tokens and prompt + max_tokens within the context
  *      (invariant 1 of api.c), and a response built from it, logprobs
  *      included, is valid JSON.
  *   2. Failure yields a 4xx/5xx status, a message, and an error body that
  *      is valid JSON naming the same param.
+ *   4. Accepted images lie in order inside the prompt, each a run of
+ *      HEL_TOK_IMAGE of its token count (1..max_tokens), the placeholder
+ *      nowhere else; none on the text core.
  *   3. flare_utf8_clean turns any bytes into text jansson accepts, and
  *      without `final` consumes all but at most 3 trailing bytes.
  */
@@ -28,6 +32,30 @@ static void fail(const char *what, const char *detail)
 	abort();
 }
 
+/* Invariant 4. */
+static void check_images(const struct flare_api_request *req, const hel_core *core)
+{
+	if (req->n_images && (!core || req->kind != FLARE_API_CHAT))
+		fail("images accepted without a vision core", "");
+	const struct flare_api_prompt *p = &req->prompts[0];
+	uint32_t k = 0;
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < req->n_images; i++) {
+		const hel_image_input *im = &req->images[i];
+		if (im->at < end || im->tokens == 0 || im->tokens > core->image.max_tokens ||
+		    (uint64_t)im->at + im->tokens > p->n || !im->bytes || !im->len)
+			fail("an image breaks its bounds", "");
+		end = (uint64_t)im->at + im->tokens;
+	}
+	for (uint32_t i = 0; req->kind == FLARE_API_CHAT && i < p->n; i++) {
+		while (k < req->n_images && i >= req->images[k].at + req->images[k].tokens)
+			k++;
+		bool inside = k < req->n_images && i >= req->images[k].at;
+		if (inside != (p->tokens[i] == HEL_TOK_IMAGE))
+			fail("image placeholders off the images' spans", "");
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size == 0)
@@ -35,7 +63,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	enum flare_api_kind kind = data[0] & 1 ? FLARE_API_CHAT : FLARE_API_COMPLETIONS;
 	const char *body = (const char *)data + 1;
 	size_t len = size - 1;
-	struct flare_api_limits lim = {.model = "tiny", .vocab = 320, .max_context = 512};
+	/* What api_image.c reads of a vision core: its name and geometry. */
+	static hel_core vision = {.name = "vision-small", .has_image = true,
+				  .image = {.patch = 8, .merge = 1, .max_tokens = 16,
+					    .resize = HEL_RESIZE_FIT, .channels = 3}};
+	struct flare_api_limits lim = {.model = "tiny", .vocab = 320, .max_context = 512,
+				       .core = data[0] & 2 ? &vision : NULL};
 	struct flare_api_request req;
 	struct flare_api_error err;
 	struct flare_buf b = {0};
@@ -52,6 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (req.salt && req.salt_len > FLARE_API_SALT_MAX)
 			fail("salt too long", "");
+		check_images(&req, lim.core);
 		struct flare_api_meta m = {.kind = kind, .id = "x-1", .created = 1, .model = "tiny",
 					   .include_usage = req.include_usage,
 					   .logprobs = req.logprobs};

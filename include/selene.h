@@ -485,6 +485,8 @@ typedef struct sel_store_info {
 	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
 	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
 	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
+	uint64_t disk_shared;      /* of the disk limit, set aside (disk_share_div); disk_limit
+				      is the store's own part */
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
  * strings are the store's, valid until destroy. */
@@ -580,6 +582,18 @@ typedef struct sel_store_config {
 	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
 	 * value is refused by sel_store_open with -ENOTSUP. */
 	const char *pool;
+	/* Nonzero: one disk_share_div-th of the resolved disk limit is set
+	 * aside for the other records of the namespace directory (a vision
+	 * core's .input files, design 2.11 "Checkpoint and CPU input records
+	 * share this limit"); the store's own records get the rest.
+	 * sel_store_info.disk_shared says how much. */
+	uint32_t disk_share_div;
+	/* Host bytes the process's other allocations may take (a vision
+	 * core's CPU inputs: the cold decoded-source allowance, the input
+	 * index, one serialized record in flight; design 2.13 "The loader
+	 * accounts for these allocations"): left out of the headroom the
+	 * intake is sized from when host_headroom is 0. */
+	uint64_t host_reserved;
 } sel_store_config;
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0

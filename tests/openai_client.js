@@ -2,7 +2,7 @@
 // client (issue 14's acceptance; tests/test_openai_client.py runs it and
 // checks every result against the same request sent raw).
 //
-//   node tests/openai_client.js MODULE_DIR BASE_URL API_KEY
+//   node tests/openai_client.js MODULE_DIR BASE_URL API_KEY [IMAGE_URL MODEL]
 //
 // Prints one JSON document: for each call its name, the endpoint and the
 // body sent (so the raw side can send the same), and what the client
@@ -67,7 +67,24 @@ async function failure(name, kind, body, fn) {
   }
 }
 
+// With IMAGE_URL (a data: URL) and MODEL: chat calls with an image part
+// against a vision core instead (issue 20), and the refusal of a URL the
+// server must not fetch.
+async function vision(imageURL, model) {
+  const content = [{ type: 'text', text: 'What is in this picture?' },
+                   { type: 'image_url', image_url: { url: imageURL, detail: 'auto' } }];
+  const chat = { model, messages: [{ role: 'user', content }], temperature: 0, max_tokens: 12 };
+  await plain('image chat', 'chat', chat);
+  await streamed('image chat stream', 'chat', { ...chat, stream_options: { include_usage: true } });
+  const bad = [{ role: 'user', content: [{ type: 'image_url',
+                                           image_url: { url: 'https://example.com/a.png' } }] }];
+  await failure('image https', 'chat', { model, messages: bad },
+                () => client.chat.completions.create({ model, messages: bad }));
+  process.stdout.write(JSON.stringify(out, null, 1) + '\n');
+}
+
 (async () => {
+  if (process.argv[5]) return vision(process.argv[5], process.argv[6]);
   const msgs = [{ role: 'user', content: 'Tell me about the tides of the northern sea.' }];
   const chat = { model: 'tiny', messages: msgs, temperature: 0, max_tokens: 24 };
   const first = await plain('chat', 'chat', chat);

@@ -271,7 +271,8 @@ static void test_chat(void)
 	CHECK(!strcmp(jstr(j, "choices.0.message.content"), "Hell"));
 	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "length"));
 	json_decref(j);
-	hel_message m[2] = {{"system", "Be brief.", 9}, {"user", "Hi!", 3}};
+	hel_message m[2] = {{.role = "system", .content = "Be brief.", .content_len = 9},
+			      {.role = "user", .content = "Hi!", .content_len = 3}};
 	hel_token want[64];
 	size_t n = hel_chat_template(m, 2, true, want, 64);
 	pthread_mutex_lock(&fk.mu);

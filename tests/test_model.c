@@ -1055,9 +1055,9 @@ static void test_tokenizer(void)
 	CHECK(hel_detokenize(t + 'a', 3, back, 2) == 3 && strcmp(back, "a") == 0);
 
 	hel_message msgs[3] = {
-		{ "user", "hello", 5 },
-		{ "assistant", "hi there", 8 },
-		{ "user", "more\0x", 6 },
+		{ .role = "user", .content = "hello", .content_len = 5 },
+		{ .role = "assistant", .content = "hi there", .content_len = 8 },
+		{ .role = "user", .content = "more\0x", .content_len = 6 },
 	};
 	hel_token a[64], b[64], reply[8];
 	size_t na = hel_chat_template(msgs, 1, true, a, 64);
@@ -1099,7 +1099,7 @@ static void test_known_answer(void)
 	hel_core *c = load_core(NULL);
 	for (int mode = 0; mode < 3; mode++) {
 		hel_model *m = make(c, (sel_state_mode)mode, 64, 1);
-		hel_message msg = { "user", "Hello, model!", 13 };
+		hel_message msg = { .role = "user", .content = "Hello, model!", .content_len = 13 };
 		hel_token prompt[64], out[48];
 		size_t n = hel_chat_template(&msg, 1, true, prompt, 64);
 		int32_t *l = malloc(c->vocab * 4);

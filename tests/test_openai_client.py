@@ -11,16 +11,19 @@ shown token, OpenAI's error shape).
 The client is installed by this test from the npm registry into the
 build directory ($SELENE_BUILD/npm, once); without node, npm or the
 registry the test is skipped (exit 77)."""
+import base64
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 CLIENT = "openai@7.59.0"
 build = os.path.abspath(os.environ.get("SELENE_BUILD", "build"))
@@ -51,9 +54,9 @@ def install_client():
         skip("npm install %s failed (registry not reachable?): %s" % (CLIENT, r.stderr[-400:]))
 
 
-def start():
-    proc = subprocess.Popen([flare, "run", "--port", "0", "--dashboard", "off", "--api-key", KEY],
-                            stderr=subprocess.PIPE, text=True)
+def start(*extra):
+    proc = subprocess.Popen([flare, "run", "--port", "0", "--dashboard", "off", "--api-key", KEY]
+                            + list(extra), stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     while time.time() < deadline:
         line = proc.stderr.readline()
@@ -64,6 +67,14 @@ def start():
             return proc, "http://127.0.0.1:%s" % m.group(1)
     proc.kill()
     sys.exit("flare did not start")
+
+
+def stop_server(proc, name):
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    proc.stderr.close()
+    if rc != 0:
+        failures.append("%s exited %d" % (name, rc))
 
 
 def raw(base, path, body):
@@ -169,11 +180,43 @@ try:
     e = by["wrong key"]["error"]
     check(e and e["status"] == 401 and e["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key (%s)" % e)
 finally:
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=60)
-    proc.stderr.close()
-if rc != 0:
-    failures.append("flare exited %d" % rc)
+    stop_server(proc, "flare")
+
+
+def png_url(w, h):
+    """A data: URL of an RGB PNG test pattern."""
+    rows = b"".join(b"\0" + bytes((x * 9 + y * 5 + c * 70) % 256 for x in range(w) for c in range(3))
+                    for y in range(h))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+# Images (issue 20): the client's image_url parts on a vision core, the
+# same request sent raw answering the same, and a URL never fetched.
+proc, base = start(os.path.join(src, "cores", "vision-small.core"))
+try:
+    r = subprocess.run(["node", os.path.join(src, "tests", "openai_client.js"), moddir, base + "/v1", KEY,
+                        png_url(40, 24), "vision-small"], capture_output=True, text=True, timeout=240)
+    if r.returncode != 0:
+        sys.exit("the openai client failed on images:\n" + r.stderr + r.stdout[-2000:])
+    calls = json.loads(r.stdout)
+    by = {c["name"]: c for c in calls}
+    for c in calls:
+        if "choices" in c:
+            compare(base, c)
+    w = raw(base, "/v1/chat/completions", by["image chat"]["body"])
+    check(w["usage"]["prompt_tokens"] > 40, "image chat: the image's tokens are in the prompt (%s)" % w["usage"])
+    check(by["image chat stream"]["choices"][0]["text"] == by["image chat"]["choices"][0]["text"],
+          "image chat: streamed as answered")
+    e = by["image https"]["error"]
+    check(e and e["status"] == 400 and e["param"] == "messages[0].content[0]" and "https" in e["message"],
+          "image https: 400 naming messages[0].content[0] (%s)" % e)
+finally:
+    stop_server(proc, "flare (vision)")
 if failures:
     sys.exit("%d failed: %s" % (len(failures), failures))
 print("ok")

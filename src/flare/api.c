@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flare/api_image.h"
 #include "helios/tokenizer.h"
 
 #define INVALID "invalid_request_error"
@@ -142,10 +143,12 @@ struct parts {
 	hel_message *msgs;
 	char **owned;
 	size_t n;
+	struct flare_api_images imgs; /* image_url parts (api_image.h) */
 };
 
 static void parts_free(struct parts *p)
 {
+	flare_api_images_free(&p->imgs);
 	for (size_t i = 0; i < p->n; i++)
 		free(p->owned[i]);
 	free(p->owned);
@@ -162,8 +165,10 @@ static bool empty_value(json_t *v)
 	       (json_is_array(v) && json_array_size(v) == 0);
 }
 
-/* messages -> hel_message[]; content as a string, null or text parts. */
-static int read_messages(json_t *arr, struct parts *p, struct flare_api_error *err)
+/* messages -> hel_message[]; content as a string, null or text and
+ * image_url parts. */
+static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct parts *p,
+			 struct flare_api_error *err)
 {
 	size_t n = json_array_size(arr);
 	char param[96];
@@ -235,11 +240,20 @@ static int read_messages(json_t *arr, struct parts *p, struct flare_api_error *e
 				snprintf(pp, sizeof pp, "messages[%zu].content[%zu]", i, j);
 				json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
 				json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+				if (json_is_string(type) && !strcmp(json_string_value(type), "image_url")) {
+					if (flare_api_image_part(part, pp, i, b.len, lim, &p->imgs, err)) {
+						flare_buf_free(&b);
+						goto fail;
+					}
+					continue;
+				}
 				if (!json_is_object(part) || !json_is_string(type) ||
 				    strcmp(json_string_value(type), "text") || !json_is_string(text)) {
 					flare_buf_free(&b);
 					FAIL(400, pp, NULL,
-					     "%s must be a text part {\"type\": \"text\", \"text\": \"...\"}", pp);
+					     "%s must be a text part {\"type\": \"text\", \"text\": \"...\"} "
+					     "or an image_url part",
+					     pp);
 				}
 				flare_buf_append(&b, json_string_value(text), json_string_length(text));
 			}
@@ -257,6 +271,7 @@ static int read_messages(json_t *arr, struct parts *p, struct flare_api_error *e
 			     param, json_type_name(content));
 		}
 	}
+	flare_api_images_bind(&p->imgs, p->msgs, p->n);
 	return 0;
 fail:
 	return -EINVAL;
@@ -577,7 +592,7 @@ static int read_prompt_field(json_t *root, enum flare_api_kind kind,
 	} else {
 		if (!json_is_array(v))
 			FAIL(400, "messages", NULL, "messages must be an array, not %s", json_type_name(v));
-		if (read_messages(v, parts, err))
+		if (read_messages(v, lim, parts, err))
 			goto fail;
 		size_t n = hel_chat_template(parts->msgs, parts->n, true, NULL, 0);
 		if (n >= lim->max_context)
@@ -590,6 +605,9 @@ static int read_prompt_field(json_t *root, enum flare_api_kind kind,
 		out->n_prompts = 1;
 		out->prompts[0].n = (uint32_t)hel_chat_template(parts->msgs, parts->n, true,
 								 out->prompts[0].tokens, n);
+		if (flare_api_images_place(&parts->imgs, out->prompts[0].tokens, n))
+			FAIL(500, NULL, NULL, "the chat template lost an image");
+		flare_api_images_move(&parts->imgs, out);
 	}
 	if ((uint64_t)out->n_prompts * out->n > FLARE_API_CHOICES_MAX)
 		FAIL(400, "n", NULL, "%u prompts with n %u make %u choices; at most %d per request",
@@ -765,6 +783,7 @@ void flare_api_request_free(struct flare_api_request *r)
 		free(r->prompts[i].tokens);
 	free(r->prompts);
 	free(r->salt);
+	flare_api_request_images_free(r->images, r->n_images);
 	enum flare_api_kind k = r->kind;
 	memset(r, 0, sizeof *r);
 	r->kind = k;

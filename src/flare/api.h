@@ -33,6 +33,11 @@ struct flare_api_limits {
 	const char *model;           /* the core's name: a given "model" must equal it */
 	uint32_t vocab;              /* token ids of an array prompt must be below it */
 	uint64_t max_context;        /* prompt + max_tokens must fit */
+	/* Image parts of chat messages (api_image.h): the core's geometry
+	 * (NULL or a text-only core: every image part is refused) and the
+	 * limits (all zero: hel_image_limits_default()). */
+	const hel_core *core;
+	hel_image_limits images;
 };
 
 /* One prompt of a request: its tokens and the most it may generate. */
@@ -59,6 +64,10 @@ struct flare_api_request {
 	uint32_t top_logprobs;   /* 0..FLARE_API_TOP_LOGPROBS_MAX */
 	char *salt;              /* cache_salt, else user; NULL = none (malloc'd) */
 	size_t salt_len;
+	/* Chat: the images of prompts[0], in prompt order (bytes malloc'd),
+	 * for hel_request.images; none for completions. */
+	hel_image_input *images;
+	uint32_t n_images;
 };
 
 /* What the client did wrong, as an HTTP status and an OpenAI error body. */

@@ -520,6 +520,52 @@ static void http_metrics(struct flare_buf *out, const struct flare_http_stats *h
 		"Requests refused with 401 for a missing or wrong API key.", http->unauthorized);
 }
 
+/* Image inputs (docs/inputs.md, design 2.13): the memory and disk input
+ * tiers, labelled like the checkpoint tiers ("dram", "nvme"). */
+static void input_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	const hel_engine_input_stats *in = &st->inputs;
+	const char *dram = "tier=\"dram\"", *nvme = "tier=\"nvme\"";
+	COUNTER("flare_input_cache_lookups_total",
+		"Image input lookups: a description per image of every request, prepared tensors "
+		"per image past the reused checkpoint.",
+		in->lookups);
+	family(out, "flare_input_cache_hits_total", "counter",
+	       "Image input lookups served by a tier (a preparation shared with a concurrent "
+	       "request counts as dram), by tier.");
+	val(out, "flare_input_cache_hits_total", dram, in->hits_memory);
+	val(out, "flare_input_cache_hits_total", nvme, in->hits_disk);
+	family(out, "flare_input_cache_bytes", "gauge",
+	       "Bytes of CPU input records held (descriptions and prepared tensors), by tier.");
+	val(out, "flare_input_cache_bytes", dram, in->bytes_memory);
+	val(out, "flare_input_cache_bytes", nvme, in->bytes_disk);
+	GAUGE("flare_input_cache_budget_bytes",
+	      "The memory input tier's budget: one eighth of --prefix-cache-memory on a vision core.",
+	      in->memory_budget);
+	COUNTER("flare_input_decodes_total", "Images decoded by the preparation worker.", in->decodes);
+	COUNTER("flare_input_preparations_total",
+		"Images resized and patched into prepared tensors.", in->preparations);
+	family(out, "flare_input_preparation_seconds_total", "counter",
+	       "Time the preparation worker spent decoding and preparing images.");
+	flare_buf_printf(out, "flare_input_preparation_seconds_total %.9f\n",
+			 (double)(in->decode_ns + in->prepare_ns) / 1e9);
+	family(out, "flare_input_preparation_saved_seconds_total", "counter",
+	       "Decoding and preparation time input cache hits saved (each hit times the mean "
+	       "time of built results).");
+	flare_buf_printf(out, "flare_input_preparation_saved_seconds_total %.9f\n",
+			 (double)in->saved_ns / 1e9);
+	COUNTER("flare_input_covered_total",
+		"Images a reused checkpoint covered: never prepared, never replayed.",
+		in->images_covered);
+	COUNTER("flare_input_failed_total", "Images that failed to decode (their request failed).",
+		in->images_failed);
+	COUNTER("flare_input_disk_invalid_total",
+		".input files that failed verification: removed, a miss, rebuilt from the request.",
+		in->disk_invalid);
+	GAUGE("flare_input_waiting_requests", "Requests waiting for their image inputs.",
+	      in->waiting);
+}
+
 void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
 {
@@ -529,6 +575,8 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	gpu_cache_metrics(out, st);
 	host_cache_metrics(out, st);
 	store_metrics(out, st);
+	if (st->inputs.enabled)
+		input_metrics(out, st);
 	process_metrics(out, st, info);
 	http_metrics(out, http);
 }

@@ -731,6 +731,7 @@ static void cmd_ls(struct run *r, struct rns *n)
 		json_object_set_new(n->j, "records", a);
 		json_object_set_new(n->j, "temporaries", json_others(r, n->tmp, n->ntmp));
 		json_object_set_new(n->j, "other", json_others(r, n->other, n->nother));
+		rec_inputs_ls(r, n);
 		return;
 	}
 	char a[32], b[32], c[32], d[32];
@@ -774,8 +775,10 @@ static void cmd_ls(struct run *r, struct rns *n)
 			rec_fmt_size(n->tmp[i].size, b, sizeof b),
 			rec_fmt_age(rec_age_of(r->now, n->tmp[i].mtime_ns), d, sizeof d));
 	for (size_t i = 0; i < n->nother; i++)
-		fprintf(r->out, "  other     %s  %s (not a record name; left alone)\n", n->other[i].name,
-			rec_fmt_size(n->other[i].size, b, sizeof b));
+		if (!rec_is_input_name(n->other[i].name))
+			fprintf(r->out, "  other     %s  %s (not a record name; left alone)\n",
+				n->other[i].name, rec_fmt_size(n->other[i].size, b, sizeof b));
+	rec_inputs_ls(r, n);
 }
 
 /* ---- verify ----------------------------------------------------------------------- */
@@ -799,6 +802,14 @@ static void add_problem(struct run *r, json_t *arr, const char *file, const char
 						     "reason", reason));
 	else
 		fprintf(r->out, "  BAD %s: %s: %s\n", file, kind, reason);
+}
+
+/* A bad .input file (records_input.c). */
+static void input_problem(struct run *r, json_t *arr, const char *file, const char *kind,
+			  const char *reason)
+{
+	add_problem(r, arr, file, kind, "%s; the server's disk tier removes it and rebuilds the "
+		    "input from the next request that sends it", reason);
 }
 
 static void cmd_verify(struct run *r, struct rns *n)
@@ -860,6 +871,11 @@ static void cmd_verify(struct run *r, struct rns *n)
 	for (size_t i = 0; i < n->ntmp; i++)
 		add_problem(r, arr, n->tmp[i].name, "temporary", "left by an interrupted write; "
 			    "the next server start removes it");
+	size_t inputs = rec_inputs_verify(r, n, arr, input_problem);
+	if (!r->o->json && inputs)
+		fprintf(r->out, "  %zu input record%s checked\n", inputs, inputs == 1 ? "" : "s");
+	if (r->o->json)
+		json_object_set_new(n->j, "inputs_checked", rec_json_u64(inputs));
 	if (r->o->json) {
 		json_object_set_new(n->j, "checked", rec_json_u64(records));
 		json_object_set_new(n->j, "bytes_read", rec_json_u64(n->bytes_read));

@@ -117,6 +117,16 @@ static inline uint64_t rec_age_of(uint64_t now, uint64_t mtime)
 	return now > mtime ? now - mtime : 0;
 }
 
+/* records_input.c: the .input files among a namespace's other names
+ * (design 2.13): whether a name is one, ls (a line each, or "inputs" in
+ * the JSON), verify (each bad one through problem(r, arr, file, kind,
+ * reason); returns the files checked). */
+bool rec_is_input_name(const char *name);
+void rec_inputs_ls(struct run *r, struct rns *n);
+size_t rec_inputs_verify(struct run *r, struct rns *n, json_t *arr,
+			 void (*problem)(struct run *, json_t *, const char *, const char *,
+					 const char *));
+
 /* records_gc.c: `flare records gc` on one namespace. */
 void rec_cmd_gc(struct run *r, struct rns *n);
 

@@ -209,6 +209,11 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 " records scanned", info->disk_dir,
 					 size_text(info->disk_limit, a, sizeof a),
 					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
+		if (info->input_memory || info->disk_shared) /* a vision core (docs/inputs.md) */
+			flare_buf_printf(out, "; image inputs: memory %s, disk %s, host allowances %s",
+					 size_text(info->input_memory, a, sizeof a),
+					 size_text(info->disk_shared, b, sizeof b),
+					 size_text(info->input_reserved, c, sizeof c));
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
@@ -372,7 +377,8 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 	struct flare_server_config sc = {
 		.host = s->host,
 		.port = s->port,
-		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context},
+		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context,
+			   .core = core, .images = flare_image_limits(s)},
 		.info = {.model = core->name, .mode = flare_mode_name(s->speculate), .store = "disabled",
 			 .transport = "none"},
 		.allowed_origins = s->allowed_origins,
@@ -419,6 +425,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.fdatasync = false,
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 		.tp = ranks ? hel_ranks_tp(ranks) : NULL,
+		.image_limits = flare_image_limits(s),
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

@@ -561,6 +561,13 @@ static const char *finish_of(const struct choice *c)
 	return c->finish;
 }
 
+/* Only an image the preparation worker could not decode past its header
+ * fails a request with these (docs/inputs.md): the client's fault. */
+static bool image_error(int error)
+{
+	return error == SEL_EFORMAT || error == SEL_EOVERSIZE;
+}
+
 static bool choice_failed(const struct choice *c)
 {
 	return c->text.failed ||
@@ -667,6 +674,11 @@ static enum MHD_Result finish_plain(struct flare_server *s, struct exchange *x)
 	enum MHD_Result ret;
 	if (!ok) {
 		ret = MHD_NO;
+	} else if (failed && image_error(error)) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "an image of the request does not decode: %s",
+			 sel_strerror(error));
+		ret = respond_simple_error(s, x->conn, 400, "messages", NULL, msg);
 	} else if (failed) {
 		char msg[256];
 		snprintf(msg, sizeof msg, "the engine failed the request: %s", sel_strerror(error));
@@ -790,8 +802,12 @@ static bool stream_fill(struct flare_server *s, struct exchange *x, bool *wait)
 	if (error) {
 		cancel_once(x);
 		struct flare_api_error e;
-		flare_api_error_set(&e, 500, "server_error", NULL, NULL,
-				    "the engine failed the request: %s", sel_strerror(error));
+		bool img = image_error(error);
+		flare_api_error_set(&e, img ? 400 : 500, img ? "invalid_request_error" : "server_error",
+				    img ? "messages" : NULL, NULL,
+				    img ? "an image of the request does not decode: %s"
+					: "the engine failed the request: %s",
+				    sel_strerror(error));
 		flare_api_sse_error(&x->out, &e);
 		flare_api_sse_done(&x->out);
 		x->ended = true;
@@ -881,6 +897,8 @@ static int submit_all(struct flare_server *s, struct exchange *x)
 			hel_request hr = {
 				.prompt = q->prompts[p].tokens,
 				.n_prompt = q->prompts[p].n,
+				.images = p == 0 ? q->images : NULL, /* chat: one prompt */
+				.n_images = p == 0 ? q->n_images : 0,
 				.max_tokens = q->prompts[p].max_tokens,
 				.ignore_eos = q->ignore_eos,
 				.sampler = sm,

@@ -102,6 +102,14 @@ static const struct flare_option options[] = {
 	 "this process's rank: 0 serves HTTP and schedules, the others compute"},
 	{FLARE_OPT_RENDEZVOUS, "--rendezvous", "HOST:PORT", "ranks", "rendezvous", FLARE_K_ENDPOINT,
 	 0, 0, false, "none", "rank 0 listens there (port 0: any; it prints it), the peers connect"},
+	{FLARE_OPT_MAX_IMAGE_BYTES, "--max-image-bytes", "SIZE", "images", "max_image_bytes",
+	 FLARE_K_SIZE, 1, 0, false, "16MiB",
+	 "an image part's encoded bytes at most (vision cores); beyond it 400"},
+	{FLARE_OPT_MAX_IMAGE_PIXELS, "--max-image-pixels", "N", "images", "max_image_pixels",
+	 FLARE_K_COUNT, 1, 65535ull * 65535ull, false, "16777216",
+	 "an image's width x height at most, from its header before decoding; beyond it 400"},
+	{FLARE_OPT_MAX_IMAGES, "--max-images", "N", "images", "max_images", FLARE_K_COUNT, 1, 1024,
+	 false, "16", "image parts in one request at most; beyond it 400"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -163,6 +171,9 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->max_per_client = DEFAULT_MAX_PER_CLIENT;
 	s->idle_timeout_ns = DEFAULT_IDLE_TIMEOUT_NS;
 	s->max_buffered = DEFAULT_MAX_BUFFERED;
+	s->max_image_bytes = HEL_IMAGE_ENCODED_DEFAULT;
+	s->max_image_pixels = HEL_IMAGE_PIXELS_DEFAULT;
+	s->max_images = HEL_IMAGE_COUNT_DEFAULT;
 }
 
 /* "*", or origins scheme://host[:port] (http or https, no path) joined by
@@ -371,6 +382,10 @@ static int set_count(struct flare_settings *s, const struct flare_option *o, con
 		s->ranks = (uint32_t)v;
 	else if (o->id == FLARE_OPT_RANK)
 		s->rank = (uint32_t)v;
+	else if (o->id == FLARE_OPT_MAX_IMAGE_PIXELS)
+		s->max_image_pixels = v;
+	else if (o->id == FLARE_OPT_MAX_IMAGES)
+		s->max_images = (uint32_t)v;
 	else
 		s->draft_tokens = (uint32_t)v;
 	return 0;
@@ -394,6 +409,8 @@ static int set_size(struct flare_settings *s, const struct flare_option *o, cons
 		s->disk_limit = v;
 	else if (o->id == FLARE_OPT_MAX_BUFFERED)
 		s->max_buffered = v;
+	else if (o->id == FLARE_OPT_MAX_IMAGE_BYTES)
+		s->max_image_bytes = v;
 	else
 		s->gpu_cache = v;
 	return 0;
@@ -650,6 +667,9 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_RANKS, ranks);
 	TAKE(FLARE_OPT_RANK, rank);
 	TAKE(FLARE_OPT_RENDEZVOUS, rendezvous);
+	TAKE(FLARE_OPT_MAX_IMAGE_BYTES, max_image_bytes);
+	TAKE(FLARE_OPT_MAX_IMAGE_PIXELS, max_image_pixels);
+	TAKE(FLARE_OPT_MAX_IMAGES, max_images);
 #undef TAKE
 	d->set |= m;
 }

@@ -57,6 +57,9 @@ enum flare_opt {
 	FLARE_OPT_RANKS,      /* ranks in separate processes (docs/multihost.md) */
 	FLARE_OPT_RANK,
 	FLARE_OPT_RENDEZVOUS,
+	FLARE_OPT_MAX_IMAGE_BYTES,
+	FLARE_OPT_MAX_IMAGE_PIXELS,
+	FLARE_OPT_MAX_IMAGES,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -98,7 +101,21 @@ struct flare_settings {
 	uint32_t ranks;               /* processes of a multi-host core; 0 = one */
 	uint32_t rank;                /* this process's rank */
 	char rendezvous[FLARE_HOST_MAX + 8]; /* rank 0's HOST:PORT */
+	/* Image parts (vision cores; docs/inputs.md): one image's encoded
+	 * bytes, its pixels (from the header, before decoding), images per
+	 * request. */
+	uint64_t max_image_bytes, max_image_pixels;
+	uint32_t max_images;
 };
+
+/* The image limits the settings give (--max-image-bytes, --max-image-pixels,
+ * --max-images). */
+static inline hel_image_limits flare_image_limits(const struct flare_settings *s)
+{
+	return (hel_image_limits){ .max_encoded_bytes = s->max_image_bytes,
+				   .max_pixels = s->max_image_pixels,
+				   .max_images = s->max_images };
+}
 
 /* How a setting's value is written. */
 enum flare_kind {

@@ -185,6 +185,7 @@
 #include "list.h"
 #include "helios/cache.h"
 #include "helios/engine.h"
+#include "helios/engine_inputs.h"
 #include "helios/scheduler.h"
 
 #define DEFAULT_QUEUE 1024u
@@ -223,6 +224,7 @@ struct ereq {
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
 	uint64_t t_submit;   /* eos_now_ns at submit */
+	hel_req_inputs *in;  /* images (engine_inputs.h), or NULL */
 	/* e->mu */
 	bool cancel, cancel_seen;
 	struct ereq *all_prev, *all_next;
@@ -334,6 +336,7 @@ struct hel_engine {
 	hel_engine_stats ws; /* the worker's own counters */
 	sel_event *held_ev;  /* restore outcomes held back (cfg.test_hold_inbound) */
 	size_t n_held_ev, cap_held_ev;
+	hel_inputs *inputs;  /* image inputs of a vision core (engine_inputs.h), or NULL */
 	struct hel_engine *grave_next;
 };
 
@@ -420,6 +423,7 @@ static void req_free(struct ereq *r)
 	free(r->prompt);
 	free(r->ends);
 	free(r->salt);
+	hel_req_inputs_free(r->in);
 	free(r);
 }
 
@@ -458,6 +462,8 @@ static void finish(hel_engine *e, struct ereq *r, const char *reason, int error)
 	r->out.error = error;
 	if (r->on_done)
 		r->on_done(r->ctx, &r->out);
+	hel_inputs_release(e->inputs, r->in);
+	r->in = NULL;
 	req_free(r);
 }
 
@@ -622,7 +628,7 @@ static int open_store(hel_engine *e)
 	sel_store_config stc = {
 		.geometry = e->geo,
 		.max_active = e->max_active,
-		.memory_bytes = cfg->memory_bytes,
+		.memory_bytes = cfg->memory_bytes - hel_inputs_memory_budget(cfg), /* images: warm / 8 */
 		.disk_dir = cfg->disk_dir, /* select_store applies "limit 0: no disk" */
 		.disk_limit = cfg->disk_limit,
 		.drain_on_shutdown = cfg->drain_on_shutdown,
@@ -634,6 +640,8 @@ static int open_store(hel_engine *e)
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
+		.disk_share_div = e->core->has_image ? 8 : 0, /* the .input files' eighth */
+		.host_reserved = hel_inputs_host_reserved(cfg), /* CPU inputs' allowances */
 	};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
@@ -661,6 +669,9 @@ static int open_store(hel_engine *e)
 	if (si.disk_dir)
 		snprintf(e->info.disk_dir, sizeof e->info.disk_dir, "%s", si.disk_dir);
 	e->info.disk_limit = si.disk_limit;
+	e->info.disk_shared = si.disk_shared;
+	e->info.input_memory = hel_inputs_memory_budget(cfg);
+	e->info.input_reserved = hel_inputs_host_reserved(cfg);
 	e->info.scanned_records = si.scanned_records;
 	e->info.disk_io = si.disk_io;
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
@@ -722,7 +733,9 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
 	e->open_ns = eos_now_ns();
 	e->next_id = 1;
-	if ((rc = open_model(e)) || (rc = open_store(e)))
+	if ((rc = open_model(e)) || (rc = open_store(e)) ||
+	    (rc = hel_inputs_open(cfg, e->model, e->info.disk_dir, e->info.disk_shared,
+				  &e->inputs)))
 		goto fail;
 	e->info.gpu_pages = e->n_pages;
 	e->info.gpu_rows = e->n_rows;
@@ -783,6 +796,11 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 	    (q->cache_salt_len && !(r->salt = malloc(q->cache_salt_len)))) {
 		req_free(r);
 		return eos_fail(-ENOMEM, "submit: out of memory");
+	}
+	int irc = hel_inputs_copy(c, q, &r->in); /* images: validated and copied */
+	if (irc) {
+		req_free(r);
+		return irc;
 	}
 	memcpy(r->prompt, q->prompt, q->n_prompt * sizeof *r->prompt);
 	r->n_prompt = q->n_prompt;
@@ -1348,6 +1366,17 @@ static bool fetch_decision(const hel_engine *e, const sel_hit *hit, uint64_t fro
 					    hit->key.consumed);
 }
 
+/* An image-input call's answer at admission (engine_inputs.h): 0 go on,
+ * 1 wait in the queue, or 2: it failed and the request is finished. */
+static int inputs_gate(hel_engine *e, struct ereq *r, int irc)
+{
+	if (irc >= 0)
+		return irc;
+	list_del(&e->pending, r);
+	finish(e, r, "error", irc);
+	return 2;
+}
+
 static int admission(hel_engine *e)
 {
 	int work = 0, stale = 0;
@@ -1361,6 +1390,11 @@ static int admission(hel_engine *e)
 		nx = r->next;
 		if (group_waits(e, r))
 			continue; /* branching: its first request is computing the prompt */
+		int g = inputs_gate(e, r, hel_inputs_describe(e->inputs, r->in, r->prompt));
+		if (g) {
+			work += g == 2;
+			continue; /* its images are being described, or it failed */
+		}
 		hel_request_spec sp = spec_of(r);
 		hel_admission_plan plan;
 		int rc = hel_scheduler_plan_admission(e->sched, &sp, &plan);
@@ -1384,6 +1418,12 @@ static int admission(hel_engine *e)
 				else
 					e->ws.host_fetch_declined++;
 			}
+		}
+		if ((g = inputs_gate(e, r,
+				     hel_inputs_ready(e->inputs, r->in, have ? hit.key.consumed : a)))) {
+			hel_admission_plan_free(&plan);
+			work += g == 2;
+			continue; /* images past the reused checkpoint are being prepared */
 		}
 		hel_admission adm;
 		rc = hel_scheduler_admit_planned(e->sched, &sp, &plan, have ? &hit : NULL, &adm);
@@ -1506,7 +1546,10 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 		uint64_t t0 = eos_now_ns();
 		if (x->reset)
 			rc = hel_model_row_init(m, x->live_row);
-		if (rc == 0)
+		if (rc == 0 && r->in)
+			rc = hel_inputs_prefill(r->in, m, x->live_row, x->pages, e->P, x->tokens,
+						x->begin, x->end, lg);
+		else if (rc == 0)
 			rc = hel_model_prefill(m, x->live_row, x->pages, x->n_pages, x->tokens,
 					       x->end - x->begin, lg);
 		if (x->kind == HEL_ENTRY_PREFILL) {
@@ -1673,6 +1716,7 @@ static int model_step(hel_engine *e)
 
 static void publish_stats(hel_engine *e)
 {
+	hel_inputs_stats(e->inputs, &e->ws.inputs);
 	hel_engine_stats s = e->ws;
 	hel_scheduler_stats ss;
 	hel_cache_counts cc;
@@ -1721,13 +1765,16 @@ static void publish_stats(hel_engine *e)
 
 static void idle_wait(hel_engine *e)
 {
-	struct pollfd pf[2] = { { .fd = e->efd, .events = POLLIN }, { .fd = -1 } };
+	struct pollfd pf[3] = { { .fd = e->efd, .events = POLLIN }, { .fd = -1 }, { .fd = -1 } };
 	int nfd = 1;
 	int sfd = store_usable(e) ? sel_store_wait_fd(e->store) : -1;
 	if (sfd >= 0) {
-		pf[1].fd = sfd;
-		pf[1].events = POLLIN;
-		nfd = 2;
+		pf[nfd].fd = sfd;
+		pf[nfd++].events = POLLIN;
+	}
+	if (hel_inputs_wait_fd(e->inputs) >= 0) { /* image preparation results */
+		pf[nfd].fd = hel_inputs_wait_fd(e->inputs);
+		pf[nfd++].events = POLLIN;
 	}
 	/* Nothing live: only a submission or the store can bring work -- and,
 	 * with expiry, the store's once-a-minute sweep, which its poll runs
@@ -1803,6 +1850,7 @@ static void *worker(void *arg)
 		for (size_t i = 0; i < nc; i++)
 			cancel_now(e, e->cv[i]);
 		work += service_store(e);
+		work += hel_inputs_service(e->inputs);
 		work += admission(e);
 		work += model_step(e);
 		e->ws.loops++;
@@ -1847,6 +1895,10 @@ int hel_engine_stop(hel_engine *e, uint64_t deadline_ns)
 		pthread_join(e->thread, NULL);
 	else
 		cancel_everything(e); /* never ran: report on this thread */
+	/* The preparation worker writes .input files into the store's locked
+	 * directory: it stops before the store lets the lock go. */
+	hel_inputs_destroy(e->inputs);
+	e->inputs = NULL;
 	int rc = 0;
 	if (e->store) {
 		rc = sel_store_close(e->store, deadline_ns);
@@ -1877,6 +1929,7 @@ void hel_engine_destroy(hel_engine *e)
 		pthread_mutex_unlock(&grave_mu);
 		return;
 	}
+	hel_inputs_destroy(e->inputs); /* opened but never stopped: a failed open */
 	sel_store_destroy(e->store);
 	hel_scheduler_destroy(e->sched);
 	hel_model_destroy(e->model);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "image.h"
 #include "model.h"
 #include "selene.h"
 
@@ -92,6 +93,9 @@ typedef struct hel_engine_config {
 	/* Ranks in separate processes (src/helios/ranks.h): this process's
 	 * rank 0 of a multi-host core, or NULL.  Disk-only retention at most. */
 	const hel_model_tp *tp;
+	/* Image inputs (vision cores; docs/inputs.md): the limits the
+	 * preparation worker decodes under (all zero: the defaults). */
+	hel_image_limits image_limits;
 } hel_engine_config;
 
 /* What the startup summary reports (design 2.11). */
@@ -104,6 +108,10 @@ typedef struct hel_engine_info {
 	uint64_t memory_bytes;
 	char disk_dir[4096];         /* the namespace directory, or "" */
 	uint64_t disk_limit;
+	uint64_t disk_shared;        /* of the disk limit, the image inputs' (vision cores) */
+	uint64_t input_memory;       /* of memory_bytes, the image inputs' (vision cores) */
+	uint64_t input_reserved;     /* host bytes their allowances may take besides (cold
+					sources, index, a record in flight) */
 	uint64_t scanned_records;
 	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
 	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
@@ -128,10 +136,27 @@ typedef struct hel_outcome {
 	uint32_t spec_rounds, spec_proposed, spec_accepted;
 } hel_outcome;
 
+/* An image of a request (vision cores): its encoded bytes (PNG or JPEG,
+ * copied by submit) and the prompt positions it occupies:
+ * prompt[at .. at + tokens) are HEL_TOK_IMAGE placeholders, which the
+ * engine replaces by the image tokens of its semantic identity once its
+ * preparation worker has described it (sel_input_tokens).  tokens must be
+ * what the image's header gives (hel_vision_grid of its width and height),
+ * else the request fails. */
+typedef struct hel_image_input {
+	const uint8_t *bytes;
+	size_t len;
+	uint32_t at, tokens;
+} hel_image_input;
+
 typedef struct hel_request {
 	const hel_token *prompt;      /* copied by submit; checkpoints are taken
 					 after each HEL_TOK_MESSAGE and at the end */
 	uint32_t n_prompt;
+	/* Images, in prompt order, not overlapping; HEL_TOK_IMAGE appears in
+	 * the prompt exactly at their positions.  None on a text-only core. */
+	const hel_image_input *images;
+	uint32_t n_images;
 	uint32_t max_tokens;          /* > 0 */
 	bool ignore_eos;              /* the end token does not stop generation */
 	hel_sampler sampler;
@@ -175,6 +200,26 @@ typedef struct hel_hist {
 } hel_hist;
 void hel_hist_observe(hel_hist *h, uint64_t ns);
 void hel_hist_observe_in(hel_hist *h, const uint64_t *bounds, uint64_t ns);
+
+/* Image inputs (docs/inputs.md, metrics flare_input_*).  A lookup is a
+ * description asked of the caches (every image of every request) or a
+ * prepared tensor asked (an image past the reused checkpoint); a hit is
+ * one served from that tier (a preparation shared with a concurrent
+ * request counts as a memory hit).  saved_ns: each description hit times
+ * the mean decode time of built descriptions, plus each tensor hit times
+ * the mean preparation time. */
+typedef struct hel_engine_input_stats {
+	bool enabled;                  /* a vision core: the preparation worker runs */
+	uint64_t lookups, hits_memory, hits_disk;
+	uint64_t desc_lookups, desc_hits, tensor_lookups, tensor_hits;
+	uint64_t bytes_memory, bytes_disk, records_disk;
+	uint64_t memory_budget;        /* the memory tier's: warm / 8 */
+	uint64_t decodes, preparations, decode_ns, prepare_ns, saved_ns;
+	uint64_t images_covered;       /* images a reused checkpoint covered: never prepared */
+	uint64_t images_failed;        /* images refused by decoding (their request failed) */
+	uint64_t disk_invalid;         /* .input files that failed verification (removed, rebuilt) */
+	uint64_t waiting;              /* requests waiting for their inputs now */
+} hel_engine_input_stats;
 
 /* Everything /metrics and the dashboard show.  A consistent snapshot the
  * worker publishes once per loop iteration. */
@@ -231,6 +276,7 @@ typedef struct hel_engine_stats {
 	 * state waits for, instead of a fixed time. */
 	uint64_t loops;
 	bool quiet;
+	hel_engine_input_stats inputs;
 } hel_engine_stats;
 
 /* A short, fixed name for why a store stopped (a metric label):

@@ -79,6 +79,7 @@ struct cold {
 	sel_input_key source;
 	hel_image img;
 	uint64_t charge;
+	uint32_t color; /* the decoded source's (sel_input_source.color) */
 };
 
 struct hel_prep {
@@ -163,6 +164,23 @@ static struct cold *cold_take(hel_prep *w, const sel_input_key *src)
 			return c;
 		}
 	return NULL;
+}
+
+/* The job's consumed image from its retained cold source (one use, its
+ * charge moving to the job): whether there was one. */
+static bool use_cold(hel_prep *w, struct job *j)
+{
+	pthread_mutex_lock(&w->mu);
+	struct cold *c = cold_take(w, &j->r.source);
+	pthread_mutex_unlock(&w->mu);
+	if (!c)
+		return false;
+	j->consumed = c->img;
+	j->charge = c->charge;
+	j->src_color = c->color;
+	j->has_consumed = true;
+	free(c);
+	return true;
 }
 
 static void uncharge(hel_prep *w, uint64_t bytes)
@@ -311,7 +329,12 @@ static int describe(hel_prep *w, struct job *j)
 		sel_input_cache_release(w->cache, l);
 		return 0;
 	}
-	if ((rc = decode(w, j)) || (rc = hel_vision_describe(w->core, &j->consumed, &j->r.desc))) {
+	/* Without retention the description is not kept: a PREPARE after a
+	 * DESCRIBE of the same source describes again from its cold source
+	 * instead of decoding twice. */
+	bool cold = use_cold(w, j);
+	if ((!cold && (rc = decode(w, j))) ||
+	    (rc = hel_vision_describe(w->core, &j->consumed, &j->r.desc))) {
 		int e = rc;
 		sel_input_cache_fail(w->cache, l, e);
 		return e;
@@ -366,16 +389,8 @@ static int tensors(hel_prep *w, struct job *j)
 		sel_input_disk_remove(w->o.disk, SEL_INPUT_PREPARED, id);
 	}
 	/* Build: from this job's decode, a cold source, or a fresh decode. */
-	if (!j->has_consumed) {
-		pthread_mutex_lock(&w->mu);
-		struct cold *c = cold_take(w, &j->r.source);
-		pthread_mutex_unlock(&w->mu);
-		if (c) {
-			j->consumed = c->img;
-			j->charge = c->charge;
-			j->has_consumed = true;
-			free(c);
-		} else if ((rc = decode(w, j))) {
+	if (!j->has_consumed && !use_cold(w, j)) {
+		if ((rc = decode(w, j))) {
 			sel_input_cache_fail(w->cache, l, rc);
 			return rc;
 		}
@@ -486,6 +501,7 @@ static void *worker(void *arg)
 				c->source = j->r.source;
 				c->img = j->consumed;
 				c->charge = j->charge;
+				c->color = j->src_color;
 				c->next = NULL;
 				struct cold **p = &w->cold;
 				while (*p)

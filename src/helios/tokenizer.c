@@ -60,7 +60,16 @@ size_t hel_chat_template(const hel_message *msgs, size_t n, bool generation_prom
 	for (size_t i = 0; i < n; i++) {
 		put_bytes(out, cap, &k, msgs[i].role, strlen(msgs[i].role));
 		put_bytes(out, cap, &k, ": ", 2);
-		put_bytes(out, cap, &k, msgs[i].content, msgs[i].content_len);
+		size_t at = 0;
+		for (size_t j = 0; j < msgs[i].n_images; j++) {
+			size_t off = msgs[i].images[j].offset;
+			off = off < at ? at : off > msgs[i].content_len ? msgs[i].content_len : off;
+			put_bytes(out, cap, &k, msgs[i].content + at, off - at);
+			for (uint32_t t = 0; t < msgs[i].images[j].tokens; t++)
+				put(out, cap, &k, HEL_TOK_IMAGE);
+			at = off;
+		}
+		put_bytes(out, cap, &k, msgs[i].content + at, msgs[i].content_len - at);
 		put(out, cap, &k, HEL_TOK_MESSAGE);
 	}
 	if (generation_prompt) {

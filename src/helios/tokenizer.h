@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core.h"
 
@@ -25,13 +26,23 @@ size_t hel_tokenize(const char *text, size_t len, hel_token *out);
  * (when cap > 0) and returns the full byte count. */
 size_t hel_detokenize(const hel_token *tokens, size_t n, char *out, size_t cap);
 
+/* An image inside a message's content: before content byte `offset` (in
+ * order, offsets ascending), `tokens` HEL_TOK_IMAGE positions. */
+typedef struct hel_message_image {
+	size_t offset;
+	uint32_t tokens;
+} hel_message_image;
+
 typedef struct hel_message {
 	const char *role;    /* "system", "user", "assistant", ...: NUL-terminated */
 	const char *content; /* content_len bytes (may hold NULs) */
 	size_t content_len;
+	const hel_message_image *images; /* NULL when n_images is 0 */
+	size_t n_images;
 } hel_message;
 
-/* BEGIN, then for each message `role ": " content MESSAGE`, then, with
+/* BEGIN, then for each message `role ": " content MESSAGE` (content with
+ * each image's HEL_TOK_IMAGE positions where its part stood), then, with
  * generation_prompt, `"assistant: "` for the reply to follow.  Writes at
  * most cap tokens to out and returns the full count (call with cap 0 to
  * size the buffer). */

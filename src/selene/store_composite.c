@@ -788,6 +788,7 @@ static void cs_describe(sel_store *s, sel_store_info *out)
 	sel_store_describe(cs->disk, &d);
 	out->disk_dir = d.disk_dir;
 	out->disk_limit = d.disk_limit;
+	out->disk_shared = d.disk_shared;
 	out->scanned_records = d.scanned_records;
 	out->disk_io = d.disk_io;
 	out->disk_io_note = d.disk_io_note;

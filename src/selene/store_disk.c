@@ -239,6 +239,7 @@ static void ds_describe(sel_store *s, sel_store_info *out)
 	struct disk_store *ds = sel_ds_of(s);
 	out->disk_dir = ds->dir;
 	out->disk_limit = ds->limit;
+	out->disk_shared = ds->shared;
 	out->scanned_records = ds->scanned;
 	out->disk_io = ds->disk_io;
 	out->disk_io_note = ds->disk_io_note;

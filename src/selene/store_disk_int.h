@@ -160,6 +160,7 @@ struct disk_store {
 	uint64_t scanned; /* records the startup scan kept */
 
 	uint64_t limit, used, stuck;
+	uint64_t shared; /* of the configured limit, set aside for other records (disk_share_div) */
 	uint32_t iov_cap; /* row pieces of one row, all ranks */
 
 	sel_node_id park_head, park_tail;

@@ -60,6 +60,10 @@ int ds_namespace_open(struct disk_store *ds, const sel_store_config *cfg)
 					eos_errmsg());
 		ds->limit = avail / 10;
 	}
+	if (cfg->disk_share_div) {
+		ds->shared = ds->limit / cfg->disk_share_div;
+		ds->limit -= ds->shared;
+	}
 	return 0;
 }
 

@@ -543,7 +543,8 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 	st->state_slot = cp->state_slot;
 	st->bytes = sel_core_record_bytes(&ds->c, tail, row);
 	st->decide = ds->c.ranks > 1 && (sz->uniform_planes || sz->uniform_row);
-	memcpy(st->ids, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
+	if (tail) /* a record shorter than a page has no page ids (cp->pages may be NULL) */
+		memcpy(st->ids, cp->pages + (cp->n_pages - tail), (size_t)tail * sizeof(uint32_t));
 	/* A record that decides its representation over several windows copies
 	 * its row with the first (so both decisions come from it), and keeps the
 	 * row's slots until the last part writes them. */

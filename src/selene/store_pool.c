@@ -16,7 +16,8 @@
  * The intake is 2 x max_active x row_slots + 2 x 64 slots, shrunk toward
  * two complete windows when host headroom cannot hold it, with one warning
  * (sel_intake_slots).  Headroom is cfg->host_headroom, else MemAvailable
- * less the warm bytes, because intake comes on top of the warm budget.
+ * less the warm bytes and cfg->host_reserved, because intake comes on top
+ * of the warm budget and of what the process's CPU inputs may take.
  *
  * Split pools (design 2.5).  Registering host memory maps it into every
  * device's page tables, at a device-memory cost proportional to the bytes
@@ -211,7 +212,8 @@ static int pool_open(const sel_store_config *cfg, uint64_t warm_bytes, const cha
 		rc = eos_mem_info(&total, &avail);
 		if (rc)
 			goto fail;
-		uint64_t warm_b = sp->warm * sp->slot_bytes; /* intake comes on top */
+		/* intake comes on top of the warm budget and what others reserved */
+		uint64_t warm_b = sp->warm * sp->slot_bytes + cfg->host_reserved;
 		headroom = avail > warm_b ? avail - warm_b : 0;
 	}
 	rc = sel_intake_slots(cfg->max_active ? cfg->max_active : 1, sp->row_slots, sp->slot_bytes,
