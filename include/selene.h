@@ -389,6 +389,44 @@ typedef struct sel_tier_stats {
 	uint64_t stores_packed, stores_per_rank;
 } sel_tier_stats;
 
+/* Why a pool restore failed (sel_pool_counters.claims_failed). */
+typedef enum sel_pool_fail {
+	SEL_POOL_FAIL_REFUSED = 0, /* the manager refused the claim (record gone, limits) */
+	SEL_POOL_FAIL_TIMEOUT,     /* the restore deadline or the no-progress timeout */
+	SEL_POOL_FAIL_GONE,        /* the connection to the manager was lost */
+	SEL_POOL_FAIL_MISMATCH,    /* the grant's chain keys are not the request's history */
+	SEL_POOL_FAIL_CORRUPT,     /* a page or the row failed its checksum */
+	SEL_POOL_FAIL_COPY,        /* the copy into the GPU ids failed */
+	SEL_POOL_FAILS
+} sel_pool_fail;
+
+/* Metric label: "refused", "timeout", "gone", "mismatch", "corrupt", "copy". */
+const char *sel_pool_fail_name(sel_pool_fail f);
+
+/* Attachment of a pooled store (design 2.15). */
+typedef enum sel_pool_attach_state {
+	SEL_POOL_OFF = 0,      /* no pool configured */
+	SEL_POOL_UP,           /* a session is open */
+	SEL_POOL_DOWN,         /* the connection was lost: reattach follows */
+	SEL_POOL_GONE_FOR_GOOD, /* sharing disabled (a changed region), or never attached */
+} sel_pool_attach_state;
+
+/* What the pooled store did (design 2.15 "Visible"); sel_stats.pool. */
+typedef struct sel_pool_counters {
+	sel_pool_attach_state state;
+	uint64_t sessions, detaches; /* sessions opened (attach and reattaches), losses */
+	uint64_t lookups;            /* pool lookups begun (tickets) */
+	uint64_t answers;            /* answered */
+	uint64_t late_answers;       /* answered after the grace period */
+	uint64_t grace_expired;      /* admissions that went on without the answer */
+	uint64_t hits;               /* lookups where the pool had the deepest prefix */
+	uint64_t claims, restores;   /* claims made, restores that landed */
+	uint64_t claims_failed[SEL_POOL_FAILS];
+	uint64_t reused_tokens, reused_bytes; /* by restores from the pool */
+	uint64_t puts, puts_accepted, puts_refused, puts_failed; /* copies into the arena */
+	uint64_t put_bytes;
+} sel_pool_counters;
+
 typedef struct sel_stats {
 	const char *transport;     /* copy backend: "host", "cuda" */
 	uint64_t slot_bytes;       /* bytes per slot (one page record, padded) */
@@ -419,6 +457,7 @@ typedef struct sel_stats {
 	 * NULL without a disk tier.  A static string. */
 	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
+	sel_pool_counters pool; /* zero without --prefix-cache-pool */
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the
@@ -432,6 +471,12 @@ typedef struct sel_stats {
  * version, selene_store.h). */
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit);
+/* sel_store_lookup's answer from a pooled store while the pool's answer is
+ * due (design 2.15 "Lookups": at most a 2 ms grace period): nothing in
+ * *hit; hold the request and ask again after a poll (the wait fd becomes
+ * readable by the end of the grace period, and after it the lookup
+ * answers from the local tiers). */
+#define SEL_LOOKUP_PENDING 2
 /* Offer a checkpoint.  why (may be NULL) receives the reason of a
  * SEL_RETRY.  Returns an outcome, never an error code: a checkpoint that
  * cannot be used (page ids beyond the planes, a tail longer than its
@@ -485,6 +530,9 @@ typedef struct sel_store_info {
 	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
 	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
 	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
+	/* With a pool: "unix:PATH, pool 'NAME', arena 64 GiB" or why it is not
+	 * attached; NULL without --prefix-cache-pool. */
+	const char *pool;
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
  * strings are the store's, valid until destroy. */
@@ -577,9 +625,19 @@ typedef struct sel_store_config {
 	/* Tests and tools: the clock of record ages and expiry sweeps, ns
 	 * since the epoch (NULL = CLOCK_REALTIME, which file mtimes use). */
 	uint64_t (*clock_ns)(void);
-	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
-	 * value is refused by sel_store_open with -ENOTSUP. */
+	/* Pool manager address (design 2.15): "unix:PATH" (or a path).  With
+	 * it sel_store_open wraps the local tiers (or none: pool only) in the
+	 * pooled store, which attaches at open (waiting up to pool_wait_ns, 0:
+	 * 10 s, for the manager's hello); an absent or refusing manager leaves
+	 * the local tiers alone, with one warning (sel_store_warning). */
 	const char *pool;
+	/* Pool instance id inputs: an explicit id (NULL: derived from the
+	 * machine id, model_identity and pool_listen, docs/pool.md). */
+	const char *pool_instance_id;
+	const char *pool_listen;
+	uint64_t pool_wait_ns;
+	/* Tests: the machine id file (NULL: /etc/machine-id). */
+	const char *pool_machine_id_path;
 } sel_store_config;
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0
@@ -595,7 +653,7 @@ typedef struct sel_store_config {
  *   -EINVAL       no geometry; a warm budget smaller than one slot; a
  *                 split_pool value that is no mode, or on with a disk tier
  *                 or a host copy backend
- *   -ENOTSUP      cfg->pool: the pool tier is not in this build
+ *   -ENOTSUP      cfg->pool with a CUDA backend (not in this build)
  *   SEL_EGEOMETRY the host backend asked for with device planes
  *   SEL_ECUDA     the CUDA driver is unavailable or a driver call failed
  *                 (the message names the call, rank and device)

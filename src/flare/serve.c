@@ -208,6 +208,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 " records scanned", info->disk_dir,
 					 size_text(info->disk_limit, a, sizeof a),
 					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
+		if (info->pool[0])
+			flare_buf_printf(out, "; shared through %s", info->pool);
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
@@ -415,6 +417,10 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.fdatasync = false,
+		.pool = s->pool[0] ? s->pool : NULL,
+		.pool_instance_id = s->pool_instance_id[0] ? s->pool_instance_id : NULL,
+		.pool_listen = flare_server_url(srv),
+		.pool_wait_ns = s->pool_wait_ns,
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

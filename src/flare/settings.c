@@ -96,6 +96,13 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_MAX_BUFFERED, "--max-buffered-bytes", "SIZE", "server", "max_buffered_bytes",
 	 FLARE_K_SIZE, 1, 0, false, "64MiB",
 	 "request body bytes held at once, all connections; beyond it 503"},
+	{FLARE_OPT_POOL, "--prefix-cache-pool", "unix:PATH", "prefix_cache", "pool", FLARE_K_POOL, 0,
+	 0, false, "none", "share prefix checkpoints through the pool manager at PATH (flare pool)"},
+	{FLARE_OPT_POOL_INSTANCE_ID, "--prefix-cache-instance-id", "ID", "prefix_cache",
+	 "instance_id", FLARE_K_NAME, 0, 0, false, "machine id + core + listen address",
+	 "this instance's stable id in the pool"},
+	{FLARE_OPT_POOL_WAIT, "--prefix-cache-pool-wait", "DURATION", "prefix_cache", "pool_wait",
+	 FLARE_K_INTERVAL, 0, 0, false, "10s", "how long startup waits for the pool manager"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -157,6 +164,7 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->max_per_client = DEFAULT_MAX_PER_CLIENT;
 	s->idle_timeout_ns = DEFAULT_IDLE_TIMEOUT_NS;
 	s->max_buffered = DEFAULT_MAX_BUFFERED;
+	s->pool_wait_ns = 10ull * 1000000000ull; /* design 2.15: ten seconds for the hello */
 }
 
 /* "*", or origins scheme://host[:port] (http or https, no path) joined by
@@ -477,6 +485,8 @@ static int set_interval(struct flare_settings *s, const struct flare_option *o, 
 		return -EINVAL;
 	if (o->id == FLARE_OPT_IDLE_TIMEOUT)
 		s->idle_timeout_ns = ns;
+	else if (o->id == FLARE_OPT_POOL_WAIT)
+		s->pool_wait_ns = ns;
 	else
 		s->dashboard_ns = ns;
 	return 0;
@@ -526,6 +536,43 @@ static int set_bool(struct flare_settings *s, const struct flare_option *o, cons
 	return 0;
 }
 
+/* The pool manager's address: "unix:PATH", or a path with a '/' (design
+ * 2.15: only a manager on this host in this build). */
+static int set_pool(struct flare_settings *s, const struct flare_option *o, const char *t,
+		    enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	const char *path = !strncmp(t, "unix:", 5) ? t + 5 : strchr(t, '/') ? t : NULL;
+	if (!path || !*path || strchr(t, ' '))
+		return flare_bad(err, errlen,
+				 "'%.200s' is not a pool address (unix:PATH, the socket of flare "
+				 "pool on this host)",
+				 t);
+	if (strlen(t) >= sizeof s->pool - 6)
+		return flare_bad(err, errlen, "address is longer than %d bytes", FLARE_PATH_MAX - 7);
+	snprintf(s->pool, sizeof s->pool, "%s%s", path == t ? "unix:" : "", t);
+	return 0;
+}
+
+static int set_name(struct flare_settings *s, const struct flare_option *o, const char *t,
+		    enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	size_t l = strlen(t);
+	bool ok = l > 0 && l <= FLARE_POOL_ID_MAX;
+	for (size_t i = 0; ok && i < l; i++)
+		ok = t[i] > 0x20 && t[i] < 0x7f;
+	if (!ok)
+		return flare_bad(err, errlen,
+				 "'%.80s' is not an instance id (1 to %d printable characters "
+				 "without spaces)",
+				 t, FLARE_POOL_ID_MAX);
+	snprintf(s->pool_instance_id, sizeof s->pool_instance_id, "%s", t);
+	return 0;
+}
+
 typedef int setter(struct flare_settings *s, const struct flare_option *o, const char *t,
 		   enum flare_vtype vt, char *err, size_t errlen);
 /* The setter of each kind: a table is the clearest form of "one rule per
@@ -546,6 +593,8 @@ static setter *const setters[] = {
 	[FLARE_K_ORIGINS] = set_origins,
 	[FLARE_K_SECRET] = set_secret,
 	[FLARE_K_BOOL] = set_bool,
+	[FLARE_K_POOL] = set_pool,
+	[FLARE_K_NAME] = set_name,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -555,7 +604,8 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
-	case FLARE_K_SECRET: case FLARE_K_FETCH: want_string = true; break;
+	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_POOL: case FLARE_K_NAME:
+		want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
@@ -620,6 +670,9 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_MAX_PER_CLIENT, max_per_client);
 	TAKE(FLARE_OPT_IDLE_TIMEOUT, idle_timeout_ns);
 	TAKE(FLARE_OPT_MAX_BUFFERED, max_buffered);
+	TAKE(FLARE_OPT_POOL, pool);
+	TAKE(FLARE_OPT_POOL_INSTANCE_ID, pool_instance_id);
+	TAKE(FLARE_OPT_POOL_WAIT, pool_wait_ns);
 #undef TAKE
 	d->set |= m;
 }

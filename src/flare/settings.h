@@ -28,6 +28,7 @@
 #define FLARE_ORIGINS_MAX 2048
 #define FLARE_API_KEY_MAX 256
 #define FLARE_CONNECTIONS_MAX 1000000u
+#define FLARE_POOL_ID_MAX 64
 
 /* One bit per setting in flare_settings.set. */
 enum flare_opt {
@@ -54,6 +55,9 @@ enum flare_opt {
 	FLARE_OPT_MAX_PER_CLIENT,
 	FLARE_OPT_IDLE_TIMEOUT,
 	FLARE_OPT_MAX_BUFFERED,
+	FLARE_OPT_POOL,
+	FLARE_OPT_POOL_INSTANCE_ID,
+	FLARE_OPT_POOL_WAIT,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -92,6 +96,9 @@ struct flare_settings {
 	uint32_t max_per_client;      /* 0 = no per-client limit */
 	uint64_t idle_timeout_ns;
 	uint64_t max_buffered;        /* request body bytes held at once */
+	char pool[FLARE_PATH_MAX];    /* "unix:PATH" of the pool manager, "" = none */
+	char pool_instance_id[FLARE_POOL_ID_MAX + 1]; /* "" = derived */
+	uint64_t pool_wait_ns;        /* startup wait for the manager's hello */
 };
 
 /* How a setting's value is written. */
@@ -111,6 +118,8 @@ enum flare_kind {
 	FLARE_K_ORIGINS,  /* * | origin[,origin...] */
 	FLARE_K_SECRET,   /* printable text without spaces, never echoed */
 	FLARE_K_BOOL,     /* on | off */
+	FLARE_K_POOL,     /* unix:PATH (or a path with a '/') */
+	FLARE_K_NAME,     /* 1..64 printable characters without spaces */
 };
 
 struct flare_option {

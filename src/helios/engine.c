@@ -615,6 +615,10 @@ static int open_store(hel_engine *e)
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
+		.pool = cfg->pool,
+		.pool_instance_id = cfg->pool_instance_id,
+		.pool_listen = cfg->pool_listen,
+		.pool_wait_ns = cfg->pool_wait_ns,
 	};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
@@ -647,6 +651,7 @@ static int open_store(hel_engine *e)
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
 		 si.disk_io_note ? si.disk_io_note : "");
 	snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
+	snprintf(e->info.pool, sizeof e->info.pool, "%s", si.pool ? si.pool : "");
 	return 0;
 }
 
@@ -1324,7 +1329,16 @@ static int admission(hel_engine *e)
 		bool have = false;
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
-			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
+			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit);
+			if (lr == SEL_LOOKUP_PENDING) {
+				/* The pool's answer is due within its grace period
+				 * (design 2.15): the request waits, the store's wait
+				 * fd wakes the worker by the end of it. */
+				hel_admission_plan_free(&plan);
+				e->ws.host_lookups_pending++;
+				continue;
+			}
+			if (lr == 1) {
 				if (fetch_decision(e, &hit, hit.key.consumed - a))
 					have = true;
 				else

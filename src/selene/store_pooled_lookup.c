@@ -1,0 +1,358 @@
+/*
+ * store_pooled_lookup.c - the pooled store's lookups (tickets with the
+ * grace period) and restores from the arena (claim, check, verify, copy,
+ * release).  store_pooled.h has the design and the invariants.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eos.h"
+#include "store_pooled.h"
+
+/* ---- tickets --------------------------------------------------------------------------------- */
+
+static void ticket_drop(struct sel_pooled *p, struct sp_ticket *t)
+{
+	sel_pool_ticket_free(p->pc, t->t);
+	if (t->hist_ok)
+		sel_history_free(&t->hist);
+	memset(t, 0, sizeof *t);
+}
+
+void sp_tickets_free(struct sel_pooled *p, bool all)
+{
+	uint64_t now = eos_now_ns();
+	for (uint32_t i = 0; i < SP_TICKETS; i++) {
+		struct sp_ticket *t = &p->tk[i];
+		if (t->used && (all || now - t->last_ns > SP_TICKET_TTL_NS))
+			ticket_drop(p, t);
+	}
+}
+
+void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *pt)
+{
+	for (uint32_t i = 0; i < SP_TICKETS; i++) {
+		struct sp_ticket *t = &p->tk[i];
+		if (!t->used || t->t != pt)
+			continue;
+		p->pc_st.answers++;
+		if (eos_now_ns() > t->t0 + SP_GRACE_NS)
+			p->pc_st.late_answers++;
+		return;
+	}
+}
+
+static struct sp_ticket *ticket_find(struct sel_pooled *p, const sel_key *want, uint64_t resident,
+				     uint64_t limit)
+{
+	for (uint32_t i = 0; i < SP_TICKETS; i++) {
+		struct sp_ticket *t = &p->tk[i];
+		if (t->used && t->resident == resident && t->limit == limit &&
+		    sel_key_eq(&t->want, want))
+			return t;
+	}
+	return NULL;
+}
+
+/* A free entry, or the least recently used one emptied. */
+static struct sp_ticket *ticket_slot(struct sel_pooled *p)
+{
+	struct sp_ticket *old = &p->tk[0];
+	for (uint32_t i = 0; i < SP_TICKETS; i++) {
+		if (!p->tk[i].used)
+			return &p->tk[i];
+		if (p->tk[i].last_ns < old->last_ns)
+			old = &p->tk[i];
+	}
+	ticket_drop(p, old);
+	return old;
+}
+
+static int ticket_begin(struct sel_pooled *p, const sel_history *h, const sel_key *want,
+			uint64_t resident, uint64_t limit)
+{
+	struct sp_ticket *t = ticket_slot(p);
+	sel_pool_ticket *pt;
+	if (sel_pool_begin_lookup(p->pc, h, resident, limit, &pt))
+		return -1; /* a full queue, a lost session: the local tiers alone */
+	uint64_t now = eos_now_ns();
+	*t = (struct sp_ticket){.used = true, .seq = ++p->ticket_seq, .t = pt, .want = *want,
+				.resident = resident, .limit = limit, .t0 = now, .last_ns = now};
+	p->pc_st.lookups++;
+	sp_arm_timer(p, now + SP_GRACE_NS);
+	return SEL_LOOKUP_PENDING;
+}
+
+/* The pool's pick for t, when it is deeper than the local hit (lrc, hit):
+ * 1 with *hit replaced, else lrc. */
+static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_history *h, int lrc,
+		       sel_hit *hit)
+{
+	const struct sel_pool_m_answer *a = sel_pool_ticket_answer(t->t);
+	int i = a ? sel_pool_answer_pick(a, h, t->resident) : -1;
+	if (i < 0 || a->cands[i].source != SEL_POOL_SRC_ARENA)
+		return lrc; /* exports: this store claims only the arena (docs/pool.md) */
+	const sel_key *k = &a->nodes[a->cands[i].node].key;
+	if ((lrc == 1 && hit->key.consumed >= k->consumed) || k->consumed <= t->resident)
+		return lrc; /* as deep locally: the closer source wins */
+	if (!t->hist_ok) {
+		if (sel_history_copy(&t->hist, h))
+			return lrc;
+		t->hist_ok = true;
+	}
+	uint32_t pt = p->w.base.page_tokens;
+	*hit = (sel_hit){
+		.key = *k,
+		.resident = t->resident,
+		.pages = (uint32_t)(k->consumed / pt - t->resident / pt),
+		.bytes = a->cands[i].bytes,
+		.tier = SEL_TIER_POOL,
+		.cookie = t->seq << 16 | (uint64_t)(t - p->tk) << 8 | (uint64_t)i,
+	};
+	return 1;
+}
+
+int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit)
+{
+	struct sel_pooled *p = (struct sel_pooled *)s;
+	int lrc = sel_wrap_lookup(s, h, resident, limit, hit);
+	if (lrc < 0 || !p->pc || p->closed || sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+		return lrc;
+	uint64_t len = sel_history_len(h), top = limit < len ? limit : len;
+	if (top <= resident || (lrc == 1 && hit->key.consumed >= top))
+		return lrc;
+	sel_key want;
+	sel_history_key_at(h, top, &want);
+	struct sp_ticket *t = ticket_find(p, &want, resident, limit);
+	if (t && sel_pool_ticket_state(t->t) == SEL_POOL_TICKET_FAILED) {
+		ticket_drop(p, t); /* a session that ended: ask the new one */
+		t = NULL;
+	}
+	if (!t) {
+		int rc = ticket_begin(p, h, &want, resident, limit);
+		return rc < 0 ? lrc : rc;
+	}
+	uint64_t now = eos_now_ns();
+	t->last_ns = now;
+	if (sel_pool_ticket_state(t->t) == SEL_POOL_TICKET_PENDING) {
+		if (now < t->t0 + SP_GRACE_NS) {
+			sp_arm_timer(p, t->t0 + SP_GRACE_NS);
+			return SEL_LOOKUP_PENDING;
+		}
+		if (!t->grace_counted) {
+			t->grace_counted = true;
+			p->pc_st.grace_expired++;
+		}
+		return lrc;
+	}
+	int rc = ticket_pick(p, t, h, lrc, hit);
+	if (rc == 1 && hit->tier == SEL_TIER_POOL && !t->hit_counted) {
+		t->hit_counted = true; /* counted once per ticket */
+		p->pc_st.hits++;
+	}
+	return rc;
+}
+
+/* ---- restores ---------------------------------------------------------------------------------- */
+
+static void fetch_unlink(struct sel_pooled *p, struct sp_fetch *f)
+{
+	for (struct sp_fetch **pp = &p->fetches; *pp; pp = &(*pp)->next)
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	sel_history_free(&f->hist);
+	free(f->pages);
+	free(f);
+}
+
+/* End f: its lease released with status (when it has one), one event. */
+static void fetch_end(struct sel_pooled *p, struct sp_fetch *f, uint32_t status, int fail,
+		      uint64_t bytes)
+{
+	if (f->lease)
+		(void)sel_pool_release(p->pc, f->lease, status);
+	f->lease = NULL;
+	sel_event ev = {.type = fail < 0 ? SEL_EV_FETCH_FAILED : SEL_EV_FETCHED,
+			.ticket = f->ticket,
+			.key = f->key,
+			.tier = SEL_TIER_POOL,
+			.bytes = bytes,
+			.duration_ns = eos_now_ns() - f->t0};
+	if (fail < 0) {
+		ev.error = SEL_ESTOPPED == fail ? fail : -ECANCELED;
+		p->pc_st.claims_failed[f->why]++;
+	} else {
+		p->pc_st.restores++;
+		p->pc_st.reused_tokens += f->key.consumed - f->resident;
+		p->pc_st.reused_bytes += bytes;
+		p->tier.bytes_in += bytes;
+	}
+	(void)sp_emit(p, &ev);
+	fetch_unlink(p, f);
+}
+
+static void fetch_fail(struct sel_pooled *p, struct sp_fetch *f, sel_pool_fail why, uint32_t st)
+{
+	f->why = why;
+	fetch_end(p, f, st, -1, 0);
+}
+
+int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
+{
+	struct sel_pooled *p = (struct sel_pooled *)s;
+	if (!hit || !in || hit->tier != SEL_TIER_POOL)
+		return sel_wrap_fetch(s, hit, in);
+	if (p->closed || !p->pc)
+		return eos_fail(SEL_ESTOPPED, "pooled store: closed");
+	uint32_t slot = (uint32_t)(hit->cookie >> 8 & 0xff), i = (uint32_t)(hit->cookie & 0xff);
+	struct sp_ticket *t = slot < SP_TICKETS ? &p->tk[slot] : NULL;
+	if (!t || !t->used || t->seq != hit->cookie >> 16 || !t->hist_ok ||
+	    sel_pool_ticket_state(t->t) != SEL_POOL_TICKET_READY)
+		return eos_fail(-ESTALE, "pooled store: the pool hit's lookup is gone");
+	if (in->n_pages != hit->pages)
+		return eos_fail(-EINVAL, "pooled store: %u destination pages for a hit of %u",
+				in->n_pages, hit->pages);
+	struct sp_fetch *f = calloc(1, sizeof *f);
+	if (!f || !(f->pages = malloc(((size_t)in->n_pages + 1) * sizeof *f->pages))) {
+		free(f);
+		return eos_fail(-ENOMEM, "pooled store: out of memory");
+	}
+	if (in->n_pages)
+		memcpy(f->pages, in->pages, (size_t)in->n_pages * sizeof *f->pages);
+	int rc = sel_pool_claim(p->pc, t->t, i, &f->claim);
+	if (rc) {
+		free(f->pages);
+		free(f);
+		return rc;
+	}
+	f->hist = t->hist; /* the history the lookup compared: moved */
+	t->hist_ok = false;
+	f->st = SPF_CLAIM;
+	f->ticket = in->ticket;
+	f->key = hit->key;
+	f->resident = hit->resident;
+	f->n_pages = in->n_pages;
+	f->state_slot = in->state_slot;
+	f->t0 = eos_now_ns();
+	f->next = p->fetches;
+	p->fetches = f;
+	p->pc_st.claims++;
+	return 0;
+}
+
+static void fetch_submit(struct sel_pooled *p, struct sp_fetch *f)
+{
+	int rc = sel_xfer_submit(p->x, &f->job);
+	if (rc == 0)
+		f->st = SPF_COPY;
+	else if (rc != -EAGAIN)
+		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
+}
+
+void sp_fetch_retry(struct sel_pooled *p)
+{
+	for (struct sp_fetch *f = p->fetches, *n; f; f = n) {
+		n = f->next;
+		if (f->st == SPF_SUBMIT)
+			fetch_submit(p, f);
+	}
+}
+
+static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_pool_lease *l)
+{
+	f->lease = l;
+	if (!sel_pool_lease_matches(l, &f->hist, f->resident) || l->n_pages != f->n_pages ||
+	    !l->n_row_slots) {
+		fetch_fail(p, f, SEL_POOL_FAIL_MISMATCH, SEL_POOL_CORRUPT);
+		return;
+	}
+	f->hj = (struct sp_hjob){.lease = l, .verify = true};
+	f->st = SPF_VERIFY;
+	sp_helper_submit(p, &f->hj);
+}
+
+static sel_pool_fail fail_of(uint32_t reason)
+{
+	switch (reason) {
+	case SEL_POOL_TIMEOUT:
+	case SEL_POOL_NO_PROGRESS: return SEL_POOL_FAIL_TIMEOUT;
+	case SEL_POOL_GONE:
+	case SEL_POOL_SHUTDOWN: return SEL_POOL_FAIL_GONE;
+	default: return SEL_POOL_FAIL_REFUSED;
+	}
+}
+
+bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev)
+{
+	bool by_lease = ev->type == SEL_POOL_EV_LEASE_FAILED;
+	if (ev->type != SEL_POOL_EV_CLAIM_GRANTED && ev->type != SEL_POOL_EV_CLAIM_FAILED &&
+	    !(by_lease && ev->lease && ev->lease->kind == SEL_POOL_CLAIM))
+		return false;
+	struct sp_fetch *f = p->fetches;
+	while (f && (by_lease ? f->lease != ev->lease : (f->st != SPF_CLAIM || f->claim != ev->request)))
+		f = f->next;
+	if (!f) {
+		if (ev->type == SEL_POOL_EV_CLAIM_GRANTED || by_lease) /* nobody's: end it */
+			(void)sel_pool_release(p->pc, ev->lease, SEL_POOL_OK);
+		return true;
+	}
+	if (ev->type == SEL_POOL_EV_CLAIM_GRANTED)
+		fetch_granted(p, f, ev->lease);
+	else if (ev->type == SEL_POOL_EV_CLAIM_FAILED)
+		fetch_fail(p, f, fail_of(ev->reason), SEL_POOL_OK);
+	else if (f->st == SPF_SUBMIT)
+		fetch_fail(p, f, fail_of(ev->reason), SEL_POOL_COPY_FAILED);
+	else {
+		f->failed = true; /* work is out: end it when it returns */
+		f->why = fail_of(ev->reason);
+	}
+	return true;
+}
+
+bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
+{
+	struct sp_fetch *f = p->fetches;
+	while (f && &f->hj != j)
+		f = f->next;
+	if (!f)
+		return false;
+	if (f->failed) {
+		fetch_fail(p, f, f->why, SEL_POOL_COPY_FAILED);
+		return true;
+	}
+	if (j->status) {
+		fetch_fail(p, f, SEL_POOL_FAIL_CORRUPT, SEL_POOL_CORRUPT);
+		return true;
+	}
+	struct sel_pool_lease *l = f->lease;
+	f->job = (struct sel_xfer_job){.id = f->ticket,
+				       .dir = SEL_COPY_IN,
+				       .n_pages = f->n_pages,
+				       .pages = f->pages,
+				       .page_slots = l->page_slots,
+				       .row = true,
+				       .state_slot = f->state_slot,
+				       .row_slots = l->row_slots};
+	f->st = SPF_SUBMIT;
+	fetch_submit(p, f);
+	return true;
+}
+
+bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j)
+{
+	struct sp_fetch *f = p->fetches;
+	while (f && &f->job != j)
+		f = f->next;
+	if (!f)
+		return false;
+	if (j->status)
+		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
+	else if (f->failed)
+		fetch_fail(p, f, f->why, SEL_POOL_COPY_FAILED);
+	else
+		fetch_end(p, f, SEL_POOL_OK, 0, j->bytes);
+	return true;
+}
