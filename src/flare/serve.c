@@ -192,6 +192,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					    : info->disk_warning;
 	if (!strcmp(store, "disabled")) {
 		flare_buf_printf(out, "flare: prefix cache: disabled");
+	} else if (!info->slots_total) { /* pool only: no local slots */
+		flare_buf_printf(out, "flare: prefix cache: %s store, transport %s, no local tier; "
+				 "shared through %s", store, info->transport ? info->transport : "none",
+				 info->pool[0] ? info->pool : "no pool");
 	} else {
 		flare_buf_printf(out,
 				 "flare: prefix cache: %s store, transport %s; pool %" PRIu64
