@@ -103,6 +103,8 @@ struct sp_fetch {
 	struct sp_fetch *next;
 	enum sp_fstate st;
 	uint64_t ticket, claim, t0;
+	uint64_t tk_seq; /* the lookup's ticket: dropped when the restore fails */
+	uint32_t tk_slot;
 	sel_key key;
 	uint64_t resident;
 	uint32_t *pages, n_pages, state_slot;

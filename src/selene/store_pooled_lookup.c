@@ -196,6 +196,9 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f, uint32_t status,
 
 static void fetch_fail(struct sel_pooled *p, struct sp_fetch *f, sel_pool_fail why, uint32_t st)
 {
+	struct sp_ticket *t = &p->tk[f->tk_slot];
+	if (t->used && t->seq == f->tk_seq)
+		ticket_drop(p, t); /* its answer named what failed: ask again next time */
 	f->why = why;
 	fetch_end(p, f, st, -1, 0);
 }
@@ -231,6 +234,8 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->hist = t->hist; /* the history the lookup compared: moved */
 	t->hist_ok = false;
 	f->st = SPF_CLAIM;
+	f->tk_seq = t->seq;
+	f->tk_slot = slot;
 	f->ticket = in->ticket;
 	f->key = hit->key;
 	f->resident = hit->resident;
