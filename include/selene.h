@@ -650,7 +650,8 @@ typedef struct sel_store_config {
  * filesystem at startup when 0 (callers that mean "no disk tier" pass no
  * disk_dir).  On error *out is NULL and sel_errmsg() names the setting.
  * Errors (those of the stores below too):
- *   -EINVAL       no geometry; a warm budget smaller than one slot; a
+ *   -EINVAL       no geometry; a pool address that is not unix:PATH (or a
+ *                 path with a '/'); a warm budget smaller than one slot; a
  *                 split_pool value that is no mode, or on with a disk tier
  *                 or a host copy backend
  *   -ENOTSUP      cfg->pool with a CUDA backend (not in this build)

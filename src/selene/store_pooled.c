@@ -352,6 +352,7 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	p->th_started = true;
 	p->pc_st.state = SEL_POOL_UP;
 	p->pc_st.sessions = 1;
+	sp_lookup_warmup(p, cfg->model_identity);
 	const struct sel_pool_m_hello *h = sel_pool_hello(p->pc);
 	char a[32];
 	snprintf(p->desc, sizeof p->desc, "%s, pool '%s', arena %s", p->address, h->name,
@@ -361,8 +362,18 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 
 int sel_pooled_store_open(const sel_store_config *cfg, sel_store *inner, sel_store **out)
 {
-	struct sel_pooled *p = calloc(1, sizeof *p);
 	*out = NULL;
+	const char *path = !strncmp(cfg->pool, "unix:", 5) ? cfg->pool + 5
+			   : strchr(cfg->pool, '/')	   ? cfg->pool
+							   : NULL;
+	if (!path || !*path) {
+		sel_store_destroy(inner);
+		return eos_fail(-EINVAL,
+				"prefix cache pool '%s': not an address of this build (unix:PATH, "
+				"the socket of flare pool on this host)",
+				cfg->pool);
+	}
+	struct sel_pooled *p = calloc(1, sizeof *p);
 	if (!p) {
 		sel_store_destroy(inner);
 		return eos_fail(-ENOMEM, "pooled store: out of memory");

@@ -13,8 +13,11 @@
  *   the pool through a ticket kept in a small table keyed by the request's
  *   key at its lookup limit, its resident count and limit: the first call
  *   begins the pool lookup and answers SEL_LOOKUP_PENDING; calls within
- *   the 2 ms grace period answer PENDING while the ticket waits (a timerfd
- *   in the wait fd wakes the worker at its end); afterwards, and once the
+ *   the grace period answer PENDING while the ticket waits (a timerfd in
+ *   the wait fd wakes the worker at its end); the grace period is four of
+ *   the recent lookup round trips (the worst of the last eight, the first
+ *   measured at attach), at least 2 ms and at most 250 ms; afterwards, and
+ *   once the
  *   answer is in, the deeper of the local hit and the pool's pick
  *   (sel_pool_answer_pick: every chain key compared with the history)
  *   wins, the local tier on a tie (copy priority: DRAM, NVMe, then pool).
@@ -72,7 +75,9 @@
 #include "transfer.h"
 
 #define SP_TICKETS 64       /* lookups remembered at once */
-#define SP_GRACE_NS 2000000 /* design 2.15: 2 ms locally */
+#define SP_GRACE_NS 2000000 /* design 2.15: 2 ms locally ... */
+#define SP_GRACE_MAX_NS 250000000 /* ... to 250 ms: four measured round trips */
+#define SP_RTTS 8
 #define SP_TICKET_TTL_NS (30ull * 1000000000)
 #define SP_KNOWN 4096 /* keys the pool is known to hold (parents of puts) */
 
@@ -82,7 +87,7 @@ struct sp_ticket {
 	sel_pool_ticket *t;
 	sel_key want; /* the history's key at min(len, limit) */
 	uint64_t resident, limit;
-	uint64_t t0, last_ns;
+	uint64_t t0, last_ns, grace_ns;
 	bool hit_counted, grace_counted, hist_ok;
 	sel_history hist; /* copied when a pool hit is returned */
 };
@@ -151,6 +156,8 @@ struct sel_pooled {
 	int close_rc;
 	uint64_t ticket_seq;
 	struct sp_ticket tk[SP_TICKETS];
+	uint64_t rtt[SP_RTTS]; /* recent lookup round trips */
+	uint32_t n_rtt;
 	struct sp_fetch *fetches;
 	struct sp_put *puts;
 	sel_key *known;
@@ -183,6 +190,9 @@ void sp_helper_submit(struct sel_pooled *p, struct sp_hjob *j);
 int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit);
 int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
 void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *t);
+/* One lookup at attach, so the grace period starts from a measured round
+ * trip. */
+void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDENTITY_BYTES]);
 void sp_tickets_free(struct sel_pooled *p, bool all);
 /* Pool events and completions for restores: true when ev was one. */
 bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);

@@ -30,15 +30,27 @@ void sp_tickets_free(struct sel_pooled *p, bool all)
 	}
 }
 
+/* Four recent round trips, within [2 ms, 250 ms] (design 2.15). */
+static uint64_t grace_ns(const struct sel_pooled *p)
+{
+	uint64_t worst = 0;
+	for (uint32_t i = 0; i < SP_RTTS && i < p->n_rtt; i++)
+		worst = p->rtt[i] > worst ? p->rtt[i] : worst;
+	uint64_t g = 4 * worst;
+	return g < SP_GRACE_NS ? SP_GRACE_NS : g > SP_GRACE_MAX_NS ? SP_GRACE_MAX_NS : g;
+}
+
 void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *pt)
 {
 	for (uint32_t i = 0; i < SP_TICKETS; i++) {
 		struct sp_ticket *t = &p->tk[i];
 		if (!t->used || t->t != pt)
 			continue;
+		uint64_t rtt = eos_now_ns() - t->t0;
 		p->pc_st.answers++;
-		if (eos_now_ns() > t->t0 + SP_GRACE_NS)
+		if (rtt > t->grace_ns)
 			p->pc_st.late_answers++;
+		p->rtt[p->n_rtt++ % SP_RTTS] = rtt;
 		return;
 	}
 }
@@ -78,10 +90,25 @@ static int ticket_begin(struct sel_pooled *p, const sel_history *h, const sel_ke
 		return -1; /* a full queue, a lost session: the local tiers alone */
 	uint64_t now = eos_now_ns();
 	*t = (struct sp_ticket){.used = true, .seq = ++p->ticket_seq, .t = pt, .want = *want,
-				.resident = resident, .limit = limit, .t0 = now, .last_ns = now};
+				.resident = resident, .limit = limit, .t0 = now, .last_ns = now,
+				.grace_ns = grace_ns(p)};
 	p->pc_st.lookups++;
-	sp_arm_timer(p, now + SP_GRACE_NS);
+	sp_arm_timer(p, now + t->grace_ns);
 	return SEL_LOOKUP_PENDING;
+}
+
+void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDENTITY_BYTES])
+{
+	sel_history h;
+	sel_token tok[SEL_BUCKET_TOKENS] = {0};
+	sel_key want;
+	if (sel_history_init(&h, model_identity, "flare-pool-warmup", 17))
+		return;
+	if (sel_history_append(&h, tok, SEL_BUCKET_TOKENS) == 0) {
+		sel_history_key_at(&h, SEL_BUCKET_TOKENS, &want);
+		(void)ticket_begin(p, &h, &want, 0, SEL_BUCKET_TOKENS); /* counted */
+	}
+	sel_history_free(&h);
 }
 
 /* The pool's pick for t, when it is deeper than the local hit (lrc, hit):
@@ -136,8 +163,8 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 	uint64_t now = eos_now_ns();
 	t->last_ns = now;
 	if (sel_pool_ticket_state(t->t) == SEL_POOL_TICKET_PENDING) {
-		if (now < t->t0 + SP_GRACE_NS) {
-			sp_arm_timer(p, t->t0 + SP_GRACE_NS);
+		if (now < t->t0 + t->grace_ns) {
+			sp_arm_timer(p, t->t0 + t->grace_ns);
 			return SEL_LOOKUP_PENDING;
 		}
 		if (!t->grace_counted) {
@@ -185,6 +212,7 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f, uint32_t status,
 		ev.error = SEL_ESTOPPED == fail ? fail : -ECANCELED;
 		p->pc_st.claims_failed[f->why]++;
 	} else {
+		sp_known_add(p, &f->key); /* children of it link under the pool's copy */
 		p->pc_st.restores++;
 		p->pc_st.reused_tokens += f->key.consumed - f->resident;
 		p->pc_st.reused_bytes += bytes;
