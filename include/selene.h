@@ -335,6 +335,9 @@ typedef struct sel_hit {
 	 * so it never reads a node the lookup did not check.  Store-computed;
 	 * callers copy hits whole. */
 	sel_digest chain;
+	/* Pool hits: the bytes come from another instance's cache through an
+	 * export (design 2.15 "neighbour GPU"), not from the manager's arena. */
+	bool neighbour;
 } sel_hit;
 
 /* Where a restore lands (InboundTicket). */
@@ -403,6 +406,20 @@ typedef enum sel_pool_fail {
 /* Metric label: "refused", "timeout", "gone", "mismatch", "corrupt", "copy". */
 const char *sel_pool_fail_name(sel_pool_fail f);
 
+/* Why this instance refused or failed an export (design 2.15). */
+typedef enum sel_export_refusal {
+	SEL_EXPORT_NOT_FOUND = 0,     /* the checkpoint left the GPU cache */
+	SEL_EXPORT_GENERATION_CHANGED, /* the id holds another key */
+	SEL_EXPORT_CHAIN_GAP,          /* not the pages asked for */
+	SEL_EXPORT_NO_HEADROOM,        /* pinning it would hurt serving */
+	SEL_EXPORT_FAILED,             /* the copy failed, or the requester went away */
+	SEL_EXPORT_REFUSALS
+} sel_export_refusal;
+
+/* Metric label: "not_found", "generation_changed", "chain_gap",
+ * "no_headroom", "failed". */
+const char *sel_export_refusal_name(sel_export_refusal r);
+
 /* Attachment of a pooled store (design 2.15). */
 typedef enum sel_pool_attach_state {
 	SEL_POOL_OFF = 0,      /* no pool configured */
@@ -425,6 +442,12 @@ typedef struct sel_pool_counters {
 	uint64_t reused_tokens, reused_bytes; /* by restores from the pool */
 	uint64_t puts, puts_accepted, puts_refused, puts_failed; /* copies into the arena */
 	uint64_t put_bytes;
+	uint64_t neighbour_restores;  /* of restores: exported by another instance */
+	uint64_t neighbour_tokens, neighbour_bytes;
+	uint64_t announced, withdrawn; /* GPU holdings */
+	uint64_t exports_served;       /* exports this instance copied for a neighbour */
+	uint64_t exports_refused[SEL_EXPORT_REFUSALS];
+	uint64_t export_bytes;
 } sel_pool_counters;
 
 typedef struct sel_stats {
@@ -588,6 +611,23 @@ typedef struct sel_drain_progress {
 	bool off;
 } sel_drain_progress;
 
+/* The engine's side of exports (design 2.15): a pooled store announces
+ * the checkpoints offered to it as GPU holdings and, when the manager asks
+ * for one on a neighbour's behalf, calls these on the worker thread from
+ * within sel_store_poll. */
+typedef struct sel_export_hooks {
+	void *ctx;
+	/* Pin GPU checkpoint `checkpoint` (the id it was offered with), whose
+	 * key must be *key, and describe it into *out (its whole chain's page
+	 * ids, valid until the next call, and its state slot).  0, or
+	 * -ENOENT (it left the GPU cache or lost its row), -ESTALE (the id
+	 * holds another key), -ENOSPC (no headroom: pinning it now would take
+	 * what serving needs). */
+	int (*pin)(void *ctx, const sel_key *key, uint64_t checkpoint, sel_published *out);
+	/* Undo a pin once the export's copy drained. */
+	void (*unpin)(void *ctx, uint64_t checkpoint);
+} sel_export_hooks;
+
 typedef struct sel_store_config {
 	const sel_geometry *geometry;    /* live plane addresses; outlives the store */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
@@ -638,6 +678,8 @@ typedef struct sel_store_config {
 	uint64_t pool_wait_ns;
 	/* Tests: the machine id file (NULL: /etc/machine-id). */
 	const char *pool_machine_id_path;
+	/* Exports to neighbours (NULL: none; no GPU holdings announced). */
+	const sel_export_hooks *pool_exports;
 } sel_store_config;
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0

@@ -4,11 +4,12 @@ pool` manager and three `flare run` instances on loopback with the tiny
 core.
 
   1. A (warm memory + pool) computes a prompt; B (pool only: no local tier)
-     answers it with source "pool" and the same tokens as a run without
-     offload (R, no store at all).
+     answers it with source "neighbour" (A's GPU copy, exported) and the
+     same tokens as a run without offload (R, no store at all).
   2. D (pool, --speculate copy: another state mode, so another scope)
      never hits the pool.
-  3. A and B stop; a restarted B restores the prompt from the pool.
+  3. A and B stop; a restarted B restores the prompt from the pool (the
+     arena's copy).
   4. kill -9 the manager: B keeps serving (recomputes, right answer),
      reports detached; the manager restarts on its kept arena file and B
      reattaches by itself and puts into the pool again.
@@ -100,8 +101,11 @@ with TempDir("flare-pool-") as tmpdir:
         got, fl = ask(b, PROMPT)
         print("B:", fl)
         assert got == want, (got, want)
-        assert fl["source"] == "pool" and fl["reused_host_tokens"] > 0, fl
+        # A's GPU holds it too: the copy priority picks the neighbour (an
+        # export: A copies it into arena windows for B).
+        assert fl["source"] == "neighbour" and fl["reused_host_tokens"] > 0, fl
         assert b.metrics().get("flare_pool_restores_total") == 1
+        assert a.metrics().get("flare_pool_exports_served_total") == 1
         got, fl = ask(d, PROMPT)
         assert fl["source"] == "none" and d.metrics().get("flare_pool_hits_total") == 0, fl
         a.stop()

@@ -373,10 +373,15 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 		val(out, "flare_pool_claims_failed_total", l, p->claims_failed[i]);
 	}
 	family(out, "flare_pool_reused_tokens_total", "counter",
-	       "Prompt tokens restored instead of computed, by source (pool: the manager's arena).");
-	val(out, "flare_pool_reused_tokens_total", "source=\"pool\"", p->reused_tokens);
+	       "Prompt tokens restored instead of computed, by source (pool: the manager's arena; "
+	       "neighbour: another instance's GPU cache, exported).");
+	val(out, "flare_pool_reused_tokens_total", "source=\"pool\"",
+	    p->reused_tokens - p->neighbour_tokens);
+	val(out, "flare_pool_reused_tokens_total", "source=\"neighbour\"", p->neighbour_tokens);
 	family(out, "flare_pool_reused_bytes_total", "counter", "Bytes restored, by source.");
-	val(out, "flare_pool_reused_bytes_total", "source=\"pool\"", p->reused_bytes);
+	val(out, "flare_pool_reused_bytes_total", "source=\"pool\"",
+	    p->reused_bytes - p->neighbour_bytes);
+	val(out, "flare_pool_reused_bytes_total", "source=\"neighbour\"", p->neighbour_bytes);
 	COUNTER("flare_pool_puts_total", "Checkpoints this instance asked the pool to take.", p->puts);
 	COUNTER("flare_pool_puts_accepted_total", "Of them, committed or already present.",
 		p->puts_accepted);
@@ -385,6 +390,22 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	COUNTER("flare_pool_puts_failed_total", "Of them, failed (copy, lost session, commit).",
 		p->puts_failed);
 	COUNTER("flare_pool_put_bytes_total", "Bytes copied into the arena.", p->put_bytes);
+	COUNTER("flare_pool_neighbour_restores_total",
+		"Restores from the pool whose bytes another instance exported from its GPU cache.",
+		p->neighbour_restores);
+	COUNTER("flare_pool_holdings_announced_total", "GPU holdings this instance announced.",
+		p->announced);
+	COUNTER("flare_pool_holdings_withdrawn_total",
+		"GPU holdings withdrawn (eviction notices, the oldest beyond the table).", p->withdrawn);
+	COUNTER("flare_pool_exports_served_total",
+		"Exports this instance copied from its GPU cache for a neighbour.", p->exports_served);
+	family(out, "flare_pool_exports_refused_total", "counter",
+	       "Exports this instance refused or failed, by reason.");
+	for (int i = 0; i < SEL_EXPORT_REFUSALS; i++) {
+		snprintf(l, sizeof l, "reason=\"%s\"", sel_export_refusal_name((sel_export_refusal)i));
+		val(out, "flare_pool_exports_refused_total", l, p->exports_refused[i]);
+	}
+	COUNTER("flare_pool_export_bytes_total", "Bytes exported into the arena.", p->export_bytes);
 	COUNTER("flare_pool_lookups_held_total",
 		"Admissions held for a pool answer within its grace period.", st->host_lookups_pending);
 }

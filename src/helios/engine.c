@@ -333,6 +333,7 @@ struct hel_engine {
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	struct hel_engine *grave_next;
+	sel_export_hooks xh; /* the pooled store's export hooks (design 2.15) */
 };
 
 /* Engines whose store could not drain keep everything (design 2.8): the
@@ -594,6 +595,29 @@ static int open_model(hel_engine *e)
 	return hel_model_geometry(e->model, &e->geo);
 }
 
+/* Exports (design 2.15): the pooled store pins a checkpoint it announced
+ * when the manager asks this instance to copy it for a neighbour; called
+ * on the worker thread from within sel_store_poll.  Headroom: an export
+ * pins like a copy-out, so it is refused while copy-outs fill their bound
+ * (the read-only export_fits of the design is not built). */
+static int export_pin(void *ctx, const sel_key *key, uint64_t id, sel_published *out)
+{
+	hel_engine *e = ctx;
+	if (hel_scheduler_describe(e->sched, id, out))
+		return -ENOENT;
+	if (!sel_key_eq(&out->key, key))
+		return -ESTALE;
+	if (e->n_op >= e->pin_max)
+		return -ENOSPC;
+	return hel_scheduler_pin(e->sched, id) ? -ENOENT : 0;
+}
+
+static void export_unpin(void *ctx, uint64_t id)
+{
+	hel_engine *e = ctx;
+	(void)hel_scheduler_unpin(e->sched, id);
+}
+
 /* The host store (design 1's table, or the test double), its policy and
  * what the startup summary says of it. */
 static int open_store(hel_engine *e)
@@ -619,7 +643,9 @@ static int open_store(hel_engine *e)
 		.pool_instance_id = cfg->pool_instance_id,
 		.pool_listen = cfg->pool_listen,
 		.pool_wait_ns = cfg->pool_wait_ns,
+		.pool_exports = &e->xh,
 	};
+	e->xh = (sel_export_hooks){.ctx = e, .pin = export_pin, .unpin = export_unpin};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
@@ -944,6 +970,7 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 		r->no_host = true;
 		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
 		r->out.host_tier = SEL_TIER_NONE;
+		r->out.host_neighbour = false;
 		list_push_front(&e->pending, r);
 		e->ws.host_fetch_failed++;
 		n++;
@@ -1370,6 +1397,7 @@ static int admission(hel_engine *e)
 		r->out.reused_host_tokens = have ? hit.key.consumed - a : 0;
 		r->out.cached_tokens = adm.reused_tokens;
 		r->out.host_tier = have ? hit.tier : SEL_TIER_NONE;
+		r->out.host_neighbour = have && hit.neighbour;
 		if (!r->counted) { /* once, however often it is requeued */
 			r->counted = true;
 			e->ws.prompt_tokens += r->n_prompt;

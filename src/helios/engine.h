@@ -123,6 +123,7 @@ typedef struct hel_outcome {
 	uint64_t reused_gpu_tokens;   /* of which from the GPU checkpoint cache */
 	uint64_t reused_host_tokens;  /* of which restored from a host tier */
 	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
+	bool host_neighbour;          /* pool: another instance exported it (design 2.15) */
 	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
 	uint32_t prefill_launches;    /* prefill chunks it ran */
 	/* Speculative decoding: the draft's proposals for this request and

@@ -33,7 +33,7 @@ static const struct sel_store_ops sp_ops = {
 	.put = sp_put,
 	.fetch = sp_fetch,
 	.poll = sp_poll,
-	.evicted = sel_wrap_evicted,
+	.evicted = sp_evicted,
 	.touch = sel_wrap_touch,
 	.stats = sp_stats,
 	.wait_fd = sp_wait_fd,
@@ -160,8 +160,8 @@ static void sp_take_helped(struct sel_pooled *p)
 		pthread_mutex_lock(&p->mu);
 		p->h_out--;
 		pthread_mutex_unlock(&p->mu);
-		if (!sp_fetch_helped(p, j))
-			(void)sp_put_helped(p, j);
+		if (!sp_fetch_helped(p, j) && !sp_put_helped(p, j))
+			(void)sp_export_helped(p, j);
 	}
 }
 
@@ -177,15 +177,11 @@ static void sp_session_event(struct sel_pooled *p, const struct sel_pool_event *
 	case SEL_POOL_EV_ATTACHED:
 		p->pc_st.sessions++;
 		p->pc_st.state = SEL_POOL_UP;
+		sp_reannounce(p); /* a new session knows none of them */
 		break;
 	case SEL_POOL_EV_DISABLED:
 		p->pc_st.state = SEL_POOL_GONE_FOR_GOOD;
 		snprintf(p->warn, sizeof p->warn, "%s", sel_pool_warning(p->pc));
-		break;
-	case SEL_POOL_EV_EXPORT:
-		/* This instance announces no holdings, so it serves no export:
-		 * a request for one is refused, never followed. */
-		(void)sel_pool_export_reply(p->pc, e->lease, SEL_POOL_NOT_FOUND);
 		break;
 	default: break;
 	}
@@ -202,7 +198,8 @@ static void sp_pump_pool(struct sel_pooled *p)
 				sp_tickets_answer(p, pe[i].ticket);
 				continue;
 			}
-			if (sp_fetch_event(p, &pe[i]) || sp_put_event(p, &pe[i]))
+			if (sp_fetch_event(p, &pe[i]) || sp_put_event(p, &pe[i]) ||
+			    sp_export_event(p, &pe[i]))
 				continue;
 			sp_session_event(p, &pe[i]);
 		}
@@ -216,8 +213,8 @@ static void sp_pump_xfer(struct sel_pooled *p)
 	do {
 		n = sel_xfer_poll(p->x, done, 32);
 		for (int i = 0; i < n; i++)
-			if (!sp_fetch_copied(p, done[i]))
-				(void)sp_put_copied(p, done[i]);
+			if (!sp_fetch_copied(p, done[i]) && !sp_put_copied(p, done[i]))
+				(void)sp_export_copied(p, done[i]);
 	} while (n == 32);
 }
 
@@ -231,6 +228,7 @@ static int sp_poll(sel_store *s, sel_event *ev, size_t cap)
 		sp_pump_xfer(p);
 		sp_fetch_retry(p);
 		sp_put_retry(p);
+		sp_export_retry(p);
 		sp_tickets_free(p, false);
 	}
 	size_t n = 0;
@@ -391,6 +389,9 @@ int sel_pooled_store_open(const sel_store_config *cfg, sel_store *inner, sel_sto
 	if (inner)
 		snprintf(p->kind, sizeof p->kind, "%s+pool", ii.kind);
 	p->known = calloc(SP_KNOWN, sizeof *p->known);
+	p->hooks = cfg->pool_exports && cfg->pool_exports->pin && cfg->pool_exports->unpin
+			   ? cfg->pool_exports
+			   : NULL;
 	int rc = p->known ? sp_attach(p, cfg) : eos_fail(-ENOMEM, "pooled store: out of memory");
 	if (rc == 0 && inner && ii.warning && *ii.warning) {
 		/* the inner store's warning first, then the pool's */
@@ -449,6 +450,7 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 				(void)sel_pool_release(p->pc, u->lease, SEL_POOL_COPY_FAILED);
 				u->lease = NULL;
 			}
+		sp_exports_end(p);
 		(void)sel_pool_close(p->pc);
 	}
 	int irc = sel_wrap_close(s, deadline_ns);

@@ -47,6 +47,15 @@
  *   STORED / STORE_FAILED event is held back until the pool's copy has
  *   drained (or never started), so the pin covers both copies.
  *
+ *   Exports (store_pooled_export.c).  With the engine's hooks
+ *   (cfg->pool_exports) every offered checkpoint is announced as a GPU
+ *   holding (its id is the generation) and withdrawn on its eviction
+ *   notice; the manager's export requests pin it through the hooks, copy
+ *   it into the lease's windows and commit its checksums.  A neighbour's
+ *   candidate is claimed like an arena one (the manager turns the export
+ *   into the grant), and wins ties with the local tiers (design 2.15 copy
+ *   priority: neighbour GPU, DRAM, NVMe, pool).
+ *
  *   Threads.  Everything runs on the model worker thread and never waits:
  *   the pool client's calls queue frames, the transfer set and the helper
  *   thread (one, for checksums) report through eventfds that the wait fd
@@ -116,6 +125,7 @@ struct sp_fetch {
 	sel_history hist;
 	struct sel_pool_lease *lease;
 	bool failed; /* the lease failed while its work was out */
+	bool neighbour; /* the hit was another instance's (an export) */
 	sel_pool_fail why;
 	struct sp_hjob hj;
 	struct sel_xfer_job job;
@@ -138,6 +148,25 @@ struct sp_put {
 	bool held;        /* ev holds the inner store's event */
 	sel_event ev;
 	struct sel_pool_lease *lease;
+	struct sp_hjob hj;
+	struct sel_xfer_job job;
+};
+
+#define SP_HOLDINGS 1024 /* GPU holdings announced at once (the oldest withdrawn) */
+
+struct sp_holding {
+	bool used;
+	sel_key key;
+	sel_digest bucket;
+	uint64_t id; /* the checkpoint id: the holding's generation */
+};
+
+struct sp_export {
+	struct sp_export *next;
+	struct sel_pool_lease *lease;
+	uint64_t checkpoint;
+	uint32_t *pages;
+	bool pinned, submitted, summing, cancelled;
 	struct sp_hjob hj;
 	struct sel_xfer_job job;
 };
@@ -173,6 +202,10 @@ struct sel_pooled {
 	struct sp_hjob *hq, *hq_tail, *hdone;
 	int hfd;
 	uint32_t h_out; /* jobs handed to the helper, not yet taken back */
+	const sel_export_hooks *hooks; /* NULL: no exports, no announcements */
+	struct sp_holding hold[SP_HOLDINGS];
+	uint64_t n_hold;
+	struct sp_export *exports;
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
 };
@@ -199,6 +232,17 @@ bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j);
 bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
 void sp_fetch_retry(struct sel_pooled *p);
+
+/* store_pooled_export.c */
+void sp_announce(struct sel_pooled *p, const sel_published *cp);
+bool sp_held(const struct sel_pooled *p, uint64_t id);
+void sp_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+void sp_reannounce(struct sel_pooled *p);
+bool sp_export_event(struct sel_pooled *p, const struct sel_pool_event *ev);
+bool sp_export_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);
+void sp_export_retry(struct sel_pooled *p);
+void sp_exports_end(struct sel_pooled *p);
 
 /* store_pooled_put.c */
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);

@@ -118,11 +118,16 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 {
 	const struct sel_pool_m_answer *a = sel_pool_ticket_answer(t->t);
 	int i = a ? sel_pool_answer_pick(a, h, t->resident) : -1;
-	if (i < 0 || a->cands[i].source != SEL_POOL_SRC_ARENA)
-		return lrc; /* exports: this store claims only the arena (docs/pool.md) */
+	if (i < 0)
+		return lrc;
 	const sel_key *k = &a->nodes[a->cands[i].node].key;
-	if ((lrc == 1 && hit->key.consumed >= k->consumed) || k->consumed <= t->resident)
-		return lrc; /* as deep locally: the closer source wins */
+	bool gpu = a->cands[i].source == SEL_POOL_SRC_GPU;
+	/* The deeper prefix wins; at equal depth the copy priority: a
+	 * neighbour's GPU, then the local DRAM and NVMe, then the arena. */
+	if ((lrc == 1 && (hit->key.consumed > k->consumed ||
+			  (hit->key.consumed == k->consumed && !gpu))) ||
+	    k->consumed <= t->resident)
+		return lrc;
 	if (!t->hist_ok) {
 		if (sel_history_copy(&t->hist, h))
 			return lrc;
@@ -136,6 +141,7 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 		.bytes = a->cands[i].bytes,
 		.tier = SEL_TIER_POOL,
 		.cookie = t->seq << 16 | (uint64_t)(t - p->tk) << 8 | (uint64_t)i,
+		.neighbour = a->cands[i].source != SEL_POOL_SRC_ARENA,
 	};
 	return 1;
 }
@@ -217,6 +223,11 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f, uint32_t status,
 		p->pc_st.reused_tokens += f->key.consumed - f->resident;
 		p->pc_st.reused_bytes += bytes;
 		p->tier.bytes_in += bytes;
+		if (f->neighbour) {
+			p->pc_st.neighbour_restores++;
+			p->pc_st.neighbour_tokens += f->key.consumed - f->resident;
+			p->pc_st.neighbour_bytes += bytes;
+		}
 	}
 	(void)sp_emit(p, &ev);
 	fetch_unlink(p, f);
@@ -267,6 +278,7 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->ticket = in->ticket;
 	f->key = hit->key;
 	f->resident = hit->resident;
+	f->neighbour = hit->neighbour;
 	f->n_pages = in->n_pages;
 	f->state_slot = in->state_slot;
 	f->t0 = eos_now_ns();

@@ -137,6 +137,8 @@ sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 	struct sel_pooled *p = (struct sel_pooled *)s;
 	bool pool = p->pc && !p->closed && sel_pool_state(p->pc) == SEL_POOL_ATTACHED &&
 		    !sp_known_has(p, &cp->key);
+	if (p->pc && !p->closed && cp && !sp_held(p, cp->checkpoint))
+		sp_announce(p, cp); /* the GPU holds it, whatever the outcome */
 	if (p->w.inner) {
 		sel_outcome o = sel_wrap_put(s, cp, why);
 		if (o == SEL_QUEUED && pool)
