@@ -10,6 +10,9 @@
  *     restore fails once the copy drained (gone); both stores reattach to
  *     the restarted manager (kept arena file) by themselves, and sharing
  *     works again.
+ *   - exports: a neighbour's GPU copy (engine hooks) announced, exported
+ *     on a claim, pinned for the copy only; refused for headroom, after
+ *     which the arena's copy serves; the eviction notice withdraws it.
  *   - a pooled store over a memory store: the local tier answers first.
  */
 #include "pool_testlib.h"
@@ -243,6 +246,122 @@ static void test_share_corrupt_kill(void)
 	unlink(arena);
 }
 
+/* The engine's side of exports, over a fixture: one checkpoint. */
+struct hooks_ctx {
+	sel_published cp;
+	int pins, pinned_ever;
+	int refuse; /* 0, or what pin returns */
+};
+
+static int h_pin(void *ctx, const sel_key *key, uint64_t id, sel_published *out)
+{
+	struct hooks_ctx *h = ctx;
+	if (h->refuse)
+		return h->refuse;
+	if (id != h->cp.checkpoint)
+		return -ENOENT;
+	if (!sel_key_eq(key, &h->cp.key))
+		return -ESTALE;
+	*out = h->cp;
+	h->pins++;
+	h->pinned_ever++;
+	return 0;
+}
+
+static void h_unpin(void *ctx, uint64_t id)
+{
+	struct hooks_ctx *h = ctx;
+	CHECK(id == h->cp.checkpoint && h->pins > 0);
+	h->pins--;
+}
+
+/* Pump a (the exporter) and b until b has one event. */
+static sel_event next_event2(sel_store *b, sel_store *a)
+{
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	for (;;) {
+		CHECK(sel_store_poll(a, ev, 8) == 0);
+		int n = pump(b, ev);
+		if (n) {
+			CHECKF(n == 1, "%d events", n);
+			return ev[0];
+		}
+		CHECK(eos_now_ns() < deadline);
+	}
+}
+
+/* A neighbour's GPU copy: announced at its offer, exported on B's claim
+ * (the neighbour wins the tie with the arena's copy), pinned through the
+ * hooks for the copy only; refused for headroom, after which B takes the
+ * arena's copy of the same endpoint. */
+static void test_exports(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr3", "--memory", "16MiB", NULL);
+	struct hooks_ctx hc = {0};
+	sel_export_hooks hooks = {.ctx = &hc, .pin = h_pin, .unpin = h_unpin};
+	sel_store_config c = sfx_config(&fa, true);
+	c.pool = m.sock;
+	c.pool_instance_id = "EA";
+	c.pool_exports = &hooks;
+	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "EB", 0);
+	CHECK_OK(sel_store_open(&c, &a));
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 7, 256, 0);
+	sfx_conv_init(&fb, &cb, 7, 256, 0);
+	hc.cp = sfx_ckpt(&fa, &ca, 256, 0, 1, 41);
+	put_shared(&fa, a, &ca, 256, 41);
+	CHECK(counters(a).announced == 1);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb, 256, &pending);
+	CHECK(hit.neighbour);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 201));
+	sel_event e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 201, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(counters(a).exports_served == 1 && hc.pins == 0 && hc.pinned_ever == 1);
+	CHECK(counters(b).neighbour_restores == 1);
+
+	/* No headroom: B's restore fails, the next one uses the arena. */
+	hc.refuse = -ENOSPC;
+	struct sfx_conv cb2;
+	sfx_conv_init(&fb, &cb2, 7, 256, 0);
+	hit = pool_hit(b, &cb2, 256, &pending);
+	CHECK(hit.neighbour);
+	CHECK_OK(fetch(b, &hit, 30, 3, 202));
+	e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 202, "event %d", e.type);
+	CHECK(counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1 && hc.pins == 0);
+	hit = pool_hit(b, &cb2, 256, &pending);
+	CHECK(!hit.neighbour);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 30, 3, 203));
+	e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 203, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb2, 256, 30, 3));
+
+	/* The eviction notice withdraws the holding. */
+	sel_store_evicted(a, &hc.cp.key, 1, NULL);
+	CHECK(counters(a).withdrawn == 1);
+
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	sfx_conv_free(&cb2);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 /* Over a memory store: the local hit answers without asking the pool. */
 static void test_local_first(void)
 {
@@ -313,6 +432,7 @@ int main(void)
 	test_absent();
 	test_local_first();
 	test_share_corrupt_kill();
+	test_exports();
 	test_rmtree(d);
 	free(d);
 	printf("ok\n");

@@ -89,6 +89,8 @@
 #define SP_RTTS 8
 #define SP_TICKET_TTL_NS (30ull * 1000000000)
 #define SP_KNOWN 4096 /* keys the pool is known to hold (parents of puts) */
+#define SP_SHUNNED 16 /* endpoints whose neighbour restore failed lately ... */
+#define SP_SHUN_NS (10ull * 1000000000) /* ... prefer the arena's copy this long */
 
 struct sp_ticket {
 	bool used;
@@ -186,6 +188,11 @@ struct sel_pooled {
 	uint64_t ticket_seq;
 	struct sp_ticket tk[SP_TICKETS];
 	uint64_t rtt[SP_RTTS]; /* recent lookup round trips */
+	struct {
+		sel_key key;
+		uint64_t until;
+	} shun[SP_SHUNNED];
+	uint32_t n_shun;
 	uint32_t n_rtt;
 	struct sp_fetch *fetches;
 	struct sp_put *puts;

@@ -111,13 +111,42 @@ void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDE
 	sel_history_free(&h);
 }
 
+static bool shunned(const struct sel_pooled *p, const sel_key *k)
+{
+	uint64_t now = eos_now_ns();
+	for (uint32_t i = 0; i < SP_SHUNNED; i++)
+		if (p->shun[i].until > now && sel_key_eq(&p->shun[i].key, k))
+			return true;
+	return false;
+}
+
+/* answer_pick, except that a neighbour whose restore of that endpoint
+ * failed lately (no headroom, gone) gives way to the arena's copy of the
+ * same endpoint when there is one. */
+static int pick(const struct sel_pooled *p, const struct sel_pool_m_answer *a,
+		const sel_history *h, uint64_t resident)
+{
+	int i = sel_pool_answer_pick(a, h, resident);
+	if (i < 0 || a->cands[i].source == SEL_POOL_SRC_ARENA)
+		return i;
+	const sel_key *k = &a->nodes[a->cands[i].node].key;
+	if (!shunned(p, k))
+		return i;
+	for (uint32_t j = 0; j < a->n_cands; j++)
+		if (a->cands[j].source == SEL_POOL_SRC_ARENA &&
+		    sel_key_eq(&a->nodes[a->cands[j].node].key, k) &&
+		    sel_pool_candidate_matches(a, j, h, resident))
+			return (int)j;
+	return i;
+}
+
 /* The pool's pick for t, when it is deeper than the local hit (lrc, hit):
  * 1 with *hit replaced, else lrc. */
 static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_history *h, int lrc,
 		       sel_hit *hit)
 {
 	const struct sel_pool_m_answer *a = sel_pool_ticket_answer(t->t);
-	int i = a ? sel_pool_answer_pick(a, h, t->resident) : -1;
+	int i = a ? pick(p, a, h, t->resident) : -1;
 	if (i < 0)
 		return lrc;
 	const sel_key *k = &a->nodes[a->cands[i].node].key;
@@ -238,6 +267,10 @@ static void fetch_fail(struct sel_pooled *p, struct sp_fetch *f, sel_pool_fail w
 	struct sp_ticket *t = &p->tk[f->tk_slot];
 	if (t->used && t->seq == f->tk_seq)
 		ticket_drop(p, t); /* its answer named what failed: ask again next time */
+	if (f->neighbour) { /* the arena's copy, if any, next time */
+		p->shun[p->n_shun % SP_SHUNNED].key = f->key;
+		p->shun[p->n_shun++ % SP_SHUNNED].until = eos_now_ns() + SP_SHUN_NS;
+	}
 	f->why = why;
 	fetch_end(p, f, st, -1, 0);
 }
