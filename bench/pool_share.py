@@ -74,6 +74,7 @@ def main():
             with open(core, "w") as f:
                 f.write(text)
             args = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always",
+                    "--prefix-cache-pool-grace", "1s",
                     "--gpu-cache", "256MiB"]
             inst = [Flare(a.flare, args, core=core, name=f"i{i}").start() for i in range(a.n)]
             try:

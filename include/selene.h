@@ -676,6 +676,9 @@ typedef struct sel_store_config {
 	const char *pool_instance_id;
 	const char *pool_listen;
 	uint64_t pool_wait_ns;
+	/* The shortest grace period a lookup waits for the pool's answer (0:
+	 * 2 ms, design 2.15); four measured round trips when longer. */
+	uint64_t pool_grace_ns;
 	/* Tests: the machine id file (NULL: /etc/machine-id). */
 	const char *pool_machine_id_path;
 	/* Exports to neighbours (NULL: none; no GPU holdings announced). */

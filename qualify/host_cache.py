@@ -998,7 +998,8 @@ def sc_pool(ctx, core, store, res):
     try:
         d = ctx.dir("pool-disk")
         mem = memory_for(ctx, core, "ordinary", [conv.t1 + core.max_tokens + 40] * 4)
-        pool = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always"]
+        pool = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always",
+                "--prefix-cache-pool-grace", "2s"]  # restores asserted: no 2 ms race
         a_args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem) + pool
         b_args = core.args(ctx.flare) + pool
         body = conv.body1()

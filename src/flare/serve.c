@@ -425,6 +425,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.pool_instance_id = s->pool_instance_id[0] ? s->pool_instance_id : NULL,
 		.pool_listen = flare_server_url(srv),
 		.pool_wait_ns = s->pool_wait_ns,
+		.pool_grace_ns = s->pool_grace_ns,
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

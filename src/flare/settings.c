@@ -103,6 +103,9 @@ static const struct flare_option options[] = {
 	 "this instance's stable id in the pool"},
 	{FLARE_OPT_POOL_WAIT, "--prefix-cache-pool-wait", "DURATION", "prefix_cache", "pool_wait",
 	 FLARE_K_INTERVAL, 0, 0, false, "10s", "how long startup waits for the pool manager"},
+	{FLARE_OPT_POOL_GRACE, "--prefix-cache-pool-grace", "DURATION", "prefix_cache", "pool_grace",
+	 FLARE_K_INTERVAL, 0, 0, false, "2ms",
+	 "shortest time admission waits for the pool's answer (longer: 4 round trips)"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -165,6 +168,7 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->idle_timeout_ns = DEFAULT_IDLE_TIMEOUT_NS;
 	s->max_buffered = DEFAULT_MAX_BUFFERED;
 	s->pool_wait_ns = 10ull * 1000000000ull; /* design 2.15: ten seconds for the hello */
+	s->pool_grace_ns = 2000000ull;           /* design 2.15: 2 ms locally */
 }
 
 /* "*", or origins scheme://host[:port] (http or https, no path) joined by
@@ -487,6 +491,8 @@ static int set_interval(struct flare_settings *s, const struct flare_option *o, 
 		s->idle_timeout_ns = ns;
 	else if (o->id == FLARE_OPT_POOL_WAIT)
 		s->pool_wait_ns = ns;
+	else if (o->id == FLARE_OPT_POOL_GRACE)
+		s->pool_grace_ns = ns;
 	else
 		s->dashboard_ns = ns;
 	return 0;
@@ -673,6 +679,7 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_POOL, pool);
 	TAKE(FLARE_OPT_POOL_INSTANCE_ID, pool_instance_id);
 	TAKE(FLARE_OPT_POOL_WAIT, pool_wait_ns);
+	TAKE(FLARE_OPT_POOL_GRACE, pool_grace_ns);
 #undef TAKE
 	d->set |= m;
 }

@@ -58,6 +58,7 @@ enum flare_opt {
 	FLARE_OPT_POOL,
 	FLARE_OPT_POOL_INSTANCE_ID,
 	FLARE_OPT_POOL_WAIT,
+	FLARE_OPT_POOL_GRACE,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -99,6 +100,7 @@ struct flare_settings {
 	char pool[FLARE_PATH_MAX];    /* "unix:PATH" of the pool manager, "" = none */
 	char pool_instance_id[FLARE_POOL_ID_MAX + 1]; /* "" = derived */
 	uint64_t pool_wait_ns;        /* startup wait for the manager's hello */
+	uint64_t pool_grace_ns;       /* shortest wait of a lookup for the pool's answer */
 };
 
 /* How a setting's value is written. */

@@ -643,6 +643,7 @@ static int open_store(hel_engine *e)
 		.pool_instance_id = cfg->pool_instance_id,
 		.pool_listen = cfg->pool_listen,
 		.pool_wait_ns = cfg->pool_wait_ns,
+		.pool_grace_ns = cfg->pool_grace_ns,
 		.pool_exports = &e->xh,
 	};
 	e->xh = (sel_export_hooks){.ctx = e, .pin = export_pin, .unpin = export_unpin};

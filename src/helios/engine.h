@@ -68,6 +68,7 @@ typedef struct hel_engine_config {
 	const char *pool_instance_id;
 	const char *pool_listen;
 	uint64_t pool_wait_ns;
+	uint64_t pool_grace_ns;      /* --prefix-cache-pool-grace; 0: 2 ms */
 	/* Tuning, tests and tools (0 / NULL: defaults). */
 	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
 					 sizing from gpu_cache_bytes) */

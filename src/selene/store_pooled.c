@@ -129,7 +129,7 @@ static void *sp_helper_main(void *arg)
 			p->hq_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 		if (j->verify)
-			j->status = sel_pool_lease_verify(p->pc, j->lease);
+			j->status = sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
 		else
 			sel_pool_lease_checksums(p->pc, j->lease, j->cksums, &j->row_cksum);
 		pthread_mutex_lock(&p->mu);
@@ -389,6 +389,7 @@ int sel_pooled_store_open(const sel_store_config *cfg, sel_store *inner, sel_sto
 	if (inner)
 		snprintf(p->kind, sizeof p->kind, "%s+pool", ii.kind);
 	p->known = calloc(SP_KNOWN, sizeof *p->known);
+	p->grace_min = cfg->pool_grace_ns ? cfg->pool_grace_ns : SP_GRACE_NS;
 	p->hooks = cfg->pool_exports && cfg->pool_exports->pin && cfg->pool_exports->unpin
 			   ? cfg->pool_exports
 			   : NULL;
@@ -468,9 +469,7 @@ static void sp_destroy(sel_store *s)
 	while (p->fetches) {
 		struct sp_fetch *f = p->fetches;
 		p->fetches = f->next;
-		sel_history_free(&f->hist);
-		free(f->pages);
-		free(f);
+		sp_fetch_free(f);
 	}
 	while (p->puts) {
 		struct sp_put *u = p->puts;

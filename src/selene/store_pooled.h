@@ -26,13 +26,15 @@
  *   retry (Helios submits prefill in the iteration that admits, so an
  *   admitted request has no window to retry in).
  *
- *   Restores.  fetch of a pool hit claims the candidate; the grant is
- *   checked against the history the lookup used (sel_pool_lease_matches)
- *   and the destination's page count, then every page and the row are
- *   verified against the grant's checksums on the store's helper thread
- *   (sel_pool_lease_verify), then one IN job of the arena transfer set
- *   copies the windows into the ticket's page ids and state slot.  The
- *   lease is released once that job drained: OK, CORRUPT (checksums or
+ *   Restores (store_pooled_fetch.c).  fetch of a pool hit claims the
+ *   candidate; the grant is checked against the history the lookup used
+ *   (sel_pool_lease_matches) and the destination's page count; then, a
+ *   window of SEL_WINDOW_PAGES pages at a time (the row with the last),
+ *   the helper thread verifies the window against the grant's checksums
+ *   (sel_pool_lease_verify_part) and an IN job of the arena transfer set
+ *   copies it into the ticket's page ids (and state slot) while the helper
+ *   verifies the next window.  The lease is released once every job
+ *   drained: OK, CORRUPT (checksums or
  *   chain keys: the manager never serves that record again) or
  *   COPY_FAILED.  A refused or failed claim, a lost session or a failed
  *   lease ends the fetch with SEL_EV_FETCH_FAILED after its copy drained:
@@ -103,21 +105,25 @@ struct sp_ticket {
 	sel_history hist; /* copied when a pool hit is returned */
 };
 
-/* A helper-thread job: verify a claim's windows, or checksum a put's. */
+/* A helper-thread job: verify part of a claim's windows (pages first ..
+ * first + n, and the row), or checksum a put's or an export's. */
 struct sp_hjob {
 	struct sp_hjob *next;
 	struct sel_pool_lease *lease;
 	bool verify;
+	uint32_t first, n;
+	bool row;
 	int status;       /* verify: 0 or SEL_ECORRUPT */
 	uint64_t *cksums; /* checksum: [n_pages] */
 	uint64_t row_cksum;
 };
 
-enum sp_fstate { SPF_CLAIM = 0, SPF_VERIFY, SPF_SUBMIT, SPF_COPY };
-
+/* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
+ * row with the last): window i + 1 is verified on the helper thread while
+ * window i copies. */
 struct sp_fetch {
 	struct sp_fetch *next;
-	enum sp_fstate st;
+	bool granted;
 	uint64_t ticket, claim, t0;
 	uint64_t tk_seq; /* the lookup's ticket: dropped when the restore fails */
 	uint32_t tk_slot;
@@ -126,11 +132,15 @@ struct sp_fetch {
 	uint32_t *pages, n_pages, state_slot;
 	sel_history hist;
 	struct sel_pool_lease *lease;
-	bool failed; /* the lease failed while its work was out */
+	uint32_t n_win, verified, submitted, copied; /* windows */
+	bool verifying; /* hj is with the helper */
+	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
 	sel_pool_fail why;
+	uint32_t release; /* the status the lease ends with after a failure */
+	uint64_t bytes;
 	struct sp_hjob hj;
-	struct sel_xfer_job job;
+	struct sel_xfer_job *jobs; /* [n_win] */
 };
 
 enum sp_pstate { SPP_ASK = 0, SPP_SUBMIT, SPP_COPY, SPP_SUM, SPP_COMMIT };
@@ -188,6 +198,7 @@ struct sel_pooled {
 	uint64_t ticket_seq;
 	struct sp_ticket tk[SP_TICKETS];
 	uint64_t rtt[SP_RTTS]; /* recent lookup round trips */
+	uint64_t grace_min;    /* cfg->pool_grace_ns, or SP_GRACE_NS */
 	struct {
 		sel_key key;
 		uint64_t until;
@@ -228,17 +239,24 @@ void sp_helper_submit(struct sel_pooled *p, struct sp_hjob *j);
 
 /* store_pooled_lookup.c */
 int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit);
-int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
 void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *t);
 /* One lookup at attach, so the grace period starts from a measured round
  * trip. */
 void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDENTITY_BYTES]);
 void sp_tickets_free(struct sel_pooled *p, bool all);
+/* The ticket a pool hit came from (and its candidate), or NULL when it
+ * is gone; drop the ticket of a failed restore. */
+struct sp_ticket *sp_ticket_of(struct sel_pooled *p, const sel_hit *hit, uint32_t *cand);
+void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq);
+
+/* store_pooled_fetch.c */
+int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
 /* Pool events and completions for restores: true when ev was one. */
 bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j);
 bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
 void sp_fetch_retry(struct sel_pooled *p);
+void sp_fetch_free(struct sp_fetch *f);
 
 /* store_pooled_export.c */
 void sp_announce(struct sel_pooled *p, const sel_published *cp);

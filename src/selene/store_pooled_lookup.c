@@ -1,7 +1,7 @@
 /*
- * store_pooled_lookup.c - the pooled store's lookups (tickets with the
- * grace period) and restores from the arena (claim, check, verify, copy,
- * release).  store_pooled.h has the design and the invariants.
+ * store_pooled_lookup.c - the pooled store's lookups: tickets with the
+ * grace period, the pick among the pool's candidates and the local hit
+ * (store_pooled.h has the design; restores are store_pooled_fetch.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,8 +36,8 @@ static uint64_t grace_ns(const struct sel_pooled *p)
 	uint64_t worst = 0;
 	for (uint32_t i = 0; i < SP_RTTS && i < p->n_rtt; i++)
 		worst = p->rtt[i] > worst ? p->rtt[i] : worst;
-	uint64_t g = 4 * worst;
-	return g < SP_GRACE_NS ? SP_GRACE_NS : g > SP_GRACE_MAX_NS ? SP_GRACE_MAX_NS : g;
+	uint64_t g = 4 * worst, lo = p->grace_min, hi = lo > SP_GRACE_MAX_NS ? lo : SP_GRACE_MAX_NS;
+	return g < lo ? lo : g > hi ? hi : g;
 }
 
 void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *pt)
@@ -216,221 +216,20 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 	return rc;
 }
 
-/* ---- restores ---------------------------------------------------------------------------------- */
-
-static void fetch_unlink(struct sel_pooled *p, struct sp_fetch *f)
+void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq)
 {
-	for (struct sp_fetch **pp = &p->fetches; *pp; pp = &(*pp)->next)
-		if (*pp == f) {
-			*pp = f->next;
-			break;
-		}
-	sel_history_free(&f->hist);
-	free(f->pages);
-	free(f);
-}
-
-/* End f: its lease released with status (when it has one), one event. */
-static void fetch_end(struct sel_pooled *p, struct sp_fetch *f, uint32_t status, int fail,
-		      uint64_t bytes)
-{
-	if (f->lease)
-		(void)sel_pool_release(p->pc, f->lease, status);
-	f->lease = NULL;
-	sel_event ev = {.type = fail < 0 ? SEL_EV_FETCH_FAILED : SEL_EV_FETCHED,
-			.ticket = f->ticket,
-			.key = f->key,
-			.tier = SEL_TIER_POOL,
-			.bytes = bytes,
-			.duration_ns = eos_now_ns() - f->t0};
-	if (fail < 0) {
-		ev.error = SEL_ESTOPPED == fail ? fail : -ECANCELED;
-		p->pc_st.claims_failed[f->why]++;
-	} else {
-		sp_known_add(p, &f->key); /* children of it link under the pool's copy */
-		p->pc_st.restores++;
-		p->pc_st.reused_tokens += f->key.consumed - f->resident;
-		p->pc_st.reused_bytes += bytes;
-		p->tier.bytes_in += bytes;
-		if (f->neighbour) {
-			p->pc_st.neighbour_restores++;
-			p->pc_st.neighbour_tokens += f->key.consumed - f->resident;
-			p->pc_st.neighbour_bytes += bytes;
-		}
-	}
-	(void)sp_emit(p, &ev);
-	fetch_unlink(p, f);
-}
-
-static void fetch_fail(struct sel_pooled *p, struct sp_fetch *f, sel_pool_fail why, uint32_t st)
-{
-	struct sp_ticket *t = &p->tk[f->tk_slot];
-	if (t->used && t->seq == f->tk_seq)
-		ticket_drop(p, t); /* its answer named what failed: ask again next time */
-	if (f->neighbour) { /* the arena's copy, if any, next time */
-		p->shun[p->n_shun % SP_SHUNNED].key = f->key;
-		p->shun[p->n_shun++ % SP_SHUNNED].until = eos_now_ns() + SP_SHUN_NS;
-	}
-	f->why = why;
-	fetch_end(p, f, st, -1, 0);
-}
-
-int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
-{
-	struct sel_pooled *p = (struct sel_pooled *)s;
-	if (!hit || !in || hit->tier != SEL_TIER_POOL)
-		return sel_wrap_fetch(s, hit, in);
-	if (p->closed || !p->pc)
-		return eos_fail(SEL_ESTOPPED, "pooled store: closed");
-	uint32_t slot = (uint32_t)(hit->cookie >> 8 & 0xff), i = (uint32_t)(hit->cookie & 0xff);
 	struct sp_ticket *t = slot < SP_TICKETS ? &p->tk[slot] : NULL;
+	if (t && t->used && t->seq == seq)
+		ticket_drop(p, t); /* its answer named what failed: ask again next time */
+}
+
+struct sp_ticket *sp_ticket_of(struct sel_pooled *p, const sel_hit *hit, uint32_t *cand)
+{
+	uint32_t slot = (uint32_t)(hit->cookie >> 8 & 0xff);
+	struct sp_ticket *t = slot < SP_TICKETS ? &p->tk[slot] : NULL;
+	*cand = (uint32_t)(hit->cookie & 0xff);
 	if (!t || !t->used || t->seq != hit->cookie >> 16 || !t->hist_ok ||
 	    sel_pool_ticket_state(t->t) != SEL_POOL_TICKET_READY)
-		return eos_fail(-ESTALE, "pooled store: the pool hit's lookup is gone");
-	if (in->n_pages != hit->pages)
-		return eos_fail(-EINVAL, "pooled store: %u destination pages for a hit of %u",
-				in->n_pages, hit->pages);
-	struct sp_fetch *f = calloc(1, sizeof *f);
-	if (!f || !(f->pages = malloc(((size_t)in->n_pages + 1) * sizeof *f->pages))) {
-		free(f);
-		return eos_fail(-ENOMEM, "pooled store: out of memory");
-	}
-	if (in->n_pages)
-		memcpy(f->pages, in->pages, (size_t)in->n_pages * sizeof *f->pages);
-	int rc = sel_pool_claim(p->pc, t->t, i, &f->claim);
-	if (rc) {
-		free(f->pages);
-		free(f);
-		return rc;
-	}
-	f->hist = t->hist; /* the history the lookup compared: moved */
-	t->hist_ok = false;
-	f->st = SPF_CLAIM;
-	f->tk_seq = t->seq;
-	f->tk_slot = slot;
-	f->ticket = in->ticket;
-	f->key = hit->key;
-	f->resident = hit->resident;
-	f->neighbour = hit->neighbour;
-	f->n_pages = in->n_pages;
-	f->state_slot = in->state_slot;
-	f->t0 = eos_now_ns();
-	f->next = p->fetches;
-	p->fetches = f;
-	p->pc_st.claims++;
-	return 0;
-}
-
-static void fetch_submit(struct sel_pooled *p, struct sp_fetch *f)
-{
-	int rc = sel_xfer_submit(p->x, &f->job);
-	if (rc == 0)
-		f->st = SPF_COPY;
-	else if (rc != -EAGAIN)
-		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
-}
-
-void sp_fetch_retry(struct sel_pooled *p)
-{
-	for (struct sp_fetch *f = p->fetches, *n; f; f = n) {
-		n = f->next;
-		if (f->st == SPF_SUBMIT)
-			fetch_submit(p, f);
-	}
-}
-
-static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_pool_lease *l)
-{
-	f->lease = l;
-	if (!sel_pool_lease_matches(l, &f->hist, f->resident) || l->n_pages != f->n_pages ||
-	    !l->n_row_slots) {
-		fetch_fail(p, f, SEL_POOL_FAIL_MISMATCH, SEL_POOL_CORRUPT);
-		return;
-	}
-	f->hj = (struct sp_hjob){.lease = l, .verify = true};
-	f->st = SPF_VERIFY;
-	sp_helper_submit(p, &f->hj);
-}
-
-static sel_pool_fail fail_of(uint32_t reason)
-{
-	switch (reason) {
-	case SEL_POOL_TIMEOUT:
-	case SEL_POOL_NO_PROGRESS: return SEL_POOL_FAIL_TIMEOUT;
-	case SEL_POOL_GONE:
-	case SEL_POOL_SHUTDOWN: return SEL_POOL_FAIL_GONE;
-	default: return SEL_POOL_FAIL_REFUSED;
-	}
-}
-
-bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev)
-{
-	bool by_lease = ev->type == SEL_POOL_EV_LEASE_FAILED;
-	if (ev->type != SEL_POOL_EV_CLAIM_GRANTED && ev->type != SEL_POOL_EV_CLAIM_FAILED &&
-	    !(by_lease && ev->lease && ev->lease->kind == SEL_POOL_CLAIM))
-		return false;
-	struct sp_fetch *f = p->fetches;
-	while (f && (by_lease ? f->lease != ev->lease : (f->st != SPF_CLAIM || f->claim != ev->request)))
-		f = f->next;
-	if (!f) {
-		if (ev->type == SEL_POOL_EV_CLAIM_GRANTED || by_lease) /* nobody's: end it */
-			(void)sel_pool_release(p->pc, ev->lease, SEL_POOL_OK);
-		return true;
-	}
-	if (ev->type == SEL_POOL_EV_CLAIM_GRANTED)
-		fetch_granted(p, f, ev->lease);
-	else if (ev->type == SEL_POOL_EV_CLAIM_FAILED)
-		fetch_fail(p, f, fail_of(ev->reason), SEL_POOL_OK);
-	else if (f->st == SPF_SUBMIT)
-		fetch_fail(p, f, fail_of(ev->reason), SEL_POOL_COPY_FAILED);
-	else {
-		f->failed = true; /* work is out: end it when it returns */
-		f->why = fail_of(ev->reason);
-	}
-	return true;
-}
-
-bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
-{
-	struct sp_fetch *f = p->fetches;
-	while (f && &f->hj != j)
-		f = f->next;
-	if (!f)
-		return false;
-	if (f->failed) {
-		fetch_fail(p, f, f->why, SEL_POOL_COPY_FAILED);
-		return true;
-	}
-	if (j->status) {
-		fetch_fail(p, f, SEL_POOL_FAIL_CORRUPT, SEL_POOL_CORRUPT);
-		return true;
-	}
-	struct sel_pool_lease *l = f->lease;
-	f->job = (struct sel_xfer_job){.id = f->ticket,
-				       .dir = SEL_COPY_IN,
-				       .n_pages = f->n_pages,
-				       .pages = f->pages,
-				       .page_slots = l->page_slots,
-				       .row = true,
-				       .state_slot = f->state_slot,
-				       .row_slots = l->row_slots};
-	f->st = SPF_SUBMIT;
-	fetch_submit(p, f);
-	return true;
-}
-
-bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j)
-{
-	struct sp_fetch *f = p->fetches;
-	while (f && &f->job != j)
-		f = f->next;
-	if (!f)
-		return false;
-	if (j->status)
-		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
-	else if (f->failed)
-		fetch_fail(p, f, f->why, SEL_POOL_COPY_FAILED);
-	else
-		fetch_end(p, f, SEL_POOL_OK, 0, j->bytes);
-	return true;
+		return NULL;
+	return t;
 }
