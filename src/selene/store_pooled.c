@@ -234,8 +234,10 @@ static int sp_poll(sel_store *s, sel_event *ev, size_t cap)
 	size_t n = 0;
 	while (n < cap && n < p->n_evq)
 		ev[n] = p->evq[n], n++;
-	memmove(p->evq, p->evq + n, (p->n_evq - n) * sizeof *p->evq);
-	p->n_evq -= (uint32_t)n;
+	if (n) {
+		memmove(p->evq, p->evq + n, (p->n_evq - n) * sizeof *p->evq);
+		p->n_evq -= (uint32_t)n;
+	}
 	if (n == cap || !p->w.inner)
 		return (int)n;
 	int m = sel_wrap_poll(s, ev + n, cap - n);
