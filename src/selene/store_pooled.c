@@ -76,9 +76,12 @@ int sp_emit(struct sel_pooled *p, const sel_event *ev)
 
 void sp_arm_timer(struct sel_pooled *p, uint64_t at)
 {
-	if (p->tfd < 0 || (p->timer_armed && p->timer_at <= at))
+	uint64_t now = eos_now_ns();
+	/* An armed timer that fires no later is enough; one that fired
+	 * already (not yet drained) is rearmed for the new deadline. */
+	if (p->tfd < 0 || (p->timer_armed && p->timer_at <= at && p->timer_at > now))
 		return;
-	uint64_t now = eos_now_ns(), d = at > now ? at - now : 1000;
+	uint64_t d = at > now ? at - now : 1000;
 	struct itimerspec its = {.it_value = {(time_t)(d / 1000000000u), (long)(d % 1000000000u)}};
 	if (timerfd_settime(p->tfd, 0, &its, NULL) == 0) {
 		p->timer_armed = true;
