@@ -76,7 +76,9 @@ int main(void)
 	while (((struct sel_pooled *)a)->pc_st.puts_accepted < 1)
 		pump_once(a);
 
-	enum { R = 7 };
+	enum {
+		R = 7
+	};
 	double rs[R], mc[R];
 	uint64_t bytes = 0;
 	uint32_t *ids = malloc(pages * sizeof *ids);
@@ -93,8 +95,8 @@ int main(void)
 			pump_once(b);
 		}
 		CHECK(hit.tier == SEL_TIER_POOL && hit.pages == pages);
-		sel_inbound in = {.ticket = (uint64_t)r + 1, .pages = ids, .n_pages = pages,
-				  .state_slot = 2};
+		sel_inbound in = {
+			.ticket = (uint64_t)r + 1, .pages = ids, .n_pages = pages, .state_slot = 2};
 		uint64_t t0 = eos_now_ns();
 		CHECK_OK(sel_store_fetch(b, &hit, &in));
 		sel_event e = wait_one(b);

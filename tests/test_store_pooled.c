@@ -119,7 +119,8 @@ static int fetch(sel_store *b, const sel_hit *hit, uint32_t first, uint32_t slot
 	uint32_t ids[64];
 	for (uint32_t i = 0; i < hit->pages; i++)
 		ids[i] = first + i;
-	sel_inbound in = {.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
+	sel_inbound in = {
+		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
 	return sel_store_fetch(b, hit, &in);
 }
 
@@ -149,8 +150,8 @@ static void test_share_corrupt_kill(void)
 	char arena[300];
 	snprintf(arena, sizeof arena, "%s/arena", dir);
 	struct mgr_proc m;
-	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout", "10s",
-		  NULL);
+	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
+		  "10s", NULL);
 	sel_store *a = open_pooled(&fa, m.sock, "A", 0), *b = open_pooled(&fb, m.sock, "B", 0);
 
 	/* Shared, byte-exact, through the grace period. */
@@ -164,8 +165,8 @@ static void test_share_corrupt_kill(void)
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 20, 2, 101));
 	sel_event e = next_event(b);
-	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL, "event %d %d",
-	       e.type, e.error);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL,
+	       "event %d %d", e.type, e.error);
 	CHECK(restored_ok(&fb, &c1b, 256, 20, 2));
 	CHECK(counters(b).restores == 1 && counters(b).reused_tokens == 256);
 
@@ -217,8 +218,8 @@ static void test_share_corrupt_kill(void)
 	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_GONE] == 1);
 	sel_store_lookup(b, &c3b.h, 0, 320, &h2); /* detached: local tiers only */
 
-	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout", "10s",
-		  NULL);
+	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
+		  "10s", NULL);
 	SFX_UNTIL(a, NULL, counters(a).state == SEL_POOL_UP);
 	SFX_UNTIL(b, NULL, counters(b).state == SEL_POOL_UP);
 	CHECK(counters(b).sessions == 2 && counters(b).detaches == 1);

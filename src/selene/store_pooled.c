@@ -132,7 +132,8 @@ static void *sp_helper_main(void *arg)
 			p->hq_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
 		if (j->verify)
-			j->status = sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
+			j->status =
+				sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
 		else
 			sel_pool_lease_checksums(p->pc, j->lease, j->cksums, &j->row_cksum);
 		pthread_mutex_lock(&p->mu);
@@ -249,7 +250,8 @@ static int sp_poll(sel_store *s, sel_event *ev, size_t cap)
 	size_t k = n;
 	for (int i = 0; i < m; i++) {
 		sel_event *e = &ev[n + (size_t)i];
-		if ((e->type == SEL_EV_STORED || e->type == SEL_EV_STORE_FAILED) && sp_put_hold(p, e))
+		if ((e->type == SEL_EV_STORED || e->type == SEL_EV_STORE_FAILED) &&
+		    sp_put_hold(p, e))
 			continue;
 		ev[k++] = *e;
 	}
@@ -367,7 +369,7 @@ int sel_pooled_store_open(const sel_store_config *cfg, sel_store *inner, sel_sto
 {
 	*out = NULL;
 	const char *path = !strncmp(cfg->pool, "unix:", 5) ? cfg->pool + 5
-			   : strchr(cfg->pool, '/')	   ? cfg->pool
+			   : strchr(cfg->pool, '/')        ? cfg->pool
 							   : NULL;
 	if (!path || !*path) {
 		sel_store_destroy(inner);

@@ -85,13 +85,13 @@
 #include "store_wrap.h"
 #include "transfer.h"
 
-#define SP_TICKETS 64       /* lookups remembered at once */
-#define SP_GRACE_NS 2000000 /* design 2.15: 2 ms locally ... */
+#define SP_TICKETS 64             /* lookups remembered at once */
+#define SP_GRACE_NS 2000000       /* design 2.15: 2 ms locally ... */
 #define SP_GRACE_MAX_NS 250000000 /* ... to 250 ms: four measured round trips */
 #define SP_RTTS 8
 #define SP_TICKET_TTL_NS (30ull * 1000000000)
-#define SP_KNOWN 4096 /* keys the pool is known to hold (parents of puts) */
-#define SP_SHUNNED 16 /* endpoints whose neighbour restore failed lately ... */
+#define SP_KNOWN 4096                   /* keys the pool is known to hold (parents of puts) */
+#define SP_SHUNNED 16                   /* endpoints whose neighbour restore failed lately ... */
 #define SP_SHUN_NS (10ull * 1000000000) /* ... prefer the arena's copy this long */
 
 struct sp_ticket {
@@ -133,7 +133,7 @@ struct sp_fetch {
 	sel_history hist;
 	struct sel_pool_lease *lease;
 	uint32_t n_win, verified, submitted, copied; /* windows */
-	bool verifying; /* hj is with the helper */
+	bool verifying;                              /* hj is with the helper */
 	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
 	sel_pool_fail why;
@@ -143,7 +143,13 @@ struct sp_fetch {
 	struct sel_xfer_job *jobs; /* [n_win] */
 };
 
-enum sp_pstate { SPP_ASK = 0, SPP_SUBMIT, SPP_COPY, SPP_SUM, SPP_COMMIT };
+enum sp_pstate {
+	SPP_ASK = 0,
+	SPP_SUBMIT,
+	SPP_COPY,
+	SPP_SUM,
+	SPP_COMMIT
+};
 
 struct sp_put {
 	struct sp_put *next;
@@ -154,10 +160,10 @@ struct sp_put {
 	uint32_t *pages, n_pages; /* the whole chain */
 	uint32_t tail, state_slot;
 	bool linked, retried;
-	bool own_event;   /* pool only: this put's event is the engine's */
-	bool copied;      /* the OUT copy landed (the GPU source is free) */
-	bool released;    /* the engine's event went out (or is held below) */
-	bool held;        /* ev holds the inner store's event */
+	bool own_event; /* pool only: this put's event is the engine's */
+	bool copied;    /* the OUT copy landed (the GPU source is free) */
+	bool released;  /* the engine's event went out (or is held below) */
+	bool held;      /* ev holds the inner store's event */
 	sel_event ev;
 	struct sel_pool_lease *lease;
 	struct sp_hjob hj;
@@ -219,7 +225,7 @@ struct sel_pooled {
 	pthread_cond_t cv;
 	struct sp_hjob *hq, *hq_tail, *hdone;
 	int hfd;
-	uint32_t h_out; /* jobs handed to the helper, not yet taken back */
+	uint32_t h_out;                /* jobs handed to the helper, not yet taken back */
 	const sel_export_hooks *hooks; /* NULL: no exports, no announcements */
 	struct sp_holding hold[SP_HOLDINGS];
 	uint64_t n_hold;

@@ -49,17 +49,19 @@ void sp_announce(struct sel_pooled *p, const sel_published *cp)
 		return;
 	struct sp_holding *h = &p->hold[p->n_hold % SP_HOLDINGS];
 	if (p->n_hold >= SP_HOLDINGS && h->used) { /* the oldest goes */
-		struct sel_pool_holding w = {.source = SEL_POOL_SRC_GPU, .key = h->key,
-					     .generation = h->id};
+		struct sel_pool_holding w = {
+			.source = SEL_POOL_SRC_GPU, .key = h->key, .generation = h->id};
 		if (sel_pool_withdraw(p->pc, &w, 1) == 0)
 			p->pc_st.withdrawn++;
 	}
-	struct sel_pool_holding a = {.source = SEL_POOL_SRC_GPU, .key = cp->key,
-				     .bucket = cp->bucket, .generation = cp->checkpoint};
+	struct sel_pool_holding a = {.source = SEL_POOL_SRC_GPU,
+				     .key = cp->key,
+				     .bucket = cp->bucket,
+				     .generation = cp->checkpoint};
 	if (sel_pool_announce(p->pc, &a, 1))
 		return;
-	*h = (struct sp_holding){.used = true, .key = cp->key, .bucket = cp->bucket,
-				 .id = cp->checkpoint};
+	*h = (struct sp_holding){
+		.used = true, .key = cp->key, .bucket = cp->bucket, .id = cp->checkpoint};
 	p->n_hold++;
 	p->pc_st.announced++;
 }
@@ -71,8 +73,8 @@ void sp_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel
 		struct sp_holding *h = &p->hold[i];
 		if (!h->used || !sel_key_eq(&h->key, key))
 			continue;
-		struct sel_pool_holding w = {.source = SEL_POOL_SRC_GPU, .key = h->key,
-					     .generation = h->id};
+		struct sel_pool_holding w = {
+			.source = SEL_POOL_SRC_GPU, .key = h->key, .generation = h->id};
 		if (sel_pool_withdraw(p->pc, &w, 1) == 0)
 			p->pc_st.withdrawn++;
 		h->used = false;
@@ -87,8 +89,10 @@ void sp_reannounce(struct sel_pooled *p)
 	(void)sel_pool_reset_holdings(p->pc, 1u << SEL_POOL_SRC_GPU);
 	for (uint32_t i = 0; i < SP_HOLDINGS; i++) {
 		struct sp_holding *h = &p->hold[i];
-		struct sel_pool_holding a = {.source = SEL_POOL_SRC_GPU, .key = h->key,
-					     .bucket = h->bucket, .generation = h->id};
+		struct sel_pool_holding a = {.source = SEL_POOL_SRC_GPU,
+					     .key = h->key,
+					     .bucket = h->bucket,
+					     .generation = h->id};
 		if (h->used && sel_pool_announce(p->pc, &a, 1) == 0)
 			p->pc_st.announced++;
 	}
@@ -99,7 +103,8 @@ void sp_reannounce(struct sel_pooled *p)
 static void export_end(struct sel_pooled *p, struct sp_export *x, bool done)
 {
 	if (x->lease) {
-		if (done && sel_pool_export_done(p->pc, x->lease, x->hj.cksums, x->hj.row_cksum) == 0)
+		if (done &&
+		    sel_pool_export_done(p->pc, x->lease, x->hj.cksums, x->hj.row_cksum) == 0)
 			p->pc_st.exports_served++;
 		else
 			(void)sel_pool_release(p->pc, x->lease, SEL_POOL_COPY_FAILED);
@@ -157,8 +162,7 @@ static void export_begin(struct sel_pooled *p, struct sel_pool_lease *l)
 	if (rc)
 		return export_refuse(p, l, SEL_POOL_NOT_FOUND, SEL_EXPORT_NOT_FOUND);
 	struct sp_export *x = NULL;
-	if ((uint64_t)l->start_page + l->n_pages != pub.n_pages ||
-	    !(x = calloc(1, sizeof *x)) ||
+	if ((uint64_t)l->start_page + l->n_pages != pub.n_pages || !(x = calloc(1, sizeof *x)) ||
 	    !(x->pages = malloc(((size_t)l->n_pages + 1) * sizeof *x->pages)) ||
 	    !(x->hj.cksums = malloc(((size_t)l->n_pages + 1) * sizeof *x->hj.cksums))) {
 		if (x) {

@@ -89,8 +89,14 @@ static int ticket_begin(struct sel_pooled *p, const sel_history *h, const sel_ke
 	if (sel_pool_begin_lookup(p->pc, h, resident, limit, &pt))
 		return -1; /* a full queue, a lost session: the local tiers alone */
 	uint64_t now = eos_now_ns();
-	*t = (struct sp_ticket){.used = true, .seq = ++p->ticket_seq, .t = pt, .want = *want,
-				.resident = resident, .limit = limit, .t0 = now, .last_ns = now,
+	*t = (struct sp_ticket){.used = true,
+				.seq = ++p->ticket_seq,
+				.t = pt,
+				.want = *want,
+				.resident = resident,
+				.limit = limit,
+				.t0 = now,
+				.last_ns = now,
 				.grace_ns = grace_ns(p)};
 	p->pc_st.lookups++;
 	sp_arm_timer(p, now + t->grace_ns);
@@ -123,8 +129,8 @@ static bool shunned(const struct sel_pooled *p, const sel_key *k)
 /* answer_pick, except that a neighbour whose restore of that endpoint
  * failed lately (no headroom, gone) gives way to the arena's copy of the
  * same endpoint when there is one. */
-static int pick(const struct sel_pooled *p, const struct sel_pool_m_answer *a,
-		const sel_history *h, uint64_t resident)
+static int pick(const struct sel_pooled *p, const struct sel_pool_m_answer *a, const sel_history *h,
+		uint64_t resident)
 {
 	int i = sel_pool_answer_pick(a, h, resident);
 	if (i < 0 || a->cands[i].source == SEL_POOL_SRC_ARENA)
@@ -153,8 +159,8 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 	bool gpu = a->cands[i].source == SEL_POOL_SRC_GPU;
 	/* The deeper prefix wins; at equal depth the copy priority: a
 	 * neighbour's GPU, then the local DRAM and NVMe, then the arena. */
-	if ((lrc == 1 && (hit->key.consumed > k->consumed ||
-			  (hit->key.consumed == k->consumed && !gpu))) ||
+	if ((lrc == 1 &&
+	     (hit->key.consumed > k->consumed || (hit->key.consumed == k->consumed && !gpu))) ||
 	    k->consumed <= t->resident)
 		return lrc;
 	if (!t->hist_ok) {

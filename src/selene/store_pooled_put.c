@@ -238,7 +238,8 @@ bool sp_put_event(struct sel_pooled *p, const struct sel_pool_event *ev)
 {
 	bool by_lease = ev->type == SEL_POOL_EV_LEASE_FAILED;
 	if (ev->type != SEL_POOL_EV_PUT_GRANTED && ev->type != SEL_POOL_EV_PUT_REFUSED &&
-	    ev->type != SEL_POOL_EV_PUT_RESULT && !(by_lease && ev->lease && ev->lease->kind == SEL_POOL_PUT))
+	    ev->type != SEL_POOL_EV_PUT_RESULT &&
+	    !(by_lease && ev->lease && ev->lease->kind == SEL_POOL_PUT))
 		return false;
 	enum sp_pstate want = ev->type == SEL_POOL_EV_PUT_RESULT ? SPP_COMMIT : SPP_ASK;
 	struct sp_put *u = p->puts;

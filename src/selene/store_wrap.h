@@ -20,10 +20,7 @@ struct sel_wrap {
 	sel_store *inner;
 };
 
-static inline struct sel_wrap *sel_wrap_of(sel_store *s)
-{
-	return (struct sel_wrap *)s;
-}
+static inline struct sel_wrap *sel_wrap_of(sel_store *s) { return (struct sel_wrap *)s; }
 
 /* Set up w's base (ops, page_tokens from the geometry) over inner. */
 void sel_wrap_init(struct sel_wrap *w, const struct sel_store_ops *ops, uint32_t page_tokens,
