@@ -146,10 +146,20 @@ with TempDir("flare-pool-") as tmpdir:
         mgr.wait(20)
 
     # An absent manager: one warning, local tiers only, serving goes on.
-    with Flare(binary, ["--prefix-cache-memory", "8MiB", "--prefix-cache-pool", "unix:" + sock,
-                        "--prefix-cache-pool-wait", "1s"], name="lonely") as f:
+    # (The [prefix_cache] keys of a config file this time.)
+    conf = os.path.join(tmpdir, "flare.toml")
+    with open(conf, "w") as fh:
+        fh.write('[prefix_cache]\nmemory = "8MiB"\npool = "unix:%s"\npool_wait = "1s"\n' % sock)
+    with Flare(binary, ["--config", conf], name="lonely") as f:
         warn = [ln for ln in f.summary().splitlines() if "will not attach later" in ln]
         assert len(warn) == 1 and sock in warn[0], f.summary()
         got, fl = ask(f, PROMPT)
         assert got == want and state(f) == "disabled", (got, state(f))
+    # Bad values: exit 2 with one line naming the flag and what was expected.
+    for flag, value, want in (("--prefix-cache-pool", "tcp:1.2.3.4:9", "unix:PATH"),
+                              ("--prefix-cache-instance-id", "a b", "instance id")):
+        p = subprocess.run([binary, "run", flag, value], capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and flag in p.stderr and want in p.stderr, (p.returncode,
+                                                                            p.stderr)
 print("ok")

@@ -511,17 +511,23 @@ static int set_origins(struct flare_settings *s, const struct flare_option *o, c
 	return 0;
 }
 
+/* 1 to max printable ASCII characters, no spaces (API keys, instance ids). */
+static bool printable_word(const char *t, size_t max)
+{
+	size_t l = strlen(t);
+	bool ok = l > 0 && l <= max;
+	for (size_t i = 0; ok && i < l; i++)
+		ok = t[i] > 0x20 && t[i] < 0x7f;
+	return ok;
+}
+
 static int set_secret(struct flare_settings *s, const struct flare_option *o, const char *t,
 		enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
 	/* Never quoted back: it is a secret. */
-	size_t l = strlen(t);
-	bool ok = l > 0 && l <= FLARE_API_KEY_MAX;
-	for (size_t i = 0; ok && i < l; i++)
-		ok = t[i] > 0x20 && t[i] < 0x7f;
-	if (!ok)
+	if (!printable_word(t, FLARE_API_KEY_MAX))
 		return flare_bad(err, errlen, "the key must be 1 to %d printable characters without "
 			   "spaces", FLARE_API_KEY_MAX);
 	snprintf(s->api_key, sizeof s->api_key, "%s", t);
@@ -566,11 +572,7 @@ static int set_name(struct flare_settings *s, const struct flare_option *o, cons
 {
 	(void)o;
 	(void)vt;
-	size_t l = strlen(t);
-	bool ok = l > 0 && l <= FLARE_POOL_ID_MAX;
-	for (size_t i = 0; ok && i < l; i++)
-		ok = t[i] > 0x20 && t[i] < 0x7f;
-	if (!ok)
+	if (!printable_word(t, FLARE_POOL_ID_MAX))
 		return flare_bad(err, errlen,
 				 "'%.80s' is not an instance id (1 to %d printable characters "
 				 "without spaces)",
