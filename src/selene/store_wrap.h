@@ -8,7 +8,12 @@
  * destroys it.  Each helper does what the inner store would, or what an
  * empty store does without one (a miss, SEL_SKIPPED, no events), so a
  * level that only adds a path calls them for everything else, and levels
- * compose: remote(pooled(local)) forwards through both.
+ * compose: remote(pooled(local)) forwards through both.  An inner store
+ * may answer a lookup SEL_LOOKUP_PENDING (the pooled store within its
+ * grace period): a wrapper passes that on (sel_wrap_lookup does), or asks
+ * its own level meanwhile and answers PENDING itself; and a hit of a tier
+ * it does not own (hit->tier, hit->cookie) goes to the inner store's fetch
+ * unchanged.
  */
 #ifndef SEL_STORE_WRAP_H
 #define SEL_STORE_WRAP_H
