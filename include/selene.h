@@ -448,6 +448,7 @@ typedef struct sel_pool_counters {
 	uint64_t exports_served;       /* exports this instance copied for a neighbour */
 	uint64_t exports_refused[SEL_EXPORT_REFUSALS];
 	uint64_t export_bytes;
+	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */
 } sel_pool_counters;
 
 typedef struct sel_stats {

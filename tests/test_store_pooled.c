@@ -13,6 +13,8 @@
  *   - exports: a neighbour's GPU copy (engine hooks) announced, exported
  *     on a claim, pinned for the copy only; refused for headroom, after
  *     which the arena's copy serves; the eviction notice withdraws it.
+ *   - a neighbour that won the tie with B's memory tier refuses: B's
+ *     restore falls back to its local copy of the same endpoint.
  *   - a pooled store over a memory store: the local tier answers first.
  */
 #include "pool_testlib.h"
@@ -363,6 +365,57 @@ static void test_exports(void)
 	sfx_free(&fb);
 }
 
+/* A neighbour wins the tie with B's own memory tier, then refuses the
+ * export: B's restore falls back to its local copy of the same endpoint. */
+static void test_fallback(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr4", "--memory", "16MiB", NULL);
+	struct hooks_ctx hc = {.refuse = -ENOSPC};
+	sel_export_hooks hooks = {.ctx = &hc, .pin = h_pin, .unpin = h_unpin};
+	sel_store_config c = sfx_config(&fa, true);
+	c.pool = m.sock;
+	c.pool_instance_id = "FA";
+	c.pool_exports = &hooks;
+	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
+	CHECK_OK(sel_store_open(&c, &a));
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 8, 320, 0);
+	sfx_conv_init(&fb, &cb, 8, 320, 0);
+	put_shared(&fa, a, &ca, 256, 51);
+	put_shared(&fb, b, &cb, 256, 52); /* B's memory tier holds it too */
+	sel_hit hit;
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cb.h, 0, 320, &hit)) != 1 || hit.tier != SEL_TIER_POOL) {
+		CHECK(rc >= 0 && eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECK(hit.neighbour && hit.key.consumed == 256);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 301));
+	sel_event e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301 && e.tier == SEL_TIER_MEMORY,
+	       "event %d tier %d", e.type, e.tier);
+	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(counters(b).local_fallbacks == 1 &&
+	      counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 /* Over a memory store: the local hit answers without asking the pool. */
 static void test_local_first(void)
 {
@@ -434,6 +487,7 @@ int main(void)
 	test_local_first();
 	test_share_corrupt_kill();
 	test_exports();
+	test_fallback();
 	test_rmtree(d);
 	free(d);
 	printf("ok\n");

@@ -102,6 +102,8 @@ struct sp_ticket {
 	uint64_t resident, limit;
 	uint64_t t0, last_ns, grace_ns;
 	bool hit_counted, grace_counted, hist_ok;
+	bool has_local; /* a neighbour won a tie with this local hit */
+	sel_hit local;
 	sel_history hist; /* copied when a pool hit is returned */
 };
 
@@ -136,6 +138,8 @@ struct sp_fetch {
 	bool verifying;                              /* hj is with the helper */
 	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
+	bool has_local; /* the local tiers' hit of the same endpoint: the fallback */
+	sel_hit local;
 	sel_pool_fail why;
 	uint32_t release; /* the status the lease ends with after a failure */
 	uint64_t bytes;

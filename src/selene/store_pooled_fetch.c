@@ -55,6 +55,25 @@ static void count_restore(struct sel_pooled *p, const struct sp_fetch *f)
 	}
 }
 
+/* A failed restore whose endpoint the local tiers hold too (a neighbour
+ * won the tie): the local copy, now that the pool's writes drained (design
+ * 2.15 "One source").  True when the inner store took it (its event is the
+ * ticket's). */
+static bool fetch_fallback(struct sel_pooled *p, struct sp_fetch *f)
+{
+	if (!f->has_local || !p->w.inner || p->closed || f->local.pages != f->n_pages ||
+	    !sel_key_eq(&f->local.key, &f->key))
+		return false;
+	sel_inbound in = {.ticket = f->ticket,
+			  .pages = f->pages,
+			  .n_pages = f->n_pages,
+			  .state_slot = f->state_slot};
+	if (sel_store_fetch(p->w.inner, &f->local, &in))
+		return false; /* gone meanwhile: recompute */
+	p->pc_st.local_fallbacks++;
+	return true;
+}
+
 /* End f (no work of it out any more): the lease released, one event. */
 static void fetch_end(struct sel_pooled *p, struct sp_fetch *f)
 {
@@ -62,6 +81,12 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f)
 	if (f->lease)
 		(void)sel_pool_release(p->pc, f->lease, ok ? SEL_POOL_OK : f->release);
 	f->lease = NULL;
+	if (!ok && fetch_fallback(p, f)) {
+		p->pc_st.claims_failed[f->why]++;
+		sp_ticket_failed(p, f->tk_slot, f->tk_seq);
+		fetch_unlink(p, f);
+		return;
+	}
 	sel_event ev = {.type = ok ? SEL_EV_FETCHED : SEL_EV_FETCH_FAILED,
 			.error = ok ? 0 : -ECANCELED,
 			.ticket = f->ticket,
@@ -133,6 +158,8 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->key = hit->key;
 	f->resident = hit->resident;
 	f->neighbour = hit->neighbour;
+	f->has_local = t->has_local;
+	f->local = t->local;
 	f->n_pages = in->n_pages;
 	f->state_slot = in->state_slot;
 	f->t0 = eos_now_ns();

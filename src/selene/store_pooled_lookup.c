@@ -169,6 +169,10 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 		t->hist_ok = true;
 	}
 	uint32_t pt = p->w.base.page_tokens;
+	/* A tie the neighbour won: the same endpoint locally is the fallback. */
+	t->has_local = lrc == 1 && sel_key_eq(&hit->key, k);
+	if (t->has_local)
+		t->local = *hit;
 	*hit = (sel_hit){
 		.key = *k,
 		.resident = t->resident,
