@@ -8,8 +8,8 @@ core.
      same tokens as a run without offload (R, no store at all).
   2. D (pool, --speculate copy: another state mode, so another scope)
      never hits the pool.
-  3. A and B stop; a restarted B restores the prompt from the pool (the
-     arena's copy).
+  3. A is killed (kill -9) and B stops; a restarted B restores the prompt
+     from the pool (the arena's copy, not A's vanished GPU holding).
   4. kill -9 the manager: B keeps serving (recomputes, right answer),
      reports detached; the manager restarts on its kept arena file and B
      reattaches by itself and puts into the pool again.
@@ -112,7 +112,7 @@ with TempDir("flare-pool-") as tmpdir:
                  "A's export in its metrics")
         got, fl = ask(d, PROMPT)
         assert fl["source"] == "none" and d.metrics().get("flare_pool_hits_total") == 0, fl
-        a.stop()
+        a.kill()  # kill -9: the manager drops its holdings and reclaims its leases
         b.stop()
 
         b = Flare(binary, pool, name="B2").start()
