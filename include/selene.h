@@ -449,6 +449,7 @@ typedef struct sel_pool_counters {
 	uint64_t exports_refused[SEL_EXPORT_REFUSALS];
 	uint64_t export_bytes;
 	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */
+	uint64_t evictions_lost;  /* times the holdings were announced again after lost notices */
 } sel_pool_counters;
 
 typedef struct sel_stats {
@@ -524,6 +525,9 @@ int sel_store_poll(sel_store *s, sel_event *ev, size_t cap);
 /* The GPU retired a checkpoint (LRU or compaction; heir: the child that took
  * its pages, or NULL). */
 void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+/* Eviction notices were lost (design 2.15 evictions_lost): the store
+ * forgets what it announced and announces again.  NULL-safe. */
+void sel_store_evictions_lost(sel_store *s);
 /* A GPU-resident hit: refresh the host record's recency. */
 void sel_store_touch(sel_store *s, const sel_key *key);
 void sel_store_stats(sel_store *s, sel_stats *out);
@@ -627,6 +631,10 @@ typedef struct sel_export_hooks {
 	int (*pin)(void *ctx, const sel_key *key, uint64_t checkpoint, sel_published *out);
 	/* Undo a pin once the export's copy drained. */
 	void (*unpin)(void *ctx, uint64_t checkpoint);
+	/* Optional: describe without pinning (0, or -ENOENT once it left the
+	 * GPU cache): which announced holdings are still true after eviction
+	 * notices were lost. */
+	int (*describe)(void *ctx, uint64_t checkpoint, sel_published *out);
 } sel_export_hooks;
 
 typedef struct sel_store_config {

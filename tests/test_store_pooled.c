@@ -278,6 +278,15 @@ static void h_unpin(void *ctx, uint64_t id)
 	h->pins--;
 }
 
+static int h_describe(void *ctx, uint64_t id, sel_published *out)
+{
+	struct hooks_ctx *h = ctx;
+	if (id != h->cp.checkpoint)
+		return -ENOENT;
+	*out = h->cp;
+	return 0;
+}
+
 /* Pump a (the exporter) and b until b has one event. */
 static sel_event next_event2(sel_store *b, sel_store *a)
 {
@@ -307,7 +316,8 @@ static void test_exports(void)
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgr3", "--memory", "16MiB", NULL);
 	struct hooks_ctx hc = {0};
-	sel_export_hooks hooks = {.ctx = &hc, .pin = h_pin, .unpin = h_unpin};
+	sel_export_hooks hooks = {
+		.ctx = &hc, .pin = h_pin, .unpin = h_unpin, .describe = h_describe};
 	sel_store_config c = sfx_config(&fa, true);
 	c.pool = m.sock;
 	c.pool_instance_id = "EA";
@@ -349,6 +359,10 @@ static void test_exports(void)
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 203, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb2, 256, 30, 3));
 
+	/* Lost notices: what the GPU still holds is announced again. */
+	uint64_t ann = counters(a).announced;
+	sel_store_evictions_lost(a);
+	CHECK(counters(a).evictions_lost == 1 && counters(a).announced == ann + 1);
 	/* The eviction notice withdraws the holding. */
 	sel_store_evicted(a, &hc.cp.key, 1, NULL);
 	CHECK(counters(a).withdrawn == 1);

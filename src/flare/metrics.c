@@ -406,6 +406,9 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 		val(out, "flare_pool_exports_refused_total", l, p->exports_refused[i]);
 	}
 	COUNTER("flare_pool_export_bytes_total", "Bytes exported into the arena.", p->export_bytes);
+	COUNTER("flare_pool_holdings_reannounced_total",
+		"Times the GPU holdings were announced again after eviction notices were lost.",
+		p->evictions_lost);
 	COUNTER("flare_pool_local_fallbacks_total",
 		"Failed pool restores that the local tiers' copy of the same endpoint took over.",
 		p->local_fallbacks);

@@ -618,6 +618,12 @@ static void export_unpin(void *ctx, uint64_t id)
 	(void)hel_scheduler_unpin(e->sched, id);
 }
 
+static int export_describe(void *ctx, uint64_t id, sel_published *out)
+{
+	hel_engine *e = ctx;
+	return hel_scheduler_describe(e->sched, id, out) ? -ENOENT : 0;
+}
+
 /* The host store (design 1's table, or the test double), its policy and
  * what the startup summary says of it. */
 static int open_store(hel_engine *e)
@@ -646,7 +652,8 @@ static int open_store(hel_engine *e)
 		.pool_grace_ns = cfg->pool_grace_ns,
 		.pool_exports = &e->xh,
 	};
-	e->xh = (sel_export_hooks){.ctx = e, .pin = export_pin, .unpin = export_unpin};
+	e->xh = (sel_export_hooks){
+		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
@@ -1279,8 +1286,11 @@ static int service_store(hel_engine *e)
 	for (;;) {
 		bool lost = false;
 		size_t k = hel_scheduler_take_evictions(e->sched, nt, NOTICE_BATCH, &lost);
-		if (lost)
-			e->ws.evictions_lost++; /* no store hook for it yet (selene.h) */
+		if (lost) {
+			e->ws.evictions_lost++;
+			if (store_usable(e)) /* design 2.15: announce the holdings again */
+				sel_store_evictions_lost(e->store);
+		}
 		for (size_t i = 0; i < k && store_usable(e); i++) {
 			sel_store_evicted(e->store, &nt[i].key, nt[i].generation,
 					  sel_key_is_none(&nt[i].heir) ? NULL : &nt[i].heir);

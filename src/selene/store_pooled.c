@@ -40,6 +40,7 @@ static const struct sel_store_ops sp_ops = {
 	.close = sp_close,
 	.destroy = sp_destroy,
 	.describe = sp_describe,
+	.evictions_lost = sp_evictions_lost,
 };
 
 const char *sel_pool_fail_name(sel_pool_fail f)

@@ -273,6 +273,9 @@ void sp_announce(struct sel_pooled *p, const sel_published *cp);
 bool sp_held(const struct sel_pooled *p, uint64_t id);
 void sp_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
 void sp_reannounce(struct sel_pooled *p);
+/* ops->evictions_lost: the holdings table may name checkpoints the GPU
+ * evicted; reset it at the manager and announce what is still held. */
+void sp_evictions_lost(sel_store *s);
 bool sp_export_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_export_copied(struct sel_pooled *p, struct sel_xfer_job *j);
 bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);

@@ -98,6 +98,27 @@ void sp_reannounce(struct sel_pooled *p)
 	}
 }
 
+void sp_evictions_lost(sel_store *s)
+{
+	struct sel_pooled *p = (struct sel_pooled *)s;
+	sel_store_evictions_lost(p->w.inner);
+	if (!p->pc || p->closed || !p->hooks)
+		return;
+	p->pc_st.evictions_lost++;
+	/* Keep only what the engine still holds with its row (describe says),
+	 * then announce afresh. */
+	for (uint32_t i = 0; i < SP_HOLDINGS; i++) {
+		struct sp_holding *h = &p->hold[i];
+		sel_published pub;
+		if (!h->used || !p->hooks->describe)
+			continue;
+		if (p->hooks->describe(p->hooks->ctx, h->id, &pub) ||
+		    !sel_key_eq(&pub.key, &h->key))
+			h->used = false;
+	}
+	sp_reannounce(p);
+}
+
 /* ---- exports ----------------------------------------------------------------------------------- */
 
 static void export_end(struct sel_pooled *p, struct sp_export *x, bool done)
