@@ -47,19 +47,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			allowed |= 1u << o;
 		if (a->set & ~allowed)
 			fail("a setting the file cannot hold is marked", "");
-		if ((a->set & 1u << FLARE_OPT_MAX_ACTIVE) &&
+		if ((a->set & 1ull << FLARE_OPT_MAX_ACTIVE) &&
 		    (a->max_active < 1 || a->max_active > FLARE_MAX_ACTIVE_MAX))
 			fail("max_active out of range", "");
-		if ((a->set & 1u << FLARE_OPT_DRAFT_TOKENS) &&
+		if ((a->set & 1ull << FLARE_OPT_DRAFT_TOKENS) &&
 		    (a->draft_tokens < 1 || a->draft_tokens > HEL_DRAFT_MAX))
 			fail("draft_tokens out of range", "");
-		if ((a->set & 1u << FLARE_OPT_GPU_CACHE) && a->gpu_cache == 0)
+		if ((a->set & 1ull << FLARE_OPT_GPU_CACHE) && a->gpu_cache == 0)
 			fail("gpu_cache zero", "");
-		if ((a->set & 1u << FLARE_OPT_DASHBOARD_INTERVAL) && a->dashboard_ns == 0)
+		if ((a->set & 1ull << FLARE_OPT_DASHBOARD_INTERVAL) && a->dashboard_ns == 0)
 			fail("dashboard interval zero", "");
-		if ((a->set & 1u << FLARE_OPT_DISK) && !a->disk[0])
+		if ((a->set & 1ull << FLARE_OPT_DISK) && !a->disk[0])
 			fail("empty disk path", "");
-		if ((a->set & 1u << FLARE_OPT_HOST) && !a->host[0])
+		if ((a->set & 1ull << FLARE_OPT_HOST) && !a->host[0])
 			fail("empty host", "");
 	} else {
 		if (rc != -EINVAL)

@@ -335,6 +335,9 @@ typedef struct sel_hit {
 	 * so it never reads a node the lookup did not check.  Store-computed;
 	 * callers copy hits whole. */
 	sel_digest chain;
+	/* Pool hits: the bytes come from another instance's cache through an
+	 * export (design 2.15 "neighbour GPU"), not from the manager's arena. */
+	bool neighbour;
 } sel_hit;
 
 /* Where a restore lands (InboundTicket). */
@@ -389,6 +392,66 @@ typedef struct sel_tier_stats {
 	uint64_t stores_packed, stores_per_rank;
 } sel_tier_stats;
 
+/* Why a pool restore failed (sel_pool_counters.claims_failed). */
+typedef enum sel_pool_fail {
+	SEL_POOL_FAIL_REFUSED = 0, /* the manager refused the claim (record gone, limits) */
+	SEL_POOL_FAIL_TIMEOUT,     /* the restore deadline or the no-progress timeout */
+	SEL_POOL_FAIL_GONE,        /* the connection to the manager was lost */
+	SEL_POOL_FAIL_MISMATCH,    /* the grant's chain keys are not the request's history */
+	SEL_POOL_FAIL_CORRUPT,     /* a page or the row failed its checksum */
+	SEL_POOL_FAIL_COPY,        /* the copy into the GPU ids failed */
+	SEL_POOL_FAILS
+} sel_pool_fail;
+
+/* Metric label: "refused", "timeout", "gone", "mismatch", "corrupt", "copy". */
+const char *sel_pool_fail_name(sel_pool_fail f);
+
+/* Why this instance refused or failed an export (design 2.15). */
+typedef enum sel_export_refusal {
+	SEL_EXPORT_NOT_FOUND = 0,     /* the checkpoint left the GPU cache */
+	SEL_EXPORT_GENERATION_CHANGED, /* the id holds another key */
+	SEL_EXPORT_CHAIN_GAP,          /* not the pages asked for */
+	SEL_EXPORT_NO_HEADROOM,        /* pinning it would hurt serving */
+	SEL_EXPORT_FAILED,             /* the copy failed, or the requester went away */
+	SEL_EXPORT_REFUSALS
+} sel_export_refusal;
+
+/* Metric label: "not_found", "generation_changed", "chain_gap",
+ * "no_headroom", "failed". */
+const char *sel_export_refusal_name(sel_export_refusal r);
+
+/* Attachment of a pooled store (design 2.15). */
+typedef enum sel_pool_attach_state {
+	SEL_POOL_OFF = 0,      /* no pool configured */
+	SEL_POOL_UP,           /* a session is open */
+	SEL_POOL_DOWN,         /* the connection was lost: reattach follows */
+	SEL_POOL_GONE_FOR_GOOD, /* sharing disabled (a changed region), or never attached */
+} sel_pool_attach_state;
+
+/* What the pooled store did (design 2.15 "Visible"); sel_stats.pool. */
+typedef struct sel_pool_counters {
+	sel_pool_attach_state state;
+	uint64_t sessions, detaches; /* sessions opened (attach and reattaches), losses */
+	uint64_t lookups;            /* pool lookups begun (tickets) */
+	uint64_t answers;            /* answered */
+	uint64_t late_answers;       /* answered after the grace period */
+	uint64_t grace_expired;      /* admissions that went on without the answer */
+	uint64_t hits;               /* lookups where the pool had the deepest prefix */
+	uint64_t claims, restores;   /* claims made, restores that landed */
+	uint64_t claims_failed[SEL_POOL_FAILS];
+	uint64_t reused_tokens, reused_bytes; /* by restores from the pool */
+	uint64_t puts, puts_accepted, puts_refused, puts_failed; /* copies into the arena */
+	uint64_t put_bytes;
+	uint64_t neighbour_restores;  /* of restores: exported by another instance */
+	uint64_t neighbour_tokens, neighbour_bytes;
+	uint64_t announced, withdrawn; /* GPU holdings */
+	uint64_t exports_served;       /* exports this instance copied for a neighbour */
+	uint64_t exports_refused[SEL_EXPORT_REFUSALS];
+	uint64_t export_bytes;
+	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */
+	uint64_t evictions_lost;  /* times the holdings were announced again after lost notices */
+} sel_pool_counters;
+
 typedef struct sel_stats {
 	const char *transport;     /* copy backend: "host", "cuda" */
 	uint64_t slot_bytes;       /* bytes per slot (one page record, padded) */
@@ -419,6 +482,7 @@ typedef struct sel_stats {
 	 * NULL without a disk tier.  A static string. */
 	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
+	sel_pool_counters pool; /* zero without --prefix-cache-pool */
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the
@@ -432,6 +496,12 @@ typedef struct sel_stats {
  * version, selene_store.h). */
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit);
+/* sel_store_lookup's answer from a pooled store while the pool's answer is
+ * due (design 2.15 "Lookups": at most a 2 ms grace period): nothing in
+ * *hit; hold the request and ask again after a poll (the wait fd becomes
+ * readable by the end of the grace period, and after it the lookup
+ * answers from the local tiers). */
+#define SEL_LOOKUP_PENDING 2
 /* Offer a checkpoint.  why (may be NULL) receives the reason of a
  * SEL_RETRY.  Returns an outcome, never an error code: a checkpoint that
  * cannot be used (page ids beyond the planes, a tail longer than its
@@ -455,6 +525,9 @@ int sel_store_poll(sel_store *s, sel_event *ev, size_t cap);
 /* The GPU retired a checkpoint (LRU or compaction; heir: the child that took
  * its pages, or NULL). */
 void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+/* Eviction notices were lost (design 2.15 evictions_lost): the store
+ * forgets what it announced and announces again.  NULL-safe. */
+void sel_store_evictions_lost(sel_store *s);
 /* A GPU-resident hit: refresh the host record's recency. */
 void sel_store_touch(sel_store *s, const sel_key *key);
 void sel_store_stats(sel_store *s, sel_stats *out);
@@ -487,6 +560,9 @@ typedef struct sel_store_info {
 	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
 	uint64_t disk_shared;      /* of the disk limit, set aside (disk_share_div); disk_limit
 				      is the store's own part */
+	/* With a pool: "unix:PATH, pool 'NAME', arena 64 GiB" or why it is not
+	 * attached; NULL without --prefix-cache-pool. */
+	const char *pool;
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
  * strings are the store's, valid until destroy. */
@@ -542,6 +618,27 @@ typedef struct sel_drain_progress {
 	bool off;
 } sel_drain_progress;
 
+/* The engine's side of exports (design 2.15): a pooled store announces
+ * the checkpoints offered to it as GPU holdings and, when the manager asks
+ * for one on a neighbour's behalf, calls these on the worker thread from
+ * within sel_store_poll. */
+typedef struct sel_export_hooks {
+	void *ctx;
+	/* Pin GPU checkpoint `checkpoint` (the id it was offered with), whose
+	 * key must be *key, and describe it into *out (its whole chain's page
+	 * ids, valid until the next call, and its state slot).  0, or
+	 * -ENOENT (it left the GPU cache or lost its row), -ESTALE (the id
+	 * holds another key), -ENOSPC (no headroom: pinning it now would take
+	 * what serving needs). */
+	int (*pin)(void *ctx, const sel_key *key, uint64_t checkpoint, sel_published *out);
+	/* Undo a pin once the export's copy drained. */
+	void (*unpin)(void *ctx, uint64_t checkpoint);
+	/* Optional: describe without pinning (0, or -ENOENT once it left the
+	 * GPU cache): which announced holdings are still true after eviction
+	 * notices were lost. */
+	int (*describe)(void *ctx, uint64_t checkpoint, sel_published *out);
+} sel_export_hooks;
+
 typedef struct sel_store_config {
 	const sel_geometry *geometry;    /* live plane addresses; outlives the store */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
@@ -579,8 +676,11 @@ typedef struct sel_store_config {
 	/* Tests and tools: the clock of record ages and expiry sweeps, ns
 	 * since the epoch (NULL = CLOCK_REALTIME, which file mtimes use). */
 	uint64_t (*clock_ns)(void);
-	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
-	 * value is refused by sel_store_open with -ENOTSUP. */
+	/* Pool manager address (design 2.15): "unix:PATH" (or a path).  With
+	 * it sel_store_open wraps the local tiers (or none: pool only) in the
+	 * pooled store, which attaches at open (waiting up to pool_wait_ns, 0:
+	 * 10 s, for the manager's hello); an absent or refusing manager leaves
+	 * the local tiers alone, with one warning (sel_store_warning). */
 	const char *pool;
 	/* Nonzero: one disk_share_div-th of the resolved disk limit is set
 	 * aside for the other records of the namespace directory (a vision
@@ -594,6 +694,18 @@ typedef struct sel_store_config {
 	 * accounts for these allocations"): left out of the headroom the
 	 * intake is sized from when host_headroom is 0. */
 	uint64_t host_reserved;
+	/* Pool instance id inputs: an explicit id (NULL: derived from the
+	 * machine id, model_identity and pool_listen, docs/pool.md). */
+	const char *pool_instance_id;
+	const char *pool_listen;
+	uint64_t pool_wait_ns;
+	/* The shortest grace period a lookup waits for the pool's answer (0:
+	 * 2 ms, design 2.15); four measured round trips when longer. */
+	uint64_t pool_grace_ns;
+	/* Tests: the machine id file (NULL: /etc/machine-id). */
+	const char *pool_machine_id_path;
+	/* Exports to neighbours (NULL: none; no GPU holdings announced). */
+	const sel_export_hooks *pool_exports;
 } sel_store_config;
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0
@@ -606,10 +718,11 @@ typedef struct sel_store_config {
  * filesystem at startup when 0 (callers that mean "no disk tier" pass no
  * disk_dir).  On error *out is NULL and sel_errmsg() names the setting.
  * Errors (those of the stores below too):
- *   -EINVAL       no geometry; a warm budget smaller than one slot; a
+ *   -EINVAL       no geometry; a pool address that is not unix:PATH (or a
+ *                 path with a '/'); a warm budget smaller than one slot; a
  *                 split_pool value that is no mode, or on with a disk tier
  *                 or a host copy backend
- *   -ENOTSUP      cfg->pool: the pool tier is not in this build
+ *   -ENOTSUP      cfg->pool with a CUDA backend (not in this build)
  *   SEL_EGEOMETRY the host backend asked for with device planes
  *   SEL_ECUDA     the CUDA driver is unavailable or a driver call failed
  *                 (the message names the call, rank and device)

@@ -35,8 +35,9 @@
 extern "C" {
 #endif
 
-/* Version 2 added describe and made evicted and touch optional. */
-#define SEL_STORE_OPS_VERSION 2
+/* Version 2 added describe and made evicted and touch optional; version 3
+ * the optional evictions_lost. */
+#define SEL_STORE_OPS_VERSION 3
 
 struct sel_store_ops {
 	uint32_t version; /* SEL_STORE_OPS_VERSION */
@@ -61,6 +62,10 @@ struct sel_store_ops {
 	 * directory, limit, scan count and I/O path, a startup warning.
 	 * Strings stay owned by the store, valid until destroy. */
 	void (*describe)(sel_store *s, sel_store_info *out);
+	/* Optional: eviction notices were dropped (the worker's bounded queue
+	 * overflowed); a store that announces holdings announces them again.
+	 * NULL ignores it. */
+	void (*evictions_lost)(sel_store *s);
 };
 
 /* The base every implementation embeds first.  Zero it; set ops and

@@ -17,6 +17,9 @@ that supports it:
   corruption    A flipped byte in a record file (header, page, row) gives a
                 miss or a failed restore, a recompute and the right answer
                 (disk, composite).
+  pool          The pool (design 2.15) over each local-tier combination
+                (none: pool only; memory, disk, composite): a neighbour's
+                GPU copy, then the arena's after the neighbour stopped.
   fetch-choice  The fetch policy (--prefix-cache-fetch auto) picks the faster
                 of restoring and recomputing, timed against the same
                 requests with always and never, for a short and a long
@@ -944,6 +947,86 @@ def fetch_choice_length(ctx, core, store, res, rounds, length):
               f"{last_dt * 1e3:.0f} ms")
 
 
+def start_pool(ctx, what):
+    """A `flare pool` for one scenario: (process, socket), stopped by the
+    caller (stop_pool)."""
+    import subprocess
+    from flare import die_with_parent
+    d = ctx.dir(what)
+    sock, log = os.path.join(d, "p.sock"), os.path.join(d, "mgr.log")
+    with open(log, "w") as lf:
+        p = subprocess.Popen([ctx.flare, "pool", "--socket", sock, "--memory", "256MiB"],
+                             stdin=subprocess.DEVNULL, stdout=lf, stderr=lf,
+                             preexec_fn=die_with_parent)
+    deadline = time.monotonic() + 20
+    while "listening on unix:" not in open(log).read():
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            raise FlareError("flare pool did not start: " + open(log).read()[-500:])
+        time.sleep(0.02)
+    return p, sock
+
+
+def stop_pool(p):
+    p.terminate()
+    p.wait(20)
+
+
+def pool_settled(srv):
+    m = srv.settle()
+    return m.get("flare_pool_puts_total") == (m.get("flare_pool_puts_accepted_total")
+                                              + m.get("flare_pool_puts_refused_total")
+                                              + m.get("flare_pool_puts_failed_total"))
+
+
+def sc_pool(ctx, core, store, res):
+    """The pool with each local-tier combination (design 1's four pool
+    rows; `none` is pool only): instance A with `store` and the pool
+    computes turn 1; instance B (pool only) answers it from A's GPU copy
+    (source neighbour); A stops; a restarted B answers it from the arena
+    (source pool); every answer the reference's."""
+    ctx.need(core, store)
+    conv = Conversation(ctx, core, seed=9)
+    mgr, sock = start_pool(ctx, "pool")
+    try:
+        d = ctx.dir("pool-disk")
+        mem = memory_for(ctx, core, "ordinary", [conv.t1 + core.max_tokens + 40] * 4)
+        pool = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always",
+                "--prefix-cache-pool-grace", "2s"]  # restores asserted: no 2 ms race
+        a_args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem) + pool
+        b_args = core.args(ctx.flare) + pool
+        body = conv.body1()
+        with ctx.server(core, a_args, name="A") as a, ctx.server(core, b_args, name="B") as b:
+            res.require("shared through unix:" + sock in a.summary(), "A names the pool",
+                        a.summary())
+            r = a.chat(**body)
+            same_as_reference(res, ctx, core, "chat", body, r, "A's turn 1")
+            wait = time.monotonic() + 30
+            while not pool_settled(a):
+                res.require(time.monotonic() < wait, "A's copies into the pool settle")
+                time.sleep(0.02)
+            r = b.chat(**body)
+            f = r["flare"]
+            res.check(f["source"] == "neighbour" and f["reused_host_tokens"] > 0,
+                      "B: restored from A's GPU copy (neighbour)", f"{f}")
+            same_as_reference(res, ctx, core, "chat", body, r, "B's turn 1")
+            # A's stats snapshot is published after its worker's iteration.
+            wait = time.monotonic() + 10
+            while a.metrics().get("flare_pool_exports_served_total") < 1 and \
+                    time.monotonic() < wait:
+                time.sleep(0.02)
+            served = a.metrics().get("flare_pool_exports_served_total")
+            res.check(served >= 1, "A served the export", f"{served:.0f}")
+        with ctx.server(core, b_args, name="B2") as b:
+            r = b.chat(**body)
+            f = r["flare"]
+            res.check(f["source"] == "pool" and f["reused_host_tokens"] > 0,
+                      "restarted B, A gone: restored from the arena (pool)", f"{f}")
+            same_as_reference(res, ctx, core, "chat", body, r, "restarted B's turn 1")
+    finally:
+        stop_pool(mgr)
+
+
 SCENARIOS = {
     "gpu-only": (sc_gpu_only, ("none",)),
     "memory-hit": (sc_memory_hit, ("memory", "disk", "composite")),
@@ -952,6 +1035,7 @@ SCENARIOS = {
     "namespaces": (sc_namespaces, ("disk", "composite")),
     "corruption": (sc_corruption, ("disk", "composite")),
     "fetch-choice": (sc_fetch_choice, ("memory", "disk")),
+    "pool": (sc_pool, ("none", "memory", "disk", "composite")),
 }
 
 

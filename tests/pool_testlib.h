@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -104,9 +105,14 @@ UNUSED static void mgr_start(struct mgr_proc *m, const char *dir, const char *na
 	argv[n] = NULL;
 	int lf = open(m->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 	CHECK(lf >= 0);
+	pid_t parent = getpid();
 	m->pid = fork();
 	CHECK(m->pid >= 0);
 	if (m->pid == 0) {
+		/* Dies with the test, even one a failed CHECK ends. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
 		dup2(lf, 2);
 		dup2(lf, 1);
 		execv(argv[0], (char *const *)argv);

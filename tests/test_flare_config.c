@@ -102,32 +102,32 @@ static void test_flags(void)
 	CHECK(s.fetch == HEL_FETCH_NEVER);
 	CHECK(s.dashboard == FLARE_DASHBOARD_ON && s.dashboard_ns == NS / 4);
 	CHECK(!strcmp(s.core, "my.core"));
-	uint32_t want = 0;
+	uint64_t want = 0;
 	for (int o = FLARE_OPT_HOST; o <= FLARE_OPT_DASHBOARD_INTERVAL; o++)
 		if (o != FLARE_OPT_DRAIN)
-			want |= 1u << o;
-	want |= 1u << FLARE_OPT_CORE;
-	CHECKF(s.set == want, "set %#x want %#x", s.set, want);
+			want |= 1ull << o;
+	want |= 1ull << FLARE_OPT_CORE;
+	CHECKF(s.set == want, "set %#llx want %#llx", (unsigned long long)s.set, (unsigned long long)want);
 
 	/* Only what was given is marked. */
 	CHECK_OK(FLAGS(&s, "--port", "9000"));
-	CHECK(s.set == 1u << FLARE_OPT_PORT && s.port == 9000);
+	CHECK(s.set == 1ull << FLARE_OPT_PORT && s.port == 9000);
 	CHECK_OK(parse_flags(&s, err, sizeof err, (char *)NULL));
 	CHECK(s.set == 0);
 
 	/* The drain flag: bare, =DURATION, =off, =on. */
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown"));
-	CHECK(s.drain && s.drain_ns == 0 && (s.set & 1u << FLARE_OPT_DRAIN));
+	CHECK(s.drain && s.drain_ns == 0 && (s.set & 1ull << FLARE_OPT_DRAIN));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=90s"));
 	CHECK(s.drain && s.drain_ns == 90 * NS);
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=off"));
-	CHECK(!s.drain && (s.set & 1u << FLARE_OPT_DRAIN));
+	CHECK(!s.drain && (s.set & 1ull << FLARE_OPT_DRAIN));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown=on"));
 	CHECK(s.drain && s.drain_ns == 0);
 	/* Issue 14 item 6: a value after a space is the flag's when it reads
 	 * as one; otherwise the flag is bare and the argument is CORE. */
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "90s"));
-	CHECK(s.drain && s.drain_ns == 90 * NS && !(s.set & 1u << FLARE_OPT_CORE));
+	CHECK(s.drain && s.drain_ns == 90 * NS && !(s.set & 1ull << FLARE_OPT_CORE));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "off", "my.core"));
 	CHECK(!s.drain && !strcmp(s.core, "my.core"));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "2m", "--port", "0"));
@@ -137,13 +137,13 @@ static void test_flags(void)
 	CHECK_OK(FLAGS(&s, "--prefix-cache-drain-on-shutdown", "x.core"));
 	CHECK(s.drain && s.drain_ns == 0 && !strcmp(s.core, "x.core"));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-max-age", "off"));
-	CHECK(s.max_age_ns == 0 && (s.set & 1u << FLARE_OPT_MAX_AGE));
+	CHECK(s.max_age_ns == 0 && (s.set & 1ull << FLARE_OPT_MAX_AGE));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-max-age", "1.5"));
 	CHECK(s.max_age_ns == 3 * NS / 2);
 	CHECK_OK(FLAGS(&s, "--prefix-cache-fetch=always"));
-	CHECK(s.fetch == HEL_FETCH_ALWAYS && s.set == 1u << FLARE_OPT_FETCH);
+	CHECK(s.fetch == HEL_FETCH_ALWAYS && s.set == 1ull << FLARE_OPT_FETCH);
 	CHECK_OK(FLAGS(&s, "--prefix-cache-fetch", "auto"));
-	CHECK(s.fetch == HEL_FETCH_AUTO && s.set == 1u << FLARE_OPT_FETCH);
+	CHECK(s.fetch == HEL_FETCH_AUTO && s.set == 1ull << FLARE_OPT_FETCH);
 	CHECK_OK(FLAGS(&s, "--speculate", "off"));
 	CHECK(s.speculate == SEL_MODE_ORDINARY);
 	CHECK_OK(FLAGS(&s, "--speculate", "copy", "--port", "1", "--port", "2"));
@@ -151,7 +151,7 @@ static void test_flags(void)
 	CHECK_OK(FLAGS(&s, "--", "--weird.core"));
 	CHECK(!strcmp(s.core, "--weird.core"));
 	CHECK_OK(FLAGS(&s, "--prefix-cache-memory", "0", "--prefix-cache-disk-limit", "0"));
-	CHECK(s.memory == 0 && s.disk_limit == 0 && (s.set & 1u << FLARE_OPT_DISK_LIMIT));
+	CHECK(s.memory == 0 && s.disk_limit == 0 && (s.set & 1ull << FLARE_OPT_DISK_LIMIT));
 
 	/* Access and limits (issue 14 items 4, 12; issue 12 item 6). */
 	CHECK_OK(FLAGS(&s, "--allowed-origins", "https://a.example, http://localhost:3000",
@@ -319,9 +319,9 @@ static void test_config(void)
 	CHECK(s.disk_limit == 1000000000ull);
 	CHECK(s.drain && s.drain_ns == 90 * NS);
 	CHECK(s.max_age_ns == 7200 * NS);
-	CHECK(s.fetch == HEL_FETCH_ALWAYS && (s.set & 1u << FLARE_OPT_FETCH));
+	CHECK(s.fetch == HEL_FETCH_ALWAYS && (s.set & 1ull << FLARE_OPT_FETCH));
 	CHECK(!strcmp(s.host, "::1"));
-	CHECK(s.port == 0 && (s.set & 1u << FLARE_OPT_PORT));
+	CHECK(s.port == 0 && (s.set & 1ull << FLARE_OPT_PORT));
 	CHECK(s.max_active == 8 && s.gpu_cache == 256ull << 20);
 	CHECK(s.speculate == SEL_MODE_COPY && s.draft_tokens == 2);
 	CHECK(s.dashboard == FLARE_DASHBOARD_OFF && s.dashboard_ns == 10 * NS);
@@ -340,7 +340,7 @@ static void test_config(void)
 	CHECK_OK(CFG(&s, "\xef\xbb\xbf[prefix_cache]\ndrain_on_shutdown = true\nmax_age = \"off\"\n"
 			 "memory = 0\n"));
 	CHECK(s.drain && s.drain_ns == 0 && s.max_age_ns == 0 && s.memory == 0);
-	CHECK(s.set == (1u << FLARE_OPT_DRAIN | 1u << FLARE_OPT_MAX_AGE | 1u << FLARE_OPT_MEMORY));
+	CHECK(s.set == (1ull << FLARE_OPT_DRAIN | 1ull << FLARE_OPT_MAX_AGE | 1ull << FLARE_OPT_MEMORY));
 	CHECK_OK(CFG(&s, "[prefix_cache]\ndrain_on_shutdown = \"on\"\nmax_age = 3600\n"));
 	CHECK(s.drain && s.drain_ns == 0 && s.max_age_ns == 3600 * NS);
 	CHECK_OK(CFG(&s, "[prefix_cache]\ndrain_on_shutdown = \"off\"\n"));
@@ -357,7 +357,7 @@ static void test_config(void)
 	/* Ranks in separate processes (docs/multihost.md "Execution"). */
 	CHECK_OK(CFG(&s, "[ranks]\nranks = 4\nrank = 3\nrendezvous = \"[fd00::1]:7000\"\n"));
 	CHECK(s.ranks == 4 && s.rank == 3 && !strcmp(s.rendezvous, "[fd00::1]:7000"));
-	CHECK(s.set == (1u << FLARE_OPT_RANKS | 1u << FLARE_OPT_RANK | 1u << FLARE_OPT_RENDEZVOUS));
+	CHECK(s.set == (1ull << FLARE_OPT_RANKS | 1ull << FLARE_OPT_RANK | 1ull << FLARE_OPT_RENDEZVOUS));
 	cfg_bad("[ranks]\nrendezvous = \"10.0.0.1\"\n", "t.toml:2: ranks.rendezvous: ",
 		"is not HOST:PORT");
 	cfg_bad("[ranks]\nranks = 65\n", "t.toml:2: ranks.ranks: ", "from 1 to 64");

@@ -392,6 +392,13 @@ static void test_dashboard(void)
 	d.store.spilled_bytes += 4u << 20;
 	flare_dashboard_line(line, sizeof line, &c, &d, 2000000000ull);
 	CHECKF(strstr(line, "in 3 MiB/s, out 2 MiB/s"), "%s", line);
+	/* With a pool: its state and restores end the line. */
+	d.store.pool.state = SEL_POOL_DOWN;
+	d.store.pool.restores = 5;
+	d.store.pool.neighbour_restores = 2;
+	d.store.pool.exports_served = 1;
+	flare_dashboard_line(line, sizeof line, &c, &d, 2000000000ull);
+	CHECKF(strstr(line, "| pool detached, restores 5 (2 neighbour), exports 1"), "%s", line);
 	char small[20];
 	flare_dashboard_line(small, sizeof small, &a, &c, 1);
 	CHECK(strlen(small) == sizeof small - 1);

@@ -879,7 +879,7 @@ const char *flare_api_source(const hel_outcome *o)
 	if (o->reused_host_tokens > 0) {
 		switch (o->host_tier) {
 		case SEL_TIER_DISK: return "disk";
-		case SEL_TIER_POOL: return "pool";
+		case SEL_TIER_POOL: return o->host_neighbour ? "neighbour" : "pool";
 		default: return "memory";
 		}
 	}

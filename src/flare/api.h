@@ -126,7 +126,7 @@ struct flare_api_choice {
  * may complete with the next tokens).  Returns the bytes consumed. */
 size_t flare_utf8_clean(const char *in, size_t n, bool final, struct flare_buf *out);
 
-/* "none", "gpu", "memory", "disk" or "pool": where the deepest reuse of the
+/* "none", "gpu", "memory", "disk", "pool" or "neighbour": where the deepest reuse of the
  * request's prompt came from. */
 const char *flare_api_source(const hel_outcome *o);
 

@@ -41,7 +41,7 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
-			if (out->set & (1u << FLARE_OPT_CORE))
+			if (out->set & (1ull << FLARE_OPT_CORE))
 				return flare_bad(err, errlen,
 					       "unexpected argument '%s' (CORE was already given as '%s')",
 					       a, out->core);

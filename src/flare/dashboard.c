@@ -84,10 +84,17 @@ const char *flare_dashboard_line(char *buf, size_t cap, const hel_engine_stats *
 	}
 	eos_format_size((uint64_t)rate(bytes_in(cur), bytes_in(prev), ns), in, sizeof in);
 	eos_format_size((uint64_t)rate(bytes_out(cur), bytes_out(prev), ns), out, sizeof out);
-	snprintf(buf + n, cap - (size_t)n,
-		 " | host %" PRIu64 "/%" PRIu64 " slots, hits %" PRIu64 "/%" PRIu64
-		 " | in %s/s, out %s/s",
-		 cur->store.slots_in_use, cur->store.slots_total, cur->host_hits, cur->host_lookups,
-		 in, out);
+	int m = snprintf(buf + n, cap - (size_t)n,
+			 " | host %" PRIu64 "/%" PRIu64 " slots, hits %" PRIu64 "/%" PRIu64
+			 " | in %s/s, out %s/s",
+			 cur->store.slots_in_use, cur->store.slots_total, cur->host_hits,
+			 cur->host_lookups, in, out);
+	const sel_pool_counters *pl = &cur->store.pool;
+	static const char *const states[] = {"off", "attached", "detached", "disabled"};
+	if (pl->state != SEL_POOL_OFF && m >= 0 && (size_t)(n + m) < cap)
+		snprintf(buf + n + m, cap - (size_t)(n + m),
+			 " | pool %s, restores %" PRIu64 " (%" PRIu64 " neighbour), exports %" PRIu64,
+			 (unsigned)pl->state < 4 ? states[pl->state] : "?", pl->restores,
+			 pl->neighbour_restores, pl->exports_served);
 	return buf;
 }

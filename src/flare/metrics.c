@@ -339,8 +339,86 @@ static void spec_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	}
 }
 
+/* The pool (design 2.15 "Visible"): zero without --prefix-cache-pool. */
+static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	const sel_pool_counters *p = &st->store.pool;
+	static const char *const states[] = {"off", "attached", "detached", "disabled"};
+	char l[96];
+
+	family(out, "flare_pool_client_state", "gauge",
+	       "1 for the pool attachment now: off (no --prefix-cache-pool), attached, detached "
+	       "(reattach follows) or disabled (local tiers only until a restart).");
+	for (int i = 0; i < 4; i++) {
+		snprintf(l, sizeof l, "state=\"%s\"", states[i]);
+		val(out, "flare_pool_client_state", l, (int)p->state == i ? 1 : 0);
+	}
+	COUNTER("flare_pool_client_sessions_total", "Pool sessions opened (attach and reattaches).",
+		p->sessions);
+	COUNTER("flare_pool_client_detaches_total", "Pool connections lost.", p->detaches);
+	COUNTER("flare_pool_lookups_total", "Pool lookups asked (tickets).", p->lookups);
+	COUNTER("flare_pool_answers_total", "Pool lookups answered.", p->answers);
+	COUNTER("flare_pool_late_answers_total",
+		"Pool lookups answered after the 2 ms grace period.", p->late_answers);
+	COUNTER("flare_pool_grace_expired_total",
+		"Admissions that went on with the local tiers' answer when the grace period ended.",
+		p->grace_expired);
+	COUNTER("flare_pool_hits_total", "Pool lookups whose answer was the deepest prefix.", p->hits);
+	COUNTER("flare_pool_claims_total", "Restores claimed from the pool.", p->claims);
+	COUNTER("flare_pool_restores_total", "Restores from the pool that landed.", p->restores);
+	family(out, "flare_pool_claims_failed_total", "counter",
+	       "Pool restores that failed (the request recomputed), by reason.");
+	for (int i = 0; i < SEL_POOL_FAILS; i++) {
+		snprintf(l, sizeof l, "reason=\"%s\"", sel_pool_fail_name((sel_pool_fail)i));
+		val(out, "flare_pool_claims_failed_total", l, p->claims_failed[i]);
+	}
+	family(out, "flare_pool_reused_tokens_total", "counter",
+	       "Prompt tokens restored instead of computed, by source (pool: the manager's arena; "
+	       "neighbour: another instance's GPU cache, exported).");
+	val(out, "flare_pool_reused_tokens_total", "source=\"pool\"",
+	    p->reused_tokens - p->neighbour_tokens);
+	val(out, "flare_pool_reused_tokens_total", "source=\"neighbour\"", p->neighbour_tokens);
+	family(out, "flare_pool_reused_bytes_total", "counter", "Bytes restored, by source.");
+	val(out, "flare_pool_reused_bytes_total", "source=\"pool\"",
+	    p->reused_bytes - p->neighbour_bytes);
+	val(out, "flare_pool_reused_bytes_total", "source=\"neighbour\"", p->neighbour_bytes);
+	COUNTER("flare_pool_puts_total", "Checkpoints this instance asked the pool to take.", p->puts);
+	COUNTER("flare_pool_puts_accepted_total", "Of them, committed or already present.",
+		p->puts_accepted);
+	COUNTER("flare_pool_puts_refused_total", "Of them, refused by the manager (no room, limits).",
+		p->puts_refused);
+	COUNTER("flare_pool_puts_failed_total", "Of them, failed (copy, lost session, commit).",
+		p->puts_failed);
+	COUNTER("flare_pool_put_bytes_total", "Bytes copied into the arena.", p->put_bytes);
+	COUNTER("flare_pool_neighbour_restores_total",
+		"Restores from the pool whose bytes another instance exported from its GPU cache.",
+		p->neighbour_restores);
+	COUNTER("flare_pool_holdings_announced_total", "GPU holdings this instance announced.",
+		p->announced);
+	COUNTER("flare_pool_holdings_withdrawn_total",
+		"GPU holdings withdrawn (eviction notices, the oldest beyond the table).", p->withdrawn);
+	COUNTER("flare_pool_exports_served_total",
+		"Exports this instance copied from its GPU cache for a neighbour.", p->exports_served);
+	family(out, "flare_pool_exports_refused_total", "counter",
+	       "Exports this instance refused or failed, by reason.");
+	for (int i = 0; i < SEL_EXPORT_REFUSALS; i++) {
+		snprintf(l, sizeof l, "reason=\"%s\"", sel_export_refusal_name((sel_export_refusal)i));
+		val(out, "flare_pool_exports_refused_total", l, p->exports_refused[i]);
+	}
+	COUNTER("flare_pool_export_bytes_total", "Bytes exported into the arena.", p->export_bytes);
+	COUNTER("flare_pool_holdings_reannounced_total",
+		"Times the GPU holdings were announced again after eviction notices were lost.",
+		p->evictions_lost);
+	COUNTER("flare_pool_local_fallbacks_total",
+		"Failed pool restores that the local tiers' copy of the same endpoint took over.",
+		p->local_fallbacks);
+	COUNTER("flare_pool_lookups_held_total",
+		"Admissions held for a pool answer within its grace period.", st->host_lookups_pending);
+}
+
 static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
+	shared_pool_metrics(out, st);
 	store_pool_metrics(out, &st->store);
 	store_call_metrics(out, st);
 	store_tier_metrics(out, st);

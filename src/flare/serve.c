@@ -56,9 +56,9 @@
 const char *flare_disk_resolve(const struct flare_settings *s, char *note, size_t notelen)
 {
 	note[0] = '\0';
-	if (!(s->set & (1u << FLARE_OPT_DISK)) || !s->disk[0])
+	if (!(s->set & (1ull << FLARE_OPT_DISK)) || !s->disk[0])
 		return NULL;
-	if ((s->set & (1u << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0) {
+	if ((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0) {
 		snprintf(note, notelen, "--prefix-cache-disk-limit 0 selects no disk store");
 		return NULL;
 	}
@@ -188,11 +188,15 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			   : info->disk_note && *info->disk_note ? info->disk_note : "";
 	/* A disk directory that was asked for and cannot be used is a warning;
 	 * "--prefix-cache-disk-limit 0" is a choice. */
-	bool warn = disk_note && *disk_note ? !((s->set & (1u << FLARE_OPT_DISK_LIMIT)) &&
+	bool warn = disk_note && *disk_note ? !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) &&
 						s->disk_limit == 0)
 					    : info->disk_warning;
 	if (!strcmp(store, "disabled")) {
 		flare_buf_printf(out, "flare: prefix cache: disabled");
+	} else if (!info->slots_total) { /* pool only: no local slots */
+		flare_buf_printf(out, "flare: prefix cache: %s store, transport %s, no local tier; "
+				 "shared through %s", store, info->transport ? info->transport : "none",
+				 info->pool[0] ? info->pool : "no pool");
 	} else {
 		flare_buf_printf(out,
 				 "flare: prefix cache: %s store, transport %s; pool %" PRIu64
@@ -214,6 +218,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 size_text(info->input_memory, a, sizeof a),
 					 size_text(info->disk_shared, b, sizeof b),
 					 size_text(info->input_reserved, c, sizeof c));
+		if (info->pool[0])
+			flare_buf_printf(out, "; shared through %s", info->pool);
 		/* Retention over time (design 2.5). */
 		if (s->max_age_ns)
 			flare_buf_printf(out, "; records expire after %s unused",
@@ -319,7 +325,7 @@ static int settle(int argc, char **argv, struct flare_settings *flags, struct fl
 		return -1;
 	}
 	flare_settings_defaults(s);
-	if (flags->set & (1u << FLARE_OPT_CONFIG)) {
+	if (flags->set & (1ull << FLARE_OPT_CONFIG)) {
 		if (flare_config_load(flags->config, file, err, sizeof err)) {
 			fprintf(stderr, "flare: %s\n", err);
 			return -1;
@@ -415,7 +421,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.memory_bytes = s->memory,
 		.disk_dir = disk,
 		.disk_limit = s->disk_limit,
-		.disk_limit_set = (s->set & (1u << FLARE_OPT_DISK_LIMIT)) != 0,
+		.disk_limit_set = (s->set & (1ull << FLARE_OPT_DISK_LIMIT)) != 0,
 		.drain_on_shutdown = s->drain,
 		.drain_limit_ns = s->drain_ns,
 		.drain_progress = print_drain,
@@ -426,6 +432,11 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 		.tp = ranks ? hel_ranks_tp(ranks) : NULL,
 		.image_limits = flare_image_limits(s),
+		.pool = s->pool[0] ? s->pool : NULL,
+		.pool_instance_id = s->pool_instance_id[0] ? s->pool_instance_id : NULL,
+		.pool_listen = flare_server_url(srv),
+		.pool_wait_ns = s->pool_wait_ns,
+		.pool_grace_ns = s->pool_grace_ns,
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);

@@ -110,6 +110,16 @@ static const struct flare_option options[] = {
 	 "an image's width x height at most, from its header before decoding; beyond it 400"},
 	{FLARE_OPT_MAX_IMAGES, "--max-images", "N", "images", "max_images", FLARE_K_COUNT, 1, 1024,
 	 false, "16", "image parts in one request at most; beyond it 400"},
+	{FLARE_OPT_POOL, "--prefix-cache-pool", "unix:PATH", "prefix_cache", "pool", FLARE_K_POOL, 0,
+	 0, false, "none", "share prefix checkpoints through the pool manager at PATH (flare pool)"},
+	{FLARE_OPT_POOL_INSTANCE_ID, "--prefix-cache-instance-id", "ID", "prefix_cache",
+	 "instance_id", FLARE_K_NAME, 0, 0, false, "machine id + core + listen address",
+	 "this instance's stable id in the pool"},
+	{FLARE_OPT_POOL_WAIT, "--prefix-cache-pool-wait", "DURATION", "prefix_cache", "pool_wait",
+	 FLARE_K_INTERVAL, 0, 0, false, "10s", "how long startup waits for the pool manager"},
+	{FLARE_OPT_POOL_GRACE, "--prefix-cache-pool-grace", "DURATION", "prefix_cache", "pool_grace",
+	 FLARE_K_INTERVAL, 0, 0, false, "2ms",
+	 "shortest time admission waits for the pool's answer (longer: 4 round trips)"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -174,6 +184,8 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->max_image_bytes = HEL_IMAGE_ENCODED_DEFAULT;
 	s->max_image_pixels = HEL_IMAGE_PIXELS_DEFAULT;
 	s->max_images = HEL_IMAGE_COUNT_DEFAULT;
+	s->pool_wait_ns = 10ull * 1000000000ull; /* design 2.15: ten seconds for the hello */
+	s->pool_grace_ns = 2000000ull;           /* design 2.15: 2 ms locally */
 }
 
 /* "*", or origins scheme://host[:port] (http or https, no path) joined by
@@ -504,6 +516,10 @@ static int set_interval(struct flare_settings *s, const struct flare_option *o, 
 		return -EINVAL;
 	if (o->id == FLARE_OPT_IDLE_TIMEOUT)
 		s->idle_timeout_ns = ns;
+	else if (o->id == FLARE_OPT_POOL_WAIT)
+		s->pool_wait_ns = ns;
+	else if (o->id == FLARE_OPT_POOL_GRACE)
+		s->pool_grace_ns = ns;
 	else
 		s->dashboard_ns = ns;
 	return 0;
@@ -522,17 +538,23 @@ static int set_origins(struct flare_settings *s, const struct flare_option *o, c
 	return 0;
 }
 
+/* 1 to max printable ASCII characters, no spaces (API keys, instance ids). */
+static bool printable_word(const char *t, size_t max)
+{
+	size_t l = strlen(t);
+	bool ok = l > 0 && l <= max;
+	for (size_t i = 0; ok && i < l; i++)
+		ok = t[i] > 0x20 && t[i] < 0x7f;
+	return ok;
+}
+
 static int set_secret(struct flare_settings *s, const struct flare_option *o, const char *t,
 		enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
 	/* Never quoted back: it is a secret. */
-	size_t l = strlen(t);
-	bool ok = l > 0 && l <= FLARE_API_KEY_MAX;
-	for (size_t i = 0; ok && i < l; i++)
-		ok = t[i] > 0x20 && t[i] < 0x7f;
-	if (!ok)
+	if (!printable_word(t, FLARE_API_KEY_MAX))
 		return flare_bad(err, errlen, "the key must be 1 to %d printable characters without "
 			   "spaces", FLARE_API_KEY_MAX);
 	snprintf(s->api_key, sizeof s->api_key, "%s", t);
@@ -569,6 +591,39 @@ static int set_endpoint(struct flare_settings *s, const struct flare_option *o, 
 	return 0;
 }
 
+/* The pool manager's address: "unix:PATH", or a path with a '/' (design
+ * 2.15: only a manager on this host in this build). */
+static int set_pool(struct flare_settings *s, const struct flare_option *o, const char *t,
+		    enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	const char *path = !strncmp(t, "unix:", 5) ? t + 5 : strchr(t, '/') ? t : NULL;
+	if (!path || !*path || strchr(t, ' '))
+		return flare_bad(err, errlen,
+				 "'%.200s' is not a pool address (unix:PATH, the socket of flare "
+				 "pool on this host)",
+				 t);
+	if (strlen(t) >= sizeof s->pool - 6)
+		return flare_bad(err, errlen, "address is longer than %d bytes", FLARE_PATH_MAX - 7);
+	snprintf(s->pool, sizeof s->pool, "%s%s", path == t ? "unix:" : "", t);
+	return 0;
+}
+
+static int set_name(struct flare_settings *s, const struct flare_option *o, const char *t,
+		    enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!printable_word(t, FLARE_POOL_ID_MAX))
+		return flare_bad(err, errlen,
+				 "'%.80s' is not an instance id (1 to %d printable characters "
+				 "without spaces)",
+				 t, FLARE_POOL_ID_MAX);
+	snprintf(s->pool_instance_id, sizeof s->pool_instance_id, "%s", t);
+	return 0;
+}
+
 typedef int setter(struct flare_settings *s, const struct flare_option *o, const char *t,
 		   enum flare_vtype vt, char *err, size_t errlen);
 /* The setter of each kind: a table is the clearest form of "one rule per
@@ -590,6 +645,8 @@ static setter *const setters[] = {
 	[FLARE_K_SECRET] = set_secret,
 	[FLARE_K_BOOL] = set_bool,
 	[FLARE_K_ENDPOINT] = set_endpoint,
+	[FLARE_K_POOL] = set_pool,
+	[FLARE_K_NAME] = set_name,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -599,7 +656,8 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
-	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_ENDPOINT: want_string = true; break;
+	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_ENDPOINT: case FLARE_K_POOL:
+	case FLARE_K_NAME: want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
@@ -627,16 +685,16 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 		return flare_bad(err, errlen, "takes no value");
 	if ((rc = setters[o->kind](s, o, t, vt, err, errlen)))
 		return rc;
-	s->set |= 1u << o->id;
+	s->set |= 1ull << o->id;
 	return 0;
 }
 
 void flare_settings_merge(struct flare_settings *d, const struct flare_settings *s)
 {
-	uint32_t m = s->set;
+	uint64_t m = s->set;
 #define TAKE(opt, field)                                                                       \
 	do {                                                                                   \
-		if (m & (1u << (opt)))                                                         \
+		if (m & (1ull << (opt)))                                                         \
 			memcpy(&d->field, &s->field, sizeof d->field);                        \
 	} while (0)
 	TAKE(FLARE_OPT_CORE, core);
@@ -670,6 +728,10 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_MAX_IMAGE_BYTES, max_image_bytes);
 	TAKE(FLARE_OPT_MAX_IMAGE_PIXELS, max_image_pixels);
 	TAKE(FLARE_OPT_MAX_IMAGES, max_images);
+	TAKE(FLARE_OPT_POOL, pool);
+	TAKE(FLARE_OPT_POOL_INSTANCE_ID, pool_instance_id);
+	TAKE(FLARE_OPT_POOL_WAIT, pool_wait_ns);
+	TAKE(FLARE_OPT_POOL_GRACE, pool_grace_ns);
 #undef TAKE
 	d->set |= m;
 }

@@ -28,6 +28,7 @@
 #define FLARE_ORIGINS_MAX 2048
 #define FLARE_API_KEY_MAX 256
 #define FLARE_CONNECTIONS_MAX 1000000u
+#define FLARE_POOL_ID_MAX 64
 
 /* One bit per setting in flare_settings.set. */
 enum flare_opt {
@@ -60,10 +61,15 @@ enum flare_opt {
 	FLARE_OPT_MAX_IMAGE_BYTES,
 	FLARE_OPT_MAX_IMAGE_PIXELS,
 	FLARE_OPT_MAX_IMAGES,
+	FLARE_OPT_POOL,
+	FLARE_OPT_POOL_INSTANCE_ID,
+	FLARE_OPT_POOL_WAIT,
+	FLARE_OPT_POOL_GRACE,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
 };
+_Static_assert(FLARE_OPT_COUNT <= 64, "flare_settings.set has one bit per option");
 
 enum flare_dashboard {
 	FLARE_DASHBOARD_AUTO = 0, /* on when stderr is a terminal */
@@ -72,7 +78,7 @@ enum flare_dashboard {
 };
 
 struct flare_settings {
-	uint32_t set;                 /* bit (1u << flare_opt) per setting given */
+	uint64_t set;                 /* bit (1ull << flare_opt) per setting given */
 	char core[FLARE_PATH_MAX];    /* "" = the built-in core */
 	char config[FLARE_PATH_MAX];
 	char host[FLARE_HOST_MAX];
@@ -106,6 +112,10 @@ struct flare_settings {
 	 * request. */
 	uint64_t max_image_bytes, max_image_pixels;
 	uint32_t max_images;
+	char pool[FLARE_PATH_MAX];    /* "unix:PATH" of the pool manager, "" = none */
+	char pool_instance_id[FLARE_POOL_ID_MAX + 1]; /* "" = derived */
+	uint64_t pool_wait_ns;        /* startup wait for the manager's hello */
+	uint64_t pool_grace_ns;       /* shortest wait of a lookup for the pool's answer */
 };
 
 /* The image limits the settings give (--max-image-bytes, --max-image-pixels,
@@ -135,6 +145,8 @@ enum flare_kind {
 	FLARE_K_SECRET,   /* printable text without spaces, never echoed */
 	FLARE_K_BOOL,     /* on | off */
 	FLARE_K_ENDPOINT, /* HOST:PORT or [V6]:PORT */
+	FLARE_K_POOL,     /* unix:PATH (or a path with a '/') */
+	FLARE_K_NAME,     /* 1..64 printable characters without spaces */
 };
 
 struct flare_option {

@@ -338,6 +338,7 @@ struct hel_engine {
 	size_t n_held_ev, cap_held_ev;
 	hel_inputs *inputs;  /* image inputs of a vision core (engine_inputs.h), or NULL */
 	struct hel_engine *grave_next;
+	sel_export_hooks xh; /* the pooled store's export hooks (design 2.15) */
 };
 
 /* Engines whose store could not drain keep everything (design 2.8): the
@@ -619,6 +620,35 @@ static int open_model(hel_engine *e)
 	return hel_model_geometry(e->model, &e->geo);
 }
 
+/* Exports (design 2.15): the pooled store pins a checkpoint it announced
+ * when the manager asks this instance to copy it for a neighbour; called
+ * on the worker thread from within sel_store_poll.  Headroom: an export
+ * pins like a copy-out, so it is refused while copy-outs fill their bound
+ * (the read-only export_fits of the design is not built). */
+static int export_pin(void *ctx, const sel_key *key, uint64_t id, sel_published *out)
+{
+	hel_engine *e = ctx;
+	if (hel_scheduler_describe(e->sched, id, out))
+		return -ENOENT;
+	if (!sel_key_eq(&out->key, key))
+		return -ESTALE;
+	if (e->n_op >= e->pin_max)
+		return -ENOSPC;
+	return hel_scheduler_pin(e->sched, id) ? -ENOENT : 0;
+}
+
+static void export_unpin(void *ctx, uint64_t id)
+{
+	hel_engine *e = ctx;
+	(void)hel_scheduler_unpin(e->sched, id);
+}
+
+static int export_describe(void *ctx, uint64_t id, sel_published *out)
+{
+	hel_engine *e = ctx;
+	return hel_scheduler_describe(e->sched, id, out) ? -ENOENT : 0;
+}
+
 /* The host store (design 1's table, or the test double), its policy and
  * what the startup summary says of it. */
 static int open_store(hel_engine *e)
@@ -642,7 +672,15 @@ static int open_store(hel_engine *e)
 		.fdatasync = cfg->fdatasync,
 		.disk_share_div = e->core->has_image ? 8 : 0, /* the .input files' eighth */
 		.host_reserved = hel_inputs_host_reserved(cfg), /* CPU inputs' allowances */
+		.pool = cfg->pool,
+		.pool_instance_id = cfg->pool_instance_id,
+		.pool_listen = cfg->pool_listen,
+		.pool_wait_ns = cfg->pool_wait_ns,
+		.pool_grace_ns = cfg->pool_grace_ns,
+		.pool_exports = &e->xh,
 	};
+	e->xh = (sel_export_hooks){
+		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
@@ -677,6 +715,7 @@ static int open_store(hel_engine *e)
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
 		 si.disk_io_note ? si.disk_io_note : "");
 	snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
+	snprintf(e->info.pool, sizeof e->info.pool, "%s", si.pool ? si.pool : "");
 	return 0;
 }
 
@@ -976,6 +1015,7 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 		r->no_host = true;
 		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
 		r->out.host_tier = SEL_TIER_NONE;
+		r->out.host_neighbour = false;
 		list_push_front(&e->pending, r);
 		e->ws.host_fetch_failed++;
 		n++;
@@ -1316,8 +1356,11 @@ static int service_store(hel_engine *e)
 	for (;;) {
 		bool lost = false;
 		size_t k = hel_scheduler_take_evictions(e->sched, nt, NOTICE_BATCH, &lost);
-		if (lost)
-			e->ws.evictions_lost++; /* no store hook for it yet (selene.h) */
+		if (lost) {
+			e->ws.evictions_lost++;
+			if (store_usable(e)) /* design 2.15: announce the holdings again */
+				sel_store_evictions_lost(e->store);
+		}
 		for (size_t i = 0; i < k && store_usable(e); i++) {
 			sel_store_evicted(e->store, &nt[i].key, nt[i].generation,
 					  sel_key_is_none(&nt[i].heir) ? NULL : &nt[i].heir);
@@ -1412,7 +1455,16 @@ static int admission(hel_engine *e)
 		bool have = false;
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
-			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
+			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit);
+			if (lr == SEL_LOOKUP_PENDING) {
+				/* The pool's answer is due within its grace period
+				 * (design 2.15): the request waits, the store's wait
+				 * fd wakes the worker by the end of it. */
+				hel_admission_plan_free(&plan);
+				e->ws.host_lookups_pending++;
+				continue;
+			}
+			if (lr == 1) {
 				if (fetch_decision(e, &hit, a))
 					have = true;
 				else
@@ -1450,6 +1502,7 @@ static int admission(hel_engine *e)
 		r->out.reused_host_tokens = have ? hit.key.consumed - a : 0;
 		r->out.cached_tokens = adm.reused_tokens;
 		r->out.host_tier = have ? hit.tier : SEL_TIER_NONE;
+		r->out.host_neighbour = have && hit.neighbour;
 		if (!r->counted) { /* once, however often it is requeued */
 			r->counted = true;
 			e->ws.prompt_tokens += r->n_prompt;

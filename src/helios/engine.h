@@ -61,6 +61,15 @@ typedef struct hel_engine_config {
 	void *store_stopped_ctx;
 	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
+	/* --prefix-cache-pool (design 2.15; sel_store_config.pool): the
+	 * manager's address, NULL for none; the instance id (NULL: derived
+	 * from the machine id, the core and pool_listen); how long startup
+	 * waits for the manager's hello (0: 10 s). */
+	const char *pool;
+	const char *pool_instance_id;
+	const char *pool_listen;
+	uint64_t pool_wait_ns;
+	uint64_t pool_grace_ns;      /* --prefix-cache-pool-grace; 0: 2 ms */
 	/* Tuning, tests and tools (0 / NULL: defaults). */
 	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
 					 sizing from gpu_cache_bytes) */
@@ -116,7 +125,8 @@ typedef struct hel_engine_info {
 	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
 	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
 	uint32_t gpu_pages, gpu_rows, max_active;
-	char warning[512];           /* intake shrink warning, or "" */
+	char warning[1024];          /* intake shrink warning, the pool's, or "" */
+	char pool[600];              /* the pool (address, name, arena) or "" */
 } hel_engine_info;
 
 /* Per-request result. */
@@ -129,6 +139,7 @@ typedef struct hel_outcome {
 	uint64_t reused_gpu_tokens;   /* of which from the GPU checkpoint cache */
 	uint64_t reused_host_tokens;  /* of which restored from a host tier */
 	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
+	bool host_neighbour;          /* pool: another instance exported it (design 2.15) */
 	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
 	uint32_t prefill_launches;    /* prefill chunks it ran */
 	/* Speculative decoding: the draft's proposals for this request and
@@ -231,6 +242,7 @@ typedef struct hel_engine_stats {
 	uint64_t gpu_lookups, gpu_hits, gpu_reused_tokens;
 	uint64_t host_lookups, host_hits, host_reused_tokens;
 	uint64_t host_fetch_declined;  /* policy said recompute */
+	uint64_t host_lookups_pending; /* admissions held for a pool answer (its grace period) */
 	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;

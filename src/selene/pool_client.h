@@ -272,6 +272,10 @@ void *sel_pool_slot_addr(const sel_pool_client *c, uint32_t s);
 /* Every page of a claim lease against page_cksum and the row against
  * row_cksum: 0 or SEL_ECORRUPT naming the first page or the row. */
 int sel_pool_lease_verify(const sel_pool_client *c, const struct sel_pool_lease *l);
+/* The same for pages first .. first + n of the lease (and the row when
+ * row is set): a restore verifies window i + 1 while window i copies. */
+int sel_pool_lease_verify_part(const sel_pool_client *c, const struct sel_pool_lease *l,
+			       uint32_t first, uint32_t n, bool row);
 /* The checksums of what a put or export lease's windows now hold. */
 void sel_pool_lease_checksums(const sel_pool_client *c, const struct sel_pool_lease *l,
 			      uint64_t *page_cksum, uint64_t *row_cksum);

@@ -413,124 +413,130 @@ static int io_recv(sel_pool_client *c)
 	return 0;
 }
 
+/* The I/O loop's state between iterations. */
+struct io_loop {
+	int ep;
+	bool want_out, reading;
+	uint64_t backoff;
+};
+
+/* (Re)arm the connection's events for what the loop wants now. */
+static void io_arm(sel_pool_client *c, struct io_loop *L, int op)
+{
+	struct epoll_event ev = {.events = (L->reading ? EPOLLIN : 0) | EPOLLRDHUP |
+					   (L->want_out ? EPOLLOUT : 0),
+				 .data.fd = c->fd};
+	epoll_ctl(L->ep, op, c->fd, &ev);
+}
+
+/* Detached: reconnect once the lost session's leases drained, backing off;
+ * or wait for the worker's wake-up. */
+static void io_reconnect(sel_pool_client *c, struct io_loop *L)
+{
+	int timeout = -1;
+	if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
+		struct hs h;
+		int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true, &h);
+		if (rc == -ESTALE) {
+			snprintf(c->warning, sizeof c->warning,
+				 "pool %s: the manager came back with another arena (generation "
+				 "%016" PRIx64 ", was %016" PRIx64
+				 "): sharing is disabled until this instance restarts",
+				 c->address, h.hello.generation, c->hello.generation);
+			close(h.fd);
+			close(h.arena_fd);
+			c->io_disabled = true;
+			push_marker(c, Q_DISABLED);
+			return;
+		}
+		if (!rc) {
+			close(h.arena_fd);
+			c->fd = h.fd;
+			c->io_epoch++;
+			c->rlen = c->sent = 0;
+			L->reading = true;
+			L->want_out = false;
+			io_arm(c, L, EPOLL_CTL_ADD);
+			L->backoff = BACKOFF_MIN_NS;
+			push_marker(c, Q_ATTACHED);
+			return;
+		}
+		if (rc != -EAGAIN && rc != -ECANCELED && rc != -ETIMEDOUT)
+			L->backoff = BACKOFF_MAX_NS; /* a stated refusal: keep trying, slowly */
+		timeout = (int)(L->backoff / MS_NS);
+		L->backoff = L->backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : L->backoff * 2;
+	}
+	struct epoll_event got;
+	if (epoll_wait(L->ep, &got, 1, timeout) > 0)
+		pc_drain_fd(c->wake_io);
+	io_send(c); /* drops frames of the lost session */
+}
+
+/* Connected: one round of reading and sending.  Returns true when the
+ * connection was lost. */
+static bool io_serve(sel_pool_client *c, struct io_loop *L)
+{
+	struct epoll_event got[4];
+	int n = epoll_wait(L->ep, got, 4, 1000);
+	bool lost = false;
+	for (int i = 0; i < n; i++) {
+		if (got[i].data.fd == c->wake_io) {
+			pc_drain_fd(c->wake_io);
+			continue;
+		}
+		if (got[i].events & (EPOLLERR | EPOLLHUP))
+			lost = true;
+		if ((got[i].events & (EPOLLIN | EPOLLRDHUP)) && io_recv(c) < 0)
+			lost = true;
+	}
+	if (lost)
+		return true;
+	/* Resume reading once the worker made room. */
+	pthread_mutex_lock(&c->mu);
+	bool paused = c->in_paused && c->in_bytes >= c->in_cap;
+	if (!paused)
+		c->in_paused = false;
+	pthread_mutex_unlock(&c->mu);
+	if (paused == L->reading) {
+		L->reading = !paused;
+		io_arm(c, L, EPOLL_CTL_MOD);
+	}
+	if (L->reading && io_recv(c) < 0)
+		return true;
+	int s = io_send(c);
+	if (s < 0)
+		return true;
+	if ((s == 1) != L->want_out) {
+		L->want_out = s == 1;
+		io_arm(c, L, EPOLL_CTL_MOD);
+	}
+	return false;
+}
+
 void *pc_io_main(void *arg)
 {
 	sel_pool_client *c = arg;
 	eos_thread_name("sel-pool-io");
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	if (ep < 0)
+	struct io_loop L = {.ep = epoll_create1(EPOLL_CLOEXEC), .reading = true,
+			    .backoff = BACKOFF_MIN_NS};
+	if (L.ep < 0)
 		return NULL;
 	struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wake_io};
-	epoll_ctl(ep, EPOLL_CTL_ADD, c->wake_io, &ev);
-	bool want_out = false, reading = true;
-	if (c->fd >= 0) {
-		ev = (struct epoll_event){.events = EPOLLIN | EPOLLRDHUP, .data.fd = c->fd};
-		epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
-	}
-	uint64_t backoff = BACKOFF_MIN_NS;
+	epoll_ctl(L.ep, EPOLL_CTL_ADD, c->wake_io, &ev);
+	if (c->fd >= 0)
+		io_arm(c, &L, EPOLL_CTL_ADD);
 	while (!atomic_load(&c->stop)) {
 		if (c->fd < 0) {
-			int timeout = -1;
-			if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
-				struct hs h;
-				int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true,
-						      &h);
-				if (rc == -ESTALE) {
-					snprintf(c->warning, sizeof c->warning,
-						 "pool %s: the manager came back with another "
-						 "arena (generation "
-						 "%016" PRIx64 ", was %016" PRIx64
-						 "): sharing is disabled until "
-						 "this instance restarts",
-						 c->address, h.hello.generation,
-						 c->hello.generation);
-					close(h.fd);
-					close(h.arena_fd);
-					c->io_disabled = true;
-					push_marker(c, Q_DISABLED);
-					continue;
-				}
-				if (!rc) {
-					close(h.arena_fd);
-					c->fd = h.fd;
-					c->io_epoch++;
-					c->rlen = c->sent = 0;
-					reading = true;
-					want_out = false;
-					ev = (struct epoll_event){.events = EPOLLIN | EPOLLRDHUP,
-								  .data.fd = c->fd};
-					epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
-					backoff = BACKOFF_MIN_NS;
-					push_marker(c, Q_ATTACHED);
-					continue;
-				}
-				if (rc != -EAGAIN && rc != -ECANCELED && rc != -ETIMEDOUT) {
-					/* A stated refusal: keep trying, slowly. */
-					backoff = BACKOFF_MAX_NS;
-				}
-				timeout = (int)(backoff / MS_NS);
-				backoff =
-					backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : backoff * 2;
-			}
-			struct epoll_event got;
-			if (epoll_wait(ep, &got, 1, timeout) > 0)
-				pc_drain_fd(c->wake_io);
-			io_send(c); /* drops frames of the lost session */
-			continue;
-		}
-		struct epoll_event got[4];
-		int n = epoll_wait(ep, got, 4, 1000);
-		bool lost = false;
-		for (int i = 0; i < n; i++) {
-			if (got[i].data.fd == c->wake_io) {
-				pc_drain_fd(c->wake_io);
-				continue;
-			}
-			if (got[i].events & (EPOLLERR | EPOLLHUP))
-				lost = true;
-			if ((got[i].events & (EPOLLIN | EPOLLRDHUP)) && io_recv(c) < 0)
-				lost = true;
-		}
-		if (!lost) {
-			/* Resume reading once the worker made room. */
-			pthread_mutex_lock(&c->mu);
-			bool paused = c->in_paused && c->in_bytes >= c->in_cap;
-			if (!paused)
-				c->in_paused = false;
-			pthread_mutex_unlock(&c->mu);
-			if (paused == reading) {
-				reading = !paused;
-				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) |
-								    EPOLLRDHUP |
-								    (want_out ? EPOLLOUT : 0),
-							  .data.fd = c->fd};
-				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
-			}
-			if (reading && io_recv(c) < 0)
-				lost = true;
-		}
-		if (!lost) {
-			int s = io_send(c);
-			if (s < 0) {
-				lost = true;
-			} else if ((s == 1) != want_out) {
-				want_out = s == 1;
-				ev = (struct epoll_event){.events = (reading ? EPOLLIN : 0) |
-								    EPOLLRDHUP |
-								    (want_out ? EPOLLOUT : 0),
-							  .data.fd = c->fd};
-				epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
-			}
-		}
-		if (lost) {
-			io_lost(c, ep);
-			backoff = BACKOFF_MIN_NS;
+			io_reconnect(c, &L);
+		} else if (io_serve(c, &L)) {
+			io_lost(c, L.ep);
+			L.backoff = BACKOFF_MIN_NS;
 		}
 	}
 	if (c->fd >= 0) {
 		close(c->fd);
 		c->fd = -1;
 	}
-	close(ep);
+	close(L.ep);
 	return NULL;
 }

@@ -540,9 +540,18 @@ static uint64_t row_checksum(const sel_pool_client *c, const struct sel_pool_lea
 
 int sel_pool_lease_verify(const sel_pool_client *c, const struct sel_pool_lease *l)
 {
+	return sel_pool_lease_verify_part(c, l, 0, l->n_pages, true);
+}
+
+int sel_pool_lease_verify_part(const sel_pool_client *c, const struct sel_pool_lease *l,
+			       uint32_t first, uint32_t n, bool row)
+{
 	if (l->kind != SEL_POOL_CLAIM || !l->page_cksum)
 		return eos_fail(-EINVAL, "pool verify: not a claim lease");
-	for (uint32_t i = 0; i < l->n_pages; i++) {
+	if (first > l->n_pages || n > l->n_pages - first)
+		return eos_fail(-EINVAL, "pool verify: pages %u..%u of a lease of %u", first,
+				first + n, l->n_pages);
+	for (uint32_t i = first; i < first + n; i++) {
 		uint64_t got =
 			XXH3_64bits(sel_pool_slot_addr(c, l->page_slots[i]), c->lay.slot_bytes);
 		if (got != l->page_cksum[i])
@@ -551,7 +560,7 @@ int sel_pool_lease_verify(const sel_pool_client *c, const struct sel_pool_lease 
 					"its checksum (%016" PRIx64 ", expected %016" PRIx64 ")",
 					l->id, i, l->page_slots[i], got, l->page_cksum[i]);
 	}
-	if (l->n_row_slots) {
+	if (row && l->n_row_slots) {
 		bool ok;
 		uint64_t got = row_checksum(c, l, &ok);
 		if (!ok)

@@ -97,6 +97,12 @@ void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, co
 		s->evictions_noticed++;
 }
 
+void sel_store_evictions_lost(sel_store *s)
+{
+	if (s && table_ok(s, "evictions_lost") == 0 && s->ops->evictions_lost)
+		s->ops->evictions_lost(s);
+}
+
 void sel_store_touch(sel_store *s, const sel_key *key)
 {
 	if (table_ok(s, "touch") == 0 && s->ops->touch)

@@ -13,8 +13,9 @@
  *     > 0          none      none   MemoryStore
  *     0            set       none   DiskStore (intake-only slot pool)
  *     > 0          set       none   CompositeStore
- *     any          any       set    refused: the pool (design 2.15) is not
- *                                   implemented
+ *     any          any       set    the pooled store (store_pooled.h) over the
+ *                                   row's local store, or over none (pool only:
+ *                                   the manager's arena supplies intake)
  *
  * The memory store alone never reads its slots on the CPU, so on the CUDA
  * backend at TP>1 its slot pool is split by rank by default (design 2.5;
@@ -35,17 +36,10 @@
 
 #include "eos.h"
 #include "selene.h"
+#include "store_pooled.h"
 
-int sel_store_open(const sel_store_config *cfg, sel_store **out)
+static int open_local(const sel_store_config *cfg, sel_store **out)
 {
-	*out = NULL;
-	if (!cfg || !cfg->geometry)
-		return eos_fail(-EINVAL, "store: no geometry");
-	if (cfg->pool)
-		return eos_fail(-ENOTSUP,
-				"prefix cache pool '%s': the pool tier (design 2.15) is not "
-				"implemented in this build",
-				cfg->pool);
 	bool memory = cfg->memory_bytes > 0;
 	bool disk = cfg->disk_dir && *cfg->disk_dir;
 	if (memory && disk)
@@ -55,4 +49,18 @@ int sel_store_open(const sel_store_config *cfg, sel_store **out)
 	if (memory)
 		return sel_memory_store_open(cfg, out);
 	return 0;
+}
+
+int sel_store_open(const sel_store_config *cfg, sel_store **out)
+{
+	*out = NULL;
+	if (!cfg || !cfg->geometry)
+		return eos_fail(-EINVAL, "store: no geometry");
+	if (!cfg->pool || !*cfg->pool)
+		return open_local(cfg, out);
+	sel_store *inner = NULL;
+	int rc = open_local(cfg, &inner);
+	if (rc)
+		return rc;
+	return sel_pooled_store_open(cfg, inner, out);
 }

@@ -1,0 +1,298 @@
+/*
+ * store_pooled.h - the pooled store: the pool (design 2.15) as a store that
+ * wraps an inner store (the local tiers: memory, disk, composite, or none
+ * for pool only).  Internal to libselene; sel_store_open builds it when
+ * cfg->pool is set.
+ *
+ * DESIGN
+ *   A wrapper, not a core store: it has no index of its own (the manager's
+ *   catalogue is the pool's index) and forwards everything to the inner
+ *   store (store_wrap.c's helpers), adding the pool on three paths.
+ *
+ *   Lookups (store_pooled_lookup.c).  lookup asks the inner store, then
+ *   the pool through a ticket kept in a small table keyed by the request's
+ *   key at its lookup limit, its resident count and limit: the first call
+ *   begins the pool lookup and answers SEL_LOOKUP_PENDING; calls within
+ *   the grace period answer PENDING while the ticket waits (a timerfd in
+ *   the wait fd wakes the worker at its end); the grace period is four of
+ *   the recent lookup round trips (the worst of the last eight, the first
+ *   measured at attach), at least 2 ms and at most 250 ms; afterwards, and
+ *   once the
+ *   answer is in, the deeper of the local hit and the pool's pick
+ *   (sel_pool_answer_pick: every chain key compared with the history)
+ *   wins, the local tier on a tie (copy priority: DRAM, NVMe, then pool).
+ *   A late answer stays in the table, so a request that waits in the queue
+ *   (capacity) sees it on its next admission attempt: the late-answer
+ *   retry (Helios submits prefill in the iteration that admits, so an
+ *   admitted request has no window to retry in).
+ *
+ *   Restores (store_pooled_fetch.c).  fetch of a pool hit claims the
+ *   candidate; the grant is checked against the history the lookup used
+ *   (sel_pool_lease_matches) and the destination's page count; then, a
+ *   window of SEL_WINDOW_PAGES pages at a time (the row with the last),
+ *   the helper thread verifies the window against the grant's checksums
+ *   (sel_pool_lease_verify_part) and an IN job of the arena transfer set
+ *   copies it into the ticket's page ids (and state slot) while the helper
+ *   verifies the next window.  The lease is released once every job
+ *   drained: OK, CORRUPT (checksums or
+ *   chain keys: the manager never serves that record again) or
+ *   COPY_FAILED.  A refused or failed claim, a lost session or a failed
+ *   lease ends the fetch with SEL_EV_FETCH_FAILED after its copy drained:
+ *   the request recomputes.
+ *
+ *   Puts (store_pooled_put.c).  Every checkpoint the inner store queues
+ *   (or, pool only, every checkpoint) is also copied into arena windows:
+ *   sel_pool_put (linked under its parent when the pool took the parent,
+ *   else a root with its whole chain; ORPHAN retries once as a root), an
+ *   OUT job from the GPU ids into the lease, checksums on the helper
+ *   thread, commit.  The worker's GPU pin is the source: the inner store's
+ *   STORED / STORE_FAILED event is held back until the pool's copy has
+ *   drained (or never started), so the pin covers both copies.
+ *
+ *   Exports (store_pooled_export.c).  With the engine's hooks
+ *   (cfg->pool_exports) every offered checkpoint is announced as a GPU
+ *   holding (its id is the generation) and withdrawn on its eviction
+ *   notice; the manager's export requests pin it through the hooks, copy
+ *   it into the lease's windows and commit its checksums.  A neighbour's
+ *   candidate is claimed like an arena one (the manager turns the export
+ *   into the grant), and wins ties with the local tiers (design 2.15 copy
+ *   priority: neighbour GPU, DRAM, NVMe, pool).
+ *
+ *   Threads.  Everything runs on the model worker thread and never waits:
+ *   the pool client's calls queue frames, the transfer set and the helper
+ *   thread (one, for checksums) report through eventfds that the wait fd
+ *   (an epoll set) watches with the inner store's and the pool client's.
+ *
+ * INVARIANTS
+ *   1. A lease is ended exactly once, and only when no copy of this store
+ *      can touch its windows (its job completed or was never submitted,
+ *      its helper work returned).
+ *   2. A fetch that returned 0 produces exactly one FETCHED or
+ *      FETCH_FAILED, after its copies drained.
+ *   3. An inner STORED/STORE_FAILED event for a checkpoint whose pool copy
+ *      is still reading the GPU ids is held until that copy drained.
+ */
+#ifndef SEL_STORE_POOLED_H
+#define SEL_STORE_POOLED_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool_client.h"
+#include "selene_store.h"
+#include "slab.h"
+#include "store_wrap.h"
+#include "transfer.h"
+
+#define SP_TICKETS 64             /* lookups remembered at once */
+#define SP_GRACE_NS 2000000       /* design 2.15: 2 ms locally ... */
+#define SP_GRACE_MAX_NS 250000000 /* ... to 250 ms: four measured round trips */
+#define SP_RTTS 8
+#define SP_TICKET_TTL_NS (30ull * 1000000000)
+#define SP_KNOWN 4096                   /* keys the pool is known to hold (parents of puts) */
+#define SP_SHUNNED 16                   /* endpoints whose neighbour restore failed lately ... */
+#define SP_SHUN_NS (10ull * 1000000000) /* ... prefer the arena's copy this long */
+
+struct sp_ticket {
+	bool used;
+	uint64_t seq; /* matches the hit cookie */
+	sel_pool_ticket *t;
+	sel_key want; /* the history's key at min(len, limit) */
+	uint64_t resident, limit;
+	uint64_t t0, last_ns, grace_ns;
+	bool hit_counted, grace_counted, hist_ok;
+	bool has_local; /* a neighbour won a tie with this local hit */
+	sel_hit local;
+	sel_history hist; /* copied when a pool hit is returned */
+};
+
+/* A helper-thread job: verify part of a claim's windows (pages first ..
+ * first + n, and the row), or checksum a put's or an export's. */
+struct sp_hjob {
+	struct sp_hjob *next;
+	struct sel_pool_lease *lease;
+	bool verify;
+	uint32_t first, n;
+	bool row;
+	int status;       /* verify: 0 or SEL_ECORRUPT */
+	uint64_t *cksums; /* checksum: [n_pages] */
+	uint64_t row_cksum;
+};
+
+/* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
+ * row with the last): window i + 1 is verified on the helper thread while
+ * window i copies. */
+struct sp_fetch {
+	struct sp_fetch *next;
+	bool granted;
+	uint64_t ticket, claim, t0;
+	uint64_t tk_seq; /* the lookup's ticket: dropped when the restore fails */
+	uint32_t tk_slot;
+	sel_key key;
+	uint64_t resident;
+	uint32_t *pages, n_pages, state_slot;
+	sel_history hist;
+	struct sel_pool_lease *lease;
+	uint32_t n_win, verified, submitted, copied; /* windows */
+	bool verifying;                              /* hj is with the helper */
+	bool failed;    /* the lease failed, a window did not verify or copy */
+	bool neighbour; /* the hit was another instance's (an export) */
+	bool has_local; /* the local tiers' hit of the same endpoint: the fallback */
+	sel_hit local;
+	sel_pool_fail why;
+	uint32_t release; /* the status the lease ends with after a failure */
+	uint64_t bytes;
+	struct sp_hjob hj;
+	struct sel_xfer_job *jobs; /* [n_win] */
+};
+
+enum sp_pstate {
+	SPP_ASK = 0,
+	SPP_SUBMIT,
+	SPP_COPY,
+	SPP_SUM,
+	SPP_COMMIT
+};
+
+struct sp_put {
+	struct sp_put *next;
+	enum sp_pstate st;
+	uint64_t checkpoint, put, t0;
+	sel_key key, parent;
+	sel_digest bucket;
+	uint32_t *pages, n_pages; /* the whole chain */
+	uint32_t tail, state_slot;
+	bool linked, retried;
+	bool own_event; /* pool only: this put's event is the engine's */
+	bool copied;    /* the OUT copy landed (the GPU source is free) */
+	bool released;  /* the engine's event went out (or is held below) */
+	bool held;      /* ev holds the inner store's event */
+	sel_event ev;
+	struct sel_pool_lease *lease;
+	struct sp_hjob hj;
+	struct sel_xfer_job job;
+};
+
+#define SP_HOLDINGS 1024 /* GPU holdings announced at once (the oldest withdrawn) */
+
+struct sp_holding {
+	bool used;
+	sel_key key;
+	sel_digest bucket;
+	uint64_t id; /* the checkpoint id: the holding's generation */
+};
+
+struct sp_export {
+	struct sp_export *next;
+	struct sel_pool_lease *lease;
+	uint64_t checkpoint;
+	uint32_t *pages;
+	bool pinned, submitted, summing, cancelled;
+	struct sp_hjob hj;
+	struct sel_xfer_job job;
+};
+
+struct sel_pooled {
+	struct sel_wrap w; /* first: base + inner */
+	char address[256];
+	char desc[512], warn[640], kind[32];
+	sel_pool_client *pc;
+	sel_slot_layout lay;
+	sel_xfer *x;
+	int ep, tfd;
+	bool timer_armed;
+	uint64_t timer_at;
+	bool closed;
+	int close_rc;
+	uint64_t ticket_seq;
+	struct sp_ticket tk[SP_TICKETS];
+	uint64_t rtt[SP_RTTS]; /* recent lookup round trips */
+	uint64_t grace_min;    /* cfg->pool_grace_ns, or SP_GRACE_NS */
+	struct {
+		sel_key key;
+		uint64_t until;
+	} shun[SP_SHUNNED];
+	uint32_t n_shun;
+	uint32_t n_rtt;
+	struct sp_fetch *fetches;
+	struct sp_put *puts;
+	sel_key *known;
+	uint32_t n_known;
+	/* events for the engine, waiting for poll */
+	sel_event *evq;
+	uint32_t n_evq, cap_evq;
+	/* helper thread */
+	pthread_t th;
+	bool th_started, th_stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct sp_hjob *hq, *hq_tail, *hdone;
+	int hfd;
+	uint32_t h_out;                /* jobs handed to the helper, not yet taken back */
+	const sel_export_hooks *hooks; /* NULL: no exports, no announcements */
+	struct sp_holding hold[SP_HOLDINGS];
+	uint64_t n_hold;
+	struct sp_export *exports;
+	sel_pool_counters pc_st;
+	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
+};
+
+/* store_pooled.c */
+/* Wrap inner (NULL: pool only; owned from now on, destroyed on failure)
+ * in the pooled store of cfg->pool.  A manager that does not answer is no
+ * error: the store then serves the local tiers with one warning. */
+int sel_pooled_store_open(const sel_store_config *cfg, sel_store *inner, sel_store **out);
+int sp_emit(struct sel_pooled *p, const sel_event *ev);
+void sp_arm_timer(struct sel_pooled *p, uint64_t at);
+void sp_helper_submit(struct sel_pooled *p, struct sp_hjob *j);
+
+/* store_pooled_lookup.c */
+int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit);
+void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *t);
+/* One lookup at attach, so the grace period starts from a measured round
+ * trip. */
+void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDENTITY_BYTES]);
+void sp_tickets_free(struct sel_pooled *p, bool all);
+/* The ticket a pool hit came from (and its candidate), or NULL when it
+ * is gone; drop the ticket of a failed restore. */
+struct sp_ticket *sp_ticket_of(struct sel_pooled *p, const sel_hit *hit, uint32_t *cand);
+void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq);
+
+/* store_pooled_fetch.c */
+int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
+/* Pool events and completions for restores: true when ev was one. */
+bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);
+bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j);
+bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+void sp_fetch_retry(struct sel_pooled *p);
+void sp_fetch_free(struct sp_fetch *f);
+
+/* store_pooled_export.c */
+void sp_announce(struct sel_pooled *p, const sel_published *cp);
+bool sp_held(const struct sel_pooled *p, uint64_t id);
+void sp_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir);
+void sp_reannounce(struct sel_pooled *p);
+/* ops->evictions_lost: the holdings table may name checkpoints the GPU
+ * evicted; reset it at the manager and announce what is still held. */
+void sp_evictions_lost(sel_store *s);
+bool sp_export_event(struct sel_pooled *p, const struct sel_pool_event *ev);
+bool sp_export_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);
+void sp_export_retry(struct sel_pooled *p);
+void sp_exports_end(struct sel_pooled *p);
+
+/* store_pooled_put.c */
+sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
+bool sp_put_event(struct sel_pooled *p, const struct sel_pool_event *ev);
+bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j);
+bool sp_put_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+void sp_put_retry(struct sel_pooled *p);
+/* An inner store event: held when its checkpoint's pool copy still reads
+ * the GPU ids (true), else false (the caller forwards it). */
+bool sp_put_hold(struct sel_pooled *p, const sel_event *ev);
+void sp_known_add(struct sel_pooled *p, const sel_key *k);
+bool sp_known_has(const struct sel_pooled *p, const sel_key *k);
+void sp_known_del(struct sel_pooled *p, const sel_key *k);
+
+#endif

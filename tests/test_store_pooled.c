@@ -1,0 +1,509 @@
+/*
+ * test_store_pooled.c - the pooled store (store_pooled.h) against a real
+ * `flare pool`: two pool-only stores, A and B, of one scope.
+ *
+ *   - A's put lands in the arena; B's lookup answers PENDING within the
+ *     grace period, then the pool's hit; B restores it byte-exact.
+ *   - A record whose arena bytes were changed fails B's checksums: the
+ *     restore fails (corrupt), and the manager never offers it again.
+ *   - kill -9 of the manager while B's copy of a claim is in flight: the
+ *     restore fails once the copy drained (gone); both stores reattach to
+ *     the restarted manager (kept arena file) by themselves, and sharing
+ *     works again.
+ *   - exports: a neighbour's GPU copy (engine hooks) announced, exported
+ *     on a claim, pinned for the copy only; refused for headroom, after
+ *     which the arena's copy serves; the eviction notice withdraws it.
+ *   - a neighbour that won the tie with B's memory tier refuses: B's
+ *     restore falls back to its local copy of the same endpoint.
+ *   - a pooled store over a memory store: the local tier answers first.
+ */
+#include "pool_testlib.h"
+#include "store_pooled.h"
+#include "storefx.h"
+
+static char dir[200];
+
+static sel_store *open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory)
+{
+	sel_store_config c = sfx_config(f, true);
+	c.memory_bytes = memory;
+	c.pool = sock;
+	c.pool_instance_id = id;
+	c.pool_wait_ns = 10 * S_NS;
+	sel_store *s = NULL;
+	CHECK_OK(sel_store_open(&c, &s));
+	CHECK(s != NULL);
+	sel_stats st;
+	sel_store_stats(s, &st);
+	CHECKF(st.pool.state == SEL_POOL_UP, "state %d: %s", st.pool.state, sel_store_warning(s));
+	return s;
+}
+
+static sel_pool_counters counters(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st.pool;
+}
+
+/* Poll s for up to 5 ms; events into ev (cap 8), their count returned. */
+static int pump(sel_store *s, sel_event *ev)
+{
+	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+	(void)poll(&pf, 1, 5);
+	int n = sel_store_poll(s, ev, 8);
+	CHECK(n >= 0);
+	return n;
+}
+
+/* Pump until one event comes (20 s): it is returned. */
+static sel_event next_event(sel_store *s)
+{
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	for (;;) {
+		int n = pump(s, ev);
+		if (n) {
+			CHECKF(n == 1, "%d events", n);
+			return ev[0];
+		}
+		CHECK(eos_now_ns() < deadline);
+	}
+}
+
+/* Put checkpoint c of cv from A and wait until the pool accepted it.  A
+ * restarted manager refuses puts (RECOVERING) until its previous clients
+ * are back: the put is offered again then, as the worker would. */
+static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_t c, uint64_t id)
+{
+	sel_published p = sfx_ckpt(f, cv, c, 0, 1, id);
+	uint64_t acc = counters(a).puts_accepted, deadline = eos_now_ns() + 20 * S_NS;
+	sel_retry_reason why;
+	for (;;) {
+		uint64_t refused = counters(a).puts_refused;
+		CHECK(sel_store_put(a, &p, &why) == SEL_QUEUED);
+		sel_event e = next_event(a);
+		CHECK(e.checkpoint == id);
+		if (e.type == SEL_EV_STORED)
+			break;
+		CHECKF(counters(a).puts_refused > refused && eos_now_ns() < deadline,
+		       "event %d (puts %" PRIu64 ", failed %" PRIu64 ")", e.type, counters(a).puts,
+		       counters(a).puts_failed);
+		sel_event ev[8];
+		CHECK(pump(a, ev) == 0);
+	}
+	SFX_UNTIL(a, NULL, counters(a).puts_accepted > acc);
+}
+
+/* B's lookup until the pool's hit arrives (a miss while the answer is
+ * late is retried: the late-answer path). */
+static sel_hit pool_hit(sel_store *b, struct sfx_conv *cv, uint64_t c, bool *pending)
+{
+	sel_hit hit;
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	for (;;) {
+		int rc = sel_store_lookup(b, &cv->h, 0, c, &hit);
+		CHECK(rc >= 0);
+		if (rc == SEL_LOOKUP_PENDING)
+			*pending = true;
+		if (rc == 1)
+			break;
+		CHECK(eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECK(hit.tier == SEL_TIER_POOL && hit.key.consumed == c);
+	return hit;
+}
+
+static int fetch(sel_store *b, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
+{
+	uint32_t ids[64];
+	for (uint32_t i = 0; i < hit->pages; i++)
+		ids[i] = first + i;
+	sel_inbound in = {
+		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
+	return sel_store_fetch(b, hit, &in);
+}
+
+static bool blocked(struct sfx *f)
+{
+	pthread_mutex_lock(&f->stub.mu);
+	bool b = f->stub.waiting > 0;
+	pthread_mutex_unlock(&f->stub.mu);
+	return b;
+}
+
+static bool restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
+			uint32_t slot)
+{
+	for (uint32_t j = 0; j < c / SFX_PT; j++)
+		if (!sfx_page_ok(f, first + j, cv->tag, j, false))
+			return false;
+	return sfx_row_ok(f, slot, sfx_row_seed(cv, c), false);
+}
+
+static void test_share_corrupt_kill(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
+	char arena[300];
+	snprintf(arena, sizeof arena, "%s/arena", dir);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
+		  "10s", NULL);
+	sel_store *a = open_pooled(&fa, m.sock, "A", 0), *b = open_pooled(&fb, m.sock, "B", 0);
+
+	/* Shared, byte-exact, through the grace period. */
+	struct sfx_conv c1a, c1b;
+	sfx_conv_init(&fa, &c1a, 1, 256, 0);
+	sfx_conv_init(&fb, &c1b, 1, 256, 0);
+	put_shared(&fa, a, &c1a, 256, 11);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &c1b, 256, &pending);
+	CHECK(pending); /* the first lookup held admission for the answer */
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 101));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL,
+	       "event %d %d", e.type, e.error);
+	CHECK(restored_ok(&fb, &c1b, 256, 20, 2));
+	CHECK(counters(b).restores == 1 && counters(b).reused_tokens == 256);
+
+	/* Bytes changed in the arena: B's checksums catch it. */
+	struct sfx_conv c2a, c2b;
+	sfx_conv_init(&fa, &c2a, 2, 192, 0);
+	sfx_conv_init(&fb, &c2b, 2, 192, 0);
+	put_shared(&fa, a, &c2a, 192, 12);
+	hit = pool_hit(b, &c2b, 192, &pending);
+	struct sel_pooled *pb = (struct sel_pooled *)b;
+	uint64_t len, sb = sel_pool_slot_bytes(pb->pc);
+	uint8_t *base = sel_pool_arena(pb->pc, &len);
+	uint64_t from = sel_pool_hello(pb->pc)->data_start;
+	for (uint64_t o = from; o + sb <= len; o += sb)
+		base[o + 17] ^= 0x5a; /* every slot: the record's pages and row too */
+	CHECK_OK(fetch(b, &hit, 20, 2, 102));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 102, "event %d", e.type);
+	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
+	for (uint64_t o = from; o + sb <= len; o += sb)
+		base[o + 17] ^= 0x5a;
+	/* Never served again: the next lookup asks afresh and finds nothing. */
+	sel_hit h2;
+	int rc;
+	uint64_t deadline = eos_now_ns() + 5 * S_NS;
+	sel_event ev[8];
+	while ((rc = sel_store_lookup(b, &c2b.h, 0, 192, &h2)) == SEL_LOOKUP_PENDING ||
+	       counters(b).answers < counters(b).lookups) {
+		CHECK(eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECKF(rc == 0, "a corrupt record was offered again (rc %d)", rc);
+
+	/* kill -9 of the manager during a claim's copy. */
+	struct sfx_conv c3a, c3b;
+	sfx_conv_init(&fa, &c3a, 3, 320, 0);
+	sfx_conv_init(&fb, &c3b, 3, 320, 0);
+	put_shared(&fa, a, &c3a, 320, 13);
+	hit = pool_hit(b, &c3b, 320, &pending);
+	sfx_hold(&fb, true);
+	CHECK_OK(fetch(b, &hit, 20, 2, 103));
+	SFX_UNTIL(b, NULL, blocked(&fb)); /* verified, then copying */
+	mgr_kill9(&m);
+	SFX_UNTIL(b, NULL, counters(b).state == SEL_POOL_DOWN);
+	sfx_none_now(b); /* the copy still runs: nothing is reported yet */
+	sfx_hold(&fb, false);
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 103, "event %d", e.type);
+	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_GONE] == 1);
+	sel_store_lookup(b, &c3b.h, 0, 320, &h2); /* detached: local tiers only */
+
+	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
+		  "10s", NULL);
+	SFX_UNTIL(a, NULL, counters(a).state == SEL_POOL_UP);
+	SFX_UNTIL(b, NULL, counters(b).state == SEL_POOL_UP);
+	CHECK(counters(b).sessions == 2 && counters(b).detaches == 1);
+	struct sfx_conv c4a, c4b;
+	sfx_conv_init(&fa, &c4a, 4, 128, 0);
+	sfx_conv_init(&fb, &c4b, 4, 128, 0);
+	put_shared(&fa, a, &c4a, 128, 14);
+	hit = pool_hit(b, &c4b, 128, &pending);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 30, 3, 104));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 104, "event %d", e.type);
+	CHECK(restored_ok(&fb, &c4b, 128, 30, 3));
+
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	struct sfx_conv *cvs[] = {&c1a, &c1b, &c2a, &c2b, &c3a, &c3b, &c4a, &c4b};
+	for (size_t i = 0; i < 8; i++)
+		sfx_conv_free(cvs[i]);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+	unlink(arena);
+}
+
+/* The engine's side of exports, over a fixture: one checkpoint. */
+struct hooks_ctx {
+	sel_published cp;
+	int pins, pinned_ever;
+	int refuse; /* 0, or what pin returns */
+};
+
+static int h_pin(void *ctx, const sel_key *key, uint64_t id, sel_published *out)
+{
+	struct hooks_ctx *h = ctx;
+	if (h->refuse)
+		return h->refuse;
+	if (id != h->cp.checkpoint)
+		return -ENOENT;
+	if (!sel_key_eq(key, &h->cp.key))
+		return -ESTALE;
+	*out = h->cp;
+	h->pins++;
+	h->pinned_ever++;
+	return 0;
+}
+
+static void h_unpin(void *ctx, uint64_t id)
+{
+	struct hooks_ctx *h = ctx;
+	CHECK(id == h->cp.checkpoint && h->pins > 0);
+	h->pins--;
+}
+
+static int h_describe(void *ctx, uint64_t id, sel_published *out)
+{
+	struct hooks_ctx *h = ctx;
+	if (id != h->cp.checkpoint)
+		return -ENOENT;
+	*out = h->cp;
+	return 0;
+}
+
+/* Pump a (the exporter) and b until b has one event. */
+static sel_event next_event2(sel_store *b, sel_store *a)
+{
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	for (;;) {
+		CHECK(sel_store_poll(a, ev, 8) == 0);
+		int n = pump(b, ev);
+		if (n) {
+			CHECKF(n == 1, "%d events", n);
+			return ev[0];
+		}
+		CHECK(eos_now_ns() < deadline);
+	}
+}
+
+/* A neighbour's GPU copy: announced at its offer, exported on B's claim
+ * (the neighbour wins the tie with the arena's copy), pinned through the
+ * hooks for the copy only; refused for headroom, after which B takes the
+ * arena's copy of the same endpoint. */
+static void test_exports(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr3", "--memory", "16MiB", NULL);
+	struct hooks_ctx hc = {0};
+	sel_export_hooks hooks = {
+		.ctx = &hc, .pin = h_pin, .unpin = h_unpin, .describe = h_describe};
+	sel_store_config c = sfx_config(&fa, true);
+	c.pool = m.sock;
+	c.pool_instance_id = "EA";
+	c.pool_exports = &hooks;
+	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "EB", 0);
+	CHECK_OK(sel_store_open(&c, &a));
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 7, 256, 0);
+	sfx_conv_init(&fb, &cb, 7, 256, 0);
+	hc.cp = sfx_ckpt(&fa, &ca, 256, 0, 1, 41);
+	put_shared(&fa, a, &ca, 256, 41);
+	CHECK(counters(a).announced == 1);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb, 256, &pending);
+	CHECK(hit.neighbour);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 201));
+	sel_event e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 201, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(counters(a).exports_served == 1 && hc.pins == 0 && hc.pinned_ever == 1);
+	CHECK(counters(b).neighbour_restores == 1);
+
+	/* No headroom: B's restore fails, the next one uses the arena. */
+	hc.refuse = -ENOSPC;
+	struct sfx_conv cb2;
+	sfx_conv_init(&fb, &cb2, 7, 256, 0);
+	hit = pool_hit(b, &cb2, 256, &pending);
+	CHECK(hit.neighbour);
+	CHECK_OK(fetch(b, &hit, 30, 3, 202));
+	e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 202, "event %d", e.type);
+	CHECK(counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1 && hc.pins == 0);
+	hit = pool_hit(b, &cb2, 256, &pending);
+	CHECK(!hit.neighbour);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 30, 3, 203));
+	e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 203, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb2, 256, 30, 3));
+
+	/* Lost notices: what the GPU still holds is announced again. */
+	uint64_t ann = counters(a).announced;
+	sel_store_evictions_lost(a);
+	CHECK(counters(a).evictions_lost == 1 && counters(a).announced == ann + 1);
+	/* The eviction notice withdraws the holding. */
+	sel_store_evicted(a, &hc.cp.key, 1, NULL);
+	CHECK(counters(a).withdrawn == 1);
+
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	sfx_conv_free(&cb2);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* A neighbour wins the tie with B's own memory tier, then refuses the
+ * export: B's restore falls back to its local copy of the same endpoint. */
+static void test_fallback(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr4", "--memory", "16MiB", NULL);
+	struct hooks_ctx hc = {.refuse = -ENOSPC};
+	sel_export_hooks hooks = {.ctx = &hc, .pin = h_pin, .unpin = h_unpin};
+	sel_store_config c = sfx_config(&fa, true);
+	c.pool = m.sock;
+	c.pool_instance_id = "FA";
+	c.pool_exports = &hooks;
+	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
+	CHECK_OK(sel_store_open(&c, &a));
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 8, 320, 0);
+	sfx_conv_init(&fb, &cb, 8, 320, 0);
+	put_shared(&fa, a, &ca, 256, 51);
+	put_shared(&fb, b, &cb, 256, 52); /* B's memory tier holds it too */
+	sel_hit hit;
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cb.h, 0, 320, &hit)) != 1 || hit.tier != SEL_TIER_POOL) {
+		CHECK(rc >= 0 && eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECK(hit.neighbour && hit.key.consumed == 256);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 301));
+	sel_event e = next_event2(b, a);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301 && e.tier == SEL_TIER_MEMORY,
+	       "event %d tier %d", e.type, e.tier);
+	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(counters(b).local_fallbacks == 1 &&
+	      counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* Over a memory store: the local hit answers without asking the pool. */
+static void test_local_first(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx f;
+	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr2", "--memory", "8MiB", NULL);
+	sel_store *s = open_pooled(&f, m.sock, "L", 4 << 20);
+	sel_store_info si;
+	sel_store_describe(s, &si);
+	CHECKF(!strcmp(si.kind, "memory+pool") && si.pool && strstr(si.pool, "pool 'default'"),
+	       "kind %s pool %s", si.kind, si.pool ? si.pool : "(null)");
+	struct sfx_conv cv;
+	sfx_conv_init(&f, &cv, 9, 128, 0);
+	sel_published p = sfx_ckpt(&f, &cv, 128, 0, 1, 21);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
+	sel_event e = next_event(s); /* held until the pool's copy drained too */
+	CHECK(e.type == SEL_EV_STORED && e.checkpoint == 21);
+	SFX_UNTIL(s, NULL, counters(s).puts_accepted == 1);
+	sel_hit hit;
+	uint64_t asked = counters(s).lookups; /* the one at attach */
+	CHECK(sel_store_lookup(s, &cv.h, 0, 128, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
+	CHECK(counters(s).lookups == asked);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	sfx_conv_free(&cv);
+	mgr_stop(&m);
+	sfx_free(&f);
+}
+
+/* No manager: one warning, the local tier alone. */
+static void test_absent(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx f;
+	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
+	char sock[300];
+	snprintf(sock, sizeof sock, "unix:%s/nobody.sock", dir);
+	sel_store_config c = sfx_config(&f, true);
+	c.memory_bytes = 4 << 20;
+	c.pool = sock;
+	c.pool_wait_ns = 200 * MS_NS;
+	sel_store *s = NULL;
+	CHECK_OK(sel_store_open(&c, &s));
+	CHECKF(strstr(sel_store_warning(s), "will not attach later") &&
+		       strstr(sel_store_warning(s), "nobody.sock"),
+	       "warning '%s'", sel_store_warning(s));
+	CHECK(counters(s).state == SEL_POOL_GONE_FOR_GOOD);
+	struct sfx_conv cv;
+	sfx_conv_init(&f, &cv, 5, 64, 0);
+	sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 31);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
+	CHECK(next_event(s).type == SEL_EV_STORED);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
+int main(void)
+{
+	char *d = test_mkdtemp("pooled");
+	snprintf(dir, sizeof dir, "%s", d);
+	signal(SIGPIPE, SIG_IGN);
+	test_absent();
+	test_local_first();
+	test_share_corrupt_kill();
+	test_exports();
+	test_fallback();
+	test_rmtree(d);
+	free(d);
+	printf("ok\n");
+	return 0;
+}
