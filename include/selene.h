@@ -314,10 +314,12 @@ typedef enum sel_tier {
 	SEL_TIER_MEMORY,
 	SEL_TIER_DISK,
 	SEL_TIER_POOL,
+	SEL_TIER_REMOTE, /* the remote tier on Redis (issue 16) */
 	SEL_TIERS
 } sel_tier;
 
-/* Metric label of a tier: "none", "dram", "nvme", "pool" (design 2.15). */
+/* Metric label of a tier: "none", "dram", "nvme", "pool", "remote"
+ * (design 2.15). */
 const char *sel_tier_name(sel_tier t);
 
 /* A restorable host chain (HostHit). */
@@ -389,6 +391,26 @@ typedef struct sel_tier_stats {
 	uint64_t stores_packed, stores_per_rank;
 } sel_tier_stats;
 
+/* The remote tier's client (issue 16, docs/remote.md): its counters and
+ * gauges, for /metrics.  enabled is false (everything 0) without one. */
+#define SEL_REMOTE_RTT_BINS 20 /* bin i: round trips <= 16 us << i; the last: above */
+typedef struct sel_remote_tier_stats {
+	bool enabled;
+	uint64_t lookups, hits;          /* remote lookups submitted, hits returned */
+	uint64_t lookups_late;           /* answers that came after the grace period */
+	uint64_t bytes_in, bytes_out;    /* restored from / written to Redis (payload) */
+	uint64_t puts, stored, present;  /* background writes: queued, written, already there */
+	uint64_t put_failures;
+	uint64_t skipped;                /* background writes skipped: queue or slots full */
+	uint64_t claims, claim_failures;
+	uint64_t auth_failures, corrupt, dropped;
+	uint64_t moved, ask, reconnects, stalls;
+	uint32_t state;                  /* 0 connecting, 1 up, 2 degraded, 3 down */
+	uint32_t nodes, nodes_up;
+	uint64_t rtt_ns, grace_ns;       /* median round trip; lookup grace period */
+	uint64_t rtt_hist[SEL_REMOTE_RTT_BINS];
+} sel_remote_tier_stats;
+
 typedef struct sel_stats {
 	const char *transport;     /* copy backend: "host", "cuda" */
 	uint64_t slot_bytes;       /* bytes per slot (one page record, padded) */
@@ -419,6 +441,8 @@ typedef struct sel_stats {
 	 * NULL without a disk tier.  A static string. */
 	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
+	/* The remote tier (issue 16; all zero without one). */
+	sel_remote_tier_stats remote;
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the
@@ -428,10 +452,18 @@ typedef struct sel_stats {
 
 /* Deepest restorable host chain for h above the GPU-resident count and at
  * or below limit: 1 with *hit filled, 0 for a miss.  Pins nothing.
+ * A store with a network tier (the remote tier, issue 16) may also return
+ * SEL_LOOKUP_PENDING: its answer is not in yet, and the caller should hold
+ * the request and ask again with the same history, resident count and
+ * limit after a later poll; the store answers 0 or 1 once its grace
+ * period (design 2.15: four round trips, 2..250 ms) has passed, and its
+ * wait descriptor becomes readable when the answer or the period's end
+ * is due.  Callers that cannot hold a request treat it as a miss.
  * Errors: -ENOMEM, -EINVAL (NULL store), -EPROTO (an ops table of another
  * version, selene_store.h). */
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit);
+#define SEL_LOOKUP_PENDING 2
 /* Offer a checkpoint.  why (may be NULL) receives the reason of a
  * SEL_RETRY.  Returns an outcome, never an error code: a checkpoint that
  * cannot be used (page ids beyond the planes, a tail longer than its
@@ -485,6 +517,9 @@ typedef struct sel_store_info {
 	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
 	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
 	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
+	/* The remote tier: "redis://... (1 node: 127.0.0.1:6379), key <id>,
+	 * encryption off", or NULL without one. */
+	const char *remote;
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
  * strings are the store's, valid until destroy. */
@@ -580,7 +615,29 @@ typedef struct sel_store_config {
 	/* Pool manager address (design 2.15).  Not implemented: a non-NULL
 	 * value is refused by sel_store_open with -ENOTSUP. */
 	const char *pool;
+	/* The remote tier (issue 16, docs/remote.md): a Redis URL
+	 * (redis://HOST:PORT[/DB], unix:///PATH, redis-cluster://HOST:PORT,...)
+	 * or NULL.  The remote level wraps the local store of the table above
+	 * (or none): the last level of the cascade and of copy priority.
+	 * remote_key: the deployment's 32-byte secret (sel_remote_key_load),
+	 * or NULL (checksums only); remote_encrypt needs it. */
+	const char *remote;
+	const uint8_t *remote_key;
+	bool remote_encrypt;
+	/* Tests: the remote client's window payload bytes (0 = 4 MiB - 4 KiB). */
+	uint32_t remote_window_bytes;
 } sel_store_config;
+
+/* Read a remote tier key file (docs/remote.md): 32 raw bytes or 64 hex
+ * digits, a regular file not readable or writable by others, not all
+ * zero.  0, SEL_EFORMAT, -EPERM (its mode) or the errno, with a message
+ * naming the path. */
+int sel_remote_key_load(const char *path, uint8_t out[32]);
+/* Check a remote tier URL without connecting: 0 or SEL_EFORMAT with a
+ * message quoting it. */
+int sel_remote_url_check(const char *url);
+/* "connecting", "up", "degraded", "down" (sel_remote_tier_stats.state). */
+const char *sel_remote_state_label(uint32_t state);
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0
  * and no disk_dir -> the memory store; memory 0 and a disk_dir -> the disk

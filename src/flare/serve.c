@@ -203,6 +203,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 				 size_text(info->intake_slots * info->slot_bytes, c, sizeof c));
 		if (info->memory_bytes)
 			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
+		if (info->remote[0]) /* issue 16: the last level, its nodes, key, encryption */
+			flare_buf_printf(out, "; remote tier %s", info->remote);
 		if (info->disk_dir[0])
 			flare_buf_printf(out, "; directory %s, limit %s, I/O %s, %" PRIu64
 					 " records scanned", info->disk_dir,
@@ -392,11 +394,42 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 
 /* The engine behind the server, with the startup summary: 0 (be open),
  * -1 when it could not be opened, -2 when it opened but did not start. */
+/* The remote tier's key file (issue 16), read before the engine opens:
+ * errors name the file and what was expected.  0 (key in out when one is
+ * set) or -1 with the message printed. */
+static int remote_key(const struct flare_settings *s, uint8_t out[32])
+{
+	if (s->remote_key[0] && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key %s: no remote tier "
+				"(--prefix-cache-remote URL) to use it with\n",
+			s->remote_key);
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote_key[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt needs a key: "
+				"--prefix-cache-remote-key FILE (a 32-byte secret, chmod 600)\n");
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt: no remote tier "
+				"(--prefix-cache-remote URL)\n");
+		return -1;
+	}
+	if (s->remote_key[0] && sel_remote_key_load(s->remote_key, out)) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key: %s\n", sel_errmsg());
+		return -1;
+	}
+	return 0;
+}
+
 static int open_engine(const struct flare_backend_factory *factory, const struct flare_settings *s,
 		       const hel_core *core, struct flare_server *srv, struct flare_backend *be)
 {
 	char err[2048], note[FLARE_PATH_MAX + 512];
 	const char *disk = flare_disk_resolve(s, note, sizeof note);
+	uint8_t rkey[32];
+	if (remote_key(s, rkey))
+		return -1;
 	hel_engine_config ec = {
 		.core = core,
 		.mode = s->speculate,
@@ -415,8 +448,13 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.fdatasync = false,
+		.remote = s->remote[0] ? s->remote : NULL,
+		.remote_key = s->remote_key[0] ? rkey : NULL,
+		.remote_encrypt = s->remote_encrypt,
 	};
-	if (factory->open(factory, &ec, be, err, sizeof err)) {
+	int orc = factory->open(factory, &ec, be, err, sizeof err);
+	explicit_bzero(rkey, sizeof rkey);
+	if (orc) {
 		fprintf(stderr, "flare: %s\n", err);
 		return -1;
 	}

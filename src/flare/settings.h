@@ -23,6 +23,7 @@
 #include "selene.h"
 
 #define FLARE_PATH_MAX 4096
+#define FLARE_REMOTE_URL_MAX 4096
 #define FLARE_HOST_MAX 256
 #define FLARE_MAX_ACTIVE_MAX 4096u
 #define FLARE_ORIGINS_MAX 2048
@@ -54,6 +55,9 @@ enum flare_opt {
 	FLARE_OPT_MAX_PER_CLIENT,
 	FLARE_OPT_IDLE_TIMEOUT,
 	FLARE_OPT_MAX_BUFFERED,
+	FLARE_OPT_REMOTE,         /* --prefix-cache-remote (issue 16) */
+	FLARE_OPT_REMOTE_KEY,
+	FLARE_OPT_REMOTE_ENCRYPT,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -92,6 +96,9 @@ struct flare_settings {
 	uint32_t max_per_client;      /* 0 = no per-client limit */
 	uint64_t idle_timeout_ns;
 	uint64_t max_buffered;        /* request body bytes held at once */
+	char remote[FLARE_REMOTE_URL_MAX]; /* Redis URL of the remote tier, "" = none */
+	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
+	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
 };
 
 /* How a setting's value is written. */
@@ -111,6 +118,8 @@ enum flare_kind {
 	FLARE_K_ORIGINS,  /* * | origin[,origin...] */
 	FLARE_K_SECRET,   /* printable text without spaces, never echoed */
 	FLARE_K_BOOL,     /* on | off */
+	FLARE_K_REMOTE,   /* a remote tier URL (sel_remote_url_check) */
+	FLARE_K_ENCRYPT,  /* on | off; bare = on */
 };
 
 struct flare_option {

@@ -274,6 +274,7 @@ struct epin {
 
 struct hel_engine {
 	hel_engine_config cfg;
+	uint8_t remote_key[32]; /* the remote tier's key while the store opens */
 	const hel_core *core;
 	hel_model *model;
 	sel_geometry *geo;
@@ -615,7 +616,13 @@ static int open_store(hel_engine *e)
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
+		.remote = cfg->remote,
+		.remote_key = cfg->remote_key ? e->remote_key : NULL,
+		.remote_encrypt = cfg->remote_encrypt,
+		.remote_window_bytes = cfg->remote_window_bytes,
 	};
+	if (cfg->remote_key)
+		memcpy(e->remote_key, cfg->remote_key, sizeof e->remote_key);
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
@@ -646,6 +653,8 @@ static int open_store(hel_engine *e)
 	e->info.disk_io = si.disk_io;
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
 		 si.disk_io_note ? si.disk_io_note : "");
+	if (si.remote)
+		snprintf(e->info.remote, sizeof e->info.remote, "%s", si.remote);
 	snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	return 0;
 }
@@ -703,7 +712,12 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
 	e->open_ns = eos_now_ns();
 	e->next_id = 1;
-	if ((rc = open_model(e)) || (rc = open_store(e)))
+	rc = open_model(e);
+	if (rc == 0)
+		rc = open_store(e);
+	e->cfg.remote_key = NULL; /* the caller's buffer: not kept */
+	explicit_bzero(e->remote_key, sizeof e->remote_key);
+	if (rc)
 		goto fail;
 	e->info.gpu_pages = e->n_pages;
 	e->info.gpu_rows = e->n_rows;
@@ -1324,7 +1338,16 @@ static int admission(hel_engine *e)
 		bool have = false;
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
-			if (sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit) == 1) {
+			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit);
+			if (lr == SEL_LOOKUP_PENDING) {
+				/* The remote tier's answer is due within its grace
+				 * period (design 2.15): hold this request, admit the
+				 * ones behind it; the store's descriptor wakes us. */
+				hel_admission_plan_free(&plan);
+				e->ws.host_lookups_held++;
+				continue;
+			}
+			if (lr == 1) {
 				if (fetch_decision(e, &hit, hit.key.consumed - a))
 					have = true;
 				else

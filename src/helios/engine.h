@@ -60,6 +60,12 @@ typedef struct hel_engine_config {
 	void *store_stopped_ctx;
 	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
+	/* The remote tier (issue 16): --prefix-cache-remote URL or NULL; the
+	 * key (32 bytes, copied at open) or NULL; --prefix-cache-remote-encrypt. */
+	const char *remote;
+	const uint8_t *remote_key;
+	bool remote_encrypt;
+	uint32_t remote_window_bytes; /* tests: smaller windows; 0 = 4 MiB - 4 KiB */
 	/* Tuning, tests and tools (0 / NULL: defaults). */
 	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
 					 sizing from gpu_cache_bytes) */
@@ -102,6 +108,8 @@ typedef struct hel_engine_info {
 	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
 	uint32_t gpu_pages, gpu_rows, max_active;
 	char warning[512];           /* intake shrink warning, or "" */
+	char remote[1024];           /* the remote tier's description (nodes, key,
+					encryption), or "" without one */
 } hel_engine_info;
 
 /* Per-request result. */
@@ -179,6 +187,7 @@ typedef struct hel_engine_stats {
 	uint64_t gpu_lookups, gpu_hits, gpu_reused_tokens;
 	uint64_t host_lookups, host_hits, host_reused_tokens;
 	uint64_t host_fetch_declined;  /* policy said recompute */
+	uint64_t host_lookups_held;    /* admissions held for a remote answer (design 2.15 grace) */
 	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;

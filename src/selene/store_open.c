@@ -16,6 +16,10 @@
  *     any          any       set    refused: the pool (design 2.15) is not
  *                                   implemented
  *
+ * With cfg->remote (issue 16) the store of that table, or none, is wrapped
+ * in the remote level (store_remote.c): the last level of the cascade;
+ * with no local tier every restore comes from Redis.
+ *
  * The memory store alone never reads its slots on the CPU, so on the CUDA
  * backend at TP>1 its slot pool is split by rank by default (design 2.5;
  * cfg->split_pool, store_pool.c); stores with a disk tier keep the one
@@ -35,12 +39,34 @@
 
 #include "eos.h"
 #include "selene.h"
+#include "store_remote_int.h"
+
+/* The local store of the table (or none), then the remote level over it
+ * when cfg->remote names one (issue 16): the last level of the cascade. */
+static int open_local(const sel_store_config *cfg, sel_store **out);
 
 int sel_store_open(const sel_store_config *cfg, sel_store **out)
 {
 	*out = NULL;
 	if (!cfg || !cfg->geometry)
 		return eos_fail(-EINVAL, "store: no geometry");
+	if (!cfg->remote || !*cfg->remote)
+		return open_local(cfg, out);
+	if (cfg->remote_encrypt && !cfg->remote_key)
+		return eos_fail(-EINVAL, "prefix cache remote '%s': encryption needs a key "
+					 "(--prefix-cache-remote-key)",
+				cfg->remote);
+	if (sel_remote_url_check(cfg->remote))
+		return eos_fail(SEL_EFORMAT, "%s", sel_errmsg());
+	sel_store *inner = NULL;
+	int rc = open_local(cfg, &inner);
+	if (rc)
+		return rc;
+	return sel_remote_store_open(cfg, inner, out);
+}
+
+static int open_local(const sel_store_config *cfg, sel_store **out)
+{
 	if (cfg->pool)
 		return eos_fail(-ENOTSUP,
 				"prefix cache pool '%s': the pool tier (design 2.15) is not "
