@@ -402,6 +402,7 @@ typedef struct sel_remote_tier_stats {
 	uint64_t puts, stored, present;  /* background writes: queued, written, already there */
 	uint64_t put_failures;
 	uint64_t skipped;                /* background writes skipped: queue or slots full */
+	uint64_t writes_in_flight;       /* background writes copying out or on their way */
 	uint64_t claims, claim_failures;
 	uint64_t auth_failures, corrupt, dropped;
 	uint64_t moved, ask, reconnects, stalls;
@@ -409,6 +410,7 @@ typedef struct sel_remote_tier_stats {
 	uint32_t nodes, nodes_up;
 	uint64_t rtt_ns, grace_ns;       /* median round trip; lookup grace period */
 	uint64_t rtt_hist[SEL_REMOTE_RTT_BINS];
+	uint64_t rtt_sum_ns;             /* of the round trips in rtt_hist */
 } sel_remote_tier_stats;
 
 typedef struct sel_stats {

@@ -194,6 +194,7 @@
 #define NOTICE_BATCH 64
 #define IDLE_WAIT_MS 50
 #define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
+#define REMOTE_WAIT_MS 1000  /* ... and for the remote tier's gauges (issue 16) */
 
 _Static_assert(HEL_STEP_TOKENS_MAX == HEL_DRAFT_MAX + 1, "a step entry holds one round's tokens");
 
@@ -1696,7 +1697,11 @@ static void idle_wait(hel_engine *e)
 	 * with expiry, the store's once-a-minute sweep, which its poll runs
 	 * (design 2.5): wake for it even when idle. */
 	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
+	/* A remote tier's connection state and counters change without the
+	 * worker (reconnects, stalls): refresh the snapshot /metrics reads. */
 	int idle = store_usable(e) && e->cfg.max_age_ns ? EXPIRY_WAIT_MS : -1;
+	if (store_usable(e) && e->cfg.remote)
+		idle = REMOTE_WAIT_MS;
 	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : idle);
 }
 

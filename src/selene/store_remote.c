@@ -18,6 +18,7 @@
 #include "store_remote_int.h"
 
 static const struct sel_store_ops remote_ops;
+static uint32_t described_nodes(struct remote_store *rs);
 
 static struct remote_store *rs_of(sel_store *s)
 {
@@ -121,6 +122,18 @@ void rs_arm(struct remote_store *rs)
 }
 
 /* ---- lookup ------------------------------------------------------------------------ */
+
+/* How long admission holds a request for the remote answer.  Design 2.15
+ * says four round trips, 2..250 ms; a remote lookup is three dependent
+ * round trips (bucket sets, manifests, window EXISTS) on an I/O thread at
+ * nice 10, so this is three times the client's grace with a floor of
+ * RS_GRACE_MIN_NS (docs/architecture.md, deviations).  It bounds the wait
+ * only when Redis is slow: an answer, hit or miss, ends it at once. */
+static uint64_t rs_grace_ns(struct remote_store *rs)
+{
+	uint64_t g = 3 * sel_remote_grace_ns(rs->r);
+	return g < RS_GRACE_MIN_NS ? RS_GRACE_MIN_NS : g > RS_GRACE_MAX_NS ? RS_GRACE_MAX_NS : g;
+}
 
 static struct rs_look *look_find(struct remote_store *rs, const sel_key *k, uint64_t resident,
 				 uint64_t limit)
@@ -226,7 +239,7 @@ static int rs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 			return inner_answer(irc, &ih, hit);
 		*l = (struct rs_look){ .state = RS_PENDING, .key = k, .resident = resident,
 				       .limit = limit, .gen = l->gen,
-				       .deadline = now + sel_remote_grace_ns(rs->r) };
+				       .deadline = now + rs_grace_ns(rs) };
 		rs_arm(rs);
 		return SEL_LOOKUP_PENDING;
 	}
@@ -393,6 +406,7 @@ static void remote_tier_stats(struct remote_store *rs, sel_remote_tier_stats *o)
 		.present = st.present,
 		.put_failures = st.put_failures,
 		.skipped = st.skipped + rs->skipped,
+		.writes_in_flight = rs->n_out,
 		.claims = st.claims,
 		.claim_failures = st.claim_failures,
 		.auth_failures = st.auth_failures,
@@ -410,6 +424,7 @@ static void remote_tier_stats(struct remote_store *rs, sel_remote_tier_stats *o)
 	};
 	for (int i = 0; i < SEL_REMOTE_RTT_BINS && i < SEL_REMOTE_RTT_BUCKETS; i++)
 		o->rtt_hist[i] = st.rtt_hist[i];
+	o->rtt_sum_ns = st.rtt_sum_ns;
 }
 
 static void rs_stats(sel_store *s, sel_stats *out)
@@ -456,9 +471,7 @@ static void rs_describe(sel_store *s, sel_store_info *out)
 	}
 	char nodes[512];
 	sel_remote_describe(rs->r, nodes, sizeof nodes);
-	uint32_t n = nodes[0] ? 1 : 0;
-	for (const char *c = nodes; *c; c++)
-		n += *c == ',';
+	uint32_t n = described_nodes(rs);
 	snprintf(rs->desc, sizeof rs->desc, "%s (%" PRIu32 " node%s: %s), %s, encryption %s",
 		 rs->url, n, n == 1 ? "" : "s", nodes[0] ? nodes : "none answered yet", rs->keydesc,
 		 rs->encrypt ? "on" : "off");
@@ -562,6 +575,17 @@ static const struct sel_store_ops remote_ops = {
 
 #define RS_STARTUP_WAIT_NS (2000ull * 1000000)
 
+/* Nodes the client's description names (host:port, comma separated). */
+static uint32_t described_nodes(struct remote_store *rs)
+{
+	char nodes[512];
+	sel_remote_describe(rs->r, nodes, sizeof nodes);
+	uint32_t n = nodes[0] ? 1 : 0;
+	for (const char *c = nodes; *c; c++)
+		n += *c == ',';
+	return n;
+}
+
 /* The startup wait for a first answer (open may block; the worker never
  * does): the startup line can name the nodes, and a Redis that does not
  * answer is said once. */
@@ -571,7 +595,10 @@ static void first_contact(struct remote_store *rs)
 	struct sel_remote_stats st;
 	for (;;) {
 		sel_remote_stats(rs->r, &st);
-		if (st.state != SEL_RN_CONNECTING || eos_now_ns() >= end)
+		/* A cluster: its slot map and every master it names. */
+		bool settled = st.state == SEL_RN_UP && (!rs->cluster || st.map_refreshes > 0) &&
+			       described_nodes(rs) == st.nodes;
+		if (settled || eos_now_ns() >= end)
 			break;
 		eos_sleep_ns(5 * 1000000);
 	}
@@ -666,6 +693,7 @@ int sel_remote_store_open(const sel_store_config *cfg, sel_store *inner, sel_sto
 	rs->tfd = -1;
 	rs->evq.efd = rs->evq.epfd = -1;
 	rs->encrypt = cfg->remote_encrypt;
+	rs->cluster = u.kind == SEL_RU_CLUSTER;
 	(void)sel_ru_format(&u, rs->url, sizeof rs->url);
 	if ((rc = rs_open_parts(rs, cfg))) {
 		char m[512];

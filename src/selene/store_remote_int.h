@@ -75,6 +75,8 @@
 #define RS_KNOWN_MAX 4096                /* keys known to be on Redis */
 #define RS_OUT_MAX 8                     /* background copy-outs and writes at once */
 #define RS_ANSWER_TTL_NS (2000ull * 1000000)
+#define RS_GRACE_MIN_NS (50ull * 1000000)
+#define RS_GRACE_MAX_NS (250ull * 1000000)
 
 enum rs_look_state {
 	RS_FREE = 0,
@@ -140,7 +142,7 @@ struct remote_store {
 	const char *close_note;
 	char url[SEL_RU_TEXT_MAX];
 	char keydesc[64]; /* "key flare-<id>" or "no key (checksums only)" */
-	bool encrypt;
+	bool encrypt, cluster;
 	char desc[SEL_RU_TEXT_MAX + 1024];
 	char warning[SEL_RU_TEXT_MAX + 1024];
 	struct rs_look look[RS_LOOKS];
