@@ -492,6 +492,7 @@ static bool out_waiting(const struct remote_store *rs)
 }
 
 #define RS_CLOSE_WAIT_NS (5000ull * 1000000) /* without a deadline */
+#define RS_XFER_GRACE_NS (200ull * 1000000)
 
 static int rs_close(sel_store *s, uint64_t deadline_ns)
 {
@@ -510,7 +511,13 @@ static int rs_close(sel_store *s, uint64_t deadline_ns)
 	(void)rs_service(rs);
 	if (rrc)
 		rs->close_note = "remote writes cut short by the shutdown deadline";
-	int xrc = sel_xfer_close(rs->xfer, deadline_ns);
+	/* The level's copies are host copies of a few records, finished or
+	 * about to: a deadline the remote writes used up still lets them
+	 * drain (RS_XFER_GRACE_NS) instead of leaking the slots. */
+	uint64_t xd = deadline_ns;
+	if (xd && xd < eos_now_ns() + RS_XFER_GRACE_NS)
+		xd = eos_now_ns() + RS_XFER_GRACE_NS;
+	int xrc = sel_xfer_close(rs->xfer, xd);
 	(void)rs_service(rs);
 	if (xrc == SEL_ESTOPPED) {
 		rs->leak = true;
