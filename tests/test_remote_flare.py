@@ -172,7 +172,10 @@ def standalone(tmp, want):
             assert "remote tier " + url in a.summary() and "1 node: 127.0.0.1:" in a.summary(), \
                 a.summary()
             assert [ask(a, p)[0] for p in PROMPTS[:2]] == want[:2]
-            written(a, 2)
+            # A second turn of the first conversation, on A only.
+            turn2 = PROMPTS[0] + want[0] + " And what of the spring tides, then?"
+            want_turn2 = ask(a, turn2)[0]
+            written(a, 3)
         with Flare(BIN, b_args, name="B") as b:
             text, fl = ask(b, PROMPTS[0])
             assert fl["source"] == "remote" and fl["reused_host_tokens"] > 0, fl
@@ -182,6 +185,13 @@ def standalone(tmp, want):
             assert m.get("flare_remote_connection_state") == 1
             assert m.get("flare_remote_round_trip_seconds_count") > 0
             print("standalone: B restored from remote:", fl)
+            # B's GPU holds turn 1: the remote restore is the rest of turn 2
+            # only, above the GPU-resident prefix.
+            text, fl = ask(b, turn2)
+            assert fl["source"] == "remote" and fl["reused_gpu_tokens"] > 0 and \
+                fl["reused_host_tokens"] > 0, fl
+            assert text == want_turn2, (text, want_turn2)
+            print("standalone: turn 2 over a GPU-resident turn 1:", fl)
 
             # Random damage without a key: a byte of a window's payload
             # flipped is refused by the manifest's page checksums.

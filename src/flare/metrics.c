@@ -505,6 +505,9 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 	COUNTER("flare_host_cache_fetch_declined_total",
 		"Host hits recomputed instead: the policy judged prefill faster, or --prefix-cache-fetch never.",
 		st->host_fetch_declined);
+	COUNTER("flare_host_cache_lookups_held_total",
+		"Admission passes that held a request for a remote tier's answer (its grace period).",
+		st->host_lookups_held);
 	COUNTER("flare_host_cache_restore_failures_total",
 		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);
 	COUNTER("flare_host_cache_publications_total", "Checkpoints offered to the host store.",

@@ -208,13 +208,13 @@ static int look_answer(struct remote_store *rs, struct rs_look *l, uint64_t dept
 			  .tier = SEL_TIER_REMOTE,
 			  .cookie = ((uint64_t)l->gen << 32) | (uint64_t)(l - rs->look) };
 	memcpy(hit->chain.b, h->key.digest.b, sizeof hit->chain.b);
+	rs->hits++;
 	return 1;
 }
 
-static int rs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
-		     sel_hit *hit)
+static int lookup_once(struct remote_store *rs, const sel_history *h, uint64_t resident,
+		       uint64_t limit, sel_hit *hit)
 {
-	struct remote_store *rs = rs_of(s);
 	sel_hit ih;
 	int irc = 0;
 	if (rs->inner && (irc = sel_store_lookup(rs->inner, h, resident, limit, &ih)) < 0)
@@ -251,6 +251,16 @@ static int rs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint
 		rs_arm(rs);
 	}
 	return look_answer(rs, l, depth, irc, &ih, hit);
+}
+
+static int rs_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		     sel_hit *hit)
+{
+	struct remote_store *rs = rs_of(s);
+	int rc = lookup_once(rs, h, resident, limit, hit);
+	if (rc == 0 || rc == 1)
+		rs->lookups++; /* answered: the level's own count without a local tier */
+	return rc;
 }
 
 /* ---- put --------------------------------------------------------------------------- */
@@ -448,6 +458,9 @@ static void rs_stats(sel_store *s, sel_stats *out)
 	t->held = out->remote.stored;
 	t->corrupt = out->remote.corrupt + out->remote.auth_failures;
 	t->rate_bps = 400ull << 20;
+	if (!rs->inner)
+		out->lookups = rs->lookups;
+	out->hits += rs->hits;
 	out->fetches += rs->fetches;
 	out->fetch_failures += rs->fetch_failures;
 	out->reused_tokens += rs->reused_tokens;

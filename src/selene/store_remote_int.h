@@ -151,6 +151,7 @@ struct remote_store {
 	struct rs_job *jobs;
 	uint32_t n_out; /* OUT jobs alive */
 	/* Counters of the level itself. */
+	uint64_t lookups, hits; /* answered (not pending); remote hits returned */
 	uint64_t lookups_late, fetches, fetch_failures, reused_tokens, skipped;
 	uint64_t outcomes[SEL_SKIPPED + 1];
 	uint64_t inflight_in;

@@ -106,6 +106,7 @@ static void xfer_done(struct remote_store *rs, struct sel_xfer_job *x)
 				 .error = x->status,
 				 .checkpoint = j->checkpoint,
 				 .key = j->d.key,
+				 .tier = SEL_TIER_REMOTE,
 				 .bytes = x->bytes,
 				 .duration_ns = x->done_ns - x->submit_ns };
 		sel_evq_push(&rs->evq, &ev);
