@@ -51,7 +51,7 @@ static sel_store *open_level(struct sfx *f, uint64_t memory)
 /* One poll and a short wait on the descriptor; events into ev (cap). */
 static int pump(sel_store *s, sel_event *ev, int cap)
 {
-	struct pollfd pf = { .fd = sel_store_wait_fd(s), .events = POLLIN };
+	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
 	(void)poll(&pf, 1, 5);
 	int n = sel_store_poll(s, ev, (size_t)cap);
 	CHECK(n >= 0);
@@ -90,8 +90,7 @@ static void written(sel_store *s, uint64_t n, sel_event *ev, int *n_ev, int cap)
 		if (st.remote.stored + st.remote.present >= n && st.remote.writes_in_flight == 0 &&
 		    st.inflight_out == 0)
 			return;
-		CHECKF(eos_now_ns() < end, "%llu records not written",
-		       (unsigned long long)n);
+		CHECKF(eos_now_ns() < end, "%llu records not written", (unsigned long long)n);
 		int k = pump(s, ev + *n_ev, cap - *n_ev);
 		*n_ev += k;
 		CHECK(*n_ev < cap);
@@ -118,7 +117,7 @@ static sel_inbound inbound(uint32_t first, uint32_t n, uint32_t slot, uint64_t t
 {
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = first + i;
-	return (sel_inbound){ .ticket = ticket, .pages = ids, .n_pages = n, .state_slot = slot };
+	return (sel_inbound){.ticket = ticket, .pages = ids, .n_pages = n, .state_slot = slot};
 }
 
 static void check_restored(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
@@ -127,6 +126,26 @@ static void check_restored(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint3
 	for (uint32_t j = 0; j < c / SFX_PT; j++)
 		CHECKF(sfx_page_ok(f, first + j, cv->tag, j, false), "page %u", j);
 	CHECK(sfx_row_ok(f, slot, sfx_row_seed(cv, c), false));
+}
+
+/* The last restore of a test (cv2's 192 tokens from hit into ids 200..,
+ * slot 6, through s), then the end: both stores closed, all freed. */
+static void restore_and_end(struct sfx *f, struct sfx_conv *cv, struct sfx_conv *cv2,
+			    const sel_hit *hit, sel_store *s, sel_store *a, sel_store *b,
+			    uint64_t ticket)
+{
+	sel_inbound in = inbound(200, 3, 6, ticket);
+	CHECK_RC(sel_store_fetch(s, hit, &in), 0);
+	sel_event fe = fetch_event(s, ticket);
+	CHECK(fe.type == SEL_EV_FETCHED);
+	check_restored(f, cv2, 192, 200, 6);
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(cv);
+	sfx_conv_free(cv2);
+	sfx_free(f);
 }
 
 static void test_two_hosts(void)
@@ -200,19 +219,7 @@ static void test_two_hosts(void)
 	/* ... and A restores it from Redis (no local tier). */
 	CHECK_RC(lookup(a, &cv2.h, 0, 200, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 3);
-	in = inbound(200, 3, 6, 10);
-	CHECK_RC(sel_store_fetch(a, &hit, &in), 0);
-	fe = fetch_event(a, 10);
-	CHECK(fe.type == SEL_EV_FETCHED);
-	check_restored(&f, &cv2, 192, 200, 6);
-
-	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
-	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
-	sel_store_destroy(a);
-	sel_store_destroy(b);
-	sfx_conv_free(&cv);
-	sfx_conv_free(&cv2);
-	sfx_free(&f);
+	restore_and_end(&f, &cv, &cv2, &hit, a, a, b, 10);
 }
 
 static void test_killed_during_claim(void)
@@ -279,19 +286,7 @@ static void test_killed_during_claim(void)
 		CHECK(pump(b, ev, 16) == 0);
 	}
 	CHECK_RC(lookup(b, &cv2.h, 0, 200, &hit), 1);
-	in = inbound(200, 3, 6, 12);
-	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
-	fe = fetch_event(b, 12);
-	CHECK(fe.type == SEL_EV_FETCHED);
-	check_restored(&f, &cv2, 192, 200, 6);
-
-	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
-	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
-	sel_store_destroy(a);
-	sel_store_destroy(b);
-	sfx_conv_free(&cv);
-	sfx_conv_free(&cv2);
-	sfx_free(&f);
+	restore_and_end(&f, &cv, &cv2, &hit, b, a, b, 12);
 }
 
 /* Every call of the worker returns at once while Redis hangs. */

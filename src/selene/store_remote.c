@@ -20,10 +20,7 @@
 static const struct sel_store_ops remote_ops;
 static uint32_t described_nodes(struct remote_store *rs);
 
-static struct remote_store *rs_of(sel_store *s)
-{
-	return sel_store_checked(s, &remote_ops);
-}
+static struct remote_store *rs_of(sel_store *s) { return sel_store_checked(s, &remote_ops); }
 
 /* ---- jobs and known keys --------------------------------------------------------- */
 
@@ -64,6 +61,20 @@ fail:
 	free(j->iov);
 	free(j);
 	return NULL;
+}
+
+/* j's copy between the GPU ids j->ids (and state slot) and its slots: the
+ * pages, then the row. */
+static void job_xfer(struct rs_job *j, enum sel_copy_dir dir, uint32_t state_slot)
+{
+	j->x = (struct sel_xfer_job){.id = (uint64_t)(uintptr_t)j,
+				     .dir = dir,
+				     .n_pages = j->n_pages,
+				     .pages = j->ids,
+				     .page_slots = j->slots,
+				     .row = true,
+				     .state_slot = state_slot,
+				     .row_slots = j->slots + j->n_pages};
 }
 
 void rs_job_end(struct remote_store *rs, struct rs_job *j)
@@ -112,7 +123,7 @@ void rs_arm(struct remote_store *rs)
 			first = rs->look[i].deadline;
 	if (first == rs->armed || rs->tfd < 0)
 		return;
-	struct itimerspec its = { 0 };
+	struct itimerspec its = {0};
 	if (first) {
 		its.it_value.tv_sec = (time_t)(first / 1000000000u);
 		its.it_value.tv_nsec = (long)(first % 1000000000u);
@@ -201,12 +212,12 @@ static int look_answer(struct remote_store *rs, struct rs_look *l, uint64_t dept
 	if (l->state != RS_HIT || l->hit->key.consumed <= depth || !hit_usable(rs, l->hit))
 		return inner_answer(irc, ih, hit);
 	const sel_remote_hit *h = l->hit;
-	*hit = (sel_hit){ .key = h->key,
-			  .resident = l->resident,
-			  .pages = h->pages,
-			  .bytes = h->bytes,
-			  .tier = SEL_TIER_REMOTE,
-			  .cookie = ((uint64_t)l->gen << 32) | (uint64_t)(l - rs->look) };
+	*hit = (sel_hit){.key = h->key,
+			 .resident = l->resident,
+			 .pages = h->pages,
+			 .bytes = h->bytes,
+			 .tier = SEL_TIER_REMOTE,
+			 .cookie = ((uint64_t)l->gen << 32) | (uint64_t)(l - rs->look)};
 	memcpy(hit->chain.b, h->key.digest.b, sizeof hit->chain.b);
 	rs->hits++;
 	return 1;
@@ -237,9 +248,12 @@ static int lookup_once(struct remote_store *rs, const sel_history *h, uint64_t r
 		uint64_t cookie = ((uint64_t)l->gen << 32) | (uint64_t)(l - rs->look);
 		if (sel_remote_lookup(rs->r, h, resident, limit, cookie, &id) != 0)
 			return inner_answer(irc, &ih, hit);
-		*l = (struct rs_look){ .state = RS_PENDING, .key = k, .resident = resident,
-				       .limit = limit, .gen = l->gen,
-				       .deadline = now + rs_grace_ns(rs) };
+		*l = (struct rs_look){.state = RS_PENDING,
+				      .key = k,
+				      .resident = resident,
+				      .limit = limit,
+				      .gen = l->gen,
+				      .deadline = now + rs_grace_ns(rs)};
 		rs_arm(rs);
 		return SEL_LOOKUP_PENDING;
 	}
@@ -281,16 +295,9 @@ static bool start_out(struct remote_store *rs, const sel_published *cp, bool inn
 	memcpy(j->ids, cp->pages + (cp->n_pages - cp->tail), (size_t)cp->tail * sizeof *j->ids);
 	j->checkpoint = cp->checkpoint;
 	j->inner = inner;
-	j->d = (sel_record_desc){ .key = cp->key, .parent = cp->parent, .bucket = cp->bucket,
-				  .tail = cp->tail };
-	j->x = (struct sel_xfer_job){ .id = (uint64_t)(uintptr_t)j,
-				      .dir = SEL_COPY_OUT,
-				      .n_pages = cp->tail,
-				      .pages = j->ids,
-				      .page_slots = j->slots,
-				      .row = true,
-				      .state_slot = cp->state_slot,
-				      .row_slots = j->slots + cp->tail };
+	j->d = (sel_record_desc){
+		.key = cp->key, .parent = cp->parent, .bucket = cp->bucket, .tail = cp->tail};
+	job_xfer(j, SEL_COPY_OUT, cp->state_slot);
 	if (sel_xfer_submit(rs->xfer, &j->x) != 0) {
 		rs_job_end(rs, j);
 		rs->skipped++;
@@ -344,7 +351,8 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	    !sel_key_eq(&l->hit->key, &hit->key))
 		return eos_fail(-ESTALE, "remote store: the hit is gone");
 	if (in->n_pages != hit->pages || !in->pages)
-		return eos_fail(-EINVAL, "remote store: %" PRIu32 " destination pages for a hit of %" PRIu32,
+		return eos_fail(-EINVAL,
+				"remote store: %" PRIu32 " destination pages for a hit of %" PRIu32,
 				in->n_pages, hit->pages);
 	struct rs_job *j = rs_job_new(rs, RS_IN, hit->pages);
 	if (!j)
@@ -359,16 +367,9 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	j->key = hit->key;
 	j->bytes = hit->bytes;
 	j->t0 = eos_now_ns();
-	j->x = (struct sel_xfer_job){ .id = (uint64_t)(uintptr_t)j,
-				      .dir = SEL_COPY_IN,
-				      .n_pages = hit->pages,
-				      .pages = j->ids,
-				      .page_slots = j->slots,
-				      .row = true,
-				      .state_slot = in->state_slot,
-				      .row_slots = j->slots + hit->pages };
-	struct sel_remote_dest dest = { .pages = j->pagev, .n_pages = j->n_pages, .row = j->iov,
-					.row_n = j->n_iov };
+	job_xfer(j, SEL_COPY_IN, in->state_slot);
+	struct sel_remote_dest dest = {
+		.pages = j->pagev, .n_pages = j->n_pages, .row = j->iov, .row_n = j->n_iov};
 	l->hit = NULL; /* the client's now, whatever the claim says */
 	look_free(l);
 	uint64_t id;
@@ -443,7 +444,7 @@ static void rs_stats(sel_store *s, sel_stats *out)
 	if (rs->inner) {
 		sel_store_stats(rs->inner, out);
 	} else {
-		*out = (sel_stats){ .transport = rs->sp->backend->name };
+		*out = (sel_stats){.transport = rs->sp->backend->name};
 		for (int i = 0; i <= SEL_SKIPPED; i++)
 			out->outcomes[i] = rs->outcomes[i];
 		out->slot_bytes = rs->sp->slot_bytes;
@@ -468,10 +469,7 @@ static void rs_stats(sel_store *s, sel_stats *out)
 	out->inflight_out += rs->n_out;
 }
 
-static int rs_wait_fd(sel_store *s)
-{
-	return rs_of(s)->evq.epfd;
-}
+static int rs_wait_fd(sel_store *s) { return rs_of(s)->evq.epfd; }
 
 static void rs_describe(sel_store *s, sel_store_info *out)
 {
@@ -545,7 +543,7 @@ static void rs_free(struct remote_store *rs)
 {
 	if (rs->leak) {
 		/* A copy may still touch the slots: keep them (design 2.8). */
-		void *keep[] = { rs->sp, rs->jobs };
+		void *keep[] = {rs->sp, rs->jobs};
 		sel_store_pool_leak(rs->sp);
 		sel_leak(keep, 2);
 		rs->sp = NULL;
@@ -628,7 +626,8 @@ static void first_contact(struct remote_store *rs)
 	sel_remote_last_error(rs->r, err, sizeof err);
 	snprintf(rs->warning, sizeof rs->warning,
 		 "remote tier %s: %s (%s); lookups miss and writes are skipped until it answers",
-		 rs->url, st.state == SEL_RN_DEGRADED ? "some nodes do not answer" : "no node answers",
+		 rs->url,
+		 st.state == SEL_RN_DEGRADED ? "some nodes do not answer" : "no node answers",
 		 err[0] ? err : "no answer yet");
 }
 
@@ -732,10 +731,7 @@ int sel_remote_store_open(const sel_store_config *cfg, sel_store *inner, sel_sto
 
 /* ---- public helpers ---------------------------------------------------------------------- */
 
-int sel_remote_key_load(const char *path, uint8_t out[32])
-{
-	return sel_rv_key_load(path, out);
-}
+int sel_remote_key_load(const char *path, uint8_t out[32]) { return sel_rv_key_load(path, out); }
 
 int sel_remote_url_check(const char *url)
 {

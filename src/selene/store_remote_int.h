@@ -71,9 +71,9 @@
 #include "store_pool.h"
 #include "transfer.h"
 
-#define RS_LOOKS 64                      /* lookup answers kept */
-#define RS_KNOWN_MAX 4096                /* keys known to be on Redis */
-#define RS_OUT_MAX 8                     /* background copy-outs and writes at once */
+#define RS_LOOKS 64       /* lookup answers kept */
+#define RS_KNOWN_MAX 4096 /* keys known to be on Redis */
+#define RS_OUT_MAX 8      /* background copy-outs and writes at once */
 #define RS_ANSWER_TTL_NS (2000ull * 1000000)
 #define RS_GRACE_MIN_NS (50ull * 1000000)
 #define RS_GRACE_MAX_NS (250ull * 1000000)
@@ -96,7 +96,10 @@ struct rs_look {
 	sel_remote_hit *hit;
 };
 
-enum rs_job_kind { RS_OUT = 1, RS_IN };
+enum rs_job_kind {
+	RS_OUT = 1,
+	RS_IN
+};
 
 /* One copy between the GPU and intake slots, and what follows it. */
 struct rs_job {
@@ -108,10 +111,10 @@ struct rs_job {
 	void **pagev;  /* page-record addresses of the slots */
 	struct iovec *iov;
 	uint32_t n_iov;
-	bool copying;  /* the transfer job is in flight */
-	bool copied;   /* it landed (x.status 0) or failed */
-	bool queued;   /* IN: waits for room in the transfer channel */
-	bool remote;   /* a remote put or claim is in flight */
+	bool copying; /* the transfer job is in flight */
+	bool copied;  /* it landed (x.status 0) or failed */
+	bool queued;  /* IN: waits for room in the transfer channel */
+	bool remote;  /* a remote put or claim is in flight */
 	/* OUT */
 	uint64_t checkpoint;
 	sel_record_desc d;

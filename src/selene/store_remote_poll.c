@@ -14,10 +14,7 @@
 
 #define BATCH 32
 
-static struct rs_job *job_of(uint64_t user)
-{
-	return (struct rs_job *)(uintptr_t)user;
-}
+static struct rs_job *job_of(uint64_t user) { return (struct rs_job *)(uintptr_t)user; }
 
 /* A landed copy-out whose record committed locally (or that has no local
  * tier) goes to Redis; anything else ends here. */
@@ -27,12 +24,12 @@ static void out_finish(struct remote_store *rs, struct rs_job *j, bool committed
 		rs_job_end(rs, j);
 		return;
 	}
-	struct sel_remote_put p = { .d = j->d,
-				    .has_row = true,
-				    .pages = j->pagev,
-				    .row = j->iov,
-				    .row_n = j->n_iov,
-				    .user = (uint64_t)(uintptr_t)j };
+	struct sel_remote_put p = {.d = j->d,
+				   .has_row = true,
+				   .pages = j->pagev,
+				   .row = j->iov,
+				   .row_n = j->n_iov,
+				   .user = (uint64_t)(uintptr_t)j};
 	uint64_t id;
 	int rc = sel_remote_put(rs->r, &p, &id);
 	if (rc) {
@@ -65,12 +62,12 @@ static void inner_event(struct remote_store *rs, const sel_event *ev)
 
 static void fetch_failed(struct remote_store *rs, struct rs_job *j, int error)
 {
-	sel_event ev = { .type = SEL_EV_FETCH_FAILED,
-			 .error = error ? error : -EIO,
-			 .ticket = j->ticket,
-			 .key = j->key,
-			 .tier = SEL_TIER_REMOTE,
-			 .duration_ns = eos_now_ns() - j->t0 };
+	sel_event ev = {.type = SEL_EV_FETCH_FAILED,
+			.error = error ? error : -EIO,
+			.ticket = j->ticket,
+			.key = j->key,
+			.tier = SEL_TIER_REMOTE,
+			.duration_ns = eos_now_ns() - j->t0};
 	sel_evq_push(&rs->evq, &ev);
 	rs->fetch_failures++;
 	rs->inflight_in--;
@@ -86,12 +83,12 @@ static void xfer_done(struct remote_store *rs, struct sel_xfer_job *x)
 			fetch_failed(rs, j, x->status);
 			return;
 		}
-		sel_event ev = { .type = SEL_EV_FETCHED,
-				 .ticket = j->ticket,
-				 .key = j->key,
-				 .tier = SEL_TIER_REMOTE,
-				 .bytes = j->bytes,
-				 .duration_ns = eos_now_ns() - j->t0 };
+		sel_event ev = {.type = SEL_EV_FETCHED,
+				.ticket = j->ticket,
+				.key = j->key,
+				.tier = SEL_TIER_REMOTE,
+				.bytes = j->bytes,
+				.duration_ns = eos_now_ns() - j->t0};
 		sel_evq_push(&rs->evq, &ev);
 		for (uint32_t i = 0; i < j->n_chain; i++)
 			rs_known_add(rs, &j->chain[i]);
@@ -101,14 +98,14 @@ static void xfer_done(struct remote_store *rs, struct sel_xfer_job *x)
 	}
 	j->copied = true;
 	if (!j->inner) { /* the level is the store: its own event */
-		sel_event ev = { .type = x->status ? SEL_EV_STORE_FAILED : SEL_EV_STORED,
-				 .outcome = x->status ? SEL_SKIPPED : SEL_QUEUED,
-				 .error = x->status,
-				 .checkpoint = j->checkpoint,
-				 .key = j->d.key,
-				 .tier = SEL_TIER_REMOTE,
-				 .bytes = x->bytes,
-				 .duration_ns = x->done_ns - x->submit_ns };
+		sel_event ev = {.type = x->status ? SEL_EV_STORE_FAILED : SEL_EV_STORED,
+				.outcome = x->status ? SEL_SKIPPED : SEL_QUEUED,
+				.error = x->status,
+				.checkpoint = j->checkpoint,
+				.key = j->d.key,
+				.tier = SEL_TIER_REMOTE,
+				.bytes = x->bytes,
+				.duration_ns = x->done_ns - x->submit_ns};
 		sel_evq_push(&rs->evq, &ev);
 		out_finish(rs, j, true);
 	} else if (j->have_held) {
