@@ -233,7 +233,13 @@ def standalone(tmp, want):
             # record, which a fresh host restores.
             written(b, 1)
         shutil.rmtree(os.path.join(tmp, "b"), ignore_errors=True)
-        with Flare(BIN, kb, name="C-key") as c:
+        # The same settings from [prefix_cache] of a config file.
+        conf = os.path.join(tmp, "flare.toml")
+        with open(conf, "w") as fh:
+            fh.write(f'[prefix_cache]\nfetch = "always"\ndisk = "{os.path.join(tmp, "b")}"\n'
+                     f'remote = "{url}"\nremote_key = "{key}"\nremote_encrypt = true\n')
+        with Flare(BIN, ["--config", conf], name="C-key") as c:
+            assert "key flare-" in c.summary() and "encryption on" in c.summary(), c.summary()
             text, fl = ask(c, PROMPTS[2])
             assert fl["source"] == "remote" and text == want[2], fl
             print("standalone: encrypted record restored:", fl)

@@ -195,6 +195,10 @@
 #define IDLE_WAIT_MS 50
 #define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
 #define REMOTE_WAIT_MS 1000  /* ... and for the remote tier's gauges (issue 16) */
+/* A request held for a remote lookup's answer is planned again (its
+ * history hashed, the stores asked) at most this often, so a held request
+ * costs the worker's loop nothing between checks. */
+#define HOLD_RECHECK_NS (200ull * 1000)
 
 _Static_assert(HEL_STEP_TOKENS_MAX == HEL_DRAFT_MAX + 1, "a step entry holds one round's tokens");
 
@@ -209,6 +213,7 @@ struct egroup {
 
 struct ereq {
 	uint64_t id;
+	uint64_t held_ns; /* last time the store said its lookup is pending; 0: not held */
 	hel_token *prompt;
 	uint32_t n_prompt;
 	uint64_t *ends; /* message ends (after each HEL_TOK_MESSAGE) */
@@ -1322,6 +1327,8 @@ static int admission(hel_engine *e)
 		nx = r->next;
 		if (group_waits(e, r))
 			continue; /* branching: its first request is computing the prompt */
+		if (r->held_ns && eos_now_ns() - r->held_ns < HOLD_RECHECK_NS)
+			continue; /* held for a remote answer: asked again shortly */
 		hel_request_spec sp = spec_of(r);
 		hel_admission_plan plan;
 		int rc = hel_scheduler_plan_admission(e->sched, &sp, &plan);
@@ -1346,6 +1353,7 @@ static int admission(hel_engine *e)
 				 * ones behind it; the store's descriptor wakes us. */
 				hel_admission_plan_free(&plan);
 				e->ws.host_lookups_held++;
+				r->held_ns = eos_now_ns();
 				continue;
 			}
 			if (lr == 1) {
@@ -1374,6 +1382,7 @@ static int admission(hel_engine *e)
 			continue;
 		}
 		list_push(&e->active, r);
+		r->held_ns = 0;
 		r->sid = adm.req;
 		r->no_host = false;
 		r->out.reused_gpu_tokens = a;
