@@ -12,7 +12,9 @@ the key (refused with a key, counted; random damage refused without one);
 Redis killed (requests recompute, serving goes on) and restarted empty
 (reconnects; a cold cache); a Redis that stops answering (SIGSTOP):
 requests are answered by recomputation within a bounded time, the worker
-never waits on the socket.
+never waits on the socket; a Redis too small for what A writes (maxmemory,
+allkeys-lru): every answer right, restored or recomputed; in the cluster,
+a slot migrated during traffic, half (ASK) and whole (MOVED).
 
 Servers are started on ports picked by binding first (redis-server has no
 port 0), waited for by condition with deadlines, and stopped by PID.  Exit
@@ -66,12 +68,13 @@ class Redis:
         self.cluster = cluster
         self.proc = None
         self.port = None
+        self.extra = []
 
     def start(self, port=None):
         for _ in range(5):
             self.port = port or free_port()
             args = [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                    "--save", "", "--appendonly", "no", "--logfile", "redis.log"]
+                    "--save", "", "--appendonly", "no", "--logfile", "redis.log"] + self.extra
             if self.cluster:
                 args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                          "--cluster-node-timeout", "2000",
@@ -292,6 +295,38 @@ def faults(tmp, want):
         r.stop()
 
 
+def eviction(tmp):
+    """A Redis too small for what A writes (maxmemory, allkeys-lru): B gets
+    every answer right, restored where the record survived whole and
+    recomputed where a window or manifest was evicted."""
+    r = Redis(tmp, "small")
+    r.extra = ["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"]
+    r.start()
+    url = f"redis://127.0.0.1:{r.port}"
+    prompts = [f"Conversation {i}: " + "the quick brown fox jumps over the lazy dog; " * 4
+               for i in range(40)]
+    try:
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", url], name="A") as a:
+            want = [ask(a, p)[0] for p in prompts]
+            written(a, 1)
+        evicted = int(next((ln.split(":")[1] for ln in r.cli("INFO", "stats").splitlines()
+                            if ln.startswith("evicted_keys:")), "0"))
+        assert evicted > 0, "nothing was evicted: the test does not test eviction"
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", url], name="B") as b:
+            sources = []
+            # Newest first: B's own writes (of what it recomputes) evict
+            # the least recently used records, the oldest.
+            for p, w in reversed(list(zip(prompts, want))):
+                text, fl = ask(b, p)
+                assert text == w, (p, text, w, fl)
+                sources.append(fl["source"])
+            assert "remote" in sources and "none" in sources, sources
+        print(f"eviction: {evicted} keys evicted; B: {sources.count('remote')} restored, "
+              f"{len(sources) - sources.count('remote')} recomputed, every answer right")
+    finally:
+        r.stop()
+
+
 def manifest_of(nodes, consumed):
     """(node, key) of the manifest of the record at `consumed` tokens."""
     tag = f"/{consumed:016x}-"
@@ -408,5 +443,6 @@ with TempDir("test_remote_flare-", os.environ.get("TEST_TMPDIR")) as tmp:
     want = baseline(tmp)
     standalone(tmp, want)
     faults(tmp, want)
+    eviction(tmp)
     cluster(tmp, want)
 print("ok")
