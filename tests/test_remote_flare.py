@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -295,6 +296,39 @@ def faults(tmp, want):
         r.stop()
 
 
+def unix_and_db(tmp, want):
+    """unix:///PATH reaches a server on its socket; redis://HOST:PORT/DB
+    keeps databases apart (a host on DB 4 does not see DB 3's records)."""
+    # A socket path must stay under 108 bytes: a short directory of its own.
+    sdir = tempfile.mkdtemp(prefix="trf-", dir="/tmp")
+    sock = os.path.join(sdir, "redis.sock")
+    r = Redis(tmp, "unix")
+    r.extra = ["--unixsocket", sock, "--unixsocketperm", "700"]
+    r.start()
+    try:
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", "unix://" + sock], name="A") as a:
+            assert "remote tier unix://" + sock in a.summary(), a.summary()
+            assert ask(a, PROMPTS[1])[0] == want[1]
+            written(a, 1)
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", "unix://" + sock], name="B") as b:
+            text, fl = ask(b, PROMPTS[1])
+            assert fl["source"] == "remote" and text == want[1], fl
+        db3 = f"redis://127.0.0.1:{r.port}/3"
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", db3], name="A3") as a:
+            assert ask(a, PROMPTS[2])[0] == want[2]
+            written(a, 1)
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", db3[:-1] + "4"], name="B4") as b:
+            text, fl = ask(b, PROMPTS[2])
+            assert fl["source"] != "remote" and text == want[2], fl
+        with Flare(BIN, ALWAYS + ["--prefix-cache-remote", db3], name="B3") as b:
+            text, fl = ask(b, PROMPTS[2])
+            assert fl["source"] == "remote" and text == want[2], fl
+        print("unix socket and databases: restored through the socket, DB 4 apart from DB 3")
+    finally:
+        r.stop()
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
 def eviction(tmp):
     """A Redis too small for what A writes (maxmemory, allkeys-lru): B gets
     every answer right, restored where the record survived whole and
@@ -444,5 +478,6 @@ with TempDir("test_remote_flare-", os.environ.get("TEST_TMPDIR")) as tmp:
     standalone(tmp, want)
     faults(tmp, want)
     eviction(tmp)
+    unix_and_db(tmp, want)
     cluster(tmp, want)
 print("ok")
