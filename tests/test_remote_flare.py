@@ -468,7 +468,7 @@ def bad_settings(tmp):
     for args, want in cases:
         p = subprocess.run([BIN, "run", "--port", "0", "--dashboard", "off"] + args,
                            capture_output=True, text=True, timeout=60)
-        assert p.returncode != 0 and want in p.stderr, (args, p.returncode, p.stderr)
+        assert p.returncode == 2 and want in p.stderr, (args, p.returncode, p.stderr)
     print("bad settings refused:", len(cases))
 
 

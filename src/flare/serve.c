@@ -301,6 +301,35 @@ static const char *signame(int sig)
 /* The settings: defaults, then the config file, then the flags, then the
  * key file.  0 to go on, 1 when --help was printed, else -1 (the message
  * printed). */
+/* The remote tier's settings that depend on each other, and its key file
+ * (issue 16), once the settings are final: errors name the file and what
+ * was expected (exit status 2, as for any bad setting).  0 (the secret in
+ * out when a key file is set) or -1 with the message printed. */
+static int remote_key(const struct flare_settings *s, uint8_t out[32])
+{
+	if (s->remote_key[0] && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key %s: no remote tier "
+				"(--prefix-cache-remote URL) to use it with\n",
+			s->remote_key);
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote_key[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt needs a key: "
+				"--prefix-cache-remote-key FILE (a 32-byte secret, chmod 600)\n");
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt: no remote tier "
+				"(--prefix-cache-remote URL)\n");
+		return -1;
+	}
+	if (s->remote_key[0] && sel_remote_key_load(s->remote_key, out)) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key: %s\n", sel_errmsg());
+		return -1;
+	}
+	return 0;
+}
+
 static int settle(int argc, char **argv, struct flare_settings *flags, struct flare_settings *file,
 		  struct flare_settings *s)
 {
@@ -331,7 +360,7 @@ static int settle(int argc, char **argv, struct flare_settings *flags, struct fl
 		fprintf(stderr, "flare: %s\n", err);
 		return -1;
 	}
-	return 0;
+	return remote_key(s, s->remote_secret);
 }
 
 /* The core file (or the built-in core), able to run the speculation mode
@@ -394,42 +423,11 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 
 /* The engine behind the server, with the startup summary: 0 (be open),
  * -1 when it could not be opened, -2 when it opened but did not start. */
-/* The remote tier's key file (issue 16), read before the engine opens:
- * errors name the file and what was expected.  0 (key in out when one is
- * set) or -1 with the message printed. */
-static int remote_key(const struct flare_settings *s, uint8_t out[32])
-{
-	if (s->remote_key[0] && !s->remote[0]) {
-		fprintf(stderr, "flare: --prefix-cache-remote-key %s: no remote tier "
-				"(--prefix-cache-remote URL) to use it with\n",
-			s->remote_key);
-		return -1;
-	}
-	if (s->remote_encrypt && !s->remote_key[0]) {
-		fprintf(stderr, "flare: --prefix-cache-remote-encrypt needs a key: "
-				"--prefix-cache-remote-key FILE (a 32-byte secret, chmod 600)\n");
-		return -1;
-	}
-	if (s->remote_encrypt && !s->remote[0]) {
-		fprintf(stderr, "flare: --prefix-cache-remote-encrypt: no remote tier "
-				"(--prefix-cache-remote URL)\n");
-		return -1;
-	}
-	if (s->remote_key[0] && sel_remote_key_load(s->remote_key, out)) {
-		fprintf(stderr, "flare: --prefix-cache-remote-key: %s\n", sel_errmsg());
-		return -1;
-	}
-	return 0;
-}
-
 static int open_engine(const struct flare_backend_factory *factory, const struct flare_settings *s,
 		       const hel_core *core, struct flare_server *srv, struct flare_backend *be)
 {
 	char err[2048], note[FLARE_PATH_MAX + 512];
 	const char *disk = flare_disk_resolve(s, note, sizeof note);
-	uint8_t rkey[32];
-	if (remote_key(s, rkey))
-		return -1;
 	hel_engine_config ec = {
 		.core = core,
 		.mode = s->speculate,
@@ -449,12 +447,10 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.fetch = s->fetch,
 		.fdatasync = false,
 		.remote = s->remote[0] ? s->remote : NULL,
-		.remote_key = s->remote_key[0] ? rkey : NULL,
+		.remote_key = s->remote_key[0] ? s->remote_secret : NULL,
 		.remote_encrypt = s->remote_encrypt,
 	};
-	int orc = factory->open(factory, &ec, be, err, sizeof err);
-	explicit_bzero(rkey, sizeof rkey);
-	if (orc) {
+	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
 		return -1;
 	}
@@ -593,6 +589,8 @@ out:
 	hel_core_free(core);
 	free(flags);
 	free(file);
+	if (s)
+		explicit_bzero(s->remote_secret, sizeof s->remote_secret);
 	free(s);
 	return status;
 }

@@ -99,6 +99,9 @@ struct flare_settings {
 	char remote[FLARE_REMOTE_URL_MAX]; /* Redis URL of the remote tier, "" = none */
 	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
 	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
+	/* Not an option: the key file's secret, read once the settings are
+	 * final (flare run), wiped at exit. */
+	uint8_t remote_secret[32];
 };
 
 /* How a setting's value is written. */
