@@ -337,6 +337,7 @@ struct hel_engine {
 	bool blocked;        /* the head of the queue got -EAGAIN ... */
 	uint64_t block_epoch; /* ... at this capacity_epoch() */
 	uint32_t block_skips;
+	bool held_soon;      /* admission skipped a held request until its recheck */
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	struct hel_engine *grave_next;
@@ -1323,12 +1324,15 @@ static int admission(hel_engine *e)
 	    ++e->block_skips % 64)
 		return 0;
 	e->blocked = false;
+	e->held_soon = false;
 	for (struct ereq *r = e->pending.head, *nx; r; r = nx) {
 		nx = r->next;
 		if (group_waits(e, r))
 			continue; /* branching: its first request is computing the prompt */
-		if (r->held_ns && eos_now_ns() - r->held_ns < HOLD_RECHECK_NS)
-			continue; /* held for a remote answer: asked again shortly */
+		if (r->held_ns && eos_now_ns() - r->held_ns < HOLD_RECHECK_NS) {
+			e->held_soon = true; /* held for a remote answer: asked again shortly */
+			continue;
+		}
 		hel_request_spec sp = spec_of(r);
 		hel_admission_plan plan;
 		int rc = hel_scheduler_plan_admission(e->sched, &sp, &plan);
@@ -1711,7 +1715,8 @@ static void idle_wait(hel_engine *e)
 	int idle = store_usable(e) && e->cfg.max_age_ns ? EXPIRY_WAIT_MS : -1;
 	if (store_usable(e) && e->cfg.remote)
 		idle = REMOTE_WAIT_MS;
-	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : idle);
+	/* A request skipped by its hold recheck: its answer may be in already. */
+	(void)poll(pf, (nfds_t)nfd, e->held_soon ? 1 : live ? IDLE_WAIT_MS : idle);
 }
 
 /* Stopping: every request still here finishes "cancelled". */
