@@ -40,7 +40,10 @@ static int h_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 {
 	return sel_store_fetch(inner(s), hit, in);
 }
-static int h_poll(sel_store *s, sel_event *ev, size_t cap) { return sel_store_poll(inner(s), ev, cap); }
+static int h_poll(sel_store *s, sel_event *ev, size_t cap)
+{
+	return sel_store_poll(inner(s), ev, cap);
+}
 static void h_stats(sel_store *s, sel_stats *out) { sel_store_stats(inner(s), out); }
 static int h_wait_fd(sel_store *s) { return sel_store_wait_fd(inner(s)); }
 static int h_close(sel_store *s, uint64_t deadline) { return sel_store_close(inner(s), deadline); }
@@ -93,9 +96,12 @@ static void test_held(void)
 {
 	static struct holder d;
 	memset(&d, 0, sizeof d);
-	hel_engine_config c = { .core = core, .max_active = 3, .memory_bytes = 16 << 20,
-				.store_open = holder_open, .store_ctx = &d,
-				.fetch = HEL_FETCH_ALWAYS };
+	hel_engine_config c = {.core = core,
+			       .max_active = 3,
+			       .memory_bytes = 16 << 20,
+			       .store_open = holder_open,
+			       .store_ctx = &d,
+			       .fetch = HEL_FETCH_ALWAYS};
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	CHECK_OK(hel_engine_start(e));

@@ -11,6 +11,7 @@
  *   - Redis killed during a claim: FETCH_FAILED, destinations untouched by
  *     the failed claim, the level reconnects after a restart (empty: a
  *     miss) and restores again once A writes again;
+ *   - a clean stop right after a put writes the record before it returns;
  *   - Redis stopped (SIGSTOP): every store call returns at once, a lookup
  *     ends as a miss within the grace period, a close with queued writes
  *     ends by its deadline.
@@ -289,6 +290,31 @@ static void test_killed_during_claim(void)
 	restore_and_end(&f, &cv, &cv2, &hit, b, a, b, 12);
 }
 
+/* A clean stop right after a put: the copy-out and the queued remote write
+ * finish within the close's deadline, and another host finds the record. */
+static void test_clean_stop(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 51, 300, 10);
+	sel_store *a = open_level(&f, 4ull << 20);
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 3, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 10 * SEC), 0);
+	CHECK(stats(a).remote.stored == 1);
+	sel_store_destroy(a);
+	sel_store *b = open_level(&f, 0);
+	sel_hit hit;
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && sel_key_eq(&hit.key, &cp.key));
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(b);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
 /* Every call of the worker returns at once while Redis hangs. */
 #define QUICK_NS (500 * MS)
 
@@ -342,6 +368,7 @@ int main(void)
 	rfx_start(&srv, dir, "redis", false, false, NULL);
 	rfx_url(&srv, 1, false, url, sizeof url);
 	test_two_hosts();
+	test_clean_stop();
 	test_stopped();
 	test_killed_during_claim();
 	rfx_stop(&srv);
