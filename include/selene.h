@@ -314,10 +314,12 @@ typedef enum sel_tier {
 	SEL_TIER_MEMORY,
 	SEL_TIER_DISK,
 	SEL_TIER_POOL,
+	SEL_TIER_REMOTE, /* the remote tier on Redis (issue 16) */
 	SEL_TIERS
 } sel_tier;
 
-/* Metric label of a tier: "none", "dram", "nvme", "pool" (design 2.15). */
+/* Metric label of a tier: "none", "dram", "nvme", "pool", "remote"
+ * (design 2.15). */
 const char *sel_tier_name(sel_tier t);
 
 /* A restorable host chain (HostHit). */
@@ -451,6 +453,27 @@ typedef struct sel_pool_counters {
 	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */
 	uint64_t evictions_lost;  /* times the holdings were announced again after lost notices */
 } sel_pool_counters;
+/* The remote tier's client (issue 16, docs/remote.md): its counters and
+ * gauges, for /metrics.  enabled is false (everything 0) without one. */
+#define SEL_REMOTE_RTT_BINS 20 /* bin i: round trips <= 16 us << i; the last: above */
+typedef struct sel_remote_tier_stats {
+	bool enabled;
+	uint64_t lookups, hits;          /* remote lookups submitted, hits returned */
+	uint64_t lookups_late;           /* answers that came after the grace period */
+	uint64_t bytes_in, bytes_out;    /* restored from / written to Redis (payload) */
+	uint64_t puts, stored, present;  /* background writes: queued, written, already there */
+	uint64_t put_failures;
+	uint64_t skipped;                /* background writes skipped: queue or slots full */
+	uint64_t writes_in_flight;       /* background writes copying out or on their way */
+	uint64_t claims, claim_failures;
+	uint64_t auth_failures, corrupt, dropped;
+	uint64_t moved, ask, reconnects, stalls;
+	uint32_t state;                  /* 0 connecting, 1 up, 2 degraded, 3 down */
+	uint32_t nodes, nodes_up;
+	uint64_t rtt_ns, grace_ns;       /* median round trip; lookup grace period */
+	uint64_t rtt_hist[SEL_REMOTE_RTT_BINS];
+	uint64_t rtt_sum_ns;             /* of the round trips in rtt_hist */
+} sel_remote_tier_stats;
 
 typedef struct sel_stats {
 	const char *transport;     /* copy backend: "host", "cuda" */
@@ -483,6 +506,8 @@ typedef struct sel_stats {
 	const char *disk_io;
 	sel_tier_stats tier[SEL_TIERS];
 	sel_pool_counters pool; /* zero without --prefix-cache-pool */
+	/* The remote tier (issue 16; all zero without one). */
+	sel_remote_tier_stats remote;
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the
@@ -492,15 +517,23 @@ typedef struct sel_stats {
 
 /* Deepest restorable host chain for h above the GPU-resident count and at
  * or below limit: 1 with *hit filled, 0 for a miss.  Pins nothing.
+ * A store with a network tier (the remote tier, issue 16) may also return
+ * SEL_LOOKUP_PENDING: its answer is not in yet, and the caller should hold
+ * the request and ask again with the same history, resident count and
+ * limit after a later poll; the store answers 0 or 1 once its grace
+ * period (design 2.15: four round trips, 2..250 ms) has passed, and its
+ * wait descriptor becomes readable when the answer or the period's end
+ * is due.  Callers that cannot hold a request treat it as a miss.
  * Errors: -ENOMEM, -EINVAL (NULL store), -EPROTO (an ops table of another
  * version, selene_store.h). */
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit);
-/* sel_store_lookup's answer from a pooled store while the pool's answer is
- * due (design 2.15 "Lookups": at most a 2 ms grace period): nothing in
- * *hit; hold the request and ask again after a poll (the wait fd becomes
+/* sel_store_lookup's answer from a pooled store or the remote level while
+ * that level's answer is due (design 2.15 "Lookups": the pool's 2 ms grace
+ * period, the remote tier's four measured round trips): nothing in *hit;
+ * hold the request and ask again after a poll (the wait fd becomes
  * readable by the end of the grace period, and after it the lookup
- * answers from the local tiers). */
+ * answers from the levels that did answer). */
 #define SEL_LOOKUP_PENDING 2
 /* Offer a checkpoint.  why (may be NULL) receives the reason of a
  * SEL_RETRY.  Returns an outcome, never an error code: a checkpoint that
@@ -563,6 +596,9 @@ typedef struct sel_store_info {
 	/* With a pool: "unix:PATH, pool 'NAME', arena 64 GiB" or why it is not
 	 * attached; NULL without --prefix-cache-pool. */
 	const char *pool;
+	/* The remote tier: "redis://... (1 node: 127.0.0.1:6379), key <id>,
+	 * encryption off", or NULL without one. */
+	const char *remote;
 } sel_store_info;
 /* Fill *out (NULL-safe store: everything zero, kind "disabled").  The
  * strings are the store's, valid until destroy. */
@@ -706,7 +742,29 @@ typedef struct sel_store_config {
 	const char *pool_machine_id_path;
 	/* Exports to neighbours (NULL: none; no GPU holdings announced). */
 	const sel_export_hooks *pool_exports;
+	/* The remote tier (issue 16, docs/remote.md): a Redis URL
+	 * (redis://HOST:PORT[/DB], unix:///PATH, redis-cluster://HOST:PORT,...)
+	 * or NULL.  The remote level wraps the local store of the table above
+	 * (or none): the last level of the cascade and of copy priority.
+	 * remote_key: the deployment's 32-byte secret (sel_remote_key_load),
+	 * or NULL (checksums only); remote_encrypt needs it. */
+	const char *remote;
+	const uint8_t *remote_key;
+	bool remote_encrypt;
+	/* Tests: the remote client's window payload bytes (0 = 4 MiB - 4 KiB). */
+	uint32_t remote_window_bytes;
 } sel_store_config;
+
+/* Read a remote tier key file (docs/remote.md): 32 raw bytes or 64 hex
+ * digits, a regular file not readable or writable by others, not all
+ * zero.  0, SEL_EFORMAT, -EPERM (its mode) or the errno, with a message
+ * naming the path. */
+int sel_remote_key_load(const char *path, uint8_t out[32]);
+/* Check a remote tier URL without connecting: 0 or SEL_EFORMAT with a
+ * message quoting it. */
+int sel_remote_url_check(const char *url);
+/* "connecting", "up", "degraded", "down" (sel_remote_tier_stats.state). */
+const char *sel_remote_state_label(uint32_t state);
 
 /* The one constructor (design 1's configuration table): memory_bytes > 0
  * and no disk_dir -> the memory store; memory 0 and a disk_dir -> the disk

@@ -880,6 +880,7 @@ const char *flare_api_source(const hel_outcome *o)
 		switch (o->host_tier) {
 		case SEL_TIER_DISK: return "disk";
 		case SEL_TIER_POOL: return o->host_neighbour ? "neighbour" : "pool";
+		case SEL_TIER_REMOTE: return "remote";
 		default: return "memory";
 		}
 	}

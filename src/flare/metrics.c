@@ -412,13 +412,73 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	COUNTER("flare_pool_local_fallbacks_total",
 		"Failed pool restores that the local tiers' copy of the same endpoint took over.",
 		p->local_fallbacks);
-	COUNTER("flare_pool_lookups_held_total",
-		"Admissions held for a pool answer within its grace period.", st->host_lookups_pending);
+}
+
+/* The remote tier on Redis (issue 16, docs/remote.md), only with one. */
+static void remote_metrics(struct flare_buf *out, const sel_remote_tier_stats *r)
+{
+	if (!r->enabled)
+		return;
+	COUNTER("flare_remote_lookups_total", "Remote tier lookups submitted.", r->lookups);
+	COUNTER("flare_remote_hits_total", "Remote lookups that found a restorable chain.", r->hits);
+	COUNTER("flare_remote_lookups_late_total",
+		"Remote answers that came after the grace period (admission went on without them).",
+		r->lookups_late);
+	COUNTER("flare_remote_bytes_in_total", "Bytes restored from the remote tier (pages and rows).",
+		r->bytes_in);
+	COUNTER("flare_remote_bytes_out_total", "Bytes written to the remote tier (window payload).",
+		r->bytes_out);
+	family(out, "flare_remote_puts_total", "counter",
+	       "Background writes to the remote tier by result.");
+	val(out, "flare_remote_puts_total", "result=\"stored\"", r->stored);
+	val(out, "flare_remote_puts_total", "result=\"present\"", r->present);
+	val(out, "flare_remote_puts_total", "result=\"failed\"", r->put_failures);
+	COUNTER("flare_remote_skipped_total",
+		"Background writes skipped: queue or slots full (never waited for).", r->skipped);
+	GAUGE("flare_remote_writes_in_flight",
+	      "Background writes copying out of the GPU or on their way to Redis.", r->writes_in_flight);
+	COUNTER("flare_remote_claims_total", "Remote restores started.", r->claims);
+	COUNTER("flare_remote_claim_failures_total", "Remote restores that failed (recomputed).",
+		r->claim_failures);
+	COUNTER("flare_remote_auth_failures_total",
+		"Remote values refused by their MAC or AEAD tag, or unauthenticated with a key.",
+		r->auth_failures);
+	COUNTER("flare_remote_corrupt_total", "Remote values or pages refused by checksum or structure.",
+		r->corrupt);
+	COUNTER("flare_remote_dropped_total", "Records deleted from Redis after such a refusal.",
+		r->dropped);
+	family(out, "flare_remote_redirects_total", "counter", "Redis Cluster redirects followed.");
+	val(out, "flare_remote_redirects_total", "kind=\"moved\"", r->moved);
+	val(out, "flare_remote_redirects_total", "kind=\"ask\"", r->ask);
+	COUNTER("flare_remote_reconnects_total", "Connections to Redis made again after a loss.",
+		r->reconnects);
+	COUNTER("flare_remote_stalls_total", "Connections closed because Redis stopped answering.",
+		r->stalls);
+	GAUGE("flare_remote_connection_state", "0 connecting, 1 up, 2 degraded, 3 down.", r->state);
+	GAUGE("flare_remote_nodes", "Redis nodes known.", r->nodes);
+	GAUGE("flare_remote_nodes_up", "Redis nodes answering.", r->nodes_up);
+	family(out, "flare_remote_grace_seconds", "gauge",
+	       "Lookup grace period: four measured round trips, 2-250 ms.");
+	flare_buf_printf(out, "flare_remote_grace_seconds %g\n", (double)r->grace_ns / 1e9);
+	family(out, "flare_remote_round_trip_seconds", "histogram",
+	       "Round trips of small commands to Redis (bucket i: 16 us * 2^i).");
+	uint64_t cum = 0;
+	for (int i = 0; i < SEL_REMOTE_RTT_BINS; i++) {
+		cum += r->rtt_hist[i];
+		if (i + 1 < SEL_REMOTE_RTT_BINS)
+			flare_buf_printf(out, "flare_remote_round_trip_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+					 16e-6 * (double)(1ull << i), cum);
+	}
+	flare_buf_printf(out, "flare_remote_round_trip_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+	flare_buf_printf(out, "flare_remote_round_trip_seconds_sum %" PRIu64 ".%09" PRIu64 "\n",
+			 r->rtt_sum_ns / 1000000000u, r->rtt_sum_ns % 1000000000u);
+	flare_buf_printf(out, "flare_remote_round_trip_seconds_count %" PRIu64 "\n", cum);
 }
 
 static void store_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
 	shared_pool_metrics(out, st);
+	remote_metrics(out, &st->store.remote);
 	store_pool_metrics(out, &st->store);
 	store_call_metrics(out, st);
 	store_tier_metrics(out, st);
@@ -521,6 +581,9 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 	COUNTER("flare_host_cache_fetch_declined_total",
 		"Host hits recomputed instead: the policy judged prefill faster, or --prefix-cache-fetch never.",
 		st->host_fetch_declined);
+	COUNTER("flare_host_cache_lookups_held_total",
+		"Admission passes that held a request for a pool or remote tier answer (its grace period).",
+		st->host_lookups_held);
 	COUNTER("flare_host_cache_restore_failures_total",
 		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);
 	COUNTER("flare_host_cache_publications_total", "Checkpoints offered to the host store.",

@@ -208,6 +208,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 				 size_text(info->intake_slots * info->slot_bytes, c, sizeof c));
 		if (info->memory_bytes)
 			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
+		if (info->remote[0]) /* issue 16: the last level, its nodes, key, encryption */
+			flare_buf_printf(out, "; remote tier %s", info->remote);
 		if (info->disk_dir[0])
 			flare_buf_printf(out, "; directory %s, limit %s, I/O %s, %" PRIu64
 					 " records scanned", info->disk_dir,
@@ -311,6 +313,35 @@ static const char *signame(int sig)
 /* The settings: defaults, then the config file, then the flags, then the
  * key file.  0 to go on, 1 when --help was printed, else -1 (the message
  * printed). */
+/* The remote tier's settings that depend on each other, and its key file
+ * (issue 16), once the settings are final: errors name the file and what
+ * was expected (exit status 2, as for any bad setting).  0 (the secret in
+ * out when a key file is set) or -1 with the message printed. */
+static int remote_key(const struct flare_settings *s, uint8_t out[32])
+{
+	if (s->remote_key[0] && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key %s: no remote tier "
+				"(--prefix-cache-remote URL) to use it with\n",
+			s->remote_key);
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote_key[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt needs a key: "
+				"--prefix-cache-remote-key FILE (a 32-byte secret, chmod 600)\n");
+		return -1;
+	}
+	if (s->remote_encrypt && !s->remote[0]) {
+		fprintf(stderr, "flare: --prefix-cache-remote-encrypt: no remote tier "
+				"(--prefix-cache-remote URL)\n");
+		return -1;
+	}
+	if (s->remote_key[0] && sel_remote_key_load(s->remote_key, out)) {
+		fprintf(stderr, "flare: --prefix-cache-remote-key: %s\n", sel_errmsg());
+		return -1;
+	}
+	return 0;
+}
+
 static int settle(int argc, char **argv, struct flare_settings *flags, struct flare_settings *file,
 		  struct flare_settings *s)
 {
@@ -341,7 +372,7 @@ static int settle(int argc, char **argv, struct flare_settings *flags, struct fl
 		fprintf(stderr, "flare: %s\n", err);
 		return -1;
 	}
-	return 0;
+	return remote_key(s, s->remote_secret);
 }
 
 /* The core file (or the built-in core), able to run the speculation mode
@@ -437,6 +468,9 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.pool_listen = flare_server_url(srv),
 		.pool_wait_ns = s->pool_wait_ns,
 		.pool_grace_ns = s->pool_grace_ns,
+		.remote = s->remote[0] ? s->remote : NULL,
+		.remote_key = s->remote_key[0] ? s->remote_secret : NULL,
+		.remote_encrypt = s->remote_encrypt,
 	};
 	if (factory->open(factory, &ec, be, err, sizeof err)) {
 		fprintf(stderr, "flare: %s\n", err);
@@ -592,6 +626,8 @@ out:
 	hel_core_free(core);
 	free(flags);
 	free(file);
+	if (s)
+		explicit_bzero(s->remote_secret, sizeof s->remote_secret);
 	free(s);
 	return status;
 }

@@ -120,6 +120,16 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_POOL_GRACE, "--prefix-cache-pool-grace", "DURATION", "prefix_cache", "pool_grace",
 	 FLARE_K_INTERVAL, 0, 0, false, "2ms",
 	 "shortest time admission waits for the pool's answer (longer: 4 round trips)"},
+	{FLARE_OPT_REMOTE, "--prefix-cache-remote", "URL", "prefix_cache", "remote", FLARE_K_REMOTE, 0,
+	 0, false, "none",
+	 "share prefixes across hosts through Redis: redis://HOST:PORT[/DB], unix:///PATH, "
+	 "redis-cluster://HOST:PORT[,HOST:PORT...]"},
+	{FLARE_OPT_REMOTE_KEY, "--prefix-cache-remote-key", "FILE", "prefix_cache", "remote_key",
+	 FLARE_K_PATH, 0, 0, false, "none",
+	 "32-byte secret shared by the hosts (chmod 600): every remote value authenticated"},
+	{FLARE_OPT_REMOTE_ENCRYPT, "--prefix-cache-remote-encrypt", " [on|off]", "prefix_cache",
+	 "remote_encrypt", FLARE_K_ENCRYPT, 0, 0, true, "off",
+	 "encrypt remote values (XChaCha20-Poly1305; needs the key)"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
 };
 
@@ -344,6 +354,7 @@ static int set_path(struct flare_settings *s, const struct flare_option *o, cons
 	char *dst = o->id == FLARE_OPT_DISK	    ? s->disk
 		    : o->id == FLARE_OPT_CONFIG	    ? s->config
 		    : o->id == FLARE_OPT_API_KEY_FILE ? s->api_key_file
+		    : o->id == FLARE_OPT_REMOTE_KEY   ? s->remote_key
 						      : s->core;
 	if (!*t)
 		return flare_bad(err, errlen, "'' is not a path (empty)");
@@ -624,6 +635,33 @@ static int set_name(struct flare_settings *s, const struct flare_option *o, cons
 	return 0;
 }
 
+static int set_remote(struct flare_settings *s, const struct flare_option *o, const char *t,
+		      enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (strlen(t) >= FLARE_REMOTE_URL_MAX)
+		return flare_bad(err, errlen, "URL is longer than %d bytes", FLARE_REMOTE_URL_MAX - 1);
+	if (sel_remote_url_check(t))
+		return flare_bad(err, errlen, "%s", sel_errmsg());
+	snprintf(s->remote, sizeof s->remote, "%s", t);
+	return 0;
+}
+
+static int set_encrypt(struct flare_settings *s, const struct flare_option *o, const char *t,
+		       enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcasecmp(t, "on") || !strcmp(t, "true"))
+		s->remote_encrypt = true;
+	else if (!strcasecmp(t, "off") || !strcmp(t, "false"))
+		s->remote_encrypt = false;
+	else
+		return flare_bad(err, errlen, "'%s' is not on or off", t);
+	return 0;
+}
+
 typedef int setter(struct flare_settings *s, const struct flare_option *o, const char *t,
 		   enum flare_vtype vt, char *err, size_t errlen);
 /* The setter of each kind: a table is the clearest form of "one rule per
@@ -647,6 +685,8 @@ static setter *const setters[] = {
 	[FLARE_K_ENDPOINT] = set_endpoint,
 	[FLARE_K_POOL] = set_pool,
 	[FLARE_K_NAME] = set_name,
+	[FLARE_K_REMOTE] = set_remote,
+	[FLARE_K_ENCRYPT] = set_encrypt,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -657,14 +697,14 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	switch (o->kind) {
 	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
 	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_ENDPOINT: case FLARE_K_POOL:
-	case FLARE_K_NAME: want_string = true; break;
+	case FLARE_K_NAME: case FLARE_K_REMOTE: want_string = true; break;
 	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
 	if (vt == FLARE_V_TEXT)
 		return 0; /* from the command line: the setter reads it */
 	if (vt == FLARE_V_BOOL && o->kind != FLARE_K_DRAIN && o->kind != FLARE_K_SWITCH &&
-	    o->kind != FLARE_K_BOOL)
+	    o->kind != FLARE_K_BOOL && o->kind != FLARE_K_ENCRYPT)
 		return flare_bad(err, errlen, "expected %s, not the boolean %s",
 				 want_int ? "an integer" : "a string", t);
 	if (want_string && vt != FLARE_V_STRING)
@@ -732,6 +772,9 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_POOL_INSTANCE_ID, pool_instance_id);
 	TAKE(FLARE_OPT_POOL_WAIT, pool_wait_ns);
 	TAKE(FLARE_OPT_POOL_GRACE, pool_grace_ns);
+	TAKE(FLARE_OPT_REMOTE, remote);
+	TAKE(FLARE_OPT_REMOTE_KEY, remote_key);
+	TAKE(FLARE_OPT_REMOTE_ENCRYPT, remote_encrypt);
 #undef TAKE
 	d->set |= m;
 }

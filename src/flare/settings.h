@@ -23,6 +23,7 @@
 #include "selene.h"
 
 #define FLARE_PATH_MAX 4096
+#define FLARE_REMOTE_URL_MAX 4096
 #define FLARE_HOST_MAX 256
 #define FLARE_MAX_ACTIVE_MAX 4096u
 #define FLARE_ORIGINS_MAX 2048
@@ -65,6 +66,9 @@ enum flare_opt {
 	FLARE_OPT_POOL_INSTANCE_ID,
 	FLARE_OPT_POOL_WAIT,
 	FLARE_OPT_POOL_GRACE,
+	FLARE_OPT_REMOTE,         /* --prefix-cache-remote (issue 16) */
+	FLARE_OPT_REMOTE_KEY,
+	FLARE_OPT_REMOTE_ENCRYPT,
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -116,6 +120,12 @@ struct flare_settings {
 	char pool_instance_id[FLARE_POOL_ID_MAX + 1]; /* "" = derived */
 	uint64_t pool_wait_ns;        /* startup wait for the manager's hello */
 	uint64_t pool_grace_ns;       /* shortest wait of a lookup for the pool's answer */
+	char remote[FLARE_REMOTE_URL_MAX]; /* Redis URL of the remote tier, "" = none */
+	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
+	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
+	/* Not an option: the key file's secret, read once the settings are
+	 * final (flare run), wiped at exit. */
+	uint8_t remote_secret[32];
 };
 
 /* The image limits the settings give (--max-image-bytes, --max-image-pixels,
@@ -147,6 +157,8 @@ enum flare_kind {
 	FLARE_K_ENDPOINT, /* HOST:PORT or [V6]:PORT */
 	FLARE_K_POOL,     /* unix:PATH (or a path with a '/') */
 	FLARE_K_NAME,     /* 1..64 printable characters without spaces */
+	FLARE_K_REMOTE,   /* a remote tier URL (sel_remote_url_check) */
+	FLARE_K_ENCRYPT,  /* on | off; bare = on */
 };
 
 struct flare_option {

@@ -195,6 +195,11 @@
 #define NOTICE_BATCH 64
 #define IDLE_WAIT_MS 50
 #define EXPIRY_WAIT_MS 60000 /* an idle worker's wake-up for expiry sweeps */
+#define REMOTE_WAIT_MS 1000  /* ... and for the remote tier's gauges (issue 16) */
+/* A request held for a remote lookup's answer is planned again (its
+ * history hashed, the stores asked) at most this often, so a held request
+ * costs the worker's loop nothing between checks. */
+#define HOLD_RECHECK_NS (200ull * 1000)
 
 _Static_assert(HEL_STEP_TOKENS_MAX == HEL_DRAFT_MAX + 1, "a step entry holds one round's tokens");
 
@@ -209,6 +214,7 @@ struct egroup {
 
 struct ereq {
 	uint64_t id;
+	uint64_t held_ns; /* last time the store said its lookup is pending; 0: not held */
 	hel_token *prompt;
 	uint32_t n_prompt;
 	uint64_t *ends; /* message ends (after each HEL_TOK_MESSAGE) */
@@ -276,6 +282,7 @@ struct epin {
 
 struct hel_engine {
 	hel_engine_config cfg;
+	uint8_t remote_key[32]; /* the remote tier's key while the store opens */
 	const hel_core *core;
 	hel_model *model;
 	sel_geometry *geo;
@@ -332,6 +339,7 @@ struct hel_engine {
 	bool blocked;        /* the head of the queue got -EAGAIN ... */
 	uint64_t block_epoch; /* ... at this capacity_epoch() */
 	uint32_t block_skips;
+	bool held_soon;      /* admission skipped a held request until its recheck */
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	sel_event *held_ev;  /* restore outcomes held back (cfg.test_hold_inbound) */
@@ -678,9 +686,15 @@ static int open_store(hel_engine *e)
 		.pool_wait_ns = cfg->pool_wait_ns,
 		.pool_grace_ns = cfg->pool_grace_ns,
 		.pool_exports = &e->xh,
+		.remote = cfg->remote,
+		.remote_key = cfg->remote_key ? e->remote_key : NULL,
+		.remote_encrypt = cfg->remote_encrypt,
+		.remote_window_bytes = cfg->remote_window_bytes,
 	};
 	e->xh = (sel_export_hooks){
 		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
+	if (cfg->remote_key)
+		memcpy(e->remote_key, cfg->remote_key, sizeof e->remote_key);
 	hel_model_offload_identity(e->model, stc.identity);
 	memcpy(stc.model_identity, e->core->identity, SEL_IDENTITY_BYTES);
 	e->info.store = "disabled";
@@ -714,6 +728,8 @@ static int open_store(hel_engine *e)
 	e->info.disk_io = si.disk_io;
 	snprintf(e->info.disk_io_note, sizeof e->info.disk_io_note, "%s",
 		 si.disk_io_note ? si.disk_io_note : "");
+	if (si.remote)
+		snprintf(e->info.remote, sizeof e->info.remote, "%s", si.remote);
 	snprintf(e->info.warning, sizeof e->info.warning, "%s", sel_store_warning(e->store));
 	snprintf(e->info.pool, sizeof e->info.pool, "%s", si.pool ? si.pool : "");
 	return 0;
@@ -772,9 +788,15 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	e->queue_limit = cfg->queue_limit ? cfg->queue_limit : DEFAULT_QUEUE;
 	e->open_ns = eos_now_ns();
 	e->next_id = 1;
-	if ((rc = open_model(e)) || (rc = open_store(e)) ||
-	    (rc = hel_inputs_open(cfg, e->model, e->info.disk_dir, e->info.disk_shared,
-				  &e->inputs)))
+	rc = open_model(e);
+	if (rc == 0)
+		rc = open_store(e);
+	e->cfg.remote_key = NULL; /* the caller's buffer: not kept */
+	explicit_bzero(e->remote_key, sizeof e->remote_key);
+	if (rc == 0)
+		rc = hel_inputs_open(cfg, e->model, e->info.disk_dir, e->info.disk_shared,
+				     &e->inputs);
+	if (rc)
 		goto fail;
 	e->info.gpu_pages = e->n_pages;
 	e->info.gpu_rows = e->n_rows;
@@ -1429,10 +1451,15 @@ static int admission(hel_engine *e)
 	    ++e->block_skips % 64)
 		return 0;
 	e->blocked = false;
+	e->held_soon = false;
 	for (struct ereq *r = e->pending.head, *nx; r; r = nx) {
 		nx = r->next;
 		if (group_waits(e, r))
 			continue; /* branching: its first request is computing the prompt */
+		if (r->held_ns && eos_now_ns() - r->held_ns < HOLD_RECHECK_NS) {
+			e->held_soon = true; /* held for a pool or remote answer: asked again shortly */
+			continue;
+		}
 		int g = inputs_gate(e, r, hel_inputs_describe(e->inputs, r->in, r->prompt));
 		if (g) {
 			work += g == 2;
@@ -1457,11 +1484,13 @@ static int admission(hel_engine *e)
 			plan.host_lookup = true;
 			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit);
 			if (lr == SEL_LOOKUP_PENDING) {
-				/* The pool's answer is due within its grace period
-				 * (design 2.15): the request waits, the store's wait
-				 * fd wakes the worker by the end of it. */
+				/* The pool's or the remote tier's answer is due within
+				 * its grace period (design 2.15): hold this request,
+				 * admit the ones behind it; the store's descriptor
+				 * wakes us. */
 				hel_admission_plan_free(&plan);
-				e->ws.host_lookups_pending++;
+				e->ws.host_lookups_held++;
+				r->held_ns = eos_now_ns();
 				continue;
 			}
 			if (lr == 1) {
@@ -1496,6 +1525,7 @@ static int admission(hel_engine *e)
 			continue;
 		}
 		list_push(&e->active, r);
+		r->held_ns = 0;
 		r->sid = adm.req;
 		r->no_host = false;
 		r->out.reused_gpu_tokens = a;
@@ -1833,8 +1863,13 @@ static void idle_wait(hel_engine *e)
 	 * with expiry, the store's once-a-minute sweep, which its poll runs
 	 * (design 2.5): wake for it even when idle. */
 	bool live = e->pending.n || e->active.n || e->n_rt || e->n_tk;
+	/* A remote tier's connection state and counters change without the
+	 * worker (reconnects, stalls): refresh the snapshot /metrics reads. */
 	int idle = store_usable(e) && e->cfg.max_age_ns ? EXPIRY_WAIT_MS : -1;
-	(void)poll(pf, (nfds_t)nfd, live ? IDLE_WAIT_MS : idle);
+	if (store_usable(e) && e->cfg.remote)
+		idle = REMOTE_WAIT_MS;
+	/* A request skipped by its hold recheck: its answer may be in already. */
+	(void)poll(pf, (nfds_t)nfd, e->held_soon ? 1 : live ? IDLE_WAIT_MS : idle);
 }
 
 /* Stopping: every request still here finishes "cancelled". */

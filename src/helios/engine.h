@@ -70,6 +70,12 @@ typedef struct hel_engine_config {
 	const char *pool_listen;
 	uint64_t pool_wait_ns;
 	uint64_t pool_grace_ns;      /* --prefix-cache-pool-grace; 0: 2 ms */
+	/* The remote tier (issue 16): --prefix-cache-remote URL or NULL; the
+	 * key (32 bytes, copied at open) or NULL; --prefix-cache-remote-encrypt. */
+	const char *remote;
+	const uint8_t *remote_key;
+	bool remote_encrypt;
+	uint32_t remote_window_bytes; /* tests: smaller windows; 0 = 4 MiB - 4 KiB */
 	/* Tuning, tests and tools (0 / NULL: defaults). */
 	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
 					 sizing from gpu_cache_bytes) */
@@ -127,6 +133,8 @@ typedef struct hel_engine_info {
 	uint32_t gpu_pages, gpu_rows, max_active;
 	char warning[1024];          /* intake shrink warning, the pool's, or "" */
 	char pool[600];              /* the pool (address, name, arena) or "" */
+	char remote[1024];           /* the remote tier's description (nodes, key,
+					encryption), or "" without one */
 } hel_engine_info;
 
 /* Per-request result. */
@@ -242,7 +250,8 @@ typedef struct hel_engine_stats {
 	uint64_t gpu_lookups, gpu_hits, gpu_reused_tokens;
 	uint64_t host_lookups, host_hits, host_reused_tokens;
 	uint64_t host_fetch_declined;  /* policy said recompute */
-	uint64_t host_lookups_pending; /* admissions held for a pool answer (its grace period) */
+	uint64_t host_lookups_held;    /* admission passes that held a request for a pool or
+					  remote answer (design 2.15 grace period) */
 	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;

@@ -213,9 +213,11 @@ int sel_policy_create(sel_policy **out)
 	if (!p)
 		return eos_fail(-ENOMEM, "policy: out of memory");
 	static const double rate[SEL_TIERS] = {
-		[SEL_TIER_MEMORY] = RATE_MEMORY, [SEL_TIER_DISK] = RATE_DISK, [SEL_TIER_POOL] = RATE_POOL};
+		[SEL_TIER_MEMORY] = RATE_MEMORY, [SEL_TIER_DISK] = RATE_DISK, [SEL_TIER_POOL] = RATE_POOL,
+		[SEL_TIER_REMOTE] = RATE_POOL}; /* design 2.10: remote 400 MiB/s */
 	static const double fixed[SEL_TIERS] = {
-		[SEL_TIER_MEMORY] = FIXED_MEMORY, [SEL_TIER_DISK] = FIXED_DISK, [SEL_TIER_POOL] = FIXED_POOL};
+		[SEL_TIER_MEMORY] = FIXED_MEMORY, [SEL_TIER_DISK] = FIXED_DISK, [SEL_TIER_POOL] = FIXED_POOL,
+		[SEL_TIER_REMOTE] = FIXED_POOL};
 	for (int t = SEL_TIER_MEMORY; t < SEL_TIERS; t++) {
 		struct tier_est *e = &p->t[t];
 		e->fixed = fixed[t];

@@ -643,6 +643,7 @@ void sel_remote_stats(sel_remote *r, struct sel_remote_stats *s)
 	s->grace_ns = sel_remote_grace_ns(r);
 	for (int i = 0; i < SEL_REMOTE_RTT_BUCKETS; i++)
 		s->rtt_hist[i] = load(&n->rtt_hist[i]);
+	s->rtt_sum_ns = load(&n->rtt_sum_ns);
 	pthread_mutex_lock(&r->mu);
 	s->queued_puts = r->n_put;
 	s->queued_lookups = r->n_lookup;

@@ -226,6 +226,7 @@ struct sel_remote_stats {
 	uint64_t rtt_ns;          /* median of the last 16 round trips; 0 = none yet */
 	uint64_t grace_ns;        /* sel_remote_grace_ns */
 	uint64_t rtt_hist[SEL_REMOTE_RTT_BUCKETS]; /* bucket i: <= 16 us << i; last: above */
+	uint64_t rtt_sum_ns;      /* of the round trips in rtt_hist */
 	uint64_t queued_puts, queued_lookups, queued_claims;
 };
 void sel_remote_stats(sel_remote *r, struct sel_remote_stats *out);

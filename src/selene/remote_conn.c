@@ -250,6 +250,7 @@ static void rtt_sample(struct sel_rn *n, uint64_t ns)
 	while (b + 1 < SEL_RN_RTT_BUCKETS && us > (16ull << b))
 		b++;
 	atomic_fetch_add_explicit(&n->ctr->rtt_hist[b], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&n->ctr->rtt_sum_ns, ns, memory_order_relaxed);
 }
 
 /* ---- Connections --------------------------------------------------------- */

@@ -70,6 +70,7 @@ struct sel_rn_counters {
 	_Atomic uint64_t map_refreshes;
 	_Atomic uint64_t rtt_ns;              /* median of the last 16 samples; 0 = none yet */
 	_Atomic uint64_t rtt_hist[SEL_RN_RTT_BUCKETS];
+	_Atomic uint64_t rtt_sum_ns; /* of every round trip in rtt_hist */
 	_Atomic uint32_t nodes, nodes_up, state;
 };
 

@@ -196,6 +196,7 @@ const char *sel_tier_name(sel_tier t)
 	case SEL_TIER_MEMORY: return "dram";
 	case SEL_TIER_DISK: return "nvme";
 	case SEL_TIER_POOL: return "pool";
+	case SEL_TIER_REMOTE: return "remote";
 	case SEL_TIERS: break;
 	}
 	return "unknown";

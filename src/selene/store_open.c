@@ -17,6 +17,10 @@
  *                                   row's local store, or over none (pool only:
  *                                   the manager's arena supplies intake)
  *
+ * With cfg->remote (issue 16) the store of that table, or none, is wrapped
+ * in the remote level (store_remote.c): the last level of the cascade;
+ * with no local tier every restore comes from Redis.
+ *
  * The memory store alone never reads its slots on the CPU, so on the CUDA
  * backend at TP>1 its slot pool is split by rank by default (design 2.5;
  * cfg->split_pool, store_pool.c); stores with a disk tier keep the one
@@ -37,7 +41,9 @@
 #include "eos.h"
 #include "selene.h"
 #include "store_pooled.h"
+#include "store_remote_int.h"
 
+/* The local store of the table, or none. */
 static int open_local(const sel_store_config *cfg, sel_store **out)
 {
 	bool memory = cfg->memory_bytes > 0;
@@ -51,11 +57,10 @@ static int open_local(const sel_store_config *cfg, sel_store **out)
 	return 0;
 }
 
-int sel_store_open(const sel_store_config *cfg, sel_store **out)
+/* The local store (or none), then the pooled store over it when cfg->pool
+ * names a manager (design 2.15). */
+static int open_pooled(const sel_store_config *cfg, sel_store **out)
 {
-	*out = NULL;
-	if (!cfg || !cfg->geometry)
-		return eos_fail(-EINVAL, "store: no geometry");
 	if (!cfg->pool || !*cfg->pool)
 		return open_local(cfg, out);
 	sel_store *inner = NULL;
@@ -63,4 +68,27 @@ int sel_store_open(const sel_store_config *cfg, sel_store **out)
 	if (rc)
 		return rc;
 	return sel_pooled_store_open(cfg, inner, out);
+}
+
+/* DRAM -> NVMe -> pool -> remote: the remote level (issue 16) over what
+ * open_pooled gives, when cfg->remote names one: the last level of the
+ * cascade. */
+int sel_store_open(const sel_store_config *cfg, sel_store **out)
+{
+	*out = NULL;
+	if (!cfg || !cfg->geometry)
+		return eos_fail(-EINVAL, "store: no geometry");
+	if (!cfg->remote || !*cfg->remote)
+		return open_pooled(cfg, out);
+	if (cfg->remote_encrypt && !cfg->remote_key)
+		return eos_fail(-EINVAL, "prefix cache remote '%s': encryption needs a key "
+					 "(--prefix-cache-remote-key)",
+				cfg->remote);
+	if (sel_remote_url_check(cfg->remote))
+		return eos_fail(SEL_EFORMAT, "%s", sel_errmsg());
+	sel_store *inner = NULL;
+	int rc = open_pooled(cfg, &inner);
+	if (rc)
+		return rc;
+	return sel_remote_store_open(cfg, inner, out);
 }

@@ -1,0 +1,379 @@
+/*
+ * test_store_remote.c - the remote level as a store (issue 16 part B,
+ * src/selene/store_remote*.c) against a real redis-server on loopback:
+ *   - two stores over the same planes stand for two hosts: A (no local
+ *     tier: every put is copied out and written to Redis) and B (a memory
+ *     tier inside the remote level); B's lookup is pending, then a remote
+ *     hit, restored byte for byte into other page ids and another slot,
+ *     tier remote; B's own put commits to memory first (its STORED event
+ *     comes after the level's copy-out), is found present on Redis, and
+ *     then a memory hit is served by the inner store;
+ *   - Redis killed during a claim: FETCH_FAILED, destinations untouched by
+ *     the failed claim, the level reconnects after a restart (empty: a
+ *     miss) and restores again once A writes again;
+ *   - a clean stop right after a put writes the record before it returns;
+ *   - Redis stopped (SIGSTOP): every store call returns at once, a lookup
+ *     ends as a miss within the grace period, a close with queued writes
+ *     ends by its deadline.
+ * Exits 77 without redis-server.
+ */
+#include <poll.h>
+#include <signal.h>
+
+#include "redisfx.h"
+#include "storefx.h"
+#include "testutil.h"
+
+#define SEC 1000000000ull
+#define MS 1000000ull
+
+static char *dir;
+static struct rfx_server srv;
+static char url[256];
+
+static const uint64_t units[] = {4096, 1000};
+
+static sel_store *open_level(struct sfx *f, uint64_t memory)
+{
+	sel_store_config cfg = sfx_config(f, false);
+	cfg.remote = url;
+	cfg.memory_bytes = memory;
+	cfg.remote_window_bytes = 8192; /* several windows per record */
+	sel_store *s = NULL;
+	CHECK_RC(sel_store_open(&cfg, &s), 0);
+	CHECK(s != NULL);
+	sel_store_info si;
+	sel_store_describe(s, &si);
+	CHECK(si.remote && strstr(si.remote, "1 node: 127.0.0.1:"));
+	CHECK(!strcmp(si.kind, memory ? "memory" : "remote"));
+	return s;
+}
+
+/* One poll and a short wait on the descriptor; events into ev (cap). */
+static int pump(sel_store *s, sel_event *ev, int cap)
+{
+	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+	(void)poll(&pf, 1, 5);
+	int n = sel_store_poll(s, ev, (size_t)cap);
+	CHECK(n >= 0);
+	return n;
+}
+
+/* Lookup until it is not pending (10 s); events on the way are failures. */
+static int lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		  sel_hit *hit)
+{
+	uint64_t end = eos_now_ns() + 10 * SEC;
+	for (;;) {
+		int rc = sel_store_lookup(s, h, resident, limit, hit);
+		if (rc != SEL_LOOKUP_PENDING)
+			return rc;
+		CHECK(eos_now_ns() < end);
+		sel_event ev[4];
+		CHECKF(pump(s, ev, 4) == 0, "an event while a lookup waits");
+	}
+}
+
+static sel_stats stats(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st;
+}
+
+/* Pump until n records were written to (or found on) Redis and nothing is
+ * in flight; the events polled meanwhile go to ev (their count in *n_ev). */
+static void written(sel_store *s, uint64_t n, sel_event *ev, int *n_ev, int cap)
+{
+	uint64_t end = eos_now_ns() + 20 * SEC;
+	for (;;) {
+		sel_stats st = stats(s);
+		if (st.remote.stored + st.remote.present >= n && st.remote.writes_in_flight == 0 &&
+		    st.inflight_out == 0)
+			return;
+		CHECKF(eos_now_ns() < end, "%llu records not written", (unsigned long long)n);
+		int k = pump(s, ev + *n_ev, cap - *n_ev);
+		*n_ev += k;
+		CHECK(*n_ev < cap);
+	}
+}
+
+static sel_event fetch_event(sel_store *s, uint64_t ticket)
+{
+	uint64_t end = eos_now_ns() + 20 * SEC;
+	for (;;) {
+		sel_event ev[8];
+		int n = pump(s, ev, 8);
+		for (int i = 0; i < n; i++)
+			if ((ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED) &&
+			    ev[i].ticket == ticket)
+				return ev[i];
+		CHECK(eos_now_ns() < end);
+	}
+}
+
+static uint32_t ids[64];
+
+static sel_inbound inbound(uint32_t first, uint32_t n, uint32_t slot, uint64_t ticket)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = first + i;
+	return (sel_inbound){.ticket = ticket, .pages = ids, .n_pages = n, .state_slot = slot};
+}
+
+static void check_restored(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
+			   uint32_t slot)
+{
+	for (uint32_t j = 0; j < c / SFX_PT; j++)
+		CHECKF(sfx_page_ok(f, first + j, cv->tag, j, false), "page %u", j);
+	CHECK(sfx_row_ok(f, slot, sfx_row_seed(cv, c), false));
+}
+
+/* The last restore of a test (cv2's 192 tokens from hit into ids 200..,
+ * slot 6, through s), then the end: both stores closed, all freed. */
+static void restore_and_end(struct sfx *f, struct sfx_conv *cv, struct sfx_conv *cv2,
+			    const sel_hit *hit, sel_store *s, sel_store *a, sel_store *b,
+			    uint64_t ticket)
+{
+	sel_inbound in = inbound(200, 3, 6, ticket);
+	CHECK_RC(sel_store_fetch(s, hit, &in), 0);
+	sel_event fe = fetch_event(s, ticket);
+	CHECK(fe.type == SEL_EV_FETCHED);
+	check_restored(f, cv2, 192, 200, 6);
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(cv);
+	sfx_conv_free(cv2);
+	sfx_free(f);
+}
+
+static void test_two_hosts(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 21, 300, 10);
+	sel_store *a = open_level(&f, 0);
+	sel_store *b = open_level(&f, 8ull << 20);
+
+	/* A: the record is copied out and written; its STORED event says the
+	 * GPU pages are free again. */
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 77, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	sel_event ev[16];
+	int n_ev = 0;
+	written(a, 1, ev, &n_ev, 16);
+	CHECK(n_ev == 1 && ev[0].type == SEL_EV_STORED && ev[0].checkpoint == 77);
+	CHECK(stats(a).remote.stored == 1);
+	/* Known on Redis: offered again, nothing is copied. */
+	CHECK(sel_store_put(a, &cp, &why) == SEL_PRESENT);
+
+	/* B: pending, then a remote hit, restored into ids 100.. slot 5. */
+	sel_hit hit;
+	CHECK(sel_store_lookup(b, &cv.h, 0, 300, &hit) == SEL_LOOKUP_PENDING);
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 4 && sel_key_eq(&hit.key, &cp.key));
+	sfx_poison(&f);
+	sfx_ckpt_row(&f, &cv, 256, 0, 1, 77, false); /* A's GPU bytes back for later */
+	sel_inbound in = inbound(100, 4, 5, 9);
+	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
+	sel_event fe = fetch_event(b, 9);
+	CHECKF(fe.type == SEL_EV_FETCHED && fe.tier == SEL_TIER_REMOTE, "fetch: %d error %d",
+	       fe.type, fe.error);
+	check_restored(&f, &cv, 256, 100, 5);
+	CHECK(stats(b).remote.hits == 1 && stats(b).remote.bytes_in > 0);
+	/* The hit was consumed: a second fetch of it is stale. */
+	CHECK(sel_store_fetch(b, &hit, &in) == -ESTALE);
+
+	/* B publishes the restored checkpoint: the memory tier commits it, the
+	 * level finds it present on Redis (known from the claim: no write). */
+	sel_published rp = cp;
+	rp.checkpoint = 78;
+	rp.pages = ids;
+	rp.state_slot = 5;
+	CHECK(sel_store_put(b, &rp, &why) == SEL_QUEUED);
+	n_ev = 0;
+	written(b, 0, ev, &n_ev, 16);
+	CHECK(n_ev == 1 && ev[0].type == SEL_EV_STORED && ev[0].checkpoint == 78);
+	CHECK(stats(b).remote.puts == 0);
+	/* Now the inner store has it: Redis is asked for more (the limit is
+	 * past it), has no deeper record, and the closest level serves. */
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_MEMORY);
+	/* Up to the limit the inner store answers at once. */
+	CHECK_RC(sel_store_lookup(b, &cv.h, 0, 256, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_MEMORY);
+
+	/* A longer conversation on B: copied out for Redis after its memory
+	 * commit, its STORED event after both. */
+	struct sfx_conv cv2;
+	sfx_conv_init(&f, &cv2, 22, 200, 40);
+	sel_published cp2 = sfx_ckpt_row(&f, &cv2, 192, 0, 2, 79, false);
+	CHECK(sel_store_put(b, &cp2, &why) == SEL_QUEUED);
+	n_ev = 0;
+	written(b, 1, ev, &n_ev, 16);
+	CHECK(n_ev == 1 && ev[0].type == SEL_EV_STORED && ev[0].checkpoint == 79);
+	CHECK(stats(b).remote.stored == 1);
+	/* ... and A restores it from Redis (no local tier). */
+	CHECK_RC(lookup(a, &cv2.h, 0, 200, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 3);
+	restore_and_end(&f, &cv, &cv2, &hit, a, a, b, 10);
+}
+
+static void test_killed_during_claim(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 31, 300, 10);
+	sel_store *a = open_level(&f, 0);
+	sel_store *b = open_level(&f, 0);
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 7, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	sel_event ev[16];
+	int n_ev = 0;
+	written(a, 1, ev, &n_ev, 16);
+
+	sel_hit hit;
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	/* The claim's window reads reach a server that no longer answers,
+	 * which is then killed: the claim fails, nothing was copied in. */
+	rfx_signal(&srv, SIGSTOP);
+	sel_inbound in = inbound(100, 4, 5, 11);
+	for (uint32_t i = 0; i < 4; i++)
+		memset(f.plane[0][0] + (size_t)(100 + i) * units[0], 0x5a, units[0]);
+	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
+	rfx_kill(&srv);
+	sel_event fe = fetch_event(b, 11);
+	CHECKF(fe.type == SEL_EV_FETCH_FAILED && fe.error != 0, "type %d", fe.type);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK(f.plane[0][0][(size_t)(100 + i) * units[0]] == 0x5a);
+	CHECK(stats(b).remote.claim_failures == 1);
+
+	/* Down: lookups miss without waiting for the network. */
+	uint64_t t0 = eos_now_ns();
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 0);
+	CHECK(eos_now_ns() - t0 < 2 * SEC);
+
+	/* Restarted empty: a miss; A writes again (its key is still known,
+	 * so a new conversation), B restores it. */
+	rfx_restart(&srv);
+	struct sfx_conv cv2;
+	sfx_conv_init(&f, &cv2, 32, 200, 40);
+	sel_published cp2 = sfx_ckpt_row(&f, &cv2, 192, 0, 2, 8, false);
+	uint64_t end = eos_now_ns() + 20 * SEC;
+	uint64_t before = stats(a).remote.stored;
+	while (stats(a).remote.stored == before) {
+		/* Until A's connection is back, its writes fail and are
+		 * retried by the next offer, as the worker does. */
+		CHECK(eos_now_ns() < end);
+		sel_outcome o = sel_store_put(a, &cp2, &why);
+		CHECK(o == SEL_QUEUED || o == SEL_SKIPPED);
+		n_ev = 0;
+		written(a, 0, ev, &n_ev, 16);
+	}
+	/* B reconnects by itself (its backoff, at most 2 s). */
+	end = eos_now_ns() + 20 * SEC;
+	for (;;) {
+		sel_stats st = stats(b);
+		if (st.remote.state == 1 && st.remote.reconnects >= 1)
+			break;
+		CHECK(eos_now_ns() < end);
+		n_ev = 0;
+		CHECK(pump(b, ev, 16) == 0);
+	}
+	CHECK_RC(lookup(b, &cv2.h, 0, 200, &hit), 1);
+	restore_and_end(&f, &cv, &cv2, &hit, b, a, b, 12);
+}
+
+/* A clean stop right after a put: the copy-out and the queued remote write
+ * finish within the close's deadline, and another host finds the record. */
+static void test_clean_stop(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 51, 300, 10);
+	sel_store *a = open_level(&f, 4ull << 20);
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 3, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 10 * SEC), 0);
+	CHECK(stats(a).remote.stored == 1);
+	sel_store_destroy(a);
+	sel_store *b = open_level(&f, 0);
+	sel_hit hit;
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && sel_key_eq(&hit.key, &cp.key));
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(b);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
+/* Every call of the worker returns at once while Redis hangs. */
+#define QUICK_NS (500 * MS)
+
+static void test_stopped(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 41, 300, 10);
+	sel_store *a = open_level(&f, 4ull << 20);
+	rfx_signal(&srv, SIGSTOP);
+	uint64_t worst = 0, t0, end = eos_now_ns() + 10 * SEC;
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 5, false);
+	sel_retry_reason why;
+	t0 = eos_now_ns();
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	worst = eos_now_ns() - t0;
+	/* The memory tier commits; the remote write waits on a stalled
+	 * server, the lookup ends as a memory hit or, above it, a miss. */
+	struct sfx_conv cv2;
+	sfx_conv_init(&f, &cv2, 42, 200, 40);
+	int rc;
+	sel_hit hit;
+	do {
+		CHECK(eos_now_ns() < end);
+		t0 = eos_now_ns();
+		rc = sel_store_lookup(a, &cv2.h, 0, 200, &hit);
+		sel_event ev[4];
+		(void)pump(a, ev, 4);
+		uint64_t d = eos_now_ns() - t0;
+		worst = d > worst ? d : worst;
+	} while (rc == SEL_LOOKUP_PENDING);
+	CHECK_RC(rc, 0);
+	CHECKF(worst < QUICK_NS, "a store call took %llu ms", (unsigned long long)(worst / MS));
+	/* A close with the write still queued ends by its deadline. */
+	t0 = eos_now_ns();
+	CHECK_RC(sel_store_close(a, eos_now_ns() + SEC), 0);
+	CHECK(eos_now_ns() - t0 < 3 * SEC);
+	sel_store_destroy(a);
+	rfx_signal(&srv, SIGCONT);
+	sfx_conv_free(&cv);
+	sfx_conv_free(&cv2);
+	sfx_free(&f);
+}
+
+int main(void)
+{
+	if (!rfx_available())
+		SKIP("redis-server or redis-cli is not installed (scripts/install-deps)");
+	dir = test_mkdtemp("store-remote");
+	rfx_start(&srv, dir, "redis", false, false, NULL);
+	rfx_url(&srv, 1, false, url, sizeof url);
+	test_two_hosts();
+	test_clean_stop();
+	test_stopped();
+	test_killed_during_claim();
+	rfx_stop(&srv);
+	test_rmtree(dir);
+	free(dir);
+	printf("ok\n");
+	return 0;
+}
