@@ -217,8 +217,11 @@ void mgr_session_leases_end(struct mgr_server *srv, struct mgr_session *s)
 			mgr_record_abort(&srv->cat, l->rec, &w, &nw);
 			l->rec = NULL;
 		}
-		if (l->kind == MGR_L_EXPORT && l->req)
+		if (l->kind == MGR_L_EXPORT && l->req) {
+			/* The holder died mid-export: a failed export (gone). */
+			srv->st.exports_refused[SEL_POOL_GONE]++;
 			mgr_export_detach(srv, l, SEL_POOL_GONE);
+		}
 		l->owner = NULL;
 		l->qpid = s->pid;
 		l->qstart = s->pid_start;
