@@ -16,6 +16,10 @@
  *   - a neighbour that won the tie with B's memory tier refuses: B's
  *     restore falls back to its local copy of the same endpoint.
  *   - a pooled store over a memory store: the local tier answers first.
+ *   - a replica of the same model identity whose layout differs (page
+ *     plane bytes, plane count, row bytes) never hits: its lookups are
+ *     answered in its own scope, without the record; one of the same
+ *     layout does (the control).
  */
 #include "pool_testlib.h"
 #include "store_pooled.h"
@@ -492,6 +496,85 @@ static void test_absent(void)
 	sfx_free(&f);
 }
 
+/* B's lookups of checkpoint c until the manager answered one: none may hit
+ * (a replica of another layout).  The store's pool hits stay 0. */
+static void never_hits(sel_store *b, struct sfx_conv *cv, uint64_t c)
+{
+	uint64_t answers = counters(b).answers, deadline = eos_now_ns() + 20 * S_NS;
+	sel_event ev[8];
+	for (;;) {
+		sel_hit hit;
+		int rc = sel_store_lookup(b, &cv->h, 0, c, &hit);
+		CHECKF(rc == 0 || rc == SEL_LOOKUP_PENDING, "lookup %d (tier %d)", rc, hit.tier);
+		if (rc == 0 && counters(b).answers > answers)
+			break;
+		CHECK(eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECK(counters(b).hits == 0 && counters(b).claims == 0);
+}
+
+/* Same model identity (storefx's), same tokens, another layout: never a
+ * hit.  The scope (sel_pool_scope_id) covers the layout fingerprint, the
+ * page tokens, the slot and row geometry and the record's rank table. */
+static void test_other_layout(void)
+{
+	const uint64_t unit[2] = {4096, 4096}, big[1] = {8192};
+	struct sfx fa;
+	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr3", "--memory", "8MiB", NULL);
+	sel_store *a = open_pooled(&fa, m.sock, "LA", 0);
+	struct sfx_conv cva;
+	sfx_conv_init(&fa, &cva, 9, 128, 0);
+	put_shared(&fa, a, &cva, 128, 41);
+	struct {
+		uint32_t planes;
+		const uint64_t *unit;
+		uint64_t row;
+	} other[] = {
+		{1, big, 4096},  /* page plane bytes (page geometry) */
+		{2, unit, 4096}, /* another plane layout */
+		{1, unit, 8192}, /* row bytes */
+	};
+	for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+		struct sfx fb;
+		sfx_init(&fb, 1, other[i].planes, other[i].unit, other[i].row, 64, 8);
+		CHECK(!memcmp(fa.model, fb.model, sizeof fa.model));
+		char id[8];
+		snprintf(id, sizeof id, "LB%zu", i);
+		sel_store *b = open_pooled(&fb, m.sock, id, 0);
+		struct sfx_conv cvb;
+		sfx_conv_init(&fb, &cvb, 9, 128, 0);
+		never_hits(b, &cvb, 128);
+		CHECK_OK(sel_store_close(b, 0));
+		sel_store_destroy(b);
+		sfx_conv_free(&cvb);
+		sfx_free(&fb);
+	}
+	/* The control: the same layout hits and restores byte-exact. */
+	struct sfx fc;
+	sfx_init(&fc, 1, 1, unit, 4096, 64, 8);
+	sel_store *c = open_pooled(&fc, m.sock, "LC", 0);
+	struct sfx_conv cvc;
+	sfx_conv_init(&fc, &cvc, 9, 128, 0);
+	bool pending = false;
+	sel_hit hit = pool_hit(c, &cvc, 128, &pending);
+	CHECK_OK(fetch(c, &hit, 20, 2, 301));
+	sel_event e = next_event(c);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301, "event %d", e.type);
+	CHECK(restored_ok(&fc, &cvc, 128, 20, 2));
+	CHECK_OK(sel_store_close(c, 0));
+	sel_store_destroy(c);
+	sfx_conv_free(&cvc);
+	sfx_free(&fc);
+	CHECK_OK(sel_store_close(a, 0));
+	sel_store_destroy(a);
+	sfx_conv_free(&cva);
+	mgr_stop(&m);
+	sfx_free(&fa);
+}
+
 int main(void)
 {
 	char *d = test_mkdtemp("pooled");
@@ -502,6 +585,7 @@ int main(void)
 	test_share_corrupt_kill();
 	test_exports();
 	test_fallback();
+	test_other_layout();
 	test_rmtree(d);
 	free(d);
 	printf("ok\n");
