@@ -7,7 +7,12 @@ core.
      answers it with source "neighbour" (A's GPU copy, exported) and the
      same tokens as a run without offload (R, no store at all).
   2. D (pool, --speculate copy: another state mode, so another scope)
-     never hits the pool.
+     never hits the pool; nor does E, whose core file (written here)
+     differs from the built-in one only in its page geometry (128-token
+     pages): another layout. Both answer like a no-offload run of their
+     own core. (A core's model identity covers its whole canonical text,
+     page geometry included; the same identity with another layout is
+     tests/test_store_pooled.c's test_other_layout.)
   3. A is killed (kill -9) and B stops; a restarted B restores the prompt
      from the pool (the arena's copy, not A's vanished GPU holding).
   4. kill -9 the manager: B keeps serving (recomputes, right answer),
@@ -93,6 +98,16 @@ with TempDir("flare-pool-") as tmpdir:
         with Flare(binary, [], name="R") as r:
             want, fl = ask(r, PROMPT)
             want2, _ = ask(r, PROMPT2)
+        # The built-in core with 128-token pages: the same planes, another
+        # page geometry (so another layout fingerprint and slot size).
+        with open(os.path.join(src, "cores", "tiny.core")) as fh:
+            tiny = fh.read()
+        assert tiny.count("\npage_tokens = 64\n") == 1
+        core128 = os.path.join(tmpdir, "tiny128.core")
+        with open(core128, "w") as fh:
+            fh.write(tiny.replace("\npage_tokens = 64\n", "\npage_tokens = 128\n"))
+        with Flare(binary, [], core=core128, name="R128") as r:
+            want128, _ = ask(r, PROMPT)
         a = Flare(binary, ["--prefix-cache-memory", "8MiB"] + pool, name="A").start()
         b = Flare(binary, pool, name="B").start()
         d = Flare(binary, ["--speculate", "copy"] + pool, name="D").start()
@@ -112,6 +127,16 @@ with TempDir("flare-pool-") as tmpdir:
                  "A's export in its metrics")
         got, fl = ask(d, PROMPT)
         assert fl["source"] == "none" and d.metrics().get("flare_pool_hits_total") == 0, fl
+        # E: the same pool, another layout; A's GPU copy and the arena's are
+        # both there for A's scope, none for E's.
+        with Flare(binary, pool, core=core128, name="E") as e:
+            got, fl = ask(e, PROMPT)
+            m = e.metrics()
+            assert got == want128 and fl["source"] == "none", (got, want128, fl)
+            assert m.get("flare_pool_hits_total") == 0 and m.get(
+                "flare_pool_claims_total") == 0, m.text
+            assert m.get("flare_pool_answers_total") >= 1, m.text  # asked, answered: nothing
+            settle(e)
         a.kill()  # kill -9: the manager drops its holdings and reclaims its leases
         b.stop()
 
