@@ -337,8 +337,13 @@ static void test_misbehaving(void)
 	      (e.u.error.code == SEL_POOL_FORGED || e.u.error.code == SEL_POOL_STALE));
 	CHECK(closed_within(fd, 10));
 	close(fd);
-	long long forged = metric(&m, "flare_pool_frames_refused_total{reason=\"forged\"}") +
-			   metric(&m, "flare_pool_frames_refused_total{reason=\"stale\"}");
+	/* /metrics is a snapshot of the manager's last tick: wait for it. */
+	long long forged;
+	uint64_t until = eos_now_ns() + 10 * S_NS;
+	while ((forged = metric(&m, "flare_pool_frames_refused_total{reason=\"forged\"}") +
+			 metric(&m, "flare_pool_frames_refused_total{reason=\"stale\"}")) < 65 &&
+	       eos_now_ns() < until)
+		eos_sleep_ns(20 * MS_NS);
 	CHECKF(forged >= 65, "forged %lld", forged);
 	/* A commit naming B's lease id space from another session is forged too:
 	 * covered above by ids that exist (1..) and do not. */
