@@ -192,9 +192,12 @@ with TempDir("flare-pool-xk-") as tmpdir:
 
         # B keeps serving; its copy of the prompt went to the pool.
         wait_for(lambda: settled(b), "B's puts to settle")
-        m = mgr.metrics()
-        assert m.get("flare_pool_records") >= 1, m.text
-        assert m.get("flare_pool_arena_used_bytes") == m.get("flare_pool_record_bytes"), m.text
+
+        def only_records():  # /metrics is the manager's snapshot of its last tick
+            m = mgr.metrics()
+            return (m.get("flare_pool_records") >= 1 and m.get("flare_pool_leases") == 0 and
+                    m.get("flare_pool_arena_used_bytes") == m.get("flare_pool_record_bytes"))
+        wait_for(only_records, "the arena to hold B's records and nothing else")
         got, fl = ask(b, PROMPT2)
         assert got == want2 and fl["source"] == "none", (got, want2, fl)
         assert client_state(b) == "attached"
