@@ -906,7 +906,7 @@ int sel_shard_hello(sel_shard_set *s, uint32_t rank, int rendezvous_fd, void *bu
 	struct sel_shard_hello *h = &m.u.hello;
 	struct sel_shard_addr local;
 	int rc = sock_addr(rendezvous_fd, true, &l->expect);
-	if (rc || (rc = sock_addr(rendezvous_fd, false, &local)))
+	if (rc || sock_addr(rendezvous_fd, false, &local))
 		return eos_fail(-EINVAL, "rank links: rank %" PRIu32 "'s rendezvous connection: %s", rank,
 				eos_errmsg());
 	h->world = s->cfg.world;
@@ -1288,7 +1288,8 @@ static int read_summary(sel_shard_set *s, uint32_t r, uint8_t *buf, size_t cap,
 			e = ne;
 			room = want;
 		}
-		memcpy(e + have, m.u.scan.e, m.u.scan.n * sizeof *e);
+		if (m.u.scan.n) /* e is still NULL before the first entries */
+			memcpy(e + have, m.u.scan.e, m.u.scan.n * sizeof *e);
 		have += m.u.scan.n;
 		sel_shard_msg_free(&m);
 	}
@@ -1530,7 +1531,7 @@ static void *reader_main(void *arg)
 			if (!pf[k].revents)
 				continue;
 			struct link *l = who[k];
-			size_t room = DONE_FRAME_MAX * 16 - l->in_len;
+			size_t room = (size_t)DONE_FRAME_MAX * 16 - l->in_len;
 			got[k] = recv(l->fd, l->in + l->in_len, room, MSG_DONTWAIT);
 			err[k] = got[k] < 0 ? errno : 0;
 		}
@@ -1584,7 +1585,7 @@ int sel_shard_start(sel_shard_set *s)
 		struct link *l = &s->link[r];
 		l->cap = 2 * s->cfg.queue_jobs + 1; /* jobs, cleanups beyond the bound, DRAIN */
 		l->ring = calloc(l->cap, sizeof *l->ring);
-		l->in = malloc(DONE_FRAME_MAX * 16);
+		l->in = malloc((size_t)DONE_FRAME_MAX * 16);
 		if (!l->ring || !l->in)
 			return eos_fail(-ENOMEM, "rank links: out of memory");
 	}
@@ -1987,7 +1988,7 @@ static int peer_connect(const struct sel_shard_addr *a, uint16_t port, int rende
 	sel_shard_addr_text(a, at);
 	if (fd < 0)
 		return eos_fail(-errno, "rank link: socket: %s", strerror(errno));
-	struct sel_shard_addr local;
+	struct sel_shard_addr local = {0}; /* .family 0 should a failure return 0 */
 	if (rendezvous_fd >= 0 && sock_addr(rendezvous_fd, false, &local) == 0 &&
 	    local.family == a->family) {
 		struct sockaddr_storage ls;
