@@ -88,7 +88,7 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 		if (!d->wt[i]->used)
 			w = d->wt[i];
 	if (!w) {
-		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
+		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(struct wtemp *));
 		if (!n)
 			return NULL;
 		d->wt = n;
@@ -96,7 +96,7 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 			return NULL;
 		d->wt[d->n_wt++] = w;
 	}
-	if (head_bytes > w->head_cap) {
+	if (head_bytes > w->head_cap || !w->head) {
 		uint8_t *b = eos_aligned_alloc(EOS_ALIGN, head_bytes);
 		if (!b)
 			return NULL;
@@ -322,8 +322,8 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 	    read_exact(c, c->bounce + SEL_RECORD_HEADER_MIN, (uint64_t)hb - SEL_RECORD_HEADER_MIN,
 		       SEL_RECORD_HEADER_MIN, "header") != 0)
 		return;
-	if ((rc = sel_record_decode(c->bounce, (size_t)hb, d->ns, &c->h)) != 0 ||
-	    (rc = sel_record_header_matches(&c->h, &j->rec, s)) != 0) {
+	if (sel_record_decode(c->bounce, (size_t)hb, d->ns, &c->h) != 0 ||
+	    sel_record_header_matches(&c->h, &j->rec, s) != 0) {
 		dk_io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
 		return;
 	}

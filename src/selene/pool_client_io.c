@@ -432,7 +432,7 @@ void *pc_io_main(void *arg)
 		if (c->fd < 0) {
 			int timeout = -1;
 			if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
-				struct hs h;
+				struct hs h = {0};
 				int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true,
 						      &h);
 				if (rc == -ESTALE) {
