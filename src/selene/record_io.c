@@ -655,7 +655,7 @@ static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n
 		}
 		struct ent *e = &(*ents)[(*n_ents)++];
 		memset(e, 0, sizeof(*e));
-		strcpy(e->name, nm);
+		snprintf(e->name, sizeof e->name, "%s", nm);
 		e->name_key = k;
 		e->parent = -1;
 	}
