@@ -1390,7 +1390,8 @@ static int open_listener(struct flare_server *s, const char *host, uint16_t port
 			 port, strerror(e));
 		return -e;
 	}
-	struct sockaddr_storage ss = {0}; /* the analyzer does not model getsockname */
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss); /* the analyzer does not see getsockname fill it */
 	socklen_t sl = sizeof ss;
 	char addr[INET6_ADDRSTRLEN] = "?";
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {

@@ -197,7 +197,7 @@ static uint64_t prepared_bytes(const hel_core_image *g, uint32_t tokens)
 {
 	uint64_t U = (uint64_t)g->patch * g->merge;
 	uint64_t px = (uint64_t)tokens * U * U * g->channels;
-	uint64_t header = ((uint64_t)SEL_INPUT_FIXED + 2 * 96 + 63) / 64 * 64;
+	uint64_t header = eos_round_up(SEL_INPUT_FIXED + 2 * 96, 64);
 	return header + (px + 63) / 64 * 64 + 64;
 }
 

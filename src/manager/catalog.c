@@ -741,7 +741,8 @@ void mgr_catalog_free(struct mgr_catalog *cat)
 		struct mgr_record *r = cat->lru_head;
 		/* The analyzer cannot tie r->lprev to the node that points at r,
 		 * so it thinks a removed record stays reachable from the head. */
-		while (r && (r->children || r->pins)) // NOLINT(clang-analyzer-unix.Malloc)
+		/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
+		while (r && (r->children || r->pins))
 			r = r->lnext;
 		if (!r)
 			break;

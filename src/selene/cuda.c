@@ -179,8 +179,8 @@ static const char *describe(const struct sel_cuda *cu, sel_cu_result res, char *
 	return buf;
 }
 
-#undef sel_cuda_fail /* cuda.h's analyzer-only macro stands for this function */
-int sel_cuda_fail(const struct sel_cuda *cu, sel_cu_result res, const char *what, ...)
+/* The name in parentheses: cuda.h's analyzer-only macro stays in force below. */
+int(sel_cuda_fail)(const struct sel_cuda *cu, sel_cu_result res, const char *what, ...)
 {
 	char w[256], d[192];
 	va_list ap;

@@ -166,7 +166,8 @@ static void put_key(uint8_t *p, const sel_input_key *k)
 /* Encode h's header into buf (h->header_bytes, zeroed by the caller). */
 static void encode_header(const sel_input_header *h, uint8_t *buf)
 {
-	memcpy(buf + OFF_MAGIC, SEL_INPUT_MAGIC, 8); // NOLINT(bugprone-not-null-terminated-result): 8 bytes, no NUL by the format
+	/* NOLINTNEXTLINE(bugprone-not-null-terminated-result): 8 bytes, no NUL by the format */
+	memcpy(buf + OFF_MAGIC, SEL_INPUT_MAGIC, 8);
 	sel_put_u32(buf + OFF_VERSION, h->version);
 	sel_put_u32(buf + OFF_KIND, h->kind);
 	sel_put_u32(buf + OFF_HEADER_BYTES, h->header_bytes);
