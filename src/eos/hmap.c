@@ -14,7 +14,7 @@ int eos_hmap_init(struct eos_hmap *m)
 {
 	m->n = 0;
 	m->mask = 15;
-	m->b = calloc(16, sizeof *m->b);
+	m->b = calloc(16, sizeof(struct eos_hnode *));
 	return m->b ? 0 : -ENOMEM;
 }
 
@@ -29,7 +29,7 @@ void eos_hmap_free(struct eos_hmap *m)
 static void grow(struct eos_hmap *m)
 {
 	size_t nb = (m->mask + 1) * 2;
-	struct eos_hnode **b = calloc(nb, sizeof *b);
+	struct eos_hnode **b = calloc(nb, sizeof(struct eos_hnode *));
 	if (!b)
 		return; /* longer chains, still correct */
 	for (size_t i = 0; i <= m->mask; i++) {

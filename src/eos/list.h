@@ -7,7 +7,9 @@
  * prefix_push (append), prefix_push_front and prefix_del for a list type
  * LIST { NODE *head, *tail; uint32_t n; } over nodes NODE { NODE *prev,
  * *next; ... }, and prefix_pop (delete and return the head, or NULL).  A
- * deleted node's links are cleared.
+ * deleted node's links are cleared.  prefix_del tests the list's ends by
+ * identity (head == x) and its neighbours for NULL: the same under the
+ * lists' invariant, and it shows the analyzer that a deleted head leaves.
  */
 #ifndef EOS_LIST_H
 #define EOS_LIST_H
@@ -40,14 +42,14 @@
 	}                                                                                          \
 	static inline void prefix##_del(list_t *l, node_t *x)                                      \
 	{                                                                                          \
-		if (x->prev)                                                                       \
-			x->prev->next = x->next;                                                   \
-		else                                                                               \
+		if (l->head == x)                                                                  \
 			l->head = x->next;                                                         \
-		if (x->next)                                                                       \
-			x->next->prev = x->prev;                                                   \
-		else                                                                               \
+		else if (x->prev)                                                                  \
+			x->prev->next = x->next;                                                   \
+		if (l->tail == x)                                                                  \
 			l->tail = x->prev;                                                         \
+		else if (x->next)                                                                  \
+			x->next->prev = x->prev;                                                   \
 		x->prev = x->next = NULL;                                                          \
 		l->n--;                                                                            \
 	}                                                                                          \

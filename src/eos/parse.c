@@ -199,7 +199,7 @@ static int scale(const struct number *n, uint64_t mult, uint64_t *out)
 	if (n->too_big || n->whole > UINT64_MAX / mult)
 		return -ERANGE;
 	uint64_t v = n->whole * mult, acc = 0;
-	for (size_t i = n->nfrac; i-- > 0;)
+	for (size_t i = n->frac ? n->nfrac : 0; i-- > 0;) /* frac is NULL when nfrac is 0 */
 		acc = ((uint64_t)(n->frac[i] - '0') * mult + acc) / 10;
 	if (v > UINT64_MAX - acc)
 		return -ERANGE;

@@ -20,7 +20,7 @@ bool flare_buf_reserve(struct flare_buf *b, size_t extra)
 		return false;
 	}
 	size_t need = b->len + extra + 1;
-	if (need <= b->cap)
+	if (need <= b->cap && b->data) /* data is NULL only while cap is 0 */
 		return true;
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap < need)

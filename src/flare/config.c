@@ -45,6 +45,10 @@ static int perr(struct parser *p, const char *fmt, ...)
 	va_end(ap);
 	return flare_bad(p->err, p->errlen, "%s:%u: %s", p->file, p->line, msg);
 }
+#ifdef __clang_analyzer__
+/* The analyzer does not follow variadic calls: perr returns -EINVAL. */
+#define perr(p, ...) ((void)perr(p, __VA_ARGS__), -EINVAL)
+#endif
 
 static bool is_bare(char c)
 {
@@ -324,11 +328,11 @@ static int parse_value(struct cstate *c, const char *qkey, const char *v, const 
 		rc = read_integer(p, qkey, &v, end, c->value);
 	} else if (end - v >= 4 && !memcmp(v, "true", 4) && (end - v == 4 || !is_bare(v[4]))) {
 		*vt = FLARE_V_BOOL;
-		strcpy(c->value, "true");
+		memcpy(c->value, "true", sizeof "true");
 		v += 4;
 	} else if (end - v >= 5 && !memcmp(v, "false", 5) && (end - v == 5 || !is_bare(v[5]))) {
 		*vt = FLARE_V_BOOL;
-		strcpy(c->value, "false");
+		memcpy(c->value, "false", sizeof "false");
 		v += 5;
 	} else if (*v == '[') {
 		return perr(p, "%s: arrays are not supported", qkey);

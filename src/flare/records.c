@@ -533,7 +533,7 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 	int rc = eos_dirlock_acquire(&n->lk, n->path);
 	if (rc == -EBUSY && reader)
 		rc = ns_open_unlocked(n);
-	if (rc != 0 || (rc = rec_ns_list(n)) != 0) {
+	if (rc != 0 || rec_ns_list(n) != 0) {
 		rec_ns_fail(r, n, NULL);
 		return -1;
 	}
@@ -541,8 +541,8 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 	for (size_t i = 0; i < n->nf; i++) {
 		struct rfile *f = &n->f[i];
 		struct sel_record_check c;
-		if ((rc = sel_record_check_file(n->lk.fd, f->name, n->have_ns ? &n->ns : NULL, payload,
-						&c)) != 0) {
+		if (sel_record_check_file(n->lk.fd, f->name, n->have_ns ? &n->ns : NULL, payload,
+						&c) != 0) {
 			rec_ns_fail(r, n, NULL);
 			return -1;
 		}
@@ -916,7 +916,7 @@ static const struct {
 	const char *name;
 	uint64_t below_s; /* 0: no bound */
 } age_buckets[] = {
-	{"<1m", 60}, {"<10m", 600}, {"<1h", 3600}, {"<1d", 86400}, {"<1w", 7 * 86400}, {"older", 0},
+	{"<1m", 60}, {"<10m", 600}, {"<1h", 3600}, {"<1d", 86400}, {"<1w", 7 * 86400ull}, {"older", 0},
 };
 #define N_AGE (sizeof age_buckets / sizeof age_buckets[0])
 

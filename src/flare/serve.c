@@ -105,9 +105,9 @@ const char *flare_duration_text(uint64_t ns, char *b, size_t cap)
 		o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 "m", m);
 	if ((x || ms) && o < cap) {
 		if (ms)
-			o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 ".%03" PRIu64 "s", x, ms);
+			snprintf(b + o, cap - o, "%" PRIu64 ".%03" PRIu64 "s", x, ms);
 		else
-			o += (size_t)snprintf(b + o, cap - o, "%" PRIu64 "s", x);
+			snprintf(b + o, cap - o, "%" PRIu64 "s", x);
 	}
 	return b;
 }

@@ -758,7 +758,7 @@ static bool fill_choice(struct exchange *x, struct choice *c, bool *progress)
 	struct flare_buf clean = {0};
 	size_t used = ok ? flare_utf8_clean(raw, n, final, &clean) : 0;
 	size_t released = c->sent + used, k = 0;
-	while (k < nt && (final || tk[k].offset + tok_len(tk[k].token) <= released))
+	while (ok && k < nt && (final || tk[k].offset + tok_len(tk[k].token) <= released))
 		k++;
 	ok = ok && !flare_buf_failed(&clean);
 	if (ok && (clean.len || k)) {
@@ -1411,6 +1411,7 @@ static int open_listener(struct flare_server *s, const char *host, uint16_t port
 		return -e;
 	}
 	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss); /* the analyzer does not see getsockname fill it */
 	socklen_t sl = sizeof ss;
 	char addr[INET6_ADDRSTRLEN] = "?";
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {

@@ -24,6 +24,8 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+
+#undef flare_bad /* settings.h's analyzer-only macro stands for this function */
 #include <string.h>
 #include <strings.h>
 

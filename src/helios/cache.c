@@ -455,7 +455,7 @@ int hel_cache_insert(hel_cache *c, const hel_ckpt_spec *s, uint64_t *out)
 		goto nomem;
 	if (!c->n_free_slots && c->n_nodes == c->nodes_cap) {
 		uint32_t cap = c->nodes_cap ? c->nodes_cap * 2 : 64;
-		hel_ckpt **nodes = realloc(c->nodes, cap * sizeof(*nodes));
+		hel_ckpt **nodes = realloc(c->nodes, cap * sizeof(hel_ckpt *));
 		if (!nodes)
 			goto nomem;
 		c->nodes = nodes;

@@ -354,13 +354,13 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 			return perr(p, line, key,
 				    "'%s' is not a name (expected 1..63 of A-Z a-z 0-9 . _ -)",
 				    q(v, b, sizeof b));
-		strcpy(c->name, v);
+		snprintf(c->name, sizeof c->name, "%s", v);
 		return 0;
 	case F_STATE_MODES: {
 		char tmp[256];
 		if (strlen(v) >= sizeof tmp)
 			return perr(p, line, key, "value too long");
-		strcpy(tmp, v);
+		snprintf(tmp, sizeof tmp, "%s", v);
 		uint32_t modes = 0;
 		char *save = NULL;
 		for (char *w = strtok_r(tmp, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save)) {
@@ -488,7 +488,7 @@ static int open_section(struct parser *p, struct raw *raw, uint32_t line, char *
 	}
 	struct raw_plane *pl = &raw->planes[raw->n++];
 	memset(pl, 0, sizeof *pl);
-	strcpy(pl->p.name, name);
+	snprintf(pl->p.name, sizeof pl->p.name, "%s", name);
 	pl->p.draft = draft;
 	pl->line = line;
 	*sec = SEC_PLANE;
@@ -530,7 +530,7 @@ static int parse_lines(struct parser *p, struct raw *raw, const char *text, size
 			rc = perr(p, line, "syntax", "NUL byte in the text");
 			break;
 		}
-		if (n + 1 > cap) {
+		if (!buf || n + 1 > cap) {
 			char *nb = realloc(buf, n + 1);
 			if (!nb) {
 				rc = -ENOMEM;

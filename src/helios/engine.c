@@ -739,7 +739,7 @@ static int open_store(hel_engine *e)
 static int open_worker(hel_engine *e)
 {
 	e->res = calloc(e->max_active, sizeof *e->res);
-	e->ent = calloc(e->max_active, sizeof *e->ent);
+	e->ent = calloc(e->max_active, sizeof(struct ereq *));
 	e->ent_rc = calloc(e->max_active, sizeof *e->ent_rc);
 	e->lps = calloc((size_t)e->max_active * HEL_STEP_TOKENS_MAX, sizeof *e->lps);
 	e->keep = calloc(e->max_active, sizeof *e->keep);
@@ -989,7 +989,7 @@ static size_t take_incoming(hel_engine *e, bool *stop)
 		for (struct ereq *r = e->all; r; r = r->all_next) {
 			if (!r->cancel || r->cancel_seen)
 				continue;
-			if (eos_grow((void **)&e->cv, &e->cap_cv, n + 1, sizeof *e->cv)) {
+			if (eos_grow((void **)&e->cv, &e->cap_cv, n + 1, sizeof(struct ereq *))) {
 				e->cancel_pending = true; /* try again next round */
 				break;
 			}
@@ -1182,8 +1182,9 @@ static void store_stop(hel_engine *e, int rc)
 	for (size_t i = 0; i < e->n_rt; i++)
 		e->ws.retry_abandoned[e->rt[i].why]++;
 	e->n_rt = e->n_held = 0;
-	while (e->n_tk)
-		tk_del(e, &e->tk[0]);
+	for (size_t i = 0; i < e->n_tk; i++)
+		free(e->tk[i].pages);
+	e->n_tk = 0;
 	requeue_failed_waiters(e, true);
 	if (e->cfg.store_stopped)
 		e->cfg.store_stopped(e->cfg.store_stopped_ctx, rc, hel_store_stop_reason(rc),
@@ -1478,7 +1479,7 @@ static int admission(hel_engine *e)
 		uint64_t a = plan.gpu != HEL_CKPT_NONE ? plan.gpu_consumed : 0;
 		if (plan.gpu != HEL_CKPT_NONE && store_usable(e))
 			sel_store_touch(e->store, &plan.gpu_key);
-		sel_hit hit;
+		sel_hit hit = {0}; /* read only when have (adm.fetch implies a hit) */
 		bool have = false;
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
@@ -2023,8 +2024,9 @@ void hel_engine_destroy(hel_engine *e)
 	hel_model_destroy(e->model);
 	sel_geometry_free(e->geo);
 	sel_policy_destroy(e->policy);
-	while (e->n_tk)
-		tk_del(e, &e->tk[0]);
+	for (size_t i = 0; i < e->n_tk; i++)
+		free(e->tk[i].pages);
+	e->n_tk = 0;
 	free(e->tk);
 	free(e->rt);
 	free(e->op);

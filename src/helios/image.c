@@ -531,7 +531,8 @@ static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *
 	}
 	size_t stride = (size_t)out->width * out->channels;
 	out->bytes = stride * out->height;
-	if (!(c->pixels = malloc(out->bytes))) {
+	/* calloc: no byte is left unset should a scanline loop stop short. */
+	if (!(c->pixels = calloc(1, out->bytes))) {
 		rc = eos_fail(-ENOMEM, "image: jpeg: out of memory for %zu bytes", out->bytes);
 		goto out;
 	}

@@ -395,7 +395,7 @@ static inline int32_t coarse(uint64_t hx, hel_token v)
 	uint32_t lz = h ? (uint32_t)__builtin_clzll(h) : 64;
 	if (lz > COARSE_LZ_MAX)
 		lz = COARSE_LZ_MAX;
-	return (int32_t)(lz * COARSE_UNIT + (h & (COARSE_UNIT - 1)));
+	return (int32_t)((uint64_t)lz * COARSE_UNIT + (h & (COARSE_UNIT - 1)));
 }
 
 /* ---- Launches --------------------------------------------------------------- */
@@ -750,7 +750,6 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 	m->M = m->W > 1 ? m->W - 1 - m->T : 0;
 	m->nmain = c->n_planes;
 	m->npl = c->n_planes + (m->spec ? c->n_drafts : 0);
-	rc = -ENOMEM;
 	if (!(m->pl = calloc(m->npl, sizeof *m->pl)))
 		goto nomem;
 	uint64_t maxtb = create_planes(m);
@@ -1224,7 +1223,7 @@ static int main_context(hel_model *m, uint32_t slot, uint64_t n, uint32_t *hs, u
 		uint32_t wgt = 2 * r + 1;
 		for (uint32_t j = 0; j < m->H; j++) {
 			uint32_t v;
-			memcpy(&v, hid + 4 * j, 4);
+			memcpy(&v, hid + 4 * (size_t)j, 4);
 			w[1 + j] += (uint32_t)(wgt * v);
 		}
 	}
@@ -1249,7 +1248,7 @@ static uint64_t draft_context(const hel_model *m, uint32_t slot, uint64_t n, uin
 		uint32_t wgt = 2 * r + 1;
 		for (uint32_t j = 0; j < m->H; j++) {
 			uint32_t v;
-			memcpy(&v, row + m->lay.draft_hidden + 4 * j, 4);
+			memcpy(&v, row + m->lay.draft_hidden + 4 * (size_t)j, 4);
 			dhs[j] += wgt * v;
 		}
 	}

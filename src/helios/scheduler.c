@@ -305,7 +305,7 @@ int hel_scheduler_create(const hel_scheduler_config *cfg, hel_scheduler **out)
 	}
 	uint32_t ma = s->cfg.max_active, mi = s->cfg.max_inflight;
 	s->steps = calloc(mi, sizeof(*s->steps));
-	s->scratch = calloc(ma, sizeof(*s->scratch));
+	s->scratch = calloc(ma, sizeof(struct req *));
 	if (!s->steps || !s->scratch)
 		goto nomem;
 	for (uint32_t i = 0; i < mi; i++) {
@@ -424,7 +424,7 @@ static void refresh_below(hel_scheduler *s, const hel_ckpt *heir)
 	const hel_ckpt **stack = NULL;
 	size_t n = 0, cap = 0;
 	for (const hel_ckpt *ch = heir->first_child; ch; ch = ch->next_sibling) {
-		if (eos_grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
+		if (eos_grow((void **)&stack, &cap, n + 1, sizeof(const hel_ckpt *)))
 			goto out;
 		stack[n++] = ch;
 	}
@@ -439,7 +439,7 @@ static void refresh_below(hel_scheduler *s, const hel_ckpt *heir)
 			continue;
 		}
 		for (const hel_ckpt *ch = x->first_child; ch; ch = ch->next_sibling) {
-			if (eos_grow((void **)&stack, &cap, n + 1, sizeof(*stack)))
+			if (eos_grow((void **)&stack, &cap, n + 1, sizeof(const hel_ckpt *)))
 				goto out;
 			stack[n++] = ch;
 		}
@@ -750,7 +750,7 @@ static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_h
 		nt->cap_waiters = 4;
 		t = nt;
 	} else if (t && t->n_waiters == t->cap_waiters) {
-		hel_req_id *w = realloc(t->waiters, 2 * t->cap_waiters * sizeof(*w));
+		hel_req_id *w = realloc(t->waiters, 2 * (size_t)t->cap_waiters * sizeof(*w));
 		if (!w)
 			return eos_fail(-ENOMEM, "admission: out of memory for a waiter");
 		t->waiters = w;
@@ -1450,7 +1450,7 @@ int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out,
 		}
 	}
 	if (eos_grow((void **)&s->pubs, &s->cap_pubs, n, sizeof(*s->pubs)) ||
-	    eos_grow((void **)&s->pubk, &s->cap_pubk, n, sizeof(*s->pubk)) ||
+	    eos_grow((void **)&s->pubk, &s->cap_pubk, n, sizeof(const hel_ckpt *)) ||
 	    eos_grow((void **)&s->pub_pages, &s->cap_pub_pages, pages, sizeof(*s->pub_pages)))
 		return eos_fail(-ENOMEM, "take_publications: out of memory");
 	size_t m = 0, keep = 0;
@@ -1472,7 +1472,7 @@ int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out,
 	}
 	s->nq = keep;
 	if (m > 1)
-		qsort(s->pubk, m, sizeof(*s->pubk), cmp_depth);
+		qsort(s->pubk, m, sizeof(const hel_ckpt *), cmp_depth);
 	size_t off = 0;
 	for (size_t i = 0; i < m; i++) {
 		describe(s, s->pubk[i], s->pub_pages + off, &s->pubs[i]);

@@ -197,7 +197,7 @@ static uint64_t prepared_bytes(const hel_core_image *g, uint32_t tokens)
 {
 	uint64_t U = (uint64_t)g->patch * g->merge;
 	uint64_t px = (uint64_t)tokens * U * U * g->channels;
-	uint64_t header = (SEL_INPUT_FIXED + 2 * 96 + 63) / 64 * 64;
+	uint64_t header = eos_round_up(SEL_INPUT_FIXED + 2 * 96, 64);
 	return header + (px + 63) / 64 * 64 + 64;
 }
 
@@ -263,6 +263,9 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 				"this image (%u x %u, grid %u x %u)", desc->width, desc->height,
 				desc->grid_h, desc->grid_w, im->width, im->height, gh, gw);
 	const uint32_t C = g->channels, P = g->patch, M = g->merge, U = P * M;
+	if (!C || !U)
+		return eos_fail(-EINVAL, "vision: the core's image geometry is empty (%u channels, "
+				"patch %u, merge %u)", C, P, M);
 	const uint64_t DW = (uint64_t)gw * U, DH = (uint64_t)gh * U;
 	/* The source region: the whole image, or its centred square. */
 	uint64_t x0 = 0, y0 = 0, SW = im->width, SH = im->height;
@@ -284,7 +287,7 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 	spec[1].dims[0] = 2;
 	if ((rc = sel_input_prepared_init(out, &desc->identity, spec, 2)))
 		return rc;
-	uint32_t *hrow = malloc(DW * C * sizeof *hrow);
+	uint32_t *hrow = calloc(DW * C, sizeof *hrow); /* every element set before read */
 	uint64_t *acc = malloc(DW * C * sizeof *acc);
 	if (!hrow || !acc) {
 		rc = eos_fail(-ENOMEM, "vision: out of memory for a %" PRIu64 "-pixel row", DW);

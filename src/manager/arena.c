@@ -123,7 +123,7 @@ static int write_header(struct mgr_arena *a, const struct mgr_prev *s, uint32_t 
 		n = MGR_PREV_MAX;
 	sel_put_u32(h + OFF_NSESS, n);
 	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *e = h + OFF_SESS + i * SESS_BYTES;
+		uint8_t *e = h + OFF_SESS + (size_t)i * SESS_BYTES;
 		memcpy(e, s[i].instance, SEL_POOL_ID_BYTES);
 		sel_put_u32(e + 16, (uint32_t)s[i].pid);
 		sel_put_u64(e + 24, s[i].start);
@@ -151,7 +151,7 @@ static int read_header(struct mgr_arena *a)
 		a->prev = calloc(n ? n : 1, sizeof *a->prev);
 		if (a->prev) {
 			for (uint32_t i = 0; i < n; i++) {
-				const uint8_t *e = h + OFF_SESS + i * SESS_BYTES;
+				const uint8_t *e = h + OFF_SESS + (size_t)i * SESS_BYTES;
 				memcpy(a->prev[i].instance, e, SEL_POOL_ID_BYTES);
 				a->prev[i].pid = (int32_t)sel_get_u32(e + 16);
 				a->prev[i].start = sel_get_u64(e + 24);
@@ -168,7 +168,7 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 {
 	memset(a, 0, sizeof *a);
 	a->fd = a->share_fd = -1;
-	a->data_start = MGR_ARENA_HEADER;
+	a->data_start = (uint64_t)MGR_ARENA_HEADER;
 	a->bytes = o->memory / MGR_GRANULE * MGR_GRANULE;
 	if (a->bytes < a->data_start + MGR_GRANULE) {
 		snprintf(err, errlen, "--memory %" PRIu64 ": the arena needs more than its %u-byte header",

@@ -254,7 +254,9 @@ struct mparse {
 	uint64_t seen; /* options set, by index */
 };
 
-#define MERR(m, ...) cerr((m)->err, (m)->errlen, (m)->file, (m)->line, __VA_ARGS__)
+/* cerr returns -EINVAL; said here too for the analyzer, which does not
+ * follow variadic calls. */
+#define MERR(m, ...) ((void)cerr((m)->err, (m)->errlen, (m)->file, (m)->line, __VA_ARGS__), -EINVAL)
 
 static const char *skip_blank(const char *p, const char *e)
 {

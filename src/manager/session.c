@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #define MS_NS 1000000ull
-#define IN_MIN (64u * 1024u)
+#define IN_MIN ((size_t)64 * 1024)
 #define MAX_STRIKES 64u
 
 static char listen_marker, signal_marker;
@@ -345,7 +345,7 @@ static void claim_arena(struct mgr_session *s, const struct sel_pool_c_claim *c)
 	struct mgr_server *srv = s->srv;
 	struct mgr_scope *sc = s->scope;
 	uint64_t now = eos_now_ns();
-	struct mgr_record **chain = malloc(SEL_POOL_MAX_NODES * sizeof *chain);
+	struct mgr_record **chain = malloc(SEL_POOL_MAX_NODES * sizeof(struct mgr_record *));
 	if (!chain) {
 		refuse_claim(s, c->claim, SEL_POOL_NO_ROOM);
 		return;
@@ -373,7 +373,7 @@ static void claim_arena(struct mgr_session *s, const struct sel_pool_c_claim *c)
 		g->page_cksum = calloc(pages ? pages : 1, sizeof *g->page_cksum);
 		l = mgr_lease_new(srv, MGR_L_CLAIM, s);
 		if (!g->nodes || !g->windows || !g->page_cksum || !l ||
-		    !(l->pins = malloc(n * sizeof *l->pins)))
+		    !(l->pins = malloc(n * sizeof(struct mgr_record *))))
 			why = SEL_POOL_NO_ROOM;
 	}
 	if (why) {

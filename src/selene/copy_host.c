@@ -90,7 +90,7 @@ static void stream_sse2(uint8_t *d, const uint8_t *s, size_t n)
 __attribute__((target("avx2"))) static void stream_avx2(uint8_t *d, const uint8_t *s, size_t n)
 {
 	size_t i = head(d, s, n);
-	for (; n - i >= 2 * LINE; i += 2 * LINE) {
+	for (; n - i >= 2 * (size_t)LINE; i += 2 * (size_t)LINE) {
 		__m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
 		__m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
 		__m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));

@@ -179,7 +179,8 @@ static const char *describe(const struct sel_cuda *cu, sel_cu_result res, char *
 	return buf;
 }
 
-int sel_cuda_fail(const struct sel_cuda *cu, sel_cu_result res, const char *what, ...)
+/* The name in parentheses: cuda.h's analyzer-only macro stays in force below. */
+int(sel_cuda_fail)(const struct sel_cuda *cu, sel_cu_result res, const char *what, ...)
 {
 	char w[256], d[192];
 	va_list ap;
@@ -548,7 +549,7 @@ int sel_copy_backend_cuda_create(const struct sel_cuda *cu, const int *devices, 
 	b->ranks = ranks;
 	b->ordinal = calloc(ranks, sizeof(*b->ordinal));
 	b->dev = calloc(ranks, sizeof(*b->dev));
-	b->ctx = calloc(ranks, sizeof(*b->ctx));
+	b->ctx = calloc(ranks, sizeof(sel_cu_ctx));
 	b->retained = calloc(ranks, sizeof(*b->retained));
 	if (!b->ordinal || !b->dev || !b->ctx || !b->retained) {
 		rc = eos_fail(-ENOMEM, "cuda backend: out of memory for %" PRIu32 " ranks", ranks);

@@ -207,6 +207,11 @@ const char *sel_cuda_symbol(const char *name);
  * printf format).  For res == SEL_CU_SUCCESS, returns 0 and sets nothing. */
 int sel_cuda_fail(const struct sel_cuda *cu, sel_cu_result res, const char *what, ...)
 	__attribute__((format(printf, 3, 4)));
+#ifdef __clang_analyzer__
+/* The analyzer does not follow variadic calls; say what this one returns. */
+#define sel_cuda_fail(cu, res, ...)                                                                \
+	((void)sel_cuda_fail(cu, res, __VA_ARGS__), (res) == SEL_CU_SUCCESS ? 0 : SEL_ECUDA)
+#endif
 
 /* Visible devices (0 is not an error). */
 int sel_cuda_device_count(const struct sel_cuda *cu, int *count);

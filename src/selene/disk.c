@@ -378,10 +378,10 @@ static int choose_engine(sel_disk *d, enum sel_disk_io io)
 /* The queues, the requests and each active job's starting scratch. */
 static int alloc_queues(sel_disk *d)
 {
-	d->q = calloc(d->cap, sizeof(*d->q));
-	d->done = calloc(d->cap, sizeof(*d->done));
+	d->q = calloc(d->cap, sizeof(struct sel_disk_job *));
+	d->done = calloc(d->cap, sizeof(struct sel_disk_job *));
 	d->reqs = calloc(d->ring_depth, sizeof(*d->reqs));
-	d->sq = calloc(d->ring_depth, sizeof(*d->sq));
+	d->sq = calloc(d->ring_depth, sizeof(struct req *));
 	bool ok = d->q && d->done && d->reqs && d->sq;
 	for (int i = 0; ok && i < ACTIVE_JOBS; i++) {
 		struct io_ctx *c = &d->ctx[i];
@@ -504,8 +504,8 @@ static int check_job(sel_disk *d, struct sel_disk_job *j)
 		if (!j->pages[i] || (uintptr_t)j->pages[i] % EOS_ALIGN != 0)
 			return eos_fail(-EINVAL, "disk job: page record %" PRIu32 " address is not 4 KiB "
 					"aligned", j->first + i);
-	if (row_pieces && (rc = sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov,
-						    j->row_n, NULL)) != 0)
+	if (row_pieces && sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov,
+						    j->row_n, NULL) != 0)
 		return eos_fail(-EINVAL, "disk job: %s", eos_errmsg());
 	if (!j->row && j->row_n)
 		return eos_fail(-EINVAL, "disk job: row pieces given without the row flag");

@@ -262,7 +262,7 @@ static void submit_pending(sel_disk *d)
 				c->unsubmitted--;
 				c->inflight++;
 			}
-			memmove(d->sq, d->sq + n, (d->sq_n - n) * sizeof(*d->sq));
+			memmove(d->sq, d->sq + n, (d->sq_n - n) * sizeof(struct req *));
 			d->sq_n -= n;
 			d->inflight += n;
 			continue;

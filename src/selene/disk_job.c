@@ -90,7 +90,7 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 		if (!d->wt[i]->used)
 			w = d->wt[i];
 	if (!w) {
-		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(*n));
+		struct wtemp **n = realloc(d->wt, (d->n_wt + 1) * sizeof(struct wtemp *));
 		if (!n)
 			return NULL;
 		d->wt = n;
@@ -98,7 +98,7 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 			return NULL;
 		d->wt[d->n_wt++] = w;
 	}
-	if (head_bytes > w->head_cap) {
+	if (head_bytes > w->head_cap || !w->head) {
 		uint8_t *b = eos_aligned_alloc(EOS_ALIGN, head_bytes);
 		if (!b)
 			return NULL;

@@ -105,7 +105,7 @@ int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 					      a->rank, r->row.name, a->name);
 				goto fail;
 			}
-			if ((rc = set_plane(&r->row, a)))
+			if (set_plane(&r->row, a))
 				goto nomem;
 			r->row_count = a->count;
 		} else if (a->group == SEL_GROUP_KV_PAGES) {
@@ -114,7 +114,7 @@ int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 				goto nomem;
 			r->pages = np;
 			memset(&np[r->n_planes], 0, sizeof *np);
-			if ((rc = set_plane(&np[r->n_planes], a)))
+			if (set_plane(&np[r->n_planes], a))
 				goto nomem;
 			r->n_planes++;
 			if (r->page_count == 0 || a->count < r->page_count)

@@ -92,7 +92,7 @@ int sel_input_cache_create(uint64_t budget, sel_input_cache **out)
 	c->budget = budget;
 	c->st.budget = budget;
 	c->nbuckets = 64;
-	c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
+	c->buckets = calloc(c->nbuckets, sizeof(struct sel_input_lease *));
 	if (!c->buckets) {
 		free(c);
 		return eos_fail(-ENOMEM, "input cache: out of memory");
@@ -164,7 +164,7 @@ static void map_add(sel_input_cache *c, struct sel_input_lease *e)
 {
 	if (c->in_map + 1 > 2 * c->nbuckets) {
 		size_t nb = c->nbuckets * 2;
-		struct sel_input_lease **b = calloc(nb, sizeof *b);
+		struct sel_input_lease **b = calloc(nb, sizeof(struct sel_input_lease *));
 		if (b) {
 			size_t old = c->nbuckets;
 			struct sel_input_lease **ob = c->buckets;

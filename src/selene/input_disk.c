@@ -608,7 +608,7 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 		remove_entry(d, d->head);
 		COUNT(d, evictions);
 	}
-	if ((rc = charge(d, len)) != 0) {
+	if (charge(d, len) != 0) {
 		/* Reclaim our own least recently used files, then once more. */
 		uint64_t freed = 0;
 		while (freed < len && d->head != NONE) {
@@ -616,7 +616,7 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 			remove_entry(d, d->head);
 			COUNT(d, evictions);
 		}
-		if ((rc = charge(d, len)) != 0) {
+		if (charge(d, len) != 0) {
 			COUNT(d, write_skipped);
 			stats_update(d);
 			return eos_fail(-ENOSPC, "write input record '%s': the disk limit cannot take "

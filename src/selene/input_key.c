@@ -119,7 +119,7 @@ void sel_input_tokens(const sel_input_key *id, uint32_t n, sel_token *out)
 			put_u32(&st, k / 8);
 			crypto_generichash_blake2b_final(&st, block, sizeof block);
 		}
-		out[k] = SEL_INPUT_TOKEN_BIT | (sel_get_u32(block + 4 * (k % 8)) & 0x7fffffffu);
+		out[k] = SEL_INPUT_TOKEN_BIT | (sel_get_u32(block + 4 * (size_t)(k % 8)) & 0x7fffffffu);
 	}
 }
 

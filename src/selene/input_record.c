@@ -166,6 +166,7 @@ static void put_key(uint8_t *p, const sel_input_key *k)
 /* Encode h's header into buf (h->header_bytes, zeroed by the caller). */
 static void encode_header(const sel_input_header *h, uint8_t *buf)
 {
+	/* NOLINTNEXTLINE(bugprone-not-null-terminated-result): 8 bytes, no NUL by the format */
 	memcpy(buf + OFF_MAGIC, SEL_INPUT_MAGIC, 8);
 	sel_put_u32(buf + OFF_VERSION, h->version);
 	sel_put_u32(buf + OFF_KIND, h->kind);
@@ -194,7 +195,7 @@ static void encode_header(const sel_input_header *h, uint8_t *buf)
 			sel_put_u32(e + T_DTYPE, t->dtype);
 			sel_put_u32(e + T_RANK, t->rank);
 			for (uint32_t d = 0; d < SEL_INPUT_RANK_MAX; d++)
-				sel_put_u64(e + T_DIMS + 8 * d, t->dims[d]);
+				sel_put_u64(e + T_DIMS + 8 * (size_t)d, t->dims[d]);
 			sel_put_u64(e + T_OFFSET, t->offset);
 			sel_put_u64(e + T_BYTES, t->bytes);
 			sel_put_u64(e + T_CHECKSUM, t->checksum);
@@ -227,7 +228,7 @@ int sel_input_prepared_init(sel_input_rec *r, const sel_input_key *identity,
 			if (strcmp(h->tensors[j].name, specs[i].name) == 0)
 				return eos_fail(-EINVAL, "input record: tensor name '%s' twice",
 						specs[i].name);
-		strcpy(t->name, specs[i].name);
+		snprintf(t->name, sizeof t->name, "%s", specs[i].name);
 		t->dtype = specs[i].dtype;
 		t->rank = specs[i].rank;
 		memcpy(t->dims, specs[i].dims, sizeof t->dims);
@@ -411,7 +412,7 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 			t->dtype = sel_get_u32(e + T_DTYPE);
 			t->rank = sel_get_u32(e + T_RANK);
 			for (uint32_t d = 0; d < SEL_INPUT_RANK_MAX; d++)
-				t->dims[d] = sel_get_u64(e + T_DIMS + 8 * d);
+				t->dims[d] = sel_get_u64(e + T_DIMS + 8 * (size_t)d);
 			t->offset = sel_get_u64(e + T_OFFSET);
 			t->bytes = sel_get_u64(e + T_BYTES);
 			t->checksum = sel_get_u64(e + T_CHECKSUM);
@@ -520,7 +521,7 @@ int sel_input_name_parse(const char *name, uint32_t *kind, sel_input_key *key)
 		else
 			out.b[i / 2] |= (uint8_t)v;
 	}
-	if (strcmp(name + p + 2 * SEL_INPUT_KEY_BYTES, ".input") != 0)
+	if (strcmp(name + p + 2 * (size_t)SEL_INPUT_KEY_BYTES, ".input") != 0)
 		return eos_fail(SEL_EFORMAT, "input record name '%.80s': does not end in .input", name);
 	*kind = k;
 	*key = out;

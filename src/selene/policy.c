@@ -343,7 +343,7 @@ static void set_per_byte(struct tier_est *e, double s)
 static void fit(struct tier_est *e)
 {
 	struct wv v[PAIRS > SAMPLES ? PAIRS : SAMPLES];
-	double scale[SAMPLES];
+	double scale[SAMPLES] = { 0 }; /* the first e->n are set below (invariant 2) */
 	int np = 0;
 	for (uint32_t k = 0; k < e->n; k++)
 		scale[k] = expect(e, e->ring[k].bytes);

@@ -136,12 +136,12 @@ int sel_pool_windows_check(const struct sel_pool_window *w, uint32_t n, uint64_t
 				"expected %u and %u", got_pages, got_row, pages, row_slots);
 	if (n < 2)
 		return 0;
-	const struct sel_pool_window **s = malloc((size_t)n * sizeof *s);
+	const struct sel_pool_window **s = malloc((size_t)n * sizeof(const struct sel_pool_window *));
 	if (!s)
 		return eos_fail(-ENOMEM, "pool windows: out of memory");
 	for (uint32_t i = 0; i < n; i++)
 		s[i] = &w[i];
-	qsort(s, n, sizeof *s, cmp_off);
+	qsort(s, n, sizeof(const struct sel_pool_window *), cmp_off);
 	int rc = 0;
 	for (uint32_t i = 1; i < n && !rc; i++)
 		if (s[i - 1]->off + (uint64_t)s[i - 1]->slots * slot_bytes > s[i]->off)

@@ -655,7 +655,7 @@ static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n
 		}
 		struct ent *e = &(*ents)[(*n_ents)++];
 		memset(e, 0, sizeof(*e));
-		strcpy(e->name, nm);
+		memcpy(e->name, nm, strlen(nm) + 1); /* shorter than the array, checked above */
 		e->name_key = k;
 		e->parent = -1;
 	}

@@ -510,7 +510,7 @@ int sel_remote_open(const struct sel_remote_config *cfg, sel_remote **out)
 		r->cfg.restore_rate_bps = 8ull << 20;
 	if (!r->cfg.max_buckets)
 		r->cfg.max_buckets = 4096;
-	r->pool_size = sel_rv_value_bytes(&r->keys, r->cap) + 2 * SEL_RV_NAME_MAX + 128;
+	r->pool_size = sel_rv_value_bytes(&r->keys, r->cap) + 2 * (size_t)SEL_RV_NAME_MAX + 128;
 	r->put_budget = cfg->put_windows ? cfg->put_windows : PUT_WINDOWS_INFLIGHT;
 	r->claim_budget = cfg->claim_windows ? cfg->claim_windows : CLAIM_WINDOWS_INFLIGHT;
 	if (r->put_budget > SEL_RN_BULK_LANES)

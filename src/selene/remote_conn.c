@@ -651,7 +651,6 @@ static void conn_write(struct sel_rn_conn *k, uint64_t now)
 			size_t rem = cmd_total(c) - c->sent;
 			if (left < rem) {
 				c->sent += left;
-				left = 0;
 				break;
 			}
 			left -= rem;

@@ -217,7 +217,7 @@ void rmt_put_start(struct op *o)
 	for (uint32_t w = 0; w <= o->u.p.lay.windows; w++) {
 		char key[SEL_RV_NAME_MAX];
 		int kl = w == o->u.p.lay.windows
-				 ? (int)strlen(strcpy(key, o->u.p.mname))
+				 ? snprintf(key, sizeof key, "%s", o->u.p.mname)
 				 : sel_rv_window_name(&r->names, &in->d.key, w, key);
 		const char *argv[] = {"EXISTS", key};
 		size_t lens[] = {6, (size_t)kl};

@@ -75,7 +75,7 @@ static void *reply_array(const redisReadTask *task, int elements)
 	if (elements < 0 || elements > SEL_RN_REPLY_ELEMENTS_MAX)
 		return NULL;
 	redisReply **el = NULL;
-	if (elements > 0 && !(el = calloc((size_t)elements, sizeof *el)))
+	if (elements > 0 && !(el = calloc((size_t)elements, sizeof(redisReply *))))
 		return NULL;
 	redisReply *r = reply_new(task, REDIS_REPLY_ARRAY);
 	if (!r) {

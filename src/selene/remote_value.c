@@ -144,7 +144,7 @@ int sel_rv_key_parse(const void *buf, size_t len, uint8_t out[SEL_RV_KEY_BYTES])
 			n--;
 		if (n && p[n - 1] == '\r')
 			n--;
-		if (n != 2 * SEL_RV_KEY_BYTES)
+		if (n != 2 * (size_t)SEL_RV_KEY_BYTES)
 			return eos_fail(SEL_EFORMAT, "key file of %zu bytes: expected 32 raw bytes "
 					"or 64 hex digits", len);
 		for (size_t i = 0; i < SEL_RV_KEY_BYTES; i++) {

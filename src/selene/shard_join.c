@@ -167,7 +167,7 @@ int sel_shard_hello(sel_shard_set *s, uint32_t rank, int rendezvous_fd, void *bu
 	struct sel_shard_hello *h = &m.u.hello;
 	struct sel_shard_addr local;
 	int rc = shl_sock_addr(rendezvous_fd, true, &l->expect);
-	if (rc || (rc = shl_sock_addr(rendezvous_fd, false, &local)))
+	if (rc || shl_sock_addr(rendezvous_fd, false, &local))
 		return eos_fail(-EINVAL, "rank links: rank %" PRIu32 "'s rendezvous connection: %s",
 				rank, eos_errmsg());
 	h->world = s->cfg.world;
@@ -599,7 +599,8 @@ static int read_summary(sel_shard_set *s, uint32_t r, uint8_t *buf, size_t cap,
 			e = ne;
 			room = want;
 		}
-		memcpy(e + have, m.u.scan.e, m.u.scan.n * sizeof *e);
+		if (m.u.scan.n) /* e is still NULL before the first entries */
+			memcpy(e + have, m.u.scan.e, m.u.scan.n * sizeof *e);
 		have += m.u.scan.n;
 		sel_shard_msg_free(&m);
 	}

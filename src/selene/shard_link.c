@@ -586,7 +586,7 @@ static void *reader_main(void *arg)
 			if (!pf[k].revents)
 				continue;
 			struct link *l = who[k];
-			size_t room = DONE_FRAME_MAX * 16 - l->in_len;
+			size_t room = (size_t)DONE_FRAME_MAX * 16 - l->in_len;
 			got[k] = recv(l->fd, l->in + l->in_len, room, MSG_DONTWAIT);
 			err[k] = got[k] < 0 ? errno : 0;
 		}
@@ -640,7 +640,7 @@ int sel_shard_start(sel_shard_set *s)
 		struct link *l = &s->link[r];
 		l->cap = 2 * s->cfg.queue_jobs + 1; /* jobs, cleanups beyond the bound, DRAIN */
 		l->ring = calloc(l->cap, sizeof *l->ring);
-		l->in = malloc(DONE_FRAME_MAX * 16);
+		l->in = malloc((size_t)DONE_FRAME_MAX * 16);
 		if (!l->ring || !l->in)
 			return eos_fail(-ENOMEM, "rank links: out of memory");
 	}

@@ -63,7 +63,7 @@ static int peer_connect(const struct sel_shard_addr *a, uint16_t port, int rende
 	sel_shard_addr_text(a, at);
 	if (fd < 0)
 		return eos_fail(-errno, "rank link: socket: %s", strerror(errno));
-	struct sel_shard_addr local;
+	struct sel_shard_addr local = {0}; /* .family 0 should a failure return 0 */
 	if (rendezvous_fd >= 0 && shl_sock_addr(rendezvous_fd, false, &local) == 0 &&
 	    local.family == a->family) {
 		struct sockaddr_storage ls;

@@ -151,7 +151,7 @@ static uint32_t fill_jobs(struct mem_store *ms, struct mfetch *f, const struct s
 	struct mjob *j = NULL;
 	for (; run_next(ms, w, &r, &started, &run_packed, &prev_used); r.i++) {
 		const struct mrec *rec = ms_rec(ms, w->ids[r.i]);
-		if (r.new_job) {
+		if (r.new_job || !j) { /* the first run always starts one */
 			j = job_start(f, &nj, dst + page_at, sl);
 			j->x.pages_packed = r.packed;
 			j->x.first_share = r.lead; /* non-zero only for the first node */

@@ -636,7 +636,7 @@ static int rank_buffers(sel_xfer *x)
 		rk->call_cap = (uint32_t)cap;
 		rk->call = calloc(cap, sizeof(*rk->call));
 		rk->ring.cap = x->depth;
-		rk->ring.q = calloc(x->depth, sizeof(*rk->ring.q));
+		rk->ring.q = calloc(x->depth, sizeof(struct sel_xfer_job *));
 		if (!rk->call || !rk->ring.q)
 			return eos_fail(-ENOMEM, "transfer: out of memory for rank %" PRIu32 " buffers", r);
 	}
