@@ -362,6 +362,55 @@ static void test_preemption(void)
 	sim_free(&m);
 }
 
+/* ---- a floor: a preempted request held below it --------------------------------- */
+
+/* The preemption above with B's floor at 150: once its terminal at 191 is
+ * evicted, re-admission finds nothing at or past 150 and holds B (no
+ * re-admission, no block on new admissions) until the floor is set again;
+ * then B resumes and ends as before. */
+static void test_floor_hold(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(4, 16, 4, 1);
+	sim_init(&m, &c, test_seed() + 14);
+	sel_token *A = toks(120, 10), *B = toks(120, 20000);
+	hel_request_spec spa = sim_spec(A, 120, NULL, 0, 80), spb = sim_spec(B, 120, NULL, 0, 80);
+	hel_admission aa, ab;
+	CHECK_OK(sim_admit(&m, &spa, SIM_NO_HOST, 0, &aa, NULL));
+	CHECK_OK(sim_admit(&m, &spb, SIM_NO_HOST, 0, &ab, NULL));
+	CHECK_OK(hel_scheduler_set_floor(m.s, ab.req, 150));
+	CHECK(hel_scheduler_set_floor(m.s, 999999, 1) == -ENOENT);
+	for (int i = 0; i < 80 && !stats(&m).preempted; i++) {
+		CHECK(sim_step(&m));
+		CHECK(sim_complete(&m));
+	}
+	CHECK(stats(&m).preempted == 1);
+	hel_request_info in;
+	/* A runs to its end; B stays held however much capacity comes back. */
+	for (int i = 0; i < 200 && stats(&m).finished < 1; i++) {
+		if (sim_step(&m))
+			CHECK(sim_complete(&m));
+	}
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.finished == 1 && s.readmitted == 0 && s.waiting == 1);
+	info(&m, ab.req, &in);
+	CHECKF(in.phase == HEL_PHASE_WAITING && in.held && in.held_depth < 150,
+	       "phase %s held %d depth %llu", hel_phase_name(in.phase), in.held,
+	       (unsigned long long)in.held_depth);
+	CHECK(sim_step(&m) == 0); /* nothing runs: B is held */
+	/* Released: re-admitted from what it found, it ends with 200 tokens. */
+	CHECK_OK(hel_scheduler_set_floor(m.s, ab.req, in.held_depth));
+	sim_drain(&m, 400);
+	s = stats(&m);
+	CHECK(s.finished == 2 && s.readmitted == 1 && s.waiting == 0);
+	CHECK(sim_rec_find(&m.reqs, ab.req)->n == 200 && sim_rec_find(&m.reqs, aa.req)->n == 200);
+	sim_take(&m);
+	sim_release_all(&m);
+	free(A);
+	free(B);
+	sim_free(&m);
+}
+
 /* ---- inbound (design 2.7; step 10) -------------------------------------------------- */
 
 static void test_inbound(void)
@@ -712,6 +761,7 @@ int main(void)
 	test_prompt_capture_without_row();
 	test_cancel_offers_message();
 	test_preemption();
+	test_floor_hold();
 	test_inbound();
 	test_compaction_heir();
 	test_notice_bound();
