@@ -304,6 +304,122 @@ static void test_independent(void)
 	imgbuf_free(&img);
 }
 
+/* The image request x, submitted from a text request's first token (on
+ * the worker thread, in on_tokens), so that it is always admitted at the
+ * same point of the others' runs: after them, the newest decoder, the
+ * one preemption takes first. */
+struct trigger {
+	struct et_call call; /* first: on_tokens' ctx */
+	hel_engine *e;
+	const struct chat *c;
+	uint32_t max;
+	struct et_call *x;
+	bool sent;
+};
+
+static uint32_t trigger_tokens(void *ctx, const hel_token *t, const hel_logprob *lp, uint32_t n)
+{
+	struct trigger *tg = ctx;
+	uint32_t keep = et_on_tokens(&tg->call, t, lp, n);
+	if (!tg->sent) {
+		tg->sent = true;
+		CHECK_OK(submit(tg->e, tg->x, tg->c, tg->max));
+	}
+	return keep;
+}
+
+/* A preempted request whose image a reused checkpoint covered (never
+ * prepared) and whose checkpoints past the image were all evicted: its
+ * replay starts before the image, so the engine prepares the image then
+ * (through the preparation worker) and the request completes with a cold
+ * run's tokens.  A GPU cache of 10 pages (no host store, no input
+ * retention) and long text decodes beside it force the preemption and
+ * the evictions; each round checks the tokens, and some round must have
+ * prepared the image again. */
+static void test_replay(void)
+{
+	struct imgbuf img = {0};
+	png_of(&img, 40, 24, 41);
+	test_rng rng;
+	test_rng_init(&rng, 23);
+	uint64_t reprepared = 0, preempted = 0;
+	int round;
+	for (round = 0; round < 16 && !reprepared; round++) {
+		/* A fresh engine and chat each round: turn one puts the GPU
+		 * checkpoints past the image there. */
+		hel_engine *e = start((hel_engine_config){.max_active = 3,
+							  .gpu_pages = 9,
+							  .gpu_rows = 9,
+							  .chunk_tokens = 64,
+							  .store_open = no_store});
+		char sys[64];
+		snprintf(sys, sizeof sys, "Be brief, round %d.", round);
+		struct chat c1, c2;
+		build(&c1, sys, &img, NULL, 0, NULL);
+		struct et_call *a = run(e, &c1, 8);
+		build(&c2, sys, &img, a->tok, a->n, "And now a long answer.");
+		const uint32_t max = 250;
+		uint64_t prep0 = istats(e).preparations;
+		struct trigger *tg = calloc(1, sizeof *tg);
+		CHECK(tg);
+		pthread_mutex_init(&tg->call.mu, NULL);
+		pthread_cond_init(&tg->call.cv, NULL);
+		tg->e = e;
+		tg->c = &c2;
+		tg->max = max;
+		tg->x = et_call_new();
+		uint32_t n, n2;
+		hel_token *p = et_random_prompt(&rng, 20, &n);
+		hel_request q = {.prompt = p,
+				 .n_prompt = n,
+				 .max_tokens = 350,
+				 .ignore_eos = true,
+				 .on_tokens = trigger_tokens,
+				 .on_done = et_on_done,
+				 .ctx = tg};
+		CHECK_OK(hel_engine_submit(e, &q, &tg->call.id));
+		struct et_call *o = et_call_new();
+		hel_token *p2 = et_random_prompt(&rng, 40, &n2);
+		CHECK_OK(et_submit(e, o, p2, n2, 350, NULL));
+		et_wait(&tg->call);
+		et_wait(o);
+		CHECK(tg->call.out.error == 0 && o->out.error == 0 && tg->sent);
+		struct et_call *x = tg->x;
+		et_wait(x);
+		CHECKF(x->out.error == 0, "round %d: the request failed: %s", round,
+		       sel_strerror(x->out.error));
+		hel_engine_input_stats s = istats(e);
+		hel_engine_stats es;
+		hel_engine_stats_get(e, &es);
+		reprepared = s.images_reprepared;
+		preempted += es.preemptions;
+		CHECK(s.waiting == 0 && s.images_failed == 0);
+		if (reprepared) /* covered at admission, prepared for its replay */
+			CHECKF(s.preparations > prep0 &&
+				       x->out.reused_gpu_tokens >= c2.img[0].at + c2.img[0].tokens,
+			       "preparations %llu (%llu before), reused %llu",
+			       (unsigned long long)s.preparations, (unsigned long long)prep0,
+			       (unsigned long long)x->out.reused_gpu_tokens);
+		hel_engine_destroy(e);
+		struct et_call *ref = cold(&c2, max);
+		same(x, ref);
+		et_call_free(ref);
+		et_call_free(a);
+		et_call_free(x);
+		et_call_free(o);
+		free(p);
+		free(p2);
+		pthread_mutex_destroy(&tg->call.mu);
+		pthread_cond_destroy(&tg->call.cv);
+		free(tg);
+	}
+	printf("replay: round %d prepared the image again (%llu preemptions)\n", round - 1,
+	       (unsigned long long)preempted);
+	CHECKF(reprepared > 0, "no replay started before the image in %d rounds (%llu preemptions)",
+	       round, (unsigned long long)preempted);
+	imgbuf_free(&img);
+}
+
 /* The .input files of dir, by prefix ("src-", "prep-"); the first's path. */
 static int count_inputs(const char *dir, const char *prefix, char *first, size_t cap)
 {
@@ -498,6 +614,7 @@ int main(void)
 	test_turns();
 	test_concurrent();
 	test_independent();
+	test_replay();
 	test_restart();
 	test_refused();
 	hel_core_free(core);

@@ -367,6 +367,15 @@ int hel_inputs_ready(hel_inputs *in, hel_req_inputs *ri, uint64_t reused)
 	return 0;
 }
 
+uint64_t hel_inputs_floor(const hel_req_inputs *ri)
+{
+	uint64_t floor = 0;
+	for (uint32_t k = 0; ri && k < ri->n; k++)
+		if (ri->img[k].stage != IMG_PACKED)
+			floor = (uint64_t)ri->img[k].at + ri->img[k].n;
+	return floor;
+}
+
 void hel_inputs_release(hel_inputs *in, hel_req_inputs *ri)
 {
 	if (!ri)
@@ -460,6 +469,8 @@ static void take_result(hel_inputs *in, struct rimg *im, hel_prep_result *r)
 	}
 	im->stage = IMG_PACKED;
 	im->forgotten = true; /* a PREPARE consumes the cold source */
+	if (im->covered)
+		in->st.images_reprepared++; /* a replay or failed restore landed before it */
 }
 
 int hel_inputs_service(hel_inputs *in)
