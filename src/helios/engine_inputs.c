@@ -18,7 +18,11 @@
  *
  *   States stay with the request until it ends: a preempted request is
  *   re-admitted from its whole history by the scheduler itself, and its
- *   replay may consume the image positions again.
+ *   replay may consume the image positions again.  An image a checkpoint
+ *   covered has none: the request's floor (hel_inputs_floor) makes the
+ *   scheduler hold a replay that would start before it, and the engine
+ *   prepares it through hel_inputs_ready at the depth found, as at
+ *   admission, before letting the replay go.
  *
  * INVARIANTS
  *   1. ri->jobs counts ri's images with a job in flight (img->job).
