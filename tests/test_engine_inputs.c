@@ -304,6 +304,129 @@ static void test_independent(void)
 	imgbuf_free(&img);
 }
 
+/* The image request x, submitted from a text request's first token (on
+ * the worker thread, in on_tokens), so that it is always admitted at the
+ * same point of the others' runs: after them, the newest decoder, the
+ * one preemption takes first. */
+struct trigger {
+	struct et_call call; /* first: on_tokens' ctx */
+	hel_engine *e;
+	const struct chat *c;
+	uint32_t max;
+	struct et_call *x;
+	bool sent;
+};
+
+static uint32_t trigger_tokens(void *ctx, const hel_token *t, const hel_logprob *lp, uint32_t n)
+{
+	struct trigger *tg = ctx;
+	uint32_t keep = et_on_tokens(&tg->call, t, lp, n);
+	if (!tg->sent) {
+		tg->sent = true;
+		CHECK_OK(submit(tg->e, tg->x, tg->c, tg->max));
+	}
+	return keep;
+}
+
+/* A preempted request whose image a reused checkpoint covered (never
+ * prepared) and whose checkpoints past the image were all evicted: its
+ * replay starts before the image, so the engine prepares the image then
+ * (through the preparation worker) and the request completes with a cold
+ * run's tokens.  A GPU cache of 9 pages (no host store, no input
+ * retention), two long text decodes admitted first and turn two x
+ * submitted from the first one's first token (the newest decoder, the one
+ * preemption takes) force the preemption and the evictions.  Whether
+ * x's admission comes before the others evict the checkpoints past the
+ * image depends on the preparation thread's timing (its description), so
+ * rounds on fresh engines repeat, at most 40 (idle, and under three CPU
+ * hogs, the first round nearly always counts): each checks the tokens
+ * against a cold run, and some round must have prepared the image again. */
+static void test_replay(void)
+{
+	struct imgbuf img = {0};
+	png_of(&img, 40, 24, 41);
+	test_rng rng;
+	test_rng_init(&rng, 23);
+	uint64_t reprepared = 0, preempted = 0;
+	int round;
+	for (round = 0; round < 40 && !reprepared; round++) {
+		/* A fresh engine and chat each round: turn one puts the GPU
+		 * checkpoints past the image there. */
+		hel_engine *e = start((hel_engine_config){.max_active = 3,
+							  .gpu_pages = 9,
+							  .gpu_rows = 9,
+							  .chunk_tokens = 64,
+							  .store_open = no_store});
+		char sys[64];
+		snprintf(sys, sizeof sys, "Be brief, round %d.", round);
+		struct chat c1, c2;
+		build(&c1, sys, &img, NULL, 0, NULL);
+		struct et_call *a = run(e, &c1, 8);
+		build(&c2, sys, &img, a->tok, a->n, "And now a long answer.");
+		const uint32_t max = 250;
+		uint64_t prep0 = istats(e).preparations;
+		struct trigger *tg = calloc(1, sizeof *tg);
+		CHECK(tg);
+		pthread_mutex_init(&tg->call.mu, NULL);
+		pthread_cond_init(&tg->call.cv, NULL);
+		tg->e = e;
+		tg->c = &c2;
+		tg->max = max;
+		tg->x = et_call_new();
+		uint32_t n, n2;
+		hel_token *p = et_random_prompt(&rng, 20, &n);
+		hel_request q = {.prompt = p,
+				 .n_prompt = n,
+				 .max_tokens = 350,
+				 .ignore_eos = true,
+				 .on_tokens = trigger_tokens,
+				 .on_done = et_on_done,
+				 .ctx = tg};
+		CHECK_OK(hel_engine_submit(e, &q, &tg->call.id));
+		struct et_call *o = et_call_new();
+		hel_token *p2 = et_random_prompt(&rng, 40, &n2);
+		CHECK_OK(et_submit(e, o, p2, n2, 350, NULL));
+		et_wait(&tg->call);
+		et_wait(o);
+		CHECK(tg->call.out.error == 0 && o->out.error == 0 && tg->sent);
+		struct et_call *x = tg->x;
+		et_wait(x);
+		CHECKF(x->out.error == 0, "round %d: the request failed: %s", round,
+		       sel_strerror(x->out.error));
+		hel_engine_input_stats s = istats(e);
+		hel_engine_stats es;
+		hel_engine_stats_get(e, &es);
+		preempted += es.preemptions;
+		CHECK(s.waiting == 0 && s.images_failed == 0);
+		/* The case: admitted past the image (a busy machine may have let
+		 * the others evict it first: then it was prepared at admission,
+		 * and the round does not count), prepared for its replay. */
+		if (x->out.reused_gpu_tokens >= c2.img[0].at + c2.img[0].tokens &&
+		    s.images_reprepared) {
+			reprepared = s.images_reprepared;
+			CHECKF(s.preparations > prep0, "preparations %llu (%llu before)",
+			       (unsigned long long)s.preparations, (unsigned long long)prep0);
+		}
+		hel_engine_destroy(e);
+		struct et_call *ref = cold(&c2, max);
+		same(x, ref);
+		et_call_free(ref);
+		et_call_free(a);
+		et_call_free(x);
+		et_call_free(o);
+		free(p);
+		free(p2);
+		pthread_mutex_destroy(&tg->call.mu);
+		pthread_cond_destroy(&tg->call.cv);
+		free(tg);
+	}
+	printf("replay: round %d prepared the image again (%llu preemptions)\n", round - 1,
+	       (unsigned long long)preempted);
+	CHECKF(reprepared > 0, "no replay started before the image in %d rounds (%llu preemptions)",
+	       round, (unsigned long long)preempted);
+	imgbuf_free(&img);
+}
+
 /* The .input files of dir, by prefix ("src-", "prep-"); the first's path. */
 static int count_inputs(const char *dir, const char *prefix, char *first, size_t cap)
 {
@@ -434,6 +557,67 @@ static void test_restart(void)
 	free(dir);
 }
 
+/* unlinkat failing with EIO for .input files (the input scan's removals). */
+static int unlink_no_inputs(int dfd, const char *path, int flags)
+{
+	size_t l = strlen(path);
+	if (l >= 6 && !strcmp(path + l - 6, ".input")) {
+		errno = EIO;
+		return -1;
+	}
+	return eos_fileops_libc.unlinkat(dfd, path, flags);
+}
+
+/* Startup fails when the input scan fails (its disk usage would be
+ * unknown): an invalid .input file the scan cannot remove (EIO injected)
+ * fails hel_engine_open with a message naming the scan; nothing is left
+ * held (the next open on the same directory succeeds and removes it). */
+static void test_scan_fails(void)
+{
+	char *dir = test_mkdtemp("engine-inputs-scan");
+	struct imgbuf img = {0};
+	png_of(&img, 24, 16, 5);
+	hel_engine_config cfg = {.core = core,
+				 .max_active = 2,
+				 .gpu_pages = 64,
+				 .gpu_rows = 32,
+				 .disk_dir = dir,
+				 .disk_limit = 64 << 20,
+				 .disk_limit_set = true};
+	struct chat c;
+	build(&c, "Scan.", &img, NULL, 0, NULL);
+	hel_engine *e = start(cfg);
+	hel_engine_info info;
+	hel_engine_info_get(e, &info);
+	char ns[4096], first[4400];
+	snprintf(ns, sizeof ns, "%s", info.disk_dir);
+	et_call_free(run(e, &c, 4));
+	hel_engine_destroy(e);
+	CHECK(count_inputs(ns, "src-", first, sizeof first) == 1);
+	CHECK(truncate(first, 10) == 0); /* shorter than a header: invalid */
+
+	struct eos_fileops ops = eos_fileops_libc;
+	ops.unlinkat = unlink_no_inputs;
+	eos_fileops_set(&ops);
+	e = NULL;
+	int rc = hel_engine_open(&cfg, &e);
+	eos_fileops_set(NULL);
+	CHECKF(rc == -EIO && !e, "open: %d", rc);
+	CHECKF(strstr(sel_errmsg(), "image inputs: scanning") && strstr(sel_errmsg(), "remove"),
+	       "message: %s", sel_errmsg());
+	CHECK(count_inputs(ns, "src-", NULL, 0) == 1);
+
+	e = start(cfg); /* the directory's lock was let go; the scan removes it */
+	CHECK(count_inputs(ns, "src-", NULL, 0) == 0);
+	struct et_call *b = run(e, &c, 4);
+	CHECK(b->out.error == 0);
+	et_call_free(b);
+	hel_engine_destroy(e);
+	imgbuf_free(&img);
+	test_rmtree(dir);
+	free(dir);
+}
+
 /* Bad requests: placeholders that are not an image's, an image whose
  * bytes do not decode (the request fails, others go on), a text core. */
 static void test_refused(void)
@@ -498,7 +682,9 @@ int main(void)
 	test_turns();
 	test_concurrent();
 	test_independent();
+	test_replay();
 	test_restart();
+	test_scan_fails();
 	test_refused();
 	hel_core_free(core);
 	printf("ok\n");

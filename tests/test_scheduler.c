@@ -321,16 +321,25 @@ static void test_cancel_offers_message(void)
 
 /* ---- preemption: its terminal counts as resumed --------------------------------- */
 
+/* Two 120-token prompts, 80 tokens each, on 4 pages: A admitted, then B. */
+static void two_decoders(struct sim *m, uint64_t seed, sel_token **A, sel_token **B,
+			 hel_admission *aa, hel_admission *ab)
+{
+	hel_scheduler_config c = cfg(4, 16, 4, 1);
+	sim_init(m, &c, seed);
+	*A = toks(120, 10);
+	*B = toks(120, 20000);
+	hel_request_spec spa = sim_spec(*A, 120, NULL, 0, 80), spb = sim_spec(*B, 120, NULL, 0, 80);
+	CHECK_OK(sim_admit(m, &spa, SIM_NO_HOST, 0, aa, NULL));
+	CHECK_OK(sim_admit(m, &spb, SIM_NO_HOST, 0, ab, NULL));
+}
+
 static void test_preemption(void)
 {
 	struct sim m;
-	hel_scheduler_config c = cfg(4, 16, 4, 1);
-	sim_init(&m, &c, test_seed() + 4);
-	sel_token *A = toks(120, 10), *B = toks(120, 20000);
-	hel_request_spec spa = sim_spec(A, 120, NULL, 0, 80), spb = sim_spec(B, 120, NULL, 0, 80);
+	sel_token *A, *B;
 	hel_admission aa, ab;
-	CHECK_OK(sim_admit(&m, &spa, SIM_NO_HOST, 0, &aa, NULL));
-	CHECK_OK(sim_admit(&m, &spb, SIM_NO_HOST, 0, &ab, NULL));
+	two_decoders(&m, test_seed() + 4, &A, &B, &aa, &ab);
 	CHECK(sim_take(&m) == 0);
 	/* Both prefill, then decode in lockstep until position 191 needs a
 	 * third page each. */
@@ -359,6 +368,57 @@ static void test_preemption(void)
 	sim_release_all(&m);
 	free(A);
 	free(B);
+	sim_free(&m);
+}
+
+/* ---- a floor: a preempted request held below it --------------------------------- */
+
+/* The preemption above with B's floor at 150: once its terminal at 191 is
+ * evicted, re-admission finds nothing at or past 150 and holds B (no
+ * re-admission, no block on new admissions: C is admitted) until the
+ * floor is set again; then B resumes and ends as before. */
+static void test_floor_hold(void)
+{
+	struct sim m;
+	sel_token *A, *B;
+	hel_admission aa, ab;
+	two_decoders(&m, test_seed() + 14, &A, &B, &aa, &ab);
+	CHECK_OK(hel_scheduler_set_floor(m.s, ab.req, 150));
+	CHECK(hel_scheduler_set_floor(m.s, 999999, 1) == -ENOENT);
+	for (int i = 0; i < 80 && !stats(&m).preempted; i++) {
+		CHECK(sim_step(&m));
+		CHECK(sim_complete(&m));
+	}
+	CHECK(stats(&m).preempted == 1);
+	hel_request_info in;
+	/* A runs to its end; B stays held however much capacity comes back. */
+	for (int i = 0; i < 200 && stats(&m).finished < 1; i++) {
+		if (sim_step(&m))
+			CHECK(sim_complete(&m));
+	}
+	hel_scheduler_stats s = stats(&m);
+	CHECK(s.finished == 1 && s.readmitted == 0 && s.waiting == 1);
+	info(&m, ab.req, &in);
+	CHECKF(in.phase == HEL_PHASE_WAITING && in.held && in.held_depth < 150,
+	       "phase %s held %d depth %llu", hel_phase_name(in.phase), in.held,
+	       (unsigned long long)in.held_depth);
+	CHECK(sim_step(&m) == 0); /* nothing runs: B is held */
+	/* A held request does not keep new ones out. */
+	sel_token *C = toks(30, 30000);
+	hel_request_spec spc = sim_spec(C, 30, NULL, 0, 4);
+	hel_admission ac;
+	CHECK_OK(sim_admit(&m, &spc, SIM_NO_HOST, 0, &ac, NULL));
+	/* Released: re-admitted from what it found, it ends with 200 tokens. */
+	CHECK_OK(hel_scheduler_set_floor(m.s, ab.req, in.held_depth));
+	sim_drain(&m, 400);
+	s = stats(&m);
+	CHECK(s.finished == 3 && s.readmitted == 1 && s.waiting == 0);
+	CHECK(sim_rec_find(&m.reqs, ab.req)->n == 200 && sim_rec_find(&m.reqs, aa.req)->n == 200);
+	sim_take(&m);
+	sim_release_all(&m);
+	free(A);
+	free(B);
+	free(C);
 	sim_free(&m);
 }
 
@@ -712,6 +772,7 @@ int main(void)
 	test_prompt_capture_without_row();
 	test_cancel_offers_message();
 	test_preemption();
+	test_floor_hold();
 	test_inbound();
 	test_compaction_heir();
 	test_notice_bound();

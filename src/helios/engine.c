@@ -1528,6 +1528,8 @@ static int admission(hel_engine *e)
 		list_push(&e->active, r);
 		r->held_ns = 0;
 		r->sid = adm.req;
+		if (r->in) /* a replay must not start before an image it never prepared */
+			(void)hel_scheduler_set_floor(e->sched, r->sid, hel_inputs_floor(r->in));
 		r->no_host = false;
 		r->out.reused_gpu_tokens = a;
 		r->out.reused_host_tokens = have ? hit.key.consumed - a : 0;
@@ -1551,6 +1553,32 @@ static int admission(hel_engine *e)
 			if (rc && hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
 				requeue_failed_waiters(e, false);
 		}
+	}
+	return work;
+}
+
+/* Preempted requests the scheduler holds because their replay would start
+ * before an image a checkpoint had covered (never prepared): prepare those
+ * images through the preparation worker, never waiting, then let the
+ * scheduler re-admit them (design 2.13; docs/inputs.md "Serving"). */
+static int inputs_replays(hel_engine *e)
+{
+	int work = 0;
+	for (struct ereq *r = e->inputs ? e->active.head : NULL, *nx; r; r = nx) {
+		nx = r->next;
+		hel_request_info inf;
+		if (!r->in || hel_scheduler_request_info(e->sched, r->sid, &inf) || !inf.held)
+			continue;
+		int rc = hel_inputs_ready(e->inputs, r->in, inf.held_depth);
+		if (rc == 1)
+			continue; /* its preparation is in flight */
+		work++;
+		if (rc < 0) {
+			withdraw(e, r);
+			finish(e, r, "error", rc);
+			continue;
+		}
+		(void)hel_scheduler_set_floor(e->sched, r->sid, hel_inputs_floor(r->in));
 	}
 	return work;
 }
@@ -1940,6 +1968,7 @@ static void *worker(void *arg)
 			cancel_now(e, e->cv[i]);
 		work += service_store(e);
 		work += hel_inputs_service(e->inputs);
+		work += inputs_replays(e);
 		work += admission(e);
 		work += model_step(e);
 		e->ws.loops++;

@@ -236,6 +236,8 @@ typedef struct hel_engine_input_stats {
 	uint64_t decodes, preparations, decode_ns, prepare_ns, saved_ns;
 	uint64_t images_covered;       /* images a reused checkpoint covered: never prepared */
 	uint64_t images_failed;        /* images refused by decoding (their request failed) */
+	uint64_t images_reprepared;    /* covered once, prepared after all: a replay or a
+					  failed restore landed before them */
 	uint64_t disk_invalid;         /* .input files that failed verification (removed, rebuilt) */
 	uint64_t waiting;              /* requests waiting for their inputs now */
 } hel_engine_input_stats;

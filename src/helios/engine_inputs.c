@@ -18,7 +18,11 @@
  *
  *   States stay with the request until it ends: a preempted request is
  *   re-admitted from its whole history by the scheduler itself, and its
- *   replay may consume the image positions again.
+ *   replay may consume the image positions again.  An image a checkpoint
+ *   covered has none: the request's floor (hel_inputs_floor) makes the
+ *   scheduler hold a replay that would start before it, and the engine
+ *   prepares it through hel_inputs_ready at the depth found, as at
+ *   admission, before letting the replay go.
  *
  * INVARIANTS
  *   1. ri->jobs counts ri's images with a job in flight (img->job).
@@ -367,6 +371,15 @@ int hel_inputs_ready(hel_inputs *in, hel_req_inputs *ri, uint64_t reused)
 	return 0;
 }
 
+uint64_t hel_inputs_floor(const hel_req_inputs *ri)
+{
+	uint64_t floor = 0;
+	for (uint32_t k = 0; ri && k < ri->n; k++)
+		if (ri->img[k].stage != IMG_PACKED)
+			floor = (uint64_t)ri->img[k].at + ri->img[k].n;
+	return floor;
+}
+
 void hel_inputs_release(hel_inputs *in, hel_req_inputs *ri)
 {
 	if (!ri)
@@ -460,6 +473,8 @@ static void take_result(hel_inputs *in, struct rimg *im, hel_prep_result *r)
 	}
 	im->stage = IMG_PACKED;
 	im->forgotten = true; /* a PREPARE consumes the cold source */
+	if (im->covered)
+		in->st.images_reprepared++; /* a replay or failed restore landed before it */
 }
 
 int hel_inputs_service(hel_inputs *in)

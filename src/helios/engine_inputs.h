@@ -80,6 +80,12 @@ int hel_inputs_describe(hel_inputs *in, hel_req_inputs *ri, hel_token *prompt);
  * (GPU or host checkpoint).  0 when every image whose span ends past
  * reused is packed, 1 while preparations are in flight, < 0: fail. */
 int hel_inputs_ready(hel_inputs *in, hel_req_inputs *ri, uint64_t reused);
+/* The depth a replay of the request must start from: the end of its
+ * last image without states (one a reused checkpoint covered), 0 when
+ * every image is packed or it has none.  The scheduler holds a preempted
+ * request whose GPU checkpoint lies below it (hel_scheduler_set_floor);
+ * hel_inputs_ready with the depth it found prepares those images. */
+uint64_t hel_inputs_floor(const hel_req_inputs *ri);
 /* The request ended (finished, failed, cancelled): cancel its jobs; what a
  * job still reads is freed once its result is polled.  NULL-safe. */
 void hel_inputs_release(hel_inputs *in, hel_req_inputs *ri);

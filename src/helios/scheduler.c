@@ -119,6 +119,9 @@ struct req {
 	uint64_t inflight;    /* fence of the step it is in, 0 = none */
 	uint64_t last_fence;  /* last step that wrote its live row, 0 = none yet */
 	uint64_t deferred_msg; /* deferred message waiting on our prompt capture */
+	uint64_t floor;       /* re-admitted by next_step only from this depth on */
+	uint64_t held_depth;  /* held: the GPU depth its re-admission found */
+	bool held;            /* WAITING, held below its floor (set_floor releases) */
 	struct req *prev, *next;
 };
 
@@ -164,6 +167,7 @@ struct hel_scheduler {
 	struct ptab reqs, tickets;
 	hel_map req_map, ticket_map;
 	struct rlist active, waiting;
+	uint32_t n_held;      /* waiting requests held below their floor */
 	uint32_t n_tickets;
 	uint64_t next_req, next_ticket, seq;
 	uint64_t submitted, completed;
@@ -867,7 +871,7 @@ int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 		return rc;
 	if (sel_history_len(&plan->history) != spec->prompt_len)
 		return eos_fail(-EINVAL, "admission: the plan is not for this spec");
-	if (s->waiting.n) {
+	if (s->waiting.n > s->n_held) { /* held ones wait for their caller, not for capacity */
 		s->st.rejected_capacity++;
 		return eos_fail(-EAGAIN, "no capacity: %u preempted requests wait first", s->waiting.n);
 	}
@@ -1031,6 +1035,7 @@ int hel_scheduler_cancel(hel_scheduler *s, hel_req_id id)
 	switch (r->phase) {
 	case HEL_PHASE_WAITING:
 		list_del(&s->waiting, r);
+		s->n_held -= r->held;
 		break;
 	case HEL_PHASE_INBOUND:
 		if (r->ticket) {
@@ -1078,17 +1083,30 @@ int hel_scheduler_request_info(hel_scheduler *s, hel_req_id id, hel_request_info
 	o->history = &r->h;
 	o->tokens = r->tok;
 	o->n_tokens = r->n_tok;
+	o->held = r->held;
+	o->held_depth = r->held_depth;
 	return 0;
 }
 
 /* ---- steps --------------------------------------------------------------------------- */
 
+/* Oldest first; a request whose GPU checkpoint lies below its floor is
+ * held (hel_scheduler_set_floor) and passed over. */
 static void readmit(hel_scheduler *s)
 {
-	while (s->waiting.head) {
-		struct req *r = s->waiting.head;
+	for (struct req *r = s->waiting.head, *nx; r; r = nx) {
+		nx = r->next;
+		if (r->held)
+			continue;
 		hel_admission adm;
 		const hel_ckpt *A = hel_cache_lookup(s->c, &r->h, sel_history_len(&r->h));
+		uint64_t a = A ? A->key.consumed : 0;
+		if (a < r->floor) {
+			r->held = true;
+			r->held_depth = a;
+			s->n_held++;
+			continue;
+		}
 		list_del(&s->waiting, r);
 		if (place(s, r, A, NULL, &adm)) {
 			list_push_front(&s->waiting, r);
@@ -1096,6 +1114,20 @@ static void readmit(hel_scheduler *s)
 		}
 		s->st.readmitted++;
 	}
+}
+
+int hel_scheduler_set_floor(hel_scheduler *s, hel_req_id id, uint64_t floor)
+{
+	CHECK_ON_RETURN(s);
+	struct req *r = find_req(s, id);
+	if (!r)
+		return eos_fail(-ENOENT, "set_floor: no request %llu", (unsigned long long)id);
+	r->floor = floor;
+	if (r->held) {
+		r->held = false;
+		s->n_held--;
+	}
+	return 0;
 }
 
 static int arena_reserve(struct step *st, size_t pages, size_t tokens)
@@ -1551,6 +1583,7 @@ void hel_scheduler_release_after_shutdown(hel_scheduler *s)
 		list_del(&s->waiting, r);
 		req_forget(s, r);
 	}
+	s->n_held = 0;
 	while (s->active.head) {
 		struct req *r = s->active.head;
 		release_own(s, r);
@@ -1614,7 +1647,7 @@ struct check {
 	uint32_t *chain;
 	struct refs refs;
 	uint32_t out_pages, out_rows;
-	uint64_t res_p, res_r, waiting_on_tickets;
+	uint64_t res_p, res_r, waiting_on_tickets, held;
 };
 
 /* Invariant 6: fences and the steps in flight. */
@@ -1715,6 +1748,7 @@ static int check_request(const hel_scheduler *s, const struct req *r, int l, str
 		    r->ticket || r->inflight)
 			FAIL("waiting request %llu holds something (phase %s)", id,
 			     hel_phase_name(r->phase));
+		x->held += r->held;
 		return 0;
 	}
 	if (r->phase < HEL_PHASE_INBOUND || r->phase > HEL_PHASE_DECODE)
@@ -1813,6 +1847,9 @@ static int check_tickets(const hel_scheduler *s, struct check *x)
 	if (x->waiting_on_tickets != s->st.inbound_waiting)
 		FAIL("%llu requests wait on tickets, stats say %llu",
 		     (unsigned long long)x->waiting_on_tickets, (unsigned long long)s->st.inbound_waiting);
+	if (x->held != s->n_held)
+		FAIL("%llu waiting requests are held, the count says %u", (unsigned long long)x->held,
+		     s->n_held);
 	return 0;
 }
 

@@ -280,6 +280,8 @@ typedef struct hel_request_info {
 	const sel_history *history; /* prompt and generated tokens */
 	const sel_token *tokens;    /* the same tokens */
 	uint64_t n_tokens;
+	bool held;               /* WAITING below its floor (hel_scheduler_set_floor) */
+	uint64_t held_depth;     /* held: the GPU checkpoint depth re-admission found */
 } hel_request_info;
 
 typedef struct hel_scheduler_stats {
@@ -353,6 +355,15 @@ int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int statu
 int hel_scheduler_cancel(hel_scheduler *s, hel_req_id req);
 
 int hel_scheduler_request_info(hel_scheduler *s, hel_req_id req, hel_request_info *out);
+
+/* The depth below which req may not be re-admitted by next_step after a
+ * preemption (0 at admission: any).  A preempted request whose deepest
+ * GPU checkpoint lies below it is held in WAITING (request_info: held and
+ * held_depth), passed over by re-admission and by the rule that new
+ * admissions wait for preempted requests, until the caller sets the floor
+ * again (for instance once the inputs its replay needs exist) or cancels
+ * it.  -ENOENT if unknown. */
+int hel_scheduler_set_floor(hel_scheduler *s, hel_req_id req, uint64_t floor);
 
 /* ---- Steps ------------------------------------------------------------------------- */
 
