@@ -14,6 +14,7 @@ gaps), against a real redis-server on loopback.
      "remote"; host 1's second instance from "pool" or "neighbour"; tokens
      as without offload.
 Exit 77 without redis-server."""
+import json
 import os
 import signal
 import subprocess
@@ -28,31 +29,57 @@ from remote_fixture import BIN, Redis, ask, wait_for, written  # noqa: E402
 
 install_cleanup()
 ALWAYS = ["--prefix-cache-fetch", "always"]
+TURN2 = "And what of the spring tides, then, and of the neap tides between them?"
 PROMPT = "Tell me about the tides of the northern sea, and the moon that pulls them, at length."
 
 
-def tp2(tmp, r, name):
+def tp2(tmp, r, name, packed):
+    """A and B, one TP2 process each, with disk tiers of their own.  A's
+    records go to Redis as its disk store lays them out: packed where the
+    ranks' pages and rows are the same (no more bytes on Redis than in A's
+    record files), per rank otherwise.  B restores turn 1 from Redis, then
+    turn 2 over its GPU-resident turn 1 (a claim that starts inside a
+    chain of two records)."""
     core = os.path.join(src, "cores", name + ".core")
     url = f"redis://127.0.0.1:{r.port}"
     with Flare(BIN, [], core=core, name=name + "-base") as f:
         want = ask(f, PROMPT)[0]
+        turn2 = PROMPT + want + " " + TURN2
+        want2 = ask(f, turn2)[0]
     hosts = [ALWAYS + ["--prefix-cache-disk", os.path.join(tmp, name, h),
                        "--prefix-cache-remote", url] for h in ("a", "b")]
     with Flare(BIN, hosts[0], core=core, name=name + "-A") as a:
-        text, fl = ask(a, PROMPT)
-        assert text == want and fl["source"] == "none", (text, want, fl)
-        m = written(a, 1)
-        out = m.get("flare_remote_bytes_out_total")
+        for p, w in ((PROMPT, want), (turn2, want2)):
+            text, fl = ask(a, p)
+            assert text == w and fl["source"] in ("none", "gpu"), (text, w, fl)
+        out = written(a, 2).get("flare_remote_bytes_out_total")
+    ls = json.loads(subprocess.run([BIN, "records", "ls", os.path.join(tmp, name, "a"), "--json"],
+                                   capture_output=True, text=True, timeout=60).stdout)
+    recs = [rec for ns in ls["namespaces"] for rec in ns["records"]]
+    disk = sum(rec["bytes"] for rec in recs)
+    assert len(recs) >= 2 and all((not rec["tail_pages"] or rec["replicated_pages"] == packed) and
+                                  (not rec["row"] or rec["replicated_row"] == packed)
+                                  for rec in recs), recs
+    # Redis holds window payload (and a row for every record, where the disk
+    # may keep some page-only); A's files add headers and padding.  Packed
+    # records written per rank would be about twice A's files.
+    assert 0 < out <= 1.2 * disk, (out, disk)
     with Flare(BIN, hosts[1], core=core, name=name + "-B") as b:
         text, fl = ask(b, PROMPT)
         assert fl["source"] == "remote" and fl["reused_host_tokens"] > 0, fl
         assert text == want, (text, want)
+        text, fl = ask(b, turn2)
+        assert fl["source"] == "remote" and fl["reused_gpu_tokens"] > 0 and \
+            fl["reused_host_tokens"] > 0, fl
+        assert text == want2, (text, want2)
         m = b.metrics()
         inb = m.get("flare_remote_bytes_in_total")
-        assert m.get("flare_remote_hits_total") >= 1 and inb > 0, m.text[-2000:]
-    print(f"{name}: B restored from remote, {fl['reused_host_tokens']} tokens, "
-          f"{out:.0f} bytes written, {inb:.0f} read")
-    return out
+        assert m.get("flare_remote_hits_total") >= 2 and inb > 0, m.text[-2000:]
+        assert m.get("flare_remote_corrupt_total") == 0
+    print(f"{name}: B restored both turns from remote ({fl['reused_gpu_tokens']} tokens on "
+          f"its GPU, {fl['reused_host_tokens']} from Redis); {'packed' if packed else 'per-rank'} "
+          f"records: {out:.0f} bytes written to Redis, {disk} in A's record files, "
+          f"{inb:.0f} read by B")
 
 
 def start_manager(sock, arena):
@@ -120,8 +147,8 @@ def over_pool(tmp, r):
 with TempDir("test_remote_tp-", os.environ.get("TEST_TMPDIR")) as tmp:
     r = Redis(tmp, "redis").start()
     try:
-        tp2(tmp, r, "deepseek-tp2-small")
-        tp2(tmp, r, "qwen-tp2-small")
+        tp2(tmp, r, "deepseek-tp2-small", packed=True)
+        tp2(tmp, r, "qwen-tp2-small", packed=False)
         over_pool(tmp, r)
     finally:
         r.stop()
