@@ -8,6 +8,9 @@
  *     tier remote; B's own put commits to memory first (its STORED event
  *     comes after the level's copy-out), is found present on Redis, and
  *     then a memory hit is served by the inner store;
+ *   - TP2: records packed where the ranks' bytes are the same, per rank
+ *     where not, both restored byte for byte; a chain mixing the two is a
+ *     miss unless the packed part is GPU-resident;
  *   - Redis killed during a claim: FETCH_FAILED, destinations untouched by
  *     the failed claim, the level reconnects after a restart (empty: a
  *     miss) and restores again once A writes again;
@@ -360,6 +363,70 @@ static void test_stopped(void)
 	sfx_free(&f);
 }
 
+/* TP2 (issue 16 part B, gap 1): a record whose ranks' pages and row are the
+ * same goes to Redis packed (design 2.5: one share for all ranks), one
+ * whose ranks differ per rank; both restore byte for byte.  A chain whose
+ * page-giving nodes mix the two is a miss; the same chain with the packed
+ * node resident on the GPU restores. */
+static void test_tp2_packed(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 2, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 41, 300, 10);
+	cv.split = true;
+	cv.split_from = 2; /* pages 0, 1 the same on both ranks; 2, 3 not */
+	sel_store *a = open_level(&f, 0);
+	sel_store *b = open_level(&f, 0);
+	sel_retry_reason why;
+	sel_event ev[16];
+	int n_ev = 0;
+	sel_published cp = sfx_ckpt_row(&f, &cv, 128, 0, 1, 81, false);
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	written(a, 1, ev, &n_ev, 16);
+	uint64_t packed = stats(a).remote.bytes_out;
+	sel_published cp2 = sfx_ckpt_row(&f, &cv, 256, 128, 2, 82, true);
+	CHECK(sel_store_put(a, &cp2, &why) == SEL_QUEUED);
+	written(a, 2, ev, &n_ev, 16);
+	uint64_t per_rank = stats(a).remote.bytes_out - packed;
+	/* The same tail and row sizes: per rank is twice the packed record. */
+	CHECKF(packed > 0 && per_rank + 8192 >= 2 * packed, "packed %llu bytes, per rank %llu",
+	       (unsigned long long)packed, (unsigned long long)per_rank);
+
+	/* The packed record alone: one share fanned out to both ranks. */
+	sel_hit hit;
+	CHECK_RC(lookup(b, &cv.h, 0, 128, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 2 && sel_key_eq(&hit.key, &cp.key));
+	sfx_poison(&f);
+	sel_inbound in = inbound(100, 2, 5, 11);
+	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
+	sel_event fe = fetch_event(b, 11);
+	CHECKF(fe.type == SEL_EV_FETCHED, "fetch: %d error %d", fe.type, fe.error);
+	for (uint32_t j = 0; j < 2; j++)
+		CHECKF(sfx_page_ok(&f, 100 + j, cv.tag, j, false), "packed page %u", j);
+	CHECK(sfx_row_ok(&f, 5, sfx_row_seed(&cv, 128), false));
+
+	/* Both records from nothing resident: a mixed chain, a miss. */
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 0);
+	/* With the packed node on the GPU only per-rank pages are claimed. */
+	CHECK_RC(lookup(b, &cv.h, 128, 300, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 2 && sel_key_eq(&hit.key, &cp2.key));
+	in = inbound(110, 2, 6, 12);
+	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
+	fe = fetch_event(b, 12);
+	CHECKF(fe.type == SEL_EV_FETCHED, "fetch: %d error %d", fe.type, fe.error);
+	for (uint32_t j = 2; j < 4; j++)
+		CHECKF(sfx_page_ok(&f, 110 + j - 2, cv.tag, j, true), "per-rank page %u", j);
+	CHECK(sfx_row_ok(&f, 6, sfx_row_seed(&cv, 256), true));
+	CHECK(stats(b).remote.corrupt == 0 && stats(b).remote.auth_failures == 0);
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	if (!rfx_available())
@@ -368,6 +435,7 @@ int main(void)
 	rfx_start(&srv, dir, "redis", false, false, NULL);
 	rfx_url(&srv, 1, false, url, sizeof url);
 	test_two_hosts();
+	test_tp2_packed();
 	test_clean_stop();
 	test_stopped();
 	test_killed_during_claim();
