@@ -84,6 +84,23 @@ static sel_stats stats(sel_store *s)
 	return st;
 }
 
+/* A lookup that should hit: on a loaded machine the grace period may end
+ * before Redis answers (the level counts it late and the lookup misses);
+ * the kept answer serves the next attempt, as the engine's next admission
+ * pass does, so ask again (10 s). */
+static int lookup_hit(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		      sel_hit *hit)
+{
+	uint64_t end = eos_now_ns() + 10 * SEC;
+	for (;;) {
+		int rc = lookup(s, h, resident, limit, hit);
+		if (rc != 0 || eos_now_ns() >= end)
+			return rc;
+		sel_event ev[4];
+		CHECKF(pump(s, ev, 4) == 0, "an event while a lookup waits");
+	}
+}
+
 /* Pump until n records were written to (or found on) Redis and nothing is
  * in flight; the events polled meanwhile go to ev (their count in *n_ev). */
 static void written(sel_store *s, uint64_t n, sel_event *ev, int *n_ev, int cap)
@@ -177,7 +194,7 @@ static void test_two_hosts(void)
 	/* B: pending, then a remote hit, restored into ids 100.. slot 5. */
 	sel_hit hit;
 	CHECK(sel_store_lookup(b, &cv.h, 0, 300, &hit) == SEL_LOOKUP_PENDING);
-	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 300, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 4 && sel_key_eq(&hit.key, &cp.key));
 	sfx_poison(&f);
 	sfx_ckpt_row(&f, &cv, 256, 0, 1, 77, false); /* A's GPU bytes back for later */
@@ -204,7 +221,7 @@ static void test_two_hosts(void)
 	CHECK(stats(b).remote.puts == 0);
 	/* Now the inner store has it: Redis is asked for more (the limit is
 	 * past it), has no deeper record, and the closest level serves. */
-	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 300, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_MEMORY);
 	/* Up to the limit the inner store answers at once. */
 	CHECK_RC(sel_store_lookup(b, &cv.h, 0, 256, &hit), 1);
@@ -221,7 +238,7 @@ static void test_two_hosts(void)
 	CHECK(n_ev == 1 && ev[0].type == SEL_EV_STORED && ev[0].checkpoint == 79);
 	CHECK(stats(b).remote.stored == 1);
 	/* ... and A restores it from Redis (no local tier). */
-	CHECK_RC(lookup(a, &cv2.h, 0, 200, &hit), 1);
+	CHECK_RC(lookup_hit(a, &cv2.h, 0, 200, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 3);
 	restore_and_end(&f, &cv, &cv2, &hit, a, a, b, 10);
 }
@@ -242,7 +259,7 @@ static void test_killed_during_claim(void)
 	written(a, 1, ev, &n_ev, 16);
 
 	sel_hit hit;
-	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 300, &hit), 1);
 	/* The claim's window reads reach a server that no longer answers,
 	 * which is then killed: the claim fails, nothing was copied in. */
 	rfx_signal(&srv, SIGSTOP);
@@ -289,7 +306,7 @@ static void test_killed_during_claim(void)
 		n_ev = 0;
 		CHECK(pump(b, ev, 16) == 0);
 	}
-	CHECK_RC(lookup(b, &cv2.h, 0, 200, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv2.h, 0, 200, &hit), 1);
 	restore_and_end(&f, &cv, &cv2, &hit, b, a, b, 12);
 }
 
@@ -310,7 +327,7 @@ static void test_clean_stop(void)
 	sel_store_destroy(a);
 	sel_store *b = open_level(&f, 0);
 	sel_hit hit;
-	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 300, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && sel_key_eq(&hit.key, &cp.key));
 	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
 	sel_store_destroy(b);
@@ -395,7 +412,7 @@ static void test_tp2_packed(void)
 
 	/* The packed record alone: one share fanned out to both ranks. */
 	sel_hit hit;
-	CHECK_RC(lookup(b, &cv.h, 0, 128, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 128, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 2 && sel_key_eq(&hit.key, &cp.key));
 	sfx_poison(&f);
 	sel_inbound in = inbound(100, 2, 5, 11);
@@ -406,10 +423,14 @@ static void test_tp2_packed(void)
 		CHECKF(sfx_page_ok(&f, 100 + j, cv.tag, j, false), "packed page %u", j);
 	CHECK(sfx_row_ok(&f, 5, sfx_row_seed(&cv, 128), false));
 
-	/* Both records from nothing resident: a mixed chain, a miss. */
+	/* Both records from nothing resident: Redis has the chain (its hit is
+	 * in, late or not), the level refuses it: a mixed chain, a miss. */
+	uint64_t hits = stats(b).remote.hits;
+	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 0);
+	SFX_UNTIL(b, NULL, stats(b).remote.hits > hits);
 	CHECK_RC(lookup(b, &cv.h, 0, 300, &hit), 0);
 	/* With the packed node on the GPU only per-rank pages are claimed. */
-	CHECK_RC(lookup(b, &cv.h, 128, 300, &hit), 1);
+	CHECK_RC(lookup_hit(b, &cv.h, 128, 300, &hit), 1);
 	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 2 && sel_key_eq(&hit.key, &cp2.key));
 	in = inbound(110, 2, 6, 12);
 	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
