@@ -197,6 +197,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		flare_buf_printf(out, "flare: prefix cache: %s store, transport %s, no local tier; "
 				 "shared through %s", store, info->transport ? info->transport : "none",
 				 info->pool[0] ? info->pool : "no pool");
+		if (info->remote[0]) /* issue 16: pool and remote, no local tier */
+			flare_buf_printf(out, "; remote tier %s", info->remote);
 	} else {
 		flare_buf_printf(out,
 				 "flare: prefix cache: %s store, transport %s; pool %" PRIu64

@@ -24,7 +24,8 @@ static struct remote_store *rs_of(sel_store *s) { return sel_store_checked(s, &r
 
 /* ---- jobs and known keys --------------------------------------------------------- */
 
-struct rs_job *rs_job_new(struct remote_store *rs, enum rs_job_kind kind, uint32_t n_pages)
+struct rs_job *rs_job_new(struct remote_store *rs, enum rs_job_kind kind, uint32_t n_pages,
+			  uint32_t flags)
 {
 	uint32_t rows = rs->sp->row_slots;
 	uint32_t n = n_pages + rows;
@@ -44,8 +45,8 @@ struct rs_job *rs_job_new(struct remote_store *rs, enum rs_job_kind kind, uint32
 	j->kind = kind;
 	j->n_slots = n;
 	j->n_pages = n_pages;
-	if (sel_store_pool_map(rs->sp, 0, j->slots, n_pages, rows, 0, n_pages, j->pagev, j->iov,
-			       iov_cap, &j->n_iov) != 0) {
+	j->iov_cap = iov_cap;
+	if (rs_job_map(rs, j, flags) != 0) {
 		(void)sel_slab_free(rs->sp->pool, j->slots, n);
 		goto fail;
 	}
@@ -64,8 +65,11 @@ fail:
 }
 
 /* j's copy between the GPU ids j->ids (and state slot) and its slots: the
- * pages, then the row. */
-static void job_xfer(struct rs_job *j, enum sel_copy_dir dir, uint32_t state_slot)
+ * pages, then the row.  Packed (flags, design 2.5): IN jobs fan one share
+ * out to every rank; OUT jobs at ranks > 1 compare the ranks' copies and
+ * pack them in place when they are the same (rs_job_map after). */
+static void job_xfer(struct remote_store *rs, struct rs_job *j, enum sel_copy_dir dir,
+		     uint32_t state_slot, uint32_t flags)
 {
 	j->x = (struct sel_xfer_job){.id = (uint64_t)(uintptr_t)j,
 				     .dir = dir,
@@ -75,6 +79,18 @@ static void job_xfer(struct rs_job *j, enum sel_copy_dir dir, uint32_t state_slo
 				     .row = true,
 				     .state_slot = state_slot,
 				     .row_slots = j->slots + j->n_pages};
+	if (dir == SEL_COPY_IN) {
+		j->x.pages_packed = j->n_pages && (flags & SEL_RECORD_PAGES_REPLICATED);
+		j->x.row_packed = flags & SEL_RECORD_ROW_REPLICATED;
+	} else {
+		j->x.compare = rs->ns.layout.ranks > 1;
+	}
+}
+
+int rs_job_map(struct remote_store *rs, struct rs_job *j, uint32_t flags)
+{
+	return sel_store_pool_map(rs->sp, flags, j->slots, j->n_pages, rs->sp->row_slots, 0,
+				  j->n_pages, j->pagev, j->iov, j->iov_cap, &j->n_iov);
 }
 
 void rs_job_end(struct remote_store *rs, struct rs_job *j)
@@ -184,17 +200,45 @@ static struct rs_look *look_take(struct remote_store *rs)
 	return old;
 }
 
-/* Whether the hit's chain can be claimed into this level's slots: page
- * records of one slot each (per-rank records; at one rank the packing
- * flags change nothing). */
-static bool hit_usable(const struct remote_store *rs, const sel_remote_hit *h)
+/* Whether node i of h gives the claim pages (a page-only record of no
+ * pages, or one the GPU holds whole, gives none: its layout is moot). */
+static bool node_claimed(const sel_remote_hit *h, uint32_t i)
+{
+	return h->node[i].tail > h->node[i].skip;
+}
+
+/* The slot layout a claim of h uses (design 2.5): its pages packed when
+ * the nodes that give pages are (one share for all ranks), its row as the
+ * endpoint's.  At one rank the packing flags change nothing. */
+static uint32_t hit_flags(const struct remote_store *rs, const sel_remote_hit *h)
 {
 	if (rs->ns.layout.ranks == 1)
-		return true;
+		return 0;
+	uint32_t pages = 0;
 	for (uint32_t i = 0; i < h->n_nodes; i++)
-		if (h->node[i].flags)
+		if (node_claimed(h, i)) {
+			pages = h->node[i].flags & SEL_RECORD_PAGES_REPLICATED;
+			break;
+		}
+	return pages | (h->flags & SEL_RECORD_ROW_REPLICATED);
+}
+
+/* Whether the hit's chain can be claimed into this level's slots in one
+ * copy: the pages of every node that gives any laid out alike (all per
+ * rank or all packed: one transfer job has one layout), no flag we do not
+ * know.  A mixed chain is a miss (safe: the request recomputes). */
+static bool hit_usable(const struct remote_store *rs, const sel_remote_hit *h)
+{
+	const uint32_t known = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
+	if (rs->ns.layout.ranks == 1)
+		return true;
+	uint32_t pages = hit_flags(rs, h) & SEL_RECORD_PAGES_REPLICATED;
+	for (uint32_t i = 0; i < h->n_nodes; i++)
+		if ((h->node[i].flags & ~known) ||
+		    (node_claimed(h, i) &&
+		     (h->node[i].flags & SEL_RECORD_PAGES_REPLICATED) != pages))
 			return false;
-	return h->flags == 0;
+	return !(h->flags & ~known);
 }
 
 static int inner_answer(int irc, const sel_hit *ih, sel_hit *hit)
@@ -287,7 +331,7 @@ static bool start_out(struct remote_store *rs, const sel_published *cp, bool inn
 		rs->skipped++;
 		return false;
 	}
-	struct rs_job *j = rs_job_new(rs, RS_OUT, cp->tail);
+	struct rs_job *j = rs_job_new(rs, RS_OUT, cp->tail, 0);
 	if (!j) {
 		rs->skipped++;
 		return false;
@@ -297,7 +341,7 @@ static bool start_out(struct remote_store *rs, const sel_published *cp, bool inn
 	j->inner = inner;
 	j->d = (sel_record_desc){
 		.key = cp->key, .parent = cp->parent, .bucket = cp->bucket, .tail = cp->tail};
-	job_xfer(j, SEL_COPY_OUT, cp->state_slot);
+	job_xfer(rs, j, SEL_COPY_OUT, cp->state_slot, 0);
 	if (sel_xfer_submit(rs->xfer, &j->x) != 0) {
 		rs_job_end(rs, j);
 		rs->skipped++;
@@ -354,11 +398,12 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		return eos_fail(-EINVAL,
 				"remote store: %" PRIu32 " destination pages for a hit of %" PRIu32,
 				in->n_pages, hit->pages);
-	struct rs_job *j = rs_job_new(rs, RS_IN, hit->pages);
+	sel_remote_hit *h = l->hit;
+	uint32_t flags = hit_flags(rs, h);
+	struct rs_job *j = rs_job_new(rs, RS_IN, hit->pages, flags);
 	if (!j)
 		return eos_fail(-EAGAIN, "remote store: no intake slots for %" PRIu32 " pages",
 				hit->pages);
-	sel_remote_hit *h = l->hit;
 	j->chain = calloc(h->n_nodes, sizeof *j->chain);
 	for (uint32_t i = 0; j->chain && i < h->n_nodes; i++)
 		j->chain[j->n_chain++] = h->node[i].key;
@@ -367,7 +412,7 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	j->key = hit->key;
 	j->bytes = hit->bytes;
 	j->t0 = eos_now_ns();
-	job_xfer(j, SEL_COPY_IN, in->state_slot);
+	job_xfer(rs, j, SEL_COPY_IN, in->state_slot, flags);
 	struct sel_remote_dest dest = {
 		.pages = j->pagev, .n_pages = j->n_pages, .row = j->iov, .row_n = j->n_iov};
 	l->hit = NULL; /* the client's now, whatever the claim says */

@@ -110,7 +110,7 @@ struct rs_job {
 	uint32_t *ids; /* GPU page ids (x.pages) */
 	void **pagev;  /* page-record addresses of the slots */
 	struct iovec *iov;
-	uint32_t n_iov;
+	uint32_t n_iov, iov_cap;
 	bool copying; /* the transfer job is in flight */
 	bool copied;  /* it landed (x.status 0) or failed */
 	bool queued;  /* IN: waits for room in the transfer channel */
@@ -164,7 +164,12 @@ struct remote_store {
 /* The remote level over inner (owned from here on: destroyed on failure
  * too), or over nothing. */
 int sel_remote_store_open(const sel_store_config *cfg, sel_store *inner, sel_store **out);
-struct rs_job *rs_job_new(struct remote_store *rs, enum rs_job_kind kind, uint32_t n_pages);
+/* A job with n_pages page slots and the row's, mapped as flags
+ * (SEL_RECORD_*_REPLICATED) lay a record out in them. */
+struct rs_job *rs_job_new(struct remote_store *rs, enum rs_job_kind kind, uint32_t n_pages,
+			  uint32_t flags);
+/* (Re)compute j->pagev and j->iov for the layout flags give. */
+int rs_job_map(struct remote_store *rs, struct rs_job *j, uint32_t flags);
 void rs_job_end(struct remote_store *rs, struct rs_job *j);
 void rs_known_add(struct remote_store *rs, const sel_key *k);
 bool rs_known(const struct remote_store *rs, const sel_key *k);

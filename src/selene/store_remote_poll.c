@@ -41,6 +41,19 @@ static void out_finish(struct remote_store *rs, struct rs_job *j, bool committed
 	j->remote = true;
 }
 
+/* The ranks' copies were the same and the transfer packed them in place
+ * (design 2.5): the record goes to Redis packed, one share for all ranks.
+ * The tail slots the packing freed stay with the job until its end. */
+static void out_packed(struct remote_store *rs, struct rs_job *j, const struct sel_xfer_job *x)
+{
+	uint32_t flags = (x->pages_replicated ? SEL_RECORD_PAGES_REPLICATED : 0) |
+			 (x->row_replicated ? SEL_RECORD_ROW_REPLICATED : 0);
+	if (rs_job_map(rs, j, flags) == 0)
+		j->d.flags = flags;
+	else
+		j->x.status = -EINVAL; /* no addresses for it: the write is skipped */
+}
+
 static void inner_event(struct remote_store *rs, const sel_event *ev)
 {
 	if (ev->type == SEL_EV_STORED || ev->type == SEL_EV_STORE_FAILED) {
@@ -97,6 +110,8 @@ static void xfer_done(struct remote_store *rs, struct sel_xfer_job *x)
 		return;
 	}
 	j->copied = true;
+	if (!x->status && (x->pages_replicated || x->row_replicated))
+		out_packed(rs, j, x);
 	if (!j->inner) { /* the level is the store: its own event */
 		sel_event ev = {.type = x->status ? SEL_EV_STORE_FAILED : SEL_EV_STORED,
 				.outcome = x->status ? SEL_SKIPPED : SEL_QUEUED,
