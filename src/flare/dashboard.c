@@ -91,8 +91,8 @@ const char *flare_dashboard_line(char *buf, size_t cap, const hel_engine_stats *
 			 cur->host_lookups, in, out);
 	const sel_pool_counters *pl = &cur->store.pool;
 	static const char *const states[] = {"off", "attached", "detached", "disabled"};
-	if (pl->state != SEL_POOL_OFF && m >= 0 && (size_t)(n + m) < cap)
-		snprintf(buf + n + m, cap - (size_t)(n + m),
+	if (pl->state != SEL_POOL_OFF && m >= 0 && (size_t)n + (size_t)m < cap)
+		snprintf(buf + n + m, cap - (size_t)n - (size_t)m,
 			 " | pool %s, restores %" PRIu64 " (%" PRIu64 " neighbour), exports %" PRIu64,
 			 (unsigned)pl->state < 4 ? states[pl->state] : "?", pl->restores,
 			 pl->neighbour_restores, pl->exports_served);

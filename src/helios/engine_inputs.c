@@ -104,7 +104,7 @@ uint64_t hel_inputs_host_reserved(const hel_engine_config *cfg)
 		l = hel_image_limits_default();
 	uint64_t u = (uint64_t)c->image.patch * c->image.merge;
 	uint64_t record = (uint64_t)c->image.max_tokens * u * u * c->image.channels +
-			  SEL_INPUT_HEADER_MAX + 64 * SEL_INPUT_TENSORS_MAX;
+			  SEL_INPUT_HEADER_MAX + 64ull * SEL_INPUT_TENSORS_MAX;
 	return hel_image_cold_allowance(&l) + SEL_INPUT_DISK_ALLOWANCE + record;
 }
 

@@ -359,7 +359,7 @@ static int rank_fingerprint(hel_model *m, uint32_t rank, uint32_t world, uint8_t
 static void fp_hex(const uint8_t *f, char *out)
 {
 	for (unsigned i = 0; i < 8; i++)
-		sprintf(out + 2 * i, "%02x", f[i]);
+		sprintf(out + 2 * (size_t)i, "%02x", f[i]);
 }
 
 /* START: every peer makes its model and answers with its fingerprint. */

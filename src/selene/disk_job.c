@@ -395,8 +395,8 @@ static void rf_open(sel_disk *d, struct io_ctx *c, struct rfile *f)
 		goto fail;
 	int rc;
 	bool had_row;
-	if ((rc = sel_record_decode(c->bounce, (size_t)hb, d->ns, &f->h)) != 0 ||
-	    (rc = sel_record_header_matches(&f->h, &j->rec, s)) != 0) {
+	if (sel_record_decode(c->bounce, (size_t)hb, d->ns, &f->h) != 0 ||
+	    sel_record_header_matches(&f->h, &j->rec, s) != 0) {
 		dk_io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
 		goto fail;
 	}
@@ -464,7 +464,7 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 	c->fd = f->fd;
 
 	/* Every job checks the header and length against its own record. */
-	if ((rc = sel_record_header_matches(&c->h, &j->rec, s)) != 0) {
+	if (sel_record_header_matches(&c->h, &j->rec, s) != 0) {
 		dk_io_fail(c, SEL_ECORRUPT, "%s", eos_errmsg());
 		return;
 	}

@@ -435,7 +435,7 @@ static void io_reconnect(sel_pool_client *c, struct io_loop *L)
 {
 	int timeout = -1;
 	if (!c->io_disabled && atomic_load(&c->drained) == c->io_epoch) {
-		struct hs h;
+		struct hs h = {0};
 		int rc = pc_handshake(c, eos_now_ns() + c->hello_timeout_ns, true, &h);
 		if (rc == -ESTALE) {
 			snprintf(c->warning, sizeof c->warning,

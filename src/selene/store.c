@@ -31,12 +31,15 @@
 #include "selene_store.h"
 
 /* 0 when s may use op; else -EPROTO (or -EINVAL for a NULL store) with a
- * message. */
+ * message (OPS_OK). */
+static int bad_store(const sel_store *s, const char *what)
+{
+	return eos_fail(-EINVAL, "store: %s on %s", what, s ? "a store without ops" : "NULL");
+}
+
+/* s and s->ops are not NULL (OPS_OK tests them where the analyzer sees it). */
 static int ops_ok(const sel_store *s, const void *op, const char *what)
 {
-	if (!s || !s->ops)
-		return eos_fail(-EINVAL, "store: %s on %s", what,
-				s ? "a store without ops" : "NULL");
 	if (s->ops->version != SEL_STORE_OPS_VERSION)
 		return eos_fail(-EPROTO, "store '%s': ops table version %u, this library speaks %u",
 				s->ops->name ? s->ops->name : "?", s->ops->version,
@@ -47,10 +50,13 @@ static int ops_ok(const sel_store *s, const void *op, const char *what)
 	return 0;
 }
 
+#define OPS_OK(s, field, what)                                                                     \
+	((s) && (s)->ops ? ops_ok(s, (const void *)(s)->ops->field, what) : bad_store(s, what))
+
 int sel_store_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		     sel_hit *hit)
 {
-	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->lookup : NULL, "lookup");
+	int rc = OPS_OK(s, lookup, "lookup");
 	if (rc)
 		return rc;
 	return s->ops->lookup(s, h, resident, limit, hit);
@@ -60,14 +66,14 @@ sel_outcome sel_store_put(sel_store *s, const sel_published *cp, sel_retry_reaso
 {
 	if (why)
 		*why = SEL_RETRY_NONE;
-	if (ops_ok(s, s && s->ops ? (const void *)s->ops->put : NULL, "put"))
+	if (OPS_OK(s, put, "put"))
 		return SEL_SKIPPED;
 	return s->ops->put(s, cp, why);
 }
 
 int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 {
-	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->fetch : NULL, "fetch");
+	int rc = OPS_OK(s, fetch, "fetch");
 	if (rc)
 		return rc;
 	return s->ops->fetch(s, hit, in);
@@ -75,7 +81,7 @@ int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 
 int sel_store_poll(sel_store *s, sel_event *ev, size_t cap)
 {
-	int rc = ops_ok(s, s && s->ops ? (const void *)s->ops->poll : NULL, "poll");
+	int rc = OPS_OK(s, poll, "poll");
 	if (rc)
 		return rc;
 	return s->ops->poll(s, ev, cap);
@@ -84,7 +90,7 @@ int sel_store_poll(sel_store *s, sel_event *ev, size_t cap)
 /* The table of s is usable at all (optional entries may be NULL). */
 static int table_ok(const sel_store *s, const char *what)
 {
-	return ops_ok(s, s && s->ops ? (const void *)s->ops : NULL, what);
+	return s && s->ops ? ops_ok(s, s->ops, what) : bad_store(s, what);
 }
 
 void sel_store_evicted(sel_store *s, const sel_key *key, uint64_t generation, const sel_key *heir)
@@ -111,7 +117,7 @@ void sel_store_touch(sel_store *s, const sel_key *key)
 
 void sel_store_stats(sel_store *s, sel_stats *out)
 {
-	if (ops_ok(s, s && s->ops ? (const void *)s->ops->stats : NULL, "stats") == 0) {
+	if (OPS_OK(s, stats, "stats") == 0) {
 		s->ops->stats(s, out);
 		out->evictions_noticed += s->evictions_noticed;
 		return;
@@ -121,7 +127,7 @@ void sel_store_stats(sel_store *s, sel_stats *out)
 
 int sel_store_wait_fd(sel_store *s)
 {
-	if (ops_ok(s, s && s->ops ? (const void *)s->ops->wait_fd : NULL, "wait_fd"))
+	if (OPS_OK(s, wait_fd, "wait_fd"))
 		return -1;
 	return s->ops->wait_fd(s);
 }
@@ -130,7 +136,7 @@ int sel_store_close(sel_store *s, uint64_t deadline_ns)
 {
 	if (!s)
 		return 0;
-	int rc = ops_ok(s, s->ops ? (const void *)s->ops->close : NULL, "close");
+	int rc = OPS_OK(s, close, "close");
 	if (rc)
 		return rc;
 	return s->ops->close(s, deadline_ns);
@@ -140,7 +146,7 @@ void sel_store_destroy(sel_store *s)
 {
 	if (!s)
 		return;
-	if (ops_ok(s, s->ops ? (const void *)s->ops->destroy : NULL, "destroy") == 0)
+	if (OPS_OK(s, destroy, "destroy") == 0)
 		s->ops->destroy(s);
 }
 

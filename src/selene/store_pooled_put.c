@@ -135,9 +135,11 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
+	if (!cp) /* store.c passes what the caller gave */
+		return eos_fail(-EINVAL, "pooled store: put of no checkpoint"), SEL_SKIPPED;
 	bool pool = p->pc && !p->closed && sel_pool_state(p->pc) == SEL_POOL_ATTACHED &&
 		    !sp_known_has(p, &cp->key);
-	if (p->pc && !p->closed && cp && !sp_held(p, cp->checkpoint))
+	if (p->pc && !p->closed && !sp_held(p, cp->checkpoint))
 		sp_announce(p, cp); /* the GPU holds it, whatever the outcome */
 	if (p->w.inner) {
 		sel_outcome o = sel_wrap_put(s, cp, why);

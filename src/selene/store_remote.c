@@ -663,7 +663,7 @@ static void first_contact(struct remote_store *rs)
 			       described_nodes(rs) == st.nodes;
 		if (settled || eos_now_ns() >= end)
 			break;
-		eos_sleep_ns(5 * 1000000);
+		eos_sleep_ns(5ull * 1000000);
 	}
 	if (st.state == SEL_RN_UP)
 		return;
