@@ -72,8 +72,8 @@ static void report(const char *op, const char *size, struct samples *s)
 
 struct bench {
 	const char *size;
-	uint64_t plane_unit;   /* bytes per page per plane */
-	uint32_t pages;        /* pages per record */
+	uint64_t plane_unit; /* bytes per page per plane */
+	uint32_t pages;      /* pages per record */
 	uint64_t row_bytes;
 	uint32_t warm_records; /* records the warm pool holds */
 	uint32_t keys;         /* distinct records cycled through */
@@ -111,15 +111,23 @@ static void run(const struct bench *b)
 		plane[p] = eos_aligned_alloc(4096, b->plane_unit * gpu_pages);
 		CHECK(plane[p]);
 		memset(plane[p], 0x11 * (p + 1), b->plane_unit * gpu_pages);
-		a[p] = (sel_allocation){.rank = 0, .name = names[p], .group = SEL_GROUP_KV_PAGES,
-					.kind = SEL_MEM_HOST, .address = (uint64_t)(uintptr_t)plane[p],
-					.unit_bytes = b->plane_unit, .count = gpu_pages};
+		a[p] = (sel_allocation){.rank = 0,
+					.name = names[p],
+					.group = SEL_GROUP_KV_PAGES,
+					.kind = SEL_MEM_HOST,
+					.address = (uint64_t)(uintptr_t)plane[p],
+					.unit_bytes = b->plane_unit,
+					.count = gpu_pages};
 	}
 	row = eos_aligned_alloc(4096, b->row_bytes * 4);
 	CHECK(row);
-	a[NPLANES] = (sel_allocation){.rank = 0, .name = "state", .group = SEL_GROUP_STATE_ROWS,
-				      .kind = SEL_MEM_HOST, .address = (uint64_t)(uintptr_t)row,
-				      .unit_bytes = b->row_bytes, .count = 4};
+	a[NPLANES] = (sel_allocation){.rank = 0,
+				      .name = "state",
+				      .group = SEL_GROUP_STATE_ROWS,
+				      .kind = SEL_MEM_HOST,
+				      .address = (uint64_t)(uintptr_t)row,
+				      .unit_bytes = b->row_bytes,
+				      .count = 4};
 	sel_geometry *g;
 	CHECK_OK(sel_geometry_build(a, NPLANES + 1, 1, PT, &g));
 
@@ -185,7 +193,8 @@ static void run(const struct bench *b)
 		}
 		CHECK(hit.pages == b->pages);
 		if (it % 4 == 0) {
-			sel_inbound in = {.ticket = it, .pages = dst, .n_pages = b->pages, .state_slot = 1};
+			sel_inbound in = {
+				.ticket = it, .pages = dst, .n_pages = b->pages, .state_slot = 1};
 			t0 = eos_now_ns();
 			int rc = sel_store_fetch(s, &hit, &in);
 			add(&fe, eos_now_ns() - t0);
@@ -227,12 +236,20 @@ int main(void)
 	if (e && atoi(e) > 0)
 		big_iters = (uint32_t)atoi(e);
 	/* 16 pages x 4 planes x 16 KiB = 1 MiB. */
-	const struct bench small = {.size = "1MiB", .plane_unit = 16 << 10, .pages = 16,
-				    .row_bytes = 64 << 10, .warm_records = 16, .keys = 40,
+	const struct bench small = {.size = "1MiB",
+				    .plane_unit = 16 << 10,
+				    .pages = 16,
+				    .row_bytes = 64 << 10,
+				    .warm_records = 16,
+				    .keys = 40,
 				    .iters = 2000};
 	/* 128 pages x 4 planes x 2 MiB = 1 GiB. */
-	const struct bench big = {.size = "1GiB", .plane_unit = 2 << 20, .pages = 128,
-				  .row_bytes = 1 << 20, .warm_records = 3, .keys = 5,
+	const struct bench big = {.size = "1GiB",
+				  .plane_unit = 2 << 20,
+				  .pages = 128,
+				  .row_bytes = 1 << 20,
+				  .warm_records = 3,
+				  .keys = 5,
 				  .iters = big_iters};
 	run(&small);
 	run(&big);

@@ -102,10 +102,7 @@ static uint64_t median_ns(void (*fn)(void *), void *ctx)
 	return t[n / 2];
 }
 
-static double rate(uint64_t bytes, uint64_t ns)
-{
-	return (double)bytes / ((double)ns / 1e9);
-}
+static double rate(uint64_t bytes, uint64_t ns) { return (double)bytes / ((double)ns / 1e9); }
 
 static void result(const char *geo, const char *what, double v, const char *unit)
 {
@@ -131,17 +128,26 @@ static void rig_open(struct rig *rg, const struct geo *geo, const uint64_t *addr
 	sel_allocation al[37];
 	memset(rg, 0, sizeof(*rg));
 	for (uint32_t p = 0; p < geo->n_planes; p++)
-		al[p] = (sel_allocation){ .rank = 0, .name = geo->names[p], .group = SEL_GROUP_KV_PAGES,
-					  .kind = kind, .address = addr[p], .unit_bytes = geo->units[p],
-					  .count = geo->pages };
-	al[geo->n_planes] = (sel_allocation){ .rank = 0, .name = "state", .group = SEL_GROUP_STATE_ROWS,
-					      .kind = kind, .address = row_addr, .unit_bytes = geo->row,
-					      .count = 2 };
+		al[p] = (sel_allocation){.rank = 0,
+					 .name = geo->names[p],
+					 .group = SEL_GROUP_KV_PAGES,
+					 .kind = kind,
+					 .address = addr[p],
+					 .unit_bytes = geo->units[p],
+					 .count = geo->pages};
+	al[geo->n_planes] = (sel_allocation){.rank = 0,
+					     .name = "state",
+					     .group = SEL_GROUP_STATE_ROWS,
+					     .kind = kind,
+					     .address = row_addr,
+					     .unit_bytes = geo->row,
+					     .count = 2};
 	CHECK_OK(sel_geometry_build(al, geo->n_planes + 1, 1, 64, &rg->g));
 	CHECK_OK(sel_slot_layout_init(&rg->l, rg->g));
 	CHECK(rg->l.row_slots <= 16);
-	struct sel_slab_hooks hooks = { be->host_register, be->host_unregister, be->ctx };
-	CHECK_OK(sel_slab_create(rg->l.slot_bytes, 0, WINDOW + rg->l.row_slots, true, &hooks, &rg->pool));
+	struct sel_slab_hooks hooks = {be->host_register, be->host_unregister, be->ctx};
+	CHECK_OK(sel_slab_create(rg->l.slot_bytes, 0, WINDOW + rg->l.row_slots, true, &hooks,
+				 &rg->pool));
 	memset(sel_slab_base(rg->pool), 0x11, (WINDOW + rg->l.row_slots) * rg->l.slot_bytes);
 	CHECK_OK(sel_xfer_create(rg->g, &rg->l, rg->pool, be, 4, &rg->x));
 	/* 64 scattered page ids. */
@@ -171,12 +177,17 @@ static void rig_close(struct rig *rg)
 
 static void run_job(struct rig *rg, enum sel_copy_dir dir)
 {
-	rg->job = (struct sel_xfer_job){ .dir = dir, .n_pages = WINDOW, .pages = rg->ids, .page_slots = rg->ps,
-					 .row = true, .state_slot = 0, .row_slots = rg->rs };
+	rg->job = (struct sel_xfer_job){.dir = dir,
+					.n_pages = WINDOW,
+					.pages = rg->ids,
+					.page_slots = rg->ps,
+					.row = true,
+					.state_slot = 0,
+					.row_slots = rg->rs};
 	CHECK_OK(sel_xfer_submit(rg->x, &rg->job));
 	struct sel_xfer_job *done = NULL;
 	while (sel_xfer_poll(rg->x, &done, 1) == 0) {
-		struct pollfd pfd = { .fd = sel_xfer_fd(rg->x), .events = POLLIN };
+		struct pollfd pfd = {.fd = sel_xfer_fd(rg->x), .events = POLLIN};
 		poll(&pfd, 1, 1000);
 	}
 	CHECK(done == &rg->job && rg->job.status == 0 && rg->job.bytes == rg->bytes);
@@ -214,7 +225,7 @@ static struct sel_copy_backend memcpy_backend;
 static void do_stream(void *ctx)
 {
 	struct big_copy *c = ctx;
-	struct sel_copy one = { (uintptr_t)c->dst, (uintptr_t)c->src, c->len };
+	struct sel_copy one = {(uintptr_t)c->dst, (uintptr_t)c->src, c->len};
 	(void)sel_host_copy_run(&one, 1, sel_host_copy_choose(c->len));
 }
 
@@ -236,7 +247,7 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	rig_open(&rg, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &sel_copy_backend_host, rng);
 	rig_open(&old, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &memcpy_backend, rng);
 
-	struct big_copy c = { .len = rg.bytes };
+	struct big_copy c = {.len = rg.bytes};
 	c.dst = eos_aligned_alloc(EOS_ALIGN, c.len);
 	void *src = eos_aligned_alloc(EOS_ALIGN, c.len);
 	CHECK(c.dst && src);
@@ -247,9 +258,18 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	/* Rounds of every copy back to back, so each ratio compares timings
 	 * taken under the same load (the machine is shared); medians of the
 	 * rates and of the per-round ratios. */
-	enum { OUT, OLD_OUT, IN, OLD_IN, BIG, STREAM, KINDS };
-	static void (*const fn[KINDS])(void *) = { job_out, job_out, job_in, job_in, do_memcpy, do_stream };
-	void *ctx[KINDS] = { &rg, &old, &rg, &old, &c, &c };
+	enum {
+		OUT,
+		OLD_OUT,
+		IN,
+		OLD_IN,
+		BIG,
+		STREAM,
+		KINDS
+	};
+	static void (*const fn[KINDS])(void *) = {job_out, job_out,   job_in,
+						  job_in,  do_memcpy, do_stream};
+	void *ctx[KINDS] = {&rg, &old, &rg, &old, &c, &c};
 	static double t[KINDS][MAX_REPS], q[6][MAX_REPS];
 	for (int k = 0; k < KINDS; k++)
 		fn[k](ctx[k]); /* warm up */
@@ -275,7 +295,9 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	double b = (double)rg.bytes;
 #define RATE(k) (b / (bench_median(t[k], n) / 1e9) / 1e9)
 	printf("# %s: windows of this size are copied with %s; %d rounds\n", geo->name,
-	       sel_host_copy_choose(rg.bytes) == SEL_HOST_COPY_MEMCPY ? "memcpy" : "streaming stores", n);
+	       sel_host_copy_choose(rg.bytes) == SEL_HOST_COPY_MEMCPY ? "memcpy"
+								      : "streaming stores",
+	       n);
 	result(geo->name, "window_bytes", b, "B");
 	result(geo->name, "host_memcpy_rate", RATE(BIG), "GB/s");
 	result(geo->name, "host_stream_rate", RATE(STREAM), "GB/s");
@@ -329,12 +351,16 @@ static void do_cuda_per_page(void *ctx)
 	uint64_t base = (uintptr_t)sel_slab_base(rg->pool);
 	for (uint32_t i = 0; i < WINDOW; i++)
 		for (uint32_t p = 0; p < g0->n_planes; p++) {
-			uint64_t dev = g0->pages[p].address + (uint64_t)rg->ids[i] * g0->pages[p].unit_bytes;
-			uint64_t host = base + (uint64_t)rg->ps[i] * rg->l.slot_bytes + rg->l.plane_off[0][p];
+			uint64_t dev = g0->pages[p].address +
+				       (uint64_t)rg->ids[i] * g0->pages[p].unit_bytes;
+			uint64_t host = base + (uint64_t)rg->ps[i] * rg->l.slot_bytes +
+					rg->l.plane_off[0][p];
 			if (c->dir == SEL_COPY_OUT)
-				CU(cu->cuMemcpyAsync(host, dev, g0->pages[p].unit_bytes, c->stream));
+				CU(cu->cuMemcpyAsync(host, dev, g0->pages[p].unit_bytes,
+						     c->stream));
 			else
-				CU(cu->cuMemcpyAsync(dev, host, g0->pages[p].unit_bytes, c->stream));
+				CU(cu->cuMemcpyAsync(dev, host, g0->pages[p].unit_bytes,
+						     c->stream));
 		}
 	for (uint32_t k = 0; k < rg->l.row_slots; k++) {
 		uint64_t off, len;
@@ -353,7 +379,7 @@ static void do_cuda_per_page(void *ctx)
 
 static void bench_cuda(const struct geo *geo, test_rng *rng)
 {
-	const int dev0[1] = { 0 };
+	const int dev0[1] = {0};
 	sel_cu_device d;
 	sel_cu_ctx ctx;
 	CU(cu->cuDeviceGet(&d, 0));
@@ -377,7 +403,7 @@ static void bench_cuda(const struct geo *geo, test_rng *rng)
 	uint64_t in_ns = median_ns(job_in, &rg);
 
 	/* One large pinned copy of the same bytes, each way, in the pool. */
-	struct cuda_copy c = { .len = rg.bytes, .rg = &rg };
+	struct cuda_copy c = {.len = rg.bytes, .rg = &rg};
 	int least, greatest;
 	CU(cu->cuCtxGetStreamPriorityRange(&least, &greatest));
 	CU(cu->cuStreamCreateWithPriority(&c.stream, SEL_CU_STREAM_NON_BLOCKING, least));

@@ -129,7 +129,8 @@ static void bench_throughput(const char *base, uint64_t total)
 	/* One rank, four 1 MiB planes (a 4 MiB page record), a 1 MiB row;
 	 * records of 16 pages: 65 MiB each with header and row. */
 	struct test_geo t;
-	test_geo_init(&t, 1, 256, 4, (uint64_t[]){1 << 20, 1 << 20, 1 << 20, 1 << 20}, (1 << 20) + 100);
+	test_geo_init(&t, 1, 256, 4, (uint64_t[]){1 << 20, 1 << 20, 1 << 20, 1 << 20},
+		      (1 << 20) + 100);
 	sel_record_ns ns;
 	test_ns_init(&ns, &t.g, 1);
 	struct eos_dirlock lk;
@@ -282,11 +283,14 @@ static void bench_scan(const char *base, uint64_t n)
 	CHECK_OK(sel_record_dir_open(base, &ns, &lk));
 	void *row = eos_aligned_alloc(4096, 4096);
 	double t0 = now_s();
-	enum { NT = 4 };
+	enum {
+		NT = 4
+	};
 	struct filler fl[NT];
 	pthread_t th[NT];
 	for (int i = 0; i < NT; i++) {
-		fl[i] = (struct filler){lk.fd, &ns, n * (uint64_t)i / NT, n * (uint64_t)(i + 1) / NT, row};
+		fl[i] = (struct filler){lk.fd, &ns, n * (uint64_t)i / NT,
+					n * (uint64_t)(i + 1) / NT, row};
 		CHECK(pthread_create(&th[i], NULL, fill_thread, &fl[i]) == 0);
 	}
 	for (int i = 0; i < NT; i++)

@@ -27,7 +27,12 @@
 
 #include "index.h"
 
-enum { PT = 256, NEW_TOKENS = 500, UNRELATED = 200000, MILLION = 1000000 };
+enum {
+	PT = 256,
+	NEW_TOKENS = 500,
+	UNRELATED = 200000,
+	MILLION = 1000000
+};
 
 static test_rng rng;
 static uint8_t model_id[SEL_IDENTITY_BYTES];
@@ -62,8 +67,9 @@ static void put(sel_index *ix, const sel_history *h, uint64_t c, uint64_t p)
 	sel_history_key_at(h, c, &k);
 	if (p)
 		sel_history_key_at(h, p, &pk);
-	CHECK_OK(sel_index_insert(ix, &k, p ? &pk : NULL, sel_history_bound(h, c / SEL_BUCKET_TOKENS),
-				  SEL_TAIL_AUTO, true, &id));
+	CHECK_OK(sel_index_insert(ix, &k, p ? &pk : NULL,
+				  sel_history_bound(h, c / SEL_BUCKET_TOKENS), SEL_TAIL_AUTO, true,
+				  &id));
 	sel_index_commit(ix, id);
 }
 
@@ -81,7 +87,8 @@ static void conversation(sel_index *ix, sel_history *h, uint64_t n, bool with_ne
 	CHECK_OK(sel_history_append(h, t, total));
 	free(t);
 	uint64_t prev = 0;
-	for (uint64_t c = 64 + test_rng_below(&rng, 1985); c < n; c += 64 + test_rng_below(&rng, 1985)) {
+	for (uint64_t c = 64 + test_rng_below(&rng, 1985); c < n;
+	     c += 64 + test_rng_below(&rng, 1985)) {
 		put(ix, h, c, prev);
 		prev = c;
 	}
@@ -126,7 +133,10 @@ static void bench_lookup(bool hit)
 	}
 	conversation(ix, &h100, 100000, hit);
 	sel_index_chain ch = {0};
-	enum { ROUNDS = 15, REPS = 20000 };
+	enum {
+		ROUNDS = 15,
+		REPS = 20000
+	};
 	double t10[ROUNDS], t100[ROUNDS];
 	int want = hit ? 1 : 0;
 	time_lookup(ix, &h10, 10000, want, &ch, REPS); /* warm up */
@@ -142,9 +152,11 @@ static void bench_lookup(bool hit)
 	double a = t10[ROUNDS / 2], b = t100[ROUNDS / 2];
 	char human[160];
 	const char *what = hit ? "hit inside the new tokens" : "miss above the resident count";
-	snprintf(human, sizeof human, "lookup, 10K-token history + %d new tokens (%s)", NEW_TOKENS, what);
+	snprintf(human, sizeof human, "lookup, 10K-token history + %d new tokens (%s)", NEW_TOKENS,
+		 what);
 	result(human, hit ? "index_lookup_hit_10k_us" : "index_lookup_10k_us", a, "us");
-	snprintf(human, sizeof human, "lookup, 100K-token history + %d new tokens (%s)", NEW_TOKENS, what);
+	snprintf(human, sizeof human, "lookup, 100K-token history + %d new tokens (%s)", NEW_TOKENS,
+		 what);
 	result(human, hit ? "index_lookup_hit_100k_us" : "index_lookup_100k_us", b, "us");
 	snprintf(human, sizeof human, "lookup time ratio 100K / 10K (%s; goal <= 1.2)", what);
 	result(human, hit ? "index_lookup_hit_ratio" : "index_lookup_ratio", b / a, "x");
@@ -160,7 +172,8 @@ static void insert_random(sel_index *ix)
 	const sel_index_node *p = NULL;
 	if (sel_index_count(ix) && test_rng_below(&rng, 10)) {
 		while (!p)
-			p = sel_index_cget(ix, (sel_node_id)test_rng_below(&rng, sel_index_count(ix) + 16));
+			p = sel_index_cget(
+				ix, (sel_node_id)test_rng_below(&rng, sel_index_count(ix) + 16));
 	}
 	sel_key k, pk;
 	sel_digest b;
@@ -184,7 +197,9 @@ static void bench_million(void)
 	       "index_bytes_per_node", sel_index_bytes_per_node(ix), "bytes");
 	printf("(filled 1M nodes in %.2f s, %.0f inserts/s)\n", fill, MILLION / fill);
 
-	enum { OPS = 1000000 };
+	enum {
+		OPS = 1000000
+	};
 	t0 = now_s();
 	for (int i = 0; i < OPS; i++) {
 		insert_random(ix);
@@ -200,8 +215,8 @@ static void bench_million(void)
 			depth++;
 	printf("(%" PRIu64 " nodes, mean depth %.1f: each insert refreshes that many ancestors)\n",
 	       nodes, (double)depth / (double)nodes);
-	result("insert + evict at 1M nodes, steady state", "index_insert_evict_ops_per_s",
-	       OPS / dt, "ops/s");
+	result("insert + evict at 1M nodes, steady state", "index_insert_evict_ops_per_s", OPS / dt,
+	       "ops/s");
 	CHECK_OK(sel_index_check(ix));
 	sel_index_destroy(ix);
 }

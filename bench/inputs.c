@@ -34,10 +34,7 @@
 #include "inpututil.h"
 #include "testutil.h"
 
-static double now_ms(void)
-{
-	return (double)eos_now_ns() / 1e6;
-}
+static double now_ms(void) { return (double)eos_now_ns() / 1e6; }
 
 /* A photo-like picture: smooth gradients, a few shapes, sensor noise. */
 static uint8_t *photo(uint32_t w, uint32_t h)
@@ -58,10 +55,9 @@ static uint8_t *photo(uint32_t w, uint32_t h)
 }
 
 /* One job through the worker; the result's record length and tiers. */
-static double run(hel_prep *w, const struct imgbuf *b, uint32_t *tier, uint32_t *dtier,
-		  size_t *len)
+static double run(hel_prep *w, const struct imgbuf *b, uint32_t *tier, uint32_t *dtier, size_t *len)
 {
-	hel_prep_job j = { .kind = HEL_PREP_PREPARE, .bytes = b->b, .len = b->n };
+	hel_prep_job j = {.kind = HEL_PREP_PREPARE, .bytes = b->b, .len = b->n};
 	hel_prep_result r;
 	double t0 = now_ms();
 	CHECK_OK(hel_prep_submit(w, &j, NULL));
@@ -90,7 +86,7 @@ static void bench(const hel_core *core, const char *dir, const char *label, cons
 		CHECK_OK(sel_input_cache_create(64 << 20, &cache));
 		CHECK_OK(sel_input_disk_open(dirfd, NULL, &d));
 		sel_input_disk_reclaim(d, UINT64_MAX);
-		hel_prep_opts o = { .core = core, .cache = cache, .disk = d };
+		hel_prep_opts o = {.core = core, .cache = cache, .disk = d};
 		hel_prep *w;
 		CHECK_OK(hel_prep_create(&o, &w));
 		prep[i] = run(w, b, &tier, &dtier, &len);
@@ -144,7 +140,7 @@ static void bench(const hel_core *core, const char *dir, const char *label, cons
 
 int main(int argc, char **argv)
 {
-	const char *def[] = { "vision", "vision-small" };
+	const char *def[] = {"vision", "vision-small"};
 	const char **names = argc > 1 ? (const char **)argv + 1 : def;
 	int n = argc > 1 ? argc - 1 : 2;
 	const char *env = getenv("INPUTS_ROUNDS");
@@ -152,9 +148,10 @@ int main(int argc, char **argv)
 	if (rounds < 1 || rounds > 32)
 		rounds = 7;
 	char *dir = test_mkdtemp("bench-inputs");
-	static const uint32_t sizes[][2] = { { 1024, 768 }, { 1920, 1080 } };
-	struct imgbuf imgs[4] = { 0 };
-	const char *labels[4] = { "1024x768_png", "1024x768_jpeg", "1920x1080_png", "1920x1080_jpeg" };
+	static const uint32_t sizes[][2] = {{1024, 768}, {1920, 1080}};
+	struct imgbuf imgs[4] = {0};
+	const char *labels[4] = {"1024x768_png", "1024x768_jpeg", "1920x1080_png",
+				 "1920x1080_jpeg"};
 	for (int s = 0; s < 2; s++) {
 		uint8_t *px = photo(sizes[s][0], sizes[s][1]);
 		img_png(&imgs[2 * s], sizes[s][0], sizes[s][1], PNG_COLOR_TYPE_RGB, 8, px,

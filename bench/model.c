@@ -99,7 +99,8 @@ static void decode_rounds(hel_model *m, struct bench *b, const hel_token *prompt
 	double t0 = now();
 	while (done < DECODE) {
 		uint32_t np = (uint32_t)(pos / pt);
-		hel_decode_opts o = { .max_tokens = (uint32_t)(DECODE - done), .draft_tokens = draft };
+		hel_decode_opts o = {.max_tokens = (uint32_t)(DECODE - done),
+				     .draft_tokens = draft};
 		hel_round r;
 		CHECK_OK(hel_model_decode(m, 0, b->table, np, b->table[np], pending, &o, &r));
 		pos += r.n_tokens;
@@ -117,10 +118,11 @@ static void ordinary(struct bench *b, const char *path)
 {
 	const hel_core *c = b->c;
 	uint32_t pt = c->page_tokens;
-	uint32_t prompt_n = PROMPT + DECODE < c->max_context ? PROMPT : (uint32_t)c->max_context / 2;
+	uint32_t prompt_n =
+		PROMPT + DECODE < c->max_context ? PROMPT : (uint32_t)c->max_context / 2;
 	uint32_t pages = (prompt_n + DECODE) / pt + 2;
 	hel_model *m;
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = pages, .rows = 1 };
+	hel_model_opts o = {.mode = SEL_MODE_ORDINARY, .pages = pages, .rows = 1};
 	if (hel_model_create(c, &o, &m)) {
 		fprintf(stderr, "%s: %s\n", path, sel_errmsg());
 		exit(1);
@@ -138,7 +140,8 @@ static void ordinary(struct bench *b, const char *path)
 	do {
 		CHECK_OK(hel_model_row_init(m, 0));
 		double t0 = now();
-		CHECK_OK(hel_model_prefill(m, 0, b->table, prompt_n / pt, prompt, prompt_n, b->logits));
+		CHECK_OK(hel_model_prefill(m, 0, b->table, prompt_n / pt, prompt, prompt_n,
+					   b->logits));
 		double t = now() - t0;
 		spent += t;
 		best = t < best ? t : best;
@@ -161,8 +164,8 @@ static void ordinary(struct bench *b, const char *path)
 	double per_tok = one / DECODE, per_tok8 = eight / DECODE;
 	double launch = (per_tok - per_tok8) * 8 / 7, position = per_tok - launch;
 
-	printf("# %s: %u ranks, page record %llu B, row %llu B per rank, %u-token prompt\n", c->name,
-	       c->ranks, (unsigned long long)hel_core_page_bytes(c, SEL_MODE_ORDINARY),
+	printf("# %s: %u ranks, page record %llu B, row %llu B per rank, %u-token prompt\n",
+	       c->name, c->ranks, (unsigned long long)hel_core_page_bytes(c, SEL_MODE_ORDINARY),
 	       (unsigned long long)hel_model_layout(m)->bytes, prompt_n);
 	printf("RESULT model_%s_prefill_tok_s %.0f tok/s\n", b->name, prefill);
 	printf("RESULT model_%s_decode_tok_s %.0f tok/s\n", b->name, 1.0 / per_tok);
@@ -189,7 +192,7 @@ static uint32_t spec_prompt(int kind, hel_token *t, uint32_t cap)
 			t[i] = (hel_token)fox[(i - 1) % strlen(fox)];
 		return cap < SPEC_PROMPT ? cap : SPEC_PROMPT;
 	}
-	hel_message msg = { .role = "user", .content = note, .content_len = strlen(note) };
+	hel_message msg = {.role = "user", .content = note, .content_len = strlen(note)};
 	size_t n = hel_chat_template(&msg, 1, true, t, cap);
 	return (uint32_t)(n < cap ? n : cap);
 }
@@ -197,15 +200,16 @@ static uint32_t spec_prompt(int kind, hel_token *t, uint32_t cap)
 static void speculative(struct bench *b)
 {
 	const hel_core *c = b->c;
-	static const char *prompts[] = { "repetitive", "ordinary" };
-	static const sel_state_mode modes[] = { SEL_MODE_ORDINARY, SEL_MODE_COPY, SEL_MODE_LEARNED };
-	static const char *mode_names[] = { "off", "copy", "learned" };
+	static const char *prompts[] = {"repetitive", "ordinary"};
+	static const sel_state_mode modes[] = {SEL_MODE_ORDINARY, SEL_MODE_COPY, SEL_MODE_LEARNED};
+	static const char *mode_names[] = {"off", "copy", "learned"};
 	const char *env = getenv("MODEL_BENCH_DRAFT");
 	uint32_t draft = env ? (uint32_t)atoi(env) : HEL_DRAFT_DEFAULT;
 	uint32_t pages = (SPEC_PROMPT + DECODE) / c->page_tokens + 2;
 	hel_model *m[3];
 	for (int k = 0; k < 3; k++) {
-		hel_model_opts o = { .mode = modes[k], .pages = pages, .rows = 1, .draft_tokens = draft };
+		hel_model_opts o = {
+			.mode = modes[k], .pages = pages, .rows = 1, .draft_tokens = draft};
 		CHECK_OK(hel_model_create(c, &o, &m[k]));
 	}
 	hel_token prompt[SPEC_PROMPT];
@@ -229,12 +233,16 @@ static void speculative(struct bench *b)
 		for (int k = 0; k < 3; k++) {
 			double rate = best[k].tokens / best[k].seconds;
 			const char *mn = mode_names[k];
-			printf("RESULT model_%s_%s_%s_decode_tok_s %.0f tok/s\n", b->name, prompts[p], mn, rate);
-			printf("RESULT model_%s_%s_%s_acceptance %.3f ratio\n", b->name, prompts[p], mn,
-			       best[k].proposed ? (double)best[k].accepted / best[k].proposed : 0.0);
-			printf("RESULT model_%s_%s_%s_tokens_per_round %.2f tokens\n", b->name, prompts[p], mn,
-			       (double)best[k].tokens / best[k].rounds);
-			printf("RESULT model_%s_%s_%s_speedup %.2f x\n", b->name, prompts[p], mn, rate / base);
+			printf("RESULT model_%s_%s_%s_decode_tok_s %.0f tok/s\n", b->name,
+			       prompts[p], mn, rate);
+			printf("RESULT model_%s_%s_%s_acceptance %.3f ratio\n", b->name, prompts[p],
+			       mn,
+			       best[k].proposed ? (double)best[k].accepted / best[k].proposed
+						: 0.0);
+			printf("RESULT model_%s_%s_%s_tokens_per_round %.2f tokens\n", b->name,
+			       prompts[p], mn, (double)best[k].tokens / best[k].rounds);
+			printf("RESULT model_%s_%s_%s_speedup %.2f x\n", b->name, prompts[p], mn,
+			       rate / base);
 		}
 		fflush(stdout);
 	}
@@ -250,7 +258,7 @@ static void bench_core(const char *path, double budget)
 		fprintf(stderr, "%s\n", err);
 		exit(1);
 	}
-	struct bench b = { .c = c, .budget = budget };
+	struct bench b = {.c = c, .budget = budget};
 	snprintf(b.name, sizeof b.name, "%s", c->name);
 	for (char *p = b.name; *p; p++)
 		if (*p == '-' || *p == '.')

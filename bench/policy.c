@@ -85,9 +85,9 @@ struct band {
 };
 
 static const struct band bands[] = {
-	{ "tiny", 0, 16 * KiB, 2 * MiB },
-	{ "deepseek-small", 65536, 2 * MiB, 128 * MiB },
-	{ "deepseek", 0, 128 * MiB, 2 * GiB },
+	{"tiny", 0, 16 * KiB, 2 * MiB},
+	{"deepseek-small", 65536, 2 * MiB, 128 * MiB},
+	{"deepseek", 0, 128 * MiB, 2 * GiB},
 };
 
 struct kase {
@@ -95,11 +95,11 @@ struct kase {
 	uint64_t bytes, target;
 	hel_token *tok;
 	sel_history h;
-	double restore[2][PASSES];  /* by tier index: 0 memory, 1 disk */
-	double prefill[PASSES];     /* real prefills of the tokens, ns */
+	double restore[2][PASSES]; /* by tier index: 0 memory, 1 disk */
+	double prefill[PASSES];    /* real prefills of the tokens, ns */
 	bool fetch[2][PASSES], old_fetch[2][PASSES];
-	double estimate[2];         /* the policy's last estimate, ns */
-	double pf_estimate;         /* the policy's last prefill estimate, ns */
+	double estimate[2]; /* the policy's last estimate, ns */
+	double pf_estimate; /* the policy's last prefill estimate, ns */
 };
 
 /* The design's original rule, as a baseline: median of the last three
@@ -127,18 +127,18 @@ static void old_observe(struct old_rule *o, int t, uint64_t bytes, uint64_t ns)
 	if (o->n[t] < 3)
 		o->n[t]++;
 	const double *s = o->ring[t];
-	o->rate[t] = o->n[t] == 1 ? s[0] : o->n[t] == 2 ? (s[0] + s[1]) / 2 : med3(s[0], s[1], s[2]);
+	o->rate[t] = o->n[t] == 1   ? s[0]
+		     : o->n[t] == 2 ? (s[0] + s[1]) / 2
+				    : med3(s[0], s[1], s[2]);
 }
 
-static bool old_fetch(const struct old_rule *o, int t, uint64_t bytes, uint64_t tokens, double prefill)
+static bool old_fetch(const struct old_rule *o, int t, uint64_t bytes, uint64_t tokens,
+		      double prefill)
 {
 	return 2.0 * (double)bytes * prefill < (double)tokens * o->rate[t];
 }
 
-static double now_ns(void)
-{
-	return (double)eos_now_ns();
-}
+static double now_ns(void) { return (double)eos_now_ns(); }
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -177,7 +177,8 @@ static hel_core *load_core(const struct band *b)
 		CHECK(name);
 		eol = strchr(name + 1, '\n');
 		snprintf(tail, sizeof tail, "%s", eol ? eol : "");
-		snprintf(name, sizeof text - (size_t)(name - text), "\nname = %s-long%s", b->core, tail);
+		snprintf(name, sizeof text - (size_t)(name - text), "\nname = %s-long%s", b->core,
+			 tail);
 	}
 	hel_core *c;
 	CHECKF(hel_core_parse(text, strlen(text), path, &c, err, sizeof err) == 0, "%s", err);
@@ -200,7 +201,7 @@ static void wait_event(sel_store *s, sel_event *ev, sel_event_type want)
 			return;
 		}
 		CHECKF(eos_now_ns() < end, "no event after 120 s");
-		struct pollfd p = { .fd = sel_store_wait_fd(s), .events = POLLIN };
+		struct pollfd p = {.fd = sel_store_wait_fd(s), .events = POLLIN};
 		poll(&p, 1, 100);
 	}
 }
@@ -225,12 +226,13 @@ static double prefill(struct run *r, const hel_token *tok, uint64_t total, uint3
 	for (uint64_t at = 0; at < total; at += CHUNK) {
 		uint64_t n = total - at < CHUNK ? total - at : CHUNK;
 		double c0 = now_ns();
-		CHECK_OK(hel_model_prefill(r->m, slot, r->table, (uint32_t)((at + n) / r->core->page_tokens),
-					   tok + at, n, at + n == total ? r->logits : NULL));
+		CHECK_OK(hel_model_prefill(r->m, slot, r->table,
+					   (uint32_t)((at + n) / r->core->page_tokens), tok + at, n,
+					   at + n == total ? r->logits : NULL));
 		sel_policy_observe_prefill(r->pol, at, at + n, (uint64_t)(now_ns() - c0));
 		if (getenv("BENCH_VERBOSE"))
-			fprintf(stderr, "chunk %s %llu %llu %.0f\n", r->core->name, (unsigned long long)at,
-				(unsigned long long)n, now_ns() - c0);
+			fprintf(stderr, "chunk %s %llu %llu %.0f\n", r->core->name,
+				(unsigned long long)at, (unsigned long long)n, now_ns() - c0);
 	}
 	return now_ns() - t0;
 }
@@ -261,7 +263,7 @@ static double restore(struct run *r, sel_store *s, struct kase *k, sel_tier tier
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(s, &k->h, 0, UINT64_MAX, &hit), 1);
 	CHECK(hit.tier == tier && hit.pages == k->pages && hit.bytes == k->bytes);
-	sel_inbound in = { .ticket = 1, .pages = r->table, .n_pages = hit.pages, .state_slot = 1 };
+	sel_inbound in = {.ticket = 1, .pages = r->table, .n_pages = hit.pages, .state_slot = 1};
 	sel_event ev;
 	double t0 = now_ns();
 	CHECK_OK(sel_store_fetch(s, &hit, &in));
@@ -274,8 +276,9 @@ static double restore(struct run *r, sel_store *s, struct kase *k, sel_tier tier
 	if (sample) {
 		sel_policy_observe(r->pol, ev.tier, ev.bytes, (uint64_t)ns, hit.pages);
 		if (getenv("BENCH_VERBOSE"))
-			fprintf(stderr, "sample %s %llu B %.3f ms -> %.0f us + %.3f GB/s\n", sel_tier_name(tier),
-				(unsigned long long)ev.bytes, ns / 1e6, sel_policy_fixed_ns(r->pol, tier) / 1e3,
+			fprintf(stderr, "sample %s %llu B %.3f ms -> %.0f us + %.3f GB/s\n",
+				sel_tier_name(tier), (unsigned long long)ev.bytes, ns / 1e6,
+				sel_policy_fixed_ns(r->pol, tier) / 1e3,
 				sel_policy_rate(r->pol, tier) / 1e9);
 		old_observe(&r->old, tier == SEL_TIER_MEMORY ? 0 : 1, ev.bytes, (uint64_t)ns);
 	}
@@ -316,8 +319,8 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 		sum += k->bytes;
 	}
 
-	struct run r = { .core = core };
-	hel_model_opts mo = { .mode = SEL_MODE_ORDINARY, .pages = most + 2, .rows = 2 };
+	struct run r = {.core = core};
+	hel_model_opts mo = {.mode = SEL_MODE_ORDINARY, .pages = most + 2, .rows = 2};
 	CHECK_OK(hel_model_create(core, &mo, &r.m));
 	CHECK_OK(sel_policy_create(&r.pol));
 	r.old.rate[0] = 20e9;
@@ -330,8 +333,8 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 
 	sel_geometry *geo;
 	CHECK_OK(hel_model_geometry(r.m, &geo));
-	sel_store_config cfg = { .geometry = geo, .max_active = 1, .backend = SEL_BACKEND_HOST,
-				 .populate = true };
+	sel_store_config cfg = {
+		.geometry = geo, .max_active = 1, .backend = SEL_BACKEND_HOST, .populate = true};
 	hel_model_offload_identity(r.m, cfg.identity);
 	memcpy(cfg.model_identity, core->identity, SEL_IDENTITY_BYTES);
 	/* Warm memory for every case's record: its pages and row pieces in
@@ -350,7 +353,7 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 	dc.disk_dir = dir;
 	dc.disk_limit = 2 * sum + GiB;
 	CHECK_OK(sel_store_open(&dc, &st[1]));
-	const sel_tier tiers[2] = { SEL_TIER_MEMORY, SEL_TIER_DISK };
+	const sel_tier tiers[2] = {SEL_TIER_MEMORY, SEL_TIER_DISK};
 
 	/* Every case's record into both stores. */
 	for (int i = 0; i < nk; i++) {
@@ -365,8 +368,11 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 		CHECK_OK(sel_history_append(&k->h, stok, n));
 		free(stok);
 		(void)prefill(&r, k->tok, n, 0);
-		sel_published cp = { .checkpoint = (uint64_t)i + 1, .pages = r.table, .n_pages = k->pages,
-				     .tail = k->pages, .state_slot = 0 };
+		sel_published cp = {.checkpoint = (uint64_t)i + 1,
+				    .pages = r.table,
+				    .n_pages = k->pages,
+				    .tail = k->pages,
+				    .state_slot = 0};
 		sel_history_key_at(&k->h, n, &cp.key);
 		cp.bucket = *sel_history_bound(&k->h, n / SEL_BUCKET_TOKENS);
 		for (int s = 0; s < 2; s++) {
@@ -394,7 +400,8 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 			struct kase *k = &ks[order[v] / 2];
 			int ti = order[v] % 2;
 			uint64_t tokens = (uint64_t)k->pages * core->page_tokens;
-			bool fetch = sel_policy_should_fetch_span(r.pol, tiers[ti], k->bytes, 0, tokens);
+			bool fetch =
+				sel_policy_should_fetch_span(r.pol, tiers[ti], k->bytes, 0, tokens);
 			k->fetch[ti][p] = fetch;
 			k->old_fetch[ti][p] = old_fetch(&r.old, ti, k->bytes, tokens, r.rate);
 			k->estimate[ti] = sel_policy_transfer_ns(r.pol, tiers[ti], k->bytes);
@@ -437,15 +444,17 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 			printf("# %-6s %9.1f KiB (%s, %3u pages): restore %8.3f ms (estimate %8.3f), prefill "
 			       "%8.3f ms (estimate %8.3f, one rate %8.3f); fetched %d/%d, right %d (design rule "
 			       "%d, vs one rate %d)\n",
-			       ti ? "disk" : "memory", (double)k->bytes / 1024, core->name, k->pages, rs / 1e6,
-			       k->estimate[ti] / 1e6, rp / 1e6, k->pf_estimate / 1e6, rc / 1e6, fetched,
-			       PASSES - 1, right, old_right, rate_right);
+			       ti ? "disk" : "memory", (double)k->bytes / 1024, core->name,
+			       k->pages, rs / 1e6, k->estimate[ti] / 1e6, rp / 1e6,
+			       k->pf_estimate / 1e6, rc / 1e6, fetched, PASSES - 1, right,
+			       old_right, rate_right);
 		}
 	}
 	printf("# %s: estimates memory %.0f us + %.2f GB/s, disk %.0f us + %.2f GB/s, prefill %.0f tok/s "
 	       "at position 0 + %.3g ns per token per position (one rate: %.0f tok/s)\n",
 	       core->name, sel_policy_fixed_ns(r.pol, SEL_TIER_MEMORY) / 1e3,
-	       sel_policy_rate(r.pol, SEL_TIER_MEMORY) / 1e9, sel_policy_fixed_ns(r.pol, SEL_TIER_DISK) / 1e3,
+	       sel_policy_rate(r.pol, SEL_TIER_MEMORY) / 1e9,
+	       sel_policy_fixed_ns(r.pol, SEL_TIER_DISK) / 1e3,
 	       sel_policy_rate(r.pol, SEL_TIER_DISK) / 1e9, sel_policy_prefill_rate(r.pol),
 	       sel_policy_prefill_growth(r.pol), r.rate);
 	fflush(stdout);
@@ -474,7 +483,7 @@ int main(void)
 	test_rng_init(&rng, seed && *seed ? strtoull(seed, NULL, 10) : 1);
 	setenv("TEST_TMPDIR", dir, 1);
 
-	struct tally t = { 0 };
+	struct tally t = {0};
 	for (size_t b = 0; b < sizeof bands / sizeof bands[0]; b++) {
 		char *base = test_mkdtemp("bench-policy");
 		CHECK(base);
@@ -485,8 +494,10 @@ int main(void)
 	printf("RESULT policy_decisions %d count\n", t.decisions);
 	printf("RESULT policy_right_share %.3f ratio\n", (double)t.right / t.decisions);
 	printf("RESULT policy_worst_ratio %.3f x\n", t.worst);
-	printf("RESULT policy_memory_right_share %.3f ratio\n", (double)t.right_by_tier[0] / t.by_tier[0]);
-	printf("RESULT policy_disk_right_share %.3f ratio\n", (double)t.right_by_tier[1] / t.by_tier[1]);
+	printf("RESULT policy_memory_right_share %.3f ratio\n",
+	       (double)t.right_by_tier[0] / t.by_tier[0]);
+	printf("RESULT policy_disk_right_share %.3f ratio\n",
+	       (double)t.right_by_tier[1] / t.by_tier[1]);
 	printf("RESULT design_rule_right_share %.3f ratio\n", (double)t.old_right / t.decisions);
 	printf("RESULT design_rule_worst_ratio %.3f x\n", t.old_worst);
 	printf("RESULT one_rate_right_share %.3f ratio\n", (double)t.real_right / t.decisions);

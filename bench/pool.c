@@ -88,7 +88,9 @@ int main(void)
 	sel_history h;
 	hist_make(&h, &s, 1024, 1, 0);
 	CHECK(put_record(&a, &h, 1024, 0) == SEL_POOL_OK);
-	enum { N = 3000 };
+	enum {
+		N = 3000
+	};
 	static uint64_t rtt[N];
 	for (int i = 0; i < N; i++) {
 		sel_pool_ticket *k;
@@ -121,7 +123,9 @@ int main(void)
 	uint64_t bytes = ((uint64_t)pages + sel_pool_row_slots(a.c)) * sb;
 	uint8_t *dst = aligned_alloc(4096, bytes);
 	memset(dst, 1, bytes);
-	enum { R = 7 };
+	enum {
+		R = 7
+	};
 	double full[R], copy[R], mc[R];
 	for (int r = 0; r < R; r++) {
 		for (int verify = 0; verify < 2; verify++) {
@@ -133,9 +137,11 @@ int main(void)
 			if (verify)
 				CHECK_OK(sel_pool_lease_verify(a.c, l));
 			for (uint32_t i = 0; i < l->n_pages; i++)
-				memcpy(dst + (uint64_t)i * sb, sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
+				memcpy(dst + (uint64_t)i * sb,
+				       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
 			for (uint32_t i = 0; i < l->n_row_slots; i++)
-				memcpy(dst + (uint64_t)(pages + i) * sb, sel_pool_slot_addr(a.c, l->row_slots[i]), sb);
+				memcpy(dst + (uint64_t)(pages + i) * sb,
+				       sel_pool_slot_addr(a.c, l->row_slots[i]), sb);
 			CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
 			double secs = (double)(eos_now_ns() - t0) / 1e9;
 			sel_pool_ticket_free(a.c, k);
@@ -155,7 +161,8 @@ int main(void)
 			memcpy(dst, src, (uint64_t)pages * sb);
 		} else {
 			for (uint32_t i = 0; i < l->n_pages; i++)
-				memcpy(dst + (uint64_t)i * sb, sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
+				memcpy(dst + (uint64_t)i * sb,
+				       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
 		}
 		memcpy(dst + (uint64_t)pages * sb, sel_pool_slot_addr(a.c, l->row_slots[0]), sb);
 		mc[r] = (double)bytes / ((double)(eos_now_ns() - t0) / 1e9);

@@ -73,16 +73,18 @@ static double redis_benchmark(const struct rfx_server *s, const char *dir, const
 	 * same share of a shared machine. */
 	bool set = strcmp(test, "set") == 0;
 	if (!set) {
-		snprintf(cmd, sizeof cmd,
-			 "redis-benchmark -h 127.0.0.1 -p %d -t set -d %zu -n 1 -c 1 -q >/dev/null 2>&1",
-			 s->port, value);
+		snprintf(
+			cmd, sizeof cmd,
+			"redis-benchmark -h 127.0.0.1 -p %d -t set -d %zu -n 1 -c 1 -q >/dev/null 2>&1",
+			s->port, value);
 		if (system(cmd) != 0)
 			return -1;
 	}
 	snprintf(cmd, sizeof cmd,
 		 "chrt --batch 0 nice -n 10 redis-benchmark -h 127.0.0.1 -p %d -t %s -d %zu -n %d "
 		 "-c %d -P %d %s --csv > %s 2>/dev/null",
-		 s->port, test, value, requests, clients, pipeline, set ? "-r 1000000000" : "", out);
+		 s->port, test, value, requests, clients, pipeline, set ? "-r 1000000000" : "",
+		 out);
 	if (system(cmd) != 0)
 		return -1;
 	FILE *f = fopen(out, "r");
@@ -158,8 +160,11 @@ static double put_all(sel_remote *r, struct rfx_rec *rec, int nrec, uint64_t pay
 	double c0 = cpu_s();
 	uint64_t t0 = eos_now_ns();
 	for (int i = 0; i < nrec; i++) {
-		struct sel_remote_put p = {.d = rec[i].d, .has_row = true, .pages = rec[i].pages,
-					   .row = rec[i].row, .row_n = 1};
+		struct sel_remote_put p = {.d = rec[i].d,
+					   .has_row = true,
+					   .pages = rec[i].pages,
+					   .row = rec[i].row,
+					   .row_n = 1};
 		uint64_t id;
 		if (sel_remote_put(r, &p, &id)) {
 			fprintf(stderr, "bench/remote: put: %s\n", sel_errmsg());
@@ -210,7 +215,8 @@ static double claim_all(sel_remote *r, sel_history *h, struct rfx_rec *rec, int 
 	wait_all(r, nrec, 300 * SEC, ev);
 	double bw = (double)payload / ((double)(eos_now_ns() - t0) / 1e9);
 	if (getenv("BENCH_VERBOSE"))
-		printf("claim: cpu %.2f of a core\n", (cpu_s() - c0) / ((double)(eos_now_ns() - t0) / 1e9));
+		printf("claim: cpu %.2f of a core\n",
+		       (cpu_s() - c0) / ((double)(eos_now_ns() - t0) / 1e9));
 	for (int i = 0; i < nrec; i++)
 		if (ev[i].result != SEL_REMOTE_CLAIMED) {
 			fprintf(stderr, "bench/remote: claim: %s\n", sel_strerror(ev[i].error));
@@ -234,8 +240,12 @@ static void bench(const char *label, struct rfx_server *srv, const char *dir, st
 		rfx_history(t, &h[i], PAGES * 64 + 100, 7000 + (uint64_t)i);
 		rfx_rec_make(&rec[i], t, &h[i], PAGES * 64, 0, 0, true);
 	}
-	struct sel_remote_config c = {.url = url, .ns = &t->ns, .key = key, .encrypt = encrypt,
-				      .put_queue = MAX_RECORDS, .claim_queue = MAX_RECORDS,
+	struct sel_remote_config c = {.url = url,
+				      .ns = &t->ns,
+				      .key = key,
+				      .encrypt = encrypt,
+				      .put_queue = MAX_RECORDS,
+				      .claim_queue = MAX_RECORDS,
 				      .lookup_queue = 64,
 				      .put_windows = (uint32_t)env_u64("BENCH_PUT_WINDOWS", 0),
 				      .claim_windows = (uint32_t)env_u64("BENCH_CLAIM_WINDOWS", 0)};
@@ -266,8 +276,8 @@ static void bench(const char *label, struct rfx_server *srv, const char *dir, st
 			uint64_t *lat = malloc((size_t)lookups * sizeof *lat);
 			for (int i = 0; i < lookups; i++) {
 				uint64_t id, s0 = eos_now_ns();
-				if (sel_remote_lookup(r, &h[i % nrec], PAGES * 64 - 540, PAGES * 64 + 100,
-						      0, &id)) {
+				if (sel_remote_lookup(r, &h[i % nrec], PAGES * 64 - 540,
+						      PAGES * 64 + 100, 0, &id)) {
 					fprintf(stderr, "bench/remote: lookup: %s\n", sel_errmsg());
 					exit(1);
 				}
@@ -293,14 +303,16 @@ static void bench(const char *label, struct rfx_server *srv, const char *dir, st
 		out->put_ratio[k] = out->set[k] > 0 ? out->put[k] / out->set[k] : 0;
 		out->claim_ratio[k] = out->get[k] > 0 ? out->claim[k] / out->get[k] : 0;
 		printf("%s trial %d: put %.3f GB/s / SET %.3f = %.2f; claim %.3f GB/s / GET %.3f = "
-		       "%.2f\n", label, k, out->put[k] / 1e9, out->set[k] / 1e9, out->put_ratio[k],
+		       "%.2f\n",
+		       label, k, out->put[k] / 1e9, out->set[k] / 1e9, out->put_ratio[k],
 		       out->claim[k] / 1e9, out->get[k] / 1e9, out->claim_ratio[k]);
 		fflush(stdout);
 	}
 	struct sel_remote_stats st;
 	sel_remote_stats(r, &st);
 	printf("%s: window value %zu bytes, rtt %.0f us, grace %.1f ms, %llu auth failures, "
-	       "%llu corrupt\n", label, value, (double)st.rtt_ns / 1e3, (double)st.grace_ns / 1e6,
+	       "%llu corrupt\n",
+	       label, value, (double)st.rtt_ns / 1e3, (double)st.grace_ns / 1e6,
 	       (unsigned long long)st.auth_failures, (unsigned long long)st.corrupt);
 	sel_remote_close(r, 0);
 	sel_remote_destroy(r);
@@ -319,7 +331,8 @@ static void report(const char *suffix, const struct run *x, int n)
 	printf("RESULT redis_set_gbps%s %.3f GB/s\n", suffix, bench_median(x->set, n) / 1e9);
 	printf("RESULT redis_get_gbps%s %.3f GB/s\n", suffix, bench_median(x->get, n) / 1e9);
 	printf("RESULT remote_put_vs_set%s %.3f ratio\n", suffix, bench_median(x->put_ratio, n));
-	printf("RESULT remote_claim_vs_get%s %.3f ratio\n", suffix, bench_median(x->claim_ratio, n));
+	printf("RESULT remote_claim_vs_get%s %.3f ratio\n", suffix,
+	       bench_median(x->claim_ratio, n));
 	printf("RESULT remote_lookup_p50_us%s %.0f us\n", suffix, x->p50);
 	printf("RESULT remote_lookup_p99_us%s %.0f us\n", suffix, x->p99);
 }

@@ -124,7 +124,9 @@ int main(void)
 			while (next < n && live < 4) {
 				sel_hit hit;
 				CHECK_RC(sel_store_lookup(s, &cv[next].h, 0, UINT64_MAX, &hit), 1);
-				sel_inbound in = {.ticket = next, .pages = dst, .n_pages = hit.pages,
+				sel_inbound in = {.ticket = next,
+						  .pages = dst,
+						  .n_pages = hit.pages,
 						  .state_slot = 2 + next % 4};
 				CHECK_OK(sel_store_fetch(s, &hit, &in));
 				next++;
@@ -136,7 +138,8 @@ int main(void)
 			for (int i = 0; i < k; i++) {
 				if (ev[i].type == SEL_EV_PROGRESS)
 					continue;
-				CHECKF(ev[i].type == SEL_EV_FETCHED, "fetch: %s", sel_strerror(ev[i].error));
+				CHECKF(ev[i].type == SEL_EV_FETCHED, "fetch: %s",
+				       sel_strerror(ev[i].error));
 				done++;
 				live--;
 			}
@@ -170,8 +173,10 @@ int main(void)
 	if (fio) {
 		printf("RESULT fio_write_gbps %.3f GB/s\n", bench_median(fw, rounds) / 1e9);
 		printf("RESULT fio_read_gbps %.3f GB/s\n", bench_median(fr, rounds) / 1e9);
-		printf("RESULT store_put_vs_fio %.3f ratio\n", bench_median(put, rounds) / bench_median(fw, rounds));
-		printf("RESULT store_fetch_vs_fio %.3f ratio\n", bench_median(get, rounds) / bench_median(fr, rounds));
+		printf("RESULT store_put_vs_fio %.3f ratio\n",
+		       bench_median(put, rounds) / bench_median(fw, rounds));
+		printf("RESULT store_fetch_vs_fio %.3f ratio\n",
+		       bench_median(get, rounds) / bench_median(fr, rounds));
 	}
 	for (uint32_t i = 0; i < n; i++)
 		sfx_conv_free(&cv[i]);

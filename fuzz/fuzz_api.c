@@ -64,10 +64,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *body = (const char *)data + 1;
 	size_t len = size - 1;
 	/* What api_image.c reads of a vision core: its name and geometry. */
-	static hel_core vision = {.name = "vision-small", .has_image = true,
-				  .image = {.patch = 8, .merge = 1, .max_tokens = 16,
-					    .resize = HEL_RESIZE_FIT, .channels = 3}};
-	struct flare_api_limits lim = {.model = "tiny", .vocab = 320, .max_context = 512,
+	static hel_core vision = {.name = "vision-small",
+				  .has_image = true,
+				  .image = {.patch = 8,
+					    .merge = 1,
+					    .max_tokens = 16,
+					    .resize = HEL_RESIZE_FIT,
+					    .channels = 3}};
+	struct flare_api_limits lim = {.model = "tiny",
+				       .vocab = 320,
+				       .max_context = 512,
 				       .core = data[0] & 2 ? &vision : NULL};
 	struct flare_api_request req;
 	struct flare_api_error err;
@@ -86,7 +92,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (req.salt && req.salt_len > FLARE_API_SALT_MAX)
 			fail("salt too long", "");
 		check_images(&req, lim.core);
-		struct flare_api_meta m = {.kind = kind, .id = "x-1", .created = 1, .model = "tiny",
+		struct flare_api_meta m = {.kind = kind,
+					   .id = "x-1",
+					   .created = 1,
+					   .model = "tiny",
 					   .include_usage = req.include_usage,
 					   .logprobs = req.logprobs};
 		hel_outcome o = {.finish_reason = "stop", .prompt_tokens = req.prompts[0].n};
@@ -96,8 +105,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		tk[0].lp.n_top = req.top_logprobs;
 		for (uint32_t k = 0; k < req.top_logprobs; k++)
 			tk[0].lp.top[k] = (hel_token)(k * 37 % 320);
-		struct flare_api_choice c = {.index = 0, .text = "ok", .len = 2, .finish = "stop",
-					     .tokens = tk, .n_tokens = 2};
+		struct flare_api_choice c = {.index = 0,
+					     .text = "ok",
+					     .len = 2,
+					     .finish = "stop",
+					     .tokens = tk,
+					     .n_tokens = 2};
 		flare_api_response(&b, &m, &c, 1, &o);
 		json_t *j = json_loads(b.data, 0, NULL);
 		if (!j)

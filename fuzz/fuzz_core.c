@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[256];
 	int rc = hel_core_parse((const char *)data, size, "fuzz.core", &c, err, sizeof err);
 	if (rc) {
-		if (c || (rc != SEL_EFORMAT && rc != -ENOMEM) || strncmp(err, "fuzz.core:", 10) != 0)
+		if (c || (rc != SEL_EFORMAT && rc != -ENOMEM) ||
+		    strncmp(err, "fuzz.core:", 10) != 0)
 			abort();
 		return 0;
 	}

@@ -59,7 +59,8 @@ static void decode(const hel_core *core, const hel_image_limits *lim, const uint
 			fail("a failed decode left output");
 		return;
 	}
-	if (img.width == 0 || img.height == 0 || (uint64_t)img.width * img.height > lim->max_pixels ||
+	if (img.width == 0 || img.height == 0 ||
+	    (uint64_t)img.width * img.height > lim->max_pixels ||
 	    img.channels != hel_image_color_channels(img.color) ||
 	    img.bytes != (size_t)img.width * img.height * img.channels || img.capacity < img.bytes)
 		fail("decoded sizes do not add up");
@@ -87,12 +88,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static hel_core *core;
 	char err[256];
-	if (!core && hel_core_parse(core_text, sizeof core_text - 1, "fuzz.core", &core, err,
-				    sizeof err))
+	if (!core &&
+	    hel_core_parse(core_text, sizeof core_text - 1, "fuzz.core", &core, err, sizeof err))
 		fail("the fuzz core does not parse");
 	/* Small limits keep each run fast; the logic is the same. */
-	hel_image_limits lim = { .max_encoded_bytes = 1u << 20, .max_pixels = 1u << 18,
-				 .max_images = 4 };
+	hel_image_limits lim = {
+		.max_encoded_bytes = 1u << 20, .max_pixels = 1u << 18, .max_images = 4};
 	const uint8_t *colon = memchr(data, ':', size < 16 ? size : 16);
 	bool url = colon && colon > data && ((data[0] | 32) >= 'a' && (data[0] | 32) <= 'z');
 	if (!url) {

@@ -82,7 +82,8 @@ static void check_header(const uint8_t *data, size_t size)
 	uint8_t *again = malloc((size_t)hb);
 	if (!again)
 		fail("out of memory");
-	if (sel_record_encode(&ns, &h.d, h.row_checksum, h.created_ns, h.version, again, (size_t)hb) != hb)
+	if (sel_record_encode(&ns, &h.d, h.row_checksum, h.created_ns, h.version, again,
+			      (size_t)hb) != hb)
 		fail("a decoded header does not encode");
 	if (memcmp(again, data, (size_t)hb) != 0)
 		fail("re-encoding a decoded header changes its bytes");

@@ -171,10 +171,14 @@ static void fuzz_manifest(const uint8_t *d, size_t n)
 {
 	if (!ns_ready) {
 		/* One rank, three planes, a row: a fixed namespace to decode against. */
-		sel_plane planes[3] = {{"a", SEL_MEM_HOST, 0, 5000}, {"b", SEL_MEM_HOST, 0, 4096},
+		sel_plane planes[3] = {{"a", SEL_MEM_HOST, 0, 5000},
+				       {"b", SEL_MEM_HOST, 0, 4096},
 				       {"c", SEL_MEM_HOST, 0, 100}};
-		sel_rank_geometry rg = {.row = {"row", SEL_MEM_HOST, 0, 9000}, .row_count = 4,
-					.pages = planes, .n_planes = 3, .page_count = 64};
+		sel_rank_geometry rg = {.row = {"row", SEL_MEM_HOST, 0, 9000},
+					.row_count = 4,
+					.pages = planes,
+					.n_planes = 3,
+					.page_count = 64};
 		sel_geometry g = {.ranks = 1, .page_tokens = 64, .rank = &rg};
 		uint8_t id[SEL_IDENTITY_BYTES];
 		memset(id, 0x11, sizeof id);

@@ -42,7 +42,9 @@ static const struct sel_record_sizes *sizes(void)
 	if (!done) {
 		static sel_plane planes[2] = {{.name = (char *)"k", .unit_bytes = 4096},
 					      {.name = (char *)"v", .unit_bytes = 100}};
-		static sel_rank_geometry rg = {.pages = planes, .n_planes = 2, .page_count = 64,
+		static sel_rank_geometry rg = {.pages = planes,
+					       .n_planes = 2,
+					       .page_count = 64,
 					       .row = {.name = (char *)"state", .unit_bytes = 5000},
 					       .row_count = 4};
 		rg.page_bytes = 4196;

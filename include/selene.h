@@ -106,10 +106,10 @@ bool sel_key_is_none(const sel_key *k);
  * Embed it (the struct is public so schedulers can hold it by value) but
  * touch its fields only through the calls below. */
 typedef struct sel_history {
-	sel_digest root;       /* boundary digest at 0 (salted root) */
+	sel_digest root; /* boundary digest at 0 (salted root) */
 	sel_token *tokens;
 	uint64_t n, cap;
-	sel_digest *bounds;    /* bounds[k] = digest of boundary k*64, k <= n/64 */
+	sel_digest *bounds; /* bounds[k] = digest of boundary k*64, k <= n/64 */
 	uint64_t nbounds_cap;
 } sel_history;
 
@@ -170,9 +170,9 @@ typedef struct sel_plane {
 } sel_plane;
 
 typedef struct sel_rank_geometry {
-	sel_plane row;       /* the STATE_ROWS allocation */
+	sel_plane row; /* the STATE_ROWS allocation */
 	uint64_t row_count;
-	sel_plane *pages;    /* KV_PAGES allocations, ordered by name (strcmp) */
+	sel_plane *pages; /* KV_PAGES allocations, ordered by name (strcmp) */
 	uint32_t n_planes;
 	uint64_t page_count; /* smallest page count among the page planes */
 	uint64_t page_bytes; /* sum of page plane unit bytes */
@@ -192,8 +192,8 @@ typedef struct sel_geometry {
  * Errors: SEL_EGEOMETRY (a message names the rank and allocation: no or two
  * STATE_ROWS, no KV_PAGES, a duplicate name, a zero unit or count, ranks
  * or page_tokens out of range), -ENOMEM.  *out is NULL on failure. */
-int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
-		       uint32_t page_tokens, sel_geometry **out);
+int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks, uint32_t page_tokens,
+		       sel_geometry **out);
 void sel_geometry_free(sel_geometry *g);
 
 /* 16-byte BLAKE2b over the rank count, the page tokens and each rank's
@@ -272,14 +272,14 @@ typedef struct sel_store sel_store;
 
 /* Outcome of sel_store_put(), and the outcome carried by store events. */
 typedef enum sel_outcome {
-	SEL_QUEUED = 0,   /* copy submitted; pin until SEL_EV_STORED/STORE_FAILED */
-	SEL_PRESENT,      /* a committed local copy of the key exists */
-	SEL_DEFERRED,     /* (event only) the queued copy found no host capacity:
+	SEL_QUEUED = 0, /* copy submitted; pin until SEL_EV_STORED/STORE_FAILED */
+	SEL_PRESENT,    /* a committed local copy of the key exists */
+	SEL_DEFERRED,   /* (event only) the queued copy found no host capacity:
 			     pin released, retry after store progress */
-	SEL_RETRY,        /* capacity or queue room temporarily unavailable: no
+	SEL_RETRY,      /* capacity or queue room temporarily unavailable: no
 			     copy, no pin; retry after store progress */
-	SEL_OVERSIZE,     /* can never fit this store: do not retry */
-	SEL_SKIPPED,      /* not stored and not worth retrying (duplicate in
+	SEL_OVERSIZE,   /* can never fit this store: do not retry */
+	SEL_SKIPPED,    /* not stored and not worth retrying (duplicate in
 			     flight, unusable record, store stopped) */
 } sel_outcome;
 
@@ -305,8 +305,8 @@ typedef struct sel_published {
 	sel_digest bucket;     /* boundary digest at key.consumed / 64 */
 	const uint32_t *pages; /* whole chain from the root: key.consumed / page_tokens ids */
 	uint32_t n_pages;
-	uint32_t tail;         /* pages since the offered ancestor (the last `tail` ids) */
-	uint32_t state_slot;   /* the checkpoint's snapshot row */
+	uint32_t tail;       /* pages since the offered ancestor (the last `tail` ids) */
+	uint32_t state_slot; /* the checkpoint's snapshot row */
 } sel_published;
 
 typedef enum sel_tier {
@@ -324,12 +324,12 @@ const char *sel_tier_name(sel_tier t);
 
 /* A restorable host chain (HostHit). */
 typedef struct sel_hit {
-	sel_key key;        /* endpoint found */
-	uint64_t resident;  /* the GPU-resident count the lookup was made for */
-	uint32_t pages;     /* pages to upload: the chain's pages past `resident` */
-	uint64_t bytes;     /* bytes the restore moves (pages and row, all ranks) */
-	sel_tier tier;      /* where the bytes come from (the slowest tier involved) */
-	uint64_t cookie;    /* store-private */
+	sel_key key;       /* endpoint found */
+	uint64_t resident; /* the GPU-resident count the lookup was made for */
+	uint32_t pages;    /* pages to upload: the chain's pages past `resident` */
+	uint64_t bytes;    /* bytes the restore moves (pages and row, all ranks) */
+	sel_tier tier;     /* where the bytes come from (the slowest tier involved) */
+	uint64_t cookie;   /* store-private */
 	/* The chain the lookup verified: every node above `resident` had its
 	 * key compared with the request's history at its consumed count, and
 	 * this digest names those nodes and the pages each supplies.  fetch
@@ -347,48 +347,48 @@ typedef struct sel_inbound {
 	uint64_t ticket;       /* scheduler's ticket id, echoed in events */
 	const uint32_t *pages; /* hit.pages destination page ids, in chain order */
 	uint32_t n_pages;
-	uint32_t state_slot;   /* destination row */
+	uint32_t state_slot; /* destination row */
 } sel_inbound;
 
 typedef enum sel_event_type {
-	SEL_EV_STORED = 1,     /* a queued put landed (outcome SEL_QUEUED) */
-	SEL_EV_STORE_FAILED,   /* a queued put failed or was deferred (outcome) */
-	SEL_EV_FETCHED,        /* a fetch landed: the ticket's ids hold the bytes */
-	SEL_EV_FETCH_FAILED,   /* a fetch failed; its destinations are quiescent */
-	SEL_EV_PROGRESS,       /* host capacity came back after a refusal: retry
+	SEL_EV_STORED = 1,   /* a queued put landed (outcome SEL_QUEUED) */
+	SEL_EV_STORE_FAILED, /* a queued put failed or was deferred (outcome) */
+	SEL_EV_FETCHED,      /* a fetch landed: the ticket's ids hold the bytes */
+	SEL_EV_FETCH_FAILED, /* a fetch failed; its destinations are quiescent */
+	SEL_EV_PROGRESS,     /* host capacity came back after a refusal: retry
 				  (no checkpoint, no ticket; see the rules above) */
 } sel_event_type;
 
 typedef struct sel_event {
 	sel_event_type type;
-	sel_outcome outcome;   /* store events: SEL_QUEUED (stored), SEL_DEFERRED, SEL_SKIPPED */
-	int error;             /* failures: negative errno or SEL_E* */
-	uint64_t checkpoint;   /* store events */
-	uint64_t ticket;       /* fetch events */
+	sel_outcome outcome; /* store events: SEL_QUEUED (stored), SEL_DEFERRED, SEL_SKIPPED */
+	int error;           /* failures: negative errno or SEL_E* */
+	uint64_t checkpoint; /* store events */
+	uint64_t ticket;     /* fetch events */
 	sel_key key;
-	sel_tier tier;         /* fetch events: where the bytes came from */
+	sel_tier tier; /* fetch events: where the bytes came from */
 	uint64_t bytes;
-	uint64_t duration_ns;  /* submission to completion */
-	sel_retry_reason why;  /* SEL_DEFERRED: the cause (design 2.15) */
+	uint64_t duration_ns; /* submission to completion */
+	sel_retry_reason why; /* SEL_DEFERRED: the cause (design 2.15) */
 } sel_event;
 
 /* Counters and gauges, cumulative since open (design 2.11, 2.15). */
 typedef struct sel_tier_stats {
-	uint64_t records;       /* records indexed in this tier */
-	uint64_t bytes_used;    /* bytes held */
+	uint64_t records;    /* records indexed in this tier */
+	uint64_t bytes_used; /* bytes held */
 	uint64_t bytes_limit;
-	uint64_t bytes_in;      /* host -> GPU (restores) */
-	uint64_t bytes_out;     /* GPU -> host (stores) */
-	uint64_t held;          /* records taken into this tier */
+	uint64_t bytes_in;  /* host -> GPU (restores) */
+	uint64_t bytes_out; /* GPU -> host (stores) */
+	uint64_t held;      /* records taken into this tier */
 	uint64_t dropped_end_of_chain;
 	uint64_t dropped_oversize;
 	uint64_t dropped_io_error;
 	uint64_t expired;
 	uint64_t evicted;
 	uint64_t compacted;
-	uint64_t corrupt;       /* records that failed verification */
-	uint64_t rate_bps;      /* fitted bandwidth of restores (policy) */
-	uint64_t fixed_ns;      /* fitted fixed cost per restore (policy) */
+	uint64_t corrupt;  /* records that failed verification */
+	uint64_t rate_bps; /* fitted bandwidth of restores (policy) */
+	uint64_t fixed_ns; /* fitted fixed cost per restore (policy) */
 	/* Records stored into the tier with replicated shares packed once,
 	 * or per rank (design 2.5; a read-through promotion is a new store). */
 	uint64_t stores_packed, stores_per_rank;
@@ -410,7 +410,7 @@ const char *sel_pool_fail_name(sel_pool_fail f);
 
 /* Why this instance refused or failed an export (design 2.15). */
 typedef enum sel_export_refusal {
-	SEL_EXPORT_NOT_FOUND = 0,     /* the checkpoint left the GPU cache */
+	SEL_EXPORT_NOT_FOUND = 0,      /* the checkpoint left the GPU cache */
 	SEL_EXPORT_GENERATION_CHANGED, /* the id holds another key */
 	SEL_EXPORT_CHAIN_GAP,          /* not the pages asked for */
 	SEL_EXPORT_NO_HEADROOM,        /* pinning it would hurt serving */
@@ -424,9 +424,9 @@ const char *sel_export_refusal_name(sel_export_refusal r);
 
 /* Attachment of a pooled store (design 2.15). */
 typedef enum sel_pool_attach_state {
-	SEL_POOL_OFF = 0,      /* no pool configured */
-	SEL_POOL_UP,           /* a session is open */
-	SEL_POOL_DOWN,         /* the connection was lost: reattach follows */
+	SEL_POOL_OFF = 0,       /* no pool configured */
+	SEL_POOL_UP,            /* a session is open */
+	SEL_POOL_DOWN,          /* the connection was lost: reattach follows */
 	SEL_POOL_GONE_FOR_GOOD, /* sharing disabled (a changed region), or never attached */
 } sel_pool_attach_state;
 
@@ -441,10 +441,10 @@ typedef struct sel_pool_counters {
 	uint64_t hits;               /* lookups where the pool had the deepest prefix */
 	uint64_t claims, restores;   /* claims made, restores that landed */
 	uint64_t claims_failed[SEL_POOL_FAILS];
-	uint64_t reused_tokens, reused_bytes; /* by restores from the pool */
+	uint64_t reused_tokens, reused_bytes;                    /* by restores from the pool */
 	uint64_t puts, puts_accepted, puts_refused, puts_failed; /* copies into the arena */
 	uint64_t put_bytes;
-	uint64_t neighbour_restores;  /* of restores: exported by another instance */
+	uint64_t neighbour_restores; /* of restores: exported by another instance */
 	uint64_t neighbour_tokens, neighbour_bytes;
 	uint64_t announced, withdrawn; /* GPU holdings */
 	uint64_t exports_served;       /* exports this instance copied for a neighbour */
@@ -458,36 +458,36 @@ typedef struct sel_pool_counters {
 #define SEL_REMOTE_RTT_BINS 20 /* bin i: round trips <= 16 us << i; the last: above */
 typedef struct sel_remote_tier_stats {
 	bool enabled;
-	uint64_t lookups, hits;          /* remote lookups submitted, hits returned */
-	uint64_t lookups_late;           /* answers that came after the grace period */
-	uint64_t bytes_in, bytes_out;    /* restored from / written to Redis (payload) */
-	uint64_t puts, stored, present;  /* background writes: queued, written, already there */
+	uint64_t lookups, hits;         /* remote lookups submitted, hits returned */
+	uint64_t lookups_late;          /* answers that came after the grace period */
+	uint64_t bytes_in, bytes_out;   /* restored from / written to Redis (payload) */
+	uint64_t puts, stored, present; /* background writes: queued, written, already there */
 	uint64_t put_failures;
-	uint64_t skipped;                /* background writes skipped: queue or slots full */
-	uint64_t writes_in_flight;       /* background writes copying out or on their way */
+	uint64_t skipped;          /* background writes skipped: queue or slots full */
+	uint64_t writes_in_flight; /* background writes copying out or on their way */
 	uint64_t claims, claim_failures;
 	uint64_t auth_failures, corrupt, dropped;
 	uint64_t moved, ask, reconnects, stalls;
-	uint32_t state;                  /* 0 connecting, 1 up, 2 degraded, 3 down */
+	uint32_t state; /* 0 connecting, 1 up, 2 degraded, 3 down */
 	uint32_t nodes, nodes_up;
-	uint64_t rtt_ns, grace_ns;       /* median round trip; lookup grace period */
+	uint64_t rtt_ns, grace_ns; /* median round trip; lookup grace period */
 	uint64_t rtt_hist[SEL_REMOTE_RTT_BINS];
-	uint64_t rtt_sum_ns;             /* of the round trips in rtt_hist */
+	uint64_t rtt_sum_ns; /* of the round trips in rtt_hist */
 } sel_remote_tier_stats;
 
 typedef struct sel_stats {
-	const char *transport;     /* copy backend: "host", "cuda" */
-	uint64_t slot_bytes;       /* bytes per slot (one page record, padded) */
+	const char *transport; /* copy backend: "host", "cuda" */
+	uint64_t slot_bytes;   /* bytes per slot (one page record, padded) */
 	uint64_t slots_in_use, slots_total, intake_slots;
 	uint64_t parked_records;
 	uint64_t outcomes[SEL_SKIPPED + 1]; /* put() results and deferrals */
 	uint64_t retry_reasons[SEL_RETRY_REASONS];
-	uint64_t lookups, hits;    /* lookups made, hits returned */
+	uint64_t lookups, hits; /* lookups made, hits returned */
 	/* Lookup candidates passed over because a node of their chain had
 	 * another key than the request's history gives at its consumed count:
 	 * a parent link naming another prefix's record (forged, or stale). */
 	uint64_t chains_rejected;
-	uint64_t reused_tokens;    /* tokens restored by completed fetches */
+	uint64_t reused_tokens; /* tokens restored by completed fetches */
 	uint64_t fetches, fetch_failures;
 	uint64_t store_failures;
 	uint64_t inflight_out, inflight_in;
@@ -582,16 +582,16 @@ const char *sel_store_warning(const sel_store *s);
 
 /* What the startup summary reports about a store (design 2.11). */
 typedef struct sel_store_info {
-	const char *kind;          /* "memory", "disk", "composite", a test double's name */
-	const char *transport;     /* copy backend: "host", "cuda" */
-	const char *disk_dir;      /* namespace directory, or NULL without a disk tier */
-	uint64_t disk_limit;       /* bytes; 0 without a disk tier */
-	uint64_t scanned_records;  /* records the startup scan kept */
+	const char *kind;         /* "memory", "disk", "composite", a test double's name */
+	const char *transport;    /* copy backend: "host", "cuda" */
+	const char *disk_dir;     /* namespace directory, or NULL without a disk tier */
+	uint64_t disk_limit;      /* bytes; 0 without a disk tier */
+	uint64_t scanned_records; /* records the startup scan kept */
 	uint64_t slot_bytes, slots_total, intake_slots;
-	const char *disk_io;       /* the record I/O path at startup, or NULL (no disk tier) */
-	const char *disk_io_note;  /* why it is not io_uring+O_DIRECT, or "" */
-	const char *warning;       /* the startup warning, or "" (sel_store_warning) */
-	uint64_t disk_shared;      /* of the disk limit, set aside (disk_share_div); disk_limit
+	const char *disk_io;      /* the record I/O path at startup, or NULL (no disk tier) */
+	const char *disk_io_note; /* why it is not io_uring+O_DIRECT, or "" */
+	const char *warning;      /* the startup warning, or "" (sel_store_warning) */
+	uint64_t disk_shared;     /* of the disk limit, set aside (disk_share_div); disk_limit
 				      is the store's own part */
 	/* With a pool: "unix:PATH, pool 'NAME', arena 64 GiB" or why it is not
 	 * attached; NULL without --prefix-cache-pool. */
@@ -636,18 +636,18 @@ typedef enum sel_backend_kind {
 
 /* The shutdown drain's progress (design 2.5), for the operator's log. */
 typedef struct sel_drain_progress {
-	bool final;                  /* the last report: the drain is over */
-	uint64_t elapsed_ns;         /* since the drain began */
-	uint64_t records_written, bytes_written;   /* files committed by the drain */
-	uint64_t records_writing, bytes_writing;   /* writes in flight */
-	uint64_t records_left, bytes_left;         /* DRAM-only, not started */
-	uint64_t rate_bps;           /* bytes_written / elapsed */
+	bool final;                              /* the last report: the drain is over */
+	uint64_t elapsed_ns;                     /* since the drain began */
+	uint64_t records_written, bytes_written; /* files committed by the drain */
+	uint64_t records_writing, bytes_writing; /* writes in flight */
+	uint64_t records_left, bytes_left;       /* DRAM-only, not started */
+	uint64_t rate_bps;                       /* bytes_written / elapsed */
 	/* Final: why records were not saved ("" when all were): "time limit"
 	 * (drain_ns passed), "deadline" (the close deadline passed), "disk
 	 * limit" (no budget without evicting committed files), "disk full"
 	 * (ENOSPC/EDQUOT after a few retries), "write errors", "stopped". */
 	const char *why;
-	uint64_t failed;             /* writes that failed (their records not saved) */
+	uint64_t failed; /* writes that failed (their records not saved) */
 	/* The drain on shutdown is off: one final report at close when DRAM-only
 	 * records exist, with records_left / bytes_left the records lost (why
 	 * "drain off"), so a stop never drops them without a word. */
@@ -676,20 +676,20 @@ typedef struct sel_export_hooks {
 } sel_export_hooks;
 
 typedef struct sel_store_config {
-	const sel_geometry *geometry;    /* live plane addresses; outlives the store */
+	const sel_geometry *geometry;         /* live plane addresses; outlives the store */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
 	uint8_t model_identity[SEL_IDENTITY_BYTES];
-	uint32_t max_active;             /* scheduler concurrency (intake size) */
-	uint64_t memory_bytes;           /* warm budget; 0 = none */
-	const char *disk_dir;            /* base directory; NULL = no disk tier */
-	uint64_t disk_limit;             /* 0 = one tenth of free space */
-	uint64_t host_headroom;          /* bytes intake may use; 0 = from MemAvailable */
+	uint32_t max_active;    /* scheduler concurrency (intake size) */
+	uint64_t memory_bytes;  /* warm budget; 0 = none */
+	const char *disk_dir;   /* base directory; NULL = no disk tier */
+	uint64_t disk_limit;    /* 0 = one tenth of free space */
+	uint64_t host_headroom; /* bytes intake may use; 0 = from MemAvailable */
 	sel_backend_kind backend;
-	const int *cuda_devices;         /* [ranks] device ordinals (CUDA) */
-	uint32_t queue_depth;            /* per-rank transfer channel; 0 = 64 */
-	bool populate;                   /* pre-fault the slab mapping */
-	sel_split_mode split_pool;       /* memory-only CUDA slot pool; 0 = AUTO */
-	bool fdatasync;                  /* fdatasync record files before rename */
+	const int *cuda_devices;   /* [ranks] device ordinals (CUDA) */
+	uint32_t queue_depth;      /* per-rank transfer channel; 0 = 64 */
+	bool populate;             /* pre-fault the slab mapping */
+	sel_split_mode split_pool; /* memory-only CUDA slot pool; 0 = AUTO */
+	bool fdatasync;            /* fdatasync record files before rename */
 	/* Composite: at close, write DRAM-only (parked) records to disk first
 	 * (design 2.5 --prefix-cache-drain-on-shutdown): the most recently
 	 * used first, each after its parked ancestors; new writes start only

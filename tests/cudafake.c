@@ -31,7 +31,7 @@ struct CUevent_st {
 	struct CUstream_st *s;
 };
 
-static struct CUctx_st fake_ctx[FAKE_DEVICES] = { { 0 }, { 1 } };
+static struct CUctx_st fake_ctx[FAKE_DEVICES] = {{0}, {1}};
 __thread sel_cu_ctx fake_current;
 
 struct cudafake fake;
@@ -58,7 +58,8 @@ void fake_reset(void)
 static void run_stream(struct CUstream_st *s)
 {
 	for (size_t i = 0; i < s->n; i++)
-		memcpy((void *)(uintptr_t)s->q[i].dst, (const void *)(uintptr_t)s->q[i].src, s->q[i].len);
+		memcpy((void *)(uintptr_t)s->q[i].dst, (const void *)(uintptr_t)s->q[i].src,
+		       s->q[i].len);
 	s->n = 0;
 }
 
@@ -69,14 +70,20 @@ static void enqueue(struct CUstream_st *s, uint64_t dst, uint64_t src, uint64_t 
 		s->q = realloc(s->q, s->cap * sizeof(*s->q));
 		CHECK(s->q);
 	}
-	s->q[s->n++] = (struct pending){ dst, src, len };
+	s->q[s->n++] = (struct pending){dst, src, len};
 }
 
 static sel_cu_result f_cuInit(unsigned int flags) { return flags ? 1 : fake.init_rc; }
-static sel_cu_result f_cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+static sel_cu_result f_cuDriverGetVersion(int *v)
+{
+	*v = 13000;
+	return 0;
+}
 static sel_cu_result f_cuGetErrorName(sel_cu_result e, const char **s)
 {
-	*s = e == 1 ? "CUDA_ERROR_INVALID_VALUE" : e == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_FAKE";
+	*s = e == 1     ? "CUDA_ERROR_INVALID_VALUE"
+	     : e == 100 ? "CUDA_ERROR_NO_DEVICE"
+			: "CUDA_ERROR_FAKE";
 	return 0;
 }
 static sel_cu_result f_cuGetErrorString(sel_cu_result e, const char **s)
@@ -85,7 +92,11 @@ static sel_cu_result f_cuGetErrorString(sel_cu_result e, const char **s)
 	*s = "fake driver error";
 	return 0;
 }
-static sel_cu_result f_cuDeviceGetCount(int *n) { *n = FAKE_DEVICES; return 0; }
+static sel_cu_result f_cuDeviceGetCount(int *n)
+{
+	*n = FAKE_DEVICES;
+	return 0;
+}
 static sel_cu_result f_cuDeviceGet(sel_cu_device *d, int ord)
 {
 	if (ord < 0 || ord >= FAKE_DEVICES)
@@ -99,7 +110,9 @@ static sel_cu_result f_cuDeviceGetAttribute(int *v, int attr, sel_cu_device dev)
 	case SEL_CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; return 0;
 	case SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *v = dev + 3; return 0;
 	case SEL_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; return 0;
-	case SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = fake.numa_vmm; return 0;
+	case SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+		*v = fake.numa_vmm;
+		return 0;
 	default: return SEL_CU_ERROR_INVALID_VALUE;
 	}
 }
@@ -115,8 +128,16 @@ static sel_cu_result f_cuDevicePrimaryCtxRelease(sel_cu_device dev)
 		bad("context released more than retained");
 	return 0;
 }
-static sel_cu_result f_cuCtxSetCurrent(sel_cu_ctx c) { fake_current = c; return 0; }
-static sel_cu_result f_cuCtxGetCurrent(sel_cu_ctx *c) { *c = fake_current; return 0; }
+static sel_cu_result f_cuCtxSetCurrent(sel_cu_ctx c)
+{
+	fake_current = c;
+	return 0;
+}
+static sel_cu_result f_cuCtxGetCurrent(sel_cu_ctx *c)
+{
+	*c = fake_current;
+	return 0;
+}
 static sel_cu_result f_cuCtxGetStreamPriorityRange(int *least, int *greatest)
 {
 	if (!fake_current)
@@ -168,7 +189,11 @@ static sel_cu_result f_cuEventCreate(sel_cu_event *e, unsigned int flags)
 	*e = ev;
 	return 0;
 }
-static sel_cu_result f_cuEventRecord(sel_cu_event e, sel_cu_stream s) { e->s = s; return 0; }
+static sel_cu_result f_cuEventRecord(sel_cu_event e, sel_cu_stream s)
+{
+	e->s = s;
+	return 0;
+}
 static sel_cu_result f_cuEventSynchronize(sel_cu_event e)
 {
 	if (!e->s)
@@ -199,7 +224,8 @@ static void check_part(int dev, uint64_t a, uint64_t len)
 	if (!fake.reserved || a + len <= base || a >= base + fake.reserved_size)
 		return;
 	for (int m = 0; m < fake.nmapped; m++)
-		if (a >= fake.mapped[m].ptr && a + len <= fake.mapped[m].ptr + fake.mapped[m].size) {
+		if (a >= fake.mapped[m].ptr &&
+		    a + len <= fake.mapped[m].ptr + fake.mapped[m].size) {
 			if (m != dev)
 				bad("a device copied into another device's part");
 			return;
@@ -207,9 +233,9 @@ static void check_part(int dev, uint64_t a, uint64_t len)
 	bad("a copy outside the mapped parts");
 }
 
-static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes, size_t count,
-					  struct sel_cu_memcpy_attributes *attrs, size_t *idxs, size_t num,
-					  sel_cu_stream s)
+static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes,
+					  size_t count, struct sel_cu_memcpy_attributes *attrs,
+					  size_t *idxs, size_t num, sel_cu_stream s)
 {
 	uint64_t sum = 0;
 	if (!fake_current || fake_current->dev != s->dev)
@@ -223,7 +249,8 @@ static sel_cu_result f_cuMemcpyBatchAsync(sel_cu_dptr *dsts, sel_cu_dptr *srcs, 
 	}
 	if (count == 0 || count > 4096 || sum > (16u << 20))
 		bad("batch beyond 4096 entries or 16 MiB");
-	if (num != 1 || idxs[0] != 0 || attrs[0].src_access_order != SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+	if (num != 1 || idxs[0] != 0 ||
+	    attrs[0].src_access_order != SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
 	    attrs[0].flags != 0)
 		bad("batch attributes");
 	int m = atomic_load(&fake.max_count);
@@ -285,8 +312,8 @@ static sel_cu_result f_cuMemFree(sel_cu_dptr p)
 	free((void *)(uintptr_t)p);
 	return 0;
 }
-static sel_cu_result f_cuMemAddressReserve(sel_cu_dptr *p, size_t size, size_t align, sel_cu_dptr addr,
-					   unsigned long long flags)
+static sel_cu_result f_cuMemAddressReserve(sel_cu_dptr *p, size_t size, size_t align,
+					   sel_cu_dptr addr, unsigned long long flags)
 {
 	if (addr || flags || fake.reserved || align == 0 || size % align)
 		bad("address reservation arguments");
@@ -307,7 +334,8 @@ static sel_cu_result f_cuMemAddressFree(sel_cu_dptr p, size_t size)
 	fake.freed++;
 	return 0;
 }
-static sel_cu_result f_cuMemCreate(sel_cu_mem_handle *h, size_t size, const struct sel_cu_mem_alloc_prop *prop,
+static sel_cu_result f_cuMemCreate(sel_cu_mem_handle *h, size_t size,
+				   const struct sel_cu_mem_alloc_prop *prop,
 				   unsigned long long flags)
 {
 	if (flags || fake.ncreated >= 4)
@@ -343,8 +371,8 @@ static sel_cu_result f_cuMemUnmap(sel_cu_dptr p, size_t size)
 	fake.nunmapped++;
 	return 0;
 }
-static sel_cu_result f_cuMemSetAccess(sel_cu_dptr p, size_t size, const struct sel_cu_mem_access_desc *d,
-				      size_t n)
+static sel_cu_result f_cuMemSetAccess(sel_cu_dptr p, size_t size,
+				      const struct sel_cu_mem_access_desc *d, size_t n)
 {
 	if (fake.naccess >= 4 || n > 4)
 		bad("cuMemSetAccess arguments");
@@ -354,8 +382,8 @@ static sel_cu_result f_cuMemSetAccess(sel_cu_dptr p, size_t size, const struct s
 	memcpy(fake.access[fake.naccess++].d, d, n * sizeof(*d));
 	return 0;
 }
-static sel_cu_result f_cuMemGetAllocationGranularity(size_t *g, const struct sel_cu_mem_alloc_prop *prop,
-						     int option)
+static sel_cu_result
+f_cuMemGetAllocationGranularity(size_t *g, const struct sel_cu_mem_alloc_prop *prop, int option)
 {
 	if (prop->location.type != SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA)
 		bad("granularity for a non-host-NUMA location");
@@ -367,7 +395,10 @@ static const struct {
 	const char *name;
 	void *fn;
 } fake_syms[] = {
-#define F(n, f) { n, (void *)f }
+#define F(n, f)                                                                                    \
+	{                                                                                          \
+		n, (void *)f                                                                       \
+	}
 	F("cuInit", f_cuInit),
 	F("cuDriverGetVersion", f_cuDriverGetVersion),
 	F("cuGetErrorName", f_cuGetErrorName),
@@ -426,4 +457,3 @@ struct sel_cuda *fake_load(void)
 	CHECK(cu->driver_version == 13000);
 	return cu;
 }
-

@@ -26,26 +26,38 @@
 struct cudafake {
 	atomic_int retains[FAKE_DEVICES];
 	atomic_int batches, bad, inflight_at_entry, stream_syncs, streams, events;
-	atomic_int fail_batch;  /* -1: none */
+	atomic_int fail_batch; /* -1: none */
 	atomic_int registers, unregisters;
 	atomic_int max_count;
 	atomic_ullong max_bytes;
 	atomic_int plain_batch_asked;
 	atomic_int hold, blocked; /* event waits stall while hold is set */
 	atomic_int unblocked;     /* stalled waits that have run their stream since */
-	int streams_at_unmap;   /* streams alive at the first cuMemUnmap, -1 before */
-	int stream_fail;        /* cuStreamCreateWithPriority fails */
+	int streams_at_unmap;     /* streams alive at the first cuMemUnmap, -1 before */
+	int stream_fail;          /* cuStreamCreateWithPriority fails */
 	int init_rc;
 	int numa_vmm;
-	const char *missing;    /* symbol the resolver hides */
+	const char *missing; /* symbol the resolver hides */
 	char bad_why[128];
 	/* Virtual memory records (main thread only). */
 	void *reserved;
 	size_t reserved_size, reserved_align;
 	int freed, ncreated, nmapped, nunmapped, nreleased, naccess;
-	struct { size_t size; struct sel_cu_mem_alloc_prop prop; } created[4];
-	struct { uint64_t ptr; size_t size; sel_cu_mem_handle h; } mapped[4];
-	struct { uint64_t ptr; size_t size; struct sel_cu_mem_access_desc d[4]; size_t n; } access[4];
+	struct {
+		size_t size;
+		struct sel_cu_mem_alloc_prop prop;
+	} created[4];
+	struct {
+		uint64_t ptr;
+		size_t size;
+		sel_cu_mem_handle h;
+	} mapped[4];
+	struct {
+		uint64_t ptr;
+		size_t size;
+		struct sel_cu_mem_access_desc d[4];
+		size_t n;
+	} access[4];
 };
 
 extern struct cudafake fake;

@@ -36,8 +36,8 @@ struct et_call {
 	hel_token tok[ET_MAXTOK];
 	uint32_t n;
 	hel_outcome out;
-	int done;          /* on_done calls */
-	bool late_tokens;  /* on_tokens after on_done */
+	int done;         /* on_done calls */
+	bool late_tokens; /* on_tokens after on_done */
 	uint64_t id;
 	hel_logprob lp[ET_MAXTOK]; /* with logprobs */
 	bool have_lp;
@@ -93,10 +93,14 @@ ET_FN void et_call_free(struct et_call *c)
 }
 
 ET_FN int et_submit(hel_engine *e, struct et_call *c, const hel_token *prompt, uint32_t n,
-		     uint32_t max_tokens, const hel_sampler *sm)
+		    uint32_t max_tokens, const hel_sampler *sm)
 {
-	hel_request q = { .prompt = prompt, .n_prompt = n, .max_tokens = max_tokens,
-			  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = c };
+	hel_request q = {.prompt = prompt,
+			 .n_prompt = n,
+			 .max_tokens = max_tokens,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = c};
 	if (sm)
 		q.sampler = *sm;
 	return hel_engine_submit(e, &q, &c->id);
@@ -122,8 +126,8 @@ ET_FN void et_wait(struct et_call *c)
 }
 
 /* Submit and wait; returns the call (caller frees). */
-ET_FN struct et_call *et_run(hel_engine *e, const hel_token *prompt, uint32_t n, uint32_t max_tokens,
-			      const hel_sampler *sm)
+ET_FN struct et_call *et_run(hel_engine *e, const hel_token *prompt, uint32_t n,
+			     uint32_t max_tokens, const hel_sampler *sm)
 {
 	struct et_call *c = et_call_new();
 	CHECK_OK(et_submit(e, c, prompt, n, max_tokens, sm));
@@ -165,10 +169,7 @@ ET_FN bool et_settled(const hel_engine_stats *st, void *arg)
 
 /* Wait (up to 30 s) until the engine settled: what the last requests
  * published has reached the store. */
-ET_FN void et_settle(hel_engine *e)
-{
-	et_wait_stats(e, et_settled, NULL);
-}
+ET_FN void et_settle(hel_engine *e) { et_wait_stats(e, et_settled, NULL); }
 
 /* The same, in an iteration after the snapshot whose loop count was
  * loops (the worker woke and found nothing to do again). */
@@ -204,7 +205,7 @@ ET_FN void et_chat_add(struct et_chat *ch, const char *role, const char *content
 	CHECK(ch->text[ch->n]);
 	memcpy(ch->text[ch->n], content, len);
 	ch->text[ch->n][len] = 0;
-	ch->m[ch->n] = (hel_message){ .role = role, .content = ch->text[ch->n], .content_len = len };
+	ch->m[ch->n] = (hel_message){.role = role, .content = ch->text[ch->n], .content_len = len};
 	ch->n++;
 }
 
@@ -246,7 +247,7 @@ ET_FN void et_text(test_rng *rng, char *out, size_t n)
 /* A one-message chat prompt of about n bytes of random text. */
 ET_FN hel_token *et_random_prompt(test_rng *rng, size_t n, uint32_t *len)
 {
-	struct et_chat ch = { 0 };
+	struct et_chat ch = {0};
 	char *buf = malloc(n + 1);
 	CHECK(buf);
 	et_text(rng, buf, n);
@@ -274,13 +275,13 @@ struct et_ref {
 
 /* Prefill the whole prompt at once, then decode token by token until END or
  * max_tokens, sampling as the engine does (position = the token's index). */
-ET_FN void et_reference(const hel_core *core, const hel_token *prompt, uint32_t n, uint32_t max_tokens,
-			 const hel_sampler *sm, struct et_ref *out)
+ET_FN void et_reference(const hel_core *core, const hel_token *prompt, uint32_t n,
+			uint32_t max_tokens, const hel_sampler *sm, struct et_ref *out)
 {
 	uint32_t P = core->page_tokens, V = core->vocab;
 	uint32_t total = n + max_tokens;
 	hel_model *m;
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = total / P + 2, .rows = 1 };
+	hel_model_opts o = {.mode = SEL_MODE_ORDINARY, .pages = total / P + 2, .rows = 1};
 	CHECK_OK(hel_model_create(core, &o, &m));
 	uint32_t *pages = malloc((total / P + 2) * sizeof *pages);
 	CHECK(pages && max_tokens <= ET_MAXTOK);
@@ -337,7 +338,7 @@ ET_FN void et_logits_cb(void *ctx, uint64_t id, uint64_t pos, const int32_t *l, 
 	int32_t *c = malloc(vocab * sizeof *c);
 	CHECK(c);
 	memcpy(c, l, vocab * sizeof *c);
-	x->r[x->n++] = (struct et_logit_rec){ id, pos, c };
+	x->r[x->n++] = (struct et_logit_rec){id, pos, c};
 	x->vocab = vocab;
 	pthread_mutex_unlock(&x->mu);
 }
@@ -396,19 +397,24 @@ struct et_gate {
 	sel_store base;
 	sel_store *inner;
 	const sel_geometry *geo;
-	int hold;               /* atomic: keep fetch completions */
+	int hold; /* atomic: keep fetch completions */
 	sel_event held[64];
 	size_t n_held;
 	/* tickets in flight: destinations (for flips) */
-	struct { uint64_t ticket; uint32_t pages[256]; uint32_t n; uint32_t row; } in[16];
+	struct {
+		uint64_t ticket;
+		uint32_t pages[256];
+		uint32_t n;
+		uint32_t row;
+	} in[16];
 	size_t n_in;
 	/* one-shot corruption of the next completed restore */
-	int flip_kind;          /* atomic */
+	int flip_kind; /* atomic */
 	uint32_t flip_plane, flip_index;
 	uint64_t flip_offset;
-	int flipped;            /* atomic: flips applied */
-	int fetches;            /* atomic */
-	int held_total;         /* atomic: fetch completions that passed the gate */
+	int flipped;    /* atomic: flips applied */
+	int fetches;    /* atomic */
+	int held_total; /* atomic: fetch completions that passed the gate */
 	/* Called on the worker thread with every put before the inner store
 	 * sees it (the checkpoint is published and immutable: its bytes are
 	 * those the store will copy).  NULL: none. */
@@ -418,7 +424,8 @@ struct et_gate {
 
 ET_FN sel_store *et_gate_inner(sel_store *s) { return ((struct et_gate *)s)->inner; }
 
-ET_FN int et_gate_lookup(sel_store *s, const sel_history *h, uint64_t res, uint64_t lim, sel_hit *hit)
+ET_FN int et_gate_lookup(sel_store *s, const sel_history *h, uint64_t res, uint64_t lim,
+			 sel_hit *hit)
 {
 	return sel_store_lookup(et_gate_inner(s), h, res, lim, hit);
 }
@@ -455,13 +462,15 @@ ET_FN void et_gate_corrupt(struct et_gate *g, uint64_t ticket)
 		const sel_rank_geometry *rg = &g->geo->rank[0];
 		if (kind == ET_FLIP_PAGE && g->flip_index < g->in[i].n) {
 			const sel_plane *p = &rg->pages[g->flip_plane];
-			uint8_t *b = (uint8_t *)(uintptr_t)(p->address +
-							    g->in[i].pages[g->flip_index] * p->unit_bytes);
+			uint8_t *b =
+				(uint8_t *)(uintptr_t)(p->address + g->in[i].pages[g->flip_index] *
+									    p->unit_bytes);
 			b[g->flip_offset % p->unit_bytes] ^= 0x10;
 			__atomic_add_fetch(&g->flipped, 1, __ATOMIC_SEQ_CST);
 		} else if (kind == ET_FLIP_ROW) {
-			uint8_t *b = (uint8_t *)(uintptr_t)(rg->row.address +
-							    (uint64_t)g->in[i].row * rg->row.unit_bytes);
+			uint8_t *b =
+				(uint8_t *)(uintptr_t)(rg->row.address +
+						       (uint64_t)g->in[i].row * rg->row.unit_bytes);
 			b[g->flip_offset % rg->row.unit_bytes] ^= 0x10;
 			__atomic_add_fetch(&g->flipped, 1, __ATOMIC_SEQ_CST);
 		}
@@ -485,8 +494,7 @@ ET_FN int et_gate_poll(sel_store *s, sel_event *ev, size_t cap)
 		if (fetch && g->n_held < 64) {
 			g->held[g->n_held++] = tmp[i];
 			__atomic_add_fetch(&g->held_total, 1, __ATOMIC_SEQ_CST);
-		}
-		else if (out < cap)
+		} else if (out < cap)
 			ev[out++] = tmp[i];
 		else
 			CHECK(0); /* the engine polls with room for a batch */
@@ -509,20 +517,11 @@ ET_FN void et_gate_evicted(sel_store *s, const sel_key *k, uint64_t gen, const s
 	sel_store_evicted(et_gate_inner(s), k, gen, heir);
 }
 
-ET_FN void et_gate_touch(sel_store *s, const sel_key *k)
-{
-	sel_store_touch(et_gate_inner(s), k);
-}
+ET_FN void et_gate_touch(sel_store *s, const sel_key *k) { sel_store_touch(et_gate_inner(s), k); }
 
-ET_FN void et_gate_stats(sel_store *s, sel_stats *out)
-{
-	sel_store_stats(et_gate_inner(s), out);
-}
+ET_FN void et_gate_stats(sel_store *s, sel_stats *out) { sel_store_stats(et_gate_inner(s), out); }
 
-ET_FN int et_gate_wait_fd(sel_store *s)
-{
-	return sel_store_wait_fd(et_gate_inner(s));
-}
+ET_FN int et_gate_wait_fd(sel_store *s) { return sel_store_wait_fd(et_gate_inner(s)); }
 
 ET_FN int et_gate_close(sel_store *s, uint64_t deadline)
 {

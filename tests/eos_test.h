@@ -8,8 +8,8 @@
 #include "eos.h"
 
 /* The message of the last failure must contain needle. */
-#define CHECK_MSG(needle)                                                                     \
-	CHECKF(strstr(eos_errmsg(), (needle)) != NULL, "message '%s' lacks '%s'", eos_errmsg(), \
+#define CHECK_MSG(needle)                                                                          \
+	CHECKF(strstr(eos_errmsg(), (needle)) != NULL, "message '%s' lacks '%s'", eos_errmsg(),    \
 	       (needle))
 
 #endif

@@ -8,8 +8,8 @@
 
 #include "record.h"
 
-const char *const faultfs_op_name[F_NOPS] = {"none", "open", "fallocate", "pwrite", "pread",
-					     "fdatasync", "fsync", "rename", "unlink"};
+const char *const faultfs_op_name[F_NOPS] = {"none",      "open",  "fallocate", "pwrite", "pread",
+					     "fdatasync", "fsync", "rename",    "unlink"};
 struct faultfs faultfs;
 
 static bool inject(enum faultfs_op op)
@@ -62,8 +62,9 @@ static int f_unlinkat(int dfd, const char *p, int fl)
 		eos_sleep_ns((uint64_t)ms * 1000000);
 	bool spared = __atomic_load_n(&faultfs.spare_tmp_unlink, __ATOMIC_SEQ_CST) &&
 		      sel_record_is_tmp_name(p);
-	return record_path(p) && !spared && inject(F_UNLINK) ? -1
-							      : eos_fileops_libc.unlinkat(dfd, p, fl);
+	return record_path(p) && !spared && inject(F_UNLINK)
+		       ? -1
+		       : eos_fileops_libc.unlinkat(dfd, p, fl);
 }
 
 const struct eos_fileops *faultfs_ops(void)

@@ -17,8 +17,18 @@
 
 #include "eos.h"
 
-enum faultfs_op { F_NONE = 0, F_OPEN, F_FALLOCATE, F_PWRITE, F_PREAD, F_FDATASYNC, F_FSYNC,
-		  F_RENAME, F_UNLINK, F_NOPS };
+enum faultfs_op {
+	F_NONE = 0,
+	F_OPEN,
+	F_FALLOCATE,
+	F_PWRITE,
+	F_PREAD,
+	F_FDATASYNC,
+	F_FSYNC,
+	F_RENAME,
+	F_UNLINK,
+	F_NOPS
+};
 extern const char *const faultfs_op_name[F_NOPS];
 
 struct faultfs {

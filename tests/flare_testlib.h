@@ -65,22 +65,22 @@ struct fake {
 	const char *reply;
 	unsigned delay_us;
 	bool hold;
-	bool hold_all;            /* no token at all until cancelled (a queued request) */
+	bool hold_all; /* no token at all until cancelled (a queued request) */
 	int submit_rc;
-	unsigned fail_at;         /* the submit with this number (1-based) fails -EAGAIN */
+	unsigned fail_at; /* the submit with this number (1-based) fails -EAGAIN */
 	uint64_t cached, gpu, host;
 	sel_tier tier;
 
 	/* Observations (under mu). */
 	unsigned submitted, cancels, finished, stop_requests;
-	unsigned tokens;        /* on_tokens calls returned */
+	unsigned tokens; /* on_tokens calls returned */
 	hel_sampler last_sampler;
 	uint64_t last_after;
 	bool last_logprobs;
 	uint32_t last_top_logprobs;
-	uint64_t seeds[256];      /* of every submit, in order: the seed, */
-	uint64_t afters[256];     /* hel_request.after, */
-	uint64_t ids[256];        /* and the id it got */
+	uint64_t seeds[256];  /* of every submit, in order: the seed, */
+	uint64_t afters[256]; /* hel_request.after, */
+	uint64_t ids[256];    /* and the id it got */
 	uint32_t last_max_tokens;
 	bool last_ignore_eos;
 	hel_token last_prompt[8192];
@@ -140,8 +140,9 @@ static void *fake_main(void *arg)
 		uint32_t limit = len < q->r.max_tokens ? (uint32_t)len : q->r.max_tokens;
 		if (q->cancelled || q->stopped || q->emitted >= limit) {
 			*pp = q->next;
-			const char *why = q->cancelled ? "cancelled"
-					  : q->stopped || q->emitted >= len ? "stop" : "length";
+			const char *why = q->cancelled                      ? "cancelled"
+					  : q->stopped || q->emitted >= len ? "stop"
+									    : "length";
 			f->finished++;
 			hel_outcome o = fake_outcome(q, why, f);
 			pthread_mutex_unlock(&f->mu);
@@ -207,8 +208,8 @@ static void fake_info(void *ctx, hel_engine_info *out)
 	out->slots_total = out->intake_slots + f->cfg.memory_bytes / out->slot_bytes;
 	out->memory_bytes = f->cfg.memory_bytes;
 	if (disk)
-		snprintf(out->disk_dir, sizeof out->disk_dir, "%s/tiny-0011223344556677-8899aabbccddeeff",
-			 f->cfg.disk_dir);
+		snprintf(out->disk_dir, sizeof out->disk_dir,
+			 "%s/tiny-0011223344556677-8899aabbccddeeff", f->cfg.disk_dir);
 	out->disk_limit = f->cfg.disk_limit_set ? f->cfg.disk_limit : (1ull << 30);
 	out->scanned_records = disk ? 3 : 0;
 	out->gpu_pages = (uint32_t)(f->cfg.gpu_cache_bytes / 8704);
@@ -310,10 +311,14 @@ static int fake_stop(void *ctx, uint64_t deadline_ns)
 	struct fake *f = ctx;
 	/* A drain, as the engine reports one from its store's close. */
 	if (f->cfg.drain_on_shutdown && f->cfg.drain_progress) {
-		sel_drain_progress p = {.elapsed_ns = 1000000000ull, .records_written = 2,
-					.bytes_written = 2 << 20, .records_writing = 1,
-					.bytes_writing = 1 << 20, .records_left = 4,
-					.bytes_left = 4 << 20, .rate_bps = 2 << 20};
+		sel_drain_progress p = {.elapsed_ns = 1000000000ull,
+					.records_written = 2,
+					.bytes_written = 2 << 20,
+					.records_writing = 1,
+					.bytes_writing = 1 << 20,
+					.records_left = 4,
+					.bytes_left = 4 << 20,
+					.rate_bps = 2 << 20};
 		f->cfg.drain_progress(f->cfg.drain_ctx, &p);
 		p.final = true;
 		p.elapsed_ns = 1500000000ull;
@@ -435,10 +440,10 @@ static UNUSED bool http_read_some(int fd, char *buf, size_t *len, size_t cap, in
 
 struct http_resp {
 	int status;
-	char head[8192];  /* status line and headers */
-	char *body;       /* decoded (chunked removed), NUL-terminated */
+	char head[8192]; /* status line and headers */
+	char *body;      /* decoded (chunked removed), NUL-terminated */
 	size_t len;
-	char *raw;        /* everything received */
+	char *raw; /* everything received */
 	size_t raw_len;
 };
 
@@ -478,7 +483,8 @@ static UNUSED void http_parse(struct http_resp *r)
 	CHECK(hl < sizeof r->head);
 	memcpy(r->head, r->raw, hl);
 	r->head[hl] = '\0';
-	CHECKF(sscanf(r->head, "HTTP/1.%*c %d", &r->status) == 1, "bad status line: %.100s", r->head);
+	CHECKF(sscanf(r->head, "HTTP/1.%*c %d", &r->status) == 1, "bad status line: %.100s",
+	       r->head);
 	const char *b = end + 4;
 	size_t blen = r->raw_len - (size_t)(b - r->raw);
 	char te[64];
@@ -509,7 +515,8 @@ static UNUSED void http_parse(struct http_resp *r)
 }
 
 /* Send a complete request text and read until the server closes. */
-static UNUSED void http_exchange(uint16_t port, const char *req, size_t req_len, struct http_resp *out)
+static UNUSED void http_exchange(uint16_t port, const char *req, size_t req_len,
+				 struct http_resp *out)
 {
 	memset(out, 0, sizeof *out);
 	int fd = http_connect(port);
@@ -526,7 +533,8 @@ static UNUSED void http_exchange(uint16_t port, const char *req, size_t req_len,
 		}
 		struct pollfd p = {fd, POLLIN, 0};
 		int pr = poll(&p, 1, 20000);
-		CHECKF(pr > 0, "timed out waiting for the response (have %zu bytes: %.200s)", len, buf);
+		CHECKF(pr > 0, "timed out waiting for the response (have %zu bytes: %.200s)", len,
+		       buf);
 		ssize_t r = recv(fd, buf + len, cap - 1 - len, 0);
 		if (r <= 0)
 			break;
@@ -604,7 +612,8 @@ static UNUSED void http_send_request(int fd, const char *method, const char *pat
 	char head[2048];
 	size_t bl = body ? strlen(body) : 0;
 	int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s", method,
-			 path, headers ? headers : "", body ? "Content-Type: application/json\r\n" : "");
+			 path, headers ? headers : "",
+			 body ? "Content-Type: application/json\r\n" : "");
 	if (body || !strcmp(method, "POST"))
 		n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n", bl);
 	n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
@@ -639,15 +648,16 @@ static UNUSED void prom_check(const char *text)
 		if (!strncmp(line, "# TYPE ", 7)) {
 			CHECK(sscanf(line + 7, "%95s %31s", name, kind) == 2);
 			CHECKF(!strcmp(kind, "counter") || !strcmp(kind, "gauge") ||
-				       !strcmp(kind, "histogram"), "type %s", kind);
+				       !strcmp(kind, "histogram"),
+			       "type %s", kind);
 			for (size_t i = 0; i < nt; i++)
 				CHECKF(strcmp(types[i], name), "TYPE %s twice", name);
 			bool total = strlen(name) > 6 && !strcmp(name + strlen(name) - 6, "_total");
 			if (!strcmp(kind, "counter"))
 				CHECKF(total, "counter %s does not end in _total", name);
 			else
-				CHECKF(!total, "%s %s ends in _total (promtool: only counters may)", kind,
-				       name);
+				CHECKF(!total, "%s %s ends in _total (promtool: only counters may)",
+				       kind, name);
 			CHECK(nt < 256);
 			snprintf(types[nt++], sizeof types[0], "%s", name);
 			continue;
@@ -663,7 +673,8 @@ static UNUSED void prom_check(const char *text)
 		    (!strcmp(name + fl, "_bucket") || !strcmp(name + fl, "_sum") ||
 		     !strcmp(name + fl, "_count")))
 			name[fl] = '\0';
-		CHECKF(nt > 0 && !strcmp(types[nt - 1], name), "sample %s outside its family", name);
+		CHECKF(nt > 0 && !strcmp(types[nt - 1], name), "sample %s outside its family",
+		       name);
 		const char *v = strrchr(line, ' ');
 		char *end;
 		strtod(v + 1, &end);

@@ -37,10 +37,7 @@ static void png_write_cb(png_structp png, png_bytep data, size_t n)
 	imgbuf_put(png_get_io_ptr(png), data, n);
 }
 
-static void png_flush_cb(png_structp png)
-{
-	(void)png;
-}
+static void png_flush_cb(png_structp png) { (void)png; }
 
 static void png_fail(png_structp png, png_const_charp msg)
 {
@@ -52,7 +49,7 @@ static void png_fail(png_structp png, png_const_charp msg)
 void img_png(struct imgbuf *out, uint32_t w, uint32_t h, int color_type, int depth,
 	     const uint8_t *rows, size_t stride, const struct img_png_opts *o)
 {
-	struct img_png_opts none = { 0 };
+	struct img_png_opts none = {0};
 	if (!o)
 		o = &none;
 	png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, png_fail, NULL);
@@ -75,7 +72,7 @@ void img_png(struct imgbuf *out, uint32_t w, uint32_t h, int color_type, int dep
 		if (o->n_trns)
 			png_set_tRNS(png, info, o->trns, o->n_trns, NULL);
 	} else if (o->n_trns) {
-		png_color_16 key = { 0 };
+		png_color_16 key = {0};
 		key.gray = o->trns_gray;
 		key.red = o->trns_rgb[0];
 		key.green = o->trns_rgb[1];
@@ -140,7 +137,8 @@ uint8_t *img_pattern(uint32_t w, uint32_t h, uint32_t ch, uint32_t seed)
 				uint32_t v = (x * 255 / (w > 1 ? w - 1 : 1)) * (c % 3 == 0) +
 					     (y * 255 / (h > 1 ? h - 1 : 1)) * (c % 3 == 1) +
 					     ((x ^ y) * 37 + seed * 11) * (c % 3 == 2);
-				uint32_t hsh = (x * 73856093u) ^ (y * 19349663u) ^ (c * 83492791u) ^ seed;
+				uint32_t hsh =
+					(x * 73856093u) ^ (y * 19349663u) ^ (c * 83492791u) ^ seed;
 				v += (hsh >> 13) & 15;
 				p[((size_t)y * w + x) * ch + c] = (uint8_t)v;
 			}
@@ -155,8 +153,8 @@ uint8_t *img_smooth(uint32_t w, uint32_t h, uint32_t ch, uint32_t seed)
 	for (uint32_t y = 0; y < h; y++)
 		for (uint32_t x = 0; x < w; x++)
 			for (uint32_t c = 0; c < ch; c++) {
-				uint32_t v = 20 + (x * (80 + 10 * c)) / w + (y * (100 - 10 * c)) / h +
-					     seed % 8;
+				uint32_t v = 20 + (x * (80 + 10 * c)) / w +
+					     (y * (100 - 10 * c)) / h + seed % 8;
 				p[((size_t)y * w + x) * ch + c] = (uint8_t)v;
 			}
 	return p;

@@ -20,14 +20,14 @@ void imgbuf_put(struct imgbuf *b, const void *p, size_t n);
 
 /* PNG options beyond the samples. */
 struct img_png_opts {
-	bool interlace;          /* Adam7 */
-	const uint8_t *palette;  /* PNG_COLOR_TYPE_PALETTE: n_palette RGB triples */
+	bool interlace;         /* Adam7 */
+	const uint8_t *palette; /* PNG_COLOR_TYPE_PALETTE: n_palette RGB triples */
 	int n_palette;
-	const uint8_t *trns;     /* palette alpha entries, or for gray/RGB the key colour */
-	int n_trns;              /* entries (palette); 1 for a gray/RGB key */
-	uint16_t trns_gray;      /* key colour, gray */
-	uint16_t trns_rgb[3];    /* key colour, RGB */
-	int compression;         /* zlib level, 0..9 (0 means 6) */
+	const uint8_t *trns;  /* palette alpha entries, or for gray/RGB the key colour */
+	int n_trns;           /* entries (palette); 1 for a gray/RGB key */
+	uint16_t trns_gray;   /* key colour, gray */
+	uint16_t trns_rgb[3]; /* key colour, RGB */
+	int compression;      /* zlib level, 0..9 (0 means 6) */
 };
 
 /* Encode a PNG: color_type and depth are libpng's (PNG_COLOR_TYPE_*, 1..16);

@@ -27,7 +27,7 @@ sel_input_key test_input_key(uint32_t n)
 
 void test_input_prepared(sel_input_rec *r, uint32_t n, uint64_t bytes)
 {
-	sel_input_tensor t = { .dtype = SEL_DT_U8, .rank = 1, .dims = { bytes } };
+	sel_input_tensor t = {.dtype = SEL_DT_U8, .rank = 1, .dims = {bytes}};
 	strcpy(t.name, "pixels");
 	sel_input_key k = test_input_key(n);
 	CHECK_OK(sel_input_prepared_init(r, &k, &t, 1));
@@ -46,7 +46,7 @@ void test_prep_wait(hel_prep *w, hel_prep_result *out, int n, double seconds)
 			break;
 		CHECKF(eos_now_ns() < deadline, "%d of %d preparation results after %.0f s", got, n,
 		       seconds);
-		struct pollfd p = { .fd = hel_prep_wait_fd(w), .events = POLLIN };
+		struct pollfd p = {.fd = hel_prep_wait_fd(w), .events = POLLIN};
 		poll(&p, 1, 1000);
 	}
 }

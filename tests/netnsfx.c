@@ -56,10 +56,10 @@ static int ip(char *err, size_t len, const char *const *argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-#define IP(err, len, ...)                                                   \
-	({                                                                  \
-		const char *const argv_[] = {"ip", __VA_ARGS__, NULL};      \
-		ip(err, len, argv_);                                        \
+#define IP(err, len, ...)                                                                          \
+	({                                                                                         \
+		const char *const argv_[] = {"ip", __VA_ARGS__, NULL};                             \
+		ip(err, len, argv_);                                                               \
 	})
 
 static void delete_ns(const char *name) { IP(NULL, 0, "netns", "delete", name); }
@@ -147,10 +147,12 @@ int nfx_create(struct nfx *x, int peers, char *why, size_t len)
 		char net0[32], netp[32];
 		snprintf(net0, sizeof net0, "%s/24", x->addr0[i]);
 		snprintf(netp, sizeof netp, "%s/24", x->addrp[i]);
-		if ((rc = IP(err, sizeof err, "link", "add", x->if0[i], "netns", x->ns[0], "type", "veth",
-			     "peer", "name", x->ifp[i], "netns", x->ns[i])) ||
-		    (rc = IP(err, sizeof err, "-n", x->ns[0], "addr", "add", net0, "dev", x->if0[i])) ||
-		    (rc = IP(err, sizeof err, "-n", x->ns[i], "addr", "add", netp, "dev", x->ifp[i])) ||
+		if ((rc = IP(err, sizeof err, "link", "add", x->if0[i], "netns", x->ns[0], "type",
+			     "veth", "peer", "name", x->ifp[i], "netns", x->ns[i])) ||
+		    (rc = IP(err, sizeof err, "-n", x->ns[0], "addr", "add", net0, "dev",
+			     x->if0[i])) ||
+		    (rc = IP(err, sizeof err, "-n", x->ns[i], "addr", "add", netp, "dev",
+			     x->ifp[i])) ||
 		    (rc = IP(err, sizeof err, "-n", x->ns[0], "link", "set", x->if0[i], "up")) ||
 		    (rc = IP(err, sizeof err, "-n", x->ns[i], "link", "set", x->ifp[i], "up")) ||
 		    (rc = IP(err, sizeof err, "-n", x->ns[i], "link", "set", "lo", "up")))
@@ -207,8 +209,8 @@ int nfx_if_bytes(const char *ifname, unsigned long long *rx, unsigned long long 
 		if (strcmp(name, ifname))
 			continue;
 		unsigned long long v[9];
-		if (sscanf(c + 1, "%llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-			   &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) == 9) {
+		if (sscanf(c + 1, "%llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) == 9) {
 			*rx = v[0];
 			*tx = v[8];
 			rc = 0;

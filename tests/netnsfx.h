@@ -28,11 +28,11 @@
 
 struct nfx {
 	int peers;
-	char ns[NFX_MAX_PEERS + 1][40];        /* [0] rank zero's, [i] peer i's */
-	char if0[NFX_MAX_PEERS + 1][16];       /* rank zero's end of peer i's veth */
-	char ifp[NFX_MAX_PEERS + 1][16];       /* peer i's end */
-	char addr0[NFX_MAX_PEERS + 1][24];     /* 10.77.<i>.1 */
-	char addrp[NFX_MAX_PEERS + 1][24];     /* 10.77.<i>.2 */
+	char ns[NFX_MAX_PEERS + 1][40];    /* [0] rank zero's, [i] peer i's */
+	char if0[NFX_MAX_PEERS + 1][16];   /* rank zero's end of peer i's veth */
+	char ifp[NFX_MAX_PEERS + 1][16];   /* peer i's end */
+	char addr0[NFX_MAX_PEERS + 1][24]; /* 10.77.<i>.1 */
+	char addrp[NFX_MAX_PEERS + 1][24]; /* 10.77.<i>.2 */
 	pid_t reaper;
 };
 

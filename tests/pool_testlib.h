@@ -36,7 +36,7 @@
 
 struct mgr_proc {
 	pid_t pid;
-	int port;               /* metrics port, 0 without */
+	int port; /* metrics port, 0 without */
 	char sock[256], log[300];
 };
 
@@ -285,12 +285,19 @@ UNUSED static void scope_make(struct scope *s, uint32_t ranks, uint64_t plane0, 
 	sel_allocation a[16];
 	int n = 0;
 	for (uint32_t r = 0; r < ranks; r++) {
-		a[n++] = (sel_allocation){r, "k", SEL_GROUP_KV_PAGES, SEL_MEM_HOST, (uint64_t)(uintptr_t)s->mem,
-					  plane0, 16};
-		a[n++] = (sel_allocation){r, "v", SEL_GROUP_KV_PAGES, SEL_MEM_HOST, (uint64_t)(uintptr_t)s->mem,
-					  1000, 16};
-		a[n++] = (sel_allocation){r, "row", SEL_GROUP_STATE_ROWS, SEL_MEM_HOST,
-					  (uint64_t)(uintptr_t)s->mem, 6000, 4};
+		a[n++] = (sel_allocation){
+			r,      "k", SEL_GROUP_KV_PAGES, SEL_MEM_HOST, (uint64_t)(uintptr_t)s->mem,
+			plane0, 16};
+		a[n++] = (sel_allocation){
+			r,    "v", SEL_GROUP_KV_PAGES, SEL_MEM_HOST, (uint64_t)(uintptr_t)s->mem,
+			1000, 16};
+		a[n++] = (sel_allocation){r,
+					  "row",
+					  SEL_GROUP_STATE_ROWS,
+					  SEL_MEM_HOST,
+					  (uint64_t)(uintptr_t)s->mem,
+					  6000,
+					  4};
 	}
 	CHECK_OK(sel_geometry_build(a, (size_t)n, ranks, 64, &s->g));
 	memset(s->model, model, sizeof s->model);
@@ -311,12 +318,15 @@ struct tc {
 	size_t n;
 };
 
-UNUSED static int tc_attach(struct tc *t, const struct mgr_proc *m, const struct scope *s, const char *id,
-			    uint64_t timeout_ns)
+UNUSED static int tc_attach(struct tc *t, const struct mgr_proc *m, const struct scope *s,
+			    const char *id, uint64_t timeout_ns)
 {
 	memset(t, 0, sizeof *t);
-	struct sel_pool_client_config cfg = {.address = m->sock, .geometry = s->g, .instance_id = id,
-					     .hello_timeout_ns = timeout_ns ? timeout_ns : 10 * S_NS,
+	struct sel_pool_client_config cfg = {.address = m->sock,
+					     .geometry = s->g,
+					     .instance_id = id,
+					     .hello_timeout_ns =
+						     timeout_ns ? timeout_ns : 10 * S_NS,
 					     .listen = "127.0.0.1:0"};
 	memcpy(cfg.identity, s->identity, SEL_IDENTITY_BYTES);
 	memcpy(cfg.core_identity, s->model, SEL_IDENTITY_BYTES);
@@ -339,7 +349,8 @@ UNUSED static void tc_pump(struct tc *t, int ms)
 }
 
 /* The first backlog event of this type (removed), waiting up to seconds. */
-UNUSED static struct sel_pool_event tc_wait(struct tc *t, enum sel_pool_event_type type, unsigned seconds)
+UNUSED static struct sel_pool_event tc_wait(struct tc *t, enum sel_pool_event_type type,
+					    unsigned seconds)
 {
 	uint64_t deadline = eos_now_ns() + seconds * S_NS;
 	for (;;) {
@@ -350,8 +361,8 @@ UNUSED static struct sel_pool_event tc_wait(struct tc *t, enum sel_pool_event_ty
 				t->n--;
 				return e;
 			}
-		CHECKF(eos_now_ns() < deadline, "no event %d within %u s (backlog %zu, state %s)", type,
-		       seconds, t->n, sel_pool_state_name(sel_pool_state(t->c)));
+		CHECKF(eos_now_ns() < deadline, "no event %d within %u s (backlog %zu, state %s)",
+		       type, seconds, t->n, sel_pool_state_name(sel_pool_state(t->c)));
 		tc_pump(t, 20);
 	}
 }
@@ -374,7 +385,8 @@ UNUSED static void hist_make(sel_history *h, const struct scope *s, uint64_t len
 {
 	CHECK_OK(sel_history_init(h, s->model, NULL, 0));
 	for (uint64_t i = 0; i < len; i++) {
-		sel_token t = (sel_token)(i < from ? i * 2654435761u : i * 40503u + seed * 7919u + 1);
+		sel_token t =
+			(sel_token)(i < from ? i * 2654435761u : i * 40503u + seed * 7919u + 1);
 		CHECK_OK(sel_history_append(h, &t, 1));
 	}
 }
@@ -406,8 +418,8 @@ static inline uint8_t row_byte(const sel_key *k, uint64_t o)
 
 /* Fill a put or export lease with h's bytes: page i of the lease is chain
  * page first + i; the row slots get the endpoint's row. */
-UNUSED static void lease_fill(sel_pool_client *c, const struct sel_pool_lease *l, const sel_history *h,
-			      const sel_key *end, uint32_t first)
+UNUSED static void lease_fill(sel_pool_client *c, const struct sel_pool_lease *l,
+			      const sel_history *h, const sel_key *end, uint32_t first)
 {
 	uint64_t sb = sel_pool_slot_bytes(c);
 	for (uint32_t i = 0; i < l->n_pages; i++) {
@@ -424,8 +436,8 @@ UNUSED static void lease_fill(sel_pool_client *c, const struct sel_pool_lease *l
 
 /* Check a claim lease against h: its chain is h's, it verifies, and page i
  * holds chain page base/pt + i of h, byte for byte, and the row h's. */
-UNUSED static void lease_check(sel_pool_client *c, const struct sel_pool_lease *l, const sel_history *h,
-			       uint64_t resident)
+UNUSED static void lease_check(sel_pool_client *c, const struct sel_pool_lease *l,
+			       const sel_history *h, uint64_t resident)
 {
 	uint64_t sb = sel_pool_slot_bytes(c);
 	uint32_t first = (uint32_t)(l->base / l->page_tokens);
@@ -439,7 +451,8 @@ UNUSED static void lease_check(sel_pool_client *c, const struct sel_pool_lease *
 	for (uint32_t k = 0; k < l->n_row_slots; k++) {
 		const uint8_t *p = sel_pool_slot_addr(c, l->row_slots[k]);
 		for (uint64_t o = 0; o < sb; o++)
-			CHECKF(p[o] == row_byte(&l->key, k * sb + o), "row slot %u byte %" PRIu64, k, o);
+			CHECKF(p[o] == row_byte(&l->key, k * sb + o), "row slot %u byte %" PRIu64,
+			       k, o);
 	}
 }
 
@@ -448,7 +461,8 @@ UNUSED static void lease_check(sel_pool_client *c, const struct sel_pool_lease *
 UNUSED static uint32_t put_record(struct tc *t, const sel_history *h, uint64_t c, uint64_t p)
 {
 	uint32_t pt = 64;
-	struct sel_pool_put_desc d = {.key = key_at(h, c), .bucket = bucket_of(h, c),
+	struct sel_pool_put_desc d = {.key = key_at(h, c),
+				      .bucket = bucket_of(h, c),
 				      .tail = (uint32_t)(c / pt - p / pt)};
 	if (p)
 		d.parent = key_at(h, p);
@@ -458,8 +472,9 @@ UNUSED static uint32_t put_record(struct tc *t, const sel_history *h, uint64_t c
 	for (;;) {
 		for (size_t i = 0; i < t->n; i++) {
 			struct sel_pool_event e = t->ev[i];
-			if (e.request != id || (e.type != SEL_POOL_EV_PUT_GRANTED &&
-						e.type != SEL_POOL_EV_PUT_REFUSED && e.type != SEL_POOL_EV_PUT_RESULT))
+			if (e.request != id ||
+			    (e.type != SEL_POOL_EV_PUT_GRANTED &&
+			     e.type != SEL_POOL_EV_PUT_REFUSED && e.type != SEL_POOL_EV_PUT_RESULT))
 				continue;
 			memmove(t->ev + i, t->ev + i + 1, (t->n - i - 1) * sizeof *t->ev);
 			t->n--;
@@ -481,7 +496,8 @@ UNUSED static uint32_t put_record(struct tc *t, const sel_history *h, uint64_t c
 }
 
 /* Look h up above resident; the READY ticket (caller frees), waiting 10 s. */
-UNUSED static sel_pool_ticket *lookup(struct tc *t, const sel_history *h, uint64_t resident, uint64_t limit)
+UNUSED static sel_pool_ticket *lookup(struct tc *t, const sel_history *h, uint64_t resident,
+				      uint64_t limit)
 {
 	sel_pool_ticket *k;
 	CHECK_OK(sel_pool_begin_lookup(t->c, h, resident, limit, &k));
@@ -508,7 +524,8 @@ UNUSED static void tc_sync(struct tc *t, const sel_history *h)
 }
 
 /* Claim candidate i and wait for the grant (NULL: *reason is the failure). */
-UNUSED static struct sel_pool_lease *claim(struct tc *t, sel_pool_ticket *k, int i, uint32_t *reason)
+UNUSED static struct sel_pool_lease *claim(struct tc *t, sel_pool_ticket *k, int i,
+					   uint32_t *reason)
 {
 	uint64_t id;
 	CHECK_OK(sel_pool_claim(t->c, k, (uint32_t)i, &id));
@@ -516,8 +533,8 @@ UNUSED static struct sel_pool_lease *claim(struct tc *t, sel_pool_ticket *k, int
 	for (;;) {
 		for (size_t j = 0; j < t->n; j++) {
 			struct sel_pool_event e = t->ev[j];
-			if (e.request != id ||
-			    (e.type != SEL_POOL_EV_CLAIM_GRANTED && e.type != SEL_POOL_EV_CLAIM_FAILED))
+			if (e.request != id || (e.type != SEL_POOL_EV_CLAIM_GRANTED &&
+						e.type != SEL_POOL_EV_CLAIM_FAILED))
 				continue;
 			memmove(t->ev + j, t->ev + j + 1, (t->n - j - 1) * sizeof *t->ev);
 			t->n--;

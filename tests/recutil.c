@@ -120,8 +120,7 @@ static int header_open(int dirfd, const char *name, int flags, uint8_t **buf, si
 	return fd;
 }
 
-void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, void *ctx),
-		      void *ctx)
+void test_header_edit(int dirfd, const char *name, void (*edit)(uint8_t *hdr, void *ctx), void *ctx)
 {
 	uint8_t *b;
 	size_t n;

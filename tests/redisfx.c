@@ -398,11 +398,13 @@ void rfx_cluster_create(struct rfx_server *s, int n, const char *parent)
 		pid_t p = waitpid(pid, &st, WNOHANG);
 		if (p == pid)
 			break;
-		CHECKF(eos_now_ns() < deadline, "redis-cli --cluster create did not finish (%s)", log);
+		CHECKF(eos_now_ns() < deadline, "redis-cli --cluster create did not finish (%s)",
+		       log);
 		struct pollfd none;
 		poll(&none, 0, 50);
 	}
-	CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "redis-cli --cluster create failed (%s)", log);
+	CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "redis-cli --cluster create failed (%s)",
+	       log);
 	deadline = eos_now_ns() + 60 * SEC;
 	for (;;) {
 		bool all = true;
@@ -424,13 +426,14 @@ void rfx_url(const struct rfx_server *s, int n, bool cluster, char *buf, size_t 
 	}
 	size_t at = (size_t)snprintf(buf, len, "redis-cluster://");
 	for (int i = 0; i < n && at < len; i++)
-		at += (size_t)snprintf(buf + at, len - at, "%s127.0.0.1:%d", i ? "," : "", s[i].port);
+		at += (size_t)snprintf(buf + at, len - at, "%s127.0.0.1:%d", i ? "," : "",
+				       s[i].port);
 }
 
 /* ---- Records ------------------------------------------------------------- */
 
-void rfx_ns_init(struct rfx_ns *t, uint32_t ranks, uint32_t page_tokens, uint32_t n,
-		 uint64_t unit, uint64_t row)
+void rfx_ns_init(struct rfx_ns *t, uint32_t ranks, uint32_t page_tokens, uint32_t n, uint64_t unit,
+		 uint64_t row)
 {
 	uint64_t units[TG_MAX_PLANES];
 	for (uint32_t i = 0; i < n; i++)
@@ -442,10 +445,7 @@ void rfx_ns_init(struct rfx_ns *t, uint32_t ranks, uint32_t page_tokens, uint32_
 	CHECK_OK(sel_record_ns_init(&t->ns, &t->tg.g, id));
 }
 
-void rfx_ns_free(struct rfx_ns *t)
-{
-	sel_record_ns_free(&t->ns);
-}
+void rfx_ns_free(struct rfx_ns *t) { sel_record_ns_free(&t->ns); }
 
 void rfx_history(struct rfx_ns *t, sel_history *h, uint64_t n, uint64_t seed)
 {
@@ -588,8 +588,9 @@ int rfx_claim_check(sel_remote *r, sel_remote_hit *hit)
 			at += hit->node[j].stride;
 		}
 	/* The row in two pieces, as slots would hold it. */
-	struct iovec row[2] = {{mem + total, hit->row_bytes / 3},
-			       {mem + total + hit->row_bytes / 3, hit->row_bytes - hit->row_bytes / 3}};
+	struct iovec row[2] = {
+		{mem + total, hit->row_bytes / 3},
+		{mem + total + hit->row_bytes / 3, hit->row_bytes - hit->row_bytes / 3}};
 	struct sel_remote_dest d = {.pages = pages, .n_pages = hit->pages, .row = row, .row_n = 2};
 	/* Copy what checking needs: the claim takes the hit. */
 	uint32_t n = hit->n_nodes;

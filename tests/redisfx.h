@@ -32,10 +32,10 @@ struct rfx_server {
 	pid_t pid;
 	int port;
 	char dir[1024];
-	char sock[1100];          /* unix socket path when asked for */
+	char sock[1100]; /* unix socket path when asked for */
 	bool cluster, unix_socket;
-	char extra[512];          /* extra "--name value" pairs, space separated */
-	redisContext *ctx;        /* the test's own connection (rfx_cmd) */
+	char extra[512];   /* extra "--name value" pairs, space separated */
+	redisContext *ctx; /* the test's own connection (rfx_cmd) */
 };
 
 /* Is redis-server (and redis-cli) on PATH? */
@@ -75,8 +75,8 @@ struct rfx_ns {
 	uint8_t model[SEL_IDENTITY_BYTES];
 };
 /* ranks ranks, n planes of unit bytes each, a row of row bytes, page_tokens. */
-void rfx_ns_init(struct rfx_ns *t, uint32_t ranks, uint32_t page_tokens, uint32_t n,
-		 uint64_t unit, uint64_t row);
+void rfx_ns_init(struct rfx_ns *t, uint32_t ranks, uint32_t page_tokens, uint32_t n, uint64_t unit,
+		 uint64_t row);
 void rfx_ns_free(struct rfx_ns *t);
 /* A history of n random tokens (seeded). */
 void rfx_history(struct rfx_ns *t, sel_history *h, uint64_t n, uint64_t seed);
@@ -85,7 +85,7 @@ struct rfx_rec {
 	sel_record_desc d;
 	bool has_row;
 	uint64_t stride, row_bytes;
-	uint8_t *mem;      /* tail pages, then the row */
+	uint8_t *mem; /* tail pages, then the row */
 	void **pages;
 	struct iovec row[1];
 };

@@ -27,7 +27,7 @@
 #include "helios/scheduler.h"
 #include "testutil.h"
 
-static const uint8_t sim_model_id[SEL_IDENTITY_BYTES] = { 42, 1, 2, 3 };
+static const uint8_t sim_model_id[SEL_IDENTITY_BYTES] = {42, 1, 2, 3};
 
 static void sim_check_ok(hel_scheduler *s)
 {
@@ -102,12 +102,12 @@ struct sim {
 	hel_scheduler *s;
 	hel_cache *c;
 	uint32_t P, np, nr;
-	sel_key *page, *row;         /* contents; consumed UINT64_MAX = garbage */
+	sel_key *page, *row;          /* contents; consumed UINT64_MAX = garbage */
 	uint64_t *page_use, *row_use; /* last fence reading or writing the id */
 	uint64_t *page_wr, *row_wr;   /* last fence writing the id */
 	test_rng rng;
-	uint32_t stop_one_in;        /* sample the stop token one time in N (0 never) */
-	uint32_t spec;               /* decode entries emit up to 1 + spec tokens (rounds) */
+	uint32_t stop_one_in; /* sample the stop token one time in N (0 never) */
+	uint32_t spec;        /* decode entries emit up to 1 + spec tokens (rounds) */
 	sel_token stop;
 	struct sim_step q[8];
 	int qhead, nq;
@@ -174,14 +174,18 @@ static bool key_eq_dbg(const sel_key *a, const sel_key *b) { return sel_key_eq(a
 
 /* ---- admission ---------------------------------------------------------------- */
 
-enum sim_inbound { SIM_NO_HOST = 0, SIM_HOST_RANDOM, SIM_HOST_AT };
+enum sim_inbound {
+	SIM_NO_HOST = 0,
+	SIM_HOST_RANDOM,
+	SIM_HOST_AT
+};
 
 /* Plan and admit spec.  With SIM_HOST_AT an inbound hit at consumed `at`
  * (above the GPU hit) is passed; with SIM_HOST_RANDOM one is made up one
  * time in two where possible.  A new ticket's destinations are written as
  * the store would.  Returns admit_planned's result. */
-static int sim_admit(struct sim *m, const hel_request_spec *spec, enum sim_inbound mode, uint64_t at,
-		     hel_admission *adm, sel_hit *hit_out)
+static int sim_admit(struct sim *m, const hel_request_spec *spec, enum sim_inbound mode,
+		     uint64_t at, hel_admission *adm, sel_hit *hit_out)
 {
 	hel_admission_plan plan;
 	int rc = hel_scheduler_plan_admission(m->s, spec, &plan);
@@ -199,8 +203,9 @@ static int sim_admit(struct sim *m, const hel_request_spec *spec, enum sim_inbou
 	uint64_t a = plan.gpu_consumed;
 	if (mode == SIM_HOST_RANDOM && a < spec->prompt_len && test_rng_below(&m->rng, 2)) {
 		/* Half the time the whole prompt, a capture point others reach too. */
-		at = test_rng_below(&m->rng, 2) ? spec->prompt_len
-						 : a + 1 + test_rng_below(&m->rng, spec->prompt_len - a);
+		at = test_rng_below(&m->rng, 2)
+			     ? spec->prompt_len
+			     : a + 1 + test_rng_below(&m->rng, spec->prompt_len - a);
 		mode = SIM_HOST_AT;
 	}
 	if (mode == SIM_HOST_AT) {
@@ -233,7 +238,8 @@ static int sim_admit(struct sim *m, const hel_request_spec *spec, enum sim_inbou
 		for (uint32_t j = 0; j < in->n_pages; j++) {
 			uint32_t pg = in->pages[j];
 			CHECK(hel_cache_page_state(m->c, pg) == HEL_ID_OUT);
-			CHECKF(m->page_use[pg] <= m->completed, "ticket page %u in use by fence %llu", pg,
+			CHECKF(m->page_use[pg] <= m->completed,
+			       "ticket page %u in use by fence %llu", pg,
 			       (unsigned long long)m->page_use[pg]);
 			sel_history_key_at(inf.history, (a / m->P + j + 1) * m->P, &m->page[pg]);
 			m->page_wr[pg] = 0;
@@ -248,14 +254,15 @@ static int sim_admit(struct sim *m, const hel_request_spec *spec, enum sim_inbou
 
 /* ---- steps ------------------------------------------------------------------------- */
 
-static void sim_read_page(struct sim *m, uint32_t pg, const sel_history *h, uint64_t j, uint64_t fence)
+static void sim_read_page(struct sim *m, uint32_t pg, const sel_history *h, uint64_t j,
+			  uint64_t fence)
 {
 	sel_key want;
 	hel_id_state st = hel_cache_page_state(m->c, pg);
 	CHECKF(st == HEL_ID_OUT || st == HEL_ID_CKPT, "page %u read in state %d", pg, st);
 	sel_history_key_at(h, (j + 1) * m->P, &want);
-	CHECKF(key_eq_dbg(&m->page[pg], &want), "page %u (chain index %llu) holds the wrong prefix", pg,
-	       (unsigned long long)j);
+	CHECKF(key_eq_dbg(&m->page[pg], &want), "page %u (chain index %llu) holds the wrong prefix",
+	       pg, (unsigned long long)j);
 	m->page_use[pg] = fence;
 }
 
@@ -279,8 +286,8 @@ static void sim_execute(struct sim *m, const hel_step *st, hel_step_result *res)
 			CHECK(e->begin == e->end && e->restore_consumed == e->end);
 			CHECK(hel_cache_row_state(m->c, e->restore_src) == HEL_ID_CKPT);
 			sel_history_key_at(h, e->restore_consumed, &want);
-			CHECKF(key_eq_dbg(&m->row[e->restore_src], &want), "restore source row %u is wrong",
-			       e->restore_src);
+			CHECKF(key_eq_dbg(&m->row[e->restore_src], &want),
+			       "restore source row %u is wrong", e->restore_src);
 			CHECK(m->row_wr[e->restore_src] <= m->completed); /* GPU-ready */
 			m->row[e->live_row] = m->row[e->restore_src];
 			m->row_use[e->restore_src] = st->fence;
@@ -297,7 +304,8 @@ static void sim_execute(struct sim *m, const hel_step *st, hel_step_result *res)
 			sel_history_key_at(h, e->begin, &want);
 			CHECKF(key_eq_dbg(&m->row[e->live_row], &want),
 			       "request %llu live row %u does not hold %llu tokens",
-			       (unsigned long long)e->req, e->live_row, (unsigned long long)e->begin);
+			       (unsigned long long)e->req, e->live_row,
+			       (unsigned long long)e->begin);
 			for (uint64_t t = e->begin; t < e->end; t++)
 				CHECK(e->tokens[t - e->begin] == inf.tokens[t]);
 			for (uint64_t j = 0; j < e->begin / P; j++)
@@ -319,7 +327,8 @@ static void sim_execute(struct sim *m, const hel_step *st, hel_step_result *res)
 			m->row[e->capture_row] = m->row[e->live_row];
 			m->row_use[e->capture_row] = m->row_wr[e->capture_row] = st->fence;
 			const struct sim_rec *rq = sim_rec_find(&m->reqs, e->req);
-			sim_rec_put(&m->ckpts, e->capture, inf.tokens, e->end, rq->salt, rq->salt_len);
+			sim_rec_put(&m->ckpts, e->capture, inf.tokens, e->end, rq->salt,
+				    rq->salt_len);
 			m->captures++;
 		} else {
 			CHECK(e->capture == HEL_CKPT_NONE);
@@ -384,11 +393,16 @@ static int sim_complete(struct sim *m)
 	struct sim_step *q = &m->q[m->qhead];
 	/* Terminals are taken at the request's consumed count: remember the
 	 * tokens of each sampling request before it may retire. */
-	struct { hel_req_id id; sel_token *t; uint64_t n; } pre[256];
+	struct {
+		hel_req_id id;
+		sel_token *t;
+		uint64_t n;
+	} pre[256];
 	size_t npre = 0;
 	for (size_t i = 0; i < q->st.n; i++) {
 		hel_request_info inf;
-		if (!q->st.entries[i].sample || hel_scheduler_request_info(m->s, q->st.entries[i].req, &inf))
+		if (!q->st.entries[i].sample ||
+		    hel_scheduler_request_info(m->s, q->st.entries[i].req, &inf))
 			continue;
 		pre[npre].id = q->st.entries[i].req;
 		pre[npre].t = malloc((inf.n_tokens + 1) * sizeof(sel_token));
@@ -414,11 +428,13 @@ static int sim_complete(struct sim *m)
 			if (q->res[i].terminal)
 				sim_rec_put(&m->ckpts, q->res[i].terminal, pre[k].t, pre[k].n + nm,
 					    rec->salt, rec->salt_len);
-			sim_rec_put(&m->reqs, id, pre[k].t, pre[k].n + 1 + nm, rec->salt, rec->salt_len);
+			sim_rec_put(&m->reqs, id, pre[k].t, pre[k].n + 1 + nm, rec->salt,
+				    rec->salt_len);
 			if (nm) {
 				sel_history h;
 				sim_history(&h, pre[k].t, pre[k].n + nm, rec->salt, rec->salt_len);
-				sel_history_key_at(&h, pre[k].n + nm, &m->row[q->st.entries[i].live_row]);
+				sel_history_key_at(&h, pre[k].n + nm,
+						   &m->row[q->st.entries[i].live_row]);
 				sel_history_free(&h);
 			}
 		}
@@ -428,7 +444,8 @@ static int sim_complete(struct sim *m)
 			CHECK(hel_scheduler_request_info(m->s, id, &inf) == -ENOENT);
 			if (q->res[i].terminal) {
 				const hel_ckpt *t = hel_cache_get(m->c, q->res[i].terminal);
-				CHECK(t && (t->flags & HEL_CK_TERMINAL) && hel_cache_ready(m->c, t));
+				CHECK(t && (t->flags & HEL_CK_TERMINAL) &&
+				      hel_cache_ready(m->c, t));
 				CHECK(t->flags & HEL_CK_DEFERRED);
 			}
 		}
@@ -455,7 +472,8 @@ static const struct sim_rec *sim_ckpt_tokens(struct sim *m, const hel_ckpt *k)
 		sel_key kk;
 		sel_key_direct(sim_model_id, q->salt, q->salt_len, q->t, k->key.consumed, &kk);
 		if (sel_key_eq(&kk, &k->key))
-			return sim_rec_put(&m->ckpts, k->id, q->t, k->key.consumed, q->salt, q->salt_len);
+			return sim_rec_put(&m->ckpts, k->id, q->t, k->key.consumed, q->salt,
+					   q->salt_len);
 	}
 	return NULL;
 }
@@ -472,7 +490,8 @@ static size_t sim_take(struct sim *m)
 		const hel_ckpt *k = hel_cache_get(m->c, p[i].checkpoint);
 		CHECK(k && hel_ckpt_has_row(k) && hel_cache_ready(m->c, k));
 		CHECK(sel_key_eq(&k->key, &p[i].key) && k->row == p[i].state_slot);
-		CHECK((k->flags & HEL_CK_OFFERED) && (k->flags & HEL_CK_TAKEN) && !(k->flags & HEL_CK_QUEUED));
+		CHECK((k->flags & HEL_CK_OFFERED) && (k->flags & HEL_CK_TAKEN) &&
+		      !(k->flags & HEL_CK_QUEUED));
 		CHECK(p[i].n_pages == p[i].key.consumed / m->P && p[i].tail <= p[i].n_pages);
 		CHECK(p[i].n_pages - p[i].tail == p[i].parent.consumed / m->P);
 		CHECK(i == 0 || p[i - 1].key.consumed <= p[i].key.consumed);
@@ -485,14 +504,16 @@ static size_t sim_take(struct sim *m)
 		for (uint32_t j = 0; j < p[i].n_pages; j++) {
 			sel_key want;
 			sel_history_key_at(&h, (uint64_t)(j + 1) * m->P, &want);
-			CHECKF(key_eq_dbg(&m->page[p[i].pages[j]], &want), "published page %u wrong", j);
+			CHECKF(key_eq_dbg(&m->page[p[i].pages[j]], &want),
+			       "published page %u wrong", j);
 			CHECK(m->page_wr[p[i].pages[j]] <= m->completed);
 		}
 		sel_key bk;
 		CHECK(hel_digest_eq(&p[i].bucket, sel_history_bound(&h, k->key.consumed / 64)));
 		if (!sel_key_is_none(&p[i].parent)) {
 			sel_history_key_at(&h, p[i].parent.consumed, &bk);
-			CHECK(sel_key_eq(&bk, &p[i].parent) && p[i].parent.consumed < k->key.consumed);
+			CHECK(sel_key_eq(&bk, &p[i].parent) &&
+			      p[i].parent.consumed < k->key.consumed);
 			/* the parent is the nearest offered ancestor */
 			const hel_ckpt *x = k->parent;
 			while (x && !(x->flags & HEL_CK_OFFERED))
@@ -543,8 +564,11 @@ static void sim_release_all(struct sim *m)
 static hel_request_spec sim_spec(const sel_token *t, uint64_t n, const uint64_t *ends, size_t nends,
 				 uint32_t max_tokens)
 {
-	hel_request_spec sp = { .prompt = t, .prompt_len = n, .message_ends = ends,
-				.n_message_ends = nends, .max_tokens = max_tokens };
+	hel_request_spec sp = {.prompt = t,
+			       .prompt_len = n,
+			       .message_ends = ends,
+			       .n_message_ends = nends,
+			       .max_tokens = max_tokens};
 	return sp;
 }
 

@@ -178,8 +178,8 @@ static int do_store(struct sfx_rank *r, const sel_record_desc *d, const uint32_t
 		pages[i] = sfx_page(r, ids[i]);
 	struct iovec iov[8];
 	int n = row ? row_iov(r, slot, iov) : 0;
-	struct sel_record_write_opts o = {.direct = false, .created_ns = created_ns,
-					  .nonce = created_ns ^ r->rank};
+	struct sel_record_write_opts o = {
+		.direct = false, .created_ns = created_ns, .nonce = created_ns ^ r->rank};
 	int rc = sel_record_write(r->lk.fd, &r->ns, d, pages, row, iov, (uint32_t)n, &o);
 	free(pages);
 	return rc;
@@ -227,7 +227,8 @@ static int do_read(struct sfx_rank *r, const sel_record_desc *d, uint32_t first,
 		 (rc = sel_record_check_length(&sp, (uint64_t)st.st_size, &has_row)) == 0) {
 		if (row && !has_row)
 			rc = eos_fail(-ESTALE, "%s has no row", name);
-		else if (pread(fd, ck, sp.cksum_bytes, (off_t)sp.cksum_off) != (ssize_t)sp.cksum_bytes)
+		else if (pread(fd, ck, sp.cksum_bytes, (off_t)sp.cksum_off) !=
+			 (ssize_t)sp.cksum_bytes)
 			rc = eos_fail(-EIO, "short checksum read of %s", name);
 	}
 	for (uint32_t i = 0; !rc && i < count; i++) {
@@ -296,7 +297,8 @@ void sfx_run_job(struct sfx_rank *r, const struct sel_shard_job *j, struct sel_s
 		for (uint32_t i = 0; !rc && i < j->n_recs; i++) {
 			const struct sel_shard_rec *x = &j->recs[i];
 			bool last = i == j->n_recs - 1;
-			rc = do_read(r, &x->d, x->first, x->count, j->pages + at, last && j->row, j->slot);
+			rc = do_read(r, &x->d, x->first, x->count, j->pages + at, last && j->row,
+				     j->slot);
 			at += x->count;
 			res->bytes += (uint64_t)x->count * r->stride;
 		}
@@ -430,7 +432,8 @@ void sfx_check_restored(struct sfx_rank *r, uint32_t dst, const uint32_t *src,
 	for (int k = 0; k < n; k++)
 		for (uint32_t i = 0; i < tails[k]; i++, at++)
 			CHECKF(!memcmp(sfx_page(r, at), sfx_page(r, src[k] + i), r->stride),
-			       "rank %u: page id %u does not hold its page %u", r->rank, at, src[k] + i);
+			       "rank %u: page id %u does not hold its page %u", r->rank, at,
+			       src[k] + i);
 	CHECKF(!memcmp(sfx_row(r, row_dst), sfx_row(r, row_src), ROW_BYTES),
 	       "rank %u: slot %u does not hold its row of slot %u", r->rank, row_dst, row_src);
 }
@@ -478,8 +481,10 @@ void sfx_rdv_accept(struct sfx_rdv *v, uint32_t world, uint64_t deadline_ns)
 	for (uint32_t got = 1; got < world; got++) {
 		struct pollfd pf = {v->lfd, POLLIN, 0};
 		uint64_t now = eos_now_ns();
-		CHECKF(now < deadline_ns && poll(&pf, 1, (int)((deadline_ns - now) / 1000000) + 1) == 1,
-		       "rendezvous: %u of %u peers connected before the deadline", got - 1, world - 1);
+		CHECKF(now < deadline_ns &&
+			       poll(&pf, 1, (int)((deadline_ns - now) / 1000000) + 1) == 1,
+		       "rendezvous: %u of %u peers connected before the deadline", got - 1,
+		       world - 1);
 		int fd = accept4(v->lfd, NULL, NULL, SOCK_CLOEXEC);
 		CHECK(fd >= 0);
 		uint8_t b[4];
@@ -523,8 +528,8 @@ int sfx_rdv_connect(const char *addr, uint16_t port, const char *src, uint32_t r
 		close(fd);
 		/* The listener is made before any peer forks: a refusal means
 		 * the network (a namespace's veth) is not up yet. */
-		CHECKF(eos_now_ns() < deadline_ns, "rendezvous: cannot connect to %s:%u: %s", addr, port,
-		       strerror(errno));
+		CHECKF(eos_now_ns() < deadline_ns, "rendezvous: cannot connect to %s:%u: %s", addr,
+		       port, strerror(errno));
 		struct pollfd none = {-1, 0, 0};
 		poll(&none, 0, 20); /* bounded by the deadline above */
 	}
@@ -533,8 +538,8 @@ int sfx_rdv_connect(const char *addr, uint16_t port, const char *src, uint32_t r
 int sfx_peer_main(struct sfx_rank *r, const struct sfx_peer_opts *o)
 {
 	uint64_t deadline = eos_now_ns() + 60 * SFX_S;
-	int fd = sfx_rdv_connect(o->rdv_addr ? o->rdv_addr : "127.0.0.1", o->rdv_port, NULL, r->rank,
-				 deadline);
+	int fd = sfx_rdv_connect(o->rdv_addr ? o->rdv_addr : "127.0.0.1", o->rdv_port, NULL,
+				 r->rank, deadline);
 	uint8_t hello[256];
 	int64_t n = sel_shard_recv(fd, hello, sizeof hello, deadline);
 	CHECK_OK(n);
@@ -542,8 +547,10 @@ int sfx_peer_main(struct sfx_rank *r, const struct sfx_peer_opts *o)
 		uint8_t b;
 		CHECK(read(o->wait_fd, &b, 1) == 1);
 	}
-	struct sel_shard_peer_config cfg = {.world = o->world ? o->world : r->world, .rank = r->rank,
-					    .rendezvous_fd = fd, .sock_buf = o->sock_buf};
+	struct sel_shard_peer_config cfg = {.world = o->world ? o->world : r->world,
+					    .rank = r->rank,
+					    .rendezvous_fd = fd,
+					    .sock_buf = o->sock_buf};
 	sfx_identity(cfg.identity, o->bad_identity);
 	memcpy(cfg.fingerprint, r->ns.fingerprint, SEL_FINGERPRINT_BYTES);
 	if (o->bad_fingerprint)
@@ -551,8 +558,8 @@ int sfx_peer_main(struct sfx_rank *r, const struct sfx_peer_opts *o)
 	sfx_fingerprint(r->world, 0, cfg.primary_fingerprint);
 	cfg.set.disk = !o->no_disk;
 	cfg.set.disk_limit = o->no_disk ? 0 : o->disk_limit ? o->disk_limit : SFX_LIMIT;
-	cfg.lim = (struct sel_shard_limits){.pages = SFX_PAGES, .slots = SFX_SLOTS,
-					    .sz = &r->ns.layout.sz};
+	cfg.lim = (struct sel_shard_limits){
+		.pages = SFX_PAGES, .slots = SFX_SLOTS, .sz = &r->ns.layout.sz};
 	sel_shard_peer *p;
 	int rc = sel_shard_peer_join(&cfg, hello, (size_t)n, deadline, &p);
 	if (o->signal_fd >= 0)
@@ -584,7 +591,8 @@ int sfx_peer_main(struct sfx_rank *r, const struct sfx_peer_opts *o)
 	ops.ctx = r;
 	atomic_store(&r->knobs->served, 1);
 	rc = sel_shard_peer_serve(p, &ops);
-	fprintf(stderr, "rank %u: serve returned %d: %s\n", r->rank, rc, rc ? sel_errmsg() : "drained");
+	fprintf(stderr, "rank %u: serve returned %d: %s\n", r->rank, rc,
+		rc ? sel_errmsg() : "drained");
 	sel_shard_peer_destroy(p);
 	close(fd);
 	sfx_dir_close(r);

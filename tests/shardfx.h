@@ -39,21 +39,21 @@ struct sfx_knobs {
 	atomic_int block_store;  /* a STORE creates its temporary, sets in_write, and blocks */
 	atomic_int hold_store;   /* STOREs are accepted and not completed (until drain) */
 	atomic_int in_write;
-	atomic_int jobs;         /* jobs the rank's ops accepted */
-	atomic_int served;       /* the rank is serving */
+	atomic_int jobs;   /* jobs the rank's ops accepted */
+	atomic_int served; /* the rank is serving */
 };
 
 struct sfx_rank {
 	uint32_t world, rank;
-	char base[512];      /* its disk directory */
-	char dir[1024];      /* base/<namespace> */
+	char base[512]; /* its disk directory */
+	char dir[1024]; /* base/<namespace> */
 	sel_record_ns ns;
 	struct eos_dirlock lk;
-	uint8_t *gpu;        /* MAP_SHARED: pages, then rows */
-	uint64_t stride;     /* a page record */
-	uint64_t row_area;   /* a slot's row slots */
+	uint8_t *gpu;            /* MAP_SHARED: pages, then rows */
+	uint64_t stride;         /* a page record */
+	uint64_t row_area;       /* a slot's row slots */
 	struct sfx_knobs *knobs; /* MAP_SHARED */
-	uint64_t held[256];  /* ops: held STOREs */
+	uint64_t held[256];      /* ops: held STOREs */
 	int n_held;
 };
 
@@ -131,13 +131,13 @@ int sfx_rdv_connect(const char *addr, uint16_t port, const char *src, uint32_t r
 struct sfx_peer_opts {
 	const char *rdv_addr;
 	uint16_t rdv_port;
-	uint32_t world;     /* 0: the rank's */
+	uint32_t world; /* 0: the rank's */
 	bool bad_fingerprint, bad_identity, no_disk;
 	uint64_t disk_limit; /* 0: SFX_LIMIT */
 	int sock_buf;
-	int expect_join;    /* the join's expected status (0: success) */
-	int wait_fd;        /* >= 0: read a byte from it once the HELLO is in, before joining */
-	int signal_fd;      /* >= 0: write a byte to it once the join returned */
+	int expect_join; /* the join's expected status (0: success) */
+	int wait_fd;     /* >= 0: read a byte from it once the HELLO is in, before joining */
+	int signal_fd;   /* >= 0: write a byte to it once the join returned */
 };
 /* A peer's whole life; its exit code: 0 (served and drained), 10 (the join
  * failed as expected), 3 (SEL_ESTOPPED), 4 (the link ended), 1 (broke). */

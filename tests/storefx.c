@@ -11,7 +11,7 @@
 
 /* ---- stub copy backend ------------------------------------------------------ */
 
-static const struct sel_cuda *dev_cu;  /* device mode (sfx_devices) */
+static const struct sel_cuda *dev_cu; /* device mode (sfx_devices) */
 static int dev_ids[SFX_MAXR];
 static bool dev_fake;
 
@@ -26,7 +26,8 @@ static int stub_open_rank(void *ctx, uint32_t rank, void **state)
 {
 	struct sfx *f = stub_sfx(ctx);
 	if (f->cu) { /* the rank's device current on its transfer thread */
-		int rc = sel_cuda_fail(f->cu, f->cu->cuCtxSetCurrent(f->ctx[rank]), "cuCtxSetCurrent");
+		int rc = sel_cuda_fail(f->cu, f->cu->cuCtxSetCurrent(f->ctx[rank]),
+				       "cuCtxSetCurrent");
 		if (rc)
 			return rc;
 	}
@@ -45,20 +46,27 @@ static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 		pthread_cond_wait(&st->cv, &st->mu);
 	st->waiting--;
 	int f = st->fail && st->fail_left != 0 && (st->fail_dir < 0 || st->fail_dir == (int)dir)
-			? st->fail : 0;
+			? st->fail
+			: 0;
 	if (f && st->fail_left > 0)
 		st->fail_left--;
 	pthread_mutex_unlock(&st->mu);
 	const struct sel_cuda *cu = stub_sfx(st)->cu;
 	for (uint32_t i = 0; i < n && !f; i++) {
 		if (!cu)
-			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src,
+			       c[i].len);
 		else if (dir == SEL_COPY_OUT) /* device to host slot */
-			f = sel_cuda_fail(cu, cu->cuMemcpyDtoH((void *)(uintptr_t)c[i].dst, c[i].src,
-							      c[i].len), "stub: cuMemcpyDtoH");
+			f = sel_cuda_fail(
+				cu,
+				cu->cuMemcpyDtoH((void *)(uintptr_t)c[i].dst, c[i].src, c[i].len),
+				"stub: cuMemcpyDtoH");
 		else
-			f = sel_cuda_fail(cu, cu->cuMemcpyHtoD(c[i].dst, (const void *)(uintptr_t)c[i].src,
-							      c[i].len), "stub: cuMemcpyHtoD");
+			f = sel_cuda_fail(cu,
+					  cu->cuMemcpyHtoD(c[i].dst,
+							   (const void *)(uintptr_t)c[i].src,
+							   c[i].len),
+					  "stub: cuMemcpyHtoD");
 	}
 	pthread_mutex_lock(&st->mu);
 	st->done++;
@@ -106,7 +114,8 @@ void sfx_wait_copies_done(struct sfx *f)
 	pthread_mutex_lock(&f->stub.mu);
 	while (f->stub.done < f->stub.calls)
 		CHECKF(pthread_cond_timedwait(&f->stub.cv, &f->stub.mu, &ts) != ETIMEDOUT,
-		       "%" PRIu64 " of %" PRIu64 " copies returned in 10 s", f->stub.done, f->stub.calls);
+		       "%" PRIu64 " of %" PRIu64 " copies returned in 10 s", f->stub.done,
+		       f->stub.calls);
 	pthread_mutex_unlock(&f->stub.mu);
 }
 
@@ -143,8 +152,12 @@ void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *
 				CU(f, f->cu->cuMemAlloc(&f->dplane[r][p], unit[p] * pages));
 				at = f->dplane[r][p];
 			}
-			a[na++] = (sel_allocation){.rank = r, .name = names[p], .group = SEL_GROUP_KV_PAGES,
-						   .kind = kind, .address = at, .unit_bytes = unit[p],
+			a[na++] = (sel_allocation){.rank = r,
+						   .name = names[p],
+						   .group = SEL_GROUP_KV_PAGES,
+						   .kind = kind,
+						   .address = at,
+						   .unit_bytes = unit[p],
 						   .count = pages};
 		}
 		f->row[r] = eos_aligned_alloc(4096, row_bytes * rows);
@@ -154,8 +167,12 @@ void sfx_init(struct sfx *f, uint32_t ranks, uint32_t n_planes, const uint64_t *
 			CU(f, f->cu->cuMemAlloc(&f->drow[r], row_bytes * rows));
 			at = f->drow[r];
 		}
-		a[na++] = (sel_allocation){.rank = r, .name = "state", .group = SEL_GROUP_STATE_ROWS,
-					   .kind = kind, .address = at, .unit_bytes = row_bytes,
+		a[na++] = (sel_allocation){.rank = r,
+					   .name = "state",
+					   .group = SEL_GROUP_STATE_ROWS,
+					   .kind = kind,
+					   .address = at,
+					   .unit_bytes = row_bytes,
 					   .count = rows};
 	}
 	CHECK_OK(sel_geometry_build(a, na, ranks, SFX_PT, &f->g));
@@ -268,8 +285,10 @@ int sfx_cuda_main(const char *name, int (*test_main)(void))
 	sfx_devices(NULL, NULL);
 	if (fake_cu) {
 		CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
-		CHECKF(atomic_load(&fake.batches) > 0, "no batch copy went through the fake driver");
-		printf("%s: %d batch copies through the fake driver\n", name, atomic_load(&fake.batches));
+		CHECKF(atomic_load(&fake.batches) > 0,
+		       "no batch copy went through the fake driver");
+		printf("%s: %d batch copies through the fake driver\n", name,
+		       atomic_load(&fake.batches));
 		sel_cuda_override(NULL);
 		sel_cuda_unload(fake_cu);
 		fake_reset();
@@ -289,7 +308,8 @@ uint64_t sfx_page_bytes_all(struct sfx *f)
 
 uint64_t sfx_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 {
-	uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
+	uint64_t x =
+		a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
 	x ^= (c + 17) * 0x94D049BB133111EBull;
 	x ^= (d + 91) * 0xD6E8FEB86659FD93ull;
 	x ^= x >> 31;
@@ -341,7 +361,8 @@ void sfx_put_page(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool spl
 {
 	for (uint32_t r = 0; r < f->ranks; r++)
 		for (uint32_t p = 0; p < f->n_planes; p++) {
-			fill(f->plane[r][p] + id * f->unit[p], f->unit[p], sfx_mix(tag, j, split ? r : 0, p));
+			fill(f->plane[r][p] + id * f->unit[p], f->unit[p],
+			     sfx_mix(tag, j, split ? r : 0, p));
 			mirror(f, r, p, id * f->unit[p], f->unit[p], true);
 		}
 }
@@ -361,7 +382,8 @@ bool sfx_page_ok(struct sfx *f, uint32_t id, uint64_t tag, uint64_t j, bool spli
 void sfx_put_row(struct sfx *f, uint32_t slot, uint64_t seed, bool split)
 {
 	for (uint32_t r = 0; r < f->ranks; r++) {
-		fill(f->row[r] + slot * f->row_bytes, f->row_bytes, sfx_mix(seed, 1u << 30, split ? r : 0, 99));
+		fill(f->row[r] + slot * f->row_bytes, f->row_bytes,
+		     sfx_mix(seed, 1u << 30, split ? r : 0, 99));
 		mirror(f, r, SFX_MAXP, slot * f->row_bytes, f->row_bytes, true);
 	}
 }
@@ -518,22 +540,18 @@ static void no_events(sel_store *s, bool all)
 		forbid(ev, n, all);
 		if (idle)
 			return;
-		CHECKF(eos_now_ns() < deadline, "%" PRIu64 " puts and %" PRIu64 " fetches still in "
-		       "flight after 20 s", st.inflight_out, st.inflight_in);
+		CHECKF(eos_now_ns() < deadline,
+		       "%" PRIu64 " puts and %" PRIu64 " fetches still in "
+		       "flight after 20 s",
+		       st.inflight_out, st.inflight_in);
 		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
 		poll(&pfd, 1, 10);
 	}
 }
 
-void sfx_no_events(sel_store *s)
-{
-	no_events(s, false);
-}
+void sfx_no_events(sel_store *s) { no_events(s, false); }
 
-void sfx_no_events_all(sel_store *s)
-{
-	no_events(s, true);
-}
+void sfx_no_events_all(sel_store *s) { no_events(s, true); }
 
 static void none_now(sel_store *s, bool all)
 {
@@ -543,15 +561,9 @@ static void none_now(sel_store *s, bool all)
 	forbid(ev, n, all);
 }
 
-void sfx_none_now(sel_store *s)
-{
-	none_now(s, false);
-}
+void sfx_none_now(sel_store *s) { none_now(s, false); }
 
-void sfx_none_now_all(sel_store *s)
-{
-	none_now(s, true);
-}
+void sfx_none_now_all(sel_store *s) { none_now(s, true); }
 
 void sfx_pump(sel_store *s, sfx_check_fn check, int *progress)
 {
@@ -658,7 +670,9 @@ sel_event sfx_restore_with(struct sfx *f, sel_store *s, struct sfx_conv *cv, uin
 	CHECK(dst);
 	for (uint32_t i = 0; i < hit.pages; i++)
 		dst[i] = dst_first + i;
-	sel_inbound in = {.ticket = 1000 + dst_first + slot, .pages = dst, .n_pages = hit.pages,
+	sel_inbound in = {.ticket = 1000 + dst_first + slot,
+			  .pages = dst,
+			  .n_pages = hit.pages,
 			  .state_slot = slot};
 	sfx_poison(f);
 	CHECK_OK(sel_store_fetch(s, &hit, &in));

@@ -159,13 +159,13 @@ bool sfx_quiet(sel_store *s);
  * finished.  Returns the PROGRESS events seen on the way. */
 int sfx_settle(sel_store *s, sfx_check_fn check);
 /* Pump until cond holds, at most 20 s (a file removed, a count reached). */
-#define SFX_UNTIL(s, check, cond)                                                            \
-	do {                                                                                 \
-		uint64_t until_deadline_ = eos_now_ns() + 20ull * 1000000000;                \
-		while (!(cond)) {                                                            \
-			CHECKF(eos_now_ns() < until_deadline_, "not reached in 20 s: %s", #cond); \
-			sfx_pump((s), (check), NULL);                                        \
-		}                                                                            \
+#define SFX_UNTIL(s, check, cond)                                                                  \
+	do {                                                                                       \
+		uint64_t until_deadline_ = eos_now_ns() + 20ull * 1000000000;                      \
+		while (!(cond)) {                                                                  \
+			CHECKF(eos_now_ns() < until_deadline_, "not reached in 20 s: %s", #cond);  \
+			sfx_pump((s), (check), NULL);                                              \
+		}                                                                                  \
 	} while (0)
 /* Poll (discarding nothing but PROGRESS) until pred(ctx) or 10 s. */
 void sfx_pump_until(sel_store *s, bool (*pred)(void *), void *ctx, sel_event *ev, int *n_ev,

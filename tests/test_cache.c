@@ -22,7 +22,7 @@
 
 #define P 64
 
-static const uint8_t model_id[SEL_IDENTITY_BYTES] = { 7, 7, 7 };
+static const uint8_t model_id[SEL_IDENTITY_BYTES] = {7, 7, 7};
 
 static void check(const hel_cache *c)
 {
@@ -32,8 +32,8 @@ static void check(const hel_cache *c)
 
 static hel_cache *mk(uint32_t pages, uint32_t rows, uint32_t notices)
 {
-	hel_cache_config cfg = { .page_tokens = P, .n_pages = pages, .n_rows = rows,
-				 .notice_cap = notices };
+	hel_cache_config cfg = {
+		.page_tokens = P, .n_pages = pages, .n_rows = rows, .notice_cap = notices};
 	hel_cache *c;
 	CHECK_OK(hel_cache_create(&cfg, &c));
 	check(c);
@@ -59,8 +59,12 @@ static uint64_t put(hel_cache *c, const sel_history *h, uint64_t cons, uint64_t 
 	for (uint32_t i = 0; i < n; i++)
 		CHECK_OK(hel_cache_alloc_page(c, &tail[i]));
 	CHECK_OK(hel_cache_alloc_row(c, &row));
-	hel_ckpt_spec sp = { .parent = parent, .tail = tail, .n_tail = n, .row = row,
-			     .ready_after = ready_after, .flags = flags };
+	hel_ckpt_spec sp = {.parent = parent,
+			    .tail = tail,
+			    .n_tail = n,
+			    .row = row,
+			    .ready_after = ready_after,
+			    .flags = flags};
 	sel_history_key_at(h, cons, &sp.key);
 	sp.bucket = *sel_history_bound(h, cons / SEL_BUCKET_TOKENS);
 	uint64_t id;
@@ -85,8 +89,8 @@ static void counts(const hel_cache *c, hel_cache_counts *k)
 static void test_config(void)
 {
 	hel_cache *c;
-	hel_cache_config bad1 = { .page_tokens = 100, .n_pages = 4, .n_rows = 4 };
-	hel_cache_config bad2 = { .page_tokens = 64, .n_pages = 0, .n_rows = 4 };
+	hel_cache_config bad1 = {.page_tokens = 100, .n_pages = 4, .n_rows = 4};
+	hel_cache_config bad2 = {.page_tokens = 64, .n_pages = 0, .n_rows = 4};
 	CHECK_RC(hel_cache_create(&bad1, &c), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "page_tokens"));
 	CHECK_RC(hel_cache_create(&bad2, &c), -EINVAL);
@@ -165,7 +169,8 @@ static void test_insert_errors_and_chain(void)
 	CHECK(a < b && b < d);
 
 	uint32_t chain[8];
-	const hel_ckpt *kd = hel_cache_get(c, d), *ka = hel_cache_get(c, a), *kb = hel_cache_get(c, b);
+	const hel_ckpt *kd = hel_cache_get(c, d), *ka = hel_cache_get(c, a),
+		       *kb = hel_cache_get(c, b);
 	CHECK(hel_cache_chain_len(c, kd) == 3);
 	CHECK(hel_cache_chain(c, kd, chain, 8) == 3);
 	CHECK(chain[0] == ka->tail[0] && chain[1] == kb->tail[0] && chain[2] == kb->tail[1]);
@@ -177,7 +182,7 @@ static void test_insert_errors_and_chain(void)
 	CHECK_OK(hel_cache_alloc_page(c, &pg[0]));
 	CHECK_OK(hel_cache_alloc_page(c, &pg[1]));
 	CHECK_OK(hel_cache_alloc_row(c, &row));
-	hel_ckpt_spec sp = { .parent = b, .tail = pg, .n_tail = 1, .row = row };
+	hel_ckpt_spec sp = {.parent = b, .tail = pg, .n_tail = 1, .row = row};
 	sel_history_key_at(&h, 300, &sp.key);
 	sp.bucket = *sel_history_bound(&h, 300 / 64);
 	uint64_t id;
@@ -192,7 +197,7 @@ static void test_insert_errors_and_chain(void)
 	CHECK_RC(hel_cache_insert(c, &sp, &id), -EINVAL);
 	sp.tail = pg;
 	/* Repeated tail id (two pages needed at 384 over 200: 6 - 3 = 3). */
-	uint32_t rep[3] = { pg[0], pg[1], pg[0] };
+	uint32_t rep[3] = {pg[0], pg[1], pg[0]};
 	hel_ckpt_spec sp2 = sp;
 	sel_history_key_at(&h, 384, &sp2.key);
 	sp2.bucket = *sel_history_bound(&h, 384 / 64);
@@ -200,7 +205,8 @@ static void test_insert_errors_and_chain(void)
 	sp2.n_tail = 3;
 	CHECK_RC(hel_cache_insert(c, &sp2, &id), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "twice"));
-	CHECK(hel_cache_page_state(c, pg[0]) == HEL_ID_OUT && hel_cache_page_state(c, pg[1]) == HEL_ID_OUT);
+	CHECK(hel_cache_page_state(c, pg[0]) == HEL_ID_OUT &&
+	      hel_cache_page_state(c, pg[1]) == HEL_ID_OUT);
 	/* A parent that does not end before the key. */
 	sp2 = sp;
 	sp2.parent = d;
@@ -220,7 +226,8 @@ static void test_insert_errors_and_chain(void)
 	CHECK_RC(hel_cache_insert(c, &sp2, &id), -ENOENT);
 	check(c);
 	counts(c, &after);
-	CHECK(after.checkpoints == before.checkpoints && after.pages_out == 2 && after.rows_out == 1);
+	CHECK(after.checkpoints == before.checkpoints && after.pages_out == 2 &&
+	      after.rows_out == 1);
 	CHECK_OK(hel_cache_insert(c, &sp, &id));
 	hel_cache_unalloc_page(c, pg[1]);
 	check(c);
@@ -269,7 +276,9 @@ static void test_lookup(void)
 
 	/* A long history: the hit near its end is found by a few probes, far
 	 * faster than hashing the history (a bound on cost, not exact). */
-	enum { LONG = 64 * 2000 };
+	enum {
+		LONG = 64 * 2000
+	};
 	sel_token *lt = malloc(LONG * sizeof(sel_token));
 	for (int i = 0; i < LONG; i++)
 		lt[i] = (sel_token)(i * 2654435761u);
@@ -373,7 +382,8 @@ static void test_eviction(void)
 	check(c);
 	CHECK(hel_cache_evict(c, &ev) == HEL_EVICT_LEAF && ev.cascade == 1);
 	counts(c, &k);
-	CHECK(k.checkpoints == 0 && k.pages_free == 32 && k.rows_free == 16 && k.pages_pending == 0);
+	CHECK(k.checkpoints == 0 && k.pages_free == 32 && k.rows_free == 16 &&
+	      k.pages_pending == 0);
 	sel_history_free(&h);
 	sel_history_free(&h2);
 	hel_cache_destroy(c);
@@ -429,7 +439,10 @@ static void test_random(void)
 {
 	test_rng rng;
 	test_rng_init(&rng, test_seed());
-	enum { NB = 6, LEN = 640 };
+	enum {
+		NB = 6,
+		LEN = 640
+	};
 	sel_history hs[NB];
 	for (int b = 0; b < NB; b++) {
 		sel_token t[LEN];
@@ -453,9 +466,12 @@ static void test_random(void)
 			uint64_t pc = par ? par->key.consumed : 0;
 			sel_key key;
 			sel_history_key_at(h, cons, &key);
-			if (hel_cache_find(c, &key) || cons / P - pc / P > k.pages_free || !k.rows_free)
+			if (hel_cache_find(c, &key) || cons / P - pc / P > k.pages_free ||
+			    !k.rows_free)
 				continue;
-			uint64_t ready = fence > k.completed && test_rng_below(&rng, 2) ? fence : k.completed;
+			uint64_t ready = fence > k.completed && test_rng_below(&rng, 2)
+						 ? fence
+						 : k.completed;
 			put(c, h, cons, par ? par->id : HEL_CKPT_NONE, ready,
 			    test_rng_below(&rng, 2) ? HEL_CK_OFFERED : 0);
 			inserted++;
@@ -490,7 +506,8 @@ static void test_random(void)
 				compacted += kind == HEL_EVICT_COMPACT;
 				check(c);
 			}
-			CHECKF(fp == rp && fr == rr, "reclaimable %u/%u, evicted %u/%u", rp, rr, fp, fr);
+			CHECKF(fp == rp && fr == rr, "reclaimable %u/%u, evicted %u/%u", rp, rr, fp,
+			       fr);
 			hel_cache_reclaimable(c, HEL_CKPT_NONE, &rp, &rr);
 			CHECK(rp == 0 && rr == 0);
 			hel_notice nt[16];
@@ -498,7 +515,8 @@ static void test_random(void)
 		}
 		check(c);
 	}
-	printf("random: %d inserted, %d leaves evicted, %d compacted\n", inserted, evicted, compacted);
+	printf("random: %d inserted, %d leaves evicted, %d compacted\n", inserted, evicted,
+	       compacted);
 	CHECK(inserted > 100 && evicted > 50 && compacted > 5);
 	while (npinned) {
 		npinned--;

@@ -27,40 +27,41 @@
 
 #define GUARD 0xa5
 
-static const enum sel_host_copy kinds[] = { SEL_HOST_COPY_AUTO, SEL_HOST_COPY_MEMCPY,
-					    SEL_HOST_COPY_STREAM_SSE2, SEL_HOST_COPY_STREAM_AVX2 };
-static const char *kind_name[] = { "auto", "memcpy", "sse2", "avx2" };
+static const enum sel_host_copy kinds[] = {SEL_HOST_COPY_AUTO, SEL_HOST_COPY_MEMCPY,
+					   SEL_HOST_COPY_STREAM_SSE2, SEL_HOST_COPY_STREAM_AVX2};
+static const char *kind_name[] = {"auto", "memcpy", "sse2", "avx2"};
 
 static void check_bytes(const uint8_t *dst, const uint8_t *src, size_t len, size_t before,
 			size_t after, const char *what)
 {
 	for (size_t i = 0; i < before; i++)
-		CHECKF(dst[(ptrdiff_t)i - (ptrdiff_t)before] == GUARD, "%s: guard byte %zu before written", what,
-		       before - i);
+		CHECKF(dst[(ptrdiff_t)i - (ptrdiff_t)before] == GUARD,
+		       "%s: guard byte %zu before written", what, before - i);
 	CHECKF(memcmp(dst, src, len) == 0, "%s: bytes differ", what);
 	for (size_t i = 0; i < after; i++)
 		CHECKF(dst[len + i] == GUARD, "%s: guard byte %zu after written", what, i);
 }
 
 /* One piece of len bytes at the given offsets within a line. */
-static void one(uint8_t *sbuf, uint8_t *dbuf, size_t len, size_t so, size_t doff, enum sel_host_copy k,
-		test_rng *rng)
+static void one(uint8_t *sbuf, uint8_t *dbuf, size_t len, size_t so, size_t doff,
+		enum sel_host_copy k, test_rng *rng)
 {
 	uint8_t *src = sbuf + 64 + so, *dst = dbuf + 64 + doff;
 	test_rng_fill(rng, src, len);
 	memset(dbuf, GUARD, len + 256);
-	struct sel_copy c = { .dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len };
+	struct sel_copy c = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len};
 	(void)sel_host_copy_run(&c, 1, k);
 	char what[96];
-	snprintf(what, sizeof what, "%s: %zu bytes, source +%zu, destination +%zu", kind_name[k], len, so,
-		 doff);
+	snprintf(what, sizeof what, "%s: %zu bytes, source +%zu, destination +%zu", kind_name[k],
+		 len, so, doff);
 	check_bytes(dst, src, len, 64 + doff, 128 - doff, what);
 }
 
 static void test_pieces(test_rng *rng)
 {
 	size_t cap = 320 << 10;
-	uint8_t *sbuf = eos_aligned_alloc(4096, cap + 256), *dbuf = eos_aligned_alloc(4096, cap + 512);
+	uint8_t *sbuf = eos_aligned_alloc(4096, cap + 256),
+		*dbuf = eos_aligned_alloc(4096, cap + 512);
 	CHECK(sbuf && dbuf);
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		if (!sel_host_copy_available(kinds[k])) {
@@ -72,8 +73,8 @@ static void test_pieces(test_rng *rng)
 				one(sbuf, dbuf, len, so, (so * 5 + len) % 64, kinds[k], rng);
 		for (int i = 0; i < 300; i++) {
 			size_t len = (size_t)test_rng_below(rng, cap - 128);
-			one(sbuf, dbuf, len, (size_t)test_rng_below(rng, 64), (size_t)test_rng_below(rng, 64),
-			    kinds[k], rng);
+			one(sbuf, dbuf, len, (size_t)test_rng_below(rng, 64),
+			    (size_t)test_rng_below(rng, 64), kinds[k], rng);
 		}
 	}
 	eos_aligned_free(sbuf);
@@ -83,9 +84,11 @@ static void test_pieces(test_rng *rng)
 /* n pieces of mixed sizes into one buffer with gaps, from shuffled places. */
 static void test_calls(test_rng *rng)
 {
-	enum { N = 200 };
-	static const size_t sizes[] = { 3, 100, 255, 256, 257, 2048, 4096 + 17, 131072, 131072 + 63,
-					(2 << 20) + 5 };
+	enum {
+		N = 200
+	};
+	static const size_t sizes[] = {3,    100,       255,    256,         257,
+				       2048, 4096 + 17, 131072, 131072 + 63, (2 << 20) + 5};
 	size_t total = 0, len[N], soff[N], doff[N];
 	for (int i = 0; i < N; i++) {
 		len[i] = sizes[test_rng_below(rng, sizeof sizes / sizeof sizes[0])];
@@ -120,8 +123,9 @@ static void test_calls(test_rng *rng)
 	CHECK(at <= total);
 	struct sel_copy c[N];
 	for (int i = 0; i < N; i++)
-		c[i] = (struct sel_copy){ .dst = (uintptr_t)(dst + doff[i]), .src = (uintptr_t)(src + soff[i]),
-					  .len = len[i] };
+		c[i] = (struct sel_copy){.dst = (uintptr_t)(dst + doff[i]),
+					 .src = (uintptr_t)(src + soff[i]),
+					 .len = len[i]};
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		test_rng_fill(rng, src, total);
 		memset(dst, GUARD, total);
@@ -133,9 +137,10 @@ static void test_calls(test_rng *rng)
 		size_t end = 0;
 		for (int i = 0; i < N; i++) {
 			for (size_t g = end; g < doff[i]; g++)
-				CHECKF(dst[g] == GUARD, "%s: gap byte %zu written", kind_name[kinds[k]], g);
-			CHECKF(memcmp(dst + doff[i], src + soff[i], len[i]) == 0, "%s: piece %d of %zu bytes",
-			       kind_name[kinds[k]], i, len[i]);
+				CHECKF(dst[g] == GUARD, "%s: gap byte %zu written",
+				       kind_name[kinds[k]], g);
+			CHECKF(memcmp(dst + doff[i], src + soff[i], len[i]) == 0,
+			       "%s: piece %d of %zu bytes", kind_name[kinds[k]], i, len[i]);
 			end = doff[i] + len[i];
 		}
 	}
@@ -146,15 +151,17 @@ static void test_calls(test_rng *rng)
 static void test_choice(void)
 {
 	bool stream = sel_host_copy_available(SEL_HOST_COPY_STREAM_SSE2);
-	CHECK(sel_host_copy_available(SEL_HOST_COPY_AUTO) && sel_host_copy_available(SEL_HOST_COPY_MEMCPY));
+	CHECK(sel_host_copy_available(SEL_HOST_COPY_AUTO) &&
+	      sel_host_copy_available(SEL_HOST_COPY_MEMCPY));
 	CHECK(sel_host_copy_choose(0) == SEL_HOST_COPY_MEMCPY);
 	CHECK(sel_host_copy_choose((4u << 20) - 1) == SEL_HOST_COPY_MEMCPY);
 	enum sel_host_copy big = sel_host_copy_choose(4u << 20);
 	if (!stream)
 		CHECK(big == SEL_HOST_COPY_MEMCPY);
 	else
-		CHECK(big == (sel_host_copy_available(SEL_HOST_COPY_STREAM_AVX2) ? SEL_HOST_COPY_STREAM_AVX2
-										 : SEL_HOST_COPY_STREAM_SSE2));
+		CHECK(big == (sel_host_copy_available(SEL_HOST_COPY_STREAM_AVX2)
+				      ? SEL_HOST_COPY_STREAM_AVX2
+				      : SEL_HOST_COPY_STREAM_SSE2));
 	CHECK(sel_host_copy_choose(1ull << 40) == big);
 	printf("this CPU: calls of 4 MiB and more use %s\n", kind_name[big]);
 
@@ -163,7 +170,8 @@ static void test_choice(void)
 	uint8_t *a = eos_aligned_alloc(4096, 2 * n), *b = eos_aligned_alloc(4096, 2 * n);
 	CHECK(a && b);
 	memset(a, 7, 2 * n);
-	struct sel_copy c[2] = { { (uintptr_t)b, (uintptr_t)a, n }, { (uintptr_t)(b + n), (uintptr_t)(a + n), n - 1 } };
+	struct sel_copy c[2] = {{(uintptr_t)b, (uintptr_t)a, n},
+				{(uintptr_t)(b + n), (uintptr_t)(a + n), n - 1}};
 	CHECK(sel_host_copy_run(c, 2, SEL_HOST_COPY_AUTO) == SEL_HOST_COPY_MEMCPY);
 	c[1].len = n;
 	CHECK(sel_host_copy_run(c, 2, SEL_HOST_COPY_AUTO) == big);
@@ -188,7 +196,8 @@ static void *reader(void *arg)
 	struct vis *v = arg;
 	for (int r = 1; r <= 20; r++) {
 		uint64_t end = eos_now_ns() + 60000000000ull;
-		while (atomic_load_explicit(&v->round, memory_order_acquire) < r && eos_now_ns() < end)
+		while (atomic_load_explicit(&v->round, memory_order_acquire) < r &&
+		       eos_now_ns() < end)
 			sched_yield();
 		for (size_t i = 0; i < v->len; i += 61)
 			if (v->dst[i] != (uint8_t)r)
@@ -200,7 +209,7 @@ static void *reader(void *arg)
 
 static void test_visibility(void)
 {
-	struct vis v = { .len = 8u << 20 };
+	struct vis v = {.len = 8u << 20};
 	uint8_t *src = eos_aligned_alloc(4096, v.len);
 	v.dst = eos_aligned_alloc(4096, v.len);
 	CHECK(src && v.dst);
@@ -209,12 +218,13 @@ static void test_visibility(void)
 	CHECK(pthread_create(&t, NULL, reader, &v) == 0);
 	for (int r = 1; r <= 20; r++) {
 		memset(src, r, v.len);
-		struct sel_copy c = { (uintptr_t)v.dst, (uintptr_t)src, v.len };
+		struct sel_copy c = {(uintptr_t)v.dst, (uintptr_t)src, v.len};
 		(void)sel_host_copy_run(&c, 1, SEL_HOST_COPY_AUTO);
 		atomic_store_explicit(&v.round, r, memory_order_release);
 		uint64_t end = eos_now_ns() + 60000000000ull;
 		while (atomic_load_explicit(&v.seen, memory_order_acquire) < r)
-			CHECKF(eos_now_ns() < end && sched_yield() == 0, "reader stuck in round %d", r);
+			CHECKF(eos_now_ns() < end && sched_yield() == 0, "reader stuck in round %d",
+			       r);
 	}
 	pthread_join(t, NULL);
 	CHECK(atomic_load(&v.bad) == 0);

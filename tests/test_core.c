@@ -14,10 +14,7 @@
 /* ---- helpers ------------------------------------------------------------- */
 
 /* The source tree (testutil.h). */
-static const char *srcdir(void)
-{
-	return test_srcdir();
-}
+static const char *srcdir(void) { return test_srcdir(); }
 
 static char *read_all(const char *path, size_t *len)
 {
@@ -57,39 +54,39 @@ static void expect_error(const char *text, unsigned line, const char *field, con
 	CHECKF(rc == SEL_EFORMAT, "rc %d for:\n%s", rc, text);
 	CHECK(c == NULL);
 	snprintf(want, sizeof want, "t.core:%u: %s: ", line, field);
-	CHECKF(strncmp(err, want, strlen(want)) == 0, "message '%s' does not start '%s'", err, want);
+	CHECKF(strncmp(err, want, strlen(want)) == 0, "message '%s' does not start '%s'", err,
+	       want);
 	CHECKF(strstr(err, needle), "message '%s' lacks '%s'", err, needle);
 	CHECKF(strcmp(sel_errmsg(), err) == 0, "sel_errmsg '%s' differs", sel_errmsg());
 }
 
 /* A small valid core; line numbers below refer to it. */
-static const char *BASE =
-	"name = t\n"                    /* 1 */
-	"page_tokens = 64\n"            /* 2 */
-	"ranks = 2\n"                   /* 3 */
-	"vocab = 300\n"                 /* 4 */
-	"hidden = 16\n"                 /* 5 */
-	"layers = 1\n"                  /* 6 */
-	"seed = 7\n"                    /* 7 */
-	"max_context = 1024\n"          /* 8 */
-	"state_modes = ordinary copy\n" /* 9 */
-	"\n"                            /* 10 */
-	"[row]\n"                       /* 11 */
-	"recurrent_bytes = 64\n"        /* 12 */
-	"recurrent_shard = split\n"     /* 13 */
-	"draft_history = 16\n"          /* 14 */
-	"\n"                            /* 15 */
-	"[plane k]\n"                   /* 16 */
-	"token_bytes = 16\n"            /* 17 */
-	"shard = split\n"               /* 18 */
-	"\n"                            /* 19 */
-	"[plane s]\n"                   /* 20 */
-	"token_bytes = 8\n"             /* 21 */
-	"shard = replicated\n"          /* 22 */
-	"\n"                            /* 23 */
-	"[draft_plane d]\n"             /* 24 */
-	"token_bytes = 8\n"             /* 25 */
-	"shard = replicated\n";         /* 26 */
+static const char *BASE = "name = t\n"                    /* 1 */
+			  "page_tokens = 64\n"            /* 2 */
+			  "ranks = 2\n"                   /* 3 */
+			  "vocab = 300\n"                 /* 4 */
+			  "hidden = 16\n"                 /* 5 */
+			  "layers = 1\n"                  /* 6 */
+			  "seed = 7\n"                    /* 7 */
+			  "max_context = 1024\n"          /* 8 */
+			  "state_modes = ordinary copy\n" /* 9 */
+			  "\n"                            /* 10 */
+			  "[row]\n"                       /* 11 */
+			  "recurrent_bytes = 64\n"        /* 12 */
+			  "recurrent_shard = split\n"     /* 13 */
+			  "draft_history = 16\n"          /* 14 */
+			  "\n"                            /* 15 */
+			  "[plane k]\n"                   /* 16 */
+			  "token_bytes = 16\n"            /* 17 */
+			  "shard = split\n"               /* 18 */
+			  "\n"                            /* 19 */
+			  "[plane s]\n"                   /* 20 */
+			  "token_bytes = 8\n"             /* 21 */
+			  "shard = replicated\n"          /* 22 */
+			  "\n"                            /* 23 */
+			  "[draft_plane d]\n"             /* 24 */
+			  "token_bytes = 8\n"             /* 25 */
+			  "shard = replicated\n";         /* 26 */
 
 /* text with line `line` (1-based) replaced by repl (a whole line with its
  * newline, or "" to delete it).  Results live in rotating static buffers. */
@@ -115,10 +112,7 @@ static char *edit(const char *text, unsigned line, const char *repl)
 	return buf;
 }
 
-static char *with_line(unsigned line, const char *repl)
-{
-	return edit(BASE, line, repl);
-}
+static char *with_line(unsigned line, const char *repl) { return edit(BASE, line, repl); }
 
 /* BASE without its [draft_plane] section (lines 1..23). */
 static char *without_draft(void)
@@ -162,7 +156,8 @@ static void test_base_fields(void)
 	CHECK(o.consumed == 0 && o.hidden == 8 && o.hidden_bytes == 64);
 	CHECK(o.recurrent == 72 && o.recurrent_bytes == 64);
 	CHECK(o.partial == 136 && o.partial_bytes == 64 * 24);
-	CHECK(o.draft_history_bytes == 0 && o.draft_hidden_bytes == 0 && o.draft_partial_bytes == 0);
+	CHECK(o.draft_history_bytes == 0 && o.draft_hidden_bytes == 0 &&
+	      o.draft_partial_bytes == 0);
 	CHECK(o.bytes == 136 + 64 * 24);
 	CHECK_OK(hel_core_row_layout(c, SEL_MODE_COPY, &s));
 	CHECK(s.partial == o.partial && s.draft_history == o.bytes && s.draft_history_bytes == 64);
@@ -193,22 +188,21 @@ static void test_identity(void)
 	identity_of(BASE, base);
 
 	/* Comments, blank lines, whitespace, units, hex, order: no change. */
-	const char *same =
-		"# a comment line\n"
-		"\n"
-		"   [draft_plane   d ]   # drafts first\n"
-		"shard=replicated\n"
-		"token_bytes = 8B\n"
-		"[plane s]\r\n"
-		"\tshard = replicated\t\r\n"
-		"token_bytes = 8\n"
-		"[row]\n"
-		"draft_history = 16\n"
-		"recurrent_shard = split # trailing\n"
-		"recurrent_bytes = 64 b\n"
-		"[plane k]\n"
-		"token_bytes = 16\n"
-		"shard = split\n";
+	const char *same = "# a comment line\n"
+			   "\n"
+			   "   [draft_plane   d ]   # drafts first\n"
+			   "shard=replicated\n"
+			   "token_bytes = 8B\n"
+			   "[plane s]\r\n"
+			   "\tshard = replicated\t\r\n"
+			   "token_bytes = 8\n"
+			   "[row]\n"
+			   "draft_history = 16\n"
+			   "recurrent_shard = split # trailing\n"
+			   "recurrent_bytes = 64 b\n"
+			   "[plane k]\n"
+			   "token_bytes = 16\n"
+			   "shard = split\n";
 	char buf[2048];
 	snprintf(buf, sizeof buf,
 		 "seed = 0x7\nmax_context = 0x400\nstate_modes = copy, ordinary\nlayers = 1\n"
@@ -222,28 +216,28 @@ static void test_identity(void)
 		unsigned line;
 		const char *repl;
 	} edits[] = {
-		{ 1, "name = u\n" },
-		{ 2, "page_tokens = 128\n" },
-		{ 3, "ranks = 1\n" },
-		{ 4, "vocab = 301\n" },
-		{ 5, "hidden = 24\n" },
-		{ 6, "layers = 2\n" },
-		{ 7, "seed = 8\n" },
-		{ 8, "max_context = 1025\n" },
-		{ 9, "state_modes = ordinary copy learned\n" },
-		{ 9, "state_modes = copy\n" },
-		{ 12, "recurrent_bytes = 72\n" },
-		{ 13, "recurrent_shard = replicated\n" },
-		{ 14, "draft_history = 24\n" },
-		{ 16, "[plane k2]\n" },
-		{ 17, "token_bytes = 24\n" },
-		{ 18, "shard = replicated\n" },
-		{ 21, "token_bytes = 16\n" },
-		{ 22, "shard = split\n" },
-		{ 24, "[draft_plane d2]\n" },
-		{ 25, "token_bytes = 16\n" },
-		{ 26, "shard = split\n" },
-		{ 20, "[draft_plane s]\n" }, /* a plane becoming a draft plane */
+		{1, "name = u\n"},
+		{2, "page_tokens = 128\n"},
+		{3, "ranks = 1\n"},
+		{4, "vocab = 301\n"},
+		{5, "hidden = 24\n"},
+		{6, "layers = 2\n"},
+		{7, "seed = 8\n"},
+		{8, "max_context = 1025\n"},
+		{9, "state_modes = ordinary copy learned\n"},
+		{9, "state_modes = copy\n"},
+		{12, "recurrent_bytes = 72\n"},
+		{13, "recurrent_shard = replicated\n"},
+		{14, "draft_history = 24\n"},
+		{16, "[plane k2]\n"},
+		{17, "token_bytes = 24\n"},
+		{18, "shard = replicated\n"},
+		{21, "token_bytes = 16\n"},
+		{22, "shard = split\n"},
+		{24, "[draft_plane d2]\n"},
+		{25, "token_bytes = 16\n"},
+		{26, "shard = split\n"},
+		{20, "[draft_plane s]\n"}, /* a plane becoming a draft plane */
 	};
 	size_t n = sizeof edits / sizeof edits[0];
 	uint8_t(*ids)[32] = calloc(n, 32);
@@ -271,13 +265,15 @@ static void test_identity(void)
 static void test_errors(void)
 {
 	/* Values. */
-	expect_error(with_line(17, "token_bytes = 12X\n"), 17, "token_bytes", "'12X' is not a size");
+	expect_error(with_line(17, "token_bytes = 12X\n"), 17, "token_bytes",
+		     "'12X' is not a size");
 	expect_error(with_line(17, "token_bytes = 12\n"), 17, "token_bytes", "12 is out of range");
 	expect_error(with_line(17, "token_bytes = 1.5KiB\n"), 17, "token_bytes", "is not a size");
 	expect_error(with_line(17, "token_bytes = 32MiB\n"), 17, "token_bytes", "out of range");
 	expect_error(with_line(17, "token_bytes = 99999999999999999999\n"), 17, "token_bytes",
 		     "too large");
-	expect_error(with_line(17, "token_bytes = 17179869184GiB\n"), 17, "token_bytes", "too large");
+	expect_error(with_line(17, "token_bytes = 17179869184GiB\n"), 17, "token_bytes",
+		     "too large");
 	expect_error(with_line(2, "page_tokens = 100\n"), 2, "page_tokens", "100 is out of range");
 	expect_error(with_line(2, "page_tokens = 8192\n"), 2, "page_tokens", "out of range");
 	expect_error(with_line(2, "page_tokens = 64KiB\n"), 2, "page_tokens", "is not a number");
@@ -299,7 +295,8 @@ static void test_errors(void)
 	expect_error(with_line(13, "recurrent_shard = sharded\n"), 13, "recurrent_shard",
 		     "not a shard kind");
 	expect_error(with_line(18, "shard = both\n"), 18, "shard", "not a shard kind");
-	expect_error(with_line(12, "recurrent_bytes = 20\n"), 12, "recurrent_bytes", "out of range");
+	expect_error(with_line(12, "recurrent_bytes = 20\n"), 12, "recurrent_bytes",
+		     "out of range");
 	expect_error(with_line(14, "draft_history = 4\n"), 14, "draft_history", "out of range");
 	/* Cross-field ranges. */
 	expect_error(with_line(2, "page_tokens = 2048\n"), 8, "max_context",
@@ -320,7 +317,8 @@ static void test_errors(void)
 	expect_error(with_line(15, "colour = blue\n"), 15, "colour", "unknown key in [row]");
 	expect_error(with_line(19, "colour = blue\n"), 19, "colour", "unknown key in a [plane]");
 	expect_error(with_line(10, "token_bytes = 8\n"), 10, "token_bytes", "belongs in a [plane]");
-	expect_error(with_line(19, "recurrent_bytes = 8\n"), 19, "recurrent_bytes", "belongs in [row]");
+	expect_error(with_line(19, "recurrent_bytes = 8\n"), 19, "recurrent_bytes",
+		     "belongs in [row]");
 	expect_error(with_line(15, "seed = 1\n"), 15, "seed", "belongs in the top of the file");
 	expect_error(with_line(10, "name = u\n"), 10, "name", "set twice (first on line 1)");
 	expect_error(with_line(19, "shard = split\n"), 19, "shard", "set twice (first on line 18)");
@@ -352,9 +350,10 @@ static void test_errors(void)
 	expect_error("name = t\npage_tokens = 64\nranks = 1\nvocab = 300\nhidden = 16\nlayers = 1\n"
 		     "seed = 7\nmax_context = 1024\n[plane a]\ntoken_bytes=8\nshard=split\n",
 		     11, "[row]", "missing section");
-	expect_error("name = t\npage_tokens = 64\nranks = 1\nvocab = 300\nhidden = 16\nlayers = 1\n"
-		     "seed = 7\nmax_context = 1024\n[row]\nrecurrent_bytes=0\nrecurrent_shard=split\n",
-		     11, "[plane]", "no page planes");
+	expect_error(
+		"name = t\npage_tokens = 64\nranks = 1\nvocab = 300\nhidden = 16\nlayers = 1\n"
+		"seed = 7\nmax_context = 1024\n[row]\nrecurrent_bytes=0\nrecurrent_shard=split\n",
+		11, "[plane]", "no page planes");
 	expect_error("", 1, "name", "missing (required)");
 
 	/* Speculative consistency. */
@@ -382,7 +381,8 @@ static void test_errors(void)
 		expect_error(buf, 1, "name", "...' is not a name");
 		char err[40];
 		hel_core *c;
-		CHECK_RC(hel_core_parse(buf, strlen(buf), "t.core", &c, err, sizeof err), SEL_EFORMAT);
+		CHECK_RC(hel_core_parse(buf, strlen(buf), "t.core", &c, err, sizeof err),
+			 SEL_EFORMAT);
 		CHECK(strlen(err) == sizeof err - 1);
 	}
 }
@@ -395,7 +395,8 @@ static void test_load_and_builtin(void)
 
 	snprintf(path, sizeof path, "%s/cores/tiny.core", srcdir());
 	char *text = read_all(path, &len);
-	CHECKF(len == strlen(hel_core_builtin_text()) && memcmp(text, hel_core_builtin_text(), len) == 0,
+	CHECKF(len == strlen(hel_core_builtin_text()) &&
+		       memcmp(text, hel_core_builtin_text(), len) == 0,
 	       "cores/tiny.core and the compiled-in core differ");
 	free(text);
 	CHECK_OK(hel_core_load(path, &c, err, sizeof err));
@@ -427,7 +428,7 @@ static void test_load_and_builtin(void)
 static void check_geometry(const hel_core *c, sel_state_mode mode)
 {
 	hel_model *m;
-	hel_model_opts o = { .mode = mode, .pages = 3, .rows = 2 };
+	hel_model_opts o = {.mode = mode, .pages = 3, .rows = 2};
 	CHECK_OK(hel_model_create(c, &o, &m));
 	sel_geometry *g;
 	CHECK_OK(hel_model_geometry(m, &g));
@@ -451,7 +452,8 @@ static void check_geometry(const hel_core *c, sel_state_mode mode)
 			for (uint32_t i = 0; i < rg->n_planes; i++)
 				if (strcmp(rg->pages[i].name, cp->name) == 0) {
 					found++;
-					CHECK(rg->pages[i].unit_bytes == hel_plane_unit_bytes(c, cp));
+					CHECK(rg->pages[i].unit_bytes ==
+					      hel_plane_unit_bytes(c, cp));
 					CHECK(rg->pages[i].address ==
 					      (uint64_t)(uintptr_t)hel_model_page_ptr(m, r, p, 0));
 				}
@@ -492,7 +494,8 @@ static void test_shipped(void)
 		CHECKF(rc == 0, "%s", err);
 		n++;
 		/* The name is the file name. */
-		CHECKF(strlen(c->name) == l - 5 && strncmp(c->name, e->d_name, l - 5) == 0, "%s", path);
+		CHECKF(strlen(c->name) == l - 5 && strncmp(c->name, e->d_name, l - 5) == 0, "%s",
+		       path);
 		uint64_t slots = row_slots(c, SEL_MODE_ORDINARY);
 		hel_row_layout lay;
 		CHECK_OK(hel_core_row_layout(c, SEL_MODE_ORDINARY, &lay));
@@ -557,7 +560,10 @@ static void test_mutations(void)
 			case 0: buf[at] ^= (char)(1u << test_rng_below(&rng, 8)); break;
 			case 1: buf[at] = "=#[] \n0x9Kk"[test_rng_below(&rng, 11)]; break;
 			case 2: n = at; break;
-			default: memmove(buf + at, buf + at + 1, n - at - 1); n--; break;
+			default:
+				memmove(buf + at, buf + at + 1, n - at - 1);
+				n--;
+				break;
 			}
 			if (n == 0)
 				break;

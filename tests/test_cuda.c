@@ -41,22 +41,20 @@ struct gworld {
 	uint32_t ranks;
 	int dev[2];
 	sel_cu_ctx ctx[2];
-	sel_cu_dptr mem[2][3];  /* planes a, b, row */
+	sel_cu_dptr mem[2][3]; /* planes a, b, row */
 	uint64_t len[2][3];
-	uint8_t *host[2][3];    /* the bytes written to the device */
+	uint8_t *host[2][3]; /* the bytes written to the device */
 	sel_geometry *g;
 	sel_slot_layout l;
 };
 
-static void set_device(struct gworld *w, uint32_t r)
-{
-	CU(cu->cuCtxSetCurrent(w->ctx[r]));
-}
+static void set_device(struct gworld *w, uint32_t r) { CU(cu->cuCtxSetCurrent(w->ctx[r])); }
 
-static void gworld_open(struct gworld *w, uint32_t ranks, const int *devices, bool replicated, test_rng *rng)
+static void gworld_open(struct gworld *w, uint32_t ranks, const int *devices, bool replicated,
+			test_rng *rng)
 {
-	static const char *names[3] = { "a", "b", "row" };
-	const uint64_t unit[3] = { PLANE_A, PLANE_B, ROW }, count[3] = { PAGES, PAGES, ROWS };
+	static const char *names[3] = {"a", "b", "row"};
+	const uint64_t unit[3] = {PLANE_A, PLANE_B, ROW}, count[3] = {PAGES, PAGES, ROWS};
 	sel_allocation al[6];
 	size_t n = 0;
 	uint64_t seed = test_rng_next(rng);
@@ -77,10 +75,14 @@ static void gworld_open(struct gworld *w, uint32_t ranks, const int *devices, bo
 			test_rng_init(&pr, replicated ? seed + (uint64_t)p : test_rng_next(rng));
 			test_rng_fill(&pr, w->host[r][p], w->len[r][p]);
 			CU(cu->cuMemcpyHtoD(w->mem[r][p], w->host[r][p], w->len[r][p]));
-			al[n++] = (sel_allocation){ .rank = r, .name = names[p],
-						    .group = p == 2 ? SEL_GROUP_STATE_ROWS : SEL_GROUP_KV_PAGES,
-						    .kind = SEL_MEM_DEVICE, .address = w->mem[r][p],
-						    .unit_bytes = unit[p], .count = count[p] };
+			al[n++] = (sel_allocation){.rank = r,
+						   .name = names[p],
+						   .group = p == 2 ? SEL_GROUP_STATE_ROWS
+								   : SEL_GROUP_KV_PAGES,
+						   .kind = SEL_MEM_DEVICE,
+						   .address = w->mem[r][p],
+						   .unit_bytes = unit[p],
+						   .count = count[p]};
 		}
 	}
 	CHECK_OK(sel_geometry_build(al, n, ranks, 64, &w->g));
@@ -148,12 +150,13 @@ static void wait_job(sel_xfer *x, struct sel_xfer_job *job)
 	for (int i = 0; i < 60000 && sel_xfer_poll(x, &done, 1) == 0; i++)
 		eos_sleep_ns(1000000);
 	CHECK(done == job);
-	CHECKF(job->status == 0, "job failed on rank %u: %s", job->failed_rank, sel_strerror(job->status));
+	CHECKF(job->status == 0, "job failed on rank %u: %s", job->failed_rank,
+	       sel_strerror(job->status));
 }
 
 /* Scattered pages + row out of the device, back into other ids. */
-static void roundtrip(struct gworld *w, sel_xfer *x, sel_slab_pool *pool, const struct sel_xfer_part *parts,
-		      uint32_t n, bool compare, test_rng *rng)
+static void roundtrip(struct gworld *w, sel_xfer *x, sel_slab_pool *pool,
+		      const struct sel_xfer_part *parts, uint32_t n, bool compare, test_rng *rng)
 {
 	uint32_t all[PAGES], *src = all, *dst = all + n, ps[PAGES], rs[8];
 	CHECK(2 * n <= PAGES && w->l.row_slots <= 8);
@@ -173,8 +176,14 @@ static void roundtrip(struct gworld *w, sel_xfer *x, sel_slab_pool *pool, const 
 		for (uint32_t k = 0; k < w->l.row_slots; k++)
 			rs[k] = n + k;
 	}
-	struct sel_xfer_job out = { .dir = SEL_COPY_OUT, .n_pages = n, .pages = src, .page_slots = ps,
-				    .row = true, .state_slot = 0, .row_slots = rs, .compare = compare };
+	struct sel_xfer_job out = {.dir = SEL_COPY_OUT,
+				   .n_pages = n,
+				   .pages = src,
+				   .page_slots = ps,
+				   .row = true,
+				   .state_slot = 0,
+				   .row_slots = rs,
+				   .compare = compare};
 	CHECK_OK(sel_xfer_submit(x, &out));
 	wait_job(x, &out);
 	if (compare)
@@ -185,23 +194,33 @@ static void roundtrip(struct gworld *w, sel_xfer *x, sel_slab_pool *pool, const 
 		for (uint32_t r = 0; r < w->ranks; r++)
 			for (uint32_t i = 0; i < n; i++)
 				for (int p = 0; p < 2; p++) {
-					const uint8_t *s = (const uint8_t *)(uintptr_t)parts[r].base +
-							   (uint64_t)ps[i] * parts[r].stride + w->l.plane_off[r][p];
-					CHECKF(memcmp(s, expect(w, r, p, src[i]), unit_of(w, r, p)) == 0,
+					const uint8_t *s =
+						(const uint8_t *)(uintptr_t)parts[r].base +
+						(uint64_t)ps[i] * parts[r].stride +
+						w->l.plane_off[r][p];
+					CHECKF(memcmp(s, expect(w, r, p, src[i]),
+						      unit_of(w, r, p)) == 0,
 					       "slot of rank %u page %u plane %d", r, i, p);
 				}
 
 	poison_device(w);
-	struct sel_xfer_job in = { .dir = SEL_COPY_IN, .n_pages = n, .pages = dst, .page_slots = ps,
-				   .row = true, .state_slot = 1, .row_slots = rs,
-				   .pages_packed = out.pages_replicated, .row_packed = out.row_replicated };
+	struct sel_xfer_job in = {.dir = SEL_COPY_IN,
+				  .n_pages = n,
+				  .pages = dst,
+				  .page_slots = ps,
+				  .row = true,
+				  .state_slot = 1,
+				  .row_slots = rs,
+				  .pages_packed = out.pages_replicated,
+				  .row_packed = out.row_replicated};
 	CHECK_OK(sel_xfer_submit(x, &in));
 	wait_job(x, &in);
 	for (uint32_t r = 0; r < w->ranks; r++) {
 		for (uint32_t i = 0; i < n; i++)
 			for (int p = 0; p < 2; p++)
 				CHECKF(device_has(w, r, p, dst[i], expect(w, r, p, src[i])),
-				       "rank %u page %u (id %u -> %u) plane %d", r, i, src[i], dst[i], p);
+				       "rank %u page %u (id %u -> %u) plane %d", r, i, src[i],
+				       dst[i], p);
 		CHECKF(device_has(w, r, 2, 1, expect(w, r, 2, 0)), "rank %u row", r);
 	}
 	/* A page that was not a destination kept the poison. */
@@ -226,7 +245,7 @@ static void roundtrip(struct gworld *w, sel_xfer *x, sel_slab_pool *pool, const 
 static void registered_pool(struct sel_copy_backend *be, const struct gworld *w, uint64_t slots,
 			    sel_slab_pool **pool, struct sel_xfer_part *parts)
 {
-	struct sel_slab_hooks hooks = { be->host_register, be->host_unregister, be->ctx };
+	struct sel_slab_hooks hooks = {be->host_register, be->host_unregister, be->ctx};
 	CHECK_OK(sel_slab_create(w->l.slot_bytes, 0, slots, true, &hooks, pool));
 	for (uint32_t r = 0; r < w->ranks; r++) {
 		parts[r].base = (uintptr_t)sel_slab_base(*pool) + w->l.share_off[r];
@@ -254,14 +273,15 @@ static void test_backend(uint32_t ranks, const int *devices, bool replicated, te
 	sel_copy_backend_cuda_destroy(be);
 	gworld_close(&w);
 	printf("backend: %u rank(s) on device %d%s, %s planes ok\n", ranks, devices[0],
-	       ranks > 1 ? (devices[1] ? " and 1" : " twice") : "", replicated ? "replicated" : "split");
+	       ranks > 1 ? (devices[1] ? " and 1" : " twice") : "",
+	       replicated ? "replicated" : "split");
 }
 
 /* Slot images in a file, read with O_DIRECT into the registered mapping,
  * then copied in. */
 static void test_direct_read(test_rng *rng)
 {
-	const int dev[1] = { 0 };
+	const int dev[1] = {0};
 	struct gworld w;
 	gworld_open(&w, 1, dev, false, rng);
 	struct sel_copy_backend *be;
@@ -289,17 +309,20 @@ static void test_direct_read(test_rng *rng)
 		CHECK_OK(sel_slab_alloc(pool, n, SEL_SLAB_INTAKE, ps));
 		for (uint32_t i = 0; i < n; i++) {
 			ids[i] = 3 + 11 * i;
-			CHECK(pread(fd, sel_slab_addr(pool, ps[i]), sb, (off_t)(i * sb)) == (ssize_t)sb);
+			CHECK(pread(fd, sel_slab_addr(pool, ps[i]), sb, (off_t)(i * sb)) ==
+			      (ssize_t)sb);
 		}
 		close(fd);
-		struct sel_xfer_job in = { .dir = SEL_COPY_IN, .n_pages = n, .pages = ids, .page_slots = ps };
+		struct sel_xfer_job in = {
+			.dir = SEL_COPY_IN, .n_pages = n, .pages = ids, .page_slots = ps};
 		sel_xfer *x;
 		CHECK_OK(sel_xfer_create(w.g, &w.l, pool, be, 4, &x));
 		CHECK_OK(sel_xfer_submit(x, &in));
 		wait_job(x, &in);
 		for (uint32_t i = 0; i < n; i++)
 			for (int p = 0; p < 2; p++)
-				CHECKF(device_has(&w, 0, p, ids[i], img + i * sb + w.l.plane_off[0][p]),
+				CHECKF(device_has(&w, 0, p, ids[i],
+						  img + i * sb + w.l.plane_off[0][p]),
 				       "direct-read page %u plane %d", i, p);
 		CHECK_OK(sel_xfer_close(x, 0));
 		sel_xfer_destroy(x);
@@ -314,7 +337,7 @@ static void test_direct_read(test_rng *rng)
 
 static void test_split(test_rng *rng)
 {
-	const int dev[1] = { 0 };
+	const int dev[1] = {0};
 	struct sel_cuda_device_info info;
 	CHECK_OK(sel_cuda_device_info(cu, 0, &info));
 	if (!info.host_numa_vmm) {
@@ -348,11 +371,11 @@ int main(void)
 	test_rng_init(&rng, test_seed());
 	struct sel_cuda_device_info info;
 	CHECK_OK(sel_cuda_device_info(cu, 0, &info));
-	printf("driver %d, %d device(s); device 0: integrated %d, host NUMA node %d\n", cu->driver_version, count,
-	       info.integrated, info.host_numa_id);
+	printf("driver %d, %d device(s); device 0: integrated %d, host NUMA node %d\n",
+	       cu->driver_version, count, info.integrated, info.host_numa_id);
 
-	test_backend(1, (int[]){ 0 }, false, &rng);
-	int two[2] = { 0, count > 1 ? 1 : 0 };
+	test_backend(1, (int[]){0}, false, &rng);
+	int two[2] = {0, count > 1 ? 1 : 0};
 	test_backend(2, two, false, &rng);
 	test_backend(2, two, true, &rng);
 	test_direct_read(&rng);

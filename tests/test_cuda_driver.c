@@ -54,10 +54,7 @@
 #include "testutil.h"
 #include "transfer.h"
 
-static bool starts_with(const char *s, const char *p)
-{
-	return strncmp(s, p, strlen(p)) == 0;
-}
+static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
 /* ---- Loader ---------------------------------------------------------------- */
 
@@ -77,7 +74,8 @@ static void test_loader(void)
 	if (!h) {
 		CHECK_RC(rc, SEL_ECUDA);
 		CHECK(pcu == NULL);
-		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: ") && strstr(sel_errmsg(), "libcuda.so.1"),
+		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: ") &&
+			       strstr(sel_errmsg(), "libcuda.so.1"),
 		       "message: %s", sel_errmsg());
 		eos_errclear();
 		CHECK_RC(sel_cuda_load(&pcu), SEL_ECUDA);
@@ -93,15 +91,18 @@ static void test_loader(void)
 
 	/* A library that is not a driver: the first symbol is named. */
 	CHECK_RC(sel_cuda_load_library("libc.so.6", &cu), SEL_ECUDA);
-	CHECKF(strcmp(sel_errmsg(), "cuda unavailable: symbol cuInit missing from libc.so.6 (driver too old"
-		      " for CUDA 13?)") == 0, "message: %s", sel_errmsg());
+	CHECKF(strcmp(sel_errmsg(),
+		      "cuda unavailable: symbol cuInit missing from libc.so.6 (driver too old"
+		      " for CUDA 13?)") == 0,
+	       "message: %s", sel_errmsg());
 
 	/* CUDA 13's stub libcuda exports the real ABI names: every symbol we
 	 * use resolves, and only cuInit refuses. */
 	const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
 	if (access(stub, R_OK) == 0) {
 		CHECK_RC(sel_cuda_load_library(stub, &cu), SEL_ECUDA);
-		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: cuInit: "), "stub: %s", sel_errmsg());
+		CHECKF(starts_with(sel_errmsg(), "cuda unavailable: cuInit: "), "stub: %s",
+		       sel_errmsg());
 		CHECK(strstr(sel_errmsg(), "(34)")); /* CUDA_ERROR_STUB_LIBRARY */
 	} else {
 		printf("note: %s absent, export names not checked against it\n", stub);
@@ -111,12 +112,15 @@ static void test_loader(void)
 	fake_reset();
 	fake.missing = "cuMemcpyBatchAsync_v2";
 	CHECK_RC(sel_cuda_load_from("fake", fake_resolve, NULL, &cu), SEL_ECUDA);
-	CHECK(strcmp(sel_errmsg(), "cuda unavailable: symbol cuMemcpyBatchAsync_v2 missing from fake (driver"
+	CHECK(strcmp(sel_errmsg(),
+		     "cuda unavailable: symbol cuMemcpyBatchAsync_v2 missing from fake (driver"
 		     " too old for CUDA 13?)") == 0);
 	fake_reset();
 	fake.init_rc = SEL_CU_ERROR_NO_DEVICE;
 	CHECK_RC(sel_cuda_load_from("fake", fake_resolve, NULL, &cu), SEL_ECUDA);
-	CHECKF(strcmp(sel_errmsg(), "cuda unavailable: cuInit: CUDA_ERROR_NO_DEVICE (100): fake driver error") == 0,
+	CHECKF(strcmp(sel_errmsg(),
+		      "cuda unavailable: cuInit: CUDA_ERROR_NO_DEVICE (100): fake driver error") ==
+		       0,
 	       "message: %s", sel_errmsg());
 	fake_reset();
 	cu = fake_load();
@@ -126,11 +130,13 @@ static void test_loader(void)
 	CHECK(sel_cuda_symbol("cuNothing") == NULL);
 	struct sel_cuda_device_info info;
 	CHECK_OK(sel_cuda_device_info(cu, 1, &info));
-	CHECK(info.ordinal == 1 && !info.integrated && info.host_numa_id == 4 && info.vmm && info.host_numa_vmm);
+	CHECK(info.ordinal == 1 && !info.integrated && info.host_numa_id == 4 && info.vmm &&
+	      info.host_numa_vmm);
 	CHECK_RC(sel_cuda_device_info(cu, 2, &info), SEL_ECUDA);
 	CHECK(strstr(sel_errmsg(), "cuDeviceGet(2)"));
 	CHECK_RC(sel_cuda_fail(cu, SEL_CU_ERROR_INVALID_VALUE, "thing %d", 7), SEL_ECUDA);
-	CHECK(strcmp(sel_errmsg(), "cuda: thing 7: CUDA_ERROR_INVALID_VALUE (1): fake driver error") == 0);
+	CHECK(strcmp(sel_errmsg(),
+		     "cuda: thing 7: CUDA_ERROR_INVALID_VALUE (1): fake driver error") == 0);
 	CHECK(sel_cuda_fail(cu, SEL_CU_SUCCESS, "fine") == 0);
 	sel_cuda_unload(cu);
 	sel_cuda_unload(NULL);
@@ -155,17 +161,21 @@ static void world_open(struct world *w, uint32_t ranks, const uint64_t *a, const
 	memset(w, 0, sizeof(*w));
 	w->ranks = ranks;
 	for (uint32_t r = 0; r < ranks; r++) {
-		const uint64_t unit[3] = { a[r], b[r], row[r] }, count[3] = { pages, pages, rows };
-		static const char *names[3] = { "a", "b", "row" };
+		const uint64_t unit[3] = {a[r], b[r], row[r]}, count[3] = {pages, pages, rows};
+		static const char *names[3] = {"a", "b", "row"};
 		for (int p = 0; p < 3; p++) {
 			w->len[r][p] = unit[p] * count[p];
 			w->mem[r][p] = eos_aligned_alloc(EOS_ALIGN, w->len[r][p]);
 			CHECK(w->mem[r][p]);
 			test_rng_fill(rng, w->mem[r][p], w->len[r][p]);
-			al[n++] = (sel_allocation){ .rank = r, .name = names[p],
-						    .group = p == 2 ? SEL_GROUP_STATE_ROWS : SEL_GROUP_KV_PAGES,
-						    .kind = SEL_MEM_DEVICE, .address = (uintptr_t)w->mem[r][p],
-						    .unit_bytes = unit[p], .count = count[p] };
+			al[n++] = (sel_allocation){.rank = r,
+						   .name = names[p],
+						   .group = p == 2 ? SEL_GROUP_STATE_ROWS
+								   : SEL_GROUP_KV_PAGES,
+						   .kind = SEL_MEM_DEVICE,
+						   .address = (uintptr_t)w->mem[r][p],
+						   .unit_bytes = unit[p],
+						   .count = count[p]};
 		}
 	}
 	CHECK_OK(sel_geometry_build(al, n, ranks, 64, &w->g));
@@ -196,8 +206,8 @@ static void wait_one(sel_xfer *x, struct sel_xfer_job *job)
 }
 
 /* Out of src ids / state 0, poison, back into dst ids / state 1, compare. */
-static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const uint32_t *rs, uint32_t n,
-		      bool expect_ok)
+static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const uint32_t *rs,
+		      uint32_t n, bool expect_ok)
 {
 	uint32_t *src = malloc(n * sizeof(*src)), *dst = malloc(n * sizeof(*dst));
 	CHECK(src && dst);
@@ -208,7 +218,8 @@ static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const ui
 	uint8_t *ref[2][3];
 	for (uint32_t r = 0; r < w->ranks; r++)
 		for (int p = 0; p < 3; p++) {
-			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes : w->g->rank[r].pages[p].unit_bytes;
+			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes
+					    : w->g->rank[r].pages[p].unit_bytes;
 			ref[r][p] = malloc(p == 2 ? u : u * n);
 			CHECK(ref[r][p]);
 			if (p == 2)
@@ -217,8 +228,13 @@ static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const ui
 				for (uint32_t i = 0; i < n; i++)
 					memcpy(ref[r][p] + i * u, unit_at(w, r, p, src[i]), u);
 		}
-	struct sel_xfer_job out = { .dir = SEL_COPY_OUT, .n_pages = n, .pages = src, .page_slots = ps,
-				    .row = true, .state_slot = 0, .row_slots = rs };
+	struct sel_xfer_job out = {.dir = SEL_COPY_OUT,
+				   .n_pages = n,
+				   .pages = src,
+				   .page_slots = ps,
+				   .row = true,
+				   .state_slot = 0,
+				   .row_slots = rs};
 	CHECK_OK(sel_xfer_submit(x, &out));
 	wait_one(x, &out);
 	if (!expect_ok) {
@@ -230,19 +246,26 @@ static void roundtrip(struct world *w, sel_xfer *x, const uint32_t *ps, const ui
 	for (uint32_t r = 0; r < w->ranks; r++)
 		for (int p = 0; p < 3; p++)
 			memset(w->mem[r][p], 0x5a, w->len[r][p]);
-	struct sel_xfer_job in = { .dir = SEL_COPY_IN, .n_pages = n, .pages = dst, .page_slots = ps,
-				   .row = true, .state_slot = 1, .row_slots = rs };
+	struct sel_xfer_job in = {.dir = SEL_COPY_IN,
+				  .n_pages = n,
+				  .pages = dst,
+				  .page_slots = ps,
+				  .row = true,
+				  .state_slot = 1,
+				  .row_slots = rs};
 	CHECK_OK(sel_xfer_submit(x, &in));
 	wait_one(x, &in);
 	CHECK(in.status == 0);
 	for (uint32_t r = 0; r < w->ranks; r++)
 		for (int p = 0; p < 3; p++) {
-			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes : w->g->rank[r].pages[p].unit_bytes;
+			uint64_t u = p == 2 ? w->g->rank[r].row.unit_bytes
+					    : w->g->rank[r].pages[p].unit_bytes;
 			if (p == 2)
 				CHECK(memcmp(ref[r][p], unit_at(w, r, 2, 1), u) == 0);
 			else
 				for (uint32_t i = 0; i < n; i++)
-					CHECKF(memcmp(ref[r][p] + i * u, unit_at(w, r, p, dst[i]), u) == 0,
+					CHECKF(memcmp(ref[r][p] + i * u, unit_at(w, r, p, dst[i]),
+						      u) == 0,
 					       "rank %u plane %d page %u", r, p, i);
 		}
 done:
@@ -260,9 +283,9 @@ static void test_backend(test_rng *rng)
 	fake_reset();
 	struct sel_cuda *cu = fake_load();
 	struct sel_copy_backend *be;
-	const int devices[2] = { 0, 1 };
+	const int devices[2] = {0, 1};
 
-	CHECK_RC(sel_copy_backend_cuda_create(cu, (int[]){ 0, 5 }, 2, &be), SEL_ECUDA);
+	CHECK_RC(sel_copy_backend_cuda_create(cu, (int[]){0, 5}, 2, &be), SEL_ECUDA);
 	CHECK(strstr(sel_errmsg(), "rank 1 names device 5 but 2 devices are visible"));
 	CHECK(atomic_load(&fake.retains[0]) == 0);
 
@@ -274,9 +297,9 @@ static void test_backend(test_rng *rng)
 	/* 256 KiB planes: a 64-page window moves ~16.3 MiB per rank, so
 	 * windows split into several batches. */
 	struct world w;
-	world_open(&w, 2, (uint64_t[]){ 262144, 262144 }, (uint64_t[]){ 3000, 3000 },
-		   (uint64_t[]){ 600000, 700000 }, 140, 2, rng);
-	struct sel_slab_hooks hooks = { be->host_register, be->host_unregister, be->ctx };
+	world_open(&w, 2, (uint64_t[]){262144, 262144}, (uint64_t[]){3000, 3000},
+		   (uint64_t[]){600000, 700000}, 140, 2, rng);
+	struct sel_slab_hooks hooks = {be->host_register, be->host_unregister, be->ctx};
 	sel_slab_pool *pool;
 	fake_current = NULL;
 	CHECK_OK(sel_slab_create(w.l.slot_bytes, 0, 80, false, &hooks, &pool));
@@ -294,7 +317,8 @@ static void test_backend(test_rng *rng)
 	CHECKF(atomic_load(&fake.bad) == 0, "fake driver: %s", fake.bad_why);
 	CHECK(atomic_load(&fake.inflight_at_entry) == 0);
 	CHECK(atomic_load(&fake.batches) >= 2 * 2 * 3);
-	CHECK(atomic_load(&fake.max_bytes) <= 16u << 20 && atomic_load(&fake.max_bytes) > (15u << 20));
+	CHECK(atomic_load(&fake.max_bytes) <= 16u << 20 &&
+	      atomic_load(&fake.max_bytes) > (15u << 20));
 
 	/* A failing batch: SEL_ECUDA, and the stream drained before the report. */
 	int syncs = atomic_load(&fake.stream_syncs);
@@ -317,7 +341,8 @@ static void test_backend(test_rng *rng)
 	CHECK_OK(sel_slab_create(w.l.slot_bytes, 0, 8, false, NULL, &pool));
 	CHECK_RC(sel_xfer_create(w.g, &w.l, pool, be, 4, &x), SEL_ECUDA);
 	CHECKF(strstr(sel_errmsg(), "cuStreamCreateWithPriority(0): CUDA_ERROR_FAKE") &&
-		       strstr(sel_errmsg(), "(transfer rank "), "message: %s", sel_errmsg());
+		       strstr(sel_errmsg(), "(transfer rank "),
+	       "message: %s", sel_errmsg());
 	CHECK(atomic_load(&fake.streams) == 0);
 	sel_slab_destroy(pool);
 	fake.stream_fail = 0;
@@ -334,11 +359,11 @@ static void test_split_pool(test_rng *rng)
 {
 	fake_reset();
 	struct sel_cuda *cu = fake_load();
-	const int devices[2] = { 0, 1 };
+	const int devices[2] = {0, 1};
 	struct world w;
 	/* Different shares per rank: 64 KiB + 4 KiB, and 32 KiB + 8 KiB. */
-	world_open(&w, 2, (uint64_t[]){ 65536, 32768 }, (uint64_t[]){ 100, 5000 }, (uint64_t[]){ 9000, 9000 }, 40,
-		   2, rng);
+	world_open(&w, 2, (uint64_t[]){65536, 32768}, (uint64_t[]){100, 5000},
+		   (uint64_t[]){9000, 9000}, 40, 2, rng);
 	const uint64_t slots = 30;
 
 	sel_cuda_split_pool *sp;
@@ -352,12 +377,14 @@ static void test_split_pool(test_rng *rng)
 		CHECK(prop->type == SEL_CU_MEM_ALLOCATION_TYPE_PINNED);
 		CHECK(prop->requested_handle_types == SEL_CU_MEM_HANDLE_TYPE_NONE);
 		CHECK(prop->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
-		CHECK(prop->location.id == 3 + (int)r && pt->numa == 3 + (int)r && pt->device == (int)r);
+		CHECK(prop->location.id == 3 + (int)r && pt->numa == 3 + (int)r &&
+		      pt->device == (int)r);
 		CHECK(fake.created[r].size == pt->bytes && pt->bytes % 65536 == 0);
 		CHECK(pt->bytes >= slots * w.l.share[r] && pt->share == w.l.share[r]);
 		CHECK(fake.mapped[r].ptr == pt->base && fake.mapped[r].size == pt->bytes);
 		CHECK(fake.mapped[r].h == pt->handle);
-		CHECK(fake.access[r].ptr == pt->base && fake.access[r].size == pt->bytes && fake.access[r].n == 2);
+		CHECK(fake.access[r].ptr == pt->base && fake.access[r].size == pt->bytes &&
+		      fake.access[r].n == 2);
 		CHECK(fake.access[r].d[0].location.type == SEL_CU_MEM_LOCATION_TYPE_DEVICE);
 		CHECK(fake.access[r].d[0].location.id == (int)r);
 		CHECK(fake.access[r].d[0].flags == SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -371,11 +398,13 @@ static void test_split_pool(test_rng *rng)
 	/* Identity addressing. */
 	uint64_t id = sp->base + 7 * w.l.slot_bytes;
 	CHECK(sel_cuda_split_pool_translate(sp, 0, id) == sp->part[0].base + 7 * w.l.share[0]);
-	CHECK(sel_cuda_split_pool_translate(sp, 0, id + 100) == sp->part[0].base + 7 * w.l.share[0] + 100);
+	CHECK(sel_cuda_split_pool_translate(sp, 0, id + 100) ==
+	      sp->part[0].base + 7 * w.l.share[0] + 100);
 	CHECK(sel_cuda_split_pool_translate(sp, 1, id + w.l.share_off[1] + 5) ==
 	      sp->part[1].base + 7 * w.l.share[1] + 5);
-	CHECK(sel_cuda_split_pool_translate(sp, 1, id) == 0);                  /* rank 0's share */
-	CHECK(sel_cuda_split_pool_translate(sp, 0, id + w.l.share_off[1]) == 0); /* rank 1's share */
+	CHECK(sel_cuda_split_pool_translate(sp, 1, id) == 0); /* rank 0's share */
+	CHECK(sel_cuda_split_pool_translate(sp, 0, id + w.l.share_off[1]) ==
+	      0); /* rank 1's share */
 	CHECK(sel_cuda_split_pool_translate(sp, 0, sp->base + slots * w.l.slot_bytes) == 0);
 	CHECK(sel_cuda_split_pool_translate(sp, 2, id) == 0);
 
@@ -387,21 +416,23 @@ static void test_split_pool(test_rng *rng)
 	CHECK(parts[1].base == sp->part[1].base && parts[1].stride == w.l.share[1]);
 	sel_xfer *x;
 	CHECK_OK(sel_xfer_create_parts(w.g, &w.l, parts, slots, be, 4, &x));
-	uint32_t ps[20], rs[1] = { 29 };
+	uint32_t ps[20], rs[1] = {29};
 	CHECK(w.l.row_slots == 1);
 	for (uint32_t i = 0; i < 20; i++)
 		ps[i] = 27 - i;
 	roundtrip(&w, x, ps, rs, 20, true);
 	/* Bytes sit in the parts: page 0 of the last copy-out (id 0) in slot 27. */
 	for (uint32_t r = 0; r < 2; r++)
-		CHECK(memcmp((void *)(uintptr_t)(sp->part[r].base + 27 * w.l.share[r] + w.l.plane_off[r][1]),
+		CHECK(memcmp((void *)(uintptr_t)(sp->part[r].base + 27 * w.l.share[r] +
+						 w.l.plane_off[r][1]),
 			     unit_at(&w, r, 1, 20), w.g->rank[r].pages[1].unit_bytes) == 0);
-	struct sel_xfer_job cmp = { .dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = ps,
-				    .compare = true };
+	struct sel_xfer_job cmp = {
+		.dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = ps, .compare = true};
 	CHECK_RC(sel_xfer_submit(x, &cmp), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "split pools"));
-	uint32_t big[1] = { (uint32_t)slots };
-	struct sel_xfer_job oob = { .dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = big };
+	uint32_t big[1] = {(uint32_t)slots};
+	struct sel_xfer_job oob = {
+		.dir = SEL_COPY_OUT, .n_pages = 1, .pages = ps, .page_slots = big};
 	CHECK_RC(sel_xfer_submit(x, &oob), -EINVAL);
 	CHECK_OK(sel_xfer_close(x, 0));
 	sel_xfer_destroy(x);
@@ -453,7 +484,7 @@ struct sconv {
 
 static void sconv_init(struct sconv *c, uint32_t pages, test_rng *rng)
 {
-	static const uint8_t model[SEL_IDENTITY_BYTES] = { 7 };
+	static const uint8_t model[SEL_IDENTITY_BYTES] = {7};
 	sel_token *tok = malloc((size_t)pages * 64 * sizeof(*tok));
 	CHECK(tok);
 	CHECK_OK(sel_history_init(&c->h, model, NULL, 0));
@@ -471,11 +502,14 @@ static void sconv_init(struct sconv *c, uint32_t pages, test_rng *rng)
 }
 
 /* The checkpoint at consumed tokens c: n_pages ids, the last tail new. */
-static sel_published sconv_ckpt(struct sconv *cv, uint64_t id, uint64_t c, const sel_key *parent, uint32_t tail,
-				uint32_t state_slot)
+static sel_published sconv_ckpt(struct sconv *cv, uint64_t id, uint64_t c, const sel_key *parent,
+				uint32_t tail, uint32_t state_slot)
 {
-	sel_published p = { .checkpoint = id, .pages = cv->ids, .n_pages = (uint32_t)(c / 64), .tail = tail,
-			    .state_slot = state_slot };
+	sel_published p = {.checkpoint = id,
+			   .pages = cv->ids,
+			   .n_pages = (uint32_t)(c / 64),
+			   .tail = tail,
+			   .state_slot = state_slot};
 	sel_history_key_at(&cv->h, c, &p.key);
 	p.bucket = *sel_history_bound(&cv->h, c / SEL_BUCKET_TOKENS);
 	if (parent)
@@ -489,8 +523,8 @@ static void put_stored(sel_store *s, const sel_published *p)
 	sel_outcome o = sel_store_put(s, p, &why);
 	CHECKF(o == SEL_QUEUED, "put %s: %s", sel_outcome_name(o), sel_errmsg());
 	sel_event ev = store_wait(s);
-	CHECKF(ev.type == SEL_EV_STORED && ev.checkpoint == p->checkpoint, "store event %d: %s", ev.type,
-	       sel_strerror(ev.error));
+	CHECKF(ev.type == SEL_EV_STORED && ev.checkpoint == p->checkpoint, "store event %d: %s",
+	       ev.type, sel_strerror(ev.error));
 	CHECK_OK(sel_memory_store_check(s));
 }
 
@@ -516,7 +550,8 @@ static void snap_free(struct snap *sn, const struct world *w)
 			free(sn->b[r][p]);
 }
 
-static const uint8_t *snap_unit(const struct snap *sn, const struct world *w, uint32_t r, int p, uint64_t i)
+static const uint8_t *snap_unit(const struct snap *sn, const struct world *w, uint32_t r, int p,
+				uint64_t i)
 {
 	const sel_plane *pl = p == 2 ? &w->g->rank[r].row : &w->g->rank[r].pages[p];
 	return sn->b[r][p] + i * pl->unit_bytes;
@@ -524,8 +559,8 @@ static const uint8_t *snap_unit(const struct snap *sn, const struct world *w, ui
 
 /* Look up cv up to c above resident, fetch into ids the chain does not use
  * (from the end of cv->ids) and state slot 3, and compare with sn. */
-static void fetch_check(sel_store *s, struct world *w, const struct snap *sn, struct sconv *cv, uint64_t c,
-			uint64_t resident, const sel_published *want)
+static void fetch_check(sel_store *s, struct world *w, const struct snap *sn, struct sconv *cv,
+			uint64_t c, uint64_t resident, const sel_published *want)
 {
 	sel_hit hit;
 	CHECK_RC(sel_store_lookup(s, &cv->h, resident, c, &hit), 1);
@@ -537,15 +572,18 @@ static void fetch_check(sel_store *s, struct world *w, const struct snap *sn, st
 	for (uint32_t r = 0; r < w->ranks; r++)
 		for (int p = 0; p < 3; p++)
 			memset(w->mem[r][p], 0x5a, w->len[r][p]);
-	sel_inbound in = { .ticket = 11, .pages = dst, .n_pages = hit.pages, .state_slot = 3 };
+	sel_inbound in = {.ticket = 11, .pages = dst, .n_pages = hit.pages, .state_slot = 3};
 	CHECK_OK(sel_store_fetch(s, &hit, &in));
 	sel_event ev = store_wait(s);
-	CHECKF(ev.type == SEL_EV_FETCHED && ev.ticket == 11, "fetch event %d: %s", ev.type, sel_strerror(ev.error));
+	CHECKF(ev.type == SEL_EV_FETCHED && ev.ticket == 11, "fetch event %d: %s", ev.type,
+	       sel_strerror(ev.error));
 	for (uint32_t r = 0; r < w->ranks; r++) {
 		for (uint32_t i = 0; i < hit.pages; i++)
 			for (int p = 0; p < 2; p++)
-				CHECKF(memcmp(unit_at(w, r, p, dst[i]), snap_unit(sn, w, r, p, cv->ids[first + i]),
-					      w->g->rank[r].pages[p].unit_bytes) == 0, "rank %u page %u plane %d", r, i, p);
+				CHECKF(memcmp(unit_at(w, r, p, dst[i]),
+					      snap_unit(sn, w, r, p, cv->ids[first + i]),
+					      w->g->rank[r].pages[p].unit_bytes) == 0,
+				       "rank %u page %u plane %d", r, i, p);
 		CHECKF(memcmp(unit_at(w, r, 2, 3), snap_unit(sn, w, r, 2, want->state_slot),
 			      w->g->rank[r].row.unit_bytes) == 0,
 		       "rank %u row", r);
@@ -562,12 +600,14 @@ static void check_access(uint32_t parts)
 	CHECK(fake.naccess == (int)parts);
 	for (uint32_t r = 0; r < parts; r++) {
 		int devs = 0, hosts = 0;
-		CHECK(fake.access[r].ptr == fake.mapped[r].ptr && fake.access[r].size == fake.mapped[r].size);
+		CHECK(fake.access[r].ptr == fake.mapped[r].ptr &&
+		      fake.access[r].size == fake.mapped[r].size);
 		for (size_t i = 0; i < fake.access[r].n; i++) {
 			const struct sel_cu_mem_access_desc *d = &fake.access[r].d[i];
 			CHECK(d->flags == SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 			if (d->location.type == SEL_CU_MEM_LOCATION_TYPE_DEVICE) {
-				CHECKF(d->location.id == (int)r, "part %u opened to device %d", r, d->location.id);
+				CHECKF(d->location.id == (int)r, "part %u opened to device %d", r,
+				       d->location.id);
 				devs++;
 			} else {
 				CHECK(d->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
@@ -580,7 +620,7 @@ static void check_access(uint32_t parts)
 
 static sel_store_config split_cfg(const struct world *w, const int *devices, uint64_t warm_slots)
 {
-	sel_store_config cfg = { 0 };
+	sel_store_config cfg = {0};
 	cfg.geometry = w->g;
 	cfg.max_active = 1;
 	cfg.cuda_devices = devices;
@@ -600,12 +640,12 @@ static void test_split_store(test_rng *rng)
 	fake_reset();
 	struct sel_cuda *cu = fake_load();
 	sel_cuda_override(cu);
-	const int devices[2] = { 0, 1 };
+	const int devices[2] = {0, 1};
 	struct world w;
 	/* Equal share layouts and, below, identical bytes on both ranks: a
 	 * registered pool would pack these records. */
-	world_open(&w, 2, (uint64_t[]){ 65536, 65536 }, (uint64_t[]){ 5000, 5000 }, (uint64_t[]){ 9000, 9000 },
-		   ST_PAGES, ST_ROWS, rng);
+	world_open(&w, 2, (uint64_t[]){65536, 65536}, (uint64_t[]){5000, 5000},
+		   (uint64_t[]){9000, 9000}, ST_PAGES, ST_ROWS, rng);
 	for (int p = 0; p < 3; p++)
 		memcpy(w.mem[1][p], w.mem[0][p], w.len[0][p]);
 	CHECK(w.l.row_slots == 1);
@@ -628,12 +668,14 @@ static void test_split_store(test_rng *rng)
 		CHECK(prop->type == SEL_CU_MEM_ALLOCATION_TYPE_PINNED);
 		CHECK(prop->location.type == SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA);
 		CHECK(prop->location.id == 3 + (int)r); /* device r's NUMA node */
-		CHECK(split->part[r].base == fake.mapped[r].ptr && split->part[r].share == w.l.share[r]);
+		CHECK(split->part[r].base == fake.mapped[r].ptr &&
+		      split->part[r].share == w.l.share[r]);
 		CHECK(split->part[r].bytes >= split->slots * w.l.share[r]);
 	}
 	check_access(2);
 	CHECK(!sel_slab_owns_memory(sp->pool));
-	CHECK((uintptr_t)sel_slab_base(sp->pool) == split->base && split->base == (uintptr_t)fake.reserved);
+	CHECK((uintptr_t)sel_slab_base(sp->pool) == split->base &&
+	      split->base == (uintptr_t)fake.reserved);
 	CHECK(split->slots == sp->warm + sp->intake && sp->warm == 120);
 	CHECK(split->slot_bytes == w.l.slot_bytes);
 	sel_store_info info;
@@ -650,9 +692,11 @@ static void test_split_store(test_rng *rng)
 	put_stored(s, &rb);
 	struct sel_memory_record_info ri;
 	CHECK_OK(sel_memory_store_record(s, &ra.key, &ri));
-	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 70 && ri.row_slots == 1);
+	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 70 &&
+	      ri.row_slots == 1);
 	CHECK_OK(sel_memory_store_record(s, &rb.key, &ri));
-	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 19 && ri.row_slots == 1);
+	CHECK(ri.ready && !ri.pages_packed && !ri.row_packed && ri.page_slots == 19 &&
+	      ri.row_slots == 1);
 	sel_stats st;
 	sel_store_stats(s, &st);
 	CHECK(st.packed_records == 0 && st.per_rank_records == 2);
@@ -664,13 +708,15 @@ static void test_split_store(test_rng *rng)
 	for (uint32_t i = 0; i < 70; i++)
 		for (uint32_t r = 0; r < 2; r++)
 			for (int p = 0; p < 2; p++) {
-				uint64_t at = split->part[r].base + v.slots[i] * w.l.share[r] + w.l.plane_off[r][p];
-				uint64_t id = (uintptr_t)sel_slab_addr(sp->pool, v.slots[i]) + w.l.share_off[r] +
+				uint64_t at = split->part[r].base + v.slots[i] * w.l.share[r] +
 					      w.l.plane_off[r][p];
+				uint64_t id = (uintptr_t)sel_slab_addr(sp->pool, v.slots[i]) +
+					      w.l.share_off[r] + w.l.plane_off[r][p];
 				CHECK(sel_cuda_split_pool_translate(split, r, id) == at);
-				CHECKF(memcmp((void *)(uintptr_t)at, snap_unit(&sn, &w, r, p, a.ids[i]),
-					      w.g->rank[r].pages[p].unit_bytes) == 0, "part %u slot %u plane %d", r,
-				       v.slots[i], p);
+				CHECKF(memcmp((void *)(uintptr_t)at,
+					      snap_unit(&sn, &w, r, p, a.ids[i]),
+					      w.g->rank[r].pages[p].unit_bytes) == 0,
+				       "part %u slot %u plane %d", r, v.slots[i], p);
 			}
 	for (uint32_t r = 0; r < 2; r++)
 		CHECK(memcmp((void *)(uintptr_t)(split->part[r].base + v.slots[70] * w.l.share[r]),
@@ -707,7 +753,8 @@ static void test_split_store(test_rng *rng)
 	fake_reset();
 	cfg.split_pool = SEL_SPLIT_OFF;
 	CHECK_OK(sel_store_open(&cfg, &s));
-	CHECK(sel_memory_store_pool(s)->split == NULL && sel_slab_owns_memory(sel_memory_store_pool(s)->pool));
+	CHECK(sel_memory_store_pool(s)->split == NULL &&
+	      sel_slab_owns_memory(sel_memory_store_pool(s)->pool));
 	CHECK(atomic_load(&fake.registers) == 1 && fake.ncreated == 0);
 	put_stored(s, &ra);
 	sel_store_stats(s, &st);
@@ -723,7 +770,8 @@ static void test_split_store(test_rng *rng)
 	cfg.split_pool = SEL_SPLIT_AUTO;
 	CHECK_OK(sel_store_open(&cfg, &s));
 	CHECK(sel_memory_store_pool(s)->split == NULL && atomic_load(&fake.registers) == 1);
-	CHECKF(strstr(sel_store_warning(s), "device 0 (rank 0) cannot create host NUMA allocations"),
+	CHECKF(strstr(sel_store_warning(s),
+		      "device 0 (rank 0) cannot create host NUMA allocations"),
 	       "warning: %s", sel_store_warning(s));
 	close_store(s);
 	cfg.split_pool = SEL_SPLIT_ON;
@@ -737,7 +785,8 @@ static void test_split_store(test_rng *rng)
 	/* ON where records are read on the CPU or copied without CUDA. */
 	fake_reset();
 	char dir[1024];
-	snprintf(dir, sizeof(dir), "%s/split-disk", getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp");
+	snprintf(dir, sizeof(dir), "%s/split-disk",
+		 getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp");
 	cfg.disk_dir = dir;
 	cfg.disk_limit = 1ull << 30;
 	CHECK_RC(sel_store_open(&cfg, &s), -EINVAL);
@@ -754,7 +803,8 @@ static void test_split_store(test_rng *rng)
 
 	/* TP1: AUTO keeps the registered pool; ON splits into one part. */
 	struct world w1;
-	world_open(&w1, 1, (uint64_t[]){ 65536 }, (uint64_t[]){ 5000 }, (uint64_t[]){ 9000 }, ST_PAGES, 2, rng);
+	world_open(&w1, 1, (uint64_t[]){65536}, (uint64_t[]){5000}, (uint64_t[]){9000}, ST_PAGES, 2,
+		   rng);
 	sel_store_config c1 = split_cfg(&w1, devices, 70);
 	CHECK_OK(sel_store_open(&c1, &s));
 	CHECK(sel_memory_store_pool(s)->split == NULL && atomic_load(&fake.registers) == 1);
@@ -762,7 +812,8 @@ static void test_split_store(test_rng *rng)
 	fake_reset();
 	c1.split_pool = SEL_SPLIT_ON;
 	CHECK_OK(sel_store_open(&c1, &s));
-	CHECK(sel_memory_store_pool(s)->split != NULL && fake.ncreated == 1 && atomic_load(&fake.registers) == 0);
+	CHECK(sel_memory_store_pool(s)->split != NULL && fake.ncreated == 1 &&
+	      atomic_load(&fake.registers) == 0);
 	check_access(1);
 	struct sconv d;
 	sconv_init(&d, 64, rng);
@@ -795,10 +846,10 @@ static void test_split_store_stuck(test_rng *rng)
 	fake_reset();
 	stuck_cu = fake_load();
 	sel_cuda_override(stuck_cu);
-	const int devices[2] = { 0, 1 };
+	const int devices[2] = {0, 1};
 	struct world *w = &stuck_world;
-	world_open(w, 2, (uint64_t[]){ 65536, 32768 }, (uint64_t[]){ 5000, 9000 }, (uint64_t[]){ 9000, 9000 },
-		   ST_PAGES, ST_ROWS, rng);
+	world_open(w, 2, (uint64_t[]){65536, 32768}, (uint64_t[]){5000, 9000},
+		   (uint64_t[]){9000, 9000}, ST_PAGES, ST_ROWS, rng);
 	sel_store_config cfg = split_cfg(w, devices, 80);
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
@@ -815,7 +866,8 @@ static void test_split_store_stuck(test_rng *rng)
 	CHECK_RC(sel_store_close(s, t0 + 100000000), SEL_ESTOPPED);
 	CHECK(strstr(sel_errmsg(), "leaked"));
 	sel_store_destroy(s);
-	CHECK(fake.nunmapped == 0 && fake.nreleased == 0 && fake.freed == 0 && fake.reserved != NULL);
+	CHECK(fake.nunmapped == 0 && fake.nreleased == 0 && fake.freed == 0 &&
+	      fake.reserved != NULL);
 	/* Let the copy land in the leaked parts; nothing reports it. */
 	atomic_store(&fake.hold, 0);
 	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;

@@ -45,7 +45,7 @@ static void index_bad_children(void *arg)
 	sel_node_id id;
 	CHECK_OK(sel_index_insert(ix, &k, NULL, &b, SEL_TAIL_AUTO, true, &id));
 	sel_index_get(ix, id)->children = 3; /* it has none */
-	sel_index_touch(ix, id);              /* the checker aborts here */
+	sel_index_touch(ix, id);             /* the checker aborts here */
 }
 
 #endif

@@ -32,7 +32,7 @@ static void test_model_chunks(const hel_token *prompt, uint32_t n, const struct 
 {
 	uint32_t P = core->page_tokens, V = core->vocab;
 	hel_model *m;
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = n / P + 1, .rows = 1 };
+	hel_model_opts o = {.mode = SEL_MODE_ORDINARY, .pages = n / P + 1, .rows = 1};
 	CHECK_OK(hel_model_create(core, &o, &m));
 	uint32_t *pages = malloc((n / P + 1) * sizeof *pages);
 	for (uint32_t i = 0; i <= n / P; i++)
@@ -87,8 +87,8 @@ static void eng_open(struct eng *x, bool offload)
 	} else {
 		c.gpu_cache_bytes = 16 << 20;
 	}
-	printf("engine: %s, chunk %u, step %u tokens\n", offload ? "memory store, 24 pages" : "no store",
-	       c.chunk_tokens, c.step_tokens);
+	printf("engine: %s, chunk %u, step %u tokens\n",
+	       offload ? "memory store, 24 pages" : "no store", c.chunk_tokens, c.step_tokens);
 	CHECK_OK(hel_engine_open(&c, &x->e));
 	CHECK_OK(hel_engine_start(x->e));
 }
@@ -115,11 +115,11 @@ static void fillers(hel_engine *e, int count)
 static void conversation(struct eng *engs, int n_engs)
 {
 	int turns = 2 + (int)test_rng_below(&rng, 2);
-	hel_sampler sm = { 0 };
+	hel_sampler sm = {0};
 	if (test_rng_below(&rng, 2))
-		sm = (hel_sampler){ .temperature = 0.3 + (double)test_rng_below(&rng, 100) / 100,
-				    .seed = test_rng_next(&rng) };
-	struct et_chat ch = { 0 };
+		sm = (hel_sampler){.temperature = 0.3 + (double)test_rng_below(&rng, 100) / 100,
+				   .seed = test_rng_next(&rng)};
+	struct et_chat ch = {0};
 	char text[160];
 	for (int turn = 0; turn < turns; turn++) {
 		size_t len = 5 + test_rng_below(&rng, 150);
@@ -196,7 +196,7 @@ static void test_sensitivity(void)
 	 * only the first token, which depends on the row's hidden vector). */
 	uint32_t n, max = 96;
 	hel_token *p = NULL;
-	struct et_ref ref = { 0 };
+	struct et_ref ref = {0};
 	for (int tries = 0; ref.n < max; tries++) {
 		CHECK(tries < 400);
 		free(p);
@@ -213,26 +213,37 @@ static void test_sensitivity(void)
 	int nt = 0;
 	for (uint32_t pl = 0; pl < core->n_planes; pl++) {
 		uint64_t unit = (uint64_t)P * core->planes[pl].token_bytes;
-		t[nt++] = (struct target){ core->planes[pl].name, ET_FLIP_PAGE, pl,
-					   (uint32_t)test_rng_below(&rng, 2), test_rng_below(&rng, unit),
-					   false };
+		t[nt++] = (struct target){core->planes[pl].name,
+					  ET_FLIP_PAGE,
+					  pl,
+					  (uint32_t)test_rng_below(&rng, 2),
+					  test_rng_below(&rng, unit),
+					  false};
 	}
-	t[nt++] = (struct target){ "hidden", ET_FLIP_ROW, 0, 0,
-				   lay.hidden + test_rng_below(&rng, lay.hidden_bytes), false };
+	t[nt++] = (struct target){
+		"hidden", ET_FLIP_ROW, 0, 0, lay.hidden + test_rng_below(&rng, lay.hidden_bytes),
+		false};
 	/* Past word 0 (the previous token, whose flip the logits refuse). */
-	t[nt++] = (struct target){ "recurrent", ET_FLIP_ROW, 0, 0,
-				   lay.recurrent + 8 + test_rng_below(&rng, lay.recurrent_bytes - 8),
-				   false };
+	t[nt++] = (struct target){"recurrent",
+				  ET_FLIP_ROW,
+				  0,
+				  0,
+				  lay.recurrent + 8 + test_rng_below(&rng, lay.recurrent_bytes - 8),
+				  false};
 	uint64_t poff = 0;
 	static char names[16][80];
 	for (uint32_t pl = 0; pl < core->n_planes; pl++) {
 		uint64_t tb = core->planes[pl].token_bytes;
 		snprintf(names[pl], sizeof names[pl], "partial %s", core->planes[pl].name);
-		t[nt++] = (struct target){ names[pl], ET_FLIP_ROW, 0, 0,
-					   lay.partial + poff + test_rng_below(&rng, partial * tb), false };
+		t[nt++] = (struct target){names[pl],
+					  ET_FLIP_ROW,
+					  0,
+					  0,
+					  lay.partial + poff + test_rng_below(&rng, partial * tb),
+					  false};
 		poff += (uint64_t)P * tb;
 	}
-	t[nt++] = (struct target){ "consumed", ET_FLIP_ROW, 0, 0, lay.consumed, true };
+	t[nt++] = (struct target){"consumed", ET_FLIP_ROW, 0, 0, lay.consumed, true};
 
 	for (int i = 0; i < nt; i++) {
 		fillers(x.e, 12);
@@ -254,11 +265,14 @@ static void test_sensitivity(void)
 			et_same_as_ref(&x.lg, c, &ref);
 		} else {
 			CHECK(c->out.reused_host_tokens == n); /* the whole prompt came back */
-			bool same = c->n == ref.n && !memcmp(c->tok, ref.tok, ref.n * sizeof *c->tok);
-			CHECKF(!same, "a flipped byte in %s (offset %llu) changed no token (%u and %u tokens)",
+			bool same =
+				c->n == ref.n && !memcmp(c->tok, ref.tok, ref.n * sizeof *c->tok);
+			CHECKF(!same,
+			       "a flipped byte in %s (offset %llu) changed no token (%u and %u tokens)",
 			       t[i].what, (unsigned long long)t[i].offset, c->n, ref.n);
 		}
-		printf("flip in %-18s offset %6llu: %s\n", t[i].what, (unsigned long long)t[i].offset,
+		printf("flip in %-18s offset %6llu: %s\n", t[i].what,
+		       (unsigned long long)t[i].offset,
 		       t[i].rejected ? "row refused, recomputed" : "tokens changed");
 		et_call_free(c);
 	}

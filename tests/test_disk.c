@@ -47,13 +47,13 @@ static uint64_t leaked_slots; /* slots given up to a stopped disk thread */
 /* ---- io_uring hooks ------------------------------------------------------------ */
 
 static struct {
-	int submit_mode;      /* 0 real, 1 fail after the first call, 2 EAGAIN twice, 3 slow */
+	int submit_mode; /* 0 real, 1 fail after the first call, 2 EAGAIN twice, 3 slow */
 	int submit_calls;
-	int submitted;        /* requests the kernel took */
-	int completions;      /* completions seen */
-	int fail_completion;  /* fail the n-th completion (1-based), 0 = none */
-	bool halve;           /* report half of every transfer */
-	int shortened;        /* completions halved */
+	int submitted;       /* requests the kernel took */
+	int completions;     /* completions seen */
+	int fail_completion; /* fail the n-th completion (1-based), 0 = none */
+	bool halve;          /* report half of every transfer */
+	int shortened;       /* completions halved */
 } hk;
 
 static int h_submit(void *ctx, struct io_uring *ring)
@@ -158,7 +158,11 @@ static void fx_init(struct fx *f, const struct mode *m, const struct test_geo *t
 	snprintf(f->dir, sizeof f->dir, "%s", f->lk.path);
 	CHECK_OK(sel_slab_create(f->ns.layout.sz.page_record, 512, 0, false, NULL, &f->pool));
 	f->cfg = (struct sel_disk_config){
-		.dirfd = f->lk.fd, .dir = f->dir, .ns = &f->ns, .io = m->io, .direct = m->direct,
+		.dirfd = f->lk.fd,
+		.dir = f->dir,
+		.ns = &f->ns,
+		.io = m->io,
+		.direct = m->direct,
 		.hooks = &hooks,
 	};
 	fx_open_disk(f);
@@ -285,10 +289,12 @@ static void job_simple(struct sel_disk_job *j, enum sel_disk_op op, const sel_re
 static void check_same(const struct rec *a, const struct rec *b, uint32_t first, bool row)
 {
 	for (uint32_t i = first; i < a->d.tail; i++)
-		CHECKF(memcmp(a->pages[i], b->pages[i], a->s.page_stride) == 0, "page %u differs", i);
+		CHECKF(memcmp(a->pages[i], b->pages[i], a->s.page_stride) == 0, "page %u differs",
+		       i);
 	if (row)
 		for (int i = 0; i < a->n_iov; i++)
-			CHECKF(memcmp(a->iov[i].iov_base, b->iov[i].iov_base, a->iov[i].iov_len) == 0,
+			CHECKF(memcmp(a->iov[i].iov_base, b->iov[i].iov_base, a->iov[i].iov_len) ==
+				       0,
 			       "row piece %d differs", i);
 }
 
@@ -697,7 +703,9 @@ static void test_channel(struct fx *f)
 static void test_concurrency(struct fx *f)
 {
 	uint32_t pt = f->t.g.page_tokens;
-	enum { N = 6 };
+	enum {
+		N = 6
+	};
 	struct rec src[N], dst[N];
 	struct sel_disk_job w[N], r[N];
 	for (int i = 0; i < N; i++) {
@@ -860,7 +868,8 @@ static void write_parts(struct fx *f, struct rec *r, const uint32_t *sizes, int 
 	struct sel_disk_job j;
 	uint32_t at = 0;
 	for (int i = 0; i < n; i++) {
-		unsigned part = (i == 0 ? SEL_DISK_PART_BEGIN : 0) | (i == n - 1 ? SEL_DISK_PART_END : 0);
+		unsigned part =
+			(i == 0 ? SEL_DISK_PART_BEGIN : 0) | (i == n - 1 ? SEL_DISK_PART_END : 0);
 		job_part(&j, r, at, sizes[i], row, part);
 		CHECK_OK(run(f, &j));
 		at += sizes[i];
@@ -898,7 +907,8 @@ static void test_windowed(struct fx *f)
 	for (uint32_t i = 0; i < d.tail; i++) {
 		bool in = i >= 2 && i < 5;
 		CHECKF(in ? memcmp(src.pages[i], d2.pages[i], src.s.page_stride) == 0
-			  : ((uint8_t *)d2.pages[i])[0] == 0xee, "range page %u", i);
+			  : ((uint8_t *)d2.pages[i])[0] == 0xee,
+		       "range page %u", i);
 	}
 	job_range(&j, &d2, 7, 2, true); /* the last window, with the row */
 	CHECK_OK(run(f, &j));
@@ -973,8 +983,11 @@ static void test_windowed(struct fx *f)
 	CHECK_OK(run(f, &j));
 	bool pread_path = f->mode->io == SEL_DISK_IO_PREAD;
 	for (int k = 0; k < 5; k++) {
-		enum faultfs_op op = k == 0 ? F_FALLOCATE : k == 1 ? F_OPEN : k == 2 ? F_RENAME
-			      : k == 3 ? F_PWRITE : F_NONE;
+		enum faultfs_op op = k == 0   ? F_FALLOCATE
+				     : k == 1 ? F_OPEN
+				     : k == 2 ? F_RENAME
+				     : k == 3 ? F_PWRITE
+					      : F_NONE;
 		int e = k % 2 ? EIO : ENOSPC;
 		if (op == F_PWRITE && !pread_path)
 			continue;
@@ -993,14 +1006,16 @@ static void test_windowed(struct fx *f)
 		static const uint32_t sizes[3] = {3, 4, 2};
 		uint32_t at = 0;
 		for (uint32_t p = 0; p < 3; p++) {
-			unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) | (p == 2 ? SEL_DISK_PART_END : 0);
+			unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) |
+					(p == 2 ? SEL_DISK_PART_END : 0);
 			job_part(&j, &src, at, sizes[p], true, part);
 			int rc = run(f, &j);
 			at += sizes[p];
 			if (p < failing) {
 				CHECKF(rc == 0, "part %u: %d (%s)", p, rc, j.errmsg);
 			} else if (p == failing) {
-				CHECKF(rc == (op == F_NONE ? -EIO : -e), "part %u: %d (%s)", p, rc, j.errmsg);
+				CHECKF(rc == (op == F_NONE ? -EIO : -e), "part %u: %d (%s)", p, rc,
+				       j.errmsg);
 				CHECK(test_count_tmp(f->dir) == 0 && !j.committed);
 			} else {
 				CHECK_RC(rc, -ENOENT);
@@ -1037,7 +1052,9 @@ static void test_windowed(struct fx *f)
 	 * io_uring, parts of different records overlap): each keeps its own
 	 * temporary and checksums. */
 	{
-		enum { W = 5 };
+		enum {
+			W = 5
+		};
 		struct rec ws[W], wd;
 		struct sel_disk_job parts[W][3];
 		for (int i = 0; i < W; i++) {
@@ -1474,7 +1491,8 @@ int main(void)
 			continue;
 		}
 		if (m->io == SEL_DISK_IO_URING && uring_rc != 0) {
-			printf("== %s: not run, io_uring refused here: %s\n", m->name, strerror(-uring_rc));
+			printf("== %s: not run, io_uring refused here: %s\n", m->name,
+			       strerror(-uring_rc));
 			continue;
 		}
 		for (int k = 0; k < 3; k++)

@@ -60,7 +60,7 @@ static bool idle(const hel_engine_stats *st, void *arg)
  * max_tokens instead, its first tokens (the end token included) unchanged. */
 static void test_ignore_eos(void)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 4 << 20 });
+	hel_engine *e = start((hel_engine_config){.max_active = 4, .gpu_cache_bytes = 4 << 20});
 	const uint32_t max = 200;
 	bool seen = false;
 	for (int trial = 0; trial < 200 && !seen; trial++) {
@@ -70,13 +70,18 @@ static void test_ignore_eos(void)
 		if (!strcmp(c->out.finish_reason, "stop") && c->n + 8 < max) {
 			seen = true;
 			struct et_call *d = et_call_new();
-			hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = max,
-					  .ignore_eos = true, .on_tokens = et_on_tokens,
-					  .on_done = et_on_done, .ctx = d };
+			hel_request q = {.prompt = p,
+					 .n_prompt = n,
+					 .max_tokens = max,
+					 .ignore_eos = true,
+					 .on_tokens = et_on_tokens,
+					 .on_done = et_on_done,
+					 .ctx = d};
 			CHECK_OK(hel_engine_submit(e, &q, &d->id));
 			et_wait(d);
 			CHECKF(!strcmp(d->out.finish_reason, "length") && d->n == max,
-			       "ignore_eos: %s after %u of %u tokens", d->out.finish_reason, d->n, max);
+			       "ignore_eos: %s after %u of %u tokens", d->out.finish_reason, d->n,
+			       max);
 			CHECK(!memcmp(d->tok, c->tok, c->n * sizeof(hel_token)));
 			CHECK(c->tok[c->n - 1] == HEL_TOK_END);
 			et_call_free(d);
@@ -91,7 +96,7 @@ static void test_ignore_eos(void)
 
 static void test_single(void)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 4 << 20 });
+	hel_engine *e = start((hel_engine_config){.max_active = 4, .gpu_cache_bytes = 4 << 20});
 	hel_engine_info info;
 	hel_engine_info_get(e, &info);
 	CHECK(!strcmp(info.store, "disabled") && !strcmp(info.transport, "none"));
@@ -100,9 +105,9 @@ static void test_single(void)
 	for (int trial = 0; trial < 2 * ET_SCALE; trial++) {
 		uint32_t n;
 		hel_token *p = et_random_prompt(&rng, 20 + test_rng_below(&rng, 200), &n);
-		hel_sampler sm = { 0 };
+		hel_sampler sm = {0};
 		if (trial % 2)
-			sm = (hel_sampler){ .temperature = 0.8, .seed = test_rng_next(&rng) };
+			sm = (hel_sampler){.temperature = 0.8, .seed = test_rng_next(&rng)};
 		uint32_t max = 1 + (uint32_t)test_rng_below(&rng, 48);
 		struct et_call *c = et_run(e, p, n, max, &sm);
 		CHECK(c->out.prompt_tokens == n && c->out.cached_tokens == 0);
@@ -122,7 +127,8 @@ static void test_single(void)
 	hel_engine_stats_get(e, &st);
 	CHECK(st.requests_submitted == 2 * ET_SCALE && st.requests_finished == 2 * ET_SCALE);
 	CHECK(!st.store_enabled && st.prompt_tokens > 0 && st.completion_tokens > 0);
-	CHECK(st.prefill_tokens > 0 && st.decode_tokens > 0 && st.gpu_pages_total == info.gpu_pages);
+	CHECK(st.prefill_tokens > 0 && st.decode_tokens > 0 &&
+	      st.gpu_pages_total == info.gpu_pages);
 	/* The prefill rate is measured without a store too (/metrics). */
 	CHECK(st.prefill_rate > 0 && st.copyout_pins == 0);
 	CHECK(st.copyout_pin_limit == (info.gpu_rows / 4 > 1 ? info.gpu_rows / 4 : 1));
@@ -133,9 +139,9 @@ static void test_single(void)
 
 static void test_multiturn(sel_state_mode mode)
 {
-	hel_engine *e = start((hel_engine_config){ .mode = mode, .max_active = 2,
-						   .gpu_cache_bytes = 8 << 20 });
-	struct et_chat ch = { 0 };
+	hel_engine *e = start(
+		(hel_engine_config){.mode = mode, .max_active = 2, .gpu_cache_bytes = 8 << 20});
+	struct et_chat ch = {0};
 	char text[200];
 	uint64_t prev_terminal = 0;
 	for (int turn = 0; turn < 4; turn++) {
@@ -146,7 +152,8 @@ static void test_multiturn(sel_state_mode mode)
 		hel_token *p = et_chat_prompt(&ch, &n);
 		struct et_call *c = et_run(e, p, n, 32, NULL);
 		/* Turn 2 on resume exactly at the previous turn's terminal. */
-		CHECKF(c->out.cached_tokens == prev_terminal && c->out.reused_gpu_tokens == prev_terminal,
+		CHECKF(c->out.cached_tokens == prev_terminal &&
+			       c->out.reused_gpu_tokens == prev_terminal,
 		       "turn %d: cached %llu, expected %llu", turn,
 		       (unsigned long long)c->out.cached_tokens, (unsigned long long)prev_terminal);
 		CHECK(c->out.reused_host_tokens == 0 && c->out.prefill_tokens == n - prev_terminal);
@@ -182,11 +189,11 @@ static void fillers(hel_engine *e, int count)
 /* HEL_FETCH_ALWAYS: the tiny core's restores are so small that the measured
  * rates put them near the policy's threshold (test_engine_requeue covers
  * the policy's refusals). */
-static const hel_engine_config small_cache = { .max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-					       .fetch = HEL_FETCH_ALWAYS };
+static const hel_engine_config small_cache = {
+	.max_active = 3, .gpu_pages = 20, .gpu_rows = 30, .fetch = HEL_FETCH_ALWAYS};
 
 struct script_out {
-	uint64_t t1;              /* turn 1's terminal */
+	uint64_t t1; /* turn 1's terminal */
 	struct et_call *turn1, *probe, *turn2;
 	hel_token *p2;
 	uint32_t n2;
@@ -199,7 +206,7 @@ static void script(hel_engine *e, uint64_t seed, struct script_out *o)
 {
 	test_rng r;
 	test_rng_init(&r, seed);
-	struct et_chat ch = { 0 };
+	struct et_chat ch = {0};
 	char q[160];
 	size_t len = 80 + test_rng_below(&r, 60);
 	et_text(&r, q, len);
@@ -262,7 +269,8 @@ static void test_offload(void)
 	hel_engine_info info;
 	hel_engine_info_get(a, &info);
 	CHECK(!strcmp(info.store, "memory") && !strcmp(info.transport, "host"));
-	CHECK(info.gpu_pages == 20 && info.gpu_rows == 30 && info.slots_total > 0 && info.slot_bytes > 0);
+	CHECK(info.gpu_pages == 20 && info.gpu_rows == 30 && info.slots_total > 0 &&
+	      info.slot_bytes > 0);
 
 	uint64_t seed = test_rng_next(&rng);
 	struct script_out oa, ob;
@@ -287,7 +295,8 @@ static void test_offload(void)
 	CHECK(st.store.fetches >= 1 && st.store.hits >= 1 && st.store_enabled);
 	/* Restores are timed by the tier they came from. */
 	CHECK(st.restore_time[SEL_TIER_MEMORY].count >= st.host_hits - st.host_fetch_failed &&
-	      st.restore_time[SEL_TIER_MEMORY].count > 0 && st.restore_time[SEL_TIER_DISK].count == 0);
+	      st.restore_time[SEL_TIER_MEMORY].count > 0 &&
+	      st.restore_time[SEL_TIER_DISK].count == 0);
 	printf("policy inputs: prefill %llu tokens/s, memory restores %llu B/s\n",
 	       (unsigned long long)st.prefill_rate,
 	       (unsigned long long)st.store.tier[SEL_TIER_MEMORY].rate_bps);
@@ -303,8 +312,8 @@ static void test_offload(void)
 		cut++;
 	cut++; /* through the reply's MESSAGE */
 	CHECK(cut > n1 && cut < oa.n2);
-	static const char *const tail[3] = { "user: tell me more", "user: and then?",
-					      "user: what else" };
+	static const char *const tail[3] = {"user: tell me more", "user: and then?",
+					    "user: what else"};
 	hel_token *bp[3];
 	uint32_t bn[3];
 	for (int i = 0; i < 3; i++) {
@@ -388,9 +397,11 @@ static void test_offload(void)
 static void test_concurrent(void)
 {
 	/* Few pages for many decoders: the scheduler preempts and resumes. */
-	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_pages = 10, .gpu_rows = 24,
-						   .chunk_tokens = 64 });
-	enum { N = 16 };
+	hel_engine *e = start((hel_engine_config){
+		.max_active = 4, .gpu_pages = 10, .gpu_rows = 24, .chunk_tokens = 64});
+	enum {
+		N = 16
+	};
 	struct et_call *c[N];
 	hel_token *p[N];
 	uint32_t n[N], max[N];
@@ -398,9 +409,9 @@ static void test_concurrent(void)
 	for (int i = 0; i < N; i++) {
 		p[i] = et_random_prompt(&rng, 20 + test_rng_below(&rng, 150), &n[i]);
 		max[i] = 100 + (uint32_t)test_rng_below(&rng, 200);
-		sm[i] = (hel_sampler){ 0 };
+		sm[i] = (hel_sampler){0};
 		if (i % 3 == 0)
-			sm[i] = (hel_sampler){ .temperature = 1.0, .seed = (uint64_t)i };
+			sm[i] = (hel_sampler){.temperature = 1.0, .seed = (uint64_t)i};
 		c[i] = et_call_new();
 		CHECK_OK(et_submit(e, c[i], p[i], n[i], max[i], &sm[i]));
 	}
@@ -498,8 +509,12 @@ static void test_shutdown(void)
 	stop_target = e;
 	q = et_call_new();
 	p = et_random_prompt(&rng, 20, &n);
-	hel_request rq = { .prompt = p, .n_prompt = n, .max_tokens = 2, .on_tokens = et_on_tokens,
-			   .on_done = stop_in_callback, .ctx = q };
+	hel_request rq = {.prompt = p,
+			  .n_prompt = n,
+			  .max_tokens = 2,
+			  .on_tokens = et_on_tokens,
+			  .on_done = stop_in_callback,
+			  .ctx = q};
 	CHECK_OK(hel_engine_submit(e, &rq, &q->id));
 	et_wait(q);
 	CHECK(stop_rc_in_callback == -EDEADLK);
@@ -525,21 +540,21 @@ static void expect_submit(hel_engine *e, const hel_request *q, int rc, const cha
 static void test_validation(void)
 {
 	hel_engine *e;
-	hel_engine_config c = { .core = core, .max_active = 4, .gpu_cache_bytes = 1000 };
+	hel_engine_config c = {.core = core, .max_active = 4, .gpu_cache_bytes = 1000};
 	CHECK_RC(hel_engine_open(&c, &e), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "gpu_cache_bytes"));
-	c = (hel_engine_config){ .core = core, .gpu_pages = 100 };
+	c = (hel_engine_config){.core = core, .gpu_pages = 100};
 	CHECK_RC(hel_engine_open(&c, &e), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "gpu_rows"));
-	c = (hel_engine_config){ .core = core, .max_active = 8, .gpu_pages = 100, .gpu_rows = 10 };
+	c = (hel_engine_config){.core = core, .max_active = 8, .gpu_pages = 100, .gpu_rows = 10};
 	CHECK_RC(hel_engine_open(&c, &e), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "max_active 8"));
-	c = (hel_engine_config){ .core = NULL };
+	c = (hel_engine_config){.core = NULL};
 	CHECK_RC(hel_engine_open(&c, &e), -EINVAL);
 
 	/* Store selection (design 1's table): disk, composite, limit 0. */
 	char *dir = test_mkdtemp("records");
-	c = (hel_engine_config){ .core = core, .disk_dir = dir, .disk_limit = 64 << 20 };
+	c = (hel_engine_config){.core = core, .disk_dir = dir, .disk_limit = 64 << 20};
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info info;
 	hel_engine_info_get(e, &info);
@@ -558,13 +573,14 @@ static void test_validation(void)
 	c.disk_limit_set = true;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info_get(e, &info);
-	CHECK(!strcmp(info.store, "memory") && strstr(info.disk_note, "limit 0") && !info.disk_dir[0]);
+	CHECK(!strcmp(info.store, "memory") && strstr(info.disk_note, "limit 0") &&
+	      !info.disk_dir[0]);
 	hel_engine_destroy(e);
 	/* A directory the store cannot use selects no disk store
 	 * (docs/configuration.md): the engine opens, and its note names the
 	 * directory as a warning; memory stays. */
-	c = (hel_engine_config){ .core = core, .disk_dir = "/proc/no-records-here",
-				 .memory_bytes = 4 << 20 };
+	c = (hel_engine_config){
+		.core = core, .disk_dir = "/proc/no-records-here", .memory_bytes = 4 << 20};
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info_get(e, &info);
 	CHECKF(!strcmp(info.store, "memory") && info.disk_warning &&
@@ -574,11 +590,11 @@ static void test_validation(void)
 	test_rmtree(dir);
 	free(dir);
 
-	e = start((hel_engine_config){ .max_active = 2, .gpu_pages = 16, .gpu_rows = 8,
-				       .queue_limit = 2 });
-	hel_token ok[4] = { HEL_TOK_BEGIN, 'h', 'i', HEL_TOK_MESSAGE };
-	hel_token bad[2] = { 'a', 5000 };
-	hel_request q = { .prompt = ok, .n_prompt = 4, .max_tokens = 4 };
+	e = start((hel_engine_config){
+		.max_active = 2, .gpu_pages = 16, .gpu_rows = 8, .queue_limit = 2});
+	hel_token ok[4] = {HEL_TOK_BEGIN, 'h', 'i', HEL_TOK_MESSAGE};
+	hel_token bad[2] = {'a', 5000};
+	hel_request q = {.prompt = ok, .n_prompt = 4, .max_tokens = 4};
 	q.n_prompt = 0;
 	expect_submit(e, &q, -EINVAL, "prompt");
 	q.n_prompt = 4;
@@ -604,13 +620,13 @@ static void test_validation(void)
 	q.max_tokens = 17 * 64; /* more pages than the cache holds */
 	expect_submit(e, &q, -E2BIG, "pages");
 	q.max_tokens = 4;
-	hel_token many[8] = { 'a', HEL_TOK_MESSAGE, 'b', HEL_TOK_MESSAGE, 'c', HEL_TOK_MESSAGE, 'd',
-			      HEL_TOK_MESSAGE };
+	hel_token many[8] = {'a', HEL_TOK_MESSAGE, 'b', HEL_TOK_MESSAGE,
+			     'c', HEL_TOK_MESSAGE, 'd', HEL_TOK_MESSAGE};
 	q.prompt = many;
 	q.n_prompt = 8;
 	q.max_tokens = 1;
 	expect_submit(e, &q, 0, ""); /* 4 messages: 6 rows of 8 */
-	hel_token more[14]; /* 7 messages: 9 rows */
+	hel_token more[14];          /* 7 messages: 9 rows */
 	for (int i = 0; i < 14; i++)
 		more[i] = i % 2 ? HEL_TOK_MESSAGE : 'x';
 	q.prompt = more;
@@ -621,9 +637,14 @@ static void test_validation(void)
 	/* Salted requests never share checkpoints with unsalted ones. */
 	struct et_call *s1 = et_run(e, ok, 4, 3, NULL);
 	struct et_call *s2 = et_call_new();
-	hel_request rq = { .prompt = ok, .n_prompt = 4, .max_tokens = 3, .cache_salt = "tenant",
-			   .cache_salt_len = 6, .on_tokens = et_on_tokens, .on_done = et_on_done,
-			   .ctx = s2 };
+	hel_request rq = {.prompt = ok,
+			  .n_prompt = 4,
+			  .max_tokens = 3,
+			  .cache_salt = "tenant",
+			  .cache_salt_len = 6,
+			  .on_tokens = et_on_tokens,
+			  .on_done = et_on_done,
+			  .ctx = s2};
 	CHECK_OK(hel_engine_submit(e, &rq, &s2->id));
 	et_wait(s2);
 	CHECK(s2->out.cached_tokens == 0 && s2->n == s1->n &&
@@ -646,16 +667,25 @@ static void test_logprobs(void)
 	static struct et_logits lg;
 	memset(&lg, 0, sizeof lg);
 	pthread_mutex_init(&lg.mu, NULL);
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20,
-						   .debug_logits = et_logits_cb, .debug_ctx = &lg });
+	hel_engine *e = start((hel_engine_config){.max_active = 2,
+						  .gpu_cache_bytes = 4 << 20,
+						  .debug_logits = et_logits_cb,
+						  .debug_ctx = &lg});
 	for (int trial = 0; trial < 2; trial++) {
 		uint32_t n;
 		hel_token *p = et_random_prompt(&rng, 40 + test_rng_below(&rng, 60), &n);
-		hel_sampler sm = trial ? (hel_sampler){ .temperature = 0.7, .seed = 5 } : (hel_sampler){ 0 };
+		hel_sampler sm =
+			trial ? (hel_sampler){.temperature = 0.7, .seed = 5} : (hel_sampler){0};
 		struct et_call *c = et_call_new();
-		hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 12, .sampler = sm,
-				  .logprobs = true, .top_logprobs = trial ? 20 : 3,
-				  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = c };
+		hel_request q = {.prompt = p,
+				 .n_prompt = n,
+				 .max_tokens = 12,
+				 .sampler = sm,
+				 .logprobs = true,
+				 .top_logprobs = trial ? 20 : 3,
+				 .on_tokens = et_on_tokens,
+				 .on_done = et_on_done,
+				 .ctx = c};
 		CHECK_OK(hel_engine_submit(e, &q, &c->id));
 		et_wait(c);
 		CHECK(c->have_lp);
@@ -676,7 +706,8 @@ static void test_logprobs(void)
 			}
 			CHECK(mass <= 1.0 + 1e-5);
 			if (!trial) /* greedy: the sampled token is the most likely */
-				CHECK(got->top[0] == c->tok[i] && got->top_logprob[0] == got->logprob);
+				CHECK(got->top[0] == c->tok[i] &&
+				      got->top_logprob[0] == got->logprob);
 		}
 		check_ref(c, p, n, 12, &sm);
 		et_call_free(c);
@@ -689,9 +720,13 @@ static void test_logprobs(void)
 	CHECK(!c->have_lp);
 	et_call_free(c);
 	/* More than 20 alternatives: refused. */
-	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 2, .logprobs = true,
-			  .top_logprobs = HEL_TOP_LOGPROBS_MAX + 1, .on_tokens = et_on_tokens,
-			  .on_done = et_on_done };
+	hel_request q = {.prompt = p,
+			 .n_prompt = n,
+			 .max_tokens = 2,
+			 .logprobs = true,
+			 .top_logprobs = HEL_TOP_LOGPROBS_MAX + 1,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done};
 	uint64_t id;
 	CHECK_RC(hel_engine_submit(e, &q, &id), -EINVAL);
 	free(p);
@@ -704,13 +739,18 @@ static void test_logprobs(void)
  * token past it, completion_tokens counting only what it kept. */
 static void test_stop_from_callback(void)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20 });
+	hel_engine *e = start((hel_engine_config){.max_active = 2, .gpu_cache_bytes = 4 << 20});
 	uint32_t n;
 	hel_token *p = et_random_prompt(&rng, 50, &n);
 	struct et_call *c = et_call_new();
 	c->stop_after = 3;
-	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 200, .ignore_eos = true,
-			  .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = c };
+	hel_request q = {.prompt = p,
+			 .n_prompt = n,
+			 .max_tokens = 200,
+			 .ignore_eos = true,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = c};
 	CHECK_OK(hel_engine_submit(e, &q, &c->id));
 	et_wait(c);
 	CHECK(!strcmp(c->out.finish_reason, "stop") && c->out.error == 0);
@@ -738,19 +778,23 @@ static void test_stop_from_callback(void)
  * prompt each. */
 static void test_branching(void)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 4, .gpu_cache_bytes = 8 << 20 });
+	hel_engine *e = start((hel_engine_config){.max_active = 4, .gpu_cache_bytes = 8 << 20});
 	uint32_t n;
 	hel_token *p = et_random_prompt(&rng, 300, &n);
 	struct et_call *c[4];
 	for (int i = 0; i < 4; i++)
 		c[i] = et_call_new();
-	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = 8, .on_tokens = et_on_tokens,
-			  .on_done = et_on_done, .ctx = c[0] };
+	hel_request q = {.prompt = p,
+			 .n_prompt = n,
+			 .max_tokens = 8,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = c[0]};
 	CHECK_OK(hel_engine_submit(e, &q, &c[0]->id));
 	for (int i = 1; i < 4; i++) {
 		q.ctx = c[i];
 		q.after = c[0]->id;
-		q.sampler = (hel_sampler){ .temperature = 0.9, .seed = (uint64_t)i };
+		q.sampler = (hel_sampler){.temperature = 0.9, .seed = (uint64_t)i};
 		CHECK_OK(hel_engine_submit(e, &q, &c[i]->id));
 	}
 	for (int i = 0; i < 4; i++)
@@ -761,7 +805,7 @@ static void test_branching(void)
 		       "sibling %d: reused %llu of %u, prefilled %llu", i,
 		       (unsigned long long)c[i]->out.reused_gpu_tokens, n,
 		       (unsigned long long)c[i]->out.prefill_tokens);
-		hel_sampler sm = { .temperature = 0.9, .seed = (uint64_t)i };
+		hel_sampler sm = {.temperature = 0.9, .seed = (uint64_t)i};
 		check_ref(c[i], p, n, 8, &sm);
 	}
 	hel_engine_stats st;
@@ -784,8 +828,13 @@ static void test_branching(void)
 	 * siblings go (they compute the prompt themselves). */
 	hel_token *p2 = et_random_prompt(&rng, 400, &n);
 	struct et_call *f = et_call_new(), *g = et_call_new();
-	q = (hel_request){ .prompt = p2, .n_prompt = n, .max_tokens = 300, .ignore_eos = true,
-			   .on_tokens = et_on_tokens, .on_done = et_on_done, .ctx = f };
+	q = (hel_request){.prompt = p2,
+			  .n_prompt = n,
+			  .max_tokens = 300,
+			  .ignore_eos = true,
+			  .on_tokens = et_on_tokens,
+			  .on_done = et_on_done,
+			  .ctx = f};
 	CHECK_OK(hel_engine_submit(e, &q, &f->id));
 	int rc = hel_engine_cancel(e, f->id); /* -ENOENT: it already finished, which primes too */
 	CHECK(rc == 0 || rc == -ENOENT);
@@ -814,7 +863,7 @@ static uint64_t hist_sum(const hel_hist *h)
 /* The latency histograms count what they say. */
 static void test_latency_histograms(void)
 {
-	hel_engine *e = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 4 << 20 });
+	hel_engine *e = start((hel_engine_config){.max_active = 2, .gpu_cache_bytes = 4 << 20});
 	uint64_t tokens = 0;
 	for (int i = 0; i < 5; i++) {
 		uint32_t n;

@@ -126,7 +126,8 @@ static void scenario(const char *name, hel_engine_config cfg)
 
 	/* The same conversation without offload: the same tokens. */
 	hel_engine *r = start((hel_engine_config){.max_active = cfg.max_active,
-						   .gpu_pages = cfg.gpu_pages, .gpu_rows = cfg.gpu_rows});
+						  .gpu_pages = cfg.gpu_pages,
+						  .gpu_rows = cfg.gpu_rows});
 	struct et_chat chr = {0};
 	uint64_t tr;
 	struct et_call *r1;
@@ -143,7 +144,8 @@ static void scenario(const char *name, hel_engine_config cfg)
 	et_same_as_ref(NULL, c2, &ref);
 	et_ref_free(&ref);
 	printf("  %s: turn 2 restored %llu tokens from disk after a restart, %u tokens as "
-	       "without offload\n", name, (unsigned long long)t1, c2->n);
+	       "without offload\n",
+	       name, (unsigned long long)t1, c2->n);
 
 	finish(b);
 	finish(r);
@@ -188,15 +190,22 @@ static void stop_loses_resumed_terminal(int rounds)
 	for (int i = 0; i < rounds; i++) {
 		char *dir = test_mkdtemp("engine-stop");
 		struct holder h = {0};
-		hel_engine_config cfg = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-					 .fetch = HEL_FETCH_ALWAYS, .memory_bytes = 16 << 20,
-					 .disk_dir = dir, .disk_limit = 256 << 20,
-					 .disk_limit_set = true, .drain_on_shutdown = true,
-					 .store_open = open_held, .store_ctx = &h};
+		hel_engine_config cfg = {.max_active = 3,
+					 .gpu_pages = 20,
+					 .gpu_rows = 30,
+					 .fetch = HEL_FETCH_ALWAYS,
+					 .memory_bytes = 16 << 20,
+					 .disk_dir = dir,
+					 .disk_limit = 256 << 20,
+					 .disk_limit_set = true,
+					 .drain_on_shutdown = true,
+					 .store_open = open_held,
+					 .store_ctx = &h};
 		hel_engine *e = start(cfg);
 		uint32_t n1;
 		hel_token *p1 = et_random_prompt(&rng, 80 + test_rng_below(&rng, 60), &n1);
-		struct et_call *c = et_run(e, p1, n1, 20 + (uint32_t)test_rng_below(&rng, 20), NULL);
+		struct et_call *c =
+			et_run(e, p1, n1, 20 + (uint32_t)test_rng_below(&rng, 20), NULL);
 		uint64_t t1 = et_terminal(c);
 		hel_token *pc = malloc(t1 * sizeof *pc);
 		CHECK(pc);
@@ -206,8 +215,12 @@ static void stop_loses_resumed_terminal(int rounds)
 		sel_key_direct(core->identity, NULL, 0, pc, t1, &key);
 		/* The resume offers the terminal; stop as soon as it answered. */
 		struct et_call *probe = et_call_new();
-		hel_request q = {.prompt = pc, .n_prompt = (uint32_t)t1, .max_tokens = 1,
-				 .on_tokens = et_on_tokens, .on_done = done_then_linger, .ctx = probe};
+		hel_request q = {.prompt = pc,
+				 .n_prompt = (uint32_t)t1,
+				 .max_tokens = 1,
+				 .on_tokens = et_on_tokens,
+				 .on_done = done_then_linger,
+				 .ctx = probe};
 		CHECK_OK(hel_engine_submit(e, &q, &probe->id));
 		et_wait(probe);
 		CHECK(probe->out.error == 0 && probe->out.reused_gpu_tokens == t1);
@@ -230,7 +243,8 @@ static void stop_loses_resumed_terminal(int rounds)
 		test_rmtree(dir);
 		free(dir);
 	}
-	CHECKF(missing == 0, "the resumed terminal was missing after %d of %d stops", missing, rounds);
+	CHECKF(missing == 0, "the resumed terminal was missing after %d of %d stops", missing,
+	       rounds);
 	printf("  stop right after a resume: the terminal on disk after %d of %d restarts\n",
 	       rounds - missing, rounds);
 }
@@ -262,8 +276,12 @@ static hel_token *two_messages(uint64_t seed, uint32_t *n)
 static void forged_parent_gives_wrong_answer(void)
 {
 	char *dir = test_mkdtemp("engine-forged");
-	hel_engine_config cfg = {.max_active = 3, .gpu_pages = 40, .gpu_rows = 30,
-				 .fetch = HEL_FETCH_ALWAYS, .disk_dir = dir, .disk_limit = 256 << 20,
+	hel_engine_config cfg = {.max_active = 3,
+				 .gpu_pages = 40,
+				 .gpu_rows = 30,
+				 .fetch = HEL_FETCH_ALWAYS,
+				 .disk_dir = dir,
+				 .disk_limit = 256 << 20,
 				 .disk_limit_set = true};
 	uint32_t nx, ny;
 	hel_token *x = two_messages(test_rng_next(&rng), &nx);
@@ -310,7 +328,8 @@ static void forged_parent_gives_wrong_answer(void)
 	CHECKF(st.store.chains_rejected >= 1, "%llu chains rejected",
 	       (unsigned long long)st.store.chains_rejected);
 	printf("  forged parent link: X's prompt restored %llu tokens (not the forged chain), "
-	       "reply as without offload\n", (unsigned long long)c->out.reused_host_tokens);
+	       "reply as without offload\n",
+	       (unsigned long long)c->out.reused_host_tokens);
 	finish(b);
 	et_call_free(c);
 	free(x);
@@ -323,8 +342,8 @@ int main(void)
 {
 	test_rng_init(&rng, test_seed());
 	CHECK_OK(hel_core_builtin(&core));
-	hel_engine_config base = {.max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-				  .fetch = HEL_FETCH_ALWAYS};
+	hel_engine_config base = {
+		.max_active = 3, .gpu_pages = 20, .gpu_rows = 30, .fetch = HEL_FETCH_ALWAYS};
 	scenario("disk", base);
 	hel_engine_config comp = base;
 	comp.memory_bytes = 16 << 20;

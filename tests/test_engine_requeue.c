@@ -49,7 +49,12 @@ static test_rng rng;
 
 /* ---- the double ------------------------------------------------------------------- */
 
-enum { LOG_POLL = 1, LOG_PUT, LOG_EVICTED, LOG_MAX = 1 << 16 };
+enum {
+	LOG_POLL = 1,
+	LOG_PUT,
+	LOG_EVICTED,
+	LOG_MAX = 1 << 16
+};
 
 struct putrec {
 	uint64_t id;
@@ -57,9 +62,9 @@ struct putrec {
 	int puts;
 	uint64_t progress_at_refusal; /* progress events delivered (or queued
 				       * ahead of its Deferred) when last refused */
-	bool refused;               /* waits for progress */
+	bool refused;                 /* waits for progress */
 	bool evicted;
-	int pins;                   /* Queued puts without their event yet */
+	int pins; /* Queued puts without their event yet */
 };
 
 struct dbl {
@@ -67,29 +72,29 @@ struct dbl {
 	pthread_mutex_t mu;
 	int efd;
 	/* lookups */
-	uint64_t hit_at;     /* 0: miss */
+	uint64_t hit_at; /* 0: miss */
 	uint64_t hit_bytes;
-	int fetch_rc;        /* fetch returns it when non-zero */
-	int fetch_error;     /* FETCH_FAILED error */
-	bool hold;           /* keep fetch events */
+	int fetch_rc;    /* fetch returns it when non-zero */
+	int fetch_error; /* FETCH_FAILED error */
+	bool hold;       /* keep fetch events */
 	int lookups, fetches;
 	/* puts */
-	bool scripted;       /* outcome by checkpoint id % 4, else always Queued */
-	bool always_retry;   /* scripted kind 1 refuses every put */
-	bool defer_one;      /* the first scripted kind-2 checkpoint defers every put */
-	bool defer_two;      /* the first two do */
-	uint64_t deferring[2]; /* their ids (0: not chosen yet) */
-	bool hold_stored;    /* keep the events of Queued puts until released */
+	bool scripted;              /* outcome by checkpoint id % 4, else always Queued */
+	bool always_retry;          /* scripted kind 1 refuses every put */
+	bool defer_one;             /* the first scripted kind-2 checkpoint defers every put */
+	bool defer_two;             /* the first two do */
+	uint64_t deferring[2];      /* their ids (0: not chosen yet) */
+	bool hold_stored;           /* keep the events of Queued puts until released */
 	sel_retry_reason defer_why; /* the cause deferral events name */
-	int poll_fail;       /* poll returns it when non-zero */
+	int poll_fail;              /* poll returns it when non-zero */
 	int close_rc;
 	/* events */
 	sel_event q[1024], held[64], held_st[1024];
 	size_t nq, nheld, nheld_st;
-	uint64_t delivered;  /* events returned by poll */
-	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
-	int pins, max_pins;  /* Queued puts without their event: now, most */
-	int puts;            /* every put */
+	uint64_t delivered; /* events returned by poll */
+	uint64_t progress;  /* of which STORED, FETCHED and PROGRESS */
+	int pins, max_pins; /* Queued puts without their event: now, most */
+	int puts;           /* every put */
 	/* bookkeeping */
 	struct putrec *recs;
 	size_t nrecs, caprecs;
@@ -149,7 +154,8 @@ static bool deferring(const struct dbl *d, uint64_t id)
 	return id && (d->deferring[0] == id || d->deferring[1] == id);
 }
 
-static int d_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit)
+static int d_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
+		    sel_hit *hit)
 {
 	struct dbl *d = (struct dbl *)s;
 	int rc = 0;
@@ -177,9 +183,13 @@ static int d_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	if (rc == 0) {
 		d->fetches++;
 		/* Slow, to show that failed restores are no policy samples. */
-		sel_event ev = { .type = SEL_EV_FETCH_FAILED, .error = d->fetch_error,
-				 .ticket = in->ticket, .key = hit->key, .tier = SEL_TIER_MEMORY,
-				 .bytes = 1 << 20, .duration_ns = 1000000000 };
+		sel_event ev = {.type = SEL_EV_FETCH_FAILED,
+				.error = d->fetch_error,
+				.ticket = in->ticket,
+				.key = hit->key,
+				.tier = SEL_TIER_MEMORY,
+				.bytes = 1 << 20,
+				.duration_ns = 1000000000};
 		CHECK(in->n_pages == hit->pages);
 		if (d->hold) {
 			CHECK(d->nheld < 64);
@@ -206,8 +216,10 @@ static sel_outcome d_put(sel_store *s, const sel_published *cp, sel_retry_reason
 	r->puts++;
 	d->puts++;
 	CHECK(cp->n_pages == cp->key.consumed / s->page_tokens && cp->tail <= cp->n_pages);
-	sel_event ev = { .type = SEL_EV_STORED, .outcome = SEL_QUEUED, .checkpoint = cp->checkpoint,
-			 .key = cp->key };
+	sel_event ev = {.type = SEL_EV_STORED,
+			.outcome = SEL_QUEUED,
+			.checkpoint = cp->checkpoint,
+			.key = cp->key};
 	int kind = d->scripted ? (int)(cp->checkpoint % 4) : 0;
 	if (kind == 1 && (r->puts == 1 || d->always_retry)) {
 		o = SEL_RETRY;
@@ -323,10 +335,7 @@ static void d_stats(sel_store *s, sel_stats *out)
 	pthread_mutex_unlock(&d->mu);
 }
 
-static int d_wait_fd(sel_store *s)
-{
-	return ((struct dbl *)s)->efd;
-}
+static int d_wait_fd(sel_store *s) { return ((struct dbl *)s)->efd; }
 
 static int d_close(sel_store *s, uint64_t deadline)
 {
@@ -339,10 +348,7 @@ static int d_close(sel_store *s, uint64_t deadline)
 	return rc;
 }
 
-static void d_destroy(sel_store *s)
-{
-	(void)s; /* the test owns the double */
-}
+static void d_destroy(sel_store *s) { (void)s; /* the test owns the double */ }
 
 static const struct sel_store_ops dbl_ops = {
 	.version = SEL_STORE_OPS_VERSION,
@@ -388,11 +394,11 @@ static void dbl_free(struct dbl *d)
 	free(d);
 }
 
-#define LOCKED(d, stmt)                         \
-	do {                                    \
-		pthread_mutex_lock(&(d)->mu);   \
-		stmt;                           \
-		pthread_mutex_unlock(&(d)->mu); \
+#define LOCKED(d, stmt)                                                                            \
+	do {                                                                                       \
+		pthread_mutex_lock(&(d)->mu);                                                      \
+		stmt;                                                                              \
+		pthread_mutex_unlock(&(d)->mu);                                                    \
 	} while (0)
 
 /* What the worker said when the store stopped (hel_engine_config.store_stopped). */
@@ -415,9 +421,14 @@ static void on_store_stopped(void *ctx, int rc, const char *reason, const char *
 
 static hel_engine *open_mode(struct dbl *d, uint32_t pages, uint32_t rows, hel_fetch_mode fetch)
 {
-	hel_engine_config c = { .core = core, .max_active = 3, .gpu_pages = pages, .gpu_rows = rows,
-				.store_open = d_open, .store_ctx = d,
-				.store_stopped = on_store_stopped, .fetch = fetch };
+	hel_engine_config c = {.core = core,
+			       .max_active = 3,
+			       .gpu_pages = pages,
+			       .gpu_rows = rows,
+			       .store_open = d_open,
+			       .store_ctx = d,
+			       .store_stopped = on_store_stopped,
+			       .fetch = fetch};
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	hel_engine_info info;
@@ -488,7 +499,10 @@ static void test_fetch_failed(void)
 	for (int i = 0; i < 5; i++)
 		p2[n + i] = 'a' + (hel_token)i;
 	/* Both prompts share the first 130 tokens: one ticket at 130. */
-	LOCKED(d, { d->hit_at = 130; d->hold = true; });
+	LOCKED(d, {
+		d->hit_at = 130;
+		d->hold = true;
+	});
 	struct et_call *a = et_call_new(), *b = et_call_new();
 	CHECK_OK(et_submit(e, a, p, n, 20, NULL));
 	CHECK_OK(et_submit(e, b, p2, n + 5, 20, NULL));
@@ -518,22 +532,36 @@ static void test_fetch_failed(void)
 	et_call_free(b);
 
 	/* A fetch the store refuses at once (the chain went: -ESTALE). */
-	LOCKED(d, { d->hit_at = 70; d->fetch_rc = -ESTALE; });
+	LOCKED(d, {
+		d->hit_at = 70;
+		d->fetch_rc = -ESTALE;
+	});
 	a = et_run(e, p, n, 10, NULL);
 	CHECK(a->out.reused_host_tokens == 0);
 	check_ref(a, p, n, 10);
-	LOCKED(d, { CHECK(d->fetches == 1); d->fetch_rc = 0; d->hit_at = 0; });
+	LOCKED(d, {
+		CHECK(d->fetches == 1);
+		d->fetch_rc = 0;
+		d->hit_at = 0;
+	});
 	et_call_free(a);
 
 	/* A hit the policy declines: recomputed, no fetch. */
 	uint32_t n3;
 	hel_token *p3 = et_random_prompt(&rng, 180, &n3);
-	LOCKED(d, { d->hit_at = 150; d->hit_bytes = 1ull << 50; });
+	LOCKED(d, {
+		d->hit_at = 150;
+		d->hit_bytes = 1ull << 50;
+	});
 	a = et_run(e, p3, n3, 10, NULL);
 	check_ref(a, p3, n3, 10);
 	free(p3);
 	CHECK(a->out.reused_host_tokens == 0);
-	LOCKED(d, { CHECK(d->fetches == 1); d->hit_at = 0; d->hit_bytes = 1; });
+	LOCKED(d, {
+		CHECK(d->fetches == 1);
+		d->hit_at = 0;
+		d->hit_bytes = 1;
+	});
 	et_wait_stats(e, idle, NULL);
 	hel_engine_stats_get(e, &st);
 	CHECK(st.host_fetch_declined >= 1);
@@ -568,24 +596,42 @@ static void order_done(void *ctx, const hel_outcome *o)
 static void test_requeue_front(void)
 {
 	struct dbl *d = dbl_new();
-	hel_engine_config c = { .core = core, .max_active = 1, .gpu_pages = 24, .gpu_rows = 24,
-				.store_open = d_open, .store_ctx = d };
+	hel_engine_config c = {.core = core,
+			       .max_active = 1,
+			       .gpu_pages = 24,
+			       .gpu_rows = 24,
+			       .store_open = d_open,
+			       .store_ctx = d};
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	CHECK_OK(hel_engine_start(e));
 	uint32_t n1, n2;
 	hel_token *p1 = et_random_prompt(&rng, 150, &n1), *p2 = et_random_prompt(&rng, 40, &n2);
-	LOCKED(d, { d->hit_at = 128; d->hold = true; });
+	LOCKED(d, {
+		d->hit_at = 128;
+		d->hold = true;
+	});
 	struct et_call *a = et_call_new(), *b = et_call_new();
-	hel_request q = { .prompt = p1, .n_prompt = n1, .max_tokens = 6, .on_tokens = et_on_tokens,
-			  .on_done = order_done, .ctx = a };
+	hel_request q = {.prompt = p1,
+			 .n_prompt = n1,
+			 .max_tokens = 6,
+			 .on_tokens = et_on_tokens,
+			 .on_done = order_done,
+			 .ctx = a};
 	CHECK_OK(hel_engine_submit(e, &q, &a->id));
 	uint64_t one = 1;
 	et_wait_stats(e, inbound_is, &one);
-	q = (hel_request){ .prompt = p2, .n_prompt = n2, .max_tokens = 6, .on_tokens = et_on_tokens,
-			   .on_done = order_done, .ctx = b };
+	q = (hel_request){.prompt = p2,
+			  .n_prompt = n2,
+			  .max_tokens = 6,
+			  .on_tokens = et_on_tokens,
+			  .on_done = order_done,
+			  .ctx = b};
 	CHECK_OK(hel_engine_submit(e, &q, &b->id));
-	LOCKED(d, { d->hold = false; d->hit_at = 0; });
+	LOCKED(d, {
+		d->hold = false;
+		d->hit_at = 0;
+	});
 	et_wait(a);
 	et_wait(b);
 	pthread_mutex_lock(&order_mu);
@@ -623,7 +669,7 @@ static void test_put_outcomes(void)
 	/* Conversations and fillers: checkpoints of every kind, offered and
 	 * evicted under pressure. */
 	for (int round = 0; round < 3 * ET_SCALE; round++) {
-		struct et_chat ch = { 0 };
+		struct et_chat ch = {0};
 		char text[120];
 		for (int turn = 0; turn < 3; turn++) {
 			size_t len = 20 + test_rng_below(&rng, 90);
@@ -649,7 +695,7 @@ static void test_put_outcomes(void)
 	CHECK(no_pins(d));
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
-	int puts_by_kind[4] = { 0 }, evicted_by_kind[4] = { 0 }, n_by_kind[4] = { 0 };
+	int puts_by_kind[4] = {0}, evicted_by_kind[4] = {0}, n_by_kind[4] = {0};
 	pthread_mutex_lock(&d->mu);
 	CHECK(d->order_violations == 0);
 	CHECKF(d->early_retries == 0, "%d puts retried without store progress", d->early_retries);
@@ -661,7 +707,8 @@ static void test_put_outcomes(void)
 		else if (d->log[i] == LOG_PUT)
 			put_seen = true;
 		else
-			CHECKF(!put_seen, "eviction notice after a put in one iteration (log entry %zu)", i);
+			CHECKF(!put_seen,
+			       "eviction notice after a put in one iteration (log entry %zu)", i);
 	}
 	size_t old = 0;
 	for (size_t i = 0; i < d->nrecs; i++) {
@@ -705,7 +752,10 @@ static void test_put_outcomes(void)
 static void test_retry_abandoned(void)
 {
 	struct dbl *d = dbl_new();
-	LOCKED(d, { d->scripted = true; d->always_retry = true; });
+	LOCKED(d, {
+		d->scripted = true;
+		d->always_retry = true;
+	});
 	hel_engine *e = open_with(d, 12, 20);
 	/* Kind-1 checkpoints are refused on every put: retried after each
 	 * progress until the GPU evicts them, then abandoned. */
@@ -735,7 +785,11 @@ static bool abandoned_for(const hel_engine_stats *st, void *arg)
 static void test_deferred_abandoned(sel_retry_reason why)
 {
 	struct dbl *d = dbl_new();
-	LOCKED(d, { d->scripted = true; d->defer_one = true; d->defer_why = why; });
+	LOCKED(d, {
+		d->scripted = true;
+		d->defer_one = true;
+		d->defer_why = why;
+	});
 	hel_engine *e = open_with(d, 12, 20);
 	/* One checkpoint is deferred on every put until the GPU evicts it. */
 	fillers(e, 30);
@@ -747,7 +801,8 @@ static void test_deferred_abandoned(sel_retry_reason why)
 	hel_engine_stats_get(e, &st);
 	for (int r = 0; r < SEL_RETRY_REASONS; r++)
 		if (r != (int)want && r != SEL_RETRY_QUEUE) /* kind 1 is refused once (queue) */
-			CHECKF(st.retry_abandoned[r] == 0, "%s abandoned", sel_retry_reason_name(r));
+			CHECKF(st.retry_abandoned[r] == 0, "%s abandoned",
+			       sel_retry_reason_name(r));
 	CHECK_OK(hel_engine_stop(e, 0));
 	hel_engine_destroy(e);
 	dbl_free(d);
@@ -767,7 +822,11 @@ static bool two_abandoned_budget(const hel_engine_stats *st, void *arg)
 static void test_retry_storm_two_deferred(void)
 {
 	struct dbl *d = dbl_new();
-	LOCKED(d, { d->scripted = true; d->defer_two = true; d->defer_why = SEL_RETRY_BUDGET; });
+	LOCKED(d, {
+		d->scripted = true;
+		d->defer_two = true;
+		d->defer_why = SEL_RETRY_BUDGET;
+	});
 	/* A cache large enough that the first deferred checkpoint stays on
 	 * the GPU until the second is chosen (that can take a dozen fillers;
 	 * with 24 pages the first was sometimes evicted and abandoned). */
@@ -783,8 +842,10 @@ static void test_retry_storm_two_deferred(void)
 	CHECK(no_pins(d));
 	hel_engine_stats st;
 	hel_engine_stats_get(e, &st);
-	CHECKF(st.store_retries_pending >= 2, "retries pending %llu, abandoned budget %llu, "
-	       "evicted %d %d, fillers %d", (unsigned long long)st.store_retries_pending,
+	CHECKF(st.store_retries_pending >= 2,
+	       "retries pending %llu, abandoned budget %llu, "
+	       "evicted %d %d, fillers %d",
+	       (unsigned long long)st.store_retries_pending,
 	       (unsigned long long)st.retry_abandoned[SEL_RETRY_BUDGET],
 	       rec_of(d, d->deferring[0])->evicted, rec_of(d, d->deferring[1])->evicted, nfill);
 	/* Settled means neither is being offered now; woken again, the
@@ -858,7 +919,8 @@ static void test_copyouts_pin_the_gpu_cache(void)
 	pthread_mutex_lock(&d->mu);
 	int held = d->pins, most = d->max_pins;
 	pthread_mutex_unlock(&d->mu);
-	CHECKF(most <= 5 && held <= 5, "%d copy-out pins (at most %d at once), bound 5", held, most);
+	CHECKF(most <= 5 && held <= 5, "%d copy-out pins (at most %d at once), bound 5", held,
+	       most);
 	CHECK(held > 0 && st.copyout_pin_waits > 0 && st.retry_abandoned[SEL_RETRY_INFLIGHT] > 0);
 	printf("copy-outs held: %d pins (bound %llu), %llu puts held back, %llu abandoned\n", held,
 	       (unsigned long long)st.copyout_pin_limit, (unsigned long long)st.copyout_pin_waits,
@@ -866,7 +928,10 @@ static void test_copyouts_pin_the_gpu_cache(void)
 	/* The copies land: the pins go and what waits under the bound is
 	 * offered while it is still in the GPU cache. */
 	int puts0;
-	LOCKED(d, { d->hold_stored = false; puts0 = d->puts; });
+	LOCKED(d, {
+		d->hold_stored = false;
+		puts0 = d->puts;
+	});
 	(void)eventfd_write(d->efd, 1);
 	et_wait_stats(e, drained, NULL);
 	et_settle(e);
@@ -888,13 +953,19 @@ static void test_store_stops(bool drains)
 	hel_engine *e = open_with(d, 24, 24);
 	uint32_t n;
 	hel_token *p = et_random_prompt(&rng, 160, &n);
-	LOCKED(d, { d->hit_at = 128; d->hold = true; });
+	LOCKED(d, {
+		d->hit_at = 128;
+		d->hold = true;
+	});
 	struct et_call *a = et_call_new();
 	CHECK_OK(et_submit(e, a, p, n, 16, NULL));
 	uint64_t one = 1;
 	et_wait_stats(e, inbound_is, &one);
 	/* The store fails for good: the waiter recomputes without it. */
-	LOCKED(d, { d->poll_fail = SEL_ESTOPPED; d->close_rc = drains ? 0 : SEL_ESTOPPED; });
+	LOCKED(d, {
+		d->poll_fail = SEL_ESTOPPED;
+		d->close_rc = drains ? 0 : SEL_ESTOPPED;
+	});
 	(void)eventfd_write(d->efd, 1);
 	et_wait(a);
 	check_ref(a, p, n, 16);
@@ -923,7 +994,8 @@ static void test_store_stops(bool drains)
 	struct flare_buf mb = {0};
 	flare_metrics_format(&mb, &st, NULL, NULL);
 	CHECKF(strstr(mb.data, "\nflare_host_cache_enabled 0\n") &&
-		       strstr(mb.data, "\nflare_host_cache_stopped{reason=\"transfer_failed\"} 1\n"),
+		       strstr(mb.data,
+			      "\nflare_host_cache_stopped{reason=\"transfer_failed\"} 1\n"),
 	       "%s", mb.data);
 	flare_buf_free(&mb);
 	int rc = hel_engine_stop(e, 0);
@@ -941,7 +1013,7 @@ static void test_store_stops(bool drains)
 /* --prefix-cache-fetch always / never: the policy is not asked. */
 static void test_fetch_modes(void)
 {
-	hel_engine_config bad = { .core = core, .fetch = (hel_fetch_mode)7 };
+	hel_engine_config bad = {.core = core, .fetch = (hel_fetch_mode)7};
 	hel_engine *e;
 	CHECK_RC(hel_engine_open(&bad, &e), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "fetch mode 7"));
@@ -953,7 +1025,10 @@ static void test_fetch_modes(void)
 		hel_token *p = et_random_prompt(&rng, 180, &n);
 		/* always: a hit no tier could restore in time, fetched (and
 		 * failed by the double); never: a free one, recomputed. */
-		LOCKED(d, { d->hit_at = 150; d->hit_bytes = m == 0 ? 1ull << 50 : 1; });
+		LOCKED(d, {
+			d->hit_at = 150;
+			d->hit_bytes = m == 0 ? 1ull << 50 : 1;
+		});
 		struct et_call *a = et_run(e, p, n, 10, NULL);
 		check_ref(a, p, n, 10);
 		CHECK(a->out.reused_host_tokens == 0);

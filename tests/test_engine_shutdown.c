@@ -117,7 +117,8 @@ static void committed(sel_store *disk, struct expect *x)
 			if (keep && !ri[i].has_row) { /* page-only: needs a child */
 				bool child = false;
 				for (size_t j = 0; j < n && !child; j++)
-					child = in[j] && !ri[j].is_root && sel_key_eq(&ri[j].parent, &all[i]);
+					child = in[j] && !ri[j].is_root &&
+						sel_key_eq(&ri[j].parent, &all[i]);
 				keep = child;
 			}
 			if (!keep) {
@@ -145,19 +146,30 @@ static void committed(sel_store *disk, struct expect *x)
 
 /* ---- one cycle --------------------------------------------------------------------------- */
 
-enum { N_REQ = 24 };
+enum {
+	N_REQ = 24
+};
 
 static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_ns)
 {
 	int mode = i % 3; /* 0: drain until done, 1: drain 100 ms, 2: no drain */
 	struct holder h = {0};
 	hel_engine_config c = {
-		.core = core, .max_active = 4, .gpu_pages = 96, .gpu_rows = 48,
-		.memory_bytes = 3 << 20, .disk_dir = dir, .disk_limit = 64 << 20,
-		.disk_limit_set = true, .drain_on_shutdown = mode != 2,
+		.core = core,
+		.max_active = 4,
+		.gpu_pages = 96,
+		.gpu_rows = 48,
+		.memory_bytes = 3 << 20,
+		.disk_dir = dir,
+		.disk_limit = 64 << 20,
+		.disk_limit_set = true,
+		.drain_on_shutdown = mode != 2,
 		.drain_limit_ns = mode == 1 ? 100000000ull : 0,
-		.drain_progress = on_drain, .drain_ctx = &h, .fetch = HEL_FETCH_ALWAYS,
-		.store_open = open_real, .store_ctx = &h,
+		.drain_progress = on_drain,
+		.drain_ctx = &h,
+		.fetch = HEL_FETCH_ALWAYS,
+		.store_open = open_real,
+		.store_ctx = &h,
 	};
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
@@ -167,8 +179,8 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	for (size_t k = 0; k < x->n; k++) {
 		struct sel_disk_record_info ri;
 		CHECKF(sel_disk_store_record(disk, &x->k[k], &ri) == 0 && ri.file,
-		       "cycle %d: record of %" PRIu64 " tokens committed at the last stop is gone", i,
-		       x->k[k].consumed);
+		       "cycle %d: record of %" PRIu64 " tokens committed at the last stop is gone",
+		       i, x->k[k].consumed);
 	}
 	CHECK_OK(sel_composite_store_check(h.s));
 	CHECK_OK(hel_engine_start(e));
@@ -189,8 +201,8 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 		memcpy(prompts[r] + (r % 2 ? base_n : 0), extra, extra_n * sizeof(hel_token));
 		free(extra);
 		calls[r] = et_call_new();
-		CHECK_OK(et_submit(e, calls[r], prompts[r], n, 40 + (uint32_t)test_rng_below(&rng, 100),
-				   NULL));
+		CHECK_OK(et_submit(e, calls[r], prompts[r], n,
+				   40 + (uint32_t)test_rng_below(&rng, 100), NULL));
 	}
 	free(base);
 	eos_sleep_ns((5 + test_rng_below(&rng, 40)) * 1000000ull);
@@ -207,8 +219,9 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	__atomic_store_n(&write_delay_ns, 200000, __ATOMIC_RELAXED);
 	if (took > *max_stop_ns)
 		*max_stop_ns = took;
-	CHECKF(!bound || took <= bound + SLACK_NS, "cycle %d: stop took %" PRIu64 " ms, bound %"
-	       PRIu64 " ms", i, took / 1000000, bound / 1000000);
+	CHECKF(!bound || took <= bound + SLACK_NS,
+	       "cycle %d: stop took %" PRIu64 " ms, bound %" PRIu64 " ms", i, took / 1000000,
+	       bound / 1000000);
 	CHECKF(took < 20000000000ull, "cycle %d: stop took %" PRIu64 " ms", i, took / 1000000);
 	int cancelled = 0;
 	for (int r = 0; r < N_REQ; r++) {
@@ -220,8 +233,9 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	CHECK(h.finals == (mode != 2));
 	CHECK(mode == 2 ? h.offs <= 1 && (h.offs == 0 || h.off_left > 0) : h.offs == 0);
 	if (mode == 0)
-		CHECKF(h.final.records_left == 0 && h.final.failed == 0, "cycle %d: %" PRIu64
-		       " records not saved (%s)", i, h.final.records_left, h.final.why);
+		CHECKF(h.final.records_left == 0 && h.final.failed == 0,
+		       "cycle %d: %" PRIu64 " records not saved (%s)", i, h.final.records_left,
+		       h.final.why);
 	CHECK(test_count_tmp(test_store_dir(h.s)) == 0);
 	CHECK_OK(sel_composite_store_check(h.s));
 	committed(disk, x);
@@ -231,11 +245,15 @@ static void cycle(int i, const char *dir, struct expect *x, uint64_t *max_stop_n
 	total_cancelled += cancelled;
 	if (i < 3 || test_soak())
 		printf("  cycle %d (%s): stop %" PRIu64 " ms with %d requests cancelled, %" PRIu64
-		       " copies out, %" PRIu64 " parked; %zu records committed (%zu excluded), drain "
-		       "saved %" PRIu64 ", %" PRIu64 " not\n", i,
-		       mode == 0 ? "drain" : mode == 1 ? "drain 100 ms" : "no drain", took / 1000000,
-		       cancelled, st.store.inflight_out, st.store.parked_records, x->n, x->excluded,
-		       h.final.records_written, h.final.records_left);
+		       " copies out, %" PRIu64
+		       " parked; %zu records committed (%zu excluded), drain "
+		       "saved %" PRIu64 ", %" PRIu64 " not\n",
+		       i,
+		       mode == 0   ? "drain"
+		       : mode == 1 ? "drain 100 ms"
+				   : "no drain",
+		       took / 1000000, cancelled, st.store.inflight_out, st.store.parked_records,
+		       x->n, x->excluded, h.final.records_written, h.final.records_left);
 	hel_engine_destroy(e);
 }
 
@@ -255,14 +273,22 @@ int main(void)
 		cycle(i, dir, &x, &max_stop);
 	/* A last start checks the last stop. */
 	struct holder h = {0};
-	hel_engine_config c = {.core = core, .max_active = 4, .gpu_pages = 96, .gpu_rows = 48,
-			       .memory_bytes = 768 << 10, .disk_dir = dir, .disk_limit = 64 << 20,
-			       .disk_limit_set = true, .store_open = open_real, .store_ctx = &h};
+	hel_engine_config c = {.core = core,
+			       .max_active = 4,
+			       .gpu_pages = 96,
+			       .gpu_rows = 48,
+			       .memory_bytes = 768 << 10,
+			       .disk_dir = dir,
+			       .disk_limit = 64 << 20,
+			       .disk_limit_set = true,
+			       .store_open = open_real,
+			       .store_ctx = &h};
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	for (size_t k = 0; k < x.n; k++) {
 		struct sel_disk_record_info ri;
-		CHECK(sel_disk_store_record(sel_composite_store_disk(h.s), &x.k[k], &ri) == 0 && ri.file);
+		CHECK(sel_disk_store_record(sel_composite_store_disk(h.s), &x.k[k], &ri) == 0 &&
+		      ri.file);
 	}
 	CHECK_OK(hel_engine_stop(e, 0));
 	hel_engine_destroy(e);

@@ -142,7 +142,7 @@ static void stop(hel_engine *e)
 static hel_token *repetitive_prompt(size_t reps, uint32_t *n)
 {
 	static const char *s = "the quick brown fox jumps over the lazy dog. ";
-	struct et_chat ch = { 0 };
+	struct et_chat ch = {0};
 	char buf[2048];
 	size_t len = 0;
 	for (size_t i = 0; i < reps && len + strlen(s) < sizeof buf; i++, len += strlen(s))
@@ -183,9 +183,15 @@ static struct et_call *run_req(hel_engine *e, const hel_token *p, uint32_t n, ui
 {
 	struct et_call *c = et_call_new();
 	c->stop_after = stop_after;
-	hel_request q = { .prompt = p, .n_prompt = n, .max_tokens = max, .ignore_eos = ignore_eos,
-			  .logprobs = true, .top_logprobs = 3, .on_tokens = et_on_tokens,
-			  .on_done = et_on_done, .ctx = c };
+	hel_request q = {.prompt = p,
+			 .n_prompt = n,
+			 .max_tokens = max,
+			 .ignore_eos = ignore_eos,
+			 .logprobs = true,
+			 .top_logprobs = 3,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = c};
 	if (sm)
 		q.sampler = *sm;
 	CHECK_OK(hel_engine_submit(e, &q, &c->id));
@@ -209,7 +215,7 @@ static bool same_lp(const hel_logprob *a, const hel_logprob *b)
 
 static void test_identity(void)
 {
-	hel_engine_config base = { .max_active = 4, .gpu_cache_bytes = 16 << 20 };
+	hel_engine_config base = {.max_active = 4, .gpu_cache_bytes = 16 << 20};
 	hel_engine_config cc = base, lc = base;
 	cc.mode = SEL_MODE_COPY;
 	lc.mode = SEL_MODE_LEARNED;
@@ -225,9 +231,9 @@ static void test_identity(void)
 		hel_token *p = some_prompt(trial % 4, &n);
 		uint32_t max = 1 + (uint32_t)test_rng_below(&rng, 160);
 		bool ie = test_rng_below(&rng, 3) == 0;
-		hel_sampler sm = { 0 };
+		hel_sampler sm = {0};
 		if (trial % 2)
-			sm = (hel_sampler){ .temperature = 0.8, .seed = test_rng_next(&rng) };
+			sm = (hel_sampler){.temperature = 0.8, .seed = test_rng_next(&rng)};
 		struct et_call *a = run_req(ord, p, n, max, &sm, ie, 0);
 		struct et_call *b = run_req(cp, p, n, max, &sm, ie, 0);
 		struct et_call *c = run_req(ln, p, n, max, &sm, ie, 0);
@@ -242,19 +248,20 @@ static void test_identity(void)
 			et_same_as_ref(&d2.lg, c, &ref);
 			et_ref_free(&ref);
 		}
-		const struct et_call *same[2] = { b, sm.temperature == 0 ? c : NULL };
+		const struct et_call *same[2] = {b, sm.temperature == 0 ? c : NULL};
 		for (int k = 0; k < 2; k++) {
 			const struct et_call *x = same[k];
 			if (!x)
 				continue;
 			CHECKF(x->n == a->n && !memcmp(x->tok, a->tok, a->n * sizeof *a->tok) &&
-			       !strcmp(x->out.finish_reason, a->out.finish_reason),
+				       !strcmp(x->out.finish_reason, a->out.finish_reason),
 			       "%s, T=%.1f, ignore_eos %d: %u tokens (%s) against %u (%s)",
-			       k ? "learned" : "copy", sm.temperature, ie, x->n, x->out.finish_reason,
-			       a->n, a->out.finish_reason);
+			       k ? "learned" : "copy", sm.temperature, ie, x->n,
+			       x->out.finish_reason, a->n, a->out.finish_reason);
 			CHECK(x->out.completion_tokens == a->out.completion_tokens);
 			for (uint32_t i = 0; i < a->n; i++)
-				CHECKF(same_lp(&x->lp[i], &a->lp[i]), "logprob of token %u differs", i);
+				CHECKF(same_lp(&x->lp[i], &a->lp[i]), "logprob of token %u differs",
+				       i);
 		}
 		/* Learned sampling: a token from the target distribution; its
 		 * logprob is of the logits it was decided from. */
@@ -290,16 +297,19 @@ static void test_identity(void)
 	       (unsigned long long)s1.spec_copied, lc.draft_tokens,
 	       (unsigned long long)s2.spec_accepted, (unsigned long long)s2.spec_proposed,
 	       (unsigned long long)s2.spec_rounds);
-	CHECK(s0.spec_mode == SEL_MODE_ORDINARY && s0.spec_rounds == 0 && s0.spec_round_time.count == 0);
+	CHECK(s0.spec_mode == SEL_MODE_ORDINARY && s0.spec_rounds == 0 &&
+	      s0.spec_round_time.count == 0);
 	CHECK(s1.spec_mode == SEL_MODE_COPY && s2.spec_mode == SEL_MODE_LEARNED);
 	for (int k = 0; k < 2; k++) {
 		const hel_engine_stats *s = k ? &s2 : &s1;
-		CHECK(s->spec_rounds > 0 && s->spec_accepted > 0 && s->spec_accepted <= s->spec_proposed);
+		CHECK(s->spec_rounds > 0 && s->spec_accepted > 0 &&
+		      s->spec_accepted <= s->spec_proposed);
 		CHECK(s->spec_round_time.count == s->spec_rounds && s->spec_round_time.sum_ns > 0);
 		/* Each round emits its accepted proposals plus at most one token
 		 * of its own; decode tokens are what rounds emitted (all of it,
 		 * no request being cut here). */
-		CHECK(s->spec_emitted >= s->spec_accepted && s->spec_emitted <= s->spec_accepted + s->spec_rounds);
+		CHECK(s->spec_emitted >= s->spec_accepted &&
+		      s->spec_emitted <= s->spec_accepted + s->spec_rounds);
 		CHECK(s->decode_tokens == s->spec_emitted && s->spec_emitted >= s->spec_rounds);
 		/* Copy emitted the ordinary tokens throughout. */
 		CHECK(k || s->completion_tokens == s0.completion_tokens);
@@ -317,11 +327,11 @@ static void test_identity(void)
 
 static void test_cut(sel_state_mode mode)
 {
-	hel_engine_config c = { .max_active = 2, .gpu_cache_bytes = 16 << 20, .mode = mode };
+	hel_engine_config c = {.max_active = 2, .gpu_cache_bytes = 16 << 20, .mode = mode};
 	struct dbg d;
 	dbg_init(&d);
-	hel_engine *ord = start((hel_engine_config){ .max_active = 2, .gpu_cache_bytes = 16 << 20 },
-			       NULL);
+	hel_engine *ord =
+		start((hel_engine_config){.max_active = 2, .gpu_cache_bytes = 16 << 20}, NULL);
 	hel_engine *e = start(c, &d);
 	uint32_t n, inside = 0;
 	hel_token *p = repeating_text(200, &n);
@@ -329,7 +339,8 @@ static void test_cut(sel_state_mode mode)
 	for (int trial = 0; trial < 8; trial++) {
 		uint32_t k = 1 + (uint32_t)test_rng_below(&rng, 100);
 		struct et_call *x = run_req(e, p, n, 120, NULL, true, k);
-		CHECKF(x->n == k && x->out.completion_tokens == k && !strcmp(x->out.finish_reason, "stop"),
+		CHECKF(x->n == k && x->out.completion_tokens == k &&
+			       !strcmp(x->out.finish_reason, "stop"),
 		       "cut after %u: %u tokens, %s", k, x->n, x->out.finish_reason);
 		CHECK(!memcmp(x->tok, ref->tok, k * sizeof *x->tok));
 		/* Token j sits at position n + j: the first comes from the
@@ -369,23 +380,25 @@ struct leak {
 	struct put {
 		sel_key key;
 		uint32_t n_pages;
-		uint8_t *pages, *row; /* every plane of every page of the chain, every rank; the row */
-	} *p;
+		uint8_t *pages,
+			*row; /* every plane of every page of the chain, every rank; the row */
+	} * p;
 	size_t n, cap;
 	uint64_t page_bytes, row_bytes; /* per page and row, all ranks */
 };
 
 /* The bytes of a chain and a row as the geometry lays them out: page by
  * page, rank by rank, plane by plane; the row rank by rank. */
-static void read_bytes(const sel_geometry *g, const uint32_t *pages, uint32_t n_pages,
-		       uint32_t row, uint8_t *pb, uint8_t *rb)
+static void read_bytes(const sel_geometry *g, const uint32_t *pages, uint32_t n_pages, uint32_t row,
+		       uint8_t *pb, uint8_t *rb)
 {
 	for (uint32_t i = 0; i < n_pages; i++)
 		for (uint32_t r = 0; r < g->ranks; r++)
 			for (uint32_t k = 0; k < g->rank[r].n_planes; k++) {
 				const sel_plane *pl = &g->rank[r].pages[k];
-				memcpy(pb, (const uint8_t *)(uintptr_t)pl->address +
-						   (uint64_t)pages[i] * pl->unit_bytes,
+				memcpy(pb,
+				       (const uint8_t *)(uintptr_t)pl->address +
+					       (uint64_t)pages[i] * pl->unit_bytes,
 				       pl->unit_bytes);
 				pb += pl->unit_bytes;
 			}
@@ -422,7 +435,7 @@ static void reference_bytes(sel_state_mode mode, const hel_token *t, uint64_t n,
 {
 	uint32_t P = core->page_tokens, np = (uint32_t)(n / P);
 	hel_model *m;
-	hel_model_opts o = { .mode = mode, .pages = np + 1, .rows = 1 };
+	hel_model_opts o = {.mode = mode, .pages = np + 1, .rows = 1};
 	CHECK_OK(hel_model_create(core, &o, &m));
 	uint32_t *ids = malloc((np + 1) * sizeof *ids);
 	for (uint32_t i = 0; i <= np; i++)
@@ -471,9 +484,14 @@ static void test_no_leak(sel_state_mode mode)
 	gate.put_ctx = &L;
 	/* Few pages for four long decodes: preemptions offer terminals of
 	 * requests in the middle of speculative decoding. */
-	hel_engine_config c = { .mode = mode, .max_active = 4, .gpu_pages = 12, .gpu_rows = 40,
-				.memory_bytes = 32 << 20, .store_open = et_gate_open, .store_ctx = &gate,
-				.fetch = HEL_FETCH_ALWAYS };
+	hel_engine_config c = {.mode = mode,
+			       .max_active = 4,
+			       .gpu_pages = 12,
+			       .gpu_rows = 40,
+			       .memory_bytes = 32 << 20,
+			       .store_open = et_gate_open,
+			       .store_ctx = &gate,
+			       .fetch = HEL_FETCH_ALWAYS};
 	hel_engine *e = start(c, NULL);
 	struct kept ks[64];
 	size_t nk = 0;
@@ -486,11 +504,16 @@ static void test_no_leak(sel_state_mode mode)
 			calls[i] = et_call_new();
 			/* Cuts inside rounds, sampling and greedy, END on and off. */
 			calls[i]->stop_after = i == 3 ? 1 + (uint32_t)test_rng_below(&rng, 60) : 0;
-			hel_request q = { .prompt = prompts[i], .n_prompt = pn[i], .max_tokens = 250,
-					  .ignore_eos = i != 1, .on_tokens = et_on_tokens,
-					  .on_done = et_on_done, .ctx = calls[i] };
+			hel_request q = {.prompt = prompts[i],
+					 .n_prompt = pn[i],
+					 .max_tokens = 250,
+					 .ignore_eos = i != 1,
+					 .on_tokens = et_on_tokens,
+					 .on_done = et_on_done,
+					 .ctx = calls[i]};
 			if (i == 1)
-				q.sampler = (hel_sampler){ .temperature = 0.8, .seed = test_rng_next(&rng) };
+				q.sampler = (hel_sampler){.temperature = 0.8,
+							  .seed = test_rng_next(&rng)};
 			CHECK_OK(hel_engine_submit(e, &q, &calls[i]->id));
 		}
 		for (int i = 0; i < 4; i++) {
@@ -525,7 +548,8 @@ static void test_no_leak(sel_state_mode mode)
 	for (size_t i = 0; i < L.n; i++) {
 		const struct put *x = &L.p[i];
 		int64_t k = find_prefix(ks, nk, &x->key);
-		CHECKF(k >= 0, "offered checkpoint at %llu tokens is no prefix of what a request kept",
+		CHECKF(k >= 0,
+		       "offered checkpoint at %llu tokens is no prefix of what a request kept",
 		       (unsigned long long)x->key.consumed);
 		CHECK(x->n_pages <= 64);
 		reference_bytes(mode, ks[k].t, x->key.consumed, pb, rb);
@@ -574,7 +598,7 @@ static struct et_call *conversation(hel_engine *e, uint64_t seed, bool evict, ui
 {
 	test_rng r;
 	test_rng_init(&r, seed);
-	struct et_chat ch = { 0 };
+	struct et_chat ch = {0};
 	char q[400];
 	size_t len = 80 + test_rng_below(&r, 60);
 	static const char *s = "the quick brown fox jumps over the lazy dog. ";
@@ -630,10 +654,15 @@ static void test_restore(sel_state_mode mode)
 {
 	static struct et_gate gate;
 	memset(&gate, 0, sizeof gate);
-	hel_engine_config ca = { .mode = mode, .max_active = 3, .gpu_pages = 20, .gpu_rows = 30,
-				 .memory_bytes = 64 << 20, .store_open = et_gate_open,
-				 .store_ctx = &gate, .fetch = HEL_FETCH_ALWAYS };
-	hel_engine_config cb = { .mode = mode, .max_active = 3, .gpu_cache_bytes = 32 << 20 };
+	hel_engine_config ca = {.mode = mode,
+				.max_active = 3,
+				.gpu_pages = 20,
+				.gpu_rows = 30,
+				.memory_bytes = 64 << 20,
+				.store_open = et_gate_open,
+				.store_ctx = &gate,
+				.fetch = HEL_FETCH_ALWAYS};
+	hel_engine_config cb = {.mode = mode, .max_active = 3, .gpu_cache_bytes = 32 << 20};
 	struct dbg da, db;
 	dbg_init(&da);
 	dbg_init(&db);
@@ -695,14 +724,17 @@ static void test_restore(sel_state_mode mode)
 				continue;
 			CHECKF(xc[i].draft_state != xb[j].draft_state,
 			       "%s: the round at %llu after a flipped draft history byte: the same "
-			       "draft state", sel_state_mode_name(mode), (unsigned long long)xc[i].pos);
+			       "draft state",
+			       sel_state_mode_name(mode), (unsigned long long)xc[i].pos);
 			compared++;
-			prop_diff += xc[i].n_prop != xb[j].n_prop ||
-				     memcmp(xc[i].prop, xb[j].prop, xc[i].n_prop * sizeof *xc[i].prop);
+			prop_diff +=
+				xc[i].n_prop != xb[j].n_prop ||
+				memcmp(xc[i].prop, xb[j].prop, xc[i].n_prop * sizeof *xc[i].prop);
 		}
 	CHECK(compared > 0 && nc && nb && xc[0].pos == xb[0].pos);
 	printf("%s: a flipped draft history byte: the draft state of %u rounds differs, %u of them "
-	       "proposed otherwise, no token changed\n", sel_state_mode_name(mode), compared, prop_diff);
+	       "proposed otherwise, no token changed\n",
+	       sel_state_mode_name(mode), compared, prop_diff);
 	free(xa);
 	free(xb);
 	free(xc);
@@ -718,11 +750,16 @@ static void test_restore(sel_state_mode mode)
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
-	static const char *const cores[] = { NULL, "qwen-tp1-small", "qwen-tp2-small",
-					     "deepseek-small", "deepseek-tp2-small", "vision-small" };
+	static const char *const cores[] = {NULL,
+					    "qwen-tp1-small",
+					    "qwen-tp2-small",
+					    "deepseek-small",
+					    "deepseek-tp2-small",
+					    "vision-small"};
 	for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++) {
 		core = load(cores[i]);
-		CHECK(hel_core_supports(core, SEL_MODE_COPY) && hel_core_supports(core, SEL_MODE_LEARNED));
+		CHECK(hel_core_supports(core, SEL_MODE_COPY) &&
+		      hel_core_supports(core, SEL_MODE_LEARNED));
 		test_identity();
 		if (i == 0 || i == 3) {
 			test_cut(SEL_MODE_COPY);

@@ -20,8 +20,8 @@ static void cleanup(void)
 
 static void test_aligned_alloc(void)
 {
-	static const size_t aligns[] = { sizeof(void *), 16, 512, 4096, 65536 };
-	static const size_t lens[] = { 0, 1, 100, 4095, 4096, 4097, 1 << 20 };
+	static const size_t aligns[] = {sizeof(void *), 16, 512, 4096, 65536};
+	static const size_t lens[] = {0, 1, 100, 4095, 4096, 4097, 1 << 20};
 	for (size_t a = 0; a < sizeof aligns / sizeof aligns[0]; a++) {
 		for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
 			size_t align = aligns[a], len = lens[l];
@@ -38,7 +38,7 @@ static void test_aligned_alloc(void)
 	}
 	eos_aligned_free(NULL);
 
-	static const size_t bad_aligns[] = { 0, 1, 2, 3, 24, 4097 };
+	static const size_t bad_aligns[] = {0, 1, 2, 3, 24, 4097};
 	for (size_t i = 0; i < sizeof bad_aligns / sizeof bad_aligns[0]; i++) {
 		errno = 0;
 		CHECK(eos_aligned_alloc(bad_aligns[i], 64) == NULL);
@@ -82,7 +82,7 @@ static void test_open(int dfd, bool direct_ok)
 	CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY);
 	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
 	CHECK(pwrite(fd, "x", 1, 0) == -1 && errno == EBADF);
-	char got[8] = { 0 };
+	char got[8] = {0};
 	CHECK(pread(fd, got, sizeof got, 0) == 5 && memcmp(got, "hello", 5) == 0);
 	close(fd);
 

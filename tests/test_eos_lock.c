@@ -20,10 +20,7 @@ static void cleanup(void)
 		test_rmtree(tmp);
 }
 
-static void put(int fd, char c)
-{
-	CHECK(write(fd, &c, 1) == 1);
-}
+static void put(int fd, char c) { CHECK(write(fd, &c, 1) == 1); }
 
 static char get(int fd)
 {
@@ -41,13 +38,13 @@ static int reap(pid_t pid)
 }
 
 /* In a child: fail with a line on stderr and a distinct status. */
-#define CHILD_CHECK(cond, code)                                                               \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "child: %s:%d: %s (msg: %s)\n", __FILE__, __LINE__,   \
-				#cond, eos_errmsg());                                         \
-			_exit(code);                                                          \
-		}                                                                             \
+#define CHILD_CHECK(cond, code)                                                                    \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "child: %s:%d: %s (msg: %s)\n", __FILE__, __LINE__, #cond, \
+				eos_errmsg());                                                     \
+			_exit(code);                                                               \
+		}                                                                                  \
 	} while (0)
 
 static void test_same_process(void)
@@ -186,7 +183,7 @@ static void test_bad_dirs(void)
 
 	/* A zeroed lock releases as a no-op: descriptor 0 stays open. */
 	int fd0 = fcntl(0, F_GETFD);
-	struct eos_dirlock z = { 0 };
+	struct eos_dirlock z = {0};
 	eos_dirlock_release(&z);
 	CHECK(fcntl(0, F_GETFD) == fd0);
 	eos_dirlock_release(NULL);

@@ -141,8 +141,8 @@ struct prio_result {
 	int rc;
 	char msg[EOS_ERRMSG_MAX];
 	int policy, nice;
-	int preset;            /* nice set before the call, or 0 */
-	int want;              /* nice asked for */
+	int preset; /* nice set before the call, or 0 */
+	int want;   /* nice asked for */
 };
 
 static void *lower_in_thread(void *arg)
@@ -197,7 +197,7 @@ static void test_priority(void)
 	int nice0 = getpriority(PRIO_PROCESS, (id_t)gettid());
 	CHECK(errno == 0);
 
-	struct prio_result r = { .want = 10 };
+	struct prio_result r = {.want = 10};
 	run_lower(&r);
 	if (r.rc == 0) {
 		CHECKF(r.policy == SCHED_BATCH, "policy %d after success", r.policy);
@@ -218,7 +218,7 @@ static void test_priority(void)
 	CHECK(getpriority(PRIO_PROCESS, (id_t)gettid()) == nice0);
 
 	/* Never lowers a nicer thread's nice value (root could). */
-	struct prio_result r2 = { .want = 5, .preset = 15 };
+	struct prio_result r2 = {.want = 5, .preset = 15};
 	run_lower(&r2);
 	CHECKF(r2.nice >= 15 || nice0 > 15, "nice %d: lowered from 15 by asking for 5", r2.nice);
 
@@ -239,7 +239,7 @@ static void *name_thread(void *arg)
 
 static void test_thread_name(void)
 {
-	char got[16] = { 0 };
+	char got[16] = {0};
 	pthread_t t;
 	CHECK(pthread_create(&t, NULL, name_thread, got) == 0);
 	CHECK(pthread_join(t, NULL) == 0);

@@ -26,143 +26,143 @@ struct bad {
 };
 
 static const struct good good_sizes[] = {
-	{ "0", 0 },
-	{ "4096", 4096 },
-	{ "007", 7 },
-	{ "8G", 8 * GiB },
-	{ "8g", 8 * GiB },
-	{ "8GB", 8 * GiB },
-	{ "8gib", 8 * GiB },
-	{ "512MiB", 512 * MiB },
-	{ "512M", 512 * MiB },
-	{ "512mB", 512 * MiB },
-	{ "1.5GiB", 1610612736 },
-	{ "1.5G", 1610612736 },
-	{ "1.5 GiB", 1610612736 },
-	{ "10 KiB", 10 * KiB },
-	{ "1K", KiB },
-	{ "1KB", KiB },
-	{ "1kb", KiB },
-	{ "1KIB", KiB },
-	{ "1B", 1 },
-	{ "17 B", 17 },
-	{ "0B", 0 },
-	{ "0.0G", 0 },
-	{ "1T", TiB },
-	{ "1TiB", TiB },
-	{ "0.5K", 512 },
-	{ "1.3K", 1331 },        /* 1331.2, rounded down */
-	{ "0.001K", 1 },         /* 1.024 */
-	{ "0.0009K", 0 },        /* 0.9216 */
-	{ "1.0000000000000000000000001G", GiB },
-	{ "1.9999999999999999999999999K", 2047 },
-	{ "15.99999999999999999999T", 16 * TiB - 1 },
-	{ "16777215T", 16777215 * TiB },
-	{ "16777215.999999999999T", UINT64_MAX - 1 }, /* 2^64 - 1.0995 */
-	{ "17179869183.99999999999G", UINT64_MAX },   /* 2^64 - 0.0107 */
-	{ "16777215.9999999999999T", UINT64_MAX },    /* 2^64 - 0.1100 */
-	{ "18446744073709551615", UINT64_MAX },
-	{ "18446744073709551615B", UINT64_MAX },
-	{ "000000000000000000000000018446744073709551615", UINT64_MAX },
+	{"0", 0},
+	{"4096", 4096},
+	{"007", 7},
+	{"8G", 8 * GiB},
+	{"8g", 8 * GiB},
+	{"8GB", 8 * GiB},
+	{"8gib", 8 * GiB},
+	{"512MiB", 512 * MiB},
+	{"512M", 512 * MiB},
+	{"512mB", 512 * MiB},
+	{"1.5GiB", 1610612736},
+	{"1.5G", 1610612736},
+	{"1.5 GiB", 1610612736},
+	{"10 KiB", 10 * KiB},
+	{"1K", KiB},
+	{"1KB", KiB},
+	{"1kb", KiB},
+	{"1KIB", KiB},
+	{"1B", 1},
+	{"17 B", 17},
+	{"0B", 0},
+	{"0.0G", 0},
+	{"1T", TiB},
+	{"1TiB", TiB},
+	{"0.5K", 512},
+	{"1.3K", 1331}, /* 1331.2, rounded down */
+	{"0.001K", 1},  /* 1.024 */
+	{"0.0009K", 0}, /* 0.9216 */
+	{"1.0000000000000000000000001G", GiB},
+	{"1.9999999999999999999999999K", 2047},
+	{"15.99999999999999999999T", 16 * TiB - 1},
+	{"16777215T", 16777215 * TiB},
+	{"16777215.999999999999T", UINT64_MAX - 1}, /* 2^64 - 1.0995 */
+	{"17179869183.99999999999G", UINT64_MAX},   /* 2^64 - 0.0107 */
+	{"16777215.9999999999999T", UINT64_MAX},    /* 2^64 - 0.1100 */
+	{"18446744073709551615", UINT64_MAX},
+	{"18446744073709551615B", UINT64_MAX},
+	{"000000000000000000000000018446744073709551615", UINT64_MAX},
 };
 
 static const struct bad bad_sizes[] = {
-	{ "", -EINVAL, "empty" },
-	{ "8X", -EINVAL, "unknown unit 'X' (expected B, K, KiB, M, MiB, G, GiB, T, TiB)" },
-	{ "-1", -EINVAL, "negative" },
-	{ "+1", -EINVAL, "found '+'" },
-	{ " 8G", -EINVAL, "leading whitespace" },
-	{ "8G ", -EINVAL, "trailing whitespace" },
-	{ "8 ", -EINVAL, "trailing whitespace" },
-	{ "8G\n", -EINVAL, "trailing whitespace" },
-	{ "8  G", -EINVAL, "whitespace" },
-	{ "8\tG", -EINVAL, "whitespace" },
-	{ "1 000", -EINVAL, "unknown unit '000'" },
-	{ "1e3", -EINVAL, "unknown unit 'e3'" },
-	{ "0x10", -EINVAL, "unknown unit 'x10'" },
-	{ "1,000", -EINVAL, "unknown unit ',000'" },
-	{ "1_000", -EINVAL, "unknown unit '_000'" },
-	{ "1.5", -EINVAL, "a fraction needs a unit, e.g. '1.5G'" },
-	{ "1.0", -EINVAL, "a fraction needs a unit" },
-	{ "1.5B", -EINVAL, "fraction of a byte" },
-	{ "..5G", -EINVAL, "expected a digit at the start, found '.'" },
-	{ ".5G", -EINVAL, "expected a digit at the start" },
-	{ "5.G", -EINVAL, "digits after the point" },
-	{ "1..5G", -EINVAL, "digits after the point" },
-	{ "1.5.5G", -EINVAL, "unknown unit '.5G'" },
-	{ "G", -EINVAL, "expected a digit" },
-	{ "8GiBs", -EINVAL, "unknown unit 'GiBs'" },
-	{ "8Gi", -EINVAL, "unknown unit 'Gi'" },
-	{ "8P", -EINVAL, "unknown unit 'P'" },
-	{ "inf", -EINVAL, "expected a digit" },
-	{ "nan", -EINVAL, "expected a digit" },
-	{ "8G\xc3\xa9", -EINVAL, "unknown unit 'G\\xc3\\xa9'" },
-	{ "\xef\xbc\x98G", -EINVAL, "found '\\xef'" }, /* fullwidth 8 */
-	{ "99999999999999999999X", -EINVAL, "unknown unit 'X'" }, /* syntax before range */
-	{ "99999999999999999999", -ERANGE, "too large" },
-	{ "18446744073709551616", -ERANGE, "too large" },
-	{ "18446744073709551616B", -ERANGE, "too large" },
-	{ "20000000T", -ERANGE, "too large" },
-	{ "16777216T", -ERANGE, "too large" },
-	{ "17179869184G", -ERANGE, "too large" },
-	{ "17179869184.5G", -ERANGE, "too large" },
+	{"", -EINVAL, "empty"},
+	{"8X", -EINVAL, "unknown unit 'X' (expected B, K, KiB, M, MiB, G, GiB, T, TiB)"},
+	{"-1", -EINVAL, "negative"},
+	{"+1", -EINVAL, "found '+'"},
+	{" 8G", -EINVAL, "leading whitespace"},
+	{"8G ", -EINVAL, "trailing whitespace"},
+	{"8 ", -EINVAL, "trailing whitespace"},
+	{"8G\n", -EINVAL, "trailing whitespace"},
+	{"8  G", -EINVAL, "whitespace"},
+	{"8\tG", -EINVAL, "whitespace"},
+	{"1 000", -EINVAL, "unknown unit '000'"},
+	{"1e3", -EINVAL, "unknown unit 'e3'"},
+	{"0x10", -EINVAL, "unknown unit 'x10'"},
+	{"1,000", -EINVAL, "unknown unit ',000'"},
+	{"1_000", -EINVAL, "unknown unit '_000'"},
+	{"1.5", -EINVAL, "a fraction needs a unit, e.g. '1.5G'"},
+	{"1.0", -EINVAL, "a fraction needs a unit"},
+	{"1.5B", -EINVAL, "fraction of a byte"},
+	{"..5G", -EINVAL, "expected a digit at the start, found '.'"},
+	{".5G", -EINVAL, "expected a digit at the start"},
+	{"5.G", -EINVAL, "digits after the point"},
+	{"1..5G", -EINVAL, "digits after the point"},
+	{"1.5.5G", -EINVAL, "unknown unit '.5G'"},
+	{"G", -EINVAL, "expected a digit"},
+	{"8GiBs", -EINVAL, "unknown unit 'GiBs'"},
+	{"8Gi", -EINVAL, "unknown unit 'Gi'"},
+	{"8P", -EINVAL, "unknown unit 'P'"},
+	{"inf", -EINVAL, "expected a digit"},
+	{"nan", -EINVAL, "expected a digit"},
+	{"8G\xc3\xa9", -EINVAL, "unknown unit 'G\\xc3\\xa9'"},
+	{"\xef\xbc\x98G", -EINVAL, "found '\\xef'"},            /* fullwidth 8 */
+	{"99999999999999999999X", -EINVAL, "unknown unit 'X'"}, /* syntax before range */
+	{"99999999999999999999", -ERANGE, "too large"},
+	{"18446744073709551616", -ERANGE, "too large"},
+	{"18446744073709551616B", -ERANGE, "too large"},
+	{"20000000T", -ERANGE, "too large"},
+	{"16777216T", -ERANGE, "too large"},
+	{"17179869184G", -ERANGE, "too large"},
+	{"17179869184.5G", -ERANGE, "too large"},
 };
 
 static const struct good good_durations[] = {
-	{ "0", 0 },
-	{ "0s", 0 },
-	{ "1", S },
-	{ "90", 90 * S },
-	{ "1.5", 1500000000 },
-	{ "1.5s", 1500000000 },
-	{ "30S", 30 * S },
-	{ "10 ms", 10000000 },
-	{ "250ms", 250000000 },
-	{ "0.5ms", 500000 },
-	{ "1us", 1000 },
-	{ "1.5us", 1500 },
-	{ "1.0001us", 1000 },
-	{ "7ns", 7 },
-	{ "7NS", 7 },
-	{ "2m", 120 * S },
-	{ "2M", 120 * S },
-	{ "2h", 7200 * S },
-	{ "1.5h", 5400 * S },
-	{ "1d", 86400 * S },
-	{ "1.0000000001s", S },
-	{ "0.0000000019s", 1 },
-	{ "0.000000001", 1 },
-	{ "213503d", 213503ull * 86400 * S },
-	{ "18446744073709551615ns", UINT64_MAX },
-	{ "18446744073.709551615s", UINT64_MAX },
-	{ "18446744073.709551615", UINT64_MAX },
-	{ "18446744073.7095516159", UINT64_MAX },
+	{"0", 0},
+	{"0s", 0},
+	{"1", S},
+	{"90", 90 * S},
+	{"1.5", 1500000000},
+	{"1.5s", 1500000000},
+	{"30S", 30 * S},
+	{"10 ms", 10000000},
+	{"250ms", 250000000},
+	{"0.5ms", 500000},
+	{"1us", 1000},
+	{"1.5us", 1500},
+	{"1.0001us", 1000},
+	{"7ns", 7},
+	{"7NS", 7},
+	{"2m", 120 * S},
+	{"2M", 120 * S},
+	{"2h", 7200 * S},
+	{"1.5h", 5400 * S},
+	{"1d", 86400 * S},
+	{"1.0000000001s", S},
+	{"0.0000000019s", 1},
+	{"0.000000001", 1},
+	{"213503d", 213503ull * 86400 * S},
+	{"18446744073709551615ns", UINT64_MAX},
+	{"18446744073.709551615s", UINT64_MAX},
+	{"18446744073.709551615", UINT64_MAX},
+	{"18446744073.7095516159", UINT64_MAX},
 };
 
 static const struct bad bad_durations[] = {
-	{ "", -EINVAL, "empty" },
-	{ "-1s", -EINVAL, "negative" },
-	{ "+1s", -EINVAL, "found '+'" },
-	{ "5x", -EINVAL, "unknown unit 'x' (expected ns, us, ms, s, m, h, d" },
-	{ "1sec", -EINVAL, "unknown unit 'sec'" },
-	{ "1min", -EINVAL, "unknown unit 'min'" },
-	{ "1\xc2\xb5s", -EINVAL, "unknown unit '\\xc2\\xb5s'" },
-	{ "1e3s", -EINVAL, "unknown unit 'e3s'" },
-	{ "0x10s", -EINVAL, "unknown unit 'x10s'" },
-	{ "1.5ns", -EINVAL, "fraction of a nanosecond" },
-	{ "s", -EINVAL, "expected a digit" },
-	{ ".5s", -EINVAL, "expected a digit" },
-	{ "5.s", -EINVAL, "digits after the point" },
-	{ " 1s", -EINVAL, "leading whitespace" },
-	{ "1s ", -EINVAL, "trailing whitespace" },
-	{ "1  s", -EINVAL, "whitespace" },
-	{ "on", -EINVAL, "expected a digit" },
-	{ "offf", -EINVAL, "expected a digit" },
-	{ "213504d", -ERANGE, "too long" },
-	{ "18446744073709551616ns", -ERANGE, "too long" },
-	{ "18446744074", -ERANGE, "too long" },
-	{ "18446744073.709551616s", -ERANGE, "too long" },
-	{ "99999999999999999999999h", -ERANGE, "too long" },
+	{"", -EINVAL, "empty"},
+	{"-1s", -EINVAL, "negative"},
+	{"+1s", -EINVAL, "found '+'"},
+	{"5x", -EINVAL, "unknown unit 'x' (expected ns, us, ms, s, m, h, d"},
+	{"1sec", -EINVAL, "unknown unit 'sec'"},
+	{"1min", -EINVAL, "unknown unit 'min'"},
+	{"1\xc2\xb5s", -EINVAL, "unknown unit '\\xc2\\xb5s'"},
+	{"1e3s", -EINVAL, "unknown unit 'e3s'"},
+	{"0x10s", -EINVAL, "unknown unit 'x10s'"},
+	{"1.5ns", -EINVAL, "fraction of a nanosecond"},
+	{"s", -EINVAL, "expected a digit"},
+	{".5s", -EINVAL, "expected a digit"},
+	{"5.s", -EINVAL, "digits after the point"},
+	{" 1s", -EINVAL, "leading whitespace"},
+	{"1s ", -EINVAL, "trailing whitespace"},
+	{"1  s", -EINVAL, "whitespace"},
+	{"on", -EINVAL, "expected a digit"},
+	{"offf", -EINVAL, "expected a digit"},
+	{"213504d", -ERANGE, "too long"},
+	{"18446744073709551616ns", -ERANGE, "too long"},
+	{"18446744074", -ERANGE, "too long"},
+	{"18446744073.709551616s", -ERANGE, "too long"},
+	{"99999999999999999999999h", -ERANGE, "too long"},
 };
 
 /* The message must name the text: quoted, or escaped where not printable. */
@@ -198,7 +198,8 @@ static void test_sizes(void)
 		uint64_t v = 12345;
 		eos_errclear();
 		int rc = eos_parse_size(b->text, &v);
-		CHECKF(rc == b->rc, "size '%s': rc %d, want %d (%s)", b->text, rc, b->rc, eos_errmsg());
+		CHECKF(rc == b->rc, "size '%s': rc %d, want %d (%s)", b->text, rc, b->rc,
+		       eos_errmsg());
 		CHECKF(v == 12345, "size '%s': output written on failure", b->text);
 		CHECK_MSG(b->phrase);
 		check_names_text("size", b->text);
@@ -225,7 +226,8 @@ static void test_durations(void)
 		bool off = true;
 		int rc = eos_parse_duration(g->text, &v, &off);
 		CHECKF(rc == 0, "duration '%s': rc %d: %s", g->text, rc, eos_errmsg());
-		CHECKF(v == g->want, "duration '%s' = %" PRIu64 ", want %" PRIu64, g->text, v, g->want);
+		CHECKF(v == g->want, "duration '%s' = %" PRIu64 ", want %" PRIu64, g->text, v,
+		       g->want);
 		CHECK(!off);
 		/* Without an off pointer the same text parses the same. */
 		v = 0;
@@ -244,7 +246,7 @@ static void test_durations(void)
 		check_names_text("duration", b->text);
 	}
 
-	static const char *const offs[] = { "off", "OFF", "Off", "oFf" };
+	static const char *const offs[] = {"off", "OFF", "Off", "oFf"};
 	for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
 		uint64_t v = 12345;
 		bool off = false;
@@ -273,21 +275,21 @@ struct fmt {
 };
 
 static const struct fmt formats[] = {
-	{ 0, "0 B" },
-	{ 17, "17 B" },
-	{ 1023, "1023 B" },
-	{ 1024, "1 KiB" },
-	{ 1025, "1 KiB" },      /* 1.0009: two decimals, rounded down */
-	{ 1034, "1 KiB" },
-	{ 1035, "1.01 KiB" },
-	{ 1536, "1.5 KiB" },
-	{ 2047, "1.99 KiB" },   /* never rounds up to 2 */
-	{ 512 * MiB, "512 MiB" },
-	{ 1610612736, "1.5 GiB" },
-	{ GiB + GiB / 4, "1.25 GiB" },
-	{ TiB, "1 TiB" },
-	{ 1024 * TiB, "1024 TiB" },
-	{ UINT64_MAX, "16777215.99 TiB" },
+	{0, "0 B"},
+	{17, "17 B"},
+	{1023, "1023 B"},
+	{1024, "1 KiB"},
+	{1025, "1 KiB"}, /* 1.0009: two decimals, rounded down */
+	{1034, "1 KiB"},
+	{1035, "1.01 KiB"},
+	{1536, "1.5 KiB"},
+	{2047, "1.99 KiB"}, /* never rounds up to 2 */
+	{512 * MiB, "512 MiB"},
+	{1610612736, "1.5 GiB"},
+	{GiB + GiB / 4, "1.25 GiB"},
+	{TiB, "1 TiB"},
+	{1024 * TiB, "1024 TiB"},
+	{UINT64_MAX, "16777215.99 TiB"},
 };
 
 /* The largest unit eos_format_size uses for v. */
@@ -312,11 +314,11 @@ static void check_round_trip(uint64_t v)
 	int rc = eos_parse_size(s, &back);
 	CHECKF(rc == 0, "format(%" PRIu64 ") = '%s' does not parse: %s", v, s, eos_errmsg());
 	uint64_t u = unit_of(v), r = v % u;
-	CHECKF(back <= v && (v - back) * 100 < u + 100, "format(%" PRIu64 ") = '%s' parses to %" PRIu64,
-	       v, s, back);
+	CHECKF(back <= v && (v - back) * 100 < u + 100,
+	       "format(%" PRIu64 ") = '%s' parses to %" PRIu64, v, s, back);
 	if (r * 100 % u == 0)
-		CHECKF(back == v, "format(%" PRIu64 ") = '%s' is exact but parses to %" PRIu64, v, s,
-		       back);
+		CHECKF(back == v, "format(%" PRIu64 ") = '%s' is exact but parses to %" PRIu64, v,
+		       s, back);
 }
 
 static void test_format(void)
@@ -354,8 +356,8 @@ static void test_random_texts(void)
 	static const struct {
 		const char *name;
 		int shift;
-	} units[] = { { "", 0 },   { "B", 0 },    { "k", 10 },   { "KiB", 10 }, { "MB", 20 },
-		      { "m", 20 }, { " GiB", 30 }, { "g", 30 },  { "TB", 40 },  { "t", 40 } };
+	} units[] = {{"", 0},   {"B", 0},     {"k", 10}, {"KiB", 10}, {"MB", 20},
+		     {"m", 20}, {" GiB", 30}, {"g", 30}, {"TB", 40},  {"t", 40}};
 	test_rng rng;
 	test_rng_init(&rng, test_seed() ^ 0x5eed);
 	for (int i = 0; i < 100000; i++) {
@@ -365,7 +367,8 @@ static void test_random_texts(void)
 		bool has_frac = units[u].shift > 0 && test_rng_below(&rng, 2);
 		char text[64];
 		if (has_frac)
-			snprintf(text, sizeof text, "%" PRIu64 ".%03u%s", whole, frac, units[u].name);
+			snprintf(text, sizeof text, "%" PRIu64 ".%03u%s", whole, frac,
+				 units[u].name);
 		else
 			snprintf(text, sizeof text, "%" PRIu64 "%s", whole, units[u].name);
 		/* want = whole << shift + floor(frac * 2^shift / 1000), in 128 bits */
@@ -377,8 +380,9 @@ static void test_random_texts(void)
 		if (want > UINT64_MAX) {
 			CHECKF(rc == -ERANGE, "size '%s': rc %d, want -ERANGE", text, rc);
 		} else {
-			CHECKF(rc == 0 && v == (uint64_t)want, "size '%s': rc %d value %" PRIu64
-			       ", want %" PRIu64, text, rc, v, (uint64_t)want);
+			CHECKF(rc == 0 && v == (uint64_t)want,
+			       "size '%s': rc %d value %" PRIu64 ", want %" PRIu64, text, rc, v,
+			       (uint64_t)want);
 		}
 	}
 }

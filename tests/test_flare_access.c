@@ -30,8 +30,8 @@ static void start(struct flare_server_config *cfg)
 	cfg->host = "127.0.0.1";
 	cfg->port = 0;
 	cfg->limits = (struct flare_api_limits){.model = "tiny", .vocab = 320, .max_context = 256};
-	cfg->info = (struct flare_metrics_info){.model = "tiny", .mode = "off", .store = "disabled",
-						.transport = "none"};
+	cfg->info = (struct flare_metrics_info){
+		.model = "tiny", .mode = "off", .store = "disabled", .transport = "none"};
 	cfg->watch_ms = 20;
 	char err[512];
 	CHECKF(flare_server_start(cfg, NULL, &srv, err, sizeof err) == 0, "%s", err);
@@ -75,8 +75,9 @@ static json_t *body_json(const struct http_resp *r)
 	return j;
 }
 
-#define PREFLIGHT "Origin: %s\r\nAccess-Control-Request-Method: POST\r\n" \
-		  "Access-Control-Request-Headers: authorization, content-type\r\n"
+#define PREFLIGHT                                                                                  \
+	"Origin: %s\r\nAccess-Control-Request-Method: POST\r\n"                                    \
+	"Access-Control-Request-Headers: authorization, content-type\r\n"
 
 /* Item 4: CORS.  Off by default: a preflight is refused in plain words
  * and no response carries Access-Control headers. */
@@ -100,8 +101,8 @@ static void test_cors(void)
 	stop();
 
 	/* A list: its origins (any case) get preflights and headers, others not. */
-	cfg = (struct flare_server_config){
-		.allowed_origins = "https://app.example.com,http://localhost:3000"};
+	cfg = (struct flare_server_config){.allowed_origins =
+						   "https://app.example.com,http://localhost:3000"};
 	start(&cfg);
 	snprintf(h, sizeof h, PREFLIGHT, "http://LOCALHOST:3000");
 	req("OPTIONS", "/v1/chat/completions", h, NULL, &r);
@@ -118,11 +119,13 @@ static void test_cors(void)
 	http_resp_free(&r);
 	req("POST", "/v1/completions", "Origin: https://app.example.com\r\n",
 	    "{\"prompt\":\"x\",\"max_tokens\":2}", &r);
-	CHECK(r.status == 200 && !strcmp(hdr(&r, "Access-Control-Allow-Origin"), "https://app.example.com"));
+	CHECK(r.status == 200 &&
+	      !strcmp(hdr(&r, "Access-Control-Allow-Origin"), "https://app.example.com"));
 	http_resp_free(&r);
 	req("POST", "/v1/completions", "Origin: https://app.example.com\r\n",
 	    "{\"prompt\":\"x\",\"max_tokens\":2,\"stream\":true}", &r);
-	CHECK(r.status == 200 && !strcmp(hdr(&r, "Access-Control-Allow-Origin"), "https://app.example.com"));
+	CHECK(r.status == 200 &&
+	      !strcmp(hdr(&r, "Access-Control-Allow-Origin"), "https://app.example.com"));
 	http_resp_free(&r);
 	req("GET", "/v1/models", "Origin: https://evil.example.com\r\n", NULL, &r);
 	CHECK(r.status == 200 && !*hdr(&r, "Access-Control-Allow-Origin"));
@@ -223,7 +226,8 @@ static void test_keep_alive(void)
 		{"HEAD", "/health", NULL, 200},
 		{"OPTIONS", "/v1/completions", NULL, 204},
 		{"POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3}", 200},
-		{"POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"stream\":true}", 200},
+		{"POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"stream\":true}",
+		 200},
 		{"POST", "/v1/completions", "{\"prompt\":5}", 400},
 		{"GET", "/v1/nothing", NULL, 404},
 		{"GET", "/v1/completions", NULL, 405},
@@ -243,7 +247,8 @@ static void test_keep_alive(void)
 		}
 		CHECKF(http_read_response(fd, &r), "%s %s: the connection closed", seq[i].method,
 		       seq[i].path);
-		CHECKF(r.status == seq[i].status, "%s %s: %d", seq[i].method, seq[i].path, r.status);
+		CHECKF(r.status == seq[i].status, "%s %s: %d", seq[i].method, seq[i].path,
+		       r.status);
 		CHECKF(!strcasestr(r.head, "Connection: close"), "%s %s closes: %s", seq[i].method,
 		       seq[i].path, r.head);
 		http_resp_free(&r);
@@ -262,7 +267,8 @@ static int connect_from_2(void)
 	struct sockaddr_in a = {0};
 	a.sin_family = AF_INET;
 	a.sin_addr.s_addr = htonl(0x7f000002);
-	CHECKF(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind 127.0.0.2: %s", strerror(errno));
+	CHECKF(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind 127.0.0.2: %s",
+	       strerror(errno));
 	a.sin_port = htons(port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
@@ -275,8 +281,8 @@ static bool closed_by_peer(int fd)
 {
 	char c;
 	ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINPROGRESS &&
-			  errno != ENOTCONN);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			  errno != EINPROGRESS && errno != ENOTCONN);
 }
 
 static uint64_t open_connections(void)
@@ -336,7 +342,8 @@ static void test_idle_timeout(void)
 	int fd = http_connect(port);
 	/* A partial request is idle too. */
 	int fd2 = http_connect(port);
-	const char *partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{";
+	const char *partial =
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{";
 	http_send(fd2, partial, strlen(partial));
 	CHECK(wait_connections(2, 10000));
 	char buf[4096] = "";
@@ -345,7 +352,8 @@ static void test_idle_timeout(void)
 	CHECK(!http_read_some(fd, buf, &len, sizeof buf, 30000)); /* EOF, not a stall */
 	CHECK(!http_read_some(fd2, buf, &len, sizeof buf, 30000));
 	uint64_t ms = (eos_now_ns() - t0) / 1000000ull;
-	printf("idle connections closed after %llu ms (idle timeout 1 s)\n", (unsigned long long)ms);
+	printf("idle connections closed after %llu ms (idle timeout 1 s)\n",
+	       (unsigned long long)ms);
 	CHECK(ms < 30000);
 	close(fd);
 	close(fd2);
@@ -371,7 +379,11 @@ static long rss_kib(void)
  * it gets 503 with a JSON error. */
 static void test_unfinished_bodies_are_bounded(void)
 {
-	enum { N = 50, BODY = 7 << 20, BUDGET = 24 << 20 };
+	enum {
+		N = 50,
+		BODY = 7 << 20,
+		BUDGET = 24 << 20
+	};
 	struct flare_server_config cfg = {.max_buffered = BUDGET, .max_per_client = 0};
 	start(&cfg);
 	char *chunk = malloc(BODY);
@@ -385,9 +397,10 @@ static void test_unfinished_bodies_are_bounded(void)
 		int fl = fcntl(fds[i], F_GETFL);
 		fcntl(fds[i], F_SETFL, fl | O_NONBLOCK);
 		char head[256];
-		int n = snprintf(head, sizeof head,
-				 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n",
-				 BODY + 1);
+		int n = snprintf(
+			head, sizeof head,
+			"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n",
+			BODY + 1);
 		http_send(fds[i], head, (size_t)n);
 		sent[i] = 0;
 	}
@@ -441,7 +454,9 @@ static void test_unfinished_bodies_are_bounded(void)
 	CHECK(h.buffered_bytes == BUDGET);
 	/* A whole request over the budget is told why, as JSON, and the
 	 * connection serves on. */
-	enum { BIG = 6 << 20 };
+	enum {
+		BIG = 6 << 20
+	};
 	char *big = malloc(BIG + 64);
 	CHECK(big);
 	int bl = snprintf(big, BIG + 64, "{\"prompt\":\"x\",\"max_tokens\":1%*s}", BIG - 40, "");
@@ -449,7 +464,8 @@ static void test_unfinished_bodies_are_bounded(void)
 	http_send_request(fd, "POST", "/v1/completions", NULL, big);
 	struct http_resp r;
 	CHECK(http_read_response(fd, &r));
-	CHECKF(r.status == 503 && strstr(r.body, "\"error\"") && strstr(r.body, "--max-buffered-bytes"),
+	CHECKF(r.status == 503 && strstr(r.body, "\"error\"") &&
+		       strstr(r.body, "--max-buffered-bytes"),
 	       "%d %s", r.status, r.body);
 	http_resp_free(&r);
 	http_send_request(fd, "GET", "/health", NULL, NULL);
@@ -480,7 +496,9 @@ static void test_unfinished_bodies_are_bounded(void)
  * machine far more). */
 static void test_idle_connections_deny_service(void)
 {
-	enum { IDLE = 2000 };
+	enum {
+		IDLE = 2000
+	};
 	struct rlimit rl;
 	CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
 	if (rl.rlim_cur < IDLE + 512) {
@@ -506,7 +524,8 @@ static void test_idle_connections_deny_service(void)
 	uint64_t us = (eos_now_ns() - t0) / 1000;
 	CHECK(r.status == 200);
 	http_resp_free(&r);
-	printf("a request while %d idle connections are held: %llu us\n", IDLE, (unsigned long long)us);
+	printf("a request while %d idle connections are held: %llu us\n", IDLE,
+	       (unsigned long long)us);
 	CHECKF(us < 15000000ull, "took %llu us", (unsigned long long)us);
 	CHECK(open_connections() >= 64); /* the idle ones were still there */
 	for (int i = 0; i < IDLE; i++)

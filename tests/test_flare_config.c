@@ -35,10 +35,7 @@ static int parse_flags(struct flare_settings *s, char *err, size_t errlen, ...)
 
 #define FLAGS(s, ...) parse_flags(s, err, sizeof err, __VA_ARGS__, (char *)NULL)
 
-static bool has(const char *hay, const char *needle)
-{
-	return strstr(hay, needle) != NULL;
-}
+static bool has(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
 
 /* A flag error: -EINVAL and a message starting with the flag and quoting
  * the value. */
@@ -55,8 +52,8 @@ static void flag_bad(const char *flag, const char *value, const char *expect)
 		char head[128], quoted[300];
 		snprintf(head, sizeof head, "%s: ", flag);
 		snprintf(quoted, sizeof quoted, "'%s'", value);
-		CHECKF(!strncmp(err, head, strlen(head)), "message '%s' does not start with %s", err,
-		       head);
+		CHECKF(!strncmp(err, head, strlen(head)), "message '%s' does not start with %s",
+		       err, head);
 		CHECKF(has(err, quoted) || !*value, "message '%s' does not quote %s", err, quoted);
 		if (expect)
 			CHECKF(has(err, expect), "message '%s' lacks '%s'", err, expect);
@@ -88,7 +85,8 @@ static void test_flags(void)
 		       "--prefix-cache-disk-limit=100G", "--host", "0.0.0.0", "--port", "0",
 		       "--gpu-cache", "1.5GiB", "--max-active", "16", "--speculate", "learned",
 		       "--draft-tokens", "8", "--prefix-cache-max-age", "2h", "--dashboard=on",
-		       "--dashboard-interval", "250ms", "--prefix-cache-fetch", "never", "my.core"));
+		       "--dashboard-interval", "250ms", "--prefix-cache-fetch", "never",
+		       "my.core"));
 	CHECK(s.memory == 8ull << 30);
 	CHECK(!strcmp(s.disk, "/tmp/pc"));
 	CHECK(s.disk_limit == 100ull << 30);
@@ -107,7 +105,8 @@ static void test_flags(void)
 		if (o != FLARE_OPT_DRAIN)
 			want |= 1ull << o;
 	want |= 1ull << FLARE_OPT_CORE;
-	CHECKF(s.set == want, "set %#llx want %#llx", (unsigned long long)s.set, (unsigned long long)want);
+	CHECKF(s.set == want, "set %#llx want %#llx", (unsigned long long)s.set,
+	       (unsigned long long)want);
 
 	/* Only what was given is marked. */
 	CHECK_OK(FLAGS(&s, "--port", "9000"));
@@ -286,8 +285,8 @@ static void cfg_bad(const char *text, const char *line_prefix, const char *expec
 	struct flare_settings s;
 	char err[1024];
 	CHECKF(CFG(&s, text) == -EINVAL, "accepted: %s", text);
-	CHECKF(!strncmp(err, line_prefix, strlen(line_prefix)), "'%s' does not start with '%s'", err,
-	       line_prefix);
+	CHECKF(!strncmp(err, line_prefix, strlen(line_prefix)), "'%s' does not start with '%s'",
+	       err, line_prefix);
 	CHECKF(has(err, expect), "'%s' lacks '%s'", err, expect);
 }
 
@@ -327,25 +326,30 @@ static void test_config(void)
 	CHECK(s.dashboard == FLARE_DASHBOARD_OFF && s.dashboard_ns == 10 * NS);
 
 	/* The access and limit keys. */
-	CHECK_OK(CFG(&s, "[server]\nallowed_origins = \"*\"\napi_key_file = \"/run/flare.key\"\n"
-			 "metrics_auth = true\nmax_connections = 10\nmax_connections_per_client = 2\n"
-			 "idle_timeout = 5\nmax_buffered_bytes = \"1MiB\"\n"));
+	CHECK_OK(CFG(&s,
+		     "[server]\nallowed_origins = \"*\"\napi_key_file = \"/run/flare.key\"\n"
+		     "metrics_auth = true\nmax_connections = 10\nmax_connections_per_client = 2\n"
+		     "idle_timeout = 5\nmax_buffered_bytes = \"1MiB\"\n"));
 	CHECK(!strcmp(s.allowed_origins, "*") && !strcmp(s.api_key_file, "/run/flare.key"));
 	CHECK(s.metrics_auth && s.max_connections == 10 && s.max_per_client == 2);
 	CHECK(s.idle_timeout_ns == 5 * NS && s.max_buffered == 1ull << 20);
-	CHECK_OK(CFG(&s, "[server]\napi_key = \"sk-file\"\nmetrics_auth = \"off\"\nallowed_origins = \"\"\n"));
+	CHECK_OK(CFG(
+		&s,
+		"[server]\napi_key = \"sk-file\"\nmetrics_auth = \"off\"\nallowed_origins = \"\"\n"));
 	CHECK(!strcmp(s.api_key, "sk-file") && !s.metrics_auth && !s.allowed_origins[0]);
 
 	/* Other spellings. */
 	CHECK_OK(CFG(&s, "\xef\xbb\xbf[prefix_cache]\ndrain_on_shutdown = true\nmax_age = \"off\"\n"
 			 "memory = 0\n"));
 	CHECK(s.drain && s.drain_ns == 0 && s.max_age_ns == 0 && s.memory == 0);
-	CHECK(s.set == (1ull << FLARE_OPT_DRAIN | 1ull << FLARE_OPT_MAX_AGE | 1ull << FLARE_OPT_MEMORY));
+	CHECK(s.set ==
+	      (1ull << FLARE_OPT_DRAIN | 1ull << FLARE_OPT_MAX_AGE | 1ull << FLARE_OPT_MEMORY));
 	CHECK_OK(CFG(&s, "[prefix_cache]\ndrain_on_shutdown = \"on\"\nmax_age = 3600\n"));
 	CHECK(s.drain && s.drain_ns == 0 && s.max_age_ns == 3600 * NS);
 	CHECK_OK(CFG(&s, "[prefix_cache]\ndrain_on_shutdown = \"off\"\n"));
 	CHECK(!s.drain);
-	CHECK_OK(CFG(&s, "[prefix_cache]\ndrain_on_shutdown = 30\ndisk = \"a\\\"b\\\\c\\u00e9\"\n"));
+	CHECK_OK(
+		CFG(&s, "[prefix_cache]\ndrain_on_shutdown = 30\ndisk = \"a\\\"b\\\\c\\u00e9\"\n"));
 	CHECK(s.drain && s.drain_ns == 30 * NS);
 	CHECK(!strcmp(s.disk, "a\"b\\c\xc3\xa9"));
 	CHECK_OK(CFG(&s, ""));
@@ -357,22 +361,25 @@ static void test_config(void)
 	/* Ranks in separate processes (docs/multihost.md "Execution"). */
 	CHECK_OK(CFG(&s, "[ranks]\nranks = 4\nrank = 3\nrendezvous = \"[fd00::1]:7000\"\n"));
 	CHECK(s.ranks == 4 && s.rank == 3 && !strcmp(s.rendezvous, "[fd00::1]:7000"));
-	CHECK(s.set == (1ull << FLARE_OPT_RANKS | 1ull << FLARE_OPT_RANK | 1ull << FLARE_OPT_RENDEZVOUS));
-	cfg_bad("[ranks]\nrendezvous = \"10.0.0.1\"\n", "t.toml:2: ranks.rendezvous: ",
-		"is not HOST:PORT");
+	CHECK(s.set ==
+	      (1ull << FLARE_OPT_RANKS | 1ull << FLARE_OPT_RANK | 1ull << FLARE_OPT_RENDEZVOUS));
+	cfg_bad("[ranks]\nrendezvous = \"10.0.0.1\"\n",
+		"t.toml:2: ranks.rendezvous: ", "is not HOST:PORT");
 	cfg_bad("[ranks]\nranks = 65\n", "t.toml:2: ranks.ranks: ", "from 1 to 64");
 }
 
 static void test_config_errors(void)
 {
-	cfg_bad("[prefix_cache]\nmemory = \"8X\"\n", "t.toml:2: prefix_cache.memory: ",
-		"'8X' is not a size");
-	cfg_bad("[prefix_cache]\nmemroy = \"8G\"\n", "t.toml:2: ", "unknown key 'memroy' in [prefix_cache]");
+	cfg_bad("[prefix_cache]\nmemory = \"8X\"\n",
+		"t.toml:2: prefix_cache.memory: ", "'8X' is not a size");
+	cfg_bad("[prefix_cache]\nmemroy = \"8G\"\n",
+		"t.toml:2: ", "unknown key 'memroy' in [prefix_cache]");
 	cfg_bad("[server]\nmemory = \"8G\"\n", "t.toml:2: ", "unknown key 'memory' in [server]");
 	cfg_bad("\n[cache]\n", "t.toml:2: ", "unknown section [cache]");
 	cfg_bad("port = 80\n", "t.toml:1: ", "key 'port' outside a section");
 	cfg_bad("[server]\nport = 80\nport = 81\n", "t.toml:3: server.port: ", "first on line 2");
-	cfg_bad("[server]\n[prefix_cache]\n[server]\n", "t.toml:3: ", "section [server] appears twice");
+	cfg_bad("[server]\n[prefix_cache]\n[server]\n",
+		"t.toml:3: ", "section [server] appears twice");
 	cfg_bad("[server]\nport = \"80\"\n", "t.toml:2: server.port: ", "expected an integer");
 	cfg_bad("[server]\nport = 65536\n", "t.toml:2: server.port: ", "'65536' is not a port");
 	cfg_bad("[server]\nport = -1\n", "t.toml:2: server.port: ", "negative");
@@ -382,48 +389,64 @@ static void test_config_errors(void)
 	cfg_bad("[server]\nhost = 127\n", "t.toml:2: server.host: ", "expected a string");
 	cfg_bad("[server]\nhost = true\n", "t.toml:2: server.host: ", "boolean");
 	cfg_bad("[server]\nhost = localhost\n", "t.toml:2: server.host: ", "strings need quotes");
-	cfg_bad("[prefix_cache]\nmemory = 8G\n", "t.toml:2: prefix_cache.memory: ", "strings need quotes");
-	cfg_bad("[prefix_cache]\nmemory = 1.5\n", "t.toml:2: prefix_cache.memory: ", "floats are not supported");
-	cfg_bad("[prefix_cache]\nmemory = [1]\n", "t.toml:2: prefix_cache.memory: ", "arrays are not supported");
-	cfg_bad("[prefix_cache]\nmemory = {a = 1}\n", "t.toml:2: prefix_cache.memory: ",
-		"inline tables are not supported");
+	cfg_bad("[prefix_cache]\nmemory = 8G\n",
+		"t.toml:2: prefix_cache.memory: ", "strings need quotes");
+	cfg_bad("[prefix_cache]\nmemory = 1.5\n",
+		"t.toml:2: prefix_cache.memory: ", "floats are not supported");
+	cfg_bad("[prefix_cache]\nmemory = [1]\n",
+		"t.toml:2: prefix_cache.memory: ", "arrays are not supported");
+	cfg_bad("[prefix_cache]\nmemory = {a = 1}\n",
+		"t.toml:2: prefix_cache.memory: ", "inline tables are not supported");
 	cfg_bad("[prefix_cache]\nmemory = \"8G\n", "t.toml:2: prefix_cache.memory: ", "no closing");
-	cfg_bad("[prefix_cache]\nmemory = \"\"\"8G\"\"\"\n", "t.toml:2: prefix_cache.memory: ", "multi-line");
-	cfg_bad("[prefix_cache]\ndisk = \"a\\qb\"\n", "t.toml:2: prefix_cache.disk: ", "unknown escape \\q");
-	cfg_bad("[prefix_cache]\ndisk = \"a\\u00\"\n", "t.toml:2: prefix_cache.disk: ", "hexadecimal digits");
-	cfg_bad("[prefix_cache]\ndisk = \"a\\u0000\"\n", "t.toml:2: prefix_cache.disk: ", "not an allowed");
-	cfg_bad("[prefix_cache]\ndisk = \"a\tb\x01\"\n", "t.toml:2: prefix_cache.disk: ", "control character");
+	cfg_bad("[prefix_cache]\nmemory = \"\"\"8G\"\"\"\n",
+		"t.toml:2: prefix_cache.memory: ", "multi-line");
+	cfg_bad("[prefix_cache]\ndisk = \"a\\qb\"\n",
+		"t.toml:2: prefix_cache.disk: ", "unknown escape \\q");
+	cfg_bad("[prefix_cache]\ndisk = \"a\\u00\"\n",
+		"t.toml:2: prefix_cache.disk: ", "hexadecimal digits");
+	cfg_bad("[prefix_cache]\ndisk = \"a\\u0000\"\n",
+		"t.toml:2: prefix_cache.disk: ", "not an allowed");
+	cfg_bad("[prefix_cache]\ndisk = \"a\tb\x01\"\n",
+		"t.toml:2: prefix_cache.disk: ", "control character");
 	cfg_bad("[prefix_cache]\nmemory \"8G\"\n", "t.toml:2: memory: ", "expected '='");
-	cfg_bad("[prefix_cache]\nmemory =\n", "t.toml:2: prefix_cache.memory: ", "expected a value");
-	cfg_bad("[prefix_cache]\nmemory = # none\n", "t.toml:2: prefix_cache.memory: ", "expected a value");
-	cfg_bad("[prefix_cache]\nmemory = \"8G\" \"9G\"\n", "t.toml:2: prefix_cache.memory: ",
-		"unexpected text after the value");
+	cfg_bad("[prefix_cache]\nmemory =\n",
+		"t.toml:2: prefix_cache.memory: ", "expected a value");
+	cfg_bad("[prefix_cache]\nmemory = # none\n",
+		"t.toml:2: prefix_cache.memory: ", "expected a value");
+	cfg_bad("[prefix_cache]\nmemory = \"8G\" \"9G\"\n",
+		"t.toml:2: prefix_cache.memory: ", "unexpected text after the value");
 	cfg_bad("[prefix_cache]\nmemory.x = 1\n", "t.toml:2: memory: ", "dotted keys");
 	cfg_bad("[prefix_cache]\n\"memory\" = 1\n", "t.toml:2: ", "quoted keys");
 	cfg_bad("[[prefix_cache]]\n", "t.toml:1: ", "arrays of tables");
 	cfg_bad("[prefix_cache.x]\n", "t.toml:1: ", "dotted and quoted section names");
 	cfg_bad("[prefix_cache\n", "t.toml:1: ", "not a section header");
-	cfg_bad("[server] port = 1\n", "t.toml:1: ", "unexpected text after the section header [server]");
+	cfg_bad("[server] port = 1\n",
+		"t.toml:1: ", "unexpected text after the section header [server]");
 	cfg_bad("[server]\n= 1\n", "t.toml:2: ", "not a 'key = value' line");
-	cfg_bad("[server]\nspeculate = \"fast\"\n", "t.toml:2: server.speculate: ", "off, copy, learned");
-	cfg_bad("[server]\ndashboard_interval = \"0s\"\n", "t.toml:2: server.dashboard_interval: ",
-		"positive");
+	cfg_bad("[server]\nspeculate = \"fast\"\n",
+		"t.toml:2: server.speculate: ", "off, copy, learned");
+	cfg_bad("[server]\ndashboard_interval = \"0s\"\n",
+		"t.toml:2: server.dashboard_interval: ", "positive");
 	cfg_bad("[prefix_cache]\ndrain_on_shutdown = \"soon\"\n",
-		"t.toml:2: prefix_cache.drain_on_shutdown: ", "'soon' is not on, off or a duration");
-	cfg_bad("[prefix_cache]\ndrain_on_shutdown = 0\n", "t.toml:2: prefix_cache.drain_on_shutdown: ",
-		"positive");
-	cfg_bad("[prefix_cache]\nmax_age = \"0\"\n", "t.toml:2: prefix_cache.max_age: ", "positive");
+		"t.toml:2: prefix_cache.drain_on_shutdown: ",
+		"'soon' is not on, off or a duration");
+	cfg_bad("[prefix_cache]\ndrain_on_shutdown = 0\n",
+		"t.toml:2: prefix_cache.drain_on_shutdown: ", "positive");
+	cfg_bad("[prefix_cache]\nmax_age = \"0\"\n",
+		"t.toml:2: prefix_cache.max_age: ", "positive");
 	cfg_bad("[prefix_cache]\nmax_age = true\n", "t.toml:2: prefix_cache.max_age: ", "boolean");
 	cfg_bad("[prefix_cache]\nfetch = \"maybe\"\n", "t.toml:2: prefix_cache.fetch: ",
 		"'maybe' is not a fetch mode (auto, always, never)");
 	cfg_bad("[prefix_cache]\nfetch = true\n", "t.toml:2: prefix_cache.fetch: ", "boolean");
-	cfg_bad("[prefix_cache]\nfetch = 1\n", "t.toml:2: prefix_cache.fetch: ", "expected a string");
+	cfg_bad("[prefix_cache]\nfetch = 1\n",
+		"t.toml:2: prefix_cache.fetch: ", "expected a string");
 	cfg_bad("[server]\nmax_active = 1979-05-27\n", "t.toml:2: server.max_active: ", "dates");
 
 	/* A NUL byte (the text is not a C string). */
 	struct flare_settings s;
 	char err[512];
-	CHECK(flare_config_parse("[server]\nport = 1\0\n", 19, "t.toml", &s, err, sizeof err) == -EINVAL);
+	CHECK(flare_config_parse("[server]\nport = 1\0\n", 19, "t.toml", &s, err, sizeof err) ==
+	      -EINVAL);
 	CHECKF(!strncmp(err, "t.toml:2: ", 10) && has(err, "NUL"), "%s", err);
 
 	/* Loading: a missing file names its path. */
@@ -456,10 +479,10 @@ static void test_precedence(void)
 	flare_settings_merge(&def, &file);
 	CHECK(def.port == 9000 && def.max_active == 2 && def.memory == 1ull << 30 && def.drain);
 	flare_settings_merge(&def, &flags);
-	CHECK(def.port == 9001);           /* the flag wins */
-	CHECK(def.max_active == 2);        /* the file's */
-	CHECK(def.memory == 1ull << 30);   /* the file's */
-	CHECK(!def.drain);                 /* =off overrides the file's on */
+	CHECK(def.port == 9001);             /* the flag wins */
+	CHECK(def.max_active == 2);          /* the file's */
+	CHECK(def.memory == 1ull << 30);     /* the file's */
+	CHECK(!def.drain);                   /* =off overrides the file's on */
 	CHECK(def.gpu_cache == 64ull << 20); /* the default */
 	CHECK(!strcmp(def.host, "127.0.0.1"));
 	CHECK(!strcmp(def.core, "x.core"));
@@ -542,10 +565,19 @@ static void test_summary(void)
 	snprintf(info.warning, sizeof info.warning, "intake shrunk");
 	struct flare_buf b = {0};
 	flare_serve_summary(&b, &s, core, &info, "");
-	const char *want[] = {"core 'tiny'", "8192-token context", "speculate off", "max-active 4",
-			      "GPU cache 64 MiB: 7710 pages, 64 rows", "composite store", "transport host",
-			      "pool 1000 slots of 8.5 KiB", "intake 200 slots", "memory 1 GiB",
-			      "directory /var/cache/tiny-00-11", "limit 10 GiB", "42 records scanned",
+	const char *want[] = {"core 'tiny'",
+			      "8192-token context",
+			      "speculate off",
+			      "max-active 4",
+			      "GPU cache 64 MiB: 7710 pages, 64 rows",
+			      "composite store",
+			      "transport host",
+			      "pool 1000 slots of 8.5 KiB",
+			      "intake 200 slots",
+			      "memory 1 GiB",
+			      "directory /var/cache/tiny-00-11",
+			      "limit 10 GiB",
+			      "42 records scanned",
 			      "flare: warning: intake shrunk\n"};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
 		CHECKF(has(b.data, want[i]), "summary lacks '%s':\n%s", want[i], b.data);

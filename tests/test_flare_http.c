@@ -37,7 +37,10 @@ static void start_server(size_t max_body)
 		.host = "127.0.0.1",
 		.port = 0,
 		.limits = {.model = "tiny", .vocab = 320, .max_context = CONTEXT},
-		.info = {.model = "tiny", .mode = "off", .store = "memory", .transport = "host",
+		.info = {.model = "tiny",
+			 .mode = "off",
+			 .store = "memory",
+			 .transport = "host",
 			 .slot_bytes = 8704},
 		.max_body = max_body,
 		.watch_ms = 20,
@@ -114,8 +117,9 @@ static void bad(const char *path, const char *body, int status, const char *para
 	json_t *p = json_object_get(e, "param");
 	if (param)
 		CHECKF(json_is_string(p) && !strcmp(json_string_value(p), param),
-		       "%s: param %s, want %s (%s)", body, json_is_string(p) ? json_string_value(p) : "null",
-		       param, jstr(j, "error.message"));
+		       "%s: param %s, want %s (%s)", body,
+		       json_is_string(p) ? json_string_value(p) : "null", param,
+		       jstr(j, "error.message"));
 	else
 		CHECKF(json_is_null(p), "%s: param should be null", body);
 	json_decref(j);
@@ -179,10 +183,11 @@ static void test_completion(void)
 	fk.cached = 2;
 	fk.gpu = 2;
 	pthread_mutex_unlock(&fk.mu);
-	json_t *j = post("/v1/completions",
-			 "{\"model\":\"tiny\",\"prompt\":\"Hi there\",\"max_tokens\":5,\"temperature\":0,"
-			 "\"seed\":42}",
-			 200);
+	json_t *j = post(
+		"/v1/completions",
+		"{\"model\":\"tiny\",\"prompt\":\"Hi there\",\"max_tokens\":5,\"temperature\":0,"
+		"\"seed\":42}",
+		200);
 	CHECK(!strcmp(jstr(j, "object"), "text_completion"));
 	CHECK(!strncmp(jstr(j, "id"), "cmpl-", 5));
 	CHECK(!strcmp(jstr(j, "model"), "tiny"));
@@ -241,9 +246,10 @@ static void test_completion(void)
 	pthread_mutex_unlock(&fk.mu);
 
 	/* cache_salt wins over user; token-id prompts. */
-	j = post("/v1/completions",
-		 "{\"prompt\":[72,105,256],\"user\":\"bob\",\"cache_salt\":\"tenant-a\",\"max_tokens\":1}",
-		 200);
+	j = post(
+		"/v1/completions",
+		"{\"prompt\":[72,105,256],\"user\":\"bob\",\"cache_salt\":\"tenant-a\",\"max_tokens\":1}",
+		200);
 	CHECK(!strcmp(jstr(j, "flare.source"), "none"));
 	json_decref(j);
 	pthread_mutex_lock(&fk.mu);
@@ -272,7 +278,7 @@ static void test_chat(void)
 	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "length"));
 	json_decref(j);
 	hel_message m[2] = {{.role = "system", .content = "Be brief.", .content_len = 9},
-			      {.role = "user", .content = "Hi!", .content_len = 3}};
+			    {.role = "user", .content = "Hi!", .content_len = 3}};
 	hel_token want[64];
 	size_t n = hel_chat_template(m, 2, true, want, 64);
 	pthread_mutex_lock(&fk.mu);
@@ -435,9 +441,10 @@ static void test_stop(void)
 	pthread_mutex_unlock(&fk.mu);
 
 	/* An array: the earliest occurrence wins; chat too. */
-	j = post("/v1/chat/completions",
-		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stop\":[\"xyz\",\"orld\",\"lo,\"]}",
-		 200);
+	j = post(
+		"/v1/chat/completions",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stop\":[\"xyz\",\"orld\",\"lo,\"]}",
+		200);
 	CHECK(!strcmp(jstr(j, "choices.0.message.content"), "Hel"));
 	CHECK(!strcmp(jstr(j, "choices.0.finish_reason"), "stop"));
 	json_decref(j);
@@ -455,8 +462,8 @@ static void test_stop(void)
 
 	/* Streams hold back what could begin a stop sequence: no event ever
 	 * carries the 'o' of "o, w" although "Hello" arrives whole first. */
-	size_t n = stream_post("/v1/completions", "{\"prompt\":\"x\",\"stream\":true,\"stop\":[\"o, w\"]}",
-			       ev, 64);
+	size_t n = stream_post("/v1/completions",
+			       "{\"prompt\":\"x\",\"stream\":true,\"stop\":[\"o, w\"]}", ev, 64);
 	char text[64] = "";
 	for (size_t i = 0; i + 1 < n; i++) {
 		j = parse_json(ev[i]);
@@ -471,7 +478,8 @@ static void test_stop(void)
 	/* A held-back prefix that did not become a stop is sent at the end. */
 	n = stream_post("/v1/chat/completions",
 			"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stream\":true,"
-			"\"stop\":[\"!!\"]}", ev, 64);
+			"\"stop\":[\"!!\"]}",
+			ev, 64);
 	text[0] = '\0';
 	for (size_t i = 1; i + 2 < n; i++) {
 		j = parse_json(ev[i]);
@@ -495,8 +503,10 @@ static void test_choices(void)
 	pthread_mutex_lock(&fk.mu);
 	unsigned first = fk.submitted;
 	pthread_mutex_unlock(&fk.mu);
-	j = post("/v1/completions",
-		 "{\"prompt\":[\"Hi\",\"Yo!\"],\"n\":2,\"max_tokens\":3,\"seed\":42,\"temperature\":0.5}", 200);
+	j = post(
+		"/v1/completions",
+		"{\"prompt\":[\"Hi\",\"Yo!\"],\"n\":2,\"max_tokens\":3,\"seed\":42,\"temperature\":0.5}",
+		200);
 	json_t *ch = jget(j, "choices");
 	CHECK(json_array_size(ch) == 4);
 	for (int i = 0; i < 4; i++) {
@@ -506,8 +516,8 @@ static void test_choices(void)
 		snprintf(path, sizeof path, "choices.%d.text", i);
 		CHECK(!strcmp(jstr(j, path), "Hel"));
 	}
-	CHECK(jint(j, "usage.prompt_tokens") == 5);       /* each prompt once */
-	CHECK(jint(j, "usage.completion_tokens") == 12);  /* every choice */
+	CHECK(jint(j, "usage.prompt_tokens") == 5);      /* each prompt once */
+	CHECK(jint(j, "usage.completion_tokens") == 12); /* every choice */
 	json_decref(j);
 	pthread_mutex_lock(&fk.mu);
 	CHECK(fk.submitted == first + 4);
@@ -528,17 +538,19 @@ static void test_choices(void)
 	pthread_mutex_unlock(&fk.mu);
 
 	j = post("/v1/chat/completions",
-		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":3,\"max_tokens\":2}", 200);
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":3,\"max_tokens\":2}",
+		 200);
 	CHECK(json_array_size(jget(j, "choices")) == 3);
 	CHECK(jint(j, "choices.2.index") == 2);
 	CHECK(!strcmp(jstr(j, "choices.2.message.content"), "He"));
 	json_decref(j);
 
 	/* Streams: every choice's chunks carry its index, each ends once. */
-	size_t n = stream_post("/v1/chat/completions",
-			       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":2,"
-			       "\"max_tokens\":4,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
-			       ev, 64);
+	size_t n = stream_post(
+		"/v1/chat/completions",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":2,"
+		"\"max_tokens\":4,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+		ev, 64);
 	char text[2][32] = {"", ""};
 	int roles[2] = {0, 0}, finishes[2] = {0, 0};
 	for (size_t i = 0; i + 2 < n; i++) {
@@ -580,13 +592,15 @@ static void test_choices(void)
 static void test_logprobs(void)
 {
 	static char ev[64][4096];
-	json_t *j = post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"logprobs\":2}", 200);
+	json_t *j =
+		post("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":3,\"logprobs\":2}", 200);
 	pthread_mutex_lock(&fk.mu);
 	CHECK(fk.last_logprobs && fk.last_top_logprobs == 2);
 	pthread_mutex_unlock(&fk.mu);
 	CHECK(json_array_size(jget(j, "choices.0.logprobs.tokens")) == 3);
 	CHECK(!strcmp(jstr(j, "choices.0.logprobs.tokens.1"), "e"));
-	CHECK(json_real_value(jget(j, "choices.0.logprobs.token_logprobs.1")) == -1.25); /* 'e' = 101 */
+	CHECK(json_real_value(jget(j, "choices.0.logprobs.token_logprobs.1")) ==
+	      -1.25); /* 'e' = 101 */
 	CHECK(jint(j, "choices.0.logprobs.text_offset.2") == 2);
 	json_t *top = jget(j, "choices.0.logprobs.top_logprobs.0"); /* 'H': H, I */
 	CHECK(json_object_size(top) == 2);
@@ -596,7 +610,8 @@ static void test_logprobs(void)
 
 	j = post("/v1/chat/completions",
 		 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
-		 "\"top_logprobs\":3,\"stop\":\"lo\"}", 200);
+		 "\"top_logprobs\":3,\"stop\":\"lo\"}",
+		 200);
 	CHECK(!strcmp(jstr(j, "choices.0.message.content"), "Hel"));
 	json_t *content = jget(j, "choices.0.logprobs.content");
 	CHECK(json_array_size(content) == 3); /* the stop's tokens are not shown */
@@ -607,7 +622,8 @@ static void test_logprobs(void)
 	CHECK(json_is_null(jget(j, "choices.0.logprobs.refusal")));
 	json_decref(j);
 	/* Without logprobs, null. */
-	j = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+	j = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+		 200);
 	CHECK(json_is_null(jget(j, "choices.0.logprobs")));
 	json_decref(j);
 	pthread_mutex_lock(&fk.mu);
@@ -615,9 +631,11 @@ static void test_logprobs(void)
 	pthread_mutex_unlock(&fk.mu);
 
 	/* Streamed: each chunk carries the entries of its own text. */
-	size_t n = stream_post("/v1/chat/completions",
-			       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
-			       "\"stream\":true,\"max_tokens\":4}", ev, 64);
+	size_t n = stream_post(
+		"/v1/chat/completions",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
+		"\"stream\":true,\"max_tokens\":4}",
+		ev, 64);
 	size_t entries = 0;
 	for (size_t i = 1; i + 2 < n; i++) {
 		j = parse_json(ev[i]);
@@ -625,8 +643,9 @@ static void test_logprobs(void)
 		json_t *c = jget(j, "choices.0.logprobs.content");
 		CHECK(json_array_size(c) == strlen(t));
 		for (size_t k = 0; k < json_array_size(c); k++)
-			CHECK(!strncmp(json_string_value(json_object_get(json_array_get(c, k), "token")),
-				       t + k, 1));
+			CHECK(!strncmp(
+				json_string_value(json_object_get(json_array_get(c, k), "token")),
+				t + k, 1));
 		entries += json_array_size(c);
 		json_decref(j);
 	}
@@ -647,7 +666,8 @@ static void test_model_retrieve(void)
 	http_request(port, "GET", "/v1/models/gpt-4o", NULL, &r);
 	CHECK(r.status == 404);
 	j = parse_json(r.body);
-	CHECK(!strcmp(jstr(j, "error.code"), "model_not_found") && !strcmp(jstr(j, "error.param"), "model"));
+	CHECK(!strcmp(jstr(j, "error.code"), "model_not_found") &&
+	      !strcmp(jstr(j, "error.param"), "model"));
 	json_decref(j);
 	http_resp_free(&r);
 	http_request(port, "POST", "/v1/models/tiny", "{}", &r);
@@ -739,45 +759,60 @@ static void test_bad_requests(void)
 	bad(T, "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", 400, "messages[0].role");
 	bad(T, "{\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", 400, "messages[0].role");
 	bad(T, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages[0].role");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\","
-	       "\"content\":\"y\"}]}", 400, "messages[1].role");
+	bad(T,
+	    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\","
+	    "\"content\":\"y\"}]}",
+	    400, "messages[1].role");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}]}", 400,
 	    "messages[0].name");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"colour\":1}]}", 400,
 	    "messages[0].colour");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}", 400,
-	    "tool_choice");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"1\":5}}", 400,
-	    "logit_bias");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":"
-	       "{\"include_usage\":true}}", 400, "stream_options");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}",
+	    400, "tool_choice");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"1\":5}}",
+	    400, "logit_bias");
+	bad(T,
+	    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":"
+	    "{\"include_usage\":true}}",
+	    400, "stream_options");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":3}", 400,
 	    "top_logprobs"); /* without logprobs */
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
-	       "\"top_logprobs\":21}", 400, "top_logprobs");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
-	       "{\"type\":\"json_object\"}}", 400, "response_format");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\"}",
+	bad(T,
+	    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+	    "\"top_logprobs\":21}",
+	    400, "top_logprobs");
+	bad(T,
+	    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+	    "{\"type\":\"json_object\"}}",
+	    400, "response_format");
+	bad(T,
+	    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\"}",
 	    400, "reasoning_effort");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"\"}", 400,
 	    "suffix"); /* a completions field */
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"metadata\":5}", 400,
 	    "metadata");
 	/* Harmless fields are accepted (docs/configuration.md lists them). */
-	json_decref(post(T, "{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"},{\"role\":"
-			 "\"assistant\",\"content\":\"y\",\"refusal\":null}],\"user\":\"u\",\"metadata\":"
-			 "{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\",\"parallel_tool_calls\":"
-			 "true,\"tool_choice\":\"none\",\"tools\":[],\"top_p\":1,\"presence_penalty\":0,"
-			 "\"frequency_penalty\":0,\"logit_bias\":{},\"prompt_cache_key\":\"p\","
-			 "\"safety_identifier\":\"s\",\"modalities\":[\"text\"],\"n\":1}", 200));
-	json_decref(post(C, "{\"prompt\":\"x\",\"best_of\":1,\"echo\":false,\"suffix\":null,"
-			 "\"logprobs\":null,\"stop\":[],\"store\":true,\"metadata\":{}}", 200));
+	json_decref(post(
+		T,
+		"{\"messages\":[{\"role\":\"developer\",\"content\":\"x\"},{\"role\":"
+		"\"assistant\",\"content\":\"y\",\"refusal\":null}],\"user\":\"u\",\"metadata\":"
+		"{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\",\"parallel_tool_calls\":"
+		"true,\"tool_choice\":\"none\",\"tools\":[],\"top_p\":1,\"presence_penalty\":0,"
+		"\"frequency_penalty\":0,\"logit_bias\":{},\"prompt_cache_key\":\"p\","
+		"\"safety_identifier\":\"s\",\"modalities\":[\"text\"],\"n\":1}",
+		200));
+	json_decref(post(C,
+			 "{\"prompt\":\"x\",\"best_of\":1,\"echo\":false,\"suffix\":null,"
+			 "\"logprobs\":null,\"stop\":[],\"store\":true,\"metadata\":{}}",
+			 200));
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
 	    "messages[0].content[0]");
 	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
 	    400, "max_completion_tokens");
-	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400, "tools");
+	bad(T, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400,
+	    "tools");
 	snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"%0*d\"}]}",
 		 CONTEXT, 0);
 	bad(T, body, 400, "messages");
@@ -874,27 +909,41 @@ static void test_metrics(void)
 	CHECK(strstr(http_header(&r, "Content-Type", ct, sizeof ct), "text/plain"));
 	prom_check(r.body);
 	static const char *const names[] = {
-		"flare_host_cache_slots_in_use", "flare_host_cache_slots_capacity",
-		"flare_host_cache_intake_slots", "flare_host_cache_held_total{tier=\"dram\"}",
+		"flare_host_cache_slots_in_use",
+		"flare_host_cache_slots_capacity",
+		"flare_host_cache_intake_slots",
+		"flare_host_cache_held_total{tier=\"dram\"}",
 		"flare_host_cache_dropped_total{tier=\"nvme\",reason=\"io_error\"}",
-		"flare_host_cache_parked_records", "flare_host_cache_store_outcomes_total{outcome=\"queued\"}",
+		"flare_host_cache_parked_records",
+		"flare_host_cache_store_outcomes_total{outcome=\"queued\"}",
 		"flare_host_cache_retry_abandoned_total{reason=\"budget\"}",
-		"flare_host_cache_lookups_total", "flare_host_cache_hits_total",
-		"flare_host_cache_reused_tokens_total", "flare_host_cache_inbound_waiting",
+		"flare_host_cache_lookups_total",
+		"flare_host_cache_hits_total",
+		"flare_host_cache_reused_tokens_total",
+		"flare_host_cache_inbound_waiting",
 		"flare_host_cache_bytes_in_total{tier=\"dram\"}",
 		"flare_host_cache_bytes_out_total{tier=\"nvme\"}",
 		"flare_host_cache_transfer_rate_bytes_per_second{tier=\"nvme\"}",
-		"flare_host_cache_expired_total{tier=\"dram\"}", "flare_host_cache_records{tier=\"nvme\"}",
-		"flare_prefill_launches_total", "flare_prefill_tokens_total", "flare_decode_tokens_total",
-		"flare_requests_submitted_total", "flare_requests_active", "flare_gpu_cache_pages_free",
-		"flare_http_requests_total", "flare_http_client_disconnects_total", "flare_info{",
+		"flare_host_cache_expired_total{tier=\"dram\"}",
+		"flare_host_cache_records{tier=\"nvme\"}",
+		"flare_prefill_launches_total",
+		"flare_prefill_tokens_total",
+		"flare_decode_tokens_total",
+		"flare_requests_submitted_total",
+		"flare_requests_active",
+		"flare_gpu_cache_pages_free",
+		"flare_http_requests_total",
+		"flare_http_client_disconnects_total",
+		"flare_info{",
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		CHECKF(strstr(r.body, names[i]), "/metrics lacks %s", names[i]);
 	CHECK(strstr(r.body, "\nflare_host_cache_slots_capacity 512\n"));
 	CHECK(strstr(r.body, "\nflare_host_cache_held_total{tier=\"nvme\"} 9\n"));
 	CHECK(strstr(r.body, "\nflare_prefill_launches_total 77\n"));
-	CHECK(strstr(r.body, "flare_info{model=\"tiny\",speculate=\"off\",store=\"memory\",transport=\"host\"} 1"));
+	CHECK(strstr(
+		r.body,
+		"flare_info{model=\"tiny\",speculate=\"off\",store=\"memory\",transport=\"host\"} 1"));
 	http_resp_free(&r);
 }
 
@@ -917,9 +966,10 @@ static void test_disconnect(void)
 	/* Mid-stream: the first token arrives, then the client goes. */
 	const char *body = "{\"prompt\":\"Hi\",\"stream\":true}";
 	char req[512];
-	int n = snprintf(req, sizeof req,
-			 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
-			 strlen(body), body);
+	int n = snprintf(
+		req, sizeof req,
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s",
+		strlen(body), body);
 	int fd = http_connect(port);
 	http_send(fd, req, (size_t)n);
 	char buf[8192] = "";

@@ -67,8 +67,13 @@ static void fill(hel_engine_stats *st)
 	st->spec_accepted = v++;
 	st->spec_emitted = v++;
 	st->spec_copied = v++;
-	hel_hist *hs[] = {&st->queue_time, &st->prefill_time, &st->ttft, &st->tpot, &st->e2e,
-			  &st->restore_time[SEL_TIER_MEMORY], &st->restore_time[SEL_TIER_DISK],
+	hel_hist *hs[] = {&st->queue_time,
+			  &st->prefill_time,
+			  &st->ttft,
+			  &st->tpot,
+			  &st->e2e,
+			  &st->restore_time[SEL_TIER_MEMORY],
+			  &st->restore_time[SEL_TIER_DISK],
 			  &st->spec_round_time};
 	for (size_t h = 0; h < sizeof hs / sizeof hs[0]; h++)
 		for (size_t i = 0; i <= HEL_HIST_BUCKETS; i++)
@@ -120,21 +125,26 @@ static void fill(hel_engine_stats *st)
 	st->uptime_ns = 12345678901ull;
 }
 
-#define EXPECT(sample, want)                                                                  \
-	do {                                                                                  \
-		double got_ = prom_value(text, sample);                                       \
-		CHECKF(got_ == (double)(want), "%s = %.0f, want %llu", sample, got_,          \
-		       (unsigned long long)(want));                                           \
+#define EXPECT(sample, want)                                                                       \
+	do {                                                                                       \
+		double got_ = prom_value(text, sample);                                            \
+		CHECKF(got_ == (double)(want), "%s = %.0f, want %llu", sample, got_,               \
+		       (unsigned long long)(want));                                                \
 	} while (0)
 
 static void test_format(void)
 {
 	hel_engine_stats st;
 	fill(&st);
-	struct flare_http_stats http = {.requests = 77, .responses = {0, 0, 70, 0, 5, 2},
-					.streams_active = 3, .disconnects = 4};
-	struct flare_metrics_info info = {.model = "ti\"ny", .mode = "copy", .store = "composite",
-					  .transport = "host", .slot_bytes = 8704};
+	struct flare_http_stats http = {.requests = 77,
+					.responses = {0, 0, 70, 0, 5, 2},
+					.streams_active = 3,
+					.disconnects = 4};
+	struct flare_metrics_info info = {.model = "ti\"ny",
+					  .mode = "copy",
+					  .store = "composite",
+					  .transport = "host",
+					  .slot_bytes = 8704};
 	struct flare_buf b = {0};
 	flare_metrics_format(&b, &st, &http, &info);
 	CHECK(!flare_buf_failed(&b));
@@ -181,8 +191,8 @@ static void test_format(void)
 		snprintf(name, sizeof name, "flare_host_cache_retry_abandoned_total{reason=\"%s\"}",
 			 reasons[r]);
 		EXPECT(name, st.retry_abandoned[r]);
-		snprintf(name, sizeof name, "flare_host_cache_store_retry_reasons_total{reason=\"%s\"}",
-			 reasons[r]);
+		snprintf(name, sizeof name,
+			 "flare_host_cache_store_retry_reasons_total{reason=\"%s\"}", reasons[r]);
 		EXPECT(name, st.store.retry_reasons[r]);
 	}
 
@@ -238,12 +248,16 @@ static void test_format(void)
 			if (i == HEL_HIST_BUCKETS)
 				snprintf(le, sizeof le, "+Inf");
 			else
-				snprintf(le, sizeof le, "%g", (double)hel_hist_fine_bounds_ns[i] / 1e9);
+				snprintf(le, sizeof le, "%g",
+					 (double)hel_hist_fine_bounds_ns[i] / 1e9);
 			snprintf(name, sizeof name,
-				 "flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"%s\"}", le);
+				 "flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"%s\"}",
+				 le);
 			EXPECT(name, cum);
 		}
-		CHECK(strstr(text, "flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"1e-05\"}"));
+		CHECK(strstr(
+			text,
+			"flare_spec_round_time_seconds_bucket{mode=\"learned\",le=\"1e-05\"}"));
 	}
 	/* Histograms: cumulative buckets 0.1 ms .. 60 s, +Inf, _sum, _count. */
 	const struct {
@@ -255,8 +269,10 @@ static void test_format(void)
 		{"flare_e2e_request_latency_seconds", "", &st.e2e},
 		{"flare_request_queue_time_seconds", "", &st.queue_time},
 		{"flare_request_prefill_time_seconds", "", &st.prefill_time},
-		{"flare_host_cache_restore_time_seconds", "tier=\"dram\",", &st.restore_time[SEL_TIER_MEMORY]},
-		{"flare_host_cache_restore_time_seconds", "tier=\"nvme\",", &st.restore_time[SEL_TIER_DISK]},
+		{"flare_host_cache_restore_time_seconds", "tier=\"dram\",",
+		 &st.restore_time[SEL_TIER_MEMORY]},
+		{"flare_host_cache_restore_time_seconds", "tier=\"nvme\",",
+		 &st.restore_time[SEL_TIER_DISK]},
 	};
 	for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
 		uint64_t cum = 0;
@@ -267,11 +283,13 @@ static void test_format(void)
 				snprintf(le, sizeof le, "+Inf");
 			else
 				snprintf(le, sizeof le, "%g", (double)hel_hist_bounds_ns[i] / 1e9);
-			snprintf(name, sizeof name, "%s_bucket{%sle=\"%s\"}", hists[h].name, hists[h].labels, le);
+			snprintf(name, sizeof name, "%s_bucket{%sle=\"%s\"}", hists[h].name,
+				 hists[h].labels, le);
 			EXPECT(name, cum);
 		}
 	}
-	CHECK(hel_hist_bounds_ns[0] == 100000ull && hel_hist_bounds_ns[HEL_HIST_BUCKETS - 1] == 60000000000ull);
+	CHECK(hel_hist_bounds_ns[0] == 100000ull &&
+	      hel_hist_bounds_ns[HEL_HIST_BUCKETS - 1] == 60000000000ull);
 	CHECK(strstr(text, "flare_time_to_first_token_seconds_bucket{le=\"0.0001\"}"));
 	CHECK(strstr(text, "flare_time_to_first_token_seconds_bucket{le=\"60\"}"));
 
@@ -282,10 +300,10 @@ static void test_format(void)
 	for (int i = 0; i < 2; i++) {
 		const sel_tier_stats *t = &s->tier[tiers[i].t];
 		const char *tn = tiers[i].name;
-#define TIER(metric, field)                                                                  \
-	do {                                                                                 \
-		snprintf(name, sizeof name, metric "{tier=\"%s\"}", tn);                     \
-		EXPECT(name, t->field);                                                      \
+#define TIER(metric, field)                                                                        \
+	do {                                                                                       \
+		snprintf(name, sizeof name, metric "{tier=\"%s\"}", tn);                           \
+		EXPECT(name, t->field);                                                            \
 	} while (0)
 		TIER("flare_host_cache_records", records);
 		TIER("flare_host_cache_bytes_used", bytes_used);
@@ -299,21 +317,26 @@ static void test_format(void)
 		TIER("flare_host_cache_corrupt_total", corrupt);
 		TIER("flare_host_cache_transfer_rate_bytes_per_second", rate_bps);
 #undef TIER
-		snprintf(name, sizeof name, "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"packed\"}",
-			 tn);
+		snprintf(name, sizeof name,
+			 "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"packed\"}", tn);
 		EXPECT(name, t->stores_packed);
 		snprintf(name, sizeof name,
-			 "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"per_rank\"}", tn);
+			 "flare_host_cache_record_stores_total{tier=\"%s\",layout=\"per_rank\"}",
+			 tn);
 		EXPECT(name, t->stores_per_rank);
 		char fixed[160];
-		snprintf(fixed, sizeof fixed, "\nflare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
-			 ".%06" PRIu64 "\n", tn, t->fixed_ns / 1000000000u, t->fixed_ns / 1000u % 1000000u);
+		snprintf(fixed, sizeof fixed,
+			 "\nflare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+			 ".%06" PRIu64 "\n",
+			 tn, t->fixed_ns / 1000000000u, t->fixed_ns / 1000u % 1000000u);
 		CHECKF(strstr(text, fixed), "no %s", fixed + 1);
 		const char *why[] = {"end_of_chain", "oversize", "io_error"};
-		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize, t->dropped_io_error};
+		uint64_t want[] = {t->dropped_end_of_chain, t->dropped_oversize,
+				   t->dropped_io_error};
 		for (int k = 0; k < 3; k++) {
-			snprintf(name, sizeof name, "flare_host_cache_dropped_total{tier=\"%s\",reason=\"%s\"}",
-				 tn, why[k]);
+			snprintf(name, sizeof name,
+				 "flare_host_cache_dropped_total{tier=\"%s\",reason=\"%s\"}", tn,
+				 why[k]);
 			EXPECT(name, want[k]);
 		}
 	}
@@ -371,7 +394,8 @@ static void test_dashboard(void)
 	c.store.slots_total = 512;
 	c.host_hits = 3;
 	c.host_lookups = 4;
-	c.store.tier[SEL_TIER_MEMORY].bytes_in = a.store.tier[SEL_TIER_MEMORY].bytes_in + (4u << 20);
+	c.store.tier[SEL_TIER_MEMORY].bytes_in =
+		a.store.tier[SEL_TIER_MEMORY].bytes_in + (4u << 20);
 	c.store.tier[SEL_TIER_DISK].bytes_out = 2u << 20;
 	flare_dashboard_line(line, sizeof line, &a, &c, 2000000000ull);
 	CHECKF(!strcmp(line, "flare: 2 active, 1 pending | prefill 100k tok/s, decode 50 tok/s | "
@@ -439,10 +463,7 @@ static void put_wait(sel_store *s, const sel_published *cp)
 }
 
 /* Until the maintenance the last calls set off has finished. */
-static void settle(sel_store *s)
-{
-	(void)sfx_settle(s, NULL);
-}
+static void settle(sel_store *s) { (void)sfx_settle(s, NULL); }
 
 static const uint64_t units2[] = {4096, 1000};
 
@@ -460,7 +481,9 @@ static void test_retention_composite(void)
 	now_s = 0;
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
-	enum { N = 14 };
+	enum {
+		N = 14
+	};
 	struct sfx_conv cv[N];
 	for (int i = 0; i < N; i++) {
 		sfx_conv_init(&fx, &cv[i], 10 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(i * 66));
@@ -478,10 +501,12 @@ static void test_retention_composite(void)
 	      (double)(g.writes_done + g.streamed));
 	/* Stores by tier: every landed memory copy, every committed file. */
 	CHECK(sample(s, "flare_host_cache_record_stores_total{tier=\"dram\",layout=\"per_rank\"}") +
-		      sample(s, "flare_host_cache_record_stores_total{tier=\"dram\",layout=\"packed\"}") ==
+		      sample(s,
+			     "flare_host_cache_record_stores_total{tier=\"dram\",layout=\"packed\"}") ==
 	      (double)N - g.streamed);
 	CHECK(sample(s, "flare_host_cache_record_stores_total{tier=\"nvme\",layout=\"per_rank\"}") +
-		      sample(s, "flare_host_cache_record_stores_total{tier=\"nvme\",layout=\"packed\"}") ==
+		      sample(s,
+			     "flare_host_cache_record_stores_total{tier=\"nvme\",layout=\"packed\"}") ==
 	      (double)(g.writes_done + g.streamed));
 	/* Spills from memory are in the disk tier's bytes out, so the dashboard
 	 * takes them away (they left the GPU once, into memory). */
@@ -493,7 +518,8 @@ static void test_retention_composite(void)
 	CHECK(spilled == (double)st.spilled_bytes);
 	/* Memory evicted durable copies: not drops (the disk keeps them). */
 	CHECK(st.tier[SEL_TIER_MEMORY].evicted > 0);
-	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"end_of_chain\"}") == 0);
+	CHECK(sample(s, "flare_host_cache_dropped_total{tier=\"dram\",reason=\"end_of_chain\"}") ==
+	      0);
 	/* The disk limit evicted committed records: the end of the chain. */
 	double ev = sample(s, "flare_host_cache_evicted_total{tier=\"nvme\"}");
 	CHECK(ev > 0 && sample(s, "flare_host_cache_dropped_total{tier=\"nvme\","
@@ -511,7 +537,8 @@ static void test_retention_composite(void)
 	uint64_t disk_n = st.tier[SEL_TIER_DISK].records, mem_n = st.tier[SEL_TIER_MEMORY].records;
 	now_s = 7200;
 	/* The sweep runs in a poll; what it removed is counted there. */
-	SFX_UNTIL(s, NULL, sample(s, "flare_host_cache_expired_total{tier=\"nvme\"}") >= (double)disk_n);
+	SFX_UNTIL(s, NULL,
+		  sample(s, "flare_host_cache_expired_total{tier=\"nvme\"}") >= (double)disk_n);
 	settle(s);
 	CHECK(disk_n <= 64 && mem_n > 0);
 	CHECK(sample(s, "flare_host_cache_expired_total{tier=\"nvme\"}") == (double)disk_n);

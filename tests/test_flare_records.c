@@ -183,7 +183,8 @@ static void write_payload(struct fx *f, const sel_record_desc *d, bool row, stru
 	struct eos_dirlock lk;
 	CHECK_OK(sel_record_dir_open(f->base, &f->ns, &lk));
 	struct sel_record_write_opts wo = {.no_dir_fsync = true};
-	CHECK_OK(sel_record_write(lk.fd, &f->ns, d, p->pages, row, p->iov, (uint32_t)p->n_iov, &wo));
+	CHECK_OK(
+		sel_record_write(lk.fd, &f->ns, d, p->pages, row, p->iov, (uint32_t)p->n_iov, &wo));
 	eos_dirlock_release(&lk);
 }
 
@@ -206,10 +207,7 @@ static sel_record_desc mk(struct fx *f, uint64_t c, const sel_record_desc *paren
 	return d;
 }
 
-static void name_of(const sel_record_desc *d, char *out)
-{
-	sel_record_name(&d->key, out);
-}
+static void name_of(const sel_record_desc *d, char *out) { sel_record_name(&d->key, out); }
 
 static bool exists(const struct fx *f, const sel_record_desc *d)
 {
@@ -241,7 +239,8 @@ static json_t *find_named(json_t *arr, const char *member, const char *name)
 {
 	size_t i;
 	json_t *v;
-	json_array_foreach(arr, i, v) {
+	json_array_foreach(arr, i, v)
+	{
 		const char *n = json_string_value(json_object_get(v, member));
 		if (n && !strcmp(n, name))
 			return v;
@@ -318,7 +317,8 @@ static void test_ls(void)
 	       *jc = find_named(recs, "name", cn);
 	CHECK(ja && jb && jc);
 	CHECK(jint(ja, "depth") == 1 && jint(jb, "depth") == 2 && jint(jc, "depth") == 3);
-	CHECK(json_is_true(json_object_get(ja, "row")) && json_is_false(json_object_get(jb, "row")));
+	CHECK(json_is_true(json_object_get(ja, "row")) &&
+	      json_is_false(json_object_get(jb, "row")));
 	CHECK(jint(jb, "tail_pages") == 2 && jint(jc, "tail_pages") == 3);
 	CHECK(jint(json_object_get(jc, "parent"), "consumed") == (json_int_t)b.key.consumed);
 	CHECK(json_is_null(json_object_get(ja, "parent")));
@@ -369,12 +369,13 @@ static void test_stat(void)
 	uint32_t pt = f.t.g.page_tokens;
 	/* A chain of three (depth 3), a big root (most bytes), two small roots. */
 	sel_record_desc a = mk(&f, 2 * pt, NULL), b = mk(&f, 3 * pt, &a), c = mk(&f, 4 * pt, &b);
-	sel_record_desc big = mk(&f, 30 * pt, NULL), s1 = mk(&f, pt, NULL), s2 = mk(&f, pt + 5, NULL);
-	write_rec(&f, &a, true, 30);             /* <1m */
-	write_rec(&f, &b, false, 5 * 60);        /* <10m */
-	write_rec(&f, &c, true, 2 * 3600);       /* <1d */
-	write_rec(&f, &big, true, 3 * 86400);    /* <1w */
-	write_rec(&f, &s1, false, 30 * 86400);   /* older; childless page-only: prunable */
+	sel_record_desc big = mk(&f, 30 * pt, NULL), s1 = mk(&f, pt, NULL),
+			s2 = mk(&f, pt + 5, NULL);
+	write_rec(&f, &a, true, 30);           /* <1m */
+	write_rec(&f, &b, false, 5 * 60);      /* <10m */
+	write_rec(&f, &c, true, 2 * 3600);     /* <1d */
+	write_rec(&f, &big, true, 3 * 86400);  /* <1w */
+	write_rec(&f, &s1, false, 30 * 86400); /* older; childless page-only: prunable */
 	write_rec(&f, &s2, true, 30 * 86400 + 5);
 	char bign[SEL_RECORD_NAME_MAX], cn[SEL_RECORD_NAME_MAX], an[SEL_RECORD_NAME_MAX];
 	name_of(&big, bign);
@@ -431,10 +432,20 @@ static void test_verify(void)
 	res_free(&r);
 
 	/* One file per corruption, all roots (so no tree effect between them). */
-	enum { PAGE, ROW, CKSUM, HEADER, HEADER2, TRUNC, SHORT, RENAMED, N_BAD };
-	static const char *kind[N_BAD] = {"page checksum", "row checksum", "page checksum",
-					  "header checksum", "header checksum", "size", "format",
-					  "name"};
+	enum {
+		PAGE,
+		ROW,
+		CKSUM,
+		HEADER,
+		HEADER2,
+		TRUNC,
+		SHORT,
+		RENAMED,
+		N_BAD
+	};
+	static const char *kind[N_BAD] = {
+		"page checksum",   "row checksum", "page checksum", "header checksum",
+		"header checksum", "size",         "format",        "name"};
 	sel_record_desc bad[N_BAD];
 	char bn[N_BAD][SEL_RECORD_NAME_MAX];
 	for (int i = 0; i < N_BAD; i++) {
@@ -445,12 +456,15 @@ static void test_verify(void)
 	sel_record_span sb[N_BAD];
 	for (int i = 0; i < N_BAD; i++)
 		CHECK_OK(sel_record_span_of(&f.ns.layout.sz, &bad[i], &sb[i]));
-	test_flip_byte(path_of(&f, &bad[PAGE].key, p, sizeof p), sb[PAGE].page_off + 2 * sb[PAGE].page_stride + 77);
+	test_flip_byte(path_of(&f, &bad[PAGE].key, p, sizeof p),
+		       sb[PAGE].page_off + 2 * sb[PAGE].page_stride + 77);
 	test_flip_byte(path_of(&f, &bad[ROW].key, p, sizeof p), sb[ROW].row_off + 5);
 	test_flip_byte(path_of(&f, &bad[CKSUM].key, p, sizeof p), sb[CKSUM].cksum_off + 8 * 4 + 3);
 	test_flip_byte(path_of(&f, &bad[HEADER].key, p, sizeof p), 90);
-	test_flip_byte(path_of(&f, &bad[HEADER2].key, p, sizeof p), 1000 + test_rng_below(&rng, 3000));
-	CHECK(truncate(path_of(&f, &bad[TRUNC].key, p, sizeof p), (off_t)sb[TRUNC].row_off - 4096) == 0);
+	test_flip_byte(path_of(&f, &bad[HEADER2].key, p, sizeof p),
+		       1000 + test_rng_below(&rng, 3000));
+	CHECK(truncate(path_of(&f, &bad[TRUNC].key, p, sizeof p),
+		       (off_t)sb[TRUNC].row_off - 4096) == 0);
 	CHECK(truncate(path_of(&f, &bad[SHORT].key, p, sizeof p), 100) == 0);
 	{
 		/* Rename a good record to a key nobody has. */
@@ -581,7 +595,8 @@ static void test_gc_age(void)
 	json_t *j = gc_json(&f, 0, "--max-age", "1h", "--dry-run", NULL);
 	CHECK(json_is_true(json_object_get(j, "dry_run")));
 	CHECK(jint(j, "max_age_ns") == 3600 * 1000000000ll);
-	json_t *rm = json_object_get(json_array_get(json_object_get(j, "namespaces"), 0), "removed");
+	json_t *rm =
+		json_object_get(json_array_get(json_object_get(j, "namespaces"), 0), "removed");
 	CHECK(json_array_size(rm) == 4);
 	json_decref(j);
 	CHECK(exists(&f, &a) && exists(&f, &b) && exists(&f, &c) && exists(&f, &e));
@@ -664,7 +679,8 @@ static void test_gc_expired_parent_after_limit(void)
 	struct fx f;
 	fx_init(&f, 1);
 	uint32_t pt = f.t.g.page_tokens;
-	sel_record_desc p = mk(&f, 4 * pt, NULL), c = mk(&f, 5 * pt, &p), x = mk(&f, 4 * pt + 9, NULL);
+	sel_record_desc p = mk(&f, 4 * pt, NULL), c = mk(&f, 5 * pt, &p),
+			x = mk(&f, 4 * pt + 9, NULL);
 	write_rec(&f, &p, true, 5 * 3600);
 	write_rec(&f, &c, true, 2 * 3600);
 	write_rec(&f, &x, true, 60);
@@ -674,7 +690,8 @@ static void test_gc_expired_parent_after_limit(void)
 	CHECK(stat(path_of(&f, &x.key, path, sizeof path), &sx) == 0);
 	snprintf(lim, sizeof lim, "%" PRIu64, (uint64_t)(sp.st_size + sx.st_size));
 	json_t *j = gc_json(&f, 0, "--max-age", "3h", "--limit", lim);
-	json_t *rm = json_object_get(json_array_get(json_object_get(j, "namespaces"), 0), "removed");
+	json_t *rm =
+		json_object_get(json_array_get(json_object_get(j, "namespaces"), 0), "removed");
 	CHECK(json_array_size(rm) == 2);
 	CHECK(!strcmp(jstr(json_array_get(rm, 0), "reason"), "limit"));
 	CHECK(!strcmp(jstr(json_array_get(rm, 1), "reason"), "expired"));
@@ -691,16 +708,21 @@ static void test_gc_random(void)
 		struct fx f;
 		fx_init(&f, 1);
 		uint32_t pt = f.t.g.page_tokens;
-		enum { N = 24 };
+		enum {
+			N = 24
+		};
 		sel_record_desc d[N];
 		int parent[N];
 		uint64_t age[N];
 		bool row[N];
 		int children[N] = {0};
 		for (int i = 0; i < N; i++) {
-			parent[i] = i && test_rng_below(&rng, 4) ? (int)test_rng_below(&rng, (uint64_t)i) : -1;
+			parent[i] = i && test_rng_below(&rng, 4)
+					    ? (int)test_rng_below(&rng, (uint64_t)i)
+					    : -1;
 			uint64_t c = parent[i] < 0 ? 1 + test_rng_below(&rng, 4 * pt)
-						   : d[parent[i]].key.consumed + 1 + test_rng_below(&rng, 3 * pt);
+						   : d[parent[i]].key.consumed + 1 +
+							     test_rng_below(&rng, 3 * pt);
 			d[i] = mk(&f, c, parent[i] < 0 ? NULL : &d[parent[i]]);
 			if (parent[i] >= 0)
 				children[parent[i]]++;
@@ -742,7 +764,8 @@ static void test_gc_random(void)
 			char nm[64];
 			name_of(&d[i], nm);
 			size_t at = removed_index(rm, nm);
-			CHECKF((at == SIZE_MAX) == exists(&f, &d[i]), "round %d: record %d", round, i);
+			CHECKF((at == SIZE_MAX) == exists(&f, &d[i]), "round %d: record %d", round,
+			       i);
 			if (at == SIZE_MAX)
 				continue;
 			for (int k = 0; k < N; k++) {
@@ -751,8 +774,10 @@ static void test_gc_random(void)
 				char kn[64];
 				name_of(&d[k], kn);
 				size_t kat = removed_index(rm, kn);
-				CHECKF(kat != SIZE_MAX && kat < at, "round %d: %d removed before its "
-				       "child %d", round, i, k);
+				CHECKF(kat != SIZE_MAX && kat < at,
+				       "round %d: %d removed before its "
+				       "child %d",
+				       round, i, k);
 			}
 		}
 		/* The rules were applied: no expired leaf left, the limit met. */
@@ -766,11 +791,12 @@ static void test_gc_random(void)
 			for (int k = 0; k < N; k++)
 				leaf &= !(parent[k] == i && exists(&f, &d[k]));
 			if (mode != 1 && leaf)
-				CHECKF(age[i] < max_age_s, "round %d: expired leaf %d kept", round, i);
+				CHECKF(age[i] < max_age_s, "round %d: expired leaf %d kept", round,
+				       i);
 		}
 		if (mode != 0)
-			CHECKF(kept <= limit, "round %d: kept %" PRIu64 " > limit %" PRIu64, round, kept,
-			       limit);
+			CHECKF(kept <= limit, "round %d: kept %" PRIu64 " > limit %" PRIu64, round,
+			       kept, limit);
 		CHECK(jint(json_object_get(n, "kept"), "bytes") == (json_int_t)kept);
 		json_decref(j);
 		expect_verify_clean(&f);
@@ -789,7 +815,8 @@ static void check_locked(struct fx *f, const char *holder)
 	for (size_t i = 0; i < 2; i++) {
 		struct res r = run_tool(cmds[i][0], f->base, cmds[i][1], cmds[i][2], NULL);
 		CHECKF(r.rc == 1, "%s: rc %d", cmds[i][0], r.rc);
-		CHECKF(strstr(r.err, f->dir) && strstr(r.err, "locked"), "%s: %s", cmds[i][0], r.err);
+		CHECKF(strstr(r.err, f->dir) && strstr(r.err, "locked"), "%s: %s", cmds[i][0],
+		       r.err);
 		if (holder && !strstr(r.err, holder))
 			fprintf(stderr, "note: holder not named: %s", r.err);
 		res_free(&r);
@@ -943,8 +970,12 @@ static int store_read(struct fx *f, const sel_record_desc *d, bool row)
 	struct payload dst;
 	payload_alloc(f, d, &dst, false);
 	store_open(f, &s);
-	struct sel_disk_job j = {.id = 1, .op = SEL_DISK_READ, .rec = *d, .pages = dst.pages,
-				 .row = row, .row_iov = row ? dst.iov : NULL,
+	struct sel_disk_job j = {.id = 1,
+				 .op = SEL_DISK_READ,
+				 .rec = *d,
+				 .pages = dst.pages,
+				 .row = row,
+				 .row_iov = row ? dst.iov : NULL,
 				 .row_n = row ? (uint32_t)dst.n_iov : 0};
 	CHECK_OK(sel_disk_submit(s.d, &j));
 	struct sel_disk_job *got = NULL;
@@ -1032,8 +1063,9 @@ static void test_consistency(uint32_t ranks)
 		int st = store_read(&f, &d, true);
 		CHECK(st == 0 || st == SEL_ECORRUPT);
 		k = tool_verdict(&f, &d);
-		CHECKF((st != 0) == (k != NULL), "byte %" PRIu64 " of %" PRIu64 ": store %d, verify %s",
-		       off, s.row_end, st, k ? k : "clean");
+		CHECKF((st != 0) == (k != NULL),
+		       "byte %" PRIu64 " of %" PRIu64 ": store %d, verify %s", off, s.row_end, st,
+		       k ? k : "clean");
 		rejected += k != NULL;
 		free(k);
 	}
@@ -1087,7 +1119,8 @@ static void test_binary(void)
 	char *tmpd = test_mkdtemp("bin");
 	snprintf(outp, sizeof outp, "%s/out", tmpd);
 
-	CHECK(snprintf(cmd, sizeof cmd, "'%s' records ls '%s' --json > '%s' 2>&1", flare, f.base, outp) < (int)sizeof cmd);
+	CHECK(snprintf(cmd, sizeof cmd, "'%s' records ls '%s' --json > '%s' 2>&1", flare, f.base,
+		       outp) < (int)sizeof cmd);
 	int st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	json_error_t je;
@@ -1096,15 +1129,18 @@ static void test_binary(void)
 	CHECK(!strcmp(jstr(j, "command"), "ls"));
 	json_decref(j);
 
-	CHECK(snprintf(cmd, sizeof cmd, "'%s' records --help > '%s' 2>&1", flare, outp) < (int)sizeof cmd);
+	CHECK(snprintf(cmd, sizeof cmd, "'%s' records --help > '%s' 2>&1", flare, outp) <
+	      (int)sizeof cmd);
 	st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CHECK(snprintf(cmd, sizeof cmd, "'%s' records gc '%s' --max-age 0 > '%s' 2>&1", flare, f.base, outp) < (int)sizeof cmd);
+	CHECK(snprintf(cmd, sizeof cmd, "'%s' records gc '%s' --max-age 0 > '%s' 2>&1", flare,
+		       f.base, outp) < (int)sizeof cmd);
 	st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 	char path[PATH_MAX];
 	test_flip_byte(path_of(&f, &a.key, path, sizeof path), 9000); /* page 0 */
-	CHECK(snprintf(cmd, sizeof cmd, "'%s' records verify '%s' > '%s' 2>&1", flare, f.dir, outp) < (int)sizeof cmd);
+	CHECK(snprintf(cmd, sizeof cmd, "'%s' records verify '%s' > '%s' 2>&1", flare, f.dir,
+		       outp) < (int)sizeof cmd);
 	st = system(cmd);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	test_rmtree(tmpd);

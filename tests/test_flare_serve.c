@@ -142,12 +142,18 @@ static void test_run(void)
 	char *argv[] = {"run", "--config", conf, "--port", "0", "--prefix-cache-disk", cache,
 			"--dashboard", "on", "--dashboard-interval", "50ms",
 			/* issue 14 item 6: the value after a space */
-			"--prefix-cache-drain-on-shutdown", "90s", "--prefix-cache-max-age", "2h", NULL};
+			"--prefix-cache-drain-on-shutdown", "90s", "--prefix-cache-max-age", "2h",
+			NULL};
 	struct child c;
 	spawn(&c, argv);
 	uint16_t port = listening_port(&c);
-	const char *want[] = {"flare: core 'tiny'", "max-active 8", "prefix cache: composite store",
-			      "transport host", "memory 1 MiB", "directory ", "3 records scanned",
+	const char *want[] = {"flare: core 'tiny'",
+			      "max-active 8",
+			      "prefix cache: composite store",
+			      "transport host",
+			      "memory 1 MiB",
+			      "directory ",
+			      "3 records scanned",
 			      "; records expire after 2h unused",
 			      "; drain on shutdown for at most 1m30s"};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -175,8 +181,9 @@ static void test_run(void)
 	/* The drain's progress and its final line, on stderr. */
 	CHECKF(strstr(c.out, "flare: drain: 2 records (2 MiB) written, 2 MiB/s; 1 writing (1 MiB), "
 			     "4 left (4 MiB), 1s\n") &&
-		       strstr(c.out, "flare: drain: saved 3 records (3 MiB) in 1.500s, 2 MiB/s; not "
-				     "saved 4 records (4 MiB): time limit\n"),
+		       strstr(c.out,
+			      "flare: drain: saved 3 records (3 MiB) in 1.500s, 2 MiB/s; not "
+			      "saved 4 records (4 MiB): time limit\n"),
 	       "%s", c.out);
 	test_rmtree(dir);
 	free(dir);
@@ -195,7 +202,7 @@ static void test_disk_decisions(void)
 
 	/* Unusable directory: no disk store, the line says why; memory stays. */
 	char *a1[] = {"run", "--port", "0", "--prefix-cache-memory", "1MiB", "--prefix-cache-disk",
-		      sub, NULL};
+		      sub,   NULL};
 	struct child c;
 	spawn(&c, a1);
 	listening_port(&c);
@@ -206,8 +213,9 @@ static void test_disk_decisions(void)
 	CHECK(strstr(c.out, "SIGINT: stopping"));
 
 	/* Disk limit 0: no disk store and no directory. */
-	char *a2[] = {"run", "--port", "0", "--prefix-cache-disk", never,
-		      "--prefix-cache-disk-limit", "0", NULL};
+	char *a2[] = {
+		"run", "--port", "0", "--prefix-cache-disk", never, "--prefix-cache-disk-limit",
+		"0",   NULL};
 	spawn(&c, a2);
 	listening_port(&c);
 	CHECKF(strstr(c.out, "prefix cache: disabled; no disk store: --prefix-cache-disk-limit 0"),
@@ -324,7 +332,8 @@ static void test_drain_lines(void)
 	p.rate_bps = 2048;
 	flare_drain_line(b, sizeof b, &p);
 	CHECKF(!strcmp(b, "flare: drain: saved 1 record (4 KiB) in 2s, 2 KiB/s; every DRAM-only "
-			  "record saved"), "%s", b);
+			  "record saved"),
+	       "%s", b);
 	p.failed = 2;
 	p.why = "write errors";
 	flare_drain_line(b, sizeof b, &p);
@@ -333,12 +342,16 @@ static void test_drain_lines(void)
 	flare_drain_line(small, sizeof small, &p);
 	CHECK(strlen(small) == sizeof small - 1);
 	/* A stop without the drain: what it did not save, and the flag. */
-	p = (sel_drain_progress){.final = true, .off = true, .records_left = 20,
-				 .bytes_left = 20 * 4096, .why = "drain off"};
+	p = (sel_drain_progress){.final = true,
+				 .off = true,
+				 .records_left = 20,
+				 .bytes_left = 20 * 4096,
+				 .why = "drain off"};
 	flare_drain_line(b, sizeof b, &p);
 	CHECKF(!strcmp(b, "flare: warning: stopped without a drain: 20 DRAM-only records (80 KiB) "
 			  "not saved to disk; --prefix-cache-drain-on-shutdown saves them for a "
-			  "warm restart"), "%s", b);
+			  "warm restart"),
+	       "%s", b);
 }
 
 int main(void)

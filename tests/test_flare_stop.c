@@ -37,7 +37,8 @@ static long naive_start(const struct flare_stop *st, const char *t, size_t end)
 	for (size_t e = 1; e <= end; e++)
 		for (uint32_t k = 0; k < st->n; k++) {
 			size_t l = st->len[k];
-			if (l <= e && !memcmp(t + e - l, st->s[k], l) && (best < 0 || (long)(e - l) < best))
+			if (l <= e && !memcmp(t + e - l, st->s[k], l) &&
+			    (best < 0 || (long)(e - l) < best))
 				best = (long)(e - l);
 		}
 	return best;
@@ -132,8 +133,9 @@ static void test_random(void)
 				sent = len - hold;
 				/* 2: nothing released reaches into an occurrence to come. */
 				if (lowest >= 0)
-					CHECKF((long)sent <= lowest, "trial %d: sent %zu of a stop at %ld", trial,
-					       sent, lowest);
+					CHECKF((long)sent <= lowest,
+					       "trial %d: sent %zu of a stop at %ld", trial, sent,
+					       lowest);
 			}
 		}
 		/* 1: found with the token that completed the first occurrence, cut
@@ -142,8 +144,8 @@ static void test_random(void)
 		       first_end);
 		if (found) {
 			CHECK(first_end > before && first_end <= len);
-			CHECKF((long)at == naive_start(&st, t, len), "trial %d: at %zu, want %ld", trial, at,
-			       naive_start(&st, t, len));
+			CHECKF((long)at == naive_start(&st, t, len), "trial %d: at %zu, want %ld",
+			       trial, at, naive_start(&st, t, len));
 			CHECK(sent <= at);
 		}
 	}

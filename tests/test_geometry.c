@@ -4,8 +4,11 @@
  */
 #include "testutil.h"
 
-#define A(rk, nm, grp, knd, unit, cnt) \
-	{ .rank = (rk), .name = (nm), .group = (grp), .kind = (knd), .address = 0x1000, .unit_bytes = (unit), .count = (cnt) }
+#define A(rk, nm, grp, knd, unit, cnt)                                                             \
+	{                                                                                          \
+		.rank = (rk), .name = (nm), .group = (grp), .kind = (knd), .address = 0x1000,      \
+		.unit_bytes = (unit), .count = (cnt)                                               \
+	}
 
 /* A synthetic core: one row allocation, several page planes (given out of
  * name order), a peer allocation and a weight allocation. */
@@ -111,12 +114,12 @@ int main(void)
 	CHECK(memcmp(fp1, fp2, 16));
 
 	/* Errors name the rank and what is wrong. */
-	expect_error(base, 5, 1, 64, "no STATE_ROWS");          /* rows missing */
+	expect_error(base, 5, 1, 64, "no STATE_ROWS"); /* rows missing */
 	memcpy(alt, base, sizeof alt);
 	alt[1].group = alt[2].group = alt[3].group = SEL_GROUP_OTHER;
 	expect_error(alt, NBASE, 1, 64, "no KV_PAGES");
 	memcpy(alt, base, sizeof alt);
-	alt[6].kind = SEL_MEM_DEVICE;                            /* two row allocations */
+	alt[6].kind = SEL_MEM_DEVICE; /* two row allocations */
 	expect_error(alt, NBASE, 1, 64, "two STATE_ROWS");
 	memcpy(alt, base, sizeof alt);
 	alt[2].name = "value.0";
@@ -136,7 +139,8 @@ int main(void)
 	uint8_t model[32] = {1, 2, 3}, ids[3][32], again[32];
 	for (int m = 0; m < 3; m++)
 		sel_offload_identity(model, (sel_state_mode)m, ids[m]);
-	CHECK(memcmp(ids[0], ids[1], 32) && memcmp(ids[0], ids[2], 32) && memcmp(ids[1], ids[2], 32));
+	CHECK(memcmp(ids[0], ids[1], 32) && memcmp(ids[0], ids[2], 32) &&
+	      memcmp(ids[1], ids[2], 32));
 	sel_offload_identity(model, SEL_MODE_ORDINARY, again);
 	CHECK(memcmp(ids[0], again, 32) == 0);
 	model[31] ^= 0x80;
@@ -153,7 +157,8 @@ int main(void)
 	CHECK(strcmp(hex, "56fba6211096b21fe87e04f4a00e4d387dc46da520c4ca7d0f07ac1edb9847ef") == 0);
 	printf("fingerprint(base) = %s\n", sel_hex(fp0, 16, hex));
 	CHECK(strcmp(hex, "f470e3636616251fb0b8fc8920807bb5") == 0);
-	CHECK(strcmp(sel_strerror(SEL_EGEOMETRY), "allocations do not form a valid cache geometry") == 0);
+	CHECK(strcmp(sel_strerror(SEL_EGEOMETRY),
+		     "allocations do not form a valid cache geometry") == 0);
 	CHECK(strcmp(sel_strerror(-ENOENT), strerror(ENOENT)) == 0);
 	printf("ok\n");
 	return 0;

@@ -37,7 +37,7 @@ static void test_png_rgb_variants(void)
 {
 	const uint32_t w = 23, h = 17;
 	uint8_t *rgb = img_pattern(w, h, 3, 1);
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	hel_image img;
 
 	img_png(&b, w, h, PNG_COLOR_TYPE_RGB, 8, rgb, w * 3, NULL);
@@ -75,7 +75,7 @@ static void test_png_rgb_variants(void)
 	free(wide);
 
 	/* Interlaced: the same pixels. */
-	struct img_png_opts il = { .interlace = true };
+	struct img_png_opts il = {.interlace = true};
 	img_png(&b, w, h, PNG_COLOR_TYPE_RGB, 8, rgb, w * 3, &il);
 	decode_ok(&b, &img);
 	CHECK(memcmp(img.pixels, rgb, img.bytes) == 0);
@@ -92,7 +92,7 @@ static void test_png_rgb_variants(void)
 	}
 	for (uint32_t i = 0; i < w * h; i++)
 		idx[i] = (uint8_t)(rgb[3 * i] % 16);
-	struct img_png_opts po = { .palette = pal, .n_palette = 16 };
+	struct img_png_opts po = {.palette = pal, .n_palette = 16};
 	img_png(&b, w, h, PNG_COLOR_TYPE_PALETTE, 8, idx, w, &po);
 	decode_ok(&b, &img);
 	CHECK(img.color == HEL_COLOR_RGB);
@@ -122,7 +122,7 @@ static void test_png_rgb_variants(void)
 	free(rgba);
 
 	/* RGB with a tRNS key colour: alpha 0 exactly there. */
-	struct img_png_opts ko = { .n_trns = 1 };
+	struct img_png_opts ko = {.n_trns = 1};
 	ko.trns_rgb[0] = rgb[0];
 	ko.trns_rgb[1] = rgb[1];
 	ko.trns_rgb[2] = rgb[2];
@@ -142,7 +142,7 @@ static void test_png_gray_variants(void)
 {
 	const uint32_t w = 19, h = 7;
 	uint8_t *g8 = img_pattern(w, h, 1, 3);
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	hel_image img;
 
 	for (int depth = 1; depth <= 16; depth *= 2) {
@@ -166,7 +166,8 @@ static void test_png_gray_variants(void)
 			}
 		img_png(&b, w, h, PNG_COLOR_TYPE_GRAY, depth, rows, stride, NULL);
 		decode_ok(&b, &img);
-		CHECK(img.color == HEL_COLOR_GRAY && img.channels == 1 && img.source_bits == (uint32_t)depth);
+		CHECK(img.color == HEL_COLOR_GRAY && img.channels == 1 &&
+		      img.source_bits == (uint32_t)depth);
 		for (uint32_t i = 0; i < w * h; i++) {
 			uint32_t v = g8[i] * maxv / 255;
 			uint32_t want = depth == 16 ? (v * 255 + 32767) / 65535 : v * 255 / maxv;
@@ -189,12 +190,13 @@ static void test_png_gray_variants(void)
 	free(ga);
 
 	/* Gray with a tRNS key: gray + alpha. */
-	struct img_png_opts ko = { .n_trns = 1, .trns_gray = g8[0] };
+	struct img_png_opts ko = {.n_trns = 1, .trns_gray = g8[0]};
 	img_png(&b, w, h, PNG_COLOR_TYPE_GRAY, 8, g8, w, &ko);
 	decode_ok(&b, &img);
 	CHECK(img.color == HEL_COLOR_GRAY_ALPHA);
 	for (uint32_t i = 0; i < w * h; i++)
-		CHECK(img.pixels[2 * i] == g8[i] && img.pixels[2 * i + 1] == (g8[i] == g8[0] ? 0 : 255));
+		CHECK(img.pixels[2 * i] == g8[i] &&
+		      img.pixels[2 * i + 1] == (g8[i] == g8[0] ? 0 : 255));
 	hel_image_free(&img);
 	imgbuf_free(&b);
 	free(g8);
@@ -211,7 +213,7 @@ static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n)
 static void test_jpeg_variants(void)
 {
 	const uint32_t w = 40, h = 24;
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	hel_image img, again;
 
 	uint8_t *rgb = img_smooth(w, h, 3, 5);
@@ -236,7 +238,8 @@ static void test_jpeg_variants(void)
 	uint8_t *g = img_smooth(w, h, 1, 6);
 	img_jpeg(&b, w, h, 1, g, 95, false);
 	decode_ok(&b, &img);
-	CHECK(img.color == HEL_COLOR_GRAY && img.channels == 1 && mean_abs_diff(img.pixels, g, img.bytes) < 6);
+	CHECK(img.color == HEL_COLOR_GRAY && img.channels == 1 &&
+	      mean_abs_diff(img.pixels, g, img.bytes) < 6);
 	hel_image_free(&img);
 	imgbuf_free(&b);
 	free(g);
@@ -269,14 +272,19 @@ static void test_jpeg_scan_bomb(void)
 	int n = 0;
 	for (int ah = 0; ah < 3; ah++) {
 		int al = ah == 0 ? 2 : ah == 1 ? 1 : 0, prev = ah == 0 ? 0 : ah == 1 ? 2 : 1;
-		scans[n] = (jpeg_scan_info){ 3, { 0, 1, 2, 0 }, 0, 0, prev, al };
+		scans[n] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, prev, al};
 		n++;
 	}
 	for (int c = 0; c < 3; c++)
 		for (int k = 1; k < 64; k++)
 			for (int s = 0; s < 3; s++) {
-				int ah = s == 0 ? 0 : s == 1 ? 2 : 1, al = s == 0 ? 2 : s == 1 ? 1 : 0;
-				scans[n] = (jpeg_scan_info){ 1, { c, 0, 0, 0 }, k, k, ah, al };
+				int ah = s == 0   ? 0
+					 : s == 1 ? 2
+						  : 1,
+				    al = s == 0   ? 2
+					 : s == 1 ? 1
+						  : 0;
+				scans[n] = (jpeg_scan_info){1, {c, 0, 0, 0}, k, k, ah, al};
 				n++;
 			}
 	CHECK(n == 570);
@@ -314,13 +322,12 @@ static void test_jpeg_scan_bomb(void)
  * a decoder that read past the header would fail with SEL_EFORMAT. */
 static void test_bombs(void)
 {
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	hel_image img;
-	static const uint8_t sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
-	const uint32_t dims[][2] = { { 20000, 20000 }, { 100000, 100000 }, { 65535, 65535 },
-				     { 1, 70000 } };
+	static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+	const uint32_t dims[][2] = {{20000, 20000}, {100000, 100000}, {65535, 65535}, {1, 70000}};
 	for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-		uint8_t ihdr[13] = { 0 };
+		uint8_t ihdr[13] = {0};
 		for (int k = 0; k < 4; k++) {
 			ihdr[k] = (uint8_t)(dims[i][0] >> (24 - 8 * k));
 			ihdr[4 + k] = (uint8_t)(dims[i][1] >> (24 - 8 * k));
@@ -330,7 +337,7 @@ static void test_bombs(void)
 		b.n = 0;
 		imgbuf_put(&b, sig, 8);
 		img_png_chunk(&b, "IHDR", ihdr, 13);
-		static const uint8_t junk[6] = { 0x78, 0x9c, 1, 2, 3, 4 };
+		static const uint8_t junk[6] = {0x78, 0x9c, 1, 2, 3, 4};
 		img_png_chunk(&b, "IDAT", junk, sizeof junk);
 		uint32_t pw = 0, ph = 0;
 		CHECK_RC(hel_image_probe(b.b, b.n, &lim, NULL, &pw, &ph), SEL_EOVERSIZE);
@@ -383,8 +390,9 @@ static void test_bombs(void)
 	 * unread, so it can be neither a zlib bomb nor an error. */
 	uint8_t *px = img_pattern(4, 4, 3, 10);
 	img_png(&b, 4, 4, PNG_COLOR_TYPE_RGB, 8, px, 12, NULL);
-	struct imgbuf c = { 0 };
-	static const char ztxt[] = "Comment\0\0\x78\x9c garbage", iccp[] = "icc\0\0\x78\x9c\xff\xff\xff";
+	struct imgbuf c = {0};
+	static const char ztxt[] = "Comment\0\0\x78\x9c garbage",
+			  iccp[] = "icc\0\0\x78\x9c\xff\xff\xff";
 	img_png_chunk(&c, "zTXt", (const uint8_t *)ztxt, sizeof ztxt - 1);
 	img_png_chunk(&c, "iCCP", (const uint8_t *)iccp, sizeof iccp - 1);
 	/* Insert after IHDR (8 + 25 bytes). */
@@ -405,11 +413,11 @@ static void test_bombs(void)
  * decode, never a crash (ASan runs this too). */
 static void test_corrupt(void)
 {
-	struct imgbuf png = { 0 }, jpg = { 0 };
+	struct imgbuf png = {0}, jpg = {0};
 	uint8_t *px = img_pattern(12, 9, 3, 11);
 	img_png(&png, 12, 9, PNG_COLOR_TYPE_RGB, 8, px, 36, NULL);
 	img_jpeg(&jpg, 12, 9, 3, px, 85, true);
-	struct imgbuf *files[2] = { &png, &jpg };
+	struct imgbuf *files[2] = {&png, &jpg};
 	hel_image img;
 	for (int f = 0; f < 2; f++) {
 		struct imgbuf *b = files[f];
@@ -417,8 +425,8 @@ static void test_corrupt(void)
 			uint8_t *cut = malloc(n ? n : 1);
 			memcpy(cut, b->b, n);
 			int rc = hel_image_decode(cut, n, &lim, &img);
-			CHECKF(rc == SEL_EFORMAT, "%s cut at %zu: rc %d (%s)", f ? "jpeg" : "png", n, rc,
-			       sel_errmsg());
+			CHECKF(rc == SEL_EFORMAT, "%s cut at %zu: rc %d (%s)", f ? "jpeg" : "png",
+			       n, rc, sel_errmsg());
 			CHECK(*sel_errmsg() && !strchr(sel_errmsg(), '\n'));
 			free(cut);
 		}
@@ -429,7 +437,8 @@ static void test_corrupt(void)
 			memcpy(copy, b->b, b->n);
 			int flips = 1 + (int)test_rng_below(&rng, 4);
 			for (int k = 0; k < flips; k++)
-				copy[test_rng_below(&rng, b->n)] ^= (uint8_t)(1 + test_rng_below(&rng, 255));
+				copy[test_rng_below(&rng, b->n)] ^=
+					(uint8_t)(1 + test_rng_below(&rng, 255));
 			int rc = hel_image_decode(copy, b->n, &lim, &img);
 			CHECK(rc == 0 || rc == SEL_EFORMAT || rc == SEL_EOVERSIZE);
 			if (rc == 0) {
@@ -557,7 +566,7 @@ static void test_data_urls(void)
 	free(s);
 
 	/* A whole PNG through a data URL. */
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	uint8_t *px = img_pattern(5, 5, 3, 12);
 	img_png(&b, 5, 5, PNG_COLOR_TYPE_RGB, 8, px, 15, NULL);
 	s = b64(b.b, b.n, sodium_base64_VARIANT_ORIGINAL);
@@ -606,7 +615,7 @@ static void put_image(const char *dir, const char *name, struct imgbuf *b)
 /* Tiny real files of every variant, broken ones, bombs and URLs. */
 static int write_corpus(const char *dir)
 {
-	struct imgbuf b = { 0 };
+	struct imgbuf b = {0};
 	uint8_t *rgb = img_pattern(8, 6, 3, 1), *rgba = img_pattern(7, 5, 4, 2);
 	uint8_t *g = img_pattern(9, 4, 1, 3), *ga = img_pattern(5, 5, 2, 4);
 	uint8_t *sm = img_smooth(16, 16, 4, 5);
@@ -617,17 +626,17 @@ static int write_corpus(const char *dir)
 	uint8_t *wide = widen(rgb, 8 * 6 * 3);
 	img_png(&b, 8, 6, PNG_COLOR_TYPE_RGB, 16, wide, 48, NULL);
 	put_image(dir, "rgb16.png", &b);
-	struct img_png_opts il = { .interlace = true };
+	struct img_png_opts il = {.interlace = true};
 	img_png(&b, 7, 5, PNG_COLOR_TYPE_RGB_ALPHA, 8, rgba, 28, &il);
 	put_image(dir, "rgba-interlaced.png", &b);
-	uint8_t pal[12] = { 0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255 }, trns[4] = { 0, 80, 160, 255 };
+	uint8_t pal[12] = {0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255}, trns[4] = {0, 80, 160, 255};
 	uint8_t idx[8 * 6];
 	for (int i = 0; i < 48; i++)
 		idx[i] = (uint8_t)(i % 4);
-	struct img_png_opts po = { .palette = pal, .n_palette = 4, .trns = trns, .n_trns = 4 };
+	struct img_png_opts po = {.palette = pal, .n_palette = 4, .trns = trns, .n_trns = 4};
 	img_png(&b, 8, 6, PNG_COLOR_TYPE_PALETTE, 8, idx, 8, &po);
 	put_image(dir, "palette-trns.png", &b);
-	uint8_t bits[4] = { 0xa5, 0x5a, 0xf0, 0x0f };
+	uint8_t bits[4] = {0xa5, 0x5a, 0xf0, 0x0f};
 	img_png(&b, 8, 4, PNG_COLOR_TYPE_GRAY, 1, bits, 1, NULL);
 	put_image(dir, "gray1.png", &b);
 	img_png(&b, 9, 4, PNG_COLOR_TYPE_GRAY, 8, g, 9, NULL);
@@ -644,16 +653,16 @@ static int write_corpus(const char *dir)
 	img_jpeg(&b, 16, 16, 4, sm, 60, false);
 	put_image(dir, "cmyk.jpg", &b);
 	/* A header announcing 20000 x 20000 before a few junk bytes. */
-	static const uint8_t sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
-	uint8_t ihdr[13] = { 0, 0, 0x4e, 0x20, 0, 0, 0x4e, 0x20, 8, 2, 0, 0, 0 };
+	static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+	uint8_t ihdr[13] = {0, 0, 0x4e, 0x20, 0, 0, 0x4e, 0x20, 8, 2, 0, 0, 0};
 	imgbuf_put(&b, sig, 8);
 	img_png_chunk(&b, "IHDR", ihdr, 13);
 	img_png_chunk(&b, "IDAT", (const uint8_t *)"\x78\x9c\x01\x02", 4);
 	put_image(dir, "bomb-header.png", &b);
 	const char *urls[][2] = {
-		{ "url-https", "https://example.com/cat.png" },
-		{ "url-bad-base64", "data:image/png;base64,iVBO*w0KGgo=" },
-		{ "url-gif", "data:image/gif;base64,R0lGODlhAQABAAAAACw=" },
+		{"url-https", "https://example.com/cat.png"},
+		{"url-bad-base64", "data:image/png;base64,iVBO*w0KGgo="},
+		{"url-gif", "data:image/gif;base64,R0lGODlhAQABAAAAACw="},
 	};
 	for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++)
 		put_file(dir, urls[i][0], urls[i][1], strlen(urls[i][1]));

@@ -17,7 +17,9 @@
 
 #include "index.h"
 
-enum { NTOK = 6000 };
+enum {
+	NTOK = 6000
+};
 
 static uint8_t model_id[SEL_IDENTITY_BYTES];
 static sel_token toks[NTOK]; /* the conversation */
@@ -67,10 +69,7 @@ static void fx_free(struct fx *f)
 	sel_index_destroy(f->ix);
 }
 
-static void fx_clear_log(struct fx *f)
-{
-	f->ndropped = f->nremoved = 0;
-}
+static void fx_clear_log(struct fx *f) { f->ndropped = f->nremoved = 0; }
 
 static void mkhist(sel_history *h, const sel_token *t, uint64_t n, const char *salt)
 {
@@ -117,10 +116,7 @@ static bool has_row(struct fx *f, sel_node_id id)
 	return (sel_index_cget(f->ix, id)->flags & SEL_NODE_HAS_ROW) != 0;
 }
 
-static bool alive(struct fx *f, sel_node_id id)
-{
-	return sel_index_cget(f->ix, id) != NULL;
-}
+static bool alive(struct fx *f, sel_node_id id) { return sel_index_cget(f->ix, id) != NULL; }
 
 /* Lookup with h's first len tokens and expect the chain ids[0..n) with base
  * p (n == 0: a miss). */
@@ -132,16 +128,18 @@ static void expect_at(struct fx *f, const sel_history *full, uint64_t len, uint6
 	sel_history_truncate(&h, len);
 	sel_index_chain ch = {0};
 	int rc = sel_index_lookup(f->ix, &h, a, limit, &ch);
-	CHECKF(rc == (n ? 1 : 0), "line %d: lookup(len %" PRIu64 ", a %" PRIu64 ", limit %" PRIu64
-	       ") returned %d, chain of %u", line, len, a, limit, rc, ch.n);
+	CHECKF(rc == (n ? 1 : 0),
+	       "line %d: lookup(len %" PRIu64 ", a %" PRIu64 ", limit %" PRIu64
+	       ") returned %d, chain of %u",
+	       line, len, a, limit, rc, ch.n);
 	if (n) {
 		CHECKF(ch.n == n, "line %d: chain of %u, want %u", line, ch.n, n);
 		for (uint32_t i = 0; i < n; i++)
 			CHECKF(ch.ids[i] == ids[i], "line %d: chain[%u] = %u, want %u", line, i,
 			       ch.ids[i], ids[i]);
 		uint64_t c = sel_index_cget(f->ix, ids[n - 1])->key.consumed, pt = f->pt;
-		CHECKF(ch.consumed == c && ch.base == p, "line %d: consumed %" PRIu64 " base %" PRIu64,
-		       line, ch.consumed, ch.base);
+		CHECKF(ch.consumed == c && ch.base == p,
+		       "line %d: consumed %" PRIu64 " base %" PRIu64, line, ch.consumed, ch.base);
 		CHECKF(ch.pages == c / pt - p / pt, "line %d: pages %u", line, ch.pages);
 		CHECKF(ch.skip_pages == a / pt - p / pt, "line %d: skip %u", line, ch.skip_pages);
 		uint64_t sum = 0;
@@ -157,10 +155,10 @@ static void expect_at(struct fx *f, const sel_history *full, uint64_t len, uint6
 }
 
 /* EXPECT(fx, history, len, a, limit, base, chain ids...) */
-#define IDS(...)                              \
-	((const sel_node_id[]){__VA_ARGS__}), \
-	(uint32_t)(sizeof((sel_node_id[]){__VA_ARGS__}) / sizeof(sel_node_id))
-#define EXPECT(f, h, len, a, limit, p, ...) \
+#define IDS(...)                                                                                   \
+	((const sel_node_id[]){__VA_ARGS__}),                                                      \
+		(uint32_t)(sizeof((sel_node_id[]){__VA_ARGS__}) / sizeof(sel_node_id))
+#define EXPECT(f, h, len, a, limit, p, ...)                                                        \
 	expect_at(f, h, len, a, limit, IDS(__VA_ARGS__), p, __LINE__)
 #define EXPECT_MISS(f, h, len, a, limit) expect_at(f, h, len, a, limit, NULL, 0, 0, __LINE__)
 #define NOLIMIT UINT64_MAX
@@ -233,7 +231,7 @@ static void test_feasibility(uint32_t pt, const sel_history *h)
 	EXPECT(&f, h, 2000, 0, NOLIMIT, 0, n256, n640, n1100, n1800);
 	sel_node_id n2500 = put_ready(&f, h, 2500, 1900);
 	EXPECT(&f, h, 2600, 1000, NOLIMIT, 640, n1100, n1800); /* n1900 pending on the walk */
-	EXPECT(&f, h, 2600, 1900, NOLIMIT, 1900, n2500);        /* ... but not above 1900 */
+	EXPECT(&f, h, 2600, 1900, NOLIMIT, 1900, n2500);       /* ... but not above 1900 */
 	commit(&f, n1900);
 	EXPECT(&f, h, 2600, 1000, NOLIMIT, 640, n1100, n1800, n1900, n2500);
 
@@ -276,8 +274,8 @@ static void test_page_only_chain(uint32_t pt, const sel_history *h)
 	CHECK_RC(sel_index_drop_row(f.ix, b), 0);
 	CHECK(f.ndropped == 1 && f.dropped[0] == b && !has_row(&f, b));
 	CHECK_RC(sel_index_drop_row(f.ix, b), -ENOENT);
-	EXPECT(&f, h, 1000, 0, NOLIMIT, 0, a);          /* b no longer matches */
-	EXPECT(&f, h, 1550, 0, NOLIMIT, 0, a, b, c);    /* ... but supplies pages */
+	EXPECT(&f, h, 1000, 0, NOLIMIT, 0, a);       /* b no longer matches */
+	EXPECT(&f, h, 1550, 0, NOLIMIT, 0, a, b, c); /* ... but supplies pages */
 	EXPECT(&f, h, 1700, 0, NOLIMIT, 0, a, b, d);
 	EXPECT(&f, h, 1700, 950, NOLIMIT, 900, d);
 	EXPECT(&f, h, 1700, 400, NOLIMIT, 300, b, d);
@@ -410,8 +408,9 @@ static void test_insert_rules(uint32_t pt, const sel_history *h)
 
 	/* Dedupe: the existing id comes back, nothing changes. */
 	uint64_t tick = sel_index_cget(f.ix, x)->tick;
-	CHECK_RC(sel_index_insert(f.ix, &k1000, NULL, sel_history_bound(h, 1000 / 64), SEL_TAIL_AUTO,
-				  true, &id), -EEXIST);
+	CHECK_RC(sel_index_insert(f.ix, &k1000, NULL, sel_history_bound(h, 1000 / 64),
+				  SEL_TAIL_AUTO, true, &id),
+		 -EEXIST);
 	CHECK(id == x && sel_index_count(f.ix) == 1 && sel_index_cget(f.ix, x)->tick == tick);
 
 	/* Parent absent: a root with the full chain, AUTO or explicit. */
@@ -438,13 +437,15 @@ static void test_insert_rules(uint32_t pt, const sel_history *h)
 
 	/* Parent present: derived tail links, the full chain makes a root,
 	 * anything else is refused. */
-	CHECK_RC(sel_index_insert(f.ix, &k1500, &k1000, b1500, 1500 / pt - 1000 / pt + 1, true, &id),
-		 -EINVAL);
+	CHECK_RC(
+		sel_index_insert(f.ix, &k1500, &k1000, b1500, 1500 / pt - 1000 / pt + 1, true, &id),
+		-EINVAL);
 	CHECK_RC(sel_index_insert(f.ix, &k1500, &k1000, b1500, 1500 / pt, true, &id), 0);
 	CHECK(sel_index_cget(f.ix, id)->parent == SEL_NODE_NONE);
 	CHECK(sel_index_cget(f.ix, x)->children == 0);
 	CHECK_RC(sel_index_remove(f.ix, id), 0);
-	CHECK_RC(sel_index_insert(f.ix, &k1500, &k1000, b1500, 1500 / pt - 1000 / pt, true, &id), 0);
+	CHECK_RC(sel_index_insert(f.ix, &k1500, &k1000, b1500, 1500 / pt - 1000 / pt, true, &id),
+		 0);
 	CHECK(sel_index_cget(f.ix, id)->parent == x && sel_index_cget(f.ix, x)->children == 1);
 	CHECK_RC(sel_index_remove(f.ix, id), 0);
 

@@ -22,13 +22,18 @@
 
 #include "index.h"
 
-enum { NSEQ = 7, SEQLEN = 1600, MAXID = 8192, MAXEV = 4096 };
+enum {
+	NSEQ = 7,
+	SEQLEN = 1600,
+	MAXID = 8192,
+	MAXEV = 4096
+};
 
 static uint8_t model_id[SEL_IDENTITY_BYTES];
 static sel_token seq[NSEQ][SEQLEN];
-static int salt_of[NSEQ];           /* 0 unsalted, 1 salted */
-static uint64_t lcp[NSEQ][NSEQ];     /* common prefix, by token comparison */
-static sel_history hist[NSEQ];       /* full-length histories */
+static int salt_of[NSEQ];        /* 0 unsalted, 1 salted */
+static uint64_t lcp[NSEQ][NSEQ]; /* common prefix, by token comparison */
+static sel_history hist[NSEQ];   /* full-length histories */
 static test_rng rng;
 
 static uint64_t rnd(uint64_t n) { return test_rng_below(&rng, n); }
@@ -65,10 +70,7 @@ struct ev {
 static struct ev got[MAXEV], want[MAXEV];
 static int ngot, nwant;
 
-static bool same_prefix(int s, int t, uint64_t c)
-{
-	return lcp[s][t] >= c;
-}
+static bool same_prefix(int s, int t, uint64_t c) { return lcp[s][t] >= c; }
 
 static int ref_find(int s, uint64_t c)
 {
@@ -230,10 +232,7 @@ static int pick_live(void)
 	return -1;
 }
 
-static void key_of(int s, uint64_t c, sel_key *k)
-{
-	sel_history_key_at(&hist[s], c, k);
-}
+static void key_of(int s, uint64_t c, sel_key *k) { sel_history_key_at(&hist[s], c, k); }
 
 /* ---- operations -------------------------------------------------------- */
 
@@ -347,8 +346,13 @@ static void op_insert(void)
 	CHECKF(id < MAXID && !R[id].live, "insert gave id %u", id);
 	if ((int)id >= R_hi)
 		R_hi = (int)id + 1;
-	R[id] = (struct rec){.live = true, .row = row, .unpruned = !row, .seq = s, .c = c,
-			     .parent = pid, .tail = t};
+	R[id] = (struct rec){.live = true,
+			     .row = row,
+			     .unpruned = !row,
+			     .seq = s,
+			     .c = c,
+			     .parent = pid,
+			     .tail = t};
 	if (pid >= 0) {
 		R[pid].children++;
 		R[pid].unpruned = false;
@@ -370,8 +374,7 @@ static void op_commit(void)
 		if (R[p].pins) {
 			R[p].drop = true;
 			st.deferred++;
-		}
-		else
+		} else
 			ref_drop_row(p);
 	}
 	sel_index_commit(ix, (sel_node_id)id);
@@ -578,8 +581,10 @@ static void op_lookup(void)
 	sel_history_truncate(&hist[t], len);
 	int rc = sel_index_lookup(ix, &hist[t], a, limit, &chain);
 	CHECK_OK(sel_history_append(&hist[t], seq[t] + len, SEQLEN - len));
-	CHECKF(rc == (best >= 0), "lookup(seq %d, len %" PRIu64 ", a %" PRIu64 ", limit %" PRIu64
-	       ") returned %d, model %d", t, len, a, limit, rc, best);
+	CHECKF(rc == (best >= 0),
+	       "lookup(seq %d, len %" PRIu64 ", a %" PRIu64 ", limit %" PRIu64
+	       ") returned %d, model %d",
+	       t, len, a, limit, rc, best);
 	if (best < 0) {
 		CHECK(chain.n == 0);
 		st.misses++;
@@ -714,13 +719,14 @@ int main(void)
 		printf("page tokens %u: %" PRIu64 " operations agree\n", page_sizes[i], total / 3);
 	}
 	printf("lookups: %" PRIu64 " hits (%" PRIu64 " chain nodes, %" PRIu64 " stopping above a"
-	       " resident parent, %" PRIu64 " skipping pages), %" PRIu64 " misses\n", st.hits,
-	       st.chain_nodes, st.based, st.skipped, st.misses);
+	       " resident parent, %" PRIu64 " skipping pages), %" PRIu64 " misses\n",
+	       st.hits, st.chain_nodes, st.based, st.skipped, st.misses);
 	printf("inserts: %" PRIu64 " ok, %" PRIu64 " dedupe, %" PRIu64 " invalid, %" PRIu64
 	       " orphan; evict: %" PRIu64 " leaves, %" PRIu64 " compactions, %" PRIu64 " none\n",
 	       st.ins[0], st.ins[1], st.ins[2], st.ins[3], st.evict[1], st.evict[2], st.evict[0]);
 	printf("deferred row drops %" PRIu64 ", cascaded removals %" PRIu64 ", pruned %" PRIu64
-	       ", most nodes %" PRIu64 "\n", st.deferred, st.cascades, st.pruned, st.max_nodes);
+	       ", most nodes %" PRIu64 "\n",
+	       st.deferred, st.cascades, st.pruned, st.max_nodes);
 	sel_index_chain_free(&chain);
 	for (int s = 0; s < NSEQ; s++)
 		sel_history_free(&hist[s]);

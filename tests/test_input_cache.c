@@ -16,10 +16,7 @@
 #define key_of test_input_key
 #define make test_input_prepared
 
-static void check(sel_input_cache *c)
-{
-	CHECK_OK(sel_input_cache_check(c));
-}
+static void check(sel_input_cache *c) { CHECK_OK(sel_input_cache_check(c)); }
 
 /* Look up n; on a miss build and publish it.  Returns the lookup result and
  * leaves the lease in *l. */
@@ -61,7 +58,8 @@ static void test_lru(void)
 	for (uint32_t n = 0; n < 30; n++) {
 		CHECK_RC(get(c, n, payload, &l), SEL_INPUT_MISS);
 		const sel_input_rec *r = sel_input_lease_rec(l);
-		CHECK(r && r->h.tensors[0].bytes == payload && sel_input_data(r, 0)[7] == (uint8_t)(91 + n));
+		CHECK(r && r->h.tensors[0].bytes == payload &&
+		      sel_input_data(r, 0)[7] == (uint8_t)(91 + n));
 		sel_input_cache_release(c, l);
 		check(c);
 		/* Keep 0 recently used: it must survive everything. */
@@ -86,7 +84,7 @@ static void test_lru(void)
 	/* Leased entries are never evicted and stay charged: lease all ten,
 	 * then a new record cannot be retained (but its owner gets it). */
 	sel_input_lease *held[10];
-	uint32_t ids[10] = { 0, 5, 22, 23, 24, 25, 26, 27, 28, 29 };
+	uint32_t ids[10] = {0, 5, 22, 23, 24, 25, 26, 27, 28, 29};
 	for (int i = 0; i < 10; i++)
 		CHECK_RC(get(c, ids[i], payload, &held[i]), SEL_INPUT_HIT);
 	sel_input_cache_stats(c, &st);
@@ -146,10 +144,7 @@ static void test_lru(void)
 }
 
 static int notified;
-static void on_ready(void *ctx)
-{
-	__atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED);
-}
+static void on_ready(void *ctx) { __atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED); }
 
 static void test_failures(void)
 {
@@ -175,8 +170,12 @@ static void test_failures(void)
 	CHECK_RC(sel_input_cache_lookup(c, SEL_INPUT_SOURCE, &k, &a), SEL_INPUT_MISS);
 	/* Publishing a record of another key fails the entry. */
 	sel_input_rec r;
-	sel_input_source s = { .width = 1, .height = 1, .tokens = 1, .grid_h = 1, .grid_w = 1,
-			       .prepared_bytes = 1 };
+	sel_input_source s = {.width = 1,
+			      .height = 1,
+			      .tokens = 1,
+			      .grid_h = 1,
+			      .grid_w = 1,
+			      .prepared_bytes = 1};
 	CHECK_OK(sel_input_source_init(&r, &other, &s, 1));
 	CHECK_RC(sel_input_cache_lookup(c, SEL_INPUT_SOURCE, &k, &b), SEL_INPUT_WAIT);
 	CHECK_RC(sel_input_cache_publish(c, a, &r), -EINVAL);
@@ -236,14 +235,16 @@ static void test_shared_preparation(void)
 	for (int round = 0; round < 20; round++) {
 		sel_input_cache *c;
 		CHECK_OK(sel_input_cache_create(round % 2 ? 0 : 1 << 20, &c));
-		enum { N = 8 };
+		enum {
+			N = 8
+		};
 		pthread_t t[N];
 		struct racer r[N];
 		pthread_barrier_t bar;
 		int preparations = 0;
 		pthread_barrier_init(&bar, NULL, N);
 		for (int i = 0; i < N; i++) {
-			r[i] = (struct racer){ .c = c, .bar = &bar, .preparations = &preparations };
+			r[i] = (struct racer){.c = c, .bar = &bar, .preparations = &preparations};
 			CHECK(pthread_create(&t[i], NULL, race, &r[i]) == 0);
 		}
 		int waits = 0;

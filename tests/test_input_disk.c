@@ -23,9 +23,15 @@
 
 static void make_source(sel_input_rec *r, uint32_t n)
 {
-	sel_input_source s = { .identity = key_of(n + 1000000), .encoding = 1, .color = 3,
-			       .width = 64, .height = 48, .tokens = 12, .grid_h = 3, .grid_w = 4,
-			       .prepared_bytes = 4096 };
+	sel_input_source s = {.identity = key_of(n + 1000000),
+			      .encoding = 1,
+			      .color = 3,
+			      .width = 64,
+			      .height = 48,
+			      .tokens = 12,
+			      .grid_h = 3,
+			      .grid_w = 4,
+			      .prepared_bytes = 4096};
 	sel_input_key k = key_of(n);
 	CHECK_OK(sel_input_source_init(r, &k, &s, 1));
 }
@@ -57,10 +63,7 @@ static void path_of(uint32_t kind, uint32_t n, char out[SEL_INPUT_NAME_LEN])
 	sel_input_name(kind, &k, out);
 }
 
-static void check(sel_input_disk *d)
-{
-	CHECK_OK(sel_input_disk_check(d));
-}
+static void check(sel_input_disk *d) { CHECK_OK(sel_input_disk_check(d)); }
 
 /* ---- Fault injection ------------------------------------------------------- */
 
@@ -102,7 +105,7 @@ static struct eos_fileops faulty;
 static void test_round_trip(int dirfd)
 {
 	sel_input_disk *d;
-	struct sel_input_disk_opts o = { .datasync = true, .dir_fsync = true };
+	struct sel_input_disk_opts o = {.datasync = true, .dir_fsync = true};
 	CHECK_OK(sel_input_disk_open(dirfd, &o, &d));
 	sel_input_rec p, s, back;
 	make_prepared(&p, 1, 5000);
@@ -191,15 +194,9 @@ static void flip_at(int dirfd, const char *name, off_t off)
 	close(fd);
 }
 
-static void flip_payload(int dirfd, const char *name)
-{
-	flip_at(dirfd, name, 1000);
-}
+static void flip_payload(int dirfd, const char *name) { flip_at(dirfd, name, 1000); }
 
-static void flip_header(int dirfd, const char *name)
-{
-	flip_at(dirfd, name, 40);
-}
+static void flip_header(int dirfd, const char *name) { flip_at(dirfd, name, 40); }
 
 static void truncate_it(int dirfd, const char *name)
 {
@@ -231,7 +228,7 @@ static void foreign(int dirfd, const char *name)
 /* A checkpoint record's magic and junk under this name. */
 static void not_input(int dirfd, const char *name)
 {
-	uint8_t b[4096] = { 0 };
+	uint8_t b[4096] = {0};
 	memcpy(b, "FLARECKP", 8);
 	int fd = openat(dirfd, name, O_WRONLY | O_TRUNC);
 	CHECK(write(fd, b, sizeof b) == (ssize_t)sizeof b);
@@ -270,7 +267,7 @@ static void test_misses(int dirfd)
 static void write_ckpt(int dirfd, sel_record_ns *ns, sel_record_desc *d)
 {
 	struct test_geo g;
-	uint64_t units[2] = { 4096, 2048 };
+	uint64_t units[2] = {4096, 2048};
 	test_geo_init(&g, 1, 64, 2, units, 5000);
 	test_ns_init(ns, &g.g, 3);
 	test_rng r;
@@ -319,7 +316,7 @@ static void test_scan_and_neighbours(int dirfd)
 	fd = openat(dirfd, small, O_CREAT | O_WRONLY, 0644);
 	close(fd);
 	/* Reopen with a bound of four: the two oldest go. */
-	struct sel_input_disk_opts o = { .max_records = 4 };
+	struct sel_input_disk_opts o = {.max_records = 4};
 	CHECK_OK(sel_input_disk_open(dirfd, &o, &d));
 	struct sel_input_disk_stats st;
 	sel_input_disk_stats(d, &st);
@@ -341,12 +338,12 @@ static void test_scan_and_neighbours(int dirfd)
 	}
 	sel_input_disk_close(d);
 	sel_scan sc;
-	struct sel_scan_opts so = { .threads = 1 };
+	struct sel_scan_opts so = {.threads = 1};
 	CHECK_OK(sel_record_scan(dirfd, &ns, &so, &sc));
 	CHECK(sc.n == 1 && sc.st.tmp_removed == 1); /* its own temporary, its record kept */
 	sel_scan_free(&sc);
-	CHECKF(count_files(dirfd, ".input") == 3 + 1 /* the directory */, "%d .input files, %d in all",
-	       count_files(dirfd, ".input"), count_files(dirfd, ""));
+	CHECKF(count_files(dirfd, ".input") == 3 + 1 /* the directory */,
+	       "%d .input files, %d in all", count_files(dirfd, ".input"), count_files(dirfd, ""));
 	CHECK_OK(sel_input_disk_open(dirfd, NULL, &d));
 	sel_input_disk_stats(d, &st);
 	CHECK(st.records == 3);
@@ -376,8 +373,9 @@ static void test_bound(int dirfd)
 	}
 	struct sel_input_disk_stats st;
 	sel_input_disk_stats(d, &st);
-	CHECKF(st.records == SEL_INPUT_DISK_RECORDS && st.evictions == 5, "%llu records, %llu evictions",
-	       (unsigned long long)st.records, (unsigned long long)st.evictions);
+	CHECKF(st.records == SEL_INPUT_DISK_RECORDS && st.evictions == 5,
+	       "%llu records, %llu evictions", (unsigned long long)st.records,
+	       (unsigned long long)st.evictions);
 	CHECK(count_files(dirfd, ".input") == (int)SEL_INPUT_DISK_RECORDS);
 	sel_input_key first = key_of(1000), last = key_of(1000 + SEL_INPUT_DISK_RECORDS + 4);
 	CHECK(!sel_input_disk_contains(d, SEL_INPUT_SOURCE, &first));
@@ -423,9 +421,9 @@ static void test_budget(int dirfd)
 {
 	sel_input_rec p;
 	make_prepared(&p, 400, 10000);
-	struct budget b = { .limit = 3 * p.len + 100 };
-	struct sel_input_disk_budget cb = { b_reserve, b_release, &b };
-	struct sel_input_disk_opts o = { .budget = &cb };
+	struct budget b = {.limit = 3 * p.len + 100};
+	struct sel_input_disk_budget cb = {b_reserve, b_release, &b};
+	struct sel_input_disk_opts o = {.budget = &cb};
 	sel_input_disk *d;
 	CHECK_OK(sel_input_disk_open(dirfd, &o, &d));
 	for (uint32_t n = 0; n < 5; n++) {
@@ -462,9 +460,9 @@ static void test_budget(int dirfd)
 
 	/* The scan charges existing files through the budget too, dropping the
 	 * oldest that do not fit. */
-	struct budget b2 = { .limit = 1ull << 30 };
-	struct sel_input_disk_budget cb2 = { b_reserve, b_release, &b2 };
-	struct sel_input_disk_opts o2 = { .budget = &cb2 };
+	struct budget b2 = {.limit = 1ull << 30};
+	struct sel_input_disk_budget cb2 = {b_reserve, b_release, &b2};
+	struct sel_input_disk_opts o2 = {.budget = &cb2};
 	CHECK_OK(sel_input_disk_open(dirfd, &o2, &d));
 	for (uint32_t n = 0; n < 4; n++) {
 		make_prepared(&p, 600 + n, 10000);
@@ -491,7 +489,7 @@ static void test_faults(int dirfd)
 	faulty.renameat = f_renameat;
 	faulty.unlinkat = f_unlinkat;
 	eos_fileops_set(&faulty);
-	struct sel_input_disk_opts o = { .limit_bytes = 1 << 20 };
+	struct sel_input_disk_opts o = {.limit_bytes = 1 << 20};
 	sel_input_disk *d;
 	CHECK_OK(sel_input_disk_open(dirfd, &o, &d));
 	sel_input_rec p;

@@ -31,7 +31,7 @@ static sel_input_key key_of(uint8_t seed)
 /* A prepared record with three tensors of fixed contents. */
 static void build(sel_input_rec *r, uint64_t created)
 {
-	sel_input_tensor t[3] = { 0 };
+	sel_input_tensor t[3] = {0};
 	strcpy(t[0].name, "pixels");
 	t[0].dtype = SEL_DT_U8;
 	t[0].rank = 2;
@@ -59,9 +59,15 @@ static void build(sel_input_rec *r, uint64_t created)
 
 static void build_source(sel_input_rec *r, uint64_t created)
 {
-	sel_input_source s = { .identity = key_of(9), .encoding = 1, .color = 3, .width = 640,
-			       .height = 480, .tokens = 391, .grid_h = 17, .grid_w = 23,
-			       .prepared_bytes = 920000 };
+	sel_input_source s = {.identity = key_of(9),
+			      .encoding = 1,
+			      .color = 3,
+			      .width = 640,
+			      .height = 480,
+			      .tokens = 391,
+			      .grid_h = 17,
+			      .grid_w = 23,
+			      .prepared_bytes = 920000};
 	sel_input_key k = key_of(8);
 	CHECK_OK(sel_input_source_init(r, &k, &s, created));
 }
@@ -112,7 +118,7 @@ static void test_round_trip(void)
 	CHECK(sel_input_key_eq(&h.src.identity, &id9));
 	CHECK_OK(sel_input_verify(&h, s.bytes, s.len));
 	/* The source record byte by byte from docs/record-format.md. */
-	uint8_t want_b[192] = { 0 };
+	uint8_t want_b[192] = {0};
 	memcpy(want_b, "FLAREINP", 8);
 	sel_put_u32(want_b + 8, 1);
 	sel_put_u32(want_b + 12, 1);
@@ -169,7 +175,8 @@ static void test_corruption(void)
 				b[i] ^= (uint8_t)(1u << bit);
 				int rc = decode_verify(b, r->len);
 				CHECKF(rc == SEL_EFORMAT || rc == SEL_ECORRUPT,
-				       "record %d: bit %d of byte %zu flipped: rc %d", k, bit, i, rc);
+				       "record %d: bit %d of byte %zu flipped: rc %d", k, bit, i,
+				       rc);
 				CHECK(*sel_errmsg() && !strchr(sel_errmsg(), '\n'));
 			}
 		/* Every truncation, and a longer file. */
@@ -187,7 +194,7 @@ static void test_corruption(void)
 		free(b);
 	}
 	/* Foreign files. */
-	uint8_t f[256] = { 0 };
+	uint8_t f[256] = {0};
 	memcpy(f, "FLARECKP", 8); /* a checkpoint record's magic */
 	CHECK_RC(decode_verify(f, sizeof f), SEL_EFORMAT);
 	CHECKF(strstr(sel_errmsg(), "magic"), "%s", sel_errmsg());
@@ -213,7 +220,8 @@ static void expect_structural(const sel_input_rec *r, size_t off, const void *v,
 	sel_put_u64(b + 72, XXH3_64bits(b, hb));
 	int rc = decode_verify(b, r->len);
 	CHECKF(rc == SEL_EFORMAT, "offset %zu: rc %d (%s)", off, rc, sel_errmsg());
-	CHECKF(strstr(sel_errmsg(), needle), "offset %zu: '%s' lacks '%s'", off, sel_errmsg(), needle);
+	CHECKF(strstr(sel_errmsg(), needle), "offset %zu: '%s' lacks '%s'", off, sel_errmsg(),
+	       needle);
 	free(b);
 }
 
@@ -235,8 +243,8 @@ static void test_structure(void)
 	expect_structural(&s, 20, v, 4, "tensors in a source record");
 	sel_put_u64(v, 1);
 	expect_structural(&r, 24, v, 8, "payload");
-	expect_structural(&r, 80 + 7, "x", 1, "not NUL padded");  /* "pixels\0x" */
-	expect_structural(&r, 80 + 96, "pixels", 7, "twice");     /* second name = first */
+	expect_structural(&r, 80 + 7, "x", 1, "not NUL padded"); /* "pixels\0x" */
+	expect_structural(&r, 80 + 96, "pixels", 7, "twice");    /* second name = first */
 	expect_structural(&r, 80, "Pix", 3, "valid name");
 	sel_put_u32(v, 9);
 	expect_structural(&r, 80 + 32, v, 4, "unknown type 9");
@@ -273,7 +281,7 @@ static void test_structure(void)
 	free(b);
 
 	/* Building refuses what decoding would. */
-	sel_input_tensor t[SEL_INPUT_TENSORS_MAX + 1] = { 0 };
+	sel_input_tensor t[SEL_INPUT_TENSORS_MAX + 1] = {0};
 	for (int i = 0; i <= (int)SEL_INPUT_TENSORS_MAX; i++) {
 		snprintf(t[i].name, sizeof t[i].name, "t%d", i);
 		t[i].dtype = SEL_DT_U8;
@@ -321,8 +329,9 @@ static void test_names(void)
 	CHECK_RC(sel_input_name_parse(bad, &kind, &back), SEL_EFORMAT);
 	snprintf(bad, sizeof bad, "%.20s.input", n);
 	CHECK_RC(sel_input_name_parse(bad, &kind, &back), SEL_EFORMAT);
-	CHECK_RC(sel_input_name_parse("0000000000000001-00112233445566778899aabbccddeeff.ckpt", &kind,
-				      &back), SEL_EFORMAT);
+	CHECK_RC(sel_input_name_parse("0000000000000001-00112233445566778899aabbccddeeff.ckpt",
+				      &kind, &back),
+		 SEL_EFORMAT);
 }
 
 /* The encodings of docs/identity.md "CPU inputs", rebuilt here byte by
@@ -349,7 +358,7 @@ static void test_identity_encodings(void)
 	sel_input_source_key("png", "abc", 3, "s", &k);
 	CHECK(sel_input_key_eq(&k, &want));
 
-	uint8_t px[6] = { 1, 2, 3, 4, 5, 6 };
+	uint8_t px[6] = {1, 2, 3, 4, 5, 6};
 	n = 0;
 	PUT("flare-input-image-v1", 20);
 	sel_put_u32(buf + n, 1), n += 4;
@@ -380,7 +389,8 @@ static void test_identity_encodings(void)
 		sel_put_u32(buf + n, blk), n += 4;
 		blake(buf, n, &want);
 		for (uint32_t j = 0; j < 8 && blk * 8 + j < 9; j++)
-			CHECK(t[blk * 8 + j] == (0x80000000u | (sel_get_u32(want.b + 4 * j) & 0x7fffffffu)));
+			CHECK(t[blk * 8 + j] ==
+			      (0x80000000u | (sel_get_u32(want.b + 4 * j) & 0x7fffffffu)));
 	}
 #undef PUT
 	/* Fields are length-prefixed: moving a byte between them changes it. */
@@ -404,11 +414,11 @@ static int write_corpus(const char *dir)
 		const uint8_t *b;
 		size_t n;
 	} files[] = {
-		{ "01-prepared", r.bytes, r.len },
-		{ "02-source", s.bytes, s.len },
-		{ "03-prepared-header-only", r.bytes, r.h.header_bytes },
-		{ "04-truncated", r.bytes, r.len - 7 },
-		{ "05-short", r.bytes, 40 },
+		{"01-prepared", r.bytes, r.len},
+		{"02-source", s.bytes, s.len},
+		{"03-prepared-header-only", r.bytes, r.h.header_bytes},
+		{"04-truncated", r.bytes, r.len - 7},
+		{"05-short", r.bytes, 40},
 	};
 	char path[4200];
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {

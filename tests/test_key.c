@@ -27,7 +27,9 @@ int main(void)
 	test_rng_init(&r, test_seed());
 	test_rng_fill(&r, model_id, sizeof model_id);
 
-	enum { N = 10000 };
+	enum {
+		N = 10000
+	};
 	sel_token *toks = malloc(N * sizeof *toks);
 	for (int i = 0; i < N; i++)
 		toks[i] = (sel_token)test_rng_below(&r, 50000);
@@ -50,7 +52,8 @@ int main(void)
 		done += m;
 	}
 	for (uint64_t k = 0; k <= N / SEL_BUCKET_TOKENS; k++)
-		CHECK(memcmp(sel_history_bound(&h, k), sel_history_bound(&h2, k), SEL_DIGEST_BYTES) == 0);
+		CHECK(memcmp(sel_history_bound(&h, k), sel_history_bound(&h2, k),
+			     SEL_DIGEST_BYTES) == 0);
 	check_against_direct(&h2, toks, N, NULL, 0, 7);
 
 	/* Truncate and regrow with different tokens: keys follow the new tokens,
@@ -99,8 +102,10 @@ int main(void)
 		       "salted keys collide at c=%" PRIu64, c);
 	}
 	for (uint64_t k = 0; k <= N / SEL_BUCKET_TOKENS; k++) {
-		CHECK(memcmp(sel_history_bound(&hs[0], k), sel_history_bound(&hs[1], k), SEL_DIGEST_BYTES));
-		CHECK(memcmp(sel_history_bound(&hs[0], k), sel_history_bound(&hn, k), SEL_DIGEST_BYTES));
+		CHECK(memcmp(sel_history_bound(&hs[0], k), sel_history_bound(&hs[1], k),
+			     SEL_DIGEST_BYTES));
+		CHECK(memcmp(sel_history_bound(&hs[0], k), sel_history_bound(&hn, k),
+			     SEL_DIGEST_BYTES));
 	}
 
 	/* Another model identity gives other keys for the same tokens. */

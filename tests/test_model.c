@@ -58,7 +58,7 @@ static hel_core *load_core(const char *text_or_name)
 static hel_model *make(const hel_core *c, sel_state_mode mode, uint32_t pages, uint32_t rows)
 {
 	hel_model *m;
-	hel_model_opts o = { .mode = mode, .pages = pages, .rows = rows };
+	hel_model_opts o = {.mode = mode, .pages = pages, .rows = rows};
 	CHECK_OK(hel_model_create(c, &o, &m));
 	return m;
 }
@@ -167,8 +167,8 @@ static uint64_t seq_bytes_digest(hel_model *m, const struct seq *s)
 
 enum flip_kind {
 	FLIP_NONE,
-	FLIP_PAGE,     /* a byte of a page plane */
-	FLIP_ROW,      /* a byte of the row at a layout offset */
+	FLIP_PAGE, /* a byte of a page plane */
+	FLIP_ROW,  /* a byte of the row at a layout offset */
 };
 
 struct flip {
@@ -199,7 +199,8 @@ static int restore(hel_model *m, const struct seq *src, struct seq *dst, const s
 		memcpy(hel_model_row_ptr(m, r, dst->slot), hel_model_row_ptr(m, r, src->slot),
 		       hel_model_layout(m)->bytes);
 	if (f && f->kind == FLIP_PAGE)
-		hel_model_page_ptr(m, f->rank, f->plane, dst->pages[f->page_index])[f->offset] ^= f->mask;
+		hel_model_page_ptr(m, f->rank, f->plane, dst->pages[f->page_index])[f->offset] ^=
+			f->mask;
 	if (f && f->kind == FLIP_ROW)
 		hel_model_row_ptr(m, f->rank, dst->slot)[f->offset] ^= f->mask;
 	for (uint32_t i = 0; i < dst->np; i++)
@@ -219,7 +220,7 @@ static void test_chunking(const hel_core *c, sel_state_mode mode)
 	int32_t *l0 = malloc(V * 4), *l1 = malloc(V * 4);
 	hel_token out0[40], out1[40];
 
-	struct pool p0 = { 0, 1, 512 }, p1 = { 7, 13, 512 };
+	struct pool p0 = {0, 1, 512}, p1 = {7, 13, 512};
 	struct seq s0, s1;
 	seq_init(m, &s0, 0, &p0);
 	feed(m, &s0, prompt, n, l0);
@@ -270,8 +271,8 @@ static void test_restore(const hel_core *c, sel_state_mode mode)
 
 	for (int trial = 0; trial < 3 * SCALE; trial++) {
 		/* Disjoint id ranges, the restored copy's scattered. */
-		pa = (struct pool){ 0, 1, 512 };
-		pb = (struct pool){ 256, 7, 512 };
+		pa = (struct pool){0, 1, 512};
+		pb = (struct pool){256, 7, 512};
 		/* A checkpoint at an arbitrary position (recurrent state and a
 		 * partial page matter), sometimes page-aligned. */
 		size_t n = trial == 0 ? 2 * pt : 1 + test_rng_below(&rng, 600);
@@ -371,21 +372,19 @@ static void expect_sensitive(struct sens *S, const struct flip *f, bool draft, c
 		seq_init(m, &b, 1, &S->pb);
 		CHECK_OK(restore(m, &S->a, &b, f));
 		gen(m, &b, S->pending, SENS_TOKENS, out, l, NULL);
-		CHECKF(memcmp(out, S->ref, sizeof out) == 0, "%s: draft bytes changed the tokens", what);
+		CHECKF(memcmp(out, S->ref, sizeof out) == 0, "%s: draft bytes changed the tokens",
+		       what);
 	}
 	free(l);
 }
 
-static uint8_t bitmask(void)
-{
-	return (uint8_t)(1u << test_rng_below(&rng, 8));
-}
+static uint8_t bitmask(void) { return (uint8_t)(1u << test_rng_below(&rng, 8)); }
 
 static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 {
-	struct sens S = { 0 };
-	S.pa = (struct pool){ 0, 1, 256 };
-	S.pb = (struct pool){ 128, 3, 256 };
+	struct sens S = {0};
+	S.pa = (struct pool){0, 1, 256};
+	S.pb = (struct pool){128, 3, 256};
 	hel_model *m = S.m = make(c, mode, 256, 3);
 	uint32_t V = c->vocab, pt = c->page_tokens;
 	const hel_row_layout *lay = hel_model_layout(m);
@@ -409,7 +408,7 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 	memcpy(S.ref, tmp, sizeof tmp);
 	if (mode != SEL_MODE_ORDINARY) {
 		S.pb.next = 128;
-	seq_init(m, &b, 1, &S.pb);
+		seq_init(m, &b, 1, &S.pb);
 		CHECK_OK(restore(m, &S.a, &b, NULL));
 		S.n_props_ref = proposals(&S, &b, S.props_ref);
 	}
@@ -418,9 +417,12 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 	/* Every page plane, on a random rank, page and byte. */
 	for (uint32_t p = 0; p < hel_model_plane_count(m); p++) {
 		const hel_core_plane *cp = hel_model_plane(m, p);
-		struct flip f = { FLIP_PAGE, (uint32_t)test_rng_below(&rng, c->ranks), p,
-				  (uint32_t)test_rng_below(&rng, S.a.np),
-				  test_rng_below(&rng, hel_plane_unit_bytes(c, cp)), bitmask() };
+		struct flip f = {FLIP_PAGE,
+				 (uint32_t)test_rng_below(&rng, c->ranks),
+				 p,
+				 (uint32_t)test_rng_below(&rng, S.a.np),
+				 test_rng_below(&rng, hel_plane_unit_bytes(c, cp)),
+				 bitmask()};
 		snprintf(what, sizeof what, "%s: page plane %s rank %u page %u byte %llu", c->name,
 			 cp->name, f.rank, f.page_index, (unsigned long long)f.offset);
 		expect_sensitive(&S, &f, cp->draft, what);
@@ -432,17 +434,21 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 			uint64_t off, len;
 			bool draft;
 		} regions[] = {
-			{ "hidden", lay->hidden, lay->hidden_bytes, false },
-			{ "recurrent", lay->recurrent, lay->recurrent_bytes, false },
-			{ "recurrent word 0", lay->recurrent, lay->recurrent_bytes ? 8 : 0, false },
-			{ "draft history", lay->draft_history, lay->draft_history_bytes, true },
-			{ "draft hidden", lay->draft_hidden, lay->draft_hidden_bytes, true },
+			{"hidden", lay->hidden, lay->hidden_bytes, false},
+			{"recurrent", lay->recurrent, lay->recurrent_bytes, false},
+			{"recurrent word 0", lay->recurrent, lay->recurrent_bytes ? 8 : 0, false},
+			{"draft history", lay->draft_history, lay->draft_history_bytes, true},
+			{"draft hidden", lay->draft_hidden, lay->draft_hidden_bytes, true},
 		};
 		for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
 			if (!regions[i].len)
 				continue;
-			struct flip f = { FLIP_ROW, r, 0, 0,
-					  regions[i].off + test_rng_below(&rng, regions[i].len), bitmask() };
+			struct flip f = {FLIP_ROW,
+					 r,
+					 0,
+					 0,
+					 regions[i].off + test_rng_below(&rng, regions[i].len),
+					 bitmask()};
 			snprintf(what, sizeof what, "%s: row %s rank %u byte %llu", c->name,
 				 regions[i].name, r, (unsigned long long)f.offset);
 			expect_sensitive(&S, &f, regions[i].draft, what);
@@ -454,23 +460,28 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 			for (uint32_t q = 0; q < p; q++)
 				if (hel_model_plane(m, q)->draft == cp->draft)
 					base += hel_plane_unit_bytes(c, hel_model_plane(m, q));
-			struct flip f = { FLIP_ROW, r, 0, 0,
-					  base + test_rng_below(&rng, filled * cp->token_bytes), bitmask() };
-			snprintf(what, sizeof what, "%s: partial page of %s rank %u byte %llu", c->name,
-				 cp->name, r, (unsigned long long)f.offset);
+			struct flip f = {FLIP_ROW,
+					 r,
+					 0,
+					 0,
+					 base + test_rng_below(&rng, filled * cp->token_bytes),
+					 bitmask()};
+			snprintf(what, sizeof what, "%s: partial page of %s rank %u byte %llu",
+				 c->name, cp->name, r, (unsigned long long)f.offset);
 			expect_sensitive(&S, &f, cp->draft, what);
 			/* Past the filled tokens the bytes must be zero: loud. */
 			f.offset = base + filled * cp->token_bytes +
 				   test_rng_below(&rng, (pt - filled) * cp->token_bytes);
 			S.pb.next = 128;
-	seq_init(m, &b, 1, &S.pb);
+			seq_init(m, &b, 1, &S.pb);
 			CHECK_RC(restore(m, &S.a, &b, &f), SEL_ECORRUPT);
 			CHECKF(strstr(sel_errmsg(), "non-zero byte"), "%s", sel_errmsg());
 		}
 		/* The consumed count: the row validates it, loudly. */
-		struct flip f = { FLIP_ROW, r, 0, 0, lay->consumed + test_rng_below(&rng, 8), bitmask() };
+		struct flip f = {FLIP_ROW, r, 0, 0, lay->consumed + test_rng_below(&rng, 8),
+				 bitmask()};
 		S.pb.next = 128;
-	seq_init(m, &b, 1, &S.pb);
+		seq_init(m, &b, 1, &S.pb);
 		CHECK_RC(restore(m, &S.a, &b, &f), SEL_ECORRUPT);
 		char want[64];
 		snprintf(want, sizeof want, "rank %u: consumed count", r);
@@ -480,7 +491,7 @@ static void test_sensitivity(const hel_core *c, sel_state_mode mode)
 	/* Misplaced pages: the same bytes in another table order. */
 	if (S.a.np >= 2) {
 		S.pb.next = 128;
-	seq_init(m, &b, 1, &S.pb);
+		seq_init(m, &b, 1, &S.pb);
 		CHECK_OK(restore(m, &S.a, &b, NULL));
 		uint32_t t = b.pages[0];
 		b.pages[0] = b.pages[1];
@@ -503,7 +514,7 @@ static void test_validation(void)
 	hel_model *m = make(c, SEL_MODE_ORDINARY, 64, 3);
 	hel_token prompt[150];
 	random_prompt(prompt, 150, HEL_VOCAB_MIN); /* valid in every core */
-	struct pool p = { 0, 1, 64 };
+	struct pool p = {0, 1, 64};
 	struct seq a;
 
 	/* Uninitialised slots and unloaded pages are refused. */
@@ -518,7 +529,7 @@ static void test_validation(void)
 	seq_init(m, &a, 0, &p);
 	feed(m, &a, prompt, 150, NULL);
 	CHECK(a.np == 2 && consumed(m, 0) == 150);
-	uint32_t bogus[2] = { a.pages[0], 40 };
+	uint32_t bogus[2] = {a.pages[0], 40};
 	CHECK_RC(hel_model_step(m, 0, bogus, 2, 'a', HEL_NO_PAGE, NULL), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "page id 40 holds no loaded page"));
 	/* The page table must match the consumed count. */
@@ -541,7 +552,7 @@ static void test_validation(void)
 	CHECK_OK(hel_model_row_copy(m, 0, 1));
 	CHECK_RC(hel_model_row_loaded(m, 1, 190), SEL_ECORRUPT);
 	CHECK(strstr(sel_errmsg(), "row slot 1 rank 0: consumed count 191, expected 190"));
-	CHECK_RC(hel_model_row_consumed(m, 1, &(uint64_t){ 0 }), -EINVAL);
+	CHECK_RC(hel_model_row_consumed(m, 1, &(uint64_t){0}), -EINVAL);
 	CHECK_OK(hel_model_row_loaded(m, 1, 191));
 	CHECK(consumed(m, 1) == 191);
 	/* The checker notices bytes changed behind the model's back. */
@@ -569,17 +580,17 @@ static void test_validation(void)
 	char err[256];
 	CHECK_OK(hel_core_parse(small, strlen(small), "s.core", &sc, err, sizeof err));
 	m = make(sc, SEL_MODE_ORDINARY, 4, 1);
-	struct pool p2 = { 0, 1, 4 };
+	struct pool p2 = {0, 1, 4};
 	seq_init(m, &a, 0, &p2);
 	feed(m, &a, prompt, 130, NULL);
 	CHECK_RC(hel_model_step(m, 0, a.pages, a.np, 'a', 3, NULL), -E2BIG);
 	/* Options. */
 	hel_model *bad;
-	hel_model_opts o = { .mode = SEL_MODE_COPY, .pages = 4, .rows = 1 };
+	hel_model_opts o = {.mode = SEL_MODE_COPY, .pages = 4, .rows = 1};
 	CHECK_RC(hel_model_create(sc, &o, &bad), -EINVAL);
-	o = (hel_model_opts){ .mode = SEL_MODE_ORDINARY, .pages = 0, .rows = 1 };
+	o = (hel_model_opts){.mode = SEL_MODE_ORDINARY, .pages = 0, .rows = 1};
 	CHECK_RC(hel_model_create(sc, &o, &bad), -EINVAL);
-	o = (hel_model_opts){ .mode = SEL_MODE_COPY, .pages = 4, .rows = 1, .draft_tokens = 17 };
+	o = (hel_model_opts){.mode = SEL_MODE_COPY, .pages = 4, .rows = 1, .draft_tokens = 17};
 	CHECK_RC(hel_model_create(c, &o, &bad), -EINVAL);
 	hel_model_destroy(m);
 	hel_model_destroy(NULL);
@@ -600,7 +611,7 @@ static void test_ranks(const char *name)
 	size_t n = 3 * pt + 17;
 	hel_token *prompt = malloc(n * sizeof *prompt);
 	random_prompt(prompt, n, c->vocab);
-	struct pool p = { 0, 1, 64 };
+	struct pool p = {0, 1, 64};
 	struct seq a;
 	seq_init(m, &a, 1, &p);
 	feed(m, &a, prompt, n, NULL);
@@ -611,8 +622,8 @@ static void test_ranks(const char *name)
 			int same = memcmp(hel_model_page_ptr(m, 0, pl, a.pages[i]),
 					  hel_model_page_ptr(m, 1, pl, a.pages[i]),
 					  hel_plane_unit_bytes(c, cp)) == 0;
-			CHECKF(same == (cp->shard == HEL_SHARD_REPLICATED), "%s plane %s page %u", name,
-			       cp->name, i);
+			CHECKF(same == (cp->shard == HEL_SHARD_REPLICATED), "%s plane %s page %u",
+			       name, cp->name, i);
 			any_split |= cp->shard == HEL_SHARD_SPLIT;
 			any_rep |= cp->shard == HEL_SHARD_REPLICATED;
 		}
@@ -635,10 +646,10 @@ static void test_ranks(const char *name)
 		CHECK(SAME(base + 17 * cp->token_bytes, (pt - 17) * cp->token_bytes));
 	}
 #undef SAME
-	printf("%s: split planes %d, replicated planes %d, recurrent %s\n", name, any_split, any_rep,
-	       c->recurrent_shard == HEL_SHARD_SPLIT ? "split" : "replicated");
+	printf("%s: split planes %d, replicated planes %d, recurrent %s\n", name, any_split,
+	       any_rep, c->recurrent_shard == HEL_SHARD_SPLIT ? "split" : "replicated");
 	/* Every rank's bytes count: flip a replicated byte on rank 1 only. */
-	struct pool pb = { 32, 1, 64 };
+	struct pool pb = {32, 1, 64};
 	struct seq b, b2;
 	hel_token o1[SENS_TOKENS], o2[SENS_TOKENS];
 	seq_init(m, &b, 0, &pb);
@@ -646,7 +657,7 @@ static void test_ranks(const char *name)
 	gen(m, &b, 'q', SENS_TOKENS, o1, NULL, NULL);
 	pb.next = 32;
 	seq_init(m, &b2, 0, &pb);
-	struct flip f = { FLIP_ROW, 1, 0, 0, lay->hidden + 3, 0x10 };
+	struct flip f = {FLIP_ROW, 1, 0, 0, lay->hidden + 3, 0x10};
 	CHECK_OK(restore(m, &a, &b2, &f));
 	gen(m, &b2, 'q', SENS_TOKENS, o2, NULL, NULL);
 	CHECK(memcmp(o1, o2, sizeof o1) != 0);
@@ -671,7 +682,7 @@ static void decode_rounds(hel_model *m, struct seq *s, hel_token pending, const 
 		hel_round r;
 		uint64_t before = consumed(m, s->slot);
 		uint32_t next = pool_take(s->pool);
-		hel_decode_opts o = { .sampler = sm, .max_tokens = (uint32_t)(count - k) };
+		hel_decode_opts o = {.sampler = sm, .max_tokens = (uint32_t)(count - k)};
 		CHECK_OK(hel_model_decode(m, s->slot, s->pages, s->np, next, pending, &o, &r));
 		if (r.page_used)
 			s->pages[s->np++] = next;
@@ -707,8 +718,9 @@ static void repetitive_prompt(hel_token *t, size_t n)
 static void chat_prompt(hel_token *t, size_t n)
 {
 	char text[2048];
-	const char *words[] = { "the ", "meeting ", "is ", "on ", "Thursday, ", "and ", "we ",
-				"will ", "review ", "schedule ", "for ", "release. " };
+	const char *words[] = {"the ",       "meeting ",  "is ",  "on ",
+			       "Thursday, ", "and ",      "we ",  "will ",
+			       "review ",    "schedule ", "for ", "release. "};
 	size_t len = 0;
 	while (len < n && len + 16 < sizeof text) {
 		const char *w = words[test_rng_below(&rng, sizeof words / sizeof words[0])];
@@ -726,11 +738,14 @@ static void chat_prompt(hel_token *t, size_t n)
  * draft bytes included: rejected proposals left nothing behind. */
 static void test_speculative(const hel_core *c)
 {
-	enum { PROMPT = 400, N = 300 };
+	enum {
+		PROMPT = 400,
+		N = 300
+	};
 	hel_token prompt[PROMPT];
 	hel_token out[3][N], ref[N];
 	uint8_t ident[3][32], fp[3][16];
-	hel_sampler samplers[2] = { { 0, 0 }, { 0.7, 42 } };
+	hel_sampler samplers[2] = {{0, 0}, {0.7, 42}};
 
 	for (int kind = 0; kind < 2; kind++) {
 		if (kind == 0)
@@ -741,7 +756,7 @@ static void test_speculative(const hel_core *c)
 			const hel_sampler *sm = &samplers[si];
 			for (int mode = 0; mode < 3; mode++) {
 				hel_model *m = make(c, (sel_state_mode)mode, 256, 2);
-				struct pool p = { 0, 1, 256 };
+				struct pool p = {0, 1, 256};
 				struct seq s, s2;
 				int32_t *l = malloc(c->vocab * 4);
 				seq_init(m, &s, 0, &p);
@@ -750,11 +765,12 @@ static void test_speculative(const hel_core *c)
 				uint32_t acc, prop;
 				out[mode][0] = first;
 				decode_rounds(m, &s, first, sm, N - 1, out[mode] + 1, &acc, &prop);
-				printf("%s %s prompt, %s T=%.1f: %u of %u proposals accepted\n", c->name,
-				       kind ? "chat" : "repetitive",
-				       sel_state_mode_name((sel_state_mode)mode), sm->temperature, acc, prop);
+				printf("%s %s prompt, %s T=%.1f: %u of %u proposals accepted\n",
+				       c->name, kind ? "chat" : "repetitive",
+				       sel_state_mode_name((sel_state_mode)mode), sm->temperature,
+				       acc, prop);
 				/* The same bytes as one token at a time. */
-				struct pool p2 = { 128, 1, 256 };
+				struct pool p2 = {128, 1, 256};
 				seq_init(m, &s2, 1, &p2);
 				feed(m, &s2, prompt, PROMPT, NULL);
 				feed(m, &s2, out[mode], N - 1, NULL);
@@ -775,7 +791,8 @@ static void test_speculative(const hel_core *c)
 					 * latest context), so only some. */
 					CHECKF(acc > (kind == 0 ? prop * 3 / 4 : 0),
 					       "%s: %u of %u proposals accepted",
-					       sel_state_mode_name((sel_state_mode)mode), acc, prop);
+					       sel_state_mode_name((sel_state_mode)mode), acc,
+					       prop);
 					if (si == 0 || mode == SEL_MODE_COPY)
 						CHECKF(memcmp(out[mode], out[0], sizeof ref) == 0,
 						       "%s mode changed the tokens",
@@ -810,7 +827,7 @@ static void test_round_limits(void)
 	hel_model *m = make(c, SEL_MODE_COPY, 64, 1);
 	hel_token prompt[200];
 	repetitive_prompt(prompt, 200);
-	struct pool p = { 0, 1, 64 };
+	struct pool p = {0, 1, 64};
 	struct seq s;
 	int32_t *l = malloc(c->vocab * 4);
 	seq_init(m, &s, 0, &p);
@@ -822,8 +839,10 @@ static void test_round_limits(void)
 		uint32_t max = 1 + (uint32_t)test_rng_below(&rng, 6);
 		uint32_t next = pool_take(&p);
 		hel_round r;
-		hel_decode_opts o = { .max_tokens = max, .stop_on_end = true,
-				      .draft_tokens = 1 + (uint32_t)test_rng_below(&rng, HEL_DRAFT_MAX) };
+		hel_decode_opts o = {.max_tokens = max,
+				     .stop_on_end = true,
+				     .draft_tokens =
+					     1 + (uint32_t)test_rng_below(&rng, HEL_DRAFT_MAX)};
 		CHECK_OK(hel_model_decode(m, 0, s.pages, s.np, next, pending, &o, &r));
 		if (r.page_used)
 			s.pages[s.np++] = next;
@@ -846,7 +865,7 @@ static void test_round_limits(void)
 			pending = 'x';
 	}
 	CHECK(ends > 0 && full > 0);
-	hel_decode_opts zero = { .max_tokens = 0 }, many = { .max_tokens = 4, .draft_tokens = 17 };
+	hel_decode_opts zero = {.max_tokens = 0}, many = {.max_tokens = 4, .draft_tokens = 17};
 	hel_round r;
 	CHECK_RC(hel_model_decode(m, 0, s.pages, s.np, HEL_NO_PAGE, 'a', &zero, &r), -EINVAL);
 	CHECK_RC(hel_model_decode(m, 0, s.pages, s.np, HEL_NO_PAGE, 'a', &many, &r), -EINVAL);
@@ -923,7 +942,7 @@ static void test_sampling_lossless(void)
 	const uint32_t V = c->vocab, SEEDS = 20000;
 	const double T = 1.5;
 	hel_model *m = make(c, SEL_MODE_LEARNED, 16, 3);
-	struct pool p = { 0, 1, 16 };
+	struct pool p = {0, 1, 16};
 	struct seq s;
 	/* A fixed prompt (the test must not depend on TEST_SEED). */
 	const char *words = "we will review the schedule for the release on Thursday, and the "
@@ -948,8 +967,8 @@ static void test_sampling_lossless(void)
 	uint32_t *c1 = calloc(V, 4), *c2 = calloc(V, 4), *cq = calloc(V, 4);
 	uint32_t n2 = 0, accepted = 0, proposed = 0;
 	for (uint32_t seed = 1; seed <= SEEDS; seed++) {
-		hel_sampler sm = { T, seed * 0x9E3779B97F4A7C15ull };
-		hel_decode_opts o = { .sampler = &sm, .max_tokens = 8 };
+		hel_sampler sm = {T, seed * 0x9E3779B97F4A7C15ull};
+		hel_decode_opts o = {.sampler = &sm, .max_tokens = 8};
 		hel_round r;
 		hel_token t[2];
 		uint32_t got = 0;
@@ -978,7 +997,8 @@ static void test_sampling_lossless(void)
 	printf("speculative sampling at T=%.1f: %u of %u proposals accepted; chi2 first %.1f "
 	       "(df %.0f, limit %.1f), second after '%c' %.1f (df %.0f over %u, limit %.1f), "
 	       "the draft's own %.1f\n",
-	       T, accepted, proposed, x1, df1, chi2_limit(df1), a, x2, df2, n2, chi2_limit(df2), xq);
+	       T, accepted, proposed, x1, df1, chi2_limit(df1), a, x2, df2, n2, chi2_limit(df2),
+	       xq);
 	CHECK(df1 >= 5 && df2 >= 3 && n2 >= 1000);
 	CHECK(x1 < chi2_limit(df1) && x2 < chi2_limit(df2));
 	CHECK(xq > chi2_limit(dfq)); /* the draft alone is told apart */
@@ -1001,7 +1021,7 @@ static void test_sampling(void)
 	hel_core *c = load_core(NULL);
 	hel_model *m = make(c, SEL_MODE_ORDINARY, 64, 1);
 	int32_t *l = malloc(c->vocab * 4);
-	struct pool p = { 0, 1, 64 };
+	struct pool p = {0, 1, 64};
 	struct seq s;
 	hel_token t[3];
 	hel_tokenize("hi!", 3, t);
@@ -1018,14 +1038,14 @@ static void test_sampling(void)
 	hel_token g = hel_sample(l, c->vocab, NULL, 3);
 	for (uint32_t v = 0; v < c->vocab; v++)
 		CHECK(l[v] <= l[g]);
-	hel_sampler z = { 0, 99 };
+	hel_sampler z = {0, 99};
 	CHECK(hel_sample(l, c->vocab, &z, 3) == g);
 	/* Seeded temperature sampling: a function of (seed, position). */
 	int differ = 0, distinct = 0;
-	uint8_t seen[512] = { 0 };
+	uint8_t seen[512] = {0};
 	for (uint64_t pos = 0; pos < 200; pos++) {
 		/* The model's distributions are peaked: compare draws at 4. */
-		hel_sampler a = { 4.0, 7 }, b = { 4.0, 8 }, hot = { 50.0, 7 };
+		hel_sampler a = {4.0, 7}, b = {4.0, 8}, hot = {50.0, 7};
 		hel_token x = hel_sample(l, c->vocab, &a, pos);
 		CHECK(x == hel_sample(l, c->vocab, &a, pos));
 		CHECK(l[x] != HEL_LOGIT_MASKED);
@@ -1050,14 +1070,14 @@ static void test_tokenizer(void)
 	for (int i = 0; i < 256; i++)
 		CHECK(t[i] == (hel_token)i);
 	CHECK(hel_detokenize(t, 256, back, sizeof back) == 256 && memcmp(back, text, 256) == 0);
-	hel_token sp[5] = { 'a', HEL_TOK_BEGIN, 'b', 300, HEL_TOK_END };
+	hel_token sp[5] = {'a', HEL_TOK_BEGIN, 'b', 300, HEL_TOK_END};
 	CHECK(hel_detokenize(sp, 5, back, sizeof back) == 2 && strcmp(back, "ab") == 0);
 	CHECK(hel_detokenize(t + 'a', 3, back, 2) == 3 && strcmp(back, "a") == 0);
 
 	hel_message msgs[3] = {
-		{ .role = "user", .content = "hello", .content_len = 5 },
-		{ .role = "assistant", .content = "hi there", .content_len = 8 },
-		{ .role = "user", .content = "more\0x", .content_len = 6 },
+		{.role = "user", .content = "hello", .content_len = 5},
+		{.role = "assistant", .content = "hi there", .content_len = 8},
+		{.role = "user", .content = "more\0x", .content_len = 6},
 	};
 	hel_token a[64], b[64], reply[8];
 	size_t na = hel_chat_template(msgs, 1, true, a, 64);
@@ -1099,11 +1119,11 @@ static void test_known_answer(void)
 	hel_core *c = load_core(NULL);
 	for (int mode = 0; mode < 3; mode++) {
 		hel_model *m = make(c, (sel_state_mode)mode, 64, 1);
-		hel_message msg = { .role = "user", .content = "Hello, model!", .content_len = 13 };
+		hel_message msg = {.role = "user", .content = "Hello, model!", .content_len = 13};
 		hel_token prompt[64], out[48];
 		size_t n = hel_chat_template(&msg, 1, true, prompt, 64);
 		int32_t *l = malloc(c->vocab * 4);
-		struct pool p = { 0, 1, 64 };
+		struct pool p = {0, 1, 64};
 		struct seq s;
 		seq_init(m, &s, 0, &p);
 		feed(m, &s, prompt, n, l);
@@ -1116,14 +1136,15 @@ static void test_known_answer(void)
 			main_bytes = (main_bytes ^ row[k]) * 1099511628211ull;
 		uint64_t all = seq_bytes_digest(m, &s);
 		printf("known answer %s: \"%s\" main row %016llx all %016llx\n",
-		       sel_state_mode_name((sel_state_mode)mode), text, (unsigned long long)main_bytes,
-		       (unsigned long long)all);
+		       sel_state_mode_name((sel_state_mode)mode), text,
+		       (unsigned long long)main_bytes, (unsigned long long)all);
 		/* The same reply and main row bytes in every mode; draft bytes
 		 * differ between modes too. */
 		if (getenv("KNOWN_ANSWER_PRINT")) {
 			for (const char *q = text; *q; q++)
 				fprintf(stderr, "\\x%02x", (unsigned char)*q);
-			fprintf(stderr, " %016llx %016llx\n", (unsigned long long)main_bytes, (unsigned long long)all);
+			fprintf(stderr, " %016llx %016llx\n", (unsigned long long)main_bytes,
+				(unsigned long long)all);
 			continue;
 		}
 		CHECK(strcmp(text, want_text) == 0);
@@ -1152,7 +1173,8 @@ static void test_geometry(void)
 	}
 	sel_geometry *g;
 	CHECK_OK(sel_geometry_build(a, n, c->ranks, c->page_tokens, &g));
-	CHECK(g->rank[1].n_planes == 38 && g->rank[1].page_count == 10 && g->rank[1].row_count == 3);
+	CHECK(g->rank[1].n_planes == 38 && g->rank[1].page_count == 10 &&
+	      g->rank[1].row_count == 3);
 	sel_geometry_free(g);
 	CHECK(hel_model_mode(m) == SEL_MODE_COPY && hel_model_core(m) == c);
 	CHECK(hel_model_page_count(m) == 10 && hel_model_row_count(m) == 3);
@@ -1194,8 +1216,8 @@ int main(void)
 	test_ranks("qwen-tp2-small");
 	test_ranks("deepseek-tp2-small");
 
-	const char *spec_cores[] = { "qwen-tp1-small", "qwen-tp2-small", "deepseek-small",
-				     "deepseek-tp2-small", "vision-small" };
+	const char *spec_cores[] = {"qwen-tp1-small", "qwen-tp2-small", "deepseek-small",
+				    "deepseek-tp2-small", "vision-small"};
 	test_speculative(tiny);
 	for (size_t i = 0; i < sizeof spec_cores / sizeof spec_cores[0]; i++) {
 		hel_core *sc = load_core(spec_cores[i]);

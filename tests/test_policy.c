@@ -58,7 +58,7 @@ static void test_initial(void)
 
 struct decision {
 	sel_tier tier;
-	double prefill;     /* tokens/s (0: initial, 8000) */
+	double prefill; /* tokens/s (0: initial, 8000) */
 	double bytes;
 	uint64_t tokens;
 	bool want;
@@ -73,9 +73,9 @@ static void test_decisions(void)
 		 * below (1 s - 50 us) * 20e9 = 19,999,000,000 bytes. */
 		{SEL_TIER_MEMORY, 0, 19999000000.0 - 1000, 8000, true},
 		{SEL_TIER_MEMORY, 0, 19999000000.0 + 1000, 8000, false},
-		{SEL_TIER_MEMORY, 0, 1 * MiB, 64, true},    /* 102 us vs 8 ms */
-		{SEL_TIER_MEMORY, 0, 1 * MiB, 0, false},    /* nothing gained */
-		{SEL_TIER_MEMORY, 0, 0, 1, true},           /* 50 us vs 125 us */
+		{SEL_TIER_MEMORY, 0, 1 * MiB, 64, true}, /* 102 us vs 8 ms */
+		{SEL_TIER_MEMORY, 0, 1 * MiB, 0, false}, /* nothing gained */
+		{SEL_TIER_MEMORY, 0, 0, 1, true},        /* 50 us vs 125 us */
 		/* The fixed cost counts: 1 token at 80,000 tok/s is 12.5 us. */
 		{SEL_TIER_MEMORY, 80000, 0, 1, false},
 		/* Disk 300 us + 3 GB/s: 64 tokens = 8 ms, below 23.1e6 bytes. */
@@ -98,8 +98,8 @@ static void test_decisions(void)
 		if (d->prefill)
 			sel_policy_set_prefill_rate(p, d->prefill);
 		bool got = sel_policy_should_fetch(p, d->tier, (uint64_t)d->bytes, d->tokens);
-		CHECKF(got == d->want, "row %zu: tier %d bytes %.0f tokens %" PRIu64 " got %d", i, d->tier,
-		       d->bytes, d->tokens, got);
+		CHECKF(got == d->want, "row %zu: tier %d bytes %.0f tokens %" PRIu64 " got %d", i,
+		       d->tier, d->bytes, d->tokens, got);
 		sel_policy_destroy(p);
 	}
 }
@@ -124,7 +124,8 @@ static void prompt(sel_policy *p, uint64_t len, double c, double d, double facto
 	for (uint64_t at = 0; at < len; at += 256) {
 		uint64_t n = len - at < 256 ? len - at : 256;
 		double mid = (double)at + (double)n / 2;
-		sel_policy_observe_prefill(p, at, at + n, (uint64_t)((double)n * (c + d * mid) * factor));
+		sel_policy_observe_prefill(p, at, at + n,
+					   (uint64_t)((double)n * (c + d * mid) * factor));
 	}
 }
 
@@ -188,11 +189,12 @@ static void test_prefill_by_position(void)
 	for (int i = 0; i < 4; i++)
 		for (uint64_t at = 0; at < 8192; at += 256) {
 			double f = (at / 256) % 3 == 1 ? 7 : 1;
-			sel_policy_observe_prefill(l, at, at + 256, (uint64_t)(256 * (c + d * (at + 128)) * f));
+			sel_policy_observe_prefill(l, at, at + 256,
+						   (uint64_t)(256 * (c + d * (at + 128)) * f));
 		}
 	CHECK(near(sel_policy_prefill_growth(l), d, 0.05));
-	CHECKF(near(sel_policy_prefill_ns(l, 0, 8192), 3 * 8192 * (c + d * 4096), 0.15), "loaded: %.0f",
-	       sel_policy_prefill_ns(l, 0, 8192));
+	CHECKF(near(sel_policy_prefill_ns(l, 0, 8192), 3 * 8192 * (c + d * 4096), 0.15),
+	       "loaded: %.0f", sel_policy_prefill_ns(l, 0, 8192));
 	for (int i = 0; i < 8; i++) /* 256 chunks: the stalled ones weigh 2% */
 		prompt(l, 8192, c, d, 1);
 	CHECK(near(sel_policy_prefill_ns(l, 0, 8192), 8192 * (c + d * 4096), 0.1));
@@ -203,7 +205,8 @@ static void test_prefill_by_position(void)
 	sel_policy *q = fresh();
 	for (int i = 0; i < 3; i++)
 		prompt(q, 20000, c, 0, 1);
-	CHECK(sel_policy_prefill_growth(q) < 1e-3 && near(sel_policy_prefill_rate(q), 1e9 / c, 0.02));
+	CHECK(sel_policy_prefill_growth(q) < 1e-3 &&
+	      near(sel_policy_prefill_rate(q), 1e9 / c, 0.02));
 	sel_policy_set_prefill_rate(p, 1000);
 	CHECK(sel_policy_prefill_growth(p) == 0 && sel_policy_prefill_rate(p) == 1000);
 	/* Only short prompts: the growth stays unknown (0), the cost fitted. */
@@ -222,8 +225,8 @@ static void sample(sel_policy *p, sel_tier t, double b, double fixed, double rat
 	sel_policy_observe(p, t, (uint64_t)b, (uint64_t)ns, 1);
 }
 
-static const double spread[8] = { 16 * KiB, 256 * KiB, 1 * MiB, 4 * MiB,
-				  16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB };
+static const double spread[8] = {16 * KiB, 256 * KiB, 1 * MiB,   4 * MiB,
+				 16 * MiB, 64 * MiB,  256 * MiB, 1 * GiB};
 
 /* The estimate is within tol of the line at every size of spread. */
 static void check_line(const sel_policy *p, sel_tier t, double fixed, double rate, double tol,
@@ -242,7 +245,7 @@ static void test_exact_line(void)
 	sel_policy *p = fresh();
 	/* Disk: 200 us + 2 GB/s, sizes in a shuffled order, sixteen samples
 	 * (the initial estimate's two seeds pushed out). */
-	static const int order[8] = { 3, 7, 0, 5, 1, 6, 2, 4 };
+	static const int order[8] = {3, 7, 0, 5, 1, 6, 2, 4};
 	for (int i = 0; i < 16; i++)
 		sample(p, SEL_TIER_DISK, spread[order[i % 8]], 200 * US, 2e9, 1);
 	CHECKF(near(sel_policy_rate(p, SEL_TIER_DISK), 2e9, 0.01), "rate %.3g",
@@ -251,7 +254,8 @@ static void test_exact_line(void)
 	       sel_policy_fixed_ns(p, SEL_TIER_DISK));
 	check_line(p, SEL_TIER_DISK, 200 * US, 2e9, 0.01, "exact line");
 	/* The other tiers kept their initial estimates. */
-	CHECK(sel_policy_rate(p, SEL_TIER_MEMORY) == 20e9 && sel_policy_fixed_ns(p, SEL_TIER_MEMORY) == 50 * US);
+	CHECK(sel_policy_rate(p, SEL_TIER_MEMORY) == 20e9 &&
+	      sel_policy_fixed_ns(p, SEL_TIER_MEMORY) == 50 * US);
 	CHECK(sel_policy_fixed_ns(p, SEL_TIER_POOL) == 1 * MS);
 	sel_policy_destroy(p);
 }
@@ -262,12 +266,14 @@ static void test_small_records(void)
 {
 	sel_policy *p = fresh();
 	for (int i = 0; i < 12; i++)
-		sel_policy_observe(p, SEL_TIER_DISK, (uint64_t)(48 * KiB + 1024 * (i % 5)), 600000, 1);
+		sel_policy_observe(p, SEL_TIER_DISK, (uint64_t)(48 * KiB + 1024 * (i % 5)), 600000,
+				   1);
 	/* Small records are estimated as they ran ... */
 	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(50 * KiB)), 600 * US, 0.05),
 	       "50 KiB: %.0f ns", sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(50 * KiB)));
 	/* ... and say nothing against the bandwidth: it stays near 3 GB/s. */
-	CHECKF(sel_policy_rate(p, SEL_TIER_DISK) > 2e9, "rate %.3g", sel_policy_rate(p, SEL_TIER_DISK));
+	CHECKF(sel_policy_rate(p, SEL_TIER_DISK) > 2e9, "rate %.3g",
+	       sel_policy_rate(p, SEL_TIER_DISK));
 	/* A 32K-token prefix of 200 MiB at 50K tok/s (655 ms to recompute) is
 	 * restored; at 84 MB/s (the old estimate) it would take 2.5 s. */
 	sel_policy_set_prefill_rate(p, 50000);
@@ -312,9 +318,12 @@ static void test_outliers(void)
 	/* A bad first transfer (a cold read at 6.7 MB/s) does not make the
 	 * tier look too slow to be fetched from, and so measured, again. */
 	p = fresh();
-	sel_policy_observe(p, SEL_TIER_DISK, (uint64_t)(100 * MiB), (uint64_t)(100 * MiB / 6.7e6 * 1e9), 1);
-	CHECKF(sel_policy_rate(p, SEL_TIER_DISK) > 2e9, "rate %.3g", sel_policy_rate(p, SEL_TIER_DISK));
-	CHECKF(sel_policy_fixed_ns(p, SEL_TIER_DISK) < 1 * MS, "fixed %.0f", sel_policy_fixed_ns(p, SEL_TIER_DISK));
+	sel_policy_observe(p, SEL_TIER_DISK, (uint64_t)(100 * MiB),
+			   (uint64_t)(100 * MiB / 6.7e6 * 1e9), 1);
+	CHECKF(sel_policy_rate(p, SEL_TIER_DISK) > 2e9, "rate %.3g",
+	       sel_policy_rate(p, SEL_TIER_DISK));
+	CHECKF(sel_policy_fixed_ns(p, SEL_TIER_DISK) < 1 * MS, "fixed %.0f",
+	       sel_policy_fixed_ns(p, SEL_TIER_DISK));
 	sel_policy_set_prefill_rate(p, 50000);
 	CHECK(sel_policy_should_fetch(p, SEL_TIER_DISK, (uint64_t)(100 * MiB), 16384));
 	sel_policy_destroy(p);
@@ -374,9 +383,11 @@ static void test_one_size(void)
 	sel_policy *p = fresh();
 	for (int i = 0; i < 10; i++)
 		sel_policy_observe(p, SEL_TIER_DISK, (uint64_t)(100 * MiB), 200 * 1000000ull, 1);
-	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(100 * MiB)), 200 * MS, 0.02),
+	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(100 * MiB)), 200 * MS,
+		    0.02),
 	       "100 MiB: %.0f", sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(100 * MiB)));
-	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(200 * MiB)), 400 * MS, 0.05),
+	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(200 * MiB)), 400 * MS,
+		    0.05),
 	       "200 MiB: %.0f", sel_policy_transfer_ns(p, SEL_TIER_DISK, (uint64_t)(200 * MiB)));
 	sel_policy_destroy(p);
 
@@ -385,8 +396,8 @@ static void test_one_size(void)
 	p = fresh();
 	for (int i = 0; i < 10; i++)
 		sel_policy_observe(p, SEL_TIER_MEMORY, 12 * 1024, 20000, 1);
-	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_MEMORY, 12 * 1024), 20 * US, 0.02), "12 KiB: %.0f",
-	       sel_policy_transfer_ns(p, SEL_TIER_MEMORY, 12 * 1024));
+	CHECKF(near(sel_policy_transfer_ns(p, SEL_TIER_MEMORY, 12 * 1024), 20 * US, 0.02),
+	       "12 KiB: %.0f", sel_policy_transfer_ns(p, SEL_TIER_MEMORY, 12 * 1024));
 	CHECKF(near(sel_policy_rate(p, SEL_TIER_MEMORY), 20e9, 0.2), "rate %.3g",
 	       sel_policy_rate(p, SEL_TIER_MEMORY));
 	sel_policy_destroy(p);
@@ -398,20 +409,24 @@ static void test_ignored(void)
 	for (int i = 0; i < 4; i++)
 		sample(p, SEL_TIER_DISK, spread[2 * i], 150 * US, 2e9, 1);
 	CHECK(sel_policy_rate(p, SEL_TIER_DISK) != 3e9); /* the samples count */
-	double rate = sel_policy_rate(p, SEL_TIER_DISK), fixed = sel_policy_fixed_ns(p, SEL_TIER_DISK);
+	double rate = sel_policy_rate(p, SEL_TIER_DISK),
+	       fixed = sel_policy_fixed_ns(p, SEL_TIER_DISK);
 	sel_policy_observe(p, SEL_TIER_DISK, 1 << 20, 1000000000, 0); /* row only */
-	sel_policy_observe(p, SEL_TIER_DISK, 1000, 0, 3);               /* no time */
-	sel_policy_observe(p, SEL_TIER_DISK, 0, 1000, 3);               /* no bytes */
+	sel_policy_observe(p, SEL_TIER_DISK, 1000, 0, 3);             /* no time */
+	sel_policy_observe(p, SEL_TIER_DISK, 0, 1000, 3);             /* no bytes */
 	sel_policy_observe(p, SEL_TIER_NONE, 1000, 1000, 3);
 	sel_policy_observe(p, SEL_TIERS, 1000, 1000, 3);
-	CHECK(sel_policy_rate(p, SEL_TIER_DISK) == rate && sel_policy_fixed_ns(p, SEL_TIER_DISK) == fixed);
+	CHECK(sel_policy_rate(p, SEL_TIER_DISK) == rate &&
+	      sel_policy_fixed_ns(p, SEL_TIER_DISK) == fixed);
 	CHECK(sel_policy_rate(p, SEL_TIER_NONE) == 0);
 	/* Times that fall with size (noise about a fixed cost) keep a
 	 * positive bandwidth. */
 	sel_policy *q = fresh();
 	for (int i = 0; i < 8; i++)
-		sel_policy_observe(q, SEL_TIER_MEMORY, (uint64_t)spread[i], (uint64_t)(100 * US - i * US), 1);
-	CHECK(sel_policy_rate(q, SEL_TIER_MEMORY) > 0 && isfinite(sel_policy_rate(q, SEL_TIER_MEMORY)));
+		sel_policy_observe(q, SEL_TIER_MEMORY, (uint64_t)spread[i],
+				   (uint64_t)(100 * US - i * US), 1);
+	CHECK(sel_policy_rate(q, SEL_TIER_MEMORY) > 0 &&
+	      isfinite(sel_policy_rate(q, SEL_TIER_MEMORY)));
 	CHECK(sel_policy_fixed_ns(q, SEL_TIER_MEMORY) >= 0);
 	sel_policy_destroy(q);
 	sel_policy_destroy(p);

@@ -75,8 +75,12 @@ static struct mgr_session sa, sb;
 static struct sel_pool_scope scope_of(uint8_t fp)
 {
 	static uint8_t table[24] = {1};
-	struct sel_pool_scope s = {.page_tokens = 64, .ranks = 1, .slot_bytes = 8192, .row_slots = 1,
-				   .table_bytes = sizeof table, .table = table};
+	struct sel_pool_scope s = {.page_tokens = 64,
+				   .ranks = 1,
+				   .slot_bytes = 8192,
+				   .row_slots = 1,
+				   .table_bytes = sizeof table,
+				   .table = table};
 	memset(s.fingerprint, fp, sizeof s.fingerprint);
 	return s;
 }
@@ -99,11 +103,14 @@ static sel_digest bk(uint64_t c, uint8_t tag)
 	return d;
 }
 
-static struct mgr_record *put(struct mgr_scope *sc, uint64_t c, uint64_t p, uint8_t tag, uint64_t now,
-			      uint32_t *why)
+static struct mgr_record *put(struct mgr_scope *sc, uint64_t c, uint64_t p, uint8_t tag,
+			      uint64_t now, uint32_t *why)
 {
-	struct sel_pool_c_put q = {.key = kk(c, tag), .parent = p ? kk(p, tag) : (sel_key){0},
-				   .bucket = bk(c, tag), .tail = (uint32_t)(c / 64 - p / 64), .has_row = 1};
+	struct sel_pool_c_put q = {.key = kk(c, tag),
+				   .parent = p ? kk(p, tag) : (sel_key){0},
+				   .bucket = bk(c, tag),
+				   .tail = (uint32_t)(c / 64 - p / 64),
+				   .has_row = 1};
 	struct mgr_record *r;
 	*why = mgr_record_begin(&cat, sc, &q, &r);
 	checked();
@@ -126,8 +133,8 @@ static struct mgr_record *put(struct mgr_scope *sc, uint64_t c, uint64_t p, uint
 	return r;
 }
 
-static struct sel_pool_msg answer(struct mgr_scope *sc, const struct mgr_session *s, uint64_t resident,
-				  uint64_t limit, uint8_t tag, uint64_t now)
+static struct sel_pool_msg answer(struct mgr_scope *sc, const struct mgr_session *s,
+				  uint64_t resident, uint64_t limit, uint8_t tag, uint64_t now)
 {
 	sel_digest b[64];
 	uint64_t k_hi = limit / 64, n = k_hi - resident / 64 + 1;
@@ -158,18 +165,25 @@ static void test_records(void)
 	/* Refusals. */
 	CHECK(!put(a, 256, 0, 1, 3, &why) && why == SEL_POOL_PRESENT);
 	CHECK(!put(a, 576, 512, 1, 3, &why) && why == SEL_POOL_ORPHAN);
-	struct sel_pool_c_put bad = {.key = kk(300, 1), .parent = kk(400, 1), .bucket = bk(300, 1), .tail = 4,
+	struct sel_pool_c_put bad = {.key = kk(300, 1),
+				     .parent = kk(400, 1),
+				     .bucket = bk(300, 1),
+				     .tail = 4,
 				     .has_row = 1};
 	CHECK(mgr_record_precheck(&cat, a, &bad) == SEL_POOL_BAD_REQUEST); /* parent deeper */
-	bad = (struct sel_pool_c_put){.key = kk(256, 1), .bucket = bk(999, 1), .tail = 4, .has_row = 1};
+	bad = (struct sel_pool_c_put){
+		.key = kk(256, 1), .bucket = bk(999, 1), .tail = 4, .has_row = 1};
 	CHECK(mgr_record_precheck(&cat, a, &bad) == SEL_POOL_BAD_REQUEST); /* another bucket */
-	bad = (struct sel_pool_c_put){.key = kk(64 * 100, 1), .bucket = bk(64 * 100, 1), .tail = 100,
-				      .has_row = 1};
+	bad = (struct sel_pool_c_put){
+		.key = kk(64 * 100, 1), .bucket = bk(64 * 100, 1), .tail = 100, .has_row = 1};
 	CHECK(mgr_record_precheck(&cat, a, &bad) == SEL_POOL_OVERSIZE);
 	bad.has_row = 0;
 	CHECK(mgr_record_precheck(&cat, a, &bad) == SEL_POOL_BAD_REQUEST);
 	/* A pending put: IN_FLIGHT for a second, gone after abort. */
-	struct sel_pool_c_put q = {.key = kk(640, 1), .parent = kk(448, 1), .bucket = bk(640, 1), .tail = 3,
+	struct sel_pool_c_put q = {.key = kk(640, 1),
+				   .parent = kk(448, 1),
+				   .bucket = bk(640, 1),
+				   .tail = 3,
 				   .has_row = 1};
 	struct mgr_record *pend;
 	CHECK(mgr_record_begin(&cat, a, &q, &pend) == SEL_POOL_OK && r448->pins == 1);
@@ -189,9 +203,12 @@ static void test_records(void)
 	CHECK(n == 2 && ch[0] == r256 && ch[1] == r448 && base == 0);
 	CHECK(mgr_catalog_chain(&cat, a, &r448->e->key, 300, 10, ch, 8, &n, &base) == 0);
 	CHECK(n == 1 && ch[0] == r448 && base == 256);
-	CHECK(mgr_catalog_chain(&cat, a, &r448->e->key, 448, 10, ch, 8, &n, &base) == SEL_POOL_BAD_REQUEST);
-	CHECK(mgr_catalog_chain(&cat, b, &r448->e->key, 0, 10, ch, 8, &n, &base) == SEL_POOL_NOT_FOUND);
-	CHECK(mgr_catalog_chain(&cat, a, &r448->e->key, 0, 10, ch, 1, &n, &base) == SEL_POOL_OVERSIZE);
+	CHECK(mgr_catalog_chain(&cat, a, &r448->e->key, 448, 10, ch, 8, &n, &base) ==
+	      SEL_POOL_BAD_REQUEST);
+	CHECK(mgr_catalog_chain(&cat, b, &r448->e->key, 0, 10, ch, 8, &n, &base) ==
+	      SEL_POOL_NOT_FOUND);
+	CHECK(mgr_catalog_chain(&cat, a, &r448->e->key, 0, 10, ch, 1, &n, &base) ==
+	      SEL_POOL_OVERSIZE);
 
 	/* Holdings and answers. */
 	memset(sa.instance, 0xa, 16);
@@ -215,8 +232,10 @@ static void test_records(void)
 	 * not its own NVMe holding. */
 	CHECK(an->n_cands == 4);
 	CHECK(an->cands[0].source == SEL_POOL_SRC_GPU && an->cands[1].source == SEL_POOL_SRC_DRAM);
-	CHECK(an->cands[0].node == an->cands[1].node && !memcmp(an->cands[0].holder, sa.instance, 16));
-	CHECK(an->cands[2].source == SEL_POOL_SRC_ARENA && an->cands[3].source == SEL_POOL_SRC_ARENA);
+	CHECK(an->cands[0].node == an->cands[1].node &&
+	      !memcmp(an->cands[0].holder, sa.instance, 16));
+	CHECK(an->cands[2].source == SEL_POOL_SRC_ARENA &&
+	      an->cands[3].source == SEL_POOL_SRC_ARENA);
 	uint32_t e448 = an->cands[2].node, e256 = an->cands[3].node;
 	CHECK(an->nodes[e448].key.consumed == 448 && an->nodes[e448].up == e256);
 	CHECK(an->nodes[e256].up == SEL_POOL_NONE && an->n_nodes == 3); /* 256 once */
@@ -237,7 +256,7 @@ static void test_records(void)
 	checked();
 
 	/* Eviction: leaves only, least recently used first. */
-	mgr_record_touch(&cat, r256, 20); /* 256 is now the most recent, but has a child */
+	mgr_record_touch(&cat, r256, 20);        /* 256 is now the most recent, but has a child */
 	CHECK(mgr_catalog_evict_one(&cat) == 1); /* 448 goes, then 256 is a leaf */
 	sel_key k448 = kk(448, 1);
 	CHECK(mgr_entry_find(a, &k448) == NULL && r256->children == 0);
@@ -275,8 +294,10 @@ static void test_max_age(void)
 	struct mgr_record *ch[4];
 	uint32_t n;
 	uint64_t base;
-	CHECK(mgr_catalog_chain(&cat, a, &r2->e->key, 0, 111 * S_NS, ch, 4, &n, &base) == SEL_POOL_NOT_FOUND);
-	CHECK(mgr_catalog_chain(&cat, a, &r2->e->key, 200, 111 * S_NS, ch, 4, &n, &base) == 0); /* above it */
+	CHECK(mgr_catalog_chain(&cat, a, &r2->e->key, 0, 111 * S_NS, ch, 4, &n, &base) ==
+	      SEL_POOL_NOT_FOUND);
+	CHECK(mgr_catalog_chain(&cat, a, &r2->e->key, 200, 111 * S_NS, ch, 4, &n, &base) ==
+	      0); /* above it */
 	mgr_catalog_sweep(&cat, 111 * S_NS);
 	CHECK(cat.records == 3 && st.expired == 0); /* r1 is interior: skipped, r2 fresh: stop */
 	checked();

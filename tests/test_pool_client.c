@@ -43,8 +43,19 @@ static void fm_send(int fd, const struct sel_pool_msg *m)
 static void fm_hello(int fd, uint64_t gen, int arena_fd)
 {
 	struct sel_pool_msg m = {.type = SEL_POOL_M_HELLO};
-	m.u.m_hello = (struct sel_pool_m_hello){SEL_POOL_VERSION, gen, ARENA, MGR_HEADER, 4 << 20, 16, 4, 4,
-						 4, 30000, 3000, 0, "fake"};
+	m.u.m_hello = (struct sel_pool_m_hello){SEL_POOL_VERSION,
+						gen,
+						ARENA,
+						MGR_HEADER,
+						4 << 20,
+						16,
+						4,
+						4,
+						4,
+						30000,
+						3000,
+						0,
+						"fake"};
 	uint8_t b[512];
 	int64_t n = sel_pool_encode(&m, b, sizeof b);
 	union {
@@ -53,7 +64,10 @@ static void fm_hello(int fd, uint64_t gen, int arena_fd)
 	} cb;
 	memset(&cb, 0, sizeof cb);
 	struct iovec iov = {b, (size_t)n};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.c, .msg_controllen = sizeof cb.c};
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = cb.c,
+			    .msg_controllen = sizeof cb.c};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
@@ -142,10 +156,12 @@ static void expect(int fd, uint16_t type, uint64_t lease, uint32_t status)
 {
 	struct sel_pool_msg m;
 	CHECK(fm_read(fd, &m, 10) == 0);
-	CHECKF(m.type == type, "got %s, wanted %s", sel_pool_type_name(m.type), sel_pool_type_name(type));
+	CHECKF(m.type == type, "got %s, wanted %s", sel_pool_type_name(m.type),
+	       sel_pool_type_name(type));
 	if (type == SEL_POOL_C_RELEASE || type == SEL_POOL_C_EXPORT_REPLY)
-		CHECKF(m.u.ls.lease == lease && m.u.ls.status == status, "lease %" PRIu64 " status %s",
-		       m.u.ls.lease, sel_pool_reason_name(m.u.ls.status));
+		CHECKF(m.u.ls.lease == lease && m.u.ls.status == status,
+		       "lease %" PRIu64 " status %s", m.u.ls.lease,
+		       sel_pool_reason_name(m.u.ls.status));
 	sel_pool_msg_free(&m);
 }
 
@@ -170,7 +186,8 @@ static void refused_reaches(struct tc *tt, uint64_t n)
 /* A claim grant of the 256-token record: pages 0..3 at slots 8..11, the
  * row at slot 12, checksums of what the arena holds. */
 static struct sel_pool_msg grant(uint64_t claim, uint64_t lease, const sel_history *h,
-				 struct sel_pool_gnode *node, struct sel_pool_window *w, uint64_t *ck)
+				 struct sel_pool_gnode *node, struct sel_pool_window *w,
+				 uint64_t *ck)
 {
 	*node = (struct sel_pool_gnode){key_at(h, 256), {0}, bucket_of(h, 256), 4, 4, 1};
 	w[0] = (struct sel_pool_window){8 * 8192, 4, SEL_POOL_WIN_PAGES};
@@ -179,8 +196,19 @@ static struct sel_pool_msg grant(uint64_t claim, uint64_t lease, const sel_histo
 		ck[i] = XXH3_64bits(arena + (8 + i) * 8192, 8192);
 	struct iovec iov = {arena + 12 * 8192, 6000};
 	struct sel_pool_msg m = {.type = SEL_POOL_M_CLAIM_GRANT};
-	m.u.grant = (struct sel_pool_m_claim_grant){claim, lease, 77, 11000, SEL_POOL_SRC_ARENA, 0, 1, 2, 4,
-						    node, w, ck, XXH3_64bits(iov.iov_base, iov.iov_len)};
+	m.u.grant = (struct sel_pool_m_claim_grant){claim,
+						    lease,
+						    77,
+						    11000,
+						    SEL_POOL_SRC_ARENA,
+						    0,
+						    1,
+						    2,
+						    4,
+						    node,
+						    w,
+						    ck,
+						    XXH3_64bits(iov.iov_base, iov.iov_len)};
 	return m;
 }
 
@@ -198,7 +226,8 @@ static uint64_t do_claim(struct tc *tt, int fd, sel_pool_ticket *k)
 int main(void)
 {
 	char *d = test_mkdtemp("poolc");
-	CHECKF(strlen(d) < sizeof dir, "the temporary directory %s is too long for a socket path", d);
+	CHECKF(strlen(d) < sizeof dir, "the temporary directory %s is too long for a socket path",
+	       d);
 	snprintf(dir, sizeof dir, "%s", d);
 	snprintf(sock, sizeof sock, "%s/fake.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
@@ -319,8 +348,8 @@ int main(void)
 	 * caller's, who refuses it with a reason. */
 	struct sel_pool_window ew[2] = {{20 * 8192, 3, 0}, {21 * 8192, 1, 1}};
 	struct sel_pool_msg x = {.type = SEL_POOL_M_EXPORT_REQUEST};
-	x.u.export_req = (struct sel_pool_m_export_request){30, 31, 11000, SEL_POOL_SRC_GPU, key_at(&h, 256),
-							    4, 1, 3, 1, 2, ew};
+	x.u.export_req = (struct sel_pool_m_export_request){
+		30, 31, 11000, SEL_POOL_SRC_GPU, key_at(&h, 256), 4, 1, 3, 1, 2, ew};
 	fm_send(fd, &x);
 	expect(fd, SEL_POOL_C_EXPORT_REPLY, 30, SEL_POOL_BAD_REQUEST);
 	ew[1].off = 23 * 8192;

@@ -59,13 +59,15 @@ static void role(const char *what, const char *sock)
 		memset(p, 0xab, sel_pool_slot_bytes(t.c));
 		say('g');
 	} else if (!strcmp(what, "holder")) {
-		struct sel_pool_holding hd = {SEL_POOL_SRC_GPU, key_at(&h, 640), bucket_of(&h, 640), 1};
+		struct sel_pool_holding hd = {SEL_POOL_SRC_GPU, key_at(&h, 640), bucket_of(&h, 640),
+					      1};
 		CHECK_OK(sel_pool_announce(t.c, &hd, 1));
 		tc_sync(&t, &h);
 		say('a');
 		struct sel_pool_event e = tc_wait(&t, SEL_POOL_EV_EXPORT, 20);
 		CHECK_OK(sel_pool_export_reply(t.c, e.lease, SEL_POOL_OK));
-		memset(sel_pool_slot_addr(t.c, e.lease->page_slots[0]), 0xcd, sel_pool_slot_bytes(t.c));
+		memset(sel_pool_slot_addr(t.c, e.lease->page_slots[0]), 0xcd,
+		       sel_pool_slot_bytes(t.c));
 		say('x');
 	} else if (!strcmp(what, "reader")) {
 		sel_pool_ticket *k = lookup(&t, &h, 0, 700);
@@ -116,8 +118,8 @@ static struct child spawn(const char *what, const struct mgr_proc *m)
 static char hear(struct child *c, unsigned seconds)
 {
 	struct pollfd p = {c->rd, POLLIN, 0};
-	CHECKF(poll(&p, 1, (int)(seconds * 1000)) == 1, "child %d said nothing in %u s", (int)c->pid,
-	       seconds);
+	CHECKF(poll(&p, 1, (int)(seconds * 1000)) == 1, "child %d said nothing in %u s",
+	       (int)c->pid, seconds);
 	char x = 0;
 	if (read(c->rd, &x, 1) != 1) {
 		int st = 0;
@@ -242,7 +244,9 @@ static int raw_read(int fd, struct sel_pool_msg *m, unsigned seconds)
 			char b[CMSG_SPACE(sizeof(int))];
 		} cb;
 		struct iovec iov = {h + got, 8 - got};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+		struct msghdr mh = {.msg_iov = &iov,
+				    .msg_iovlen = 1,
+				    .msg_control = cb.b,
 				    .msg_controllen = sizeof cb.b};
 		ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
 		if (r <= 0)
@@ -288,7 +292,8 @@ static bool closed_within(int fd, unsigned seconds)
 	return false;
 }
 
-static uint8_t table[24] = {1, 0, 0, 0, 0, 0, 0, 0, 0x70, 0x17, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0};
+static uint8_t table[24] = {1, 0, 0, 0, 0, 0,  0, 0, 0x70, 0x17, 0, 0,
+			    0, 0, 0, 0, 0, 16, 0, 0, 0,    0,    0, 0};
 
 /* A raw session: hello in, hello out, welcome. */
 static int raw_session(const char *sock, uint8_t tag)
@@ -299,8 +304,11 @@ static int raw_session(const char *sock, uint8_t tag)
 	struct sel_pool_msg h = {.type = SEL_POOL_C_HELLO};
 	h.u.c_hello.version = SEL_POOL_VERSION;
 	memset(h.u.c_hello.instance, tag, SEL_POOL_ID_BYTES);
-	h.u.c_hello.scope = (struct sel_pool_scope){.page_tokens = 64, .ranks = 1, .slot_bytes = 8192,
-						    .row_slots = 1, .table_bytes = sizeof table,
+	h.u.c_hello.scope = (struct sel_pool_scope){.page_tokens = 64,
+						    .ranks = 1,
+						    .slot_bytes = 8192,
+						    .row_slots = 1,
+						    .table_bytes = sizeof table,
 						    .table = table};
 	raw_send(fd, &h);
 	CHECK(raw_read(fd, &m, 10) == 0 && m.type == SEL_POOL_M_WELCOME && m.u.welcome.status == 0);
@@ -310,8 +318,8 @@ static int raw_session(const char *sock, uint8_t tag)
 static void test_misbehaving(void)
 {
 	struct mgr_proc m;
-	mgr_start(&m, dir, "bad", "--memory", "16MiB", "--client-queue", "64KiB", "--max-holdings", "10000",
-		  "--hello-timeout", "1s", NULL);
+	mgr_start(&m, dir, "bad", "--memory", "16MiB", "--client-queue", "64KiB", "--max-holdings",
+		  "10000", "--hello-timeout", "1s", NULL);
 	struct scope s;
 	scope_make(&s, 1, 4096, 1);
 	struct tc b;
@@ -385,7 +393,8 @@ static void test_misbehaving(void)
 		CHECK(send(half[i], hd, 8, MSG_NOSIGNAL) == 8);
 		size_t sent = 0;
 		while (sent < SEL_POOL_FRAME_MAX - 4096) {
-			ssize_t r = send(half[i], big + sent, SEL_POOL_FRAME_MAX - 4096 - sent, MSG_NOSIGNAL);
+			ssize_t r = send(half[i], big + sent, SEL_POOL_FRAME_MAX - 4096 - sent,
+					 MSG_NOSIGNAL);
 			CHECK(r > 0);
 			sent += (size_t)r;
 		}
@@ -412,7 +421,8 @@ static void test_misbehaving(void)
 	free(hs);
 	tc_sync(&f, &h);
 	wait_metric_eq(&m, "flare_pool_holdings", 10000, 10);
-	wait_metric(&m, "flare_pool_frames_refused_total{reason=\"full\"}", 12 * 4096 - 10000, false, 10);
+	wait_metric(&m, "flare_pool_frames_refused_total{reason=\"full\"}", 12 * 4096 - 10000,
+		    false, 10);
 
 	/* One that never reads: its answers pile up until it is closed. */
 	fd = raw_session(m.sock, 4);
@@ -428,8 +438,8 @@ static void test_misbehaving(void)
 	bool closed = false;
 	uint64_t lookups = 0;
 	while (!closed) {
-		CHECKF(eos_now_ns() < deadline, "a client that never reads was not closed (%" PRIu64
-		       " lookups)", lookups);
+		CHECKF(eos_now_ns() < deadline,
+		       "a client that never reads was not closed (%" PRIu64 " lookups)", lookups);
 		ssize_t r = send(fd, frame, (size_t)fl, MSG_NOSIGNAL);
 		if (r < 0 && errno == EAGAIN) {
 			struct pollfd p = {fd, POLLOUT, 0};

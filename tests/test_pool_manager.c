@@ -32,7 +32,8 @@ static void test_absent(void)
 	CHECK_RC(rc, -ETIMEDOUT);
 	CHECK(t.c == NULL);
 	CHECKF(strstr(sel_errmsg(), m.sock) != NULL, "message '%s'", sel_errmsg());
-	CHECKF(took >= 300 * MS_NS && took < 5 * S_NS, "attach gave up after %" PRIu64 " ms", took / MS_NS);
+	CHECKF(took >= 300 * MS_NS && took < 5 * S_NS, "attach gave up after %" PRIu64 " ms",
+	       took / MS_NS);
 	/* Not a pool address at all. */
 	struct sel_pool_client_config cfg = {.address = "tcp:host:1", .geometry = s.g};
 	sel_pool_client *c;
@@ -123,7 +124,8 @@ static void test_put_claim(void)
 	uint32_t why;
 	struct sel_pool_lease *l = claim(&b, k, i, &why);
 	CHECKF(l, "claim failed: %s", sel_pool_reason_name(why));
-	CHECK(l->source == SEL_POOL_SRC_ARENA && l->n_nodes == 2 && l->n_pages == 7 && l->base == 0);
+	CHECK(l->source == SEL_POOL_SRC_ARENA && l->n_nodes == 2 && l->n_pages == 7 &&
+	      l->base == 0);
 	lease_check(b.c, l, &h, 0);
 	CHECK(!sel_pool_lease_matches(l, &h2, 0)); /* not h2's chain */
 	CHECK_OK(sel_pool_release(b.c, l, SEL_POOL_OK));
@@ -134,7 +136,8 @@ static void test_put_claim(void)
 	i = sel_pool_answer_pick(sel_pool_ticket_answer(k), &h, 128);
 	CHECK(i >= 0);
 	l = claim(&b, k, i, &why);
-	CHECK(l && l->n_pages == 5 && l->base == 128 && l->nodes[0].pages == 2 && l->nodes[1].pages == 3);
+	CHECK(l && l->n_pages == 5 && l->base == 128 && l->nodes[0].pages == 2 &&
+	      l->nodes[1].pages == 3);
 	lease_check(b.c, l, &h, 128);
 	CHECK_OK(sel_pool_release(b.c, l, SEL_POOL_OK));
 	sel_pool_ticket_free(b.c, k);
@@ -227,7 +230,8 @@ static void test_export(void)
 	k = lookup(&b, &h, 64, 700);
 	const struct sel_pool_m_answer *ans = sel_pool_ticket_answer(k);
 	CHECK(ans->n_cands == 1 && ans->cands[0].source == SEL_POOL_SRC_GPU &&
-	      ans->cands[0].generation == 5 && !memcmp(ans->cands[0].holder, sel_pool_instance(a.c), 16));
+	      ans->cands[0].generation == 5 &&
+	      !memcmp(ans->cands[0].holder, sel_pool_instance(a.c), 16));
 	int i = sel_pool_answer_pick(ans, &h, 64);
 	CHECK(i == 0);
 	uint64_t id;
@@ -273,14 +277,15 @@ static void test_export(void)
 	CHECK(sel_pool_ticket_answer(k)->n_cands == 0);
 	sel_pool_ticket_free(b.c, k);
 	/* evictions_lost: forget the GPU holdings, announce again. */
-	struct sel_pool_holding two[2] = {hd, {SEL_POOL_SRC_DRAM, key_at(&h, 320), bucket_of(&h, 320), 1}};
+	struct sel_pool_holding two[2] = {
+		hd, {SEL_POOL_SRC_DRAM, key_at(&h, 320), bucket_of(&h, 320), 1}};
 	CHECK_OK(sel_pool_announce(a.c, two, 2));
 	CHECK_OK(sel_pool_reset_holdings(a.c, 1u << SEL_POOL_SRC_GPU));
 	tc_sync(&a, &h);
 	k = lookup(&b, &h, 0, 700);
 	ans = sel_pool_ticket_answer(k);
-	CHECKF(ans->n_cands == 1 && ans->cands[0].source == SEL_POOL_SRC_DRAM, "%u candidates, source %u",
-	       ans->n_cands, ans->n_cands ? ans->cands[0].source : 99);
+	CHECKF(ans->n_cands == 1 && ans->cands[0].source == SEL_POOL_SRC_DRAM,
+	       "%u candidates, source %u", ans->n_cands, ans->n_cands ? ans->cands[0].source : 99);
 	sel_pool_ticket_free(b.c, k);
 	/* When A goes, its holdings go with its session. */
 	tc_close(&a);
@@ -434,10 +439,11 @@ static void test_cli(void)
 	snprintf(log, sizeof log, "%s/cli.log", dir);
 	snprintf(cmd, sizeof cmd, "%s pool --memory 1GiB 2>%s", flare_bin(), log);
 	CHECK(WEXITSTATUS(system(cmd)) == 2 && file_has(log, "--socket PATH is required", NULL, 0));
-	snprintf(cmd, sizeof cmd, "%s pool --socket %s/x.sock --memory 8X 2>%s", flare_bin(), dir, log);
+	snprintf(cmd, sizeof cmd, "%s pool --socket %s/x.sock --memory 8X 2>%s", flare_bin(), dir,
+		 log);
 	CHECK(WEXITSTATUS(system(cmd)) == 2 && file_has(log, "--memory", NULL, 0));
-	snprintf(cmd, sizeof cmd, "%s pool --socket %s/x.sock --memory 8MiB --name 'a b' 2>%s", flare_bin(),
-		 dir, log);
+	snprintf(cmd, sizeof cmd, "%s pool --socket %s/x.sock --memory 8MiB --name 'a b' 2>%s",
+		 flare_bin(), dir, log);
 	CHECK(WEXITSTATUS(system(cmd)) == 2 && file_has(log, "not a pool name", NULL, 0));
 	/* A config file, with a flag overriding it. */
 	char conf[300];
@@ -452,15 +458,19 @@ static void test_cli(void)
 	CHECK(file_has(m.log, "records expire 3600 s", NULL, 0));
 	CHECK(file_has(m.log, "at most 4 clients", NULL, 0));
 	/* A second manager on the same socket is refused; the first keeps it. */
-	snprintf(cmd, sizeof cmd, "%s pool --socket %s --memory 8MiB 2>%s", flare_bin(), m.sock, log);
-	CHECK(WEXITSTATUS(system(cmd)) == 1 && file_has(log, "another manager is listening", NULL, 0));
+	snprintf(cmd, sizeof cmd, "%s pool --socket %s --memory 8MiB 2>%s", flare_bin(), m.sock,
+		 log);
+	CHECK(WEXITSTATUS(system(cmd)) == 1 &&
+	      file_has(log, "another manager is listening", NULL, 0));
 	CHECK(!access(m.sock, F_OK));
 	mgr_stop(&m);
 	f = fopen(conf, "w");
 	fprintf(f, "[pool]\nmemroy = \"8MiB\"\n");
 	fclose(f);
-	snprintf(cmd, sizeof cmd, "%s pool --socket %s/y.sock --config %s 2>%s", flare_bin(), dir, conf, log);
-	CHECK(WEXITSTATUS(system(cmd)) == 2 && file_has(log, "pool.toml:2: unknown key 'memroy'", NULL, 0));
+	snprintf(cmd, sizeof cmd, "%s pool --socket %s/y.sock --config %s 2>%s", flare_bin(), dir,
+		 conf, log);
+	CHECK(WEXITSTATUS(system(cmd)) == 2 &&
+	      file_has(log, "pool.toml:2: unknown key 'memroy'", NULL, 0));
 	unlink(conf);
 	unlink(log);
 }

@@ -33,7 +33,8 @@ static struct sel_pool_candidate cands[2];
 static struct sel_pool_gnode gnodes[2];
 static uint64_t cks[4] = {1, 2, 3, 0xffffffffffffffffull};
 static sel_digest bounds[3];
-static uint8_t table[24] = {1, 0, 0, 0, 0, 0, 0, 0, 200, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0};
+static uint8_t table[24] = {1, 0, 0, 0, 0, 0,  0, 0, 200, 0, 0, 0,
+			    0, 0, 0, 0, 0, 16, 0, 0, 0,   0, 0, 0};
 
 /* One sample of every type. */
 static int samples(struct sel_pool_msg *m)
@@ -52,8 +53,19 @@ static int samples(struct sel_pool_msg *m)
 		memset(bounds[i].b, 0x40 + i, SEL_DIGEST_BYTES);
 
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_HELLO};
-	m[n].u.m_hello = (struct sel_pool_m_hello){SEL_POOL_VERSION, 0x1122334455667788ull, 64 << 20,
-						   65536, 4 << 20, 16, 16, 16, 8, 30000, 3000, 0, "team-a"};
+	m[n].u.m_hello = (struct sel_pool_m_hello){SEL_POOL_VERSION,
+						   0x1122334455667788ull,
+						   64 << 20,
+						   65536,
+						   4 << 20,
+						   16,
+						   16,
+						   16,
+						   8,
+						   30000,
+						   3000,
+						   0,
+						   "team-a"};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_WELCOME};
 	m[n].u.welcome = (struct sel_pool_m_welcome){SEL_POOL_OK, 42, 1, "hi"};
@@ -62,8 +74,8 @@ static int samples(struct sel_pool_msg *m)
 	m[n].u.answer = (struct sel_pool_m_answer){9, 3, 2, anodes, cands};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_CLAIM_GRANT};
-	m[n].u.grant = (struct sel_pool_m_claim_grant){5, 6, 7, 11000, SEL_POOL_SRC_ARENA, 512, 2, 3, 4,
-						       gnodes, wins, cks, 99};
+	m[n].u.grant = (struct sel_pool_m_claim_grant){
+		5, 6, 7, 11000, SEL_POOL_SRC_ARENA, 512, 2, 3, 4, gnodes, wins, cks, 99};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_CLAIM_REFUSED};
 	m[n].u.refused = (struct sel_pool_m_refused){5, SEL_POOL_CHAIN_GAP};
@@ -78,8 +90,8 @@ static int samples(struct sel_pool_msg *m)
 	m[n].u.ls = (struct sel_pool_lease_status){9, 10, SEL_POOL_OK};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_EXPORT_REQUEST};
-	m[n].u.export_req = (struct sel_pool_m_export_request){11, 12, 13000, SEL_POOL_SRC_DRAM,
-							       key(1000, 3), 3, 8, 4, 1, 3, wins};
+	m[n].u.export_req = (struct sel_pool_m_export_request){
+		11, 12, 13000, SEL_POOL_SRC_DRAM, key(1000, 3), 3, 8, 4, 1, 3, wins};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_M_EXPORT_CANCEL};
 	m[n].u.ls = (struct sel_pool_lease_status){11, 12, SEL_POOL_GONE};
@@ -117,8 +129,8 @@ static int samples(struct sel_pool_msg *m)
 	m[n].u.lookup = (struct sel_pool_c_lookup){13, 64, 200, 3, 3, bounds};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_C_CLAIM};
-	m[n].u.claim = (struct sel_pool_c_claim){14, SEL_POOL_SRC_GPU, {7, 7}, 77, key(640, 1), 128,
-						 10000};
+	m[n].u.claim = (struct sel_pool_c_claim){
+		14, SEL_POOL_SRC_GPU, {7, 7}, 77, key(640, 1), 128, 10000};
 	n++;
 	m[n] = (struct sel_pool_msg){.type = SEL_POOL_C_RELEASE};
 	m[n].u.ls = (struct sel_pool_lease_status){6, 7, SEL_POOL_CORRUPT};
@@ -193,13 +205,15 @@ static void test_round_trips(void)
 	      sel_key_eq(&d.u.grant.nodes[1].parent, &gnodes[0].key));
 	CHECK(d.u.grant.n_windows == 3 && d.u.grant.windows[2].kind == SEL_POOL_WIN_ROW &&
 	      d.u.grant.windows[1].off == 65536 + 4 * 8192);
-	CHECK(d.u.grant.page_cksum[3] == cks[3] && d.u.grant.row_cksum == 99 && d.u.grant.base == 512);
+	CHECK(d.u.grant.page_cksum[3] == cks[3] && d.u.grant.row_cksum == 99 &&
+	      d.u.grant.base == 512);
 	sel_pool_msg_free(&d);
 	free(b);
 	b = enc(&m[12], &len);
 	CHECK_OK(sel_pool_decode(b, len, &d));
 	CHECK(d.u.c_hello.scope.table_bytes == sizeof table &&
-	      !memcmp(d.u.c_hello.scope.table, table, sizeof table) && d.u.c_hello.scope.slot_bytes == 8192);
+	      !memcmp(d.u.c_hello.scope.table, table, sizeof table) &&
+	      d.u.c_hello.scope.slot_bytes == 8192);
 	sel_pool_msg_free(&d);
 	free(b);
 	b = enc(&m[2], &len);
@@ -312,20 +326,21 @@ static void test_windows(void)
 	const uint64_t A = 1 << 20, D = 65536, S = 8192;
 	struct sel_pool_window ok[] = {{D, 2, 0}, {D + 4 * S, 1, 0}, {D + 2 * S, 1, 1}};
 	CHECK_OK(sel_pool_windows_check(ok, 3, A, D, S, 3, 1));
-	CHECK_RC(sel_pool_windows_check(ok, 3, A, D, S, 2, 1), SEL_EFORMAT);   /* page count */
-	CHECK_RC(sel_pool_windows_check(ok, 3, A, D, S, 3, 2), SEL_EFORMAT);   /* row count */
+	CHECK_RC(sel_pool_windows_check(ok, 3, A, D, S, 2, 1), SEL_EFORMAT); /* page count */
+	CHECK_RC(sel_pool_windows_check(ok, 3, A, D, S, 3, 2), SEL_EFORMAT); /* row count */
 	struct sel_pool_window over[] = {{D, 2, 0}, {D + S, 1, 0}};
 	CHECK_RC(sel_pool_windows_check(over, 2, A, D, S, 3, 0), SEL_EFORMAT); /* overlap */
 	struct sel_pool_window mis[] = {{D + 4096, 1, 0}};
-	CHECK_RC(sel_pool_windows_check(mis, 1, A, D, S, 1, 0), SEL_EFORMAT);  /* not a slot */
+	CHECK_RC(sel_pool_windows_check(mis, 1, A, D, S, 1, 0), SEL_EFORMAT); /* not a slot */
 	struct sel_pool_window low[] = {{0, 1, 0}};
-	CHECK_RC(sel_pool_windows_check(low, 1, A, D, S, 1, 0), SEL_EFORMAT);  /* the header */
+	CHECK_RC(sel_pool_windows_check(low, 1, A, D, S, 1, 0), SEL_EFORMAT); /* the header */
 	struct sel_pool_window high[] = {{A - S, 2, 0}};
 	CHECK_RC(sel_pool_windows_check(high, 1, A, D, S, 2, 0), SEL_EFORMAT); /* past the end */
 	struct sel_pool_window far[] = {{UINT64_MAX - S + 1, 1, 0}};
 	CHECK_RC(sel_pool_windows_check(far, 1, A, D, S, 1, 0), SEL_EFORMAT);
 	struct sel_pool_window order[] = {{D, 1, 1}, {D + S, 1, 0}};
-	CHECK_RC(sel_pool_windows_check(order, 2, A, D, S, 1, 1), SEL_EFORMAT); /* pages after the row */
+	CHECK_RC(sel_pool_windows_check(order, 2, A, D, S, 1, 1),
+		 SEL_EFORMAT); /* pages after the row */
 	struct sel_pool_window empty[] = {{D, 0, 0}};
 	CHECK_RC(sel_pool_windows_check(empty, 1, A, D, S, 0, 0), SEL_EFORMAT);
 	CHECK_RC(sel_pool_windows_check(ok, 3, A, D, 1000, 3, 1), SEL_EFORMAT); /* slot size */
@@ -337,7 +352,7 @@ static void test_rules(void)
 	CHECK(sel_pool_deadline_ms(10000, 30000, 0) == 10000);
 	CHECK(sel_pool_deadline_ms(10000, 30000, 8ull << 20) == 11000);
 	CHECK(sel_pool_deadline_ms(60000, 30000, 16ull << 20) == 32000); /* clamped setup */
-	CHECK(sel_pool_deadline_ms(0, 30000, 1) == 1);                  /* rounds up */
+	CHECK(sel_pool_deadline_ms(0, 30000, 1) == 1);                   /* rounds up */
 	CHECK(sel_pool_deadline_ms(10000, 30000, UINT64_MAX) == UINT32_MAX);
 	struct sel_pool_msg m[32];
 	samples(m);
@@ -379,7 +394,8 @@ static int write_corpus(const char *dir)
 		size_t len;
 		uint8_t *b = enc(&m[i], &len);
 		char path[4096];
-		snprintf(path, sizeof path, "%s/%02d-%s", dir, i + 1, sel_pool_type_name(m[i].type));
+		snprintf(path, sizeof path, "%s/%02d-%s", dir, i + 1,
+			 sel_pool_type_name(m[i].type));
 		FILE *f = fopen(path, "wb");
 		CHECK(f && fwrite(b, 1, len, f) == len && !fclose(f));
 		free(b);

@@ -39,7 +39,7 @@ static void wait_results(hel_prep *w, hel_prep_result *out, int n)
 
 static uint64_t submit(hel_prep *w, uint32_t kind, const struct imgbuf *b, uint64_t tag)
 {
-	hel_prep_job j = { .kind = kind, .bytes = b->b, .len = b->n, .tag = tag };
+	hel_prep_job j = {.kind = kind, .bytes = b->b, .len = b->n, .tag = tag};
 	uint64_t t;
 	CHECK_OK(hel_prep_submit(w, &j, &t));
 	return t;
@@ -83,7 +83,7 @@ static void start(struct tiers *t, int dirfd)
 {
 	CHECK_OK(sel_input_cache_create(1 << 20, &t->cache));
 	CHECK_OK(sel_input_disk_open(dirfd, NULL, &t->disk));
-	hel_prep_opts o = { .core = core, .cache = t->cache, .disk = t->disk };
+	hel_prep_opts o = {.core = core, .cache = t->cache, .disk = t->disk};
 	CHECK_OK(hel_prep_create(&o, &t->w));
 }
 
@@ -98,13 +98,13 @@ static void test_tiers(const char *dir)
 {
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	hel_model *m;
-	hel_model_opts mo = { .mode = SEL_MODE_ORDINARY, .pages = 4, .rows = 1 };
+	hel_model_opts mo = {.mode = SEL_MODE_ORDINARY, .pages = 4, .rows = 1};
 	CHECK_OK(hel_model_create(core, &mo, &m));
 	struct tiers t;
 	start(&t, dirfd);
 	hel_prep *w = t.w;
 
-	struct imgbuf a = { 0 }, a16 = { 0 };
+	struct imgbuf a = {0}, a16 = {0};
 	png_of(&a, 40, 30, 1);
 	uint8_t *px = img_pattern(40, 30, 3, 1), *wide = malloc(40 * 30 * 6);
 	for (int i = 0; i < 40 * 30 * 3; i++)
@@ -120,8 +120,8 @@ static void test_tiers(const char *dir)
 	CHECK(r[0].ticket == tk && r[0].tag == 7 && r[0].kind == HEL_PREP_PREPARE);
 	CHECK(r[0].desc_tier == HEL_PREP_BUILT && r[0].tensor_tier == HEL_PREP_BUILT);
 	CHECK(r[0].desc.tokens == 12 /* 4 x 5 shrunk to 3 x 4 */ &&
-	      r[0].desc.encoding == HEL_IMAGE_PNG &&
-	      r[0].desc.color == HEL_COLOR_RGB && r[0].desc.width == 40);
+	      r[0].desc.encoding == HEL_IMAGE_PNG && r[0].desc.color == HEL_COLOR_RGB &&
+	      r[0].desc.width == 40);
 	CHECK(r[0].decode_ns > 0 && r[0].prepare_ns > 0);
 	check_tensors(&r[0], m);
 	sel_input_rec first;
@@ -215,10 +215,10 @@ static void test_shared(bool retained)
 	sel_input_cache *cache = NULL;
 	if (retained)
 		CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	hel_prep_opts o = { .core = core, .cache = cache };
+	hel_prep_opts o = {.core = core, .cache = cache};
 	hel_prep *w;
 	CHECK_OK(hel_prep_create(&o, &w));
-	struct imgbuf a = { 0 };
+	struct imgbuf a = {0};
 	png_of(&a, 33, 17, 2);
 	submit(w, HEL_PREP_PREPARE, &a, 1);
 	submit(w, HEL_PREP_PREPARE, &a, 2);
@@ -245,10 +245,10 @@ static void test_shared(bool retained)
  * describes run past them. */
 static void test_bound(void)
 {
-	hel_prep_opts o = { .core = core };
+	hel_prep_opts o = {.core = core};
 	hel_prep *w;
 	CHECK_OK(hel_prep_create(&o, &w));
-	struct imgbuf img[4] = { 0 };
+	struct imgbuf img[4] = {0};
 	for (int i = 0; i < 4; i++)
 		png_of(&img[i], 20 + i, 20, 10 + i);
 	uint64_t t[4];
@@ -287,7 +287,7 @@ static void test_bound(void)
 	wait_results(w, r, 1);
 	submit(w, HEL_PREP_PREPARE, &img[1], 1);
 	submit(w, HEL_PREP_PREPARE, &img[2], 2);
-	hel_prep_job j = { .kind = HEL_PREP_DESCRIBE, .bytes = img[3].b, .len = img[3].n };
+	hel_prep_job j = {.kind = HEL_PREP_DESCRIBE, .bytes = img[3].b, .len = img[3].n};
 	CHECK_RC(hel_prep_submit(w, &j, NULL), -EAGAIN);
 	/* Destroyed with a result held by the caller returned, two jobs
 	 * queued: everything released (ASan and the checker see leaks). */
@@ -303,13 +303,14 @@ static void test_cold(void)
 {
 	sel_input_cache *cache;
 	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	hel_prep_opts o = { .core = core, .cache = cache,
-			    .limits = { .max_encoded_bytes = 1 << 20, .max_pixels = 64 * 64,
-					.max_images = 4 } };
+	hel_prep_opts o = {
+		.core = core,
+		.cache = cache,
+		.limits = {.max_encoded_bytes = 1 << 20, .max_pixels = 64 * 64, .max_images = 4}};
 	hel_prep *w;
 	CHECK_OK(hel_prep_create(&o, &w));
 	CHECK(stats(w).cold_limit == 64 * 64 * 8);
-	struct imgbuf img[4] = { 0 };
+	struct imgbuf img[4] = {0};
 	for (int i = 0; i < 4; i++)
 		png_of(&img[i], 64, 64, 20 + i);
 	hel_prep_result r[3];
@@ -354,7 +355,7 @@ static void test_cold(void)
 	s = stats(w);
 	CHECK(s.decodes == 5 && s.cold_sources == 0 && s.cold_bytes == 0);
 	/* Over the pixel limit: refused from the header. */
-	struct imgbuf big = { 0 };
+	struct imgbuf big = {0};
 	png_of(&big, 65, 64, 30);
 	submit(w, HEL_PREP_PREPARE, &big, 20);
 	wait_results(w, r, 1);
@@ -362,7 +363,7 @@ static void test_cold(void)
 	hel_prep_done(w, &r[0]);
 	imgbuf_free(&big);
 	/* Not an image. */
-	struct imgbuf junk = { 0 };
+	struct imgbuf junk = {0};
 	imgbuf_put(&junk, "GIF89a, not ours", 16);
 	submit(w, HEL_PREP_DESCRIBE, &junk, 21);
 	wait_results(w, r, 1);
@@ -383,10 +384,10 @@ static void test_never_blocks(void)
 {
 	sel_input_cache *cache;
 	CHECK_OK(sel_input_cache_create(1 << 20, &cache));
-	hel_prep_opts o = { .core = core, .cache = cache };
+	hel_prep_opts o = {.core = core, .cache = cache};
 	hel_prep *w;
 	CHECK_OK(hel_prep_create(&o, &w));
-	struct imgbuf a = { 0 }, b = { 0 };
+	struct imgbuf a = {0}, b = {0};
 	png_of(&a, 16, 16, 40);
 	png_of(&b, 16, 16, 41);
 	char st[HEL_VISION_SETTINGS_MAX];

@@ -269,7 +269,8 @@ static void test_stalled(void)
 	uint64_t took = eos_now_ns() - t0;
 	CHECKF(strstr(eos_errmsg(), "rank 1") && strstr(eos_errmsg(), "in time"), "%s",
 	       eos_errmsg());
-	CHECKF(took < 20000000000ull, "the stop took %llu ms", (unsigned long long)(took / 1000000));
+	CHECKF(took < 20000000000ull, "the stop took %llu ms",
+	       (unsigned long long)(took / 1000000));
 	CHECK(atomic_load(&dead_calls) == 1);
 	hel_model_destroy(gr.m);
 	hel_ranks_close(gr.g, NULL);

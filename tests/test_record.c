@@ -75,7 +75,8 @@ static void check_layout(const sel_geometry *g)
 		test_key(&rng, pc, &parent);
 		bool root = test_rng_below(&rng, 3) == 0, full = test_rng_below(&rng, 3) == 0;
 		sel_record_desc d;
-		test_desc(&rng, pt, pc + 1 + test_rng_below(&rng, 5000), root ? NULL : &parent, full, &d);
+		test_desc(&rng, pt, pc + 1 + test_rng_below(&rng, 5000), root ? NULL : &parent,
+			  full, &d);
 		if (g->ranks > 1 && l.sz.uniform_planes && test_rng_below(&rng, 2))
 			d.flags |= SEL_RECORD_PAGES_REPLICATED;
 		if (g->ranks > 1 && l.sz.uniform_row && test_rng_below(&rng, 2))
@@ -85,37 +86,44 @@ static void check_layout(const sel_geometry *g)
 		CHECK(s.header_bytes == l.sz.header_bytes && s.cksum_off == s.header_bytes);
 		CHECK(s.cksum_bytes == eos_round_up(8ull * d.tail, 4096));
 		CHECK(s.page_off == s.cksum_off + s.cksum_bytes);
-		CHECK(s.page_stride == ((d.flags & SEL_RECORD_PAGES_REPLICATED) ? l.share[0] : l.sz.page_record));
+		CHECK(s.page_stride ==
+		      ((d.flags & SEL_RECORD_PAGES_REPLICATED) ? l.share[0] : l.sz.page_record));
 		CHECK(s.row_off == s.page_off + d.tail * s.page_stride);
 		CHECK(s.row_end == s.row_off + s.row_bytes);
-		CHECK(s.row_bytes == ((d.flags & SEL_RECORD_ROW_REPLICATED) ? eos_round_up(l.row_bytes[0], 4096)
-									 : l.sz.row_segment));
+		CHECK(s.row_bytes == ((d.flags & SEL_RECORD_ROW_REPLICATED)
+					      ? eos_round_up(l.row_bytes[0], 4096)
+					      : l.sz.row_segment));
 		CHECK(s.page_off % 4096 == 0 && s.row_off % 4096 == 0 && s.row_end % 4096 == 0);
 		CHECK(s.page_stride % 4096 == 0);
 		CHECK(s.row_ranks == ((d.flags & SEL_RECORD_ROW_REPLICATED) ? 1 : g->ranks));
 
 		/* Round trip, both ways. */
 		uint64_t ck = test_rng_next(&rng), t = test_rng_next(&rng);
-		int hb = sel_record_encode(&ns, &d, ck, t, SEL_RECORD_VERSION, hdr, SEL_RECORD_HEADER_MAX);
+		int hb = sel_record_encode(&ns, &d, ck, t, SEL_RECORD_VERSION, hdr,
+					   SEL_RECORD_HEADER_MAX);
 		CHECK(hb == (int)s.header_bytes);
 		CHECK(sel_record_header_bytes(hdr, 4096) == hb);
 		sel_record_header h;
 		CHECK_OK(sel_record_decode(hdr, (size_t)hb, &ns, &h));
 		CHECK(sel_key_eq(&h.d.key, &d.key) && sel_key_eq(&h.d.parent, &d.parent));
-		CHECK(memcmp(h.d.bucket.b, d.bucket.b, 16) == 0 && h.d.tail == d.tail && h.d.flags == d.flags);
+		CHECK(memcmp(h.d.bucket.b, d.bucket.b, 16) == 0 && h.d.tail == d.tail &&
+		      h.d.flags == d.flags);
 		CHECK(h.row_checksum == ck && h.created_ns == t && h.version == SEL_RECORD_VERSION);
 		CHECK(h.ranks == g->ranks && h.page_tokens == pt);
 		CHECK(memcmp(&h.span, &s, sizeof s) == 0);
 		CHECK_OK(sel_record_header_matches(&h, &d, &s));
 		uint8_t *again = eos_aligned_alloc(4096, (size_t)hb);
-		CHECK(sel_record_encode(&ns, &h.d, h.row_checksum, h.created_ns, h.version, again, (size_t)hb) == hb);
+		CHECK(sel_record_encode(&ns, &h.d, h.row_checksum, h.created_ns, h.version, again,
+					(size_t)hb) == hb);
 		CHECK(memcmp(again, hdr, (size_t)hb) == 0);
 		eos_aligned_free(again);
 		/* A layout parsed back from the header equals the original. */
 		sel_record_layout pl;
 		CHECK_OK(sel_record_layout_parse(&pl, hdr, (size_t)hb));
-		CHECK(pl.table_bytes == l.table_bytes && memcmp(pl.table, l.table, l.table_bytes) == 0);
-		CHECK(pl.sz.page_record == l.sz.page_record && pl.sz.row_segment == l.sz.row_segment);
+		CHECK(pl.table_bytes == l.table_bytes &&
+		      memcmp(pl.table, l.table, l.table_bytes) == 0);
+		CHECK(pl.sz.page_record == l.sz.page_record &&
+		      pl.sz.row_segment == l.sz.row_segment);
 		sel_record_layout_free(&pl);
 	}
 	eos_aligned_free(hdr);
@@ -274,7 +282,8 @@ static void test_span_rules(void)
 	CHECK_RC(sel_record_span_of(&l.sz, &d, &s), SEL_EFORMAT);
 	/* Huge tails overflow cleanly. */
 	test_desc(&rng, 64, UINT64_MAX, NULL, false, &d);
-	CHECK_RC(sel_record_span_of(&l.sz, &d, &s), SEL_EFORMAT); /* tail is u32: not the full chain */
+	CHECK_RC(sel_record_span_of(&l.sz, &d, &s),
+		 SEL_EFORMAT); /* tail is u32: not the full chain */
 	test_desc(&rng, 64, 64ull * UINT32_MAX, NULL, false, &d);
 	CHECK(d.tail == UINT32_MAX);
 	CHECK_OK(sel_record_span_of(&l.sz, &d, &s)); /* 2^32 * 8 KiB fits */
@@ -480,12 +489,12 @@ static void test_v1_vector(void)
 	memcpy(b + 88, key.digest.b, 16);
 	/* parent: none (zero) at 104..128 */
 	memcpy(b + 128, bucket.b, 16);
-	sel_put_u64(b + 144, 8192);              /* 4096 header + 4096 checksums */
-	sel_put_u64(b + 152, 8192 + 3 * 8192);   /* 3 page records of 4096 + 4096 */
+	sel_put_u64(b + 144, 8192);            /* 4096 header + 4096 checksums */
+	sel_put_u64(b + 152, 8192 + 3 * 8192); /* 3 page records of 4096 + 4096 */
 	sel_put_u64(b + 160, 0x0123456789abcdefull);
 	sel_put_u64(b + 168, 1700000000000000000ull);
 	/* 176: v1 reserved (no header checksum); 184: reserved */
-	sel_put_u32(b + 192, 2);    /* rank 0: 2 planes */
+	sel_put_u32(b + 192, 2); /* rank 0: 2 planes */
 	sel_put_u32(b + 196, 0);
 	sel_put_u64(b + 200, 5000); /* row bytes */
 	sel_put_u64(b + 208, 4096);
@@ -552,7 +561,9 @@ static void test_names(void)
 	CHECK(back.consumed == UINT64_MAX);
 
 	const char *bad[] = {
-		"", "x.ckpt", "0000000000001234-00112233445566778899aabbccddeeff.ckp",
+		"",
+		"x.ckpt",
+		"0000000000001234-00112233445566778899aabbccddeeff.ckp",
 		"0000000000001234-00112233445566778899AABBCCDDEEFF.ckpt",
 		"0000000000001234_00112233445566778899aabbccddeeff.ckpt",
 		"0000000000001234-00112233445566778899aabbccddeeff.ckpt.bak",
@@ -564,7 +575,8 @@ static void test_names(void)
 
 	sel_record_tmp_name(name, 0xfeed, tmp);
 	CHECK(sel_record_is_tmp_name(tmp));
-	CHECK(strncmp(tmp, ".tmp-", 5) == 0 && strstr(tmp, name) && strstr(tmp, "000000000000feed"));
+	CHECK(strncmp(tmp, ".tmp-", 5) == 0 && strstr(tmp, name) &&
+	      strstr(tmp, "000000000000feed"));
 	CHECK(!sel_record_is_tmp_name(name));
 	CHECK(!sel_record_is_tmp_name(".tm"));
 
@@ -598,7 +610,8 @@ static void test_row_pieces(void)
 	int n = sel_record_row_iov(&l, 0, slots, 3, iov, 16);
 	CHECK(n == 6);
 	CHECK(iov[0].iov_base == slots[0] && iov[0].iov_len == 12288);
-	CHECK(iov[1].iov_base == slots[1] && iov[2].iov_base == slots[2] && iov[2].iov_len == 30000 - 24576);
+	CHECK(iov[1].iov_base == slots[1] && iov[2].iov_base == slots[2] &&
+	      iov[2].iov_len == 30000 - 24576);
 	CHECK(iov[3].iov_base == (uint8_t *)slots[0] + 12288 && iov[5].iov_len == 30000 - 24576);
 	CHECK_RC(sel_record_row_iov(&l, 0, slots, 2, iov, 16), -ENOBUFS);
 	CHECK_RC(sel_record_row_iov(&l, 0, slots, 3, iov, 5), -ENOBUFS);
@@ -650,7 +663,8 @@ static void test_verify_helpers(void)
 	sel_record_desc d;
 	test_desc(&rng, 128, 5 * 128 + 1, NULL, false, &d);
 	uint8_t *hdr = calloc(1, SEL_RECORD_HEADER_MAX);
-	CHECK(sel_record_encode(&ns, &d, 42, 7, SEL_RECORD_VERSION, hdr, SEL_RECORD_HEADER_MAX) > 0);
+	CHECK(sel_record_encode(&ns, &d, 42, 7, SEL_RECORD_VERSION, hdr, SEL_RECORD_HEADER_MAX) >
+	      0);
 	CHECK_OK(sel_record_ns_from_header(&back, hdr, SEL_RECORD_HEADER_MAX));
 	CHECK(!strcmp(back.dirname, ns.dirname));
 	CHECK(!memcmp(back.identity, ns.identity, SEL_IDENTITY_BYTES));
@@ -826,18 +840,18 @@ static void test_scan_scenario(void)
 	sel_record_desc A, B, C, D, E, F, G, H, I, J, K, L, M, N, O, P, Q, R;
 	sel_key X;
 
-	test_desc(&rng, pt, 128, NULL, false, &A); /* root, row */
+	test_desc(&rng, pt, 128, NULL, false, &A);   /* root, row */
 	test_desc(&rng, pt, 256, &A.key, false, &B); /* compacted: page-only, children C, D */
 	test_desc(&rng, pt, 320, &B.key, false, &C); /* row (written as version 1) */
 	test_desc(&rng, pt, 384, &B.key, false, &D); /* row */
-	test_desc(&rng, pt, 192, NULL, false, &E); /* page-only root, childless: pruned */
-	test_desc(&rng, pt, 64, NULL, false, &F); /* page-only, only child G */
+	test_desc(&rng, pt, 192, NULL, false, &E);   /* page-only root, childless: pruned */
+	test_desc(&rng, pt, 64, NULL, false, &F);    /* page-only, only child G */
 	test_desc(&rng, pt, 128, &F.key, false, &G); /* page-only leaf: pruned, then F */
-	test_key(&rng, 64, &X); /* never written */
-	test_desc(&rng, pt, 192, &X, false, &H); /* orphan */
+	test_key(&rng, 64, &X);                      /* never written */
+	test_desc(&rng, pt, 192, &X, false, &H);     /* orphan */
 	test_desc(&rng, pt, 256, &H.key, false, &I); /* descendant of the orphan */
-	test_desc(&rng, pt, 320, &H.key, true, &J); /* full chain under the orphan: kept */
-	test_desc(&rng, pt, 448, &A.key, true, &K); /* full chain under A: kept */
+	test_desc(&rng, pt, 320, &H.key, true, &J);  /* full chain under the orphan: kept */
+	test_desc(&rng, pt, 448, &A.key, true, &K);  /* full chain under A: kept */
 	test_desc(&rng, pt, 130, &A.key, false, &L); /* no pages of its own, links A */
 	CHECK(L.tail == 0 && J.tail == 5 && K.tail == 7);
 	test_desc(&rng, pt, 200, NULL, false, &M); /* another identity */
@@ -869,7 +883,8 @@ static void test_scan_scenario(void)
 		CHECK(pread(fd, hb, 4096, 0) == 4096);
 		sel_record_header h;
 		CHECK_OK(sel_record_decode(hb, 4096, &f.ns, &h));
-		CHECK(sel_record_encode(&f.ns, &C, h.row_checksum, h.created_ns, 1, hb, 4096) == 4096);
+		CHECK(sel_record_encode(&f.ns, &C, h.row_checksum, h.created_ns, 1, hb, 4096) ==
+		      4096);
 		CHECK(pwrite(fd, hb, 4096, 0) == 4096);
 		close(fd);
 	}
@@ -1031,7 +1046,9 @@ static void test_scan_random(void)
 {
 	struct fixture f;
 	fixture_init(&f, "recrand");
-	enum { NREC = 300 };
+	enum {
+		NREC = 300
+	};
 	static struct mrec m[NREC];
 	const uint32_t pt = 64;
 	for (int i = 0; i < NREC; i++) {
@@ -1069,7 +1086,8 @@ static void test_scan_random(void)
 	}
 	sel_scan sc;
 	struct removals rm = {.m = m, .n = NREC, .last_consumed = UINT64_MAX};
-	struct sel_scan_opts opts = {.direct = true, .threads = 4, .on_remove = on_remove, .ctx = &rm};
+	struct sel_scan_opts opts = {
+		.direct = true, .threads = 4, .on_remove = on_remove, .ctx = &rm};
 	CHECK_OK(sel_record_scan(f.dirfd, &f.ns, &opts, &sc));
 	/* Every removal was reported, deepest first, for a record the model
 	 * drops, with the reason the statistics count. */
@@ -1081,7 +1099,8 @@ static void test_scan_random(void)
 	for (int i = 0; i < NREC; i++) {
 		size_t pos;
 		const sel_scan_record *r = find(&sc, &m[i].d.key, &pos);
-		CHECKF((r != NULL) == m[i].alive, "record %d: found %d, model %d", i, r != NULL, m[i].alive);
+		CHECKF((r != NULL) == m[i].alive, "record %d: found %d, model %d", i, r != NULL,
+		       m[i].alive);
 		if (!r)
 			continue;
 		alive++;

@@ -65,8 +65,8 @@ static void round_trips(sel_remote *r, struct rfx_ns *t, uint64_t seed, uint32_t
 	sel_history h;
 	rfx_history(t, &h, 1000, seed);
 	struct rfx_rec a, b, c;
-	rfx_rec_make(&a, t, &h, 320, 0, flags, false);   /* a page-only root */
-	rfx_rec_make(&b, t, &h, 645, 320, flags, true);  /* linked, with a row */
+	rfx_rec_make(&a, t, &h, 320, 0, flags, false);  /* a page-only root */
+	rfx_rec_make(&b, t, &h, 645, 320, flags, true); /* linked, with a row */
 	rfx_rec_make(&c, t, &h, 900, 645, flags, true);
 	struct sel_remote_event ev = rfx_put(r, &a);
 	CHECKF(ev.error == 0 && ev.result == SEL_REMOTE_STORED, "put: %d %s", ev.error,
@@ -286,8 +286,8 @@ static void test_unix_db_expiry(void)
 	sel_remote_destroy(r);
 
 	/* Max age: every key of the record and its bucket expire. */
-	struct sel_remote_config c = {.url = url, .ns = &t.ns, .window_bytes = 32768,
-				      .max_age_ns = 600 * SEC};
+	struct sel_remote_config c = {
+		.url = url, .ns = &t.ns, .window_bytes = 32768, .max_age_ns = 600 * SEC};
 	CHECK_OK(sel_remote_open(&c, &r));
 	struct rfx_rec b;
 	rfx_rec_make(&b, &t, &h, 384, 0, 0, true);
@@ -323,16 +323,19 @@ static void test_queues_and_close(void)
 	struct rfx_rec rec[6];
 	for (int i = 0; i < 6; i++)
 		rfx_rec_make(&rec[i], &t, &h, 256 + 256 * (uint64_t)i, 0, 0, true);
-	struct sel_remote_config c = {.url = url, .ns = &t.ns, .put_queue = 4, .lookup_queue = 2,
-				      .window_bytes = 16384};
+	struct sel_remote_config c = {
+		.url = url, .ns = &t.ns, .put_queue = 4, .lookup_queue = 2, .window_bytes = 16384};
 	sel_remote *r;
 	CHECK_OK(sel_remote_open(&c, &r));
 	/* Queue slots are held until events are polled, so this is exact:
 	 * four puts queue, the fifth is refused at once and counted. */
 	uint64_t id[6];
 	for (int i = 0; i < 6; i++) {
-		struct sel_remote_put p = {.d = rec[i].d, .has_row = true, .pages = rec[i].pages,
-					   .row = rec[i].row, .row_n = 1};
+		struct sel_remote_put p = {.d = rec[i].d,
+					   .has_row = true,
+					   .pages = rec[i].pages,
+					   .row = rec[i].row,
+					   .row_n = 1};
 		int rc = sel_remote_put(r, &p, &id[i]);
 		CHECK_RC(rc, i < 4 ? 0 : -EAGAIN);
 	}
@@ -357,13 +360,17 @@ static void test_queues_and_close(void)
 			CHECK(ev[i].result == SEL_REMOTE_STORED);
 			stored++;
 		} else {
-			CHECK(ev[i].op == SEL_REMOTE_OP_LOOKUP && (ev[i].user == 7 || ev[i].user == 8));
+			CHECK(ev[i].op == SEL_REMOTE_OP_LOOKUP &&
+			      (ev[i].user == 7 || ev[i].user == 8));
 			sel_remote_hit_free(ev[i].hit);
 		}
 	}
 	CHECK(stored == 4);
-	struct sel_remote_put p = {.d = rec[5].d, .has_row = true, .pages = rec[5].pages,
-				   .row = rec[5].row, .row_n = 1};
+	struct sel_remote_put p = {.d = rec[5].d,
+				   .has_row = true,
+				   .pages = rec[5].pages,
+				   .row = rec[5].row,
+				   .row_n = 1};
 	uint64_t x;
 	CHECK_RC(sel_remote_put(r, &p, &x), SEL_ESTOPPED);
 	CHECK_RC(sel_remote_lookup(r, &h, 0, 2000, 0, &x), SEL_ESTOPPED);
@@ -376,8 +383,11 @@ static void test_queues_and_close(void)
 	/* Bad put arguments are refused at once. */
 	p.d.tail = 7;
 	CHECK_RC(sel_remote_put(r, &p, &x), -EINVAL);
-	p = (struct sel_remote_put){.d = rec[5].d, .has_row = true, .pages = rec[5].pages,
-				    .row = rec[5].row, .row_n = 0};
+	p = (struct sel_remote_put){.d = rec[5].d,
+				    .has_row = true,
+				    .pages = rec[5].pages,
+				    .row = rec[5].row,
+				    .row_n = 0};
 	CHECK_RC(sel_remote_put(r, &p, &x), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "row pieces"));
 	/* Close with lookups queued ends them with -ECANCELED or their
@@ -409,12 +419,14 @@ static void test_keys_and_encryption(void)
 	redisReply *keys = rfx_cmd(&srv, "KEYS flare-*");
 	CHECK(keys && keys->type == REDIS_REPLY_ARRAY && keys->elements >= 3);
 	for (size_t i = 0; i < keys->elements; i++) {
-		redisReply *v = rfx_cmd(&srv, "GET %b", keys->element[i]->str, keys->element[i]->len);
+		redisReply *v =
+			rfx_cmd(&srv, "GET %b", keys->element[i]->str, keys->element[i]->len);
 		CHECK(v);
 		if (v->type == REDIS_REPLY_STRING) {
 			for (uint32_t pg = 0; pg < a.d.tail; pg++)
 				for (uint64_t off = 0; off + 32 <= a.stride; off += 4096)
-					CHECK(!memmem(v->str, v->len, (uint8_t *)a.pages[pg] + off, 32));
+					CHECK(!memmem(v->str, v->len, (uint8_t *)a.pages[pg] + off,
+						      32));
 			CHECK(!memmem(v->str, v->len, a.row[0].iov_base, 32));
 		}
 		freeReplyObject(v);

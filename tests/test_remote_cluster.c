@@ -17,7 +17,10 @@
 
 #define SEC 1000000000ull
 
-enum { NODES = 3, RECS = 24 };
+enum {
+	NODES = 3,
+	RECS = 24
+};
 
 static char *dir;
 static struct rfx_server node[NODES];

@@ -29,8 +29,8 @@ static const uint8_t key1[32] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3,
 static struct sel_remote_event lookup_hit(sel_remote *r, const sel_history *h, uint64_t lim)
 {
 	struct sel_remote_event ev = rfx_lookup(r, h, 0, lim);
-	CHECKF(ev.result == SEL_REMOTE_HIT, "lookup: result %d error %d (%s)", ev.result,
-	       ev.error, sel_strerror(ev.error));
+	CHECKF(ev.result == SEL_REMOTE_HIT, "lookup: result %d error %d (%s)", ev.result, ev.error,
+	       sel_strerror(ev.error));
 	return ev;
 }
 
@@ -131,7 +131,9 @@ static void test_eviction(void)
 	/* maxmemory with allkeys-lru: write four times what fits, then every
 	 * record is a miss or a byte-exact claim (or a claim that fails when
 	 * a window goes under it); some must have been evicted. */
-	enum { N = 40 };
+	enum {
+		N = 40
+	};
 	sel_history hs[N];
 	int hits = 0, misses = 0, failed = 0;
 	for (int i = 0; i < N; i++) {
@@ -401,7 +403,9 @@ static void test_stopped_server(void)
 		.window_bytes = 65536,
 		.lookup_timeout_ns = 400 * MS,
 		.restore_setup_ns = 1 * SEC,
-		.net = {.stall_ns = 1500 * MS, .backoff_min_ns = 20 * MS, .backoff_max_ns = 300 * MS,
+		.net = {.stall_ns = 1500 * MS,
+			.backoff_min_ns = 20 * MS,
+			.backoff_max_ns = 300 * MS,
 			.connect_timeout_ns = 1 * SEC},
 	};
 	sel_remote *r;
@@ -418,14 +422,15 @@ static void test_stopped_server(void)
 	CHECK_OK(sel_remote_lookup(r, &h, 0, 1200, 0, &ids[0]));
 	uint8_t *mem;
 	ids[1] = rfx_claim_async(r, hit.hit, &mem);
-	struct sel_remote_put p = {.d = b.d, .has_row = true, .pages = b.pages, .row = b.row,
-				   .row_n = 1};
+	struct sel_remote_put p = {
+		.d = b.d, .has_row = true, .pages = b.pages, .row = b.row, .row_n = 1};
 	CHECK_OK(sel_remote_put(r, &p, &ids[2]));
 	uint64_t submit_ns = eos_now_ns() - t0;
 	CHECKF(submit_ns < 100 * MS, "three submissions took %llu ms with the server stopped",
 	       (unsigned long long)(submit_ns / MS));
 	timed_poll_until(r, ids, ev, 3, 20 * SEC);
-	CHECKF(worst_call_ns < 100 * MS, "a poll took %llu ms", (unsigned long long)(worst_call_ns / MS));
+	CHECKF(worst_call_ns < 100 * MS, "a poll took %llu ms",
+	       (unsigned long long)(worst_call_ns / MS));
 	/* The lookup by its 400 ms deadline (or the stall, whichever first). */
 	CHECK(ev[0].result == SEL_REMOTE_FAILED && !ev[0].hit);
 	CHECKF(ev[0].duration_ns < 3 * SEC, "lookup failed after %llu ms",

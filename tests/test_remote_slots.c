@@ -12,10 +12,7 @@
 
 #include <hiredis/hiredis.h>
 
-static uint16_t slot(const char *k)
-{
-	return sel_rc_key_slot(k, strlen(k));
-}
+static uint16_t slot(const char *k) { return sel_rc_key_slot(k, strlen(k)); }
 
 static void test_crc_and_slots(void)
 {
@@ -32,7 +29,8 @@ static void test_crc_and_slots(void)
 	CHECK(slot("{user1000}.following") == slot("{user1000}.followers"));
 	CHECK(slot("{user1000}.following") == slot("user1000"));
 	CHECK(slot("{user1000}.following") == 3443);
-	CHECK(slot("foo{}{bar}") == sel_rc_crc16("foo{}{bar}", 10) % 16384); /* empty tag: whole key */
+	CHECK(slot("foo{}{bar}") ==
+	      sel_rc_crc16("foo{}{bar}", 10) % 16384); /* empty tag: whole key */
 	CHECK(slot("foo{}{bar}") == 8363);
 	CHECK(slot("foo{{bar}}zap") == slot("{bar")); /* the tag is "{bar" */
 	CHECK(slot("foo{{bar}}zap") == 4015);
@@ -67,8 +65,8 @@ static void redirect_ok(const char *text, enum sel_rc_redirect_kind kind, unsign
 	struct sel_rc_redirect rd;
 	CHECK_RC(sel_rc_redirect_parse(text, strlen(text), &rd), 1);
 	CHECKF(rd.kind == kind && rd.slot == s && strcmp(rd.to.host, host) == 0 &&
-		       rd.to.port == port, "%s -> %d %u %s %u", text, rd.kind, rd.slot, rd.to.host,
-	       rd.to.port);
+		       rd.to.port == port,
+	       "%s -> %d %u %s %u", text, rd.kind, rd.slot, rd.to.host, rd.to.port);
 }
 
 static void redirect_bad(const char *text, const char *msg_part)
@@ -91,9 +89,14 @@ static void test_redirects(void)
 	CHECK_RC(sel_rc_redirect_parse("MOVED 7 ?:6380", 14, &rd), 1);
 	CHECK(rd.unknown_endpoint && rd.to.host[0] == '\0');
 	/* Other errors are not redirects. */
-	static const char *other[] = {"ERR unknown command", "TRYAGAIN Multiple keys request",
-				      "CLUSTERDOWN The cluster is down", "MOVEDX 1 a:1", "ASKING",
-				      "", "moved 1 a:1", "OOM command not allowed"};
+	static const char *other[] = {"ERR unknown command",
+				      "TRYAGAIN Multiple keys request",
+				      "CLUSTERDOWN The cluster is down",
+				      "MOVEDX 1 a:1",
+				      "ASKING",
+				      "",
+				      "moved 1 a:1",
+				      "OOM command not allowed"};
 	for (size_t i = 0; i < sizeof other / sizeof *other; i++)
 		CHECK_RC(sel_rc_redirect_parse(other[i], strlen(other[i]), &rd), 0);
 	/* Malformed redirects are errors naming the text. */
@@ -149,7 +152,8 @@ static void test_slot_map(void)
 	CHECK_OK(sel_rc_slotmap_parse(r, "10.0.0.9", m));
 	CHECK_OK(sel_rc_slotmap_check(m));
 	CHECK(m->n_nodes == 3 && m->assigned == SEL_RC_SLOTS);
-	CHECK(strcmp(m->node[m->owner[0]].host, "127.0.0.1") == 0 && m->node[m->owner[0]].port == 7000);
+	CHECK(strcmp(m->node[m->owner[0]].host, "127.0.0.1") == 0 &&
+	      m->node[m->owner[0]].port == 7000);
 	CHECK(m->node[m->owner[5460]].port == 7000 && m->node[m->owner[5461]].port == 7001);
 	CHECK(m->node[m->owner[16383]].port == 7002);
 	CHECK(strcmp(m->node[m->owner[16383]].host, "10.0.0.9") == 0); /* "" = the asked node */
@@ -157,11 +161,10 @@ static void test_slot_map(void)
 
 	/* Two ranges of one master share its node; an unassigned gap stays so;
 	 * "?" leaves its range unassigned. */
-	static const char gaps[] =
-		"*3\r\n"
-		"*3\r\n:0\r\n:99\r\n*2\r\n$1\r\na\r\n:1\r\n"
-		"*3\r\n:200\r\n:299\r\n*2\r\n$1\r\na\r\n:1\r\n"
-		"*3\r\n:300\r\n:399\r\n*2\r\n$1\r\n?\r\n:1\r\n";
+	static const char gaps[] = "*3\r\n"
+				   "*3\r\n:0\r\n:99\r\n*2\r\n$1\r\na\r\n:1\r\n"
+				   "*3\r\n:200\r\n:299\r\n*2\r\n$1\r\na\r\n:1\r\n"
+				   "*3\r\n:300\r\n:399\r\n*2\r\n$1\r\n?\r\n:1\r\n";
 	r = decode(gaps, sizeof gaps - 1);
 	CHECK_OK(sel_rc_slotmap_parse(r, NULL, m));
 	CHECK_OK(sel_rc_slotmap_check(m));
@@ -200,8 +203,8 @@ static void test_slot_map(void)
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		r = decode(bad[i].resp, strlen(bad[i].resp));
 		CHECK_RC(sel_rc_slotmap_parse(r, NULL, m), SEL_EFORMAT);
-		CHECKF(strstr(sel_errmsg(), bad[i].msg), "case %zu: '%s' lacks '%s'", i, sel_errmsg(),
-		       bad[i].msg);
+		CHECKF(strstr(sel_errmsg(), bad[i].msg), "case %zu: '%s' lacks '%s'", i,
+		       sel_errmsg(), bad[i].msg);
 		freeReplyObject(r);
 	}
 	CHECK_RC(sel_rc_slotmap_parse(NULL, NULL, m), SEL_EFORMAT);
@@ -212,7 +215,8 @@ static void test_slot_map(void)
 	at += (size_t)snprintf(big, cap, "*%u\r\n", SEL_RC_NODES_MAX + 1);
 	for (unsigned i = 0; i <= SEL_RC_NODES_MAX; i++)
 		at += (size_t)snprintf(big + at, cap - at,
-				       "*3\r\n:%u\r\n:%u\r\n*2\r\n$4\r\nnode\r\n:%u\r\n", i, i, 1000 + i);
+				       "*3\r\n:%u\r\n:%u\r\n*2\r\n$4\r\nnode\r\n:%u\r\n", i, i,
+				       1000 + i);
 	r = decode(big, at);
 	CHECK_RC(sel_rc_slotmap_parse(r, NULL, m), SEL_EFORMAT);
 	CHECK(strstr(sel_errmsg(), "masters"));

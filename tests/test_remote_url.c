@@ -49,7 +49,8 @@ int main(void)
 	ok("redis://[fe80::1%eth0]/2", "redis://[fe80::1%eth0]:6379/2");
 	ok("unix:///tmp/r.sock", "unix:///tmp/r.sock");
 	ok("redis-cluster://10.0.0.1", "redis-cluster://10.0.0.1:6379");
-	ok("redis-cluster://10.0.0.1:7000,10.0.0.2:7000", "redis-cluster://10.0.0.1:7000,10.0.0.2:7000");
+	ok("redis-cluster://10.0.0.1:7000,10.0.0.2:7000",
+	   "redis-cluster://10.0.0.1:7000,10.0.0.2:7000");
 
 	bad("", "expected redis://HOST");
 	bad("localhost:6379", "unknown scheme");
@@ -96,7 +97,8 @@ int main(void)
 	/* A full cluster URL prints back within SEL_RU_TEXT_MAX. */
 	n = snprintf(big, sizeof big, "redis-cluster://");
 	for (int i = 0; i < SEL_RU_SEEDS_MAX; i++)
-		n += snprintf(big + n, sizeof big - (size_t)n, "%snode-%d.example:6379", i ? "," : "", i);
+		n += snprintf(big + n, sizeof big - (size_t)n, "%snode-%d.example:6379",
+			      i ? "," : "", i);
 	ok(big, big);
 	/* A small buffer is refused, not overrun. */
 	char tiny[8];

@@ -18,7 +18,7 @@
 
 static test_rng rng;
 
-static const uint8_t secret[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+static const uint8_t secret[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
 				   17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 
 static void test_key_files(void)
@@ -143,7 +143,8 @@ static void test_known_header(void)
 	struct sel_rv_keys *both[] = {&none, &mac};
 	for (int ki = 0; ki < 2; ki++)
 		for (uint8_t kind = SEL_RV_KIND_MANIFEST; kind <= SEL_RV_KIND_WINDOW; kind++) {
-			hdr_init(&h, kind, kind == SEL_RV_KIND_WINDOW ? 2 : SEL_RV_MANIFEST_WINDOW, 5);
+			hdr_init(&h, kind, kind == SEL_RV_KIND_WINDOW ? 2 : SEL_RV_MANIFEST_WINDOW,
+				 5);
 			struct iovec two[2] = {{(void *)"he", 2}, {(void *)"llo", 3}};
 			int n = sel_rv_encode(both[ki], &h, two, 2, v, sizeof v);
 			uint8_t hb[SEL_RV_HEADER], tag[32];
@@ -188,7 +189,9 @@ static void test_values(void)
 	s2[0] ^= 1;
 	CHECK_OK(sel_rv_keys_init(&other, s2, true));
 	const struct sel_rv_keys *all[] = {&none, &mac, &aead};
-	enum { PL = 10000 };
+	enum {
+		PL = 10000
+	};
 	uint8_t *payload = malloc(PL), *v = malloc(PL + 512), *c = malloc(PL + 512);
 	test_rng_fill(&rng, payload, PL);
 	for (int ki = 0; ki < 3; ki++) {
@@ -196,7 +199,8 @@ static void test_values(void)
 		struct sel_rv_hdr h, got;
 		hdr_init(&h, SEL_RV_KIND_WINDOW, 3, PL);
 		/* Pieces gathered into one payload. */
-		struct iovec iov[3] = {{payload, 1}, {payload + 1, 4000}, {payload + 4001, PL - 4001}};
+		struct iovec iov[3] = {
+			{payload, 1}, {payload + 1, 4000}, {payload + 4001, PL - 4001}};
 		int len = sel_rv_encode(k, &h, iov, 3, v, PL + 512);
 		CHECK(len == (int)sel_rv_value_bytes(k, PL));
 		CHECK(v[6] == (ki == 0 ? SEL_RV_CHECKSUM : ki == 1 ? SEL_RV_MAC : SEL_RV_AEAD));
@@ -242,16 +246,25 @@ static void test_values(void)
 		 * payload is left to the manifest's page checksums (a claim
 		 * checks every page it copies). */
 		int integrity = ki == 0 ? SEL_ECORRUPT : -EBADMSG;
-		size_t spots[] = {8, 40, 57, 70, 80, 88, 100, SEL_RV_HEADER, SEL_RV_HEADER + 5000,
+		size_t spots[] = {8,
+				  40,
+				  57,
+				  70,
+				  80,
+				  88,
+				  100,
+				  SEL_RV_HEADER,
+				  SEL_RV_HEADER + 5000,
 				  (size_t)len - 1};
 		for (size_t i = 0; i < sizeof spots / sizeof *spots; i++) {
 			memcpy(c, v, (size_t)len);
 			c[spots[i]] ^= 0x10;
-			int want_rc = spots[i] >= 96 && spots[i] < SEL_RV_HEADER && ki != 2
-					      ? SEL_EFORMAT /* a nonce without encryption */
-				      : ki == 0 && spots[i] >= SEL_RV_HEADER && spots[i] < (size_t)len - 8
-					      ? 0 /* payload: the page checksums' job */
-					      : integrity;
+			int want_rc =
+				spots[i] >= 96 && spots[i] < SEL_RV_HEADER && ki != 2
+					? SEL_EFORMAT /* a nonce without encryption */
+				: ki == 0 && spots[i] >= SEL_RV_HEADER && spots[i] < (size_t)len - 8
+					? 0 /* payload: the page checksums' job */
+					: integrity;
 			CHECK_RC(dec(k, &h, c, (size_t)len), want_rc);
 		}
 		for (int trial = 0; trial < 200; trial++) { /* random damage */
@@ -276,12 +289,12 @@ static void test_values(void)
 	hdr_init(&h, SEL_RV_KIND_MANIFEST, SEL_RV_MANIFEST_WINDOW, 100);
 	struct iovec iov = {payload, 100};
 	int ln = sel_rv_encode(&none, &h, &iov, 1, v, PL);
-	CHECK_RC(dec(&mac, &h, v, (size_t)ln), -EBADMSG);  /* written without the key */
+	CHECK_RC(dec(&mac, &h, v, (size_t)ln), -EBADMSG); /* written without the key */
 	CHECK(strstr(sel_errmsg(), "not authenticated"));
 	CHECK_RC(dec(&aead, &h, v, (size_t)ln), -EBADMSG);
 	int lm = sel_rv_encode(&mac, &h, &iov, 1, v, PL);
-	CHECK_RC(dec(&none, &h, v, (size_t)lm), -ENOKEY);  /* keyed, and we have none */
-	CHECK_OK(dec(&aead, &h, v, (size_t)lm));            /* MAC values read under encryption */
+	CHECK_RC(dec(&none, &h, v, (size_t)lm), -ENOKEY); /* keyed, and we have none */
+	CHECK_OK(dec(&aead, &h, v, (size_t)lm));          /* MAC values read under encryption */
 	int la = sel_rv_encode(&aead, &h, &iov, 1, v, PL);
 	CHECK_OK(dec(&mac, &h, v, (size_t)la));             /* and AEAD ones without */
 	CHECK_RC(dec(&other, &h, v, (size_t)la), -EBADMSG); /* another deployment's key */
@@ -349,12 +362,12 @@ static void check_layout(uint64_t stride, uint32_t tail, uint64_t row, uint32_t 
 static void test_layouts(void)
 {
 	check_layout(4096, 100, 0, SEL_RV_CAP_MAX);
-	check_layout(4096, 100, 9000, 16384);   /* 4 pages a window, 1 row window */
-	check_layout(16384, 3, 100000, 16384);  /* one page a window */
-	check_layout(40000, 5, 7, 16384);       /* split pages: 3 windows each */
+	check_layout(4096, 100, 9000, 16384);  /* 4 pages a window, 1 row window */
+	check_layout(16384, 3, 100000, 16384); /* one page a window */
+	check_layout(40000, 5, 7, 16384);      /* split pages: 3 windows each */
 	check_layout(3 << 20, 64, 2 << 20, SEL_RV_CAP_MAX);
 	check_layout(8 << 20, 4, 12 << 20, SEL_RV_CAP_MAX); /* 8 MiB pages: 3 windows each */
-	check_layout(4096, 0, 5000, 4096);      /* no pages (the parent's last page) */
+	check_layout(4096, 0, 5000, 4096);                  /* no pages (the parent's last page) */
 	check_layout(4096, 0, 0, 4096);
 	for (int i = 0; i < 300; i++) {
 		uint32_t cap = SEL_RV_CAP_MIN + (uint32_t)test_rng_below(&rng, 200000);
@@ -470,8 +483,8 @@ static void test_names(void)
 		k.digest.b[i] = (uint8_t)(0x10 * (i % 16) + i % 16);
 	char m[SEL_RV_NAME_MAX], w[SEL_RV_NAME_MAX], bk[SEL_RV_NAME_MAX], want[400];
 	int ml = sel_rv_manifest_name(&a, &k, m);
-	snprintf(want, sizeof want, "flare:{%s/0000000000001234-00112233445566778899aabbccddeeff.ckpt}:m",
-		 ns.dirname);
+	snprintf(want, sizeof want,
+		 "flare:{%s/0000000000001234-00112233445566778899aabbccddeeff.ckpt}:m", ns.dirname);
 	CHECKF(strcmp(m, want) == 0, "%s", m);
 	CHECK(ml == (int)strlen(m) && ml < (int)SEL_RV_NAME_MAX);
 	int wl = sel_rv_window_name(&b, &k, 4000000, w);

@@ -27,9 +27,13 @@
 
 static hel_scheduler_config cfg(uint32_t pages, uint32_t rows, uint32_t active, uint32_t inflight)
 {
-	hel_scheduler_config c = { .page_tokens = 64, .n_pages = pages, .n_rows = rows,
-				   .max_active = active, .chunk_tokens = 128, .step_tokens = 1024,
-				   .max_inflight = inflight };
+	hel_scheduler_config c = {.page_tokens = 64,
+				  .n_pages = pages,
+				  .n_rows = rows,
+				  .max_active = active,
+				  .chunk_tokens = 128,
+				  .step_tokens = 1024,
+				  .max_inflight = inflight};
 	return c;
 }
 
@@ -48,7 +52,10 @@ static const hel_step *last_step(struct sim *m)
 	return &m->q[(m->qhead + m->nq - 1) % 8].st;
 }
 
-static void info(struct sim *m, hel_req_id id, hel_request_info *o) { CHECK_OK(hel_scheduler_request_info(m->s, id, o)); }
+static void info(struct sim *m, hel_req_id id, hel_request_info *o)
+{
+	CHECK_OK(hel_scheduler_request_info(m->s, id, o));
+}
 
 static hel_scheduler_stats stats(struct sim *m)
 {
@@ -79,7 +86,7 @@ static void test_prefill_captures_and_hits(void)
 	hel_scheduler_config c = cfg(64, 16, 4, 1);
 	sim_init(&m, &c, test_seed());
 	sel_token *T = toks(400, 1000);
-	uint64_t ends[] = { 100 };
+	uint64_t ends[] = {100};
 	hel_request_spec sp = sim_spec(T, 200, ends, 1, 3);
 	hel_admission adm;
 	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
@@ -138,7 +145,8 @@ static void test_prefill_captures_and_hits(void)
 	sim_counts(&m, &k);
 	CHECK(k.pages_out == 0 && k.rows_out == 0 && k.pages_ckpt == 3 && k.rows_ckpt == 3);
 	hel_scheduler_stats s = stats(&m);
-	CHECK(s.prefill_tokens == 200 && s.captures == 2 && s.decode_tokens == 2 && s.terminals == 1);
+	CHECK(s.prefill_tokens == 200 && s.captures == 2 && s.decode_tokens == 2 &&
+	      s.terminals == 1);
 	CHECK(s.finished == 1 && s.active == 0);
 
 	/* A GPU hit at the prompt checkpoint: Restore, then the new tokens. */
@@ -149,7 +157,8 @@ static void test_prefill_captures_and_hits(void)
 	CHECK(in.prefix == e2.capture && in.n_pages == 3 && in.consumed == 200);
 	CHECK(sim_step(&m) == 1);
 	st = last_step(&m);
-	CHECK(st->entries[0].kind == HEL_ENTRY_RESTORE && st->entries[0].restore_src == e2.capture_row);
+	CHECK(st->entries[0].kind == HEL_ENTRY_RESTORE &&
+	      st->entries[0].restore_src == e2.capture_row);
 	CHECK(st->entries[0].restore_consumed == 200 && !st->entries[0].sample);
 	sim_complete(&m);
 	CHECK(sim_step(&m) == 1);
@@ -161,7 +170,8 @@ static void test_prefill_captures_and_hits(void)
 	CHECK_OK(sim_admit(&m, &sp3, SIM_NO_HOST, 0, &adm, NULL));
 	CHECK(adm.phase == HEL_PHASE_RESTORE && adm.reused_tokens == 200);
 	CHECK(sim_step(&m) == 1);
-	CHECK(last_step(&m)->entries[0].kind == HEL_ENTRY_RESTORE && last_step(&m)->entries[0].sample);
+	CHECK(last_step(&m)->entries[0].kind == HEL_ENTRY_RESTORE &&
+	      last_step(&m)->entries[0].sample);
 	sim_complete(&m);
 	info(&m, adm.req, &in);
 	CHECK(in.phase == HEL_PHASE_DECODE && in.generated == 1 && in.consumed == 200);
@@ -199,7 +209,7 @@ static void test_message_deferral(void)
 	hel_scheduler_config c = cfg(64, 16, 4, 1);
 	sim_init(&m, &c, test_seed() + 1);
 	sel_token *T = toks(300, 5000);
-	uint64_t ends[] = { 100 };
+	uint64_t ends[] = {100};
 	hel_request_spec sp = sim_spec(T, 150, ends, 1, 1);
 	hel_admission adm;
 	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
@@ -231,7 +241,7 @@ static void test_message_deferral(void)
 	/* Not deferred: a full page before the prompt end, or another
 	 * message between. */
 	sel_token *V = toks(300, 9000);
-	uint64_t ends2[] = { 30, 100 };
+	uint64_t ends2[] = {30, 100};
 	hel_request_spec sp3 = sim_spec(V, 164, ends2, 2, 1);
 	CHECK_OK(sim_admit(&m, &sp3, SIM_NO_HOST, 0, &adm, NULL));
 	sim_drain(&m, 10);
@@ -261,7 +271,7 @@ static void test_prompt_capture_without_row(void)
 	sim_counts(&m, &k);
 	CHECK(k.rows_ckpt == 2 && k.rows_free == 2);
 	/* R needs 3 rows: 2 free + 2 reclaimable. */
-	uint64_t ends[] = { 100 };
+	uint64_t ends[] = {100};
 	hel_request_spec sp = sim_spec(T, 150, ends, 1, 2);
 	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
 	hel_req_id r = adm.req;
@@ -303,7 +313,7 @@ static void test_cancel_offers_message(void)
 	hel_scheduler_config c = cfg(32, 8, 2, 1);
 	sim_init(&m, &c, test_seed() + 3);
 	sel_token *T = toks(200, 300);
-	uint64_t ends[] = { 100 };
+	uint64_t ends[] = {100};
 	hel_request_spec sp = sim_spec(T, 150, ends, 1, 2);
 	hel_admission adm;
 	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
@@ -451,7 +461,7 @@ static void test_inbound(void)
 	CHECK_OK(sim_admit(&m, &sp1, SIM_HOST_AT, 256, &adm, &hit));
 	hel_req_id r1 = adm.req;
 	CHECK(adm.fetch && adm.inbound.n_pages == 3 && adm.reused_tokens == 256);
-	uint32_t tpages[3] = { adm.inbound.pages[0], adm.inbound.pages[1], adm.inbound.pages[2] };
+	uint32_t tpages[3] = {adm.inbound.pages[0], adm.inbound.pages[1], adm.inbound.pages[2]};
 	uint32_t trow = adm.inbound.state_slot;
 	info(&m, r1, &in);
 	CHECK(in.phase == HEL_PHASE_INBOUND && in.consumed == 256 && in.reused_tokens == 256);
@@ -469,7 +479,8 @@ static void test_inbound(void)
 	CHECK(nfailed == 0);
 	sim_check_ok(m.s);
 	info(&m, r1, &in);
-	CHECK(in.phase == HEL_PHASE_RESTORE && in.consumed == 256 && in.n_pages == 4 && in.n_shared == 4);
+	CHECK(in.phase == HEL_PHASE_RESTORE && in.consumed == 256 && in.n_pages == 4 &&
+	      in.n_shared == 4);
 	CHECK(in.pages[0] == ck(&m, aid)->tail[0]);
 	for (int j = 0; j < 3; j++)
 		CHECK(in.pages[1 + j] == tpages[j]);
@@ -508,7 +519,8 @@ static void test_inbound(void)
 	hel_request_spec sp3 = sim_spec(V, 180, NULL, 0, 1);
 	CHECK_OK(sim_admit(&m, &sp3, SIM_HOST_AT, 128, &adm, &hit));
 	hel_req_id r3 = adm.req;
-	uint32_t t3p[2] = { adm.inbound.pages[0], adm.inbound.pages[1] }, t3r = adm.inbound.state_slot;
+	uint32_t t3p[2] = {adm.inbound.pages[0], adm.inbound.pages[1]},
+		 t3r = adm.inbound.state_slot;
 	hel_request_spec sp4 = sim_spec(V, 128, NULL, 0, 1);
 	CHECK_OK(sim_admit(&m, &sp4, SIM_NO_HOST, 0, &adm2, NULL));
 	sim_drain(&m, 10);
@@ -520,10 +532,12 @@ static void test_inbound(void)
 	sim_counts(&m, &k1);
 	CHECK(k1.pages_free == k0.pages_free + 2 && k1.rows_free == k0.rows_free + 1);
 	CHECK(k1.checkpoints == k0.checkpoints);
-	CHECK(hel_cache_page_state(m.c, t3p[0]) == HEL_ID_FREE && hel_cache_page_state(m.c, t3p[1]) == HEL_ID_FREE);
+	CHECK(hel_cache_page_state(m.c, t3p[0]) == HEL_ID_FREE &&
+	      hel_cache_page_state(m.c, t3p[1]) == HEL_ID_FREE);
 	CHECK(hel_cache_row_state(m.c, t3r) == HEL_ID_FREE);
 	info(&m, r3, &in);
-	CHECK(in.phase == HEL_PHASE_RESTORE && in.prefix == E->id && E->pins == 1 && in.n_pages == 2);
+	CHECK(in.phase == HEL_PHASE_RESTORE && in.prefix == E->id && E->pins == 1 &&
+	      in.n_pages == 2);
 	CHECK(stats(&m).inbound_existing == 1);
 	sim_drain(&m, 10);
 
@@ -573,7 +587,8 @@ static void test_inbound(void)
 	hel_request_info i6, i7;
 	info(&m, a6.req, &i6);
 	info(&m, a7.req, &i7);
-	CHECK(i6.phase == HEL_PHASE_RESTORE && i7.phase == HEL_PHASE_RESTORE && i6.prefix == i7.prefix);
+	CHECK(i6.phase == HEL_PHASE_RESTORE && i7.phase == HEL_PHASE_RESTORE &&
+	      i6.prefix == i7.prefix);
 	CHECK(ck(&m, i6.prefix)->pins == 2 && i6.n_pages == 2 && i6.pages[0] == t6p0);
 	sim_drain(&m, 20);
 
@@ -617,7 +632,7 @@ static void test_compaction_heir(void)
 	hel_scheduler_config c = cfg(32, 16, 2, 1);
 	sim_init(&m, &c, test_seed() + 6);
 	sel_token *T = toks(200, 3000);
-	uint64_t ends[] = { 30, 100 };
+	uint64_t ends[] = {30, 100};
 	hel_request_spec sp = sim_spec(T, 150, ends, 2, 2);
 	hel_admission adm;
 	CHECK_OK(sim_admit(&m, &sp, SIM_NO_HOST, 0, &adm, NULL));
@@ -651,7 +666,8 @@ static void test_compaction_heir(void)
 	/* describe: the same description again; not for page-only X */
 	sel_published d;
 	CHECK_OK(hel_scheduler_describe(m.s, Pc->id, &d));
-	CHECK(d.n_pages == 2 && d.tail == 1 && d.state_slot == Pc->row && sel_key_eq(&d.parent, &M->key));
+	CHECK(d.n_pages == 2 && d.tail == 1 && d.state_slot == Pc->row &&
+	      sel_key_eq(&d.parent, &M->key));
 	CHECK(hel_scheduler_describe(m.s, X->id, &d) == -ENOENT);
 	CHECK(hel_scheduler_describe(m.s, Tm->id, &d) == -ENOENT); /* deferred: never offered */
 	CHECK(hel_scheduler_pin(m.s, X->id) == -EINVAL);
@@ -710,7 +726,7 @@ static void test_capacity_and_fences(void)
 	hel_admission adm;
 	hel_request_spec big = sim_spec(T, 1000, NULL, 0, 1);
 	CHECK(sim_admit(&m, &big, SIM_NO_HOST, 0, &adm, NULL) == -E2BIG);
-	hel_request_spec bad = sim_spec(T, 100, (uint64_t[]){ 50, 40 }, 2, 1);
+	hel_request_spec bad = sim_spec(T, 100, (uint64_t[]){50, 40}, 2, 1);
 	CHECK(sim_admit(&m, &bad, SIM_NO_HOST, 0, &adm, NULL) == -EINVAL);
 	bad.max_tokens = 0;
 	CHECK(sim_admit(&m, &bad, SIM_NO_HOST, 0, &adm, NULL) == -EINVAL);
@@ -726,7 +742,8 @@ static void test_capacity_and_fences(void)
 	sim_check_ok(m.s);
 	sim_counts(&m, &k1);
 	CHECK(!memcmp(&k0, &k1, sizeof(k0)));
-	CHECK(stats(&m).rejected_capacity == s0.rejected_capacity + 1 && stats(&m).admitted == s0.admitted);
+	CHECK(stats(&m).rejected_capacity == s0.rejected_capacity + 1 &&
+	      stats(&m).admitted == s0.admitted);
 
 	/* A step in flight: a cancelled request's pages wait for its fence. */
 	CHECK(sim_step(&m) == 1);
@@ -740,7 +757,8 @@ static void test_capacity_and_fences(void)
 	while (sim_complete(&m))
 		;
 	sim_counts(&m, &k1);
-	CHECK(k1.pages_pending == 0 && k1.rows_pending == 0 && k1.pages_free == 8 && k1.rows_free == 8);
+	CHECK(k1.pages_pending == 0 && k1.rows_pending == 0 && k1.pages_free == 8 &&
+	      k1.rows_free == 8);
 
 	/* max_active */
 	hel_request_spec s1 = sim_spec(T, 10, NULL, 0, 1), s2 = sim_spec(U, 10, NULL, 0, 1),

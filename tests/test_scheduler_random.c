@@ -21,7 +21,11 @@
 
 #include "sched_sim.h"
 
-enum { NBASE = 5, BASELEN = 700, MAXPROMPT = 520 };
+enum {
+	NBASE = 5,
+	BASELEN = 700,
+	MAXPROMPT = 520
+};
 
 struct run {
 	struct sim m;
@@ -84,8 +88,9 @@ static void op_admit(struct run *r, bool allow_host)
 	for (size_t i = 0; i < nends; i++)
 		if (!u || ends[i] != ends[u - 1])
 			ends[u++] = ends[i];
-	uint32_t max_tokens = 1 + (uint32_t)(test_rng_below(g, r->long_gen ? 2 : 4) ? test_rng_below(g, 40)
-										 : test_rng_below(g, 150));
+	uint32_t max_tokens =
+		1 + (uint32_t)(test_rng_below(g, r->long_gen ? 2 : 4) ? test_rng_below(g, 40)
+								      : test_rng_below(g, 150));
 	hel_request_spec sp = sim_spec(prompt, len, ends, u, max_tokens);
 	if (test_rng_below(g, 10) == 0) {
 		sp.salt = "tenant-b";
@@ -95,7 +100,8 @@ static void op_admit(struct run *r, bool allow_host)
 	sp.stop = 0;
 	hel_admission adm;
 	sel_hit hit;
-	enum sim_inbound mode = allow_host && test_rng_below(g, 3) == 0 ? SIM_HOST_RANDOM : SIM_NO_HOST;
+	enum sim_inbound mode =
+		allow_host && test_rng_below(g, 3) == 0 ? SIM_HOST_RANDOM : SIM_NO_HOST;
 	/* Join a live ticket now and then: same prompt prefix as its key. */
 	int rc = sim_admit(&r->m, &sp, mode, 0, &adm, &hit);
 	if (rc == -EAGAIN) {
@@ -129,12 +135,14 @@ static void op_admit(struct run *r, bool allow_host)
 		CHECK_OK(hel_scheduler_plan_admission(r->m.s, &sp2, &plan));
 		if (plan.gpu_consumed < hit.key.consumed) {
 			hit.resident = plan.gpu_consumed;
-			hit.pages = (uint32_t)(hit.key.consumed / r->m.P - plan.gpu_consumed / r->m.P);
+			hit.pages =
+				(uint32_t)(hit.key.consumed / r->m.P - plan.gpu_consumed / r->m.P);
 			hel_admission a2;
 			rc = hel_scheduler_admit_planned(r->m.s, &sp2, &plan, &hit, &a2);
 			if (rc == 0) {
 				CHECK(!a2.fetch && a2.inbound.ticket == adm.inbound.ticket);
-				sim_rec_put(&r->m.reqs, a2.req, sp2.prompt, sp2.prompt_len, sp2.salt, sp2.salt_len);
+				sim_rec_put(&r->m.reqs, a2.req, sp2.prompt, sp2.prompt_len,
+					    sp2.salt, sp2.salt_len);
 				track(r, a2.req);
 				r->admitted++;
 			} else {
@@ -228,7 +236,8 @@ static void op_describe(struct run *r)
 	int rc = hel_scheduler_describe(r->m.s, k->id, &d);
 	if (hel_ckpt_has_row(k) && (k->flags & HEL_CK_OFFERED)) {
 		CHECK_OK(rc);
-		CHECK(d.checkpoint == k->id && d.state_slot == k->row && d.n_pages == k->key.consumed / r->m.P);
+		CHECK(d.checkpoint == k->id && d.state_slot == k->row &&
+		      d.n_pages == k->key.consumed / r->m.P);
 	} else {
 		CHECK(rc == -ENOENT);
 	}
@@ -288,7 +297,8 @@ static void one_run(uint64_t seed, int ops, bool tight)
 		else if (op < 91)
 			op_unpin(r);
 		else if (op < 95)
-			r->evictions += hel_scheduler_evict(r->m.s, 1 + (uint32_t)test_rng_below(g, 3));
+			r->evictions +=
+				hel_scheduler_evict(r->m.s, 1 + (uint32_t)test_rng_below(g, 3));
 		else if (op < 98)
 			op_notices(r);
 		else
@@ -311,7 +321,8 @@ static void one_run(uint64_t seed, int ops, bool tight)
 	hel_cache_counts k;
 	sim_counts(&r->m, &k);
 	CHECK(k.pages_out == 0 && k.rows_out == 0 && k.pages_pending == 0 && k.rows_pending == 0);
-	CHECK(k.pages_free + k.pages_ckpt == k.pages_total && k.rows_free + k.rows_ckpt == k.rows_total);
+	CHECK(k.pages_free + k.pages_ckpt == k.pages_total &&
+	      k.rows_free + k.rows_ckpt == k.rows_total);
 	printf("  %llu admitted (%llu refused), %llu finished, %llu cancelled, %llu preempted, "
 	       "%llu readmitted\n  gpu hits %llu (%llu tokens), host hits %llu (%llu tokens), inbound ok "
 	       "%llu existing %llu failed %llu\n  %llu steps, %llu prefill + %llu decode tokens, %llu "

@@ -20,8 +20,11 @@
 
 static struct sel_shard_entry entry(const sel_record_desc *d, bool row)
 {
-	struct sel_shard_entry e = {.d = *d, .version = 3, .header_bytes = 4096,
-				    .created_ns = 1000 + d->key.consumed, .page_off = 8192,
+	struct sel_shard_entry e = {.d = *d,
+				    .version = 3,
+				    .header_bytes = 4096,
+				    .created_ns = 1000 + d->key.consumed,
+				    .page_off = 8192,
 				    .has_row = row};
 	e.row_off = e.page_off + (uint64_t)d->tail * 8192;
 	e.row_end = e.row_off + 4096;
@@ -85,7 +88,8 @@ static void check_invariants(const struct world *w)
 				CHECK(a == -1 || a == SEL_SHARD_DELETE);
 				continue;
 			}
-			CHECKF(a != -1 && a != SEL_SHARD_DELETE, "kept on rank 0, gone on rank %u", r);
+			CHECKF(a != -1 && a != SEL_SHARD_DELETE, "kept on rank 0, gone on rank %u",
+			       r);
 			for (size_t j = 0; j < w->cnt[r]; j++)
 				if (sel_key_eq(&w->e[r][j].d.key, &x->d.key)) {
 					CHECK(sel_shard_entry_same(&w->e[r][j], x));
@@ -93,7 +97,8 @@ static void check_invariants(const struct world *w)
 				}
 		}
 		if (kept && sel_record_links_parent(&x->d, 64))
-			CHECK(action(w, 0, &x->d.parent) >= 0 && action(w, 0, &x->d.parent) != SEL_SHARD_DELETE);
+			CHECK(action(w, 0, &x->d.parent) >= 0 &&
+			      action(w, 0, &x->d.parent) != SEL_SHARD_DELETE);
 		if (kept && !row) {
 			bool child = false;
 			for (size_t j = 0; j < w->cnt[0]; j++)
@@ -146,7 +151,8 @@ static void test_cases(void)
 	put(&w, 0, &G, true);
 	put(&w, 1, &G, true);
 	CHECK_OK(decide(&w));
-	CHECK(action(&w, 0, &G.key) == SEL_SHARD_DELETE && action(&w, 1, &G.key) == SEL_SHARD_DELETE);
+	CHECK(action(&w, 0, &G.key) == SEL_SHARD_DELETE &&
+	      action(&w, 1, &G.key) == SEL_SHARD_DELETE);
 	CHECK(w.st.kept == 2 && w.st.missing == 1);
 	check_invariants(&w);
 
@@ -160,7 +166,8 @@ static void test_cases(void)
 	put_all(&w, &G);
 	put_all(&w, &F);
 	CHECK_OK(decide(&w));
-	CHECK(action(&w, 0, &C.key) == SEL_SHARD_DELETE && action(&w, 2, &C.key) == SEL_SHARD_DELETE);
+	CHECK(action(&w, 0, &C.key) == SEL_SHARD_DELETE &&
+	      action(&w, 2, &C.key) == SEL_SHARD_DELETE);
 	for (uint32_t r = 0; r < 3; r++)
 		CHECK(action(&w, r, &G.key) == SEL_SHARD_DELETE);
 	CHECK(action(&w, 0, &F.key) == SEL_SHARD_KEEP && action(&w, 0, &R.key) == SEL_SHARD_KEEP);
@@ -177,9 +184,11 @@ static void test_cases(void)
 	put(&w, 2, &C, false);
 	put_all(&w, &G);
 	CHECK_OK(decide(&w));
-	CHECK(action(&w, 0, &C.key) == SEL_SHARD_TRUNCATE_ROW && action(&w, 1, &C.key) == SEL_SHARD_TRUNCATE_ROW);
+	CHECK(action(&w, 0, &C.key) == SEL_SHARD_TRUNCATE_ROW &&
+	      action(&w, 1, &C.key) == SEL_SHARD_TRUNCATE_ROW);
 	CHECK(action(&w, 2, &C.key) == SEL_SHARD_KEEP);
-	CHECK(w.st.rows_dropped == 1 && w.st.kept == 3 && w.st.kept_row == 2 && w.st.truncates == 2);
+	CHECK(w.st.rows_dropped == 1 && w.st.kept == 3 && w.st.kept_row == 2 &&
+	      w.st.truncates == 2);
 	check_invariants(&w);
 
 	/* Rank 2 holds the leaf without its row: a childless page-only record
@@ -207,7 +216,8 @@ static void test_cases(void)
 	put(&w, 0, &G, true);
 	put(&w, 1, &G, false);
 	CHECK_OK(decide(&w));
-	CHECK(action(&w, 0, &C.key) == SEL_SHARD_DELETE && action(&w, 0, &G.key) == SEL_SHARD_DELETE);
+	CHECK(action(&w, 0, &C.key) == SEL_SHARD_DELETE &&
+	      action(&w, 0, &G.key) == SEL_SHARD_DELETE);
 	CHECK(action(&w, 0, &R.key) == SEL_SHARD_KEEP && w.st.pruned == 2);
 	check_invariants(&w);
 
@@ -256,7 +266,8 @@ static void test_cases(void)
 	put(&w, 1, &R, true);
 	put(&w, 1, &G, true);
 	CHECK_OK(decide(&w));
-	CHECK(action(&w, 0, &G.key) == SEL_SHARD_DELETE && action(&w, 0, &C.key) == SEL_SHARD_DELETE);
+	CHECK(action(&w, 0, &G.key) == SEL_SHARD_DELETE &&
+	      action(&w, 0, &C.key) == SEL_SHARD_DELETE);
 	CHECK(action(&w, 1, &G.key) == SEL_SHARD_DELETE && w.st.orphaned == 1);
 	check_invariants(&w);
 
@@ -372,9 +383,10 @@ static void test_files(void)
 	size_t n[3] = {s[0].n, s[1].n, s[2].n};
 	struct sel_shard_agree_stats st;
 	CHECK_OK(sel_shard_agree(3, SFX_PAGE_TOKENS, ent, n, act, &st));
-	printf("agreement: kept %" PRIu64 " (%" PRIu64 " with rows), missing %" PRIu64 ", differ %"
-	       PRIu64 ", extra %" PRIu64 ", rows dropped %" PRIu64 ", pruned %" PRIu64 "\n", st.kept,
-	       st.kept_row, st.missing, st.extra, st.differ, st.rows_dropped, st.pruned);
+	printf("agreement: kept %" PRIu64 " (%" PRIu64 " with rows), missing %" PRIu64
+	       ", differ %" PRIu64 ", extra %" PRIu64 ", rows dropped %" PRIu64 ", pruned %" PRIu64
+	       "\n",
+	       st.kept, st.kept_row, st.missing, st.extra, st.differ, st.rows_dropped, st.pruned);
 	for (uint32_t r = 0; r < 3; r++) {
 		uint32_t del, tr;
 		CHECK_OK(sel_shard_apply(rk[r].lk.fd, &s[r], act[r], &del, &tr));
@@ -433,7 +445,8 @@ static void test_files(void)
 		act[0][i] = SEL_SHARD_TRUNCATE_ROW;
 	sel_record_name(&R.key, name);
 	CHECK(unlinkat(rk[0].lk.fd, name, 0) == 0);
-	int fd = openat(rk[0].lk.fd, name, O_CREAT | O_WRONLY, 0644); /* another file under R's name */
+	int fd = openat(rk[0].lk.fd, name, O_CREAT | O_WRONLY,
+			0644); /* another file under R's name */
 	CHECK(fd >= 0 && write(fd, "x", 1) == 1);
 	close(fd);
 	int rc = sel_shard_apply(rk[0].lk.fd, &s[0], act[0], NULL, NULL);

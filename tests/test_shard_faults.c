@@ -91,19 +91,26 @@ static void world_stopped(struct world *w)
 		if (w->pid[r] > 0) {
 			kill(w->pid[r], SIGCONT);
 			int code = sfx_wait_exit(w->pid[r], deadline(30));
-			CHECKF(code == 4, "rank %u exited %d, not 4 (its link ended, it drained)", r, code);
+			CHECKF(code == 4, "rank %u exited %d, not 4 (its link ended, it drained)",
+			       r, code);
 			w->pid[r] = 0;
 		}
 }
 
-static struct sel_shard_job store_job(const sel_record_desc *d, uint32_t *ids, struct sel_shard_rec *rec)
+static struct sel_shard_job store_job(const sel_record_desc *d, uint32_t *ids,
+				      struct sel_shard_rec *rec)
 {
 	*rec = (struct sel_shard_rec){*d, 0, d->tail};
 	for (uint32_t i = 0; i < d->tail; i++)
 		ids[i] = i;
-	return (struct sel_shard_job){.op = SEL_SHARD_STORE, .row = true, .slot = 0,
-				      .created_ns = 1000 + d->key.consumed, .n_recs = 1, .recs = rec,
-				      .n_pages = d->tail, .pages = ids};
+	return (struct sel_shard_job){.op = SEL_SHARD_STORE,
+				      .row = true,
+				      .slot = 0,
+				      .created_ns = 1000 + d->key.consumed,
+				      .n_recs = 1,
+				      .recs = rec,
+				      .n_pages = d->tail,
+				      .pages = ids};
 }
 
 /* Wait until a flag in shared memory is set (the peer's progress), by
@@ -123,11 +130,11 @@ struct attack {
 	const char *name;
 	uint8_t hello[256];
 	size_t hello_len;
-	int in, out;       /* wait on in, then signal out */
-	const char *src;   /* source address (NULL: 127.0.0.1) */
+	int in, out;     /* wait on in, then signal out */
+	const char *src; /* source address (NULL: 127.0.0.1) */
 	uint32_t rank;
 	bool bad_nonce, silent, garbage, join_only;
-	const char *want;  /* in rank 0's ERROR */
+	const char *want; /* in rank 0's ERROR */
 };
 
 static int attack_fn(void *arg)
@@ -218,11 +225,15 @@ static void test_forged(void)
 	sfx_rdv_accept(&w.v, 3, deadline(60));
 	struct attack a[6] = {
 		{.name = "another nonce", .bad_nonce = true, .rank = 1, .want = "another nonce"},
-		{.name = "another address", .src = "127.0.0.2", .rank = 1,
+		{.name = "another address",
+		 .src = "127.0.0.2",
+		 .rank = 1,
 		 .want = "comes from 127.0.0.2, but its rendezvous peer is 127.0.0.1"},
 		{.name = "rank out of range", .rank = 7, .want = "rank 7 is not a peer"},
 		{.name = "not a rank link", .garbage = true, .want = "not a JOIN"},
-		{.name = "silent", .silent = true, .want = "no whole JOIN within the handshake time"},
+		{.name = "silent",
+		 .silent = true,
+		 .want = "no whole JOIN within the handshake time"},
 		{.name = "impostor", .rank = 1, .join_only = true},
 	};
 	for (uint32_t r = 1; r < 3; r++) {
@@ -306,7 +317,8 @@ static void test_disagree(void)
 	CHECK(sel_shard_agreement(w.s, NULL, 0, NULL, NULL, deadline(1)) == -EINVAL);
 	CHECK(sel_shard_start(w.s) == -EINVAL);
 	int rc = sel_shard_join(w.s, eos_now_ns() + SFX_S / 2);
-	CHECKF(rc == -ETIMEDOUT && strstr(sel_errmsg(), "rank 1 did not join"), "%d %s", rc, sel_errmsg());
+	CHECKF(rc == -ETIMEDOUT && strstr(sel_errmsg(), "rank 1 did not join"), "%d %s", rc,
+	       sel_errmsg());
 	close(fd);
 	world_free(&w);
 	printf("disagreements: refused\n");
@@ -379,9 +391,11 @@ static void test_stalled_peer(void)
 	CHECK(kill(w.pid[2], SIGSTOP) == 0);
 	sel_record_desc d = sfx_desc(4096, 9, NULL); /* no rank holds it */
 	struct sel_shard_rec rec = {.d = d};
-	struct sel_shard_job j = {.op = SEL_SHARD_UNLINK, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1,
-				  .recs = &rec};
-	enum { CALLS = 400000 };
+	struct sel_shard_job j = {
+		.op = SEL_SHARD_UNLINK, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1, .recs = &rec};
+	enum {
+		CALLS = 400000
+	};
 	static uint64_t sub[CALLS], pol[CALLS];
 	int n = 0, done_n = 0;
 	struct sel_shard_done done[16];
@@ -400,7 +414,8 @@ static void test_stalled_peer(void)
 			break;
 		to2++;
 	}
-	CHECKF(rc == -EAGAIN && strstr(sel_errmsg(), "rank 2's queue is full"), "%d %s", rc, sel_errmsg());
+	CHECKF(rc == -EAGAIN && strstr(sel_errmsg(), "rank 2's queue is full"), "%d %s", rc,
+	       sel_errmsg());
 	/* 2: half a second of jobs for every peer: refused at once, queued
 	 * nowhere (rank 1 gets none of them). */
 	int before1 = atomic_load(&w.rk[1].knobs->jobs), all = 0, refused = 0, late = 0, busy1 = 0;
@@ -442,8 +457,9 @@ static void test_stalled_peer(void)
 	printf("stalled peer: %d jobs queued for it, then %d of %d submissions to every peer refused "
 	       "at once (%d accepted while its writer still moved frames into the kernel, %d refused "
 	       "for rank 1); submit p50 %.4f ms max %.3f "
-	       "ms, poll p50 %.4f ms max %.3f ms (%d calls)\n", to2, refused, all, late, busy1,
-	       ms_of(sub[n / 2]), ms_of(sub[n - 1]), ms_of(pol[n / 2]), ms_of(pol[n - 1]), n);
+	       "ms, poll p50 %.4f ms max %.3f ms (%d calls)\n",
+	       to2, refused, all, late, busy1, ms_of(sub[n / 2]), ms_of(sub[n - 1]),
+	       ms_of(pol[n / 2]), ms_of(pol[n - 1]), n);
 	/* Generous: a worker that waited on the stalled peer would wait for
 	 * ever; these are scheduling noise on a loaded machine. */
 	CHECK(sub[n - 1] < 500 * 1000000ull && pol[n - 1] < 500 * 1000000ull);
@@ -495,7 +511,8 @@ static void test_timeout(void)
 	CHECK_OK(sel_shard_submit(w.s, &j, 0, 1, NULL));
 	wait_flag(&w.rk[1].knobs->jobs, "rank 1's job");
 	rc = sel_shard_close(w.s, eos_now_ns() + SFX_S / 2);
-	CHECKF(rc == SEL_ESTOPPED && strstr(sel_errmsg(), "1 job still outstanding at the deadline"),
+	CHECKF(rc == SEL_ESTOPPED &&
+		       strstr(sel_errmsg(), "1 job still outstanding at the deadline"),
 	       "%d %s", rc, sel_errmsg());
 	sel_shard_destroy(w.s);
 	w.s = NULL;
@@ -514,8 +531,12 @@ static void test_out_of_range(void)
 	sel_record_desc d = sfx_desc(128, 3, NULL);
 	struct sel_shard_rec rec = {d, 0, 2};
 	uint32_t ids[2] = {5, SFX_PAGES + 6}; /* rank 0 cannot know the peer's page count */
-	struct sel_shard_job j = {.op = SEL_SHARD_FETCH, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1,
-				  .recs = &rec, .n_pages = 2, .pages = ids};
+	struct sel_shard_job j = {.op = SEL_SHARD_FETCH,
+				  .slot = SEL_SHARD_NO_SLOT,
+				  .n_recs = 1,
+				  .recs = &rec,
+				  .n_pages = 2,
+				  .pages = ids};
 	CHECK_OK(sel_shard_submit(w.s, &j, 0, 1, NULL));
 	struct sel_shard_done done;
 	int rc = sfx_wait_done(w.s, &done, deadline(60));
@@ -533,7 +554,8 @@ static void test_out_of_range(void)
 	w.pid[1] = 0;
 	rc = sfx_wait_done(w.s, &done, deadline(60));
 	sel_shard_stopped(w.s, why, sizeof why);
-	CHECK(rc == SEL_ESTOPPED && strstr(why, "rank 1's link") && strstr(why, "0 jobs outstanding"));
+	CHECK(rc == SEL_ESTOPPED && strstr(why, "rank 1's link") &&
+	      strstr(why, "0 jobs outstanding"));
 	world_free(&w);
 	printf("range and idle death: stopped\n");
 }

@@ -38,7 +38,9 @@ static void start(struct life *L, struct sel_shard_agree_stats *st)
 	sfx_primary_config(&cfg, WORLD);
 	cfg.set.disk_limit = 3ull << 30; /* rank 0 has the most room */
 	for (uint32_t r = 1; r < WORLD; r++) {
-		L->o[r] = (struct sfx_peer_opts){.rdv_port = L->v.port, .wait_fd = -1, .signal_fd = -1,
+		L->o[r] = (struct sfx_peer_opts){.rdv_port = L->v.port,
+						 .wait_fd = -1,
+						 .signal_fd = -1,
 						 .disk_limit = (1ull << 30) + r};
 		L->pid[r] = sfx_fork(&rk[r], &L->o[r]);
 	}
@@ -57,8 +59,9 @@ static void stop(struct life *L)
 	sel_shard_stats(L->s, &st);
 	CHECK_OK(sel_shard_close(L->s, deadline(60)));
 	printf("closed: %" PRIu64 " jobs, %" PRIu64 " failed, %" PRIu64 " cleanups, %" PRIu64
-	       " frames sent, %" PRIu64 " received, most queued %u\n", st.completed + st.failed,
-	       st.failed, st.cleanups, st.frames_sent, st.frames_received, st.queued_max);
+	       " frames sent, %" PRIu64 " received, most queued %u\n",
+	       st.completed + st.failed, st.failed, st.cleanups, st.frames_sent, st.frames_received,
+	       st.queued_max);
 	sel_shard_destroy(L->s);
 	for (uint32_t r = 1; r < WORLD; r++) {
 		int code = sfx_wait_exit(L->pid[r], deadline(60));
@@ -74,15 +77,22 @@ static struct sel_shard_job store_job(const sel_record_desc *d, uint32_t *ids, u
 	*rec = (struct sel_shard_rec){*d, 0, d->tail};
 	for (uint32_t i = 0; i < d->tail; i++)
 		ids[i] = first_id + i;
-	return (struct sel_shard_job){.op = SEL_SHARD_STORE, .row = true, .slot = slot,
-				      .created_ns = 1000 + d->key.consumed, .n_recs = 1, .recs = rec,
-				      .n_pages = d->tail, .pages = ids};
+	return (struct sel_shard_job){.op = SEL_SHARD_STORE,
+				      .row = true,
+				      .slot = slot,
+				      .created_ns = 1000 + d->key.consumed,
+				      .n_recs = 1,
+				      .recs = rec,
+				      .n_pages = d->tail,
+				      .pages = ids};
 }
 
-static struct sel_shard_job one_rec(uint32_t op, const sel_record_desc *d, struct sel_shard_rec *rec)
+static struct sel_shard_job one_rec(uint32_t op, const sel_record_desc *d,
+				    struct sel_shard_rec *rec)
 {
 	*rec = (struct sel_shard_rec){.d = *d};
-	return (struct sel_shard_job){.op = op, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1, .recs = rec};
+	return (struct sel_shard_job){
+		.op = op, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1, .recs = rec};
 }
 
 static void ok_everywhere(const struct sel_shard_result *local, const struct sel_shard_done *d)
@@ -101,8 +111,13 @@ static void fetch_and_check(struct life *L, uint32_t dst)
 	uint32_t n = R.tail + C.tail + D.tail, ids[SFX_PAGES];
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = dst + i;
-	struct sel_shard_job j = {.op = SEL_SHARD_FETCH, .row = true, .slot = 3, .n_recs = 3,
-				  .recs = recs, .n_pages = n, .pages = ids};
+	struct sel_shard_job j = {.op = SEL_SHARD_FETCH,
+				  .row = true,
+				  .slot = 3,
+				  .n_recs = 3,
+				  .recs = recs,
+				  .n_pages = n,
+				  .pages = ids};
 	for (uint32_t r = 0; r < WORLD; r++) {
 		for (uint32_t i = 0; i < n; i++)
 			memset(sfx_page(&rk[r], dst + i), 0xee, rk[r].stride);
@@ -189,8 +204,10 @@ static void phase_one(void)
 	atomic_store(&rk[1].knobs->unlink_errno, EROFS);
 	j = store_job(&E, ids, 40, 0, &rec);
 	sfx_job_all(L.s, &rk[0], &j, &local, &d);
-	CHECKF(d.status == -EIO && !d.space && d.committed == 2 && d.cleanup_failed == 2, "%s", d.text);
-	CHECKF(strstr(d.text, "cleanup unlink failed on rank 1") && strstr(d.text, "injected: unlink"),
+	CHECKF(d.status == -EIO && !d.space && d.committed == 2 && d.cleanup_failed == 2, "%s",
+	       d.text);
+	CHECKF(strstr(d.text, "cleanup unlink failed on rank 1") &&
+		       strstr(d.text, "injected: unlink"),
 	       "%s", d.text);
 	printf("reported: %s\n", d.text);
 	atomic_store(&rk[2].knobs->store_errno, 0);

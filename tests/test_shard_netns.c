@@ -41,9 +41,14 @@ static struct sel_shard_job store(const sel_record_desc *d, uint32_t first, uint
 	*rec = (struct sel_shard_rec){*d, 0, d->tail};
 	for (uint32_t i = 0; i < d->tail; i++)
 		ids[i] = first + i;
-	return (struct sel_shard_job){.op = SEL_SHARD_STORE, .row = true, .slot = slot,
-				      .created_ns = 5000 + d->key.consumed, .n_recs = 1, .recs = rec,
-				      .n_pages = d->tail, .pages = ids};
+	return (struct sel_shard_job){.op = SEL_SHARD_STORE,
+				      .row = true,
+				      .slot = slot,
+				      .created_ns = 5000 + d->key.consumed,
+				      .n_recs = 1,
+				      .recs = rec,
+				      .n_pages = d->tail,
+				      .pages = ids};
 }
 
 static int rank0_fn(void *arg)
@@ -82,14 +87,19 @@ static int rank0_fn(void *arg)
 	uint32_t n = R.tail + C.tail + D.tail;
 	for (uint32_t i = 0; i < n; i++)
 		ids[i] = 40 + i;
-	j = (struct sel_shard_job){.op = SEL_SHARD_FETCH, .row = true, .slot = 3, .n_recs = 3,
-				   .recs = recs, .n_pages = n, .pages = ids};
+	j = (struct sel_shard_job){.op = SEL_SHARD_FETCH,
+				   .row = true,
+				   .slot = 3,
+				   .n_recs = 3,
+				   .recs = recs,
+				   .n_pages = n,
+				   .pages = ids};
 	sfx_job_all(s, &rk[0], &j, &local, &d);
 	CHECK(local.status == 0 && d.status == 0);
 
 	struct sel_shard_rec trec = {.d = C};
-	j = (struct sel_shard_job){.op = SEL_SHARD_TRUNCATE, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1,
-				   .recs = &trec};
+	j = (struct sel_shard_job){
+		.op = SEL_SHARD_TRUNCATE, .slot = SEL_SHARD_NO_SLOT, .n_recs = 1, .recs = &trec};
 	sfx_job_all(s, &rk[0], &j, &local, &d);
 	CHECK(local.status == 0 && d.status == 0 && d.had_row == 6);
 	check_traffic(nx.if0[1], "rank 0");
@@ -107,8 +117,8 @@ static int peer_fn(void *arg)
 {
 	uint32_t r = (uint32_t)(uintptr_t)arg;
 	CHECK_OK(nfx_enter(&nx, (int)r));
-	struct sfx_peer_opts o = {.rdv_addr = nx.addr0[r], .rdv_port = rdv_port, .wait_fd = -1,
-				  .signal_fd = -1};
+	struct sfx_peer_opts o = {
+		.rdv_addr = nx.addr0[r], .rdv_port = rdv_port, .wait_fd = -1, .signal_fd = -1};
 	int code = sfx_peer_main(&rk[r], &o);
 	char who[32];
 	snprintf(who, sizeof who, "rank %u", r);

@@ -36,7 +36,9 @@ static sel_record_desc desc_root(void)
 }
 static sel_record_desc desc_child(void)
 {
-	sel_record_desc d = {.key = key(320, 2), .parent = key(128, 1), .tail = 3,
+	sel_record_desc d = {.key = key(320, 2),
+			     .parent = key(128, 1),
+			     .tail = 3,
 			     .parent_check = 0x3131313131313131ull};
 	memset(d.bucket.b, 0x32, SEL_DIGEST_BYTES);
 	return d;
@@ -53,8 +55,8 @@ static int samples(struct sel_shard_msg *m)
 	int n = 0;
 	memset(m, 0, 16 * sizeof *m);
 	m[n].type = SEL_SHARD_HELLO;
-	m[n].u.hello = (struct sel_shard_hello){.world = 4, .rank = 2, .port = 40123,
-						.set = {true, 1ull << 30}};
+	m[n].u.hello = (struct sel_shard_hello){
+		.world = 4, .rank = 2, .port = 40123, .set = {true, 1ull << 30}};
 	memset(m[n].u.hello.nonce, 0xa5, SEL_SHARD_NONCE_BYTES);
 	m[n].u.hello.addr.family = 4;
 	m[n].u.hello.addr.a[0] = 10;
@@ -73,11 +75,16 @@ static int samples(struct sel_shard_msg *m)
 	n++;
 	m[n].type = SEL_SHARD_ERROR;
 	m[n].u.status.status = -EACCES;
-	snprintf(m[n].u.status.text, sizeof m[n].u.status.text, "rank 2's join presents another nonce");
+	snprintf(m[n].u.status.text, sizeof m[n].u.status.text,
+		 "rank 2's join presents another nonce");
 	n++;
-	entries[0] = (struct sel_shard_entry){.d = desc_root(), .version = 3, .header_bytes = 4096,
-					      .created_ns = 1700000000000000000ull, .page_off = 8192,
-					      .row_off = 8192 + 2 * 8192, .row_end = 8192 + 3 * 8192,
+	entries[0] = (struct sel_shard_entry){.d = desc_root(),
+					      .version = 3,
+					      .header_bytes = 4096,
+					      .created_ns = 1700000000000000000ull,
+					      .page_off = 8192,
+					      .row_off = 8192 + 2 * 8192,
+					      .row_end = 8192 + 3 * 8192,
 					      .has_row = true};
 	entries[1] = entries[0];
 	entries[1].d = desc_child();
@@ -102,17 +109,29 @@ static int samples(struct sel_shard_msg *m)
 	recs[0] = (struct sel_shard_rec){desc_root(), 1, 1};
 	recs[1] = (struct sel_shard_rec){desc_child(), 0, 3};
 	m[n].type = SEL_SHARD_JOB;
-	m[n].u.job = (struct sel_shard_job){.id = 77, .op = SEL_SHARD_FETCH, .row = true, .slot = 3,
-					    .n_recs = 2, .recs = recs, .n_pages = 4, .pages = pages};
+	m[n].u.job = (struct sel_shard_job){.id = 77,
+					    .op = SEL_SHARD_FETCH,
+					    .row = true,
+					    .slot = 3,
+					    .n_recs = 2,
+					    .recs = recs,
+					    .n_pages = 4,
+					    .pages = pages};
 	n++;
 	m[n].type = SEL_SHARD_JOB;
-	m[n].u.job = (struct sel_shard_job){.id = 78, .op = SEL_SHARD_STORE, .row = true, .slot = 1,
-					    .created_ns = 5, .n_recs = 1, .recs = &recs[1],
-					    .n_pages = 3, .pages = pages + 2};
+	m[n].u.job = (struct sel_shard_job){.id = 78,
+					    .op = SEL_SHARD_STORE,
+					    .row = true,
+					    .slot = 1,
+					    .created_ns = 5,
+					    .n_recs = 1,
+					    .recs = &recs[1],
+					    .n_pages = 3,
+					    .pages = pages + 2};
 	n++;
 	m[n].type = SEL_SHARD_DONE;
-	m[n].u.done = (struct sel_shard_result){.id = 77, .status = -ENOSPC,
-						.flags = SEL_SHARD_R_COMMITTED, .bytes = 1 << 20};
+	m[n].u.done = (struct sel_shard_result){
+		.id = 77, .status = -ENOSPC, .flags = SEL_SHARD_R_COMMITTED, .bytes = 1 << 20};
 	snprintf(m[n].u.done.text, sizeof m[n].u.done.text, "no space left on device");
 	n++;
 	m[n].type = SEL_SHARD_DRAIN;
@@ -152,8 +171,8 @@ static void test_round_trips(void)
 		size_t len;
 		uint8_t *b = enc(&m[i], &len);
 		struct sel_shard_msg d;
-		CHECKF(sel_shard_decode(b, len, NULL, &d) == 0, "%s: %s", sel_shard_type_name(m[i].type),
-		       sel_errmsg());
+		CHECKF(sel_shard_decode(b, len, NULL, &d) == 0, "%s: %s",
+		       sel_shard_type_name(m[i].type), sel_errmsg());
 		CHECK(d.type == m[i].type);
 		size_t len2;
 		uint8_t *b2 = enc(&d, &len2);
@@ -178,7 +197,8 @@ static void test_round_trips(void)
 	uint8_t *b = enc(&m[9], &len);
 	struct sel_shard_msg d;
 	CHECK_OK(sel_shard_decode(b, len, NULL, &d));
-	CHECK(d.u.job.id == 77 && d.u.job.op == SEL_SHARD_FETCH && d.u.job.row && d.u.job.slot == 3);
+	CHECK(d.u.job.id == 77 && d.u.job.op == SEL_SHARD_FETCH && d.u.job.row &&
+	      d.u.job.slot == 3);
 	CHECK(d.u.job.n_recs == 2 && sel_key_eq(&d.u.job.recs[1].d.parent, &recs[0].d.key));
 	CHECK(d.u.job.recs[1].d.parent_check == recs[1].d.parent_check);
 	CHECK(d.u.job.n_pages == 4 && d.u.job.pages[3] == 10);
@@ -236,8 +256,22 @@ static void raw(uint16_t type, const struct sel_wr *w, const struct sel_shard_li
 	free(f);
 }
 
-enum { HELLO = 0, JOIN, ACCEPT, ERROR, SCAN, SCAN_END, DECIDE, DECIDE_END, APPLIED, FETCH, STORE,
-       DONE, DRAIN, DRAINED };
+enum {
+	HELLO = 0,
+	JOIN,
+	ACCEPT,
+	ERROR,
+	SCAN,
+	SCAN_END,
+	DECIDE,
+	DECIDE_END,
+	APPLIED,
+	FETCH,
+	STORE,
+	DONE,
+	DRAIN,
+	DRAINED
+};
 
 static void test_rejections(void)
 {
@@ -248,15 +282,18 @@ static void test_rejections(void)
 	sel_put_u32(h, 4);
 	sel_put_u16(h + 4, SEL_SHARD_DRAIN);
 	sel_put_u16(h + 6, 1);
-	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT && strstr(sel_errmsg(), "reserved"));
+	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT &&
+	      strstr(sel_errmsg(), "reserved"));
 	sel_put_u16(h + 6, 0);
 	sel_put_u16(h + 4, SEL_SHARD_TYPES);
-	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT && strstr(sel_errmsg(), "unknown type"));
+	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT &&
+	      strstr(sel_errmsg(), "unknown type"));
 	sel_put_u16(h + 4, 0);
 	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT);
 	sel_put_u16(h + 4, SEL_SHARD_JOB);
 	sel_put_u32(h, SEL_SHARD_FRAME_MAX + 1);
-	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT && strstr(sel_errmsg(), "more than"));
+	CHECK(sel_shard_frame_header(h, 8, &type, &plen) == SEL_EFORMAT &&
+	      strstr(sel_errmsg(), "more than"));
 	sel_put_u32(h, SEL_SHARD_FRAME_MAX);
 	CHECK_OK(sel_shard_frame_header(h, 8, &type, &plen));
 	CHECK(sel_shard_frame_header(h, 7, &type, &plen) == SEL_EFORMAT);
@@ -467,14 +504,19 @@ static void test_encoder(void)
 		sel_key prev = i ? chain[i - 1].d.key : (sel_key){0};
 		uint32_t tail = i == SEL_SHARD_MAX_RECS - 1 ? SEL_SHARD_MAX_PAGES - 128 * i : 128;
 		c += (uint64_t)tail * 64;
-		chain[i].d = (sel_record_desc){.key = key(c, (uint8_t)i), .parent = prev, .tail = tail};
+		chain[i].d =
+			(sel_record_desc){.key = key(c, (uint8_t)i), .parent = prev, .tail = tail};
 		chain[i].first = 0;
 		chain[i].count = tail;
 	}
 	x = (struct sel_shard_msg){.type = SEL_SHARD_JOB};
-	x.u.job = (struct sel_shard_job){.id = 1, .op = SEL_SHARD_FETCH, .slot = SEL_SHARD_NO_SLOT,
-					 .n_recs = SEL_SHARD_MAX_RECS, .recs = chain,
-					 .n_pages = SEL_SHARD_MAX_PAGES, .pages = many};
+	x.u.job = (struct sel_shard_job){.id = 1,
+					 .op = SEL_SHARD_FETCH,
+					 .slot = SEL_SHARD_NO_SLOT,
+					 .n_recs = SEL_SHARD_MAX_RECS,
+					 .recs = chain,
+					 .n_pages = SEL_SHARD_MAX_PAGES,
+					 .pages = many};
 	int64_t n = sel_shard_encoded_size(&x);
 	CHECKF(n > 0 && n <= SEL_SHARD_FRAME_HEADER + SEL_SHARD_FRAME_MAX, "%" PRId64 ": %s", n,
 	       sel_errmsg());
@@ -530,8 +572,8 @@ static void test_rules(void)
 	test_geo_init(&tg, 2, 64, 2, units, 5000);
 	uint8_t f[6][SEL_FINGERPRINT_BYTES], again[SEL_FINGERPRINT_BYTES];
 	sel_shard_rank_fingerprint(&tg.rank[0], 64, 0, 2, f[0]);
-	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[1]); /* same geometry, rank 1 */
-	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 4, f[2]); /* world 4 */
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[1]);  /* same geometry, rank 1 */
+	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 4, f[2]);  /* world 4 */
 	sel_shard_rank_fingerprint(&tg.rank[1], 128, 1, 2, f[3]); /* page tokens */
 	tg.planes[1][1].unit_bytes = 101;
 	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[4]); /* a plane's size */
@@ -540,13 +582,15 @@ static void test_rules(void)
 	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, f[5]); /* the row's */
 	for (int i = 0; i < 6; i++)
 		for (int k = i + 1; k < 6; k++)
-			CHECKF(memcmp(f[i], f[k], SEL_FINGERPRINT_BYTES), "fingerprints %d and %d", i, k);
+			CHECKF(memcmp(f[i], f[k], SEL_FINGERPRINT_BYTES), "fingerprints %d and %d",
+			       i, k);
 	tg.rank[1].row.unit_bytes = 5000;
 	sel_shard_rank_fingerprint(&tg.rank[1], 64, 1, 2, again);
 	CHECK(!memcmp(again, f[1], SEL_FINGERPRINT_BYTES));
 	uint8_t whole[SEL_FINGERPRINT_BYTES];
 	sel_layout_fingerprint(&tg.g, whole); /* the one-process namespace is another */
-	CHECK(memcmp(whole, f[0], SEL_FINGERPRINT_BYTES) && memcmp(whole, f[1], SEL_FINGERPRINT_BYTES));
+	CHECK(memcmp(whole, f[0], SEL_FINGERPRINT_BYTES) &&
+	      memcmp(whole, f[1], SEL_FINGERPRINT_BYTES));
 	printf("rules: ok\n");
 }
 
@@ -562,17 +606,20 @@ static int write_corpus(const char *dir)
 	for (int i = 0; i < n; i++) {
 		size_t len;
 		uint8_t *b = enc(&m[i], &len);
-		snprintf(path, sizeof path, "%s/%02d-%s", dir, i + 1, sel_shard_type_name(m[i].type));
+		snprintf(path, sizeof path, "%s/%02d-%s", dir, i + 1,
+			 sel_shard_type_name(m[i].type));
 		FILE *f = fopen(path, "wb");
 		CHECK(f && fwrite(b, 1, len, f) == len && fclose(f) == 0);
 		CHECK(fwrite(b, 1, len, stream) == len);
 		/* The typed form the fuzzer's second reading takes: type, payload. */
-		snprintf(path, sizeof path, "%s/t%02d-%s", dir, i + 1, sel_shard_type_name(m[i].type));
+		snprintf(path, sizeof path, "%s/t%02d-%s", dir, i + 1,
+			 sel_shard_type_name(m[i].type));
 		f = fopen(path, "wb");
 		uint8_t t = (uint8_t)m[i].type;
 		CHECK(f && fwrite(&t, 1, 1, f) == 1);
 		CHECK(fwrite(b + SEL_SHARD_FRAME_HEADER, 1, len - SEL_SHARD_FRAME_HEADER, f) ==
-		      len - SEL_SHARD_FRAME_HEADER && fclose(f) == 0);
+			      len - SEL_SHARD_FRAME_HEADER &&
+		      fclose(f) == 0);
 		free(b);
 	}
 	CHECK(fclose(stream) == 0);

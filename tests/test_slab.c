@@ -123,7 +123,8 @@ static void test_layout_numbers(void)
 		CHECK(l.plane_off[2][1] == MiB);
 		CHECK(l.slot_bytes == 12 * KiB + 2 * MiB + MiB + 516 * KiB);
 		CHECK(l.slot_bytes % 4096 == 0);
-		CHECK(l.row_slots == 3); /* rank 0: exactly 3; rank 2: ceil(2 MiB / 1.504 MiB) = 2 */
+		CHECK(l.row_slots ==
+		      3); /* rank 0: exactly 3; rank 2: ceil(2 MiB / 1.504 MiB) = 2 */
 		uint64_t off, len;
 		sel_slot_layout_row_piece(&l, 0, 2, &off, &len);
 		CHECK(len == 12 * KiB);
@@ -390,16 +391,17 @@ static void test_multi_piece_rows(void)
 {
 	struct geo_builder b = {0};
 	/* Three ranks, three share sizes, rows of 3-9 pieces. */
-	geo_rank(&b, 0, 70000, 2, (uint64_t[]){8192, 100});             /* share 12 KiB, 6 pieces */
-	geo_rank(&b, 1, 9 * 4096 - 1, 1, (uint64_t[]){4096});          /* share 4 KiB, 9 pieces */
-	geo_rank(&b, 2, 3 * 20480, 3, (uint64_t[]){8192, 8192, 1});    /* share 20 KiB, 3 pieces */
+	geo_rank(&b, 0, 70000, 2, (uint64_t[]){8192, 100});         /* share 12 KiB, 6 pieces */
+	geo_rank(&b, 1, 9 * 4096 - 1, 1, (uint64_t[]){4096});       /* share 4 KiB, 9 pieces */
+	geo_rank(&b, 2, 3 * 20480, 3, (uint64_t[]){8192, 8192, 1}); /* share 20 KiB, 3 pieces */
 	sel_slot_layout l;
 	CHECK_OK(sel_slot_layout_init(&l, &b.g));
 	CHECK(l.row_slots == 9);
 	CHECK(l.slot_bytes == 36 * KiB);
 
 	sel_slab_pool *p;
-	CHECK_OK(sel_slab_create(l.slot_bytes, 24, 2 * (SEL_WINDOW_PAGES + l.row_slots), false, NULL, &p));
+	CHECK_OK(sel_slab_create(l.slot_bytes, 24, 2 * (SEL_WINDOW_PAGES + l.row_slots), false,
+				 NULL, &p));
 	/* Interleave allocations so the row's slots are not adjacent. */
 	uint32_t a[18], row[9], keep[9];
 	CHECK_OK(sel_slab_alloc(p, 18, SEL_SLAB_WARM, a));
@@ -463,7 +465,8 @@ static void test_multi_piece_rows(void)
 				inside |= k >= off && k < off + len;
 			}
 			if (!inside)
-				CHECKF(s[k] == poison, "slot %u byte %" PRIu64 " overwritten", i, k);
+				CHECKF(s[k] == poison, "slot %u byte %" PRIu64 " overwritten", i,
+				       k);
 		}
 	}
 	CHECK_OK(sel_slab_free(p, row, 9));
@@ -531,13 +534,17 @@ static void test_intake_slots(void)
 	CHECK(slots == 12345);
 
 	/* Huge counts: full intake's bytes overflow. */
-	CHECK_RC(sel_intake_slots(UINT32_MAX, UINT32_MAX, 4096, UINT64_MAX, &slots, warn, sizeof(warn)),
+	CHECK_RC(sel_intake_slots(UINT32_MAX, UINT32_MAX, 4096, UINT64_MAX, &slots, warn,
+				  sizeof(warn)),
 		 -EOVERFLOW);
-	CHECK_RC(sel_intake_slots(UINT32_MAX, 1, 1ull << 40, UINT64_MAX, &slots, warn, sizeof(warn)),
-		 -EOVERFLOW);
-	CHECK_OK(sel_intake_slots(UINT32_MAX, 1, 1ull << 40, 1ull << 60, &slots, warn, sizeof(warn)));
+	CHECK_RC(
+		sel_intake_slots(UINT32_MAX, 1, 1ull << 40, UINT64_MAX, &slots, warn, sizeof(warn)),
+		-EOVERFLOW);
+	CHECK_OK(sel_intake_slots(UINT32_MAX, 1, 1ull << 40, 1ull << 60, &slots, warn,
+				  sizeof(warn)));
 	CHECK(slots == 1u << 20 && warn[0] != '\0');
-	CHECK_RC(sel_intake_slots(UINT32_MAX, UINT32_MAX, 4096, 1ull << 40, &slots, warn, sizeof(warn)),
+	CHECK_RC(sel_intake_slots(UINT32_MAX, UINT32_MAX, 4096, 1ull << 40, &slots, warn,
+				  sizeof(warn)),
 		 -ENOMEM);
 }
 
@@ -649,7 +656,8 @@ static void test_create_over(void)
 	CHECK(strstr(sel_errmsg(), "not 4 KiB aligned"));
 	CHECK_RC(sel_slab_create_over(range, 1000, 1, 1, &p), -EINVAL);
 	CHECK_RC(sel_slab_create_over(range, sb, 0, 0, &p), -EINVAL);
-	CHECK_RC(sel_slab_create_over((void *)(uintptr_t)(UINTPTR_MAX & ~(uintptr_t)4095), sb, 2, 0, &p),
+	CHECK_RC(sel_slab_create_over((void *)(uintptr_t)(UINTPTR_MAX & ~(uintptr_t)4095), sb, 2, 0,
+				      &p),
 		 -EOVERFLOW);
 	CHECK(p == NULL);
 	eos_aligned_free(range);
@@ -668,8 +676,10 @@ static void test_map_failure(void)
 		struct sel_slab_hooks hooks = {hook_reg, hook_unreg, &log};
 		sel_slab_pool *p = NULL;
 		int rc = sel_slab_create(MiB, 1024, 64, false, &hooks, &p);
-		if (rc != -ENOMEM || p || log.reg || log.unreg || !strstr(sel_errmsg(), "cannot map")) {
-			fprintf(stderr, "map failure: rc %d, reg %d: %s\n", rc, log.reg, sel_errmsg());
+		if (rc != -ENOMEM || p || log.reg || log.unreg ||
+		    !strstr(sel_errmsg(), "cannot map")) {
+			fprintf(stderr, "map failure: rc %d, reg %d: %s\n", rc, log.reg,
+				sel_errmsg());
 			_exit(1);
 		}
 		_exit(0);
@@ -754,13 +764,17 @@ static void test_random(void)
 	const int ops = 100000;
 	for (int op = 0; op < ops; op++) {
 		if (test_rng_below(&rng, 2) == 0) {
-			enum sel_slab_class cls = test_rng_below(&rng, 2) ? SEL_SLAB_INTAKE : SEL_SLAB_WARM;
+			enum sel_slab_class cls =
+				test_rng_below(&rng, 2) ? SEL_SLAB_INTAKE : SEL_SLAB_WARM;
 			uint32_t n = (uint32_t)test_rng_below(&rng, 33);
-			uint32_t room = cls == SEL_SLAB_INTAKE ? nfree : (nfree > intake ? nfree - intake : 0);
+			uint32_t room = cls == SEL_SLAB_INTAKE
+						? nfree
+						: (nfree > intake ? nfree - intake : 0);
 			bool fits = n <= room;
 			CHECK(sel_slab_can_alloc(p, n, cls) == fits);
 			int rc = sel_slab_alloc(p, n, cls, buf);
-			CHECKF(rc == (fits ? 0 : -ENOSPC), "op %d: alloc %u cls %d rc %d", op, n, cls, rc);
+			CHECKF(rc == (fits ? 0 : -ENOSPC), "op %d: alloc %u cls %d rc %d", op, n,
+			       cls, rc);
 			if (rc == 0) {
 				for (uint32_t i = 0; i < n; i++) {
 					CHECK(buf[i] < total && !used[buf[i]]);

@@ -45,8 +45,8 @@ static int check(sel_store *s) { return sel_composite_store_check(s); }
 static struct {
 	int fallocate_err; /* errno for the next fallocate_n calls */
 	int fallocate_n;
-	int block_pwrite;  /* pwrite waits while set */
-	int blocked;       /* pwrites waiting */
+	int block_pwrite; /* pwrite waits while set */
+	int blocked;      /* pwrites waiting */
 } fi;
 
 static int f_fallocate(int fd, int mode, off_t off, off_t len)
@@ -75,8 +75,8 @@ static struct eos_fileops fault_ops;
 /* ---- helpers ---------------------------------------------------------------------- */
 
 struct opts {
-	uint64_t warm;      /* slots */
-	uint64_t limit;     /* bytes; 0 = 1 GiB */
+	uint64_t warm;  /* slots */
+	uint64_t limit; /* bytes; 0 = 1 GiB */
 	bool drain;
 };
 
@@ -146,24 +146,19 @@ static int check_bound(sel_store *s)
 	if (rc)
 		return rc;
 	struct sel_composite_gauges g = gauges(s);
-	CHECKF(g.writing_slots <= g.write_ahead_bound + 67, "%" PRIu64 " slots being written, bound %"
-	       PRIu64, g.writing_slots, g.write_ahead_bound);
+	CHECKF(g.writing_slots <= g.write_ahead_bound + 67,
+	       "%" PRIu64 " slots being written, bound %" PRIu64, g.writing_slots,
+	       g.write_ahead_bound);
 	return 0;
 }
 
 /* One poll (only PROGRESS may come, counted in *progress), then a short
  * wait on the store's descriptor. */
-static void pump(sel_store *s, int *progress)
-{
-	sfx_pump(s, check_bound, progress);
-}
+static void pump(sel_store *s, int *progress) { sfx_pump(s, check_bound, progress); }
 
 /* Until the maintenance the last calls started has finished; returns the
  * PROGRESS events seen. */
-static int settle(sel_store *s)
-{
-	return sfx_settle(s, check_bound);
-}
+static int settle(sel_store *s) { return sfx_settle(s, check_bound); }
 
 static sel_event store(sel_store *s, const sel_published *cp, sel_tier tier)
 {
@@ -184,7 +179,8 @@ static sel_event store(sel_store *s, const sel_published *cp, sel_tier tier)
 static sel_event restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
 			 uint64_t want_c, uint32_t dst, uint32_t slot, sel_tier tier)
 {
-	sel_event ev = sfx_restore(f, s, cv, resident, UINT64_MAX, want_c, dst, slot, tier, true, check);
+	sel_event ev =
+		sfx_restore(f, s, cv, resident, UINT64_MAX, want_c, dst, slot, tier, true, check);
 	CHECKF(ev.tier == tier, "restored from %s", sel_tier_name(ev.tier));
 	return ev;
 }
@@ -220,7 +216,9 @@ static void test_tiers(void)
 	 * 2 x intake = 268; the oldest parked records get written, at most
 	 * 268 slots (+ one record) ahead, and memory evicts durable records
 	 * only (the check: every parked record keeps a pinned copy). */
-	enum { N = 14 };
+	enum {
+		N = 14
+	};
 	uint64_t streamed = 0; /* puts memory could not take now: straight to disk */
 	struct sfx_conv cv[N];
 	sel_published cp[N];
@@ -245,8 +243,8 @@ static void test_tiers(void)
 	struct sel_composite_gauges g = gauges(s);
 	st = stats(s);
 	printf("  pressure: %" PRIu64 " writes, max %" PRIu64 " slots ahead (bound %" PRIu64
-	       "), %" PRIu64 " parked, %" PRIu64 " memory evictions\n", g.writes_done,
-	       g.max_writing_slots, g.write_ahead_bound, st.parked_records,
+	       "), %" PRIu64 " parked, %" PRIu64 " memory evictions\n",
+	       g.writes_done, g.max_writing_slots, g.write_ahead_bound, st.parked_records,
 	       st.tier[SEL_TIER_MEMORY].evicted);
 	CHECK(g.writes_done > 0 && g.max_writing_slots <= g.write_ahead_bound + 67);
 	CHECK(st.tier[SEL_TIER_MEMORY].evicted > 0);
@@ -307,7 +305,7 @@ static void test_chain_read_through(void)
 	store(s, &r, SEL_TIER_MEMORY);
 	CHECK(!drec(s, &q.key).is_root && !drec(s, &r.key).is_root);
 	CHECK(!drec(s, &q.key).has_row); /* only child committed: its row goes */
-	close_store(s); /* drains: all three written */
+	close_store(s);                  /* drains: all three written */
 	s = open_store(&fx, base, (struct opts){.warm = 600});
 	CHECK(test_store_scanned(s) == 3);
 	restore(&fx, s, &a, 0, 1000, 100, 4, SEL_TIER_DISK);
@@ -564,7 +562,9 @@ static void test_retry_instead_of_stream(void)
 	__atomic_store_n(&fi.block_pwrite, 1, __ATOMIC_SEQ_CST);
 	/* 4-page records of 7 slots: eight fill the pool, dirty, their writes
 	 * stuck behind a blocked pwrite. */
-	enum { N = 9 };
+	enum {
+		N = 9
+	};
 	struct sfx_conv cv[N];
 	sel_published cp[N];
 	for (int i = 0; i < N; i++) {
@@ -589,7 +589,8 @@ static void test_retry_instead_of_stream(void)
 	sel_stats st = stats(s);
 	struct sel_composite_gauges g = gauges(s);
 	CHECK(st.inflight_out == st0.inflight_out && g.streamed == g0.streamed);
-	CHECK(g.refused_full == g0.refused_full + 1 && st.outcomes[SEL_RETRY] == st0.outcomes[SEL_RETRY] + 1);
+	CHECK(g.refused_full == g0.refused_full + 1 &&
+	      st.outcomes[SEL_RETRY] == st0.outcomes[SEL_RETRY] + 1);
 	CHECK(!on_disk(s, &cp[N - 1].key) && !in_memory(s, &cp[N - 1].key));
 	/* Nothing commits while the write is blocked in pwrite: no progress. */
 	int other = 0, progress = 0;
@@ -613,7 +614,8 @@ static void test_retry_instead_of_stream(void)
 	struct sfx_conv big[3];
 	sel_published cb[3];
 	for (int i = 0; i < 3; i++) {
-		sfx_conv_init(&fx, &big[i], 90 + (uint64_t)i, 60 * 64 + 10, (uint32_t)(100 + 70 * i));
+		sfx_conv_init(&fx, &big[i], 90 + (uint64_t)i, 60 * 64 + 10,
+			      (uint32_t)(100 + 70 * i));
 		cb[i] = sfx_ckpt(&fx, &big[i], 60 * 64, 0, (uint32_t)(12 + i), 20 + (uint64_t)i);
 	}
 	__atomic_store_n(&fi.block_pwrite, 1, __ATOMIC_SEQ_CST);
@@ -643,7 +645,8 @@ static void test_retry_instead_of_stream(void)
 	CHECK(sel_store_put(s, &cd, &why) == SEL_QUEUED);
 	sfx_wait_events(s, &ev, 1, check);
 	CHECKF(ev.type == SEL_EV_STORE_FAILED && ev.outcome == SEL_DEFERRED &&
-	       ev.why == SEL_RETRY_BUDGET, "event %d outcome %s", ev.type, sel_outcome_name(ev.outcome));
+		       ev.why == SEL_RETRY_BUDGET,
+	       "event %d outcome %s", ev.type, sel_outcome_name(ev.outcome));
 	/* Everything the deferral set off has finished: no progress came. */
 	CHECK(settle(s) == 0);
 	__atomic_store_n(&fi.fallocate_n, 0, __ATOMIC_SEQ_CST);
@@ -672,11 +675,14 @@ static void test_refused_need_writes_ahead(void)
 	sfx_init(&fx, 1, 2, units2, 20000, 1024, 16);
 	char *base = test_mkdtemp("wantslots");
 	sel_store *s = open_store(&fx, base, (struct opts){.warm = 600});
-	enum { N = 8 };
+	enum {
+		N = 8
+	};
 	struct sfx_conv cv[N];
 	for (int i = 0; i < N; i++) {
 		sfx_conv_init(&fx, &cv[i], 100 + (uint64_t)i, 64 * 64 + 30, (uint32_t)(65 * i));
-		sel_published cp = sfx_ckpt(&fx, &cv[i], 64 * 64, 0, (uint32_t)i + 1, (uint64_t)i + 1);
+		sel_published cp =
+			sfx_ckpt(&fx, &cv[i], 64 * 64, 0, (uint32_t)i + 1, (uint64_t)i + 1);
 		put_after_progress(s, &cp, 8);
 		sel_event ev;
 		sfx_wait_events(s, &ev, 1, check);
@@ -690,7 +696,8 @@ static void test_refused_need_writes_ahead(void)
 	uint32_t pages = (uint32_t)(room + 20 - fx.row_slots);
 	/* The floor is met (no write in flight), yet dirty records hold what
 	 * the record needs. */
-	CHECKF(pinned > 20 && room + 20 <= 600 && 520 + pages < 1024 && gauges(s).writing_slots == 0,
+	CHECKF(pinned > 20 && room + 20 <= 600 && 520 + pages < 1024 &&
+		       gauges(s).writing_slots == 0,
 	       "free %" PRIu64 ", in use %" PRIu64 ", dirty %" PRIu64, free_warm, in_use, pinned);
 	struct sfx_conv bv;
 	sfx_conv_init(&fx, &bv, 120, (uint64_t)pages * 64 + 10, 520);
@@ -704,7 +711,8 @@ static void test_refused_need_writes_ahead(void)
 	sfx_wait_events(s, &ev, 1, check);
 	CHECK(ev.type == SEL_EV_STORED && ev.tier == SEL_TIER_MEMORY);
 	printf("  a record of %u slots, %" PRIu64 " warm slots free or clean: written ahead, "
-	       "stored after %d more refusals\n", pages + fx.row_slots, room, refusals);
+	       "stored after %d more refusals\n",
+	       pages + fx.row_slots, room, refusals);
 	close_store(s);
 	for (int i = 0; i < N; i++)
 		sfx_conv_free(&cv[i]);
@@ -735,7 +743,7 @@ static void test_tp2(void)
 	close_store(s); /* drain: written with DRAM's decisions */
 	s = open_store(&fx, base, (struct opts){.warm = 600});
 	CHECK(test_store_scanned(s) == 2);
-	restore(&fx, s, &rep, 0, 640, 200, 3, SEL_TIER_DISK);     /* read through, packed */
+	restore(&fx, s, &rep, 0, 640, 200, 3, SEL_TIER_DISK); /* read through, packed */
 	restore(&fx, s, &rep, 3 * 64 + 1, 640, 200, 4, SEL_TIER_MEMORY);
 	restore(&fx, s, &split, 0, 256, 300, 5, SEL_TIER_DISK);
 	close_store(s);

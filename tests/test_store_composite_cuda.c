@@ -15,7 +15,4 @@
 #define STORE_TEST_MAIN test_store_composite_main
 #include "test_store_composite.c"
 
-int main(void)
-{
-	return sfx_cuda_main("test_store_composite_cuda", test_store_composite_main);
-}
+int main(void) { return sfx_cuda_main("test_store_composite_cuda", test_store_composite_main); }

@@ -179,7 +179,8 @@ static uint64_t verify(struct sfx *f, const char *base)
 	uint64_t restored = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct known *k = lookup_known(&keys[i]);
-		CHECKF(k, "an indexed record at %" PRIu64 " tokens no child ever wrote", keys[i].consumed);
+		CHECKF(k, "an indexed record at %" PRIu64 " tokens no child ever wrote",
+		       keys[i].consumed);
 		struct sel_disk_record_info ri;
 		CHECK_OK(sel_disk_store_record(s, &keys[i], &ri));
 		CHECK(ri.ready && ri.file);
@@ -189,7 +190,8 @@ static uint64_t verify(struct sfx *f, const char *base)
 		uint64_t c[3];
 		chain_ends(k->tag, c);
 		sfx_conv_init(f, &cv, k->tag, c[2] + 5, first_id(k->tag));
-		sel_event ev = sfx_restore(f, s, &cv, 0, k->c, k->c, 700, 9, SEL_TIER_DISK, true, check);
+		sel_event ev =
+			sfx_restore(f, s, &cv, 0, k->c, k->c, 700, 9, SEL_TIER_DISK, true, check);
 		CHECK(ev.type == SEL_EV_FETCHED);
 		sfx_conv_free(&cv);
 		restored++;
@@ -236,12 +238,13 @@ int main(void)
 		 * the moment of the crash is the random input here, not a wait
 		 * for a result. */
 		uint64_t ms = test_rng_below(&rng, 8) == 0 ? test_rng_below(&rng, 5)
-							    : 10 + test_rng_below(&rng, 70);
+							   : 10 + test_rng_below(&rng, 70);
 		eos_sleep_ns(ms * 1000000);
 		kill(pid, SIGKILL);
 		int status;
 		CHECK(waitpid(pid, &status, 0) == pid);
-		CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child status %#x", status);
+		CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child status %#x",
+		       status);
 		uint64_t tag;
 		while (read(pfd[0], &tag, sizeof tag) == sizeof tag) {
 			if (tag & STORED_MARK)
@@ -255,8 +258,8 @@ int main(void)
 			max_records = n_known;
 	}
 	printf("%d crash cycles: %" PRIu64 " restores byte-exact, %zu checkpoints offered, %" PRIu64
-	       " chains stored, %.1f s\n", cycles, restored, n_known / 3 * 3, stored,
-	       (double)(eos_now_ns() - t0) / 1e9);
+	       " chains stored, %.1f s\n",
+	       cycles, restored, n_known / 3 * 3, stored, (double)(eos_now_ns() - t0) / 1e9);
 	CHECKF(restored > 0, "no restore in %d cycles: the crash checks verified nothing", cycles);
 	test_rmtree(base);
 	free(base);

@@ -182,7 +182,8 @@ static sel_event store(sel_store *s, const sel_published *cp)
 	sel_event ev = sfx_one_event(s, check);
 	CHECKF(ev.type == SEL_EV_STORED, "event %d error %d (%s)", ev.type, ev.error,
 	       sel_strerror(ev.error));
-	CHECK(ev.outcome == SEL_QUEUED && ev.checkpoint == cp->checkpoint && ev.tier == SEL_TIER_DISK);
+	CHECK(ev.outcome == SEL_QUEUED && ev.checkpoint == cp->checkpoint &&
+	      ev.tier == SEL_TIER_DISK);
 	CHECK(sel_key_eq(&ev.key, &cp->key));
 	return ev;
 }
@@ -190,7 +191,8 @@ static sel_event store(sel_store *s, const sel_published *cp)
 static sel_event restore(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t resident,
 			 uint64_t limit, uint64_t want_c, uint32_t dst, uint32_t slot)
 {
-	return sfx_restore(f, s, cv, resident, limit, want_c, dst, slot, SEL_TIER_DISK, true, check);
+	return sfx_restore(f, s, cv, resident, limit, want_c, dst, slot, SEL_TIER_DISK, true,
+			   check);
 }
 
 /* Fetch the deepest hit for cv at or below limit; return the event. */
@@ -212,8 +214,10 @@ static void test_roundtrip(const char *mode)
 	CHECK(test_store_scanned(s) == 0 && test_store_limit(s) == 1ull << 30);
 	sel_store_info info;
 	sel_store_describe(s, &info);
-	CHECK(!strcmp(info.kind, "disk") && !strcmp(info.transport, sfx_device_mode() ? "cuda" : "host"));
-	CHECK(strstr(info.disk_dir, base) == info.disk_dir && info.slots_total == info.intake_slots);
+	CHECK(!strcmp(info.kind, "disk") &&
+	      !strcmp(info.transport, sfx_device_mode() ? "cuda" : "host"));
+	CHECK(strstr(info.disk_dir, base) == info.disk_dir &&
+	      info.slots_total == info.intake_slots);
 
 	static const uint32_t sizes[] = {1, 64, 65, 200};
 	struct sfx_conv cv[4];
@@ -243,7 +247,8 @@ static void test_roundtrip(const char *mode)
 	restore(&fx, s, &cv[0], 64, UINT64_MAX, cp[0].key.consumed, 0, 7);
 	sel_stats st = stats(s);
 	CHECK(st.outcomes[SEL_QUEUED] == 4 && st.outcomes[SEL_PRESENT] == 4);
-	CHECK(st.fetches == 8 && st.fetch_failures == 0 && st.inflight_in == 0 && st.inflight_out == 0);
+	CHECK(st.fetches == 8 && st.fetch_failures == 0 && st.inflight_in == 0 &&
+	      st.inflight_out == 0);
 	CHECK(st.tier[SEL_TIER_DISK].records == 4 && st.tier[SEL_TIER_DISK].held == 4);
 	CHECK(st.tier[SEL_TIER_DISK].bytes_in > 0 && st.tier[SEL_TIER_DISK].rate_bps > 0);
 	CHECK(st.slots_in_use == 0 && st.per_rank_records == 4);
@@ -288,9 +293,9 @@ static void test_chains_restart(const char *mode)
 	CHECK(rec(s, &cpa.key).has_row); /* A is a root */
 
 	restore(&fx, s, &a, 0, UINT64_MAX, 1000, 20, 5);
-	restore(&fx, s, &a, 256, UINT64_MAX, 1000, 40, 6);   /* from A's endpoint */
-	restore(&fx, s, &a, 300, UINT64_MAX, 1000, 60, 7);   /* inside B */
-	restore(&fx, s, &a, 0, 700, 256, 80, 8);             /* B is page-only: A */
+	restore(&fx, s, &a, 256, UINT64_MAX, 1000, 40, 6); /* from A's endpoint */
+	restore(&fx, s, &a, 300, UINT64_MAX, 1000, 60, 7); /* inside B */
+	restore(&fx, s, &a, 0, 700, 256, 80, 8);           /* B is page-only: A */
 	restore(&fx, s, &b, 0, UINT64_MAX, 192, 90, 9);
 	uint64_t used0;
 	sel_disk_store_usage(s, &used0, NULL);
@@ -346,16 +351,25 @@ static void test_corruption(const char *mode)
 		const sel_key *bad = &q.key;
 		uint64_t want_after = 256; /* P still restorable */
 		switch (k) {
-		case 0: flip(s, &q.key, sq.page_off + 2 * sq.page_stride + 77); break; /* a page of Q */
-		case 1: flip(s, &r.key, span_of(&fx, &r, 2, true).row_off + 9); bad = &r.key;
-			want_after = 256; break;                                      /* R's row */
-		case 2: flip(s, &q.key, sq.cksum_off + 8 + 3); break;             /* checksum of page 1 */
-		case 3: flip(s, &q.key, 100); break;                              /* header */
-		case 4: flip(s, &p.key, sp.page_off + 5); bad = &p.key; want_after = 0; break;
+		case 0:
+			flip(s, &q.key, sq.page_off + 2 * sq.page_stride + 77);
+			break; /* a page of Q */
+		case 1:
+			flip(s, &r.key, span_of(&fx, &r, 2, true).row_off + 9);
+			bad = &r.key;
+			want_after = 256;
+			break;                                        /* R's row */
+		case 2: flip(s, &q.key, sq.cksum_off + 8 + 3); break; /* checksum of page 1 */
+		case 3: flip(s, &q.key, 100); break;                  /* header */
+		case 4:
+			flip(s, &p.key, sp.page_off + 5);
+			bad = &p.key;
+			want_after = 0;
+			break;
 		}
 		sel_event ev = fetch_event(&fx, s, &a, 700, 640);
-		CHECKF(ev.type == SEL_EV_FETCH_FAILED && ev.error == SEL_ECORRUPT, "case %d: event %d %d",
-		       k, ev.type, ev.error);
+		CHECKF(ev.type == SEL_EV_FETCH_FAILED && ev.error == SEL_ECORRUPT,
+		       "case %d: event %d %d", k, ev.type, ev.error);
 		CHECK(stats(s).tier[SEL_TIER_DISK].corrupt == corrupt0 + 1);
 		CHECK(!present(s, bad) && !present(s, &r.key));
 		if (bad == &q.key || bad == &p.key)
@@ -408,7 +422,8 @@ static void test_namespaces(void)
 	sel_store *a = open_store(&fx, base, (struct opts){0});
 	sel_store *b = open_store(&fx, base, (struct opts){.model = other}); /* same base dir */
 	sel_store *c = open_store(&fy, base, (struct opts){0});
-	CHECK(strcmp(test_store_dir(a), test_store_dir(b)) && strcmp(test_store_dir(a), test_store_dir(c)));
+	CHECK(strcmp(test_store_dir(a), test_store_dir(b)) &&
+	      strcmp(test_store_dir(a), test_store_dir(c)));
 	struct sfx_conv cv;
 	sfx_conv_init(&fx, &cv, 51, 300, 10);
 	sel_published cp = sfx_ckpt(&fx, &cv, 256, 0, 1, 1);
@@ -497,8 +512,10 @@ static void test_limit(void)
 	store(s, &cp[4]); /* evicts 2: 1 was touched */
 	CHECK(present(s, &cp[1].key) && !present(s, &cp[2].key));
 	sel_stats st = stats(s);
-	CHECK(st.tier[SEL_TIER_DISK].evicted == 2 && st.tier[SEL_TIER_DISK].dropped_end_of_chain == 2);
-	SFX_UNTIL(s, check, fsize(s, &cp[0].key) == UINT64_MAX && fsize(s, &cp[2].key) == UINT64_MAX);
+	CHECK(st.tier[SEL_TIER_DISK].evicted == 2 &&
+	      st.tier[SEL_TIER_DISK].dropped_end_of_chain == 2);
+	SFX_UNTIL(s, check,
+		  fsize(s, &cp[0].key) == UINT64_MAX && fsize(s, &cp[2].key) == UINT64_MAX);
 	CHECK(fsize(s, &cp[0].key) == UINT64_MAX && fsize(s, &cp[2].key) == UINT64_MAX);
 	uint64_t used;
 	sel_disk_store_usage(s, &used, NULL);
@@ -614,7 +631,8 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 		CHECK(st.store_failures == st0.store_failures + 1);
 		if (e == ENOSPC)
 			CHECK(st.outcomes[SEL_DEFERRED] == st0.outcomes[SEL_DEFERRED] + 1 &&
-			      st.retry_reasons[SEL_RETRY_BUDGET] == st0.retry_reasons[SEL_RETRY_BUDGET] + 1);
+			      st.retry_reasons[SEL_RETRY_BUDGET] ==
+				      st0.retry_reasons[SEL_RETRY_BUDGET] + 1);
 		else
 			CHECK(st.tier[SEL_TIER_DISK].dropped_io_error ==
 			      st0.tier[SEL_TIER_DISK].dropped_io_error + 1);
@@ -653,8 +671,8 @@ static void test_faults(const char *mode, bool pread_path)
 			fi_arm(op ? F_PREAD : F_OPEN, errs[k], 0);
 			sel_event ev = fetch_event(&fx, s, &g, 300, 256);
 			fi_off();
-			CHECKF(ev.type == SEL_EV_FETCH_FAILED && ev.error == -errs[k], "read %s: %d %d",
-			       op ? "pread" : "open", ev.type, ev.error);
+			CHECKF(ev.type == SEL_EV_FETCH_FAILED && ev.error == -errs[k],
+			       "read %s: %d %d", op ? "pread" : "open", ev.type, ev.error);
 			CHECK(present(s, &good.key) && rec(s, &good.key).file);
 			restore(&fx, s, &g, 0, 300, 256, 50, 3);
 		}
@@ -722,7 +740,8 @@ static uint64_t span_bytes(struct sfx *f, const sel_published *cp, uint32_t flag
 	uint8_t id[SEL_IDENTITY_BYTES];
 	sel_offload_identity(f->model, SEL_MODE_ORDINARY, id);
 	CHECK_OK(sel_record_ns_init(&ns, f->g, id));
-	sel_record_desc d = {.key = cp->key, .bucket = cp->bucket, .tail = cp->tail, .flags = flags};
+	sel_record_desc d = {
+		.key = cp->key, .bucket = cp->bucket, .tail = cp->tail, .flags = flags};
 	sel_record_span sp;
 	CHECK_OK(sel_record_span_of(&ns.layout.sz, &d, &sp));
 	sel_record_ns_free(&ns);
@@ -844,7 +863,7 @@ static void test_open_table(void)
 	sel_store_config cfg = sfx_config(&fx, false);
 	sel_store *s = (sel_store *)1;
 	CHECK_OK(sel_store_open(&cfg, &s));
-	CHECK(s == NULL); /* neither tier: disabled */
+	CHECK(s == NULL);          /* neither tier: disabled */
 	cfg.pool = "manager:7000"; /* only unix:PATH (test_store_pooled.c has the pool) */
 	CHECK_RC(sel_store_open(&cfg, &s), -EINVAL);
 	CHECK(s == NULL && strstr(sel_errmsg(), "unix:PATH"));

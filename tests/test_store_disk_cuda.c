@@ -18,7 +18,4 @@
 #define STORE_TEST_MAIN test_store_disk_main
 #include "test_store_disk.c"
 
-int main(void)
-{
-	return sfx_cuda_main("test_store_disk_cuda", test_store_disk_main);
-}
+int main(void) { return sfx_cuda_main("test_store_disk_cuda", test_store_disk_main); }

@@ -157,7 +157,8 @@ static void on_off(bool drain)
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
 	if (drain) {
-		CHECK(rep.finals == 1 && rep.final.records_written == 4 && rep.final.records_left == 0);
+		CHECK(rep.finals == 1 && rep.final.records_written == 4 &&
+		      rep.final.records_left == 0);
 		CHECK(rep.final.bytes_written > 0 && rep.why[0] == '\0');
 	} else {
 		/* Regression (stop_without_drain_is_silent): a stop without the
@@ -205,8 +206,8 @@ static void test_limited(void)
 	/* 64-page records (67 slots each): the write-ahead bound of 2 x intake
 	 * (268 slots) lets four be written at once. */
 	const uint64_t P = 64 * 64;
-	sel_store *s = open_store(&fx, dir, (struct opts){.drain = true, .drain_ns = 300000000,
-							  .rep = &rep});
+	sel_store *s = open_store(&fx, dir,
+				  (struct opts){.drain = true, .drain_ns = 300000000, .rep = &rep});
 	struct sfx_conv a, b, c, d;
 	sfx_conv_init(&fx, &a, 11, 2 * P + 10, 0);
 	sfx_conv_init(&fx, &b, 12, 2 * P + 10, 200);
@@ -235,18 +236,20 @@ static void test_limited(void)
 	uint64_t took = eos_now_ns() - t0;
 	sel_store_destroy(s);
 	CHECKF(rep.finals == 1 && rep.n >= 2, "%d reports, %d final", rep.n, rep.finals);
-	CHECKF(rep.final.records_written == 4 && rep.final.records_left == 2, "%" PRIu64 " written, %"
-	       PRIu64 " left", rep.final.records_written, rep.final.records_left);
+	CHECKF(rep.final.records_written == 4 && rep.final.records_left == 2,
+	       "%" PRIu64 " written, %" PRIu64 " left", rep.final.records_written,
+	       rep.final.records_left);
 	CHECKF(!strcmp(rep.why, "time limit"), "why: %s", rep.why);
 	CHECK(rep.final.bytes_left > 0 && rep.final.rate_bps > 0);
 	CHECKF(took < 5000000000ull, "close took %" PRIu64 " ms", took / 1000000);
 	printf("  limited drain: %d reports, %" PRIu64 " saved, %" PRIu64 " not (%s), %" PRIu64
-	       " ms\n", rep.n, rep.final.records_written, rep.final.records_left, rep.why,
-	       took / 1000000);
+	       " ms\n",
+	       rep.n, rep.final.records_written, rep.final.records_left, rep.why, took / 1000000);
 
 	s = open_store(&fx, dir, (struct opts){0});
 	CHECK(test_store_scanned(s) == 4);
-	CHECK(on_disk(s, &a1.key) && on_disk(s, &a2.key) && on_disk(s, &d1.key) && on_disk(s, &c1.key));
+	CHECK(on_disk(s, &a1.key) && on_disk(s, &a2.key) && on_disk(s, &d1.key) &&
+	      on_disk(s, &c1.key));
 	CHECK(!on_disk(s, &b1.key) && !on_disk(s, &b2.key));
 	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	sfx_restore(&fx, s, &a, 0, UINT64_MAX, 2 * P, 100, 7, SEL_TIER_DISK, true, check);
@@ -291,8 +294,8 @@ static void test_failures(void)
 		__atomic_store_n(&fi.fallocate_err, 0, __ATOMIC_SEQ_CST);
 		CHECK(rep.finals == 1 && rep.final.records_written == 0);
 		if (mode == 0)
-			CHECKF(rep.final.failed >= 1 && !strcmp(rep.why, "write errors"), "failed %" PRIu64
-			       " why %s", rep.final.failed, rep.why);
+			CHECKF(rep.final.failed >= 1 && !strcmp(rep.why, "write errors"),
+			       "failed %" PRIu64 " why %s", rep.final.failed, rep.why);
 		else
 			CHECKF(rep.final.records_left == 2 && !strcmp(rep.why, "disk full"),
 			       "left %" PRIu64 " why %s", rep.final.records_left, rep.why);
@@ -352,8 +355,9 @@ static void test_preserved(void)
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
 	CHECKF(rep.finals == 1 && rep.final.records_written == 0 && rep.final.records_left == 1 &&
-	       !strcmp(rep.why, "disk limit"), "written %" PRIu64 " left %" PRIu64 " why %s",
-	       rep.final.records_written, rep.final.records_left, rep.why);
+		       !strcmp(rep.why, "disk limit"),
+	       "written %" PRIu64 " left %" PRIu64 " why %s", rep.final.records_written,
+	       rep.final.records_left, rep.why);
 	s = open_store(&fx, dir, (struct opts){0});
 	CHECK(test_store_scanned(s) == 2 && on_disk(s, &a1.key) && on_disk(s, &a2.key));
 	CHECK(!on_disk(s, &b1.key));

@@ -157,7 +157,8 @@ static void test_memory(void)
 	poll_at(s, 440);
 	CHECK(sel_memory_store_record(s, &pc2.key, &mi) == -ENOENT);
 	CHECK(sel_memory_store_record(s, &pc1.key, &mi) == -ENOENT);
-	CHECK(stats(s).tier[SEL_TIER_MEMORY].expired == 4 && stats(s).tier[SEL_TIER_MEMORY].records == 0);
+	CHECK(stats(s).tier[SEL_TIER_MEMORY].expired == 4 &&
+	      stats(s).tier[SEL_TIER_MEMORY].records == 0);
 
 	/* At most 64 leaves per sweep: 70 roots used at 500. */
 	now_s = 500;
@@ -251,7 +252,8 @@ static void test_disk(void)
 	s = open_store(&fx, dir, 0, false);
 	CHECK(test_store_scanned(s) == 4);
 	poll_at(s, 0); /* the first sweep: x expired; q is fresh, p interior */
-	CHECK(!on_disk(s, &x.key) && on_disk(s, &p.key) && on_disk(s, &q.key) && on_disk(s, &y.key));
+	CHECK(!on_disk(s, &x.key) && on_disk(s, &p.key) && on_disk(s, &q.key) &&
+	      on_disk(s, &y.key));
 	wait_unlinked(s, &x.key);
 	CHECK(stats(s).tier[SEL_TIER_DISK].expired == 1);
 	/* 60 s: q (50 s old at the restart) has expired; p, left a leaf with
@@ -270,7 +272,8 @@ static void test_disk(void)
 	poll_at(s, 210);
 	CHECK(!on_disk(s, &y.key));
 	wait_unlinked(s, &y.key);
-	CHECK(stats(s).tier[SEL_TIER_DISK].expired == 4 && stats(s).tier[SEL_TIER_DISK].evicted == 0);
+	CHECK(stats(s).tier[SEL_TIER_DISK].expired == 4 &&
+	      stats(s).tier[SEL_TIER_DISK].evicted == 0);
 	close_store(s);
 
 	sfx_conv_free(&a);

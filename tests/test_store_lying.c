@@ -94,10 +94,7 @@ static void put_wait(sel_store *s, const sel_published *cp)
 	CHECKF(ev.type == SEL_EV_STORED, "event %d error %d", ev.type, ev.error);
 }
 
-static void name_of(const sel_key *k, char out[SEL_RECORD_NAME_MAX])
-{
-	sel_record_name(k, out);
-}
+static void name_of(const sel_key *k, char out[SEL_RECORD_NAME_MAX]) { sel_record_name(k, out); }
 
 static int dir_fd(const char *dir)
 {
@@ -224,7 +221,8 @@ static void forged_parent_gives_wrong_answer(bool composite)
 	free(base);
 	sfx_free(&fx);
 	printf("  forged parent (%s): the lookup passes over it and restores the true parent; "
-	       "the naive forgery is removed at the scan\n", composite ? "composite" : "disk");
+	       "the naive forgery is removed at the scan\n",
+	       composite ? "composite" : "disk");
 }
 
 /* ---- item 2: symbolic links and replaced files ---------------------------------------------- */
@@ -270,7 +268,8 @@ static void compaction_truncates_through_symlink(void)
 	struct stat st;
 	CHECK(stat(decoy, &st) == 0);
 	printf("  compaction through a symbolic link: refused, the %lld-byte file outside "
-	       "untouched\n", (long long)st.st_size);
+	       "untouched\n",
+	       (long long)st.st_size);
 	sfx_conv_free(&a);
 	test_rmtree(base);
 	free(base);
@@ -313,8 +312,8 @@ static void read_follows_symlink_and_replaced_file(void)
 	snprintf(tmp, sizeof tmp, "%s/other", dir);
 	test_copy_file(pb_path, tmp);
 	CHECK(rename(tmp, pb_path) == 0);
-	sel_event ev = sfx_restore(&fx, s, &a, 0, UINT64_MAX, 200, 40, 5, SEL_TIER_DISK, false,
-				   check_any);
+	sel_event ev =
+		sfx_restore(&fx, s, &a, 0, UINT64_MAX, 200, 40, 5, SEL_TIER_DISK, false, check_any);
 	CHECKF(ev.type == SEL_EV_FETCH_FAILED && ev.error == SEL_ECORRUPT,
 	       "a read through a symbolic link: event %d error %d", ev.type, ev.error);
 	ev = sfx_restore(&fx, s, &b, 0, UINT64_MAX, 200, 40, 5, SEL_TIER_DISK, false, check_any);
@@ -466,7 +465,8 @@ static void fifo_hangs_records_tool(void)
 		int status = -1;
 		CHECKF(in_child(run_tool_child, &t, 30, &status),
 		       "flare records %s hung on a FIFO named like a record", cmds[i]);
-		CHECKF(status == (!strcmp(cmds[i], "verify") ? 1 : 0), "%s: exit %d", cmds[i], status);
+		CHECKF(status == (!strcmp(cmds[i], "verify") ? 1 : 0), "%s: exit %d", cmds[i],
+		       status);
 	}
 	json_t *j;
 	CHECK(records_json(&j, "verify", base, "--json", NULL, NULL) == 1);
@@ -489,8 +489,10 @@ static void fifo_hangs_records_tool(void)
 static bool mount_no_dtype(const char *img, const char *mnt)
 {
 	char cmd[20000];
-	snprintf(cmd, sizeof cmd, "truncate -s 16M '%s' && mkfs.ext4 -q -F -O ^filetype '%s' "
-		 ">/dev/null 2>&1 && mount -o loop '%s' '%s' >/dev/null 2>&1", img, img, img, mnt);
+	snprintf(cmd, sizeof cmd,
+		 "truncate -s 16M '%s' && mkfs.ext4 -q -F -O ^filetype '%s' "
+		 ">/dev/null 2>&1 && mount -o loop '%s' '%s' >/dev/null 2>&1",
+		 img, img, img, mnt);
 	if (geteuid() != 0 || system(cmd) != 0)
 		return false;
 	/* Prove the filesystem reports DT_UNKNOWN. */
@@ -787,13 +789,14 @@ static void sparse_record_evicts_everything(void)
 	CHECKF(read < (json_int_t)(1 << 20), "verify read %lld bytes", (long long)read);
 	json_decref(j);
 	s = open_at(&fx, base, 0, limit);
-	CHECKF(test_store_scanned(s) == 6, "the startup kept %" PRIu64 " records of the 6 good ones",
-	       test_store_scanned(s));
+	CHECKF(test_store_scanned(s) == 6,
+	       "the startup kept %" PRIu64 " records of the 6 good ones", test_store_scanned(s));
 	sel_stats st;
 	sel_store_stats(s, &st);
 	CHECK(st.tier[SEL_TIER_DISK].evicted == 0);
 	for (int i = 0; i < 6; i++)
-		sfx_restore(&fx, s, &cv[i], 0, UINT64_MAX, 330, 40, 5, SEL_TIER_DISK, true, check_any);
+		sfx_restore(&fx, s, &cv[i], 0, UINT64_MAX, 330, 40, 5, SEL_TIER_DISK, true,
+			    check_any);
 	close_store(s);
 	CHECK(!test_has_file(dir, huge_name) && !test_has_file(dir, mid_name));
 
@@ -819,8 +822,8 @@ static void sparse_record_evicts_everything(void)
 	read = json_integer_value(json_object_get(n0, "bytes_read"));
 	/* headers of 7 files, one checksum window, one page record (plus the
 	 * 6 other files read whole). */
-	CHECKF(read < 7 * 40960 + (json_int_t)lh.span.page_off + 2 * 4096,
-	       "verify read %lld bytes", (long long)read);
+	CHECKF(read < 7 * 40960 + (json_int_t)lh.span.page_off + 2 * 4096, "verify read %lld bytes",
+	       (long long)read);
 	json_decref(j);
 	close(dfd);
 	sel_record_ns_free(&ns);
@@ -941,7 +944,8 @@ static void expect_path(sel_store *s, const char *want_sub, const char *note_sub
 	sel_store_describe(s, &si);
 	sel_stats st;
 	sel_store_stats(s, &st);
-	CHECKF(si.disk_io && strstr(si.disk_io, want_sub), "path %s", si.disk_io ? si.disk_io : "-");
+	CHECKF(si.disk_io && strstr(si.disk_io, want_sub), "path %s",
+	       si.disk_io ? si.disk_io : "-");
 	CHECKF(st.disk_io && !strcmp(st.disk_io, si.disk_io), "stats %s", st.disk_io);
 	CHECKF(note_sub ? strstr(si.disk_io_note, note_sub) != NULL
 			: (!strcmp(si.disk_io, "io_uring+O_DIRECT")) == !*si.disk_io_note,
@@ -964,7 +968,8 @@ static void direct_io_fallback_silent(void)
 	expect_path(s, "", NULL); /* whatever this machine allows, named consistently */
 	sel_store_info si;
 	sel_store_describe(s, &si);
-	printf("  this machine: %s%s%s\n", si.disk_io, *si.disk_io_note ? ": " : "", si.disk_io_note);
+	printf("  this machine: %s%s%s\n", si.disk_io, *si.disk_io_note ? ": " : "",
+	       si.disk_io_note);
 	close_store(s);
 	/* O_DIRECT refused (as tmpfs and some FUSE filesystems do). */
 	struct eos_fileops ops = eos_fileops_libc;

@@ -95,16 +95,10 @@ static void wait_events(sel_store *s, sel_event *ev, int want)
 }
 
 /* No event comes: every put and fetch has reported, and nothing else. */
-static void no_events(sel_store *s)
-{
-	sfx_no_events_all(s);
-}
+static void no_events(sel_store *s) { sfx_no_events_all(s); }
 
 /* No event now (the test holds every copy in flight, or started none). */
-static void none_now(sel_store *s)
-{
-	sfx_none_now_all(s);
-}
+static void none_now(sel_store *s) { sfx_none_now_all(s); }
 
 static sel_event one_event(sel_store *s)
 {
@@ -160,10 +154,10 @@ static sel_stats stats(struct fx *fx)
 static void restore(struct fx *fx, struct sfx_conv *cv, uint64_t resident, uint64_t limit,
 		    uint64_t want_c, uint32_t dst_first, uint32_t slot, bool row_split)
 {
-	sel_event ev = sfx_restore_with(&fx->f, fx->s, cv, resident, limit, want_c, dst_first, slot,
-					SEL_TIER_MEMORY, true, sel_memory_store_check,
-					(struct sfx_restore_opts){.row_split = row_split,
-								  .all_events = true});
+	sel_event ev = sfx_restore_with(
+		&fx->f, fx->s, cv, resident, limit, want_c, dst_first, slot, SEL_TIER_MEMORY, true,
+		sel_memory_store_check,
+		(struct sfx_restore_opts){.row_split = row_split, .all_events = true});
 	CHECK(ev.tier == SEL_TIER_MEMORY);
 	no_events(fx->s);
 }
@@ -805,7 +799,7 @@ static void test_failed_parent(void)
 	struct sel_memory_record_info ri = rec(&fx, &cpa.key);
 	CHECK(ri.failed && !ri.ready && ri.page_slots == 0 && ri.row_slots == 0);
 	sel_hit hit;
-	CHECK_RC(sel_store_lookup(fx.s, &a.h, 0, 700, &hit), 0); /* chain broken at a */
+	CHECK_RC(sel_store_lookup(fx.s, &a.h, 0, 700, &hit), 0);   /* chain broken at a */
 	CHECK_RC(sel_store_lookup(fx.s, &a.h, 256, 700, &hit), 1); /* above a is fine */
 	CHECK(hit.pages == 4);
 	/* Offering a again fills it. */
@@ -860,10 +854,20 @@ static void test_open_errors(void)
 	/* Device planes need CUDA, which is never silently replaced. */
 	sel_geometry *g;
 	sel_allocation a[2] = {
-		{.rank = 0, .name = "k", .group = SEL_GROUP_KV_PAGES, .kind = SEL_MEM_DEVICE,
-		 .address = 1ull << 40, .unit_bytes = 4096, .count = 16},
-		{.rank = 0, .name = "state", .group = SEL_GROUP_STATE_ROWS, .kind = SEL_MEM_DEVICE,
-		 .address = 1ull << 41, .unit_bytes = 4096, .count = 4},
+		{.rank = 0,
+		 .name = "k",
+		 .group = SEL_GROUP_KV_PAGES,
+		 .kind = SEL_MEM_DEVICE,
+		 .address = 1ull << 40,
+		 .unit_bytes = 4096,
+		 .count = 16},
+		{.rank = 0,
+		 .name = "state",
+		 .group = SEL_GROUP_STATE_ROWS,
+		 .kind = SEL_MEM_DEVICE,
+		 .address = 1ull << 41,
+		 .unit_bytes = 4096,
+		 .count = 4},
 	};
 	CHECK_OK(sel_geometry_build(a, 2, 1, PT, &g));
 	cfg.geometry = g;
@@ -972,8 +976,8 @@ static void test_random(uint32_t ranks)
 		for (uint64_t j = 0; j < c / PT; j++)
 			sfx_put_page(&fx.f, cv[i].gid[j], cv[i].tag, j, sfx_conv_split(&cv[i], j));
 		for (int k = 0; k < RND_CKPTS; k++)
-			sfx_put_row(&fx.f, (uint32_t)(i * RND_CKPTS + k), sfx_row_seed(&cv[i], cks[i][k]),
-				    row_split[i]);
+			sfx_put_row(&fx.f, (uint32_t)(i * RND_CKPTS + k),
+				    sfx_row_seed(&cv[i], cks[i][k]), row_split[i]);
 	}
 	bool id_used[512] = {0};
 	bool slot_used[64] = {0};
@@ -1004,16 +1008,19 @@ static void test_random(uint32_t ranks)
 			cp.state_slot = (uint32_t)(i * RND_CKPTS + k);
 			sel_retry_reason why;
 			sel_outcome o = sel_store_put(fx.s, &cp, &why);
-			CHECKF(o == SEL_QUEUED || o == SEL_PRESENT || o == SEL_SKIPPED || o == SEL_RETRY ||
-				       o == SEL_OVERSIZE, "outcome %d", o);
+			CHECKF(o == SEL_QUEUED || o == SEL_PRESENT || o == SEL_SKIPPED ||
+				       o == SEL_RETRY || o == SEL_OVERSIZE,
+			       "outcome %d", o);
 			CHECK((o == SEL_RETRY) == (why != SEL_RETRY_NONE));
 			if (o == SEL_QUEUED)
 				queued++;
 			offered[i][k] = true;
 		} else if (what < 7) {
 			/* Lookup above a random resident count, fetch if room. */
-			uint64_t resident = test_rng_below(&rng, 3) ? 0 : test_rng_below(&rng, 1200);
-			uint64_t limit = test_rng_below(&rng, 4) ? 2200 : test_rng_below(&rng, 2200);
+			uint64_t resident =
+				test_rng_below(&rng, 3) ? 0 : test_rng_below(&rng, 1200);
+			uint64_t limit =
+				test_rng_below(&rng, 4) ? 2200 : test_rng_below(&rng, 2200);
 			sel_hit hit;
 			int rc = sel_store_lookup(fx.s, &cv[i].h, resident, limit, &hit);
 			CHECK_OK(rc);
@@ -1050,8 +1057,11 @@ static void test_random(uint32_t ranks)
 			for (uint32_t x = 0; x < n; x++)
 				for (uint32_t r = 0; r < fx.f.ranks; r++)
 					for (uint32_t p = 0; p < fx.f.n_planes; p++)
-						memset(fx.f.plane[r][p] + dst[x] * fx.f.unit[p], 0xEE, fx.f.unit[p]);
-			sel_inbound in = {.ticket = ++tickets, .pages = dst, .n_pages = n,
+						memset(fx.f.plane[r][p] + dst[x] * fx.f.unit[p],
+						       0xEE, fx.f.unit[p]);
+			sel_inbound in = {.ticket = ++tickets,
+					  .pages = dst,
+					  .n_pages = n,
 					  .state_slot = (uint32_t)slot};
 			rc = sel_store_fetch(fx.s, &hit, &in);
 			CHECK_OK(sel_memory_store_check(fx.s));
@@ -1067,9 +1077,14 @@ static void test_random(uint32_t ranks)
 			int k = 0;
 			while (cks[i][k] != hit.key.consumed)
 				k++;
-			fl[f] = (struct rnd_fetch){.live = true, .ticket = in.ticket, .cv = &cv[i],
-						   .first_page = resident / PT, .c = hit.key.consumed,
-						   .dst = dst, .n = n, .slot = (uint32_t)slot,
+			fl[f] = (struct rnd_fetch){.live = true,
+						   .ticket = in.ticket,
+						   .cv = &cv[i],
+						   .first_page = resident / PT,
+						   .c = hit.key.consumed,
+						   .dst = dst,
+						   .n = n,
+						   .slot = (uint32_t)slot,
 						   .row_split = row_split[i]};
 			(void)k;
 		} else if (what < 8) {
@@ -1082,7 +1097,8 @@ static void test_random(uint32_t ranks)
 			CHECK_OK(n);
 			if (n == 0 && test_rng_below(&rng, 2)) {
 				/* Give the copy threads (nice 10) time now and then. */
-				struct pollfd pfd = {.fd = sel_store_wait_fd(fx.s), .events = POLLIN};
+				struct pollfd pfd = {.fd = sel_store_wait_fd(fx.s),
+						     .events = POLLIN};
 				poll(&pfd, 1, 2);
 			}
 			for (int e = 0; e < n; e++) {
@@ -1091,20 +1107,24 @@ static void test_random(uint32_t ranks)
 				} else if (ev[e].type == SEL_EV_STORE_FAILED) {
 					store_failed++;
 				} else {
-					CHECKF(ev[e].type == SEL_EV_FETCHED, "fetch failed: %d", ev[e].error);
+					CHECKF(ev[e].type == SEL_EV_FETCHED, "fetch failed: %d",
+					       ev[e].error);
 					int f = 0;
-					while (f < 16 && !(fl[f].live && fl[f].ticket == ev[e].ticket))
+					while (f < 16 &&
+					       !(fl[f].live && fl[f].ticket == ev[e].ticket))
 						f++;
 					CHECK(f < 16);
 					struct rnd_fetch *rf = &fl[f];
 					for (uint32_t x = 0; x < rf->n; x++) {
 						uint64_t j = rf->first_page + x;
-						CHECKF(sfx_page_ok(&fx.f, rf->dst[x], rf->cv->tag, j,
-								   sfx_conv_split(rf->cv, j)),
-						       "ticket %" PRIu64 " page %" PRIu64, rf->ticket, j);
+						CHECKF(sfx_page_ok(&fx.f, rf->dst[x], rf->cv->tag,
+								   j, sfx_conv_split(rf->cv, j)),
+						       "ticket %" PRIu64 " page %" PRIu64,
+						       rf->ticket, j);
 						id_used[rf->dst[x]] = false;
 					}
-					CHECK(sfx_row_ok(&fx.f, rf->slot, sfx_row_seed(rf->cv, rf->c),
+					CHECK(sfx_row_ok(&fx.f, rf->slot,
+							 sfx_row_seed(rf->cv, rf->c),
 							 rf->row_split));
 					slot_used[rf->slot] = false;
 					free(rf->dst);
@@ -1135,11 +1155,13 @@ static void test_random(uint32_t ranks)
 			for (int f = 0; f < 16; f++)
 				if (fl[f].live && fl[f].ticket == ev.ticket) {
 					for (uint32_t x = 0; x < fl[f].n; x++)
-						CHECK(sfx_page_ok(&fx.f, fl[f].dst[x], fl[f].cv->tag,
-								  fl[f].first_page + x,
-								  sfx_conv_split(fl[f].cv,
-										 fl[f].first_page + x)));
-					CHECK(sfx_row_ok(&fx.f, fl[f].slot, sfx_row_seed(fl[f].cv, fl[f].c),
+						CHECK(sfx_page_ok(
+							&fx.f, fl[f].dst[x], fl[f].cv->tag,
+							fl[f].first_page + x,
+							sfx_conv_split(fl[f].cv,
+								       fl[f].first_page + x)));
+					CHECK(sfx_row_ok(&fx.f, fl[f].slot,
+							 sfx_row_seed(fl[f].cv, fl[f].c),
 							 fl[f].row_split));
 					free(fl[f].dst);
 					fl[f].live = false;

@@ -49,16 +49,13 @@ struct gworld {
 	sel_cu_ctx ctx[2];
 	sel_cu_dptr mem[2][3]; /* planes a, b, row */
 	uint64_t len[2][3];
-	uint8_t *host[2][3];   /* the bytes written to the device */
+	uint8_t *host[2][3]; /* the bytes written to the device */
 	sel_geometry *g;
 };
 
 static const uint64_t unit[3] = {PLANE_A, PLANE_B, ROW};
 
-static void set_device(struct gworld *w, uint32_t r)
-{
-	CU(cu->cuCtxSetCurrent(w->ctx[r]));
-}
+static void set_device(struct gworld *w, uint32_t r) { CU(cu->cuCtxSetCurrent(w->ctx[r])); }
 
 static void gworld_open(struct gworld *w, uint32_t ranks, const int *devices, bool replicated,
 			test_rng *rng)
@@ -85,10 +82,14 @@ static void gworld_open(struct gworld *w, uint32_t ranks, const int *devices, bo
 			test_rng_init(&pr, replicated ? seed + (uint64_t)p : test_rng_next(rng));
 			test_rng_fill(&pr, w->host[r][p], w->len[r][p]);
 			CU(cu->cuMemcpyHtoD(w->mem[r][p], w->host[r][p], w->len[r][p]));
-			al[n++] = (sel_allocation){.rank = r, .name = names[p],
-						   .group = p == 2 ? SEL_GROUP_STATE_ROWS : SEL_GROUP_KV_PAGES,
-						   .kind = SEL_MEM_DEVICE, .address = w->mem[r][p],
-						   .unit_bytes = unit[p], .count = count[p]};
+			al[n++] = (sel_allocation){.rank = r,
+						   .name = names[p],
+						   .group = p == 2 ? SEL_GROUP_STATE_ROWS
+								   : SEL_GROUP_KV_PAGES,
+						   .kind = SEL_MEM_DEVICE,
+						   .address = w->mem[r][p],
+						   .unit_bytes = unit[p],
+						   .count = count[p]};
 		}
 	}
 	CHECK_OK(sel_geometry_build(al, n, ranks, PT, &w->g));
@@ -177,7 +178,8 @@ static const char *mode_name(sel_split_mode m)
 	return m == SEL_SPLIT_ON ? "on" : m == SEL_SPLIT_OFF ? "off" : "auto";
 }
 
-static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_mode mode, test_rng *rng)
+static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_mode mode,
+		test_rng *rng)
 {
 	struct gworld w;
 	gworld_open(&w, ranks, devices, replicated, rng);
@@ -204,7 +206,8 @@ static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_m
 	const struct sel_store_pool *sp = sel_memory_store_pool(s);
 	bool split = sp->split != NULL;
 	bool want_split = mode == SEL_SPLIT_ON || (mode == SEL_SPLIT_AUTO && ranks > 1 && capable);
-	CHECKF(split == want_split, "split pool %s at TP%u: split %d", mode_name(mode), ranks, split);
+	CHECKF(split == want_split, "split pool %s at TP%u: split %d", mode_name(mode), ranks,
+	       split);
 	if (mode == SEL_SPLIT_AUTO && ranks > 1 && !capable)
 		CHECK(strstr(sel_store_warning(s), "cannot create host NUMA allocations"));
 	CHECK(split != sel_slab_owns_memory(sp->pool));
@@ -228,10 +231,15 @@ static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_m
 
 	/* Root at 70 pages (row in slot 0), child at 90 pages (row in slot 1). */
 	const uint64_t c1 = 70 * PT, c2 = 90 * PT - 10;
-	sel_published a = {.checkpoint = 1, .pages = ids, .n_pages = 70, .tail = 70, .state_slot = 0};
+	sel_published a = {
+		.checkpoint = 1, .pages = ids, .n_pages = 70, .tail = 70, .state_slot = 0};
 	sel_history_key_at(&h, c1, &a.key);
 	a.bucket = *sel_history_bound(&h, c1 / SEL_BUCKET_TOKENS);
-	sel_published b = {.checkpoint = 2, .parent = a.key, .pages = ids, .n_pages = 89, .tail = 19,
+	sel_published b = {.checkpoint = 2,
+			   .parent = a.key,
+			   .pages = ids,
+			   .n_pages = 89,
+			   .tail = 19,
 			   .state_slot = 1};
 	sel_history_key_at(&h, c2, &b.key);
 	b.bucket = *sel_history_bound(&h, c2 / SEL_BUCKET_TOKENS);
@@ -256,10 +264,12 @@ static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_m
 		for (uint32_t r = 0; r < ranks; r++)
 			for (uint32_t i = 0; i < 70; i++)
 				for (int p = 0; p < 2; p++) {
-					uint64_t at = sp->split->part[r].base + v.slots[i] * sp->layout.share[r] +
+					uint64_t at = sp->split->part[r].base +
+						      v.slots[i] * sp->layout.share[r] +
 						      sp->layout.plane_off[r][p];
 					CHECKF(memcmp((const void *)(uintptr_t)at,
-						      w.host[r][p] + (uint64_t)ids[i] * unit[p], unit[p]) == 0,
+						      w.host[r][p] + (uint64_t)ids[i] * unit[p],
+						      unit[p]) == 0,
 					       "rank %u part, page %u plane %d", r, i, p);
 				}
 	}
@@ -293,7 +303,8 @@ static void run(uint32_t ranks, const int *devices, bool replicated, sel_split_m
 	sel_history_free(&h);
 	gworld_close(&w);
 	printf("memory store: %u rank(s), %s planes, split pool %s (%s) ok\n", ranks,
-	       replicated ? "replicated" : "split", mode_name(mode), split ? "split" : "registered");
+	       replicated ? "replicated" : "split", mode_name(mode),
+	       split ? "split" : "registered");
 }
 
 int main(void)

@@ -60,19 +60,29 @@
 static const uint64_t ends[3] = {130, 200, 330};
 static test_rng rng;
 
-enum mut { M_NONE = 0, M_REPARENT, M_REPARENT_NAIVE, M_SWAP, M_LINK, M_FIFO, M_EXTEND, M_HUGE,
-	   M_FLIP, M_KINDS };
-static const char *const mut_name[M_KINDS] = {"none", "re-parent", "re-parent (key only)",
-					      "swap names", "symbolic link", "FIFO",
-					      "sparse-extend", "sparse, huge", "header bit"};
+enum mut {
+	M_NONE = 0,
+	M_REPARENT,
+	M_REPARENT_NAIVE,
+	M_SWAP,
+	M_LINK,
+	M_FIFO,
+	M_EXTEND,
+	M_HUGE,
+	M_FLIP,
+	M_KINDS
+};
+static const char *const mut_name[M_KINDS] = {
+	"none", "re-parent",     "re-parent (key only)", "swap names", "symbolic link",
+	"FIFO", "sparse-extend", "sparse, huge",         "header bit"};
 
 struct conv {
 	struct sfx_conv cv;
 	sel_published cp[3];
 	uint8_t mut[3];
-	bool runtime;        /* mutated while a store has it indexed */
-	bool control;        /* never mutated: must restore whole, every time */
-	bool touched;        /* a record of it was mutated */
+	bool runtime; /* mutated while a store has it indexed */
+	bool control; /* never mutated: must restore whole, every time */
+	bool touched; /* a record of it was mutated */
 };
 
 struct run {
@@ -82,13 +92,13 @@ struct run {
 	int dfd;
 	struct conv *c;
 	size_t n;
-	char **lies;         /* names verify must report */
-	uint8_t *lie_kind;   /* and the mutation that made each lie */
-	uint32_t *lie_at;    /* the flipped byte, for a header flip */
+	char **lies;       /* names verify must report */
+	uint8_t *lie_kind; /* and the mutation that made each lie */
+	uint32_t *lie_at;  /* the flipped byte, for a header flip */
 	uint8_t last_kind;
 	uint32_t last_at;
 	size_t n_lies, cap_lies;
-	uint64_t unjudgeable; /* header flips no offline check can judge */
+	uint64_t unjudgeable;          /* header flips no offline check can judge */
 	uint64_t consistent_forgeries; /* parent key and check both forged */
 	uint64_t count[M_KINDS];
 };
@@ -130,7 +140,8 @@ static void write_all(struct run *r)
 			sfx_conv_init(&r->fx, &c->cv, 7000 + b0 + k, 400, (uint32_t)k * 8);
 			for (int i = 0; i < 3; i++) {
 				c->cp[i] = sfx_ckpt(&r->fx, &c->cv, ends[i], i ? ends[i - 1] : 0,
-						    (uint32_t)(3 * k + (size_t)i), 1 + 3 * (b0 + k) + (size_t)i);
+						    (uint32_t)(3 * k + (size_t)i),
+						    1 + 3 * (b0 + k) + (size_t)i);
 				todo[nt++] = c->cp[i];
 			}
 		}
@@ -142,7 +153,8 @@ static void write_all(struct run *r)
 				sel_outcome o = sel_store_put(s, &todo[next], &why);
 				if (o == SEL_RETRY)
 					break;
-				CHECKF(o == SEL_QUEUED, "put: %s: %s", sel_outcome_name(o), sel_errmsg());
+				CHECKF(o == SEL_QUEUED, "put: %s: %s", sel_outcome_name(o),
+				       sel_errmsg());
 				next++;
 			}
 			sel_event ev[8];
@@ -217,8 +229,8 @@ static struct conv *partner(struct run *r, struct conv *self, int *which)
 	for (int tries = 0; tries < 64; tries++) {
 		struct conv *o = &r->c[test_rng_below(&rng, r->n)];
 		int i = (int)test_rng_below(&rng, 3);
-		if (o != self && o->runtime == self->runtime && o->mut[i] == M_NONE && !o->touched &&
-		    !o->control) {
+		if (o != self && o->runtime == self->runtime && o->mut[i] == M_NONE &&
+		    !o->touched && !o->control) {
 			*which = i;
 			return o;
 		}
@@ -233,7 +245,8 @@ static void mutate(struct run *r, struct conv *c, int i)
 	snprintf(path, sizeof path, "%s/%s", r->dir, name);
 	if (c->mut[i] != M_NONE || !test_has_file(r->dir, name))
 		return; /* a swap partner already, or removed by the store */
-	enum mut m = (enum mut)test_rng_below(&rng, 8) == 0 ? M_NONE
+	enum mut m = (enum mut)test_rng_below(&rng, 8) == 0
+			     ? M_NONE
 			     : (enum mut)(1 + test_rng_below(&rng, M_KINDS - 1));
 	if ((m == M_REPARENT || m == M_REPARENT_NAIVE) && i == 0)
 		m = M_FLIP; /* a root has no parent to forge */
@@ -258,7 +271,8 @@ static void mutate(struct run *r, struct conv *c, int i)
 			t = &r->c[test_rng_below(&rng, r->n)];
 		while (t == c);
 		test_forge_parent(r->dfd, name, &t->cp[i - 1].key,
-				  m == M_REPARENT ? sel_record_parent_check(&t->cp[i - 1].bucket) : 0);
+				  m == M_REPARENT ? sel_record_parent_check(&t->cp[i - 1].bucket)
+						  : 0);
 		/* The key only: the parent check (the old parent's bucket) no
 		 * longer matches, and verify says so.  Both: no offline check can
 		 * know one prefix does not extend another without their tokens;
@@ -325,8 +339,7 @@ static void mutate(struct run *r, struct conv *c, int i)
 			lie(r, name);
 		break;
 	}
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -361,17 +374,18 @@ static void verify_reports_lies(struct run *r)
 		bool found = false;
 		size_t i;
 		json_t *p;
-		json_array_foreach(probs, i, p) if (!strcmp(json_string_value(json_object_get(p, "file")),
-							     r->lies[l])) found = true;
+		json_array_foreach(probs, i,
+				   p) if (!strcmp(json_string_value(json_object_get(p, "file")),
+						  r->lies[l])) found = true;
 		if (!found && missed++ < 20)
 			fprintf(stderr, "verify did not report %s (%s, byte %u)\n", r->lies[l],
 				mut_name[r->lie_kind[l]], r->lie_at[l]);
 	}
 	CHECKF(missed == 0, "verify missed %zu of %zu lying files", missed, r->n_lies);
-	printf("  verify: exit 1, %zu problems naming all %zu lying files it can judge (not: %"
-	       PRIu64 " header flips that change nothing a read uses, %" PRIu64 " parent links "
-	       "forged with their check)\n", json_array_size(probs), r->n_lies, r->unjudgeable,
-	       r->consistent_forgeries);
+	printf("  verify: exit 1, %zu problems naming all %zu lying files it can judge (not: %" PRIu64
+	       " header flips that change nothing a read uses, %" PRIu64 " parent links "
+	       "forged with their check)\n",
+	       json_array_size(probs), r->n_lies, r->unjudgeable, r->consistent_forgeries);
 	json_decref(j);
 	free(buf);
 }
@@ -419,8 +433,10 @@ static void restore(struct run *r, sel_store *s, struct conv *c, struct tally *t
 	CHECKF(sfx_row_ok(&r->fx, 60, sfx_row_seed(&c->cv, h.key.consumed), false),
 	       "conversation %" PRIu64 ": the row of the hit at %" PRIu64 " is not its own",
 	       c->cv.tag, h.key.consumed);
-	CHECKF(c->touched || h.key.consumed == ends[2], "conversation %" PRIu64 " untouched, hit "
-	       "at %" PRIu64, c->cv.tag, h.key.consumed);
+	CHECKF(c->touched || h.key.consumed == ends[2],
+	       "conversation %" PRIu64 " untouched, hit "
+	       "at %" PRIu64,
+	       c->cv.tag, h.key.consumed);
 	t->exact++;
 }
 
@@ -439,9 +455,9 @@ static void restore_all(struct run *r, sel_store *s, const char *when)
 	CHECK(after.fetch_failures - before.fetch_failures == t.fetch_failed);
 	printf("  %s: %" PRIu64 " exact, %" PRIu64 " misses (%" PRIu64 " no hit, %" PRIu64
 	       " fetch refused, %" PRIu64 " fetch failed); %" PRIu64 " chains rejected, %" PRIu64
-	       " corrupt\n", when, t.exact, t.lookup_miss + t.fetch_refused + t.fetch_failed,
-	       t.lookup_miss, t.fetch_refused, t.fetch_failed,
-	       after.chains_rejected - before.chains_rejected,
+	       " corrupt\n",
+	       when, t.exact, t.lookup_miss + t.fetch_refused + t.fetch_failed, t.lookup_miss,
+	       t.fetch_refused, t.fetch_failed, after.chains_rejected - before.chains_rejected,
 	       after.tier[SEL_TIER_DISK].corrupt - before.tier[SEL_TIER_DISK].corrupt);
 }
 
@@ -502,10 +518,12 @@ int main(void)
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
 	test_tree_hash(r.decoy, decoy_after);
-	CHECKF(!memcmp(decoy_before, decoy_after, 16), "the decoy tree outside the directory changed");
+	CHECKF(!memcmp(decoy_before, decoy_after, 16),
+	       "the decoy tree outside the directory changed");
 
 	printf("  %zu records written by a disk store in %.1f s; %" PRIu64 " kept by the scan;"
-	       " mutations:", 3 * r.n, (double)(t1 - t0) / 1e9, scanned);
+	       " mutations:",
+	       3 * r.n, (double)(t1 - t0) / 1e9, scanned);
 	for (int m = 0; m < M_KINDS; m++)
 		printf(" %s %" PRIu64 "%s", mut_name[m], r.count[m], m + 1 < M_KINDS ? "," : "\n");
 	printf("  nothing outside the directory changed (decoy tree hashed before and after)\n");

@@ -53,17 +53,17 @@ struct stub {
 	uint32_t max_entries;
 	int fail_rank, fail_call, fail_rc; /* fail call #fail_call on fail_rank */
 	int open_fail_rank, open_fail_rc;
-	int block_rank;                    /* -1: none; else block every call */
-	uint64_t delay_ns;                 /* sleep in every call */
+	int block_rank;    /* -1: none; else block every call */
+	uint64_t delay_ns; /* sleep in every call */
 	atomic_int calls[MAXR];
 	atomic_ullong bytes[MAXR];
 	atomic_int violations;
 	atomic_int opens, closes;
-	atomic_int drained;     /* the failing call finished its copies */
+	atomic_int drained; /* the failing call finished its copies */
 	atomic_int sched_ok, nice_ok, name_ok;
 	pthread_mutex_t m;
 	pthread_cond_t cv;
-	int blocked;   /* calls waiting */
+	int blocked; /* calls waiting */
 	bool release;
 	uint32_t rank_ids[MAXR];
 };
@@ -124,7 +124,8 @@ static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 	(void)dir;
 	for (uint32_t i = 0; i < n; i++)
 		sum += c[i].len;
-	if (n == 0 || (s->max_entries && n > s->max_entries) || (s->max_bytes && sum > s->max_bytes))
+	if (n == 0 || (s->max_entries && n > s->max_entries) ||
+	    (s->max_bytes && sum > s->max_bytes))
 		atomic_fetch_add(&s->violations, 1);
 	if ((int)r == s->block_rank) {
 		pthread_mutex_lock(&s->m);
@@ -141,7 +142,8 @@ static int stub_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 	if ((int)r == s->fail_rank && call == s->fail_call) {
 		/* Part of the batch lands, the rest "drains" a while. */
 		for (uint32_t i = 0; i < n / 2; i++)
-			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+			memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src,
+			       c[i].len);
 		eos_sleep_ns(20 * 1000000ull);
 		atomic_store(&s->drained, 1);
 		return s->fail_rc;
@@ -195,7 +197,7 @@ struct spec {
 	uint32_t n_planes;
 	uint64_t units[MAXR][MAXP];
 	uint64_t row_bytes[MAXR];
-	bool replicated;     /* identical plane and row bytes on every rank */
+	bool replicated; /* identical plane and row bytes on every rank */
 	uint64_t pages, rows;
 	uint64_t slots;
 	uint32_t depth;
@@ -212,7 +214,7 @@ struct world {
 	sel_xfer *x;
 };
 
-static const char *plane_names[MAXP] = { "key", "sel", "value", "zidx" };
+static const char *plane_names[MAXP] = {"key", "sel", "value", "zidx"};
 
 static void world_open(struct world *w, const struct spec *sp, test_rng *rng)
 {
@@ -291,12 +293,13 @@ struct snap {
 	uint64_t len;
 };
 
-static void snap_take(const struct world *w, const uint32_t *ids, uint32_t n, bool row, uint32_t state,
-		      struct snap *s)
+static void snap_take(const struct world *w, const uint32_t *ids, uint32_t n, bool row,
+		      uint32_t state, struct snap *s)
 {
 	uint64_t len = 0;
 	for (uint32_t r = 0; r < w->sp.ranks; r++)
-		len += (uint64_t)n * w->g->rank[r].page_bytes + (row ? w->g->rank[r].row.unit_bytes : 0);
+		len += (uint64_t)n * w->g->rank[r].page_bytes +
+		       (row ? w->g->rank[r].row.unit_bytes : 0);
 	s->len = len;
 	s->b = malloc(len ? len : 1);
 	CHECK(s->b);
@@ -326,8 +329,11 @@ static const char *snap_differs(const struct world *w, const uint32_t *ids, uint
 		const sel_rank_geometry *rg = &w->g->rank[r];
 		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t p = 0; p < rg->n_planes; p++) {
-				if (memcmp(o, page_at(w, r, p, ids[i]), rg->pages[p].unit_bytes) != 0) {
-					snprintf(why, sizeof(why), "rank %u page %u (id %u) plane %u", r, i, ids[i], p);
+				if (memcmp(o, page_at(w, r, p, ids[i]), rg->pages[p].unit_bytes) !=
+				    0) {
+					snprintf(why, sizeof(why),
+						 "rank %u page %u (id %u) plane %u", r, i, ids[i],
+						 p);
 					return why;
 				}
 				o += rg->pages[p].unit_bytes;
@@ -366,15 +372,18 @@ static void check_poison_elsewhere(const struct world *w, const uint32_t *ids, u
 					continue;
 				const uint8_t *b = page_at(w, r, p, (uint32_t)id);
 				for (uint64_t k = 0; k < rg->pages[p].unit_bytes; k++)
-					CHECKF(b[k] == POISON, "rank %u plane %u page %" PRIu64 " byte %" PRIu64
-					       " written", r, p, id, k);
+					CHECKF(b[k] == POISON,
+					       "rank %u plane %u page %" PRIu64 " byte %" PRIu64
+					       " written",
+					       r, p, id, k);
 			}
 		for (uint64_t s = 0; s < w->sp.rows; s++) {
 			if (row && s == state)
 				continue;
 			const uint8_t *b = row_at(w, r, (uint32_t)s);
 			for (uint64_t k = 0; k < rg->row.unit_bytes; k++)
-				CHECKF(b[k] == POISON, "rank %u row %" PRIu64 " byte %" PRIu64 " written", r, s, k);
+				CHECKF(b[k] == POISON,
+				       "rank %u row %" PRIu64 " byte %" PRIu64 " written", r, s, k);
 		}
 	}
 	free(hit);
@@ -386,7 +395,7 @@ static void collect(sel_xfer *x, struct sel_xfer_job **out, int want)
 	int got = 0;
 	uint64_t end = eos_now_ns() + 60ull * 1000000000u;
 	while (got < want) {
-		struct pollfd pfd = { .fd = sel_xfer_fd(x), .events = POLLIN };
+		struct pollfd pfd = {.fd = sel_xfer_fd(x), .events = POLLIN};
 		int ready = poll(&pfd, 1, 1000);
 		CHECK(ready >= 0);
 		CHECKF(eos_now_ns() < end, "%d of %d completions after 60 s", got, want);
@@ -435,15 +444,19 @@ static void check_slots_unpacked(const struct world *w, const uint32_t *ids, uin
 		const sel_rank_geometry *rg = &w->g->rank[r];
 		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t p = 0; p < rg->n_planes; p++)
-				CHECKF(memcmp(share_at(w, r, ps[i]) + w->l.plane_off[r][p], page_at(w, r, p, ids[i]),
-					      rg->pages[p].unit_bytes) == 0, "slot of rank %u page %u plane %u", r, i, p);
+				CHECKF(memcmp(share_at(w, r, ps[i]) + w->l.plane_off[r][p],
+					      page_at(w, r, p, ids[i]),
+					      rg->pages[p].unit_bytes) == 0,
+				       "slot of rank %u page %u plane %u", r, i, p);
 		if (row)
 			for (uint32_t k = 0; k < w->l.row_slots; k++) {
 				uint64_t off, len;
 				sel_slot_layout_row_piece(&w->l, r, k, &off, &len);
 				CHECK(off == w->l.share_off[r]);
 				if (len)
-					CHECKF(memcmp(share_at(w, r, rs[k]), row_at(w, r, state) + k * w->l.share[r], len) == 0,
+					CHECKF(memcmp(share_at(w, r, rs[k]),
+						      row_at(w, r, state) + k * w->l.share[r],
+						      len) == 0,
 					       "slot of rank %u row piece %u", r, k);
 			}
 	}
@@ -458,7 +471,8 @@ static void roundtrip(struct world *w, struct stub *st, test_rng *rng, uint32_t 
 	CHECK(src && dst && ps && rs);
 	pick_ids(rng, w->sp.pages, n, src, dst);
 	uint32_t s_state = (uint32_t)test_rng_below(rng, w->sp.rows);
-	uint32_t d_state = (s_state + 1 + (uint32_t)test_rng_below(rng, w->sp.rows - 1)) % (uint32_t)w->sp.rows;
+	uint32_t d_state = (s_state + 1 + (uint32_t)test_rng_below(rng, w->sp.rows - 1)) %
+			   (uint32_t)w->sp.rows;
 	CHECK_OK(sel_slab_alloc(w->pool, n, SEL_SLAB_INTAKE, ps));
 	if (row)
 		CHECK_OK(sel_slab_alloc(w->pool, w->l.row_slots, SEL_SLAB_INTAKE, rs));
@@ -471,8 +485,14 @@ static void roundtrip(struct world *w, struct stub *st, test_rng *rng, uint32_t 
 		calls0[r] = st ? atomic_load(&st->calls[r]) : 0;
 
 	struct sel_xfer_job out = {
-		.id = 1, .dir = SEL_COPY_OUT, .n_pages = n, .pages = src, .page_slots = ps,
-		.row = row, .state_slot = s_state, .row_slots = rs,
+		.id = 1,
+		.dir = SEL_COPY_OUT,
+		.n_pages = n,
+		.pages = src,
+		.page_slots = ps,
+		.row = row,
+		.state_slot = s_state,
+		.row_slots = rs,
 	};
 	run(w->x, &out);
 	CHECKF(out.status == 0, "copy-out of %u pages: %s", n, sel_strerror(out.status));
@@ -492,8 +512,14 @@ static void roundtrip(struct world *w, struct stub *st, test_rng *rng, uint32_t 
 
 	poison(w);
 	struct sel_xfer_job in = {
-		.id = 2, .dir = SEL_COPY_IN, .n_pages = n, .pages = dst, .page_slots = ps,
-		.row = row, .state_slot = d_state, .row_slots = rs,
+		.id = 2,
+		.dir = SEL_COPY_IN,
+		.n_pages = n,
+		.pages = dst,
+		.page_slots = ps,
+		.row = row,
+		.state_slot = d_state,
+		.row_slots = rs,
 	};
 	run(w->x, &in);
 	CHECK(in.status == 0);
@@ -516,27 +542,33 @@ static void roundtrip(struct world *w, struct stub *st, test_rng *rng, uint32_t 
 static struct spec spec_tp1(void)
 {
 	return (struct spec){
-		.ranks = 1, .n_planes = 3,
-		.units = { { 16384, 100, 4608 } },
-		.row_bytes = { 70000 },
-		.pages = 420, .rows = 6, .slots = 220,
+		.ranks = 1,
+		.n_planes = 3,
+		.units = {{16384, 100, 4608}},
+		.row_bytes = {70000},
+		.pages = 420,
+		.rows = 6,
+		.slots = 220,
 	};
 }
 
 static struct spec spec_tp2(bool replicated)
 {
 	return (struct spec){
-		.ranks = 2, .n_planes = 3,
-		.units = { { 16384, 100, 4608 }, { 16384, 100, 4608 } },
-		.row_bytes = { 70000, 70000 },
+		.ranks = 2,
+		.n_planes = 3,
+		.units = {{16384, 100, 4608}, {16384, 100, 4608}},
+		.row_bytes = {70000, 70000},
 		.replicated = replicated,
-		.pages = 420, .rows = 6, .slots = 220,
+		.pages = 420,
+		.rows = 6,
+		.slots = 220,
 	};
 }
 
 static void test_roundtrips(test_rng *rng)
 {
-	static const uint32_t sizes[] = { 1, 63, 64, 65, 200 };
+	static const uint32_t sizes[] = {1, 63, 64, 65, 200};
 	for (int c = 0; c < 3; c++) {
 		struct spec sp = c == 0 ? spec_tp1() : spec_tp2(c == 1);
 		struct stub st;
@@ -548,11 +580,12 @@ static void test_roundtrips(test_rng *rng)
 		CHECK(w.l.row_slots == 3); /* 70000 bytes in shares of 28 KiB */
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 			roundtrip(&w, &st, rng, sizes[i], true);
-		roundtrip(&w, &st, rng, 0, true);  /* row only */
+		roundtrip(&w, &st, rng, 0, true);   /* row only */
 		roundtrip(&w, &st, rng, 70, false); /* pages only */
 		CHECK(atomic_load(&st.violations) == 0);
 		world_close(&w);
-		CHECK(atomic_load(&st.opens) == (int)sp.ranks && atomic_load(&st.closes) == (int)sp.ranks);
+		CHECK(atomic_load(&st.opens) == (int)sp.ranks &&
+		      atomic_load(&st.closes) == (int)sp.ranks);
 		stub_fini(&st);
 	}
 	/* The plain host backend, as the stores use it. */
@@ -567,10 +600,13 @@ static void test_roundtrips(test_rng *rng)
 	 * sizes, so plane pieces start and end off cache lines, and a piece
 	 * below the streaming minimum among them. */
 	sp = (struct spec){
-		.ranks = 2, .n_planes = 3,
-		.units = { { 65536 + 3, 100, 4096 + 17 }, { 65536 + 3, 100, 4096 + 17 } },
-		.row_bytes = { 300001, 300001 },
-		.pages = 300, .rows = 4, .slots = 150,
+		.ranks = 2,
+		.n_planes = 3,
+		.units = {{65536 + 3, 100, 4096 + 17}, {65536 + 3, 100, 4096 + 17}},
+		.row_bytes = {300001, 300001},
+		.pages = 300,
+		.rows = 4,
+		.slots = 150,
 	};
 	CHECK(sel_host_copy_choose(64 * (65536 + 3 + 100 + 4096 + 17)) != SEL_HOST_COPY_MEMCPY ||
 	      !sel_host_copy_available(SEL_HOST_COPY_STREAM_SSE2));
@@ -603,7 +639,11 @@ static void test_bounds(test_rng *rng)
 
 /* ---- Compare and pack ----------------------------------------------------- */
 
-enum diff { DIFF_NONE, DIFF_PAGE, DIFF_ROW };
+enum diff {
+	DIFF_NONE,
+	DIFF_PAGE,
+	DIFF_ROW
+};
 
 static void pack_case(test_rng *rng, uint32_t n, enum diff diff)
 {
@@ -626,8 +666,14 @@ static void pack_case(test_rng *rng, uint32_t n, enum diff diff)
 	snap_take(&w, src, n, true, s_state, &snap);
 
 	struct sel_xfer_job out = {
-		.dir = SEL_COPY_OUT, .n_pages = n, .pages = src, .page_slots = ps,
-		.row = true, .state_slot = s_state, .row_slots = rs, .compare = true,
+		.dir = SEL_COPY_OUT,
+		.n_pages = n,
+		.pages = src,
+		.page_slots = ps,
+		.row = true,
+		.state_slot = s_state,
+		.row_slots = rs,
+		.compare = true,
 	};
 	run(w.x, &out);
 	CHECK(out.status == 0);
@@ -641,7 +687,8 @@ static void pack_case(test_rng *rng, uint32_t n, enum diff diff)
 		for (uint32_t i = 0; i < n; i++)
 			for (uint32_t p = 0; p < 3; p++)
 				CHECKF(memcmp(share_at(&w, i % R, ps[i / R]) + w.l.plane_off[0][p],
-					      page_at(&w, 0, p, src[i]), w.g->rank[0].pages[p].unit_bytes) == 0,
+					      page_at(&w, 0, p, src[i]),
+					      w.g->rank[0].pages[p].unit_bytes) == 0,
 				       "packed page %u plane %u", i, p);
 		/* The tail is the store's to free: scribble over it. */
 		for (uint32_t j = np; j < n; j++)
@@ -653,8 +700,8 @@ static void pack_case(test_rng *rng, uint32_t n, enum diff diff)
 		for (uint32_t k = 0; k < RS; k++) {
 			uint64_t off, len;
 			sel_slot_layout_row_piece(&w.l, 0, k, &off, &len);
-			CHECK(memcmp(share_at(&w, k % R, rs[k / R]), row_at(&w, 0, s_state) + k * w.l.share[0],
-				     len) == 0);
+			CHECK(memcmp(share_at(&w, k % R, rs[k / R]),
+				     row_at(&w, 0, s_state) + k * w.l.share[0], len) == 0);
 		}
 		for (uint32_t j = nr; j < RS; j++)
 			memset(sel_slab_addr(w.pool, rs[j]), 0xee, w.l.slot_bytes);
@@ -664,9 +711,15 @@ static void pack_case(test_rng *rng, uint32_t n, enum diff diff)
 
 	poison(&w);
 	struct sel_xfer_job in = {
-		.dir = SEL_COPY_IN, .n_pages = n, .pages = dst, .page_slots = ps,
-		.row = true, .state_slot = d_state, .row_slots = rs,
-		.pages_packed = out.pages_replicated, .row_packed = out.row_replicated,
+		.dir = SEL_COPY_IN,
+		.n_pages = n,
+		.pages = dst,
+		.page_slots = ps,
+		.row = true,
+		.state_slot = d_state,
+		.row_slots = rs,
+		.pages_packed = out.pages_replicated,
+		.row_packed = out.row_replicated,
 	};
 	run(w.x, &in);
 	CHECK(in.status == 0);
@@ -701,8 +754,14 @@ static void test_pack(test_rng *rng)
 	CHECK_OK(sel_slab_alloc(w.pool, 10, SEL_SLAB_INTAKE, ps));
 	CHECK_OK(sel_slab_alloc(w.pool, 3, SEL_SLAB_INTAKE, rs));
 	struct sel_xfer_job out = {
-		.dir = SEL_COPY_OUT, .n_pages = 10, .pages = src, .page_slots = ps,
-		.row = true, .state_slot = 2, .row_slots = rs, .compare = true,
+		.dir = SEL_COPY_OUT,
+		.n_pages = 10,
+		.pages = src,
+		.page_slots = ps,
+		.row = true,
+		.state_slot = 2,
+		.row_slots = rs,
+		.compare = true,
 	};
 	run(w.x, &out);
 	CHECK(out.status == 0 && !out.pages_replicated && !out.row_replicated);
@@ -720,7 +779,10 @@ static void test_pack(test_rng *rng)
 	run(w.x, &out);
 	CHECK(out.status == 0 && !out.pages_replicated && !out.row_replicated);
 	struct sel_xfer_job in = {
-		.dir = SEL_COPY_IN, .n_pages = 10, .pages = src, .page_slots = ps,
+		.dir = SEL_COPY_IN,
+		.n_pages = 10,
+		.pages = src,
+		.page_slots = ps,
 		.pages_packed = true,
 	};
 	CHECK_RC(sel_xfer_submit(w.x, &in), -EINVAL);
@@ -741,24 +803,29 @@ static void test_validation(test_rng *rng)
 	struct spec sp = spec_tp2(false);
 	struct world w;
 	world_open(&w, &sp, rng);
-	uint32_t ids[2] = { 3, 4 }, ps[2] = { 0, 1 }, rs[3] = { 2, 3, 4 };
+	uint32_t ids[2] = {3, 4}, ps[2] = {0, 1}, rs[3] = {2, 3, 4};
 	struct sel_xfer_job ok = {
-		.dir = SEL_COPY_OUT, .n_pages = 2, .pages = ids, .page_slots = ps,
-		.row = true, .state_slot = 5, .row_slots = rs,
+		.dir = SEL_COPY_OUT,
+		.n_pages = 2,
+		.pages = ids,
+		.page_slots = ps,
+		.row = true,
+		.state_slot = 5,
+		.row_slots = rs,
 	};
 	struct sel_xfer_job j;
 
 	j = ok;
-	uint32_t bad_ids[2] = { 3, 420 };
+	uint32_t bad_ids[2] = {3, 420};
 	j.pages = bad_ids;
 	CHECK_RC(sel_xfer_submit(w.x, &j), -EINVAL);
 	CHECK(strstr(sel_errmsg(), "page id 420"));
 	j = ok;
-	uint32_t bad_ps[2] = { 0, 220 };
+	uint32_t bad_ps[2] = {0, 220};
 	j.page_slots = bad_ps;
 	CHECK_RC(sel_xfer_submit(w.x, &j), -EINVAL);
 	j = ok;
-	uint32_t bad_rs[3] = { 2, 3, 999 };
+	uint32_t bad_rs[3] = {2, 3, 999};
 	j.row_slots = bad_rs;
 	CHECK_RC(sel_xfer_submit(w.x, &j), -EINVAL);
 	j = ok;
@@ -813,11 +880,14 @@ static void test_queue_full(test_rng *rng)
 	struct world w;
 	world_open(&w, &sp, rng);
 
-	uint32_t ids[4] = { 1, 2, 3, 4 }, ps[4] = { 0, 1, 2, 3 };
+	uint32_t ids[4] = {1, 2, 3, 4}, ps[4] = {0, 1, 2, 3};
 	struct sel_xfer_job job[5];
 	for (int i = 0; i < 5; i++)
-		job[i] = (struct sel_xfer_job){ .id = (uint64_t)i, .dir = SEL_COPY_OUT, .n_pages = 1,
-						.pages = &ids[i % 4], .page_slots = &ps[i % 4] };
+		job[i] = (struct sel_xfer_job){.id = (uint64_t)i,
+					       .dir = SEL_COPY_OUT,
+					       .n_pages = 1,
+					       .pages = &ids[i % 4],
+					       .page_slots = &ps[i % 4]};
 	/* Rank 0 takes job 0 and blocks in its copy; 1 and 2 fill its ring.
 	 * Rank 1 runs all three. */
 	CHECK_OK(sel_xfer_submit(w.x, &job[0]));
@@ -847,7 +917,8 @@ static void test_queue_full(test_rng *rng)
 		CHECK(done[i] == &job[i] && job[i].status == 0);
 	CHECK_OK(sel_xfer_submit(w.x, &job[3]));
 	collect(w.x, done, 1);
-	CHECK(done[0] == &job[3] && atomic_load(&st.calls[1]) == 4 && atomic_load(&st.calls[0]) == 4);
+	CHECK(done[0] == &job[3] && atomic_load(&st.calls[1]) == 4 &&
+	      atomic_load(&st.calls[0]) == 4);
 	world_close(&w);
 	stub_fini(&st);
 }
@@ -867,7 +938,9 @@ static void test_failure(test_rng *rng)
 	struct world w;
 	world_open(&w, &sp, rng);
 
-	enum { N = 70 };
+	enum {
+		N = 70
+	};
 	uint32_t src[3][N], dst[3][N], ps[3][N], rs[3][3];
 	struct snap snap[3];
 	struct sel_xfer_job job[3];
@@ -878,9 +951,14 @@ static void test_failure(test_rng *rng)
 		CHECK_OK(sel_slab_alloc(w.pool, N, SEL_SLAB_INTAKE, ps[j]));
 		CHECK_OK(sel_slab_alloc(w.pool, 3, SEL_SLAB_INTAKE, rs[j]));
 		snap_take(&w, src[j], N, true, (uint32_t)j, &snap[j]);
-		job[j] = (struct sel_xfer_job){ .id = (uint64_t)j, .dir = SEL_COPY_OUT, .n_pages = N,
-						.pages = src[j], .page_slots = ps[j], .row = true,
-						.state_slot = (uint32_t)j, .row_slots = rs[j] };
+		job[j] = (struct sel_xfer_job){.id = (uint64_t)j,
+					       .dir = SEL_COPY_OUT,
+					       .n_pages = N,
+					       .pages = src[j],
+					       .page_slots = ps[j],
+					       .row = true,
+					       .state_slot = (uint32_t)j,
+					       .row_slots = rs[j]};
 		CHECK_OK(sel_xfer_submit(w.x, &job[j]));
 	}
 	struct sel_xfer_job *done[3];
@@ -900,9 +978,13 @@ static void test_failure(test_rng *rng)
 	poison(&w);
 	for (int j = 0; j < 3; j += 2) {
 		pick_ids(rng, w.sp.pages, N, dst[j], NULL);
-		struct sel_xfer_job in = { .dir = SEL_COPY_IN, .n_pages = N, .pages = dst[j],
-					   .page_slots = ps[j], .row = true, .state_slot = 5,
-					   .row_slots = rs[j] };
+		struct sel_xfer_job in = {.dir = SEL_COPY_IN,
+					  .n_pages = N,
+					  .pages = dst[j],
+					  .page_slots = ps[j],
+					  .row = true,
+					  .state_slot = 5,
+					  .row_slots = rs[j]};
 		run(w.x, &in);
 		CHECK(in.status == 0);
 		const char *why = snap_differs(&w, dst[j], N, true, 5, &snap[j]);
@@ -955,8 +1037,10 @@ static void test_close(test_rng *rng)
 		for (uint32_t i = 0; i < 8; i++) {
 			ids[i] = i;
 			ps[i] = i;
-			job[i] = (struct sel_xfer_job){ .dir = SEL_COPY_OUT, .n_pages = 1, .pages = &ids[i],
-							.page_slots = &ps[i] };
+			job[i] = (struct sel_xfer_job){.dir = SEL_COPY_OUT,
+						       .n_pages = 1,
+						       .pages = &ids[i],
+						       .page_slots = &ps[i]};
 			CHECK_OK(sel_xfer_submit(w.x, &job[i]));
 		}
 		CHECK_OK(sel_xfer_close(w.x, eos_now_ns() + 30ull * 1000000000u));
@@ -978,7 +1062,7 @@ static void test_close(test_rng *rng)
 		static struct stub st;
 		static struct sel_copy_backend be;
 		static struct world w;
-		static uint32_t ids[2] = { 1, 2 }, ps[2] = { 0, 1 };
+		static uint32_t ids[2] = {1, 2}, ps[2] = {0, 1};
 		static struct sel_xfer_job job[2];
 		stub_init(&st);
 		st.block_rank = 1;
@@ -991,8 +1075,10 @@ static void test_close(test_rng *rng)
 		world_open(&w, &sp, rng);
 		int rank1 = test_new_thread("sel-xfer-1", before, n_before);
 		for (int i = 0; i < 2; i++) {
-			job[i] = (struct sel_xfer_job){ .dir = SEL_COPY_OUT, .n_pages = 1, .pages = &ids[i],
-							.page_slots = &ps[i] };
+			job[i] = (struct sel_xfer_job){.dir = SEL_COPY_OUT,
+						       .n_pages = 1,
+						       .pages = &ids[i],
+						       .page_slots = &ps[i]};
 			CHECK_OK(sel_xfer_submit(w.x, &job[i]));
 		}
 		stub_wait_blocked(&st, 1);
@@ -1017,7 +1103,7 @@ static void test_close(test_rng *rng)
 
 static bool readable(int fd)
 {
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
 	int n = poll(&pfd, 1, 0);
 	CHECK(n >= 0);
 	return n == 1;
@@ -1040,14 +1126,14 @@ static void test_eventfd_and_priority(test_rng *rng)
 
 	int fd = sel_xfer_fd(w.x);
 	CHECK(fd >= 0 && !readable(fd));
-	uint32_t ids[2] = { 7, 8 }, ps[2] = { 0, 1 };
+	uint32_t ids[2] = {7, 8}, ps[2] = {0, 1};
 	struct sel_xfer_job job[2];
 	for (int i = 0; i < 2; i++) {
-		job[i] = (struct sel_xfer_job){ .dir = SEL_COPY_OUT, .n_pages = 1, .pages = &ids[i],
-						.page_slots = &ps[i] };
+		job[i] = (struct sel_xfer_job){
+			.dir = SEL_COPY_OUT, .n_pages = 1, .pages = &ids[i], .page_slots = &ps[i]};
 		CHECK_OK(sel_xfer_submit(w.x, &job[i]));
 	}
-	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
 	CHECK(poll(&pfd, 1, 10000) == 1);
 	/* Closing joins the threads: both completions now wait. */
 	CHECK_OK(sel_xfer_close(w.x, 0));

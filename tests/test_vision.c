@@ -55,10 +55,12 @@ static hel_core *variant(const hel_core *base, const char *a, const char *b)
 static void parse_bad(const char *image_section, const char *needle)
 {
 	char text[2048], err[512];
-	snprintf(text, sizeof text,
-		 "name = v\npage_tokens = 64\nranks = 1\nvocab = 320\nhidden = 8\nlayers = 1\n"
-		 "seed = 1\nmax_context = 4096\n[row]\nrecurrent_bytes = 0\nrecurrent_shard = split\n"
-		 "[plane k]\ntoken_bytes = 8\nshard = split\n%s", image_section);
+	snprintf(
+		text, sizeof text,
+		"name = v\npage_tokens = 64\nranks = 1\nvocab = 320\nhidden = 8\nlayers = 1\n"
+		"seed = 1\nmax_context = 4096\n[row]\nrecurrent_bytes = 0\nrecurrent_shard = split\n"
+		"[plane k]\ntoken_bytes = 8\nshard = split\n%s",
+		image_section);
 	hel_core *c;
 	int rc = hel_core_parse(text, strlen(text), "v.core", &c, err, sizeof err);
 	CHECKF(rc == SEL_EFORMAT, "'%s' parsed", image_section);
@@ -83,11 +85,11 @@ static void test_core_section(void)
 	CHECK(memcmp(again->identity, vs->identity, SEL_IDENTITY_BYTES) == 0 && again->has_image);
 	hel_core_free(again);
 	/* Every image field is part of the identity. */
-	const char *edits[][2] = { { "patch_size = 8", "patch_size = 9" },
-				   { "merge = 1", "merge = 2" },
-				   { "max_tokens = 16", "max_tokens = 15" },
-				   { "resize = fit", "resize = crop" },
-				   { "channels = 3", "channels = 4" } };
+	const char *edits[][2] = {{"patch_size = 8", "patch_size = 9"},
+				  {"merge = 1", "merge = 2"},
+				  {"max_tokens = 16", "max_tokens = 15"},
+				  {"resize = fit", "resize = crop"},
+				  {"channels = 3", "channels = 4"}};
 	for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
 		again = variant(vs, edits[i][0], edits[i][1]);
 		CHECK(memcmp(again->identity, vs->identity, SEL_IDENTITY_BYTES) != 0);
@@ -103,25 +105,29 @@ static void test_core_section(void)
 		  "patch_size: 1 is out of range");
 	parse_bad("[image]\npatch_size = 8\nmax_tokens = 5000\nresize = fit\nchannels = 3\n",
 		  "do not fit in max_context");
-	parse_bad("[image]\npatch_size = 64\nmerge = 4\nmax_tokens = 4096\nresize = fit\nchannels = 4\n",
-		  "prepared bytes");
+	parse_bad(
+		"[image]\npatch_size = 64\nmerge = 4\nmax_tokens = 4096\nresize = fit\nchannels = 4\n",
+		"prepared bytes");
 	parse_bad("[image]\npatch_size = 8\nmax_tokens = 4\nresize = fit\nchannels = 3\n[image]\n",
 		  "section repeated");
 	parse_bad("[image x]\n", "takes no name");
 	parse_bad("[image]\nshard = split\n", "belongs in a [plane] section, not [image]");
 	parse_bad("[image]\ncolour = red\n", "unknown key in [image]");
 	/* vocab must leave HEL_TOK_IMAGE. */
-	const char *low = "name = v\npage_tokens = 64\nranks = 1\nvocab = 259\nhidden = 8\nlayers = 1\n"
-			  "seed = 1\nmax_context = 4096\n[row]\nrecurrent_bytes = 0\n"
-			  "recurrent_shard = split\n[plane k]\ntoken_bytes = 8\nshard = split\n"
-			  "[image]\npatch_size = 8\nmax_tokens = 4\nresize = fit\nchannels = 3\n";
+	const char *low =
+		"name = v\npage_tokens = 64\nranks = 1\nvocab = 259\nhidden = 8\nlayers = 1\n"
+		"seed = 1\nmax_context = 4096\n[row]\nrecurrent_bytes = 0\n"
+		"recurrent_shard = split\n[plane k]\ntoken_bytes = 8\nshard = split\n"
+		"[image]\npatch_size = 8\nmax_tokens = 4\nresize = fit\nchannels = 3\n";
 	hel_core *c;
 	CHECK_RC(hel_core_parse(low, strlen(low), "v.core", &c, err, sizeof err), SEL_EFORMAT);
 	CHECKF(strstr(err, "no id for image tokens"), "%s", err);
 
 	char st[HEL_VISION_SETTINGS_MAX];
 	CHECK_OK(hel_vision_settings(v, st));
-	CHECK(strcmp(st, "flare-image-prep-v1 patch=14 merge=2 max_tokens=1280 resize=fit channels=3") == 0);
+	CHECK(strcmp(st,
+		     "flare-image-prep-v1 patch=14 merge=2 max_tokens=1280 resize=fit channels=3") ==
+	      0);
 	CHECK_RC(hel_vision_settings(tiny, st), -EINVAL);
 	hel_core_free(vs);
 	hel_core_free(v);
@@ -130,8 +136,11 @@ static void test_core_section(void)
 
 static void test_grid(void)
 {
-	hel_core_image g = { .patch = 14, .merge = 2, .max_tokens = 1280, .resize = HEL_RESIZE_FIT,
-			     .channels = 3 };
+	hel_core_image g = {.patch = 14,
+			    .merge = 2,
+			    .max_tokens = 1280,
+			    .resize = HEL_RESIZE_FIT,
+			    .channels = 3};
 	uint32_t gh, gw;
 	hel_vision_grid(&g, 1024, 768, &gh, &gw);
 	CHECK(gh == 27 && gw == 37); /* round(768 / 28), round(1024 / 28) */
@@ -188,9 +197,15 @@ static void test_convert(void)
 	hel_core *c1 = variant(c3, "channels = 3", "channels = 1");
 	hel_core *c4 = variant(c3, "channels = 3", "channels = 4");
 
-	uint8_t rgba[4 * 4] = { 10, 20, 30, 255, 200, 100, 50, 0, 90, 180, 250, 128, 0, 0, 0, 1 };
-	hel_image src = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGBA, .width = 4, .height = 1,
-			  .channels = 4, .pixels = rgba, .bytes = 16, .capacity = 16 };
+	uint8_t rgba[4 * 4] = {10, 20, 30, 255, 200, 100, 50, 0, 90, 180, 250, 128, 0, 0, 0, 1};
+	hel_image src = {.format = HEL_IMAGE_PNG,
+			 .color = HEL_COLOR_RGBA,
+			 .width = 4,
+			 .height = 1,
+			 .channels = 4,
+			 .pixels = rgba,
+			 .bytes = 16,
+			 .capacity = 16};
 	hel_image o;
 	CHECK_OK(hel_vision_convert(c3, &src, &o));
 	CHECK(o.color == HEL_COLOR_RGB && o.channels == 3 && o.bytes == 12);
@@ -201,7 +216,8 @@ static void test_convert(void)
 			want3[3 * p + k] = (uint8_t)((cc * a + 255 * (255 - a) + 127) / 255);
 		}
 	CHECK(memcmp(o.pixels, want3, 12) == 0);
-	CHECK(o.pixels[3] == 255 && o.pixels[4] == 255 && o.pixels[5] == 255); /* transparent: white */
+	CHECK(o.pixels[3] == 255 && o.pixels[4] == 255 &&
+	      o.pixels[5] == 255); /* transparent: white */
 	hel_image_free(&o);
 	CHECK_OK(hel_vision_convert(c4, &src, &o));
 	CHECK(o.color == HEL_COLOR_RGBA && memcmp(o.pixels, rgba, 16) == 0);
@@ -215,9 +231,15 @@ static void test_convert(void)
 	hel_image_free(&o);
 
 	/* CMYK ink to RGB. */
-	uint8_t cmyk[8] = { 0, 0, 0, 0, 255, 128, 0, 64 };
-	hel_image cs = { .format = HEL_IMAGE_JPEG, .color = HEL_COLOR_CMYK, .width = 2, .height = 1,
-			 .channels = 4, .pixels = cmyk, .bytes = 8, .capacity = 8 };
+	uint8_t cmyk[8] = {0, 0, 0, 0, 255, 128, 0, 64};
+	hel_image cs = {.format = HEL_IMAGE_JPEG,
+			.color = HEL_COLOR_CMYK,
+			.width = 2,
+			.height = 1,
+			.channels = 4,
+			.pixels = cmyk,
+			.bytes = 8,
+			.capacity = 8};
 	CHECK_OK(hel_vision_convert(c3, &cs, &o));
 	CHECK(o.pixels[0] == 255 && o.pixels[1] == 255 && o.pixels[2] == 255);
 	CHECK(o.pixels[3] == 0);
@@ -225,9 +247,15 @@ static void test_convert(void)
 	CHECK(o.pixels[5] == (uint8_t)((255u * 191 + 127) / 255));
 	hel_image_free(&o);
 	/* Gray sources stay exact in a gray profile; to RGB they replicate. */
-	uint8_t ga[4] = { 77, 255, 33, 0 };
-	hel_image gs = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_GRAY_ALPHA, .width = 2,
-			 .height = 1, .channels = 2, .pixels = ga, .bytes = 4, .capacity = 4 };
+	uint8_t ga[4] = {77, 255, 33, 0};
+	hel_image gs = {.format = HEL_IMAGE_PNG,
+			.color = HEL_COLOR_GRAY_ALPHA,
+			.width = 2,
+			.height = 1,
+			.channels = 2,
+			.pixels = ga,
+			.bytes = 4,
+			.capacity = 4};
 	CHECK_OK(hel_vision_convert(c1, &gs, &o));
 	CHECK(o.pixels[0] == 77 && o.pixels[1] == 255);
 	hel_image_free(&o);
@@ -255,15 +283,15 @@ static void test_identities(void)
 		idx[i] = (uint8_t)((i * 7 + i / w) % 16);
 		memcpy(rgb + 3 * i, pal + 3 * idx[i], 3);
 	}
-	struct imgbuf enc[6] = { 0 };
+	struct imgbuf enc[6] = {0};
 	img_png(&enc[0], w, h, PNG_COLOR_TYPE_RGB, 8, rgb, w * 3, NULL);
 	uint8_t *wide = malloc((size_t)w * h * 6);
 	for (size_t i = 0; i < (size_t)w * h * 3; i++)
 		wide[2 * i] = wide[2 * i + 1] = rgb[i];
 	img_png(&enc[1], w, h, PNG_COLOR_TYPE_RGB, 16, wide, w * 6, NULL);
-	struct img_png_opts po = { .palette = pal, .n_palette = 16 };
+	struct img_png_opts po = {.palette = pal, .n_palette = 16};
 	img_png(&enc[2], w, h, PNG_COLOR_TYPE_PALETTE, 8, idx, w, &po);
-	struct img_png_opts il = { .interlace = true, .compression = 9 };
+	struct img_png_opts il = {.interlace = true, .compression = 9};
 	img_png(&enc[3], w, h, PNG_COLOR_TYPE_RGB, 8, rgb, w * 3, &il);
 	uint8_t *rgba = malloc((size_t)w * h * 4);
 	for (uint32_t i = 0; i < w * h; i++) {
@@ -286,7 +314,8 @@ static void test_identities(void)
 		sel_input_source_key("png", enc[i].b, enc[i].n, st, &src[i]);
 	}
 	for (int i = 1; i < 4; i++)
-		CHECKF(sel_input_key_eq(&id[i], &id[0]), "encoding %d: another semantic identity", i);
+		CHECKF(sel_input_key_eq(&id[i], &id[0]), "encoding %d: another semantic identity",
+		       i);
 	CHECK(sel_input_key_eq(&id[4], &id[5]));
 	CHECK(!sel_input_key_eq(&id[4], &id[0]));
 	for (int i = 0; i < 6; i++)
@@ -305,7 +334,7 @@ static void test_identities(void)
 	CHECK(!sel_input_key_eq(&k, &id[0]));
 	/* A changed pixel changes it. */
 	rgb[100] ^= 1;
-	struct imgbuf e = { 0 };
+	struct imgbuf e = {0};
 	img_png(&e, w, h, PNG_COLOR_TYPE_RGB, 8, rgb, w * 3, NULL);
 	identity_of(c, &e, &k);
 	CHECK(!sel_input_key_eq(&k, &id[0]));
@@ -373,8 +402,14 @@ static void test_prepare(void)
 	/* Deterministic: twice the same bytes; and a known answer that pins
 	 * the resize and patch rules. */
 	uint8_t *px = img_pattern(37, 23, 3, 21);
-	hel_image im = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = 37, .height = 23,
-			 .channels = 3, .pixels = px, .bytes = 37 * 23 * 3, .capacity = 37 * 23 * 3 };
+	hel_image im = {.format = HEL_IMAGE_PNG,
+			.color = HEL_COLOR_RGB,
+			.width = 37,
+			.height = 23,
+			.channels = 3,
+			.pixels = px,
+			.bytes = 37 * 23 * 3,
+			.capacity = 37 * 23 * 3};
 	sel_input_source d;
 	sel_input_rec a, b;
 	prepare(c, &im, &d, &a);
@@ -392,28 +427,40 @@ static void test_prepare(void)
 	/* An image exactly at the grid's size is copied unchanged, patch by
 	 * patch; a constant image stays constant at any scale. */
 	px = img_pattern(16, 8, 3, 22);
-	hel_image ex = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = 16, .height = 8,
-			 .channels = 3, .pixels = px, .bytes = 16 * 8 * 3, .capacity = 16 * 8 * 3 };
+	hel_image ex = {.format = HEL_IMAGE_PNG,
+			.color = HEL_COLOR_RGB,
+			.width = 16,
+			.height = 8,
+			.channels = 3,
+			.pixels = px,
+			.bytes = 16 * 8 * 3,
+			.capacity = 16 * 8 * 3};
 	prepare(c, &ex, &d, &a);
 	CHECK(d.grid_h == 1 && d.grid_w == 2);
 	const uint8_t *pp = sel_input_data(&a, 0);
 	for (uint32_t y = 0; y < 8; y++)
 		for (uint32_t x = 0; x < 16; x++)
 			for (uint32_t k = 0; k < 3; k++)
-				CHECK(pp[((x / 8) * 64 + y * 8 + x % 8) * 3 + k] == px[(y * 16 + x) * 3 + k]);
+				CHECK(pp[((x / 8) * 64 + y * 8 + x % 8) * 3 + k] ==
+				      px[(y * 16 + x) * 3 + k]);
 	const uint8_t *gb = sel_input_data(&a, 1);
 	CHECK(gb[0] == 1 && gb[4] == 2);
 	sel_input_rec_free(&a);
 	free(px);
-	const uint32_t sizes[][2] = { { 1, 1 }, { 3, 97 }, { 200, 7 }, { 1000, 1000 }, { 64, 64 } };
+	const uint32_t sizes[][2] = {{1, 1}, {3, 97}, {200, 7}, {1000, 1000}, {64, 64}};
 	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
 		size_t n = (size_t)sizes[s][0] * sizes[s][1] * 3;
 		px = malloc(n);
 		for (size_t i = 0; i < n; i++)
 			px[i] = (uint8_t)(i % 3 == 0 ? 17 : i % 3 == 1 ? 200 : 99);
-		hel_image k = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = sizes[s][0],
-				.height = sizes[s][1], .channels = 3, .pixels = px, .bytes = n,
-				.capacity = n };
+		hel_image k = {.format = HEL_IMAGE_PNG,
+			       .color = HEL_COLOR_RGB,
+			       .width = sizes[s][0],
+			       .height = sizes[s][1],
+			       .channels = 3,
+			       .pixels = px,
+			       .bytes = n,
+			       .capacity = n};
 		prepare(v, &k, &d, &a);
 		pp = sel_input_data(&a, 0);
 		for (uint64_t i = 0; i < a.h.tensors[0].bytes; i++)
@@ -425,8 +472,14 @@ static void test_prepare(void)
 	px = malloc(16 * 16 * 3);
 	for (int i = 0; i < 16 * 16 * 3; i++)
 		px[i] = (uint8_t)((i * 37) % 251);
-	hel_image big = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = 16, .height = 16,
-			  .channels = 3, .pixels = px, .bytes = 768, .capacity = 768 };
+	hel_image big = {.format = HEL_IMAGE_PNG,
+			 .color = HEL_COLOR_RGB,
+			 .width = 16,
+			 .height = 16,
+			 .channels = 3,
+			 .pixels = px,
+			 .bytes = 768,
+			 .capacity = 768};
 	hel_core *crop1 = variant(c, "resize = fit", "resize = crop");
 	hel_core *crop = variant(crop1, "max_tokens = 16", "max_tokens = 1");
 	hel_core_free(crop1);
@@ -449,8 +502,14 @@ static void test_prepare(void)
 		for (int x = 0; x < 24; x++)
 			for (int k = 0; k < 3; k++)
 				wide[(y * 24 + x) * 3 + k] = x < 8 || x >= 16 ? 0 : 250;
-	hel_image wi = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = 24, .height = 8,
-			 .channels = 3, .pixels = wide, .bytes = 576, .capacity = 576 };
+	hel_image wi = {.format = HEL_IMAGE_PNG,
+			.color = HEL_COLOR_RGB,
+			.width = 24,
+			.height = 8,
+			.channels = 3,
+			.pixels = wide,
+			.bytes = 576,
+			.capacity = 576};
 	prepare(crop, &wi, &d, &a);
 	pp = sel_input_data(&a, 0);
 	for (int i = 0; i < 192; i++)
@@ -462,9 +521,14 @@ static void test_prepare(void)
 
 	/* The realistic core: a 1024 x 768 photo. */
 	px = img_smooth(1024, 768, 3, 23);
-	hel_image photo = { .format = HEL_IMAGE_JPEG, .color = HEL_COLOR_RGB, .width = 1024,
-			    .height = 768, .channels = 3, .pixels = px, .bytes = 1024 * 768 * 3,
-			    .capacity = 1024 * 768 * 3 };
+	hel_image photo = {.format = HEL_IMAGE_JPEG,
+			   .color = HEL_COLOR_RGB,
+			   .width = 1024,
+			   .height = 768,
+			   .channels = 3,
+			   .pixels = px,
+			   .bytes = 1024 * 768 * 3,
+			   .capacity = 1024 * 768 * 3};
 	prepare(v, &photo, &d, &a);
 	CHECK(d.tokens == 27 * 37 && a.h.tensors[0].dims[1] == 28 * 28 * 3);
 	/* Records that do not fit the core are refused. */
@@ -503,7 +567,7 @@ static void run_prompt(struct run *r, const uint32_t *states, uint32_t n_img, ui
 	}
 	CHECK_OK(hel_model_prefill(m, 0, r->pages, r->np, tok, n, NULL));
 	c += n;
-	uint32_t parts[2] = { split, n_img - split };
+	uint32_t parts[2] = {split, n_img - split};
 	const uint32_t *st = states;
 	for (int p = 0; p < 2; p++) {
 		if (!parts[p])
@@ -532,14 +596,20 @@ static void test_model(void)
 {
 	hel_core *c = load("vision-small"), *tiny;
 	CHECK_OK(hel_core_builtin(&tiny));
-	hel_model_opts o = { .mode = SEL_MODE_ORDINARY, .pages = 64, .rows = 2 };
-	struct run r = { 0 };
+	hel_model_opts o = {.mode = SEL_MODE_ORDINARY, .pages = 64, .rows = 2};
+	struct run r = {0};
 	CHECK_OK(hel_model_create(c, &o, &r.m));
 	const uint32_t H = c->hidden, V = c->vocab;
 
 	uint8_t *px = img_pattern(31, 29, 3, 31);
-	hel_image im = { .format = HEL_IMAGE_PNG, .color = HEL_COLOR_RGB, .width = 31, .height = 29,
-			 .channels = 3, .pixels = px, .bytes = 31 * 29 * 3, .capacity = 31 * 29 * 3 };
+	hel_image im = {.format = HEL_IMAGE_PNG,
+			.color = HEL_COLOR_RGB,
+			.width = 31,
+			.height = 29,
+			.channels = 3,
+			.pixels = px,
+			.bytes = 31 * 29 * 3,
+			.capacity = 31 * 29 * 3};
 	sel_input_source d;
 	sel_input_rec rec;
 	prepare(c, &im, &d, &rec);

@@ -30,7 +30,8 @@ uint64_t test_seed(void)
 		} else {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
-			seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+			seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^
+			       (uint64_t)getpid();
 		}
 		have = true;
 		printf("seed: TEST_SEED=%" PRIu64 "\n", seed);
@@ -109,10 +110,7 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 	return remove(p);
 }
 
-int test_rmtree(const char *path)
-{
-	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+int test_rmtree(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 bool test_soak(void)
 {
@@ -146,7 +144,10 @@ bool test_aborts(void (*fn)(void *), void *arg, const char *want)
 	bool aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
 	if (!aborted || (want && !strstr(buf, want))) {
 		fprintf(stderr, "the child %s; it wrote: %s\n",
-			aborted ? "aborted" : WIFSIGNALED(st) ? "died of another signal" : "exited", buf);
+			aborted           ? "aborted"
+			: WIFSIGNALED(st) ? "died of another signal"
+					  : "exited",
+			buf);
 		return false;
 	}
 	return true;

@@ -19,56 +19,56 @@
 
 #include "selene.h"
 
-#define CHECK(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-			test_fail_hook();                                                     \
-			exit(1);                                                              \
-		}                                                                             \
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+			test_fail_hook();                                                          \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define CHECKF(cond, ...)                                                                     \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                                         \
-			fputc('\n', stderr);                                                  \
-			test_fail_hook();                                                     \
-			exit(1);                                                              \
-		}                                                                             \
+#define CHECKF(cond, ...)                                                                          \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);   \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fputc('\n', stderr);                                                       \
+			test_fail_hook();                                                          \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 /* rc must be 0 (or >= 0); otherwise print sel_strerror and sel_errmsg. */
-#define CHECK_OK(expr)                                                                        \
-	do {                                                                                  \
-		long long rc_ = (long long)(expr);                                            \
-		if (rc_ < 0) {                                                                \
-			fprintf(stderr, "%s:%d: %s returned %lld (%s): %s\n", __FILE__, __LINE__, \
-				#expr, rc_, sel_strerror((int)rc_), sel_errmsg());             \
-			test_fail_hook();                                                     \
-			exit(1);                                                              \
-		}                                                                             \
+#define CHECK_OK(expr)                                                                             \
+	do {                                                                                       \
+		long long rc_ = (long long)(expr);                                                 \
+		if (rc_ < 0) {                                                                     \
+			fprintf(stderr, "%s:%d: %s returned %lld (%s): %s\n", __FILE__, __LINE__,  \
+				#expr, rc_, sel_strerror((int)rc_), sel_errmsg());                 \
+			test_fail_hook();                                                          \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define CHECK_RC(expr, want)                                                                  \
-	do {                                                                                  \
-		long long rc_ = (long long)(expr), want_ = (long long)(want);                 \
-		if (rc_ != want_) {                                                           \
-			fprintf(stderr, "%s:%d: %s returned %lld (%s), want %lld: %s\n",     \
-				__FILE__, __LINE__, #expr, rc_, sel_strerror((int)rc_), want_, \
-				sel_errmsg());                                                \
-			test_fail_hook();                                                     \
-			exit(1);                                                              \
-		}                                                                             \
+#define CHECK_RC(expr, want)                                                                       \
+	do {                                                                                       \
+		long long rc_ = (long long)(expr), want_ = (long long)(want);                      \
+		if (rc_ != want_) {                                                                \
+			fprintf(stderr, "%s:%d: %s returned %lld (%s), want %lld: %s\n", __FILE__, \
+				__LINE__, #expr, rc_, sel_strerror((int)rc_), want_,               \
+				sel_errmsg());                                                     \
+			test_fail_hook();                                                          \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define SKIP(...)                                                                             \
-	do {                                                                                  \
-		printf("skip: ");                                                             \
-		printf(__VA_ARGS__);                                                          \
-		printf("\n");                                                                 \
-		exit(77);                                                                     \
+#define SKIP(...)                                                                                  \
+	do {                                                                                       \
+		printf("skip: ");                                                                  \
+		printf(__VA_ARGS__);                                                               \
+		printf("\n");                                                                      \
+		exit(77);                                                                          \
 	} while (0)
 
 /* Optional hook run before a failing exit (tests may set it to dump state). */
@@ -82,7 +82,10 @@ typedef struct test_rng {
 uint64_t test_seed(void); /* reads $TEST_SEED once, prints the seed used */
 void test_rng_init(test_rng *r, uint64_t seed);
 uint64_t test_rng_next(test_rng *r);
-static inline uint64_t test_rng_below(test_rng *r, uint64_t n) { return n ? test_rng_next(r) % n : 0; }
+static inline uint64_t test_rng_below(test_rng *r, uint64_t n)
+{
+	return n ? test_rng_next(r) % n : 0;
+}
 void test_rng_fill(test_rng *r, void *buf, size_t len);
 
 /* A fresh directory under $TEST_TMPDIR (or /tmp), removed by test_rmtree. */

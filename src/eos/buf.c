@@ -51,7 +51,8 @@ void *eos_aligned_alloc(size_t align, size_t len)
 	if (len == 0)
 		len = align;
 	if (len > SIZE_MAX - (align - 1)) {
-		eos_fail(-ENOMEM, "aligned alloc: %zu bytes rounded up to %zu overflows", len, align);
+		eos_fail(-ENOMEM, "aligned alloc: %zu bytes rounded up to %zu overflows", len,
+			 align);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -69,7 +70,4 @@ void *eos_aligned_alloc(size_t align, size_t len)
 	return p;
 }
 
-void eos_aligned_free(void *p)
-{
-	free(p);
-}
+void eos_aligned_free(void *p) { free(p); }

@@ -21,20 +21,11 @@ static uint64_t read_clock(clockid_t id)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t eos_now_ns(void)
-{
-	return read_clock(CLOCK_MONOTONIC);
-}
+uint64_t eos_now_ns(void) { return read_clock(CLOCK_MONOTONIC); }
 
-uint64_t eos_now_coarse_ns(void)
-{
-	return read_clock(CLOCK_MONOTONIC_COARSE);
-}
+uint64_t eos_now_coarse_ns(void) { return read_clock(CLOCK_MONOTONIC_COARSE); }
 
-uint64_t eos_wall_ns(void)
-{
-	return read_clock(CLOCK_REALTIME);
-}
+uint64_t eos_wall_ns(void) { return read_clock(CLOCK_REALTIME); }
 
 void eos_sleep_ns(uint64_t ns)
 {
@@ -45,8 +36,8 @@ void eos_sleep_ns(uint64_t ns)
 	uint64_t end = eos_now_ns() + ns;
 	if (end < ns)
 		end = UINT64_MAX;
-	struct timespec ts = { .tv_sec = (time_t)(end / 1000000000u),
-			       .tv_nsec = (long)(end % 1000000000u) };
+	struct timespec ts = {.tv_sec = (time_t)(end / 1000000000u),
+			      .tv_nsec = (long)(end % 1000000000u)};
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 }

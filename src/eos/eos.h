@@ -206,9 +206,9 @@ void eos_thread_name(const char *name);
 
 /* ---- Clocks ------------------------------------------------------------ */
 
-uint64_t eos_now_ns(void);          /* CLOCK_MONOTONIC */
-uint64_t eos_now_coarse_ns(void);   /* CLOCK_MONOTONIC_COARSE: cheap, ~4 ms resolution */
-uint64_t eos_wall_ns(void);         /* CLOCK_REALTIME, for file times */
+uint64_t eos_now_ns(void);        /* CLOCK_MONOTONIC */
+uint64_t eos_now_coarse_ns(void); /* CLOCK_MONOTONIC_COARSE: cheap, ~4 ms resolution */
+uint64_t eos_wall_ns(void);       /* CLOCK_REALTIME, for file times */
 void eos_sleep_ns(uint64_t ns);
 
 /* ---- Parsing ----------------------------------------------------------- */

@@ -31,15 +31,9 @@
 
 static __thread char msg[EOS_ERRMSG_MAX];
 
-const char *eos_errmsg(void)
-{
-	return msg;
-}
+const char *eos_errmsg(void) { return msg; }
 
-void eos_errclear(void)
-{
-	msg[0] = '\0';
-}
+void eos_errclear(void) { msg[0] = '\0'; }
 
 /* s holds len bytes of a longer text cut there (s[len] is the NUL).  Drop a
  * trailing multibyte UTF-8 sequence that the cut left incomplete. */

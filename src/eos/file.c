@@ -54,8 +54,9 @@ int eos_open(int dirfd, const char *path, unsigned flags)
 	if (!path || !*path)
 		return eos_fail(-EINVAL, "open: empty path");
 	if (flags & ~known)
-		return eos_fail(-EINVAL, "open '%s': unknown flags 0x%x (expected EOS_O_* bits 0x%x)",
-				path, flags & ~known, known);
+		return eos_fail(-EINVAL,
+				"open '%s': unknown flags 0x%x (expected EOS_O_* bits 0x%x)", path,
+				flags & ~known, known);
 	if ((flags & EOS_O_TRUNC) && !(flags & EOS_O_WRITE))
 		return eos_fail(-EINVAL, "open '%s': EOS_O_TRUNC needs EOS_O_WRITE", path);
 
@@ -74,8 +75,10 @@ int eos_open(int dirfd, const char *path, unsigned flags)
 	char where[PATH_MAX + 64];
 	const char *name = describe_at(dirfd, path, where, sizeof where);
 	if (e == EINVAL && (flags & EOS_O_DIRECT))
-		return eos_fail(-EINVAL, "open '%s' with O_DIRECT: refused (%s); the filesystem "
-				"does not support direct I/O", name, strerror(e));
+		return eos_fail(-EINVAL,
+				"open '%s' with O_DIRECT: refused (%s); the filesystem "
+				"does not support direct I/O",
+				name, strerror(e));
 	if (e == EEXIST && (flags & EOS_O_CREATE))
 		return eos_fail(-EEXIST, "create '%s': already exists", name);
 	if (e == ELOOP)
@@ -108,7 +111,8 @@ int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct e
 	if (flags & ~known)
 		return eos_fail(-EINVAL, "open '%s': flags 0x%x are not for an existing file", name,
 				flags & ~known);
-	int oflags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | ((flags & EOS_O_WRITE) ? O_RDWR : O_RDONLY);
+	int oflags =
+		O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | ((flags & EOS_O_WRITE) ? O_RDWR : O_RDONLY);
 	if (flags & EOS_O_DIRECT)
 		oflags |= O_DIRECT;
 	const struct eos_fileops *ops = eos_fileops();
@@ -118,25 +122,29 @@ int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct e
 		int e = errno;
 		const char *nm = describe_at(dirfd, name, where, sizeof where);
 		if (e == EINVAL && (flags & EOS_O_DIRECT))
-			return eos_fail(-EINVAL, "open '%s' with O_DIRECT: refused (%s); the filesystem "
-					"does not support direct I/O", nm, strerror(e));
+			return eos_fail(-EINVAL,
+					"open '%s' with O_DIRECT: refused (%s); the filesystem "
+					"does not support direct I/O",
+					nm, strerror(e));
 		if (e == ELOOP)
-			return eos_fail(-ELOOP, "open '%s': a symbolic link; refused, not followed", nm);
+			return eos_fail(-ELOOP, "open '%s': a symbolic link; refused, not followed",
+					nm);
 		if (e == ENXIO || e == EISDIR)
 			return eos_fail(-ENXIO, "open '%s': not a regular file; refused", nm);
-		return eos_fail(-e, "open '%s'%s: %s", nm, (flags & EOS_O_WRITE) ? " for writing" : "",
-				strerror(e));
+		return eos_fail(-e, "open '%s'%s: %s", nm,
+				(flags & EOS_O_WRITE) ? " for writing" : "", strerror(e));
 	}
 	struct stat st;
 	int rc = 0;
 	if (fstat(fd, &st) != 0) {
-		rc = eos_fail(-errno, "fstat '%s': %s", describe_at(dirfd, name, where, sizeof where),
-			      strerror(errno));
+		rc = eos_fail(-errno, "fstat '%s': %s",
+			      describe_at(dirfd, name, where, sizeof where), strerror(errno));
 	} else if (!S_ISREG(st.st_mode)) {
-		rc = eos_fail(-ENXIO, "'%s' is %s; refused", describe_at(dirfd, name, where, sizeof where),
-			      file_type(st.st_mode));
+		rc = eos_fail(-ENXIO, "'%s' is %s; refused",
+			      describe_at(dirfd, name, where, sizeof where), file_type(st.st_mode));
 	} else if (want && (want->dev != (uint64_t)st.st_dev || want->ino != (uint64_t)st.st_ino)) {
-		rc = eos_fail(-ESTALE, "'%s' is another file (device %llu inode %llu) than the one "
+		rc = eos_fail(-ESTALE,
+			      "'%s' is another file (device %llu inode %llu) than the one "
 			      "expected (device %llu inode %llu): it was replaced; refused",
 			      describe_at(dirfd, name, where, sizeof where),
 			      (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
@@ -145,7 +153,8 @@ int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct e
 		int fl = fcntl(fd, F_GETFL);
 		if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
 			rc = eos_fail(-errno, "fcntl '%s': %s",
-				      describe_at(dirfd, name, where, sizeof where), strerror(errno));
+				      describe_at(dirfd, name, where, sizeof where),
+				      strerror(errno));
 	}
 	if (rc) {
 		ops->close(fd);
@@ -162,8 +171,10 @@ int eos_open_regular(int dirfd, const char *name, unsigned flags, const struct e
 static int probe_io_failed(const char *dir, const char *what, int e)
 {
 	if (e == EINVAL)
-		return eos_fail(0, "direct I/O probe in '%s': %s refused with EINVAL; the "
-				"filesystem does not support direct I/O", dir, what);
+		return eos_fail(0,
+				"direct I/O probe in '%s': %s refused with EINVAL; the "
+				"filesystem does not support direct I/O",
+				dir, what);
 	return eos_fail(-e, "direct I/O probe in '%s': %s failed: %s", dir, what, strerror(e));
 }
 
@@ -243,8 +254,10 @@ int eos_direct_io_probe_at(int dfd, const char *dir)
 		goto out;
 	}
 	if (n != (ssize_t)EOS_ALIGN || memcmp(in, out, EOS_ALIGN) != 0) {
-		rc = eos_fail(0, "direct I/O probe in '%s': a direct read returned %zd bytes "
-			      "that differ from the %u written", dir, n, EOS_ALIGN);
+		rc = eos_fail(0,
+			      "direct I/O probe in '%s': a direct read returned %zd bytes "
+			      "that differ from the %u written",
+			      dir, n, EOS_ALIGN);
 		goto out;
 	}
 	rc = 1;

@@ -26,20 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int libc_open(const char *path, int flags, mode_t mode)
-{
-	return open(path, flags, mode);
-}
+static int libc_open(const char *path, int flags, mode_t mode) { return open(path, flags, mode); }
 
 static int libc_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
 	return openat(dirfd, path, flags, mode);
 }
 
-static int libc_close(int fd)
-{
-	return close(fd);
-}
+static int libc_close(int fd) { return close(fd); }
 
 static ssize_t libc_pread(int fd, void *buf, size_t len, off_t off)
 {
@@ -51,25 +45,16 @@ static ssize_t libc_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
-static int libc_fsync(int fd)
-{
-	return fsync(fd);
-}
+static int libc_fsync(int fd) { return fsync(fd); }
 
-static int libc_fdatasync(int fd)
-{
-	return fdatasync(fd);
-}
+static int libc_fdatasync(int fd) { return fdatasync(fd); }
 
 static int libc_fallocate(int fd, int mode, off_t off, off_t len)
 {
 	return fallocate(fd, mode, off, len);
 }
 
-static int libc_ftruncate(int fd, off_t len)
-{
-	return ftruncate(fd, len);
-}
+static int libc_ftruncate(int fd, off_t len) { return ftruncate(fd, len); }
 
 static int libc_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
@@ -97,10 +82,7 @@ const struct eos_fileops eos_fileops_libc = {
 
 static const struct eos_fileops *current = &eos_fileops_libc;
 
-const struct eos_fileops *eos_fileops(void)
-{
-	return __atomic_load_n(&current, __ATOMIC_ACQUIRE);
-}
+const struct eos_fileops *eos_fileops(void) { return __atomic_load_n(&current, __ATOMIC_ACQUIRE); }
 
 void eos_fileops_set(const struct eos_fileops *ops)
 {

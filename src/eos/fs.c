@@ -57,10 +57,11 @@ int eos_mem_info(uint64_t *total, uint64_t *avail)
 		const char *name;
 		uint64_t bytes;
 		bool seen;
-	} f[] = { { "MemTotal", 0, false }, { "MemAvailable", 0, false }, { "MemFree", 0, false } };
+	} f[] = {{"MemTotal", 0, false}, {"MemAvailable", 0, false}, {"MemFree", 0, false}};
 	FILE *in = fopen("/proc/meminfo", "re");
 	if (!in)
-		return eos_fail(-errno, "memory size: cannot open /proc/meminfo: %s", strerror(errno));
+		return eos_fail(-errno, "memory size: cannot open /proc/meminfo: %s",
+				strerror(errno));
 	char line[256];
 	int rc = 0;
 	while (rc == 0 && fgets(line, sizeof line, in)) {
@@ -78,7 +79,8 @@ int eos_mem_info(uint64_t *total, uint64_t *avail)
 	if (rc < 0)
 		return rc;
 	if (!f[0].seen || !(f[1].seen || f[2].seen))
-		return eos_fail(-EPROTO, "/proc/meminfo: no MemTotal or no MemAvailable/MemFree line");
+		return eos_fail(-EPROTO,
+				"/proc/meminfo: no MemTotal or no MemAvailable/MemFree line");
 	if (total)
 		*total = f[0].bytes;
 	if (avail)

@@ -66,7 +66,8 @@ static long lock_holder(int fd)
 	while (!pid && fgets(line, sizeof line, f)) {
 		char *save = NULL, *prev = NULL;
 		bool flock_line = false;
-		for (char *t = strtok_r(line, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
+		for (char *t = strtok_r(line, " \t\n", &save); t;
+		     t = strtok_r(NULL, " \t\n", &save)) {
 			if (strcmp(t, "->") == 0)
 				break;
 			if (strcmp(t, "FLOCK") == 0)
@@ -105,8 +106,10 @@ int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir)
 		if (e == ENOTDIR)
 			return eos_fail(-ENOTDIR, "lock directory '%s': not a directory", dir);
 		if (e == ELOOP)
-			return eos_fail(-ELOOP, "lock directory '%s': a symbolic link; refused, not "
-					"followed", dir);
+			return eos_fail(-ELOOP,
+					"lock directory '%s': a symbolic link; refused, not "
+					"followed",
+					dir);
 		return eos_fail(-e, "lock directory '%s': cannot open it: %s", dir, strerror(e));
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -115,15 +118,20 @@ int eos_dirlock_acquire(struct eos_dirlock *lk, const char *dir)
 		close(fd);
 		free(path);
 		if (e == EWOULDBLOCK && holder == (long)getpid())
-			return eos_fail(-EBUSY, "lock directory '%s': already locked by another "
-					"store in this process (pid %ld); one owner at a time", dir,
-					holder);
+			return eos_fail(-EBUSY,
+					"lock directory '%s': already locked by another "
+					"store in this process (pid %ld); one owner at a time",
+					dir, holder);
 		if (e == EWOULDBLOCK && holder)
-			return eos_fail(-EBUSY, "lock directory '%s': already locked by pid %ld; "
-					"one owner at a time", dir, holder);
+			return eos_fail(-EBUSY,
+					"lock directory '%s': already locked by pid %ld; "
+					"one owner at a time",
+					dir, holder);
 		if (e == EWOULDBLOCK)
-			return eos_fail(-EBUSY, "lock directory '%s': already locked by another "
-					"store (this or another process); one owner at a time", dir);
+			return eos_fail(-EBUSY,
+					"lock directory '%s': already locked by another "
+					"store (this or another process); one owner at a time",
+					dir);
 		return eos_fail(-e, "lock directory '%s': flock failed: %s", dir, strerror(e));
 	}
 	lk->fd = fd;

@@ -50,40 +50,42 @@ struct unit {
 };
 
 static const struct unit size_units[] = {
-	{ "b", 1 },
-	{ "k", 1ull << 10 }, { "kb", 1ull << 10 }, { "kib", 1ull << 10 },
-	{ "m", 1ull << 20 }, { "mb", 1ull << 20 }, { "mib", 1ull << 20 },
-	{ "g", 1ull << 30 }, { "gb", 1ull << 30 }, { "gib", 1ull << 30 },
-	{ "t", 1ull << 40 }, { "tb", 1ull << 40 }, { "tib", 1ull << 40 },
+	{"b", 1},
+	{"k", 1ull << 10},
+	{"kb", 1ull << 10},
+	{"kib", 1ull << 10},
+	{"m", 1ull << 20},
+	{"mb", 1ull << 20},
+	{"mib", 1ull << 20},
+	{"g", 1ull << 30},
+	{"gb", 1ull << 30},
+	{"gib", 1ull << 30},
+	{"t", 1ull << 40},
+	{"tb", 1ull << 40},
+	{"tib", 1ull << 40},
 };
 #define SIZE_UNITS_TEXT "B, K, KiB, M, MiB, G, GiB, T, TiB"
 
 #define NS_PER_S 1000000000ull
 static const struct unit duration_units[] = {
-	{ "ns", 1 },
-	{ "us", 1000 },
-	{ "ms", 1000000 },
-	{ "s", NS_PER_S },
-	{ "m", 60 * NS_PER_S },
-	{ "h", 3600 * NS_PER_S },
-	{ "d", 86400 * NS_PER_S },
+	{"ns", 1},
+	{"us", 1000},
+	{"ms", 1000000},
+	{"s", NS_PER_S},
+	{"m", 60 * NS_PER_S},
+	{"h", 3600 * NS_PER_S},
+	{"d", 86400 * NS_PER_S},
 };
 #define DURATION_UNITS_TEXT "ns, us, ms, s, m, h, d"
 
-static bool is_digit(char c)
-{
-	return c >= '0' && c <= '9';
-}
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 static bool is_space(char c)
 {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-static char ascii_lower(char c)
-{
-	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
+static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
 
 /* Whole-string, ASCII-only, case-insensitive equality; lower is lower case. */
 static bool eq_nocase(const char *s, const char *lower)
@@ -94,8 +96,8 @@ static bool eq_nocase(const char *s, const char *lower)
 	return *s == '\0' && *lower == '\0';
 }
 
-#define QUOTE_MAX 48                       /* input bytes shown before "..." */
-#define QUOTE_BUF (QUOTE_MAX * 4 + 4)      /* worst case: every byte as \xNN */
+#define QUOTE_MAX 48                  /* input bytes shown before "..." */
+#define QUOTE_BUF (QUOTE_MAX * 4 + 4) /* worst case: every byte as \xNN */
 
 /* s (at most n bytes, stopping at NUL) made safe to show inside quotes in a
  * one-line message: backslash and non-printable bytes as \xNN, long texts
@@ -125,11 +127,11 @@ static const char *quote(const char *s, size_t n, char buf[QUOTE_BUF])
 
 /* A number as the grammar above splits it. */
 struct number {
-	uint64_t whole;     /* integer part, valid when !too_big */
-	bool too_big;       /* integer part exceeds UINT64_MAX */
-	const char *frac;   /* fraction digits, NULL when no point */
+	uint64_t whole;   /* integer part, valid when !too_big */
+	bool too_big;     /* integer part exceeds UINT64_MAX */
+	const char *frac; /* fraction digits, NULL when no point */
 	size_t nfrac;
-	const char *unit;   /* unit text, NULL when bare */
+	const char *unit; /* unit text, NULL when bare */
 };
 
 /* Split text into a number and a unit per the grammar.  what is "size" or
@@ -141,20 +143,26 @@ static int split(const char *what, const char *text, const char *example, struct
 
 	memset(n, 0, sizeof *n);
 	if (*p == '\0')
-		return eos_fail(-EINVAL, "%s '': empty (expected a number with an optional unit, "
-				"e.g. %s)", what, example);
+		return eos_fail(-EINVAL,
+				"%s '': empty (expected a number with an optional unit, "
+				"e.g. %s)",
+				what, example);
 	if (is_space(*p))
 		return eos_fail(-EINVAL, "%s '%s': leading whitespace (expected a number, e.g. %s)",
 				what, quote(text, SIZE_MAX, q), example);
 	if (is_space(text[strlen(text) - 1]))
-		return eos_fail(-EINVAL, "%s '%s': trailing whitespace (expected a number with an "
-				"optional unit, e.g. %s)", what, quote(text, SIZE_MAX, q), example);
+		return eos_fail(-EINVAL,
+				"%s '%s': trailing whitespace (expected a number with an "
+				"optional unit, e.g. %s)",
+				what, quote(text, SIZE_MAX, q), example);
 	if (*p == '-')
-		return eos_fail(-EINVAL, "%s '%s': cannot be negative", what, quote(text, SIZE_MAX, q));
+		return eos_fail(-EINVAL, "%s '%s': cannot be negative", what,
+				quote(text, SIZE_MAX, q));
 	if (!is_digit(*p))
-		return eos_fail(-EINVAL, "%s '%s': expected a digit at the start, found '%s' (e.g. "
-				"%s; no signs, no leading point)", what, quote(text, SIZE_MAX, q),
-				quote(p, 1, c), example);
+		return eos_fail(-EINVAL,
+				"%s '%s': expected a digit at the start, found '%s' (e.g. "
+				"%s; no signs, no leading point)",
+				what, quote(text, SIZE_MAX, q), quote(p, 1, c), example);
 
 	for (; is_digit(*p); p++) {
 		unsigned d = (unsigned)(*p - '0');
@@ -180,8 +188,10 @@ static int split(const char *what, const char *text, const char *example, struct
 	n->unit = p;
 	for (const char *u = p; *u; u++)
 		if (is_space(*u))
-			return eos_fail(-EINVAL, "%s '%s': unexpected whitespace (at most one space, "
-					"between the number and the unit)", what, quote(text, SIZE_MAX, q));
+			return eos_fail(-EINVAL,
+					"%s '%s': unexpected whitespace (at most one space, "
+					"between the number and the unit)",
+					what, quote(text, SIZE_MAX, q));
 	return 0;
 }
 
@@ -220,20 +230,27 @@ int eos_parse_size(const char *text, uint64_t *out)
 	if (n.unit) {
 		unit = find_unit(size_units, sizeof size_units / sizeof size_units[0], n.unit);
 		if (!unit)
-			return eos_fail(-EINVAL, "size '%s': unknown unit '%s' (expected "
-					SIZE_UNITS_TEXT ")", quote(text, SIZE_MAX, q),
-					quote(n.unit, SIZE_MAX, u));
+			return eos_fail(-EINVAL,
+					"size '%s': unknown unit '%s' (expected " SIZE_UNITS_TEXT
+					")",
+					quote(text, SIZE_MAX, q), quote(n.unit, SIZE_MAX, u));
 	}
 	if (n.frac && !unit)
-		return eos_fail(-EINVAL, "size '%s': a fraction needs a unit, e.g. '%sG' (a bare "
-				"number is whole bytes)", quote(text, SIZE_MAX, q), q);
+		return eos_fail(-EINVAL,
+				"size '%s': a fraction needs a unit, e.g. '%sG' (a bare "
+				"number is whole bytes)",
+				quote(text, SIZE_MAX, q), q);
 	if (n.frac && unit->mult == 1)
-		return eos_fail(-EINVAL, "size '%s': a fraction of a byte (use a larger unit or "
-				"whole bytes)", quote(text, SIZE_MAX, q));
+		return eos_fail(-EINVAL,
+				"size '%s': a fraction of a byte (use a larger unit or "
+				"whole bytes)",
+				quote(text, SIZE_MAX, q));
 	uint64_t v;
 	if (scale(&n, unit ? unit->mult : 1, &v) != 0)
-		return eos_fail(-ERANGE, "size '%s': too large (the largest size is %" PRIu64
-				" bytes, just under 16 EiB)", quote(text, SIZE_MAX, q), UINT64_MAX);
+		return eos_fail(-ERANGE,
+				"size '%s': too large (the largest size is %" PRIu64
+				" bytes, just under 16 EiB)",
+				quote(text, SIZE_MAX, q), UINT64_MAX);
 	*out = v;
 	return 0;
 }
@@ -246,8 +263,10 @@ int eos_parse_duration(const char *text, uint64_t *out_ns, bool *off)
 		return eos_fail(-EINVAL, "duration: no text to parse");
 	if (eq_nocase(text, "off")) {
 		if (!off)
-			return eos_fail(-EINVAL, "duration '%s': 'off' is not allowed here (expected a "
-					"duration such as '30s')", quote(text, SIZE_MAX, q));
+			return eos_fail(-EINVAL,
+					"duration '%s': 'off' is not allowed here (expected a "
+					"duration such as '30s')",
+					quote(text, SIZE_MAX, q));
 		*out_ns = 0;
 		*off = true;
 		return 0;
@@ -260,17 +279,22 @@ int eos_parse_duration(const char *text, uint64_t *out_ns, bool *off)
 		unit = find_unit(duration_units, sizeof duration_units / sizeof duration_units[0],
 				 n.unit);
 		if (!unit)
-			return eos_fail(-EINVAL, "duration '%s': unknown unit '%s' (expected "
-					DURATION_UNITS_TEXT "%s)", quote(text, SIZE_MAX, q),
-					quote(n.unit, SIZE_MAX, u), off ? ", or 'off'" : "");
+			return eos_fail(
+				-EINVAL,
+				"duration '%s': unknown unit '%s' (expected " DURATION_UNITS_TEXT
+				"%s)",
+				quote(text, SIZE_MAX, q), quote(n.unit, SIZE_MAX, u),
+				off ? ", or 'off'" : "");
 	}
 	if (n.frac && unit->mult == 1)
 		return eos_fail(-EINVAL, "duration '%s': a fraction of a nanosecond",
 				quote(text, SIZE_MAX, q));
 	uint64_t v;
 	if (scale(&n, unit->mult, &v) != 0)
-		return eos_fail(-ERANGE, "duration '%s': too long (the longest is %" PRIu64
-				" ns, about 584 years)", quote(text, SIZE_MAX, q), UINT64_MAX);
+		return eos_fail(-ERANGE,
+				"duration '%s': too long (the longest is %" PRIu64
+				" ns, about 584 years)",
+				quote(text, SIZE_MAX, q), UINT64_MAX);
 	*out_ns = v;
 	if (off)
 		*off = false;
@@ -279,7 +303,7 @@ int eos_parse_duration(const char *text, uint64_t *out_ns, bool *off)
 
 const char *eos_format_size(uint64_t bytes, char *buf, size_t len)
 {
-	static const char *const names[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	if (!buf || len == 0)
 		return "";
 	int i = 0;

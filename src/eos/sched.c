@@ -28,11 +28,12 @@
 int eos_thread_lower_priority(int nice)
 {
 	if (nice < 1 || nice > 19)
-		return eos_fail(-EINVAL, "thread priority: nice %d out of range (expected 1..19)", nice);
+		return eos_fail(-EINVAL, "thread priority: nice %d out of range (expected 1..19)",
+				nice);
 	pid_t tid = gettid();
 	int batch_err = 0, nice_err = 0, cur;
 
-	struct sched_param sp = { .sched_priority = 0 };
+	struct sched_param sp = {.sched_priority = 0};
 	if (sched_setscheduler(tid, SCHED_BATCH, &sp) != 0)
 		batch_err = errno;
 
@@ -44,15 +45,20 @@ int eos_thread_lower_priority(int nice)
 		nice_err = errno;
 
 	if (batch_err && nice_err)
-		return eos_fail(-batch_err, "thread %d: cannot switch to SCHED_BATCH (%s) nor raise "
-				"its nice value to %d (%s)", (int)tid, strerror(batch_err), nice,
-				strerror(nice_err));
+		return eos_fail(-batch_err,
+				"thread %d: cannot switch to SCHED_BATCH (%s) nor raise "
+				"its nice value to %d (%s)",
+				(int)tid, strerror(batch_err), nice, strerror(nice_err));
 	if (batch_err)
-		return eos_fail(-batch_err, "thread %d: cannot switch to SCHED_BATCH: %s (nice "
-				"value %d applied)", (int)tid, strerror(batch_err), nice);
+		return eos_fail(-batch_err,
+				"thread %d: cannot switch to SCHED_BATCH: %s (nice "
+				"value %d applied)",
+				(int)tid, strerror(batch_err), nice);
 	if (nice_err)
-		return eos_fail(-nice_err, "thread %d: cannot raise its nice value to %d: %s "
-				"(SCHED_BATCH applied)", (int)tid, nice, strerror(nice_err));
+		return eos_fail(-nice_err,
+				"thread %d: cannot raise its nice value to %d: %s "
+				"(SCHED_BATCH applied)",
+				(int)tid, nice, strerror(nice_err));
 	return 0;
 }
 

@@ -56,10 +56,10 @@ void flare_api_error_set(struct flare_api_error *e, unsigned status, const char 
 	va_end(ap);
 }
 
-#define FAIL(status, param, code, ...)                                                          \
-	do {                                                                                    \
-		flare_api_error_set(err, status, INVALID, param, code, __VA_ARGS__);           \
-		goto fail;                                                                      \
+#define FAIL(status, param, code, ...)                                                             \
+	do {                                                                                       \
+		flare_api_error_set(err, status, INVALID, param, code, __VA_ARGS__);               \
+		goto fail;                                                                         \
 	} while (0)
 
 /* A member that is absent or JSON null reads as absent. */
@@ -77,7 +77,8 @@ static const char *json_type_name(const json_t *v)
 	case JSON_STRING: return "a string";
 	case JSON_INTEGER: return "an integer";
 	case JSON_REAL: return "a number";
-	case JSON_TRUE: case JSON_FALSE: return "a boolean";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
 	case JSON_NULL: return "null";
 	}
 	return "?";
@@ -96,21 +97,47 @@ static const struct {
 	unsigned ep;
 } known_fields[] = {
 	/* honoured */
-	{"model", EP_C | EP_H}, {"prompt", EP_C}, {"messages", EP_H}, {"max_tokens", EP_C | EP_H},
-	{"max_completion_tokens", EP_H}, {"temperature", EP_C | EP_H}, {"seed", EP_C | EP_H},
-	{"stream", EP_C | EP_H}, {"stream_options", EP_C | EP_H}, {"stop", EP_C | EP_H},
-	{"n", EP_C | EP_H}, {"logprobs", EP_C | EP_H}, {"top_logprobs", EP_H},
-	{"cache_salt", EP_C | EP_H}, {"user", EP_C | EP_H}, {"ignore_eos", EP_C | EP_H},
+	{"model", EP_C | EP_H},
+	{"prompt", EP_C},
+	{"messages", EP_H},
+	{"max_tokens", EP_C | EP_H},
+	{"max_completion_tokens", EP_H},
+	{"temperature", EP_C | EP_H},
+	{"seed", EP_C | EP_H},
+	{"stream", EP_C | EP_H},
+	{"stream_options", EP_C | EP_H},
+	{"stop", EP_C | EP_H},
+	{"n", EP_C | EP_H},
+	{"logprobs", EP_C | EP_H},
+	{"top_logprobs", EP_H},
+	{"cache_salt", EP_C | EP_H},
+	{"user", EP_C | EP_H},
+	{"ignore_eos", EP_C | EP_H},
 	/* accepted at their default, refused otherwise */
-	{"best_of", EP_C}, {"echo", EP_C}, {"suffix", EP_C}, {"top_p", EP_C | EP_H},
-	{"frequency_penalty", EP_C | EP_H}, {"presence_penalty", EP_C | EP_H},
-	{"logit_bias", EP_C | EP_H}, {"tools", EP_H}, {"tool_choice", EP_H}, {"functions", EP_H},
-	{"function_call", EP_H}, {"response_format", EP_H}, {"modalities", EP_H},
-	{"prediction", EP_H}, {"audio", EP_H}, {"web_search_options", EP_H},
-	{"reasoning_effort", EP_H}, {"verbosity", EP_H},
+	{"best_of", EP_C},
+	{"echo", EP_C},
+	{"suffix", EP_C},
+	{"top_p", EP_C | EP_H},
+	{"frequency_penalty", EP_C | EP_H},
+	{"presence_penalty", EP_C | EP_H},
+	{"logit_bias", EP_C | EP_H},
+	{"tools", EP_H},
+	{"tool_choice", EP_H},
+	{"functions", EP_H},
+	{"function_call", EP_H},
+	{"response_format", EP_H},
+	{"modalities", EP_H},
+	{"prediction", EP_H},
+	{"audio", EP_H},
+	{"web_search_options", EP_H},
+	{"reasoning_effort", EP_H},
+	{"verbosity", EP_H},
 	/* accepted and ignored: they do not change the result */
-	{"parallel_tool_calls", EP_H}, {"metadata", EP_C | EP_H}, {"store", EP_C | EP_H},
-	{"service_tier", EP_C | EP_H}, {"prompt_cache_key", EP_C | EP_H},
+	{"parallel_tool_calls", EP_H},
+	{"metadata", EP_C | EP_H},
+	{"store", EP_C | EP_H},
+	{"service_tier", EP_C | EP_H},
+	{"prompt_cache_key", EP_C | EP_H},
 	{"safety_identifier", EP_C | EP_H},
 };
 
@@ -119,16 +146,20 @@ static int check_known(json_t *root, enum flare_api_kind kind, struct flare_api_
 	unsigned ep = kind == FLARE_API_CHAT ? EP_H : EP_C;
 	const char *key;
 	json_t *v;
-	json_object_foreach(root, key, v) {
+	json_object_foreach(root, key, v)
+	{
 		size_t i;
 		for (i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++)
 			if (!strcmp(known_fields[i].name, key))
 				break;
-		if (i == sizeof known_fields / sizeof known_fields[0] || !(known_fields[i].ep & ep)) {
+		if (i == sizeof known_fields / sizeof known_fields[0] ||
+		    !(known_fields[i].ep & ep)) {
 			char param[96];
 			snprintf(param, sizeof param, "%.80s", key);
-			FAIL(400, param, NULL, "unrecognized request argument '%.80s' for %s (docs/"
-			     "configuration.md lists the fields)", key,
+			FAIL(400, param, NULL,
+			     "unrecognized request argument '%.80s' for %s (docs/"
+			     "configuration.md lists the fields)",
+			     key,
 			     kind == FLARE_API_CHAT ? "/v1/chat/completions" : "/v1/completions");
 		}
 	}
@@ -182,14 +213,16 @@ static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct
 		json_t *m = json_array_get(arr, i);
 		if (!json_is_object(m)) {
 			snprintf(param, sizeof param, "messages[%zu]", i);
-			FAIL(400, param, NULL, "%s must be an object, not %s", param, json_type_name(m));
+			FAIL(400, param, NULL, "%s must be an object, not %s", param,
+			     json_type_name(m));
 		}
 		json_t *role = json_object_get(m, "role");
 		snprintf(param, sizeof param, "messages[%zu].role", i);
 		if (!role)
 			FAIL(400, param, NULL, "%s is missing", param);
 		if (!json_is_string(role))
-			FAIL(400, param, NULL, "%s must be a string, not %s", param, json_type_name(role));
+			FAIL(400, param, NULL, "%s must be a string, not %s", param,
+			     json_type_name(role));
 		const char *r = json_string_value(role);
 		size_t k;
 		for (k = 0; k < sizeof roles / sizeof roles[0]; k++)
@@ -197,8 +230,9 @@ static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct
 				break;
 		if (k == sizeof roles / sizeof roles[0]) {
 			if (!strcmp(r, "tool") || !strcmp(r, "function"))
-				FAIL(400, param, NULL, "%s '%s' is not supported (tools are not implemented)",
-				     param, r);
+				FAIL(400, param, NULL,
+				     "%s '%s' is not supported (tools are not implemented)", param,
+				     r);
 			FAIL(400, param, NULL,
 			     "%s '%.64s' is not a role (expected system, developer, user or assistant)",
 			     param, r);
@@ -209,7 +243,8 @@ static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct
 		 * only when empty; nothing unknown. */
 		const char *key;
 		json_t *v;
-		json_object_foreach(m, key, v) {
+		json_object_foreach(m, key, v)
+		{
 			if (!strcmp(key, "role") || !strcmp(key, "content"))
 				continue;
 			snprintf(param, sizeof param, "messages[%zu].%.40s", i, key);
@@ -235,27 +270,34 @@ static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct
 			struct flare_buf b = {0};
 			size_t j;
 			json_t *part;
-			json_array_foreach(content, j, part) {
+			json_array_foreach(content, j, part)
+			{
 				char pp[96];
 				snprintf(pp, sizeof pp, "messages[%zu].content[%zu]", i, j);
-				json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
-				json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
-				if (json_is_string(type) && !strcmp(json_string_value(type), "image_url")) {
-					if (flare_api_image_part(part, pp, i, b.len, lim, &p->imgs, err)) {
+				json_t *type =
+					json_is_object(part) ? json_object_get(part, "type") : NULL;
+				json_t *text =
+					json_is_object(part) ? json_object_get(part, "text") : NULL;
+				if (json_is_string(type) &&
+				    !strcmp(json_string_value(type), "image_url")) {
+					if (flare_api_image_part(part, pp, i, b.len, lim, &p->imgs,
+								 err)) {
 						flare_buf_free(&b);
 						goto fail;
 					}
 					continue;
 				}
 				if (!json_is_object(part) || !json_is_string(type) ||
-				    strcmp(json_string_value(type), "text") || !json_is_string(text)) {
+				    strcmp(json_string_value(type), "text") ||
+				    !json_is_string(text)) {
 					flare_buf_free(&b);
 					FAIL(400, pp, NULL,
 					     "%s must be a text part {\"type\": \"text\", \"text\": \"...\"} "
 					     "or an image_url part",
 					     pp);
 				}
-				flare_buf_append(&b, json_string_value(text), json_string_length(text));
+				flare_buf_append(&b, json_string_value(text),
+						 json_string_length(text));
 			}
 			if (flare_buf_failed(&b)) {
 				flare_buf_free(&b);
@@ -267,8 +309,9 @@ static int read_messages(json_t *arr, const struct flare_api_limits *lim, struct
 				FAIL(500, NULL, NULL, "out of memory");
 			p->msgs[i].content = p->owned[i];
 		} else {
-			FAIL(400, param, NULL, "%s must be a string or an array of text parts, not %s",
-			     param, json_type_name(content));
+			FAIL(400, param, NULL,
+			     "%s must be a string or an array of text parts, not %s", param,
+			     json_type_name(content));
 		}
 	}
 	flare_api_images_bind(&p->imgs, p->msgs, p->n);
@@ -292,8 +335,8 @@ static int read_uint(json_t *body, const char *key, int64_t lo, int64_t hi, int6
 		FAIL(400, key, NULL, "%s must be an integer, not %s", key, json_type_name(v));
 	int64_t x = json_integer_value(v);
 	if (x < lo || x > hi)
-		FAIL(400, key, NULL, "%s must be from %" PRId64 " to %" PRId64 " (got %" PRId64 ")", key,
-		     lo, hi, x);
+		FAIL(400, key, NULL, "%s must be from %" PRId64 " to %" PRId64 " (got %" PRId64 ")",
+		     key, lo, hi, x);
 	*out = x;
 	return 0;
 fail:
@@ -334,8 +377,7 @@ static int typed(json_t *body, const char *key, json_type type, const char *what
 		 struct flare_api_error *err)
 {
 	json_t *v = member(body, key);
-	if (v && json_typeof(v) != type &&
-	    !(type == JSON_TRUE && json_is_boolean(v)))
+	if (v && json_typeof(v) != type && !(type == JSON_TRUE && json_is_boolean(v)))
 		FAIL(400, key, NULL, "%s must be %s, not %s", key, what, json_type_name(v));
 	return 0;
 fail:
@@ -367,15 +409,16 @@ static int refuse_unsupported(json_t *body, struct flare_api_error *err)
 		     "tool_choice must be \"none\": there are no tools (tools are not supported)");
 	if ((v = member(body, "function_call")) &&
 	    !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-		FAIL(400, "function_call", NULL, "function_call must be \"none\": functions are not supported");
+		FAIL(400, "function_call", NULL,
+		     "function_call must be \"none\": functions are not supported");
 	if ((v = member(body, "response_format"))) {
 		json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
 		if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-			FAIL(400, "response_format", NULL, "response_format must be {\"type\": \"text\"}");
+			FAIL(400, "response_format", NULL,
+			     "response_format must be {\"type\": \"text\"}");
 	}
 	if ((v = member(body, "modalities")) &&
-	    !(json_is_array(v) && json_array_size(v) == 1 &&
-	      json_is_string(json_array_get(v, 0)) &&
+	    !(json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
 	      !strcmp(json_string_value(json_array_get(v, 0)), "text")))
 		FAIL(400, "modalities", NULL, "modalities must be [\"text\"]");
 	static const char *const none_only[] = {"prediction", "audio", "web_search_options",
@@ -407,8 +450,8 @@ static int read_one_prompt(json_t *v, const char *param, const struct flare_api_
 		FAIL(400, param, NULL, "%s must not be empty", param);
 	if (n >= lim->max_context)
 		FAIL(400, param, "context_length_exceeded",
-		     "%s is %zu tokens; the context holds %" PRIu64 " including the reply", param, n,
-		     lim->max_context);
+		     "%s is %zu tokens; the context holds %" PRIu64 " including the reply", param,
+		     n, lim->max_context);
 	p->tokens = malloc(n * sizeof *p->tokens);
 	if (!p->tokens)
 		FAIL(500, NULL, NULL, "out of memory");
@@ -418,7 +461,8 @@ static int read_one_prompt(json_t *v, const char *param, const struct flare_api_
 	}
 	size_t i;
 	json_t *t;
-	json_array_foreach(v, i, t) {
+	json_array_foreach(v, i, t)
+	{
 		char pp[96];
 		snprintf(pp, sizeof pp, "%s[%zu]", param, i);
 		if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -435,8 +479,8 @@ fail:
 
 /* prompt: a string, a list of strings, a list of token ids, or a list of
  * lists of token ids. */
-static int read_prompts(json_t *v, const struct flare_api_limits *lim, struct flare_api_request *out,
-			struct flare_api_error *err)
+static int read_prompts(json_t *v, const struct flare_api_limits *lim,
+			struct flare_api_request *out, struct flare_api_error *err)
 {
 	size_t np = 1;
 	bool batch = false;
@@ -453,19 +497,21 @@ static int read_prompts(json_t *v, const struct flare_api_limits *lim, struct fl
 				if (json_typeof(e) != json_typeof(first)) {
 					char pp[48];
 					snprintf(pp, sizeof pp, "prompt[%zu]", i);
-					FAIL(400, pp, NULL, "%s must be %s like prompt[0], not %s", pp,
-					     json_type_name(first), json_type_name(e));
+					FAIL(400, pp, NULL, "%s must be %s like prompt[0], not %s",
+					     pp, json_type_name(first), json_type_name(e));
 				}
 			}
 		} else if (!json_is_integer(first)) {
 			FAIL(400, "prompt", NULL,
 			     "prompt must be a string, a list of strings, a list of token ids or a "
-			     "list of lists of token ids; prompt[0] is %s", json_type_name(first));
+			     "list of lists of token ids; prompt[0] is %s",
+			     json_type_name(first));
 		}
 	} else if (!json_is_string(v)) {
 		FAIL(400, "prompt", NULL,
 		     "prompt must be a string, a list of strings, a list of token ids or a list of "
-		     "lists of token ids, not %s", json_type_name(v));
+		     "lists of token ids, not %s",
+		     json_type_name(v));
 	}
 	if (np > FLARE_API_PROMPTS_MAX)
 		FAIL(400, "prompt", NULL, "prompt holds %zu prompts; at most %d per request", np,
@@ -477,7 +523,8 @@ static int read_prompts(json_t *v, const struct flare_api_limits *lim, struct fl
 		out->n_prompts = (uint32_t)i + 1; /* freed with the request, even half-read */
 		char pp[48];
 		snprintf(pp, sizeof pp, batch ? "prompt[%zu]" : "prompt", i);
-		if (read_one_prompt(batch ? json_array_get(v, i) : v, pp, lim, &out->prompts[i], err))
+		if (read_one_prompt(batch ? json_array_get(v, i) : v, pp, lim, &out->prompts[i],
+				    err))
 			goto fail;
 	}
 	return 0;
@@ -507,7 +554,8 @@ static int read_stop(json_t *body, struct flare_stop *st, struct flare_api_error
 		     FLARE_STOP_MAX);
 	size_t i;
 	json_t *s;
-	json_array_foreach(v, i, s) {
+	json_array_foreach(v, i, s)
+	{
 		char pp[32];
 		snprintf(pp, sizeof pp, "stop[%zu]", i);
 		if (!json_is_string(s))
@@ -558,8 +606,9 @@ static int read_model_n(json_t *root, const struct flare_api_limits *lim,
 	if (v && !json_is_string(v))
 		FAIL(400, "model", NULL, "model must be a string, not %s", json_type_name(v));
 	if (v && lim->model && strcmp(json_string_value(v), lim->model))
-		FAIL(404, "model", "model_not_found", "model '%.200s' does not exist; this server serves '%s'",
-		     json_string_value(v), lim->model);
+		FAIL(404, "model", "model_not_found",
+		     "model '%.200s' does not exist; this server serves '%s'", json_string_value(v),
+		     lim->model);
 	if (refuse_unsupported(root, err))
 		goto fail;
 	int64_t x = 1;
@@ -569,8 +618,10 @@ static int read_model_n(json_t *root, const struct flare_api_limits *lim,
 	out->n = (uint32_t)x;
 	if ((v = member(root, "best_of")) &&
 	    !(json_is_integer(v) && json_integer_value(v) == (json_int_t)out->n))
-		FAIL(400, "best_of", NULL, "best_of must equal n (%u): choosing the best of more "
-		     "choices is not implemented", out->n);
+		FAIL(400, "best_of", NULL,
+		     "best_of must equal n (%u): choosing the best of more "
+		     "choices is not implemented",
+		     out->n);
 	return 0;
 fail:
 	return -EINVAL;
@@ -591,20 +642,22 @@ static int read_prompt_field(json_t *root, enum flare_api_kind kind,
 			goto fail;
 	} else {
 		if (!json_is_array(v))
-			FAIL(400, "messages", NULL, "messages must be an array, not %s", json_type_name(v));
+			FAIL(400, "messages", NULL, "messages must be an array, not %s",
+			     json_type_name(v));
 		if (read_messages(v, lim, parts, err))
 			goto fail;
 		size_t n = hel_chat_template(parts->msgs, parts->n, true, NULL, 0);
 		if (n >= lim->max_context)
 			FAIL(400, "messages", "context_length_exceeded",
-			     "messages are %zu tokens; the context holds %" PRIu64 " including the reply",
+			     "messages are %zu tokens; the context holds %" PRIu64
+			     " including the reply",
 			     n, lim->max_context);
 		if (!(out->prompts = calloc(1, sizeof *out->prompts)) ||
 		    !(out->prompts[0].tokens = malloc(n * sizeof *out->prompts[0].tokens)))
 			FAIL(500, NULL, NULL, "out of memory");
 		out->n_prompts = 1;
 		out->prompts[0].n = (uint32_t)hel_chat_template(parts->msgs, parts->n, true,
-								 out->prompts[0].tokens, n);
+								out->prompts[0].tokens, n);
 		if (flare_api_images_place(&parts->imgs, out->prompts[0].tokens, n))
 			FAIL(500, NULL, NULL, "the chat template lost an image");
 		flare_api_images_move(&parts->imgs, out);
@@ -639,10 +692,13 @@ static int read_max_tokens(json_t *root, enum flare_api_kind kind,
 		uint64_t room = lim->max_context - p->n;
 		if (have && (uint64_t)mt > room)
 			FAIL(400, mt_field, "context_length_exceeded",
-			     "%s is %" PRId64 " but the prompt%s (%u tokens) leaves room for %" PRIu64
-			     " in a context of %" PRIu64, mt_field, mt, out->n_prompts > 1 ? "s' longest" : "",
-			     p->n, room, lim->max_context);
-		p->max_tokens = have ? (uint32_t)mt : (uint32_t)(room < UINT32_MAX ? room : UINT32_MAX);
+			     "%s is %" PRId64
+			     " but the prompt%s (%u tokens) leaves room for %" PRIu64
+			     " in a context of %" PRIu64,
+			     mt_field, mt, out->n_prompts > 1 ? "s' longest" : "", p->n, room,
+			     lim->max_context);
+		p->max_tokens =
+			have ? (uint32_t)mt : (uint32_t)(room < UINT32_MAX ? room : UINT32_MAX);
 	}
 	return 0;
 fail:
@@ -661,12 +717,14 @@ static int read_sampling(json_t *root, enum flare_api_kind kind, struct flare_ap
 			     json_type_name(v));
 		double t = json_number_value(v);
 		if (!(t >= 0.0 && t <= 2.0))
-			FAIL(400, "temperature", NULL, "temperature must be from 0 to 2 (got %g)", t);
+			FAIL(400, "temperature", NULL, "temperature must be from 0 to 2 (got %g)",
+			     t);
 		out->sampler.temperature = t;
 	}
 	if ((v = member(root, "seed"))) {
 		if (!json_is_integer(v))
-			FAIL(400, "seed", NULL, "seed must be an integer, not %s", json_type_name(v));
+			FAIL(400, "seed", NULL, "seed must be an integer, not %s",
+			     json_type_name(v));
 		out->sampler.seed = (uint64_t)json_integer_value(v);
 		out->seed_set = true;
 	}
@@ -679,8 +737,7 @@ fail:
 
 /* Streaming: stream, ignore_eos (vLLM's extension, for benchmarks: run to
  * max_tokens), stream_options. */
-static int read_streaming(json_t *root, struct flare_api_request *out,
-			  struct flare_api_error *err)
+static int read_streaming(json_t *root, struct flare_api_request *out, struct flare_api_error *err)
 {
 	json_t *v;
 	if (read_bool(root, "stream", &out->stream, err) ||
@@ -690,17 +747,19 @@ static int read_streaming(json_t *root, struct flare_api_request *out,
 		if (!out->stream)
 			FAIL(400, "stream_options", NULL, "stream_options needs \"stream\": true");
 		if (!json_is_object(v))
-			FAIL(400, "stream_options", NULL, "stream_options must be an object, not %s",
-			     json_type_name(v));
+			FAIL(400, "stream_options", NULL,
+			     "stream_options must be an object, not %s", json_type_name(v));
 		const char *key;
 		json_t *o;
-		json_object_foreach(v, key, o) {
+		json_object_foreach(v, key, o)
+		{
 			char pp[96];
 			snprintf(pp, sizeof pp, "stream_options.%.60s", key);
 			if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
 				FAIL(400, pp, NULL, "unrecognized stream option '%.60s'", key);
 			if (!json_is_null(o) && !json_is_boolean(o))
-				FAIL(400, pp, NULL, "%s must be a boolean, not %s", pp, json_type_name(o));
+				FAIL(400, pp, NULL, "%s must be a boolean, not %s", pp,
+				     json_type_name(o));
 		}
 		json_t *iu = member(v, "include_usage");
 		out->include_usage = iu && json_is_true(iu);
@@ -724,7 +783,8 @@ static int read_salt(json_t *root, struct flare_api_request *out, struct flare_a
 	} else if ((salt = member(root, "user"))) {
 		salt_field = "user";
 		if (!json_is_string(salt))
-			FAIL(400, "user", NULL, "user must be a string, not %s", json_type_name(salt));
+			FAIL(400, "user", NULL, "user must be a string, not %s",
+			     json_type_name(salt));
 		if (json_string_length(salt) == 0)
 			salt = NULL;
 	}
@@ -759,7 +819,8 @@ int flare_api_parse(enum flare_api_kind kind, const char *body, size_t len,
 		FAIL(400, NULL, NULL, "request body is not valid JSON: %s (line %d, column %d)",
 		     jerr.text, jerr.line, jerr.column);
 	if (!json_is_object(root))
-		FAIL(400, NULL, NULL, "request body must be a JSON object, not %s", json_type_name(root));
+		FAIL(400, NULL, NULL, "request body must be a JSON object, not %s",
+		     json_type_name(root));
 	if (check_known(root, kind, err) || read_model_n(root, lim, out, err) ||
 	    read_prompt_field(root, kind, lim, &parts, out, err) ||
 	    read_max_tokens(root, kind, lim, out, err) || read_sampling(root, kind, out, err) ||
@@ -813,9 +874,9 @@ void flare_api_error_json(struct flare_buf *out, const struct flare_api_error *e
 	json_t *code = e->code ? json_string(e->code) : json_null();
 	struct flare_buf msg = {0};
 	flare_utf8_clean(e->message, strlen(e->message), true, &msg);
-	json_t *j = json_pack("{s:{s:s?, s:s, s:o, s:o}}", "error", "message",
-			      msg.data ? msg.data : "", "type", e->type ? e->type : INVALID, "param",
-			      param, "code", code);
+	json_t *j =
+		json_pack("{s:{s:s?, s:s, s:o, s:o}}", "error", "message", msg.data ? msg.data : "",
+			  "type", e->type ? e->type : INVALID, "param", param, "code", code);
 	flare_buf_free(&msg);
 	dump(out, j);
 }
@@ -909,9 +970,9 @@ static json_t *flare_json(const hel_outcome *o)
 
 static json_t *envelope(const struct flare_api_meta *m, bool chunk)
 {
-	const char *object = m->kind == FLARE_API_CHAT ? (chunk ? "chat.completion.chunk"
-								: "chat.completion")
-						       : "text_completion";
+	const char *object = m->kind == FLARE_API_CHAT
+				     ? (chunk ? "chat.completion.chunk" : "chat.completion")
+				     : "text_completion";
 	return json_pack("{s:s, s:s, s:I, s:s}", "id", m->id, "object", object, "created",
 			 (json_int_t)m->created, "model", m->model ? m->model : "");
 }
@@ -941,10 +1002,7 @@ static void token_name(hel_token t, char *name, size_t cap, unsigned char *bytes
 }
 
 /* finite for JSON: -inf (a masked token) as a very small number */
-static double lp_value(float v)
-{
-	return isfinite(v) ? (double)v : -9999.0;
-}
+static double lp_value(float v) { return isfinite(v) ? (double)v : -9999.0; }
 
 /* Chat: {"token", "logprob", "bytes"} (and "top_logprobs" when top). */
 static json_t *chat_entry(hel_token t, float lp, const hel_logprob *top)
@@ -956,11 +1014,13 @@ static json_t *chat_entry(hel_token t, float lp, const hel_logprob *top)
 	json_t *b = json_array();
 	for (size_t i = 0; i < nb; i++)
 		json_array_append_new(b, json_integer(bytes[i]));
-	json_t *e = json_pack("{s:s, s:f, s:o}", "token", name, "logprob", lp_value(lp), "bytes", b);
+	json_t *e =
+		json_pack("{s:s, s:f, s:o}", "token", name, "logprob", lp_value(lp), "bytes", b);
 	if (e && top) {
 		json_t *alts = json_array();
 		for (uint32_t i = 0; i < top->n_top; i++)
-			json_array_append_new(alts, chat_entry(top->top[i], top->top_logprob[i], NULL));
+			json_array_append_new(alts,
+					      chat_entry(top->top[i], top->top_logprob[i], NULL));
 		json_object_set_new(e, "top_logprobs", alts);
 	}
 	return e;
@@ -981,7 +1041,8 @@ static json_t *logprobs_json(const struct flare_api_meta *m, const struct flare_
 								  &c->tokens[i].lp));
 		return json_pack("{s:o, s:n}", "content", content, "refusal");
 	}
-	json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+	json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
+	       *offs = json_array();
 	for (size_t i = 0; i < c->n_tokens; i++) {
 		const struct flare_api_token *t = &c->tokens[i];
 		char name[32];
@@ -1011,9 +1072,9 @@ static json_t *choice_json(const struct flare_api_meta *m, const struct flare_ap
 {
 	json_t *finish = c->finish ? json_string(c->finish) : json_null();
 	if (m->kind == FLARE_API_CHAT)
-		return json_pack("{s:i, s:{s:s, s:s%}, s:o, s:o}", "index", (int)c->index, "message",
-				 "role", "assistant", "content", c->text, c->len, "logprobs",
-				 logprobs_json(m, c), "finish_reason", finish);
+		return json_pack("{s:i, s:{s:s, s:s%}, s:o, s:o}", "index", (int)c->index,
+				 "message", "role", "assistant", "content", c->text, c->len,
+				 "logprobs", logprobs_json(m, c), "finish_reason", finish);
 	return json_pack("{s:i, s:s%, s:o, s:o}", "index", (int)c->index, "text", c->text, c->len,
 			 "logprobs", logprobs_json(m, c), "finish_reason", finish);
 }
@@ -1069,8 +1130,8 @@ static void chunk(struct flare_buf *out, const struct flare_api_meta *m, uint32_
 
 void flare_api_sse_role(struct flare_buf *out, const struct flare_api_meta *m, uint32_t index)
 {
-	chunk(out, m, index, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL,
-	      NULL);
+	chunk(out, m, index, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL,
+	      NULL, NULL);
 }
 
 void flare_api_sse_text(struct flare_buf *out, const struct flare_api_meta *m,
@@ -1110,10 +1171,7 @@ void flare_api_sse_error(struct flare_buf *out, const struct flare_api_error *e)
 	flare_buf_puts(out, "\n\n");
 }
 
-void flare_api_sse_done(struct flare_buf *out)
-{
-	flare_buf_puts(out, "data: [DONE]\n\n");
-}
+void flare_api_sse_done(struct flare_buf *out) { flare_buf_puts(out, "data: [DONE]\n\n"); }
 
 void flare_api_model(struct flare_buf *out, const char *model, uint64_t created, bool list)
 {

@@ -41,8 +41,8 @@ static int eng_open(const struct flare_backend_factory *f, const hel_engine_conf
 	int rc = hel_engine_open(cfg, &e);
 	if (rc) {
 		const char *m = sel_errmsg();
-		snprintf(err, errlen, "cannot start the engine: %s%s%s", sel_strerror(rc), *m ? ": " : "",
-			 m);
+		snprintf(err, errlen, "cannot start the engine: %s%s%s", sel_strerror(rc),
+			 *m ? ": " : "", m);
 		return rc;
 	}
 	out->ops = &engine_ops;

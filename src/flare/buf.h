@@ -27,7 +27,8 @@ static inline void flare_buf_puts(struct flare_buf *b, const char *s)
 {
 	flare_buf_append(b, s, strlen(s));
 }
-void flare_buf_printf(struct flare_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void flare_buf_printf(struct flare_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* Drop the first n bytes. */
 void flare_buf_consume(struct flare_buf *b, size_t n);
 void flare_buf_reset(struct flare_buf *b);

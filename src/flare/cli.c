@@ -20,7 +20,8 @@
 #include <string.h>
 
 static const struct flare_option core_option = {
-	FLARE_OPT_CORE, NULL, "CORE", NULL, NULL, FLARE_K_PATH, 0, 0, false, "the built-in tiny core",
+	FLARE_OPT_CORE,       NULL, "CORE", NULL,  NULL,
+	FLARE_K_PATH,         0,    0,      false, "the built-in tiny core",
 	"core file to serve",
 };
 
@@ -42,9 +43,10 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 		const char *a = argv[i];
 		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
 			if (out->set & (1ull << FLARE_OPT_CORE))
-				return flare_bad(err, errlen,
-					       "unexpected argument '%s' (CORE was already given as '%s')",
-					       a, out->core);
+				return flare_bad(
+					err, errlen,
+					"unexpected argument '%s' (CORE was already given as '%s')",
+					a, out->core);
 			int rc = set_value(out, &core_option, "CORE", a, err, errlen);
 			if (rc)
 				return rc;
@@ -60,13 +62,15 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 		size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
 		const struct flare_option *o = flare_option_by_flag(a, nlen);
 		if (!o)
-			return flare_bad(err, errlen, "unknown flag '%.*s' (flare run --help lists them)",
-				       (int)nlen, a);
+			return flare_bad(err, errlen,
+					 "unknown flag '%.*s' (flare run --help lists them)",
+					 (int)nlen, a);
 		char name[64];
 		snprintf(name, sizeof name, "%s", o->flag);
 		if (o->kind == FLARE_K_NONE) {
 			if (eq)
-				return flare_bad(err, errlen, "%s: takes no value (got '%s')", name, eq + 1);
+				return flare_bad(err, errlen, "%s: takes no value (got '%s')", name,
+						 eq + 1);
 			if (o->id == FLARE_OPT_HELP)
 				return FLARE_CLI_HELP;
 			continue;
@@ -82,12 +86,13 @@ int flare_cli_parse(int argc, char *const argv[], struct flare_settings *out, ch
 			char why[256];
 			value = "on";
 			if (i + 1 < argc && argv[i + 1][0] != '-' &&
-			    flare_settings_set(&probe, o, argv[i + 1], FLARE_V_TEXT, why, sizeof why) == 0)
+			    flare_settings_set(&probe, o, argv[i + 1], FLARE_V_TEXT, why,
+					       sizeof why) == 0)
 				value = argv[++i];
 		} else {
 			if (i + 1 >= argc)
-				return flare_bad(err, errlen, "%s: missing value (%s %s)", name, name,
-					       o->metavar);
+				return flare_bad(err, errlen, "%s: missing value (%s %s)", name,
+						 name, o->metavar);
 			value = argv[++i];
 		}
 		int rc = set_value(out, o, name, value, err, errlen);
@@ -101,14 +106,15 @@ void flare_cli_help(FILE *f)
 {
 	size_t n;
 	const struct flare_option *opts = flare_options(&n);
-	fprintf(f, "usage: flare run [OPTIONS] [CORE]\n"
-		   "\n"
-		   "Serve CORE (a core file; default: the built-in tiny core) over an\n"
-		   "OpenAI-compatible HTTP API until SIGINT or SIGTERM.  Settings come from\n"
-		   "the defaults, then the --config file, then these flags (the last wins).\n"
-		   "SIZE: 8GiB, 512MiB, 1.5G, 4096 (bytes).  DURATION: 90s, 250ms, 2h, 30 (seconds).\n"
-		   "\n"
-		   "Options:\n");
+	fprintf(f,
+		"usage: flare run [OPTIONS] [CORE]\n"
+		"\n"
+		"Serve CORE (a core file; default: the built-in tiny core) over an\n"
+		"OpenAI-compatible HTTP API until SIGINT or SIGTERM.  Settings come from\n"
+		"the defaults, then the --config file, then these flags (the last wins).\n"
+		"SIZE: 8GiB, 512MiB, 1.5G, 4096 (bytes).  DURATION: 90s, 250ms, 2h, 30 (seconds).\n"
+		"\n"
+		"Options:\n");
 	for (size_t i = 0; i < n; i++) {
 		const struct flare_option *o = &opts[i];
 		char head[96];
@@ -129,5 +135,6 @@ void flare_cli_help(FILE *f)
 			fprintf(f, "; file: [%s] %s", o->section, o->key);
 		fputc('\n', f);
 	}
-	fprintf(f, "\nSee docs/configuration.md for the config file and docs/metrics.md for /metrics.\n");
+	fprintf(f,
+		"\nSee docs/configuration.md for the config file and docs/metrics.md for /metrics.\n");
 }

@@ -125,7 +125,8 @@ static int read_string(struct parser *p, const char *key, const char **sp, const
 			break;
 		}
 		if ((c < 0x20 && c != '\t') || c == 0x7f)
-			return perr(p, "%s: control character 0x%02x in a string (use an escape)", key, c);
+			return perr(p, "%s: control character 0x%02x in a string (use an escape)",
+				    key, c);
 		if (n + 4 >= VALUE_MAX)
 			return perr(p, "%s: string is longer than %d bytes", key, VALUE_MAX - 1);
 		if (c != '\\' || q == '\'') {
@@ -150,15 +151,18 @@ static int read_string(struct parser *p, const char *key, const char **sp, const
 			uint32_t cp = 0;
 			for (int i = 0; i < digits; i++, s++) {
 				char h = s < end ? *s : '\0';
-				int v = h >= '0' && h <= '9' ? h - '0'
+				int v = h >= '0' && h <= '9'   ? h - '0'
 					: h >= 'a' && h <= 'f' ? h - 'a' + 10
-					: h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+					: h >= 'A' && h <= 'F' ? h - 'A' + 10
+							       : -1;
 				if (v < 0)
-					return perr(p, "%s: \\%c needs %d hexadecimal digits", key, e, digits);
+					return perr(p, "%s: \\%c needs %d hexadecimal digits", key,
+						    e, digits);
 				cp = cp << 4 | (uint32_t)v;
 			}
 			if (cp == 0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-				return perr(p, "%s: \\%c%0*X is not an allowed character", key, e, digits, cp);
+				return perr(p, "%s: \\%c%0*X is not an allowed character", key, e,
+					    digits, cp);
 			put_utf8(out, &n, cp);
 			break;
 		}
@@ -176,7 +180,7 @@ static int read_string(struct parser *p, const char *key, const char **sp, const
 /* An integer value: [+-]digits with single underscores between digits, no
  * leading zeros.  out receives the digits (a leading '-' kept). */
 static int read_integer(struct parser *p, const char *key, const char **sp, const char *end,
-		       char *out)
+			char *out)
 {
 	const char *s = *sp;
 	size_t n = 0;
@@ -190,7 +194,9 @@ static int read_integer(struct parser *p, const char *key, const char **sp, cons
 	while (s < end && ((*s >= '0' && *s <= '9') || *s == '_')) {
 		if (*s == '_') {
 			if (!prev_digit || s + 1 >= end || s[1] < '0' || s[1] > '9')
-				return perr(p, "%s: an underscore in a number must sit between digits", key);
+				return perr(p,
+					    "%s: an underscore in a number must sit between digits",
+					    key);
 			prev_digit = false;
 		} else {
 			if (n + 1 >= 32)
@@ -203,8 +209,10 @@ static int read_integer(struct parser *p, const char *key, const char **sp, cons
 	if (s == digits)
 		return perr(p, "%s: expected a value", key);
 	if (s < end && (*s == '.' || *s == 'e' || *s == 'E'))
-		return perr(p, "%s: floats are not supported (write sizes and durations as strings, "
-			       "\"1.5GiB\", \"2.5s\")", key);
+		return perr(p,
+			    "%s: floats are not supported (write sizes and durations as strings, "
+			    "\"1.5GiB\", \"2.5s\")",
+			    key);
 	if (s < end && (*s == 'x' || *s == 'o' || *s == 'b') && s - digits == 1 && *digits == '0')
 		return perr(p, "%s: only decimal integers are supported", key);
 	if (s < end && (*s == '-' || *s == ':'))
@@ -256,7 +264,8 @@ static int parse_section(struct cstate *c, const char *s, const char *end)
 		return perr(p, "'%s' is not a section header ([name])",
 			    quote_piece(s, end, piece, sizeof piece));
 	if (!rest_is_empty(close + 1, end))
-		return perr(p, "unexpected text after the section header [%.*s]", (int)(n1 - n0), n0);
+		return perr(p, "unexpected text after the section header [%.*s]", (int)(n1 - n0),
+			    n0);
 	size_t nlen = (size_t)(n1 - n0);
 	if (nlen >= sizeof c->section)
 		return perr(p, "unknown section [%.40s...]", n0);
@@ -289,7 +298,8 @@ static int parse_key(struct cstate *c, const char *s, const char *end,
 	if (k1 == s) {
 		if (*s == '"' || *s == '\'')
 			return perr(p, "quoted keys are not supported");
-		return perr(p, "'%s' is not a 'key = value' line", quote_piece(s, end, piece, sizeof piece));
+		return perr(p, "'%s' is not a 'key = value' line",
+			    quote_piece(s, end, piece, sizeof piece));
 	}
 	size_t klen = (size_t)(k1 - s);
 	snprintf(key, sizeof key, "%.*s", (int)(klen < 63 ? klen : 63), s);
@@ -299,7 +309,9 @@ static int parse_key(struct cstate *c, const char *s, const char *end,
 	if (eq >= end || *eq != '=')
 		return perr(p, "%s: expected '=' after the key", key);
 	if (!c->in_section)
-		return perr(p, "key '%s' outside a section (put it under [server] or [prefix_cache])", key);
+		return perr(p,
+			    "key '%s' outside a section (put it under [server] or [prefix_cache])",
+			    key);
 	*o = klen < 63 ? flare_option_by_key(c->section, key) : NULL;
 	if (!*o)
 		return perr(p, "unknown key '%s' in [%s]", key, c->section);

@@ -70,10 +70,12 @@ const char *flare_dashboard_line(char *buf, size_t cap, const hel_engine_stats *
 	short_num(pf, sizeof pf, rate(cur->prefill_tokens, prev->prefill_tokens, ns));
 	short_num(dc, sizeof dc, rate(cur->decode_tokens, prev->decode_tokens, ns));
 	uint64_t used = cur->gpu_pages_total >= cur->gpu_pages_free
-				? cur->gpu_pages_total - cur->gpu_pages_free : 0;
+				? cur->gpu_pages_total - cur->gpu_pages_free
+				: 0;
 	unsigned pct = cur->gpu_pages_total ? (unsigned)(used * 100 / cur->gpu_pages_total) : 0;
 	int n = snprintf(buf, cap,
-			 "flare: %" PRIu64 " active, %" PRIu64 " pending | prefill %s tok/s, decode %s "
+			 "flare: %" PRIu64 " active, %" PRIu64
+			 " pending | prefill %s tok/s, decode %s "
 			 "tok/s | gpu cache %u%% (%" PRIu64 "/%" PRIu64 " pages)",
 			 cur->active, cur->pending, pf, dc, pct, used, cur->gpu_pages_total);
 	if (n < 0 || (size_t)n >= cap)
@@ -93,7 +95,8 @@ const char *flare_dashboard_line(char *buf, size_t cap, const hel_engine_stats *
 	static const char *const states[] = {"off", "attached", "detached", "disabled"};
 	if (pl->state != SEL_POOL_OFF && m >= 0 && (size_t)n + (size_t)m < cap)
 		snprintf(buf + n + m, cap - (size_t)n - (size_t)m,
-			 " | pool %s, restores %" PRIu64 " (%" PRIu64 " neighbour), exports %" PRIu64,
+			 " | pool %s, restores %" PRIu64 " (%" PRIu64
+			 " neighbour), exports %" PRIu64,
 			 (unsigned)pl->state < 4 ? states[pl->state] : "?", pl->restores,
 			 pl->neighbour_restores, pl->exports_served);
 	return buf;

@@ -17,13 +17,14 @@
 
 static int usage(FILE *f)
 {
-	fprintf(f, "usage: flare run [CORE] [flags]   serve a core over HTTP (flare run --help)\n"
-		   "       flare records CMD DIR [flags]   ls, verify, stat or gc a prefix-cache\n"
-		   "                                        record directory (flare records --help)\n"
-		   "       flare pool --socket PATH --memory SIZE [flags]   the pool manager that\n"
-		   "                                        instances share (flare pool --help)\n"
-		   "       flare --version\n"
-		   "       flare --help\n");
+	fprintf(f,
+		"usage: flare run [CORE] [flags]   serve a core over HTTP (flare run --help)\n"
+		"       flare records CMD DIR [flags]   ls, verify, stat or gc a prefix-cache\n"
+		"                                        record directory (flare records --help)\n"
+		"       flare pool --socket PATH --memory SIZE [flags]   the pool manager that\n"
+		"                                        instances share (flare pool --help)\n"
+		"       flare --version\n"
+		"       flare --help\n");
 	return f == stderr ? 2 : 0;
 }
 

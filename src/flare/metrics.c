@@ -84,7 +84,8 @@ static void per_tier(struct flare_buf *out, const sel_stats *s, const char *name
 	}
 }
 
-#define TIER(name, type, help, field) per_tier(out, s, name, type, help, offsetof(sel_tier_stats, field))
+#define TIER(name, type, help, field)                                                              \
+	per_tier(out, s, name, type, help, offsetof(sel_tier_stats, field))
 
 /* One histogram's samples (its family written by the caller), labels
  * ("tier=\"dram\"") or NULL, over the bounds it was observed in. */
@@ -99,8 +100,8 @@ static void hist_in(struct flare_buf *out, const char *name, const char *labels,
 			snprintf(le, sizeof le, "%g", (double)bounds[i] / 1e9);
 		else
 			snprintf(le, sizeof le, "+Inf");
-		flare_buf_printf(out, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels ? labels : "",
-				 labels ? "," : "", le, cum);
+		flare_buf_printf(out, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name,
+				 labels ? labels : "", labels ? "," : "", le, cum);
 	}
 	flare_buf_printf(out, "%s_sum%s%s%s %" PRIu64 ".%09" PRIu64 "\n", name, labels ? "{" : "",
 			 labels ? labels : "", labels ? "}" : "", h->sum_ns / 1000000000u,
@@ -133,8 +134,8 @@ static void store_pool_metrics(struct flare_buf *out, const sel_stats *s)
 	GAUGE("flare_host_cache_slots_capacity",
 	      "Slots of the local host pool, intake included (design 2.11's flare_host_cache_slots_total).",
 	      s->slots_total);
-	GAUGE("flare_host_cache_intake_slots", "Slots of the pool reserved for automatic intake (design 1).",
-	      s->intake_slots);
+	GAUGE("flare_host_cache_intake_slots",
+	      "Slots of the pool reserved for automatic intake (design 1).", s->intake_slots);
 	family(out, "flare_host_cache_disk_io", "gauge",
 	       "1 for the record I/O path the disk tier uses now (design 2.10 wants "
 	       "io_uring+O_DIRECT); path=\"none\" 0 without a disk tier.");
@@ -170,14 +171,15 @@ static void store_call_metrics(struct flare_buf *out, const hel_engine_stats *st
 		s->hits);
 	COUNTER("flare_host_cache_chains_rejected_total",
 		"Lookup candidates passed over because a record on their chain has another key than "
-		"the request's history gives (a forged or stale parent link).", s->chains_rejected);
+		"the request's history gives (a forged or stale parent link).",
+		s->chains_rejected);
 	COUNTER("flare_host_cache_store_reused_tokens_total",
 		"Tokens restored by the store's completed fetches.", s->reused_tokens);
 	COUNTER("flare_host_cache_fetches_total", "Restores the store started.", s->fetches);
 	COUNTER("flare_host_cache_fetch_failures_total", "Restores the store reported as failed.",
 		s->fetch_failures);
-	COUNTER("flare_host_cache_store_failures_total", "Copy-outs the store accepted that then failed.",
-		s->store_failures);
+	COUNTER("flare_host_cache_store_failures_total",
+		"Copy-outs the store accepted that then failed.", s->store_failures);
 	family(out, "flare_host_cache_transfers_in_flight", "gauge",
 	       "Copy jobs submitted and not yet completed, by direction (out: GPU to host).");
 	val(out, "flare_host_cache_transfers_in_flight", "direction=\"out\"", s->inflight_out);
@@ -244,7 +246,8 @@ static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st
 			 {"oversize", t->dropped_oversize},
 			 {"io_error", t->dropped_io_error}};
 		for (size_t k = 0; k < 3; k++) {
-			snprintf(l, sizeof l, "tier=\"%s\",reason=\"%s\"", sel_tier_name(tiers[i]), d[k].reason);
+			snprintf(l, sizeof l, "tier=\"%s\",reason=\"%s\"", sel_tier_name(tiers[i]),
+				 d[k].reason);
 			val(out, "flare_host_cache_dropped_total", l, d[k].v);
 		}
 	}
@@ -257,14 +260,16 @@ static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st
 	TIER("flare_host_cache_corrupt_total", "counter",
 	     "Records that failed checksum or header verification.", corrupt);
 	TIER("flare_host_cache_transfer_rate_bytes_per_second", "gauge",
-	     "Bandwidth fitted to the tier's recent restores (the fetch policy's estimate).", rate_bps);
+	     "Bandwidth fitted to the tier's recent restores (the fetch policy's estimate).",
+	     rate_bps);
 	family(out, "flare_host_cache_transfer_fixed_seconds", "gauge",
 	       "Fixed cost per restore fitted to the tier's recent restores (the fetch policy's estimate).");
 	for (size_t i = 0; i < N_TIERS; i++) {
 		uint64_t ns = s->tier[tiers[i]].fixed_ns;
-		flare_buf_printf(out, "flare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
-				 ".%06" PRIu64 "\n", sel_tier_name(tiers[i]), ns / 1000000000u,
-				 ns / 1000u % 1000000u);
+		flare_buf_printf(out,
+				 "flare_host_cache_transfer_fixed_seconds{tier=\"%s\"} %" PRIu64
+				 ".%06" PRIu64 "\n",
+				 sel_tier_name(tiers[i]), ns / 1000000000u, ns / 1000u % 1000000u);
 	}
 
 	family(out, "flare_host_cache_restore_time_seconds", "histogram",
@@ -281,27 +286,27 @@ static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st
  * mode, both modes always present (the one the server does not run at 0). */
 static void spec_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
-	static const sel_state_mode modes[] = { SEL_MODE_COPY, SEL_MODE_LEARNED };
+	static const sel_state_mode modes[] = {SEL_MODE_COPY, SEL_MODE_LEARNED};
 	static const hel_hist none;
 	static const struct {
 		const char *name, *help;
 		size_t field;
 	} counters[] = {
-		{ "flare_spec_rounds_total",
-		  "Speculative decoding rounds (a request's decode step: draft, verify, emit), by mode.",
-		  offsetof(hel_engine_stats, spec_rounds) },
-		{ "flare_spec_proposed_tokens_total", "Tokens the draft proposed, by mode.",
-		  offsetof(hel_engine_stats, spec_proposed) },
-		{ "flare_spec_accepted_tokens_total",
-		  "Proposed tokens verification accepted (emitted), by mode.",
-		  offsetof(hel_engine_stats, spec_accepted) },
-		{ "flare_spec_emitted_tokens_total",
-		  "Tokens speculative rounds emitted: accepted proposals plus each round's own, by mode.",
-		  offsetof(hel_engine_stats, spec_emitted) },
-		{ "flare_spec_history_rounds_total",
-		  "Copy-mode rounds whose proposals came from the draft history (the rest fell back "
-		  "to the draft head), by mode.",
-		  offsetof(hel_engine_stats, spec_copied) },
+		{"flare_spec_rounds_total",
+		 "Speculative decoding rounds (a request's decode step: draft, verify, emit), by mode.",
+		 offsetof(hel_engine_stats, spec_rounds)},
+		{"flare_spec_proposed_tokens_total", "Tokens the draft proposed, by mode.",
+		 offsetof(hel_engine_stats, spec_proposed)},
+		{"flare_spec_accepted_tokens_total",
+		 "Proposed tokens verification accepted (emitted), by mode.",
+		 offsetof(hel_engine_stats, spec_accepted)},
+		{"flare_spec_emitted_tokens_total",
+		 "Tokens speculative rounds emitted: accepted proposals plus each round's own, by mode.",
+		 offsetof(hel_engine_stats, spec_emitted)},
+		{"flare_spec_history_rounds_total",
+		 "Copy-mode rounds whose proposals came from the draft history (the rest fell back "
+		 "to the draft head), by mode.",
+		 offsetof(hel_engine_stats, spec_copied)},
 	};
 	char l[32];
 	for (size_t c = 0; c < sizeof counters / sizeof counters[0]; c++) {
@@ -335,7 +340,8 @@ static void spec_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	for (size_t i = 0; i < 2; i++) {
 		snprintf(l, sizeof l, "mode=\"%s\"", sel_state_mode_name(modes[i]));
 		hist_in(out, "flare_spec_round_time_seconds", l,
-			st->spec_mode == modes[i] ? &st->spec_round_time : &none, hel_hist_fine_bounds_ns);
+			st->spec_mode == modes[i] ? &st->spec_round_time : &none,
+			hel_hist_fine_bounds_ns);
 	}
 }
 
@@ -363,7 +369,8 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	COUNTER("flare_pool_grace_expired_total",
 		"Admissions that went on with the local tiers' answer when the grace period ended.",
 		p->grace_expired);
-	COUNTER("flare_pool_hits_total", "Pool lookups whose answer was the deepest prefix.", p->hits);
+	COUNTER("flare_pool_hits_total", "Pool lookups whose answer was the deepest prefix.",
+		p->hits);
 	COUNTER("flare_pool_claims_total", "Restores claimed from the pool.", p->claims);
 	COUNTER("flare_pool_restores_total", "Restores from the pool that landed.", p->restores);
 	family(out, "flare_pool_claims_failed_total", "counter",
@@ -382,11 +389,12 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	val(out, "flare_pool_reused_bytes_total", "source=\"pool\"",
 	    p->reused_bytes - p->neighbour_bytes);
 	val(out, "flare_pool_reused_bytes_total", "source=\"neighbour\"", p->neighbour_bytes);
-	COUNTER("flare_pool_puts_total", "Checkpoints this instance asked the pool to take.", p->puts);
+	COUNTER("flare_pool_puts_total", "Checkpoints this instance asked the pool to take.",
+		p->puts);
 	COUNTER("flare_pool_puts_accepted_total", "Of them, committed or already present.",
 		p->puts_accepted);
-	COUNTER("flare_pool_puts_refused_total", "Of them, refused by the manager (no room, limits).",
-		p->puts_refused);
+	COUNTER("flare_pool_puts_refused_total",
+		"Of them, refused by the manager (no room, limits).", p->puts_refused);
 	COUNTER("flare_pool_puts_failed_total", "Of them, failed (copy, lost session, commit).",
 		p->puts_failed);
 	COUNTER("flare_pool_put_bytes_total", "Bytes copied into the arena.", p->put_bytes);
@@ -396,13 +404,16 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	COUNTER("flare_pool_holdings_announced_total", "GPU holdings this instance announced.",
 		p->announced);
 	COUNTER("flare_pool_holdings_withdrawn_total",
-		"GPU holdings withdrawn (eviction notices, the oldest beyond the table).", p->withdrawn);
+		"GPU holdings withdrawn (eviction notices, the oldest beyond the table).",
+		p->withdrawn);
 	COUNTER("flare_pool_exports_served_total",
-		"Exports this instance copied from its GPU cache for a neighbour.", p->exports_served);
+		"Exports this instance copied from its GPU cache for a neighbour.",
+		p->exports_served);
 	family(out, "flare_pool_exports_refused_total", "counter",
 	       "Exports this instance refused or failed, by reason.");
 	for (int i = 0; i < SEL_EXPORT_REFUSALS; i++) {
-		snprintf(l, sizeof l, "reason=\"%s\"", sel_export_refusal_name((sel_export_refusal)i));
+		snprintf(l, sizeof l, "reason=\"%s\"",
+			 sel_export_refusal_name((sel_export_refusal)i));
 		val(out, "flare_pool_exports_refused_total", l, p->exports_refused[i]);
 	}
 	COUNTER("flare_pool_export_bytes_total", "Bytes exported into the arena.", p->export_bytes);
@@ -420,14 +431,15 @@ static void remote_metrics(struct flare_buf *out, const sel_remote_tier_stats *r
 	if (!r->enabled)
 		return;
 	COUNTER("flare_remote_lookups_total", "Remote tier lookups submitted.", r->lookups);
-	COUNTER("flare_remote_hits_total", "Remote lookups that found a restorable chain.", r->hits);
+	COUNTER("flare_remote_hits_total", "Remote lookups that found a restorable chain.",
+		r->hits);
 	COUNTER("flare_remote_lookups_late_total",
 		"Remote answers that came after the grace period (admission went on without them).",
 		r->lookups_late);
-	COUNTER("flare_remote_bytes_in_total", "Bytes restored from the remote tier (pages and rows).",
-		r->bytes_in);
-	COUNTER("flare_remote_bytes_out_total", "Bytes written to the remote tier (window payload).",
-		r->bytes_out);
+	COUNTER("flare_remote_bytes_in_total",
+		"Bytes restored from the remote tier (pages and rows).", r->bytes_in);
+	COUNTER("flare_remote_bytes_out_total",
+		"Bytes written to the remote tier (window payload).", r->bytes_out);
 	family(out, "flare_remote_puts_total", "counter",
 	       "Background writes to the remote tier by result.");
 	val(out, "flare_remote_puts_total", "result=\"stored\"", r->stored);
@@ -436,15 +448,16 @@ static void remote_metrics(struct flare_buf *out, const sel_remote_tier_stats *r
 	COUNTER("flare_remote_skipped_total",
 		"Background writes skipped: queue or slots full (never waited for).", r->skipped);
 	GAUGE("flare_remote_writes_in_flight",
-	      "Background writes copying out of the GPU or on their way to Redis.", r->writes_in_flight);
+	      "Background writes copying out of the GPU or on their way to Redis.",
+	      r->writes_in_flight);
 	COUNTER("flare_remote_claims_total", "Remote restores started.", r->claims);
 	COUNTER("flare_remote_claim_failures_total", "Remote restores that failed (recomputed).",
 		r->claim_failures);
 	COUNTER("flare_remote_auth_failures_total",
 		"Remote values refused by their MAC or AEAD tag, or unauthenticated with a key.",
 		r->auth_failures);
-	COUNTER("flare_remote_corrupt_total", "Remote values or pages refused by checksum or structure.",
-		r->corrupt);
+	COUNTER("flare_remote_corrupt_total",
+		"Remote values or pages refused by checksum or structure.", r->corrupt);
 	COUNTER("flare_remote_dropped_total", "Records deleted from Redis after such a refusal.",
 		r->dropped);
 	family(out, "flare_remote_redirects_total", "counter", "Redis Cluster redirects followed.");
@@ -466,10 +479,13 @@ static void remote_metrics(struct flare_buf *out, const sel_remote_tier_stats *r
 	for (int i = 0; i < SEL_REMOTE_RTT_BINS; i++) {
 		cum += r->rtt_hist[i];
 		if (i + 1 < SEL_REMOTE_RTT_BINS)
-			flare_buf_printf(out, "flare_remote_round_trip_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-					 16e-6 * (double)(1ull << i), cum);
+			flare_buf_printf(
+				out,
+				"flare_remote_round_trip_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+				16e-6 * (double)(1ull << i), cum);
 	}
-	flare_buf_printf(out, "flare_remote_round_trip_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+	flare_buf_printf(out, "flare_remote_round_trip_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+			 cum);
 	flare_buf_printf(out, "flare_remote_round_trip_seconds_sum %" PRIu64 ".%09" PRIu64 "\n",
 			 r->rtt_sum_ns / 1000000000u, r->rtt_sum_ns % 1000000000u);
 	flare_buf_printf(out, "flare_remote_round_trip_seconds_count %" PRIu64 "\n", cum);
@@ -492,12 +508,14 @@ static void request_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	COUNTER("flare_requests_finished_total",
 		"Requests that finished with stop (end token or stop sequence) or length.",
 		st->requests_finished);
-	COUNTER("flare_requests_cancelled_total",
-		"Requests cancelled: client gone or shutdown.", st->requests_cancelled);
-	COUNTER("flare_requests_failed_total", "Requests that ended with an error.", st->requests_failed);
+	COUNTER("flare_requests_cancelled_total", "Requests cancelled: client gone or shutdown.",
+		st->requests_cancelled);
+	COUNTER("flare_requests_failed_total", "Requests that ended with an error.",
+		st->requests_failed);
 	GAUGE("flare_requests_pending", "Requests queued now, not yet admitted.", st->pending);
 	GAUGE("flare_requests_active", "Requests admitted and running now.", st->active);
-	COUNTER("flare_prompt_tokens_total", "Prompt tokens of admitted requests.", st->prompt_tokens);
+	COUNTER("flare_prompt_tokens_total", "Prompt tokens of admitted requests.",
+		st->prompt_tokens);
 	COUNTER("flare_completion_tokens_total", "Tokens generated, every request's.",
 		st->completion_tokens);
 	COUNTER("flare_prefill_launches_total", "Prefill chunks run.", st->prefill_launches);
@@ -525,7 +543,8 @@ static void latency_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	hist(out, "flare_time_to_first_token_seconds",
 	     "Requests by seconds from submission to their first token.", &st->ttft);
 	hist(out, "flare_time_per_output_token_seconds",
-	     "Generated tokens after a request's first, by seconds since the token before.", &st->tpot);
+	     "Generated tokens after a request's first, by seconds since the token before.",
+	     &st->tpot);
 	hist(out, "flare_e2e_request_latency_seconds",
 	     "Requests that finished (stop or length), by seconds from submission to the end.",
 	     &st->e2e);
@@ -551,7 +570,8 @@ static void gpu_cache_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	GAUGE("flare_gpu_cache_rows_free", "GPU state rows free now.", st->gpu_rows_free);
 	GAUGE("flare_gpu_cache_rows_capacity", "GPU state rows in the cache's row plane.",
 	      st->gpu_rows_total);
-	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache now.", st->gpu_checkpoints);
+	GAUGE("flare_gpu_cache_checkpoints", "Checkpoints in the GPU cache now.",
+	      st->gpu_checkpoints);
 	COUNTER("flare_gpu_cache_evictions_total", "GPU checkpoints evicted or compacted.",
 		st->gpu_evictions);
 }
@@ -576,8 +596,8 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 		st->host_hits);
 	COUNTER("flare_host_cache_reused_tokens_total", "Prompt tokens restored from host tiers.",
 		st->host_reused_tokens);
-	GAUGE("flare_host_cache_inbound_waiting", "Requests waiting for a restore now (Inbound phase).",
-	      st->inbound_waiting);
+	GAUGE("flare_host_cache_inbound_waiting",
+	      "Requests waiting for a restore now (Inbound phase).", st->inbound_waiting);
 	COUNTER("flare_host_cache_fetch_declined_total",
 		"Host hits recomputed instead: the policy judged prefill faster, or --prefix-cache-fetch never.",
 		st->host_fetch_declined);
@@ -598,7 +618,8 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 	      st->copyout_pin_limit);
 	COUNTER("flare_host_cache_copyout_pin_waits_total",
 		"Puts not attempted because copy-outs held their share of the GPU cache "
-		"(kept as unpinned retries, reason inflight).", st->copyout_pin_waits);
+		"(kept as unpinned retries, reason inflight).",
+		st->copyout_pin_waits);
 	family(out, "flare_host_cache_retry_abandoned_total", "counter",
 	       "Retries given up because the GPU checkpoint disappeared, by the last retry cause.");
 	for (int r = 0; r < SEL_RETRY_REASONS; r++) {
@@ -607,7 +628,8 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 	}
 }
 
-static void process_metrics(struct flare_buf *out, const hel_engine_stats *st, const struct flare_metrics_info *info)
+static void process_metrics(struct flare_buf *out, const hel_engine_stats *st,
+			    const struct flare_metrics_info *info)
 {
 	/* The model worker's loop: a caller that must see every publication
 	 * offered and every copy-out reported waits for quiet (engine.h). */
@@ -619,7 +641,8 @@ static void process_metrics(struct flare_buf *out, const hel_engine_stats *st, c
 	/* The process. */
 	family(out, "flare_uptime_seconds", "gauge", "Seconds since the engine started.");
 	flare_buf_printf(out, "flare_uptime_seconds %" PRIu64 ".%03" PRIu64 "\n",
-			 (uint64_t)(st->uptime_ns / 1000000000u), (uint64_t)(st->uptime_ns / 1000000u % 1000u));
+			 (uint64_t)(st->uptime_ns / 1000000000u),
+			 (uint64_t)(st->uptime_ns / 1000000u % 1000u));
 	family(out, "flare_info", "gauge",
 	       "Always 1; its labels name the served model and host store configuration.");
 	flare_buf_puts(out, "flare_info{");
@@ -641,12 +664,14 @@ static void http_metrics(struct flare_buf *out, const struct flare_http_stats *h
 	if (!http)
 		http = &none;
 	COUNTER("flare_http_requests_total", "HTTP requests answered.", http->requests);
-	family(out, "flare_http_responses_total", "counter", "HTTP responses sent, by status class.");
+	family(out, "flare_http_responses_total", "counter",
+	       "HTTP responses sent, by status class.");
 	for (int c = 2; c <= 5; c++) {
 		snprintf(l, sizeof l, "code=\"%dxx\"", c);
 		val(out, "flare_http_responses_total", l, http->responses[c]);
 	}
-	GAUGE("flare_http_streams_active", "Streamed (SSE) responses open now.", http->streams_active);
+	GAUGE("flare_http_streams_active", "Streamed (SSE) responses open now.",
+	      http->streams_active);
 	COUNTER("flare_http_client_disconnects_total",
 		"Clients that went away before their request finished (the request was cancelled).",
 		http->disconnects);
@@ -683,7 +708,8 @@ static void input_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	GAUGE("flare_input_cache_budget_bytes",
 	      "The memory input tier's budget: one eighth of --prefix-cache-memory on a vision core.",
 	      in->memory_budget);
-	COUNTER("flare_input_decodes_total", "Images decoded by the preparation worker.", in->decodes);
+	COUNTER("flare_input_decodes_total", "Images decoded by the preparation worker.",
+		in->decodes);
 	COUNTER("flare_input_preparations_total",
 		"Images resized and patched into prepared tensors.", in->preparations);
 	family(out, "flare_input_preparation_seconds_total", "counter",
@@ -708,7 +734,8 @@ static void input_metrics(struct flare_buf *out, const hel_engine_stats *st)
 }
 
 void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
-			  const struct flare_http_stats *http, const struct flare_metrics_info *info)
+			  const struct flare_http_stats *http,
+			  const struct flare_metrics_info *info)
 {
 	request_metrics(out, st);
 	spec_metrics(out, st);

@@ -46,7 +46,8 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 	} else if (s->speculate != SEL_MODE_ORDINARY) {
 		why = "--speculate: ranks in separate processes decode without speculation (not "
 		      "supported yet); use --speculate off";
-	} else if (s->disk[0] && !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)) {
+	} else if (s->disk[0] &&
+		   !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)) {
 		why = "--prefix-cache-disk: the sharded disk store of ranks in separate processes "
 		      "is "
 		      "not built yet (docs/multihost.md \"What is left\")";

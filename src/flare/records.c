@@ -141,8 +141,10 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		const char *a = argv[i];
 		if (flags_done || a[0] != '-' || !strcmp(a, "-")) {
 			if (o->dir)
-				return flare_bad(err, len, "unexpected argument '%s' (DIR was already given "
-					       "as '%s')", a, o->dir);
+				return flare_bad(err, len,
+						 "unexpected argument '%s' (DIR was already given "
+						 "as '%s')",
+						 a, o->dir);
 			if (!*a)
 				return flare_bad(err, len, "DIR: '' is not a directory name");
 			o->dir = a;
@@ -161,11 +163,14 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 		bool takes = !strcmp(flag, "--max-age") || !strcmp(flag, "--limit");
 		bool plain = !strcmp(flag, "--json") || !strcmp(flag, "--dry-run");
 		if (!takes && !plain)
-			return flare_bad(err, len, "unknown flag '%s' (flare records --help lists them)", flag);
+			return flare_bad(err, len,
+					 "unknown flag '%s' (flare records --help lists them)",
+					 flag);
 		if (plain && eq)
 			return flare_bad(err, len, "%s: takes no value (got '%s')", flag, eq + 1);
 		if (strcmp(flag, "--json") && o->cmd != R_GC)
-			return flare_bad(err, len, "%s: only gc takes it, not %s", flag, cmd_names[o->cmd]);
+			return flare_bad(err, len, "%s: only gc takes it, not %s", flag,
+					 cmd_names[o->cmd]);
 		if (!strcmp(flag, "--json")) {
 			o->json = true;
 		} else if (!strcmp(flag, "--dry-run")) {
@@ -178,10 +183,10 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 				v = argv[++i];
 			else
 				return flare_bad(err, len, "%s: missing value (%s %s)", flag, flag,
-					       !strcmp(flag, "--limit") ? "SIZE" : "DURATION");
+						 !strcmp(flag, "--limit") ? "SIZE" : "DURATION");
 			bool is_age = !strcmp(flag, "--max-age");
-			int rc = gc_value(is_age ? FLARE_OPT_MAX_AGE : FLARE_OPT_DISK_LIMIT, flag, v, &s,
-					  err, len);
+			int rc = gc_value(is_age ? FLARE_OPT_MAX_AGE : FLARE_OPT_DISK_LIMIT, flag,
+					  v, &s, err, len);
 			if (rc)
 				return rc;
 			if (is_age) {
@@ -197,19 +202,17 @@ static int parse_args(int argc, char **argv, struct ropts *o, char *err, size_t 
 	}
 	if (!o->dir)
 		return flare_bad(err, len, "%s: missing DIR (a record base or namespace directory)",
-			       cmd_names[o->cmd]);
+				 cmd_names[o->cmd]);
 	if (o->cmd == R_GC && !o->age && !o->limit)
-		return flare_bad(err, len, "gc: nothing to apply: give --max-age DURATION, --limit SIZE "
-			       "or both");
+		return flare_bad(err, len,
+				 "gc: nothing to apply: give --max-age DURATION, --limit SIZE "
+				 "or both");
 	return 0;
 }
 
 /* ---- Small formatting helpers ------------------------------------------------ */
 
-const char *rec_fmt_size(uint64_t b, char *buf, size_t len)
-{
-	return eos_format_size(b, buf, len);
-}
+const char *rec_fmt_size(uint64_t b, char *buf, size_t len) { return eos_format_size(b, buf, len); }
 
 /* "42s", "17m", "5h", "3d" (rounded down). */
 const char *rec_fmt_age(uint64_t ns, char *buf, size_t len)
@@ -241,7 +244,6 @@ json_t *rec_json_key(const sel_key *k)
 	sel_hex(k->digest.b, SEL_DIGEST_BYTES, hex);
 	return json_pack("{s:I, s:s}", "consumed", (json_int_t)k->consumed, "digest", hex);
 }
-
 
 
 /* ---- One namespace: lock, list, judge ---------------------------------------- */
@@ -341,7 +343,8 @@ int rec_ns_list(struct rns *n)
 	int fd = openat(n->lk.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!d) {
-		rc = eos_fail(-errno, "'%s': cannot read the directory: %s", n->path, strerror(errno));
+		rc = eos_fail(-errno, "'%s': cannot read the directory: %s", n->path,
+			      strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return rc;
@@ -360,8 +363,8 @@ int rec_ns_list(struct rns *n)
 		if (!strcmp(nm, ".") || !strcmp(nm, ".."))
 			continue;
 		struct stat tst;
-		if (sel_record_is_tmp_name(nm) && fstatat(n->lk.fd, nm, &tst, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISDIR(tst.st_mode)) {
+		if (sel_record_is_tmp_name(nm) &&
+		    fstatat(n->lk.fd, nm, &tst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(tst.st_mode)) {
 			/* Not a temporary of ours: the server leaves it alone. */
 			rc = push_other(&n->other, &n->nother, &ocap, nm, n->lk.fd);
 		} else if (sel_record_is_tmp_name(nm)) {
@@ -467,11 +470,13 @@ void rec_ns_reference(struct rns *n)
 		n->layout_votes = v[best].files;
 	} else if (nv) {
 		char buf[512];
-		size_t o = (size_t)snprintf(buf, sizeof buf, "%zu headers name this directory but "
-					    "no layout has a majority:", total);
+		size_t o = (size_t)snprintf(buf, sizeof buf,
+					    "%zu headers name this directory but "
+					    "no layout has a majority:",
+					    total);
 		for (size_t k = 0; k < nv && o < sizeof buf; k++)
-			o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %zu like %s", k ? "," : "",
-					      v[k].files, n->f[v[k].first].name);
+			o += (size_t)snprintf(buf + o, sizeof buf - o, "%s %zu like %s",
+					      k ? "," : "", v[k].files, n->f[v[k].first].name);
 		free(n->undecided);
 		n->undecided = strdup(buf);
 	}
@@ -488,7 +493,7 @@ static void judge_without_ns(struct rns *n, struct rfile *f)
 	char dn[SEL_RECORD_DIRNAME_MAX];
 	sel_record_dirname(f->h.identity, f->h.fingerprint, dn);
 	f->kind = strncmp(dn, n->name, SEL_RECORD_ID_PREFIX_HEX) ? SEL_CHECK_IDENTITY
-								  : SEL_CHECK_LAYOUT;
+								 : SEL_CHECK_LAYOUT;
 	char buf[256];
 	snprintf(buf, sizeof buf, "its header belongs to namespace %s, not this directory's", dn);
 	free(f->why);
@@ -508,8 +513,8 @@ static void on_scan_remove(void *ctx, const char *name, enum sel_scan_why why, u
 
 static bool header_valid(const struct rfile *f)
 {
-	return f->decoded && (f->kind == SEL_CHECK_OK || f->kind == SEL_CHECK_PAGE ||
-			      f->kind == SEL_CHECK_ROW);
+	return f->decoded &&
+	       (f->kind == SEL_CHECK_OK || f->kind == SEL_CHECK_PAGE || f->kind == SEL_CHECK_ROW);
 }
 
 /* The directory for reading only, when a server holds its lock. */
@@ -519,7 +524,8 @@ static int ns_open_unlocked(struct rns *n)
 		return eos_fail(-ENOMEM, "out of memory");
 	int fd = open(n->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return eos_fail(-errno, "'%s': cannot open the directory: %s", n->path, strerror(errno));
+		return eos_fail(-errno, "'%s': cannot open the directory: %s", n->path,
+				strerror(errno));
 	n->lk.fd = fd;
 	n->unlocked = true;
 	return 0;
@@ -542,7 +548,7 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 		struct rfile *f = &n->f[i];
 		struct sel_record_check c;
 		if (sel_record_check_file(n->lk.fd, f->name, n->have_ns ? &n->ns : NULL, payload,
-						&c) != 0) {
+					  &c) != 0) {
 			rec_ns_fail(r, n, NULL);
 			return -1;
 		}
@@ -557,14 +563,15 @@ static int ns_load(struct run *r, struct rns *n, bool payload, bool reader)
 			rec_ns_fail(r, n, "out of memory");
 			return -1;
 		}
-		if (!n->have_ns && c.decoded && (c.kind == SEL_CHECK_OK || c.kind >= SEL_CHECK_NAME))
+		if (!n->have_ns && c.decoded &&
+		    (c.kind == SEL_CHECK_OK || c.kind >= SEL_CHECK_NAME))
 			judge_without_ns(n, f);
 	}
 	if (n->have_ns) {
 		/* The server's own tree rules, removing nothing. */
 		sel_scan sc;
-		struct sel_scan_opts so = {.dry_run = true, .threads = 4, .on_remove = on_scan_remove,
-					   .ctx = n};
+		struct sel_scan_opts so = {
+			.dry_run = true, .threads = 4, .on_remove = on_scan_remove, .ctx = n};
 		if (sel_record_scan(n->lk.fd, &n->ns, &so, &sc) != 0) {
 			rec_ns_fail(r, n, NULL);
 			return -1;
@@ -656,7 +663,8 @@ static void text_layout(struct run *r, const struct rns *n)
 		if (n->undecided)
 			fprintf(r->out, "  layout: undecided (%s)\n", n->undecided);
 		else
-			fprintf(r->out, "  layout: unknown (no record header names this directory)\n");
+			fprintf(r->out,
+				"  layout: unknown (no record header names this directory)\n");
 		return;
 	}
 	const sel_record_layout *l = &n->ns.layout;
@@ -672,7 +680,8 @@ static void text_layout(struct run *r, const struct rns *n)
 	for (uint32_t k = 0; k < l->ranks && k < 8; k++)
 		fprintf(r->out, "%s%" PRIu64, k ? "+" : "", l->row_bytes[k]);
 	fprintf(r->out, "%s; page record %s, header %s\n", l->ranks > 8 ? "+..." : "",
-		rec_fmt_size(l->sz.page_record, a, sizeof a), rec_fmt_size(l->sz.header_bytes, b, sizeof b));
+		rec_fmt_size(l->sz.page_record, a, sizeof a),
+		rec_fmt_size(l->sz.header_bytes, b, sizeof b));
 }
 
 /* ---- ls --------------------------------------------------------------------------- */
@@ -693,8 +702,9 @@ static json_t *json_file(const struct run *r, const struct rfile *f)
 	if (!f->decoded)
 		return j;
 	const sel_record_header *h = &f->h;
-	json_object_set_new(j, "parent", sel_key_is_none(&h->d.parent) ? json_null()
-									: rec_json_key(&h->d.parent));
+	json_object_set_new(j, "parent",
+			    sel_key_is_none(&h->d.parent) ? json_null()
+							  : rec_json_key(&h->d.parent));
 	bool links = sel_record_links_parent(&h->d, h->page_tokens);
 	json_object_set_new(j, "links_parent", json_boolean(links));
 	json_object_set_new(j, "parent_present", json_boolean(links && f->parent >= 0));
@@ -702,7 +712,8 @@ static json_t *json_file(const struct run *r, const struct rfile *f)
 	json_object_set_new(j, "row", json_boolean(f->has_row));
 	json_object_set_new(j, "replicated_pages",
 			    json_boolean(h->d.flags & SEL_RECORD_PAGES_REPLICATED));
-	json_object_set_new(j, "replicated_row", json_boolean(h->d.flags & SEL_RECORD_ROW_REPLICATED));
+	json_object_set_new(j, "replicated_row",
+			    json_boolean(h->d.flags & SEL_RECORD_ROW_REPLICATED));
 	json_object_set_new(j, "version", rec_json_u64(h->version));
 	json_object_set_new(j, "created_ns", rec_json_u64(h->created_ns));
 	json_object_set_new(j, "depth", f->depth ? rec_json_u64(f->depth) : json_null());
@@ -713,9 +724,10 @@ static json_t *json_others(const struct run *r, const struct rother *v, size_t n
 {
 	json_t *a = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(a, json_pack("{s:s, s:I, s:I}", "name", v[i].name, "bytes",
-						   (json_int_t)v[i].size, "age_s",
-						   (json_int_t)(rec_age_of(r->now, v[i].mtime_ns) / NS)));
+		json_array_append_new(
+			a, json_pack("{s:s, s:I, s:I}", "name", v[i].name, "bytes",
+				     (json_int_t)v[i].size, "age_s",
+				     (json_int_t)(rec_age_of(r->now, v[i].mtime_ns) / NS)));
 	return a;
 }
 
@@ -740,8 +752,8 @@ static void cmd_ls(struct run *r, struct rns *n)
 		n->nf == 1 ? "" : "s", rec_fmt_size(bytes, a, sizeof a), n->ntmp,
 		n->ntmp == 1 ? "y" : "ies", n->nother, n->nother == 1 ? "" : "s");
 	if (n->nf) {
-		fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s\n", "KEY", "PARENT", "TAIL",
-			"SIZE", "ROW", "AGE", "DEPTH", "STATE");
+		fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s\n", "KEY", "PARENT",
+			"TAIL", "SIZE", "ROW", "AGE", "DEPTH", "STATE");
 		for (size_t i = 0; i < n->nf; i++) {
 			const struct rfile *f = &n->f[i];
 			char kt[48], pt[48] = "-", tail[16] = "?", depth[16] = "-";
@@ -750,11 +762,13 @@ static void cmd_ls(struct run *r, struct rns *n)
 			if (f->decoded) {
 				if (!sel_key_is_none(&f->h.d.parent)) {
 					fmt_key(&f->h.d.parent, pt, sizeof pt);
-					bool links = sel_record_links_parent(&f->h.d, f->h.page_tokens);
+					bool links =
+						sel_record_links_parent(&f->h.d, f->h.page_tokens);
 					if (!links)
 						strncat(pt, " (full)", sizeof pt - strlen(pt) - 1);
 					else if (header_valid(f) && f->parent < 0)
-						strncat(pt, " (absent)", sizeof pt - strlen(pt) - 1);
+						strncat(pt, " (absent)",
+							sizeof pt - strlen(pt) - 1);
 				}
 				snprintf(tail, sizeof tail, "%" PRIu32, f->h.d.tail);
 				if (header_valid(f))
@@ -764,7 +778,8 @@ static void cmd_ls(struct run *r, struct rns *n)
 				snprintf(depth, sizeof depth, "%" PRIu32, f->depth);
 			fprintf(r->out, "  %-26s %-26s %5s %10s %-5s %5s %5s  %s", kt, pt, tail,
 				rec_fmt_size(f->size, b, sizeof b), row,
-				rec_fmt_age(rec_age_of(r->now, f->mtime_ns), c, sizeof c), depth, state_of(f));
+				rec_fmt_age(rec_age_of(r->now, f->mtime_ns), c, sizeof c), depth,
+				state_of(f));
 			if (f->kind != SEL_CHECK_OK)
 				fprintf(r->out, ": %s: %s", sel_check_kind_name(f->kind), f->why);
 			fputc('\n', r->out);
@@ -808,8 +823,10 @@ static void add_problem(struct run *r, json_t *arr, const char *file, const char
 static void input_problem(struct run *r, json_t *arr, const char *file, const char *kind,
 			  const char *reason)
 {
-	add_problem(r, arr, file, kind, "%s; the server's disk tier removes it and rebuilds the "
-		    "input from the next request that sends it", reason);
+	add_problem(r, arr, file, kind,
+		    "%s; the server's disk tier removes it and rebuilds the "
+		    "input from the next request that sends it",
+		    reason);
 }
 
 static void cmd_verify(struct run *r, struct rns *n)
@@ -822,20 +839,24 @@ static void cmd_verify(struct run *r, struct rns *n)
 	/* Entries named like records that are not regular files: the server
 	 * never opens them (nor does this tool), but they are not records. */
 	if (n->undecided)
-		add_problem(r, arr, n->name, "layout", "undecided: %s; every record is judged on "
-			    "its own and gc removes nothing here", n->undecided);
+		add_problem(r, arr, n->name, "layout",
+			    "undecided: %s; every record is judged on "
+			    "its own and gc removes nothing here",
+			    n->undecided);
 	if (!r->o->json) {
 		if (!n->have_ns && n->nf && !n->undecided)
 			fprintf(r->out, "  no record header names this directory: every record is "
-				"judged on its own\n");
+					"judged on its own\n");
 		fprintf(r->out, "  %" PRIu64 " record%s checked, %s read\n", records,
 			records == 1 ? "" : "s", rec_fmt_size(n->bytes_read, a, sizeof a));
 	}
 	for (size_t i = 0; i < n->nf; i++) {
 		const struct rfile *f = &n->f[i];
 		if (f->kind == SEL_CHECK_NOT_FILE) {
-			add_problem(r, arr, f->name, sel_check_kind_name(f->kind), "%s; the server "
-				    "ignores it", f->why);
+			add_problem(r, arr, f->name, sel_check_kind_name(f->kind),
+				    "%s; the server "
+				    "ignores it",
+				    f->why);
 			continue;
 		}
 		if (f->kind != SEL_CHECK_OK)
@@ -845,31 +866,41 @@ static void cmd_verify(struct run *r, struct rns *n)
 		if (f->fate == SEL_SCAN_ORPHAN) {
 			char pn[SEL_RECORD_NAME_MAX];
 			sel_record_name(&f->h.d.parent, pn);
-			add_problem(r, arr, f->name, "orphan", "it links under %s, which is %s; the "
-				    "next server start removes it", pn,
-				    find_file(n, pn) ? "not a valid record" : "absent");
+			add_problem(r, arr, f->name, "orphan",
+				    "it links under %s, which is %s; the "
+				    "next server start removes it",
+				    pn, find_file(n, pn) ? "not a valid record" : "absent");
 		} else if (f->fate == SEL_SCAN_DESCENDANT) {
 			char pn[SEL_RECORD_NAME_MAX];
 			sel_record_name(&f->h.d.parent, pn);
-			add_problem(r, arr, f->name, "orphan", "it links under %s, which the next "
-				    "server start removes (an orphan, or a bad parent link); it goes "
-				    "too", pn);
+			add_problem(
+				r, arr, f->name, "orphan",
+				"it links under %s, which the next "
+				"server start removes (an orphan, or a bad parent link); it goes "
+				"too",
+				pn);
 		} else if (f->fate == SEL_SCAN_LINK) {
 			char pn[SEL_RECORD_NAME_MAX];
 			sel_record_name(&f->h.d.parent, pn);
-			add_problem(r, arr, f->name, "parent link", "it links under %s, whose bucket "
-				    "is not the one it was written under (a parent key rewritten to "
-				    "another record's); the next server start removes it", pn);
+			add_problem(
+				r, arr, f->name, "parent link",
+				"it links under %s, whose bucket "
+				"is not the one it was written under (a parent key rewritten to "
+				"another record's); the next server start removes it",
+				pn);
 		} else if (f->fate == SEL_SCAN_PRUNED) {
-			add_problem(r, arr, f->name, "childless page-only", "no row and no record "
+			add_problem(r, arr, f->name, "childless page-only",
+				    "no row and no record "
 				    "links under it; the next server start removes it");
 		} else if (f->fate && f->kind == SEL_CHECK_OK) {
-			add_problem(r, arr, f->name, sel_scan_why_name(f->fate), "the startup scan "
+			add_problem(r, arr, f->name, sel_scan_why_name(f->fate),
+				    "the startup scan "
 				    "removes it");
 		}
 	}
 	for (size_t i = 0; i < n->ntmp; i++)
-		add_problem(r, arr, n->tmp[i].name, "temporary", "left by an interrupted write; "
+		add_problem(r, arr, n->tmp[i].name, "temporary",
+			    "left by an interrupted write; "
 			    "the next server start removes it");
 	size_t inputs = rec_inputs_verify(r, n, arr, input_problem);
 	if (!r->o->json && inputs)
@@ -916,7 +947,8 @@ static const struct {
 	const char *name;
 	uint64_t below_s; /* 0: no bound */
 } age_buckets[] = {
-	{"<1m", 60}, {"<10m", 600}, {"<1h", 3600}, {"<1d", 86400}, {"<1w", 7 * 86400ull}, {"older", 0},
+	{"<1m", 60},    {"<10m", 600},         {"<1h", 3600},
+	{"<1d", 86400}, {"<1w", 7 * 86400ull}, {"older", 0},
 };
 #define N_AGE (sizeof age_buckets / sizeof age_buckets[0])
 
@@ -927,10 +959,10 @@ static json_t *json_chains(struct rns *n, const struct chain *c, size_t k)
 		const struct rfile *leaf = &n->f[c[i].leaf], *root = leaf;
 		while (root->parent >= 0)
 			root = &n->f[root->parent];
-		json_array_append_new(a, json_pack("{s:s, s:s, s:o, s:I, s:I}", "leaf", leaf->name,
-						   "root", root->name, "key", rec_json_key(&leaf->key),
-						   "depth", (json_int_t)c[i].depth, "bytes",
-						   (json_int_t)c[i].bytes));
+		json_array_append_new(
+			a, json_pack("{s:s, s:s, s:o, s:I, s:I}", "leaf", leaf->name, "root",
+				     root->name, "key", rec_json_key(&leaf->key), "depth",
+				     (json_int_t)c[i].depth, "bytes", (json_int_t)c[i].bytes));
 	}
 	return a;
 }
@@ -948,7 +980,8 @@ static void text_chains(struct run *r, struct rns *n, const char *title, const s
 
 static void cmd_stat(struct run *r, struct rns *n)
 {
-	uint64_t records = 0, bytes = 0, with_row = 0, page_only = 0, invalid = 0, invalid_bytes = 0;
+	uint64_t records = 0, bytes = 0, with_row = 0, page_only = 0, invalid = 0,
+		 invalid_bytes = 0;
 	uint64_t orphans = 0, prunable = 0, tmp_bytes = 0;
 	uint64_t age_n[N_AGE] = {0}, age_b[N_AGE] = {0};
 	size_t nleaves = 0;
@@ -992,30 +1025,36 @@ static void cmd_stat(struct run *r, struct rns *n)
 	size_t k = nleaves < TOP_CHAINS ? nleaves : TOP_CHAINS;
 	char a[32], b[32], c[32];
 	if (r->o->json) {
-		json_object_set_new(n->j, "totals", json_pack(
-			"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-			"records", (json_int_t)records, "bytes", (json_int_t)bytes,
-			"with_row", (json_int_t)with_row, "page_only", (json_int_t)page_only,
-			"orphans", (json_int_t)orphans, "prunable", (json_int_t)prunable,
-			"invalid", (json_int_t)invalid, "invalid_bytes", (json_int_t)invalid_bytes,
-			"temporaries", (json_int_t)n->ntmp, "temporary_bytes", (json_int_t)tmp_bytes,
-			"other", (json_int_t)n->nother));
+		json_object_set_new(
+			n->j, "totals",
+			json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+				  "records", (json_int_t)records, "bytes", (json_int_t)bytes,
+				  "with_row", (json_int_t)with_row, "page_only",
+				  (json_int_t)page_only, "orphans", (json_int_t)orphans, "prunable",
+				  (json_int_t)prunable, "invalid", (json_int_t)invalid,
+				  "invalid_bytes", (json_int_t)invalid_bytes, "temporaries",
+				  (json_int_t)n->ntmp, "temporary_bytes", (json_int_t)tmp_bytes,
+				  "other", (json_int_t)n->nother));
 		qsort(ch, nleaves, sizeof *ch, chain_by_bytes);
 		json_object_set_new(n->j, "largest_chains", json_chains(n, ch, k));
 		qsort(ch, nleaves, sizeof *ch, chain_by_depth);
 		json_object_set_new(n->j, "deepest_chains", json_chains(n, ch, k));
 		json_t *h = json_array();
 		for (size_t i = 0; i < N_AGE; i++)
-			json_array_append_new(h, json_pack("{s:s, s:I, s:I}", "age", age_buckets[i].name,
-							   "records", (json_int_t)age_n[i], "bytes",
+			json_array_append_new(h, json_pack("{s:s, s:I, s:I}", "age",
+							   age_buckets[i].name, "records",
+							   (json_int_t)age_n[i], "bytes",
 							   (json_int_t)age_b[i]));
 		json_object_set_new(n->j, "age_histogram", h);
 	} else {
 		text_layout(r, n);
-		fprintf(r->out, "  records %" PRIu64 " (%s): %" PRIu64 " with row, %" PRIu64
-			" page-only; %" PRIu64 " orphaned, %" PRIu64 " prunable\n", records,
-			rec_fmt_size(bytes, a, sizeof a), with_row, page_only, orphans, prunable);
-		fprintf(r->out, "  invalid %" PRIu64 " (%s), temporaries %zu (%s), other files %zu\n",
+		fprintf(r->out,
+			"  records %" PRIu64 " (%s): %" PRIu64 " with row, %" PRIu64
+			" page-only; %" PRIu64 " orphaned, %" PRIu64 " prunable\n",
+			records, rec_fmt_size(bytes, a, sizeof a), with_row, page_only, orphans,
+			prunable);
+		fprintf(r->out,
+			"  invalid %" PRIu64 " (%s), temporaries %zu (%s), other files %zu\n",
 			invalid, rec_fmt_size(invalid_bytes, b, sizeof b), n->ntmp,
 			rec_fmt_size(tmp_bytes, c, sizeof c), n->nother);
 		if (k) {
@@ -1026,8 +1065,8 @@ static void cmd_stat(struct run *r, struct rns *n)
 		}
 		fprintf(r->out, "  age (file mtime):\n");
 		for (size_t i = 0; i < N_AGE; i++)
-			fprintf(r->out, "    %-6s %8" PRIu64 "  %s\n", age_buckets[i].name, age_n[i],
-				rec_fmt_size(age_b[i], a, sizeof a));
+			fprintf(r->out, "    %-6s %8" PRIu64 "  %s\n", age_buckets[i].name,
+				age_n[i], rec_fmt_size(age_b[i], a, sizeof a));
 	}
 	free(ch);
 }
@@ -1040,7 +1079,8 @@ static bool is_ns_name(const char *s)
 	    s[SEL_RECORD_ID_PREFIX_HEX] != '-')
 		return false;
 	for (const char *p = s; *p; p++)
-		if (p - s != SEL_RECORD_ID_PREFIX_HEX && !((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+		if (p - s != SEL_RECORD_ID_PREFIX_HEX &&
+		    !((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
 			return false;
 	return true;
 }
@@ -1201,10 +1241,10 @@ int flare_records(int argc, char **argv, FILE *out, FILE *err)
 		r.jns = json_array();
 		if (o.cmd == R_GC) {
 			json_object_set_new(r.root, "dry_run", json_boolean(o.dry_run));
-			json_object_set_new(r.root, "max_age_ns", o.age ? rec_json_u64(o.max_age_ns)
-								       : json_null());
-			json_object_set_new(r.root, "limit_bytes", o.limit ? rec_json_u64(o.limit_bytes)
-									 : json_null());
+			json_object_set_new(r.root, "max_age_ns",
+					    o.age ? rec_json_u64(o.max_age_ns) : json_null());
+			json_object_set_new(r.root, "limit_bytes",
+					    o.limit ? rec_json_u64(o.limit_bytes) : json_null());
 		}
 	} else if (nd == 0 && !r.status) {
 		fprintf(out, "no record namespaces (<16 hex>-<32 hex>) under %s\n", o.dir);
@@ -1234,4 +1274,3 @@ int flare_records(int argc, char **argv, FILE *out, FILE *err)
 	fflush(out);
 	return r.status;
 }
-

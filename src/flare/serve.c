@@ -50,8 +50,8 @@
 #include "flare/server.h"
 #include "helios/core.h"
 
-#define STOP_GRACE_NS (30ull * 1000000000ull)  /* engine stop, beyond a limited drain */
-#define HTTP_GRACE_NS (5ull * 1000000000ull)   /* responses still going out */
+#define STOP_GRACE_NS (30ull * 1000000000ull) /* engine stop, beyond a limited drain */
+#define HTTP_GRACE_NS (5ull * 1000000000ull)  /* responses still going out */
 
 const char *flare_disk_resolve(const struct flare_settings *s, char *note, size_t notelen)
 {
@@ -83,10 +83,7 @@ const char *flare_disk_resolve(const struct flare_settings *s, char *note, size_
 	return s->disk;
 }
 
-static const char *size_text(uint64_t v, char *b, size_t cap)
-{
-	return eos_format_size(v, b, cap);
-}
+static const char *size_text(uint64_t v, char *b, size_t cap) { return eos_format_size(v, b, cap); }
 
 const char *flare_duration_text(uint64_t ns, char *b, size_t cap)
 {
@@ -116,24 +113,28 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 {
 	char a[32], b[32], c[32], d[32], t[32];
 	size_t o = 0;
-#define ADD(...)                                                                              \
-	do {                                                                                  \
-		if (o < cap)                                                                  \
-			o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                 \
+#define ADD(...)                                                                                   \
+	do {                                                                                       \
+		if (o < cap)                                                                       \
+			o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__);                      \
 	} while (0)
 	if (p->off) {
-		ADD("flare: warning: stopped without a drain: %" PRIu64 " DRAM-only record%s (%s) not "
+		ADD("flare: warning: stopped without a drain: %" PRIu64
+		    " DRAM-only record%s (%s) not "
 		    "saved to disk; --prefix-cache-drain-on-shutdown saves them for a warm restart",
 		    p->records_left, p->records_left == 1 ? "" : "s",
 		    size_text(p->bytes_left, a, sizeof a));
 		return;
 	}
 	if (!p->final) {
-		ADD("flare: drain: %" PRIu64 " record%s (%s) written, %s/s; %" PRIu64 " writing (%s), "
-		    "%" PRIu64 " left (%s), %s", p->records_written, p->records_written == 1 ? "" : "s",
+		ADD("flare: drain: %" PRIu64 " record%s (%s) written, %s/s; %" PRIu64
+		    " writing (%s), "
+		    "%" PRIu64 " left (%s), %s",
+		    p->records_written, p->records_written == 1 ? "" : "s",
 		    size_text(p->bytes_written, a, sizeof a), size_text(p->rate_bps, b, sizeof b),
 		    p->records_writing, size_text(p->bytes_writing, c, sizeof c), p->records_left,
-		    size_text(p->bytes_left, d, sizeof d), flare_duration_text(p->elapsed_ns, t, sizeof t));
+		    size_text(p->bytes_left, d, sizeof d),
+		    flare_duration_text(p->elapsed_ns, t, sizeof t));
 		return;
 	}
 	if (!p->records_written && !p->records_left && !p->failed) {
@@ -145,7 +146,8 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 	    flare_duration_text(p->elapsed_ns, t, sizeof t), size_text(p->rate_bps, b, sizeof b));
 	if (p->records_left || p->failed) {
 		ADD("; not saved %" PRIu64 " record%s (%s)", p->records_left + p->failed,
-		    p->records_left + p->failed == 1 ? "" : "s", size_text(p->bytes_left, c, sizeof c));
+		    p->records_left + p->failed == 1 ? "" : "s",
+		    size_text(p->bytes_left, c, sizeof c));
 		if (p->failed)
 			ADD(", %" PRIu64 " failed to write", p->failed);
 		if (p->why && *p->why)
@@ -161,8 +163,10 @@ static void print_store_stopped(void *ctx, int rc, const char *reason, const cha
 {
 	(void)ctx;
 	(void)rc;
-	fprintf(stderr, "flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
-		"without it (flare_host_cache_enabled 0)\n", reason, why);
+	fprintf(stderr,
+		"flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
+		"without it (flare_host_cache_enabled 0)\n",
+		reason, why);
 }
 
 /* The engine's drain progress, on stderr (design 2.5). */
@@ -178,24 +182,28 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			 const hel_core *core, const hel_engine_info *info, const char *disk_note)
 {
 	char a[32], b[32], c[32];
-	flare_buf_printf(out,
-			 "flare: core '%s' (%" PRIu64 "-token context), speculate %s, max-active %u, "
-			 "GPU cache %s: %u pages, %u rows\n",
-			 core->name, core->max_context, flare_mode_name(s->speculate), info->max_active,
-			 size_text(s->gpu_cache, a, sizeof a), info->gpu_pages, info->gpu_rows);
+	flare_buf_printf(
+		out,
+		"flare: core '%s' (%" PRIu64 "-token context), speculate %s, max-active %u, "
+		"GPU cache %s: %u pages, %u rows\n",
+		core->name, core->max_context, flare_mode_name(s->speculate), info->max_active,
+		size_text(s->gpu_cache, a, sizeof a), info->gpu_pages, info->gpu_rows);
 	const char *store = info->store && *info->store ? info->store : "disabled";
-	const char *note = disk_note && *disk_note ? disk_note
-			   : info->disk_note && *info->disk_note ? info->disk_note : "";
+	const char *note = disk_note && *disk_note               ? disk_note
+			   : info->disk_note && *info->disk_note ? info->disk_note
+								 : "";
 	/* A disk directory that was asked for and cannot be used is a warning;
 	 * "--prefix-cache-disk-limit 0" is a choice. */
-	bool warn = disk_note && *disk_note ? !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) &&
-						s->disk_limit == 0)
-					    : info->disk_warning;
+	bool warn = disk_note && *disk_note
+			    ? !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)
+			    : info->disk_warning;
 	if (!strcmp(store, "disabled")) {
 		flare_buf_printf(out, "flare: prefix cache: disabled");
 	} else if (!info->slots_total) { /* pool only: no local slots */
-		flare_buf_printf(out, "flare: prefix cache: %s store, transport %s, no local tier; "
-				 "shared through %s", store, info->transport ? info->transport : "none",
+		flare_buf_printf(out,
+				 "flare: prefix cache: %s store, transport %s, no local tier; "
+				 "shared through %s",
+				 store, info->transport ? info->transport : "none",
 				 info->pool[0] ? info->pool : "no pool");
 		if (info->remote[0]) /* issue 16: pool and remote, no local tier */
 			flare_buf_printf(out, "; remote tier %s", info->remote);
@@ -203,22 +211,25 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 		flare_buf_printf(out,
 				 "flare: prefix cache: %s store, transport %s; pool %" PRIu64
 				 " slots of %s = %s (intake %" PRIu64 " slots, %s)",
-				 store, info->transport ? info->transport : "none", info->slots_total,
-				 size_text(info->slot_bytes, a, sizeof a),
+				 store, info->transport ? info->transport : "none",
+				 info->slots_total, size_text(info->slot_bytes, a, sizeof a),
 				 size_text(info->slots_total * info->slot_bytes, b, sizeof b),
 				 info->intake_slots,
 				 size_text(info->intake_slots * info->slot_bytes, c, sizeof c));
 		if (info->memory_bytes)
-			flare_buf_printf(out, "; memory %s", size_text(info->memory_bytes, a, sizeof a));
+			flare_buf_printf(out, "; memory %s",
+					 size_text(info->memory_bytes, a, sizeof a));
 		if (info->remote[0]) /* issue 16: the last level, its nodes, key, encryption */
 			flare_buf_printf(out, "; remote tier %s", info->remote);
 		if (info->disk_dir[0])
-			flare_buf_printf(out, "; directory %s, limit %s, I/O %s, %" PRIu64
-					 " records scanned", info->disk_dir,
-					 size_text(info->disk_limit, a, sizeof a),
-					 info->disk_io ? info->disk_io : "unknown", info->scanned_records);
+			flare_buf_printf(
+				out,
+				"; directory %s, limit %s, I/O %s, %" PRIu64 " records scanned",
+				info->disk_dir, size_text(info->disk_limit, a, sizeof a),
+				info->disk_io ? info->disk_io : "unknown", info->scanned_records);
 		if (info->input_memory || info->disk_shared) /* a vision core (docs/inputs.md) */
-			flare_buf_printf(out, "; image inputs: memory %s, disk %s, host allowances %s",
+			flare_buf_printf(out,
+					 "; image inputs: memory %s, disk %s, host allowances %s",
 					 size_text(info->input_memory, a, sizeof a),
 					 size_text(info->disk_shared, b, sizeof b),
 					 size_text(info->input_reserved, c, sizeof c));
@@ -229,9 +240,10 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			flare_buf_printf(out, "; records expire after %s unused",
 					 flare_duration_text(s->max_age_ns, a, sizeof a));
 		if (s->fetch != HEL_FETCH_AUTO)
-			flare_buf_printf(out, "; host hits %s", s->fetch == HEL_FETCH_ALWAYS
-								? "always restored (--prefix-cache-fetch always)"
-								: "never restored (--prefix-cache-fetch never)");
+			flare_buf_printf(out, "; host hits %s",
+					 s->fetch == HEL_FETCH_ALWAYS
+						 ? "always restored (--prefix-cache-fetch always)"
+						 : "never restored (--prefix-cache-fetch never)");
 		if (s->drain && !strcmp(store, "composite")) {
 			if (s->drain_ns)
 				flare_buf_printf(out, "; drain on shutdown for at most %s",
@@ -239,7 +251,8 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 			else
 				flare_buf_printf(out, "; drain on shutdown until done");
 		} else if (s->drain) {
-			flare_buf_printf(out, "; drain on shutdown: nothing to drain in a %s store", store);
+			flare_buf_printf(out, "; drain on shutdown: nothing to drain in a %s store",
+					 store);
 		}
 	}
 	if (*note)
@@ -250,10 +263,11 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 	/* Design 2.10: record I/O is direct, so disk writes neither grow the
 	 * page cache nor evict the core's mappings.  Say so when it is not. */
 	if (info->disk_io && info->disk_io_note[0])
-		flare_buf_printf(out, "flare: warning: record I/O is %s, not io_uring+O_DIRECT: %s%s\n",
-				 info->disk_io, info->disk_io_note,
-				 strstr(info->disk_io, "buffered") ? " (records go through the page cache)"
-								   : "");
+		flare_buf_printf(
+			out, "flare: warning: record I/O is %s, not io_uring+O_DIRECT: %s%s\n",
+			info->disk_io, info->disk_io_note,
+			strstr(info->disk_io, "buffered") ? " (records go through the page cache)"
+							  : "");
 }
 
 /* --api-key-file: the key is the file's first line. */
@@ -261,7 +275,8 @@ static int read_key_file(struct flare_settings *s, char *err, size_t errlen)
 {
 	FILE *f = fopen(s->api_key_file, "re");
 	if (!f) {
-		snprintf(err, errlen, "--api-key-file: '%.1024s': %s", s->api_key_file, strerror(errno));
+		snprintf(err, errlen, "--api-key-file: '%.1024s': %s", s->api_key_file,
+			 strerror(errno));
 		return -1;
 	}
 	char line[FLARE_API_KEY_MAX + 3];
@@ -297,7 +312,8 @@ static uint32_t fit_connections(uint32_t want)
 			rl.rlim_cur = to;
 	}
 	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-		uint32_t fit = rl.rlim_cur > FD_RESERVE + 16 ? (uint32_t)(rl.rlim_cur - FD_RESERVE) : 16;
+		uint32_t fit =
+			rl.rlim_cur > FD_RESERVE + 16 ? (uint32_t)(rl.rlim_cur - FD_RESERVE) : 16;
 		fprintf(stderr,
 			"flare: warning: --max-connections %u needs %llu file descriptors; the limit is "
 			"%llu (ulimit -n): at most %u connections\n",
@@ -322,8 +338,9 @@ static const char *signame(int sig)
 static int remote_key(const struct flare_settings *s, uint8_t out[32])
 {
 	if (s->remote_key[0] && !s->remote[0]) {
-		fprintf(stderr, "flare: --prefix-cache-remote-key %s: no remote tier "
-				"(--prefix-cache-remote URL) to use it with\n",
+		fprintf(stderr,
+			"flare: --prefix-cache-remote-key %s: no remote tier "
+			"(--prefix-cache-remote URL) to use it with\n",
 			s->remote_key);
 		return -1;
 	}
@@ -416,9 +433,14 @@ static int listen_first(struct flare_settings *s, const hel_core *core, struct f
 	struct flare_server_config sc = {
 		.host = s->host,
 		.port = s->port,
-		.limits = {.model = core->name, .vocab = core->vocab, .max_context = core->max_context,
-			   .core = core, .images = flare_image_limits(s)},
-		.info = {.model = core->name, .mode = flare_mode_name(s->speculate), .store = "disabled",
+		.limits = {.model = core->name,
+			   .vocab = core->vocab,
+			   .max_context = core->max_context,
+			   .core = core,
+			   .images = flare_image_limits(s)},
+		.info = {.model = core->name,
+			 .mode = flare_mode_name(s->speculate),
+			 .store = "disabled",
 			 .transport = "none"},
 		.allowed_origins = s->allowed_origins,
 		.api_key = s->api_key,
@@ -486,14 +508,16 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 	if (sum.data)
 		fputs(sum.data, stderr);
 	flare_buf_free(&sum);
-	struct flare_metrics_info mi = {.model = core->name, .mode = flare_mode_name(s->speculate),
+	struct flare_metrics_info mi = {.model = core->name,
+					.mode = flare_mode_name(s->speculate),
 					.store = info.store ? info.store : "disabled",
 					.transport = info.transport ? info.transport : "none",
 					.slot_bytes = info.slot_bytes};
 	flare_server_attach(srv, be, &mi);
 	int rc = be->ops->start(be->ctx);
 	if (rc) {
-		fprintf(stderr, "flare: cannot start the engine: %s: %s\n", sel_strerror(rc), sel_errmsg());
+		fprintf(stderr, "flare: cannot start the engine: %s: %s\n", sel_strerror(rc),
+			sel_errmsg());
 		return -2;
 	}
 	flare_server_set_ready(srv);
@@ -528,7 +552,8 @@ static int serve_until_signal(const struct flare_settings *s, struct flare_backe
 		be->ops->stats(be->ctx, &cur);
 		uint64_t now = eos_now_ns();
 		char line[512];
-		flare_dashboard_line(line, sizeof line, have_prev ? &prev : NULL, &cur, now - prev_ns);
+		flare_dashboard_line(line, sizeof line, have_prev ? &prev : NULL, &cur,
+				     now - prev_ns);
 		fprintf(stderr, "%s\n", line);
 		prev = cur;
 		prev_ns = now;

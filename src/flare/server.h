@@ -34,13 +34,13 @@
 #define FLARE_SERVER_MAX_BUFFERED (64u << 20)
 
 struct flare_server_config {
-	const char *host;                 /* address or name to listen on */
-	uint16_t port;                    /* 0: any free port */
-	struct flare_api_limits limits;   /* model name, vocab, context (copied) */
-	struct flare_metrics_info info;   /* for flare_info (strings copied); attach may replace it */
-	size_t max_body;                  /* request body limit; 0: FLARE_SERVER_MAX_BODY */
-	unsigned threads;                 /* libmicrohttpd thread pool; 0: 2 */
-	unsigned watch_ms;                /* disconnect check period; 0: 100 */
+	const char *host;               /* address or name to listen on */
+	uint16_t port;                  /* 0: any free port */
+	struct flare_api_limits limits; /* model name, vocab, context (copied) */
+	struct flare_metrics_info info; /* for flare_info (strings copied); attach may replace it */
+	size_t max_body;                /* request body limit; 0: FLARE_SERVER_MAX_BODY */
+	unsigned threads;               /* libmicrohttpd thread pool; 0: 2 */
+	unsigned watch_ms;              /* disconnect check period; 0: 100 */
 	/* CORS: NULL or "" off; "*" any origin; else origins separated by
 	 * commas ("https://app.example.com,http://localhost:3000"). */
 	const char *allowed_origins;
@@ -48,10 +48,10 @@ struct flare_server_config {
 	 * metrics_auth) requires; NULL or "": none.  Copied. */
 	const char *api_key;
 	bool metrics_auth;
-	unsigned max_connections;         /* 0: FLARE_SERVER_MAX_CONNECTIONS */
-	unsigned max_per_client;          /* connections per client address; 0: no limit */
-	unsigned idle_timeout_s;          /* 0: FLARE_SERVER_IDLE_TIMEOUT_S */
-	size_t max_buffered;              /* request body bytes held at once; 0: FLARE_SERVER_MAX_BUFFERED */
+	unsigned max_connections; /* 0: FLARE_SERVER_MAX_CONNECTIONS */
+	unsigned max_per_client;  /* connections per client address; 0: no limit */
+	unsigned idle_timeout_s;  /* 0: FLARE_SERVER_IDLE_TIMEOUT_S */
+	size_t max_buffered; /* request body bytes held at once; 0: FLARE_SERVER_MAX_BUFFERED */
 };
 
 struct flare_server;

@@ -47,20 +47,20 @@
 static const struct flare_option options[] = {
 	{FLARE_OPT_CONFIG, "--config", "FILE", NULL, NULL, FLARE_K_PATH, 0, 0, false, "none",
 	 "read settings from FILE (TOML subset; flags win over the file)"},
-	{FLARE_OPT_HOST, "--host", "ADDR", "server", "host", FLARE_K_HOST, 0, 0, false, DEFAULT_HOST,
-	 "address to listen on"},
+	{FLARE_OPT_HOST, "--host", "ADDR", "server", "host", FLARE_K_HOST, 0, 0, false,
+	 DEFAULT_HOST, "address to listen on"},
 	{FLARE_OPT_PORT, "--port", "N", "server", "port", FLARE_K_PORT, 0, 65535, false, "8080",
 	 "TCP port; 0 picks a free port (the startup line names it)"},
 	{FLARE_OPT_MAX_ACTIVE, "--max-active", "N", "server", "max_active", FLARE_K_COUNT, 1,
 	 FLARE_MAX_ACTIVE_MAX, false, "4", "requests running at once; more wait in the queue"},
-	{FLARE_OPT_GPU_CACHE, "--gpu-cache", "SIZE", "server", "gpu_cache", FLARE_K_SIZE, 1, 0, false,
-	 "64MiB", "GPU checkpoint cache budget (page planes and rows)"},
-	{FLARE_OPT_SPECULATE, "--speculate", "MODE", "server", "speculate", FLARE_K_MODE, 0, 0, false,
-	 "off", "speculative decoding: off (ordinary), copy or learned"},
+	{FLARE_OPT_GPU_CACHE, "--gpu-cache", "SIZE", "server", "gpu_cache", FLARE_K_SIZE, 1, 0,
+	 false, "64MiB", "GPU checkpoint cache budget (page planes and rows)"},
+	{FLARE_OPT_SPECULATE, "--speculate", "MODE", "server", "speculate", FLARE_K_MODE, 0, 0,
+	 false, "off", "speculative decoding: off (ordinary), copy or learned"},
 	{FLARE_OPT_DRAFT_TOKENS, "--draft-tokens", "N", "server", "draft_tokens", FLARE_K_COUNT, 1,
 	 HEL_DRAFT_MAX, false, "4", "proposals per speculative round (1-16)"},
-	{FLARE_OPT_MEMORY, "--prefix-cache-memory", "SIZE", "prefix_cache", "memory", FLARE_K_SIZE, 0,
-	 0, false, "0", "host memory for warm prefix checkpoints; 0 = none"},
+	{FLARE_OPT_MEMORY, "--prefix-cache-memory", "SIZE", "prefix_cache", "memory", FLARE_K_SIZE,
+	 0, 0, false, "0", "host memory for warm prefix checkpoints; 0 = none"},
 	{FLARE_OPT_DISK, "--prefix-cache-disk", "DIR", "prefix_cache", "disk", FLARE_K_PATH, 0, 0,
 	 false, "none", "base directory for the model's prefix record directory"},
 	{FLARE_OPT_DISK_LIMIT, "--prefix-cache-disk-limit", "SIZE", "prefix_cache", "disk_limit",
@@ -74,19 +74,21 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_FETCH, "--prefix-cache-fetch", "auto|always|never", "prefix_cache", "fetch",
 	 FLARE_K_FETCH, 0, 0, false, "auto",
 	 "restore host hits: auto = when faster than recomputing, always, never"},
-	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH, 0, 0,
-	 false, "auto", "one status line on stderr per interval; auto = when stderr is a terminal"},
+	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH,
+	 0, 0, false, "auto",
+	 "one status line on stderr per interval; auto = when stderr is a terminal"},
 	{FLARE_OPT_DASHBOARD_INTERVAL, "--dashboard-interval", "DURATION", "server",
-	 "dashboard_interval", FLARE_K_INTERVAL, 0, 0, false, "5s", "how often the dashboard prints"},
+	 "dashboard_interval", FLARE_K_INTERVAL, 0, 0, false, "5s",
+	 "how often the dashboard prints"},
 	{FLARE_OPT_ALLOWED_ORIGINS, "--allowed-origins", "LIST", "server", "allowed_origins",
 	 FLARE_K_ORIGINS, 0, 0, false, "none (CORS off)",
 	 "browser origins allowed to call the API: * or scheme://host[:port],..."},
 	{FLARE_OPT_API_KEY, "--api-key", "KEY", "server", "api_key", FLARE_K_SECRET, 0, 0, false,
 	 "none", "require Authorization: Bearer KEY everywhere but /health (and /metrics)"},
-	{FLARE_OPT_API_KEY_FILE, "--api-key-file", "FILE", "server", "api_key_file", FLARE_K_PATH, 0,
-	 0, false, "none", "the API key from FILE's first line (keeps it out of ps)"},
-	{FLARE_OPT_METRICS_AUTH, "--metrics-auth", "on|off", "server", "metrics_auth", FLARE_K_BOOL, 0,
-	 0, false, "off", "whether /metrics needs the API key too"},
+	{FLARE_OPT_API_KEY_FILE, "--api-key-file", "FILE", "server", "api_key_file", FLARE_K_PATH,
+	 0, 0, false, "none", "the API key from FILE's first line (keeps it out of ps)"},
+	{FLARE_OPT_METRICS_AUTH, "--metrics-auth", "on|off", "server", "metrics_auth", FLARE_K_BOOL,
+	 0, 0, false, "off", "whether /metrics needs the API key too"},
 	{FLARE_OPT_MAX_CONNECTIONS, "--max-connections", "N", "server", "max_connections",
 	 FLARE_K_COUNT, 1, FLARE_CONNECTIONS_MAX, false, "1024", "TCP connections open at once"},
 	{FLARE_OPT_MAX_PER_CLIENT, "--max-connections-per-client", "N", "server",
@@ -103,7 +105,8 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_RANK, "--rank", "R", "ranks", "rank", FLARE_K_COUNT, 0, 63, false, "0",
 	 "this process's rank: 0 serves HTTP and schedules, the others compute"},
 	{FLARE_OPT_RENDEZVOUS, "--rendezvous", "HOST:PORT", "ranks", "rendezvous", FLARE_K_ENDPOINT,
-	 0, 0, false, "none", "rank 0 listens there (port 0: any; it prints it), the peers connect"},
+	 0, 0, false, "none",
+	 "rank 0 listens there (port 0: any; it prints it), the peers connect"},
 	{FLARE_OPT_MAX_IMAGE_BYTES, "--max-image-bytes", "SIZE", "images", "max_image_bytes",
 	 FLARE_K_SIZE, 1, 0, false, "16MiB",
 	 "an image part's encoded bytes at most (vision cores); beyond it 400"},
@@ -112,18 +115,19 @@ static const struct flare_option options[] = {
 	 "an image's width x height at most, from its header before decoding; beyond it 400"},
 	{FLARE_OPT_MAX_IMAGES, "--max-images", "N", "images", "max_images", FLARE_K_COUNT, 1, 1024,
 	 false, "16", "image parts in one request at most; beyond it 400"},
-	{FLARE_OPT_POOL, "--prefix-cache-pool", "unix:PATH", "prefix_cache", "pool", FLARE_K_POOL, 0,
-	 0, false, "none", "share prefix checkpoints through the pool manager at PATH (flare pool)"},
+	{FLARE_OPT_POOL, "--prefix-cache-pool", "unix:PATH", "prefix_cache", "pool", FLARE_K_POOL,
+	 0, 0, false, "none",
+	 "share prefix checkpoints through the pool manager at PATH (flare pool)"},
 	{FLARE_OPT_POOL_INSTANCE_ID, "--prefix-cache-instance-id", "ID", "prefix_cache",
 	 "instance_id", FLARE_K_NAME, 0, 0, false, "machine id + core + listen address",
 	 "this instance's stable id in the pool"},
 	{FLARE_OPT_POOL_WAIT, "--prefix-cache-pool-wait", "DURATION", "prefix_cache", "pool_wait",
 	 FLARE_K_INTERVAL, 0, 0, false, "10s", "how long startup waits for the pool manager"},
-	{FLARE_OPT_POOL_GRACE, "--prefix-cache-pool-grace", "DURATION", "prefix_cache", "pool_grace",
-	 FLARE_K_INTERVAL, 0, 0, false, "2ms",
+	{FLARE_OPT_POOL_GRACE, "--prefix-cache-pool-grace", "DURATION", "prefix_cache",
+	 "pool_grace", FLARE_K_INTERVAL, 0, 0, false, "2ms",
 	 "shortest time admission waits for the pool's answer (longer: 4 round trips)"},
-	{FLARE_OPT_REMOTE, "--prefix-cache-remote", "URL", "prefix_cache", "remote", FLARE_K_REMOTE, 0,
-	 0, false, "none",
+	{FLARE_OPT_REMOTE, "--prefix-cache-remote", "URL", "prefix_cache", "remote", FLARE_K_REMOTE,
+	 0, 0, false, "none",
 	 "share prefixes across hosts through Redis: redis://HOST:PORT[/DB], unix:///PATH, "
 	 "redis-cluster://HOST:PORT[,HOST:PORT...]"},
 	{FLARE_OPT_REMOTE_KEY, "--prefix-cache-remote-key", "FILE", "prefix_cache", "remote_key",
@@ -132,7 +136,8 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_REMOTE_ENCRYPT, "--prefix-cache-remote-encrypt", " [on|off]", "prefix_cache",
 	 "remote_encrypt", FLARE_K_ENCRYPT, 0, 0, true, "off",
 	 "encrypt remote values (XChaCha20-Poly1305; needs the key)"},
-	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "", "print this help and exit"},
+	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "",
+	 "print this help and exit"},
 };
 
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -215,8 +220,9 @@ static bool read_origins(const char *t, char *out, size_t cap)
 		size_t l = strcspn(p, ",");
 		while (l && p[l - 1] == ' ')
 			l--;
-		const char *host = !strncmp(p, "http://", 7) ? p + 7 : !strncmp(p, "https://", 8) ? p + 8
-												 : NULL;
+		const char *host = !strncmp(p, "http://", 7)    ? p + 7
+				   : !strncmp(p, "https://", 8) ? p + 8
+								: NULL;
 		if (!host || host >= p + l || o + l + 2 > cap)
 			return false;
 		for (const char *q = host; q < p + l; q++)
@@ -313,7 +319,7 @@ static int read_duration(const char *t, enum flare_vtype vt, bool allow_off, uin
 	} else {
 		if (eos_parse_duration(t, &v, allow_off ? &off : NULL))
 			return flare_bad(err, errlen, "'%s' is not a duration: %s", t,
-				   eos_reason("duration", t));
+					 eos_reason("duration", t));
 	}
 	if (off) {
 		*ns = 0;
@@ -321,7 +327,7 @@ static int read_duration(const char *t, enum flare_vtype vt, bool allow_off, uin
 	}
 	if (v == 0)
 		return flare_bad(err, errlen, "'%s' is not a positive duration%s", t,
-			   allow_off ? " (write 'off' to disable)" : "");
+				 allow_off ? " (write 'off' to disable)" : "");
 	*ns = v;
 	return 0;
 }
@@ -340,7 +346,7 @@ static const char *vtype_name(enum flare_vtype vt)
 /* One setter per kind of option: the value in t (its TOML type vt)
  * checked and stored; the failure's message into err. */
 static int set_none(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)s;
 	(void)o;
@@ -350,11 +356,11 @@ static int set_none(struct flare_settings *s, const struct flare_option *o, cons
 }
 
 static int set_path(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)vt;
-	char *dst = o->id == FLARE_OPT_DISK	    ? s->disk
-		    : o->id == FLARE_OPT_CONFIG	    ? s->config
+	char *dst = o->id == FLARE_OPT_DISK           ? s->disk
+		    : o->id == FLARE_OPT_CONFIG       ? s->config
 		    : o->id == FLARE_OPT_API_KEY_FILE ? s->api_key_file
 		    : o->id == FLARE_OPT_REMOTE_KEY   ? s->remote_key
 						      : s->core;
@@ -367,18 +373,19 @@ static int set_path(struct flare_settings *s, const struct flare_option *o, cons
 }
 
 static int set_host(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
 	if (!*t || strlen(t) >= FLARE_HOST_MAX || strpbrk(t, " \t/"))
-		return flare_bad(err, errlen, "'%s' is not an address (e.g. 127.0.0.1, ::1, 0.0.0.0)", t);
+		return flare_bad(err, errlen,
+				 "'%s' is not an address (e.g. 127.0.0.1, ::1, 0.0.0.0)", t);
 	snprintf(s->host, sizeof s->host, "%s", t);
 	return 0;
 }
 
 static int set_port(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
@@ -390,13 +397,14 @@ static int set_port(struct flare_settings *s, const struct flare_option *o, cons
 }
 
 static int set_count(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		     enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)vt;
 	uint64_t v = 0;
 	if (!parse_uint(t, UINT64_MAX, &v) || v < o->min || v > o->max)
-		return flare_bad(err, errlen, "'%s' is not a whole number from %" PRIu64 " to %" PRIu64, t,
-			   o->min, o->max);
+		return flare_bad(err, errlen,
+				 "'%s' is not a whole number from %" PRIu64 " to %" PRIu64, t,
+				 o->min, o->max);
 	if (o->id == FLARE_OPT_MAX_ACTIVE)
 		s->max_active = (uint32_t)v;
 	else if (o->id == FLARE_OPT_MAX_CONNECTIONS)
@@ -417,7 +425,7 @@ static int set_count(struct flare_settings *s, const struct flare_option *o, con
 }
 
 static int set_size(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	uint64_t v = 0;
 	if (vt == FLARE_V_INTEGER) {
@@ -442,7 +450,7 @@ static int set_size(struct flare_settings *s, const struct flare_option *o, cons
 }
 
 static int set_mode(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
@@ -453,24 +461,25 @@ static int set_mode(struct flare_settings *s, const struct flare_option *o, cons
 	else if (!strcmp(t, "learned"))
 		s->speculate = SEL_MODE_LEARNED;
 	else
-		return flare_bad(err, errlen, "'%s' is not a speculation mode (off, copy, learned)", t);
+		return flare_bad(err, errlen, "'%s' is not a speculation mode (off, copy, learned)",
+				 t);
 	return 0;
 }
 
 static int set_drain(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		     enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	uint64_t ns = 0;
-	if (vt == FLARE_V_BOOL || (vt != FLARE_V_INTEGER &&
-				   (!strcasecmp(t, "on") || !strcasecmp(t, "off")))) {
+	if (vt == FLARE_V_BOOL ||
+	    (vt != FLARE_V_INTEGER && (!strcasecmp(t, "on") || !strcasecmp(t, "off")))) {
 		s->drain = !strcasecmp(t, "on") || !strcmp(t, "true");
 		s->drain_ns = 0;
 		return 0;
 	}
 	if (vt != FLARE_V_INTEGER && eos_parse_duration(t, &ns, NULL))
 		return flare_bad(err, errlen, "'%s' is not on, off or a duration: %s", t,
-			   eos_reason("duration", t));
+				 eos_reason("duration", t));
 	if (read_duration(t, vt, false, &ns, err, errlen))
 		return -EINVAL;
 	s->drain = true;
@@ -479,7 +488,7 @@ static int set_drain(struct flare_settings *s, const struct flare_option *o, con
 }
 
 static int set_age(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		   enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	uint64_t ns = 0;
@@ -490,7 +499,7 @@ static int set_age(struct flare_settings *s, const struct flare_option *o, const
 }
 
 static int set_fetch(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		     enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
@@ -506,7 +515,7 @@ static int set_fetch(struct flare_settings *s, const struct flare_option *o, con
 }
 
 static int set_switch(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		      enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
@@ -522,7 +531,7 @@ static int set_switch(struct flare_settings *s, const struct flare_option *o, co
 }
 
 static int set_interval(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+			enum flare_vtype vt, char *err, size_t errlen)
 {
 	uint64_t ns = 0;
 	if (read_duration(t, vt, false, &ns, err, errlen))
@@ -539,14 +548,16 @@ static int set_interval(struct flare_settings *s, const struct flare_option *o, 
 }
 
 static int set_origins(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		       enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
 	char tmp[FLARE_ORIGINS_MAX] = "";
 	if (*t && (strlen(t) >= sizeof tmp || !read_origins(t, tmp, sizeof tmp)))
-		return flare_bad(err, errlen, "'%.200s' is not an origin list (* for any, or "
-			   "http(s)://host[:port] separated by commas)", t);
+		return flare_bad(err, errlen,
+				 "'%.200s' is not an origin list (* for any, or "
+				 "http(s)://host[:port] separated by commas)",
+				 t);
 	snprintf(s->allowed_origins, sizeof s->allowed_origins, "%s", tmp);
 	return 0;
 }
@@ -562,20 +573,22 @@ static bool printable_word(const char *t, size_t max)
 }
 
 static int set_secret(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		      enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
 	/* Never quoted back: it is a secret. */
 	if (!printable_word(t, FLARE_API_KEY_MAX))
-		return flare_bad(err, errlen, "the key must be 1 to %d printable characters without "
-			   "spaces", FLARE_API_KEY_MAX);
+		return flare_bad(err, errlen,
+				 "the key must be 1 to %d printable characters without "
+				 "spaces",
+				 FLARE_API_KEY_MAX);
 	snprintf(s->api_key, sizeof s->api_key, "%s", t);
 	return 0;
 }
 
 static int set_bool(struct flare_settings *s, const struct flare_option *o, const char *t,
-		enum flare_vtype vt, char *err, size_t errlen)
+		    enum flare_vtype vt, char *err, size_t errlen)
 {
 	(void)o;
 	(void)vt;
@@ -618,7 +631,8 @@ static int set_pool(struct flare_settings *s, const struct flare_option *o, cons
 				 "pool on this host)",
 				 t);
 	if (strlen(t) >= sizeof s->pool - 6)
-		return flare_bad(err, errlen, "address is longer than %d bytes", FLARE_PATH_MAX - 7);
+		return flare_bad(err, errlen, "address is longer than %d bytes",
+				 FLARE_PATH_MAX - 7);
 	snprintf(s->pool, sizeof s->pool, "%s%s", path == t ? "unix:" : "", t);
 	return 0;
 }
@@ -643,7 +657,8 @@ static int set_remote(struct flare_settings *s, const struct flare_option *o, co
 	(void)o;
 	(void)vt;
 	if (strlen(t) >= FLARE_REMOTE_URL_MAX)
-		return flare_bad(err, errlen, "URL is longer than %d bytes", FLARE_REMOTE_URL_MAX - 1);
+		return flare_bad(err, errlen, "URL is longer than %d bytes",
+				 FLARE_REMOTE_URL_MAX - 1);
 	if (sel_remote_url_check(t))
 		return flare_bad(err, errlen, "%s", sel_errmsg());
 	snprintf(s->remote, sizeof s->remote, "%s", t);
@@ -669,26 +684,16 @@ typedef int setter(struct flare_settings *s, const struct flare_option *o, const
 /* The setter of each kind: a table is the clearest form of "one rule per
  * kind of value". */
 static setter *const setters[] = {
-	[FLARE_K_NONE] = set_none,
-	[FLARE_K_PATH] = set_path,
-	[FLARE_K_HOST] = set_host,
-	[FLARE_K_PORT] = set_port,
-	[FLARE_K_COUNT] = set_count,
-	[FLARE_K_SIZE] = set_size,
-	[FLARE_K_MODE] = set_mode,
-	[FLARE_K_DRAIN] = set_drain,
-	[FLARE_K_AGE] = set_age,
-	[FLARE_K_FETCH] = set_fetch,
-	[FLARE_K_SWITCH] = set_switch,
-	[FLARE_K_INTERVAL] = set_interval,
-	[FLARE_K_ORIGINS] = set_origins,
-	[FLARE_K_SECRET] = set_secret,
-	[FLARE_K_BOOL] = set_bool,
-	[FLARE_K_ENDPOINT] = set_endpoint,
-	[FLARE_K_POOL] = set_pool,
-	[FLARE_K_NAME] = set_name,
-	[FLARE_K_REMOTE] = set_remote,
-	[FLARE_K_ENCRYPT] = set_encrypt,
+	[FLARE_K_NONE] = set_none,       [FLARE_K_PATH] = set_path,
+	[FLARE_K_HOST] = set_host,       [FLARE_K_PORT] = set_port,
+	[FLARE_K_COUNT] = set_count,     [FLARE_K_SIZE] = set_size,
+	[FLARE_K_MODE] = set_mode,       [FLARE_K_DRAIN] = set_drain,
+	[FLARE_K_AGE] = set_age,         [FLARE_K_FETCH] = set_fetch,
+	[FLARE_K_SWITCH] = set_switch,   [FLARE_K_INTERVAL] = set_interval,
+	[FLARE_K_ORIGINS] = set_origins, [FLARE_K_SECRET] = set_secret,
+	[FLARE_K_BOOL] = set_bool,       [FLARE_K_ENDPOINT] = set_endpoint,
+	[FLARE_K_POOL] = set_pool,       [FLARE_K_NAME] = set_name,
+	[FLARE_K_REMOTE] = set_remote,   [FLARE_K_ENCRYPT] = set_encrypt,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -697,10 +702,18 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 {
 	bool want_string = false, want_int = false;
 	switch (o->kind) {
-	case FLARE_K_PATH: case FLARE_K_HOST: case FLARE_K_MODE: case FLARE_K_ORIGINS:
-	case FLARE_K_SECRET: case FLARE_K_FETCH: case FLARE_K_ENDPOINT: case FLARE_K_POOL:
-	case FLARE_K_NAME: case FLARE_K_REMOTE: want_string = true; break;
-	case FLARE_K_PORT: case FLARE_K_COUNT: want_int = true; break;
+	case FLARE_K_PATH:
+	case FLARE_K_HOST:
+	case FLARE_K_MODE:
+	case FLARE_K_ORIGINS:
+	case FLARE_K_SECRET:
+	case FLARE_K_FETCH:
+	case FLARE_K_ENDPOINT:
+	case FLARE_K_POOL:
+	case FLARE_K_NAME:
+	case FLARE_K_REMOTE: want_string = true; break;
+	case FLARE_K_PORT:
+	case FLARE_K_COUNT: want_int = true; break;
 	default: break;
 	}
 	if (vt == FLARE_V_TEXT)
@@ -713,7 +726,8 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 		return flare_bad(err, errlen, "expected a string, not %s %s (write it in quotes)",
 				 vtype_name(vt), t);
 	if (want_int && vt != FLARE_V_INTEGER)
-		return flare_bad(err, errlen, "expected an integer, not %s \"%s\"", vtype_name(vt), t);
+		return flare_bad(err, errlen, "expected an integer, not %s \"%s\"", vtype_name(vt),
+				 t);
 	return 0;
 }
 
@@ -734,10 +748,10 @@ int flare_settings_set(struct flare_settings *s, const struct flare_option *o, c
 void flare_settings_merge(struct flare_settings *d, const struct flare_settings *s)
 {
 	uint64_t m = s->set;
-#define TAKE(opt, field)                                                                       \
-	do {                                                                                   \
-		if (m & (1ull << (opt)))                                                         \
-			memcpy(&d->field, &s->field, sizeof d->field);                        \
+#define TAKE(opt, field)                                                                           \
+	do {                                                                                       \
+		if (m & (1ull << (opt)))                                                           \
+			memcpy(&d->field, &s->field, sizeof d->field);                             \
 	} while (0)
 	TAKE(FLARE_OPT_CORE, core);
 	TAKE(FLARE_OPT_CONFIG, config);

@@ -56,7 +56,7 @@ enum flare_opt {
 	FLARE_OPT_MAX_PER_CLIENT,
 	FLARE_OPT_IDLE_TIMEOUT,
 	FLARE_OPT_MAX_BUFFERED,
-	FLARE_OPT_RANKS,      /* ranks in separate processes (docs/multihost.md) */
+	FLARE_OPT_RANKS, /* ranks in separate processes (docs/multihost.md) */
 	FLARE_OPT_RANK,
 	FLARE_OPT_RENDEZVOUS,
 	FLARE_OPT_MAX_IMAGE_BYTES,
@@ -66,7 +66,7 @@ enum flare_opt {
 	FLARE_OPT_POOL_INSTANCE_ID,
 	FLARE_OPT_POOL_WAIT,
 	FLARE_OPT_POOL_GRACE,
-	FLARE_OPT_REMOTE,         /* --prefix-cache-remote (issue 16) */
+	FLARE_OPT_REMOTE, /* --prefix-cache-remote (issue 16) */
 	FLARE_OPT_REMOTE_KEY,
 	FLARE_OPT_REMOTE_ENCRYPT,
 	FLARE_OPT_HELP,
@@ -82,44 +82,44 @@ enum flare_dashboard {
 };
 
 struct flare_settings {
-	uint64_t set;                 /* bit (1ull << flare_opt) per setting given */
-	char core[FLARE_PATH_MAX];    /* "" = the built-in core */
+	uint64_t set;              /* bit (1ull << flare_opt) per setting given */
+	char core[FLARE_PATH_MAX]; /* "" = the built-in core */
 	char config[FLARE_PATH_MAX];
 	char host[FLARE_HOST_MAX];
-	uint16_t port;                /* 0 = any free port */
+	uint16_t port; /* 0 = any free port */
 	uint32_t max_active;
-	uint64_t gpu_cache;           /* bytes */
-	sel_state_mode speculate;     /* ORDINARY = off */
-	uint32_t draft_tokens;        /* 1..HEL_DRAFT_MAX */
-	uint64_t memory;              /* warm host bytes; 0 = none */
-	char disk[FLARE_PATH_MAX];    /* base directory, "" = none */
-	uint64_t disk_limit;          /* meaningful when FLARE_OPT_DISK_LIMIT is set */
-	bool drain;                   /* drain DRAM-only records to disk at shutdown */
-	uint64_t drain_ns;            /* its limit; 0 = until done */
-	uint64_t max_age_ns;          /* 0 = off */
-	hel_fetch_mode fetch;         /* restore host hits: auto, always, never */
+	uint64_t gpu_cache;        /* bytes */
+	sel_state_mode speculate;  /* ORDINARY = off */
+	uint32_t draft_tokens;     /* 1..HEL_DRAFT_MAX */
+	uint64_t memory;           /* warm host bytes; 0 = none */
+	char disk[FLARE_PATH_MAX]; /* base directory, "" = none */
+	uint64_t disk_limit;       /* meaningful when FLARE_OPT_DISK_LIMIT is set */
+	bool drain;                /* drain DRAM-only records to disk at shutdown */
+	uint64_t drain_ns;         /* its limit; 0 = until done */
+	uint64_t max_age_ns;       /* 0 = off */
+	hel_fetch_mode fetch;      /* restore host hits: auto, always, never */
 	enum flare_dashboard dashboard;
 	uint64_t dashboard_ns;
 	char allowed_origins[FLARE_ORIGINS_MAX]; /* "" off, "*", or origins joined by ',' */
 	char api_key[FLARE_API_KEY_MAX + 1];     /* "" = none */
 	char api_key_file[FLARE_PATH_MAX];
-	bool metrics_auth;            /* /metrics needs the API key too */
+	bool metrics_auth; /* /metrics needs the API key too */
 	uint32_t max_connections;
-	uint32_t max_per_client;      /* 0 = no per-client limit */
+	uint32_t max_per_client; /* 0 = no per-client limit */
 	uint64_t idle_timeout_ns;
-	uint64_t max_buffered;        /* request body bytes held at once */
-	uint32_t ranks;               /* processes of a multi-host core; 0 = one */
-	uint32_t rank;                /* this process's rank */
+	uint64_t max_buffered;               /* request body bytes held at once */
+	uint32_t ranks;                      /* processes of a multi-host core; 0 = one */
+	uint32_t rank;                       /* this process's rank */
 	char rendezvous[FLARE_HOST_MAX + 8]; /* rank 0's HOST:PORT */
 	/* Image parts (vision cores; docs/inputs.md): one image's encoded
 	 * bytes, its pixels (from the header, before decoding), images per
 	 * request. */
 	uint64_t max_image_bytes, max_image_pixels;
 	uint32_t max_images;
-	char pool[FLARE_PATH_MAX];    /* "unix:PATH" of the pool manager, "" = none */
+	char pool[FLARE_PATH_MAX]; /* "unix:PATH" of the pool manager, "" = none */
 	char pool_instance_id[FLARE_POOL_ID_MAX + 1]; /* "" = derived */
-	uint64_t pool_wait_ns;        /* startup wait for the manager's hello */
-	uint64_t pool_grace_ns;       /* shortest wait of a lookup for the pool's answer */
+	uint64_t pool_wait_ns;                        /* startup wait for the manager's hello */
+	uint64_t pool_grace_ns;            /* shortest wait of a lookup for the pool's answer */
 	char remote[FLARE_REMOTE_URL_MAX]; /* Redis URL of the remote tier, "" = none */
 	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
 	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
@@ -132,9 +132,9 @@ struct flare_settings {
  * --max-images). */
 static inline hel_image_limits flare_image_limits(const struct flare_settings *s)
 {
-	return (hel_image_limits){ .max_encoded_bytes = s->max_image_bytes,
-				   .max_pixels = s->max_image_pixels,
-				   .max_images = s->max_images };
+	return (hel_image_limits){.max_encoded_bytes = s->max_image_bytes,
+				  .max_pixels = s->max_image_pixels,
+				  .max_images = s->max_images};
 }
 
 /* How a setting's value is written. */
@@ -163,15 +163,15 @@ enum flare_kind {
 
 struct flare_option {
 	enum flare_opt id;
-	const char *flag;     /* "--port", or NULL (CORE) */
-	const char *metavar;  /* "N", "SIZE", ... ("" for none) */
-	const char *section;  /* config section, or NULL: not in the file */
-	const char *key;      /* config key */
+	const char *flag;    /* "--port", or NULL (CORE) */
+	const char *metavar; /* "N", "SIZE", ... ("" for none) */
+	const char *section; /* config section, or NULL: not in the file */
+	const char *key;     /* config key */
 	enum flare_kind kind;
-	uint64_t min, max;    /* FLARE_K_COUNT */
-	bool optional_value;  /* --flag alone, --flag=VALUE, or --flag VALUE when
+	uint64_t min, max;   /* FLARE_K_COUNT */
+	bool optional_value; /* --flag alone, --flag=VALUE, or --flag VALUE when
 				 VALUE reads as its value (drain) */
-	const char *defval;   /* default, as --help shows it */
+	const char *defval;  /* default, as --help shows it */
 	const char *help;
 };
 

@@ -17,12 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FLARE_STOP_MAX 4      /* sequences per request (OpenAI's bound) */
-#define FLARE_STOP_BYTES 256  /* bytes per sequence */
+#define FLARE_STOP_MAX 4     /* sequences per request (OpenAI's bound) */
+#define FLARE_STOP_BYTES 256 /* bytes per sequence */
 
 struct flare_stop {
 	uint32_t n;
-	uint32_t len[FLARE_STOP_MAX];       /* each >= 1 */
+	uint32_t len[FLARE_STOP_MAX]; /* each >= 1 */
 	char s[FLARE_STOP_MAX][FLARE_STOP_BYTES];
 };
 

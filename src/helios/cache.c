@@ -68,8 +68,8 @@ struct pend {
 struct idpool {
 	const char *what; /* "page" / "row" for messages */
 	uint32_t total;
-	uint8_t *state;   /* hel_id_state */
-	uint32_t *owner;  /* CKPT: owning node slot */
+	uint8_t *state;  /* hel_id_state */
+	uint32_t *owner; /* CKPT: owning node slot */
 	uint32_t *free;
 	uint32_t n_free;
 	struct pend *pend; /* ring of total entries */
@@ -187,9 +187,18 @@ static void pool_complete(struct idpool *p, uint64_t completed)
 
 int hel_cache_alloc_page(hel_cache *c, uint32_t *page) { return pool_alloc(&c->pages, page); }
 int hel_cache_alloc_row(hel_cache *c, uint32_t *row) { return pool_alloc(&c->rows, row); }
-void hel_cache_release_page(hel_cache *c, uint32_t page) { pool_release_out(c, &c->pages, page, false); }
-void hel_cache_release_row(hel_cache *c, uint32_t row) { pool_release_out(c, &c->rows, row, false); }
-void hel_cache_unalloc_page(hel_cache *c, uint32_t page) { pool_release_out(c, &c->pages, page, true); }
+void hel_cache_release_page(hel_cache *c, uint32_t page)
+{
+	pool_release_out(c, &c->pages, page, false);
+}
+void hel_cache_release_row(hel_cache *c, uint32_t row)
+{
+	pool_release_out(c, &c->rows, row, false);
+}
+void hel_cache_unalloc_page(hel_cache *c, uint32_t page)
+{
+	pool_release_out(c, &c->pages, page, true);
+}
 void hel_cache_unalloc_row(hel_cache *c, uint32_t row) { pool_release_out(c, &c->rows, row, true); }
 
 void hel_cache_submit_fence(hel_cache *c, uint64_t f)
@@ -264,8 +273,8 @@ int hel_cache_create(const hel_cache_config *cfg, hel_cache **out)
 	if (!c->notices || pool_init(&c->pages, "page", cfg->n_pages) ||
 	    pool_init(&c->rows, "row", cfg->n_rows)) {
 		hel_cache_destroy(c);
-		return eos_fail(-ENOMEM, "cache: out of memory for %u pages and %u rows", cfg->n_pages,
-				cfg->n_rows);
+		return eos_fail(-ENOMEM, "cache: out of memory for %u pages and %u rows",
+				cfg->n_pages, cfg->n_rows);
 	}
 	*out = c;
 	return 0;
@@ -298,7 +307,8 @@ uint32_t hel_cache_page_tokens(const hel_cache *c) { return c->P; }
 static hel_ckpt *get_node(const hel_cache *c, uint64_t id)
 {
 	uint64_t h = hel_mix64(id);
-	for (size_t p = hel_map_first(&c->by_id, h); p != HEL_MAP_END; p = hel_map_next(&c->by_id, h, p)) {
+	for (size_t p = hel_map_first(&c->by_id, h); p != HEL_MAP_END;
+	     p = hel_map_next(&c->by_id, h, p)) {
 		hel_ckpt *k = c->nodes[c->by_id.v[p]];
 		if (k && k->id == id)
 			return k;
@@ -314,7 +324,8 @@ const hel_ckpt *hel_cache_get(const hel_cache *c, uint64_t id)
 static hel_ckpt *find_node(const hel_cache *c, const sel_key *key)
 {
 	uint64_t h = hel_hash_key(key);
-	for (size_t p = hel_map_first(&c->by_key, h); p != HEL_MAP_END; p = hel_map_next(&c->by_key, h, p)) {
+	for (size_t p = hel_map_first(&c->by_key, h); p != HEL_MAP_END;
+	     p = hel_map_next(&c->by_key, h, p)) {
 		hel_ckpt *k = c->nodes[c->by_key.v[p]];
 		if (sel_key_eq(&k->key, key))
 			return k;
@@ -324,7 +335,10 @@ static hel_ckpt *find_node(const hel_cache *c, const sel_key *key)
 
 const hel_ckpt *hel_cache_find(const hel_cache *c, const sel_key *key) { return find_node(c, key); }
 
-bool hel_cache_ready(const hel_cache *c, const hel_ckpt *k) { return k->ready_after <= c->completed; }
+bool hel_cache_ready(const hel_cache *c, const hel_ckpt *k)
+{
+	return k->ready_after <= c->completed;
+}
 
 uint32_t hel_cache_chain_len(const hel_cache *c, const hel_ckpt *k)
 {
@@ -358,7 +372,8 @@ const hel_ckpt *hel_cache_lookup(const hel_cache *c, const sel_history *h, uint6
 		for (size_t p = hel_map_first(&c->by_bucket, hh); p != HEL_MAP_END;
 		     p = hel_map_next(&c->by_bucket, hh, p)) {
 			const hel_ckpt *x = c->nodes[c->by_bucket.v[p]];
-			if (x->key.consumed > limit || (best && x->key.consumed <= best->key.consumed))
+			if (x->key.consumed > limit ||
+			    (best && x->key.consumed <= best->key.consumed))
 				continue;
 			if (!hel_digest_eq(&x->bucket, d) || !hel_cache_ready(c, x))
 				continue;
@@ -430,16 +445,19 @@ int hel_cache_insert(hel_cache *c, const hel_ckpt_spec *s, uint64_t *out)
 		pc = parent->key.consumed;
 		if (pc >= s->key.consumed)
 			return eos_fail(-EINVAL, "cache: parent ends at %llu, not before %llu",
-					(unsigned long long)pc, (unsigned long long)s->key.consumed);
+					(unsigned long long)pc,
+					(unsigned long long)s->key.consumed);
 	}
 	uint64_t want = s->key.consumed / c->P - pc / c->P;
 	if (s->n_tail != want)
-		return eos_fail(-EINVAL, "cache: checkpoint at %llu over %llu needs %llu tail pages, got %u",
+		return eos_fail(-EINVAL,
+				"cache: checkpoint at %llu over %llu needs %llu tail pages, got %u",
 				(unsigned long long)s->key.consumed, (unsigned long long)pc,
 				(unsigned long long)want, s->n_tail);
 	for (uint32_t i = 0; i < s->n_tail; i++)
 		if (s->tail[i] >= c->pages.total || c->pages.state[s->tail[i]] != HEL_ID_OUT)
-			return eos_fail(-EINVAL, "cache: tail page %u is not handed out", s->tail[i]);
+			return eos_fail(-EINVAL, "cache: tail page %u is not handed out",
+					s->tail[i]);
 	if (s->row >= c->rows.total || c->rows.state[s->row] != HEL_ID_OUT)
 		return eos_fail(-EINVAL, "cache: row %u is not handed out", s->row);
 	hel_ckpt *dup = find_node(c, &s->key);
@@ -645,7 +663,8 @@ int hel_cache_pin(hel_cache *c, uint64_t id, bool worker)
 	if (!k)
 		return eos_fail(-ENOENT, "cache: checkpoint %llu is gone", (unsigned long long)id);
 	if (!hel_ckpt_has_row(k))
-		return eos_fail(-EINVAL, "cache: checkpoint %llu is page-only", (unsigned long long)id);
+		return eos_fail(-EINVAL, "cache: checkpoint %llu is page-only",
+				(unsigned long long)id);
 	k->pins++;
 	if (worker)
 		k->xpins++;
@@ -658,7 +677,8 @@ int hel_cache_unpin(hel_cache *c, uint64_t id, bool worker)
 	if (!k)
 		return eos_fail(-ENOENT, "cache: checkpoint %llu is gone", (unsigned long long)id);
 	if (!k->pins || (worker && !k->xpins) || (!worker && k->pins == k->xpins))
-		return eos_fail(-EINVAL, "cache: checkpoint %llu has no such pin", (unsigned long long)id);
+		return eos_fail(-EINVAL, "cache: checkpoint %llu has no such pin",
+				(unsigned long long)id);
 	k->pins--;
 	if (worker)
 		k->xpins--;
@@ -745,16 +765,16 @@ const hel_ckpt *hel_cache_iter(const hel_cache *c, size_t *cursor)
 
 /* ---- check ------------------------------------------------------------------ */
 
-#define FAIL(...)                                       \
-	do {                                            \
-		rc = eos_fail(-EUCLEAN, "cache check: " __VA_ARGS__); \
-		goto out;                               \
+#define FAIL(...)                                                                                  \
+	do {                                                                                       \
+		rc = eos_fail(-EUCLEAN, "cache check: " __VA_ARGS__);                              \
+		goto out;                                                                          \
 	} while (0)
 
 static int check_pool(const hel_cache *c, const struct idpool *p, uint8_t *seen)
 {
 	int rc = 0;
-	uint32_t cnt[4] = { 0 };
+	uint32_t cnt[4] = {0};
 	memset(seen, 0, p->total);
 	for (uint32_t i = 0; i < p->total; i++) {
 		if (p->state[i] > HEL_ID_OUT)
@@ -763,8 +783,9 @@ static int check_pool(const hel_cache *c, const struct idpool *p, uint8_t *seen)
 	}
 	if (cnt[HEL_ID_FREE] != p->n_free || cnt[HEL_ID_PENDING] != p->n_pend ||
 	    cnt[HEL_ID_CKPT] != p->n_ckpt || cnt[HEL_ID_OUT] != p->n_out)
-		FAIL("%s states free %u pending %u ckpt %u out %u but counters %u %u %u %u", p->what,
-		     cnt[0], cnt[1], cnt[2], cnt[3], p->n_free, p->n_pend, p->n_ckpt, p->n_out);
+		FAIL("%s states free %u pending %u ckpt %u out %u but counters %u %u %u %u",
+		     p->what, cnt[0], cnt[1], cnt[2], cnt[3], p->n_free, p->n_pend, p->n_ckpt,
+		     p->n_out);
 	if (p->n_free + p->n_pend + p->n_ckpt + p->n_out != p->total)
 		FAIL("%s counts do not sum to %u", p->what, p->total);
 	for (uint32_t i = 0; i < p->n_free; i++) {
@@ -778,9 +799,9 @@ static int check_pool(const hel_cache *c, const struct idpool *p, uint8_t *seen)
 		if (e->id >= p->total || p->state[e->id] != HEL_ID_PENDING || seen[e->id]++)
 			FAIL("%s pending entry %u (id %u) is bad or repeated", p->what, i, e->id);
 		if (e->fence <= c->completed || e->fence > c->submitted || e->fence < prev)
-			FAIL("%s %u pending on fence %llu (completed %llu, submitted %llu)", p->what,
-			     e->id, (unsigned long long)e->fence, (unsigned long long)c->completed,
-			     (unsigned long long)c->submitted);
+			FAIL("%s %u pending on fence %llu (completed %llu, submitted %llu)",
+			     p->what, e->id, (unsigned long long)e->fence,
+			     (unsigned long long)c->completed, (unsigned long long)c->submitted);
 		prev = e->fence;
 	}
 out:
@@ -809,26 +830,29 @@ int hel_cache_check(const hel_cache *c)
 			continue;
 		n++;
 		if (k->slot_ != s)
-			FAIL("checkpoint %llu in slot %u says slot %u", (unsigned long long)k->id, s, k->slot_);
+			FAIL("checkpoint %llu in slot %u says slot %u", (unsigned long long)k->id,
+			     s, k->slot_);
 		if (hel_map_count(&c->by_id, hel_mix64(k->id), s) != 1)
 			FAIL("checkpoint %llu not in the id map once", (unsigned long long)k->id);
 		const hel_ckpt *p = k->parent;
 		uint64_t pc = 0;
 		if (p) {
 			if (p->id != k->parent_id || get_node(c, p->id) != p)
-				FAIL("checkpoint %llu has a stale parent", (unsigned long long)k->id);
+				FAIL("checkpoint %llu has a stale parent",
+				     (unsigned long long)k->id);
 			pc = p->key.consumed;
 			if (pc >= k->key.consumed)
 				FAIL("checkpoint %llu ends at %llu, its parent at %llu",
 				     (unsigned long long)k->id, (unsigned long long)k->key.consumed,
 				     (unsigned long long)pc);
 		} else if (k->parent_id != HEL_CKPT_NONE) {
-			FAIL("checkpoint %llu names parent %llu without a link", (unsigned long long)k->id,
-			     (unsigned long long)k->parent_id);
+			FAIL("checkpoint %llu names parent %llu without a link",
+			     (unsigned long long)k->id, (unsigned long long)k->parent_id);
 		}
 		if (k->n_tail != k->key.consumed / c->P - pc / c->P)
-			FAIL("checkpoint %llu owns %u tail pages, not %llu", (unsigned long long)k->id,
-			     k->n_tail, (unsigned long long)(k->key.consumed / c->P - pc / c->P));
+			FAIL("checkpoint %llu owns %u tail pages, not %llu",
+			     (unsigned long long)k->id, k->n_tail,
+			     (unsigned long long)(k->key.consumed / c->P - pc / c->P));
 		for (uint32_t i = 0; i < k->n_tail; i++) {
 			uint32_t pg = k->tail[i];
 			if (pg >= c->pages.total || c->pages.state[pg] != HEL_ID_CKPT ||
@@ -841,21 +865,22 @@ int hel_cache_check(const hel_cache *c)
 		const hel_ckpt *prevc = NULL;
 		for (const hel_ckpt *ch = k->first_child; ch; ch = ch->next_sibling) {
 			if (ch->parent != k || ch->prev_sibling_ != prevc || ++nc > c->n_nodes)
-				FAIL("checkpoint %llu has a broken child list", (unsigned long long)k->id);
+				FAIL("checkpoint %llu has a broken child list",
+				     (unsigned long long)k->id);
 			prevc = ch;
 		}
 		if (nc != k->children)
-			FAIL("checkpoint %llu counts %u children, has %u", (unsigned long long)k->id,
-			     k->children, nc);
+			FAIL("checkpoint %llu counts %u children, has %u",
+			     (unsigned long long)k->id, k->children, nc);
 		if (k->xpins > k->pins)
-			FAIL("checkpoint %llu has %u worker pins of %u", (unsigned long long)k->id, k->xpins,
-			     k->pins);
+			FAIL("checkpoint %llu has %u worker pins of %u", (unsigned long long)k->id,
+			     k->xpins, k->pins);
 		if (hel_ckpt_has_row(k)) {
 			ckpt_rows++;
 			if (k->row >= c->rows.total || c->rows.state[k->row] != HEL_ID_CKPT ||
 			    c->rows.owner[k->row] != s)
-				FAIL("checkpoint %llu row %u is not owned by it", (unsigned long long)k->id,
-				     k->row);
+				FAIL("checkpoint %llu row %u is not owned by it",
+				     (unsigned long long)k->id, k->row);
 			if (hel_map_count(&c->by_key, hel_hash_key(&k->key), s) != 1 ||
 			    hel_map_count(&c->by_bucket, hel_hash_digest(&k->bucket), s) != 1)
 				FAIL("checkpoint %llu with a row is not in the key and bucket maps once",
@@ -874,14 +899,14 @@ int hel_cache_check(const hel_cache *c)
 		}
 	}
 	if (n != c->n_nodes || page_only != c->n_page_only)
-		FAIL("counted %u checkpoints (%u page-only), recorded %u (%u)", n, page_only, c->n_nodes,
-		     c->n_page_only);
+		FAIL("counted %u checkpoints (%u page-only), recorded %u (%u)", n, page_only,
+		     c->n_nodes, c->n_page_only);
 	if (ckpt_pages != c->pages.n_ckpt || ckpt_rows != c->rows.n_ckpt)
-		FAIL("checkpoints own %u pages and %u rows, pools say %u and %u", ckpt_pages, ckpt_rows,
-		     c->pages.n_ckpt, c->rows.n_ckpt);
+		FAIL("checkpoints own %u pages and %u rows, pools say %u and %u", ckpt_pages,
+		     ckpt_rows, c->pages.n_ckpt, c->rows.n_ckpt);
 	if (c->by_id.n != n || c->by_key.n != n - page_only || c->by_bucket.n != n - page_only)
-		FAIL("map sizes %zu/%zu/%zu for %u checkpoints (%u page-only)", c->by_id.n, c->by_key.n,
-		     c->by_bucket.n, n, page_only);
+		FAIL("map sizes %zu/%zu/%zu for %u checkpoints (%u page-only)", c->by_id.n,
+		     c->by_key.n, c->by_bucket.n, n, page_only);
 	uint32_t m = 0;
 	const hel_ckpt *prev = NULL;
 	for (const hel_ckpt *k = c->lru_head; k; k = k->lru_next_) {

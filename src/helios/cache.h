@@ -92,17 +92,17 @@ enum hel_ckpt_flags {
 
 /* A checkpoint.  Read-only outside cache.c. */
 typedef struct hel_ckpt {
-	uint64_t id;          /* never reused; >= 1 */
-	uint64_t generation;  /* creation sequence: a key re-created after its
+	uint64_t id;         /* never reused; >= 1 */
+	uint64_t generation; /* creation sequence: a key re-created after its
 				 eviction gets a larger one (notices name it) */
-	sel_key key;          /* endpoint: key.consumed tokens */
-	sel_digest bucket;    /* boundary digest at key.consumed / 64 */
-	uint64_t parent_id;   /* HEL_CKPT_NONE for a root */
-	uint32_t *tail;       /* owned tail page ids, in chain order */
+	sel_key key;         /* endpoint: key.consumed tokens */
+	sel_digest bucket;   /* boundary digest at key.consumed / 64 */
+	uint64_t parent_id;  /* HEL_CKPT_NONE for a root */
+	uint32_t *tail;      /* owned tail page ids, in chain order */
 	uint32_t n_tail;
-	uint32_t row;         /* snapshot row, HEL_NONE once compacted */
-	uint32_t pins;        /* every pin, including xpins */
-	uint32_t xpins;       /* pins held by the worker (copy-out, export) */
+	uint32_t row;   /* snapshot row, HEL_NONE once compacted */
+	uint32_t pins;  /* every pin, including xpins */
+	uint32_t xpins; /* pins held by the worker (copy-out, export) */
 	uint32_t children;
 	uint32_t flags;       /* enum hel_ckpt_flags */
 	uint64_t ready_after; /* fence of the step that wrote it */
@@ -111,7 +111,7 @@ typedef struct hel_ckpt {
 	const struct hel_ckpt *parent, *first_child, *next_sibling;
 	/* private */
 	struct hel_ckpt *prev_sibling_, *lru_prev_, *lru_next_;
-	uint32_t slot_;       /* index in the cache's node table */
+	uint32_t slot_;                 /* index in the cache's node table */
 	uint32_t mark_, kept_children_; /* scratch of reclaimable/check */
 } hel_ckpt;
 
@@ -137,30 +137,34 @@ typedef struct hel_notice {
 	sel_key heir; /* compaction: the child that took the pages; else none (zero) */
 } hel_notice;
 
-enum { HEL_EVICT_NONE = 0, HEL_EVICT_LEAF = 1, HEL_EVICT_COMPACT = 2 };
+enum {
+	HEL_EVICT_NONE = 0,
+	HEL_EVICT_LEAF = 1,
+	HEL_EVICT_COMPACT = 2
+};
 
 /* What one hel_cache_evict() did. */
 typedef struct hel_eviction {
-	int kind;             /* HEL_EVICT_* */
-	uint64_t victim;      /* id (already gone after a leaf eviction) */
+	int kind;        /* HEL_EVICT_* */
+	uint64_t victim; /* id (already gone after a leaf eviction) */
 	sel_key key;
 	uint64_t generation;
 	uint32_t victim_flags;
-	uint64_t heir;        /* compaction: the only child's id */
-	uint32_t pages;       /* page ids released (leaf and cascade) */
-	uint32_t rows;        /* row slots released */
-	uint32_t cascade;     /* page-only ancestors removed after a leaf */
+	uint64_t heir;    /* compaction: the only child's id */
+	uint32_t pages;   /* page ids released (leaf and cascade) */
+	uint32_t rows;    /* row slots released */
+	uint32_t cascade; /* page-only ancestors removed after a leaf */
 } hel_eviction;
 
 /* What hel_cache_insert() takes over. */
 typedef struct hel_ckpt_spec {
 	sel_key key;
-	sel_digest bucket;        /* boundary digest at key.consumed / 64 */
-	uint64_t parent;          /* HEL_CKPT_NONE: a root */
-	const uint32_t *tail;     /* OUT page ids: key.consumed/P - parent/P of them */
+	sel_digest bucket;    /* boundary digest at key.consumed / 64 */
+	uint64_t parent;      /* HEL_CKPT_NONE: a root */
+	const uint32_t *tail; /* OUT page ids: key.consumed/P - parent/P of them */
 	uint32_t n_tail;
-	uint32_t row;             /* an OUT row slot */
-	uint64_t ready_after;     /* fence after which the bytes are complete */
+	uint32_t row;         /* an OUT row slot */
+	uint64_t ready_after; /* fence after which the bytes are complete */
 	uint32_t flags;
 } hel_ckpt_spec;
 

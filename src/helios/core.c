@@ -55,7 +55,7 @@ struct parser {
 };
 
 __attribute__((format(printf, 4, 5))) static int perr(struct parser *p, uint32_t line,
-						       const char *field, const char *fmt, ...)
+						      const char *field, const char *fmt, ...)
 {
 	char msg[400];
 	va_list ap;
@@ -133,9 +133,8 @@ static int parse_size(const char *s, uint64_t *out)
 		const char *u;
 		unsigned shift;
 	} units[] = {
-		{ "", 0 },   { "b", 0 },   { "k", 10 },  { "kb", 10 }, { "kib", 10 },
-		{ "m", 20 }, { "mb", 20 }, { "mib", 20 }, { "g", 30 }, { "gb", 30 },
-		{ "gib", 30 },
+		{"", 0},    {"b", 0},    {"k", 10}, {"kb", 10}, {"kib", 10}, {"m", 20},
+		{"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30},
 	};
 	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
 		if (strcasecmp(p, units[i].u) == 0) {
@@ -154,8 +153,8 @@ static bool valid_name(const char *s)
 	if (n == 0 || n > HEL_NAME_MAX)
 		return false;
 	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-		      *s == '.' || *s == '_' || *s == '-'))
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-'))
 			return false;
 	return true;
 }
@@ -193,13 +192,20 @@ int hel_state_mode_parse(const char *s, sel_state_mode *out)
 
 /* ---- Fields ------------------------------------------------------------ */
 
-enum section { SEC_TOP, SEC_ROW, SEC_PLANE, SEC_IMAGE };
+enum section {
+	SEC_TOP,
+	SEC_ROW,
+	SEC_PLANE,
+	SEC_IMAGE
+};
 
 /* How messages name a section's place. */
 static const char *sec_name(enum section s)
 {
-	return s == SEC_TOP ? "the top of the file" : s == SEC_ROW ? "[row]"
-		: s == SEC_PLANE ? "a [plane] section" : "[image]";
+	return s == SEC_TOP     ? "the top of the file"
+	       : s == SEC_ROW   ? "[row]"
+	       : s == SEC_PLANE ? "a [plane] section"
+				: "[image]";
 }
 
 /* Integer fields and their rules; `line` records where each was set. */
@@ -233,46 +239,46 @@ static const struct field_rule {
 	const char *key;
 	enum section sec;
 	bool required;
-	bool size;       /* accepts units */
+	bool size; /* accepts units */
 	uint64_t min, max, multiple;
 	const char *expect; /* for range messages */
 } rules[F_END] = {
-	[F_NAME] = { "name", SEC_TOP, true, false, 0, 0, 0, NULL },
-	[F_PAGE_TOKENS] = { "page_tokens", SEC_TOP, true, false, 64, HEL_PAGE_TOKENS_MAX, 64,
-			    "a multiple of 64 in 64..4096" },
-	[F_RANKS] = { "ranks", SEC_TOP, true, false, 1, HEL_RANKS_MAX, 1, "1..64" },
-	[F_VOCAB] = { "vocab", SEC_TOP, true, false, HEL_VOCAB_MIN, HEL_VOCAB_MAX, 1,
-		      "259..65536: 256 bytes, BEGIN, END, MESSAGE and any reserved ids" },
-	[F_HIDDEN] = { "hidden", SEC_TOP, true, false, 8, HEL_HIDDEN_MAX, 8,
-		       "a multiple of 8 in 8..4096" },
-	[F_LAYERS] = { "layers", SEC_TOP, true, false, 1, HEL_LAYERS_MAX, 1, "1..64" },
-	[F_SEED] = { "seed", SEC_TOP, true, false, 0, UINT64_MAX, 1, "a 64-bit number" },
-	[F_MAX_CONTEXT] = { "max_context", SEC_TOP, true, false, 64, HEL_CONTEXT_MAX, 1,
-			    "page_tokens..16777216" },
-	[F_STATE_MODES] = { "state_modes", SEC_TOP, false, false, 0, 0, 0, NULL },
-	[F_RECURRENT_BYTES] = { "recurrent_bytes", SEC_ROW, true, true, 0, HEL_RECURRENT_MAX, 8,
-				"a multiple of 8 bytes up to 16 GiB" },
-	[F_RECURRENT_SHARD] = { "recurrent_shard", SEC_ROW, true, false, 0, 0, 0, NULL },
-	[F_DRAFT_HISTORY] = { "draft_history", SEC_ROW, false, false, 8, HEL_DRAFT_HISTORY_MAX, 8,
-			      "a multiple of 8 tokens in 8..65536" },
-	[F_TOKEN_BYTES] = { "token_bytes", SEC_PLANE, true, true, 8, HEL_TOKEN_BYTES_MAX, 8,
-			    "a multiple of 8 bytes in 8..16 MiB" },
-	[F_SHARD] = { "shard", SEC_PLANE, true, false, 0, 0, 0, NULL },
-	[F_PATCH_SIZE] = { "patch_size", SEC_IMAGE, true, false, 2, HEL_PATCH_MAX, 1,
-			   "2..64 pixels" },
-	[F_MERGE] = { "merge", SEC_IMAGE, false, false, 1, HEL_MERGE_MAX, 1,
-		      "1..4 patches per image-token side" },
-	[F_MAX_TOKENS] = { "max_tokens", SEC_IMAGE, true, false, 1, HEL_IMAGE_TOKENS_MAX, 1,
-			   "1..16384 image tokens" },
-	[F_RESIZE] = { "resize", SEC_IMAGE, true, false, 0, 0, 0, NULL },
-	[F_CHANNELS] = { "channels", SEC_IMAGE, true, false, 1, 4, 1,
-			 "1 (gray), 3 (rgb) or 4 (rgba)" },
+	[F_NAME] = {"name", SEC_TOP, true, false, 0, 0, 0, NULL},
+	[F_PAGE_TOKENS] = {"page_tokens", SEC_TOP, true, false, 64, HEL_PAGE_TOKENS_MAX, 64,
+			   "a multiple of 64 in 64..4096"},
+	[F_RANKS] = {"ranks", SEC_TOP, true, false, 1, HEL_RANKS_MAX, 1, "1..64"},
+	[F_VOCAB] = {"vocab", SEC_TOP, true, false, HEL_VOCAB_MIN, HEL_VOCAB_MAX, 1,
+		     "259..65536: 256 bytes, BEGIN, END, MESSAGE and any reserved ids"},
+	[F_HIDDEN] = {"hidden", SEC_TOP, true, false, 8, HEL_HIDDEN_MAX, 8,
+		      "a multiple of 8 in 8..4096"},
+	[F_LAYERS] = {"layers", SEC_TOP, true, false, 1, HEL_LAYERS_MAX, 1, "1..64"},
+	[F_SEED] = {"seed", SEC_TOP, true, false, 0, UINT64_MAX, 1, "a 64-bit number"},
+	[F_MAX_CONTEXT] = {"max_context", SEC_TOP, true, false, 64, HEL_CONTEXT_MAX, 1,
+			   "page_tokens..16777216"},
+	[F_STATE_MODES] = {"state_modes", SEC_TOP, false, false, 0, 0, 0, NULL},
+	[F_RECURRENT_BYTES] = {"recurrent_bytes", SEC_ROW, true, true, 0, HEL_RECURRENT_MAX, 8,
+			       "a multiple of 8 bytes up to 16 GiB"},
+	[F_RECURRENT_SHARD] = {"recurrent_shard", SEC_ROW, true, false, 0, 0, 0, NULL},
+	[F_DRAFT_HISTORY] = {"draft_history", SEC_ROW, false, false, 8, HEL_DRAFT_HISTORY_MAX, 8,
+			     "a multiple of 8 tokens in 8..65536"},
+	[F_TOKEN_BYTES] = {"token_bytes", SEC_PLANE, true, true, 8, HEL_TOKEN_BYTES_MAX, 8,
+			   "a multiple of 8 bytes in 8..16 MiB"},
+	[F_SHARD] = {"shard", SEC_PLANE, true, false, 0, 0, 0, NULL},
+	[F_PATCH_SIZE] = {"patch_size", SEC_IMAGE, true, false, 2, HEL_PATCH_MAX, 1,
+			  "2..64 pixels"},
+	[F_MERGE] = {"merge", SEC_IMAGE, false, false, 1, HEL_MERGE_MAX, 1,
+		     "1..4 patches per image-token side"},
+	[F_MAX_TOKENS] = {"max_tokens", SEC_IMAGE, true, false, 1, HEL_IMAGE_TOKENS_MAX, 1,
+			  "1..16384 image tokens"},
+	[F_RESIZE] = {"resize", SEC_IMAGE, true, false, 0, 0, 0, NULL},
+	[F_CHANNELS] = {"channels", SEC_IMAGE, true, false, 1, 4, 1,
+			"1 (gray), 3 (rgb) or 4 (rgba)"},
 };
 
 struct raw_plane {
 	hel_core_plane p;
-	uint32_t line;            /* of the section header */
-	uint32_t set[F_END];      /* line each field was set on, 0 if not */
+	uint32_t line;       /* of the section header */
+	uint32_t set[F_END]; /* line each field was set on, 0 if not */
 };
 
 struct raw {
@@ -295,10 +301,7 @@ static int parse_shard(const char *v, hel_shard *out)
 	return 0;
 }
 
-static const char *r_expect(enum field f)
-{
-	return rules[f].expect;
-}
+static const char *r_expect(enum field f) { return rules[f].expect; }
 
 static int set_number(struct parser *p, uint32_t line, enum field f, const char *v, uint64_t *out)
 {
@@ -310,11 +313,12 @@ static int set_number(struct parser *p, uint32_t line, enum field f, const char 
 		return perr(p, line, r->key, "'%s' is too large (expected %s)", q(v, b, sizeof b),
 			    r->expect);
 	if (rc)
-		return perr(p, line, r->key,
-			    r->size ? "'%s' is not a size (expected a whole number of bytes with an "
-				      "optional unit B, KiB, MiB or GiB)"
-				    : "'%s' is not a number (expected decimal or 0x hexadecimal)",
-			    q(v, b, sizeof b));
+		return perr(
+			p, line, r->key,
+			r->size ? "'%s' is not a size (expected a whole number of bytes with an "
+				  "optional unit B, KiB, MiB or GiB)"
+				: "'%s' is not a number (expected decimal or 0x hexadecimal)",
+			q(v, b, sizeof b));
 	if (x < r->min || x > r->max || (r->multiple > 1 && x % r->multiple))
 		return perr(p, line, r->key, "%llu is out of range (expected %s)",
 			    (unsigned long long)x, r->expect);
@@ -366,9 +370,10 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 		for (char *w = strtok_r(tmp, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save)) {
 			sel_state_mode m;
 			if (hel_state_mode_parse(w, &m))
-				return perr(p, line, key,
-					    "'%s' is not a state mode (expected ordinary, copy or learned)",
-					    q(w, b, sizeof b));
+				return perr(
+					p, line, key,
+					"'%s' is not a state mode (expected ordinary, copy or learned)",
+					q(w, b, sizeof b));
 			if (modes >> m & 1u)
 				return perr(p, line, key, "'%s' listed twice", w);
 			modes |= 1u << m;
@@ -388,7 +393,8 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 	case F_SHARD: {
 		hel_shard s;
 		if (parse_shard(v, &s))
-			return perr(p, line, key, "'%s' is not a shard kind (expected replicated or split)",
+			return perr(p, line, key,
+				    "'%s' is not a shard kind (expected replicated or split)",
 				    q(v, b, sizeof b));
 		if (f == F_SHARD)
 			pl->p.shard = s;
@@ -396,8 +402,7 @@ static int set_field(struct parser *p, struct raw *raw, enum section sec, uint32
 			c->recurrent_shard = s;
 		return 0;
 	}
-	default:
-		break;
+	default: break;
 	}
 	if ((rc = set_number(p, line, f, v, &x)))
 		return rc;
@@ -438,7 +443,8 @@ static int open_section(struct parser *p, struct raw *raw, uint32_t line, char *
 		return perr(p, line, "[]", "empty section header");
 	if (strcmp(kind, "row") == 0) {
 		if (name)
-			return perr(p, line, "[row]", "takes no name (found '%s')", q(name, b, sizeof b));
+			return perr(p, line, "[row]", "takes no name (found '%s')",
+				    q(name, b, sizeof b));
 		if (raw->row_line)
 			return perr(p, line, "[row]", "section repeated (first on line %u)",
 				    raw->row_line);
@@ -459,10 +465,11 @@ static int open_section(struct parser *p, struct raw *raw, uint32_t line, char *
 	}
 	bool draft = strcmp(kind, "draft_plane") == 0;
 	if (!draft && strcmp(kind, "plane") != 0)
-		return perr(p, line, "[section]",
-			    "'%s' is not a section (expected [plane NAME], [draft_plane NAME], [row] "
-			    "or [image])",
-			    q(kind, b, sizeof b));
+		return perr(
+			p, line, "[section]",
+			"'%s' is not a section (expected [plane NAME], [draft_plane NAME], [row] "
+			"or [image])",
+			q(kind, b, sizeof b));
 	const char *sname = draft ? "[draft_plane]" : "[plane]";
 	if (!name)
 		return perr(p, line, sname, "missing plane name");
@@ -470,7 +477,8 @@ static int open_section(struct parser *p, struct raw *raw, uint32_t line, char *
 		return perr(p, line, sname, "unexpected '%s' after the plane name",
 			    q(extra, b, sizeof b));
 	if (!valid_name(name))
-		return perr(p, line, sname, "'%s' is not a name (expected 1..63 of A-Z a-z 0-9 . _ -)",
+		return perr(p, line, sname,
+			    "'%s' is not a name (expected 1..63 of A-Z a-z 0-9 . _ -)",
 			    q(name, b, sizeof b));
 	for (uint32_t i = 0; i < raw->n; i++)
 		if (strcmp(raw->planes[i].p.name, name) == 0)
@@ -552,7 +560,8 @@ static int parse_lines(struct parser *p, struct raw *raw, const char *text, size
 		if (*s == '[') {
 			size_t sl = strlen(s);
 			if (s[sl - 1] != ']') {
-				rc = perr(p, line, "syntax", "section header without a closing ']'");
+				rc = perr(p, line, "syntax",
+					  "section header without a closing ']'");
 				break;
 			}
 			s[sl - 1] = 0;
@@ -603,13 +612,15 @@ static int check_image(struct parser *p, struct raw *raw)
 	hel_core_image *im = &c->image;
 	for (int f = F_PLANE_END; f < F_END; f++)
 		if (rules[f].required && !raw->set[f])
-			return perr(p, raw->image_line, rules[f].key, "missing in [image] (required)");
+			return perr(p, raw->image_line, rules[f].key,
+				    "missing in [image] (required)");
 	if (!raw->set[F_MERGE])
 		im->merge = 1;
 	if (c->vocab <= HEL_TOK_IMAGE)
-		return perr(p, raw->set[F_VOCAB], "vocab",
-			    "%u leaves no id for image tokens (a core with [image] needs at least %u)",
-			    c->vocab, HEL_TOK_IMAGE + 1);
+		return perr(
+			p, raw->set[F_VOCAB], "vocab",
+			"%u leaves no id for image tokens (a core with [image] needs at least %u)",
+			c->vocab, HEL_TOK_IMAGE + 1);
 	if (im->max_tokens > c->max_context)
 		return perr(p, raw->set[F_MAX_TOKENS], "max_tokens",
 			    "%u image tokens do not fit in max_context (%llu)", im->max_tokens,
@@ -619,8 +630,9 @@ static int check_image(struct parser *p, struct raw *raw)
 	if (bytes > HEL_PREPARED_MAX)
 		return perr(p, raw->set[F_MAX_TOKENS], "max_tokens",
 			    "%u tokens of %llu x %llu pixels x %u channels are %llu prepared bytes "
-			    "(at most %llu MiB per image)", im->max_tokens, (unsigned long long)side,
-			    (unsigned long long)side, im->channels, (unsigned long long)bytes,
+			    "(at most %llu MiB per image)",
+			    im->max_tokens, (unsigned long long)side, (unsigned long long)side,
+			    im->channels, (unsigned long long)bytes,
 			    (unsigned long long)(HEL_PREPARED_MAX >> 20));
 	c->has_image = true;
 	return 0;
@@ -657,8 +669,8 @@ static int check(struct parser *p, struct raw *raw)
 			    (unsigned long long)c->vocab * c->hidden, HEL_WEIGHTS_MAX);
 	if (c->max_context < c->page_tokens)
 		return perr(p, raw->set[F_MAX_CONTEXT], "max_context",
-			    "%llu is less than page_tokens (%u)", (unsigned long long)c->max_context,
-			    c->page_tokens);
+			    "%llu is less than page_tokens (%u)",
+			    (unsigned long long)c->max_context, c->page_tokens);
 
 	uint32_t n_main = 0, n_draft = 0;
 	for (uint32_t i = 0; i < raw->n; i++) {
@@ -674,9 +686,11 @@ static int check(struct parser *p, struct raw *raw)
 			n_main++;
 	}
 	if (n_main == 0)
-		return perr(p, end, "[plane]", "no page planes (expected at least one [plane NAME])");
+		return perr(p, end, "[plane]",
+			    "no page planes (expected at least one [plane NAME])");
 	if (n_main > HEL_PLANES_MAX)
-		return perr(p, end, "[plane]", "%u page planes (at most %u)", n_main, HEL_PLANES_MAX);
+		return perr(p, end, "[plane]", "%u page planes (at most %u)", n_main,
+			    HEL_PLANES_MAX);
 	if (n_draft > HEL_DRAFT_PLANES_MAX)
 		return perr(p, end, "[draft_plane]", "%u draft planes (at most %u)", n_draft,
 			    HEL_DRAFT_PLANES_MAX);
@@ -693,7 +707,8 @@ static int check(struct parser *p, struct raw *raw)
 	}
 
 	/* Row size bound, per rank, in the largest mode. */
-	uint64_t row = 8 + 2ull * c->hidden * 4 + c->recurrent_bytes + (uint64_t)c->draft_history * 4;
+	uint64_t row =
+		8 + 2ull * c->hidden * 4 + c->recurrent_bytes + (uint64_t)c->draft_history * 4;
 	for (uint32_t i = 0; i < raw->n; i++) {
 		row += c->page_tokens * raw->planes[i].p.token_bytes;
 		if (row > HEL_ROW_MAX)
@@ -755,14 +770,11 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(struct sbuf *s, cons
 	}
 }
 
-static const char *shard_name(hel_shard s)
-{
-	return s == HEL_SHARD_SPLIT ? "split" : "replicated";
-}
+static const char *shard_name(hel_shard s) { return s == HEL_SHARD_SPLIT ? "split" : "replicated"; }
 
 static int canonicalize(hel_core *c)
 {
-	struct sbuf s = { 0 };
+	struct sbuf s = {0};
 	sb_printf(&s, "name = %s\n", c->name);
 	sb_printf(&s, "page_tokens = %u\n", c->page_tokens);
 	sb_printf(&s, "ranks = %u\n", c->ranks);
@@ -780,15 +792,19 @@ static int canonicalize(hel_core *c)
 	if (c->draft_history)
 		sb_printf(&s, "draft_history = %u\n", c->draft_history);
 	if (c->has_image)
-		sb_printf(&s, "\n[image]\npatch_size = %u\nmerge = %u\nmax_tokens = %u\nresize = %s\n"
-			  "channels = %u\n", c->image.patch, c->image.merge, c->image.max_tokens,
+		sb_printf(&s,
+			  "\n[image]\npatch_size = %u\nmerge = %u\nmax_tokens = %u\nresize = %s\n"
+			  "channels = %u\n",
+			  c->image.patch, c->image.merge, c->image.max_tokens,
 			  hel_resize_name(c->image.resize), c->image.channels);
 	for (uint32_t i = 0; i < c->n_planes; i++)
 		sb_printf(&s, "\n[plane %s]\ntoken_bytes = %llu\nshard = %s\n", c->planes[i].name,
-			  (unsigned long long)c->planes[i].token_bytes, shard_name(c->planes[i].shard));
+			  (unsigned long long)c->planes[i].token_bytes,
+			  shard_name(c->planes[i].shard));
 	for (uint32_t i = 0; i < c->n_drafts; i++)
-		sb_printf(&s, "\n[draft_plane %s]\ntoken_bytes = %llu\nshard = %s\n", c->drafts[i].name,
-			  (unsigned long long)c->drafts[i].token_bytes, shard_name(c->drafts[i].shard));
+		sb_printf(&s, "\n[draft_plane %s]\ntoken_bytes = %llu\nshard = %s\n",
+			  c->drafts[i].name, (unsigned long long)c->drafts[i].token_bytes,
+			  shard_name(c->drafts[i].shard));
 	if (s.oom) {
 		free(s.b);
 		return -ENOMEM;
@@ -800,7 +816,8 @@ static int canonicalize(hel_core *c)
 	crypto_generichash_blake2b_init(&st, NULL, 0, SEL_IDENTITY_BYTES);
 	crypto_generichash_blake2b_update(&st, (const unsigned char *)CORE_DOMAIN,
 					  strlen(CORE_DOMAIN));
-	crypto_generichash_blake2b_update(&st, (const unsigned char *)c->canonical, c->canonical_len);
+	crypto_generichash_blake2b_update(&st, (const unsigned char *)c->canonical,
+					  c->canonical_len);
 	crypto_generichash_blake2b_final(&st, c->identity, SEL_IDENTITY_BYTES);
 	return 0;
 }
@@ -810,8 +827,8 @@ static int canonicalize(hel_core *c)
 int hel_core_parse(const char *text, size_t len, const char *filename, hel_core **out, char *err,
 		   size_t errlen)
 {
-	struct parser p = { .file = filename ? filename : "core", .err = err, .errlen = errlen };
-	struct raw raw = { 0 };
+	struct parser p = {.file = filename ? filename : "core", .err = err, .errlen = errlen};
+	struct raw raw = {0};
 	int rc;
 
 	*out = NULL;
@@ -981,13 +998,11 @@ static const char builtin_tiny[] =
 	"token_bytes = 32\n"
 	"shard = replicated\n";
 
-const char *hel_core_builtin_text(void)
-{
-	return builtin_tiny;
-}
+const char *hel_core_builtin_text(void) { return builtin_tiny; }
 
 int hel_core_builtin(hel_core **out)
 {
 	char err[256];
-	return hel_core_parse(builtin_tiny, sizeof builtin_tiny - 1, "tiny.core", out, err, sizeof err);
+	return hel_core_parse(builtin_tiny, sizeof builtin_tiny - 1, "tiny.core", out, err,
+			      sizeof err);
 }

@@ -36,24 +36,24 @@ typedef uint32_t hel_token;
 
 /* ---- Limits (a core outside them is rejected) ----------------------------- */
 
-#define HEL_NAME_MAX 63              /* core and plane names */
-#define HEL_PAGE_TOKENS_MAX 4096u    /* page_tokens: multiple of 64 up to this */
+#define HEL_NAME_MAX 63           /* core and plane names */
+#define HEL_PAGE_TOKENS_MAX 4096u /* page_tokens: multiple of 64 up to this */
 #define HEL_RANKS_MAX 64u
 #define HEL_VOCAB_MAX 65536u
-#define HEL_HIDDEN_MAX 4096u         /* hidden: multiple of 8 */
+#define HEL_HIDDEN_MAX 4096u /* hidden: multiple of 8 */
 #define HEL_LAYERS_MAX 64u
-#define HEL_WEIGHTS_MAX (1u << 24)   /* vocab x hidden */
-#define HEL_CONTEXT_MAX (1u << 24)   /* max_context */
-#define HEL_PLANES_MAX 1024u         /* page planes (drafts: HEL_DRAFT_PLANES_MAX) */
+#define HEL_WEIGHTS_MAX (1u << 24) /* vocab x hidden */
+#define HEL_CONTEXT_MAX (1u << 24) /* max_context */
+#define HEL_PLANES_MAX 1024u       /* page planes (drafts: HEL_DRAFT_PLANES_MAX) */
 #define HEL_DRAFT_PLANES_MAX 64u
-#define HEL_TOKEN_BYTES_MAX (16u << 20)          /* a plane's bytes per token per rank */
-#define HEL_RECURRENT_MAX (16ull << 30)          /* recurrent bytes per rank */
-#define HEL_ROW_MAX (64ull << 30)                /* a row, per rank */
-#define HEL_DRAFT_HISTORY_MAX 65536u             /* tokens */
-#define HEL_PATCH_MAX 64u                        /* [image] patch_size: pixels per side */
-#define HEL_MERGE_MAX 4u                         /* [image] merge: patches per token side */
-#define HEL_IMAGE_TOKENS_MAX 16384u              /* [image] max_tokens */
-#define HEL_PREPARED_MAX (256ull << 20)          /* prepared pixel bytes of one image */
+#define HEL_TOKEN_BYTES_MAX (16u << 20) /* a plane's bytes per token per rank */
+#define HEL_RECURRENT_MAX (16ull << 30) /* recurrent bytes per rank */
+#define HEL_ROW_MAX (64ull << 30)       /* a row, per rank */
+#define HEL_DRAFT_HISTORY_MAX 65536u    /* tokens */
+#define HEL_PATCH_MAX 64u               /* [image] patch_size: pixels per side */
+#define HEL_MERGE_MAX 4u                /* [image] merge: patches per token side */
+#define HEL_IMAGE_TOKENS_MAX 16384u     /* [image] max_tokens */
+#define HEL_PREPARED_MAX (256ull << 20) /* prepared pixel bytes of one image */
 
 /* ---- The parsed core -------------------------------------------------- */
 
@@ -66,7 +66,7 @@ typedef struct hel_core_plane {
 	char name[HEL_NAME_MAX + 1];
 	uint64_t token_bytes; /* per token per rank; multiple of 8 */
 	hel_shard shard;
-	bool draft;           /* a draft plane: allocated only in speculative modes */
+	bool draft; /* a draft plane: allocated only in speculative modes */
 } hel_core_plane;
 
 /* How a vision core resizes an image before patching (docs/inputs.md
@@ -83,7 +83,7 @@ typedef struct hel_core_image {
 	uint32_t merge;      /* patches per image-token side (1: a token per patch) */
 	uint32_t max_tokens; /* image tokens of one image, at most */
 	hel_resize resize;
-	uint32_t channels;   /* 1 gray, 3 RGB, 4 RGBA */
+	uint32_t channels; /* 1 gray, 3 RGB, 4 RGBA */
 } hel_core_image;
 
 /* "fit", "crop", "stretch"; hel_resize_parse: 0 or -EINVAL. */
@@ -98,23 +98,23 @@ typedef struct hel_core {
 	uint32_t page_tokens; /* tokens per page: a multiple of 64 */
 	uint32_t ranks;       /* tensor-parallel ranks in one process */
 	uint32_t vocab;
-	uint32_t hidden;      /* model width (lanes of the hidden vector) */
-	uint32_t layers;      /* attention blocks per token */
-	uint64_t seed;        /* every weight derives from it */
-	uint64_t max_context; /* tokens a sequence may consume */
-	uint32_t modes;       /* bit (1u << sel_state_mode) per supported mode */
+	uint32_t hidden;        /* model width (lanes of the hidden vector) */
+	uint32_t layers;        /* attention blocks per token */
+	uint64_t seed;          /* every weight derives from it */
+	uint64_t max_context;   /* tokens a sequence may consume */
+	uint32_t modes;         /* bit (1u << sel_state_mode) per supported mode */
 	hel_core_plane *planes; /* main page planes */
 	uint32_t n_planes;
 	hel_core_plane *drafts; /* draft page planes (speculative modes only) */
 	uint32_t n_drafts;
 	uint64_t recurrent_bytes; /* per rank; multiple of 8, may be 0 */
 	hel_shard recurrent_shard;
-	uint32_t draft_history;   /* tokens of history in the row (speculative) */
+	uint32_t draft_history;               /* tokens of history in the row (speculative) */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* model identity */
-	char *canonical;          /* canonical text (itself a valid core) */
+	char *canonical;                      /* canonical text (itself a valid core) */
 	size_t canonical_len;
-	bool has_image;           /* a vision core: the [image] section */
-	hel_core_image image;     /* valid when has_image */
+	bool has_image;       /* a vision core: the [image] section */
+	hel_core_image image; /* valid when has_image */
 } hel_core;
 
 /* Parse a core from text[0..len) (need not be NUL-terminated).  On failure

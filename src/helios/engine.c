@@ -226,11 +226,12 @@ struct ereq {
 	size_t salt_len;
 	bool logprobs;
 	uint32_t top_logprobs;
-	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp, uint32_t n);
+	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp,
+			      uint32_t n);
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
-	uint64_t t_submit;   /* eos_now_ns at submit */
-	hel_req_inputs *in;  /* images (engine_inputs.h), or NULL */
+	uint64_t t_submit;  /* eos_now_ns at submit */
+	hel_req_inputs *in; /* images (engine_inputs.h), or NULL */
 	/* e->mu */
 	bool cancel, cancel_seen;
 	struct ereq *all_prev, *all_next;
@@ -314,12 +315,12 @@ struct hel_engine {
 	size_t n_tk, cap_tk;
 	struct eretry *rt;
 	size_t n_rt, cap_rt;
-	size_t n_held;       /* retries with pin set */
-	bool offer_all;      /* stopping: offer every retry once, progress or not */
-	bool flushing;       /* stopping: the pin bound no longer applies */
-	struct epin *op;     /* copy-out pins: puts Queued without their event */
+	size_t n_held;   /* retries with pin set */
+	bool offer_all;  /* stopping: offer every retry once, progress or not */
+	bool flushing;   /* stopping: the pin bound no longer applies */
+	struct epin *op; /* copy-out pins: puts Queued without their event */
 	size_t n_op, cap_op;
-	uint64_t op_pages;   /* their checkpoints' own pages */
+	uint64_t op_pages;               /* their checkpoints' own pages */
 	uint32_t pin_max, pin_max_pages; /* the bound (DESIGN) */
 	struct ereq **cv;
 	size_t cap_cv;
@@ -327,24 +328,24 @@ struct hel_engine {
 	struct ereq **ent;
 	int *ent_rc;
 	int32_t *logits;
-	hel_logprob *lps;     /* [max_active x HEL_STEP_TOKENS_MAX]: a step's entries' logprobs */
-	uint32_t *keep;       /* [max_active]: what on_tokens kept of each entry's tokens */
+	hel_logprob *lps; /* [max_active x HEL_STEP_TOKENS_MAX]: a step's entries' logprobs */
+	uint32_t *keep;   /* [max_active]: what on_tokens kept of each entry's tokens */
 	bool store_stopped;
 	int store_stop_rc;
 	char disk_note[512];    /* why no disk store: an unusable directory */
 	uint64_t stop_deadline; /* hel_engine_stop's deadline (mu) */
-	uint64_t events;     /* store events handled */
-	uint64_t progress;   /* of which STORED, FETCHED and PROGRESS */
-	uint64_t primes;     /* branching groups primed (mu) */
-	bool blocked;        /* the head of the queue got -EAGAIN ... */
-	uint64_t block_epoch; /* ... at this capacity_epoch() */
+	uint64_t events;        /* store events handled */
+	uint64_t progress;      /* of which STORED, FETCHED and PROGRESS */
+	uint64_t primes;        /* branching groups primed (mu) */
+	bool blocked;           /* the head of the queue got -EAGAIN ... */
+	uint64_t block_epoch;   /* ... at this capacity_epoch() */
 	uint32_t block_skips;
-	bool held_soon;      /* admission skipped a held request until its recheck */
+	bool held_soon; /* admission skipped a held request until its recheck */
 	double prefill_rate;
 	hel_engine_stats ws; /* the worker's own counters */
 	sel_event *held_ev;  /* restore outcomes held back (cfg.test_hold_inbound) */
 	size_t n_held_ev, cap_held_ev;
-	hel_inputs *inputs;  /* image inputs of a vision core (engine_inputs.h), or NULL */
+	hel_inputs *inputs; /* image inputs of a vision core (engine_inputs.h), or NULL */
 	struct hel_engine *grave_next;
 	sel_export_hooks xh; /* the pooled store's export hooks (design 2.15) */
 };
@@ -358,17 +359,18 @@ EOS_DLIST_DEFINE(list, struct rlist, struct ereq)
 
 /* 0.1 ms to 60 s, as vLLM's latency histograms span. */
 const uint64_t hel_hist_bounds_ns[HEL_HIST_BUCKETS] = {
-	100000ull,     250000ull,     500000ull,     1000000ull,     2500000ull,    5000000ull,
-	10000000ull,   25000000ull,   50000000ull,   75000000ull,    100000000ull,  250000000ull,
-	500000000ull,  750000000ull,  1000000000ull, 2500000000ull,  5000000000ull, 7500000000ull,
-	10000000000ull, 20000000000ull, 40000000000ull, 60000000000ull,
+	100000ull,      250000ull,      500000ull,     1000000ull,     2500000ull,
+	5000000ull,     10000000ull,    25000000ull,   50000000ull,    75000000ull,
+	100000000ull,   250000000ull,   500000000ull,  750000000ull,   1000000000ull,
+	2500000000ull,  5000000000ull,  7500000000ull, 10000000000ull, 20000000000ull,
+	40000000000ull, 60000000000ull,
 };
 
 /* 10 us to 5 s: a speculative round takes tens of microseconds here. */
 const uint64_t hel_hist_fine_bounds_ns[HEL_HIST_BUCKETS] = {
-	10000ull,     25000ull,     50000ull,     75000ull,     100000ull,     250000ull,
-	500000ull,    750000ull,    1000000ull,   2500000ull,   5000000ull,    7500000ull,
-	10000000ull,  25000000ull,  50000000ull,  75000000ull,  100000000ull,  250000000ull,
+	10000ull,     25000ull,      50000ull,      75000ull,      100000ull,    250000ull,
+	500000ull,    750000ull,     1000000ull,    2500000ull,    5000000ull,   7500000ull,
+	10000000ull,  25000000ull,   50000000ull,   75000000ull,   100000000ull, 250000000ull,
 	500000000ull, 1000000000ull, 2500000000ull, 5000000000ull,
 };
 
@@ -382,10 +384,7 @@ void hel_hist_observe_in(hel_hist *h, const uint64_t *bounds, uint64_t ns)
 	h->sum_ns += ns;
 }
 
-void hel_hist_observe(hel_hist *h, uint64_t ns)
-{
-	hel_hist_observe_in(h, hel_hist_bounds_ns, ns);
-}
+void hel_hist_observe(hel_hist *h, uint64_t ns) { hel_hist_observe_in(h, hel_hist_bounds_ns, ns); }
 
 /* Leave r's group (e->mu held); a first request that ends primes it. */
 static void group_leave_locked(hel_engine *e, struct ereq *r)
@@ -436,10 +435,7 @@ static void req_free(struct ereq *r)
 	free(r);
 }
 
-static void wake(hel_engine *e)
-{
-	(void)eventfd_write(e->efd, 1);
-}
+static void wake(hel_engine *e) { (void)eventfd_write(e->efd, 1); }
 
 /* The request is done: report it once and forget it.  A cancellation
  * requested before this point wins over the natural finish (engine.h). */
@@ -514,13 +510,15 @@ static int size_cache(const hel_engine_config *c, uint32_t max_active, uint64_t 
 
 	if (c->gpu_pages || c->gpu_rows) {
 		if (!c->gpu_pages || !c->gpu_rows)
-			return eos_fail(-EINVAL, "gpu_pages %u and gpu_rows %u: set both or neither",
+			return eos_fail(-EINVAL,
+					"gpu_pages %u and gpu_rows %u: set both or neither",
 					c->gpu_pages, c->gpu_rows);
 		if (c->gpu_pages < min_p || c->gpu_rows < min_r)
-			return eos_fail(-EINVAL,
-					"gpu_pages %u and gpu_rows %u: max_active %u needs at least "
-					"%" PRIu64 " pages and %" PRIu64 " rows",
-					c->gpu_pages, c->gpu_rows, max_active, min_p, min_r);
+			return eos_fail(
+				-EINVAL,
+				"gpu_pages %u and gpu_rows %u: max_active %u needs at least "
+				"%" PRIu64 " pages and %" PRIu64 " rows",
+				c->gpu_pages, c->gpu_rows, max_active, min_p, min_r);
 		*pages = c->gpu_pages;
 		*rows = c->gpu_rows;
 		return 0;
@@ -531,11 +529,12 @@ static int size_cache(const hel_engine_config *c, uint32_t max_active, uint64_t 
 		nr = min_r;
 	np = B / rb >= nr ? (B - nr * rb) / pb : 0;
 	if (np < min_p)
-		return eos_fail(-EINVAL,
-				"gpu_cache_bytes: %" PRIu64 " bytes hold %" PRIu64 " pages of %" PRIu64
-				" bytes besides %" PRIu64 " rows of %" PRIu64 " bytes; max_active %u "
-				"needs at least %" PRIu64 " pages and %" PRIu64 " rows (%" PRIu64 " bytes)",
-				B, np, pb, nr, rb, max_active, min_p, min_r, min_p * pb + min_r * rb);
+		return eos_fail(
+			-EINVAL,
+			"gpu_cache_bytes: %" PRIu64 " bytes hold %" PRIu64 " pages of %" PRIu64
+			" bytes besides %" PRIu64 " rows of %" PRIu64 " bytes; max_active %u "
+			"needs at least %" PRIu64 " pages and %" PRIu64 " rows (%" PRIu64 " bytes)",
+			B, np, pb, nr, rb, max_active, min_p, min_r, min_p * pb + min_r * rb);
 	*pages = (uint32_t)(np < idmax ? np : idmax);
 	*rows = (uint32_t)(nr < idmax ? nr : idmax);
 	return 0;
@@ -581,11 +580,13 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 static int ranks_refuse(const hel_engine_config *cfg)
 {
 	if (cfg->memory_bytes)
-		return eos_fail(-EINVAL, "ranks on separate hosts keep records on disk only: a memory "
+		return eos_fail(-EINVAL,
+				"ranks on separate hosts keep records on disk only: a memory "
 				"tier would hold every rank's bytes in one process; set "
 				"--prefix-cache-memory 0");
 	if (cfg->disk_dir && !(cfg->disk_limit_set && cfg->disk_limit == 0))
-		return eos_fail(-EINVAL, "ranks in separate processes: the sharded disk store is not "
+		return eos_fail(-EINVAL,
+				"ranks in separate processes: the sharded disk store is not "
 				"built yet (docs/multihost.md \"What is left\"); run without "
 				"--prefix-cache-disk");
 	return 0;
@@ -609,8 +610,11 @@ static int open_model(hel_engine *e)
 
 	if (cfg->tp && (rc = ranks_refuse(cfg)))
 		return rc;
-	hel_model_opts mo = { .mode = cfg->mode, .pages = e->n_pages, .rows = e->n_rows,
-			      .draft_tokens = cfg->draft_tokens, .tp = cfg->tp };
+	hel_model_opts mo = {.mode = cfg->mode,
+			     .pages = e->n_pages,
+			     .rows = e->n_rows,
+			     .draft_tokens = cfg->draft_tokens,
+			     .tp = cfg->tp};
 	if ((rc = hel_model_create(core, &mo, &e->model)))
 		return rc;
 	hel_scheduler_config sc = {
@@ -666,7 +670,8 @@ static int open_store(hel_engine *e)
 	sel_store_config stc = {
 		.geometry = e->geo,
 		.max_active = e->max_active,
-		.memory_bytes = cfg->memory_bytes - hel_inputs_memory_budget(cfg), /* images: warm / 8 */
+		.memory_bytes =
+			cfg->memory_bytes - hel_inputs_memory_budget(cfg), /* images: warm / 8 */
 		.disk_dir = cfg->disk_dir, /* select_store applies "limit 0: no disk" */
 		.disk_limit = cfg->disk_limit,
 		.drain_on_shutdown = cfg->drain_on_shutdown,
@@ -678,7 +683,7 @@ static int open_store(hel_engine *e)
 		.backend = SEL_BACKEND_HOST,
 		.populate = true,
 		.fdatasync = cfg->fdatasync,
-		.disk_share_div = e->core->has_image ? 8 : 0, /* the .input files' eighth */
+		.disk_share_div = e->core->has_image ? 8 : 0,   /* the .input files' eighth */
 		.host_reserved = hel_inputs_host_reserved(cfg), /* CPU inputs' allowances */
 		.pool = cfg->pool,
 		.pool_instance_id = cfg->pool_instance_id,
@@ -773,7 +778,8 @@ int hel_engine_open(const hel_engine_config *cfg, hel_engine **out)
 	if (cfg->draft_tokens > HEL_DRAFT_MAX)
 		return eos_fail(-EINVAL, "draft_tokens: %u (at most %u)", cfg->draft_tokens,
 				HEL_DRAFT_MAX);
-	if (cfg->fetch != HEL_FETCH_AUTO && cfg->fetch != HEL_FETCH_ALWAYS && cfg->fetch != HEL_FETCH_NEVER)
+	if (cfg->fetch != HEL_FETCH_AUTO && cfg->fetch != HEL_FETCH_ALWAYS &&
+	    cfg->fetch != HEL_FETCH_NEVER)
 		return eos_fail(-EINVAL, "engine: fetch mode %d (expected auto, always or never)",
 				(int)cfg->fetch);
 	if (!(e = calloc(1, sizeof *e)))
@@ -810,10 +816,7 @@ fail:
 	return rc;
 }
 
-void hel_engine_info_get(const hel_engine *e, hel_engine_info *out)
-{
-	*out = e->info;
-}
+void hel_engine_info_get(const hel_engine *e, hel_engine_info *out) { *out = e->info; }
 
 /* ---- submission side (any thread) ------------------------------------------ */
 
@@ -827,10 +830,11 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 	if (q->max_tokens == 0)
 		return eos_fail(-EINVAL, "max_tokens: 0 (at least 1)");
 	if ((uint64_t)q->n_prompt + q->max_tokens > c->max_context)
-		return eos_fail(-EINVAL,
-				"max_tokens: %u prompt tokens plus max_tokens %u exceed the context "
-				"of %" PRIu64 " tokens",
-				q->n_prompt, q->max_tokens, c->max_context);
+		return eos_fail(
+			-EINVAL,
+			"max_tokens: %u prompt tokens plus max_tokens %u exceed the context "
+			"of %" PRIu64 " tokens",
+			q->n_prompt, q->max_tokens, c->max_context);
 	if (!(q->sampler.temperature >= 0))
 		return eos_fail(-EINVAL, "temperature: %g (expected >= 0)", q->sampler.temperature);
 	if (q->cache_salt_len && !q->cache_salt)
@@ -841,16 +845,18 @@ int hel_engine_submit(hel_engine *e, const hel_request *q, uint64_t *id)
 	uint32_t n_ends = 0;
 	for (uint32_t i = 0; i < q->n_prompt; i++) {
 		if (q->prompt[i] >= c->vocab)
-			return eos_fail(-EINVAL, "prompt: token %u at %u is outside the vocabulary (%u)",
+			return eos_fail(-EINVAL,
+					"prompt: token %u at %u is outside the vocabulary (%u)",
 					q->prompt[i], i, c->vocab);
 		n_ends += q->prompt[i] == HEL_TOK_MESSAGE;
 	}
 	uint64_t need_p = ((uint64_t)q->n_prompt + q->max_tokens) / e->P, need_r = n_ends + 2ull;
 	if (need_p > e->n_pages || need_r > e->n_rows)
-		return eos_fail(-E2BIG,
-				"prompt: %u tokens with %u messages and max_tokens %u need up to "
-				"%" PRIu64 " pages and %" PRIu64 " rows; the GPU cache holds %u and %u",
-				q->n_prompt, n_ends, q->max_tokens, need_p, need_r, e->n_pages, e->n_rows);
+		return eos_fail(
+			-E2BIG,
+			"prompt: %u tokens with %u messages and max_tokens %u need up to "
+			"%" PRIu64 " pages and %" PRIu64 " rows; the GPU cache holds %u and %u",
+			q->n_prompt, n_ends, q->max_tokens, need_p, need_r, e->n_pages, e->n_rows);
 
 	if (!(r = calloc(1, sizeof *r)) || !(r->prompt = malloc(q->n_prompt * sizeof *r->prompt)) ||
 	    !(r->ends = malloc((n_ends ? n_ends : 1) * sizeof *r->ends)) ||
@@ -1030,8 +1036,8 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 	for (struct ereq *r = e->active.tail, *pv; r; r = pv) {
 		pv = r->prev;
 		hel_request_info inf;
-		if (hel_scheduler_request_info(e->sched, r->sid, &inf) || inf.phase != HEL_PHASE_INBOUND ||
-		    (inf.ticket && !all_inbound))
+		if (hel_scheduler_request_info(e->sched, r->sid, &inf) ||
+		    inf.phase != HEL_PHASE_INBOUND || (inf.ticket && !all_inbound))
 			continue;
 		withdraw(e, r);
 		r->no_host = true;
@@ -1047,10 +1053,7 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 
 /* ---- the worker: the store ------------------------------------------------------ */
 
-static bool store_usable(const hel_engine *e)
-{
-	return e->store && !e->store_stopped;
-}
+static bool store_usable(const hel_engine *e) { return e->store && !e->store_stopped; }
 
 static struct etk *tk_find(hel_engine *e, uint64_t ticket)
 {
@@ -1094,7 +1097,7 @@ static sel_retry_reason valid_why(sel_retry_reason why, sel_retry_reason dflt)
  * after progress made from now on) or held back by the pin bound. */
 static void retry_add(hel_engine *e, uint64_t id, sel_retry_reason why, bool pin)
 {
-	struct eretry x = { id, why, e->progress, pin };
+	struct eretry x = {id, why, e->progress, pin};
 	for (size_t i = 0; i < e->n_rt; i++)
 		if (e->rt[i].id == id) {
 			e->n_held += (size_t)pin - (size_t)e->rt[i].pin;
@@ -1133,7 +1136,7 @@ static void op_add(hel_engine *e, uint64_t id, uint32_t pages)
 {
 	if (eos_grow((void **)&e->op, &e->cap_op, e->n_op + 1, sizeof *e->op))
 		return; /* not counted: the bound is looser by one, nothing leaks */
-	e->op[e->n_op++] = (struct epin){ id, pages };
+	e->op[e->n_op++] = (struct epin){id, pages};
 	e->op_pages += pages;
 }
 
@@ -1358,12 +1361,8 @@ static int service_store(hel_engine *e)
 						fetch_event(e, &ev[i]);
 					break;
 				case SEL_EV_STORED:
-				case SEL_EV_STORE_FAILED:
-					store_event(e, &ev[i]);
-					break;
-				case SEL_EV_PROGRESS:
-					e->progress++;
-					break;
+				case SEL_EV_STORE_FAILED: store_event(e, &ev[i]); break;
+				case SEL_EV_PROGRESS: e->progress++; break;
 				default:
 					break; /* a kind this worker does not know: holds nothing */
 				}
@@ -1458,7 +1457,8 @@ static int admission(hel_engine *e)
 		if (group_waits(e, r))
 			continue; /* branching: its first request is computing the prompt */
 		if (r->held_ns && eos_now_ns() - r->held_ns < HOLD_RECHECK_NS) {
-			e->held_soon = true; /* held for a pool or remote answer: asked again shortly */
+			e->held_soon =
+				true; /* held for a pool or remote answer: asked again shortly */
 			continue;
 		}
 		int g = inputs_gate(e, r, hel_inputs_describe(e->inputs, r->in, r->prompt));
@@ -1483,7 +1483,8 @@ static int admission(hel_engine *e)
 		bool have = false;
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
-			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit, &hit);
+			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit,
+						  &hit);
 			if (lr == SEL_LOOKUP_PENDING) {
 				/* The pool's or the remote tier's answer is due within
 				 * its grace period (design 2.15): hold this request,
@@ -1501,8 +1502,9 @@ static int admission(hel_engine *e)
 					e->ws.host_fetch_declined++;
 			}
 		}
-		if ((g = inputs_gate(e, r,
-				     hel_inputs_ready(e->inputs, r->in, have ? hit.key.consumed : a)))) {
+		if ((g = inputs_gate(
+			     e, r,
+			     hel_inputs_ready(e->inputs, r->in, have ? hit.key.consumed : a)))) {
 			hel_admission_plan_free(&plan);
 			work += g == 2;
 			continue; /* images past the reused checkpoint are being prepared */
@@ -1550,7 +1552,8 @@ static int admission(hel_engine *e)
 			rc = tk_add(e, &adm.inbound, &hit.key, hit.tier);
 			if (rc == 0 && (rc = sel_store_fetch(e->store, &hit, &adm.inbound)))
 				tk_del(e, &e->tk[e->n_tk - 1]);
-			if (rc && hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
+			if (rc &&
+			    hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
 				requeue_failed_waiters(e, false);
 		}
 	}
@@ -1608,8 +1611,10 @@ static int exec_decode(hel_engine *e, const hel_step_entry *x, struct ereq *r, h
 {
 	uint64_t pos = x->begin;
 	uint32_t next = (pos + 1) % e->P == 0 ? x->pages[pos / e->P] : HEL_NO_PAGE;
-	hel_decode_opts o = { .sampler = &r->sampler, .max_tokens = x->emit_max,
-			      .stop_on_end = x->has_stop, .draft_tokens = e->cfg.draft_tokens };
+	hel_decode_opts o = {.sampler = &r->sampler,
+			     .max_tokens = x->emit_max,
+			     .stop_on_end = x->has_stop,
+			     .draft_tokens = e->cfg.draft_tokens};
 	hel_round rd;
 	uint64_t t0 = eos_now_ns();
 	int rc = hel_model_decode(e->model, x->live_row, x->pages, (uint32_t)(pos / e->P), next,
@@ -1617,7 +1622,8 @@ static int exec_decode(hel_engine *e, const hel_step_entry *x, struct ereq *r, h
 	if (rc)
 		return rc;
 	if (e->cfg.mode != SEL_MODE_ORDINARY) {
-		hel_hist_observe_in(&e->ws.spec_round_time, hel_hist_fine_bounds_ns, eos_now_ns() - t0);
+		hel_hist_observe_in(&e->ws.spec_round_time, hel_hist_fine_bounds_ns,
+				    eos_now_ns() - t0);
 		e->ws.spec_rounds++;
 		e->ws.spec_proposed += rd.n_proposed;
 		e->ws.spec_accepted += rd.accepted;
@@ -1634,7 +1640,8 @@ static int exec_decode(hel_engine *e, const hel_step_entry *x, struct ereq *r, h
 	memcpy(res->more, rd.tokens + 1, res->n_more * sizeof *res->more);
 	for (uint32_t i = 0; i < rd.n_tokens; i++) {
 		if (e->cfg.debug_logits)
-			e->cfg.debug_logits(e->cfg.debug_ctx, r->id, x->end + i, rd.logits[i], e->V);
+			e->cfg.debug_logits(e->cfg.debug_ctx, r->id, x->end + i, rd.logits[i],
+					    e->V);
 		if (r->logprobs)
 			hel_logprobs(rd.logits[i], e->V, rd.tokens[i], r->top_logprobs, &lp[i]);
 	}
@@ -1721,9 +1728,11 @@ static uint32_t deliver(hel_engine *e, size_t i, struct ereq *r)
 	for (uint32_t k = 1; k < n; k++)
 		hel_hist_observe(&e->ws.tpot, 0); /* a round's tokens arrive together */
 	r->t_last = now;
-	uint32_t keep = r->on_tokens ? r->on_tokens(r->ctx, t, r->logprobs ? e->lps + i * HEL_STEP_TOKENS_MAX
-									   : NULL, n)
-				     : 0;
+	uint32_t keep =
+		r->on_tokens
+			? r->on_tokens(r->ctx, t,
+				       r->logprobs ? e->lps + i * HEL_STEP_TOKENS_MAX : NULL, n)
+			: 0;
 	if (keep > n)
 		keep = n;
 	uint32_t kept = keep ? keep : n;
@@ -1752,15 +1761,9 @@ static void settle(hel_engine *e, size_t i, struct ereq *r, uint32_t keep)
 	list_del(&e->active, r);
 	r->sid = 0;
 	switch (res->finished) {
-	case HEL_FINISH_STOP:
-		finish(e, r, "stop", 0);
-		break;
-	case HEL_FINISH_LENGTH:
-		finish(e, r, "length", 0);
-		break;
-	default:
-		finish(e, r, "error", -ENOMEM);
-		break;
+	case HEL_FINISH_STOP: finish(e, r, "stop", 0); break;
+	case HEL_FINISH_LENGTH: finish(e, r, "length", 0); break;
+	default: finish(e, r, "error", -ENOMEM); break;
 	}
 }
 
@@ -1877,7 +1880,7 @@ static void publish_stats(hel_engine *e)
 
 static void idle_wait(hel_engine *e)
 {
-	struct pollfd pf[3] = { { .fd = e->efd, .events = POLLIN }, { .fd = -1 }, { .fd = -1 } };
+	struct pollfd pf[3] = {{.fd = e->efd, .events = POLLIN}, {.fd = -1}, {.fd = -1}};
 	int nfd = 1;
 	int sfd = store_usable(e) ? sel_store_wait_fd(e->store) : -1;
 	if (sfd >= 0) {
@@ -1943,7 +1946,7 @@ static void shutdown_offers(hel_engine *e)
 		now = eos_now_ns();
 		if ((end && now >= end) || now - quiet_from >= SHUTDOWN_QUIET_NS)
 			break;
-		struct pollfd pf = { .fd = sel_store_wait_fd(e->store), .events = POLLIN };
+		struct pollfd pf = {.fd = sel_store_wait_fd(e->store), .events = POLLIN};
 		if (pf.fd >= 0)
 			(void)poll(&pf, 1, 10);
 		else

@@ -26,27 +26,28 @@ typedef struct hel_engine hel_engine;
 
 /* --prefix-cache-fetch: who decides whether a host hit is restored. */
 typedef enum hel_fetch_mode {
-	HEL_FETCH_AUTO = 0, /* the fetch policy (design 2.10): the faster of restore and recompute */
-	HEL_FETCH_ALWAYS,   /* restore every host hit */
-	HEL_FETCH_NEVER,    /* recompute every host hit (counted as declined) */
+	HEL_FETCH_AUTO =
+		0,        /* the fetch policy (design 2.10): the faster of restore and recompute */
+	HEL_FETCH_ALWAYS, /* restore every host hit */
+	HEL_FETCH_NEVER,  /* recompute every host hit (counted as declined) */
 } hel_fetch_mode;
 
 typedef struct hel_engine_config {
-	const hel_core *core;        /* must outlive the engine */
-	sel_state_mode mode;         /* --speculate: ordinary, copy, learned */
-	uint32_t draft_tokens;       /* --draft-tokens: proposals per speculative round,
+	const hel_core *core;     /* must outlive the engine */
+	sel_state_mode mode;      /* --speculate: ordinary, copy, learned */
+	uint32_t draft_tokens;    /* --draft-tokens: proposals per speculative round,
 					1..HEL_DRAFT_MAX; 0 = HEL_DRAFT_DEFAULT */
-	uint32_t max_active;         /* --max-active: concurrently running requests */
-	uint64_t gpu_cache_bytes;    /* --gpu-cache: page planes + rows budget */
-	uint32_t queue_limit;        /* pending requests accepted; 0 = 1024 */
+	uint32_t max_active;      /* --max-active: concurrently running requests */
+	uint64_t gpu_cache_bytes; /* --gpu-cache: page planes + rows budget */
+	uint32_t queue_limit;     /* pending requests accepted; 0 = 1024 */
 	/* Host prefix cache (design 1, 2.11).  The store is selected from these
 	 * by the table of design 1; all zero/NULL: disabled. */
-	uint64_t memory_bytes;       /* --prefix-cache-memory */
-	const char *disk_dir;        /* --prefix-cache-disk: base directory, or NULL */
-	uint64_t disk_limit;         /* --prefix-cache-disk-limit; see disk_limit_set */
-	bool disk_limit_set;         /* an explicit limit (0 then selects no disk store) */
-	bool drain_on_shutdown;      /* --prefix-cache-drain-on-shutdown */
-	uint64_t drain_limit_ns;     /* its duration; 0 = until done */
+	uint64_t memory_bytes;   /* --prefix-cache-memory */
+	const char *disk_dir;    /* --prefix-cache-disk: base directory, or NULL */
+	uint64_t disk_limit;     /* --prefix-cache-disk-limit; see disk_limit_set */
+	bool disk_limit_set;     /* an explicit limit (0 then selects no disk store) */
+	bool drain_on_shutdown;  /* --prefix-cache-drain-on-shutdown */
+	uint64_t drain_limit_ns; /* its duration; 0 = until done */
 	/* The drain's progress, called by hel_engine_stop on the stopping
 	 * thread about once a second and once at the end (final); NULL: none
 	 * (sel_store_config.drain_progress). */
@@ -59,7 +60,7 @@ typedef struct hel_engine_config {
 	 * block for long.  NULL: nothing is said (the stats still are). */
 	void (*store_stopped)(void *ctx, int rc, const char *reason, const char *why);
 	void *store_stopped_ctx;
-	uint64_t max_age_ns;         /* --prefix-cache-max-age; 0 = off */
+	uint64_t max_age_ns; /* --prefix-cache-max-age; 0 = off */
 	bool fdatasync;
 	/* --prefix-cache-pool (design 2.15; sel_store_config.pool): the
 	 * manager's address, NULL for none; the instance id (NULL: derived
@@ -69,7 +70,7 @@ typedef struct hel_engine_config {
 	const char *pool_instance_id;
 	const char *pool_listen;
 	uint64_t pool_wait_ns;
-	uint64_t pool_grace_ns;      /* --prefix-cache-pool-grace; 0: 2 ms */
+	uint64_t pool_grace_ns; /* --prefix-cache-pool-grace; 0: 2 ms */
 	/* The remote tier (issue 16): --prefix-cache-remote URL or NULL; the
 	 * key (32 bytes, copied at open) or NULL; --prefix-cache-remote-encrypt. */
 	const char *remote;
@@ -79,11 +80,11 @@ typedef struct hel_engine_config {
 	/* Tuning, tests and tools (0 / NULL: defaults). */
 	uint32_t gpu_pages, gpu_rows; /* explicit cache ids (both, instead of
 					 sizing from gpu_cache_bytes) */
-	uint32_t chunk_tokens;       /* prefill tokens per request per step (256) */
-	uint32_t step_tokens;        /* tokens per step, all requests (1024) */
-	hel_fetch_mode fetch;        /* --prefix-cache-fetch (tests whose tiny
+	uint32_t chunk_tokens;        /* prefill tokens per request per step (256) */
+	uint32_t step_tokens;         /* tokens per step, all requests (1024) */
+	hel_fetch_mode fetch;         /* --prefix-cache-fetch (tests whose tiny
 					restores could look slow use ALWAYS) */
-	uint64_t (*clock_ns)(void);  /* record ages and expiry sweeps (tests;
+	uint64_t (*clock_ns)(void);   /* record ages and expiry sweeps (tests;
 					NULL: the wall clock) */
 	/* Tests only (FLARE_TEST_HOLD_INBOUND): while this path exists, the
 	 * worker keeps completed restores to itself, so that a test can admit
@@ -115,41 +116,41 @@ typedef struct hel_engine_config {
 
 /* What the startup summary reports (design 2.11). */
 typedef struct hel_engine_info {
-	const char *store;           /* "disabled", "memory", "disk", "composite" */
-	const char *transport;       /* "host" (memcpy) or "cuda", or "none" */
-	const char *disk_note;       /* why no disk store was selected, or "" */
-	bool disk_warning;           /* disk_note is a warning: the directory is unusable */
+	const char *store;     /* "disabled", "memory", "disk", "composite" */
+	const char *transport; /* "host" (memcpy) or "cuda", or "none" */
+	const char *disk_note; /* why no disk store was selected, or "" */
+	bool disk_warning;     /* disk_note is a warning: the directory is unusable */
 	uint64_t slots_total, intake_slots, slot_bytes;
 	uint64_t memory_bytes;
-	char disk_dir[4096];         /* the namespace directory, or "" */
+	char disk_dir[4096]; /* the namespace directory, or "" */
 	uint64_t disk_limit;
-	uint64_t disk_shared;        /* of the disk limit, the image inputs' (vision cores) */
-	uint64_t input_memory;       /* of memory_bytes, the image inputs' (vision cores) */
-	uint64_t input_reserved;     /* host bytes their allowances may take besides (cold
+	uint64_t disk_shared;    /* of the disk limit, the image inputs' (vision cores) */
+	uint64_t input_memory;   /* of memory_bytes, the image inputs' (vision cores) */
+	uint64_t input_reserved; /* host bytes their allowances may take besides (cold
 					sources, index, a record in flight) */
 	uint64_t scanned_records;
-	const char *disk_io;         /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
-	char disk_io_note[512];      /* why not io_uring+O_DIRECT, or "" */
+	const char *disk_io;    /* record I/O path ("io_uring+O_DIRECT", ...), or NULL */
+	char disk_io_note[512]; /* why not io_uring+O_DIRECT, or "" */
 	uint32_t gpu_pages, gpu_rows, max_active;
-	char warning[1024];          /* intake shrink warning, the pool's, or "" */
-	char pool[600];              /* the pool (address, name, arena) or "" */
-	char remote[1024];           /* the remote tier's description (nodes, key,
+	char warning[1024]; /* intake shrink warning, the pool's, or "" */
+	char pool[600];     /* the pool (address, name, arena) or "" */
+	char remote[1024];  /* the remote tier's description (nodes, key,
 					encryption), or "" without one */
 } hel_engine_info;
 
 /* Per-request result. */
 typedef struct hel_outcome {
-	int error;                    /* 0, or negative errno / SEL_E* */
-	const char *finish_reason;    /* "stop", "length", "cancelled", "error" */
+	int error;                 /* 0, or negative errno / SEL_E* */
+	const char *finish_reason; /* "stop", "length", "cancelled", "error" */
 	uint32_t prompt_tokens;
 	uint32_t completion_tokens;
-	uint64_t cached_tokens;       /* prompt tokens not computed: reused */
-	uint64_t reused_gpu_tokens;   /* of which from the GPU checkpoint cache */
-	uint64_t reused_host_tokens;  /* of which restored from a host tier */
-	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
-	bool host_neighbour;          /* pool: another instance exported it (design 2.15) */
-	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
-	uint32_t prefill_launches;    /* prefill chunks it ran */
+	uint64_t cached_tokens;      /* prompt tokens not computed: reused */
+	uint64_t reused_gpu_tokens;  /* of which from the GPU checkpoint cache */
+	uint64_t reused_host_tokens; /* of which restored from a host tier */
+	sel_tier host_tier;          /* that host tier (memory, disk), or NONE */
+	bool host_neighbour;         /* pool: another instance exported it (design 2.15) */
+	uint64_t prefill_tokens;     /* tokens this request computed in prefill */
+	uint32_t prefill_launches;   /* prefill chunks it ran */
 	/* Speculative decoding: the draft's proposals for this request and
 	 * those verified and emitted (flare.speculation). */
 	uint32_t spec_rounds, spec_proposed, spec_accepted;
@@ -169,17 +170,17 @@ typedef struct hel_image_input {
 } hel_image_input;
 
 typedef struct hel_request {
-	const hel_token *prompt;      /* copied by submit; checkpoints are taken
+	const hel_token *prompt; /* copied by submit; checkpoints are taken
 					 after each HEL_TOK_MESSAGE and at the end */
 	uint32_t n_prompt;
 	/* Images, in prompt order, not overlapping; HEL_TOK_IMAGE appears in
 	 * the prompt exactly at their positions.  None on a text-only core. */
 	const hel_image_input *images;
 	uint32_t n_images;
-	uint32_t max_tokens;          /* > 0 */
-	bool ignore_eos;              /* the end token does not stop generation */
+	uint32_t max_tokens; /* > 0 */
+	bool ignore_eos;     /* the end token does not stop generation */
 	hel_sampler sampler;
-	const void *cache_salt;       /* optional tenant salt (copied) */
+	const void *cache_salt; /* optional tenant salt (copied) */
 	size_t cache_salt_len;
 	/* Report each sampled token's log probability with on_tokens, and the
 	 * top_logprobs (0..HEL_TOP_LOGPROBS_MAX) most likely tokens. */
@@ -200,7 +201,8 @@ typedef struct hel_request {
 	 * of these tokens (a stop sequence ended there) with finish reason
 	 * "stop", completion_tokens counts only those k, and the tokens after
 	 * them are discarded: never reported, never part of a checkpoint. */
-	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp, uint32_t n);
+	uint32_t (*on_tokens)(void *ctx, const hel_token *tokens, const hel_logprob *lp,
+			      uint32_t n);
 	void (*on_done)(void *ctx, const hel_outcome *outcome);
 	void *ctx;
 } hel_request;
@@ -228,18 +230,18 @@ void hel_hist_observe_in(hel_hist *h, const uint64_t *bounds, uint64_t ns);
  * the mean decode time of built descriptions, plus each tensor hit times
  * the mean preparation time. */
 typedef struct hel_engine_input_stats {
-	bool enabled;                  /* a vision core: the preparation worker runs */
+	bool enabled; /* a vision core: the preparation worker runs */
 	uint64_t lookups, hits_memory, hits_disk;
 	uint64_t desc_lookups, desc_hits, tensor_lookups, tensor_hits;
 	uint64_t bytes_memory, bytes_disk, records_disk;
-	uint64_t memory_budget;        /* the memory tier's: warm / 8 */
+	uint64_t memory_budget; /* the memory tier's: warm / 8 */
 	uint64_t decodes, preparations, decode_ns, prepare_ns, saved_ns;
-	uint64_t images_covered;       /* images a reused checkpoint covered: never prepared */
-	uint64_t images_failed;        /* images refused by decoding (their request failed) */
-	uint64_t images_reprepared;    /* covered once, prepared after all: a replay or a
+	uint64_t images_covered;    /* images a reused checkpoint covered: never prepared */
+	uint64_t images_failed;     /* images refused by decoding (their request failed) */
+	uint64_t images_reprepared; /* covered once, prepared after all: a replay or a
 					  failed restore landed before them */
-	uint64_t disk_invalid;         /* .input files that failed verification (removed, rebuilt) */
-	uint64_t waiting;              /* requests waiting for their inputs now */
+	uint64_t disk_invalid;      /* .input files that failed verification (removed, rebuilt) */
+	uint64_t waiting;           /* requests waiting for their inputs now */
 } hel_engine_input_stats;
 
 /* Everything /metrics and the dashboard show.  A consistent snapshot the
@@ -251,13 +253,13 @@ typedef struct hel_engine_stats {
 	uint64_t prefill_launches, prefill_tokens, decode_tokens;
 	uint64_t gpu_lookups, gpu_hits, gpu_reused_tokens;
 	uint64_t host_lookups, host_hits, host_reused_tokens;
-	uint64_t host_fetch_declined;  /* policy said recompute */
-	uint64_t host_lookups_held;    /* admission passes that held a request for a pool or
+	uint64_t host_fetch_declined; /* policy said recompute */
+	uint64_t host_lookups_held;   /* admission passes that held a request for a pool or
 					  remote answer (design 2.15 grace period) */
-	uint64_t host_fetch_failed;    /* restores that failed and were recomputed */
+	uint64_t host_fetch_failed;   /* restores that failed and were recomputed */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;
-	uint64_t preemptions;          /* decoders preempted for pages (resumed later) */
+	uint64_t preemptions; /* decoders preempted for pages (resumed later) */
 	uint64_t publications, store_retries_pending;
 	/* The copy-out pin bound (design 2.10 backpressure): checkpoints
 	 * pinned by queued copy-outs now, the most that may be, and puts held
@@ -275,7 +277,7 @@ typedef struct hel_engine_stats {
 	 * restores, from the ticket's start to its bytes landing, by host tier. */
 	hel_hist queue_time, prefill_time, ttft, tpot, e2e;
 	hel_hist restore_time[SEL_TIERS];
-	uint64_t model_errors;         /* requests failed by a model call */
+	uint64_t model_errors; /* requests failed by a model call */
 	/* Speculative decoding (issue 19; design 4 "speculative round time"):
 	 * the engine's mode, its rounds, the draft's proposals, those
 	 * accepted, the tokens rounds emitted (accepted ones plus each
@@ -284,7 +286,7 @@ typedef struct hel_engine_stats {
 	sel_state_mode spec_mode;
 	uint64_t spec_rounds, spec_proposed, spec_accepted, spec_emitted, spec_copied;
 	hel_hist spec_round_time;
-	uint64_t prefill_rate;         /* measured prefill tokens per second (policy input) */
+	uint64_t prefill_rate; /* measured prefill tokens per second (policy input) */
 	bool store_enabled;
 	bool store_stopped;            /* the store failed for good; serving goes on without it */
 	int store_stop_rc;             /* then: the poll's error */

@@ -63,16 +63,17 @@
 
 hel_image_limits hel_image_limits_default(void)
 {
-	return (hel_image_limits){ .max_encoded_bytes = HEL_IMAGE_ENCODED_DEFAULT,
-				   .max_pixels = HEL_IMAGE_PIXELS_DEFAULT,
-				   .max_images = HEL_IMAGE_COUNT_DEFAULT };
+	return (hel_image_limits){.max_encoded_bytes = HEL_IMAGE_ENCODED_DEFAULT,
+				  .max_pixels = HEL_IMAGE_PIXELS_DEFAULT,
+				  .max_images = HEL_IMAGE_COUNT_DEFAULT};
 }
 
 int hel_image_check_count(uint32_t n, const hel_image_limits *l)
 {
 	if (n > l->max_images)
-		return eos_fail(SEL_EOVERSIZE, "image: %" PRIu32 " images in the request (at most %" PRIu32
-				")", n, l->max_images);
+		return eos_fail(SEL_EOVERSIZE,
+				"image: %" PRIu32 " images in the request (at most %" PRIu32 ")", n,
+				l->max_images);
 	return 0;
 }
 
@@ -128,10 +129,7 @@ static const char *quote(const char *s, size_t n, char *buf, size_t cap)
 	return buf;
 }
 
-static bool b64_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
+static bool b64_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 void hel_data_url_free(hel_data_url *u)
 {
@@ -141,8 +139,7 @@ void hel_data_url_free(hel_data_url *u)
 	memset(u, 0, sizeof *u);
 }
 
-int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
-		       hel_data_url *out)
+int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim, hel_data_url *out)
 {
 	char q[32];
 	memset(out, 0, sizeof *out);
@@ -156,31 +153,36 @@ int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
 			   url[s] == '.'))))
 		s++;
 	if (s == 0 || s >= len || url[s] != ':')
-		return eos_fail(SEL_EFORMAT, "image url '%s' is not a URL (expected "
+		return eos_fail(SEL_EFORMAT,
+				"image url '%s' is not a URL (expected "
 				"data:image/png;base64,... or data:image/jpeg;base64,...)",
 				quote(url ? url : "", len, q, sizeof q));
 	if (s != 4 || strncasecmp(url, "data", 4) != 0)
-		return eos_fail(SEL_EFORMAT, "image url scheme '%s' is not supported: Flare does not "
+		return eos_fail(SEL_EFORMAT,
+				"image url scheme '%s' is not supported: Flare does not "
 				"fetch images (expected a data: URL, data:image/png;base64,...)",
 				quote(url, s, q, sizeof q));
 	const char *p = url + 5, *end = url + len;
 	const char *comma = memchr(p, ',', (size_t)(end - p));
 	if (!comma)
 		return eos_fail(SEL_EFORMAT, "image data url has no ',' before its data (expected "
-				"data:image/png;base64,...)");
+					     "data:image/png;base64,...)");
 	/* Media type and parameters: type/subtype *(;attribute=value) ;base64 */
 	const char *semi = memchr(p, ';', (size_t)(comma - p));
 	const char *mt_end = semi ? semi : comma;
 	size_t mt_len = (size_t)(mt_end - p);
 	if (mt_len == 0)
-		return eos_fail(SEL_EFORMAT, "image data url has no media type (expected image/png or "
+		return eos_fail(SEL_EFORMAT,
+				"image data url has no media type (expected image/png or "
 				"image/jpeg)");
 	if (mt_len >= sizeof out->media_type ||
 	    !((mt_len == 9 && strncasecmp(p, "image/png", 9) == 0) ||
 	      (mt_len == 10 && strncasecmp(p, "image/jpeg", 10) == 0) ||
 	      (mt_len == 9 && strncasecmp(p, "image/jpg", 9) == 0)))
-		return eos_fail(SEL_EFORMAT, "image data url media type '%s' is not supported "
-				"(expected image/png or image/jpeg)", quote(p, mt_len, q, sizeof q));
+		return eos_fail(SEL_EFORMAT,
+				"image data url media type '%s' is not supported "
+				"(expected image/png or image/jpeg)",
+				quote(p, mt_len, q, sizeof q));
 	bool base64 = false;
 	for (const char *a = semi; a && a < comma;) {
 		const char *b = memchr(a + 1, ';', (size_t)(comma - a - 1));
@@ -188,18 +190,21 @@ int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
 		size_t n = (size_t)(e - a - 1);
 		if (n == 6 && strncasecmp(a + 1, "base64", 6) == 0) {
 			if (e != comma)
-				return eos_fail(SEL_EFORMAT, "image data url: ';base64' must come last, "
+				return eos_fail(SEL_EFORMAT,
+						"image data url: ';base64' must come last, "
 						"just before the ','");
 			base64 = true;
 		} else if (n == 0 || !memchr(a + 1, '=', n)) {
-			return eos_fail(SEL_EFORMAT, "image data url parameter '%s' is not "
-					"attribute=value", quote(a + 1, n, q, sizeof q));
+			return eos_fail(SEL_EFORMAT,
+					"image data url parameter '%s' is not "
+					"attribute=value",
+					quote(a + 1, n, q, sizeof q));
 		}
 		a = b;
 	}
 	if (!base64)
 		return eos_fail(SEL_EFORMAT, "image data url is not base64-encoded (expected "
-				";base64 before the ',')");
+					     ";base64 before the ',')");
 	for (size_t i = 0; i < mt_len; i++)
 		out->media_type[i] = (char)(p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]);
 	if (strcmp(out->media_type, "image/jpg") == 0)
@@ -218,24 +223,31 @@ int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
 			continue;
 		}
 		if (pad)
-			return eos_fail(SEL_EFORMAT, "image data url: base64 data continues after '=' "
-					"padding (at byte %zu of the data)", i);
+			return eos_fail(SEL_EFORMAT,
+					"image data url: base64 data continues after '=' "
+					"padding (at byte %zu of the data)",
+					i);
 		if (c == '-' || c == '_')
 			urlsafe = true;
 		sig++;
 	}
 	if (pad > 2 || (pad && (sig + pad) % 4))
-		return eos_fail(SEL_EFORMAT, "image data url: base64 data has wrong padding (%zu "
-				"characters and %zu '=')", sig, pad);
+		return eos_fail(SEL_EFORMAT,
+				"image data url: base64 data has wrong padding (%zu "
+				"characters and %zu '=')",
+				sig, pad);
 	uint64_t bytes = (uint64_t)sig * 6 / 8;
 	if (bytes > lim->max_encoded_bytes)
-		return eos_fail(SEL_EOVERSIZE, "image data is %" PRIu64 " bytes (at most %" PRIu64
-				" encoded bytes per image)", bytes, lim->max_encoded_bytes);
+		return eos_fail(SEL_EOVERSIZE,
+				"image data is %" PRIu64 " bytes (at most %" PRIu64
+				" encoded bytes per image)",
+				bytes, lim->max_encoded_bytes);
 	if (sig == 0)
 		return eos_fail(SEL_EFORMAT, "image data url has no data after the ','");
 	uint8_t *bin = malloc(bytes ? bytes : 1);
 	if (!bin)
-		return eos_fail(-ENOMEM, "image data url: out of memory for %" PRIu64 " bytes", bytes);
+		return eos_fail(-ENOMEM, "image data url: out of memory for %" PRIu64 " bytes",
+				bytes);
 	int variant = urlsafe ? (pad ? sodium_base64_VARIANT_URLSAFE
 				     : sodium_base64_VARIANT_URLSAFE_NO_PADDING)
 			      : (pad ? sodium_base64_VARIANT_ORIGINAL
@@ -249,8 +261,10 @@ int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
 		size_t at = stop ? (size_t)(stop - d) : 0;
 		free(bin);
 		if (stop && stop < end)
-			return eos_fail(SEL_EFORMAT, "image data url: '%s' at byte %zu of the data is not "
-					"base64", quote(stop, 1, q, sizeof q), at);
+			return eos_fail(SEL_EFORMAT,
+					"image data url: '%s' at byte %zu of the data is not "
+					"base64",
+					quote(stop, 1, q, sizeof q), at);
 		return eos_fail(SEL_EFORMAT, "image data url: the data is not valid base64");
 	}
 	out->bytes = bin;
@@ -260,7 +274,7 @@ int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
 
 /* ---- Formats and headers ------------------------------------------------------- */
 
-static const uint8_t png_sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 int hel_image_detect(const void *data, size_t len, hel_image_format *out)
 {
@@ -270,28 +284,32 @@ int hel_image_detect(const void *data, size_t len, hel_image_format *out)
 	else if (len >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
 		*out = HEL_IMAGE_JPEG;
 	else
-		return eos_fail(SEL_EFORMAT, "image: %zu bytes that are not a PNG or JPEG image "
-				"(no PNG signature or JPEG SOI marker)", len);
+		return eos_fail(SEL_EFORMAT,
+				"image: %zu bytes that are not a PNG or JPEG image "
+				"(no PNG signature or JPEG SOI marker)",
+				len);
 	return 0;
 }
 
 static int check_size(uint64_t w, uint64_t h, const hel_image_limits *lim)
 {
 	if (w == 0 || h == 0)
-		return eos_fail(SEL_EFORMAT, "image: %" PRIu64 " x %" PRIu64 " pixels (empty)", w, h);
+		return eos_fail(SEL_EFORMAT, "image: %" PRIu64 " x %" PRIu64 " pixels (empty)", w,
+				h);
 	if (w > HEL_IMAGE_SIDE_MAX || h > HEL_IMAGE_SIDE_MAX || w * h > lim->max_pixels)
-		return eos_fail(SEL_EOVERSIZE, "image: %" PRIu64 " x %" PRIu64 " = %" PRIu64
+		return eos_fail(SEL_EOVERSIZE,
+				"image: %" PRIu64 " x %" PRIu64 " = %" PRIu64
 				" pixels is over the limit of %" PRIu64 " pixels, %u per side "
-				"(refused before decoding)", w, h, w * h, lim->max_pixels,
-				HEL_IMAGE_SIDE_MAX);
+				"(refused before decoding)",
+				w, h, w * h, lim->max_pixels, HEL_IMAGE_SIDE_MAX);
 	return 0;
 }
 
 static int check_encoded(size_t len, const hel_image_limits *lim)
 {
 	if (len > lim->max_encoded_bytes)
-		return eos_fail(SEL_EOVERSIZE, "image: %zu encoded bytes (at most %" PRIu64 ")", len,
-				lim->max_encoded_bytes);
+		return eos_fail(SEL_EOVERSIZE, "image: %zu encoded bytes (at most %" PRIu64 ")",
+				len, lim->max_encoded_bytes);
 	return 0;
 }
 
@@ -333,13 +351,13 @@ static void png_on_read(png_structp png, png_bytep out, size_t n)
 	c->pos += n;
 }
 
-static int decode_png(const uint8_t *data, size_t len, const hel_image_limits *lim,
-		      hel_image *out, bool header_only)
+static int decode_png(const uint8_t *data, size_t len, const hel_image_limits *lim, hel_image *out,
+		      bool header_only)
 {
-	struct png_ctx ctx = { .data = data, .len = len };
+	struct png_ctx ctx = {.data = data, .len = len};
 	struct png_ctx *c = &ctx;
-	png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, c, png_on_error,
-						 png_on_warning);
+	png_structp png =
+		png_create_read_struct(PNG_LIBPNG_VER_STRING, c, png_on_error, png_on_warning);
 	png_infop info = png ? png_create_info_struct(png) : NULL;
 	int rc;
 
@@ -392,8 +410,10 @@ static int decode_png(const uint8_t *data, size_t len, const hel_image_limits *l
 	uint32_t ch = png_get_channels(png, info);
 	size_t rowbytes = png_get_rowbytes(png, info);
 	if (ch < 1 || ch > 4 || png_get_bit_depth(png, info) != 8 || rowbytes != (size_t)w * ch) {
-		rc = eos_fail(SEL_EFORMAT, "image: png: unexpected layout after expansion (%u channels, "
-			      "%d bits, %zu bytes per row)", ch, png_get_bit_depth(png, info), rowbytes);
+		rc = eos_fail(SEL_EFORMAT,
+			      "image: png: unexpected layout after expansion (%u channels, "
+			      "%d bits, %zu bytes per row)",
+			      ch, png_get_bit_depth(png, info), rowbytes);
 		goto out;
 	}
 	out->color = (hel_image_color)ch; /* 1 gray, 2 gray+alpha, 3 rgb, 4 rgba */
@@ -457,16 +477,18 @@ static void jpeg_on_message(j_common_ptr ci, int level)
 static void jpeg_on_progress(j_common_ptr ci)
 {
 	struct jpeg_ctx *c = (struct jpeg_ctx *)ci->err;
-	if (ci->is_decompressor && ((j_decompress_ptr)ci)->input_scan_number > HEL_IMAGE_JPEG_SCANS_MAX) {
-		snprintf(c->msg, sizeof c->msg, "more than %d scans (refused as a decoding time bomb)",
+	if (ci->is_decompressor &&
+	    ((j_decompress_ptr)ci)->input_scan_number > HEL_IMAGE_JPEG_SCANS_MAX) {
+		snprintf(c->msg, sizeof c->msg,
+			 "more than %d scans (refused as a decoding time bomb)",
 			 HEL_IMAGE_JPEG_SCANS_MAX);
 		c->rc = SEL_EOVERSIZE;
 		longjmp(c->jb, 1);
 	}
 }
 
-static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *lim,
-		       hel_image *out, bool header_only)
+static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *lim, hel_image *out,
+		       bool header_only)
 {
 	struct jpeg_decompress_struct ci;
 	struct jpeg_ctx ctx;
@@ -525,7 +547,8 @@ static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *
 	out->channels = hel_image_color_channels(out->color);
 	if ((uint32_t)ci.output_components != out->channels || ci.output_width != out->width ||
 	    ci.output_height != out->height) {
-		rc = eos_fail(SEL_EFORMAT, "image: jpeg: unexpected output (%d components, %u x %u)",
+		rc = eos_fail(SEL_EFORMAT,
+			      "image: jpeg: unexpected output (%d components, %u x %u)",
 			      ci.output_components, ci.output_width, ci.output_height);
 		goto out;
 	}
@@ -539,7 +562,8 @@ static int decode_jpeg(const uint8_t *data, size_t len, const hel_image_limits *
 	while (ci.output_scanline < ci.output_height) {
 		JSAMPROW row = c->pixels + (size_t)ci.output_scanline * stride;
 		if (jpeg_read_scanlines(&ci, &row, 1) != 1) {
-			rc = eos_fail(SEL_EFORMAT, "image: jpeg: no progress at row %u", ci.output_scanline);
+			rc = eos_fail(SEL_EFORMAT, "image: jpeg: no progress at row %u",
+				      ci.output_scanline);
 			goto out;
 		}
 	}

@@ -35,8 +35,8 @@ typedef struct hel_image_limits {
 #define HEL_IMAGE_ENCODED_DEFAULT (16ull << 20) /* 16 MiB */
 #define HEL_IMAGE_PIXELS_DEFAULT (1ull << 24)   /* 16 Mpx, e.g. 4096 x 4096 */
 #define HEL_IMAGE_COUNT_DEFAULT 16u
-#define HEL_IMAGE_SIDE_MAX 65535u               /* width and height, each (JPEG's own bound) */
-#define HEL_IMAGE_JPEG_SCANS_MAX 256            /* progressive scans before a JPEG is refused */
+#define HEL_IMAGE_SIDE_MAX 65535u    /* width and height, each (JPEG's own bound) */
+#define HEL_IMAGE_JPEG_SCANS_MAX 256 /* progressive scans before a JPEG is refused */
 
 /* The defaults above. */
 hel_image_limits hel_image_limits_default(void);
@@ -66,8 +66,7 @@ typedef struct hel_data_url {
  * data: URL"), a media type other than PNG or JPEG, data that is not
  * base64, and data over lim->max_encoded_bytes (checked from the length
  * of the text before decoding).  *out is zeroed on failure. */
-int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim,
-		       hel_data_url *out);
+int hel_data_url_parse(const char *url, size_t len, const hel_image_limits *lim, hel_data_url *out);
 /* NULL-safe; zeroes *u. */
 void hel_data_url_free(hel_data_url *u);
 
@@ -110,11 +109,11 @@ typedef struct hel_image {
 	hel_image_format format; /* what the bytes were */
 	hel_image_color color;
 	uint32_t width, height;
-	uint32_t channels;       /* hel_image_color_channels(color) */
-	uint32_t source_bits;    /* bits per sample in the file: 1, 2, 4, 8 or 16 */
-	uint8_t *pixels;         /* height x width x channels bytes */
-	size_t bytes;            /* of pixels */
-	size_t capacity;         /* allocated for pixels: what an allowance charges */
+	uint32_t channels;    /* hel_image_color_channels(color) */
+	uint32_t source_bits; /* bits per sample in the file: 1, 2, 4, 8 or 16 */
+	uint8_t *pixels;      /* height x width x channels bytes */
+	size_t bytes;         /* of pixels */
+	size_t capacity;      /* allocated for pixels: what an allowance charges */
 } hel_image;
 
 /* The format by magic bytes (PNG signature, JPEG SOI), or SEL_EFORMAT

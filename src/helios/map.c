@@ -43,7 +43,7 @@ static int grow(hel_map *m, size_t want)
 		cap *= 2;
 	if (cap == m->cap)
 		return 0;
-	hel_map nm = { 0 };
+	hel_map nm = {0};
 	nm.h = malloc(cap * sizeof(*nm.h));
 	nm.v = malloc(cap * sizeof(*nm.v));
 	nm.used = calloc(cap, 1);
@@ -60,10 +60,7 @@ static int grow(hel_map *m, size_t want)
 	return 0;
 }
 
-int hel_map_reserve(hel_map *m, size_t more)
-{
-	return grow(m, m->n + more);
-}
+int hel_map_reserve(hel_map *m, size_t more) { return grow(m, m->n + more); }
 
 int hel_map_add(hel_map *m, uint64_t h, uint32_t v)
 {

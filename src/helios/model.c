@@ -143,28 +143,60 @@
 #define GOLD 0x9E3779B97F4A7C15ull
 #define GOLD32 0x9E3779B9u
 #define SW HEL_SUMMARY_LANES
-#define REC_UPDATES 16     /* mixing words updated per token per rank */
+#define REC_UPDATES 16        /* mixing words updated per token per rank */
 #define INDUCTION_BONUS 28672 /* 28 nats: more than coarse and fine can differ */
-#define FINE_SHIFT 22      /* fine logits: (acc >> 22) - 512, about +-0.5 nat */
-#define COARSE_UNIT 1024   /* the coarse term: 1 nat per leading zero of a hash, */
-#define COARSE_LZ_MAX 12   /* at most 12, so within 13 nats */
-#define DRAFT_LANES 8      /* the draft head's fine term: 8 lanes of its state */
-#define DRAFT_SHIFT 23     /* (acc >> 23) - 256: about +-0.25 nat */
-#define COPY_MATCH_MIN 3   /* copy drafting: the shortest match it follows */
-#define COPY_MATCH_MAX 16  /* and the longest it looks for */
+#define FINE_SHIFT 22         /* fine logits: (acc >> 22) - 512, about +-0.5 nat */
+#define COARSE_UNIT 1024      /* the coarse term: 1 nat per leading zero of a hash, */
+#define COARSE_LZ_MAX 12      /* at most 12, so within 13 nats */
+#define DRAFT_LANES 8         /* the draft head's fine term: 8 lanes of its state */
+#define DRAFT_SHIFT 23        /* (acc >> 23) - 256: about +-0.25 nat */
+#define COPY_MATCH_MIN 3      /* copy drafting: the shortest match it follows */
+#define COPY_MATCH_MAX 16     /* and the longest it looks for */
 #define NO_TOKEN UINT32_MAX
 
 /* Salt tags: each use of the seed gets its own (tag, index) pair. */
 enum {
-	T_EMB = 1, T_WQ, T_WO, T_WOUT, T_H0, T_DEMB, T_DWQ, T_DWO, T_DOUT, T_D0,
-	T_POS, T_DPOS, T_SPLIT, T_REP, T_COMB, T_IND, T_TAG, T_PLANE, T_KLANE, T_VLANE,
-	T_VISION, /* vision cores only: text cores use none of it */
+	T_EMB = 1,
+	T_WQ,
+	T_WO,
+	T_WOUT,
+	T_H0,
+	T_DEMB,
+	T_DWQ,
+	T_DWO,
+	T_DOUT,
+	T_D0,
+	T_POS,
+	T_DPOS,
+	T_SPLIT,
+	T_REP,
+	T_COMB,
+	T_IND,
+	T_TAG,
+	T_PLANE,
+	T_KLANE,
+	T_VLANE,
+	T_VISION,   /* vision cores only: text cores use none of it */
 	T_COARSE_X, /* the coarse term (issue 19) */
 };
 /* Per-rank salts combining that rank's summaries into the model's inputs. */
-enum { C_S, C_P, C_HISTORY, C_DP, C_PAGE, C_DPAGE, C_REC, COMB_SALTS };
+enum {
+	C_S,
+	C_P,
+	C_HISTORY,
+	C_DP,
+	C_PAGE,
+	C_DPAGE,
+	C_REC,
+	COMB_SALTS
+};
 /* What a draw decides (hel_sample's own draw is the ordinary one). */
-enum { D_DRAFT = 0x1d8e, D_ACCEPT = 0x7a11, D_RESIDUAL = 0x3c59, D_SAMPLE = 0x5a3d };
+enum {
+	D_DRAFT = 0x1d8e,
+	D_ACCEPT = 0x7a11,
+	D_RESIDUAL = 0x3c59,
+	D_SAMPLE = 0x5a3d
+};
 
 static inline uint64_t mix64(uint64_t x)
 {
@@ -186,10 +218,7 @@ static inline uint32_t nl32(uint32_t x)
 	return x;
 }
 
-static inline uint32_t rotl32(uint32_t x, unsigned r)
-{
-	return x << r | x >> (32 - r);
-}
+static inline uint32_t rotl32(uint32_t x, unsigned r) { return x << r | x >> (32 - r); }
 
 /* n (even) pseudo-random lanes from c. */
 static void lanes(uint64_t c, uint32_t *out, uint32_t n)
@@ -208,7 +237,7 @@ typedef uint32_t v4u __attribute__((vector_size(16)));
 
 static inline uint32_t dot(const uint32_t *a, const uint32_t *b, uint32_t n)
 {
-	v4u s = { 0, 0, 0, 0 };
+	v4u s = {0, 0, 0, 0};
 	for (uint32_t j = 0; j < n; j += 4) {
 		v4u x, y;
 		memcpy(&x, a + j, sizeof x);
@@ -225,10 +254,7 @@ static inline uint64_t rd64(const uint8_t *p)
 	return v;
 }
 
-static inline void wr64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
+static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 /* ---- The model ----------------------------------------------------------- */
 
@@ -260,10 +286,7 @@ struct ptab {
 	uint32_t extra; /* one more id after ids[n-1], or HEL_NO_PAGE */
 };
 
-static inline uint32_t ptab_len(const struct ptab *t)
-{
-	return t->n + (t->extra != HEL_NO_PAGE);
-}
+static inline uint32_t ptab_len(const struct ptab *t) { return t->n + (t->extra != HEL_NO_PAGE); }
 
 static inline uint32_t ptab_at(const struct ptab *t, uint32_t i)
 {
@@ -275,26 +298,26 @@ struct hel_model {
 	sel_state_mode mode;
 	bool spec;
 	uint32_t R, H, L, V, pt, Hd, K;
-	uint32_t lo, hi;   /* the ranks this process holds (all but with tp) */
-	hel_model_tp tp;   /* reduce NULL: every rank here */
-	uint64_t *red;     /* [1 + H]: a reduction's words */
+	uint32_t lo, hi; /* the ranks this process holds (all but with tp) */
+	hel_model_tp tp; /* reduce NULL: every rank here */
+	uint64_t *red;   /* [1 + H]: a reduction's words */
 	uint32_t pages, rows;
 	hel_row_layout lay;
 	struct mplane *pl; /* [npl]: main planes, then drafts */
 	uint32_t npl, nmain;
-	uint8_t **pbase;   /* [R * npl] */
-	uint8_t **rbase;   /* [R] */
-	size_t *pmap;      /* [npl] mapping length per plane */
-	size_t rmap;       /* per rank */
+	uint8_t **pbase;     /* [R * npl] */
+	uint8_t **rbase;     /* [R] */
+	size_t *pmap;        /* [npl] mapping length per plane */
+	size_t rmap;         /* per rank */
 	struct page_sum *ps; /* [pages] */
 	struct row_sum *rs;  /* [rows * R] */
 	bool *row_valid;     /* [rows] */
 	uint64_t *zero_hash; /* [npl * pt] */
 	uint64_t P_empty, DP_empty;
-	uint64_t *S_zero;    /* [R] */
+	uint64_t *S_zero;     /* [R] */
 	uint64_t *split_salt; /* [R] */
 	uint64_t rep_salt;
-	uint64_t *comb;      /* [R * COMB_SALTS] */
+	uint64_t *comb; /* [R * COMB_SALTS] */
 	uint64_t pos_salt, dpos_salt, ind_salt, tag_salt;
 	uint64_t vis_salt; /* vision cores: the image-token state salt */
 	/* recurrent geometry, in words */
@@ -309,16 +332,16 @@ struct hel_model {
 	/* The current launch (DESIGN "Launches") and the weights it derived. */
 	uint32_t depth;
 	bool have_attn, have_head, have_draft;
-	uint32_t *wq, *wo;  /* [L * SW * H] */
-	uint32_t *wout;     /* [G * H]: output rows of the generated tokens */
-	uint32_t *dout;     /* [G * DRAFT_LANES]: its narrow output rows */
+	uint32_t *wq, *wo; /* [L * SW * H] */
+	uint32_t *wout;    /* [G * H]: output rows of the generated tokens */
+	uint32_t *dout;    /* [G * DRAFT_LANES]: its narrow output rows */
 	hel_model_counts counts;
 	/* scratch (one thread) */
 	uint32_t *z, *hs, *lane, *att, *d, *dhs, *erow;
 	uint32_t q[SW], acc[SW];
-	int32_t *logits;    /* [V] */
-	int32_t *rl;        /* [(HEL_DRAFT_MAX + 1) * V]: a round's logits */
-	double *pv, *qv;    /* [G] target, [HEL_DRAFT_MAX * G] draft probabilities */
+	int32_t *logits; /* [V] */
+	int32_t *rl;     /* [(HEL_DRAFT_MAX + 1) * V]: a round's logits */
+	double *pv, *qv; /* [G] target, [HEL_DRAFT_MAX * G] draft probabilities */
 };
 
 static inline uint8_t *rowp(const hel_model *m, uint32_t r, uint32_t slot)
@@ -406,15 +429,9 @@ static void enter(hel_model *m)
 		m->have_attn = m->have_head = m->have_draft = false;
 }
 
-static void leave(hel_model *m)
-{
-	m->depth--;
-}
+static void leave(hel_model *m) { m->depth--; }
 
-void hel_model_launch_begin(hel_model *m)
-{
-	enter(m);
-}
+void hel_model_launch_begin(hel_model *m) { enter(m); }
 
 void hel_model_launch_end(hel_model *m)
 {
@@ -462,10 +479,7 @@ static void need_draft(hel_model *m)
 	m->have_draft = true;
 }
 
-void hel_model_counts_get(const hel_model *m, hel_model_counts *out)
-{
-	*out = m->counts;
-}
+void hel_model_counts_get(const hel_model *m, hel_model_counts *out) { *out = m->counts; }
 
 /* ---- Summaries ------------------------------------------------------------ */
 
@@ -581,7 +595,8 @@ static int create_salts(hel_model *m)
 	for (uint32_t r = 0; r < m->R; r++) {
 		m->split_salt[r] = seed_salt(c, T_SPLIT, r);
 		for (int k = 0; k < COMB_SALTS; k++)
-			m->comb[r * COMB_SALTS + k] = seed_salt(c, T_COMB, (uint64_t)r * COMB_SALTS + k);
+			m->comb[r * COMB_SALTS + k] =
+				seed_salt(c, T_COMB, (uint64_t)r * COMB_SALTS + k);
 	}
 	m->pos_salt = seed_salt(c, T_POS, 0);
 	m->dpos_salt = seed_salt(c, T_DPOS, m->mode); /* copy and learned bytes differ */
@@ -692,11 +707,13 @@ static int create_planes_memory(hel_model *m)
 	for (uint32_t r = m->lo; r < m->hi; r++) {
 		for (uint32_t p = 0; p < m->npl; p++)
 			if (!(m->pbase[(size_t)r * m->npl + p] = map(m->pmap[p])))
-				return eos_fail(-ENOMEM,
-						"model: cannot map %zu bytes for plane '%s' of rank %u",
-						m->pmap[p], m->pl[p].cp->name, r);
+				return eos_fail(
+					-ENOMEM,
+					"model: cannot map %zu bytes for plane '%s' of rank %u",
+					m->pmap[p], m->pl[p].cp->name, r);
 		if (!(m->rbase[r] = map(m->rmap)))
-			return eos_fail(-ENOMEM, "model: cannot map %zu bytes for the rows of rank %u",
+			return eos_fail(-ENOMEM,
+					"model: cannot map %zu bytes for the rows of rank %u",
 					m->rmap, r);
 	}
 	return 0;
@@ -709,15 +726,17 @@ int hel_model_create(const hel_core *c, const hel_model_opts *o, hel_model **out
 
 	*out = NULL;
 	if (!hel_core_supports(c, o->mode))
-		return eos_fail(-EINVAL, "model: core '%s' does not support the %s state mode", c->name,
-				sel_state_mode_name(o->mode));
+		return eos_fail(-EINVAL, "model: core '%s' does not support the %s state mode",
+				c->name, sel_state_mode_name(o->mode));
 	if (o->pages == 0 || o->rows == 0 || o->pages == HEL_NO_PAGE)
-		return eos_fail(-EINVAL, "model: %u pages and %u rows (expected at least one of each)",
+		return eos_fail(-EINVAL,
+				"model: %u pages and %u rows (expected at least one of each)",
 				o->pages, o->rows);
 	if (o->draft_tokens > HEL_DRAFT_MAX)
 		return eos_fail(-EINVAL, "model: %u draft tokens (at most %u)", o->draft_tokens,
 				HEL_DRAFT_MAX);
-	if (o->tp && (o->tp->rank >= c->ranks || !o->tp->reduce || (o->tp->rank == 0) != !!o->tp->call))
+	if (o->tp &&
+	    (o->tp->rank >= c->ranks || !o->tp->reduce || (o->tp->rank == 0) != !!o->tp->call))
 		return eos_fail(-EINVAL, "model: rank %u of a %u-rank core, or no reduce/call",
 				o->tp->rank, c->ranks);
 	if (o->tp && o->mode != SEL_MODE_ORDINARY)
@@ -776,15 +795,18 @@ void hel_model_destroy(hel_model *m)
 		for (uint32_t r = 0; r < m->R; r++)
 			for (uint32_t p = 0; p < m->npl; p++)
 				if (m->pbase[(size_t)r * m->npl + p])
-					munmap(m->pbase[(size_t)r * m->npl + p], m->pmap[p] ? m->pmap[p] : 1);
+					munmap(m->pbase[(size_t)r * m->npl + p],
+					       m->pmap[p] ? m->pmap[p] : 1);
 	if (m->rbase)
 		for (uint32_t r = 0; r < m->R; r++)
 			if (m->rbase[r])
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
-	void *own[] = { m->pbase, m->pmap, m->rbase, m->ps, m->rs, m->row_valid, m->zero_hash,
-			m->S_zero, m->split_salt, m->comb, m->pl, m->h0, m->red, m->d0, m->gen, m->genlist,
-			m->wq, m->wo, m->wout, m->dout, m->z, m->hs, m->lane,
-			m->att, m->d, m->dhs, m->erow, m->logits, m->rl, m->pv, m->qv };
+	void *own[] = {m->pbase,     m->pmap,   m->rbase,      m->ps,      m->rs,   m->row_valid,
+		       m->zero_hash, m->S_zero, m->split_salt, m->comb,    m->pl,   m->h0,
+		       m->red,       m->d0,     m->gen,        m->genlist, m->wq,   m->wo,
+		       m->wout,      m->dout,   m->z,          m->hs,      m->lane, m->att,
+		       m->d,         m->dhs,    m->erow,       m->logits,  m->rl,   m->pv,
+		       m->qv};
 	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
 		free(own[i]);
 	free(m);
@@ -881,7 +903,7 @@ int hel_model_row_init(hel_model *m, uint32_t slot)
 	int rc;
 	if (slot >= m->rows)
 		return eos_fail(-EINVAL, "model: row slot %u of %u", slot, m->rows);
-	if ((rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_INIT, .slot = slot })))
+	if ((rc = tp_mirror(m, &(hel_tp_call){.op = HEL_TP_ROW_INIT, .slot = slot})))
 		return rc;
 	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint8_t *row = rowp(m, r, slot);
@@ -906,7 +928,7 @@ int hel_model_row_copy(hel_model *m, uint32_t src, uint32_t dst)
 		return eos_fail(-EINVAL, "model: row slot %u holds no sequence", src);
 	if (src == dst)
 		return 0;
-	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_COPY, .slot = src, .arg = dst });
+	int rc = tp_mirror(m, &(hel_tp_call){.op = HEL_TP_ROW_COPY, .slot = src, .arg = dst});
 	if (rc)
 		return rc;
 	for (uint32_t r = m->lo; r < m->hi; r++) {
@@ -923,9 +945,10 @@ static int consumed_of(const hel_model *m, uint32_t slot, uint64_t *out)
 	for (uint32_t r = m->lo + 1; r < m->hi; r++) {
 		uint64_t nr = rd64(rowp(m, r, slot) + m->lay.consumed);
 		if (nr != n)
-			return eos_fail(SEL_ECORRUPT,
-					"model: row slot %u: rank %u consumed %llu tokens, rank 0 %llu",
-					slot, r, (unsigned long long)nr, (unsigned long long)n);
+			return eos_fail(
+				SEL_ECORRUPT,
+				"model: row slot %u: rank %u consumed %llu tokens, rank 0 %llu",
+				slot, r, (unsigned long long)nr, (unsigned long long)n);
 	}
 	*out = n;
 	return 0;
@@ -946,12 +969,13 @@ static int check_partial_zero(const hel_model *m, uint32_t slot, uint32_t r, uin
 		const uint8_t *u = row + m->pl[p].part;
 		for (uint64_t b = tokens * m->pl[p].tb; b < m->pl[p].unit; b++)
 			if (u[b])
-				return eos_fail(SEL_ECORRUPT,
-						"model: row slot %u rank %u: partial page of plane '%s' "
-						"has a non-zero byte at token %llu (holds %llu tokens)",
-						slot, r, m->pl[p].cp->name,
-						(unsigned long long)(b / m->pl[p].tb),
-						(unsigned long long)tokens);
+				return eos_fail(
+					SEL_ECORRUPT,
+					"model: row slot %u rank %u: partial page of plane '%s' "
+					"has a non-zero byte at token %llu (holds %llu tokens)",
+					slot, r, m->pl[p].cp->name,
+					(unsigned long long)(b / m->pl[p].tb),
+					(unsigned long long)tokens);
 	}
 	return 0;
 }
@@ -964,8 +988,8 @@ int hel_model_row_loaded(hel_model *m, uint32_t slot, uint64_t expected)
 {
 	if (slot >= m->rows)
 		return eos_fail(-EINVAL, "model: row slot %u of %u", slot, m->rows);
-	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_ROW_LOADED, .slot = slot,
-					      .value = expected });
+	int rc = tp_mirror(
+		m, &(hel_tp_call){.op = HEL_TP_ROW_LOADED, .slot = slot, .value = expected});
 	if (rc)
 		return rc;
 	m->row_valid[slot] = false;
@@ -982,8 +1006,8 @@ int hel_model_row_loaded(hel_model *m, uint32_t slot, uint64_t expected)
 		return eos_fail(rc, "%s", own);
 	if (refused) {
 		m->row_valid[slot] = false;
-		return eos_fail(SEL_ECORRUPT, "model: row slot %u: rank %u refused the loaded row", slot,
-				(unsigned)__builtin_ctzll(refused));
+		return eos_fail(SEL_ECORRUPT, "model: row slot %u: rank %u refused the loaded row",
+				slot, (unsigned)__builtin_ctzll(refused));
 	}
 	return 0;
 }
@@ -994,13 +1018,15 @@ static int row_validate(hel_model *m, uint32_t slot, uint64_t expected)
 	for (uint32_t r = m->lo; r < m->hi; r++) {
 		uint64_t n = rd64(rowp(m, r, slot) + m->lay.consumed);
 		if (n != expected)
-			return eos_fail(SEL_ECORRUPT,
-					"model: row slot %u rank %u: consumed count %llu, expected %llu",
-					slot, r, (unsigned long long)n, (unsigned long long)expected);
+			return eos_fail(
+				SEL_ECORRUPT,
+				"model: row slot %u rank %u: consumed count %llu, expected %llu",
+				slot, r, (unsigned long long)n, (unsigned long long)expected);
 	}
 	if (expected > m->core->max_context)
-		return eos_fail(SEL_ECORRUPT, "model: row slot %u: consumed %llu beyond max_context %llu",
-				slot, (unsigned long long)expected,
+		return eos_fail(SEL_ECORRUPT,
+				"model: row slot %u: consumed %llu beyond max_context %llu", slot,
+				(unsigned long long)expected,
 				(unsigned long long)m->core->max_context);
 	for (uint32_t r = m->lo; r < m->hi; r++)
 		if ((rc = check_partial_zero(m, slot, r, expected % m->pt)))
@@ -1020,14 +1046,14 @@ int hel_model_page_loaded(hel_model *m, uint32_t page)
 {
 	if (page >= m->pages)
 		return eos_fail(-EINVAL, "model: page id %u of %u", page, m->pages);
-	int rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_PAGE_LOADED, .slot = page });
+	int rc = tp_mirror(m, &(hel_tp_call){.op = HEL_TP_PAGE_LOADED, .slot = page});
 	if (rc)
 		return rc;
 	struct page_sum *ps = &m->ps[page];
 	ps->valid = false;
 	ps->local = page_digest(m, page, false);
 	ps->dlocal = m->spec ? page_digest(m, page, true) : 0;
-	uint64_t d[2] = { ps->local, ps->dlocal };
+	uint64_t d[2] = {ps->local, ps->dlocal};
 	if ((rc = tp_sum(m, d, 2)))
 		return rc;
 	set_page_sum(m, ps, d[0], false);
@@ -1045,8 +1071,8 @@ int hel_model_check(const hel_model *m)
 			continue;
 		if (page_digest(m, id, false) != ps->local ||
 		    (m->spec && page_digest(m, id, true) != ps->dlocal))
-			return eos_fail(SEL_ECORRUPT, "model check: page id %u changed since it was loaded",
-					id);
+			return eos_fail(SEL_ECORRUPT,
+					"model check: page id %u changed since it was loaded", id);
 	}
 	for (uint32_t slot = 0; slot < m->rows; slot++) {
 		uint64_t n;
@@ -1061,14 +1087,16 @@ int hel_model_check(const hel_model *m)
 			if ((rc = check_partial_zero(m, slot, r, n % m->pt)))
 				return rc;
 			if (s->S != rec_sum(m, row, shard_salt(m, m->core->recurrent_shard, r)))
-				return eos_fail(SEL_ECORRUPT,
-						"model check: row slot %u rank %u: recurrent state changed",
-						slot, r);
+				return eos_fail(
+					SEL_ECORRUPT,
+					"model check: row slot %u rank %u: recurrent state changed",
+					slot, r);
 			if (s->P != partial_sum(m, row, false) ||
 			    (m->spec && s->DP != partial_sum(m, row, true)))
-				return eos_fail(SEL_ECORRUPT,
-						"model check: row slot %u rank %u: partial page changed",
-						slot, r);
+				return eos_fail(
+					SEL_ECORRUPT,
+					"model check: row slot %u rank %u: partial page changed",
+					slot, r);
 		}
 	}
 	return 0;
@@ -1242,8 +1270,8 @@ static uint64_t draft_context(const hel_model *m, uint32_t slot, uint64_t n, uin
 	memset(dhs, 0, (size_t)m->H * 4);
 	for (uint32_t r = m->lo; r < m->hi; r++) {
 		const uint8_t *row = rowp(m, r, slot);
-		c += mix64(XXH3_64bits_withSeed(row + m->lay.draft_history, m->lay.draft_history_bytes,
-						comb(m, r, C_HISTORY)));
+		c += mix64(XXH3_64bits_withSeed(row + m->lay.draft_history,
+						m->lay.draft_history_bytes, comb(m, r, C_HISTORY)));
 		c += mix64(rsum(m, slot, r)->DP + comb(m, r, C_DP));
 		uint32_t wgt = 2 * r + 1;
 		for (uint32_t j = 0; j < m->H; j++) {
@@ -1260,15 +1288,17 @@ static int check_table(const hel_model *m, uint32_t slot, const struct ptab *tab
 	uint64_t n;
 	int rc;
 	if (slot >= m->rows || !m->row_valid[slot])
-		return eos_fail(-EINVAL, "model: row slot %u holds no sequence (init or load it)", slot);
+		return eos_fail(-EINVAL, "model: row slot %u holds no sequence (init or load it)",
+				slot);
 	if ((rc = consumed_of(m, slot, &n)))
 		return rc;
 	uint32_t np = ptab_len(tab);
 	if (np != n / m->pt)
-		return eos_fail(SEL_ECORRUPT,
-				"model: row slot %u consumed %llu tokens, so %llu complete pages, but "
-				"the page table has %u",
-				slot, (unsigned long long)n, (unsigned long long)(n / m->pt), np);
+		return eos_fail(
+			SEL_ECORRUPT,
+			"model: row slot %u consumed %llu tokens, so %llu complete pages, but "
+			"the page table has %u",
+			slot, (unsigned long long)n, (unsigned long long)(n / m->pt), np);
 	for (uint32_t i = 0; i < np; i++) {
 		uint32_t id = ptab_at(tab, i);
 		if (id >= m->pages || !m->ps[id].valid)
@@ -1322,10 +1352,10 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		return eos_fail(-EINVAL, "model: token %u outside the vocabulary (%u)", x, m->V);
 	if (x == HEL_TOK_IMAGE && m->core->has_image && !embed)
 		return eos_fail(-EINVAL, "model: an image token without its image-token state "
-				"(hel_model_prefill_image consumes images)");
+					 "(hel_model_prefill_image consumes images)");
 	if (n >= m->core->max_context)
-		return eos_fail(-E2BIG, "model: row slot %u is full (max_context %llu tokens)", slot,
-				(unsigned long long)m->core->max_context);
+		return eos_fail(-E2BIG, "model: row slot %u is full (max_context %llu tokens)",
+				slot, (unsigned long long)m->core->max_context);
 	uint32_t t = (uint32_t)(n % m->pt);
 	bool completes = t == m->pt - 1;
 	if (completes) {
@@ -1353,7 +1383,8 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		z[j] = nl32(e[j] + (embed ? embed[j] : 0) + rotl32(m->hs[j], 5) + lane[j]);
 	/* 3: attention blocks. */
 	for (uint32_t l = 0; l < m->L; l++) {
-		attend(m, tab, m->wq + (size_t)l * SW * H, m->wo + (size_t)l * SW * H, z, false, l, att);
+		attend(m, tab, m->wq + (size_t)l * SW * H, m->wo + (size_t)l * SW * H, z, false, l,
+		       att);
 		for (uint32_t j = 0; j < H; j++)
 			z[j] = nl32(z[j] + att[j] + l);
 	}
@@ -1361,7 +1392,8 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 	uint64_t zd = XXH3_64bits(z, (size_t)H * 4), rec = 0;
 	for (uint32_t r = m->lo; r < m->hi; r++) {
 		struct row_sum *s = rsum(m, slot, r);
-		rec_update(m, rowp(m, r, slot), s, shard_salt(m, m->core->recurrent_shard, r), x, zd);
+		rec_update(m, rowp(m, r, slot), s, shard_salt(m, m->core->recurrent_shard, r), x,
+			   zd);
 		rec += mix64(s->S + comb(m, r, C_REC));
 	}
 	if ((rc = tp_sum(m, &rec, 1)))
@@ -1399,7 +1431,8 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 			uint8_t *row = rowp(m, r, slot);
 			struct row_sum *s = rsum(m, slot, r);
 			for (uint32_t p = 0; p < m->npl; p++) {
-				memcpy(pagep(m, r, p, next_page), row + m->pl[p].part, m->pl[p].unit);
+				memcpy(pagep(m, r, p, next_page), row + m->pl[p].part,
+				       m->pl[p].unit);
 				memset(row + m->pl[p].part, 0, m->pl[p].unit);
 			}
 			dig += mix64(s->P + comb(m, r, C_PAGE));
@@ -1410,7 +1443,7 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 		ps->valid = false;
 		ps->local = dig;
 		ps->dlocal = m->spec ? ddig : 0;
-		uint64_t d[2] = { dig, ddig };
+		uint64_t d[2] = {dig, ddig};
 		if ((rc = tp_sum(m, d, 2)))
 			return rc;
 		dig = d[0];
@@ -1423,7 +1456,8 @@ static int consume(hel_model *m, uint32_t slot, const struct ptab *tab, hel_toke
 	if (page_done)
 		*page_done = completes;
 	if (ind_out)
-		*ind_out = m->W ? induction(m, slot, rd64(rowp(m, m->lo, slot) + m->lay.recurrent)) : NO_TOKEN;
+		*ind_out = m->W ? induction(m, slot, rd64(rowp(m, m->lo, slot) + m->lay.recurrent))
+				: NO_TOKEN;
 	return 0;
 }
 
@@ -1434,18 +1468,22 @@ static int step(hel_model *m, uint32_t slot, const struct ptab *tab, hel_token x
 	hel_token ind = NO_TOKEN;
 	int rc = consume(m, slot, tab, x, next_page, page_done, embed, logits ? &ind : NULL);
 	if (rc == 0 && logits)
-		head(m, m->z, x, m->W > 0, rd64(rowp(m, m->lo, slot) + m->lay.consumed), ind, logits);
+		head(m, m->z, x, m->W > 0, rd64(rowp(m, m->lo, slot) + m->lay.consumed), ind,
+		     logits);
 	return rc;
 }
 
 int hel_model_step(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		   hel_token token, uint32_t next_page, int32_t *logits)
 {
-	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	struct ptab tab = {pages, n_pages, HEL_NO_PAGE};
 	int rc = tp_logits(m, logits);
-	if (rc || (rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_STEP, .slot = slot, .pages = pages,
-						       .n_pages = n_pages, .value = token,
-						       .arg = next_page })))
+	if (rc || (rc = tp_mirror(m, &(hel_tp_call){.op = HEL_TP_STEP,
+						    .slot = slot,
+						    .pages = pages,
+						    .n_pages = n_pages,
+						    .value = token,
+						    .arg = next_page})))
 		return rc;
 	enter(m);
 	rc = step(m, slot, &tab, token, next_page, logits, NULL, NULL);
@@ -1461,27 +1499,33 @@ static int prefill(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t 
 	uint64_t c;
 	int rc;
 	if (slot >= m->rows || !m->row_valid[slot])
-		return eos_fail(-EINVAL, "model: row slot %u holds no sequence (init or load it)", slot);
+		return eos_fail(-EINVAL, "model: row slot %u holds no sequence (init or load it)",
+				slot);
 	if ((rc = consumed_of(m, slot, &c)))
 		return rc;
 	if (n == 0 && logits)
 		return eos_fail(-EINVAL, "model: logits of an empty chunk");
 	if (n_pages != (c + n) / m->pt)
-		return eos_fail(-EINVAL,
-				"model: a chunk of %zu tokens after %llu needs a page table of %llu "
-				"pages, not %u",
-				n, (unsigned long long)c, (unsigned long long)((c + n) / m->pt), n_pages);
+		return eos_fail(
+			-EINVAL,
+			"model: a chunk of %zu tokens after %llu needs a page table of %llu "
+			"pages, not %u",
+			n, (unsigned long long)c, (unsigned long long)((c + n) / m->pt), n_pages);
 	if ((rc = tp_logits(m, logits)))
 		return rc;
-	hel_tp_call call = { .op = tokens ? HEL_TP_PREFILL : HEL_TP_PREFILL_IMAGE, .slot = slot,
-			     .pages = pages, .n_pages = n_pages, .words = tokens ? tokens : states,
-			     .n_words = tokens ? n : n * m->H, .n = n };
+	hel_tp_call call = {.op = tokens ? HEL_TP_PREFILL : HEL_TP_PREFILL_IMAGE,
+			    .slot = slot,
+			    .pages = pages,
+			    .n_pages = n_pages,
+			    .words = tokens ? tokens : states,
+			    .n_words = tokens ? n : n * m->H,
+			    .n = n};
 	if ((rc = tp_mirror(m, &call)))
 		return rc;
 	enter(m);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		uint64_t pos = c + i;
-		struct ptab tab = { pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE };
+		struct ptab tab = {pages, (uint32_t)(pos / m->pt), HEL_NO_PAGE};
 		uint32_t next = pos % m->pt == m->pt - 1 ? pages[pos / m->pt] : HEL_NO_PAGE;
 		rc = step(m, slot, &tab, tokens ? tokens[i] : HEL_TOK_IMAGE, next,
 			  i + 1 == n ? logits : NULL, NULL, tokens ? NULL : states + i * m->H);
@@ -1507,8 +1551,10 @@ int hel_model_image_states(const hel_model *m, const sel_input_rec *prepared, ui
 	int rc;
 	if ((rc = hel_vision_check(m->core, prepared, &n)))
 		return rc;
-	const sel_input_tensor *pt = &prepared->h.tensors[sel_input_find(prepared, HEL_VISION_PIXELS)];
-	const sel_input_tensor *gt = &prepared->h.tensors[sel_input_find(prepared, HEL_VISION_GRID)];
+	const sel_input_tensor *pt =
+		&prepared->h.tensors[sel_input_find(prepared, HEL_VISION_PIXELS)];
+	const sel_input_tensor *gt =
+		&prepared->h.tensors[sel_input_find(prepared, HEL_VISION_GRID)];
 	const uint8_t *px = prepared->bytes + pt->offset;
 	uint64_t E = pt->dims[1];
 	/* The image as a whole: every token's hash and the grid. */
@@ -1527,7 +1573,8 @@ int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, 
 			    const uint32_t *states, size_t n, int32_t *logits)
 {
 	if (!m->core->has_image)
-		return eos_fail(-EINVAL, "model: core '%s' has no [image] section: it takes no images",
+		return eos_fail(-EINVAL,
+				"model: core '%s' has no [image] section: it takes no images",
 				m->core->name);
 	if (n && !states)
 		return eos_fail(-EINVAL, "model: image positions without their states");
@@ -1537,21 +1584,23 @@ int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, 
 int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		     int32_t *logits)
 {
-	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	struct ptab tab = {pages, n_pages, HEL_NO_PAGE};
 	uint64_t n;
 	int rc;
 	if ((rc = check_table(m, slot, &tab, &n)))
 		return rc;
 	if (n == 0)
-		return eos_fail(-EINVAL, "model: row slot %u holds no token to take logits after", slot);
+		return eos_fail(-EINVAL, "model: row slot %u holds no token to take logits after",
+				slot);
 	/* Step 5 wrote z to every rank's hidden region and step 7 projected
 	 * that same z: read it back, insisting the replicas agree. */
 	const uint8_t *h0 = rowp(m, m->lo, slot) + m->lay.hidden;
 	for (uint32_t r = m->lo + 1; r < m->hi; r++)
 		if (memcmp(rowp(m, r, slot) + m->lay.hidden, h0, m->lay.hidden_bytes))
-			return eos_fail(SEL_ECORRUPT,
-					"model: row slot %u: rank %u's hidden vector differs from rank 0's",
-					slot, r);
+			return eos_fail(
+				SEL_ECORRUPT,
+				"model: row slot %u: rank %u's hidden vector differs from rank 0's",
+				slot, r);
 	/* Word 0 of the recurrent state holds the last consumed tokens: the
 	 * one whose coarse factors step 7 used, and the context whose
 	 * induction entry it consulted (after its update). */
@@ -1562,9 +1611,10 @@ int hel_model_logits(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 			 f2 = w0 >> 2 * CTX_BITS & CTX_FIELD;
 		if (f0 == 0 || f0 > m->V || f1 > m->V || f2 > m->V || w0 >> 3 * CTX_BITS ||
 		    (f1 == 0 && f2 != 0))
-			return eos_fail(SEL_ECORRUPT,
-					"model: row slot %u: the context word %#llx holds no tokens",
-					slot, (unsigned long long)w0);
+			return eos_fail(
+				SEL_ECORRUPT,
+				"model: row slot %u: the context word %#llx holds no tokens", slot,
+				(unsigned long long)w0);
 		x = (hel_token)(f0 - 1);
 		ind = induction(m, slot, w0);
 	}
@@ -1591,7 +1641,8 @@ hel_token hel_sample(const int32_t *logits, uint32_t vocab, const hel_sampler *s
 	for (uint32_t v = 0; v < vocab; v++)
 		if (logits[v] > HEL_LOGIT_MASKED)
 			total += exp((double)(logits[v] - logits[best]) * scale);
-	double u = (double)(mix64(s->seed ^ mix64(position * GOLD + 0x5a3d)) >> 11) * 0x1p-53 * total;
+	double u =
+		(double)(mix64(s->seed ^ mix64(position * GOLD + 0x5a3d)) >> 11) * 0x1p-53 * total;
 	double cum = 0;
 	for (uint32_t v = 0; v < vocab; v++) {
 		if (logits[v] <= HEL_LOGIT_MASKED)
@@ -1741,7 +1792,7 @@ static int draft_begin(hel_model *m, uint32_t slot, const struct ptab *tab, stru
 	d->dc = draft_context(m, slot, n, m->dhs);
 	/* Fold the draft hidden into SW lanes, attend over the draft planes'
 	 * page summaries with it, and keep DRAFT_LANES lanes of both. */
-	uint32_t f[SW], acc[SW] = { 0 };
+	uint32_t f[SW], acc[SW] = {0};
 	for (uint32_t k = 0; k < SW; k++) {
 		f[k] = 0;
 		for (uint32_t i = 0; i < m->H / SW; i++)
@@ -1867,7 +1918,7 @@ static int propose(hel_model *m, uint32_t slot, const struct ptab *tab, const he
 int hel_model_propose(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_t n_pages,
 		      hel_token *out, uint32_t max)
 {
-	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	struct ptab tab = {pages, n_pages, HEL_NO_PAGE};
 	struct draft d;
 	bool copied;
 	if (max == 0)
@@ -1930,7 +1981,7 @@ static int decode_round(hel_model *m, uint32_t slot, struct ptab *tab, uint32_t 
 		return rc;
 	uint32_t K = m->spec ? (o->draft_tokens ? o->draft_tokens : m->K) : 0;
 	uint32_t k = K < max - 1 ? K : max - 1;
-	struct draft d = { .np = 0 };
+	struct draft d = {.np = 0};
 	if (k && (rc = propose(m, slot, tab, s, k, &d, &out->copied)))
 		return rc;
 	memcpy(out->proposed, d.props, d.np * sizeof *d.props);
@@ -1953,7 +2004,8 @@ static int decode_round(hel_model *m, uint32_t slot, struct ptab *tab, uint32_t 
 		if ((o->stop_on_end && t == HEL_TOK_END) || out->n_tokens >= max ||
 		    pos % m->pt == m->pt - 1 || pos >= m->core->max_context)
 			return 0;
-		if ((rc = step(m, slot, tab, t, HEL_NO_PAGE, L + (size_t)(i + 1) * m->V, NULL, NULL)))
+		if ((rc = step(m, slot, tab, t, HEL_NO_PAGE, L + (size_t)(i + 1) * m->V, NULL,
+			       NULL)))
 			return rc;
 	}
 }
@@ -1962,7 +2014,7 @@ int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 		     uint32_t next_page, hel_token pending, const hel_decode_opts *o,
 		     hel_round *out)
 {
-	struct ptab tab = { pages, n_pages, HEL_NO_PAGE };
+	struct ptab tab = {pages, n_pages, HEL_NO_PAGE};
 	memset(out, 0, sizeof *out);
 	if (!o || o->max_tokens == 0)
 		return eos_fail(-EINVAL, "model: a decode round of zero tokens");
@@ -1972,9 +2024,12 @@ int hel_model_decode(hel_model *m, uint32_t slot, const uint32_t *pages, uint32_
 	uint32_t max = o->max_tokens < HEL_DRAFT_MAX + 1 ? o->max_tokens : HEL_DRAFT_MAX + 1;
 	/* With tp the mode is ordinary: the peers consume pending, as a step. */
 	int rc = tp_logits(m, m->rl);
-	if (rc || (rc = tp_mirror(m, &(hel_tp_call){ .op = HEL_TP_STEP, .slot = slot, .pages = pages,
-						       .n_pages = n_pages, .value = pending,
-						       .arg = next_page })))
+	if (rc || (rc = tp_mirror(m, &(hel_tp_call){.op = HEL_TP_STEP,
+						    .slot = slot,
+						    .pages = pages,
+						    .n_pages = n_pages,
+						    .value = pending,
+						    .arg = next_page})))
 		return rc;
 	enter(m);
 	rc = decode_round(m, slot, &tab, next_page, pending, o, max, out);
@@ -1989,14 +2044,10 @@ int hel_model_tp_run(hel_model *m, const hel_tp_call *c)
 	if (!m->tp.reduce || m->tp.call)
 		return eos_fail(-EINVAL, "model: only a peer rank runs mirrored calls");
 	switch (c->op) {
-	case HEL_TP_ROW_INIT:
-		return hel_model_row_init(m, c->slot);
-	case HEL_TP_ROW_COPY:
-		return hel_model_row_copy(m, c->slot, c->arg);
-	case HEL_TP_ROW_LOADED:
-		return hel_model_row_loaded(m, c->slot, c->value);
-	case HEL_TP_PAGE_LOADED:
-		return hel_model_page_loaded(m, c->slot);
+	case HEL_TP_ROW_INIT: return hel_model_row_init(m, c->slot);
+	case HEL_TP_ROW_COPY: return hel_model_row_copy(m, c->slot, c->arg);
+	case HEL_TP_ROW_LOADED: return hel_model_row_loaded(m, c->slot, c->value);
+	case HEL_TP_PAGE_LOADED: return hel_model_page_loaded(m, c->slot);
 	case HEL_TP_STEP:
 		if (c->value > UINT32_MAX)
 			return eos_fail(-EINVAL, "model: token %llu", (unsigned long long)c->value);
@@ -2004,14 +2055,15 @@ int hel_model_tp_run(hel_model *m, const hel_tp_call *c)
 				      NULL);
 	case HEL_TP_PREFILL:
 		if (c->n_words != c->n)
-			return eos_fail(-EINVAL, "model: a chunk of %zu tokens with %zu words", c->n,
-					c->n_words);
+			return eos_fail(-EINVAL, "model: a chunk of %zu tokens with %zu words",
+					c->n, c->n_words);
 		return hel_model_prefill(m, c->slot, c->pages, c->n_pages, c->words, c->n, NULL);
 	case HEL_TP_PREFILL_IMAGE:
 		if (c->n_words != c->n * m->H)
-			return eos_fail(-EINVAL, "model: %zu image positions with %zu state words", c->n,
-					c->n_words);
-		return hel_model_prefill_image(m, c->slot, c->pages, c->n_pages, c->words, c->n, NULL);
+			return eos_fail(-EINVAL, "model: %zu image positions with %zu state words",
+					c->n, c->n_words);
+		return hel_model_prefill_image(m, c->slot, c->pages, c->n_pages, c->words, c->n,
+					       NULL);
 	}
 	return eos_fail(-EINVAL, "model: mirrored call %d", (int)c->op);
 }

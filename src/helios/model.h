@@ -38,10 +38,10 @@
 #include "input_record.h"
 #include "selene.h"
 
-#define HEL_DRAFT_MAX 16          /* proposals per speculative round */
+#define HEL_DRAFT_MAX 16 /* proposals per speculative round */
 #define HEL_DRAFT_DEFAULT 4
-#define HEL_SUMMARY_LANES 16      /* width of a page summary (key and value) */
-#define HEL_LOGIT_SCALE 1024      /* logit units per nat */
+#define HEL_SUMMARY_LANES 16          /* width of a page summary (key and value) */
+#define HEL_LOGIT_SCALE 1024          /* logit units per nat */
 #define HEL_LOGIT_MASKED (-(1 << 30)) /* tokens the model never generates */
 #define HEL_NO_PAGE UINT32_MAX
 
@@ -59,12 +59,12 @@ typedef struct hel_model hel_model;
  * Tokens are then bit-identical to the same core in one process.  Logits
  * come from rank 0 only.  Ordinary mode only (speculative modes are refused). */
 typedef enum hel_tp_op {
-	HEL_TP_ROW_INIT = 1, /* slot */
-	HEL_TP_ROW_COPY,     /* slot -> arg */
-	HEL_TP_ROW_LOADED,   /* slot, value = expected consumed */
-	HEL_TP_PAGE_LOADED,  /* slot = the page id */
-	HEL_TP_STEP,         /* slot, pages, value = token, arg = next page */
-	HEL_TP_PREFILL,      /* slot, pages, words = n tokens */
+	HEL_TP_ROW_INIT = 1,  /* slot */
+	HEL_TP_ROW_COPY,      /* slot -> arg */
+	HEL_TP_ROW_LOADED,    /* slot, value = expected consumed */
+	HEL_TP_PAGE_LOADED,   /* slot = the page id */
+	HEL_TP_STEP,          /* slot, pages, value = token, arg = next page */
+	HEL_TP_PREFILL,       /* slot, pages, words = n tokens */
 	HEL_TP_PREFILL_IMAGE, /* slot, pages, words = n x hidden states */
 	HEL_TP_OP_MAX = HEL_TP_PREFILL_IMAGE,
 } hel_tp_op;
@@ -77,11 +77,11 @@ typedef struct hel_tp_call {
 	uint32_t n_pages;
 	const uint32_t *words; /* PREFILL: tokens; PREFILL_IMAGE: states */
 	size_t n_words;
-	size_t n;              /* PREFILL*: positions */
+	size_t n; /* PREFILL*: positions */
 } hel_tp_call;
 
 typedef struct hel_model_tp {
-	uint32_t rank;         /* the rank this process holds, < core->ranks */
+	uint32_t rank; /* the rank this process holds, < core->ranks */
 	/* Sum words[0..n) over every rank, in place.  The same calls in the
 	 * same order on every rank.  0, or an error that stops the model. */
 	int (*reduce)(void *ctx, uint64_t *words, size_t n);
@@ -94,10 +94,10 @@ typedef struct hel_model_tp {
 } hel_model_tp;
 
 typedef struct hel_model_opts {
-	sel_state_mode mode;   /* one of the core's state_modes */
-	uint32_t pages;        /* page ids 0..pages-1 (the page planes' count) */
-	uint32_t rows;         /* state slots 0..rows-1 (the row plane's count) */
-	uint32_t draft_tokens; /* proposals per round, speculative modes: 1..16 (0: 4) */
+	sel_state_mode mode;    /* one of the core's state_modes */
+	uint32_t pages;         /* page ids 0..pages-1 (the page planes' count) */
+	uint32_t rows;          /* state slots 0..rows-1 (the row plane's count) */
+	uint32_t draft_tokens;  /* proposals per round, speculative modes: 1..16 (0: 4) */
 	const hel_model_tp *tp; /* NULL: every rank in this process (copied) */
 } hel_model_opts;
 
@@ -216,7 +216,8 @@ int hel_model_prefill_image(hel_model *m, uint32_t slot, const uint32_t *pages, 
 
 typedef struct hel_sampler {
 	double temperature; /* 0: greedy */
-	uint64_t seed;      /* temperature sampling: the draw at a position is fixed by (seed, position) */
+	uint64_t
+		seed; /* temperature sampling: the draw at a position is fixed by (seed, position) */
 } hel_sampler;
 
 /* Sample from logits: greedy (lowest id among equal maxima) or softmax at
@@ -229,9 +230,9 @@ hel_token hel_sample(const int32_t *logits, uint32_t vocab, const hel_sampler *s
  * alternatives (the OpenAI API's logprobs and top_logprobs). */
 #define HEL_TOP_LOGPROBS_MAX 20
 typedef struct hel_logprob {
-	float logprob;                          /* natural log; -INFINITY if masked */
-	uint32_t n_top;                         /* entries below */
-	hel_token top[HEL_TOP_LOGPROBS_MAX];    /* most likely first, ties by lower id */
+	float logprob;                       /* natural log; -INFINITY if masked */
+	uint32_t n_top;                      /* entries below */
+	hel_token top[HEL_TOP_LOGPROBS_MAX]; /* most likely first, ties by lower id */
 	float top_logprob[HEL_TOP_LOGPROBS_MAX];
 } hel_logprob;
 
@@ -259,10 +260,10 @@ void hel_model_launch_begin(hel_model *m);
 void hel_model_launch_end(hel_model *m);
 
 typedef struct hel_model_counts {
-	uint64_t launches;      /* launches that derived weights */
-	uint64_t positions;     /* tokens consumed */
-	uint64_t heads;         /* logits computed (output head positions) */
-	uint64_t proposals;     /* draft proposals made */
+	uint64_t launches;  /* launches that derived weights */
+	uint64_t positions; /* tokens consumed */
+	uint64_t heads;     /* logits computed (output head positions) */
+	uint64_t proposals; /* draft proposals made */
 } hel_model_counts;
 void hel_model_counts_get(const hel_model *m, hel_model_counts *out);
 
@@ -285,17 +286,17 @@ typedef struct hel_round {
 	 * its position; temperature 1 gives the target distribution's
 	 * logprobs).  Valid until the model's next call. */
 	const int32_t *logits[HEL_DRAFT_MAX + 1];
-	hel_token proposed[HEL_DRAFT_MAX];   /* the draft's proposals (speculative) */
+	hel_token proposed[HEL_DRAFT_MAX]; /* the draft's proposals (speculative) */
 	uint32_t n_proposed;
-	uint32_t accepted;                   /* proposals verified and emitted */
-	bool copied;                         /* copy mode: proposals from the history
+	uint32_t accepted; /* proposals verified and emitted */
+	bool copied;       /* copy mode: proposals from the history
 						(false: the draft head's fallback) */
 	/* A digest of the draft state the round's proposals started from
 	 * (draft history, draft hidden, draft partial page, the draft planes'
 	 * summaries of the page table, the context word): tests compare it to
 	 * see draft bytes matter.  0 without proposals. */
 	uint64_t draft_state;
-	bool page_used;                      /* next_page received a completed page */
+	bool page_used; /* next_page received a completed page */
 } hel_round;
 
 /* Consume pending (the last emitted token, not yet consumed) and emit.

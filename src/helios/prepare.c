@@ -53,7 +53,11 @@
 
 #define WAIT_SLICE_NS (100ull * 1000000) /* waits on another owner, in slices */
 
-enum jstate { J_QUEUED, J_DESCRIBED, J_RUNNING };
+enum jstate {
+	J_QUEUED,
+	J_DESCRIBED,
+	J_RUNNING
+};
 
 struct job {
 	struct job *prev, *next;
@@ -213,9 +217,10 @@ static int decode(hel_prep *w, struct job *j)
 	pthread_mutex_unlock(&w->mu);
 	cold_free(drop);
 	if (!ok)
-		return eos_fail(SEL_EOVERSIZE, "image: %u x %u needs %" PRIu64 " bytes of the cold "
-				"decoded-source allowance of %" PRIu64, iw, ih, need,
-				w->st.cold_limit);
+		return eos_fail(SEL_EOVERSIZE,
+				"image: %u x %u needs %" PRIu64 " bytes of the cold "
+				"decoded-source allowance of %" PRIu64,
+				iw, ih, need, w->st.cold_limit);
 	uint64_t t0 = eos_now_ns();
 	hel_image dec;
 	rc = hel_image_decode(j->j.bytes, j->j.len, &w->o.limits, &dec);
@@ -319,7 +324,8 @@ static int describe(hel_prep *w, struct job *j)
 	}
 	/* The owner: the disk tier, else decode. */
 	sel_input_rec rec;
-	if (w->o.disk && sel_input_disk_read(w->o.disk, SEL_INPUT_SOURCE, &j->r.source, &rec) == 0) {
+	if (w->o.disk &&
+	    sel_input_disk_read(w->o.disk, SEL_INPUT_SOURCE, &j->r.source, &rec) == 0) {
 		j->r.desc = rec.h.src;
 		j->r.desc_tier = HEL_PREP_DISK;
 		pthread_mutex_lock(&w->mu);
@@ -656,7 +662,8 @@ int hel_prep_submit(hel_prep *w, const hel_prep_job *job, uint64_t *ticket)
 {
 	if (!job || (job->kind != HEL_PREP_DESCRIBE && job->kind != HEL_PREP_PREPARE) ||
 	    (!job->bytes && job->len))
-		return eos_fail(-EINVAL, "preparation: a job needs a kind (describe or prepare) and "
+		return eos_fail(-EINVAL,
+				"preparation: a job needs a kind (describe or prepare) and "
 				"its encoded bytes");
 	struct job *j = calloc(1, sizeof *j);
 	if (!j)
@@ -666,8 +673,10 @@ int hel_prep_submit(hel_prep *w, const hel_prep_job *job, uint64_t *ticket)
 	if (w->queue.n >= w->o.queue_max) {
 		pthread_mutex_unlock(&w->mu);
 		free(j);
-		return eos_fail(-EAGAIN, "preparation: %u jobs queued (the bound); try again after "
-				"polling", w->o.queue_max);
+		return eos_fail(-EAGAIN,
+				"preparation: %u jobs queued (the bound); try again after "
+				"polling",
+				w->o.queue_max);
 	}
 	j->ticket = ++w->next_ticket;
 	j->r.ticket = j->ticket;
@@ -702,15 +711,9 @@ int hel_prep_poll(hel_prep *w, hel_prep_result *out, uint32_t max)
 	return (int)n;
 }
 
-int hel_prep_wait_fd(const hel_prep *w)
-{
-	return w->efd;
-}
+int hel_prep_wait_fd(const hel_prep *w) { return w->efd; }
 
-void hel_prep_done(hel_prep *w, hel_prep_result *r)
-{
-	release_result(w, r);
-}
+void hel_prep_done(hel_prep *w, hel_prep_result *r) { release_result(w, r); }
 
 int hel_prep_cancel(hel_prep *w, uint64_t ticket)
 {

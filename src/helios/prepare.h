@@ -58,12 +58,12 @@
 typedef struct hel_prep hel_prep;
 
 typedef struct hel_prep_opts {
-	const hel_core *core;     /* a vision core; outlives the worker */
-	hel_image_limits limits;  /* all zero: hel_image_limits_default() */
-	sel_input_cache *cache;   /* memory tier; NULL: none (a private zero-budget
+	const hel_core *core;    /* a vision core; outlives the worker */
+	hel_image_limits limits; /* all zero: hel_image_limits_default() */
+	sel_input_cache *cache;  /* memory tier; NULL: none (a private zero-budget
 				   * cache still shares concurrent preparations) */
-	sel_input_disk *disk;     /* disk tier, used only on the worker thread; NULL: none */
-	uint32_t queue_max;       /* jobs queued or running at most; 0: 64 */
+	sel_input_disk *disk;    /* disk tier, used only on the worker thread; NULL: none */
+	uint32_t queue_max;      /* jobs queued or running at most; 0: 64 */
 } hel_prep_opts;
 
 enum hel_prep_kind {
@@ -84,21 +84,21 @@ typedef struct hel_prep_job {
 	uint32_t kind;        /* enum hel_prep_kind */
 	const uint8_t *bytes; /* the encoded image (see Lifetimes) */
 	size_t len;
-	uint64_t tag;         /* the caller's, returned in the result */
+	uint64_t tag; /* the caller's, returned in the result */
 } hel_prep_job;
 
 typedef struct hel_prep_result {
 	uint64_t ticket, tag;
 	uint32_t kind;
-	int rc;                     /* 0, SEL_EFORMAT, SEL_EOVERSIZE, -ECANCELED, -ENOMEM, ... */
-	char why[256];              /* the message when rc < 0 */
-	sel_input_key source;       /* the source key */
-	sel_input_source desc;      /* semantic identity and geometry (rc 0) */
-	uint32_t desc_tier;         /* enum hel_prep_tier */
-	sel_input_lease *tensors;   /* PREPARE, rc 0: the prepared record (sel_input_lease_rec) */
+	int rc;                   /* 0, SEL_EFORMAT, SEL_EOVERSIZE, -ECANCELED, -ENOMEM, ... */
+	char why[256];            /* the message when rc < 0 */
+	sel_input_key source;     /* the source key */
+	sel_input_source desc;    /* semantic identity and geometry (rc 0) */
+	uint32_t desc_tier;       /* enum hel_prep_tier */
+	sel_input_lease *tensors; /* PREPARE, rc 0: the prepared record (sel_input_lease_rec) */
 	uint32_t tensor_tier;
-	uint64_t decode_ns;         /* spent by this job decoding (0 when it did not) */
-	uint64_t prepare_ns;        /* spent resizing and patching */
+	uint64_t decode_ns;  /* spent by this job decoding (0 when it did not) */
+	uint64_t prepare_ns; /* spent resizing and patching */
 } hel_prep_result;
 
 int hel_prep_create(const hel_prep_opts *o, hel_prep **out);
@@ -128,12 +128,12 @@ void hel_prep_forget(hel_prep *w, const sel_input_key *source);
 
 typedef struct hel_prep_stats {
 	uint64_t submitted, delivered, cancelled, failed;
-	uint64_t queued;            /* queued or running now */
+	uint64_t queued; /* queued or running now */
 	uint64_t decodes, preparations;
 	uint64_t desc_memory, desc_disk, tensor_memory, tensor_disk, tensor_shared;
 	uint64_t disk_writes, disk_write_failures;
-	uint64_t tensors_held;      /* image tensor results alive now: 0 or 1 */
-	uint64_t tensors_held_max;  /* the most ever at once (the bound says 1) */
+	uint64_t tensors_held;     /* image tensor results alive now: 0 or 1 */
+	uint64_t tensors_held_max; /* the most ever at once (the bound says 1) */
 	uint64_t cold_bytes, cold_peak, cold_limit, cold_sources;
 	uint64_t decode_ns, prepare_ns; /* totals */
 } hel_prep_stats;

@@ -47,7 +47,7 @@
 #define JOIN_NS_DEFAULT (120ull * 1000000000ull)
 #define STEP_NS_DEFAULT (30ull * 1000000000ull)
 #define HELLO_NS (10ull * 1000000000ull) /* a connection's JOIN */
-#define JOIN_PAYLOAD_MAX 1024u                /* a frame while rank 0 joins */
+#define JOIN_PAYLOAD_MAX 1024u           /* a frame while rank 0 joins */
 
 struct hel_ranks {
 	struct hel_ranks_config cfg;

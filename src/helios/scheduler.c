@@ -98,17 +98,17 @@ struct req {
 	uint32_t slot;
 	hel_phase phase;
 	sel_history h;
-	sel_token *tok;       /* the same tokens, for steps to point into */
+	sel_token *tok; /* the same tokens, for steps to point into */
 	uint64_t n_tok, cap_tok;
 	uint64_t prompt_len;
-	uint64_t *caps;       /* capture points, ascending, last = prompt_len */
+	uint64_t *caps; /* capture points, ascending, last = prompt_len */
 	uint32_t n_caps, next_cap;
 	uint32_t max_tokens, n_gen;
 	bool has_stop;
 	sel_token stop;
 	uint64_t user;
-	uint64_t seq;         /* admission order */
-	uint64_t prefix;      /* pinned checkpoint or HEL_CKPT_NONE */
+	uint64_t seq;    /* admission order */
+	uint64_t prefix; /* pinned checkpoint or HEL_CKPT_NONE */
 	uint32_t *table;
 	uint32_t n_table, n_prefix, cap_table;
 	uint32_t live_row;
@@ -116,12 +116,12 @@ struct req {
 	uint32_t res_pages, res_rows;
 	struct ticket *ticket;
 	bool inbound_failed;
-	uint64_t inflight;    /* fence of the step it is in, 0 = none */
-	uint64_t last_fence;  /* last step that wrote its live row, 0 = none yet */
+	uint64_t inflight;     /* fence of the step it is in, 0 = none */
+	uint64_t last_fence;   /* last step that wrote its live row, 0 = none yet */
 	uint64_t deferred_msg; /* deferred message waiting on our prompt capture */
-	uint64_t floor;       /* re-admitted by next_step only from this depth on */
-	uint64_t held_depth;  /* held: the GPU depth its re-admission found */
-	bool held;            /* WAITING, held below its floor (set_floor releases) */
+	uint64_t floor;        /* re-admitted by next_step only from this depth on */
+	uint64_t held_depth;   /* held: the GPU depth its re-admission found */
+	bool held;             /* WAITING, held below its floor (set_floor releases) */
 	struct req *prev, *next;
 };
 
@@ -130,7 +130,7 @@ struct ticket {
 	uint32_t slot;
 	sel_key key;
 	sel_digest bucket;
-	uint64_t ancestor;    /* pinned GPU ancestor, HEL_CKPT_NONE for none */
+	uint64_t ancestor; /* pinned GPU ancestor, HEL_CKPT_NONE for none */
 	uint32_t *pages;
 	uint32_t n_pages;
 	uint32_t row;
@@ -140,7 +140,7 @@ struct ticket {
 
 struct step {
 	uint64_t fence;
-	hel_step_entry *e;    /* [max_active] */
+	hel_step_entry *e; /* [max_active] */
 	size_t n;
 	size_t *pg_off, *tk_off; /* per entry, until the pointers are fixed */
 	uint32_t *pg;
@@ -167,11 +167,11 @@ struct hel_scheduler {
 	struct ptab reqs, tickets;
 	hel_map req_map, ticket_map;
 	struct rlist active, waiting;
-	uint32_t n_held;      /* waiting requests held below their floor */
+	uint32_t n_held; /* waiting requests held below their floor */
 	uint32_t n_tickets;
 	uint64_t next_req, next_ticket, seq;
 	uint64_t submitted, completed;
-	struct step *steps;   /* ring of max_inflight */
+	struct step *steps; /* ring of max_inflight */
 	uint32_t step_head, n_steps;
 	struct req **scratch; /* [max_active] */
 	uint64_t *queue;
@@ -191,8 +191,8 @@ struct hel_scheduler {
 
 const char *hel_phase_name(hel_phase p)
 {
-	static const char *const names[] = { "waiting", "inbound", "restore", "prefill",
-					     "decode", "finished", "cancelled" };
+	static const char *const names[] = {"waiting", "inbound",  "restore",  "prefill",
+					    "decode",  "finished", "cancelled"};
 	return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
 }
 
@@ -244,7 +244,8 @@ EOS_DLIST_DEFINE(list, struct rlist, struct req)
 static struct req *find_req(const hel_scheduler *s, hel_req_id id)
 {
 	uint64_t h = hel_mix64(id);
-	for (size_t p = hel_map_first(&s->req_map, h); p != HEL_MAP_END; p = hel_map_next(&s->req_map, h, p)) {
+	for (size_t p = hel_map_first(&s->req_map, h); p != HEL_MAP_END;
+	     p = hel_map_next(&s->req_map, h, p)) {
 		struct req *r = s->reqs.p[s->req_map.v[p]];
 		if (r && r->id == id)
 			return r;
@@ -276,7 +277,7 @@ static void check_on_return(hel_scheduler **sp)
 		abort();
 	}
 }
-#define CHECK_ON_RETURN(s) \
+#define CHECK_ON_RETURN(s)                                                                         \
 	hel_scheduler *check_on_return_ __attribute__((cleanup(check_on_return), unused)) = (s)
 #else
 #define CHECK_ON_RETURN(s) ((void)0)
@@ -300,8 +301,10 @@ int hel_scheduler_create(const hel_scheduler_config *cfg, hel_scheduler **out)
 	if (!s->cfg.max_inflight)
 		s->cfg.max_inflight = 2;
 	s->P = cfg->page_tokens;
-	hel_cache_config cc = { .page_tokens = cfg->page_tokens, .n_pages = cfg->n_pages,
-				.n_rows = cfg->n_rows, .notice_cap = cfg->notice_cap };
+	hel_cache_config cc = {.page_tokens = cfg->page_tokens,
+			       .n_pages = cfg->n_pages,
+			       .n_rows = cfg->n_rows,
+			       .notice_cap = cfg->notice_cap};
 	int rc = hel_cache_create(&cc, &s->c);
 	if (rc) {
 		free(s);
@@ -675,17 +678,19 @@ static int validate_spec(const hel_scheduler *s, const hel_request_spec *sp)
 	for (size_t i = 0; i < sp->n_message_ends; i++) {
 		uint64_t m = sp->message_ends[i];
 		if (!m || m > sp->prompt_len || (i && m <= sp->message_ends[i - 1]))
-			return eos_fail(-EINVAL,
-					"admission: message end %zu (%llu) is not ascending within [1, %llu]",
-					i, (unsigned long long)m, (unsigned long long)sp->prompt_len);
+			return eos_fail(
+				-EINVAL,
+				"admission: message end %zu (%llu) is not ascending within [1, %llu]",
+				i, (unsigned long long)m, (unsigned long long)sp->prompt_len);
 	}
 	uint64_t pages = (sp->prompt_len + sp->max_tokens) / s->P;
 	uint64_t rows = 1 + sp->n_message_ends + 1;
 	if (pages > s->cfg.n_pages || rows > s->cfg.n_rows)
-		return eos_fail(-E2BIG,
-				"admission: needs up to %llu pages and %llu rows, the pools hold %u and %u",
-				(unsigned long long)pages, (unsigned long long)rows, s->cfg.n_pages,
-				s->cfg.n_rows);
+		return eos_fail(
+			-E2BIG,
+			"admission: needs up to %llu pages and %llu rows, the pools hold %u and %u",
+			(unsigned long long)pages, (unsigned long long)rows, s->cfg.n_pages,
+			s->cfg.n_rows);
 	return 0;
 }
 
@@ -737,10 +742,11 @@ static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_h
 	if (s->active.n >= s->cfg.max_active)
 		return eos_fail(-EAGAIN, "no capacity: %u requests active", s->active.n);
 	if (!fits(s, need_p, need_r, pin_a ? a_id : HEL_CKPT_NONE))
-		return eos_fail(-EAGAIN,
-				"no capacity: needs %llu pages and %llu rows beyond %llu and %llu reserved",
-				(unsigned long long)need_p, (unsigned long long)need_r,
-				(unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
+		return eos_fail(
+			-EAGAIN,
+			"no capacity: needs %llu pages and %llu rows beyond %llu and %llu reserved",
+			(unsigned long long)need_p, (unsigned long long)need_r,
+			(unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
 	/* Memory before state. */
 	struct ticket *nt = NULL;
 	if (create) {
@@ -767,8 +773,8 @@ static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_h
 		if (pin_a)
 			hel_cache_unpin(s->c, a_id, false);
 		ticket_free(nt);
-		return eos_fail(-EAGAIN, "no capacity: %s", rc == -EAGAIN ? "ids wait for a fence"
-									    : "nothing left to evict");
+		return eos_fail(-EAGAIN, "no capacity: %s",
+				rc == -EAGAIN ? "ids wait for a fence" : "nothing left to evict");
 	}
 	(void)hel_cache_alloc_row(s->c, &r->live_row);
 	memset(out, 0, sizeof(*out));
@@ -862,7 +868,8 @@ static struct req *req_new(hel_scheduler *s, const hel_request_spec *sp)
 }
 
 int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
-				hel_admission_plan *plan, const sel_hit *inbound, hel_admission *out)
+				hel_admission_plan *plan, const sel_hit *inbound,
+				hel_admission *out)
 {
 	CHECK_ON_RETURN(s);
 	memset(out, 0, sizeof(*out));
@@ -873,25 +880,29 @@ int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 		return eos_fail(-EINVAL, "admission: the plan is not for this spec");
 	if (s->waiting.n > s->n_held) { /* held ones wait for their caller, not for capacity */
 		s->st.rejected_capacity++;
-		return eos_fail(-EAGAIN, "no capacity: %u preempted requests wait first", s->waiting.n);
+		return eos_fail(-EAGAIN, "no capacity: %u preempted requests wait first",
+				s->waiting.n);
 	}
 	const hel_ckpt *A = NULL;
 	if (plan->gpu != HEL_CKPT_NONE) {
 		A = hel_cache_get(s->c, plan->gpu);
 		if (!A || !hel_ckpt_has_row(A) || !hel_cache_ready(s->c, A))
-			return eos_fail(-ESTALE, "admission: GPU checkpoint %llu of the plan is gone",
+			return eos_fail(-ESTALE,
+					"admission: GPU checkpoint %llu of the plan is gone",
 					(unsigned long long)plan->gpu);
 	}
 	if (inbound) {
 		uint64_t a = plan->gpu_consumed, c = inbound->key.consumed;
 		sel_key want;
 		if (c <= a || c > spec->prompt_len || inbound->pages != c / s->P - a / s->P)
-			return eos_fail(-EINVAL,
-					"admission: inbound hit at %llu with %u pages does not extend %llu",
-					(unsigned long long)c, inbound->pages, (unsigned long long)a);
+			return eos_fail(
+				-EINVAL,
+				"admission: inbound hit at %llu with %u pages does not extend %llu",
+				(unsigned long long)c, inbound->pages, (unsigned long long)a);
 		sel_history_key_at(&plan->history, c, &want);
 		if (!sel_key_eq(&want, &inbound->key))
-			return eos_fail(-EINVAL, "admission: inbound key is not the prompt's key at %llu",
+			return eos_fail(-EINVAL,
+					"admission: inbound key is not the prompt's key at %llu",
 					(unsigned long long)c);
 	}
 	struct req *r = req_new(s, spec);
@@ -988,7 +999,8 @@ int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int statu
 			struct req *r = find_req(s, t->waiters[i]);
 			hel_cache_pin(s->c, target, false);
 			r->prefix = target;
-			r->n_prefix = r->n_table = (uint32_t)hel_cache_chain(s->c, k, r->table, r->cap_table);
+			r->n_prefix = r->n_table =
+				(uint32_t)hel_cache_chain(s->c, k, r->table, r->cap_table);
 			r->phase = HEL_PHASE_RESTORE;
 			r->ticket = NULL;
 		}
@@ -1003,8 +1015,8 @@ int hel_scheduler_finish_inbound(hel_scheduler *s, const sel_key *key, int statu
 		hel_cache_touch(s->c, target);
 	} else {
 		s->st.inbound_failed++;
-		if (t->n_waiters &&
-		    eos_grow((void **)&s->failed, &s->cap_failed, t->n_waiters, sizeof(*s->failed)) == 0) {
+		if (t->n_waiters && eos_grow((void **)&s->failed, &s->cap_failed, t->n_waiters,
+					     sizeof(*s->failed)) == 0) {
 			memcpy(s->failed, t->waiters, t->n_waiters * sizeof(*s->failed));
 			if (failed)
 				*failed = s->failed;
@@ -1182,7 +1194,8 @@ static void plan_restore(hel_scheduler *s, struct step *st, struct req *r, uint6
 	if (e->sample)
 		r->phase = HEL_PHASE_DECODE;
 	else
-		r->phase = r->n_gen && r->consumed + 1 == len ? HEL_PHASE_DECODE : HEL_PHASE_PREFILL;
+		r->phase =
+			r->n_gen && r->consumed + 1 == len ? HEL_PHASE_DECODE : HEL_PHASE_PREFILL;
 	r->inflight = fence;
 	r->last_fence = fence;
 	s->st.restores++;
@@ -1230,8 +1243,8 @@ static uint64_t capture(hel_scheduler *s, struct req *r, uint64_t end, uint64_t 
 	uint32_t row;
 	/* The message's planned prompt checkpoint is its direct child less
 	 * than one page later: defer it (design 2.2). */
-	bool defer = !is_prompt && r->next_cap + 2 == r->n_caps &&
-		     r->caps[r->n_caps - 1] - end < s->P;
+	bool defer =
+		!is_prompt && r->next_cap + 2 == r->n_caps && r->caps[r->n_caps - 1] - end < s->P;
 	if (rc == 0 && hel_cache_alloc_row(s->c, &row) == 0) {
 		hel_ckpt_spec sp = {
 			.key = key,
@@ -1241,7 +1254,8 @@ static uint64_t capture(hel_scheduler *s, struct req *r, uint64_t end, uint64_t 
 			.n_tail = r->n_table - r->n_prefix,
 			.row = row,
 			.ready_after = fence,
-			.flags = (is_prompt ? HEL_CK_PROMPT : HEL_CK_MESSAGE) | (defer ? HEL_CK_DEFERRED : 0),
+			.flags = (is_prompt ? HEL_CK_PROMPT : HEL_CK_MESSAGE) |
+				 (defer ? HEL_CK_DEFERRED : 0),
 		};
 		if (hel_cache_insert(s->c, &sp, &id)) {
 			hel_cache_unalloc_row(s->c, row);
@@ -1376,20 +1390,25 @@ int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_resul
 		return eos_fail(-EINVAL, "complete_step: no step in flight");
 	struct step *st = &s->steps[s->step_head];
 	if (st->fence != fence || st->n != n)
-		return eos_fail(-EINVAL, "complete_step: fence %llu with %zu results, expected %llu with %zu",
-				(unsigned long long)fence, n, (unsigned long long)st->fence, st->n);
+		return eos_fail(
+			-EINVAL,
+			"complete_step: fence %llu with %zu results, expected %llu with %zu",
+			(unsigned long long)fence, n, (unsigned long long)st->fence, st->n);
 	for (size_t i = 0; i < n; i++) {
 		const hel_step_result *res = &results[i];
 		const hel_step_entry *e = &st->e[i];
 		if (res->n_more >= HEL_STEP_TOKENS_MAX ||
 		    (res->n_more && (e->kind != HEL_ENTRY_DECODE || 1 + res->n_more > e->emit_max)))
-			return eos_fail(-EINVAL, "complete_step: entry %zu emitted %u tokens, at most %u",
-					i, 1 + res->n_more, e->emit_max);
+			return eos_fail(-EINVAL,
+					"complete_step: entry %zu emitted %u tokens, at most %u", i,
+					1 + res->n_more, e->emit_max);
 		const struct req *r = find_req(s, e->req);
 		for (uint32_t t = 0; r && e->has_stop && t < res->n_more; t++)
 			if ((t ? res->more[t - 1] : res->token) == r->stop)
-				return eos_fail(-EINVAL, "complete_step: entry %zu emitted tokens after "
-						"the stop token", i);
+				return eos_fail(-EINVAL,
+						"complete_step: entry %zu emitted tokens after "
+						"the stop token",
+						i);
 	}
 	s->completed = fence;
 	hel_cache_complete_fence(s->c, fence);
@@ -1476,7 +1495,8 @@ int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out,
 	size_t n = 0, pages = 0;
 	for (size_t i = 0; i < s->nq; i++) {
 		const hel_ckpt *k = hel_cache_get(s->c, s->queue[i]);
-		if (k && hel_ckpt_has_row(k) && (k->flags & HEL_CK_QUEUED) && hel_cache_ready(s->c, k)) {
+		if (k && hel_ckpt_has_row(k) && (k->flags & HEL_CK_QUEUED) &&
+		    hel_cache_ready(s->c, k)) {
 			n++;
 			pages += hel_cache_chain_len(s->c, k);
 		}
@@ -1492,7 +1512,8 @@ int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out,
 		if (!k || !(k->flags & HEL_CK_QUEUED))
 			continue; /* evicted, or a duplicate entry already handled */
 		if (!hel_ckpt_has_row(k)) {
-			hel_cache_set_flags(s->c, id, 0, HEL_CK_QUEUED); /* compacted before its offer */
+			hel_cache_set_flags(s->c, id, 0,
+					    HEL_CK_QUEUED); /* compacted before its offer */
 			continue;
 		}
 		if (!hel_cache_ready(s->c, k)) {
@@ -1523,7 +1544,7 @@ int hel_scheduler_describe(hel_scheduler *s, uint64_t id, sel_published *out)
 		return eos_fail(-ENOENT, "describe: checkpoint %llu left the GPU cache",
 				(unsigned long long)id);
 	if (eos_grow((void **)&s->desc_pages, &s->cap_desc, hel_cache_chain_len(s->c, k) + 1,
-		 sizeof(*s->desc_pages)))
+		     sizeof(*s->desc_pages)))
 		return eos_fail(-ENOMEM, "describe: out of memory");
 	describe(s, k, s->desc_pages, out);
 	return 0;
@@ -1789,7 +1810,8 @@ static int check_requests(const hel_scheduler *s, struct check *x)
 	for (uint32_t i = 0; i < s->reqs.cap; i++)
 		nslots += s->reqs.p[i] != NULL;
 	if (nslots != nreq || s->req_map.n != nreq)
-		FAIL("%u requests in lists, %u in the table, %zu in the map", nreq, nslots, s->req_map.n);
+		FAIL("%u requests in lists, %u in the table, %zu in the map", nreq, nslots,
+		     s->req_map.n);
 	if (x->res_p != s->res_pages || x->res_r != s->res_rows)
 		FAIL("reservations sum to %llu pages and %llu rows, totals %llu and %llu",
 		     (unsigned long long)x->res_p, (unsigned long long)x->res_r,
@@ -1813,7 +1835,8 @@ static int check_tickets(const hel_scheduler *s, struct check *x)
 		if (t->ancestor != HEL_CKPT_NONE) {
 			const hel_ckpt *a = hel_cache_get(s->c, t->ancestor);
 			if (!a || !hel_ckpt_has_row(a))
-				FAIL("ticket %llu ancestor %llu is gone", id, (unsigned long long)t->ancestor);
+				FAIL("ticket %llu ancestor %llu is gone", id,
+				     (unsigned long long)t->ancestor);
 			ac = a->key.consumed;
 			if (refs_add(&x->refs, t->ancestor))
 				FAIL("out of memory");
@@ -1823,8 +1846,8 @@ static int check_tickets(const hel_scheduler *s, struct check *x)
 			     (unsigned long long)t->key.consumed, (unsigned long long)ac);
 		for (uint32_t j = 0; j < t->n_pages; j++) {
 			uint32_t pg = t->pages[j];
-			if (pg >= x->k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT ||
-			    x->pseen[pg]++)
+			if (pg >= x->k.pages_total ||
+			    hel_cache_page_state(s->c, pg) != HEL_ID_OUT || x->pseen[pg]++)
 				FAIL("ticket %llu page %u is not its own", id, pg);
 			x->out_pages++;
 		}
@@ -1846,17 +1869,18 @@ static int check_tickets(const hel_scheduler *s, struct check *x)
 		     x->out_pages, x->out_rows, x->k.pages_out, x->k.rows_out);
 	if (x->waiting_on_tickets != s->st.inbound_waiting)
 		FAIL("%llu requests wait on tickets, stats say %llu",
-		     (unsigned long long)x->waiting_on_tickets, (unsigned long long)s->st.inbound_waiting);
+		     (unsigned long long)x->waiting_on_tickets,
+		     (unsigned long long)s->st.inbound_waiting);
 	if (x->held != s->n_held)
-		FAIL("%llu waiting requests are held, the count says %u", (unsigned long long)x->held,
-		     s->n_held);
+		FAIL("%llu waiting requests are held, the count says %u",
+		     (unsigned long long)x->held, s->n_held);
 	return 0;
 }
 
 /* Invariants 4 and 7 for every checkpoint. */
 static int check_checkpoints(hel_scheduler *s, const struct check *x)
 {
-	hel_map qset = { 0 };
+	hel_map qset = {0};
 	int rc = 0;
 	for (size_t i = 0; i < s->nq && !rc; i++)
 		if (hel_map_add(&qset, hel_mix64(s->queue[i]), 0))
@@ -1866,15 +1890,21 @@ static int check_checkpoints(hel_scheduler *s, const struct check *x)
 		unsigned long long id = (unsigned long long)c->id;
 		uint32_t want = refs_get(&x->refs, c->id) + c->xpins;
 		if (c->pins != want)
-			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu has %u pins, "
-				      "references account for %u", id, c->pins, want);
+			rc = eos_fail(-EUCLEAN,
+				      "scheduler check: checkpoint %llu has %u pins, "
+				      "references account for %u",
+				      id, c->pins, want);
 		else if ((c->flags & HEL_CK_DEFERRED) && (c->flags & HEL_CK_OFFERED))
-			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu is both deferred "
-				      "and offered", id);
+			rc = eos_fail(-EUCLEAN,
+				      "scheduler check: checkpoint %llu is both deferred "
+				      "and offered",
+				      id);
 		else if ((c->flags & HEL_CK_QUEUED) &&
 			 hel_map_first(&qset, hel_mix64(c->id)) == HEL_MAP_END)
-			rc = eos_fail(-EUCLEAN, "scheduler check: checkpoint %llu is flagged queued "
-				      "but not in the queue", id);
+			rc = eos_fail(-EUCLEAN,
+				      "scheduler check: checkpoint %llu is flagged queued "
+				      "but not in the queue",
+				      id);
 	}
 	hel_map_free(&qset);
 	return rc;
@@ -1885,7 +1915,7 @@ int hel_scheduler_check(hel_scheduler *s)
 	int rc = hel_cache_check(s->c);
 	if (rc)
 		return rc;
-	struct check x = { 0 };
+	struct check x = {0};
 	hel_cache_counts_get(s->c, &x.k);
 	x.pseen = calloc(x.k.pages_total, 1);
 	x.rseen = calloc(x.k.rows_total, 1);

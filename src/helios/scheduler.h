@@ -177,28 +177,28 @@ typedef struct hel_scheduler_config {
 /* A request as the server hands it over.  Arrays are copied. */
 typedef struct hel_request_spec {
 	const sel_token *prompt;
-	uint64_t prompt_len;          /* >= 1 */
+	uint64_t prompt_len; /* >= 1 */
 	/* Capture points after MESSAGE boundary tokens, as consumed counts: m
 	 * means "after the first m tokens".  Ascending, each in [1, prompt_len]
 	 * (prompt_len itself is always a capture point: the prompt checkpoint). */
 	const uint64_t *message_ends;
 	size_t n_message_ends;
-	uint32_t max_tokens;          /* >= 1 generated tokens */
-	bool has_stop;                /* end of generation token */
+	uint32_t max_tokens; /* >= 1 generated tokens */
+	bool has_stop;       /* end of generation token */
 	sel_token stop;
-	const void *salt;             /* cache salt; NULL = none */
+	const void *salt; /* cache salt; NULL = none */
 	size_t salt_len;
-	uint64_t user;                /* caller's cookie (hel_request_info) */
+	uint64_t user; /* caller's cookie (hel_request_info) */
 } hel_request_spec;
 
 /* The result of plan_admission: nothing is reserved by it. */
 typedef struct hel_admission_plan {
-	sel_history history;  /* the prompt's history; the plan owns it */
-	uint64_t gpu;         /* deepest ready GPU checkpoint, HEL_CKPT_NONE */
-	sel_key gpu_key;      /* its key (for sel_store_touch) */
+	sel_history history;   /* the prompt's history; the plan owns it */
+	uint64_t gpu;          /* deepest ready GPU checkpoint, HEL_CKPT_NONE */
+	sel_key gpu_key;       /* its key (for sel_store_touch) */
 	uint64_t gpu_consumed; /* a: pass as sel_store_lookup's `resident` */
 	uint64_t lookup_limit; /* pass as sel_store_lookup's `limit` */
-	bool host_lookup;     /* set by the worker when it asked the store */
+	bool host_lookup;      /* set by the worker when it asked the store */
 } hel_admission_plan;
 
 /* Free a plan that was not admitted.  NULL- and double-free safe. */
@@ -228,14 +228,14 @@ typedef struct hel_step_entry {
 	const sel_token *tokens;   /* end - begin tokens */
 	const uint32_t *pages;     /* page table after the entry: end / P ids */
 	uint32_t n_pages;
-	uint32_t first_new_page;   /* pages[first_new_page..n_pages) complete in this entry */
-	bool reset;                /* begin == 0 without a restore: start empty */
-	bool sample;               /* sample the next token after the entry */
-	uint32_t emit_max;         /* sample: tokens the request may still generate (>= 1;
+	uint32_t first_new_page; /* pages[first_new_page..n_pages) complete in this entry */
+	bool reset;              /* begin == 0 without a restore: start empty */
+	bool sample;             /* sample the next token after the entry */
+	uint32_t emit_max;       /* sample: tokens the request may still generate (>= 1;
 				      more than 1 only for DECODE: a speculative round) */
-	bool has_stop;             /* the request ends at the stop token */
-	uint32_t capture_row;      /* HEL_NONE, or snapshot live_row here after the entry */
-	uint64_t capture;          /* the checkpoint that capture fills */
+	bool has_stop;           /* the request ends at the stop token */
+	uint32_t capture_row;    /* HEL_NONE, or snapshot live_row here after the entry */
+	uint64_t capture;        /* the checkpoint that capture fills */
 } hel_step_entry;
 
 typedef struct hel_step {
@@ -254,7 +254,7 @@ typedef enum hel_finish {
 #define HEL_STEP_TOKENS_MAX 17 /* tokens one entry may emit: a round of 16 proposals */
 
 typedef struct hel_step_result {
-	sel_token token;     /* in: the sampled token, for entries with sample */
+	sel_token token; /* in: the sampled token, for entries with sample */
 	/* in: a speculative round's further tokens, in order (DECODE only;
 	 * 1 + n_more <= the entry's emit_max, no token after a stop token).
 	 * All of them but the last were consumed by the round. */
@@ -268,34 +268,34 @@ typedef struct hel_request_info {
 	hel_phase phase;
 	uint64_t user;
 	uint64_t prompt_len;
-	uint64_t consumed;       /* tokens the live row holds (after planned steps) */
-	uint64_t reused_tokens;  /* admission_reused_tokens */
+	uint64_t consumed;      /* tokens the live row holds (after planned steps) */
+	uint64_t reused_tokens; /* admission_reused_tokens */
 	uint32_t generated;
-	uint64_t prefix;         /* pinned prefix checkpoint or HEL_CKPT_NONE */
-	uint32_t live_row;       /* HEL_NONE while WAITING */
-	const uint32_t *pages;   /* page table: n_shared prefix pages, then its own */
+	uint64_t prefix;       /* pinned prefix checkpoint or HEL_CKPT_NONE */
+	uint32_t live_row;     /* HEL_NONE while WAITING */
+	const uint32_t *pages; /* page table: n_shared prefix pages, then its own */
 	uint32_t n_pages, n_shared;
-	uint64_t ticket;         /* INBOUND: its ticket (0 once failed) */
+	uint64_t ticket; /* INBOUND: its ticket (0 once failed) */
 	bool in_flight;
 	const sel_history *history; /* prompt and generated tokens */
 	const sel_token *tokens;    /* the same tokens */
 	uint64_t n_tokens;
-	bool held;               /* WAITING below its floor (hel_scheduler_set_floor) */
-	uint64_t held_depth;     /* held: the GPU checkpoint depth re-admission found */
+	bool held;           /* WAITING below its floor (hel_scheduler_set_floor) */
+	uint64_t held_depth; /* held: the GPU checkpoint depth re-admission found */
 } hel_request_info;
 
 typedef struct hel_scheduler_stats {
 	uint64_t admitted, rejected_capacity, readmitted, finished, cancelled, preempted;
 	uint64_t gpu_hits, gpu_reused_tokens;
 	uint64_t host_lookups, host_hits, host_reused_tokens;
-	uint64_t inbound_waiting;  /* gauge: requests waiting on a ticket */
-	uint64_t tickets;          /* gauge */
+	uint64_t inbound_waiting; /* gauge: requests waiting on a ticket */
+	uint64_t tickets;         /* gauge */
 	uint64_t inbound_ok, inbound_existing, inbound_failed;
 	uint64_t launches, prefill_launches, prefill_tokens, decode_tokens, restores;
 	uint64_t captures, captures_skipped, captures_failed, terminals;
 	uint64_t offered, published, refreshed;
 	uint64_t evictions, compactions;
-	uint64_t active, waiting;  /* gauges */
+	uint64_t active, waiting; /* gauges */
 } hel_scheduler_stats;
 
 int hel_scheduler_create(const hel_scheduler_config *cfg, hel_scheduler **out);

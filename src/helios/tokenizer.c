@@ -52,8 +52,8 @@ static void put_bytes(hel_token *out, size_t cap, size_t *k, const char *s, size
 		put(out, cap, k, (unsigned char)s[i]);
 }
 
-size_t hel_chat_template(const hel_message *msgs, size_t n, bool generation_prompt,
-			 hel_token *out, size_t cap)
+size_t hel_chat_template(const hel_message *msgs, size_t n, bool generation_prompt, hel_token *out,
+			 size_t cap)
 {
 	size_t k = 0;
 	put(out, cap, &k, HEL_TOK_BEGIN);

@@ -46,7 +46,7 @@ typedef struct hel_message {
  * generation_prompt, `"assistant: "` for the reply to follow.  Writes at
  * most cap tokens to out and returns the full count (call with cap 0 to
  * size the buffer). */
-size_t hel_chat_template(const hel_message *msgs, size_t n, bool generation_prompt,
-			 hel_token *out, size_t cap);
+size_t hel_chat_template(const hel_message *msgs, size_t n, bool generation_prompt, hel_token *out,
+			 size_t cap);
 
 #endif

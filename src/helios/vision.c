@@ -59,8 +59,8 @@ int hel_vision_settings(const hel_core *c, char out[HEL_VISION_SETTINGS_MAX])
 	}
 	const hel_core_image *g = &c->image;
 	snprintf(out, HEL_VISION_SETTINGS_MAX,
-		 SETTINGS_VERSION " patch=%u merge=%u max_tokens=%u resize=%s channels=%u", g->patch,
-		 g->merge, g->max_tokens, hel_resize_name(g->resize), g->channels);
+		 SETTINGS_VERSION " patch=%u merge=%u max_tokens=%u resize=%s channels=%u",
+		 g->patch, g->merge, g->max_tokens, hel_resize_name(g->resize), g->channels);
 	return 0;
 }
 
@@ -139,9 +139,7 @@ static inline void rgba_at(const hel_image *src, size_t p, uint8_t o[4])
 		o[2] = s[2];
 		o[3] = 255;
 		break;
-	case HEL_COLOR_RGBA:
-		memcpy(o, s, 4);
-		break;
+	case HEL_COLOR_RGBA: memcpy(o, s, 4); break;
 	case HEL_COLOR_CMYK:
 		for (int k = 0; k < 3; k++)
 			o[k] = (uint8_t)(((255u - s[k]) * (255u - s[3]) + 127) / 255);
@@ -206,9 +204,10 @@ static int check_consumed(const hel_core *c, const hel_image *im)
 	if (!c->has_image)
 		return eos_fail(-EINVAL, "core '%s' has no [image] section: it takes no images",
 				c->name);
-	if (!im->pixels || im->channels != c->image.channels || im->width == 0 ||
-	    im->height == 0 || im->bytes != (size_t)im->width * im->height * im->channels)
-		return eos_fail(-EINVAL, "vision: the image is not in the core's consumed "
+	if (!im->pixels || im->channels != c->image.channels || im->width == 0 || im->height == 0 ||
+	    im->bytes != (size_t)im->width * im->height * im->channels)
+		return eos_fail(-EINVAL,
+				"vision: the image is not in the core's consumed "
 				"representation (%u channels; hel_vision_convert makes it)",
 				c->image.channels);
 	return 0;
@@ -259,13 +258,17 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 	hel_vision_grid(g, im->width, im->height, &gh, &gw);
 	if (desc->grid_h != gh || desc->grid_w != gw || desc->width != im->width ||
 	    desc->height != im->height)
-		return eos_fail(-EINVAL, "vision: the description (%u x %u, grid %u x %u) is not of "
-				"this image (%u x %u, grid %u x %u)", desc->width, desc->height,
-				desc->grid_h, desc->grid_w, im->width, im->height, gh, gw);
+		return eos_fail(-EINVAL,
+				"vision: the description (%u x %u, grid %u x %u) is not of "
+				"this image (%u x %u, grid %u x %u)",
+				desc->width, desc->height, desc->grid_h, desc->grid_w, im->width,
+				im->height, gh, gw);
 	const uint32_t C = g->channels, P = g->patch, M = g->merge, U = P * M;
 	if (!C || !U)
-		return eos_fail(-EINVAL, "vision: the core's image geometry is empty (%u channels, "
-				"patch %u, merge %u)", C, P, M);
+		return eos_fail(-EINVAL,
+				"vision: the core's image geometry is empty (%u channels, "
+				"patch %u, merge %u)",
+				C, P, M);
 	const uint64_t DW = (uint64_t)gw * U, DH = (uint64_t)gh * U;
 	/* The source region: the whole image, or its centred square. */
 	uint64_t x0 = 0, y0 = 0, SW = im->width, SH = im->height;
@@ -275,7 +278,7 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 		y0 = (SH - s) / 2;
 		SW = SH = s;
 	}
-	sel_input_tensor spec[2] = { 0 };
+	sel_input_tensor spec[2] = {0};
 	strcpy(spec[0].name, HEL_VISION_PIXELS);
 	spec[0].dtype = SEL_DT_U8;
 	spec[0].rank = 2;
@@ -310,7 +313,8 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 					for (uint32_t k = 0; k < C; k++) {
 						uint32_t s = 0;
 						for (uint64_t j = c0; j <= c1; j++)
-							s += (uint32_t)overlap(x, j, SW, DW) * src[j * C + k];
+							s += (uint32_t)overlap(x, j, SW, DW) *
+							     src[j * C + k];
 						hrow[x * C + k] = s;
 					}
 				}
@@ -330,7 +334,7 @@ int hel_vision_prepare(const hel_core *c, const hel_image *im, const sel_input_s
 		}
 	}
 	uint8_t *grid = sel_input_data(out, 1);
-	uint32_t gv[2] = { gh, gw };
+	uint32_t gv[2] = {gh, gw};
 	for (int i = 0; i < 2; i++)
 		for (int b = 0; b < 4; b++)
 			grid[4 * i + b] = (uint8_t)(gv[i] >> (8 * b));
@@ -357,11 +361,14 @@ int hel_vision_check(const hel_core *c, const sel_input_rec *r, uint32_t *tokens
 	int pi = sel_input_find(r, HEL_VISION_PIXELS), gi = sel_input_find(r, HEL_VISION_GRID);
 	if (h->kind != SEL_INPUT_PREPARED || h->count != 2 || pi < 0 || gi < 0 || !r->bytes ||
 	    r->len != h->file_bytes)
-		return eos_fail(-EINVAL, "vision: not a prepared image (expected the tensors '"
-				HEL_VISION_PIXELS "' and '" HEL_VISION_GRID "')");
+		return eos_fail(
+			-EINVAL,
+			"vision: not a prepared image (expected the tensors '" HEL_VISION_PIXELS
+			"' and '" HEL_VISION_GRID "')");
 	const sel_input_tensor *pt = &h->tensors[pi], *gt = &h->tensors[gi];
 	if (gt->dtype != SEL_DT_U32 || gt->rank != 1 || gt->dims[0] != 2)
-		return eos_fail(-EINVAL, "vision: tensor '" HEL_VISION_GRID "' is %s rank %u, not u32 [2]",
+		return eos_fail(-EINVAL,
+				"vision: tensor '" HEL_VISION_GRID "' is %s rank %u, not u32 [2]",
 				sel_dtype_name(gt->dtype), gt->rank);
 	const uint8_t *gb = r->bytes + gt->offset;
 	uint32_t gh = (uint32_t)gb[0] | (uint32_t)gb[1] << 8 | (uint32_t)gb[2] << 16 |
@@ -370,13 +377,14 @@ int hel_vision_check(const hel_core *c, const sel_input_rec *r, uint32_t *tokens
 		      (uint32_t)gb[7] << 24;
 	uint64_t U = (uint64_t)g->patch * g->merge, E = U * U * g->channels;
 	if (gh == 0 || gw == 0 || (uint64_t)gh * gw > g->max_tokens)
-		return eos_fail(-EINVAL, "vision: grid %u x %u (the core allows 1..%u tokens)", gh, gw,
-				g->max_tokens);
+		return eos_fail(-EINVAL, "vision: grid %u x %u (the core allows 1..%u tokens)", gh,
+				gw, g->max_tokens);
 	if (pt->dtype != SEL_DT_U8 || pt->rank != 2 || pt->dims[0] != (uint64_t)gh * gw ||
 	    pt->dims[1] != E)
-		return eos_fail(-EINVAL, "vision: tensor '" HEL_VISION_PIXELS "' is %s [%" PRIu64 ", %"
-				PRIu64 "], the core expects u8 [%u, %" PRIu64 "]", sel_dtype_name(pt->dtype),
-				pt->dims[0], pt->dims[1], gh * gw, E);
+		return eos_fail(-EINVAL,
+				"vision: tensor '" HEL_VISION_PIXELS "' is %s [%" PRIu64
+				", %" PRIu64 "], the core expects u8 [%u, %" PRIu64 "]",
+				sel_dtype_name(pt->dtype), pt->dims[0], pt->dims[1], gh * gw, E);
 	if (tokens)
 		*tokens = gh * gw;
 	return 0;

@@ -145,7 +145,8 @@ static int read_header(struct mgr_arena *a)
 	if (pread(a->fd, h, HDR_USED, 0) == (ssize_t)HDR_USED && !memcmp(h, MAGIC, 16) &&
 	    sel_get_u32(h + OFF_VERSION) == HDR_VERSION && sel_get_u64(h + OFF_BYTES) == a->bytes &&
 	    sel_get_u64(h + OFF_DATA) == a->data_start && sel_get_u64(h + OFF_GENERATION) &&
-	    sel_get_u32(h + OFF_NSESS) <= MGR_PREV_MAX && sel_get_u64(h + OFF_CKSUM) == header_cksum(h)) {
+	    sel_get_u32(h + OFF_NSESS) <= MGR_PREV_MAX &&
+	    sel_get_u64(h + OFF_CKSUM) == header_cksum(h)) {
 		a->generation = sel_get_u64(h + OFF_GENERATION);
 		uint32_t n = sel_get_u32(h + OFF_NSESS);
 		a->prev = calloc(n ? n : 1, sizeof *a->prev);
@@ -171,7 +172,8 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 	a->data_start = (uint64_t)MGR_ARENA_HEADER;
 	a->bytes = o->memory / MGR_GRANULE * MGR_GRANULE;
 	if (a->bytes < a->data_start + MGR_GRANULE) {
-		snprintf(err, errlen, "--memory %" PRIu64 ": the arena needs more than its %u-byte header",
+		snprintf(err, errlen,
+			 "--memory %" PRIu64 ": the arena needs more than its %u-byte header",
 			 o->memory, MGR_ARENA_HEADER);
 		return -EINVAL;
 	}
@@ -179,7 +181,8 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 	if (o->arena[0]) {
 		a->file = true;
 		snprintf(a->path, sizeof a->path, "%s", o->arena);
-		a->fd = open(o->arena, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, o->group_set ? 0660 : 0600);
+		a->fd = open(o->arena, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			     o->group_set ? 0660 : 0600);
 		if (a->fd < 0) {
 			rc = -errno;
 			snprintf(err, errlen, "--arena '%s': %s", o->arena, strerror(errno));
@@ -193,8 +196,8 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 		}
 		if (flock(a->fd, LOCK_EX | LOCK_NB)) {
 			rc = -errno;
-			snprintf(err, errlen, "--arena '%s': another manager holds it (%s)", o->arena,
-				 strerror(errno));
+			snprintf(err, errlen, "--arena '%s': another manager holds it (%s)",
+				 o->arena, strerror(errno));
 			goto fail;
 		}
 		if (o->group_set)
@@ -210,7 +213,8 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 		}
 		if (!a->reused && ftruncate(a->fd, (off_t)a->bytes)) {
 			rc = -errno;
-			snprintf(err, errlen, "--arena '%s': cannot size it to %" PRIu64 " bytes: %s", o->arena,
+			snprintf(err, errlen,
+				 "--arena '%s': cannot size it to %" PRIu64 " bytes: %s", o->arena,
 				 a->bytes, strerror(errno));
 			goto fail;
 		}
@@ -225,8 +229,8 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 		}
 		if (ftruncate(a->fd, (off_t)a->bytes)) {
 			rc = -errno;
-			snprintf(err, errlen, "cannot size the arena to %" PRIu64 " bytes: %s", a->bytes,
-				 strerror(errno));
+			snprintf(err, errlen, "cannot size the arena to %" PRIu64 " bytes: %s",
+				 a->bytes, strerror(errno));
 			goto fail;
 		}
 	}
@@ -239,8 +243,7 @@ int mgr_arena_open(struct mgr_arena *a, const struct mgr_options *o, char *err, 
 			 a->file ? a->path : "", strerror(errno));
 		goto fail;
 	}
-	if (!a->file &&
-	    fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+	if (!a->file && fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot seal the arena: %s", strerror(errno));
 		goto fail;
@@ -339,7 +342,7 @@ int mgr_arena_alloc(struct mgr_arena *a, uint64_t slot_bytes, uint32_t slots, ui
 		return -EINVAL;
 	uint64_t sg = slot_bytes / MGR_GRANULE;
 	uint64_t first = (a->data_start + slot_bytes - 1) / slot_bytes; /* first slot position */
-	uint64_t end = a->bytes / slot_bytes;                         /* one past the last */
+	uint64_t end = a->bytes / slot_bytes;                           /* one past the last */
 	if (first >= end || (uint64_t)slots * sg > a->granules - a->used)
 		return -ENOSPC;
 	uint64_t positions = end - first;
@@ -354,7 +357,8 @@ int mgr_arena_alloc(struct mgr_arena *a, uint64_t slot_bytes, uint32_t slots, ui
 			continue;
 		/* Extend the run while slots are free, contiguous and wanted. */
 		uint32_t run = 1;
-		while (run < left && run < max_slots && s + run < end && range_free(a, (s + run) * sg, sg))
+		while (run < left && run < max_slots && s + run < end &&
+		       range_free(a, (s + run) * sg, sg))
 			run++;
 		if (*n >= cap)
 			break;
@@ -390,8 +394,9 @@ int mgr_arena_check(const struct mgr_arena *a)
 	for (uint64_t i = 0; i < words; i++)
 		set += (uint64_t)__builtin_popcountll(a->bits[i]);
 	if (set != a->used)
-		return eos_fail(SEL_ECORRUPT, "arena: %" PRIu64 " granules marked, %" PRIu64 " counted",
-				set, a->used);
+		return eos_fail(SEL_ECORRUPT,
+				"arena: %" PRIu64 " granules marked, %" PRIu64 " counted", set,
+				a->used);
 	if (!range_free(a, 0, a->data_start / MGR_GRANULE))
 		return eos_fail(SEL_ECORRUPT, "arena: a header granule is marked in use");
 	return 0;

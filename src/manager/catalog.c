@@ -151,7 +151,8 @@ void mgr_scope_unref(struct mgr_catalog *cat, struct mgr_scope *sc)
 
 struct mgr_entry *mgr_entry_find(struct mgr_scope *sc, const sel_key *key)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&sc->keys, key_hash(key)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&sc->keys, key_hash(key)); x;
+	     x = eos_hmap_next(x)) {
 		struct mgr_entry *e = (struct mgr_entry *)x;
 		if (sel_key_eq(&e->key, key))
 			return e;
@@ -161,7 +162,8 @@ struct mgr_entry *mgr_entry_find(struct mgr_scope *sc, const sel_key *key)
 
 static struct mgr_bucket *bucket_find(struct mgr_scope *sc, const sel_digest *d)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&sc->buckets, digest_hash(d)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&sc->buckets, digest_hash(d)); x;
+	     x = eos_hmap_next(x)) {
 		struct mgr_bucket *b = (struct mgr_bucket *)x;
 		if (digest_eq(&b->d, d))
 			return b;
@@ -171,7 +173,8 @@ static struct mgr_bucket *bucket_find(struct mgr_scope *sc, const sel_digest *d)
 
 /* The entry of key, created when absent; NULL when out of memory or when
  * the entry exists under another bucket (a lie about the key's prefix). */
-static struct mgr_entry *entry_get(struct mgr_scope *sc, const sel_key *key, const sel_digest *bucket)
+static struct mgr_entry *entry_get(struct mgr_scope *sc, const sel_key *key,
+				   const sel_digest *bucket)
 {
 	struct mgr_entry *e = mgr_entry_find(sc, key);
 	if (e)
@@ -324,7 +327,8 @@ struct mgr_hold *mgr_hold_find(struct mgr_scope *sc, const sel_key *key, const u
 	if (!e)
 		return NULL;
 	for (struct mgr_hold *x = e->holds; x; x = x->enext)
-		if (x->source == source && !memcmp(mgr_session_instance(x->s), instance, SEL_POOL_ID_BYTES))
+		if (x->source == source &&
+		    !memcmp(mgr_session_instance(x->s), instance, SEL_POOL_ID_BYTES))
 			return x;
 	return NULL;
 }
@@ -404,12 +408,13 @@ uint32_t mgr_record_precheck(struct mgr_catalog *cat, struct mgr_scope *sc,
 	bool parent_here = pe && pe->rec && pe->rec->ready && !pe->rec->bad;
 	bool linked = parent_here && p->tail == c / pt - pc / pt;
 	if (!root && !linked)
-		return parent_here || sel_key_is_none(&p->parent) ? SEL_POOL_BAD_REQUEST : SEL_POOL_ORPHAN;
+		return parent_here || sel_key_is_none(&p->parent) ? SEL_POOL_BAD_REQUEST
+								  : SEL_POOL_ORPHAN;
 	return SEL_POOL_OK;
 }
 
-uint32_t mgr_record_begin(struct mgr_catalog *cat, struct mgr_scope *sc, const struct sel_pool_c_put *p,
-			  struct mgr_record **out)
+uint32_t mgr_record_begin(struct mgr_catalog *cat, struct mgr_scope *sc,
+			  const struct sel_pool_c_put *p, struct mgr_record **out)
 {
 	*out = NULL;
 	uint32_t why = mgr_record_precheck(cat, sc, p);
@@ -563,9 +568,11 @@ int mgr_catalog_alloc(struct mgr_catalog *cat, const struct mgr_scope *sc, uint3
 		}
 	for (;;) {
 		uint32_t n = 0;
-		int rc = mgr_arena_alloc(cat->arena, sb, pages, per, SEL_POOL_WIN_PAGES, v, &n, cap);
+		int rc =
+			mgr_arena_alloc(cat->arena, sb, pages, per, SEL_POOL_WIN_PAGES, v, &n, cap);
 		if (!rc) {
-			rc = mgr_arena_alloc(cat->arena, sb, rows, per, SEL_POOL_WIN_ROW, v, &n, cap);
+			rc = mgr_arena_alloc(cat->arena, sb, rows, per, SEL_POOL_WIN_ROW, v, &n,
+					     cap);
 			if (rc)
 				mgr_arena_free(cat->arena, v, n, sb);
 		}
@@ -652,28 +659,30 @@ int mgr_catalog_answer(struct mgr_catalog *cat, struct mgr_scope *sc, const stru
 	for (uint32_t i = 0; i < l->n && a->n_cands < SEL_POOL_MAX_CANDIDATES; i++) {
 		uint64_t k = l->k_hi - i;
 		struct mgr_bucket *b = bucket_find(sc, &l->bounds[i]);
-		for (struct mgr_entry *e = b ? b->first : NULL; e && a->n_cands < SEL_POOL_MAX_CANDIDATES;
-		     e = e->bnext) {
+		for (struct mgr_entry *e = b ? b->first : NULL;
+		     e && a->n_cands < SEL_POOL_MAX_CANDIDATES; e = e->bnext) {
 			uint64_t c = e->key.consumed;
 			if (c / SEL_BUCKET_TOKENS != k || c <= l->resident || c > l->limit)
 				continue;
 			uint64_t bytes = (c / pt - l->resident / pt + rs) * sb;
 			/* Holders: one node for the endpoint, shared by them. */
 			uint32_t hnode = SEL_POOL_NONE;
-			for (struct mgr_hold *h = e->holds; h && a->n_cands < SEL_POOL_MAX_CANDIDATES;
-			     h = h->enext) {
+			for (struct mgr_hold *h = e->holds;
+			     h && a->n_cands < SEL_POOL_MAX_CANDIDATES; h = h->enext) {
 				if (h->s == s)
 					continue;
 				if (hnode == SEL_POOL_NONE) {
 					if (a->n_nodes == SEL_POOL_MAX_NODES)
 						break;
 					hnode = a->n_nodes++;
-					a->nodes[hnode] = (struct sel_pool_anode){e->key, (uint32_t)(c / pt),
-										  SEL_POOL_NONE, 1};
+					a->nodes[hnode] = (struct sel_pool_anode){
+						e->key, (uint32_t)(c / pt), SEL_POOL_NONE, 1};
 				}
 				struct sel_pool_candidate *cd = &a->cands[a->n_cands++];
-				*cd = (struct sel_pool_candidate){.source = h->source, .node = hnode,
-								  .base = 0, .generation = h->generation,
+				*cd = (struct sel_pool_candidate){.source = h->source,
+								  .node = hnode,
+								  .base = 0,
+								  .generation = h->generation,
 								  .bytes = bytes};
 				memcpy(cd->holder, mgr_session_instance(h->s), SEL_POOL_ID_BYTES);
 			}
@@ -716,8 +725,11 @@ int mgr_catalog_answer(struct mgr_catalog *cat, struct mgr_scope *sc, const stru
 				}
 				prev = idx;
 			}
-			a->cands[a->n_cands++] = (struct sel_pool_candidate){
-				.source = SEL_POOL_SRC_ARENA, .node = endpoint, .base = base, .bytes = bytes};
+			a->cands[a->n_cands++] =
+				(struct sel_pool_candidate){.source = SEL_POOL_SRC_ARENA,
+							    .node = endpoint,
+							    .base = base,
+							    .bytes = bytes};
 		}
 	}
 	if (!a->n_nodes)
@@ -791,14 +803,19 @@ int mgr_catalog_check(const struct mgr_catalog *cat)
 				entries++;
 				if (!e->rec && !e->holds)
 					return eos_fail(SEL_ECORRUPT, "catalog: an empty entry");
-				if (e->scope != sc || bucket_find((struct mgr_scope *)sc, &e->bucket) != e->bk)
-					return eos_fail(SEL_ECORRUPT, "catalog: an entry outside its bucket");
+				if (e->scope != sc ||
+				    bucket_find((struct mgr_scope *)sc, &e->bucket) != e->bk)
+					return eos_fail(SEL_ECORRUPT,
+							"catalog: an entry outside its bucket");
 				if (e->bnext && e->bnext->key.consumed > e->key.consumed)
-					return eos_fail(SEL_ECORRUPT, "catalog: a bucket out of order");
+					return eos_fail(SEL_ECORRUPT,
+							"catalog: a bucket out of order");
 				for (const struct mgr_hold *h = e->holds; h; h = h->enext) {
 					holds++;
 					if (h->e != e)
-						return eos_fail(SEL_ECORRUPT, "catalog: a holding of another entry");
+						return eos_fail(
+							SEL_ECORRUPT,
+							"catalog: a holding of another entry");
 				}
 				const struct mgr_record *r = e->rec;
 				if (!r)
@@ -806,7 +823,8 @@ int mgr_catalog_check(const struct mgr_catalog *cat)
 				records++;
 				recs++;
 				if (r->e != e)
-					return eos_fail(SEL_ECORRUPT, "catalog: a record of another entry");
+					return eos_fail(SEL_ECORRUPT,
+							"catalog: a record of another entry");
 				if (r->ready)
 					ready++;
 				if (r->parent && (!r->parent->ready ||
@@ -817,18 +835,22 @@ int mgr_catalog_check(const struct mgr_catalog *cat)
 				uint32_t kids = 0;
 				for (size_t j = 0; j <= sc->keys.mask; j++)
 					for (struct eos_hnode *y = sc->keys.b[j]; y; y = y->next) {
-						const struct mgr_entry *f = (const struct mgr_entry *)y;
+						const struct mgr_entry *f =
+							(const struct mgr_entry *)y;
 						if (f->rec && f->rec->ready && f->rec->parent == r)
 							kids++;
 					}
 				if (kids != r->children)
-					return eos_fail(SEL_ECORRUPT, "catalog: record %" PRIu64 " counts %u "
-							"children, has %u", e->key.consumed, r->children, kids);
+					return eos_fail(SEL_ECORRUPT,
+							"catalog: record %" PRIu64 " counts %u "
+							"children, has %u",
+							e->key.consumed, r->children, kids);
 			}
 		if (entries != sc->entries || recs != sc->records)
-			return eos_fail(SEL_ECORRUPT, "catalog: scope counts %" PRIu64 "/%" PRIu64
-					", found %" PRIu64 "/%" PRIu64, sc->entries, sc->records, entries,
-					recs);
+			return eos_fail(SEL_ECORRUPT,
+					"catalog: scope counts %" PRIu64 "/%" PRIu64
+					", found %" PRIu64 "/%" PRIu64,
+					sc->entries, sc->records, entries, recs);
 	}
 	for (const struct mgr_record *r = cat->lru_head; r; r = r->lnext) {
 		lru++;
@@ -837,10 +859,12 @@ int mgr_catalog_check(const struct mgr_catalog *cat)
 		if (r->lnext && r->lnext->lprev != r)
 			return eos_fail(SEL_ECORRUPT, "catalog: a broken LRU link");
 	}
-	if (scopes != cat->n_scopes || records != cat->records || holds != cat->holds || lru != ready)
-		return eos_fail(SEL_ECORRUPT, "catalog: counts differ (scopes %u/%u records %" PRIu64
-				"/%" PRIu64 " holds %" PRIu64 "/%" PRIu64 " lru %" PRIu64 "/%" PRIu64 ")",
-				scopes, cat->n_scopes, records, cat->records, holds, cat->holds, lru,
-				ready);
+	if (scopes != cat->n_scopes || records != cat->records || holds != cat->holds ||
+	    lru != ready)
+		return eos_fail(SEL_ECORRUPT,
+				"catalog: counts differ (scopes %u/%u records %" PRIu64 "/%" PRIu64
+				" holds %" PRIu64 "/%" PRIu64 " lru %" PRIu64 "/%" PRIu64 ")",
+				scopes, cat->n_scopes, records, cat->records, holds, cat->holds,
+				lru, ready);
 	return mgr_arena_check(cat->arena);
 }

@@ -97,7 +97,8 @@ struct mgr_lease *mgr_lease_new(struct mgr_server *srv, enum mgr_lease_kind kind
 struct mgr_lease *mgr_lease_get(struct mgr_server *srv, struct mgr_session *s, uint64_t id,
 				uint64_t nonce, int kind, uint32_t *why)
 {
-	for (struct eos_hnode *x = eos_hmap_first(&srv->leases, eos_hash64(id)); x; x = eos_hmap_next(x)) {
+	for (struct eos_hnode *x = eos_hmap_first(&srv->leases, eos_hash64(id)); x;
+	     x = eos_hmap_next(x)) {
 		struct mgr_lease *l = (struct mgr_lease *)x;
 		if (l->id != id)
 			continue;
@@ -293,11 +294,14 @@ static void recovery_tick(struct mgr_server *srv, uint64_t now)
 	srv->recovering = false;
 	srv->sessions_dirty = true;
 	if (waiting)
-		fprintf(stderr, "flare pool: warning: %u client%s of the previous run neither reconnected "
+		fprintf(stderr,
+			"flare pool: warning: %u client%s of the previous run neither reconnected "
 			"nor exited within %u ms; sharing resumes (their late writes are caught by "
-			"checksums)\n", waiting, waiting == 1 ? "" : "s", srv->o.recovery_ms);
+			"checksums)\n",
+			waiting, waiting == 1 ? "" : "s", srv->o.recovery_ms);
 	else
-		fprintf(stderr, "flare pool: every client of the previous run reconnected or exited; "
+		fprintf(stderr,
+			"flare pool: every client of the previous run reconnected or exited; "
 			"sharing resumes\n");
 	for (uint32_t i = 0; i < srv->arena.n_prev; i++)
 		srv->arena.prev[i].done = true;
@@ -319,7 +323,8 @@ void mgr_leases_tick(struct mgr_server *srv, uint64_t now)
 	uint64_t grace = (uint64_t)srv->o.quarantine_ms * MS_NS;
 	for (struct mgr_lease *l = srv->quarantine, *nx; l; l = nx) {
 		nx = l->next;
-		bool gone = l->qpid > 0 ? mgr_pid_start(l->qpid) != l->qstart : now - l->qsince_ns > grace;
+		bool gone = l->qpid > 0 ? mgr_pid_start(l->qpid) != l->qstart
+					: now - l->qsince_ns > grace;
 		if (gone) {
 			srv->st.leases_reclaimed++;
 			mgr_lease_free(srv, l);

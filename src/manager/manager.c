@@ -53,16 +53,19 @@ int mgr_pool_main(int argc, char **argv)
 	fprintf(stderr, "%s\n", line);
 	if (o.metrics_port >= 0) {
 		/* The generation is in the describe line; the info gauge repeats it. */
-		struct mgr_metrics_info info = {.name = o.name, .arena_kind = o.arena[0] ? "file" : "memfd",
+		struct mgr_metrics_info info = {.name = o.name,
+						.arena_kind = o.arena[0] ? "file" : "memfd",
 						.max_age_ns = o.max_age_ns};
 		info.generation = mgr_server_generation(srv);
 		int port = 0;
-		if (mgr_http_start(o.metrics_host, o.metrics_port, &info, &http, &port, err, sizeof err)) {
+		if (mgr_http_start(o.metrics_host, o.metrics_port, &info, &http, &port, err,
+				   sizeof err)) {
 			fprintf(stderr, "flare pool: %s\n", err);
 			goto out;
 		}
 		mgr_server_set_http(srv, http);
-		fprintf(stderr, "flare pool: metrics on http://%s:%d/metrics\n", o.metrics_host, port);
+		fprintf(stderr, "flare pool: metrics on http://%s:%d/metrics\n", o.metrics_host,
+			port);
 	}
 	fprintf(stderr, "flare pool: listening on unix:%s\n", o.socket);
 	rc = mgr_server_run(srv);

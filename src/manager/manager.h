@@ -37,27 +37,29 @@ struct mgr_options {
 	char socket[108];
 	uint64_t memory;
 	char name[SEL_POOL_NAME_MAX + 1];
-	uint64_t max_age_ns;      /* 0: off */
+	uint64_t max_age_ns; /* 0: off */
 	char config[4096];
-	int metrics_port;         /* -1: none, 0: any free port */
+	int metrics_port; /* -1: none, 0: any free port */
 	char metrics_host[64];
 	bool group_set;
 	gid_t gid;
-	char arena[4096];         /* "": a memfd */
+	char arena[4096]; /* "": a memfd */
 	uint32_t max_clients, max_scopes;
-	uint64_t client_queue;    /* bytes of output per client */
-	uint32_t max_holdings;    /* per session */
+	uint64_t client_queue; /* bytes of output per client */
+	uint32_t max_holdings; /* per session */
 	uint64_t max_holdings_total;
 	uint32_t max_claims, max_puts, max_exports;
 	uint32_t window_limit, window_credits;
 	uint32_t setup_limit_ms, progress_ms;
-	uint32_t hello_ms;        /* a connection's time to send its hello */
-	uint32_t recovery_ms;     /* a restarted manager waits this long for old clients */
-	uint32_t quarantine_ms;   /* leases of a session whose pid is unknown */
+	uint32_t hello_ms;      /* a connection's time to send its hello */
+	uint32_t recovery_ms;   /* a restarted manager waits this long for old clients */
+	uint32_t quarantine_ms; /* leases of a session whose pid is unknown */
 	uint32_t tick_ms;
 };
 
-enum { MGR_OPTS_HELP = 1 };
+enum {
+	MGR_OPTS_HELP = 1
+};
 /* Defaults, then the config file (when --config names one), then flags.
  * 0, MGR_OPTS_HELP (printed), or -EINVAL with one line in err. */
 int mgr_options_parse(int argc, char **argv, struct mgr_options *o, char *err, size_t errlen);
@@ -71,27 +73,27 @@ void mgr_options_help(FILE *f);
 
 #define MGR_ARENA_HEADER (64u * 1024u) /* header bytes before the first window */
 #define MGR_GRANULE 4096u
-#define MGR_PREV_MAX 512u             /* sessions remembered in the header */
+#define MGR_PREV_MAX 512u /* sessions remembered in the header */
 
 struct mgr_prev {
 	uint8_t instance[SEL_POOL_ID_BYTES];
 	int32_t pid;
-	uint64_t start;                /* the pid's start time (clock ticks since boot) */
-	bool done;                     /* reattached or exited */
+	uint64_t start; /* the pid's start time (clock ticks since boot) */
+	bool done;      /* reattached or exited */
 };
 
 struct mgr_arena {
 	int fd;
-	int share_fd;                  /* what clients get: the memfd, or the file opened
+	int share_fd; /* what clients get: the memfd, or the file opened
 					  again (the lock on fd must stay the manager's alone) */
-	bool file;                     /* a named file (kept across restarts), else a memfd */
-	bool reused;                   /* the file's header and generation were kept */
+	bool file;    /* a named file (kept across restarts), else a memfd */
+	bool reused;  /* the file's header and generation were kept */
 	char path[4096];
 	uint64_t bytes, data_start, generation;
-	uint64_t *bits;                /* one bit per granule: set = in use */
-	uint64_t granules, used;       /* granules in [data_start, bytes), in use */
-	uint64_t cursor;               /* next-fit start, in granules */
-	struct mgr_prev *prev;         /* clients of the previous run (file arenas) */
+	uint64_t *bits;          /* one bit per granule: set = in use */
+	uint64_t granules, used; /* granules in [data_start, bytes), in use */
+	uint64_t cursor;         /* next-fit start, in granules */
+	struct mgr_prev *prev;   /* clients of the previous run (file arenas) */
 	uint32_t n_prev;
 };
 
@@ -131,10 +133,10 @@ struct mgr_bucket;
 struct mgr_scope {
 	struct mgr_scope *prev, *next;
 	uint8_t id[SEL_POOL_ID_BYTES];
-	struct sel_pool_scope s;      /* table points to table_copy */
+	struct sel_pool_scope s; /* table points to table_copy */
 	uint8_t *table_copy;
-	struct eos_hmap keys;         /* entries by key */
-	struct eos_hmap buckets;      /* struct mgr_bucket by bucket digest */
+	struct eos_hmap keys;    /* entries by key */
+	struct eos_hmap buckets; /* struct mgr_bucket by bucket digest */
 	uint32_t sessions;
 	uint64_t entries, records;
 };
@@ -152,25 +154,25 @@ struct mgr_entry {
 
 struct mgr_record {
 	struct mgr_entry *e;
-	struct mgr_record *parent;    /* linked parent, or NULL (a root) */
-	sel_key parent_key;           /* as put (informational when not linked) */
+	struct mgr_record *parent; /* linked parent, or NULL (a root) */
+	sel_key parent_key;        /* as put (informational when not linked) */
 	uint32_t children;
 	uint32_t tail;
-	bool ready;                   /* committed */
-	bool bad;                     /* a reader found it corrupt: never served again */
+	bool ready; /* committed */
+	bool bad;   /* a reader found it corrupt: never served again */
 	uint32_t pins;
-	uint64_t used_ns;             /* last put or restore (max age) */
-	struct sel_pool_window *w;    /* page windows, then row windows */
+	uint64_t used_ns;          /* last put or restore (max age) */
+	struct sel_pool_window *w; /* page windows, then row windows */
 	uint32_t nw;
-	uint64_t *cksum;              /* [tail] */
+	uint64_t *cksum; /* [tail] */
 	uint64_t row_cksum;
 	uint64_t bytes;
 	struct mgr_record *lprev, *lnext; /* every ready record, least recently used first */
-	uint32_t mark, idx;           /* answer building */
+	uint32_t mark, idx;               /* answer building */
 };
 
 struct mgr_hold {
-	struct mgr_hold *enext;       /* the entry's holders */
+	struct mgr_hold *enext;         /* the entry's holders */
 	struct mgr_hold *sprev, *snext; /* the session's holdings */
 	struct mgr_entry *e;
 	struct mgr_session *s;
@@ -190,7 +192,7 @@ struct mgr_catalog {
 	uint64_t max_age_ns;
 	uint64_t next_sweep_ns;
 	uint32_t mark;
-	uint32_t window_limit;        /* bytes */
+	uint32_t window_limit; /* bytes */
 };
 
 void mgr_catalog_init(struct mgr_catalog *cat, struct mgr_arena *a, struct mgr_stats *st,
@@ -249,8 +251,8 @@ int mgr_catalog_alloc(struct mgr_catalog *cat, const struct mgr_scope *sc, uint3
 /* A put's record, pending: validates against the scope (SEL_POOL_* reason
  * on refusal: PRESENT, IN_FLIGHT, ORPHAN, OVERSIZE, BAD_REQUEST), pins the
  * linked parent.  The record owns w from here. */
-uint32_t mgr_record_begin(struct mgr_catalog *cat, struct mgr_scope *sc, const struct sel_pool_c_put *p,
-			  struct mgr_record **out);
+uint32_t mgr_record_begin(struct mgr_catalog *cat, struct mgr_scope *sc,
+			  const struct sel_pool_c_put *p, struct mgr_record **out);
 /* Check a put's size and links before allocating: the same reasons. */
 uint32_t mgr_record_precheck(struct mgr_catalog *cat, struct mgr_scope *sc,
 			     const struct sel_pool_c_put *p);

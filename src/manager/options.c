@@ -29,7 +29,18 @@
 #define S_MS 1000u
 #define MS_NS 1000000ull
 
-enum otype { T_PATH, T_NAME, T_SIZE, T_AGE, T_MS, T_U32, T_U64, T_PORT, T_GROUP, T_HOST };
+enum otype {
+	T_PATH,
+	T_NAME,
+	T_SIZE,
+	T_AGE,
+	T_MS,
+	T_U32,
+	T_U64,
+	T_PORT,
+	T_GROUP,
+	T_HOST
+};
 
 struct opt {
 	const char *flag, *key;
@@ -41,30 +52,54 @@ struct opt {
 
 #define F(field) offsetof(struct mgr_options, field)
 static const struct opt opts[] = {
-	{"--socket", "socket", T_PATH, F(socket), 0, 0, "PATH  the Unix socket instances connect to (required)"},
-	{"--memory", "memory", T_SIZE, F(memory), 0, 0, "SIZE  arena bytes, shared by every scope (required)"},
-	{"--name", "name", T_NAME, F(name), 0, 0, "NAME  pool name: salts scopes and instance ids (default 'default')"},
-	{"--max-age", "max_age", T_AGE, F(max_age_ns), 0, 0, "D|off  drop records unused (no put or restore) this long (default off)"},
-	{"--config", NULL, T_PATH, F(config), 0, 0, "FILE  read a [pool] section of these keys first"},
-	{"--metrics-port", "metrics_port", T_PORT, F(metrics_port), 0, 65535, "N  serve GET /metrics on this TCP port (0: any free one)"},
-	{"--metrics-host", "metrics_host", T_HOST, F(metrics_host), 0, 0, "ADDR  address of the metrics port (default 127.0.0.1)"},
-	{"--group", "group", T_GROUP, F(gid), 0, 0, "G  also accept clients of this group (name or gid); socket 0660"},
-	{"--arena", "arena", T_PATH, F(arena), 0, 0, "PATH  keep the arena in this file (e.g. under /dev/shm) so it survives a restart"},
-	{"--max-clients", "max_clients", T_U32, F(max_clients), 1, 65536, "N  connections at once (default 256)"},
-	{"--max-scopes", "max_scopes", T_U32, F(max_scopes), 1, 65536, "N  distinct record layouts at once (default 64)"},
-	{"--client-queue", "client_queue", T_SIZE, F(client_queue), 4096, 1ull << 32, "SIZE  output a client may leave unread before it is closed (default 4MiB)"},
-	{"--max-holdings", "max_holdings", T_U32, F(max_holdings), 0, UINT32_MAX, "N  announced holdings per client (default 65536)"},
-	{"--max-holdings-total", "max_holdings_total", T_U64, F(max_holdings_total), 0, UINT64_MAX, "N  announced holdings in all (default 1048576)"},
-	{"--max-claims", "max_claims", T_U32, F(max_claims), 1, 65536, "N  open claims per client (default 16)"},
-	{"--max-puts", "max_puts", T_U32, F(max_puts), 1, 65536, "N  open puts per client (default 16)"},
-	{"--max-exports", "max_exports", T_U32, F(max_exports), 1, 65536, "N  exports one client serves at once (default 8)"},
-	{"--window-limit", "window_limit", T_SIZE, F(window_limit), 4096, 1ull << 31, "SIZE  bytes per window beyond one slot (default 4MiB)"},
-	{"--window-credits", "window_credits", T_U32, F(window_credits), 1, 65536, "N  windows in flight per lease on data channels (default 16)"},
-	{"--setup-limit", "setup_limit", T_MS, F(setup_limit_ms), 1, UINT32_MAX, "D  clamp on a restore's setup time (default 30s)"},
-	{"--progress-timeout", "progress_timeout", T_MS, F(progress_ms), 1, UINT32_MAX, "D  fail a lease without progress this long (default 3s)"},
-	{"--hello-timeout", "hello_timeout", T_MS, F(hello_ms), 1, UINT32_MAX, "D  a connection's time to send its hello (default 10s)"},
-	{"--recovery-timeout", "recovery_timeout", T_MS, F(recovery_ms), 0, UINT32_MAX, "D  after a restart on a kept arena, wait this long for old clients (default 30s)"},
-	{"--quarantine-timeout", "quarantine_timeout", T_MS, F(quarantine_ms), 0, UINT32_MAX, "D  hold a vanished client's windows this long when its pid is unknown (default 60s)"},
+	{"--socket", "socket", T_PATH, F(socket), 0, 0,
+	 "PATH  the Unix socket instances connect to (required)"},
+	{"--memory", "memory", T_SIZE, F(memory), 0, 0,
+	 "SIZE  arena bytes, shared by every scope (required)"},
+	{"--name", "name", T_NAME, F(name), 0, 0,
+	 "NAME  pool name: salts scopes and instance ids (default 'default')"},
+	{"--max-age", "max_age", T_AGE, F(max_age_ns), 0, 0,
+	 "D|off  drop records unused (no put or restore) this long (default off)"},
+	{"--config", NULL, T_PATH, F(config), 0, 0,
+	 "FILE  read a [pool] section of these keys first"},
+	{"--metrics-port", "metrics_port", T_PORT, F(metrics_port), 0, 65535,
+	 "N  serve GET /metrics on this TCP port (0: any free one)"},
+	{"--metrics-host", "metrics_host", T_HOST, F(metrics_host), 0, 0,
+	 "ADDR  address of the metrics port (default 127.0.0.1)"},
+	{"--group", "group", T_GROUP, F(gid), 0, 0,
+	 "G  also accept clients of this group (name or gid); socket 0660"},
+	{"--arena", "arena", T_PATH, F(arena), 0, 0,
+	 "PATH  keep the arena in this file (e.g. under /dev/shm) so it survives a restart"},
+	{"--max-clients", "max_clients", T_U32, F(max_clients), 1, 65536,
+	 "N  connections at once (default 256)"},
+	{"--max-scopes", "max_scopes", T_U32, F(max_scopes), 1, 65536,
+	 "N  distinct record layouts at once (default 64)"},
+	{"--client-queue", "client_queue", T_SIZE, F(client_queue), 4096, 1ull << 32,
+	 "SIZE  output a client may leave unread before it is closed (default 4MiB)"},
+	{"--max-holdings", "max_holdings", T_U32, F(max_holdings), 0, UINT32_MAX,
+	 "N  announced holdings per client (default 65536)"},
+	{"--max-holdings-total", "max_holdings_total", T_U64, F(max_holdings_total), 0, UINT64_MAX,
+	 "N  announced holdings in all (default 1048576)"},
+	{"--max-claims", "max_claims", T_U32, F(max_claims), 1, 65536,
+	 "N  open claims per client (default 16)"},
+	{"--max-puts", "max_puts", T_U32, F(max_puts), 1, 65536,
+	 "N  open puts per client (default 16)"},
+	{"--max-exports", "max_exports", T_U32, F(max_exports), 1, 65536,
+	 "N  exports one client serves at once (default 8)"},
+	{"--window-limit", "window_limit", T_SIZE, F(window_limit), 4096, 1ull << 31,
+	 "SIZE  bytes per window beyond one slot (default 4MiB)"},
+	{"--window-credits", "window_credits", T_U32, F(window_credits), 1, 65536,
+	 "N  windows in flight per lease on data channels (default 16)"},
+	{"--setup-limit", "setup_limit", T_MS, F(setup_limit_ms), 1, UINT32_MAX,
+	 "D  clamp on a restore's setup time (default 30s)"},
+	{"--progress-timeout", "progress_timeout", T_MS, F(progress_ms), 1, UINT32_MAX,
+	 "D  fail a lease without progress this long (default 3s)"},
+	{"--hello-timeout", "hello_timeout", T_MS, F(hello_ms), 1, UINT32_MAX,
+	 "D  a connection's time to send its hello (default 10s)"},
+	{"--recovery-timeout", "recovery_timeout", T_MS, F(recovery_ms), 0, UINT32_MAX,
+	 "D  after a restart on a kept arena, wait this long for old clients (default 30s)"},
+	{"--quarantine-timeout", "quarantine_timeout", T_MS, F(quarantine_ms), 0, UINT32_MAX,
+	 "D  hold a vanished client's windows this long when its pid is unknown (default 60s)"},
 };
 #undef F
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -77,8 +112,8 @@ void mgr_options_help(FILE *f)
 	for (size_t i = 0; i < NOPTS; i++) {
 		const char *sp = strchr(opts[i].help, ' ');
 		char col[64];
-		snprintf(col, sizeof col, "%s %.*s", opts[i].flag, sp ? (int)(sp - opts[i].help) : 0,
-			 opts[i].help);
+		snprintf(col, sizeof col, "%s %.*s", opts[i].flag,
+			 sp ? (int)(sp - opts[i].help) : 0, opts[i].help);
 		fprintf(f, "  %-30s %s\n", col, sp ? sp + 2 : "");
 	}
 	fprintf(f, "  %-30s %s\n", "--help", "this text");
@@ -124,7 +159,8 @@ static bool name_ok(const char *s)
 
 /* Set one option from text ("1GiB", "30s", "off", "12", a path).
  * integer: the value was a TOML integer (bytes or seconds). */
-static int set_opt(struct mgr_options *o, const struct opt *p, const char *text, char *why, size_t wl)
+static int set_opt(struct mgr_options *o, const struct opt *p, const char *text, char *why,
+		   size_t wl)
 {
 	char *base = (char *)o + p->off;
 	uint64_t v = 0, ns = 0;
@@ -145,8 +181,8 @@ static int set_opt(struct mgr_options *o, const struct opt *p, const char *text,
 	}
 	case T_NAME:
 		if (!name_ok(text)) {
-			snprintf(why, wl, "'%s' is not a pool name (1 to %u of A-Z a-z 0-9 . _ -)", text,
-				 SEL_POOL_NAME_MAX);
+			snprintf(why, wl, "'%s' is not a pool name (1 to %u of A-Z a-z 0-9 . _ -)",
+				 text, SEL_POOL_NAME_MAX);
 			return -EINVAL;
 		}
 		snprintf(o->name, sizeof o->name, "%s", text);
@@ -205,7 +241,8 @@ static int set_opt(struct mgr_options *o, const struct opt *p, const char *text,
 	}
 	uint64_t max = p->max ? p->max : UINT64_MAX;
 	if (v < p->min || v > max) {
-		snprintf(why, wl, "%s is out of range (%" PRIu64 " to %" PRIu64 ")", text, p->min, max);
+		snprintf(why, wl, "%s is out of range (%" PRIu64 " to %" PRIu64 ")", text, p->min,
+			 max);
 		return -EINVAL;
 	}
 	if (p->t == T_SIZE && p->off == offsetof(struct mgr_options, memory)) {
@@ -240,8 +277,8 @@ static int cerr(char *err, size_t errlen, const char *file, unsigned line, const
 
 static bool is_bare(char c)
 {
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-	       c == '-';
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       c == '_' || c == '-';
 }
 
 /* Where the parse is. */
@@ -283,7 +320,8 @@ static int m_section(struct mparse *m, const char *p, const char *e)
 	if (q < e && *q != '#')
 		return MERR(m, "text after the section header");
 	if (nlen != 4 || memcmp(n0, "pool", 4))
-		return MERR(m, "unknown section [%.*s] (known: [pool])", (int)(nlen < 40 ? nlen : 40), n0);
+		return MERR(m, "unknown section [%.*s] (known: [pool])",
+			    (int)(nlen < 40 ? nlen : 40), n0);
 	if (m->seen_pool)
 		return MERR(m, "section [pool] appears twice");
 	m->seen_pool = m->in_pool = true;
@@ -337,10 +375,16 @@ static int m_string(struct mparse *m, const char *key, const char **pp, const ch
 			if (p >= e)
 				break;
 			char x = *p++;
-			c = x == 'n' ? '\n' : x == 't' ? '\t' : x == '"' ? '"' : x == '\\' ? '\\' : 0;
+			c = x == 'n'    ? '\n'
+			    : x == 't'  ? '\t'
+			    : x == '"'  ? '"'
+			    : x == '\\' ? '\\'
+					: 0;
 			if (!c)
-				return MERR(m, "pool.%s: escape \\%c is not supported (use \\\" \\\\ \\n \\t)",
-					    key, x);
+				return MERR(
+					m,
+					"pool.%s: escape \\%c is not supported (use \\\" \\\\ \\n \\t)",
+					key, x);
 		}
 		if ((unsigned char)c < 0x20 && c != '\t')
 			return MERR(m, "pool.%s: a control byte in the string", key);
@@ -383,7 +427,8 @@ static int m_value(struct mparse *m, const char *key, const char *p, const char 
 	} else if (p < e && *p >= '0' && *p <= '9') {
 		*integer = true;
 		rc = m_integer(m, key, &p, e, val, &vn);
-	} else if ((e - p >= 4 && !memcmp(p, "true", 4)) || (e - p >= 5 && !memcmp(p, "false", 5))) {
+	} else if ((e - p >= 4 && !memcmp(p, "true", 4)) ||
+		   (e - p >= 5 && !memcmp(p, "false", 5))) {
 		return MERR(m, "pool.%s: takes no boolean", key);
 	} else {
 		return MERR(m, "pool.%s: expected a \"string\" or a number", key);

@@ -68,7 +68,8 @@ static void flush(struct mgr_session *s)
 {
 	while (s->out_head && s->state != MGR_DEAD) {
 		struct mgr_out *o = s->out_head;
-		ssize_t w = send(s->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t w =
+			send(s->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
@@ -166,13 +167,14 @@ void mgr_send_error(struct mgr_session *s, uint32_t code, uint16_t about, bool f
 }
 
 /* A frame that names something s does not hold. */
-static void strike(struct mgr_session *s, uint32_t why, uint16_t about, const char *what, uint64_t id)
+static void strike(struct mgr_session *s, uint32_t why, uint16_t about, const char *what,
+		   uint64_t id)
 {
 	s->srv->st.refused[why]++;
 	if (++s->strikes > MAX_STRIKES) {
 		s->srv->st.disconnects_protocol++;
-		mgr_send_error(s, why, about, true, "%u frames named leases or requests it does not hold",
-			       s->strikes);
+		mgr_send_error(s, why, about, true,
+			       "%u frames named leases or requests it does not hold", s->strikes);
 		return;
 	}
 	mgr_send_error(s, why, about, false, "%s %" PRIu64 " is %s", what, id,
@@ -210,28 +212,35 @@ static void on_hello(struct mgr_session *s, const struct sel_pool_c_hello *h)
 	}
 	const struct sel_pool_scope *sc = &h->scope;
 	uint64_t data = srv->arena.bytes - srv->arena.data_start;
-	if (!sc->page_tokens || sc->page_tokens % SEL_BUCKET_TOKENS || !sc->ranks || sc->ranks > 4096 ||
-	    !sc->slot_bytes || sc->slot_bytes % MGR_GRANULE || !sc->row_slots || !sc->table_bytes) {
-		welcome(s, SEL_POOL_SCOPE, "scope: page tokens %u, ranks %u, slot bytes %" PRIu64
-			", row slots %u, table %u bytes are not a record layout", sc->page_tokens,
-			sc->ranks, sc->slot_bytes, sc->row_slots, sc->table_bytes);
+	if (!sc->page_tokens || sc->page_tokens % SEL_BUCKET_TOKENS || !sc->ranks ||
+	    sc->ranks > 4096 || !sc->slot_bytes || sc->slot_bytes % MGR_GRANULE || !sc->row_slots ||
+	    !sc->table_bytes) {
+		welcome(s, SEL_POOL_SCOPE,
+			"scope: page tokens %u, ranks %u, slot bytes %" PRIu64
+			", row slots %u, table %u bytes are not a record layout",
+			sc->page_tokens, sc->ranks, sc->slot_bytes, sc->row_slots, sc->table_bytes);
 		return;
 	}
 	if (((uint64_t)sc->row_slots + 1) * sc->slot_bytes > data) {
-		welcome(s, SEL_POOL_SCOPE, "scope: one record of %" PRIu64 "-byte slots (%u for the row) "
-			"does not fit the arena's %" PRIu64 " bytes", sc->slot_bytes, sc->row_slots, data);
+		welcome(s, SEL_POOL_SCOPE,
+			"scope: one record of %" PRIu64 "-byte slots (%u for the row) "
+			"does not fit the arena's %" PRIu64 " bytes",
+			sc->slot_bytes, sc->row_slots, data);
 		return;
 	}
 	for (struct mgr_session *o = srv->sessions; o; o = o->next) {
-		if (o == s || o->state != MGR_ACTIVE || memcmp(o->instance, h->instance, SEL_POOL_ID_BYTES))
+		if (o == s || o->state != MGR_ACTIVE ||
+		    memcmp(o->instance, h->instance, SEL_POOL_ID_BYTES))
 			continue;
-		if (o->pid == s->pid && o->pid_start == s->pid_start && (h->flags & SEL_POOL_HELLO_DRAINED)) {
+		if (o->pid == s->pid && o->pid_start == s->pid_start &&
+		    (h->flags & SEL_POOL_HELLO_DRAINED)) {
 			/* This process lost that connection and drained its copies. */
 			o->superseded = true;
 			mgr_kill(o, "replaced by a new session of the same instance");
 			continue;
 		}
-		welcome(s, SEL_POOL_DUPLICATE, "instance id already attached by pid %d", (int)o->pid);
+		welcome(s, SEL_POOL_DUPLICATE, "instance id already attached by pid %d",
+			(int)o->pid);
 		return;
 	}
 	struct mgr_scope *scope = mgr_scope_ref(&srv->cat, srv->o.name, sc);
@@ -251,7 +260,8 @@ static void on_hello(struct mgr_session *s, const struct sel_pool_c_hello *h)
 		for (uint32_t i = 0; i < srv->arena.n_prev; i++) {
 			struct mgr_prev *p = &srv->arena.prev[i];
 			if (!p->done && !memcmp(p->instance, s->instance, SEL_POOL_ID_BYTES) &&
-			    p->pid == s->pid && p->start == s->pid_start && (h->flags & SEL_POOL_HELLO_DRAINED))
+			    p->pid == s->pid && p->start == s->pid_start &&
+			    (h->flags & SEL_POOL_HELLO_DRAINED))
 				p->done = true;
 		}
 	/* In the arena header before the welcome: a manager restarted after
@@ -273,7 +283,8 @@ static void on_holdings(struct mgr_session *s, const struct sel_pool_msg *m)
 	}
 	uint32_t full = 0, bad = 0;
 	for (uint32_t i = 0; i < h->n; i++) {
-		if (s->holds.n >= srv->o.max_holdings || srv->cat.holds >= srv->o.max_holdings_total) {
+		if (s->holds.n >= srv->o.max_holdings ||
+		    srv->cat.holds >= srv->o.max_holdings_total) {
 			full++;
 			continue;
 		}
@@ -282,14 +293,17 @@ static void on_holdings(struct mgr_session *s, const struct sel_pool_msg *m)
 	}
 	if (full) {
 		srv->st.refused[SEL_POOL_FULL] += full;
-		mgr_send_error(s, SEL_POOL_FULL, m->type, false, "%u holdings dropped: at most %u per "
-			       "session and %" PRIu64 " in all", full, srv->o.max_holdings,
-			       srv->o.max_holdings_total);
+		mgr_send_error(s, SEL_POOL_FULL, m->type, false,
+			       "%u holdings dropped: at most %u per "
+			       "session and %" PRIu64 " in all",
+			       full, srv->o.max_holdings, srv->o.max_holdings_total);
 	}
 	if (bad) {
 		srv->st.refused[SEL_POOL_BAD_REQUEST] += bad;
-		mgr_send_error(s, SEL_POOL_BAD_REQUEST, m->type, false, "%u holdings refused: no tokens, "
-			       "or a key filed under another bucket", bad);
+		mgr_send_error(s, SEL_POOL_BAD_REQUEST, m->type, false,
+			       "%u holdings refused: no tokens, "
+			       "or a key filed under another bucket",
+			       bad);
 	}
 }
 
@@ -387,14 +401,16 @@ static void claim_arena(struct mgr_session *s, const struct sel_pool_c_claim *c)
 		return;
 	}
 	/* Pages: the first node's after the resident page, every later node's. */
-	uint32_t skip = chain[0]->tail - (uint32_t)(chain[0]->e->key.consumed / pt - c->resident / pt);
+	uint32_t skip =
+		chain[0]->tail - (uint32_t)(chain[0]->e->key.consumed / pt - c->resident / pt);
 	uint32_t np = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct mgr_record *r = chain[i];
 		uint32_t sk = i == 0 ? skip : 0;
-		g->nodes[i] = (struct sel_pool_gnode){r->e->key, r->parent_key, r->e->bucket, r->tail,
-						      r->tail - sk, i + 1 == n};
-		g->n_windows += trim(r->w, r->nw, SEL_POOL_WIN_PAGES, sk, sb, g->windows + g->n_windows);
+		g->nodes[i] = (struct sel_pool_gnode){r->e->key, r->parent_key, r->e->bucket,
+						      r->tail,   r->tail - sk,  i + 1 == n};
+		g->n_windows +=
+			trim(r->w, r->nw, SEL_POOL_WIN_PAGES, sk, sb, g->windows + g->n_windows);
 		for (uint32_t k = sk; k < r->tail; k++)
 			g->page_cksum[np++] = r->cksum[k];
 		mgr_record_pin(r);
@@ -488,10 +504,17 @@ static void claim_holder(struct mgr_session *s, const struct sel_pool_c_claim *c
 	s->awaiting = l;
 	s->n_claims++;
 	struct sel_pool_msg m = {.type = SEL_POOL_M_EXPORT_REQUEST};
-	m.u.export_req = (struct sel_pool_m_export_request){
-		.lease = l->id, .nonce = l->nonce, .deadline_ms = ms, .source = l->source, .key = l->key,
-		.generation = l->generation, .start_page = l->start_page, .n_pages = l->pages,
-		.row = 1, .n_windows = nw, .windows = w};
+	m.u.export_req = (struct sel_pool_m_export_request){.lease = l->id,
+							    .nonce = l->nonce,
+							    .deadline_ms = ms,
+							    .source = l->source,
+							    .key = l->key,
+							    .generation = l->generation,
+							    .start_page = l->start_page,
+							    .n_pages = l->pages,
+							    .row = 1,
+							    .n_windows = nw,
+							    .windows = w};
 	srv->st.exports_requested++;
 	mgr_send(holder, &m);
 }
@@ -650,8 +673,9 @@ static void on_export_done(struct mgr_session *s, const struct sel_pool_c_cksums
 	}
 	/* Hand the filled windows to the requester as its claim. */
 	struct mgr_lease *g = mgr_lease_new(srv, MGR_L_CLAIM, req);
-	struct sel_pool_gnode node = {l->key, {0}, l->bucket, (uint32_t)(l->key.consumed /
-							s->scope->s.page_tokens), l->pages, 1};
+	struct sel_pool_gnode node = {
+		l->key,   {0}, l->bucket, (uint32_t)(l->key.consumed / s->scope->s.page_tokens),
+		l->pages, 1};
 	if (!g) {
 		mgr_export_detach(srv, l, SEL_POOL_NO_ROOM);
 		mgr_lease_free(srv, l);
@@ -670,11 +694,20 @@ static void on_export_done(struct mgr_session *s, const struct sel_pool_c_cksums
 	g->deadline_ns = now + (uint64_t)ms * MS_NS;
 	g->progress_ns = now;
 	struct sel_pool_msg m = {.type = SEL_POOL_M_CLAIM_GRANT};
-	m.u.grant = (struct sel_pool_m_claim_grant){
-		.claim = claim, .lease = g->id, .nonce = g->nonce, .deadline_ms = ms, .source = l->source,
-		.base = (uint64_t)l->start_page * s->scope->s.page_tokens, .n_nodes = 1,
-		.n_windows = g->nw, .n_pages = l->pages, .nodes = &node, .windows = g->w,
-		.page_cksum = c->page_cksum, .row_cksum = c->row_cksum};
+	m.u.grant = (struct sel_pool_m_claim_grant){.claim = claim,
+						    .lease = g->id,
+						    .nonce = g->nonce,
+						    .deadline_ms = ms,
+						    .source = l->source,
+						    .base = (uint64_t)l->start_page *
+							    s->scope->s.page_tokens,
+						    .n_nodes = 1,
+						    .n_windows = g->nw,
+						    .n_pages = l->pages,
+						    .nodes = &node,
+						    .windows = g->w,
+						    .page_cksum = c->page_cksum,
+						    .row_cksum = c->row_cksum};
 	srv->st.exports_served++;
 	srv->st.claims_granted[l->source]++;
 	srv->st.bytes_granted += g->bytes;
@@ -741,36 +774,16 @@ static void dispatch(struct mgr_session *s, const struct sel_pool_msg *m)
 	}
 	switch (m->type) {
 	case SEL_POOL_C_ANNOUNCE:
-	case SEL_POOL_C_WITHDRAW:
-		on_holdings(s, m);
-		return;
-	case SEL_POOL_C_RESET:
-		mgr_hold_reset(&srv->cat, &s->holds, m->u.reset.sources);
-		return;
-	case SEL_POOL_C_LOOKUP:
-		on_lookup(s, &m->u.lookup);
-		return;
-	case SEL_POOL_C_CLAIM:
-		on_claim(s, &m->u.claim);
-		return;
-	case SEL_POOL_C_RELEASE:
-		on_release(s, &m->u.ls);
-		return;
-	case SEL_POOL_C_PROGRESS:
-		on_progress(s, &m->u.progress);
-		return;
-	case SEL_POOL_C_PUT:
-		on_put(s, &m->u.put);
-		return;
-	case SEL_POOL_C_COMMIT:
-		on_commit(s, &m->u.cksums);
-		return;
-	case SEL_POOL_C_EXPORT_REPLY:
-		on_export_reply(s, &m->u.ls);
-		return;
-	case SEL_POOL_C_EXPORT_DONE:
-		on_export_done(s, &m->u.cksums);
-		return;
+	case SEL_POOL_C_WITHDRAW: on_holdings(s, m); return;
+	case SEL_POOL_C_RESET: mgr_hold_reset(&srv->cat, &s->holds, m->u.reset.sources); return;
+	case SEL_POOL_C_LOOKUP: on_lookup(s, &m->u.lookup); return;
+	case SEL_POOL_C_CLAIM: on_claim(s, &m->u.claim); return;
+	case SEL_POOL_C_RELEASE: on_release(s, &m->u.ls); return;
+	case SEL_POOL_C_PROGRESS: on_progress(s, &m->u.progress); return;
+	case SEL_POOL_C_PUT: on_put(s, &m->u.put); return;
+	case SEL_POOL_C_COMMIT: on_commit(s, &m->u.cksums); return;
+	case SEL_POOL_C_EXPORT_REPLY: on_export_reply(s, &m->u.ls); return;
+	case SEL_POOL_C_EXPORT_DONE: on_export_done(s, &m->u.cksums); return;
 	default:
 		srv->st.disconnects_protocol++;
 		srv->st.refused[SEL_POOL_MALFORMED]++;
@@ -835,15 +848,16 @@ static void on_readable(struct mgr_session *s)
 			if (s->state == MGR_HELLO && type != SEL_POOL_C_HELLO) {
 				srv->st.disconnects_protocol++;
 				srv->st.refused[SEL_POOL_MALFORMED]++;
-				mgr_send_error(s, SEL_POOL_MALFORMED, type, true, "%s before the hello",
-					       sel_pool_type_name(type));
+				mgr_send_error(s, SEL_POOL_MALFORMED, type, true,
+					       "%s before the hello", sel_pool_type_name(type));
 				return;
 			}
 			struct sel_pool_msg m;
 			if (sel_pool_decode(s->in + at, flen, &m)) {
 				srv->st.disconnects_protocol++;
 				srv->st.refused[SEL_POOL_MALFORMED]++;
-				mgr_send_error(s, SEL_POOL_MALFORMED, type, true, "%s", eos_errmsg());
+				mgr_send_error(s, SEL_POOL_MALFORMED, type, true, "%s",
+					       eos_errmsg());
 				return;
 			}
 			dispatch(s, &m);
@@ -909,7 +923,9 @@ static int send_hello(struct mgr_server *srv, struct mgr_session *s)
 	} cb;
 	memset(&cb, 0, sizeof cb);
 	struct iovec iov = {buf, (size_t)n};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = cb.b,
 			    .msg_controllen = sizeof cb.b};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
@@ -951,8 +967,8 @@ static void accept_all(struct mgr_server *srv)
 			} else {
 				srv->st.hellos_refused[SEL_POOL_TOO_MANY]++;
 				m.u.error.code = SEL_POOL_TOO_MANY;
-				snprintf(m.u.error.text, sizeof m.u.error.text, "%u clients already attached",
-					 srv->n_sessions);
+				snprintf(m.u.error.text, sizeof m.u.error.text,
+					 "%u clients already attached", srv->n_sessions);
 			}
 			uint8_t buf[512];
 			int64_t n = sel_pool_encode(&m, buf, sizeof buf);
@@ -998,10 +1014,10 @@ static void accept_all(struct mgr_server *srv)
 static void session_free(struct mgr_server *srv, struct mgr_session *s)
 {
 	if (s->why && s->state == MGR_DEAD && s->id &&
-	    (strstr(s->why, "stopped reading") || strstr(s->why, "frames") || strstr(s->why, "before") ||
-	     strstr(s->why, "pool frame")))
-		fprintf(stderr, "flare pool: closed session %" PRIu64 " (pid %d): %s\n", s->id, (int)s->pid,
-			s->why);
+	    (strstr(s->why, "stopped reading") || strstr(s->why, "frames") ||
+	     strstr(s->why, "before") || strstr(s->why, "pool frame")))
+		fprintf(stderr, "flare pool: closed session %" PRIu64 " (pid %d): %s\n", s->id,
+			(int)s->pid, s->why);
 	mgr_session_leases_end(srv, s);
 	mgr_hold_reset(&srv->cat, &s->holds, ~0u);
 	mgr_scope_unref(&srv->cat, s->scope);
@@ -1035,7 +1051,8 @@ static void reap(struct mgr_server *srv)
 		/* A last attempt to deliver what explains the close. */
 		while (s->out_head) {
 			struct mgr_out *o = s->out_head;
-			ssize_t w = send(s->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+			ssize_t w = send(s->fd, o->data + o->off, o->len - o->off,
+					 MSG_NOSIGNAL | MSG_DONTWAIT);
 			if (w <= 0 || (size_t)w < o->len - o->off)
 				break;
 			s->out_head = o->next;
@@ -1065,7 +1082,8 @@ static int bind_socket(struct mgr_server *srv, char *err, size_t errlen)
 		if (probe >= 0)
 			close(probe);
 		if (alive) {
-			snprintf(err, errlen, "--socket '%s': another manager is listening there", path);
+			snprintf(err, errlen, "--socket '%s': another manager is listening there",
+				 path);
 			return -EADDRINUSE;
 		}
 		unlink(path); /* a stale socket of a manager that died */
@@ -1118,7 +1136,8 @@ int mgr_server_open(const struct mgr_options *o, struct mgr_server **out, char *
 	}
 	if ((rc = mgr_arena_open(&srv->arena, o, err, errlen)))
 		goto fail;
-	mgr_catalog_init(&srv->cat, &srv->arena, &srv->st, o->max_scopes, o->max_age_ns, o->window_limit);
+	mgr_catalog_init(&srv->cat, &srv->arena, &srv->st, o->max_scopes, o->max_age_ns,
+			 o->window_limit);
 	if (srv->arena.reused && srv->arena.n_prev) {
 		srv->recovering = true;
 		srv->recovery_deadline_ns = eos_now_ns() + (uint64_t)o->recovery_ms * MS_NS;
@@ -1152,26 +1171,31 @@ void mgr_server_describe(const struct mgr_server *srv, char *buf, size_t cap)
 {
 	char a[32], b[32];
 	const struct mgr_options *o = &srv->o;
-	size_t n = (size_t)snprintf(buf, cap, "flare pool: pool '%s', arena %s (%s%s%s, generation %016"
-				    PRIx64 "%s), clients: uid %u", o->name,
-				    eos_format_size(srv->arena.bytes, a, sizeof a),
-				    srv->arena.file ? "file " : "memfd", srv->arena.file ? srv->arena.path : "",
-				    "", srv->arena.generation, srv->arena.reused ? ", reused" : "",
-				    (unsigned)srv->euid);
+	size_t n = (size_t)snprintf(
+		buf, cap,
+		"flare pool: pool '%s', arena %s (%s%s%s, generation %016" PRIx64
+		"%s), clients: uid %u",
+		o->name, eos_format_size(srv->arena.bytes, a, sizeof a),
+		srv->arena.file ? "file " : "memfd", srv->arena.file ? srv->arena.path : "", "",
+		srv->arena.generation, srv->arena.reused ? ", reused" : "", (unsigned)srv->euid);
 	if (n < cap && o->group_set)
 		n += (size_t)snprintf(buf + n, cap - n, " or group %u", (unsigned)o->gid);
 	if (n < cap) {
 		if (o->max_age_ns)
-			n += (size_t)snprintf(buf + n, cap - n, ", records expire %" PRIu64 " s after their "
-					      "last put or restore", (uint64_t)(o->max_age_ns / 1000000000ull));
+			n += (size_t)snprintf(buf + n, cap - n,
+					      ", records expire %" PRIu64 " s after their "
+					      "last put or restore",
+					      (uint64_t)(o->max_age_ns / 1000000000ull));
 		else
 			n += (size_t)snprintf(buf + n, cap - n, ", no max age");
 	}
 	if (n < cap)
-		n += (size_t)snprintf(buf + n, cap - n, ", at most %u clients, %s queued per client",
-				      o->max_clients, eos_format_size(o->client_queue, b, sizeof b));
+		n += (size_t)snprintf(buf + n, cap - n,
+				      ", at most %u clients, %s queued per client", o->max_clients,
+				      eos_format_size(o->client_queue, b, sizeof b));
 	if (n < cap && srv->recovering)
-		snprintf(buf + n, cap - n, "; waiting up to %u ms for %u client%s of the previous run",
+		snprintf(buf + n, cap - n,
+			 "; waiting up to %u ms for %u client%s of the previous run",
 			 o->recovery_ms, srv->arena.n_prev, srv->arena.n_prev == 1 ? "" : "s");
 }
 
@@ -1224,7 +1248,8 @@ int mgr_server_run(struct mgr_server *srv)
 	for (;;) {
 		struct epoll_event evs[64];
 		uint64_t now = eos_now_ns();
-		int timeout = now >= srv->next_tick_ns ? 0 : (int)((srv->next_tick_ns - now) / MS_NS) + 1;
+		int timeout =
+			now >= srv->next_tick_ns ? 0 : (int)((srv->next_tick_ns - now) / MS_NS) + 1;
 		int n = epoll_wait(srv->ep, evs, 64, timeout);
 		if (n < 0 && errno != EINTR)
 			return -errno;
@@ -1247,7 +1272,8 @@ int mgr_server_run(struct mgr_server *srv)
 					on_readable(s);
 				if (s->state != MGR_DEAD && (evs[i].events & EPOLLOUT))
 					flush(s);
-				if (s->state != MGR_DEAD && (evs[i].events & (EPOLLHUP | EPOLLERR)) &&
+				if (s->state != MGR_DEAD &&
+				    (evs[i].events & (EPOLLHUP | EPOLLERR)) &&
 				    !(evs[i].events & EPOLLIN)) {
 					srv->st.disconnects_eof++;
 					mgr_kill(s, "the connection broke");

@@ -16,7 +16,11 @@ struct mgr_out {
 	uint8_t data[];
 };
 
-enum mgr_conn_state { MGR_HELLO = 0, MGR_ACTIVE, MGR_DEAD };
+enum mgr_conn_state {
+	MGR_HELLO = 0,
+	MGR_ACTIVE,
+	MGR_DEAD
+};
 
 struct mgr_lease;
 
@@ -28,7 +32,7 @@ struct mgr_session {
 	int32_t pid;
 	uint64_t pid_start;
 	enum mgr_conn_state state;
-	bool superseded;            /* replaced by a drained hello of the same process */
+	bool superseded; /* replaced by a drained hello of the same process */
 	uint64_t id;
 	uint8_t instance[SEL_POOL_ID_BYTES];
 	struct mgr_scope *scope;
@@ -42,12 +46,20 @@ struct mgr_session {
 	struct mgr_lease *leases;   /* owned: claims, puts, exports (as holder) */
 	struct mgr_lease *awaiting; /* exports others run for this session's claims */
 	uint32_t n_claims, n_puts, n_exports;
-	uint32_t strikes;           /* forged or stale frames */
-	const char *why;            /* why it is being closed */
+	uint32_t strikes; /* forged or stale frames */
+	const char *why;  /* why it is being closed */
 };
 
-enum mgr_lease_kind { MGR_L_CLAIM = 0, MGR_L_PUT, MGR_L_EXPORT };
-enum mgr_lease_state { MGR_L_ACTIVE = 0, MGR_L_ACCEPTED, MGR_L_FAILED };
+enum mgr_lease_kind {
+	MGR_L_CLAIM = 0,
+	MGR_L_PUT,
+	MGR_L_EXPORT
+};
+enum mgr_lease_state {
+	MGR_L_ACTIVE = 0,
+	MGR_L_ACCEPTED,
+	MGR_L_FAILED
+};
 
 struct mgr_lease {
 	struct eos_hnode hn;
@@ -56,13 +68,13 @@ struct mgr_lease {
 	uint64_t id, nonce;
 	enum mgr_lease_kind kind;
 	enum mgr_lease_state state;
-	struct mgr_session *owner;       /* NULL: quarantined */
+	struct mgr_session *owner; /* NULL: quarantined */
 	uint64_t slot_bytes;
-	struct sel_pool_window *w;       /* owned windows (puts, exports, exported claims) */
+	struct sel_pool_window *w; /* owned windows (puts, exports, exported claims) */
 	uint32_t nw;
-	struct mgr_record **pins;        /* arena claims: the chain, pinned */
+	struct mgr_record **pins; /* arena claims: the chain, pinned */
 	uint32_t npins;
-	struct mgr_record *rec;          /* puts: the pending record */
+	struct mgr_record *rec; /* puts: the pending record */
 	/* Exports: who asked, and for what. */
 	struct mgr_session *req;
 	uint64_t req_claim;
@@ -91,7 +103,7 @@ struct mgr_server {
 	struct mgr_session *sessions;
 	uint32_t n_sessions;
 	uint64_t next_session, next_lease;
-	struct eos_hmap leases;          /* every lease by id */
+	struct eos_hmap leases; /* every lease by id */
 	struct mgr_lease *quarantine;
 	uint64_t n_quarantine;
 	bool recovering;

@@ -110,10 +110,7 @@ __attribute__((target("avx2"))) static void stream_avx2(uint8_t *d, const uint8_
 	memcpy(d + i, s + i, n - i);
 }
 
-static bool have_avx2(void)
-{
-	return __builtin_cpu_supports("avx2");
-}
+static bool have_avx2(void) { return __builtin_cpu_supports("avx2"); }
 
 #endif
 
@@ -121,17 +118,13 @@ bool sel_host_copy_available(enum sel_host_copy kind)
 {
 	switch (kind) {
 	case SEL_HOST_COPY_AUTO:
-	case SEL_HOST_COPY_MEMCPY:
-		return true;
+	case SEL_HOST_COPY_MEMCPY: return true;
 #if defined(__x86_64__)
-	case SEL_HOST_COPY_STREAM_SSE2:
-		return true;
-	case SEL_HOST_COPY_STREAM_AVX2:
-		return have_avx2();
+	case SEL_HOST_COPY_STREAM_SSE2: return true;
+	case SEL_HOST_COPY_STREAM_AVX2: return have_avx2();
 #else
 	case SEL_HOST_COPY_STREAM_SSE2:
-	case SEL_HOST_COPY_STREAM_AVX2:
-		return false;
+	case SEL_HOST_COPY_STREAM_AVX2: return false;
 #endif
 	}
 	return false;
@@ -193,10 +186,7 @@ static int host_copy(void *rank_state, const struct sel_copy *c, uint32_t n, enu
 	return 0;
 }
 
-static void host_close_rank(void *rank_state)
-{
-	(void)rank_state;
-}
+static void host_close_rank(void *rank_state) { (void)rank_state; }
 
 static int host_register(void *ctx, void *addr, uint64_t len)
 {

@@ -20,7 +20,4 @@ static void crypto_init_once(void)
 		abort(); /* libsodium cannot run at all on this machine */
 }
 
-void sel_crypto_init(void)
-{
-	pthread_once(&crypto_once, crypto_init_once);
-}
+void sel_crypto_init(void) { pthread_once(&crypto_once, crypto_init_once); }

@@ -77,7 +77,8 @@ _Static_assert(sizeof(struct sel_cu_mem_location) == 8, "CUmemLocation layout");
 _Static_assert(sizeof(struct sel_cu_mem_alloc_prop) == 32, "CUmemAllocationProp layout");
 _Static_assert(offsetof(struct sel_cu_mem_alloc_prop, win32_handle_meta_data) == 16,
 	       "CUmemAllocationProp layout");
-_Static_assert(offsetof(struct sel_cu_mem_alloc_prop, alloc_flags) == 24, "CUmemAllocationProp layout");
+_Static_assert(offsetof(struct sel_cu_mem_alloc_prop, alloc_flags) == 24,
+	       "CUmemAllocationProp layout");
 _Static_assert(sizeof(struct sel_cu_mem_access_desc) == 12, "CUmemAccessDesc layout");
 _Static_assert(sizeof(struct sel_cu_memcpy_attributes) == 24, "CUmemcpyAttributes layout");
 _Static_assert(offsetof(struct sel_cu_memcpy_attributes, flags) == 20, "CUmemcpyAttributes layout");
@@ -89,7 +90,10 @@ static const struct {
 	const char *symbol; /* the export for the CUDA 13 API */
 	size_t off;
 } symbols[] = {
-#define SYM(f, s) { #f, s, offsetof(struct sel_cuda, f) }
+#define SYM(f, s)                                                                                  \
+	{                                                                                          \
+#f, s, offsetof(struct sel_cuda, f)                                                \
+	}
 	SYM(cuInit, "cuInit"),
 	SYM(cuDriverGetVersion, "cuDriverGetVersion"),
 	SYM(cuGetErrorName, "cuGetErrorName"),
@@ -152,8 +156,10 @@ static const char *builtin_name(sel_cu_result r)
 	case SEL_CU_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
 	case SEL_CU_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
 	case SEL_CU_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-	case SEL_CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
-	case SEL_CU_ERROR_HOST_MEMORY_NOT_REGISTERED: return "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED";
+	case SEL_CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
+	case SEL_CU_ERROR_HOST_MEMORY_NOT_REGISTERED:
+		return "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED";
 	case SEL_CU_ERROR_NOT_PERMITTED: return "CUDA_ERROR_NOT_PERMITTED";
 	case SEL_CU_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
 	case SEL_CU_ERROR_SYSTEM_DRIVER_MISMATCH: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
@@ -198,26 +204,28 @@ static int fill(struct sel_cuda *cu, sel_cuda_resolve_fn resolve, void *ctx)
 	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
 		void *fn = resolve(ctx, symbols[i].symbol);
 		if (!fn)
-			return eos_fail(SEL_ECUDA, "cuda unavailable: symbol %s missing from %s (driver too old"
-					" for CUDA 13?)", symbols[i].symbol, cu->source);
+			return eos_fail(
+				SEL_ECUDA,
+				"cuda unavailable: symbol %s missing from %s (driver too old"
+				" for CUDA 13?)",
+				symbols[i].symbol, cu->source);
 		memcpy((char *)cu + symbols[i].off, &fn, sizeof(fn));
 	}
 	sel_cu_result res = cu->cuInit(0);
 	if (res != SEL_CU_SUCCESS) {
 		char d[192];
-		return eos_fail(SEL_ECUDA, "cuda unavailable: cuInit: %s", describe(cu, res, d, sizeof(d)));
+		return eos_fail(SEL_ECUDA, "cuda unavailable: cuInit: %s",
+				describe(cu, res, d, sizeof(d)));
 	}
 	if (cu->cuDriverGetVersion(&cu->driver_version) != SEL_CU_SUCCESS)
 		cu->driver_version = 0;
 	return 0;
 }
 
-static void *dl_resolve(void *ctx, const char *symbol)
-{
-	return dlsym(ctx, symbol);
-}
+static void *dl_resolve(void *ctx, const char *symbol) { return dlsym(ctx, symbol); }
 
-int sel_cuda_load_from(const char *label, sel_cuda_resolve_fn resolve, void *ctx, struct sel_cuda **out)
+int sel_cuda_load_from(const char *label, sel_cuda_resolve_fn resolve, void *ctx,
+		       struct sel_cuda **out)
 {
 	struct sel_cuda *cu = calloc(1, sizeof(*cu));
 	int rc;
@@ -288,10 +296,7 @@ static void process_load(void)
 
 static const struct sel_cuda *_Atomic override_cu;
 
-void sel_cuda_override(const struct sel_cuda *cu)
-{
-	atomic_store(&override_cu, cu);
-}
+void sel_cuda_override(const struct sel_cuda *cu) { atomic_store(&override_cu, cu); }
 
 int sel_cuda_load(const struct sel_cuda **out)
 {
@@ -333,15 +338,18 @@ int sel_cuda_device_info(const struct sel_cuda *cu, int ordinal, struct sel_cuda
 		return sel_cuda_fail(cu, res, "device %d: integrated attribute", ordinal);
 	out->integrated = v != 0;
 	/* Attributes newer than the driver read as unsupported. */
-	if (cu->cuDeviceGetAttribute(&v, SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) == SEL_CU_SUCCESS)
+	if (cu->cuDeviceGetAttribute(&v, SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) ==
+	    SEL_CU_SUCCESS)
 		out->host_numa_id = v;
 	else
 		out->host_numa_id = -1;
-	if (cu->cuDeviceGetAttribute(&v, SEL_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) ==
-	    SEL_CU_SUCCESS)
-		out->vmm = v != 0;
-	if (cu->cuDeviceGetAttribute(&v, SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+	if (cu->cuDeviceGetAttribute(&v,
+				     SEL_CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
 				     dev) == SEL_CU_SUCCESS)
+		out->vmm = v != 0;
+	if (cu->cuDeviceGetAttribute(
+		    &v, SEL_CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+		    dev) == SEL_CU_SUCCESS)
 		out->host_numa_vmm = v != 0;
 	return 0;
 }
@@ -352,10 +360,10 @@ struct cuda_backend {
 	struct sel_copy_backend be; /* first: the handle callers hold */
 	const struct sel_cuda *cu;
 	uint32_t ranks;
-	int *ordinal;        /* [ranks] */
-	sel_cu_device *dev;  /* [ranks] */
-	sel_cu_ctx *ctx;     /* [ranks] retained primary contexts */
-	bool *retained;      /* [ranks] */
+	int *ordinal;       /* [ranks] */
+	sel_cu_device *dev; /* [ranks] */
+	sel_cu_ctx *ctx;    /* [ranks] retained primary contexts */
+	bool *retained;     /* [ranks] */
 };
 
 struct cuda_rank {
@@ -363,7 +371,7 @@ struct cuda_rank {
 	uint32_t rank;
 	sel_cu_stream stream;
 	sel_cu_event event;
-	sel_cu_dptr *dsts, *srcs;  /* [SEL_CUDA_MAX_CALL_ENTRIES] */
+	sel_cu_dptr *dsts, *srcs; /* [SEL_CUDA_MAX_CALL_ENTRIES] */
 	size_t *sizes;
 };
 
@@ -396,7 +404,8 @@ static int cuda_open_rank(void *ctx, uint32_t rank, void **state)
 
 	*state = NULL;
 	if (rank >= b->ranks)
-		return eos_fail(-EINVAL, "cuda: rank %" PRIu32 " of a backend for %" PRIu32 " ranks", rank,
+		return eos_fail(-EINVAL,
+				"cuda: rank %" PRIu32 " of a backend for %" PRIu32 " ranks", rank,
 				b->ranks);
 	cr = calloc(1, sizeof(*cr));
 	if (!cr)
@@ -407,27 +416,34 @@ static int cuda_open_rank(void *ctx, uint32_t rank, void **state)
 	cr->srcs = calloc(SEL_CUDA_MAX_CALL_ENTRIES, sizeof(*cr->srcs));
 	cr->sizes = calloc(SEL_CUDA_MAX_CALL_ENTRIES, sizeof(*cr->sizes));
 	if (!cr->dsts || !cr->srcs || !cr->sizes) {
-		rc = eos_fail(-ENOMEM, "cuda: out of memory for rank %" PRIu32 " batch arrays", rank);
+		rc = eos_fail(-ENOMEM, "cuda: out of memory for rank %" PRIu32 " batch arrays",
+			      rank);
 		goto fail;
 	}
 	if ((res = cu->cuCtxSetCurrent(b->ctx[rank]))) {
-		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuCtxSetCurrent", rank, b->ordinal[rank]);
-		goto fail;
-	}
-	if ((res = cu->cuCtxGetStreamPriorityRange(&least, &greatest))) {
-		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuCtxGetStreamPriorityRange", rank,
+		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuCtxSetCurrent", rank,
 				   b->ordinal[rank]);
 		goto fail;
 	}
-	if ((res = cu->cuStreamCreateWithPriority(&cr->stream, SEL_CU_STREAM_NON_BLOCKING, least))) {
-		cr->stream = NULL;
-		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuStreamCreateWithPriority(%d)", rank,
-				   b->ordinal[rank], least);
+	if ((res = cu->cuCtxGetStreamPriorityRange(&least, &greatest))) {
+		rc = sel_cuda_fail(cu, res,
+				   "rank %" PRIu32 " (device %d): cuCtxGetStreamPriorityRange",
+				   rank, b->ordinal[rank]);
 		goto fail;
 	}
-	if ((res = cu->cuEventCreate(&cr->event, SEL_CU_EVENT_BLOCKING_SYNC | SEL_CU_EVENT_DISABLE_TIMING))) {
+	if ((res = cu->cuStreamCreateWithPriority(&cr->stream, SEL_CU_STREAM_NON_BLOCKING,
+						  least))) {
+		cr->stream = NULL;
+		rc = sel_cuda_fail(cu, res,
+				   "rank %" PRIu32 " (device %d): cuStreamCreateWithPriority(%d)",
+				   rank, b->ordinal[rank], least);
+		goto fail;
+	}
+	if ((res = cu->cuEventCreate(&cr->event,
+				     SEL_CU_EVENT_BLOCKING_SYNC | SEL_CU_EVENT_DISABLE_TIMING))) {
 		cr->event = NULL;
-		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuEventCreate", rank, b->ordinal[rank]);
+		rc = sel_cuda_fail(cu, res, "rank %" PRIu32 " (device %d): cuEventCreate", rank,
+				   b->ordinal[rank]);
 		goto fail;
 	}
 	*state = cr;
@@ -446,7 +462,8 @@ static int drain(struct cuda_rank *cr, int rc)
 	if (res != SEL_CU_SUCCESS) {
 		char first[EOS_ERRMSG_MAX], d[192];
 		snprintf(first, sizeof(first), "%s", eos_errmsg());
-		eos_fail(rc, "%s; then cuStreamSynchronize: %s", first, describe(cu, res, d, sizeof(d)));
+		eos_fail(rc, "%s; then cuStreamSynchronize: %s", first,
+			 describe(cu, res, d, sizeof(d)));
 	}
 	return rc;
 }
@@ -470,17 +487,24 @@ static int cuda_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel
 	}
 	assert(bytes <= SEL_CUDA_MAX_CALL_BYTES);
 
-	struct sel_cu_memcpy_attributes attr = { .src_access_order = SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM };
+	struct sel_cu_memcpy_attributes attr = {.src_access_order =
+							SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
 	size_t attr_idx = 0;
-	res = cu->cuMemcpyBatchAsync(cr->dsts, cr->srcs, cr->sizes, n, &attr, &attr_idx, 1, cr->stream);
+	res = cu->cuMemcpyBatchAsync(cr->dsts, cr->srcs, cr->sizes, n, &attr, &attr_idx, 1,
+				     cr->stream);
 	if (res)
-		return drain(cr, sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuMemcpyBatchAsync of %" PRIu32
-					       " copies (%" PRIu64 " bytes)", cr->rank, n, bytes));
+		return drain(cr, sel_cuda_fail(cu, res,
+					       "rank %" PRIu32 ": cuMemcpyBatchAsync of %" PRIu32
+					       " copies (%" PRIu64 " bytes)",
+					       cr->rank, n, bytes));
 	if ((res = cu->cuEventRecord(cr->event, cr->stream)))
-		return drain(cr, sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuEventRecord", cr->rank));
+		return drain(cr,
+			     sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuEventRecord", cr->rank));
 	if ((res = cu->cuEventSynchronize(cr->event)))
-		return drain(cr, sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuEventSynchronize after %" PRIu32
-					       " copies (%" PRIu64 " bytes)", cr->rank, n, bytes));
+		return drain(cr, sel_cuda_fail(cu, res,
+					       "rank %" PRIu32 ": cuEventSynchronize after %" PRIu32
+					       " copies (%" PRIu64 " bytes)",
+					       cr->rank, n, bytes));
 	return 0;
 }
 
@@ -496,7 +520,8 @@ static int cuda_host_register(void *ctx, void *addr, uint64_t len)
 	if ((res = cu->cuCtxSetCurrent(b->ctx[0])))
 		return sel_cuda_fail(cu, res, "cuCtxSetCurrent (device %d)", b->ordinal[0]);
 	if ((res = cu->cuMemHostRegister(addr, (size_t)len, SEL_CU_MEMHOSTREGISTER_PORTABLE)))
-		rc = sel_cuda_fail(cu, res, "cuMemHostRegister of %" PRIu64 " bytes at %p", len, addr);
+		rc = sel_cuda_fail(cu, res, "cuMemHostRegister of %" PRIu64 " bytes at %p", len,
+				   addr);
 	(void)cu->cuCtxSetCurrent(prev);
 	return rc;
 }
@@ -558,17 +583,21 @@ int sel_copy_backend_cuda_create(const struct sel_cuda *cu, const int *devices, 
 	for (uint32_t r = 0; r < ranks; r++) {
 		b->ordinal[r] = devices[r];
 		if (devices[r] < 0 || devices[r] >= count) {
-			rc = eos_fail(SEL_ECUDA, "cuda: rank %" PRIu32 " names device %d but %d device%s visible",
+			rc = eos_fail(SEL_ECUDA,
+				      "cuda: rank %" PRIu32
+				      " names device %d but %d device%s visible",
 				      r, devices[r], count, count == 1 ? " is" : "s are");
 			goto fail;
 		}
 		if ((res = cu->cuDeviceGet(&b->dev[r], devices[r]))) {
-			rc = sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuDeviceGet(%d)", r, devices[r]);
+			rc = sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuDeviceGet(%d)", r,
+					   devices[r]);
 			goto fail;
 		}
 		if ((res = cu->cuDevicePrimaryCtxRetain(&b->ctx[r], b->dev[r]))) {
-			rc = sel_cuda_fail(cu, res, "rank %" PRIu32 ": cuDevicePrimaryCtxRetain (device %d)", r,
-					   devices[r]);
+			rc = sel_cuda_fail(cu, res,
+					   "rank %" PRIu32 ": cuDevicePrimaryCtxRetain (device %d)",
+					   r, devices[r]);
 			goto fail;
 		}
 		b->retained[r] = true;
@@ -645,9 +674,12 @@ static int size_part(sel_cuda_split_pool *p, const int *devices, const sel_slot_
 	if ((rc = sel_cuda_device_info(cu, devices[r], &info)))
 		return rc;
 	if (!info.host_numa_vmm)
-		return eos_fail(SEL_ECUDA, "cuda: split pool: device %d (rank %" PRIu32 ") cannot create"
-				" host NUMA allocations (CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_"
-				"MANAGEMENT_SUPPORTED is 0); use the registered pool", devices[r], r);
+		return eos_fail(
+			SEL_ECUDA,
+			"cuda: split pool: device %d (rank %" PRIu32 ") cannot create"
+			" host NUMA allocations (CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_"
+			"MANAGEMENT_SUPPORTED is 0); use the registered pool",
+			devices[r], r);
 	pt->device = devices[r];
 	pt->numa = info.host_numa_id < 0 ? 0 : info.host_numa_id; /* no NUMA: id 0 */
 	pt->share = l->share[r];
@@ -655,21 +687,27 @@ static int size_part(sel_cuda_split_pool *p, const int *devices, const sel_slot_
 	*prop = (struct sel_cu_mem_alloc_prop){
 		.type = SEL_CU_MEM_ALLOCATION_TYPE_PINNED,
 		.requested_handle_types = SEL_CU_MEM_HANDLE_TYPE_NONE,
-		.location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
+		.location = {.type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa},
 	};
 	if ((res = cu->cuMemGetAllocationGranularity(&gran, prop,
 						     SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) ||
 	    gran == 0)
-		return res ? sel_cuda_fail(cu, res, "split pool: cuMemGetAllocationGranularity (rank %" PRIu32
-					   ", NUMA node %d)", r, pt->numa)
-			   : eos_fail(SEL_ECUDA, "cuda: split pool: granularity 0 for NUMA node %d", pt->numa);
+		return res ? sel_cuda_fail(
+				     cu, res,
+				     "split pool: cuMemGetAllocationGranularity (rank %" PRIu32
+				     ", NUMA node %d)",
+				     r, pt->numa)
+			   : eos_fail(SEL_ECUDA, "cuda: split pool: granularity 0 for NUMA node %d",
+				      pt->numa);
 	uint64_t need, bytes, start, end;
 	if (__builtin_mul_overflow(p->slots, pt->share, &need) ||
 	    __builtin_add_overflow(need, (uint64_t)gran - 1, &bytes) ||
 	    __builtin_add_overflow(*off, (uint64_t)gran - 1, &start) ||
 	    __builtin_add_overflow(start / gran * gran, bytes / gran * gran, &end))
-		return eos_fail(-EOVERFLOW, "split pool: rank %" PRIu32 " part of %" PRIu64 " slots exceeds"
-				" 64 bits", r, p->slots);
+		return eos_fail(-EOVERFLOW,
+				"split pool: rank %" PRIu32 " part of %" PRIu64 " slots exceeds"
+				" 64 bits",
+				r, p->slots);
 	pt->bytes = bytes / gran * gran;
 	pt->base = start / gran * gran; /* an offset until the range exists */
 	*off = end;
@@ -687,27 +725,32 @@ static int map_part(sel_cuda_split_pool *p, uint32_t r, const struct sel_cu_mem_
 	sel_cu_result res;
 	pt->base += p->base;
 	if ((res = cu->cuMemCreate(&pt->handle, (size_t)pt->bytes, prop, 0)))
-		return sel_cuda_fail(cu, res, "split pool: cuMemCreate of %" PRIu64 " pinned bytes on NUMA node"
-				     " %d (rank %" PRIu32 ")", pt->bytes, pt->numa, r);
+		return sel_cuda_fail(cu, res,
+				     "split pool: cuMemCreate of %" PRIu64
+				     " pinned bytes on NUMA node"
+				     " %d (rank %" PRIu32 ")",
+				     pt->bytes, pt->numa, r);
 	pt->created = true;
 	if ((res = cu->cuMemMap(pt->base, (size_t)pt->bytes, 0, pt->handle, 0)))
 		return sel_cuda_fail(cu, res, "split pool: cuMemMap (rank %" PRIu32 ")", r);
 	pt->mapped = true;
 	/* The rank's device and the host; no other device maps it. */
 	struct sel_cu_mem_access_desc access[2] = {
-		{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_DEVICE, .id = pt->device },
-		  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
-		{ .location = { .type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa },
-		  .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE },
+		{.location = {.type = SEL_CU_MEM_LOCATION_TYPE_DEVICE, .id = pt->device},
+		 .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+		{.location = {.type = SEL_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = pt->numa},
+		 .flags = SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
 	};
 	if ((res = cu->cuMemSetAccess(pt->base, (size_t)pt->bytes, access, 2)))
-		return sel_cuda_fail(cu, res, "split pool: cuMemSetAccess for device %d and the host (rank %"
-				     PRIu32 ")", pt->device, r);
+		return sel_cuda_fail(
+			cu, res,
+			"split pool: cuMemSetAccess for device %d and the host (rank %" PRIu32 ")",
+			pt->device, r);
 	return 0;
 }
 
-int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, const sel_slot_layout *l,
-			       uint64_t slots, sel_cuda_split_pool **out)
+int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices,
+			       const sel_slot_layout *l, uint64_t slots, sel_cuda_split_pool **out)
 {
 	sel_cuda_split_pool *p;
 	struct sel_cu_mem_alloc_prop *prop = NULL;
@@ -721,7 +764,8 @@ int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, co
 	if (!cu || !devices || !l || l->ranks == 0 || slots == 0)
 		return eos_fail(-EINVAL, "split pool: no driver, devices, layout or slots");
 	if (__builtin_mul_overflow(slots, l->slot_bytes, &identity_bytes))
-		return eos_fail(-EOVERFLOW, "split pool: %" PRIu64 " slots of %" PRIu64 " bytes exceed 64 bits",
+		return eos_fail(-EOVERFLOW,
+				"split pool: %" PRIu64 " slots of %" PRIu64 " bytes exceed 64 bits",
 				slots, l->slot_bytes);
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -741,7 +785,8 @@ int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, co
 		goto fail;
 	}
 	if ((res = cu->cuDevicePrimaryCtxRetain(&p->ctx0, p->dev0))) {
-		rc = sel_cuda_fail(cu, res, "split pool: cuDevicePrimaryCtxRetain (device %d)", devices[0]);
+		rc = sel_cuda_fail(cu, res, "split pool: cuDevicePrimaryCtxRetain (device %d)",
+				   devices[0]);
 		goto fail;
 	}
 	p->ctx_retained = true;
@@ -756,7 +801,8 @@ int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, co
 
 	sel_cu_dptr range = 0;
 	if ((res = cu->cuMemAddressReserve(&range, (size_t)p->bytes, (size_t)align, 0, 0))) {
-		rc = sel_cuda_fail(cu, res, "split pool: cuMemAddressReserve of %" PRIu64 " bytes", p->bytes);
+		rc = sel_cuda_fail(cu, res, "split pool: cuMemAddressReserve of %" PRIu64 " bytes",
+				   p->bytes);
 		goto fail;
 	}
 	p->base = range;

@@ -80,7 +80,7 @@ enum {
 	SEL_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3, /* CUmemAccess_flags */
 	SEL_CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,   /* CUmemAllocationGranularity_flags */
 	SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1,
-	SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 0x1,  /* CUmemcpySrcAccessOrder */
+	SEL_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM = 0x1, /* CUmemcpySrcAccessOrder */
 };
 
 /* CUmemLocation (8 bytes). */
@@ -139,7 +139,8 @@ struct sel_cuda {
 	sel_cu_result (*cuCtxSetCurrent)(sel_cu_ctx ctx);
 	sel_cu_result (*cuCtxGetCurrent)(sel_cu_ctx *ctx);
 	sel_cu_result (*cuCtxGetStreamPriorityRange)(int *least, int *greatest);
-	sel_cu_result (*cuStreamCreateWithPriority)(sel_cu_stream *stream, unsigned int flags, int priority);
+	sel_cu_result (*cuStreamCreateWithPriority)(sel_cu_stream *stream, unsigned int flags,
+						    int priority);
 	sel_cu_result (*cuStreamDestroy)(sel_cu_stream stream); /* _v2 */
 	sel_cu_result (*cuStreamSynchronize)(sel_cu_stream stream);
 	sel_cu_result (*cuEventCreate)(sel_cu_event *event, unsigned int flags);
@@ -148,29 +149,33 @@ struct sel_cuda {
 	sel_cu_result (*cuEventDestroy)(sel_cu_event event); /* _v2 */
 	/* _v2: CUDA 13's (dsts, srcs, sizes, count, attrs, attrsIdxs,
 	 * numAttrs, stream). */
-	sel_cu_result (*cuMemcpyBatchAsync)(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes, size_t count,
-					    struct sel_cu_memcpy_attributes *attrs, size_t *attrs_idxs,
-					    size_t num_attrs, sel_cu_stream stream);
-	sel_cu_result (*cuMemcpyAsync)(sel_cu_dptr dst, sel_cu_dptr src, size_t bytes, sel_cu_stream stream);
+	sel_cu_result (*cuMemcpyBatchAsync)(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes,
+					    size_t count, struct sel_cu_memcpy_attributes *attrs,
+					    size_t *attrs_idxs, size_t num_attrs,
+					    sel_cu_stream stream);
+	sel_cu_result (*cuMemcpyAsync)(sel_cu_dptr dst, sel_cu_dptr src, size_t bytes,
+				       sel_cu_stream stream);
 	sel_cu_result (*cuMemcpyHtoD)(sel_cu_dptr dst, const void *src, size_t bytes); /* _v2 */
 	sel_cu_result (*cuMemcpyDtoH)(void *dst, sel_cu_dptr src, size_t bytes);       /* _v2 */
-	sel_cu_result (*cuMemHostRegister)(void *p, size_t bytes, unsigned int flags);  /* _v2 */
+	sel_cu_result (*cuMemHostRegister)(void *p, size_t bytes, unsigned int flags); /* _v2 */
 	sel_cu_result (*cuMemHostUnregister)(void *p);
 	sel_cu_result (*cuMemAlloc)(sel_cu_dptr *p, size_t bytes); /* _v2 */
 	sel_cu_result (*cuMemFree)(sel_cu_dptr p);                 /* _v2 */
-	sel_cu_result (*cuMemAddressReserve)(sel_cu_dptr *p, size_t size, size_t alignment, sel_cu_dptr addr,
-					     unsigned long long flags);
+	sel_cu_result (*cuMemAddressReserve)(sel_cu_dptr *p, size_t size, size_t alignment,
+					     sel_cu_dptr addr, unsigned long long flags);
 	sel_cu_result (*cuMemAddressFree)(sel_cu_dptr p, size_t size);
 	sel_cu_result (*cuMemCreate)(sel_cu_mem_handle *handle, size_t size,
-				     const struct sel_cu_mem_alloc_prop *prop, unsigned long long flags);
+				     const struct sel_cu_mem_alloc_prop *prop,
+				     unsigned long long flags);
 	sel_cu_result (*cuMemRelease)(sel_cu_mem_handle handle);
-	sel_cu_result (*cuMemMap)(sel_cu_dptr p, size_t size, size_t offset, sel_cu_mem_handle handle,
-				  unsigned long long flags);
+	sel_cu_result (*cuMemMap)(sel_cu_dptr p, size_t size, size_t offset,
+				  sel_cu_mem_handle handle, unsigned long long flags);
 	sel_cu_result (*cuMemUnmap)(sel_cu_dptr p, size_t size);
-	sel_cu_result (*cuMemSetAccess)(sel_cu_dptr p, size_t size, const struct sel_cu_mem_access_desc *desc,
-					size_t count);
+	sel_cu_result (*cuMemSetAccess)(sel_cu_dptr p, size_t size,
+					const struct sel_cu_mem_access_desc *desc, size_t count);
 	sel_cu_result (*cuMemGetAllocationGranularity)(size_t *granularity,
-						       const struct sel_cu_mem_alloc_prop *prop, int option);
+						       const struct sel_cu_mem_alloc_prop *prop,
+						       int option);
 };
 
 /* The process-wide driver: dlopen("libcuda.so.1"), every symbol, cuInit(0),
@@ -194,7 +199,8 @@ int sel_cuda_load_library(const char *path, struct sel_cuda **out);
 /* A private table whose symbols come from resolve(ctx, exported name)
  * (tests: a fake driver).  label names it in messages. */
 typedef void *(*sel_cuda_resolve_fn)(void *ctx, const char *symbol);
-int sel_cuda_load_from(const char *label, sel_cuda_resolve_fn resolve, void *ctx, struct sel_cuda **out);
+int sel_cuda_load_from(const char *label, sel_cuda_resolve_fn resolve, void *ctx,
+		       struct sel_cuda **out);
 
 /* Free a table from sel_cuda_load_library / sel_cuda_load_from.  NULL-safe. */
 void sel_cuda_unload(struct sel_cuda *cu);
@@ -218,10 +224,10 @@ int sel_cuda_device_count(const struct sel_cuda *cu, int *count);
 
 struct sel_cuda_device_info {
 	int ordinal;
-	bool integrated;     /* GPU and host share physical memory (DGX Spark) */
-	int host_numa_id;    /* nearest host NUMA node, -1 when the system has no NUMA */
-	bool vmm;            /* cuMemCreate / cuMemMap supported */
-	bool host_numa_vmm;  /* ... with CU_MEM_LOCATION_TYPE_HOST_NUMA (split pools) */
+	bool integrated;    /* GPU and host share physical memory (DGX Spark) */
+	int host_numa_id;   /* nearest host NUMA node, -1 when the system has no NUMA */
+	bool vmm;           /* cuMemCreate / cuMemMap supported */
+	bool host_numa_vmm; /* ... with CU_MEM_LOCATION_TYPE_HOST_NUMA (split pools) */
 };
 int sel_cuda_device_info(const struct sel_cuda *cu, int ordinal, struct sel_cuda_device_info *out);
 
@@ -285,11 +291,11 @@ void sel_copy_backend_cuda_destroy(struct sel_copy_backend *backend);
  */
 struct sel_cuda_split_part {
 	int device;
-	int numa;            /* host NUMA node of the allocation */
-	uint64_t base;       /* where the part is mapped */
-	uint64_t bytes;      /* mapped bytes (a granularity multiple) */
-	uint64_t share;      /* rank's share: slot s at base + s * share */
-	uint64_t share_off;  /* the share's offset in an identity slot */
+	int numa;           /* host NUMA node of the allocation */
+	uint64_t base;      /* where the part is mapped */
+	uint64_t bytes;     /* mapped bytes (a granularity multiple) */
+	uint64_t share;     /* rank's share: slot s at base + s * share */
+	uint64_t share_off; /* the share's offset in an identity slot */
 	sel_cu_mem_handle handle;
 	bool created, mapped;
 };
@@ -300,7 +306,7 @@ typedef struct sel_cuda_split_pool {
 	uint64_t slots, slot_bytes;
 	uint64_t base, bytes; /* the reserved range */
 	bool reserved;
-	sel_cu_device dev0;   /* whose primary context is current for VMM calls */
+	sel_cu_device dev0; /* whose primary context is current for VMM calls */
 	sel_cu_ctx ctx0;
 	bool ctx_retained;
 	struct sel_cuda_split_part *part; /* [ranks] */
@@ -310,8 +316,8 @@ typedef struct sel_cuda_split_pool {
  * SEL_ECUDA when a device lacks host-NUMA virtual memory support or a
  * driver call fails (the message names the call, rank and device); nothing
  * is left allocated. */
-int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices, const sel_slot_layout *l,
-			       uint64_t slots, sel_cuda_split_pool **out);
+int sel_cuda_split_pool_create(const struct sel_cuda *cu, const int *devices,
+			       const sel_slot_layout *l, uint64_t slots, sel_cuda_split_pool **out);
 /* Unmap, release and free the range.  The caller guarantees no transfer
  * uses it.  NULL-safe and safe on a half-built pool. */
 void sel_cuda_split_pool_destroy(sel_cuda_split_pool *p);

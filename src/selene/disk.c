@@ -150,7 +150,8 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_builder_done(d->act[i]) || sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
+		if (!dk_builder_done(d->act[i]) ||
+		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
 			return false;
 	}
 	return true;
@@ -181,7 +182,8 @@ static void *disk_main(void *arg)
 			bool io = false;
 			if (dk_aborting(d)) {
 				j->status = SEL_ESTOPPED;
-				snprintf(j->errmsg, sizeof j->errmsg, "the disk thread stopped before this job");
+				snprintf(j->errmsg, sizeof j->errmsg,
+					 "the disk thread stopped before this job");
 			} else if ((io = dk_job_begin(d, c, j))) {
 				c->active = true;
 				if (d->n_act)
@@ -276,10 +278,7 @@ const char *sel_disk_io_path(const struct sel_disk_stats *st)
 			 : (st->direct ? "pread+O_DIRECT" : "pread+buffered");
 }
 
-const char *sel_disk_io_note(const sel_disk *d)
-{
-	return d->io_note;
-}
+const char *sel_disk_io_note(const sel_disk *d) { return d->io_note; }
 
 static const char *env_choice(const char *var)
 {
@@ -294,10 +293,13 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 			  bool *direct_env)
 {
 	if (!cfg || !cfg->ns || cfg->dirfd < 0)
-		return eos_fail(-EINVAL, "disk thread: configuration needs a namespace and a directory");
+		return eos_fail(-EINVAL,
+				"disk thread: configuration needs a namespace and a directory");
 	if (cfg->chunk_bytes % EOS_ALIGN != 0 || cfg->chunk_bytes > (1u << 30))
-		return eos_fail(-EINVAL, "disk thread: chunk of %" PRIu64 " bytes is not a multiple of "
-				"4 KiB up to 1 GiB", cfg->chunk_bytes);
+		return eos_fail(-EINVAL,
+				"disk thread: chunk of %" PRIu64 " bytes is not a multiple of "
+				"4 KiB up to 1 GiB",
+				cfg->chunk_bytes);
 	if (cfg->nice < 0 || cfg->nice > 19)
 		return eos_fail(-EINVAL, "disk thread: nice %d is not in 0..19", cfg->nice);
 	*io = cfg->io;
@@ -310,7 +312,8 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 		else if (strcmp(env, "auto") == 0)
 			*io = SEL_DISK_IO_AUTO;
 		else
-			return eos_fail(-EINVAL, "SELENE_DISK_IO='%s' (expected pread, uring or auto)", env);
+			return eos_fail(-EINVAL,
+					"SELENE_DISK_IO='%s' (expected pread, uring or auto)", env);
 	}
 	*direct = cfg->direct;
 	env = env_choice("SELENE_DISK_DIRECT");
@@ -359,8 +362,8 @@ static int choose_direct(sel_disk *d, int direct, bool direct_env)
 static int choose_engine(sel_disk *d, enum sel_disk_io io)
 {
 	if (io == SEL_DISK_IO_PREAD) {
-		note(d, "pread/pwrite: %s", getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread"
-								     : "io_uring off");
+		note(d, "pread/pwrite: %s",
+		     getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
 		return 0;
 	}
 	int rc = io_uring_queue_init(d->ring_depth, &d->ring, 0);
@@ -468,44 +471,55 @@ static int check_job(sel_disk *d, struct sel_disk_job *j)
 	if (j->op != SEL_DISK_WRITE && j->op != SEL_DISK_READ && j->op != SEL_DISK_WRITE_PART)
 		return 0;
 	if (j->op == SEL_DISK_WRITE && j->first != 0)
-		return eos_fail(-EINVAL, "disk job: a write starts at page 0, not %" PRIu32, j->first);
+		return eos_fail(-EINVAL, "disk job: a write starts at page 0, not %" PRIu32,
+				j->first);
 	if (j->first > j->rec.tail)
-		return eos_fail(-EINVAL, "disk job: first page %" PRIu32 " beyond the tail of %" PRIu32,
+		return eos_fail(-EINVAL,
+				"disk job: first page %" PRIu32 " beyond the tail of %" PRIu32,
 				j->first, j->rec.tail);
 	uint32_t n = j->rec.tail - j->first;
 	bool row_pieces = j->row;
 	if (j->op == SEL_DISK_READ && j->count) {
 		if (j->count > n)
-			return eos_fail(-EINVAL, "disk job: pages [%" PRIu32 ", +%" PRIu32 ") beyond the "
-					"tail of %" PRIu32, j->first, j->count, j->rec.tail);
+			return eos_fail(-EINVAL,
+					"disk job: pages [%" PRIu32 ", +%" PRIu32 ") beyond the "
+					"tail of %" PRIu32,
+					j->first, j->count, j->rec.tail);
 		n = j->count;
 	}
 	if (j->op == SEL_DISK_WRITE_PART) {
 		if (j->part & ~(SEL_DISK_PART_BEGIN | SEL_DISK_PART_END))
 			return eos_fail(-EINVAL, "disk job: unknown part flags %#x", j->part);
 		if (j->count > n)
-			return eos_fail(-EINVAL, "disk job: part [%" PRIu32 ", +%" PRIu32 ") beyond the "
-					"tail of %" PRIu32, j->first, j->count, j->rec.tail);
+			return eos_fail(-EINVAL,
+					"disk job: part [%" PRIu32 ", +%" PRIu32 ") beyond the "
+					"tail of %" PRIu32,
+					j->first, j->count, j->rec.tail);
 		if ((j->part & SEL_DISK_PART_BEGIN) && j->first != 0)
 			return eos_fail(-EINVAL, "disk job: the first part starts at page %" PRIu32,
 					j->first);
 		if ((j->part & SEL_DISK_PART_END) && j->count != n)
-			return eos_fail(-EINVAL, "disk job: the last part ends at page %" PRIu32 ", not at"
-					" the tail of %" PRIu32, j->first + j->count, j->rec.tail);
+			return eos_fail(-EINVAL,
+					"disk job: the last part ends at page %" PRIu32 ", not at"
+					" the tail of %" PRIu32,
+					j->first + j->count, j->rec.tail);
 		n = j->count;
 		row_pieces = j->row && (j->part & SEL_DISK_PART_END);
 		if (!row_pieces && j->row_n)
-			return eos_fail(-EINVAL, "disk job: row pieces on a part that does not end the "
+			return eos_fail(-EINVAL,
+					"disk job: row pieces on a part that does not end the "
 					"record with its row");
 	}
 	if (n && !j->pages)
 		return eos_fail(-EINVAL, "disk job: %" PRIu32 " page records without addresses", n);
 	for (uint32_t i = 0; i < n; i++)
 		if (!j->pages[i] || (uintptr_t)j->pages[i] % EOS_ALIGN != 0)
-			return eos_fail(-EINVAL, "disk job: page record %" PRIu32 " address is not 4 KiB "
-					"aligned", j->first + i);
-	if (row_pieces && sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov,
-						    j->row_n, NULL) != 0)
+			return eos_fail(-EINVAL,
+					"disk job: page record %" PRIu32 " address is not 4 KiB "
+					"aligned",
+					j->first + i);
+	if (row_pieces &&
+	    sel_record_row_plan(&d->ns->layout, j->rec.flags, j->row_iov, j->row_n, NULL) != 0)
 		return eos_fail(-EINVAL, "disk job: %s", eos_errmsg());
 	if (!j->row && j->row_n)
 		return eos_fail(-EINVAL, "disk job: row pieces given without the row flag");
@@ -531,7 +545,8 @@ int sel_disk_submit(sel_disk *d, struct sel_disk_job *j)
 	}
 	if (d->outstanding >= d->cap) {
 		pthread_mutex_unlock(&d->mu);
-		return eos_fail(-EAGAIN, "disk thread: %" PRIu32 " jobs outstanding", d->outstanding);
+		return eos_fail(-EAGAIN, "disk thread: %" PRIu32 " jobs outstanding",
+				d->outstanding);
 	}
 	d->q[(d->q_head + d->q_n) % d->cap] = j;
 	d->q_n++;
@@ -605,7 +620,7 @@ int sel_disk_close(sel_disk *d, uint64_t deadline_ns)
 		if (first)
 			pthread_detach(d->th);
 		return eos_fail(SEL_ESTOPPED, "disk thread: did not drain before its deadline; its "
-				"buffers stay in use");
+					      "buffers stay in use");
 	}
 	/* Ended.  Seeing exited under the lock orders everything the thread
 	 * did before it, so the buffers are free now even if it was detached. */

@@ -71,12 +71,12 @@
 #define SEL_DISK_QUEUE_DEPTH 64u        /* jobs outstanding */
 
 enum sel_disk_op {
-	SEL_DISK_WRITE = 1, /* write a record from slots (replaces a file of its name) */
-	SEL_DISK_READ,      /* read a page range and/or the row into slots, verified */
-	SEL_DISK_TRUNCATE,  /* compaction: drop the row segment */
-	SEL_DISK_UNLINK,    /* delete the file (a missing file is success) */
+	SEL_DISK_WRITE = 1,  /* write a record from slots (replaces a file of its name) */
+	SEL_DISK_READ,       /* read a page range and/or the row into slots, verified */
+	SEL_DISK_TRUNCATE,   /* compaction: drop the row segment */
+	SEL_DISK_UNLINK,     /* delete the file (a missing file is success) */
 	SEL_DISK_WRITE_PART, /* one window of a windowed write (see below) */
-	SEL_DISK_DISCARD,   /* abandon a windowed write: remove its temporary */
+	SEL_DISK_DISCARD,    /* abandon a windowed write: remove its temporary */
 	SEL_DISK_OPS
 };
 
@@ -107,17 +107,17 @@ enum sel_disk_op {
 
 struct sel_disk_job {
 	/* Set by the caller. */
-	uint64_t id;                /* echoed */
+	uint64_t id; /* echoed */
 	enum sel_disk_op op;
-	sel_record_desc rec;        /* the record as indexed */
-	bool row;                   /* WRITE, WRITE_PART: the record has its row (else
+	sel_record_desc rec;         /* the record as indexed */
+	bool row;                    /* WRITE, WRITE_PART: the record has its row (else
 				       page-only); READ: read it */
-	uint32_t first;             /* READ, WRITE_PART: first page record; WRITE: 0 */
-	uint32_t count;             /* READ: page records from first, 0 = through the tail
+	uint32_t first;              /* READ, WRITE_PART: first page record; WRITE: 0 */
+	uint32_t count;              /* READ: page records from first, 0 = through the tail
 				       (the suffix [first, tail)); WRITE_PART: page records
 				       of this part (may be 0) */
-	uint32_t part;              /* WRITE_PART: SEL_DISK_PART_BEGIN | SEL_DISK_PART_END */
-	void *const *pages;         /* page record addresses, 4 KiB aligned, span.page_stride
+	uint32_t part;               /* WRITE_PART: SEL_DISK_PART_BEGIN | SEL_DISK_PART_END */
+	void *const *pages;          /* page record addresses, 4 KiB aligned, span.page_stride
 				       bytes each (sel_record_page_addr): WRITE [tail], READ
 				       and WRITE_PART one per page record they move */
 	const struct iovec *row_iov; /* row pieces in file order (sel_record_row_iov); each
@@ -131,15 +131,15 @@ struct sel_disk_job {
 	 * (SEL_ECORRUPT).  All zero: no such check (tests). */
 	struct eos_file_id want;
 	/* Filled at completion. */
-	int status;                 /* 0, a negative errno, SEL_ECORRUPT, SEL_ESTOPPED */
-	bool committed;             /* WRITE, WRITE_PART END: the file is in place under its
+	int status;                  /* 0, a negative errno, SEL_ECORRUPT, SEL_ESTOPPED */
+	bool committed;              /* WRITE, WRITE_PART END: the file is in place under its
 				       name (a failed directory fsync reports an error with
 				       this set) */
-	bool had_row;               /* READ, TRUNCATE: the file held its row */
-	bool existed;               /* UNLINK: the file was there; DISCARD: a temporary was */
-	struct eos_file_id file;    /* WRITE, WRITE_PART END with committed: the file now
+	bool had_row;                /* READ, TRUNCATE: the file held its row */
+	bool existed;                /* UNLINK: the file was there; DISCARD: a temporary was */
+	struct eos_file_id file;     /* WRITE, WRITE_PART END with committed: the file now
 				       under the record's name */
-	uint64_t bytes;             /* bytes moved to or from the file */
+	uint64_t bytes;              /* bytes moved to or from the file */
 	uint64_t submit_ns, done_ns; /* monotonic */
 	char errmsg[EOS_ERRMSG_MAX]; /* the cause, when status != 0 */
 };
@@ -163,16 +163,16 @@ struct sel_disk_hooks {
 };
 
 struct sel_disk_config {
-	int dirfd;                   /* the namespace directory; the caller holds its lock */
-	const char *dir;             /* its path (direct-I/O probe, messages); may be NULL */
-	const sel_record_ns *ns;     /* outlives the disk thread */
-	uint32_t queue_depth;        /* jobs outstanding; 0 = SEL_DISK_QUEUE_DEPTH */
-	uint32_t ring_depth;         /* requests in flight; 0 = SEL_DISK_RING_DEPTH */
-	uint64_t chunk_bytes;        /* 0 = SEL_DISK_CHUNK_BYTES; a multiple of 4 KiB */
-	enum sel_disk_io io;         /* SELENE_DISK_IO=pread|uring overrides */
-	int direct;                  /* -1 probe dir, 0 off, 1 on; SELENE_DISK_DIRECT=0|1 overrides */
-	bool fdatasync;              /* fdatasync record files before the rename */
-	int nice;                    /* 1..19; 0 = 10 */
+	int dirfd;               /* the namespace directory; the caller holds its lock */
+	const char *dir;         /* its path (direct-I/O probe, messages); may be NULL */
+	const sel_record_ns *ns; /* outlives the disk thread */
+	uint32_t queue_depth;    /* jobs outstanding; 0 = SEL_DISK_QUEUE_DEPTH */
+	uint32_t ring_depth;     /* requests in flight; 0 = SEL_DISK_RING_DEPTH */
+	uint64_t chunk_bytes;    /* 0 = SEL_DISK_CHUNK_BYTES; a multiple of 4 KiB */
+	enum sel_disk_io io;     /* SELENE_DISK_IO=pread|uring overrides */
+	int direct;              /* -1 probe dir, 0 off, 1 on; SELENE_DISK_DIRECT=0|1 overrides */
+	bool fdatasync;          /* fdatasync record files before the rename */
+	int nice;                /* 1..19; 0 = 10 */
 	const struct sel_disk_hooks *hooks; /* tests; copied */
 };
 
@@ -210,7 +210,7 @@ void sel_disk_destroy(sel_disk *d);
 struct sel_disk_stats {
 	uint64_t jobs[SEL_DISK_OPS]; /* completed, by op */
 	uint64_t failed;
-	uint64_t corrupt;          /* reads that failed verification */
+	uint64_t corrupt; /* reads that failed verification */
 	uint64_t bytes_written, bytes_read;
 	uint64_t submit_retries;   /* transient io_uring submission refusals */
 	uint64_t ring_resets;      /* rings rebuilt after a failed submission */

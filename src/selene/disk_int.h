@@ -80,15 +80,15 @@ struct wtemp {
 #define RFILES (ACTIVE_JOBS + 2)
 
 struct rfile {
-	bool used, busy;          /* busy: an active job reads through it */
+	bool used, busy; /* busy: an active job reads through it */
 	sel_key key;
-	struct eos_file_id want;  /* the file the opening job named (zero: none) */
+	struct eos_file_id want; /* the file the opening job named (zero: none) */
 	int fd;
 	uint32_t tail, header_bytes;
-	uint64_t cksum_off;       /* the span's, when opened */
-	uint64_t size;            /* st_size at open */
+	uint64_t cksum_off; /* the span's, when opened */
+	uint64_t size;      /* st_size at open */
 	sel_record_header h;
-	uint8_t *cksum;           /* [8 * tail] from cksum_off, in an aligned buffer */
+	uint8_t *cksum; /* [8 * tail] from cksum_off, in an aligned buffer */
 	uint64_t lru;
 };
 

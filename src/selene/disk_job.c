@@ -312,7 +312,7 @@ static void rf_close(struct rfile *f)
 		return;
 	eos_fileops()->close(f->fd);
 	eos_aligned_free(f->cksum);
-	*f = (struct rfile){ 0 };
+	*f = (struct rfile){0};
 }
 
 /* Close the entry of key (a write, truncate or unlink of the record). */
@@ -329,7 +329,8 @@ void dk_rf_close_all(sel_disk *d)
 		rf_close(&d->rf[i]);
 }
 
-static bool rf_matches(const struct rfile *f, const struct sel_disk_job *j, const sel_record_span *s)
+static bool rf_matches(const struct rfile *f, const struct sel_disk_job *j,
+		       const sel_record_span *s)
 {
 	return f->used && !f->busy && sel_key_eq(&f->key, &j->rec.key) &&
 	       eos_file_id_eq(&f->want, &j->want) && f->tail == j->rec.tail &&
@@ -437,8 +438,9 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 
 	uint32_t n = j->count ? j->count : j->rec.tail - j->first;
 	if (j->first > j->rec.tail || n > j->rec.tail - j->first) {
-		dk_io_fail(c, -EINVAL, "page records [%" PRIu32 ", +%" PRIu32 ") of a %" PRIu32
-			   "-page record", j->first, n, j->rec.tail);
+		dk_io_fail(c, -EINVAL,
+			   "page records [%" PRIu32 ", +%" PRIu32 ") of a %" PRIu32 "-page record",
+			   j->first, n, j->rec.tail);
 		return;
 	}
 	for (int i = 0; i < RFILES && !f; i++)
@@ -447,7 +449,7 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 	if (f) {
 		STAT_ADD(d, read_reuses, 1);
 	} else {
-		struct rfile fresh = { 0 };
+		struct rfile fresh = {0};
 		rf_open(d, c, &fresh);
 		if (c->err)
 			return;

@@ -36,7 +36,4 @@ const char *sel_strerror(int rc)
 	return "unknown error";
 }
 
-const char *sel_errmsg(void)
-{
-	return eos_errmsg();
-}
+const char *sel_errmsg(void) { return eos_errmsg(); }

@@ -18,20 +18,17 @@
 #define SEL_EXPIRY_LEAVES 64u
 
 struct sel_expiry {
-	uint64_t max_age_ns;       /* 0: expiry off */
-	uint64_t (*clock)(void);   /* ns since the epoch */
-	uint64_t last_ns;          /* clock reading of the last sweep */
-	bool swept;                /* a sweep ran */
-	uint64_t sweeps;           /* sweeps run */
+	uint64_t max_age_ns;     /* 0: expiry off */
+	uint64_t (*clock)(void); /* ns since the epoch */
+	uint64_t last_ns;        /* clock reading of the last sweep */
+	bool swept;              /* a sweep ran */
+	uint64_t sweeps;         /* sweeps run */
 };
 
 /* From cfg->max_age_ns and cfg->clock_ns. */
 void sel_expiry_init(struct sel_expiry *x, const sel_store_config *cfg);
 
-static inline bool sel_expiry_on(const struct sel_expiry *x)
-{
-	return x->max_age_ns != 0;
-}
+static inline bool sel_expiry_on(const struct sel_expiry *x) { return x->max_age_ns != 0; }
 
 /* now - max_age, or 0 when max_age reaches back before the epoch. */
 static inline uint64_t sel_expiry_cutoff(uint64_t now_ns, uint64_t max_age_ns)

@@ -54,8 +54,8 @@ static int set_plane(sel_plane *p, const sel_allocation *a)
 	return 0;
 }
 
-int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
-		       uint32_t page_tokens, sel_geometry **out)
+int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks, uint32_t page_tokens,
+		       sel_geometry **out)
 {
 	sel_geometry *g = NULL;
 	int rc;
@@ -84,25 +84,28 @@ int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 			goto fail;
 		}
 		if (a->rank >= ranks) {
-			rc = eos_fail(SEL_EGEOMETRY, "geometry: allocation '%s' names rank %u of %u",
-				      a->name, a->rank, ranks);
+			rc = eos_fail(SEL_EGEOMETRY,
+				      "geometry: allocation '%s' names rank %u of %u", a->name,
+				      a->rank, ranks);
 			goto fail;
 		}
 		if (a->unit_bytes == 0 || a->count == 0) {
-			rc = eos_fail(SEL_EGEOMETRY,
-				      "geometry: rank %u allocation '%s' has unit %llu bytes x %llu "
-				      "(expected non-zero)",
-				      a->rank, a->name, (unsigned long long)a->unit_bytes,
-				      (unsigned long long)a->count);
+			rc = eos_fail(
+				SEL_EGEOMETRY,
+				"geometry: rank %u allocation '%s' has unit %llu bytes x %llu "
+				"(expected non-zero)",
+				a->rank, a->name, (unsigned long long)a->unit_bytes,
+				(unsigned long long)a->count);
 			goto fail;
 		}
 		sel_rank_geometry *r = &g->rank[a->rank];
 		if (a->group == SEL_GROUP_STATE_ROWS) {
 			if (r->row.name) {
-				rc = eos_fail(SEL_EGEOMETRY,
-					      "geometry: rank %u has two STATE_ROWS allocations ('%s' "
-					      "and '%s'; expected exactly one)",
-					      a->rank, r->row.name, a->name);
+				rc = eos_fail(
+					SEL_EGEOMETRY,
+					"geometry: rank %u has two STATE_ROWS allocations ('%s' "
+					"and '%s'; expected exactly one)",
+					a->rank, r->row.name, a->name);
 				goto fail;
 			}
 			if (set_plane(&r->row, a))
@@ -121,8 +124,9 @@ int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 				r->page_count = a->count;
 			r->page_bytes += a->unit_bytes;
 		} else {
-			rc = eos_fail(SEL_EGEOMETRY, "geometry: allocation '%s' has unknown group %d",
-				      a->name, (int)a->group);
+			rc = eos_fail(SEL_EGEOMETRY,
+				      "geometry: allocation '%s' has unknown group %d", a->name,
+				      (int)a->group);
 			goto fail;
 		}
 	}
@@ -130,23 +134,26 @@ int sel_geometry_build(const sel_allocation *allocs, size_t n, uint32_t ranks,
 	for (uint32_t rk = 0; rk < ranks; rk++) {
 		sel_rank_geometry *r = &g->rank[rk];
 		if (!r->row.name) {
-			rc = eos_fail(SEL_EGEOMETRY,
-				      "geometry: rank %u has no STATE_ROWS allocation (expected exactly one)",
-				      rk);
+			rc = eos_fail(
+				SEL_EGEOMETRY,
+				"geometry: rank %u has no STATE_ROWS allocation (expected exactly one)",
+				rk);
 			goto fail;
 		}
 		if (r->n_planes == 0) {
-			rc = eos_fail(SEL_EGEOMETRY,
-				      "geometry: rank %u has no KV_PAGES allocation (expected at least one)",
-				      rk);
+			rc = eos_fail(
+				SEL_EGEOMETRY,
+				"geometry: rank %u has no KV_PAGES allocation (expected at least one)",
+				rk);
 			goto fail;
 		}
 		qsort(r->pages, r->n_planes, sizeof *r->pages, plane_cmp);
 		for (uint32_t p = 1; p < r->n_planes; p++)
 			if (strcmp(r->pages[p - 1].name, r->pages[p].name) == 0) {
-				rc = eos_fail(SEL_EGEOMETRY,
-					      "geometry: rank %u has two KV_PAGES allocations named '%s'",
-					      rk, r->pages[p].name);
+				rc = eos_fail(
+					SEL_EGEOMETRY,
+					"geometry: rank %u has two KV_PAGES allocations named '%s'",
+					rk, r->pages[p].name);
 				goto fail;
 			}
 	}
@@ -218,12 +225,9 @@ void sel_layout_fingerprint(const sel_geometry *g, uint8_t out[SEL_FINGERPRINT_B
 const char *sel_state_mode_name(sel_state_mode m)
 {
 	switch (m) {
-	case SEL_MODE_ORDINARY:
-		return "ordinary";
-	case SEL_MODE_LEARNED:
-		return "learned";
-	case SEL_MODE_COPY:
-		return "copy";
+	case SEL_MODE_ORDINARY: return "ordinary";
+	case SEL_MODE_LEARNED: return "learned";
+	case SEL_MODE_COPY: return "copy";
 	}
 	return "unknown";
 }

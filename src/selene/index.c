@@ -126,10 +126,7 @@
 
 /* ---- hashing and tables ------------------------------------------------ */
 
-static inline uint64_t mix(uint64_t h)
-{
-	return h * 0x9e3779b97f4a7c15ull;
-}
+static inline uint64_t mix(uint64_t h) { return h * 0x9e3779b97f4a7c15ull; }
 
 static inline uint64_t digest_word(const sel_digest *d)
 {
@@ -143,15 +140,9 @@ static inline uint64_t key_hash(const sel_key *k)
 	return mix(digest_word(&k->digest) ^ k->consumed);
 }
 
-static inline uint64_t bucket_hash(const sel_digest *d)
-{
-	return mix(digest_word(d));
-}
+static inline uint64_t bucket_hash(const sel_digest *d) { return mix(digest_word(d)); }
 
-static inline uint64_t home_of(const struct idtable *t, uint64_t h)
-{
-	return h >> (64 - t->bits);
-}
+static inline uint64_t home_of(const struct idtable *t, uint64_t h) { return h >> (64 - t->bits); }
 
 static inline uint64_t entry_hash(const sel_index *ix, const struct idtable *t, sel_node_id id)
 {
@@ -392,7 +383,8 @@ static uint64_t remove_cascade(sel_index *ix, sel_node_id id, bool prune)
 		if (p == SEL_NODE_NONE)
 			break;
 		const sel_index_node *pn = N(ix, p);
-		bool go = prune ? pn->children == 0 && !(pn->flags & SEL_NODE_HAS_ROW) && pn->pins == 0
+		bool go = prune ? pn->children == 0 && !(pn->flags & SEL_NODE_HAS_ROW) &&
+					  pn->pins == 0
 				: useless(pn);
 		id = go ? p : SEL_NODE_NONE;
 	}
@@ -403,7 +395,7 @@ static void drop_row_now(sel_index *ix, sel_node_id id)
 {
 	if (ix->ops.drop_row)
 		ix->ops.drop_row(ix->ctx, ix, id);
-	N(ix, id)->flags &= (uint16_t)~(SEL_NODE_HAS_ROW | SEL_NODE_DROP_ROW);
+	N(ix, id)->flags &= (uint16_t) ~(SEL_NODE_HAS_ROW | SEL_NODE_DROP_ROW);
 }
 
 /* ---- life cycle and accessors ------------------------------------------ */
@@ -413,8 +405,9 @@ int sel_index_create(uint32_t page_tokens, const struct sel_index_ops *ops, void
 {
 	*out = NULL;
 	if (page_tokens == 0 || page_tokens % SEL_BUCKET_TOKENS)
-		return eos_fail(-EINVAL, "index: page tokens %" PRIu32
-				" is not a positive multiple of %d", page_tokens, SEL_BUCKET_TOKENS);
+		return eos_fail(-EINVAL,
+				"index: page tokens %" PRIu32 " is not a positive multiple of %d",
+				page_tokens, SEL_BUCKET_TOKENS);
 	sel_index *ix = calloc(1, sizeof *ix);
 	if (!ix)
 		return eos_fail(-ENOMEM, "index: out of memory");
@@ -443,15 +436,9 @@ void sel_index_destroy(sel_index *ix)
 	free(ix);
 }
 
-uint64_t sel_index_count(const sel_index *ix)
-{
-	return ix->count;
-}
+uint64_t sel_index_count(const sel_index *ix) { return ix->count; }
 
-uint32_t sel_index_page_tokens(const sel_index *ix)
-{
-	return ix->page_tokens;
-}
+uint32_t sel_index_page_tokens(const sel_index *ix) { return ix->page_tokens; }
 
 sel_index_node *sel_index_get(sel_index *ix, sel_node_id id)
 {
@@ -497,11 +484,13 @@ static int reserve(sel_index *ix)
 			ncap = MAX_IDS;
 		sel_index_node *nn = realloc(ix->nodes, ncap * sizeof *nn);
 		if (!nn)
-			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes", ncap);
+			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes",
+					ncap);
 		ix->nodes = nn;
 		uint64_t *nu = realloc(ix->last_use, ncap * sizeof *nu);
 		if (!nu)
-			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes", ncap);
+			return eos_fail(-ENOMEM, "index: out of memory for %" PRIu64 " nodes",
+					ncap);
 		ix->last_use = nu;
 		ix->cap = (uint32_t)ncap;
 	}
@@ -530,8 +519,10 @@ int sel_index_insert(sel_index *ix, const sel_key *key, const sel_key *parent,
 	uint32_t full = (uint32_t)(c / pt), t;
 	if (parent && !sel_key_is_none(parent)) {
 		if (parent->consumed >= c)
-			return eos_fail(-EINVAL, "index: parent consumes %" PRIu64 " tokens, not fewer than"
-					" its child's %" PRIu64, parent->consumed, c);
+			return eos_fail(-EINVAL,
+					"index: parent consumes %" PRIu64 " tokens, not fewer than"
+					" its child's %" PRIu64,
+					parent->consumed, c);
 		pid = sel_index_find(ix, parent);
 	}
 	if (pid != SEL_NODE_NONE) {
@@ -542,14 +533,19 @@ int sel_index_insert(sel_index *ix, const sel_key *key, const sel_key *parent,
 			t = full;
 			pid = SEL_NODE_NONE; /* a root although its parent exists */
 		} else {
-			return eos_fail(-EINVAL, "index: tail of %" PRIu32 " pages for key of %" PRIu64
-					" tokens is neither the %" PRIu32 " since its parent nor the"
-					" full chain of %" PRIu32, tail, c, derived, full);
+			return eos_fail(-EINVAL,
+					"index: tail of %" PRIu32 " pages for key of %" PRIu64
+					" tokens is neither the %" PRIu32
+					" since its parent nor the"
+					" full chain of %" PRIu32,
+					tail, c, derived, full);
 		}
 	} else {
 		if (tail != SEL_TAIL_AUTO && tail != full)
-			return eos_fail(-ENOENT, "index: parent of key of %" PRIu64 " tokens is absent"
-					" and its %" PRIu32 " pages are not the full chain of %" PRIu32,
+			return eos_fail(-ENOENT,
+					"index: parent of key of %" PRIu64 " tokens is absent"
+					" and its %" PRIu32
+					" pages are not the full chain of %" PRIu32,
 					c, tail, full);
 		t = full;
 	}
@@ -597,7 +593,8 @@ void sel_index_commit(sel_index *ix, sel_node_id id)
 	n->state = SEL_NODE_READY;
 	if (n->parent != SEL_NODE_NONE) {
 		sel_index_node *p = N(ix, n->parent);
-		if (p->parent != SEL_NODE_NONE && (p->flags & SEL_NODE_HAS_ROW) && p->children == 1) {
+		if (p->parent != SEL_NODE_NONE && (p->flags & SEL_NODE_HAS_ROW) &&
+		    p->children == 1) {
 			if (p->pins)
 				p->flags |= SEL_NODE_DROP_ROW;
 			else
@@ -663,8 +660,10 @@ int sel_index_remove(sel_index *ix, sel_node_id id)
 		return eos_fail(-ENOENT, "index: no node %" PRIu32, id);
 	const sel_index_node *n = N(ix, id);
 	if (n->children || n->pins)
-		return eos_fail(-EBUSY, "index: node %" PRIu32 " has %" PRIu32 " children and %"
-				PRIu32 " pins", id, n->children, n->pins);
+		return eos_fail(-EBUSY,
+				"index: node %" PRIu32 " has %" PRIu32 " children and %" PRIu32
+				" pins",
+				id, n->children, n->pins);
 	remove_cascade(ix, id, false);
 	debug_check(ix);
 	return 0;
@@ -737,20 +736,14 @@ uint64_t sel_index_prune(sel_index *ix)
 
 /* ---- last use and expiry (design 2.5) ------------------------------------ */
 
-void sel_index_set_clock(sel_index *ix, uint64_t (*now_ns)(void))
-{
-	ix->now_ns = now_ns;
-}
+void sel_index_set_clock(sel_index *ix, uint64_t (*now_ns)(void)) { ix->now_ns = now_ns; }
 
 uint64_t sel_index_used_ns(const sel_index *ix, sel_node_id id)
 {
 	return live(ix, id) ? ix->last_use[id] : 0;
 }
 
-uint64_t sel_index_stamp(const sel_index *ix)
-{
-	return ix->stamp;
-}
+uint64_t sel_index_stamp(const sel_index *ix) { return ix->stamp; }
 
 void sel_index_seed_used(sel_index *ix, sel_node_id id, uint64_t ns)
 {
@@ -796,7 +789,8 @@ int sel_index_order_by_use(sel_index *ix)
 	if (!ids || !eff) {
 		free(ids);
 		free(eff);
-		return eos_fail(-ENOMEM, "index: out of memory to order %" PRIu64 " nodes", ix->count);
+		return eos_fail(-ENOMEM, "index: out of memory to order %" PRIu64 " nodes",
+				ix->count);
 	}
 	uint64_t n = 0;
 	for (sel_node_id id = ix->lru_head; id != SEL_NODE_NONE; id = N(ix, id)->lru_next) {
@@ -825,7 +819,8 @@ int sel_index_order_by_use(sel_index *ix)
 }
 
 uint32_t sel_index_expire(sel_index *ix, uint64_t cutoff_ns, uint32_t max_leaves, bool all,
-			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id), void *ctx)
+			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id),
+			  void *ctx)
 {
 	uint32_t n = 0;
 	sel_node_id kept = SEL_NODE_NONE; /* the last node passed over */
@@ -869,7 +864,8 @@ static int chain_push(sel_index_chain *ch, sel_node_id id)
 		uint32_t ncap = ch->cap ? ch->cap * 2 : 16;
 		sel_node_id *ni = realloc(ch->ids, (size_t)ncap * sizeof *ni);
 		if (!ni)
-			return eos_fail(-ENOMEM, "index: out of memory for a chain of %" PRIu32, ncap);
+			return eos_fail(-ENOMEM, "index: out of memory for a chain of %" PRIu32,
+					ncap);
 		ch->ids = ni;
 		ch->cap = ncap;
 	}
@@ -941,8 +937,7 @@ static int collect(const sel_index *ix, const sel_history *h, sel_node_id id, ui
 	return 1;
 }
 
-int sel_index_chain_digest(const sel_index *ix, sel_node_id end, uint64_t resident,
-			   sel_digest *out)
+int sel_index_chain_digest(const sel_index *ix, sel_node_id end, uint64_t resident, sel_digest *out)
 {
 	sel_node_id small[64], *ids = small;
 	uint32_t n = 0, cap = 64;
@@ -957,7 +952,8 @@ int sel_index_chain_digest(const sel_index *ix, sel_node_id end, uint64_t reside
 		if (n == cap) {
 			sel_node_id *g = malloc((size_t)cap * 2 * sizeof *g);
 			if (!g) {
-				rc = eos_fail(-ENOMEM, "index: out of memory for a chain of %" PRIu32, cap);
+				rc = eos_fail(-ENOMEM,
+					      "index: out of memory for a chain of %" PRIu32, cap);
 				goto out;
 			}
 			memcpy(g, ids, (size_t)n * sizeof *g);
@@ -982,8 +978,8 @@ out:
 	return rc;
 }
 
-int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
-		     uint64_t limit, sel_index_chain *out)
+int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident, uint64_t limit,
+		     sel_index_chain *out)
 {
 	uint64_t top = sel_history_len(h);
 	if (limit < top)

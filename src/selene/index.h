@@ -37,10 +37,10 @@ enum sel_node_state {
 };
 
 enum sel_node_flags {
-	SEL_NODE_HAS_ROW = 1u << 0,      /* the endpoint row is stored */
-	SEL_NODE_DROP_ROW = 1u << 1,     /* row drop waits for the last unpin */
-	SEL_NODE_NOEVICT = 1u << 2,      /* store says: not evictable now (composite: not durable) */
-	SEL_NODE_UNPRUNED = 1u << 3,     /* inserted without a row and no child yet: kept for the
+	SEL_NODE_HAS_ROW = 1u << 0,  /* the endpoint row is stored */
+	SEL_NODE_DROP_ROW = 1u << 1, /* row drop waits for the last unpin */
+	SEL_NODE_NOEVICT = 1u << 2,  /* store says: not evictable now (composite: not durable) */
+	SEL_NODE_UNPRUNED = 1u << 3, /* inserted without a row and no child yet: kept for the
 					  * children a startup scan inserts later, until it gets
 					  * one or sel_index_prune runs (index-owned) */
 	/* bits 4..7 are reserved for the index; bits 8..15 are free for the owning store */
@@ -48,16 +48,16 @@ enum sel_node_flags {
 
 typedef struct sel_index_node {
 	sel_key key;
-	sel_digest bucket;    /* boundary digest at key.consumed / 64 */
-	uint64_t loc;         /* store-defined location (slots, file id, ...) */
-	uint64_t tick;        /* access order: larger is more recent */
-	sel_node_id parent;   /* SEL_NODE_NONE for a root */
+	sel_digest bucket;  /* boundary digest at key.consumed / 64 */
+	uint64_t loc;       /* store-defined location (slots, file id, ...) */
+	uint64_t tick;      /* access order: larger is more recent */
+	sel_node_id parent; /* SEL_NODE_NONE for a root */
 	uint32_t children;
 	uint32_t tail_pages;
 	uint32_t pins;
-	uint8_t state;        /* enum sel_node_state */
+	uint8_t state; /* enum sel_node_state */
 	uint8_t pad_;
-	uint16_t flags;       /* enum sel_node_flags | store bits */
+	uint16_t flags; /* enum sel_node_flags | store bits */
 	/* private links */
 	sel_node_id lru_prev, lru_next; /* all nodes, oldest first */
 	sel_node_id bnext;              /* next node in the same bucket, deeper first */
@@ -181,8 +181,8 @@ void sel_index_chain_free(sel_index_chain *ch);
  * deepest.  Returns 1 with the chain filled, 0 for a miss (out->n = 0), or
  * -ENOMEM.  Does not touch or pin anything.  out starts zeroed; its ids are
  * reused and grown across calls; free it with sel_index_chain_free. */
-int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident,
-		     uint64_t limit, sel_index_chain *out);
+int sel_index_lookup(const sel_index *ix, const sel_history *h, uint64_t resident, uint64_t limit,
+		     sel_index_chain *out);
 
 /* The chain digest (sel_hit.chain) of the restore of endpoint end above
  * resident, walking the tree as it is now: the check every fetch makes
@@ -231,7 +231,8 @@ static inline bool sel_index_expired(uint64_t used_ns, uint64_t cutoff_ns)
  * row is judged in its turn later in the walk.  Returns the leaves removed
  * (cascaded ancestors not counted). */
 uint32_t sel_index_expire(sel_index *ix, uint64_t cutoff_ns, uint32_t max_leaves, bool all,
-			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id), void *ctx);
+			  bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id),
+			  void *ctx);
 
 /* Iterate in access order, oldest first: start with SEL_NODE_NONE; returns
  * SEL_NODE_NONE after the newest. */

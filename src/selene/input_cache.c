@@ -38,16 +38,20 @@
 #include "eos.h"
 #include "internal.h"
 
-enum { PENDING, READY, FAILED };
+enum {
+	PENDING,
+	READY,
+	FAILED
+};
 
 struct sel_input_lease {
-	struct sel_input_lease *hnext;      /* hash chain */
+	struct sel_input_lease *hnext;       /* hash chain */
 	struct sel_input_lease *prev, *next; /* LRU */
 	uint32_t kind;
 	sel_input_key key;
 	int state;
-	int err;        /* FAILED */
-	uint32_t refs;  /* leases */
+	int err;       /* FAILED */
+	uint32_t refs; /* leases */
 	bool in_map;
 	uint64_t charge; /* while retained */
 	sel_input_rec rec;
@@ -138,8 +142,7 @@ void sel_input_cache_notify(sel_input_cache *c, void (*fn)(void *ctx), void *ctx
 
 /* ---- Map (under the lock) ------------------------------------------------ */
 
-static struct sel_input_lease *find(const sel_input_cache *c, uint32_t kind,
-				    const sel_input_key *k)
+static struct sel_input_lease *find(const sel_input_cache *c, uint32_t kind, const sel_input_key *k)
 {
 	for (struct sel_input_lease *e = c->buckets[bucket_of(c, kind, k)]; e; e = e->hnext)
 		if (e->kind == kind && sel_input_key_eq(&e->key, k))
@@ -295,7 +298,7 @@ int sel_input_cache_publish(sel_input_cache *c, sel_input_lease *e, sel_input_re
 	if (!rec->bytes || rec->len != rec->h.file_bytes || rec->h.kind != e->kind ||
 	    !sel_input_key_eq(&rec->h.key, &e->key) || e->state != PENDING) {
 		int rc = eos_fail(-EINVAL, "input cache: publishing a record that is not the one "
-				  "the entry waits for");
+					   "the entry waits for");
 		sel_input_rec_free(rec);
 		pthread_mutex_lock(&c->mu);
 		e->refs++; /* fail releases one lease; the owner keeps its own */
@@ -437,44 +440,52 @@ int sel_input_cache_check(sel_input_cache *c)
 		for (struct sel_input_lease *e = c->buckets[b]; e && !rc; e = e->hnext) {
 			n++;
 			if (!e->in_map || bucket_of(c, e->kind, &e->key) != b)
-				rc = eos_fail(SEL_ECORRUPT, "input cache check: an entry in the wrong bucket");
+				rc = eos_fail(SEL_ECORRUPT,
+					      "input cache check: an entry in the wrong bucket");
 			else if (e->state == PENDING) {
 				pending++;
 				if (e->refs < 1)
-					rc = eos_fail(SEL_ECORRUPT, "input cache check: a pending entry "
+					rc = eos_fail(SEL_ECORRUPT,
+						      "input cache check: a pending entry "
 						      "without its owner");
 			} else if (e->state == READY) {
 				ready++;
 				bytes += e->charge;
 				if (e->charge != e->rec.len + SEL_INPUT_ENTRY_OVERHEAD)
-					rc = eos_fail(SEL_ECORRUPT, "input cache check: a charge that is "
+					rc = eos_fail(SEL_ECORRUPT,
+						      "input cache check: a charge that is "
 						      "not the record's");
 				if (e->refs)
 					leased++;
 				else
 					unleased++;
 			} else {
-				rc = eos_fail(SEL_ECORRUPT, "input cache check: a failed entry in the map");
+				rc = eos_fail(SEL_ECORRUPT,
+					      "input cache check: a failed entry in the map");
 			}
 			for (struct sel_input_lease *f = e->hnext; f && !rc; f = f->hnext)
 				if (f->kind == e->kind && sel_input_key_eq(&f->key, &e->key))
-					rc = eos_fail(SEL_ECORRUPT, "input cache check: a key twice");
+					rc = eos_fail(SEL_ECORRUPT,
+						      "input cache check: a key twice");
 		}
 	uint64_t in_lru = 0;
 	for (struct sel_input_lease *e = c->lru.head; e && !rc; e = e->next) {
 		in_lru++;
 		if (!e->in_map || e->state != READY || e->refs)
-			rc = eos_fail(SEL_ECORRUPT, "input cache check: the LRU list holds a leased, "
+			rc = eos_fail(SEL_ECORRUPT,
+				      "input cache check: the LRU list holds a leased, "
 				      "pending or dropped entry");
 	}
 	if (!rc && (n != c->in_map || in_lru != c->lru.n || in_lru != unleased))
-		rc = eos_fail(SEL_ECORRUPT, "input cache check: %llu entries in the map (%zu counted), "
+		rc = eos_fail(SEL_ECORRUPT,
+			      "input cache check: %llu entries in the map (%zu counted), "
 			      "%llu in the LRU list of %u, %llu unleased",
-			      (unsigned long long)n, c->in_map, (unsigned long long)in_lru, c->lru.n,
-			      (unsigned long long)unleased);
+			      (unsigned long long)n, c->in_map, (unsigned long long)in_lru,
+			      c->lru.n, (unsigned long long)unleased);
 	if (!rc && (bytes != c->st.bytes || ready != c->st.entries || pending != c->st.pending ||
 		    leased != c->st.leased))
-		rc = eos_fail(SEL_ECORRUPT, "input cache check: counted %llu bytes, %llu entries, "
+		rc = eos_fail(SEL_ECORRUPT,
+			      "input cache check: counted %llu bytes, %llu entries, "
 			      "%llu pending, %llu leased; stats say %llu, %llu, %llu, %llu",
 			      (unsigned long long)bytes, (unsigned long long)ready,
 			      (unsigned long long)pending, (unsigned long long)leased,

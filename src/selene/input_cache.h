@@ -98,10 +98,10 @@ int sel_input_cache_put(sel_input_cache *c, sel_input_rec *rec);
 
 struct sel_input_cache_stats {
 	uint64_t budget;
-	uint64_t bytes;        /* charged: retained records + overhead */
-	uint64_t entries;      /* retained */
-	uint64_t leased;       /* retained entries with a lease */
-	uint64_t pending;      /* preparations in progress */
+	uint64_t bytes;   /* charged: retained records + overhead */
+	uint64_t entries; /* retained */
+	uint64_t leased;  /* retained entries with a lease */
+	uint64_t pending; /* preparations in progress */
 	uint64_t lookups, hits, misses, waits;
 	uint64_t published, not_retained, failed, evictions;
 };

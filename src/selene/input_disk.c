@@ -59,7 +59,7 @@ struct ent {
 	sel_input_key key;
 	uint64_t bytes;
 	uint32_t kind;
-	uint32_t hnext; /* hash chain */
+	uint32_t hnext;      /* hash chain */
 	uint32_t prev, next; /* LRU, or the free stack's link */
 	uint32_t used;
 };
@@ -72,14 +72,14 @@ struct sel_input_disk {
 	int dirfd;
 	struct sel_input_disk_opts o;
 	uint32_t max;
-	struct ent *e;          /* [max] */
-	uint32_t *buckets;      /* [BUCKETS] */
+	struct ent *e;     /* [max] */
+	uint32_t *buckets; /* [BUCKETS] */
 	uint32_t free_head;
-	uint32_t head, tail;    /* LRU: least recently used at head */
-	uint64_t own_used;      /* without a budget: charged bytes */
-	uint64_t stuck;         /* bytes of temporaries that could not be removed */
+	uint32_t head, tail; /* LRU: least recently used at head */
+	uint64_t own_used;   /* without a budget: charged bytes */
+	uint64_t stuck;      /* bytes of temporaries that could not be removed */
 	uint64_t nonce;
-	pthread_mutex_t st_mu;  /* stats only */
+	pthread_mutex_t st_mu; /* stats only */
 	struct sel_input_disk_stats st;
 };
 
@@ -157,11 +157,11 @@ static void stats_update(sel_input_disk *d)
 	pthread_mutex_unlock(&d->st_mu);
 }
 
-#define COUNT(d, field)                            \
-	do {                                       \
-		pthread_mutex_lock(&(d)->st_mu);   \
-		(d)->st.field++;                   \
-		pthread_mutex_unlock(&(d)->st_mu); \
+#define COUNT(d, field)                                                                            \
+	do {                                                                                       \
+		pthread_mutex_lock(&(d)->st_mu);                                                   \
+		(d)->st.field++;                                                                   \
+		pthread_mutex_unlock(&(d)->st_mu);                                                 \
 	} while (0)
 
 /* Index a charged file; the caller checked it is absent and a slot is free. */
@@ -262,8 +262,10 @@ static int by_mtime(const void *a, const void *b)
 static int scan_unlink(sel_input_disk *d, const char *name, const char *why)
 {
 	if (eos_fileops()->unlinkat(d->dirfd, name, 0) != 0 && errno != ENOENT)
-		return eos_fail(-errno, "input records: cannot remove %s '%s': %s (its disk usage "
-				"would be unknown)", why, name, strerror(errno));
+		return eos_fail(-errno,
+				"input records: cannot remove %s '%s': %s (its disk usage "
+				"would be unknown)",
+				why, name, strerror(errno));
 	d->st.scan_removed++;
 	return 0;
 }
@@ -316,7 +318,8 @@ static int scan(sel_input_disk *d)
 		f[n].kind = kind;
 		f[n].key = key;
 		f[n].bytes = (uint64_t)st.st_size;
-		f[n].mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+		f[n].mtime_ns =
+			(uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
 		memcpy(f[n].name, nm, strlen(nm) + 1); /* a parsed name: shorter than the field */
 		n++;
 		errno = 0;
@@ -361,8 +364,9 @@ int sel_input_disk_open(int dirfd, const struct sel_input_disk_opts *o, sel_inpu
 	d->dirfd = dirfd;
 	if (o)
 		d->o = *o;
-	d->max = d->o.max_records && d->o.max_records < SEL_INPUT_DISK_RECORDS ? d->o.max_records
-									       : SEL_INPUT_DISK_RECORDS;
+	d->max = d->o.max_records && d->o.max_records < SEL_INPUT_DISK_RECORDS
+			 ? d->o.max_records
+			 : SEL_INPUT_DISK_RECORDS;
 	d->e = calloc(d->max, sizeof *d->e);
 	d->buckets = malloc(BUCKETS * sizeof *d->buckets);
 	if (!d->e || !d->buckets) {
@@ -430,8 +434,8 @@ static int open_record(sel_input_disk *d, const char *name, uint64_t *size)
 	}
 	if ((uint64_t)st.st_size > SEL_INPUT_FILE_MAX || st.st_size < (off_t)SEL_INPUT_ALIGN) {
 		ops->close(fd);
-		return eos_fail(SEL_EFORMAT, "input record '%s': %lld bytes cannot be a record", name,
-				(long long)st.st_size);
+		return eos_fail(SEL_EFORMAT, "input record '%s': %lld bytes cannot be a record",
+				name, (long long)st.st_size);
 	}
 	*size = (uint64_t)st.st_size;
 	return fd;
@@ -447,11 +451,12 @@ static int read_all(int fd, uint8_t *buf, uint64_t len, const char *name)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
-			return eos_fail(-errno, "input record '%s': read at %" PRIu64 ": %s", name, off,
-					strerror(errno));
+			return eos_fail(-errno, "input record '%s': read at %" PRIu64 ": %s", name,
+					off, strerror(errno));
 		if (r == 0)
-			return eos_fail(-EIO, "input record '%s': ends at %" PRIu64 " of %" PRIu64
-					" bytes", name, off, len);
+			return eos_fail(
+				-EIO, "input record '%s': ends at %" PRIu64 " of %" PRIu64 " bytes",
+				name, off, len);
 		off += (uint64_t)r;
 	}
 	return 0;
@@ -468,8 +473,8 @@ static int invalid(sel_input_disk *d, uint32_t i, int rc)
 	return eos_fail(rc, "%s (removed: a miss)", msg);
 }
 
-static int read_common(sel_input_disk *d, uint32_t kind, const sel_input_key *key,
-		       bool header_only, sel_input_rec *rec, sel_input_header *hdr)
+static int read_common(sel_input_disk *d, uint32_t kind, const sel_input_key *key, bool header_only,
+		       sel_input_rec *rec, sel_input_header *hdr)
 {
 	COUNT(d, reads);
 	uint32_t i = lookup(d, kind, key);
@@ -496,8 +501,8 @@ static int read_common(sel_input_disk *d, uint32_t kind, const sel_input_key *ke
 	uint8_t *buf = eos_aligned_alloc(SEL_INPUT_ALIGN, (size_t)want);
 	if (!buf) {
 		eos_fileops()->close(fd);
-		return eos_fail(-ENOMEM, "input record '%s': out of memory for %" PRIu64 " bytes", name,
-				want);
+		return eos_fail(-ENOMEM, "input record '%s': out of memory for %" PRIu64 " bytes",
+				name, want);
 	}
 	if ((rc = read_all(fd, buf, want, name))) {
 		eos_fileops()->close(fd);
@@ -508,11 +513,15 @@ static int read_common(sel_input_disk *d, uint32_t kind, const sel_input_key *ke
 		sel_input_header h;
 		rc = sel_input_decode(buf, (size_t)want, &h);
 		if (!rc && h.file_bytes != size)
-			rc = eos_fail(SEL_EFORMAT, "input record '%s': %" PRIu64 " bytes, its header "
-				      "says %" PRIu64, name, size, h.file_bytes);
+			rc = eos_fail(SEL_EFORMAT,
+				      "input record '%s': %" PRIu64 " bytes, its header "
+				      "says %" PRIu64,
+				      name, size, h.file_bytes);
 		if (!rc && (h.kind != kind || !sel_input_key_eq(&h.key, key)))
-			rc = eos_fail(SEL_EIDENTITY, "input record '%s': the header names another "
-				      "record", name);
+			rc = eos_fail(SEL_EIDENTITY,
+				      "input record '%s': the header names another "
+				      "record",
+				      name);
 		eos_aligned_free(buf);
 		if (!rc)
 			*hdr = h;
@@ -559,9 +568,11 @@ static int write_all(int fd, const uint8_t *buf, uint64_t len, const char *name)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
-			return eos_fail(-errno, "write input record '%s': %s", name, strerror(errno));
+			return eos_fail(-errno, "write input record '%s': %s", name,
+					strerror(errno));
 		if (w == 0)
-			return eos_fail(-EIO, "write input record '%s': no progress at %" PRIu64, name, off);
+			return eos_fail(-EIO, "write input record '%s': no progress at %" PRIu64,
+					name, off);
 		off += (uint64_t)w;
 	}
 	return 0;
@@ -600,8 +611,10 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 		return eos_fail(-EINVAL, "write input record: not a sealed record");
 	sel_input_name(rec->h.kind, &rec->h.key, name);
 	if (d->st.writes_stopped)
-		return eos_fail(-EROFS, "write input record '%s': input writes stopped after a "
-				"temporary could not be removed (until restart)", name);
+		return eos_fail(-EROFS,
+				"write input record '%s': input writes stopped after a "
+				"temporary could not be removed (until restart)",
+				name);
 	if (lookup(d, rec->h.kind, &rec->h.key) != NONE)
 		return 0;
 	if (d->free_head == NONE) {
@@ -619,15 +632,18 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 		if (charge(d, len) != 0) {
 			COUNT(d, write_skipped);
 			stats_update(d);
-			return eos_fail(-ENOSPC, "write input record '%s': the disk limit cannot take "
-					"%" PRIu64 " bytes (skipped)", name, len);
+			return eos_fail(-ENOSPC,
+					"write input record '%s': the disk limit cannot take "
+					"%" PRIu64 " bytes (skipped)",
+					name, len);
 		}
 	}
 	int fd = -1;
 	for (int tries = 0; tries < 16; tries++) {
 		snprintf(tmp, sizeof tmp, TMP_PREFIX "%s-%016" PRIx64, name,
 			 (uint64_t)(d->nonce++ * 0x9e3779b97f4a7c15ull));
-		fd = ops->openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		fd = ops->openat(d->dirfd, tmp,
+				 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 		if (fd >= 0 || errno != EEXIST)
 			break;
 	}
@@ -639,7 +655,8 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 	}
 	if ((rc = write_all(fd, rec->bytes, len, name)) == 0 && d->o.datasync &&
 	    ops->fdatasync(fd) != 0)
-		rc = eos_fail(-errno, "write input record '%s': fdatasync: %s", name, strerror(errno));
+		rc = eos_fail(-errno, "write input record '%s': fdatasync: %s", name,
+			      strerror(errno));
 	if (ops->close(fd) != 0 && !rc)
 		rc = eos_fail(-errno, "write input record '%s': close: %s", name, strerror(errno));
 	if (!rc && ops->renameat(d->dirfd, tmp, d->dirfd, name) != 0)
@@ -654,8 +671,10 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 			pthread_mutex_lock(&d->st_mu);
 			d->st.writes_stopped = true;
 			pthread_mutex_unlock(&d->st_mu);
-			rc = eos_fail(rc, "%s; and the temporary '%s' cannot be removed (%s): input "
-				      "writes stop until restart", msg, tmp, strerror(errno));
+			rc = eos_fail(rc,
+				      "%s; and the temporary '%s' cannot be removed (%s): input "
+				      "writes stop until restart",
+				      msg, tmp, strerror(errno));
 		} else {
 			uncharge(d, len);
 			eos_fail(rc, "%s", msg);
@@ -663,7 +682,8 @@ int sel_input_disk_write(sel_input_disk *d, const sel_input_rec *rec)
 		goto failed;
 	}
 	if (d->o.dir_fsync && ops->fsync(d->dirfd) != 0)
-		eos_fail(-errno, "write input record '%s': directory fsync: %s", name, strerror(errno));
+		eos_fail(-errno, "write input record '%s': directory fsync: %s", name,
+			 strerror(errno));
 	index_add(d, rec->h.kind, &rec->h.key, len);
 	COUNT(d, writes);
 	stats_update(d);
@@ -692,24 +712,33 @@ int sel_input_disk_check(sel_input_disk *d)
 			in_use++;
 			bytes += d->e[i].bytes;
 			if (lookup(d, d->e[i].kind, &d->e[i].key) != i)
-				return eos_fail(SEL_ECORRUPT, "input disk check: entry %u is not found "
-						"by its key", i);
+				return eos_fail(SEL_ECORRUPT,
+						"input disk check: entry %u is not found "
+						"by its key",
+						i);
 		}
 	for (uint32_t b = 0; b < BUCKETS; b++)
 		for (uint32_t i = d->buckets[b]; i != NONE; i = d->e[i].hnext) {
 			in_hash++;
 			if (!d->e[i].used || bucket(d->e[i].kind, &d->e[i].key) != b)
-				return eos_fail(SEL_ECORRUPT, "input disk check: bucket %u holds a free or "
-						"misplaced entry", b);
+				return eos_fail(SEL_ECORRUPT,
+						"input disk check: bucket %u holds a free or "
+						"misplaced entry",
+						b);
 		}
 	if (in_use != in_lru || in_use != in_hash || in_use > d->max)
-		return eos_fail(SEL_ECORRUPT, "input disk check: %u entries in use, %u on the LRU "
-				"list, %u hashed (bound %u)", in_use, in_lru, in_hash, d->max);
+		return eos_fail(SEL_ECORRUPT,
+				"input disk check: %u entries in use, %u on the LRU "
+				"list, %u hashed (bound %u)",
+				in_use, in_lru, in_hash, d->max);
 	if (!d->o.budget && d->own_used != bytes + d->stuck)
-		return eos_fail(SEL_ECORRUPT, "input disk check: %" PRIu64 " bytes charged, %" PRIu64
-				" indexed + %" PRIu64 " stuck", d->own_used, bytes, d->stuck);
+		return eos_fail(SEL_ECORRUPT,
+				"input disk check: %" PRIu64 " bytes charged, %" PRIu64
+				" indexed + %" PRIu64 " stuck",
+				d->own_used, bytes, d->stuck);
 	if (!d->o.budget && d->o.limit_bytes && d->own_used > d->o.limit_bytes)
-		return eos_fail(SEL_ECORRUPT, "input disk check: %" PRIu64 " bytes over the limit %"
-				PRIu64, d->own_used, d->o.limit_bytes);
+		return eos_fail(SEL_ECORRUPT,
+				"input disk check: %" PRIu64 " bytes over the limit %" PRIu64,
+				d->own_used, d->o.limit_bytes);
 	return 0;
 }

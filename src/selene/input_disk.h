@@ -32,7 +32,7 @@
 
 #include "input_record.h"
 
-#define SEL_INPUT_DISK_RECORDS 4096u      /* design 2.13: the index bound */
+#define SEL_INPUT_DISK_RECORDS 4096u        /* design 2.13: the index bound */
 #define SEL_INPUT_DISK_ALLOWANCE (1u << 20) /* host bytes the index may use */
 
 typedef struct sel_input_disk sel_input_disk;
@@ -50,10 +50,10 @@ struct sel_input_disk_budget {
 
 struct sel_input_disk_opts {
 	const struct sel_input_disk_budget *budget; /* NULL: limit_bytes below */
-	uint64_t limit_bytes;  /* without a budget: bytes of .input files at most; 0 none */
-	uint32_t max_records;  /* 0: SEL_INPUT_DISK_RECORDS; at most that */
-	bool datasync;         /* fdatasync each file before its rename */
-	bool dir_fsync;        /* fsync the directory after each rename */
+	uint64_t limit_bytes; /* without a budget: bytes of .input files at most; 0 none */
+	uint32_t max_records; /* 0: SEL_INPUT_DISK_RECORDS; at most that */
+	bool datasync;        /* fdatasync each file before its rename */
+	bool dir_fsync;       /* fsync the directory after each rename */
 };
 
 /* Open over dirfd (not owned; it must stay open until close): scan it,
@@ -98,12 +98,12 @@ uint64_t sel_input_disk_reclaim(sel_input_disk *d, uint64_t bytes);
 int sel_input_disk_remove(sel_input_disk *d, uint32_t kind, const sel_input_key *key);
 
 struct sel_input_disk_stats {
-	uint64_t records, bytes;        /* indexed, charged */
-	uint64_t reads, hits, misses;   /* misses: not indexed */
-	uint64_t invalid;               /* failed reads: removed, a miss */
+	uint64_t records, bytes;      /* indexed, charged */
+	uint64_t reads, hits, misses; /* misses: not indexed */
+	uint64_t invalid;             /* failed reads: removed, a miss */
 	uint64_t writes, write_skipped, write_failed;
-	uint64_t evictions;             /* removed for the bound, the budget or reclaim */
-	uint64_t scan_removed;          /* at open: temporaries, non-files, excess */
+	uint64_t evictions;    /* removed for the bound, the budget or reclaim */
+	uint64_t scan_removed; /* at open: temporaries, non-files, excess */
 	bool writes_stopped;
 };
 void sel_input_disk_stats(sel_input_disk *d, struct sel_input_disk_stats *out);

@@ -60,8 +60,8 @@ static void begin(crypto_generichash_blake2b_state *st, const char *domain)
 	crypto_generichash_blake2b_update(st, (const unsigned char *)domain, strlen(domain));
 }
 
-void sel_input_source_key(const char *encoding, const void *bytes, size_t len,
-			  const char *settings, sel_input_key *out)
+void sel_input_source_key(const char *encoding, const void *bytes, size_t len, const char *settings,
+			  sel_input_key *out)
 {
 	crypto_generichash_blake2b_state st;
 	uint8_t n[8];
@@ -119,7 +119,8 @@ void sel_input_tokens(const sel_input_key *id, uint32_t n, sel_token *out)
 			put_u32(&st, k / 8);
 			crypto_generichash_blake2b_final(&st, block, sizeof block);
 		}
-		out[k] = SEL_INPUT_TOKEN_BIT | (sel_get_u32(block + 4 * (size_t)(k % 8)) & 0x7fffffffu);
+		out[k] = SEL_INPUT_TOKEN_BIT |
+			 (sel_get_u32(block + 4 * (size_t)(k % 8)) & 0x7fffffffu);
 	}
 }
 

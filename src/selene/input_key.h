@@ -50,8 +50,8 @@ static inline bool sel_input_key_eq(const sel_input_key *a, const sel_input_key 
  *     || u64(len) || bytes || u32(len(settings)) || settings)
  * encoding: the detected format ("png", "jpeg"); settings: the profile's
  * preparation settings text (Helios: hel_vision_settings). */
-void sel_input_source_key(const char *encoding, const void *bytes, size_t len,
-			  const char *settings, sel_input_key *out);
+void sel_input_source_key(const char *encoding, const void *bytes, size_t len, const char *settings,
+			  sel_input_key *out);
 
 /* B32("flare-input-image-v1" || u32(len(settings)) || settings
  *     || u32(width) || u32(height) || u32(channels) || pixels)
@@ -72,10 +72,7 @@ void sel_input_image_identity_final(sel_input_id_state *st, sel_input_key *out);
 /* Image tokens have the top bit set: never a vocabulary id (vocabularies
  * are at most 65536), never equal to a text token in a prefix key. */
 #define SEL_INPUT_TOKEN_BIT 0x80000000u
-static inline bool sel_token_is_input(sel_token t)
-{
-	return (t & SEL_INPUT_TOKEN_BIT) != 0;
-}
+static inline bool sel_token_is_input(sel_token t) { return (t & SEL_INPUT_TOKEN_BIT) != 0; }
 
 /* The n image tokens of an image with semantic identity id:
  *   block(j) = B32("flare-input-tokens-v1" || id || u32(j))

@@ -133,24 +133,31 @@ static int tensor_shape(const sel_input_tensor *t, uint32_t i, uint64_t *bytes)
 {
 	uint32_t eb = sel_dtype_bytes(t->dtype);
 	if (!eb)
-		return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32 " has unknown type %" PRIu32,
-				i, t->dtype);
+		return eos_fail(SEL_EFORMAT,
+				"input record: tensor %" PRIu32 " has unknown type %" PRIu32, i,
+				t->dtype);
 	if (t->rank < 1 || t->rank > SEL_INPUT_RANK_MAX)
-		return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32 " has rank %" PRIu32
-				" (expected 1..%u)", i, t->rank, SEL_INPUT_RANK_MAX);
+		return eos_fail(SEL_EFORMAT,
+				"input record: tensor %" PRIu32 " has rank %" PRIu32
+				" (expected 1..%u)",
+				i, t->rank, SEL_INPUT_RANK_MAX);
 	uint64_t b = eb;
 	for (uint32_t d = 0; d < SEL_INPUT_RANK_MAX; d++) {
 		if (d >= t->rank) {
 			if (t->dims[d] != 0)
-				return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32 " dimension %"
-						PRIu32 " past its rank is %" PRIu64 ", not 0", i, d, t->dims[d]);
+				return eos_fail(SEL_EFORMAT,
+						"input record: tensor %" PRIu32
+						" dimension %" PRIu32 " past its rank is %" PRIu64
+						", not 0",
+						i, d, t->dims[d]);
 			continue;
 		}
 		if (t->dims[d] == 0 || t->dims[d] > SEL_INPUT_TENSOR_MAX ||
 		    __builtin_mul_overflow(b, t->dims[d], &b) || b > SEL_INPUT_TENSOR_MAX)
-			return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32 " dimension %" PRIu32
-					" is %" PRIu64 " (the tensor must be 1 byte .. 1 GiB)", i, d,
-					t->dims[d]);
+			return eos_fail(SEL_EFORMAT,
+					"input record: tensor %" PRIu32 " dimension %" PRIu32
+					" is %" PRIu64 " (the tensor must be 1 byte .. 1 GiB)",
+					i, d, t->dims[d]);
 	}
 	*bytes = b;
 	return 0;
@@ -158,10 +165,7 @@ static int tensor_shape(const sel_input_tensor *t, uint32_t i, uint64_t *bytes)
 
 /* ---- Building -------------------------------------------------------------- */
 
-static void put_key(uint8_t *p, const sel_input_key *k)
-{
-	memcpy(p, k->b, SEL_INPUT_KEY_BYTES);
-}
+static void put_key(uint8_t *p, const sel_input_key *k) { memcpy(p, k->b, SEL_INPUT_KEY_BYTES); }
 
 /* Encode h's header into buf (h->header_bytes, zeroed by the caller). */
 static void encode_header(const sel_input_header *h, uint8_t *buf)
@@ -222,8 +226,10 @@ int sel_input_prepared_init(sel_input_rec *r, const sel_input_key *identity,
 		sel_input_tensor *t = &h->tensors[i];
 		memset(t, 0, sizeof *t);
 		if (!name_ok(specs[i].name, SEL_INPUT_NAME_MAX))
-			return eos_fail(-EINVAL, "input record: tensor %" PRIu32 " name '%.40s' is not "
-					"1..31 of a-z 0-9 _ . -", i, specs[i].name);
+			return eos_fail(-EINVAL,
+					"input record: tensor %" PRIu32 " name '%.40s' is not "
+					"1..31 of a-z 0-9 _ . -",
+					i, specs[i].name);
 		for (uint32_t j = 0; j < i; j++)
 			if (strcmp(h->tensors[j].name, specs[i].name) == 0)
 				return eos_fail(-EINVAL, "input record: tensor name '%s' twice",
@@ -312,33 +318,37 @@ int sel_input_header_bytes(const void *buf, size_t len)
 {
 	const uint8_t *b = buf;
 	if (len < OFF_BODY)
-		return eos_fail(SEL_EFORMAT, "input record: %zu bytes, shorter than the %u-byte fixed "
-				"header", len, OFF_BODY);
+		return eos_fail(SEL_EFORMAT,
+				"input record: %zu bytes, shorter than the %u-byte fixed "
+				"header",
+				len, OFF_BODY);
 	if (memcmp(b + OFF_MAGIC, SEL_INPUT_MAGIC, 8) != 0)
 		return eos_fail(SEL_EFORMAT, "input record: bad magic (not a FLAREINP file)");
 	uint32_t v = sel_get_u32(b + OFF_VERSION);
 	if (v != SEL_INPUT_VERSION)
-		return eos_fail(SEL_EFORMAT, "input record: version %" PRIu32 " (this build reads %u)",
-				v, SEL_INPUT_VERSION);
+		return eos_fail(SEL_EFORMAT,
+				"input record: version %" PRIu32 " (this build reads %u)", v,
+				SEL_INPUT_VERSION);
 	uint32_t kind = sel_get_u32(b + OFF_KIND), count = sel_get_u32(b + OFF_COUNT);
 	if (kind != SEL_INPUT_SOURCE && kind != SEL_INPUT_PREPARED)
-		return eos_fail(SEL_EFORMAT, "input record: kind %" PRIu32 " (expected 1 source or 2 "
-				"prepared)", kind);
+		return eos_fail(SEL_EFORMAT,
+				"input record: kind %" PRIu32 " (expected 1 source or 2 "
+				"prepared)",
+				kind);
 	if (kind == SEL_INPUT_SOURCE ? count != 0 : (count < 1 || count > SEL_INPUT_TENSORS_MAX))
-		return eos_fail(SEL_EFORMAT, "input record: %" PRIu32 " tensors in a %s record", count,
-				kind == SEL_INPUT_SOURCE ? "source" : "prepared");
+		return eos_fail(SEL_EFORMAT, "input record: %" PRIu32 " tensors in a %s record",
+				count, kind == SEL_INPUT_SOURCE ? "source" : "prepared");
 	uint32_t hb = sel_get_u32(b + OFF_HEADER_BYTES);
 	uint32_t want = (uint32_t)round64(OFF_BODY + body_bytes(kind, count));
 	if (hb != want)
-		return eos_fail(SEL_EFORMAT, "input record: header bytes %" PRIu32 " (expected %" PRIu32
-				" for this kind and count)", hb, want);
+		return eos_fail(SEL_EFORMAT,
+				"input record: header bytes %" PRIu32 " (expected %" PRIu32
+				" for this kind and count)",
+				hb, want);
 	return (int)hb;
 }
 
-static void get_key(const uint8_t *p, sel_input_key *k)
-{
-	memcpy(k->b, p, SEL_INPUT_KEY_BYTES);
-}
+static void get_key(const uint8_t *p, sel_input_key *k) { memcpy(k->b, p, SEL_INPUT_KEY_BYTES); }
 
 int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 {
@@ -348,8 +358,9 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 	if (hb < 0)
 		return hb;
 	if (len < (size_t)hb)
-		return eos_fail(SEL_EFORMAT, "input record: %zu bytes, shorter than its %d-byte header",
-				len, hb);
+		return eos_fail(SEL_EFORMAT,
+				"input record: %zu bytes, shorter than its %d-byte header", len,
+				hb);
 	memset(&h, 0, sizeof h);
 	h.version = SEL_INPUT_VERSION;
 	h.kind = sel_get_u32(b + OFF_KIND);
@@ -366,8 +377,10 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 	memset(copy + OFF_HEADER_CHECKSUM, 0, 8);
 	uint64_t sum = XXH3_64bits(copy, (size_t)hb);
 	if (sum != h.header_checksum)
-		return eos_fail(SEL_ECORRUPT, "input record: header checksum %016" PRIx64 " does not "
-				"match its bytes (%016" PRIx64 ")", h.header_checksum, sum);
+		return eos_fail(SEL_ECORRUPT,
+				"input record: header checksum %016" PRIx64 " does not "
+				"match its bytes (%016" PRIx64 ")",
+				h.header_checksum, sum);
 
 	const uint8_t *body = b + OFF_BODY;
 	uint32_t used = body_bytes(h.kind, h.count);
@@ -384,31 +397,43 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 		s->grid_w = sel_get_u32(body + SRC_GRID_W);
 		s->prepared_bytes = sel_get_u64(body + SRC_PREPARED);
 		if (sel_get_u32(body + SRC_RESERVED) != 0)
-			return eos_fail(SEL_EFORMAT, "input record: reserved source field is not 0");
+			return eos_fail(SEL_EFORMAT,
+					"input record: reserved source field is not 0");
 		if (s->width == 0 || s->height == 0 || s->tokens == 0 || s->grid_h == 0 ||
-		    s->grid_w == 0 || s->prepared_bytes == 0 || s->prepared_bytes > SEL_INPUT_FILE_MAX)
-			return eos_fail(SEL_EFORMAT, "input record: source description with %" PRIu32 " x %"
-					PRIu32 " pixels, %" PRIu32 " tokens, grid %" PRIu32 " x %" PRIu32
-					", %" PRIu64 " prepared bytes (each must be positive and "
-					"bounded)", s->width, s->height, s->tokens, s->grid_h, s->grid_w,
+		    s->grid_w == 0 || s->prepared_bytes == 0 ||
+		    s->prepared_bytes > SEL_INPUT_FILE_MAX)
+			return eos_fail(SEL_EFORMAT,
+					"input record: source description with %" PRIu32
+					" x %" PRIu32 " pixels, %" PRIu32 " tokens, grid %" PRIu32
+					" x %" PRIu32 ", %" PRIu64
+					" prepared bytes (each must be positive and "
+					"bounded)",
+					s->width, s->height, s->tokens, s->grid_h, s->grid_w,
 					s->prepared_bytes);
 	} else {
 		for (uint32_t i = 0; i < h.count; i++) {
 			const uint8_t *e = body + (size_t)i * T_ENTRY;
 			sel_input_tensor *t = &h.tensors[i];
 			memcpy(t->name, e + T_NAME, 32);
-			if (t->name[SEL_INPUT_NAME_MAX] != 0 || !name_ok(t->name, SEL_INPUT_NAME_MAX))
-				return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32 " has no "
-						"valid name (1..31 of a-z 0-9 _ . -)", i);
+			if (t->name[SEL_INPUT_NAME_MAX] != 0 ||
+			    !name_ok(t->name, SEL_INPUT_NAME_MAX))
+				return eos_fail(SEL_EFORMAT,
+						"input record: tensor %" PRIu32 " has no "
+						"valid name (1..31 of a-z 0-9 _ . -)",
+						i);
 			size_t nl = strlen(t->name);
 			for (size_t k = nl; k < 32; k++)
 				if (e[T_NAME + k])
-					return eos_fail(SEL_EFORMAT, "input record: tensor %" PRIu32
-							" name is not NUL padded", i);
+					return eos_fail(SEL_EFORMAT,
+							"input record: tensor %" PRIu32
+							" name is not NUL padded",
+							i);
 			for (uint32_t j = 0; j < i; j++)
 				if (strcmp(h.tensors[j].name, t->name) == 0)
-					return eos_fail(SEL_EFORMAT, "input record: tensor name '%s' "
-							"twice", t->name);
+					return eos_fail(SEL_EFORMAT,
+							"input record: tensor name '%s' "
+							"twice",
+							t->name);
 			t->dtype = sel_get_u32(e + T_DTYPE);
 			t->rank = sel_get_u32(e + T_RANK);
 			for (uint32_t d = 0; d < SEL_INPUT_RANK_MAX; d++)
@@ -421,20 +446,27 @@ int sel_input_decode(const void *buf, size_t len, sel_input_header *out)
 			if (rc)
 				return rc;
 			if (t->bytes != want)
-				return eos_fail(SEL_EFORMAT, "input record: tensor '%s' says %" PRIu64
-						" bytes, its shape %" PRIu64, t->name, t->bytes, want);
+				return eos_fail(SEL_EFORMAT,
+						"input record: tensor '%s' says %" PRIu64
+						" bytes, its shape %" PRIu64,
+						t->name, t->bytes, want);
 			if (t->offset != off)
-				return eos_fail(SEL_EFORMAT, "input record: tensor '%s' at offset %" PRIu64
-						" (expected %" PRIu64 ")", t->name, t->offset, off);
+				return eos_fail(SEL_EFORMAT,
+						"input record: tensor '%s' at offset %" PRIu64
+						" (expected %" PRIu64 ")",
+						t->name, t->offset, off);
 			off += round64(t->bytes);
 		}
 	}
 	for (size_t k = OFF_BODY + used; k < (size_t)hb; k++)
 		if (b[k])
-			return eos_fail(SEL_EFORMAT, "input record: header padding byte %zu is not 0", k);
+			return eos_fail(SEL_EFORMAT,
+					"input record: header padding byte %zu is not 0", k);
 	if (h.payload_bytes != off - (uint64_t)hb || h.payload_bytes > PAYLOAD_MAX)
-		return eos_fail(SEL_EFORMAT, "input record: payload of %" PRIu64 " bytes (the table "
-				"says %" PRIu64 ")", h.payload_bytes, off - (uint64_t)hb);
+		return eos_fail(SEL_EFORMAT,
+				"input record: payload of %" PRIu64 " bytes (the table "
+				"says %" PRIu64 ")",
+				h.payload_bytes, off - (uint64_t)hb);
 	h.file_bytes = off;
 	*out = h;
 	return 0;
@@ -444,18 +476,22 @@ int sel_input_verify(const sel_input_header *h, const void *file, size_t len)
 {
 	const uint8_t *b = file;
 	if (len != h->file_bytes)
-		return eos_fail(SEL_EFORMAT, "input record: %zu bytes, the header says %" PRIu64, len,
-				h->file_bytes);
+		return eos_fail(SEL_EFORMAT, "input record: %zu bytes, the header says %" PRIu64,
+				len, h->file_bytes);
 	for (uint32_t i = 0; i < h->count; i++) {
 		const sel_input_tensor *t = &h->tensors[i];
 		uint64_t sum = XXH3_64bits(b + t->offset, (size_t)t->bytes);
 		if (sum != t->checksum)
-			return eos_fail(SEL_ECORRUPT, "input record: tensor '%s' fails its checksum (%016"
-					PRIx64 ", stored %016" PRIx64 ")", t->name, sum, t->checksum);
+			return eos_fail(SEL_ECORRUPT,
+					"input record: tensor '%s' fails its checksum (%016" PRIx64
+					", stored %016" PRIx64 ")",
+					t->name, sum, t->checksum);
 		for (uint64_t k = t->offset + t->bytes; k < t->offset + round64(t->bytes); k++)
 			if (b[k])
-				return eos_fail(SEL_EFORMAT, "input record: padding after tensor '%s' is "
-						"not 0", t->name);
+				return eos_fail(SEL_EFORMAT,
+						"input record: padding after tensor '%s' is "
+						"not 0",
+						t->name);
 	}
 	return 0;
 }
@@ -469,12 +505,14 @@ int sel_input_rec_adopt(sel_input_rec *r, uint8_t *bytes, size_t len, uint32_t k
 	if ((rc = sel_input_decode(bytes, len, &h)) || (rc = sel_input_verify(&h, bytes, len)))
 		return rc;
 	if (h.kind != kind)
-		return eos_fail(SEL_EIDENTITY, "input record: a %s record where a %s one was expected",
+		return eos_fail(SEL_EIDENTITY,
+				"input record: a %s record where a %s one was expected",
 				h.kind == SEL_INPUT_SOURCE ? "source" : "prepared",
 				kind == SEL_INPUT_SOURCE ? "source" : "prepared");
 	if (want && !sel_input_key_eq(&h.key, want)) {
 		char a[65], e[65];
-		return eos_fail(SEL_EIDENTITY, "input record: key %.16s... where %.16s... was expected",
+		return eos_fail(SEL_EIDENTITY,
+				"input record: key %.16s... where %.16s... was expected",
 				sel_input_key_hex(&h.key, a), sel_input_key_hex(want, e));
 	}
 	r->bytes = bytes;
@@ -493,7 +531,8 @@ static const char *kind_prefix(uint32_t kind)
 void sel_input_name(uint32_t kind, const sel_input_key *key, char out[SEL_INPUT_NAME_LEN])
 {
 	char hex[2 * SEL_INPUT_KEY_BYTES + 1];
-	snprintf(out, SEL_INPUT_NAME_LEN, "%s%s.input", kind_prefix(kind), sel_input_key_hex(key, hex));
+	snprintf(out, SEL_INPUT_NAME_LEN, "%s%s.input", kind_prefix(kind),
+		 sel_input_key_hex(key, hex));
 }
 
 int sel_input_name_parse(const char *name, uint32_t *kind, sel_input_key *key)
@@ -507,22 +546,26 @@ int sel_input_name_parse(const char *name, uint32_t *kind, sel_input_key *key)
 		k = SEL_INPUT_PREPARED;
 		p = 5;
 	} else {
-		return eos_fail(SEL_EFORMAT, "input record name '%.80s': not src-... or prep-...", name);
+		return eos_fail(SEL_EFORMAT, "input record name '%.80s': not src-... or prep-...",
+				name);
 	}
 	sel_input_key out;
 	for (int i = 0; i < 2 * SEL_INPUT_KEY_BYTES; i++) {
 		char c = name[p + (size_t)i];
 		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 		if (v < 0)
-			return eos_fail(SEL_EFORMAT, "input record name '%.80s': not 64 lower-case hex "
-					"digits", name);
+			return eos_fail(SEL_EFORMAT,
+					"input record name '%.80s': not 64 lower-case hex "
+					"digits",
+					name);
 		if (i % 2 == 0)
 			out.b[i / 2] = (uint8_t)(v << 4);
 		else
 			out.b[i / 2] |= (uint8_t)v;
 	}
 	if (strcmp(name + p + 2 * (size_t)SEL_INPUT_KEY_BYTES, ".input") != 0)
-		return eos_fail(SEL_EFORMAT, "input record name '%.80s': does not end in .input", name);
+		return eos_fail(SEL_EFORMAT, "input record name '%.80s': does not end in .input",
+				name);
 	*kind = k;
 	*key = out;
 	return 0;

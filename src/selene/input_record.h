@@ -31,13 +31,13 @@
 
 #define SEL_INPUT_MAGIC "FLAREINP"
 #define SEL_INPUT_VERSION 1u
-#define SEL_INPUT_FIXED 80u                /* header bytes before the body */
-#define SEL_INPUT_ALIGN 64u                /* header size and tensor offsets */
+#define SEL_INPUT_FIXED 80u /* header bytes before the body */
+#define SEL_INPUT_ALIGN 64u /* header size and tensor offsets */
 #define SEL_INPUT_TENSORS_MAX 16u
 #define SEL_INPUT_RANK_MAX 4u
-#define SEL_INPUT_NAME_MAX 31u             /* tensor names: 1..31 of a-z 0-9 _ . - */
-#define SEL_INPUT_TENSOR_MAX (1ull << 30)  /* one tensor's bytes */
-#define SEL_INPUT_HEADER_MAX 2048u         /* 80 + 16 x 96, rounded up */
+#define SEL_INPUT_NAME_MAX 31u            /* tensor names: 1..31 of a-z 0-9 _ . - */
+#define SEL_INPUT_TENSOR_MAX (1ull << 30) /* one tensor's bytes */
+#define SEL_INPUT_HEADER_MAX 2048u        /* 80 + 16 x 96, rounded up */
 #define SEL_INPUT_FILE_MAX (SEL_INPUT_HEADER_MAX + (1ull << 31)) /* any record file */
 
 enum sel_input_kind {
@@ -74,18 +74,18 @@ typedef struct sel_input_source {
 /* One tensor of a prepared record. */
 typedef struct sel_input_tensor {
 	char name[SEL_INPUT_NAME_MAX + 1];
-	uint32_t dtype;                  /* enum sel_dtype */
-	uint32_t rank;                   /* 1..4 */
+	uint32_t dtype;                    /* enum sel_dtype */
+	uint32_t rank;                     /* 1..4 */
 	uint64_t dims[SEL_INPUT_RANK_MAX]; /* each >= 1; 0 past rank */
-	uint64_t offset;                 /* in the record, a multiple of 64 */
-	uint64_t bytes;                  /* product of dims x element bytes */
-	uint64_t checksum;               /* XXH3-64 of the bytes */
+	uint64_t offset;                   /* in the record, a multiple of 64 */
+	uint64_t bytes;                    /* product of dims x element bytes */
+	uint64_t checksum;                 /* XXH3-64 of the bytes */
 } sel_input_tensor;
 
 /* A decoded header. */
 typedef struct sel_input_header {
 	uint32_t version;
-	uint32_t kind;          /* enum sel_input_kind */
+	uint32_t kind; /* enum sel_input_kind */
 	uint32_t header_bytes;
 	uint32_t count;         /* tensors (prepared), 0 (source) */
 	uint64_t payload_bytes; /* after the header: sum of the padded tensors */
@@ -93,7 +93,7 @@ typedef struct sel_input_header {
 	sel_input_key key;      /* source key (source) or semantic identity (prepared) */
 	uint64_t created_ns;
 	uint64_t header_checksum;
-	sel_input_source src;                         /* kind SEL_INPUT_SOURCE */
+	sel_input_source src;                            /* kind SEL_INPUT_SOURCE */
 	sel_input_tensor tensors[SEL_INPUT_TENSORS_MAX]; /* kind SEL_INPUT_PREPARED */
 } sel_input_header;
 

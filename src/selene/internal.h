@@ -31,13 +31,14 @@ void sel_key_from_bound(const struct sel_digest *bound, const uint32_t *rest, ui
 			struct sel_key *out);
 
 /* ceil(n / d) for d > 0. */
-static inline uint32_t sel_div_up(uint32_t n, uint32_t d)
-{
-	return n / d + (n % d != 0);
-}
+static inline uint32_t sel_div_up(uint32_t n, uint32_t d) { return n / d + (n % d != 0); }
 
 /* Little-endian field access for on-disk and hashed encodings. */
-static inline void sel_put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void sel_put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
 static inline void sel_put_u32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)

@@ -198,10 +198,7 @@ void sel_history_key_at(const sel_history *h, uint64_t c, sel_key *out)
 	key_from(&h->bounds[k], h->tokens + k * SEL_BUCKET_TOKENS, c, out);
 }
 
-const sel_digest *sel_history_bound(const sel_history *h, uint64_t k)
-{
-	return &h->bounds[k];
-}
+const sel_digest *sel_history_bound(const sel_history *h, uint64_t k) { return &h->bounds[k]; }
 
 int sel_history_copy(sel_history *dst, const sel_history *h)
 {

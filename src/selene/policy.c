@@ -170,7 +170,7 @@
 #define SEEDS 2
 #define FIXED_RECENT 7   /* samples the fixed cost is fitted to, the latest ... */
 #define FIXED_SHARE 0.25 /* ... of those whose estimate it is this share of */
-static const uint64_t seed_bytes[SEEDS] = { 1ull << 20, 256ull << 20 };
+static const uint64_t seed_bytes[SEEDS] = {1ull << 20, 256ull << 20};
 
 struct sample {
 	double bytes, ns;
@@ -196,7 +196,7 @@ struct pf_bucket {
 };
 
 struct prefill_est {
-	double c, d; /* ns per token at position 0; ns per token per position */
+	double c, d;      /* ns per token at position 0; ns per token per position */
 	double act, pred; /* decayed sums of chunk times and of their estimates */
 	struct pf_bucket b[PF_BUCKETS];
 };
@@ -213,18 +213,21 @@ int sel_policy_create(sel_policy **out)
 	if (!p)
 		return eos_fail(-ENOMEM, "policy: out of memory");
 	static const double rate[SEL_TIERS] = {
-		[SEL_TIER_MEMORY] = RATE_MEMORY, [SEL_TIER_DISK] = RATE_DISK, [SEL_TIER_POOL] = RATE_POOL,
+		[SEL_TIER_MEMORY] = RATE_MEMORY,
+		[SEL_TIER_DISK] = RATE_DISK,
+		[SEL_TIER_POOL] = RATE_POOL,
 		[SEL_TIER_REMOTE] = RATE_POOL}; /* design 2.10: remote 400 MiB/s */
-	static const double fixed[SEL_TIERS] = {
-		[SEL_TIER_MEMORY] = FIXED_MEMORY, [SEL_TIER_DISK] = FIXED_DISK, [SEL_TIER_POOL] = FIXED_POOL,
-		[SEL_TIER_REMOTE] = FIXED_POOL};
+	static const double fixed[SEL_TIERS] = {[SEL_TIER_MEMORY] = FIXED_MEMORY,
+						[SEL_TIER_DISK] = FIXED_DISK,
+						[SEL_TIER_POOL] = FIXED_POOL,
+						[SEL_TIER_REMOTE] = FIXED_POOL};
 	for (int t = SEL_TIER_MEMORY; t < SEL_TIERS; t++) {
 		struct tier_est *e = &p->t[t];
 		e->fixed = fixed[t];
 		e->per_byte = 1e9 / rate[t];
 		for (uint32_t k = 0; k < SEEDS; k++) {
 			double b = (double)seed_bytes[k];
-			e->ring[k] = (struct sample){ b, e->fixed + b * e->per_byte };
+			e->ring[k] = (struct sample){b, e->fixed + b * e->per_byte};
 		}
 		e->n = e->next = SEEDS;
 	}
@@ -233,15 +236,9 @@ int sel_policy_create(sel_policy **out)
 	return 0;
 }
 
-void sel_policy_destroy(sel_policy *p)
-{
-	free(p);
-}
+void sel_policy_destroy(sel_policy *p) { free(p); }
 
-static bool real_tier(sel_tier t)
-{
-	return t > SEL_TIER_NONE && t < SEL_TIERS;
-}
+static bool real_tier(sel_tier t) { return t > SEL_TIER_NONE && t < SEL_TIERS; }
 
 double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes)
 {
@@ -311,10 +308,7 @@ static double wmedian(struct wv *v, int n)
 
 /* The time the current estimate expects of b bytes: the scale of a
  * sample's noise, and so of the weights. */
-static double expect(const struct tier_est *e, double b)
-{
-	return e->fixed + e->per_byte * b;
-}
+static double expect(const struct tier_est *e, double b) { return e->fixed + e->per_byte * b; }
 
 /* The fixed cost from the latest FIXED_RECENT samples that can measure
  * it (DESIGN, fixed), or from all when none can. */
@@ -325,11 +319,13 @@ static double fit_fixed(const struct tier_est *e, const double *scale)
 	for (uint32_t k = 0; k < e->n && m < FIXED_RECENT; k++) {
 		uint32_t i = (e->next + SAMPLES - 1 - k) % SAMPLES;
 		if (e->fixed >= FIXED_SHARE * scale[i])
-			r[m++] = (struct wv){ e->ring[i].ns - e->per_byte * e->ring[i].bytes, 1 / scale[i] };
+			r[m++] = (struct wv){e->ring[i].ns - e->per_byte * e->ring[i].bytes,
+					     1 / scale[i]};
 	}
 	if (m == 0)
 		for (uint32_t i = 0; i < e->n; i++)
-			r[m++] = (struct wv){ e->ring[i].ns - e->per_byte * e->ring[i].bytes, 1 / scale[i] };
+			r[m++] = (struct wv){e->ring[i].ns - e->per_byte * e->ring[i].bytes,
+					     1 / scale[i]};
 	double c = wmedian(r, (int)m);
 	return c > 0 ? c : 0;
 }
@@ -343,7 +339,7 @@ static void set_per_byte(struct tier_est *e, double s)
 static void fit(struct tier_est *e)
 {
 	struct wv v[PAIRS > SAMPLES ? PAIRS : SAMPLES];
-	double scale[SAMPLES] = { 0 }; /* the first e->n are set below (invariant 2) */
+	double scale[SAMPLES] = {0}; /* the first e->n are set below (invariant 2) */
 	int np = 0;
 	for (uint32_t k = 0; k < e->n; k++)
 		scale[k] = expect(e, e->ring[k].bytes);
@@ -353,7 +349,7 @@ static void fit(struct tier_est *e)
 			if (b->bytes < SPREAD * a->bytes)
 				continue;
 			double db = b->bytes - a->bytes;
-			v[np++] = (struct wv){ (b->ns - a->ns) / db, db / (scale[i] + scale[j]) };
+			v[np++] = (struct wv){(b->ns - a->ns) / db, db / (scale[i] + scale[j])};
 		}
 	if (np > 0) {
 		set_per_byte(e, wmedian(v, np));
@@ -363,11 +359,12 @@ static void fit(struct tier_est *e)
 
 	/* All samples within SPREAD of each other: fit the dominant part. */
 	for (uint32_t k = 0; k < e->n; k++)
-		v[k] = (struct wv){ e->ring[k].bytes, 1 };
+		v[k] = (struct wv){e->ring[k].bytes, 1};
 	double size = wmedian(v, (int)e->n);
 	if (e->fixed < e->per_byte * size) {
 		for (uint32_t k = 0; k < e->n; k++)
-			v[k] = (struct wv){ (e->ring[k].ns - e->fixed) / e->ring[k].bytes, 1 / scale[k] };
+			v[k] = (struct wv){(e->ring[k].ns - e->fixed) / e->ring[k].bytes,
+					   1 / scale[k]};
 		double s = wmedian(v, (int)e->n);
 		if (s > 0) {
 			set_per_byte(e, s);
@@ -383,7 +380,7 @@ void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t n
 	if (!real_tier(tier) || ns == 0 || bytes == 0 || pages == 0)
 		return;
 	struct tier_est *e = &p->t[tier];
-	e->ring[e->next] = (struct sample){ (double)bytes, (double)ns };
+	e->ring[e->next] = (struct sample){(double)bytes, (double)ns};
 	e->next = (e->next + 1) % SAMPLES;
 	if (e->n < SAMPLES)
 		e->n++;
@@ -402,7 +399,7 @@ static double med_of(const double *v, uint32_t n)
 {
 	struct wv t[PF_KEEP];
 	for (uint32_t i = 0; i < n; i++)
-		t[i] = (struct wv){ v[i], 1 };
+		t[i] = (struct wv){v[i], 1};
 	return wmedian(t, (int)n);
 }
 
@@ -425,14 +422,14 @@ static void fit_prefill(struct prefill_est *e)
 			if (X[j] < SPREAD * X[i] || dx <= 0)
 				continue;
 			double ei = e->c + e->d * X[i], ej = e->c + e->d * X[j];
-			v[np++] = (struct wv){ (Y[j] - Y[i]) / dx, dx / (ei + ej) };
+			v[np++] = (struct wv){(Y[j] - Y[i]) / dx, dx / (ei + ej)};
 		}
 	if (np > 0) {
 		double d = wmedian(v, np);
 		e->d = d > 0 && isfinite(d) ? d : 0;
 	}
 	for (int k = 0; k < m; k++)
-		v[k] = (struct wv){ Y[k] - e->d * X[k], 1 / (e->c + e->d * X[k]) };
+		v[k] = (struct wv){Y[k] - e->d * X[k], 1 / (e->c + e->d * X[k])};
 	double c = wmedian(v, m);
 	/* Never free: at least a hundredth of the cheapest bucket's cost. */
 	double floor = INFINITY;
@@ -478,12 +475,6 @@ double sel_policy_fixed_ns(const sel_policy *p, sel_tier tier)
 	return real_tier(tier) ? p->t[tier].fixed : 0;
 }
 
-double sel_policy_prefill_rate(const sel_policy *p)
-{
-	return 1e9 / p->pf.c;
-}
+double sel_policy_prefill_rate(const sel_policy *p) { return 1e9 / p->pf.c; }
 
-double sel_policy_prefill_growth(const sel_policy *p)
-{
-	return p->pf.d;
-}
+double sel_policy_prefill_growth(const sel_policy *p) { return p->pf.d; }

@@ -81,11 +81,11 @@ static int evq_push(struct evq *q, const struct sel_pool_event *e)
 	return 0;
 }
 
-void pc_emit(sel_pool_client *c, enum sel_pool_event_type type, uint32_t reason,
-		 uint64_t request, const sel_key *key, struct sel_pool_lease *l, sel_pool_ticket *t)
+void pc_emit(sel_pool_client *c, enum sel_pool_event_type type, uint32_t reason, uint64_t request,
+	     const sel_key *key, struct sel_pool_lease *l, sel_pool_ticket *t)
 {
-	struct sel_pool_event e = {.type = type, .reason = reason, .request = request,
-				   .lease = l, .ticket = t};
+	struct sel_pool_event e = {
+		.type = type, .reason = reason, .request = request, .lease = l, .ticket = t};
 	if (key)
 		e.key = *key;
 	if (evq_push(&c->evq, &e))
@@ -161,8 +161,10 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 	if (!strncmp(path, "unix:", 5))
 		path += 5;
 	else if (strstr(path, "://") || !strncmp(path, "tcp:", 4))
-		return eos_fail(-EINVAL, "pool address '%s': only unix:PATH (a manager on this host) is "
-				"supported", cfg->address);
+		return eos_fail(-EINVAL,
+				"pool address '%s': only unix:PATH (a manager on this host) is "
+				"supported",
+				cfg->address);
 	sel_pool_client *c = calloc(1, sizeof *c);
 	if (!c)
 		return eos_fail(-ENOMEM, "pool: out of memory");
@@ -171,8 +173,10 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 	pthread_mutex_init(&c->mu, NULL);
 	int rc = 0;
 	if (!*path || strlen(path) >= sizeof c->path) {
-		rc = eos_fail(-EINVAL, "pool address '%s': the socket path is empty or longer than %zu "
-			      "bytes", cfg->address, sizeof c->path - 1);
+		rc = eos_fail(-EINVAL,
+			      "pool address '%s': the socket path is empty or longer than %zu "
+			      "bytes",
+			      cfg->address, sizeof c->path - 1);
 		goto fail;
 	}
 	snprintf(c->path, sizeof c->path, "%s", path);
@@ -182,11 +186,13 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 	c->out_cap = cfg->out_bytes ? cfg->out_bytes : DEFAULT_OUT;
 	c->in_cap = cfg->in_bytes ? cfg->in_bytes : DEFAULT_IN;
 	c->setup_ms = cfg->setup_ms ? cfg->setup_ms : SEL_POOL_SETUP_MS;
-	snprintf(c->explicit_id, sizeof c->explicit_id, "%s", cfg->instance_id ? cfg->instance_id : "");
+	snprintf(c->explicit_id, sizeof c->explicit_id, "%s",
+		 cfg->instance_id ? cfg->instance_id : "");
 	snprintf(c->listen, sizeof c->listen, "%s", cfg->listen ? cfg->listen : "");
 	memcpy(c->core_identity, cfg->core_identity, SEL_IDENTITY_BYTES);
 	read_machine_id(cfg->machine_id_path, c->machine_id, sizeof c->machine_id);
-	if ((rc = sel_slot_layout_init(&c->lay, c->g)) || (rc = sel_record_layout_init(&c->rl, c->g)))
+	if ((rc = sel_slot_layout_init(&c->lay, c->g)) ||
+	    (rc = sel_record_layout_init(&c->rl, c->g)))
 		goto fail;
 	memcpy(c->scope.identity, cfg->identity, SEL_IDENTITY_BYTES);
 	sel_layout_fingerprint(c->g, c->scope.fingerprint);
@@ -197,7 +203,8 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 	c->scope.table_bytes = c->rl.table_bytes;
 	c->scope.table = c->rl.table;
 	if (c->scope.table_bytes > SEL_POOL_TABLE_MAX) {
-		rc = eos_fail(SEL_EOVERSIZE, "pool: the rank table of %u bytes is over the protocol's %u",
+		rc = eos_fail(SEL_EOVERSIZE,
+			      "pool: the rank table of %u bytes is over the protocol's %u",
 			      c->scope.table_bytes, SEL_POOL_TABLE_MAX);
 		goto fail;
 	}
@@ -217,8 +224,10 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 		if (rc != -EAGAIN)
 			break;
 		if (eos_now_ns() + BACKOFF_MIN_NS >= deadline) {
-			rc = eos_fail(-ETIMEDOUT, "pool %s: no manager answered within %" PRIu64 " s (%s)",
-				      c->address, (uint64_t)(c->hello_timeout_ns / S_NS), eos_errmsg());
+			rc = eos_fail(-ETIMEDOUT,
+				      "pool %s: no manager answered within %" PRIu64 " s (%s)",
+				      c->address, (uint64_t)(c->hello_timeout_ns / S_NS),
+				      eos_errmsg());
 			break;
 		}
 		eos_sleep_ns(BACKOFF_MIN_NS);
@@ -232,9 +241,10 @@ int sel_pool_attach(const struct sel_pool_client_config *cfg, sel_pool_client **
 		goto fail;
 	}
 	if (c->scope.slot_bytes > c->arena_bytes - c->hello.data_start)
-		snprintf(c->warning, sizeof c->warning, "pool %s: the arena (%" PRIu64 " bytes) cannot "
-			 "hold one page record of %" PRIu64 " bytes", c->address, c->arena_bytes,
-			 c->scope.slot_bytes);
+		snprintf(c->warning, sizeof c->warning,
+			 "pool %s: the arena (%" PRIu64 " bytes) cannot "
+			 "hold one page record of %" PRIu64 " bytes",
+			 c->address, c->arena_bytes, c->scope.slot_bytes);
 	c->fd = h.fd;
 	c->io_epoch = c->epoch = 1;
 	c->state = SEL_POOL_ATTACHED;
@@ -296,7 +306,8 @@ void sel_pool_destroy(sel_pool_client *c)
 	for (size_t i = 0; c->tickets.b && i <= c->tickets.mask; i++)
 		for (struct eos_hnode *x = c->tickets.b[i], *nx; x; x = nx) {
 			nx = x->next;
-			sel_pool_ticket *t = (sel_pool_ticket *)((char *)x - offsetof(sel_pool_ticket, hn));
+			sel_pool_ticket *t =
+				(sel_pool_ticket *)((char *)x - offsetof(sel_pool_ticket, hn));
 			t->linked = false; /* the caller still owns it; it only loses its answer */
 		}
 	eos_hmap_free(&c->leases);
@@ -333,7 +344,9 @@ enum sel_pool_state sel_pool_state(const sel_pool_client *c) { return c->state; 
 
 const char *sel_pool_state_name(enum sel_pool_state s)
 {
-	return s == SEL_POOL_ATTACHED ? "attached" : s == SEL_POOL_DETACHED ? "detached" : "disabled";
+	return s == SEL_POOL_ATTACHED   ? "attached"
+	       : s == SEL_POOL_DETACHED ? "detached"
+					: "disabled";
 }
 
 const struct sel_pool_m_hello *sel_pool_hello(const sel_pool_client *c) { return &c->hello; }
@@ -354,8 +367,8 @@ void *sel_pool_arena(const sel_pool_client *c, uint64_t *bytes)
 uint64_t sel_pool_xfer_parts(const sel_pool_client *c, struct sel_xfer_part *parts)
 {
 	for (uint32_t r = 0; r < c->lay.ranks; r++)
-		parts[r] = (struct sel_xfer_part){(uint64_t)(uintptr_t)c->arena + c->lay.share_off[r],
-						  c->lay.slot_bytes};
+		parts[r] = (struct sel_xfer_part){
+			(uint64_t)(uintptr_t)c->arena + c->lay.share_off[r], c->lay.slot_bytes};
 	return c->arena_bytes / c->lay.slot_bytes;
 }
 
@@ -365,4 +378,3 @@ void *sel_pool_slot_addr(const sel_pool_client *c, uint32_t s)
 }
 
 /* ---- tables ---------------------------------------------------------------------------------- */
-

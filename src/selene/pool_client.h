@@ -183,8 +183,8 @@ void sel_pool_ticket_free(sel_pool_client *c, sel_pool_ticket *t);
  * endpoint down to the candidate's base has key == history.key_at(its
  * consumed), consumed <= len(h), and consumed counts strictly fall toward
  * the base, which is <= resident. */
-bool sel_pool_candidate_matches(const struct sel_pool_m_answer *a, uint32_t i,
-				const sel_history *h, uint64_t resident);
+bool sel_pool_candidate_matches(const struct sel_pool_m_answer *a, uint32_t i, const sel_history *h,
+				uint64_t resident);
 /* The candidate to restore: the deepest that matches, and among equally
  * deep ones the closest source (neighbour GPU, DRAM, NVMe, then the
  * arena).  Its index, or -1 when none matches. */
@@ -193,32 +193,36 @@ int sel_pool_answer_pick(const struct sel_pool_m_answer *a, const sel_history *h
 
 /* ---- Leases ------------------------------------------------------------- */
 
-enum sel_pool_lease_kind { SEL_POOL_CLAIM = 0, SEL_POOL_PUT = 1, SEL_POOL_EXPORT = 2 };
+enum sel_pool_lease_kind {
+	SEL_POOL_CLAIM = 0,
+	SEL_POOL_PUT = 1,
+	SEL_POOL_EXPORT = 2
+};
 
 /* Read-only for the caller. */
 struct sel_pool_lease {
 	enum sel_pool_lease_kind kind;
-	uint64_t id;              /* the manager's lease id */
-	uint64_t request;         /* the claim or put id it answers (0: export) */
-	uint8_t source;           /* claims: where the bytes came from */
-	sel_key key;              /* the endpoint */
-	uint64_t base;            /* claims: pages start after this consumed count */
-	uint32_t n_nodes;         /* claims: the chain, ancestor first */
+	uint64_t id;      /* the manager's lease id */
+	uint64_t request; /* the claim or put id it answers (0: export) */
+	uint8_t source;   /* claims: where the bytes came from */
+	sel_key key;      /* the endpoint */
+	uint64_t base;    /* claims: pages start after this consumed count */
+	uint32_t n_nodes; /* claims: the chain, ancestor first */
 	const struct sel_pool_gnode *nodes;
-	uint32_t n_pages;         /* pages in the windows, chain order */
+	uint32_t n_pages;           /* pages in the windows, chain order */
 	const uint32_t *page_slots; /* [n_pages] arena slot numbers */
-	uint32_t n_row_slots;     /* row_slots, or 0 without the row */
+	uint32_t n_row_slots;       /* row_slots, or 0 without the row */
 	const uint32_t *row_slots;
 	const uint64_t *page_cksum; /* claims: [n_pages] expected checksums */
-	uint64_t row_cksum;       /* claims */
+	uint64_t row_cksum;         /* claims */
 	/* Exports: what the manager asks for. */
 	uint64_t generation;
 	uint32_t start_page;
-	uint64_t bytes;           /* bytes the windows hold */
-	uint64_t deadline_ns;     /* eos_now_ns clock: the manager's deadline */
-	uint32_t failed;          /* 0, or the reason of SEL_POOL_EV_LEASE_FAILED */
-	uint32_t windows;         /* windows the grant had (progress counts them) */
-	uint32_t page_tokens;     /* the scope's */
+	uint64_t bytes;       /* bytes the windows hold */
+	uint64_t deadline_ns; /* eos_now_ns clock: the manager's deadline */
+	uint32_t failed;      /* 0, or the reason of SEL_POOL_EV_LEASE_FAILED */
+	uint32_t windows;     /* windows the grant had (progress counts them) */
+	uint32_t page_tokens; /* the scope's */
 };
 
 /* Claim candidate i of a READY ticket's answer (which must be the
@@ -299,8 +303,8 @@ enum sel_pool_event_type {
 
 struct sel_pool_event {
 	enum sel_pool_event_type type;
-	uint32_t reason;            /* SEL_POOL_OK or a reason */
-	uint64_t request;           /* claim or put id */
+	uint32_t reason;  /* SEL_POOL_OK or a reason */
+	uint64_t request; /* claim or put id */
 	sel_key key;
 	struct sel_pool_lease *lease;
 	sel_pool_ticket *ticket;
@@ -313,15 +317,15 @@ int sel_pool_poll(sel_pool_client *c, struct sel_pool_event *ev, size_t cap);
 int sel_pool_wait_fd(const sel_pool_client *c);
 
 struct sel_pool_client_stats {
-	uint64_t sessions;        /* sessions opened (attach + reattaches) */
+	uint64_t sessions; /* sessions opened (attach + reattaches) */
 	uint64_t detaches;
 	uint64_t lookups, answers, answers_dropped; /* dropped: ticket already freed */
 	uint64_t claims, claims_granted, claims_failed;
 	uint64_t puts, puts_granted, puts_refused, puts_accepted, puts_rejected;
 	uint64_t exports, exports_accepted, exports_refused, exports_done;
 	uint64_t leases_failed;
-	uint64_t refused_frames;  /* manager frames refused: unknown ids, bad windows */
-	uint64_t manager_errors;  /* M_ERROR frames received */
+	uint64_t refused_frames; /* manager frames refused: unknown ids, bad windows */
+	uint64_t manager_errors; /* M_ERROR frames received */
 	uint64_t frames_out, frames_in, queue_full;
 };
 void sel_pool_stats(const sel_pool_client *c, struct sel_pool_client_stats *out);

@@ -517,8 +517,8 @@ void *pc_io_main(void *arg)
 {
 	sel_pool_client *c = arg;
 	eos_thread_name("sel-pool-io");
-	struct io_loop L = {.ep = epoll_create1(EPOLL_CLOEXEC), .reading = true,
-			    .backoff = BACKOFF_MIN_NS};
+	struct io_loop L = {
+		.ep = epoll_create1(EPOLL_CLOEXEC), .reading = true, .backoff = BACKOFF_MIN_NS};
 	if (L.ep < 0)
 		return NULL;
 	struct epoll_event ev = {.events = EPOLLIN, .data.fd = c->wake_io};

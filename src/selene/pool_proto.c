@@ -64,10 +64,16 @@ const char *sel_pool_type_name(uint16_t type)
 }
 
 static const char *const reason_names[SEL_POOL_REASONS] = {
-	"ok", "not_found", "generation_changed", "chain_gap", "no_headroom", "no_room", "busy",
-	"present", "in_flight", "orphan", "oversize", "bad_request", "forged", "stale", "timeout",
-	"no_progress", "gone", "cancelled", "recovering", "scope", "version", "duplicate",
-	"too_many", "corrupt", "copy_failed", "full", "malformed", "shutdown",
+	"ok",          "not_found",   "generation_changed",
+	"chain_gap",   "no_headroom", "no_room",
+	"busy",        "present",     "in_flight",
+	"orphan",      "oversize",    "bad_request",
+	"forged",      "stale",       "timeout",
+	"no_progress", "gone",        "cancelled",
+	"recovering",  "scope",       "version",
+	"duplicate",   "too_many",    "corrupt",
+	"copy_failed", "full",        "malformed",
+	"shutdown",
 };
 
 const char *sel_pool_reason_name(uint32_t r)
@@ -105,7 +111,8 @@ int sel_pool_windows_check(const struct sel_pool_window *w, uint32_t n, uint64_t
 			   uint32_t row_slots)
 {
 	if (!slot_bytes || slot_bytes % EOS_ALIGN)
-		return eos_fail(SEL_EFORMAT, "pool windows: slot bytes %" PRIu64 " are not a 4 KiB multiple",
+		return eos_fail(SEL_EFORMAT,
+				"pool windows: slot bytes %" PRIu64 " are not a 4 KiB multiple",
 				slot_bytes);
 	uint64_t got_pages = 0, got_row = 0;
 	bool in_row = false;
@@ -114,29 +121,37 @@ int sel_pool_windows_check(const struct sel_pool_window *w, uint32_t n, uint64_t
 		if (!x->slots)
 			return eos_fail(SEL_EFORMAT, "pool windows: window %u holds no slot", i);
 		if (x->off < data_start || x->off % slot_bytes)
-			return eos_fail(SEL_EFORMAT, "pool windows: window %u at %" PRIu64
-					" is not a slot of the arena", i, x->off);
+			return eos_fail(SEL_EFORMAT,
+					"pool windows: window %u at %" PRIu64
+					" is not a slot of the arena",
+					i, x->off);
 		if (x->slots > (arena_bytes - x->off) / slot_bytes || x->off > arena_bytes)
-			return eos_fail(SEL_EFORMAT, "pool windows: window %u (%" PRIu64 " + %u slots) "
-					"ends beyond the arena of %" PRIu64 " bytes", i, x->off,
-					x->slots, arena_bytes);
+			return eos_fail(SEL_EFORMAT,
+					"pool windows: window %u (%" PRIu64 " + %u slots) "
+					"ends beyond the arena of %" PRIu64 " bytes",
+					i, x->off, x->slots, arena_bytes);
 		if (x->kind == SEL_POOL_WIN_PAGES) {
 			if (in_row)
-				return eos_fail(SEL_EFORMAT, "pool windows: pages window %u after the row", i);
+				return eos_fail(SEL_EFORMAT,
+						"pool windows: pages window %u after the row", i);
 			got_pages += x->slots;
 		} else if (x->kind == SEL_POOL_WIN_ROW) {
 			in_row = true;
 			got_row += x->slots;
 		} else {
-			return eos_fail(SEL_EFORMAT, "pool windows: window %u has kind %u", i, x->kind);
+			return eos_fail(SEL_EFORMAT, "pool windows: window %u has kind %u", i,
+					x->kind);
 		}
 	}
 	if (got_pages != pages || got_row != row_slots)
-		return eos_fail(SEL_EFORMAT, "pool windows: %" PRIu64 " page and %" PRIu64 " row slots, "
-				"expected %u and %u", got_pages, got_row, pages, row_slots);
+		return eos_fail(SEL_EFORMAT,
+				"pool windows: %" PRIu64 " page and %" PRIu64 " row slots, "
+				"expected %u and %u",
+				got_pages, got_row, pages, row_slots);
 	if (n < 2)
 		return 0;
-	const struct sel_pool_window **s = malloc((size_t)n * sizeof(const struct sel_pool_window *));
+	const struct sel_pool_window **s =
+		malloc((size_t)n * sizeof(const struct sel_pool_window *));
 	if (!s)
 		return eos_fail(-ENOMEM, "pool windows: out of memory");
 	for (uint32_t i = 0; i < n; i++)
@@ -145,8 +160,10 @@ int sel_pool_windows_check(const struct sel_pool_window *w, uint32_t n, uint64_t
 	int rc = 0;
 	for (uint32_t i = 1; i < n && !rc; i++)
 		if (s[i - 1]->off + (uint64_t)s[i - 1]->slots * slot_bytes > s[i]->off)
-			rc = eos_fail(SEL_EFORMAT, "pool windows: windows at %" PRIu64 " and %" PRIu64
-				      " overlap", s[i - 1]->off, s[i]->off);
+			rc = eos_fail(SEL_EFORMAT,
+				      "pool windows: windows at %" PRIu64 " and %" PRIu64
+				      " overlap",
+				      s[i - 1]->off, s[i]->off);
 	free(s);
 	return rc;
 }

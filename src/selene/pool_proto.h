@@ -51,26 +51,26 @@
 #include "selene.h"
 
 #define SEL_POOL_VERSION 1u
-#define SEL_POOL_MAGIC 0x4c4f4f50u       /* "POOL" in the two hellos */
+#define SEL_POOL_MAGIC 0x4c4f4f50u /* "POOL" in the two hellos */
 #define SEL_POOL_FRAME_HEADER 8u
-#define SEL_POOL_FRAME_MAX (1u << 20)    /* payload bytes */
-#define SEL_POOL_NAME_MAX 64u            /* pool name bytes */
-#define SEL_POOL_TEXT_MAX 256u           /* refusal and error text bytes */
-#define SEL_POOL_TABLE_MAX 65536u        /* scope rank table bytes */
-#define SEL_POOL_MAX_BOUNDS 16384u       /* lookup boundaries (1M tokens) */
-#define SEL_POOL_MAX_HOLDINGS 4096u      /* announce / withdraw entries per frame */
-#define SEL_POOL_MAX_NODES 1024u         /* answer and grant nodes */
-#define SEL_POOL_MAX_CANDIDATES 32u      /* answer candidates */
-#define SEL_POOL_MAX_WINDOWS 16384u      /* windows per grant */
-#define SEL_POOL_MAX_PAGES 65536u        /* pages per grant (checksums) */
-#define SEL_POOL_ID_BYTES 16u            /* instance ids, scope ids */
-#define SEL_POOL_NONE UINT32_MAX         /* no node index */
+#define SEL_POOL_FRAME_MAX (1u << 20) /* payload bytes */
+#define SEL_POOL_NAME_MAX 64u         /* pool name bytes */
+#define SEL_POOL_TEXT_MAX 256u        /* refusal and error text bytes */
+#define SEL_POOL_TABLE_MAX 65536u     /* scope rank table bytes */
+#define SEL_POOL_MAX_BOUNDS 16384u    /* lookup boundaries (1M tokens) */
+#define SEL_POOL_MAX_HOLDINGS 4096u   /* announce / withdraw entries per frame */
+#define SEL_POOL_MAX_NODES 1024u      /* answer and grant nodes */
+#define SEL_POOL_MAX_CANDIDATES 32u   /* answer candidates */
+#define SEL_POOL_MAX_WINDOWS 16384u   /* windows per grant */
+#define SEL_POOL_MAX_PAGES 65536u     /* pages per grant (checksums) */
+#define SEL_POOL_ID_BYTES 16u         /* instance ids, scope ids */
+#define SEL_POOL_NONE UINT32_MAX      /* no node index */
 
 /* Restore deadlines (design 2.15): setup plus the bytes at 8 MiB/s. */
-#define SEL_POOL_SETUP_MS 10000u          /* what a client asks for */
-#define SEL_POOL_SETUP_LIMIT_MS 30000u    /* the manager's default clamp */
+#define SEL_POOL_SETUP_MS 10000u           /* what a client asks for */
+#define SEL_POOL_SETUP_LIMIT_MS 30000u     /* the manager's default clamp */
 #define SEL_POOL_REQUESTER_SETUP_MS 12000u /* the requester's own allowance */
-#define SEL_POOL_PROGRESS_MS 3000u        /* the manager's no-progress timeout */
+#define SEL_POOL_PROGRESS_MS 3000u         /* the manager's no-progress timeout */
 #define SEL_POOL_DEADLINE_BPS (8ull << 20)
 
 /* Message types.  Client-to-manager types have bit 6 set. */
@@ -159,7 +159,10 @@ const char *sel_pool_source_name(uint32_t s);
 /* An arena window: `slots` consecutive slots of the scope's slot_bytes at
  * byte offset `off` of the arena mapping.  Pages windows come first, in
  * chain page order, then row windows, in row piece order. */
-enum sel_pool_win_kind { SEL_POOL_WIN_PAGES = 0, SEL_POOL_WIN_ROW = 1 };
+enum sel_pool_win_kind {
+	SEL_POOL_WIN_PAGES = 0,
+	SEL_POOL_WIN_ROW = 1
+};
 struct sel_pool_window {
 	uint64_t off;
 	uint32_t slots;
@@ -168,51 +171,53 @@ struct sel_pool_window {
 
 struct sel_pool_m_hello {
 	uint32_t version;
-	uint64_t generation;      /* region generation: the arena's identity */
-	uint64_t arena_bytes;     /* length of the descriptor to map */
-	uint64_t data_start;      /* first byte windows may use (header before it) */
-	uint32_t window_limit;    /* bytes per window at most (beyond one slot) */
-	uint32_t window_credits;  /* windows in flight per lease (remote data channels) */
+	uint64_t generation;     /* region generation: the arena's identity */
+	uint64_t arena_bytes;    /* length of the descriptor to map */
+	uint64_t data_start;     /* first byte windows may use (header before it) */
+	uint32_t window_limit;   /* bytes per window at most (beyond one slot) */
+	uint32_t window_credits; /* windows in flight per lease (remote data channels) */
 	uint32_t max_claims, max_puts, max_exports; /* open leases per session */
-	uint32_t setup_limit_ms;  /* the clamp on a requested setup time */
-	uint32_t progress_ms;     /* the no-progress timeout */
-	uint64_t staging_bytes;   /* data staging a client needs (0: shared memory) */
+	uint32_t setup_limit_ms;                    /* the clamp on a requested setup time */
+	uint32_t progress_ms;                       /* the no-progress timeout */
+	uint64_t staging_bytes; /* data staging a client needs (0: shared memory) */
 	char name[SEL_POOL_NAME_MAX + 1];
 };
 
-enum { SEL_POOL_HELLO_DRAINED = 1u << 0 }; /* previous session's copies drained */
+enum {
+	SEL_POOL_HELLO_DRAINED = 1u << 0
+}; /* previous session's copies drained */
 
 struct sel_pool_scope {
 	uint8_t identity[SEL_IDENTITY_BYTES];       /* offload identity */
 	uint8_t fingerprint[SEL_FINGERPRINT_BYTES]; /* layout fingerprint */
 	uint32_t page_tokens;
 	uint32_t ranks;
-	uint64_t slot_bytes;    /* one page record (4 KiB multiple) */
-	uint32_t row_slots;     /* slots a row occupies */
-	uint32_t table_bytes;   /* the record rank table (docs/record-format.md) */
-	const uint8_t *table;   /* decoded: points into the message's memory */
+	uint64_t slot_bytes;  /* one page record (4 KiB multiple) */
+	uint32_t row_slots;   /* slots a row occupies */
+	uint32_t table_bytes; /* the record rank table (docs/record-format.md) */
+	const uint8_t *table; /* decoded: points into the message's memory */
 };
 
 struct sel_pool_c_hello {
 	uint32_t version;
-	uint32_t flags;          /* SEL_POOL_HELLO_* */
+	uint32_t flags; /* SEL_POOL_HELLO_* */
 	uint8_t instance[SEL_POOL_ID_BYTES];
-	uint64_t generation;     /* the region this client still maps, 0 for none */
+	uint64_t generation; /* the region this client still maps, 0 for none */
 	struct sel_pool_scope scope;
 };
 
 struct sel_pool_m_welcome {
-	uint32_t status;         /* SEL_POOL_OK or the refusal */
-	uint64_t session;        /* the manager's session id */
-	uint32_t recovering;     /* 1: allocation waits for clients of a previous run */
+	uint32_t status;     /* SEL_POOL_OK or the refusal */
+	uint64_t session;    /* the manager's session id */
+	uint32_t recovering; /* 1: allocation waits for clients of a previous run */
 	char text[SEL_POOL_TEXT_MAX + 1];
 };
 
 struct sel_pool_holding {
-	uint8_t source;          /* SEL_POOL_SRC_GPU, _DRAM or _NVME */
+	uint8_t source; /* SEL_POOL_SRC_GPU, _DRAM or _NVME */
 	sel_key key;
-	sel_digest bucket;       /* announce only */
-	uint64_t generation;     /* the holder's checkpoint generation */
+	sel_digest bucket;   /* announce only */
+	uint64_t generation; /* the holder's checkpoint generation */
 };
 
 struct sel_pool_c_holdings { /* C_ANNOUNCE, C_WITHDRAW */
@@ -221,14 +226,14 @@ struct sel_pool_c_holdings { /* C_ANNOUNCE, C_WITHDRAW */
 };
 
 struct sel_pool_c_reset {
-	uint32_t sources;        /* bit (1 << source) for each kind to forget */
+	uint32_t sources; /* bit (1 << source) for each kind to forget */
 };
 
 struct sel_pool_c_lookup {
 	uint64_t ticket;
-	uint64_t resident;       /* GPU-resident count a */
-	uint64_t limit;          /* deepest endpoint wanted */
-	uint64_t k_hi;           /* bounds[i] is the boundary digest at k_hi - i */
+	uint64_t resident; /* GPU-resident count a */
+	uint64_t limit;    /* deepest endpoint wanted */
+	uint64_t k_hi;     /* bounds[i] is the boundary digest at k_hi - i */
 	uint32_t n;
 	sel_digest *bounds;
 };
@@ -236,18 +241,18 @@ struct sel_pool_c_lookup {
 /* An answer node: one record of an arena chain, or a holder's endpoint. */
 struct sel_pool_anode {
 	sel_key key;
-	uint32_t tail;           /* pages the record holds */
-	uint32_t up;             /* index of the next node toward the root, or NONE */
+	uint32_t tail; /* pages the record holds */
+	uint32_t up;   /* index of the next node toward the root, or NONE */
 	uint8_t has_row;
 };
 
 struct sel_pool_candidate {
-	uint8_t source;          /* enum sel_pool_source */
-	uint32_t node;           /* endpoint node; chain = node, up, up, ... */
-	uint64_t base;           /* consumed count where the chain stops (<= resident) */
-	uint64_t generation;     /* holders: the generation to claim */
+	uint8_t source;                    /* enum sel_pool_source */
+	uint32_t node;                     /* endpoint node; chain = node, up, up, ... */
+	uint64_t base;                     /* consumed count where the chain stops (<= resident) */
+	uint64_t generation;               /* holders: the generation to claim */
 	uint8_t holder[SEL_POOL_ID_BYTES]; /* holders: instance id; arena: zero */
-	uint64_t bytes;          /* bytes the restore would move */
+	uint64_t bytes;                    /* bytes the restore would move */
 };
 
 struct sel_pool_m_answer {
@@ -258,11 +263,11 @@ struct sel_pool_m_answer {
 };
 
 struct sel_pool_c_claim {
-	uint64_t claim;          /* the client's id */
+	uint64_t claim; /* the client's id */
 	uint8_t source;
 	uint8_t holder[SEL_POOL_ID_BYTES];
 	uint64_t generation;
-	sel_key key;             /* endpoint */
+	sel_key key; /* endpoint */
 	uint64_t resident;
 	uint32_t setup_ms;
 };
@@ -272,9 +277,9 @@ struct sel_pool_gnode {
 	sel_key key;
 	sel_key parent;
 	sel_digest bucket;
-	uint32_t tail;           /* pages the record holds */
-	uint32_t pages;          /* the last `pages` of them are granted */
-	uint8_t has_row;         /* the endpoint row is granted (last node only) */
+	uint32_t tail;   /* pages the record holds */
+	uint32_t pages;  /* the last `pages` of them are granted */
+	uint8_t has_row; /* the endpoint row is granted (last node only) */
 };
 
 struct sel_pool_m_claim_grant {
@@ -282,21 +287,21 @@ struct sel_pool_m_claim_grant {
 	uint64_t lease, nonce;
 	uint32_t deadline_ms;
 	uint8_t source;
-	uint64_t base;           /* consumed count the granted pages start after (page aligned) */
+	uint64_t base; /* consumed count the granted pages start after (page aligned) */
 	uint32_t n_nodes, n_windows, n_pages;
-	struct sel_pool_gnode *nodes;     /* chain order, ancestor first */
+	struct sel_pool_gnode *nodes; /* chain order, ancestor first */
 	struct sel_pool_window *windows;
-	uint64_t *page_cksum;    /* [n_pages] XXH3-64 of each page record */
-	uint64_t row_cksum;      /* XXH3-64 of the row (docs/record-format.md) */
+	uint64_t *page_cksum; /* [n_pages] XXH3-64 of each page record */
+	uint64_t row_cksum;   /* XXH3-64 of the row (docs/record-format.md) */
 };
 
-struct sel_pool_m_refused {  /* M_CLAIM_REFUSED, M_PUT_REFUSED */
-	uint64_t id;             /* claim or put id */
+struct sel_pool_m_refused { /* M_CLAIM_REFUSED, M_PUT_REFUSED */
+	uint64_t id;        /* claim or put id */
 	uint32_t reason;
 };
 
 struct sel_pool_c_put {
-	uint64_t put;            /* the client's id */
+	uint64_t put; /* the client's id */
 	sel_key key, parent;
 	sel_digest bucket;
 	uint32_t tail;
@@ -315,18 +320,18 @@ struct sel_pool_m_put_grant {
 struct sel_pool_lease_status { /* M_PUT_RESULT, M_EXPORT_CANCEL, M_LEASE_FAILED, C_RELEASE,
 				  C_EXPORT_REPLY */
 	uint64_t lease, nonce;
-	uint32_t status;         /* SEL_POOL_OK or a reason */
+	uint32_t status; /* SEL_POOL_OK or a reason */
 };
 
 struct sel_pool_m_export_request {
 	uint64_t lease, nonce;
 	uint32_t deadline_ms;
-	uint8_t source;          /* which holding: GPU, DRAM, NVME */
+	uint8_t source; /* which holding: GPU, DRAM, NVME */
 	sel_key key;
 	uint64_t generation;
-	uint32_t start_page;     /* the first chain page wanted */
+	uint32_t start_page; /* the first chain page wanted */
 	uint32_t n_pages;
-	uint8_t row;             /* the endpoint row is wanted */
+	uint8_t row; /* the endpoint row is wanted */
 	uint32_t n_windows;
 	struct sel_pool_window *windows;
 };
@@ -336,18 +341,18 @@ struct sel_pool_c_progress {
 	uint32_t windows_done;
 };
 
-struct sel_pool_c_cksums {   /* C_COMMIT, C_EXPORT_DONE */
+struct sel_pool_c_cksums { /* C_COMMIT, C_EXPORT_DONE */
 	uint64_t lease, nonce;
-	uint32_t status;         /* EXPORT_DONE: OK or the failure; COMMIT: 0 */
+	uint32_t status; /* EXPORT_DONE: OK or the failure; COMMIT: 0 */
 	uint32_t n;
 	uint64_t *page_cksum;
 	uint64_t row_cksum;
 };
 
 struct sel_pool_m_error {
-	uint32_t code;           /* a reason */
-	uint16_t about;          /* the type of the frame refused, or 0 */
-	uint8_t fatal;           /* the connection closes after it */
+	uint32_t code;  /* a reason */
+	uint16_t about; /* the type of the frame refused, or 0 */
+	uint8_t fatal;  /* the connection closes after it */
 	char text[SEL_POOL_TEXT_MAX + 1];
 };
 

@@ -56,7 +56,7 @@ enum {
 	OFF_TAIL = 28,
 	OFF_IDENTITY = 32,
 	OFF_FINGERPRINT = 64,
-	OFF_KEY = 80,    /* u64 consumed, 16-byte digest */
+	OFF_KEY = 80, /* u64 consumed, 16-byte digest */
 	OFF_PARENT = 104,
 	OFF_BUCKET = 128,
 	OFF_PAGE_OFF = 144,
@@ -89,7 +89,8 @@ static int layout_alloc(sel_record_layout *l, uint32_t ranks)
 	l->row_off = calloc(ranks, sizeof(*l->row_off));
 	if (!l->n_planes || !l->unit || !l->plane_off || !l->row_bytes || !l->share ||
 	    !l->share_off || !l->row_off)
-		return eos_fail(-ENOMEM, "record layout: out of memory for %" PRIu32 " ranks", ranks);
+		return eos_fail(-ENOMEM, "record layout: out of memory for %" PRIu32 " ranks",
+				ranks);
 	return 0;
 }
 
@@ -113,25 +114,35 @@ static int table_parse(const uint8_t *t, size_t avail, uint32_t ranks, struct se
 		return rc;
 	for (uint32_t r = 0; r < ranks; r++) {
 		if (avail - pos < RANK_ENTRY)
-			return eos_fail(SEL_EFORMAT, "record header: rank table ends inside rank %" PRIu32
-					" (header too short for %" PRIu32 " ranks)", r, ranks);
+			return eos_fail(SEL_EFORMAT,
+					"record header: rank table ends inside rank %" PRIu32
+					" (header too short for %" PRIu32 " ranks)",
+					r, ranks);
 		uint32_t n = sel_get_u32(t + pos);
 		uint32_t reserved = sel_get_u32(t + pos + 4);
 		uint64_t row = sel_get_u64(t + pos + 8);
 		pos += RANK_ENTRY;
 		if (n == 0)
-			return eos_fail(SEL_EFORMAT, "record header: rank %" PRIu32 " has no page planes", r);
+			return eos_fail(SEL_EFORMAT,
+					"record header: rank %" PRIu32 " has no page planes", r);
 		if (reserved != 0)
-			return eos_fail(SEL_EFORMAT, "record header: rank %" PRIu32 " reserved field is %" PRIu32
-					", not 0", r, reserved);
+			return eos_fail(SEL_EFORMAT,
+					"record header: rank %" PRIu32 " reserved field is %" PRIu32
+					", not 0",
+					r, reserved);
 		if (row == 0)
-			return eos_fail(SEL_EFORMAT, "record header: rank %" PRIu32 " has a 0-byte row", r);
+			return eos_fail(SEL_EFORMAT,
+					"record header: rank %" PRIu32 " has a 0-byte row", r);
 		if (row > UINT64_MAX - (ALIGN - 1))
-			return eos_fail(-EOVERFLOW, "record header: rank %" PRIu32 " row of %" PRIu64
-					" bytes cannot be padded", r, row);
+			return eos_fail(-EOVERFLOW,
+					"record header: rank %" PRIu32 " row of %" PRIu64
+					" bytes cannot be padded",
+					r, row);
 		if ((avail - pos) / 8 < n)
-			return eos_fail(SEL_EFORMAT, "record header: rank %" PRIu32 " lists %" PRIu32
-					" planes, more than the header holds", r, n);
+			return eos_fail(SEL_EFORMAT,
+					"record header: rank %" PRIu32 " lists %" PRIu32
+					" planes, more than the header holds",
+					r, n);
 		const uint8_t *planes = t + pos;
 		if (l) {
 			l->n_planes[r] = n;
@@ -139,24 +150,32 @@ static int table_parse(const uint8_t *t, size_t avail, uint32_t ranks, struct se
 			l->unit[r] = calloc(n, sizeof(**l->unit));
 			l->plane_off[r] = calloc(n, sizeof(**l->plane_off));
 			if (!l->unit[r] || !l->plane_off[r])
-				return eos_fail(-ENOMEM, "record layout: out of memory for rank %" PRIu32
-						" planes", r);
+				return eos_fail(-ENOMEM,
+						"record layout: out of memory for rank %" PRIu32
+						" planes",
+						r);
 		}
 		uint64_t share = 0;
 		for (uint32_t i = 0; i < n; i++) {
 			uint64_t u = sel_get_u64(planes + 8 * (size_t)i);
 			if (u == 0)
-				return eos_fail(SEL_EFORMAT, "record header: rank %" PRIu32 " plane %" PRIu32
-						" has unit size 0", r, i);
+				return eos_fail(SEL_EFORMAT,
+						"record header: rank %" PRIu32 " plane %" PRIu32
+						" has unit size 0",
+						r, i);
 			if (u > UINT64_MAX - (ALIGN - 1))
-				return eos_fail(-EOVERFLOW, "record header: rank %" PRIu32 " plane %" PRIu32
-						" unit %" PRIu64 " cannot be padded", r, i, u);
+				return eos_fail(-EOVERFLOW,
+						"record header: rank %" PRIu32 " plane %" PRIu32
+						" unit %" PRIu64 " cannot be padded",
+						r, i, u);
 			if (l) {
 				l->unit[r][i] = u;
 				l->plane_off[r][i] = share;
 			}
 			if (__builtin_add_overflow(share, round_up4k(u), &share))
-				return eos_fail(-EOVERFLOW, "record header: rank %" PRIu32 " share exceeds 64 bits", r);
+				return eos_fail(
+					-EOVERFLOW,
+					"record header: rank %" PRIu32 " share exceeds 64 bits", r);
 		}
 		pos += 8 * (size_t)n;
 		if (l) {
@@ -166,8 +185,10 @@ static int table_parse(const uint8_t *t, size_t avail, uint32_t ranks, struct se
 		}
 		if (__builtin_add_overflow(page_record, share, &page_record) ||
 		    __builtin_add_overflow(row_segment, round_up4k(row), &row_segment))
-			return eos_fail(-EOVERFLOW, "record header: page record or row segment exceeds "
-					"64 bits at rank %" PRIu32, r);
+			return eos_fail(-EOVERFLOW,
+					"record header: page record or row segment exceeds "
+					"64 bits at rank %" PRIu32,
+					r);
 		if (r == 0) {
 			planes0 = planes;
 			n0 = n;
@@ -226,10 +247,13 @@ static int layout_from_table(sel_record_layout *l, uint8_t *t, size_t len, uint3
 	l->sz.page_tokens = page_tokens;
 	int rc = table_parse(t, len, ranks, &l->sz, &used, l);
 	if (rc == 0 && used != len)
-		rc = eos_fail(SEL_EFORMAT, "record layout: rank table has %zu trailing bytes", len - used);
+		rc = eos_fail(SEL_EFORMAT, "record layout: rank table has %zu trailing bytes",
+			      len - used);
 	if (rc == 0 && l->sz.header_bytes == 0)
-		rc = eos_fail(SEL_EOVERSIZE, "record layout: the rank table of %zu bytes does not fit a "
-			      "%u-byte header", len, SEL_RECORD_HEADER_MAX);
+		rc = eos_fail(SEL_EOVERSIZE,
+			      "record layout: the rank table of %zu bytes does not fit a "
+			      "%u-byte header",
+			      len, SEL_RECORD_HEADER_MAX);
 	if (rc)
 		sel_record_layout_free(l);
 	return rc;
@@ -241,23 +265,31 @@ int sel_record_layout_init(sel_record_layout *l, const sel_geometry *g)
 	if (!g || g->ranks == 0 || !g->rank)
 		return eos_fail(SEL_EGEOMETRY, "record layout: geometry has no ranks");
 	if (g->page_tokens == 0 || g->page_tokens % SEL_BUCKET_TOKENS != 0)
-		return eos_fail(SEL_EGEOMETRY, "record layout: page tokens %" PRIu32
-				" is not a positive multiple of %d", g->page_tokens, SEL_BUCKET_TOKENS);
+		return eos_fail(SEL_EGEOMETRY,
+				"record layout: page tokens %" PRIu32
+				" is not a positive multiple of %d",
+				g->page_tokens, SEL_BUCKET_TOKENS);
 	uint64_t len = 0;
 	for (uint32_t r = 0; r < g->ranks; r++) {
 		const sel_rank_geometry *rg = &g->rank[r];
 		if (rg->n_planes == 0 || !rg->pages)
-			return eos_fail(SEL_EGEOMETRY, "record layout: rank %" PRIu32 " has no page planes", r);
+			return eos_fail(SEL_EGEOMETRY,
+					"record layout: rank %" PRIu32 " has no page planes", r);
 		if (rg->row.unit_bytes == 0)
-			return eos_fail(SEL_EGEOMETRY, "record layout: rank %" PRIu32 " row has unit size 0", r);
+			return eos_fail(SEL_EGEOMETRY,
+					"record layout: rank %" PRIu32 " row has unit size 0", r);
 		for (uint32_t i = 0; i < rg->n_planes; i++)
 			if (rg->pages[i].unit_bytes == 0)
-				return eos_fail(SEL_EGEOMETRY, "record layout: rank %" PRIu32 " plane '%s' has "
-						"unit size 0", r, rg->pages[i].name ? rg->pages[i].name : "?");
+				return eos_fail(SEL_EGEOMETRY,
+						"record layout: rank %" PRIu32 " plane '%s' has "
+						"unit size 0",
+						r, rg->pages[i].name ? rg->pages[i].name : "?");
 		len += RANK_ENTRY + 8 * (uint64_t)rg->n_planes;
 		if (len > SEL_RECORD_HEADER_MAX)
-			return eos_fail(SEL_EOVERSIZE, "record layout: %" PRIu32 " ranks' plane tables exceed "
-					"the %u-byte header limit", g->ranks, SEL_RECORD_HEADER_MAX);
+			return eos_fail(SEL_EOVERSIZE,
+					"record layout: %" PRIu32 " ranks' plane tables exceed "
+					"the %u-byte header limit",
+					g->ranks, SEL_RECORD_HEADER_MAX);
 	}
 	uint8_t *t = calloc(1, len ? len : 1);
 	if (!t)
@@ -297,7 +329,8 @@ int sel_record_layout_parse(sel_record_layout *l, const void *hdr, size_t len)
 /* ---- Namespaces ------------------------------------------------------------- */
 
 void sel_record_dirname(const uint8_t identity[SEL_IDENTITY_BYTES],
-			const uint8_t fingerprint[SEL_FINGERPRINT_BYTES], char out[SEL_RECORD_DIRNAME_MAX])
+			const uint8_t fingerprint[SEL_FINGERPRINT_BYTES],
+			char out[SEL_RECORD_DIRNAME_MAX])
 {
 	char id[2 * SEL_IDENTITY_BYTES + 1], fp[2 * SEL_FINGERPRINT_BYTES + 1];
 	sel_hex(identity, SEL_IDENTITY_BYTES, id);
@@ -365,8 +398,10 @@ int sel_record_span_of(const struct sel_record_sizes *sz, const sel_record_desc 
 	char kt[64];
 	uint32_t pt = sz->page_tokens;
 	if (pt == 0 || pt % SEL_BUCKET_TOKENS != 0)
-		return eos_fail(SEL_EFORMAT, "record: page tokens %" PRIu32 " is not a positive multiple "
-				"of %d", pt, SEL_BUCKET_TOKENS);
+		return eos_fail(SEL_EFORMAT,
+				"record: page tokens %" PRIu32 " is not a positive multiple "
+				"of %d",
+				pt, SEL_BUCKET_TOKENS);
 	if (sz->ranks == 0 || sz->header_bytes == 0)
 		return eos_fail(SEL_EFORMAT, "record: layout without ranks or header size");
 	uint64_t c = d->key.consumed;
@@ -376,32 +411,44 @@ int sel_record_span_of(const struct sel_record_sizes *sz, const sel_record_desc 
 	uint64_t full = c / pt;
 	if (sel_key_is_none(&d->parent)) {
 		if (d->parent_check)
-			return eos_fail(SEL_EFORMAT, "record %s: a parent link check without a parent", kt);
+			return eos_fail(SEL_EFORMAT,
+					"record %s: a parent link check without a parent", kt);
 		if (d->tail != full)
-			return eos_fail(SEL_EFORMAT, "record %s: a root must hold its full chain of %" PRIu64
-					" pages, not %" PRIu32, kt, full, d->tail);
+			return eos_fail(SEL_EFORMAT,
+					"record %s: a root must hold its full chain of %" PRIu64
+					" pages, not %" PRIu32,
+					kt, full, d->tail);
 	} else {
 		uint64_t p = d->parent.consumed;
 		if (p == 0)
-			return eos_fail(SEL_EFORMAT, "record %s: parent consumes 0 tokens but is not none", kt);
+			return eos_fail(SEL_EFORMAT,
+					"record %s: parent consumes 0 tokens but is not none", kt);
 		if (p >= c)
-			return eos_fail(SEL_EFORMAT, "record %s: parent consumes %" PRIu64 " tokens, not "
-					"fewer than the key", kt, p);
+			return eos_fail(SEL_EFORMAT,
+					"record %s: parent consumes %" PRIu64 " tokens, not "
+					"fewer than the key",
+					kt, p);
 		uint64_t derived = full - p / pt;
 		if (d->tail != derived && d->tail != full)
-			return eos_fail(SEL_EFORMAT, "record %s: tail of %" PRIu32 " pages is neither the %"
-					PRIu64 " since the parent nor the full chain of %" PRIu64,
+			return eos_fail(SEL_EFORMAT,
+					"record %s: tail of %" PRIu32
+					" pages is neither the %" PRIu64
+					" since the parent nor the full chain of %" PRIu64,
 					kt, d->tail, derived, full);
 	}
 	if (d->flags & ~SEL_RECORD_FLAGS_KNOWN)
 		return eos_fail(SEL_EFORMAT, "record %s: unknown flags 0x%" PRIx32, kt,
 				d->flags & ~SEL_RECORD_FLAGS_KNOWN);
 	if ((d->flags & SEL_RECORD_PAGES_REPLICATED) && !sz->uniform_planes)
-		return eos_fail(SEL_EFORMAT, "record %s: replicated pages need several ranks with equal "
-				"planes", kt);
+		return eos_fail(SEL_EFORMAT,
+				"record %s: replicated pages need several ranks with equal "
+				"planes",
+				kt);
 	if ((d->flags & SEL_RECORD_ROW_REPLICATED) && !sz->uniform_row)
-		return eos_fail(SEL_EFORMAT, "record %s: a replicated row needs several ranks with "
-				"equal rows", kt);
+		return eos_fail(SEL_EFORMAT,
+				"record %s: a replicated row needs several ranks with "
+				"equal rows",
+				kt);
 
 	sel_record_span s = {0};
 	s.header_bytes = sz->header_bytes;
@@ -413,14 +460,17 @@ int sel_record_span_of(const struct sel_record_sizes *sz, const sel_record_desc 
 	s.row_bytes = (d->flags & SEL_RECORD_ROW_REPLICATED) ? sz->row0_padded : sz->row_segment;
 	uint64_t pages;
 	if (s.page_stride == 0 || s.row_bytes == 0 || s.page_stride % ALIGN || s.row_bytes % ALIGN)
-		return eos_fail(SEL_EFORMAT, "record %s: page record of %" PRIu64 " or row segment of %"
-				PRIu64 " bytes is not a positive multiple of 4 KiB", kt, s.page_stride,
-				s.row_bytes);
+		return eos_fail(SEL_EFORMAT,
+				"record %s: page record of %" PRIu64 " or row segment of %" PRIu64
+				" bytes is not a positive multiple of 4 KiB",
+				kt, s.page_stride, s.row_bytes);
 	if (__builtin_mul_overflow((uint64_t)d->tail, s.page_stride, &pages) ||
 	    __builtin_add_overflow(s.page_off, pages, &s.row_off) ||
 	    __builtin_add_overflow(s.row_off, s.row_bytes, &s.row_end) || s.row_end > INT64_MAX)
-		return eos_fail(-EOVERFLOW, "record %s: %" PRIu32 " page records of %" PRIu64
-				" bytes exceed the largest file", kt, d->tail, s.page_stride);
+		return eos_fail(-EOVERFLOW,
+				"record %s: %" PRIu32 " page records of %" PRIu64
+				" bytes exceed the largest file",
+				kt, d->tail, s.page_stride);
 	*out = s;
 	return 0;
 }
@@ -469,19 +519,25 @@ int sel_record_encode(const sel_record_ns *ns, const sel_record_desc *d, uint64_
 	if (rc)
 		return rc;
 	if (version < 3 && d->parent_check)
-		return eos_fail(SEL_EFORMAT, "record encode: version %" PRIu32 " has no parent link "
-				"check", version);
+		return eos_fail(SEL_EFORMAT,
+				"record encode: version %" PRIu32 " has no parent link "
+				"check",
+				version);
 	if (version == 1) {
 		if (d->flags)
-			return eos_fail(SEL_EFORMAT, "record encode: version 1 has no flags (0x%" PRIx32 ")",
+			return eos_fail(SEL_EFORMAT,
+					"record encode: version 1 has no flags (0x%" PRIx32 ")",
 					d->flags);
 		if (s.header_bytes != SEL_RECORD_HEADER_MIN)
-			return eos_fail(SEL_EOVERSIZE, "record encode: version 1 headers are 4 KiB; this "
-					"rank table needs %" PRIu32, s.header_bytes);
+			return eos_fail(SEL_EOVERSIZE,
+					"record encode: version 1 headers are 4 KiB; this "
+					"rank table needs %" PRIu32,
+					s.header_bytes);
 	}
 	if (len < s.header_bytes)
-		return eos_fail(-EINVAL, "record encode: buffer of %zu bytes, header needs %" PRIu32,
-				len, s.header_bytes);
+		return eos_fail(-EINVAL,
+				"record encode: buffer of %zu bytes, header needs %" PRIu32, len,
+				s.header_bytes);
 	uint8_t *b = buf;
 	memset(b, 0, s.header_bytes);
 	/* NOLINTNEXTLINE(bugprone-not-null-terminated-result): 8 bytes, no NUL by the format */
@@ -521,18 +577,22 @@ int sel_record_header_bytes(const void *buf, size_t len)
 		return eos_fail(SEL_EFORMAT, "record header: bad magic (not a FLARECKP record)");
 	uint32_t version = sel_get_u32(b + OFF_VERSION);
 	if (version < SEL_RECORD_VERSION_MIN || version > SEL_RECORD_VERSION)
-		return eos_fail(SEL_EFORMAT, "record header: version %" PRIu32 " (this build reads %u..%u)",
+		return eos_fail(SEL_EFORMAT,
+				"record header: version %" PRIu32 " (this build reads %u..%u)",
 				version, SEL_RECORD_VERSION_MIN, SEL_RECORD_VERSION);
 	uint32_t hb = sel_get_u32(b + OFF_HEADER_BYTES);
 	if (version == 1) {
 		if (hb != 0)
-			return eos_fail(SEL_EFORMAT, "record header: version 1 reserved field at %d is %" PRIu32,
+			return eos_fail(SEL_EFORMAT,
+					"record header: version 1 reserved field at %d is %" PRIu32,
 					OFF_HEADER_BYTES, hb);
 		return SEL_RECORD_HEADER_MIN;
 	}
 	if (hb < SEL_RECORD_HEADER_MIN || hb > SEL_RECORD_HEADER_MAX || hb % ALIGN != 0)
-		return eos_fail(SEL_EFORMAT, "record header: header size %" PRIu32 " is not a multiple "
-				"of 4 KiB in %u..%u", hb, SEL_RECORD_HEADER_MIN, SEL_RECORD_HEADER_MAX);
+		return eos_fail(SEL_EFORMAT,
+				"record header: header size %" PRIu32 " is not a multiple "
+				"of 4 KiB in %u..%u",
+				hb, SEL_RECORD_HEADER_MIN, SEL_RECORD_HEADER_MAX);
 	return (int)hb;
 }
 
@@ -544,8 +604,7 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
-int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
-		      sel_record_header *out)
+int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns, sel_record_header *out)
 {
 	const uint8_t *b = buf;
 	sel_record_header h;
@@ -554,21 +613,26 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (hb < 0)
 		return hb;
 	if (len < (size_t)hb)
-		return eos_fail(SEL_EFORMAT, "record header: %zu bytes of a %d-byte header", len, hb);
+		return eos_fail(SEL_EFORMAT, "record header: %zu bytes of a %d-byte header", len,
+				hb);
 	h.version = sel_get_u32(b + OFF_VERSION);
 	h.d.flags = sel_get_u32(b + OFF_FLAGS);
 	h.header_checksum = sel_get_u64(b + OFF_HEADER_CHECKSUM);
 	if (h.version >= 2) {
 		uint64_t want = header_checksum(b, (uint32_t)hb);
 		if (want != h.header_checksum)
-			return eos_fail(SEL_ECORRUPT, "record header: checksum %016" PRIx64 " does not match "
-					"its bytes (%016" PRIx64 ")", h.header_checksum, want);
+			return eos_fail(SEL_ECORRUPT,
+					"record header: checksum %016" PRIx64 " does not match "
+					"its bytes (%016" PRIx64 ")",
+					h.header_checksum, want);
 	} else {
 		if (h.d.flags)
-			return eos_fail(SEL_EFORMAT, "record header: version 1 has no flags (0x%" PRIx32 ")",
+			return eos_fail(SEL_EFORMAT,
+					"record header: version 1 has no flags (0x%" PRIx32 ")",
 					h.d.flags);
 		if (h.header_checksum)
-			return eos_fail(SEL_EFORMAT, "record header: version 1 reserved field at %d is not 0",
+			return eos_fail(SEL_EFORMAT,
+					"record header: version 1 reserved field at %d is not 0",
 					OFF_HEADER_CHECKSUM);
 	}
 	if (h.d.flags & ~SEL_RECORD_FLAGS_KNOWN)
@@ -577,8 +641,8 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (h.version >= 3)
 		h.d.parent_check = sel_get_u64(b + OFF_PARENT_CHECK);
 	else if (!all_zero(b + OFF_RESERVED, OFF_TABLE - OFF_RESERVED))
-		return eos_fail(SEL_EFORMAT, "record header: reserved bytes %d..%d are not 0", OFF_RESERVED,
-				OFF_TABLE - 1);
+		return eos_fail(SEL_EFORMAT, "record header: reserved bytes %d..%d are not 0",
+				OFF_RESERVED, OFF_TABLE - 1);
 	h.ranks = sel_get_u32(b + OFF_RANKS);
 	h.page_tokens = sel_get_u32(b + OFF_PAGE_TOKENS);
 	h.d.tail = sel_get_u32(b + OFF_TAIL);
@@ -594,8 +658,10 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (h.ranks == 0)
 		return eos_fail(SEL_EFORMAT, "record header: 0 ranks");
 	if (h.page_tokens == 0 || h.page_tokens % SEL_BUCKET_TOKENS != 0)
-		return eos_fail(SEL_EFORMAT, "record header: page tokens %" PRIu32 " is not a positive "
-				"multiple of %d", h.page_tokens, SEL_BUCKET_TOKENS);
+		return eos_fail(SEL_EFORMAT,
+				"record header: page tokens %" PRIu32 " is not a positive "
+				"multiple of %d",
+				h.page_tokens, SEL_BUCKET_TOKENS);
 
 	struct sel_record_sizes sz = {.ranks = h.ranks, .page_tokens = h.page_tokens};
 	size_t used = 0;
@@ -605,28 +671,35 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (!all_zero(b + OFF_TABLE + used, (size_t)hb - OFF_TABLE - used))
 		return eos_fail(SEL_EFORMAT, "record header: bytes after the rank table are not 0");
 	if (sz.header_bytes != (uint32_t)hb)
-		return eos_fail(SEL_EFORMAT, "record header: header size %d is not the %" PRIu32
-				" its rank table needs", hb, sz.header_bytes);
+		return eos_fail(SEL_EFORMAT,
+				"record header: header size %d is not the %" PRIu32
+				" its rank table needs",
+				hb, sz.header_bytes);
 
 	if (ns) {
 		if (memcmp(h.identity, ns->identity, SEL_IDENTITY_BYTES) != 0) {
 			char a[65], w[65];
 			sel_hex(h.identity, SEL_IDENTITY_BYTES, a);
 			sel_hex(ns->identity, SEL_IDENTITY_BYTES, w);
-			return eos_fail(SEL_EIDENTITY, "record header: offload identity %.16s... is not this "
-					"namespace's %.16s...", a, w);
+			return eos_fail(SEL_EIDENTITY,
+					"record header: offload identity %.16s... is not this "
+					"namespace's %.16s...",
+					a, w);
 		}
 		if (memcmp(h.fingerprint, ns->fingerprint, SEL_FINGERPRINT_BYTES) != 0) {
 			char a[33], w[33];
 			sel_hex(h.fingerprint, SEL_FINGERPRINT_BYTES, a);
 			sel_hex(ns->fingerprint, SEL_FINGERPRINT_BYTES, w);
-			return eos_fail(SEL_ELAYOUT, "record header: layout fingerprint %s is not this "
-					"namespace's %s", a, w);
+			return eos_fail(SEL_ELAYOUT,
+					"record header: layout fingerprint %s is not this "
+					"namespace's %s",
+					a, w);
 		}
 		const sel_record_layout *l = &ns->layout;
 		if (h.ranks != l->sz.ranks || h.page_tokens != l->sz.page_tokens ||
 		    used != l->table_bytes || memcmp(b + OFF_TABLE, l->table, used) != 0)
-			return eos_fail(SEL_ELAYOUT, "record header: ranks, page tokens or plane sizes differ "
+			return eos_fail(SEL_ELAYOUT,
+					"record header: ranks, page tokens or plane sizes differ "
 					"from this namespace's layout (same fingerprint)");
 	}
 
@@ -634,8 +707,10 @@ int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
 	if (rc)
 		return eos_fail(rc, "record header: %s", eos_errmsg());
 	if (page_off != h.span.page_off || row_off != h.span.row_off)
-		return eos_fail(SEL_EFORMAT, "record header: page segment at %" PRIu64 " and row segment "
-				"at %" PRIu64 ", but its sizes put them at %" PRIu64 " and %" PRIu64,
+		return eos_fail(SEL_EFORMAT,
+				"record header: page segment at %" PRIu64 " and row segment "
+				"at %" PRIu64 ", but its sizes put them at %" PRIu64
+				" and %" PRIu64,
 				page_off, row_off, h.span.page_off, h.span.row_off);
 	*out = h;
 	return 0;
@@ -663,8 +738,10 @@ int sel_record_header_matches(const sel_record_header *h, const sel_record_desc 
 		return 0;
 	char kt[64];
 	key_text(&d->key, kt, sizeof kt);
-	return eos_fail(SEL_ECORRUPT, "record %s: the file's header changed since it was indexed "
-			"(%s differs)", kt, what);
+	return eos_fail(SEL_ECORRUPT,
+			"record %s: the file's header changed since it was indexed "
+			"(%s differs)",
+			kt, what);
 }
 
 /* ---- Verification ----------------------------------------------------------- */
@@ -672,8 +749,10 @@ int sel_record_header_matches(const sel_record_header *h, const sel_record_desc 
 int sel_record_check_length(const sel_record_span *s, uint64_t size, bool *has_row)
 {
 	if (size != s->row_off && size != s->row_end)
-		return eos_fail(SEL_ECORRUPT, "length %" PRIu64 " is neither the page-only %" PRIu64
-				" nor the full %" PRIu64, size, s->row_off, s->row_end);
+		return eos_fail(SEL_ECORRUPT,
+				"length %" PRIu64 " is neither the page-only %" PRIu64
+				" nor the full %" PRIu64,
+				size, s->row_off, s->row_end);
 	if (has_row)
 		*has_row = size == s->row_end;
 	return 0;
@@ -683,8 +762,10 @@ int sel_record_check_page(const void *page, uint64_t stride, uint64_t want, uint
 {
 	uint64_t got = XXH3_64bits(page, stride);
 	if (got != want)
-		return eos_fail(SEL_ECORRUPT, "page record %" PRIu32 " fails its checksum (%016" PRIx64
-				", stored %016" PRIx64 ")", i, got, want);
+		return eos_fail(SEL_ECORRUPT,
+				"page record %" PRIu32 " fails its checksum (%016" PRIx64
+				", stored %016" PRIx64 ")",
+				i, got, want);
 	return 0;
 }
 
@@ -692,8 +773,10 @@ int sel_record_check_row(const struct iovec *iov, uint32_t n, uint64_t want)
 {
 	uint64_t got = sel_record_row_checksum(iov, n);
 	if (got != want)
-		return eos_fail(SEL_ECORRUPT, "the row fails its checksum (%016" PRIx64 ", stored %016"
-				PRIx64 ")", got, want);
+		return eos_fail(SEL_ECORRUPT,
+				"the row fails its checksum (%016" PRIx64 ", stored %016" PRIx64
+				")",
+				got, want);
 	return 0;
 }
 
@@ -720,7 +803,8 @@ int sel_record_name_parse(const char *name, sel_key *key)
 	/* 16 hex, '-', 32 hex, ".ckpt" */
 	size_t n = strnlen(name, 64);
 	if (n != 54 || name[16] != '-' || memcmp(name + 49, ".ckpt", 6) != 0)
-		return eos_fail(SEL_EFORMAT, "record name '%.64s': not <16 hex>-<32 hex>.ckpt", name);
+		return eos_fail(SEL_EFORMAT, "record name '%.64s': not <16 hex>-<32 hex>.ckpt",
+				name);
 	sel_key k;
 	memset(&k, 0, sizeof(k));
 	for (int i = 0; i < 16; i++) {
@@ -779,8 +863,10 @@ int sel_record_row_iov(const sel_record_layout *l, uint32_t flags, void *const *
 			uint32_t r = (uint32_t)(j % l->ranks);
 			uint64_t len = left < l->share[r] ? left : l->share[r];
 			if (n == cap || j / l->ranks >= n_slots)
-				return eos_fail(-ENOBUFS, "record row: %" PRIu32 " pieces or %" PRIu32
-						" slots are too few", cap, n_slots);
+				return eos_fail(-ENOBUFS,
+						"record row: %" PRIu32 " pieces or %" PRIu32
+						" slots are too few",
+						cap, n_slots);
 			iov[n].iov_base = (uint8_t *)slots[j / l->ranks] + l->share_off[r];
 			iov[n++].iov_len = len;
 			left -= len;
@@ -792,8 +878,10 @@ int sel_record_row_iov(const sel_record_layout *l, uint32_t flags, void *const *
 		for (uint32_t i = 0; left; i++) {
 			uint64_t len = left < l->share[r] ? left : l->share[r];
 			if (n == cap || i >= n_slots)
-				return eos_fail(-ENOBUFS, "record row: %" PRIu32 " pieces or %" PRIu32
-						" slots are too few", cap, n_slots);
+				return eos_fail(-ENOBUFS,
+						"record row: %" PRIu32 " pieces or %" PRIu32
+						" slots are too few",
+						cap, n_slots);
 			iov[n].iov_base = (uint8_t *)slots[i] + l->share_off[r];
 			iov[n++].iov_len = len;
 			left -= len;
@@ -821,19 +909,29 @@ int sel_record_row_plan(const sel_record_layout *l, uint32_t flags, const struct
 		uint64_t base = (flags & SEL_RECORD_ROW_REPLICATED) ? 0 : l->row_off[r];
 		while (got < want) {
 			if (i == n)
-				return eos_fail(-EINVAL, "record row: pieces end after %" PRIu64 " of rank %"
-						PRIu32 "'s %" PRIu64 " row bytes", got, r, want);
+				return eos_fail(-EINVAL,
+						"record row: pieces end after %" PRIu64
+						" of rank %" PRIu32 "'s %" PRIu64 " row bytes",
+						got, r, want);
 			uint64_t len = iov[i].iov_len;
 			if (len == 0 || len > want - got)
-				return eos_fail(-EINVAL, "record row: piece %" PRIu32 " of %" PRIu64 " bytes "
-						"does not fit rank %" PRIu32 "'s row (%" PRIu64 " of %" PRIu64
-						" placed)", i, (uint64_t)len, r, got, want);
+				return eos_fail(-EINVAL,
+						"record row: piece %" PRIu32 " of %" PRIu64
+						" bytes "
+						"does not fit rank %" PRIu32 "'s row (%" PRIu64
+						" of %" PRIu64 " placed)",
+						i, (uint64_t)len, r, got, want);
 			if ((uintptr_t)iov[i].iov_base % ALIGN != 0)
-				return eos_fail(-EINVAL, "record row: piece %" PRIu32 " is not 4 KiB aligned", i);
+				return eos_fail(
+					-EINVAL,
+					"record row: piece %" PRIu32 " is not 4 KiB aligned", i);
 			bool last = got + len == want;
 			if (!last && len % ALIGN != 0)
-				return eos_fail(-EINVAL, "record row: piece %" PRIu32 " of %" PRIu64 " bytes is "
-						"not the row's last and not a multiple of 4 KiB", i, (uint64_t)len);
+				return eos_fail(-EINVAL,
+						"record row: piece %" PRIu32 " of %" PRIu64
+						" bytes is "
+						"not the row's last and not a multiple of 4 KiB",
+						i, (uint64_t)len);
 			if (out) {
 				out[i].addr = iov[i].iov_base;
 				out[i].data = len;
@@ -845,6 +943,7 @@ int sel_record_row_plan(const sel_record_layout *l, uint32_t flags, const struct
 		}
 	}
 	if (i != n)
-		return eos_fail(-EINVAL, "record row: %" PRIu32 " pieces given, the row has %" PRIu32, n, i);
+		return eos_fail(-EINVAL,
+				"record row: %" PRIu32 " pieces given, the row has %" PRIu32, n, i);
 	return 0;
 }

@@ -211,8 +211,7 @@ int sel_record_header_bytes(const void *buf, size_t len);
  * (SEL_EIDENTITY), the fingerprint and the rank table (SEL_ELAYOUT).
  * Returns 0, SEL_EFORMAT, SEL_ECORRUPT (header checksum), SEL_EIDENTITY,
  * SEL_ELAYOUT, with a message; *out is written only on success. */
-int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns,
-		      sel_record_header *out);
+int sel_record_decode(const void *buf, size_t len, const sel_record_ns *ns, sel_record_header *out);
 
 /* Whether a decoded header describes exactly record d: key, parent,
  * bucket, tail, flags and every offset.  0 or SEL_ECORRUPT naming the
@@ -247,7 +246,8 @@ int sel_record_name_parse(const char *name, sel_key *key);
 void sel_record_tmp_name(const char *name, uint64_t nonce, char out[SEL_RECORD_TMPNAME_MAX]);
 static inline bool sel_record_is_tmp_name(const char *name)
 {
-	return name[0] == '.' && name[1] == 't' && name[2] == 'm' && name[3] == 'p' && name[4] == '-';
+	return name[0] == '.' && name[1] == 't' && name[2] == 'm' && name[3] == 'p' &&
+	       name[4] == '-';
 }
 
 /* ---- Payload addresses from slots (design 2.5 slot layout) -------------- */
@@ -369,7 +369,7 @@ typedef struct sel_scan_record {
 	sel_record_desc d;
 	bool has_row;
 	uint32_t version;
-	uint64_t mtime_ns;   /* access order */
+	uint64_t mtime_ns; /* access order */
 	uint64_t created_ns;
 	uint64_t file_bytes; /* span.row_off or span.row_end */
 	sel_record_span span;
@@ -378,28 +378,28 @@ typedef struct sel_scan_record {
 
 /* What the scan found and removed, and why. */
 typedef struct sel_scan_stats {
-	uint64_t entries;        /* directory entries looked at */
-	uint64_t records;        /* kept */
-	uint64_t with_row;       /* kept with their row */
-	uint64_t bytes;          /* bytes of kept records */
-	uint64_t tmp_removed;    /* temporaries of interrupted writes */
-	uint64_t bad_format;     /* magic, version, structure */
-	uint64_t bad_checksum;   /* v2 header checksum */
-	uint64_t bad_identity;   /* another offload identity */
-	uint64_t bad_layout;     /* another fingerprint or rank table */
-	uint64_t bad_name;       /* name does not match the header's key */
-	uint64_t bad_size;       /* length neither page-only nor full */
-	uint64_t bad_large;      /* longer than max_file_bytes (the disk limit) */
-	uint64_t bad_sparse;     /* holes: allocated blocks do not cover the length */
-	uint64_t bad_link;       /* parent link check differs from the parent's bucket */
-	uint64_t orphans;        /* parent named, absent, tail not the full chain */
-	uint64_t descendants;    /* removed with an orphan */
-	uint64_t pruned;         /* childless page-only, cascading */
-	uint64_t ignored;        /* names that are not ours, not regular files */
-	uint64_t tmp_dirs;       /* ".tmp-*" directories: left alone (not ours to remove) */
-	uint64_t unreadable;     /* open/read failed: neither kept nor removed */
-	uint64_t unlink_failed;  /* removals that failed (files stay) */
-	uint64_t bytes_stuck;    /* bytes of unreadable or unremovable files */
+	uint64_t entries;       /* directory entries looked at */
+	uint64_t records;       /* kept */
+	uint64_t with_row;      /* kept with their row */
+	uint64_t bytes;         /* bytes of kept records */
+	uint64_t tmp_removed;   /* temporaries of interrupted writes */
+	uint64_t bad_format;    /* magic, version, structure */
+	uint64_t bad_checksum;  /* v2 header checksum */
+	uint64_t bad_identity;  /* another offload identity */
+	uint64_t bad_layout;    /* another fingerprint or rank table */
+	uint64_t bad_name;      /* name does not match the header's key */
+	uint64_t bad_size;      /* length neither page-only nor full */
+	uint64_t bad_large;     /* longer than max_file_bytes (the disk limit) */
+	uint64_t bad_sparse;    /* holes: allocated blocks do not cover the length */
+	uint64_t bad_link;      /* parent link check differs from the parent's bucket */
+	uint64_t orphans;       /* parent named, absent, tail not the full chain */
+	uint64_t descendants;   /* removed with an orphan */
+	uint64_t pruned;        /* childless page-only, cascading */
+	uint64_t ignored;       /* names that are not ours, not regular files */
+	uint64_t tmp_dirs;      /* ".tmp-*" directories: left alone (not ours to remove) */
+	uint64_t unreadable;    /* open/read failed: neither kept nor removed */
+	uint64_t unlink_failed; /* removals that failed (files stay) */
+	uint64_t bytes_stuck;   /* bytes of unreadable or unremovable files */
 	uint64_t bytes_removed;
 } sel_scan_stats;
 
@@ -498,10 +498,10 @@ struct sel_record_check {
 	char why[EOS_ERRMSG_MAX]; /* the first failure, "" when OK */
 	bool decoded;             /* h holds the decoded header (kind OK, NAME or later) */
 	sel_record_header h;
-	uint64_t size;            /* file length (0 when unreadable) */
+	uint64_t size; /* file length (0 when unreadable) */
 	uint64_t mtime_ns;
-	bool has_row;             /* valid when kind >= SEL_CHECK_PAGE or OK */
-	uint32_t bad_pages;       /* 1 when a page record failed (the check stops there) */
+	bool has_row;       /* valid when kind >= SEL_CHECK_PAGE or OK */
+	uint32_t bad_pages; /* 1 when a page record failed (the check stops there) */
 	bool bad_row;
 	uint64_t bytes_read;
 };

@@ -71,8 +71,7 @@
  * opposed to a transient or resource failure). */
 static bool unusable(int e)
 {
-	return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR || e == ELOOP ||
-	       e == ENOENT;
+	return e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR || e == ELOOP || e == ENOENT;
 }
 
 int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_dirlock *lk)
@@ -87,8 +86,8 @@ int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_di
 		return eos_fail(-ENAMETOOLONG, "record directory: '%s' is too long", base);
 	int rc = eos_mkdir_p(path);
 	if (rc)
-		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': %s", path,
-				eos_errmsg());
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': %s",
+				path, eos_errmsg());
 	rc = eos_dirlock_acquire(lk, path);
 	if (rc)
 		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "%s", eos_errmsg());
@@ -109,15 +108,19 @@ int sel_record_dir_open(const char *base, const sel_record_ns *ns, struct eos_di
 		char msg[EOS_ERRMSG_MAX];
 		snprintf(msg, sizeof msg, "%s", eos_errmsg());
 		eos_dirlock_release(lk);
-		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s' is not "
-				"writable: %s", path, msg);
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc,
+				"record directory '%s' is not "
+				"writable: %s",
+				path, msg);
 	}
 	eos_fileops()->close(fd);
 	if (eos_fileops()->unlinkat(lk->fd, probe, 0) != 0 && errno != ENOENT) {
 		rc = -errno;
 		eos_dirlock_release(lk);
-		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc, "record directory '%s': cannot "
-				"remove a file it created: %s", path, strerror(-rc));
+		return eos_fail(unusable(-rc) ? SEL_EDIRECTORY : rc,
+				"record directory '%s': cannot "
+				"remove a file it created: %s",
+				path, strerror(-rc));
 	}
 	return 0;
 }
@@ -195,8 +198,10 @@ int sel_record_commit(int dirfd, int fd, const char *tmp, const char *name, unsi
 	*committed = true;
 	if (!(flags & SEL_COMMIT_NO_DIR_FSYNC) && ops->fsync(dirfd) != 0) {
 		int e = errno;
-		return eos_fail(-e, "write record '%s': fsync of the directory after the rename: %s "
-				"(the file is in place but may not survive a crash)", name, strerror(e));
+		return eos_fail(-e,
+				"write record '%s': fsync of the directory after the rename: %s "
+				"(the file is in place but may not survive a crash)",
+				name, strerror(e));
 	}
 	return 0;
 }
@@ -210,7 +215,8 @@ int sel_record_open(int dirfd, const char *name, bool *direct, const struct eos_
 		fd = eos_open_regular(dirfd, name, 0, id, st);
 	}
 	if (fd == -ELOOP || fd == -ENXIO || fd == -ESTALE)
-		return eos_fail(SEL_ECORRUPT, "the file under the record's name is not the record: %s",
+		return eos_fail(SEL_ECORRUPT,
+				"the file under the record's name is not the record: %s",
 				eos_errmsg());
 	return fd;
 }
@@ -235,8 +241,10 @@ int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span
 	int rc = 0;
 	int fd = eos_open_regular(dirfd, name, EOS_O_WRITE, id, &st);
 	if (fd == -ELOOP || fd == -ENXIO || fd == -ESTALE)
-		return eos_fail(SEL_ECORRUPT, "compact record: the file under the record's name is not "
-				"the record: %s", eos_errmsg());
+		return eos_fail(SEL_ECORRUPT,
+				"compact record: the file under the record's name is not "
+				"the record: %s",
+				eos_errmsg());
 	if (fd < 0)
 		return eos_fail(fd, "compact record: %s", eos_errmsg());
 	if ((uint64_t)st.st_size == span->row_off) {
@@ -245,9 +253,10 @@ int sel_record_truncate(int dirfd, const char *name, const sel_record_span *span
 		goto out;
 	}
 	if ((uint64_t)st.st_size != span->row_end) {
-		rc = eos_fail(SEL_ECORRUPT, "compact record '%s': length %" PRIu64 " is neither its "
-			      "page-only %" PRIu64 " nor its full %" PRIu64, name, (uint64_t)st.st_size,
-			      span->row_off, span->row_end);
+		rc = eos_fail(SEL_ECORRUPT,
+			      "compact record '%s': length %" PRIu64 " is neither its "
+			      "page-only %" PRIu64 " nor its full %" PRIu64,
+			      name, (uint64_t)st.st_size, span->row_off, span->row_end);
 		goto out;
 	}
 	if (ops->ftruncate(fd, (off_t)span->row_off) != 0) {
@@ -287,10 +296,12 @@ static int write_all(int fd, const void *buf, uint64_t len, uint64_t off, const 
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
-			return eos_fail(-errno, "write record '%s': write of %zu bytes at %" PRIu64 ": %s",
+			return eos_fail(-errno,
+					"write record '%s': write of %zu bytes at %" PRIu64 ": %s",
 					name, n, off, strerror(errno));
 		if (w == 0)
-			return eos_fail(-EIO, "write record '%s': write at %" PRIu64 " made no progress",
+			return eos_fail(-EIO,
+					"write record '%s': write at %" PRIu64 " made no progress",
 					name, off);
 		p += w;
 		off += (uint64_t)w;
@@ -346,7 +357,8 @@ int sel_record_write(int dirfd, const sel_record_ns *ns, const sel_record_desc *
 	}
 	rc = write_all(fd, head, s.header_bytes + s.cksum_bytes, 0, name);
 	for (uint32_t i = 0; rc == 0 && i < d->tail; i++)
-		rc = write_all(fd, pages[i], s.page_stride, s.page_off + (uint64_t)i * s.page_stride, name);
+		rc = write_all(fd, pages[i], s.page_stride,
+			       s.page_off + (uint64_t)i * s.page_stride, name);
 	for (uint32_t i = 0; rc == 0 && row && i < row_n; i++)
 		rc = write_all(fd, plan[i].addr, plan[i].len, s.row_off + plan[i].off, name);
 	if (rc) {
@@ -387,9 +399,9 @@ struct ent {
 	char name[SEL_RECORD_NAME_MAX];
 	sel_key name_key;
 	uint8_t state;
-	int reason;          /* ENT_INVALID: the decode error (SEL_E*), or a REASON_* */
-	int64_t parent;      /* index of the linked parent, -1 if none */
-	uint32_t children;   /* linked children still kept */
+	int reason;        /* ENT_INVALID: the decode error (SEL_E*), or a REASON_* */
+	int64_t parent;    /* index of the linked parent, -1 if none */
+	uint32_t children; /* linked children still kept */
 	bool emitted;
 	uint64_t size;
 	sel_scan_record r;
@@ -453,8 +465,8 @@ static void scan_one(struct scan_ctx *c, struct ent *e, uint8_t *buf)
 	size_t have = (size_t)got;
 	int hb = sel_record_header_bytes(buf, have);
 	if (hb > (int)SEL_RECORD_HEADER_MIN && e->size >= (uint64_t)hb) {
-		got = ops->pread(fd, buf + SEL_RECORD_HEADER_MIN, (size_t)hb - SEL_RECORD_HEADER_MIN,
-				 SEL_RECORD_HEADER_MIN);
+		got = ops->pread(fd, buf + SEL_RECORD_HEADER_MIN,
+				 (size_t)hb - SEL_RECORD_HEADER_MIN, SEL_RECORD_HEADER_MIN);
 		if (got < 0) {
 			e->state = ENT_UNREADABLE;
 			goto out;
@@ -597,8 +609,8 @@ void sel_scan_free(sel_scan *s)
 }
 
 /* Read the directory: temporaries into *tmps, parsable names into *ents. */
-static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n_ents,
-		     char ***tmps, size_t *n_tmps)
+static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n_ents, char ***tmps,
+		     size_t *n_tmps)
 {
 	const struct eos_fileops *ops = eos_fileops();
 	size_t cap = 0, tcap = 0;
@@ -609,7 +621,8 @@ static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n
 				strerror(errno));
 	DIR *d = fdopendir(fd);
 	if (!d) {
-		rc = eos_fail(-errno, "record scan: cannot read the record directory: %s", strerror(errno));
+		rc = eos_fail(-errno, "record scan: cannot read the record directory: %s",
+			      strerror(errno));
 		ops->close(fd);
 		return rc;
 	}
@@ -618,7 +631,8 @@ static int scan_list(int dirfd, sel_scan_stats *st, struct ent **ents, size_t *n
 		struct dirent *de = readdir(d);
 		if (!de) {
 			if (errno)
-				rc = eos_fail(-errno, "record scan: reading the directory: %s", strerror(errno));
+				rc = eos_fail(-errno, "record scan: reading the directory: %s",
+					      strerror(errno));
 			break;
 		}
 		const char *nm = de->d_name;
@@ -693,7 +707,8 @@ static int scan_tree(struct ent *e, size_t n, uint32_t page_tokens)
 			e[i].state = ENT_ORPHAN;
 		else if (e[i].r.d.parent_check && e[p].state == ENT_OK &&
 			 e[i].r.d.parent_check != sel_record_parent_check(&e[p].r.d.bucket))
-			e[i].state = ENT_BADLINK; /* named another record than it was written under */
+			e[i].state =
+				ENT_BADLINK; /* named another record than it was written under */
 		else
 			e[i].parent = p;
 	}
@@ -819,7 +834,8 @@ static void scan_tmps(int dirfd, const struct sel_scan_opts *opts, char **tmps, 
 	for (size_t i = 0; i < n_tmps; i++) {
 		int err = 0;
 		struct stat tst;
-		if (fstatat(dirfd, tmps[i], &tst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(tst.st_mode)) {
+		if (fstatat(dirfd, tmps[i], &tst, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISDIR(tst.st_mode)) {
 			st->tmp_dirs++;
 			continue;
 		}
@@ -840,8 +856,12 @@ static void scan_headers(int dirfd, const sel_record_ns *ns, const struct sel_sc
 			 struct ent *e, size_t n, sel_scan_stats *st)
 {
 	pthread_t th[64];
-	struct scan_ctx c = {.dirfd = dirfd, .ns = ns, .direct = opts->direct,
-			     .max_bytes = opts->max_file_bytes, .e = e, .n = n};
+	struct scan_ctx c = {.dirfd = dirfd,
+			     .ns = ns,
+			     .direct = opts->direct,
+			     .max_bytes = opts->max_file_bytes,
+			     .e = e,
+			     .n = n};
 	uint32_t want = opts->threads ? opts->threads : 16, started = 0;
 	if (want > 64)
 		want = 64;

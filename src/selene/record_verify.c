@@ -109,8 +109,8 @@ static bool read_header(int fd, uint64_t size, uint8_t *buf, size_t *len,
 			struct sel_record_check *out)
 {
 	if (size < SEL_RECORD_HEADER_MIN) {
-		verdict(out, SEL_CHECK_FORMAT, "the file of %" PRIu64 " bytes ends inside its header",
-			size);
+		verdict(out, SEL_CHECK_FORMAT,
+			"the file of %" PRIu64 " bytes ends inside its header", size);
 		return false;
 	}
 	int rc = read_at(fd, buf, SEL_RECORD_HEADER_MIN, 0, &out->bytes_read);
@@ -129,8 +129,10 @@ static bool read_header(int fd, uint64_t size, uint8_t *buf, size_t *len,
 	}
 	if (hb > (int)SEL_RECORD_HEADER_MIN) {
 		if (size < (uint64_t)hb) {
-			verdict(out, SEL_CHECK_FORMAT, "the file of %" PRIu64 " bytes ends inside its "
-				"%d-byte header", size, hb);
+			verdict(out, SEL_CHECK_FORMAT,
+				"the file of %" PRIu64 " bytes ends inside its "
+				"%d-byte header",
+				size, hb);
 			return false;
 		}
 		rc = read_at(fd, buf + SEL_RECORD_HEADER_MIN, (uint64_t)hb - SEL_RECORD_HEADER_MIN,
@@ -191,8 +193,8 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 				uint32_t left = h->d.tail - i, per = CK_CHUNK / 8;
 				at = i;
 				have = left < per ? left : per;
-				rc = read_at(fd, ck, 8 * (uint64_t)have, s->cksum_off + 8 * (uint64_t)i,
-					     &out->bytes_read);
+				rc = read_at(fd, ck, 8 * (uint64_t)have,
+					     s->cksum_off + 8 * (uint64_t)i, &out->bytes_read);
 				if (rc != 0) {
 					verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE,
 						"reading the checksum segment: %s",
@@ -201,8 +203,8 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 					goto out;
 				}
 			}
-			rc = read_at(fd, buf, s->page_stride, s->page_off + (uint64_t)i * s->page_stride,
-				     &out->bytes_read);
+			rc = read_at(fd, buf, s->page_stride,
+				     s->page_off + (uint64_t)i * s->page_stride, &out->bytes_read);
 			if (rc != 0) {
 				verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE,
 					"reading page record %" PRIu32 ": %s", i,
@@ -230,8 +232,8 @@ static int check_payload(int fd, const uint8_t *hdr, size_t hlen, struct sel_rec
 		}
 		rc = read_at(fd, buf, s->row_bytes, s->row_off, &out->bytes_read);
 		if (rc != 0) {
-			verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE, "reading the row: %s",
-				rc < 0 ? strerror(-rc) : "end of file");
+			verdict(out, rc < 0 ? SEL_CHECK_UNREADABLE : SEL_CHECK_SIZE,
+				"reading the row: %s", rc < 0 ? strerror(-rc) : "end of file");
 			rc = 0;
 			goto out;
 		}
@@ -267,7 +269,7 @@ static int open_checked(int dirfd, const char *name, struct stat *st, struct sel
 	}
 	if (!S_ISREG(st->st_mode)) {
 		verdict(out, SEL_CHECK_NOT_FILE, "%s, not a regular file (never opened)",
-			S_ISLNK(st->st_mode)   ? "a symbolic link"
+			S_ISLNK(st->st_mode)    ? "a symbolic link"
 			: S_ISFIFO(st->st_mode) ? "a FIFO"
 			: S_ISDIR(st->st_mode)  ? "a directory"
 						: "a device or socket");
@@ -276,7 +278,8 @@ static int open_checked(int dirfd, const char *name, struct stat *st, struct sel
 	struct eos_file_id id = {(uint64_t)st->st_dev, (uint64_t)st->st_ino};
 	int fd = eos_open_regular(dirfd, name, 0, &id, st);
 	if (fd < 0) {
-		verdict(out, fd == -ENXIO || fd == -ELOOP ? SEL_CHECK_NOT_FILE : SEL_CHECK_UNREADABLE,
+		verdict(out,
+			fd == -ENXIO || fd == -ELOOP ? SEL_CHECK_NOT_FILE : SEL_CHECK_UNREADABLE,
 			"%s", eos_errmsg());
 		return -1;
 	}
@@ -319,8 +322,10 @@ int sel_record_check_file(int dirfd, const char *name, const sel_record_ns *ns, 
 	}
 	uint64_t hole;
 	if (sel_record_sparse(fd, out->size, &hole)) {
-		verdict(out, SEL_CHECK_SPARSE, "a hole at byte %" PRIu64 " of %" PRIu64 ": its blocks "
-			"do not cover its length (never read whole)", hole, out->size);
+		verdict(out, SEL_CHECK_SPARSE,
+			"a hole at byte %" PRIu64 " of %" PRIu64 ": its blocks "
+			"do not cover its length (never read whole)",
+			hole, out->size);
 		goto done;
 	}
 	if (payload)
@@ -352,8 +357,8 @@ int sel_record_ns_load(int dirfd, const char *name, sel_record_ns *ns)
 		goto out;
 	}
 	if (!read_header(fd, (uint64_t)st.st_size, hdr, &hlen, &c)) {
-		rc = eos_fail(c.kind == SEL_CHECK_UNREADABLE ? -EIO : SEL_EFORMAT, "record '%s': %s",
-			      name, c.why);
+		rc = eos_fail(c.kind == SEL_CHECK_UNREADABLE ? -EIO : SEL_EFORMAT,
+			      "record '%s': %s", name, c.why);
 		goto out;
 	}
 	if ((rc = sel_record_ns_from_header(ns, hdr, hlen)) != 0)

@@ -70,10 +70,7 @@ static void count(_Atomic uint64_t *c, uint64_t v)
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
-static uint64_t load(_Atomic uint64_t *c)
-{
-	return atomic_load_explicit(c, memory_order_relaxed);
-}
+static uint64_t load(_Atomic uint64_t *c) { return atomic_load_explicit(c, memory_order_relaxed); }
 
 void rmt_note_error(struct sel_remote *r, const char *msg)
 {
@@ -198,7 +195,7 @@ void rmt_sync_error(struct sel_remote *r)
 
 /* Post o's event and let its commands drain. */
 void rmt_finish(struct op *o, enum sel_remote_result res, int err, sel_remote_hit *hit,
-		   uint64_t bytes)
+		uint64_t bytes)
 {
 	struct sel_remote *r = o->r;
 	if (o->finished)
@@ -218,8 +215,10 @@ void rmt_finish(struct op *o, enum sel_remote_result res, int err, sel_remote_hi
 	switch (o->kind) {
 	case SEL_REMOTE_OP_PUT:
 		ev.key = o->u.p.in.d.key;
-		count(res == SEL_REMOTE_STORED ? &r->ct.stored
-		      : res == SEL_REMOTE_PRESENT ? &r->ct.present : &r->ct.put_failures, 1);
+		count(res == SEL_REMOTE_STORED    ? &r->ct.stored
+		      : res == SEL_REMOTE_PRESENT ? &r->ct.present
+						  : &r->ct.put_failures,
+		      1);
 		if (res == SEL_REMOTE_STORED)
 			count(&r->ct.bytes_out, bytes);
 		if (o->started)
@@ -254,8 +253,7 @@ void rmt_finish(struct op *o, enum sel_remote_result res, int err, sel_remote_hi
 		for (uint32_t l = 0; l < SEL_RN_BULK_LANES; l++)
 			if (o->u.p.wcmd[l])
 				sel_rn_cmd_detach(r->net, o->u.p.wcmd[l]);
-	}
-	else if (o->kind == SEL_REMOTE_OP_CLAIM)
+	} else if (o->kind == SEL_REMOTE_OP_CLAIM)
 		r->claim_wins -= o->u.c.inflight;
 	if (err && r->net)
 		rmt_sync_error(r); /* readable before the event is */
@@ -277,7 +275,7 @@ int rmt_reply_error(struct sel_remote *r, const redisReply *rep, const char *wha
 void rmt_on_reply(struct sel_rn_cmd *c, redisReply *rep, int err);
 
 void rmt_issue(struct op *o, struct sel_rn_cmd *c, uint64_t tag, int32_t slot,
-		  enum sel_rn_lane lane, bool rtt)
+	       enum sel_rn_lane lane, bool rtt)
 {
 	c->done = rmt_on_reply;
 	c->owner = o;
@@ -291,7 +289,7 @@ void rmt_issue(struct op *o, struct sel_rn_cmd *c, uint64_t tag, int32_t slot,
 }
 
 int rmt_issue_argv(struct op *o, uint64_t tag, int32_t slot, enum sel_rn_lane lane, bool rtt,
-		      int argc, const char **argv, const size_t *lens)
+		   int argc, const char **argv, const size_t *lens)
 {
 	struct sel_rn_cmd *c = sel_rn_cmd_argv(argc, argv, lens);
 	if (!c)
@@ -300,10 +298,7 @@ int rmt_issue_argv(struct op *o, uint64_t tag, int32_t slot, enum sel_rn_lane la
 	return 0;
 }
 
-int32_t rmt_slot_of(const char *key, int len)
-{
-	return (int32_t)sel_rc_key_slot(key, (size_t)len);
-}
+int32_t rmt_slot_of(const char *key, int len) { return (int32_t)sel_rc_key_slot(key, (size_t)len); }
 
 /* "*<argc>\r\n$3\r\nSET\r\n$<kl>\r\n<key>\r\n$<vl>\r\n" before a value and
  * "\r\n" plus "$2\r\nPX\r\n$<n>\r\n<ms>\r\n" after it. */
@@ -327,8 +322,8 @@ static size_t set_suffix(char *out, uint64_t px_ms)
 
 /* SET key <value of hdr and iov> [PX ms] into one buffer, encoded in place. */
 struct sel_rn_cmd *rmt_set_value_cmd(struct sel_remote *r, const char *key, size_t kl,
-					const struct sel_rv_hdr *h, const struct iovec *iov,
-					uint32_t n, uint64_t px_ms, int *err)
+				     const struct sel_rv_hdr *h, const struct iovec *iov,
+				     uint32_t n, uint64_t px_ms, int *err)
 {
 	size_t vl = sel_rv_value_bytes(&r->keys, h->payload);
 	size_t total = kl + vl + 128;
@@ -362,8 +357,8 @@ struct sel_rn_cmd *rmt_set_value_cmd(struct sel_remote *r, const char *key, size
  * Nothing is copied; under encryption (ciphertext has to be written
  * somewhere) this is set_value_cmd. */
 struct sel_rn_cmd *rmt_set_window_cmd(struct sel_remote *r, const char *key, size_t kl,
-					 const struct sel_rv_hdr *h, const struct iovec *iov,
-					 uint32_t n, uint64_t px_ms, int *err)
+				      const struct sel_rv_hdr *h, const struct iovec *iov,
+				      uint32_t n, uint64_t px_ms, int *err)
 {
 	if (r->keys.encrypt)
 		return rmt_set_value_cmd(r, key, kl, h, iov, n, px_ms, err);
@@ -396,7 +391,7 @@ struct sel_rn_cmd *rmt_set_window_cmd(struct sel_remote *r, const char *key, siz
 }
 
 void rmt_value_want(const struct sel_remote *r, uint8_t kind, const sel_key *key, uint32_t w,
-		       uint64_t gen, struct sel_rv_hdr *h)
+		    uint64_t gen, struct sel_rv_hdr *h)
 {
 	memset(h, 0, sizeof *h);
 	h->kind = kind;
@@ -416,10 +411,12 @@ void rmt_cl_pump(struct op *o);
 int rmt_submit(struct sel_remote *r, struct op *o, uint64_t *id)
 {
 	static const char *const what[] = {"", "put", "lookup", "claim"};
-	uint32_t *queued = o->kind == SEL_REMOTE_OP_PUT ? &r->n_put
-			   : o->kind == SEL_REMOTE_OP_LOOKUP ? &r->n_lookup : &r->n_claim;
-	uint32_t bound = o->kind == SEL_REMOTE_OP_PUT ? r->cfg.put_queue
-			 : o->kind == SEL_REMOTE_OP_LOOKUP ? r->cfg.lookup_queue : r->cfg.claim_queue;
+	uint32_t *queued = o->kind == SEL_REMOTE_OP_PUT      ? &r->n_put
+			   : o->kind == SEL_REMOTE_OP_LOOKUP ? &r->n_lookup
+							     : &r->n_claim;
+	uint32_t bound = o->kind == SEL_REMOTE_OP_PUT      ? r->cfg.put_queue
+			 : o->kind == SEL_REMOTE_OP_LOOKUP ? r->cfg.lookup_queue
+							   : r->cfg.claim_queue;
 	const char *name = what[o->kind];
 	o->submit_ns = eos_now_ns();
 	pthread_mutex_lock(&r->mu);
@@ -430,8 +427,9 @@ int rmt_submit(struct sel_remote *r, struct op *o, uint64_t *id)
 		rmt_op_free(o);
 		if (closing)
 			return eos_fail(SEL_ESTOPPED, "remote %s: the client is closing", name);
-		count(kind == SEL_REMOTE_OP_PUT ? &r->ct.skipped
-		      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups_refused : &r->ct.claims_refused,
+		count(kind == SEL_REMOTE_OP_PUT      ? &r->ct.skipped
+		      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups_refused
+						     : &r->ct.claims_refused,
 		      1);
 		return eos_fail(-EAGAIN, "remote %s: the queue of %u is full", name, bound);
 	}
@@ -440,8 +438,10 @@ int rmt_submit(struct sel_remote *r, struct op *o, uint64_t *id)
 	enum sel_remote_op kind = o->kind;
 	ol_push(&r->sub, o);
 	pthread_mutex_unlock(&r->mu);
-	count(kind == SEL_REMOTE_OP_PUT ? &r->ct.puts
-	      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups : &r->ct.claims, 1);
+	count(kind == SEL_REMOTE_OP_PUT      ? &r->ct.puts
+	      : kind == SEL_REMOTE_OP_LOOKUP ? &r->ct.lookups
+					     : &r->ct.claims,
+	      1);
 	uint64_t one = 1;
 	ssize_t w = write(r->wake_fd, &one, sizeof one);
 	(void)w;
@@ -569,10 +569,7 @@ int sel_remote_poll(sel_remote *r, struct sel_remote_event *ev, size_t cap)
 	return (int)n;
 }
 
-int sel_remote_wait_fd(sel_remote *r)
-{
-	return r->event_fd;
-}
+int sel_remote_wait_fd(sel_remote *r) { return r->event_fd; }
 
 uint64_t sel_remote_rtt_ns(sel_remote *r)
 {

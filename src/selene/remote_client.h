@@ -83,23 +83,23 @@
 typedef struct sel_remote sel_remote;
 
 struct sel_remote_config {
-	const char *url;              /* sel_ru_parse's forms */
-	const sel_record_ns *ns;      /* the namespace; must outlive the client */
-	const uint8_t *key;           /* 32-byte secret (sel_rv_key_load), or NULL */
-	bool encrypt;                 /* XChaCha20-Poly1305 values; needs key */
-	uint64_t max_age_ns;          /* EXPIRE of every key; 0 = none */
-	uint32_t put_queue;           /* puts queued or running; 0 = 32 */
-	uint32_t lookup_queue;        /* 0 = 64 */
-	uint32_t claim_queue;         /* 0 = 8 */
-	uint32_t window_bytes;        /* window payload bytes; 0 = 4 MiB - 4 KiB (tests: less) */
-	uint64_t lookup_timeout_ns;   /* 0 = 1 s */
-	uint64_t restore_setup_ns;    /* 0 = 10 s (design 2.15) */
-	uint64_t restore_rate_bps;    /* 0 = 8 MiB/s (design 2.15) */
-	uint32_t max_buckets;         /* buckets one lookup probes; 0 = 4096 */
-	uint32_t put_windows;         /* window SETs in flight, all puts; 0 = 3 (at most 3:
+	const char *url;            /* sel_ru_parse's forms */
+	const sel_record_ns *ns;    /* the namespace; must outlive the client */
+	const uint8_t *key;         /* 32-byte secret (sel_rv_key_load), or NULL */
+	bool encrypt;               /* XChaCha20-Poly1305 values; needs key */
+	uint64_t max_age_ns;        /* EXPIRE of every key; 0 = none */
+	uint32_t put_queue;         /* puts queued or running; 0 = 32 */
+	uint32_t lookup_queue;      /* 0 = 64 */
+	uint32_t claim_queue;       /* 0 = 8 */
+	uint32_t window_bytes;      /* window payload bytes; 0 = 4 MiB - 4 KiB (tests: less) */
+	uint64_t lookup_timeout_ns; /* 0 = 1 s */
+	uint64_t restore_setup_ns;  /* 0 = 10 s (design 2.15) */
+	uint64_t restore_rate_bps;  /* 0 = 8 MiB/s (design 2.15) */
+	uint32_t max_buckets;       /* buckets one lookup probes; 0 = 4096 */
+	uint32_t put_windows;       /* window SETs in flight, all puts; 0 = 3 (at most 3:
 					 one per bulk connection) */
-	uint32_t claim_windows;       /* window GETs in flight, all claims; 0 = 2 */
-	struct sel_rn_opts net;       /* connect timeout, stall, ping, backoff */
+	uint32_t claim_windows;     /* window GETs in flight, all claims; 0 = 2 */
+	struct sel_rn_opts net;     /* connect timeout, stall, ping, backoff */
 };
 
 /* Open a client and start its I/O thread; the first connections are made
@@ -112,13 +112,13 @@ int sel_remote_open(const struct sel_remote_config *cfg, sel_remote **out);
 /* ---- Put ---------------------------------------------------------------- */
 
 struct sel_remote_put {
-	sel_record_desc d;            /* key, parent, bucket, tail, flags */
-	bool has_row;                 /* store the row (an endpoint); page-only otherwise */
-	void *const *pages;           /* d.tail stored page records, page_stride bytes each */
-	const struct iovec *row;      /* the stored rows' bytes in file order (sel_record_row_iov) */
+	sel_record_desc d;       /* key, parent, bucket, tail, flags */
+	bool has_row;            /* store the row (an endpoint); page-only otherwise */
+	void *const *pages;      /* d.tail stored page records, page_stride bytes each */
+	const struct iovec *row; /* the stored rows' bytes in file order (sel_record_row_iov) */
 	uint32_t row_n;
-	uint64_t created_ns;          /* record creation time; 0 = now */
-	uint64_t user;                /* echoed in the event */
+	uint64_t created_ns; /* record creation time; 0 = now */
+	uint64_t user;       /* echoed in the event */
 };
 /* Queue a put.  0 with *id; -EAGAIN when the put queue is full (counted
  * as skipped; retry later or drop it: nothing waits); -EINVAL (a desc the
@@ -132,20 +132,20 @@ int sel_remote_put(sel_remote *r, const struct sel_remote_put *p, uint64_t *id);
 /* One record of a hit's chain, ascending. */
 struct sel_remote_node {
 	sel_key key;
-	uint32_t flags;     /* SEL_RECORD_*_REPLICATED */
-	uint32_t tail;      /* stored page records */
-	uint32_t skip;      /* of them, already resident on the GPU */
-	uint64_t stride;    /* bytes of one stored page record */
+	uint32_t flags;  /* SEL_RECORD_*_REPLICATED */
+	uint32_t tail;   /* stored page records */
+	uint32_t skip;   /* of them, already resident on the GPU */
+	uint64_t stride; /* bytes of one stored page record */
 };
 
 typedef struct sel_remote_hit {
-	sel_key key;              /* the endpoint */
-	uint64_t resident;        /* the resident count the lookup was made for */
-	uint32_t pages;           /* page buffers a claim needs: sum of tail - skip */
-	uint64_t row_bytes;       /* the endpoint's stored rows (sel_rv_row_bytes) */
-	uint32_t flags;           /* the endpoint's flags */
-	uint64_t bytes;           /* bytes the claim restores (pages and row) */
-	uint64_t wire_bytes;      /* value bytes the claim reads */
+	sel_key key;         /* the endpoint */
+	uint64_t resident;   /* the resident count the lookup was made for */
+	uint32_t pages;      /* page buffers a claim needs: sum of tail - skip */
+	uint64_t row_bytes;  /* the endpoint's stored rows (sel_rv_row_bytes) */
+	uint32_t flags;      /* the endpoint's flags */
+	uint64_t bytes;      /* bytes the claim restores (pages and row) */
+	uint64_t wire_bytes; /* value bytes the claim reads */
 	uint32_t n_nodes;
 	struct sel_remote_node *node; /* [n_nodes], ascending; the last is the endpoint */
 	void *priv;
@@ -196,10 +196,10 @@ struct sel_remote_event {
 	enum sel_remote_result result;
 	int error;
 	uint64_t id, user;
-	sel_key key;              /* put, claim: the record; lookup hit: the endpoint */
-	sel_remote_hit *hit;      /* lookup hit: the caller's now */
-	uint64_t bytes;           /* put: payload written; claim: bytes restored */
-	uint64_t duration_ns;     /* submission to event */
+	sel_key key;          /* put, claim: the record; lookup hit: the endpoint */
+	sel_remote_hit *hit;  /* lookup hit: the caller's now */
+	uint64_t bytes;       /* put: payload written; claim: bytes restored */
+	uint64_t duration_ns; /* submission to event */
 };
 /* Up to cap events; never blocks.  Returns the count. */
 int sel_remote_poll(sel_remote *r, struct sel_remote_event *ev, size_t cap);
@@ -213,20 +213,20 @@ struct sel_remote_stats {
 	uint64_t lookups, hits, lookup_errors, lookups_refused; /* refused: queue full */
 	uint64_t puts, stored, present, put_failures, skipped;  /* skipped: queue full */
 	uint64_t claims, claimed, claim_failures, claims_refused;
-	uint64_t bytes_in;        /* restored by claims (pages and rows) */
-	uint64_t bytes_out;       /* written by puts (payload of windows) */
+	uint64_t bytes_in;  /* restored by claims (pages and rows) */
+	uint64_t bytes_out; /* written by puts (payload of windows) */
 	uint64_t wire_in, wire_out;
-	uint64_t auth_failures;   /* values refused by their MAC / AEAD, or unauthenticated */
-	uint64_t corrupt;         /* values or pages refused by checksums or structure */
-	uint64_t dropped;         /* records deleted from Redis after such a refusal */
+	uint64_t auth_failures; /* values refused by their MAC / AEAD, or unauthenticated */
+	uint64_t corrupt;       /* values or pages refused by checksums or structure */
+	uint64_t dropped;       /* records deleted from Redis after such a refusal */
 	uint64_t moved, ask, tryagain;
 	uint64_t reconnects, connect_failures, stalls, map_refreshes;
 	uint32_t nodes, nodes_up;
 	enum sel_rn_state state;
-	uint64_t rtt_ns;          /* median of the last 16 round trips; 0 = none yet */
-	uint64_t grace_ns;        /* sel_remote_grace_ns */
+	uint64_t rtt_ns;   /* median of the last 16 round trips; 0 = none yet */
+	uint64_t grace_ns; /* sel_remote_grace_ns */
 	uint64_t rtt_hist[SEL_REMOTE_RTT_BUCKETS]; /* bucket i: <= 16 us << i; last: above */
-	uint64_t rtt_sum_ns;      /* of the round trips in rtt_hist */
+	uint64_t rtt_sum_ns;                       /* of the round trips in rtt_hist */
 	uint64_t queued_puts, queued_lookups, queued_claims;
 };
 void sel_remote_stats(sel_remote *r, struct sel_remote_stats *out);

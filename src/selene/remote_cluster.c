@@ -150,7 +150,8 @@ int sel_rc_redirect_parse(const char *text, size_t len, struct sel_rc_redirect *
 	uint64_t slot, port;
 	if (!sp || !parse_uint(s, (size_t)(sp - s), SEL_RC_SLOTS - 1, &slot))
 		return eos_fail(SEL_EFORMAT, "redirect '%s': expected a slot 0..16383 after %s",
-				excerpt(text, len, ex, sizeof ex), kind == SEL_RC_MOVED ? "MOVED" : "ASK");
+				excerpt(text, len, ex, sizeof ex),
+				kind == SEL_RC_MOVED ? "MOVED" : "ASK");
 	const char *addr = sp + 1;
 	const char *colon = NULL;
 	for (const char *p = end; p > addr; p--)
@@ -159,12 +160,15 @@ int sel_rc_redirect_parse(const char *text, size_t len, struct sel_rc_redirect *
 			break;
 		}
 	if (!colon || !parse_uint(colon + 1, (size_t)(end - colon - 1), 65535, &port) || port == 0)
-		return eos_fail(SEL_EFORMAT, "redirect '%s': expected HOST:PORT with a port 1..65535",
+		return eos_fail(SEL_EFORMAT,
+				"redirect '%s': expected HOST:PORT with a port 1..65535",
 				excerpt(text, len, ex, sizeof ex));
 	memset(out, 0, sizeof *out);
 	if (!copy_host(addr, (size_t)(colon - addr), out->to.host))
-		return eos_fail(SEL_EFORMAT, "redirect '%s': the host is not a printable name of "
-				"fewer than %u bytes", excerpt(text, len, ex, sizeof ex), SEL_RC_HOST_MAX);
+		return eos_fail(SEL_EFORMAT,
+				"redirect '%s': the host is not a printable name of "
+				"fewer than %u bytes",
+				excerpt(text, len, ex, sizeof ex), SEL_RC_HOST_MAX);
 	out->kind = kind;
 	out->slot = (uint16_t)slot;
 	out->to.port = (uint16_t)port;
@@ -211,39 +215,52 @@ int sel_rc_slotmap_parse(const redisReply *reply, const char *asked_host,
 	for (size_t i = 0; i < reply->elements; i++) {
 		const redisReply *r = reply->element[i];
 		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3)
-			return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu is %s, expected an "
-					"array [start, end, master, ...]", i,
-					r ? type_name(r->type) : "missing");
+			return eos_fail(SEL_EFORMAT,
+					"CLUSTER SLOTS: range %zu is %s, expected an "
+					"array [start, end, master, ...]",
+					i, r ? type_name(r->type) : "missing");
 		const redisReply *a = r->element[0], *b = r->element[1], *m = r->element[2];
 		if (!a || !b || a->type != REDIS_REPLY_INTEGER || b->type != REDIS_REPLY_INTEGER ||
-		    a->integer < 0 || b->integer < a->integer || b->integer >= (long long)SEL_RC_SLOTS)
-			return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu does not start with "
-					"two slots start <= end in 0..16383", i);
+		    a->integer < 0 || b->integer < a->integer ||
+		    b->integer >= (long long)SEL_RC_SLOTS)
+			return eos_fail(SEL_EFORMAT,
+					"CLUSTER SLOTS: range %zu does not start with "
+					"two slots start <= end in 0..16383",
+					i);
 		if (!m || m->type != REDIS_REPLY_ARRAY || m->elements < 2 || !m->element[0] ||
 		    !m->element[1] || m->element[0]->type != REDIS_REPLY_STRING ||
 		    m->element[1]->type != REDIS_REPLY_INTEGER)
-			return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu: the master is not "
-					"[host, port, ...]", i);
+			return eos_fail(SEL_EFORMAT,
+					"CLUSTER SLOTS: range %zu: the master is not "
+					"[host, port, ...]",
+					i);
 		const redisReply *h = m->element[0];
 		long long port = m->element[1]->integer;
 		if (port < 1 || port > 65535)
-			return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu: master port %lld, "
-					"expected 1..65535", i, port);
+			return eos_fail(SEL_EFORMAT,
+					"CLUSTER SLOTS: range %zu: master port %lld, "
+					"expected 1..65535",
+					i, port);
 		struct sel_rc_addr addr = {.port = (uint16_t)port};
 		if (!copy_host(h->str, h->len, addr.host))
-			return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu: the master host is "
-					"not a printable name of fewer than %u bytes", i,
-					SEL_RC_HOST_MAX);
+			return eos_fail(SEL_EFORMAT,
+					"CLUSTER SLOTS: range %zu: the master host is "
+					"not a printable name of fewer than %u bytes",
+					i, SEL_RC_HOST_MAX);
 		for (long long s = a->integer; s <= b->integer; s++)
 			if (out->owner[s] != SEL_RC_NO_NODE)
-				return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu: slot %lld is "
-						"in an earlier range too", i, s);
+				return eos_fail(SEL_EFORMAT,
+						"CLUSTER SLOTS: range %zu: slot %lld is "
+						"in an earlier range too",
+						i, s);
 		if (strcmp(addr.host, "?") == 0)
 			continue; /* no endpoint: these slots stay unassigned */
 		if (!addr.host[0]) {
 			if (!asked_host || !copy_host(asked_host, strlen(asked_host), addr.host))
-				return eos_fail(SEL_EFORMAT, "CLUSTER SLOTS: range %zu: an empty "
-						"master host and no asked host", i);
+				return eos_fail(SEL_EFORMAT,
+						"CLUSTER SLOTS: range %zu: an empty "
+						"master host and no asked host",
+						i);
 		}
 		int idx = sel_rc_slotmap_node(out, &addr);
 		if (idx < 0)

@@ -91,7 +91,12 @@ struct cmd_list {
 };
 EOS_DLIST_DEFINE(cl, struct cmd_list, struct sel_rn_cmd)
 
-enum conn_state { C_DOWN, C_CONNECTING, C_HANDSHAKE, C_READY };
+enum conn_state {
+	C_DOWN,
+	C_CONNECTING,
+	C_HANDSHAKE,
+	C_READY
+};
 
 struct sel_rn_node;
 
@@ -222,9 +227,9 @@ static void publish_state(struct sel_rn *n)
 		}
 	}
 	uint32_t st = up && up == wanted ? SEL_RN_UP
-		      : up                ? SEL_RN_DEGRADED
-		      : !ever && !failed  ? SEL_RN_CONNECTING
-					  : SEL_RN_DOWN;
+		      : up               ? SEL_RN_DEGRADED
+		      : !ever && !failed ? SEL_RN_CONNECTING
+					 : SEL_RN_DOWN;
 	atomic_store_explicit(&n->ctr->nodes, wanted, memory_order_relaxed);
 	atomic_store_explicit(&n->ctr->nodes_up, up, memory_order_relaxed);
 	atomic_store_explicit(&n->ctr->state, st, memory_order_relaxed);
@@ -280,8 +285,10 @@ static void conn_kill(struct sel_rn_conn *k, int err, uint64_t now)
 		k->backoff_ns = n->o.backoff_max_ns;
 	/* +-25% so that many hosts do not reconnect in step. */
 	uint64_t jitter = k->backoff_ns / 2;
-	k->retry_ns = now + k->backoff_ns - jitter / 2 + (jitter ? randombytes_uniform(
-		(uint32_t)(jitter > UINT32_MAX ? UINT32_MAX : jitter)) : 0);
+	k->retry_ns =
+		now + k->backoff_ns - jitter / 2 +
+		(jitter ? randombytes_uniform((uint32_t)(jitter > UINT32_MAX ? UINT32_MAX : jitter))
+			: 0);
 	k->since_ns = now;
 	if (n->cluster)
 		n->refresh_due = true;
@@ -639,7 +646,8 @@ static void conn_write(struct sel_rn_conn *k, uint64_t now)
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
 			char t[SEL_RC_HOST_MAX + 16];
-			set_error(n, "write to %s: %s", node_text(k->node, t, sizeof t), strerror(errno));
+			set_error(n, "write to %s: %s", node_text(k->node, t, sizeof t),
+				  strerror(errno));
 			conn_kill(k, -ECONNRESET, now);
 			return;
 		}
@@ -707,7 +715,8 @@ static void conn_read(struct sel_rn_conn *k, uint64_t now)
 		atomic_fetch_add_explicit(&n->ctr->wire_in, (uint64_t)r, memory_order_relaxed);
 		k->io_ns = k->rx_ns = now;
 		if (redisReaderFeed(k->ctx->reader, (const char *)n->rbuf, (size_t)r) != REDIS_OK) {
-			set_error(n, "%s: %s", node_text(k->node, t, sizeof t), k->ctx->reader->errstr);
+			set_error(n, "%s: %s", node_text(k->node, t, sizeof t),
+				  k->ctx->reader->errstr);
 			conn_kill(k, -EPROTO, now);
 			return;
 		}
@@ -913,10 +922,7 @@ void sel_rn_close(struct sel_rn *n)
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* Is k waiting for the server (a reply due or bytes unsent)? */
-static bool busy(const struct sel_rn_conn *k)
-{
-	return k->q.head != NULL;
-}
+static bool busy(const struct sel_rn_conn *k) { return k->q.head != NULL; }
 
 /* When k stalls if nothing moves: no byte read for stall_ns since a reply
  * became due (its command written), or no byte written for stall_ns while
@@ -960,12 +966,14 @@ int sel_rn_pollfds(struct sel_rn *n, struct pollfd *pfd, int cap, uint64_t *next
 				next = min64(next, k->since_ns + n->o.connect_timeout_ns);
 				break;
 			default:
-				next = min64(next, busy(k) ? stall_at(n, k) : k->io_ns + n->o.ping_ns);
+				next = min64(next,
+					     busy(k) ? stall_at(n, k) : k->io_ns + n->o.ping_ns);
 			}
 			if (cnt < cap) {
 				pfd[cnt].fd = k->ctx->fd;
-				pfd[cnt].events = (short)(POLLIN |
-					(k->st == C_CONNECTING || k->send ? POLLOUT : 0));
+				pfd[cnt].events =
+					(short)(POLLIN |
+						(k->st == C_CONNECTING || k->send ? POLLOUT : 0));
 				pfd[cnt].revents = 0;
 				n->pconn[cnt] = k;
 				n->pgen[cnt] = k->gen;
@@ -1031,7 +1039,8 @@ void sel_rn_run(struct sel_rn *n, const struct pollfd *pfd, int nfds, uint64_t n
 				} else if (!busy(k) && k->st == C_READY &&
 					   elapsed(now, k->io_ns, n->o.ping_ns)) {
 					static const char *ping[] = {"PING"};
-					struct sel_rn_cmd *c = internal_cmd(1, ping, NULL, NULL, NULL);
+					struct sel_rn_cmd *c =
+						internal_cmd(1, ping, NULL, NULL, NULL);
 					if (c) {
 						c->rtt = l == SEL_RN_FAST;
 						n->inflight++;
@@ -1066,10 +1075,7 @@ void sel_rn_run(struct sel_rn *n, const struct pollfd *pfd, int nfds, uint64_t n
 #endif
 }
 
-uint64_t sel_rn_inflight(const struct sel_rn *n)
-{
-	return n->inflight;
-}
+uint64_t sel_rn_inflight(const struct sel_rn *n) { return n->inflight; }
 
 void sel_rn_describe(const struct sel_rn *n, char *buf, size_t len)
 {
@@ -1103,25 +1109,29 @@ int sel_rn_check(const struct sel_rn *n)
 			uint32_t cnt = 0;
 			bool after_send = false;
 			if (k->st == C_DOWN && (k->ctx || k->q.head))
-				return eos_fail(-EINVAL, "remote net: a down connection holds commands");
+				return eos_fail(-EINVAL,
+						"remote net: a down connection holds commands");
 			for (const struct sel_rn_cmd *c = k->q.head; c; c = c->next) {
 				cnt++;
 				if (c == k->send)
 					after_send = true;
 				if (c->on != k)
-					return eos_fail(-EINVAL, "remote net: a command on the wrong queue");
+					return eos_fail(-EINVAL,
+							"remote net: a command on the wrong queue");
 				if (!after_send && c->sent != cmd_total(c))
-					return eos_fail(-EINVAL, "remote net: a command before send is "
+					return eos_fail(-EINVAL,
+							"remote net: a command before send is "
 							"not written");
 				if (after_send && c != k->send && c->sent)
-					return eos_fail(-EINVAL, "remote net: a command after send is "
+					return eos_fail(-EINVAL,
+							"remote net: a command after send is "
 							"partly written");
 			}
 			if (k->send && !after_send)
 				return eos_fail(-EINVAL, "remote net: send is not in its queue");
 			if (cnt != k->q.n)
-				return eos_fail(-EINVAL, "remote net: queue count %u, %u linked", k->q.n,
-						cnt);
+				return eos_fail(-EINVAL, "remote net: queue count %u, %u linked",
+						k->q.n, cnt);
 			total += cnt;
 		}
 	if (total != n->inflight)

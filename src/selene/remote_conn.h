@@ -46,8 +46,8 @@
  * slower than the same SETs on as many connections), so puts spread their
  * windows over a few bulk connections, one window each. */
 enum sel_rn_lane {
-	SEL_RN_FAST = 0,       /* lookups, claims, pings: small requests, latency */
-	SEL_RN_BULK = 1,       /* puts, first of SEL_RN_BULK_LANES: never ahead of a lookup */
+	SEL_RN_FAST = 0, /* lookups, claims, pings: small requests, latency */
+	SEL_RN_BULK = 1, /* puts, first of SEL_RN_BULK_LANES: never ahead of a lookup */
 	SEL_RN_BULK_LANES = 3,
 	SEL_RN_LANES = 1 + SEL_RN_BULK_LANES,
 };
@@ -64,11 +64,11 @@ enum sel_rn_state {
 
 /* Counters the network keeps for the client's stats; read from any thread. */
 struct sel_rn_counters {
-	_Atomic uint64_t wire_in, wire_out;   /* bytes received and sent */
+	_Atomic uint64_t wire_in, wire_out; /* bytes received and sent */
 	_Atomic uint64_t moved, ask, tryagain;
 	_Atomic uint64_t reconnects, connect_failures, stalls;
 	_Atomic uint64_t map_refreshes;
-	_Atomic uint64_t rtt_ns;              /* median of the last 16 samples; 0 = none yet */
+	_Atomic uint64_t rtt_ns; /* median of the last 16 samples; 0 = none yet */
 	_Atomic uint64_t rtt_hist[SEL_RN_RTT_BUCKETS];
 	_Atomic uint64_t rtt_sum_ns; /* of every round trip in rtt_hist */
 	_Atomic uint32_t nodes, nodes_up, state;
@@ -91,26 +91,26 @@ struct sel_rn_cmd {
 	sel_rn_done_fn done;
 	void *owner;
 	uint64_t tag;
-	const bool *cancel;      /* may be NULL */
-	int32_t slot;            /* the key's slot, or -1: any node */
+	const bool *cancel; /* may be NULL */
+	int32_t slot;       /* the key's slot, or -1: any node */
 	enum sel_rn_lane lane;
-	bool rtt;                /* a round-trip sample (small command on the fast lane) */
+	bool rtt; /* a round-trip sample (small command on the fast lane) */
 	/* Owned by the network from submission to done. */
 	struct sel_rn_cmd *prev, *next;
 	char *buf;
-	size_t len;              /* bytes of the command (without ASKING) */
-	struct iovec *seg;       /* the command as segments, or NULL: buf[0..len) */
+	size_t len;        /* bytes of the command (without ASKING) */
+	struct iovec *seg; /* the command as segments, or NULL: buf[0..len) */
 	uint32_t nseg;
 	void (*free_buf)(void *ctx, char *buf);
 	void *free_ctx;
 	struct sel_rn_conn *on;
-	int err;                 /* set when failed before done */
+	int err; /* set when failed before done */
 	uint32_t redirects, tries;
 	bool asking, internal;
-	uint8_t replies;         /* replies still expected: 1, or 2 after ASKING */
-	size_t sent;             /* bytes written, ASKING prefix included */
+	uint8_t replies; /* replies still expected: 1, or 2 after ASKING */
+	size_t sent;     /* bytes written, ASKING prefix included */
 	uint64_t sent_ns, first_ns, retry_ns;
-	redisReply *pending;     /* ASKING's reply kept until the command's */
+	redisReply *pending; /* ASKING's reply kept until the command's */
 };
 
 /* A command from arguments, formatted by hiredis.  NULL when out of memory. */

@@ -26,8 +26,9 @@
 #include "eos.h"
 #include "selene.h"
 
-#define EXPECTED "expected redis://HOST[:PORT][/DB], unix:///PATH or " \
-		 "redis-cluster://HOST[:PORT][,HOST[:PORT]...]"
+#define EXPECTED                                                                                   \
+	"expected redis://HOST[:PORT][/DB], unix:///PATH or "                                      \
+	"redis-cluster://HOST[:PORT][,HOST[:PORT]...]"
 
 static bool name_char(char c)
 {
@@ -49,18 +50,24 @@ static int parse_addr(const char *url, const char *s, size_t len, struct sel_rc_
 	if (len && s[0] == '[') {
 		const char *close = memchr(s, ']', len);
 		if (!close)
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': '[' without ']' around an "
-					"IPv6 address", url);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': '[' without ']' around an "
+					"IPv6 address",
+					url);
 		h = s + 1;
 		hl = (size_t)(close - h);
 		const char *zone = memchr(h, '%', hl); /* fe80::1%eth0: a zone names an interface */
 		for (size_t k = 0; k < hl; k++)
 			if (zone && h + k > zone ? !name_char(h[k]) : !v6_char(h[k]))
-				return eos_fail(SEL_EFORMAT, "remote URL '%s': '%.*s' is not an IPv6 "
-						"address", url, (int)hl, h);
+				return eos_fail(SEL_EFORMAT,
+						"remote URL '%s': '%.*s' is not an IPv6 "
+						"address",
+						url, (int)hl, h);
 		if (!memchr(h, ':', hl))
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': '%.*s' in brackets is not "
-					"an IPv6 address", url, (int)hl, h);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': '%.*s' in brackets is not "
+					"an IPv6 address",
+					url, (int)hl, h);
 		i = (size_t)(close - s) + 1;
 	} else {
 		h = s;
@@ -69,9 +76,11 @@ static int parse_addr(const char *url, const char *s, size_t len, struct sel_rc_
 		hl = i;
 		for (size_t k = 0; k < hl; k++)
 			if (!name_char(h[k]))
-				return eos_fail(SEL_EFORMAT, "remote URL '%s': host '%.*s' has a '%c' "
-						"(expected a name, an IPv4 address or [IPv6])", url,
-						(int)hl, h, h[k] >= 0x20 && h[k] < 0x7f ? h[k] : '?');
+				return eos_fail(SEL_EFORMAT,
+						"remote URL '%s': host '%.*s' has a '%c' "
+						"(expected a name, an IPv4 address or [IPv6])",
+						url, (int)hl, h,
+						h[k] >= 0x20 && h[k] < 0x7f ? h[k] : '?');
 	}
 	if (hl == 0)
 		return eos_fail(SEL_EFORMAT, "remote URL '%s': empty host (%s)", url, EXPECTED);
@@ -94,8 +103,9 @@ static int parse_addr(const char *url, const char *s, size_t len, struct sel_rc_
 				(int)pl, p);
 	for (size_t k = 0; k < pl; k++) {
 		if (p[k] < '0' || p[k] > '9')
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': port '%.*s' is not in 1..65535",
-					url, (int)pl, p);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': port '%.*s' is not in 1..65535", url,
+					(int)pl, p);
 		v = v * 10 + (unsigned long)(p[k] - '0');
 	}
 	if (v < 1 || v > 65535)
@@ -109,11 +119,15 @@ static int no_extras(const char *url, const char *rest, size_t len)
 {
 	for (size_t i = 0; i < len; i++) {
 		if (rest[i] == '@')
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': user names and passwords are "
-					"not supported (Redis AUTH)", url);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': user names and passwords are "
+					"not supported (Redis AUTH)",
+					url);
 		if (rest[i] == '?' || rest[i] == '#')
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': '%c' options are not "
-					"supported (%s)", url, rest[i], EXPECTED);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': '%c' options are not "
+					"supported (%s)",
+					url, rest[i], EXPECTED);
 	}
 	return 0;
 }
@@ -143,12 +157,16 @@ static int parse_tcp(const char *url, const char *s, struct sel_ru_url *u)
 	size_t dl = len - hp - 1;
 	uint64_t v = 0;
 	if (dl == 0 || dl > 9)
-		return eos_fail(SEL_EFORMAT, "remote URL '%s': database '%s' is not a number "
-				"0..999999999", url, d);
+		return eos_fail(SEL_EFORMAT,
+				"remote URL '%s': database '%s' is not a number "
+				"0..999999999",
+				url, d);
 	for (size_t k = 0; k < dl; k++) {
 		if (d[k] < '0' || d[k] > '9')
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': database '%s' is not a number "
-					"0..999999999", url, d);
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': database '%s' is not a number "
+					"0..999999999",
+					url, d);
 		v = v * 10 + (uint64_t)(d[k] - '0');
 	}
 	u->db = (uint32_t)v;
@@ -162,15 +180,17 @@ static int parse_cluster(const char *url, const char *s, struct sel_ru_url *u)
 	if (rc)
 		return rc;
 	if (memchr(s, '/', len))
-		return eos_fail(SEL_EFORMAT, "remote URL '%s': a cluster has no databases (a '/' "
-				"after the nodes)", url);
+		return eos_fail(SEL_EFORMAT,
+				"remote URL '%s': a cluster has no databases (a '/' "
+				"after the nodes)",
+				url);
 	size_t i = 0;
 	for (;;) {
 		const char *c = memchr(s + i, ',', len - i);
 		size_t end = c ? (size_t)(c - s) : len;
 		if (u->n == SEL_RU_SEEDS_MAX)
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': more than %d seed nodes", url,
-					SEL_RU_SEEDS_MAX);
+			return eos_fail(SEL_EFORMAT, "remote URL '%s': more than %d seed nodes",
+					url, SEL_RU_SEEDS_MAX);
 		if ((rc = parse_addr(url, s + i, end - i, &u->seed[u->n])))
 			return rc;
 		u->n++;
@@ -185,11 +205,15 @@ static int parse_unix(const char *url, const char *s, struct sel_ru_url *u)
 {
 	size_t len = strlen(s);
 	if (len < 2 || s[0] != '/')
-		return eos_fail(SEL_EFORMAT, "remote URL '%s': expected unix:///PATH with an "
-				"absolute path", url);
+		return eos_fail(SEL_EFORMAT,
+				"remote URL '%s': expected unix:///PATH with an "
+				"absolute path",
+				url);
 	if (len >= SEL_RU_PATH_MAX)
-		return eos_fail(SEL_EFORMAT, "remote URL '%s': a socket path of %zu bytes (at most "
-				"%d)", url, len, SEL_RU_PATH_MAX - 1);
+		return eos_fail(SEL_EFORMAT,
+				"remote URL '%s': a socket path of %zu bytes (at most "
+				"%d)",
+				url, len, SEL_RU_PATH_MAX - 1);
 	memcpy(u->path, s, len + 1);
 	return 0;
 }
@@ -207,8 +231,9 @@ int sel_ru_parse(const char *text, struct sel_ru_url *out)
 			for (char *q = url; *q; q++)
 				if ((unsigned char)*q < 0x20 || *q == 0x7f)
 					*q = '?';
-			return eos_fail(SEL_EFORMAT, "remote URL '%s': a control byte at offset %zu",
-					url, (size_t)(p - text));
+			return eos_fail(SEL_EFORMAT,
+					"remote URL '%s': a control byte at offset %zu", url,
+					(size_t)(p - text));
 		}
 	int rc;
 	if (strncmp(text, "redis://", 8) == 0) {
@@ -221,7 +246,8 @@ int sel_ru_parse(const char *text, struct sel_ru_url *out)
 		u.kind = SEL_RU_UNIX;
 		rc = parse_unix(url, text + 7, &u);
 	} else if (strncmp(text, "rediss://", 9) == 0) {
-		rc = eos_fail(SEL_EFORMAT, "remote URL '%s': TLS (rediss://) is not supported", url);
+		rc = eos_fail(SEL_EFORMAT, "remote URL '%s': TLS (rediss://) is not supported",
+			      url);
 	} else {
 		rc = eos_fail(SEL_EFORMAT, "remote URL '%s': unknown scheme (%s)", url, EXPECTED);
 	}
@@ -235,8 +261,9 @@ int sel_ru_format(const struct sel_ru_url *u, char *buf, size_t len)
 {
 	size_t at = 0;
 	int n;
-	const char *scheme = u->kind == SEL_RU_TCP ? "redis://"
-			     : u->kind == SEL_RU_CLUSTER ? "redis-cluster://" : "unix://";
+	const char *scheme = u->kind == SEL_RU_TCP       ? "redis://"
+			     : u->kind == SEL_RU_CLUSTER ? "redis-cluster://"
+							 : "unix://";
 	n = snprintf(buf, len, "%s", scheme);
 	if (n < 0 || (size_t)n >= len)
 		return -ENOBUFS;

@@ -34,10 +34,10 @@ enum sel_ru_kind {
 
 struct sel_ru_url {
 	enum sel_ru_kind kind;
-	uint32_t n;                                 /* seeds (TCP: 1, UNIX: 0) */
+	uint32_t n; /* seeds (TCP: 1, UNIX: 0) */
 	struct sel_rc_addr seed[SEL_RU_SEEDS_MAX];
-	char path[SEL_RU_PATH_MAX];                 /* UNIX */
-	uint32_t db;                                /* TCP */
+	char path[SEL_RU_PATH_MAX]; /* UNIX */
+	uint32_t db;                /* TCP */
 };
 
 /* Parse text.  0, or SEL_EFORMAT with a message that quotes the text and

@@ -78,7 +78,13 @@ _Static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == 16, "aead tag");
 _Static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == 32, "aead key");
 
 /* Manifest payload fields. */
-enum { M_CAP = 0, M_WINDOWS = 4, M_FLAGS = 8, M_HEADER_BYTES = 12, M_HEADER = 16 };
+enum {
+	M_CAP = 0,
+	M_WINDOWS = 4,
+	M_FLAGS = 8,
+	M_HEADER_BYTES = 12,
+	M_HEADER = 16
+};
 #define M_FLAG_ROW 1u
 
 static size_t tag_bytes(enum sel_rv_prot p)
@@ -116,10 +122,7 @@ int sel_rv_keys_init(struct sel_rv_keys *k, const uint8_t *secret, bool encrypt)
 	return 0;
 }
 
-void sel_rv_keys_wipe(struct sel_rv_keys *k)
-{
-	sodium_memzero(k, sizeof *k);
-}
+void sel_rv_keys_wipe(struct sel_rv_keys *k) { sodium_memzero(k, sizeof *k); }
 
 static int hexval(unsigned char c)
 {
@@ -145,15 +148,18 @@ int sel_rv_key_parse(const void *buf, size_t len, uint8_t out[SEL_RV_KEY_BYTES])
 		if (n && p[n - 1] == '\r')
 			n--;
 		if (n != 2 * (size_t)SEL_RV_KEY_BYTES)
-			return eos_fail(SEL_EFORMAT, "key file of %zu bytes: expected 32 raw bytes "
-					"or 64 hex digits", len);
+			return eos_fail(SEL_EFORMAT,
+					"key file of %zu bytes: expected 32 raw bytes "
+					"or 64 hex digits",
+					len);
 		for (size_t i = 0; i < SEL_RV_KEY_BYTES; i++) {
 			int hi = hexval(p[2 * i]), lo = hexval(p[2 * i + 1]);
 			if (hi < 0 || lo < 0) {
 				sodium_memzero(k, sizeof k);
-				return eos_fail(SEL_EFORMAT, "key file of %zu bytes: not 32 raw bytes, "
-						"and byte %zu is not a hex digit", len,
-						hi < 0 ? 2 * i : 2 * i + 1);
+				return eos_fail(SEL_EFORMAT,
+						"key file of %zu bytes: not 32 raw bytes, "
+						"and byte %zu is not a hex digit",
+						len, hi < 0 ? 2 * i : 2 * i + 1);
 			}
 			k[i] = (uint8_t)(hi << 4 | lo);
 		}
@@ -203,8 +209,10 @@ int sel_rv_key_load(const char *path, uint8_t out[SEL_RV_KEY_BYTES])
 			break;
 	}
 	if (n == (ssize_t)sizeof buf) {
-		rc = eos_fail(SEL_EFORMAT, "key file '%s' of %lld bytes: expected 32 raw bytes or "
-			      "64 hex digits", path, (long long)st.st_size);
+		rc = eos_fail(SEL_EFORMAT,
+			      "key file '%s' of %lld bytes: expected 32 raw bytes or "
+			      "64 hex digits",
+			      path, (long long)st.st_size);
 		goto out;
 	}
 	if ((rc = sel_rv_key_parse(buf, (size_t)n, out)))
@@ -275,13 +283,14 @@ static int check_pieces(const struct sel_rv_hdr *h, const struct iovec *iov, uin
 	return 0;
 }
 
-int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
-		const struct iovec *iov, uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag)
+int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h, const struct iovec *iov,
+		uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag)
 {
 	enum sel_rv_prot prot = prot_of(k);
 	int rc = check_hdr(k, h);
 	if (!rc && prot == SEL_RV_AEAD)
-		rc = eos_fail(-EINVAL, "remote value: an encrypted value cannot be sealed in place");
+		rc = eos_fail(-EINVAL,
+			      "remote value: an encrypted value cannot be sealed in place");
 	if (!rc)
 		rc = check_pieces(h, iov, n);
 	if (rc)
@@ -306,8 +315,8 @@ int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
 	return 32;
 }
 
-int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
-		  const struct iovec *iov, uint32_t n, uint8_t *out, size_t cap)
+int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h, const struct iovec *iov,
+		  uint32_t n, uint8_t *out, size_t cap)
 {
 	enum sel_rv_prot prot = prot_of(k);
 	int rc = check_hdr(k, h);
@@ -330,9 +339,8 @@ int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
 	}
 	put_header(out, h, prot);
 	randombytes_buf(out + OFF_NONCE, NONCE_BYTES);
-	crypto_aead_xchacha20poly1305_ietf_encrypt_detached(p, tag, NULL, p, h->payload, out,
-							    SEL_RV_HEADER, NULL, out + OFF_NONCE,
-							    k->aead);
+	crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
+		p, tag, NULL, p, h->payload, out, SEL_RV_HEADER, NULL, out + OFF_NONCE, k->aead);
 	return (int)total;
 }
 
@@ -344,7 +352,8 @@ static const char *kind_name(unsigned k)
 static void what(const struct sel_rv_hdr *w, char *buf, size_t len)
 {
 	if (w->kind == SEL_RV_KIND_MANIFEST)
-		snprintf(buf, len, "the manifest of %llu tokens", (unsigned long long)w->key.consumed);
+		snprintf(buf, len, "the manifest of %llu tokens",
+			 (unsigned long long)w->key.consumed);
 	else
 		snprintf(buf, len, "window %u of %llu tokens", w->window,
 			 (unsigned long long)w->key.consumed);
@@ -356,7 +365,8 @@ int sel_rv_decode(const struct sel_rv_keys *k, const struct sel_rv_hdr *want, ui
 	char w[96];
 	what(want, w, sizeof w);
 	if (len < SEL_RV_HEADER + 8 || memcmp(buf + OFF_MAGIC, MAGIC, 4) != 0)
-		return eos_fail(SEL_EFORMAT, "remote %s: %zu bytes without the value magic", w, len);
+		return eos_fail(SEL_EFORMAT, "remote %s: %zu bytes without the value magic", w,
+				len);
 	if (buf[OFF_VERSION] != VERSION)
 		return eos_fail(SEL_EFORMAT, "remote %s: value version %u (this build reads %u)", w,
 				buf[OFF_VERSION], VERSION);
@@ -368,18 +378,22 @@ int sel_rv_decode(const struct sel_rv_keys *k, const struct sel_rv_hdr *want, ui
 	uint32_t pl = sel_get_u32(buf + OFF_PAYLOAD);
 	size_t tb = tag_bytes(prot);
 	if (len > SEL_RV_VALUE_MAX || (uint64_t)SEL_RV_HEADER + pl + tb != len)
-		return eos_fail(SEL_EFORMAT, "remote %s: %zu bytes for a payload of %u", w, len, pl);
+		return eos_fail(SEL_EFORMAT, "remote %s: %zu bytes for a payload of %u", w, len,
+				pl);
 	if (prot != SEL_RV_AEAD) {
 		for (int i = 0; i < NONCE_BYTES; i++)
 			if (buf[OFF_NONCE + i])
-				return eos_fail(SEL_EFORMAT, "remote %s: a nonce without encryption", w);
+				return eos_fail(SEL_EFORMAT,
+						"remote %s: a nonce without encryption", w);
 	}
 	if (k->keyed && prot == SEL_RV_CHECKSUM)
 		return eos_fail(-EBADMSG, "remote %s: not authenticated (written without the key)",
 				w);
 	if (!k->keyed && prot != SEL_RV_CHECKSUM)
-		return eos_fail(-ENOKEY, "remote %s: authenticated with a key this host does not "
-				"have (--prefix-cache-remote-key)", w);
+		return eos_fail(-ENOKEY,
+				"remote %s: authenticated with a key this host does not "
+				"have (--prefix-cache-remote-key)",
+				w);
 	uint8_t *p = buf + SEL_RV_HEADER, *tag = p + pl;
 	switch (prot) {
 	case SEL_RV_CHECKSUM:
@@ -438,8 +452,10 @@ int sel_rv_layout_init(struct sel_rv_layout *l, uint64_t stride, uint32_t tail, 
 {
 	memset(l, 0, sizeof *l);
 	if (cap < SEL_RV_CAP_MIN || cap > SEL_RV_CAP_MAX)
-		return eos_fail(-EINVAL, "remote layout: window of %u payload bytes (expected "
-				"%u..%u)", cap, SEL_RV_CAP_MIN, SEL_RV_CAP_MAX);
+		return eos_fail(-EINVAL,
+				"remote layout: window of %u payload bytes (expected "
+				"%u..%u)",
+				cap, SEL_RV_CAP_MIN, SEL_RV_CAP_MAX);
 	if (tail && !stride)
 		return eos_fail(-EINVAL, "remote layout: %u pages of 0 bytes", tail);
 	uint64_t pw = 0;
@@ -468,9 +484,11 @@ int sel_rv_layout_init(struct sel_rv_layout *l, uint64_t stride, uint32_t tail, 
 	return 0;
 big:
 	memset(l, 0, sizeof *l);
-	return eos_fail(SEL_EOVERSIZE, "remote layout: %u pages of %llu bytes and a row of %llu "
-			"bytes need more than %u windows of %u bytes", tail,
-			(unsigned long long)stride, (unsigned long long)row, SEL_RV_WINDOWS_MAX, cap);
+	return eos_fail(SEL_EOVERSIZE,
+			"remote layout: %u pages of %llu bytes and a row of %llu "
+			"bytes need more than %u windows of %u bytes",
+			tail, (unsigned long long)stride, (unsigned long long)row,
+			SEL_RV_WINDOWS_MAX, cap);
 }
 
 void sel_rv_extent(const struct sel_rv_layout *l, uint32_t w, struct sel_rv_extent *e)
@@ -522,10 +540,13 @@ int sel_rv_manifest_encode(const sel_record_ns *ns, const sel_record_desc *d, bo
 {
 	size_t need = sel_rv_manifest_bytes(ns, d->tail);
 	if (!need)
-		return eos_fail(SEL_EOVERSIZE, "remote manifest: %u pages make a manifest beyond "
-				"one value", d->tail);
+		return eos_fail(SEL_EOVERSIZE,
+				"remote manifest: %u pages make a manifest beyond "
+				"one value",
+				d->tail);
 	if (len < need)
-		return eos_fail(-ENOBUFS, "remote manifest: %zu bytes needed, %zu given", need, len);
+		return eos_fail(-ENOBUFS, "remote manifest: %zu bytes needed, %zu given", need,
+				len);
 	int hb = sel_record_encode(ns, d, has_row ? row_checksum : 0, created_ns,
 				   SEL_RECORD_VERSION, out + M_HEADER, len - M_HEADER);
 	if (hb < 0)
@@ -561,7 +582,8 @@ int sel_rv_manifest_decode(const sel_record_ns *ns, const sel_key *want, const u
 		return eos_fail(SEL_EFORMAT, "remote manifest: unknown flags 0x%x", flags);
 	m.has_row = flags & M_FLAG_ROW;
 	if (hb < SEL_RECORD_HEADER_MIN || hb > len - M_HEADER)
-		return eos_fail(SEL_EFORMAT, "remote manifest: a header of %u bytes in %zu", hb, len);
+		return eos_fail(SEL_EFORMAT, "remote manifest: a header of %u bytes in %zu", hb,
+				len);
 	int rc = sel_record_decode(p + M_HEADER, hb, ns, &m.h);
 	if (rc)
 		return eos_fail(rc, "remote manifest: %s", eos_errmsg());
@@ -569,7 +591,8 @@ int sel_rv_manifest_decode(const sel_record_ns *ns, const sel_key *want, const u
 		return eos_fail(SEL_EFORMAT, "remote manifest: header bytes %u, the header says %u",
 				hb, m.h.span.header_bytes);
 	if (!sel_key_eq(&m.h.d.key, want))
-		return eos_fail(SEL_ECORRUPT, "remote manifest: names %llu tokens, not the %llu "
+		return eos_fail(SEL_ECORRUPT,
+				"remote manifest: names %llu tokens, not the %llu "
 				"asked for (or another digest)",
 				(unsigned long long)m.h.d.key.consumed,
 				(unsigned long long)want->consumed);
@@ -598,8 +621,7 @@ uint64_t sel_rv_manifest_cksum(const struct sel_rv_manifest *m, uint32_t i)
 
 /* ---- Names --------------------------------------------------------------- */
 
-void sel_rv_names_init(struct sel_rv_names *n, const sel_record_ns *ns,
-		       const struct sel_rv_keys *k)
+void sel_rv_names_init(struct sel_rv_names *n, const sel_record_ns *ns, const struct sel_rv_keys *k)
 {
 	memset(n, 0, sizeof *n);
 	if (k && k->keyed)
@@ -634,8 +656,10 @@ int sel_rv_member_parse(const char *s, size_t len, sel_key *key)
 {
 	char name[SEL_RECORD_NAME_MAX];
 	if (len >= sizeof name || memchr(s, '\0', len))
-		return eos_fail(SEL_EFORMAT, "remote bucket member of %zu bytes is not a record "
-				"name", len);
+		return eos_fail(SEL_EFORMAT,
+				"remote bucket member of %zu bytes is not a record "
+				"name",
+				len);
 	memcpy(name, s, len);
 	name[len] = '\0';
 	return sel_record_name_parse(name, key);

@@ -34,14 +34,14 @@
 
 #include "record.h"
 
-#define SEL_RV_VALUE_MAX (4u << 20) /* the largest value written or accepted */
-#define SEL_RV_HEADER 120u          /* value header bytes */
-#define SEL_RV_CAP_MIN 4096u        /* window payload bytes, smallest */
+#define SEL_RV_VALUE_MAX (4u << 20)               /* the largest value written or accepted */
+#define SEL_RV_HEADER 120u                        /* value header bytes */
+#define SEL_RV_CAP_MIN 4096u                      /* window payload bytes, smallest */
 #define SEL_RV_CAP_MAX (SEL_RV_VALUE_MAX - 4096u) /* ... and largest (the default) */
-#define SEL_RV_MANIFEST_WINDOW 0xffffffffu /* the manifest's window index */
-#define SEL_RV_WINDOWS_MAX (1u << 20)      /* windows of one record */
-#define SEL_RV_KEY_BYTES 32u               /* the key file's secret */
-#define SEL_RV_NAME_MAX 224u               /* a Redis key we build, NUL included */
+#define SEL_RV_MANIFEST_WINDOW 0xffffffffu        /* the manifest's window index */
+#define SEL_RV_WINDOWS_MAX (1u << 20)             /* windows of one record */
+#define SEL_RV_KEY_BYTES 32u                      /* the key file's secret */
+#define SEL_RV_NAME_MAX 224u                      /* a Redis key we build, NUL included */
 #define SEL_RV_PREFIX_MAX 40u
 
 /* Value kinds. */
@@ -59,8 +59,8 @@ enum sel_rv_prot {
 
 /* The secrets derived from a key file, and what the writer uses. */
 struct sel_rv_keys {
-	bool keyed;    /* a key is configured: only MAC and AEAD values are accepted */
-	bool encrypt;  /* values are written encrypted (needs keyed) */
+	bool keyed;       /* a key is configured: only MAC and AEAD values are accepted */
+	bool encrypt;     /* values are written encrypted (needs keyed) */
 	uint8_t mac[32];  /* BLAKE2b-256(key = secret, "flare-remote-mac-v1") */
 	uint8_t aead[32]; /* BLAKE2b-256(key = secret, "flare-remote-aead-v1") */
 	char id[17];      /* 16 hex of BLAKE2b-64(key = secret, "flare-remote-id-v1"); "" */
@@ -82,14 +82,14 @@ int sel_rv_key_load(const char *path, uint8_t out[SEL_RV_KEY_BYTES]);
 
 /* What a value's header says. */
 struct sel_rv_hdr {
-	uint8_t kind;                            /* enum sel_rv_kind */
-	uint8_t prot;                            /* enum sel_rv_prot (decode only) */
-	uint8_t identity[SEL_IDENTITY_BYTES];    /* offload identity */
+	uint8_t kind;                         /* enum sel_rv_kind */
+	uint8_t prot;                         /* enum sel_rv_prot (decode only) */
+	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity */
 	uint8_t fingerprint[SEL_FINGERPRINT_BYTES];
-	sel_key key;                             /* the record */
-	uint32_t window;                         /* SEL_RV_MANIFEST_WINDOW for the manifest */
-	uint32_t payload;                        /* payload bytes */
-	uint64_t generation;                     /* the put that wrote it, never 0 */
+	sel_key key;         /* the record */
+	uint32_t window;     /* SEL_RV_MANIFEST_WINDOW for the manifest */
+	uint32_t payload;    /* payload bytes */
+	uint64_t generation; /* the put that wrote it, never 0 */
 };
 
 /* Bytes of a value carrying payload bytes under k. */
@@ -100,8 +100,8 @@ size_t sel_rv_value_bytes(const struct sel_rv_keys *k, size_t payload);
  * (their lengths must sum to h->payload) and the tag.  Returns the value's
  * bytes, or -EINVAL (sizes, kind, generation 0, payload beyond a window)
  * or -ENOBUFS. */
-int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
-		  const struct iovec *iov, uint32_t n, uint8_t *out, size_t cap);
+int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h, const struct iovec *iov,
+		  uint32_t n, uint8_t *out, size_t cap);
 
 /* The header and the tag of a value whose payload stays in iov[0..n)
  * (checksum and MAC protection; -EINVAL under encryption, whose payload is
@@ -109,8 +109,8 @@ int sel_rv_encode(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
  * bytes of room), returns the tag's bytes.  The value is header, the
  * pieces in order, then the tag -- what sel_rv_encode writes into one
  * buffer.  Errors as sel_rv_encode. */
-int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h,
-		const struct iovec *iov, uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag);
+int sel_rv_seal(const struct sel_rv_keys *k, const struct sel_rv_hdr *h, const struct iovec *iov,
+		uint32_t n, uint8_t hdr[SEL_RV_HEADER], uint8_t *tag);
 
 /* Decode and verify the value buf[0..len) in place (an encrypted payload
  * is decrypted where it lies).  want names the value expected: kind,
@@ -136,10 +136,10 @@ int sel_rv_decode(const struct sel_rv_keys *k, const struct sel_rv_hdr *want, ui
 struct sel_rv_layout {
 	uint64_t stride;
 	uint32_t tail;
-	uint64_t row;     /* row bytes; 0 = no row */
+	uint64_t row; /* row bytes; 0 = no row */
 	uint32_t cap;
-	uint32_t ppw;     /* pages per window when stride <= cap, else 0 */
-	uint32_t wpp;     /* windows per page when stride > cap, else 0 */
+	uint32_t ppw; /* pages per window when stride <= cap, else 0 */
+	uint32_t wpp; /* windows per page when stride > cap, else 0 */
 	uint32_t page_windows, row_windows, windows;
 };
 /* 0, or -EINVAL (stride 0 with pages, cap outside SEL_RV_CAP_MIN..MAX) or
@@ -149,11 +149,11 @@ int sel_rv_layout_init(struct sel_rv_layout *l, uint64_t stride, uint32_t tail, 
 
 /* What window w (< windows) holds. */
 struct sel_rv_extent {
-	bool row;        /* a piece of the row */
-	uint32_t page;   /* pages: the first stored page record */
-	uint32_t pages;  /* pages: how many (1 for a piece of a split page) */
-	uint64_t off;    /* pages: offset inside the first page; row: offset in the row */
-	uint64_t len;    /* payload bytes */
+	bool row;       /* a piece of the row */
+	uint32_t page;  /* pages: the first stored page record */
+	uint32_t pages; /* pages: how many (1 for a piece of a split page) */
+	uint64_t off;   /* pages: offset inside the first page; row: offset in the row */
+	uint64_t len;   /* payload bytes */
 };
 void sel_rv_extent(const struct sel_rv_layout *l, uint32_t w, struct sel_rv_extent *e);
 /* The first window holding stored page record p (< tail). */
@@ -168,12 +168,12 @@ uint64_t sel_rv_row_bytes(const sel_record_layout *l, uint32_t flags);
 /* ---- The manifest ------------------------------------------------------- */
 
 struct sel_rv_manifest {
-	sel_record_header h;         /* decoded against the namespace */
+	sel_record_header h; /* decoded against the namespace */
 	bool has_row;
 	uint32_t cap, windows;
-	uint64_t row_bytes;          /* the row stream's bytes (0 without a row) */
+	uint64_t row_bytes; /* the row stream's bytes (0 without a row) */
 	struct sel_rv_layout layout;
-	const uint8_t *cksum;        /* tail u64le page checksums, inside the payload */
+	const uint8_t *cksum; /* tail u64le page checksums, inside the payload */
 };
 
 /* Payload bytes of a manifest (16 + header bytes + 8 tail), 0 when beyond

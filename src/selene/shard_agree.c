@@ -82,7 +82,8 @@ bool sel_shard_entry_same(const struct sel_shard_entry *a, const struct sel_shar
 static int by_consumed(const void *pa, const void *pb, void *ctx)
 {
 	const struct sel_shard_entry *e = ctx;
-	uint64_t a = e[*(const int64_t *)pa].d.key.consumed, b = e[*(const int64_t *)pb].d.key.consumed;
+	uint64_t a = e[*(const int64_t *)pa].d.key.consumed,
+		 b = e[*(const int64_t *)pb].d.key.consumed;
 	return a < b ? -1 : a > b;
 }
 
@@ -101,8 +102,10 @@ static int tally_peers(uint32_t world, const struct sel_shard_entry *const *ent,
 				continue;
 			}
 			if (r[i].seen == k + 1) {
-				int rc = eos_fail(SEL_EFORMAT, "agreement: rank %" PRIu32 "'s summary names the "
-					      "record of %" PRIu64 " tokens twice", k, x->d.key.consumed);
+				int rc = eos_fail(SEL_EFORMAT,
+						  "agreement: rank %" PRIu32 "'s summary names the "
+						  "record of %" PRIu64 " tokens twice",
+						  k, x->d.key.consumed);
 				return rc;
 			}
 			r[i].seen = k + 1;
@@ -179,8 +182,8 @@ int sel_shard_agree(uint32_t world, uint32_t page_tokens, const struct sel_shard
 		st = &dummy;
 	memset(st, 0, sizeof *st);
 	if (world < 1 || world > SEL_SHARD_WORLD_MAX || page_tokens == 0)
-		return eos_fail(-EINVAL, "agreement: world %" PRIu32 ", page tokens %" PRIu32, world,
-				page_tokens);
+		return eos_fail(-EINVAL, "agreement: world %" PRIu32 ", page tokens %" PRIu32,
+				world, page_tokens);
 	size_t n0 = n[0];
 	const struct sel_shard_entry *e0 = ent[0];
 	struct table t = {0};
@@ -205,14 +208,18 @@ int sel_shard_agree(uint32_t world, uint32_t page_tokens, const struct sel_shard
 		size_t s = key_hash(&e0[i].d.key) & t.mask;
 		while (t.slot[s] >= 0) {
 			if (sel_key_eq(&e0[t.slot[s]].d.key, &e0[i].d.key)) {
-				rc = eos_fail(SEL_EFORMAT, "agreement: rank 0's summary names the record of %"
-					      PRIu64 " tokens twice", e0[i].d.key.consumed);
+				rc = eos_fail(
+					SEL_EFORMAT,
+					"agreement: rank 0's summary names the record of %" PRIu64
+					" tokens twice",
+					e0[i].d.key.consumed);
 				goto out;
 			}
 			s = (s + 1) & t.mask;
 		}
 		t.slot[s] = (int64_t)i;
-		r[i] = (struct rec){.present = 1, .parent = -1, .seen = 1, .all_row = e0[i].has_row};
+		r[i] = (struct rec){
+			.present = 1, .parent = -1, .seen = 1, .all_row = e0[i].has_row};
 		order[i] = (int64_t)i;
 	}
 	if ((rc = tally_peers(world, ent, n, &t, r, st)))
@@ -267,7 +274,8 @@ void sel_shard_entries_from_scan(const sel_scan *s, struct sel_shard_entry *out)
 static int deepest_first(const void *pa, const void *pb, void *ctx)
 {
 	const sel_scan_record *rec = ctx;
-	uint64_t a = rec[*(const size_t *)pa].d.key.consumed, b = rec[*(const size_t *)pb].d.key.consumed;
+	uint64_t a = rec[*(const size_t *)pa].d.key.consumed,
+		 b = rec[*(const size_t *)pb].d.key.consumed;
 	return a > b ? -1 : a < b;
 }
 
@@ -305,7 +313,8 @@ int sel_shard_apply(int dirfd, const sel_scan *s, const uint8_t *act, uint32_t *
 		if (rc && !first) {
 			first = rc;
 			snprintf(why, sizeof why, "agreement: %s %s: %s",
-				 act[i] == SEL_SHARD_DELETE ? "deleting" : "truncating", name, eos_errmsg());
+				 act[i] == SEL_SHARD_DELETE ? "deleting" : "truncating", name,
+				 eos_errmsg());
 		}
 	}
 	free(order);

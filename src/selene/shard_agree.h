@@ -35,16 +35,16 @@
 #include "shard_proto.h"
 
 struct sel_shard_agree_stats {
-	uint64_t kept;           /* records every rank keeps */
-	uint64_t kept_row;       /* ... with their row */
-	uint64_t missing;        /* on rank zero but not on every peer */
-	uint64_t extra;          /* peer entries of records rank zero does not hold */
-	uint64_t differ;         /* on every rank, with headers that differ */
-	uint64_t rows_dropped;   /* kept without the row some rank lacks */
-	uint64_t orphaned;       /* dropped because their parent was */
-	uint64_t pruned;         /* childless page-only records dropped */
-	uint64_t deletes;        /* DELETE actions, all ranks */
-	uint64_t truncates;      /* TRUNCATE_ROW actions, all ranks */
+	uint64_t kept;         /* records every rank keeps */
+	uint64_t kept_row;     /* ... with their row */
+	uint64_t missing;      /* on rank zero but not on every peer */
+	uint64_t extra;        /* peer entries of records rank zero does not hold */
+	uint64_t differ;       /* on every rank, with headers that differ */
+	uint64_t rows_dropped; /* kept without the row some rank lacks */
+	uint64_t orphaned;     /* dropped because their parent was */
+	uint64_t pruned;       /* childless page-only records dropped */
+	uint64_t deletes;      /* DELETE actions, all ranks */
+	uint64_t truncates;    /* TRUNCATE_ROW actions, all ranks */
 };
 
 /* Decide.  ent[r][0..n[r]) is rank r's summary (rank zero's own at 0),

@@ -90,7 +90,8 @@ static struct frame *frame_of(const struct sel_shard_msg *m, int64_t *len)
 		return NULL;
 	struct frame *f = malloc(sizeof *f + (size_t)n);
 	if (!f) {
-		*len = eos_fail(-ENOMEM, "rank link: out of memory for a %s frame of %" PRId64 " bytes",
+		*len = eos_fail(-ENOMEM,
+				"rank link: out of memory for a %s frame of %" PRId64 " bytes",
 				sel_shard_type_name(m->type), n);
 		return NULL;
 	}
@@ -132,7 +133,8 @@ void shl_ranks_text(uint64_t mask, char *out, size_t len)
 			at += (size_t)snprintf(out + at, len - at, "%s%u", at ? ", " : "", r);
 }
 
-static void append(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t cap, const char *fmt, ...)
 {
 	size_t at = strnlen(buf, cap);
@@ -178,7 +180,8 @@ static void job_unlink(sel_shard_set *s, struct sjob *j)
 
 static struct sjob *job_find(sel_shard_set *s, uint64_t id)
 {
-	for (struct eos_hnode *h = eos_hmap_first(&s->jobs, eos_hash64(id)); h; h = eos_hmap_next(h)) {
+	for (struct eos_hnode *h = eos_hmap_first(&s->jobs, eos_hash64(id)); h;
+	     h = eos_hmap_next(h)) {
 		struct sjob *j = (struct sjob *)h;
 		if (j->d.id == id)
 			return j;
@@ -223,8 +226,10 @@ static void issue_cleanup(sel_shard_set *s, struct sjob *held, uint64_t mask)
 		struct link *l = &s->link[r];
 		if (l->dead || l->count + 1 >= l->cap) {
 			held->d.cleanup_failed |= 1ull << r;
-			append(held->d.text, sizeof held->d.text, "; cleanup unlink on rank %u could not "
-			       "be sent (%s)", r, l->dead ? "its link is down" : "its queue is full");
+			append(held->d.text, sizeof held->d.text,
+			       "; cleanup unlink on rank %u could not "
+			       "be sent (%s)",
+			       r, l->dead ? "its link is down" : "its queue is full");
 			continue;
 		}
 		can |= 1ull << r;
@@ -240,8 +245,11 @@ static void issue_cleanup(sel_shard_set *s, struct sjob *held, uint64_t mask)
 		c->internal = true;
 		struct sel_shard_rec rec = {.d = held->rec};
 		struct sel_shard_msg m = {.type = SEL_SHARD_JOB};
-		m.u.job = (struct sel_shard_job){.id = c->d.id, .op = SEL_SHARD_UNLINK,
-						 .slot = SEL_SHARD_NO_SLOT, .n_recs = 1, .recs = &rec};
+		m.u.job = (struct sel_shard_job){.id = c->d.id,
+						 .op = SEL_SHARD_UNLINK,
+						 .slot = SEL_SHARD_NO_SLOT,
+						 .n_recs = 1,
+						 .recs = &rec};
 		int64_t n;
 		f = frame_of(&m, &n);
 	}
@@ -249,8 +257,8 @@ static void issue_cleanup(sel_shard_set *s, struct sjob *held, uint64_t mask)
 		free(c);
 		held->d.cleanup_failed |= can;
 		if (can)
-			append(held->d.text, sizeof held->d.text, "; cleanup unlinks could not be made: %s",
-			       eos_errmsg());
+			append(held->d.text, sizeof held->d.text,
+			       "; cleanup unlinks could not be made: %s", eos_errmsg());
 		if (stopping(s))
 			s->stop_cleanup_failed += (uint32_t)shl_popcount64(mask);
 		deliver(s, held);
@@ -295,8 +303,9 @@ static void job_finish(sel_shard_set *s, struct sjob *j)
 		if (bad) {
 			char rt[256];
 			shl_ranks_text(bad, rt, sizeof rt);
-			append(to->d.text, sizeof to->d.text, "; cleanup unlink failed on rank %s%s%s", rt,
-			       d->text[0] ? ": " : "", d->text);
+			append(to->d.text, sizeof to->d.text,
+			       "; cleanup unlink failed on rank %s%s%s", rt, d->text[0] ? ": " : "",
+			       d->text);
 		}
 		job_free(j);
 		deliver(s, to);
@@ -335,10 +344,12 @@ static void stop_begin(sel_shard_set *s, const char *why)
 		uint32_t caller = 0;
 		for (struct sjob *j = s->head; j; j = j->next)
 			caller += !j->internal;
-		snprintf(s->why, sizeof s->why, "%s; the rank links stopped with %" PRIu32 " job%s "
-			 "outstanding: the caller must stop its worker and keep those jobs' page ids "
-			 "and state slots (a peer may still be copying into them)", why, caller,
-			 caller == 1 ? "" : "s");
+		snprintf(
+			s->why, sizeof s->why,
+			"%s; the rank links stopped with %" PRIu32 " job%s "
+			"outstanding: the caller must stop its worker and keep those jobs' page ids "
+			"and state slots (a peer may still be copying into them)",
+			why, caller, caller == 1 ? "" : "s");
 		s->st = S_STOPPING;
 		s->stop_deadline = eos_now_ns() + s->cfg.job_timeout_ns;
 		/* Completions not yet polled stay; nothing is added from now on. */
@@ -360,14 +371,16 @@ static void check_stopped(sel_shard_set *s, uint64_t now)
 			ranks |= j->pending;
 		char rt[256];
 		shl_ranks_text(ranks, rt, sizeof rt);
-		append(s->why, sizeof s->why, "; %" PRIu32 " job%s still outstanding on rank %s after "
-		       "the job timeout (any partial store there is not cleaned up)", s->outstanding,
-		       s->outstanding == 1 ? "" : "s", rt);
+		append(s->why, sizeof s->why,
+		       "; %" PRIu32 " job%s still outstanding on rank %s after "
+		       "the job timeout (any partial store there is not cleaned up)",
+		       s->outstanding, s->outstanding == 1 ? "" : "s", rt);
 	}
 	if (s->stop_cleaned || s->stop_cleanup_failed)
-		append(s->why, sizeof s->why, "; cleanup after the stop: %" PRIu32 " unlink%s of "
-		       "partial stores done, %" PRIu32 " failed", s->stop_cleaned,
-		       s->stop_cleaned == 1 ? "" : "s", s->stop_cleanup_failed);
+		append(s->why, sizeof s->why,
+		       "; cleanup after the stop: %" PRIu32 " unlink%s of "
+		       "partial stores done, %" PRIu32 " failed",
+		       s->stop_cleaned, s->stop_cleaned == 1 ? "" : "s", s->stop_cleanup_failed);
 	s->st = S_STOPPED;
 	s->stats.stopped = true;
 	shl_efd_raise(s->efd);
@@ -398,8 +411,10 @@ static void job_result(sel_shard_set *s, struct link *l, const struct sel_shard_
 	struct sjob *j = job_find(s, res->id);
 	if (!j || !(j->pending & bit)) {
 		char why[160];
-		snprintf(why, sizeof why, "rank %u reported job %" PRIu64 ", which it was not sent or "
-			 "had completed already", r, res->id);
+		snprintf(why, sizeof why,
+			 "rank %u reported job %" PRIu64 ", which it was not sent or "
+			 "had completed already",
+			 r, res->id);
 		link_failed(s, l, why);
 		return;
 	}
@@ -477,8 +492,8 @@ static void *writer_main(void *arg)
 		debug_check(s);
 		if (err) {
 			char why[EOS_ERRMSG_MAX];
-			snprintf(why, sizeof why, "rank %u's link failed while sending: %s", l->rank,
-				 strerror(err));
+			snprintf(why, sizeof why, "rank %u's link failed while sending: %s",
+				 l->rank, strerror(err));
 			link_failed(s, l, why);
 			break;
 		}
@@ -496,15 +511,16 @@ static void read_frames(sel_shard_set *s, struct link *l)
 		uint32_t plen;
 		char why[EOS_ERRMSG_MAX];
 		if (sel_shard_frame_header(l->in + at, l->in_len - at, &type, &plen) != 0) {
-			snprintf(why, sizeof why, "rank %u sent a frame rank 0 cannot read: %s", l->rank,
-				 eos_errmsg());
+			snprintf(why, sizeof why, "rank %u sent a frame rank 0 cannot read: %s",
+				 l->rank, eos_errmsg());
 			link_failed(s, l, why);
 			return;
 		}
 		if (plen > DONE_FRAME_MAX - SEL_SHARD_FRAME_HEADER) {
-			snprintf(why, sizeof why, "rank %u sent a %s frame of %" PRIu32 " bytes while "
-				 "serving, more than a completion takes", l->rank,
-				 sel_shard_type_name(type), plen);
+			snprintf(why, sizeof why,
+				 "rank %u sent a %s frame of %" PRIu32 " bytes while "
+				 "serving, more than a completion takes",
+				 l->rank, sel_shard_type_name(type), plen);
 			link_failed(s, l, why);
 			return;
 		}
@@ -515,15 +531,13 @@ static void read_frames(sel_shard_set *s, struct link *l)
 		at += SEL_SHARD_FRAME_HEADER + plen;
 		s->stats.frames_received++;
 		if (rc) {
-			snprintf(why, sizeof why, "rank %u sent a frame that does not decode: %s", l->rank,
-				 eos_errmsg());
+			snprintf(why, sizeof why, "rank %u sent a frame that does not decode: %s",
+				 l->rank, eos_errmsg());
 			link_failed(s, l, why);
 			return;
 		}
 		switch (m.type) {
-		case SEL_SHARD_DONE:
-			job_result(s, l, &m.u.done);
-			break;
+		case SEL_SHARD_DONE: job_result(s, l, &m.u.done); break;
 		case SEL_SHARD_DRAINED:
 			if (s->st != S_CLOSING || l->drained) {
 				link_failed(s, l, "a DRAINED rank 0 did not ask for");
@@ -606,12 +620,15 @@ static void *reader_main(void *arg)
 			}
 		}
 		now = eos_now_ns();
-		if ((s->st == S_RUNNING || s->st == S_CLOSING) && s->head && now >= s->head->deadline_ns) {
+		if ((s->st == S_RUNNING || s->st == S_CLOSING) && s->head &&
+		    now >= s->head->deadline_ns) {
 			struct sjob *j = s->head;
 			char rt[256], why[EOS_ERRMSG_MAX];
 			shl_ranks_text(j->pending, rt, sizeof rt);
-			snprintf(why, sizeof why, "job %" PRIu64 " (%s of the record of %" PRIu64 " tokens) "
-				 "was not completed by rank %s within the job timeout of %" PRIu64 " ms",
+			snprintf(why, sizeof why,
+				 "job %" PRIu64 " (%s of the record of %" PRIu64 " tokens) "
+				 "was not completed by rank %s within the job timeout of %" PRIu64
+				 " ms",
 				 j->d.id, sel_shard_op_name(j->d.op), j->rec.key.consumed, rt,
 				 (uint64_t)(s->cfg.job_timeout_ns / MS_NS));
 			uint64_t late = j->pending;
@@ -648,7 +665,8 @@ int sel_shard_start(sel_shard_set *s)
 	int rc = pthread_create(&s->reader, NULL, reader_main, s);
 	if (rc) {
 		s->st = S_STOPPED;
-		return eos_fail(-rc, "rank links: cannot start the reader thread: %s", strerror(rc));
+		return eos_fail(-rc, "rank links: cannot start the reader thread: %s",
+				strerror(rc));
 	}
 	s->reader_on = true;
 	for (uint32_t r = 1; r < s->cfg.world; r++) {
@@ -657,8 +675,8 @@ int sel_shard_start(sel_shard_set *s)
 			pthread_mutex_lock(&s->mu);
 			stop_begin(s, "rank links: cannot start a writer thread");
 			pthread_mutex_unlock(&s->mu);
-			return eos_fail(-rc, "rank links: cannot start rank %u's writer thread: %s", r,
-					strerror(rc));
+			return eos_fail(-rc, "rank links: cannot start rank %u's writer thread: %s",
+					r, strerror(rc));
 		}
 		l->writer_on = true;
 	}
@@ -669,17 +687,18 @@ static int refused_state(sel_shard_set *s)
 {
 	if (stopping(s))
 		return eos_fail(SEL_ESTOPPED, "%s", s->why);
-	return eos_fail(SEL_ESTOPPED, "rank links: %s", s->st == S_CLOSING || s->st == S_CLOSED
-							? "closing" : "not started");
+	return eos_fail(SEL_ESTOPPED, "rank links: %s",
+			s->st == S_CLOSING || s->st == S_CLOSED ? "closing" : "not started");
 }
 
-static int submit(sel_shard_set *s, const struct sel_shard_job *job, uint64_t ranks, uint64_t cookie,
-		  uint64_t *id, bool cleanup, int cause, const char *cause_text)
+static int submit(sel_shard_set *s, const struct sel_shard_job *job, uint64_t ranks,
+		  uint64_t cookie, uint64_t *id, bool cleanup, int cause, const char *cause_text)
 {
 	if (!ranks)
 		ranks = s->peers;
 	if (ranks & ~s->peers)
-		return eos_fail(-EINVAL, "rank links: ranks 0x%" PRIx64 " are not this world's peers",
+		return eos_fail(-EINVAL,
+				"rank links: ranks 0x%" PRIx64 " are not this world's peers",
 				ranks);
 	struct sjob *j = calloc(1, sizeof *j);
 	if (!j)
@@ -714,12 +733,14 @@ static int submit(sel_shard_set *s, const struct sel_shard_job *job, uint64_t ra
 			continue;
 		struct link *l = &s->link[r];
 		bool full = cleanup ? l->count + 1 >= l->cap
-				    : l->normal >= s->cfg.queue_jobs || l->bytes + f->len > s->cfg.queue_bytes;
+				    : l->normal >= s->cfg.queue_jobs ||
+					      l->bytes + f->len > s->cfg.queue_bytes;
 		if (full) {
 			s->stats.refused_full++;
-			rc = eos_fail(-EAGAIN, "rank links: rank %u's queue is full (%u frames, %" PRIu64
-				      " bytes): the peer is not taking jobs fast enough", r, l->count,
-				      l->bytes);
+			rc = eos_fail(-EAGAIN,
+				      "rank links: rank %u's queue is full (%u frames, %" PRIu64
+				      " bytes): the peer is not taking jobs fast enough",
+				      r, l->count, l->bytes);
 			goto refused;
 		}
 	}
@@ -754,8 +775,11 @@ int sel_shard_cleanup(sel_shard_set *s, const sel_record_desc *rec, uint64_t ran
 		      const char *cause_text, uint64_t cookie, uint64_t *id)
 {
 	struct sel_shard_rec x = {.d = *rec};
-	struct sel_shard_job job = {.id = 1, .op = SEL_SHARD_UNLINK, .slot = SEL_SHARD_NO_SLOT,
-				    .n_recs = 1, .recs = &x};
+	struct sel_shard_job job = {.id = 1,
+				    .op = SEL_SHARD_UNLINK,
+				    .slot = SEL_SHARD_NO_SLOT,
+				    .n_recs = 1,
+				    .recs = &x};
 	return submit(s, &job, ranks, cookie, id, true, cause, cause_text);
 }
 
@@ -834,7 +858,8 @@ int sel_shard_close(sel_shard_set *s, uint64_t deadline_ns)
 		shl_cond_wait_until(&s->cv, &s->mu, deadline_ns);
 	if (s->st == S_CLOSING && s->outstanding) {
 		char why[160];
-		snprintf(why, sizeof why, "close: %" PRIu32 " job%s still outstanding at the deadline",
+		snprintf(why, sizeof why,
+			 "close: %" PRIu32 " job%s still outstanding at the deadline",
 			 s->outstanding, s->outstanding == 1 ? "" : "s");
 		stop_begin(s, why);
 	}
@@ -865,10 +890,13 @@ int sel_shard_close(sel_shard_set *s, uint64_t deadline_ns)
 		for (uint32_t r = 1; r < s->cfg.world && !rc; r++) {
 			struct link *l = &s->link[r];
 			if (!l->drained)
-				rc = eos_fail(SEL_ESTOPPED, "rank links: rank %u did not confirm its drain "
-					      "before the deadline", r);
+				rc = eos_fail(SEL_ESTOPPED,
+					      "rank links: rank %u did not confirm its drain "
+					      "before the deadline",
+					      r);
 			else if (l->drain_status)
-				rc = eos_fail(SEL_ESTOPPED, "rank links: rank %u could not drain: %s (%s)", r,
+				rc = eos_fail(SEL_ESTOPPED,
+					      "rank links: rank %u could not drain: %s (%s)", r,
 					      l->drain_text, sel_strerror(l->drain_status));
 		}
 		if (s->st == S_CLOSING)
@@ -944,21 +972,28 @@ static int check_locked(sel_shard_set *s)
 	for (struct sjob *j = s->head; j && !rc; j = j->next) {
 		n++;
 		if (job_find(s, j->d.id) != j)
-			rc = eos_fail(SEL_ECORRUPT, "rank links: job %" PRIu64 " is listed, not in the table",
+			rc = eos_fail(SEL_ECORRUPT,
+				      "rank links: job %" PRIu64 " is listed, not in the table",
 				      j->d.id);
 		else if (j->pending & ~j->d.ranks)
-			rc = eos_fail(SEL_ECORRUPT, "rank links: job %" PRIu64 " waits for ranks it never "
-				      "addressed", j->d.id);
-		else if (j->pending & dead)
-			rc = eos_fail(SEL_ECORRUPT, "rank links: job %" PRIu64 " waits for a dead rank",
+			rc = eos_fail(SEL_ECORRUPT,
+				      "rank links: job %" PRIu64 " waits for ranks it never "
+				      "addressed",
 				      j->d.id);
+		else if (j->pending & dead)
+			rc = eos_fail(SEL_ECORRUPT,
+				      "rank links: job %" PRIu64 " waits for a dead rank", j->d.id);
 		else if (!j->pending)
-			rc = eos_fail(SEL_ECORRUPT, "rank links: job %" PRIu64 " is outstanding with no "
-				      "rank pending", j->d.id);
+			rc = eos_fail(SEL_ECORRUPT,
+				      "rank links: job %" PRIu64 " is outstanding with no "
+				      "rank pending",
+				      j->d.id);
 	}
 	if (!rc && (n != s->outstanding || s->jobs.n != n))
-		rc = eos_fail(SEL_ECORRUPT, "rank links: %" PRIu32 " jobs listed, %" PRIu32 " counted, %zu "
-			      "in the table", n, s->outstanding, s->jobs.n);
+		rc = eos_fail(SEL_ECORRUPT,
+			      "rank links: %" PRIu32 " jobs listed, %" PRIu32 " counted, %zu "
+			      "in the table",
+			      n, s->outstanding, s->jobs.n);
 	for (uint32_t r = 1; r < s->cfg.world && !rc; r++) {
 		struct link *l = &s->link[r];
 		if (!l->ring)
@@ -970,17 +1005,22 @@ static int check_locked(sel_shard_set *s)
 			bytes += x->f->len;
 			normal += x->normal;
 			if (atomic_load(&x->f->refs) == 0)
-				rc = eos_fail(SEL_ECORRUPT, "rank links: a queued frame without a reference");
+				rc = eos_fail(SEL_ECORRUPT,
+					      "rank links: a queued frame without a reference");
 		}
 		if (!rc && (l->count > l->cap || normal != l->normal || bytes != l->bytes ||
 			    l->normal > s->cfg.queue_jobs))
-			rc = eos_fail(SEL_ECORRUPT, "rank links: rank %u's ring counts %u frames (%u jobs, %"
-				      PRIu64 " bytes), holds %u jobs and %" PRIu64 " bytes", r, l->count,
-				      l->normal, l->bytes, normal, bytes);
+			rc = eos_fail(
+				SEL_ECORRUPT,
+				"rank links: rank %u's ring counts %u frames (%u jobs, %" PRIu64
+				" bytes), holds %u jobs and %" PRIu64 " bytes",
+				r, l->count, l->normal, l->bytes, normal, bytes);
 	}
 	for (struct sjob *j = s->dhead; j && !rc; j = j->dnext)
 		if (j->pending)
-			rc = eos_fail(SEL_ECORRUPT, "rank links: completed job %" PRIu64 " has ranks "
-				      "pending", j->d.id);
+			rc = eos_fail(SEL_ECORRUPT,
+				      "rank links: completed job %" PRIu64 " has ranks "
+				      "pending",
+				      j->d.id);
 	return rc;
 }

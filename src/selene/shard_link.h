@@ -85,8 +85,8 @@
 typedef struct sel_shard_set sel_shard_set;
 typedef struct sel_shard_peer sel_shard_peer;
 
-#define SEL_SHARD_QUEUE_JOBS 256u             /* frames queued per peer */
-#define SEL_SHARD_QUEUE_BYTES (16ull << 20)   /* bytes queued per peer */
+#define SEL_SHARD_QUEUE_JOBS 256u           /* frames queued per peer */
+#define SEL_SHARD_QUEUE_BYTES (16ull << 20) /* bytes queued per peer */
 #define SEL_SHARD_JOB_TIMEOUT_NS (60ull * 1000000000ull)
 #define SEL_SHARD_HANDSHAKE_NS (10ull * 1000000000ull)
 #define SEL_SHARD_DRAIN_MS 30000u
@@ -94,8 +94,8 @@ typedef struct sel_shard_peer sel_shard_peer;
 /* ---- rank zero ----------------------------------------------------------- */
 
 struct sel_shard_config {
-	uint32_t world;       /* ranks, rank zero included: 2..64 */
-	uint32_t page_tokens; /* the layout's (agreement rule 3) */
+	uint32_t world;                       /* ranks, rank zero included: 2..64 */
+	uint32_t page_tokens;                 /* the layout's (agreement rule 3) */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* the offload identity every rank must have */
 	/* The layout fingerprint each rank must present (design 2.14: it covers
 	 * that rank's geometry, its rank and the world size); [0] is rank
@@ -108,13 +108,13 @@ struct sel_shard_config {
 	 * names it.  Port 0: an ephemeral port (sel_shard_port). */
 	const char *listen_addr;
 	uint16_t listen_port;
-	uint32_t queue_jobs;      /* 0 = SEL_SHARD_QUEUE_JOBS */
-	uint64_t queue_bytes;     /* 0 = SEL_SHARD_QUEUE_BYTES */
-	uint64_t job_timeout_ns;  /* 0 = SEL_SHARD_JOB_TIMEOUT_NS */
-	uint64_t handshake_ns;    /* a joining connection's time to send JOIN; 0 = 10 s */
-	uint32_t drain_ms;        /* what DRAIN allows a peer; 0 = SEL_SHARD_DRAIN_MS */
-	uint32_t max_scan;        /* entries of one peer's summary; 0 = SEL_SHARD_MAX_SCAN */
-	int sock_buf;             /* SO_SNDBUF and SO_RCVBUF of the links; 0 = the system's */
+	uint32_t queue_jobs;     /* 0 = SEL_SHARD_QUEUE_JOBS */
+	uint64_t queue_bytes;    /* 0 = SEL_SHARD_QUEUE_BYTES */
+	uint64_t job_timeout_ns; /* 0 = SEL_SHARD_JOB_TIMEOUT_NS */
+	uint64_t handshake_ns;   /* a joining connection's time to send JOIN; 0 = 10 s */
+	uint32_t drain_ms;       /* what DRAIN allows a peer; 0 = SEL_SHARD_DRAIN_MS */
+	uint32_t max_scan;       /* entries of one peer's summary; 0 = SEL_SHARD_MAX_SCAN */
+	int sock_buf;            /* SO_SNDBUF and SO_RCVBUF of the links; 0 = the system's */
 };
 
 /* Validate cfg and open the listener: 0, -EINVAL (config), or the socket
@@ -174,17 +174,17 @@ struct sel_shard_done {
 	uint64_t id, cookie;
 	uint32_t op;
 	int status;
-	bool space;          /* some rank reported ENOSPC or EDQUOT */
-	bool cleanup;        /* a sel_shard_cleanup job */
-	uint64_t ranks;      /* addressed peers (bit r = rank r) */
-	uint64_t failed;     /* peers that reported a failure */
-	uint64_t committed;  /* STORE: peers whose file is in place (before any cleanup) */
-	uint64_t had_row;    /* TRUNCATE: peers whose file held the row */
-	uint64_t existed;    /* UNLINK: peers whose file was there */
-	uint64_t cleaned;    /* STORE: peers whose partial file was unlinked after the failure;
+	bool space;              /* some rank reported ENOSPC or EDQUOT */
+	bool cleanup;            /* a sel_shard_cleanup job */
+	uint64_t ranks;          /* addressed peers (bit r = rank r) */
+	uint64_t failed;         /* peers that reported a failure */
+	uint64_t committed;      /* STORE: peers whose file is in place (before any cleanup) */
+	uint64_t had_row;        /* TRUNCATE: peers whose file held the row */
+	uint64_t existed;        /* UNLINK: peers whose file was there */
+	uint64_t cleaned;        /* STORE: peers whose partial file was unlinked after the failure;
 				cleanup: peers unlinked */
 	uint64_t cleanup_failed; /* peers whose cleanup unlink failed (or could not be sent) */
-	uint64_t bytes;      /* moved by every peer together */
+	uint64_t bytes;          /* moved by every peer together */
 	int32_t rank_status[SEL_SHARD_WORLD_MAX];
 	char text[EOS_ERRMSG_MAX]; /* "rank 2: ..." for the failure, cleanup failures after */
 };
@@ -233,10 +233,11 @@ void sel_shard_destroy(sel_shard_set *s);
 struct sel_shard_stats {
 	uint64_t submitted, completed, failed; /* caller jobs */
 	uint64_t refused_full;                 /* submissions refused: a queue was full */
-	uint64_t cleanups, cleanup_failed;     /* unlinks after partial stores, ranks that failed them */
+	uint64_t cleanups,
+		cleanup_failed; /* unlinks after partial stores, ranks that failed them */
 	uint64_t frames_sent, bytes_sent, frames_received;
-	uint32_t outstanding;                  /* jobs not completed (cleanups included) */
-	uint32_t queued_max;                   /* most frames a peer's queue held */
+	uint32_t outstanding; /* jobs not completed (cleanups included) */
+	uint32_t queued_max;  /* most frames a peer's queue held */
 	uint32_t refused_joins;
 	bool stopped;
 };
@@ -250,8 +251,9 @@ int sel_shard_check(sel_shard_set *s);
 struct sel_shard_peer_config {
 	uint32_t world, rank;
 	uint8_t identity[SEL_IDENTITY_BYTES];
-	uint8_t fingerprint[SEL_FINGERPRINT_BYTES];         /* this rank's */
-	uint8_t primary_fingerprint[SEL_FINGERPRINT_BYTES]; /* rank zero's expected; zero: unchecked */
+	uint8_t fingerprint[SEL_FINGERPRINT_BYTES]; /* this rank's */
+	uint8_t primary_fingerprint
+		[SEL_FINGERPRINT_BYTES]; /* rank zero's expected; zero: unchecked */
 	struct sel_shard_settings set;
 	/* The rendezvous connection the HELLO came over (or -1): the link's
 	 * source address is bound to its local address, the one rank zero

@@ -42,18 +42,12 @@
 #define REC_BYTES (DESC_BYTES + 8u)
 
 static const char *const type_names[SEL_SHARD_TYPES] = {
-	[SEL_SHARD_HELLO] = "HELLO",
-	[SEL_SHARD_JOIN] = "JOIN",
-	[SEL_SHARD_ACCEPT] = "ACCEPT",
-	[SEL_SHARD_ERROR] = "ERROR",
-	[SEL_SHARD_SCAN] = "SCAN",
-	[SEL_SHARD_SCAN_END] = "SCAN_END",
-	[SEL_SHARD_DECIDE] = "DECIDE",
-	[SEL_SHARD_DECIDE_END] = "DECIDE_END",
-	[SEL_SHARD_APPLIED] = "APPLIED",
-	[SEL_SHARD_JOB] = "JOB",
-	[SEL_SHARD_DONE] = "DONE",
-	[SEL_SHARD_DRAIN] = "DRAIN",
+	[SEL_SHARD_HELLO] = "HELLO",     [SEL_SHARD_JOIN] = "JOIN",
+	[SEL_SHARD_ACCEPT] = "ACCEPT",   [SEL_SHARD_ERROR] = "ERROR",
+	[SEL_SHARD_SCAN] = "SCAN",       [SEL_SHARD_SCAN_END] = "SCAN_END",
+	[SEL_SHARD_DECIDE] = "DECIDE",   [SEL_SHARD_DECIDE_END] = "DECIDE_END",
+	[SEL_SHARD_APPLIED] = "APPLIED", [SEL_SHARD_JOB] = "JOB",
+	[SEL_SHARD_DONE] = "DONE",       [SEL_SHARD_DRAIN] = "DRAIN",
 	[SEL_SHARD_DRAINED] = "DRAINED",
 };
 
@@ -93,7 +87,8 @@ void sel_shard_rank_fingerprint(const sel_rank_geometry *rg, uint32_t page_token
 				uint32_t world, uint8_t out[SEL_FINGERPRINT_BYTES])
 {
 	static const char domain[] = "flare-rank-layout-v1";
-	sel_geometry one = {.ranks = 1, .page_tokens = page_tokens, .rank = (sel_rank_geometry *)rg};
+	sel_geometry one = {
+		.ranks = 1, .page_tokens = page_tokens, .rank = (sel_rank_geometry *)rg};
 	uint8_t layout[SEL_FINGERPRINT_BYTES], b[8];
 	sel_layout_fingerprint(&one, layout);
 	sel_put_u32(b, rank);
@@ -172,10 +167,12 @@ static int desc_check(const sel_record_desc *d, const struct sel_shard_limits *l
 		return eos_fail(SEL_EFORMAT, "%s: the key consumes 0 tokens", what);
 	if (sel_key_is_none(&d->parent)) {
 		if (d->parent_check)
-			return eos_fail(SEL_EFORMAT, "%s: a parent link check without a parent", what);
+			return eos_fail(SEL_EFORMAT, "%s: a parent link check without a parent",
+					what);
 	} else if (d->parent.consumed == 0 || d->parent.consumed >= d->key.consumed) {
-		return eos_fail(SEL_EFORMAT, "%s: the parent consumes %" PRIu64 " tokens, not 1 to %"
-				PRIu64, what, d->parent.consumed, d->key.consumed - 1);
+		return eos_fail(SEL_EFORMAT,
+				"%s: the parent consumes %" PRIu64 " tokens, not 1 to %" PRIu64,
+				what, d->parent.consumed, d->key.consumed - 1);
 	}
 	if (d->flags & ~SEL_RECORD_FLAGS_KNOWN)
 		return eos_fail(SEL_EFORMAT, "%s: unknown record flags 0x%" PRIx32, what, d->flags);
@@ -222,7 +219,8 @@ static void r_addr(struct sel_rd *r, struct sel_shard_addr *a)
 	if (a->family == 4) {
 		for (int i = 4; i < 16; i++)
 			if (a->a[i]) {
-				sel_rd_fail(r, "address", "an IPv4 address with bytes after its fourth");
+				sel_rd_fail(r, "address",
+					    "an IPv4 address with bytes after its fourth");
 				return;
 			}
 	} else if (v4_mapped(a->a)) {
@@ -255,8 +253,10 @@ static void r_greeting(struct sel_rd *r, uint32_t *world, uint32_t *rank, uint8_
 		return;
 	}
 	if (version != SEL_SHARD_VERSION) {
-		r->err = eos_fail(SEL_EFORMAT, "%s frame %s: protocol version %" PRIu32 ", this build "
-				  "speaks version %u", r->proto, r->what, version, SEL_SHARD_VERSION);
+		r->err = eos_fail(SEL_EFORMAT,
+				  "%s frame %s: protocol version %" PRIu32 ", this build "
+				  "speaks version %u",
+				  r->proto, r->what, version, SEL_SHARD_VERSION);
 		return;
 	}
 	if (!world_ok(*world))
@@ -289,8 +289,8 @@ static int entry_check(const struct sel_shard_entry *e)
 	const char *why = NULL;
 	if (e->version < SEL_RECORD_VERSION_MIN || e->version > SEL_RECORD_VERSION)
 		why = "a record format version this build does not read";
-	else if (e->header_bytes < SEL_RECORD_HEADER_MIN || e->header_bytes > SEL_RECORD_HEADER_MAX ||
-		 e->header_bytes % SEL_RECORD_ALIGN)
+	else if (e->header_bytes < SEL_RECORD_HEADER_MIN ||
+		 e->header_bytes > SEL_RECORD_HEADER_MAX || e->header_bytes % SEL_RECORD_ALIGN)
 		why = "header bytes not a multiple of 4096 in 4096..65536";
 	else if (e->page_off % SEL_RECORD_ALIGN || e->row_off % SEL_RECORD_ALIGN ||
 		 e->row_end % SEL_RECORD_ALIGN)
@@ -299,7 +299,8 @@ static int entry_check(const struct sel_shard_entry *e)
 		 e->row_end < e->row_off || e->row_end > INT64_MAX)
 		why = "offsets not in header <= pages <= row <= end order";
 	if (why)
-		return eos_fail(SEL_EFORMAT, "scan entry %" PRIu64 " tokens: %s", e->d.key.consumed, why);
+		return eos_fail(SEL_EFORMAT, "scan entry %" PRIu64 " tokens: %s", e->d.key.consumed,
+				why);
 	return 0;
 }
 
@@ -369,22 +370,28 @@ int sel_shard_job_check(const struct sel_shard_job *j, const struct sel_shard_li
 	if (j->id == 0)
 		return eos_fail(SEL_EFORMAT, "job: id 0");
 	if (j->op < SEL_SHARD_STORE || j->op >= SEL_SHARD_OPS)
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 ": unknown operation %" PRIu32, j->id, j->op);
+		return eos_fail(SEL_EFORMAT, "job %" PRIu64 ": unknown operation %" PRIu32, j->id,
+				j->op);
 	if (j->n_recs < 1 || j->n_recs > SEL_SHARD_MAX_RECS || !j->recs)
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %" PRIu32 " records, not 1 to %u",
-				j->id, op, j->n_recs, SEL_SHARD_MAX_RECS);
+		return eos_fail(SEL_EFORMAT,
+				"job %" PRIu64 " (%s): %" PRIu32 " records, not 1 to %u", j->id, op,
+				j->n_recs, SEL_SHARD_MAX_RECS);
 	if (j->n_pages > SEL_SHARD_MAX_PAGES || (j->n_pages && !j->pages))
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %" PRIu32 " page ids, more than %u",
-				j->id, op, j->n_pages, SEL_SHARD_MAX_PAGES);
+		return eos_fail(SEL_EFORMAT,
+				"job %" PRIu64 " (%s): %" PRIu32 " page ids, more than %u", j->id,
+				op, j->n_pages, SEL_SHARD_MAX_PAGES);
 	if (j->op != SEL_SHARD_FETCH && j->n_recs != 1)
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %" PRIu32 " records, not one", j->id,
-				op, j->n_recs);
+		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %" PRIu32 " records, not one",
+				j->id, op, j->n_recs);
 	if ((j->slot != SEL_SHARD_NO_SLOT) != j->row)
 		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %s", j->id, op,
-				j->row ? "a row without a state slot" : "a state slot without a row");
+				j->row ? "a row without a state slot"
+				       : "a state slot without a row");
 	if (j->slot != SEL_SHARD_NO_SLOT && lim && lim->slots && j->slot >= lim->slots)
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): state slot %" PRIu32 " out of range "
-				"(this rank has %" PRIu32 ")", j->id, op, j->slot, lim->slots);
+		return eos_fail(SEL_EFORMAT,
+				"job %" PRIu64 " (%s): state slot %" PRIu32 " out of range "
+				"(this rank has %" PRIu32 ")",
+				j->id, op, j->slot, lim->slots);
 	if ((j->op == SEL_SHARD_STORE) != (j->created_ns != 0))
 		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %s", j->id, op,
 				j->created_ns ? "a creation time on a job that writes nothing"
@@ -398,37 +405,46 @@ int sel_shard_job_check(const struct sel_shard_job *j, const struct sel_shard_li
 		if (rc)
 			return rc;
 		if (x->first > x->d.tail || x->count > x->d.tail - x->first)
-			return eos_fail(SEL_EFORMAT, "%s: pages [%" PRIu32 ", +%" PRIu32 ") beyond its "
-					"tail of %" PRIu32, what, x->first, x->count, x->d.tail);
+			return eos_fail(SEL_EFORMAT,
+					"%s: pages [%" PRIu32 ", +%" PRIu32 ") beyond its "
+					"tail of %" PRIu32,
+					what, x->first, x->count, x->d.tail);
 		if (i && !sel_key_eq(&x->d.parent, &j->recs[i - 1].d.key))
-			return eos_fail(SEL_EFORMAT, "%s: its parent is not the record before it", what);
+			return eos_fail(SEL_EFORMAT, "%s: its parent is not the record before it",
+					what);
 		pages += x->count;
 	}
 	switch (j->op) {
 	case SEL_SHARD_STORE:
 		if (j->recs[0].first != 0 || j->recs[0].count != j->recs[0].d.tail)
-			return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (store): pages [%" PRIu32 ", +%"
-					PRIu32 ") are not its whole tail", j->id, j->recs[0].first,
-					j->recs[0].count);
+			return eos_fail(SEL_EFORMAT,
+					"job %" PRIu64 " (store): pages [%" PRIu32 ", +%" PRIu32
+					") are not its whole tail",
+					j->id, j->recs[0].first, j->recs[0].count);
 		break;
 	case SEL_SHARD_FETCH:
 		if (pages == 0 && !j->row)
-			return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (fetch): moves nothing", j->id);
+			return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (fetch): moves nothing",
+					j->id);
 		break;
 	default:
 		if (j->row || pages || j->recs[0].first)
-			return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): pages or a row on a job that "
-					"moves none", j->id, op);
+			return eos_fail(SEL_EFORMAT,
+					"job %" PRIu64 " (%s): pages or a row on a job that "
+					"moves none",
+					j->id, op);
 	}
 	if (pages != j->n_pages)
-		return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): %" PRIu32 " page ids for %" PRIu64
-				" pages", j->id, op, j->n_pages, pages);
+		return eos_fail(SEL_EFORMAT,
+				"job %" PRIu64 " (%s): %" PRIu32 " page ids for %" PRIu64 " pages",
+				j->id, op, j->n_pages, pages);
 	if (lim && lim->pages)
 		for (uint32_t i = 0; i < j->n_pages; i++)
 			if (j->pages[i] >= lim->pages)
-				return eos_fail(SEL_EFORMAT, "job %" PRIu64 " (%s): page id %" PRIu32
-						" out of range (this rank has %" PRIu32 ")", j->id, op,
-						j->pages[i], lim->pages);
+				return eos_fail(SEL_EFORMAT,
+						"job %" PRIu64 " (%s): page id %" PRIu32
+						" out of range (this rank has %" PRIu32 ")",
+						j->id, op, j->pages[i], lim->pages);
 	return 0;
 }
 
@@ -448,7 +464,8 @@ static int encode_check(const struct sel_shard_msg *m)
 			return eos_fail(SEL_EFORMAT, "shard %s: rank %" PRIu32 " of world %" PRIu32,
 					sel_shard_type_name(m->type), rank, world);
 		if (s->disk != (s->disk_limit != 0))
-			return eos_fail(SEL_EFORMAT, "shard %s: disk limit %" PRIu64 " %s a disk store",
+			return eos_fail(SEL_EFORMAT,
+					"shard %s: disk limit %" PRIu64 " %s a disk store",
 					sel_shard_type_name(m->type), s->disk_limit,
 					s->disk ? "with" : "without");
 		if (m->type == SEL_SHARD_HELLO) {
@@ -459,28 +476,33 @@ static int encode_check(const struct sel_shard_msg *m)
 		return 0;
 	}
 	case SEL_SHARD_ACCEPT:
-		return world_ok(m->u.accept.world) ? 0
-			: eos_fail(SEL_EFORMAT, "shard ACCEPT: world %" PRIu32, m->u.accept.world);
+		return world_ok(m->u.accept.world)
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "shard ACCEPT: world %" PRIu32,
+					  m->u.accept.world);
 	case SEL_SHARD_ERROR:
 	case SEL_SHARD_APPLIED:
 	case SEL_SHARD_DRAINED: {
 		const struct sel_shard_status *s = &m->u.status;
-		if (!sel_shard_status_valid(s->status) || (m->type == SEL_SHARD_ERROR && !s->status))
+		if (!sel_shard_status_valid(s->status) ||
+		    (m->type == SEL_SHARD_ERROR && !s->status))
 			return eos_fail(SEL_EFORMAT, "shard %s: status %" PRId32,
 					sel_shard_type_name(m->type), s->status);
 		if (m->type != SEL_SHARD_APPLIED && (s->deleted || s->truncated))
 			return eos_fail(SEL_EFORMAT, "shard %s: counts outside APPLIED",
 					sel_shard_type_name(m->type));
 		if (!text_ok(s->text))
-			return eos_fail(SEL_EFORMAT, "shard %s: a text too long or with control bytes",
+			return eos_fail(SEL_EFORMAT,
+					"shard %s: a text too long or with control bytes",
 					sel_shard_type_name(m->type));
 		return 0;
 	}
 	case SEL_SHARD_SCAN: {
 		const struct sel_shard_scan *s = &m->u.scan;
 		if (s->n > SEL_SHARD_SCAN_CHUNK || s->first > SEL_SHARD_MAX_SCAN - s->n)
-			return eos_fail(SEL_EFORMAT, "shard SCAN: entries [%" PRIu32 ", +%" PRIu32 ")",
-					s->first, s->n);
+			return eos_fail(SEL_EFORMAT,
+					"shard SCAN: entries [%" PRIu32 ", +%" PRIu32 ")", s->first,
+					s->n);
 		for (uint32_t i = 0; i < s->n; i++) {
 			int rc = desc_check(&s->e[i].d, NULL, "shard SCAN entry");
 			if (rc || (rc = entry_check(&s->e[i])))
@@ -491,7 +513,8 @@ static int encode_check(const struct sel_shard_msg *m)
 	case SEL_SHARD_DECIDE: {
 		const struct sel_shard_decide *d = &m->u.decide;
 		if (d->n > SEL_SHARD_DECIDE_CHUNK || d->first > SEL_SHARD_MAX_SCAN - d->n)
-			return eos_fail(SEL_EFORMAT, "shard DECIDE: actions [%" PRIu32 ", +%" PRIu32 ")",
+			return eos_fail(SEL_EFORMAT,
+					"shard DECIDE: actions [%" PRIu32 ", +%" PRIu32 ")",
 					d->first, d->n);
 		for (uint32_t i = 0; i < d->n; i++)
 			if (d->act[i] >= SEL_SHARD_ACTIONS)
@@ -500,23 +523,23 @@ static int encode_check(const struct sel_shard_msg *m)
 	}
 	case SEL_SHARD_SCAN_END:
 	case SEL_SHARD_DECIDE_END:
-		return m->u.total.total <= SEL_SHARD_MAX_SCAN ? 0
-			: eos_fail(SEL_EFORMAT, "shard %s: total %" PRIu32, sel_shard_type_name(m->type),
-				   m->u.total.total);
-	case SEL_SHARD_JOB:
-		return sel_shard_job_check(&m->u.job, NULL);
+		return m->u.total.total <= SEL_SHARD_MAX_SCAN
+			       ? 0
+			       : eos_fail(SEL_EFORMAT, "shard %s: total %" PRIu32,
+					  sel_shard_type_name(m->type), m->u.total.total);
+	case SEL_SHARD_JOB: return sel_shard_job_check(&m->u.job, NULL);
 	case SEL_SHARD_DONE: {
 		const struct sel_shard_result *d = &m->u.done;
-		if (!d->id || !sel_shard_status_valid(d->status) || (d->flags & ~SEL_SHARD_R_KNOWN) ||
-		    !text_ok(d->text))
-			return eos_fail(SEL_EFORMAT, "shard DONE: job %" PRIu64 " status %" PRId32
-					" flags 0x%" PRIx32, d->id, d->status, d->flags);
+		if (!d->id || !sel_shard_status_valid(d->status) ||
+		    (d->flags & ~SEL_SHARD_R_KNOWN) || !text_ok(d->text))
+			return eos_fail(SEL_EFORMAT,
+					"shard DONE: job %" PRIu64 " status %" PRId32
+					" flags 0x%" PRIx32,
+					d->id, d->status, d->flags);
 		return 0;
 	}
-	case SEL_SHARD_DRAIN:
-		return 0;
-	default:
-		return eos_fail(SEL_EFORMAT, "shard: unknown message type %u", m->type);
+	case SEL_SHARD_DRAIN: return 0;
+	default: return eos_fail(SEL_EFORMAT, "shard: unknown message type %u", m->type);
 	}
 }
 
@@ -550,12 +573,8 @@ static void write_payload(struct sel_wr *w, const struct sel_shard_msg *m)
 		sel_wr_u64(w, m->u.accept.disk_limit);
 		break;
 	case SEL_SHARD_ERROR:
-	case SEL_SHARD_DRAINED:
-		w_status(w, &m->u.status, false);
-		break;
-	case SEL_SHARD_APPLIED:
-		w_status(w, &m->u.status, true);
-		break;
+	case SEL_SHARD_DRAINED: w_status(w, &m->u.status, false); break;
+	case SEL_SHARD_APPLIED: w_status(w, &m->u.status, true); break;
 	case SEL_SHARD_SCAN:
 		sel_wr_u32(w, m->u.scan.first);
 		sel_wr_u32(w, m->u.scan.n);
@@ -568,9 +587,7 @@ static void write_payload(struct sel_wr *w, const struct sel_shard_msg *m)
 		sel_wr_bytes(w, m->u.decide.act, m->u.decide.n);
 		break;
 	case SEL_SHARD_SCAN_END:
-	case SEL_SHARD_DECIDE_END:
-		sel_wr_u32(w, m->u.total.total);
-		break;
+	case SEL_SHARD_DECIDE_END: sel_wr_u32(w, m->u.total.total); break;
 	case SEL_SHARD_JOB: {
 		const struct sel_shard_job *j = &m->u.job;
 		sel_wr_u64(w, j->id);
@@ -645,7 +662,8 @@ int sel_shard_frame_header(const void *buf, size_t len, uint16_t *type, uint32_t
 	if (t == 0 || t >= SEL_SHARD_TYPES)
 		return eos_fail(SEL_EFORMAT, "shard frame: unknown type %u", t);
 	if (n > SEL_SHARD_FRAME_MAX)
-		return eos_fail(SEL_EFORMAT, "shard frame %s: a payload of %" PRIu32 " bytes, more than %u",
+		return eos_fail(SEL_EFORMAT,
+				"shard frame %s: a payload of %" PRIu32 " bytes, more than %u",
 				sel_shard_type_name(t), n, SEL_SHARD_FRAME_MAX);
 	*type = t;
 	*plen = n;
@@ -664,7 +682,8 @@ static void *block(struct sel_shard_msg *m, struct sel_rd *r, size_t bytes)
 		return NULL;
 	m->block = malloc(bytes ? bytes : 1);
 	if (!m->block)
-		r->err = eos_fail(-ENOMEM, "shard frame %s: out of memory for %zu bytes", r->what, bytes);
+		r->err = eos_fail(-ENOMEM, "shard frame %s: out of memory for %zu bytes", r->what,
+				  bytes);
 	return m->block;
 }
 
@@ -710,7 +729,8 @@ static void r_job(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_sh
 	j->created_ns = sel_rd_u64(r, "creation time");
 	j->n_recs = sel_rd_count(r, SEL_SHARD_MAX_RECS, REC_BYTES, "records");
 	j->n_pages = sel_rd_count(r, SEL_SHARD_MAX_PAGES, 4, "page ids");
-	if (!r->err && (uint64_t)j->n_recs * REC_BYTES + (uint64_t)j->n_pages * 4 != r->len - r->pos)
+	if (!r->err &&
+	    (uint64_t)j->n_recs * REC_BYTES + (uint64_t)j->n_pages * 4 != r->len - r->pos)
 		sel_rd_fail(r, "records and page ids", "not exactly the rest of the payload");
 	size_t rb = ((size_t)j->n_recs * sizeof *j->recs + 15) & ~(size_t)15;
 	uint8_t *blk = block(m, r, rb + (size_t)j->n_pages * sizeof *j->pages);
@@ -749,7 +769,8 @@ static void r_done(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_s
 		sel_rd_fail(r, "flags", "unknown bits");
 }
 
-static void read_payload(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_shard_limits *lim)
+static void read_payload(struct sel_rd *r, struct sel_shard_msg *m,
+			 const struct sel_shard_limits *lim)
 {
 	switch (m->type) {
 	case SEL_SHARD_HELLO: {
@@ -785,30 +806,18 @@ static void read_payload(struct sel_rd *r, struct sel_shard_msg *m, const struct
 			sel_rd_fail(r, "world size", "not 2 to 64");
 		break;
 	case SEL_SHARD_ERROR:
-	case SEL_SHARD_DRAINED:
-		r_status(r, &m->u.status, false, m->type == SEL_SHARD_ERROR);
-		break;
-	case SEL_SHARD_APPLIED:
-		r_status(r, &m->u.status, true, false);
-		break;
-	case SEL_SHARD_SCAN:
-		r_scan(r, m, lim);
-		break;
-	case SEL_SHARD_DECIDE:
-		r_decide(r, m, lim);
-		break;
+	case SEL_SHARD_DRAINED: r_status(r, &m->u.status, false, m->type == SEL_SHARD_ERROR); break;
+	case SEL_SHARD_APPLIED: r_status(r, &m->u.status, true, false); break;
+	case SEL_SHARD_SCAN: r_scan(r, m, lim); break;
+	case SEL_SHARD_DECIDE: r_decide(r, m, lim); break;
 	case SEL_SHARD_SCAN_END:
 	case SEL_SHARD_DECIDE_END:
 		m->u.total.total = sel_rd_u32(r, "total");
 		if (!r->err && m->u.total.total > SEL_SHARD_MAX_SCAN)
 			sel_rd_fail(r, "total", "more than the largest summary");
 		break;
-	case SEL_SHARD_JOB:
-		r_job(r, m, lim);
-		break;
-	case SEL_SHARD_DONE:
-		r_done(r, m, lim);
-		break;
+	case SEL_SHARD_JOB: r_job(r, m, lim); break;
+	case SEL_SHARD_DONE: r_done(r, m, lim); break;
 	case SEL_SHARD_DRAIN:
 		m->u.drain.ms = sel_rd_u32(r, "milliseconds");
 		sel_rd_zeros(r, 4, "padding");
@@ -830,7 +839,11 @@ int sel_shard_decode(const void *buf, size_t len, const struct sel_shard_limits 
 		return eos_fail(SEL_EFORMAT, "shard frame %s: %zu bytes for a payload of %" PRIu32,
 				sel_shard_type_name(type), len - SEL_SHARD_FRAME_HEADER, plen);
 	m->type = type;
-	struct sel_rd r = {(const uint8_t *)buf + SEL_SHARD_FRAME_HEADER, plen, 0, 0, "shard",
+	struct sel_rd r = {(const uint8_t *)buf + SEL_SHARD_FRAME_HEADER,
+			   plen,
+			   0,
+			   0,
+			   "shard",
 			   sel_shard_type_name(type)};
 	read_payload(&r, m, lim);
 	if (r.err) {

@@ -54,17 +54,17 @@
 #define SEL_SHARD_MAGIC 0x44524853u /* "SHRD" in HELLO and JOIN */
 #define SEL_SHARD_VERSION 1u
 #define SEL_SHARD_FRAME_HEADER 8u
-#define SEL_SHARD_FRAME_MAX (1u << 20)  /* payload bytes */
-#define SEL_SHARD_WORLD_MAX 64u         /* ranks, rank zero included */
+#define SEL_SHARD_FRAME_MAX (1u << 20) /* payload bytes */
+#define SEL_SHARD_WORLD_MAX 64u        /* ranks, rank zero included */
 #define SEL_SHARD_NONCE_BYTES 16u
-#define SEL_SHARD_TEXT_MAX 255u         /* ERROR, APPLIED, DONE, DRAINED text */
-#define SEL_SHARD_MAX_RECS 1024u        /* records of one job (a fetch's chain) */
-#define SEL_SHARD_MAX_PAGES 131072u     /* page ids of one job */
-#define SEL_SHARD_ENTRY_BYTES 128u      /* one scan summary entry */
-#define SEL_SHARD_SCAN_CHUNK 8000u      /* entries per SCAN frame */
-#define SEL_SHARD_DECIDE_CHUNK 65536u   /* actions per DECIDE frame */
-#define SEL_SHARD_MAX_SCAN (1u << 24)   /* entries of one rank's summary */
-#define SEL_SHARD_NO_SLOT UINT32_MAX    /* a job without a state slot */
+#define SEL_SHARD_TEXT_MAX 255u       /* ERROR, APPLIED, DONE, DRAINED text */
+#define SEL_SHARD_MAX_RECS 1024u      /* records of one job (a fetch's chain) */
+#define SEL_SHARD_MAX_PAGES 131072u   /* page ids of one job */
+#define SEL_SHARD_ENTRY_BYTES 128u    /* one scan summary entry */
+#define SEL_SHARD_SCAN_CHUNK 8000u    /* entries per SCAN frame */
+#define SEL_SHARD_DECIDE_CHUNK 65536u /* actions per DECIDE frame */
+#define SEL_SHARD_MAX_SCAN (1u << 24) /* entries of one rank's summary */
+#define SEL_SHARD_NO_SLOT UINT32_MAX  /* a job without a state slot */
 
 enum sel_shard_type {
 	SEL_SHARD_HELLO = 0x01,
@@ -166,7 +166,8 @@ struct sel_shard_total {
 };
 
 enum sel_shard_op {
-	SEL_SHARD_STORE = 1,    /* write the record from the GPU ids (its tail pages, the row's slot) */
+	SEL_SHARD_STORE =
+		1, /* write the record from the GPU ids (its tail pages, the row's slot) */
 	SEL_SHARD_FETCH = 2,    /* read a chain into the GPU ids */
 	SEL_SHARD_TRUNCATE = 3, /* compaction: drop the row segment */
 	SEL_SHARD_UNLINK = 4,   /* delete the file (a missing file is success) */
@@ -231,7 +232,7 @@ struct sel_shard_msg {
 		struct sel_shard_status status; /* ERROR, APPLIED, DRAINED */
 		struct sel_shard_scan scan;
 		struct sel_shard_decide decide;
-		struct sel_shard_total total;   /* SCAN_END, DECIDE_END */
+		struct sel_shard_total total; /* SCAN_END, DECIDE_END */
 		struct sel_shard_job job;
 		struct sel_shard_result done;
 		struct sel_shard_drain drain;

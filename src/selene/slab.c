@@ -86,7 +86,7 @@ struct sel_slab_pool {
 	uint32_t *stack; /* [total] free slot ids; stack[0..nfree) valid */
 	uint32_t *where; /* [total] index in stack, or SLOT_USED */
 	struct sel_slab_hooks hooks;
-	bool owns;       /* base is our mapping (false: the caller's range) */
+	bool owns; /* base is our mapping (false: the caller's range) */
 	bool registered;
 	uint64_t refused;      /* bad frees attempted (invariant 6) */
 	uint32_t refused_slot; /* the first offending slot id */
@@ -129,17 +129,21 @@ int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g)
 	for (uint32_t r = 0; r < ranks; r++) {
 		const sel_rank_geometry *rg = &g->rank[r];
 		if (rg->n_planes == 0 || !rg->pages) {
-			rc = eos_fail(SEL_EGEOMETRY, "slot layout: rank %" PRIu32 " has no page planes", r);
+			rc = eos_fail(SEL_EGEOMETRY,
+				      "slot layout: rank %" PRIu32 " has no page planes", r);
 			goto fail;
 		}
 		if (rg->row.unit_bytes == 0) {
-			rc = eos_fail(SEL_EGEOMETRY, "slot layout: rank %" PRIu32 " row plane '%s' has unit size 0",
+			rc = eos_fail(SEL_EGEOMETRY,
+				      "slot layout: rank %" PRIu32
+				      " row plane '%s' has unit size 0",
 				      r, rg->row.name ? rg->row.name : "?");
 			goto fail;
 		}
 		l->plane_off[r] = calloc(rg->n_planes, sizeof(**l->plane_off));
 		if (!l->plane_off[r]) {
-			rc = eos_fail(-ENOMEM, "slot layout: out of memory for rank %" PRIu32 " planes", r);
+			rc = eos_fail(-ENOMEM,
+				      "slot layout: out of memory for rank %" PRIu32 " planes", r);
 			goto fail;
 		}
 		uint64_t share = 0;
@@ -148,19 +152,25 @@ int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g)
 			const char *name = pl->name ? pl->name : "?";
 			if (pl->unit_bytes == 0) {
 				rc = eos_fail(SEL_EGEOMETRY,
-					      "slot layout: rank %" PRIu32 " page plane '%s' has unit size 0", r, name);
+					      "slot layout: rank %" PRIu32
+					      " page plane '%s' has unit size 0",
+					      r, name);
 				goto fail;
 			}
 			if (pl->unit_bytes > UINT64_MAX - (EOS_ALIGN - 1)) {
 				rc = eos_fail(-EOVERFLOW,
-					      "slot layout: rank %" PRIu32 " page plane '%s' unit size %" PRIu64
-					      " cannot be padded to 4 KiB", r, name, pl->unit_bytes);
+					      "slot layout: rank %" PRIu32
+					      " page plane '%s' unit size %" PRIu64
+					      " cannot be padded to 4 KiB",
+					      r, name, pl->unit_bytes);
 				goto fail;
 			}
 			uint64_t padded = eos_round_up(pl->unit_bytes, EOS_ALIGN);
 			l->plane_off[r][i] = share;
 			if (__builtin_add_overflow(share, padded, &share)) {
-				rc = eos_fail(-EOVERFLOW, "slot layout: rank %" PRIu32 " share exceeds 64 bits at plane '%s'",
+				rc = eos_fail(-EOVERFLOW,
+					      "slot layout: rank %" PRIu32
+					      " share exceeds 64 bits at plane '%s'",
 					      r, name);
 				goto fail;
 			}
@@ -168,7 +178,8 @@ int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g)
 		l->share[r] = share;
 		l->share_off[r] = slot;
 		if (__builtin_add_overflow(slot, share, &slot)) {
-			rc = eos_fail(-EOVERFLOW, "slot layout: slot size exceeds 64 bits at rank %" PRIu32, r);
+			rc = eos_fail(-EOVERFLOW,
+				      "slot layout: slot size exceeds 64 bits at rank %" PRIu32, r);
 			goto fail;
 		}
 		l->row_bytes[r] = rg->row.unit_bytes;
@@ -177,7 +188,8 @@ int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g)
 			row_slots = need;
 	}
 	if (row_slots > UINT32_MAX) {
-		rc = eos_fail(-EOVERFLOW, "slot layout: a row needs %" PRIu64 " slots (at most %" PRIu32 ")",
+		rc = eos_fail(-EOVERFLOW,
+			      "slot layout: a row needs %" PRIu64 " slots (at most %" PRIu32 ")",
 			      row_slots, UINT32_MAX);
 		goto fail;
 	}
@@ -224,24 +236,29 @@ void sel_slot_layout_row_piece(const sel_slot_layout *l, uint32_t rank, uint32_t
 
 /* The free list and counts of a pool of warm + intake slots (no memory
  * yet: base stays MAP_FAILED).  0 or an error with a message. */
-static int pool_new(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots, uint64_t *bytes,
-		    sel_slab_pool **out)
+static int pool_new(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots,
+		    uint64_t *bytes, sel_slab_pool **out)
 {
 	sel_slab_pool *p;
 	uint64_t total;
 	*out = NULL;
 
 	if (slot_bytes == 0 || slot_bytes % EOS_ALIGN != 0)
-		return eos_fail(-EINVAL, "slab: slot size %" PRIu64 " is not a positive multiple of %u",
+		return eos_fail(-EINVAL,
+				"slab: slot size %" PRIu64 " is not a positive multiple of %u",
 				slot_bytes, EOS_ALIGN);
 	if (__builtin_add_overflow(warm_slots, intake_slots, &total) || total > UINT32_MAX)
-		return eos_fail(-EOVERFLOW, "slab: %" PRIu64 " warm + %" PRIu64 " intake slots exceed %" PRIu32
-				" slots", warm_slots, intake_slots, UINT32_MAX);
+		return eos_fail(-EOVERFLOW,
+				"slab: %" PRIu64 " warm + %" PRIu64 " intake slots exceed %" PRIu32
+				" slots",
+				warm_slots, intake_slots, UINT32_MAX);
 	if (total == 0)
 		return eos_fail(-EINVAL, "slab: pool of 0 slots");
 	if (__builtin_mul_overflow(total, slot_bytes, bytes) || *bytes > (uint64_t)PTRDIFF_MAX ||
 	    *bytes > SIZE_MAX)
-		return eos_fail(-EOVERFLOW, "slab: %" PRIu64 " slots of %" PRIu64 " bytes exceed the address space",
+		return eos_fail(-EOVERFLOW,
+				"slab: %" PRIu64 " slots of %" PRIu64
+				" bytes exceed the address space",
 				total, slot_bytes);
 
 	p = calloc(1, sizeof(*p));
@@ -255,7 +272,9 @@ static int pool_new(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 	p->where = malloc(total * sizeof(*p->where));
 	if (!p->stack || !p->where) {
 		sel_slab_destroy(p);
-		return eos_fail(-ENOMEM, "slab: out of memory for the free list of %" PRIu64 " slots", total);
+		return eos_fail(-ENOMEM,
+				"slab: out of memory for the free list of %" PRIu64 " slots",
+				total);
 	}
 	/* Slot 0 on top, so a fresh pool hands out ascending ids. */
 	for (uint32_t i = 0; i < p->total; i++) {
@@ -288,7 +307,8 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 		char buf[32];
 		rc = -errno;
 		eos_fail(rc, "slab: cannot map %s (%" PRIu32 " slots of %" PRIu64 " bytes): %s",
-			 eos_format_size(bytes, buf, sizeof(buf)), p->total, slot_bytes, strerror(-rc));
+			 eos_format_size(bytes, buf, sizeof(buf)), p->total, slot_bytes,
+			 strerror(-rc));
 		goto fail;
 	}
 	p->base = m;
@@ -308,7 +328,8 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
 			/* Keep the hook's own message when it left one. */
 			snprintf(why, sizeof(why), "%s", eos_errmsg());
 			eos_fail(rc, "slab: registering %s failed: %s",
-				 eos_format_size(bytes, buf, sizeof(buf)), *why ? why : strerror(-rc));
+				 eos_format_size(bytes, buf, sizeof(buf)),
+				 *why ? why : strerror(-rc));
 			goto fail;
 		}
 		p->registered = true;
@@ -321,8 +342,8 @@ fail:
 	return rc;
 }
 
-int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots,
-			 sel_slab_pool **out)
+int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots,
+			 uint64_t intake_slots, sel_slab_pool **out)
 {
 	sel_slab_pool *p = NULL;
 	uint64_t bytes = 0;
@@ -335,7 +356,8 @@ int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots, u
 		return rc;
 	if ((uintptr_t)base > UINTPTR_MAX - bytes) {
 		sel_slab_destroy(p);
-		return eos_fail(-EOVERFLOW, "slab: %" PRIu64 " bytes from %p exceed the address space", bytes,
+		return eos_fail(-EOVERFLOW,
+				"slab: %" PRIu64 " bytes from %p exceed the address space", bytes,
 				base);
 	}
 	p->base = base;
@@ -376,10 +398,12 @@ int sel_slab_alloc(sel_slab_pool *p, uint32_t n, enum sel_slab_class cls, uint32
 	assert(cls == SEL_SLAB_WARM || cls == SEL_SLAB_INTAKE);
 	if (n > avail(p, cls)) {
 		if (cls == SEL_SLAB_WARM)
-			return eos_fail(-ENOSPC, "slab: %" PRIu32 " warm slots wanted, %" PRIu32
-					" free of which %" PRIu32 " are the intake reserve", n, p->nfree, p->intake);
-		return eos_fail(-ENOSPC, "slab: %" PRIu32 " intake slots wanted, %" PRIu32 " free", n,
-				p->nfree);
+			return eos_fail(-ENOSPC,
+					"slab: %" PRIu32 " warm slots wanted, %" PRIu32
+					" free of which %" PRIu32 " are the intake reserve",
+					n, p->nfree, p->intake);
+		return eos_fail(-ENOSPC, "slab: %" PRIu32 " intake slots wanted, %" PRIu32 " free",
+				n, p->nfree);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = p->stack[--p->nfree];
@@ -447,24 +471,30 @@ bool sel_slab_owns_memory(const sel_slab_pool *p) { return p->owns; }
 int sel_slab_check(const sel_slab_pool *p)
 {
 	if (p->refused)
-		return eos_fail(SEL_ECORRUPT, "slab: %" PRIu64 " free(s) refused, first slot %" PRIu32 " (%s)",
+		return eos_fail(SEL_ECORRUPT,
+				"slab: %" PRIu64 " free(s) refused, first slot %" PRIu32 " (%s)",
 				p->refused, p->refused_slot, p->refused_why);
 	if (p->nfree > p->total)
-		return eos_fail(SEL_ECORRUPT, "slab: %" PRIu32 " free of %" PRIu32 " slots", p->nfree, p->total);
+		return eos_fail(SEL_ECORRUPT, "slab: %" PRIu32 " free of %" PRIu32 " slots",
+				p->nfree, p->total);
 	if (!p->owns && p->registered)
 		return eos_fail(SEL_ECORRUPT, "slab: a borrowed range is registered");
 	if (((uintptr_t)p->base | p->slot_bytes) % EOS_ALIGN != 0 || p->slot_bytes == 0)
-		return eos_fail(SEL_ECORRUPT, "slab: base %p or slot size %" PRIu64 " not 4 KiB aligned",
+		return eos_fail(SEL_ECORRUPT,
+				"slab: base %p or slot size %" PRIu64 " not 4 KiB aligned",
 				(void *)p->base, p->slot_bytes);
 	for (uint32_t i = 0; i < p->nfree; i++) {
 		uint32_t s = p->stack[i];
 		if (s >= p->total)
-			return eos_fail(SEL_ECORRUPT, "slab: free list entry %" PRIu32 " is slot %" PRIu32
-					", beyond %" PRIu32, i, s, p->total);
+			return eos_fail(SEL_ECORRUPT,
+					"slab: free list entry %" PRIu32 " is slot %" PRIu32
+					", beyond %" PRIu32,
+					i, s, p->total);
 		if (p->where[s] != i)
-			return eos_fail(SEL_ECORRUPT, "slab: free list entry %" PRIu32 " (slot %" PRIu32
-					") is %s", i, s,
-					p->where[s] == SLOT_USED ? "marked in use" : "a duplicate");
+			return eos_fail(
+				SEL_ECORRUPT,
+				"slab: free list entry %" PRIu32 " (slot %" PRIu32 ") is %s", i, s,
+				p->where[s] == SLOT_USED ? "marked in use" : "a duplicate");
 	}
 	uint64_t used = 0;
 	for (uint32_t s = 0; s < p->total; s++) {
@@ -472,11 +502,14 @@ int sel_slab_check(const sel_slab_pool *p)
 		if (w == SLOT_USED)
 			used++;
 		else if (w >= p->nfree || p->stack[w] != s)
-			return eos_fail(SEL_ECORRUPT, "slab: slot %" PRIu32 " marked free at %" PRIu32
-					" but the free list disagrees", s, w);
+			return eos_fail(SEL_ECORRUPT,
+					"slab: slot %" PRIu32 " marked free at %" PRIu32
+					" but the free list disagrees",
+					s, w);
 	}
 	if (used + p->nfree != p->total)
-		return eos_fail(SEL_ECORRUPT, "slab: %" PRIu64 " in use + %" PRIu32 " free != %" PRIu32 " slots",
+		return eos_fail(SEL_ECORRUPT,
+				"slab: %" PRIu64 " in use + %" PRIu32 " free != %" PRIu32 " slots",
 				used, p->nfree, p->total);
 	return 0;
 }
@@ -492,11 +525,14 @@ int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_byte
 	if (warn && warn_len)
 		warn[0] = '\0';
 	if (max_active == 0)
-		return eos_fail(-EINVAL, "intake: max_active %" PRIu32 " (must be at least 1)", max_active);
+		return eos_fail(-EINVAL, "intake: max_active %" PRIu32 " (must be at least 1)",
+				max_active);
 	if (row_slots == 0)
-		return eos_fail(-EINVAL, "intake: row_slots %" PRIu32 " (must be at least 1)", row_slots);
+		return eos_fail(-EINVAL, "intake: row_slots %" PRIu32 " (must be at least 1)",
+				row_slots);
 	if (slot_bytes == 0 || slot_bytes % EOS_ALIGN != 0)
-		return eos_fail(-EINVAL, "intake: slot size %" PRIu64 " is not a positive multiple of %u",
+		return eos_fail(-EINVAL,
+				"intake: slot size %" PRIu64 " is not a positive multiple of %u",
 				slot_bytes, EOS_ALIGN);
 
 	/* 2 * (2^32-1)^2 exceeds 64 bits; the floor cannot. */
@@ -511,9 +547,10 @@ int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_byte
 		return 0;
 	}
 	if (headroom_bytes == UINT64_MAX)
-		return eos_fail(-EOVERFLOW, "intake: 2 x %" PRIu32 " active x %" PRIu32 " row slots + 2 x %u"
-				" slots of %" PRIu64 " bytes exceed 64 bits", max_active, row_slots,
-				SEL_WINDOW_PAGES, slot_bytes);
+		return eos_fail(-EOVERFLOW,
+				"intake: 2 x %" PRIu32 " active x %" PRIu32 " row slots + 2 x %u"
+				" slots of %" PRIu64 " bytes exceed 64 bits",
+				max_active, row_slots, SEL_WINDOW_PAGES, slot_bytes);
 
 	use = headroom_bytes / slot_bytes;
 	if (use < floor_slots) {
@@ -522,11 +559,12 @@ int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_byte
 			snprintf(c, sizeof(c), "over 16 EiB");
 		else
 			eos_format_size(floor_bytes, c, sizeof(c));
-		return eos_fail(-ENOMEM, "intake: host headroom %s holds %" PRIu64 " slots of %s, below the"
+		return eos_fail(-ENOMEM,
+				"intake: host headroom %s holds %" PRIu64 " slots of %s, below the"
 				" minimum of 2 x (%u + %" PRIu32 ") = %" PRIu64 " slots (%s)",
 				eos_format_size(headroom_bytes, a, sizeof(a)), use,
-				eos_format_size(slot_bytes, b, sizeof(b)), SEL_WINDOW_PAGES, row_slots,
-				floor_slots, c);
+				eos_format_size(slot_bytes, b, sizeof(b)), SEL_WINDOW_PAGES,
+				row_slots, floor_slots, c);
 	}
 	if (warn && warn_len) {
 		char need[96];
@@ -539,8 +577,7 @@ int sel_intake_slots(uint32_t max_active, uint32_t row_slots, uint64_t slot_byte
 		snprintf(warn, warn_len,
 			 "intake: full intake for %" PRIu32 " active requests needs %s but"
 			 " host headroom is %s; using %" PRIu64 " slots (%s)",
-			 max_active, need,
-			 eos_format_size(headroom_bytes, c, sizeof(c)), use,
+			 max_active, need, eos_format_size(headroom_bytes, c, sizeof(c)), use,
 			 eos_format_size(use * slot_bytes, a, sizeof(a)));
 	}
 	*slots = use;

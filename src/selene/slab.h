@@ -35,12 +35,12 @@
 /* How a geometry's records map onto slots. */
 typedef struct sel_slot_layout {
 	uint32_t ranks;
-	uint64_t slot_bytes;     /* sum of shares */
-	uint64_t *share;         /* [ranks] bytes of rank r's share (4 KiB multiple) */
-	uint64_t *share_off;     /* [ranks] offset of rank r's share in a slot */
-	uint64_t **plane_off;    /* [ranks][n_planes] offset of plane p within the share */
-	uint64_t *row_bytes;     /* [ranks] unpadded row unit bytes */
-	uint32_t row_slots;      /* max over ranks of ceil(row_bytes / share) */
+	uint64_t slot_bytes;  /* sum of shares */
+	uint64_t *share;      /* [ranks] bytes of rank r's share (4 KiB multiple) */
+	uint64_t *share_off;  /* [ranks] offset of rank r's share in a slot */
+	uint64_t **plane_off; /* [ranks][n_planes] offset of plane p within the share */
+	uint64_t *row_bytes;  /* [ranks] unpadded row unit bytes */
+	uint32_t row_slots;   /* max over ranks of ceil(row_bytes / share) */
 } sel_slot_layout;
 
 /* Fill *l from g.  Fails, leaving *l zeroed, with SEL_EGEOMETRY (no ranks,
@@ -86,8 +86,8 @@ int sel_slab_create(uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_sl
  * is base + s * slot_bytes.  For a split pool those addresses are slot
  * identities, not the slots' bytes (cuda.h).  base must be 4 KiB aligned
  * and non-NULL (-EINVAL); other limits as sel_slab_create. */
-int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots, uint64_t intake_slots,
-			 sel_slab_pool **out);
+int sel_slab_create_over(void *base, uint64_t slot_bytes, uint64_t warm_slots,
+			 uint64_t intake_slots, sel_slab_pool **out);
 /* Unregisters and unmaps (a pool from sel_slab_create_over: frees only the
  * free list).  NULL-safe.  The caller guarantees no transfer still uses a
  * slot (design 2.5: a store whose copiers cannot drain leaks the pool
@@ -110,7 +110,7 @@ bool sel_slab_can_alloc(const sel_slab_pool *p, uint32_t n, enum sel_slab_class 
 void *sel_slab_addr(const sel_slab_pool *p, uint32_t slot);
 void *sel_slab_base(const sel_slab_pool *p);
 uint64_t sel_slab_slot_bytes(const sel_slab_pool *p);
-uint64_t sel_slab_total(const sel_slab_pool *p);   /* warm + intake */
+uint64_t sel_slab_total(const sel_slab_pool *p); /* warm + intake */
 uint64_t sel_slab_intake(const sel_slab_pool *p);
 uint64_t sel_slab_free_count(const sel_slab_pool *p);
 uint64_t sel_slab_in_use(const sel_slab_pool *p);

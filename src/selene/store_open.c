@@ -81,8 +81,9 @@ int sel_store_open(const sel_store_config *cfg, sel_store **out)
 	if (!cfg->remote || !*cfg->remote)
 		return open_pooled(cfg, out);
 	if (cfg->remote_encrypt && !cfg->remote_key)
-		return eos_fail(-EINVAL, "prefix cache remote '%s': encryption needs a key "
-					 "(--prefix-cache-remote-key)",
+		return eos_fail(-EINVAL,
+				"prefix cache remote '%s': encryption needs a key "
+				"(--prefix-cache-remote-key)",
 				cfg->remote);
 	if (sel_remote_url_check(cfg->remote))
 		return eos_fail(SEL_EFORMAT, "%s", sel_errmsg());

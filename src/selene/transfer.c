@@ -116,8 +116,8 @@ struct rank {
 	sel_xfer *x;
 	uint32_t r;
 	pthread_t tid;
-	bool running;   /* a thread exists and has not been joined/detached (creator) */
-	bool exited;    /* the thread left its loop (under x->life) */
+	bool running; /* a thread exists and has not been joined/detached (creator) */
+	bool exited;  /* the thread left its loop (under x->life) */
 	struct ring ring;
 	/* Rank thread only. */
 	void *state;
@@ -136,12 +136,12 @@ struct sel_xfer {
 	uint32_t ranks, depth;
 	struct sel_xfer_part *part; /* [ranks] */
 	uint64_t nslots;
-	bool split;                 /* explicit parts: no compare, no packing */
-	bool uniform;               /* every rank has rank 0's share layout */
-	bool uniform_row;           /* ... and rank 0's row bytes */
-	uint64_t page_limit;        /* smallest page count over ranks */
-	uint64_t row_limit;         /* smallest row count over ranks */
-	struct rank *rank;          /* [ranks] */
+	bool split;          /* explicit parts: no compare, no packing */
+	bool uniform;        /* every rank has rank 0's share layout */
+	bool uniform_row;    /* ... and rank 0's row bytes */
+	uint64_t page_limit; /* smallest page count over ranks */
+	uint64_t row_limit;  /* smallest row count over ranks */
+	struct rank *rank;   /* [ranks] */
 
 	pthread_mutex_t submit; /* serialises submitters; guards closing */
 	bool closing;
@@ -152,7 +152,7 @@ struct sel_xfer {
 	_Atomic uint32_t inflight;
 	int efd;
 
-	pthread_mutex_t life; /* thread start, open results, exits */
+	pthread_mutex_t life;   /* thread start, open results, exits */
 	pthread_cond_t life_cv; /* CLOCK_MONOTONIC */
 	uint32_t started, opened, exited;
 	int open_rc;
@@ -233,7 +233,7 @@ static int push(struct rank *rk, uint64_t dst, uint64_t src, uint64_t len)
 		}
 		if (be->max_call_bytes && n > be->max_call_bytes)
 			n = be->max_call_bytes;
-		rk->call[rk->ncall++] = (struct sel_copy){ .dst = dst, .src = src, .len = n };
+		rk->call[rk->ncall++] = (struct sel_copy){.dst = dst, .src = src, .len = n};
 		rk->call_bytes += n;
 		dst += n;
 		src += n;
@@ -277,8 +277,9 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 		sel_slot_layout_row_piece(x->l, rk->r, k, &off, &len);
 		if (len == 0)
 			break;
-		uint64_t slot = job->row_packed ? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
-						: share_addr(x, rk->r, job->row_slots[k]);
+		uint64_t slot = job->row_packed
+					? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
+					: share_addr(x, rk->r, job->row_slots[k]);
 		int rc = push_dir(rk, row + (uint64_t)k * piece_bytes, slot, len);
 		if (rc)
 			return rc;
@@ -545,13 +546,14 @@ static int check_args(const sel_geometry *g, const sel_slot_layout *layout,
 		return eos_fail(-EINVAL, "transfer: backend '%s' lacks open_rank or copy",
 				backend->name ? backend->name : "?");
 	if (g->ranks == 0 || g->ranks != layout->ranks)
-		return eos_fail(-EINVAL, "transfer: geometry has %" PRIu32 " ranks, slot layout %" PRIu32,
+		return eos_fail(-EINVAL,
+				"transfer: geometry has %" PRIu32 " ranks, slot layout %" PRIu32,
 				g->ranks, layout->ranks);
 	if (queue_depth == 0)
 		return eos_fail(-EINVAL, "transfer: queue depth 0 (expected at least 1)");
 	if (nslots == 0 || nslots > UINT32_MAX)
-		return eos_fail(-EINVAL, "transfer: %" PRIu64 " slots (expected 1..%" PRIu32 ")", nslots,
-				UINT32_MAX);
+		return eos_fail(-EINVAL, "transfer: %" PRIu64 " slots (expected 1..%" PRIu32 ")",
+				nslots, UINT32_MAX);
 	return 0;
 }
 
@@ -608,7 +610,8 @@ static int set_limits(sel_xfer *x)
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		const sel_rank_geometry *rg = &g->rank[r];
 		if (rg->n_planes == 0 || !rg->pages)
-			return eos_fail(-EINVAL, "transfer: rank %" PRIu32 " has no page planes", r);
+			return eos_fail(-EINVAL, "transfer: rank %" PRIu32 " has no page planes",
+					r);
 		if (rg->page_count < x->page_limit)
 			x->page_limit = rg->page_count;
 		if (rg->row_count < x->row_limit)
@@ -628,7 +631,8 @@ static int rank_buffers(sel_xfer *x)
 {
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		struct rank *rk = &x->rank[r];
-		uint64_t cap = (uint64_t)SEL_WINDOW_PAGES * x->g->rank[r].n_planes + x->l->row_slots;
+		uint64_t cap =
+			(uint64_t)SEL_WINDOW_PAGES * x->g->rank[r].n_planes + x->l->row_slots;
 		if (x->be.max_call_entries && x->be.max_call_entries < cap)
 			cap = x->be.max_call_entries;
 		rk->x = x;
@@ -638,7 +642,8 @@ static int rank_buffers(sel_xfer *x)
 		rk->ring.cap = x->depth;
 		rk->ring.q = calloc(x->depth, sizeof(struct sel_xfer_job *));
 		if (!rk->call || !rk->ring.q)
-			return eos_fail(-ENOMEM, "transfer: out of memory for rank %" PRIu32 " buffers", r);
+			return eos_fail(-ENOMEM,
+					"transfer: out of memory for rank %" PRIu32 " buffers", r);
 	}
 	return 0;
 }
@@ -651,8 +656,9 @@ static int start_ranks(sel_xfer *x)
 	for (uint32_t r = 0; r < x->ranks; r++) {
 		int e = pthread_create(&x->rank[r].tid, NULL, rank_main, &x->rank[r]);
 		if (e) {
-			rc = eos_fail(-e, "transfer: cannot start the thread of rank %" PRIu32 ": %s", r,
-				      strerror(e));
+			rc = eos_fail(-e,
+				      "transfer: cannot start the thread of rank %" PRIu32 ": %s",
+				      r, strerror(e));
 			break;
 		}
 		x->rank[r].running = true;
@@ -666,7 +672,8 @@ static int start_ranks(sel_xfer *x)
 		if (x->open_msg[0])
 			eos_fail(rc, "%s (transfer rank %" PRIu32 ")", x->open_msg, x->open_rank);
 		else
-			eos_fail(rc, "transfer rank %" PRIu32 ": backend '%s' could not open it: %s",
+			eos_fail(rc,
+				 "transfer rank %" PRIu32 ": backend '%s' could not open it: %s",
 				 x->open_rank, x->be.name ? x->be.name : "?", sel_strerror(rc));
 	}
 	pthread_mutex_unlock(&x->life);
@@ -709,9 +716,8 @@ fail:
 	return rc;
 }
 
-int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout,
-		    const sel_slab_pool *pool, const struct sel_copy_backend *backend,
-		    uint32_t queue_depth, sel_xfer **out)
+int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout, const sel_slab_pool *pool,
+		    const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out)
 {
 	struct sel_xfer_part *parts;
 	int rc;
@@ -720,7 +726,8 @@ int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout,
 	if (!layout || !pool || layout->ranks == 0)
 		return eos_fail(-EINVAL, "transfer: missing slot layout or pool");
 	if (sel_slab_slot_bytes(pool) != layout->slot_bytes)
-		return eos_fail(-EINVAL, "transfer: pool slots of %" PRIu64 " bytes, layout needs %" PRIu64,
+		return eos_fail(-EINVAL,
+				"transfer: pool slots of %" PRIu64 " bytes, layout needs %" PRIu64,
 				sel_slab_slot_bytes(pool), layout->slot_bytes);
 	parts = calloc(layout->ranks, sizeof(*parts));
 	if (!parts)
@@ -748,8 +755,10 @@ static int check_slots(const sel_xfer *x, const uint32_t *slots, uint64_t n, con
 {
 	for (uint64_t j = 0; j < n; j++)
 		if (slots[j] >= x->nslots)
-			return eos_fail(-EINVAL, "transfer: %s slot %" PRIu32 " (entry %" PRIu64 ") beyond %" PRIu64
-					" slots", what, slots[j], j, x->nslots);
+			return eos_fail(-EINVAL,
+					"transfer: %s slot %" PRIu32 " (entry %" PRIu64
+					") beyond %" PRIu64 " slots",
+					what, slots[j], j, x->nslots);
 	return 0;
 }
 
@@ -757,43 +766,60 @@ static int validate(const sel_xfer *x, const struct sel_xfer_job *job)
 {
 	int rc;
 	if (job->dir != SEL_COPY_OUT && job->dir != SEL_COPY_IN)
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " has direction %d", job->id, (int)job->dir);
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " has direction %d", job->id,
+				(int)job->dir);
 	if (job->n_pages && (!job->pages || !job->page_slots))
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " lacks its page ids or page slots", job->id);
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64 " lacks its page ids or page slots",
+				job->id);
 	if (job->row && !job->row_slots)
 		return eos_fail(-EINVAL, "transfer: job %" PRIu64 " lacks its row slots", job->id);
 	bool pages_packed = job->pages_packed && job->n_pages;
 	bool row_packed = job->row_packed && job->row;
 	if (job->dir == SEL_COPY_OUT && (job->pages_packed || job->row_packed))
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": packed flags on a copy-out (use compare)",
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64
+				": packed flags on a copy-out (use compare)",
 				job->id);
 	if (job->dir == SEL_COPY_IN && job->compare)
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": compare on a copy-in", job->id);
+		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": compare on a copy-in",
+				job->id);
 	if (x->split && (pages_packed || row_packed || job->compare))
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": split pools keep per-rank records"
-				" (no compare or packing)", job->id);
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64 ": split pools keep per-rank records"
+				" (no compare or packing)",
+				job->id);
 	if (pages_packed && !x->uniform)
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": packed pages need equal share layouts"
-				" on every rank", job->id);
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64 ": packed pages need equal share layouts"
+				" on every rank",
+				job->id);
 	if (row_packed && !x->uniform_row)
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": a packed row needs equal share layouts"
-				" and row sizes on every rank", job->id);
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64 ": a packed row needs equal share layouts"
+				" and row sizes on every rank",
+				job->id);
 	for (uint32_t i = 0; i < job->n_pages; i++)
 		if (job->pages[i] >= x->page_limit)
-			return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": page id %" PRIu32 " (entry %" PRIu32
-					") beyond %" PRIu64 " pages", job->id, job->pages[i], i, x->page_limit);
+			return eos_fail(-EINVAL,
+					"transfer: job %" PRIu64 ": page id %" PRIu32
+					" (entry %" PRIu32 ") beyond %" PRIu64 " pages",
+					job->id, job->pages[i], i, x->page_limit);
 	if (job->first_share && (!pages_packed || job->first_share >= x->ranks))
-		return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": first share %" PRIu32
-				" (expected 0, or below %" PRIu32 " on packed pages)", job->id,
-				job->first_share, x->ranks);
+		return eos_fail(-EINVAL,
+				"transfer: job %" PRIu64 ": first share %" PRIu32
+				" (expected 0, or below %" PRIu32 " on packed pages)",
+				job->id, job->first_share, x->ranks);
 	uint64_t np = pages_packed ? ceil_div((uint64_t)job->first_share + job->n_pages, x->ranks)
 				   : job->n_pages;
 	if ((rc = check_slots(x, job->page_slots, np, "page")))
 		return rc;
 	if (job->row) {
 		if (job->state_slot >= x->row_limit)
-			return eos_fail(-EINVAL, "transfer: job %" PRIu64 ": state slot %" PRIu32 " beyond %" PRIu64
-					" rows", job->id, job->state_slot, x->row_limit);
+			return eos_fail(-EINVAL,
+					"transfer: job %" PRIu64 ": state slot %" PRIu32
+					" beyond %" PRIu64 " rows",
+					job->id, job->state_slot, x->row_limit);
 		uint64_t nr = row_packed ? ceil_div(x->l->row_slots, x->ranks) : x->l->row_slots;
 		if ((rc = check_slots(x, job->row_slots, nr, "row")))
 			return rc;
@@ -821,8 +847,10 @@ int sel_xfer_submit(sel_xfer *x, struct sel_xfer_job *job)
 		pthread_mutex_unlock(&q->lock);
 		if (full) {
 			pthread_mutex_unlock(&x->submit);
-			return eos_fail(-EAGAIN, "transfer: rank %" PRIu32 " channel is full (%" PRIu32 " jobs)", r,
-					q->cap);
+			return eos_fail(-EAGAIN,
+					"transfer: rank %" PRIu32 " channel is full (%" PRIu32
+					" jobs)",
+					r, q->cap);
 		}
 	}
 
@@ -884,15 +912,9 @@ int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
 	return n;
 }
 
-int sel_xfer_fd(const sel_xfer *x)
-{
-	return x->efd;
-}
+int sel_xfer_fd(const sel_xfer *x) { return x->efd; }
 
-uint32_t sel_xfer_inflight(const sel_xfer *x)
-{
-	return atomic_load(&((sel_xfer *)x)->inflight);
-}
+uint32_t sel_xfer_inflight(const sel_xfer *x) { return atomic_load(&((sel_xfer *)x)->inflight); }
 
 /* ---- Close --------------------------------------------------------------- */
 
@@ -904,7 +926,8 @@ int sel_xfer_close(sel_xfer *x, uint64_t deadline_ns)
 		return 0;
 	if (x->closed) {
 		if (x->close_rc)
-			return eos_fail(x->close_rc, "transfer: closed earlier with threads that did not drain");
+			return eos_fail(x->close_rc,
+					"transfer: closed earlier with threads that did not drain");
 		return 0;
 	}
 	x->closed = true;
@@ -920,8 +943,8 @@ int sel_xfer_close(sel_xfer *x, uint64_t deadline_ns)
 			pthread_cond_wait(&x->life_cv, &x->life);
 			continue;
 		}
-		struct timespec ts = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
-				       .tv_nsec = (long)(deadline_ns % 1000000000u) };
+		struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+				      .tv_nsec = (long)(deadline_ns % 1000000000u)};
 		if (pthread_cond_timedwait(&x->life_cv, &x->life, &ts) == ETIMEDOUT)
 			break;
 	}
@@ -957,8 +980,10 @@ int sel_xfer_close(sel_xfer *x, uint64_t deadline_ns)
 	graveyard = x;
 	pthread_mutex_unlock(&grave_lock);
 	x->close_rc = SEL_ESTOPPED;
-	return eos_fail(SEL_ESTOPPED, "transfer: %" PRIu32 " of %" PRIu32 " rank threads did not drain by the"
-			" deadline; they were detached and their memory is kept", stuck, x->ranks);
+	return eos_fail(SEL_ESTOPPED,
+			"transfer: %" PRIu32 " of %" PRIu32 " rank threads did not drain by the"
+			" deadline; they were detached and their memory is kept",
+			stuck, x->ranks);
 }
 
 void sel_xfer_destroy(sel_xfer *x)
@@ -986,27 +1011,35 @@ int sel_xfer_check(const sel_xfer *cx)
 
 	uint32_t inflight = atomic_load(&x->inflight);
 	if (inflight != x->running + x->ndone) {
-		rc = eos_fail(SEL_ECORRUPT, "transfer: %" PRIu32 " in flight but %" PRIu32 " running + %" PRIu32
-			      " completed", inflight, x->running, x->ndone);
+		rc = eos_fail(SEL_ECORRUPT,
+			      "transfer: %" PRIu32 " in flight but %" PRIu32 " running + %" PRIu32
+			      " completed",
+			      inflight, x->running, x->ndone);
 		goto out;
 	}
 	for (uint32_t r = 0; r < x->ranks && !rc; r++) {
 		const struct ring *q = &x->rank[r].ring;
 		if (q->count > q->cap || q->head >= q->cap) {
-			rc = eos_fail(SEL_ECORRUPT, "transfer: rank %" PRIu32 " ring holds %" PRIu32 " from %" PRIu32
-				      " of %" PRIu32, r, q->count, q->head, q->cap);
+			rc = eos_fail(SEL_ECORRUPT,
+				      "transfer: rank %" PRIu32 " ring holds %" PRIu32
+				      " from %" PRIu32 " of %" PRIu32,
+				      r, q->count, q->head, q->cap);
 			break;
 		}
 		if (q->count > x->running) {
-			rc = eos_fail(SEL_ECORRUPT, "transfer: rank %" PRIu32 " ring holds %" PRIu32 " jobs but only %"
-				      PRIu32 " are running", r, q->count, x->running);
+			rc = eos_fail(SEL_ECORRUPT,
+				      "transfer: rank %" PRIu32 " ring holds %" PRIu32
+				      " jobs but only %" PRIu32 " are running",
+				      r, q->count, x->running);
 			break;
 		}
 		for (uint32_t i = 0; i < q->count; i++) {
 			const struct sel_xfer_job *job = q->q[(q->head + i) % q->cap];
 			if (job->priv.pending == 0 || job->priv.pending > x->ranks) {
-				rc = eos_fail(SEL_ECORRUPT, "transfer: job %" PRIu64 " queued on rank %" PRIu32
-					      " has %" PRIu32 " ranks pending", job->id, r, job->priv.pending);
+				rc = eos_fail(SEL_ECORRUPT,
+					      "transfer: job %" PRIu64 " queued on rank %" PRIu32
+					      " has %" PRIu32 " ranks pending",
+					      job->id, r, job->priv.pending);
 				break;
 			}
 		}
@@ -1017,22 +1050,27 @@ int sel_xfer_check(const sel_xfer *cx)
 	const struct sel_xfer_job *last = NULL;
 	for (const struct sel_xfer_job *j = x->head; j; j = j->priv.next) {
 		if (j->priv.pending != 0 || ++n > x->ndone) {
-			rc = eos_fail(SEL_ECORRUPT, "transfer: completion queue entry %" PRIu32 " (job %" PRIu64
-				      ") has %" PRIu32 " ranks pending or the queue is longer than %" PRIu32,
+			rc = eos_fail(SEL_ECORRUPT,
+				      "transfer: completion queue entry %" PRIu32 " (job %" PRIu64
+				      ") has %" PRIu32
+				      " ranks pending or the queue is longer than %" PRIu32,
 				      n, j->id, j->priv.pending, x->ndone);
 			goto out;
 		}
 		last = j;
 	}
 	if (n != x->ndone || last != x->tail) {
-		rc = eos_fail(SEL_ECORRUPT, "transfer: completion queue has %" PRIu32 " entries, count says %"
-			      PRIu32 " (or its tail is wrong)", n, x->ndone);
+		rc = eos_fail(SEL_ECORRUPT,
+			      "transfer: completion queue has %" PRIu32
+			      " entries, count says %" PRIu32 " (or its tail is wrong)",
+			      n, x->ndone);
 		goto out;
 	}
-	struct pollfd pfd = { .fd = x->efd, .events = POLLIN };
+	struct pollfd pfd = {.fd = x->efd, .events = POLLIN};
 	int ready = poll(&pfd, 1, 0);
 	if (ready < 0 || (ready == 1) != (x->ndone > 0))
-		rc = eos_fail(SEL_ECORRUPT, "transfer: eventfd %s with %" PRIu32 " completions waiting",
+		rc = eos_fail(SEL_ECORRUPT,
+			      "transfer: eventfd %s with %" PRIu32 " completions waiting",
 			      ready == 1 ? "readable" : "not readable", x->ndone);
 out:
 	pthread_mutex_unlock(&x->done);

@@ -86,7 +86,7 @@ extern const struct sel_copy_backend sel_copy_backend_host;
 /* How the host backend copies a call (copy_host.c DESIGN): memcpy, or
  * streaming (non-temporal) stores with SSE2 or AVX2. */
 enum sel_host_copy {
-	SEL_HOST_COPY_AUTO = 0,    /* sel_host_copy_choose by the call's bytes */
+	SEL_HOST_COPY_AUTO = 0, /* sel_host_copy_choose by the call's bytes */
 	SEL_HOST_COPY_MEMCPY,
 	SEL_HOST_COPY_STREAM_SSE2, /* x86-64 only */
 	SEL_HOST_COPY_STREAM_AVX2, /* CPUs (and kernels) with AVX2 only */
@@ -104,8 +104,8 @@ enum sel_host_copy sel_host_copy_run(const struct sel_copy *c, uint32_t n, enum 
 /* Private per-job bookkeeping of the transfer set.  Callers neither read nor
  * write it (submission initialises it). */
 struct sel_xfer_job_priv {
-	uint32_t pending;           /* ranks yet to report */
-	struct sel_xfer_job *next;  /* completion queue link */
+	uint32_t pending;          /* ranks yet to report */
+	struct sel_xfer_job *next; /* completion queue link */
 };
 
 /* A job.
@@ -141,26 +141,26 @@ struct sel_xfer_job_priv {
  * with split pools (slot bytes are not CPU-readable there).
  */
 struct sel_xfer_job {
-	uint64_t id;              /* caller's id, untouched */
+	uint64_t id; /* caller's id, untouched */
 	enum sel_copy_dir dir;
 	uint32_t n_pages;
-	const uint32_t *pages;    /* page ids [n_pages] */
+	const uint32_t *pages; /* page ids [n_pages] */
 	const uint32_t *page_slots;
-	bool row;                 /* copy the row too */
-	uint32_t state_slot;      /* state slot of the row */
+	bool row;            /* copy the row too */
+	uint32_t state_slot; /* state slot of the row */
 	const uint32_t *row_slots;
 	bool pages_packed, row_packed; /* IN only, see above */
 	/* Packed IN only: share index of the job's first page, below ranks, so
 	 * a restore may start inside a packed record (a GPU-resident prefix
 	 * ending off a multiple of ranks): page i uses share first_share + i. */
 	uint32_t first_share;
-	bool compare;                  /* OUT only, see above */
+	bool compare; /* OUT only, see above */
 	/* Filled at completion (valid once polled). */
-	int status;                     /* 0 or the first failure reported */
-	uint32_t failed_rank;           /* rank of that failure */
+	int status;                            /* 0 or the first failure reported */
+	uint32_t failed_rank;                  /* rank of that failure */
 	bool pages_replicated, row_replicated; /* compare result: now packed */
-	uint64_t bytes;                 /* bytes copied, all ranks (packing moves excluded) */
-	uint64_t submit_ns, done_ns;    /* eos_now_ns() at submission and completion */
+	uint64_t bytes;              /* bytes copied, all ranks (packing moves excluded) */
+	uint64_t submit_ns, done_ns; /* eos_now_ns() at submission and completion */
 	struct sel_xfer_job_priv priv;
 };
 
@@ -181,9 +181,8 @@ struct sel_xfer_part {
  * rank ("cuda unavailable: ... (transfer rank 1)"): a configured GPU is
  * never silently replaced.  -EINVAL for mismatched arguments, -ENOMEM,
  * or a thread creation error. */
-int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout,
-		    const sel_slab_pool *pool, const struct sel_copy_backend *backend,
-		    uint32_t queue_depth, sel_xfer **out);
+int sel_xfer_create(const sel_geometry *g, const sel_slot_layout *layout, const sel_slab_pool *pool,
+		    const struct sel_copy_backend *backend, uint32_t queue_depth, sel_xfer **out);
 
 /* The same over explicitly addressed rank parts (parts[g->ranks], copied)
  * holding nslots slots: used for CUDA split pools

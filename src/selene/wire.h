@@ -90,7 +90,8 @@ struct sel_rd {
 static inline int sel_rd_fail(struct sel_rd *r, const char *field, const char *why)
 {
 	if (!r->err)
-		r->err = eos_fail(SEL_EFORMAT, "%s frame %s: %s: %s", r->proto, r->what, field, why);
+		r->err =
+			eos_fail(SEL_EFORMAT, "%s frame %s: %s: %s", r->proto, r->what, field, why);
 	return r->err;
 }
 /* Whether n more bytes are there (failing the read when not). */
