@@ -319,6 +319,11 @@ def cluster(tmp, want):
             written(a, 3)
         lengths = [fl["prefill_tokens"] for _, fl in answers]
         with Flare(BIN, args, name="B") as b:
+            # B's client reaches every master first (slow under TSan): a
+            # lookup that only then finds its node would miss the grace.
+            wait_for("B connected to the three masters",
+                     lambda: (lambda m: m.get("flare_remote_connection_state") == 1
+                              and m.get("flare_remote_nodes_up") == 3)(b.metrics()))
             text, fl = ask(b, PROMPTS[0])
             assert fl["source"] == "remote" and text == want[0], fl
             # Prompt 1's record half moved to another master (its manifest
