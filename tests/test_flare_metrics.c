@@ -587,9 +587,45 @@ static void test_retention_memory(void)
 	sfx_free(&fx);
 }
 
+/* The input families appear only for a vision core, each with its own field. */
+static void test_inputs(void)
+{
+	hel_engine_stats st;
+	fill(&st);
+	hel_engine_input_stats *in = &st.inputs;
+	memset(in, 0, sizeof *in);
+	in->enabled = true;
+	in->lookups = 501;
+	in->images_covered = 502;
+	in->images_failed = 503;
+	in->images_reprepared = 504;
+	in->disk_invalid = 505;
+	in->waiting = 506;
+	struct flare_http_stats http = {0};
+	struct flare_metrics_info info = {.model = "m", .store = "memory", .transport = "host"};
+	struct flare_buf b = {0};
+	flare_metrics_format(&b, &st, &http, &info);
+	CHECK(!flare_buf_failed(&b));
+	const char *text = b.data;
+	prom_check(text);
+	EXPECT("flare_input_cache_lookups_total", in->lookups);
+	EXPECT("flare_input_covered_total", in->images_covered);
+	EXPECT("flare_input_failed_total", in->images_failed);
+	EXPECT("flare_input_reprepared_total", in->images_reprepared);
+	EXPECT("flare_input_disk_invalid_total", in->disk_invalid);
+	EXPECT("flare_input_waiting_requests", in->waiting);
+	flare_buf_free(&b);
+
+	in->enabled = false;
+	flare_metrics_format(&b, &st, &http, &info);
+	CHECK(!flare_buf_failed(&b) && !strstr(b.data, "flare_input_"));
+	flare_buf_free(&b);
+}
+
 int main(void)
 {
 	test_format();
+	test_inputs();
 	test_retention_composite();
 	test_retention_memory();
 	test_dashboard();

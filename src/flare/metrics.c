@@ -724,6 +724,10 @@ static void input_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	COUNTER("flare_input_covered_total",
 		"Images a reused checkpoint covered: never prepared, never replayed.",
 		in->images_covered);
+	COUNTER("flare_input_reprepared_total",
+		"Images a checkpoint covered that were prepared after all: a replay or a failed "
+		"restore started before them.",
+		in->images_reprepared);
 	COUNTER("flare_input_failed_total", "Images that failed to decode (their request failed).",
 		in->images_failed);
 	COUNTER("flare_input_disk_invalid_total",
