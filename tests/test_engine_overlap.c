@@ -16,7 +16,9 @@
  *     the head page differing, counts it, drops the record and recomputes
  *     the request, whose tokens are still the reference's;
  *   - disk: the disk store cannot give digests without reading the pages,
- *     so its hits restore plainly with overlap on (and the same tokens).
+ *     so its hits restore plainly with overlap on (and the same tokens); the
+ *     composite gives them for chains in warm memory (overlapped), not for
+ *     records on disk after a restart (whole).
  */
 #include "engine_test.h"
 #include "internal.h"
@@ -234,9 +236,13 @@ static void mismatch(void)
 	finish(e);
 }
 
-/* ---- the disk store: no digests, plain restores --------------------------------- */
+/* ---- disk tiers ------------------------------------------------------------------- */
 
-static void disk(void)
+/* The disk store has no digests without reading the pages: its hits restore
+ * whole.  The composite gives them for chains it holds in memory: turn 2,
+ * whose record is still in warm memory, is overlapped; after a restart
+ * (records on disk only) it restores whole.  The same tokens each time. */
+static void disk(bool composite)
 {
 	uint64_t seed = test_rng_next(&rng);
 	char *dir = test_mkdtemp("engine-overlap");
@@ -244,19 +250,42 @@ static void disk(void)
 	cfg.disk_dir = dir;
 	cfg.disk_limit = 256 << 20;
 	cfg.disk_limit_set = true;
+	if (composite) {
+		cfg.memory_bytes = 32 << 20;
+		cfg.drain_on_shutdown = true;
+	}
 	hel_engine *e = start(cfg), *no = start(cno);
 	struct turns a, c;
 	turns(e, seed, &a, NULL, NULL);
 	turns(no, seed, &c, NULL, NULL);
 	hel_engine_stats st = stats(e);
-	CHECK(a.turn2->out.host_tier == SEL_TIER_DISK && a.turn2->out.overlap_tokens == 0);
-	CHECK(st.overlap_restores == 0 && st.host_hits >= 1);
+	const hel_outcome *o = &a.turn2->out;
+	if (composite) {
+		CHECKF(o->overlap_tokens > 0 && st.overlap_done == 1 && st.overlap_mismatches == 0,
+		       "composite: overlap %llu done %llu", (unsigned long long)o->overlap_tokens,
+		       (unsigned long long)st.overlap_done);
+	} else {
+		CHECK(o->host_tier == SEL_TIER_DISK && o->overlap_tokens == 0);
+		CHECK(st.overlap_restores == 0 && st.host_hits >= 1);
+	}
 	same(a.turn2, c.turn2, "disk: turn 2 and without offload");
 	check_ref(&a);
-	printf("  disk: restored whole (no digests without reading the pages), same tokens\n");
+	finish(e);
+	if (composite) { /* after a restart: from disk, whole */
+		e = start(cfg);
+		struct et_call *r = et_run(e, a.p2, a.n2, 40, NULL);
+		st = stats(e);
+		CHECK(r->out.host_tier == SEL_TIER_DISK && r->out.overlap_tokens == 0);
+		CHECK(st.overlap_restores == 0 && r->out.reused_host_tokens > 0);
+		same(r, a.turn2, "composite: after a restart");
+		et_call_free(r);
+		finish(e);
+	}
+	printf("  %s: %s; the same tokens\n", composite ? "composite" : "disk",
+	       composite ? "overlapped from warm memory, whole from disk after a restart"
+			 : "restored whole (no digests without reading the pages)");
 	turns_free(&a);
 	turns_free(&c);
-	finish(e);
 	finish(no);
 	test_rmtree(dir);
 	free(dir);
@@ -268,7 +297,8 @@ int main(void)
 	CHECK_OK(hel_core_builtin(&core));
 	same_tokens();
 	mismatch();
-	disk();
+	disk(false);
+	disk(true);
 	hel_core_free(core);
 	printf("ok\n");
 	return 0;

@@ -3,7 +3,7 @@
  * (issue 18, "Overlapped restore"; docs/architecture.md records how this
  * departs from the design): the digest of a page from the live planes
  * (sel_page_digest), the digests of a hit's pages as the memory store
- * holds them (ms_page_digests), and the drop of a record found wrong
+ * holds them (sel_memory_store_page_digests), and the drop of a record found wrong
  * (sel_core_drop, for every store built on the core).
  *
  * DESIGN
@@ -88,7 +88,8 @@ static uint64_t slot_digest(const struct mem_store *ms, const struct mrec *m, ui
 	return XXH3_64bits_digest(&st);
 }
 
-int ms_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n, uint64_t *out)
+int sel_memory_store_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+				  uint64_t *out)
 {
 	struct mem_store *ms = sel_ms_of(s);
 	struct sel_chain_walk w;

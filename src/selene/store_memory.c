@@ -170,7 +170,7 @@ static const struct sel_store_ops ms_ops = {
 	.close = ms_close,
 	.destroy = ms_destroy,
 	.describe = ms_describe,
-	.page_digests = ms_page_digests, /* page_digest.c (issue 18) */
+	.page_digests = sel_memory_store_page_digests, /* page_digest.c (issue 18) */
 	.drop = sel_core_drop,
 };
 

@@ -113,7 +113,4 @@ void ms_fetch_event(struct mem_store *ms, struct mfetch *f, sel_event *ev);
 /* Submit what waits for channel room. */
 void ms_resubmit_pending(struct mem_store *ms);
 
-/* page_digest.c: sel_store_page_digests of the memory store. */
-int ms_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n, uint64_t *out);
-
 #endif
