@@ -21,7 +21,13 @@ offload so drift hits both.  Figures:
               32K and 100K-token prefixes, from memory and from disk (the
               disk rows need the disk store).  Qwen TP1's context is 32K:
               100K runs on a copy of the core with max_context 131072,
-              written to a temporary file.
+              written to a temporary file.  Each size runs with
+              --prefix-cache-overlap off (restore-only), on (the policy's
+              split) and always (every hit split at its middle page), as
+              --overlap-modes says; the overlapped rows are ratios to the
+              better of restore-only and recompute-only (issue 18), and
+              tokens_identical says whether every run's greedy first token
+              was the same.
   copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
               and prefill runs; the share of decode's publications copied
               out (the rest skipped under backpressure, design 2.10), and

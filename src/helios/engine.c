@@ -140,6 +140,13 @@
  *   allow and the store is not quiet for a second; then hel_engine_stop
  *   closes the store as before.
  *
+ *   Overlapped restores (issue 18; engine_overlap.c has the design).  At
+ *   admission a host hit may be split (host_decision): the ticket is the
+ *   whole hit's, the store fetches the tail (start_fetch), the worker
+ *   computes the head one chunk per loop iteration after the model step,
+ *   and the ticket finishes in the later of the two (fetch_event hands
+ *   overlapped tickets to hel_ovl_loaded).
+ *
  *   Store failure.  A poll that fails (SEL_ESTOPPED) stops the worker's
  *   use of the store for good: requests waiting on tickets are requeued
  *   without host lookup, while the tickets keep their ids and the pins of
@@ -167,7 +174,8 @@
  *      iteration.
  *   5. A ticket's page ids and row are handed to the model as loaded
  *      (page_loaded, row_loaded) before finish_inbound can publish them,
- *      and only after the store reported FETCHED for that ticket.
+ *      and only after the store reported FETCHED for that ticket (an
+ *      overlapped ticket's head pages are the model's own writes).
  *   6. The worker never waits on the store: every store call returns at
  *      once, and it sleeps only in poll(2).
  */

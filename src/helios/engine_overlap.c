@@ -210,8 +210,12 @@ static struct head *find(hel_overlap *o, uint64_t ticket)
 
 static void forget(hel_overlap *o, struct head *h)
 {
+	size_t i = (size_t)(h - o->h);
 	head_free(h);
-	*h = o->h[--o->n];
+	o->n--;
+	if (i != o->n)
+		o->h[i] = o->h[o->n];
+	memset(&o->h[o->n], 0, sizeof *o->h);
 }
 
 void hel_ovl_cancel(hel_overlap *o, uint64_t ticket)
