@@ -10,7 +10,8 @@
  *     conversation restored plainly (overlap off: the flag changes the
  *     path, no overlapped restore at all), of an engine without offload and
  *     of the model run directly;
- *   - mismatch: every stored page of the memory store is changed after it
+ *   - mismatch (memory store, and the composite's warm copies): every
+ *     stored page of the memory store is changed after it
  *     was stored (its digest, taken from the stored bytes, agrees with
  *     them, so only the recompute can tell): the overlapped restore finds
  *     the head page differing, counts it, drops the record and recomputes
@@ -22,6 +23,7 @@
  */
 #include "engine_test.h"
 #include "internal.h"
+#include "store_composite.h"
 #include "store_memory_int.h"
 
 static hel_core *core;
@@ -168,19 +170,25 @@ static void same_tokens(void)
 
 /* ---- a stored page that lies --------------------------------------------------- */
 
-static int open_keep(void *ctx, const sel_store_config *cfg, sel_store **out)
-{
-	int rc = sel_store_open(cfg, out);
-	*(sel_store **)ctx = *out;
-	return rc;
-}
-
 /* Change one byte of every stored page of the memory store.  Its digests
  * are taken from these bytes, so they agree with them: only a recompute
  * finds the difference.  The worker is settled (nothing in flight). */
+struct kept {
+	sel_store *s;
+	bool composite;
+};
+
+static int open_keep(void *ctx, const sel_store_config *cfg, sel_store **out)
+{
+	int rc = sel_store_open(cfg, out);
+	((struct kept *)ctx)->s = *out;
+	return rc;
+}
+
 static void corrupt_pages(void *arg)
 {
-	struct mem_store *ms = sel_ms_of(*(sel_store **)arg);
+	struct kept *k = arg;
+	struct mem_store *ms = sel_ms_of(k->composite ? sel_composite_store_memory(k->s) : k->s);
 	const sel_slot_layout *l = &ms->c.sp->layout;
 	uint32_t n = 0;
 	for (sel_node_id id = 0; id < ms->c.nrecs; id++) {
@@ -197,17 +205,23 @@ static void corrupt_pages(void *arg)
 	CHECK(n > 0);
 }
 
-static void mismatch(void)
+static void mismatch(bool composite)
 {
 	uint64_t seed = test_rng_next(&rng);
-	sel_store *s = NULL;
+	struct kept k = {.composite = composite};
+	char *dir = composite ? test_mkdtemp("engine-overlap") : NULL;
 	hel_engine_config cfg = small;
 	cfg.memory_bytes = 32 << 20;
 	cfg.store_open = open_keep;
-	cfg.store_ctx = &s;
+	cfg.store_ctx = &k;
+	if (composite) {
+		cfg.disk_dir = dir;
+		cfg.disk_limit = 256 << 20;
+		cfg.disk_limit_set = true;
+	}
 	hel_engine *e = start(cfg);
 	struct turns a;
-	turns(e, seed, &a, corrupt_pages, &s);
+	turns(e, seed, &a, corrupt_pages, &k);
 	hel_engine_stats st = stats(e);
 	const hel_outcome *o = &a.turn2->out;
 	CHECKF(st.overlap_mismatches == 1 && st.overlap_restores == 1 && st.overlap_done == 0,
@@ -216,13 +230,24 @@ static void mismatch(void)
 	/* Failed, recomputed (no host lookup on the retry), record dropped. */
 	CHECK(st.host_fetch_failed == 1 && o->reused_host_tokens == 0 && o->overlap_tokens == 0);
 	CHECK(o->prefill_tokens == a.n2 - o->reused_gpu_tokens);
-	CHECK(st.store.tier[SEL_TIER_MEMORY].corrupt == 1);
+	CHECK(st.store.tier[composite ? SEL_TIER_DISK : SEL_TIER_MEMORY].corrupt == 1);
 	check_ref(&a);
-	printf("  mismatch: a stored page that differs from its recompute was found, counted, "
-	       "dropped and recomputed (%u tokens as the model's)\n",
-	       a.turn2->n);
+	/* Dropped: the turn-1 terminal's record is gone from memory. */
+	sel_key t1;
+	struct sel_memory_record_info ri;
+	sel_key_direct(core->identity, NULL, 0, a.p2, a.t1, &t1);
+	CHECK_RC(sel_memory_store_record(composite ? sel_composite_store_memory(k.s) : k.s, &t1,
+					 &ri),
+		 -ENOENT);
+	printf("  mismatch (%s): a stored page that differs from its recompute was found, "
+	       "counted, dropped and recomputed (%u tokens as the model's)\n",
+	       composite ? "composite" : "memory", a.turn2->n);
 	turns_free(&a);
 	finish(e);
+	if (dir) {
+		test_rmtree(dir);
+		free(dir);
+	}
 }
 
 /* ---- disk tiers ------------------------------------------------------------------- */
@@ -285,7 +310,8 @@ int main(void)
 	test_rng_init(&rng, test_seed());
 	CHECK_OK(hel_core_builtin(&core));
 	same_tokens();
-	mismatch();
+	mismatch(false);
+	mismatch(true);
 	disk(false);
 	disk(true);
 	hel_core_free(core);

@@ -133,8 +133,9 @@ int sel_core_drop(sel_store *s, const sel_key *key)
 		return eos_fail(-EBUSY, "%s: the record at %" PRIu64 " is in use", c->name,
 				key->consumed);
 	c->st.tier[c->tier].corrupt++;
-	if (nd->children == 0)
-		return sel_index_remove(c->ix, id);
-	int rc = sel_index_drop_row(c->ix, id);
+	enum sel_core_why w = c->why; /* a caller's removal, as the counters see it */
+	c->why = SEL_WHY_NONE;
+	int rc = nd->children == 0 ? sel_index_remove(c->ix, id) : sel_index_drop_row(c->ix, id);
+	c->why = w;
 	return rc == -ENOENT ? 0 : rc;
 }

@@ -884,6 +884,15 @@ static int cs_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uin
 	return rc;
 }
 
+/* sel_store_drop (issue 18): the disk record goes (or its row), and the
+ * disk store's removal hook takes the memory copy with it (on_removed), so
+ * memory stays a subset of disk. */
+static int cs_drop(sel_store *s, const sel_key *key)
+{
+	struct comp_store *cs = sel_cs_of(s);
+	return sel_store_drop(cs->disk, key);
+}
+
 static const struct sel_store_ops cs_ops = {
 	.version = SEL_STORE_OPS_VERSION,
 	.name = "composite",
@@ -898,6 +907,7 @@ static const struct sel_store_ops cs_ops = {
 	.destroy = cs_destroy,
 	.describe = cs_describe,
 	.page_digests = cs_page_digests,
+	.drop = cs_drop,
 };
 
 /* Both stores over one pool: the memory store never sweeps for expiry (the
