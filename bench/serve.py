@@ -21,7 +21,13 @@ offload so drift hits both.  Figures:
               32K and 100K-token prefixes, from memory and from disk (the
               disk rows need the disk store).  Qwen TP1's context is 32K:
               100K runs on a copy of the core with max_context 131072,
-              written to a temporary file.
+              written to a temporary file.  Each size runs with
+              --prefix-cache-overlap off (restore-only), on (the policy's
+              split) and always (every hit split at its middle page), as
+              --overlap-modes says; the overlapped rows are ratios to the
+              better of restore-only and recompute-only (issue 18), and
+              tokens_identical says whether every run's greedy first token
+              was the same.
   copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
               and prefill runs; the share of decode's publications copied
               out (the rest skipped under backpressure, design 2.10), and
@@ -518,9 +524,66 @@ class Bench:
         t = s.events[0][0] - s.sent if s.events else float("nan")
         return t, (fin or {}).get("flare", {})
 
+    def inbound_round(self, L, core, args, mem, fill, prompt, label, overlap):
+        """One server (and, with a composite, its restart): the cold prompt's
+        time to first token (recompute), then the same prompt restored from
+        memory after fillers evicted its GPU copy and, after a restart, from
+        disk; --prefix-cache-overlap as given.  Each restore as (ttft, bytes
+        in, text, overlap tokens); None where it did not restore."""
+        out = {"recompute": None, "memory": None, "disk": None, "texts": []}
+        ov = ["--prefix-cache-overlap", overlap]
+        with self.server(args + ov + self.offload_args(mem, drain=True), core=core,
+                         name=f"inbound-{overlap}") as srv:
+            s = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 1,
+                                               "temperature": 0})
+            t_re = s.events[0][0] - s.sent if s.events else float("nan")
+            f_re = (s.final() or {}).get("flare", {})
+            assert f_re.get("prefill_tokens") == len(prompt), f_re
+            out["recompute"] = t_re
+            out["texts"].append(s.text())
+            srv.wait_idle(600)
+            for i in range(fill):  # evict the GPU copy
+                srv.complete(f"filler {i} " + text(random.Random(i), 300), max_tokens=1)
+            m0 = srv.wait_idle(600)
+            s = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": 1,
+                                               "temperature": 0})
+            t_me = s.events[0][0] - s.sent if s.events else float("nan")
+            f_me = (s.final() or {}).get("flare", {})
+            m1 = srv.wait_idle(600)
+            out["texts"].append(s.text())
+            if f_me.get("source") != "memory":
+                self.log(f"inbound {label} overlap {overlap}: no memory restore: {f_me}, "
+                         f"declined {m1.value('flare_host_cache_fetch_declined_total'):.0f}")
+            else:
+                out["memory"] = (t_me, m1.delta(m0, "flare_host_cache_bytes_in_total",
+                                                tier="dram"), f_me.get("overlap_tokens", 0))
+        if self.store == "composite":
+            with self.server(args + ov + srv.args[srv.args.index("--prefix-cache-memory"):],
+                             core=core, name=f"inbound-restart-{overlap}") as srv2:
+                m0 = srv2.metrics()
+                s = srv2.stream("/v1/completions", {"prompt": prompt, "max_tokens": 1,
+                                                    "temperature": 0})
+                t_di = s.events[0][0] - s.sent if s.events else float("nan")
+                f_di = (s.final() or {}).get("flare", {})
+                m1 = srv2.wait_idle(600)
+                out["texts"].append(s.text())
+                if f_di.get("source") == "disk":
+                    out["disk"] = (t_di, m1.delta(m0, "flare_host_cache_bytes_in_total",
+                                                  tier="nvme"), f_di.get("overlap_tokens", 0))
+                else:
+                    self.log(f"inbound {label} overlap {overlap}: no disk restore after "
+                             f"restart: {f_di}")
+        return out
+
     def inbound(self):
+        """Restore-only (--prefix-cache-overlap off), recompute-only (the
+        cold prompt) and overlapped (on: the policy's split; always: every
+        hit split at its middle page) time to first token, per size and
+        tier, in alternating rounds; the greedy first token of every run
+        must be the same (issue 18: "tokens identical in every case")."""
         sizes = [8192, 32768, 102400] if not self.a.quick else [1024, 4096]
         ctx = max_context(self.core)
+        modes = self.a.overlap_modes.split(",")
         for L in sizes:
             core = self.core if L <= ctx else self.big_core(L)
             pb, rb = geometry(self.flare, core, 1)
@@ -530,51 +593,43 @@ class Bench:
             mem = int((self.record_bytes(L, pb, rb) + fill * self.record_bytes(320, pb, rb)) * 1.2)
             args = self.gpu_args(pages, 1, core)
             label = f"{L // 1024}k"
-            tiers = ["memory"]
-            rec, rest = [], {"memory": [], "disk": []}
+            tiers = ["memory", "disk"] if self.store == "composite" else ["memory"]
+            rec, texts = [], set()
+            rest = {(t, m): [] for t in tiers for m in modes}
             for rnd in range(self.a.inbound_rounds):
                 prompt = text(random.Random(1000 * L + rnd), L - 1)
-                with self.server(args + self.offload_args(mem, drain=True), core=core,
-                                 name="inbound") as srv:
-                    t_re, f_re = self.ttft(srv, prompt)
-                    assert f_re.get("prefill_tokens") == len(prompt), f_re
-                    rec.append(t_re)
-                    srv.wait_idle(600)
-                    for i in range(fill):  # evict the GPU copy
-                        srv.complete(f"filler {rnd}.{i} " + text(random.Random(i), 300),
-                                     max_tokens=1)
-                    m0 = srv.wait_idle(600)
-                    t_me, f_me = self.ttft(srv, prompt)
-                    m1 = srv.wait_idle(600)
-                    if f_me.get("source") != "memory":
-                        self.log(f"inbound {label}: no memory restore: {f_me}, declined "
-                                 f"{m1.value('flare_host_cache_fetch_declined_total'):.0f}")
-                    else:
-                        rest["memory"].append((t_me, m1.delta(
-                            m0, "flare_host_cache_bytes_in_total", tier="dram")))
-                if self.store == "composite":
-                    tiers = ["memory", "disk"]
-                    # Restart: the drained records come back from disk.
-                    with self.server(args + srv.args[srv.args.index("--prefix-cache-memory"):],
-                                     core=core, name="inbound-restart") as srv2:
-                        m0 = srv2.metrics()
-                        t_di, f_di = self.ttft(srv2, prompt)
-                        m1 = srv2.wait_idle(600)
-                        if f_di.get("source") == "disk":
-                            rest["disk"].append((t_di, m1.delta(
-                                m0, "flare_host_cache_bytes_in_total", tier="nvme")))
-                        else:
-                            self.log(f"inbound {label}: no disk restore after restart: {f_di}")
+                first = None
+                for m in modes:
+                    o = self.inbound_round(L, core, args, mem, fill, prompt, label, m)
+                    rec.append(o["recompute"])
+                    first = first if first is not None else o["texts"][0]
+                    texts.update((rnd, x == first) for x in o["texts"])
+                    for t in tiers:
+                        if o[t]:
+                            rest[(t, m)].append(o[t])
             t_rec = statistics.median(rec)
             result(f"serve_inbound_{label}_recompute_ttft", t_rec * 1e3, "ms")
-            for tier in tiers:
-                if not rest[tier]:
+            result(f"serve_inbound_{label}_tokens_identical",
+                   1 if all(same for _, same in texts) else 0, "bool")
+            for t in tiers:
+                off = rest.get((t, "off"))
+                if not off and "off" in modes:
                     continue
-                t = statistics.median(x[0] for x in rest[tier])
-                b = statistics.median(x[1] for x in rest[tier])
-                result(f"serve_inbound_{label}_{tier}_ttft", t * 1e3, "ms")
-                result(f"serve_inbound_{label}_{tier}_vs_recompute", t / t_rec, "ratio")
-                result(f"serve_inbound_{label}_{tier}_bytes", b / 2**20, "MiB")
+                t_off = statistics.median(x[0] for x in off) if off else float("nan")
+                if off:  # restore-only: the names of the runs before issue 18
+                    b = statistics.median(x[1] for x in off)
+                    result(f"serve_inbound_{label}_{t}_ttft", t_off * 1e3, "ms")
+                    result(f"serve_inbound_{label}_{t}_vs_recompute", t_off / t_rec, "ratio")
+                    result(f"serve_inbound_{label}_{t}_bytes", b / 2**20, "MiB")
+                best = min(t_off, t_rec) if off else t_rec
+                for m in modes:
+                    if m == "off" or not rest[(t, m)]:
+                        continue
+                    tm = statistics.median(x[0] for x in rest[(t, m)])
+                    head = statistics.median(x[2] for x in rest[(t, m)])
+                    result(f"serve_inbound_{label}_{t}_overlap_{m}_ttft", tm * 1e3, "ms")
+                    result(f"serve_inbound_{label}_{t}_overlap_{m}_head_tokens", head, "tokens")
+                    result(f"serve_inbound_{label}_{t}_overlap_{m}_vs_best", tm / best, "ratio")
             if self.store != "composite":
                 self.log(f"inbound {label} from disk: skipped (no disk store in this build)")
 
@@ -722,6 +777,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, help="baseline/offload rounds")
     ap.add_argument("--prefill-prompts", type=int)
     ap.add_argument("--inbound-rounds", type=int)
+    ap.add_argument("--overlap-modes", default="off,on,always",
+                    help="--prefix-cache-overlap modes the inbound rows run (off is "
+                    "restore-only; the ratios are against the better of it and recompute)")
     ap.add_argument("--hog-rounds", type=int)
     ap.add_argument("--only", default="decode,spec,hog,prefill,inbound,restore",
                     help="measurements: decode, spec (speculative round time under copy-out), "

@@ -580,6 +580,32 @@ void sel_store_destroy(sel_store *s);
  * destroy.  Print it once with the startup summary. */
 const char *sel_store_warning(const sel_store *s);
 
+/* Overlapped restores (issue 18): a request recomputes the head of a
+ * hit's pages while the tail loads, and the recomputed pages must equal
+ * the stored ones.  They are compared by page digest: XXH3-64 streamed
+ * over, for each rank in order, the page's bytes in each page plane in
+ * geometry order, unpadded (not the record file's page checksum, which
+ * covers a slot's never-written padding too: page_digest.c). */
+/* The digests of pages [first, first + n) of hit's chain (page 0 is the
+ * first page past hit->resident) as the store holds them, into out[0..n),
+ * computed now from host copies on the caller's thread.
+ * Errors: -ENOTSUP (the store cannot say without I/O: a record only on
+ * disk, in the pool or remote; a split pool; a store without the entry),
+ * -ESTALE (the chain changed since the lookup), -EINVAL (no hit, or the
+ * range beyond hit->pages), -EPROTO. */
+int sel_store_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+			   uint64_t *out);
+/* The record whose endpoint is key was found wrong (a page's recompute did
+ * not match it): remove it, or, while children use its pages, drop its
+ * row so it no longer answers lookups.  Counted in the tier's corrupt.
+ * Errors: -ENOENT (no such record), -EBUSY (in use by a transfer: left),
+ * -ENOTSUP (a store without the entry), -EINVAL, -EPROTO. */
+int sel_store_drop(sel_store *s, const sel_key *key);
+/* The page digest of page id `page` in the live planes of g (host memory
+ * only).  Errors: -ENOTSUP (a device plane), -EINVAL (page beyond a
+ * plane's count). */
+int sel_page_digest(const sel_geometry *g, uint32_t page, uint64_t *out);
+
 /* What the startup summary reports about a store (design 2.11). */
 typedef struct sel_store_info {
 	const char *kind;         /* "memory", "disk", "composite", a test double's name */
@@ -855,6 +881,29 @@ double sel_policy_prefill_growth(const sel_policy *p);
  * [0, tokens_gained). */
 bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
 				  uint64_t begin, uint64_t end);
+
+/* An overlapped restore (issue 18; policy_split.c): recompute the head
+ * [begin, at) of a hit's gained positions on the model stream while the
+ * tail's pages [at / page_tokens, end / page_tokens) and the endpoint row
+ * load from tier, the split chosen so both are estimated to finish
+ * together.  at is a page boundary above begin and at or below end. */
+typedef struct sel_split {
+	uint64_t at;         /* the best head end; 0 when no page boundary is left */
+	double head_ns;      /* estimated prefill of [begin, at) */
+	double tail_ns;      /* estimated transfer of the tail's pages and row */
+	double split_ns;     /* max of the two: the overlapped restore's estimate */
+	double restore_ns;   /* the whole hit restored */
+	double recompute_ns; /* the whole span recomputed */
+} sel_split;
+/* The best split of a hit gaining [begin, end) from tier, whose pages take
+ * page_bytes each and whose row row_bytes (all ranks).  True when the hit
+ * should be split: its restore is not estimated clearly faster than its
+ * recompute (within 1.5x, or slower) and the split's estimate is below 0.9
+ * of the faster of the two.  *out holds the best split and the estimates
+ * either way (at 0 when the span has no page boundary above begin).  Never
+ * fails: a tier without estimates or an empty span is false. */
+bool sel_policy_split(const sel_policy *p, sel_tier tier, uint64_t page_bytes, uint64_t row_bytes,
+		      uint32_t page_tokens, uint64_t begin, uint64_t end, sel_split *out);
 
 #ifdef __cplusplus
 }

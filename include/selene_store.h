@@ -36,8 +36,9 @@ extern "C" {
 #endif
 
 /* Version 2 added describe and made evicted and touch optional; version 3
- * the optional evictions_lost. */
-#define SEL_STORE_OPS_VERSION 3
+ * the optional evictions_lost; version 4 the optional page_digests and drop
+ * (overlapped restores, issue 18). */
+#define SEL_STORE_OPS_VERSION 4
 
 struct sel_store_ops {
 	uint32_t version; /* SEL_STORE_OPS_VERSION */
@@ -66,6 +67,12 @@ struct sel_store_ops {
 	 * overflowed); a store that announces holdings announces them again.
 	 * NULL ignores it. */
 	void (*evictions_lost)(sel_store *s);
+	/* Optional (NULL: -ENOTSUP): sel_store_page_digests, its range checked
+	 * by store.c. */
+	int (*page_digests)(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+			    uint64_t *out);
+	/* Optional (NULL: -ENOTSUP): sel_store_drop. */
+	int (*drop)(sel_store *s, const sel_key *key);
 };
 
 /* The base every implementation embeds first.  Zero it; set ops and

@@ -312,6 +312,23 @@ ET_FN void et_ref_free(struct et_ref *r)
 	r->logits = NULL;
 }
 
+/* Open and start an engine on core with c (its core replaced); stop and
+ * destroy one. */
+ET_FN hel_engine *et_engine_start(const hel_core *core, hel_engine_config c)
+{
+	hel_engine *e;
+	c.core = core;
+	CHECK_OK(hel_engine_open(&c, &e));
+	CHECK_OK(hel_engine_start(e));
+	return e;
+}
+
+ET_FN void et_engine_finish(hel_engine *e)
+{
+	CHECK_OK(hel_engine_stop(e, 0));
+	hel_engine_destroy(e);
+}
+
 /* ---- a logits recorder for hel_engine_config.debug_logits ---------------------- */
 
 struct et_logit_rec {

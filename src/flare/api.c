@@ -958,14 +958,14 @@ static json_t *usage_json(const hel_outcome *o)
 
 static json_t *flare_json(const hel_outcome *o)
 {
-	return json_pack("{s:I, s:I, s:I, s:s, s:I, s:I, s:{s:I, s:I, s:I}}", "reused_tokens",
-			 (json_int_t)o->cached_tokens, "reused_gpu_tokens",
-			 (json_int_t)o->reused_gpu_tokens, "reused_host_tokens",
-			 (json_int_t)o->reused_host_tokens, "source", flare_api_source(o),
-			 "prefill_tokens", (json_int_t)o->prefill_tokens, "prefill_launches",
-			 (json_int_t)o->prefill_launches, "speculation", "rounds",
-			 (json_int_t)o->spec_rounds, "proposed", (json_int_t)o->spec_proposed,
-			 "accepted", (json_int_t)o->spec_accepted);
+	return json_pack(
+		"{s:I, s:I, s:I, s:s, s:I, s:I, s:{s:I, s:I, s:I}, s:I}", "reused_tokens",
+		(json_int_t)o->cached_tokens, "reused_gpu_tokens", (json_int_t)o->reused_gpu_tokens,
+		"reused_host_tokens", (json_int_t)o->reused_host_tokens, "source",
+		flare_api_source(o), "prefill_tokens", (json_int_t)o->prefill_tokens,
+		"prefill_launches", (json_int_t)o->prefill_launches, "speculation", "rounds",
+		(json_int_t)o->spec_rounds, "proposed", (json_int_t)o->spec_proposed, "accepted",
+		(json_int_t)o->spec_accepted, "overlap_tokens", (json_int_t)o->overlap_tokens);
 }
 
 static json_t *envelope(const struct flare_api_meta *m, bool chunk)

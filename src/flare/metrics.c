@@ -737,6 +737,22 @@ static void input_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	      in->waiting);
 }
 
+/* Overlapped restores (issue 18; engine_overlap.c). */
+static void overlap_metrics(struct flare_buf *out, const hel_engine_stats *st)
+{
+	COUNTER("flare_host_cache_overlapped_restores_total",
+		"Host hits restored overlapped: the head recomputed while the tail loaded.",
+		st->overlap_restores);
+	COUNTER("flare_host_cache_overlapped_completed_total",
+		"Overlapped restores whose head and tail both completed and matched.",
+		st->overlap_done);
+	COUNTER("flare_host_cache_overlap_head_tokens_total",
+		"Tokens recomputed as the heads of overlapped restores.", st->overlap_head_tokens);
+	COUNTER("flare_host_cache_overlap_mismatches_total",
+		"Recomputed head pages that differed from the stored page: the record was dropped and the request recomputed.",
+		st->overlap_mismatches);
+}
+
 void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 			  const struct flare_http_stats *http,
 			  const struct flare_metrics_info *info)
@@ -746,6 +762,7 @@ void flare_metrics_format(struct flare_buf *out, const hel_engine_stats *st,
 	latency_metrics(out, st);
 	gpu_cache_metrics(out, st);
 	host_cache_metrics(out, st);
+	overlap_metrics(out, st);
 	store_metrics(out, st);
 	if (st->inputs.enabled)
 		input_metrics(out, st);

@@ -244,6 +244,11 @@ void flare_serve_summary(struct flare_buf *out, const struct flare_settings *s,
 					 s->fetch == HEL_FETCH_ALWAYS
 						 ? "always restored (--prefix-cache-fetch always)"
 						 : "never restored (--prefix-cache-fetch never)");
+		if (s->overlap != HEL_OVERLAP_ON)
+			flare_buf_printf(out, "; overlapped restores %s",
+					 s->overlap == HEL_OVERLAP_OFF
+						 ? "off (--prefix-cache-overlap off)"
+						 : "always (--prefix-cache-overlap always)");
 		if (s->drain && !strcmp(store, "composite")) {
 			if (s->drain_ns)
 				flare_buf_printf(out, "; drain on shutdown for at most %s",
@@ -483,6 +488,7 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.store_stopped = print_store_stopped,
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
+		.overlap = s->overlap,
 		.fdatasync = false,
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 		.tp = ranks ? hel_ranks_tp(ranks) : NULL,

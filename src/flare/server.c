@@ -608,6 +608,7 @@ static void totals(const struct exchange *x, hel_outcome *t)
 		t->spec_rounds += c->outcome.spec_rounds;
 		t->spec_proposed += c->outcome.spec_proposed;
 		t->spec_accepted += c->outcome.spec_accepted;
+		t->overlap_tokens += c->outcome.overlap_tokens;
 		if (t->host_tier == SEL_TIER_NONE && c->outcome.reused_host_tokens) {
 			t->host_tier = c->outcome.host_tier;
 			t->host_neighbour = c->outcome.host_neighbour;

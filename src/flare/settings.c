@@ -74,6 +74,9 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_FETCH, "--prefix-cache-fetch", "auto|always|never", "prefix_cache", "fetch",
 	 FLARE_K_FETCH, 0, 0, false, "auto",
 	 "restore host hits: auto = when faster than recomputing, always, never"},
+	{FLARE_OPT_OVERLAP, "--prefix-cache-overlap", "on|off|always", "prefix_cache", "overlap",
+	 FLARE_K_OVERLAP, 0, 0, false, "on",
+	 "recompute a host hit's head while its tail loads, where the policy finds it faster"},
 	{FLARE_OPT_DASHBOARD, "--dashboard", "auto|on|off", "server", "dashboard", FLARE_K_SWITCH,
 	 0, 0, false, "auto",
 	 "one status line on stderr per interval; auto = when stderr is a terminal"},
@@ -514,6 +517,22 @@ static int set_fetch(struct flare_settings *s, const struct flare_option *o, con
 	return 0;
 }
 
+static int set_overlap(struct flare_settings *s, const struct flare_option *o, const char *t,
+		       enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	if (!strcmp(t, "on"))
+		s->overlap = HEL_OVERLAP_ON;
+	else if (!strcmp(t, "off"))
+		s->overlap = HEL_OVERLAP_OFF;
+	else if (!strcmp(t, "always"))
+		s->overlap = HEL_OVERLAP_ALWAYS;
+	else
+		return flare_bad(err, errlen, "'%s' is not an overlap mode (on, off, always)", t);
+	return 0;
+}
+
 static int set_switch(struct flare_settings *s, const struct flare_option *o, const char *t,
 		      enum flare_vtype vt, char *err, size_t errlen)
 {
@@ -694,6 +713,7 @@ static setter *const setters[] = {
 	[FLARE_K_BOOL] = set_bool,       [FLARE_K_ENDPOINT] = set_endpoint,
 	[FLARE_K_POOL] = set_pool,       [FLARE_K_NAME] = set_name,
 	[FLARE_K_REMOTE] = set_remote,   [FLARE_K_ENCRYPT] = set_encrypt,
+	[FLARE_K_OVERLAP] = set_overlap,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -708,6 +728,7 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	case FLARE_K_ORIGINS:
 	case FLARE_K_SECRET:
 	case FLARE_K_FETCH:
+	case FLARE_K_OVERLAP:
 	case FLARE_K_ENDPOINT:
 	case FLARE_K_POOL:
 	case FLARE_K_NAME:
@@ -768,6 +789,7 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_DRAIN, drain_ns);
 	TAKE(FLARE_OPT_MAX_AGE, max_age_ns);
 	TAKE(FLARE_OPT_FETCH, fetch);
+	TAKE(FLARE_OPT_OVERLAP, overlap);
 	TAKE(FLARE_OPT_DASHBOARD, dashboard);
 	TAKE(FLARE_OPT_DASHBOARD_INTERVAL, dashboard_ns);
 	TAKE(FLARE_OPT_ALLOWED_ORIGINS, allowed_origins);

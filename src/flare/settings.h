@@ -69,6 +69,7 @@ enum flare_opt {
 	FLARE_OPT_REMOTE, /* --prefix-cache-remote (issue 16) */
 	FLARE_OPT_REMOTE_KEY,
 	FLARE_OPT_REMOTE_ENCRYPT,
+	FLARE_OPT_OVERLAP, /* --prefix-cache-overlap (issue 18) */
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -123,6 +124,7 @@ struct flare_settings {
 	char remote[FLARE_REMOTE_URL_MAX]; /* Redis URL of the remote tier, "" = none */
 	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
 	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
+	hel_overlap_mode overlap;          /* overlapped restores: on, off, always */
 	/* Not an option: the key file's secret, read once the settings are
 	 * final (flare run), wiped at exit. */
 	uint8_t remote_secret[32];
@@ -159,6 +161,7 @@ enum flare_kind {
 	FLARE_K_NAME,     /* 1..64 printable characters without spaces */
 	FLARE_K_REMOTE,   /* a remote tier URL (sel_remote_url_check) */
 	FLARE_K_ENCRYPT,  /* on | off; bare = on */
+	FLARE_K_OVERLAP,  /* on | off | always */
 };
 
 struct flare_option {

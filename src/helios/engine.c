@@ -140,6 +140,13 @@
  *   allow and the store is not quiet for a second; then hel_engine_stop
  *   closes the store as before.
  *
+ *   Overlapped restores (issue 18; engine_overlap.c has the design).  At
+ *   admission a host hit may be split (host_decision): the ticket is the
+ *   whole hit's, the store fetches the tail (start_fetch), the worker
+ *   computes the head one chunk per loop iteration after the model step,
+ *   and the ticket finishes in the later of the two (fetch_event hands
+ *   overlapped tickets to hel_ovl_loaded).
+ *
  *   Store failure.  A poll that fails (SEL_ESTOPPED) stops the worker's
  *   use of the store for good: requests waiting on tickets are requeued
  *   without host lookup, while the tickets keep their ids and the pins of
@@ -167,7 +174,8 @@
  *      iteration.
  *   5. A ticket's page ids and row are handed to the model as loaded
  *      (page_loaded, row_loaded) before finish_inbound can publish them,
- *      and only after the store reported FETCHED for that ticket.
+ *      and only after the store reported FETCHED for that ticket (an
+ *      overlapped ticket's head pages are the model's own writes).
  *   6. The worker never waits on the store: every store call returns at
  *      once, and it sleeps only in poll(2).
  */
@@ -186,6 +194,7 @@
 #include "helios/cache.h"
 #include "helios/engine.h"
 #include "helios/engine_inputs.h"
+#include "helios/engine_overlap.h"
 #include "helios/scheduler.h"
 
 #define DEFAULT_QUEUE 1024u
@@ -348,6 +357,7 @@ struct hel_engine {
 	hel_inputs *inputs; /* image inputs of a vision core (engine_inputs.h), or NULL */
 	struct hel_engine *grave_next;
 	sel_export_hooks xh; /* the pooled store's export hooks (design 2.15) */
+	hel_overlap *ovl;    /* overlapped restores' heads (engine_overlap.h) */
 };
 
 /* Engines whose store could not drain keep everything (design 2.8): the
@@ -751,6 +761,8 @@ static int open_worker(hel_engine *e)
 	if (!(e->logits = malloc((size_t)e->V * sizeof *e->logits)) || !e->res || !e->ent ||
 	    !e->ent_rc || !e->lps || !e->keep)
 		return eos_fail(-ENOMEM, "engine: out of memory");
+	if (hel_ovl_create(&e->ovl))
+		return -ENOMEM;
 	e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (e->efd < 0)
 		return eos_fail(-errno, "engine: eventfd: %s", strerror(errno));
@@ -1044,6 +1056,7 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
 		r->out.host_tier = SEL_TIER_NONE;
 		r->out.host_neighbour = false;
+		r->out.overlap_tokens = 0;
 		list_push_front(&e->pending, r);
 		e->ws.host_fetch_failed++;
 		n++;
@@ -1188,10 +1201,35 @@ static void store_stop(hel_engine *e, int rc)
 	for (size_t i = 0; i < e->n_tk; i++)
 		free(e->tk[i].pages);
 	e->n_tk = 0;
+	hel_ovl_clear(e->ovl); /* their tickets are never finished now */
 	requeue_failed_waiters(e, true);
 	if (e->cfg.store_stopped)
 		e->cfg.store_stopped(e->cfg.store_stopped_ctx, rc, hel_store_stop_reason(rc),
 				     *why ? why : sel_strerror(rc));
+}
+
+/* An overlapped restore's ticket is over (engine_overlap.h). */
+static void ovl_finish(void *ctx, const sel_key *key, int status)
+{
+	hel_engine *e = ctx;
+	if (hel_scheduler_finish_inbound(e->sched, key, status, NULL, NULL) == 0)
+		requeue_failed_waiters(e, false);
+}
+
+static hel_ovl_env ovl_env(hel_engine *e)
+{
+	return (hel_ovl_env){.model = e->model,
+			     .sched = e->sched,
+			     .store = store_usable(e) ? e->store : NULL,
+			     .policy = e->policy,
+			     .geo = e->geo,
+			     .page_tokens = e->P,
+			     .chunk_tokens = e->cfg.chunk_tokens ? e->cfg.chunk_tokens : 256,
+			     .mode = e->cfg.overlap,
+			     .fetch = e->cfg.fetch,
+			     .ws = &e->ws,
+			     .finish = ovl_finish,
+			     .ctx = e};
 }
 
 static void fetch_event(hel_engine *e, const sel_event *ev)
@@ -1223,6 +1261,9 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		hel_hist_observe(&e->ws.restore_time[t->tier], eos_now_ns() - t->start_ns);
 	if (t)
 		tk_del(e, t);
+	hel_ovl_env env = ovl_env(e);
+	if (hel_ovl_loaded(e->ovl, &env, ev->ticket, status))
+		return; /* overlapped: finished once its head is computed too */
 	if (hel_scheduler_finish_inbound(e->sched, &key, status, NULL, NULL) == 0)
 		requeue_failed_waiters(e, false);
 }
@@ -1442,6 +1483,50 @@ static int inputs_gate(hel_engine *e, struct ereq *r, int irc)
 	return 2;
 }
 
+/* A host hit found at admission: restore it (overlapped when *prep is
+ * filled) or recompute it?  Overlap needs no images in the head (their
+ * prefill is the inputs module's). */
+static bool host_decision(hel_engine *e, const struct ereq *r, const sel_hit *hit,
+			  const hel_admission_plan *plan, uint64_t a, hel_ovl_prep *prep)
+{
+	hel_ovl_env env = ovl_env(e);
+	if (!r->in && hel_ovl_prepare(&env, hit, &plan->history, a, prep) == 1)
+		return true;
+	if (fetch_decision(e, hit, a))
+		return true;
+	e->ws.host_fetch_declined++;
+	return false;
+}
+
+/* A new ticket: fetch the hit into it, or only its tail while the worker
+ * computes the head (prep->head_pages > 0; engine_overlap.h). */
+static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm, const sel_hit *hit,
+			hel_ovl_prep *prep, uint64_t gpu, uint64_t a)
+{
+	hel_ovl_env env = ovl_env(e);
+	sel_inbound in = adm->inbound;
+	sel_hit tail = prep->tail; /* prep is freed below */
+	const sel_hit *fh = hit;
+	if (prep->head_pages &&
+	    hel_ovl_start(e->ovl, &env, prep, &hit->key, &adm->inbound, gpu, r->sid, a) == 0) {
+		in = hel_ovl_tail(prep, &adm->inbound);
+		fh = &tail;
+		uint64_t head = prep->split.at - a;
+		r->out.overlap_tokens = head;
+		r->out.reused_host_tokens -= head;
+		r->out.cached_tokens -= head;
+	}
+	hel_ovl_prep_free(prep);
+	int rc = tk_add(e, &in, &hit->key, hit->tier);
+	if (rc == 0 && (rc = sel_store_fetch(e->store, fh, &in)))
+		tk_del(e, &e->tk[e->n_tk - 1]);
+	if (rc) {
+		hel_ovl_cancel(e->ovl, adm->inbound.ticket);
+		if (hel_scheduler_finish_inbound(e->sched, &hit->key, rc, NULL, NULL) == 0)
+			requeue_failed_waiters(e, false);
+	}
+}
+
 static int admission(hel_engine *e)
 {
 	int work = 0, stale = 0;
@@ -1481,6 +1566,7 @@ static int admission(hel_engine *e)
 			sel_store_touch(e->store, &plan.gpu_key);
 		sel_hit hit = {0}; /* read only when have (adm.fetch implies a hit) */
 		bool have = false;
+		hel_ovl_prep prep = {0}; /* an overlapped restore of hit (head_pages > 0) */
 		if (store_usable(e) && !r->no_host && a < r->n_prompt) {
 			plan.host_lookup = true;
 			int lr = sel_store_lookup(e->store, &plan.history, a, plan.lookup_limit,
@@ -1495,23 +1581,23 @@ static int admission(hel_engine *e)
 				r->held_ns = eos_now_ns();
 				continue;
 			}
-			if (lr == 1) {
-				if (fetch_decision(e, &hit, a))
-					have = true;
-				else
-					e->ws.host_fetch_declined++;
-			}
+			if (lr == 1)
+				have = host_decision(e, r, &hit, &plan, a, &prep);
 		}
 		if ((g = inputs_gate(
 			     e, r,
 			     hel_inputs_ready(e->inputs, r->in, have ? hit.key.consumed : a)))) {
 			hel_admission_plan_free(&plan);
+			hel_ovl_prep_free(&prep);
 			work += g == 2;
 			continue; /* images past the reused checkpoint are being prepared */
 		}
 		hel_admission adm;
 		rc = hel_scheduler_admit_planned(e->sched, &sp, &plan, have ? &hit : NULL, &adm);
+		uint64_t gpu = plan.gpu;
 		hel_admission_plan_free(&plan);
+		if (rc || !adm.fetch)
+			hel_ovl_prep_free(&prep); /* joined a ticket: restored as it is */
 		if (rc == -EAGAIN) {
 			e->blocked = true;
 			e->block_epoch = capacity_epoch(e);
@@ -1548,14 +1634,8 @@ static int admission(hel_engine *e)
 				e->ws.branched_reused_tokens += a;
 			}
 		}
-		if (adm.fetch) {
-			rc = tk_add(e, &adm.inbound, &hit.key, hit.tier);
-			if (rc == 0 && (rc = sel_store_fetch(e->store, &hit, &adm.inbound)))
-				tk_del(e, &e->tk[e->n_tk - 1]);
-			if (rc &&
-			    hel_scheduler_finish_inbound(e->sched, &hit.key, rc, NULL, NULL) == 0)
-				requeue_failed_waiters(e, false);
-		}
+		if (adm.fetch)
+			start_fetch(e, r, &adm, &hit, &prep, gpu, a);
 	}
 	return work;
 }
@@ -1974,6 +2054,8 @@ static void *worker(void *arg)
 		work += inputs_replays(e);
 		work += admission(e);
 		work += model_step(e);
+		hel_ovl_env oe = ovl_env(e);
+		work += hel_ovl_run(e->ovl, &oe);
 		e->ws.loops++;
 		e->ws.quiet = !work;
 		publish_stats(e);
@@ -2056,6 +2138,7 @@ void hel_engine_destroy(hel_engine *e)
 	hel_model_destroy(e->model);
 	sel_geometry_free(e->geo);
 	sel_policy_destroy(e->policy);
+	hel_ovl_destroy(e->ovl);
 	for (size_t i = 0; i < e->n_tk; i++)
 		free(e->tk[i].pages);
 	e->n_tk = 0;

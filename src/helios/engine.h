@@ -32,6 +32,15 @@ typedef enum hel_fetch_mode {
 	HEL_FETCH_NEVER,  /* recompute every host hit (counted as declined) */
 } hel_fetch_mode;
 
+/* --prefix-cache-overlap (issue 18, engine_overlap.c): overlapped restores,
+ * the head of a hit recomputed while its tail loads. */
+typedef enum hel_overlap_mode {
+	HEL_OVERLAP_ON = 0, /* where the policy's split says it is faster */
+	HEL_OVERLAP_OFF,    /* never: restore or recompute whole */
+	HEL_OVERLAP_ALWAYS, /* every hit the store can give digests for, split at
+			       the middle page boundary (tests) */
+} hel_overlap_mode;
+
 typedef struct hel_engine_config {
 	const hel_core *core;     /* must outlive the engine */
 	sel_state_mode mode;      /* --speculate: ordinary, copy, learned */
@@ -112,6 +121,7 @@ typedef struct hel_engine_config {
 	/* Image inputs (vision cores; docs/inputs.md): the limits the
 	 * preparation worker decodes under (all zero: the defaults). */
 	hel_image_limits image_limits;
+	hel_overlap_mode overlap; /* --prefix-cache-overlap (default on) */
 } hel_engine_config;
 
 /* What the startup summary reports (design 2.11). */
@@ -154,6 +164,9 @@ typedef struct hel_outcome {
 	/* Speculative decoding: the draft's proposals for this request and
 	 * those verified and emitted (flare.speculation). */
 	uint32_t spec_rounds, spec_proposed, spec_accepted;
+	/* Overlapped restore (issue 18): prompt tokens recomputed as the head
+	 * of a host hit while its tail loaded (not in reused_host_tokens). */
+	uint64_t overlap_tokens;
 } hel_outcome;
 
 /* An image of a request (vision cores): its encoded bytes (PNG or JPEG,
@@ -302,6 +315,11 @@ typedef struct hel_engine_stats {
 	uint64_t loops;
 	bool quiet;
 	hel_engine_input_stats inputs;
+	/* Overlapped restores (issue 18): started, head tokens recomputed,
+	 * head pages whose recompute differed from the stored page (the
+	 * restore then failed, the record was dropped and the request
+	 * recomputed), and completed ones. */
+	uint64_t overlap_restores, overlap_head_tokens, overlap_mismatches, overlap_done;
 } hel_engine_stats;
 
 /* A short, fixed name for why a store stopped (a metric label):

@@ -227,3 +227,29 @@ void sel_store_describe(sel_store *s, sel_store_info *out)
 	if (!out->warning)
 		out->warning = "";
 }
+
+int sel_store_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+			   uint64_t *out)
+{
+	int rc = table_ok(s, "page_digests");
+	if (rc)
+		return rc;
+	if (!s->ops->page_digests)
+		return eos_fail(-ENOTSUP, "%s store: no page digests", s->ops->name);
+	if (!hit || (n && !out) || (uint64_t)first + n > hit->pages)
+		return eos_fail(-EINVAL, "page digests: pages %u+%u of a hit of %u", first, n,
+				hit ? hit->pages : 0);
+	return s->ops->page_digests(s, hit, first, n, out);
+}
+
+int sel_store_drop(sel_store *s, const sel_key *key)
+{
+	int rc = table_ok(s, "drop");
+	if (rc)
+		return rc;
+	if (!s->ops->drop)
+		return eos_fail(-ENOTSUP, "%s store: cannot drop records", s->ops->name);
+	if (!key)
+		return eos_fail(-EINVAL, "drop: no key");
+	return s->ops->drop(s, key);
+}

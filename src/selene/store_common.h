@@ -259,7 +259,7 @@ sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason
 		.version = SEL_STORE_OPS_VERSION, .name = (kind), .lookup = sel_core_lookup,       \
 		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_), .touch = sel_core_touch,  \
 		.stats = (stats_), .wait_fd = (wait_fd_), .close = (close_),                       \
-		.destroy = (destroy_), .describe = (describe_),                                    \
+		.destroy = (destroy_), .describe = (describe_), .drop = sel_core_drop,             \
 	}
 
 /* A core store's sel_core_ops, in the order of the struct. */
@@ -291,6 +291,11 @@ bool sel_core_evict_until(struct sel_core *c, bool (*fits)(struct sel_core *c, u
 /* Remove failed node id (if it is still key's node) once it is childless
  * and unpinned, then failed ancestors left so. */
 void sel_core_remove_failed(struct sel_core *c, sel_node_id id, const sel_key *key);
+
+/* ops->drop of a core store (page_digest.c): remove key's record, or drop
+ * its row while it has children; counted as corrupt.  0, -ENOENT, -EBUSY
+ * (pinned), -EINVAL. */
+int sel_core_drop(sel_store *s, const sel_key *key);
 
 /* A put's copy landed: held and bytes counted, packed or per rank. */
 void sel_core_count_stored(struct sel_core *c, uint64_t bytes, bool packed);

@@ -868,6 +868,31 @@ static void cs_destroy(sel_store *s)
 	free(cs);
 }
 
+/* sel_store_page_digests (issue 18): from the memory copy when it holds
+ * the hit's whole chain above its resident count (the pages of a prefix
+ * are the same bytes whichever records hold them; a memory copy that lied
+ * would only fail the recompute's comparison).  A chain read from disk
+ * has none without reading its pages: -ENOTSUP. */
+static int cs_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+			   uint64_t *out)
+{
+	struct comp_store *cs = sel_cs_of(s);
+	int rc = sel_memory_store_page_digests(cs->mem, hit, first, n, out);
+	if (rc == -ESTALE)
+		return eos_fail(-ENOTSUP, "composite: the chain at %" PRIu64 " is not in memory",
+				hit->key.consumed);
+	return rc;
+}
+
+/* sel_store_drop (issue 18): the disk record goes (or its row), and the
+ * disk store's removal hook takes the memory copy with it (on_removed), so
+ * memory stays a subset of disk. */
+static int cs_drop(sel_store *s, const sel_key *key)
+{
+	struct comp_store *cs = sel_cs_of(s);
+	return sel_store_drop(cs->disk, key);
+}
+
 static const struct sel_store_ops cs_ops = {
 	.version = SEL_STORE_OPS_VERSION,
 	.name = "composite",
@@ -881,6 +906,8 @@ static const struct sel_store_ops cs_ops = {
 	.close = cs_close,
 	.destroy = cs_destroy,
 	.describe = cs_describe,
+	.page_digests = cs_page_digests,
+	.drop = cs_drop,
 };
 
 /* Both stores over one pool: the memory store never sweeps for expiry (the

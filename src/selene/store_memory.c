@@ -157,8 +157,22 @@ static int ms_close(sel_store *s, uint64_t deadline_ns);
 static void ms_destroy(sel_store *s);
 static void ms_describe(sel_store *s, sel_store_info *out);
 
-static const struct sel_store_ops ms_ops = SEL_CORE_STORE_OPS(
-	"memory", ms_fetch, ms_poll, ms_stats, ms_wait_fd, ms_close, ms_destroy, ms_describe);
+static const struct sel_store_ops ms_ops = {
+	.version = SEL_STORE_OPS_VERSION,
+	.name = "memory",
+	.lookup = sel_core_lookup,
+	.put = sel_core_put,
+	.fetch = ms_fetch,
+	.poll = ms_poll,
+	.touch = sel_core_touch,
+	.stats = ms_stats,
+	.wait_fd = ms_wait_fd,
+	.close = ms_close,
+	.destroy = ms_destroy,
+	.describe = ms_describe,
+	.page_digests = sel_memory_store_page_digests, /* page_digest.c (issue 18) */
+	.drop = sel_core_drop,
+};
 
 static const struct sel_core_ops ms_core_ops =
 	SEL_CORE_OPS(put_inner, ms_pin, ms_unpin, sel_memory_store_check, cb_drop_row, cb_remove);

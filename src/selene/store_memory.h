@@ -104,4 +104,9 @@ size_t sel_memory_store_keys(sel_store *s, sel_key *keys, size_t cap);
  * a warm allocation could take now). */
 void sel_memory_store_counts(sel_store *s, uint64_t *in_use, uint64_t *pinned, uint64_t *free_warm);
 
+/* sel_store_page_digests of the memory store (page_digest.c; the
+ * composite's for chains it holds in memory). */
+int sel_memory_store_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+				  uint64_t *out);
+
 #endif
