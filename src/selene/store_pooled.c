@@ -135,8 +135,11 @@ static void *sp_helper_main(void *arg)
 		if (j->verify)
 			j->status =
 				sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
-		else
+		else {
+			if (j->src)
+				sp_cascade_copy(p, j);
 			sel_pool_lease_checksums(p->pc, j->lease, j->cksums, &j->row_cksum);
+		}
 		pthread_mutex_lock(&p->mu);
 		j->next = p->hdone;
 		p->hdone = j;
@@ -359,6 +362,7 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	p->pc_st.state = SEL_POOL_UP;
 	p->pc_st.sessions = 1;
 	sp_lookup_warmup(p, cfg->model_identity);
+	sp_cascade_attach(p);
 	const struct sel_pool_m_hello *h = sel_pool_hello(p->pc);
 	char a[32];
 	snprintf(p->desc, sizeof p->desc, "%s, pool '%s', arena %s", p->address, h->name,
@@ -462,6 +466,7 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 		sp_exports_end(p);
 		(void)sel_pool_close(p->pc);
 	}
+	sp_cascade_detach(p); /* what is held stays local */
 	int irc = sel_wrap_close(s, deadline_ns);
 	p->close_rc = rc ? rc : irc;
 	return p->close_rc;
@@ -482,6 +487,7 @@ static void sp_destroy(sel_store *s)
 	while (p->puts) {
 		struct sp_put *u = p->puts;
 		p->puts = u->next;
+		free(u->hj.src);
 		free(u->hj.cksums);
 		free(u->pages);
 		free(u);

@@ -118,6 +118,11 @@ struct sp_hjob {
 	int status;       /* verify: 0 or SEL_ECORRUPT */
 	uint64_t *cksums; /* checksum: [n_pages] */
 	uint64_t row_cksum;
+	/* A cascade put: copy first (sp_cascade_copy), from src[(chain page or
+	 * src_n + row slot) * ranks + rank]; the lease's pages start at chain
+	 * page src_skip. */
+	const uint8_t **src;
+	uint32_t src_n, src_skip;
 };
 
 /* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
@@ -168,6 +173,8 @@ struct sp_put {
 	bool copied;    /* the OUT copy landed (the GPU source is free) */
 	bool released;  /* the engine's event went out (or is held below) */
 	bool held;      /* ev holds the inner store's event */
+	bool cascade;   /* the local tier's record (sp_cascade_offer), not the GPU's */
+	bool ended;     /* cascade: its hold ended */
 	sel_event ev;
 	struct sel_pool_lease *lease;
 	struct sp_hjob hj;
@@ -234,6 +241,7 @@ struct sel_pooled {
 	struct sp_holding hold[SP_HOLDINGS];
 	uint64_t n_hold;
 	struct sp_export *exports;
+	struct sel_core *casc; /* the last local tier, cascading into the pool (or NULL) */
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
 };
@@ -282,7 +290,20 @@ bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);
 void sp_export_retry(struct sel_pooled *p);
 void sp_exports_end(struct sel_pooled *p);
 
+/* store_pooled_cascade.c */
+/* Cascade from the inner store when it is a memory store (the end of the
+ * local chain); detach ends every held record as kept. */
+void sp_cascade_attach(struct sel_pooled *p);
+void sp_cascade_detach(struct sel_pooled *p);
+/* A cascade put ended: the local record goes (accepted) or stays. */
+void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted);
+/* On the helper thread: a cascade job's shares into its lease's windows. */
+void sp_cascade_copy(const struct sel_pooled *p, const struct sp_hjob *j);
+
 /* store_pooled_put.c */
+/* Start the put of a local record (cp's key, parent, bucket, n_pages,
+ * tail) from src (owned from now on when it returns 0). */
+int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src);
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
 bool sp_put_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j);
