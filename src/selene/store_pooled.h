@@ -123,11 +123,20 @@ struct sp_hjob {
 	 * page src_skip. */
 	const uint8_t **src;
 	uint32_t src_n, src_skip;
+	/* A fused restore window (sp_restore_window): verify each page, then
+	 * copy it into dst[first ..] (and the row into state_slot). */
+	bool restore;
+	const uint32_t *dst;
+	uint32_t state_slot;
+	uint64_t bytes; /* what it copied */
 };
 
 /* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
- * row with the last): window i + 1 is verified on the helper thread while
- * window i copies. */
+ * row with the last): every window is handed to the helper at the grant
+ * and verified in order, and each verified window is submitted to copy at
+ * once, so the copies of the first windows overlap the verification of
+ * the later ones and the copy threads never wait for the worker between
+ * windows. */
 struct sp_fetch {
 	struct sp_fetch *next;
 	bool granted;
@@ -140,7 +149,8 @@ struct sp_fetch {
 	sel_history hist;
 	struct sel_pool_lease *lease;
 	uint32_t n_win, verified, submitted, copied; /* windows */
-	bool verifying;                              /* hj is with the helper */
+	uint32_t verifying;                          /* hjs with the helpers */
+	uint8_t *vdone;                              /* [n_win]: verified (out of order) */
 	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
 	bool has_local; /* the local tiers' hit of the same endpoint: the fallback */
@@ -148,7 +158,7 @@ struct sp_fetch {
 	sel_pool_fail why;
 	uint32_t release; /* the status the lease ends with after a failure */
 	uint64_t bytes;
-	struct sp_hjob hj;
+	struct sp_hjob *hjs;       /* [n_win]: the windows' verification */
 	struct sel_xfer_job *jobs; /* [n_win] */
 };
 
@@ -181,6 +191,7 @@ struct sp_put {
 	struct sel_xfer_job job;
 };
 
+#define SP_HELPERS 2     /* helper threads: checksums, verification, fused restores */
 #define SP_HOLDINGS 1024 /* GPU holdings announced at once (the oldest withdrawn) */
 
 struct sp_holding {
@@ -207,6 +218,8 @@ struct sel_pooled {
 	sel_pool_client *pc;
 	sel_slot_layout lay;
 	sel_xfer *x;
+	const sel_geometry *g;
+	bool fused; /* host planes, the host copy backend: restores on the helper */
 	int ep, tfd;
 	bool timer_armed;
 	uint64_t timer_at;
@@ -229,9 +242,10 @@ struct sel_pooled {
 	/* events for the engine, waiting for poll */
 	sel_event *evq;
 	uint32_t n_evq, cap_evq;
-	/* helper thread */
-	pthread_t th;
-	bool th_started, th_stop;
+	/* helper threads (SP_HELPERS: a restore's windows run on both) */
+	pthread_t th[SP_HELPERS];
+	uint32_t th_started;
+	bool th_stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct sp_hjob *hq, *hq_tail, *hdone;
@@ -273,6 +287,10 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
 bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j);
 bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+/* On the helper thread: one fused restore window, each page verified and
+ * then copied from the cache.  0 or SEL_ECORRUPT (nothing after the bad
+ * page copied). */
+int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j);
 void sp_fetch_retry(struct sel_pooled *p);
 void sp_fetch_free(struct sp_fetch *f);
 
