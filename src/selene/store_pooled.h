@@ -28,24 +28,31 @@
  *
  *   Restores (store_pooled_fetch.c).  fetch of a pool hit claims the
  *   candidate; the grant is checked against the history the lookup used
- *   (sel_pool_lease_matches) and the destination's page count; then, a
- *   window of SEL_WINDOW_PAGES pages at a time (the row with the last),
- *   the helper thread verifies the window against the grant's checksums
- *   (sel_pool_lease_verify_part) and an IN job of the arena transfer set
- *   copies it into the ticket's page ids (and state slot) while the helper
- *   verifies the next window.  The lease is released once every job
- *   drained: OK, CORRUPT (checksums or
- *   chain keys: the manager never serves that record again) or
- *   COPY_FAILED.  A refused or failed claim, a lost session or a failed
- *   lease ends the fetch with SEL_EV_FETCH_FAILED after its copy drained:
- *   the request recomputes.
+ *   (sel_pool_lease_matches) and the destination's page count; then every
+ *   window of SEL_WINDOW_PAGES pages (the row with the last) goes to the
+ *   helper threads.  With host planes and the host copy backend a window
+ *   is one fused job: each page verified against the grant's checksum and
+ *   then copied from the cache into the ticket's page ids (the row into
+ *   its state slot).  Otherwise the helpers verify the windows
+ *   (sel_pool_lease_verify_part) and each verified window is one IN job
+ *   of the arena transfer set.  The lease is released once every job
+ *   drained: OK, CORRUPT (checksums or chain keys: the manager never
+ *   serves that record again) or COPY_FAILED.  A refused or failed claim,
+ *   a lost session or a failed lease ends the fetch with
+ *   SEL_EV_FETCH_FAILED after its copy drained: the request recomputes.
  *
- *   Puts (store_pooled_put.c).  Every checkpoint the inner store queues
- *   (or, pool only, every checkpoint) is also copied into arena windows:
+ *   Puts (store_pooled_put.c, store_pooled_cascade.c).  Over a memory tier
+ *   the pool is the end of the local chain: the memory store offers the
+ *   records it would evict next (sel_core_cascade_*), each is copied from
+ *   its slots into arena windows and checksummed on a helper, committed,
+ *   and leaves the memory tier only once the manager accepted it.
+ *   Otherwise (pool only, or a disk tier the cascade cannot read yet)
+ *   every checkpoint the inner store queues (or, pool only, every
+ *   checkpoint) is copied into arena windows at publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,
  *   else a root with its whole chain; ORPHAN retries once as a root), an
- *   OUT job from the GPU ids into the lease, checksums on the helper
- *   thread, commit.  The worker's GPU pin is the source: the inner store's
+ *   OUT job from the GPU ids into the lease, checksums on a helper,
+ *   commit.  The worker's GPU pin is the source: the inner store's
  *   STORED / STORE_FAILED event is held back until the pool's copy has
  *   drained (or never started), so the pin covers both copies.
  *

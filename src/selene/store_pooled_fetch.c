@@ -27,7 +27,6 @@
  * what bounds a restore on a machine whose memory bandwidth is shared
  * (docs/performance.md); a page is still copied only after it verified.
  */
-#define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <errno.h>
 #include <stdlib.h>
