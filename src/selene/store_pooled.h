@@ -67,8 +67,10 @@
  *
  *   Threads.  Everything runs on the model worker thread and never waits:
  *   the pool client's calls queue frames, the transfer set and the helper
- *   thread (one, for checksums) report through eventfds that the wait fd
- *   (an epoll set) watches with the inner store's and the pool client's.
+ *   threads (SP_HELPERS, sharing one queue: checksums, verification, fused
+ *   restore windows, cascade copies) report through eventfds that the wait
+ *   fd (an epoll set) watches with the inner store's and the pool
+ *   client's.
  *
  * INVARIANTS
  *   1. A lease is ended exactly once, and only when no copy of this store
