@@ -188,6 +188,7 @@ static void test_disk(void)
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
 	CHECK_OK(test_rmtree(d0));
+	free(d0);
 
 	char *dir = test_mkdtemp("cascade");
 	s = open_disk(&f, dir, 4 * rec + rec / 2);
@@ -216,6 +217,7 @@ static void test_disk(void)
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
 	CHECK_OK(test_rmtree(dir));
+	free(dir);
 	for (int i = 0; i < 6; i++)
 		sfx_conv_free(&cv[i]);
 	sfx_free(&f);
