@@ -23,6 +23,7 @@
  */
 #include "pool_testlib.h"
 #include "store_common.h"
+#include "store_disk.h"
 #include "store_pooled.h"
 #include "storefx.h"
 
@@ -666,6 +667,97 @@ static void test_cascade(void)
 	sfx_free(&fb);
 }
 
+/* The cascade from a disk tier: A (disk + pool, a limit of 4.5 records)
+ * moves its oldest record into the pool once its disk runs under its
+ * floor, reading the file back with every check, and B restores it
+ * byte-exact; a record whose file was damaged is not cascaded: the put
+ * fails, the record stays on A's disk. */
+static void test_cascade_disk(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
+	sfx_init(&fb, 1, 1, unit, 4096, 64, 8);
+	struct sfx_conv ca[5], cb0;
+	for (int i = 0; i < 5; i++)
+		sfx_conv_init(&fa, &ca[i], 40 + i, 128, 10 * i);
+	sfx_conv_init(&fb, &cb0, 40, 128, 0);
+	char *d0 = test_mkdtemp("pdisk-size"), *dd = test_mkdtemp("pdisk");
+	sel_store_config c = sfx_config(&fa, true);
+	c.disk_dir = d0;
+	c.disk_limit = 1ull << 30;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&c, &s));
+	put_local(&fa, s, &ca[4], 128, 90);
+	sel_stats st;
+	sel_store_stats(s, &st);
+	uint64_t rec = st.tier[SEL_TIER_DISK].bytes_used;
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr7", "--memory", "8MiB", NULL);
+	c.disk_dir = dd;
+	c.disk_limit = 4 * rec + rec / 2;
+	c.pool = m.sock;
+	c.pool_instance_id = "DA";
+	c.pool_wait_ns = 10 * S_NS;
+	sel_store *a, *b = open_pooled(&fb, m.sock, "DB", 0);
+	CHECK_OK(sel_store_open(&c, &a));
+	sel_store *inner = ((struct sel_pooled *)a)->w.inner;
+	struct sel_core *core = sel_store_core(inner);
+	CHECK(core && core->tier == SEL_TIER_DISK && ((struct sel_pooled *)a)->casc == core);
+	for (int i = 0; i < 3; i++)
+		put_local(&fa, a, &ca[i], 128, 80 + i);
+	CHECK(counters(a).puts == 0); /* nothing at publication */
+	put_local(&fa, a, &ca[3], 128, 83);
+	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
+	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128));
+	sel_store_stats(a, &st);
+	CHECK(st.tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 701));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
+
+	/* ca[1] is next: a byte of its first page record changed on disk. */
+	sel_key k1 = sfx_key(&ca[1], 128);
+	struct sel_disk_file df;
+	CHECK_OK(sel_disk_store_file(inner, &k1, &df));
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(&k1, name);
+	int fd = openat(sel_disk_store_dirfd(inner), name, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	uint8_t byte;
+	CHECK(pread(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	byte ^= 0x40;
+	CHECK(pwrite(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	close(fd);
+	core->casc_after = 0; /* past the backoff, if any */
+	put_local(&fa, a, &ca[4], 128, 84);
+	SFX_UNTIL(a, NULL, counters(a).cascade_kept == 1);
+	CHECK(local_has(a, &ca[1], 128) && counters(a).cascaded == 1);
+	CHECK(counters(a).puts_failed == 1);
+
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	mgr_stop(&m);
+	CHECK_OK(test_rmtree(dd));
+	free(dd);
+	for (int i = 0; i < 5; i++)
+		sfx_conv_free(&ca[i]);
+	sfx_conv_free(&cb0);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 /* Fused restores (host planes, the host copy backend): three windows
  * verified and copied on the helpers, byte-exact; a page changed in the
  * arena fails the restore (corrupt) and is never served again. */
@@ -744,6 +836,7 @@ int main(void)
 	test_absent();
 	test_local_first();
 	test_cascade();
+	test_cascade_disk();
 	test_fused();
 	test_share_corrupt_kill();
 	test_exports();

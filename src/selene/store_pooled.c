@@ -138,7 +138,7 @@ static void *sp_helper_main(void *arg)
 			j->status =
 				sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
 		else {
-			if (j->src)
+			if (j->src || j->files)
 				sp_cascade_copy(p, j);
 			sel_pool_lease_checksums(p->pc, j->lease, j->cksums, &j->row_cksum);
 		}
@@ -495,6 +495,7 @@ static void sp_destroy(sel_store *s)
 		struct sp_put *u = p->puts;
 		p->puts = u->next;
 		free(u->hj.src);
+		free(u->hj.files);
 		free(u->hj.cksums);
 		free(u->pages);
 		free(u);

@@ -41,12 +41,12 @@
  *   a lost session or a failed lease ends the fetch with
  *   SEL_EV_FETCH_FAILED after its copy drained: the request recomputes.
  *
- *   Puts (store_pooled_put.c, store_pooled_cascade.c).  Over a memory tier
- *   the pool is the end of the local chain: the memory store offers the
- *   records it would evict next (sel_core_cascade_*), each is copied from
- *   its slots into arena windows and checksummed on a helper, committed,
- *   and leaves the memory tier only once the manager accepted it.
- *   Otherwise (pool only, or a disk tier the cascade cannot read yet)
+ *   Puts (store_pooled_put.c, store_pooled_cascade.c).  Over a memory or a
+ *   disk store the pool is the end of the local chain: the store offers
+ *   the records it would evict next (sel_core_cascade_*), each is copied
+ *   from its slots (or read from its files, checked) into arena windows
+ *   and checksummed on a helper, committed, and leaves the local tier only
+ *   once the manager accepted it.  Otherwise (pool only, or the composite)
  *   every checkpoint the inner store queues (or, pool only, every
  *   checkpoint) is copied into arena windows at publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,
@@ -91,6 +91,7 @@
 #include "pool_client.h"
 #include "selene_store.h"
 #include "slab.h"
+#include "store_disk.h"
 #include "store_wrap.h"
 #include "transfer.h"
 
@@ -132,6 +133,12 @@ struct sp_hjob {
 	 * page src_skip. */
 	const uint8_t **src;
 	uint32_t src_n, src_skip;
+	/* A cascade put from the disk tier: read and check these files (the
+	 * chain, ancestor first) into the windows instead; rstatus is the
+	 * helper's result (0 or why the files did not hold the record). */
+	struct sel_disk_file *files;
+	uint32_t n_files;
+	int rstatus;
 	/* A fused restore window (sp_restore_window): verify each page, then
 	 * copy it into dst[first ..] (and the row into state_slot). */
 	bool restore;
@@ -265,6 +272,9 @@ struct sel_pooled {
 	uint64_t n_hold;
 	struct sp_export *exports;
 	struct sel_core *casc; /* the last local tier, cascading into the pool (or NULL) */
+	sel_store *casc_store; /* its store */
+	int casc_dirfd;        /* a disk tier's namespace directory */
+	const sel_record_ns *casc_ns;
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
 };
@@ -324,13 +334,15 @@ void sp_cascade_attach(struct sel_pooled *p);
 void sp_cascade_detach(struct sel_pooled *p);
 /* A cascade put ended: the local record goes (accepted) or stays. */
 void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted);
-/* On the helper thread: a cascade job's shares into its lease's windows. */
-void sp_cascade_copy(const struct sel_pooled *p, const struct sp_hjob *j);
+/* On the helper thread: a cascade job's shares into its lease's windows
+ * (a disk tier's: its files read and checked, rstatus set). */
+void sp_cascade_copy(const struct sel_pooled *p, struct sp_hjob *j);
 
 /* store_pooled_put.c */
 /* Start the put of a local record (cp's key, parent, bucket, n_pages,
  * tail) from src (owned from now on when it returns 0). */
-int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src);
+int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src,
+		   struct sel_disk_file *files, uint32_t n_files);
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
 bool sp_put_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j);

@@ -90,6 +90,7 @@ static void put_finish(struct sel_pooled *p, struct sp_put *u, uint32_t release)
 		}
 	free(u->hj.cksums);
 	free(u->hj.src);
+	free(u->hj.files);
 	free(u->pages);
 	free(u);
 }
@@ -148,7 +149,8 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 	return 0;
 }
 
-int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src)
+int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src,
+		   struct sel_disk_file *files, uint32_t n_files)
 {
 	struct sp_put *u = calloc(1, sizeof *u);
 	if (!u)
@@ -167,6 +169,8 @@ int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t 
 		return rc;
 	}
 	u->hj.src = src;
+	u->hj.files = files;
+	u->hj.n_files = n_files;
 	u->next = p->puts;
 	p->puts = u;
 	p->pc_st.puts++;
@@ -364,7 +368,7 @@ bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j)
 		u = u->next;
 	if (!u)
 		return false;
-	if (u->hj.status) {
+	if (u->hj.status || u->hj.rstatus) {
 		p->pc_st.puts_failed++;
 		put_finish(p, u, SEL_POOL_COPY_FAILED);
 		return true;
