@@ -119,15 +119,11 @@ static int put_ask(struct sel_pooled *p, struct sp_put *u)
 	return sel_pool_put(p->pc, &d, &u->put);
 }
 
-static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
+/* Ask for u's windows (u filled from cp but for its source): on success
+ * it is on the puts list; else freed with its pages (the caller keeps
+ * what else it allocated). */
+static int put_begin(struct sel_pooled *p, struct sp_put *u, const sel_published *cp)
 {
-	struct sp_put *u = calloc(1, sizeof *u);
-	if (!u || !(u->pages = malloc(((size_t)cp->n_pages + 1) * sizeof *u->pages))) {
-		free(u);
-		return eos_fail(-ENOMEM, "pooled store: out of memory");
-	}
-	if (cp->n_pages)
-		memcpy(u->pages, cp->pages, (size_t)cp->n_pages * sizeof *u->pages);
 	u->n_pages = cp->n_pages;
 	u->tail = cp->tail;
 	u->state_slot = cp->state_slot;
@@ -135,7 +131,6 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 	u->parent = cp->parent;
 	u->bucket = cp->bucket;
 	u->checkpoint = cp->checkpoint;
-	u->own_event = own;
 	u->t0 = eos_now_ns();
 	int rc = put_ask(p, u);
 	if (rc) {
@@ -149,6 +144,19 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 	return 0;
 }
 
+static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
+{
+	struct sp_put *u = calloc(1, sizeof *u);
+	if (!u || !(u->pages = malloc(((size_t)cp->n_pages + 1) * sizeof *u->pages))) {
+		free(u);
+		return eos_fail(-ENOMEM, "pooled store: out of memory");
+	}
+	if (cp->n_pages)
+		memcpy(u->pages, cp->pages, (size_t)cp->n_pages * sizeof *u->pages);
+	u->own_event = own;
+	return put_begin(p, u, cp);
+}
+
 int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src,
 		   struct sel_disk_file *files, uint32_t n_files)
 {
@@ -156,25 +164,11 @@ int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t 
 	if (!u)
 		return eos_fail(-ENOMEM, "pooled store: out of memory");
 	u->cascade = true;
-	u->n_pages = cp->n_pages;
-	u->tail = cp->tail;
-	u->key = cp->key;
-	u->parent = cp->parent;
-	u->bucket = cp->bucket;
-	u->t0 = eos_now_ns();
 	u->hj.src_n = cp->n_pages;
-	int rc = put_ask(p, u);
-	if (rc) {
-		free(u);
-		return rc;
-	}
 	u->hj.src = src;
 	u->hj.files = files;
 	u->hj.n_files = n_files;
-	u->next = p->puts;
-	p->puts = u;
-	p->pc_st.puts++;
-	return 0;
+	return put_begin(p, u, cp);
 }
 
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
