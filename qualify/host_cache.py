@@ -983,8 +983,8 @@ def sc_pool(ctx, core, store, res):
     """The pool with each local-tier combination (design 1's four pool
     rows; `none` is pool only): instance A with `store` and the pool
     computes turn 1; instance B (pool only) answers it from A's GPU copy
-    (source neighbour); over memory or disk alone, A's tier is filled until
-    its oldest records cascade into the pool (nothing put at publication,
+    (source neighbour); with local tiers, A's last tier is filled until its
+    oldest records cascade into the pool (nothing put at publication,
     nothing dropped); A stops; a restarted B answers it from the arena
     (source pool); every answer the reference's."""
     ctx.need(core, store)
@@ -996,7 +996,7 @@ def sc_pool(ctx, core, store, res):
         pool = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always",
                 "--prefix-cache-pool-grace", "2s"]  # restores asserted: no 2 ms race
         a_args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem) + pool
-        if store == "disk":  # a disk A fills too (the cascade below)
+        if store in ("disk", "composite"):  # A's disk fills too (the cascade below)
             a_args[a_args.index("4GiB")] = f"{mem // 1024}KiB"
         b_args = core.args(ctx.flare) + pool
         body = conv.body1()
@@ -1021,11 +1021,11 @@ def sc_pool(ctx, core, store, res):
                 time.sleep(0.02)
             served = a.metrics().get("flare_pool_exports_served_total")
             res.check(served >= 1, "A served the export", f"{served:.0f}")
-            if store in ("memory", "disk"):
-                # Design 2.15: over one local store, A's records reach the
-                # pool when they cascade off the end of its chain (oldest
-                # first, held until the manager took them): fill A's tier
-                # with other prompts until turn 1's records have gone.
+            if store != "none":
+                # Design 2.15: A's records reach the pool when they cascade
+                # off the end of its local chain (oldest first, held until
+                # the manager took them): fill A's last tier with other
+                # prompts until turn 1's records have gone.
                 res.check(a.metrics().get("flare_pool_puts_total") == 0,
                           "A put nothing into the pool at publication", "")
                 rng = random.Random(4242)

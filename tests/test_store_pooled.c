@@ -23,6 +23,7 @@
  */
 #include "pool_testlib.h"
 #include "store_common.h"
+#include "store_composite.h"
 #include "store_disk.h"
 #include "store_pooled.h"
 #include "storefx.h"
@@ -667,12 +668,12 @@ static void test_cascade(void)
 	sfx_free(&fb);
 }
 
-/* The cascade from a disk tier: A (disk + pool, a limit of 4.5 records)
- * moves its oldest record into the pool once its disk runs under its
- * floor, reading the file back with every check, and B restores it
- * byte-exact; a record whose file was damaged is not cascaded: the put
- * fails, the record stays on A's disk. */
-static void test_cascade_disk(void)
+/* The cascade from a disk tier: A (disk + pool, a limit of 4.5 records;
+ * composite: warm memory in front of it) moves its oldest record into the
+ * pool once its disk runs under its floor, reading the file back with
+ * every check, and B restores it byte-exact; a record whose file was
+ * damaged is not cascaded: the put fails, the record stays local. */
+static void test_cascade_disk(bool composite)
 {
 	const uint64_t unit[1] = {4096};
 	struct sfx fa, fb;
@@ -704,9 +705,13 @@ static void test_cascade_disk(void)
 	c.pool = m.sock;
 	c.pool_instance_id = "DA";
 	c.pool_wait_ns = 10 * S_NS;
+	c.memory_bytes = composite ? 12 * fa.slot_bytes : 0;
 	sel_store *a, *b = open_pooled(&fb, m.sock, "DB", 0);
 	CHECK_OK(sel_store_open(&c, &a));
 	sel_store *inner = ((struct sel_pooled *)a)->w.inner;
+	CHECK(!strcmp(inner->ops->name, composite ? "composite" : "disk"));
+	if (composite)
+		inner = sel_composite_store_disk(inner);
 	struct sel_core *core = sel_store_core(inner);
 	CHECK(core && core->tier == SEL_TIER_DISK && ((struct sel_pooled *)a)->casc == core);
 	for (int i = 0; i < 3; i++)
@@ -714,7 +719,7 @@ static void test_cascade_disk(void)
 	CHECK(counters(a).puts == 0); /* nothing at publication */
 	put_local(&fa, a, &ca[3], 128, 83);
 	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
-	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128));
+	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128)); /* memory too */
 	sel_store_stats(a, &st);
 	CHECK(st.tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
 	bool pending = false;
@@ -728,7 +733,7 @@ static void test_cascade_disk(void)
 	/* ca[1] is next: a byte of its first page record changed on disk. */
 	sel_key k1 = sfx_key(&ca[1], 128);
 	struct sel_disk_file df;
-	CHECK_OK(sel_disk_store_file(inner, &k1, &df));
+	SFX_UNTIL(a, NULL, sel_disk_store_file(inner, &k1, &df) == 0); /* composite: written */
 	char name[SEL_RECORD_NAME_MAX];
 	sel_record_name(&k1, name);
 	int fd = openat(sel_disk_store_dirfd(inner), name, O_RDWR | O_CLOEXEC);
@@ -836,7 +841,8 @@ int main(void)
 	test_absent();
 	test_local_first();
 	test_cascade();
-	test_cascade_disk();
+	test_cascade_disk(false);
+	test_cascade_disk(true);
 	test_fused();
 	test_share_corrupt_kill();
 	test_exports();

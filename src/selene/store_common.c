@@ -645,13 +645,14 @@ void sel_core_cascade_set(struct sel_core *c, const struct sel_cascade *k)
 }
 
 /* Whether id is what tree eviction could take next: a READY leaf with its
- * row, unpinned, not failed, refused or held already. */
+ * row, unpinned, evictable (a composite's parked record is not), not
+ * failed, refused or held already. */
 static bool casc_candidate(const struct sel_core *c, sel_node_id id)
 {
 	const sel_index_node *n = sel_core_node(c, id);
 	return n && n->state == SEL_NODE_READY && (n->flags & SEL_NODE_HAS_ROW) && !n->children &&
-	       !n->pins && !(n->flags & (SEL_CORE_FAILED | c->refuse)) && sel_core_live(c, id) &&
-	       casc_find(c, &n->key) < 0;
+	       !n->pins && !(n->flags & (SEL_NODE_NOEVICT | SEL_CORE_FAILED | c->refuse)) &&
+	       sel_core_live(c, id) && casc_find(c, &n->key) < 0;
 }
 
 uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c, uint64_t held),

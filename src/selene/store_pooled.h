@@ -41,14 +41,16 @@
  *   a lost session or a failed lease ends the fetch with
  *   SEL_EV_FETCH_FAILED after its copy drained: the request recomputes.
  *
- *   Puts (store_pooled_put.c, store_pooled_cascade.c).  Over a memory or a
- *   disk store the pool is the end of the local chain: the store offers
- *   the records it would evict next (sel_core_cascade_*), each is copied
- *   from its slots (or read from its files, checked) into arena windows
- *   and checksummed on a helper, committed, and leaves the local tier only
- *   once the manager accepted it.  Otherwise (pool only, or the composite)
- *   every checkpoint the inner store queues (or, pool only, every
- *   checkpoint) is copied into arena windows at publication:
+ *   Puts (store_pooled_put.c, store_pooled_cascade.c).  With local tiers
+ *   the pool is the end of their chain: the last one (a memory store, or
+ *   a disk store alone or in a composite) offers the records it would
+ *   evict next (sel_core_cascade_*), each is copied from its slots (or
+ *   read from its files, checked) into arena windows and checksummed on a
+ *   helper, committed, and leaves the local tiers only once the manager
+ *   accepted it.  Otherwise (pool only; or a local store the cascade
+ *   cannot read: a split pool) every checkpoint the inner store queues
+ *   (or, pool only, every checkpoint) is copied into arena windows at
+ *   publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,
  *   else a root with its whole chain; ORPHAN retries once as a root), an
  *   OUT job from the GPU ids into the lease, checksums on a helper,

@@ -25,7 +25,8 @@
  *   out to every rank's share: share j of a packed page or row slot lives
  *   in slot j / ranks at rank (j % ranks)'s offset (store_memory.c).
  *
- *   From a disk tier (a disk store alone) the offer snapshots the chain's
+ *   From a disk tier (a disk store alone or in a composite, whose parked
+ *   records are not evictable and so never offered) the offer snapshots the chain's
  *   record files instead (sel_disk_store_file: description, span, file
  *   id), and the helper reads them into the windows with pread: each file
  *   opened as the indexed one (sel_record_open), its header decoded and
@@ -52,6 +53,7 @@
 #include "internal.h"
 #include "slab.h"
 #include "store_common.h"
+#include "store_composite.h"
 #include "store_memory.h"
 #include "store_pool.h"
 #include "store_pooled.h"
@@ -180,13 +182,16 @@ static bool sp_cascade_offer(void *ctx, sel_store *s, const sel_key *key)
 
 void sp_cascade_attach(struct sel_pooled *p)
 {
-	struct sel_core *c = sel_store_core(p->w.inner);
+	sel_store *last = p->w.inner; /* the end of the local chain */
+	if (last && !strcmp(last->ops->name, "composite"))
+		last = sel_composite_store_disk(last);
+	struct sel_core *c = sel_store_core(last);
 	if (!p->pc || !c || (c->tier != SEL_TIER_MEMORY && c->tier != SEL_TIER_DISK) ||
 	    c->sp->split)
 		return;
 	if (c->tier == SEL_TIER_DISK) {
-		p->casc_dirfd = sel_disk_store_dirfd(p->w.inner);
-		p->casc_ns = sel_disk_store_ns(p->w.inner);
+		p->casc_dirfd = sel_disk_store_dirfd(last);
+		p->casc_ns = sel_disk_store_ns(last);
 	}
 	struct sel_cascade k = {.offer = sp_cascade_offer, .ctx = p};
 	sel_core_cascade_set(c, &k);
