@@ -29,6 +29,7 @@
  */
 #include <xxhash.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,7 +358,10 @@ int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j)
 	for (uint32_t i = j->first; i < j->first + j->n; i++) {
 		const uint8_t *slot = sel_pool_slot_addr(p->pc, l->page_slots[i]);
 		if (XXH3_64bits(slot, lay->slot_bytes) != l->page_cksum[i])
-			return sel_pool_lease_verify_part(p->pc, l, i, 1, false); /* its message */
+			return eos_fail(SEL_ECORRUPT,
+					"pool claim %" PRIu64 ": page %u (arena slot %u) fails "
+					"its checksum",
+					l->id, i, l->page_slots[i]);
 		uint32_t n = 0;
 		for (uint32_t r = 0; r < g->ranks; r++)
 			for (uint32_t k = 0; k < g->rank[r].n_planes; k++) {
