@@ -277,7 +277,8 @@ static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 		return fd;
 	const sel_record_span *sp = &df->span;
 	uint8_t *head = malloc(sp->header_bytes);
-	uint8_t *ck = malloc(sp->cksum_bytes ? sp->cksum_bytes : 1);
+	size_t ckn = 8 * (size_t)df->d.tail; /* the checksum segment's entries */
+	uint8_t *ck = calloc(ckn + 8, 1);
 	sel_record_header h;
 	int rc = head && ck ? read_at(fd, head, sp->header_bytes, 0) : -ENOMEM;
 	if (rc == 0)
@@ -287,8 +288,8 @@ static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 	if (rc == 0 && sp->page_stride != p->lay.slot_bytes)
 		rc = eos_fail(SEL_ECORRUPT, "cascade read: page records of %llu bytes",
 			      (unsigned long long)sp->page_stride);
-	if (rc == 0 && sp->cksum_bytes)
-		rc = read_at(fd, ck, sp->cksum_bytes, sp->cksum_off);
+	if (rc == 0 && ckn)
+		rc = read_at(fd, ck, ckn, sp->cksum_off);
 	for (uint32_t i = 0; rc == 0 && i < df->d.tail; i++) {
 		if (pos + i < j->src_skip)
 			continue; /* below the pool's parent */
