@@ -121,17 +121,22 @@ static void test_memory(void)
 	sel_core_cascade_end(c, &cp[0].key, true); /* a second end finds nothing */
 	CHECK(stats(s).tier[SEL_TIER_MEMORY].evicted == t2.evicted);
 
-	/* Refused at the offer: it stays, unpinned; offers pause. */
+	/* Refused at the offer: it stays, unpinned; offers pause (a loaded
+	 * machine may outlast a backoff: then it is offered, and refused,
+	 * again). */
 	nl.take = false;
 	store(s, &cp[5], sel_memory_store_check); /* full again: cp[2] is the oldest */
-	CHECK(nl.n == 2 && sel_key_eq(&nl.keys[1], &cp[2].key));
+	CHECK(nl.n >= 2);
+	for (uint32_t i = 1; i < nl.n; i++)
+		CHECK(sel_key_eq(&nl.keys[i], &cp[2].key));
 	CHECK(!sel_core_cascade_holds(c, &cp[2].key) && pins(c, &cp[2].key) == 0);
-	CHECK(found(s, &cv[2], 128) && c->casc_after > eos_now_ns() - 1);
+	CHECK(found(s, &cv[2], 128) && c->casc_after && c->casc_wait >= 50000000ull);
 	/* After the backoff it is offered again; kept: still local. */
 	nl.take = true;
 	c->casc_after = 0;
+	uint32_t before = nl.n;
 	sfx_pump(s, sel_memory_store_check, NULL);
-	CHECK(nl.n == 3 && sel_key_eq(&nl.keys[2], &cp[2].key));
+	CHECK(nl.n == before + 1 && sel_key_eq(&nl.keys[before], &cp[2].key));
 	CHECK(sel_core_cascade_holds(c, &cp[2].key));
 	sel_core_cascade_end(c, &cp[2].key, false);
 	CHECK(found(s, &cv[2], 128) && pins(c, &cp[2].key) == 0 && c->casc_kept == 1);
