@@ -5,13 +5,17 @@
  * lookup, claim, per-window verification on the helper thread overlapped
  * with the copy of the previous window, release.
  *
- *   RESULT pooled_restore_bps <v> bytes/s   fetch -> FETCHED (median of 7)
+ *   RESULT pooled_restore_bps <v> bytes/s   fetch -> FETCHED (median of 15)
  *   RESULT pooled_memcpy_bps <v> bytes/s    baseline: one memcpy of the same
  *                                           bytes, in the same run
- *   RESULT pooled_restore_vs_memcpy <x> ratio  (goal >= 0.85)
+ *   RESULT pooled_restore_vs_memcpy <x> ratio  (goal >= 0.85): of the medians
+ *   RESULT pooled_restore_vs_memcpy_paired <x> ratio  the median of each
+ *                                           round's restore / its memcpy
  *
- * The copy and the verification each read the record once; overlapped,
- * the restore takes about the longer of the two passes (docs/performance.md).
+ * Host planes and the host copy backend: each window is verified and
+ * copied in one pass on the store's helpers (docs/performance.md).  The
+ * paired ratio compares a restore with the memcpy right after it, so load
+ * that comes and goes on a shared machine moves both.
  */
 #include <poll.h>
 
@@ -77,9 +81,9 @@ int main(void)
 		pump_once(a);
 
 	enum {
-		R = 7
+		R = 15
 	};
-	double rs[R], mc[R];
+	double rs[R], mc[R], pr[R];
 	uint64_t bytes = 0;
 	uint32_t *ids = malloc(pages * sizeof *ids);
 	for (uint32_t i = 0; i < pages; i++)
@@ -107,12 +111,14 @@ int main(void)
 		t0 = eos_now_ns();
 		memcpy(y, x, 64u << 20);
 		mc[r] = (double)(64u << 20) / ((double)(eos_now_ns() - t0) / 1e9);
+		pr[r] = rs[r] / mc[r];
 	}
 	CHECK(sfx_page_ok(&fb, pages - 1, cb.tag, pages - 1, false));
 	double f = bench_median(rs, R), bm = bench_median(mc, R);
 	printf("RESULT pooled_restore_bps %.0f bytes/s (%" PRIu64 " bytes)\n", f, bytes);
 	printf("RESULT pooled_memcpy_bps %.0f bytes/s\n", bm);
 	printf("RESULT pooled_restore_vs_memcpy %.3f ratio\n", f / bm);
+	printf("RESULT pooled_restore_vs_memcpy_paired %.3f ratio\n", bench_median(pr, R));
 	free(x);
 	free(y);
 	free(ids);

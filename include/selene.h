@@ -452,6 +452,10 @@ typedef struct sel_pool_counters {
 	uint64_t export_bytes;
 	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */
 	uint64_t evictions_lost;  /* times the holdings were announced again after lost notices */
+	/* The end-of-chain cascade (design 2.15): local records the pool
+	 * accepted (they left the local tier), and those kept local after a
+	 * refused or failed put. */
+	uint64_t cascaded, cascade_kept;
 } sel_pool_counters;
 /* The remote tier's client (issue 16, docs/remote.md): its counters and
  * gauges, for /metrics.  enabled is false (everything 0) without one. */

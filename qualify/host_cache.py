@@ -983,7 +983,9 @@ def sc_pool(ctx, core, store, res):
     """The pool with each local-tier combination (design 1's four pool
     rows; `none` is pool only): instance A with `store` and the pool
     computes turn 1; instance B (pool only) answers it from A's GPU copy
-    (source neighbour); A stops; a restarted B answers it from the arena
+    (source neighbour); with local tiers, A's last tier is filled until its
+    oldest records cascade into the pool (nothing put at publication,
+    nothing dropped); A stops; a restarted B answers it from the arena
     (source pool); every answer the reference's."""
     ctx.need(core, store)
     conv = Conversation(ctx, core, seed=9)
@@ -994,6 +996,8 @@ def sc_pool(ctx, core, store, res):
         pool = ["--prefix-cache-pool", "unix:" + sock, "--prefix-cache-fetch", "always",
                 "--prefix-cache-pool-grace", "2s"]  # restores asserted: no 2 ms race
         a_args = core.args(ctx.flare) + store_args(ctx, store, core, d, mem) + pool
+        if store in ("disk", "composite"):  # A's disk fills too (the cascade below)
+            a_args[a_args.index("4GiB")] = f"{mem // 1024}KiB"
         b_args = core.args(ctx.flare) + pool
         body = conv.body1()
         with ctx.server(core, a_args, name="A") as a, ctx.server(core, b_args, name="B") as b:
@@ -1017,6 +1021,27 @@ def sc_pool(ctx, core, store, res):
                 time.sleep(0.02)
             served = a.metrics().get("flare_pool_exports_served_total")
             res.check(served >= 1, "A served the export", f"{served:.0f}")
+            if store != "none":
+                # Design 2.15: A's records reach the pool when they cascade
+                # off the end of its local chain (oldest first, held until
+                # the manager took them): fill A's last tier with other
+                # prompts until turn 1's records have gone.
+                res.check(a.metrics().get("flare_pool_puts_total") == 0,
+                          "A put nothing into the pool at publication", "")
+                rng = random.Random(4242)
+                wait = time.monotonic() + 60
+                while a.metrics().get("flare_pool_cascaded_total") < 3:
+                    res.require(time.monotonic() < wait, "A's oldest records cascade to the pool")
+                    a.chat(messages=[{"role": "user", "content": text(rng, core.user1)}],
+                           max_tokens=core.max_tokens, temperature=0)
+                    while not pool_settled(a) and time.monotonic() < wait:
+                        time.sleep(0.02)
+                m = a.metrics()
+                dropped = m.get("flare_host_cache_dropped_total",
+                                tier="dram" if store == "memory" else "nvme",
+                                reason="end_of_chain")
+                res.check(dropped == 0, "nothing dropped at the end of A's chain",
+                          f"{dropped:.0f}")
         with ctx.server(core, b_args, name="B2") as b:
             r = b.chat(**body)
             f = r["flare"]

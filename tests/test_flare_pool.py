@@ -13,8 +13,11 @@ core.
      own core. (A core's model identity covers its whole canonical text,
      page geometry included; the same identity with another layout is
      tests/test_store_pooled.c's test_other_layout.)
-  3. A is killed (kill -9) and B stops; a restarted B restores the prompt
-     from the pool (the arena's copy, not A's vanished GPU holding).
+  3. A's small memory fills with other prompts: its oldest records (the
+     prompt's) cascade into the pool at the end of its local chain (A puts
+     nothing into the pool before; nothing is dropped). A is killed
+     (kill -9) and B stops; a restarted B restores the prompt from the
+     pool (the arena's copy A cascaded, not A's vanished GPU holding).
   4. kill -9 the manager: B keeps serving (recomputes, right answer),
      reports detached; the manager restarts on its kept arena file and B
      reattaches by itself and puts into the pool again.
@@ -108,7 +111,8 @@ with TempDir("flare-pool-") as tmpdir:
             fh.write(tiny.replace("\npage_tokens = 64\n", "\npage_tokens = 128\n"))
         with Flare(binary, [], core=core128, name="R128") as r:
             want128, _ = ask(r, PROMPT)
-        a = Flare(binary, ["--prefix-cache-memory", "8MiB"] + pool, name="A").start()
+        # 256 KiB: 21 slots of 12 KiB, records of 4-5 slots.
+        a = Flare(binary, ["--prefix-cache-memory", "256KiB"] + pool, name="A").start()
         b = Flare(binary, pool, name="B").start()
         d = Flare(binary, ["--speculate", "copy"] + pool, name="D").start()
         assert "shared through unix:" + sock in a.summary(), a.summary()
@@ -137,6 +141,17 @@ with TempDir("flare-pool-") as tmpdir:
                 "flare_pool_claims_total") == 0, m.text
             assert m.get("flare_pool_answers_total") >= 1, m.text  # asked, answered: nothing
             settle(e)
+        # No write-through: A's records stay local until its memory fills.
+        assert a.metrics().get("flare_pool_puts_total") == 0
+        for i in range(40):
+            if a.metrics().get("flare_pool_cascaded_total") >= 4:
+                break
+            ask(a, "Another question, number %d, about the harbours and the lighthouses." % i)
+            settle(a)
+        m = a.metrics()
+        assert m.get("flare_pool_cascaded_total") >= 4, m.text
+        assert m.get("flare_host_cache_dropped_total", tier="dram", reason="end_of_chain") == 0, \
+            m.text
         a.kill()  # kill -9: the manager drops its holdings and reclaims its leases
         b.stop()
 

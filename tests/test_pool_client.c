@@ -293,6 +293,28 @@ int main(void)
 	a.u.answer.ticket = ticket + 1000;
 	fm_send(fd, &a);
 
+	/* 2b. Restore deadlines (design 2.15): a claim waiting behind another
+	 * budgets for its bytes too; both refused. */
+	{
+		uint64_t c1, c2, allow = 5ull * 8192 * 1000 / SEL_POOL_DEADLINE_BPS;
+		CHECK_OK(sel_pool_claim(t.c, k, 0, &c1));
+		CHECK_OK(sel_pool_claim(t.c, k, 0, &c2));
+		uint64_t d1 = sel_pool_claim_deadline(t.c, c1),
+			 d2 = sel_pool_claim_deadline(t.c, c2);
+		CHECK(d1 && d2 && d2 >= d1 + allow * MS_NS);
+		for (int i = 0; i < 2; i++) {
+			CHECK(fm_read(fd, &m, 10) == 0 && m.type == SEL_POOL_C_CLAIM);
+			sel_pool_msg_free(&m);
+		}
+		struct sel_pool_msg r = {.type = SEL_POOL_M_CLAIM_REFUSED};
+		r.u.refused = (struct sel_pool_m_refused){c1, SEL_POOL_NOT_FOUND};
+		fm_send(fd, &r);
+		r.u.refused.id = c2;
+		fm_send(fd, &r);
+		tc_wait(&t, SEL_POOL_EV_CLAIM_FAILED, 10);
+		tc_wait(&t, SEL_POOL_EV_CLAIM_FAILED, 10);
+	}
+
 	/* 3. Bad grants for a real claim: windows out of the arena, another
 	 * endpoint, overlapping windows.  Each is released and fails the claim. */
 	for (int bad = 0; bad < 3; bad++) {
@@ -342,7 +364,8 @@ int main(void)
 	expect(fd, SEL_POOL_C_RELEASE, 20, SEL_POOL_OK);
 	struct sel_pool_client_stats st;
 	sel_pool_stats(t.c, &st);
-	CHECK(st.answers_dropped == 1 && st.claims_granted == 1 && st.claims_failed == 3);
+	CHECK(st.answers_dropped == 1 && st.claims_granted == 1 &&
+	      st.claims_failed == 5); /* 2b: two */
 
 	/* 5. Export requests: bad windows are refused; a good one is the
 	 * caller's, who refuses it with a reason. */

@@ -783,6 +783,52 @@ static void test_capacity_and_fences(void)
 	sim_free(&m);
 }
 
+/* Design 2.15 export_fits: read-only, and the pin is what it weighs. */
+static void test_export_fits(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(16, 8, 2, 2);
+	sim_init(&m, &c, test_seed() + 9);
+	sel_token *T = toks(300, 700);
+	hel_admission adm;
+	hel_request_spec sa = sim_spec(T, 260, NULL, 0, 1);
+	CHECK_OK(sim_admit(&m, &sa, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 20);
+	const hel_ckpt *k = NULL; /* the deepest ready checkpoint */
+	size_t cur = 0;
+	for (const hel_ckpt *x; (x = hel_cache_iter(m.c, &cur));)
+		if (hel_cache_ready(m.c, x) && (!k || x->key.consumed > k->key.consumed))
+			k = x;
+	CHECK(k && k->key.consumed >= 256);
+	uint64_t id = k->id;
+	hel_cache_counts k0, k1;
+	sim_counts(&m, &k0);
+	uint32_t rp, rr, rp_pin, rr_pin;
+	hel_cache_reclaimable(m.c, HEL_CKPT_NONE, &rp, &rr);
+	hel_cache_reclaimable(m.c, id, &rp_pin, &rr_pin);
+	CHECK(rp_pin < rp); /* pinned, its pages are not reclaimable */
+	uint64_t have = (uint64_t)k0.pages_free + k0.pages_pending;
+	CHECK(hel_scheduler_export_fits(m.s, id, 0, 0));
+	CHECK(hel_scheduler_export_fits(m.s, id, have + rp_pin, 1));
+	CHECK(!hel_scheduler_export_fits(m.s, id, have + rp_pin + 1, 1));
+	CHECK(hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, have + rp_pin + 1, 1));
+	CHECK(!hel_scheduler_export_fits(m.s, id, 0, (uint64_t)k0.rows_free + rr_pin + 1));
+	/* An active request's next step counts one page more. */
+	hel_request_spec sb = sim_spec(T + 100, 10, NULL, 0, 4);
+	CHECK_OK(sim_admit(&m, &sb, SIM_NO_HOST, 0, &adm, NULL));
+	sim_counts(&m, &k1);
+	hel_cache_reclaimable(m.c, id, &rp_pin, &rr_pin);
+	have = (uint64_t)k1.pages_free + k1.pages_pending;
+	CHECK(!hel_scheduler_export_fits(m.s, id, have + rp_pin, 0));
+	sim_counts(&m, &k0);
+	CHECK(!memcmp(&k0, &k1, sizeof k0)); /* read-only */
+	sim_check_ok(m.s);
+	sim_drain(&m, 20);
+	sim_release_all(&m);
+	free(T);
+	sim_free(&m);
+}
+
 int main(void)
 {
 	test_prefill_captures_and_hits();
@@ -795,6 +841,7 @@ int main(void)
 	test_compaction_heir();
 	test_notice_bound();
 	test_capacity_and_fences();
+	test_export_fits();
 	printf("test_scheduler: ok\n");
 	return 0;
 }

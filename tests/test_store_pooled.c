@@ -22,6 +22,9 @@
  *     layout does (the control).
  */
 #include "pool_testlib.h"
+#include "store_common.h"
+#include "store_composite.h"
+#include "store_disk.h"
 #include "store_pooled.h"
 #include "storefx.h"
 
@@ -97,6 +100,17 @@ static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_
 		CHECK(pump(a, ev) == 0);
 	}
 	SFX_UNTIL(a, NULL, counters(a).puts_accepted > acc);
+}
+
+/* Put checkpoint c of cv into s's local tier (no pool copy: the cascade
+ * moves it later) and wait for STORED. */
+static void put_local(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t c, uint64_t id)
+{
+	sel_published p = sfx_ckpt(f, cv, c, 0, 1, id);
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
+	sel_event e = next_event(s);
+	CHECKF(e.type == SEL_EV_STORED && e.checkpoint == id, "event %d", e.type);
 }
 
 /* B's lookup until the pool's hit arrives (a miss while the answer is
@@ -405,7 +419,7 @@ static void test_fallback(void)
 	sfx_conv_init(&fa, &ca, 8, 320, 0);
 	sfx_conv_init(&fb, &cb, 8, 320, 0);
 	put_shared(&fa, a, &ca, 256, 51);
-	put_shared(&fb, b, &cb, 256, 52); /* B's memory tier holds it too */
+	put_local(&fb, b, &cb, 256, 52); /* B's memory tier holds it too */
 	sel_hit hit;
 	sel_event ev[8];
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
@@ -452,9 +466,9 @@ static void test_local_first(void)
 	sel_published p = sfx_ckpt(&f, &cv, 128, 0, 1, 21);
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
-	sel_event e = next_event(s); /* held until the pool's copy drained too */
+	sel_event e = next_event(s);
 	CHECK(e.type == SEL_EV_STORED && e.checkpoint == 21);
-	SFX_UNTIL(s, NULL, counters(s).puts_accepted == 1);
+	CHECK(counters(s).puts == 0); /* no write-through: the cascade moves it when evicted */
 	sel_hit hit;
 	uint64_t asked = counters(s).lookups; /* the one at attach */
 	CHECK(sel_store_lookup(s, &cv.h, 0, 128, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
@@ -575,6 +589,250 @@ static void test_other_layout(void)
 	sfx_free(&fa);
 }
 
+static bool local_has(sel_store *s, struct sfx_conv *cv, uint64_t c)
+{
+	sel_store *in = ((struct sel_pooled *)s)->w.inner;
+	sel_hit hit;
+	int rc = sel_store_lookup(in, &cv->h, 0, c, &hit);
+	CHECK(rc >= 0);
+	return rc == 1 && hit.key.consumed == c;
+}
+
+/* The end-of-chain cascade: A (memory + pool) keeps its records local
+ * until its memory runs under its floor; then its oldest record goes to
+ * the pool, held locally until the manager accepted it (a stopped manager
+ * answers nothing: the record stays), and leaves A; B (pool only)
+ * restores it byte-exact from the arena.  A manager killed while a
+ * cascade put waits fails the put: the record stays local, and A restores
+ * it from its memory tier. */
+static void test_cascade(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
+	sfx_init(&fb, 1, 1, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr5", "--memory", "8MiB", NULL);
+	/* 12 warm slots, records of 2 pages and their row: 3 slots each. */
+	sel_store *a = open_pooled(&fa, m.sock, "CA", 12 * fa.slot_bytes);
+	sel_store *b = open_pooled(&fb, m.sock, "CB", 0);
+	struct sel_core *core = sel_store_core(((struct sel_pooled *)a)->w.inner);
+	CHECK(core && core->warm == 12 && fa.row_slots == 1);
+	struct sfx_conv ca[5], cb0;
+	for (int i = 0; i < 5; i++)
+		sfx_conv_init(&fa, &ca[i], 30 + i, 128, 10 * i);
+	sfx_conv_init(&fb, &cb0, 30, 128, 0);
+	for (int i = 0; i < 3; i++)
+		put_local(&fa, a, &ca[i], 128, 60 + i);
+	CHECK(counters(a).puts == 0);
+	/* The manager stopped: A's memory fills, the oldest is offered and
+	 * held, found locally, while the put waits. */
+	CHECK(kill(m.pid, SIGSTOP) == 0);
+	put_local(&fa, a, &ca[3], 128, 63);
+	SFX_UNTIL(a, NULL, counters(a).puts == 1);
+	sel_key k0 = sfx_key(&ca[0], 128), k1 = sfx_key(&ca[1], 128);
+	CHECK(local_has(a, &ca[0], 128) && core->casc_n == 1 && sel_core_cascade_holds(core, &k0));
+	CHECK(kill(m.pid, SIGCONT) == 0);
+	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
+	CHECK(!local_has(a, &ca[0], 128) && counters(a).puts_accepted == 1);
+	sel_stats st;
+	sel_store_stats(a, &st);
+	CHECK(st.tier[SEL_TIER_MEMORY].dropped_end_of_chain == 0);
+	/* B restores it from the arena, byte-exact. */
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 501));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
+
+	/* A killed manager fails a waiting cascade put: nothing local lost. */
+	CHECK(kill(m.pid, SIGSTOP) == 0);
+	put_local(&fa, a, &ca[4], 128, 64);
+	SFX_UNTIL(a, NULL, counters(a).puts == 2 && core->casc_n == 1);
+	CHECK(sel_core_cascade_holds(core, &k1));
+	mgr_kill9(&m);
+	SFX_UNTIL(a, NULL, counters(a).cascade_kept == 1);
+	CHECK(core->casc_n == 0 && local_has(a, &ca[1], 128));
+	sfx_poison(&fa);
+	sfx_restore(&fa, a, &ca[1], 0, 128, 128, 50, 3, SEL_TIER_MEMORY, true, NULL);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	for (int i = 0; i < 5; i++)
+		sfx_conv_free(&ca[i]);
+	sfx_conv_free(&cb0);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* The cascade from a disk tier: A (disk + pool, a limit of 4.5 records;
+ * composite: warm memory in front of it) moves its oldest record into the
+ * pool once its disk runs under its floor, reading the file back with
+ * every check, and B restores it byte-exact; a record whose file was
+ * damaged is not cascaded: the put fails, the record stays local. */
+static void test_cascade_disk(bool composite)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
+	sfx_init(&fb, 1, 1, unit, 4096, 64, 8);
+	struct sfx_conv ca[5], cb0;
+	for (int i = 0; i < 5; i++)
+		sfx_conv_init(&fa, &ca[i], 40 + i, 128, 10 * i);
+	sfx_conv_init(&fb, &cb0, 40, 128, 0);
+	char *d0 = test_mkdtemp("pdisk-size"), *dd = test_mkdtemp("pdisk");
+	sel_store_config c = sfx_config(&fa, true);
+	c.disk_dir = d0;
+	c.disk_limit = 1ull << 30;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&c, &s));
+	put_local(&fa, s, &ca[4], 128, 90);
+	sel_stats st;
+	sel_store_stats(s, &st);
+	uint64_t rec = st.tier[SEL_TIER_DISK].bytes_used;
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr7", "--memory", "8MiB", NULL);
+	c.disk_dir = dd;
+	c.disk_limit = 4 * rec + rec / 2;
+	c.pool = m.sock;
+	c.pool_instance_id = "DA";
+	c.pool_wait_ns = 10 * S_NS;
+	c.memory_bytes = composite ? 12 * fa.slot_bytes : 0;
+	sel_store *a, *b = open_pooled(&fb, m.sock, "DB", 0);
+	CHECK_OK(sel_store_open(&c, &a));
+	sel_store *inner = ((struct sel_pooled *)a)->w.inner;
+	CHECK(!strcmp(inner->ops->name, composite ? "composite" : "disk"));
+	if (composite)
+		inner = sel_composite_store_disk(inner);
+	struct sel_core *core = sel_store_core(inner);
+	CHECK(core && core->tier == SEL_TIER_DISK && ((struct sel_pooled *)a)->casc == core);
+	for (int i = 0; i < 3; i++)
+		put_local(&fa, a, &ca[i], 128, 80 + i);
+	CHECK(counters(a).puts == 0); /* nothing at publication */
+	put_local(&fa, a, &ca[3], 128, 83);
+	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
+	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128)); /* memory too */
+	sel_store_stats(a, &st);
+	CHECK(st.tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 20, 2, 701));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
+	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
+
+	/* ca[1] is next: a byte of its first page record changed on disk. */
+	sel_key k1 = sfx_key(&ca[1], 128);
+	struct sel_disk_file df;
+	SFX_UNTIL(a, NULL, sel_disk_store_file(inner, &k1, &df) == 0); /* composite: written */
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(&k1, name);
+	int fd = openat(sel_disk_store_dirfd(inner), name, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	uint8_t byte;
+	CHECK(pread(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	byte ^= 0x40;
+	CHECK(pwrite(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	close(fd);
+	core->casc_after = 0; /* past the backoff, if any */
+	put_local(&fa, a, &ca[4], 128, 84);
+	SFX_UNTIL(a, NULL, counters(a).cascade_kept == 1);
+	CHECK(local_has(a, &ca[1], 128) && counters(a).cascaded == 1);
+	CHECK(counters(a).puts_failed == 1);
+
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	mgr_stop(&m);
+	CHECK_OK(test_rmtree(dd));
+	free(dd);
+	for (int i = 0; i < 5; i++)
+		sfx_conv_free(&ca[i]);
+	sfx_conv_free(&cb0);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* Fused restores (host planes, the host copy backend): three windows
+ * verified and copied on the helpers, byte-exact; a page changed in the
+ * arena fails the restore (corrupt) and is never served again. */
+static void test_fused(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 6000, 200, 8);
+	sfx_init(&fb, 1, 2, unit, 6000, 200, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr6", "--memory", "16MiB", NULL);
+	sel_store *st[2];
+	struct sfx *fs[2] = {&fa, &fb};
+	for (int i = 0; i < 2; i++) {
+		sel_store_config c = sfx_config(fs[i], false);
+		c.pool = m.sock;
+		c.pool_instance_id = i ? "FUB" : "FUA";
+		c.pool_wait_ns = 10 * S_NS;
+		CHECK_OK(sel_store_open(&c, &st[i]));
+		CHECK(((struct sel_pooled *)st[i])->fused);
+	}
+	sel_store *a = st[0], *b = st[1];
+	const uint64_t c = 150 * SFX_PT; /* 150 pages: three windows */
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 5, c, 0);
+	sfx_conv_init(&fb, &cb, 5, c, 0);
+	put_shared(&fa, a, &ca, c, 71);
+	bool pending = false;
+	sel_hit hit = pool_hit(b, &cb, c, &pending);
+	sfx_poison(&fb);
+	uint32_t ids[150];
+	for (uint32_t i = 0; i < 150; i++)
+		ids[i] = 40 + i;
+	sel_inbound in = {.ticket = 601, .pages = ids, .n_pages = 150, .state_slot = 3};
+	CHECK_OK(sel_store_fetch(b, &hit, &in));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 601, "event %d", e.type);
+	CHECK(e.bytes == sfx_page_bytes_all(&fb) * 150 + 6000);
+	CHECK(restored_ok(&fb, &cb, c, 40, 3));
+	/* Again (ticket 602): the same bytes. */
+	hit = pool_hit(b, &cb, c, &pending);
+	sfx_poison(&fb);
+	in.ticket = 602;
+	CHECK_OK(sel_store_fetch(b, &hit, &in));
+	e = next_event(b);
+	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, c, 40, 3));
+	/* A byte of every arena slot changed: the first bad page fails it. */
+	struct sel_pooled *pb = (struct sel_pooled *)b;
+	uint64_t len, sb = sel_pool_slot_bytes(pb->pc);
+	uint8_t *base = sel_pool_arena(pb->pc, &len);
+	uint64_t from = sel_pool_hello(pb->pc)->data_start;
+	for (uint64_t o = from; o + sb <= len; o += sb)
+		base[o + 100] ^= 0x11;
+	hit = pool_hit(b, &cb, c, &pending);
+	in.ticket = 603;
+	CHECK_OK(sel_store_fetch(b, &hit, &in));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 603, "event %d", e.type);
+	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 int main(void)
 {
 	char *d = test_mkdtemp("pooled");
@@ -582,6 +840,10 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	test_absent();
 	test_local_first();
+	test_cascade();
+	test_cascade_disk(false);
+	test_cascade_disk(true);
+	test_fused();
 	test_share_corrupt_kill();
 	test_exports();
 	test_fallback();

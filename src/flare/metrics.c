@@ -398,6 +398,12 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	COUNTER("flare_pool_puts_failed_total", "Of them, failed (copy, lost session, commit).",
 		p->puts_failed);
 	COUNTER("flare_pool_put_bytes_total", "Bytes copied into the arena.", p->put_bytes);
+	COUNTER("flare_pool_cascaded_total",
+		"Local records the pool accepted at the end of the local chain (they left it).",
+		p->cascaded);
+	COUNTER("flare_pool_cascade_kept_total",
+		"Local records kept local after a refused or failed cascade into the pool.",
+		p->cascade_kept);
 	COUNTER("flare_pool_neighbour_restores_total",
 		"Restores from the pool whose bytes another instance exported from its GPU cache.",
 		p->neighbour_restores);

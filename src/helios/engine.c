@@ -642,11 +642,26 @@ static int open_model(hel_engine *e)
 	return hel_model_geometry(e->model, &e->geo);
 }
 
+/* Design 2.15 export_fits: with checkpoint id pinned, the GPU cache still
+ * covers the next step of every running request and the admission of the
+ * first pending one (its whole prompt and one row per message end plus
+ * two, as submit bounds it: no prefix is assumed).  Read-only. */
+static bool export_fits(hel_engine *e, uint64_t id)
+{
+	const struct ereq *q = e->pending.head;
+	uint64_t need_p = 0, need_r = 0;
+	if (q) {
+		need_p = q->n_prompt / e->P;
+		need_r = q->n_ends + 2ull;
+	}
+	return hel_scheduler_export_fits(e->sched, id, need_p, need_r);
+}
+
 /* Exports (design 2.15): the pooled store pins a checkpoint it announced
  * when the manager asks this instance to copy it for a neighbour; called
- * on the worker thread from within sel_store_poll.  Headroom: an export
- * pins like a copy-out, so it is refused while copy-outs fill their bound
- * (the read-only export_fits of the design is not built). */
+ * on the worker thread from within sel_store_poll.  Headroom: refused
+ * (-ENOSPC: no_headroom) when it does not fit (export_fits), or while
+ * copy-outs fill their pin bound. */
 static int export_pin(void *ctx, const sel_key *key, uint64_t id, sel_published *out)
 {
 	hel_engine *e = ctx;
@@ -654,7 +669,7 @@ static int export_pin(void *ctx, const sel_key *key, uint64_t id, sel_published 
 		return -ENOENT;
 	if (!sel_key_eq(&out->key, key))
 		return -ESTALE;
-	if (e->n_op >= e->pin_max)
+	if (e->n_op >= e->pin_max || !export_fits(e, id))
 		return -ENOSPC;
 	return hel_scheduler_pin(e->sched, id) ? -ENOENT : 0;
 }

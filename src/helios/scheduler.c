@@ -1561,6 +1561,11 @@ int hel_scheduler_unpin(hel_scheduler *s, uint64_t id)
 	return hel_cache_unpin(s->c, id, true);
 }
 
+bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, uint64_t need_p, uint64_t need_r)
+{
+	return fits(s, need_p + s->active.n, need_r, id);
+}
+
 size_t hel_scheduler_take_evictions(hel_scheduler *s, hel_notice *out, size_t cap, bool *lost)
 {
 	CHECK_ON_RETURN(s);

@@ -231,6 +231,10 @@ struct sel_pool_lease {
  * fails the claim itself (SEL_POOL_TIMEOUT) when no grant came within 12 s
  * plus the candidate's bytes at 8 MiB/s. */
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim);
+/* The requester's deadline (eos_now_ns clock) of claim, while it waits for
+ * its grant: 12 s plus its bytes and those of the claims waiting ahead of
+ * it at 8 MiB/s (design 2.15 restore deadlines); 0 when none waits. */
+uint64_t sel_pool_claim_deadline(const sel_pool_client *c, uint64_t claim);
 
 /* Ask for arena windows for a record (the end of a local chain cascading
  * down).  tail pages (the whole chain c / pt as a root, or c / pt - p / pt

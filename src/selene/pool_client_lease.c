@@ -299,6 +299,14 @@ int sel_pool_answer_pick(const struct sel_pool_m_answer *a, const sel_history *h
 
 /* ---- claims, puts, exports ------------------------------------------------------------------------ */
 
+uint64_t sel_pool_claim_deadline(const sel_pool_client *c, uint64_t claim)
+{
+	for (const struct pending *q = c->claims.head; q; q = q->next)
+		if (q->id == claim && !q->dead)
+			return q->deadline_ns;
+	return 0;
+}
+
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim)
 {
 	if (t->state != SEL_POOL_TICKET_READY || t->epoch != c->epoch ||
@@ -320,9 +328,15 @@ int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uin
 	p->key = a->nodes[cd->node].key;
 	p->resident = t->resident;
 	p->bytes = cd->bytes;
+	/* Design 2.15 restore deadlines: a waiting restore also budgets for
+	 * the restores ahead of it (the claims still waiting for a grant). */
+	uint64_t ahead = 0;
+	for (const struct pending *q = c->claims.head; q; q = q->next)
+		if (!q->dead)
+			ahead += q->bytes;
 	p->deadline_ns = eos_now_ns() + (uint64_t)sel_pool_deadline_ms(SEL_POOL_REQUESTER_SETUP_MS,
 								       SEL_POOL_REQUESTER_SETUP_MS,
-								       cd->bytes) *
+								       cd->bytes + ahead) *
 						MS_NS;
 	struct sel_pool_msg m = {.type = SEL_POOL_C_CLAIM};
 	m.u.claim.claim = p->id;

@@ -118,6 +118,8 @@ static void count_removed(struct sel_core *c)
 		t->evicted++;
 		if (c->end_of_chain)
 			t->dropped_end_of_chain++;
+	} else if (c->why == SEL_WHY_CASCADE) {
+		t->evicted++; /* the next level holds it: not dropped */
 	}
 }
 
@@ -607,6 +609,112 @@ void sel_core_destroy_end(struct sel_core *c)
 			sel_store_pool_destroy(c->sp); /* unregisters through the backend */
 	}
 	sel_core_free(c);
+}
+
+/* ---- the end of the chain ---------------------------------------------------------------- */
+
+#define CASC_SCAN 64
+#define CASC_WAIT_MIN_NS 50000000ull
+#define CASC_WAIT_MAX_NS 2000000000ull
+
+struct sel_core *sel_store_core(sel_store *s)
+{
+	return s && s->ops->lookup == sel_core_lookup ? (struct sel_core *)s : NULL;
+}
+
+static int casc_find(const struct sel_core *c, const sel_key *key)
+{
+	for (uint32_t i = 0; i < c->casc_n; i++)
+		if (sel_key_eq(&c->casc_held[i].key, key))
+			return (int)i;
+	return -1;
+}
+
+bool sel_core_cascade_holds(const struct sel_core *c, const sel_key *key)
+{
+	return casc_find(c, key) >= 0;
+}
+
+void sel_core_cascade_set(struct sel_core *c, const struct sel_cascade *k)
+{
+	if (!k || !k->offer)
+		while (c->casc_n)
+			sel_core_cascade_end(c, &c->casc_held[c->casc_n - 1].key, false);
+	c->casc = k && k->offer ? *k : (struct sel_cascade){0};
+	c->casc_after = c->casc_wait = 0;
+}
+
+/* Whether id is what tree eviction could take next: a READY leaf with its
+ * row, unpinned, evictable (a composite's parked record is not), not
+ * failed, refused or held already. */
+static bool casc_candidate(const struct sel_core *c, sel_node_id id)
+{
+	const sel_index_node *n = sel_core_node(c, id);
+	return n && n->state == SEL_NODE_READY && (n->flags & SEL_NODE_HAS_ROW) && !n->children &&
+	       !n->pins && !(n->flags & (SEL_NODE_NOEVICT | SEL_CORE_FAILED | c->refuse)) &&
+	       sel_core_live(c, id) && casc_find(c, &n->key) < 0;
+}
+
+uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c, uint64_t held),
+			      uint64_t (*units)(struct sel_core *c, sel_node_id id))
+{
+	uint32_t taken = 0, looked = 0;
+	if (!c->casc.offer || c->closed || c->stopped || eos_now_ns() < c->casc_after)
+		return 0;
+	sel_node_id id = sel_index_next_lru(c->ix, SEL_NODE_NONE);
+	while (id != SEL_NODE_NONE && c->casc_n < SEL_CASCADE_MAX && looked++ < CASC_SCAN &&
+	       low(c, c->casc_units)) {
+		sel_node_id next = sel_index_next_lru(c->ix, id);
+		if (casc_candidate(c, id)) {
+			sel_key key = sel_core_node(c, id)->key;
+			c->casc_offered++;
+			if (!c->casc.offer(c->casc.ctx, &c->base, &key)) {
+				uint64_t w = c->casc_wait ? 2 * c->casc_wait : CASC_WAIT_MIN_NS;
+				c->casc_wait = w < CASC_WAIT_MAX_NS ? w : CASC_WAIT_MAX_NS;
+				c->casc_after = eos_now_ns() + c->casc_wait;
+				break;
+			}
+			uint64_t u = units(c, id);
+			c->cops->pin(c, id);
+			c->casc_held[c->casc_n].key = key;
+			c->casc_held[c->casc_n++].units = u;
+			c->casc_units += u;
+			taken++;
+		}
+		id = next;
+	}
+	return taken;
+}
+
+void sel_core_cascade_end(struct sel_core *c, const sel_key *key, bool accepted)
+{
+	int i = casc_find(c, key);
+	if (i < 0)
+		return;
+	c->casc_units -= c->casc_held[i].units;
+	c->casc_held[i] = c->casc_held[--c->casc_n];
+	sel_node_id id = sel_index_find(c->ix, key);
+	if (id == SEL_NODE_NONE)
+		return; /* cannot happen while pinned; nothing to do */
+	c->cops->unpin(c, id);
+	if (!accepted) {
+		c->casc_kept++;
+		uint64_t w = c->casc_wait ? 2 * c->casc_wait : CASC_WAIT_MIN_NS;
+		c->casc_wait = w < CASC_WAIT_MAX_NS ? w : CASC_WAIT_MAX_NS;
+		c->casc_after = eos_now_ns() + c->casc_wait;
+		return;
+	}
+	c->casc_accepted++;
+	c->casc_wait = 0;
+	const sel_index_node *n = sel_core_node(c, id);
+	if (!n || n->children || n->pins || sel_index_find(c->ix, key) != id)
+		return; /* in use again (or gone at the unpin): tree eviction takes it later */
+	enum sel_core_why w = c->why;
+	c->why = SEL_WHY_CASCADE;
+	if (sel_index_remove(c->ix, id) == 0)
+		c->pg.released = true;
+	c->why = w;
+	SEL_CORE_DEBUG(c);
 }
 
 /* ---- the rest --------------------------------------------------------------------------- */

@@ -113,10 +113,24 @@ enum sel_core_why {
 	SEL_WHY_EVICT,    /* tree eviction (sel_core_evict_until) */
 	SEL_WHY_DOOM,     /* the disk store's doomed records */
 	SEL_WHY_EXPIRE,   /* the expiry sweep (sel_core_expire) */
+	SEL_WHY_CASCADE,  /* the next level accepted it (sel_core_cascade_end) */
 };
 
 struct sel_core;
 struct sel_put_plan;
+
+/* The level below the end of the local chain (design 2.15 "eviction below
+ * the instance": the pooled store over the last local tier).  See
+ * sel_core_cascade_set. */
+struct sel_cascade {
+	/* Take a copy of key's record: READY with its row, a leaf, not
+	 * pinned, the least recently used the store would evict next.  true:
+	 * a copy started, and the core holds a store pin on the record until
+	 * sel_core_cascade_end; false: not now (no offers for a backoff). */
+	bool (*offer)(void *ctx, sel_store *s, const sel_key *key);
+	void *ctx;
+};
+#define SEL_CASCADE_MAX 8 /* records offered and held at once */
 
 /* What a store built on the core tells it about itself. */
 struct sel_core_ops {
@@ -179,6 +193,18 @@ struct sel_core {
 	int close_rc;
 	struct sel_progress pg; /* refusals since the last PROGRESS, capacity back since */
 	sel_stats st;           /* counters; gauges are filled at stats() */
+
+	/* The end of the chain (sel_core_cascade_set): offered records, held
+	 * with a store pin until the next level answers. */
+	struct sel_cascade casc;
+	struct {
+		sel_key key;
+		uint64_t units;
+	} casc_held[SEL_CASCADE_MAX];
+	uint32_t casc_n;
+	uint64_t casc_units;            /* of the held records, in the store's units */
+	uint64_t casc_after, casc_wait; /* no offers before casc_after; the backoff */
+	uint64_t casc_offered, casc_accepted, casc_kept;
 };
 
 /* A zeroed store of size bytes (its core first), or NULL with -ENOMEM
@@ -299,6 +325,30 @@ int sel_core_drop(sel_store *s, const sel_key *key);
 
 /* A put's copy landed: held and bytes counted, packed or per rank. */
 void sel_core_count_stored(struct sel_core *c, uint64_t bytes, bool packed);
+
+/* ---- the end of the chain (design 2.15 "eviction below the instance") ---- */
+
+/* Set (k NULL or k->offer NULL: clear) the level records go to before this
+ * store would evict them.  Clearing ends every held record as kept. */
+void sel_core_cascade_set(struct sel_core *c, const struct sel_cascade *k);
+/* Maintenance, from the store's poll: while low(c, held units) says the
+ * store's free capacity (with what the held records will free) is under its
+ * floor, offer the least recently used evictable leaves (at most 64 looked
+ * at per call, SEL_CASCADE_MAX held), each worth units(c, id).  Returns the
+ * records offered and taken. */
+uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c, uint64_t held),
+			      uint64_t (*units)(struct sel_core *c, sel_node_id id));
+/* The next level's answer for a held record: accepted (it holds a copy) --
+ * the record leaves now when nothing else pins it and it is still a leaf
+ * (counted evicted, not dropped), else it stays to be evicted later;
+ * !accepted -- it stays local and offers pause for a backoff (50 ms,
+ * doubling to 2 s, reset by an acceptance).  A key not held is ignored. */
+void sel_core_cascade_end(struct sel_core *c, const sel_key *key, bool accepted);
+/* Whether key is held for the next level. */
+bool sel_core_cascade_holds(const struct sel_core *c, const sel_key *key);
+/* The core of a store built on the skeleton (its lookup is sel_core_lookup),
+ * or NULL. */
+struct sel_core *sel_store_core(sel_store *s);
 
 /* ---- lookup and fetch ------------------------------------------------------ */
 

@@ -201,12 +201,27 @@ static int ds_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	return rc;
 }
 
+/* The end of the chain (sel_core_cascade_set, design 2.15): with a level
+ * below, the disk keeps a quarter of its byte limit free (byte-based
+ * headroom) by moving its oldest committed records there. */
+static bool ds_cascade_low(struct sel_core *c, uint64_t held)
+{
+	struct disk_store *ds = (struct disk_store *)c;
+	return ds->limit - (ds->used < ds->limit ? ds->used : ds->limit) + held < ds->limit / 4;
+}
+
+static uint64_t ds_cascade_units(struct sel_core *c, sel_node_id id)
+{
+	return ds_node_bytes((struct disk_store *)c, id);
+}
+
 static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 {
 	struct disk_store *ds = sel_ds_of(s);
 	ds_progress(ds);
 	ds_expire(ds);
 	ds_run_hooks(ds);
+	(void)sel_core_cascade_run(&ds->c, ds_cascade_low, ds_cascade_units);
 	if (sel_progress_due(&ds->c.pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		sel_evq_push(&ds->evq, &pe);

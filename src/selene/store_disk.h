@@ -9,6 +9,7 @@
 
 #include <sys/uio.h>
 
+#include "record.h"
 #include "selene_store.h"
 
 struct sel_store_pool;
@@ -16,6 +17,24 @@ struct sel_store_pool;
 /* Verify the disk store's invariants (store_disk.c header).  0 or
  * SEL_ECORRUPT with sel_errmsg() naming the first violation.  O(records). */
 int sel_disk_store_check(sel_store *s);
+
+/* A committed record file for a reader outside the disk thread (the
+ * pooled store's cascade, store_disk_view.c): its description (the index
+ * node's, with its file's parent link and flags), span and file id; its
+ * parent in the index (none for a root). */
+struct sel_disk_file {
+	sel_record_desc d;
+	sel_record_span span;
+	struct eos_file_id fid;
+	bool has_row, is_root;
+	sel_key parent;
+};
+/* 0 with *out, -ENOENT (not indexed) or -EAGAIN (no committed file now:
+ * parked, being written, doomed, failed). */
+int sel_disk_store_file(sel_store *s, const sel_key *key, struct sel_disk_file *out);
+/* The namespace directory (open for the store's life) and its namespace. */
+int sel_disk_store_dirfd(sel_store *s);
+const sel_record_ns *sel_disk_store_ns(sel_store *s);
 
 /* One record as the disk store knows it, for tests and the composite. */
 struct sel_disk_record_info {

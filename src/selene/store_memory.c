@@ -470,6 +470,19 @@ static bool ms_droppable(void *ctx, const sel_index *ix, sel_node_id id)
 	return n->state == SEL_NODE_READY && !(n->flags & MS_FAILED);
 }
 
+/* The end of the chain (sel_core_cascade_set, design 2.15): with a level
+ * below, memory keeps a quarter of its warm slots free by moving its oldest
+ * records there before puts must evict them. */
+static bool ms_cascade_low(struct sel_core *c, uint64_t held)
+{
+	return ms_free_warm((struct mem_store *)c) + held < c->warm / 4;
+}
+
+static uint64_t ms_cascade_units(struct sel_core *c, sel_node_id id)
+{
+	return rec_slots(ms_rec((struct mem_store *)c, id));
+}
+
 static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 {
 	struct mem_store *ms = sel_ms_of(s);
@@ -502,6 +515,7 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 	}
 	if (cap == 0)
 		ms_resubmit_pending(ms);
+	(void)sel_core_cascade_run(&ms->c, ms_cascade_low, ms_cascade_units);
 	if (n < cap && sel_progress_due(&ms->c.pg)) {
 		memset(&ev[n], 0, sizeof(ev[n]));
 		ev[n++].type = SEL_EV_PROGRESS;

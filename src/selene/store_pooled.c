@@ -132,11 +132,16 @@ static void *sp_helper_main(void *arg)
 		if (!p->hq)
 			p->hq_tail = NULL;
 		pthread_mutex_unlock(&p->mu);
-		if (j->verify)
+		if (j->restore)
+			j->status = sp_restore_window(p, j);
+		else if (j->verify)
 			j->status =
 				sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);
-		else
+		else {
+			if (j->src || j->files)
+				sp_cascade_copy(p, j);
 			sel_pool_lease_checksums(p->pc, j->lease, j->cksums, &j->row_cksum);
+		}
 		pthread_mutex_lock(&p->mu);
 		j->next = p->hdone;
 		p->hdone = j;
@@ -339,6 +344,11 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	if (!parts)
 		return eos_fail(-ENOMEM, "pooled store: out of memory");
 	uint64_t nslots = sel_pool_xfer_parts(p->pc, parts);
+	p->g = cfg->geometry;
+	p->fused = be == &sel_copy_backend_host;
+	for (uint32_t r = 0; r < cfg->geometry->ranks; r++)
+		for (uint32_t k = 0; k < cfg->geometry->rank[r].n_planes; k++)
+			p->fused &= cfg->geometry->rank[r].pages[k].kind == SEL_MEM_HOST;
 	if (!(rc = sel_slot_layout_init(&p->lay, cfg->geometry)))
 		rc = sel_xfer_create_parts(cfg->geometry, &p->lay, parts, nslots, be,
 					   cfg->queue_depth ? cfg->queue_depth : 64, &p->x);
@@ -353,12 +363,13 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	    (rc = sp_watch(p, p->hfd)) || (rc = sp_watch(p, p->tfd)) ||
 	    (p->w.inner && (rc = sp_watch(p, sel_store_wait_fd(p->w.inner)))))
 		return rc;
-	if ((rc = pthread_create(&p->th, NULL, sp_helper_main, p)))
-		return eos_fail(-rc, "pooled store: helper thread: %s", strerror(rc));
-	p->th_started = true;
+	for (; p->th_started < SP_HELPERS; p->th_started++)
+		if ((rc = pthread_create(&p->th[p->th_started], NULL, sp_helper_main, p)))
+			return eos_fail(-rc, "pooled store: helper thread: %s", strerror(rc));
 	p->pc_st.state = SEL_POOL_UP;
 	p->pc_st.sessions = 1;
 	sp_lookup_warmup(p, cfg->model_identity);
+	sp_cascade_attach(p);
 	const struct sel_pool_m_hello *h = sel_pool_hello(p->pc);
 	char a[32];
 	snprintf(p->desc, sizeof p->desc, "%s, pool '%s', arena %s", p->address, h->name,
@@ -442,8 +453,8 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 		p->th_stop = true;
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
-		pthread_join(p->th, NULL);
-		p->th_started = false;
+		while (p->th_started)
+			pthread_join(p->th[--p->th_started], NULL);
 	}
 	if (p->pc && rc == 0) {
 		/* Every copy drained: end the leases still held, then the session. */
@@ -462,6 +473,7 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 		sp_exports_end(p);
 		(void)sel_pool_close(p->pc);
 	}
+	sp_cascade_detach(p); /* what is held stays local */
 	int irc = sel_wrap_close(s, deadline_ns);
 	p->close_rc = rc ? rc : irc;
 	return p->close_rc;
@@ -482,6 +494,8 @@ static void sp_destroy(sel_store *s)
 	while (p->puts) {
 		struct sp_put *u = p->puts;
 		p->puts = u->next;
+		free(u->hj.src);
+		free(u->hj.files);
 		free(u->hj.cksums);
 		free(u->pages);
 		free(u);

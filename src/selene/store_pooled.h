@@ -28,24 +28,33 @@
  *
  *   Restores (store_pooled_fetch.c).  fetch of a pool hit claims the
  *   candidate; the grant is checked against the history the lookup used
- *   (sel_pool_lease_matches) and the destination's page count; then, a
- *   window of SEL_WINDOW_PAGES pages at a time (the row with the last),
- *   the helper thread verifies the window against the grant's checksums
- *   (sel_pool_lease_verify_part) and an IN job of the arena transfer set
- *   copies it into the ticket's page ids (and state slot) while the helper
- *   verifies the next window.  The lease is released once every job
- *   drained: OK, CORRUPT (checksums or
- *   chain keys: the manager never serves that record again) or
- *   COPY_FAILED.  A refused or failed claim, a lost session or a failed
- *   lease ends the fetch with SEL_EV_FETCH_FAILED after its copy drained:
- *   the request recomputes.
+ *   (sel_pool_lease_matches) and the destination's page count; then every
+ *   window of SEL_WINDOW_PAGES pages (the row with the last) goes to the
+ *   helper threads.  With host planes and the host copy backend a window
+ *   is one fused job: each page verified against the grant's checksum and
+ *   then copied from the cache into the ticket's page ids (the row into
+ *   its state slot).  Otherwise the helpers verify the windows
+ *   (sel_pool_lease_verify_part) and each verified window is one IN job
+ *   of the arena transfer set.  The lease is released once every job
+ *   drained: OK, CORRUPT (checksums or chain keys: the manager never
+ *   serves that record again) or COPY_FAILED.  A refused or failed claim,
+ *   a lost session or a failed lease ends the fetch with
+ *   SEL_EV_FETCH_FAILED after its copy drained: the request recomputes.
  *
- *   Puts (store_pooled_put.c).  Every checkpoint the inner store queues
- *   (or, pool only, every checkpoint) is also copied into arena windows:
+ *   Puts (store_pooled_put.c, store_pooled_cascade.c).  With local tiers
+ *   the pool is the end of their chain: the last one (a memory store, or
+ *   a disk store alone or in a composite) offers the records it would
+ *   evict next (sel_core_cascade_*), each is copied from its slots (or
+ *   read from its files, checked) into arena windows and checksummed on a
+ *   helper, committed, and leaves the local tiers only once the manager
+ *   accepted it.  Otherwise (pool only; or a local store the cascade
+ *   cannot read: a split pool) every checkpoint the inner store queues
+ *   (or, pool only, every checkpoint) is copied into arena windows at
+ *   publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,
  *   else a root with its whole chain; ORPHAN retries once as a root), an
- *   OUT job from the GPU ids into the lease, checksums on the helper
- *   thread, commit.  The worker's GPU pin is the source: the inner store's
+ *   OUT job from the GPU ids into the lease, checksums on a helper,
+ *   commit.  The worker's GPU pin is the source: the inner store's
  *   STORED / STORE_FAILED event is held back until the pool's copy has
  *   drained (or never started), so the pin covers both copies.
  *
@@ -60,8 +69,10 @@
  *
  *   Threads.  Everything runs on the model worker thread and never waits:
  *   the pool client's calls queue frames, the transfer set and the helper
- *   thread (one, for checksums) report through eventfds that the wait fd
- *   (an epoll set) watches with the inner store's and the pool client's.
+ *   threads (SP_HELPERS, sharing one queue: checksums, verification, fused
+ *   restore windows, cascade copies) report through eventfds that the wait
+ *   fd (an epoll set) watches with the inner store's and the pool
+ *   client's.
  *
  * INVARIANTS
  *   1. A lease is ended exactly once, and only when no copy of this store
@@ -82,6 +93,7 @@
 #include "pool_client.h"
 #include "selene_store.h"
 #include "slab.h"
+#include "store_disk.h"
 #include "store_wrap.h"
 #include "transfer.h"
 
@@ -118,11 +130,31 @@ struct sp_hjob {
 	int status;       /* verify: 0 or SEL_ECORRUPT */
 	uint64_t *cksums; /* checksum: [n_pages] */
 	uint64_t row_cksum;
+	/* A cascade put: copy first (sp_cascade_copy), from src[(chain page or
+	 * src_n + row slot) * ranks + rank]; the lease's pages start at chain
+	 * page src_skip. */
+	const uint8_t **src;
+	uint32_t src_n, src_skip;
+	/* A cascade put from the disk tier: read and check these files (the
+	 * chain, ancestor first) into the windows instead; rstatus is the
+	 * helper's result (0 or why the files did not hold the record). */
+	struct sel_disk_file *files;
+	uint32_t n_files;
+	int rstatus;
+	/* A fused restore window (sp_restore_window): verify each page, then
+	 * copy it into dst[first ..] (and the row into state_slot). */
+	bool restore;
+	const uint32_t *dst;
+	uint32_t state_slot;
+	uint64_t bytes; /* what it copied */
 };
 
 /* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
- * row with the last): window i + 1 is verified on the helper thread while
- * window i copies. */
+ * row with the last): every window is handed to the helper at the grant
+ * and verified in order, and each verified window is submitted to copy at
+ * once, so the copies of the first windows overlap the verification of
+ * the later ones and the copy threads never wait for the worker between
+ * windows. */
 struct sp_fetch {
 	struct sp_fetch *next;
 	bool granted;
@@ -135,7 +167,8 @@ struct sp_fetch {
 	sel_history hist;
 	struct sel_pool_lease *lease;
 	uint32_t n_win, verified, submitted, copied; /* windows */
-	bool verifying;                              /* hj is with the helper */
+	uint32_t verifying;                          /* hjs with the helpers */
+	uint8_t *vdone;                              /* [n_win]: verified (out of order) */
 	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
 	bool has_local; /* the local tiers' hit of the same endpoint: the fallback */
@@ -143,7 +176,7 @@ struct sp_fetch {
 	sel_pool_fail why;
 	uint32_t release; /* the status the lease ends with after a failure */
 	uint64_t bytes;
-	struct sp_hjob hj;
+	struct sp_hjob *hjs;       /* [n_win]: the windows' verification */
 	struct sel_xfer_job *jobs; /* [n_win] */
 };
 
@@ -168,12 +201,15 @@ struct sp_put {
 	bool copied;    /* the OUT copy landed (the GPU source is free) */
 	bool released;  /* the engine's event went out (or is held below) */
 	bool held;      /* ev holds the inner store's event */
+	bool cascade;   /* the local tier's record (sp_cascade_offer), not the GPU's */
+	bool ended;     /* cascade: its hold ended */
 	sel_event ev;
 	struct sel_pool_lease *lease;
 	struct sp_hjob hj;
 	struct sel_xfer_job job;
 };
 
+#define SP_HELPERS 2     /* helper threads: checksums, verification, fused restores */
 #define SP_HOLDINGS 1024 /* GPU holdings announced at once (the oldest withdrawn) */
 
 struct sp_holding {
@@ -200,6 +236,8 @@ struct sel_pooled {
 	sel_pool_client *pc;
 	sel_slot_layout lay;
 	sel_xfer *x;
+	const sel_geometry *g;
+	bool fused; /* host planes, the host copy backend: restores on the helper */
 	int ep, tfd;
 	bool timer_armed;
 	uint64_t timer_at;
@@ -222,9 +260,10 @@ struct sel_pooled {
 	/* events for the engine, waiting for poll */
 	sel_event *evq;
 	uint32_t n_evq, cap_evq;
-	/* helper thread */
-	pthread_t th;
-	bool th_started, th_stop;
+	/* helper threads (SP_HELPERS: a restore's windows run on both) */
+	pthread_t th[SP_HELPERS];
+	uint32_t th_started;
+	bool th_stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct sp_hjob *hq, *hq_tail, *hdone;
@@ -234,6 +273,10 @@ struct sel_pooled {
 	struct sp_holding hold[SP_HOLDINGS];
 	uint64_t n_hold;
 	struct sp_export *exports;
+	struct sel_core *casc; /* the last local tier, cascading into the pool (or NULL) */
+	sel_store *casc_store; /* its store */
+	int casc_dirfd;        /* a disk tier's namespace directory */
+	const sel_record_ns *casc_ns;
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
 };
@@ -265,6 +308,10 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);
 bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j);
 bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
+/* On the helper thread: one fused restore window, each page verified and
+ * then copied from the cache.  0 or SEL_ECORRUPT (nothing after the bad
+ * page copied). */
+int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j);
 void sp_fetch_retry(struct sel_pooled *p);
 void sp_fetch_free(struct sp_fetch *f);
 
@@ -282,7 +329,22 @@ bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);
 void sp_export_retry(struct sel_pooled *p);
 void sp_exports_end(struct sel_pooled *p);
 
+/* store_pooled_cascade.c */
+/* Cascade from the inner store when it is a memory store (the end of the
+ * local chain); detach ends every held record as kept. */
+void sp_cascade_attach(struct sel_pooled *p);
+void sp_cascade_detach(struct sel_pooled *p);
+/* A cascade put ended: the local record goes (accepted) or stays. */
+void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted);
+/* On the helper thread: a cascade job's shares into its lease's windows
+ * (a disk tier's: its files read and checked, rstatus set). */
+void sp_cascade_copy(const struct sel_pooled *p, struct sp_hjob *j);
+
 /* store_pooled_put.c */
+/* Start the put of a local record (cp's key, parent, bucket, n_pages,
+ * tail) from src (owned from now on when it returns 0). */
+int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src,
+		   struct sel_disk_file *files, uint32_t n_files);
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why);
 bool sp_put_event(struct sel_pooled *p, const struct sel_pool_event *ev);
 bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j);

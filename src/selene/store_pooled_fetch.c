@@ -5,28 +5,43 @@
  * verified (store_pooled.h has the design and invariants 1 and 2).
  *
  * A restore of n pages is ceil(n / SEL_WINDOW_PAGES) windows (at least
- * one: a row-only restore), the row with the last.  The helper verifies
- * one window at a time, in order; each verified window is submitted as an
- * IN job at once (a full channel: on a later poll), and the helper moves
- * on to the next.  So the copy of window i overlaps the verification of
- * window i + 1, and a restore takes about the longer of the two passes
- * rather than their sum.  A window that fails its checksums stops the
+ * one: a row-only restore), the row with the last.  Every window goes to
+ * the helper at the grant, which verifies them in order; each verified
+ * window is submitted as an IN job at once (a full channel: on a later
+ * poll) while the helper goes on with the next.  So the copy of window i
+ * overlaps the verification of the windows after it, the copy threads find
+ * the next verified window queued without waiting for the worker, and a
+ * restore takes about the longer of the two passes rather than their sum.  A window that fails its checksums stops the
  * pipeline: nothing after it is submitted, and the lease is released
  * CORRUPT once the jobs already out have drained.  Bytes reach the GPU ids
  * only after their own window verified; a failed restore leaves the
  * destination partly written, which the FETCH_FAILED contract allows (the
  * ids go back to the free lists: nothing reads them).
+ *
+ * Fused restores.  With host planes and the host copy backend (flare run
+ * on the reference engine) a window is one helper job instead: each page
+ * is checksummed from the arena and then copied from the cache it was
+ * just read into (streaming stores for a large window), the row likewise.
+ * The record then crosses the memory bus once, as one memcpy of it would,
+ * instead of once for the verification and again for the copy, which is
+ * what bounds a restore on a machine whose memory bandwidth is shared
+ * (docs/performance.md); a page is still copied only after it verified.
  */
+#include <xxhash.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eos.h"
 #include "store_pooled.h"
+#include "transfer.h"
 
 void sp_fetch_free(struct sp_fetch *f)
 {
 	sel_history_free(&f->hist);
+	free(f->hjs);
+	free(f->vdone);
 	free(f->jobs);
 	free(f->pages);
 	free(f);
@@ -171,17 +186,22 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 
 /* ---- the windows ----------------------------------------------------------------------------- */
 
-static void verify_next(struct sel_pooled *p, struct sp_fetch *f)
+/* Every window to the helper, in order (fused: to verify and copy). */
+static void verify_all(struct sel_pooled *p, struct sp_fetch *f)
 {
-	uint32_t k = f->verified, first = k * SEL_WINDOW_PAGES;
-	uint32_t left = f->n_pages - first;
-	f->hj = (struct sp_hjob){.lease = f->lease,
-				 .verify = true,
-				 .first = first,
-				 .n = left < SEL_WINDOW_PAGES ? left : SEL_WINDOW_PAGES,
-				 .row = k + 1 == f->n_win};
-	f->verifying = true;
-	sp_helper_submit(p, &f->hj);
+	for (uint32_t k = 0; k < f->n_win; k++) {
+		uint32_t first = k * SEL_WINDOW_PAGES, left = f->n_pages - first;
+		f->hjs[k] = (struct sp_hjob){.lease = f->lease,
+					     .verify = true,
+					     .first = first,
+					     .n = left < SEL_WINDOW_PAGES ? left : SEL_WINDOW_PAGES,
+					     .row = k + 1 == f->n_win,
+					     .restore = p->fused,
+					     .dst = f->pages,
+					     .state_slot = f->state_slot};
+		f->verifying++;
+		sp_helper_submit(p, &f->hjs[k]);
+	}
 }
 
 /* Submit the verified windows not yet out, in order. */
@@ -218,7 +238,8 @@ static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_p
 		return;
 	}
 	f->n_win = f->n_pages ? (f->n_pages + SEL_WINDOW_PAGES - 1) / SEL_WINDOW_PAGES : 1;
-	if (!(f->jobs = calloc(f->n_win, sizeof *f->jobs))) {
+	if (!(f->jobs = calloc(f->n_win, sizeof *f->jobs)) ||
+	    !(f->hjs = calloc(f->n_win, sizeof *f->hjs)) || !(f->vdone = calloc(f->n_win, 1))) {
 		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
 		return;
 	}
@@ -234,7 +255,7 @@ static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_p
 			.state_slot = f->state_slot,
 			.row_slots = l->row_slots};
 	}
-	verify_next(p, f);
+	verify_all(p, f);
 }
 
 static sel_pool_fail fail_of(uint32_t reason)
@@ -272,11 +293,11 @@ bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev)
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
 {
 	struct sp_fetch *f = p->fetches;
-	while (f && &f->hj != j)
+	while (f && !(f->hjs && j >= f->hjs && j < f->hjs + f->n_win))
 		f = f->next;
 	if (!f)
 		return false;
-	f->verifying = false;
+	f->verifying--;
 	if (f->failed) {
 		fetch_fail(p, f, f->why, f->release);
 		return true;
@@ -285,12 +306,20 @@ bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
 		fetch_fail(p, f, SEL_POOL_FAIL_CORRUPT, SEL_POOL_CORRUPT);
 		return true;
 	}
-	f->verified++;
+	f->vdone[j - f->hjs] = 1; /* the helpers may finish windows out of order */
+	while (f->verified < f->n_win && f->vdone[f->verified])
+		f->verified++;
 	/* The manager's no-progress timer: the share of its windows done. */
 	(void)sel_pool_progress(p->pc, f->lease,
 				(uint32_t)((uint64_t)f->lease->windows * f->verified / f->n_win));
-	if (f->verified < f->n_win)
-		verify_next(p, f);
+	if (j->restore) { /* verified and copied */
+		f->submitted++;
+		f->copied++;
+		f->bytes += j->bytes;
+		if (f->copied == f->n_win)
+			fetch_end(p, f);
+		return true;
+	}
 	submit_verified(p, f);
 	return true;
 }
@@ -311,4 +340,66 @@ bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j)
 	else if (f->copied == f->n_win)
 		fetch_end(p, f);
 	return true;
+}
+
+/* ---- fused restores (on the helper thread) ----------------------------------------------- */
+
+int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j)
+{
+	const struct sel_pool_lease *l = j->lease;
+	const sel_slot_layout *lay = &p->lay;
+	const sel_geometry *g = p->g;
+	struct sel_copy c[64];
+	uint64_t window = 0;
+	for (uint32_t r = 0; r < g->ranks; r++)
+		window += g->rank[r].page_bytes;
+	enum sel_host_copy kind = sel_host_copy_choose(window * j->n);
+	j->bytes = 0;
+	for (uint32_t i = j->first; i < j->first + j->n; i++) {
+		const uint8_t *slot = sel_pool_slot_addr(p->pc, l->page_slots[i]);
+		if (XXH3_64bits(slot, lay->slot_bytes) != l->page_cksum[i])
+			return eos_fail(SEL_ECORRUPT,
+					"pool claim %" PRIu64 ": page %u (arena slot %u) fails "
+					"its checksum",
+					l->id, i, l->page_slots[i]);
+		uint32_t n = 0;
+		for (uint32_t r = 0; r < g->ranks; r++)
+			for (uint32_t k = 0; k < g->rank[r].n_planes; k++) {
+				const sel_plane *pl = &g->rank[r].pages[k];
+				if (n == 64) {
+					(void)sel_host_copy_run(c, n, kind);
+					n = 0;
+				}
+				c[n++] = (struct sel_copy){
+					.dst = pl->address + (uint64_t)j->dst[i] * pl->unit_bytes,
+					.src = (uint64_t)(uintptr_t)slot + lay->share_off[r] +
+					       lay->plane_off[r][k],
+					.len = pl->unit_bytes};
+				j->bytes += pl->unit_bytes;
+			}
+		(void)sel_host_copy_run(c, n, kind);
+	}
+	if (!j->row)
+		return 0;
+	int rc = sel_pool_lease_verify_part(p->pc, l, 0, 0, true);
+	if (rc)
+		return rc;
+	for (uint32_t r = 0; r < g->ranks; r++) {
+		const sel_rank_geometry *rg = &g->rank[r];
+		uint64_t row = rg->row.address + (uint64_t)j->state_slot * rg->row.unit_bytes;
+		for (uint32_t k = 0; k < lay->row_slots && k < l->n_row_slots; k++) {
+			uint64_t off, len;
+			sel_slot_layout_row_piece(lay, r, k, &off, &len);
+			if (len == 0)
+				break;
+			struct sel_copy rc1 = {.dst = row + (uint64_t)k * lay->share[r],
+					       .src = (uint64_t)(uintptr_t)sel_pool_slot_addr(
+							      p->pc, l->row_slots[k]) +
+						      lay->share_off[r],
+					       .len = len};
+			(void)sel_host_copy_run(&rc1, 1, SEL_HOST_COPY_MEMCPY);
+			j->bytes += len;
+		}
+	}
+	return 0;
 }

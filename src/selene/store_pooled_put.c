@@ -1,7 +1,9 @@
 /*
- * store_pooled_put.c - the pooled store's puts: a copy of each checkpoint
- * into arena windows, from the GPU ids the worker pins, committed with its
- * checksums (store_pooled.h has the design and invariant 3).
+ * store_pooled_put.c - the pooled store's puts: a copy into arena windows,
+ * committed with its checksums -- of a checkpoint from the GPU ids the
+ * worker pins (pool only: no local tier, or one the cascade cannot read
+ * yet), or of a record the last local tier cascades (store_pooled_cascade.c)
+ * from its host slots (store_pooled.h has the design and invariant 3).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -64,7 +66,8 @@ static void source_free(struct sel_pooled *p, struct sp_put *u, bool ok)
 bool sp_put_hold(struct sel_pooled *p, const sel_event *ev)
 {
 	for (struct sp_put *u = p->puts; u; u = u->next)
-		if (!u->own_event && !u->released && !u->held && u->checkpoint == ev->checkpoint) {
+		if (!u->cascade && !u->own_event && !u->released && !u->held &&
+		    u->checkpoint == ev->checkpoint) {
 			u->ev = *ev;
 			u->held = true;
 			return true;
@@ -76,6 +79,8 @@ bool sp_put_hold(struct sel_pooled *p, const sel_event *ev)
 static void put_finish(struct sel_pooled *p, struct sp_put *u, uint32_t release)
 {
 	source_free(p, u, false);
+	if (u->cascade && !u->ended)
+		sp_cascade_end(p, &u->key, false); /* kept local */
 	if (u->lease)
 		(void)sel_pool_release(p->pc, u->lease, release);
 	for (struct sp_put **pp = &p->puts; *pp; pp = &(*pp)->next)
@@ -84,8 +89,20 @@ static void put_finish(struct sel_pooled *p, struct sp_put *u, uint32_t release)
 			break;
 		}
 	free(u->hj.cksums);
+	free(u->hj.src);
+	free(u->hj.files);
 	free(u->pages);
 	free(u);
+}
+
+/* A cascade put the pool took (committed, or present already): the local
+ * record may go. */
+static void cascade_accepted(struct sel_pooled *p, struct sp_put *u)
+{
+	if (!u->cascade || u->ended)
+		return;
+	u->ended = true;
+	sp_cascade_end(p, &u->key, true);
 }
 
 /* ---- asking ------------------------------------------------------------------------------------- */
@@ -102,15 +119,11 @@ static int put_ask(struct sel_pooled *p, struct sp_put *u)
 	return sel_pool_put(p->pc, &d, &u->put);
 }
 
-static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
+/* Ask for u's windows (u filled from cp but for its source): on success
+ * it is on the puts list; else freed with its pages (the caller keeps
+ * what else it allocated). */
+static int put_begin(struct sel_pooled *p, struct sp_put *u, const sel_published *cp)
 {
-	struct sp_put *u = calloc(1, sizeof *u);
-	if (!u || !(u->pages = malloc(((size_t)cp->n_pages + 1) * sizeof *u->pages))) {
-		free(u);
-		return eos_fail(-ENOMEM, "pooled store: out of memory");
-	}
-	if (cp->n_pages)
-		memcpy(u->pages, cp->pages, (size_t)cp->n_pages * sizeof *u->pages);
 	u->n_pages = cp->n_pages;
 	u->tail = cp->tail;
 	u->state_slot = cp->state_slot;
@@ -118,7 +131,6 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 	u->parent = cp->parent;
 	u->bucket = cp->bucket;
 	u->checkpoint = cp->checkpoint;
-	u->own_event = own;
 	u->t0 = eos_now_ns();
 	int rc = put_ask(p, u);
 	if (rc) {
@@ -132,6 +144,33 @@ static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
 	return 0;
 }
 
+static int put_start(struct sel_pooled *p, const sel_published *cp, bool own)
+{
+	struct sp_put *u = calloc(1, sizeof *u);
+	if (!u || !(u->pages = malloc(((size_t)cp->n_pages + 1) * sizeof *u->pages))) {
+		free(u);
+		return eos_fail(-ENOMEM, "pooled store: out of memory");
+	}
+	if (cp->n_pages)
+		memcpy(u->pages, cp->pages, (size_t)cp->n_pages * sizeof *u->pages);
+	u->own_event = own;
+	return put_begin(p, u, cp);
+}
+
+int sp_put_cascade(struct sel_pooled *p, const sel_published *cp, const uint8_t **src,
+		   struct sel_disk_file *files, uint32_t n_files)
+{
+	struct sp_put *u = calloc(1, sizeof *u);
+	if (!u)
+		return eos_fail(-ENOMEM, "pooled store: out of memory");
+	u->cascade = true;
+	u->hj.src_n = cp->n_pages;
+	u->hj.src = src;
+	u->hj.files = files;
+	u->hj.n_files = n_files;
+	return put_begin(p, u, cp);
+}
+
 sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
@@ -143,8 +182,8 @@ sel_outcome sp_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
 		sp_announce(p, cp); /* the GPU holds it, whatever the outcome */
 	if (p->w.inner) {
 		sel_outcome o = sel_wrap_put(s, cp, why);
-		if (o == SEL_QUEUED && pool)
-			(void)put_start(p, cp, false); /* no room now: the local copy alone */
+		if (o == SEL_QUEUED && pool && !p->casc) /* no cascade: write-through */
+			(void)put_start(p, cp, false);   /* no room now: the local copy alone */
 		return o;
 	}
 	if (!pool) {
@@ -180,6 +219,8 @@ void sp_put_retry(struct sel_pooled *p)
 		n = u->next;
 		if (u->st == SPP_SUBMIT)
 			put_submit(p, u);
+		else if (u->st == SPP_ASK && now - u->t0 > SP_PUT_ASK_NS && u->cascade)
+			put_finish(p, u, SEL_POOL_OK); /* kept local; a later grant is released */
 		else if (u->st == SPP_ASK && now - u->t0 > SP_PUT_ASK_NS)
 			source_free(p, u, false); /* a later grant is released unused */
 	}
@@ -189,9 +230,24 @@ static void put_granted(struct sel_pooled *p, struct sp_put *u, struct sel_pool_
 {
 	u->lease = l;
 	uint32_t want = u->linked ? u->tail : u->n_pages;
-	if (u->released || l->n_pages != want || !l->n_row_slots) {
+	if (u->released || l->n_pages != want || !l->n_row_slots ||
+	    (u->cascade && l->n_row_slots != p->lay.row_slots)) {
 		p->pc_st.puts_failed++;
 		put_finish(p, u, SEL_POOL_COPY_FAILED);
+		return;
+	}
+	if (u->cascade) { /* one helper job: copy from the local slots, checksum */
+		if (!(u->hj.cksums = malloc(((size_t)l->n_pages + 1) * sizeof *u->hj.cksums))) {
+			p->pc_st.puts_failed++;
+			put_finish(p, u, SEL_POOL_COPY_FAILED);
+			return;
+		}
+		u->hj.lease = l;
+		u->hj.verify = false;
+		u->hj.src_skip = u->n_pages - l->n_pages;
+		u->st = SPP_SUM;
+		p->pc_st.put_bytes += l->bytes;
+		sp_helper_submit(p, &u->hj);
 		return;
 	}
 	u->job = (struct sel_xfer_job){.id = u->checkpoint,
@@ -211,6 +267,7 @@ static void put_refused(struct sel_pooled *p, struct sp_put *u, uint32_t reason)
 	if (reason == SEL_POOL_PRESENT) {
 		sp_known_add(p, &u->key);
 		p->pc_st.puts_accepted++;
+		cascade_accepted(p, u);
 		put_finish(p, u, SEL_POOL_OK);
 		return;
 	}
@@ -230,6 +287,7 @@ static void put_result(struct sel_pooled *p, struct sp_put *u, uint32_t reason)
 		sp_known_add(p, &u->key);
 		p->pc_st.puts_accepted++;
 		p->tier.held++;
+		cascade_accepted(p, u);
 	} else {
 		p->pc_st.puts_failed++;
 	}
@@ -304,7 +362,7 @@ bool sp_put_helped(struct sel_pooled *p, struct sp_hjob *j)
 		u = u->next;
 	if (!u)
 		return false;
-	if (u->hj.status) {
+	if (u->hj.status || u->hj.rstatus) {
 		p->pc_st.puts_failed++;
 		put_finish(p, u, SEL_POOL_COPY_FAILED);
 		return true;

@@ -1,0 +1,344 @@
+/*
+ * store_pooled_cascade.c - the pool as the next level of the local chain
+ * (design 2.15 "Eviction below the instance"): records the last local
+ * tier would evict go to the arena first, and leave the local tier only
+ * once the manager accepted them.
+ *
+ * DESIGN
+ *
+ *   The pooled store hands the last local tier (a memory store: the core of
+ *   sel_store_core with tier memory) a struct sel_cascade.  The store's own
+ *   maintenance (sel_core_cascade_run, each poll) offers its least recently
+ *   used evictable leaves while its free capacity is under its floor; the
+ *   offer here snapshots the record's chain -- the source address of every
+ *   rank's share of every chain page, the leaf's row -- and starts a put
+ *   (sp_put with cascade set).  The core holds the record with a store pin
+ *   from then on: lookups still find it locally, eviction cannot take it,
+ *   its slots do not change.  On the grant, the helper thread copies the
+ *   shares into the lease's windows and checksums them in one job, and the
+ *   put commits.  PUT_RESULT OK (or PRESENT: the pool has it already) ends
+ *   the hold as accepted and the record leaves the local tier; a refusal, a
+ *   failed lease, a lost session or close ends it as kept: the record stays
+ *   local, and the store's offers pause for a backoff.
+ *
+ *   Packed records (TP > 1, identical ranks' shares stored once) are copied
+ *   out to every rank's share: share j of a packed page or row slot lives
+ *   in slot j / ranks at rank (j % ranks)'s offset (store_memory.c).
+ *
+ *   From a disk tier (a disk store alone or in a composite, whose parked
+ *   records are not evictable and so never offered) the offer snapshots the chain's
+ *   record files instead (sel_disk_store_file: description, span, file
+ *   id), and the helper reads them into the windows with pread: each file
+ *   opened as the indexed one (sel_record_open), its header decoded and
+ *   matched against the index, every page record checked against the
+ *   file's checksum segment and the row against the header's checksum
+ *   before the pool's own checksums are computed, so a damaged file never
+ *   enters the arena (the put fails and the record stays local, where the
+ *   disk store's own reads find the damage).  Records with replicated
+ *   shares (TP > 1) are not offered from disk: they stay local.
+ *
+ * INVARIANTS
+ *   1. Every held record ends exactly once (sel_core_cascade_end), after
+ *      the helper stopped reading its slots.
+ *   2. The source addresses are read only while the record is held: its
+ *      chain cannot be evicted (a pinned leaf keeps its ancestors).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "eos.h"
+#include "internal.h"
+#include "slab.h"
+#include "store_common.h"
+#include "store_composite.h"
+#include "store_memory.h"
+#include "store_pool.h"
+#include "store_pooled.h"
+
+/* Fill src for the tail pages of one chain node starting at chain page
+ * pos (and, with row, the row slots after the chain's n pages). */
+static void node_sources(const struct sel_pooled *p, const sel_slab_pool *pool,
+			 const struct sel_memory_view *v, uint32_t pos, uint32_t n, bool row,
+			 const uint8_t **src)
+{
+	uint32_t R = p->lay.ranks;
+	for (uint32_t j = 0; j < v->tail_pages; j++)
+		for (uint32_t r = 0; r < R; r++) {
+			uint32_t s = v->pages_packed ? v->slots[j / R] : v->slots[j];
+			uint32_t rr = v->pages_packed ? j % R : r;
+			src[(size_t)(pos + j) * R + r] =
+				(const uint8_t *)sel_slab_addr(pool, s) + p->lay.share_off[rr];
+		}
+	if (!row)
+		return;
+	const uint32_t *rs = v->slots + v->n_page_slots;
+	for (uint32_t i = 0; i < p->lay.row_slots; i++)
+		for (uint32_t r = 0; r < R; r++) {
+			uint32_t s = v->row_packed ? rs[i / R] : rs[i];
+			uint32_t rr = v->row_packed ? i % R : r;
+			src[(size_t)(n + i) * R + r] =
+				(const uint8_t *)sel_slab_addr(pool, s) + p->lay.share_off[rr];
+		}
+}
+
+/* The source of every share of key's whole chain and its row, or NULL
+ * when the memory store's record is not a complete chain. */
+static const uint8_t **chain_sources(struct sel_pooled *p, sel_store *s, const sel_key *key,
+				     uint32_t n, sel_key *parent, uint32_t *tail)
+{
+	const sel_slab_pool *pool = sel_memory_store_pool(s)->pool;
+	uint32_t R = p->lay.ranks;
+	const uint8_t **src = calloc(((size_t)n + p->lay.row_slots) * R, sizeof *src);
+	struct sel_memory_view v;
+	if (!src || sel_memory_store_view(s, key, &v) || !v.ready || !v.has_row)
+		goto fail;
+	*tail = v.tail_pages;
+	*parent = v.is_root ? (sel_key){0} : v.parent;
+	uint32_t pos = n;
+	for (bool leaf = true;; leaf = false) {
+		if (v.tail_pages > pos || !v.ready)
+			goto fail;
+		pos -= v.tail_pages;
+		node_sources(p, pool, &v, pos, n, leaf, src);
+		if (v.is_root)
+			break;
+		sel_key up = v.parent;
+		if (sel_memory_store_view(s, &up, &v))
+			goto fail;
+	}
+	if (pos == 0)
+		return src;
+fail:
+	free(src);
+	return NULL;
+}
+
+/* The committed files of key's whole chain, ancestor first, or NULL. */
+static struct sel_disk_file *chain_files(sel_store *s, const sel_key *key, uint32_t n,
+					 uint32_t *n_files, sel_key *parent, uint32_t *tail)
+{
+	struct sel_core *c = sel_store_core(s);
+	uint32_t k = 0;
+	for (sel_node_id id = sel_index_find(c->ix, key); id != SEL_NODE_NONE;
+	     id = sel_core_node(c, id)->parent)
+		k++;
+	struct sel_disk_file *f = k ? calloc(k, sizeof *f) : NULL;
+	if (!f)
+		return NULL;
+	uint32_t pages = 0;
+	sel_key at = *key;
+	for (uint32_t i = k; i-- > 0;) {
+		if (sel_disk_store_file(s, &at, &f[i]) || f[i].d.flags ||
+		    (i == k - 1 && !f[i].has_row) || f[i].is_root != (i == 0))
+			goto fail;
+		pages += f[i].d.tail;
+		at = f[i].parent;
+	}
+	if (pages != n)
+		goto fail;
+	*n_files = k;
+	*tail = f[k - 1].d.tail;
+	*parent = f[k - 1].is_root ? (sel_key){0} : f[k - 1].parent;
+	return f;
+fail:
+	free(f);
+	return NULL;
+}
+
+static bool sp_cascade_offer(void *ctx, sel_store *s, const sel_key *key)
+{
+	struct sel_pooled *p = ctx;
+	if (!p->pc || p->closed || sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+		return false;
+	struct sel_core *c = sel_store_core(s);
+	sel_node_id id = sel_index_find(c->ix, key);
+	if (id == SEL_NODE_NONE)
+		return false;
+	uint32_t n = (uint32_t)(key->consumed / c->pt), tail = 0, n_files = 0;
+	sel_key parent;
+	const uint8_t **src = NULL;
+	struct sel_disk_file *files = NULL;
+	if (c->tier == SEL_TIER_DISK)
+		files = chain_files(s, key, n, &n_files, &parent, &tail);
+	else
+		src = chain_sources(p, s, key, n, &parent, &tail);
+	if (!src && !files)
+		return false;
+	sel_published cp = {.key = *key,
+			    .parent = parent,
+			    .bucket = sel_core_node(c, id)->bucket,
+			    .n_pages = n,
+			    .tail = tail};
+	if (sp_put_cascade(p, &cp, src, files, n_files)) {
+		free(src);
+		free(files);
+		return false;
+	}
+	return true;
+}
+
+void sp_cascade_attach(struct sel_pooled *p)
+{
+	sel_store *last = p->w.inner; /* the end of the local chain */
+	if (last && !strcmp(last->ops->name, "composite"))
+		last = sel_composite_store_disk(last);
+	struct sel_core *c = sel_store_core(last);
+	if (!p->pc || !c || (c->tier != SEL_TIER_MEMORY && c->tier != SEL_TIER_DISK) ||
+	    c->sp->split)
+		return;
+	if (c->tier == SEL_TIER_DISK) {
+		p->casc_dirfd = sel_disk_store_dirfd(last);
+		p->casc_ns = sel_disk_store_ns(last);
+	}
+	struct sel_cascade k = {.offer = sp_cascade_offer, .ctx = p};
+	sel_core_cascade_set(c, &k);
+	p->casc = c;
+}
+
+void sp_cascade_detach(struct sel_pooled *p)
+{
+	if (p->casc)
+		sel_core_cascade_set(p->casc, NULL); /* whatever is held stays local */
+	p->casc = NULL;
+}
+
+void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted)
+{
+	if (!p->casc)
+		return;
+	if (accepted)
+		p->pc_st.cascaded++;
+	else
+		p->pc_st.cascade_kept++;
+	sel_core_cascade_end(p->casc, key, accepted);
+}
+
+/* pread exactly len bytes at off: 0 or a negative errno (a short file:
+ * SEL_ECORRUPT). */
+static int read_at(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	uint8_t *b = buf;
+	while (len) {
+		ssize_t k = pread(fd, b, len, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return eos_fail(-errno, "cascade read: %s", strerror(errno));
+		if (k == 0)
+			return eos_fail(SEL_ECORRUPT, "cascade read: the file ends early");
+		b += k;
+		off += (uint64_t)k;
+		len -= (uint64_t)k;
+	}
+	return 0;
+}
+
+/* The endpoint's row from fd into the lease's row slots, checked. */
+static int read_row(const struct sel_pooled *p, const struct sel_pool_lease *l, int fd,
+		    const sel_record_span *sp, uint64_t row_checksum)
+{
+	const sel_record_layout *rl = &p->casc_ns->layout;
+	uint32_t cap = l->n_row_slots * rl->ranks;
+	void **slots = calloc(l->n_row_slots, sizeof *slots);
+	struct iovec *iov = calloc(cap, sizeof *iov);
+	struct sel_record_piece *plan = calloc(cap, sizeof *plan);
+	int rc = slots && iov && plan ? 0 : -ENOMEM, n = 0;
+	for (uint32_t k = 0; rc == 0 && k < l->n_row_slots; k++)
+		slots[k] = sel_pool_slot_addr(p->pc, l->row_slots[k]);
+	if (rc == 0 && (n = sel_record_row_iov(rl, 0, slots, l->n_row_slots, iov, cap)) < 0)
+		rc = n;
+	if (rc == 0)
+		rc = sel_record_row_plan(rl, 0, iov, (uint32_t)n, plan);
+	for (int i = 0; rc == 0 && i < n; i++)
+		rc = read_at(fd, plan[i].addr, plan[i].len, sp->row_off + plan[i].off);
+	if (rc == 0)
+		rc = sel_record_check_row(iov, (uint32_t)n, row_checksum);
+	free(slots);
+	free(iov);
+	free(plan);
+	return rc;
+}
+
+/* One chain file: its pages at chain page pos.. (those in the lease) and,
+ * for the endpoint, its row. */
+static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
+		     const struct sel_disk_file *df, uint32_t pos, bool endpoint)
+{
+	const struct sel_pool_lease *l = j->lease;
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(&df->d.key, name);
+	bool direct = false;
+	struct stat st;
+	int fd = sel_record_open(p->casc_dirfd, name, &direct, &df->fid, &st);
+	if (fd < 0)
+		return fd;
+	const sel_record_span *sp = &df->span;
+	uint8_t *head = malloc(sp->header_bytes);
+	size_t ckn = 8 * (size_t)df->d.tail; /* the checksum segment's entries */
+	uint8_t *ck = calloc(ckn + 8, 1);
+	sel_record_header h;
+	int rc = head && ck ? read_at(fd, head, sp->header_bytes, 0) : -ENOMEM;
+	if (rc == 0)
+		rc = sel_record_decode(head, sp->header_bytes, p->casc_ns, &h);
+	if (rc == 0)
+		rc = sel_record_header_matches(&h, &df->d, sp);
+	if (rc == 0 && sp->page_stride != p->lay.slot_bytes)
+		rc = eos_fail(SEL_ECORRUPT, "cascade read: page records of %llu bytes",
+			      (unsigned long long)sp->page_stride);
+	if (rc == 0 && ckn)
+		rc = read_at(fd, ck, ckn, sp->cksum_off);
+	for (uint32_t i = 0; rc == 0 && i < df->d.tail; i++) {
+		if (pos + i < j->src_skip)
+			continue; /* below the pool's parent */
+		uint8_t *dst = sel_pool_slot_addr(p->pc, l->page_slots[pos + i - j->src_skip]);
+		rc = read_at(fd, dst, sp->page_stride,
+			     sp->page_off + (uint64_t)i * sp->page_stride);
+		if (rc == 0)
+			rc = sel_record_check_page(dst, sp->page_stride,
+						   sel_get_u64(ck + 8 * (size_t)i), i);
+	}
+	if (rc == 0 && endpoint)
+		rc = read_row(p, l, fd, sp, h.row_checksum);
+	free(head);
+	free(ck);
+	close(fd);
+	return rc;
+}
+
+/* A disk tier's chain into the windows (on the helper). */
+static int read_files(const struct sel_pooled *p, const struct sp_hjob *j)
+{
+	uint32_t pos = 0;
+	for (uint32_t k = 0; k < j->n_files; k++) {
+		const struct sel_disk_file *df = &j->files[k];
+		bool endpoint = k + 1 == j->n_files;
+		if (pos + df->d.tail > j->src_skip || endpoint) {
+			int rc = read_file(p, j, df, pos, endpoint);
+			if (rc)
+				return rc;
+		}
+		pos += df->d.tail;
+	}
+	return 0;
+}
+
+void sp_cascade_copy(const struct sel_pooled *p, struct sp_hjob *j)
+{
+	const struct sel_pool_lease *l = j->lease;
+	if (j->files) {
+		j->rstatus = read_files(p, j);
+		return;
+	}
+	uint32_t R = p->lay.ranks;
+	for (uint32_t k = 0; k < l->n_pages + l->n_row_slots; k++) {
+		bool row = k >= l->n_pages;
+		uint32_t slot = row ? l->row_slots[k - l->n_pages] : l->page_slots[k];
+		size_t at = row ? (size_t)j->src_n + (k - l->n_pages) : (size_t)j->src_skip + k;
+		uint8_t *dst = sel_pool_slot_addr(p->pc, slot);
+		for (uint32_t r = 0; r < R; r++)
+			memcpy(dst + p->lay.share_off[r], j->src[at * R + r], p->lay.share[r]);
+	}
+}

@@ -1,0 +1,237 @@
+/*
+ * test_store_cascade.c - the end-of-chain hook of the store skeleton
+ * (store_common.h sel_core_cascade_*, design 2.15 "eviction below the
+ * instance") on a memory store and a disk store, with a fake next level:
+ *
+ *   - nothing is offered while free capacity is above the store's floor;
+ *     under it, the least recently used evictable leaf is, once, and the
+ *     store holds it (pinned, still found by lookups, never taken by a
+ *     put's eviction) until the next level answers;
+ *   - accepted: the record leaves, counted evicted but not dropped, and
+ *     capacity comes back (progress);
+ *   - refused at the offer, or kept after it: the record stays local and
+ *     unpinned, offers pause for a backoff, and it can still be evicted
+ *     for good later (dropped at the end of the chain);
+ *   - clearing the hook ends what is held as kept.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "eos.h"
+#include "store_common.h"
+#include "store_memory.h"
+#include "storefx.h"
+#include "testutil.h"
+
+struct next_level {
+	bool take;
+	uint32_t n;
+	sel_key keys[16];
+};
+
+static bool offer(void *ctx, sel_store *s, const sel_key *key)
+{
+	struct next_level *nl = ctx;
+	(void)s;
+	CHECK(nl->n < 16);
+	nl->keys[nl->n++] = *key;
+	return nl->take;
+}
+
+static sel_stats stats(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st;
+}
+
+static void store(sel_store *s, const sel_published *cp, sfx_check_fn check)
+{
+	sel_retry_reason why;
+	sel_outcome o = sel_store_put(s, cp, &why);
+	CHECKF(o == SEL_QUEUED, "put: %s: %s", sel_outcome_name(o), sel_errmsg());
+	sel_event ev = sfx_one_event(s, check);
+	CHECKF(ev.type == SEL_EV_STORED && ev.checkpoint == cp->checkpoint, "event %d", ev.type);
+	sfx_settle(s, check);
+}
+
+static bool found(sel_store *s, struct sfx_conv *cv, uint64_t c)
+{
+	sel_hit hit;
+	int rc = sel_store_lookup(s, &cv->h, 0, c, &hit);
+	CHECK(rc >= 0);
+	return rc == 1 && hit.key.consumed == c;
+}
+
+static uint32_t pins(struct sel_core *c, const sel_key *k)
+{
+	sel_node_id id = sel_index_find(c->ix, k);
+	CHECK(id != SEL_NODE_NONE);
+	return sel_core_node(c, id)->pins;
+}
+
+static const uint64_t units[] = {4096, 1000};
+
+/* Memory: 20 warm slots, records of 2 pages and 3 row slots (5 slots), the
+ * floor a quarter of warm (5 slots). */
+static void test_memory(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sel_store_config cfg = sfx_config(&f, false);
+	cfg.memory_bytes = 20 * f.slot_bytes;
+	sel_store *s;
+	CHECK_OK(sel_memory_store_open(&cfg, &s));
+	struct sel_core *c = sel_store_core(s);
+	CHECK(c && c->warm == 20 && f.row_slots == 3);
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+
+	struct sfx_conv cv[8];
+	sel_published cp[8];
+	for (int i = 0; i < 8; i++) {
+		sfx_conv_init(&f, &cv[i], 60 + i, 200, 10 + 10 * i);
+		cp[i] = sfx_ckpt_row(&f, &cv[i], 128, 0, 1, 100 + i, false);
+	}
+	for (int i = 0; i < 3; i++)
+		store(s, &cp[i], sel_memory_store_check);
+	CHECK(nl.n == 0); /* 5 free slots: not under the floor */
+	store(s, &cp[3], sel_memory_store_check);
+	/* Full: the oldest leaf is offered, once, and held. */
+	CHECK(nl.n == 1 && sel_key_eq(&nl.keys[0], &cp[0].key));
+	CHECK(sel_core_cascade_holds(c, &cp[0].key) && pins(c, &cp[0].key) == 1);
+	CHECK(found(s, &cv[0], 128)); /* the source is kept until the answer */
+	sel_tier_stats t0 = stats(s).tier[SEL_TIER_MEMORY];
+	/* A put's eviction passes over the held record. */
+	store(s, &cp[4], sel_memory_store_check);
+	CHECK(found(s, &cv[0], 128) && !found(s, &cv[1], 128));
+	sel_tier_stats t1 = stats(s).tier[SEL_TIER_MEMORY];
+	CHECK(t1.evicted == t0.evicted + 1 &&
+	      t1.dropped_end_of_chain == t0.dropped_end_of_chain + 1);
+	CHECK(nl.n == 1); /* free 0 + held 5: not under the floor */
+
+	/* Accepted: it leaves, evicted but not dropped; capacity is back. */
+	sel_core_cascade_end(c, &cp[0].key, true);
+	CHECK(!found(s, &cv[0], 128) && !sel_core_cascade_holds(c, &cp[0].key));
+	sel_tier_stats t2 = stats(s).tier[SEL_TIER_MEMORY];
+	CHECK(t2.evicted == t1.evicted + 1 && t2.dropped_end_of_chain == t1.dropped_end_of_chain);
+	CHECK(c->casc_accepted == 1 && c->casc_units == 0);
+	CHECK_OK(sel_memory_store_check(s));
+	sel_core_cascade_end(c, &cp[0].key, true); /* a second end finds nothing */
+	CHECK(stats(s).tier[SEL_TIER_MEMORY].evicted == t2.evicted);
+
+	/* Refused at the offer: it stays, unpinned; offers pause (a loaded
+	 * machine may outlast a backoff: then it is offered, and refused,
+	 * again). */
+	nl.take = false;
+	store(s, &cp[5], sel_memory_store_check); /* full again: cp[2] is the oldest */
+	CHECK(nl.n >= 2);
+	for (uint32_t i = 1; i < nl.n; i++)
+		CHECK(sel_key_eq(&nl.keys[i], &cp[2].key));
+	CHECK(!sel_core_cascade_holds(c, &cp[2].key) && pins(c, &cp[2].key) == 0);
+	CHECK(found(s, &cv[2], 128) && c->casc_after && c->casc_wait >= 50000000ull);
+	/* After the backoff it is offered again; kept: still local. */
+	nl.take = true;
+	c->casc_after = 0;
+	uint32_t before = nl.n;
+	sfx_pump(s, sel_memory_store_check, NULL);
+	CHECK(nl.n == before + 1 && sel_key_eq(&nl.keys[before], &cp[2].key));
+	CHECK(sel_core_cascade_holds(c, &cp[2].key));
+	sel_core_cascade_end(c, &cp[2].key, false);
+	CHECK(found(s, &cv[2], 128) && pins(c, &cp[2].key) == 0 && c->casc_kept == 1);
+	CHECK(c->casc_after > 0 && c->casc_wait >= 100000000ull); /* doubled */
+	/* A kept record is still the local end: a put's eviction drops it. */
+	uint64_t dropped = stats(s).tier[SEL_TIER_MEMORY].dropped_end_of_chain;
+	store(s, &cp[6], sel_memory_store_check);
+	CHECK(!found(s, &cv[2], 128));
+	CHECK(stats(s).tier[SEL_TIER_MEMORY].dropped_end_of_chain == dropped + 1);
+
+	/* Clearing the hook ends what is held as kept. */
+	c->casc_after = 0;
+	sfx_pump(s, sel_memory_store_check, NULL);
+	CHECK(c->casc_n == 1);
+	sel_key held = c->casc_held[0].key;
+	sel_core_cascade_set(c, NULL);
+	CHECK(c->casc_n == 0 && pins(c, &held) == 0 && c->casc_units == 0);
+	CHECK_OK(sel_memory_store_check(s));
+
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	for (int i = 0; i < 8; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
+static sel_store *open_disk(struct sfx *f, const char *dir, uint64_t limit)
+{
+	sel_store_config cfg = sfx_config(f, false);
+	cfg.disk_dir = dir;
+	cfg.disk_limit = limit;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(!strcmp(s->ops->name, "disk"));
+	return s;
+}
+
+/* Disk: a limit of 4.5 records, the floor a quarter of it (byte headroom). */
+static void test_disk(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	struct sfx_conv cv[6];
+	sel_published cp[6];
+	for (int i = 0; i < 6; i++) {
+		sfx_conv_init(&f, &cv[i], 80 + i, 200, 10 + 10 * i);
+		cp[i] = sfx_ckpt_row(&f, &cv[i], 128, 0, 1, 200 + i, false);
+	}
+	char *d0 = test_mkdtemp("cascade-size");
+	sel_store *s = open_disk(&f, d0, 1ull << 30);
+	store(s, &cp[0], NULL);
+	uint64_t rec = stats(s).tier[SEL_TIER_DISK].bytes_used;
+	CHECK(rec > 0);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+
+	char *dir = test_mkdtemp("cascade");
+	s = open_disk(&f, dir, 4 * rec + rec / 2);
+	struct sel_core *c = sel_store_core(s);
+	CHECK(c);
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+	for (int i = 0; i < 3; i++)
+		store(s, &cp[i], NULL);
+	CHECK(nl.n == 0); /* 1.5 records free: above the floor */
+	store(s, &cp[3], NULL);
+	CHECK(nl.n == 1 && sel_key_eq(&nl.keys[0], &cp[0].key));
+	CHECK(found(s, &cv[0], 128) && pins(c, &cp[0].key) == 1);
+	uint64_t dropped = stats(s).tier[SEL_TIER_DISK].dropped_end_of_chain;
+	sel_core_cascade_end(c, &cp[0].key, true);
+	CHECK(!found(s, &cv[0], 128));
+	CHECK(stats(s).tier[SEL_TIER_DISK].dropped_end_of_chain == dropped);
+	sfx_settle(s, NULL); /* the unlink */
+	CHECK(stats(s).tier[SEL_TIER_DISK].bytes_used == 3 * rec);
+	/* Kept: stays on disk. */
+	store(s, &cp[4], NULL);
+	CHECK(nl.n == 2 && sel_key_eq(&nl.keys[1], &cp[1].key));
+	sel_core_cascade_end(c, &cp[1].key, false);
+	CHECK(found(s, &cv[1], 128) && pins(c, &cp[1].key) == 0);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(dir));
+	free(dir);
+	for (int i = 0; i < 6; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
+int main(void)
+{
+	test_memory();
+	test_disk();
+	printf("test_store_cascade: ok\n");
+	return 0;
+}
