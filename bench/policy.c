@@ -556,6 +556,8 @@ int main(void)
 		test_rmtree(base);
 		free(base);
 	}
+	CHECKF(t.decisions > 0, "BENCH_BANDS=%s: no such band (tiny, deepseek-small, deepseek)",
+	       only ? only : "");
 	printf("# load average at the end %s", loadavg());
 	printf("RESULT policy_decisions %d count\n", t.decisions);
 	printf("RESULT policy_right_share %.3f ratio\n", (double)t.right / t.decisions);
