@@ -200,8 +200,8 @@ struct tier_est {
 
 #define PF_BUCKETS 48 /* log2 of a chunk's middle position */
 #define PF_KEEP 3
-#define PF_DECAY (1.0 / 64) /* the load follows about the last 64 chunks */
 #define PF_MIN_TOKENS 16
+#define PF_DECAY (1.0 / 64) /* the load follows about the last 64 chunks */
 #define PF_LOAD_MIN 0.5
 #define PF_LOAD_MAX 20.0
 
