@@ -50,11 +50,18 @@
  *   RESULT policy_right_share <share of decisions right> ratio    (goal >= 0.95)
  *   RESULT policy_worst_ratio <worst chosen / faster> x           (goal <= 1.2)
  *   RESULT policy_memory_right_share, policy_disk_right_share
+ *   RESULT policy_near_tie_share, policy_costly_decisions, policy_restore_spread_median
+ *          (the noise: decisions between paths within 1.2x, wrong ones costing
+ *          more, the median over cases of a restore's max / min over passes)
  *   RESULT design_rule_right_share, design_rule_worst_ratio       (the baseline)
  *   RESULT one_rate_right_share, one_rate_worst_ratio             (see above)
  *
  * Environment: BENCH_DIR (default $TMPDIR or /tmp) for the disk store,
- * BENCH_SEED (default 1) for the order, BENCH_VERBOSE=1 prints every policy
+ * BENCH_SEED (default 1) for the order, BENCH_SCHED (other, batch or idle:
+ * the offload threads' scheduling class, as flare run --offload-sched; default
+ * the library's), BENCH_BANDS (a comma-separated subset of the bands' core
+ * names: tiny, deepseek-small, deepseek; the acceptance is all three),
+ * BENCH_VERBOSE=1 prints every policy
  * sample and prefill chunk on stderr.  Everything it writes is removed.
  */
 #include <errno.h>
@@ -288,7 +295,10 @@ static double restore(struct run *r, sel_store *s, struct kase *k, sel_tier tier
 struct tally {
 	int decisions, right, old_right, real_right;
 	int by_tier[2], right_by_tier[2];
+	int near_tie, costly; /* decisions where the paths are within 1.2x; wrong ones beyond it */
 	double worst, old_worst, real_worst;
+	double spread[2 * 3 * MAXCASES]; /* per (case, tier): restore max / min over the passes */
+	int nspread;
 };
 
 static void run_band(const struct band *b, const char *dir, test_rng *rng, struct tally *t)
@@ -409,6 +419,13 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 			k->restore[ti][p] = restore(&r, st[ti], k, tiers[ti], fetch);
 			if (ti == 0)
 				k->prefill[p] = prefill(&r, k->tok, tokens, 1);
+			if (getenv("BENCH_VERBOSE"))
+				fprintf(stderr,
+					"decide pass %d %s %s %u pages: estimates restore %.3f ms, "
+					"prefill %.3f ms -> %s; restore took %.3f ms\n",
+					p, core->name, ti ? "disk" : "memory", k->pages,
+					k->estimate[ti] / 1e6, k->pf_estimate / 1e6,
+					fetch ? "fetch" : "recompute", k->restore[ti][p] / 1e6);
 		}
 	}
 
@@ -432,9 +449,18 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 				double oratio = (o ? rs : rp) / best;
 				double rratio = (f ? rs : rc) / (rs < rc ? rs : rc);
 				t->worst = ratio > t->worst ? ratio : t->worst;
+				t->near_tie += (rs > rp ? rs / rp : rp / rs) <= 1.2;
+				t->costly += ratio > 1.2;
 				t->old_worst = oratio > t->old_worst ? oratio : t->old_worst;
 				t->real_worst = rratio > t->real_worst ? rratio : t->real_worst;
 			}
+			double lo = INFINITY, hi = 0;
+			for (int p = 0; p < PASSES; p++) {
+				lo = k->restore[ti][p] < lo ? k->restore[ti][p] : lo;
+				hi = k->restore[ti][p] > hi ? k->restore[ti][p] : hi;
+			}
+			if (t->nspread < (int)(sizeof t->spread / sizeof t->spread[0]))
+				t->spread[t->nspread++] = hi / lo;
 			t->decisions += PASSES - 1;
 			t->right += right;
 			t->old_right += old_right;
@@ -475,6 +501,32 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 	hel_core_free(core);
 }
 
+/* /proc/loadavg's line, for the record (the figures depend on the load). */
+static const char *loadavg(void)
+{
+	static char line[128];
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (!f || !fgets(line, sizeof line, f))
+		snprintf(line, sizeof line, "unknown\n");
+	if (f)
+		fclose(f);
+	return line;
+}
+
+/* Whether name is one of the comma-separated words of list. */
+static bool in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, name, n))
+			return true;
+		p += len + (e != NULL);
+	}
+	return false;
+}
+
 int main(void)
 {
 	const char *dir = bench_dir();
@@ -482,15 +534,31 @@ int main(void)
 	test_rng rng;
 	test_rng_init(&rng, seed && *seed ? strtoull(seed, NULL, 10) : 1);
 	setenv("TEST_TMPDIR", dir, 1);
+	/* The offload threads' scheduling class, as flare run --offload-sched. */
+	const char *sc = getenv("BENCH_SCHED");
+	if (sc && *sc) {
+		enum eos_sched_class c;
+		CHECKF(eos_sched_class_parse(sc, &c) == 0,
+		       "BENCH_SCHED=%s: expected other, batch or idle", sc);
+		eos_offload_sched_set(c);
+	}
+	printf("# offload threads at %s, nice 10; load average %s",
+	       eos_sched_class_name(eos_offload_sched()), loadavg());
 
 	struct tally t = {0};
+	const char *only = getenv("BENCH_BANDS"); /* a subset, for iterating: "deepseek,tiny" */
 	for (size_t b = 0; b < sizeof bands / sizeof bands[0]; b++) {
+		if (only && *only && !in_list(only, bands[b].core))
+			continue;
 		char *base = test_mkdtemp("bench-policy");
 		CHECK(base);
 		run_band(&bands[b], base, &rng, &t);
 		test_rmtree(base);
 		free(base);
 	}
+	CHECKF(t.decisions > 0, "BENCH_BANDS=%s: no such band (tiny, deepseek-small, deepseek)",
+	       only ? only : "");
+	printf("# load average at the end %s", loadavg());
 	printf("RESULT policy_decisions %d count\n", t.decisions);
 	printf("RESULT policy_right_share %.3f ratio\n", (double)t.right / t.decisions);
 	printf("RESULT policy_worst_ratio %.3f x\n", t.worst);
@@ -498,6 +566,14 @@ int main(void)
 	       (double)t.right_by_tier[0] / t.by_tier[0]);
 	printf("RESULT policy_disk_right_share %.3f ratio\n",
 	       (double)t.right_by_tier[1] / t.by_tier[1]);
+	/* What the machine's noise leaves to decide: decisions between paths
+	 * within 1.2x of each other (either is within the goal), wrong ones
+	 * that cost more than that, and how far one case's restores spread. */
+	printf("RESULT policy_near_tie_share %.3f ratio\n", (double)t.near_tie / t.decisions);
+	printf("RESULT policy_costly_decisions %d count\n", t.costly);
+	qsort(t.spread, (size_t)t.nspread, sizeof t.spread[0], cmp_d);
+	printf("RESULT policy_restore_spread_median %.2f x\n",
+	       t.nspread ? t.spread[t.nspread / 2] : 0);
 	printf("RESULT design_rule_right_share %.3f ratio\n", (double)t.old_right / t.decisions);
 	printf("RESULT design_rule_worst_ratio %.3f x\n", t.old_worst);
 	printf("RESULT one_rate_right_share %.3f ratio\n", (double)t.real_right / t.decisions);

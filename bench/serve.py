@@ -48,10 +48,13 @@ offload so drift hits both.  Figures:
               /metrics (flare_spec_round_time_seconds: sum over count in the
               run, and the bucket holding the 99th percentile), tokens/s and
               the acceptance rate.  Goal: within noise of the baseline.
-  hog         Attribution of the decode result (design 2.10 channels): the
-              baseline next to a process that only copies memory at the
-              copy-out rate decode measured, scheduled like the transfer
-              threads (SCHED_BATCH, nice 10).
+  hog         Isolation against a plain memcpy (issue 18, design 2.10
+              channels): the decode workload in rounds rotating three
+              configurations, the composite, the baseline beside a process
+              that only copies memory at the composite's copy-out rate of
+              the same run (scheduled like the offload threads), and the
+              baseline alone; composite / hog is what offload costs beyond
+              moving its bytes.  The hog's moved bytes are read back.
 
 Also printed: time per output token (per request: last token minus first
 over the tokens between; mean, p50, p99) and time to first token, since in
@@ -198,6 +201,8 @@ class Bench:
     def offload_args(self, memory, drain=False):
         """The store the measurements compare against the baseline."""
         a = ["--prefix-cache-memory", str(memory)]
+        if self.a.offload_sched:
+            a += ["--offload-sched", self.a.offload_sched]
         if self.store == "composite":
             d = os.path.join(self.tmp.path, f"cache-{time.monotonic_ns()}")
             a += ["--prefix-cache-disk", d, "--prefix-cache-disk-limit", "8GiB"]
@@ -358,54 +363,112 @@ class Bench:
                 result(f"serve_decode_cores_{role}_{kind}",
                        statistics.median(r["cpu"][role] for r in runs[kind]), "cores")
 
+    HOG_SRC = (
+        "import os, signal, sys, time\n"
+        "cls, rate = sys.argv[1], float(sys.argv[2])\n"
+        "pol = {'other': os.SCHED_OTHER, 'batch': os.SCHED_BATCH, 'idle': os.SCHED_IDLE}[cls]\n"
+        "os.sched_setscheduler(0, pol, os.sched_param(0)); os.nice(10)\n"
+        "mib = max(1, min(104, int(rate / 40 / 2**20)))  # a copy-out's row, or less when slow\n"
+        "src = bytearray(os.urandom(1 << 20)) * mib; dst = bytearray(len(src))\n"
+        "done = 0; t0 = time.monotonic()\n"
+        "def stop(*_):\n"
+        "    os.write(1, f'{done} {time.monotonic() - t0}\\n'.encode()); os._exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "os.write(1, b'ready\\n')\n"
+        "while True:\n"
+        "    dst[:] = src; done += len(src)\n"
+        "    ahead = done / rate - (time.monotonic() - t0)\n"
+        "    if ahead > 0: time.sleep(ahead)\n")
+
     def hog(self):
-        """Attribution (design 2.10 channels): the decode baseline next to a
-        process that only copies memory at the copy-out rate the offload run
-        measured, with the transfer threads' scheduling (SCHED_BATCH, nice
-        10).  If the baseline slows as much as under offload, the cost is
-        the host's CPU and memory bandwidth spent on copies, not the
-        store's bookkeeping."""
-        rate = self.copyout_bps or self.a.hog_rate * 2**20
+        """Isolation against a plain memcpy (issue 18; design 2.10 channels):
+        in the same run, paired rounds rotating the order of three
+        configurations: the composite, the baseline next to a process that
+        only copies memory (104 MiB memcpys, paced) at the copy-out rate
+        the composite measured (this round's when it ran first, else the
+        latest), scheduled like the offload threads (--offload-sched, nice
+        10), and the baseline alone.  composite / hog is what offload costs
+        beyond moving its bytes; hog / baseline what moving them costs.
+        The hog's own bytes and time are read back (SIGTERM makes it print
+        them), so the run shows it moved the composite's bytes at its rate."""
+        import subprocess
         dur = self.a.duration
         pages = 4 * 8 + 64
-        hog_src = (
-            "import os, time\n"
-            "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); os.nice(10)\n"
-            f"rate = {rate}\n"
-            "src = bytearray(os.urandom(1 << 20)) * 104; dst = bytearray(len(src))\n"
-            "t0 = time.monotonic(); done = 0\n"
-            "while True:\n"
-            "    dst[:] = src; done += len(src)\n"
-            "    ahead = done / rate - (time.monotonic() - t0)\n"
-            "    if ahead > 0: time.sleep(ahead)\n")
+        mem = self.record_bytes(320) * 24
+        cls = self.a.offload_sched or "other"
+        rate = [self.copyout_bps or self.a.hog_rate * 2**20]
+        kinds = ("composite", "hog", "baseline")
 
         def one(kind, rnd):
-            import subprocess
-            with self.server(self.gpu_args(pages), name=kind) as srv:
+            args = self.gpu_args(pages)
+            if kind == "composite":
+                args += self.offload_args(mem)
+            h = None
+            with self.server(args, name=f"iso-{kind}") as srv:
                 self.decode_run(srv, min(3.0, dur / 5), seed=999)
-                h = (subprocess.Popen([sys.executable, "-c", hog_src], preexec_fn=die_with_parent)
-                     if kind == "offload" else None)
+                if kind == "hog":
+                    h = subprocess.Popen([sys.executable, "-c", self.HOG_SRC, cls, str(rate[0])],
+                                         stdout=subprocess.PIPE, preexec_fn=die_with_parent)
+                    h.stdout.readline()
                 try:
                     r = self.decode_run(srv, dur, seed=rnd)
                 finally:
                     if h:
-                        h.kill()
+                        hc = thread_cpu(h.pid)
+                        h.terminate()
+                        out = h.stdout.read().split()
                         h.wait()
-            self.log(f"hog round {rnd + 1} {'with' if h else 'without'} a {rate / 2**20:.0f} MiB/s "
-                     f"memcpy: {r['tps']:.0f} tok/s, time per output token {r['tpot']:.3f} ms, "
-                     f"token gap p99 {r['p99']:.3f} ms, ttft p50 {r['ttft_p50']:.1f} ms")
+                        r["hog_bps"] = float(out[0]) / float(out[1]) if len(out) == 2 else 0.0
+                        r["hog_target_bps"] = rate[0]
+                        r["hog_cores"] = sum(v[1] for v in hc.values()) / r["wall"]
+            if kind == "composite":
+                rate[0] = r["out_bps"]
+            extra = (f", hog moved {r['hog_bps'] / 2**20:.0f} MiB/s (asked "
+                     f"{r['hog_target_bps'] / 2**20:.0f}), hog cores {r['hog_cores']:.2f}"
+                     if kind == "hog" else
+                     f", copy-out {r['out_bps'] / 2**20:.0f} MiB/s, {r['queued']:.0f} copies"
+                     if kind == "composite" else "")
+            self.log(f"iso round {rnd + 1} {kind}: {r['tps']:.0f} tok/s, time per output token "
+                     f"{r['tpot']:.3f} ms (p50 {r['tpot_p50']:.3f}), token gap p99 {r['p99']:.3f} ms, ttft p50 "
+                     f"{r['ttft_p50']:.1f} ms; cores serving {r['cpu']['serving']:.2f}, copies "
+                     f"{r['cpu']['copies']:.2f}, disk thread {r['cpu']['disk']:.2f}{extra}")
             return r
 
-        store, self.store = self.store, "memcpy"
-        rounds, self.a.rounds = self.a.rounds, self.a.hog_rounds
-        runs = self.paired(one)
-        self.store, self.a.rounds = store, rounds
-        for key, unit, name in (("p99", "ms", "hog_decode_token_p99"), ("tpot", "ms", "hog_decode_tpot"),
-                                ("tps", "tok/s", "hog_decode_tok_s"),
-                                ("ttft_p50", "ms", "hog_decode_ttft_p50")):
-            b = [r[key] for r in runs["baseline"]]
-            o = [r[key] for r in runs["offload"]]
-            result(f"serve_{name}_ratio", statistics.median(y / x for x, y in zip(b, o)), "ratio")
+        runs = {k: [] for k in kinds}
+        for rnd in range(self.a.hog_rounds):
+            # Composite first in round 1 (the hog needs a rate), then rotate.
+            order = kinds[rnd % 3:] + kinds[:rnd % 3]
+            for kind in order:
+                runs[kind].append(one(kind, rnd))
+        med = statistics.median
+        for key, unit, name in (("tps", "tok/s", "decode_tok_s"), ("tpot", "ms", "decode_tpot"),
+                                ("tpot_p50", "ms", "decode_tpot_p50"),
+                                ("p99", "ms", "decode_token_p99"),
+                                ("ttft_p50", "ms", "decode_ttft_p50")):
+            c, h, b = ([r[key] for r in runs[k]] for k in kinds)
+            for k, v in zip(kinds, (c, h, b)):
+                result(f"serve_iso_{name}_{k}", med(v), unit)
+            result(f"serve_iso_{name}_composite_over_hog",
+                   med(y / x for x, y in zip(h, c)), "ratio")
+            result(f"serve_iso_{name}_hog_over_baseline",
+                   med(y / x for x, y in zip(b, h)), "ratio")
+            result(f"serve_iso_{name}_composite_over_baseline",
+                   med(y / x for x, y in zip(b, c)), "ratio")
+            for k, v in zip(kinds, (c, h, b)):
+                if len(v) > 1:
+                    result(f"serve_iso_{name}_{k}_spread", max(v) / min(v) - 1, "ratio")
+        # The hog against the composite's copy-out of the same run.
+        cbps = med(r["out_bps"] for r in runs["composite"])
+        hbps = med(r["hog_bps"] for r in runs["hog"])
+        result("serve_iso_copyout_composite", cbps / 2**20, "MiB/s")
+        result("serve_iso_moved_hog", hbps / 2**20, "MiB/s")
+        result("serve_iso_hog_over_copyout", hbps / cbps if cbps else float("nan"), "ratio")
+        # Attribution by channel: the cores each kind of thread used.
+        for role in ("serving", "copies", "disk"):
+            for k in kinds:
+                result(f"serve_iso_cores_{role}_{k}", med(r["cpu"][role] for r in runs[k]),
+                       "cores")
+        result("serve_iso_cores_hog", med(r["hog_cores"] for r in runs["hog"]), "cores")
 
     # ---- speculative round time under copy-out ----------------------------------
 
@@ -787,19 +850,22 @@ def main(argv=None):
                     "inbound)")
     ap.add_argument("--spec-modes", default="copy,learned",
                     help="the speculation modes the spec measurement runs")
+    ap.add_argument("--offload-sched", choices=("other", "batch", "idle"),
+                    help="flare's --offload-sched for the offload runs (and the hog's class); "
+                    "default: flare's own")
     ap.add_argument("--hog-rate", type=float, default=4900,
                     help="MiB/s of the hog's memcpy when decode did not run first")
     a = ap.parse_args(argv)
     if a.quick:
         a.core = a.core
-        defaults = dict(duration=3, rounds=2, prefill_prompts=2, inbound_rounds=1, hog_rounds=2)
+        defaults = dict(duration=3, rounds=2, prefill_prompts=2, inbound_rounds=1, hog_rounds=3)
     elif a.full:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
         defaults = dict(duration=600, rounds=2, prefill_prompts=8, inbound_rounds=3,
                         hog_rounds=2)
     else:
         a.core = a.core or os.path.join(ROOT, "cores", "qwen-tp1.core")
-        defaults = dict(duration=20, rounds=4, prefill_prompts=4, inbound_rounds=2, hog_rounds=2)
+        defaults = dict(duration=20, rounds=4, prefill_prompts=4, inbound_rounds=2, hog_rounds=3)
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)

@@ -190,6 +190,27 @@ static void test_grow(void)
 	free(a);
 }
 
+/* The scheduling class every offload thread gets (eos_offload_sched_set). */
+static void check_class(enum eos_sched_class c, int want_policy)
+{
+	eos_offload_sched_set(c);
+	CHECK(eos_offload_sched() == c);
+	struct prio_result r = {.want = 10};
+	run_lower(&r);
+	if (r.rc == 0) {
+		CHECKF(r.policy == want_policy, "class %s: policy %d after success",
+		       eos_sched_class_name(c), r.policy);
+		CHECKF(r.nice >= 10, "nice %d after success", r.nice);
+	} else {
+		/* Refused: the error names the step, and what was applied shows. */
+		printf("note: kernel refused: %d: %s\n", r.rc, r.msg);
+		CHECK(r.rc < 0);
+		CHECK(strstr(r.msg, "SCHED_") || strstr(r.msg, "nice"));
+		if (strstr(r.msg, "nice value 10 applied"))
+			CHECK(r.nice >= 10);
+	}
+}
+
 static void test_priority(void)
 {
 	int policy0 = sched_getscheduler(0);
@@ -197,21 +218,18 @@ static void test_priority(void)
 	int nice0 = getpriority(PRIO_PROCESS, (id_t)gettid());
 	CHECK(errno == 0);
 
-	struct prio_result r = {.want = 10};
-	run_lower(&r);
-	if (r.rc == 0) {
-		CHECKF(r.policy == SCHED_BATCH, "policy %d after success", r.policy);
-		CHECKF(r.nice >= 10, "nice %d after success", r.nice);
-	} else {
-		/* Refused: the error names the step, and what was applied shows. */
-		printf("note: kernel refused: %d: %s\n", r.rc, r.msg);
-		CHECK(r.rc < 0);
-		CHECK(strstr(r.msg, "SCHED_BATCH") || strstr(r.msg, "nice"));
-		if (strstr(r.msg, "SCHED_BATCH applied"))
-			CHECK(r.policy == SCHED_BATCH);
-		if (strstr(r.msg, "nice value 10 applied"))
-			CHECK(r.nice >= 10);
-	}
+	CHECK(eos_offload_sched() == EOS_SCHED_OTHER); /* the default */
+	check_class(EOS_SCHED_BATCH, SCHED_BATCH);
+	check_class(EOS_SCHED_IDLE, SCHED_IDLE);
+	check_class(EOS_SCHED_OTHER, SCHED_OTHER);
+	eos_offload_sched_set((enum eos_sched_class)7); /* ignored */
+	CHECK(eos_offload_sched() == EOS_SCHED_OTHER);
+	enum eos_sched_class c = EOS_SCHED_IDLE;
+	CHECK_RC(eos_sched_class_parse("batch", &c), 0);
+	CHECK(c == EOS_SCHED_BATCH && !strcmp(eos_sched_class_name(c), "batch"));
+	CHECK_RC(eos_sched_class_parse("Batch", &c), -EINVAL);
+	CHECK_RC(eos_sched_class_parse(NULL, &c), -EINVAL);
+	CHECK(c == EOS_SCHED_BATCH);
 	/* Only that thread changed. */
 	CHECK(sched_getscheduler(0) == policy0);
 	errno = 0;

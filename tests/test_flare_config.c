@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "eos.h"
 #include "flare/cli.h"
 #include "flare/config.h"
 #include "flare/serve.h"
@@ -143,6 +144,12 @@ static void test_flags(void)
 	CHECK(s.fetch == HEL_FETCH_ALWAYS && s.set == 1ull << FLARE_OPT_FETCH);
 	CHECK_OK(FLAGS(&s, "--prefix-cache-fetch", "auto"));
 	CHECK(s.fetch == HEL_FETCH_AUTO && s.set == 1ull << FLARE_OPT_FETCH);
+	CHECK_OK(FLAGS(&s, "--offload-sched", "batch"));
+	CHECK(s.offload_sched == EOS_SCHED_BATCH && s.set == 1ull << FLARE_OPT_OFFLOAD_SCHED);
+	CHECK_OK(FLAGS(&s, "--offload-sched=idle"));
+	CHECK(s.offload_sched == EOS_SCHED_IDLE);
+	CHECK_OK(FLAGS(&s, "--port", "1"));
+	CHECK(s.offload_sched == EOS_SCHED_OTHER); /* the default */
 	CHECK_OK(FLAGS(&s, "--speculate", "off"));
 	CHECK(s.speculate == SEL_MODE_ORDINARY);
 	CHECK_OK(FLAGS(&s, "--speculate", "copy", "--port", "1", "--port", "2"));
@@ -197,6 +204,8 @@ static void test_flag_errors(void)
 	flag_bad("--dashboard", "sometimes", "auto, on or off");
 	flag_bad("--prefix-cache-fetch", "sometimes", "not a fetch mode (auto, always, never)");
 	flag_bad("--prefix-cache-fetch", "Always", "not a fetch mode");
+	flag_bad("--offload-sched", "fifo",
+		 "'fifo' is not a scheduling class (other, batch, idle)");
 	flag_bad("--dashboard-interval", "0", "positive");
 	flag_bad("--dashboard-interval", "off", "not a duration");
 	flag_bad("--host", "a b", "not an address");
@@ -438,6 +447,8 @@ static void test_config_errors(void)
 	cfg_bad("[prefix_cache]\nfetch = \"maybe\"\n", "t.toml:2: prefix_cache.fetch: ",
 		"'maybe' is not a fetch mode (auto, always, never)");
 	cfg_bad("[prefix_cache]\nfetch = true\n", "t.toml:2: prefix_cache.fetch: ", "boolean");
+	cfg_bad("[prefix_cache]\noffload_sched = 10\n",
+		"t.toml:2: prefix_cache.offload_sched: ", "expected a string");
 	cfg_bad("[prefix_cache]\nfetch = 1\n",
 		"t.toml:2: prefix_cache.fetch: ", "expected a string");
 	cfg_bad("[server]\nmax_active = 1979-05-27\n", "t.toml:2: server.max_active: ", "dates");

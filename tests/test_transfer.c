@@ -25,7 +25,8 @@
  *   - close: draining queued jobs, and a backend stuck past the deadline
  *     (SEL_ESTOPPED, no crash, later submissions refused);
  *   - the eventfd readable exactly while completions wait;
- *   - the thread's name, SCHED_BATCH and nice value seen from open_rank;
+ *   - the thread's name, the offload class (--offload-sched) and nice value
+ *     seen from open_rank;
  *   - a rank whose open fails failing sel_xfer_create with its message.
  */
 #include <poll.h>
@@ -89,7 +90,11 @@ static int stub_open(void *ctx, uint32_t rank, void **state)
 	struct stub *s = ctx;
 	char name[32] = "";
 	atomic_fetch_add(&s->opens, 1);
-	if (sched_getscheduler(0) == SCHED_BATCH)
+	/* The offload class in effect (eos_offload_sched; SCHED_OTHER by default). */
+	static const int policy[] = {[EOS_SCHED_OTHER] = SCHED_OTHER,
+				     [EOS_SCHED_BATCH] = SCHED_BATCH,
+				     [EOS_SCHED_IDLE] = SCHED_IDLE};
+	if (sched_getscheduler(0) == policy[eos_offload_sched()])
 		atomic_fetch_add(&s->sched_ok, 1);
 	errno = 0;
 	int nice = getpriority(PRIO_PROCESS, (id_t)gettid());
@@ -1117,7 +1122,9 @@ static void test_eventfd_and_priority(test_rng *rng)
 	struct spec sp = spec_tp2(false);
 	sp.be = &be;
 	struct world w;
+	eos_offload_sched_set(EOS_SCHED_BATCH); /* a class other than the default reaches them */
 	world_open(&w, &sp, rng);
+	eos_offload_sched_set(EOS_SCHED_OTHER);
 	CHECK(atomic_load(&st.name_ok) == 2);
 	CHECK(atomic_load(&st.sched_ok) == 2);
 	CHECK(atomic_load(&st.nice_ok) == 2);

@@ -193,12 +193,26 @@ int eos_mem_info(uint64_t *total, uint64_t *avail);
 
 /* ---- Scheduling priority ----------------------------------------------- */
 
-/* Move the calling thread (only it; other threads keep theirs) to
- * SCHED_BATCH and raise its nice value to nice (1..19; -EINVAL otherwise).
- * A thread already nicer than that keeps its value: this never raises a
- * priority.  Returns 0, or a negative errno when the kernel refused either
- * step (the thread keeps whatever could be applied; the message says
- * which). */
+/* The scheduling class of offload threads (transfer, disk, remote I/O,
+ * rank links), one per process, read by eos_thread_lower_priority when such
+ * a thread starts: set it before the stores open.  Default OTHER
+ * (sched.c DESIGN says why not BATCH). */
+enum eos_sched_class {
+	EOS_SCHED_OTHER = 0,
+	EOS_SCHED_BATCH,
+	EOS_SCHED_IDLE
+};
+void eos_offload_sched_set(enum eos_sched_class c); /* out of range: ignored */
+enum eos_sched_class eos_offload_sched(void);
+const char *eos_sched_class_name(enum eos_sched_class c);            /* "other", "batch", "idle" */
+int eos_sched_class_parse(const char *s, enum eos_sched_class *out); /* 0 or -EINVAL */
+
+/* Move the calling thread (only it; other threads keep theirs) to the
+ * offload class (above) and raise its nice value to nice (1..19; -EINVAL
+ * otherwise).  A thread already nicer than that keeps its value: this never
+ * raises a priority.  Returns 0, or a negative errno when the kernel
+ * refused either step (the thread keeps whatever could be applied; the
+ * message says which). */
 int eos_thread_lower_priority(int nice);
 
 /* Name the calling thread (truncated to 15 bytes) for top and gdb. */

@@ -615,6 +615,8 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	}
 	if (load_core(s, &core) || flare_ranks_check(s, core))
 		goto out;
+	/* Before any offload thread starts, on every rank. */
+	eos_offload_sched_set((enum eos_sched_class)s->offload_sched);
 	if (flare_ranks_on(s) && s->rank > 0) {
 		status = flare_ranks_peer(s, core); /* no HTTP, no engine */
 		goto out;

@@ -139,6 +139,9 @@ static const struct flare_option options[] = {
 	{FLARE_OPT_REMOTE_ENCRYPT, "--prefix-cache-remote-encrypt", " [on|off]", "prefix_cache",
 	 "remote_encrypt", FLARE_K_ENCRYPT, 0, 0, true, "off",
 	 "encrypt remote values (XChaCha20-Poly1305; needs the key)"},
+	{FLARE_OPT_OFFLOAD_SCHED, "--offload-sched", "other|batch|idle", "prefix_cache",
+	 "offload_sched", FLARE_K_SCHED, 0, 0, false, "other",
+	 "scheduling class of the copy, disk and remote threads (all at nice 10)"},
 	{FLARE_OPT_HELP, "--help", "", NULL, NULL, FLARE_K_NONE, 0, 0, false, "",
 	 "print this help and exit"},
 };
@@ -204,6 +207,7 @@ void flare_settings_defaults(struct flare_settings *s)
 	s->max_image_bytes = HEL_IMAGE_ENCODED_DEFAULT;
 	s->max_image_pixels = HEL_IMAGE_PIXELS_DEFAULT;
 	s->max_images = HEL_IMAGE_COUNT_DEFAULT;
+	s->offload_sched = EOS_SCHED_OTHER;
 	s->pool_wait_ns = 10ull * 1000000000ull; /* design 2.15: ten seconds for the hello */
 	s->pool_grace_ns = 2000000ull;           /* design 2.15: 2 ms locally */
 }
@@ -533,6 +537,19 @@ static int set_overlap(struct flare_settings *s, const struct flare_option *o, c
 	return 0;
 }
 
+static int set_sched(struct flare_settings *s, const struct flare_option *o, const char *t,
+		     enum flare_vtype vt, char *err, size_t errlen)
+{
+	(void)o;
+	(void)vt;
+	enum eos_sched_class c;
+	if (eos_sched_class_parse(t, &c))
+		return flare_bad(err, errlen, "'%s' is not a scheduling class (other, batch, idle)",
+				 t);
+	s->offload_sched = (int)c;
+	return 0;
+}
+
 static int set_switch(struct flare_settings *s, const struct flare_option *o, const char *t,
 		      enum flare_vtype vt, char *err, size_t errlen)
 {
@@ -714,6 +731,7 @@ static setter *const setters[] = {
 	[FLARE_K_POOL] = set_pool,       [FLARE_K_NAME] = set_name,
 	[FLARE_K_REMOTE] = set_remote,   [FLARE_K_ENCRYPT] = set_encrypt,
 	[FLARE_K_OVERLAP] = set_overlap,
+	[FLARE_K_SCHED] = set_sched,
 };
 
 /* A value from the config file must have the TOML type its option takes. */
@@ -729,6 +747,7 @@ static int check_vtype(const struct flare_option *o, const char *t, enum flare_v
 	case FLARE_K_SECRET:
 	case FLARE_K_FETCH:
 	case FLARE_K_OVERLAP:
+	case FLARE_K_SCHED:
 	case FLARE_K_ENDPOINT:
 	case FLARE_K_POOL:
 	case FLARE_K_NAME:
@@ -813,6 +832,7 @@ void flare_settings_merge(struct flare_settings *d, const struct flare_settings 
 	TAKE(FLARE_OPT_REMOTE, remote);
 	TAKE(FLARE_OPT_REMOTE_KEY, remote_key);
 	TAKE(FLARE_OPT_REMOTE_ENCRYPT, remote_encrypt);
+	TAKE(FLARE_OPT_OFFLOAD_SCHED, offload_sched);
 #undef TAKE
 	d->set |= m;
 }

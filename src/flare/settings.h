@@ -70,6 +70,7 @@ enum flare_opt {
 	FLARE_OPT_REMOTE_KEY,
 	FLARE_OPT_REMOTE_ENCRYPT,
 	FLARE_OPT_OVERLAP, /* --prefix-cache-overlap (issue 18) */
+	FLARE_OPT_OFFLOAD_SCHED, /* scheduling class of offload threads (issue 18) */
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
 	FLARE_OPT_COUNT
@@ -125,6 +126,7 @@ struct flare_settings {
 	char remote_key[FLARE_PATH_MAX];   /* its key file, "" = none */
 	bool remote_encrypt;               /* XChaCha20-Poly1305 values */
 	hel_overlap_mode overlap;          /* overlapped restores: on, off, always */
+	int offload_sched;                 /* enum eos_sched_class of offload threads */
 	/* Not an option: the key file's secret, read once the settings are
 	 * final (flare run), wiped at exit. */
 	uint8_t remote_secret[32];
@@ -162,6 +164,7 @@ enum flare_kind {
 	FLARE_K_REMOTE,   /* a remote tier URL (sel_remote_url_check) */
 	FLARE_K_ENCRYPT,  /* on | off; bare = on */
 	FLARE_K_OVERLAP,  /* on | off | always */
+	FLARE_K_SCHED,    /* other | batch | idle */
 };
 
 struct flare_option {

@@ -72,6 +72,20 @@
  *     the largest) owned the median, so one stall in eight samples moved
  *     the estimate tenfold (tests/test_policy.c test_outliers).
  *     The bandwidth, a property of the hardware, keeps all sixteen.
+ *     The bound: the fixed cost is at most the plain median of the
+ *     residuals t_k - per_byte * b_k of the samples whose bytes take at
+ *     most BOUND_SPAN (4) times it, of any age among the sixteen.  Load
+ *     only ever adds time (a transfer is never faster than its fixed cost
+ *     plus its bytes), so when half of those samples, larger ones
+ *     included, completed faster than the fixed cost allows, it is too
+ *     high.  (Larger samples cannot tell: a 1% error in per_byte moves a
+ *     1 GiB transfer's residual by 2 ms.)  Why it
+ *     is needed: a burst of stalls among small records (bench/policy at
+ *     load 6-10: 21-30 KiB memory restores 3-36 ms, against 0.04-0.07 ms
+ *     between bursts) set the fixed cost to 2-4 ms, small hits were then
+ *     recomputed and so never measured again, and the estimate stayed
+ *     there while 0.5-1 MiB restores of 0.3-0.5 ms showed it wrong.  A
+ *     load that persists (more than half the samples slow) keeps it.
  *
  *   tests/test_policy.c holds the properties: both parameters recovered
  *   from an exact line; one slow sample in eight, or two (unless they are
@@ -170,6 +184,7 @@
 #define SEEDS 2
 #define FIXED_RECENT 7   /* samples the fixed cost is fitted to, the latest ... */
 #define FIXED_SHARE 0.25 /* ... of those whose estimate it is this share of */
+#define BOUND_SPAN 4.0   /* the bound's samples: bytes' time at most this x the fixed cost */
 static const uint64_t seed_bytes[SEEDS] = {1ull << 20, 256ull << 20};
 
 struct sample {
@@ -327,6 +342,15 @@ static double fit_fixed(const struct tier_est *e, const double *scale)
 			r[m++] = (struct wv){e->ring[i].ns - e->per_byte * e->ring[i].bytes,
 					     1 / scale[i]};
 	double c = wmedian(r, (int)m);
+	/* No transfer is faster than its fixed cost plus its bytes: the
+	 * median residual of the samples that can tell bounds it (DESIGN). */
+	m = 0;
+	for (uint32_t i = 0; i < e->n; i++)
+		if (e->per_byte * e->ring[i].bytes <= BOUND_SPAN * c)
+			r[m++] = (struct wv){e->ring[i].ns - e->per_byte * e->ring[i].bytes, 1};
+	double u = m ? wmedian(r, (int)m) : c;
+	if (u > 0 && u < c)
+		c = u;
 	return c > 0 ? c : 0;
 }
 
