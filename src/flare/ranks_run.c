@@ -8,6 +8,8 @@
  */
 #include "flare/ranks_run.h"
 
+#include "flare/serve.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -46,11 +48,6 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 	} else if (s->speculate != SEL_MODE_ORDINARY) {
 		why = "--speculate: ranks in separate processes decode without speculation (not "
 		      "supported yet); use --speculate off";
-	} else if (s->disk[0] &&
-		   !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)) {
-		why = "--prefix-cache-disk: the sharded disk store of ranks in separate processes "
-		      "is "
-		      "not built yet (docs/multihost.md \"What is left\")";
 	}
 	if (why) {
 		fprintf(stderr, "flare: %s\n", why);
@@ -61,8 +58,15 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 
 int flare_ranks_peer(const struct flare_settings *s, const hel_core *core)
 {
-	struct hel_ranks_config cfg = {
-		.core = core, .world = s->ranks, .rank = s->rank, .rendezvous = s->rendezvous};
+	char note[FLARE_PATH_MAX + 512];
+	struct hel_ranks_config cfg = {.core = core,
+				       .world = s->ranks,
+				       .rank = s->rank,
+				       .rendezvous = s->rendezvous,
+				       .disk_dir = flare_disk_resolve(s, note, sizeof note),
+				       .disk_limit = s->disk_limit,
+				       .disk_limit_set =
+					       (s->set & (1ull << FLARE_OPT_DISK_LIMIT)) != 0};
 	fprintf(stderr, "flare: rank %u of %u (core '%s'): joining rank 0 at %s\n", s->rank,
 		s->ranks, core->name, s->rendezvous);
 	int rc = hel_ranks_peer(&cfg);

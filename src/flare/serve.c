@@ -158,11 +158,20 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 #undef ADD
 }
 
+/* Ranks on separate hosts: the store's rank links stopped (design 2.14: the
+ * worker stops with them), so the instance stops. */
+static char ranks_store_why[EOS_ERRMSG_MAX];
+
 /* The store stopped for good (design 2.12): one line, from the worker. */
 static void print_store_stopped(void *ctx, int rc, const char *reason, const char *why)
 {
-	(void)ctx;
 	(void)rc;
+	if (ctx) {
+		snprintf(ranks_store_why, sizeof ranks_store_why,
+			 "the host prefix cache stopped (%s): %s", reason, why);
+		kill(getpid(), SIGUSR1);
+		return;
+	}
 	fprintf(stderr,
 		"flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
 		"without it (flare_host_cache_enabled 0)\n",
@@ -481,11 +490,13 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.drain_limit_ns = s->drain_ns,
 		.drain_progress = print_drain,
 		.store_stopped = print_store_stopped,
+		.store_stopped_ctx = ranks,
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.fdatasync = false,
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 		.tp = ranks ? hel_ranks_tp(ranks) : NULL,
+		.store_ranks = ranks ? hel_ranks_store(ranks) : NULL,
 		.image_limits = flare_image_limits(s),
 		.pool = s->pool[0] ? s->pool : NULL,
 		.pool_instance_id = s->pool_instance_id[0] ? s->pool_instance_id : NULL,
@@ -631,8 +642,9 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	if (rc)
 		goto out;
 	int sig = serve_until_signal(s, &be, &sigs);
-	if (sig == SIGUSR1 && ranks && hel_ranks_failure(ranks)) {
-		fprintf(stderr, "flare: error: the instance stops: %s\n", hel_ranks_failure(ranks));
+	if (sig == SIGUSR1 && ranks && (hel_ranks_failure(ranks) || ranks_store_why[0])) {
+		fprintf(stderr, "flare: error: the instance stops: %s\n",
+			hel_ranks_failure(ranks) ? hel_ranks_failure(ranks) : ranks_store_why);
 		status = 1;
 		goto out;
 	}

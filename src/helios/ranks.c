@@ -42,12 +42,16 @@
 #include "eos.h"
 #include "ranks_proto.h"
 #include "shard_link.h"
+#include "shard_service.h"
 #include "shard_proto.h"
 
 #define JOIN_NS_DEFAULT (120ull * 1000000000ull)
 #define STEP_NS_DEFAULT (30ull * 1000000000ull)
 #define HELLO_NS (10ull * 1000000000ull) /* a connection's JOIN */
 #define JOIN_PAYLOAD_MAX 1024u           /* a frame while rank 0 joins */
+/* Every rank is connected when the store's links join: the join and the
+ * agreement need no more than this. */
+#define STORE_JOIN_NS (30ull * 1000000000ull)
 
 struct hel_ranks {
 	struct hel_ranks_config cfg;
@@ -65,7 +69,10 @@ struct hel_ranks {
 	atomic_bool dead_called;
 	pthread_t watcher;
 	bool watching;
-	int wake[2]; /* stops the watcher */
+	int wake[2];                  /* stops the watcher */
+	struct sel_store_ranks store; /* rank 0: the disk store's rank links */
+	sel_shard_service *svc;       /* a peer: its record service, once rank 0 sent STORE */
+	sel_geometry *svc_geo;        /* the geometry it runs over */
 };
 
 /* ---- failures --------------------------------------------------------------- */
@@ -405,6 +412,38 @@ static int leader_start(void *ctx, hel_model *model)
 
 const hel_model_tp *hel_ranks_tp(hel_ranks *g) { return &g->tp; }
 
+/* ---- rank 0: the disk store's rank links (design 2.14) ------------------------- */
+
+static int store_fd(void *ctx, uint32_t rank)
+{
+	hel_ranks *g = ctx;
+	return rank > 0 && rank < g->cfg.world ? g->fd[rank] : -1;
+}
+
+/* A peer's HELLO goes over its rendezvous connection as a STORE frame. */
+static int store_hello(void *ctx, uint32_t rank, const void *buf, size_t len)
+{
+	hel_ranks *g = ctx;
+	struct hel_rp_msg m = {.type = HEL_RP_STORE};
+	if (len == 0 || len > HEL_RP_STORE_MAX)
+		return eos_fail(-EINVAL, "ranks: a HELLO of %zu bytes", len);
+	m.store.n = (uint32_t)len;
+	memcpy(m.store.b, buf, len);
+	char b[512];
+	int rc = send_msg(g, g->fd[rank], &m, deadline_in(HELLO_NS));
+	return rc ? stop(g, rc, "rank %u: %s", rank, io_text(rc, b, sizeof b)) : 0;
+}
+
+const struct sel_store_ranks *hel_ranks_store(hel_ranks *g)
+{
+	g->store = (struct sel_store_ranks){.world = g->cfg.world,
+					    .ctx = g,
+					    .rendezvous_fd = store_fd,
+					    .send_hello = store_hello,
+					    .join_ns = STORE_JOIN_NS};
+	return &g->store;
+}
+
 /* ---- rank 0: listen, join, watch, close ----------------------------------------- */
 
 static int bind_listener(hel_ranks *g)
@@ -694,6 +733,50 @@ static int peer_start(hel_ranks *g, const struct hel_rp_msg *s, hel_model **mode
 	return send_msg(g, g->fd[0], &r, deadline_in(g->cfg.step_ns));
 }
 
+/* STORE: this rank's record service over its model's planes (design
+ * 2.14), its transport started before it joins. */
+static int peer_store(hel_ranks *g, hel_model *model, const struct hel_rp_msg *m)
+{
+	const struct hel_ranks_config *c = &g->cfg;
+	int rc = hel_model_geometry(model, &g->svc_geo);
+	if (rc)
+		return rc;
+	bool disk = c->disk_dir && *c->disk_dir && !(c->disk_limit_set && c->disk_limit == 0);
+	struct sel_shard_service_config sc = {.world = c->world,
+					      .rank = c->rank,
+					      .geometry = g->svc_geo,
+					      .disk_dir = disk ? c->disk_dir : NULL,
+					      .disk_limit = c->disk_limit,
+					      .fdatasync = c->fdatasync,
+					      .rendezvous_fd = g->fd[0],
+					      .join_ns = STORE_JOIN_NS};
+	hel_model_offload_identity(model, sc.identity);
+	if ((rc = sel_shard_service_start(&sc, m->store.b, m->store.n, &g->svc))) {
+		char text[HEL_RP_TEXT_MAX + 1];
+		sel_shard_text(text, eos_errmsg());
+		rc = eos_fail(rc, "rank %u: %s", c->rank, text);
+		refuse(g, g->fd[0], rc, text);
+	}
+	return rc;
+}
+
+/* The record service's end, after rank 0's BYE or a failure. */
+static int peer_store_end(hel_ranks *g, int rc)
+{
+	if (!g->svc)
+		return rc;
+	char why[EOS_ERRMSG_MAX], keep[EOS_ERRMSG_MAX];
+	snprintf(keep, sizeof keep, "%s", rc ? eos_errmsg() : "");
+	int src = sel_shard_service_wait(g->svc, why, sizeof why);
+	sel_shard_service_free(g->svc);
+	g->svc = NULL;
+	if (rc)
+		return eos_fail(rc, "%s", keep);
+	if (src)
+		return eos_fail(src, "%s", why);
+	return 0;
+}
+
 /* Serve rank 0's frames until BYE. */
 static int peer_serve(hel_ranks *g, hel_model **model)
 {
@@ -720,6 +803,8 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 				      m.error.text);
 		} else if (m.type == HEL_RP_START && !*model) {
 			rc = peer_start(g, &m, model);
+		} else if (m.type == HEL_RP_STORE && *model && !g->svc) {
+			rc = peer_store(g, *model, &m);
 		} else if (m.type == HEL_RP_CALL && *model) {
 			/* A call that fails fails on rank 0 alike (the same state,
 			 * the same checks); only the reductions carry data back. */
@@ -759,9 +844,11 @@ int hel_ranks_peer(const struct hel_ranks_config *cfg)
 		else
 			rc = peer_serve(g, &model);
 	}
+	rc = peer_store_end(g, rc);
 	char keep[1024];
 	snprintf(keep, sizeof keep, "%s", rc ? eos_errmsg() : "");
 	hel_model_destroy(model);
+	sel_geometry_free(g->svc_geo);
 	free_group(g);
 	return rc ? eos_fail(rc, "%s", keep) : 0;
 }
