@@ -3,8 +3,9 @@ docs/multihost.md; issue 17): a multi-host core as one `flare run` per rank
 on this host, each rank with its own record directory, so the sharded
 transport runs between processes as it does between hosts.
 
-    python3 -m qualify.multihost_cache --quick          # TP2 and TP4 small cores
+    python3 qualify/multihost_cache.py                  # TP2 and TP4 small cores
     python3 qualify/multihost_cache.py --core cores/qwen-tp4-small.core
+    make qualify                                        # with the other scenarios
 
 Phases (run() below, also what tests/test_flare_ranks_disk.py and
 tests/test_flare_ranks_netns.py run):
@@ -152,7 +153,10 @@ def main():
     ap.add_argument("--flare", help="the flare binary (default: build/flare)")
     ap.add_argument("--core", action="append",
                     help="a multi-rank core (repeatable; default: the TP2 and TP4 small cores)")
-    ap.add_argument("--quick", action="store_true", help="the small cores only (the default)")
+    ap.add_argument("--quick", action="store_true", help="the small cores (the default)")
+    ap.add_argument("--full", action="store_true",
+                    help="what `make qualify` runs: the same small cores (the full-size multi-rank "
+                         "cores need GPUs; pass them with --core)")
     ap.add_argument("--artifacts", help="keep the record directories here")
     a = ap.parse_args()
     install_cleanup()
