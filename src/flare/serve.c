@@ -642,6 +642,10 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	if (rc)
 		goto out;
 	int sig = serve_until_signal(s, &be, &sigs);
+	/* A later "the ranks stopped" (the store's links after the group's)
+	 * must not end the process while it shuts down: discarded. */
+	if (ranks)
+		signal(SIGUSR1, SIG_IGN);
 	if (sig == SIGUSR1 && ranks && (hel_ranks_failure(ranks) || ranks_store_why[0])) {
 		fprintf(stderr, "flare: error: the instance stops: %s\n",
 			hel_ranks_failure(ranks) ? hel_ranks_failure(ranks) : ranks_store_why);

@@ -429,6 +429,11 @@ static int store_hello(void *ctx, uint32_t rank, const void *buf, size_t len)
 		return eos_fail(-EINVAL, "ranks: a HELLO of %zu bytes", len);
 	m.store.n = (uint32_t)len;
 	memcpy(m.store.b, buf, len);
+	struct sel_shard_msg h;
+	if (rank == 1 && g->cfg.links && sel_shard_decode(buf, len, NULL, &h) == 0) {
+		g->cfg.links(g->cfg.dead_ctx, h.u.hello.port);
+		sel_shard_msg_free(&h);
+	}
 	char b[512];
 	int rc = send_msg(g, g->fd[rank], &m, deadline_in(HELLO_NS));
 	return rc ? stop(g, rc, "rank %u: %s", rank, io_text(rc, b, sizeof b)) : 0;
@@ -440,7 +445,10 @@ const struct sel_store_ranks *hel_ranks_store(hel_ranks *g)
 					    .ctx = g,
 					    .rendezvous_fd = store_fd,
 					    .send_hello = store_hello,
-					    .join_ns = STORE_JOIN_NS};
+					    .join_ns = STORE_JOIN_NS,
+					    .queue_jobs = g->cfg.test_queue_jobs,
+					    .job_timeout_ns = g->cfg.test_job_timeout_ns,
+					    .sock_buf = g->cfg.test_sock_buf};
 	return &g->store;
 }
 
@@ -749,7 +757,10 @@ static int peer_store(hel_ranks *g, hel_model *model, const struct hel_rp_msg *m
 					      .disk_limit = c->disk_limit,
 					      .fdatasync = c->fdatasync,
 					      .rendezvous_fd = g->fd[0],
-					      .join_ns = STORE_JOIN_NS};
+					      .join_ns = STORE_JOIN_NS,
+					      .sock_buf = c->test_sock_buf,
+					      .test_join_delay_ms = c->test_join_delay_ms,
+					      .test_block_stores = c->test_block_stores};
 	hel_model_offload_identity(model, sc.identity);
 	if ((rc = sel_shard_service_start(&sc, m->store.b, m->store.n, &g->svc))) {
 		char text[HEL_RP_TEXT_MAX + 1];

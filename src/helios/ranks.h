@@ -48,6 +48,18 @@ struct hel_ranks_config {
 	uint64_t disk_limit;
 	bool disk_limit_set;
 	bool fdatasync;
+	/* Tests (FLARE_TEST_RANK_LINK, docs/multihost.md "Fault tests"): rank
+	 * 0's link queue bound and job timeout, both sides' socket buffers, and
+	 * a peer whose record service blocks in its first STORE (stops reading
+	 * its link) for up to two minutes.  0 / false: the defaults. */
+	uint32_t test_queue_jobs;
+	uint64_t test_job_timeout_ns;
+	int test_sock_buf;
+	bool test_block_stores;
+	uint32_t test_join_delay_ms; /* a peer's record service waits before its link joins */
+	/* Rank 0: the disk store's rank links listen on port (called once, on
+	 * the thread opening the engine, before the peers join them). */
+	void (*links)(void *ctx, uint16_t port);
 	/* Rank 0: the group stopped (any thread, once, must not block). */
 	void (*dead)(void *ctx, const char *why);
 	void *dead_ctx;

@@ -292,6 +292,11 @@ static int ops_submit(void *ctx, sel_shard_peer *p, const struct sel_shard_job *
 	struct sel_shard_service *sv = ctx;
 	struct sel_shard_result res = {.id = j->id};
 	int rc;
+	if (j->op == SEL_SHARD_STORE && sv->cfg.test_block_stores) {
+		/* Tests: a peer that stops reading its link (bounded). */
+		for (int i = 0; i < 1200; i++)
+			(void)poll(NULL, 0, 100);
+	}
 	if (sv->stuck)
 		rc = eos_fail(SEL_ESTOPPED, "this rank's transport is stuck");
 	else if (j->op == SEL_SHARD_STORE)
@@ -403,7 +408,8 @@ static int run(struct sel_shard_service *sv)
 	struct sel_shard_peer_config pc = {.world = c->world,
 					   .rank = c->rank,
 					   .set = {.disk = disk, .disk_limit = limit},
-					   .rendezvous_fd = c->rendezvous_fd};
+					   .rendezvous_fd = c->rendezvous_fd,
+					   .sock_buf = c->sock_buf};
 	memcpy(pc.identity, c->identity, SEL_IDENTITY_BYTES);
 	const sel_geometry *g = c->geometry;
 	sel_shard_rank_fingerprint(&g->rank[0], g->page_tokens, c->rank, c->world, pc.fingerprint);
@@ -413,6 +419,8 @@ static int run(struct sel_shard_service *sv)
 		pc.lim = (struct sel_shard_limits){.pages = (uint32_t)g->rank[0].page_count,
 						   .slots = (uint32_t)g->rank[0].row_count,
 						   .sz = &sv->ns.layout.sz};
+	if (c->test_join_delay_ms)
+		(void)poll(NULL, 0, (int)c->test_join_delay_ms); /* tests: a late peer */
 	if ((rc = sel_shard_peer_join(&pc, sv->hello, sv->hello_len, deadline, &sv->peer)))
 		return eos_fail(rc, "rank %u: the record links: %s", c->rank, eos_errmsg());
 	if (!disk)

@@ -36,6 +36,11 @@ struct sel_shard_service_config {
 	int rendezvous_fd;   /* the connection the HELLO came over */
 	uint32_t max_active; /* intake sizing (0: 4) */
 	uint64_t join_ns;    /* the join's and agreement's deadline (0: 120 s) */
+	int sock_buf;        /* tests: the link's socket buffers (0: the system's) */
+	/* Tests: the first STORE blocks the serving thread (which then stops
+	 * reading its link) for up to two minutes, as a peer that stalls. */
+	bool test_block_stores;
+	uint32_t test_join_delay_ms; /* tests: wait this long before joining */
 };
 
 /* Start the service's thread for hello[0..len) (the HELLO frame).  0 with
