@@ -79,6 +79,22 @@ def check(cond, what):
         raise FlareError(what)
 
 
+def restored(g, want, dirs, phase, after):
+    """The prompt restores from every rank's disk with one process's
+    answer; then every rank holds the same files (that listing)."""
+    text, fl = ask(g.lead)
+    check(fl["source"] == "disk" and fl["reused_host_tokens"] > 0,
+          f"{phase}: no host restore {after}: {fl}")
+    check(text == want, f"{phase}: restored {text!r}, one process {want!r}")
+    g.lead.settle()
+    return fl, wait_same(dirs, phase)
+
+
+def stopped(g, world):
+    rc, prc = g.stop()
+    check(rc == 0 and prc == [0] * (world - 1), f"stop: rank 0 {rc}, peers {prc}")
+
+
 def run(flare, core, world, tmp, log=print, prefix=None, host=None, rendezvous="127.0.0.1:0",
         gpu_hit=True, extra=()):
     """The three phases for `core` as `world` processes; directories under
@@ -116,32 +132,20 @@ def run(flare, core, world, tmp, log=print, prefix=None, host=None, rendezvous="
         held.append(ls)
         log(f"  phase 1: computed, then a GPU-cache hit; every rank holds {len(ls)} files")
         fillers(g.lead, rows + 4)  # every GPU row cycled
-        text, fl = ask(g.lead)
-        check(fl["source"] == "disk" and fl["reused_host_tokens"] > 0,
-              f"phase 2: no host restore after the GPU copies were evicted: {fl}")
-        check(text == want, f"phase 2: restored {text!r}, one process {want!r}")
-        g.lead.settle()
-        ls = wait_same(dirs, "phase 2")
+        fl, ls = restored(g, want, dirs, "phase 2", "after the GPU copies were evicted")
         held.append(ls)
         log(f"  phase 2: restored {fl['reused_host_tokens']} tokens from every rank's disk; "
             f"every rank holds {len(ls)} files")
-        rc, prc = g.stop()
-        check(rc == 0 and prc == [0] * (world - 1), f"stop: rank 0 {rc}, peers {prc}")
+        stopped(g, world)
         g = start()
         m = re.search(r"(\d+) records scanned", "\n".join(g.lead.startup))
         check(m and int(m.group(1)) > 0, "phase 3: rank 0 scanned no records: "
               + g.lead.stderr_tail())
-        text, fl = ask(g.lead)
-        check(fl["source"] == "disk" and fl["reused_host_tokens"] > 0,
-              f"phase 3: no restore after every rank restarted: {fl}")
-        check(text == want, f"phase 3: restored {text!r}, one process {want!r}")
-        g.lead.settle()
-        ls = wait_same(dirs, "phase 3")
+        fl, ls = restored(g, want, dirs, "phase 3", "after every rank restarted")
         held.append(ls)
         log(f"  phase 3: after a restart of every rank ({m.group(1)} records scanned), restored "
             f"{fl['reused_host_tokens']} tokens; every rank holds {len(ls)} files")
-        rc, prc = g.stop()
-        check(rc == 0 and prc == [0] * (world - 1), f"stop: rank 0 {rc}, peers {prc}")
+        stopped(g, world)
     except BaseException:
         g.kill_all()
         raise

@@ -59,9 +59,9 @@ def disk_on_one_rank(tmp):
         g.start()
         raise AssertionError("a disk store on rank 0 only started")
     except FlareError as e:
-        assert "disk store" in str(e), str(e)
+        assert "every rank must have a disk store or none" in str(e), str(e)
         print("a disk store on one rank only is refused:",
-              [ln for ln in str(e).splitlines() if "disk store" in ln][0])
+              [ln for ln in str(e).splitlines() if "or none" in ln][0])
     finally:
         g.kill_all()
 

@@ -486,21 +486,23 @@ void sel_shard_service_free(sel_shard_service *sv)
 	if (!sv)
 		return;
 	sel_shard_peer_destroy(sv->peer);
+	sv->peer = NULL;
+	uint64_t dl = eos_now_ns() + 10000000000ull;
+	if ((sv->xfer && sel_xfer_close(sv->xfer, dl) != 0) ||
+	    (sv->disk && sel_disk_close(sv->disk, dl) != 0))
+		sv->stuck = true;
 	if (sv->leak || sv->stuck) {
-		/* A copy or disk job may still use the slots (design 2.14). */
-		sel_leak((void *[]){sv->sp, sv->xfer, sv->disk, sv->slots, sv->addr}, 5);
+		/* A copy or disk job may still use the slots, the namespace and
+		 * the directory (design 2.14): keep all of it, reachable. */
+		sel_leak((void *[]){sv, sv->sp, sv->xfer, sv->disk, sv->slots, sv->addr}, 6);
 		sel_store_pool_leak(sv->sp);
-	} else {
-		if (sv->xfer)
-			(void)sel_xfer_close(sv->xfer, eos_now_ns() + 10000000000ull);
-		sel_xfer_destroy(sv->xfer);
-		if (sv->disk)
-			(void)sel_disk_close(sv->disk, eos_now_ns() + 10000000000ull);
-		sel_disk_destroy(sv->disk);
-		sel_store_pool_destroy(sv->sp);
-		free(sv->slots);
-		free(sv->addr);
+		return;
 	}
+	sel_xfer_destroy(sv->xfer);
+	sel_disk_destroy(sv->disk);
+	sel_store_pool_destroy(sv->sp);
+	free(sv->slots);
+	free(sv->addr);
 	if (sv->lk.path)
 		eos_dirlock_release(&sv->lk);
 	sel_record_ns_free(&sv->ns);
