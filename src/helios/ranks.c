@@ -71,8 +71,13 @@ struct hel_ranks {
 	bool watching;
 	int wake[2];                  /* stops the watcher */
 	struct sel_store_ranks store; /* rank 0: the disk store's rank links */
-	sel_shard_service *svc;       /* a peer: its record service, once rank 0 sent STORE */
-	sel_geometry *svc_geo;        /* the geometry it runs over */
+	/* Model calls mirrored (rank 0) or executed (a peer): a peer's record
+	 * service runs a job only after the calls rank 0 sent before it. */
+	atomic_uint_fast64_t calls_sent;
+	uint64_t calls_done; /* under mu; done_cv signals */
+	pthread_cond_t done_cv;
+	sel_shard_service *svc; /* a peer: its record service, once rank 0 sent STORE */
+	sel_geometry *svc_geo;  /* the geometry it runs over */
 };
 
 /* ---- failures --------------------------------------------------------------- */
@@ -251,6 +256,11 @@ static struct hel_ranks *alloc_group(const struct hel_ranks_config *cfg)
 	g->lfd = -1;
 	g->wake[0] = g->wake[1] = -1;
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->done_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	g->fd = malloc(cfg->world * sizeof *g->fd);
 	g->acc = malloc(HEL_RP_MAX_SUM * sizeof *g->acc);
 	if (!g->fd || !g->acc) {
@@ -272,6 +282,7 @@ static void free_group(hel_ranks *g)
 	if (g->lfd >= 0)
 		close(g->lfd);
 	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->done_cv);
 	free(g->fd);
 	free(g->acc);
 	free(g->buf);
@@ -308,6 +319,7 @@ static int tp_call(void *ctx, const hel_tp_call *c)
 		if ((rc = send_msg(g, g->fd[r], &m, dl)))
 			return stop(g, 0, "rank %u: %s", r, io_text(rc, b, sizeof b));
 	}
+	atomic_fetch_add(&g->calls_sent, 1);
 	return 0;
 }
 
@@ -414,6 +426,12 @@ const hel_model_tp *hel_ranks_tp(hel_ranks *g) { return &g->tp; }
 
 /* ---- rank 0: the disk store's rank links (design 2.14) ------------------------- */
 
+static uint64_t store_calls(void *ctx)
+{
+	hel_ranks *g = ctx;
+	return atomic_load(&g->calls_sent);
+}
+
 static int store_fd(void *ctx, uint32_t rank)
 {
 	hel_ranks *g = ctx;
@@ -445,6 +463,7 @@ const struct sel_store_ranks *hel_ranks_store(hel_ranks *g)
 					    .ctx = g,
 					    .rendezvous_fd = store_fd,
 					    .send_hello = store_hello,
+					    .calls = store_calls,
 					    .join_ns = STORE_JOIN_NS,
 					    .queue_jobs = g->cfg.test_queue_jobs,
 					    .job_timeout_ns = g->cfg.test_job_timeout_ns,
@@ -741,6 +760,33 @@ static int peer_start(hel_ranks *g, const struct hel_rp_msg *s, hel_model **mode
 	return send_msg(g, g->fd[0], &r, deadline_in(g->cfg.step_ns));
 }
 
+/* The record service's wait for the model calls rank 0 sent before a job
+ * (any thread but the serving one): 0, or -ETIMEDOUT. */
+static int wait_calls(void *ctx, uint64_t n, uint64_t deadline_ns)
+{
+	hel_ranks *g = ctx;
+	int rc = 0;
+	pthread_mutex_lock(&g->mu);
+	while (g->calls_done < n && !g->stopped && rc == 0) {
+		uint64_t now = eos_now_ns();
+		if (now >= deadline_ns) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+			     (deadline_ns - now < 100000000ull ? deadline_ns - now : 100000000ull);
+		ts.tv_sec = (time_t)(t / 1000000000ull);
+		ts.tv_nsec = (long)(t % 1000000000ull);
+		(void)pthread_cond_timedwait(&g->done_cv, &g->mu, &ts);
+	}
+	if (rc == 0 && g->calls_done < n)
+		rc = -ECANCELED; /* the group stopped: the calls never come */
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
 /* STORE: this rank's record service over its model's planes (design
  * 2.14), its transport started before it joins. */
 static int peer_store(hel_ranks *g, hel_model *model, const struct hel_rp_msg *m)
@@ -760,6 +806,8 @@ static int peer_store(hel_ranks *g, hel_model *model, const struct hel_rp_msg *m
 					      .join_ns = STORE_JOIN_NS,
 					      .sock_buf = c->test_sock_buf,
 					      .test_join_delay_ms = c->test_join_delay_ms,
+					      .wait_calls = wait_calls,
+					      .calls_ctx = g,
 					      .test_block_stores = c->test_block_stores};
 	hel_model_offload_identity(model, sc.identity);
 	if ((rc = sel_shard_service_start(&sc, m->store.b, m->store.n, &g->svc))) {
@@ -820,6 +868,10 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 			/* A call that fails fails on rank 0 alike (the same state,
 			 * the same checks); only the reductions carry data back. */
 			(void)hel_model_tp_run(*model, &m.call);
+			pthread_mutex_lock(&g->mu);
+			g->calls_done++;
+			pthread_cond_broadcast(&g->done_cv);
+			pthread_mutex_unlock(&g->mu);
 			rc = stopped(g);
 		} else {
 			rc = eos_fail(SEL_EFORMAT, "rank %u: rank 0 sent %s out of order",

@@ -297,7 +297,15 @@ static int ops_submit(void *ctx, sel_shard_peer *p, const struct sel_shard_job *
 		for (int i = 0; i < 1200; i++)
 			(void)poll(NULL, 0, 100);
 	}
-	if (sv->stuck)
+	/* Its GPU ids are quiescent only once this rank's model executed the
+	 * calls rank 0 mirrored before the job (design 2.14: the same ids). */
+	int wrc = j->after && sv->cfg.wait_calls ? sv->cfg.wait_calls(sv->cfg.calls_ctx, j->after,
+								      eos_now_ns() + SVC_WAIT_NS)
+						 : 0;
+	if (wrc)
+		rc = eos_fail(wrc, "the model calls before job %" PRIu64 " did not run: %s", j->id,
+			      sel_strerror(wrc));
+	else if (sv->stuck)
 		rc = eos_fail(SEL_ESTOPPED, "this rank's transport is stuck");
 	else if (j->op == SEL_SHARD_STORE)
 		rc = do_store(sv, j, &res);

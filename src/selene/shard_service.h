@@ -41,6 +41,11 @@ struct sel_shard_service_config {
 	 * reading its link) for up to two minutes, as a peer that stalls. */
 	bool test_block_stores;
 	uint32_t test_join_delay_ms; /* tests: wait this long before joining */
+	/* Wait until this rank's model executed n of the calls rank zero
+	 * mirrored (a STORE's or FETCH's `after`): 0, or a failure.  NULL:
+	 * no wait (every call is synchronous). */
+	int (*wait_calls)(void *ctx, uint64_t n, uint64_t deadline_ns);
+	void *calls_ctx;
 };
 
 /* Start the service's thread for hello[0..len) (the HELLO frame).  0 with

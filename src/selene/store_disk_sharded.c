@@ -68,6 +68,7 @@ struct pend {
 
 struct ds_shard {
 	sel_shard_set *set;
+	struct sel_store_ranks r; /* the engine's callbacks */
 	uint32_t world;
 	struct pend *pend; /* file jobs the links refused for now, in order */
 	size_t n_pend, cap_pend;
@@ -163,6 +164,7 @@ int ds_shard_open(struct disk_store *ds, const sel_store_config *cfg)
 	if (!(ds->sh = calloc(1, sizeof *ds->sh)))
 		return eos_fail(-ENOMEM, "disk store: out of memory");
 	ds->sh->world = r->world;
+	ds->sh->r = *r;
 	uint64_t deadline = eos_now_ns() + (r->join_ns ? r->join_ns : SH_JOIN_NS);
 	int rc = set_open(r, cfg->geometry, cfg->identity, true, ds->limit, &ds->sh->set);
 	if (rc == 0) {
@@ -185,6 +187,12 @@ int ds_shard_open(struct disk_store *ds, const sel_store_config *cfg)
 /* ---- jobs ---------------------------------------------------------------------------- */
 
 static uint64_t cookie_of(struct dstream *st) { return (uint64_t)(uintptr_t)st; }
+
+/* The model calls the peers must have run before a job copies GPU ids. */
+static uint64_t calls_before(struct disk_store *ds)
+{
+	return ds->sh->r.calls ? ds->sh->r.calls(ds->sh->r.ctx) : 0;
+}
 
 /* The links stopped: say so once; nothing outstanding ever completes. */
 static void link_stopped(struct disk_store *ds)
@@ -222,6 +230,7 @@ void ds_shard_put(struct disk_store *ds, struct dstream *st)
 				  .row = row,
 				  .slot = row ? st->state_slot : SEL_SHARD_NO_SLOT,
 				  .created_ns = st->created_ns,
+				  .after = calls_before(ds),
 				  .n_recs = 1,
 				  .recs = &rec,
 				  .n_pages = st->n_ids,
@@ -259,6 +268,7 @@ void ds_shard_fetch(struct disk_store *ds, struct dstream *st)
 		struct sel_shard_job j = {.op = SEL_SHARD_FETCH,
 					  .row = true,
 					  .slot = st->state_slot,
+					  .after = calls_before(ds),
 					  .n_recs = st->n_nodes,
 					  .recs = recs,
 					  .n_pages = st->n_ids,

@@ -35,6 +35,10 @@ struct sel_store_ranks {
 	/* Send the HELLO frame buf[0..len) to peer `rank` over its rendezvous
 	 * connection: 0 or an error with a message. */
 	int (*send_hello)(void *ctx, uint32_t rank, const void *buf, size_t len);
+	/* Model calls mirrored to the peers so far (the worker's thread): a
+	 * STORE or FETCH carries it so that a peer copies its GPU ids only
+	 * after its model ran those calls.  NULL: 0. */
+	uint64_t (*calls)(void *ctx);
 	uint64_t join_ns; /* the join's and agreement's deadline; 0 = 120 s */
 	/* Tests (0: the defaults of shard_link.h). */
 	uint64_t job_timeout_ns;
