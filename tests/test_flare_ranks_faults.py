@@ -77,8 +77,10 @@ def stalled_peer(tmp):
     with Flare(flare, core=core, name="one process") as one:
         want = [one.complete(p, max_tokens=2)["choices"][0]["text"] for p in prompts[:4]]
     d, ra = disks(tmp, "stall", 2)
-    env = {0: {"FLARE_TEST_RANK_LINK": "queue_jobs=2,sock_buf=1024"},
-           1: {"FLARE_TEST_RANK_LINK": "block_stores,sock_buf=1024"}}
+    # The links' TCP user timeout (30 s) would end the stalled link as a
+    # vanished host's before a sanitizer build fills the queue: 5 minutes.
+    env = {0: {"FLARE_TEST_RANK_LINK": "queue_jobs=2,sock_buf=1024,user_timeout_ms=300000"},
+           1: {"FLARE_TEST_RANK_LINK": "block_stores,sock_buf=1024,user_timeout_ms=300000"}}
     # A GPU cache whose copy-out pin bound (a quarter of its pages) holds
     # more stores than the link's socket buffers and queue.
     g = Ranks(flare, core, 2, args=ARGS + ["--gpu-cache", "1GiB"], rank_args=ra, env=env).start()
@@ -120,7 +122,7 @@ def job_timeout(tmp):
 
 
 def join_frame(nonce, world=2, rank=1):
-    p = struct.pack("<IIII", 0x44524853, 1, world, rank) + nonce + bytes(32) + bytes(16)
+    p = struct.pack("<IIII", 0x44524853, 2, world, rank) + nonce + bytes(32) + bytes(16)
     p += b"\x01" + bytes(7) + struct.pack("<Q", 1 << 30)
     return struct.pack("<IHH", len(p), 2, 0) + p
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "shard_link.h"
 
 /* FLARE_TEST_RANK_LINK="queue_jobs=N,job_timeout_ms=N,sock_buf=N,block_stores"
  * (tests only; docs/multihost.md "Fault tests"). */
@@ -35,6 +36,8 @@ static void test_knobs(struct hel_ranks_config *c)
 			c->test_job_timeout_ns = v * 1000000ull;
 		else if (sscanf(t, "sock_buf=%llu", &v) == 1)
 			c->test_sock_buf = (int)v;
+		else if (sscanf(t, "user_timeout_ms=%llu", &v) == 1)
+			sel_shard_test_user_timeout((unsigned int)v);
 		else if (sscanf(t, "join_delay_ms=%llu", &v) == 1)
 			c->test_join_delay_ms = (uint32_t)v;
 		else if (!strcmp(t, "block_stores"))

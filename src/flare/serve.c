@@ -161,14 +161,17 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 /* Ranks on separate hosts: the store's rank links stopped (design 2.14: the
  * worker stops with them), so the instance stops. */
 static char ranks_store_why[EOS_ERRMSG_MAX];
+static pthread_mutex_t ranks_store_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* The store stopped for good (design 2.12): one line, from the worker. */
 static void print_store_stopped(void *ctx, int rc, const char *reason, const char *why)
 {
 	(void)rc;
 	if (ctx) {
+		pthread_mutex_lock(&ranks_store_mu);
 		snprintf(ranks_store_why, sizeof ranks_store_why,
 			 "the host prefix cache stopped (%s): %s", reason, why);
+		pthread_mutex_unlock(&ranks_store_mu);
 		kill(getpid(), SIGUSR1);
 		return;
 	}
@@ -646,9 +649,13 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	 * must not end the process while it shuts down: discarded. */
 	if (ranks)
 		signal(SIGUSR1, SIG_IGN);
-	if (sig == SIGUSR1 && ranks && (hel_ranks_failure(ranks) || ranks_store_why[0])) {
+	char store_why[EOS_ERRMSG_MAX];
+	pthread_mutex_lock(&ranks_store_mu);
+	snprintf(store_why, sizeof store_why, "%s", ranks_store_why);
+	pthread_mutex_unlock(&ranks_store_mu);
+	if (sig == SIGUSR1 && ranks && (hel_ranks_failure(ranks) || store_why[0])) {
 		fprintf(stderr, "flare: error: the instance stops: %s\n",
-			hel_ranks_failure(ranks) ? hel_ranks_failure(ranks) : ranks_store_why);
+			hel_ranks_failure(ranks) ? hel_ranks_failure(ranks) : store_why);
 		status = 1;
 		goto out;
 	}
