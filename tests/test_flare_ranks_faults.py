@@ -78,8 +78,10 @@ def stalled_peer(tmp):
         want = [one.complete(p, max_tokens=2)["choices"][0]["text"] for p in prompts[:4]]
     d, ra = disks(tmp, "stall", 2)
     # The links' TCP user timeout (30 s) would end the stalled link as a
-    # vanished host's before a sanitizer build fills the queue: 5 minutes.
-    env = {0: {"FLARE_TEST_RANK_LINK": "queue_jobs=2,sock_buf=1024,user_timeout_ms=300000"},
+    # vanished host's, and the job timeout (60 s) the held store, before a
+    # sanitizer build fills the queue: 5 minutes each.
+    env = {0: {"FLARE_TEST_RANK_LINK":
+               "queue_jobs=2,sock_buf=1024,user_timeout_ms=300000,job_timeout_ms=300000"},
            1: {"FLARE_TEST_RANK_LINK": "block_stores,sock_buf=1024,user_timeout_ms=300000"}}
     # A GPU cache whose copy-out pin bound (a quarter of its pages) holds
     # more stores than the link's socket buffers and queue.
