@@ -433,7 +433,8 @@ static int peer_flush(sel_shard_peer *p, bool wait, uint64_t deadline_ns)
 						"rank link: out of memory for completions");
 			}
 			memmove(b, b + sent, rest);
-			memcpy(b + rest, p->out, p->out_len);
+			if (p->out_len) /* p->out may be NULL */
+				memcpy(b + rest, p->out, p->out_len);
 			free(p->out);
 			p->out = b;
 			p->out_cap = len;
