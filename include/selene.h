@@ -783,6 +783,11 @@ typedef struct sel_store_config {
 	bool remote_encrypt;
 	/* Tests: the remote client's window payload bytes (0 = 4 MiB - 4 KiB). */
 	uint32_t remote_window_bytes;
+	/* Ranks on separate hosts (design 2.14, docs/multihost.md): rank zero of
+	 * a core whose ranks run as separate processes.  The disk store then
+	 * runs the sharded transport to every peer (store_disk_sharded.h, internal
+	 * to libselene and the engine); NULL: every rank in this process. */
+	const struct sel_store_ranks *ranks;
 } sel_store_config;
 
 /* Read a remote tier key file (docs/remote.md): 32 raw bytes or 64 hex

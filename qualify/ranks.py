@@ -9,6 +9,7 @@ Standard library only, on top of flare.py.  Rank 0 is an ordinary Flare
     with Ranks(binary, "cores/qwen-tp2-small.core", 2) as g:
         print(g.lead.complete("hello", max_tokens=8))
 """
+import os
 import re
 import subprocess
 import threading
@@ -40,7 +41,7 @@ class _Lead(Flare):
 class Peer:
     """A rank > 0: no HTTP; its stderr drained on a thread."""
 
-    def __init__(self, binary, core, world, rank, addr, args=(), log=None, prefix=()):
+    def __init__(self, binary, core, world, rank, addr, args=(), log=None, prefix=(), env=None):
         self.rank = rank
         self.cmd = list(prefix) + [binary, "run", "--dashboard", "off", "--ranks", str(world), "--rank", str(rank),
                     "--rendezvous", addr] + list(args) + [core]
@@ -50,7 +51,7 @@ class Peer:
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace",
-                                     preexec_fn=die_with_parent)
+                                     env=env, preexec_fn=die_with_parent)
         self._drain = threading.Thread(target=self._read, daemon=True)
         self._drain.start()
 
@@ -84,9 +85,12 @@ class Ranks:
     every rank; rank_args[r] to rank r only (e.g. another core)."""
 
     def __init__(self, binary, core, world, args=(), rank_args=None, cores=None, log=None,
-                 start_timeout=START_TIMEOUT, prefix=None, host=None, rendezvous="127.0.0.1:0"):
+                 start_timeout=START_TIMEOUT, prefix=None, host=None, rendezvous="127.0.0.1:0",
+                 env=None):
         """prefix[r]: what runs rank r's command (e.g. ip netns exec NS);
-        host: rank 0's HTTP address (--host); rendezvous: where it listens."""
+        host: rank 0's HTTP address (--host); rendezvous: where it listens;
+        env[r]: variables added to rank r's environment (test knobs)."""
+        self.env = env or {}
         self.prefix = prefix or {}
         self.host = host
         self.rendezvous = rendezvous
@@ -107,7 +111,7 @@ class Ranks:
             lead_args += ["--host", self.host]
         self.lead = _Lead(self.binary, lead_args, core=self.cores.get(0, self.core), name="rank 0",
                           start_timeout=self.start_timeout, log=self.log,
-                          prefix=self.prefix.get(0, ()), host=self.host)
+                          prefix=self.prefix.get(0, ()), host=self.host, env=self._env(0))
         self.lead.start(wait=False)
         deadline = time.monotonic() + self.start_timeout
         while self.addr is None and time.monotonic() < deadline and self.lead.proc.poll() is None:
@@ -124,7 +128,7 @@ class Ranks:
         for r in range(1, self.world):
             self.peers.append(Peer(self.binary, self.cores.get(r, self.core), self.world, r,
                                    self.addr, self.args + list(self.rank_args.get(r, [])),
-                                   self.log, self.prefix.get(r, ())))
+                                   self.log, self.prefix.get(r, ()), self._env(r)))
         try:
             self.lead.wait_started()
         except FlareError as e:
@@ -135,6 +139,13 @@ class Ranks:
                     pass
             raise FlareError(str(e) + "\n" + "\n".join(p.tail() for p in self.peers))
         return self
+
+    def _env(self, r):
+        if r not in self.env:
+            return None
+        e = dict(os.environ)
+        e.update(self.env[r])
+        return e
 
     def stop(self, check=True):
         """SIGTERM to rank 0; every peer then exits after its BYE.  Returns

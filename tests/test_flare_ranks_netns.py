@@ -5,7 +5,13 @@ namespace of its own, rank 1 in another, joined by a veth pair on a private
 range, so the rendezvous and every step's reductions cross the veth, never
 loopback; rank 0's HTTP is reached over a second veth from this namespace.
 The completions equal the same core's in one process, and the peer's
-interface carried the traffic.  Exit 77 without root or `ip netns`.
+interface carried the traffic.  Then the host prefix cache across the veth
+(qualify/multihost_cache.py run(), issue 17 part B): each rank with its own
+record directory in its own namespace, a GPU-cache hit, a host restore after
+evicting the GPU copies and a restore after restarting both ranks, with the
+tokens of one process and the same file names and lengths on both ranks
+after each phase; the rank link's traffic crossed the veth too.  Exit 77
+without root or `ip netns`.
 
 Everything is named after this process's pid and deleted by name at the
 end, on SIGTERM, and (for namespaces whose test process is gone) by the
@@ -20,7 +26,8 @@ import sys
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, install_cleanup  # noqa: E402
+from flare import Flare, TempDir, install_cleanup  # noqa: E402
+import multihost_cache as mc  # noqa: E402
 from ranks import Ranks  # noqa: E402
 
 flare = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
@@ -101,4 +108,24 @@ rx, tx = int(m.group(1)), int(m.group(2))
 assert rx > 10000 and tx > 10000, (rx, tx)
 print(f"rank 1 in {NS[1]}: {IF['b']} received {rx} bytes, sent {tx}; completions equal one "
       f"process's: {got[0]!r}")
+
+
+def peer_bytes():
+    dev = subprocess.run(exec_in[1] + ["cat", "/proc/net/dev"], capture_output=True, text=True,
+                         check=True).stdout
+    m = re.search(re.escape(IF["b"]) + r":\s*(\d+)\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+(\d+)",
+                  dev)
+    return int(m.group(1)), int(m.group(2))
+
+
+rx0, tx0 = peer_bytes()
+with TempDir("flare-ranks-netns-") as tmp:
+    print("the host prefix cache, each rank in its namespace with its own directory:")
+    mc.run(flare, core, 2, tmp, prefix=exec_in, host=f"{NET}.9.1", rendezvous=f"{NET}.1.1:0")
+rx1, tx1 = peer_bytes()
+# Rank 1's record service wrote and read its own files: the STORE jobs
+# came in over the veth, and its link's completions went out over it.
+assert rx1 - rx0 > 10000 and tx1 - tx0 > 10000, (rx1 - rx0, tx1 - tx0)
+print(f"over the veth during the store phases: rank 1 received {rx1 - rx0} bytes, sent "
+      f"{tx1 - tx0}")
 print("ok")

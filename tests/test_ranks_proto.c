@@ -49,6 +49,8 @@ static int samples(struct hel_rp_msg *m)
 	m[n] = (struct hel_rp_msg){.type = HEL_RP_ERROR, .error = {.status = -71}};
 	snprintf(m[n++].error.text, sizeof m[0].error.text, "rank 1 runs another core");
 	m[n++] = (struct hel_rp_msg){.type = HEL_RP_BYE};
+	m[n] = (struct hel_rp_msg){.type = HEL_RP_STORE, .store = {.n = 77}};
+	memset(m[n++].store.b, 0x3c, 77); /* the rank links' HELLO, opaque here */
 	return n;
 }
 
@@ -146,6 +148,13 @@ static void test_rejections(void)
 	b[len - 1] = '\n';
 	refused(b, len, "control byte");
 	free(b);
+	b = encode(&m[10], &len); /* STORE: a length over its bound, or none */
+	uint32_t big = HEL_RP_STORE_MAX + 1;
+	memcpy(b + HEL_RP_HEADER, &big, 4);
+	refused(b, len, "not 1..1024");
+	memset(b + HEL_RP_HEADER, 0, 4);
+	refused(b, len, "not 1..1024");
+	free(b);
 }
 
 static void test_encoder(void)
@@ -162,6 +171,10 @@ static void test_encoder(void)
 	CHECK_RC(hel_rp_encode(&s, NULL, 0), -EINVAL);
 	struct hel_rp_msg u = {.type = 0};
 	CHECK_RC(hel_rp_encode(&u, NULL, 0), -EINVAL);
+	struct hel_rp_msg st = {.type = HEL_RP_STORE, .store = {.n = 0}};
+	CHECK_RC(hel_rp_encode(&st, NULL, 0), -EINVAL);
+	st.store.n = HEL_RP_STORE_MAX + 1;
+	CHECK_RC(hel_rp_encode(&st, NULL, 0), -EINVAL);
 }
 
 static int write_corpus(const char *dir)

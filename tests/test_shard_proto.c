@@ -124,6 +124,7 @@ static int samples(struct sel_shard_msg *m)
 					    .row = true,
 					    .slot = 1,
 					    .created_ns = 5,
+					    .after = 77,
 					    .n_recs = 1,
 					    .recs = &recs[1],
 					    .n_pages = 3,
@@ -300,7 +301,7 @@ static void test_rejections(void)
 
 	/* HELLO and JOIN. */
 	patch(HELLO, 0, 4, 0x12345678, NULL, "not a rank link");
-	patch(HELLO, 4, 4, 2, NULL, "protocol version 2");
+	patch(HELLO, 4, 4, 3, NULL, "protocol version 3");
 	patch(HELLO, 8, 4, 1, NULL, "world size");
 	patch(HELLO, 8, 4, 65, NULL, "world size");
 	patch(HELLO, 12, 4, 0, NULL, "rank");
@@ -370,7 +371,7 @@ static void test_rejections(void)
 	patch(DECIDE, 4, 4, 6, NULL, "count larger");
 
 	/* Jobs: FETCH (2 records, 4 pages, row to slot 3) and STORE. */
-	size_t r0 = 36, r1 = 36 + 88;
+	size_t r0 = 44, r1 = 44 + 88; /* after id, op, row, slot, creation, after, counts */
 	patch(FETCH, 0, 8, 0, NULL, "id 0");
 	patch(FETCH, 8, 4, 9, NULL, "unknown operation");
 	patch(FETCH, 12, 1, 2, NULL, "neither 0 nor 1");
@@ -381,11 +382,11 @@ static void test_rejections(void)
 	patch(STORE, 20, 8, 0, NULL, "a store without a creation time");
 	patch(FETCH, r0 + 80, 4, 2, NULL, "beyond its tail");
 	patch(FETCH, r1 + 24 + 8, 1, 0xee, NULL, "not the record before it");
-	patch(FETCH, 28, 4, 3, NULL, "count larger than the payload holds");
-	patch(FETCH, 28, 4, 0, NULL, "not exactly the rest");
-	patch(FETCH, 32, 4, SEL_SHARD_MAX_PAGES + 1, NULL, "count over its limit");
+	patch(FETCH, 36, 4, 3, NULL, "count larger than the payload holds");
+	patch(FETCH, 36, 4, 0, NULL, "not exactly the rest");
+	patch(FETCH, 40, 4, SEL_SHARD_MAX_PAGES + 1, NULL, "count over its limit");
 	patch(FETCH, r1 + 84, 4, 2, NULL, "page ids for");
-	patch(STORE, 36 + 84, 4, 2, NULL, "not its whole tail");
+	patch(STORE, 44 + 84, 4, 2, NULL, "not its whole tail");
 	patch(FETCH, r0 + 0, 8, 0, NULL, "consumes 0 tokens");
 	{
 		/* Under the receiver's limits. */
@@ -425,6 +426,7 @@ static void test_rejections(void)
 		sel_wr_zeros(&w, 3);
 		sel_wr_u32(&w, SEL_SHARD_NO_SLOT);
 		sel_wr_u64(&w, 0);
+		sel_wr_u64(&w, 0); /* after */
 		sel_wr_u32(&w, 1);
 		sel_wr_u32(&w, 1);
 		sel_wr_key(&w, &d.key);
@@ -437,9 +439,9 @@ static void test_rejections(void)
 		sel_wr_u32(&w, 1);
 		sel_wr_u32(&w, 42);
 		raw(SEL_SHARD_JOB, &w, NULL, "moves none");
-		sel_put_u32(pb + 28, 0);
+		sel_put_u32(pb + 36, 0);
 		w.n -= 4 + 88;
-		sel_put_u32(pb + 32, 0);
+		sel_put_u32(pb + 40, 0);
 		raw(SEL_SHARD_JOB, &w, NULL, "records, not 1 to");
 	}
 	patch(DONE, 0, 8, 0, NULL, "job id");

@@ -8,11 +8,43 @@
  */
 #include "flare/ranks_run.h"
 
+#include "flare/serve.h"
+
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "eos.h"
+#include "shard_link.h"
+
+/* FLARE_TEST_RANK_LINK="queue_jobs=N,job_timeout_ms=N,sock_buf=N,block_stores"
+ * (tests only; docs/multihost.md "Fault tests"). */
+static void test_knobs(struct hel_ranks_config *c)
+{
+	const char *e = getenv("FLARE_TEST_RANK_LINK");
+	if (!e)
+		return;
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", e);
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		unsigned long long v = 0;
+		if (sscanf(t, "queue_jobs=%llu", &v) == 1)
+			c->test_queue_jobs = (uint32_t)v;
+		else if (sscanf(t, "job_timeout_ms=%llu", &v) == 1)
+			c->test_job_timeout_ns = v * 1000000ull;
+		else if (sscanf(t, "sock_buf=%llu", &v) == 1)
+			c->test_sock_buf = (int)v;
+		else if (sscanf(t, "user_timeout_ms=%llu", &v) == 1)
+			sel_shard_test_user_timeout((unsigned int)v);
+		else if (sscanf(t, "join_delay_ms=%llu", &v) == 1)
+			c->test_join_delay_ms = (uint32_t)v;
+		else if (!strcmp(t, "block_stores"))
+			c->test_block_stores = true;
+	}
+	fprintf(stderr, "flare: test knobs: FLARE_TEST_RANK_LINK=%s\n", e);
+}
 
 bool flare_ranks_on(const struct flare_settings *s)
 {
@@ -46,11 +78,6 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 	} else if (s->speculate != SEL_MODE_ORDINARY) {
 		why = "--speculate: ranks in separate processes decode without speculation (not "
 		      "supported yet); use --speculate off";
-	} else if (s->disk[0] &&
-		   !((s->set & (1ull << FLARE_OPT_DISK_LIMIT)) && s->disk_limit == 0)) {
-		why = "--prefix-cache-disk: the sharded disk store of ranks in separate processes "
-		      "is "
-		      "not built yet (docs/multihost.md \"What is left\")";
 	}
 	if (why) {
 		fprintf(stderr, "flare: %s\n", why);
@@ -61,8 +88,16 @@ int flare_ranks_check(const struct flare_settings *s, const hel_core *core)
 
 int flare_ranks_peer(const struct flare_settings *s, const hel_core *core)
 {
-	struct hel_ranks_config cfg = {
-		.core = core, .world = s->ranks, .rank = s->rank, .rendezvous = s->rendezvous};
+	char note[FLARE_PATH_MAX + 512];
+	struct hel_ranks_config cfg = {.core = core,
+				       .world = s->ranks,
+				       .rank = s->rank,
+				       .rendezvous = s->rendezvous,
+				       .disk_dir = flare_disk_resolve(s, note, sizeof note),
+				       .disk_limit = s->disk_limit,
+				       .disk_limit_set =
+					       (s->set & (1ull << FLARE_OPT_DISK_LIMIT)) != 0};
+	test_knobs(&cfg);
 	fprintf(stderr, "flare: rank %u of %u (core '%s'): joining rank 0 at %s\n", s->rank,
 		s->ranks, core->name, s->rendezvous);
 	int rc = hel_ranks_peer(&cfg);
@@ -72,6 +107,15 @@ int flare_ranks_peer(const struct flare_settings *s, const hel_core *core)
 	}
 	fprintf(stderr, "flare: rank %u: rank 0 closed the instance; stopped\n", s->rank);
 	return 0;
+}
+
+static void print_links(void *ctx, uint16_t port)
+{
+	(void)ctx;
+	fprintf(stderr,
+		"flare: rank 0: the rank links of the disk store listen on port %u (plaintext: "
+		"keep it on a trusted fabric)\n",
+		port);
 }
 
 static void raise_stop(void *ctx, const char *why)
@@ -87,7 +131,9 @@ int flare_ranks_lead(const struct flare_settings *s, const hel_core *core, hel_r
 				       .world = s->ranks,
 				       .rank = 0,
 				       .rendezvous = s->rendezvous,
-				       .dead = raise_stop};
+				       .dead = raise_stop,
+				       .links = print_links};
+	test_knobs(&cfg);
 	if (hel_ranks_listen(&cfg, out)) {
 		fprintf(stderr, "flare: %s\n", eos_errmsg());
 		return -1;

@@ -158,11 +158,23 @@ void flare_drain_line(char *buf, size_t cap, const sel_drain_progress *p)
 #undef ADD
 }
 
+/* Ranks on separate hosts: the store's rank links stopped (design 2.14: the
+ * worker stops with them), so the instance stops. */
+static char ranks_store_why[EOS_ERRMSG_MAX];
+static pthread_mutex_t ranks_store_mu = PTHREAD_MUTEX_INITIALIZER;
+
 /* The store stopped for good (design 2.12): one line, from the worker. */
 static void print_store_stopped(void *ctx, int rc, const char *reason, const char *why)
 {
-	(void)ctx;
 	(void)rc;
+	if (ctx) {
+		pthread_mutex_lock(&ranks_store_mu);
+		snprintf(ranks_store_why, sizeof ranks_store_why,
+			 "the host prefix cache stopped (%s): %s", reason, why);
+		pthread_mutex_unlock(&ranks_store_mu);
+		kill(getpid(), SIGUSR1);
+		return;
+	}
 	fprintf(stderr,
 		"flare: warning: the host prefix cache stopped (%s): %s; serving goes on "
 		"without it (flare_host_cache_enabled 0)\n",
@@ -486,12 +498,14 @@ static int open_engine(const struct flare_backend_factory *factory, const struct
 		.drain_limit_ns = s->drain_ns,
 		.drain_progress = print_drain,
 		.store_stopped = print_store_stopped,
+		.store_stopped_ctx = ranks,
 		.max_age_ns = s->max_age_ns,
 		.fetch = s->fetch,
 		.overlap = s->overlap,
 		.fdatasync = false,
 		.test_hold_inbound = getenv("FLARE_TEST_HOLD_INBOUND"),
 		.tp = ranks ? hel_ranks_tp(ranks) : NULL,
+		.store_ranks = ranks ? hel_ranks_store(ranks) : NULL,
 		.image_limits = flare_image_limits(s),
 		.pool = s->pool[0] ? s->pool : NULL,
 		.pool_instance_id = s->pool_instance_id[0] ? s->pool_instance_id : NULL,
@@ -639,8 +653,17 @@ int flare_serve(int argc, char **argv, const struct flare_backend_factory *facto
 	if (rc)
 		goto out;
 	int sig = serve_until_signal(s, &be, &sigs);
-	if (sig == SIGUSR1 && ranks && hel_ranks_failure(ranks)) {
-		fprintf(stderr, "flare: error: the instance stops: %s\n", hel_ranks_failure(ranks));
+	/* A later "the ranks stopped" (the store's links after the group's)
+	 * must not end the process while it shuts down: discarded. */
+	if (ranks)
+		signal(SIGUSR1, SIG_IGN);
+	char store_why[EOS_ERRMSG_MAX];
+	pthread_mutex_lock(&ranks_store_mu);
+	snprintf(store_why, sizeof store_why, "%s", ranks_store_why);
+	pthread_mutex_unlock(&ranks_store_mu);
+	if (sig == SIGUSR1 && ranks && (hel_ranks_failure(ranks) || store_why[0])) {
+		fprintf(stderr, "flare: error: the instance stops: %s\n",
+			hel_ranks_failure(ranks) ? hel_ranks_failure(ranks) : store_why);
 		status = 1;
 		goto out;
 	}

@@ -196,6 +196,7 @@
 #include "helios/engine_inputs.h"
 #include "helios/engine_overlap.h"
 #include "helios/scheduler.h"
+#include "store_disk_sharded.h"
 
 #define DEFAULT_QUEUE 1024u
 #define DEFAULT_MAX_ACTIVE 8u
@@ -585,8 +586,7 @@ static int select_store(hel_engine *e, const sel_store_config *sc)
 	return 0;
 }
 
-/* Ranks in separate processes keep records on disk only (design 1, 2.14);
- * the sharded disk transport is not built yet (docs/multihost.md). */
+/* Ranks in separate processes keep records on disk only (design 1, 2.14). */
 static int ranks_refuse(const hel_engine_config *cfg)
 {
 	if (cfg->memory_bytes)
@@ -594,11 +594,6 @@ static int ranks_refuse(const hel_engine_config *cfg)
 				"ranks on separate hosts keep records on disk only: a memory "
 				"tier would hold every rank's bytes in one process; set "
 				"--prefix-cache-memory 0");
-	if (cfg->disk_dir && !(cfg->disk_limit_set && cfg->disk_limit == 0))
-		return eos_fail(-EINVAL,
-				"ranks in separate processes: the sharded disk store is not "
-				"built yet (docs/multihost.md \"What is left\"); run without "
-				"--prefix-cache-disk");
 	return 0;
 }
 
@@ -720,6 +715,7 @@ static int open_store(hel_engine *e)
 		.remote_key = cfg->remote_key ? e->remote_key : NULL,
 		.remote_encrypt = cfg->remote_encrypt,
 		.remote_window_bytes = cfg->remote_window_bytes,
+		.ranks = cfg->tp ? cfg->store_ranks : NULL,
 	};
 	e->xh = (sel_export_hooks){
 		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
@@ -736,6 +732,8 @@ static int open_store(hel_engine *e)
 	} else if ((rc = select_store(e, &stc))) {
 		return rc;
 	}
+	if (!e->store && stc.ranks) /* every rank has a disk store or none */
+		return sel_store_ranks_join_none(stc.ranks, e->geo, stc.identity);
 	if (!e->store)
 		return 0;
 	if ((rc = sel_policy_create(&e->policy)))

@@ -118,6 +118,9 @@ typedef struct hel_engine_config {
 	/* Ranks in separate processes (src/helios/ranks.h): this process's
 	 * rank 0 of a multi-host core, or NULL.  Disk-only retention at most. */
 	const hel_model_tp *tp;
+	/* With tp: the disk store's rank links (hel_ranks_store; design 2.14),
+	 * or NULL. */
+	const struct sel_store_ranks *store_ranks;
 	/* Image inputs (vision cores; docs/inputs.md): the limits the
 	 * preparation worker decodes under (all zero: the defaults). */
 	hel_image_limits image_limits;

@@ -42,12 +42,16 @@
 #include "eos.h"
 #include "ranks_proto.h"
 #include "shard_link.h"
+#include "shard_service.h"
 #include "shard_proto.h"
 
 #define JOIN_NS_DEFAULT (120ull * 1000000000ull)
 #define STEP_NS_DEFAULT (30ull * 1000000000ull)
 #define HELLO_NS (10ull * 1000000000ull) /* a connection's JOIN */
 #define JOIN_PAYLOAD_MAX 1024u           /* a frame while rank 0 joins */
+/* Every rank is connected when the store's links join: the join and the
+ * agreement need no more than this. */
+#define STORE_JOIN_NS (30ull * 1000000000ull)
 
 struct hel_ranks {
 	struct hel_ranks_config cfg;
@@ -65,7 +69,15 @@ struct hel_ranks {
 	atomic_bool dead_called;
 	pthread_t watcher;
 	bool watching;
-	int wake[2]; /* stops the watcher */
+	int wake[2];                  /* stops the watcher */
+	struct sel_store_ranks store; /* rank 0: the disk store's rank links */
+	/* Model calls mirrored (rank 0) or executed (a peer): a peer's record
+	 * service runs a job only after the calls rank 0 sent before it. */
+	atomic_uint_fast64_t calls_sent;
+	uint64_t calls_done; /* under mu; done_cv signals */
+	pthread_cond_t done_cv;
+	sel_shard_service *svc; /* a peer: its record service, once rank 0 sent STORE */
+	sel_geometry *svc_geo;  /* the geometry it runs over */
 };
 
 /* ---- failures --------------------------------------------------------------- */
@@ -244,6 +256,11 @@ static struct hel_ranks *alloc_group(const struct hel_ranks_config *cfg)
 	g->lfd = -1;
 	g->wake[0] = g->wake[1] = -1;
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->done_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	g->fd = malloc(cfg->world * sizeof *g->fd);
 	g->acc = malloc(HEL_RP_MAX_SUM * sizeof *g->acc);
 	if (!g->fd || !g->acc) {
@@ -265,6 +282,7 @@ static void free_group(hel_ranks *g)
 	if (g->lfd >= 0)
 		close(g->lfd);
 	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->done_cv);
 	free(g->fd);
 	free(g->acc);
 	free(g->buf);
@@ -301,6 +319,7 @@ static int tp_call(void *ctx, const hel_tp_call *c)
 		if ((rc = send_msg(g, g->fd[r], &m, dl)))
 			return stop(g, 0, "rank %u: %s", r, io_text(rc, b, sizeof b));
 	}
+	atomic_fetch_add(&g->calls_sent, 1);
 	return 0;
 }
 
@@ -404,6 +423,53 @@ static int leader_start(void *ctx, hel_model *model)
 }
 
 const hel_model_tp *hel_ranks_tp(hel_ranks *g) { return &g->tp; }
+
+/* ---- rank 0: the disk store's rank links (design 2.14) ------------------------- */
+
+static uint64_t store_calls(void *ctx)
+{
+	hel_ranks *g = ctx;
+	return atomic_load(&g->calls_sent);
+}
+
+static int store_fd(void *ctx, uint32_t rank)
+{
+	hel_ranks *g = ctx;
+	return rank > 0 && rank < g->cfg.world ? g->fd[rank] : -1;
+}
+
+/* A peer's HELLO goes over its rendezvous connection as a STORE frame. */
+static int store_hello(void *ctx, uint32_t rank, const void *buf, size_t len)
+{
+	hel_ranks *g = ctx;
+	struct hel_rp_msg m = {.type = HEL_RP_STORE};
+	if (len == 0 || len > HEL_RP_STORE_MAX)
+		return eos_fail(-EINVAL, "ranks: a HELLO of %zu bytes", len);
+	m.store.n = (uint32_t)len;
+	memcpy(m.store.b, buf, len);
+	struct sel_shard_msg h;
+	if (rank == 1 && g->cfg.links && sel_shard_decode(buf, len, NULL, &h) == 0) {
+		g->cfg.links(g->cfg.dead_ctx, h.u.hello.port);
+		sel_shard_msg_free(&h);
+	}
+	char b[512];
+	int rc = send_msg(g, g->fd[rank], &m, deadline_in(HELLO_NS));
+	return rc ? stop(g, rc, "rank %u: %s", rank, io_text(rc, b, sizeof b)) : 0;
+}
+
+const struct sel_store_ranks *hel_ranks_store(hel_ranks *g)
+{
+	g->store = (struct sel_store_ranks){.world = g->cfg.world,
+					    .ctx = g,
+					    .rendezvous_fd = store_fd,
+					    .send_hello = store_hello,
+					    .calls = store_calls,
+					    .join_ns = STORE_JOIN_NS,
+					    .queue_jobs = g->cfg.test_queue_jobs,
+					    .job_timeout_ns = g->cfg.test_job_timeout_ns,
+					    .sock_buf = g->cfg.test_sock_buf};
+	return &g->store;
+}
 
 /* ---- rank 0: listen, join, watch, close ----------------------------------------- */
 
@@ -694,6 +760,82 @@ static int peer_start(hel_ranks *g, const struct hel_rp_msg *s, hel_model **mode
 	return send_msg(g, g->fd[0], &r, deadline_in(g->cfg.step_ns));
 }
 
+/* The record service's wait for the model calls rank 0 sent before a job
+ * (any thread but the serving one): 0, or -ETIMEDOUT. */
+static int wait_calls(void *ctx, uint64_t n, uint64_t deadline_ns)
+{
+	hel_ranks *g = ctx;
+	int rc = 0;
+	pthread_mutex_lock(&g->mu);
+	while (g->calls_done < n && !g->stopped && rc == 0) {
+		uint64_t now = eos_now_ns();
+		if (now >= deadline_ns) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+			     (deadline_ns - now < 100000000ull ? deadline_ns - now : 100000000ull);
+		ts.tv_sec = (time_t)(t / 1000000000ull);
+		ts.tv_nsec = (long)(t % 1000000000ull);
+		(void)pthread_cond_timedwait(&g->done_cv, &g->mu, &ts);
+	}
+	if (rc == 0 && g->calls_done < n)
+		rc = -ECANCELED; /* the group stopped: the calls never come */
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+/* STORE: this rank's record service over its model's planes (design
+ * 2.14), its transport started before it joins. */
+static int peer_store(hel_ranks *g, hel_model *model, const struct hel_rp_msg *m)
+{
+	const struct hel_ranks_config *c = &g->cfg;
+	int rc = hel_model_geometry(model, &g->svc_geo);
+	if (rc)
+		return rc;
+	bool disk = c->disk_dir && *c->disk_dir && !(c->disk_limit_set && c->disk_limit == 0);
+	struct sel_shard_service_config sc = {.world = c->world,
+					      .rank = c->rank,
+					      .geometry = g->svc_geo,
+					      .disk_dir = disk ? c->disk_dir : NULL,
+					      .disk_limit = c->disk_limit,
+					      .fdatasync = c->fdatasync,
+					      .rendezvous_fd = g->fd[0],
+					      .join_ns = STORE_JOIN_NS,
+					      .sock_buf = c->test_sock_buf,
+					      .test_join_delay_ms = c->test_join_delay_ms,
+					      .wait_calls = wait_calls,
+					      .calls_ctx = g,
+					      .test_block_stores = c->test_block_stores};
+	hel_model_offload_identity(model, sc.identity);
+	if ((rc = sel_shard_service_start(&sc, m->store.b, m->store.n, &g->svc))) {
+		char text[HEL_RP_TEXT_MAX + 1];
+		sel_shard_text(text, eos_errmsg());
+		rc = eos_fail(rc, "rank %u: %s", c->rank, text);
+		refuse(g, g->fd[0], rc, text);
+	}
+	return rc;
+}
+
+/* The record service's end, after rank 0's BYE or a failure. */
+static int peer_store_end(hel_ranks *g, int rc)
+{
+	if (!g->svc)
+		return rc;
+	char why[EOS_ERRMSG_MAX], keep[EOS_ERRMSG_MAX];
+	snprintf(keep, sizeof keep, "%s", rc ? eos_errmsg() : "");
+	int src = sel_shard_service_wait(g->svc, why, sizeof why);
+	sel_shard_service_free(g->svc);
+	g->svc = NULL;
+	if (rc)
+		return eos_fail(rc, "%s", keep);
+	if (src)
+		return eos_fail(src, "%s", why);
+	return 0;
+}
+
 /* Serve rank 0's frames until BYE. */
 static int peer_serve(hel_ranks *g, hel_model **model)
 {
@@ -720,10 +862,16 @@ static int peer_serve(hel_ranks *g, hel_model **model)
 				      m.error.text);
 		} else if (m.type == HEL_RP_START && !*model) {
 			rc = peer_start(g, &m, model);
+		} else if (m.type == HEL_RP_STORE && *model && !g->svc) {
+			rc = peer_store(g, *model, &m);
 		} else if (m.type == HEL_RP_CALL && *model) {
 			/* A call that fails fails on rank 0 alike (the same state,
 			 * the same checks); only the reductions carry data back. */
 			(void)hel_model_tp_run(*model, &m.call);
+			pthread_mutex_lock(&g->mu);
+			g->calls_done++;
+			pthread_cond_broadcast(&g->done_cv);
+			pthread_mutex_unlock(&g->mu);
 			rc = stopped(g);
 		} else {
 			rc = eos_fail(SEL_EFORMAT, "rank %u: rank 0 sent %s out of order",
@@ -759,9 +907,11 @@ int hel_ranks_peer(const struct hel_ranks_config *cfg)
 		else
 			rc = peer_serve(g, &model);
 	}
+	rc = peer_store_end(g, rc);
 	char keep[1024];
 	snprintf(keep, sizeof keep, "%s", rc ? eos_errmsg() : "");
 	hel_model_destroy(model);
+	sel_geometry_free(g->svc_geo);
 	free_group(g);
 	return rc ? eos_fail(rc, "%s", keep) : 0;
 }

@@ -31,6 +31,7 @@
 
 #include "core.h"
 #include "model.h"
+#include "store_disk_sharded.h"
 
 typedef struct hel_ranks hel_ranks;
 
@@ -40,6 +41,25 @@ struct hel_ranks_config {
 	const char *rendezvous; /* "HOST:PORT" or "[V6]:PORT"; rank 0 may give port 0 */
 	uint64_t join_ns;       /* rank 0's wait for every peer, a peer's for rank 0 (0: 120 s) */
 	uint64_t step_ns;       /* one frame's deadline while computing (0: 30 s) */
+	/* A peer's record service (design 2.14): its disk store's base
+	 * directory (NULL: none), limit (0 with disk_limit_set: none; 0 without:
+	 * a tenth of the free space). */
+	const char *disk_dir;
+	uint64_t disk_limit;
+	bool disk_limit_set;
+	bool fdatasync;
+	/* Tests (FLARE_TEST_RANK_LINK, docs/multihost.md "Fault tests"): rank
+	 * 0's link queue bound and job timeout, both sides' socket buffers, and
+	 * a peer whose record service blocks in its first STORE (stops reading
+	 * its link) for up to two minutes.  0 / false: the defaults. */
+	uint32_t test_queue_jobs;
+	uint64_t test_job_timeout_ns;
+	int test_sock_buf;
+	bool test_block_stores;
+	uint32_t test_join_delay_ms; /* a peer's record service waits before its link joins */
+	/* Rank 0: the disk store's rank links listen on port (called once, on
+	 * the thread opening the engine, before the peers join them). */
+	void (*links)(void *ctx, uint16_t port);
 	/* Rank 0: the group stopped (any thread, once, must not block). */
 	void (*dead)(void *ctx, const char *why);
 	void *dead_ctx;
@@ -55,6 +75,10 @@ const char *hel_ranks_address(const hel_ranks *g);
 int hel_ranks_join(hel_ranks *g);
 /* Rank 0: what the model takes (hel_model_opts.tp), valid until close. */
 const hel_model_tp *hel_ranks_tp(hel_ranks *g);
+/* Rank 0: what the disk store takes (sel_store_config.ranks) to run the
+ * sharded transport to the peers: the HELLO of each peer goes over its
+ * rendezvous connection as a STORE frame.  Valid until close. */
+const struct sel_store_ranks *hel_ranks_store(hel_ranks *g);
 /* Why the group stopped, or NULL. */
 const char *hel_ranks_failure(hel_ranks *g);
 /* Rank 0: BYE to every peer (they exit 0); when the group stopped, an

@@ -17,7 +17,7 @@
 static const char *const names[] = {
 	[HEL_RP_JOIN] = "JOIN",   [HEL_RP_START] = "START", [HEL_RP_READY] = "READY",
 	[HEL_RP_CALL] = "CALL",   [HEL_RP_PART] = "PART",   [HEL_RP_SUM] = "SUM",
-	[HEL_RP_ERROR] = "ERROR", [HEL_RP_BYE] = "BYE",
+	[HEL_RP_ERROR] = "ERROR", [HEL_RP_BYE] = "BYE",     [HEL_RP_STORE] = "STORE",
 };
 
 const char *hel_rp_type_name(uint16_t type)
@@ -69,6 +69,10 @@ static int check(const struct hel_rp_msg *m)
 				return eos_fail(-EINVAL,
 						"ranks frame ERROR: a control byte in the text");
 		return 0;
+	case HEL_RP_STORE:
+		if (m->store.n == 0 || m->store.n > HEL_RP_STORE_MAX)
+			return eos_fail(-EINVAL, "ranks frame STORE: %u bytes", m->store.n);
+		return 0;
 	default:
 		return m->type >= 1 && m->type <= HEL_RP_TYPE_MAX
 			       ? 0
@@ -116,6 +120,10 @@ static void put_payload(struct sel_wr *w, const struct hel_rp_msg *m)
 	case HEL_RP_ERROR:
 		sel_wr_u32(w, (uint32_t)m->error.status);
 		sel_wr_text(w, m->error.text);
+		break;
+	case HEL_RP_STORE:
+		sel_wr_u32(w, m->store.n);
+		sel_wr_bytes(w, m->store.b, m->store.n);
 		break;
 	default: /* BYE */ break;
 	}
@@ -205,6 +213,13 @@ static void get_payload(struct sel_rd *r, struct hel_rp_msg *m)
 	case HEL_RP_ERROR:
 		m->error.status = (int32_t)sel_rd_u32(r, "status");
 		sel_rd_text(r, m->error.text, HEL_RP_TEXT_MAX, "text");
+		break;
+	case HEL_RP_STORE:
+		m->store.n = sel_rd_u32(r, "bytes");
+		if (!r->err && (m->store.n == 0 || m->store.n > HEL_RP_STORE_MAX))
+			sel_rd_fail(r, "bytes", "not 1..1024");
+		if (!r->err)
+			sel_rd_bytes(r, m->store.b, m->store.n, "hello");
 		break;
 	default: break;
 	}

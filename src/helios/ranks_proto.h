@@ -19,6 +19,8 @@
  *   SUM    0 -> peer  the reduction's total
  *   ERROR  either     status, text; the sender closes
  *   BYE    0 -> peer  the instance stops: the peer exits 0
+ *   STORE  0 -> peer  the rank links' HELLO (shard_proto.h) for the peer's
+ *                     record service (design 2.14), after READY
  */
 #ifndef HEL_RANKS_PROTO_H
 #define HEL_RANKS_PROTO_H
@@ -38,6 +40,7 @@
 #define HEL_RP_MAX_WORDS (8u << 20) /* words of one call (tokens or states) */
 #define HEL_RP_MAX_SUM 65536u       /* words of one reduction */
 #define HEL_RP_FP_BYTES 16u
+#define HEL_RP_STORE_MAX 1024u /* the HELLO a STORE frame carries */
 
 enum hel_rp_type {
 	HEL_RP_JOIN = 1,
@@ -48,7 +51,8 @@ enum hel_rp_type {
 	HEL_RP_SUM,
 	HEL_RP_ERROR,
 	HEL_RP_BYE,
-	HEL_RP_TYPE_MAX = HEL_RP_BYE,
+	HEL_RP_STORE,
+	HEL_RP_TYPE_MAX = HEL_RP_STORE,
 };
 
 struct hel_rp_msg {
@@ -73,6 +77,10 @@ struct hel_rp_msg {
 			int32_t status;
 			char text[HEL_RP_TEXT_MAX + 1];
 		} error;
+		struct {
+			uint32_t n;
+			uint8_t b[HEL_RP_STORE_MAX];
+		} store;
 	};
 };
 

@@ -125,6 +125,10 @@ struct sel_disk_job {
 				       4 KiB-rounded piece must be writable memory (a slot share).
 				       WRITE_PART: on the END part only */
 	uint32_t row_n;
+	/* WRITE, WRITE_PART END: the header's creation time (ns since the
+	 * epoch); 0 = now.  Ranks on separate hosts write the same one
+	 * (design 2.14), so every rank's header agrees. */
+	uint64_t created_ns;
 	/* READ, TRUNCATE: the file the record was indexed at (the scan's
 	 * fstat, or a commit's `file` below); another file under the name --
 	 * replaced, a symbolic link, a FIFO -- is never read or truncated

@@ -93,7 +93,8 @@ static void seg_start(sel_disk *d, struct io_ctx *c, struct seg *s)
 	} else {
 		struct sel_disk_job *j = c->job;
 		uint64_t row_ck = j->row ? XXH3_64bits_digest(&c->row_state) : 0;
-		int rc = sel_record_encode(d->ns, &j->rec, row_ck, eos_wall_ns(),
+		int rc = sel_record_encode(d->ns, &j->rec, row_ck,
+					   j->created_ns ? j->created_ns : eos_wall_ns(),
 					   SEL_RECORD_VERSION, c->head, c->span.header_bytes);
 		if (rc < 0)
 			dk_io_fail(c, rc, "encoding the header: %s", eos_errmsg());

@@ -23,10 +23,17 @@ const char *shl_hex16(const uint8_t *b, char out[33]) { return sel_hex(b, 16, ou
  * latency-bound), keepalive and a user timeout so a host that vanished
  * without a reset ends the link within about a minute, and the configured
  * buffer sizes. */
+static atomic_uint user_timeout_ms = 30000;
+
+void sel_shard_test_user_timeout(unsigned int ms)
+{
+	atomic_store(&user_timeout_ms, ms ? ms : 30000);
+}
+
 void sel_shard_sockopts(int fd, int sock_buf)
 {
 	int one = 1, idle = 10, intvl = 5, cnt = 3;
-	unsigned int user_ms = 30000;
+	unsigned int user_ms = atomic_load(&user_timeout_ms);
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);

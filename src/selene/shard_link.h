@@ -342,5 +342,8 @@ int sel_shard_recv_all(int fd, uint8_t *p, size_t len, uint64_t deadline_ns);
  * probes) and a 30 s user timeout, so a vanished host ends the connection
  * within about a minute; sock_buf > 0 sets both buffer sizes. */
 void sel_shard_sockopts(int fd, int sock_buf);
+/* Tests (FLARE_TEST_RANK_LINK user_timeout_ms): the links' TCP user
+ * timeout for every link made after the call; 0: 30 s. */
+void sel_shard_test_user_timeout(unsigned int ms);
 
 #endif

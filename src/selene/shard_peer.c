@@ -54,7 +54,7 @@ uint64_t sel_shard_peer_disk_limit(const sel_shard_peer *p) { return p->limit; }
 /* Connect to a:port by deadline, from the local address of the rendezvous
  * connection when given. */
 static int peer_connect(const struct sel_shard_addr *a, uint16_t port, int rendezvous_fd,
-			uint64_t deadline_ns)
+			int sock_buf, uint64_t deadline_ns)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = shl_to_sockaddr(a, port, &ss);
@@ -77,6 +77,9 @@ static int peer_connect(const struct sel_shard_addr *a, uint16_t port, int rende
 					strerror(e));
 		}
 	}
+	/* Before the handshake, so the window it advertises follows. */
+	if (sock_buf > 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sock_buf, sizeof sock_buf);
 	if (connect(fd, (struct sockaddr *)&ss, sl) != 0 && errno != EINPROGRESS) {
 		int e = errno;
 		close(fd);
@@ -223,7 +226,7 @@ int sel_shard_peer_join(const struct sel_shard_peer_config *cfg, const void *hel
 		rc = eos_fail(-errno, "rank link: eventfd: %s", strerror(errno));
 		goto fail;
 	}
-	rc = peer_connect(&h->addr, h->port, cfg->rendezvous_fd, deadline_ns);
+	rc = peer_connect(&h->addr, h->port, cfg->rendezvous_fd, cfg->sock_buf, deadline_ns);
 	if (rc < 0)
 		goto fail;
 	p->fd = rc;
@@ -430,7 +433,8 @@ static int peer_flush(sel_shard_peer *p, bool wait, uint64_t deadline_ns)
 						"rank link: out of memory for completions");
 			}
 			memmove(b, b + sent, rest);
-			memcpy(b + rest, p->out, p->out_len);
+			if (p->out_len) /* p->out may be NULL */
+				memcpy(b + rest, p->out, p->out_len);
 			free(p->out);
 			p->out = b;
 			p->out_cap = len;

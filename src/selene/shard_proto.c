@@ -596,6 +596,7 @@ static void write_payload(struct sel_wr *w, const struct sel_shard_msg *m)
 		sel_wr_zeros(w, 3);
 		sel_wr_u32(w, j->slot);
 		sel_wr_u64(w, j->created_ns);
+		sel_wr_u64(w, j->after);
 		sel_wr_u32(w, j->n_recs);
 		sel_wr_u32(w, j->n_pages);
 		for (uint32_t i = 0; i < j->n_recs; i++)
@@ -727,6 +728,7 @@ static void r_job(struct sel_rd *r, struct sel_shard_msg *m, const struct sel_sh
 	sel_rd_zeros(r, 3, "padding");
 	j->slot = sel_rd_u32(r, "state slot");
 	j->created_ns = sel_rd_u64(r, "creation time");
+	j->after = sel_rd_u64(r, "model calls before it");
 	j->n_recs = sel_rd_count(r, SEL_SHARD_MAX_RECS, REC_BYTES, "records");
 	j->n_pages = sel_rd_count(r, SEL_SHARD_MAX_PAGES, 4, "page ids");
 	if (!r->err &&

@@ -52,7 +52,7 @@
 #include "selene.h"
 
 #define SEL_SHARD_MAGIC 0x44524853u /* "SHRD" in HELLO and JOIN */
-#define SEL_SHARD_VERSION 1u
+#define SEL_SHARD_VERSION 2u        /* 2: JOB carries `after` */
 #define SEL_SHARD_FRAME_HEADER 8u
 #define SEL_SHARD_FRAME_MAX (1u << 20) /* payload bytes */
 #define SEL_SHARD_WORLD_MAX 64u        /* ranks, rank zero included */
@@ -200,6 +200,11 @@ struct sel_shard_job {
 	bool row;
 	uint32_t slot;
 	uint64_t created_ns;
+	/* STORE, FETCH: rank zero's count of model calls mirrored to the peers
+	 * before this job; the peer runs it only once its model executed that
+	 * many (the GPU ids it copies are then quiescent: a call rank zero
+	 * mirrored without waiting may still be writing them).  0: none. */
+	uint64_t after;
 	uint32_t n_recs;
 	struct sel_shard_rec *recs;
 	uint32_t n_pages;

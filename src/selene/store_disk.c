@@ -182,7 +182,9 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	ds->used += bytes;
 	r->writing = true;
 	ds->c.st.inflight_out++;
-	ds_stream_pump(ds, st); /* a second window, if slots allow */
+	if (ds->sh)
+		ds_shard_put(ds, st); /* the same record on every peer */
+	ds_stream_pump(ds, st);       /* a second window, if slots allow */
 	debug_check(ds);
 	return SEL_QUEUED;
 }
@@ -229,6 +231,8 @@ static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 	size_t n = sel_evq_take(&ds->evq, ev, cap);
 	sel_evq_rearm(&ds->evq, ds->df.head || ds->xf.head);
 	debug_check(ds);
+	if (n == 0 && ds->sh && ds_shard_stopped(ds))
+		return SEL_ESTOPPED; /* the rank links stopped: the store and the worker stop */
 	return (int)n;
 }
 
@@ -282,7 +286,7 @@ static int ds_close(sel_store *s, uint64_t deadline_ns)
 		sel_evq_nap(&ds->evq, 5);
 	}
 	ds_run_hooks(ds);
-	int rc = 0;
+	int rc = ds->sh ? ds_shard_close(ds, deadline_ns) : 0;
 	bool drained = !ds_busy(ds);
 	if (ds->c.xfer && sel_xfer_close(ds->c.xfer, deadline_ns) != 0)
 		rc = SEL_ESTOPPED;
@@ -310,8 +314,11 @@ static void ds_destroy(sel_store *s)
 		return;
 	if (sel_core_destroy_begin(s)) {
 		/* A thread may still use these: keep them, reachable. */
-		sel_leak((void *[]){ds->disk, ds->ns, ds->lk, ds->wins.head, ds->jobs.head}, 5);
+		sel_leak((void *[]){ds->disk, ds->ns, ds->lk, ds->wins.head, ds->jobs.head,
+				    ds->streams.head},
+			 6);
 		sel_disk_destroy(ds->disk); /* frees itself when its thread ends */
+		ds_shard_destroy(ds, true);
 	} else {
 		while (ds->wins.head)
 			ds_win_free(ds, ds->wins.head);
@@ -319,6 +326,7 @@ static void ds_destroy(sel_store *s)
 			ds_job_free(ds, ds->jobs.head);
 		while (ds->streams.head)
 			ds_stream_free(ds, ds->streams.head);
+		ds_shard_destroy(ds, false);
 		sel_disk_destroy(ds->disk);
 		if (ds->lk)
 			eos_dirlock_release(ds->lk);
@@ -390,6 +398,8 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 		rc = ds_namespace_open(ds, cfg);
 	if (rc == 0)
 		rc = threads_open(ds, cfg);
+	if (rc == 0 && cfg->ranks)
+		rc = ds_shard_open(ds, cfg); /* the agreement, before the index is built */
 	if (rc == 0)
 		rc = ds_rebuild(ds);
 	if (rc) {

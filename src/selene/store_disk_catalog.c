@@ -118,6 +118,8 @@ void ds_park_del(struct disk_store *ds, sel_node_id id)
 static void file_job(struct disk_store *ds, sel_node_id id, uint8_t kind, enum sel_disk_op op,
 		     uint64_t bytes)
 {
+	if (ds->sh)
+		ds_shard_file(ds, id, op); /* the same file on every peer */
 	struct dj *d = ds_job_new(ds, kind, id, op);
 	if (d) {
 		d->bytes = bytes;

@@ -114,6 +114,13 @@ struct dstream {
 	uint32_t n_riov;
 	bool disk_failed; /* put: a write part failed on the disk thread */
 	bool waiting;
+	/* The sharded transport (store_disk_sharded.c): the put's header
+	 * creation time (every rank's), and the stream's link job. */
+	uint64_t created_ns;
+	uint8_t link;    /* DS_LINK_* */
+	bool local_done; /* this rank's part ended; the link job has not */
+	int link_status; /* the link job's aggregate, once done */
+	uint64_t link_committed;
 	struct dstream *wnext; /* streams waiting for intake slots */
 	struct dstream *prev, *next;
 };
@@ -178,7 +185,8 @@ struct disk_store {
 	struct dj_list jobs;         /* live standalone jobs */
 	struct hookdone *hd;
 	size_t hd_n, hd_cap;
-	uint32_t disk_out; /* jobs handed to the disk thread, not polled */
+	uint32_t disk_out;   /* jobs handed to the disk thread, not polled */
+	struct ds_shard *sh; /* ranks on separate hosts: the sharded transport, or NULL */
 };
 
 #define debug_check(ds) SEL_DEBUG_CHECK(sel_disk_store_check, &(ds)->c.base)
@@ -270,6 +278,37 @@ bool ds_busy(const struct disk_store *ds);
 int ds_namespace_open(struct disk_store *ds, const sel_store_config *cfg);
 /* Startup: scan, rebuild and the limit (LRU eviction when over it). */
 int ds_rebuild(struct disk_store *ds);
+
+/* ---- store_disk_sharded.c (ranks on separate hosts; NULL ds->sh: no-ops) ---- */
+enum {
+	DS_LINK_NONE = 0,
+	DS_LINK_OUT,
+	DS_LINK_CLEANUP,
+	DS_LINK_DONE
+};
+/* The namespace named by this rank's per-rank layout fingerprint. */
+void ds_shard_namespace(struct disk_store *ds, const sel_store_config *cfg);
+/* Join the peers, agree on the record directories, start the links:
+ * before ds_rebuild. */
+int ds_shard_open(struct disk_store *ds, const sel_store_config *cfg);
+/* A put's or a fetch's stream started on this rank: send its job. */
+void ds_shard_put(struct disk_store *ds, struct dstream *st);
+void ds_shard_fetch(struct disk_store *ds, struct dstream *st);
+/* A truncate or unlink of node id's file on this rank: the same on every peer. */
+void ds_shard_file(struct disk_store *ds, sel_node_id id, enum sel_disk_op op);
+/* stream_finish's first step: true while the stream must wait for its link
+ * job (it is finished again once that completed); false with st->status
+ * combined from both. */
+bool ds_shard_hold(struct disk_store *ds, struct dstream *st);
+/* Finish a stream (store_disk_staged.c). */
+void ds_stream_finish(struct disk_store *ds, struct dstream *st);
+/* Link completions; whether anything happened. */
+bool ds_shard_progress(struct disk_store *ds);
+bool ds_shard_busy(const struct disk_store *ds);
+/* SEL_ESTOPPED with the links' reason once they stopped, else 0. */
+int ds_shard_stopped(struct disk_store *ds);
+int ds_shard_close(struct disk_store *ds, uint64_t deadline_ns);
+void ds_shard_destroy(struct disk_store *ds, bool leak);
 
 /* ---- store_disk_park.c ---- */
 /* The disk thread finished a write_from / read_into. */

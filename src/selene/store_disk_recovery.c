@@ -47,6 +47,8 @@ int ds_namespace_open(struct disk_store *ds, const sel_store_config *cfg)
 	ds->lk->fd = -1;
 	if ((rc = sel_record_ns_init(ds->ns, cfg->geometry, cfg->identity)))
 		return rc;
+	if (cfg->ranks)
+		ds_shard_namespace(ds, cfg); /* design 2.14: this rank's namespace */
 	/* The lock first: a second owner fails here, before any scan. */
 	if ((rc = sel_record_dir_open(cfg->disk_dir, ds->ns, ds->lk)))
 		return eos_fail(rc, "disk store: %s", eos_errmsg());

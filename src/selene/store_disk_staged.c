@@ -522,6 +522,7 @@ static void put_copied(struct disk_store *ds, struct dwin *w)
 	j->pages = w->addr;
 	j->row_iov = w->end && j->row ? (st->riov ? st->riov : w->iov) : NULL;
 	j->row_n = w->end && j->row ? (st->riov ? st->n_riov : w->n_iov) : 0;
+	j->created_ns = st->created_ns;
 	st->parts_sent = true;
 	ds_disk_submit(ds, &w->dj);
 }
@@ -631,6 +632,8 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 	ds->c.st.fetches++;
 	ds->c.st.inflight_in++;
 	sel_index_touch(ds->c.ix, w->end);
+	if (ds->sh)
+		ds_shard_fetch(ds, st);
 	ds_stream_pump(ds, st);
 	return 0;
 }
@@ -712,8 +715,12 @@ static sel_event *put_failed(struct disk_store *ds, struct dstream *st, sel_even
 	return held;
 }
 
+void ds_stream_finish(struct disk_store *ds, struct dstream *st) { stream_finish(ds, st); }
+
 static void stream_finish(struct disk_store *ds, struct dstream *st)
 {
+	if (ds->sh && ds_shard_hold(ds, st))
+		return; /* the peers' part of it is still running */
 	sel_event ev = {0};
 	sel_event *held = NULL; /* the event, kept by the discard job that must run first */
 	uint64_t now = eos_now_ns();
@@ -831,6 +838,8 @@ bool ds_progress(struct disk_store *ds)
 			disk_flush(ds);
 		if (ds->wait.head)
 			wait_pump(ds);
+		if (ds->sh)
+			step |= ds_shard_progress(ds);
 		any |= step;
 		if (!step)
 			break;
@@ -874,5 +883,6 @@ void ds_run_hooks(struct disk_store *ds)
 bool ds_busy(const struct disk_store *ds)
 {
 	return ds->streams.head || ds->jobs.head || ds->dq.head || ds->df.head || ds->xf.head ||
-	       ds->disk_out || (ds->c.xfer && sel_xfer_inflight(ds->c.xfer));
+	       ds->disk_out || (ds->c.xfer && sel_xfer_inflight(ds->c.xfer)) ||
+	       (ds->sh && ds_shard_busy(ds));
 }
