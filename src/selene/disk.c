@@ -224,7 +224,7 @@ static void *disk_main(void *arg)
 		uint32_t nf = 0, keep = 0;
 		for (uint32_t i = 0; i < d->n_act; i++) {
 			struct io_ctx *c = d->act[i];
-			if (dk_builder_done(c) && dk_quiescent(d, c)) {
+			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_job_commit(d, c)) {
 				dk_job_end(d, c);
 				c->active = false;
 				fin[nf++] = c->job;
@@ -259,7 +259,7 @@ static void *disk_main(void *arg)
 }
 
 /* Add a startup path note (io_note, "; "-separated). */
-__attribute__((format(printf, 2, 3))) static void note(sel_disk *d, const char *fmt, ...)
+void dk_note(sel_disk *d, const char *fmt, ...)
 {
 	size_t n = strlen(d->io_note);
 	if (n && n + 2 < sizeof d->io_note) {
@@ -295,6 +295,9 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 	if (!cfg || !cfg->ns || cfg->dirfd < 0)
 		return eos_fail(-EINVAL,
 				"disk thread: configuration needs a namespace and a directory");
+	if ((unsigned)cfg->fileops > SEL_DISK_FILEOPS_SYNC)
+		return eos_fail(-EINVAL, "disk thread: file operations mode %d (expected 0..2)",
+				(int)cfg->fileops);
 	if (cfg->chunk_bytes % EOS_ALIGN != 0 || cfg->chunk_bytes > (1u << 30))
 		return eos_fail(-EINVAL,
 				"disk thread: chunk of %" PRIu64 " bytes is not a multiple of "
@@ -329,6 +332,28 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 	return 0;
 }
 
+/* The file-operations mode: the configuration's, or SELENE_DISK_FILEOPS
+ * (auto, ring, sync).  0 or -EINVAL naming the bad value. */
+static int fileops_choice(const struct sel_disk_config *cfg, enum sel_disk_fileops *mode,
+			  bool *env_set)
+{
+	*mode = cfg->fileops;
+	const char *env = env_choice("SELENE_DISK_FILEOPS");
+	*env_set = env != NULL;
+	if (!env)
+		return 0;
+	if (strcmp(env, "auto") == 0)
+		*mode = SEL_DISK_FILEOPS_AUTO;
+	else if (strcmp(env, "ring") == 0)
+		*mode = SEL_DISK_FILEOPS_RING;
+	else if (strcmp(env, "sync") == 0)
+		*mode = SEL_DISK_FILEOPS_SYNC;
+	else
+		return eos_fail(-EINVAL, "SELENE_DISK_FILEOPS='%s' (expected auto, ring or sync)",
+				env);
+	return 0;
+}
+
 /* Direct I/O as chosen: probed (-1), off (0) or forced (1, refused when the
  * filesystem does not allow it). */
 static int choose_direct(sel_disk *d, int direct, bool direct_env)
@@ -340,12 +365,13 @@ static int choose_direct(sel_disk *d, int direct, bool direct_env)
 				return rc;
 			direct = rc;
 			if (!direct)
-				note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
+				dk_note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
 		} else {
 			direct = 1; /* fall back at the first open that refuses */
 		}
 	} else if (direct == 0) {
-		note(d, "buffered I/O: %s", direct_env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
+		dk_note(d, "buffered I/O: %s",
+			direct_env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
 	} else if (direct == 1 && d->dir) {
 		if ((rc = eos_direct_io_probe_at(d->dirfd, d->dir)) < 0)
 			return rc;
@@ -362,18 +388,18 @@ static int choose_direct(sel_disk *d, int direct, bool direct_env)
 static int choose_engine(sel_disk *d, enum sel_disk_io io)
 {
 	if (io == SEL_DISK_IO_PREAD) {
-		note(d, "pread/pwrite: %s",
-		     getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
+		dk_note(d, "pread/pwrite: %s",
+			getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
 		return 0;
 	}
-	int rc = io_uring_queue_init(d->ring_depth, &d->ring, 0);
+	int rc = io_uring_queue_init(d->sq_cap, &d->ring, 0);
 	if (rc == 0) {
 		d->ring_ok = true;
 		d->uring = true;
 	} else if (io == SEL_DISK_IO_URING) {
 		return eos_fail(rc, "disk thread: io_uring forced but refused: %s", strerror(-rc));
 	} else {
-		note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
+		dk_note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
 	}
 	return 0;
 }
@@ -384,7 +410,7 @@ static int alloc_queues(sel_disk *d)
 	d->q = calloc(d->cap, sizeof(struct sel_disk_job *));
 	d->done = calloc(d->cap, sizeof(struct sel_disk_job *));
 	d->reqs = calloc(d->ring_depth, sizeof(*d->reqs));
-	d->sq = calloc(d->ring_depth, sizeof(struct req *));
+	d->sq = calloc(d->sq_cap, sizeof(*d->sq));
 	bool ok = d->q && d->done && d->reqs && d->sq;
 	for (int i = 0; ok && i < ACTIVE_JOBS; i++) {
 		struct io_ctx *c = &d->ctx[i];
@@ -407,6 +433,8 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 	d->ns = cfg->ns;
 	d->cap = cfg->queue_depth ? cfg->queue_depth : SEL_DISK_QUEUE_DEPTH;
 	d->ring_depth = cfg->ring_depth ? cfg->ring_depth : SEL_DISK_RING_DEPTH;
+	/* Requests, and each active job's file operations. */
+	d->sq_cap = d->ring_depth + ACTIVE_JOBS * SEL_DISK_FOPS;
 	d->chunk = cfg->chunk_bytes ? cfg->chunk_bytes : SEL_DISK_CHUNK_BYTES;
 	d->fdatasync = cfg->fdatasync;
 	d->nice = cfg->nice ? cfg->nice : 10;
@@ -429,16 +457,18 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 {
 	enum sel_disk_io io = SEL_DISK_IO_AUTO;
+	enum sel_disk_fileops fops = SEL_DISK_FILEOPS_AUTO;
 	int direct = -1, rc;
-	bool direct_env = false;
+	bool direct_env = false, fops_env = false;
 	*out = NULL;
-	if ((rc = config_choices(cfg, &io, &direct, &direct_env)))
+	if ((rc = config_choices(cfg, &io, &direct, &direct_env)) ||
+	    (rc = fileops_choice(cfg, &fops, &fops_env)))
 		return rc;
 	sel_disk *d = disk_new(cfg);
 	if (!d)
 		return eos_fail(-ENOMEM, "disk thread: out of memory");
 	if ((rc = choose_direct(d, direct, direct_env)) || (rc = choose_engine(d, io)) ||
-	    (rc = alloc_queues(d)))
+	    (rc = dk_fop_probe(d, fops, fops_env)) || (rc = alloc_queues(d)))
 		goto fail;
 	if (getrandom(&d->nonce, sizeof d->nonce, GRND_NONBLOCK) != sizeof d->nonce || !d->nonce)
 		d->nonce = eos_now_ns() | 1;
@@ -665,6 +695,10 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
+	for (int i = 0; i < SEL_DISK_FOPS; i++)
+		out->ring_fileops[i] = __atomic_load_n(&d->st.ring_fileops[i], __ATOMIC_RELAXED);
+	out->fileop_fallbacks = __atomic_load_n(&d->st.fileop_fallbacks, __ATOMIC_RELAXED);
+	out->ring_fileops_on = d->fileops && __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->uring = __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
 }
