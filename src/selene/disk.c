@@ -101,6 +101,8 @@ static void disk_free(sel_disk *d)
 		io_uring_queue_exit(&d->ring);
 	if (d->efd >= 0)
 		close(d->efd);
+	if (d->ring_dirfd >= 0)
+		close(d->ring_dirfd);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_cond_destroy(&d->cv_exit);
@@ -150,8 +152,7 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_builder_done(d->act[i]) ||
-		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
+		if (!dk_admits_past(d->act[i]) || sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
 			return false;
 	}
 	return true;
@@ -429,6 +430,7 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 	if (!d)
 		return NULL;
 	d->efd = -1;
+	d->ring_dirfd = -1;
 	d->dirfd = cfg->dirfd;
 	d->ns = cfg->ns;
 	d->cap = cfg->queue_depth ? cfg->queue_depth : SEL_DISK_QUEUE_DEPTH;

@@ -34,6 +34,16 @@
  * once none is with the kernel (disk.c invariant 2), and a ring reset
  * abandons the unsubmitted ones (res stays FOP_UNSET).
  *
+ * The ring's operations name the directory through a descriptor of its own
+ * (ring_dirfd, opened at startup), never through dirfd: dirfd is the
+ * description the directory lock is held on, and a description the ring
+ * refers to lives until the ring's asynchronous teardown after the process
+ * died, which would keep the lock from the next owner (test_store_crash
+ * saw it).  io_uring's workers share the process's descriptor table, so
+ * the lock is still released only after the last of them has exited,
+ * after any operation it was running: nothing the ring does lands after
+ * the next owner took the directory.
+ *
  * hooks.fileop may fail an operation: a NOP then stands in for it (so it
  * never runs) and reports the injected errno, and the operations after it
  * in its chain are not submitted at all (-ECANCELED), as a real failure
@@ -63,6 +73,11 @@ int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode, bool env)
 	}
 	if (!d->ring_ok)
 		return 0;
+	d->ring_dirfd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->ring_dirfd < 0) {
+		dk_note(d, "file operations on the thread: the directory: %s", strerror(errno));
+		return 0;
+	}
 	struct io_uring_probe *p = io_uring_get_probe_ring(&d->ring);
 	char lacks[128] = "";
 	size_t n = 0;
@@ -106,17 +121,17 @@ static void fop_prep_one(sel_disk *d, struct io_ctx *c, struct io_uring_sqe *sqe
 	case SEL_DISK_FOP_OPEN: {
 		int fl = O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW |
 			 (c->odirect ? O_DIRECT : 0);
-		io_uring_prep_openat(sqe, d->dirfd, tmp, fl, 0644);
+		io_uring_prep_openat(sqe, d->ring_dirfd, tmp, fl, 0644);
 		break;
 	}
 	case SEL_DISK_FOP_FALLOCATE: io_uring_prep_fallocate(sqe, fd, 0, 0, (off_t)len); break;
 	case SEL_DISK_FOP_DATASYNC: io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC); break;
 	case SEL_DISK_FOP_CLOSE: io_uring_prep_close(sqe, fd); break;
 	case SEL_DISK_FOP_RENAME:
-		io_uring_prep_renameat(sqe, d->dirfd, tmp, d->dirfd, c->name, 0);
+		io_uring_prep_renameat(sqe, d->ring_dirfd, tmp, d->ring_dirfd, c->name, 0);
 		break;
-	case SEL_DISK_FOP_DIRSYNC: io_uring_prep_fsync(sqe, d->dirfd, 0); break;
-	case SEL_DISK_FOP_UNLINK: io_uring_prep_unlinkat(sqe, d->dirfd, c->name, 0); break;
+	case SEL_DISK_FOP_DIRSYNC: io_uring_prep_fsync(sqe, d->ring_dirfd, 0); break;
+	case SEL_DISK_FOP_UNLINK: io_uring_prep_unlinkat(sqe, d->ring_dirfd, c->name, 0); break;
 	default: io_uring_prep_nop(sqe); break;
 	}
 }

@@ -32,7 +32,7 @@
 
 #define IOV_PER_REQ 128
 #define SUBMIT_RETRIES 8
-#define ACTIVE_JOBS 4
+#define ACTIVE_JOBS 8
 
 enum seg_kind {
 	SEG_PAGE = 0,
@@ -169,6 +169,8 @@ struct sel_disk {
 	uint32_t sq_n, sq_cap;
 	bool fileops;    /* file operations through the ring (config, env) */
 	uint32_t fop_ok; /* bit per enum sel_disk_fop: the kernel has it */
+	int ring_dirfd;  /* the directory again, for the ring's operations (not
+			    the locked description: disk_fop.c) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;      /* jobs queued, or closing */
@@ -249,6 +251,13 @@ static inline bool dk_aborting(sel_disk *d) { return __atomic_load_n(&d->abort, 
 static inline bool dk_builder_done(const struct io_ctx *c)
 {
 	return c->err || (c->phase != PH_OPEN && c->si >= c->n_segs);
+}
+/* A later job may start beside c: c has queued all it will (or failed),
+ * or it is a write whose temporary is being created on the ring (only an
+ * unlink's completion must precede later prologues: disk.h). */
+static inline bool dk_admits_past(const struct io_ctx *c)
+{
+	return dk_builder_done(c) || (c->phase == PH_OPEN && c->write);
 }
 /* Record the job's first failure with its message, or the calling thread's
  * Eos message as the cause. */
