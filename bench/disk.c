@@ -326,6 +326,10 @@ static void small_once(int dirfd, const char *path, const sel_record_ns *ns,
 	struct sel_disk_stats st;
 	sel_disk_stats(d, &st);
 	CHECK(st.ring_fileops_on == (mode != SEL_DISK_FILEOPS_SYNC));
+	/* The thread names itself when it starts. */
+	for (int i = 0; i < 5000 && thread_cpu_s("sel-disk") < 0; i++)
+		eos_sleep_ns(1000000);
+	CHECK(thread_cpu_s("sel-disk") >= 0);
 	sync();
 	set_jobs(jobs, n, SEL_DISK_WRITE, src, siov, spieces);
 	double c0 = thread_cpu_s("sel-disk"), p0 = others_cpu_s(), t0 = now_s();

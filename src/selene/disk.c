@@ -24,12 +24,18 @@
  * checksum are known only once the payload is hashed).  A builder cuts the
  * segments, in order, into requests of at most chunk_bytes (8 MiB) and 128
  * iovecs over file-contiguous runs.  The epilogue is synchronous again:
- * verify the row, or commit (fdatasync, rename, directory fsync).
+ * verify the row, or commit (fdatasync, rename, directory fsync).  On the
+ * ring, a write's file operations (creating and preallocating the
+ * temporary; the commit as one linked chain) and an unlink are put on the
+ * ring instead, where the kernel has them, and the job waits for their
+ * completions like for its requests (disk_fop.c), so the thread goes on
+ * with the other jobs meanwhile.
  *
  * One record rarely fills the ring (a 64 MiB record is 8 requests), so on
- * the io_uring path up to ACTIVE_JOBS jobs are in flight together: once
- * every active job has queued all its requests, the next job's prologue
- * runs while the device works on theirs, and its requests follow.  Up to
+ * the io_uring path up to ACTIVE_JOBS (8) jobs are in flight together: once
+ * every active job has queued all its requests (or is a write whose
+ * temporary the ring is creating), the next job's prologue runs while the
+ * device works on theirs, and its requests follow.  Up to
  * ring_depth (32) requests are in flight in all.  A job is admitted early
  * only if no active job has the same key, so the jobs of one record run in
  * submission order; jobs of different records may complete out of order.
@@ -260,7 +266,7 @@ static void *disk_main(void *arg)
 }
 
 /* Add a startup path note (io_note, "; "-separated). */
-void dk_note(sel_disk *d, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void note(sel_disk *d, const char *fmt, ...)
 {
 	size_t n = strlen(d->io_note);
 	if (n && n + 2 < sizeof d->io_note) {
@@ -335,12 +341,10 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 
 /* The file-operations mode: the configuration's, or SELENE_DISK_FILEOPS
  * (auto, ring, sync).  0 or -EINVAL naming the bad value. */
-static int fileops_choice(const struct sel_disk_config *cfg, enum sel_disk_fileops *mode,
-			  bool *env_set)
+static int fileops_choice(const struct sel_disk_config *cfg, enum sel_disk_fileops *mode)
 {
 	*mode = cfg->fileops;
 	const char *env = env_choice("SELENE_DISK_FILEOPS");
-	*env_set = env != NULL;
 	if (!env)
 		return 0;
 	if (strcmp(env, "auto") == 0)
@@ -366,13 +370,12 @@ static int choose_direct(sel_disk *d, int direct, bool direct_env)
 				return rc;
 			direct = rc;
 			if (!direct)
-				dk_note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
+				note(d, "O_DIRECT refused, buffered I/O: %s", eos_errmsg());
 		} else {
 			direct = 1; /* fall back at the first open that refuses */
 		}
 	} else if (direct == 0) {
-		dk_note(d, "buffered I/O: %s",
-			direct_env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
+		note(d, "buffered I/O: %s", direct_env ? "SELENE_DISK_DIRECT=0" : "direct I/O off");
 	} else if (direct == 1 && d->dir) {
 		if ((rc = eos_direct_io_probe_at(d->dirfd, d->dir)) < 0)
 			return rc;
@@ -389,8 +392,8 @@ static int choose_direct(sel_disk *d, int direct, bool direct_env)
 static int choose_engine(sel_disk *d, enum sel_disk_io io)
 {
 	if (io == SEL_DISK_IO_PREAD) {
-		dk_note(d, "pread/pwrite: %s",
-			getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
+		note(d, "pread/pwrite: %s",
+		     getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
 		return 0;
 	}
 	int rc = io_uring_queue_init(d->sq_cap, &d->ring, 0);
@@ -400,7 +403,7 @@ static int choose_engine(sel_disk *d, enum sel_disk_io io)
 	} else if (io == SEL_DISK_IO_URING) {
 		return eos_fail(rc, "disk thread: io_uring forced but refused: %s", strerror(-rc));
 	} else {
-		dk_note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
+		note(d, "io_uring refused (%s), pread/pwrite", strerror(-rc));
 	}
 	return 0;
 }
@@ -461,16 +464,16 @@ int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 	enum sel_disk_io io = SEL_DISK_IO_AUTO;
 	enum sel_disk_fileops fops = SEL_DISK_FILEOPS_AUTO;
 	int direct = -1, rc;
-	bool direct_env = false, fops_env = false;
+	bool direct_env = false;
 	*out = NULL;
 	if ((rc = config_choices(cfg, &io, &direct, &direct_env)) ||
-	    (rc = fileops_choice(cfg, &fops, &fops_env)))
+	    (rc = fileops_choice(cfg, &fops)))
 		return rc;
 	sel_disk *d = disk_new(cfg);
 	if (!d)
 		return eos_fail(-ENOMEM, "disk thread: out of memory");
 	if ((rc = choose_direct(d, direct, direct_env)) || (rc = choose_engine(d, io)) ||
-	    (rc = dk_fop_probe(d, fops, fops_env)) || (rc = alloc_queues(d)))
+	    (rc = dk_fop_probe(d, fops)) || (rc = alloc_queues(d)))
 		goto fail;
 	if (getrandom(&d->nonce, sizeof d->nonce, GRND_NONBLOCK) != sizeof d->nonce || !d->nonce)
 		d->nonce = eos_now_ns() | 1;

@@ -25,12 +25,13 @@
  *     after close began, and -EINVAL for a malformed job; a call that
  *     returns an error produces no completion.
  *   - Jobs of one record (same key) run and complete in submission order.
- *     Every job's synchronous prologue (temporary creation and
- *     preallocation, truncation, unlink, the header read) runs in
- *     submission order across records too, so a store that releases a
- *     removal's disk budget when it submits the unlink never has a later
- *     write preallocate before that file is gone.
- *     On io_uring, jobs of different records overlap (up to four at once)
+ *     Every job's prologue (temporary creation and preallocation,
+ *     truncation, unlink, the header read) starts in submission order
+ *     across records too, and an unlink's or a truncation's completes
+ *     before any later job starts, so a store that releases a removal's
+ *     disk budget when it submits the unlink never has a later write
+ *     preallocate before that file is gone.
+ *     On io_uring, jobs of different records overlap (up to eight at once)
  *     and may complete out of order; match completions by pointer or id.
  *   - The job descriptor, its page address array, its row pieces and the
  *     slot buffers they point to belong to the disk thread from a

@@ -62,21 +62,22 @@ static const char *const fop_name[SEL_DISK_FOPS] = {
 	"openat", "fallocate", "fdatasync", "close", "renameat", "fsync", "unlinkat",
 };
 
-int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode, bool env)
+int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode)
 {
 	d->fileops = false;
 	d->fop_ok = 0;
-	if (mode == SEL_DISK_FILEOPS_SYNC) {
-		dk_note(d, "file operations on the thread: %s",
-			env ? "SELENE_DISK_FILEOPS=sync" : "ring file operations off");
+	if (mode == SEL_DISK_FILEOPS_SYNC)
 		return 0;
-	}
 	if (!d->ring_ok)
 		return 0;
 	d->ring_dirfd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (d->ring_dirfd < 0) {
-		dk_note(d, "file operations on the thread: the directory: %s", strerror(errno));
-		return 0;
+		if (mode == SEL_DISK_FILEOPS_RING)
+			return eos_fail(-errno,
+					"disk thread: ring file operations forced, but the "
+					"directory cannot be opened again: %s",
+					strerror(errno));
+		return 0; /* on the thread */
 	}
 	struct io_uring_probe *p = io_uring_get_probe_ring(&d->ring);
 	char lacks[128] = "";
@@ -96,8 +97,6 @@ int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode, bool env)
 				"disk thread: ring file operations forced, but this kernel's "
 				"io_uring lacks %s",
 				lacks);
-	if (lacks[0])
-		dk_note(d, "io_uring lacks %s: on the thread", lacks);
 	d->fileops = d->fop_ok != 0;
 	return 0;
 }

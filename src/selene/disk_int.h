@@ -214,9 +214,9 @@ void dk_run_sync(sel_disk *d, struct io_ctx *c);
 void dk_ring_reset(sel_disk *d);
 
 /* disk_fop.c: file operations through the ring. */
-/* Probe the ring for each operation (after the ring is set up); env: the
- * environment chose mode.  0, or -EOPNOTSUPP when forced and lacking. */
-int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode, bool env);
+/* Probe the ring for each operation (after the ring is set up).  0, or an
+ * error when mode forces the ring and the kernel lacks an operation. */
+int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode);
 /* Whether every operation of kinds (FOP_BIT mask) may go on the ring now,
  * with room for them in the submission queue. */
 bool dk_fop_usable(sel_disk *d, uint32_t kinds);
@@ -240,9 +240,6 @@ void dk_job_fops_done(sel_disk *d, struct io_ctx *c);
 /* c's payload is done: put its commit on the ring.  False: commit on the
  * thread (dk_job_end), as before. */
 bool dk_job_commit(sel_disk *d, struct io_ctx *c);
-
-/* disk.c: a startup path note (io_note). */
-__attribute__((format(printf, 2, 3))) void dk_note(sel_disk *d, const char *fmt, ...);
 
 /* Shared helpers. */
 static inline bool dk_aborting(sel_disk *d) { return __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE); }
