@@ -125,6 +125,23 @@ int dk_wt_discard(sel_disk *d, struct wtemp *w)
 	return rc;
 }
 
+/* Create and preallocate the temporary of c's write on the thread (the
+ * synchronous path), under the name tmp; a windowed write's entry keeps
+ * the descriptor. */
+static void create_sync(sel_disk *d, struct io_ctx *c, bool direct, char *tmp)
+{
+	const struct sel_disk_job *j = c->job;
+	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? c->span.row_end : c->span.row_off,
+				      next_nonce(d), &direct, tmp);
+	note_direct(d, direct);
+	if (c->fd < 0) {
+		dk_io_fail_msg(c, c->fd);
+		c->fd = -1;
+	} else if (j->op == SEL_DISK_WRITE_PART) {
+		c->wt->fd = c->fd;
+	}
+}
+
 static void write_begin(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
@@ -207,15 +224,7 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 		dk_fop_chain(d, c, (const uint8_t[]){SEL_DISK_FOP_OPEN}, 1, -1, tmp, 0);
 		return;
 	}
-	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? s->row_end : s->row_off,
-				      next_nonce(d), &direct, part ? c->wt->tmp : c->tmp);
-	note_direct(d, direct);
-	if (c->fd < 0) {
-		dk_io_fail_msg(c, c->fd);
-		c->fd = -1;
-	} else if (part) {
-		c->wt->fd = c->fd;
-	}
+	create_sync(d, c, direct, part ? c->wt->tmp : c->tmp);
 	return;
 nomem:
 	dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", n);
@@ -692,14 +701,7 @@ static void ring_opened(sel_disk *d, struct io_ctx *c, int res)
 			direct = false;
 		}
 		STAT_ADD(d, fileop_fallbacks, 1);
-		c->fd = sel_record_tmp_create(d->dirfd, c->name, len, next_nonce(d), &direct, tmp);
-		note_direct(d, direct);
-		if (c->fd < 0) {
-			dk_io_fail_msg(c, c->fd);
-			c->fd = -1;
-		} else if (part) {
-			c->wt->fd = c->fd;
-		}
+		create_sync(d, c, direct, tmp);
 		return;
 	} else {
 		dk_io_fail(c, res, "create '%s'%s: %s", tmp, c->odirect ? " with O_DIRECT" : "",
