@@ -158,7 +158,8 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_admits_past(d->act[i]) || sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
+		if (!dk_admits_past(d->act[i], j) ||
+		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
 			return false;
 	}
 	return true;

@@ -28,9 +28,9 @@
  *     Every job's prologue (temporary creation and preallocation,
  *     truncation, unlink, the header read) starts in submission order
  *     across records too, and an unlink's or a truncation's completes
- *     before any later job starts, so a store that releases a removal's
- *     disk budget when it submits the unlink never has a later write
- *     preallocate before that file is gone.
+ *     before any later write starts (a truncation's before any later job),
+ *     so a store that releases a removal's disk budget when it submits the
+ *     unlink never has a later write preallocate before that file is gone.
  *     On io_uring, jobs of different records overlap (up to eight at once)
  *     and may complete out of order; match completions by pointer or id.
  *   - The job descriptor, its page address array, its row pieces and the

@@ -249,12 +249,21 @@ static inline bool dk_builder_done(const struct io_ctx *c)
 {
 	return c->err || (c->phase != PH_OPEN && c->si >= c->n_segs);
 }
-/* A later job may start beside c: c has queued all it will (or failed),
- * or it is a write whose temporary is being created on the ring (only an
- * unlink's completion must precede later prologues: disk.h). */
-static inline bool dk_admits_past(const struct io_ctx *c)
+/* Whether job j may start beside active job c: c has queued all it will
+ * (or failed), or its file operations are on the ring and j need not wait
+ * for them -- c creates a temporary, or c is an unlink and j does not
+ * write (only an unlink's completion must precede a later write's
+ * preallocation: disk.h). */
+static inline bool dk_admits_past(const struct io_ctx *c, const struct sel_disk_job *j)
 {
-	return dk_builder_done(c) || (c->phase == PH_OPEN && c->write);
+	if (dk_builder_done(c))
+		return true;
+	if (c->phase != PH_OPEN)
+		return false;
+	if (c->write)
+		return true;
+	return c->job->op == SEL_DISK_UNLINK && j->op != SEL_DISK_WRITE &&
+	       j->op != SEL_DISK_WRITE_PART;
 }
 /* Record the job's first failure with its message, or the calling thread's
  * Eos message as the cause. */
