@@ -10,12 +10,24 @@
  *   fio_write_gbps / fio_read_gbps     fio, ioengine=io_uring, direct=1,
  *                                      bs=8M, iodepth=32, same bytes
  *   disk_write_vs_fio / disk_read_vs_fio  the ratios (goal >= 0.9)
+ *   small_<size>_*                     records of 16 KiB to 1 MiB of pages
+ *                                      (and a 4 KiB row) written, read and
+ *                                      unlinked with the file operations on
+ *                                      the thread (sync, the fallback) and on
+ *                                      the ring, alternating, in one run:
+ *                                      records/s, GB/s, the disk thread's CPU
+ *                                      per record and the process's (the
+ *                                      thread plus io_uring's kernel workers),
+ *                                      and ring / sync ratios
  *   scan_100k_s                        sel_record_scan over 100,000 records
  *                                      (goal <= 2 s); scan_100k_cold_s too
  *                                      when the page cache can be dropped
  *
  * Environment: BENCH_DIR (default $TMPDIR or /tmp), BENCH_MIB (MiB of
- * records per measurement, default 512), BENCH_ROUNDS (default 4), BENCH_SCAN_RECORDS (default 100000).  Everything it
+ * records per measurement, default 512), BENCH_ROUNDS (default 4), BENCH_SCAN_RECORDS (default 100000),
+ * BENCH_SMALL_MIB (MiB of small records per size and mode, default 32; 0
+ * skips them), BENCH_SMALL_ONLY=1 (only the small records), BENCH_DISK_NICE
+ * (the disk thread's nice value for the throughput rounds, default 10).  Everything it
  * writes is removed at the end.  Without fio the ratios are skipped with a
  * line saying why.
  */
@@ -27,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +136,8 @@ static bool drop_caches(void)
 	return ok;
 }
 
+static double thread_cpu_s(const char *name);
+
 /* ---- throughput ----------------------------------------------------------- */
 
 static void bench_throughput(const char *base, uint64_t total)
@@ -167,9 +183,19 @@ static void bench_throughput(const char *base, uint64_t total)
 	void **src_pages = pages[0];
 	struct iovec *src_iov = iov[0];
 
-	struct sel_disk_config cfg = {.dirfd = lk.fd, .dir = lk.path, .ns = &ns, .direct = -1};
+	/* BENCH_DISK_NICE: the disk thread's nice value (1..19; the default
+	 * is the store's 10), to show what a busy machine's other processes
+	 * take from a thread at reduced priority. */
+	struct sel_disk_config cfg = {.dirfd = lk.fd,
+				      .dir = lk.path,
+				      .ns = &ns,
+				      .direct = -1,
+				      .nice = (int)env_u64("BENCH_DISK_NICE", 0)};
 	sel_disk *d;
 	CHECK_OK(sel_disk_create(&cfg, &d));
+	for (int i = 0; i < 5000 && thread_cpu_s("sel-disk") < 0; i++)
+		eos_sleep_ns(1000000);
+	double wcpu = 0, wbytes = 0;
 	struct sel_disk_stats st;
 	sel_disk_stats(d, &st);
 	printf("disk thread: %s, %s; %d records of %u x %.0f MiB pages + %.1f MiB row\n",
@@ -199,7 +225,10 @@ static void bench_throughput(const char *base, uint64_t total)
 		if (fio && fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
 		set_jobs(jobs, nrec, SEL_DISK_WRITE, src_pages, src_iov, npieces);
+		double c0 = thread_cpu_s("sel-disk");
 		wbw[round] = run_jobs(d, jobs, nrec, 4);
+		wcpu += thread_cpu_s("sel-disk") - c0;
+		wbytes += (double)bytes;
 		if (fio && !fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
 		sync();
@@ -232,6 +261,7 @@ static void bench_throughput(const char *base, uint64_t total)
 	if (!fio)
 		printf("fio did not run: no ratios\n");
 	printf("RESULT disk_write_gbps %.3f GB/s\n", bench_median(wbw, ROUNDS) / 1e9);
+	printf("RESULT disk_write_thread_cpu_s_per_gb %.3f s\n", wcpu / (wbytes / 1e9));
 	printf("RESULT disk_read_gbps %.3f GB/s\n", bench_median(rbw, ROUNDS) / 1e9);
 	if (fio) {
 		printf("RESULT fio_write_gbps %.3f GB/s\n", bench_median(fw, ROUNDS) / 1e9);
@@ -242,6 +272,203 @@ static void bench_throughput(const char *base, uint64_t total)
 	CHECK_OK(sel_disk_close(d, 0));
 	sel_disk_destroy(d);
 	free(jobs);
+	sel_slab_destroy(pool);
+	eos_dirlock_release(&lk);
+	sel_record_ns_free(&ns);
+}
+
+/* ---- small records ---------------------------------------------------------- */
+
+/* The CPU time of the thread named name (the disk thread), in seconds, or
+ * -1 when there is none. */
+static double thread_cpu_s(const char *name)
+{
+	DIR *dir = opendir("/proc/self/task");
+	if (!dir)
+		return -1;
+	struct dirent *e;
+	double t = -1;
+	while ((e = readdir(dir)) != NULL) {
+		char path[300], comm[64] = "";
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof comm, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		if (strcmp(comm, name) != 0)
+			continue;
+		/* A thread's CPU clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED). */
+		pid_t tid = (pid_t)atoi(e->d_name);
+		clockid_t cid = (clockid_t)((~(unsigned)tid << 3) | 6);
+		struct timespec ts;
+		if (clock_gettime(cid, &ts) == 0)
+			t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	}
+	closedir(dir);
+	return t;
+}
+
+/* The process's CPU time outside the calling thread: the disk thread and
+ * the io_uring workers (which do the ring's file operations), in seconds. */
+static double others_cpu_s(void)
+{
+	struct rusage all, me;
+	getrusage(RUSAGE_SELF, &all);
+	getrusage(RUSAGE_THREAD, &me);
+	double a = (double)all.ru_utime.tv_sec + (double)all.ru_utime.tv_usec / 1e6 +
+		   (double)all.ru_stime.tv_sec + (double)all.ru_stime.tv_usec / 1e6;
+	double m = (double)me.ru_utime.tv_sec + (double)me.ru_utime.tv_usec / 1e6 +
+		   (double)me.ru_stime.tv_sec + (double)me.ru_stime.tv_usec / 1e6;
+	return a - m;
+}
+
+struct small_fig {
+	double wrec, wbw, rrec, urec; /* write records/s and bytes/s, read and unlink records/s */
+	double thread_us, proc_us;    /* write: CPU per record, disk thread / all but the caller */
+};
+
+/* Write, read back and unlink n records of tail pages with the file
+ * operations as mode says. */
+static void small_once(int dirfd, const char *path, const sel_record_ns *ns,
+		       enum sel_disk_fileops mode, struct sel_disk_job *jobs, int n,
+		       void *const *src, const struct iovec *siov, int spieces, void *const *dst,
+		       const struct iovec *diov, int dpieces, struct small_fig *out)
+{
+	struct sel_disk_config cfg = {
+		.dirfd = dirfd, .dir = path, .ns = ns, .direct = -1, .fileops = mode};
+	sel_disk *d;
+	CHECK_OK(sel_disk_create(&cfg, &d));
+	struct sel_disk_stats st;
+	sel_disk_stats(d, &st);
+	CHECK(st.ring_fileops_on == (mode != SEL_DISK_FILEOPS_SYNC));
+	/* The thread names itself when it starts. */
+	for (int i = 0; i < 5000 && thread_cpu_s("sel-disk") < 0; i++)
+		eos_sleep_ns(1000000);
+	CHECK(thread_cpu_s("sel-disk") >= 0);
+	sync();
+	set_jobs(jobs, n, SEL_DISK_WRITE, src, siov, spieces);
+	double c0 = thread_cpu_s("sel-disk"), p0 = others_cpu_s(), t0 = now_s();
+	out->wbw = run_jobs(d, jobs, n, 16); /* one source: the writes only read it */
+	double dt = now_s() - t0;
+	out->thread_us = (thread_cpu_s("sel-disk") - c0) / n * 1e6;
+	out->proc_us = (others_cpu_s() - p0) / n * 1e6;
+	out->wrec = n / dt;
+	sync();
+	set_jobs(jobs, n, SEL_DISK_READ, dst, diov, dpieces);
+	t0 = now_s();
+	run_jobs(d, jobs, n, 1); /* one destination */
+	out->rrec = n / (now_s() - t0);
+	for (int i = 0; i < n; i++) {
+		sel_record_desc rec = jobs[i].rec;
+		memset(&jobs[i], 0, sizeof jobs[i]);
+		jobs[i].rec = rec;
+		jobs[i].op = SEL_DISK_UNLINK;
+	}
+	t0 = now_s();
+	run_jobs(d, jobs, n, 16);
+	out->urec = n / (now_s() - t0);
+	sel_disk_stats(d, &st);
+	CHECK((st.ring_fileops[SEL_DISK_FOP_RENAME] > 0) == (mode != SEL_DISK_FILEOPS_SYNC));
+	CHECK_OK(sel_disk_close(d, 0));
+	sel_disk_destroy(d);
+}
+
+static void bench_small(const char *base, uint64_t total)
+{
+	/* One rank, one plane: 16 KiB page records, a 4 KiB row. */
+	struct test_geo t;
+	test_geo_init(&t, 1, 64, 1, (uint64_t[]){16384}, 4000);
+	sel_record_ns ns;
+	test_ns_init(&ns, &t.g, 3);
+	struct eos_dirlock lk;
+	CHECK_OK(sel_record_dir_open(base, &ns, &lk));
+	const uint64_t slot = ns.layout.sz.page_record;
+	uint32_t rs = sel_record_row_slots(&ns.layout, 0);
+	static const uint32_t tails[] = {1, 4, 16, 64};
+	uint32_t only_tail = (uint32_t)env_u64("BENCH_SMALL_TAIL", 0);
+	sel_slab_pool *pool;
+	CHECK_OK(sel_slab_create(slot, 2 * (64 + rs), 0, true, NULL, &pool));
+	void *pages[2][64], *row[2][4];
+	struct iovec iov[2][8];
+	int np[2];
+	test_rng r;
+	test_rng_init(&r, 7);
+	for (int k = 0; k < 2; k++) {
+		for (uint32_t i = 0; i < 64 + rs; i++) {
+			void *a = sel_slab_addr(pool, (uint32_t)k * (64 + rs) + i);
+			test_rng_fill(&r, a, slot);
+			if (i < 64)
+				pages[k][i] = a;
+			else
+				row[k][i - 64] = a;
+		}
+		np[k] = sel_record_row_iov(&ns.layout, 0, row[k], rs, iov[k], 8);
+		CHECK(np[k] > 0);
+	}
+	printf("small records: %.0f KiB page records, 4 KiB row, file operations on the thread "
+	       "(sync) and on the ring, alternating\n",
+	       (double)slot / 1024);
+	for (size_t s = 0; s < sizeof tails / sizeof tails[0]; s++) {
+		uint32_t tail = tails[s];
+		if (only_tail && tail != only_tail)
+			continue;
+		uint64_t rec_bytes = tail * slot;
+		int n = (int)(total / rec_bytes);
+		if (n < 64)
+			n = 64;
+		if (n > 4000)
+			n = 4000;
+		struct sel_disk_job *jobs = calloc((size_t)n, sizeof(*jobs));
+		for (int i = 0; i < n; i++)
+			test_desc(&r, 64, (uint64_t)tail * 64, NULL, false, &jobs[i].rec);
+		struct small_fig fs[MAX_ROUNDS], fr[MAX_ROUNDS];
+		int rounds = ROUNDS < 2 ? 2 : ROUNDS;
+		for (int round = 0; round < rounds; round++) {
+			bool ring_first = round % 2 == 1;
+			for (int m = 0; m < 2; m++) {
+				bool ring = (m == 0) == ring_first;
+				small_once(lk.fd, lk.path, &ns,
+					   ring ? SEL_DISK_FILEOPS_AUTO : SEL_DISK_FILEOPS_SYNC,
+					   jobs, n, pages[0], iov[0], np[0], pages[1], iov[1],
+					   np[1], ring ? &fr[round] : &fs[round]);
+			}
+			printf("  %4llu KiB x %d, round %d: write %.0f / %.0f records/s (sync / ring), "
+			       "read %.0f / %.0f, unlink %.0f / %.0f, disk thread %.1f / %.1f us per "
+			       "record, process %.1f / %.1f\n",
+			       (unsigned long long)(rec_bytes >> 10), n, round, fs[round].wrec,
+			       fr[round].wrec, fs[round].rrec, fr[round].rrec, fs[round].urec,
+			       fr[round].urec, fs[round].thread_us, fr[round].thread_us,
+			       fs[round].proc_us, fr[round].proc_us);
+		}
+		const char *names[] = {"write_rec_s",         "write_gbps",
+				       "read_rec_s",          "unlink_rec_s",
+				       "write_thread_cpu_us", "write_process_cpu_us"};
+		for (int f = 0; f < 6; f++) {
+			double a[MAX_ROUNDS], b[MAX_ROUNDS], q[MAX_ROUNDS];
+			for (int i = 0; i < rounds; i++) {
+				const struct small_fig *x = &fs[i], *y = &fr[i];
+				double xs[6] = {x->wrec, x->wbw / 1e9, x->rrec,
+						x->urec, x->thread_us, x->proc_us};
+				double ys[6] = {y->wrec, y->wbw / 1e9, y->rrec,
+						y->urec, y->thread_us, y->proc_us};
+				a[i] = xs[f];
+				b[i] = ys[f];
+				q[i] = xs[f] > 0 ? ys[f] / xs[f] : 0;
+			}
+			const char *unit = f == 1 ? "GB/s" : f >= 4 ? "us" : "records/s";
+			printf("RESULT small_%llu_%s_sync %.3f %s\n",
+			       (unsigned long long)(rec_bytes >> 10), names[f],
+			       bench_median(a, rounds), unit);
+			printf("RESULT small_%llu_%s_ring %.3f %s\n",
+			       (unsigned long long)(rec_bytes >> 10), names[f],
+			       bench_median(b, rounds), unit);
+			printf("RESULT small_%llu_%s_ring_vs_sync %.3f ratio\n",
+			       (unsigned long long)(rec_bytes >> 10), names[f], geomean(q, rounds));
+		}
+		free(jobs);
+	}
 	sel_slab_destroy(pool);
 	eos_dirlock_release(&lk);
 	sel_record_ns_free(&ns);
@@ -340,6 +567,14 @@ int main(void)
 	ROUNDS = (int)env_u64("BENCH_ROUNDS", 4);
 	if (ROUNDS < 1 || ROUNDS > MAX_ROUNDS)
 		ROUNDS = 4;
+	uint64_t small = env_u64("BENCH_SMALL_MIB", 32);
+	if (small)
+		bench_small(base, small << 20);
+	if (env_u64("BENCH_SMALL_ONLY", 0)) {
+		test_rmtree(base);
+		free(base);
+		return 0;
+	}
 	bench_throughput(base, mib << 20);
 	uint64_t n = env_u64("BENCH_SCAN_RECORDS", 100000);
 	if (n)

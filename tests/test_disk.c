@@ -83,7 +83,50 @@ static int h_complete(void *ctx, int res)
 	return res;
 }
 
-static const struct sel_disk_hooks hooks = {.submit = h_submit, .complete = h_complete};
+/* File operations on the ring: their completions count with the requests'
+ * (the kernel took both), by kind; fail[k] fails the next one of kind k. */
+static struct {
+	int done[SEL_DISK_FOPS];      /* completions seen, by kind */
+	int cancelled[SEL_DISK_FOPS]; /* of which -ECANCELED */
+	int fail[SEL_DISK_FOPS];      /* errno to inject in the next of kind k (then 0) */
+	int prepared;                 /* operations prepared (fileop calls) */
+	int total;                    /* completions seen */
+	char log[64];                 /* O: an openat prepared, U: an unlink prepared, u: done */
+	int log_n;
+} fk;
+
+static void fk_log(char c)
+{
+	if (fk.log_n + 1 < (int)sizeof fk.log)
+		fk.log[fk.log_n++] = c;
+}
+
+static int h_fileop(void *ctx, int op)
+{
+	(void)ctx;
+	fk.prepared++;
+	if (op == SEL_DISK_FOP_OPEN || op == SEL_DISK_FOP_UNLINK)
+		fk_log(op == SEL_DISK_FOP_OPEN ? 'O' : 'U');
+	int e = fk.fail[op];
+	fk.fail[op] = 0;
+	return -e;
+}
+
+static void h_fileop_done(void *ctx, int op, int res)
+{
+	(void)ctx;
+	fk.total++;
+	fk.done[op]++;
+	if (op == SEL_DISK_FOP_UNLINK)
+		fk_log('u');
+	if (res == -ECANCELED)
+		fk.cancelled[op]++;
+}
+
+static const struct sel_disk_hooks hooks = {.submit = h_submit,
+					    .complete = h_complete,
+					    .fileop = h_fileop,
+					    .fileop_done = h_fileop_done};
 
 /* A device that takes 300 ms to accept anything (shares no state but the
  * count of submissions it began). */
@@ -109,7 +152,11 @@ static void wait_count(const int *counter, int want)
 
 static const struct sel_disk_hooks slow_hooks = {.submit = h_slow_submit};
 
-static void hk_reset(void) { memset(&hk, 0, sizeof hk); }
+static void hk_reset(void)
+{
+	memset(&hk, 0, sizeof hk);
+	memset(&fk, 0, sizeof fk);
+}
 
 /* ---- fixture ---------------------------------------------------------------------- */
 
@@ -117,6 +164,7 @@ struct mode {
 	const char *name;
 	enum sel_disk_io io;
 	int direct;
+	enum sel_disk_fileops fileops;
 };
 
 struct fx {
@@ -138,6 +186,8 @@ static void fx_open_disk(struct fx *f)
 	sel_disk_stats(f->d, &st);
 	CHECK(st.uring == (f->mode->io == SEL_DISK_IO_URING));
 	CHECK(st.direct == (f->mode->direct == 1));
+	CHECK(st.ring_fileops_on ==
+	      (f->mode->io == SEL_DISK_IO_URING && f->mode->fileops != SEL_DISK_FILEOPS_SYNC));
 }
 
 static void fx_init(struct fx *f, const struct mode *m, const struct test_geo *t)
@@ -163,6 +213,7 @@ static void fx_init(struct fx *f, const struct mode *m, const struct test_geo *t
 		.ns = &f->ns,
 		.io = m->io,
 		.direct = m->direct,
+		.fileops = m->fileops,
 		.hooks = &hooks,
 	};
 	fx_open_disk(f);
@@ -798,7 +849,7 @@ static void test_concurrency(struct fx *f)
 					failed += out[k]->status != 0;
 				got += n;
 			}
-			CHECK(hk.completions == hk.submitted);
+			CHECK(hk.completions + fk.total == hk.submitted);
 			CHECK(test_count_tmp(f->dir) == 0);
 			if (round == 0)
 				CHECK(failed == 1);
@@ -1260,6 +1311,215 @@ static void test_faults(struct fx *f)
 	faultfs_reset();
 }
 
+/* ---- file operations on the ring ------------------------------------------------------ */
+
+static uint64_t fop_sum(const struct sel_disk_stats *st)
+{
+	uint64_t n = 0;
+	for (int k = 0; k < SEL_DISK_FOPS; k++)
+		n += st->ring_fileops[k];
+	return n;
+}
+
+/* Write a record whose write fails in the ring's file operation kind with
+ * e (hooks.fileop: it never runs, and nothing after it in its chain runs);
+ * whole or in two parts.  The committed version of the key survives
+ * unchanged (except after the rename: a failed directory fsync). */
+static void ring_write_fault(struct fx *f, int kind, int e, bool windowed)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 4 * pt, NULL, false, &d);
+	struct rec old, neu, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &old, &d, true);
+	rec_alloc(f, &neu, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	job_write(&j, &old, true);
+	CHECK_OK(run(f, &j));
+
+	sel_disk *keep = f->d;
+	bool datasync = kind == SEL_DISK_FOP_DATASYNC;
+	if (datasync) {
+		struct sel_disk_config cfg = f->cfg;
+		cfg.fdatasync = true;
+		CHECK_OK(sel_disk_create(&cfg, &f->d));
+	}
+	hk_reset();
+	fk.fail[kind] = e;
+	int rc;
+	if (windowed) {
+		job_part(&j, &neu, 0, 2, true, SEL_DISK_PART_BEGIN);
+		rc = run(f, &j);
+		if (rc == 0) {
+			CHECK(kind != SEL_DISK_FOP_OPEN && kind != SEL_DISK_FOP_FALLOCATE);
+			job_part(&j, &neu, 2, d.tail - 2, true, SEL_DISK_PART_END);
+			rc = run(f, &j);
+		}
+	} else {
+		job_write(&j, &neu, true);
+		rc = run(f, &j);
+	}
+	CHECKF(rc == -e, "ring %d %s: status %d (%s)", kind, strerror(e), rc, j.errmsg);
+	CHECKF(strstr(j.errmsg, strerror(e)) != NULL, "message '%s' lacks the cause", j.errmsg);
+	CHECK(fk.done[kind] == 1 && fk.total == hk.submitted - hk.completions);
+	if (kind == SEL_DISK_FOP_DATASYNC || kind == SEL_DISK_FOP_CLOSE)
+		CHECK(fk.done[SEL_DISK_FOP_RENAME] == 0); /* never submitted */
+	CHECK(j.committed == (kind == SEL_DISK_FOP_DIRSYNC));
+	CHECK(test_count_tmp(f->dir) == 0);
+	hk_reset();
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(kind == SEL_DISK_FOP_DIRSYNC ? &neu : &old, &dst, 0, true);
+	if (datasync) {
+		CHECK_OK(sel_disk_close(f->d, 0));
+		sel_disk_destroy(f->d);
+		f->d = keep;
+	}
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &old);
+	rec_free(f, &neu);
+	rec_free(f, &dst);
+}
+
+/* The ring path is taken (stats count each operation), faults through the
+ * eos_fileops() table force the synchronous path, injected and real
+ * failures of each operation end as the synchronous path's do. */
+static void test_ring_fileops(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	test_desc(&rng, pt, 3 * pt, NULL, false, &d);
+	struct rec src, dst;
+	struct sel_disk_job j;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	struct sel_disk_stats a, b;
+	sel_disk_stats(f->d, &a);
+	CHECK(a.ring_fileops_on);
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	CHECK(j.committed && fsize(f, &d.key) == src.s.row_end);
+	job_read(&j, &dst, 0, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 0, true);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed && fsize(f, &d.key) == UINT64_MAX);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(!j.existed);
+	sel_disk_stats(f->d, &b);
+	static const int once[] = {SEL_DISK_FOP_OPEN, SEL_DISK_FOP_FALLOCATE, SEL_DISK_FOP_CLOSE,
+				   SEL_DISK_FOP_RENAME, SEL_DISK_FOP_DIRSYNC};
+	for (size_t i = 0; i < sizeof once / sizeof once[0]; i++)
+		CHECKF(b.ring_fileops[once[i]] - a.ring_fileops[once[i]] == 1, "op %d: %llu",
+		       once[i],
+		       (unsigned long long)(b.ring_fileops[once[i]] - a.ring_fileops[once[i]]));
+	CHECK(b.ring_fileops[SEL_DISK_FOP_UNLINK] - a.ring_fileops[SEL_DISK_FOP_UNLINK] == 2);
+	CHECK(b.ring_fileops[SEL_DISK_FOP_DATASYNC] == a.ring_fileops[SEL_DISK_FOP_DATASYNC]);
+
+	/* With a fault-injecting table installed, every file operation goes
+	 * through it (on the thread), none through the ring. */
+	faultfs_reset();
+	eos_fileops_set(faultfs_ops());
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	eos_fileops_set(NULL);
+	sel_disk_stats(f->d, &a);
+	CHECK(fop_sum(&a) == fop_sum(&b));
+	CHECK(faultfs.calls[F_OPEN] >= 1 && faultfs.calls[F_FALLOCATE] == 1 &&
+	      faultfs.calls[F_RENAME] == 1 && faultfs.calls[F_FSYNC] == 1 &&
+	      faultfs.calls[F_UNLINK] == 1);
+	faultfs_reset();
+
+	/* Each operation failing on the ring. */
+	static const int kinds[] = {SEL_DISK_FOP_OPEN,     SEL_DISK_FOP_FALLOCATE,
+				    SEL_DISK_FOP_DATASYNC, SEL_DISK_FOP_CLOSE,
+				    SEL_DISK_FOP_RENAME,   SEL_DISK_FOP_DIRSYNC};
+	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+		ring_write_fault(f, kinds[i], i % 2 ? EIO : ENOSPC, false);
+		ring_write_fault(f, kinds[i], EIO, true);
+	}
+	/* A temporary of the name exists (EEXIST): created again on the
+	 * thread under another name. */
+	hk_reset();
+	sel_disk_stats(f->d, &a);
+	fk.fail[SEL_DISK_FOP_OPEN] = EEXIST;
+	job_write(&j, &src, true);
+	CHECK_OK(run(f, &j));
+	sel_disk_stats(f->d, &b);
+	CHECK(b.fileop_fallbacks == a.fileop_fallbacks + 1 && j.committed);
+	CHECK(test_count_tmp(f->dir) == 0 && fsize(f, &d.key) == src.s.row_end);
+	/* An unlink that fails: the file stays. */
+	fk.fail[SEL_DISK_FOP_UNLINK] = EIO;
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_RC(run(f, &j), -EIO);
+	CHECK(strstr(j.errmsg, strerror(EIO)) && fsize(f, &d.key) == src.s.row_end);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	CHECK(j.existed);
+	/* Unlinks on the ring complete before a later write creates its
+	 * temporary (a store releases a removal's budget at submission);
+	 * later unlinks need not wait. */
+	{
+		sel_record_desc d2;
+		test_desc(&rng, pt, 2 * pt, NULL, false, &d2);
+		struct rec other;
+		rec_alloc(f, &other, &d2, true);
+		job_write(&j, &other, true);
+		CHECK_OK(run(f, &j));
+		job_write(&j, &src, true);
+		CHECK_OK(run(f, &j));
+		struct sel_disk_job u[2], w;
+		job_simple(&u[0], SEL_DISK_UNLINK, &d);
+		job_simple(&u[1], SEL_DISK_UNLINK, &d2);
+		struct rec third = src; /* src's pages under another key */
+		test_desc(&rng, pt, 3 * pt + 1, NULL, false, &third.d);
+		CHECK(third.d.tail == src.d.tail);
+		job_write(&w, &third, true);
+		hk_reset();
+		CHECK_OK(sel_disk_submit(f->d, &u[0]));
+		CHECK_OK(sel_disk_submit(f->d, &u[1]));
+		CHECK_OK(sel_disk_submit(f->d, &w));
+		struct pollfd pf = {.fd = sel_disk_fd(f->d), .events = POLLIN};
+		for (int got = 0; got < 3;) {
+			CHECK(poll(&pf, 1, 30000) == 1);
+			struct sel_disk_job *out[3];
+			int n = sel_disk_poll(f->d, out, 3);
+			for (int k = 0; k < n; k++)
+				CHECKF(out[k]->status == 0, "%s", out[k]->errmsg);
+			got += n;
+		}
+		fk.log[fk.log_n] = '\0';
+		const char *o = strchr(fk.log, 'O'), *last_u = strrchr(fk.log, 'u');
+		CHECKF(o && last_u && o > last_u, "order %s", fk.log);
+		CHECK(u[0].existed && u[1].existed && w.committed);
+		job_simple(&j, SEL_DISK_UNLINK, &third.d);
+		CHECK_OK(run(f, &j));
+		rec_free(f, &other);
+		hk_reset();
+	}
+	/* A real failure: a directory where the record goes (the rename
+	 * fails; the temporary is removed, nothing is committed). */
+	char p[4200];
+	CHECK(mkdir(path_of(f, &d.key, p, sizeof p), 0755) == 0);
+	sel_disk_stats(f->d, &a);
+	job_write(&j, &src, true);
+	int rc = run(f, &j);
+	CHECKF(rc == -EISDIR, "status %d (%s)", rc, j.errmsg);
+	CHECK(strstr(j.errmsg, "rename") && !j.committed && test_count_tmp(f->dir) == 0);
+	sel_disk_stats(f->d, &b);
+	CHECK(b.ring_fileops[SEL_DISK_FOP_RENAME] == a.ring_fileops[SEL_DISK_FOP_RENAME] + 1);
+	CHECK(rmdir(p) == 0);
+	hk_reset();
+	rec_free(f, &src);
+	rec_free(f, &dst);
+}
+
 /* The io_uring edge: failed and short completions, refused submissions. */
 static void test_uring_edge(struct fx *f)
 {
@@ -1285,7 +1545,7 @@ static void test_uring_edge(struct fx *f)
 	hk.fail_completion = 3;
 	job_write(&j, &src, true);
 	CHECK_RC(run(f, &j), -EIO);
-	CHECK(hk.completions == hk.submitted && test_count_tmp(f->dir) == 0);
+	CHECK(hk.completions + fk.total == hk.submitted && test_count_tmp(f->dir) == 0);
 	hk_reset();
 	job_read(&j, &dst, 0, true);
 	CHECK_OK(run(f, &j));
@@ -1322,7 +1582,7 @@ static void test_uring_edge(struct fx *f)
 	job_write(&j, &src, true);
 	CHECK_RC(sel_disk_submit(f->d, &j), 0);
 	CHECK_RC(wait_job(f, &j), -EIO);
-	CHECK(hk.submitted > 0 && hk.completions == hk.submitted);
+	CHECK(hk.submitted > 0 && hk.completions + fk.total == hk.submitted);
 	CHECK(strstr(j.errmsg, "submission"));
 	CHECK(test_count_tmp(f->dir) == 0);
 	sel_disk_stats(f->d, &st1);
@@ -1336,7 +1596,7 @@ static void test_uring_edge(struct fx *f)
 	hk.submitted = hk.completions = 0;
 	job_read(&j, &dst, 0, true);
 	CHECK_RC(run(f, &j), -EIO);
-	CHECK(hk.completions == hk.submitted);
+	CHECK(hk.completions + fk.total == hk.submitted);
 	hk_reset();
 
 	CHECK_OK(sel_disk_close(f->d, 0));
@@ -1438,12 +1698,20 @@ static void run_mode(const struct mode *m, const struct test_geo *t, int k)
 	test_faults(&f);
 	if (m->io == SEL_DISK_IO_URING)
 		test_uring_edge(&f);
+	if (m->io == SEL_DISK_IO_URING && m->fileops != SEL_DISK_FILEOPS_SYNC && k == 0)
+		test_ring_fileops(&f); /* the file operations do not depend on the geometry */
 	if (k == 0)
 		test_close_deadline(&f);
 	CHECK(test_count_tmp(f.dir) == 0);
 	struct sel_disk_stats st;
 	sel_disk_stats(f.d, &st);
 	CHECK(st.direct_fallbacks == 0);
+	/* Forced off, nothing went through the ring; on, the writes did. */
+	if (m->io == SEL_DISK_IO_URING && m->fileops != SEL_DISK_FILEOPS_SYNC)
+		CHECK(st.ring_fileops[SEL_DISK_FOP_OPEN] > 0 &&
+		      st.ring_fileops[SEL_DISK_FOP_RENAME] > 0);
+	else
+		CHECK(fop_sum(&st) == 0);
 	CHECK_OK(sel_slab_check(f.pool));
 	CHECK(sel_slab_in_use(f.pool) == leaked_slots);
 	leaked_slots = 0;
@@ -1456,6 +1724,7 @@ int main(void)
 	/* Forcing variables would make every mode the same one. */
 	unsetenv("SELENE_DISK_IO");
 	unsetenv("SELENE_DISK_DIRECT");
+	unsetenv("SELENE_DISK_FILEOPS");
 
 	/* What this filesystem and kernel allow: the modes they refuse are
 	 * left out (and named); pread, buffered always runs. */
@@ -1471,10 +1740,13 @@ int main(void)
 		io_uring_queue_exit(&ring);
 
 	static const struct mode modes[] = {
-		{"io_uring + O_DIRECT", SEL_DISK_IO_URING, 1},
-		{"io_uring, buffered", SEL_DISK_IO_URING, 0},
-		{"pread + O_DIRECT", SEL_DISK_IO_PREAD, 1},
-		{"pread, buffered", SEL_DISK_IO_PREAD, 0},
+		{"io_uring + O_DIRECT", SEL_DISK_IO_URING, 1, SEL_DISK_FILEOPS_AUTO},
+		{"io_uring, buffered", SEL_DISK_IO_URING, 0, SEL_DISK_FILEOPS_AUTO},
+		/* The file operations' synchronous path, kept tested. */
+		{"io_uring + O_DIRECT, file operations on the thread", SEL_DISK_IO_URING, 1,
+		 SEL_DISK_FILEOPS_SYNC},
+		{"pread + O_DIRECT", SEL_DISK_IO_PREAD, 1, SEL_DISK_FILEOPS_AUTO},
+		{"pread, buffered", SEL_DISK_IO_PREAD, 0, SEL_DISK_FILEOPS_AUTO},
 	};
 	int ran = 0;
 	/* TP1 with a tiny plane and a row over three slots; TP2 uniform
@@ -1501,6 +1773,6 @@ int main(void)
 	}
 	free(g);
 	CHECK(ran >= 1); /* pread, buffered needs nothing the kernel may refuse */
-	printf("test_disk: ok (%d of 4 modes)\n", ran);
+	printf("test_disk: ok (%d of 5 modes)\n", ran);
 	return 0;
 }

@@ -24,12 +24,18 @@
  * checksum are known only once the payload is hashed).  A builder cuts the
  * segments, in order, into requests of at most chunk_bytes (8 MiB) and 128
  * iovecs over file-contiguous runs.  The epilogue is synchronous again:
- * verify the row, or commit (fdatasync, rename, directory fsync).
+ * verify the row, or commit (fdatasync, rename, directory fsync).  On the
+ * ring, a write's file operations (creating and preallocating the
+ * temporary; the commit as one linked chain) and an unlink are put on the
+ * ring instead, where the kernel has them, and the job waits for their
+ * completions like for its requests (disk_fop.c), so the thread goes on
+ * with the other jobs meanwhile.
  *
  * One record rarely fills the ring (a 64 MiB record is 8 requests), so on
- * the io_uring path up to ACTIVE_JOBS jobs are in flight together: once
- * every active job has queued all its requests, the next job's prologue
- * runs while the device works on theirs, and its requests follow.  Up to
+ * the io_uring path up to ACTIVE_JOBS (8) jobs are in flight together: once
+ * every active job has queued all its requests (or is a write whose
+ * temporary the ring is creating), the next job's prologue runs while the
+ * device works on theirs, and its requests follow.  Up to
  * ring_depth (32) requests are in flight in all.  A job is admitted early
  * only if no active job has the same key, so the jobs of one record run in
  * submission order; jobs of different records may complete out of order.
@@ -101,6 +107,8 @@ static void disk_free(sel_disk *d)
 		io_uring_queue_exit(&d->ring);
 	if (d->efd >= 0)
 		close(d->efd);
+	if (d->ring_dirfd >= 0)
+		close(d->ring_dirfd);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	pthread_cond_destroy(&d->cv_exit);
@@ -150,7 +158,7 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_builder_done(d->act[i]) ||
+		if (!dk_admits_past(d->act[i], j) ||
 		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
 			return false;
 	}
@@ -224,7 +232,7 @@ static void *disk_main(void *arg)
 		uint32_t nf = 0, keep = 0;
 		for (uint32_t i = 0; i < d->n_act; i++) {
 			struct io_ctx *c = d->act[i];
-			if (dk_builder_done(c) && dk_quiescent(d, c)) {
+			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_job_commit(d, c)) {
 				dk_job_end(d, c);
 				c->active = false;
 				fin[nf++] = c->job;
@@ -295,6 +303,9 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 	if (!cfg || !cfg->ns || cfg->dirfd < 0)
 		return eos_fail(-EINVAL,
 				"disk thread: configuration needs a namespace and a directory");
+	if ((unsigned)cfg->fileops > SEL_DISK_FILEOPS_SYNC)
+		return eos_fail(-EINVAL, "disk thread: file operations mode %d (expected 0..2)",
+				(int)cfg->fileops);
 	if (cfg->chunk_bytes % EOS_ALIGN != 0 || cfg->chunk_bytes > (1u << 30))
 		return eos_fail(-EINVAL,
 				"disk thread: chunk of %" PRIu64 " bytes is not a multiple of "
@@ -326,6 +337,26 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 		else
 			return eos_fail(-EINVAL, "SELENE_DISK_DIRECT='%s' (expected 0 or 1)", env);
 	}
+	return 0;
+}
+
+/* The file-operations mode: the configuration's, or SELENE_DISK_FILEOPS
+ * (auto, ring, sync).  0 or -EINVAL naming the bad value. */
+static int fileops_choice(const struct sel_disk_config *cfg, enum sel_disk_fileops *mode)
+{
+	*mode = cfg->fileops;
+	const char *env = env_choice("SELENE_DISK_FILEOPS");
+	if (!env)
+		return 0;
+	if (strcmp(env, "auto") == 0)
+		*mode = SEL_DISK_FILEOPS_AUTO;
+	else if (strcmp(env, "ring") == 0)
+		*mode = SEL_DISK_FILEOPS_RING;
+	else if (strcmp(env, "sync") == 0)
+		*mode = SEL_DISK_FILEOPS_SYNC;
+	else
+		return eos_fail(-EINVAL, "SELENE_DISK_FILEOPS='%s' (expected auto, ring or sync)",
+				env);
 	return 0;
 }
 
@@ -366,7 +397,7 @@ static int choose_engine(sel_disk *d, enum sel_disk_io io)
 		     getenv("SELENE_DISK_IO") ? "SELENE_DISK_IO=pread" : "io_uring off");
 		return 0;
 	}
-	int rc = io_uring_queue_init(d->ring_depth, &d->ring, 0);
+	int rc = io_uring_queue_init(d->sq_cap, &d->ring, 0);
 	if (rc == 0) {
 		d->ring_ok = true;
 		d->uring = true;
@@ -384,7 +415,7 @@ static int alloc_queues(sel_disk *d)
 	d->q = calloc(d->cap, sizeof(struct sel_disk_job *));
 	d->done = calloc(d->cap, sizeof(struct sel_disk_job *));
 	d->reqs = calloc(d->ring_depth, sizeof(*d->reqs));
-	d->sq = calloc(d->ring_depth, sizeof(struct req *));
+	d->sq = calloc(d->sq_cap, sizeof(*d->sq));
 	bool ok = d->q && d->done && d->reqs && d->sq;
 	for (int i = 0; ok && i < ACTIVE_JOBS; i++) {
 		struct io_ctx *c = &d->ctx[i];
@@ -403,10 +434,13 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 	if (!d)
 		return NULL;
 	d->efd = -1;
+	d->ring_dirfd = -1;
 	d->dirfd = cfg->dirfd;
 	d->ns = cfg->ns;
 	d->cap = cfg->queue_depth ? cfg->queue_depth : SEL_DISK_QUEUE_DEPTH;
 	d->ring_depth = cfg->ring_depth ? cfg->ring_depth : SEL_DISK_RING_DEPTH;
+	/* Requests, and each active job's file operations. */
+	d->sq_cap = d->ring_depth + ACTIVE_JOBS * SEL_DISK_FOPS;
 	d->chunk = cfg->chunk_bytes ? cfg->chunk_bytes : SEL_DISK_CHUNK_BYTES;
 	d->fdatasync = cfg->fdatasync;
 	d->nice = cfg->nice ? cfg->nice : 10;
@@ -429,16 +463,18 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 int sel_disk_create(const struct sel_disk_config *cfg, sel_disk **out)
 {
 	enum sel_disk_io io = SEL_DISK_IO_AUTO;
+	enum sel_disk_fileops fops = SEL_DISK_FILEOPS_AUTO;
 	int direct = -1, rc;
 	bool direct_env = false;
 	*out = NULL;
-	if ((rc = config_choices(cfg, &io, &direct, &direct_env)))
+	if ((rc = config_choices(cfg, &io, &direct, &direct_env)) ||
+	    (rc = fileops_choice(cfg, &fops)))
 		return rc;
 	sel_disk *d = disk_new(cfg);
 	if (!d)
 		return eos_fail(-ENOMEM, "disk thread: out of memory");
 	if ((rc = choose_direct(d, direct, direct_env)) || (rc = choose_engine(d, io)) ||
-	    (rc = alloc_queues(d)))
+	    (rc = dk_fop_probe(d, fops)) || (rc = alloc_queues(d)))
 		goto fail;
 	if (getrandom(&d->nonce, sizeof d->nonce, GRND_NONBLOCK) != sizeof d->nonce || !d->nonce)
 		d->nonce = eos_now_ns() | 1;
@@ -665,6 +701,10 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
+	for (int i = 0; i < SEL_DISK_FOPS; i++)
+		out->ring_fileops[i] = __atomic_load_n(&d->st.ring_fileops[i], __ATOMIC_RELAXED);
+	out->fileop_fallbacks = __atomic_load_n(&d->st.fileop_fallbacks, __ATOMIC_RELAXED);
+	out->ring_fileops_on = d->fileops && __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->uring = __atomic_load_n(&d->uring, __ATOMIC_RELAXED);
 	out->direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
 }

@@ -11,8 +11,13 @@
  * computes the per-page XXH3 checksums of a write and verifies those of a
  * read.  Where the kernel refuses io_uring or the filesystem refuses
  * O_DIRECT it uses pread/pwrite and buffered files; SELENE_DISK_IO=pread|uring
- * and SELENE_DISK_DIRECT=0|1 force either.  The thread runs at reduced
- * priority (SCHED_BATCH, nice).
+ * and SELENE_DISK_DIRECT=0|1 force either.  On the ring, a write's file
+ * operations (creating the temporary, fallocate, fdatasync, close, rename,
+ * directory fsync) and an unlink go through the ring too, each where the
+ * kernel has the operation (io_uring_get_probe), so the thread does not
+ * wait on them; SELENE_DISK_FILEOPS=sync (or config fileops) keeps them on
+ * the thread, as does a fault-injecting eos_fileops() table.  The thread
+ * runs at reduced priority (SCHED_BATCH, nice).
  *
  * Contract with the submitting thread (the store's worker):
  *   - sel_disk_submit never blocks.  It returns -EAGAIN when queue_depth
@@ -20,12 +25,13 @@
  *     after close began, and -EINVAL for a malformed job; a call that
  *     returns an error produces no completion.
  *   - Jobs of one record (same key) run and complete in submission order.
- *     Every job's synchronous prologue (temporary creation and
- *     preallocation, truncation, unlink, the header read) runs in
- *     submission order across records too, so a store that releases a
- *     removal's disk budget when it submits the unlink never has a later
- *     write preallocate before that file is gone.
- *     On io_uring, jobs of different records overlap (up to four at once)
+ *     Every job's prologue (temporary creation and preallocation,
+ *     truncation, unlink, the header read) starts in submission order
+ *     across records too, and an unlink's or a truncation's completes
+ *     before any later write starts (a truncation's before any later job),
+ *     so a store that releases a removal's disk budget when it submits the
+ *     unlink never has a later write preallocate before that file is gone.
+ *     On io_uring, jobs of different records overlap (up to eight at once)
  *     and may complete out of order; match completions by pointer or id.
  *   - The job descriptor, its page address array, its row pieces and the
  *     slot buffers they point to belong to the disk thread from a
@@ -164,6 +170,31 @@ struct sel_disk_hooks {
 	int (*submit)(void *ctx, struct io_uring *ring);
 	/* Sees each completion's result and returns the one to use. */
 	int (*complete)(void *ctx, int res);
+	/* Before a file operation is put on the ring (op: enum sel_disk_fop):
+	 * 0 runs it, a negative errno makes it fail with that errno without
+	 * running it (and cancels what the ring would have run after it). */
+	int (*fileop)(void *ctx, int op);
+	/* Sees each file operation's completion on the ring (after fileop's
+	 * injection; -ECANCELED: a failure before it in its chain). */
+	void (*fileop_done)(void *ctx, int op, int res);
+};
+
+/* The file operations the ring can carry (hooks.fileop, stats). */
+enum sel_disk_fop {
+	SEL_DISK_FOP_OPEN = 0, /* create the temporary (openat O_CREAT|O_EXCL) */
+	SEL_DISK_FOP_FALLOCATE,
+	SEL_DISK_FOP_DATASYNC, /* fdatasync before the rename (config fdatasync) */
+	SEL_DISK_FOP_CLOSE,
+	SEL_DISK_FOP_RENAME,
+	SEL_DISK_FOP_DIRSYNC, /* fsync of the directory after the rename */
+	SEL_DISK_FOP_UNLINK,
+	SEL_DISK_FOPS
+};
+
+enum sel_disk_fileops {
+	SEL_DISK_FILEOPS_AUTO = 0, /* on the ring where the kernel has each operation */
+	SEL_DISK_FILEOPS_RING,     /* likewise, and create fails if the kernel lacks one */
+	SEL_DISK_FILEOPS_SYNC,     /* on the disk thread (the path before the ring) */
 };
 
 struct sel_disk_config {
@@ -177,6 +208,7 @@ struct sel_disk_config {
 	int direct;              /* -1 probe dir, 0 off, 1 on; SELENE_DISK_DIRECT=0|1 overrides */
 	bool fdatasync;          /* fdatasync record files before the rename */
 	int nice;                /* 1..19; 0 = 10 */
+	enum sel_disk_fileops fileops;      /* SELENE_DISK_FILEOPS=auto|ring|sync overrides */
 	const struct sel_disk_hooks *hooks; /* tests; copied */
 };
 
@@ -216,13 +248,16 @@ struct sel_disk_stats {
 	uint64_t failed;
 	uint64_t corrupt; /* reads that failed verification */
 	uint64_t bytes_written, bytes_read;
-	uint64_t submit_retries;   /* transient io_uring submission refusals */
-	uint64_t ring_resets;      /* rings rebuilt after a failed submission */
-	uint64_t direct_fallbacks; /* O_DIRECT refused at open: buffered since */
-	uint64_t overlapped;       /* jobs started while another's I/O was in flight */
-	uint64_t read_opens;       /* record files opened (and headers read) for reads */
-	uint64_t read_reuses;      /* reads through a file a previous window opened */
+	uint64_t submit_retries;              /* transient io_uring submission refusals */
+	uint64_t ring_resets;                 /* rings rebuilt after a failed submission */
+	uint64_t direct_fallbacks;            /* O_DIRECT refused at open: buffered since */
+	uint64_t overlapped;                  /* jobs started while another's I/O was in flight */
+	uint64_t read_opens;                  /* record files opened (and headers read) for reads */
+	uint64_t read_reuses;                 /* reads through a file a previous window opened */
+	uint64_t ring_fileops[SEL_DISK_FOPS]; /* file operations completed through the ring */
+	uint64_t fileop_fallbacks; /* ring creates redone on the thread (EEXIST, O_DIRECT) */
 	bool uring, direct;        /* the paths in use now */
+	bool ring_fileops_on;      /* file operations go through the ring (where it has them) */
 };
 void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out);
 /* The I/O path the stats describe: "io_uring+O_DIRECT", "io_uring+buffered",

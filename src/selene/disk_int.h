@@ -32,7 +32,7 @@
 
 #define IOV_PER_REQ 128
 #define SUBMIT_RETRIES 8
-#define ACTIVE_JOBS 4
+#define ACTIVE_JOBS 8
 
 enum seg_kind {
 	SEG_PAGE = 0,
@@ -92,20 +92,49 @@ struct rfile {
 	uint64_t lru;
 };
 
+/* A file operation on the ring (disk_fop.c): one per kind per job. */
+#define FOP_UNSET INT32_MIN /* not run: never submitted, or abandoned with the ring */
+
+struct fop {
+	struct io_ctx *owner;
+	int res;    /* the completion's result, FOP_UNSET before */
+	int inject; /* hooks.fileop's errno: a NOP stands in for the operation */
+	uint8_t kind;
+	bool busy; /* prepared, not yet reaped */
+};
+
+/* A job's phase on the ring file-operation path. */
+enum {
+	PH_IO = 0, /* payload (the builder), or nothing more to do */
+	PH_OPEN,   /* prologue operations in flight: nothing built, no admission */
+	PH_COMMIT, /* the commit chain in flight */
+	PH_DONE,   /* the commit chain has completed (results in fops) */
+};
+
+/* An entry of the submission queue: its owner and its busy flag. */
+struct sqi {
+	struct io_ctx *owner;
+	bool *busy;
+};
+
 struct io_ctx {
 	struct sel_disk_job *job;
 	struct rfile *rf; /* READ: the open file read through (not closed by the job) */
 	char name[SEL_RECORD_NAME_MAX];
 	char tmp[SEL_RECORD_TMPNAME_MAX];
 	bool write, active;
+	bool odirect; /* the ring's openat asks for O_DIRECT */
 	int fd;
 	int err;
 	sel_record_span span;
 	sel_record_header h;  /* read: the file's header */
 	size_t si;            /* builder: next segment */
 	uint64_t spos;        /* builder: bytes of it already queued */
-	uint32_t inflight;    /* submitted, not reaped */
+	uint32_t inflight;    /* submitted, not reaped (requests and file operations) */
 	uint32_t unsubmitted; /* prepared, not yet taken by the kernel */
+	uint8_t phase;        /* PH_* */
+	uint32_t fop_pending; /* file operations prepared and not yet reaped */
+	struct fop fops[SEL_DISK_FOPS];
 	uint64_t bytes;
 	uint8_t *cksum;   /* write: where page hashes go; read: expected, from first */
 	uint8_t *head;    /* write: header + checksums (bounce, or the part's entry) */
@@ -135,9 +164,13 @@ struct sel_disk {
 	bool ring_ok; /* ring initialised */
 	bool ring_broken;
 	struct io_uring ring;
-	uint32_t inflight; /* requests the kernel holds */
-	struct req **sq;   /* [ring_depth] prepared, not yet submitted, oldest first */
-	uint32_t sq_n;
+	uint32_t inflight; /* requests and file operations the kernel holds */
+	struct sqi *sq;    /* [sq_cap] prepared, not yet submitted, oldest first */
+	uint32_t sq_n, sq_cap;
+	bool fileops;    /* file operations through the ring (config, env) */
+	uint32_t fop_ok; /* bit per enum sel_disk_fop: the kernel has it */
+	int ring_dirfd;  /* the directory again, for the ring's operations (not
+			    the locked description: disk_fop.c) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;      /* jobs queued, or closing */
@@ -180,17 +213,58 @@ void dk_uring_fill(sel_disk *d);
 void dk_run_sync(sel_disk *d, struct io_ctx *c);
 void dk_ring_reset(sel_disk *d);
 
+/* disk_fop.c: file operations through the ring. */
+/* Probe the ring for each operation (after the ring is set up).  0, or an
+ * error when mode forces the ring and the kernel lacks an operation. */
+int dk_fop_probe(sel_disk *d, enum sel_disk_fileops mode);
+/* Whether every operation of kinds (FOP_BIT mask) may go on the ring now,
+ * with room for them in the submission queue. */
+bool dk_fop_usable(sel_disk *d, uint32_t kinds);
+/* Prepare kinds[0..n) of c as one chain (IOSQE_IO_LINK), on fd, the
+ * temporary tmp and c's record name as each needs; len: fallocate's. */
+void dk_fop_chain(sel_disk *d, struct io_ctx *c, const uint8_t *kinds, int n, int fd,
+		  const char *tmp, uint64_t len);
+/* A file operation's completion (dk_reap). */
+void dk_fop_reaped(sel_disk *d, struct fop *f, int res);
+#define FOP_BIT(k) (1u << (k))
+/* A completion's user data: a request, or a file operation (low bit set). */
+#define FOP_TAG 1u
+
 /* disk_job.c: a job's prologue and epilogue, windowed writes. */
 int dk_wt_discard(sel_disk *d, struct wtemp *w);
 void dk_rf_close_all(sel_disk *d);
 bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j);
 void dk_job_end(sel_disk *d, struct io_ctx *c);
+/* Every file operation c had on the ring has completed: the next step. */
+void dk_job_fops_done(sel_disk *d, struct io_ctx *c);
+/* c's payload is done: put its commit on the ring.  False: commit on the
+ * thread (dk_job_end), as before. */
+bool dk_job_commit(sel_disk *d, struct io_ctx *c);
 
 /* Shared helpers. */
 static inline bool dk_aborting(sel_disk *d) { return __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE); }
 /* The builder has nothing more to queue (it failed, or every segment is
- * in some request). */
-static inline bool dk_builder_done(const struct io_ctx *c) { return c->err || c->si >= c->n_segs; }
+ * in some request; not while the prologue's file operations run). */
+static inline bool dk_builder_done(const struct io_ctx *c)
+{
+	return c->err || (c->phase != PH_OPEN && c->si >= c->n_segs);
+}
+/* Whether job j may start beside active job c: c has queued all it will
+ * (or failed), or its file operations are on the ring and j need not wait
+ * for them -- c creates a temporary, or c is an unlink and j does not
+ * write (only an unlink's completion must precede a later write's
+ * preallocation: disk.h). */
+static inline bool dk_admits_past(const struct io_ctx *c, const struct sel_disk_job *j)
+{
+	if (dk_builder_done(c))
+		return true;
+	if (c->phase != PH_OPEN)
+		return false;
+	if (c->write)
+		return true;
+	return c->job->op == SEL_DISK_UNLINK && j->op != SEL_DISK_WRITE &&
+	       j->op != SEL_DISK_WRITE_PART;
+}
 /* Record the job's first failure with its message, or the calling thread's
  * Eos message as the cause. */
 __attribute__((format(printf, 3, 4))) void dk_io_fail(struct io_ctx *c, int rc, const char *fmt,

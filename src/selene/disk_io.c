@@ -209,7 +209,7 @@ static bool prep(sel_disk *d, struct req *r)
 	else
 		io_uring_prep_readv(sqe, c->fd, r->iov + r->iov_at, r->iov_n - r->iov_at, r->off);
 	io_uring_sqe_set_data(sqe, r);
-	d->sq[d->sq_n++] = r;
+	d->sq[d->sq_n++] = (struct sqi){c, &r->busy};
 	c->unsubmitted++;
 	return true;
 }
@@ -228,9 +228,17 @@ void dk_reap(sel_disk *d, bool wait)
 				eos_sleep_ns(1000000);
 	}
 	while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
-		struct req *r = io_uring_cqe_get_data(cqe);
+		uintptr_t ud = (uintptr_t)io_uring_cqe_get_data(cqe);
 		int res = cqe->res;
 		io_uring_cqe_seen(&d->ring, cqe);
+		if (ud & FOP_TAG) {
+			struct fop *f = (struct fop *)(ud & ~(uintptr_t)FOP_TAG);
+			f->owner->inflight--;
+			d->inflight--;
+			dk_fop_reaped(d, f, res);
+			continue;
+		}
+		struct req *r = (struct req *)ud;
 		struct io_ctx *c = r->owner;
 		c->inflight--;
 		d->inflight--;
@@ -259,11 +267,11 @@ static void submit_pending(sel_disk *d)
 		if (rc > 0) {
 			uint32_t n = (uint32_t)rc > d->sq_n ? d->sq_n : (uint32_t)rc;
 			for (uint32_t i = 0; i < n; i++) {
-				struct io_ctx *c = d->sq[i]->owner;
+				struct io_ctx *c = d->sq[i].owner;
 				c->unsubmitted--;
 				c->inflight++;
 			}
-			memmove(d->sq, d->sq + n, (d->sq_n - n) * sizeof(struct req *));
+			memmove(d->sq, d->sq + n, (d->sq_n - n) * sizeof(*d->sq));
 			d->sq_n -= n;
 			d->inflight += n;
 			continue;
@@ -309,7 +317,7 @@ void dk_uring_fill(sel_disk *d)
 	bool full = false;
 	for (uint32_t i = 0; i < d->n_act && !full && !d->ring_broken; i++) {
 		struct io_ctx *c = d->act[i];
-		while (!dk_builder_done(c)) {
+		while (!dk_builder_done(c) && c->phase == PH_IO) {
 			if (dk_aborting(d)) {
 				dk_io_fail(c, SEL_ESTOPPED, "the disk thread is stopping");
 				break;
@@ -368,13 +376,13 @@ void dk_run_sync(sel_disk *d, struct io_ctx *c)
 void dk_ring_reset(sel_disk *d)
 {
 	for (uint32_t i = 0; i < d->sq_n; i++)
-		d->sq[i]->busy = false;
+		*d->sq[i].busy = false;
 	d->sq_n = 0;
 	d->ring_broken = false;
 	STAT_ADD(d, ring_resets, 1);
 	io_uring_queue_exit(&d->ring);
 	d->ring_ok = false;
-	if (io_uring_queue_init(d->ring_depth, &d->ring, 0) == 0)
+	if (io_uring_queue_init(d->sq_cap, &d->ring, 0) == 0)
 		d->ring_ok = true;
 	else
 		__atomic_store_n(&d->uring, false, __ATOMIC_RELAXED);

@@ -125,6 +125,23 @@ int dk_wt_discard(sel_disk *d, struct wtemp *w)
 	return rc;
 }
 
+/* Create and preallocate the temporary of c's write on the thread (the
+ * synchronous path), under the name tmp; a windowed write's entry keeps
+ * the descriptor. */
+static void create_sync(sel_disk *d, struct io_ctx *c, bool direct, char *tmp)
+{
+	const struct sel_disk_job *j = c->job;
+	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? c->span.row_end : c->span.row_off,
+				      next_nonce(d), &direct, tmp);
+	note_direct(d, direct);
+	if (c->fd < 0) {
+		dk_io_fail_msg(c, c->fd);
+		c->fd = -1;
+	} else if (j->op == SEL_DISK_WRITE_PART) {
+		c->wt->fd = c->fd;
+	}
+}
+
 static void write_begin(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
@@ -197,23 +214,76 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 		return;
 	}
 	bool direct = __atomic_load_n(&d->direct, __ATOMIC_RELAXED);
-	c->fd = sel_record_tmp_create(d->dirfd, c->name, j->row ? s->row_end : s->row_off,
-				      next_nonce(d), &direct, part ? c->wt->tmp : c->tmp);
-	note_direct(d, direct);
-	if (c->fd < 0) {
-		dk_io_fail_msg(c, c->fd);
-		c->fd = -1;
-	} else if (part) {
-		c->wt->fd = c->fd;
+	if (dk_fop_usable(d, FOP_BIT(SEL_DISK_FOP_OPEN))) {
+		/* On the ring: the fallocate and the payload follow its
+		 * completion (dk_job_fops_done). */
+		char *tmp = part ? c->wt->tmp : c->tmp;
+		sel_record_tmp_name(c->name, next_nonce(d), tmp);
+		c->odirect = direct;
+		c->phase = PH_OPEN;
+		dk_fop_chain(d, c, (const uint8_t[]){SEL_DISK_FOP_OPEN}, 1, -1, tmp, 0);
+		return;
 	}
+	create_sync(d, c, direct, part ? c->wt->tmp : c->tmp);
 	return;
 nomem:
 	dk_io_fail(c, -ENOMEM, "out of memory planning %" PRIu32 " page records", n);
 }
 
+/* The outcome of the commit chain the ring ran on fd / tmp (c->phase
+ * PH_DONE, or PH_COMMIT abandoned with a broken ring), as
+ * sel_record_commit reports it: a failure before the rename removes the
+ * temporary (closing fd unless the close ran). */
+static void ring_commit_end(sel_disk *d, struct io_ctx *c, int fd, const char *tmp)
+{
+	struct sel_disk_job *j = c->job;
+	const struct fop *f = c->fops;
+	static const uint8_t order[] = {SEL_DISK_FOP_DATASYNC, SEL_DISK_FOP_CLOSE,
+					SEL_DISK_FOP_RENAME};
+	static const char *const what[] = {"fdatasync", "close", "rename into place"};
+	for (int i = 0; i < 3; i++) {
+		int res = f[order[i]].res;
+		if (order[i] == SEL_DISK_FOP_DATASYNC && !d->fdatasync)
+			continue;
+		if (res >= 0)
+			continue;
+		int e = res == FOP_UNSET ? -ECANCELED : res;
+		dk_io_fail(c, e, "%s: %s", what[i], strerror(-e));
+		int cr = f[SEL_DISK_FOP_CLOSE].res;
+		bool open = cr == FOP_UNSET || cr == -ECANCELED;
+		if (sel_record_discard(d->dirfd, open ? fd : -1, tmp) != 0) {
+			size_t l = strlen(j->errmsg);
+			snprintf(j->errmsg + l, sizeof j->errmsg - l,
+				 "; and %s (the next scan "
+				 "removes it)",
+				 eos_errmsg());
+		}
+		return;
+	}
+	j->committed = true;
+	int res = f[SEL_DISK_FOP_DIRSYNC].res;
+	if (res < 0) {
+		int e = res == FOP_UNSET ? -ECANCELED : res;
+		dk_io_fail(c, e,
+			   "fsync of the directory after the rename: %s (the file is in place "
+			   "but may not survive a crash)",
+			   strerror(-e));
+	}
+}
+
 static void write_end(sel_disk *d, struct io_ctx *c)
 {
 	struct sel_disk_job *j = c->job;
+	if (c->phase == PH_DONE || c->phase == PH_COMMIT) {
+		bool part = j->op == SEL_DISK_WRITE_PART;
+		ring_commit_end(d, c, part ? c->wt->fd : c->fd, part ? c->wt->tmp : c->tmp);
+		if (part) {
+			c->wt->fd = -1;
+			c->wt->used = false;
+		}
+		c->fd = -1;
+		return;
+	}
 	if (j->op == SEL_DISK_WRITE_PART) {
 		struct wtemp *w = c->wt;
 		c->fd = -1; /* the entry owns the descriptor */
@@ -516,6 +586,11 @@ bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 	c->si = 0;
 	c->spos = 0;
 	c->inflight = c->unsubmitted = 0;
+	c->phase = PH_IO;
+	c->fop_pending = 0;
+	c->odirect = false;
+	for (int k = 0; k < SEL_DISK_FOPS; k++)
+		c->fops[k] = (struct fop){.owner = c, .res = FOP_UNSET, .kind = (uint8_t)k};
 	c->bytes = 0;
 	c->n_segs = 0;
 	c->cksum = NULL;
@@ -537,6 +612,12 @@ bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 			dk_io_fail_msg(c, rc);
 		return false;
 	case SEL_DISK_UNLINK:
+		if (dk_fop_usable(d, FOP_BIT(SEL_DISK_FOP_UNLINK))) {
+			/* Nothing after it starts before it completes. */
+			c->phase = PH_OPEN;
+			dk_fop_chain(d, c, (const uint8_t[]){SEL_DISK_FOP_UNLINK}, 1, -1, NULL, 0);
+			return true;
+		}
 		if ((rc = sel_record_unlink(d->dirfd, c->name, &j->existed)) != 0)
 			dk_io_fail_msg(c, rc);
 		return false;
@@ -585,4 +666,116 @@ void dk_job_end(sel_disk *d, struct io_ctx *c)
 		if (c->err == SEL_ECORRUPT && j->op == SEL_DISK_READ)
 			STAT_ADD(d, corrupt, 1);
 	}
+}
+
+/* ---- File operations on the ring ----------------------------------------------
+ *
+ * disk_fop.c puts them on the ring; here is what a job does with their
+ * results.  A write's prologue: the openat of the temporary, then its
+ * fallocate (on the ring or, where the ring lacks it, on the thread), then
+ * the payload.  An openat refused with EEXIST (a temporary of this name
+ * exists) or with EINVAL for O_DIRECT is redone on the thread by
+ * sel_record_tmp_create, which retries other names and falls back to
+ * buffered I/O; any other failure fails the job as the synchronous create
+ * would.  An unlink's result is its job's.  The commit chain's results are
+ * read in write_end (ring_commit_end).
+ */
+
+/* The temporary's openat completed with res. */
+static void ring_opened(sel_disk *d, struct io_ctx *c, int res)
+{
+	struct sel_disk_job *j = c->job;
+	bool part = j->op == SEL_DISK_WRITE_PART;
+	char *tmp = part ? c->wt->tmp : c->tmp;
+	uint64_t len = j->row ? c->span.row_end : c->span.row_off;
+	if (res >= 0) {
+		c->fd = res;
+		if (part)
+			c->wt->fd = res;
+		note_direct(d, c->odirect);
+	} else if (!c->err && (res == -EEXIST || (res == -EINVAL && c->odirect))) {
+		const struct eos_fileops *ops = eos_fileops();
+		bool direct = c->odirect;
+		if (res == -EINVAL) {
+			(void)ops->unlinkat(d->dirfd, tmp, 0); /* some kernels create it first */
+			direct = false;
+		}
+		STAT_ADD(d, fileop_fallbacks, 1);
+		create_sync(d, c, direct, tmp);
+		return;
+	} else {
+		dk_io_fail(c, res, "create '%s'%s: %s", tmp, c->odirect ? " with O_DIRECT" : "",
+			   strerror(-res));
+		return;
+	}
+	if (c->err || len == 0)
+		return;
+	if (dk_aborting(d)) {
+		dk_io_fail(c, SEL_ESTOPPED, "the disk thread is stopping");
+		return;
+	}
+	if (dk_fop_usable(d, FOP_BIT(SEL_DISK_FOP_FALLOCATE))) {
+		c->phase = PH_OPEN;
+		dk_fop_chain(d, c, (const uint8_t[]){SEL_DISK_FOP_FALLOCATE}, 1, c->fd, tmp, len);
+		return;
+	}
+	if (eos_fileops()->fallocate(c->fd, 0, 0, (off_t)len) != 0 && errno != EOPNOTSUPP &&
+	    errno != ENOSYS)
+		dk_io_fail(c, -errno, "preallocating %" PRIu64 " bytes: %s", len, strerror(errno));
+}
+
+void dk_job_fops_done(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	const struct fop *f = c->fops;
+	if (c->phase == PH_COMMIT) {
+		c->phase = PH_DONE;
+		return;
+	}
+	c->phase = PH_IO; /* unless the next operation goes on the ring */
+	if (j->op == SEL_DISK_UNLINK) {
+		int res = f[SEL_DISK_FOP_UNLINK].res;
+		j->existed = res == 0;
+		if (res < 0 && res != -ENOENT) {
+			int e = res == FOP_UNSET ? -ECANCELED : res;
+			dk_io_fail_msg(
+				c, eos_fail(e, "remove record '%s': %s", c->name, strerror(-e)));
+		}
+		return;
+	}
+	int res = f[SEL_DISK_FOP_FALLOCATE].res;
+	if (res != FOP_UNSET) {
+		if (res < 0 && res != -EOPNOTSUPP && res != -ENOSYS)
+			dk_io_fail(c, res, "preallocating %" PRIu64 " bytes: %s",
+				   j->row ? c->span.row_end : c->span.row_off, strerror(-res));
+		return;
+	}
+	ring_opened(d, c, f[SEL_DISK_FOP_OPEN].res);
+}
+
+bool dk_job_commit(sel_disk *d, struct io_ctx *c)
+{
+	struct sel_disk_job *j = c->job;
+	if (c->phase != PH_IO || !c->write || c->err)
+		return false;
+	bool part = j->op == SEL_DISK_WRITE_PART;
+	if (part && (!(j->part & SEL_DISK_PART_END) || !c->wt))
+		return false;
+	uint8_t kinds[4];
+	int n = 0;
+	if (d->fdatasync)
+		kinds[n++] = SEL_DISK_FOP_DATASYNC;
+	kinds[n++] = SEL_DISK_FOP_CLOSE;
+	kinds[n++] = SEL_DISK_FOP_RENAME;
+	kinds[n++] = SEL_DISK_FOP_DIRSYNC;
+	uint32_t mask = 0;
+	for (int i = 0; i < n; i++)
+		mask |= FOP_BIT(kinds[i]);
+	if (!dk_fop_usable(d, mask))
+		return false;
+	int fd = part ? c->wt->fd : c->fd;
+	note_file(j, fd);
+	c->phase = PH_COMMIT;
+	dk_fop_chain(d, c, kinds, n, fd, part ? c->wt->tmp : c->tmp, 0);
+	return true;
 }
