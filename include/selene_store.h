@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* Version 2 added describe and made evicted and touch optional; version 3
- * the optional evictions_lost. */
-#define SEL_STORE_OPS_VERSION 3
+ * the optional evictions_lost; version 4 the optional flush. */
+#define SEL_STORE_OPS_VERSION 4
 
 struct sel_store_ops {
 	uint32_t version; /* SEL_STORE_OPS_VERSION */
@@ -66,6 +66,10 @@ struct sel_store_ops {
 	 * overflowed); a store that announces holdings announces them again.
 	 * NULL ignores it. */
 	void (*evictions_lost)(sel_store *s);
+	/* Optional: wake the store's threads for the work this pass's calls
+	 * queued (sel_store_flush); a wrapping store forwards it.  NULL: its
+	 * calls wake their threads themselves. */
+	void (*flush)(sel_store *s);
 };
 
 /* The base every implementation embeds first.  Zero it; set ops and

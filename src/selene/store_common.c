@@ -193,9 +193,22 @@ int sel_core_init(struct sel_core *c, const struct sel_store_ops *ops,
 
 int sel_core_xfer(struct sel_core *c, const sel_store_config *cfg)
 {
-	return sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
-					  &c->xfer);
+	int rc = sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
+					    &c->xfer);
+	if (rc == 0)
+		sel_xfer_defer_wakes(c->xfer, true); /* woken by sel_core_flush */
+	return rc;
 }
+
+void sel_core_flush(struct sel_core *c)
+{
+	if (c->xfer)
+		(void)sel_xfer_kick(c->xfer);
+	if (c->flush_more)
+		c->flush_more(c);
+}
+
+void sel_core_flush_op(sel_store *s) { sel_core_flush((struct sel_core *)s); }
 
 void sel_core_free(struct sel_core *c)
 {
@@ -678,6 +691,7 @@ void sel_core_stats(struct sel_core *c, sel_stats *out)
 	t->records = sel_index_count(c->ix);
 	t->rate_bps = (uint64_t)sel_policy_rate(c->policy, c->tier);
 	t->fixed_ns = (uint64_t)sel_policy_fixed_ns(c->policy, c->tier);
+	out->thread_wakes = c->xfer ? sel_xfer_wakes(c->xfer) : 0;
 }
 
 /* Leaked memory stays reachable from here (design 2.5: never reused while a

@@ -154,6 +154,9 @@ struct sel_core {
 	sel_index *ix;
 	sel_policy *policy; /* the tier's fitted restore estimates */
 	sel_xfer *xfer;     /* the store's own transfer set */
+	/* Besides the transfer set's kick, what sel_core_flush wakes (the
+	 * disk store: its disk thread); NULL for none. */
+	void (*flush_more)(struct sel_core *c);
 	struct sel_expiry exp;
 
 	/* The pool's numbers, copied for the hot paths. */
@@ -259,7 +262,7 @@ sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason
 		.version = SEL_STORE_OPS_VERSION, .name = (kind), .lookup = sel_core_lookup,       \
 		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_), .touch = sel_core_touch,  \
 		.stats = (stats_), .wait_fd = (wait_fd_), .close = (close_),                       \
-		.destroy = (destroy_), .describe = (describe_),                                    \
+		.destroy = (destroy_), .describe = (describe_), .flush = sel_core_flush_op,        \
 	}
 
 /* A core store's sel_core_ops, in the order of the struct. */
@@ -367,6 +370,13 @@ void sel_core_destroy_end(struct sel_core *c);
 /* ops->touch of a core store: the record and its ancestors become the most
  * recently used. */
 void sel_core_touch(sel_store *s, const sel_key *key);
+
+/* Wake the store's threads for what this pass queued: the transfer set's
+ * kick and flush_more (issue 18; a core store's transfer set defers its
+ * wakes, sel_core_xfer).  Every poll of a core store ends with it;
+ * sel_core_flush_op is ops->flush. */
+void sel_core_flush(struct sel_core *c);
+void sel_core_flush_op(sel_store *s);
 
 /* Store pins by key (the composite's calls): 0 or -ENOENT; unpin ignores
  * a key it does not hold. */
