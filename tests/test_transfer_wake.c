@@ -347,7 +347,7 @@ static void test_stores(void)
 			sel_inbound in = {.ticket = (uint64_t)(8 * i + k),
 					  .pages = dst[i][k],
 					  .n_pages = 2,
-					  .state_slot = 1};
+					  .state_slot = 3 + (uint32_t)i}; /* a row per store */
 			CHECK_OK(sel_store_fetch(s[i], &hit, &in));
 		}
 	for (int i = 0; i < 2; i++) {
