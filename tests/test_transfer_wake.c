@@ -17,7 +17,8 @@
  *   - the store level: memory stores whose puts and fetches are followed
  *     by one sel_store_flush per pass deliver every event, with wakes
  *     bounded by the flushes and polls; a put never flushed or polled
- *     still makes the wait descriptor readable.
+ *     still makes the wait descriptor readable; the same on a disk store,
+ *     whose disk thread defers its wakes too.
  * Waits are by condition with deadlines of seconds.
  */
 #include <poll.h>
@@ -404,6 +405,69 @@ static void test_stores(void)
 	sfx_free(&f);
 }
 
+/* The disk store: its transfer set and its disk thread both defer.  Puts
+ * of one pass and one flush store everything (copy-out, then the disk
+ * thread's write), with at most two wakes (copy thread, disk thread) per
+ * flush or poll; a put never flushed reaches disk too (both backstops). */
+static void test_disk_store(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units2, 2000, 256, 8);
+	char *base = test_mkdtemp("wake");
+	CHECK(base);
+	sel_store_config cfg = sfx_config(&f, false);
+	cfg.disk_dir = base;
+	cfg.disk_limit = 1ull << 30;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	struct sfx_conv cv[9];
+	sel_published cp[9];
+	for (int k = 0; k < 9; k++) {
+		sfx_conv_init(&f, &cv[k], 500 + (uint64_t)k, 128, (uint32_t)(16 * k));
+		cp[k] = sfx_ckpt(&f, &cv[k], 128, 0, 0, (uint64_t)k);
+	}
+	for (int k = 0; k < 8; k++) {
+		sel_retry_reason why;
+		CHECK(sel_store_put(s, &cp[k], &why) == SEL_QUEUED);
+	}
+	sel_store_flush(s);
+	uint64_t polls = 0;
+	int stored = 0, fetched = 0;
+	uint64_t end = eos_now_ns() + DEADLINE_NS;
+	while (stored < 8) {
+		(void)count_events(s, &stored, &fetched, &polls);
+		CHECKF(eos_now_ns() < end, "%d of 8 stored on disk", stored);
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		if (stored < 8)
+			(void)poll(&pfd, 1, 100);
+	}
+	sel_stats st;
+	sel_store_stats(s, &st);
+	CHECKF(st.thread_wakes <= 2 * (1 + polls),
+	       "%" PRIu64 " wakes for 1 flush and %" PRIu64 " polls", st.thread_wakes, polls);
+	/* Never flushed: waiting on the descriptor alone still sees it. */
+	sel_retry_reason why;
+	CHECK(sel_store_put(s, &cp[8], &why) == SEL_QUEUED);
+	stored = 0;
+	end = eos_now_ns() + DEADLINE_NS;
+	while (stored < 1) {
+		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+		CHECKF(poll(&pfd, 1, 10000) == 1, "the unflushed disk put never completed");
+		(void)count_events(s, &stored, &fetched, &polls);
+		CHECKF(eos_now_ns() < end, "no STORED event for the unflushed disk put");
+	}
+	for (int k = 0; k < 9; k++) {
+		sel_hit hit;
+		CHECK_RC(sel_store_lookup(s, &cv[k].h, 0, 128, &hit), 1);
+		sfx_conv_free(&cv[k]);
+	}
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	test_rmtree(base);
+	free(base);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	test_deferred_asleep(1);
@@ -413,6 +477,7 @@ int main(void)
 	test_immediate();
 	test_two_sets();
 	test_stores();
+	test_disk_store();
 	printf("test_transfer_wake: ok\n");
 	return 0;
 }
