@@ -588,8 +588,11 @@ const char *sel_store_warning(const sel_store *s);
  * put and fetch may leave their jobs for the next flush or poll instead of
  * waking a thread on every call; sel_store_poll flushes as well.  Call it
  * once per loop iteration, before sleeping on the wait descriptor (a job
- * whose flush never comes still starts, up to 50 ms late).  Cheap when
- * nothing is due (no syscall); never blocks.  NULL-safe. */
+ * whose flush never comes still starts, up to 50 ms late).  A store defers
+ * only from its first flush on: a caller (or a wrapping store that does
+ * not forward flush) that never calls it keeps a wake in every put and
+ * fetch.  Cheap when nothing is due (no syscall); never blocks.
+ * NULL-safe. */
 void sel_store_flush(sel_store *s);
 
 /* What the startup summary reports about a store (design 2.11). */

@@ -306,6 +306,7 @@ static void test_stores(void)
 		sel_store_config cfg = sfx_config(&f, false);
 		cfg.memory_bytes = 200 * f.slot_bytes;
 		CHECK_OK(sel_memory_store_open(&cfg, &s[i]));
+		sel_store_flush(s[i]); /* a caller that flushes: wakes deferred from now on */
 	}
 	struct sfx_conv cv[2][8];
 	sel_published cp[2][8];
@@ -324,7 +325,7 @@ static void test_stores(void)
 		}
 	for (int i = 0; i < 2; i++) {
 		sel_store_flush(s[i]);
-		flushes++;
+		flushes += 2; /* with the one after open */
 	}
 	int stored = 0, fetched = 0;
 	uint64_t end = eos_now_ns() + DEADLINE_NS;
@@ -402,6 +403,31 @@ static void test_stores(void)
 		sel_store_destroy(s[i]);
 	}
 	sel_store_flush(NULL); /* NULL-safe */
+
+	/* A store never flushed (an engine, or a wrapping store, that does not
+	 * call it): each put wakes its thread itself, as before. */
+	sel_store *n;
+	sel_store_config cfg = sfx_config(&f, false);
+	cfg.memory_bytes = 200 * f.slot_bytes;
+	CHECK_OK(sel_memory_store_open(&cfg, &n));
+	struct sfx_conv nc;
+	sfx_conv_init(&f, &nc, 777, 128, 220);
+	sel_published np = sfx_ckpt(&f, &nc, 128, 0, 4, 777);
+	CHECK(sel_store_put(n, &np, &why) == SEL_QUEUED);
+	sel_stats ns;
+	sel_store_stats(n, &ns);
+	CHECK(ns.thread_wakes <= 1); /* 1 unless the thread was still awake */
+	stored = 0;
+	end = eos_now_ns() + DEADLINE_NS;
+	while (stored < 1) {
+		struct pollfd npf = {.fd = sel_store_wait_fd(n), .events = POLLIN};
+		(void)poll(&npf, 1, 100);
+		(void)count_events(n, &stored, &fetched, &polls);
+		CHECKF(eos_now_ns() < end, "no STORED event on the never-flushed store");
+	}
+	sfx_conv_free(&nc);
+	CHECK_RC(sel_store_close(n, 0), 0);
+	sel_store_destroy(n);
 	sfx_free(&f);
 }
 
@@ -420,6 +446,7 @@ static void test_disk_store(void)
 	cfg.disk_limit = 1ull << 30;
 	sel_store *s;
 	CHECK_OK(sel_store_open(&cfg, &s));
+	sel_store_flush(s); /* deferred wakes from now on */
 	struct sfx_conv cv[9];
 	sel_published cp[9];
 	for (int k = 0; k < 9; k++) {
@@ -431,7 +458,7 @@ static void test_disk_store(void)
 		CHECK(sel_store_put(s, &cp[k], &why) == SEL_QUEUED);
 	}
 	sel_store_flush(s);
-	uint64_t polls = 0;
+	uint64_t polls = 1; /* the flush after open */
 	int stored = 0, fetched = 0;
 	uint64_t end = eos_now_ns() + DEADLINE_NS;
 	while (stored < 8) {

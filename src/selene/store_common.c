@@ -193,11 +193,8 @@ int sel_core_init(struct sel_core *c, const struct sel_store_ops *ops,
 
 int sel_core_xfer(struct sel_core *c, const sel_store_config *cfg)
 {
-	int rc = sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
-					    &c->xfer);
-	if (rc == 0)
-		sel_xfer_defer_wakes(c->xfer, true); /* woken by sel_core_flush */
-	return rc;
+	return sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
+					  &c->xfer);
 }
 
 void sel_core_flush(struct sel_core *c)
@@ -205,10 +202,21 @@ void sel_core_flush(struct sel_core *c)
 	if (c->xfer)
 		(void)sel_xfer_kick(c->xfer);
 	if (c->flush_more)
-		c->flush_more(c);
+		c->flush_more(c, false);
 }
 
-void sel_core_flush_op(sel_store *s) { sel_core_flush((struct sel_core *)s); }
+void sel_core_flush_op(sel_store *s)
+{
+	struct sel_core *c = (struct sel_core *)s;
+	if (!c->deferring) { /* the caller flushes: from now on calls leave wakes to it */
+		c->deferring = true;
+		if (c->xfer)
+			sel_xfer_defer_wakes(c->xfer, true);
+		if (c->flush_more)
+			c->flush_more(c, true);
+	}
+	sel_core_flush(c);
+}
 
 void sel_core_free(struct sel_core *c)
 {

@@ -155,8 +155,10 @@ struct sel_core {
 	sel_policy *policy; /* the tier's fitted restore estimates */
 	sel_xfer *xfer;     /* the store's own transfer set */
 	/* Besides the transfer set's kick, what sel_core_flush wakes (the
-	 * disk store: its disk thread); NULL for none. */
-	void (*flush_more)(struct sel_core *c);
+	 * disk store: its disk thread; defer: switch it to deferred wakes
+	 * instead); NULL for none. */
+	void (*flush_more)(struct sel_core *c, bool defer);
+	bool deferring; /* sel_store_flush was called: wakes are deferred */
 	struct sel_expiry exp;
 
 	/* The pool's numbers, copied for the hot paths. */
@@ -372,9 +374,11 @@ void sel_core_destroy_end(struct sel_core *c);
 void sel_core_touch(sel_store *s, const sel_key *key);
 
 /* Wake the store's threads for what this pass queued: the transfer set's
- * kick and flush_more (issue 18; a core store's transfer set defers its
- * wakes, sel_core_xfer).  Every poll of a core store ends with it;
- * sel_core_flush_op is ops->flush. */
+ * kick and flush_more (issue 18).  Every poll of a core store ends with
+ * it.  sel_core_flush_op is ops->flush: its first call switches the
+ * store's threads to deferred wakes (until then each call wakes its thread
+ * itself, so a caller, or a wrapping store, that never flushes loses
+ * nothing), and every call kicks. */
 void sel_core_flush(struct sel_core *c);
 void sel_core_flush_op(sel_store *s);
 

@@ -166,7 +166,6 @@
 #define POLL_BATCH 32
 
 static const struct sel_store_ops cs_ops;
-static void cs_flush(sel_store *s);
 
 struct comp_store *sel_cs_of(sel_store *s) { return sel_store_checked(s, &cs_ops); }
 
@@ -672,7 +671,10 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	cs_step(cs);
 	if (!cs->closed)
 		maintain(cs);
-	cs_flush(s); /* what the events and maintenance queued on the inner stores */
+	/* What the events and maintenance queued on the inner stores (their
+	 * kicks only: deferral starts with the caller's own flush). */
+	sel_core_flush((struct sel_core *)cs->disk);
+	sel_core_flush((struct sel_core *)cs->mem);
 	if (sel_progress_due(&cs->pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		sel_evq_push(&cs->evq, &pe);

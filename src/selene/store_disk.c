@@ -330,10 +330,12 @@ static const struct sel_core_ops ds_core_ops =
 
 /* ---- open ------------------------------------------------------------------------------ */
 
-static void ds_flush_disk(struct sel_core *c)
+static void ds_flush_disk(struct sel_core *c, bool defer)
 {
 	struct disk_store *ds = (struct disk_store *)c;
-	if (ds->disk)
+	if (ds->disk && defer)
+		sel_disk_defer_wakes(ds->disk, true);
+	else if (ds->disk)
 		(void)sel_disk_kick(ds->disk);
 }
 
@@ -350,8 +352,7 @@ static int threads_open(struct disk_store *ds, const sel_store_config *cfg)
 	int rc = sel_disk_create(&dc, &ds->disk);
 	if (rc)
 		return rc;
-	sel_disk_defer_wakes(ds->disk, true); /* woken by sel_core_flush */
-	ds->c.flush_more = ds_flush_disk;
+	ds->c.flush_more = ds_flush_disk; /* deferred wakes from the first flush on */
 	/* The startup line names the path actually used (design 2.10 wants
 	 * direct I/O; a fallback fills the page cache). */
 	struct sel_disk_stats dst;
