@@ -45,15 +45,17 @@
  * to zero owns the job: for OUT jobs with compare it compares the ranks'
  * shares and packs identical records in place (below), stamps done_ns and
  * appends the job to the completion queue.  The push that makes the queue
- * non-empty owes one write of the eventfd (owed, under the completion
- * mutex) and makes it just after unlocking: the worker it wakes may run on
- * this thread's CPU at once, and must not find the mutex held (it would
- * wait for it, two futex calls; issue 18).  Poll reads the eventfd under
- * the mutex when it leaves the queue empty and a write is owed that it has
- * not consumed (consumed counts what its reads returned), so a write that
- * lands after that read leaves the eventfd readable with the queue empty
- * only until the next poll, which reads it; a poll that finds nothing and
- * owes nothing makes no syscall.  Because each ring is FIFO, job k's last report
+ * non-empty writes the eventfd once (owed counts those writes), and poll
+ * reads it back under the completion mutex when it leaves the queue empty
+ * and a write is owed that it has not consumed (consumed counts what its
+ * reads returned), so a poll that finds nothing makes no syscall.  The
+ * write is made under the mutex: the worker it wakes may preempt this
+ * thread on its vCPU and then wait for the mutex (two futex calls in that
+ * poll, issue 18).  Writing after the unlock avoids that, and the owed /
+ * consumed accounting keeps it correct (a late write leaves the eventfd
+ * readable with the queue empty until the next poll reads it), but it
+ * made test_engine_spec's restore scenario fail 3 times in 24 runs (0 in
+ * 43 before), which is not understood yet, so it is not done.  Because each ring is FIFO, job k's last report
  * precedes job k+1's, so completion order is submission order (the compare
  * runs before the owning thread takes its next job).
  *
@@ -101,9 +103,8 @@
  *      reported it), so no ring holds more than running jobs.
  *   4. Jobs in the completion queue have pending == 0; the queue has ndone
  *      links and its tail is the last one.
- *   5. The eventfd is readable iff ndone > 0, except while a write is owed
- *      and not consumed (owed != consumed): the window between a push and
- *      its write, or between a late write and the next poll.
+ *   5. The eventfd is readable iff ndone > 0 (owed != consumed exactly
+ *      while a write was made that no read has consumed).
  *   6. After close began, nothing is pushed onto a ring (closing is set
  *      under the submission mutex).
  *   7. A job is reported by each rank once, after all of that rank's
@@ -388,13 +389,12 @@ static void report(struct rank *rk, struct sel_xfer_job *job, int rc)
 	x->tail = job;
 	x->running--;
 	bool signal = x->ndone++ == 0;
-	if (signal)
+	if (signal) {
 		x->owed++;
-	pthread_mutex_unlock(&x->done);
-	/* After the unlock: the worker this wakes may preempt this thread
-	 * (its vCPU), and must not then find the lock held. */
-	if (signal)
+		/* Under the mutex (see Completion on writing after it). */
 		(void)eventfd_write(x->efd, 1);
+	}
+	pthread_mutex_unlock(&x->done);
 }
 
 /* ---- Rank thread -------------------------------------------------------- */

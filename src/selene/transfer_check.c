@@ -84,11 +84,13 @@ int sel_xfer_check(const sel_xfer *cx)
 	}
 	struct pollfd pfd = {.fd = x->efd, .events = POLLIN};
 	int ready = poll(&pfd, 1, 0);
-	if (ready < 0 || ((ready == 1) != (x->ndone > 0) && x->owed == x->consumed))
+	if (ready < 0 || (ready == 1) != (x->ndone > 0) ||
+	    (x->ndone == 0) != (x->owed == x->consumed))
 		rc = eos_fail(SEL_ECORRUPT,
-			      "transfer: eventfd %s with %" PRIu32
-			      " completions waiting and no write due",
-			      ready == 1 ? "readable" : "not readable", x->ndone);
+			      "transfer: eventfd %s with %" PRIu32 " completions waiting (%" PRIu64
+			      " writes, %" PRIu64 " read back)",
+			      ready == 1 ? "readable" : "not readable", x->ndone, x->owed,
+			      x->consumed);
 out:
 	pthread_mutex_unlock(&x->done);
 	for (uint32_t r = x->ranks; r-- > 0;)
