@@ -220,8 +220,9 @@ uint32_t sel_xfer_inflight(const sel_xfer *x);
  * jobs pays one signal per rank per kick.  The caller kicks before it
  * sleeps or waits for the job (a store: at every poll and
  * sel_store_flush); a kick never sent delays the job by at most 50 ms (the
- * sleeping thread's backstop), it is never lost.  Set either before the
- * first submission, from the submitting thread. */
+ * sleeping thread's backstop), it is never lost.  Either may be set at any
+ * time from the submitting thread (a sleeping rank chooses its wait again;
+ * a store switches to deferred wakes at its first sel_store_flush). */
 void sel_xfer_defer_wakes(sel_xfer *x, bool defer);
 void sel_xfer_set_spin(sel_xfer *x, uint64_t spin_ns);
 /* Wake the sleeping ranks that deferred submissions left work for.
