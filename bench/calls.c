@@ -12,20 +12,32 @@
  *   fetch   sel_store_fetch() of a hit;
  *   poll    sel_store_poll() calls, all of them (mostly empty) and those that
  *           delivered an event (poll_event).
+ *   flush   sel_store_flush() after each put and fetch, as the engine calls
+ *           it once per loop iteration: where the store's deferred wake of
+ *           a sleeping copy thread lands (issue 18).
  * Goal: p99 <= 10 us, independent of record size.  The store's own work
  * per call is O(page ids); what varies most is waking an idle copy thread
- * (pthread_cond_signal in sel_xfer_submit: a futex wake, an IPI that costs
- * 5-15 us in some VMs), which lands on store/fetch, and the first poll
+ * (a futex wake, an IPI that costs 5-15 us in some VMs), and the first poll
  * after the worker slept on the wait fd.  After a 1 GiB copy the worker's
  * caches are cold as well.  Prints
  *   RESULT calls_<op>_<size>_{p50,p99,max}_us <v> us
+ * and, where the kernel lets a thread count its own system calls (perf
+ * tracepoints raw_syscalls:sys_enter and syscalls:sys_enter_futex), the
+ * calling thread's system calls and futex calls (the wakes) per call:
+ *   RESULT calls_<op>_<size>_syscalls_per_call <v> syscalls
+ *   RESULT calls_<op>_<size>_futex_per_call <v> syscalls
+ * Built with -DCALLS_NO_FLUSH it runs against a library without
+ * sel_store_flush (the figures before issue 18's change).
  *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
  * The run takes well under a minute.  CALLS_ITERS overrides the iteration
  * count of the 1 GiB case (default 40).
  */
+#include <linux/perf_event.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "eos.h"
 #include "selene.h"
@@ -37,7 +49,69 @@
 struct samples {
 	uint64_t *ns;
 	size_t n, cap;
+	uint64_t syscalls, futex; /* the calls' own, on this thread */
 };
+
+/* This thread's system calls: counters on the tracepoints, -1 where the
+ * kernel has none or refuses. */
+static int sc_fd[2] = {-1, -1};
+static uint64_t sc_base[2]; /* what reading both costs (the reads count) */
+
+static int tracepoint(const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/sys/kernel/tracing/events/%s/id", name);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(path, sizeof path, "/sys/kernel/debug/tracing/events/%s/id", name);
+		f = fopen(path, "r");
+	}
+	long long id = -1;
+	if (f) {
+		if (fscanf(f, "%lld", &id) != 1)
+			id = -1;
+		fclose(f);
+	}
+	if (id < 0)
+		return -1;
+	struct perf_event_attr a = {.type = PERF_TYPE_TRACEPOINT,
+				    .size = sizeof a,
+				    .config = (uint64_t)id,
+				    .exclude_kernel = 0};
+	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+static void sc_read(uint64_t v[2])
+{
+	for (int i = 0; i < 2; i++) {
+		v[i] = 0;
+		if (sc_fd[i] >= 0 && read(sc_fd[i], &v[i], sizeof v[i]) != (ssize_t)sizeof v[i])
+			v[i] = 0;
+	}
+}
+
+static void sc_open(void)
+{
+	sc_fd[0] = tracepoint("raw_syscalls/sys_enter");
+	sc_fd[1] = tracepoint("syscalls/sys_enter_futex");
+	if (sc_fd[0] < 0 || sc_fd[1] < 0) {
+		printf("# system call counting unavailable (perf tracepoints): no per-call"
+		       " syscall figures\n");
+		return;
+	}
+	uint64_t a[2], b[2];
+	sc_read(a);
+	sc_read(b);
+	sc_base[0] = b[0] - a[0];
+	sc_base[1] = b[1] - a[1];
+}
+
+/* The syscalls between two reads, less the reading's own. */
+static void sc_add(struct samples *s, const uint64_t a[2], const uint64_t b[2])
+{
+	s->syscalls += b[0] - a[0] > sc_base[0] ? b[0] - a[0] - sc_base[0] : 0;
+	s->futex += b[1] - a[1] > sc_base[1] ? b[1] - a[1] - sc_base[1] : 0;
+}
 
 static void add(struct samples *s, uint64_t ns)
 {
@@ -65,6 +139,12 @@ static void report(const char *op, const char *size, struct samples *s)
 	printf("RESULT calls_%s_%s_p50_us %.2f us\n", op, size, p50);
 	printf("RESULT calls_%s_%s_p99_us %.2f us\n", op, size, p99);
 	printf("RESULT calls_%s_%s_max_us %.2f us\n", op, size, max);
+	if (sc_fd[0] >= 0) {
+		printf("RESULT calls_%s_%s_syscalls_per_call %.3f syscalls\n", op, size,
+		       (double)s->syscalls / (double)s->n);
+		printf("RESULT calls_%s_%s_futex_per_call %.3f syscalls\n", op, size,
+		       (double)s->futex / (double)s->n);
+	}
 	printf("# %s %s: %zu samples\n", op, size, s->n);
 	free(s->ns);
 	*s = (struct samples){0};
@@ -80,18 +160,43 @@ struct bench {
 	uint32_t iters;
 };
 
+/* Time one call, with its system calls. */
+#define TIMED(smp, call)                                                                           \
+	do {                                                                                       \
+		uint64_t c0_[2], c1_[2];                                                           \
+		sc_read(c0_);                                                                      \
+		uint64_t t0_ = eos_now_ns();                                                       \
+		call;                                                                              \
+		uint64_t dt_ = eos_now_ns() - t0_;                                                 \
+		sc_read(c1_);                                                                      \
+		add((smp), dt_);                                                                   \
+		sc_add((smp), c0_, c1_);                                                           \
+	} while (0)
+
+/* The engine's end of a pass: wake what the call queued. */
+#ifdef CALLS_NO_FLUSH
+#define FLUSH(smp, s) ((void)(smp), (void)(s))
+#else
+#define FLUSH(smp, s) TIMED(smp, sel_store_flush(s))
+#endif
+
 /* Poll until one event arrives, timing every poll call. */
 static sel_event wait_one(sel_store *s, struct samples *all, struct samples *with_event)
 {
 	sel_event ev;
 	for (;;) {
+		uint64_t c0[2], c1[2];
+		sc_read(c0);
 		uint64_t t0 = eos_now_ns();
 		int n = sel_store_poll(s, &ev, 1);
 		uint64_t dt = eos_now_ns() - t0;
+		sc_read(c1);
 		CHECK_OK(n);
 		add(all, dt);
+		sc_add(all, c0, c1);
 		if (n == 1) {
 			add(with_event, dt);
+			sc_add(with_event, c0, c1);
 			return ev;
 		}
 		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
@@ -166,7 +271,7 @@ static void run(const struct bench *b)
 		cp[k].state_slot = 0;
 	}
 
-	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0};
+	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0};
 	uint32_t dst[b->pages];
 	for (uint32_t i = 0; i < b->pages; i++)
 		dst[i] = b->pages - i; /* other ids than the source */
@@ -174,31 +279,28 @@ static void run(const struct bench *b)
 	for (uint32_t it = 0; it < b->iters; it++) {
 		sel_published *p = &cp[it % b->keys];
 		sel_retry_reason why;
+		sel_outcome o;
 		/* Evicted by now (keys > warm records), so a real store. */
-		uint64_t t0 = eos_now_ns();
-		sel_outcome o = sel_store_put(s, p, &why);
-		uint64_t dt = eos_now_ns() - t0;
+		TIMED(&st, o = sel_store_put(s, p, &why));
 		CHECKF(o == SEL_QUEUED, "iteration %u: %s (%s): %s", it, sel_outcome_name(o),
 		       sel_retry_reason_name(why), sel_errmsg());
-		add(&st, dt);
+		FLUSH(&fl, s);
 		sel_event ev = wait_one(s, &pa, &pe);
 		CHECK(ev.type == SEL_EV_STORED);
 
 		sel_hit hit;
+		int rc;
 		for (int r = 0; r < 8; r++) {
-			t0 = eos_now_ns();
-			int rc = sel_store_lookup(s, &h[it % b->keys], 0, c, &hit);
-			add(&lk, eos_now_ns() - t0);
+			TIMED(&lk, rc = sel_store_lookup(s, &h[it % b->keys], 0, c, &hit));
 			CHECK_RC(rc, 1);
 		}
 		CHECK(hit.pages == b->pages);
 		if (it % 4 == 0) {
 			sel_inbound in = {
 				.ticket = it, .pages = dst, .n_pages = b->pages, .state_slot = 1};
-			t0 = eos_now_ns();
-			int rc = sel_store_fetch(s, &hit, &in);
-			add(&fe, eos_now_ns() - t0);
+			TIMED(&fe, rc = sel_store_fetch(s, &hit, &in));
 			CHECK_OK(rc);
+			FLUSH(&fl, s);
 			ev = wait_one(s, &pa, &pe);
 			CHECK(ev.type == SEL_EV_FETCHED);
 		}
@@ -214,6 +316,10 @@ static void run(const struct bench *b)
 	report("fetch", b->size, &fe);
 	report("poll", b->size, &pa);
 	report("poll_event", b->size, &pe);
+#ifndef CALLS_NO_FLUSH
+	report("flush", b->size, &fl);
+	printf("RESULT calls_thread_wakes_%s %" PRIu64 " wakes\n", b->size, ss.thread_wakes);
+#endif
 
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
@@ -251,6 +357,7 @@ int main(void)
 				  .warm_records = 3,
 				  .keys = 5,
 				  .iters = big_iters};
+	sc_open();
 	run(&small);
 	run(&big);
 	return 0;

@@ -156,6 +156,7 @@ static int restore(struct engine *e, const sel_history *h, uint32_t first, uint3
 	sel_event ev;
 	if ((rc = sel_store_fetch(e->store, &hit, &in)))
 		return fail("fetch", rc);
+	sel_store_flush(e->store); /* end of the pass: the copy starts now */
 	if (wait_event(e, true, in.ticket, &ev) || ev.type != SEL_EV_FETCHED)
 		return fail("restore", ev.error);
 
@@ -234,6 +235,7 @@ static int run(struct engine *e, const char *disk_dir)
 		fprintf(stderr, "engine: put: %s (%s)\n", sel_outcome_name(o), sel_errmsg());
 		return 1;
 	}
+	sel_store_flush(e->store); /* end of the pass: the copy starts now */
 	sel_event ev;
 	if (wait_event(e, false, cp.checkpoint, &ev) || ev.type != SEL_EV_STORED)
 		return fail("store", ev.error);

@@ -512,6 +512,9 @@ typedef struct sel_stats {
 	sel_pool_counters pool; /* zero without --prefix-cache-pool */
 	/* The remote tier (issue 16; all zero without one). */
 	sel_remote_tier_stats remote;
+	/* Wakes of the store's copy and disk threads that its calls sent on
+	 * the worker's thread (each one futex syscall; issue 18). */
+	uint64_t thread_wakes;
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the
@@ -583,6 +586,18 @@ void sel_store_destroy(sel_store *s);
 /* The store's startup warning ("" when none; NULL-safe), valid until
  * destroy.  Print it once with the startup summary. */
 const char *sel_store_warning(const sel_store *s);
+/* End of a service pass (issue 18 "worker calls"): wake the store's copy
+ * and disk threads for the work that this pass's put and fetch calls
+ * queued, one wake per sleeping thread however many jobs the pass queued.
+ * put and fetch may leave their jobs for the next flush or poll instead of
+ * waking a thread on every call; sel_store_poll flushes as well.  Call it
+ * once per loop iteration, before sleeping on the wait descriptor (a job
+ * whose flush never comes still starts, up to 50 ms late).  A store defers
+ * only from its first flush on: a caller (or a wrapping store that does
+ * not forward flush) that never calls it keeps a wake in every put and
+ * fetch.  Cheap when nothing is due (no syscall); never blocks.
+ * NULL-safe. */
+void sel_store_flush(sel_store *s);
 
 /* Overlapped restores (issue 18): a request recomputes the head of a
  * hit's pages while the tail loads, and the recomputed pages must equal

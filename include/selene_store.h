@@ -37,8 +37,9 @@ extern "C" {
 
 /* Version 2 added describe and made evicted and touch optional; version 3
  * the optional evictions_lost; version 4 the optional page_digests and drop
- * (overlapped restores, issue 18). */
-#define SEL_STORE_OPS_VERSION 4
+ * (overlapped restores, issue 18); version 5 the optional flush (deferred
+ * wakes, issue 18). */
+#define SEL_STORE_OPS_VERSION 5
 
 struct sel_store_ops {
 	uint32_t version; /* SEL_STORE_OPS_VERSION */
@@ -73,6 +74,10 @@ struct sel_store_ops {
 			    uint64_t *out);
 	/* Optional (NULL: -ENOTSUP): sel_store_drop. */
 	int (*drop)(sel_store *s, const sel_key *key);
+	/* Optional: wake the store's threads for the work this pass's calls
+	 * queued (sel_store_flush); a wrapping store forwards it.  NULL: its
+	 * calls wake their threads themselves. */
+	void (*flush)(sel_store *s);
 };
 
 /* The base every implementation embeds first.  Zero it; set ops and

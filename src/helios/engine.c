@@ -1392,6 +1392,16 @@ static int release_inbound(hel_engine *e, bool always)
 	return (int)n;
 }
 
+/* Wake the store's copy and disk threads once for what this pass's puts
+ * and fetches queued (sel_store_flush; issue 18): after the puts of
+ * service_store and after admission's fetches, so copies start before the
+ * model step and never wait for the next iteration. */
+static void store_flush(hel_engine *e)
+{
+	if (store_usable(e))
+		sel_store_flush(e->store);
+}
+
 /* Design 2.8 service_store.  Returns the number of events handled. */
 static int service_store(hel_engine *e)
 {
@@ -1454,6 +1464,7 @@ static int service_store(hel_engine *e)
 	if (hel_scheduler_take_publications(e->sched, &pubs, &np) == 0 && store_usable(e))
 		for (size_t i = 0; i < np; i++)
 			put_one(e, &pubs[i]);
+	store_flush(e);
 	return events;
 }
 
@@ -2066,6 +2077,7 @@ static void *worker(void *arg)
 		work += hel_inputs_service(e->inputs);
 		work += inputs_replays(e);
 		work += admission(e);
+		store_flush(e); /* admission's fetches start before the model step */
 		work += model_step(e);
 		hel_ovl_env oe = ovl_env(e);
 		work += hel_ovl_run(e->ovl, &oe);

@@ -138,6 +138,28 @@ static void signal_fd(sel_disk *d)
 	(void)w; /* EAGAIN: the counter is already non-zero */
 }
 
+/* Wakes (issue 18, as transfer.c's): the thread marks itself asleep under
+ * the lock before it waits; a submission signals only a sleeping thread,
+ * or with deferred wakes records a kick that sel_disk_kick sends once per
+ * service pass.  A deferred-mode thread sleeps at most BACKSTOP_NS, so a
+ * kick never sent delays a job instead of losing it. */
+#define BACKSTOP_NS (50 * 1000000ull)
+
+static void disk_sleep(sel_disk *d)
+{
+	d->asleep = true;
+	if (__atomic_load_n(&d->defer, __ATOMIC_RELAXED)) {
+		uint64_t t = eos_now_ns() + BACKSTOP_NS;
+		struct timespec ts = {.tv_sec = (time_t)(t / 1000000000u),
+				      .tv_nsec = (long)(t % 1000000000u)};
+		(void)pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+	} else {
+		pthread_cond_wait(&d->cv, &d->mu);
+	}
+	d->asleep = false;
+	d->kick = false;
+}
+
 /* Hand a finished job back (lock held). */
 static void complete_locked(sel_disk *d, struct sel_disk_job *j)
 {
@@ -209,7 +231,7 @@ static void *disk_main(void *arg)
 				continue;
 			if (d->closing)
 				break;
-			pthread_cond_wait(&d->cv, &d->mu);
+			disk_sleep(d);
 			continue;
 		}
 		pthread_mutex_unlock(&d->mu);
@@ -451,10 +473,10 @@ static sel_disk *disk_new(const struct sel_disk_config *cfg)
 		return NULL;
 	}
 	pthread_mutex_init(&d->mu, NULL);
-	pthread_cond_init(&d->cv, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cv, &ca);
 	pthread_cond_init(&d->cv_exit, &ca);
 	pthread_condattr_destroy(&ca);
 	return d;
@@ -587,9 +609,47 @@ int sel_disk_submit(sel_disk *d, struct sel_disk_job *j)
 	d->q[(d->q_head + d->q_n) % d->cap] = j;
 	d->q_n++;
 	d->outstanding++;
-	pthread_cond_signal(&d->cv);
+	if (d->asleep && __atomic_load_n(&d->defer, __ATOMIC_RELAXED)) {
+		d->kick = true;
+		__atomic_store_n(&d->kick_any, true, __ATOMIC_RELAXED);
+	} else if (d->asleep) {
+		d->asleep = false; /* one signal per sleep */
+		pthread_cond_signal(&d->cv);
+		__atomic_fetch_add(&d->wakes, 1, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&d->mu);
 	return 0;
+}
+
+void sel_disk_defer_wakes(sel_disk *d, bool defer)
+{
+	pthread_mutex_lock(&d->mu);
+	__atomic_store_n(&d->defer, defer, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&d->cv); /* a sleeping thread chooses its wait again */
+	pthread_mutex_unlock(&d->mu);
+}
+
+int sel_disk_kick(sel_disk *d)
+{
+	int n = 0;
+	if (!__atomic_load_n(&d->kick_any, __ATOMIC_RELAXED))
+		return 0;
+	__atomic_store_n(&d->kick_any, false, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&d->mu);
+	if (d->kick && d->asleep) {
+		d->asleep = false;
+		pthread_cond_signal(&d->cv);
+		n = 1;
+	}
+	d->kick = false;
+	pthread_mutex_unlock(&d->mu);
+	__atomic_fetch_add(&d->wakes, (uint64_t)n, __ATOMIC_RELAXED);
+	return n;
+}
+
+uint64_t sel_disk_wakes(const sel_disk *d)
+{
+	return __atomic_load_n(&((sel_disk *)d)->wakes, __ATOMIC_RELAXED);
 }
 
 int sel_disk_poll(sel_disk *d, struct sel_disk_job **done, size_t cap)
@@ -598,6 +658,10 @@ int sel_disk_poll(sel_disk *d, struct sel_disk_job **done, size_t cap)
 	 * wait: the thread pushes and signals under it too. */
 	uint64_t v;
 	pthread_mutex_lock(&d->mu);
+	if (d->d_n == 0) { /* the eventfd is 0: no syscall */
+		pthread_mutex_unlock(&d->mu);
+		return 0;
+	}
 	ssize_t r = read(d->efd, &v, sizeof v);
 	(void)r;
 	size_t n = 0;

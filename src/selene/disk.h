@@ -232,6 +232,15 @@ int sel_disk_fd(const sel_disk *d);
 /* Jobs submitted and not yet polled. */
 uint32_t sel_disk_outstanding(sel_disk *d);
 
+/* Wakes (disk.c "Wakes", as sel_xfer_defer_wakes): with deferred wakes a
+ * submission never signals the thread; sel_disk_kick wakes it once if a
+ * submission left it work while it slept (returns the signals sent, 0 with
+ * one atomic load when none is due).  A kick never sent delays the job by
+ * at most 50 ms.  sel_disk_wakes counts the signals sent. */
+void sel_disk_defer_wakes(sel_disk *d, bool defer);
+int sel_disk_kick(sel_disk *d);
+uint64_t sel_disk_wakes(const sel_disk *d);
+
 /* Stop accepting jobs, finish the queued ones until deadline_ns (monotonic;
  * 0 = no limit) and join the thread: 0, or SEL_ESTOPPED (see above).
  * Completions stay pollable until destroy.  After SEL_ESTOPPED, a later

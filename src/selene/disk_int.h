@@ -184,6 +184,11 @@ struct sel_disk {
 	bool abort; /* atomic */
 	int efd;
 	pthread_t th;
+	/* Wakes (disk.c "Wakes"): the thread waits on cv and needs a signal;
+	 * deferred submissions left it work; submit only records (atomic);
+	 * some kick is due (atomic); signals sent (atomic). */
+	bool asleep, kick, defer, kick_any;
+	uint64_t wakes;
 
 	/* Thread state. */
 	struct io_ctx ctx[ACTIVE_JOBS];

@@ -115,6 +115,12 @@ void sel_store_touch(sel_store *s, const sel_key *key)
 		s->ops->touch(s, key);
 }
 
+void sel_store_flush(sel_store *s)
+{
+	if (s && table_ok(s, "flush") == 0 && s->ops->flush)
+		s->ops->flush(s);
+}
+
 void sel_store_stats(sel_store *s, sel_stats *out)
 {
 	if (OPS_OK(s, stats, "stats") == 0) {

@@ -199,6 +199,27 @@ int sel_core_xfer(struct sel_core *c, const sel_store_config *cfg)
 					  &c->xfer);
 }
 
+void sel_core_flush(struct sel_core *c)
+{
+	if (c->xfer)
+		(void)sel_xfer_kick(c->xfer);
+	if (c->flush_more)
+		c->flush_more(c, false);
+}
+
+void sel_core_flush_op(sel_store *s)
+{
+	struct sel_core *c = (struct sel_core *)s;
+	if (!c->deferring) { /* the caller flushes: from now on calls leave wakes to it */
+		c->deferring = true;
+		if (c->xfer)
+			sel_xfer_defer_wakes(c->xfer, true);
+		if (c->flush_more)
+			c->flush_more(c, true);
+	}
+	sel_core_flush(c);
+}
+
 void sel_core_free(struct sel_core *c)
 {
 	free(c->recs);
@@ -786,6 +807,7 @@ void sel_core_stats(struct sel_core *c, sel_stats *out)
 	t->records = sel_index_count(c->ix);
 	t->rate_bps = (uint64_t)sel_policy_rate(c->policy, c->tier);
 	t->fixed_ns = (uint64_t)sel_policy_fixed_ns(c->policy, c->tier);
+	out->thread_wakes = c->xfer ? sel_xfer_wakes(c->xfer) : 0;
 }
 
 /* Leaked memory stays reachable from here (design 2.5: never reused while a

@@ -168,6 +168,11 @@ struct sel_core {
 	sel_index *ix;
 	sel_policy *policy; /* the tier's fitted restore estimates */
 	sel_xfer *xfer;     /* the store's own transfer set */
+	/* Besides the transfer set's kick, what sel_core_flush wakes (the
+	 * disk store: its disk thread; defer: switch it to deferred wakes
+	 * instead); NULL for none. */
+	void (*flush_more)(struct sel_core *c, bool defer);
+	bool deferring; /* sel_store_flush was called: wakes are deferred */
 	struct sel_expiry exp;
 
 	/* The pool's numbers, copied for the hot paths. */
@@ -286,6 +291,7 @@ sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason
 		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_), .touch = sel_core_touch,  \
 		.stats = (stats_), .wait_fd = (wait_fd_), .close = (close_),                       \
 		.destroy = (destroy_), .describe = (describe_), .drop = sel_core_drop,             \
+		.flush = sel_core_flush_op,                                                        \
 	}
 
 /* A core store's sel_core_ops, in the order of the struct. */
@@ -422,6 +428,15 @@ void sel_core_destroy_end(struct sel_core *c);
 /* ops->touch of a core store: the record and its ancestors become the most
  * recently used. */
 void sel_core_touch(sel_store *s, const sel_key *key);
+
+/* Wake the store's threads for what this pass queued: the transfer set's
+ * kick and flush_more (issue 18).  Every poll of a core store ends with
+ * it.  sel_core_flush_op is ops->flush: its first call switches the
+ * store's threads to deferred wakes (until then each call wakes its thread
+ * itself, so a caller, or a wrapping store, that never flushes loses
+ * nothing), and every call kicks. */
+void sel_core_flush(struct sel_core *c);
+void sel_core_flush_op(sel_store *s);
 
 /* Store pins by key (the composite's calls): 0 or -ENOENT; unpin ignores
  * a key it does not hold. */

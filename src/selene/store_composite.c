@@ -274,6 +274,7 @@ static void arm_timer(struct comp_store *cs)
 		it.it_value.tv_nsec = (long)(d % 1000000000u);
 	}
 	(void)timerfd_settime(cs->tfd, 0, &it, NULL);
+	cs->tfd_armed = cs->backoff_until != 0;
 }
 
 int cs_write_start(struct comp_store *cs, const sel_key *key)
@@ -670,6 +671,10 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	cs_step(cs);
 	if (!cs->closed)
 		maintain(cs);
+	/* What the events and maintenance queued on the inner stores (their
+	 * kicks only: deferral starts with the caller's own flush). */
+	sel_core_flush((struct sel_core *)cs->disk);
+	sel_core_flush((struct sel_core *)cs->mem);
 	if (sel_progress_due(&cs->pg)) {
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		sel_evq_push(&cs->evq, &pe);
@@ -678,8 +683,10 @@ static int cs_poll(sel_store *s, sel_event *out, size_t cap)
 	}
 	size_t n = sel_evq_take(&cs->evq, out, cap);
 	uint64_t v;
-	ssize_t r = read(cs->tfd, &v, sizeof v); /* a fired backoff timer */
-	(void)r;
+	/* A fired backoff timer (one-shot: read back once, no syscall while
+	 * none is set). */
+	if (cs->tfd_armed && read(cs->tfd, &v, sizeof v) == (ssize_t)sizeof v)
+		cs->tfd_armed = false;
 	bool ready = false;
 	for (const struct cfetch *f = cs->fetches.head; f && !ready; f = f->next)
 		ready = f->read_done;
@@ -779,6 +786,7 @@ static void cs_stats(sel_store *s, sel_stats *out)
 	out->tier[SEL_TIER_DISK] = d.tier[SEL_TIER_DISK];
 	out->tier[SEL_TIER_DISK].dropped_oversize += cs->st.tier[SEL_TIER_DISK].dropped_oversize;
 	out->tier[SEL_TIER_MEMORY].expired += cs->st.tier[SEL_TIER_MEMORY].expired;
+	out->thread_wakes = m.thread_wakes + d.thread_wakes;
 }
 
 static void cs_describe(sel_store *s, sel_store_info *out)
@@ -797,6 +805,13 @@ static void cs_describe(sel_store *s, sel_store_info *out)
 }
 
 static int cs_wait_fd(sel_store *s) { return sel_cs_of(s)->evq.epfd; }
+
+static void cs_flush(sel_store *s)
+{
+	struct comp_store *cs = sel_cs_of(s);
+	sel_store_flush(cs->disk);
+	sel_store_flush(cs->mem);
+}
 
 static bool cs_busy(const struct comp_store *cs)
 {
@@ -908,6 +923,7 @@ static const struct sel_store_ops cs_ops = {
 	.describe = cs_describe,
 	.page_digests = cs_page_digests,
 	.drop = cs_drop,
+	.flush = cs_flush,
 };
 
 /* Both stores over one pool: the memory store never sweeps for expiry (the

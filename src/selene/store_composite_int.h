@@ -95,6 +95,7 @@ struct comp_store {
 	uint64_t intake;
 	struct sel_evq evq; /* events; the set over both stores, the timer, the eventfd */
 	int tfd;            /* the write backoff's timerfd */
+	bool tfd_armed;     /* set and not yet read back: poll reads it only then */
 	bool drain;
 	uint64_t drain_ns;
 	void (*drain_cb)(void *ctx, const sel_drain_progress *p);

@@ -228,6 +228,7 @@ static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 		sel_event pe = {.type = SEL_EV_PROGRESS};
 		sel_evq_push(&ds->evq, &pe);
 	}
+	sel_core_flush(&ds->c); /* this pass's submissions, put's and fetch's included */
 	size_t n = sel_evq_take(&ds->evq, ev, cap);
 	sel_evq_rearm(&ds->evq, ds->df.head || ds->xf.head);
 	debug_check(ds);
@@ -246,6 +247,7 @@ static void ds_stats(sel_store *s, sel_stats *out)
 		struct sel_disk_stats dst;
 		sel_disk_stats(ds->disk, &dst);
 		out->disk_io = sel_disk_io_path(&dst);
+		out->thread_wakes += sel_disk_wakes(ds->disk);
 	}
 	out->parked_records = ds->parked;
 	sel_tier_stats *t = &out->tier[SEL_TIER_DISK];
@@ -351,6 +353,15 @@ static const struct sel_core_ops ds_core_ops =
 
 /* ---- open ------------------------------------------------------------------------------ */
 
+static void ds_flush_disk(struct sel_core *c, bool defer)
+{
+	struct disk_store *ds = (struct disk_store *)c;
+	if (ds->disk && defer)
+		sel_disk_defer_wakes(ds->disk, true);
+	else if (ds->disk)
+		(void)sel_disk_kick(ds->disk);
+}
+
 /* The disk thread and its startup path, the transfer set and the wait set. */
 static int threads_open(struct disk_store *ds, const sel_store_config *cfg)
 {
@@ -364,6 +375,7 @@ static int threads_open(struct disk_store *ds, const sel_store_config *cfg)
 	int rc = sel_disk_create(&dc, &ds->disk);
 	if (rc)
 		return rc;
+	ds->c.flush_more = ds_flush_disk; /* deferred wakes from the first flush on */
 	/* The startup line names the path actually used (design 2.10 wants
 	 * direct I/O; a fallback fills the page cache). */
 	struct sel_disk_stats dst;

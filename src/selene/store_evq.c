@@ -8,7 +8,10 @@
  * signalled by its counter: push and wake write it, rearm reads it (EFD
  * non-blocking, so an empty read is harmless) and writes it once more when
  * the store still has something, so the worker's next epoll_wait returns at
- * once instead of sleeping on work that nothing will announce.
+ * once instead of sleeping on work that nothing will announce.  Only this
+ * queue touches the eventfd, so armed says whether its counter is non-zero
+ * and each of those syscalls is made only where it changes that: a poll
+ * with nothing to say makes none, a burst of pushes one.
  *
  * INVARIANTS
  *
@@ -16,6 +19,7 @@
  *      first.
  *   2. After sel_evq_rearm(q, more), the eventfd is readable iff n > 0 or
  *      more (until a thread in the set signals its own descriptor).
+ *   3. armed iff the eventfd's counter is non-zero.
  */
 #include "store_evq.h"
 
@@ -60,9 +64,9 @@ void sel_evq_free(struct sel_evq *q)
 void sel_evq_wake(struct sel_evq *q)
 {
 	uint64_t v = 1;
-	if (q->efd >= 0) {
+	if (q->efd >= 0 && !q->armed) {
 		ssize_t w = write(q->efd, &v, sizeof v);
-		(void)w;
+		q->armed = w == (ssize_t)sizeof v;
 	}
 }
 
@@ -99,10 +103,14 @@ size_t sel_evq_take(struct sel_evq *q, sel_event *out, size_t cap)
 void sel_evq_rearm(struct sel_evq *q, bool more)
 {
 	uint64_t v;
-	ssize_t r = read(q->efd, &v, sizeof v);
-	(void)r;
-	if (q->n || more)
-		sel_evq_wake(q);
+	bool want = q->n || more;
+	if (q->armed && !want) {
+		ssize_t r = read(q->efd, &v, sizeof v);
+		(void)r;
+		q->armed = false;
+	} else if (want) {
+		sel_evq_wake(q); /* a no-op while armed */
+	}
 }
 
 void sel_evq_nap(struct sel_evq *q, int ms)

@@ -28,6 +28,11 @@ struct sel_evq {
 	size_t head, n, cap;
 	int efd;  /* eventfd, in the set */
 	int epfd; /* epoll set: the store's wait_fd */
+	/* The eventfd's counter is non-zero: only this queue writes and reads
+	 * it, so it is known without a syscall, and push, wake and rearm make
+	 * one only to change it (issue 18: a call that changes nothing costs
+	 * the worker no syscall). */
+	bool armed;
 };
 
 /* The eventfd and an epoll set holding it; who names the store in

@@ -516,6 +516,7 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 	if (cap == 0)
 		ms_resubmit_pending(ms);
 	(void)sel_core_cascade_run(&ms->c, ms_cascade_low, ms_cascade_units);
+	sel_core_flush(&ms->c); /* this pass's submissions, put's and fetch's included */
 	if (n < cap && sel_progress_due(&ms->c.pg)) {
 		memset(&ev[n], 0, sizeof(ev[n]));
 		ev[n++].type = SEL_EV_PROGRESS;

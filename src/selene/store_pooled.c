@@ -41,6 +41,7 @@ static const struct sel_store_ops sp_ops = {
 	.destroy = sp_destroy,
 	.describe = sp_describe,
 	.evictions_lost = sp_evictions_lost,
+	.flush = sel_wrap_flush,
 };
 
 const char *sel_pool_fail_name(sel_pool_fail f)

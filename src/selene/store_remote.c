@@ -620,6 +620,14 @@ static void rs_destroy(sel_store *s)
 	rs_free(rs);
 }
 
+/* The local tiers' deferred thread wakes (issue 18). */
+static void rs_flush(sel_store *s)
+{
+	struct remote_store *rs = rs_of(s);
+	if (rs->inner)
+		sel_store_flush(rs->inner);
+}
+
 static const struct sel_store_ops remote_ops = {
 	.version = SEL_STORE_OPS_VERSION,
 	.name = "remote",
@@ -634,6 +642,7 @@ static const struct sel_store_ops remote_ops = {
 	.close = rs_close,
 	.destroy = rs_destroy,
 	.describe = rs_describe,
+	.flush = rs_flush,
 };
 
 #define RS_STARTUP_WAIT_NS (2000ull * 1000000)

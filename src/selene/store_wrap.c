@@ -102,3 +102,10 @@ void sel_wrap_destroy_inner(struct sel_wrap *w)
 	sel_store_destroy(w->inner);
 	w->inner = NULL;
 }
+
+void sel_wrap_flush(sel_store *s)
+{
+	sel_store *in = sel_wrap_of(s)->inner;
+	if (in)
+		sel_store_flush(in);
+}

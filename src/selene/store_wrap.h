@@ -45,6 +45,8 @@ int sel_wrap_close(sel_store *s, uint64_t deadline_ns);
 /* The inner store's description (its kind, directory, warning), or the
  * defaults store.c filled. */
 void sel_wrap_describe(sel_store *s, sel_store_info *out);
+/* sel_store_flush of the inner store (its deferred thread wakes). */
+void sel_wrap_flush(sel_store *s);
 /* Destroy the inner store (after close). */
 void sel_wrap_destroy_inner(struct sel_wrap *w);
 

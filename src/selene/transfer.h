@@ -212,6 +212,28 @@ int sel_xfer_fd(const sel_xfer *x);
 /* Jobs submitted and not yet polled. */
 uint32_t sel_xfer_inflight(const sel_xfer *x);
 
+/* Wakes (transfer.c DESIGN "Wakes").  A rank thread out of jobs spins
+ * (sel_xfer_set_spin, 50 us by default; 0: sleep at once) and then sleeps;
+ * submission signals only a sleeping thread.  With deferred wakes on,
+ * submission never signals: it records that a sleeping rank has work, and
+ * sel_xfer_kick wakes each such rank once, so a caller that submits many
+ * jobs pays one signal per rank per kick.  The caller kicks before it
+ * sleeps or waits for the job (a store: at every poll and
+ * sel_store_flush); a kick never sent delays the job by at most 50 ms (the
+ * sleeping thread's backstop), it is never lost.  Either may be set at any
+ * time from the submitting thread (a sleeping rank chooses its wait again;
+ * a store switches to deferred wakes at its first sel_store_flush). */
+void sel_xfer_defer_wakes(sel_xfer *x, bool defer);
+void sel_xfer_set_spin(sel_xfer *x, uint64_t spin_ns);
+/* Wake the sleeping ranks that deferred submissions left work for.
+ * Returns the signals sent (0 and one atomic load when none is due).
+ * Submitting thread. */
+int sel_xfer_kick(sel_xfer *x);
+/* Signals sent so far by submissions and kicks (each one a futex wake). */
+uint64_t sel_xfer_wakes(const sel_xfer *x);
+/* Ranks whose thread is asleep now (tests). */
+uint32_t sel_xfer_sleeping(const sel_xfer *x);
+
 /* Stop accepting jobs (later submissions get SEL_ESTOPPED), let the
  * threads finish the queued jobs until deadline_ns (eos_now_ns clock;
  * 0 = no limit), and join them.  0, or SEL_ESTOPPED when a thread had not

@@ -1,0 +1,91 @@
+/*
+ * transfer_int.h - the transfer set's private structures, shared by
+ * transfer.c and its checker (transfer_check.c).  Internal to transfer.c's
+ * module: nothing else includes it.  See transfer.c DESIGN and INVARIANTS.
+ */
+#ifndef SEL_TRANSFER_INT_H
+#define SEL_TRANSFER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "eos.h"
+#include "transfer.h"
+
+struct ring {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;       /* CLOCK_MONOTONIC */
+	struct sel_xfer_job **q; /* [cap] */
+	uint32_t cap, head, count;
+	bool stop;   /* drain what is queued, then exit */
+	bool asleep; /* the thread waits on cv and needs a signal */
+	bool kick;   /* deferred: jobs were queued while asleep (see Wakes) */
+	/* Bumped on every push and stop: what a spinning thread watches
+	 * without the lock. */
+	_Atomic uint32_t seq;
+};
+
+struct rank {
+	sel_xfer *x;
+	uint32_t r;
+	pthread_t tid;
+	bool running; /* a thread exists and has not been joined/detached (creator) */
+	bool exited;  /* the thread left its loop (under x->life) */
+	struct ring ring;
+	/* Rank thread only. */
+	void *state;
+	struct sel_copy *call; /* [call_cap] */
+	uint32_t call_cap, ncall;
+	uint64_t call_bytes;
+	uint64_t job_bytes;
+	enum sel_copy_dir dir;
+	bool abandoned;
+};
+
+struct sel_xfer {
+	const sel_geometry *g;
+	const sel_slot_layout *l;
+	struct sel_copy_backend be;
+	uint32_t ranks, depth;
+	struct sel_xfer_part *part; /* [ranks] */
+	uint64_t nslots;
+	bool split;          /* explicit parts: no compare, no packing */
+	bool uniform;        /* every rank has rank 0's share layout */
+	bool uniform_row;    /* ... and rank 0's row bytes */
+	uint64_t page_limit; /* smallest page count over ranks */
+	uint64_t row_limit;  /* smallest row count over ranks */
+	struct rank *rank;   /* [ranks] */
+
+	pthread_mutex_t submit; /* serialises submitters; guards closing */
+	bool closing;
+
+	/* Wakes (see DESIGN). */
+	atomic_bool defer;        /* submit records, sel_xfer_kick wakes */
+	atomic_bool kick_any;     /* some ring has kick set */
+	_Atomic uint64_t wakes;   /* signals submit and kick issued */
+	_Atomic uint64_t spin_ns; /* how long an idle thread spins first */
+
+	pthread_mutex_t done; /* completion queue, job priv, running/ndone */
+	struct sel_xfer_job *head, *tail;
+	uint32_t ndone, running;
+	_Atomic uint32_t inflight;
+	int efd;
+	/* Writes to efd: owed by the pushes that made the queue non-empty,
+	 * consumed by poll's reads (see Completion). */
+	uint64_t owed, consumed;
+
+	pthread_mutex_t life;   /* thread start, open results, exits */
+	pthread_cond_t life_cv; /* CLOCK_MONOTONIC */
+	uint32_t started, opened, exited;
+	int open_rc;
+	uint32_t open_rank;
+	char open_msg[EOS_ERRMSG_MAX];
+	atomic_bool abandon;
+
+	/* Submitting thread only. */
+	bool closed, leaked;
+	int close_rc;
+	struct sel_xfer *grave_next;
+};
+
+#endif
