@@ -730,8 +730,7 @@ static setter *const setters[] = {
 	[FLARE_K_BOOL] = set_bool,       [FLARE_K_ENDPOINT] = set_endpoint,
 	[FLARE_K_POOL] = set_pool,       [FLARE_K_NAME] = set_name,
 	[FLARE_K_REMOTE] = set_remote,   [FLARE_K_ENCRYPT] = set_encrypt,
-	[FLARE_K_OVERLAP] = set_overlap,
-	[FLARE_K_SCHED] = set_sched,
+	[FLARE_K_OVERLAP] = set_overlap, [FLARE_K_SCHED] = set_sched,
 };
 
 /* A value from the config file must have the TOML type its option takes. */

@@ -69,7 +69,7 @@ enum flare_opt {
 	FLARE_OPT_REMOTE, /* --prefix-cache-remote (issue 16) */
 	FLARE_OPT_REMOTE_KEY,
 	FLARE_OPT_REMOTE_ENCRYPT,
-	FLARE_OPT_OVERLAP, /* --prefix-cache-overlap (issue 18) */
+	FLARE_OPT_OVERLAP,       /* --prefix-cache-overlap (issue 18) */
 	FLARE_OPT_OFFLOAD_SCHED, /* scheduling class of offload threads (issue 18) */
 	FLARE_OPT_HELP,
 	FLARE_OPT_CORE, /* the positional CORE argument */
