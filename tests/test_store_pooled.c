@@ -714,8 +714,15 @@ static void test_cascade_disk(bool composite)
 		inner = sel_composite_store_disk(inner);
 	struct sel_core *core = sel_store_core(inner);
 	CHECK(core && core->tier == SEL_TIER_DISK && ((struct sel_pooled *)a)->casc == core);
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3; i++) {
 		put_local(&fa, a, &ca[i], 128, 80 + i);
+		/* The disk tier's age order is its commit order, and its writes run
+		 * concurrently: let each commit before the next, so ca[0] is the
+		 * oldest. */
+		sel_key ki = sfx_key(&ca[i], 128);
+		struct sel_disk_file dfi;
+		SFX_UNTIL(a, NULL, sel_disk_store_file(inner, &ki, &dfi) == 0);
+	}
 	CHECK(counters(a).puts == 0); /* nothing at publication */
 	put_local(&fa, a, &ca[3], 128, 83);
 	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
