@@ -30,20 +30,9 @@
 static hel_core *core;
 static test_rng rng;
 
-static hel_engine *start(hel_engine_config c)
-{
-	hel_engine *e;
-	c.core = core;
-	CHECK_OK(hel_engine_open(&c, &e));
-	CHECK_OK(hel_engine_start(e));
-	return e;
-}
+static hel_engine *start(hel_engine_config c) { return et_engine_start(core, c); }
 
-static void finish(hel_engine *e)
-{
-	CHECK_OK(hel_engine_stop(e, 0));
-	hel_engine_destroy(e);
-}
+static void finish(hel_engine *e) { et_engine_finish(e); }
 
 static bool settled(const hel_engine_stats *st, void *arg)
 {
