@@ -367,6 +367,15 @@ static int config_choices(const struct sel_disk_config *cfg, enum sel_disk_io *i
 static int fileops_choice(const struct sel_disk_config *cfg, enum sel_disk_fileops *mode)
 {
 	*mode = cfg->fileops;
+#ifdef __SANITIZE_THREAD__
+	/* ThreadSanitizer cannot see the descriptors the kernel opens and
+	 * closes for the ring, so a number the ring closed and another thread's
+	 * open reused reads as a race on that descriptor.  Under TSan, auto
+	 * means the synchronous path; an explicit "ring" (test_disk's ring
+	 * tests, one thread) still takes the ring. */
+	if (*mode == SEL_DISK_FILEOPS_AUTO)
+		*mode = SEL_DISK_FILEOPS_SYNC;
+#endif
 	const char *env = env_choice("SELENE_DISK_FILEOPS");
 	if (!env)
 		return 0;
