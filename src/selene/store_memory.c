@@ -172,6 +172,7 @@ static const struct sel_store_ops ms_ops = {
 	.describe = ms_describe,
 	.page_digests = sel_memory_store_page_digests, /* page_digest.c (issue 18) */
 	.drop = sel_core_drop,
+	.flush = sel_core_flush_op,
 };
 
 static const struct sel_core_ops ms_core_ops =
