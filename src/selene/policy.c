@@ -60,7 +60,7 @@
  *     copy or disk thread waiting for a core, a busy device), and it
  *     changes in bursts.  bench/policy saw memory restores of 20-260 KiB
  *     records stall 2-7 ms for the first dozen (their copy thread, at
- *     SCHED_BATCH and nice 10, waiting for a scheduler tick while other
+ *     SCHED_BATCH and nice 10 then, waiting for a scheduler tick while other
  *     jobs held both cores); with the fixed cost fitted to all sixteen,
  *     nine stalled samples made it 1.3-2.9 ms, the small records were then
  *     recomputed and so never measured again, and the estimate stayed

@@ -7,7 +7,7 @@
  * DESIGN
  *
  * The thread sleeps in poll() over the submission eventfd and the
- * network's sockets, at SCHED_BATCH and nice 10.  Each pass takes what was
+ * network's sockets, at nice 10 in the offload class (eos_sched).  Each pass takes what was
  * submitted (under the mutex, which covers linking only), starts ops within
  * their bounds (puts two at a time, oldest first), runs the network, and
  * refreshes the description and counters the caller's thread reads.  At

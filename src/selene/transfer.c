@@ -472,7 +472,7 @@ static void *rank_main(void *arg)
 
 	snprintf(name, sizeof(name), "sel-xfer-%" PRIu32, rk->r);
 	eos_thread_name(name);
-	/* Best effort: a kernel refusing SCHED_BATCH or nice still copies. */
+	/* Best effort: a kernel refusing the offload class or nice still copies. */
 	(void)eos_thread_lower_priority(XFER_NICE);
 
 	eos_errclear();
