@@ -620,6 +620,17 @@ class Flare:
             time.sleep(0.02)
 
 
+def wait_for(pred, what, timeout=20.0, show=None):
+    """Poll pred() every 20 ms until it is true; after timeout seconds an
+    AssertionError names what (and show()'s text, when given).  The one
+    condition wait of the scripted tests and scenarios."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out waiting for %s%s" % (
+            what, ": " + show() if show else "")
+        time.sleep(0.02)
+
+
 def geometry(binary, core=None, max_active=4, mode="ordinary"):
     """(page bytes, row bytes) of a core's GPU cache in a state mode, read
     from the refusal of `flare run --gpu-cache 1` (engine.c size_cache).

@@ -27,7 +27,7 @@ src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.ab
 build = os.environ.get("SELENE_BUILD", os.path.join(src, "build"))
 flare_bin = os.path.join(build, "flare")
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import TempDir, install_cleanup  # noqa: E402
+from flare import TempDir, install_cleanup, wait_for  # noqa: E402
 
 install_cleanup()
 own_tmp = not os.environ.get("TEST_TMPDIR")
@@ -42,13 +42,6 @@ def alive(pid):
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_for(cond, what, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def read_pids(path, n, timeout=20.0):

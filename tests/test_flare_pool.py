@@ -31,7 +31,7 @@ import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, TempDir, die_with_parent, install_cleanup  # noqa: E402
+from flare import Flare, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
@@ -54,13 +54,6 @@ def start_manager(sock, arena):
 
 
 start_manager.started = 0
-
-
-def wait_for(pred, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.02)
 
 
 def ask(f, text, max_tokens=12):

@@ -29,18 +29,10 @@ import urllib.request
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, Metrics, TempDir, die_with_parent, install_cleanup  # noqa: E402
+from flare import Flare, Metrics, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
-
-
-def wait_for(pred, what, timeout=20, show=None):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out waiting for %s%s" % (
-            what, ": " + show() if show else "")
-        time.sleep(0.02)
 
 
 class Manager:

@@ -24,7 +24,7 @@ import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, TempDir, install_cleanup  # noqa: E402
+from flare import Flare, TempDir, install_cleanup, wait_for  # noqa: E402
 import multihost_cache as mc  # noqa: E402
 from ranks import Ranks  # noqa: E402
 
@@ -32,13 +32,6 @@ install_cleanup()
 flare = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
 cores = os.path.join(src, "cores")
 ARGS = ["--max-active", "1", "--prefix-cache-max-age", "off"]
-
-
-def wait(what, pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.02)
 
 
 def disks(tmp, tag, world):
@@ -53,10 +46,10 @@ def killed_in_write(tmp):
               env={1: {"FLARE_TEST_RANK_LINK": "block_stores"}}).start()
     try:
         g.lead.complete(mc.PROMPT, max_tokens=4)
-        wait("ranks 2 and 3 to commit", lambda: all(mc.rank_files(d[r]) for r in (2, 3)))
+        wait_for(lambda: all(mc.rank_files(d[r]) for r in (2, 3)), "ranks 2 and 3 to commit")
         assert not mc.rank_files(d[1])
         g.peers[0].kill()
-        wait("rank 0 to stop", lambda: g.lead.proc.poll() is not None)
+        wait_for(lambda: g.lead.proc.poll() is not None, "rank 0 to stop")
         rc = g.lead.stop(check=False)
         tail = g.lead.stderr_tail()
         assert rc == 1 and "the instance stops" in tail and "rank 1" in tail, (rc, tail)
@@ -113,7 +106,7 @@ def job_timeout(tmp):
     g = Ranks(flare, core, 2, args=ARGS, rank_args=ra, env=env).start()
     try:
         g.lead.complete(mc.PROMPT, max_tokens=4)
-        wait("rank 0 to stop", lambda: g.lead.proc.poll() is not None)
+        wait_for(lambda: g.lead.proc.poll() is not None, "rank 0 to stop")
         rc = g.lead.stop(check=False)
         tail = g.lead.stderr_tail()
         assert rc == 1 and "the host prefix cache stopped" in tail, (rc, tail)
@@ -160,8 +153,9 @@ def forged_joins(tmp):
 
     def forgers():
         try:
-            wait("the link port", lambda: g.lead is not None and
-                 re.search(r"listen on port (\d+)", g.lead.stderr_tail(40)) is not None)
+            wait_for(lambda: g.lead is not None and
+                     re.search(r"listen on port (\d+)", g.lead.stderr_tail(40)) is not None,
+                     "the link port")
             port = int(re.search(r"listen on port (\d+)", g.lead.stderr_tail(40)).group(1))
             out["nonce"] = forge(port, "127.0.0.1")
             out["address"] = forge(port, "127.0.0.2")
