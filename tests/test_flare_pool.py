@@ -21,7 +21,8 @@ core.
   4. kill -9 the manager: B keeps serving (recomputes, right answer),
      reports detached; the manager restarts on its kept arena file and B
      reattaches by itself and puts into the pool again.
-  5. An absent manager: one warning, local tiers only.
+  5. An absent manager: one warning, local tiers only; so is a plan over
+     the host budget (the SELENE_TEST_MEMAVAILABLE knob).
 Every wait is by condition with a deadline; processes are stopped by pid."""
 import os
 import signal
@@ -174,6 +175,17 @@ with TempDir("flare-pool-") as tmpdir:
         wait_for(accepted, "a put accepted after the reattach")
         for f in (b, d):
             f.stop()
+        # The budget check before registration (design 2.15): with the host
+        # supply (test knob: MemAvailable 1 GiB, less the 2 GiB allowance)
+        # smaller than the 32 MiB arena, nothing is registered: one warning
+        # naming the sizes and the reason, local tiers, serving goes on.
+        env = dict(os.environ, SELENE_TEST_MEMAVAILABLE="1GiB")
+        with Flare(binary, ["--prefix-cache-memory", "8MiB"] + pool, env=env, name="G") as g:
+            warn = [ln for ln in g.summary().splitlines() if "pool budget" in ln]
+            assert len(warn) == 1 and "arena 32 MiB" in warn[0] and "host supply of 0 B" in warn[0] \
+                and "local tiers will be used" in warn[0], g.summary()
+            got, fl = ask(g, PROMPT)
+            assert got == want and state(g) == "disabled", (got, state(g))
     finally:
         mgr.send_signal(signal.SIGTERM)
         mgr.wait(20)

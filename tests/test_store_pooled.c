@@ -16,6 +16,8 @@
  *   - a neighbour that won the tie with B's memory tier refuses: B's
  *     restore falls back to its local copy of the same endpoint.
  *   - a pooled store over a memory store: the local tier answers first.
+ *   - the budget check before registration: an arena over the host supply
+ *     (or an unobservable supply) leaves the local tier alone, one warning.
  *   - a replica of the same model identity whose layout differs (page
  *     plane bytes, plane count, row bytes) never hits: its lookups are
  *     answered in its own scope, without the record; one of the same
@@ -510,6 +512,57 @@ static void test_absent(void)
 	sfx_free(&f);
 }
 
+/* The budget check before registration (design 2.15, pool_budget.h): a
+ * manager whose arena is over the host supply (SELENE_TEST_MEMAVAILABLE:
+ * 1 GiB available, less the 2 GiB allowance) or a supply that cannot be
+ * observed: nothing registered, one warning naming the sizes and the
+ * reason, the local tier alone.  Then the same manager with the real
+ * supply: attached (the control). */
+static void test_budget(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx f;
+	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgrb", "--memory", "8MiB", NULL);
+	const char *knob[2] = {"1GiB", "unobservable"},
+		   *why[2] = {"exceeds the host supply", "cannot be observed"};
+	for (int i = 0; i < 2; i++) {
+		setenv("SELENE_TEST_MEMAVAILABLE", knob[i], 1);
+		sel_store_config c = sfx_config(&f, true);
+		c.memory_bytes = 4 << 20;
+		c.pool = m.sock;
+		c.pool_instance_id = "budget";
+		c.pool_wait_ns = 10 * S_NS;
+		sel_store *s = NULL;
+		CHECK_OK(sel_store_open(&c, &s));
+		const char *w = sel_store_warning(s);
+		CHECKF(strstr(w, "pool budget") && strstr(w, why[i]) && strstr(w, "arena 8 MiB") &&
+			       strstr(w, "will not attach later") && strstr(w, m.sock),
+		       "warning '%s'", w);
+		CHECK(i == 1 || strstr(w, "host supply of 0 B"));
+		CHECK(counters(s).state == SEL_POOL_GONE_FOR_GOOD && counters(s).lookups == 0);
+		struct sfx_conv cv;
+		sfx_conv_init(&f, &cv, 5, 64, 0);
+		sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 41);
+		sel_retry_reason r;
+		CHECK(sel_store_put(s, &p, &r) == SEL_QUEUED);
+		CHECK(next_event(s).type == SEL_EV_STORED);
+		sel_hit hit;
+		CHECK(sel_store_lookup(s, &cv.h, 0, 64, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
+		CHECK_OK(sel_store_close(s, 0));
+		sel_store_destroy(s);
+		sfx_conv_free(&cv);
+	}
+	unsetenv("SELENE_TEST_MEMAVAILABLE");
+	sel_store *s = open_pooled(&f, m.sock, "budget", 4 << 20); /* fits: attached */
+	CHECK(!strstr(sel_store_warning(s), "pool budget"));
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	mgr_stop(&m);
+	sfx_free(&f);
+}
+
 /* B's lookups of checkpoint c until the manager answered one: none may hit
  * (a replica of another layout).  The store's pool hits stay 0. */
 static void never_hits(sel_store *b, struct sfx_conv *cv, uint64_t c)
@@ -846,6 +899,7 @@ int main(void)
 	snprintf(dir, sizeof dir, "%s", d);
 	signal(SIGPIPE, SIG_IGN);
 	test_absent();
+	test_budget();
 	test_local_first();
 	test_cascade();
 	test_cascade_disk(false);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "eos.h"
+#include "pool_budget.h"
 #include "store_common.h"
 
 static int sp_poll(sel_store *s, sel_event *ev, size_t cap);
@@ -309,6 +310,37 @@ static int sp_watch(struct sel_pooled *p, int fd)
 	return 0;
 }
 
+/* The budget check before registration (design 2.15, pool_budget.h): the
+ * Hello plan against the host supply less the local tiers still to be
+ * allocated (the warm tier unless pre-faulted, the other allocations the
+ * loader reserved) and, with GPUs registering it, their device budget.
+ * The host copy backend registers with no GPU.  A plan that does not fit
+ * detaches before anything is registered, with one warning. */
+static bool sp_budget_fits(struct sel_pooled *p, const sel_store_config *cfg)
+{
+	const struct sel_pool_m_hello *h = sel_pool_hello(p->pc);
+	struct sel_pool_budget_in in = {
+		.local_future = (cfg->populate ? 0 : cfg->memory_bytes) + cfg->host_reserved,
+		.arena_bytes = h->arena_bytes,
+		.staging_bytes = h->staging_bytes,
+	};
+	sel_pool_budget_observe(&in);
+	struct sel_pool_budget_out out;
+	char msg[360];
+	if (sel_pool_budget_check(&in, &out, msg, sizeof msg) == SEL_POOL_BUDGET_FITS)
+		return true;
+	snprintf(
+		p->warn, sizeof p->warn,
+		"prefix cache pool %.120s: %s; nothing was registered, local tiers will be used and "
+		"this instance will not attach later",
+		p->address, msg);
+	snprintf(p->desc, sizeof p->desc, "%s (not attached: budget)", p->address);
+	(void)sel_pool_close(p->pc);
+	sel_pool_destroy(p->pc);
+	p->pc = NULL;
+	return false;
+}
+
 /* The pool client, the arena's transfer set, the helper and the wait set.
  * Attach failures are not errors: the warning says local tiers only. */
 static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
@@ -341,6 +373,8 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 		snprintf(p->desc, sizeof p->desc, "%s (not attached)", p->address);
 		return 0;
 	}
+	if (!sp_budget_fits(p, cfg))
+		return 0;
 	struct sel_xfer_part *parts = calloc(cfg->geometry->ranks, sizeof *parts);
 	if (!parts)
 		return eos_fail(-ENOMEM, "pooled store: out of memory");
