@@ -16,6 +16,8 @@
  *   - a neighbour that won the tie with B's memory tier refuses: B's
  *     restore falls back to its local copy of the same endpoint.
  *   - a pooled store over a memory store: the local tier answers first.
+ *   - a lookup above a shorter restore (the late-answer retry) is answered
+ *     by the first ticket and restores only the pages above it.
  *   - the budget check before registration: an arena over the host supply
  *     (or an unobservable supply) leaves the local tier alone, one warning.
  *   - a replica of the same model identity whose layout differs (page
@@ -512,6 +514,61 @@ static void test_absent(void)
 	sfx_free(&f);
 }
 
+/* The late-answer retry's store side (design 2.15 "Lookups"): a request
+ * admitted on a shorter restore asks again with the restored prefix as
+ * its resident count.  The ticket made at resident 0 answers it (no new
+ * pool lookup, so no new grace period), and the pool's hit covers only
+ * the pages above the new resident count: claimed from there and restored
+ * byte-exact. */
+static void test_late_above(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
+	sfx_init(&fb, 1, 1, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgrl", "--memory", "8MiB", NULL);
+	sel_store *a = open_pooled(&fa, m.sock, "LA", 0), *b = open_pooled(&fb, m.sock, "LB", 0);
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 7, 320, 0);
+	sfx_conv_init(&fb, &cb, 7, 320, 0);
+	put_shared(&fa, a, &ca, 320, 51);
+	sel_hit hit;
+	uint64_t asked = counters(b).lookups;
+	CHECK(sel_store_lookup(b, &cb.h, 0, 320, &hit) == SEL_LOOKUP_PENDING);
+	CHECK(counters(b).lookups == asked + 1);
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cb.h, 128, 320, &hit)) != 1) {
+		CHECK(rc == SEL_LOOKUP_PENDING || rc == 0);
+		CHECK(eos_now_ns() < deadline);
+		CHECK(pump(b, ev) == 0);
+	}
+	CHECK(counters(b).lookups == asked + 1); /* the first ticket answered it */
+	CHECKF(hit.tier == SEL_TIER_POOL && hit.key.consumed == 320 && hit.resident == 128 &&
+		       hit.pages == 3,
+	       "tier %d consumed %" PRIu64 " resident %" PRIu64 " pages %u", hit.tier,
+	       hit.key.consumed, hit.resident, hit.pages);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 30, 3, 501));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 501, "event %d %d", e.type, e.error);
+	for (uint32_t j = 2; j < 5; j++)
+		CHECK(sfx_page_ok(&fb, 30 + j - 2, cb.tag, j, false));
+	CHECK(sfx_row_ok(&fb, 3, sfx_row_seed(&cb, 320), false));
+	CHECK(counters(b).reused_tokens == 320 - 128);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 /* The budget check before registration (design 2.15, pool_budget.h): a
  * manager whose arena is over the host supply (SELENE_TEST_MEMAVAILABLE:
  * 1 GiB available, less the 2 GiB allowance) or a supply that cannot be
@@ -900,6 +957,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	test_absent();
 	test_budget();
+	test_late_above();
 	test_local_first();
 	test_cascade();
 	test_cascade_disk(false);

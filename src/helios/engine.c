@@ -254,6 +254,12 @@ struct ereq {
 	/* worker */
 	hel_req_id sid;
 	bool no_host, counted;
+	/* Admitted after its lookup was held and restoring a host hit: its
+	 * pool (or remote) answer may still come, deeper (late_retries).
+	 * late_resident: the GPU-resident count admission looked up from;
+	 * late_depth: what the restore brings; late_retried: once. */
+	bool late, late_retried;
+	uint64_t late_depth, late_resident;
 	uint64_t t_admit, t_last; /* first admission, latest token */
 	struct ereq *prev, *next;
 	hel_outcome out;
@@ -1551,6 +1557,67 @@ static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm,
 	}
 }
 
+/* Design 2.15 "Lookups", the late-answer retry.  An admitted text request
+ * whose lookup was held and whose grace period ended keeps its (pooled or
+ * remote) ticket while its restore runs: nothing is submitted for it
+ * until the restore drains.  late_mark notes such a request as it is
+ * admitted (not one with images, whose preparation may own its slot, nor
+ * one whose overlapped head is being computed, nor one readmitted
+ * already); late_retries, once its restore drained and before its first
+ * step, asks the store again what admission asked (history, resident
+ * count, limit: the ticket admission was held on, so no new lookup and no
+ * new grace period): an answer deeper than the restored prefix withdraws
+ * the request and puts it back at the front of the queue, where ordinary
+ * admission plans it again (history, cost, capacity) above the restored
+ * prefix, now GPU-resident, and restores the deeper source.  A restore that failed
+ * requeues without the store (requeue_failed_waiters, no lookup); a
+ * cancelled request is gone with its mark. */
+static void late_mark(struct ereq *r, const hel_admission *adm, uint64_t resident, uint64_t depth,
+		      bool overlapped)
+{
+	r->late = r->held_ns && !r->in && !r->late_retried && adm->phase == HEL_PHASE_INBOUND &&
+		  !overlapped;
+	r->late_resident = resident;
+	r->late_depth = depth;
+}
+
+/* Whether r's store, asked what admission asked, now knows a prefix
+ * deeper than the restored one. */
+static bool late_deeper(hel_engine *e, const struct ereq *r, const hel_request_info *inf)
+{
+	sel_hit hit;
+	return store_usable(e) &&
+	       sel_store_lookup(e->store, inf->history, r->late_resident, r->n_prompt, &hit) == 1 &&
+	       hit.key.consumed > r->late_depth;
+}
+
+static int late_retries(hel_engine *e)
+{
+	int n = 0;
+	for (struct ereq *r = e->active.head, *nx; r; r = nx) {
+		nx = r->next;
+		hel_request_info inf;
+		if (!r->late || hel_scheduler_request_info(e->sched, r->sid, &inf)) {
+			r->late = false;
+			continue;
+		}
+		if (inf.phase == HEL_PHASE_INBOUND)
+			continue; /* restoring: the answer may still come */
+		r->late = false;
+		if (inf.phase != HEL_PHASE_RESTORE || inf.in_flight || !late_deeper(e, r, &inf))
+			continue; /* started, or nothing deeper: goes on as admitted */
+		withdraw(e, r);
+		r->late_retried = true;
+		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
+		r->out.host_tier = SEL_TIER_NONE;
+		r->out.host_neighbour = false;
+		list_push_front(&e->pending, r);
+		e->ws.late_retries++;
+		n++;
+	}
+	return n;
+}
+
 static int admission(hel_engine *e)
 {
 	int work = 0, stale = 0;
@@ -1638,6 +1705,7 @@ static int admission(hel_engine *e)
 			continue;
 		}
 		list_push(&e->active, r);
+		late_mark(r, &adm, a, have ? hit.key.consumed : a, prep.head_pages > 0);
 		r->held_ns = 0;
 		r->sid = adm.req;
 		if (r->in) /* a replay must not start before an image it never prepared */
@@ -2076,6 +2144,7 @@ static void *worker(void *arg)
 		work += service_store(e);
 		work += hel_inputs_service(e->inputs);
 		work += inputs_replays(e);
+		work += late_retries(e);
 		work += admission(e);
 		store_flush(e); /* admission's fetches start before the model step */
 		work += model_step(e);

@@ -273,6 +273,7 @@ typedef struct hel_engine_stats {
 	uint64_t host_lookups_held;   /* admission passes that held a request for a pool or
 					  remote answer (design 2.15 grace period) */
 	uint64_t host_fetch_failed;   /* restores that failed and were recomputed */
+	uint64_t late_retries; /* admitted requests readmitted for a late, deeper answer (2.15) */
 	uint64_t gpu_pages_free, gpu_pages_total, gpu_rows_free, gpu_rows_total;
 	uint64_t gpu_checkpoints, gpu_evictions;
 	uint64_t preemptions; /* decoders preempted for pages (resumed later) */

@@ -231,6 +231,12 @@ struct sel_pool_lease {
  * fails the claim itself (SEL_POOL_TIMEOUT) when no grant came within 12 s
  * plus the candidate's bytes at 8 MiB/s. */
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim);
+/* sel_pool_claim above a resident count at or past the ticket's (a request
+ * readmitted after a shorter restore, design 2.15 "late answer"): the grant
+ * then covers the pages past resident.  -EINVAL outside [the ticket's
+ * resident, the candidate's endpoint). */
+int sel_pool_claim_at(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t resident,
+		      uint64_t *claim);
 /* The requester's deadline (eos_now_ns clock) of claim, while it waits for
  * its grant: 12 s plus its bytes and those of the claims waiting ahead of
  * it at 8 MiB/s (design 2.15 restore deadlines); 0 when none waits. */

@@ -309,10 +309,22 @@ uint64_t sel_pool_claim_deadline(const sel_pool_client *c, uint64_t claim)
 
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim)
 {
+	return sel_pool_claim_at(c, t, i, t->resident, claim);
+}
+
+int sel_pool_claim_at(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t resident,
+		      uint64_t *claim)
+{
 	if (t->state != SEL_POOL_TICKET_READY || t->epoch != c->epoch ||
 	    i >= t->ans.u.answer.n_cands)
 		return eos_fail(-EINVAL,
 				"pool claim: the ticket has no candidate %u of this session", i);
+	if (resident < t->resident ||
+	    resident >= t->ans.u.answer.nodes[t->ans.u.answer.cands[i].node].key.consumed)
+		return eos_fail(-EINVAL,
+				"pool claim: resident %" PRIu64
+				" outside the lookup's (from %" PRIu64 ")",
+				resident, t->resident);
 	if (c->n_claims >= c->hello.max_claims)
 		return eos_fail(-EBUSY, "pool claim: %u claims open (the manager allows %u)",
 				c->n_claims, c->hello.max_claims);
@@ -326,7 +338,7 @@ int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uin
 	p->is_claim = true;
 	p->source = cd->source;
 	p->key = a->nodes[cd->node].key;
-	p->resident = t->resident;
+	p->resident = resident;
 	p->bytes = cd->bytes;
 	/* Design 2.15 restore deadlines: a waiting restore also budgets for
 	 * the restores ahead of it (the claims still waiting for a grant). */
@@ -344,7 +356,7 @@ int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uin
 	memcpy(m.u.claim.holder, cd->holder, SEL_POOL_ID_BYTES);
 	m.u.claim.generation = cd->generation;
 	m.u.claim.key = p->key;
-	m.u.claim.resident = t->resident;
+	m.u.claim.resident = resident;
 	m.u.claim.setup_ms = c->setup_ms;
 	int rc = pc_submit(c, &m, false);
 	if (rc) {

@@ -159,7 +159,7 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	}
 	if (in->n_pages)
 		memcpy(f->pages, in->pages, (size_t)in->n_pages * sizeof *f->pages);
-	int rc = sel_pool_claim(p->pc, t->t, cand, &f->claim);
+	int rc = sel_pool_claim_at(p->pc, t->t, cand, hit->resident, &f->claim);
 	if (rc) {
 		free(f->pages);
 		free(f);

@@ -55,16 +55,24 @@ void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *pt)
 	}
 }
 
+/* The ticket of this lookup: the one made at this resident count, else one
+ * made below it (design 2.15 "late answer": a request readmitted after a
+ * shorter restore keeps its ticket and its grace period, and the pool's
+ * answer is picked above the new resident count). */
 static struct sp_ticket *ticket_find(struct sel_pooled *p, const sel_key *want, uint64_t resident,
 				     uint64_t limit)
 {
+	struct sp_ticket *below = NULL;
 	for (uint32_t i = 0; i < SP_TICKETS; i++) {
 		struct sp_ticket *t = &p->tk[i];
-		if (t->used && t->resident == resident && t->limit == limit &&
-		    sel_key_eq(&t->want, want))
+		if (!t->used || t->limit != limit || t->resident > resident ||
+		    !sel_key_eq(&t->want, want))
+			continue;
+		if (t->resident == resident)
 			return t;
+		below = !below || t->resident > below->resident ? t : below;
 	}
-	return NULL;
+	return below;
 }
 
 /* A free entry, or the least recently used one emptied. */
@@ -148,11 +156,11 @@ static int pick(const struct sel_pooled *p, const struct sel_pool_m_answer *a, c
 
 /* The pool's pick for t, when it is deeper than the local hit (lrc, hit):
  * 1 with *hit replaced, else lrc. */
-static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_history *h, int lrc,
-		       sel_hit *hit)
+static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_history *h,
+		       uint64_t resident, int lrc, sel_hit *hit)
 {
 	const struct sel_pool_m_answer *a = sel_pool_ticket_answer(t->t);
-	int i = a ? pick(p, a, h, t->resident) : -1;
+	int i = a ? pick(p, a, h, resident) : -1;
 	if (i < 0)
 		return lrc;
 	const sel_key *k = &a->nodes[a->cands[i].node].key;
@@ -161,7 +169,7 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 	 * neighbour's GPU, then the local DRAM and NVMe, then the arena. */
 	if ((lrc == 1 &&
 	     (hit->key.consumed > k->consumed || (hit->key.consumed == k->consumed && !gpu))) ||
-	    k->consumed <= t->resident)
+	    k->consumed <= resident)
 		return lrc;
 	if (!t->hist_ok) {
 		if (sel_history_copy(&t->hist, h))
@@ -175,8 +183,8 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 		t->local = *hit;
 	*hit = (sel_hit){
 		.key = *k,
-		.resident = t->resident,
-		.pages = (uint32_t)(k->consumed / pt - t->resident / pt),
+		.resident = resident,
+		.pages = (uint32_t)(k->consumed / pt - resident / pt),
 		.bytes = a->cands[i].bytes,
 		.tier = SEL_TIER_POOL,
 		.cookie = t->seq << 16 | (uint64_t)(t - p->tk) << 8 | (uint64_t)i,
@@ -218,7 +226,7 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 		}
 		return lrc;
 	}
-	int rc = ticket_pick(p, t, h, lrc, hit);
+	int rc = ticket_pick(p, t, h, resident, lrc, hit);
 	if (rc == 1 && hit->tier == SEL_TIER_POOL && !t->hit_counted) {
 		t->hit_counted = true; /* counted once per ticket */
 		p->pc_st.hits++;
