@@ -5,8 +5,10 @@
  * period ended (a restore of a shorter prefix), is readmitted through
  * ordinary admission when a deeper answer arrives before its restore
  * drained, and restores the deeper source; not when the deeper answer
- * arrives once its prefill was submitted, and not once it was cancelled.
- * Every reply has the tokens of the model run directly.
+ * arrives once its prefill was submitted, not once it was cancelled, and
+ * not for a request with an image (conditioned inputs keep their
+ * decision).  Every reply has the tokens of the model run directly (of a
+ * cold engine, with the image).
  *
  * The store is a memory store behind a double that plays the pool's
  * ticket: while `state` is PENDING it answers lookups of the prompt
@@ -16,9 +18,15 @@
  * completions while `hold` is set, so the test decides what arrives
  * before the restore drained.  Waits are by condition with deadlines.
  */
-#include "engine_test.h"
+#include <png.h>
 
-static hel_core *core;
+#include "engine_test.h"
+#include "helios/image.h"
+#include "helios/vision.h"
+#include "imgutil.h"
+#include "inpututil.h"
+
+static hel_core *core, *vcore; /* the built-in text core; a vision core */
 static test_rng rng;
 
 enum {
@@ -158,29 +166,110 @@ static void wait_at_least(uint64_t *p, uint64_t want)
 	}
 }
 
-static bool has_token(struct et_call *c)
+
+/* A prompt, with an image or none. */
+struct prompt {
+	hel_token tok[ET_MAXTOK];
+	uint32_t n;
+	hel_image_input img;
+	bool has_img;
+};
+
+static int submit(hel_engine *e, struct et_call *c, const struct prompt *p, uint32_t n,
+		  uint32_t max)
 {
-	pthread_mutex_lock(&c->mu);
-	bool t = c->n > 0 || c->done;
-	pthread_mutex_unlock(&c->mu);
-	return t;
+	hel_request q = {.prompt = p->tok,
+			 .n_prompt = n,
+			 .images = p->has_img ? &p->img : NULL,
+			 .n_images = p->has_img,
+			 .max_tokens = max,
+			 .on_tokens = et_on_tokens,
+			 .on_done = et_on_done,
+			 .ctx = c};
+	return hel_engine_submit(e, &q, &c->id);
 }
 
-static void same_as_model(const struct et_call *c, const hel_token *p, uint32_t n, uint32_t max)
+static struct et_call *run(hel_engine *e, const struct prompt *p, uint32_t n, uint32_t max)
 {
-	struct et_ref ref;
-	et_reference(core, p, n, max, NULL, &ref);
+	struct et_call *c = et_call_new();
+	CHECK_OK(submit(e, c, p, n, max));
+	et_wait(c);
+	CHECKF(c->out.error == 0, "request failed: %s", sel_strerror(c->out.error));
+	return c;
+}
+
+/* The model's reply: the text core run directly, or a cold engine. */
+static void same_as_model(const hel_core *k, const struct et_call *c, const struct prompt *p,
+			  uint32_t max)
+{
 	CHECK(c->out.error == 0);
-	CHECK(c->n == ref.n && !memcmp(c->tok, ref.tok, ref.n * sizeof *ref.tok));
-	et_ref_free(&ref);
+	if (!p->has_img) {
+		struct et_ref ref;
+		et_reference(k, p->tok, p->n, max, NULL, &ref);
+		CHECK(c->n == ref.n && !memcmp(c->tok, ref.tok, ref.n * sizeof *ref.tok));
+		et_ref_free(&ref);
+		return;
+	}
+	hel_engine *e;
+	CHECK_OK(hel_engine_open(&(hel_engine_config){.core = k, .max_active = 2}, &e));
+	CHECK_OK(hel_engine_start(e));
+	struct et_call *r = run(e, p, p->n, max);
+	CHECK(c->n == r->n && !memcmp(c->tok, r->tok, r->n * sizeof *r->tok));
+	hel_engine_destroy(e);
+	et_call_free(r);
+}
+
+/* A text prompt of about 300 tokens. */
+static void text_prompt(struct prompt *p)
+{
+	uint32_t n;
+	hel_token *t = et_random_prompt(&rng, 300, &n);
+	CHECK(n <= ET_MAXTOK);
+	memcpy(p->tok, t, n * sizeof *t);
+	p->n = n;
+	p->has_img = false;
+	free(t);
+}
+
+/* A chat with an image near its start and a long text after it. */
+static void image_prompt(struct prompt *p, struct imgbuf *b)
+{
+	uint8_t *px = img_pattern(40, 24, 3, 5);
+	img_png(b, 40, 24, PNG_COLOR_TYPE_RGB, 8, px, 40 * 3, NULL);
+	free(px);
+	hel_image_limits l = hel_image_limits_default();
+	hel_image_format f;
+	uint32_t w, h, gh, gw;
+	CHECK_OK(hel_image_probe(b->b, b->n, &l, &f, &w, &h));
+	hel_vision_grid(&vcore->image, w, h, &gh, &gw);
+	char text[300];
+	et_text(&rng, text, sizeof text - 1);
+	text[sizeof text - 1] = 0;
+	hel_message_image span = {.offset = 4, .tokens = gh * gw};
+	hel_message m[2] = {
+		{.role = "system", .content = "Be brief.", .content_len = 9},
+		{.role = "user",
+		 .content = text,
+		 .content_len = strlen(text),
+		 .images = &span,
+		 .n_images = 1},
+	};
+	size_t n = hel_chat_template(m, 2, true, p->tok, ET_MAXTOK);
+	CHECK(n <= ET_MAXTOK);
+	p->n = (uint32_t)n;
+	uint32_t at = 0;
+	while (p->tok[at] != HEL_TOK_IMAGE)
+		at++;
+	p->img = (hel_image_input){.bytes = b->b, .len = b->n, .at = at, .tokens = span.tokens};
+	p->has_img = true;
 }
 
 /* S (the prompt's first 128 tokens) and P reach the store, then fillers
  * push both out of the small GPU cache. */
-static void prepare(hel_engine *e, const hel_token *p, uint32_t n, uint32_t s)
+static void prepare(hel_engine *e, const struct prompt *p, uint32_t s)
 {
-	et_call_free(et_run(e, p, s, 2, NULL));
-	et_call_free(et_run(e, p, n, 2, NULL));
+	et_call_free(run(e, p, s, 2));
+	et_call_free(run(e, p, p->n, 2));
 	et_settle(e);
 	for (int i = 0; i < 14; i++) {
 		uint32_t k;
@@ -194,14 +283,26 @@ static void prepare(hel_engine *e, const hel_token *p, uint32_t n, uint32_t s)
 enum when {
 	RETRY,
 	STARTED,
-	CANCELLED
+	CANCELLED,
+	IMAGE
 };
+
+static bool has_token(struct et_call *c)
+{
+	pthread_mutex_lock(&c->mu);
+	bool t = c->n > 0 || c->done;
+	pthread_mutex_unlock(&c->mu);
+	return t;
+}
 
 static void run_case(enum when w)
 {
 	static struct late d;
+	static struct prompt p;
 	memset(&d, 0, sizeof d);
-	hel_engine_config c = {.core = core,
+	struct imgbuf img = {0};
+	const hel_core *k = w == IMAGE ? vcore : core;
+	hel_engine_config c = {.core = k,
 			       .max_active = 3,
 			       .gpu_pages = 20,
 			       .gpu_rows = 30,
@@ -212,20 +313,22 @@ static void run_case(enum when w)
 	hel_engine *e;
 	CHECK_OK(hel_engine_open(&c, &e));
 	CHECK_OK(hel_engine_start(e));
-	uint32_t n;
-	hel_token *p = et_random_prompt(&rng, 300, &n);
+	if (w == IMAGE)
+		image_prompt(&p, &img);
+	else
+		text_prompt(&p);
 	const uint32_t s = 128;
-	CHECK(n > 2 * s);
-	d.limit = n;
+	CHECKF(p.n > 2 * s && (!p.has_img || p.img.at + p.img.tokens < s), "%u tokens", p.n);
+	d.limit = p.n;
 	d.short_limit = s;
-	prepare(e, p, n, s);
+	prepare(e, &p, s);
 
 	/* Held; the grace period ends: admitted on the local answer, S, whose
 	 * restore is held back. */
 	set(&d.hold, 1);
 	set(&d.state, PENDING);
 	struct et_call *x = et_call_new();
-	CHECK_OK(et_submit(e, x, p, n, 4, NULL));
+	CHECK_OK(submit(e, x, &p, p.n, 4));
 	wait_at_least(&d.pendings, 1);
 	CHECKF(d.held_resident == 0, "the GPU still holds %llu tokens of the prompt",
 	       (unsigned long long)d.held_resident);
@@ -260,6 +363,18 @@ static void run_case(enum when w)
 		hel_engine_stats_get(e, &st);
 		CHECK(st.late_retries == 0 && get(&d.deep_fetches) == 0);
 		CHECK(x->out.cached_tokens == s);
+	} else if (w == IMAGE) {
+		/* The deeper answer arrives while S is restoring, but the
+		 * request has an image: it keeps its decision. */
+		set(&d.state, ANSWERED);
+		set(&d.hold, 0);
+		et_wait(x);
+		hel_engine_stats_get(e, &st);
+		CHECK(st.late_retries == 0 && get(&d.deep_fetches) == 0);
+		CHECKF(x->out.cached_tokens <= s && x->out.cached_tokens > 0,
+		       "cached %llu gpu %llu host %llu", (unsigned long long)x->out.cached_tokens,
+		       (unsigned long long)x->out.reused_gpu_tokens,
+		       (unsigned long long)x->out.reused_host_tokens);
 	} else {
 		/* Cancelled while restoring, the deeper answer in: no retry. */
 		set(&d.state, ANSWERED);
@@ -272,26 +387,29 @@ static void run_case(enum when w)
 		CHECK(x->out.error == 0 && x->n < 4);
 	}
 	if (w != CANCELLED)
-		same_as_model(x, p, n, 4);
+		same_as_model(k, x, &p, 4);
 	set(&d.state, OFF);
 	/* Serving goes on: the prompt again, the model's tokens. */
-	struct et_call *y = et_run(e, p, n, 4, NULL);
-	same_as_model(y, p, n, 4);
+	struct et_call *y = run(e, &p, p.n, 4);
+	same_as_model(k, y, &p, 4);
 	CHECK_OK(hel_engine_stop(e, 0));
 	hel_engine_destroy(e);
 	et_call_free(x);
 	et_call_free(y);
-	free(p);
+	imgbuf_free(&img);
 }
 
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
 	CHECK_OK(hel_core_builtin(&core));
+	vcore = test_core_load("vision-small");
 	run_case(RETRY);
 	run_case(STARTED);
 	run_case(CANCELLED);
+	run_case(IMAGE);
 	hel_core_free(core);
+	hel_core_free(vcore);
 	printf("ok\n");
 	return 0;
 }
