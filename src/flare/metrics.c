@@ -610,6 +610,9 @@ static void host_cache_metrics(struct flare_buf *out, const hel_engine_stats *st
 	COUNTER("flare_host_cache_lookups_held_total",
 		"Admission passes that held a request for a pool or remote tier answer (its grace period).",
 		st->host_lookups_held);
+	COUNTER("flare_host_cache_late_retries_total",
+		"Admitted requests readmitted for a late, deeper pool or remote answer before their prefill.",
+		st->late_retries);
 	COUNTER("flare_host_cache_restore_failures_total",
 		"Restores that failed; their requests were recomputed.", st->host_fetch_failed);
 	COUNTER("flare_host_cache_publications_total", "Checkpoints offered to the host store.",
