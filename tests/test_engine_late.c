@@ -14,9 +14,9 @@
  * ticket: while `state` is PENDING it answers lookups of the prompt
  * SEL_LOOKUP_PENDING; EXPIRED, the local answer (the memory store's, at
  * most the short prefix S); ANSWERED, the memory store's whole answer
- * (the prompt P, deeper: the "late answer").  It also holds restores'
- * completions while `hold` is set, so the test decides what arrives
- * before the restore drained.  Waits are by condition with deadlines.
+ * (the prompt P, deeper: the "late answer").  It is engine_test.h's gate,
+ * which holds restores' completions while told to, so the test decides
+ * what arrives before the restore drained.  Waits are by condition with deadlines.
  */
 #include <png.h>
 
@@ -36,16 +36,15 @@ enum {
 	ANSWERED
 };
 
+/* engine_test.h's gate (restore completions held while its hold is set)
+ * with the pool ticket's lookups. */
 struct late {
-	sel_store base;
-	sel_store *inner;
+	struct et_gate g;
 	uint64_t limit, short_limit; /* the prompt's lookups; the local answer's depth */
-	int state, hold;             /* atomic */
+	int state;                   /* atomic */
 	uint64_t pendings;           /* atomic: PENDING answers */
 	uint64_t held_resident;      /* the resident count of the last PENDING lookup */
 	uint64_t fetches, deep_fetches, deep_consumed; /* atomic */
-	sel_event held[64];
-	size_t n_held;
 };
 
 static struct late *L(sel_store *s) { return (struct late *)s; }
@@ -55,20 +54,20 @@ static int l_lookup(sel_store *s, const sel_history *h, uint64_t res, uint64_t l
 	struct late *d = L(s);
 	int st = __atomic_load_n(&d->state, __ATOMIC_SEQ_CST);
 	if (st == OFF || lim != d->limit || st == ANSWERED)
-		return sel_store_lookup(d->inner, h, res, lim, hit);
+		return sel_store_lookup(d->g.inner, h, res, lim, hit);
 	if (st == PENDING) {
 		d->held_resident = res;
 		__atomic_add_fetch(&d->pendings, 1, __ATOMIC_SEQ_CST);
 		return SEL_LOOKUP_PENDING;
 	}
 	uint64_t top = lim < d->short_limit ? lim : d->short_limit;
-	return top > res ? sel_store_lookup(d->inner, h, res, top, hit) : 0;
+	return top > res ? sel_store_lookup(d->g.inner, h, res, top, hit) : 0;
 }
 
 static int l_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 {
 	struct late *d = L(s);
-	int rc = sel_store_fetch(d->inner, hit, in);
+	int rc = et_gate_fetch(s, hit, in);
 	if (rc == 0 && hit->key.consumed > d->short_limit) {
 		__atomic_add_fetch(&d->deep_fetches, 1, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&d->deep_consumed, hit->key.consumed, __ATOMIC_SEQ_CST);
@@ -78,77 +77,28 @@ static int l_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	return rc;
 }
 
-static int l_poll(sel_store *s, sel_event *ev, size_t cap)
-{
-	struct late *d = L(s);
-	sel_event tmp[32];
-	int n = sel_store_poll(d->inner, tmp, cap < 32 ? cap : 32);
-	if (n < 0)
-		return n;
-	size_t out = 0;
-	for (int i = 0; i < n; i++) {
-		bool fetch = tmp[i].type == SEL_EV_FETCHED || tmp[i].type == SEL_EV_FETCH_FAILED;
-		if (fetch && d->n_held < 64)
-			d->held[d->n_held++] = tmp[i];
-		else
-			ev[out++] = tmp[i];
-	}
-	if (!__atomic_load_n(&d->hold, __ATOMIC_SEQ_CST)) {
-		size_t k = 0;
-		for (; k < d->n_held && out < cap; k++)
-			ev[out++] = d->held[k];
-		memmove(d->held, d->held + k, (d->n_held - k) * sizeof *d->held);
-		d->n_held -= k;
-	}
-	return (int)out;
-}
-
-static sel_outcome l_put(sel_store *s, const sel_published *cp, sel_retry_reason *why)
-{
-	return sel_store_put(L(s)->inner, cp, why);
-}
-static void l_evicted(sel_store *s, const sel_key *k, uint64_t gen, const sel_key *heir)
-{
-	sel_store_evicted(L(s)->inner, k, gen, heir);
-}
-static void l_touch(sel_store *s, const sel_key *k) { sel_store_touch(L(s)->inner, k); }
-static void l_stats(sel_store *s, sel_stats *out) { sel_store_stats(L(s)->inner, out); }
-static int l_wait_fd(sel_store *s) { return sel_store_wait_fd(L(s)->inner); }
-static int l_close(sel_store *s, uint64_t deadline)
-{
-	return sel_store_close(L(s)->inner, deadline);
-}
-static void l_destroy(sel_store *s)
-{
-	sel_store_destroy(L(s)->inner);
-	L(s)->inner = NULL;
-}
-
 static const struct sel_store_ops late_ops = {
 	.version = SEL_STORE_OPS_VERSION,
 	.name = "memory",
 	.lookup = l_lookup,
-	.put = l_put,
+	.put = et_gate_put,
 	.fetch = l_fetch,
-	.poll = l_poll,
-	.evicted = l_evicted,
-	.touch = l_touch,
-	.stats = l_stats,
-	.wait_fd = l_wait_fd,
-	.close = l_close,
-	.destroy = l_destroy,
+	.poll = et_gate_poll,
+	.evicted = et_gate_evicted,
+	.touch = et_gate_touch,
+	.stats = et_gate_stats,
+	.wait_fd = et_gate_wait_fd,
+	.close = et_gate_close,
+	.destroy = et_gate_destroy,
 };
 
 static int late_open(void *ctx, const sel_store_config *cfg, sel_store **out)
 {
 	struct late *d = ctx;
-	int rc = sel_memory_store_open(cfg, &d->inner);
-	if (rc)
-		return rc;
-	d->base.ops = &late_ops;
-	d->base.page_tokens = d->inner->page_tokens;
-	*out = &d->base;
-	return 0;
+	int rc = et_gate_open(&d->g, cfg, out);
+	if (rc == 0)
+		d->g.base.ops = &late_ops;
+	return rc;
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -325,7 +275,7 @@ static void run_case(enum when w)
 
 	/* Held; the grace period ends: admitted on the local answer, S, whose
 	 * restore is held back. */
-	set(&d.hold, 1);
+	et_gate_hold(&d.g, true);
 	set(&d.state, PENDING);
 	struct et_call *x = et_call_new();
 	CHECK_OK(submit(e, x, &p, p.n, 4));
@@ -342,7 +292,7 @@ static void run_case(enum when w)
 		/* The deeper answer arrives while S is restoring: readmitted,
 		 * P restored. */
 		set(&d.state, ANSWERED);
-		set(&d.hold, 0);
+		et_gate_hold(&d.g, false);
 		et_wait(x);
 		hel_engine_stats_get(e, &st);
 		CHECKF(st.late_retries == 1, "%llu retries", (unsigned long long)st.late_retries);
@@ -352,7 +302,7 @@ static void run_case(enum when w)
 	} else if (w == STARTED) {
 		/* S drains first: prefill starts; the deeper answer after it
 		 * changes nothing. */
-		set(&d.hold, 0);
+		et_gate_hold(&d.g, false);
 		uint64_t deadline = eos_now_ns() + 30 * UINT64_C(1000000000);
 		while (!has_token(x)) {
 			CHECK(eos_now_ns() < deadline);
@@ -367,7 +317,7 @@ static void run_case(enum when w)
 		/* The deeper answer arrives while S is restoring, but the
 		 * request has an image: it keeps its decision. */
 		set(&d.state, ANSWERED);
-		set(&d.hold, 0);
+		et_gate_hold(&d.g, false);
 		et_wait(x);
 		hel_engine_stats_get(e, &st);
 		CHECK(st.late_retries == 0 && get(&d.deep_fetches) == 0);
@@ -380,7 +330,7 @@ static void run_case(enum when w)
 		set(&d.state, ANSWERED);
 		CHECK_OK(hel_engine_cancel(e, x->id));
 		et_wait(x);
-		set(&d.hold, 0);
+		et_gate_hold(&d.g, false);
 		et_settle(e);
 		hel_engine_stats_get(e, &st);
 		CHECK(st.late_retries == 0 && get(&d.deep_fetches) == 0);
