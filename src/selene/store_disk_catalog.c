@@ -43,6 +43,8 @@
  *      node of its chain; store pins (mypins) <= index pins.
  *   5. inflight_out / inflight_in count the put streams and fetches not yet
  *      reported.
+ *   6. unlinking == the bytes of the unlink and truncate jobs not yet
+ *      completed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -123,6 +125,7 @@ static void file_job(struct disk_store *ds, sel_node_id id, uint8_t kind, enum s
 	struct dj *d = ds_job_new(ds, kind, id, op);
 	if (d) {
 		d->bytes = bytes;
+		ds->unlinking += bytes; /* until disk_done */
 		ds_disk_submit(ds, d);
 	} else {
 		ds->stuck += bytes;
@@ -428,8 +431,17 @@ static int check_streams(struct disk_store *ds)
 						"disk store: a stream uses unpinned node %" PRIu32,
 						st->nodes[i]);
 	}
-	for (const struct dj *d = ds->jobs.head; d; d = d->next)
+	uint64_t unlinking = 0;
+	for (const struct dj *d = ds->jobs.head; d; d = d->next) {
 		puts += d->held != NULL;
+		if (d->kind == K_UNLINK || d->kind == K_TRUNCATE)
+			unlinking += d->bytes;
+	}
+	if (unlinking != ds->unlinking)
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: %" PRIu64
+				" bytes of removals in flight, counted %" PRIu64,
+				unlinking, ds->unlinking);
 	return sel_core_check_inflight(&ds->c, puts, fetches, "streams");
 }
 

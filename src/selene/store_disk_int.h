@@ -167,6 +167,12 @@ struct disk_store {
 	uint64_t scanned; /* records the startup scan kept */
 
 	uint64_t limit, used, stuck;
+	/* Bytes of unlink and truncate jobs submitted and not yet completed:
+	 * released from used at submission (the disk thread orders them before
+	 * any later fallocate) and counted in the cascade's headroom as room
+	 * made (design 2.15), though still on the filesystem until the job
+	 * ends. */
+	uint64_t unlinking;
 	uint64_t shared; /* of the configured limit, set aside for other records (disk_share_div) */
 	uint32_t iov_cap; /* row pieces of one row, all ranks */
 
