@@ -17,13 +17,17 @@
  *     and intake) plus held ones are under 2 x intake, from exactly there
  *     (a warm tier under 4 x intake: a quarter of warm); disk while free
  *     bytes plus held ones are under 2 x intake slots' bytes (at most a
- *     quarter of the limit), counting unlinks still in flight as room made.
+ *     quarter of the limit), counting unlinks still in flight as room made
+ *     and what a composite's parked records wait for as taken: DRAM's
+ *     demotions get their room from the next level, not by dropping a
+ *     committed record.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "eos.h"
 #include "store_common.h"
+#include "store_composite.h"
 #include "store_disk.h"
 #include "store_memory.h"
 #include "storefx.h"
@@ -353,12 +357,99 @@ static void test_disk_headroom(void)
 	sfx_free(&f);
 }
 
+static struct sel_disk_record_info info(sel_store *disk, const sel_key *k)
+{
+	struct sel_disk_record_info di;
+	CHECK_OK(sel_disk_store_record(disk, k, &di));
+	return di;
+}
+
+static bool committed(sel_store *disk, const sel_key *k)
+{
+	struct sel_disk_record_info di;
+	return sel_disk_store_record(disk, k, &di) == 0 && di.file && !di.writing;
+}
+
+/* A composite (design 2.15 "DRAM demotes cold records to disk, and the
+ * last local tier to the manager, before they fill"): a record parked in
+ * DRAM that the disk cannot charge (the two committed records pinned, a
+ * limit of 2.8 records) counts against the disk's headroom, though the
+ * free bytes alone (0.8 records) are above it (0.7): once a committed
+ * record can move, it is offered to the next level, and the parked record
+ * is charged and written when that one was accepted -- nothing dropped. */
+static void test_composite_demand(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	struct sfx_conv cv[3];
+	sel_published cp[3];
+	for (int i = 0; i < 3; i++) {
+		sfx_conv_init(&f, &cv[i], 90 + i, 200, 10 + 10 * i);
+		cp[i] = sfx_ckpt_row(&f, &cv[i], 128, 0, 1, 500 + i, false);
+	}
+	char *d0 = test_mkdtemp("cascade-size");
+	sel_store *s = open_disk(&f, d0, 1ull << 30);
+	store(s, &cp[0], NULL);
+	uint64_t rec = stats(s).tier[SEL_TIER_DISK].bytes_used;
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+
+	char *dir = test_mkdtemp("cascade-comp");
+	sel_store_config cfg = sfx_config(&f, false);
+	cfg.memory_bytes = 40 * f.slot_bytes;
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 2 * rec + rec * 4 / 5;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(!strcmp(s->ops->name, "composite"));
+	sel_store *disk = sel_composite_store_disk(s);
+	struct sel_core *c = sel_store_core(disk);
+	for (int i = 0; i < 2; i++) {
+		store(s, &cp[i], NULL);
+		SFX_UNTIL(s, NULL, committed(disk, &cp[i].key));
+	}
+	uint64_t fr = 0, room = 0;
+	CHECK(!sel_disk_store_headroom(disk, &fr, NULL, &room));
+	CHECK(fr == cfg.disk_limit - 2 * rec && room == cfg.disk_limit / 4 && fr >= room);
+	CHECK_OK(sel_disk_store_pin(disk, &cp[0].key));
+	CHECK_OK(sel_disk_store_pin(disk, &cp[1].key));
+	store(s, &cp[2], NULL);
+	struct sel_disk_record_info di = info(disk, &cp[2].key);
+	CHECK(di.parked && !di.charged);
+	CHECK(sel_disk_store_headroom(disk, &fr, NULL, NULL) && fr == 0); /* it wants a record */
+
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+	sel_disk_store_unpin(disk, &cp[0].key);
+	SFX_UNTIL(s, NULL, nl.n == 1);
+	CHECK(sel_key_eq(&nl.keys[0], &cp[0].key) && sel_core_cascade_holds(c, &cp[0].key));
+	di = info(disk, &cp[2].key);
+	CHECK(di.parked && !di.charged); /* held, cp[0] makes no room yet */
+	sel_core_cascade_end(c, &cp[0].key, true);
+	SFX_UNTIL(s, NULL, committed(disk, &cp[2].key));
+	CHECK(sel_disk_store_record(disk, &cp[0].key, &di) == -ENOENT);
+	CHECK(stats(s).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	CHECK(found(s, &cv[1], 128) && found(s, &cv[2], 128));
+	sel_disk_store_unpin(disk, &cp[1].key);
+	sel_core_cascade_set(c, NULL);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(dir));
+	free(dir);
+	for (int i = 0; i < 3; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	test_memory();
 	test_memory_floor();
 	test_disk();
 	test_disk_headroom();
+	test_composite_demand();
 	printf("test_store_cascade: ok\n");
 	return 0;
 }

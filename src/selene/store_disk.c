@@ -222,10 +222,16 @@ static uint64_t ds_headroom(const struct disk_store *ds)
 	return h < q ? h : q;
 }
 
-/* The limit less what the records charge: removals in flight included. */
+/* The limit less what the records charge (removals in flight count as
+ * free) and less what the uncharged parked records want: in a composite
+ * those are DRAM's demotions waiting for disk room, and the cascade makes
+ * it (design 2.15 "DRAM demotes cold records to disk, and the last local
+ * tier to the manager, before they fill") rather than leave the charge's
+ * own eviction to drop committed records for good. */
 static uint64_t ds_free_bytes(const struct disk_store *ds)
 {
-	return ds->limit > ds->used ? ds->limit - ds->used : 0;
+	uint64_t taken = ds->used + ds->wanted;
+	return ds->limit > taken ? ds->limit - taken : 0;
 }
 
 static bool ds_cascade_low(struct sel_core *c, uint64_t held)

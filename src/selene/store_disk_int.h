@@ -140,6 +140,7 @@ struct drec {
 	uint64_t full;          /* file bytes with the row */
 	uint64_t rowseg;        /* row segment bytes */
 	uint64_t charged;
+	uint64_t wants;           /* uncharged (parked): the bytes counted in disk_store.wanted */
 	uint32_t flags;           /* SEL_RECORD_*_REPLICATED */
 	sel_node_id pprev, pnext; /* park list */
 	bool file, writing, parked_listed;
@@ -178,6 +179,10 @@ struct disk_store {
 
 	sel_node_id park_head, park_tail;
 	uint64_t parked, uncharged;
+	/* Of the uncharged parked records, the bytes their charges will take:
+	 * demand the cascade's headroom counts (the composite's DRAM cannot
+	 * demote them until the disk has room). */
+	uint64_t wanted;
 	sel_node_id *doomed;
 	uint32_t n_doomed, cap_doomed;
 
