@@ -12,13 +12,23 @@
  *   - refused at the offer, or kept after it: the record stays local and
  *     unpinned, offers pause for a backoff, and it can still be evicted
  *     for good later (dropped at the end of the chain);
- *   - clearing the hook ends what is held as kept.
+ *   - clearing the hook ends what is held as kept;
+ *   - the floors (design 2.5, 2.15): memory offers while free slots (warm
+ *     and intake) plus held ones are under 2 x intake, from exactly there
+ *     (a warm tier under 4 x intake: a quarter of warm); disk while free
+ *     bytes plus held ones are under 2 x intake slots' bytes (at most a
+ *     quarter of the limit), counting unlinks still in flight as room made
+ *     and what a composite's parked records wait for as taken: DRAM's
+ *     demotions get their room from the next level, not by dropping a
+ *     committed record.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "eos.h"
 #include "store_common.h"
+#include "store_composite.h"
+#include "store_disk.h"
 #include "store_memory.h"
 #include "storefx.h"
 #include "testutil.h"
@@ -228,10 +238,218 @@ static void test_disk(void)
 	sfx_free(&f);
 }
 
+/* Records of 64 pages and 3 row slots (67 slots), written at GPU ids 0..63
+ * just before each is stored. */
+static sel_published big_ckpt(struct sfx *f, struct sfx_conv *cv, int i)
+{
+	sfx_conv_init(f, cv, 300 + (uint64_t)i, 64 * SFX_PT + 10, 0);
+	return sfx_ckpt_row(f, cv, 64 * SFX_PT, 0, 1, 400 + (uint64_t)i, false);
+}
+
+/* Memory's floor at exactly 2 x intake (design 2.5): warm = intake + 7
+ * records, so seven records leave free + held == 2 x intake (no offer) and
+ * the eighth one record under it (one offer: held slots count as free, so
+ * no second). */
+static void test_memory_floor(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sel_store_config cfg = sfx_config(&f, false);
+	const uint64_t intake = 2 * (64 + 3), rec = 64 + 3; /* max_active 1, row_slots 3 */
+	uint64_t warm = intake + 7 * rec;
+	CHECK(warm >= 4 * intake); /* not the small-tier quarter */
+	cfg.memory_bytes = warm * f.slot_bytes;
+	sel_store *s;
+	CHECK_OK(sel_memory_store_open(&cfg, &s));
+	struct sel_core *c = sel_store_core(s);
+	CHECK(c && c->warm == warm && c->intake == intake && f.row_slots == 3);
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+	struct sfx_conv cv[9];
+	sel_published cp[9];
+	for (int i = 0; i < 7; i++) {
+		cp[i] = big_ckpt(&f, &cv[i], i);
+		store(s, &cp[i], sel_memory_store_check);
+	}
+	sel_stats st = stats(s);
+	CHECK(st.slots_total - st.slots_in_use == 2 * intake);
+	CHECK(nl.n == 0); /* at the floor, not under it */
+	cp[7] = big_ckpt(&f, &cv[7], 7);
+	store(s, &cp[7], sel_memory_store_check);
+	CHECK(nl.n == 1 && sel_key_eq(&nl.keys[0], &cp[0].key) && c->casc_units == rec);
+	sfx_pump(s, sel_memory_store_check, NULL);
+	CHECK(nl.n == 1); /* free + held == 2 x intake again */
+	/* Accepted: its slots are free; the next record brings it back under. */
+	sel_core_cascade_end(c, &cp[0].key, true);
+	cp[8] = big_ckpt(&f, &cv[8], 8);
+	store(s, &cp[8], sel_memory_store_check);
+	CHECK(nl.n == 2 && sel_key_eq(&nl.keys[1], &cp[1].key));
+	CHECK(stats(s).tier[SEL_TIER_MEMORY].dropped_end_of_chain == 0);
+	sel_core_cascade_set(c, NULL);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	for (int i = 0; i < 9; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
+/* Disk's byte headroom (design 2.15): 2 x intake slots' bytes when that is
+ * under a quarter of the limit (here the limit is 20 records, the headroom
+ * just under 4), and it includes the unlinks still in flight. */
+static void test_disk_headroom(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	struct sfx_conv cv[18];
+	sel_published cp[18];
+	char *d0 = test_mkdtemp("cascade-size");
+	sel_store *s = open_disk(&f, d0, 1ull << 30);
+	cp[0] = big_ckpt(&f, &cv[0], 0);
+	store(s, &cp[0], NULL);
+	uint64_t rec = stats(s).tier[SEL_TIER_DISK].bytes_used;
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+	sfx_conv_free(&cv[0]);
+
+	char *dir = test_mkdtemp("cascade-room");
+	uint64_t limit = 20 * rec, want = 2 * 134 * f.slot_bytes, room = 0, fr = 0, unl = 0;
+	CHECK(want < limit / 4 && want > 3 * rec && want < 4 * rec);
+	s = open_disk(&f, dir, limit);
+	struct sel_core *c = sel_store_core(s);
+	CHECK(!sel_disk_store_headroom(s, &fr, &unl, &room));
+	CHECK(room == want && fr == limit && unl == 0);
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+	for (int i = 0; i < 16; i++) {
+		cp[i] = big_ckpt(&f, &cv[i], i);
+		store(s, &cp[i], NULL);
+	}
+	CHECK(nl.n == 0); /* 4 records free: above the headroom (a quarter would not be) */
+	cp[16] = big_ckpt(&f, &cv[16], 16);
+	store(s, &cp[16], NULL);
+	CHECK(nl.n == 1 && sel_key_eq(&nl.keys[0], &cp[0].key));
+	/* Accepted: the record leaves and its unlink is submitted.  Until the
+	 * disk thread's completion is polled the file is still there, but the
+	 * headroom counts its bytes as room made: nothing more is offered. */
+	sel_core_cascade_end(c, &cp[0].key, true);
+	CHECK(!sel_disk_store_headroom(s, &fr, &unl, NULL));
+	CHECK(unl == rec && fr == 4 * rec);
+	sfx_pump(s, NULL, NULL);
+	CHECK(nl.n == 1);
+	sfx_settle(s, NULL);
+	CHECK(!sel_disk_store_headroom(s, &fr, &unl, NULL));
+	CHECK(unl == 0 && fr == 4 * rec && nl.n == 1);
+	cp[17] = big_ckpt(&f, &cv[17], 17);
+	store(s, &cp[17], NULL);
+	CHECK(nl.n == 2 && sel_key_eq(&nl.keys[1], &cp[1].key));
+	CHECK(stats(s).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	sel_core_cascade_set(c, NULL);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(dir));
+	free(dir);
+	for (int i = 0; i < 18; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
+static struct sel_disk_record_info info(sel_store *disk, const sel_key *k)
+{
+	struct sel_disk_record_info di;
+	CHECK_OK(sel_disk_store_record(disk, k, &di));
+	return di;
+}
+
+static bool committed(sel_store *disk, const sel_key *k)
+{
+	struct sel_disk_record_info di;
+	return sel_disk_store_record(disk, k, &di) == 0 && di.file && !di.writing;
+}
+
+/* A composite (design 2.15 "DRAM demotes cold records to disk, and the
+ * last local tier to the manager, before they fill"): a record parked in
+ * DRAM that the disk cannot charge (the two committed records pinned, a
+ * limit of 2.8 records) counts against the disk's headroom, though the
+ * free bytes alone (0.8 records) are above it (0.7): once a committed
+ * record can move, it is offered to the next level, and the parked record
+ * is charged and written when that one was accepted -- nothing dropped. */
+static void test_composite_demand(void)
+{
+	struct sfx f;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	struct sfx_conv cv[3];
+	sel_published cp[3];
+	for (int i = 0; i < 3; i++) {
+		sfx_conv_init(&f, &cv[i], 90 + i, 200, 10 + 10 * i);
+		cp[i] = sfx_ckpt_row(&f, &cv[i], 128, 0, 1, 500 + i, false);
+	}
+	char *d0 = test_mkdtemp("cascade-size");
+	sel_store *s = open_disk(&f, d0, 1ull << 30);
+	store(s, &cp[0], NULL);
+	uint64_t rec = stats(s).tier[SEL_TIER_DISK].bytes_used;
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+
+	char *dir = test_mkdtemp("cascade-comp");
+	sel_store_config cfg = sfx_config(&f, false);
+	cfg.memory_bytes = 40 * f.slot_bytes;
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 2 * rec + rec * 4 / 5;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(!strcmp(s->ops->name, "composite"));
+	sel_store *disk = sel_composite_store_disk(s);
+	struct sel_core *c = sel_store_core(disk);
+	for (int i = 0; i < 2; i++) {
+		store(s, &cp[i], NULL);
+		SFX_UNTIL(s, NULL, committed(disk, &cp[i].key));
+	}
+	uint64_t fr = 0, room = 0;
+	CHECK(!sel_disk_store_headroom(disk, &fr, NULL, &room));
+	CHECK(fr == cfg.disk_limit - 2 * rec && room == cfg.disk_limit / 4 && fr >= room);
+	CHECK_OK(sel_disk_store_pin(disk, &cp[0].key));
+	CHECK_OK(sel_disk_store_pin(disk, &cp[1].key));
+	store(s, &cp[2], NULL);
+	struct sel_disk_record_info di = info(disk, &cp[2].key);
+	CHECK(di.parked && !di.charged);
+	CHECK(sel_disk_store_headroom(disk, &fr, NULL, NULL) && fr == 0); /* it wants a record */
+
+	struct next_level nl = {.take = true};
+	struct sel_cascade k = {.offer = offer, .ctx = &nl};
+	sel_core_cascade_set(c, &k);
+	sel_disk_store_unpin(disk, &cp[0].key);
+	SFX_UNTIL(s, NULL, nl.n == 1);
+	CHECK(sel_key_eq(&nl.keys[0], &cp[0].key) && sel_core_cascade_holds(c, &cp[0].key));
+	di = info(disk, &cp[2].key);
+	CHECK(di.parked && !di.charged); /* held, cp[0] makes no room yet */
+	sel_core_cascade_end(c, &cp[0].key, true);
+	SFX_UNTIL(s, NULL, committed(disk, &cp[2].key));
+	CHECK(sel_disk_store_record(disk, &cp[0].key, &di) == -ENOENT);
+	CHECK(stats(s).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	CHECK(found(s, &cv[1], 128) && found(s, &cv[2], 128));
+	sel_disk_store_unpin(disk, &cp[1].key);
+	sel_core_cascade_set(c, NULL);
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(dir));
+	free(dir);
+	for (int i = 0; i < 3; i++)
+		sfx_conv_free(&cv[i]);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	test_memory();
+	test_memory_floor();
 	test_disk();
+	test_disk_headroom();
+	test_composite_demand();
 	printf("test_store_cascade: ok\n");
 	return 0;
 }

@@ -203,13 +203,54 @@ static int ds_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	return rc;
 }
 
-/* The end of the chain (sel_core_cascade_set, design 2.15): with a level
- * below, the disk keeps a quarter of its byte limit free (byte-based
- * headroom) by moving its oldest committed records there. */
+/* The end of the chain (sel_core_cascade_set, design 2.15 "disk uses
+ * byte-based headroom"): with a level below, the disk keeps its headroom
+ * free by moving its oldest committed records there.  The headroom is
+ * twice the intake's bytes -- what the layers above write ahead of need (a
+ * composite's DRAM at most 2 x intake slots plus one record, a disk
+ * store's own streams through its intake slots) -- and at most a quarter
+ * of the limit, so a disk smaller than 8 x the intake still keeps three
+ * quarters of itself local (docs/architecture.md).  The headroom
+ * includes the unlinks and truncates still in flight (design 2.15): the
+ * budget released their bytes at submission (the disk thread orders them
+ * before any later fallocate), and they count as room already made, so
+ * records are not offered again while a removal lands; ds->unlinking says
+ * how many bytes that is, for the filesystem's side (sel_disk_store_headroom). */
+static uint64_t ds_headroom(const struct disk_store *ds)
+{
+	uint64_t h = 2 * ds->c.intake * ds->c.slot_bytes, q = ds->limit / 4;
+	return h < q ? h : q;
+}
+
+/* The limit less what the records charge (removals in flight count as
+ * free) and less what the uncharged parked records want: in a composite
+ * those are DRAM's demotions waiting for disk room, and the cascade makes
+ * it (design 2.15 "DRAM demotes cold records to disk, and the last local
+ * tier to the manager, before they fill") rather than leave the charge's
+ * own eviction to drop committed records for good. */
+static uint64_t ds_free_bytes(const struct disk_store *ds)
+{
+	uint64_t taken = ds->used + ds->wanted;
+	return ds->limit > taken ? ds->limit - taken : 0;
+}
+
 static bool ds_cascade_low(struct sel_core *c, uint64_t held)
 {
 	struct disk_store *ds = (struct disk_store *)c;
-	return ds->limit - (ds->used < ds->limit ? ds->used : ds->limit) + held < ds->limit / 4;
+	return ds_free_bytes(ds) + held < ds_headroom(ds);
+}
+
+bool sel_disk_store_headroom(sel_store *s, uint64_t *free_bytes, uint64_t *unlinking,
+			     uint64_t *headroom)
+{
+	struct disk_store *ds = sel_ds_of(s);
+	if (free_bytes)
+		*free_bytes = ds_free_bytes(ds);
+	if (unlinking)
+		*unlinking = ds->unlinking;
+	if (headroom)
+		*headroom = ds_headroom(ds);
+	return ds_cascade_low(&ds->c, ds->c.casc_units);
 }
 
 static uint64_t ds_cascade_units(struct sel_core *c, sel_node_id id)

@@ -63,6 +63,16 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
  * and the limit. */
 void sel_disk_store_usage(sel_store *s, uint64_t *used, uint64_t *limit);
 
+/* The end-of-chain cascade's byte headroom (design 2.15; store_disk.c):
+ * *free_bytes (the limit less charged bytes -- the bytes of unlinks and
+ * truncates still in flight, *unlinking, count as free -- and less the
+ * bytes uncharged parked records want), *headroom (2 x intake slots'
+ * bytes, at most a quarter of the limit); any may be NULL.  Returns whether
+ * free bytes plus those of the records held for the next level are under
+ * the headroom (the cascade offers records while they are). */
+bool sel_disk_store_headroom(sel_store *s, uint64_t *free_bytes, uint64_t *unlinking,
+			     uint64_t *headroom);
+
 /* Every indexed key, in access order (oldest first), into keys[0..cap):
  * returns the count (which may exceed cap: only cap are written). */
 size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap);

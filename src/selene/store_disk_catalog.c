@@ -43,6 +43,9 @@
  *      node of its chain; store pins (mypins) <= index pins.
  *   5. inflight_out / inflight_in count the put streams and fetches not yet
  *      reported.
+ *   6. unlinking == the bytes of the unlink and truncate jobs not yet
+ *      completed; wanted == the wants of the uncharged records (0 for
+ *      every charged one).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -123,6 +126,7 @@ static void file_job(struct disk_store *ds, sel_node_id id, uint8_t kind, enum s
 	struct dj *d = ds_job_new(ds, kind, id, op);
 	if (d) {
 		d->bytes = bytes;
+		ds->unlinking += bytes; /* until disk_done */
 		ds_disk_submit(ds, d);
 	} else {
 		ds->stuck += bytes;
@@ -153,8 +157,10 @@ void ds_remove(struct sel_core *c, sel_node_id id)
 		file_job(ds, id, K_UNLINK, SEL_DISK_UNLINK, r->charged);
 	ds->used -= r->charged;
 	ds_park_del(ds, id);
-	if (n->flags & DS_UNCHARGED)
+	if (n->flags & DS_UNCHARGED) {
 		ds->uncharged--;
+		ds->wanted -= r->wants;
+	}
 	if (ds->hooks.removed)
 		ds->hooks.removed(ds->hooks.ctx, &key, parked, ds->c.why == SEL_WHY_EXPIRE);
 }
@@ -294,6 +300,8 @@ int ds_charge(struct disk_store *ds, const sel_key *key, bool evict)
 	ds->used += bytes;
 	sel_index_get(ds->c.ix, id)->flags &= (uint16_t)~DS_UNCHARGED;
 	ds->uncharged--;
+	ds->wanted -= ds_rec(ds, id)->wants;
+	ds_rec(ds, id)->wants = 0;
 	debug_check(ds);
 	return 0;
 }
@@ -362,7 +370,7 @@ size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap)
 }
 
 struct check_ctx {
-	uint64_t charged, parked, unch;
+	uint64_t charged, parked, unch, wanted;
 };
 
 /* Invariants 2-4 for one record. */
@@ -373,6 +381,12 @@ static int check_rec(struct sel_core *c, sel_node_id id, const sel_index_node *n
 	const struct drec *r = ds_rec(ds, id);
 	bool unch = n->flags & DS_UNCHARGED, park = n->flags & DS_PARKED;
 	x->unch += unch;
+	x->wanted += r->wants;
+	if (!unch && r->wants)
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: charged node %" PRIu32 " still wants %" PRIu64
+				" bytes",
+				id, r->wants);
 	uint64_t want = unch ? 0 : ds_node_bytes(ds, id);
 	if (!(n->flags & DS_FAILED) && r->charged != want)
 		return eos_fail(SEL_ECORRUPT,
@@ -428,8 +442,17 @@ static int check_streams(struct disk_store *ds)
 						"disk store: a stream uses unpinned node %" PRIu32,
 						st->nodes[i]);
 	}
-	for (const struct dj *d = ds->jobs.head; d; d = d->next)
+	uint64_t unlinking = 0;
+	for (const struct dj *d = ds->jobs.head; d; d = d->next) {
 		puts += d->held != NULL;
+		if (d->kind == K_UNLINK || d->kind == K_TRUNCATE)
+			unlinking += d->bytes;
+	}
+	if (unlinking != ds->unlinking)
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: %" PRIu64
+				" bytes of removals in flight, counted %" PRIu64,
+				unlinking, ds->unlinking);
 	return sel_core_check_inflight(&ds->c, puts, fetches, "streams");
 }
 
@@ -447,6 +470,11 @@ int sel_disk_store_check(sel_store *s)
 				"disk store: charges %" PRIu64 " + stuck %" PRIu64
 				" != used %" PRIu64,
 				x.charged, ds->stuck, ds->used);
+	if (x.wanted != ds->wanted)
+		return eos_fail(SEL_ECORRUPT,
+				"disk store: uncharged records want %" PRIu64
+				" bytes, counted %" PRIu64,
+				x.wanted, ds->wanted);
 	if (x.unch != ds->uncharged)
 		return eos_fail(SEL_ECORRUPT, "disk store: %" PRIu64 " uncharged, counted %" PRIu64,
 				x.unch, ds->uncharged);

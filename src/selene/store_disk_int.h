@@ -140,6 +140,7 @@ struct drec {
 	uint64_t full;          /* file bytes with the row */
 	uint64_t rowseg;        /* row segment bytes */
 	uint64_t charged;
+	uint64_t wants;           /* uncharged (parked): the bytes counted in disk_store.wanted */
 	uint32_t flags;           /* SEL_RECORD_*_REPLICATED */
 	sel_node_id pprev, pnext; /* park list */
 	bool file, writing, parked_listed;
@@ -167,11 +168,21 @@ struct disk_store {
 	uint64_t scanned; /* records the startup scan kept */
 
 	uint64_t limit, used, stuck;
+	/* Bytes of unlink and truncate jobs submitted and not yet completed:
+	 * released from used at submission (the disk thread orders them before
+	 * any later fallocate) and counted in the cascade's headroom as room
+	 * made (design 2.15), though still on the filesystem until the job
+	 * ends. */
+	uint64_t unlinking;
 	uint64_t shared; /* of the configured limit, set aside for other records (disk_share_div) */
 	uint32_t iov_cap; /* row pieces of one row, all ranks */
 
 	sel_node_id park_head, park_tail;
 	uint64_t parked, uncharged;
+	/* Of the uncharged parked records, the bytes their charges will take:
+	 * demand the cascade's headroom counts (the composite's DRAM cannot
+	 * demote them until the disk has room). */
+	uint64_t wanted;
 	sel_node_id *doomed;
 	uint32_t n_doomed, cap_doomed;
 

@@ -81,6 +81,8 @@ int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charg
 	sel_index_set_evictable(ds->c.ix, id, false);
 	sel_index_get(ds->c.ix, id)->flags |= DS_PARKED | DS_UNCHARGED;
 	ds->uncharged++;
+	r->wants = ds_node_bytes(ds, id);
+	ds->wanted += r->wants;
 	ds_park_add(ds, id);
 	sel_index_commit(ds->c.ix, id); /* complete in DRAM: lookups may use it */
 	*charged = ds_charge(ds, &p->key, true) == 0;

@@ -775,6 +775,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	case K_FETCH_WIN: fetch_read(ds, d->w); return;
 	case K_TRUNCATE:
 	case K_UNLINK:
+		ds->unlinking -= d->bytes;
 		if (rc && rc != -ENOENT) {
 			/* The file stays as it was until a restart: charged. */
 			ds->stuck += d->bytes;

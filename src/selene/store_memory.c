@@ -471,12 +471,26 @@ static bool ms_droppable(void *ctx, const sel_index *ix, sel_node_id id)
 	return n->state == SEL_NODE_READY && !(n->flags & MS_FAILED);
 }
 
-/* The end of the chain (sel_core_cascade_set, design 2.15): with a level
- * below, memory keeps a quarter of its warm slots free by moving its oldest
- * records there before puts must evict them. */
+/* The end of the chain (sel_core_cascade_set, design 2.5 and 2.15): with a
+ * level below, maintenance retires the coldest records to it while free
+ * slots (warm and intake) + clean slots fall below 2 x intake.  The last
+ * local tier has no clean records (none has a copy below it: an accepted
+ * one leaves at once), but those held for the next level are as good as
+ * free, as a composite counts its writes in flight; so the write-ahead is
+ * bounded by the floor itself: at most 2 x intake slots plus one record.
+ * A warm tier smaller than 4 x intake keeps a quarter of its warm slots
+ * free instead (the floor would otherwise offer every record as it lands:
+ * write-through, which the design's bound on writing ahead of need
+ * forbids; docs/architecture.md). */
+static uint64_t ms_cascade_floor(const struct sel_core *c)
+{
+	uint64_t q = c->warm / 4;
+	return c->intake + (c->intake < q ? c->intake : q);
+}
+
 static bool ms_cascade_low(struct sel_core *c, uint64_t held)
 {
-	return ms_free_warm((struct mem_store *)c) + held < c->warm / 4;
+	return sel_slab_free_count(((struct mem_store *)c)->pool) + held < ms_cascade_floor(c);
 }
 
 static uint64_t ms_cascade_units(struct sel_core *c, sel_node_id id)

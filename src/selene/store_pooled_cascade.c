@@ -9,7 +9,11 @@
  *   The pooled store hands the last local tier (a memory store: the core of
  *   sel_store_core with tier memory) a struct sel_cascade.  The store's own
  *   maintenance (sel_core_cascade_run, each poll) offers its least recently
- *   used evictable leaves while its free capacity is under its floor; the
+ *   used evictable leaves while its free capacity is under its floor (design
+ *   2.5 and 2.15: memory's free slots plus the held ones under 2 x intake;
+ *   disk's free bytes, unlinks in flight included and a composite's parked
+ *   demand excluded, under 2 x intake slots' bytes; each capped at a
+ *   quarter of a small tier: ms_cascade_low, ds_cascade_low); the
  *   offer here snapshots the record's chain -- the source address of every
  *   rank's share of every chain page, the leaf's row -- and starts a put
  *   (sp_put with cascade set).  The core holds the record with a store pin
