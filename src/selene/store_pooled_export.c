@@ -285,6 +285,9 @@ bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j)
 		export_end(p, x, false);
 		return true;
 	}
+	if (x->hc && x->lease && !x->cancelled) /* a GPU export counts its copy's bytes */
+		p->pc_st.export_bytes +=
+			(uint64_t)(x->lease->n_pages + x->lease->n_row_slots) * p->lay.slot_bytes;
 	export_end(p, x, !x->cancelled);
 	return true;
 }
