@@ -183,7 +183,8 @@ static void h_unpin(void *ctx, uint64_t id)
 	h->pins--;
 }
 
-/* Neighbour GPU, then DRAM, then the arena, as each copy goes. */
+/* Neighbour GPU, then DRAM (also above a resident page), then the arena,
+ * as each copy goes. */
 static void test_priority_dram(void)
 {
 	const uint64_t unit[2] = {4096, 8192};
@@ -231,6 +232,23 @@ static void test_priority_dram(void)
 	CHECK(restored_ok(&fb, &cb, 256, 30, 3));
 	CHECK(hc.pinned_ever == 1 && counters(a).exports_served == 2);
 	CHECK(counters(b).neighbour_restores == 2 && counters(b).neighbour_host_restores[0] == 1);
+	/* Above a resident page: the export copies the chain from page 1. */
+	sel_event evs[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cb.h, 64, 310, &hit)) != 1) {
+		CHECK(rc >= 0 && eos_now_ns() < deadline);
+		CHECK(pump(b, evs) == 0);
+		CHECK(sel_store_poll(a, evs, 8) == 0);
+	}
+	CHECK(hit.neighbour_tier == SEL_TIER_MEMORY && hit.pages == 3 && hit.resident == 64);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 50, 5, 204));
+	e = next_event_of(b, a, c);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 204, "event %d", e.type);
+	for (uint32_t j = 1; j < 4; j++)
+		CHECK(sfx_page_ok(&fb, 50 + j - 1, cb.tag, j, false));
+	CHECK(sfx_row_ok(&fb, 5, sfx_row_seed(&cb, 256), false));
 
 	/* A's memory record removed: withdrawn; the arena serves. */
 	sel_store *mem = ((struct sel_pooled *)a)->w.inner;
@@ -299,6 +317,22 @@ static void test_nvme_damaged(void)
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 401, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb[0], 128, 20, 2));
 	CHECK(counters(a).exports_served == 1 && counters(b).neighbour_host_restores[1] == 1);
+	/* With B's GPU holding the first page: only the second is read. */
+	sel_event evs[8];
+	uint64_t deadline = eos_now_ns() + 20 * S_NS;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cb[0].h, 64, 192, &hit)) != 1) {
+		CHECK(rc >= 0 && eos_now_ns() < deadline);
+		CHECK(pump(b, evs) == 0);
+		CHECK(sel_store_poll(a, evs, 8) == 0);
+	}
+	CHECK(hit.neighbour_tier == SEL_TIER_DISK && hit.pages == 1 && hit.resident == 64);
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &hit, 50, 5, 404));
+	e = next_event_of(b, a, c);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 404, "event %d", e.type);
+	CHECK(sfx_page_ok(&fb, 50, cb[0].tag, 1, false) &&
+	      sfx_row_ok(&fb, 5, sfx_row_seed(&cb[0], 128), false));
 
 	/* ca[1]: C puts the arena's copy, then a byte of A's file changes. */
 	put_wait(&fc, c, a, &cc1, 128, 70);
