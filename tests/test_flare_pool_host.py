@@ -15,6 +15,7 @@ manager and `flare run` instances with the tiny core on loopback.
      tokens.
 Every wait is by condition with a deadline; processes are stopped by pid."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,8 @@ import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
+from flare import Flare, Metrics, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
+import urllib.request  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
@@ -30,13 +32,16 @@ binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
 
 def start_manager(sock):
     log = open(sock + ".log", "a")
-    p = subprocess.Popen([binary, "pool", "--socket", sock, "--memory", "32MiB"],
+    p = subprocess.Popen([binary, "pool", "--socket", sock, "--memory", "32MiB",
+                          "--metrics-port", "0"],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          preexec_fn=die_with_parent)
     deadline = time.monotonic() + 20
     while True:
         with open(sock + ".log") as f:
-            if "listening on unix:" in f.read():
+            text = f.read()
+            if "listening on unix:" in text:
+                p.port = int(re.search(r"metrics on http://127.0.0.1:(\d+)/", text).group(1))
                 return p
         assert p.poll() is None, "flare pool exited " + open(sock + ".log").read()
         assert time.monotonic() < deadline, "flare pool did not start"
@@ -46,6 +51,26 @@ def start_manager(sock):
 def ask(f, text, max_tokens=12):
     r = f.chat([{"role": "user", "content": text}], max_tokens=max_tokens, temperature=0)
     return r["choices"][0]["message"]["content"], r["flare"]
+
+
+def held(mgr):
+    """The holdings the manager has in its catalogue."""
+    url = "http://127.0.0.1:%d/metrics" % mgr.port
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return Metrics(r.read().decode()).get("flare_pool_holdings")
+
+
+def sent(*fs):
+    """The holdings these instances announced and did not withdraw."""
+    n = 0
+    for f in fs:
+        m = f.metrics()
+        n += m.get("flare_pool_holdings_announced_total") - m.get(
+            "flare_pool_holdings_withdrawn_total")
+        for t in ("memory", "disk"):
+            n += m.get("flare_pool_host_holdings_announced_total", tier=t) - m.get(
+                "flare_pool_host_holdings_withdrawn_total", tier=t)
+    return n
 
 
 def announced(f, tier):
@@ -75,6 +100,7 @@ with TempDir("flare-pool-host-") as tmpdir:
         a = Flare(binary, adisk + pool, name="A2").start()
         wait_for(lambda: announced(a, "disk") >= 1, "A2's recovered records announced")
         b = Flare(binary, pool, name="B").start()
+        wait_for(lambda: held(mgr) == sent(a) > 0, "the manager to have A2's holdings")
         got, fl = ask(b, PROMPT)
         print("B from A's disk:", fl)
         assert got == want and fl["source"] == "neighbour_disk", (got, want, fl)
@@ -97,6 +123,8 @@ with TempDir("flare-pool-host-") as tmpdir:
             ask(c, "Another question, number %d, about the harbours and the lighthouses." % i)
         m = c.metrics()
         assert m.get("flare_pool_holdings_withdrawn_total") >= 1, m.text
+        # The manager has seen C's withdrawals (and B's own GPU holdings).
+        wait_for(lambda: held(mgr) == sent(b, c), "the manager to follow C's holdings")
         got, fl = ask(b, PROMPT2)
         assert got == want2, (got, want2, fl)
         print("B from C's memory:", fl)

@@ -3,6 +3,8 @@
  * 2.15 "announcements of GPU and host holdings", copy priority "neighbour
  * GPU, host DRAM, host NVMe, pool") against a real `flare pool`.
  *
+ *   - the client's pick: GPU, DRAM, NVMe, arena in any order of the
+ *     manager's answer; a deeper endpoint first.
  *   - priority: A (memory + pool, engine hooks) holds a checkpoint in its
  *     GPU cache and its memory tier, C put the same one into the arena; B
  *     (pool only) restores it from A's GPU; once A's GPU copy is gone
@@ -159,6 +161,61 @@ static sel_hit pool_hit_after(sel_store *b, sel_store *a, struct sfx_conv *cv, u
 		}                                                                                  \
 	} while (0)
 
+/* The client's pick (sel_pool_answer_pick) over one endpoint's
+ * candidates in every order: the copy priority neighbour GPU, DRAM, NVMe,
+ * then the arena; a deeper endpoint beats a closer source. */
+static void test_pick_priority(void)
+{
+	uint8_t id[SEL_IDENTITY_BYTES] = {7};
+	sel_history h;
+	CHECK_OK(sel_history_init(&h, id, NULL, 0));
+	sel_token tok[256];
+	for (uint32_t i = 0; i < 256; i++)
+		tok[i] = (sel_token)(i * 7 + 1);
+	CHECK_OK(sel_history_append(&h, tok, 256));
+	struct sel_pool_anode nodes[2];
+	sel_history_key_at(&h, 128, &nodes[0].key);
+	sel_history_key_at(&h, 256, &nodes[1].key);
+	nodes[0].tail = 2;
+	nodes[1].tail = 4;
+	nodes[0].up = nodes[1].up = SEL_POOL_NONE;
+	nodes[0].has_row = nodes[1].has_row = 1;
+	const uint8_t src[4] = {SEL_POOL_SRC_ARENA, SEL_POOL_SRC_NVME, SEL_POOL_SRC_DRAM,
+				SEL_POOL_SRC_GPU};
+	/* Every permutation of the four at endpoint 256 (as the manager lists
+	 * holders GPU first, the order must not matter). */
+	uint32_t perm[24][4], np = 0;
+	for (uint32_t a = 0; a < 4; a++)
+		for (uint32_t b = 0; b < 4; b++)
+			for (uint32_t c = 0; c < 4; c++)
+				for (uint32_t d = 0; d < 4; d++)
+					if (a != b && a != c && a != d && b != c && b != d &&
+					    c != d) {
+						perm[np][0] = a, perm[np][1] = b;
+						perm[np][2] = c, perm[np++][3] = d;
+					}
+	CHECK(np == 24);
+	for (uint32_t n = 4; n >= 1; n--) /* drop the closest source each round */
+		for (uint32_t q = 0; q < np; q++) {
+			struct sel_pool_candidate cands[4];
+			uint32_t k = 0;
+			for (uint32_t j = 0; j < 4; j++)
+				if (perm[q][j] < n)
+					cands[k++] = (struct sel_pool_candidate){
+						.source = src[perm[q][j]], .node = 1};
+			struct sel_pool_m_answer a = {
+				.n_nodes = 2, .n_cands = k, .nodes = nodes, .cands = cands};
+			int i = sel_pool_answer_pick(&a, &h, 0);
+			CHECK(i >= 0 && cands[i].source == src[n - 1]);
+		}
+	/* The arena's deeper copy beats a neighbour's GPU copy of less. */
+	struct sel_pool_candidate c2[2] = {{.source = SEL_POOL_SRC_ARENA, .node = 1},
+					   {.source = SEL_POOL_SRC_GPU, .node = 0}};
+	struct sel_pool_m_answer a2 = {.n_nodes = 2, .n_cands = 2, .nodes = nodes, .cands = c2};
+	CHECK(sel_pool_answer_pick(&a2, &h, 0) == 0);
+	sel_history_free(&h);
+}
+
 /* The engine's hooks for one GPU checkpoint. */
 struct hooks_ctx {
 	sel_published cp;
@@ -209,6 +266,7 @@ static void test_priority_dram(void)
 	CHECK(counters(a).announced == 1 && counters(a).host_announced[1] == 0);
 	put_wait(&fc, c, a, &cc, 256, 42); /* C: the arena's copy */
 	UNTIL(c, counters(c).puts_accepted == 1);
+	wait_metric_eq(&m, "flare_pool_holdings", 2, 10); /* the manager has A's two */
 
 	/* The neighbour's GPU first. */
 	sel_hit hit = pool_hit(b, a, &cb, 256, 320);
@@ -222,6 +280,7 @@ static void test_priority_dram(void)
 	/* A's GPU copy gone: its DRAM holding, no engine pin. */
 	sel_store_evicted(a, &hc.cp.key, 41, NULL);
 	CHECK(counters(a).withdrawn == 1);
+	wait_metric_eq(&m, "flare_pool_holdings", 1, 10);
 	hit = pool_hit_after(b, a, &cb, 256, 300, true, SEL_TIER_NONE);
 	CHECKF(hit.neighbour && hit.neighbour_tier == SEL_TIER_MEMORY, "neighbour %d tier %d",
 	       hit.neighbour, hit.neighbour_tier);
@@ -254,8 +313,9 @@ static void test_priority_dram(void)
 	sel_store *mem = ((struct sel_pooled *)a)->w.inner;
 	CHECK_OK(sel_memory_store_remove(mem, &hc.cp.key));
 	CHECK(counters(a).host_withdrawn[0] == 1);
+	wait_metric_eq(&m, "flare_pool_holdings", 0, 10);
 	hit = pool_hit_after(b, a, &cb, 256, 290, true, SEL_TIER_MEMORY);
-	CHECK(!hit.neighbour);
+	CHECKF(!hit.neighbour, "neighbour tier %d", hit.neighbour_tier);
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 40, 4, 203));
 	e = next_event_of(b, a, c);
@@ -306,6 +366,7 @@ static void test_nvme_damaged(void)
 	}
 	UNTIL(a, counters(a).host_announced[1] == 2);
 	CHECK(counters(a).host_announced[0] == 0);
+	wait_metric_eq(&m, "flare_pool_holdings", 2, 10);
 
 	/* B restores ca[0] from A's files. */
 	sel_hit hit = pool_hit(b, a, &cb[0], 128, 192);
@@ -357,6 +418,7 @@ static void test_nvme_damaged(void)
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 402, "event %d", e.type);
 	CHECK(counters(a).exports_refused[SEL_EXPORT_DAMAGED] == 1);
 	CHECK(counters(a).host_withdrawn[1] == 1);
+	wait_metric_eq(&m, "flare_pool_holdings", 1, 10);
 	/* B's next restore: the arena's copy, byte-exact. */
 	hit = pool_hit(b, a, &cb[1], 128, 192);
 	CHECK(!hit.neighbour);
@@ -388,6 +450,7 @@ int main(void)
 	char *d = test_mkdtemp("phold");
 	snprintf(dir, sizeof dir, "%s", d);
 	signal(SIGPIPE, SIG_IGN);
+	test_pick_priority();
 	test_priority_dram();
 	test_nvme_damaged();
 	test_rmtree(d);
