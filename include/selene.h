@@ -340,6 +340,9 @@ typedef struct sel_hit {
 	/* Pool hits: the bytes come from another instance's cache through an
 	 * export (design 2.15 "neighbour GPU"), not from the manager's arena. */
 	bool neighbour;
+	/* Of a neighbour hit: the neighbour's tier the export reads, MEMORY
+	 * (its host DRAM) or DISK (its NVMe); NONE for its GPU cache. */
+	sel_tier neighbour_tier;
 } sel_hit;
 
 /* Where a restore lands (InboundTicket). */
@@ -415,6 +418,7 @@ typedef enum sel_export_refusal {
 	SEL_EXPORT_CHAIN_GAP,          /* not the pages asked for */
 	SEL_EXPORT_NO_HEADROOM,        /* pinning it would hurt serving */
 	SEL_EXPORT_FAILED,             /* the copy failed, or the requester went away */
+	SEL_EXPORT_DAMAGED,            /* a host holding's record file failed its checks */
 	SEL_EXPORT_REFUSALS
 } sel_export_refusal;
 
@@ -446,8 +450,11 @@ typedef struct sel_pool_counters {
 	uint64_t put_bytes;
 	uint64_t neighbour_restores; /* of restores: exported by another instance */
 	uint64_t neighbour_tokens, neighbour_bytes;
-	uint64_t announced, withdrawn; /* GPU holdings */
-	uint64_t exports_served;       /* exports this instance copied for a neighbour */
+	/* Of those: from a neighbour's host DRAM ([0]) and NVMe ([1]) holdings. */
+	uint64_t neighbour_host_restores[2], neighbour_host_tokens[2], neighbour_host_bytes[2];
+	uint64_t host_announced[2], host_withdrawn[2]; /* DRAM, NVMe holdings */
+	uint64_t announced, withdrawn;                 /* GPU holdings */
+	uint64_t exports_served; /* exports this instance copied for a neighbour */
 	uint64_t exports_refused[SEL_EXPORT_REFUSALS];
 	uint64_t export_bytes;
 	uint64_t local_fallbacks; /* failed pool restores the local tiers' copy took over */

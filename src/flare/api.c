@@ -940,7 +940,13 @@ const char *flare_api_source(const hel_outcome *o)
 	if (o->reused_host_tokens > 0) {
 		switch (o->host_tier) {
 		case SEL_TIER_DISK: return "disk";
-		case SEL_TIER_POOL: return o->host_neighbour ? "neighbour" : "pool";
+		case SEL_TIER_POOL:
+			if (!o->host_neighbour)
+				return "pool";
+			/* a neighbour's GPU cache keeps the first name */
+			return o->host_neighbour_tier == SEL_TIER_MEMORY ? "neighbour_memory"
+			       : o->host_neighbour_tier == SEL_TIER_DISK ? "neighbour_disk"
+									 : "neighbour";
 		case SEL_TIER_REMOTE: return "remote";
 		default: return "memory";
 		}

@@ -345,6 +345,17 @@ static void spec_metrics(struct flare_buf *out, const hel_engine_stats *st)
 	}
 }
 
+/* One family's values by restore source: the arena, a neighbour's GPU
+ * cache (neighbour counts every neighbour), its DRAM and its NVMe. */
+static void pool_by_source(struct flare_buf *out, const char *name, uint64_t all,
+			   uint64_t neighbour, const uint64_t host[2])
+{
+	val(out, name, "source=\"pool\"", all - neighbour);
+	val(out, name, "source=\"neighbour\"", neighbour - host[0] - host[1]);
+	val(out, name, "source=\"neighbour_memory\"", host[0]);
+	val(out, name, "source=\"neighbour_disk\"", host[1]);
+}
+
 /* The pool (design 2.15 "Visible"): zero without --prefix-cache-pool. */
 static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *st)
 {
@@ -381,14 +392,13 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 	}
 	family(out, "flare_pool_reused_tokens_total", "counter",
 	       "Prompt tokens restored instead of computed, by source (pool: the manager's arena; "
-	       "neighbour: another instance's GPU cache, exported).");
-	val(out, "flare_pool_reused_tokens_total", "source=\"pool\"",
-	    p->reused_tokens - p->neighbour_tokens);
-	val(out, "flare_pool_reused_tokens_total", "source=\"neighbour\"", p->neighbour_tokens);
+	       "neighbour: another instance's GPU cache, neighbour_memory / neighbour_disk: its "
+	       "host DRAM / NVMe tier, exported).");
+	pool_by_source(out, "flare_pool_reused_tokens_total", p->reused_tokens, p->neighbour_tokens,
+		       p->neighbour_host_tokens);
 	family(out, "flare_pool_reused_bytes_total", "counter", "Bytes restored, by source.");
-	val(out, "flare_pool_reused_bytes_total", "source=\"pool\"",
-	    p->reused_bytes - p->neighbour_bytes);
-	val(out, "flare_pool_reused_bytes_total", "source=\"neighbour\"", p->neighbour_bytes);
+	pool_by_source(out, "flare_pool_reused_bytes_total", p->reused_bytes, p->neighbour_bytes,
+		       p->neighbour_host_bytes);
 	COUNTER("flare_pool_puts_total", "Checkpoints this instance asked the pool to take.",
 		p->puts);
 	COUNTER("flare_pool_puts_accepted_total", "Of them, committed or already present.",
@@ -405,15 +415,27 @@ static void shared_pool_metrics(struct flare_buf *out, const hel_engine_stats *s
 		"Local records kept local after a refused or failed cascade into the pool.",
 		p->cascade_kept);
 	COUNTER("flare_pool_neighbour_restores_total",
-		"Restores from the pool whose bytes another instance exported from its GPU cache.",
+		"Restores from the pool whose bytes another instance exported (its GPU cache or its "
+		"host tiers).",
 		p->neighbour_restores);
+	family(out, "flare_pool_host_holdings_announced_total", "counter",
+	       "Host holdings (records of this instance's memory and disk tiers) announced, by "
+	       "tier.");
+	val(out, "flare_pool_host_holdings_announced_total", "tier=\"memory\"",
+	    p->host_announced[0]);
+	val(out, "flare_pool_host_holdings_announced_total", "tier=\"disk\"", p->host_announced[1]);
+	family(out, "flare_pool_host_holdings_withdrawn_total", "counter",
+	       "Host holdings withdrawn (the record left its tier), by tier.");
+	val(out, "flare_pool_host_holdings_withdrawn_total", "tier=\"memory\"",
+	    p->host_withdrawn[0]);
+	val(out, "flare_pool_host_holdings_withdrawn_total", "tier=\"disk\"", p->host_withdrawn[1]);
 	COUNTER("flare_pool_holdings_announced_total", "GPU holdings this instance announced.",
 		p->announced);
 	COUNTER("flare_pool_holdings_withdrawn_total",
 		"GPU holdings withdrawn (eviction notices, the oldest beyond the table).",
 		p->withdrawn);
 	COUNTER("flare_pool_exports_served_total",
-		"Exports this instance copied from its GPU cache for a neighbour.",
+		"Exports this instance copied for a neighbour (from its GPU cache or host tiers).",
 		p->exports_served);
 	family(out, "flare_pool_exports_refused_total", "counter",
 	       "Exports this instance refused or failed, by reason.");

@@ -612,6 +612,7 @@ static void totals(const struct exchange *x, hel_outcome *t)
 		if (t->host_tier == SEL_TIER_NONE && c->outcome.reused_host_tokens) {
 			t->host_tier = c->outcome.host_tier;
 			t->host_neighbour = c->outcome.host_neighbour;
+			t->host_neighbour_tier = c->outcome.host_neighbour_tier;
 		}
 	}
 }

@@ -1075,6 +1075,7 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
 		r->out.host_tier = SEL_TIER_NONE;
 		r->out.host_neighbour = false;
+		r->out.host_neighbour_tier = SEL_TIER_NONE;
 		r->out.overlap_tokens = 0;
 		list_push_front(&e->pending, r);
 		e->ws.host_fetch_failed++;
@@ -1716,6 +1717,8 @@ static int admission(hel_engine *e)
 		r->out.cached_tokens = adm.reused_tokens;
 		r->out.host_tier = have ? hit.tier : SEL_TIER_NONE;
 		r->out.host_neighbour = have && hit.neighbour;
+		r->out.host_neighbour_tier =
+			have && hit.neighbour ? hit.neighbour_tier : SEL_TIER_NONE;
 		if (!r->counted) { /* once, however often it is requeued */
 			r->counted = true;
 			e->ws.prompt_tokens += r->n_prompt;

@@ -157,13 +157,14 @@ typedef struct hel_outcome {
 	const char *finish_reason; /* "stop", "length", "cancelled", "error" */
 	uint32_t prompt_tokens;
 	uint32_t completion_tokens;
-	uint64_t cached_tokens;      /* prompt tokens not computed: reused */
-	uint64_t reused_gpu_tokens;  /* of which from the GPU checkpoint cache */
-	uint64_t reused_host_tokens; /* of which restored from a host tier */
-	sel_tier host_tier;          /* that host tier (memory, disk), or NONE */
-	bool host_neighbour;         /* pool: another instance exported it (design 2.15) */
-	uint64_t prefill_tokens;     /* tokens this request computed in prefill */
-	uint32_t prefill_launches;   /* prefill chunks it ran */
+	uint64_t cached_tokens;       /* prompt tokens not computed: reused */
+	uint64_t reused_gpu_tokens;   /* of which from the GPU checkpoint cache */
+	uint64_t reused_host_tokens;  /* of which restored from a host tier */
+	sel_tier host_tier;           /* that host tier (memory, disk), or NONE */
+	bool host_neighbour;          /* pool: another instance exported it (design 2.15) */
+	sel_tier host_neighbour_tier; /* from its MEMORY or DISK tier; NONE: its GPU */
+	uint64_t prefill_tokens;      /* tokens this request computed in prefill */
+	uint32_t prefill_launches;    /* prefill chunks it ran */
 	/* Speculative decoding: the draft's proposals for this request and
 	 * those verified and emitted (flare.speculation). */
 	uint32_t spec_rounds, spec_proposed, spec_accepted;

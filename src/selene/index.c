@@ -601,6 +601,8 @@ void sel_index_commit(sel_index *ix, sel_node_id id)
 				drop_row_now(ix, n->parent);
 		}
 	}
+	if (ix->ops.commit)
+		ix->ops.commit(ix->ctx, ix, id);
 	debug_check(ix);
 }
 

@@ -74,6 +74,8 @@ struct sel_index_ops {
 	void (*drop_row)(void *ctx, sel_index *ix, sel_node_id id);
 	/* Free all storage of id; the index forgets the node afterwards. */
 	void (*remove)(void *ctx, sel_index *ix, sel_node_id id);
+	/* Optional (may be NULL): id became READY (sel_index_commit). */
+	void (*commit)(void *ctx, sel_index *ix, sel_node_id id);
 };
 
 /* page_tokens: positive multiple of SEL_BUCKET_TOKENS. */

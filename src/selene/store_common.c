@@ -127,8 +127,11 @@ static void cb_drop_row(void *ctx, sel_index *ix, sel_node_id id)
 {
 	struct sel_core *c = ctx;
 	(void)ix;
-	if (sel_core_live(c, id))
-		c->cops->drop_row(c, id);
+	if (!sel_core_live(c, id))
+		return;
+	if (c->watch.leaving)
+		c->watch.leaving(c->watch.ctx, c, id);
+	c->cops->drop_row(c, id);
 }
 
 static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
@@ -138,15 +141,31 @@ static void cb_remove(void *ctx, sel_index *ix, sel_node_id id)
 	(void)ix;
 	if (!h)
 		return;
+	if (c->watch.leaving)
+		c->watch.leaving(c->watch.ctx, c, id);
 	count_removed(c);
 	c->cops->remove(c, id);
 	memset(h, 0, c->rec_size);
 }
 
+static void cb_commit(void *ctx, sel_index *ix, sel_node_id id)
+{
+	struct sel_core *c = ctx;
+	(void)ix;
+	if (c->watch.committed && sel_core_live(c, id))
+		c->watch.committed(c->watch.ctx, c, id);
+}
+
 static const struct sel_index_ops core_index_ops = {
 	.drop_row = cb_drop_row,
 	.remove = cb_remove,
+	.commit = cb_commit,
 };
+
+void sel_core_watch_set(struct sel_core *c, const struct sel_core_watch *k)
+{
+	c->watch = k ? *k : (struct sel_core_watch){0};
+}
 
 void *sel_core_alloc(size_t size, struct sel_store_pool *sp, bool own, const char *who)
 {

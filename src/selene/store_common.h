@@ -119,6 +119,17 @@ enum sel_core_why {
 struct sel_core;
 struct sel_put_plan;
 
+/* An observer of a core's restorable records (the pooled store's host
+ * holdings, design 2.15): committed when a record became READY, leaving
+ * when it leaves the index or loses its row (it is no endpoint any more),
+ * before its storage goes.  Both on the thread that mutates the core; they
+ * must not call back into the store.  See sel_core_watch_set. */
+struct sel_core_watch {
+	void (*committed)(void *ctx, struct sel_core *c, sel_node_id id);
+	void (*leaving)(void *ctx, struct sel_core *c, sel_node_id id);
+	void *ctx;
+};
+
 /* The level below the end of the local chain (design 2.15 "eviction below
  * the instance": the pooled store over the last local tier).  See
  * sel_core_cascade_set. */
@@ -210,6 +221,7 @@ struct sel_core {
 	uint64_t casc_units;            /* of the held records, in the store's units */
 	uint64_t casc_after, casc_wait; /* no offers before casc_after; the backoff */
 	uint64_t casc_offered, casc_accepted, casc_kept;
+	struct sel_core_watch watch; /* sel_core_watch_set (zero: none) */
 };
 
 /* A zeroed store of size bytes (its core first), or NULL with -ENOMEM
@@ -350,6 +362,8 @@ uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c
  * !accepted -- it stays local and offers pause for a backoff (50 ms,
  * doubling to 2 s, reset by an acceptance).  A key not held is ignored. */
 void sel_core_cascade_end(struct sel_core *c, const sel_key *key, bool accepted);
+/* Set (k NULL: clear) the observer of c's records. */
+void sel_core_watch_set(struct sel_core *c, const struct sel_core_watch *k);
 /* Whether key is held for the next level. */
 bool sel_core_cascade_holds(const struct sel_core *c, const sel_key *key);
 /* The core of a store built on the skeleton (its lookup is sel_core_lookup),

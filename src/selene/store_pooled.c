@@ -190,6 +190,7 @@ static void sp_session_event(struct sel_pooled *p, const struct sel_pool_event *
 		p->pc_st.sessions++;
 		p->pc_st.state = SEL_POOL_UP;
 		sp_reannounce(p); /* a new session knows none of them */
+		sp_hold_reannounce(p);
 		break;
 	case SEL_POOL_EV_DISABLED:
 		p->pc_st.state = SEL_POOL_GONE_FOR_GOOD;
@@ -241,6 +242,7 @@ static int sp_poll(sel_store *s, sel_event *ev, size_t cap)
 		sp_fetch_retry(p);
 		sp_put_retry(p);
 		sp_export_retry(p);
+		sp_hold_pump(p);
 		sp_tickets_free(p, false);
 	}
 	size_t n = 0;
@@ -405,6 +407,7 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	p->pc_st.sessions = 1;
 	sp_lookup_warmup(p, cfg->model_identity);
 	sp_cascade_attach(p);
+	sp_hold_attach(p);
 	const struct sel_pool_m_hello *h = sel_pool_hello(p->pc);
 	char a[32];
 	snprintf(p->desc, sizeof p->desc, "%s, pool '%s', arena %s", p->address, h->name,
@@ -509,6 +512,7 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 		(void)sel_pool_close(p->pc);
 	}
 	sp_cascade_detach(p); /* what is held stays local */
+	sp_hold_detach(p);
 	int irc = sel_wrap_close(s, deadline_ns);
 	p->close_rc = rc ? rc : irc;
 	return p->close_rc;

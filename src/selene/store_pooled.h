@@ -67,6 +67,19 @@
  *   into the grant), and wins ties with the local tiers (design 2.15 copy
  *   priority: neighbour GPU, DRAM, NVMe, pool).
  *
+ *   Host holdings (store_pooled_hold.c).  The inner store's memory and disk
+ *   tiers are watched through their cores (sel_core_watch): every
+ *   restorable record is announced as a DRAM or NVMe holding (SP_HOLDINGS
+ *   per tier, the oldest withdrawn) and withdrawn in the core's callback
+ *   when it leaves the tier or loses its row; a reattach or lost notices
+ *   reset and announce them again.  An export of one pins the record in
+ *   its tier (a store pin) and one helper job copies it from the memory
+ *   store's slots, or reads it from the disk store's files with every
+ *   header, page and row checked (the cascade's reader), into the lease's
+ *   windows and checksums it; a damaged file fails it (SEL_EXPORT_DAMAGED)
+ *   and withdraws the holding.  Records with replicated shares are not
+ *   announced.
+ *
  *   Threads.  Everything runs on the model worker thread and never waits:
  *   the pool client's calls queue frames, the transfer set and the helper
  *   threads (SP_HELPERS, sharing one queue: checksums, verification, fused
@@ -171,6 +184,7 @@ struct sp_fetch {
 	uint8_t *vdone;                              /* [n_win]: verified (out of order) */
 	bool failed;    /* the lease failed, a window did not verify or copy */
 	bool neighbour; /* the hit was another instance's (an export) */
+	sel_tier ntier; /* of a neighbour's: its MEMORY or DISK tier, else NONE */
 	bool has_local; /* the local tiers' hit of the same endpoint: the fallback */
 	sel_hit local;
 	sel_pool_fail why;
@@ -219,12 +233,37 @@ struct sp_holding {
 	uint64_t id; /* the checkpoint id: the holding's generation */
 };
 
+/* The host holdings of one local tier (store_pooled_hold.c): its records
+ * announced as DRAM or NVMe holdings, SP_HOLDINGS at most (the oldest
+ * withdrawn), and the records committed since the last poll. */
+#define SP_HOST_PENDING 256                  /* committed records waiting to be announced */
+#define SP_HOST_WAIT_NS (30ull * 1000000000) /* one not readable yet (parked) waits this long */
+
+struct sp_htier {
+	struct sel_core *c;   /* the tier's core (NULL: no such tier) */
+	sel_store *s;         /* its store */
+	uint8_t source;       /* SEL_POOL_SRC_DRAM or _NVME */
+	struct sp_holding *h; /* [SP_HOLDINGS]: id is the holding's generation */
+	uint64_t n;
+	struct {
+		sel_key key;
+		uint64_t since;
+	} * pend; /* ring [SP_HOST_PENDING] */
+	uint32_t p_head, p_n;
+	bool rescan; /* pend overflowed (or attach): walk the index instead */
+};
+
 struct sp_export {
 	struct sp_export *next;
 	struct sel_pool_lease *lease;
 	uint64_t checkpoint;
 	uint32_t *pages;
 	bool pinned, submitted, summing, cancelled;
+	sel_export_refusal why; /* counted when it ends without done */
+	/* A host holding's export: the record pinned in tier core hc. */
+	struct sel_core *hc;
+	sel_key hkey;
+	bool hpinned;
 	struct sp_hjob hj;
 	struct sel_xfer_job job;
 };
@@ -277,6 +316,8 @@ struct sel_pooled {
 	sel_store *casc_store; /* its store */
 	int casc_dirfd;        /* a disk tier's namespace directory */
 	const sel_record_ns *casc_ns;
+	struct sp_htier host[2]; /* DRAM, NVMe holdings (store_pooled_hold.c) */
+	uint64_t hgen;           /* the last host holding generation given */
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
 };
@@ -329,6 +370,24 @@ bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j);
 void sp_export_retry(struct sel_pooled *p);
 void sp_exports_end(struct sel_pooled *p);
 
+/* store_pooled_hold.c: the local tiers' records as DRAM / NVMe holdings
+ * (design 2.15 "announcements of GPU and host holdings"). */
+/* Watch the memory and disk tiers of the inner store (after the attach and
+ * the cascade's); detach stops watching. */
+void sp_hold_attach(struct sel_pooled *p);
+void sp_hold_detach(struct sel_pooled *p);
+/* Each poll: announce the records committed since (bounded). */
+void sp_hold_pump(struct sel_pooled *p);
+/* A new session (reattach) or lost notices: reset the DRAM and NVMe
+ * sources at the manager and announce what the tiers still hold. */
+void sp_hold_reannounce(struct sel_pooled *p);
+/* The holding of (source, key), or NULL; *t its tier. */
+struct sp_holding *sp_hold_find(struct sel_pooled *p, uint8_t source, const sel_key *key,
+				struct sp_htier **t);
+void sp_hold_withdraw(struct sel_pooled *p, uint8_t source, const sel_key *key);
+/* An export request for a DRAM or NVMe holding (store_pooled_export.c). */
+void sp_export_host(struct sel_pooled *p, struct sel_pool_lease *l);
+
 /* store_pooled_cascade.c */
 /* Cascade from the inner store when it is a memory store (the end of the
  * local chain); detach ends every held record as kept. */
@@ -339,6 +398,14 @@ void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted);
 /* On the helper thread: a cascade job's shares into its lease's windows
  * (a disk tier's: its files read and checked, rstatus set). */
 void sp_cascade_copy(const struct sel_pooled *p, struct sp_hjob *j);
+/* The cascade's snapshots, shared with host exports: the source of every
+ * share of key's whole chain of n pages and its row in memory store s, or
+ * the committed files of the chain in disk store s (ancestor first); NULL
+ * when the store does not hold a complete chain. */
+const uint8_t **sp_chain_sources(struct sel_pooled *p, sel_store *s, const sel_key *key, uint32_t n,
+				 sel_key *parent, uint32_t *tail);
+struct sel_disk_file *sp_chain_files(sel_store *s, const sel_key *key, uint32_t n,
+				     uint32_t *n_files, sel_key *parent, uint32_t *tail);
 
 /* store_pooled_put.c */
 /* Start the put of a local record (cp's key, parent, bucket, n_pages,

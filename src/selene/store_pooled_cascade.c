@@ -346,3 +346,17 @@ void sp_cascade_copy(const struct sel_pooled *p, struct sp_hjob *j)
 			memcpy(dst + p->lay.share_off[r], j->src[at * R + r], p->lay.share[r]);
 	}
 }
+
+/* ---- shared with host exports (store_pooled_hold.c) --------------------------------------- */
+
+const uint8_t **sp_chain_sources(struct sel_pooled *p, sel_store *s, const sel_key *key, uint32_t n,
+				 sel_key *parent, uint32_t *tail)
+{
+	return chain_sources(p, s, key, n, parent, tail);
+}
+
+struct sel_disk_file *sp_chain_files(sel_store *s, const sel_key *key, uint32_t n,
+				     uint32_t *n_files, sel_key *parent, uint32_t *tail)
+{
+	return chain_files(s, key, n, n_files, parent, tail);
+}

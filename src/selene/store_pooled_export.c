@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "eos.h"
+#include "store_common.h"
 #include "store_pooled.h"
 
 const char *sel_export_refusal_name(sel_export_refusal r)
@@ -28,6 +29,7 @@ const char *sel_export_refusal_name(sel_export_refusal r)
 	case SEL_EXPORT_CHAIN_GAP: return "chain_gap";
 	case SEL_EXPORT_NO_HEADROOM: return "no_headroom";
 	case SEL_EXPORT_FAILED: return "failed";
+	case SEL_EXPORT_DAMAGED: return "damaged";
 	case SEL_EXPORT_REFUSALS: break;
 	}
 	return "unknown";
@@ -102,6 +104,8 @@ void sp_evictions_lost(sel_store *s)
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
 	sel_store_evictions_lost(p->w.inner);
+	if (p->pc && !p->closed)
+		sp_hold_reannounce(p); /* the host holdings too, checked */
 	if (!p->pc || p->closed || !p->hooks)
 		return;
 	p->pc_st.evictions_lost++;
@@ -130,10 +134,14 @@ static void export_end(struct sel_pooled *p, struct sp_export *x, bool done)
 		else
 			(void)sel_pool_release(p->pc, x->lease, SEL_POOL_COPY_FAILED);
 		if (!done)
-			p->pc_st.exports_refused[SEL_EXPORT_FAILED]++;
+			p->pc_st.exports_refused[x->why]++;
 	}
 	if (x->pinned)
 		p->hooks->unpin(p->hooks->ctx, x->checkpoint);
+	if (x->hpinned)
+		sel_core_unpin_key(x->hc, &x->hkey);
+	free(x->hj.src);
+	free(x->hj.files);
 	for (struct sp_export **pp = &p->exports; *pp; pp = &(*pp)->next)
 		if (*pp == x) {
 			*pp = x->next;
@@ -196,6 +204,7 @@ static void export_begin(struct sel_pooled *p, struct sel_pool_lease *l)
 	if (l->n_pages)
 		memcpy(x->pages, pub.pages + l->start_page, (size_t)l->n_pages * sizeof *x->pages);
 	x->checkpoint = l->generation;
+	x->why = SEL_EXPORT_FAILED;
 	x->pinned = true;
 	x->lease = l;
 	x->next = p->exports;
@@ -218,7 +227,11 @@ static void export_begin(struct sel_pooled *p, struct sel_pool_lease *l)
 bool sp_export_event(struct sel_pooled *p, const struct sel_pool_event *ev)
 {
 	if (ev->type == SEL_POOL_EV_EXPORT) {
-		export_begin(p, ev->lease);
+		uint8_t src = ev->lease->source;
+		if (src == SEL_POOL_SRC_DRAM || src == SEL_POOL_SRC_NVME)
+			sp_export_host(p, ev->lease);
+		else
+			export_begin(p, ev->lease);
 		return true;
 	}
 	bool ours = ev->type == SEL_POOL_EV_EXPORT_CANCEL ||
@@ -266,6 +279,15 @@ bool sp_export_helped(struct sel_pooled *p, struct sp_hjob *j)
 	if (!x)
 		return false;
 	x->summing = false;
+	if (j->rstatus) { /* a host holding's file failed its checks */
+		x->why = SEL_EXPORT_DAMAGED;
+		sp_hold_withdraw(p, x->lease ? x->lease->source : 0, &x->hkey); /* not again */
+		export_end(p, x, false);
+		return true;
+	}
+	if (x->hc && x->lease && !x->cancelled) /* a GPU export counts its copy's bytes */
+		p->pc_st.export_bytes +=
+			(uint64_t)(x->lease->n_pages + x->lease->n_row_slots) * p->lay.slot_bytes;
 	export_end(p, x, !x->cancelled);
 	return true;
 }
@@ -275,4 +297,84 @@ void sp_exports_end(struct sel_pooled *p)
 {
 	while (p->exports)
 		export_end(p, p->exports, false);
+}
+
+/* ---- host holdings (store_pooled_hold.c) ----------------------------------------------------- */
+
+/* The record of l's DRAM or NVMe holding, pinned in its tier and
+ * snapshotted for the helper (the memory store's share addresses, or the
+ * disk store's files), or a refusal (*why). */
+static struct sp_export *host_snapshot(struct sel_pooled *p, struct sel_pool_lease *l,
+				       sel_export_refusal *why)
+{
+	struct sp_htier *t = NULL;
+	struct sp_holding *h = p->closed ? NULL : sp_hold_find(p, l->source, &l->key, &t);
+	*why = SEL_EXPORT_NOT_FOUND;
+	if (!h)
+		return NULL;
+	if (h->id != l->generation) {
+		*why = SEL_EXPORT_GENERATION_CHANGED;
+		return NULL;
+	}
+	uint32_t n = (uint32_t)(l->key.consumed / t->c->pt), tail, nf = 0;
+	if ((uint64_t)l->start_page + l->n_pages != n || !l->n_row_slots) {
+		*why = SEL_EXPORT_CHAIN_GAP;
+		return NULL;
+	}
+	struct sp_export *x = calloc(1, sizeof *x);
+	if (!x || sel_core_pin_key(t->c, &l->key)) {
+		free(x);
+		return NULL;
+	}
+	x->hc = t->c;
+	x->hkey = l->key;
+	x->hpinned = true;
+	sel_key parent;
+	if (t->source == SEL_POOL_SRC_NVME)
+		x->hj.files = sp_chain_files(t->s, &l->key, n, &nf, &parent, &tail);
+	else
+		x->hj.src = sp_chain_sources(p, t->s, &l->key, n, &parent, &tail);
+	x->hj.cksums = malloc(((size_t)l->n_pages + 1) * sizeof *x->hj.cksums);
+	if ((!x->hj.files && !x->hj.src) || !x->hj.cksums) {
+		sel_core_unpin_key(t->c, &l->key);
+		free(x->hj.files);
+		free(x->hj.src);
+		free(x->hj.cksums);
+		free(x);
+		return NULL;
+	}
+	x->hj.n_files = nf;
+	x->hj.src_n = n;
+	x->hj.src_skip = l->start_page;
+	return x;
+}
+
+/* An export of a host holding: the record pinned in its tier, replied to,
+ * and copied (or read from its files, every header, page and row checked)
+ * into the windows and checksummed in one helper job; the worker never
+ * waits.  A damaged file fails it (SEL_EXPORT_DAMAGED): the requester
+ * falls back as for a failed GPU export. */
+void sp_export_host(struct sel_pooled *p, struct sel_pool_lease *l)
+{
+	sel_export_refusal why;
+	struct sp_export *x = host_snapshot(p, l, &why);
+	if (!x) {
+		uint32_t reason = why == SEL_EXPORT_GENERATION_CHANGED ? SEL_POOL_GENERATION_CHANGED
+				  : why == SEL_EXPORT_CHAIN_GAP        ? SEL_POOL_CHAIN_GAP
+								       : SEL_POOL_NOT_FOUND;
+		return export_refuse(p, l, reason, why);
+	}
+	x->checkpoint = l->generation;
+	x->why = SEL_EXPORT_FAILED;
+	x->lease = l;
+	x->next = p->exports;
+	p->exports = x;
+	if (sel_pool_export_reply(p->pc, l, SEL_POOL_OK)) {
+		export_end(p, x, false);
+		return;
+	}
+	x->summing = true;
+	x->hj.lease = l;
+	x->hj.verify = false;
+	sp_helper_submit(p, &x->hj);
 }

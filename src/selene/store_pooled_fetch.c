@@ -67,6 +67,12 @@ static void count_restore(struct sel_pooled *p, const struct sp_fetch *f)
 		p->pc_st.neighbour_restores++;
 		p->pc_st.neighbour_tokens += f->key.consumed - f->resident;
 		p->pc_st.neighbour_bytes += f->bytes;
+		if (f->ntier == SEL_TIER_MEMORY || f->ntier == SEL_TIER_DISK) {
+			int k = f->ntier == SEL_TIER_DISK;
+			p->pc_st.neighbour_host_restores[k]++;
+			p->pc_st.neighbour_host_tokens[k] += f->key.consumed - f->resident;
+			p->pc_st.neighbour_host_bytes[k] += f->bytes;
+		}
 	}
 }
 
@@ -173,6 +179,7 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	f->key = hit->key;
 	f->resident = hit->resident;
 	f->neighbour = hit->neighbour;
+	f->ntier = hit->neighbour ? hit->neighbour_tier : SEL_TIER_NONE;
 	f->has_local = t->has_local;
 	f->local = t->local;
 	f->n_pages = in->n_pages;

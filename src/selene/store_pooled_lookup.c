@@ -189,6 +189,9 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 		.tier = SEL_TIER_POOL,
 		.cookie = t->seq << 16 | (uint64_t)(t - p->tk) << 8 | (uint64_t)i,
 		.neighbour = a->cands[i].source != SEL_POOL_SRC_ARENA,
+		.neighbour_tier = a->cands[i].source == SEL_POOL_SRC_DRAM   ? SEL_TIER_MEMORY
+				  : a->cands[i].source == SEL_POOL_SRC_NVME ? SEL_TIER_DISK
+									    : SEL_TIER_NONE,
 	};
 	return 1;
 }
