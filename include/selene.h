@@ -348,6 +348,17 @@ typedef struct sel_inbound {
 	const uint32_t *pages; /* hit.pages destination page ids, in chain order */
 	uint32_t n_pages;
 	uint32_t state_slot; /* destination row */
+	/* Overlapped restores (issue 18): with n_sums > 0 the fetch also
+	 * delivers into sums[0..n_sums) the page digests (sel_page_digest) of
+	 * the chain's n_sums pages just below hit->resident -- the head the
+	 * caller recomputes -- taken from the record this fetch reads, so the
+	 * caller can compare them when the fetch's FETCHED event comes (not
+	 * before).  A store that cannot (no such entry, a layout whose stored
+	 * pages are padded, a replicated record, a head outside the record the
+	 * fetch reads) refuses the fetch with -ENOTSUP.  sums stays writable
+	 * until the fetch's event or the store's destroy. */
+	uint64_t *sums;
+	uint32_t n_sums;
 } sel_inbound;
 
 typedef enum sel_event_type {
