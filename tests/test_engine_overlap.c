@@ -16,12 +16,12 @@
  *     them, so only the recompute can tell): the overlapped restore finds
  *     the head page differing, counts it, drops the record and recomputes
  *     the request, whose tokens are still the reference's;
- *   - disk, built-in core: its stored page records are padded (a plane of
- *     8 bytes a token), so the record checksums the disk thread could give
- *     are not the planes' digests: the tail's fetch refuses them and the
- *     hit restores whole (the same tokens); the composite gives digests
- *     for chains in warm memory (overlapped), not for padded records on
- *     disk after a restart (whole);
+ *   - disk, built-in core (padded page records: a plane of 8 bytes a
+ *     token): records this build writes (version 4, zero padding) give
+ *     the head's digests with the tail's fetch, so the disk store's hit is
+ *     overlapped from disk (the composite's from warm memory); the same
+ *     files rewritten as version 3 (padding undefined) refuse them after a
+ *     restart and the hit restores whole; the same tokens each time;
  *   - disk_overlap, a core whose page records are unpadded: the disk
  *     store's hit and the composite's after a restart are overlapped, the
  *     head's digests delivered by the tail's fetch from the records'
@@ -269,10 +269,47 @@ static void mismatch(bool composite)
 
 /* ---- disk tiers ------------------------------------------------------------------- */
 
-/* The disk store has no digests without reading the pages: its hits restore
- * whole.  The composite gives them for chains it holds in memory: turn 2,
- * whose record is still in warm memory, is overlapped; after a restart
- * (records on disk only) it restores whole.  The same tokens each time. */
+/* Rewrite every record file under dir as version 3 (header checksum
+ * resealed): its padding no longer promised zero.  Returns the files. */
+static int downgrade(const char *dir)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	CHECK(d != NULL);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char path[4096];
+		size_t len = strlen(de->d_name);
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		if (len < 5 || strcmp(de->d_name + len - 5, ".ckpt")) {
+			if (de->d_type == DT_DIR)
+				n += downgrade(path);
+			continue;
+		}
+		int fd = open(path, O_RDWR);
+		CHECK(fd >= 0);
+		uint8_t h[4096];
+		CHECK(pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+		CHECK(sel_get_u32(h + 8) == 4 && sel_get_u32(h + 16) == sizeof h);
+		sel_put_u32(h + 8, 3);
+		memset(h + 176, 0, 8);
+		sel_put_u64(h + 176, XXH3_64bits(h, sizeof h));
+		CHECK(pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h && fsync(fd) == 0);
+		close(fd);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Records written by this build (version 4: zero padding) give their head's
+ * digests with the tail's fetch: the disk store's turn 2 is overlapped from
+ * disk; the composite's from warm memory.  After a restart with the files
+ * rewritten as version 3 (padding undefined, as older builds wrote it),
+ * the fetch refuses the digests and the hit restores whole.  The same
+ * tokens each time. */
 static void disk(bool composite)
 {
 	uint64_t seed = test_rng_next(&rng);
@@ -291,30 +328,31 @@ static void disk(bool composite)
 	turns(no, seed, &c, NULL, NULL);
 	hel_engine_stats st = stats(e);
 	const hel_outcome *o = &a.turn2->out;
-	if (composite) {
-		CHECKF(o->overlap_tokens > 0 && st.overlap_done == 1 && st.overlap_mismatches == 0,
-		       "composite: overlap %llu done %llu", (unsigned long long)o->overlap_tokens,
-		       (unsigned long long)st.overlap_done);
-	} else {
-		CHECK(o->host_tier == SEL_TIER_DISK && o->overlap_tokens == 0);
-		CHECK(st.overlap_restores == 0 && st.host_hits >= 1);
-	}
+	CHECKF(o->overlap_tokens > 0 && st.overlap_done == 1 && st.overlap_mismatches == 0 &&
+		       o->host_tier == (composite ? SEL_TIER_MEMORY : SEL_TIER_DISK),
+	       "%s: tier %d overlap %llu done %llu", composite ? "composite" : "disk",
+	       (int)o->host_tier, (unsigned long long)o->overlap_tokens,
+	       (unsigned long long)st.overlap_done);
 	same(a.turn2, c.turn2, "disk: turn 2 and without offload");
 	check_ref(&a);
 	finish(e);
-	if (composite) { /* after a restart: from disk, whole */
-		e = start(cfg);
-		struct et_call *r = et_run(e, a.p2, a.n2, 40, NULL);
-		st = stats(e);
-		CHECK(r->out.host_tier == SEL_TIER_DISK && r->out.overlap_tokens == 0);
-		CHECK(st.overlap_restores == 0 && r->out.reused_host_tokens > 0);
-		same(r, a.turn2, "composite: after a restart");
-		et_call_free(r);
-		finish(e);
-	}
-	printf("  %s: %s; the same tokens\n", composite ? "composite" : "disk",
-	       composite ? "overlapped from warm memory, whole from disk after a restart"
-			 : "restored whole (no digests without reading the pages)");
+	int n3 = downgrade(dir);
+	CHECK(n3 > 0);
+	e = start(cfg); /* after a restart: version-3 files, from disk, whole */
+	struct et_call *r = et_run(e, a.p2, a.n2, 40, NULL);
+	st = stats(e);
+	CHECKF(r->out.host_tier == SEL_TIER_DISK && r->out.overlap_tokens == 0 &&
+		       st.overlap_restores == 0 && r->out.reused_host_tokens > 0,
+	       "version 3: tier %d overlap %llu restores %llu host %llu", (int)r->out.host_tier,
+	       (unsigned long long)r->out.overlap_tokens, (unsigned long long)st.overlap_restores,
+	       (unsigned long long)r->out.reused_host_tokens);
+	same(r, a.turn2, "disk: version-3 records after a restart");
+	et_call_free(r);
+	finish(e);
+	printf("  %s, padded records: overlapped from %s (version 4); %d files rewritten as "
+	       "version 3 restore whole after a restart; the same tokens\n",
+	       composite ? "composite" : "disk store",
+	       composite ? "warm memory" : "disk, digests from the fetch", n3);
 	turns_free(&a);
 	turns_free(&c);
 	finish(no);
@@ -630,6 +668,7 @@ int main(void)
 	core = flat;
 	disk_overlap(false);
 	disk_overlap(true);
+	core = tiny; /* padded page records, version 4 */
 	disk_chain();
 	disk_mismatch();
 	hel_core_free(tiny);

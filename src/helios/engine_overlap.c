@@ -293,6 +293,16 @@ static void finish(hel_overlap *o, const hel_ovl_env *env, struct head *h)
 	env->finish(env->ctx, &key, status);
 }
 
+/* Head page i's digest in the form its stored one takes: a record file's
+ * page checksum (zero padded) when the fetch delivers them, else the
+ * planes' bytes unpadded (the memory store's). */
+static int page_digest(const hel_ovl_env *env, const struct head *h, uint32_t i, uint64_t *d)
+{
+	uint32_t page = h->table[h->first + i];
+	return h->with_fetch ? sel_page_digest_padded(env->geo, page, d)
+			     : sel_page_digest(env->geo, page, d);
+}
+
 /* Compare head pages [from, to) (indexes in the head) with their stored
  * digests; d: their computed digests, or NULL to compute them now. */
 static int compare(const hel_ovl_env *env, struct head *h, uint32_t from, uint32_t to,
@@ -300,7 +310,7 @@ static int compare(const hel_ovl_env *env, struct head *h, uint32_t from, uint32
 {
 	for (uint32_t i = from; i < to; i++) {
 		uint64_t got = d ? d[i] : 0;
-		if (!d && sel_page_digest(env->geo, h->table[h->first + i], &got))
+		if (!d && page_digest(env, h, i, &got))
 			return -EIO;
 		if (got != h->want[i]) {
 			env->ws->overlap_mismatches++;
@@ -325,7 +335,7 @@ static int check_pages(const hel_ovl_env *env, struct head *h, uint64_t from)
 	if (!h->with_fetch || h->loaded)
 		return compare(env, h, a, b, NULL);
 	for (uint32_t i = a; i < b; i++)
-		if (sel_page_digest(env->geo, h->table[h->first + i], &h->got[i]))
+		if (page_digest(env, h, i, &h->got[i]))
 			return -EIO;
 	return 0;
 }

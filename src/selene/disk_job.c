@@ -194,11 +194,15 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 	c->cksum = c->head + s->header_bytes;
 	if (begin)
 		memset(c->cksum, 0, s->cksum_bytes);
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		/* Version 4: zero padding, hashed and written as such.  Nothing
+		 * else writes or reads these bytes of the slot now. */
+		sel_record_zero_padding(&d->ns->layout, j->rec.flags, j->pages[i]);
 		if (!dk_add_seg(c, j->pages[i], s->page_stride,
 				s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE,
 				first + i))
 			goto nomem;
+	}
 	if (end && j->row && (rc = add_row_segs(d, c)) != 0) {
 		if (rc == -ENOMEM)
 			goto nomem;

@@ -150,6 +150,8 @@ struct drec {
 	uint32_t flags;           /* SEL_RECORD_*_REPLICATED */
 	sel_node_id pprev, pnext; /* park list */
 	bool file, writing, parked_listed;
+	bool pad_zero; /* its file is version 4 (zero page padding): a scan's
+			  version >= 4, or a commit of this build */
 };
 
 /* A composite hook to run from poll: a write_from or read_into ended. */

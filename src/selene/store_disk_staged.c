@@ -619,11 +619,11 @@ static int head_sums_plan(struct disk_store *ds, const sel_hit *hit, uint32_t n,
 	for (uint32_t r = 0; r < l->ranks; r++)
 		for (uint32_t i = 0; i < l->n_planes[r]; i++)
 			unpadded += l->unit[r][i];
-	if (ds->sh || unpadded != l->sz.page_record || hit->resident % P)
+	bool padded = unpadded != l->sz.page_record;
+	if (ds->sh || hit->resident % P)
 		return eos_fail(-ENOTSUP, "disk store: %s",
-				ds->sh              ? "ranks on hosts give no page digests"
-				: hit->resident % P ? "a head not ending on a page"
-						    : "padded page records give no page digests");
+				ds->sh ? "ranks on hosts give no page digests"
+				       : "a head not ending on a page");
 	struct sel_chain_walk hw;
 	int rc = sel_core_walk(&ds->c, &hit->key, hit->resident - n * P, &hw);
 	if (rc)
@@ -641,6 +641,12 @@ static int head_sums_plan(struct disk_store *ds, const sel_hit *hit, uint32_t n,
 			free(hs);
 			return eos_fail(-ENOTSUP,
 					"disk store: a replicated record gives no page digests");
+		}
+		if (padded && !ds_rec(ds, id)->pad_zero) {
+			free(hs);
+			return eos_fail(-ENOTSUP,
+					"disk store: a version-3 record's padding is undefined: "
+					"no page digests");
 		}
 		if (!ds_has_file(&ds->c, id)) {
 			free(hs);
@@ -896,8 +902,11 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	int rc = d->j.status;
 	switch (d->kind) {
 	case K_PUT_WIN:
-		if (d->j.committed)
-			ds_rec(ds, d->w->st->nodes[0])->fid = d->j.file;
+		if (d->j.committed) {
+			struct drec *r = ds_rec(ds, d->w->st->nodes[0]);
+			r->fid = d->j.file;
+			r->pad_zero = true; /* written by this build: version 4 */
+		}
 		/* A failed directory fsync after the rename: the file is in
 		 * place and readable; keep it. */
 		if (rc && !d->j.committed) {
