@@ -53,8 +53,13 @@
  *   1. One head per overlapped ticket, registered before its tail's fetch
  *      and removed exactly when the ticket is finished through env->finish
  *      (or cancelled, or cleared when the store stops).
- *   2. pos in [a, at]; pages [a / P, pos / P) of the head were computed
- *      and each matched its stored digest unless mismatch is set.
+ *   2. pos in [a, at]; pages [a / P, pos / P) of the head were computed;
+ *      each matched its stored digest once those are here (at admission,
+ *      or with_fetch once loaded; before that got holds their digests),
+ *      unless the head ended with SEL_ECORRUPT.
+ *   3. with_fetch: want is written by the store until the tail's event or
+ *      the store's destroy, so it is freed only after the event (finish),
+ *      or with the module (late) when the store stopped first.
  */
 #include <errno.h>
 #include <stdlib.h>
