@@ -645,6 +645,8 @@ class Bench:
         tier, in alternating rounds; the greedy first token of every run
         must be the same (issue 18: "tokens identical in every case")."""
         sizes = [8192, 32768, 102400] if not self.a.quick else [1024, 4096]
+        if self.a.inbound_sizes:
+            sizes = [int(x) for x in self.a.inbound_sizes.split(",")]
         ctx = max_context(self.core)
         modes = self.a.overlap_modes.split(",")
         for L in sizes:
@@ -843,6 +845,9 @@ def main(argv=None):
     ap.add_argument("--overlap-modes", default="off,on,always",
                     help="--prefix-cache-overlap modes the inbound rows run (off is "
                     "restore-only; the ratios are against the better of it and recompute)")
+    ap.add_argument("--inbound-sizes",
+                    help="prefix tokens of the inbound rows, comma-separated "
+                    "(default 8192,32768,102400; --quick 1024,4096)")
     ap.add_argument("--hog-rounds", type=int)
     ap.add_argument("--only", default="decode,spec,hog,prefill,inbound,restore",
                     help="measurements: decode, spec (speculative round time under copy-out), "

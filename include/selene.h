@@ -351,6 +351,17 @@ typedef struct sel_inbound {
 	const uint32_t *pages; /* hit.pages destination page ids, in chain order */
 	uint32_t n_pages;
 	uint32_t state_slot; /* destination row */
+	/* Overlapped restores (issue 18): with n_sums > 0 the fetch also
+	 * delivers into sums[0..n_sums) the page digests (sel_page_digest_padded) of
+	 * the chain's n_sums pages just below hit->resident -- the head the
+	 * caller recomputes -- taken from the record this fetch reads, so the
+	 * caller can compare them when the fetch's FETCHED event comes (not
+	 * before).  A store that cannot (no such entry, a padded version-3
+	 * record, a replicated record) refuses the fetch with -ENOTSUP.  sums
+	 * stays writable
+	 * until the fetch's event or the store's destroy. */
+	uint64_t *sums;
+	uint32_t n_sums;
 } sel_inbound;
 
 typedef enum sel_event_type {
@@ -631,6 +642,11 @@ int sel_store_drop(sel_store *s, const sel_key *key);
  * only).  Errors: -ENOTSUP (a device plane), -EINVAL (page beyond a
  * plane's count). */
 int sel_page_digest(const sel_geometry *g, uint32_t page, uint64_t *out);
+/* The same with each plane's bytes followed by zeros up to its 4 KiB
+ * boundary: a version-4 record file's page checksum of that page (one
+ * share per rank), which a disk fetch delivers as sel_inbound.sums.  Equal
+ * to sel_page_digest when no plane needs padding. */
+int sel_page_digest_padded(const sel_geometry *g, uint32_t page, uint64_t *out);
 
 /* What the startup summary reports about a store (design 2.11). */
 typedef struct sel_store_info {

@@ -38,8 +38,9 @@ extern "C" {
 /* Version 2 added describe and made evicted and touch optional; version 3
  * the optional evictions_lost; version 4 the optional page_digests and drop
  * (overlapped restores, issue 18); version 5 the optional flush (deferred
- * wakes, issue 18). */
-#define SEL_STORE_OPS_VERSION 5
+ * wakes, issue 18); version 6 the optional fetch_sums (overlapped restores
+ * from disk, issue 18). */
+#define SEL_STORE_OPS_VERSION 6
 
 struct sel_store_ops {
 	uint32_t version; /* SEL_STORE_OPS_VERSION */
@@ -78,6 +79,10 @@ struct sel_store_ops {
 	 * queued (sel_store_flush); a wrapping store forwards it.  NULL: its
 	 * calls wake their threads themselves. */
 	void (*flush)(sel_store *s);
+	/* Version 6.  Optional (false: a fetch with sel_inbound.n_sums > 0 is
+	 * refused with -ENOTSUP by store.c): fetch delivers sel_inbound.sums
+	 * or refuses the fetch with -ENOTSUP itself. */
+	bool fetch_sums;
 };
 
 /* The base every implementation embeds first.  Zero it; set ops and

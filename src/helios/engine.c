@@ -1538,11 +1538,12 @@ static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm,
 	sel_inbound in = adm->inbound;
 	sel_hit tail = prep->tail; /* prep is freed below */
 	const sel_hit *fh = hit;
+	uint64_t head = 0;
 	if (prep->head_pages &&
 	    hel_ovl_start(e->ovl, &env, prep, &hit->key, &adm->inbound, gpu, r->sid, a) == 0) {
-		in = hel_ovl_tail(prep, &adm->inbound);
+		in = hel_ovl_tail(e->ovl, prep, &adm->inbound);
 		fh = &tail;
-		uint64_t head = prep->split.at - a;
+		head = prep->split.at - a;
 		r->out.overlap_tokens = head;
 		r->out.reused_host_tokens -= head;
 		r->out.cached_tokens -= head;
@@ -1551,6 +1552,19 @@ static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm,
 	int rc = tk_add(e, &in, &hit->key, hit->tier);
 	if (rc == 0 && (rc = sel_store_fetch(e->store, fh, &in)))
 		tk_del(e, &e->tk[e->n_tk - 1]);
+	if (rc && in.n_sums) {
+		/* The store cannot give the head's digests with its tail (a
+		 * padded or replicated record, a head in another record, a
+		 * tier without them): restore the hit whole. */
+		hel_ovl_unstart(e->ovl, &env, adm->inbound.ticket);
+		r->out.overlap_tokens = 0;
+		r->out.reused_host_tokens += head;
+		r->out.cached_tokens += head;
+		in = adm->inbound;
+		rc = tk_add(e, &in, &hit->key, hit->tier);
+		if (rc == 0 && (rc = sel_store_fetch(e->store, hit, &in)))
+			tk_del(e, &e->tk[e->n_tk - 1]);
+	}
 	if (rc) {
 		hel_ovl_cancel(e->ovl, adm->inbound.ticket);
 		if (hel_scheduler_finish_inbound(e->sched, &hit->key, rc, NULL, NULL) == 0)

@@ -24,8 +24,17 @@
  * ticket finishes in whichever of the two events comes last.
  *
  * Checks.  Every head page the recompute completes is hashed
- * (sel_page_digest) and compared with the stored page's digest, which the
- * store gave at admission (sel_store_page_digests).  A difference means a
+ * (sel_page_digest) when its chunk ends and compared with the stored
+ * page's digest.  A store holding the pages in memory gives those at
+ * admission (sel_store_page_digests); one that would need I/O for them (a
+ * record on disk) delivers them with the tail's fetch instead
+ * (sel_inbound.sums: the disk thread copies them from the checksum
+ * segment it reads anyway for the tail), so the pages computed before the
+ * tail's event are compared when it comes, the rest as they complete, and
+ * always before the ticket finishes: no token of the request is released
+ * unchecked, and the worker does no I/O for the check.  A store that can
+ * do neither refuses the tail's fetch and the hit is restored whole
+ * (engine.c start_fetch).  A difference means a
  * broken engine or a broken record: the head stops, the mismatch is
  * counted, the ticket finishes with SEL_ECORRUPT once the tail has landed
  * (its ids are quiescent only then), the record is dropped, and the
@@ -44,8 +53,13 @@
  *   1. One head per overlapped ticket, registered before its tail's fetch
  *      and removed exactly when the ticket is finished through env->finish
  *      (or cancelled, or cleared when the store stops).
- *   2. pos in [a, at]; pages [a / P, pos / P) of the head were computed
- *      and each matched its stored digest unless mismatch is set.
+ *   2. pos in [a, at]; pages [a / P, pos / P) of the head were computed;
+ *      each matched its stored digest once those are here (at admission,
+ *      or with_fetch once loaded; before that got holds their digests),
+ *      unless the head ended with SEL_ECORRUPT.
+ *   3. with_fetch: want is written by the store until the tail's event or
+ *      the store's destroy, so it is freed only after the event (finish),
+ *      or with the module (late) when the store stopped first.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -64,7 +78,9 @@ struct head {
 	uint32_t *table;         /* ancestor chain, then the ticket's head pages */
 	uint32_t first, n_pages; /* the first head page's index in table; head pages */
 	uint64_t a, at, pos;
-	uint64_t *want;
+	uint64_t *want;  /* stored digests (with_fetch: valid once loaded) */
+	uint64_t *got;   /* with_fetch: the computed pages' digests */
+	bool with_fetch; /* want arrives with the tail's fetch */
 	bool started, done, loaded;
 	int head_status, load_status;
 };
@@ -72,6 +88,11 @@ struct head {
 struct hel_overlap {
 	struct head *h;
 	size_t n, cap;
+	/* Digest buffers of heads forgotten while their fetch may still
+	 * write them (sel_inbound.sums: until the event or the store's
+	 * destroy): freed with the module, after the store. */
+	uint64_t **late;
+	size_t n_late, cap_late;
 };
 
 int hel_ovl_create(hel_overlap **out)
@@ -84,12 +105,22 @@ static void head_free(struct head *h)
 {
 	free(h->table);
 	free(h->want);
+	free(h->got);
 }
 
 void hel_ovl_clear(hel_overlap *o)
 {
-	for (size_t i = 0; o && i < o->n; i++)
-		head_free(&o->h[i]);
+	for (size_t i = 0; o && i < o->n; i++) {
+		struct head *h = &o->h[i];
+		/* A stopped store may still run the fetch that writes want. */
+		if (h->with_fetch && !h->loaded &&
+		    eos_grow((void **)&o->late, &o->cap_late, o->n_late + 1, sizeof *o->late) ==
+			    0) {
+			o->late[o->n_late++] = h->want;
+			h->want = NULL;
+		}
+		head_free(h);
+	}
 	if (o)
 		o->n = 0;
 }
@@ -97,8 +128,12 @@ void hel_ovl_clear(hel_overlap *o)
 void hel_ovl_destroy(hel_overlap *o)
 {
 	hel_ovl_clear(o);
-	if (o)
+	for (size_t i = 0; o && i < o->n_late; i++)
+		free(o->late[i]);
+	if (o) {
+		free(o->late);
 		free(o->h);
+	}
 	free(o);
 }
 
@@ -142,9 +177,13 @@ int hel_ovl_prepare(const hel_ovl_env *env, const sel_hit *hit, const sel_histor
 	p->head_pages = (uint32_t)(at / P - a / P);
 	if (p->head_pages == 0 || p->head_pages > hit->pages)
 		goto no;
-	if (!(p->want = malloc(p->head_pages * sizeof *p->want)) ||
-	    sel_store_page_digests(env->store, hit, 0, p->head_pages, p->want))
-		goto no; /* -ENOTSUP: this tier cannot say without I/O */
+	if (!(p->want = malloc(p->head_pages * sizeof *p->want)))
+		goto no;
+	int rc = sel_store_page_digests(env->store, hit, 0, p->head_pages, p->want);
+	if (rc == -ENOTSUP)
+		p->with_fetch = true; /* this tier cannot say without I/O: ask its fetch */
+	else if (rc)
+		goto no;
 	if (sel_store_lookup(env->store, h, at, c, &p->tail) != 1 ||
 	    !sel_key_eq(&p->tail.key, &hit->key) || p->tail.pages != hit->pages - p->head_pages)
 		goto no;
@@ -154,11 +193,18 @@ no:
 	return 0;
 }
 
-sel_inbound hel_ovl_tail(const hel_ovl_prep *p, const sel_inbound *in)
+static struct head *find(hel_overlap *o, uint64_t ticket);
+
+sel_inbound hel_ovl_tail(hel_overlap *o, const hel_ovl_prep *p, const sel_inbound *in)
 {
 	sel_inbound t = *in;
 	t.pages = in->pages + p->head_pages;
 	t.n_pages = in->n_pages - p->head_pages;
+	struct head *h = find(o, in->ticket);
+	if (h && h->with_fetch) {
+		t.sums = h->want;
+		t.n_sums = h->n_pages;
+	}
 	return t;
 }
 
@@ -176,10 +222,14 @@ int hel_ovl_start(hel_overlap *o, const hel_ovl_env *env, hel_ovl_prep *p, const
 		return eos_fail(-ENOMEM, "overlap: out of memory");
 	struct head *h = &o->h[o->n];
 	memset(h, 0, sizeof *h);
-	if (!(h->table = malloc(((size_t)first + p->head_pages) * sizeof *h->table)))
+	if (!(h->table = malloc(((size_t)first + p->head_pages) * sizeof *h->table)) ||
+	    (p->with_fetch && !(h->got = malloc(p->head_pages * sizeof *h->got)))) {
+		free(h->table);
 		return eos_fail(-ENOMEM, "overlap: out of memory");
+	}
 	if (k && hel_cache_chain(cache, k, h->table, first) != (int)first) {
 		free(h->table);
+		free(h->got);
 		return eos_fail(-ESTALE, "overlap: the GPU ancestor's chain is not %u pages",
 				first);
 	}
@@ -194,6 +244,7 @@ int hel_ovl_start(hel_overlap *o, const hel_ovl_env *env, hel_ovl_prep *p, const
 	h->a = h->pos = a;
 	h->at = p->split.at;
 	h->want = p->want;
+	h->with_fetch = p->with_fetch;
 	p->want = NULL;
 	o->n++;
 	env->ws->overlap_restores++;
@@ -225,6 +276,15 @@ void hel_ovl_cancel(hel_overlap *o, uint64_t ticket)
 		forget(o, h);
 }
 
+void hel_ovl_unstart(hel_overlap *o, const hel_ovl_env *env, uint64_t ticket)
+{
+	struct head *h = find(o, ticket);
+	if (!h)
+		return;
+	forget(o, h);
+	env->ws->overlap_restores--;
+}
+
 /* Both halves are over: finish the ticket (invariant 1). */
 static void finish(hel_overlap *o, const hel_ovl_env *env, struct head *h)
 {
@@ -238,24 +298,50 @@ static void finish(hel_overlap *o, const hel_ovl_env *env, struct head *h)
 	env->finish(env->ctx, &key, status);
 }
 
-/* Compare the head pages completed by the chunk that ended at h->pos. */
-static int check_pages(const hel_ovl_env *env, struct head *h, uint64_t from)
+/* Head page i's digest in the form its stored one takes: a record file's
+ * page checksum (zero padded) when the fetch delivers them, else the
+ * planes' bytes unpadded (the memory store's). */
+static int page_digest(const hel_ovl_env *env, const struct head *h, uint32_t i, uint64_t *d)
 {
-	uint64_t P = env->page_tokens;
-	for (uint64_t k = from / P; k < h->pos / P; k++) {
-		uint64_t d;
-		uint32_t i = (uint32_t)(k - h->first);
-		if (sel_page_digest(env->geo, h->table[k], &d))
+	uint32_t page = h->table[h->first + i];
+	return h->with_fetch ? sel_page_digest_padded(env->geo, page, d)
+			     : sel_page_digest(env->geo, page, d);
+}
+
+/* Compare head pages [from, to) (indexes in the head) with their stored
+ * digests; d: their computed digests, or NULL to compute them now. */
+static int compare(const hel_ovl_env *env, struct head *h, uint32_t from, uint32_t to,
+		   const uint64_t *d)
+{
+	for (uint32_t i = from; i < to; i++) {
+		uint64_t got = d ? d[i] : 0;
+		if (!d && page_digest(env, h, i, &got))
 			return -EIO;
-		if (d != h->want[i]) {
+		if (got != h->want[i]) {
 			env->ws->overlap_mismatches++;
 			return eos_fail(
 				SEL_ECORRUPT,
 				"overlap: page %llu of the restore at %llu differs from its "
 				"recompute",
-				(unsigned long long)k, (unsigned long long)h->key.consumed);
+				(unsigned long long)(h->first + i),
+				(unsigned long long)h->key.consumed);
 		}
 	}
+	return 0;
+}
+
+/* The head pages completed by the chunk that ended at h->pos: compared
+ * now, or (their stored digests not here yet) hashed for the comparison
+ * when the tail's event brings them. */
+static int check_pages(const hel_ovl_env *env, struct head *h, uint64_t from)
+{
+	uint64_t P = env->page_tokens;
+	uint32_t a = (uint32_t)(from / P - h->first), b = (uint32_t)(h->pos / P - h->first);
+	if (!h->with_fetch || h->loaded)
+		return compare(env, h, a, b, NULL);
+	for (uint32_t i = a; i < b; i++)
+		if (page_digest(env, h, i, &h->got[i]))
+			return -EIO;
 	return 0;
 }
 
@@ -319,6 +405,16 @@ bool hel_ovl_loaded(hel_overlap *o, const hel_ovl_env *env, uint64_t ticket, int
 		return false;
 	h->loaded = true;
 	h->load_status = status;
+	/* The stored digests came with the tail: the pages computed so far
+	 * are compared now, the head's later ones as they complete. */
+	if (status == 0 && h->with_fetch && !h->head_status) {
+		uint32_t done = (uint32_t)(h->pos / env->page_tokens - h->first);
+		int rc = compare(env, h, 0, done, h->got);
+		if (rc) {
+			h->done = true;
+			h->head_status = rc;
+		}
+	}
 	if (status || h->done) /* a failed load ends the head too: nothing waits on it */
 		finish(o, env, h);
 	return true;

@@ -55,7 +55,8 @@ typedef struct hel_ovl_prep {
 	sel_split split;
 	sel_hit tail;        /* the hit above split.at: what the store loads */
 	uint32_t head_pages; /* the ticket's first head_pages pages are recomputed */
-	uint64_t *want;      /* their stored digests */
+	uint64_t *want;      /* their stored digests (with_fetch: to be delivered) */
+	bool with_fetch;     /* the tail's fetch delivers want (sel_inbound.sums) */
 } hel_ovl_prep;
 
 int hel_ovl_create(hel_overlap **out);
@@ -69,7 +70,7 @@ int hel_ovl_prepare(const hel_ovl_env *env, const sel_hit *hit, const sel_histor
 		    hel_ovl_prep *p);
 void hel_ovl_prep_free(hel_ovl_prep *p);
 /* The ticket's destinations for the tail: in's pages past the head. */
-sel_inbound hel_ovl_tail(const hel_ovl_prep *p, const sel_inbound *in);
+sel_inbound hel_ovl_tail(hel_overlap *o, const hel_ovl_prep *p, const sel_inbound *in);
 /* Register the head of new ticket in->ticket (key: the hit's), computed
  * with request sid's live row from GPU checkpoint gpu (HEL_CKPT_NONE: from
  * empty).  Takes p->want.  0 or -ENOMEM (nothing registered). */
@@ -77,6 +78,10 @@ int hel_ovl_start(hel_overlap *o, const hel_ovl_env *env, hel_ovl_prep *p, const
 		  const sel_inbound *in, uint64_t gpu, hel_req_id sid, uint64_t a);
 /* The tail's fetch failed to start: forget the head of ticket. */
 void hel_ovl_cancel(hel_overlap *o, uint64_t ticket);
+/* The store refused the tail's fetch with its digests (sel_inbound.sums):
+ * forget the head of ticket and uncount its overlap; the caller restores
+ * the hit whole. */
+void hel_ovl_unstart(hel_overlap *o, const hel_ovl_env *env, uint64_t ticket);
 /* One chunk of every head.  Returns the chunks run. */
 int hel_ovl_run(hel_overlap *o, const hel_ovl_env *env);
 /* The store's event for ticket (status 0: its tail and row landed and were

@@ -140,6 +140,13 @@ struct sel_disk_job {
 	 * replaced, a symbolic link, a FIFO -- is never read or truncated
 	 * (SEL_ECORRUPT).  All zero: no such check (tests). */
 	struct eos_file_id want;
+	/* READ (issue 18, overlapped restores): copy the stored checksums of
+	 * page records [sums_first, sums_first + n_sums) into sums once the
+	 * header checked out, before any payload is read (the entries the
+	 * record's checksum segment holds; no I/O beyond the segment every
+	 * read reads).  n_sums 0: none. */
+	uint64_t *sums;
+	uint32_t sums_first, n_sums;
 	/* Filled at completion. */
 	int status;                  /* 0, a negative errno, SEL_ECORRUPT, SEL_ESTOPPED */
 	bool committed;              /* WRITE, WRITE_PART END: the file is in place under its

@@ -194,11 +194,15 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 	c->cksum = c->head + s->header_bytes;
 	if (begin)
 		memset(c->cksum, 0, s->cksum_bytes);
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		/* Version 4: zero padding, hashed and written as such.  Nothing
+		 * else writes or reads these bytes of the slot now. */
+		sel_record_zero_padding(&d->ns->layout, j->rec.flags, j->pages[i]);
 		if (!dk_add_seg(c, j->pages[i], s->page_stride,
 				s->page_off + (uint64_t)(first + i) * s->page_stride, SEG_PAGE,
 				first + i))
 			goto nomem;
+	}
 	if (end && j->row && (rc = add_row_segs(d, c)) != 0) {
 		if (rc == -ENOMEM)
 			goto nomem;
@@ -548,6 +552,17 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		dk_io_fail(c, SEL_ECORRUPT, "the row was asked for, but the file holds pages only");
 		return;
 	}
+	if (j->n_sums) {
+		if (j->sums_first > j->rec.tail || j->n_sums > j->rec.tail - j->sums_first) {
+			dk_io_fail(c, -EINVAL,
+				   "checksums [%" PRIu32 ", +%" PRIu32 ") of a %" PRIu32
+				   "-page record",
+				   j->sums_first, j->n_sums, j->rec.tail);
+			return;
+		}
+		for (uint32_t i = 0; i < j->n_sums; i++)
+			j->sums[i] = sel_get_u64(f->cksum + 8 * ((size_t)j->sums_first + i));
+	}
 	c->cksum = n ? f->cksum + 8 * (uint64_t)j->first : NULL;
 	for (uint32_t i = 0; i < n; i++)
 		if (!dk_add_seg(c, j->pages[i], s->page_stride,
@@ -605,7 +620,11 @@ bool dk_job_begin(sel_disk *d, struct io_ctx *c, struct sel_disk_job *j)
 	switch (j->op) {
 	case SEL_DISK_WRITE:
 	case SEL_DISK_WRITE_PART: write_begin(d, c); break;
-	case SEL_DISK_READ: read_begin(d, c); break;
+	case SEL_DISK_READ:
+		read_begin(d, c);
+		if (!c->err && c->n_segs == 0)
+			return false; /* checksums only (sel_disk_job.sums): nothing to move */
+		break;
 	case SEL_DISK_TRUNCATE:
 		if ((rc = sel_record_truncate(d->dirfd, c->name, &c->span, want_id(j),
 					      &j->had_row)) != 0)

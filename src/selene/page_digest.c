@@ -18,6 +18,11 @@
  * an earlier occupant of the slot left there (a row piece) and cannot be
  * recomputed from the planes.
  *
+ * A record on disk gives its head's digests with the tail's fetch, from its
+ * checksum segment (sel_inbound.sums): the page record checksums.  Version
+ * 4 files have zero padding, so sel_page_digest_padded recomputes those
+ * from the planes (planes followed by zeros to 4 KiB, rank by rank).
+ *
  * The memory store hashes its slots on the caller's thread, the worker:
  * n pages' bytes, as the recomputed head's are hashed there too.  Packed
  * (replicated, TP > 1) records keep one share for all ranks; their digest
@@ -38,8 +43,9 @@
 #include "internal.h"
 #include "store_memory_int.h"
 
-int sel_page_digest(const sel_geometry *g, uint32_t page, uint64_t *out)
+static int digest(const sel_geometry *g, uint32_t page, bool padded, uint64_t *out)
 {
+	static const uint8_t zeros[4096];
 	if (!g || !out)
 		return eos_fail(-EINVAL, "page digest: no geometry");
 	XXH3_state_t st;
@@ -59,10 +65,28 @@ int sel_page_digest(const sel_geometry *g, uint32_t page, uint64_t *out)
 			const void *p = (const void *)(uintptr_t)(pl->address +
 								  (uint64_t)page * pl->unit_bytes);
 			XXH3_64bits_update(&st, p, (size_t)pl->unit_bytes);
+			for (uint64_t pad = padded ? eos_round_up(pl->unit_bytes, sizeof zeros) -
+							     pl->unit_bytes
+						   : 0;
+			     pad;) {
+				size_t n = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
+				XXH3_64bits_update(&st, zeros, n);
+				pad -= n;
+			}
 		}
 	}
 	*out = XXH3_64bits_digest(&st);
 	return 0;
+}
+
+int sel_page_digest(const sel_geometry *g, uint32_t page, uint64_t *out)
+{
+	return digest(g, page, false, out);
+}
+
+int sel_page_digest_padded(const sel_geometry *g, uint32_t page, uint64_t *out)
+{
+	return digest(g, page, true, out);
 }
 
 /* The digest of stored page j (within its node) of record m. */

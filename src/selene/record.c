@@ -769,6 +769,18 @@ int sel_record_check_page(const void *page, uint64_t stride, uint64_t want, uint
 	return 0;
 }
 
+void sel_record_zero_padding(const sel_record_layout *l, uint32_t flags, void *page)
+{
+	uint32_t ranks = (flags & SEL_RECORD_PAGES_REPLICATED) ? 1 : l->ranks;
+	for (uint32_t r = 0; r < ranks; r++)
+		for (uint32_t p = 0; p < l->n_planes[r]; p++) {
+			uint64_t u = l->unit[r][p], pad = eos_round_up(u, SEL_RECORD_ALIGN) - u;
+			if (pad)
+				memset((uint8_t *)page + l->share_off[r] + l->plane_off[r][p] + u,
+				       0, (size_t)pad);
+		}
+}
+
 int sel_record_check_row(const struct iovec *iov, uint32_t n, uint64_t want)
 {
 	uint64_t got = sel_record_row_checksum(iov, n);

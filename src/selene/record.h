@@ -38,7 +38,7 @@
 #include "selene.h"
 
 #define SEL_RECORD_MAGIC "FLARECKP"
-#define SEL_RECORD_VERSION 3u     /* what we write */
+#define SEL_RECORD_VERSION 4u     /* what we write */
 #define SEL_RECORD_VERSION_MIN 1u /* oldest we read */
 #define SEL_RECORD_ALIGN 4096u
 #define SEL_RECORD_HEADER_MIN 4096u
@@ -229,6 +229,13 @@ int sel_record_check_length(const sel_record_span *s, uint64_t size, bool *has_r
  * want from the checksum segment: 0 or SEL_ECORRUPT "page record i fails
  * its checksum (...)". */
 int sel_record_check_page(const void *page, uint64_t stride, uint64_t want, uint32_t i);
+/* Version 4 (issue 18, overlapped restores): the writer zeroes a page
+ * record's padding -- each plane's bytes up to its 4 KiB boundary -- before
+ * hashing and writing it, so a version-4 page checksum can be recomputed
+ * from the planes alone (sel_page_digest_padded).  page: a stored page
+ * record (flags: SEL_RECORD_PAGES_REPLICATED for one share), writable. */
+#define SEL_RECORD_VERSION_ZERO_PAD 4u
+void sel_record_zero_padding(const sel_record_layout *l, uint32_t flags, void *page);
 /* The stored rows as unpadded pieces in file order (sel_record_row_iov, or
  * one piece per stored row of a row segment read whole) against the
  * header's row checksum: 0 or SEL_ECORRUPT "the row fails its checksum

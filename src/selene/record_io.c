@@ -338,6 +338,7 @@ int sel_record_write(int dirfd, const sel_record_ns *ns, const sel_record_desc *
 		goto out;
 	}
 	for (uint32_t i = 0; i < d->tail; i++) {
+		sel_record_zero_padding(l, d->flags, pages[i]); /* version 4 */
 		uint64_t h = XXH3_64bits(pages[i], s.page_stride);
 		for (int b = 0; b < 8; b++)
 			head[s.cksum_off + 8 * (uint64_t)i + b] = (uint8_t)(h >> (8 * b));

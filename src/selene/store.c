@@ -76,6 +76,16 @@ int sel_store_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	int rc = OPS_OK(s, fetch, "fetch");
 	if (rc)
 		return rc;
+	if (in && in->n_sums) { /* overlapped restores (issue 18) */
+		if (!s->ops->fetch_sums)
+			return eos_fail(-ENOTSUP, "%s store: no page digests with a fetch",
+					s->ops->name);
+		if (!in->sums || !hit || !s->page_tokens ||
+		    in->n_sums > hit->resident / s->page_tokens)
+			return eos_fail(-EINVAL,
+					"fetch: the digests of %u pages below a resident %llu",
+					in->n_sums, hit ? (unsigned long long)hit->resident : 0ULL);
+	}
 	return s->ops->fetch(s, hit, in);
 }
 

@@ -296,14 +296,16 @@ sel_outcome sel_core_put(sel_store *s, const sel_published *cp, sel_retry_reason
 
 /* The ops table of a core store: lookup, put and touch are the skeleton's
  * (sel_core_lookup, sel_core_put, sel_core_touch), evicted is store.c's
- * default; the store gives its name and the entries that are its own. */
-#define SEL_CORE_STORE_OPS(kind, fetch_, poll_, stats_, wait_fd_, close_, destroy_, describe_)     \
+ * default; the store gives its name and the entries that are its own, and
+ * whether its fetch delivers page digests (sel_inbound.sums). */
+#define SEL_CORE_STORE_OPS(kind, fetch_, poll_, stats_, wait_fd_, close_, destroy_, describe_,     \
+			   fetch_sums_)                                                            \
 	{                                                                                          \
 		.version = SEL_STORE_OPS_VERSION, .name = (kind), .lookup = sel_core_lookup,       \
 		.put = sel_core_put, .fetch = (fetch_), .poll = (poll_), .touch = sel_core_touch,  \
 		.stats = (stats_), .wait_fd = (wait_fd_), .close = (close_),                       \
 		.destroy = (destroy_), .describe = (describe_), .drop = sel_core_drop,             \
-		.flush = sel_core_flush_op,                                                        \
+		.flush = sel_core_flush_op, .fetch_sums = (fetch_sums_),                           \
 	}
 
 /* A core store's sel_core_ops, in the order of the struct. */

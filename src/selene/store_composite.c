@@ -727,7 +727,17 @@ static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 				" pages, the hit uploads %" PRIu32,
 				in->ticket, in->n_pages, hit->pages);
 	uint64_t now = eos_now_ns();
-	int rc = sel_store_fetch(cs->mem, hit, in);
+	int rc;
+	if (in->n_sums) {
+		/* An overlapped restore's tail with its head's digests (issue
+		 * 18): streamed from disk without retention, so only the tail's
+		 * page records are read (a read-through reads whole records). */
+		if ((rc = sel_store_fetch(cs->disk, hit, in)))
+			return rc;
+		cs->g.streamed++;
+		goto fetched;
+	}
+	rc = sel_store_fetch(cs->mem, hit, in);
 	if (rc == 0) {
 		/* Without the entry the event keeps the memory store's own tier
 		 * and bytes, which are right for a memory hit. */
@@ -742,6 +752,7 @@ static int cs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 			return rc;
 		cs->g.streamed++;
 	}
+fetched:
 	/* A restore refreshes the catalogue's last use (design 2.5), whichever
 	 * tier serves it. */
 	sel_store_touch(cs->disk, &hit->key);
@@ -924,6 +935,7 @@ static const struct sel_store_ops cs_ops = {
 	.page_digests = cs_page_digests,
 	.drop = cs_drop,
 	.flush = cs_flush,
+	.fetch_sums = true,
 };
 
 /* Both stores over one pool: the memory store never sweeps for expiry (the

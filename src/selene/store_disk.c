@@ -387,7 +387,7 @@ static void ds_destroy(sel_store *s)
 }
 
 static const struct sel_store_ops ds_ops = SEL_CORE_STORE_OPS(
-	"disk", ds_fetch, ds_poll, ds_stats, ds_wait_fd, ds_close, ds_destroy, ds_describe);
+	"disk", ds_fetch, ds_poll, ds_stats, ds_wait_fd, ds_close, ds_destroy, ds_describe, true);
 
 static const struct sel_core_ops ds_core_ops =
 	SEL_CORE_OPS(put_inner, ds_pin, ds_unpin, sel_disk_store_check, ds_drop_row, ds_remove);

@@ -45,7 +45,8 @@ enum jkind {
 	K_UNLINK,
 	K_DISCARD,
 	K_WRITE_FROM,
-	K_READ_INTO
+	K_READ_INTO,
+	K_SUMS /* a fetch's head checksums from a record it does not read (issue 18) */
 };
 
 struct dwin;
@@ -56,6 +57,7 @@ struct dj {
 	struct sel_disk_job j;
 	uint8_t kind;
 	struct dwin *w;         /* window jobs */
+	struct dstream *st;     /* sums: the fetch it serves */
 	sel_node_id node;       /* write_from, read_into */
 	void *arg;              /* write_from, read_into: the composite's, for its hook */
 	uint64_t bytes;         /* truncate, unlink: bytes released at submission */
@@ -113,6 +115,11 @@ struct dstream {
 	struct iovec *riov;
 	uint32_t n_riov;
 	bool disk_failed; /* put: a write part failed on the disk thread */
+	/* fetch with sel_inbound.n_sums (issue 18): the first window's read
+	 * copies node 0's checksums [sums_first, +n_sums) into sums. */
+	uint64_t *sums;
+	uint32_t sums_first, n_sums;
+	uint32_t sums_live; /* K_SUMS jobs in flight: the stream ends after them */
 	bool waiting;
 	/* The sharded transport (store_disk_sharded.c): the put's header
 	 * creation time (every rank's), and the stream's link job. */
@@ -144,6 +151,8 @@ struct drec {
 	uint32_t flags;           /* SEL_RECORD_*_REPLICATED */
 	sel_node_id pprev, pnext; /* park list */
 	bool file, writing, parked_listed;
+	bool pad_zero; /* its file is version 4 (zero page padding): a scan's
+			  version >= 4, or a commit of this build */
 };
 
 /* A composite hook to run from poll: a write_from or read_into ended. */

@@ -203,6 +203,7 @@ void ds_write_from_done(struct disk_store *ds, struct dj *d)
 	if (rc == 0) {
 		r->file = true;
 		r->fid = d->j.file;
+		r->pad_zero = true; /* written by this build: version 4 */
 		sel_index_get(ds->c.ix, id)->flags &= (uint16_t) ~(DS_PARKED | DS_UNCHARGED);
 		ds_park_del(ds, id);
 		sel_core_count_stored(&ds->c, d->j.bytes, r->flags != 0);

@@ -86,6 +86,7 @@ static int rebuilt(void *ctx, sel_index *ix, sel_node_id id, size_t i, const sel
 	r->fparent = x->d.parent;
 	r->parent_check = x->d.parent_check;
 	r->fid = x->id;
+	r->pad_zero = x->version >= SEL_RECORD_VERSION_ZERO_PAD;
 	r->flags = x->d.flags;
 	r->full = x->span.row_end;
 	r->rowseg = x->span.row_end - x->span.row_off;

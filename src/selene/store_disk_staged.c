@@ -346,6 +346,11 @@ int ds_win_start(struct disk_store *ds, struct dstream *st, bool direct)
 	j->row = p->row;
 	j->row_iov = p->row ? w->iov : NULL;
 	j->row_n = p->row ? w->n_iov : 0;
+	if (p == st->plan && st->n_sums) { /* node 0's first read: the head's checksums */
+		j->sums = st->sums;
+		j->sums_first = st->sums_first;
+		j->n_sums = st->n_sums;
+	}
 	ds_disk_submit(ds, &w->dj);
 	return 0;
 }
@@ -370,7 +375,8 @@ void ds_stream_pump(struct disk_store *ds, struct dstream *st)
 		if (rc < 0)
 			stream_fail(st, rc);
 	}
-	if (st->live_win == 0 && (st->status || st->next_win == st->n_win) && !st->waiting)
+	if (st->live_win == 0 && st->sums_live == 0 && (st->status || st->next_win == st->n_win) &&
+	    !st->waiting)
 		stream_finish(ds, st);
 }
 
@@ -589,9 +595,136 @@ static void fetch_read(struct disk_store *ds, struct dwin *w)
 	xfer_submit(ds, w);
 }
 
-int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound *in,
-		    const struct sel_chain_walk *w)
+/* Overlapped restores (issue 18, sel_inbound.sums): the checksums of the n
+ * pages below a fetch's resident, the head its caller recomputes, come
+ * from the records that hold them -- the one the fetch's first window
+ * reads anyway (that read copies them), and, for a head reaching into
+ * ancestors the fetch does not read, one K_SUMS job each: a READ of no
+ * page record that checks the header and copies the entries from the
+ * checksum segment.  A record's checksum is the page digest
+ * (sel_page_digest) only when its stored page records are exactly the
+ * planes' bytes: no padding (docs/record-format.md leaves padding
+ * undefined, so a padded record's checksum cannot be recomputed from the
+ * planes) and one share per rank (not replicated). */
+struct hsum {
+	sel_node_id id;
+	uint32_t first, n, at; /* page records [first, +n) give sums[at, +n) */
+};
+
+static int head_sums_plan(struct disk_store *ds, const sel_hit *hit, uint32_t n, struct hsum **out,
+			  uint32_t *n_out)
 {
+	const sel_record_layout *l = &ds->ns->layout;
+	uint64_t unpadded = 0, P = ds->c.base.page_tokens;
+	for (uint32_t r = 0; r < l->ranks; r++)
+		for (uint32_t i = 0; i < l->n_planes[r]; i++)
+			unpadded += l->unit[r][i];
+	bool padded = unpadded != l->sz.page_record;
+	if (ds->sh || hit->resident % P)
+		return eos_fail(-ENOTSUP, "disk store: %s",
+				ds->sh ? "ranks on hosts give no page digests"
+				       : "a head not ending on a page");
+	struct sel_chain_walk hw;
+	int rc = sel_core_walk(&ds->c, &hit->key, hit->resident - n * P, &hw);
+	if (rc)
+		return rc;
+	struct hsum *hs = calloc(hw.n ? hw.n : 1, sizeof *hs);
+	if (!hs)
+		return eos_fail(-ENOMEM, "disk store: out of memory");
+	uint32_t k = 0, m = 0;
+	for (uint32_t i = 0; i < hw.n && k < n; i++) {
+		sel_node_id id = hw.ids[i];
+		uint32_t tail = NODE(ds, id)->tail_pages, f = i == 0 ? hw.skip : 0;
+		if (f >= tail)
+			continue;
+		if (l->ranks > 1 && (ds_rec(ds, id)->flags & SEL_RECORD_PAGES_REPLICATED)) {
+			free(hs);
+			return eos_fail(-ENOTSUP,
+					"disk store: a replicated record gives no page digests");
+		}
+		if (padded && !ds_rec(ds, id)->pad_zero) {
+			free(hs);
+			return eos_fail(-ENOTSUP,
+					"disk store: a version-3 record's padding is undefined: "
+					"no page digests");
+		}
+		if (!ds_has_file(&ds->c, id)) {
+			free(hs);
+			return eos_fail(-ESTALE, "disk store: part of the head has no file yet");
+		}
+		uint32_t c = tail - f < n - k ? tail - f : n - k;
+		hs[m++] = (struct hsum){.id = id, .first = f, .n = c, .at = k};
+		k += c;
+	}
+	if (k != n) {
+		free(hs);
+		return eos_fail(-ESTALE, "disk store: the head's chain changed");
+	}
+	*out = hs;
+	*n_out = m;
+	return 0;
+}
+
+/* Give st the head's checksums: the last range through its first window's
+ * read when that reads the same record, the others through K_SUMS jobs. */
+static void head_sums_start(struct disk_store *ds, struct dstream *st, const sel_inbound *in,
+			    const struct hsum *hs, uint32_t m)
+{
+	for (uint32_t i = 0; i < m; i++) {
+		if (i + 1 == m && hs[i].id == st->nodes[st->plan[0].node_i]) {
+			st->sums = in->sums + hs[i].at;
+			st->sums_first = hs[i].first;
+			st->n_sums = hs[i].n;
+			continue;
+		}
+		struct dj *d = ds_job_new(ds, K_SUMS, hs[i].id, SEL_DISK_READ);
+		if (!d) {
+			stream_fail(st, eos_fail(-ENOMEM, "disk store: out of memory"));
+			return;
+		}
+		d->st = st;
+		d->j.first = d->j.rec.tail; /* no page record, no row */
+		d->j.sums = in->sums + hs[i].at;
+		d->j.sums_first = hs[i].first;
+		d->j.n_sums = hs[i].n;
+		ds_pin(&ds->c, hs[i].id);
+		st->sums_live++;
+		ds_disk_submit(ds, d);
+	}
+}
+
+static void sums_done(struct disk_store *ds, struct dj *d)
+{
+	struct dstream *st = d->st;
+	if (d->j.status) {
+		stream_fail(st, d->j.status);
+		ds_read_failed(ds, d->node, d->j.status);
+	}
+	ds_unpin(&ds->c, d->node);
+	st->sums_live--;
+	ds_stream_pump(ds, st);
+}
+
+int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound *in,
+		    const struct sel_chain_walk *w0)
+{
+	/* The head's walk reuses the walk buffer: keep w0's nodes. */
+	struct sel_chain_walk wc = *w0;
+	const struct sel_chain_walk *w = &wc;
+	sel_node_id *ids = NULL;
+	struct hsum *hs = NULL;
+	uint32_t n_hs = 0;
+	if (in->n_sums) {
+		if (!(ids = malloc((size_t)w0->n * sizeof *ids)))
+			return eos_fail(-ENOMEM, "disk store: out of memory");
+		memcpy(ids, w0->ids, (size_t)w0->n * sizeof *ids);
+		wc.ids = ids;
+		int rc = head_sums_plan(ds, hit, in->n_sums, &hs, &n_hs);
+		if (rc) {
+			free(ids);
+			return rc;
+		}
+	}
 	/* Windows: each node's needed pages in runs of <= 64; the row last. */
 	uint32_t n_win = 0;
 	for (uint32_t i = 0; i < w->n; i++)
@@ -601,10 +734,13 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 	if (e->tail_pages == (w->n == 1 ? w->skip : 0))
 		n_win++; /* the row alone */
 	struct dstream *st = stream_new(ds, hit->pages, n_win, w->n);
-	if (!st)
+	if (!st) {
+		free(ids);
+		free(hs);
 		return eos_fail(-ENOMEM,
 				"disk store: out of memory for a fetch of %" PRIu32 " pages",
 				hit->pages);
+	}
 	memcpy(st->nodes, w->ids, (size_t)w->n * sizeof(sel_node_id));
 	uint32_t k = 0, at = 0;
 	for (uint32_t i = 0; i < w->n; i++) {
@@ -632,6 +768,10 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 	ds->c.st.fetches++;
 	ds->c.st.inflight_in++;
 	sel_index_touch(ds->c.ix, w->end);
+	if (n_hs)
+		head_sums_start(ds, st, in, hs, n_hs);
+	free(ids);
+	free(hs);
 	if (ds->sh)
 		ds_shard_fetch(ds, st);
 	ds_stream_pump(ds, st);
@@ -762,8 +902,11 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 	int rc = d->j.status;
 	switch (d->kind) {
 	case K_PUT_WIN:
-		if (d->j.committed)
-			ds_rec(ds, d->w->st->nodes[0])->fid = d->j.file;
+		if (d->j.committed) {
+			struct drec *r = ds_rec(ds, d->w->st->nodes[0]);
+			r->fid = d->j.file;
+			r->pad_zero = true; /* written by this build: version 4 */
+		}
 		/* A failed directory fsync after the rename: the file is in
 		 * place and readable; keep it. */
 		if (rc && !d->j.committed) {
@@ -790,6 +933,7 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		break;
 	case K_WRITE_FROM: ds_write_from_done(ds, d); break;
 	case K_READ_INTO: ds_read_into_done(ds, d); break;
+	case K_SUMS: sums_done(ds, d); break;
 	}
 	ds_job_free(ds, d);
 }
