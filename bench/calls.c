@@ -32,12 +32,15 @@
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
  * The run takes well under a minute.  CALLS_ITERS overrides the iteration
- * count of the 1 GiB case (default 40).
+ * count of the 1 GiB case (default 40); CALLS_OUTLIERS and CALLS_COLD_PROBE
+ * (below) help find where a p99 comes from.
  */
 #include <linux/perf_event.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "eos.h"
 #include "selene.h"
@@ -180,6 +183,31 @@ struct bench {
 #define FLUSH(smp, s) TIMED(smp, sel_store_flush(s))
 #endif
 
+/* CALLS_OUTLIERS=us: print every timed store or lookup call slower than
+ * that, with its iteration (where a p99 comes from). */
+static double outlier_us = -1;
+
+static void outlier(const char *op, const char *size, uint32_t it, int r, uint64_t ns)
+{
+	if (outlier_us >= 0 && ns / 1e3 > outlier_us)
+		printf("# outlier %s %s iteration %u call %d: %.2f us\n", op, size, it, r,
+		       ns / 1e3);
+}
+
+/* CALLS_COLD_PROBE=1: time one BLAKE2b of 64 bytes (the hash a lookup and
+ * a put compute) right before each iteration's first lookup, as
+ * calls_cold_hash_<size>: what the first call after a transfer pays for
+ * caches the copy evicted, whatever the store does.  It warms them for the
+ * lookup that follows, so lookup figures of such a run are not comparable. */
+static bool cold_probe;
+
+static void cold_hash(void)
+{
+	static uint8_t in[64], out[32];
+	crypto_generichash(out, sizeof out, in, sizeof in, NULL, 0);
+	in[0] = out[0];
+}
+
 /* Poll until one event arrives, timing every poll call. */
 static sel_event wait_one(sel_store *s, struct samples *all, struct samples *with_event)
 {
@@ -271,7 +299,7 @@ static void run(const struct bench *b)
 		cp[k].state_slot = 0;
 	}
 
-	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0};
+	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0}, ch = {0};
 	uint32_t dst[b->pages];
 	for (uint32_t i = 0; i < b->pages; i++)
 		dst[i] = b->pages - i; /* other ids than the source */
@@ -282,6 +310,7 @@ static void run(const struct bench *b)
 		sel_outcome o;
 		/* Evicted by now (keys > warm records), so a real store. */
 		TIMED(&st, o = sel_store_put(s, p, &why));
+		outlier("store", b->size, it, 0, st.ns[st.n - 1]);
 		CHECKF(o == SEL_QUEUED, "iteration %u: %s (%s): %s", it, sel_outcome_name(o),
 		       sel_retry_reason_name(why), sel_errmsg());
 		FLUSH(&fl, s);
@@ -290,9 +319,12 @@ static void run(const struct bench *b)
 
 		sel_hit hit;
 		int rc;
+		if (cold_probe)
+			TIMED(&ch, cold_hash());
 		for (int r = 0; r < 8; r++) {
 			TIMED(&lk, rc = sel_store_lookup(s, &h[it % b->keys], 0, c, &hit));
 			CHECK_RC(rc, 1);
+			outlier("lookup", b->size, it, r, lk.ns[lk.n - 1]);
 		}
 		CHECK(hit.pages == b->pages);
 		if (it % 4 == 0) {
@@ -316,6 +348,8 @@ static void run(const struct bench *b)
 	report("fetch", b->size, &fe);
 	report("poll", b->size, &pa);
 	report("poll_event", b->size, &pe);
+	if (cold_probe)
+		report("cold_hash", b->size, &ch);
 #ifndef CALLS_NO_FLUSH
 	report("flush", b->size, &fl);
 	printf("RESULT calls_thread_wakes_%s %" PRIu64 " wakes\n", b->size, ss.thread_wakes);
@@ -357,6 +391,9 @@ int main(void)
 				  .warm_records = 3,
 				  .keys = 5,
 				  .iters = big_iters};
+	cold_probe = getenv("CALLS_COLD_PROBE") && atoi(getenv("CALLS_COLD_PROBE")) > 0;
+	if ((e = getenv("CALLS_OUTLIERS")))
+		outlier_us = atof(e);
 	sc_open();
 	run(&small);
 	run(&big);

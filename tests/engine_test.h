@@ -18,6 +18,7 @@
 #include "helios/tokenizer.h"
 #include "selene_store.h" /* the gate below is a store double */
 #include "testutil.h"
+#include "transfer.h" /* the gate's slow copy backend */
 
 #ifdef SEL_SANITIZED
 #define ET_SCALE 1
@@ -437,6 +438,12 @@ struct et_gate {
 	 * those the store will copy).  NULL: none. */
 	void (*on_put)(void *ctx, const sel_published *p, const sel_geometry *geo);
 	void *put_ctx;
+	/* Non-zero: the inner store copies through a host backend that takes
+	 * this long per backend call (a slow copy engine: completions come
+	 * late, whatever the order of push and wake). */
+	uint64_t copy_delay_ns;
+	struct sel_copy_backend slow;
+	sel_store_config cfg;
 };
 
 ET_FN sel_store *et_gate_inner(sel_store *s) { return ((struct et_gate *)s)->inner; }
@@ -569,9 +576,35 @@ static const struct sel_store_ops et_gate_ops = {
 
 /* hel_engine_config.store_open: a memory store behind the gate (ctx: the
  * gate, zeroed by the caller; it must outlive the engine). */
+ET_FN int et_slow_open(void *ctx, uint32_t rank, void **state)
+{
+	(void)rank;
+	*state = ctx;
+	return 0;
+}
+
+ET_FN int et_slow_copy(void *state, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
+{
+	const struct et_gate *g = state;
+	(void)dir;
+	eos_sleep_ns(g->copy_delay_ns);
+	for (uint32_t i = 0; i < n; i++)
+		memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].len);
+	return 0;
+}
+
 ET_FN int et_gate_open(void *ctx, const sel_store_config *cfg, sel_store **out)
 {
 	struct et_gate *g = ctx;
+	if (g->copy_delay_ns) {
+		g->slow = (struct sel_copy_backend){.name = "slow host",
+						    .ctx = g,
+						    .open_rank = et_slow_open,
+						    .copy = et_slow_copy};
+		g->cfg = *cfg;
+		g->cfg.copy_backend = &g->slow;
+		cfg = &g->cfg;
+	}
 	int rc = sel_memory_store_open(cfg, &g->inner);
 	if (rc)
 		return rc;

@@ -18,7 +18,12 @@
  *     by one sel_store_flush per pass deliver every event, with wakes
  *     bounded by the flushes and polls; a put never flushed or polled
  *     still makes the wait descriptor readable; the same on a disk store,
- *     whose disk thread defers its wakes too.
+ *     whose disk thread defers its wakes too;
+ *   - the completion's eventfd write after the unlock: a poll between the
+ *     push and the write (held open by a test hook) takes the job and
+ *     leaves the eventfd unread, the late write makes it readable with the
+ *     queue empty, the next poll reads it back, the checker holds at every
+ *     step, and a close started in the window waits for the write.
  * Waits are by condition with deadlines of seconds.
  */
 #include <poll.h>
@@ -28,6 +33,7 @@
 #include "storefx.h"
 #include "testutil.h"
 #include "transfer.h"
+#include "transfer_int.h" /* sel_xfer_test_late_hook */
 
 #define UNIT 4096u
 #define PAGES 64u
@@ -503,6 +509,167 @@ static void test_disk_store(void)
 	sfx_free(&f);
 }
 
+/* ---- the late completion write ------------------------------------------- */
+
+struct late {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool hold, in_window;
+	int windows;
+	int closed_at_write; /* atomic: close had returned when the write came */
+	int closed;          /* atomic */
+};
+
+static void late_hook(void *arg)
+{
+	struct late *l = arg;
+	pthread_mutex_lock(&l->mu);
+	l->in_window = true;
+	l->windows++;
+	pthread_cond_broadcast(&l->cv);
+	uint64_t end = eos_now_ns() + DEADLINE_NS;
+	while (l->hold && eos_now_ns() < end) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+	}
+	l->in_window = false;
+	pthread_mutex_unlock(&l->mu);
+	if (__atomic_load_n(&l->closed, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&l->closed_at_write, 1, __ATOMIC_SEQ_CST);
+}
+
+static void late_wait_window(struct late *l)
+{
+	uint64_t end = eos_now_ns() + DEADLINE_NS;
+	pthread_mutex_lock(&l->mu);
+	while (!l->in_window) {
+		CHECKF(eos_now_ns() < end, "the rank thread never reached the write");
+		pthread_mutex_unlock(&l->mu);
+		eos_sleep_ns(100000);
+		pthread_mutex_lock(&l->mu);
+	}
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void late_release(struct late *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->hold = false;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static bool fd_readable(int fd, int ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	return poll(&pfd, 1, ms) == 1;
+}
+
+struct closer {
+	sel_xfer *x;
+	struct late *l;
+	int rc;
+};
+
+static void *close_thread(void *arg)
+{
+	struct closer *c = arg;
+	c->rc = sel_xfer_close(c->x, 0);
+	__atomic_store_n(&c->l->closed, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void test_late_write(void)
+{
+	struct world w;
+	struct jobs js;
+	struct late l = {.hold = true};
+	pthread_mutex_init(&l.mu, NULL);
+	pthread_cond_init(&l.cv, NULL);
+	world_open(&w, 1, 2 * PAGES);
+	sel_xfer *x = xfer_open(&w, false, 0);
+	sel_xfer_test_late_hook(x, late_hook, &l);
+	int fd = sel_xfer_fd(x);
+
+	/* The job is in the queue, its write not made: poll takes it and
+	 * leaves the eventfd for later. */
+	jobs_make(&js, 1, 0);
+	submit_all(x, &js);
+	late_wait_window(&l);
+	CHECK_OK(sel_xfer_check(x));
+	CHECK(!fd_readable(fd, 0));
+	struct sel_xfer_job *done[4];
+	CHECK(sel_xfer_poll(x, done, 4) == 1 && done[0] == &js.j[0]);
+	CHECK_RC(done[0]->status, 0);
+	CHECK_OK(sel_xfer_check(x));
+	CHECK(!fd_readable(fd, 0));
+	late_release(&l);
+	/* The late write: readable with nothing queued, until a poll. */
+	CHECK(fd_readable(fd, 10000));
+	uint64_t end = eos_now_ns() + DEADLINE_NS;
+	while (!__atomic_load_n(&x->written, __ATOMIC_SEQ_CST) && eos_now_ns() < end)
+		eos_sleep_ns(100000);
+	CHECK_OK(sel_xfer_check(x));
+	CHECK(sel_xfer_poll(x, done, 4) == 0);
+	CHECK(!fd_readable(fd, 0));
+	CHECK_OK(sel_xfer_check(x));
+
+	/* Jobs pushed behind a held write: the queue stays readable once the
+	 * write lands, and every job still comes back in order. */
+	pthread_mutex_lock(&l.mu);
+	l.hold = true;
+	pthread_mutex_unlock(&l.mu);
+	jobs_make(&js, 8, 0);
+	submit_all(x, &js);
+	late_wait_window(&l);
+	late_release(&l);
+	collect(&w, x, &js);
+	CHECK(sel_xfer_poll(x, done, 4) == 0);
+	CHECK_OK(sel_xfer_check(x));
+
+	/* A close begun while a write is held waits for it: the write never
+	 * reaches a closed (or reused) descriptor. */
+	pthread_mutex_lock(&l.mu);
+	l.hold = true;
+	pthread_mutex_unlock(&l.mu);
+	jobs_make(&js, 1, 0);
+	submit_all(x, &js);
+	late_wait_window(&l);
+	struct closer c = {.x = x, .l = &l, .rc = -1};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, close_thread, &c) == 0);
+	/* Until close has begun (it refuses submissions), then a while for a
+	 * close that would not wait to return. */
+	end = eos_now_ns() + DEADLINE_NS;
+	for (bool closing = false; !closing;) {
+		pthread_mutex_lock(&x->submit);
+		closing = x->closing;
+		pthread_mutex_unlock(&x->submit);
+		CHECKF(closing || eos_now_ns() < end, "close never began");
+		eos_sleep_ns(100000);
+	}
+	end = eos_now_ns() + 100 * 1000000ull;
+	while (!__atomic_load_n(&l.closed, __ATOMIC_SEQ_CST) && eos_now_ns() < end)
+		eos_sleep_ns(1000000);
+	CHECKF(!__atomic_load_n(&l.closed, __ATOMIC_SEQ_CST),
+	       "close returned while a completion write was held");
+	late_release(&l);
+	pthread_join(t, NULL);
+	CHECK_RC(c.rc, 0);
+	CHECK(!__atomic_load_n(&l.closed_at_write, __ATOMIC_SEQ_CST));
+	CHECK(l.windows >= 3);
+	sel_xfer_destroy(x);
+	world_close(&w);
+	pthread_mutex_destroy(&l.mu);
+	pthread_cond_destroy(&l.cv);
+}
+
 int main(void)
 {
 	test_deferred_asleep(1);
@@ -513,6 +680,7 @@ int main(void)
 	test_two_sets();
 	test_stores();
 	test_disk_store();
+	test_late_write();
 	printf("test_transfer_wake: ok\n");
 	return 0;
 }

@@ -45,17 +45,23 @@
  * to zero owns the job: for OUT jobs with compare it compares the ranks'
  * shares and packs identical records in place (below), stamps done_ns and
  * appends the job to the completion queue.  The push that makes the queue
- * non-empty writes the eventfd once (owed counts those writes), and poll
- * reads it back under the completion mutex when it leaves the queue empty
- * and a write is owed that it has not consumed (consumed counts what its
- * reads returned), so a poll that finds nothing makes no syscall.  The
- * write is made under the mutex: the worker it wakes may preempt this
- * thread on its vCPU and then wait for the mutex (two futex calls in that
- * poll, issue 18).  Writing after the unlock avoids that, and the owed /
- * consumed accounting keeps it correct (a late write leaves the eventfd
- * readable with the queue empty until the next poll reads it), but it
- * made test_engine_spec's restore scenario fail 3 times in 24 runs (0 in
- * 43 before), which is not understood yet, so it is not done.  Because each ring is FIFO, job k's last report
+ * non-empty owes one write of the eventfd (owed, under the completion
+ * mutex) and makes it just after unlocking: the worker it wakes may run on
+ * this thread's CPU at once, and must not find the mutex held (it would
+ * wait for it, two futex calls; issue 18).  Poll reads the eventfd under
+ * the mutex when it leaves the queue empty and a write is owed that it has
+ * not consumed (consumed counts what its reads returned), so a write that
+ * lands after that read leaves the eventfd readable with the queue empty
+ * only until the next poll, which reads it; a poll that finds nothing and
+ * owes nothing makes no syscall.  (Issue 18: this order was reverted once
+ * because test_engine_spec's restore scenario then failed 3 times in 24
+ * runs.  The cause was the test: it ran its fillers without waiting for
+ * the terminal's copy-out, whose pins keep the terminal's pages on the
+ * GPU, so whenever the copy's completion came late -- a delay before the
+ * push fails it as surely as one before the write -- turn 2 found the
+ * terminal on the GPU.  The write itself cannot reach a closed or reused
+ * descriptor: close waits for every rank thread's exit, which follows its
+ * last write, and an abandoned set is never freed.)  Because each ring is FIFO, job k's last report
  * precedes job k+1's, so completion order is submission order (the compare
  * runs before the owning thread takes its next job).
  *
@@ -103,8 +109,12 @@
  *      reported it), so no ring holds more than running jobs.
  *   4. Jobs in the completion queue have pending == 0; the queue has ndone
  *      links and its tail is the last one.
- *   5. The eventfd is readable iff ndone > 0 (owed != consumed exactly
- *      while a write was made that no read has consumed).
+ *   5. ndone > 0 implies owed > consumed (a write is owed that no read
+ *      has consumed); written <= owed and consumed <= owed; and once every
+ *      owed write is made (written == owed), the eventfd is readable iff
+ *      owed != consumed.  So a queue holding completions has a readable
+ *      eventfd or a write on its way, and a late write leaves it readable
+ *      with the queue empty only until the next poll.
  *   6. After close began, nothing is pushed onto a ring (closing is set
  *      under the submission mutex).
  *   7. A job is reported by each rank once, after all of that rank's
@@ -389,12 +399,24 @@ static void report(struct rank *rk, struct sel_xfer_job *job, int rc)
 	x->tail = job;
 	x->running--;
 	bool signal = x->ndone++ == 0;
-	if (signal) {
+	if (signal)
 		x->owed++;
-		/* Under the mutex (see Completion on writing after it). */
-		(void)eventfd_write(x->efd, 1);
-	}
 	pthread_mutex_unlock(&x->done);
+	/* After the unlock: the worker this wakes may preempt this thread
+	 * (its vCPU), and must not then find the lock held.  x and efd stay
+	 * valid: close waits for this thread's exit, which follows. */
+	if (signal) {
+		if (x->late_hook)
+			x->late_hook(x->late_arg);
+		(void)eventfd_write(x->efd, 1);
+		atomic_fetch_add_explicit(&x->written, 1, memory_order_release);
+	}
+}
+
+void sel_xfer_test_late_hook(sel_xfer *x, void (*fn)(void *arg), void *arg)
+{
+	x->late_hook = fn;
+	x->late_arg = arg;
 }
 
 /* ---- Rank thread -------------------------------------------------------- */
@@ -606,6 +628,7 @@ static sel_xfer *set_new(const sel_geometry *g, const sel_slot_layout *layout,
 	atomic_init(&x->defer, false);
 	atomic_init(&x->kick_any, false);
 	atomic_init(&x->wakes, 0);
+	atomic_init(&x->written, 0);
 	atomic_init(&x->spin_ns, XFER_SPIN_NS);
 	x->g = g;
 	x->l = layout;

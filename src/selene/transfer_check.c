@@ -82,13 +82,24 @@ int sel_xfer_check(const sel_xfer *cx)
 			      n, x->ndone);
 		goto out;
 	}
+	/* Sampled before the poll: when every owed write had been made by
+	 * then, the eventfd's readiness is exact. */
+	uint64_t written = atomic_load_explicit(&x->written, memory_order_acquire);
+	if (x->consumed > x->owed || written > x->owed ||
+	    (x->ndone > 0 && x->owed == x->consumed)) {
+		rc = eos_fail(SEL_ECORRUPT,
+			      "transfer: eventfd accounting broken: %" PRIu64
+			      " writes owed, %" PRIu64 " made, %" PRIu64 " read back, %" PRIu32
+			      " completions waiting",
+			      x->owed, written, x->consumed, x->ndone);
+		goto out;
+	}
 	struct pollfd pfd = {.fd = x->efd, .events = POLLIN};
 	int ready = poll(&pfd, 1, 0);
-	if (ready < 0 || (ready == 1) != (x->ndone > 0) ||
-	    (x->ndone == 0) != (x->owed == x->consumed))
+	if (ready < 0 || (written == x->owed && (ready == 1) != (x->owed != x->consumed)))
 		rc = eos_fail(SEL_ECORRUPT,
 			      "transfer: eventfd %s with %" PRIu32 " completions waiting (%" PRIu64
-			      " writes, %" PRIu64 " read back)",
+			      " writes, all made, %" PRIu64 " read back)",
 			      ready == 1 ? "readable" : "not readable", x->ndone, x->owed,
 			      x->consumed);
 out:

@@ -73,6 +73,13 @@ struct sel_xfer {
 	/* Writes to efd: owed by the pushes that made the queue non-empty,
 	 * consumed by poll's reads (see Completion). */
 	uint64_t owed, consumed;
+	/* Writes made (after the unlock, so atomic): written == owed when no
+	 * write is on its way.  Never above owed, never below consumed. */
+	_Atomic uint64_t written;
+	/* Tests only (sel_xfer_test_late_hook): called between a push's
+	 * unlock and its eventfd write, on the rank thread. */
+	void (*late_hook)(void *arg);
+	void *late_arg;
 
 	pthread_mutex_t life;   /* thread start, open results, exits */
 	pthread_cond_t life_cv; /* CLOCK_MONOTONIC */
@@ -87,5 +94,10 @@ struct sel_xfer {
 	int close_rc;
 	struct sel_xfer *grave_next;
 };
+
+/* Tests only: run fn(arg) on the rank thread between the completion
+ * push's unlock and its eventfd write (the window a late write opens).
+ * Set before any job is submitted. */
+void sel_xfer_test_late_hook(struct sel_xfer *x, void (*fn)(void *arg), void *arg);
 
 #endif
