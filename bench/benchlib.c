@@ -29,12 +29,17 @@ double bench_median(const double *v, int n)
 
 double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes)
 {
+	return bench_fio_bw_depth(dir, rw, bytes, 32);
+}
+
+double bench_fio_bw_depth(const char *dir, const char *rw, uint64_t bytes, unsigned depth)
+{
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd,
 		 "fio --name=selene-bench --directory='%s' --filename=fio.bench --rw=%s --bs=8M "
-		 "--iodepth=32 --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
+		 "--iodepth=%u --ioengine=io_uring --direct=1 --size=%llu --numjobs=1 "
 		 "--output-format=terse --terse-version=3 2>&1",
-		 dir, rw, (unsigned long long)bytes);
+		 dir, rw, depth, (unsigned long long)bytes);
 	FILE *f = popen(cmd, "r");
 	if (!f) {
 		printf("fio %s: cannot start it\n", rw);

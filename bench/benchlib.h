@@ -15,6 +15,8 @@ double bench_median(const double *v, int n);
  * dir/fio.bench: bytes per second of `rw` ("write" or "read") over `bytes`,
  * or -1 with the reason printed.  The file is left for the caller. */
 double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes);
+/* The same with iodepth requests of 8 MiB in flight instead of 32. */
+double bench_fio_bw_depth(const char *dir, const char *rw, uint64_t bytes, unsigned depth);
 
 /* Where benchmarks write: $BENCH_DIR, else $TMPDIR, else /tmp. */
 const char *bench_dir(void);

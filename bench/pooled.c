@@ -112,6 +112,8 @@ int main(void)
 		memcpy(y, x, 64u << 20);
 		mc[r] = (double)(64u << 20) / ((double)(eos_now_ns() - t0) / 1e9);
 		pr[r] = rs[r] / mc[r];
+		printf("round %2d: restore %.2f GB/s, memcpy %.2f GB/s\n", r, rs[r] / 1e9,
+		       mc[r] / 1e9);
 	}
 	CHECK(sfx_page_ok(&fb, pages - 1, cb.tag, pages - 1, false));
 	double f = bench_median(rs, R), bm = bench_median(mc, R);

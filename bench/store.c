@@ -8,19 +8,44 @@
  * numbers are the staging pipeline's: memcpy into intake slots, XXH3 on the
  * disk thread, direct I/O.  Records are 256 pages of 132 KiB (33 MiB) plus a
  * 256 KiB row; puts and fetches are kept in flight as fast as the store
- * accepts them.
+ * accepts them (a refused put is offered again at the next event, as an
+ * engine does after SEL_EV_PROGRESS).
+ *
+ * Like with like: fio runs on the store's own namespace directory, over the
+ * same number of bytes as the round's records, with io_uring and O_DIRECT
+ * (the store's disk thread uses io_uring + O_DIRECT too; the line "disk
+ * I/O:" says what it got), in 8 MiB requests as the thread's chunks are.
+ * Two things differ and are printed, not hidden:
+ *   - queue depth: fio keeps 32 requests in flight (256 MiB), the device's
+ *     ceiling.  The store writes and reads at most as many windows at once
+ *     as its intake holds (design 1: 2 x max_active x row_slots + 2 x 64
+ *     slots, two windows of 64 pages here, about 16.5 MiB).  So each round
+ *     also runs fio at that depth (iodepth = intake slots / 64, 8 MiB
+ *     requests): *_same_depth is the store against the device at the
+ *     concurrency the store is allowed.
+ *   - priority: the copy and disk threads run at nice 10 (design 2.10,
+ *     --offload-sched), fio at the caller's.
+ * The file fio writes is removed before the store's next put.  Who goes
+ * first alternates by round (the virtual disk drifts), and the *_paired
+ * ratios are the geometric means of each round's own ratio.
  *
  * Prints RESULT lines:
  *   store_put_gbps / store_fetch_gbps   bytes of records stored / restored
  *                                       per second (median of the rounds)
  *   fio_write_gbps / fio_read_gbps      fio, io_uring, direct=1, bs=8M,
  *                                       iodepth=32, the same bytes
- *   store_put_vs_fio / store_fetch_vs_fio  the ratios
+ *   store_put_vs_fio / store_fetch_vs_fio  the ratios of the medians
+ *   store_put_vs_fio_paired / store_fetch_vs_fio_paired  paired rounds
+ *   fio_write_same_depth_gbps / fio_read_same_depth_gbps  fio at the
+ *                                       store's depth, and
+ *   store_put_vs_fio_same_depth / store_fetch_vs_fio_same_depth (paired)
  *
  * Environment: BENCH_DIR (default $TMPDIR or /tmp), BENCH_MIB (MiB of
- * records per round, default 512), BENCH_ROUNDS (default 3).  Everything it
+ * records per round, default 512), BENCH_ROUNDS (default 4).  Everything it
  * writes is removed at the end.
  */
+#include <math.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,12 +70,113 @@ static void wait_fd(sel_store *s)
 	poll(&p, 1, 5);
 }
 
+/* Puts of cp[0..n): as many in flight as the store accepts.  Bytes/s. */
+static double run_puts(sel_store *s, const sel_published *cp, uint32_t n, uint64_t rec_bytes)
+{
+	double t0 = (double)eos_now_ns() / 1e9;
+	uint32_t next = 0, done = 0;
+	while (done < n) {
+		while (next < n) {
+			sel_retry_reason why;
+			sel_outcome o = sel_store_put(s, &cp[next], &why);
+			if (o == SEL_RETRY)
+				break;
+			CHECKF(o == SEL_QUEUED, "put %u: %s", next, sel_outcome_name(o));
+			next++;
+		}
+		sel_event ev[16];
+		int k = sel_store_poll(s, ev, 16);
+		CHECK_OK(k);
+		for (int i = 0; i < k; i++) {
+			if (ev[i].type == SEL_EV_PROGRESS)
+				continue; /* capacity back after a Retry */
+			CHECK(ev[i].type == SEL_EV_STORED);
+			done++;
+		}
+		if (!k)
+			wait_fd(s);
+	}
+	return (double)n * (double)rec_bytes / ((double)eos_now_ns() / 1e9 - t0);
+}
+
+/* Fetches of every record, four tickets in flight.  Bytes/s. */
+static double run_fetches(sel_store *s, struct sfx_conv *cv, uint32_t n, uint64_t rec_bytes,
+			  uint32_t *dst)
+{
+	double t0 = (double)eos_now_ns() / 1e9;
+	uint32_t next = 0, done = 0, live = 0;
+	while (done < n) {
+		while (next < n && live < 4) {
+			sel_hit hit;
+			CHECK_RC(sel_store_lookup(s, &cv[next].h, 0, UINT64_MAX, &hit), 1);
+			sel_inbound in = {.ticket = next,
+					  .pages = dst,
+					  .n_pages = hit.pages,
+					  .state_slot = 2 + next % 4};
+			CHECK_OK(sel_store_fetch(s, &hit, &in));
+			next++;
+			live++;
+		}
+		sel_event ev[16];
+		int k = sel_store_poll(s, ev, 16);
+		CHECK_OK(k);
+		for (int i = 0; i < k; i++) {
+			if (ev[i].type == SEL_EV_PROGRESS)
+				continue;
+			CHECKF(ev[i].type == SEL_EV_FETCHED, "fetch: %s",
+			       sel_strerror(ev[i].error));
+			done++;
+			live--;
+		}
+		if (!k)
+			wait_fd(s);
+	}
+	return (double)n * (double)rec_bytes / ((double)eos_now_ns() / 1e9 - t0);
+}
+
+/* fio's four figures of a round: write and read at 32 and at depth. */
+static bool run_fio(const char *dir, uint64_t bytes, unsigned depth, double out[4])
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/fio.bench", dir);
+	/* Each write into a new file, as every record is: overwriting the
+	 * blocks of the last run skips the allocation and measured up to 1.6x
+	 * faster here. */
+	out[0] = bench_fio_bw(dir, "write", bytes);
+	out[1] = bench_fio_bw(dir, "read", bytes);
+	unlink(p);
+	out[2] = bench_fio_bw_depth(dir, "write", bytes, depth);
+	out[3] = bench_fio_bw_depth(dir, "read", bytes, depth);
+	unlink(p);
+	return out[0] > 0 && out[1] > 0 && out[2] > 0 && out[3] > 0;
+}
+
+static double geomean(const double *v, int n)
+{
+	double l = 0;
+	for (int i = 0; i < n; i++)
+		l += log(v[i]);
+	return exp(l / n);
+}
+
+static void loadavg(const char *when)
+{
+	char b[128] = "?";
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (!fgets(b, sizeof b, f))
+			snprintf(b, sizeof b, "?\n");
+		fclose(f);
+	}
+	printf("load average %s: %s", when, b);
+}
+
 int main(void)
 {
 	const char *dir = bench_dir();
-	int rounds = (int)env_u64("BENCH_ROUNDS", 3);
+	int rounds = (int)env_u64("BENCH_ROUNDS", 4);
 	if (rounds < 1 || rounds > MAX_ROUNDS)
-		rounds = 3;
+		rounds = 4;
 	uint64_t mib = env_u64("BENCH_MIB", 512);
 
 	struct sfx fx;
@@ -75,11 +201,13 @@ int main(void)
 	for (uint32_t i = 0; i < PAGES; i++)
 		dst[i] = PAGES + 4 + i;
 
-	double put[MAX_ROUNDS], get[MAX_ROUNDS], fw[MAX_ROUNDS], fr[MAX_ROUNDS];
-	bool fio = system("fio --version >/dev/null 2>&1") == 0;
-	if (!fio)
+	/* Per round: store put, fetch; fio write, read, write and read at
+	 * the store's depth; and the four paired ratios. */
+	double put[MAX_ROUNDS], get[MAX_ROUNDS], fio[4][MAX_ROUNDS], ratio[4][MAX_ROUNDS];
+	bool have_fio = system("fio --version >/dev/null 2>&1") == 0;
+	if (!have_fio)
 		printf("fio not found: skipping the ratios\n");
-	const char *ns_dir = NULL;
+	loadavg("at the start");
 	for (int r = 0; r < rounds; r++) {
 		test_rmtree(base);
 		sel_store_config cfg = sfx_config(&fx, false);
@@ -88,95 +216,62 @@ int main(void)
 		cfg.max_active = 4;
 		sel_store *s;
 		CHECK_OK(sel_store_open(&cfg, &s));
-		ns_dir = test_store_dir(s);
-
-		/* Puts: as many in flight as the store accepts. */
-		double t0 = (double)eos_now_ns() / 1e9;
-		uint32_t next = 0, done = 0;
-		while (done < n) {
-			while (next < n) {
-				sel_retry_reason why;
-				sel_outcome o = sel_store_put(s, &cp[next], &why);
-				if (o == SEL_RETRY)
-					break;
-				CHECKF(o == SEL_QUEUED, "put %u: %s", next, sel_outcome_name(o));
-				next++;
-			}
-			sel_event ev[16];
-			int k = sel_store_poll(s, ev, 16);
-			CHECK_OK(k);
-			for (int i = 0; i < k; i++) {
-				if (ev[i].type == SEL_EV_PROGRESS)
-					continue; /* capacity back after a Retry */
-				CHECK(ev[i].type == SEL_EV_STORED);
-				done++;
-			}
-			if (!k)
-				wait_fd(s);
-		}
-		put[r] = (double)n * (double)rec_bytes / ((double)eos_now_ns() / 1e9 - t0);
-
-		/* Fetches: four tickets in flight. */
-		t0 = (double)eos_now_ns() / 1e9;
-		next = done = 0;
-		uint32_t live = 0;
-		while (done < n) {
-			while (next < n && live < 4) {
-				sel_hit hit;
-				CHECK_RC(sel_store_lookup(s, &cv[next].h, 0, UINT64_MAX, &hit), 1);
-				sel_inbound in = {.ticket = next,
-						  .pages = dst,
-						  .n_pages = hit.pages,
-						  .state_slot = 2 + next % 4};
-				CHECK_OK(sel_store_fetch(s, &hit, &in));
-				next++;
-				live++;
-			}
-			sel_event ev[16];
-			int k = sel_store_poll(s, ev, 16);
-			CHECK_OK(k);
-			for (int i = 0; i < k; i++) {
-				if (ev[i].type == SEL_EV_PROGRESS)
-					continue;
-				CHECKF(ev[i].type == SEL_EV_FETCHED, "fetch: %s",
-				       sel_strerror(ev[i].error));
-				done++;
-				live--;
-			}
-			if (!k)
-				wait_fd(s);
-		}
-		get[r] = (double)n * (double)rec_bytes / ((double)eos_now_ns() / 1e9 - t0);
+		const char *ns_dir = test_store_dir(s);
+		sel_store_info info;
+		sel_store_describe(s, &info);
+		unsigned depth = (unsigned)(info.intake_slots / 64);
+		if (depth < 1)
+			depth = 1;
+		if (r == 0)
+			printf("disk I/O: %s%s%s; intake %" PRIu64
+			       " slots: %u windows in flight, fio "
+			       "at iodepth 32 and %u\n",
+			       info.disk_io ? info.disk_io : "?", *info.disk_io_note ? ", " : "",
+			       info.disk_io_note, info.intake_slots, depth, depth);
+		double f[4] = {0};
+		bool fio_first = r % 2 == 1;
+		if (have_fio && fio_first)
+			have_fio = run_fio(ns_dir, (uint64_t)n * rec_bytes, depth, f);
+		put[r] = run_puts(s, cp, n, rec_bytes);
+		get[r] = run_fetches(s, cv, n, rec_bytes, dst);
 		CHECK(sfx_page_ok(&fx, dst[7], 1000 + n - 1, 7, false));
-
-		if (fio) {
-			fw[r] = bench_fio_bw(ns_dir, "write", (uint64_t)n * rec_bytes);
-			fr[r] = bench_fio_bw(ns_dir, "read", (uint64_t)n * rec_bytes);
-			if (fw[r] <= 0 || fr[r] <= 0) {
-				printf("fio failed: no ratios\n");
-				fio = false;
-			}
-			char p[4200];
-			snprintf(p, sizeof p, "%s/fio.bench", ns_dir);
-			unlink(p);
+		if (have_fio && !fio_first)
+			have_fio = run_fio(ns_dir, (uint64_t)n * rec_bytes, depth, f);
+		for (int k = 0; k < 4; k++) {
+			fio[k][r] = f[k];
+			ratio[k][r] = f[k] > 0 ? (k % 2 ? get[r] : put[r]) / f[k] : 0;
 		}
 		printf("round %d: %u records of %.1f MiB: put %.2f GB/s, fetch %.2f GB/s", r, n,
 		       (double)rec_bytes / (1 << 20), put[r] / 1e9, get[r] / 1e9);
-		if (fio)
-			printf(" (fio write %.2f, read %.2f)", fw[r] / 1e9, fr[r] / 1e9);
+		if (have_fio)
+			printf(" (fio write %.2f, read %.2f; at depth %u: write %.2f, read %.2f)%s",
+			       f[0] / 1e9, f[1] / 1e9, depth, f[2] / 1e9, f[3] / 1e9,
+			       fio_first ? ", fio first" : "");
+		else
+			printf(" (fio failed or absent: no ratios)");
 		printf("\n");
 		CHECK_RC(sel_store_close(s, 0), 0);
 		sel_store_destroy(s);
 	}
+	loadavg("at the end");
 	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
 	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
-	if (fio) {
-		printf("RESULT fio_write_gbps %.3f GB/s\n", bench_median(fw, rounds) / 1e9);
-		printf("RESULT fio_read_gbps %.3f GB/s\n", bench_median(fr, rounds) / 1e9);
+	if (have_fio) {
+		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
+							"fio_write_same_depth_gbps",
+							"fio_read_same_depth_gbps"};
+		static const char *const ratio_name[4] = {
+			"store_put_vs_fio_paired", "store_fetch_vs_fio_paired",
+			"store_put_vs_fio_same_depth", "store_fetch_vs_fio_same_depth"};
+		for (int k = 0; k < 4; k++)
+			printf("RESULT %s %.3f GB/s\n", fio_name[k],
+			       bench_median(fio[k], rounds) / 1e9);
 		printf("RESULT store_put_vs_fio %.3f ratio\n",
-		       bench_median(put, rounds) / bench_median(fw, rounds));
+		       bench_median(put, rounds) / bench_median(fio[0], rounds));
 		printf("RESULT store_fetch_vs_fio %.3f ratio\n",
-		       bench_median(get, rounds) / bench_median(fr, rounds));
+		       bench_median(get, rounds) / bench_median(fio[1], rounds));
+		for (int k = 0; k < 4; k++)
+			printf("RESULT %s %.3f ratio\n", ratio_name[k], geomean(ratio[k], rounds));
 	}
 	for (uint32_t i = 0; i < n; i++)
 		sfx_conv_free(&cv[i]);

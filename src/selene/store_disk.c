@@ -42,9 +42,10 @@
  *
  * Progress (selene.h SEL_EV_PROGRESS): after a put was refused (SEL_RETRY)
  *   or deferred, a poll ends with one SEL_EV_PROGRESS when capacity came
- *   back without a STORED or FETCHED event: a stream that failed for good
- *   released its intake slots and budget, a failed fetch its pins, expiry
- *   its records' budget.  A deferral (ENOSPC, EDQUOT) is a refusal, never
+ *   back without a STORED or FETCHED event: a window of a longer stream
+ *   gave its intake slots back (and no stream waits for slots), a stream
+ *   that failed for good released its intake slots and budget, a failed
+ *   fetch its pins, expiry its records' budget.  A deferral (ENOSPC, EDQUOT) is a refusal, never
  *   progress: the space it hands back was not usable.
  *
  * Every job and window is one malloc'd block owning what the copy and disk
