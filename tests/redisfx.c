@@ -571,8 +571,48 @@ struct sel_remote_event rfx_lookup(sel_remote *r, const sel_history *h, uint64_t
 	return rfx_wait(r, id, 30 * SEC);
 }
 
+/* The namespace of each client the tests opened, for what a claim must give
+ * back: the put pages with their padding zeroed (record version 4). */
+static struct {
+	const sel_remote *r;
+	const sel_record_ns *ns;
+} tracked[64];
+
+void rfx_track(const sel_remote *r, const sel_record_ns *ns)
+{
+	int free_i = -1;
+	for (int i = 0; i < 64; i++) {
+		if (tracked[i].r == r) {
+			tracked[i].ns = ns;
+			return;
+		}
+		if (free_i < 0 && !tracked[i].r)
+			free_i = i;
+	}
+	CHECKF(free_i >= 0, "rfx_track: more than 64 clients");
+	tracked[free_i].r = r;
+	tracked[free_i].ns = ns;
+}
+
+static const sel_record_ns *ns_of(const sel_remote *r)
+{
+	for (int i = 0; i < 64; i++)
+		if (tracked[i].r == r)
+			return tracked[i].ns;
+	CHECKF(false, "rfx: a client neither rfx_client nor rfx_track opened");
+	return NULL;
+}
+
+void rfx_page_want(const sel_record_ns *ns, const sel_key *k, uint32_t i, uint32_t flags,
+		   uint8_t *buf, uint64_t stride)
+{
+	rfx_fill(k, i, buf, stride);
+	sel_record_zero_padding(&ns->layout, flags, buf);
+}
+
 int rfx_claim_check(sel_remote *r, sel_remote_hit *hit)
 {
+	const sel_record_ns *ns = ns_of(r);
 	uint64_t total = 0;
 	for (uint32_t j = 0; j < hit->n_nodes; j++)
 		total += (hit->node[j].tail - hit->node[j].skip) * hit->node[j].stride;
@@ -613,7 +653,8 @@ int rfx_claim_check(sel_remote *r, sel_remote_hit *hit)
 			for (uint32_t i = nodes[j].skip; i < nodes[j].tail; i++) {
 				free(want);
 				want = malloc(nodes[j].stride + 1);
-				rfx_fill(&nodes[j].key, i, want, nodes[j].stride);
+				rfx_page_want(ns, &nodes[j].key, i, nodes[j].flags, want,
+					      nodes[j].stride);
 				CHECKF(memcmp(mem + at, want, nodes[j].stride) == 0,
 				       "node %u page %u differs", j, i);
 				at += nodes[j].stride;
@@ -684,5 +725,6 @@ sel_remote *rfx_client(const char *url, const struct rfx_ns *t, const uint8_t *k
 	};
 	sel_remote *r;
 	CHECK_OK(sel_remote_open(&c, &r));
+	rfx_track(r, &t->ns);
 	return r;
 }

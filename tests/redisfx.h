@@ -106,8 +106,15 @@ struct sel_remote_event rfx_wait(sel_remote *r, uint64_t id, uint64_t timeout_ns
 struct sel_remote_event rfx_lookup(sel_remote *r, const sel_history *h, uint64_t resident,
 				   uint64_t limit);
 /* Claim a hit into fresh buffers, wait, and when it succeeds check every
- * byte against rfx_fill.  Returns the event's error (0 on success). */
+ * byte against rfx_fill (pages: rfx_page_want).  Returns the event's error (0 on success). */
 int rfx_claim_check(sel_remote *r, sel_remote_hit *hit);
+/* What stored page record i of the record k must read back as: rfx_fill's
+ * bytes with the padding zeroed, as the writer does (record version 4). */
+void rfx_page_want(const sel_record_ns *ns, const sel_key *k, uint32_t i, uint32_t flags,
+		   uint8_t *buf, uint64_t stride);
+/* rfx_claim_check needs each client's namespace: rfx_client records it;
+ * a client opened with sel_remote_open is recorded with rfx_track. */
+void rfx_track(const sel_remote *r, const sel_record_ns *ns);
 /* Submit a claim of hit into fresh buffers (*mem, freed by the caller
  * after the event) without waiting or checking bytes: the op id. */
 uint64_t rfx_claim_async(sel_remote *r, sel_remote_hit *hit, uint8_t **mem);

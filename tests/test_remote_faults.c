@@ -412,6 +412,7 @@ static void test_stopped_server(void)
 	};
 	sel_remote *r;
 	CHECK_OK(sel_remote_open(&c, &r));
+	rfx_track(r, c.ns);
 	CHECK(rfx_put(r, &a).result == SEL_REMOTE_STORED);
 	struct sel_remote_event hit = lookup_hit(r, &h, 1200);
 	uint64_t grace_before = sel_remote_grace_ns(r);

@@ -114,7 +114,10 @@ int sel_remote_open(const struct sel_remote_config *cfg, sel_remote **out);
 struct sel_remote_put {
 	sel_record_desc d;       /* key, parent, bucket, tail, flags */
 	bool has_row;            /* store the row (an endpoint); page-only otherwise */
-	void *const *pages;      /* d.tail stored page records, page_stride bytes each */
+	void *const *pages;      /* d.tail stored page records, page_stride bytes each;
+				  * the I/O thread zeroes their padding (record
+				  * version 4) before sending: the caller's own,
+				  * untouched by others until the put's event */
 	const struct iovec *row; /* the stored rows' bytes in file order (sel_record_row_iov) */
 	uint32_t row_n;
 	uint64_t created_ns; /* record creation time; 0 = now */

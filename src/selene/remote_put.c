@@ -18,6 +18,10 @@
  *   1. A put's windows in flight never exceed its lanes, and all puts' never
  *      the client's put budget.
  *   2. The manifest is written only after every window was acknowledged.
+ *   3. A page record's padding is zeroed (sel_record_zero_padding) before
+ *      its checksum is taken and before any of its bytes go out, so the
+ *      version-4 header the manifest carries is true: each page checksum is
+ *      XXH3-64 of the planes followed by zeros (docs/record-format.md).
  */
 #include "remote_client_int.h"
 
@@ -44,8 +48,11 @@ static uint32_t put_pieces(struct op *o, uint32_t w)
 	if (!e.row) {
 		for (uint32_t i = 0; i < e.pages; i++) {
 			uint32_t pg = e.page + i;
-			if (e.off == 0) /* the page starts here: its checksum */
+			if (e.off == 0) { /* the page starts here: zero its padding, hash it */
+				sel_record_zero_padding(&o->r->ns->layout, o->u.p.in.d.flags,
+							o->u.p.pages[pg]); /* version 4 */
 				o->u.p.cksum[pg] = XXH3_64bits(o->u.p.pages[pg], o->u.p.lay.stride);
+			}
 			o->u.p.iov[n].iov_base = (uint8_t *)o->u.p.pages[pg] + e.off;
 			o->u.p.iov[n++].iov_len = e.pages == 1 ? e.len : o->u.p.lay.stride;
 		}
