@@ -695,3 +695,19 @@ sel_event sfx_restore_with(struct sfx *f, sel_store *s, struct sfx_conv *cv, uin
 	free(dst);
 	return ev;
 }
+
+int sfx_poll_wait(sel_store *s, sel_event *ev, int cap)
+{
+	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
+	(void)poll(&pf, 1, 5);
+	int n = sel_store_poll(s, ev, (size_t)cap);
+	CHECK(n >= 0);
+	return n;
+}
+
+sel_pool_counters sfx_pool_counters(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st.pool;
+}

@@ -151,6 +151,11 @@ sel_event sfx_one_event(sel_store *s, sfx_check_fn check);
  * event but PROGRESS fails the test; PROGRESS events are counted in
  * *progress (may be NULL).  check (may be NULL) runs after the poll. */
 void sfx_pump(sel_store *s, sfx_check_fn check, int *progress);
+/* A wait of at most 5 ms on the store's descriptor, then one poll of up
+ * to cap events into ev: their count (a poll error fails the test). */
+int sfx_poll_wait(sel_store *s, sel_event *ev, int cap);
+/* The store's pool counters (sel_store_stats). */
+sel_pool_counters sfx_pool_counters(sel_store *s);
 /* Nothing in flight: every put and fetch reported and, in a composite,
  * no maintenance write, read-through or streamed put left and no write
  * backoff pending.  Nothing more happens then without a new call. */

@@ -50,30 +50,13 @@ static sel_store *open_pooled(struct sfx *f, const char *sock, const char *id, u
 	return s;
 }
 
-static sel_pool_counters counters(sel_store *s)
-{
-	sel_stats st;
-	sel_store_stats(s, &st);
-	return st.pool;
-}
-
-/* Poll s for up to 5 ms; events into ev (cap 8), their count returned. */
-static int pump(sel_store *s, sel_event *ev)
-{
-	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
-	(void)poll(&pf, 1, 5);
-	int n = sel_store_poll(s, ev, 8);
-	CHECK(n >= 0);
-	return n;
-}
-
 /* Pump until one event comes (20 s): it is returned. */
 static sel_event next_event(sel_store *s)
 {
 	sel_event ev[8];
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
 	for (;;) {
-		int n = pump(s, ev);
+		int n = sfx_poll_wait(s, ev, 8);
 		if (n) {
 			CHECKF(n == 1, "%d events", n);
 			return ev[0];
@@ -88,22 +71,22 @@ static sel_event next_event(sel_store *s)
 static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_t c, uint64_t id)
 {
 	sel_published p = sfx_ckpt(f, cv, c, 0, 1, id);
-	uint64_t acc = counters(a).puts_accepted, deadline = eos_now_ns() + 20 * S_NS;
+	uint64_t acc = sfx_pool_counters(a).puts_accepted, deadline = eos_now_ns() + 20 * S_NS;
 	sel_retry_reason why;
 	for (;;) {
-		uint64_t refused = counters(a).puts_refused;
+		uint64_t refused = sfx_pool_counters(a).puts_refused;
 		CHECK(sel_store_put(a, &p, &why) == SEL_QUEUED);
 		sel_event e = next_event(a);
 		CHECK(e.checkpoint == id);
 		if (e.type == SEL_EV_STORED)
 			break;
-		CHECKF(counters(a).puts_refused > refused && eos_now_ns() < deadline,
-		       "event %d (puts %" PRIu64 ", failed %" PRIu64 ")", e.type, counters(a).puts,
-		       counters(a).puts_failed);
+		CHECKF(sfx_pool_counters(a).puts_refused > refused && eos_now_ns() < deadline,
+		       "event %d (puts %" PRIu64 ", failed %" PRIu64 ")", e.type,
+		       sfx_pool_counters(a).puts, sfx_pool_counters(a).puts_failed);
 		sel_event ev[8];
-		CHECK(pump(a, ev) == 0);
+		CHECK(sfx_poll_wait(a, ev, 8) == 0);
 	}
-	SFX_UNTIL(a, NULL, counters(a).puts_accepted > acc);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).puts_accepted > acc);
 }
 
 /* Put checkpoint c of cv into s's local tier (no pool copy: the cascade
@@ -132,7 +115,7 @@ static sel_hit pool_hit(sel_store *b, struct sfx_conv *cv, uint64_t c, bool *pen
 		if (rc == 1)
 			break;
 		CHECK(eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 	}
 	CHECK(hit.tier == SEL_TIER_POOL && hit.key.consumed == c);
 	return hit;
@@ -192,7 +175,7 @@ static void test_share_corrupt_kill(void)
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL,
 	       "event %d %d", e.type, e.error);
 	CHECK(restored_ok(&fb, &c1b, 256, 20, 2));
-	CHECK(counters(b).restores == 1 && counters(b).reused_tokens == 256);
+	CHECK(sfx_pool_counters(b).restores == 1 && sfx_pool_counters(b).reused_tokens == 256);
 
 	/* Bytes changed in the arena: B's checksums catch it. */
 	struct sfx_conv c2a, c2b;
@@ -209,7 +192,7 @@ static void test_share_corrupt_kill(void)
 	CHECK_OK(fetch(b, &hit, 20, 2, 102));
 	e = next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 102, "event %d", e.type);
-	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
 	for (uint64_t o = from; o + sb <= len; o += sb)
 		base[o + 17] ^= 0x5a;
 	/* Never served again: the next lookup asks afresh and finds nothing. */
@@ -218,9 +201,9 @@ static void test_share_corrupt_kill(void)
 	uint64_t deadline = eos_now_ns() + 5 * S_NS;
 	sel_event ev[8];
 	while ((rc = sel_store_lookup(b, &c2b.h, 0, 192, &h2)) == SEL_LOOKUP_PENDING ||
-	       counters(b).answers < counters(b).lookups) {
+	       sfx_pool_counters(b).answers < sfx_pool_counters(b).lookups) {
 		CHECK(eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 	}
 	CHECKF(rc == 0, "a corrupt record was offered again (rc %d)", rc);
 
@@ -234,19 +217,19 @@ static void test_share_corrupt_kill(void)
 	CHECK_OK(fetch(b, &hit, 20, 2, 103));
 	SFX_UNTIL(b, NULL, blocked(&fb)); /* verified, then copying */
 	mgr_kill9(&m);
-	SFX_UNTIL(b, NULL, counters(b).state == SEL_POOL_DOWN);
+	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
 	sfx_none_now(b); /* the copy still runs: nothing is reported yet */
 	sfx_hold(&fb, false);
 	e = next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 103, "event %d", e.type);
-	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_GONE] == 1);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_GONE] == 1);
 	sel_store_lookup(b, &c3b.h, 0, 320, &h2); /* detached: local tiers only */
 
 	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
 		  "10s", NULL);
-	SFX_UNTIL(a, NULL, counters(a).state == SEL_POOL_UP);
-	SFX_UNTIL(b, NULL, counters(b).state == SEL_POOL_UP);
-	CHECK(counters(b).sessions == 2 && counters(b).detaches == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).state == SEL_POOL_UP);
+	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_UP);
+	CHECK(sfx_pool_counters(b).sessions == 2 && sfx_pool_counters(b).detaches == 1);
 	struct sfx_conv c4a, c4b;
 	sfx_conv_init(&fa, &c4a, 4, 128, 0);
 	sfx_conv_init(&fb, &c4b, 4, 128, 0);
@@ -316,7 +299,7 @@ static sel_event next_event2(sel_store *b, sel_store *a)
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
 	for (;;) {
 		CHECK(sel_store_poll(a, ev, 8) == 0);
-		int n = pump(b, ev);
+		int n = sfx_poll_wait(b, ev, 8);
 		if (n) {
 			CHECKF(n == 1, "%d events", n);
 			return ev[0];
@@ -351,7 +334,7 @@ static void test_exports(void)
 	sfx_conv_init(&fb, &cb, 7, 256, 0);
 	hc.cp = sfx_ckpt(&fa, &ca, 256, 0, 1, 41);
 	put_shared(&fa, a, &ca, 256, 41);
-	CHECK(counters(a).announced == 1);
+	CHECK(sfx_pool_counters(a).announced == 1);
 	bool pending = false;
 	sel_hit hit = pool_hit(b, &cb, 256, &pending);
 	CHECK(hit.neighbour);
@@ -360,8 +343,8 @@ static void test_exports(void)
 	sel_event e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 201, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
-	CHECK(counters(a).exports_served == 1 && hc.pins == 0 && hc.pinned_ever == 1);
-	CHECK(counters(b).neighbour_restores == 1);
+	CHECK(sfx_pool_counters(a).exports_served == 1 && hc.pins == 0 && hc.pinned_ever == 1);
+	CHECK(sfx_pool_counters(b).neighbour_restores == 1);
 
 	/* No headroom: B's restore fails, the next one uses the arena. */
 	hc.refuse = -ENOSPC;
@@ -372,7 +355,7 @@ static void test_exports(void)
 	CHECK_OK(fetch(b, &hit, 30, 3, 202));
 	e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 202, "event %d", e.type);
-	CHECK(counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1 && hc.pins == 0);
+	CHECK(sfx_pool_counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1 && hc.pins == 0);
 	hit = pool_hit(b, &cb2, 256, &pending);
 	CHECK(!hit.neighbour);
 	sfx_poison(&fb);
@@ -382,12 +365,13 @@ static void test_exports(void)
 	CHECK(restored_ok(&fb, &cb2, 256, 30, 3));
 
 	/* Lost notices: what the GPU still holds is announced again. */
-	uint64_t ann = counters(a).announced;
+	uint64_t ann = sfx_pool_counters(a).announced;
 	sel_store_evictions_lost(a);
-	CHECK(counters(a).evictions_lost == 1 && counters(a).announced == ann + 1);
+	CHECK(sfx_pool_counters(a).evictions_lost == 1 &&
+	      sfx_pool_counters(a).announced == ann + 1);
 	/* The eviction notice withdraws the holding. */
 	sel_store_evicted(a, &hc.cp.key, 1, NULL);
-	CHECK(counters(a).withdrawn == 1);
+	CHECK(sfx_pool_counters(a).withdrawn == 1);
 
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
@@ -430,7 +414,7 @@ static void test_fallback(void)
 	int rc;
 	while ((rc = sel_store_lookup(b, &cb.h, 0, 320, &hit)) != 1 || hit.tier != SEL_TIER_POOL) {
 		CHECK(rc >= 0 && eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 	}
 	CHECK(hit.neighbour && hit.key.consumed == 256);
 	sfx_poison(&fb);
@@ -439,8 +423,8 @@ static void test_fallback(void)
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301 && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
 	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
-	CHECK(counters(b).local_fallbacks == 1 &&
-	      counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1);
+	CHECK(sfx_pool_counters(b).local_fallbacks == 1 &&
+	      sfx_pool_counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1);
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
 	sel_store_destroy(a);
@@ -472,11 +456,12 @@ static void test_local_first(void)
 	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
 	sel_event e = next_event(s);
 	CHECK(e.type == SEL_EV_STORED && e.checkpoint == 21);
-	CHECK(counters(s).puts == 0); /* no write-through: the cascade moves it when evicted */
+	CHECK(sfx_pool_counters(s).puts ==
+	      0); /* no write-through: the cascade moves it when evicted */
 	sel_hit hit;
-	uint64_t asked = counters(s).lookups; /* the one at attach */
+	uint64_t asked = sfx_pool_counters(s).lookups; /* the one at attach */
 	CHECK(sel_store_lookup(s, &cv.h, 0, 128, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
-	CHECK(counters(s).lookups == asked);
+	CHECK(sfx_pool_counters(s).lookups == asked);
 	CHECK_OK(sel_store_close(s, 0));
 	sel_store_destroy(s);
 	sfx_conv_free(&cv);
@@ -501,7 +486,7 @@ static void test_absent(void)
 	CHECKF(strstr(sel_store_warning(s), "will not attach later") &&
 		       strstr(sel_store_warning(s), "nobody.sock"),
 	       "warning '%s'", sel_store_warning(s));
-	CHECK(counters(s).state == SEL_POOL_GONE_FOR_GOOD);
+	CHECK(sfx_pool_counters(s).state == SEL_POOL_GONE_FOR_GOOD);
 	struct sfx_conv cv;
 	sfx_conv_init(&f, &cv, 5, 64, 0);
 	sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 31);
@@ -534,18 +519,18 @@ static void test_late_above(void)
 	sfx_conv_init(&fb, &cb, 7, 320, 0);
 	put_shared(&fa, a, &ca, 320, 51);
 	sel_hit hit;
-	uint64_t asked = counters(b).lookups;
+	uint64_t asked = sfx_pool_counters(b).lookups;
 	CHECK(sel_store_lookup(b, &cb.h, 0, 320, &hit) == SEL_LOOKUP_PENDING);
-	CHECK(counters(b).lookups == asked + 1);
+	CHECK(sfx_pool_counters(b).lookups == asked + 1);
 	sel_event ev[8];
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
 	int rc;
 	while ((rc = sel_store_lookup(b, &cb.h, 128, 320, &hit)) != 1) {
 		CHECK(rc == SEL_LOOKUP_PENDING || rc == 0);
 		CHECK(eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 	}
-	CHECK(counters(b).lookups == asked + 1); /* the first ticket answered it */
+	CHECK(sfx_pool_counters(b).lookups == asked + 1); /* the first ticket answered it */
 	CHECKF(hit.tier == SEL_TIER_POOL && hit.key.consumed == 320 && hit.resident == 128 &&
 		       hit.pages == 3,
 	       "tier %d consumed %" PRIu64 " resident %" PRIu64 " pages %u", hit.tier,
@@ -557,7 +542,7 @@ static void test_late_above(void)
 	for (uint32_t j = 2; j < 5; j++)
 		CHECK(sfx_page_ok(&fb, 30 + j - 2, cb.tag, j, false));
 	CHECK(sfx_row_ok(&fb, 3, sfx_row_seed(&cb, 320), false));
-	CHECK(counters(b).reused_tokens == 320 - 128);
+	CHECK(sfx_pool_counters(b).reused_tokens == 320 - 128);
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
 	sel_store_destroy(a);
@@ -598,7 +583,8 @@ static void test_budget(void)
 			       strstr(w, "will not attach later") && strstr(w, m.sock),
 		       "warning '%s'", w);
 		CHECK(i == 1 || strstr(w, "host supply of 0 B"));
-		CHECK(counters(s).state == SEL_POOL_GONE_FOR_GOOD && counters(s).lookups == 0);
+		CHECK(sfx_pool_counters(s).state == SEL_POOL_GONE_FOR_GOOD &&
+		      sfx_pool_counters(s).lookups == 0);
 		struct sfx_conv cv;
 		sfx_conv_init(&f, &cv, 5, 64, 0);
 		sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 41);
@@ -624,18 +610,18 @@ static void test_budget(void)
  * (a replica of another layout).  The store's pool hits stay 0. */
 static void never_hits(sel_store *b, struct sfx_conv *cv, uint64_t c)
 {
-	uint64_t answers = counters(b).answers, deadline = eos_now_ns() + 20 * S_NS;
+	uint64_t answers = sfx_pool_counters(b).answers, deadline = eos_now_ns() + 20 * S_NS;
 	sel_event ev[8];
 	for (;;) {
 		sel_hit hit;
 		int rc = sel_store_lookup(b, &cv->h, 0, c, &hit);
 		CHECKF(rc == 0 || rc == SEL_LOOKUP_PENDING, "lookup %d (tier %d)", rc, hit.tier);
-		if (rc == 0 && counters(b).answers > answers)
+		if (rc == 0 && sfx_pool_counters(b).answers > answers)
 			break;
 		CHECK(eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 	}
-	CHECK(counters(b).hits == 0 && counters(b).claims == 0);
+	CHECK(sfx_pool_counters(b).hits == 0 && sfx_pool_counters(b).claims == 0);
 }
 
 /* Same model identity (storefx's), same tokens, another layout: never a
@@ -734,17 +720,17 @@ static void test_cascade(void)
 	sfx_conv_init(&fb, &cb0, 30, 128, 0);
 	for (int i = 0; i < 3; i++)
 		put_local(&fa, a, &ca[i], 128, 60 + i);
-	CHECK(counters(a).puts == 0);
+	CHECK(sfx_pool_counters(a).puts == 0);
 	/* The manager stopped: A's memory fills, the oldest is offered and
 	 * held, found locally, while the put waits. */
 	CHECK(kill(m.pid, SIGSTOP) == 0);
 	put_local(&fa, a, &ca[3], 128, 63);
-	SFX_UNTIL(a, NULL, counters(a).puts == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).puts == 1);
 	sel_key k0 = sfx_key(&ca[0], 128), k1 = sfx_key(&ca[1], 128);
 	CHECK(local_has(a, &ca[0], 128) && core->casc_n == 1 && sel_core_cascade_holds(core, &k0));
 	CHECK(kill(m.pid, SIGCONT) == 0);
-	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
-	CHECK(!local_has(a, &ca[0], 128) && counters(a).puts_accepted == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).cascaded == 1);
+	CHECK(!local_has(a, &ca[0], 128) && sfx_pool_counters(a).puts_accepted == 1);
 	sel_stats st;
 	sel_store_stats(a, &st);
 	CHECK(st.tier[SEL_TIER_MEMORY].dropped_end_of_chain == 0);
@@ -760,10 +746,10 @@ static void test_cascade(void)
 	/* A killed manager fails a waiting cascade put: nothing local lost. */
 	CHECK(kill(m.pid, SIGSTOP) == 0);
 	put_local(&fa, a, &ca[4], 128, 64);
-	SFX_UNTIL(a, NULL, counters(a).puts == 2 && core->casc_n == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).puts == 2 && core->casc_n == 1);
 	CHECK(sel_core_cascade_holds(core, &k1));
 	mgr_kill9(&m);
-	SFX_UNTIL(a, NULL, counters(a).cascade_kept == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).cascade_kept == 1);
 	CHECK(core->casc_n == 0 && local_has(a, &ca[1], 128));
 	sfx_poison(&fa);
 	sfx_restore(&fa, a, &ca[1], 0, 128, 128, 50, 3, SEL_TIER_MEMORY, true, NULL);
@@ -833,9 +819,9 @@ static void test_cascade_disk(bool composite)
 		struct sel_disk_file dfi;
 		SFX_UNTIL(a, NULL, sel_disk_store_file(inner, &ki, &dfi) == 0);
 	}
-	CHECK(counters(a).puts == 0); /* nothing at publication */
+	CHECK(sfx_pool_counters(a).puts == 0); /* nothing at publication */
 	put_local(&fa, a, &ca[3], 128, 83);
-	SFX_UNTIL(a, NULL, counters(a).cascaded == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).cascaded == 1);
 	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128)); /* memory too */
 	sel_store_stats(a, &st);
 	CHECK(st.tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
@@ -862,9 +848,9 @@ static void test_cascade_disk(bool composite)
 	close(fd);
 	core->casc_after = 0; /* past the backoff, if any */
 	put_local(&fa, a, &ca[4], 128, 84);
-	SFX_UNTIL(a, NULL, counters(a).cascade_kept == 1);
-	CHECK(local_has(a, &ca[1], 128) && counters(a).cascaded == 1);
-	CHECK(counters(a).puts_failed == 1);
+	SFX_UNTIL(a, NULL, sfx_pool_counters(a).cascade_kept == 1);
+	CHECK(local_has(a, &ca[1], 128) && sfx_pool_counters(a).cascaded == 1);
+	CHECK(sfx_pool_counters(a).puts_failed == 1);
 
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
@@ -938,7 +924,7 @@ static void test_fused(void)
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
 	e = next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 603, "event %d", e.type);
-	CHECK(counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
 	sel_store_destroy(a);

@@ -26,23 +26,6 @@
 
 static char dir[200];
 
-static sel_pool_counters counters(sel_store *s)
-{
-	sel_stats st;
-	sel_store_stats(s, &st);
-	return st.pool;
-}
-
-/* Poll s for up to 5 ms; events into ev (cap 8), their count returned. */
-static int pump(sel_store *s, sel_event *ev)
-{
-	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
-	(void)poll(&pf, 1, 5);
-	int n = sel_store_poll(s, ev, 8);
-	CHECK(n >= 0);
-	return n;
-}
-
 /* Pump the others (holders: no events expected) and b until b has one
  * event (20 s). */
 static sel_event next_event_of(sel_store *b, sel_store *o1, sel_store *o2)
@@ -54,7 +37,7 @@ static sel_event next_event_of(sel_store *b, sel_store *o1, sel_store *o2)
 			CHECK(sel_store_poll(o1, ev, 8) == 0);
 		if (o2)
 			CHECK(sel_store_poll(o2, ev, 8) == 0);
-		int n = pump(b, ev);
+		int n = sfx_poll_wait(b, ev, 8);
 		if (n) {
 			CHECKF(n == 1, "%d events", n);
 			return ev[0];
@@ -78,8 +61,8 @@ static sel_store *open_store(struct sfx *f, const char *sock, const char *id, ui
 	}
 	sel_store *s = NULL;
 	CHECK_OK(sel_store_open(&c, &s));
-	CHECKF(counters(s).state == SEL_POOL_UP, "state %d: %s", counters(s).state,
-	       sel_store_warning(s));
+	CHECKF(sfx_pool_counters(s).state == SEL_POOL_UP, "state %d: %s",
+	       sfx_pool_counters(s).state, sel_store_warning(s));
 	return s;
 }
 
@@ -107,7 +90,7 @@ static sel_hit pool_hit(sel_store *b, sel_store *a, struct sfx_conv *cv, uint64_
 		if (rc == 1)
 			break;
 		CHECK(eos_now_ns() < deadline);
-		CHECK(pump(b, ev) == 0);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
 		if (a)
 			CHECK(sel_store_poll(a, ev, 8) == 0);
 	}
@@ -157,7 +140,7 @@ static sel_hit pool_hit_after(sel_store *b, sel_store *a, struct sfx_conv *cv, u
 		uint64_t until_d_ = eos_now_ns() + 20 * S_NS;                                      \
 		while (!(cond)) {                                                                  \
 			CHECKF(eos_now_ns() < until_d_, "not reached in 20 s: %s", #cond);         \
-			(void)pump((s), until_ev_);                                                \
+			(void)sfx_poll_wait((s), until_ev_, 8);                                    \
 		}                                                                                  \
 	} while (0)
 
@@ -262,10 +245,10 @@ static void test_priority_dram(void)
 	sfx_conv_init(&fc, &cc, 9, 320, 0);
 	hc.cp = sfx_ckpt(&fa, &ca, 256, 0, 1, 41);
 	put_wait(&fa, a, NULL, &ca, 256, 41); /* A's GPU and memory tier */
-	UNTIL(a, counters(a).host_announced[0] == 1);
-	CHECK(counters(a).announced == 1 && counters(a).host_announced[1] == 0);
+	UNTIL(a, sfx_pool_counters(a).host_announced[0] == 1);
+	CHECK(sfx_pool_counters(a).announced == 1 && sfx_pool_counters(a).host_announced[1] == 0);
 	put_wait(&fc, c, a, &cc, 256, 42); /* C: the arena's copy */
-	UNTIL(c, counters(c).puts_accepted == 1);
+	UNTIL(c, sfx_pool_counters(c).puts_accepted == 1);
 	wait_metric_eq(&m, "flare_pool_holdings", 2, 10); /* the manager has A's two */
 
 	/* The neighbour's GPU first. */
@@ -279,7 +262,7 @@ static void test_priority_dram(void)
 
 	/* A's GPU copy gone: its DRAM holding, no engine pin. */
 	sel_store_evicted(a, &hc.cp.key, 41, NULL);
-	CHECK(counters(a).withdrawn == 1);
+	CHECK(sfx_pool_counters(a).withdrawn == 1);
 	wait_metric_eq(&m, "flare_pool_holdings", 1, 10);
 	hit = pool_hit_after(b, a, &cb, 256, 300, true, SEL_TIER_NONE);
 	CHECKF(hit.neighbour && hit.neighbour_tier == SEL_TIER_MEMORY, "neighbour %d tier %d",
@@ -289,15 +272,16 @@ static void test_priority_dram(void)
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 202, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb, 256, 30, 3));
-	CHECK(hc.pinned_ever == 1 && counters(a).exports_served == 2);
-	CHECK(counters(b).neighbour_restores == 2 && counters(b).neighbour_host_restores[0] == 1);
+	CHECK(hc.pinned_ever == 1 && sfx_pool_counters(a).exports_served == 2);
+	CHECK(sfx_pool_counters(b).neighbour_restores == 2 &&
+	      sfx_pool_counters(b).neighbour_host_restores[0] == 1);
 	/* Above a resident page: the export copies the chain from page 1. */
 	sel_event evs[8];
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
 	int rc;
 	while ((rc = sel_store_lookup(b, &cb.h, 64, 310, &hit)) != 1) {
 		CHECK(rc >= 0 && eos_now_ns() < deadline);
-		CHECK(pump(b, evs) == 0);
+		CHECK(sfx_poll_wait(b, evs, 8) == 0);
 		CHECK(sel_store_poll(a, evs, 8) == 0);
 	}
 	CHECK(hit.neighbour_tier == SEL_TIER_MEMORY && hit.pages == 3 && hit.resident == 64);
@@ -312,7 +296,7 @@ static void test_priority_dram(void)
 	/* A's memory record removed: withdrawn; the arena serves. */
 	sel_store *mem = ((struct sel_pooled *)a)->w.inner;
 	CHECK_OK(sel_memory_store_remove(mem, &hc.cp.key));
-	CHECK(counters(a).host_withdrawn[0] == 1);
+	CHECK(sfx_pool_counters(a).host_withdrawn[0] == 1);
 	wait_metric_eq(&m, "flare_pool_holdings", 0, 10);
 	hit = pool_hit_after(b, a, &cb, 256, 290, true, SEL_TIER_MEMORY);
 	CHECKF(!hit.neighbour, "neighbour tier %d", hit.neighbour_tier);
@@ -364,8 +348,8 @@ static void test_nvme_damaged(void)
 		struct sel_disk_file df;
 		SFX_UNTIL(a, NULL, sel_disk_store_file(disk, &k, &df) == 0);
 	}
-	UNTIL(a, counters(a).host_announced[1] == 2);
-	CHECK(counters(a).host_announced[0] == 0);
+	UNTIL(a, sfx_pool_counters(a).host_announced[1] == 2);
+	CHECK(sfx_pool_counters(a).host_announced[0] == 0);
 	wait_metric_eq(&m, "flare_pool_holdings", 2, 10);
 
 	/* B restores ca[0] from A's files. */
@@ -377,14 +361,15 @@ static void test_nvme_damaged(void)
 	sel_event e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 401, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb[0], 128, 20, 2));
-	CHECK(counters(a).exports_served == 1 && counters(b).neighbour_host_restores[1] == 1);
+	CHECK(sfx_pool_counters(a).exports_served == 1 &&
+	      sfx_pool_counters(b).neighbour_host_restores[1] == 1);
 	/* With B's GPU holding the first page: only the second is read. */
 	sel_event evs[8];
 	uint64_t deadline = eos_now_ns() + 20 * S_NS;
 	int rc;
 	while ((rc = sel_store_lookup(b, &cb[0].h, 64, 192, &hit)) != 1) {
 		CHECK(rc >= 0 && eos_now_ns() < deadline);
-		CHECK(pump(b, evs) == 0);
+		CHECK(sfx_poll_wait(b, evs, 8) == 0);
 		CHECK(sel_store_poll(a, evs, 8) == 0);
 	}
 	CHECK(hit.neighbour_tier == SEL_TIER_DISK && hit.pages == 1 && hit.resident == 64);
@@ -397,7 +382,7 @@ static void test_nvme_damaged(void)
 
 	/* ca[1]: C puts the arena's copy, then a byte of A's file changes. */
 	put_wait(&fc, c, a, &cc1, 128, 70);
-	UNTIL(c, counters(c).puts_accepted == 1);
+	UNTIL(c, sfx_pool_counters(c).puts_accepted == 1);
 	sel_key k1 = sfx_key(&ca[1], 128);
 	struct sel_disk_file df;
 	CHECK_OK(sel_disk_store_file(disk, &k1, &df));
@@ -416,8 +401,8 @@ static void test_nvme_damaged(void)
 	CHECK_OK(fetch(b, &hit, 30, 3, 402));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 402, "event %d", e.type);
-	CHECK(counters(a).exports_refused[SEL_EXPORT_DAMAGED] == 1);
-	CHECK(counters(a).host_withdrawn[1] == 1);
+	CHECK(sfx_pool_counters(a).exports_refused[SEL_EXPORT_DAMAGED] == 1);
+	CHECK(sfx_pool_counters(a).host_withdrawn[1] == 1);
 	wait_metric_eq(&m, "flare_pool_holdings", 1, 10);
 	/* B's next restore: the arena's copy, byte-exact. */
 	hit = pool_hit(b, a, &cb[1], 128, 192);

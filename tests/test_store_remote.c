@@ -52,16 +52,6 @@ static sel_store *open_level(struct sfx *f, uint64_t memory)
 	return s;
 }
 
-/* One poll and a short wait on the descriptor; events into ev (cap). */
-static int pump(sel_store *s, sel_event *ev, int cap)
-{
-	struct pollfd pf = {.fd = sel_store_wait_fd(s), .events = POLLIN};
-	(void)poll(&pf, 1, 5);
-	int n = sel_store_poll(s, ev, (size_t)cap);
-	CHECK(n >= 0);
-	return n;
-}
-
 /* Lookup until it is not pending (10 s); events on the way are failures. */
 static int lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit,
 		  sel_hit *hit)
@@ -73,7 +63,7 @@ static int lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_
 			return rc;
 		CHECK(eos_now_ns() < end);
 		sel_event ev[4];
-		CHECKF(pump(s, ev, 4) == 0, "an event while a lookup waits");
+		CHECKF(sfx_poll_wait(s, ev, 4) == 0, "an event while a lookup waits");
 	}
 }
 
@@ -97,7 +87,7 @@ static int lookup_hit(sel_store *s, const sel_history *h, uint64_t resident, uin
 		if (rc != 0 || eos_now_ns() >= end)
 			return rc;
 		sel_event ev[4];
-		CHECKF(pump(s, ev, 4) == 0, "an event while a lookup waits");
+		CHECKF(sfx_poll_wait(s, ev, 4) == 0, "an event while a lookup waits");
 	}
 }
 
@@ -112,7 +102,7 @@ static void written(sel_store *s, uint64_t n, sel_event *ev, int *n_ev, int cap)
 		    st.inflight_out == 0)
 			return;
 		CHECKF(eos_now_ns() < end, "%llu records not written", (unsigned long long)n);
-		int k = pump(s, ev + *n_ev, cap - *n_ev);
+		int k = sfx_poll_wait(s, ev + *n_ev, cap - *n_ev);
 		*n_ev += k;
 		CHECK(*n_ev < cap);
 	}
@@ -123,7 +113,7 @@ static sel_event fetch_event(sel_store *s, uint64_t ticket)
 	uint64_t end = eos_now_ns() + 20 * SEC;
 	for (;;) {
 		sel_event ev[8];
-		int n = pump(s, ev, 8);
+		int n = sfx_poll_wait(s, ev, 8);
 		for (int i = 0; i < n; i++)
 			if ((ev[i].type == SEL_EV_FETCHED || ev[i].type == SEL_EV_FETCH_FAILED) &&
 			    ev[i].ticket == ticket)
@@ -304,7 +294,7 @@ static void test_killed_during_claim(void)
 			break;
 		CHECK(eos_now_ns() < end);
 		n_ev = 0;
-		CHECK(pump(b, ev, 16) == 0);
+		CHECK(sfx_poll_wait(b, ev, 16) == 0);
 	}
 	CHECK_RC(lookup_hit(b, &cv2.h, 0, 200, &hit), 1);
 	restore_and_end(&f, &cv, &cv2, &hit, b, a, b, 12);
@@ -363,7 +353,7 @@ static void test_stopped(void)
 		t0 = eos_now_ns();
 		rc = sel_store_lookup(a, &cv2.h, 0, 200, &hit);
 		sel_event ev[4];
-		(void)pump(a, ev, 4);
+		(void)sfx_poll_wait(a, ev, 4);
 		uint64_t d = eos_now_ns() - t0;
 		worst = d > worst ? d : worst;
 	} while (rc == SEL_LOOKUP_PENDING);
