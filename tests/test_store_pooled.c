@@ -701,6 +701,27 @@ static bool local_has(sel_store *s, struct sfx_conv *cv, uint64_t c)
  * restores it byte-exact from the arena.  A manager killed while a
  * cascade put waits fails the put: the record stays local, and A restores
  * it from its memory tier. */
+/* The holdings s has queued for the manager and not withdrawn (GPU and
+ * host tiers). */
+static long long holds(sel_store *s)
+{
+	sel_pool_counters p = sfx_pool_counters(s);
+	long long n = (long long)p.announced - (long long)p.withdrawn;
+	for (int t = 0; t < 2; t++)
+		n += (long long)p.host_announced[t] - (long long)p.host_withdrawn[t];
+	return n;
+}
+
+/* Wait until the manager's catalogue has what a and b sent: a store counts
+ * a withdrawal when it queues the frame, and B's lookup on its own socket
+ * could reach the manager first and be answered with A's holding of a
+ * record A already gave to the arena (an export A is not polled to refuse
+ * here: B's claim would then time out). */
+static void wait_manager_holds(const struct mgr_proc *m, sel_store *a, sel_store *b)
+{
+	wait_metric_eq(m, "flare_pool_holdings", holds(a) + holds(b), 10);
+}
+
 static void test_cascade(void)
 {
 	const uint64_t unit[1] = {4096};
@@ -735,6 +756,7 @@ static void test_cascade(void)
 	sel_store_stats(a, &st);
 	CHECK(st.tier[SEL_TIER_MEMORY].dropped_end_of_chain == 0);
 	/* B restores it from the arena, byte-exact. */
+	wait_manager_holds(&m, a, b);
 	bool pending = false;
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
@@ -825,6 +847,7 @@ static void test_cascade_disk(bool composite)
 	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128)); /* memory too */
 	sel_store_stats(a, &st);
 	CHECK(st.tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	wait_manager_holds(&m, a, b);
 	bool pending = false;
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
