@@ -631,6 +631,28 @@ def wait_for(pred, what, timeout=20.0, show=None):
         time.sleep(0.02)
 
 
+def start_pool(binary, sock, args=()):
+    """Start `flare pool --socket sock` with args, its output appended to
+    sock + ".log", and wait (wait_for) until this start listens.  Returns
+    the process, with .port the metrics port when args ask for one (0
+    otherwise).  A restart on the same socket appends to the same log."""
+    log = sock + ".log"
+    seen = open(log).read().count("listening on unix:") if os.path.exists(log) else 0
+    with open(log, "a") as out:
+        p = subprocess.Popen([binary, "pool", "--socket", sock] + list(args),
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             preexec_fn=die_with_parent)
+
+    def listening():
+        text = open(log).read()
+        assert p.poll() is None, "flare pool exited: " + text
+        return text.count("listening on unix:") > seen
+    wait_for(listening, "flare pool to listen")
+    ports = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/", open(log).read())
+    p.port = int(ports[-1]) if ports else 0
+    return p
+
+
 def geometry(binary, core=None, max_active=4, mode="ordinary"):
     """(page bytes, row bytes) of a core's GPU cache in a state mode, read
     from the refusal of `flare run --gpu-cache 1` (engine.c size_cache).

@@ -32,29 +32,15 @@ import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
+from flare import Flare, TempDir, install_cleanup, start_pool, wait_for  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
 
 
 def start_manager(sock, arena):
-    log = open(sock + ".log", "a")
-    p = subprocess.Popen([binary, "pool", "--socket", sock, "--memory", "32MiB", "--arena", arena,
-                          "--recovery-timeout", "5s"],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=die_with_parent)
-    deadline = time.monotonic() + 20
-    while True:
-        with open(sock + ".log") as f:
-            if f.read().count("listening on unix:") > start_manager.started:
-                start_manager.started += 1
-                return p
-        assert p.poll() is None, "flare pool exited " + open(sock + ".log").read()
-        assert time.monotonic() < deadline, "flare pool did not start"
-        time.sleep(0.02)
-
-
-start_manager.started = 0
+    return start_pool(binary, sock, ["--memory", "32MiB", "--arena", arena,
+                                     "--recovery-timeout", "5s"])
 
 
 def ask(f, text, max_tokens=12):

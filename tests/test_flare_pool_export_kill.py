@@ -21,7 +21,6 @@ Every wait is by condition with a deadline; processes are stopped by pid."""
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ import urllib.request
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, Metrics, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
+from flare import Flare, Metrics, TempDir, install_cleanup, start_pool, wait_for  # noqa: E402
 
 install_cleanup()
 binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
@@ -42,23 +41,12 @@ class Manager:
         self.sock, self.arena, self.log, self.proc, self.port = sock, arena, sock + ".log", None, 0
 
     def start(self):
-        seen = open(self.log).read().count("listening on unix:") if os.path.exists(self.log) else 0
-        log = open(self.log, "a")
         # A progress timeout far beyond the test: the export lease must still
         # be open (not failed for no progress) when A is killed.
-        self.proc = subprocess.Popen(
-            [binary, "pool", "--socket", self.sock, "--memory", "32MiB", "--arena", self.arena,
-             "--metrics-port", "0", "--recovery-timeout", "5s", "--progress-timeout", "60s"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=die_with_parent)
-        log.close()
-
-        def listening():
-            text = open(self.log).read()
-            assert self.proc.poll() is None, "flare pool exited: " + text
-            return text.count("listening on unix:") > seen
-        wait_for(listening, "flare pool to listen")
-        ports = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", open(self.log).read())
-        self.port = int(ports[-1])
+        self.proc = start_pool(binary, self.sock, [
+            "--memory", "32MiB", "--arena", self.arena, "--metrics-port", "0",
+            "--recovery-timeout", "5s", "--progress-timeout", "60s"])
+        self.port = self.proc.port
         return self
 
     def get(self, path):

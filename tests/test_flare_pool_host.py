@@ -15,15 +15,12 @@ manager and `flare run` instances with the tiny core on loopback.
      tokens.
 Every wait is by condition with a deadline; processes are stopped by pid."""
 import os
-import re
 import signal
-import subprocess
 import sys
-import time
 
 src = os.environ.get("SELENE_SRCDIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(src, "qualify"))
-from flare import Flare, Metrics, TempDir, die_with_parent, install_cleanup, wait_for  # noqa: E402
+from flare import Flare, Metrics, TempDir, install_cleanup, start_pool, wait_for  # noqa: E402
 import urllib.request  # noqa: E402
 
 install_cleanup()
@@ -31,21 +28,7 @@ binary = os.path.join(os.environ.get("SELENE_BUILD", "build"), "flare")
 
 
 def start_manager(sock):
-    log = open(sock + ".log", "a")
-    p = subprocess.Popen([binary, "pool", "--socket", sock, "--memory", "32MiB",
-                          "--metrics-port", "0"],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         preexec_fn=die_with_parent)
-    deadline = time.monotonic() + 20
-    while True:
-        with open(sock + ".log") as f:
-            text = f.read()
-            if "listening on unix:" in text:
-                p.port = int(re.search(r"metrics on http://127.0.0.1:(\d+)/", text).group(1))
-                return p
-        assert p.poll() is None, "flare pool exited " + open(sock + ".log").read()
-        assert time.monotonic() < deadline, "flare pool did not start"
-        time.sleep(0.02)
+    return start_pool(binary, sock, ["--memory", "32MiB", "--metrics-port", "0"])
 
 
 def ask(f, text, max_tokens=12):
