@@ -181,9 +181,7 @@ static int export_now(struct xdouble *d, int i)
 	__atomic_store_n(&d->want, i + 1, __ATOMIC_SEQ_CST);
 	uint64_t one = 1;
 	CHECK(write(d->efd, &one, sizeof one) == (ssize_t)sizeof one);
-	uint64_t end = eos_now_ns() + 30ull * 1000 * 1000 * 1000;
-	while (__atomic_load_n(&d->done, __ATOMIC_SEQ_CST) == before && eos_now_ns() < end)
-		usleep(1000);
+	TEST_UNTIL(__atomic_load_n(&d->done, __ATOMIC_SEQ_CST) != before, 30);
 	CHECK(__atomic_load_n(&d->done, __ATOMIC_SEQ_CST) == before + 1);
 	return __atomic_load_n(&d->rc, __ATOMIC_SEQ_CST);
 }

@@ -107,14 +107,7 @@ static uint64_t get(uint64_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); 
 static void set(int *p, int v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 
 /* Up to 30 s for *p >= want. */
-static void wait_at_least(uint64_t *p, uint64_t want)
-{
-	uint64_t deadline = eos_now_ns() + 30 * UINT64_C(1000000000);
-	while (get(p) < want) {
-		CHECKF(eos_now_ns() < deadline, "waited 30 s for %llu", (unsigned long long)want);
-		usleep(200);
-	}
-}
+static void wait_at_least(uint64_t *p, uint64_t want) { TEST_UNTIL(get(p) >= want, 30); }
 
 
 /* A prompt, with an image or none. */
@@ -303,11 +296,7 @@ static void run_case(enum when w)
 		/* S drains first: prefill starts; the deeper answer after it
 		 * changes nothing. */
 		et_gate_hold(&d.g, false);
-		uint64_t deadline = eos_now_ns() + 30 * UINT64_C(1000000000);
-		while (!has_token(x)) {
-			CHECK(eos_now_ns() < deadline);
-			usleep(200);
-		}
+		TEST_UNTIL(has_token(x), 30);
 		set(&d.state, ANSWERED);
 		et_wait(x);
 		hel_engine_stats_get(e, &st);

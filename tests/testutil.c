@@ -224,6 +224,24 @@ void test_wait_thread_gone(int tid)
 	}
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t test_deadline_ns(unsigned seconds) { return mono_ns() + (uint64_t)seconds * 1000000000u; }
+
+bool test_wait_step(uint64_t deadline_ns)
+{
+	if (mono_ns() >= deadline_ns)
+		return false;
+	struct timespec nap = {0, 200 * 1000};
+	nanosleep(&nap, NULL);
+	return true;
+}
+
 const char *test_srcdir(void)
 {
 	static char dir[4096];

@@ -107,6 +107,18 @@ bool test_soak(void);
 int test_threads_named(const char *name, int *tids, int cap);
 int test_new_thread(const char *name, const int *before, int n);
 void test_wait_thread_gone(int tid);
+/* TEST_UNTIL(cond, seconds): wait for cond, polled every 200 us, failing
+ * the test after seconds.  The one condition wait of the C tests that have
+ * no fixture of their own (storefx's SFX_UNTIL also polls a store). */
+uint64_t test_deadline_ns(unsigned seconds);
+bool test_wait_step(uint64_t deadline_ns); /* false once past it; else naps */
+#define TEST_UNTIL(cond, seconds)                                                                  \
+	do {                                                                                       \
+		uint64_t tu_deadline_ = test_deadline_ns(seconds);                                 \
+		while (!(cond))                                                                    \
+			CHECKF(test_wait_step(tu_deadline_), "not reached in %u s: %s",            \
+			       (unsigned)(seconds), #cond);                                        \
+	} while (0)
 
 /* Run fn(arg) in a child process, its stderr captured: true when the child
  * died of SIGABRT and what it wrote contains want (NULL: anything).  For
