@@ -75,7 +75,16 @@ static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_
 	sel_retry_reason why;
 	for (;;) {
 		uint64_t refused = sfx_pool_counters(a).puts_refused;
-		CHECK(sel_store_put(a, &p, &why) == SEL_QUEUED);
+		sel_outcome put = sel_store_put(a, &p, &why);
+		if (put == SEL_RETRY) { /* no room yet (a loaded machine): as the worker, retry */
+			CHECKF(eos_now_ns() < deadline, "put refused for 20 s (reason %d)",
+			       (int)why);
+			sel_event ev[8];
+			for (int k = sfx_poll_wait(a, ev, 8); k > 0; k--)
+				CHECK(ev[k - 1].type == SEL_EV_PROGRESS);
+			continue;
+		}
+		CHECKF(put == SEL_QUEUED, "put: outcome %d", (int)put);
 		sel_event e = next_event(a);
 		CHECK(e.checkpoint == id);
 		if (e.type == SEL_EV_STORED)
