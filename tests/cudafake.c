@@ -390,6 +390,14 @@ f_cuMemGetAllocationGranularity(size_t *g, const struct sel_cu_mem_alloc_prop *p
 	*g = option == SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? 65536 : 4096;
 	return 0;
 }
+static sel_cu_result f_cuMemGetInfo(size_t *fr, size_t *tot)
+{
+	if (!fake_current)
+		return SEL_CU_ERROR_INVALID_CONTEXT;
+	*tot = (size_t)80 << 30;
+	*fr = *tot - ((size_t)1 << 30); /* tests wrap it for smaller figures */
+	return 0;
+}
 
 static const struct {
 	const char *name;
@@ -434,6 +442,7 @@ static const struct {
 	F("cuMemUnmap", f_cuMemUnmap),
 	F("cuMemSetAccess", f_cuMemSetAccess),
 	F("cuMemGetAllocationGranularity", f_cuMemGetAllocationGranularity),
+	F("cuMemGetInfo_v2", f_cuMemGetInfo),
 #undef F
 };
 

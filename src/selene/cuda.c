@@ -129,6 +129,7 @@ static const struct {
 	SYM(cuMemUnmap, "cuMemUnmap"),
 	SYM(cuMemSetAccess, "cuMemSetAccess"),
 	SYM(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+	SYM(cuMemGetInfo, "cuMemGetInfo_v2"),
 #undef SYM
 };
 
@@ -352,6 +353,35 @@ int sel_cuda_device_info(const struct sel_cuda *cu, int ordinal, struct sel_cuda
 		    dev) == SEL_CU_SUCCESS)
 		out->host_numa_vmm = v != 0;
 	return 0;
+}
+
+int sel_cuda_device_memory(const struct sel_cuda *cu, int ordinal, uint64_t *free_bytes,
+			   uint64_t *total_bytes)
+{
+	sel_cu_device dev;
+	sel_cu_ctx ctx = NULL, prev = NULL;
+	sel_cu_result res;
+	size_t fr = 0, tot = 0;
+	int rc;
+	*free_bytes = *total_bytes = 0;
+	if ((res = cu->cuDeviceGet(&dev, ordinal)))
+		return sel_cuda_fail(cu, res, "cuDeviceGet(%d)", ordinal);
+	if ((res = cu->cuCtxGetCurrent(&prev)))
+		return sel_cuda_fail(cu, res, "cuCtxGetCurrent");
+	if ((res = cu->cuDevicePrimaryCtxRetain(&ctx, dev)))
+		return sel_cuda_fail(cu, res, "device %d: cuDevicePrimaryCtxRetain", ordinal);
+	if ((res = cu->cuCtxSetCurrent(ctx)))
+		rc = sel_cuda_fail(cu, res, "device %d: cuCtxSetCurrent", ordinal);
+	else
+		rc = sel_cuda_fail(cu, cu->cuMemGetInfo(&fr, &tot), "device %d: cuMemGetInfo",
+				   ordinal);
+	(void)cu->cuCtxSetCurrent(prev);
+	(void)cu->cuDevicePrimaryCtxRelease(dev);
+	if (rc == 0) {
+		*free_bytes = fr;
+		*total_bytes = tot;
+	}
+	return rc;
 }
 
 /* ---- The copy backend ------------------------------------------------------ */

@@ -176,6 +176,7 @@ struct sel_cuda {
 	sel_cu_result (*cuMemGetAllocationGranularity)(size_t *granularity,
 						       const struct sel_cu_mem_alloc_prop *prop,
 						       int option);
+	sel_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes); /* _v2 */
 };
 
 /* The process-wide driver: dlopen("libcuda.so.1"), every symbol, cuInit(0),
@@ -230,6 +231,12 @@ struct sel_cuda_device_info {
 	bool host_numa_vmm; /* ... with CU_MEM_LOCATION_TYPE_HOST_NUMA (split pools) */
 };
 int sel_cuda_device_info(const struct sel_cuda *cu, int ordinal, struct sel_cuda_device_info *out);
+
+/* Device ordinal's free and total memory (cuMemGetInfo_v2 with its primary
+ * context current, retained for the call only; the caller's context is
+ * restored).  SEL_ECUDA naming the call and the device. */
+int sel_cuda_device_memory(const struct sel_cuda *cu, int ordinal, uint64_t *free_bytes,
+			   uint64_t *total_bytes);
 
 /* ---- The CUDA copy backend (design 2.5) ----------------------------------- */
 

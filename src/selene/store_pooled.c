@@ -193,6 +193,9 @@ static void sp_session_event(struct sel_pooled *p, const struct sel_pool_event *
 		sp_hold_reannounce(p);
 		break;
 	case SEL_POOL_EV_DISABLED:
+		/* another region generation: every lease of the lost session
+		 * ended, no copy touches the old mapping */
+		sp_cuda_unregister(p);
 		p->pc_st.state = SEL_POOL_GONE_FOR_GOOD;
 		snprintf(p->warn, sizeof p->warn, "%s", sel_pool_warning(p->pc));
 		break;
@@ -274,6 +277,8 @@ static void sp_stats(sel_store *s, sel_stats *out)
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
 	sel_wrap_stats(s, out);
+	if (!p->w.inner && p->cuda_be)
+		out->transport = "cuda"; /* pool only: the pool's copier is the transport */
 	out->tier[SEL_TIER_POOL] = p->tier;
 	out->pool = p->pc_st;
 	out->lookups += p->pc_st.lookups;
@@ -326,10 +331,11 @@ static bool sp_budget_fits(struct sel_pooled *p, const sel_store_config *cfg)
 		.arena_bytes = h->arena_bytes,
 		.staging_bytes = h->staging_bytes,
 	};
+	char msg[360];
+	int drc = sp_cuda_budget(p, &in, msg, sizeof msg); /* the device half */
 	sel_pool_budget_observe(&in);
 	struct sel_pool_budget_out out;
-	char msg[360];
-	if (sel_pool_budget_check(&in, &out, msg, sizeof msg) == SEL_POOL_BUDGET_FITS)
+	if (!drc && sel_pool_budget_check(&in, &out, msg, sizeof msg) == SEL_POOL_BUDGET_FITS)
 		return true;
 	snprintf(
 		p->warn, sizeof p->warn,
@@ -360,14 +366,12 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 	memcpy(pcc.identity, cfg->identity, SEL_IDENTITY_BYTES);
 	memcpy(pcc.core_identity, cfg->model_identity, SEL_IDENTITY_BYTES);
 	p->pc_st.state = SEL_POOL_GONE_FOR_GOOD;
-	if (cfg->backend == SEL_BACKEND_CUDA && !cfg->copy_backend) {
-		snprintf(p->warn, sizeof p->warn,
-			 "prefix cache pool %s: a CUDA copy backend with the pool is not in this "
-			 "build; local tiers will be used and this instance will not attach later",
-			 p->address);
-		return 0;
-	}
-	int rc = sel_pool_attach(&pcc, &p->pc);
+	p->g = cfg->geometry;
+	bool cuda = sp_cuda_wanted(cfg);
+	int rc = cuda ? sp_cuda_load(p, cfg) : 0;
+	if (rc)
+		return rc;
+	rc = sel_pool_attach(&pcc, &p->pc);
 	if (rc) {
 		snprintf(p->warn, sizeof p->warn,
 			 "%s; local tiers will be used and this instance will not attach later",
@@ -375,13 +379,14 @@ static int sp_attach(struct sel_pooled *p, const sel_store_config *cfg)
 		snprintf(p->desc, sizeof p->desc, "%s (not attached)", p->address);
 		return 0;
 	}
-	if (!sp_budget_fits(p, cfg))
+	if (!sp_budget_fits(p, cfg) || (cuda && !sp_cuda_register(p)))
 		return 0;
+	if (p->cuda_be)
+		be = p->cuda_be;
 	struct sel_xfer_part *parts = calloc(cfg->geometry->ranks, sizeof *parts);
 	if (!parts)
 		return eos_fail(-ENOMEM, "pooled store: out of memory");
 	uint64_t nslots = sel_pool_xfer_parts(p->pc, parts);
-	p->g = cfg->geometry;
 	p->fused = be == &sel_copy_backend_host;
 	for (uint32_t r = 0; r < cfg->geometry->ranks; r++)
 		for (uint32_t k = 0; k < cfg->geometry->rank[r].n_planes; k++)
@@ -494,6 +499,8 @@ static int sp_close(sel_store *s, uint64_t deadline_ns)
 		while (p->th_started)
 			pthread_join(p->th[--p->th_started], NULL);
 	}
+	if (rc == 0)
+		sp_cuda_unregister(p); /* drained: before the client unmaps the arena */
 	if (p->pc && rc == 0) {
 		/* Every copy drained: end the leases still held, then the session. */
 		sp_take_helped(p);
@@ -547,6 +554,7 @@ static void sp_destroy(sel_store *s)
 		sel_xfer_destroy(p->x);
 		sel_pool_destroy(p->pc);
 	}
+	sp_cuda_free(p, leak); /* after the transfer set: its threads use the backend */
 	sel_slot_layout_free(&p->lay);
 	sel_wrap_destroy_inner(&p->w);
 	if (p->ep >= 0)

@@ -103,12 +103,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pool_budget.h"
 #include "pool_client.h"
 #include "selene_store.h"
 #include "slab.h"
 #include "store_disk.h"
 #include "store_wrap.h"
 #include "transfer.h"
+
+struct sel_cuda;
 
 #define SP_TICKETS 64             /* lookups remembered at once */
 #define SP_GRACE_NS 2000000       /* design 2.15: 2 ms locally ... */
@@ -320,6 +323,13 @@ struct sel_pooled {
 	uint64_t hgen;           /* the last host holding generation given */
 	sel_pool_counters pc_st;
 	sel_tier_stats tier; /* the pool tier's slot of sel_stats */
+	/* The CUDA path (store_pooled_cuda.c): the driver and the ranks'
+	 * devices, the pool's own copy backend, the arena's registration. */
+	const struct sel_cuda *cu;
+	int *cu_dev; /* [ranks] */
+	struct sel_copy_backend *cuda_be;
+	void *reg_addr; /* registered arena mapping, or NULL */
+	uint64_t reg_len;
 };
 
 /* store_pooled.c */
@@ -387,6 +397,26 @@ struct sp_holding *sp_hold_find(struct sel_pooled *p, uint8_t source, const sel_
 void sp_hold_withdraw(struct sel_pooled *p, uint8_t source, const sel_key *key);
 /* An export request for a DRAM or NVMe holding (store_pooled_export.c). */
 void sp_export_host(struct sel_pooled *p, struct sel_pool_lease *l);
+
+/* store_pooled_cuda.c: the arena registered with the CUDA driver (design
+ * 2.15 "registration"; the budget check's device half). */
+/* Whether cfg copies with CUDA (device planes or backend CUDA, no test
+ * backend); sp_cuda_load then loads the driver and names the devices (an
+ * error when it cannot: a configured GPU is never replaced by memcpy). */
+bool sp_cuda_wanted(const sel_store_config *cfg);
+int sp_cuda_load(struct sel_pooled *p, const sel_store_config *cfg);
+/* The budget's device half into *in (nothing without the driver): the
+ * GPUs, the least free device memory less SP_CUDA_RESERVE, integrated.
+ * Nonzero with msg[cap] saying why when a figure cannot be read. */
+#define SP_CUDA_RESERVE (16ull << 20) /* design 2.5: for transfer streams */
+int sp_cuda_budget(struct sel_pooled *p, struct sel_pool_budget_in *in, char *msg, size_t cap);
+/* After the budget fits: the backend, then the arena registered once.
+ * False after a failure: one warning, nothing registered, the session
+ * closed (local tiers). */
+bool sp_cuda_register(struct sel_pooled *p);
+/* Unregister the arena (no copy may touch it any more); NULL-safe twice. */
+void sp_cuda_unregister(struct sel_pooled *p);
+void sp_cuda_free(struct sel_pooled *p, bool leak);
 
 /* store_pooled_cascade.c */
 /* Cascade from the inner store when it is a memory store (the end of the
