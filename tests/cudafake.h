@@ -11,8 +11,9 @@
  * first misuse is named in fake.bad_why.  Two devices, NUMA nodes 3 and 4.
  *
  * test_cuda_driver.c tests the driver table, backend and split pools on
- * it; storefx's device mode (sfx_devices) runs the disk and composite
- * store tests on it (SELENE_TEST_FAKE_CUDA=1, tests/test_store_cuda_fake.sh).
+ * it; storefx's device mode (sfx_devices) runs the disk, composite and
+ * pooled store tests on it (SELENE_TEST_FAKE_CUDA=1,
+ * tests/test_store_cuda_fake.sh).
  */
 #ifndef CUDAFAKE_H
 #define CUDAFAKE_H
