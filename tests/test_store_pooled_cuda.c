@@ -9,7 +9,8 @@
  *     is registered exactly once; a manager restarted over the same arena
  *     file (same generation) keeps it registered, once, and sharing works
  *     again; a manager back with another arena (generation) disables
- *     sharing and the old mapping is unregistered then, once.
+ *     sharing and the old mapping is unregistered then, once.  The same
+ *     put and restore at TP2, each rank's share on its own device.
  *   - close unregisters the arena, once, before the mapping goes.
  *   - a registration the driver refuses: one warning, local tiers (a
  *     memory tier answers), nothing of the arena left registered.
@@ -325,6 +326,36 @@ static void test_share_reattach(void)
 	unlink(arena);
 }
 
+/* TP2: each rank's share between its device and the arena (rank r on
+ * device r where there are two). */
+static void test_share_tp2(void)
+{
+	const uint64_t unit[2] = {4096, 8192};
+	struct sfx fa, fb;
+	sfx_init(&fa, 2, 2, unit, 6000, 64, 8);
+	sfx_init(&fb, 2, 2, unit, 6000, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgr2", "--memory", "16MiB", NULL);
+	sel_store *a = open_pooled(&fa, m.sock, "A2"), *b = open_pooled(&fb, m.sock, "B2");
+	check_registered_once(a);
+	check_registered_once(b);
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 7, 192, 0);
+	sfx_conv_init(&fb, &cb, 7, 192, 0);
+	put_shared(&fa, a, &ca, 192, 21);
+	restore_exact(&fb, b, &cb, 192, 201);
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	CHECK(live_regs() == 0);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 static void test_close_unregisters(void)
 {
 	const uint64_t unit[1] = {4096};
@@ -468,6 +499,7 @@ static int pooled_cuda_main(void)
 	test_register_fails();
 	test_budget_device();
 	test_share_reattach();
+	test_share_tp2();
 	test_rmtree(d);
 	free(d);
 	sel_cuda_override(sfx_device_fake() ? base_cu : NULL);
