@@ -390,6 +390,13 @@ f_cuMemGetAllocationGranularity(size_t *g, const struct sel_cu_mem_alloc_prop *p
 	*g = option == SEL_CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? 65536 : 4096;
 	return 0;
 }
+static sel_cu_result f_cuMemHostGetDevicePointer(sel_cu_dptr *d, void *p, unsigned int flags)
+{
+	if (!fake_current || flags)
+		return SEL_CU_ERROR_INVALID_VALUE;
+	*d = (uintptr_t)p; /* unified addressing */
+	return 0;
+}
 static sel_cu_result f_cuMemGetInfo(size_t *fr, size_t *tot)
 {
 	if (!fake_current)
@@ -443,6 +450,7 @@ static const struct {
 	F("cuMemSetAccess", f_cuMemSetAccess),
 	F("cuMemGetAllocationGranularity", f_cuMemGetAllocationGranularity),
 	F("cuMemGetInfo_v2", f_cuMemGetInfo),
+	F("cuMemHostGetDevicePointer_v2", f_cuMemHostGetDevicePointer),
 #undef F
 };
 

@@ -12,8 +12,9 @@
  *     sharing and the old mapping is unregistered then, once.  The same
  *     put and restore at TP2, each rank's share on its own device.
  *   - close unregisters the arena, once, before the mapping goes.
- *   - a registration the driver refuses: one warning, local tiers (a
- *     memory tier answers), nothing of the arena left registered.
+ *   - a registration the driver refuses, or one the device sees at
+ *     another address than the host's: one warning, local tiers (a memory
+ *     tier answers), nothing of the arena left registered.
  *   - the budget's device half: a GPU whose free memory (cuMemGetInfo) is
  *     one byte per 512 short of the arena refuses, registers nothing and
  *     keeps the local tier; 16 KiB more fits; an integrated GPU's charge
@@ -52,6 +53,7 @@ static size_t fail_len;               /* a registration of this length fails */
 static unsigned long long free_bytes; /* cuMemGetInfo's free figure (0: the driver's) */
 static int integrated;                /* CU_DEVICE_ATTRIBUTE_INTEGRATED reads 1 */
 static atomic_int batches;            /* cuMemcpyBatchAsync calls */
+static int other_dptr;                /* registered memory reads at another device address */
 
 static struct reg *reg_of(void *addr)
 {
@@ -104,6 +106,14 @@ static sel_cu_result w_batch(sel_cu_dptr *dsts, sel_cu_dptr *srcs, size_t *sizes
 {
 	atomic_fetch_add(&batches, 1);
 	return base_cu->cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, idxs, num, stream);
+}
+
+static sel_cu_result w_devptr(sel_cu_dptr *d, void *p, unsigned int flags)
+{
+	sel_cu_result res = base_cu->cuMemHostGetDevicePointer(d, p, flags);
+	if (!res && other_dptr)
+		*d += 1u << 20;
+	return res;
 }
 
 static sel_cu_result w_meminfo(size_t *fr, size_t *tot)
@@ -444,6 +454,22 @@ static void test_register_fails(void)
 	sel_store_destroy(s);
 	fail_len = 0;
 	CHECK(live_regs() == 0);
+
+	/* Registered, but the device sees it at another address: undone. */
+	other_dptr = 1;
+	pthread_mutex_lock(&reg_mu);
+	int unregs0 = total_unregs;
+	pthread_mutex_unlock(&reg_mu);
+	s = open_store(&f, m.sock, "fail", 4 << 20);
+	check_local(&f, s, m.sock, "the device address");
+	CHECK(none_of(8u << 20));
+	pthread_mutex_lock(&reg_mu);
+	CHECK(total_unregs > unregs0); /* the arena's, at once */
+	pthread_mutex_unlock(&reg_mu);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	other_dptr = 0;
+	CHECK(live_regs() == 0);
 	mgr_stop(&m);
 	sfx_free(&f);
 }
@@ -512,6 +538,7 @@ static int pooled_cuda_main(void)
 	wrapped.cuMemHostUnregister = w_unregister;
 	wrapped.cuMemGetInfo = w_meminfo;
 	wrapped.cuMemcpyBatchAsync = w_batch;
+	wrapped.cuMemHostGetDevicePointer = w_devptr;
 	wrapped.cuDeviceGetAttribute = w_attr;
 	sel_cuda_override(&wrapped);
 	char *d = test_mkdtemp("pooledcuda");

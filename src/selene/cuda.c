@@ -130,6 +130,7 @@ static const struct {
 	SYM(cuMemSetAccess, "cuMemSetAccess"),
 	SYM(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
 	SYM(cuMemGetInfo, "cuMemGetInfo_v2"),
+	SYM(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
 #undef SYM
 };
 
@@ -567,6 +568,29 @@ static void cuda_host_unregister(void *ctx, void *addr, uint64_t len)
 	(void)cu->cuCtxSetCurrent(b->ctx[0]);
 	(void)cu->cuMemHostUnregister(addr);
 	(void)cu->cuCtxSetCurrent(prev);
+}
+
+int sel_cuda_host_identical(const struct sel_copy_backend *backend, void *addr)
+{
+	const struct cuda_backend *b = (const struct cuda_backend *)backend;
+	const struct sel_cuda *cu = b->cu;
+	sel_cu_ctx prev = NULL;
+	sel_cu_dptr d = 0;
+	sel_cu_result res;
+	int rc;
+	if ((res = cu->cuCtxGetCurrent(&prev)))
+		return sel_cuda_fail(cu, res, "cuCtxGetCurrent");
+	if ((res = cu->cuCtxSetCurrent(b->ctx[0])))
+		return sel_cuda_fail(cu, res, "cuCtxSetCurrent (device %d)", b->ordinal[0]);
+	rc = sel_cuda_fail(cu, cu->cuMemHostGetDevicePointer(&d, addr, 0),
+			   "cuMemHostGetDevicePointer of %p", addr);
+	(void)cu->cuCtxSetCurrent(prev);
+	if (rc == 0 && d != (sel_cu_dptr)(uintptr_t)addr)
+		rc = eos_fail(SEL_ECUDA,
+			      "cuda: host memory registered at %p has the device address 0x%llx, "
+			      "not the same",
+			      addr, d);
+	return rc;
 }
 
 void sel_copy_backend_cuda_destroy(struct sel_copy_backend *backend)

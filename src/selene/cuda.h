@@ -177,6 +177,8 @@ struct sel_cuda {
 						       const struct sel_cu_mem_alloc_prop *prop,
 						       int option);
 	sel_cu_result (*cuMemGetInfo)(size_t *free_bytes, size_t *total_bytes); /* _v2 */
+	sel_cu_result (*cuMemHostGetDevicePointer)(sel_cu_dptr *dptr, void *p,
+						   unsigned int flags); /* _v2 */
 };
 
 /* The process-wide driver: dlopen("libcuda.so.1"), every symbol, cuInit(0),
@@ -262,6 +264,12 @@ int sel_cuda_device_memory(const struct sel_cuda *cu, int ordinal, uint64_t *fre
 int sel_copy_backend_cuda_create(const struct sel_cuda *cu, const int *devices, uint32_t ranks,
 				 struct sel_copy_backend **out);
 void sel_copy_backend_cuda_destroy(struct sel_copy_backend *backend);
+/* Whether host memory registered at addr through backend (a CUDA one) has
+ * the same device address (cuMemHostGetDevicePointer_v2 with device[0]'s
+ * context current): 0, or SEL_ECUDA naming both addresses.  The pool's
+ * registrar requires it (design 2.15): its copies name the arena's windows
+ * by host address. */
+int sel_cuda_host_identical(const struct sel_copy_backend *backend, void *addr);
 
 /* ---- Split pools (design 2.5, memory-only TP>1) ---------------------------- */
 /*

@@ -21,9 +21,12 @@
  *   cannot give refuses the plan, as an unobservable host supply does.
  *   Only a plan that fits makes the backend and registers the arena
  *   mapping, once (the backend's host_register: cuMemHostRegister_v2,
- *   PORTABLE, which maps it into every device).  A registration the driver
- *   refuses gives one warning, closes the session and leaves nothing
- *   registered: local tiers.
+ *   PORTABLE, which maps it into every device), and requires the device
+ *   address of the registration to be the host address (the startup
+ *   registrar's rule: the copies name the windows by host address).  A
+ *   registration the driver refuses, or one at another device address,
+ *   gives one warning, closes the session and leaves nothing registered:
+ *   local tiers.
  *
  *   Unregistration.  The arena stays registered while the session lives
  *   and across a reattach to the same region generation (the mapping is
@@ -143,6 +146,13 @@ bool sp_cuda_register(struct sel_pooled *p)
 		return sp_cuda_refuse(p, "registering");
 	p->reg_addr = addr;
 	p->reg_len = len;
+	if (sel_cuda_host_identical(p->cuda_be, addr)) {
+		char msg[EOS_ERRMSG_MAX];
+		snprintf(msg, sizeof msg, "%s", eos_errmsg());
+		sp_cuda_unregister(p); /* the copies name windows by host address */
+		(void)eos_fail(SEL_ECUDA, "%s", msg);
+		return sp_cuda_refuse(p, "registering");
+	}
 	return true;
 }
 
