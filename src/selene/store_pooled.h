@@ -48,8 +48,9 @@
  *   from DRAM), each is copied from its slots (or read from its files,
  *   checked; replicated shares copied out to every rank) into arena
  *   windows and checksummed on a helper, committed, and leaves the local
- *   tiers only once the manager accepted it.  Otherwise (pool only; or a local store the cascade
- *   cannot read: a split pool) every checkpoint the inner store queues
+ *   tiers only once the manager accepted it.  Otherwise (pool only; or a
+ *   local store the cascade cannot read: a split pool) every checkpoint
+ *   the inner store queues
  *   (or, pool only, every checkpoint) is copied into arena windows at
  *   publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,

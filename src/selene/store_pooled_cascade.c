@@ -58,7 +58,7 @@
  *   as before.  Its memory copy keeps the composite's dirty pin while the
  *   disk node is held (a held node is neither removed nor written, so the
  *   pin is not dropped), which keeps its memory chain in place.
-
+ *
  * INVARIANTS
  *   1. Every held record ends exactly once (sel_core_cascade_end), after
  *      the helper stopped reading its slots.
@@ -390,9 +390,10 @@ static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 	for (uint32_t r = 1; rc == 0 && prep && r < p->lay.ranks; r++)
 		if (p->lay.share[r] != stride)
 			rc = eos_fail(SEL_ECORRUPT,
-				      "cascade read: replicated pages, rank %u's "
-				      "share differs",
-				      r);
+				      "cascade read: replicated pages, but rank %u's share "
+				      "of %llu bytes is not rank 0's %llu",
+				      r, (unsigned long long)p->lay.share[r],
+				      (unsigned long long)stride);
 	if (rc == 0 && sp->page_stride != stride)
 		rc = eos_fail(SEL_ECORRUPT, "cascade read: page records of %llu bytes, not %llu",
 			      (unsigned long long)sp->page_stride, (unsigned long long)stride);
