@@ -21,15 +21,34 @@
  *     and what a composite's parked records wait for as taken: DRAM's
  *     demotions get their room from the next level, not by dropping a
  *     committed record.
+ *
+ * Then the pool as the next level, a real `flare pool` started here (TP 2,
+ * identical ranks: replicated and packed shares):
+ *   - a disk tier's records with replicated shares (pages and row, pages
+ *     only) cascade: read, checked, copied out to both ranks; another
+ *     instance restores them from the arena byte-exact; a damaged file and
+ *     a killed manager keep the record local, restorable;
+ *   - a composite's parked records go straight from DRAM, never written,
+ *     offered once (a held one is not written by maintenance), leaving
+ *     both tiers when accepted; a killed manager keeps it local;
+ *   - a manager that refuses (an arena too small: oversize) keeps either
+ *     local, restorable, with no lease or record left at the manager.
+ * The local tiers' module checkers run after every poll (and, with
+ * SEL_DEBUG_CHECKS=1, after every mutation).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "eos.h"
+#include "pool_testlib.h"
+#include "record.h"
 #include "store_common.h"
 #include "store_composite.h"
+#include "store_composite_int.h"
 #include "store_disk.h"
 #include "store_memory.h"
+#include "store_pooled.h"
 #include "storefx.h"
 #include "testutil.h"
 
@@ -443,6 +462,371 @@ static void test_composite_demand(void)
 	sfx_free(&f);
 }
 
+
+/* ---- the pool as the next level: a real `flare pool` (design 2.15) ------------------------ */
+
+/* TP 2, one page plane of 4096 bytes, a row of 4096: identical ranks'
+ * pages and rows are stored once (replicated) on disk and packed in DRAM. */
+static const uint64_t tp_unit[1] = {4096};
+
+static char pdir[200];
+
+static sel_store *pooled_inner(sel_store *s) { return ((struct sel_pooled *)s)->w.inner; }
+
+static bool local_has(sel_store *s, struct sfx_conv *cv, uint64_t c)
+{
+	return found(pooled_inner(s), cv, c);
+}
+
+/* Publish checkpoint c of cv (its row split across ranks or not) into s's
+ * local tiers and wait for STORED. */
+static void put_local(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t c, uint64_t id,
+		      bool row_split)
+{
+	sel_published p = sfx_ckpt_row(f, cv, c, 0, 1, id, row_split);
+	sel_retry_reason why;
+	sel_outcome o = sel_store_put(s, &p, &why);
+	CHECKF(o == SEL_QUEUED, "put: %s: %s", sel_outcome_name(o), sel_errmsg());
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	for (;;) {
+		int n = sfx_poll_wait(s, ev, 8);
+		CHECK(n <= 1);
+		if (n == 1 && ev[0].type == SEL_EV_PROGRESS)
+			continue;
+		if (n == 1) {
+			CHECKF(ev[0].type == SEL_EV_STORED && ev[0].checkpoint == id, "event %d",
+			       ev[0].type);
+			return;
+		}
+		CHECK(eos_now_ns() < deadline);
+	}
+}
+
+/* A pool-only instance B of f's scope restores checkpoint c of a
+ * conversation with cv's tokens from the arena, byte-exact on every rank. */
+static void restore_from_pool(struct sfx *fb, sel_store *b, struct sfx_conv *cv, uint64_t c,
+			      bool row_split, uint64_t ticket)
+{
+	sel_hit hit;
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	int rc;
+	while ((rc = sel_store_lookup(b, &cv->h, 0, c, &hit)) != 1) {
+		CHECK((rc == 0 || rc == SEL_LOOKUP_PENDING) && eos_now_ns() < deadline);
+		CHECK(sfx_poll_wait(b, ev, 8) == 0);
+	}
+	CHECKF(hit.tier == SEL_TIER_POOL && hit.key.consumed == c && !hit.neighbour,
+	       "tier %d consumed %" PRIu64, hit.tier, hit.key.consumed);
+	sfx_poison(fb);
+	uint32_t ids[8];
+	for (uint32_t i = 0; i < hit.pages; i++)
+		ids[i] = 20 + i;
+	sel_inbound in = {.ticket = ticket, .pages = ids, .n_pages = hit.pages, .state_slot = 2};
+	CHECK_OK(sel_store_fetch(b, &hit, &in));
+	int n;
+	while ((n = sfx_poll_wait(b, ev, 8)) == 0)
+		CHECK(eos_now_ns() < deadline);
+	CHECKF(n == 1 && ev[0].type == SEL_EV_FETCHED && ev[0].ticket == ticket &&
+		       ev[0].tier == SEL_TIER_POOL,
+	       "event %d tier %d", ev[0].type, ev[0].tier);
+	for (uint32_t j = 0; j < c / SFX_PT; j++)
+		CHECKF(sfx_page_ok(fb, 20 + j, cv->tag, j, false), "page %u", j);
+	CHECK(sfx_row_ok(fb, 2, sfx_row_seed(cv, c), row_split));
+}
+
+/* The file bytes of one replicated record of f (a disk store of its own). */
+static uint64_t record_bytes(struct sfx *f, struct sfx_conv *cv)
+{
+	char *d0 = test_mkdtemp("cascade-size");
+	sel_store *s = open_disk(f, d0, 1ull << 30);
+	sel_published cp = sfx_ckpt_row(f, cv, 128, 0, 1, 1, false);
+	store(s, &cp, NULL);
+	uint64_t rec = stats(s).tier[SEL_TIER_DISK].bytes_used;
+	CHECK(info(s, &cp.key).flags == (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED));
+	CHECK_RC(sel_store_close(s, 0), 0);
+	sel_store_destroy(s);
+	CHECK_OK(test_rmtree(d0));
+	free(d0);
+	return rec;
+}
+
+/* A disk (or, with memory, composite) store over dir with the pool of m. */
+static sel_store *open_local_pooled(struct sfx *f, const struct mgr_proc *m, const char *id,
+				    const char *dir, uint64_t limit, uint64_t memory)
+{
+	sel_store_config c = sfx_config(f, true);
+	c.disk_dir = dir;
+	c.disk_limit = limit;
+	c.memory_bytes = memory;
+	c.pool = m->sock;
+	c.pool_instance_id = id;
+	c.pool_wait_ns = 10ull * 1000000000;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&c, &s));
+	CHECKF(sfx_pool_counters(s).state == SEL_POOL_UP, "%s", sel_store_warning(s));
+	return s;
+}
+
+static sel_store *open_pool_only(struct sfx *f, const struct mgr_proc *m, const char *id)
+{
+	sel_store_config c = sfx_config(f, true);
+	c.pool = m->sock;
+	c.pool_instance_id = id;
+	c.pool_wait_ns = 10ull * 1000000000;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&c, &s));
+	CHECKF(sfx_pool_counters(s).state == SEL_POOL_UP, "%s", sel_store_warning(s));
+	return s;
+}
+
+/* The module checkers of s's local tiers (design 2.12). */
+static int check_local(sel_store *s)
+{
+	sel_store *in = pooled_inner(s);
+	return strcmp(in->ops->name, "composite") ? sel_disk_store_check(in)
+						  : sel_composite_store_check(in);
+}
+
+/* Flip one byte of key's first page record in its file. */
+static void damage(sel_store *disk, const sel_key *k)
+{
+	struct sel_disk_file df;
+	CHECK_OK(sel_disk_store_file(disk, k, &df));
+	char name[SEL_RECORD_NAME_MAX];
+	sel_record_name(k, name);
+	int fd = openat(sel_disk_store_dirfd(disk), name, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	uint8_t byte;
+	CHECK(pread(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	byte ^= 0x40;
+	CHECK(pwrite(fd, &byte, 1, (off_t)df.span.page_off + 9) == 1);
+	close(fd);
+}
+
+/* Records with replicated shares cascade from disk (design 2.15, TP 2): A
+ * (disk + pool, a limit of 8 records less a page, so a put's worst-case
+ * per-rank reservation always fits the headroom the cascade keeps) moves
+ * its oldest record -- pages and row stored once for both ranks -- into
+ * the arena once its disk is under its headroom, each share read and
+ * checked against the file's checksums and copied out to both ranks, and
+ * B restores it byte-exact; then one whose pages are replicated and whose
+ * row is per rank.  A damaged file is not cascaded (the put fails, the
+ * record stays); a manager that stops answering and is killed leaves the
+ * held record local, restorable byte-exact from A's disk.  Nothing is
+ * dropped. */
+static void test_pool_replicated_disk(void)
+{
+	struct sfx fa, fb;
+	sfx_init(&fa, 2, 1, tp_unit, 4096, 64, 8);
+	sfx_init(&fb, 2, 1, tp_unit, 4096, 64, 8);
+	struct sfx_conv ca[9], cb[2];
+	for (int i = 0; i < 9; i++)
+		sfx_conv_init(&fa, &ca[i], 140 + i, 128, 4 * i);
+	for (int i = 0; i < 2; i++)
+		sfx_conv_init(&fb, &cb[i], 140 + i, 128, 0);
+	uint64_t rec = record_bytes(&fa, &ca[8]);
+	struct mgr_proc m;
+	mgr_start(&m, pdir, "mgr-rep", "--memory", "8MiB", NULL);
+	char *dd = test_mkdtemp("pool-rep");
+	sel_store *a = open_local_pooled(&fa, &m, "RA", dd, 8 * rec - 4096, 0);
+	sel_store *b = open_pool_only(&fb, &m, "RB");
+	sel_store *disk = pooled_inner(a);
+	struct sel_core *core = sel_store_core(disk);
+	CHECK(!strcmp(disk->ops->name, "disk") && ((struct sel_pooled *)a)->casc == core);
+	sel_key k[8];
+	for (int i = 0; i < 8; i++)
+		k[i] = sfx_key(&ca[i], 128);
+	for (int i = 0; i < 6; i++) {
+		CHECK(sfx_pool_counters(a).puts == 0); /* above the headroom: nothing */
+		put_local(&fa, a, &ca[i], 128, 80 + i, i == 1);
+		struct sel_disk_file df;
+		SFX_UNTIL(a, check_local, sel_disk_store_file(disk, &k[i], &df) == 0);
+		if (i == 1) /* both replicated; pages replicated, the row per rank */
+			CHECK(df.d.flags == SEL_RECORD_PAGES_REPLICATED &&
+			      info(disk, &k[0]).flags ==
+				      (SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED));
+	}
+	SFX_UNTIL(a, check_local, sfx_pool_counters(a).cascaded == 1);
+	CHECK(!local_has(a, &ca[0], 128) && local_has(a, &ca[1], 128));
+	restore_from_pool(&fb, b, &cb[0], 128, false, 701);
+	/* Pages replicated, the row per rank. */
+	put_local(&fa, a, &ca[6], 128, 86, false);
+	SFX_UNTIL(a, check_local, sfx_pool_counters(a).cascaded == 2);
+	CHECK(!local_has(a, &ca[1], 128));
+	restore_from_pool(&fb, b, &cb[1], 128, true, 702);
+	CHECK(stats(a).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+
+	/* ca[2] is next: a byte of its first (replicated) page record changed. */
+	damage(disk, &k[2]);
+	put_local(&fa, a, &ca[7], 128, 87, false);
+	SFX_UNTIL(a, check_local, sfx_pool_counters(a).cascade_kept >= 1);
+	CHECK(local_has(a, &ca[2], 128) && sfx_pool_counters(a).cascaded == 2 &&
+	      sfx_pool_counters(a).puts_failed >= 1);
+	/* Stopped, the file repaired: the next offer of ca[2] waits on the
+	 * manager, held; killed, the record stays local and restores. */
+	CHECK(kill(m.pid, SIGSTOP) == 0);
+	damage(disk, &k[2]);
+	uint64_t kept = sfx_pool_counters(a).cascade_kept;
+	core->casc_after = 0;
+	SFX_UNTIL(a, check_local, core->casc_n == 1 && sel_core_cascade_holds(core, &k[2]));
+	CHECK(local_has(a, &ca[2], 128));
+	mgr_kill9(&m);
+	SFX_UNTIL(a, check_local, core->casc_n == 0 && sfx_pool_counters(a).cascade_kept > kept);
+	CHECK(local_has(a, &ca[2], 128) && sfx_pool_counters(a).cascaded == 2);
+	sfx_poison(&fa);
+	sfx_restore(&fa, a, &ca[2], 0, 128, 128, 40, 3, SEL_TIER_DISK, true, check_local);
+	CHECK(stats(a).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	CHECK_OK(check_local(a));
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	CHECK_OK(test_rmtree(dd));
+	free(dd);
+	for (int i = 0; i < 9; i++)
+		sfx_conv_free(&ca[i]);
+	for (int i = 0; i < 2; i++)
+		sfx_conv_free(&cb[i]);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* A composite's parked records go to the pool straight from DRAM (design
+ * 2.15's order DRAM, NVMe, manager): A (warm memory with room, so nothing
+ * is demoted; a disk limit of 2.5 records) parks its records in DRAM with
+ * their disk bytes charged; the second one takes the disk under its
+ * headroom, and the oldest parked record -- never written -- is offered
+ * from its memory slots (packed: one share for both ranks), accepted, and
+ * leaves both tiers; B restores it byte-exact.  A parked record held for
+ * the pool is not written to disk meanwhile (even when maintenance writes
+ * every other parked record), so it is offered once, from DRAM; a manager
+ * killed while it waits leaves it local and restorable. */
+static void test_pool_parked_dram(void)
+{
+	struct sfx fa, fb;
+	sfx_init(&fa, 2, 1, tp_unit, 4096, 64, 8);
+	sfx_init(&fb, 2, 1, tp_unit, 4096, 64, 8);
+	struct sfx_conv ca[4], cb0;
+	for (int i = 0; i < 4; i++)
+		sfx_conv_init(&fa, &ca[i], 150 + i, 128, 10 * i);
+	sfx_conv_init(&fb, &cb0, 150, 128, 0);
+	uint64_t rec = record_bytes(&fa, &ca[3]);
+	struct mgr_proc m;
+	mgr_start(&m, pdir, "mgr-park", "--memory", "8MiB", NULL);
+	char *dd = test_mkdtemp("pool-park");
+	sel_store *a = open_local_pooled(&fa, &m, "PA", dd, 2 * rec + rec / 2, 512 * fa.slot_bytes);
+	sel_store *b = open_pool_only(&fb, &m, "PB");
+	sel_store *comp = pooled_inner(a), *disk = sel_composite_store_disk(comp);
+	struct sel_core *core = sel_store_core(disk);
+	CHECK(!strcmp(comp->ops->name, "composite") && ((struct sel_pooled *)a)->casc == core);
+	sel_key k[3];
+	for (int i = 0; i < 3; i++)
+		k[i] = sfx_key(&ca[i], 128);
+	put_local(&fa, a, &ca[0], 128, 90, false);
+	struct sel_disk_record_info di = info(disk, &k[0]);
+	CHECK(di.parked && di.charged && !di.file && di.flags != 0);
+	CHECK(sfx_pool_counters(a).puts == 0 && !sel_disk_store_headroom(disk, NULL, NULL, NULL));
+	put_local(&fa, a, &ca[1], 128, 91, false);
+	SFX_UNTIL(a, check_local, sfx_pool_counters(a).cascaded == 1);
+	CHECK(sel_disk_store_record(disk, &k[0], &di) == -ENOENT && !local_has(a, &ca[0], 128));
+	struct sel_memory_view v;
+	CHECK(sel_memory_store_view(sel_composite_store_memory(comp), &k[0], &v) == -ENOENT);
+	struct sel_composite_gauges g;
+	sel_composite_store_gauges(comp, &g);
+	CHECK(g.writes_started == 0 && sfx_pool_counters(a).puts == 1); /* once, from DRAM */
+	CHECK(stats(a).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	restore_from_pool(&fb, b, &cb0, 128, false, 801);
+
+	/* The manager stopped: ca[1], now the oldest, is offered and held. */
+	CHECK(kill(m.pid, SIGSTOP) == 0);
+	put_local(&fa, a, &ca[2], 128, 92, false);
+	SFX_UNTIL(a, check_local, core->casc_n == 1 && sel_core_cascade_holds(core, &k[1]));
+	CHECK(sfx_pool_counters(a).puts == 2);
+	/* Maintenance demotes what is parked (as if a refused put needed
+	 * every warm slot): ca[2] is written, the held ca[1] is not. */
+	struct comp_store *cs = sel_cs_of(comp);
+	SFX_UNTIL(a, check_local, (cs->want_slots = 1u << 30, committed(disk, &k[2])));
+	di = info(disk, &k[1]);
+	CHECK(di.parked && !di.file && !di.writing && sel_core_cascade_holds(core, &k[1]));
+	CHECK(local_has(a, &ca[1], 128));
+	mgr_kill9(&m);
+	SFX_UNTIL(a, check_local, core->casc_n == 0 && sfx_pool_counters(a).cascade_kept == 1);
+	CHECK(local_has(a, &ca[1], 128) && sfx_pool_counters(a).cascaded == 1);
+	cs->want_slots = 0;
+	sfx_poison(&fa);
+	sfx_restore(&fa, a, &ca[1], 0, 128, 128, 40, 3, SEL_TIER_MEMORY, true, check_local);
+	CHECK(stats(a).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	CHECK_OK(check_local(a));
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	CHECK_OK(test_rmtree(dd));
+	free(dd);
+	for (int i = 0; i < 4; i++)
+		sfx_conv_free(&ca[i]);
+	sfx_conv_free(&cb0);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
+/* A manager whose arena cannot hold a record refuses the put (oversize):
+ * the record -- on disk with replicated shares, or (parked) parked in DRAM
+ * -- stays local and restores byte-exact; nothing dropped, no lease left
+ * at the manager. */
+static void test_pool_refused(bool parked)
+{
+	struct sfx fa;
+	sfx_init(&fa, 2, 1, tp_unit, 4096, 64, 8);
+	struct sfx_conv ca[7];
+	for (int i = 0; i < 7; i++)
+		sfx_conv_init(&fa, &ca[i], 160 + i, 128, 4 * i);
+	uint64_t rec = record_bytes(&fa, &ca[6]);
+	/* The arena's header, then room for two slots: a record needs three. */
+	char mem[32];
+	snprintf(mem, sizeof mem, "%" PRIu64, (uint64_t)65536 + 2 * fa.slot_bytes);
+	struct mgr_proc m;
+	mgr_start(&m, pdir, parked ? "mgr-ref-park" : "mgr-ref", "--memory", mem, NULL);
+	char *dd = test_mkdtemp("pool-ref");
+	sel_store *a = parked ? open_local_pooled(&fa, &m, "FA", dd, 2 * rec + rec / 2,
+						  512 * fa.slot_bytes)
+			      : open_local_pooled(&fa, &m, "FA", dd, 8 * rec - 4096, 0);
+	sel_store *disk = pooled_inner(a);
+	if (parked)
+		disk = sel_composite_store_disk(disk);
+	struct sel_core *core = sel_store_core(disk);
+	sel_key k0 = sfx_key(&ca[0], 128);
+	int n = parked ? 2 : 6;
+	for (int i = 0; i < n; i++) {
+		put_local(&fa, a, &ca[i], 128, 95 + i, false);
+		sel_key ki = sfx_key(&ca[i], 128);
+		struct sel_disk_file df;
+		if (!parked)
+			SFX_UNTIL(a, check_local, sel_disk_store_file(disk, &ki, &df) == 0);
+	}
+	SFX_UNTIL(a, check_local, sfx_pool_counters(a).cascade_kept >= 1);
+	CHECK(sfx_pool_counters(a).puts_refused >= 1 && sfx_pool_counters(a).cascaded == 0);
+	SFX_UNTIL(a, check_local, core->casc_n == 0);
+	struct sel_disk_record_info di = info(disk, &k0);
+	CHECK(parked ? di.parked && !di.file : di.file && di.flags != 0);
+	CHECK(local_has(a, &ca[0], 128));
+	wait_metric_eq(&m, "flare_pool_leases", 0, 10);
+	wait_metric_eq(&m, "flare_pool_records", 0, 10);
+	sfx_poison(&fa);
+	sfx_restore(&fa, a, &ca[0], 0, 128, 128, 40, 3, parked ? SEL_TIER_MEMORY : SEL_TIER_DISK,
+		    true, check_local);
+	CHECK(stats(a).tier[SEL_TIER_DISK].dropped_end_of_chain == 0);
+	CHECK_OK(sel_store_close(a, 0));
+	sel_store_destroy(a);
+	mgr_stop(&m);
+	CHECK_OK(test_rmtree(dd));
+	free(dd);
+	for (int i = 0; i < 7; i++)
+		sfx_conv_free(&ca[i]);
+	sfx_free(&fa);
+}
+
 int main(void)
 {
 	test_memory();
@@ -450,6 +834,17 @@ int main(void)
 	test_disk();
 	test_disk_headroom();
 	test_composite_demand();
+	/* With a real manager: the flare binary (SELENE_BUILD) or a skip. */
+	signal(SIGPIPE, SIG_IGN);
+	(void)flare_bin();
+	char *d = test_mkdtemp("cascade-pool");
+	snprintf(pdir, sizeof pdir, "%s", d);
+	test_pool_replicated_disk();
+	test_pool_parked_dram();
+	test_pool_refused(false);
+	test_pool_refused(true);
+	test_rmtree(d);
+	free(d);
 	printf("test_store_cascade: ok\n");
 	return 0;
 }

@@ -685,14 +685,19 @@ void sel_core_cascade_set(struct sel_core *c, const struct sel_cascade *k)
 }
 
 /* Whether id is what tree eviction could take next: a READY leaf with its
- * row, unpinned, evictable (a composite's parked record is not), not
- * failed, refused or held already. */
-static bool casc_candidate(const struct sel_core *c, sel_node_id id)
+ * row, unpinned, evictable, not failed, refused or held already -- or such
+ * a leaf that is not evictable (a composite's parked record) when the next
+ * level's parked() takes it from where it is (DRAM). */
+static bool casc_candidate(struct sel_core *c, sel_node_id id)
 {
 	const sel_index_node *n = sel_core_node(c, id);
-	return n && n->state == SEL_NODE_READY && (n->flags & SEL_NODE_HAS_ROW) && !n->children &&
-	       !n->pins && !(n->flags & (SEL_NODE_NOEVICT | SEL_CORE_FAILED | c->refuse)) &&
-	       sel_core_live(c, id) && casc_find(c, &n->key) < 0;
+	if (!n || n->state != SEL_NODE_READY || !(n->flags & SEL_NODE_HAS_ROW) || n->children ||
+	    n->pins || (n->flags & (SEL_CORE_FAILED | c->refuse)) || !sel_core_live(c, id) ||
+	    casc_find(c, &n->key) >= 0)
+		return false;
+	if (!(n->flags & SEL_NODE_NOEVICT))
+		return true;
+	return c->casc.parked && c->casc.parked(c->casc.ctx, &c->base, &n->key);
 }
 
 uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c, uint64_t held),

@@ -139,6 +139,12 @@ struct sel_cascade {
 	 * a copy started, and the core holds a store pin on the record until
 	 * sel_core_cascade_end; false: not now (no offers for a backoff). */
 	bool (*offer)(void *ctx, sel_store *s, const sel_key *key);
+	/* Optional (NULL: never): whether key's record, a READY leaf with its
+	 * row that tree eviction may not take (SEL_NODE_NOEVICT: a composite's
+	 * parked record, complete in DRAM without a file), may be offered all
+	 * the same, in its place in the least recently used order.  Asked
+	 * just before the offer; it must not change the store. */
+	bool (*parked)(void *ctx, sel_store *s, const sel_key *key);
 	void *ctx;
 };
 #define SEL_CASCADE_MAX 8 /* records offered and held at once */
@@ -354,8 +360,9 @@ void sel_core_cascade_set(struct sel_core *c, const struct sel_cascade *k);
 /* Maintenance, from the store's poll: while low(c, held units) says the
  * store's free capacity (with what the held records will free) is under its
  * floor, offer the least recently used evictable leaves (at most 64 looked
- * at per call, SEL_CASCADE_MAX held), each worth units(c, id).  Returns the
- * records offered and taken. */
+ * at per call, SEL_CASCADE_MAX held), each worth units(c, id), and the
+ * parked ones the level's parked() lets through.  Returns the records
+ * offered and taken. */
 uint32_t sel_core_cascade_run(struct sel_core *c, bool (*low)(struct sel_core *c, uint64_t held),
 			      uint64_t (*units)(struct sel_core *c, sel_node_id id));
 /* The next level's answer for a held record: accepted (it holds a copy) --

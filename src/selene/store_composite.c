@@ -319,6 +319,14 @@ out:
 	return rc;
 }
 
+/* Whether key is held for the next level (design 2.15: a parked record
+ * the pool copies straight from DRAM): not written meanwhile, so it is
+ * offered once, from DRAM, and never again through its disk write. */
+static bool held_below(struct comp_store *cs, const sel_key *key)
+{
+	return sel_core_cascade_holds(sel_store_core(cs->disk), key);
+}
+
 /* The topmost parked ancestor of key that could be written now (key
  * itself when none): ancestors commit first. */
 static sel_key write_target(struct comp_store *cs, const sel_key *key)
@@ -331,7 +339,7 @@ static sel_key write_target(struct comp_store *cs, const sel_key *key)
 		struct sel_disk_record_info pi;
 		if (sel_disk_store_record(cs->disk, &p, &pi) != 0 || !pi.parked)
 			break;
-		if (!pi.writing && pi.charged)
+		if (!pi.writing && pi.charged && !held_below(cs, &p))
 			best = p;
 		cur = p;
 	}
@@ -374,7 +382,8 @@ static void maintain(struct comp_store *cs)
 		if (!below_floor(cs, floor) || cs->writing_slots >= bound)
 			break; /* enough room, or the write-ahead bound */
 		struct sel_disk_record_info di;
-		if (sel_disk_store_record(cs->disk, &k, &di) != 0 || di.writing || !di.charged)
+		if (sel_disk_store_record(cs->disk, &k, &di) != 0 || di.writing || !di.charged ||
+		    held_below(cs, &k))
 			continue;
 		sel_key t = write_target(cs, &k);
 		if (cs_write_start(cs, &t) != 0 && !sel_key_eq(&t, &k))

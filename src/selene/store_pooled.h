@@ -44,11 +44,13 @@
  *   Puts (store_pooled_put.c, store_pooled_cascade.c).  With local tiers
  *   the pool is the end of their chain: the last one (a memory store, or
  *   a disk store alone or in a composite) offers the records it would
- *   evict next (sel_core_cascade_*), each is copied from its slots (or
- *   read from its files, checked) into arena windows and checksummed on a
- *   helper, committed, and leaves the local tiers only once the manager
- *   accepted it.  Otherwise (pool only; or a local store the cascade
- *   cannot read: a split pool) every checkpoint the inner store queues
+ *   evict next (sel_core_cascade_*; a composite's parked records too,
+ *   from DRAM), each is copied from its slots (or read from its files,
+ *   checked; replicated shares copied out to every rank) into arena
+ *   windows and checksummed on a helper, committed, and leaves the local
+ *   tiers only once the manager accepted it.  Otherwise (pool only; or a
+ *   local store the cascade cannot read: a split pool) every checkpoint
+ *   the inner store queues
  *   (or, pool only, every checkpoint) is copied into arena windows at
  *   publication:
  *   sel_pool_put (linked under its parent when the pool took the parent,
@@ -317,6 +319,7 @@ struct sel_pooled {
 	struct sp_export *exports;
 	struct sel_core *casc; /* the last local tier, cascading into the pool (or NULL) */
 	sel_store *casc_store; /* its store */
+	sel_store *casc_mem;   /* a composite's memory store: parked records go from there */
 	int casc_dirfd;        /* a disk tier's namespace directory */
 	const sel_record_ns *casc_ns;
 	struct sp_htier host[2]; /* DRAM, NVMe holdings (store_pooled_hold.c) */

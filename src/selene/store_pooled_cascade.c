@@ -29,17 +29,35 @@
  *   out to every rank's share: share j of a packed page or row slot lives
  *   in slot j / ranks at rank (j % ranks)'s offset (store_memory.c).
  *
- *   From a disk tier (a disk store alone or in a composite, whose parked
- *   records are not evictable and so never offered) the offer snapshots the chain's
- *   record files instead (sel_disk_store_file: description, span, file
- *   id), and the helper reads them into the windows with pread: each file
- *   opened as the indexed one (sel_record_open), its header decoded and
- *   matched against the index, every page record checked against the
- *   file's checksum segment and the row against the header's checksum
- *   before the pool's own checksums are computed, so a damaged file never
- *   enters the arena (the put fails and the record stays local, where the
- *   disk store's own reads find the damage).  Records with replicated
- *   shares (TP > 1) are not offered from disk: they stay local.
+ *   From a disk tier (a disk store alone or in a composite) the offer
+ *   snapshots the chain's record files instead (sel_disk_store_file:
+ *   description, span, file id), and the helper reads them into the
+ *   windows with pread: each file opened as the indexed one
+ *   (sel_record_open), its header decoded and matched against the index,
+ *   every page record checked against the file's checksum segment and the
+ *   row against the header's checksum before the pool's own checksums are
+ *   computed, so a damaged file never enters the arena (the put fails and
+ *   the record stays local, where the disk store's own reads find the
+ *   damage).  Records with replicated shares (TP > 1, SEL_RECORD_*_
+ *   REPLICATED: identical ranks' pages or row stored once) are read and
+ *   checked as stored -- a page record of one share, one row -- and then
+ *   copied out to every rank's share of the window slot (page_spread,
+ *   read_row_replicated), so the arena holds the same per-rank record as
+ *   from a memory tier.
+ *
+ *   A composite's parked records (complete in DRAM, no file yet: not
+ *   evictable) are offered too, in their place in the disk tier's least
+ *   recently used order, straight from DRAM (design 2.15's order DRAM,
+ *   NVMe, manager): the core asks sp_cascade_parked, which takes a parked
+ *   record with no write in flight whose whole chain the composite's
+ *   memory store holds, and the offer copies it from the memory slots as
+ *   from a memory tier.  While held, the composite does not start its
+ *   write (store_composite.c held_below), so it is offered once, from
+ *   DRAM, and not again through a disk write; accepted, it leaves both
+ *   tiers without ever being written; kept, it stays parked and is written
+ *   as before.  Its memory copy keeps the composite's dirty pin while the
+ *   disk node is held (a held node is neither removed nor written, so the
+ *   pin is not dropped), which keeps its memory chain in place.
  *
  * INVARIANTS
  *   1. Every held record ends exactly once (sel_core_cascade_end), after
@@ -135,8 +153,8 @@ static struct sel_disk_file *chain_files(sel_store *s, const sel_key *key, uint3
 	uint32_t pages = 0;
 	sel_key at = *key;
 	for (uint32_t i = k; i-- > 0;) {
-		if (sel_disk_store_file(s, &at, &f[i]) || f[i].d.flags ||
-		    (i == k - 1 && !f[i].has_row) || f[i].is_root != (i == 0))
+		if (sel_disk_store_file(s, &at, &f[i]) || (i == k - 1 && !f[i].has_row) ||
+		    f[i].is_root != (i == 0))
 			goto fail;
 		pages += f[i].d.tail;
 		at = f[i].parent;
@@ -152,6 +170,37 @@ fail:
 	return NULL;
 }
 
+/* Whether key's memory chain in a composite's memory store is whole:
+ * every node READY, down to a root, its pages the whole chain, the leaf
+ * with its row. */
+static bool mem_chain_whole(sel_store *mem, const sel_key *key, uint32_t n)
+{
+	struct sel_memory_view v;
+	uint32_t pages = 0;
+	sel_key at = *key;
+	for (bool leaf = true;; leaf = false) {
+		if (sel_memory_store_view(mem, &at, &v) || !v.ready || (leaf && !v.has_row))
+			return false;
+		pages += v.tail_pages;
+		if (v.is_root)
+			return pages == n;
+		at = v.parent;
+	}
+}
+
+/* The core's parked(): a composite's parked record (complete in DRAM, no
+ * file yet, no write in flight) whose whole chain is in DRAM is offered
+ * from there, straight from the memory slots. */
+static bool sp_cascade_parked(void *ctx, sel_store *s, const sel_key *key)
+{
+	struct sel_pooled *p = ctx;
+	struct sel_disk_record_info di;
+	if (!p->casc_mem || sel_disk_store_record(s, key, &di) || !di.parked || di.writing ||
+	    di.doomed || !di.ready || !di.has_row)
+		return false;
+	return mem_chain_whole(p->casc_mem, key, (uint32_t)(key->consumed / sel_store_core(s)->pt));
+}
+
 static bool sp_cascade_offer(void *ctx, sel_store *s, const sel_key *key)
 {
 	struct sel_pooled *p = ctx;
@@ -165,10 +214,11 @@ static bool sp_cascade_offer(void *ctx, sel_store *s, const sel_key *key)
 	sel_key parent;
 	const uint8_t **src = NULL;
 	struct sel_disk_file *files = NULL;
-	if (c->tier == SEL_TIER_DISK)
+	if (c->tier == SEL_TIER_DISK && !sp_cascade_parked(p, s, key))
 		files = chain_files(s, key, n, &n_files, &parent, &tail);
-	else
-		src = chain_sources(p, s, key, n, &parent, &tail);
+	else /* a memory tier, or a parked record: from DRAM */
+		src = chain_sources(p, c->tier == SEL_TIER_DISK ? p->casc_mem : s, key, n, &parent,
+				    &tail);
 	if (!src && !files)
 		return false;
 	sel_published cp = {.key = *key,
@@ -197,7 +247,9 @@ void sp_cascade_attach(struct sel_pooled *p)
 		p->casc_dirfd = sel_disk_store_dirfd(last);
 		p->casc_ns = sel_disk_store_ns(last);
 	}
-	struct sel_cascade k = {.offer = sp_cascade_offer, .ctx = p};
+	if (last != p->w.inner) /* a composite's: its DRAM holds the parked records */
+		p->casc_mem = sel_composite_store_memory(p->w.inner);
+	struct sel_cascade k = {.offer = sp_cascade_offer, .parked = sp_cascade_parked, .ctx = p};
 	sel_core_cascade_set(c, &k);
 	p->casc = c;
 }
@@ -207,6 +259,7 @@ void sp_cascade_detach(struct sel_pooled *p)
 	if (p->casc)
 		sel_core_cascade_set(p->casc, NULL); /* whatever is held stays local */
 	p->casc = NULL;
+	p->casc_mem = NULL;
 }
 
 void sp_cascade_end(struct sel_pooled *p, const sel_key *key, bool accepted)
@@ -266,8 +319,51 @@ static int read_row(const struct sel_pooled *p, const struct sel_pool_lease *l, 
 	return rc;
 }
 
+/* A replicated row (one row for every rank, SEL_RECORD_ROW_REPLICATED):
+ * read whole, checked against the header's checksum, then copied into
+ * every rank's pieces of the lease's row slots, as a per-rank row. */
+static int read_row_replicated(const struct sel_pooled *p, const struct sel_pool_lease *l, int fd,
+			       const sel_record_span *sp, uint64_t row_checksum)
+{
+	const sel_record_layout *rl = &p->casc_ns->layout;
+	uint64_t rb = rl->row_bytes[0];
+	uint8_t *row = malloc(sp->row_bytes ? sp->row_bytes : 1);
+	int rc = row ? read_at(fd, row, sp->row_bytes, sp->row_off) : -ENOMEM;
+	if (rc == 0)
+		rc = sel_record_check_row(&(struct iovec){row, rb}, 1, row_checksum);
+	for (uint32_t r = 0; rc == 0 && r < p->lay.ranks; r++) {
+		uint64_t at = 0;
+		for (uint32_t i = 0; i < l->n_row_slots && at < rb; i++) {
+			uint64_t off, len;
+			sel_slot_layout_row_piece(&p->lay, r, i, &off, &len);
+			if (len > rb - at)
+				len = rb - at;
+			memcpy((uint8_t *)sel_pool_slot_addr(p->pc, l->row_slots[i]) + off,
+			       row + at, len);
+			at += len;
+		}
+		if (at != rb)
+			rc = eos_fail(SEL_ECORRUPT,
+				      "cascade read: rank %u's row of %llu bytes "
+				      "does not fit the lease",
+				      r, (unsigned long long)rb);
+	}
+	free(row);
+	return rc;
+}
+
+/* A replicated page record (one share for every rank), read and checked
+ * at the start of the slot dst: copied into every other rank's share. */
+static void page_spread(const struct sel_pooled *p, uint8_t *dst)
+{
+	for (uint32_t r = 1; r < p->lay.ranks; r++)
+		memcpy(dst + p->lay.share_off[r], dst, p->lay.share[r]);
+}
+
 /* One chain file: its pages at chain page pos.. (those in the lease) and,
- * for the endpoint, its row. */
+ * for the endpoint, its row.  Replicated shares (TP > 1: identical ranks'
+ * pages or row stored once) are checked as stored and then copied out to
+ * every rank, so the arena holds per-rank records either way. */
 static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 		     const struct sel_disk_file *df, uint32_t pos, bool endpoint)
 {
@@ -289,9 +385,18 @@ static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 		rc = sel_record_decode(head, sp->header_bytes, p->casc_ns, &h);
 	if (rc == 0)
 		rc = sel_record_header_matches(&h, &df->d, sp);
-	if (rc == 0 && sp->page_stride != p->lay.slot_bytes)
-		rc = eos_fail(SEL_ECORRUPT, "cascade read: page records of %llu bytes",
-			      (unsigned long long)sp->page_stride);
+	bool prep = df->d.flags & SEL_RECORD_PAGES_REPLICATED;
+	uint64_t stride = prep ? p->lay.share[0] : p->lay.slot_bytes;
+	for (uint32_t r = 1; rc == 0 && prep && r < p->lay.ranks; r++)
+		if (p->lay.share[r] != stride)
+			rc = eos_fail(SEL_ECORRUPT,
+				      "cascade read: replicated pages, but rank %u's share "
+				      "of %llu bytes is not rank 0's %llu",
+				      r, (unsigned long long)p->lay.share[r],
+				      (unsigned long long)stride);
+	if (rc == 0 && sp->page_stride != stride)
+		rc = eos_fail(SEL_ECORRUPT, "cascade read: page records of %llu bytes, not %llu",
+			      (unsigned long long)sp->page_stride, (unsigned long long)stride);
 	if (rc == 0 && ckn)
 		rc = read_at(fd, ck, ckn, sp->cksum_off);
 	for (uint32_t i = 0; rc == 0 && i < df->d.tail; i++) {
@@ -303,8 +408,12 @@ static int read_file(const struct sel_pooled *p, const struct sp_hjob *j,
 		if (rc == 0)
 			rc = sel_record_check_page(dst, sp->page_stride,
 						   sel_get_u64(ck + 8 * (size_t)i), i);
+		if (rc == 0 && prep)
+			page_spread(p, dst);
 	}
-	if (rc == 0 && endpoint)
+	if (rc == 0 && endpoint && (df->d.flags & SEL_RECORD_ROW_REPLICATED))
+		rc = read_row_replicated(p, l, fd, sp, h.row_checksum);
+	else if (rc == 0 && endpoint)
 		rc = read_row(p, l, fd, sp, h.row_checksum);
 	free(head);
 	free(ck);

@@ -26,8 +26,8 @@
  *
  *   Records with replicated shares (TP > 1, packed) are not announced
  *   (design 2.4: memory stores containing replicated records refuse pool
- *   announcements; the disk tier's are not offered either, as in the
- *   cascade).  A split pool's memory store is not announced (the cascade
+ *   announcements; the disk tier's are not announced either, although the
+ *   cascade now reads them).  A split pool's memory store is not announced (the cascade
  *   cannot read it either).
  *
  * INVARIANTS
@@ -101,8 +101,11 @@ static int readable(struct sel_pooled *p, struct sp_htier *t, const sel_key *key
 	if (t->source == SEL_POOL_SRC_NVME) {
 		struct sel_disk_file *f = sp_chain_files(t->s, key, np, &nf, &parent, &tail);
 		if (f) {
+			uint32_t flags = 0; /* replicated shares anywhere in the chain: no */
+			for (uint32_t i = 0; i < nf; i++)
+				flags |= f[i].d.flags;
 			free(f);
-			return 1;
+			return flags ? -1 : 1;
 		}
 		struct sel_disk_file df;
 		return sel_disk_store_file(t->s, key, &df) == -EAGAIN ? 0 : -1;
