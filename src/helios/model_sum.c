@@ -69,8 +69,13 @@ static AVX512 uint64_t rec_avx512(const uint8_t *w, uint64_t W, uint64_t rsr)
 		ia = _mm512_add_epi64(ia, step);
 		ib = _mm512_add_epi64(ib, step);
 	}
-	return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(sa, sb)) +
-	       rec_scalar(w, i, W, rsr);
+	/* Not _mm512_reduce_add_epi64: it adds as signed long long (UB on
+	 * overflow); the lanes are summed unsigned here. */
+	uint64_t lane[8], s = rec_scalar(w, i, W, rsr);
+	_mm512_storeu_si512((void *)lane, _mm512_add_epi64(sa, sb));
+	for (int k = 0; k < 8; k++)
+		s += lane[k];
+	return s;
 }
 
 uint64_t hel_sum_rec(const uint8_t *w, uint64_t W, uint64_t rsr)
