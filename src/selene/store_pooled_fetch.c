@@ -184,7 +184,8 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 		memcpy(f->pages, in->pages, (size_t)in->n_pages * sizeof *f->pages);
 	f->n_head = in->n_sums;
 	f->sums = in->sums;
-	f->claimed = (hit->resident / s->page_tokens - f->n_head) * s->page_tokens;
+	f->claimed = f->n_head ? (hit->resident / s->page_tokens - f->n_head) * s->page_tokens
+			       : hit->resident;
 	int rc = sel_pool_claim_at(p->pc, t->t, cand, f->claimed, &f->claim);
 	if (rc) {
 		free(f->pages);
