@@ -9,9 +9,10 @@
  * DESIGN
  *
  * A stream is one put or one fetch: a plan of windows, each <= 64 page
- * records of one node (and the row with the last window, or, for a TP > 1
- * put that decides over several windows, with the first), at most
- * WINDOWS_IN_FLIGHT of them live at once.
+ * records of one node (a fetch reads the row first, in a window of its
+ * own, unless the store is sharded; otherwise the row goes with the last
+ * window, or, for a TP > 1 put that decides over several windows, with
+ * the first), at most WINDOWS_IN_FLIGHT of them live at once.
  *
  *   put window:   copy-out (transfer set) of GPU pages into intake slots,
  *                 then a SEL_DISK_WRITE_PART of those slots, then the slots
@@ -732,7 +733,8 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 			return rc;
 		}
 	}
-	/* Windows: each node's needed pages in runs of <= 64; the row last. */
+	/* Windows: each node's needed pages in runs of <= 64; the row first
+	 * (alone) or last (sharded). */
 	uint32_t n_win = 0;
 	for (uint32_t i = 0; i < w->n; i++)
 		n_win += sel_div_up(NODE(ds, w->ids[i])->tail_pages - (i == 0 ? w->skip : 0),
