@@ -143,6 +143,15 @@ def cpu_by_role(before, after, wall):
     return roles
 
 
+def cpu_rows(name, runs):
+    """The median CPU milliseconds by role of the runs that measured them
+    (the disk restores: send to first token)."""
+    runs = [x[3] for x in runs if len(x) > 3]
+    for role in ("serving", "disk", "copies"):
+        if runs:
+            result(f"{name}_cpu_{role}", statistics.median(r[role] for r in runs) * 1e3, "ms")
+
+
 def max_context(core):
     if not core:
         return 8192
@@ -624,15 +633,20 @@ class Bench:
             with self.server(args + ov + srv.args[srv.args.index("--prefix-cache-memory"):],
                              core=core, name=f"inbound-restart-{overlap}") as srv2:
                 m0 = srv2.metrics()
+                c0 = thread_cpu(srv2.proc.pid)
                 s = srv2.stream("/v1/completions", {"prompt": prompt, "max_tokens": 1,
                                                     "temperature": 0})
                 t_di = s.events[0][0] - s.sent if s.events else float("nan")
                 f_di = (s.final() or {}).get("flare", {})
+                # CPU seconds by role over the restore (issue 18: the head on
+                # the worker against the tail's disk and copy threads).
+                cpu = cpu_by_role(c0, thread_cpu(srv2.proc.pid), 1.0)
                 m1 = srv2.wait_idle(600)
                 out["texts"].append(s.text())
                 if f_di.get("source") == "disk":
                     out["disk"] = (t_di, m1.delta(m0, "flare_host_cache_bytes_in_total",
-                                                  tier="nvme"), f_di.get("overlap_tokens", 0))
+                                                  tier="nvme"), f_di.get("overlap_tokens", 0),
+                                   cpu)
                 else:
                     self.log(f"inbound {label} overlap {overlap}: no disk restore after "
                              f"restart: {f_di}")
@@ -684,6 +698,7 @@ class Bench:
                 if off:  # restore-only: the names of the runs before issue 18
                     b = statistics.median(x[1] for x in off)
                     result(f"serve_inbound_{label}_{t}_ttft", t_off * 1e3, "ms")
+                    cpu_rows(f"serve_inbound_{label}_{t}", off)
                     result(f"serve_inbound_{label}_{t}_vs_recompute", t_off / t_rec, "ratio")
                     result(f"serve_inbound_{label}_{t}_bytes", b / 2**20, "MiB")
                 best = min(t_off, t_rec) if off else t_rec
@@ -695,6 +710,7 @@ class Bench:
                     result(f"serve_inbound_{label}_{t}_overlap_{m}_ttft", tm * 1e3, "ms")
                     result(f"serve_inbound_{label}_{t}_overlap_{m}_head_tokens", head, "tokens")
                     result(f"serve_inbound_{label}_{t}_overlap_{m}_vs_best", tm / best, "ratio")
+                    cpu_rows(f"serve_inbound_{label}_{t}_overlap_{m}", rest[(t, m)])
             if self.store != "composite":
                 self.log(f"inbound {label} from disk: skipped (no disk store in this build)")
 

@@ -1048,6 +1048,18 @@ def sc_pool(ctx, core, store, res):
             res.check(f["source"] == "pool" and f["reused_host_tokens"] > 0,
                       "restarted B, A gone: restored from the arena (pool)", f"{f}")
             same_as_reference(res, ctx, core, "chat", body, r, "restarted B's turn 1")
+        # Issue 18: a pool hit restored overlapped (every hit split at its
+        # middle page): the head recomputed and checked against the
+        # digests the claim's head pages give, the tail from the arena.
+        with ctx.server(core, b_args + ["--prefix-cache-overlap", "always"], name="B3") as b:
+            r = b.chat(**body)
+            f = r["flare"]
+            m = b.settle()
+            res.check(f["source"] == "pool" and f["overlap_tokens"] > 0 and
+                      m.get("flare_host_cache_overlapped_completed_total") == 1 and
+                      m.get("flare_host_cache_overlap_mismatches_total") == 0,
+                      "B, overlap always: the head recomputed, the tail from the arena", f"{f}")
+            same_as_reference(res, ctx, core, "chat", body, r, "B's overlapped turn 1")
     finally:
         stop_pool(mgr)
 

@@ -10,6 +10,10 @@
  *     conversation restored plainly (overlap off: the flag changes the
  *     path, no overlapped restore at all), of an engine without offload and
  *     of the model run directly;
+ *   - on_against_off (issue 18 item 3): on and off with all else equal
+ *     (test_split_worth: the policy's point taken whatever it gains): on
+ *     splits the hit, off does not; the same tokens (fails when off is
+ *     ignored);
  *   - mismatch (memory store, and the composite's warm copies): every
  *     stored page of the memory store is changed after it
  *     was stored (its digest, taken from the stored bytes, agrees with
@@ -137,6 +141,49 @@ static hel_engine_stats stats(hel_engine *e)
 	et_settle(e);
 	hel_engine_stats_get(e, &st);
 	return st;
+}
+
+/* Issue 18 item 3: --prefix-cache-overlap off changes what on does.  Two
+ * engines that differ only in the mode (on, off), both with
+ * test_split_worth (the tiny core's restores are never worth a split by
+ * the estimates): on splits the host hit at the policy's point (not the
+ * middle page: that is always), off restores it whole or recomputes it
+ * (the fetch policy's choice); the tokens are the same and the
+ * reference's. */
+static void on_against_off(void)
+{
+	uint64_t seed = test_rng_next(&rng);
+	hel_engine_config con = small, coff = small;
+	con.memory_bytes = coff.memory_bytes = 32 << 20;
+	con.overlap = HEL_OVERLAP_ON;
+	coff.overlap = HEL_OVERLAP_OFF;
+	con.test_split_worth = coff.test_split_worth = true;
+	con.fetch = coff.fetch = HEL_FETCH_AUTO; /* always takes the split from on */
+	hel_engine *on = start(con), *off = start(coff);
+	struct turns a, b;
+	turns(on, seed, &a, NULL, NULL);
+	turns(off, seed, &b, NULL, NULL);
+	hel_engine_stats sa = stats(on), sb = stats(off);
+	const hel_outcome *oa = &a.turn2->out, *ob = &b.turn2->out;
+	CHECKF(oa->overlap_tokens > 0 && oa->host_tier == SEL_TIER_MEMORY &&
+		       sa.overlap_done == sa.overlap_restores && sa.overlap_restores >= 1,
+	       "on: overlap %llu tier %d done %llu of %llu", (unsigned long long)oa->overlap_tokens,
+	       (int)oa->host_tier, (unsigned long long)sa.overlap_done,
+	       (unsigned long long)sa.overlap_restores);
+	/* Off: restored whole or recomputed, as the fetch policy says. */
+	CHECKF(ob->overlap_tokens == 0 && sb.overlap_restores == 0 && sb.host_hits >= 1 &&
+		       sb.overlap_head_tokens == 0,
+	       "off: overlap %llu restores %llu", (unsigned long long)ob->overlap_tokens,
+	       (unsigned long long)sb.overlap_restores);
+	same(a.turn2, b.turn2, "turn 2, on and off");
+	check_ref(&a);
+	printf("  on against off: on split the hit (%llu head tokens at the policy's point), off "
+	       "did not; the same tokens\n",
+	       (unsigned long long)oa->overlap_tokens);
+	turns_free(&a);
+	turns_free(&b);
+	finish(on);
+	finish(off);
 }
 
 static void same_tokens(void)
@@ -661,6 +708,7 @@ int main(void)
 	flat = flat_core();
 	core = tiny;
 	same_tokens();
+	on_against_off();
 	mismatch(false);
 	mismatch(true);
 	disk(false);

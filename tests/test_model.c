@@ -9,6 +9,7 @@
 
 #include "helios/core.h"
 #include "helios/model.h"
+#include "helios/model_sum.h"
 #include "helios/tokenizer.h"
 #include "testutil.h"
 
@@ -1182,6 +1183,32 @@ static void test_geometry(void)
 	hel_core_free(c);
 }
 
+/* The row summary's vector loop gives the scalar loop's value (model_sum.c
+ * invariant 1): every length around the 16-word step, a flipped word of
+ * either half, unaligned starts. */
+static void test_rec_sum(void)
+{
+	enum {
+		N = 1000
+	};
+	uint8_t *buf = malloc(8 * N + 8);
+	CHECK(buf != NULL);
+	for (size_t i = 0; i < 8 * N + 8; i++)
+		buf[i] = (uint8_t)test_rng_next(&rng);
+	uint64_t rsr = test_rng_next(&rng);
+	for (uint64_t W = 0; W <= 40; W++)
+		for (size_t off = 0; off < 8; off += 3)
+			CHECKF(hel_sum_rec(buf + off, W, rsr) ==
+				       hel_sum_rec_scalar(buf + off, W, rsr),
+			       "rec sum of %llu words at +%zu", (unsigned long long)W, off);
+	uint64_t before = hel_sum_rec(buf, N, rsr);
+	CHECK(before == hel_sum_rec_scalar(buf, N, rsr));
+	buf[8 * 517 + 3] ^= 0x10;
+	CHECK(hel_sum_rec(buf, N, rsr) != before);
+	CHECK(hel_sum_rec(buf, N, rsr) == hel_sum_rec_scalar(buf, N, rsr));
+	free(buf);
+}
+
 int main(void)
 {
 	test_rng_init(&rng, test_seed());
@@ -1190,6 +1217,7 @@ int main(void)
 	hel_core *ds = load_core("deepseek-small");
 	hel_core *hyb = load_core("hybrid-small");
 
+	test_rec_sum();
 	test_tokenizer();
 	test_known_answer();
 	test_sampling();

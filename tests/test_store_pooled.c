@@ -968,6 +968,105 @@ static void test_fused(void)
 	sfx_free(&fb);
 }
 
+/* The slot of B's arena holding the page whose digest is d, or NULL. */
+static uint8_t *slot_of_digest(sel_store *b, const sel_geometry *g, uint64_t d)
+{
+	struct sel_pooled *pb = (struct sel_pooled *)b;
+	uint64_t len, got;
+	(void)sel_pool_arena(pb->pc, &len);
+	for (uint32_t i = 0; (uint64_t)(i + 1) * pb->lay.slot_bytes <= len; i++) {
+		uint8_t *slot = sel_pool_slot_addr(pb->pc, i);
+		if (sel_slot_page_digest_padded(g, &pb->lay, slot, &got) == 0 && got == d)
+			return slot;
+	}
+	return NULL;
+}
+
+/* An overlapped restore's tail from the pool (issue 18, fetch_sums): B
+ * looks up at resident 128 over a 5-page record and fetches pages 2..4
+ * with the digests of pages 0 and 1, the head its engine recomputes.
+ * The tail lands byte-exact, the digests equal those of the same pages
+ * restored whole (sel_page_digest_padded of the planes), and a head page
+ * changed in the arena fails the restore (corrupt, counted) while a tail
+ * fetch without the head's digests still succeeds (the head's check, not
+ * the tail's, caught it). */
+static void test_overlap_tail(void)
+{
+	const uint64_t unit[2] = {4096, 6000}; /* the second plane padded */
+	struct sfx fa, fb;
+	sfx_init(&fa, 1, 2, unit, 4096, 64, 8);
+	sfx_init(&fb, 1, 2, unit, 4096, 64, 8);
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgro", "--memory", "8MiB", NULL);
+	sel_store *a = open_pooled(&fa, m.sock, "OA", 0), *b = open_pooled(&fb, m.sock, "OB", 0);
+	CHECK(a->ops->fetch_sums && b->ops->fetch_sums);
+	struct sfx_conv ca, cb;
+	sfx_conv_init(&fa, &ca, 9, 320, 0);
+	sfx_conv_init(&fb, &cb, 9, 320, 0);
+	put_shared(&fa, a, &ca, 320, 61);
+	bool pending = false;
+	sel_hit whole = pool_hit(b, &cb, 320, &pending), tail;
+	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
+	CHECK(tail.tier == SEL_TIER_POOL && tail.resident == 128 && tail.pages == 3);
+	/* The reference: the whole hit into ids 10..14. */
+	sfx_poison(&fb);
+	CHECK_OK(fetch(b, &whole, 10, 2, 701));
+	sel_event e = next_event(b);
+	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, 320, 10, 2));
+	uint64_t want[2];
+	for (uint32_t j = 0; j < 2; j++)
+		CHECK_OK(sel_page_digest_padded(fb.g, 10 + j, &want[j]));
+	CHECK(want[0] != want[1]);
+	/* The tail with its head's digests into ids 30..32. */
+	uint32_t ids[3] = {30, 31, 32};
+	uint64_t sums[2] = {0, 0};
+	sel_inbound in = {.ticket = 702,
+			  .pages = ids,
+			  .n_pages = 3,
+			  .state_slot = 3,
+			  .sums = sums,
+			  .n_sums = 2};
+	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
+	CHECK_OK(sel_store_fetch(b, &tail, &in));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 702, "event %d %d", e.type, e.error);
+	CHECK(e.bytes == sfx_page_bytes_all(&fb) * 3 + 4096);
+	for (uint32_t j = 2; j < 5; j++)
+		CHECK(sfx_page_ok(&fb, 30 + j - 2, cb.tag, j, false));
+	CHECK(sfx_row_ok(&fb, 3, sfx_row_seed(&cb, 320), false));
+	CHECKF(sums[0] == want[0] && sums[1] == want[1],
+	       "head digests %016" PRIx64 " %016" PRIx64 ", the planes' %016" PRIx64 " %016" PRIx64,
+	       sums[0], sums[1], want[0], want[1]);
+	/* Head page 1 changed in the arena: the head's check fails it. */
+	uint8_t *slot = slot_of_digest(b, fb.g, want[1]);
+	CHECK(slot != NULL);
+	slot[17] ^= 0x40;
+	uint64_t corrupt = sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT];
+	/* The control: the same tail without the head's digests restores. */
+	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
+	CHECK_OK(fetch(b, &tail, 40, 4, 704));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 704, "event %d %d", e.type, e.error);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == corrupt);
+	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
+	in.ticket = 703;
+	CHECK_OK(sel_store_fetch(b, &tail, &in));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 703, "event %d", e.type);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == corrupt + 1);
+	printf("  pool overlap tail: 3 pages with the head's 2 digests (the planes'); a head "
+	       "page changed in the arena: the restore failed corrupt\n");
+	CHECK_OK(sel_store_close(a, 0));
+	CHECK_OK(sel_store_close(b, 0));
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+	mgr_stop(&m);
+	sfx_free(&fa);
+	sfx_free(&fb);
+}
+
 int main(void)
 {
 	char *d = test_mkdtemp("pooled");
@@ -976,6 +1075,7 @@ int main(void)
 	test_absent();
 	test_budget();
 	test_late_above();
+	test_overlap_tail();
 	test_local_first();
 	test_cascade();
 	test_cascade_disk(false);

@@ -24,6 +24,7 @@
 #include <signal.h>
 
 #include "redisfx.h"
+#include "selene_store.h"
 #include "storefx.h"
 #include "testutil.h"
 
@@ -438,6 +439,62 @@ static void test_tp2_packed(void)
 	sfx_free(&f);
 }
 
+/* An overlapped restore's tail from Redis (issue 18, fetch_sums): over a
+ * 4-page record, B looks up at resident 128 and fetches pages 2 and 3
+ * with the digests of pages 0 and 1, the head its engine recomputes: the
+ * tail lands byte for byte and the digests, the manifest's version-4 page
+ * checksums, equal sel_page_digest_padded of A's planes (the second plane
+ * is padded: 1000 bytes to 4 KiB), and a changed head page's digest
+ * differs from them (what the engine compares, engine_overlap.c). */
+static void test_overlap_tail(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 23, 300, 10);
+	sel_store *a = open_level(&f, 0), *b = open_level(&f, 0);
+	CHECK(a->ops->fetch_sums && b->ops->fetch_sums);
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 81, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	sel_event ev[16];
+	int n_ev = 0;
+	written(a, 1, ev, &n_ev, 16);
+	uint64_t want[2];
+	for (uint32_t j = 0; j < 2; j++)
+		CHECK_RC(sel_page_digest_padded(f.g, cp.pages[j], &want[j]), 0);
+	sel_hit hit;
+	CHECK_RC(lookup_hit(b, &cv.h, 128, 256, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 2 && hit.resident == 128);
+	uint64_t sums[2] = {0, 0};
+	sel_inbound in = inbound(100, 2, 5, 11);
+	in.sums = sums;
+	in.n_sums = 2;
+	CHECK_RC(sel_store_fetch(b, &hit, &in), 0);
+	sel_event fe = fetch_event(b, 11);
+	CHECKF(fe.type == SEL_EV_FETCHED, "fetch: %d error %d", fe.type, fe.error);
+	for (uint32_t j = 2; j < 4; j++)
+		CHECKF(sfx_page_ok(&f, 100 + j - 2, cv.tag, j, false), "page %u", j);
+	CHECK(sfx_row_ok(&f, 5, sfx_row_seed(&cv, 256), false));
+	CHECKF(sums[0] == want[0] && sums[1] == want[1],
+	       "head digests %016" PRIx64 " %016" PRIx64 ", the planes' %016" PRIx64 " %016" PRIx64,
+	       sums[0], sums[1], want[0], want[1]);
+	/* A head page recomputed wrong would not match. */
+	const sel_plane *pl = &f.g->rank[0].pages[0];
+	((uint8_t *)(uintptr_t)pl->address)[(uint64_t)cp.pages[1] * pl->unit_bytes + 9] ^= 1;
+	uint64_t bad;
+	CHECK_RC(sel_page_digest_padded(f.g, cp.pages[1], &bad), 0);
+	CHECK(bad != sums[1]);
+	printf("  remote overlap tail: 2 pages with the head's 2 digests (the manifest's, "
+	       "the planes')\n");
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	if (!rfx_available())
@@ -446,6 +503,7 @@ int main(void)
 	rfx_start(&srv, dir, "redis", false, false, NULL);
 	rfx_url(&srv, 1, false, url, sizeof url);
 	test_two_hosts();
+	test_overlap_tail();
 	test_tp2_packed();
 	test_clean_stop();
 	test_stopped();

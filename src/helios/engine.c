@@ -1247,6 +1247,7 @@ static hel_ovl_env ovl_env(hel_engine *e)
 			     .chunk_tokens = e->cfg.chunk_tokens ? e->cfg.chunk_tokens : 256,
 			     .mode = e->cfg.overlap,
 			     .fetch = e->cfg.fetch,
+			     .split_worth = e->cfg.test_split_worth,
 			     .ws = &e->ws,
 			     .finish = ovl_finish,
 			     .ctx = e};

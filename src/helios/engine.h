@@ -99,6 +99,11 @@ typedef struct hel_engine_config {
 	 * worker keeps completed restores to itself, so that a test can admit
 	 * requests onto one in-flight ticket without a race.  NULL: off. */
 	const char *test_hold_inbound;
+	/* Tests only: with --prefix-cache-overlap on, every host hit the
+	 * policy's split can divide is split at the policy's point, whatever
+	 * its estimates say it gains (a tiny core's restores are never worth
+	 * a split), so a test can set on against off with all else equal. */
+	bool test_split_worth;
 	/* Replaces store selection: called once by hel_engine_open with the
 	 * configuration the engine would open a store with (geometry,
 	 * identities, sizes); the engine closes and destroys what it returns.

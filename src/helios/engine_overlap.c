@@ -165,8 +165,9 @@ int hel_ovl_prepare(const hel_ovl_env *env, const sel_hit *hit, const sel_histor
 		return 0;
 	uint64_t P = env->page_tokens, c = hit->key.consumed, rb;
 	uint64_t pb = page_bytes(env->geo, &rb);
-	bool worth =
-		sel_policy_split(env->policy, hit->tier, pb, rb, env->page_tokens, a, c, &p->split);
+	bool worth = sel_policy_split(env->policy, hit->tier, pb, rb, env->page_tokens, a, c,
+				      &p->split) ||
+		     env->split_worth;
 	if (!p->split.at || (!worth && env->mode != HEL_OVERLAP_ALWAYS))
 		return 0;
 	if (env->mode == HEL_OVERLAP_ALWAYS) { /* the middle page boundary: tests */

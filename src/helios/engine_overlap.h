@@ -44,6 +44,7 @@ typedef struct hel_ovl_env {
 	uint32_t chunk_tokens; /* tokens per head chunk */
 	hel_overlap_mode mode;
 	hel_fetch_mode fetch;
+	bool split_worth;     /* hel_engine_config.test_split_worth */
 	hel_engine_stats *ws; /* overlap_* counters */
 	/* Finish the ticket for key with status (the worker's finish_inbound
 	 * and requeue of failed waiters). */

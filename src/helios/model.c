@@ -138,6 +138,7 @@
 
 #include "eos.h"
 #include "model.h"
+#include "model_sum.h"
 #include "vision.h"
 
 #define GOLD 0x9E3779B97F4A7C15ull
@@ -486,16 +487,14 @@ void hel_model_counts_get(const hel_model *m, hel_model_counts *out) { *out = m-
 /* Recurrent-state term of word i: bijective in w, so any change counts. */
 static inline uint64_t rec_term(uint64_t rsr, uint64_t i, uint64_t w)
 {
-	return mix64((w ^ rsr) + i * GOLD);
+	return hel_sum_rec_term(rsr, i, w); /* mix64((w ^ rsr) + i * GOLD) */
 }
 
+/* The sum of rec_term over the row's recurrent words (model_sum.c: the
+ * same formula, vectorized where the CPU allows). */
 static uint64_t rec_sum(const hel_model *m, const uint8_t *row, uint64_t rsr)
 {
-	const uint8_t *w = row + m->lay.recurrent;
-	uint64_t s = 0;
-	for (uint64_t i = 0; i < m->W; i++)
-		s += rec_term(rsr, i, rd64(w + 8 * i));
-	return s;
+	return hel_sum_rec(row + m->lay.recurrent, m->W, rsr);
 }
 
 /* One plane's page (or partial page, laid out the same): the sum of the

@@ -43,9 +43,19 @@
 #include "internal.h"
 #include "store_memory_int.h"
 
+static const uint8_t zeros[4096];
+
+static void pad_zeros(XXH3_state_t *st, uint64_t unit_bytes)
+{
+	for (uint64_t pad = eos_round_up(unit_bytes, sizeof zeros) - unit_bytes; pad;) {
+		size_t n = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
+		XXH3_64bits_update(st, zeros, n);
+		pad -= n;
+	}
+}
+
 static int digest(const sel_geometry *g, uint32_t page, bool padded, uint64_t *out)
 {
-	static const uint8_t zeros[4096];
 	if (!g || !out)
 		return eos_fail(-EINVAL, "page digest: no geometry");
 	XXH3_state_t st;
@@ -65,16 +75,28 @@ static int digest(const sel_geometry *g, uint32_t page, bool padded, uint64_t *o
 			const void *p = (const void *)(uintptr_t)(pl->address +
 								  (uint64_t)page * pl->unit_bytes);
 			XXH3_64bits_update(&st, p, (size_t)pl->unit_bytes);
-			for (uint64_t pad = padded ? eos_round_up(pl->unit_bytes, sizeof zeros) -
-							     pl->unit_bytes
-						   : 0;
-			     pad;) {
-				size_t n = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
-				XXH3_64bits_update(&st, zeros, n);
-				pad -= n;
-			}
+			if (padded)
+				pad_zeros(&st, pl->unit_bytes);
 		}
 	}
+	*out = XXH3_64bits_digest(&st);
+	return 0;
+}
+
+int sel_slot_page_digest_padded(const sel_geometry *g, const sel_slot_layout *l,
+				const uint8_t *slot, uint64_t *out)
+{
+	if (!g || !l || !slot || !out || l->ranks != g->ranks)
+		return eos_fail(-EINVAL, "slot page digest: no slot, or a layout of other ranks");
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	for (uint32_t r = 0; r < g->ranks; r++)
+		for (uint32_t i = 0; i < g->rank[r].n_planes; i++) {
+			uint64_t unit = g->rank[r].pages[i].unit_bytes;
+			XXH3_64bits_update(&st, slot + l->share_off[r] + l->plane_off[r][i],
+					   (size_t)unit);
+			pad_zeros(&st, unit);
+		}
 	*out = XXH3_64bits_digest(&st);
 	return 0;
 }

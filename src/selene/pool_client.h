@@ -231,10 +231,11 @@ struct sel_pool_lease {
  * fails the claim itself (SEL_POOL_TIMEOUT) when no grant came within 12 s
  * plus the candidate's bytes at 8 MiB/s. */
 int sel_pool_claim(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t *claim);
-/* sel_pool_claim above a resident count at or past the ticket's (a request
- * readmitted after a shorter restore, design 2.15 "late answer"): the grant
- * then covers the pages past resident.  -EINVAL outside [the ticket's
- * resident, the candidate's endpoint). */
+/* sel_pool_claim above another resident count: past the ticket's (a
+ * request readmitted after a shorter restore, design 2.15 "late answer"),
+ * or below it (an overlapped restore's tail with its head, issue 18): the
+ * grant then covers the pages past resident.  -EINVAL at or past the
+ * candidate's endpoint. */
 int sel_pool_claim_at(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, uint64_t resident,
 		      uint64_t *claim);
 /* The requester's deadline (eos_now_ns clock) of claim, while it waits for

@@ -319,11 +319,15 @@ int sel_pool_claim_at(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, 
 	    i >= t->ans.u.answer.n_cands)
 		return eos_fail(-EINVAL,
 				"pool claim: the ticket has no candidate %u of this session", i);
-	if (resident < t->resident ||
-	    resident >= t->ans.u.answer.nodes[t->ans.u.answer.cands[i].node].key.consumed)
+	/* Below the lookup's resident too: an overlapped restore's claim
+	 * starts at the head it recomputes (issue 18); the manager builds the
+	 * chain from any resident, and the grant is checked against the whole
+	 * history (sel_pool_lease_matches). */
+	if (resident >= t->ans.u.answer.nodes[t->ans.u.answer.cands[i].node].key.consumed)
 		return eos_fail(-EINVAL,
 				"pool claim: resident %" PRIu64
-				" outside the lookup's (from %" PRIu64 ")",
+				" at or past the candidate's endpoint (the lookup's from %" PRIu64
+				")",
 				resident, t->resident);
 	if (c->n_claims >= c->hello.max_claims)
 		return eos_fail(-EBUSY, "pool claim: %u claims open (the manager allows %u)",

@@ -223,3 +223,27 @@ fail:
 		sel_remote_hit_free(hit);
 	return rc;
 }
+
+/* ---- Head digests (issue 18) --------------------------------------------- */
+
+int sel_remote_hit_head_sums(const sel_remote_hit *hit, uint32_t n, uint64_t *out)
+{
+	const struct hit_priv *hp = hit ? hit->priv : NULL;
+	if (!hp || !hp->n || (n && !out))
+		return eos_fail(-EINVAL, "remote head sums: no hit");
+	const struct sel_remote_node *nd = &hit->node[0];
+	const struct sel_rv_manifest *m = &hp->node[0].m;
+	if (n > nd->skip)
+		return eos_fail(-ENOTSUP,
+				"remote head sums: %u pages below the resident, the first record "
+				"holds %u of them",
+				n, nd->skip);
+	if (nd->flags & SEL_RECORD_PAGES_REPLICATED)
+		return eos_fail(-ENOTSUP, "remote head sums: a replicated record");
+	if (m->h.version < SEL_RECORD_VERSION_ZERO_PAD)
+		return eos_fail(-ENOTSUP, "remote head sums: a version-%u record (padding unknown)",
+				m->h.version);
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = sel_get_u64(m->cksum + 8 * ((size_t)nd->skip - n + i));
+	return 0;
+}

@@ -179,6 +179,14 @@ struct sel_remote_dest {
 int sel_remote_claim(sel_remote *r, sel_remote_hit *hit, const struct sel_remote_dest *dest,
 		     uint64_t user, uint64_t *id);
 
+/* The manifest's page checksums of the n pages just below hit->resident
+ * (overlapped restores, issue 18): the version-4 page checksum, which is
+ * sel_page_digest_padded of the planes (remote_put.c invariant 3).  The
+ * manifest was verified at lookup.  -ENOTSUP when those pages are not all
+ * in the hit's first record, or it is replicated or older than version 4;
+ * -EINVAL without a hit.  Call before the hit is claimed. */
+int sel_remote_hit_head_sums(const sel_remote_hit *hit, uint32_t n, uint64_t *out);
+
 /* ---- Events ------------------------------------------------------------- */
 
 enum sel_remote_op {

@@ -50,6 +50,13 @@ typedef struct sel_slot_layout {
 int sel_slot_layout_init(sel_slot_layout *l, const sel_geometry *g);
 /* Release l's arrays and zero it.  Safe on a zeroed or failed layout. */
 void sel_slot_layout_free(sel_slot_layout *l);
+/* The page digest of the page held in slot bytes `slot` laid out by l (one
+ * unpacked share per rank, planes at plane_off), in sel_page_digest_padded's
+ * form: each plane's bytes of g followed by zeros to 4 KiB, rank by rank.
+ * Reads only the planes' bytes, never the slot's padding (page_digest.c;
+ * the pool's overlapped restores, issue 18). */
+int sel_slot_page_digest_padded(const sel_geometry *g, const sel_slot_layout *l,
+				const uint8_t *slot, uint64_t *out);
 /* Piece i (0 <= i < row_slots) of rank r's row: offset within the slot and
  * length (0 when the row ended in an earlier piece).  Piece i holds row
  * bytes [i * share[r], i * share[r] + len). */

@@ -9,9 +9,10 @@
  * DESIGN
  *
  * A stream is one put or one fetch: a plan of windows, each <= 64 page
- * records of one node (and the row with the last window, or, for a TP > 1
- * put that decides over several windows, with the first), at most
- * WINDOWS_IN_FLIGHT of them live at once.
+ * records of one node (a fetch reads the row first, in a window of its
+ * own, unless the store is sharded; otherwise the row goes with the last
+ * window, or, for a TP > 1 put that decides over several windows, with
+ * the first), at most WINDOWS_IN_FLIGHT of them live at once.
  *
  *   put window:   copy-out (transfer set) of GPU pages into intake slots,
  *                 then a SEL_DISK_WRITE_PART of those slots, then the slots
@@ -732,13 +733,20 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 			return rc;
 		}
 	}
-	/* Windows: each node's needed pages in runs of <= 64; the row last. */
+	/* Windows: each node's needed pages in runs of <= 64; the row first
+	 * (alone) or last (sharded). */
 	uint32_t n_win = 0;
 	for (uint32_t i = 0; i < w->n; i++)
 		n_win += sel_div_up(NODE(ds, w->ids[i])->tail_pages - (i == 0 ? w->skip : 0),
 				    SEL_WINDOW_PAGES);
 	const sel_index_node *e = NODE(ds, w->end);
-	if (e->tail_pages == (w->n == 1 ? w->skip : 0))
+	/* The row in a window of its own, the first (issue 18): it is half of
+	 * a Qwen-like restore's bytes, and in one window with the last pages
+	 * its read, checksum and copy-in ran after theirs, in series; first
+	 * and alone, its checksum and copy overlap the pages' reads.  Not for
+	 * a sharded store, whose peers mirror the plan (store_disk_sharded.c). */
+	bool row_first = !ds->sh;
+	if (row_first || e->tail_pages == (w->n == 1 ? w->skip : 0))
 		n_win++; /* the row alone */
 	struct dstream *st = stream_new(ds, hit->pages, n_win, w->n);
 	if (!st) {
@@ -749,7 +757,7 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 				hit->pages);
 	}
 	memcpy(st->nodes, w->ids, (size_t)w->n * sizeof(sel_node_id));
-	uint32_t k = 0, at = 0;
+	uint32_t k = row_first ? 1 : 0, at = 0;
 	for (uint32_t i = 0; i < w->n; i++) {
 		uint32_t tail = NODE(ds, st->nodes[i])->tail_pages;
 		for (uint32_t f = i == 0 ? w->skip : 0; f < tail; f += SEL_WINDOW_PAGES) {
@@ -759,10 +767,12 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 			at += cnt;
 		}
 	}
-	if (k < n_win) /* the row alone */
-		st->plan[k++] =
-			(struct wplan){.node_i = w->n - 1, .first = e->tail_pages, .dst_at = at};
-	st->plan[n_win - 1].row = true;
+	struct wplan row = {.node_i = w->n - 1, .first = e->tail_pages, .dst_at = at, .row = true};
+	if (row_first)
+		st->plan[0] = row;
+	else if (k < n_win)
+		st->plan[k++] = row;
+	st->plan[n_win - 1].row |= !row_first;
 	memcpy(st->ids, in->pages, (size_t)in->n_pages * sizeof(uint32_t));
 	st->put = false;
 	st->id = in->ticket;

@@ -27,6 +27,25 @@ static int sp_close(sel_store *s, uint64_t deadline_ns);
 static void sp_destroy(sel_store *s);
 static void sp_describe(sel_store *s, sel_store_info *out);
 
+/* Overlapped restores (issue 18): a pool hit's digests come with its
+ * tail's fetch (store_pooled_fetch.c); a local tier's hit is its own. */
+static int sp_page_digests(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t n,
+			   uint64_t *out)
+{
+	sel_store *in = sel_wrap_of(s)->inner;
+	if (hit->tier == SEL_TIER_POOL || !in)
+		return eos_fail(-ENOTSUP, "pooled store: a pool hit's digests come with its fetch");
+	return sel_store_page_digests(in, hit, first, n, out);
+}
+
+/* The local tiers' record; the pool's records are the manager's to drop. */
+static int sp_drop(sel_store *s, const sel_key *key)
+{
+	sel_store *in = sel_wrap_of(s)->inner;
+	return in ? sel_store_drop(in, key)
+		  : eos_fail(-ENOTSUP, "pooled store: no local tier to drop from");
+}
+
 static const struct sel_store_ops sp_ops = {
 	.version = SEL_STORE_OPS_VERSION,
 	.name = "pooled",
@@ -43,6 +62,9 @@ static const struct sel_store_ops sp_ops = {
 	.describe = sp_describe,
 	.evictions_lost = sp_evictions_lost,
 	.flush = sel_wrap_flush,
+	.page_digests = sp_page_digests,
+	.drop = sp_drop,
+	.fetch_sums = true, /* pool hits: sp_fetch; others: the inner store's answer */
 };
 
 const char *sel_pool_fail_name(sel_pool_fail f)
@@ -136,6 +158,8 @@ static void *sp_helper_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 		if (j->restore)
 			j->status = sp_restore_window(p, j);
+		else if (j->sums)
+			j->status = sp_head_sums(p, j);
 		else if (j->verify)
 			j->status =
 				sel_pool_lease_verify_part(p->pc, j->lease, j->first, j->n, j->row);

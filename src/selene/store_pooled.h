@@ -162,9 +162,14 @@ struct sp_hjob {
 	/* A fused restore window (sp_restore_window): verify each page, then
 	 * copy it into dst[first ..] (and the row into state_slot). */
 	bool restore;
-	const uint32_t *dst;
+	const uint32_t *dst; /* lease page i goes to dst[i - dst_skip] */
+	uint32_t dst_skip;
 	uint32_t state_slot;
 	uint64_t bytes; /* what it copied */
+	/* An overlapped restore's head (issue 18, sel_inbound.sums): verify
+	 * lease pages [first, +n), which are not restored, and write their
+	 * page digests (sel_slot_page_digest_padded) into sums. */
+	uint64_t *sums;
 };
 
 /* A restore from the pool, window by window (SEL_WINDOW_PAGES pages, the
@@ -197,6 +202,15 @@ struct sp_fetch {
 	uint64_t bytes;
 	struct sp_hjob *hjs;       /* [n_win]: the windows' verification */
 	struct sel_xfer_job *jobs; /* [n_win] */
+	/* An overlapped restore's tail (issue 18): the claim starts n_head
+	 * pages below resident (at claimed), and the lease's first n_head
+	 * pages are the head, checked and digested by sum_job into sums
+	 * (the caller's sel_inbound.sums), never copied. */
+	uint64_t claimed;
+	uint32_t n_head;
+	uint64_t *sums;
+	bool sums_live; /* sum_job is with the helpers */
+	struct sp_hjob sum_job;
 };
 
 enum sp_pstate {
@@ -366,6 +380,9 @@ bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j);
  * then copied from the cache.  0 or SEL_ECORRUPT (nothing after the bad
  * page copied). */
 int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j);
+/* On the helper thread: an overlapped restore's head pages verified and
+ * digested (sp_hjob.sums).  0 or SEL_ECORRUPT. */
+int sp_head_sums(const struct sel_pooled *p, struct sp_hjob *j);
 void sp_fetch_retry(struct sel_pooled *p);
 void sp_fetch_free(struct sp_fetch *f);
 

@@ -26,6 +26,18 @@
  * instead of once for the verification and again for the copy, which is
  * what bounds a restore on a machine whose memory bandwidth is shared
  * (docs/performance.md); a page is still copied only after it verified.
+ *
+ * Overlapped restores (issue 18; sel_inbound.sums).  The engine fetches
+ * only the tail of a hit, above a resident `at`, while it recomputes the
+ * n pages below it, and needs the stored digests of those n pages to
+ * compare.  The claim then starts n pages lower (the manager grants the
+ * chain from any resident): the lease's first n pages are the head, which
+ * one more helper job (sum_job) checks against the lease's page_cksum and
+ * digests from the arena (sel_slot_page_digest_padded: the planes' bytes,
+ * not the slot's never-written padding), and which are never copied; the
+ * windows cover the tail only.  The restore ends when the head's job and
+ * every window are done, so the digests are there with FETCHED; a head
+ * page that fails its checksum fails the restore (corrupt), as any page.
  */
 #include <xxhash.h>
 #include <errno.h>
@@ -82,8 +94,10 @@ static void count_restore(struct sel_pooled *p, const struct sp_fetch *f)
  * ticket's). */
 static bool fetch_fallback(struct sel_pooled *p, struct sp_fetch *f)
 {
-	if (!f->has_local || !p->w.inner || p->closed || f->local.pages != f->n_pages ||
-	    !sel_key_eq(&f->local.key, &f->key))
+	/* Not an overlapped tail: the local copy would not give its head's
+	 * digests. */
+	if (f->n_head || !f->has_local || !p->w.inner || p->closed ||
+	    f->local.pages != f->n_pages || !sel_key_eq(&f->local.key, &f->key))
 		return false;
 	sel_inbound in = {.ticket = f->ticket,
 			  .pages = f->pages,
@@ -158,6 +172,9 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	if (in->n_pages != hit->pages)
 		return eos_fail(-EINVAL, "pooled store: %u destination pages for a hit of %u",
 				in->n_pages, hit->pages);
+	if (in->n_sums && hit->neighbour)
+		return eos_fail(-ENOTSUP,
+				"pooled store: no page digests from a neighbour's export");
 	struct sp_fetch *f = calloc(1, sizeof *f);
 	if (!f || !(f->pages = malloc(((size_t)in->n_pages + 1) * sizeof *f->pages))) {
 		free(f);
@@ -165,7 +182,11 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	}
 	if (in->n_pages)
 		memcpy(f->pages, in->pages, (size_t)in->n_pages * sizeof *f->pages);
-	int rc = sel_pool_claim_at(p->pc, t->t, cand, hit->resident, &f->claim);
+	f->n_head = in->n_sums;
+	f->sums = in->sums;
+	f->claimed = f->n_head ? (hit->resident / s->page_tokens - f->n_head) * s->page_tokens
+			       : hit->resident;
+	int rc = sel_pool_claim_at(p->pc, t->t, cand, f->claimed, &f->claim);
 	if (rc) {
 		free(f->pages);
 		free(f);
@@ -196,20 +217,31 @@ int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 /* Every window to the helper, in order (fused: to verify and copy). */
 static void verify_all(struct sel_pooled *p, struct sp_fetch *f)
 {
+	if (f->n_head) { /* the head first: its digests are due with FETCHED */
+		f->sum_job = (struct sp_hjob){
+			.lease = f->lease, .first = 0, .n = f->n_head, .sums = f->sums};
+		f->verifying++;
+		f->sums_live = true;
+		sp_helper_submit(p, &f->sum_job);
+	}
 	for (uint32_t k = 0; k < f->n_win; k++) {
 		uint32_t first = k * SEL_WINDOW_PAGES, left = f->n_pages - first;
 		f->hjs[k] = (struct sp_hjob){.lease = f->lease,
 					     .verify = true,
-					     .first = first,
+					     .first = f->n_head + first,
 					     .n = left < SEL_WINDOW_PAGES ? left : SEL_WINDOW_PAGES,
 					     .row = k + 1 == f->n_win,
 					     .restore = p->fused,
 					     .dst = f->pages,
+					     .dst_skip = f->n_head,
 					     .state_slot = f->state_slot};
 		f->verifying++;
 		sp_helper_submit(p, &f->hjs[k]);
 	}
 }
+
+/* Every window copied and the head's digests (if any) written. */
+static bool fetch_done(const struct sp_fetch *f) { return f->copied == f->n_win && !f->sums_live; }
 
 /* Submit the verified windows not yet out, in order. */
 static void submit_verified(struct sel_pooled *p, struct sp_fetch *f)
@@ -239,8 +271,8 @@ static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_p
 {
 	f->lease = l;
 	f->granted = true;
-	if (!sel_pool_lease_matches(l, &f->hist, f->resident) || l->n_pages != f->n_pages ||
-	    !l->n_row_slots) {
+	if (!sel_pool_lease_matches(l, &f->hist, f->claimed) ||
+	    l->n_pages != f->n_head + f->n_pages || !l->n_row_slots) {
 		fetch_fail(p, f, SEL_POOL_FAIL_MISMATCH, SEL_POOL_CORRUPT);
 		return;
 	}
@@ -257,7 +289,7 @@ static void fetch_granted(struct sel_pooled *p, struct sp_fetch *f, struct sel_p
 			.dir = SEL_COPY_IN,
 			.n_pages = left < SEL_WINDOW_PAGES ? left : SEL_WINDOW_PAGES,
 			.pages = f->pages + first,
-			.page_slots = l->page_slots + first,
+			.page_slots = l->page_slots + f->n_head + first,
 			.row = k + 1 == f->n_win,
 			.state_slot = f->state_slot,
 			.row_slots = l->row_slots};
@@ -300,11 +332,21 @@ bool sp_fetch_event(struct sel_pooled *p, const struct sel_pool_event *ev)
 bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
 {
 	struct sp_fetch *f = p->fetches;
-	while (f && !(f->hjs && j >= f->hjs && j < f->hjs + f->n_win))
+	while (f && j != &f->sum_job && !(f->hjs && j >= f->hjs && j < f->hjs + f->n_win))
 		f = f->next;
 	if (!f)
 		return false;
 	f->verifying--;
+	if (j == &f->sum_job) {
+		f->sums_live = false;
+		if (f->failed)
+			fetch_fail(p, f, f->why, f->release);
+		else if (j->status)
+			fetch_fail(p, f, SEL_POOL_FAIL_CORRUPT, SEL_POOL_CORRUPT);
+		else if (fetch_done(f))
+			fetch_end(p, f);
+		return true;
+	}
 	if (f->failed) {
 		fetch_fail(p, f, f->why, f->release);
 		return true;
@@ -323,7 +365,7 @@ bool sp_fetch_helped(struct sel_pooled *p, struct sp_hjob *j)
 		f->submitted++;
 		f->copied++;
 		f->bytes += j->bytes;
-		if (f->copied == f->n_win)
+		if (fetch_done(f))
 			fetch_end(p, f);
 		return true;
 	}
@@ -344,7 +386,7 @@ bool sp_fetch_copied(struct sel_pooled *p, struct sel_xfer_job *j)
 		fetch_fail(p, f, SEL_POOL_FAIL_COPY, SEL_POOL_COPY_FAILED);
 	else if (f->failed)
 		fetch_fail(p, f, f->why, f->release);
-	else if (f->copied == f->n_win)
+	else if (fetch_done(f))
 		fetch_end(p, f);
 	return true;
 }
@@ -378,7 +420,8 @@ int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j)
 					n = 0;
 				}
 				c[n++] = (struct sel_copy){
-					.dst = pl->address + (uint64_t)j->dst[i] * pl->unit_bytes,
+					.dst = pl->address +
+					       (uint64_t)j->dst[i - j->dst_skip] * pl->unit_bytes,
 					.src = (uint64_t)(uintptr_t)slot + lay->share_off[r] +
 					       lay->plane_off[r][k],
 					.len = pl->unit_bytes};
@@ -409,4 +452,15 @@ int sp_restore_window(const struct sel_pooled *p, struct sp_hjob *j)
 		}
 	}
 	return 0;
+}
+
+int sp_head_sums(const struct sel_pooled *p, struct sp_hjob *j)
+{
+	const struct sel_pool_lease *l = j->lease;
+	int rc = sel_pool_lease_verify_part(p->pc, l, j->first, j->n, false);
+	for (uint32_t i = 0; i < j->n && rc == 0; i++)
+		rc = sel_slot_page_digest_padded(
+			p->g, &p->lay, sel_pool_slot_addr(p->pc, l->page_slots[j->first + i]),
+			&j->sums[i]);
+	return rc;
 }

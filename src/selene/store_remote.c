@@ -399,6 +399,11 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 				"remote store: %" PRIu32 " destination pages for a hit of %" PRIu32,
 				in->n_pages, hit->pages);
 	sel_remote_hit *h = l->hit;
+	/* An overlapped restore's tail: its head's digests from the manifest
+	 * the lookup verified (issue 18). */
+	int src = in->n_sums ? sel_remote_hit_head_sums(h, in->n_sums, in->sums) : 0;
+	if (src)
+		return src;
 	uint32_t flags = hit_flags(rs, h);
 	struct rs_job *j = rs_job_new(rs, RS_IN, hit->pages, flags);
 	if (!j)
@@ -643,6 +648,7 @@ static const struct sel_store_ops remote_ops = {
 	.destroy = rs_destroy,
 	.describe = rs_describe,
 	.flush = rs_flush,
+	.fetch_sums = true, /* remote hits: the manifest's; others: the inner store's answer */
 };
 
 #define RS_STARTUP_WAIT_NS (2000ull * 1000000)
