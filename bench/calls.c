@@ -48,7 +48,8 @@
  *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
- * The run takes well under a minute.  CALLS_ITERS overrides the iteration
+ * The run takes about a minute (the 1MiB_idle case and the floor sleep about
+ * 70 times as long as one 1 GiB copy takes).  CALLS_ITERS overrides the iteration
  * count of the 1 GiB case (default 40); CALLS_OUTLIERS and CALLS_COLD_PROBE
  * (below) help find where a p99 comes from.
  */
