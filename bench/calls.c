@@ -44,7 +44,8 @@
  * and calls_hash_{warm,after_idle}_floor_* time one 64-byte BLAKE2b back to
  * back and after the same sleep (CALLS_FLOOR_SPIN=1: the same time spent
  * spinning), with no store or copy running: the floor any call pays on
- * this machine after that long away.
+ * this machine after that long away; calls_eventfd_read_*_floor_* the
+ * same for the delivering poll's one system call.
  *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
@@ -56,6 +57,7 @@
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -434,27 +436,45 @@ static struct outcome run(const struct bench *b)
 	return out;
 }
 
-/* The machine's own floor: one BLAKE2b of 64 bytes (a lookup computes
- * at least two) right after sleeping ns, with no store and no copy
- * anywhere, against the same hash run back to back. */
-static void hash_floor(uint64_t ns)
+/* The machine's own floor, with no store and no copy anywhere: right
+ * after sleeping ns, against the same thing back to back, one BLAKE2b of
+ * 64 bytes (a lookup computes at least two) or one read of a readable
+ * eventfd (the one system call of a poll that delivers), alternately. */
+static void floor_case(uint64_t ns)
 {
 	/* CALLS_FLOOR_SPIN=1: spin on the clock instead of sleeping: the
 	 * thread never sleeps (a core burnt for the case's length). */
 	bool spin = getenv("CALLS_FLOOR_SPIN") && atoi(getenv("CALLS_FLOOR_SPIN")) > 0;
-	struct samples warm = {0}, away = {0};
-	for (int i = 0; i < 16; i++) {
+	struct samples warm[2] = {{0}}, away[2] = {{0}};
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	eventfd_t v;
+	CHECK(efd >= 0);
+	for (int i = 0; i < 24; i++) {
+		int k = i % 2;
 		cold_hash();
-		TIMED(&warm, cold_hash());
+		CHECK(eventfd_write(efd, 1) == 0);
+		if (k)
+			TIMED(&warm[k], CHECK(eventfd_read(efd, &v) == 0));
+		else
+			TIMED(&warm[k], cold_hash());
+		CHECK(eventfd_write(efd, 1) == 0);
 		if (spin)
 			for (uint64_t t0 = eos_now_ns(); eos_now_ns() - t0 < ns;)
 				;
 		else
 			idle(ns);
-		TIMED(&away, cold_hash());
+		if (k)
+			TIMED(&away[k], CHECK(eventfd_read(efd, &v) == 0));
+		else
+			TIMED(&away[k], cold_hash());
+		if (!k)
+			CHECK(eventfd_read(efd, &v) == 0);
 	}
-	report("hash_warm", "floor", &warm, NULL);
-	report("hash_after_idle", "floor", &away, NULL);
+	close(efd);
+	report("hash_warm", "floor", &warm[0], NULL);
+	report("hash_after_idle", "floor", &away[0], NULL);
+	report("eventfd_read_warm", "floor", &warm[1], NULL);
+	report("eventfd_read_after_idle", "floor", &away[1], NULL);
 }
 
 /* Print RESULT calls_<op>_<name>_<pct> a/b for each op. */
@@ -509,7 +529,7 @@ int main(void)
 	idled.idle_ns = o_big.stored_wait;
 	printf("RESULT calls_idle_per_wait_ms %.1f ms\n", idled.idle_ns / 1e6);
 	struct outcome o_idled = run(&idled);
-	hash_floor(idled.idle_ns);
+	floor_case(idled.idle_ns);
 	ratios("128pages_vs_16pages", "p50", o_paged.p50, o_small.p50);
 	ratios("1GiB_vs_1MiB_idle", "p50", o_big.p50, o_idled.p50);
 	ratios("1GiB_vs_1MiB_idle", "p99", o_big.p99, o_idled.p99);
