@@ -290,9 +290,53 @@ static uint64_t median(struct samples *s)
 	return m;
 }
 
-static struct outcome run(const struct bench *b)
+/* Distinct keys: one salted history per record, all of b->pages pages. */
+struct keys {
+	sel_history *h;
+	sel_published *cp;
+	uint32_t *ids;
+};
+
+static struct keys make_keys(const struct bench *b, uint64_t c)
 {
 	uint8_t model[SEL_IDENTITY_BYTES] = {1, 2, 3};
+	sel_token *tok = malloc(c * sizeof(*tok));
+	CHECK(tok);
+	for (uint64_t i = 0; i < c; i++)
+		tok[i] = (sel_token)(i * 2654435761u % 50000);
+	struct keys k = {.h = calloc(b->keys, sizeof(*k.h)),
+			 .cp = calloc(b->keys, sizeof(*k.cp)),
+			 .ids = malloc(b->pages * sizeof(*k.ids))};
+	CHECK(k.h && k.cp && k.ids);
+	for (uint32_t i = 0; i < b->pages; i++)
+		k.ids[i] = i;
+	for (uint32_t i = 0; i < b->keys; i++) {
+		uint32_t salt = i;
+		CHECK_OK(sel_history_init(&k.h[i], model, &salt, sizeof(salt)));
+		CHECK_OK(sel_history_append(&k.h[i], tok, c));
+		k.cp[i].checkpoint = i;
+		sel_history_key_at(&k.h[i], c, &k.cp[i].key);
+		k.cp[i].bucket = *sel_history_bound(&k.h[i], c / SEL_BUCKET_TOKENS);
+		k.cp[i].pages = k.ids;
+		k.cp[i].n_pages = b->pages;
+		k.cp[i].tail = b->pages;
+		k.cp[i].state_slot = 0;
+	}
+	free(tok);
+	return k;
+}
+
+static void free_keys(const struct bench *b, struct keys *k)
+{
+	for (uint32_t i = 0; i < b->keys; i++)
+		sel_history_free(&k->h[i]);
+	free(k->h);
+	free(k->cp);
+	free(k->ids);
+}
+
+static struct outcome run(const struct bench *b)
+{
 	uint8_t *plane[NPLANES], *row;
 	sel_allocation a[NPLANES + 1];
 	static const char *names[NPLANES] = {"k0", "k1", "v0", "v1"};
@@ -332,30 +376,10 @@ static struct outcome run(const struct bench *b)
 	sel_store *s;
 	CHECK_OK(sel_memory_store_open(&cfg, &s));
 
-	/* Distinct keys: one salted history per record. */
 	uint64_t c = (uint64_t)b->pages * PT;
-	sel_token *tok = malloc(c * sizeof(*tok));
-	CHECK(tok);
-	for (uint64_t i = 0; i < c; i++)
-		tok[i] = (sel_token)(i * 2654435761u % 50000);
-	sel_history *h = calloc(b->keys, sizeof(*h));
-	sel_published *cp = calloc(b->keys, sizeof(*cp));
-	uint32_t *ids = malloc(b->pages * sizeof(*ids));
-	CHECK(h && cp && ids);
-	for (uint32_t i = 0; i < b->pages; i++)
-		ids[i] = i;
-	for (uint32_t k = 0; k < b->keys; k++) {
-		uint32_t salt = k;
-		CHECK_OK(sel_history_init(&h[k], model, &salt, sizeof(salt)));
-		CHECK_OK(sel_history_append(&h[k], tok, c));
-		cp[k].checkpoint = k;
-		sel_history_key_at(&h[k], c, &cp[k].key);
-		cp[k].bucket = *sel_history_bound(&h[k], c / SEL_BUCKET_TOKENS);
-		cp[k].pages = ids;
-		cp[k].n_pages = b->pages;
-		cp[k].tail = b->pages;
-		cp[k].state_slot = 0;
-	}
+	struct keys k = make_keys(b, c);
+	sel_history *h = k.h;
+	sel_published *cp = k.cp;
 
 	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0}, ch = {0},
 		       sw = {0};
@@ -423,12 +447,7 @@ static struct outcome run(const struct bench *b)
 
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
-	for (uint32_t k = 0; k < b->keys; k++)
-		sel_history_free(&h[k]);
-	free(h);
-	free(cp);
-	free(ids);
-	free(tok);
+	free_keys(b, &k);
 	sel_geometry_free(g);
 	for (int p = 0; p < NPLANES; p++)
 		eos_aligned_free(plane[p]);
