@@ -29,15 +29,37 @@
  * Built with -DCALLS_NO_FLUSH it runs against a library without
  * sel_store_flush (the figures before issue 18's change).
  *
+ * Two controls in the same run separate the record's size from what the
+ * machine does to a thread (issue 18, docs/performance.md "What the 1 GiB
+ * p99 is made of"):
+ *   1MiB_128pages  1 MiB in 128 pages (2 KiB planes): the 1 GiB record's
+ *                  page count at the small record's bytes, so O(pages) work
+ *                  on the worker shows as calls_<op>_128pages_vs_16pages_p50;
+ *   1MiB_idle      the 1 MiB case, 40 iterations, the worker asleep before
+ *                  each wait for an event as long as it waited for a 1 GiB
+ *                  copy (calls_idle_per_wait_ms): the 1 GiB timeline with
+ *                  1 MiB records; calls_<op>_1GiB_vs_1MiB_idle_{p50,p99}
+ *                  near 1 mean the 1 GiB figures are the time away, not the
+ *                  size.
+ * and calls_hash_{warm,after_idle}_floor_* time one 64-byte BLAKE2b back to
+ * back and after the same sleep (CALLS_FLOOR_SPIN=1: the same time spent
+ * spinning), with no store or copy running: the floor any call pays on
+ * this machine after that long away; calls_eventfd_read_*_floor_* the
+ * same for the delivering poll's one system call.
+ *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
- * The run takes well under a minute.  CALLS_ITERS overrides the iteration
+ * The run takes about a minute (the 1MiB_idle case and the floor sleep about
+ * 70 times as long as one 1 GiB copy takes).  CALLS_ITERS overrides the iteration
  * count of the 1 GiB case (default 40); CALLS_OUTLIERS and CALLS_COLD_PROBE
  * (below) help find where a p99 comes from.
  */
+#include <errno.h>
 #include <linux/perf_event.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -132,7 +154,9 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void report(const char *op, const char *size, struct samples *s)
+/* Prints the figures of s and frees it; returns its p99 in us (and its
+ * p50 in *p50_out). */
+static double report(const char *op, const char *size, struct samples *s, double *p50_out)
 {
 	CHECK(s->n > 0);
 	qsort(s->ns, s->n, sizeof(*s->ns), cmp_u64);
@@ -149,8 +173,11 @@ static void report(const char *op, const char *size, struct samples *s)
 		       (double)s->futex / (double)s->n);
 	}
 	printf("# %s %s: %zu samples\n", op, size, s->n);
+	if (p50_out)
+		*p50_out = p50;
 	free(s->ns);
 	*s = (struct samples){0};
+	return p99;
 }
 
 struct bench {
@@ -161,7 +188,18 @@ struct bench {
 	uint32_t warm_records; /* records the warm pool holds */
 	uint32_t keys;         /* distinct records cycled through */
 	uint32_t iters;
+	uint64_t idle_ns; /* the worker sleeps this long before each wait for an event */
 };
+
+/* What one case measured, for the same-run comparisons in main. */
+struct outcome {
+	double p50[4], p99[4]; /* store, lookup, fetch, poll delivering an event */
+	uint64_t stored_wait;  /* median wait for a put's STORED event, ns */
+};
+
+/* A poll that delivers, not all polls: in the 1MiB_idle case the copy is
+ * done when the worker wakes, so every poll delivers there. */
+static const char *const ops[4] = {"store", "lookup", "fetch", "poll_event"};
 
 /* Time one call, with its system calls. */
 #define TIMED(smp, call)                                                                           \
@@ -232,9 +270,73 @@ static sel_event wait_one(sel_store *s, struct samples *all, struct samples *wit
 	}
 }
 
-static void run(const struct bench *b)
+/* Sleep for ns, as the worker sleeps on the wait fd while a 1 GiB copy
+ * runs (the small copy may complete meanwhile: its event waits). */
+static void idle(uint64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+			      .tv_nsec = (long)(ns % 1000000000u)};
+	while (nanosleep(&ts, &ts) != 0)
+		CHECK(errno == EINTR);
+}
+
+static uint64_t median(struct samples *s)
+{
+	CHECK(s->n > 0);
+	qsort(s->ns, s->n, sizeof(*s->ns), cmp_u64);
+	uint64_t m = s->ns[(s->n - 1) / 2];
+	free(s->ns);
+	*s = (struct samples){0};
+	return m;
+}
+
+/* Distinct keys: one salted history per record, all of b->pages pages. */
+struct keys {
+	sel_history *h;
+	sel_published *cp;
+	uint32_t *ids;
+};
+
+static struct keys make_keys(const struct bench *b, uint64_t c)
 {
 	uint8_t model[SEL_IDENTITY_BYTES] = {1, 2, 3};
+	sel_token *tok = malloc(c * sizeof(*tok));
+	CHECK(tok);
+	for (uint64_t i = 0; i < c; i++)
+		tok[i] = (sel_token)(i * 2654435761u % 50000);
+	struct keys k = {.h = calloc(b->keys, sizeof(*k.h)),
+			 .cp = calloc(b->keys, sizeof(*k.cp)),
+			 .ids = malloc(b->pages * sizeof(*k.ids))};
+	CHECK(k.h && k.cp && k.ids);
+	for (uint32_t i = 0; i < b->pages; i++)
+		k.ids[i] = i;
+	for (uint32_t i = 0; i < b->keys; i++) {
+		uint32_t salt = i;
+		CHECK_OK(sel_history_init(&k.h[i], model, &salt, sizeof(salt)));
+		CHECK_OK(sel_history_append(&k.h[i], tok, c));
+		k.cp[i].checkpoint = i;
+		sel_history_key_at(&k.h[i], c, &k.cp[i].key);
+		k.cp[i].bucket = *sel_history_bound(&k.h[i], c / SEL_BUCKET_TOKENS);
+		k.cp[i].pages = k.ids;
+		k.cp[i].n_pages = b->pages;
+		k.cp[i].tail = b->pages;
+		k.cp[i].state_slot = 0;
+	}
+	free(tok);
+	return k;
+}
+
+static void free_keys(const struct bench *b, struct keys *k)
+{
+	for (uint32_t i = 0; i < b->keys; i++)
+		sel_history_free(&k->h[i]);
+	free(k->h);
+	free(k->cp);
+	free(k->ids);
+}
+
+static struct outcome run(const struct bench *b)
+{
 	uint8_t *plane[NPLANES], *row;
 	sel_allocation a[NPLANES + 1];
 	static const char *names[NPLANES] = {"k0", "k1", "v0", "v1"};
@@ -274,32 +376,13 @@ static void run(const struct bench *b)
 	sel_store *s;
 	CHECK_OK(sel_memory_store_open(&cfg, &s));
 
-	/* Distinct keys: one salted history per record. */
 	uint64_t c = (uint64_t)b->pages * PT;
-	sel_token *tok = malloc(c * sizeof(*tok));
-	CHECK(tok);
-	for (uint64_t i = 0; i < c; i++)
-		tok[i] = (sel_token)(i * 2654435761u % 50000);
-	sel_history *h = calloc(b->keys, sizeof(*h));
-	sel_published *cp = calloc(b->keys, sizeof(*cp));
-	uint32_t *ids = malloc(b->pages * sizeof(*ids));
-	CHECK(h && cp && ids);
-	for (uint32_t i = 0; i < b->pages; i++)
-		ids[i] = i;
-	for (uint32_t k = 0; k < b->keys; k++) {
-		uint32_t salt = k;
-		CHECK_OK(sel_history_init(&h[k], model, &salt, sizeof(salt)));
-		CHECK_OK(sel_history_append(&h[k], tok, c));
-		cp[k].checkpoint = k;
-		sel_history_key_at(&h[k], c, &cp[k].key);
-		cp[k].bucket = *sel_history_bound(&h[k], c / SEL_BUCKET_TOKENS);
-		cp[k].pages = ids;
-		cp[k].n_pages = b->pages;
-		cp[k].tail = b->pages;
-		cp[k].state_slot = 0;
-	}
+	struct keys k = make_keys(b, c);
+	sel_history *h = k.h;
+	sel_published *cp = k.cp;
 
-	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0}, ch = {0};
+	struct samples st = {0}, lk = {0}, fe = {0}, pa = {0}, pe = {0}, fl = {0}, ch = {0},
+		       sw = {0};
 	uint32_t dst[b->pages];
 	for (uint32_t i = 0; i < b->pages; i++)
 		dst[i] = b->pages - i; /* other ids than the source */
@@ -314,7 +397,11 @@ static void run(const struct bench *b)
 		CHECKF(o == SEL_QUEUED, "iteration %u: %s (%s): %s", it, sel_outcome_name(o),
 		       sel_retry_reason_name(why), sel_errmsg());
 		FLUSH(&fl, s);
+		uint64_t w0 = eos_now_ns();
+		if (b->idle_ns)
+			idle(b->idle_ns);
 		sel_event ev = wait_one(s, &pa, &pe);
+		add(&sw, eos_now_ns() - w0);
 		CHECK(ev.type == SEL_EV_STORED);
 
 		sel_hit hit;
@@ -333,6 +420,8 @@ static void run(const struct bench *b)
 			TIMED(&fe, rc = sel_store_fetch(s, &hit, &in));
 			CHECK_OK(rc);
 			FLUSH(&fl, s);
+			if (b->idle_ns)
+				idle(b->idle_ns);
 			ev = wait_one(s, &pa, &pe);
 			CHECK(ev.type == SEL_EV_FETCHED);
 		}
@@ -343,30 +432,75 @@ static void run(const struct bench *b)
 	printf("# %s: %u stores, %" PRIu64 " evictions, %.1f s, memory rate %.2f GB/s\n", b->size,
 	       b->iters, ss.tier[SEL_TIER_MEMORY].evicted, secs,
 	       ss.tier[SEL_TIER_MEMORY].rate_bps / 1e9);
-	report("store", b->size, &st);
-	report("lookup", b->size, &lk);
-	report("fetch", b->size, &fe);
-	report("poll", b->size, &pa);
-	report("poll_event", b->size, &pe);
+	struct outcome out = {.stored_wait = median(&sw)};
+	out.p99[0] = report("store", b->size, &st, &out.p50[0]);
+	out.p99[1] = report("lookup", b->size, &lk, &out.p50[1]);
+	out.p99[2] = report("fetch", b->size, &fe, &out.p50[2]);
+	report("poll", b->size, &pa, NULL);
+	out.p99[3] = report("poll_event", b->size, &pe, &out.p50[3]);
 	if (cold_probe)
-		report("cold_hash", b->size, &ch);
+		report("cold_hash", b->size, &ch, NULL);
 #ifndef CALLS_NO_FLUSH
-	report("flush", b->size, &fl);
+	report("flush", b->size, &fl, NULL);
 	printf("RESULT calls_thread_wakes_%s %" PRIu64 " wakes\n", b->size, ss.thread_wakes);
 #endif
 
 	CHECK_RC(sel_store_close(s, 0), 0);
 	sel_store_destroy(s);
-	for (uint32_t k = 0; k < b->keys; k++)
-		sel_history_free(&h[k]);
-	free(h);
-	free(cp);
-	free(ids);
-	free(tok);
+	free_keys(b, &k);
 	sel_geometry_free(g);
 	for (int p = 0; p < NPLANES; p++)
 		eos_aligned_free(plane[p]);
 	eos_aligned_free(row);
+	return out;
+}
+
+/* The machine's own floor, with no store and no copy anywhere: right
+ * after sleeping ns, against the same thing back to back, one BLAKE2b of
+ * 64 bytes (a lookup computes at least two) or one read of a readable
+ * eventfd (the one system call of a poll that delivers), alternately. */
+static void floor_case(uint64_t ns)
+{
+	/* CALLS_FLOOR_SPIN=1: spin on the clock instead of sleeping: the
+	 * thread never sleeps (a core burnt for the case's length). */
+	bool spin = getenv("CALLS_FLOOR_SPIN") && atoi(getenv("CALLS_FLOOR_SPIN")) > 0;
+	struct samples warm[2] = {{0}}, away[2] = {{0}};
+	int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	eventfd_t v;
+	CHECK(efd >= 0);
+	for (int i = 0; i < 24; i++) {
+		int k = i % 2;
+		cold_hash();
+		CHECK(eventfd_write(efd, 1) == 0);
+		if (k)
+			TIMED(&warm[k], CHECK(eventfd_read(efd, &v) == 0));
+		else
+			TIMED(&warm[k], cold_hash());
+		CHECK(eventfd_write(efd, 1) == 0);
+		if (spin)
+			for (uint64_t t0 = eos_now_ns(); eos_now_ns() - t0 < ns;)
+				;
+		else
+			idle(ns);
+		if (k)
+			TIMED(&away[k], CHECK(eventfd_read(efd, &v) == 0));
+		else
+			TIMED(&away[k], cold_hash());
+		if (!k)
+			CHECK(eventfd_read(efd, &v) == 0);
+	}
+	close(efd);
+	report("hash_warm", "floor", &warm[0], NULL);
+	report("hash_after_idle", "floor", &away[0], NULL);
+	report("eventfd_read_warm", "floor", &warm[1], NULL);
+	report("eventfd_read_after_idle", "floor", &away[1], NULL);
+}
+
+/* Print RESULT calls_<op>_<name>_<pct> a/b for each op. */
+static void ratios(const char *name, const char *pct, const double *a, const double *b)
+{
+	for (int i = 0; i < 4; i++)
+		printf("RESULT calls_%s_%s_%s %.2f ratio\n", ops[i], name, pct, a[i] / b[i]);
 }
 
 int main(void)
@@ -383,6 +517,12 @@ int main(void)
 				    .warm_records = 16,
 				    .keys = 40,
 				    .iters = 2000};
+	/* 128 pages x 4 planes x 2 KiB = 1 MiB: the page count of the 1 GiB
+	 * record at the bytes of the small one, so O(pages) work shows. */
+	struct bench paged = small;
+	paged.size = "1MiB_128pages";
+	paged.plane_unit = 2 << 10;
+	paged.pages = 128;
 	/* 128 pages x 4 planes x 2 MiB = 1 GiB. */
 	const struct bench big = {.size = "1GiB",
 				  .plane_unit = 2 << 20,
@@ -395,7 +535,22 @@ int main(void)
 	if ((e = getenv("CALLS_OUTLIERS")))
 		outlier_us = atof(e);
 	sc_open();
-	run(&small);
-	run(&big);
+	struct outcome o_small = run(&small);
+	struct outcome o_paged = run(&paged);
+	struct outcome o_big = run(&big);
+	/* The 1 MiB record again, the worker asleep before each wait for an
+	 * event as long as it waited for a 1 GiB copy: the 1 GiB case's
+	 * timeline with 1 MiB records, so what is left of a 1 GiB / 1 MiB_idle
+	 * ratio above 1 is the record's size, not the time away. */
+	struct bench idled = small;
+	idled.size = "1MiB_idle";
+	idled.iters = big.iters;
+	idled.idle_ns = o_big.stored_wait;
+	printf("RESULT calls_idle_per_wait_ms %.1f ms\n", idled.idle_ns / 1e6);
+	struct outcome o_idled = run(&idled);
+	floor_case(idled.idle_ns);
+	ratios("128pages_vs_16pages", "p50", o_paged.p50, o_small.p50);
+	ratios("1GiB_vs_1MiB_idle", "p50", o_big.p50, o_idled.p50);
+	ratios("1GiB_vs_1MiB_idle", "p99", o_big.p99, o_idled.p99);
 	return 0;
 }
