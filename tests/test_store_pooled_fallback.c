@@ -15,6 +15,10 @@
  *     request recomputes), again without a new pool lookup, not counted.
  *   - A later lookup of the same history (the failed ticket used up) asks
  *     the pool again.
+ *   - kill -9 of the manager while B's copy of the claim is in flight:
+ *     the restore fails (gone) once the copy drained; the readmission's
+ *     lookup, detached, gets the memory tier's prefix, byte-exact,
+ *     counted as a fallback.
  */
 #include "pool_testlib.h"
 #include "store_pooled.h"
@@ -173,6 +177,51 @@ static void one_case(sel_store *a, sel_store *b, struct sfx *fa, struct sfx *fb,
 	sfx_conv_free(&cb);
 }
 
+static bool blocked(struct sfx *f)
+{
+	pthread_mutex_lock(&f->stub.mu);
+	bool b = f->stub.waiting > 0;
+	pthread_mutex_unlock(&f->stub.mu);
+	return b;
+}
+
+/* The manager dies mid-claim; B holds the 128-token prefix locally. */
+static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct sfx *fa,
+			struct sfx *fb)
+{
+	const uint64_t c = 320, local = 128, tag = 3;
+	struct sfx_conv ca, cb;
+	sfx_conv_init(fa, &ca, tag, c, 0);
+	sfx_conv_init(fb, &cb, tag, c, 0);
+	put(fa, a, &ca, c, 100 + tag, true);
+	put(fb, b, &cb, local, 200 + tag, false);
+	sel_hit hit = pool_hit(b, &cb, c, c);
+	sel_pool_counters before = sfx_pool_counters(b);
+	sfx_hold(fb, true);
+	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
+	SFX_UNTIL(b, NULL, blocked(fb)); /* verified, then copying */
+	mgr_kill9(m);
+	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
+	sfx_none_now(b); /* the copy still runs: nothing is reported yet */
+	sfx_hold(fb, false);
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 300 + tag, "event %d", e.type);
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_GONE] ==
+	      before.claims_failed[SEL_POOL_FAIL_GONE] + 1);
+	sel_hit h2;
+	int rc = sel_store_lookup(b, &cb.h, 0, c, &h2);
+	CHECKF(rc == 1 && h2.tier == SEL_TIER_MEMORY && h2.key.consumed == local, "rc %d", rc);
+	CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
+	sfx_poison(fb);
+	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
+	e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
+	       "event %d tier %d", e.type, e.tier);
+	CHECK(restored_ok(fb, &cb, local, 40, 3));
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+}
+
 int main(void)
 {
 	char *d = test_mkdtemp("pooled-fallback");
@@ -188,6 +237,7 @@ int main(void)
 		  *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
 	one_case(a, b, &fa, &fb, 1, 128); /* a shorter local prefix */
 	one_case(a, b, &fa, &fb, 2, 0);   /* none: recompute */
+	killed_case(&m, a, b, &fa, &fb);
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
 	sel_store_destroy(a);

@@ -214,7 +214,7 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
 	int lrc = sel_wrap_lookup(s, h, resident, limit, hit);
-	if (lrc < 0 || !p->pc || p->closed || sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+	if (lrc < 0 || !p->pc || p->closed)
 		return lrc;
 	uint64_t len = sel_history_len(h), top = limit < len ? limit : len;
 	if (top <= resident || (lrc == 1 && hit->key.consumed >= top))
@@ -222,11 +222,15 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 	sel_key want;
 	sel_history_key_at(h, top, &want);
 	struct sp_ticket *t = ticket_find(p, &want, resident, limit);
-	if (t && t->failed_ns) { /* its pool restore failed: this once, the local tiers */
+	/* Its pool restore failed (also when the session went with it): this
+	 * once, the local tiers. */
+	if (t && t->failed_ns) {
 		if (failed_lookup(p, t, lrc))
 			return lrc;
 		t = NULL;
 	}
+	if (sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+		return lrc;
 	if (t && sel_pool_ticket_state(t->t) == SEL_POOL_TICKET_FAILED) {
 		ticket_drop(p, t); /* a session that ended: ask the new one */
 		t = NULL;
