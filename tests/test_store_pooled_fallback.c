@@ -15,6 +15,10 @@
  *     request recomputes), again without a new pool lookup, not counted.
  *   - A later lookup of the same history (the failed ticket used up) asks
  *     the pool again.
+ *   - The manager stopped (SIGSTOP) before it grants B's claim: the claim
+ *     fails at the requester's deadline (12 s plus the bytes at 8 MiB/s);
+ *     the readmission gets the memory tier's prefix, byte-exact, counted;
+ *     the manager's grant, once it runs again, is released unused.
  *   - kill -9 of the manager while B's copy of the claim is in flight:
  *     the restore fails (gone) once the copy drained; the readmission's
  *     lookup, detached, gets the memory tier's prefix, byte-exact,
@@ -185,6 +189,46 @@ static bool blocked(struct sfx *f)
 	return b;
 }
 
+/* The manager stopped before it grants B's claim; B holds the 128-token
+ * prefix locally. */
+static void deadline_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct sfx *fa,
+			  struct sfx *fb)
+{
+	const uint64_t c = 320, local = 128, tag = 4;
+	struct sfx_conv ca, cb;
+	sfx_conv_init(fa, &ca, tag, c, 0);
+	sfx_conv_init(fb, &cb, tag, c, 0);
+	put(fa, a, &ca, c, 100 + tag, true);
+	put(fb, b, &cb, local, 200 + tag, false);
+	sel_hit hit = pool_hit(b, &cb, c, c);
+	sel_pool_counters before = sfx_pool_counters(b);
+	CHECK(!kill(m->pid, SIGSTOP));
+	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 60 * S_NS; /* the claim's own: about 12 s */
+	int n;
+	while ((n = sfx_poll_wait(b, ev, 8)) == 0)
+		CHECK(eos_now_ns() < deadline);
+	CHECKF(n == 1 && ev[0].type == SEL_EV_FETCH_FAILED && ev[0].ticket == 300 + tag,
+	       "%d events, the first %d", n, ev[0].type);
+	CHECK(!kill(m->pid, SIGCONT));
+	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_TIMEOUT] ==
+	      before.claims_failed[SEL_POOL_FAIL_TIMEOUT] + 1);
+	sel_hit h2;
+	int rc = sel_store_lookup(b, &cb.h, 0, c, &h2);
+	CHECKF(rc == 1 && h2.tier == SEL_TIER_MEMORY && h2.key.consumed == local, "rc %d", rc);
+	CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
+	CHECK(sfx_pool_counters(b).lookups == before.lookups);
+	sfx_poison(fb);
+	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
+	sel_event e = next_event(b);
+	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
+	       "event %d tier %d", e.type, e.tier);
+	CHECK(restored_ok(fb, &cb, local, 40, 3));
+	sfx_conv_free(&ca);
+	sfx_conv_free(&cb);
+}
+
 /* The manager dies mid-claim; B holds the 128-token prefix locally. */
 static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct sfx *fa,
 			struct sfx *fb)
@@ -237,6 +281,7 @@ int main(void)
 		  *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
 	one_case(a, b, &fa, &fb, 1, 128); /* a shorter local prefix */
 	one_case(a, b, &fa, &fb, 2, 0);   /* none: recompute */
+	deadline_case(&m, a, b, &fa, &fb);
 	killed_case(&m, a, b, &fa, &fb);
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
