@@ -19,11 +19,15 @@
  *     fails at the requester's deadline (12 s plus the bytes at 8 MiB/s);
  *     the readmission gets the memory tier's prefix, byte-exact, counted;
  *     the manager's grant, once it runs again, is released unused.
+ *   - (not a fallback, the same store) the two helper threads run on
+ *     disjoint CPU sets, so a restore's windows never share a core.
  *   - kill -9 of the manager while B's copy of the claim is in flight:
  *     the restore fails (gone) once the copy drained; the readmission's
  *     lookup, detached, gets the memory tier's prefix, byte-exact,
  *     counted as a fallback.
  */
+#include <sched.h>
+
 #include "pool_testlib.h"
 #include "store_pooled.h"
 #include "storefx.h"
@@ -266,6 +270,17 @@ static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct s
 	sfx_conv_free(&cb);
 }
 
+/* Whether b's helpers have spread (store_pooled.c sp_helper_spread). */
+static bool helpers_apart(sel_store *b)
+{
+	struct sel_pooled *p = (struct sel_pooled *)b;
+	cpu_set_t m[SP_HELPERS], both;
+	for (uint32_t i = 0; i < SP_HELPERS; i++)
+		CHECK(!pthread_getaffinity_np(p->th[i], sizeof m[i], &m[i]));
+	CPU_AND(&both, &m[0], &m[1]);
+	return CPU_COUNT(&both) == 0 && CPU_COUNT(&m[0]) > 0 && CPU_COUNT(&m[1]) > 0;
+}
+
 int main(void)
 {
 	char *d = test_mkdtemp("pooled-fallback");
@@ -279,6 +294,12 @@ int main(void)
 	mgr_start(&m, dir, "mgrf", "--memory", "16MiB", NULL);
 	sel_store *a = open_pooled(&fa, m.sock, "FA", 0),
 		  *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
+	cpu_set_t cpus;
+	CHECK(!sched_getaffinity(0, sizeof cpus, &cpus));
+	if (CPU_COUNT(&cpus) >= SP_HELPERS)
+		TEST_UNTIL(helpers_apart(b), 10);
+	else
+		printf("one CPU: the helpers' spread is not checked\n");
 	one_case(a, b, &fa, &fb, 1, 128); /* a shorter local prefix */
 	one_case(a, b, &fa, &fb, 2, 0);   /* none: recompute */
 	deadline_case(&m, a, b, &fa, &fb);

@@ -92,7 +92,11 @@
  *   threads (SP_HELPERS, sharing one queue: checksums, verification, fused
  *   restore windows, cascade copies) report through eventfds that the wait
  *   fd (an epoll set) watches with the inner store's and the pool
- *   client's.
+ *   client's.  Helper i runs on the CPUs of the process's set whose
+ *   index is i modulo SP_HELPERS (with at least SP_HELPERS of them), so
+ *   the two never share a core: woken by the worker, both were often
+ *   placed on the worker's CPU and a restore ran at half its rate on a
+ *   loaded host (docs/performance.md "Restore ratio, paired").
  *
  * INVARIANTS
  *   1. A lease is ended exactly once, and only when no copy of this store
@@ -314,6 +318,7 @@ struct sel_pooled {
 	/* helper threads (SP_HELPERS: a restore's windows run on both) */
 	pthread_t th[SP_HELPERS];
 	uint32_t th_started;
+	uint32_t th_next; /* atomic: the helpers' indices (sp_helper_spread) */
 	bool th_stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
