@@ -27,6 +27,25 @@ double bench_median(const double *v, int n)
 	return m;
 }
 
+void bench_cold_caches(void)
+{
+	static uint8_t *buf;
+	static size_t len;
+	static volatile uint64_t sink;
+	if (!buf) {
+		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+		len = l3 > 0 && (size_t)l3 * 2 > (64u << 20) ? (size_t)l3 * 2 : 64u << 20;
+		if (!(buf = malloc(len)))
+			abort();
+	}
+	uint64_t acc = 0;
+	for (size_t i = 0; i < len; i += 64)
+		buf[i] = (uint8_t)(buf[i] + 1);
+	for (size_t i = 0; i < len; i += 64)
+		acc += buf[i];
+	sink += acc;
+}
+
 double bench_fio_bw(const char *dir, const char *rw, uint64_t bytes)
 {
 	return bench_fio_bw_depth(dir, rw, bytes, 32);

@@ -11,6 +11,13 @@
 /* Median of v[0..n) (n >= 1); v is not changed. */
 double bench_median(const double *v, int n);
 
+/* Leave the CPU caches cold for the next measured pass: write and read a
+ * buffer of twice the last-level cache (at least 64 MiB), so whatever the
+ * previous pass read or wrote is evicted.  Paired rounds call it before
+ * each side, so a restore and its baseline start from the same cache
+ * state. */
+void bench_cold_caches(void);
+
 /* fio with io_uring and O_DIRECT, 8 MiB requests, 32 in flight, on
  * dir/fio.bench: bytes per second of `rw` ("write" or "read") over `bytes`,
  * or -1 with the reason printed.  The file is left for the caller. */

@@ -17,9 +17,13 @@
  *   RESULT pool_restore_copy_vs_memcpy <x> ratio  the same without the
  *                                           verification (copy and protocol only)
  *
- * Medians of several rounds.  The restore here copies into host memory with
- * memcpy, the host backend's copy; a GPU restore would be a cuMemcpyBatch
- * from the same registered arena.
+ * Paired rounds (docs/performance.md "Restore ratio, paired"): each round
+ * measures the restore, the copy-only restore and the memcpy of the same
+ * claimed slots into the same destination, in an order that rotates from
+ * round to round, each from cold caches (bench_cold_caches); the ratios
+ * are the medians of the rounds' own ratios.  The restore here copies into
+ * host memory with memcpy, the host backend's copy; a GPU restore would be
+ * a cuMemcpyBatch from the same registered arena.
  */
 #include <pthread.h>
 #include <sys/socket.h>
@@ -70,6 +74,27 @@ static double unix_rtt_p50(int n)
 	double p50 = (double)v[n / 2] / 1e3;
 	free(v);
 	return p50;
+}
+
+/* One memcpy of the claimed slots out of the arena (one call when they
+ * are one span, as they are in a fresh arena), then the row. */
+static void memcpy_slots(struct tc *a, const struct sel_pool_lease *l, uint8_t *dst, uint64_t sb,
+			 uint32_t pages)
+{
+	const uint8_t *src = sel_pool_slot_addr(a->c, l->page_slots[0]);
+	bool contiguous = true;
+	for (uint32_t i = 1; i < l->n_pages && contiguous; i++)
+		contiguous = l->page_slots[i] == l->page_slots[0] + i;
+	if (contiguous) {
+		memcpy(dst, src, (uint64_t)pages * sb);
+	} else {
+		for (uint32_t i = 0; i < l->n_pages; i++)
+			memcpy(dst + (uint64_t)i * sb, sel_pool_slot_addr(a->c, l->page_slots[i]),
+			       sb);
+	}
+	for (uint32_t i = 0; i < l->n_row_slots; i++)
+		memcpy(dst + (uint64_t)(pages + i) * sb, sel_pool_slot_addr(a->c, l->row_slots[i]),
+		       sb);
 }
 
 int main(void)
@@ -124,56 +149,51 @@ int main(void)
 	uint8_t *dst = aligned_alloc(4096, bytes);
 	memset(dst, 1, bytes);
 	enum {
-		R = 7
+		R = 21
 	};
-	double full[R], copy[R], mc[R];
+	double full[R], copy[R], mc[R], rf[R], rc[R];
 	for (int r = 0; r < R; r++) {
-		for (int verify = 0; verify < 2; verify++) {
-			uint64_t t0 = eos_now_ns();
-			sel_pool_ticket *k = lookup(&a, &big, 0, c);
+		for (int k = 0; k < 3; k++) {
+			int what = (k + r) % 3; /* 0: verified restore, 1: copy only, 2: memcpy */
+			sel_pool_ticket *t = lookup(&a, &big, 0, c);
 			uint32_t why;
-			struct sel_pool_lease *l = claim(&a, k, 0, &why);
-			CHECK(l && l->n_pages == pages);
-			if (verify)
-				CHECK_OK(sel_pool_lease_verify(a.c, l));
-			for (uint32_t i = 0; i < l->n_pages; i++)
-				memcpy(dst + (uint64_t)i * sb,
-				       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
-			for (uint32_t i = 0; i < l->n_row_slots; i++)
-				memcpy(dst + (uint64_t)(pages + i) * sb,
-				       sel_pool_slot_addr(a.c, l->row_slots[i]), sb);
-			CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
-			double secs = (double)(eos_now_ns() - t0) / 1e9;
-			sel_pool_ticket_free(a.c, k);
-			(verify ? full : copy)[r] = (double)bytes / secs;
+			struct sel_pool_lease *l = NULL;
+			if (what == 2) { /* the claim untimed: the memcpy alone is */
+				CHECK((l = claim(&a, t, 0, &why)));
+				bench_cold_caches();
+				uint64_t t0 = eos_now_ns();
+				memcpy_slots(&a, l, dst, sb, pages);
+				mc[r] = (double)bytes / ((double)(eos_now_ns() - t0) / 1e9);
+			} else {
+				bench_cold_caches();
+				uint64_t t0 = eos_now_ns();
+				l = claim(&a, t, 0, &why);
+				CHECK(l && l->n_pages == pages);
+				if (what == 0)
+					CHECK_OK(sel_pool_lease_verify(a.c, l));
+				for (uint32_t i = 0; i < l->n_pages; i++)
+					memcpy(dst + (uint64_t)i * sb,
+					       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
+				for (uint32_t i = 0; i < l->n_row_slots; i++)
+					memcpy(dst + (uint64_t)(pages + i) * sb,
+					       sel_pool_slot_addr(a.c, l->row_slots[i]), sb);
+				CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
+				l = NULL;
+				double secs = (double)(eos_now_ns() - t0) / 1e9;
+				(what == 0 ? full : copy)[r] = (double)bytes / secs;
+			}
+			if (l)
+				CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
+			sel_pool_ticket_free(a.c, t);
 		}
-		/* One memcpy of the same bytes out of the arena (the first window). */
-		sel_pool_ticket *k = lookup(&a, &big, 0, c);
-		uint32_t why;
-		struct sel_pool_lease *l = claim(&a, k, 0, &why);
-		CHECK(l);
-		uint64_t t0 = eos_now_ns();
-		const uint8_t *src = sel_pool_slot_addr(a.c, l->page_slots[0]);
-		bool contiguous = true;
-		for (uint32_t i = 1; i < l->n_pages && contiguous; i++)
-			contiguous = l->page_slots[i] == l->page_slots[0] + i;
-		if (contiguous) {
-			memcpy(dst, src, (uint64_t)pages * sb);
-		} else {
-			for (uint32_t i = 0; i < l->n_pages; i++)
-				memcpy(dst + (uint64_t)i * sb,
-				       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
-		}
-		memcpy(dst + (uint64_t)pages * sb, sel_pool_slot_addr(a.c, l->row_slots[0]), sb);
-		mc[r] = (double)bytes / ((double)(eos_now_ns() - t0) / 1e9);
-		CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
-		sel_pool_ticket_free(a.c, k);
+		rf[r] = full[r] / mc[r];
+		rc[r] = copy[r] / mc[r];
 	}
-	double f = bench_median(full, R), cp = bench_median(copy, R), b = bench_median(mc, R);
+	double f = bench_median(full, R), b = bench_median(mc, R);
 	printf("RESULT pool_restore_bps %.0f bytes/s\n", f);
 	printf("RESULT memcpy_bps %.0f bytes/s\n", b);
-	printf("RESULT pool_restore_vs_memcpy %.3f ratio\n", f / b);
-	printf("RESULT pool_restore_copy_vs_memcpy %.3f ratio\n", cp / b);
+	printf("RESULT pool_restore_vs_memcpy %.3f ratio\n", bench_median(rf, R));
+	printf("RESULT pool_restore_copy_vs_memcpy %.3f ratio\n", bench_median(rc, R));
 	free(dst);
 	sel_history_free(&h);
 	sel_history_free(&big);

@@ -341,6 +341,22 @@ int main(void)
 	struct sel_pool_event e = tc_wait(&t, SEL_POOL_EV_CLAIM_GRANTED, 10);
 	struct sel_pool_lease *l = e.lease;
 	CHECK(l->id == 20 && l->n_pages == 4 && l->page_slots[0] == 8 && l->row_slots[0] == 12);
+	/* 4a. Restore deadlines (design 2.15): a claim made while this granted
+	 * one still copies budgets for the granted bytes too. */
+	{
+		uint64_t c3, t0 = eos_now_ns();
+		CHECK_OK(sel_pool_claim(t.c, k, 0, &c3));
+		uint64_t ms =
+			sel_pool_deadline_ms(SEL_POOL_REQUESTER_SETUP_MS,
+					     SEL_POOL_REQUESTER_SETUP_MS, 5 * 8192 + l->bytes);
+		CHECK(sel_pool_claim_deadline(t.c, c3) >= t0 + ms * MS_NS);
+		CHECK(fm_read(fd, &m, 10) == 0 && m.type == SEL_POOL_C_CLAIM);
+		sel_pool_msg_free(&m);
+		struct sel_pool_msg r = {.type = SEL_POOL_M_CLAIM_REFUSED};
+		r.u.refused = (struct sel_pool_m_refused){c3, SEL_POOL_NOT_FOUND};
+		fm_send(fd, &r);
+		tc_wait(&t, SEL_POOL_EV_CLAIM_FAILED, 10);
+	}
 	CHECK_OK(sel_pool_lease_verify(t.c, l));
 	CHECK(sel_pool_lease_matches(l, &h, 0) && !sel_pool_lease_matches(l, &h2, 0));
 	CHECK(!sel_pool_lease_matches(l, &h, 64)); /* granted for resident 0 */
@@ -365,7 +381,7 @@ int main(void)
 	struct sel_pool_client_stats st;
 	sel_pool_stats(t.c, &st);
 	CHECK(st.answers_dropped == 1 && st.claims_granted == 1 &&
-	      st.claims_failed == 5); /* 2b: two */
+	      st.claims_failed == 6); /* 2b: two, 4a: one */
 
 	/* 5. Export requests: bad windows are refused; a good one is the
 	 * caller's, who refuses it with a reason. */

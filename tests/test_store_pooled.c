@@ -204,9 +204,13 @@ static void test_share_corrupt_kill(void)
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
 	for (uint64_t o = from; o + sb <= len; o += sb)
 		base[o + 17] ^= 0x5a;
-	/* Never served again: the next lookup asks afresh and finds nothing. */
+	/* The readmission's lookup: the failed ticket, the local tiers alone
+	 * (none here); then never served again: the next lookup asks afresh
+	 * and finds nothing. */
 	sel_hit h2;
-	int rc;
+	uint64_t asked = sfx_pool_counters(b).lookups;
+	int rc = sel_store_lookup(b, &c2b.h, 0, 192, &h2);
+	CHECK(rc == 0 && sfx_pool_counters(b).lookups == asked);
 	uint64_t deadline = eos_now_ns() + 5 * S_NS;
 	sel_event ev[8];
 	while ((rc = sel_store_lookup(b, &c2b.h, 0, 192, &h2)) == SEL_LOOKUP_PENDING ||

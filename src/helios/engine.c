@@ -254,6 +254,7 @@ struct ereq {
 	/* worker */
 	hel_req_id sid;
 	bool no_host, counted;
+	bool pool_failed; /* a pool restore of it failed once: readmitted with the local tiers */
 	/* Admitted after its lookup was held and restoring a host hit: its
 	 * pool (or remote) answer may still come, deeper (late_retries).
 	 * late_resident: the GPU-resident count admission looked up from;
@@ -1060,7 +1061,9 @@ static void cancel_now(hel_engine *e, struct ereq *r)
 /* Requests whose ticket failed (INBOUND with ticket 0) go back to the
  * front of the pending queue, in their admission order, with host lookup
  * disabled for their next attempt (design 2.8).  Found by scanning the
- * active list, so a failed-waiter list lost to ENOMEM loses nobody. */
+ * active list, so a failed-waiter list lost to ENOMEM loses nobody.  After
+ * its first failed pool restore a request asks the store once more: the
+ * pooled store answers from its local tiers only. */
 static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 {
 	int n = 0;
@@ -1071,7 +1074,14 @@ static int requeue_failed_waiters(hel_engine *e, bool all_inbound)
 		    inf.phase != HEL_PHASE_INBOUND || (inf.ticket && !all_inbound))
 			continue;
 		withdraw(e, r);
-		r->no_host = true;
+		/* A failed pool restore, the first: the next lookup is answered
+		 * by the local tiers alone (the pooled store keeps the failed
+		 * ticket: no new pool lookup), so a shorter local prefix is
+		 * restored from one source instead of recomputed (design 2.15
+		 * "One source"; docs/architecture.md). */
+		bool local = r->out.host_tier == SEL_TIER_POOL && !r->pool_failed;
+		r->pool_failed |= local;
+		r->no_host = !local;
 		r->out.cached_tokens = r->out.reused_gpu_tokens = r->out.reused_host_tokens = 0;
 		r->out.host_tier = SEL_TIER_NONE;
 		r->out.host_neighbour = false;

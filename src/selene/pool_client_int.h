@@ -160,6 +160,7 @@ struct sel_pool_client {
 	struct plist claims;
 	uint32_t n_claims, n_puts; /* pending + live, for the hello's limits */
 	uint64_t n_live;           /* leases in the table (committed puts excluded) */
+	uint64_t claim_bytes;      /* bytes of the claim leases in the table (still copying) */
 	struct evq evq;
 	char warning[512];
 	struct sel_pool_client_stats st;

@@ -73,9 +73,10 @@ void pc_lease_end(sel_pool_client *c, struct lease *l)
 	eos_hmap_remove(&c->leases, &l->hn);
 	if (!l->committed) {
 		c->n_live--;
-		if (l->pub.kind == SEL_POOL_CLAIM)
+		if (l->pub.kind == SEL_POOL_CLAIM) {
 			c->n_claims--;
-		else if (l->pub.kind == SEL_POOL_PUT)
+			c->claim_bytes -= l->pub.bytes;
+		} else if (l->pub.kind == SEL_POOL_PUT)
 			c->n_puts--;
 	} else {
 		c->n_puts--;
@@ -114,6 +115,8 @@ struct lease *pc_lease_new(sel_pool_client *c, enum sel_pool_lease_kind kind, ui
 	l->epoch = c->epoch;
 	eos_hmap_insert(&c->leases, &l->hn, eos_hash64(id));
 	c->n_live++;
+	if (kind == SEL_POOL_CLAIM)
+		c->claim_bytes += l->pub.bytes;
 	return l;
 }
 
@@ -345,8 +348,9 @@ int sel_pool_claim_at(sel_pool_client *c, const sel_pool_ticket *t, uint32_t i, 
 	p->resident = resident;
 	p->bytes = cd->bytes;
 	/* Design 2.15 restore deadlines: a waiting restore also budgets for
-	 * the restores ahead of it (the claims still waiting for a grant). */
-	uint64_t ahead = 0;
+	 * the restores ahead of it: the claims still waiting for a grant and
+	 * the granted ones still copying (their leases not yet released). */
+	uint64_t ahead = c->claim_bytes;
 	for (const struct pending *q = c->claims.head; q; q = q->next)
 		if (!q->dead)
 			ahead += q->bytes;

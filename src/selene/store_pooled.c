@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,9 +143,28 @@ void sp_helper_submit(struct sel_pooled *p, struct sp_hjob *j)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* Best effort: this helper on its own share of the process's CPUs (every
+ * SP_HELPERS-th of them, from its index on), so that no two helpers share
+ * a core and a restore's windows run side by side.  With fewer CPUs than
+ * helpers, or a kernel that refuses, the scheduler places them. */
+static void sp_helper_spread(struct sel_pooled *p)
+{
+	uint32_t i = __atomic_fetch_add(&p->th_next, 1, __ATOMIC_RELAXED) % SP_HELPERS;
+	cpu_set_t all, mine;
+	if (pthread_getaffinity_np(pthread_self(), sizeof all, &all) ||
+	    CPU_COUNT(&all) < SP_HELPERS)
+		return;
+	CPU_ZERO(&mine);
+	for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++)
+		if (CPU_ISSET(cpu, &all) && k++ % SP_HELPERS == (int)i)
+			CPU_SET(cpu, &mine);
+	(void)pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+}
+
 static void *sp_helper_main(void *arg)
 {
 	struct sel_pooled *p = arg;
+	sp_helper_spread(p);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->hq && !p->th_stop)

@@ -39,7 +39,14 @@
  *   drained: OK, CORRUPT (checksums or chain keys: the manager never
  *   serves that record again) or COPY_FAILED.  A refused or failed claim,
  *   a lost session or a failed lease ends the fetch with
- *   SEL_EV_FETCH_FAILED after its copy drained: the request recomputes.
+ *   SEL_EV_FETCH_FAILED after its copy drained.  The fallback (design 2.15
+ *   "One source", docs/architecture.md): a local copy of the same endpoint
+ *   (a neighbour had won the tie) is fetched into the same destination
+ *   once the pool's writes drained; otherwise the ticket is kept, marked
+ *   failed, and the readmitted request's next lookup (the same history,
+ *   resident count and limit) is answered by the local tiers alone: a
+ *   shorter prefix restored from one local tier, or none and the request
+ *   recomputes.  Either is counted in local_fallbacks.
  *
  *   Puts (store_pooled_put.c, store_pooled_cascade.c).  With local tiers
  *   the pool is the end of their chain: the last one (a memory store, or
@@ -87,7 +94,11 @@
  *   threads (SP_HELPERS, sharing one queue: checksums, verification, fused
  *   restore windows, cascade copies) report through eventfds that the wait
  *   fd (an epoll set) watches with the inner store's and the pool
- *   client's.
+ *   client's.  Helper i runs on the CPUs of the process's set whose
+ *   index is i modulo SP_HELPERS (with at least SP_HELPERS of them), so
+ *   the two never share a core: woken by the worker, both were often
+ *   placed on the worker's CPU and a restore ran at half its rate on a
+ *   loaded host (docs/performance.md "Restore ratio, paired").
  *
  * INVARIANTS
  *   1. A lease is ended exactly once, and only when no copy of this store
@@ -135,6 +146,11 @@ struct sp_ticket {
 	bool has_local; /* a neighbour won a tie with this local hit */
 	sel_hit local;
 	sel_history hist; /* copied when a pool hit is returned */
+	/* A restore of this ticket's pick failed (and no local copy of its
+	 * endpoint took over): the readmission's lookup, within SP_SHUN_NS,
+	 * is answered by the local tiers alone (a shorter prefix, or none),
+	 * without a new pool lookup; then the ticket goes. */
+	uint64_t failed_ns;
 };
 
 /* A helper-thread job: verify part of a claim's windows (pages first ..
@@ -321,6 +337,7 @@ struct sel_pooled {
 	/* helper threads (SP_HELPERS: a restore's windows run on both) */
 	pthread_t th[SP_HELPERS];
 	uint32_t th_started;
+	uint32_t th_next; /* atomic: the helpers' indices (sp_helper_spread) */
 	bool th_stop;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -366,9 +383,10 @@ void sp_tickets_answer(struct sel_pooled *p, sel_pool_ticket *t);
 void sp_lookup_warmup(struct sel_pooled *p, const uint8_t model_identity[SEL_IDENTITY_BYTES]);
 void sp_tickets_free(struct sel_pooled *p, bool all);
 /* The ticket a pool hit came from (and its candidate), or NULL when it
- * is gone; drop the ticket of a failed restore. */
+ * is gone; drop the ticket of a failed restore, or (keep) mark it failed
+ * so the readmission's lookup is answered by the local tiers alone. */
 struct sp_ticket *sp_ticket_of(struct sel_pooled *p, const sel_hit *hit, uint32_t *cand);
-void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq);
+void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq, bool keep);
 
 /* store_pooled_fetch.c */
 int sp_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in);

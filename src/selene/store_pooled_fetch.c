@@ -118,7 +118,7 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f)
 	f->lease = NULL;
 	if (!ok && fetch_fallback(p, f)) {
 		p->pc_st.claims_failed[f->why]++;
-		sp_ticket_failed(p, f->tk_slot, f->tk_seq);
+		sp_ticket_failed(p, f->tk_slot, f->tk_seq, false);
 		fetch_unlink(p, f);
 		return;
 	}
@@ -134,7 +134,9 @@ static void fetch_end(struct sel_pooled *p, struct sp_fetch *f)
 		count_restore(p, f);
 	} else {
 		p->pc_st.claims_failed[f->why]++;
-		sp_ticket_failed(p, f->tk_slot, f->tk_seq);
+		/* The readmitted request's lookup: the local tiers alone (a
+		 * shorter prefix from one of them, or a recompute). */
+		sp_ticket_failed(p, f->tk_slot, f->tk_seq, true);
 		if (f->neighbour) { /* the arena's copy, if any, next time */
 			p->shun[p->n_shun % SP_SHUNNED].key = f->key;
 			p->shun[p->n_shun++ % SP_SHUNNED].until = eos_now_ns() + SP_SHUN_NS;

@@ -196,11 +196,25 @@ static int ticket_pick(struct sel_pooled *p, struct sp_ticket *t, const sel_hist
 	return 1;
 }
 
+/* The lookup of a request readmitted after its pool restore failed
+ * (design 2.15 "One source"): the local tiers' answer alone (lrc, a
+ * shorter prefix or none), no new pool lookup, so the next restore has
+ * one source; the ticket goes.  Later than SP_SHUN_NS it is an ordinary
+ * lookup again. */
+static bool failed_lookup(struct sel_pooled *p, struct sp_ticket *t, int lrc)
+{
+	bool fresh = eos_now_ns() - t->failed_ns < SP_SHUN_NS;
+	ticket_drop(p, t);
+	if (fresh && lrc == 1)
+		p->pc_st.local_fallbacks++;
+	return fresh;
+}
+
 int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t limit, sel_hit *hit)
 {
 	struct sel_pooled *p = (struct sel_pooled *)s;
 	int lrc = sel_wrap_lookup(s, h, resident, limit, hit);
-	if (lrc < 0 || !p->pc || p->closed || sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+	if (lrc < 0 || !p->pc || p->closed)
 		return lrc;
 	uint64_t len = sel_history_len(h), top = limit < len ? limit : len;
 	if (top <= resident || (lrc == 1 && hit->key.consumed >= top))
@@ -208,6 +222,15 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 	sel_key want;
 	sel_history_key_at(h, top, &want);
 	struct sp_ticket *t = ticket_find(p, &want, resident, limit);
+	/* Its pool restore failed (also when the session went with it): this
+	 * once, the local tiers. */
+	if (t && t->failed_ns) {
+		if (failed_lookup(p, t, lrc))
+			return lrc;
+		t = NULL;
+	}
+	if (sel_pool_state(p->pc) != SEL_POOL_ATTACHED)
+		return lrc;
 	if (t && sel_pool_ticket_state(t->t) == SEL_POOL_TICKET_FAILED) {
 		ticket_drop(p, t); /* a session that ended: ask the new one */
 		t = NULL;
@@ -237,11 +260,17 @@ int sp_lookup(sel_store *s, const sel_history *h, uint64_t resident, uint64_t li
 	return rc;
 }
 
-void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq)
+void sp_ticket_failed(struct sel_pooled *p, uint32_t slot, uint64_t seq, bool keep)
 {
 	struct sp_ticket *t = slot < SP_TICKETS ? &p->tk[slot] : NULL;
-	if (t && t->used && t->seq == seq)
+	if (!t || !t->used || t->seq != seq)
+		return;
+	if (keep) { /* the readmission asks the local tiers alone */
+		t->failed_ns = eos_now_ns();
+		t->last_ns = t->failed_ns;
+	} else {
 		ticket_drop(p, t); /* its answer named what failed: ask again next time */
+	}
 }
 
 struct sp_ticket *sp_ticket_of(struct sel_pooled *p, const sel_hit *hit, uint32_t *cand)
