@@ -163,9 +163,13 @@ static void test_multiturn(sel_state_mode mode)
 /* ---- host offload ------------------------------------------------------------------------ */
 
 /* Distinct one-message prompts that push everything else out of a small
- * GPU cache. */
+ * GPU cache.  Settled first: a checkpoint pinned by its copy-out cannot be
+ * evicted, so fillers run while the last request's copy was still going
+ * (a slow copy thread on a loaded machine) left it a GPU hit, and the
+ * restore the caller waits for never came. */
 static void fillers(hel_engine *e, int count)
 {
+	et_settle(e);
 	for (int i = 0; i < count; i++) {
 		uint32_t n;
 		hel_token *p = et_random_prompt(&rng, 130 + test_rng_below(&rng, 40), &n);
@@ -438,6 +442,11 @@ static void test_shutdown(void)
 	c.memory_bytes = 8 << 20;
 	c.store_open = et_gate_open;
 	c.store_ctx = &gate;
+	/* A slow copy engine (100 ms a call): the first request's copy-out is
+	 * still pinning its checkpoint when the fillers would run -- the race a
+	 * loaded machine lost once (TEST_SEED=1796159351308506, "gpu hits 1"):
+	 * fillers settle first. */
+	gate.copy_delay_ns = 100000000ull;
 	hel_engine *e = start(c);
 	/* Something restorable, then an inbound held when the engine stops. */
 	uint32_t n;

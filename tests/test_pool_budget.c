@@ -4,10 +4,18 @@
  * (MemAvailable less the local tiers to come, the 2 GiB server allowance
  * and 5 % of RAM); one over a GPU's device budget (one byte per 512, each
  * region rounded up separately); an integrated GPU's charge on the host;
- * an unobservable supply; and the test knob SELENE_TEST_MEMAVAILABLE.
+ * an unobservable supply; the test knob SELENE_TEST_MEMAVAILABLE; and the
+ * arena's resident part, which is not charged (an arena over the supply
+ * that is mostly resident fits; the device charge stays on the whole
+ * arena), with sel_pool_budget_resident on a memfd (committed, sparse,
+ * touched, bounded by the arena) and on a file of another file system.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include "pool_budget.h"
 #include "testutil.h"
@@ -96,12 +104,89 @@ static void test_knob(void)
 	unsetenv("SELENE_TEST_MEMAVAILABLE");
 }
 
+/* The arena's resident part is out of MemAvailable already: charged
+ * only the rest, bounded by the arena. */
+static void test_resident(void)
+{
+	char msg[400];
+	struct sel_pool_budget_out o;
+	/* Supply 35 GiB (test_fits_and_host), an arena of 40: refused whole. */
+	struct sel_pool_budget_in in = host(100 * GIB, 50 * GIB, 40 * GIB);
+	in.local_future = 8 * GIB;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_HOST);
+	CHECKF(o.arena_charged == 40 * GIB && strstr(msg, "arena 40 GiB, 40 GiB of it not yet "
+							  "resident"),
+	       "'%s'", msg);
+	/* 38 GiB of it resident (the manager committed it, say): 2 GiB are
+	 * charged, it fits although it is larger than the supply. */
+	in.arena_resident = 38 * GIB;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_FITS);
+	CHECK(o.arena_charged == 2 * GIB && o.host_need == 2 * GIB && !*msg);
+	/* Only 4 GiB resident: the 36 not resident exceed the supply, and the
+	 * warning names them. */
+	in.arena_resident = 4 * GIB;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_HOST);
+	CHECKF(o.host_need == 36 * GIB && strstr(msg, "36 GiB of it not yet resident"), "'%s'",
+	       msg);
+	/* A figure above the arena is bounded by it: nothing charged, and
+	 * staging still is. */
+	in.arena_resident = 41 * GIB;
+	in.staging_bytes = 35 * GIB + 1;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_HOST);
+	CHECK(o.arena_charged == 0 && o.host_need == 35 * GIB + 1);
+	/* The device charge is on the whole arena: registration pins it all. */
+	in = host(100 * GIB, 90 * GIB, GIB);
+	in.arena_resident = GIB;
+	in.gpus = 1;
+	in.device_budget = 2 * MIB;
+	in.integrated = true;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_FITS);
+	CHECK(o.device_need == 2 * MIB && o.host_need == 2 * MIB && o.arena_charged == 0);
+	in.device_budget = 2 * MIB - 1;
+	CHECK(sel_pool_budget_check(&in, &o, msg, sizeof msg) == SEL_POOL_BUDGET_DEVICE);
+}
+
+/* sel_pool_budget_resident: st_blocks of a shared-memory descriptor. */
+static void test_resident_measured(void)
+{
+	CHECK(sel_pool_budget_resident(-1, MIB) == 0);
+	int fd = memfd_create("budget", MFD_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(ftruncate(fd, 4 * (off_t)MIB) == 0);
+	CHECK(sel_pool_budget_resident(fd, 4 * MIB) == 0); /* sparse */
+	char page[4096];
+	memset(page, 7, sizeof page);
+	CHECK(pwrite(fd, page, sizeof page, (off_t)MIB) == (ssize_t)sizeof page);
+	CHECK(sel_pool_budget_resident(fd, 4 * MIB) == 4096); /* one page touched */
+	CHECK(fallocate(fd, 0, 0, 2 * (off_t)MIB) == 0);
+	CHECK(sel_pool_budget_resident(fd, 4 * MIB) == 2 * MIB);     /* committed, as the manager */
+	CHECK(sel_pool_budget_resident(fd, MIB + 100) == MIB + 100); /* bounded by the arena */
+	close(fd);
+	/* A file of another file system (the test's directory, unless it is a
+	 * tmpfs): its page cache is reclaimable, so nothing counts as resident. */
+	struct statfs fs;
+	CHECK(statfs(".", &fs) == 0);
+	if (fs.f_type == 0x01021994) {
+		printf("the working directory is a tmpfs: the other-file-system case is skipped\n");
+		return;
+	}
+	fd = open("arena", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	CHECK(pwrite(fd, page, sizeof page, 0) == (ssize_t)sizeof page);
+	CHECK(fsync(fd) == 0);
+	CHECK(sel_pool_budget_resident(fd, 4096) == 0);
+	close(fd);
+	CHECK(unlink("arena") == 0);
+}
+
 int main(void)
 {
 	test_fits_and_host();
 	test_device();
 	test_unobservable();
 	test_knob();
+	test_resident();
+	test_resident_measured();
 	printf("ok\n");
 	return 0;
 }

@@ -783,23 +783,31 @@ static void test_capacity_and_fences(void)
 	sim_free(&m);
 }
 
-/* Design 2.15 export_fits: read-only, and the pin is what it weighs. */
+/* Design 2.15 export_fits: read-only, and the pin is what it weighs.  The
+ * next admission is charged from its GPU prefix (admission_pages): a
+ * pending prompt extending the exported checkpoint needs only its pages
+ * past it, where the earlier estimate charged the whole prompt (and
+ * refused); a prefilling request's next step is reserved already, and a
+ * decode is charged a page only when its next token completes one. */
 static void test_export_fits(void)
 {
 	struct sim m;
-	hel_scheduler_config c = cfg(16, 8, 2, 2);
+	hel_scheduler_config c = cfg(24, 8, 2, 2);
 	sim_init(&m, &c, test_seed() + 9);
-	sel_token *T = toks(300, 700);
+	sel_token *T = toks(2000, 700);
 	hel_admission adm;
-	hel_request_spec sa = sim_spec(T, 260, NULL, 0, 1);
+	hel_request_spec sa = sim_spec(T, 260, NULL, 0, 1),
+			 sf = sim_spec(T + 1500, 400, NULL, 0, 1);
 	CHECK_OK(sim_admit(&m, &sa, SIM_NO_HOST, 0, &adm, NULL));
+	CHECK_OK(sim_admit(&m, &sf, SIM_NO_HOST, 0, &adm, NULL));
 	sim_drain(&m, 20);
-	const hel_ckpt *k = NULL; /* the deepest ready checkpoint */
-	size_t cur = 0;
-	for (const hel_ckpt *x; (x = hel_cache_iter(m.c, &cur));)
-		if (hel_cache_ready(m.c, x) && (!k || x->key.consumed > k->key.consumed))
-			k = x;
-	CHECK(k && k->key.consumed >= 256);
+	/* F's 6 pages held by a worker pin: the rest of the cache is A's and free. */
+	const hel_ckpt *f = ck_at(&m, T + 1500, 400);
+	CHECK(f && hel_cache_ready(m.c, f));
+	uint64_t fid = f->id;
+	CHECK_OK(hel_scheduler_pin(m.s, fid));
+	const hel_ckpt *k = ck_at(&m, T, 260); /* the prompt's checkpoint */
+	CHECK(k && hel_cache_ready(m.c, k) && k->key.consumed == 260);
 	uint64_t id = k->id;
 	hel_cache_counts k0, k1;
 	sim_counts(&m, &k0);
@@ -807,25 +815,115 @@ static void test_export_fits(void)
 	hel_cache_reclaimable(m.c, HEL_CKPT_NONE, &rp, &rr);
 	hel_cache_reclaimable(m.c, id, &rp_pin, &rr_pin);
 	CHECK(rp_pin < rp); /* pinned, its pages are not reclaimable */
-	uint64_t have = (uint64_t)k0.pages_free + k0.pages_pending;
-	CHECK(hel_scheduler_export_fits(m.s, id, 0, 0));
-	CHECK(hel_scheduler_export_fits(m.s, id, have + rp_pin, 1));
-	CHECK(!hel_scheduler_export_fits(m.s, id, have + rp_pin + 1, 1));
-	CHECK(hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, have + rp_pin + 1, 1));
-	CHECK(!hel_scheduler_export_fits(m.s, id, 0, (uint64_t)k0.rows_free + rr_pin + 1));
-	/* An active request's next step counts one page more. */
-	hel_request_spec sb = sim_spec(T + 100, 10, NULL, 0, 4);
+	uint64_t have = (uint64_t)k0.pages_free + k0.pages_pending + rp_pin;
+	CHECK(hel_scheduler_export_fits(m.s, id, NULL, false));
+	/* A prompt of 4 + have pages beginning with A's 260 tokens: from its
+	 * GPU prefix (A's prompt, pinned by the export) it needs `have` pages
+	 * -- it fits; charged whole (4 + have pages) it would not. */
+	CHECKF(5 + have <= 23 && have >= 2, "have %llu free %u pending %u rp %u",
+	       (unsigned long long)have, k0.pages_free, k0.pages_pending, rp_pin);
+	hel_request_spec sc = sim_spec(T, (4 + have) * 64 + 10, NULL, 0, 1);
+	CHECK(hel_scheduler_export_fits(m.s, id, &sc, false));
+	CHECK(hel_scheduler_export_fits(m.s, id, &sc, true)); /* a ticket's row: rows to spare */
+	hel_request_spec sd = sim_spec(T, (5 + have) * 64 + 10, NULL, 0, 1); /* one page more */
+	CHECK(!hel_scheduler_export_fits(m.s, id, &sd, false));
+	/* Unpinned by the export, A's prompt is still sd's prefix, which its
+	 * admission pins: refused all the same. */
+	CHECK(!hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, &sd, false));
+	/* Another prompt of the same length but no common prefix: charged whole. */
+	hel_request_spec so = sim_spec(T + 300, have * 64 + 10, NULL, 0, 1);
+	CHECK(hel_scheduler_export_fits(m.s, id, &so, false));
+	so.prompt_len += 64;
+	CHECK(!hel_scheduler_export_fits(m.s, id, &so, false));
+	CHECK(hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, &so,
+					false)); /* A's pages reclaimable */
+	/* Rows: one per capture point above the prefix, and the live row. */
+	uint64_t rows_have = (uint64_t)k0.rows_free + k0.rows_pending + rr_pin, ends[8];
+	CHECK(rows_have >= 3 && rows_have + 1 <= 8);
+	uint32_t n_fit = (uint32_t)rows_have - 2; /* + the prompt's end + the live row */
+	for (uint32_t i = 0; i <= n_fit; i++)
+		ends[i] = 270 + 10 * (uint64_t)i;
+	hel_request_spec sr = sim_spec(T, 270 + 10 * (uint64_t)n_fit + 5, ends, n_fit, 1);
+	CHECK(hel_scheduler_export_fits(m.s, id, &sr, false));
+	CHECK(!hel_scheduler_export_fits(m.s, id, &sr, true)); /* a host hit's ticket row */
+	sr.n_message_ends++;
+	CHECK(!hel_scheduler_export_fits(m.s, id, &sr, false));
+	/* A request in prefill: its pages are reserved, its next step is
+	 * charged nothing more (the earlier estimate charged it a page). */
+	hel_request_spec sb = sim_spec(T + 1100, 63, NULL, 0, 4);
 	CHECK_OK(sim_admit(&m, &sb, SIM_NO_HOST, 0, &adm, NULL));
 	sim_counts(&m, &k1);
 	hel_cache_reclaimable(m.c, id, &rp_pin, &rr_pin);
-	have = (uint64_t)k1.pages_free + k1.pages_pending;
-	CHECK(!hel_scheduler_export_fits(m.s, id, have + rp_pin, 0));
+	CHECK((uint64_t)k1.pages_free + k1.pages_pending + rp_pin == have); /* 63 tokens: no page */
+	CHECK(hel_scheduler_export_fits(m.s, id, &sc, false));
 	sim_counts(&m, &k0);
 	CHECK(!memcmp(&k0, &k1, sizeof k0)); /* read-only */
+	/* Prefilled, it decodes at 63: its next token completes a page. */
+	CHECK(sim_step(&m) == 1 && sim_complete(&m));
+	hel_request_info in;
+	info(&m, adm.req, &in);
+	CHECK(in.phase == HEL_PHASE_DECODE);
+	sim_counts(&m, &k1);
+	hel_cache_reclaimable(m.c, id, &rp_pin, &rr_pin);
+	CHECK((uint64_t)k1.pages_free + k1.pages_pending + rp_pin == have);
+	CHECK(!hel_scheduler_export_fits(m.s, id, &sc, false));
+	hel_request_spec sc1 = sim_spec(T, (3 + have) * 64 + 10, NULL, 0, 1); /* a page less */
+	CHECK(hel_scheduler_export_fits(m.s, id, &sc1, false));
 	sim_check_ok(m.s);
+	CHECK_OK(hel_scheduler_unpin(m.s, fid));
 	sim_drain(&m, 20);
 	sim_release_all(&m);
 	free(T);
+	sim_free(&m);
+}
+
+/* A parked request (preempted, waiting for capacity) is the next
+ * admission, before any pending one: export_fits charges it, from its GPU
+ * prefix, with nothing pending.  The earlier estimate left it out. */
+static void test_export_fits_parked(void)
+{
+	struct sim m;
+	sel_token *A, *B;
+	hel_admission aa, ab;
+	two_decoders(&m, test_seed() + 24, &A, &B, &aa, &ab);
+	for (int i = 0; i < 80 && !stats(&m).preempted; i++) {
+		CHECK(sim_step(&m));
+		CHECK(sim_complete(&m));
+	}
+	CHECK(stats(&m).preempted == 1 && stats(&m).waiting == 1);
+	hel_request_info in;
+	info(&m, ab.req, &in);
+	CHECK(in.phase == HEL_PHASE_WAITING);
+	/* B's history of 191 tokens, from its GPU prefix: the pages it needs. */
+	uint64_t len = sel_history_len(in.history);
+	const hel_ckpt *g = hel_cache_lookup(m.c, in.history, len);
+	uint64_t gid = g ? g->id : HEL_CKPT_NONE, a = g ? g->key.consumed : 0;
+	uint64_t need = len / 64 - a / 64;
+	CHECK(need >= 1);
+	hel_cache_counts k;
+	sim_counts(&m, &k);
+	uint64_t pins[1] = {gid};
+	uint32_t rp, rr;
+	hel_cache_reclaimable_if_pinned(m.c, pins, 1, &rp, &rr);
+	uint64_t have = (uint64_t)k.pages_free + k.pages_pending + rp;
+	/* What the other decoder's next token takes. */
+	info(&m, aa.req, &in);
+	uint64_t decode = in.phase == HEL_PHASE_DECODE && (in.consumed + 1) % 64 == 0;
+	CHECKF((need + decode > have) ==
+		       !hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, NULL, false),
+	       "need %llu + %llu, have %llu", (unsigned long long)need, (unsigned long long)decode,
+	       (unsigned long long)have);
+	CHECK(need + decode > have); /* B was preempted for lack of pages */
+	/* Parked before pending: a one-token prompt behind it changes nothing. */
+	hel_request_spec tiny = sim_spec(A + 50, 1, NULL, 0, 1);
+	CHECK(!hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, &tiny, false));
+	sim_drain(&m, 400);
+	CHECK(stats(&m).waiting == 0 && stats(&m).finished == 2);
+	CHECK(hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, &tiny, false)); /* readmitted, done */
+	sim_take(&m);
+	sim_release_all(&m);
+	free(A);
+	free(B);
 	sim_free(&m);
 }
 
@@ -842,6 +940,7 @@ int main(void)
 	test_notice_bound();
 	test_capacity_and_fences();
 	test_export_fits();
+	test_export_fits_parked();
 	printf("test_scheduler: ok\n");
 	return 0;
 }

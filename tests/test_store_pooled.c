@@ -25,6 +25,10 @@
  *     answered in its own scope, without the record; one of the same
  *     layout does (the control).
  */
+#include <fcntl.h>
+#include <sys/vfs.h>
+
+#include "pool_budget.h"
 #include "pool_testlib.h"
 #include "store_common.h"
 #include "store_composite.h"
@@ -568,23 +572,36 @@ static void test_late_above(void)
 }
 
 /* The budget check before registration (design 2.15, pool_budget.h): a
- * manager whose arena is over the host supply (SELENE_TEST_MEMAVAILABLE:
- * 1 GiB available, less the 2 GiB allowance) or a supply that cannot be
- * observed: nothing registered, one warning naming the sizes and the
- * reason, the local tier alone.  Then the same manager with the real
+ * manager whose arena's part not yet resident is over the host supply
+ * (SELENE_TEST_MEMAVAILABLE: 1 GiB available, less the 2 GiB allowance)
+ * or a supply that cannot be observed: nothing registered, one warning
+ * naming the sizes and the reason, the local tier alone.  That arena is a
+ * file in dir: on a tmpfs the manager committed it (fallocate) and the
+ * test punches out its second half, elsewhere none of it is shared
+ * memory, so 4 or 8 MiB are charged.  Then the same manager with the real
  * supply: attached (the control). */
-static void test_budget(void)
+static void budget_refused(struct sfx *f)
 {
-	const uint64_t unit[1] = {4096};
-	struct sfx f;
-	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
+	char arena[300];
+	snprintf(arena, sizeof arena, "%s/arena-budget", dir);
 	struct mgr_proc m;
-	mgr_start(&m, dir, "mgrb", "--memory", "8MiB", NULL);
+	mgr_start(&m, dir, "mgrb", "--memory", "8MiB", "--arena", arena, NULL);
+	struct statfs fs;
+	CHECK(statfs(dir, &fs) == 0);
+	const char *charged = "8 MiB of it not yet resident";
+	if (fs.f_type == 0x01021994) { /* TMPFS_MAGIC */
+		int fd = open(arena, O_RDWR | O_CLOEXEC);
+		CHECK(fd >= 0);
+		CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4 << 20, 4 << 20) ==
+		      0);
+		close(fd);
+		charged = "4 MiB of it not yet resident";
+	}
 	const char *knob[2] = {"1GiB", "unobservable"},
 		   *why[2] = {"exceeds the host supply", "cannot be observed"};
 	for (int i = 0; i < 2; i++) {
 		setenv("SELENE_TEST_MEMAVAILABLE", knob[i], 1);
-		sel_store_config c = sfx_config(&f, true);
+		sel_store_config c = sfx_config(f, true);
 		c.memory_bytes = 4 << 20;
 		c.pool = m.sock;
 		c.pool_instance_id = "budget";
@@ -595,12 +612,13 @@ static void test_budget(void)
 		CHECKF(strstr(w, "pool budget") && strstr(w, why[i]) && strstr(w, "arena 8 MiB") &&
 			       strstr(w, "will not attach later") && strstr(w, m.sock),
 		       "warning '%s'", w);
-		CHECK(i == 1 || strstr(w, "host supply of 0 B"));
+		CHECKF(i == 1 || (strstr(w, "host supply of 0 B") && strstr(w, charged)),
+		       "warning '%s', expected '%s'", w, charged);
 		CHECK(sfx_pool_counters(s).state == SEL_POOL_GONE_FOR_GOOD &&
 		      sfx_pool_counters(s).lookups == 0);
 		struct sfx_conv cv;
-		sfx_conv_init(&f, &cv, 5, 64, 0);
-		sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 41);
+		sfx_conv_init(f, &cv, 5, 64, 0);
+		sel_published p = sfx_ckpt(f, &cv, 64, 0, 1, 41);
 		sel_retry_reason r;
 		CHECK(sel_store_put(s, &p, &r) == SEL_QUEUED);
 		CHECK(next_event(s).type == SEL_EV_STORED);
@@ -611,11 +629,56 @@ static void test_budget(void)
 		sfx_conv_free(&cv);
 	}
 	unsetenv("SELENE_TEST_MEMAVAILABLE");
-	sel_store *s = open_pooled(&f, m.sock, "budget", 4 << 20); /* fits: attached */
+	sel_store *s = open_pooled(f, m.sock, "budget", 4 << 20); /* fits: attached */
 	CHECK(!strstr(sel_store_warning(s), "pool budget"));
 	CHECK_OK(sel_store_close(s, 0));
 	sel_store_destroy(s);
 	mgr_stop(&m);
+	CHECK(unlink(arena) == 0);
+}
+
+/* A committed arena (a memfd: the manager fallocates it) larger than the
+ * supply left once it was allocated -- more than half the memory that was
+ * free before -- costs this instance nothing: it attaches.  The knob is
+ * MemAvailable after the manager's allocation, as the kernel reports it:
+ * the supply is 4 MiB, the arena 8 MiB, all resident.  Charged whole
+ * (design 2.15's words), it was refused. */
+static void budget_resident(struct sfx *f)
+{
+	struct mgr_proc m;
+	mgr_start(&m, dir, "mgrr", "--memory", "8MiB", NULL);
+	uint64_t total, avail;
+	CHECK_OK(eos_mem_info(&total, &avail));
+	sel_store_config c = sfx_config(f, true);
+	c.memory_bytes = 4 << 20;
+	uint64_t local = (c.populate ? 0 : c.memory_bytes) + c.host_reserved,
+		 sys = total / 100 * SEL_POOL_SYSTEM_PERCENT +
+		       total % 100 * SEL_POOL_SYSTEM_PERCENT / 100;
+	char knob[32];
+	snprintf(knob, sizeof knob, "%llu",
+		 (unsigned long long)(SEL_POOL_SERVER_ALLOWANCE + sys + local + (4 << 20)));
+	setenv("SELENE_TEST_MEMAVAILABLE", knob, 1);
+	c.pool = m.sock;
+	c.pool_instance_id = "resident";
+	c.pool_wait_ns = 10 * S_NS;
+	sel_store *s = NULL;
+	CHECK_OK(sel_store_open(&c, &s));
+	unsetenv("SELENE_TEST_MEMAVAILABLE");
+	CHECKF(sfx_pool_counters(s).state == SEL_POOL_UP && !strstr(sel_store_warning(s), "budget"),
+	       "state %d, warning '%s'", sfx_pool_counters(s).state, sel_store_warning(s));
+	CHECK(sel_pool_arena_resident(((struct sel_pooled *)s)->pc) == 8 << 20);
+	CHECK_OK(sel_store_close(s, 0));
+	sel_store_destroy(s);
+	mgr_stop(&m);
+}
+
+static void test_budget(void)
+{
+	const uint64_t unit[1] = {4096};
+	struct sfx f;
+	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
+	budget_refused(&f);
+	budget_resident(&f);
 	sfx_free(&f);
 }
 

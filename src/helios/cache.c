@@ -694,7 +694,16 @@ int hel_cache_set_flags(hel_cache *c, uint64_t id, uint32_t set, uint32_t clear)
 	return 0;
 }
 
-void hel_cache_reclaimable(hel_cache *c, uint64_t extra_pin, uint32_t *pages, uint32_t *rows)
+static bool pinned_extra(const hel_ckpt *k, const uint64_t *extra, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (extra[i] == k->id)
+			return true;
+	return false;
+}
+
+void hel_cache_reclaimable_if_pinned(hel_cache *c, const uint64_t *extra, size_t n_extra,
+				     uint32_t *pages, uint32_t *rows)
 {
 	uint32_t np = 0, nr = 0;
 	for (hel_ckpt *k = c->lru_head; k; k = k->lru_next_)
@@ -702,7 +711,8 @@ void hel_cache_reclaimable(hel_cache *c, uint64_t extra_pin, uint32_t *pages, ui
 	/* Mark every node that eviction can never remove, and count for each
 	 * the children whose subtrees it keeps. */
 	for (hel_ckpt *k = c->lru_head; k; k = k->lru_next_) {
-		if (!(k->pins || k->id == extra_pin || !hel_cache_ready(c, k)) || k->mark_)
+		if (!(k->pins || pinned_extra(k, extra, n_extra) || !hel_cache_ready(c, k)) ||
+		    k->mark_)
 			continue;
 		k->mark_ = 1;
 		for (hel_ckpt *p = (hel_ckpt *)k->parent; p; p = (hel_ckpt *)p->parent) {
@@ -712,17 +722,25 @@ void hel_cache_reclaimable(hel_cache *c, uint64_t extra_pin, uint32_t *pages, ui
 			p->mark_ = 1;
 		}
 	}
+	/* Compaction's rule on the pin-adjusted counts: an unpinned ready
+	 * ancestor with one kept child gives its row; a branching one or a
+	 * pinned one keeps it. */
 	for (hel_ckpt *k = c->lru_head; k; k = k->lru_next_) {
 		if (!k->mark_) {
 			np += k->n_tail;
 			nr += hel_ckpt_has_row(k);
-		} else if (hel_ckpt_has_row(k) && !k->pins && k->id != extra_pin &&
+		} else if (hel_ckpt_has_row(k) && !k->pins && !pinned_extra(k, extra, n_extra) &&
 			   hel_cache_ready(c, k) && k->kept_children_ == 1) {
 			nr++;
 		}
 	}
 	*pages = np;
 	*rows = nr;
+}
+
+void hel_cache_reclaimable(hel_cache *c, uint64_t extra_pin, uint32_t *pages, uint32_t *rows)
+{
+	hel_cache_reclaimable_if_pinned(c, &extra_pin, 1, pages, rows);
 }
 
 size_t hel_cache_take_notices(hel_cache *c, hel_notice *out, size_t cap, bool *lost)

@@ -246,6 +246,12 @@ int hel_cache_evict(hel_cache *c, hel_eviction *ev);
  * subtree free of pins and unready checkpoints, plus the row of each
  * unpinned ready checkpoint left with exactly one kept child.  O(n). */
 void hel_cache_reclaimable(hel_cache *c, uint64_t extra_pin, uint32_t *pages, uint32_t *rows);
+/* The same were each of extra[0..n_extra) pinned once more (ids that are
+ * HEL_CKPT_NONE or gone count for nothing): design 2.15's
+ * reclaimable_if_pinned, for export_fits (the export's checkpoint and the
+ * next admission's GPU prefix). */
+void hel_cache_reclaimable_if_pinned(hel_cache *c, const uint64_t *extra, size_t n_extra,
+				     uint32_t *pages, uint32_t *rows);
 
 /* Up to cap queued notices, oldest first; *lost (may be NULL) receives and
  * clears the overflow flag.  Returns the count. */

@@ -645,18 +645,21 @@ static int open_model(hel_engine *e)
 }
 
 /* Design 2.15 export_fits: with checkpoint id pinned, the GPU cache still
- * covers the next step of every running request and the admission of the
- * first pending one (its whole prompt and one row per message end plus
- * two, as submit bounds it: no prefix is assumed).  Read-only. */
+ * covers the next step of every running decode and the request admission
+ * would take next -- a parked one (the scheduler's), else the first
+ * pending one not waiting on its branching group, charged from its GPU
+ * prefix (hel_scheduler_export_fits).  Read-only. */
+static bool store_usable(const hel_engine *e);
+
 static bool export_fits(hel_engine *e, uint64_t id)
 {
-	const struct ereq *q = e->pending.head;
-	uint64_t need_p = 0, need_r = 0;
-	if (q) {
-		need_p = q->n_prompt / e->P;
-		need_r = q->n_ends + 2ull;
-	}
-	return hel_scheduler_export_fits(e->sched, id, need_p, need_r);
+	struct ereq *q = e->pending.head;
+	while (q && group_waits(e, q))
+		q = q->next;
+	if (!q)
+		return hel_scheduler_export_fits(e->sched, id, NULL, false);
+	hel_request_spec sp = spec_of(q);
+	return hel_scheduler_export_fits(e->sched, id, &sp, store_usable(e) && !q->no_host);
 }
 
 /* Exports (design 2.15): the pooled store pins a checkpoint it announced

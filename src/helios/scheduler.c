@@ -502,8 +502,10 @@ static int ensure(hel_scheduler *s, uint32_t np, uint32_t nr)
 }
 
 /* Would a request needing need_p pages and need_r rows (all counted, the
- * popped ones included) fit next to every outstanding reservation? */
-static bool fits(hel_scheduler *s, uint64_t need_p, uint64_t need_r, uint64_t extra_pin)
+ * popped ones included) fit next to every outstanding reservation, were
+ * pins[0..n_pins) pinned once more? */
+static bool fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, const uint64_t *pins,
+			size_t n_pins)
 {
 	hel_cache_counts k;
 	hel_cache_counts_get(s->c, &k);
@@ -512,8 +514,26 @@ static bool fits(hel_scheduler *s, uint64_t need_p, uint64_t need_r, uint64_t ex
 	if (have_p >= need_p + s->res_pages && have_r >= need_r + s->res_rows)
 		return true;
 	uint32_t rp, rr;
-	hel_cache_reclaimable(s->c, extra_pin, &rp, &rr);
+	hel_cache_reclaimable_if_pinned(s->c, pins, n_pins, &rp, &rr);
 	return have_p + rp >= need_p + s->res_pages && have_r + rr >= need_r + s->res_rows;
+}
+
+static bool fits(hel_scheduler *s, uint64_t need_p, uint64_t need_r, uint64_t extra_pin)
+{
+	return fits_pinned(s, need_p, need_r, &extra_pin, 1);
+}
+
+/* Design 2.15 admission_pages: what admission reserves and pops for a
+ * request of len tokens admitted at depth c (its GPU prefix, or an
+ * inbound hit's end) with caps_left capture points above c: the pages of
+ * its history past c, a new ticket's tpages, one live row, one row per
+ * capture point left and a new ticket's row.  place() and export_fits
+ * both use it. */
+static void admission_pages(const hel_scheduler *s, uint64_t len, uint64_t c, uint32_t caps_left,
+			    uint32_t tpages, bool create, uint64_t *need_p, uint64_t *need_r)
+{
+	*need_p = len / s->P - c / s->P + tpages;
+	*need_r = 1 + (uint64_t)caps_left + (create ? 1 : 0);
 }
 
 /* ---- request lifecycle ------------------------------------------------------------ */
@@ -735,8 +755,8 @@ static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_h
 	while (next_cap < r->n_caps && r->caps[next_cap] <= c)
 		next_cap++;
 	uint32_t caps_left = r->n_caps - next_cap;
-	uint64_t need_p = len / P - c / P + tpages;
-	uint64_t need_r = 1 + caps_left + (create ? 1 : 0);
+	uint64_t need_p, need_r;
+	admission_pages(s, len, c, caps_left, tpages, create, &need_p, &need_r);
 	bool pin_a = A && (!hit || create);
 
 	if (s->active.n >= s->cfg.max_active)
@@ -1561,9 +1581,77 @@ int hel_scheduler_unpin(hel_scheduler *s, uint64_t id)
 	return hel_cache_unpin(s->c, id, true);
 }
 
-bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, uint64_t need_p, uint64_t need_r)
+/* The request readmit() would place next: the oldest waiting one not held
+ * and whose GPU depth reaches its floor (readmit holds the others); its
+ * GPU prefix in *A.  NULL for none. */
+static struct req *next_parked(hel_scheduler *s, const hel_ckpt **A)
 {
-	return fits(s, need_p + s->active.n, need_r, id);
+	for (struct req *r = s->waiting.head; r; r = r->next) {
+		if (r->held)
+			continue;
+		*A = hel_cache_lookup(s->c, &r->h, sel_history_len(&r->h));
+		if ((*A ? (*A)->key.consumed : 0) >= r->floor)
+			return r;
+	}
+	return NULL;
+}
+
+/* The GPU prefix admission would find for a valid spec (as
+ * plan_admission looks it up); -errno when no history can be built. */
+static int spec_prefix(hel_scheduler *s, const hel_request_spec *spec, const hel_ckpt **A)
+{
+	sel_history h;
+	*A = NULL;
+	int rc = sel_history_init(&h, s->cfg.model_identity, spec->salt, spec->salt_len);
+	if (rc == 0 && (rc = sel_history_append(&h, spec->prompt, spec->prompt_len)) == 0)
+		*A = hel_cache_lookup(s->c, &h, spec->prompt_len);
+	sel_history_free(&h);
+	return rc;
+}
+
+static uint32_t spec_caps_above(const hel_request_spec *spec, uint64_t c)
+{
+	uint32_t n = spec->prompt_len > c;
+	for (size_t i = 0; i < spec->n_message_ends; i++)
+		n += spec->message_ends[i] > c && spec->message_ends[i] < spec->prompt_len;
+	return n;
+}
+
+bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_spec *next,
+			       bool next_host)
+{
+	uint64_t need_p = 0, need_r = 0, pins[2] = {id, HEL_CKPT_NONE};
+	/* The next step of every running decode: a page when its token
+	 * completes one (plan_decode); prefill pages are reserved. */
+	uint64_t decode = 0;
+	for (const struct req *r = s->active.head; r; r = r->next)
+		decode += r->phase == HEL_PHASE_DECODE && (r->consumed + 1) % s->P == 0;
+	/* The request admission would take next: a parked one first, as
+	 * admit_planned refuses new ones while they wait. */
+	const hel_ckpt *A = NULL;
+	const struct req *w = next_parked(s, &A);
+	if (w) {
+		uint64_t a = A ? A->key.consumed : 0;
+		uint32_t left = 0;
+		for (uint32_t i = 0; i < w->n_caps; i++)
+			left += w->caps[i] > a;
+		admission_pages(s, sel_history_len(&w->h), a, left, 0, false, &need_p, &need_r);
+	} else if (next && validate_spec(s, next) == 0) { /* else admission fails it */
+		if (spec_prefix(s, next, &A)) {           /* unknown prefix: charged whole */
+			need_p = next->prompt_len / s->P;
+			need_r = next->n_message_ends + 3ull;
+		} else {
+			uint64_t a = A ? A->key.consumed : 0;
+			admission_pages(s, next->prompt_len, a, spec_caps_above(next, a), 0, false,
+					&need_p, &need_r);
+			/* A host hit adds a new ticket's row (its pages are the same
+			 * len/P - a/P); the store is not asked from here. */
+			need_r += next_host && a < next->prompt_len;
+		}
+	}
+	if (A)
+		pins[1] = A->id; /* admission pins its GPU prefix */
+	return fits_pinned(s, need_p + decode, need_r, pins, 2);
 }
 
 size_t hel_scheduler_take_evictions(hel_scheduler *s, hel_notice *out, size_t cap, bool *lost)

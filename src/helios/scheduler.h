@@ -404,13 +404,20 @@ int hel_scheduler_describe(hel_scheduler *s, uint64_t id, sel_published *out);
 int hel_scheduler_pin(hel_scheduler *s, uint64_t id);
 int hel_scheduler_unpin(hel_scheduler *s, uint64_t id);
 
-/* Design 2.15 export_fits, read-only: whether, were checkpoint id (a ready
- * one, or HEL_CKPT_NONE) pinned once more, the free pages and rows, those
- * awaiting their fences and what eviction could still reclaim
- * (hel_cache_reclaimable with id pinned) cover every admitted request's
- * reservation, one page for the next step of each active request, and
- * need_p pages and need_r rows (what the next admission would take). */
-bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, uint64_t need_p, uint64_t need_r);
+/* Design 2.15 export_fits ("Headroom"), read-only: whether, were
+ * checkpoint id (a ready one, or HEL_CKPT_NONE) pinned once more, the free
+ * pages and rows, those awaiting their fences and what eviction could
+ * still reclaim (hel_cache_reclaimable_if_pinned, with id and the next
+ * admission's GPU prefix pinned) cover every admitted request's
+ * reservation, the next step of every running decode (a page where its
+ * token completes one) and the request admission would take next, with
+ * the pages and rows admission_pages gives it from its GPU prefix: the
+ * first parked (preempted, waiting) request that re-admission would not
+ * hold, else `next` (the caller's first eligible pending request, or
+ * NULL), whose lookup may bring a host hit and its ticket's row when
+ * next_host. */
+bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_spec *next,
+			       bool next_host);
 
 /* Evict up to `steps` times (leaf or compaction each); every eviction of
  * the cache goes through here or through allocation, which queue the

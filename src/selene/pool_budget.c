@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include "eos.h"
 
@@ -24,13 +26,14 @@ enum sel_pool_budget_verdict sel_pool_budget_check(const struct sel_pool_budget_
 						   struct sel_pool_budget_out *out, char *msg,
 						   size_t cap)
 {
-	char a[32], b[32], c[32], d[32], e[32], f[32];
+	char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
 	*out = (struct sel_pool_budget_out){0};
 	if (cap)
 		*msg = 0;
 	uint64_t dev = add_sat(device_charge(in->arena_bytes), device_charge(in->staging_bytes));
 	out->device_need = in->gpus ? dev : 0;
-	out->host_need = add_sat(in->arena_bytes, in->staging_bytes);
+	out->arena_charged = sub0(in->arena_bytes, in->arena_resident);
+	out->host_need = add_sat(out->arena_charged, in->staging_bytes);
 	if (in->gpus && in->integrated)
 		out->host_need = add_sat(out->host_need, dev); /* once per host */
 	if (!in->observed) {
@@ -50,11 +53,12 @@ enum sel_pool_budget_verdict sel_pool_budget_check(const struct sel_pool_budget_
 	if (out->host_need > out->host_supply) {
 		out->verdict = SEL_POOL_BUDGET_HOST;
 		snprintf(msg, cap,
-			 "pool budget: the plan of %s (arena %s, staging %s) exceeds the host "
-			 "supply of %s (available %s less %s of local tiers, the 2 GiB server "
-			 "allowance and 5%% of RAM)",
+			 "pool budget: the plan of %s (arena %s, %s of it not yet resident, "
+			 "staging %s) exceeds the host supply of %s (available %s less %s of "
+			 "local tiers, the 2 GiB server allowance and 5%% of RAM)",
 			 eos_format_size(out->host_need, a, sizeof a),
 			 eos_format_size(in->arena_bytes, b, sizeof b),
+			 eos_format_size(out->arena_charged, g, sizeof g),
 			 eos_format_size(in->staging_bytes, c, sizeof c),
 			 eos_format_size(out->host_supply, d, sizeof d),
 			 eos_format_size(in->mem_available, e, sizeof e),
@@ -95,4 +99,19 @@ void sel_pool_budget_observe(struct sel_pool_budget_in *in)
 		else if (eos_parse_size(knob, &v) == 0 && in->observed)
 			in->mem_available = v;
 	}
+}
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+uint64_t sel_pool_budget_resident(int fd, uint64_t bytes)
+{
+	struct stat st;
+	struct statfs fs;
+	if (fd < 0 || fstat(fd, &st) || fstatfs(fd, &fs) || fs.f_type != TMPFS_MAGIC ||
+	    st.st_blocks < 0)
+		return 0;
+	uint64_t b = (uint64_t)st.st_blocks;
+	return b > bytes / 512 ? bytes : b * 512;
 }

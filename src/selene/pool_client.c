@@ -364,6 +364,8 @@ void *sel_pool_arena(const sel_pool_client *c, uint64_t *bytes)
 	return c->arena;
 }
 
+uint64_t sel_pool_arena_resident(const sel_pool_client *c) { return c->arena_resident; }
+
 uint64_t sel_pool_xfer_parts(const sel_pool_client *c, struct sel_xfer_part *parts)
 {
 	for (uint32_t r = 0; r < c->lay.ranks; r++)

@@ -134,6 +134,10 @@ const uint8_t *sel_pool_instance(const sel_pool_client *c); /* SEL_POOL_ID_BYTES
 /* The arena mapping: base address and length.  Host addresses of windows
  * are base + offset; a slot s of the scope is at base + s * slot_bytes. */
 void *sel_pool_arena(const sel_pool_client *c, uint64_t *bytes);
+/* Of those bytes, how many were already resident when the first session
+ * mapped the arena (sel_pool_budget_resident of its descriptor): what the
+ * budget check before registration does not charge. */
+uint64_t sel_pool_arena_resident(const sel_pool_client *c);
 uint64_t sel_pool_slot_bytes(const sel_pool_client *c);
 uint32_t sel_pool_row_slots(const sel_pool_client *c);
 /* Transfer parts over the arena, for sel_xfer_create_parts: rank r's share

@@ -128,6 +128,7 @@ struct sel_pool_client {
 	uint64_t arena_bytes;
 	dev_t arena_dev;
 	ino_t arena_ino;
+	uint64_t arena_resident; /* of arena_bytes, resident when mapped (pool_budget.h) */
 	uint64_t hello_timeout_ns, out_cap, in_cap;
 	uint32_t setup_ms;
 

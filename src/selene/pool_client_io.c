@@ -22,6 +22,8 @@
  */
 #include "pool_client_int.h"
 
+#include "pool_budget.h"
+
 
 /* ---- blocking frame I/O for the handshake ---------------------------------------------- */
 
@@ -288,6 +290,7 @@ int pc_map_arena(sel_pool_client *c, struct hs *h)
 	c->arena_bytes = mh->arena_bytes;
 	c->arena_dev = st.st_dev;
 	c->arena_ino = st.st_ino;
+	c->arena_resident = sel_pool_budget_resident(h->arena_fd, mh->arena_bytes);
 	c->hello = *mh;
 	return 0;
 }

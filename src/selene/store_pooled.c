@@ -362,7 +362,8 @@ static int sp_watch(struct sel_pooled *p, int fd)
 }
 
 /* The budget check before registration (design 2.15, pool_budget.h): the
- * Hello plan against the host supply less the local tiers still to be
+ * Hello plan (the arena's part not yet resident, staging) against the
+ * host supply less the local tiers still to be
  * allocated (the warm tier unless pre-faulted, the other allocations the
  * loader reserved) and, with GPUs registering it, their device budget.
  * The host copy backend registers with no GPU.  A plan that does not fit
@@ -373,6 +374,7 @@ static bool sp_budget_fits(struct sel_pooled *p, const sel_store_config *cfg)
 	struct sel_pool_budget_in in = {
 		.local_future = (cfg->populate ? 0 : cfg->memory_bytes) + cfg->host_reserved,
 		.arena_bytes = h->arena_bytes,
+		.arena_resident = sel_pool_arena_resident(p->pc),
 		.staging_bytes = h->staging_bytes,
 	};
 	char msg[360];
