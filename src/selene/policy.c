@@ -90,8 +90,9 @@
  *   Held back: the newest sample alone never makes a tier slower.  After
  *     each sample both parameters are fitted twice, with and without the
  *     newest, and the fit that expects the newest sample's bytes sooner is
- *     kept; the next sample either confirms the slow one (the fit with
- *     both expects it sooner than one without either) or outvotes it.  Why:
+ *     kept.  The next sample confirms a slow one (the fit without the
+ *     newest then holds the earlier one) or outvotes it: a tier that slowed
+ *     is followed one sample late, whatever the rule that moves it.  Why:
  *     a hit the estimate makes look slower than its prefill is recomputed
  *     and never measured again, so one stalled transfer can lock a tier
  *     out.  bench/policy (deepseek band, load 2-4) restored a 511 MiB
