@@ -252,10 +252,6 @@ static void test_offload(void)
 	memset(&gate, 0, sizeof gate);
 	hel_engine_config ca = small_cache, cb = small_cache;
 	ca.memory_bytes = 16 << 20;
-	/* Every restore loads on helper threads too (engine.c load_restored;
-	 * the other tests' restores, below its 16 MiB, load on the worker):
-	 * the tokens below must match the recompute's. */
-	ca.load_split_bytes = 1;
 	ca.store_open = et_gate_open;
 	ca.store_ctx = &gate;
 	hel_engine *a = start(ca), *b = start(cb);

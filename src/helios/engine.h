@@ -91,10 +91,6 @@ typedef struct hel_engine_config {
 					 sizing from gpu_cache_bytes) */
 	uint32_t chunk_tokens;        /* prefill tokens per request per step (256) */
 	uint32_t step_tokens;         /* tokens per step, all requests (1024) */
-	uint64_t load_split_bytes;    /* restores of at least this many bytes load
-					(the model's page and row summaries) on
-					helper threads too; 0: 16 MiB, UINT64_MAX:
-					never (engine.c load_restored) */
 	hel_fetch_mode fetch;         /* --prefix-cache-fetch (tests whose tiny
 					restores could look slow use ALWAYS) */
 	uint64_t (*clock_ns)(void);   /* record ages and expiry sweeps (tests;

@@ -1042,8 +1042,6 @@ static int row_validate(hel_model *m, uint32_t slot, uint64_t expected)
 	return 0;
 }
 
-bool hel_model_loads_concurrent(const hel_model *m) { return !m->tp.call && !m->tp.reduce; }
-
 int hel_model_page_loaded(hel_model *m, uint32_t page)
 {
 	if (page >= m->pages)

@@ -158,11 +158,6 @@ int hel_model_row_consumed(const hel_model *m, uint32_t slot, uint64_t *out);
 /* Page id's bytes were written from outside: recompute its summary from
  * every byte of every plane of every rank. */
 int hel_model_page_loaded(hel_model *m, uint32_t page);
-/* Whether hel_model_page_loaded() of distinct pages and one
- * hel_model_row_loaded() may run on several threads at once: when no rank
- * of this model is in another process (no tp link; the calls then touch
- * only their own page's or slot's summaries). */
-bool hel_model_loads_concurrent(const hel_model *m);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */
