@@ -26,8 +26,11 @@
  * tests/test_store_cuda_fake.sh) and on a GPU (scripts/check-gpu).  Exits
  * 77, saying why, without a driver or a device.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "pool_testlib.h"
@@ -479,8 +482,21 @@ static void test_budget_device(void)
 	const uint64_t unit[1] = {4096};
 	struct sfx f;
 	sfx_init(&f, 2, 1, unit, 4096, 64, 8); /* TP2: both ranks' GPUs register it */
+	/* The arena is a file of dir, not a memfd, so none of it counts as
+	 * already resident (pool_budget.h): the host half charges all 8 MiB.
+	 * On a tmpfs the manager committed it, so the test punches it out. */
+	char arena[300];
+	snprintf(arena, sizeof arena, "%s/arena-budget", dir);
 	struct mgr_proc m;
-	mgr_start(&m, dir, "mgrb", "--memory", "8MiB", NULL);
+	mgr_start(&m, dir, "mgrb", "--memory", "8MiB", "--arena", arena, NULL);
+	struct statfs fs;
+	CHECK(statfs(dir, &fs) == 0);
+	if (fs.f_type == 0x01021994) { /* TMPFS_MAGIC */
+		int fd = open(arena, O_RDWR | O_CLOEXEC);
+		CHECK(fd >= 0);
+		CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 8 << 20) == 0);
+		close(fd);
+	}
 	/* 8 MiB registered charges each GPU 16 KiB; 16 MiB stay for streams. */
 	free_bytes = SP_CUDA_RESERVE + (8u << 10);
 	sel_store *s = open_store(&f, m.sock, "budget", 4 << 20);
@@ -525,6 +541,7 @@ static void test_budget_device(void)
 	unsetenv("SELENE_TEST_MEMAVAILABLE");
 	CHECK(live_regs() == 0);
 	mgr_stop(&m);
+	CHECK(unlink(arena) == 0);
 	sfx_free(&f);
 }
 
