@@ -180,8 +180,9 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_admits_past(d->act[i], j) ||
-		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
+		const struct io_ctx *c = d->act[i];
+		if (!dk_admits_past(c, j) ||
+		    (sel_key_eq(&c->job->rec.key, &j->rec.key) && !dk_part_beside(c, j)))
 			return false;
 	}
 	return true;
@@ -218,6 +219,8 @@ static void *disk_main(void *arg)
 				c->active = true;
 				if (d->n_act)
 					STAT_ADD(d, overlapped, 1);
+				if (c->wt && c->wt->users > 1)
+					STAT_ADD(d, parts_beside, 1);
 				d->act[d->n_act++] = c;
 			} else {
 				dk_job_end(d, c);
@@ -254,7 +257,8 @@ static void *disk_main(void *arg)
 		uint32_t nf = 0, keep = 0;
 		for (uint32_t i = 0; i < d->n_act; i++) {
 			struct io_ctx *c = d->act[i];
-			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_job_commit(d, c)) {
+			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_part_waits(c) &&
+			    !dk_job_commit(d, c)) {
 				dk_job_end(d, c);
 				c->active = false;
 				fin[nf++] = c->job;
@@ -772,6 +776,7 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->ring_resets = __atomic_load_n(&d->st.ring_resets, __ATOMIC_RELAXED);
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
+	out->parts_beside = __atomic_load_n(&d->st.parts_beside, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	for (int i = 0; i < SEL_DISK_FOPS; i++)
