@@ -46,7 +46,8 @@ enum jkind {
 	K_DISCARD,
 	K_WRITE_FROM,
 	K_READ_INTO,
-	K_SUMS /* a fetch's head checksums from a record it does not read (issue 18) */
+	K_SUMS,   /* a fetch's head checksums from a record it does not read (issue 18) */
+	K_PUT_END /* a put's END part apart from its last window (issue 18) */
 };
 
 struct dwin;
@@ -115,6 +116,7 @@ struct dstream {
 	struct iovec *riov;
 	uint32_t n_riov;
 	bool disk_failed; /* put: a write part failed on the disk thread */
+	struct dj *endj;  /* put: its K_PUT_END job in flight (the stream ends after it) */
 	/* fetch with sel_inbound.n_sums (issue 18): the first window's read
 	 * copies node 0's checksums [sums_first, +n_sums) into sums. */
 	uint64_t *sums;
