@@ -98,9 +98,14 @@ enum sel_disk_op {
  *     the row (its pieces are given on this part only), then the checksum
  *     segment and the header, and commits (fdatasync if configured, rename,
  *     directory fsync).  One part may be both BEGIN and END.
- * The disk thread holds the temporary's descriptor between parts.  A part
- * that fails removes the temporary at once; later parts of that record then
- * fail with -ENOENT ("no temporary").  A part out of order (first is not
+ * The disk thread holds the temporary's descriptor between parts.  Parts
+ * queued together may overlap (issue 18): a later part starts beside the
+ * earlier ones once they have queued their writes, and the END part
+ * commits only after every other part ended; a part's completion may so
+ * come before an earlier part's.  A part that fails removes the temporary
+ * once no other part of the record is active (before the last of them
+ * reports); a part that started beside it fails with -ECANCELED, a later
+ * part of that record with -ENOENT ("no temporary").  A part out of order (first is not
  * where the previous part ended) fails the same way and removes the
  * temporary too.  SEL_DISK_DISCARD removes a record's temporary if one is
  * open (existed tells) and is how a store abandons a write whose copy-out
