@@ -42,6 +42,10 @@
  *                                       mean
  *   store_put_vs_fio_of_medians / _fetch_  the ratio of the medians (the
  *                                       headline before issue 18's r18c)
+ *   store_put_write_depth               the disk thread's mean count of write
+ *                                       requests in flight during the puts,
+ *                                       while any is (a mechanism figure:
+ *                                       the load moves it little)
  *   fio_write_same_depth_gbps / fio_read_same_depth_gbps  fio at the
  *                                       store's depth, and
  *   store_put_vs_fio_same_depth / store_fetch_vs_fio_same_depth (paired)
@@ -59,6 +63,8 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "disk.h"
+#include "store_disk.h"
 #include "../tests/storefx.h"
 
 #define PAGES 256u
@@ -218,6 +224,8 @@ int main(void)
 	/* Per round: store put, fetch; fio write, read, write and read at
 	 * the store's depth; and the four paired ratios. */
 	double put[MAX_ROUNDS], get[MAX_ROUNDS], fio[4][MAX_ROUNDS], ratio[4][MAX_ROUNDS];
+	double depth_w[MAX_ROUNDS];  /* the put's mean write requests in flight, while any */
+	uint64_t beside[MAX_ROUNDS]; /* its write parts started beside their record's */
 	bool have_fio = system("fio --version >/dev/null 2>&1") == 0;
 	if (!have_fio)
 		printf("fio not found: skipping the ratios\n");
@@ -251,7 +259,14 @@ int main(void)
 		bool fio_first = r % 2 == 1;
 		if (have_fio && fio_first)
 			have_fio = (f[0] = fio_one(ns_dir, "write", bytes)) > 0;
+		struct sel_disk_stats d0, d1;
+		sel_disk_store_thread_stats(s, &d0);
 		put[r] = run_puts(s, cp, n, rec_bytes);
+		sel_disk_store_thread_stats(s, &d1);
+		uint64_t busy = d1.write_busy_ns - d0.write_busy_ns;
+		depth_w[r] =
+			busy ? (double)(d1.write_depth_ns - d0.write_depth_ns) / (double)busy : 0;
+		beside[r] = d1.parts_beside - d0.parts_beside;
 		if (have_fio && !fio_first)
 			have_fio = (f[0] = fio_one(ns_dir, "write", bytes)) > 0 &&
 				   (f[1] = fio_one(ns_dir, "read", bytes)) > 0;
@@ -265,8 +280,10 @@ int main(void)
 			fio[k][r] = f[k];
 			ratio[k][r] = f[k] > 0 ? (k % 2 ? get[r] : put[r]) / f[k] : 0;
 		}
-		printf("round %d: %u records of %.1f MiB: put %.2f GB/s, fetch %.2f GB/s", r, n,
-		       (double)rec_bytes / (1 << 20), put[r] / 1e9, get[r] / 1e9);
+		printf("round %d: %u records of %.1f MiB: put %.2f GB/s (%.2f writes in flight, %" PRIu64
+		       " parts beside), fetch %.2f GB/s",
+		       r, n, (double)rec_bytes / (1 << 20), put[r] / 1e9, depth_w[r], beside[r],
+		       get[r] / 1e9);
 		if (have_fio)
 			printf(" (fio write %.2f, read %.2f; at depth %u: write %.2f, read %.2f)%s",
 			       f[0] / 1e9, f[1] / 1e9, depth, f[2] / 1e9, f[3] / 1e9,
@@ -280,6 +297,7 @@ int main(void)
 	loadavg("at the end");
 	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
 	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
+	printf("RESULT store_put_write_depth %.2f requests\n", bench_median(depth_w, rounds));
 	if (have_fio) {
 		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
 							"fio_write_same_depth_gbps",

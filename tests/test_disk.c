@@ -1237,9 +1237,16 @@ static void test_parts_beside(struct fx *f)
 		CHECK_OK(run(f, &j));
 		check_same(&src, &dst, 0, true);
 	}
-	printf("   %" PRIu64 " parts started beside an earlier part of their record\n", beside);
+	struct sel_disk_stats ds;
+	sel_disk_stats(f->d, &ds);
+	printf("   %" PRIu64 " parts started beside an earlier part of their record; "
+	       "%.2f write requests in flight while any\n",
+	       beside,
+	       (double)ds.write_depth_ns / (double)(ds.write_busy_ns ? ds.write_busy_ns : 1));
 	if (direct)
 		CHECK(beside > 0);
+	/* The depth counters (bench/store): at least one request while busy. */
+	CHECK(ds.write_busy_ns > 0 && ds.write_depth_ns >= ds.write_busy_ns);
 
 	/* A failure in the middle of overlapped parts: exactly the failing
 	 * part reports the I/O error, the END part fails (never commits),

@@ -788,6 +788,8 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
 	out->parts_beside = __atomic_load_n(&d->st.parts_beside, __ATOMIC_RELAXED);
+	out->write_busy_ns = __atomic_load_n(&d->st.write_busy_ns, __ATOMIC_RELAXED);
+	out->write_depth_ns = __atomic_load_n(&d->st.write_depth_ns, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	for (int i = 0; i < SEL_DISK_FOPS; i++)

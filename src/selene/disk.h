@@ -274,8 +274,11 @@ struct sel_disk_stats {
 	uint64_t direct_fallbacks; /* O_DIRECT refused at open: buffered since */
 	uint64_t overlapped;       /* jobs started while another's I/O was in flight */
 	uint64_t parts_beside;     /* write parts started beside an earlier part of their record */
-	uint64_t read_opens;       /* record files opened (and headers read) for reads */
-	uint64_t read_reuses;      /* reads through a file a previous window opened */
+	/* io_uring: time with write requests in flight, and the integral of
+	 * their count over it (the mean depth while writing is the ratio). */
+	uint64_t write_busy_ns, write_depth_ns;
+	uint64_t read_opens;                  /* record files opened (and headers read) for reads */
+	uint64_t read_reuses;                 /* reads through a file a previous window opened */
 	uint64_t ring_fileops[SEL_DISK_FOPS]; /* file operations completed through the ring */
 	uint64_t fileop_fallbacks; /* ring creates redone on the thread (EEXIST, O_DIRECT) */
 	bool uring, direct;        /* the paths in use now */

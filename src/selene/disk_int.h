@@ -167,6 +167,8 @@ struct sel_disk {
 	bool ring_broken;
 	struct io_uring ring;
 	uint32_t inflight; /* requests and file operations the kernel holds */
+	uint32_t wr_reqs;  /* write requests prepared and not finished (issue 18) */
+	uint64_t wr_t;     /* when wr_reqs last changed */
 	struct sqi *sq;    /* [sq_cap] prepared, not yet submitted, oldest first */
 	uint32_t sq_n, sq_cap;
 	bool fileops;    /* file operations through the ring (config, env) */
