@@ -36,6 +36,13 @@
 #define DS_UNCHARGED (1u << 11)   /* composite: parked without disk budget */
 
 #define WINDOWS_IN_FLIGHT 2u
+/* Issue 18 (r18c): a put streams windows of half the size, four at once --
+ * the same intake slots (design 1's 2 x 64 per stream), so one window's
+ * copy-out overlaps three windows' writes, which start beside each other on
+ * the disk thread (disk.c dk_part_beside).  bench/store: 1.28-1.43 ->
+ * 1.64+ GB/s at load 6 (docs/performance.md, r18c). */
+#define PUT_WINDOW_PAGES 32u
+#define PUT_WINDOWS_IN_FLIGHT 4u
 #define POLL_BATCH 32
 
 enum jkind {

@@ -11,7 +11,8 @@
  * A stream is one put or one fetch: a plan of windows, each <= 64 page
  * records of one node (and the row with the last window, or, for a TP > 1
  * put that decides over several windows, with the first), at most
- * WINDOWS_IN_FLIGHT of them live at once.
+ * WINDOWS_IN_FLIGHT of them live at once (a put: PUT_WINDOWS_IN_FLIGHT
+ * windows of PUT_WINDOW_PAGES, issue 18).
  *
  *   put window:   copy-out (transfer set) of GPU pages into intake slots,
  *                 then a SEL_DISK_WRITE_PART of those slots, then the slots
@@ -51,7 +52,7 @@
  *
  * INVARIANTS
  *
- *   1. live_win <= WINDOWS_IN_FLIGHT; next_win <= n_win; a stream is
+ *   1. live_win <= WINDOWS_IN_FLIGHT (a put: PUT_WINDOWS_IN_FLIGHT); next_win <= n_win; a stream is
  *      finished exactly once, when live_win == 0 and it failed or started
  *      every window, and it is not waiting.
  *   2. A window holds its n_slots intake slots from win_start to win_free.
@@ -365,7 +366,8 @@ static void wait_add(struct disk_store *ds, struct dstream *st)
 
 void ds_stream_pump(struct disk_store *ds, struct dstream *st)
 {
-	while (!st->status && st->next_win < st->n_win && st->live_win < WINDOWS_IN_FLIGHT &&
+	while (!st->status && st->next_win < st->n_win &&
+	       st->live_win < (st->put ? PUT_WINDOWS_IN_FLIGHT : WINDOWS_IN_FLIGHT) &&
 	       !(st->decide && !st->decided && st->next_win > 0)) {
 		int rc = ds_win_start(ds, st, false);
 		if (rc == 1) {
@@ -586,7 +588,7 @@ static void put_copied(struct disk_store *ds, struct dwin *w)
 struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, uint32_t tail,
 			      bool row)
 {
-	uint32_t n_win = tail ? sel_div_up(tail, SEL_WINDOW_PAGES) : 1;
+	uint32_t n_win = tail ? sel_div_up(tail, PUT_WINDOW_PAGES) : 1;
 	struct dstream *st = stream_new(ds, tail, n_win, 1);
 	if (!st) {
 		eos_fail(-ENOMEM, "disk store: out of memory for a stream of %" PRIu32 " pages",
@@ -607,8 +609,8 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 	 * row's slots until the last part writes them. */
 	bool row_first = st->decide && sz->uniform_row && n_win > 1;
 	for (uint32_t k = 0; k < n_win; k++) {
-		uint32_t first = k * SEL_WINDOW_PAGES;
-		uint32_t cnt = tail - first < SEL_WINDOW_PAGES ? tail - first : SEL_WINDOW_PAGES;
+		uint32_t first = k * PUT_WINDOW_PAGES;
+		uint32_t cnt = tail - first < PUT_WINDOW_PAGES ? tail - first : PUT_WINDOW_PAGES;
 		bool has_row = row && (row_first ? k == 0 : k + 1 == n_win);
 		st->plan[k] = (struct wplan){.node_i = 0,
 					     .first = first,
