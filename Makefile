@@ -75,8 +75,10 @@ FLARE_SRCS  := $(sort $(wildcard src/flare/*.c))
 MANAGER_SRCS := $(sort $(wildcard src/manager/*.c))
 TEST_SRCS   := $(sort $(wildcard tests/test_*.c))
 TESTLIB_SRCS:= $(sort $(filter-out $(TEST_SRCS),$(wildcard tests/*.c)))
-BENCH_SRCS  := $(sort $(filter-out bench/benchlib.c,$(wildcard bench/*.c)))
-BENCHLIB_SRCS := bench/benchlib.c
+# bench/restorelib.c: the pooled-store restore rounds bench/pooled and
+# bench/pool both report.
+BENCHLIB_SRCS := bench/benchlib.c bench/restorelib.c
+BENCH_SRCS  := $(sort $(filter-out $(BENCHLIB_SRCS),$(wildcard bench/*.c)))
 FUZZ_SRCS   := $(sort $(wildcard fuzz/fuzz_*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

@@ -27,6 +27,18 @@ double bench_median(const double *v, int n)
 	return m;
 }
 
+double bench_quantile(const double *v, int n, double q)
+{
+	double *s = malloc((size_t)n * sizeof *s);
+	if (!s)
+		abort();
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	double x = s[(int)(q * (n - 1) + 0.5)];
+	free(s);
+	return x;
+}
+
 void bench_cold_caches(void)
 {
 	static uint8_t *buf;

@@ -10,6 +10,8 @@
 
 /* Median of v[0..n) (n >= 1); v is not changed. */
 double bench_median(const double *v, int n);
+/* The q-quantile (0..1, nearest rank) of v[0..n) (n >= 1); v is not changed. */
+double bench_quantile(const double *v, int n, double q);
 
 /* Leave the CPU caches cold for the next measured pass: write and read a
  * buffer of twice the last-level cache (at least 64 MiB), so whatever the

@@ -8,28 +8,49 @@
  *   RESULT unix_rtt_p50 <us> us             baseline: a 64-byte ping-pong on a
  *                                           Unix socketpair with a thread echoing
  *   RESULT pool_lookup_rtt_p50_vs_unix <x> ratio
- *   RESULT pool_restore_bps <v> bytes/s     claim a 64 MiB record, verify every
- *                                           page and the row, memcpy every slot
- *                                           out of the arena, release
+ *   RESULT pool_restore_bps <v> bytes/s     the product's restore path: a 64 MiB
+ *                                           record restored through a pooled
+ *                                           store (lookup, claim, each window
+ *                                           verified and copied in one pass on
+ *                                           the store's two helpers, release)
  *   RESULT memcpy_bps <v> bytes/s           baseline: one memcpy of the same
- *                                           bytes out of the arena
- *   RESULT pool_restore_vs_memcpy <x> ratio  (goal >= 0.85)
- *   RESULT pool_restore_copy_vs_memcpy <x> ratio  the same without the
- *                                           verification (copy and protocol only)
+ *                                           bytes (the record's arena slots)
+ *   RESULT pool_restore_vs_memcpy <x> ratio  (goal >= 0.85) the median of the
+ *                                           rounds' restore / memcpy
+ *   RESULT pool_restore_vs_memcpy_p25 <x> ratio   and their quartiles
+ *   RESULT pool_restore_vs_memcpy_p75 <x> ratio
  *
- * Paired rounds (docs/performance.md "Restore ratio, paired"): each round
- * measures the restore, the copy-only restore and the memcpy of the same
- * claimed slots into the same destination, in an order that rotates from
- * round to round, each from cold caches (bench_cold_caches); the ratios
- * are the medians of the rounds' own ratios.  The restore here copies into
- * host memory with memcpy, the host backend's copy; a GPU restore would be
- * a cuMemcpyBatch from the same registered arena.
+ * The restore figure is bench/pooled's measurement (bench/restorelib.c,
+ * the same code) run against this benchmark's manager: fair pairs, each
+ * round one restore and one memcpy of the same arena bytes, alternating
+ * which goes first, each from cold caches (bench_cold_caches), the median
+ * of the rounds' ratios (docs/performance.md "Restore ratio, paired").
+ * BENCH_ROUNDS sets its rounds (default 41).
+ *
+ * Secondary, the client's protocol alone, without the pooled store:
+ *
+ *   RESULT pool_client_serial_restore_bps <v> bytes/s   claim, verify every
+ *                                           page and the row on the calling
+ *                                           thread, memcpy every slot, release
+ *   RESULT pool_client_serial_memcpy_bps <v> bytes/s    one memcpy of the
+ *                                           same claimed slots
+ *   RESULT pool_client_serial_restore_vs_memcpy <x> ratio
+ *   RESULT pool_client_serial_restore_copy_vs_memcpy <x> ratio  the same
+ *                                           without the verification
+ *
+ * Its 21 paired rounds measure the serial restore, the copy-only restore
+ * and the memcpy of the same claimed slots into the same destination, in
+ * an order that rotates from round to round, each from cold caches; the
+ * ratios are the medians of the rounds' own ratios.  It is the unfused
+ * path (the checksum pass reads the record once more), kept to show what
+ * the pooled store's fused pass on two helpers buys.
  */
 #include <pthread.h>
 #include <sys/socket.h>
 
 #include "benchlib.h"
 #include "pool_testlib.h"
+#include "restorelib.h"
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -97,22 +118,13 @@ static void memcpy_slots(struct tc *a, const struct sel_pool_lease *l, uint8_t *
 		       sb);
 }
 
-int main(void)
+/* Lookup round trips through the manager, one candidate, and the Unix
+ * socketpair baseline. */
+static void lookup_rtts(struct tc *a, struct scope *s)
 {
-	char *dir = test_mkdtemp("bench-pool");
-	struct mgr_proc m;
-	mgr_start(&m, dir, "bench", "--memory", "256MiB", NULL);
-	struct scope s;
-	/* One rank, 64 KiB + 1000-byte planes: 68 KiB slots, a 6000-byte row. */
-	scope_make(&s, 1, 65536, 1);
-	struct tc a;
-	CHECK_OK(tc_attach(&a, &m, &s, "bench", 0));
-	uint64_t sb = sel_pool_slot_bytes(a.c);
-
-	/* Lookup round trips. */
 	sel_history h;
-	hist_make(&h, &s, 1024, 1, 0);
-	CHECK(put_record(&a, &h, 1024, 0) == SEL_POOL_OK);
+	hist_make(&h, s, 1024, 1, 0);
+	CHECK(put_record(a, &h, 1024, 0) == SEL_POOL_OK);
 	enum {
 		N = 3000
 	};
@@ -120,16 +132,16 @@ int main(void)
 	for (int i = 0; i < N; i++) {
 		sel_pool_ticket *k;
 		uint64_t t0 = eos_now_ns();
-		CHECK_OK(sel_pool_begin_lookup(a.c, &h, 0, 1024, &k));
+		CHECK_OK(sel_pool_begin_lookup(a->c, &h, 0, 1024, &k));
 		while (sel_pool_ticket_state(k) == SEL_POOL_TICKET_PENDING) {
-			struct pollfd p = {sel_pool_wait_fd(a.c), POLLIN, 0};
+			struct pollfd p = {sel_pool_wait_fd(a->c), POLLIN, 0};
 			poll(&p, 1, 1000);
 			struct sel_pool_event ev[8];
-			sel_pool_poll(a.c, ev, 8);
+			sel_pool_poll(a->c, ev, 8);
 		}
 		rtt[i] = eos_now_ns() - t0;
 		CHECK(sel_pool_ticket_answer(k)->n_cands == 1);
-		sel_pool_ticket_free(a.c, k);
+		sel_pool_ticket_free(a->c, k);
 	}
 	qsort(rtt, N, sizeof rtt[0], cmp_u64);
 	double p50 = (double)rtt[N / 2] / 1e3, p99 = (double)rtt[N * 99 / 100] / 1e3;
@@ -138,15 +150,60 @@ int main(void)
 	printf("RESULT pool_lookup_rtt_p99 %.1f us\n", p99);
 	printf("RESULT unix_rtt_p50 %.1f us\n", u50);
 	printf("RESULT pool_lookup_rtt_p50_vs_unix %.2f ratio\n", p50 / u50);
+	sel_history_free(&h);
+}
 
-	/* Restores of a 64 MiB record. */
+/* The product's restore path: bench/pooled's paired rounds through this
+ * benchmark's manager. */
+static void pooled_restores(const char *sock, int R)
+{
+	struct bench_restore res;
+	bench_pooled_restore(sock, R, "bench/pool", 0, &res);
+	printf("RESULT pool_restore_bps %.0f bytes/s (%" PRIu64 " bytes)\n",
+	       bench_median(res.restore_bps, R), res.bytes);
+	printf("RESULT memcpy_bps %.0f bytes/s\n", bench_median(res.memcpy_bps, R));
+	printf("RESULT pool_restore_vs_memcpy %.3f ratio\n", bench_median(res.ratio, R));
+	printf("RESULT pool_restore_vs_memcpy_p25 %.3f ratio\n",
+	       bench_quantile(res.ratio, R, 0.25));
+	printf("RESULT pool_restore_vs_memcpy_p75 %.3f ratio\n",
+	       bench_quantile(res.ratio, R, 0.75));
+	bench_restore_free(&res);
+}
+
+/* One serial restore by the client alone, timed from the claim: verify
+ * (when asked) on this thread, then memcpy every slot, release. */
+static double serial_restore(struct tc *a, sel_pool_ticket *t, uint8_t *dst, uint64_t sb,
+			     uint32_t pages, uint64_t bytes, bool verify)
+{
+	uint32_t why;
+	bench_cold_caches();
+	uint64_t t0 = eos_now_ns();
+	struct sel_pool_lease *l = claim(a, t, 0, &why);
+	CHECK(l && l->n_pages == pages);
+	if (verify)
+		CHECK_OK(sel_pool_lease_verify(a->c, l));
+	for (uint32_t i = 0; i < l->n_pages; i++)
+		memcpy(dst + (uint64_t)i * sb, sel_pool_slot_addr(a->c, l->page_slots[i]), sb);
+	for (uint32_t i = 0; i < l->n_row_slots; i++)
+		memcpy(dst + (uint64_t)(pages + i) * sb, sel_pool_slot_addr(a->c, l->row_slots[i]),
+		       sb);
+	CHECK_OK(sel_pool_release(a->c, l, SEL_POOL_OK));
+	return (double)bytes / ((double)(eos_now_ns() - t0) / 1e9);
+}
+
+/* The client's protocol alone (secondary figures): serial restores of a
+ * 64 MiB record against one memcpy of the same claimed slots. */
+static void serial_restores(struct tc *a, struct scope *s)
+{
+	uint64_t sb = sel_pool_slot_bytes(a->c);
 	uint32_t pages = (uint32_t)((64ull << 20) / sb);
 	uint64_t c = (uint64_t)pages * 64;
 	sel_history big;
-	hist_make(&big, &s, c, 2, 0);
-	CHECK(put_record(&a, &big, c, 0) == SEL_POOL_OK);
-	uint64_t bytes = ((uint64_t)pages + sel_pool_row_slots(a.c)) * sb;
+	hist_make(&big, s, c, 2, 0);
+	CHECK(put_record(a, &big, c, 0) == SEL_POOL_OK);
+	uint64_t bytes = ((uint64_t)pages + sel_pool_row_slots(a->c)) * sb;
 	uint8_t *dst = aligned_alloc(4096, bytes);
+	CHECK(dst);
 	memset(dst, 1, bytes);
 	enum {
 		R = 21
@@ -155,48 +212,49 @@ int main(void)
 	for (int r = 0; r < R; r++) {
 		for (int k = 0; k < 3; k++) {
 			int what = (k + r) % 3; /* 0: verified restore, 1: copy only, 2: memcpy */
-			sel_pool_ticket *t = lookup(&a, &big, 0, c);
-			uint32_t why;
-			struct sel_pool_lease *l = NULL;
+			sel_pool_ticket *t = lookup(a, &big, 0, c);
 			if (what == 2) { /* the claim untimed: the memcpy alone is */
-				CHECK((l = claim(&a, t, 0, &why)));
+				uint32_t why;
+				struct sel_pool_lease *l = claim(a, t, 0, &why);
+				CHECK(l);
 				bench_cold_caches();
 				uint64_t t0 = eos_now_ns();
-				memcpy_slots(&a, l, dst, sb, pages);
+				memcpy_slots(a, l, dst, sb, pages);
 				mc[r] = (double)bytes / ((double)(eos_now_ns() - t0) / 1e9);
+				CHECK_OK(sel_pool_release(a->c, l, SEL_POOL_OK));
 			} else {
-				bench_cold_caches();
-				uint64_t t0 = eos_now_ns();
-				l = claim(&a, t, 0, &why);
-				CHECK(l && l->n_pages == pages);
-				if (what == 0)
-					CHECK_OK(sel_pool_lease_verify(a.c, l));
-				for (uint32_t i = 0; i < l->n_pages; i++)
-					memcpy(dst + (uint64_t)i * sb,
-					       sel_pool_slot_addr(a.c, l->page_slots[i]), sb);
-				for (uint32_t i = 0; i < l->n_row_slots; i++)
-					memcpy(dst + (uint64_t)(pages + i) * sb,
-					       sel_pool_slot_addr(a.c, l->row_slots[i]), sb);
-				CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
-				l = NULL;
-				double secs = (double)(eos_now_ns() - t0) / 1e9;
-				(what == 0 ? full : copy)[r] = (double)bytes / secs;
+				(what == 0 ? full : copy)[r] =
+					serial_restore(a, t, dst, sb, pages, bytes, what == 0);
 			}
-			if (l)
-				CHECK_OK(sel_pool_release(a.c, l, SEL_POOL_OK));
-			sel_pool_ticket_free(a.c, t);
+			sel_pool_ticket_free(a->c, t);
 		}
 		rf[r] = full[r] / mc[r];
 		rc[r] = copy[r] / mc[r];
 	}
-	double f = bench_median(full, R), b = bench_median(mc, R);
-	printf("RESULT pool_restore_bps %.0f bytes/s\n", f);
-	printf("RESULT memcpy_bps %.0f bytes/s\n", b);
-	printf("RESULT pool_restore_vs_memcpy %.3f ratio\n", bench_median(rf, R));
-	printf("RESULT pool_restore_copy_vs_memcpy %.3f ratio\n", bench_median(rc, R));
+	printf("RESULT pool_client_serial_restore_bps %.0f bytes/s\n", bench_median(full, R));
+	printf("RESULT pool_client_serial_memcpy_bps %.0f bytes/s\n", bench_median(mc, R));
+	printf("RESULT pool_client_serial_restore_vs_memcpy %.3f ratio\n", bench_median(rf, R));
+	printf("RESULT pool_client_serial_restore_copy_vs_memcpy %.3f ratio\n",
+	       bench_median(rc, R));
 	free(dst);
-	sel_history_free(&h);
 	sel_history_free(&big);
+}
+
+int main(void)
+{
+	int rounds = bench_rounds("bench/pool", 41); /* checked before anything starts */
+	char *dir = test_mkdtemp("bench-pool");
+	struct mgr_proc m;
+	/* Room for both 64 MiB records (the pooled store's and the client's). */
+	mgr_start(&m, dir, "bench", "--memory", "512MiB", NULL);
+	struct scope s;
+	/* One rank, 64 KiB + 1000-byte planes: 68 KiB slots, a 6000-byte row. */
+	scope_make(&s, 1, 65536, 1);
+	struct tc a;
+	CHECK_OK(tc_attach(&a, &m, &s, "bench", 0));
+	lookup_rtts(&a, &s);
+	pooled_restores(m.sock, rounds);
+	serial_restores(&a, &s);
 	tc_close(&a);
 	mgr_stop(&m);
 	scope_free(&s);
