@@ -956,6 +956,14 @@ static bool read_until(int fd, char *buf, size_t *len, size_t cap, const char *n
 	return true;
 }
 
+/* Both disconnects counted and the stream's end accounted for. */
+static bool disconnects_settled(void)
+{
+	struct flare_http_stats h;
+	flare_server_http_stats(srv, &h);
+	return h.disconnects >= 2 && h.streams_active == 0;
+}
+
 static void test_disconnect(void)
 {
 	pthread_mutex_lock(&fk.mu);
@@ -995,6 +1003,10 @@ static void test_disconnect(void)
 	fk.hold = false;
 	pthread_mutex_unlock(&fk.mu);
 	CHECK(fake_wait(&fk, &fk.finished, fk.submitted, 5000));
+	/* The server counts a disconnect (and a stream's end) once its cancel
+	 * returned, which is after the fake saw it: the counts may trail the
+	 * cancels by a moment. */
+	TEST_UNTIL(disconnects_settled(), 10);
 	struct flare_http_stats h;
 	flare_server_http_stats(srv, &h);
 	CHECK(h.disconnects == 2);
