@@ -1065,7 +1065,7 @@ static void test_shutdown(void)
 {
 	pthread_mutex_lock(&fk.mu);
 	fk.hold = true;
-	unsigned submitted = fk.submitted;
+	unsigned submitted = fk.submitted, tokens = fk.tokens;
 	pthread_mutex_unlock(&fk.mu);
 	const char *bodies[2] = {"{\"prompt\":\"Hi\"}", "{\"prompt\":\"Hi\",\"stream\":true}"};
 	int fds[2];
@@ -1079,6 +1079,9 @@ static void test_shutdown(void)
 		http_send(fds[i], req, (size_t)n);
 	}
 	CHECK(fake_wait(&fk, &fk.submitted, submitted + 2, 5000));
+	/* Held after their first token: both tokens landed (a request cut
+	 * before any token answers 503, not "abort"). */
+	CHECK(fake_wait(&fk, &fk.tokens, tokens + 2, 5000));
 	flare_server_begin_stop(srv);
 	struct http_resp r;
 	http_request(port, "GET", "/health", NULL, &r);
