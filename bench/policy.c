@@ -11,7 +11,8 @@
  *              told of the loaded pages and row (hel_model_page_loaded,
  *              hel_model_row_loaded): what the engine's worker waits for.
  *   recompute  a real prefill of the same tokens in the engine's 256-token
- *              chunks, measured every pass (the median is the judge).  Each
+ *              chunks, measured beside every restore (the median is the
+ *              judge of that tier's decisions).  Each
  *              chunk is also a sample of the policy's prefill estimate, as
  *              the engine's worker reports every prefill chunk it runs
  *              (sel_policy_observe_prefill): the estimate is by position,
@@ -34,12 +35,18 @@
  * Each band has one policy, as one engine serving that model would, warmed
  * the way serving warms it: PASSES passes over the band's (size, tier)
  * cases in shuffled order; at each the policy decides from what it has
- * seen, then the restore is measured; it is a policy sample (the worker's
- * wait, as engine.c observes it) only when the policy chose to fetch: a
- * declined hit is recomputed and never measured.  The decisions of the
- * passes after the first are judged against the median restore and
- * prefill times over all passes: right when the chosen path is the faster, and the chosen
- * path's time over the faster one's.
+ * seen, then both paths are measured beside each other: the restore and
+ * a real prefill of the same tokens, each after the same sweep of the CPU's
+ * caches (twice the last-level cache read and written; BENCH_SWEEP=0 leaves
+ * it out), in an order that alternates with the pass and the case.  The
+ * restore is a policy sample (the worker's wait, as engine.c observes it)
+ * only when the policy chose to fetch: a declined hit is recomputed and
+ * never measured.  The decisions of the passes after the first are judged
+ * against the median restore and the median prefill measured beside it over
+ * all passes: right when the chosen path is the faster, and the chosen
+ * path's time over the faster one's.  Every wrong decision is printed
+ * ("# WRONG ...") with the estimates it was made from and the medians it
+ * is judged by.
  *
  * The same stream of samples also drives the design's original rule (a
  * tier's rate the median of its last three bytes / time samples, fetch when
@@ -61,7 +68,7 @@
  * the offload threads' scheduling class, as flare run --offload-sched; default
  * the library's), BENCH_BANDS (a comma-separated subset of the bands' core
  * names: tiny, deepseek-small, deepseek; the acceptance is all three),
- * BENCH_VERBOSE=1 prints every policy
+ * BENCH_SWEEP=0 measures without the cache sweep, BENCH_VERBOSE=1 prints every policy
  * sample and prefill chunk on stderr.  Everything it writes is removed.
  */
 #include <errno.h>
@@ -70,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "benchlib.h"
 #include "eos.h"
@@ -103,10 +111,10 @@ struct kase {
 	hel_token *tok;
 	sel_history h;
 	double restore[2][PASSES]; /* by tier index: 0 memory, 1 disk */
-	double prefill[PASSES];    /* real prefills of the tokens, ns */
+	double prefill[2][PASSES]; /* real prefills of the tokens beside each restore, ns */
 	bool fetch[2][PASSES], old_fetch[2][PASSES];
-	double estimate[2]; /* the policy's last estimate, ns */
-	double pf_estimate; /* the policy's last prefill estimate, ns */
+	double estimate[2][PASSES];    /* the policy's restore estimate at each decision, ns */
+	double pf_estimate[2][PASSES]; /* its prefill estimate at each decision, ns */
 };
 
 /* The design's original rule, as a baseline: median of the last three
@@ -146,6 +154,27 @@ static bool old_fetch(const struct old_rule *o, int t, uint64_t bytes, uint64_t 
 }
 
 static double now_ns(void) { return (double)eos_now_ns(); }
+
+/* The same cache state before each measured path: a read and write of
+ * twice the last-level cache, so that neither path finds what the other
+ * (or the previous case) left in the CPU's caches. */
+static void sweep_caches(void)
+{
+	static uint8_t *buf;
+	static size_t n;
+	const char *off = getenv("BENCH_SWEEP");
+	if (off && !strcmp(off, "0"))
+		return;
+	if (!buf) {
+		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+		n = 2 * (size_t)(l3 > 0 ? l3 : 32l << 20);
+		buf = malloc(n);
+		CHECK(buf);
+		memset(buf, 1, n);
+	}
+	for (size_t i = 0; i < n; i += 64)
+		buf[i]++;
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -410,22 +439,34 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 			struct kase *k = &ks[order[v] / 2];
 			int ti = order[v] % 2;
 			uint64_t tokens = (uint64_t)k->pages * core->page_tokens;
+			/* Decided before either path runs, from what the policy has
+			 * seen so far. */
 			bool fetch =
 				sel_policy_should_fetch_span(r.pol, tiers[ti], k->bytes, 0, tokens);
 			k->fetch[ti][p] = fetch;
 			k->old_fetch[ti][p] = old_fetch(&r.old, ti, k->bytes, tokens, r.rate);
-			k->estimate[ti] = sel_policy_transfer_ns(r.pol, tiers[ti], k->bytes);
-			k->pf_estimate = sel_policy_prefill_ns(r.pol, 0, tokens);
-			k->restore[ti][p] = restore(&r, st[ti], k, tiers[ti], fetch);
-			if (ti == 0)
-				k->prefill[p] = prefill(&r, k->tok, tokens, 1);
+			k->estimate[ti][p] = sel_policy_transfer_ns(r.pol, tiers[ti], k->bytes);
+			k->pf_estimate[ti][p] = sel_policy_prefill_ns(r.pol, 0, tokens);
+			/* Both paths beside each other, from the same cache state, in
+			 * alternating order (which goes first varies by pass and
+			 * case). */
+			bool restore_first = (p + order[v] / 2) % 2 == 0;
+			for (int leg = 0; leg < 2; leg++) {
+				sweep_caches();
+				if ((leg == 0) == restore_first)
+					k->restore[ti][p] =
+						restore(&r, st[ti], k, tiers[ti], fetch);
+				else
+					k->prefill[ti][p] = prefill(&r, k->tok, tokens, 1);
+			}
 			if (getenv("BENCH_VERBOSE"))
 				fprintf(stderr,
 					"decide pass %d %s %s %u pages: estimates restore %.3f ms, "
-					"prefill %.3f ms -> %s; restore took %.3f ms\n",
+					"prefill %.3f ms -> %s; restore took %.3f ms, prefill %.3f ms\n",
 					p, core->name, ti ? "disk" : "memory", k->pages,
-					k->estimate[ti] / 1e6, k->pf_estimate / 1e6,
-					fetch ? "fetch" : "recompute", k->restore[ti][p] / 1e6);
+					k->estimate[ti][p] / 1e6, k->pf_estimate[ti][p] / 1e6,
+					fetch ? "fetch" : "recompute", k->restore[ti][p] / 1e6,
+					k->prefill[ti][p] / 1e6);
 		}
 	}
 
@@ -435,8 +476,8 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 		/* rc: the tokens at one rate measured on a short prompt (what a
 		 * rate-based estimate assumes); rp: the real prefill, the judge. */
 		double rc = (double)k->pages * core->page_tokens * 1e9 / r.rate;
-		double rp = median(k->prefill, PASSES);
 		for (int ti = 0; ti < 2; ti++) {
+			double rp = median(k->prefill[ti], PASSES);
 			double rs = median(k->restore[ti], PASSES), best = rs < rp ? rs : rp;
 			int fetched = 0, right = 0, old_right = 0, rate_right = 0;
 			for (int p = 1; p < PASSES; p++) {
@@ -453,6 +494,16 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 				t->costly += ratio > 1.2;
 				t->old_worst = oratio > t->old_worst ? oratio : t->old_worst;
 				t->real_worst = rratio > t->real_worst ? rratio : t->real_worst;
+				if (f != (rs < rp))
+					printf("# WRONG %s %s %.1f KiB pass %d: %s, estimates restore %.3f ms "
+					       "prefill %.3f ms; measured (median) restore %.3f ms prefill "
+					       "%.3f ms: %.2fx the faster\n",
+					       core->name, ti ? "disk" : "memory",
+					       (double)k->bytes / 1024, p,
+					       f ? "fetched" : "recomputed",
+					       k->estimate[ti][p] / 1e6,
+					       k->pf_estimate[ti][p] / 1e6, rs / 1e6, rp / 1e6,
+					       ratio);
 			}
 			double lo = INFINITY, hi = 0;
 			for (int p = 0; p < PASSES; p++) {
@@ -471,9 +522,9 @@ static void run_band(const struct band *b, const char *dir, test_rng *rng, struc
 			       "%8.3f ms (estimate %8.3f, one rate %8.3f); fetched %d/%d, right %d (design rule "
 			       "%d, vs one rate %d)\n",
 			       ti ? "disk" : "memory", (double)k->bytes / 1024, core->name,
-			       k->pages, rs / 1e6, k->estimate[ti] / 1e6, rp / 1e6,
-			       k->pf_estimate / 1e6, rc / 1e6, fetched, PASSES - 1, right,
-			       old_right, rate_right);
+			       k->pages, rs / 1e6, k->estimate[ti][PASSES - 1] / 1e6, rp / 1e6,
+			       k->pf_estimate[ti][PASSES - 1] / 1e6, rc / 1e6, fetched, PASSES - 1,
+			       right, old_right, rate_right);
 		}
 	}
 	printf("# %s: estimates memory %.0f us + %.2f GB/s, disk %.0f us + %.2f GB/s, prefill %.0f tok/s "

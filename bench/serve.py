@@ -27,7 +27,13 @@ offload so drift hits both.  Figures:
               --overlap-modes says; the overlapped rows are ratios to the
               better of restore-only and recompute-only (issue 18), and
               tokens_identical says whether every run's greedy first token
-              was the same.
+              was the same.  With it (restore-only rows), issue 18's
+              inbound acceptance: the restore's bytes over its time from
+              the fetch (started in the admitting worker pass) to its pages
+              and row loaded (flare_host_cache_restore_time_seconds), as
+              GB/s and as a ratio to a memcpy of the same bytes (memory)
+              and to fio reading the same bytes on the same directory
+              (disk), both measured in the same run (goal >= 0.8).
   copyout     Copy-out bandwidth per rank: bytes_out_total over the decode
               and prefill runs; the share of decode's publications copied
               out (the rest skipped under backpressure, design 2.10), and
@@ -146,10 +152,60 @@ def cpu_by_role(before, after, wall):
 def cpu_rows(name, runs):
     """The median CPU milliseconds by role of the runs that measured them
     (the disk restores: send to first token)."""
-    runs = [x[3] for x in runs if len(x) > 3]
+    runs = [x[4] for x in runs if len(x) > 4]
     for role in ("serving", "disk", "copies"):
         if runs:
             result(f"{name}_cpu_{role}", statistics.median(r[role] for r in runs) * 1e3, "ms")
+
+
+def restore_seconds(m0, m1, tier):
+    """Seconds of the one restore between two /metrics samples: fetch
+    start to loaded pages and row, on the worker; None unless exactly one."""
+    name = "flare_host_cache_restore_time_seconds"
+    if m1.delta(m0, name + "_count", tier=tier) != 1:
+        return None
+    return m1.delta(m0, name + "_sum", tier=tier)
+
+
+def memcpy_bw(nbytes, reps=3):
+    """Bytes per second of one memcpy of nbytes (libc's, through ctypes;
+    both buffers faulted in first), the median of reps."""
+    import ctypes
+    src, dst = bytearray(nbytes), bytearray(nbytes)
+    a = (ctypes.c_char * nbytes).from_buffer(src)
+    d = (ctypes.c_char * nbytes).from_buffer(dst)
+    ctypes.memset(a, 1, nbytes)
+    ctypes.memset(d, 2, nbytes)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ctypes.memmove(d, a, nbytes)
+        ts.append(time.perf_counter() - t0)
+    del a, d
+    return nbytes / statistics.median(ts)
+
+
+def fio_read_bw(directory, nbytes):
+    """fio reading nbytes on directory as bench/benchlib.c does (io_uring,
+    O_DIRECT, 8 MiB requests, 32 in flight): bytes per second, or None."""
+    import subprocess
+    path = os.path.join(directory, "fio.bench")
+    size = max(8 << 20, nbytes // (8 << 20) * (8 << 20))
+    try:
+        out = subprocess.run(
+            ["fio", "--name=selene-bench", f"--directory={directory}", "--filename=fio.bench",
+             "--rw=read", "--bs=8M", "--iodepth=32", "--ioengine=io_uring", "--direct=1",
+             f"--size={size}", "--numjobs=1", "--output-format=terse", "--terse-version=3"],
+            capture_output=True, text=True, timeout=300).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    for line in out.splitlines():
+        if line.startswith("3;"):
+            return float(line.split(";")[6]) * 1024
+    return None
 
 
 def max_context(core):
@@ -628,7 +684,8 @@ class Bench:
                          f"declined {m1.value('flare_host_cache_fetch_declined_total'):.0f}")
             else:
                 out["memory"] = (t_me, m1.delta(m0, "flare_host_cache_bytes_in_total",
-                                                tier="dram"), f_me.get("overlap_tokens", 0))
+                                                tier="dram"), f_me.get("overlap_tokens", 0),
+                                 restore_seconds(m0, m1, "dram"))
         if self.store == "composite":
             with self.server(args + ov + srv.args[srv.args.index("--prefix-cache-memory"):],
                              core=core, name=f"inbound-restart-{overlap}") as srv2:
@@ -646,11 +703,40 @@ class Bench:
                 if f_di.get("source") == "disk":
                     out["disk"] = (t_di, m1.delta(m0, "flare_host_cache_bytes_in_total",
                                                   tier="nvme"), f_di.get("overlap_tokens", 0),
-                                   cpu)
+                                   restore_seconds(m0, m1, "nvme"), cpu)
+                    d = srv2.args[srv2.args.index("--prefix-cache-disk") + 1]
+                    out["disk_dir"] = os.path.dirname(d.rstrip("/")) or "."
+                    if out["disk"][3] and out["disk"][1] > 0:
+                        out["fio_read"] = fio_read_bw(out["disk_dir"], int(out["disk"][1]))
                 else:
                     self.log(f"inbound {label} overlap {overlap}: no disk restore after "
                              f"restart: {f_di}")
         return out
+
+    def inbound_bandwidth(self, label, tier, runs, fio):
+        """Issue 18's inbound acceptance: a restore's bytes over its time
+        from the fetch's start (the admission: start_fetch runs in the same
+        worker pass) to its pages and row loaded on the worker
+        (flare_host_cache_restore_time_seconds), against memcpy of the same
+        bytes in this process (memory; median of three) and fio reading the
+        same bytes on the same directory (disk), both in this run.  Goal:
+        >= 0.8 of each."""
+        rs = [(x[1], x[3]) for x in runs if x[3] and x[1] > 0]
+        if not rs:
+            return
+        b = statistics.median(x[0] for x in rs)
+        bw = statistics.median(x[0] / x[1] for x in rs)
+        result(f"serve_inbound_{label}_{tier}_restore_seconds",
+               statistics.median(x[1] for x in rs), "s")
+        result(f"serve_inbound_{label}_{tier}_restore_gbps", bw / 1e9, "GB/s")
+        if tier == "memory":
+            base = memcpy_bw(int(b))
+            result(f"serve_inbound_{label}_memcpy_gbps", base / 1e9, "GB/s")
+            result(f"serve_inbound_{label}_memory_restore_vs_memcpy", bw / base, "ratio")
+        elif fio:
+            base = statistics.median(fio)
+            result(f"serve_inbound_{label}_fio_read_gbps", base / 1e9, "GB/s")
+            result(f"serve_inbound_{label}_disk_restore_vs_fio", bw / base, "ratio")
 
     def inbound(self):
         """Restore-only (--prefix-cache-overlap off), recompute-only (the
@@ -675,6 +761,7 @@ class Bench:
             tiers = ["memory", "disk"] if self.store == "composite" else ["memory"]
             rec, texts = [], set()
             rest = {(t, m): [] for t in tiers for m in modes}
+            fio = []  # fio read of each round's restored bytes, on its disk's directory
             for rnd in range(self.a.inbound_rounds):
                 prompt = text(random.Random(1000 * L + rnd), L - 1)
                 first = None
@@ -686,6 +773,8 @@ class Bench:
                     for t in tiers:
                         if o[t]:
                             rest[(t, m)].append(o[t])
+                    if m == "off" and o.get("fio_read"):
+                        fio.append(o["fio_read"])
             t_rec = statistics.median(rec)
             result(f"serve_inbound_{label}_recompute_ttft", t_rec * 1e3, "ms")
             result(f"serve_inbound_{label}_tokens_identical",
@@ -701,6 +790,7 @@ class Bench:
                     cpu_rows(f"serve_inbound_{label}_{t}", off)
                     result(f"serve_inbound_{label}_{t}_vs_recompute", t_off / t_rec, "ratio")
                     result(f"serve_inbound_{label}_{t}_bytes", b / 2**20, "MiB")
+                    self.inbound_bandwidth(label, t, off, fio)
                 best = min(t_off, t_rec) if off else t_rec
                 for m in modes:
                     if m == "off" or not rest[(t, m)]:

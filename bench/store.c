@@ -25,23 +25,33 @@
  *     concurrency the store is allowed.
  *   - priority: the copy and disk threads run at nice 10 (design 2.10,
  *     --offload-sched), fio at the caller's.
- * The file fio writes is removed before the store's next put.  Who goes
- * first alternates by round (the virtual disk drifts), and the *_paired
- * ratios are the geometric means of each round's own ratio.
+ * The file fio writes is removed before the store's next put.  Each round
+ * runs the store's put right beside fio's write and its fetch right beside
+ * fio's read, on the same bytes; who goes first alternates by round (the
+ * virtual disk drifts by the second), and the headline ratios are the
+ * medians of the rounds' own ratios (a noisy round moves them least).
  *
  * Prints RESULT lines:
  *   store_put_gbps / store_fetch_gbps   bytes of records stored / restored
  *                                       per second (median of the rounds)
  *   fio_write_gbps / fio_read_gbps      fio, io_uring, direct=1, bs=8M,
  *                                       iodepth=32, the same bytes
- *   store_put_vs_fio / store_fetch_vs_fio  the ratios of the medians
- *   store_put_vs_fio_paired / store_fetch_vs_fio_paired  paired rounds
+ *   store_put_vs_fio / store_fetch_vs_fio  the median of the paired
+ *                                       rounds' ratios
+ *   store_put_vs_fio_paired / store_fetch_vs_fio_paired  their geometric
+ *                                       mean
+ *   store_put_vs_fio_of_medians / _fetch_  the ratio of the medians (the
+ *                                       headline before issue 18's r18c)
+ *   store_put_write_depth               the disk thread's mean count of write
+ *                                       requests in flight during the puts,
+ *                                       while any is (a mechanism figure:
+ *                                       the load moves it little)
  *   fio_write_same_depth_gbps / fio_read_same_depth_gbps  fio at the
  *                                       store's depth, and
  *   store_put_vs_fio_same_depth / store_fetch_vs_fio_same_depth (paired)
  *
  * Environment: BENCH_DIR (default $TMPDIR or /tmp), BENCH_MIB (MiB of
- * records per round, default 512), BENCH_ROUNDS (default 4).  Everything it
+ * records per round, default 512), BENCH_ROUNDS (default 5).  Everything it
  * writes is removed at the end.
  */
 #include <math.h>
@@ -53,6 +63,8 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "disk.h"
+#include "store_disk.h"
 #include "../tests/storefx.h"
 
 #define PAGES 256u
@@ -134,21 +146,29 @@ static double run_fetches(sel_store *s, struct sfx_conv *cv, uint32_t n, uint64_
 	return (double)n * (double)rec_bytes / ((double)eos_now_ns() / 1e9 - t0);
 }
 
-/* fio's four figures of a round: write and read at 32 and at depth. */
-static bool run_fio(const char *dir, uint64_t bytes, unsigned depth, double out[4])
+/* fio at depth 32 (write or read, 8 MiB requests) on dir: bytes/s, 0 on
+ * failure.  A write goes into a new file, as every record does:
+ * overwriting the blocks of the last run skips the allocation and measured
+ * up to 1.6x faster here. */
+static double fio_one(const char *dir, const char *rw, uint64_t bytes)
 {
 	char p[4200];
 	snprintf(p, sizeof p, "%s/fio.bench", dir);
-	/* Each write into a new file, as every record is: overwriting the
-	 * blocks of the last run skips the allocation and measured up to 1.6x
-	 * faster here. */
-	out[0] = bench_fio_bw(dir, "write", bytes);
-	out[1] = bench_fio_bw(dir, "read", bytes);
+	if (rw[0] == 'w')
+		unlink(p);
+	return bench_fio_bw(dir, rw, bytes);
+}
+
+/* fio at the store's depth, write then read (a new file): out[0..2). */
+static bool fio_depth(const char *dir, uint64_t bytes, unsigned depth, double out[2])
+{
+	char p[4200];
+	snprintf(p, sizeof p, "%s/fio.bench", dir);
 	unlink(p);
-	out[2] = bench_fio_bw_depth(dir, "write", bytes, depth);
-	out[3] = bench_fio_bw_depth(dir, "read", bytes, depth);
+	out[0] = bench_fio_bw_depth(dir, "write", bytes, depth);
+	out[1] = bench_fio_bw_depth(dir, "read", bytes, depth);
 	unlink(p);
-	return out[0] > 0 && out[1] > 0 && out[2] > 0 && out[3] > 0;
+	return out[0] > 0 && out[1] > 0;
 }
 
 static double geomean(const double *v, int n)
@@ -174,9 +194,9 @@ static void loadavg(const char *when)
 int main(void)
 {
 	const char *dir = bench_dir();
-	int rounds = (int)env_u64("BENCH_ROUNDS", 4);
+	int rounds = (int)env_u64("BENCH_ROUNDS", 5);
 	if (rounds < 1 || rounds > MAX_ROUNDS)
-		rounds = 4;
+		rounds = 5;
 	uint64_t mib = env_u64("BENCH_MIB", 512);
 
 	struct sfx fx;
@@ -204,6 +224,8 @@ int main(void)
 	/* Per round: store put, fetch; fio write, read, write and read at
 	 * the store's depth; and the four paired ratios. */
 	double put[MAX_ROUNDS], get[MAX_ROUNDS], fio[4][MAX_ROUNDS], ratio[4][MAX_ROUNDS];
+	double depth_w[MAX_ROUNDS];  /* the put's mean write requests in flight, while any */
+	uint64_t beside[MAX_ROUNDS]; /* its write parts started beside their record's */
 	bool have_fio = system("fio --version >/dev/null 2>&1") == 0;
 	if (!have_fio)
 		printf("fio not found: skipping the ratios\n");
@@ -228,21 +250,40 @@ int main(void)
 			       "at iodepth 32 and %u\n",
 			       info.disk_io ? info.disk_io : "?", *info.disk_io_note ? ", " : "",
 			       info.disk_io_note, info.intake_slots, depth, depth);
+		/* Each store figure right beside its fio figure on the same
+		 * bytes: put beside fio's write, fetch beside fio's read, who
+		 * goes first alternating by round (fio first: fio write, put,
+		 * fetch, fio read; else put, fio write, fio read, fetch). */
 		double f[4] = {0};
+		uint64_t bytes = (uint64_t)n * rec_bytes;
 		bool fio_first = r % 2 == 1;
 		if (have_fio && fio_first)
-			have_fio = run_fio(ns_dir, (uint64_t)n * rec_bytes, depth, f);
+			have_fio = (f[0] = fio_one(ns_dir, "write", bytes)) > 0;
+		struct sel_disk_stats d0, d1;
+		sel_disk_store_thread_stats(s, &d0);
 		put[r] = run_puts(s, cp, n, rec_bytes);
+		sel_disk_store_thread_stats(s, &d1);
+		uint64_t busy = d1.write_busy_ns - d0.write_busy_ns;
+		depth_w[r] =
+			busy ? (double)(d1.write_depth_ns - d0.write_depth_ns) / (double)busy : 0;
+		beside[r] = d1.parts_beside - d0.parts_beside;
+		if (have_fio && !fio_first)
+			have_fio = (f[0] = fio_one(ns_dir, "write", bytes)) > 0 &&
+				   (f[1] = fio_one(ns_dir, "read", bytes)) > 0;
 		get[r] = run_fetches(s, cv, n, rec_bytes, dst);
 		CHECK(sfx_page_ok(&fx, dst[7], 1000 + n - 1, 7, false));
-		if (have_fio && !fio_first)
-			have_fio = run_fio(ns_dir, (uint64_t)n * rec_bytes, depth, f);
+		if (have_fio && fio_first)
+			have_fio = (f[1] = fio_one(ns_dir, "read", bytes)) > 0;
+		if (have_fio)
+			have_fio = fio_depth(ns_dir, bytes, depth, f + 2);
 		for (int k = 0; k < 4; k++) {
 			fio[k][r] = f[k];
 			ratio[k][r] = f[k] > 0 ? (k % 2 ? get[r] : put[r]) / f[k] : 0;
 		}
-		printf("round %d: %u records of %.1f MiB: put %.2f GB/s, fetch %.2f GB/s", r, n,
-		       (double)rec_bytes / (1 << 20), put[r] / 1e9, get[r] / 1e9);
+		printf("round %d: %u records of %.1f MiB: put %.2f GB/s (%.2f writes in flight, %" PRIu64
+		       " parts beside), fetch %.2f GB/s",
+		       r, n, (double)rec_bytes / (1 << 20), put[r] / 1e9, depth_w[r], beside[r],
+		       get[r] / 1e9);
 		if (have_fio)
 			printf(" (fio write %.2f, read %.2f; at depth %u: write %.2f, read %.2f)%s",
 			       f[0] / 1e9, f[1] / 1e9, depth, f[2] / 1e9, f[3] / 1e9,
@@ -256,6 +297,7 @@ int main(void)
 	loadavg("at the end");
 	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
 	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
+	printf("RESULT store_put_write_depth %.2f requests\n", bench_median(depth_w, rounds));
 	if (have_fio) {
 		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
 							"fio_write_same_depth_gbps",
@@ -266,9 +308,11 @@ int main(void)
 		for (int k = 0; k < 4; k++)
 			printf("RESULT %s %.3f GB/s\n", fio_name[k],
 			       bench_median(fio[k], rounds) / 1e9);
-		printf("RESULT store_put_vs_fio %.3f ratio\n",
+		printf("RESULT store_put_vs_fio %.3f ratio\n", bench_median(ratio[0], rounds));
+		printf("RESULT store_fetch_vs_fio %.3f ratio\n", bench_median(ratio[1], rounds));
+		printf("RESULT store_put_vs_fio_of_medians %.3f ratio\n",
 		       bench_median(put, rounds) / bench_median(fio[0], rounds));
-		printf("RESULT store_fetch_vs_fio %.3f ratio\n",
+		printf("RESULT store_fetch_vs_fio_of_medians %.3f ratio\n",
 		       bench_median(get, rounds) / bench_median(fio[1], rounds));
 		for (int k = 0; k < 4; k++)
 			printf("RESULT %s %.3f ratio\n", ratio_name[k], geomean(ratio[k], rounds));

@@ -618,14 +618,16 @@ static void test_limit(void)
 
 /* ---- faults --------------------------------------------------------------------------------- */
 
-/* A put whose write fails with e at op: the earlier record survives, no
- * temporary stays, the outcome and counters name the cause. */
-static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const sel_published *good,
-			enum faultfs_op op, int e, uint64_t ckpt)
+/* A put of c tokens whose write fails with e at op (after skip calls of
+ * it succeeded): the earlier record survives, no temporary stays, the
+ * outcome and counters name the cause. */
+static void write_fault_at(struct sfx *f, sel_store *s, struct sfx_conv *cv,
+			   const sel_published *good, enum faultfs_op op, int e, uint64_t ckpt,
+			   uint64_t c, int skip)
 {
-	sel_published cp = sfx_ckpt(f, cv, 3 * 64 + (ckpt % 50), 0, 2, ckpt);
+	sel_published cp = sfx_ckpt(f, cv, c, 0, 2, ckpt);
 	sel_stats st0 = stats(s);
-	fi_arm(op, e, 0);
+	fi_arm(op, e, skip);
 	put_ok(s, &cp);
 	sel_event ev = sfx_one_event(s, check);
 	fi_off();
@@ -651,6 +653,45 @@ static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const 
 	SFX_UNTIL(s, check, test_count_tmp(test_store_dir(s)) == 0);
 	CHECK(test_count_tmp(test_store_dir(s)) == 0);
 	CHECK(present(s, &good->key) && rec(s, &good->key).file);
+}
+
+static void write_fault(struct sfx *f, sel_store *s, struct sfx_conv *cv, const sel_published *good,
+			enum faultfs_op op, int e, uint64_t ckpt)
+{
+	write_fault_at(f, s, cv, good, op, e, ckpt, 3 * 64 + (ckpt % 50), 0);
+}
+
+/* Issue 18: write_fault_at on a conversation of its own, a whole record
+ * of four windows (193 to 242 pages, no stored prefix), whose last
+ * window's pages go to the disk thread apart from the END part that
+ * commits. */
+#define FRESH_PAGES(seed) (3 * 64 + 1 + (seed) % 50)
+static void fresh_fault(struct sfx *f, sel_store *s, const sel_published *good, enum faultfs_op op,
+			int e, uint64_t seed, int skip)
+{
+	struct sfx_conv m;
+	sfx_conv_init(f, &m, seed, 256 * SFX_PT, 200);
+	write_fault_at(f, s, &m, good, op, e, seed, FRESH_PAGES(seed) * SFX_PT, skip);
+	sfx_conv_free(&m);
+}
+
+/* Issue 18: such a put fails at each of its pwrites in turn (the pread
+ * path's payload writes: each window's pages, then the END part's row and
+ * header): every one leaves no record, no temporary, and the good record. */
+static void pwrite_everywhere(struct sfx *f, sel_store *s, const sel_published *good, int e,
+			      uint64_t seed)
+{
+	struct sfx_conv m;
+	sfx_conv_init(f, &m, seed, 256 * SFX_PT, 200);
+	sel_published cp = sfx_ckpt(f, &m, FRESH_PAGES(seed) * SFX_PT, 0, 2, seed);
+	fi_arm(F_NONE, 0, 0);
+	store(s, &cp);
+	int n = faultfs.calls[F_PWRITE];
+	fi_off();
+	sfx_conv_free(&m);
+	CHECKF(n >= 5, "%d pwrites for a put of four windows", n);
+	for (int skip = 1; skip < n; skip += 1 + skip / 8)
+		fresh_fault(f, s, good, F_PWRITE, e, seed + 50 * (uint64_t)skip, skip);
 }
 
 /* A deferral is no progress: a fresh store's put refused with ENOSPC at
@@ -705,8 +746,13 @@ static void test_faults(const char *mode, bool pread_path)
 	for (int k = 0; k < 2; k++) {
 		write_fault(&fx, s, &cv, &good, F_OPEN, errs[k], ck++);
 		write_fault(&fx, s, &cv, &good, F_FALLOCATE, errs[k], ck++);
-		if (pread_path)
+		if (pread_path) {
 			write_fault(&fx, s, &cv, &good, F_PWRITE, errs[k], ck++);
+			pwrite_everywhere(&fx, s, &good, errs[k], 1000 + 1000 * (uint64_t)k);
+		}
+		fresh_fault(&fx, s, &good, F_FDATASYNC, errs[k], 3000 + (uint64_t)k, 0);
+		fresh_fault(&fx, s, &good, F_RENAME, errs[k], 3010 + (uint64_t)k, 0);
+		fresh_fault(&fx, s, &good, F_FSYNC, errs[k], 3020 + (uint64_t)k, 0);
 		write_fault(&fx, s, &cv, &good, F_FDATASYNC, errs[k], ck++);
 		write_fault(&fx, s, &cv, &good, F_RENAME, errs[k], ck++);
 		write_fault(&fx, s, &cv, &good, F_FSYNC, errs[k], ck++);

@@ -37,8 +37,13 @@
  * temporary the ring is creating), the next job's prologue runs while the
  * device works on theirs, and its requests follow.  Up to
  * ring_depth (32) requests are in flight in all.  A job is admitted early
- * only if no active job has the same key, so the jobs of one record run in
- * submission order; jobs of different records may complete out of order.
+ * only if no active job has the same key, so the jobs of one record start
+ * in submission order; jobs of different records may complete out of
+ * order.  The one exception (issue 18): a later part of a windowed write
+ * starts beside its record's earlier parts once they have queued all their
+ * requests (dk_part_beside), so one put keeps more than one window with the
+ * device; an END part started so waits for them before its epilogue
+ * (dk_part_waits).
  * A write hashes each page record (XXH3-64 of the whole record, padding
  * included) and feeds each row piece to the row hash just before the first
  * request that carries it is submitted; each request is submitted as soon
@@ -87,15 +92,21 @@
  *      from being prepared until reaped (or abandoned with a ring reset,
  *      when it was never submitted).  inflight (ring) is the sum of the
  *      active jobs' inflight; sq_n the sum of their unsubmitted.
- *   4. Two active jobs never have the same key.
+ *   4. Two active jobs never have the same key, except parts of one
+ *      windowed write admitted by dk_part_beside (at most one of them the
+ *      END part, which ends after all the others).
  *   5. A read reports 0 only when the header matched the indexed record,
  *      every page it read matched its checksum and the row (if read)
  *      matched the row checksum.
  *   6. A windowed write's entry exists from its BEGIN part until its END
  *      part commits, a part fails or a DISCARD; while it exists its
- *      temporary file exists and its descriptor is open.  Parts run in
- *      page order (next == first), and a record's checksum segment is
- *      written only by its END part, after every page record was hashed.
+ *      temporary file exists and its descriptor is open.  Parts start in
+ *      page order (next == first, advanced at each part's start), and a
+ *      record's checksum segment is written only by its END part, after
+ *      every page record was hashed; it commits only after every other part
+ *      of the record ended without failing.  After a part failed, the
+ *      entry is removed (its temporary with it) when the last active part
+ *      of the record ends.
  */
 #include "disk_int.h"
 
@@ -180,8 +191,9 @@ static bool can_admit(sel_disk *d)
 		return false;
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
-		if (!dk_admits_past(d->act[i], j) ||
-		    sel_key_eq(&d->act[i]->job->rec.key, &j->rec.key))
+		const struct io_ctx *c = d->act[i];
+		if (!dk_admits_past(c, j) ||
+		    (sel_key_eq(&c->job->rec.key, &j->rec.key) && !dk_part_beside(c, j)))
 			return false;
 	}
 	return true;
@@ -218,6 +230,8 @@ static void *disk_main(void *arg)
 				c->active = true;
 				if (d->n_act)
 					STAT_ADD(d, overlapped, 1);
+				if (c->wt && c->wt->users > 1)
+					STAT_ADD(d, parts_beside, 1);
 				d->act[d->n_act++] = c;
 			} else {
 				dk_job_end(d, c);
@@ -254,7 +268,8 @@ static void *disk_main(void *arg)
 		uint32_t nf = 0, keep = 0;
 		for (uint32_t i = 0; i < d->n_act; i++) {
 			struct io_ctx *c = d->act[i];
-			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_job_commit(d, c)) {
+			if (dk_builder_done(c) && dk_quiescent(d, c) && !dk_part_waits(c) &&
+			    !dk_job_commit(d, c)) {
 				dk_job_end(d, c);
 				c->active = false;
 				fin[nf++] = c->job;
@@ -772,6 +787,9 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->ring_resets = __atomic_load_n(&d->st.ring_resets, __ATOMIC_RELAXED);
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
+	out->parts_beside = __atomic_load_n(&d->st.parts_beside, __ATOMIC_RELAXED);
+	out->write_busy_ns = __atomic_load_n(&d->st.write_busy_ns, __ATOMIC_RELAXED);
+	out->write_depth_ns = __atomic_load_n(&d->st.write_depth_ns, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	for (int i = 0; i < SEL_DISK_FOPS; i++)

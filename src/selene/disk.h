@@ -98,9 +98,14 @@ enum sel_disk_op {
  *     the row (its pieces are given on this part only), then the checksum
  *     segment and the header, and commits (fdatasync if configured, rename,
  *     directory fsync).  One part may be both BEGIN and END.
- * The disk thread holds the temporary's descriptor between parts.  A part
- * that fails removes the temporary at once; later parts of that record then
- * fail with -ENOENT ("no temporary").  A part out of order (first is not
+ * The disk thread holds the temporary's descriptor between parts.  Parts
+ * queued together may overlap (issue 18): a later part starts beside the
+ * earlier ones once they have queued their writes, and the END part
+ * commits only after every other part ended; a part's completion may so
+ * come before an earlier part's.  A part that fails removes the temporary
+ * once no other part of the record is active (before the last of them
+ * reports); a part that started beside it fails with -ECANCELED, a later
+ * part of that record with -ENOENT ("no temporary").  A part out of order (first is not
  * where the previous part ended) fails the same way and removes the
  * temporary too.  SEL_DISK_DISCARD removes a record's temporary if one is
  * open (existed tells) and is how a store abandons a write whose copy-out
@@ -264,10 +269,14 @@ struct sel_disk_stats {
 	uint64_t failed;
 	uint64_t corrupt; /* reads that failed verification */
 	uint64_t bytes_written, bytes_read;
-	uint64_t submit_retries;              /* transient io_uring submission refusals */
-	uint64_t ring_resets;                 /* rings rebuilt after a failed submission */
-	uint64_t direct_fallbacks;            /* O_DIRECT refused at open: buffered since */
-	uint64_t overlapped;                  /* jobs started while another's I/O was in flight */
+	uint64_t submit_retries;   /* transient io_uring submission refusals */
+	uint64_t ring_resets;      /* rings rebuilt after a failed submission */
+	uint64_t direct_fallbacks; /* O_DIRECT refused at open: buffered since */
+	uint64_t overlapped;       /* jobs started while another's I/O was in flight */
+	uint64_t parts_beside;     /* write parts started beside an earlier part of their record */
+	/* io_uring: time with write requests in flight, and the integral of
+	 * their count over it (the mean depth while writing is the ratio). */
+	uint64_t write_busy_ns, write_depth_ns;
 	uint64_t read_opens;                  /* record files opened (and headers read) for reads */
 	uint64_t read_reuses;                 /* reads through a file a previous window opened */
 	uint64_t ring_fileops[SEL_DISK_FOPS]; /* file operations completed through the ring */

@@ -67,8 +67,10 @@ struct wtemp {
 	bool row;
 	sel_key key;
 	int fd;
-	uint32_t next; /* the next part's first page record */
-	uint8_t *head; /* header + checksum segment (aligned) */
+	uint32_t next;  /* the next part's first page record (set at its admission) */
+	uint32_t users; /* active parts of this record (issue 18: they overlap) */
+	bool failed;    /* a part failed: the last user removes the temporary */
+	uint8_t *head;  /* header + checksum segment (aligned) */
 	size_t head_cap;
 	char tmp[SEL_RECORD_TMPNAME_MAX];
 };
@@ -165,6 +167,8 @@ struct sel_disk {
 	bool ring_broken;
 	struct io_uring ring;
 	uint32_t inflight; /* requests and file operations the kernel holds */
+	uint32_t wr_reqs;  /* write requests prepared and not finished (issue 18) */
+	uint64_t wr_t;     /* when wr_reqs last changed */
 	struct sqi *sq;    /* [sq_cap] prepared, not yet submitted, oldest first */
 	uint32_t sq_n, sq_cap;
 	bool fileops;    /* file operations through the ring (config, env) */
@@ -245,6 +249,10 @@ void dk_job_fops_done(sel_disk *d, struct io_ctx *c);
 /* c's payload is done: put its commit on the ring.  False: commit on the
  * thread (dk_job_end), as before. */
 bool dk_job_commit(sel_disk *d, struct io_ctx *c);
+/* c is an END part whose record's earlier parts are still active (it
+ * started beside them): its epilogue waits.  Fails c once they ended if
+ * one of them failed. */
+bool dk_part_waits(struct io_ctx *c);
 
 /* Shared helpers. */
 static inline bool dk_aborting(sel_disk *d) { return __atomic_load_n(&d->abort, __ATOMIC_ACQUIRE); }
@@ -269,6 +277,21 @@ static inline bool dk_admits_past(const struct io_ctx *c, const struct sel_disk_
 		return true;
 	return c->job->op == SEL_DISK_UNLINK && j->op != SEL_DISK_WRITE &&
 	       j->op != SEL_DISK_WRITE_PART;
+}
+/* Issue 18: whether windowed-write part j may start beside active job c
+ * of the same record.  A later part (not a BEGIN) may follow the record's
+ * earlier parts once they are past their prologue (the temporary exists,
+ * its descriptor is known) and none failed: parts write disjoint page
+ * records and hash into disjoint checksum slots, and an earlier part that
+ * may be passed has hashed all its pages already (dk_admits_past: it has
+ * queued all it will).  An END part then waits for them before its
+ * epilogue (dk_part_waits). */
+static inline bool dk_part_beside(const struct io_ctx *c, const struct sel_disk_job *j)
+{
+	const struct sel_disk_job *a = c->job;
+	return j->op == SEL_DISK_WRITE_PART && a->op == SEL_DISK_WRITE_PART &&
+	       !(j->part & SEL_DISK_PART_BEGIN) && !(a->part & SEL_DISK_PART_END) && !c->err &&
+	       c->phase == PH_IO && c->wt && c->wt->fd >= 0 && !c->wt->failed;
 }
 /* Record the job's first failure with its message, or the calling thread's
  * Eos message as the cause. */

@@ -112,6 +112,19 @@ static void seg_end(struct io_ctx *c, struct seg *s)
 		dk_io_fail(c, rc, "%s", eos_errmsg());
 }
 
+/* Issue 18: the time write requests were with the kernel, and its
+ * integral of their count (sel_disk_stats write_busy_ns, write_depth_ns). */
+static void wr_depth(sel_disk *d, int delta)
+{
+	uint64_t now = eos_now_ns();
+	if (d->wr_reqs) {
+		STAT_ADD(d, write_busy_ns, now - d->wr_t);
+		STAT_ADD(d, write_depth_ns, (now - d->wr_t) * d->wr_reqs);
+	}
+	d->wr_t = now;
+	d->wr_reqs = (uint32_t)((int)d->wr_reqs + delta);
+}
+
 static void req_finish(struct req *r)
 {
 	struct io_ctx *c = r->owner;
@@ -250,6 +263,8 @@ void dk_reap(sel_disk *d, bool wait)
 				continue;
 			dk_io_fail(c, -EBUSY, "no submission entry to resume a short transfer");
 		}
+		if (c->write)
+			wr_depth(d, -1);
 		req_finish(r);
 	}
 }
@@ -333,6 +348,8 @@ void dk_uring_fill(sel_disk *d)
 				r->busy = false;
 				break;
 			}
+			if (c->write)
+				wr_depth(d, 1);
 			/* Hand each request over at once, so the device works
 			 * while the next chunk is hashed. */
 			submit_pending(d);
@@ -379,6 +396,7 @@ void dk_ring_reset(sel_disk *d)
 		*d->sq[i].busy = false;
 	d->sq_n = 0;
 	d->ring_broken = false;
+	d->wr_reqs = 0; /* the abandoned ones never complete */
 	STAT_ADD(d, ring_resets, 1);
 	io_uring_queue_exit(&d->ring);
 	d->ring_ok = false;

@@ -109,6 +109,8 @@ static struct wtemp *wt_new(sel_disk *d, size_t head_bytes)
 	w->used = true;
 	w->fd = -1;
 	w->next = 0;
+	w->users = 1;
+	w->failed = false;
 	w->tmp[0] = '\0';
 	return w;
 }
@@ -167,7 +169,15 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 					   first);
 				return;
 			}
+			if (w->failed) { /* beside a part that failed: fail fast */
+				dk_io_fail(c, -ECANCELED,
+					   "an earlier part of this record failed (part at page "
+					   "record %" PRIu32 ")",
+					   first);
+				return;
+			}
 			c->wt = w; /* from here a failure discards it */
+			w->users++;
 			if (w->next != first || w->row != j->row) {
 				dk_io_fail(c, -EINVAL,
 					   "part at page record %" PRIu32
@@ -184,6 +194,7 @@ static void write_begin(sel_disk *d, struct io_ctx *c)
 			c->wt = w;
 		}
 		c->head = w->head;
+		w->next = first + n; /* the next part may start beside this one */
 	} else {
 		if (dk_grow_bounce(c, head_bytes) != 0) {
 			dk_io_fail(c, -ENOMEM, "out of memory for a %zu-byte header", head_bytes);
@@ -284,6 +295,7 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 		if (part) {
 			c->wt->fd = -1;
 			c->wt->used = false;
+			c->wt->users = 0;
 		}
 		c->fd = -1;
 		return;
@@ -293,18 +305,21 @@ static void write_end(sel_disk *d, struct io_ctx *c)
 		c->fd = -1; /* the entry owns the descriptor */
 		if (!w)
 			return;
-		if (c->err) {
-			if (dk_wt_discard(d, w) != 0) {
+		w->users--;
+		if (c->err)
+			w->failed = true;
+		if (w->failed) {
+			/* The last of the record's active parts removes the
+			 * temporary (none of them writes to it any more). */
+			if (w->users == 0 && dk_wt_discard(d, w) != 0) {
 				size_t l = strlen(j->errmsg);
 				snprintf(j->errmsg + l, sizeof j->errmsg - l, "; and %s",
 					 eos_errmsg());
 			}
 			return;
 		}
-		if (!(j->part & SEL_DISK_PART_END)) {
-			w->next = j->first + j->count;
+		if (!(j->part & SEL_DISK_PART_END))
 			return;
-		}
 		note_file(j, w->fd);
 		int rc = sel_record_commit(d->dirfd, w->fd, w->tmp, c->name,
 					   d->fdatasync ? SEL_COMMIT_DATASYNC : 0, &j->committed);
@@ -770,6 +785,19 @@ void dk_job_fops_done(sel_disk *d, struct io_ctx *c)
 		return;
 	}
 	ring_opened(d, c, f[SEL_DISK_FOP_OPEN].res);
+}
+
+bool dk_part_waits(struct io_ctx *c)
+{
+	const struct sel_disk_job *j = c->job;
+	if (j->op != SEL_DISK_WRITE_PART || !(j->part & SEL_DISK_PART_END) || !c->wt ||
+	    c->phase != PH_IO)
+		return false;
+	if (c->wt->users > 1)
+		return true;
+	if (c->wt->failed && !c->err)
+		dk_io_fail(c, -ECANCELED, "an earlier part of this record failed");
+	return false;
 }
 
 bool dk_job_commit(sel_disk *d, struct io_ctx *c)

@@ -62,6 +62,9 @@ int sel_disk_store_record(sel_store *s, const sel_key *key, struct sel_disk_reco
 /* Bytes charged against the limit (records, reservations, stuck removals)
  * and the limit. */
 void sel_disk_store_usage(sel_store *s, uint64_t *used, uint64_t *limit);
+/* The disk thread's counters (bench/store; zeroed when it has none). */
+struct sel_disk_stats;
+void sel_disk_store_thread_stats(sel_store *s, struct sel_disk_stats *out);
 
 /* The end-of-chain cascade's byte headroom (design 2.15; store_disk.c):
  * *free_bytes (the limit less charged bytes -- the bytes of unlinks and

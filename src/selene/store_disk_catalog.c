@@ -364,6 +364,14 @@ void sel_disk_store_usage(sel_store *s, uint64_t *used, uint64_t *limit)
 		*limit = ds->limit;
 }
 
+void sel_disk_store_thread_stats(sel_store *s, struct sel_disk_stats *out)
+{
+	struct disk_store *ds = sel_ds_of(s);
+	memset(out, 0, sizeof(*out));
+	if (ds->disk)
+		sel_disk_stats(ds->disk, out);
+}
+
 size_t sel_disk_store_keys(sel_store *s, sel_key *keys, size_t cap)
 {
 	return sel_core_keys(&sel_ds_of(s)->c, keys, cap);

@@ -36,6 +36,13 @@
 #define DS_UNCHARGED (1u << 11)   /* composite: parked without disk budget */
 
 #define WINDOWS_IN_FLIGHT 2u
+/* Issue 18 (r18c): a put streams windows of half the size, four at once --
+ * the same intake slots (design 1's 2 x 64 per stream), so one window's
+ * copy-out overlaps three windows' writes, which start beside each other on
+ * the disk thread (disk.c dk_part_beside).  bench/store: 1.28-1.43 ->
+ * 1.64+ GB/s at load 6 (docs/performance.md, r18c). */
+#define PUT_WINDOW_PAGES 32u
+#define PUT_WINDOWS_IN_FLIGHT 4u
 #define POLL_BATCH 32
 
 enum jkind {
@@ -46,7 +53,8 @@ enum jkind {
 	K_DISCARD,
 	K_WRITE_FROM,
 	K_READ_INTO,
-	K_SUMS /* a fetch's head checksums from a record it does not read (issue 18) */
+	K_SUMS,   /* a fetch's head checksums from a record it does not read (issue 18) */
+	K_PUT_END /* a put's END part apart from its last window (issue 18) */
 };
 
 struct dwin;
@@ -115,6 +123,7 @@ struct dstream {
 	struct iovec *riov;
 	uint32_t n_riov;
 	bool disk_failed; /* put: a write part failed on the disk thread */
+	struct dj *endj;  /* put: its K_PUT_END job in flight (the stream ends after it) */
 	/* fetch with sel_inbound.n_sums (issue 18): the first window's read
 	 * copies node 0's checksums [sums_first, +n_sums) into sums. */
 	uint64_t *sums;

@@ -12,7 +12,8 @@
  * records of one node (a fetch reads the row first, in a window of its
  * own, unless the store is sharded; otherwise the row goes with the last
  * window, or, for a TP > 1 put that decides over several windows, with
- * the first), at most WINDOWS_IN_FLIGHT of them live at once.
+ * the first), at most WINDOWS_IN_FLIGHT of them live at once (a put:
+ * PUT_WINDOWS_IN_FLIGHT windows of PUT_WINDOW_PAGES, issue 18).
  *
  *   put window:   copy-out (transfer set) of GPU pages into intake slots,
  *                 then a SEL_DISK_WRITE_PART of those slots, then the slots
@@ -52,7 +53,7 @@
  *
  * INVARIANTS
  *
- *   1. live_win <= WINDOWS_IN_FLIGHT; next_win <= n_win; a stream is
+ *   1. live_win <= WINDOWS_IN_FLIGHT (a put: PUT_WINDOWS_IN_FLIGHT); next_win <= n_win; a stream is
  *      finished exactly once, when live_win == 0 and it failed or started
  *      every window, and it is not waiting.
  *   2. A window holds its n_slots intake slots from win_start to win_free.
@@ -366,7 +367,8 @@ static void wait_add(struct disk_store *ds, struct dstream *st)
 
 void ds_stream_pump(struct disk_store *ds, struct dstream *st)
 {
-	while (!st->status && st->next_win < st->n_win && st->live_win < WINDOWS_IN_FLIGHT &&
+	while (!st->status && st->next_win < st->n_win &&
+	       st->live_win < (st->put ? PUT_WINDOWS_IN_FLIGHT : WINDOWS_IN_FLIGHT) &&
 	       !(st->decide && !st->decided && st->next_win > 0)) {
 		int rc = ds_win_start(ds, st, false);
 		if (rc == 1) {
@@ -376,8 +378,8 @@ void ds_stream_pump(struct disk_store *ds, struct dstream *st)
 		if (rc < 0)
 			stream_fail(st, rc);
 	}
-	if (st->live_win == 0 && st->sums_live == 0 && (st->status || st->next_win == st->n_win) &&
-	    !st->waiting)
+	if (st->live_win == 0 && st->sums_live == 0 && !st->endj &&
+	    (st->status || st->next_win == st->n_win) && !st->waiting)
 		stream_finish(ds, st);
 }
 
@@ -522,6 +524,41 @@ static bool put_decide(struct disk_store *ds, struct dstream *st, struct dwin *w
 	return !(w->p.row && !w->end) || keep_row(st, w);
 }
 
+/* Issue 18: the last window of a record of several windows writes its
+ * pages as a middle part and gives its intake slots back when they are
+ * written; a separate END part (no pages: the row, kept by the stream, and
+ * the header) follows it on the disk thread, which starts it beside the
+ * window's part and commits once every part has been written (disk.c).
+ * Before, the window held its slots through the commit chain (close,
+ * rename, directory fsync: 10-12 ms a record in bench/store's trace) while
+ * the intake holds two windows.  False: out of memory, the window ends
+ * the record itself. */
+static bool put_end_apart(struct disk_store *ds, struct dstream *st, struct dwin *w)
+{
+	if (w->begin || ds->sh)
+		return false;
+	struct dj *d = ds_job_new(ds, K_PUT_END, st->nodes[0], SEL_DISK_WRITE_PART);
+	if (!d)
+		return false;
+	if (w->p.row && !st->riov && !keep_row(st, w)) {
+		ds_job_free(ds, d);
+		return false;
+	}
+	sel_node_id id = st->nodes[0];
+	struct sel_disk_job *j = &d->j;
+	d->st = st;
+	ds_node_desc(ds, id, &j->rec);
+	j->want = (struct eos_file_id){0}; /* as a window's part: a write checks no file */
+	j->first = w->p.first + w->p.count;
+	j->part = SEL_DISK_PART_END;
+	j->row = NODE(ds, id)->flags & SEL_NODE_HAS_ROW;
+	j->row_iov = j->row ? st->riov : NULL;
+	j->row_n = j->row ? st->n_riov : 0;
+	j->created_ns = st->created_ns;
+	st->endj = d;
+	return true;
+}
+
 static void put_copied(struct disk_store *ds, struct dwin *w)
 {
 	struct dstream *st = w->st;
@@ -544,13 +581,21 @@ static void put_copied(struct disk_store *ds, struct dwin *w)
 	j->row_n = w->end && j->row ? (st->riov ? st->n_riov : w->n_iov) : 0;
 	j->created_ns = st->created_ns;
 	st->parts_sent = true;
+	if (w->end && put_end_apart(ds, st, w)) {
+		j->part &= ~SEL_DISK_PART_END;
+		j->row_iov = NULL;
+		j->row_n = 0;
+		ds_disk_submit(ds, &w->dj);
+		ds_disk_submit(ds, st->endj);
+		return;
+	}
 	ds_disk_submit(ds, &w->dj);
 }
 
 struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, uint32_t tail,
 			      bool row)
 {
-	uint32_t n_win = tail ? sel_div_up(tail, SEL_WINDOW_PAGES) : 1;
+	uint32_t n_win = tail ? sel_div_up(tail, PUT_WINDOW_PAGES) : 1;
 	struct dstream *st = stream_new(ds, tail, n_win, 1);
 	if (!st) {
 		eos_fail(-ENOMEM, "disk store: out of memory for a stream of %" PRIu32 " pages",
@@ -571,8 +616,8 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 	 * row's slots until the last part writes them. */
 	bool row_first = st->decide && sz->uniform_row && n_win > 1;
 	for (uint32_t k = 0; k < n_win; k++) {
-		uint32_t first = k * SEL_WINDOW_PAGES;
-		uint32_t cnt = tail - first < SEL_WINDOW_PAGES ? tail - first : SEL_WINDOW_PAGES;
+		uint32_t first = k * PUT_WINDOW_PAGES;
+		uint32_t cnt = tail - first < PUT_WINDOW_PAGES ? tail - first : PUT_WINDOW_PAGES;
 		bool has_row = row && (row_first ? k == 0 : k + 1 == n_win);
 		st->plan[k] = (struct wplan){.node_i = 0,
 					     .first = first,
@@ -936,6 +981,22 @@ static void disk_done(struct disk_store *ds, struct dj *d)
 		}
 		win_end(ds, d->w);
 		return;
+	case K_PUT_END: {
+		struct dstream *st = d->st;
+		if (d->j.committed) {
+			struct drec *r = ds_rec(ds, st->nodes[0]);
+			r->fid = d->j.file;
+			r->pad_zero = true;
+		}
+		if (rc && !d->j.committed) {
+			stream_fail(st, rc);
+			st->disk_failed = true;
+		}
+		st->endj = NULL;
+		ds_job_free(ds, d);
+		ds_stream_pump(ds, st);
+		return;
+	}
 	case K_FETCH_WIN: fetch_read(ds, d->w); return;
 	case K_TRUNCATE:
 	case K_UNLINK:
