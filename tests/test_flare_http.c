@@ -956,6 +956,14 @@ static bool read_until(int fd, char *buf, size_t *len, size_t cap, const char *n
 	return true;
 }
 
+/* Both disconnects counted and the stream's end accounted for. */
+static bool disconnects_settled(void)
+{
+	struct flare_http_stats h;
+	flare_server_http_stats(srv, &h);
+	return h.disconnects >= 2 && h.streams_active == 0;
+}
+
 static void test_disconnect(void)
 {
 	pthread_mutex_lock(&fk.mu);
@@ -995,6 +1003,10 @@ static void test_disconnect(void)
 	fk.hold = false;
 	pthread_mutex_unlock(&fk.mu);
 	CHECK(fake_wait(&fk, &fk.finished, fk.submitted, 5000));
+	/* The server counts a disconnect (and a stream's end) once its cancel
+	 * returned, which is after the fake saw it: the counts may trail the
+	 * cancels by a moment. */
+	TEST_UNTIL(disconnects_settled(), 10);
 	struct flare_http_stats h;
 	flare_server_http_stats(srv, &h);
 	CHECK(h.disconnects == 2);
@@ -1053,7 +1065,7 @@ static void test_shutdown(void)
 {
 	pthread_mutex_lock(&fk.mu);
 	fk.hold = true;
-	unsigned submitted = fk.submitted;
+	unsigned submitted = fk.submitted, tokens = fk.tokens;
 	pthread_mutex_unlock(&fk.mu);
 	const char *bodies[2] = {"{\"prompt\":\"Hi\"}", "{\"prompt\":\"Hi\",\"stream\":true}"};
 	int fds[2];
@@ -1067,6 +1079,9 @@ static void test_shutdown(void)
 		http_send(fds[i], req, (size_t)n);
 	}
 	CHECK(fake_wait(&fk, &fk.submitted, submitted + 2, 5000));
+	/* Held after their first token: both tokens landed (a request cut
+	 * before any token answers 503, not "abort"). */
+	CHECK(fake_wait(&fk, &fk.tokens, tokens + 2, 5000));
 	flare_server_begin_stop(srv);
 	struct http_resp r;
 	http_request(port, "GET", "/health", NULL, &r);

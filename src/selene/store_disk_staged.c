@@ -395,10 +395,16 @@ static void wait_pump(struct disk_store *ds)
 	}
 }
 
+static bool budget_error(int rc) { return rc == -ENOSPC || rc == -EDQUOT; }
+
 /* A window's last stage ended. */
 static void win_end(struct disk_store *ds, struct dwin *w)
 {
 	struct dstream *st = w->st;
+	/* A put deferred for budget gives its slots back with its refusal
+	 * (put_failed, in the pump below when this was its last window):
+	 * that is no progress.  Read now: the pump may free st. */
+	bool deferred = st->put && budget_error(st->status);
 	ds_win_free(ds, w);
 	st->live_win--;
 	ds_stream_pump(ds, st);
@@ -407,7 +413,7 @@ static void win_end(struct disk_store *ds, struct dwin *w)
 	 * instead of leaving it to the stream's STORED, a whole record later
 	 * (bench/store lost 5-10 ms per record to that).  Not while streams
 	 * wait for slots: a new put would queue behind them anyway. */
-	if (!ds->wait.head && sel_slab_can_alloc(ds->pool, 1, SEL_SLAB_INTAKE))
+	if (!deferred && !ds->wait.head && sel_slab_can_alloc(ds->pool, 1, SEL_SLAB_INTAKE))
 		ds->c.pg.released = true;
 }
 
@@ -852,8 +858,6 @@ static void xfer_done(struct disk_store *ds, struct dwin *w)
 }
 
 /* ---- the end of a stream -------------------------------------------------------------- */
-
-static bool budget_error(int rc) { return rc == -ENOSPC || rc == -EDQUOT; }
 
 static void put_committed(struct disk_store *ds, struct dstream *st, sel_event *ev)
 {
