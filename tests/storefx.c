@@ -719,3 +719,32 @@ sel_pool_counters sfx_pool_counters(sel_store *s)
 	sel_store_stats(s, &st);
 	return st.pool;
 }
+
+sel_event sfx_next_event(sel_store *s)
+{
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	for (;;) {
+		int n = sfx_poll_wait(s, ev, 8);
+		if (n) {
+			CHECKF(n == 1, "%d events", n);
+			return ev[0];
+		}
+		CHECK(eos_now_ns() < deadline);
+	}
+}
+
+sel_store *sfx_open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory)
+{
+	sel_store_config c = sfx_config(f, true);
+	c.memory_bytes = memory;
+	c.pool = sock;
+	c.pool_instance_id = id;
+	c.pool_wait_ns = 10ull * 1000000000;
+	sel_store *s = NULL;
+	CHECK_OK(sel_store_open(&c, &s));
+	CHECK(s != NULL);
+	sel_pool_counters pc = sfx_pool_counters(s);
+	CHECKF(pc.state == SEL_POOL_UP, "state %d: %s", pc.state, sel_store_warning(s));
+	return s;
+}

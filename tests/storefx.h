@@ -156,6 +156,13 @@ void sfx_pump(sel_store *s, sfx_check_fn check, int *progress);
 int sfx_poll_wait(sel_store *s, sel_event *ev, int cap);
 /* The store's pool counters (sel_store_stats). */
 sel_pool_counters sfx_pool_counters(sel_store *s);
+/* Poll until one event comes (20 s) and return it; two at once fail the
+ * test. */
+sel_event sfx_next_event(sel_store *s);
+/* A store over f's memory tier of `memory` bytes (0: pool only) attached
+ * to the manager on sock as instance id, with ten seconds for its Hello:
+ * attached (SEL_POOL_UP) or the test fails, naming the warning. */
+sel_store *sfx_open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory);
 /* Nothing in flight: every put and fetch reported and, in a composite,
  * no maintenance write, read-through or streamed put left and no write
  * backoff pending.  Nothing more happens then without a new call. */

@@ -38,37 +38,6 @@
 
 static char dir[200];
 
-static sel_store *open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory)
-{
-	sel_store_config c = sfx_config(f, true);
-	c.memory_bytes = memory;
-	c.pool = sock;
-	c.pool_instance_id = id;
-	c.pool_wait_ns = 10 * S_NS;
-	sel_store *s = NULL;
-	CHECK_OK(sel_store_open(&c, &s));
-	CHECK(s != NULL);
-	sel_stats st;
-	sel_store_stats(s, &st);
-	CHECKF(st.pool.state == SEL_POOL_UP, "state %d: %s", st.pool.state, sel_store_warning(s));
-	return s;
-}
-
-/* Pump until one event comes (20 s): it is returned. */
-static sel_event next_event(sel_store *s)
-{
-	sel_event ev[8];
-	uint64_t deadline = eos_now_ns() + 20 * S_NS;
-	for (;;) {
-		int n = sfx_poll_wait(s, ev, 8);
-		if (n) {
-			CHECKF(n == 1, "%d events", n);
-			return ev[0];
-		}
-		CHECK(eos_now_ns() < deadline);
-	}
-}
-
 /* Put checkpoint c of cv from A and wait until the pool accepted it.  A
  * restarted manager refuses puts (RECOVERING) until its previous clients
  * are back: the put is offered again then, as the worker would. */
@@ -93,7 +62,7 @@ static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_
 		       "): %s",
 		       (int)put, sfx_pool_counters(a).state, sfx_pool_counters(a).sessions,
 		       sfx_pool_counters(a).detaches, sel_errmsg());
-		sel_event e = next_event(a);
+		sel_event e = sfx_next_event(a);
 		CHECK(e.checkpoint == id);
 		if (e.type == SEL_EV_STORED)
 			break;
@@ -113,7 +82,7 @@ static void put_local(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t
 	sel_published p = sfx_ckpt(f, cv, c, 0, 1, id);
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
-	sel_event e = next_event(s);
+	sel_event e = sfx_next_event(s);
 	CHECKF(e.type == SEL_EV_STORED && e.checkpoint == id, "event %d", e.type);
 }
 
@@ -176,7 +145,8 @@ static void test_share_corrupt_kill(void)
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgr", "--memory", "16MiB", "--arena", arena, "--recovery-timeout",
 		  "10s", NULL);
-	sel_store *a = open_pooled(&fa, m.sock, "A", 0), *b = open_pooled(&fb, m.sock, "B", 0);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "A", 0),
+		  *b = sfx_open_pooled(&fb, m.sock, "B", 0);
 
 	/* Shared, byte-exact, through the grace period. */
 	struct sfx_conv c1a, c1b;
@@ -188,7 +158,7 @@ static void test_share_corrupt_kill(void)
 	CHECK(pending); /* the first lookup held admission for the answer */
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 20, 2, 101));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL,
 	       "event %d %d", e.type, e.error);
 	CHECK(restored_ok(&fb, &c1b, 256, 20, 2));
@@ -207,7 +177,7 @@ static void test_share_corrupt_kill(void)
 	for (uint64_t o = from; o + sb <= len; o += sb)
 		base[o + 17] ^= 0x5a; /* every slot: the record's pages and row too */
 	CHECK_OK(fetch(b, &hit, 20, 2, 102));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 102, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
 	for (uint64_t o = from; o + sb <= len; o += sb)
@@ -241,7 +211,7 @@ static void test_share_corrupt_kill(void)
 	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
 	sfx_none_now(b); /* the copy still runs: nothing is reported yet */
 	sfx_hold(&fb, false);
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 103, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_GONE] == 1);
 	sel_store_lookup(b, &c3b.h, 0, 320, &h2); /* detached: local tiers only */
@@ -264,7 +234,7 @@ static void test_share_corrupt_kill(void)
 	hit = pool_hit(b, &c4b, 128, &pending);
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 30, 3, 104));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 104, "event %d", e.type);
 	CHECK(restored_ok(&fb, &c4b, 128, 30, 3));
 
@@ -354,7 +324,7 @@ static void test_exports(void)
 	c.pool = m.sock;
 	c.pool_instance_id = "EA";
 	c.pool_exports = &hooks;
-	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "EB", 0);
+	sel_store *a = NULL, *b = sfx_open_pooled(&fb, m.sock, "EB", 0);
 	CHECK_OK(sel_store_open(&c, &a));
 	struct sfx_conv ca, cb;
 	sfx_conv_init(&fa, &ca, 7, 256, 0);
@@ -428,7 +398,7 @@ static void test_fallback(void)
 	c.pool = m.sock;
 	c.pool_instance_id = "FA";
 	c.pool_exports = &hooks;
-	sel_store *a = NULL, *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
+	sel_store *a = NULL, *b = sfx_open_pooled(&fb, m.sock, "FB", 4 << 20);
 	CHECK_OK(sel_store_open(&c, &a));
 	struct sfx_conv ca, cb;
 	sfx_conv_init(&fa, &ca, 8, 320, 0);
@@ -471,7 +441,7 @@ static void test_local_first(void)
 	sfx_init(&f, 1, 1, unit, 4096, 64, 8);
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgr2", "--memory", "8MiB", NULL);
-	sel_store *s = open_pooled(&f, m.sock, "L", 4 << 20);
+	sel_store *s = sfx_open_pooled(&f, m.sock, "L", 4 << 20);
 	sel_store_info si;
 	sel_store_describe(s, &si);
 	CHECKF(!strcmp(si.kind, "memory+pool") && si.pool && strstr(si.pool, "pool 'default'"),
@@ -481,7 +451,7 @@ static void test_local_first(void)
 	sel_published p = sfx_ckpt(&f, &cv, 128, 0, 1, 21);
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
-	sel_event e = next_event(s);
+	sel_event e = sfx_next_event(s);
 	CHECK(e.type == SEL_EV_STORED && e.checkpoint == 21);
 	CHECK(sfx_pool_counters(s).puts ==
 	      0); /* no write-through: the cascade moves it when evicted */
@@ -519,7 +489,7 @@ static void test_absent(void)
 	sel_published p = sfx_ckpt(&f, &cv, 64, 0, 1, 31);
 	sel_retry_reason why;
 	CHECK(sel_store_put(s, &p, &why) == SEL_QUEUED);
-	CHECK(next_event(s).type == SEL_EV_STORED);
+	CHECK(sfx_next_event(s).type == SEL_EV_STORED);
 	CHECK_OK(sel_store_close(s, 0));
 	sel_store_destroy(s);
 	sfx_conv_free(&cv);
@@ -540,7 +510,8 @@ static void test_late_above(void)
 	sfx_init(&fb, 1, 1, unit, 4096, 64, 8);
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgrl", "--memory", "8MiB", NULL);
-	sel_store *a = open_pooled(&fa, m.sock, "LA", 0), *b = open_pooled(&fb, m.sock, "LB", 0);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "LA", 0),
+		  *b = sfx_open_pooled(&fb, m.sock, "LB", 0);
 	struct sfx_conv ca, cb;
 	sfx_conv_init(&fa, &ca, 7, 320, 0);
 	sfx_conv_init(&fb, &cb, 7, 320, 0);
@@ -564,7 +535,7 @@ static void test_late_above(void)
 	       hit.key.consumed, hit.resident, hit.pages);
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 30, 3, 501));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 501, "event %d %d", e.type, e.error);
 	for (uint32_t j = 2; j < 5; j++)
 		CHECK(sfx_page_ok(&fb, 30 + j - 2, cb.tag, j, false));
@@ -631,7 +602,7 @@ static void budget_refused(struct sfx *f)
 		sel_published p = sfx_ckpt(f, &cv, 64, 0, 1, 41);
 		sel_retry_reason r;
 		CHECK(sel_store_put(s, &p, &r) == SEL_QUEUED);
-		CHECK(next_event(s).type == SEL_EV_STORED);
+		CHECK(sfx_next_event(s).type == SEL_EV_STORED);
 		sel_hit hit;
 		CHECK(sel_store_lookup(s, &cv.h, 0, 64, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
 		CHECK_OK(sel_store_close(s, 0));
@@ -639,7 +610,7 @@ static void budget_refused(struct sfx *f)
 		sfx_conv_free(&cv);
 	}
 	unsetenv("SELENE_TEST_MEMAVAILABLE");
-	sel_store *s = open_pooled(f, m.sock, "budget", 4 << 20); /* fits: attached */
+	sel_store *s = sfx_open_pooled(f, m.sock, "budget", 4 << 20); /* fits: attached */
 	CHECK(!strstr(sel_store_warning(s), "pool budget"));
 	CHECK_OK(sel_store_close(s, 0));
 	sel_store_destroy(s);
@@ -720,7 +691,7 @@ static void test_other_layout(void)
 	sfx_init(&fa, 1, 1, unit, 4096, 64, 8);
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgr3", "--memory", "8MiB", NULL);
-	sel_store *a = open_pooled(&fa, m.sock, "LA", 0);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "LA", 0);
 	struct sfx_conv cva;
 	sfx_conv_init(&fa, &cva, 9, 128, 0);
 	put_shared(&fa, a, &cva, 128, 41);
@@ -739,7 +710,7 @@ static void test_other_layout(void)
 		CHECK(!memcmp(fa.model, fb.model, sizeof fa.model));
 		char id[8];
 		snprintf(id, sizeof id, "LB%zu", i);
-		sel_store *b = open_pooled(&fb, m.sock, id, 0);
+		sel_store *b = sfx_open_pooled(&fb, m.sock, id, 0);
 		struct sfx_conv cvb;
 		sfx_conv_init(&fb, &cvb, 9, 128, 0);
 		never_hits(b, &cvb, 128);
@@ -751,13 +722,13 @@ static void test_other_layout(void)
 	/* The control: the same layout hits and restores byte-exact. */
 	struct sfx fc;
 	sfx_init(&fc, 1, 1, unit, 4096, 64, 8);
-	sel_store *c = open_pooled(&fc, m.sock, "LC", 0);
+	sel_store *c = sfx_open_pooled(&fc, m.sock, "LC", 0);
 	struct sfx_conv cvc;
 	sfx_conv_init(&fc, &cvc, 9, 128, 0);
 	bool pending = false;
 	sel_hit hit = pool_hit(c, &cvc, 128, &pending);
 	CHECK_OK(fetch(c, &hit, 20, 2, 301));
-	sel_event e = next_event(c);
+	sel_event e = sfx_next_event(c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301, "event %d", e.type);
 	CHECK(restored_ok(&fc, &cvc, 128, 20, 2));
 	CHECK_OK(sel_store_close(c, 0));
@@ -817,8 +788,8 @@ static void test_cascade(void)
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgr5", "--memory", "8MiB", NULL);
 	/* 12 warm slots, records of 2 pages and their row: 3 slots each. */
-	sel_store *a = open_pooled(&fa, m.sock, "CA", 12 * fa.slot_bytes);
-	sel_store *b = open_pooled(&fb, m.sock, "CB", 0);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "CA", 12 * fa.slot_bytes);
+	sel_store *b = sfx_open_pooled(&fb, m.sock, "CB", 0);
 	struct sel_core *core = sel_store_core(((struct sel_pooled *)a)->w.inner);
 	CHECK(core && core->warm == 12 && fa.row_slots == 1);
 	struct sfx_conv ca[5], cb0;
@@ -847,7 +818,7 @@ static void test_cascade(void)
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 20, 2, 501));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
 
@@ -910,7 +881,7 @@ static void test_cascade_disk(bool composite)
 	c.pool_instance_id = "DA";
 	c.pool_wait_ns = 10 * S_NS;
 	c.memory_bytes = composite ? 12 * fa.slot_bytes : 0;
-	sel_store *a, *b = open_pooled(&fb, m.sock, "DB", 0);
+	sel_store *a, *b = sfx_open_pooled(&fb, m.sock, "DB", 0);
 	CHECK_OK(sel_store_open(&c, &a));
 	sel_store *inner = ((struct sel_pooled *)a)->w.inner;
 	CHECK(!strcmp(inner->ops->name, composite ? "composite" : "disk"));
@@ -938,7 +909,7 @@ static void test_cascade_disk(bool composite)
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &hit, 20, 2, 701));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
 	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
 
@@ -1010,7 +981,7 @@ static void test_fused(void)
 		ids[i] = 40 + i;
 	sel_inbound in = {.ticket = 601, .pages = ids, .n_pages = 150, .state_slot = 3};
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 601, "event %d", e.type);
 	CHECK(e.bytes == sfx_page_bytes_all(&fb) * 150 + 6000);
 	CHECK(restored_ok(&fb, &cb, c, 40, 3));
@@ -1019,7 +990,7 @@ static void test_fused(void)
 	sfx_poison(&fb);
 	in.ticket = 602;
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, c, 40, 3));
 	/* A byte of every arena slot changed: the first bad page fails it. */
 	struct sel_pooled *pb = (struct sel_pooled *)b;
@@ -1031,7 +1002,7 @@ static void test_fused(void)
 	hit = pool_hit(b, &cb, c, &pending);
 	in.ticket = 603;
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 603, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
 	CHECK_OK(sel_store_close(a, 0));
@@ -1075,7 +1046,8 @@ static void test_overlap_tail(void)
 	sfx_init(&fb, 1, 2, unit, 4096, 64, 8);
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgro", "--memory", "8MiB", NULL);
-	sel_store *a = open_pooled(&fa, m.sock, "OA", 0), *b = open_pooled(&fb, m.sock, "OB", 0);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "OA", 0),
+		  *b = sfx_open_pooled(&fb, m.sock, "OB", 0);
 	CHECK(a->ops->fetch_sums && b->ops->fetch_sums);
 	struct sfx_conv ca, cb;
 	sfx_conv_init(&fa, &ca, 9, 320, 0);
@@ -1088,7 +1060,7 @@ static void test_overlap_tail(void)
 	/* The reference: the whole hit into ids 10..14. */
 	sfx_poison(&fb);
 	CHECK_OK(fetch(b, &whole, 10, 2, 701));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, 320, 10, 2));
 	uint64_t want[2];
 	for (uint32_t j = 0; j < 2; j++)
@@ -1105,7 +1077,7 @@ static void test_overlap_tail(void)
 			  .n_sums = 2};
 	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
 	CHECK_OK(sel_store_fetch(b, &tail, &in));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 702, "event %d %d", e.type, e.error);
 	CHECK(e.bytes == sfx_page_bytes_all(&fb) * 3 + 4096);
 	for (uint32_t j = 2; j < 5; j++)
@@ -1122,13 +1094,13 @@ static void test_overlap_tail(void)
 	/* The control: the same tail without the head's digests restores. */
 	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
 	CHECK_OK(fetch(b, &tail, 40, 4, 704));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 704, "event %d %d", e.type, e.error);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == corrupt);
 	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
 	in.ticket = 703;
 	CHECK_OK(sel_store_fetch(b, &tail, &in));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 703, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == corrupt + 1);
 	printf("  pool overlap tail: 3 pages with the head's 2 digests (the planes'); a head "

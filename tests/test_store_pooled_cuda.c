@@ -192,20 +192,6 @@ static sel_store *open_pooled(struct sfx *f, const char *sock, const char *id)
 	return s;
 }
 
-static sel_event next_event(sel_store *s)
-{
-	sel_event ev[8];
-	uint64_t deadline = eos_now_ns() + 20 * S_NS;
-	for (;;) {
-		int n = sfx_poll_wait(s, ev, 8);
-		if (n) {
-			CHECKF(n == 1, "%d events", n);
-			return ev[0];
-		}
-		CHECK(eos_now_ns() < deadline);
-	}
-}
-
 /* Put checkpoint c from A's device planes until the pool accepted it (a
  * restarted manager refuses puts while it recovers: offered again). */
 static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_t c, uint64_t id)
@@ -225,7 +211,7 @@ static void put_shared(struct sfx *f, sel_store *a, struct sfx_conv *cv, uint64_
 		}
 		CHECKF(put == SEL_QUEUED, "put %" PRIu64 ": outcome %d: %s", id, (int)put,
 		       sel_errmsg());
-		sel_event e = next_event(a);
+		sel_event e = sfx_next_event(a);
 		CHECK(e.checkpoint == id);
 		if (e.type == SEL_EV_STORED)
 			break;
@@ -256,7 +242,7 @@ static void restore_exact(struct sfx *f, sel_store *b, struct sfx_conv *cv, uint
 	sfx_poison(f);
 	int b0 = atomic_load(&batches);
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == ticket && e.tier == SEL_TIER_POOL,
 	       "event %d error %d", e.type, e.error);
 	for (uint32_t j = 0; j < c / SFX_PT; j++)
@@ -424,7 +410,7 @@ static void check_local(struct sfx *f, sel_store *s, const char *sock, const cha
 	sel_published p = sfx_ckpt(f, &cv, 64, 0, 1, 41);
 	sel_retry_reason r;
 	CHECK(sel_store_put(s, &p, &r) == SEL_QUEUED);
-	CHECK(next_event(s).type == SEL_EV_STORED);
+	CHECK(sfx_next_event(s).type == SEL_EV_STORED);
 	sel_hit hit;
 	CHECK(sel_store_lookup(s, &cv.h, 0, 64, &hit) == 1 && hit.tier == SEL_TIER_MEMORY);
 	sfx_conv_free(&cv);

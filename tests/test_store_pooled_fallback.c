@@ -34,36 +34,6 @@
 
 static char dir[200];
 
-static sel_store *open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory)
-{
-	sel_store_config c = sfx_config(f, true);
-	c.memory_bytes = memory;
-	c.pool = sock;
-	c.pool_instance_id = id;
-	c.pool_wait_ns = 10 * S_NS;
-	sel_store *s = NULL;
-	CHECK_OK(sel_store_open(&c, &s));
-	sel_stats st;
-	sel_store_stats(s, &st);
-	CHECKF(st.pool.state == SEL_POOL_UP, "state %d: %s", st.pool.state, sel_store_warning(s));
-	return s;
-}
-
-/* Pump until one event comes (20 s). */
-static sel_event next_event(sel_store *s)
-{
-	sel_event ev[8];
-	uint64_t deadline = eos_now_ns() + 20 * S_NS;
-	for (;;) {
-		int n = sfx_poll_wait(s, ev, 8);
-		if (n) {
-			CHECKF(n == 1, "%d events", n);
-			return ev[0];
-		}
-		CHECK(eos_now_ns() < deadline);
-	}
-}
-
 /* Put checkpoint c of cv (A: until the pool accepted it; B: its memory
  * tier's STORED). */
 static void put(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t c, uint64_t id,
@@ -80,7 +50,7 @@ static void put(struct sfx *f, sel_store *s, struct sfx_conv *cv, uint64_t c, ui
 			CHECK(ev[k - 1].type == SEL_EV_PROGRESS);
 	}
 	CHECKF(o == SEL_QUEUED, "put: outcome %d", (int)o);
-	sel_event e = next_event(s);
+	sel_event e = sfx_next_event(s);
 	CHECKF(e.type == SEL_EV_STORED && e.checkpoint == id, "event %d", e.type);
 	if (pool)
 		SFX_UNTIL(s, NULL, sfx_pool_counters(s).puts_accepted > acc);
@@ -149,7 +119,7 @@ static void one_case(sel_store *a, sel_store *b, struct sfx *fa, struct sfx *fb,
 	damage(b);
 	sfx_poison(fb);
 	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 300 + tag && e.tier == SEL_TIER_POOL,
 	       "event %d tier %d", e.type, e.tier);
 	damage(b); /* undone: what follows must not depend on it */
@@ -169,7 +139,7 @@ static void one_case(sel_store *a, sel_store *b, struct sfx *fa, struct sfx *fb,
 		CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
 		sfx_poison(fb);
 		CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
-		e = next_event(b);
+		e = sfx_next_event(b);
 		CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag &&
 			       e.tier == SEL_TIER_MEMORY,
 		       "event %d tier %d", e.type, e.tier);
@@ -225,7 +195,7 @@ static void deadline_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct
 	CHECK(sfx_pool_counters(b).lookups == before.lookups);
 	sfx_poison(fb);
 	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
 	CHECK(restored_ok(fb, &cb, local, 40, 3));
@@ -252,7 +222,7 @@ static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct s
 	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
 	sfx_none_now(b); /* the copy still runs: nothing is reported yet */
 	sfx_hold(fb, false);
-	sel_event e = next_event(b);
+	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 300 + tag, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_GONE] ==
 	      before.claims_failed[SEL_POOL_FAIL_GONE] + 1);
@@ -262,7 +232,7 @@ static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct s
 	CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
 	sfx_poison(fb);
 	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
-	e = next_event(b);
+	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
 	CHECK(restored_ok(fb, &cb, local, 40, 3));
@@ -292,8 +262,8 @@ int main(void)
 	sfx_init(&fb, 1, 2, unit, 6000, 64, 8);
 	struct mgr_proc m;
 	mgr_start(&m, dir, "mgrf", "--memory", "16MiB", NULL);
-	sel_store *a = open_pooled(&fa, m.sock, "FA", 0),
-		  *b = open_pooled(&fb, m.sock, "FB", 4 << 20);
+	sel_store *a = sfx_open_pooled(&fa, m.sock, "FA", 0),
+		  *b = sfx_open_pooled(&fb, m.sock, "FB", 4 << 20);
 	cpu_set_t cpus;
 	CHECK(!sched_getaffinity(0, sizeof cpus, &cpus));
 	if (CPU_COUNT(&cpus) >= SP_HELPERS)
