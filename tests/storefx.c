@@ -748,3 +748,22 @@ sel_store *sfx_open_pooled(struct sfx *f, const char *sock, const char *id, uint
 	CHECKF(pc.state == SEL_POOL_UP, "state %d: %s", pc.state, sel_store_warning(s));
 	return s;
 }
+
+int sfx_fetch_at(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
+{
+	uint32_t ids[64];
+	CHECKF(hit->pages <= 64, "%" PRIu32 " pages", hit->pages);
+	for (uint32_t i = 0; i < hit->pages; i++)
+		ids[i] = first + i;
+	sel_inbound in = {
+		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
+	return sel_store_fetch(s, hit, &in);
+}
+
+bool sfx_restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first, uint32_t slot)
+{
+	for (uint32_t j = 0; j < c / SFX_PT; j++)
+		if (!sfx_page_ok(f, first + j, cv->tag, j, false))
+			return false;
+	return sfx_row_ok(f, slot, sfx_row_seed(cv, c), false);
+}

@@ -163,6 +163,12 @@ sel_event sfx_next_event(sel_store *s);
  * to the manager on sock as instance id, with ten seconds for its Hello:
  * attached (SEL_POOL_UP) or the test fails, naming the warning. */
 sel_store *sfx_open_pooled(struct sfx *f, const char *sock, const char *id, uint64_t memory);
+/* Fetch hit into pages first.. (consecutive ids) and state slot slot under
+ * ticket: sel_store_fetch's result. */
+int sfx_fetch_at(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket);
+/* Checkpoint c of cv restored into pages first.. and row slot slot: every
+ * page and the row hold cv's bytes. */
+bool sfx_restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first, uint32_t slot);
 /* Nothing in flight: every put and fetch reported and, in a composite,
  * no maintenance write, read-through or streamed put left and no write
  * backoff pending.  Nothing more happens then without a new call. */

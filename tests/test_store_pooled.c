@@ -107,31 +107,12 @@ static sel_hit pool_hit(sel_store *b, struct sfx_conv *cv, uint64_t c, bool *pen
 	return hit;
 }
 
-static int fetch(sel_store *b, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
-{
-	uint32_t ids[64];
-	for (uint32_t i = 0; i < hit->pages; i++)
-		ids[i] = first + i;
-	sel_inbound in = {
-		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
-	return sel_store_fetch(b, hit, &in);
-}
-
 static bool blocked(struct sfx *f)
 {
 	pthread_mutex_lock(&f->stub.mu);
 	bool b = f->stub.waiting > 0;
 	pthread_mutex_unlock(&f->stub.mu);
 	return b;
-}
-
-static bool restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
-			uint32_t slot)
-{
-	for (uint32_t j = 0; j < c / SFX_PT; j++)
-		if (!sfx_page_ok(f, first + j, cv->tag, j, false))
-			return false;
-	return sfx_row_ok(f, slot, sfx_row_seed(cv, c), false);
 }
 
 static void test_share_corrupt_kill(void)
@@ -157,11 +138,11 @@ static void test_share_corrupt_kill(void)
 	sel_hit hit = pool_hit(b, &c1b, 256, &pending);
 	CHECK(pending); /* the first lookup held admission for the answer */
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 101));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 101));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 101 && e.tier == SEL_TIER_POOL,
 	       "event %d %d", e.type, e.error);
-	CHECK(restored_ok(&fb, &c1b, 256, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &c1b, 256, 20, 2));
 	CHECK(sfx_pool_counters(b).restores == 1 && sfx_pool_counters(b).reused_tokens == 256);
 
 	/* Bytes changed in the arena: B's checksums catch it. */
@@ -176,7 +157,7 @@ static void test_share_corrupt_kill(void)
 	uint64_t from = sel_pool_hello(pb->pc)->data_start;
 	for (uint64_t o = from; o + sb <= len; o += sb)
 		base[o + 17] ^= 0x5a; /* every slot: the record's pages and row too */
-	CHECK_OK(fetch(b, &hit, 20, 2, 102));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 102));
 	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 102, "event %d", e.type);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == 1);
@@ -205,7 +186,7 @@ static void test_share_corrupt_kill(void)
 	put_shared(&fa, a, &c3a, 320, 13);
 	hit = pool_hit(b, &c3b, 320, &pending);
 	sfx_hold(&fb, true);
-	CHECK_OK(fetch(b, &hit, 20, 2, 103));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 103));
 	SFX_UNTIL(b, NULL, blocked(&fb)); /* verified, then copying */
 	mgr_kill9(&m);
 	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
@@ -233,10 +214,10 @@ static void test_share_corrupt_kill(void)
 	put_shared(&fa, a, &c4a, 128, 14);
 	hit = pool_hit(b, &c4b, 128, &pending);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 30, 3, 104));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 104));
 	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 104, "event %d", e.type);
-	CHECK(restored_ok(&fb, &c4b, 128, 30, 3));
+	CHECK(sfx_restored_ok(&fb, &c4b, 128, 30, 3));
 
 	CHECK_OK(sel_store_close(a, 0));
 	CHECK_OK(sel_store_close(b, 0));
@@ -336,10 +317,10 @@ static void test_exports(void)
 	sel_hit hit = pool_hit(b, &cb, 256, &pending);
 	CHECK(hit.neighbour);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 201));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 201));
 	sel_event e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 201, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &cb, 256, 20, 2));
 	CHECK(sfx_pool_counters(a).exports_served == 1 && hc.pins == 0 && hc.pinned_ever == 1);
 	CHECK(sfx_pool_counters(b).neighbour_restores == 1);
 
@@ -349,17 +330,17 @@ static void test_exports(void)
 	sfx_conv_init(&fb, &cb2, 7, 256, 0);
 	hit = pool_hit(b, &cb2, 256, &pending);
 	CHECK(hit.neighbour);
-	CHECK_OK(fetch(b, &hit, 30, 3, 202));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 202));
 	e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 202, "event %d", e.type);
 	CHECK(sfx_pool_counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1 && hc.pins == 0);
 	hit = pool_hit(b, &cb2, 256, &pending);
 	CHECK(!hit.neighbour);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 30, 3, 203));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 203));
 	e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 203, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb2, 256, 30, 3));
+	CHECK(sfx_restored_ok(&fb, &cb2, 256, 30, 3));
 
 	/* Lost notices: what the GPU still holds is announced again. */
 	uint64_t ann = sfx_pool_counters(a).announced;
@@ -415,11 +396,11 @@ static void test_fallback(void)
 	}
 	CHECK(hit.neighbour && hit.key.consumed == 256);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 301));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 301));
 	sel_event e = next_event2(b, a);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301 && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
-	CHECK(restored_ok(&fb, &cb, 256, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &cb, 256, 20, 2));
 	CHECK(sfx_pool_counters(b).local_fallbacks == 1 &&
 	      sfx_pool_counters(a).exports_refused[SEL_EXPORT_NO_HEADROOM] == 1);
 	CHECK_OK(sel_store_close(a, 0));
@@ -534,7 +515,7 @@ static void test_late_above(void)
 	       "tier %d consumed %" PRIu64 " resident %" PRIu64 " pages %u", hit.tier,
 	       hit.key.consumed, hit.resident, hit.pages);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 30, 3, 501));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 501));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 501, "event %d %d", e.type, e.error);
 	for (uint32_t j = 2; j < 5; j++)
@@ -727,10 +708,10 @@ static void test_other_layout(void)
 	sfx_conv_init(&fc, &cvc, 9, 128, 0);
 	bool pending = false;
 	sel_hit hit = pool_hit(c, &cvc, 128, &pending);
-	CHECK_OK(fetch(c, &hit, 20, 2, 301));
+	CHECK_OK(sfx_fetch_at(c, &hit, 20, 2, 301));
 	sel_event e = sfx_next_event(c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 301, "event %d", e.type);
-	CHECK(restored_ok(&fc, &cvc, 128, 20, 2));
+	CHECK(sfx_restored_ok(&fc, &cvc, 128, 20, 2));
 	CHECK_OK(sel_store_close(c, 0));
 	sel_store_destroy(c);
 	sfx_conv_free(&cvc);
@@ -817,10 +798,10 @@ static void test_cascade(void)
 	bool pending = false;
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 501));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 501));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &cb0, 128, 20, 2));
 
 	/* A killed manager fails a waiting cascade put: nothing local lost. */
 	CHECK(kill(m.pid, SIGSTOP) == 0);
@@ -908,10 +889,10 @@ static void test_cascade_disk(bool composite)
 	bool pending = false;
 	sel_hit hit = pool_hit(b, &cb0, 128, &pending);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 701));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 701));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.tier == SEL_TIER_POOL, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb0, 128, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &cb0, 128, 20, 2));
 
 	/* ca[1] is next: a byte of its first page record changed on disk. */
 	sel_key k1 = sfx_key(&ca[1], 128);
@@ -984,14 +965,14 @@ static void test_fused(void)
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 601, "event %d", e.type);
 	CHECK(e.bytes == sfx_page_bytes_all(&fb) * 150 + 6000);
-	CHECK(restored_ok(&fb, &cb, c, 40, 3));
+	CHECK(sfx_restored_ok(&fb, &cb, c, 40, 3));
 	/* Again (ticket 602): the same bytes. */
 	hit = pool_hit(b, &cb, c, &pending);
 	sfx_poison(&fb);
 	in.ticket = 602;
 	CHECK_OK(sel_store_fetch(b, &hit, &in));
 	e = sfx_next_event(b);
-	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, c, 40, 3));
+	CHECK(e.type == SEL_EV_FETCHED && sfx_restored_ok(&fb, &cb, c, 40, 3));
 	/* A byte of every arena slot changed: the first bad page fails it. */
 	struct sel_pooled *pb = (struct sel_pooled *)b;
 	uint64_t len, sb = sel_pool_slot_bytes(pb->pc);
@@ -1059,9 +1040,9 @@ static void test_overlap_tail(void)
 	CHECK(tail.tier == SEL_TIER_POOL && tail.resident == 128 && tail.pages == 3);
 	/* The reference: the whole hit into ids 10..14. */
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &whole, 10, 2, 701));
+	CHECK_OK(sfx_fetch_at(b, &whole, 10, 2, 701));
 	sel_event e = sfx_next_event(b);
-	CHECK(e.type == SEL_EV_FETCHED && restored_ok(&fb, &cb, 320, 10, 2));
+	CHECK(e.type == SEL_EV_FETCHED && sfx_restored_ok(&fb, &cb, 320, 10, 2));
 	uint64_t want[2];
 	for (uint32_t j = 0; j < 2; j++)
 		CHECK_OK(sel_page_digest_padded(fb.g, 10 + j, &want[j]));
@@ -1093,7 +1074,7 @@ static void test_overlap_tail(void)
 	uint64_t corrupt = sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT];
 	/* The control: the same tail without the head's digests restores. */
 	CHECK(sel_store_lookup(b, &cb.h, 128, 320, &tail) == 1);
-	CHECK_OK(fetch(b, &tail, 40, 4, 704));
+	CHECK_OK(sfx_fetch_at(b, &tail, 40, 4, 704));
 	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 704, "event %d %d", e.type, e.error);
 	CHECK(sfx_pool_counters(b).claims_failed[SEL_POOL_FAIL_CORRUPT] == corrupt);

@@ -72,25 +72,6 @@ static sel_hit pool_hit(sel_store *b, struct sfx_conv *cv, uint64_t c, uint64_t 
 	return hit;
 }
 
-static int fetch(sel_store *b, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
-{
-	uint32_t ids[64];
-	for (uint32_t i = 0; i < hit->pages; i++)
-		ids[i] = first + i;
-	sel_inbound in = {
-		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
-	return sel_store_fetch(b, hit, &in);
-}
-
-static bool restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
-			uint32_t slot)
-{
-	for (uint32_t j = 0; j < c / SFX_PT; j++)
-		if (!sfx_page_ok(f, first + j, cv->tag, j, false))
-			return false;
-	return sfx_row_ok(f, slot, sfx_row_seed(cv, c), false);
-}
-
 /* Flip one byte of every arena slot (B's mapping: the manager's memory). */
 static void damage(sel_store *b)
 {
@@ -118,7 +99,7 @@ static void one_case(sel_store *a, sel_store *b, struct sfx *fa, struct sfx *fb,
 	sel_pool_counters before = sfx_pool_counters(b);
 	damage(b);
 	sfx_poison(fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 300 + tag));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 300 + tag && e.tier == SEL_TIER_POOL,
 	       "event %d tier %d", e.type, e.tier);
@@ -138,12 +119,12 @@ static void one_case(sel_store *a, sel_store *b, struct sfx *fa, struct sfx *fb,
 		       rc == 1 ? h2.key.consumed : 0);
 		CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
 		sfx_poison(fb);
-		CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
+		CHECK_OK(sfx_fetch_at(b, &h2, 40, 3, 400 + tag));
 		e = sfx_next_event(b);
 		CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag &&
 			       e.tier == SEL_TIER_MEMORY,
 		       "event %d tier %d", e.type, e.tier);
-		CHECK(restored_ok(fb, &cb, local, 40, 3));
+		CHECK(sfx_restored_ok(fb, &cb, local, 40, 3));
 	} else {
 		CHECKF(rc == 0, "rc %d: expected a miss (recompute)", rc);
 		CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks);
@@ -177,7 +158,7 @@ static void deadline_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct
 	sel_hit hit = pool_hit(b, &cb, c, c);
 	sel_pool_counters before = sfx_pool_counters(b);
 	CHECK(!kill(m->pid, SIGSTOP));
-	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 300 + tag));
 	sel_event ev[8];
 	uint64_t deadline = eos_now_ns() + 60 * S_NS; /* the claim's own: about 12 s */
 	int n;
@@ -194,11 +175,11 @@ static void deadline_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct
 	CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
 	CHECK(sfx_pool_counters(b).lookups == before.lookups);
 	sfx_poison(fb);
-	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
+	CHECK_OK(sfx_fetch_at(b, &h2, 40, 3, 400 + tag));
 	sel_event e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
-	CHECK(restored_ok(fb, &cb, local, 40, 3));
+	CHECK(sfx_restored_ok(fb, &cb, local, 40, 3));
 	sfx_conv_free(&ca);
 	sfx_conv_free(&cb);
 }
@@ -216,7 +197,7 @@ static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct s
 	sel_hit hit = pool_hit(b, &cb, c, c);
 	sel_pool_counters before = sfx_pool_counters(b);
 	sfx_hold(fb, true);
-	CHECK_OK(fetch(b, &hit, 20, 2, 300 + tag));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 300 + tag));
 	SFX_UNTIL(b, NULL, blocked(fb)); /* verified, then copying */
 	mgr_kill9(m);
 	SFX_UNTIL(b, NULL, sfx_pool_counters(b).state == SEL_POOL_DOWN);
@@ -231,11 +212,11 @@ static void killed_case(struct mgr_proc *m, sel_store *a, sel_store *b, struct s
 	CHECKF(rc == 1 && h2.tier == SEL_TIER_MEMORY && h2.key.consumed == local, "rc %d", rc);
 	CHECK(sfx_pool_counters(b).local_fallbacks == before.local_fallbacks + 1);
 	sfx_poison(fb);
-	CHECK_OK(fetch(b, &h2, 40, 3, 400 + tag));
+	CHECK_OK(sfx_fetch_at(b, &h2, 40, 3, 400 + tag));
 	e = sfx_next_event(b);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 400 + tag && e.tier == SEL_TIER_MEMORY,
 	       "event %d tier %d", e.type, e.tier);
-	CHECK(restored_ok(fb, &cb, local, 40, 3));
+	CHECK(sfx_restored_ok(fb, &cb, local, 40, 3));
 	sfx_conv_free(&ca);
 	sfx_conv_free(&cb);
 }

@@ -99,25 +99,6 @@ static sel_hit pool_hit(sel_store *b, sel_store *a, struct sfx_conv *cv, uint64_
 	return hit;
 }
 
-static int fetch(sel_store *b, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
-{
-	uint32_t ids[64];
-	for (uint32_t i = 0; i < hit->pages; i++)
-		ids[i] = first + i;
-	sel_inbound in = {
-		.ticket = ticket, .pages = ids, .n_pages = hit->pages, .state_slot = slot};
-	return sel_store_fetch(b, hit, &in);
-}
-
-static bool restored_ok(struct sfx *f, struct sfx_conv *cv, uint64_t c, uint32_t first,
-			uint32_t slot)
-{
-	for (uint32_t j = 0; j < c / SFX_PT; j++)
-		if (!sfx_page_ok(f, first + j, cv->tag, j, false))
-			return false;
-	return sfx_row_ok(f, slot, sfx_row_seed(cv, c), false);
-}
-
 /* pool_hit until the pick is no longer what want_gone says (the
  * manager sees A's withdrawal after B's earlier lookups): each try with a
  * limit of its own, below limit. */
@@ -255,10 +236,10 @@ static void test_priority_dram(void)
 	sel_hit hit = pool_hit(b, a, &cb, 256, 320);
 	CHECK(hit.neighbour && hit.neighbour_tier == SEL_TIER_NONE);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 201));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 201));
 	sel_event e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 201, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb, 256, 20, 2) && hc.pinned_ever == 1 && hc.pins == 0);
+	CHECK(sfx_restored_ok(&fb, &cb, 256, 20, 2) && hc.pinned_ever == 1 && hc.pins == 0);
 
 	/* A's GPU copy gone: its DRAM holding, no engine pin. */
 	sel_store_evicted(a, &hc.cp.key, 41, NULL);
@@ -268,10 +249,10 @@ static void test_priority_dram(void)
 	CHECKF(hit.neighbour && hit.neighbour_tier == SEL_TIER_MEMORY, "neighbour %d tier %d",
 	       hit.neighbour, hit.neighbour_tier);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 30, 3, 202));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 202));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 202, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb, 256, 30, 3));
+	CHECK(sfx_restored_ok(&fb, &cb, 256, 30, 3));
 	CHECK(hc.pinned_ever == 1 && sfx_pool_counters(a).exports_served == 2);
 	CHECK(sfx_pool_counters(b).neighbour_restores == 2 &&
 	      sfx_pool_counters(b).neighbour_host_restores[0] == 1);
@@ -286,7 +267,7 @@ static void test_priority_dram(void)
 	}
 	CHECK(hit.neighbour_tier == SEL_TIER_MEMORY && hit.pages == 3 && hit.resident == 64);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 50, 5, 204));
+	CHECK_OK(sfx_fetch_at(b, &hit, 50, 5, 204));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 204, "event %d", e.type);
 	for (uint32_t j = 1; j < 4; j++)
@@ -301,10 +282,10 @@ static void test_priority_dram(void)
 	hit = pool_hit_after(b, a, &cb, 256, 290, true, SEL_TIER_MEMORY);
 	CHECKF(!hit.neighbour, "neighbour tier %d", hit.neighbour_tier);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 40, 4, 203));
+	CHECK_OK(sfx_fetch_at(b, &hit, 40, 4, 203));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 203, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb, 256, 40, 4));
+	CHECK(sfx_restored_ok(&fb, &cb, 256, 40, 4));
 
 	sel_store *all[3] = {a, b, c};
 	for (int i = 0; i < 3; i++) {
@@ -357,10 +338,10 @@ static void test_nvme_damaged(void)
 	CHECKF(hit.neighbour && hit.neighbour_tier == SEL_TIER_DISK, "neighbour %d tier %d",
 	       hit.neighbour, hit.neighbour_tier);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 20, 2, 401));
+	CHECK_OK(sfx_fetch_at(b, &hit, 20, 2, 401));
 	sel_event e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 401, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb[0], 128, 20, 2));
+	CHECK(sfx_restored_ok(&fb, &cb[0], 128, 20, 2));
 	CHECK(sfx_pool_counters(a).exports_served == 1 &&
 	      sfx_pool_counters(b).neighbour_host_restores[1] == 1);
 	/* With B's GPU holding the first page: only the second is read. */
@@ -374,7 +355,7 @@ static void test_nvme_damaged(void)
 	}
 	CHECK(hit.neighbour_tier == SEL_TIER_DISK && hit.pages == 1 && hit.resident == 64);
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 50, 5, 404));
+	CHECK_OK(sfx_fetch_at(b, &hit, 50, 5, 404));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 404, "event %d", e.type);
 	CHECK(sfx_page_ok(&fb, 50, cb[0].tag, 1, false) &&
@@ -398,7 +379,7 @@ static void test_nvme_damaged(void)
 	hit = pool_hit(b, a, &cb[1], 128, 192);
 	CHECK(hit.neighbour && hit.neighbour_tier == SEL_TIER_DISK); /* NVMe before the arena */
 	sfx_poison(&fb);
-	CHECK_OK(fetch(b, &hit, 30, 3, 402));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 402));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCH_FAILED && e.ticket == 402, "event %d", e.type);
 	CHECK(sfx_pool_counters(a).exports_refused[SEL_EXPORT_DAMAGED] == 1);
@@ -407,10 +388,10 @@ static void test_nvme_damaged(void)
 	/* B's next restore: the arena's copy, byte-exact. */
 	hit = pool_hit(b, a, &cb[1], 128, 192);
 	CHECK(!hit.neighbour);
-	CHECK_OK(fetch(b, &hit, 30, 3, 403));
+	CHECK_OK(sfx_fetch_at(b, &hit, 30, 3, 403));
 	e = next_event_of(b, a, c);
 	CHECKF(e.type == SEL_EV_FETCHED && e.ticket == 403, "event %d", e.type);
-	CHECK(restored_ok(&fb, &cb[1], 128, 30, 3));
+	CHECK(sfx_restored_ok(&fb, &cb[1], 128, 30, 3));
 
 	sel_store *all[3] = {a, b, c};
 	for (int i = 0; i < 3; i++) {
