@@ -18,6 +18,10 @@
  *   - Redis stopped (SIGSTOP): every store call returns at once, a lookup
  *     ends as a miss within the grace period, a close with queued writes
  *     ends by its deadline.
+ *   - overlapped restores (issue 18): a tail fetched with the head's
+ *     digests from the manifest; the second lookup at the split point
+ *     answered from the first one's hit without a Redis command, and a
+ *     record rewritten between the two failing the claim;
  * Exits 77 without redis-server.
  */
 #include <poll.h>
@@ -197,7 +201,8 @@ static void test_two_hosts(void)
 	check_restored(&f, &cv, 256, 100, 5);
 	CHECK(stats(b).remote.hits == 1 && stats(b).remote.bytes_in > 0);
 	/* The hit was consumed: a second fetch of it is stale. */
-	CHECK(sel_store_fetch(b, &hit, &in) == -ESTALE);
+	sel_inbound whole = inbound(100, 4, 5, 14);
+	CHECK(sel_store_fetch(b, &hit, &whole) == -ESTALE);
 
 	/* B publishes the restored checkpoint: the memory tier commits it, the
 	 * level finds it present on Redis (known from the claim: no write). */
@@ -495,6 +500,170 @@ static void test_overlap_tail(void)
 	sfx_free(&f);
 }
 
+/* Calls of one command so far (INFO commandstats), 0 before its first. */
+static long long calls(const char *cmd)
+{
+	redisReply *x = rfx_cmd(&srv, "INFO commandstats");
+	CHECK(x && x->type == REDIS_REPLY_STRING);
+	char want[64];
+	snprintf(want, sizeof want, "cmdstat_%s:calls=", cmd);
+	const char *at = strstr(x->str, want);
+	long long n = at ? atoll(at + strlen(want)) : 0;
+	freeReplyObject(x);
+	return n;
+}
+
+/* Redis commands a lookup or claim sends (not INFO, not SET). */
+static long long reads(void) { return calls("smembers") + calls("get") + calls("exists"); }
+
+/* Issue 18, the engine's path for a remote hit split at 128: B's lookup at
+ * resident 0 finds the 4-page record; the second lookup, at 128 (the split
+ * point), is answered at once from that hit (no Redis command, no new
+ * remote lookup, not pending), the tail's fetch gives the head's digests
+ * from the same manifest and restores pages 2-3 byte for byte; the claim
+ * drops both answers (the next lookup asks Redis).  Only the same key is
+ * answered so: a lookup at another limit goes to Redis.  And a record
+ * rewritten on Redis between the two lookups (other bytes, a new
+ * generation) fails the claim instead of restoring other bytes. */
+static void test_overlap_second_lookup(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 24, 300, 10);
+	sel_store *a = open_level(&f, 0), *b = open_level(&f, 0);
+	sel_published cp = sfx_ckpt_row(&f, &cv, 256, 0, 1, 82, false);
+	sel_retry_reason why;
+	CHECK(sel_store_put(a, &cp, &why) == SEL_QUEUED);
+	sel_event ev[16];
+	int n_ev = 0;
+	written(a, 1, ev, &n_ev, 16);
+	uint64_t want[2];
+	for (uint32_t j = 0; j < 2; j++)
+		CHECK_RC(sel_page_digest_padded(f.g, cp.pages[j], &want[j]), 0);
+
+	sel_hit hit, tail;
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 256, &hit), 1);
+	CHECK(hit.tier == SEL_TIER_REMOTE && hit.pages == 4 && hit.resident == 0);
+	sel_stats s0 = stats(b);
+	long long r0 = reads();
+	CHECK_RC(sel_store_lookup(b, &cv.h, 128, 256, &tail), 1); /* at once */
+	CHECK(tail.tier == SEL_TIER_REMOTE && tail.pages == 2 && tail.resident == 128 &&
+	      sel_key_eq(&tail.key, &hit.key));
+	CHECK_RC(sel_store_lookup(b, &cv.h, 128, 256, &tail), 1); /* asked again: kept */
+	sel_stats s1 = stats(b);
+	CHECKF(reads() == r0 && s1.remote.lookups == s0.remote.lookups,
+	       "the second lookup went to Redis: %lld commands, %llu lookups", reads() - r0,
+	       (unsigned long long)(s1.remote.lookups - s0.remote.lookups));
+	/* Another key (the history at 200): not this hit's, so Redis is asked. */
+	sel_hit other;
+	CHECK(sel_store_lookup(b, &cv.h, 128, 200, &other) == SEL_LOOKUP_PENDING);
+
+	uint64_t sums[2] = {0, 0};
+	sel_inbound in = inbound(100, 2, 5, 12);
+	in.sums = sums;
+	in.n_sums = 2;
+	CHECK_RC(sel_store_fetch(b, &tail, &in), 0);
+	sel_event fe = fetch_event(b, 12);
+	CHECKF(fe.type == SEL_EV_FETCHED, "fetch: %d error %d", fe.type, fe.error);
+	for (uint32_t j = 2; j < 4; j++)
+		CHECKF(sfx_page_ok(&f, 100 + j - 2, cv.tag, j, false), "page %u", j);
+	CHECK(sfx_row_ok(&f, 5, sfx_row_seed(&cv, 256), false));
+	CHECK(sums[0] == want[0] && sums[1] == want[1]);
+	/* Claimed: neither answer is kept, the whole hit is stale. */
+	sel_inbound whole = inbound(100, 4, 5, 14);
+	CHECK(sel_store_fetch(b, &hit, &whole) == -ESTALE);
+	CHECK(sel_store_lookup(b, &cv.h, 128, 256, &tail) == SEL_LOOKUP_PENDING);
+
+	/* The record rewritten between the lookups: other bytes in page 3,
+	 * checksums and a generation of their own, written by a fresh host. */
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 256, &hit), 1);
+	CHECK_RC(sel_store_lookup(b, &cv.h, 128, 256, &tail), 1);
+	redisReply *x = rfx_cmd(&srv, "FLUSHALL");
+	CHECK(x != NULL);
+	freeReplyObject(x);
+	sel_store *c = open_level(&f, 0);
+	sfx_ckpt_row(&f, &cv, 256, 0, 1, 83, false);
+	const sel_plane *pl = &f.g->rank[0].pages[0];
+	((uint8_t *)(uintptr_t)pl->address)[(uint64_t)cp.pages[3] * pl->unit_bytes + 5] ^= 0x21;
+	cp.checkpoint = 83;
+	CHECK(sel_store_put(c, &cp, &why) == SEL_QUEUED);
+	n_ev = 0;
+	written(c, 1, ev, &n_ev, 16);
+	sfx_poison(&f);
+	in = inbound(100, 2, 5, 13);
+	in.sums = sums;
+	in.n_sums = 2;
+	CHECK_RC(sel_store_fetch(b, &tail, &in), 0);
+	fe = fetch_event(b, 13);
+	CHECKF(fe.type == SEL_EV_FETCH_FAILED, "a rewritten record: fetch %d error %d", fe.type,
+	       fe.error);
+	printf("  remote overlap, second lookup: answered from the first hit (no Redis command), "
+	       "tail restored with the head's digests; a rewritten record fails the claim (%s)\n",
+	       sel_strerror(fe.error));
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(c, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sel_store_destroy(c);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
+/* A head over two records (issue 18): A writes the record at 128 (pages 0
+ * and 1) and the one at 256 linked under it (pages 2 and 3); B's lookup at
+ * resident 0 finds the chain, the second at 192 is answered from it with
+ * only page 3 to claim, and the tail's fetch gives the digests of pages
+ * 0-2, from both records' manifests (the first lookup's). */
+static void test_overlap_chain_head(void)
+{
+	struct sfx f;
+	struct sfx_conv cv;
+	sfx_init(&f, 1, 2, units, 20000, 256, 8);
+	sfx_conv_init(&f, &cv, 25, 300, 10);
+	sel_store *a = open_level(&f, 0), *b = open_level(&f, 0);
+	sel_retry_reason why;
+	sel_published p1 = sfx_ckpt_row(&f, &cv, 128, 0, 1, 84, false);
+	CHECK(sel_store_put(a, &p1, &why) == SEL_QUEUED);
+	sel_event ev[16];
+	int n_ev = 0;
+	written(a, 1, ev, &n_ev, 16);
+	sel_published p2 = sfx_ckpt_row(&f, &cv, 256, 128, 2, 85, false);
+	CHECK(p2.tail == 2);
+	CHECK(sel_store_put(a, &p2, &why) == SEL_QUEUED);
+	n_ev = 0;
+	written(a, 2, ev, &n_ev, 16);
+	uint64_t want[3];
+	for (uint32_t j = 0; j < 3; j++)
+		CHECK_RC(sel_page_digest_padded(f.g, p2.pages[j], &want[j]), 0);
+	sel_hit hit, tail;
+	CHECK_RC(lookup_hit(b, &cv.h, 0, 256, &hit), 1);
+	CHECK(hit.pages == 4);
+	CHECK_RC(sel_store_lookup(b, &cv.h, 192, 256, &tail), 1);
+	CHECK(tail.pages == 1 && tail.resident == 192);
+	uint64_t sums[3] = {0, 0, 0};
+	sel_inbound in = inbound(100, 1, 5, 15);
+	in.sums = sums;
+	in.n_sums = 3;
+	CHECK_RC(sel_store_fetch(b, &tail, &in), 0);
+	sel_event fe = fetch_event(b, 15);
+	CHECKF(fe.type == SEL_EV_FETCHED, "fetch: %d error %d", fe.type, fe.error);
+	CHECK(sfx_page_ok(&f, 100, cv.tag, 3, false));
+	CHECK(sfx_row_ok(&f, 5, sfx_row_seed(&cv, 256), false));
+	for (uint32_t j = 0; j < 3; j++)
+		CHECKF(sums[j] == want[j], "head page %u: %016" PRIx64 ", the planes' %016" PRIx64,
+		       j, sums[j], want[j]);
+	printf("  remote overlap, a head over two records: 3 digests from both manifests, "
+	       "1 page claimed\n");
+	CHECK_RC(sel_store_close(a, eos_now_ns() + 5 * SEC), 0);
+	CHECK_RC(sel_store_close(b, eos_now_ns() + 5 * SEC), 0);
+	sel_store_destroy(a);
+	sel_store_destroy(b);
+	sfx_conv_free(&cv);
+	sfx_free(&f);
+}
+
 int main(void)
 {
 	if (!rfx_available())
@@ -504,6 +673,8 @@ int main(void)
 	rfx_url(&srv, 1, false, url, sizeof url);
 	test_two_hosts();
 	test_overlap_tail();
+	test_overlap_second_lookup();
+	test_overlap_chain_head();
 	test_tp2_packed();
 	test_clean_stop();
 	test_stopped();

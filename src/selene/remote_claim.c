@@ -231,6 +231,10 @@ int sel_remote_hit_head_sums(const sel_remote_hit *hit, uint32_t n, uint64_t *ou
 	const struct hit_priv *hp = hit ? hit->priv : NULL;
 	if (!hp || !hp->n || (n && !out))
 		return eos_fail(-EINVAL, "remote head sums: no hit");
+	if (n && n <= hp->n_below) { /* a rebased hit: its first hit's manifests */
+		memcpy(out, hp->below + (hp->n_below - n), n * sizeof *out);
+		return 0;
+	}
 	const struct sel_remote_node *nd = &hit->node[0];
 	const struct sel_rv_manifest *m = &hp->node[0].m;
 	if (n > nd->skip)

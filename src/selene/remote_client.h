@@ -183,9 +183,21 @@ int sel_remote_claim(sel_remote *r, sel_remote_hit *hit, const struct sel_remote
  * (overlapped restores, issue 18): the version-4 page checksum, which is
  * sel_page_digest_padded of the planes (remote_put.c invariant 3).  The
  * manifest was verified at lookup.  -ENOTSUP when those pages are not all
- * in the hit's first record, or it is replicated or older than version 4;
+ * in the hit's first record (or, for a rebased hit, in the records of the
+ * hit it came from), or it is replicated or older than version 4;
  * -EINVAL without a hit.  Call before the hit is claimed. */
 int sel_remote_hit_head_sums(const sel_remote_hit *hit, uint32_t n, uint64_t *out);
+
+/* The same hit for a higher resident count (an overlapped restore's tail,
+ * issue 18), with no round trip: a new hit (the caller's) whose chain is
+ * hit's nodes above resident, with the same manifests (copied: the claim
+ * checks the windows against them and their generations, so a record
+ * rewritten on Redis since the lookup fails the claim) and skips for
+ * resident; its head sums also give the pages between hit's resident and
+ * resident from hit's other manifests.  resident in [hit->resident,
+ * hit->key.consumed), else -EINVAL; -ENOMEM.  hit is unchanged. */
+int sel_remote_hit_rebase(const sel_remote *r, const sel_remote_hit *hit, uint64_t resident,
+			  sel_remote_hit **out);
 
 /* ---- Events ------------------------------------------------------------- */
 

@@ -70,6 +70,11 @@ struct hnode {
 };
 struct hit_priv {
 	uint32_t n;
+	/* A hit rebased to a higher resident (sel_remote_hit_rebase): the
+	 * page checksums of the n_below pages just below its resident, from
+	 * the manifests of the hit it came from (sel_remote_hit_head_sums). */
+	uint64_t *below;
+	uint32_t n_below;
 	struct hnode node[];
 };
 

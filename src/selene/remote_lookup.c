@@ -124,13 +124,18 @@ static void lk_finish_miss(struct op *o, int err)
 static void lk_evaluate(struct op *o);
 static void lk_hit(struct op *o);
 
+/* Of record m's stored pages, those below resident (the GPU holds them). */
+static uint32_t skip_at(uint32_t pt, const struct sel_rv_manifest *m, uint64_t resident)
+{
+	uint64_t first = m->h.d.key.consumed / pt - m->h.d.tail; /* global page of its first */
+	uint64_t need = resident / pt;
+	return need > first ? (uint32_t)(need - first) : 0;
+}
+
 /* Page geometry of chain node j (ascending chain order in hit terms). */
 static uint32_t node_skip(const struct op *o, const struct sel_rv_manifest *m)
 {
-	uint32_t pt = o->r->ns->layout.sz.page_tokens;
-	uint64_t first = m->h.d.key.consumed / pt - m->h.d.tail; /* global page of its first */
-	uint64_t need = o->u.l.a / pt;
-	return need > first ? (uint32_t)(need - first) : 0;
+	return skip_at(o->r->ns->layout.sz.page_tokens, m, o->u.l.a);
 }
 
 /* EXISTS of every window the chain's restore reads, one key per command
@@ -167,6 +172,41 @@ static void lk_exists(struct op *o)
 		lk_hit(o); /* no window to check */
 }
 
+/* The skips and totals of h for resident, from its nodes' keys, tails and
+ * manifests (design 2.15: the claim reads what the GPU lacks). */
+static void hit_shape(const struct sel_remote *r, sel_remote_hit *h, uint64_t resident)
+{
+	const struct hit_priv *hp = h->priv;
+	uint32_t pt = r->ns->layout.sz.page_tokens;
+	h->resident = resident;
+	h->pages = 0;
+	h->bytes = h->wire_bytes = 0;
+	for (uint32_t j = 0; j < h->n_nodes; j++) {
+		struct sel_remote_node *nd = &h->node[j];
+		const struct sel_rv_manifest *m = &hp->node[j].m;
+		const struct sel_rv_layout *lay = &m->layout;
+		nd->skip = skip_at(pt, m, resident);
+		if (nd->skip > nd->tail)
+			nd->skip = nd->tail;
+		h->pages += nd->tail - nd->skip;
+		h->bytes += (uint64_t)(nd->tail - nd->skip) * nd->stride;
+		uint32_t w0 = nd->skip < lay->tail ? sel_rv_page_window(lay, nd->skip)
+						   : lay->page_windows;
+		uint32_t w1 = j == h->n_nodes - 1 ? lay->windows : lay->page_windows;
+		for (uint32_t w = w0; w < w1; w++) {
+			struct sel_rv_extent e;
+			sel_rv_extent(lay, w, &e);
+			h->wire_bytes += sel_rv_value_bytes(&r->keys, e.len);
+		}
+		if (j == h->n_nodes - 1) {
+			h->key = nd->key;
+			h->flags = nd->flags;
+			h->row_bytes = m->row_bytes;
+			h->bytes += m->row_bytes;
+		}
+	}
+}
+
 static void lk_hit(struct op *o)
 {
 	struct sel_remote *r = o->r;
@@ -181,7 +221,6 @@ static void lk_hit(struct op *o)
 		lk_finish_miss(o, -ENOMEM);
 		return;
 	}
-	h->resident = o->u.l.a;
 	h->n_nodes = n;
 	h->node = nodes;
 	h->priv = hp;
@@ -191,7 +230,6 @@ static void lk_hit(struct op *o)
 		struct cand *cd = &o->u.l.cand[o->u.l.chain[n - 1 - j]];
 		struct sel_remote_node *nd = &nodes[j];
 		struct hnode *hn = &hp->node[j];
-		const struct sel_rv_layout *lay = &cd->m.layout;
 		hn->m = cd->m;
 		hn->val = cd->val; /* the hit owns the manifest now */
 		cd->val = NULL;
@@ -202,27 +240,9 @@ static void lk_hit(struct op *o)
 		nd->key = cd->key;
 		nd->flags = cd->m.h.d.flags;
 		nd->tail = cd->m.h.d.tail;
-		nd->skip = node_skip(o, &cd->m);
-		if (nd->skip > nd->tail)
-			nd->skip = nd->tail;
 		nd->stride = cd->m.h.span.page_stride;
-		h->pages += nd->tail - nd->skip;
-		h->bytes += (uint64_t)(nd->tail - nd->skip) * nd->stride;
-		uint32_t w0 = nd->skip < lay->tail ? sel_rv_page_window(lay, nd->skip)
-						   : lay->page_windows;
-		uint32_t w1 = j == n - 1 ? lay->windows : lay->page_windows;
-		for (uint32_t w = w0; w < w1; w++) {
-			struct sel_rv_extent e;
-			sel_rv_extent(lay, w, &e);
-			h->wire_bytes += sel_rv_value_bytes(&r->keys, e.len);
-		}
-		if (j == n - 1) {
-			h->key = cd->key;
-			h->flags = nd->flags;
-			h->row_bytes = cd->m.row_bytes;
-			h->bytes += cd->m.row_bytes;
-		}
 	}
+	hit_shape(r, h, o->u.l.a);
 	rmt_finish(o, SEL_REMOTE_HIT, 0, h, 0);
 }
 
@@ -418,10 +438,99 @@ void sel_remote_hit_free(sel_remote_hit *h)
 	if (!h)
 		return;
 	struct hit_priv *hp = h->priv;
-	if (hp)
+	if (hp) {
 		for (uint32_t i = 0; i < hp->n; i++)
 			free(hp->node[i].val);
+		free(hp->below);
+	}
 	free(hp);
 	free(h->node);
 	free(h);
+}
+
+/* ---- Rebase (issue 18) --------------------------------------------------- */
+
+/* The checksums of the pages [hit->resident / P, resident / P) from hit's
+ * manifests into d's below: the longest run ending at resident / P whose
+ * records can give them (version 4, pages per rank). */
+static int rebase_below(uint32_t pt, const sel_remote_hit *hit, uint64_t resident,
+			struct hit_priv *d)
+{
+	const struct hit_priv *hp = hit->priv;
+	uint64_t lo = hit->resident / pt, hi = resident / pt;
+	if (hi <= lo)
+		return 0;
+	if (!(d->below = calloc(hi - lo, sizeof *d->below)))
+		return -ENOMEM;
+	uint64_t run = lo; /* pages [run, g) have their checksums */
+	for (uint64_t g = lo; g < hi; g++) {
+		bool ok = false;
+		for (uint32_t j = 0; j < hp->n && !ok; j++) {
+			const struct sel_rv_manifest *m = &hp->node[j].m;
+			uint64_t first = m->h.d.key.consumed / pt - m->h.d.tail;
+			if (g < first || g >= first + m->h.d.tail)
+				continue;
+			ok = m->h.version >= SEL_RECORD_VERSION_ZERO_PAD &&
+			     !(hit->node[j].flags & SEL_RECORD_PAGES_REPLICATED);
+			if (ok)
+				d->below[g - lo] = sel_get_u64(m->cksum + 8 * (g - first));
+		}
+		if (!ok)
+			run = g + 1;
+	}
+	d->n_below = (uint32_t)(hi - run);
+	memmove(d->below, d->below + (run - lo), d->n_below * sizeof *d->below);
+	return 0;
+}
+
+int sel_remote_hit_rebase(const sel_remote *r, const sel_remote_hit *hit, uint64_t resident,
+			  sel_remote_hit **out)
+{
+	*out = NULL;
+	const struct hit_priv *hp = hit ? hit->priv : NULL;
+	if (!hp || resident < hit->resident || resident >= hit->key.consumed)
+		return eos_fail(-EINVAL, "remote rebase: resident %llu for a hit in (%llu, %llu]",
+				(unsigned long long)resident,
+				hit ? (unsigned long long)hit->resident : 0ull,
+				hit ? (unsigned long long)hit->key.consumed : 0ull);
+	uint32_t j0 = 0; /* the nodes the GPU holds whole at resident go */
+	while (j0 < hit->n_nodes && hit->node[j0].key.consumed <= resident)
+		j0++;
+	uint32_t n = hit->n_nodes - j0;
+	sel_remote_hit *h = calloc(1, sizeof *h);
+	struct hit_priv *d = calloc(1, sizeof *d + n * sizeof(struct hnode));
+	struct sel_remote_node *nodes = calloc(n, sizeof *nodes);
+	if (h) {
+		h->priv = d;
+		h->node = nodes;
+	}
+	if (!h || !d || !nodes)
+		goto nomem;
+	h->n_nodes = n;
+	for (uint32_t j = 0; j < n; j++) {
+		const struct hnode *s = &hp->node[j0 + j];
+		uint32_t tail = s->m.h.d.tail;
+		nodes[j] = hit->node[j0 + j];
+		d->node[j] = *s;
+		d->node[j].val = malloc(tail ? 8ull * tail : 1);
+		if (!d->node[j].val)
+			goto nomem;
+		d->n = j + 1;
+		memcpy(d->node[j].val, s->m.cksum, 8ull * tail); /* all m points at */
+		d->node[j].m.cksum = d->node[j].val;
+	}
+	uint32_t pt = r->ns->layout.sz.page_tokens;
+	if (rebase_below(pt, hit, resident, d))
+		goto nomem;
+	hit_shape(r, h, resident);
+	*out = h;
+	return 0;
+nomem:
+	if (h)
+		sel_remote_hit_free(h);
+	else {
+		free(d);
+		free(nodes);
+	}
+	return eos_fail(-ENOMEM, "remote rebase: out of memory");
 }

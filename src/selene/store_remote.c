@@ -182,16 +182,16 @@ static void look_free(struct rs_look *l)
 	l->gen++;
 }
 
-/* A free entry, or the oldest answered one freed; NULL when all are
- * waiting for answers. */
-static struct rs_look *look_take(struct remote_store *rs)
+/* A free entry, or the oldest answered one but keep freed; NULL when all
+ * are waiting for answers. */
+static struct rs_look *look_take(struct remote_store *rs, const struct rs_look *keep)
 {
 	struct rs_look *old = NULL;
 	for (int i = 0; i < RS_LOOKS; i++) {
 		struct rs_look *l = &rs->look[i];
 		if (l->state == RS_FREE)
 			return l;
-		if ((l->state == RS_HIT || l->state == RS_MISS) &&
+		if ((l->state == RS_HIT || l->state == RS_MISS) && l != keep &&
 		    (!old || l->answered < old->answered))
 			old = l;
 	}
@@ -267,6 +267,65 @@ static int look_answer(struct remote_store *rs, struct rs_look *l, uint64_t dept
 	return 1;
 }
 
+/* The lookup at (k, resident, limit) answered from a kept hit whose
+ * endpoint is k, looked up at a resident count at most resident: the same
+ * chain (k is the history's key at limit, the hit's nodes were compared
+ * with the history below it), rebased to resident without a round trip
+ * (issue 18: an overlapped restore's tail).  Kept as an entry answered
+ * when the first was (it expires with it), linked to it (look_drop).
+ * NULL when no kept hit fits. */
+static struct rs_look *look_derive(struct remote_store *rs, const sel_key *k, uint64_t resident,
+				   uint64_t limit, uint64_t now)
+{
+	struct rs_look *src = NULL;
+	for (int i = 0; i < RS_LOOKS && !src; i++) {
+		struct rs_look *l = &rs->look[i];
+		if (l->state == RS_HIT && l->hit && sel_key_eq(&l->hit->key, k) &&
+		    l->hit->resident <= resident && resident < k->consumed &&
+		    now - l->answered <= RS_ANSWER_TTL_NS)
+			src = l;
+	}
+	sel_remote_hit *h;
+	if (!src || sel_remote_hit_rebase(rs->r, src->hit, resident, &h))
+		return NULL;
+	struct rs_look *l = look_take(rs, src);
+	if (!l) {
+		sel_remote_hit_free(h);
+		return NULL;
+	}
+	*l = (struct rs_look){.state = RS_HIT,
+			      .key = *k,
+			      .resident = resident,
+			      .limit = limit,
+			      .answered = src->answered,
+			      .gen = l->gen,
+			      .hit = h,
+			      .from = (int32_t)(src - rs->look),
+			      .from_gen = src->gen};
+	return l;
+}
+
+/* l's hit is being claimed: drop l and the entries linked with it (the
+ * one it was rebased from, the others rebased from that one or from l).
+ * Their hits name the same records: once restored, they are not answered
+ * from memory again. */
+static void look_drop(struct remote_store *rs, struct rs_look *l)
+{
+	int32_t self = (int32_t)(l - rs->look), from = l->from;
+	uint32_t gen = l->gen, from_gen = l->from_gen;
+	if (from >= 0 && from < RS_LOOKS && rs->look[from].gen == from_gen &&
+	    rs->look[from].state != RS_FREE)
+		look_free(&rs->look[from]);
+	for (int i = 0; i < RS_LOOKS; i++) {
+		struct rs_look *d = &rs->look[i];
+		if (d != l && d->state != RS_FREE &&
+		    ((d->from == self && d->from_gen == gen) ||
+		     (from >= 0 && d->from == from && d->from_gen == from_gen)))
+			look_free(d);
+	}
+	look_free(l);
+}
+
 static int lookup_once(struct remote_store *rs, const sel_history *h, uint64_t resident,
 		       uint64_t limit, sel_hit *hit)
 {
@@ -283,10 +342,12 @@ static int lookup_once(struct remote_store *rs, const sel_history *h, uint64_t r
 	sel_history_key_at(h, limit, &k);
 	struct rs_look *l = look_find(rs, &k, resident, limit);
 	uint64_t now = eos_now_ns();
+	if (!l)
+		l = look_derive(rs, &k, resident, limit, now);
 	if (!l) {
 		struct sel_remote_stats st;
 		sel_remote_stats(rs->r, &st);
-		if (st.state == SEL_RN_DOWN || !(l = look_take(rs)))
+		if (st.state == SEL_RN_DOWN || !(l = look_take(rs, NULL)))
 			return inner_answer(irc, &ih, hit);
 		uint64_t id;
 		uint64_t cookie = ((uint64_t)l->gen << 32) | (uint64_t)(l - rs->look);
@@ -297,6 +358,7 @@ static int lookup_once(struct remote_store *rs, const sel_history *h, uint64_t r
 				      .resident = resident,
 				      .limit = limit,
 				      .gen = l->gen,
+				      .from = -1,
 				      .deadline = now + rs_grace_ns(rs)};
 		rs_arm(rs);
 		return SEL_LOOKUP_PENDING;
@@ -421,7 +483,7 @@ static int rs_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	struct sel_remote_dest dest = {
 		.pages = j->pagev, .n_pages = j->n_pages, .row = j->iov, .row_n = j->n_iov};
 	l->hit = NULL; /* the client's now, whatever the claim says */
-	look_free(l);
+	look_drop(rs, l);
 	uint64_t id;
 	int rc = sel_remote_claim(rs->r, h, &dest, (uint64_t)(uintptr_t)j, &id);
 	if (rc) {

@@ -21,7 +21,13 @@
  *   are kept in a small table keyed by (the history's key at the limit,
  *   the resident count, the limit) for ANSWER_TTL_NS, so a request that
  *   waits on capacity asks again without another round trip, and a late
- *   answer serves the request's next admission attempt.
+ *   answer serves the request's next admission attempt.  A lookup whose
+ *   key at the limit is a kept hit's endpoint, with a resident count
+ *   between that lookup's and the endpoint (an overlapped restore's tail,
+ *   issue 18), is answered at once from that hit rebased
+ *   (sel_remote_hit_rebase: the same verified manifests, no round trip),
+ *   kept as an entry of its own linked to the first, which expires with
+ *   it; claiming either drops both.
  *
  *   Claims: a remote hit is claimed into intake slots of the level's own
  *   slot pool (sel_store_pool_map gives the page-record and row
@@ -94,6 +100,10 @@ struct rs_look {
 	uint64_t answered; /* when the answer came (TTL) */
 	uint32_t gen;      /* bumped at every use: cookies of old hits go stale */
 	sel_remote_hit *hit;
+	/* A hit rebased from another entry's (look_derive): that entry and
+	 * its gen then; a claim of either drops both. */
+	int32_t from;
+	uint32_t from_gen;
 };
 
 enum rs_job_kind {
