@@ -1,8 +1,10 @@
 /*
  * records_int.h - what the files of `flare records` share: the options,
  * one namespace as the tool sees it (its files, its layout, its lock), a
- * run's output, and the helpers both parts use.  Private to records.c (the
- * command line, namespaces, ls, verify, stat) and records_gc.c (gc).
+ * run's output, and the helpers the parts use.  Private to records.c (the
+ * command line, ls, verify, stat, the namespaces under DIR), records_ns.c
+ * (one namespace: lock, list, judge), records_input.c (.input files) and
+ * records_gc.c (gc).
  */
 #ifndef FLARE_RECORDS_INT_H
 #define FLARE_RECORDS_INT_H
@@ -103,14 +105,38 @@ struct run {
 	json_t *root, *jns;
 };
 
-/* records.c: formatting, a namespace's listing, its layout, its failure. */
+/* records.c: formatting, a namespace's JSON. */
 const char *rec_fmt_size(uint64_t b, char *buf, size_t len);
 const char *rec_fmt_age(uint64_t ns, char *buf, size_t len);
 json_t *rec_json_key(const sel_key *k);
+json_t *rec_json_ns(const struct rns *n);
+
+/* records_ns.c: a namespace's failure, listing, layout, loading (lock or
+ * open, list, judge, link: 0, or -1 with the namespace failed), a file by
+ * name, and freeing what it holds. */
 void rec_ns_fail(struct run *r, struct rns *n, const char *msg);
 int rec_ns_list(struct rns *n);
 void rec_ns_reference(struct rns *n);
-json_t *rec_json_ns(const struct rns *n);
+int rec_ns_load(struct run *r, struct rns *n, bool payload, bool reader);
+struct rfile *rec_find_file(struct rns *n, const char *name);
+void rec_ns_free(struct rns *n);
+
+/* Copy src into dst[cap], cut to fit (names here are bounded already). */
+static inline void rec_copy_str(char *dst, size_t cap, const char *src)
+{
+	size_t n = strnlen(src, cap - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* The header decoded and holds: the file is OK, or only a page record's
+ * or the row's checksum fails. */
+static inline bool rec_header_valid(const struct rfile *f)
+{
+	return f->decoded &&
+	       (f->kind == SEL_CHECK_OK || f->kind == SEL_CHECK_PAGE || f->kind == SEL_CHECK_ROW);
+}
+
 static inline json_t *rec_json_u64(uint64_t v) { return json_integer((json_int_t)v); }
 static inline uint64_t rec_age_of(uint64_t now, uint64_t mtime)
 {

@@ -1,10 +1,14 @@
 /*
- * scheduler.c - requests, two-step admission, inbound tickets, chunked
- * prefill with checkpoint captures, decode, preemption, publication with
- * the deferral rules, and eviction notices for the reference engine
- * (design 2.7 "Scheduler integration" and implementation step 10; 2.2 for
- * publication and deferral; 2.8 for the worker's side; 2.12; 2.15
- * "Evictions" and "Headroom").  scheduler.h is the contract.
+ * scheduler.c - requests, two-step admission, inbound tickets, offers
+ * with the deferral rules, eviction, preemption, cancellation and
+ * shutdown for the reference engine (design 2.7 "Scheduler integration"
+ * and implementation step 10; 2.2 for publication and deferral; 2.8 for
+ * the worker's side; 2.12; 2.15 "Evictions" and "Headroom").
+ * scheduler.h is the contract.  The scheduler's other files:
+ * scheduler_step.c (chunked prefill with checkpoint captures, decode,
+ * completion), scheduler_publish.c (publication, export fits, eviction
+ * notices), scheduler_check.c (the checker); scheduler_int.h is what they
+ * share.
  *
  * DESIGN
  *   Requests.  A request holds its token history (prompt, then generated
@@ -20,14 +24,6 @@
  *   After a preemption the history includes the generated tokens, so
  *   re-admission resumes exactly where the request stopped.
  *
- *   Captures.  Capture points are the spec's message ends plus the prompt
- *   end.  A chunk never crosses the next capture point; when it ends on
- *   one, planning creates the checkpoint at once (tail = the request's own
- *   pages, row = a fresh snapshot row, ready after the step's fence) and
- *   moves the request's prefix pin onto it, so the request's own pages are
- *   always exactly the pages since its prefix.  A finished request's live
- *   row and own pages become its terminal checkpoint without any copy.
- *
  *   Admission.  Reservation is counting, not popping: a request reserves
  *   the pages of its history past its prefix depth and one row per
  *   capture point left, and admission requires free + pending +
@@ -38,7 +34,7 @@
  *   checkpoint that eviction may take, it re-queues in WAITING), as is,
  *   failing that, the newest other prefilling request.
  *
- *   Allocation.  Ids come only from the cache's free lists.  ensure()
+ *   Allocation.  Ids come only from the cache's free lists.  sch_ensure()
  *   evicts until the free lists cover a need, but stops with -EAGAIN as
  *   soon as free + pending would (the request then waits for the fence),
  *   and with -ENOSPC when nothing is evictable.
@@ -48,11 +44,6 @@
  *   come and go (design 2.7).  The ticket keeps the bucket digest of its
  *   endpoint, which is all the restored checkpoint needs of the plan's
  *   history.
- *
- *   Publication.  A FIFO of checkpoint ids; flags in the cache node say
- *   OFFERED (counts as a parent for later publications, gets eviction
- *   notices), QUEUED, TAKEN, DEFERRED.  take_publications emits the ready
- *   ones, sorted by depth so parents precede children.
  *
  * INVARIANTS (hel_scheduler_check verifies each, after hel_cache_check)
  *   1. Every request in the active list is INBOUND, RESTORE, PREFILL or
@@ -81,113 +72,10 @@
  *   8. inbound_waiting == the number of requests waiting on a ticket.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eos.h"
-#include "list.h"
-#include "helios/cache.h"
-#include "helios/map.h"
-#include "helios/scheduler.h"
-
-struct ticket;
-
-struct req {
-	hel_req_id id;
-	uint32_t slot;
-	hel_phase phase;
-	sel_history h;
-	sel_token *tok; /* the same tokens, for steps to point into */
-	uint64_t n_tok, cap_tok;
-	uint64_t prompt_len;
-	uint64_t *caps; /* capture points, ascending, last = prompt_len */
-	uint32_t n_caps, next_cap;
-	uint32_t max_tokens, n_gen;
-	bool has_stop;
-	sel_token stop;
-	uint64_t user;
-	uint64_t seq;    /* admission order */
-	uint64_t prefix; /* pinned checkpoint or HEL_CKPT_NONE */
-	uint32_t *table;
-	uint32_t n_table, n_prefix, cap_table;
-	uint32_t live_row;
-	uint64_t consumed, reused;
-	uint32_t res_pages, res_rows;
-	struct ticket *ticket;
-	bool inbound_failed;
-	uint64_t inflight;     /* fence of the step it is in, 0 = none */
-	uint64_t last_fence;   /* last step that wrote its live row, 0 = none yet */
-	uint64_t deferred_msg; /* deferred message waiting on our prompt capture */
-	uint64_t floor;        /* re-admitted by next_step only from this depth on */
-	uint64_t held_depth;   /* held: the GPU depth its re-admission found */
-	bool held;             /* WAITING, held below its floor (set_floor releases) */
-	struct req *prev, *next;
-};
-
-struct ticket {
-	uint64_t id;
-	uint32_t slot;
-	sel_key key;
-	sel_digest bucket;
-	uint64_t ancestor; /* pinned GPU ancestor, HEL_CKPT_NONE for none */
-	uint32_t *pages;
-	uint32_t n_pages;
-	uint32_t row;
-	hel_req_id *waiters;
-	uint32_t n_waiters, cap_waiters;
-};
-
-struct step {
-	uint64_t fence;
-	hel_step_entry *e; /* [max_active] */
-	size_t n;
-	size_t *pg_off, *tk_off; /* per entry, until the pointers are fixed */
-	uint32_t *pg;
-	size_t npg, cappg;
-	sel_token *tk;
-	size_t ntk, captk;
-};
-
-struct rlist {
-	struct req *head, *tail;
-	uint32_t n;
-};
-
-struct ptab {
-	void **p;
-	uint32_t cap, nfree;
-	uint32_t *free;
-};
-
-struct hel_scheduler {
-	hel_scheduler_config cfg;
-	uint32_t P;
-	hel_cache *c;
-	struct ptab reqs, tickets;
-	hel_map req_map, ticket_map;
-	struct rlist active, waiting;
-	uint32_t n_held; /* waiting requests held below their floor */
-	uint32_t n_tickets;
-	uint64_t next_req, next_ticket, seq;
-	uint64_t submitted, completed;
-	struct step *steps; /* ring of max_inflight */
-	uint32_t step_head, n_steps;
-	struct req **scratch; /* [max_active] */
-	uint64_t *queue;
-	size_t nq, capq;
-	sel_published *pubs;
-	const hel_ckpt **pubk;
-	size_t cap_pubs, cap_pubk;
-	uint32_t *pub_pages;
-	size_t cap_pub_pages;
-	uint32_t *desc_pages;
-	size_t cap_desc;
-	hel_req_id *failed;
-	size_t cap_failed;
-	uint64_t res_pages, res_rows;
-	hel_scheduler_stats st;
-};
+#include "helios/scheduler_int.h"
 
 const char *hel_phase_name(hel_phase p)
 {
@@ -238,50 +126,6 @@ static void ptab_free(struct ptab *t)
 	free(t->free);
 	memset(t, 0, sizeof(*t));
 }
-
-EOS_DLIST_DEFINE(list, struct rlist, struct req)
-
-static struct req *find_req(const hel_scheduler *s, hel_req_id id)
-{
-	uint64_t h = hel_mix64(id);
-	for (size_t p = hel_map_first(&s->req_map, h); p != HEL_MAP_END;
-	     p = hel_map_next(&s->req_map, h, p)) {
-		struct req *r = s->reqs.p[s->req_map.v[p]];
-		if (r && r->id == id)
-			return r;
-	}
-	return NULL;
-}
-
-static struct ticket *find_ticket(const hel_scheduler *s, const sel_key *key)
-{
-	uint64_t h = hel_hash_key(key);
-	for (size_t p = hel_map_first(&s->ticket_map, h); p != HEL_MAP_END;
-	     p = hel_map_next(&s->ticket_map, h, p)) {
-		struct ticket *t = s->tickets.p[s->ticket_map.v[p]];
-		if (t && sel_key_eq(&t->key, key))
-			return t;
-	}
-	return NULL;
-}
-
-/* Builds with SEL_DEBUG_CHECKS (make check-asan) run hel_scheduler_check,
- * and with it hel_cache_check, whenever a public call that changes the
- * scheduler returns, on every path, and abort on the first violation.
- * CHECK_ON_RETURN(s) at the top of such a call arranges it. */
-#ifdef SEL_DEBUG_CHECKS
-static void check_on_return(hel_scheduler **sp)
-{
-	if (*sp && hel_scheduler_check(*sp) != 0) {
-		fprintf(stderr, "hel_scheduler_check: %s\n", eos_errmsg());
-		abort();
-	}
-}
-#define CHECK_ON_RETURN(s)                                                                         \
-	hel_scheduler *check_on_return_ __attribute__((cleanup(check_on_return), unused)) = (s)
-#else
-#define CHECK_ON_RETURN(s) ((void)0)
-#endif
 
 /* ---- create / destroy ---------------------------------------------------------- */
 
@@ -404,7 +248,7 @@ static int queue_push(hel_scheduler *s, uint64_t id)
 
 /* Offer id to the store (design 2.2).  Without memory for the queue the
  * checkpoint simply stays unoffered, as if deferred. */
-static void offer(hel_scheduler *s, uint64_t id)
+void sch_offer(hel_scheduler *s, uint64_t id)
 {
 	const hel_ckpt *k = hel_cache_get(s->c, id);
 	if (!k || !hel_ckpt_has_row(k) || (k->flags & HEL_CK_OFFERED))
@@ -420,7 +264,7 @@ static void resumed_at(hel_scheduler *s, uint64_t id)
 {
 	const hel_ckpt *k = hel_cache_get(s->c, id);
 	if (k && (k->flags & HEL_CK_DEFERRED))
-		offer(s, id);
+		sch_offer(s, id);
 }
 
 /* After compaction made heir take its parent's pages and offered it: the
@@ -469,7 +313,7 @@ static bool evict_one(hel_scheduler *s)
 	s->st.compactions++;
 	const hel_ckpt *heir = hel_cache_get(s->c, ev.heir);
 	if (heir && (heir->flags & HEL_CK_DEFERRED) && !(heir->flags & HEL_CK_OFFERED)) {
-		offer(s, heir->id);
+		sch_offer(s, heir->id);
 		if (heir->flags & HEL_CK_OFFERED)
 			refresh_below(s, heir);
 	}
@@ -487,7 +331,7 @@ uint32_t hel_scheduler_evict(hel_scheduler *s, uint32_t steps)
 
 /* Make the free lists hold np pages and nr rows: 0, -EAGAIN when pending
  * ids will cover the rest at a fence, -ENOSPC when eviction cannot. */
-static int ensure(hel_scheduler *s, uint32_t np, uint32_t nr)
+int sch_ensure(hel_scheduler *s, uint32_t np, uint32_t nr)
 {
 	for (;;) {
 		hel_cache_counts k;
@@ -504,8 +348,8 @@ static int ensure(hel_scheduler *s, uint32_t np, uint32_t nr)
 /* Would a request needing need_p pages and need_r rows (all counted, the
  * popped ones included) fit next to every outstanding reservation, were
  * pins[0..n_pins) pinned once more? */
-static bool fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, const uint64_t *pins,
-			size_t n_pins)
+bool sch_fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, const uint64_t *pins,
+		     size_t n_pins)
 {
 	hel_cache_counts k;
 	hel_cache_counts_get(s->c, &k);
@@ -520,20 +364,7 @@ static bool fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, cons
 
 static bool fits(hel_scheduler *s, uint64_t need_p, uint64_t need_r, uint64_t extra_pin)
 {
-	return fits_pinned(s, need_p, need_r, &extra_pin, 1);
-}
-
-/* Design 2.15 admission_pages: what admission reserves and pops for a
- * request of len tokens admitted at depth c (its GPU prefix, or an
- * inbound hit's end) with caps_left capture points above c: the pages of
- * its history past c, a new ticket's tpages, one live row, one row per
- * capture point left and a new ticket's row.  place() and export_fits
- * both use it. */
-static void admission_pages(const hel_scheduler *s, uint64_t len, uint64_t c, uint32_t caps_left,
-			    uint32_t tpages, bool create, uint64_t *need_p, uint64_t *need_r)
-{
-	*need_p = len / s->P - c / s->P + tpages;
-	*need_r = 1 + (uint64_t)caps_left + (create ? 1 : 0);
+	return sch_fits_pinned(s, need_p, need_r, &extra_pin, 1);
 }
 
 /* ---- request lifecycle ------------------------------------------------------------ */
@@ -556,7 +387,7 @@ static void unpin_prefix(hel_scheduler *s, struct req *r)
 /* Turn r's live state into its terminal checkpoint (finish or preemption):
  * live row and own pages move into it when its row holds valid state and
  * the key is new; otherwise they are released.  Returns the checkpoint. */
-static uint64_t to_terminal(hel_scheduler *s, struct req *r, bool preempted)
+uint64_t sch_to_terminal(hel_scheduler *s, struct req *r, bool preempted)
 {
 	uint64_t id = HEL_CKPT_NONE, c = r->consumed;
 	if (r->last_fence && c > 0 && r->phase != HEL_PHASE_RESTORE) {
@@ -582,7 +413,7 @@ static uint64_t to_terminal(hel_scheduler *s, struct req *r, bool preempted)
 				r->n_table = r->n_prefix; /* the pages are the checkpoint's now */
 				r->live_row = HEL_NONE;
 				if (preempted)
-					offer(s, id);
+					sch_offer(s, id);
 			} else {
 				id = HEL_CKPT_NONE;
 			}
@@ -597,7 +428,7 @@ static uint64_t to_terminal(hel_scheduler *s, struct req *r, bool preempted)
 }
 
 /* Forget a request that holds nothing any more. */
-static void req_forget(hel_scheduler *s, struct req *r)
+void sch_req_forget(hel_scheduler *s, struct req *r)
 {
 	res_set(s, r, 0, 0);
 	hel_map_del(&s->req_map, hel_mix64(r->id), r->slot);
@@ -632,9 +463,9 @@ static struct req *pick_victim(hel_scheduler *s, const struct req *asking)
 static void preempt(hel_scheduler *s, struct req *v)
 {
 	if (v->deferred_msg != HEL_CKPT_NONE)
-		offer(s, v->deferred_msg);
+		sch_offer(s, v->deferred_msg);
 	v->deferred_msg = HEL_CKPT_NONE;
-	to_terminal(s, v, true);
+	sch_to_terminal(s, v, true);
 	res_set(s, v, 0, 0);
 	v->phase = HEL_PHASE_WAITING;
 	list_del(&s->active, v);
@@ -645,11 +476,11 @@ static void preempt(hel_scheduler *s, struct req *v)
 /* Pop up to want pages onto r's table, evicting and (allow_preempt)
  * preempting as needed.  Returns the number obtained; r itself may have
  * been preempted (phase WAITING) when it was the victim. */
-static uint32_t get_pages(hel_scheduler *s, struct req *r, uint32_t want, bool allow_preempt)
+uint32_t sch_get_pages(hel_scheduler *s, struct req *r, uint32_t want, bool allow_preempt)
 {
 	uint32_t got = 0;
 	for (;;) {
-		int rc = ensure(s, want - got, 0);
+		int rc = sch_ensure(s, want - got, 0);
 		uint32_t page;
 		while (got < want && hel_cache_alloc_page(s->c, &page) == 0) {
 			r->table[r->n_table++] = page;
@@ -671,7 +502,7 @@ static uint32_t get_pages(hel_scheduler *s, struct req *r, uint32_t want, bool a
 }
 
 /* Give back pages popped by get_pages and not used. */
-static void unget_pages(hel_scheduler *s, struct req *r, uint32_t n, uint32_t res)
+void sch_unget_pages(hel_scheduler *s, struct req *r, uint32_t n, uint32_t res)
 {
 	for (uint32_t i = 0; i < n; i++)
 		hel_cache_unalloc_page(s->c, r->table[--r->n_table]);
@@ -689,7 +520,7 @@ void hel_admission_plan_free(hel_admission_plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
-static int validate_spec(const hel_scheduler *s, const hel_request_spec *sp)
+int sch_validate_spec(const hel_scheduler *s, const hel_request_spec *sp)
 {
 	if (!sp->prompt || !sp->prompt_len)
 		return eos_fail(-EINVAL, "admission: empty prompt");
@@ -719,7 +550,7 @@ int hel_scheduler_plan_admission(hel_scheduler *s, const hel_request_spec *spec,
 {
 	CHECK_ON_RETURN(s);
 	memset(plan, 0, sizeof(*plan));
-	int rc = validate_spec(s, spec);
+	int rc = sch_validate_spec(s, spec);
 	if (rc)
 		return rc;
 	rc = sel_history_init(&plan->history, s->cfg.model_identity, spec->salt, spec->salt_len);
@@ -741,9 +572,9 @@ int hel_scheduler_plan_admission(hel_scheduler *s, const hel_request_spec *spec,
 
 /* Reserve for r (not in any list) and make it active: GPU prefix A (or
  * none), inbound hit (or NULL).  Nothing changes on -EAGAIN/-ENOMEM except
- * evictions ensure() made. */
-static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_hit *hit,
-		 hel_admission *out)
+ * evictions sch_ensure() made. */
+int sch_place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_hit *hit,
+	      hel_admission *out)
 {
 	uint64_t len = sel_history_len(&r->h), P = s->P;
 	uint64_t a = A ? A->key.consumed : 0, a_id = A ? A->id : HEL_CKPT_NONE;
@@ -788,7 +619,7 @@ static int place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_h
 	}
 	if (pin_a)
 		hel_cache_pin(s->c, a_id, false);
-	int rc = ensure(s, tpages, 1 + (create ? 1 : 0));
+	int rc = sch_ensure(s, tpages, 1 + (create ? 1 : 0));
 	if (rc) {
 		if (pin_a)
 			hel_cache_unpin(s->c, a_id, false);
@@ -893,7 +724,7 @@ int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 {
 	CHECK_ON_RETURN(s);
 	memset(out, 0, sizeof(*out));
-	int rc = validate_spec(s, spec);
+	int rc = sch_validate_spec(s, spec);
 	if (rc)
 		return rc;
 	if (sel_history_len(&plan->history) != spec->prompt_len)
@@ -932,7 +763,7 @@ int hel_scheduler_admit_planned(hel_scheduler *s, const hel_request_spec *spec,
 	}
 	r->h = plan->history; /* borrowed until success */
 	r->id = s->next_req + 1;
-	rc = place(s, r, A, inbound, out);
+	rc = sch_place(s, r, A, inbound, out);
 	if (rc) {
 		memset(&r->h, 0, sizeof(r->h));
 		req_free(r);
@@ -1081,7 +912,7 @@ int hel_scheduler_cancel(hel_scheduler *s, hel_req_id id)
 		/* Cancelled before its prompt capture: the deferred message is
 		 * offered at retirement (design 2.2). */
 		if (r->deferred_msg != HEL_CKPT_NONE)
-			offer(s, r->deferred_msg);
+			sch_offer(s, r->deferred_msg);
 		release_own(s, r);
 		hel_cache_release_row(s->c, r->live_row);
 		unpin_prefix(s, r);
@@ -1089,7 +920,7 @@ int hel_scheduler_cancel(hel_scheduler *s, hel_req_id id)
 		break;
 	}
 	s->st.cancelled++;
-	req_forget(s, r);
+	sch_req_forget(s, r);
 	return 0;
 }
 
@@ -1120,554 +951,6 @@ int hel_scheduler_request_info(hel_scheduler *s, hel_req_id id, hel_request_info
 	return 0;
 }
 
-/* ---- steps --------------------------------------------------------------------------- */
-
-/* Oldest first; a request whose GPU checkpoint lies below its floor is
- * held (hel_scheduler_set_floor) and passed over. */
-static void readmit(hel_scheduler *s)
-{
-	for (struct req *r = s->waiting.head, *nx; r; r = nx) {
-		nx = r->next;
-		if (r->held)
-			continue;
-		hel_admission adm;
-		const hel_ckpt *A = hel_cache_lookup(s->c, &r->h, sel_history_len(&r->h));
-		uint64_t a = A ? A->key.consumed : 0;
-		if (a < r->floor) {
-			r->held = true;
-			r->held_depth = a;
-			s->n_held++;
-			continue;
-		}
-		list_del(&s->waiting, r);
-		if (place(s, r, A, NULL, &adm)) {
-			list_push_front(&s->waiting, r);
-			return;
-		}
-		s->st.readmitted++;
-	}
-}
-
-int hel_scheduler_set_floor(hel_scheduler *s, hel_req_id id, uint64_t floor)
-{
-	CHECK_ON_RETURN(s);
-	struct req *r = find_req(s, id);
-	if (!r)
-		return eos_fail(-ENOENT, "set_floor: no request %llu", (unsigned long long)id);
-	r->floor = floor;
-	if (r->held) {
-		r->held = false;
-		s->n_held--;
-	}
-	return 0;
-}
-
-static int arena_reserve(struct step *st, size_t pages, size_t tokens)
-{
-	if (eos_grow((void **)&st->pg, &st->cappg, st->npg + pages, sizeof(*st->pg)) ||
-	    eos_grow((void **)&st->tk, &st->captk, st->ntk + tokens, sizeof(*st->tk)))
-		return -ENOMEM;
-	return 0;
-}
-
-/* Append an entry for r covering [begin, end) with its current table. */
-static hel_step_entry *add_entry(struct step *st, struct req *r, hel_entry_kind kind,
-				 uint64_t begin, uint64_t end, uint32_t P)
-{
-	hel_step_entry *e = &st->e[st->n];
-	memset(e, 0, sizeof(*e));
-	e->req = r->id;
-	e->kind = kind;
-	e->live_row = r->live_row;
-	e->restore_src = HEL_NONE;
-	e->capture_row = HEL_NONE;
-	e->emit_max = 1;
-	e->has_stop = r->has_stop;
-	e->begin = begin;
-	e->end = end;
-	e->n_pages = (uint32_t)(end / P);
-	e->first_new_page = (uint32_t)(begin / P);
-	st->pg_off[st->n] = st->npg;
-	if (e->n_pages)
-		memcpy(st->pg + st->npg, r->table, e->n_pages * sizeof(uint32_t));
-	st->npg += e->n_pages;
-	st->tk_off[st->n] = st->ntk;
-	if (end > begin)
-		memcpy(st->tk + st->ntk, r->tok + begin, (end - begin) * sizeof(sel_token));
-	st->ntk += end - begin;
-	st->n++;
-	return e;
-}
-
-static void plan_restore(hel_scheduler *s, struct step *st, struct req *r, uint64_t fence)
-{
-	const hel_ckpt *src = hel_cache_get(s->c, r->prefix);
-	if (!src || !hel_cache_ready(s->c, src))
-		return; /* restore after the capture that fills src completes */
-	if (arena_reserve(st, r->n_table, 0))
-		return;
-	uint64_t len = sel_history_len(&r->h);
-	hel_step_entry *e = add_entry(st, r, HEL_ENTRY_RESTORE, r->consumed, r->consumed, s->P);
-	e->restore_src = src->row;
-	e->restore_consumed = r->consumed;
-	e->sample = r->consumed == len;
-	if (e->sample)
-		r->phase = HEL_PHASE_DECODE;
-	else
-		r->phase =
-			r->n_gen && r->consumed + 1 == len ? HEL_PHASE_DECODE : HEL_PHASE_PREFILL;
-	r->inflight = fence;
-	r->last_fence = fence;
-	s->st.restores++;
-}
-
-static void plan_decode(hel_scheduler *s, struct step *st, struct req *r, uint64_t fence,
-			uint32_t *budget)
-{
-	uint64_t pos = r->consumed, end = pos + 1;
-	if (!*budget || arena_reserve(st, end / s->P, 1))
-		return;
-	if (end % s->P == 0 && get_pages(s, r, 1, true) != 1)
-		return; /* waits for a fence, or was preempted itself */
-	hel_step_entry *e = add_entry(st, r, HEL_ENTRY_DECODE, pos, end, s->P);
-	e->sample = true;
-	e->emit_max = r->max_tokens - r->n_gen; /* >= 1: a request stops at max_tokens */
-	r->consumed = end;
-	r->inflight = fence;
-	r->last_fence = fence;
-	(*budget)--;
-	s->st.decode_tokens++;
-}
-
-/* Capture r at its consumed count `end` into a new checkpoint; returns
- * its id, HEL_CKPT_NONE when skipped (key present) or failed, or -EAGAIN
- * through *wait when the snapshot row is pending. */
-static uint64_t capture(hel_scheduler *s, struct req *r, uint64_t end, uint64_t fence,
-			uint32_t *row_out, bool *wait)
-{
-	bool is_prompt = end == r->prompt_len;
-	uint64_t id = HEL_CKPT_NONE;
-	sel_key key;
-	*wait = false;
-	*row_out = HEL_NONE;
-	sel_history_key_at(&r->h, end, &key);
-	if (hel_cache_find(s->c, &key)) {
-		s->st.captures_skipped++;
-		goto passed;
-	}
-	int rc = ensure(s, 0, 1);
-	if (rc == -EAGAIN) {
-		*wait = true;
-		return HEL_CKPT_NONE;
-	}
-	uint32_t row;
-	/* The message's planned prompt checkpoint is its direct child less
-	 * than one page later: defer it (design 2.2). */
-	bool defer =
-		!is_prompt && r->next_cap + 2 == r->n_caps && r->caps[r->n_caps - 1] - end < s->P;
-	if (rc == 0 && hel_cache_alloc_row(s->c, &row) == 0) {
-		hel_ckpt_spec sp = {
-			.key = key,
-			.bucket = *sel_history_bound(&r->h, end / SEL_BUCKET_TOKENS),
-			.parent = r->prefix,
-			.tail = r->table + r->n_prefix,
-			.n_tail = r->n_table - r->n_prefix,
-			.row = row,
-			.ready_after = fence,
-			.flags = (is_prompt ? HEL_CK_PROMPT : HEL_CK_MESSAGE) |
-				 (defer ? HEL_CK_DEFERRED : 0),
-		};
-		if (hel_cache_insert(s->c, &sp, &id)) {
-			hel_cache_unalloc_row(s->c, row);
-			id = HEL_CKPT_NONE;
-		}
-	}
-	if (id == HEL_CKPT_NONE) {
-		s->st.captures_failed++;
-		/* No snapshot for the prompt: offer the deferred message while
-		 * the request still pins it (design 2.2). */
-		if (is_prompt && r->deferred_msg != HEL_CKPT_NONE)
-			offer(s, r->deferred_msg);
-		goto passed;
-	}
-	s->st.captures++;
-	hel_cache_pin(s->c, id, false);
-	if (r->prefix != HEL_CKPT_NONE)
-		hel_cache_unpin(s->c, r->prefix, false);
-	r->prefix = id;
-	r->n_prefix = r->n_table;
-	if (defer)
-		r->deferred_msg = id;
-	else
-		offer(s, id);
-	*row_out = row;
-passed:
-	if (is_prompt)
-		r->deferred_msg = HEL_CKPT_NONE;
-	r->next_cap++;
-	if (r->res_rows) {
-		r->res_rows--;
-		s->res_rows--;
-	}
-	return id;
-}
-
-static void plan_prefill(hel_scheduler *s, struct step *st, struct req *r, uint64_t fence,
-			 uint32_t *budget)
-{
-	uint64_t P = s->P, len = sel_history_len(&r->h), begin = r->consumed;
-	uint64_t want = s->cfg.chunk_tokens < *budget ? s->cfg.chunk_tokens : *budget;
-	if (!want)
-		return;
-	uint64_t end = begin + want < len ? begin + want : len;
-	if (r->next_cap < r->n_caps && r->caps[r->next_cap] < end)
-		end = r->caps[r->next_cap];
-	if (arena_reserve(st, end / P, end - begin))
-		return;
-	uint32_t need = (uint32_t)(end / P - begin / P), res_before = r->res_pages;
-	uint32_t got = need ? get_pages(s, r, need, true) : 0;
-	if (got < need) {
-		uint64_t lim = (begin / P + got + 1) * P - 1;
-		if (lim < end)
-			end = lim;
-		if (end <= begin)
-			return; /* got == 0 here: nothing to give back */
-	}
-	uint32_t cap_row = HEL_NONE;
-	uint64_t cap_id = HEL_CKPT_NONE;
-	if (r->next_cap < r->n_caps && r->caps[r->next_cap] == end) {
-		bool wait;
-		cap_id = capture(s, r, end, fence, &cap_row, &wait);
-		if (wait) {
-			unget_pages(s, r, got, res_before - r->res_pages);
-			return;
-		}
-	}
-	hel_step_entry *e = add_entry(st, r, HEL_ENTRY_PREFILL, begin, end, s->P);
-	e->reset = begin == 0;
-	e->sample = end == len;
-	e->capture_row = cap_row;
-	e->capture = cap_id;
-	r->consumed = end;
-	if (e->sample)
-		r->phase = HEL_PHASE_DECODE;
-	r->inflight = fence;
-	r->last_fence = fence;
-	*budget -= (uint32_t)(end - begin);
-	s->st.prefill_tokens += end - begin;
-	s->st.prefill_launches++;
-}
-
-int hel_scheduler_next_step(hel_scheduler *s, hel_step *out)
-{
-	CHECK_ON_RETURN(s);
-	memset(out, 0, sizeof(*out));
-	if (s->n_steps == s->cfg.max_inflight)
-		return eos_fail(-EBUSY, "next_step: %u steps in flight", s->n_steps);
-	readmit(s);
-	uint64_t fence = s->submitted + 1;
-	struct step *st = &s->steps[(s->step_head + s->n_steps) % s->cfg.max_inflight];
-	st->fence = fence;
-	st->n = st->npg = st->ntk = 0;
-	uint32_t budget = s->cfg.step_tokens;
-	/* Snapshot the active list: preemption moves requests out of it. */
-	uint32_t n = 0;
-	for (struct req *r = s->active.head; r; r = r->next)
-		s->scratch[n++] = r;
-	for (int pass = 0; pass < 2; pass++)
-		for (uint32_t i = 0; i < n; i++) {
-			struct req *r = s->scratch[i];
-			if (r->inflight)
-				continue;
-			if (pass == 0 && r->phase == HEL_PHASE_RESTORE)
-				plan_restore(s, st, r, fence);
-			else if (pass == 0 && r->phase == HEL_PHASE_DECODE)
-				plan_decode(s, st, r, fence, &budget);
-			else if (pass == 1 && r->phase == HEL_PHASE_PREFILL)
-				plan_prefill(s, st, r, fence, &budget);
-		}
-	if (!st->n)
-		return 0;
-	for (size_t i = 0; i < st->n; i++) {
-		st->e[i].pages = st->pg + st->pg_off[i];
-		st->e[i].tokens = st->tk + st->tk_off[i];
-	}
-	s->submitted = fence;
-	hel_cache_submit_fence(s->c, fence);
-	s->n_steps++;
-	s->st.launches++;
-	out->fence = fence;
-	out->entries = st->e;
-	out->n = st->n;
-	return 1;
-}
-
-int hel_scheduler_complete_step(hel_scheduler *s, uint64_t fence, hel_step_result *results,
-				size_t n)
-{
-	CHECK_ON_RETURN(s);
-	if (!s->n_steps)
-		return eos_fail(-EINVAL, "complete_step: no step in flight");
-	struct step *st = &s->steps[s->step_head];
-	if (st->fence != fence || st->n != n)
-		return eos_fail(
-			-EINVAL,
-			"complete_step: fence %llu with %zu results, expected %llu with %zu",
-			(unsigned long long)fence, n, (unsigned long long)st->fence, st->n);
-	for (size_t i = 0; i < n; i++) {
-		const hel_step_result *res = &results[i];
-		const hel_step_entry *e = &st->e[i];
-		if (res->n_more >= HEL_STEP_TOKENS_MAX ||
-		    (res->n_more && (e->kind != HEL_ENTRY_DECODE || 1 + res->n_more > e->emit_max)))
-			return eos_fail(-EINVAL,
-					"complete_step: entry %zu emitted %u tokens, at most %u", i,
-					1 + res->n_more, e->emit_max);
-		const struct req *r = find_req(s, e->req);
-		for (uint32_t t = 0; r && e->has_stop && t < res->n_more; t++)
-			if ((t ? res->more[t - 1] : res->token) == r->stop)
-				return eos_fail(-EINVAL,
-						"complete_step: entry %zu emitted tokens after "
-						"the stop token",
-						i);
-	}
-	s->completed = fence;
-	hel_cache_complete_fence(s->c, fence);
-	for (size_t i = 0; i < n; i++) {
-		const hel_step_entry *e = &st->e[i];
-		hel_step_result *res = &results[i];
-		res->finished = HEL_FINISH_NONE;
-		res->terminal = HEL_CKPT_NONE;
-		struct req *r = find_req(s, e->req);
-		if (!r || r->inflight != fence)
-			continue; /* cancelled meanwhile */
-		r->inflight = 0;
-		if (!e->sample)
-			continue;
-		hel_finish fin = HEL_FINISH_NONE;
-		uint32_t n_tok = 1 + res->n_more;
-		for (uint32_t t = 0; t < n_tok && fin == HEL_FINISH_NONE; t++) {
-			sel_token tk = t ? res->more[t - 1] : res->token;
-			if (r->n_tok < r->cap_tok && sel_history_append(&r->h, &tk, 1) == 0) {
-				r->tok[r->n_tok++] = tk;
-				r->n_gen++;
-				if (r->has_stop && tk == r->stop)
-					fin = HEL_FINISH_STOP;
-				else if (r->n_gen >= r->max_tokens)
-					fin = HEL_FINISH_LENGTH;
-			} else {
-				fin = HEL_FINISH_ERROR;
-			}
-		}
-		s->st.decode_tokens += n_tok - 1;
-		/* A round consumed every token it emitted but the last.  Should
-		 * the history not hold them all (out of memory), the row is no
-		 * checkpoint of it: no terminal (last_fence 0). */
-		r->consumed += n_tok - 1;
-		if (r->n_tok < r->consumed)
-			r->last_fence = 0;
-		if (fin == HEL_FINISH_NONE) {
-			r->phase = HEL_PHASE_DECODE;
-			continue;
-		}
-		res->terminal = to_terminal(s, r, false);
-		res->finished = fin;
-		list_del(&s->active, r);
-		s->st.finished++;
-		req_forget(s, r);
-	}
-	s->step_head = (s->step_head + 1) % s->cfg.max_inflight;
-	s->n_steps--;
-	return 0;
-}
-
-/* ---- publications ----------------------------------------------------------------------- */
-
-static void describe(const hel_scheduler *s, const hel_ckpt *k, uint32_t *pages, sel_published *p)
-{
-	const hel_ckpt *x = k->parent;
-	while (x && !(x->flags & HEL_CK_OFFERED))
-		x = x->parent;
-	memset(p, 0, sizeof(*p));
-	p->checkpoint = k->id;
-	p->key = k->key;
-	if (x)
-		p->parent = x->key;
-	p->bucket = k->bucket;
-	p->n_pages = (uint32_t)hel_cache_chain(s->c, k, pages, hel_cache_chain_len(s->c, k));
-	p->pages = pages;
-	p->tail = p->n_pages - (x ? (uint32_t)(x->key.consumed / s->P) : 0);
-	p->state_slot = k->row;
-}
-
-static int cmp_depth(const void *a, const void *b)
-{
-	const hel_ckpt *x = *(const hel_ckpt *const *)a, *y = *(const hel_ckpt *const *)b;
-	if (x->key.consumed != y->key.consumed)
-		return x->key.consumed < y->key.consumed ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-int hel_scheduler_take_publications(hel_scheduler *s, const sel_published **out, size_t *nout)
-{
-	CHECK_ON_RETURN(s);
-	*out = NULL;
-	*nout = 0;
-	size_t n = 0, pages = 0;
-	for (size_t i = 0; i < s->nq; i++) {
-		const hel_ckpt *k = hel_cache_get(s->c, s->queue[i]);
-		if (k && hel_ckpt_has_row(k) && (k->flags & HEL_CK_QUEUED) &&
-		    hel_cache_ready(s->c, k)) {
-			n++;
-			pages += hel_cache_chain_len(s->c, k);
-		}
-	}
-	if (eos_grow((void **)&s->pubs, &s->cap_pubs, n, sizeof(*s->pubs)) ||
-	    eos_grow((void **)&s->pubk, &s->cap_pubk, n, sizeof(const hel_ckpt *)) ||
-	    eos_grow((void **)&s->pub_pages, &s->cap_pub_pages, pages, sizeof(*s->pub_pages)))
-		return eos_fail(-ENOMEM, "take_publications: out of memory");
-	size_t m = 0, keep = 0;
-	for (size_t i = 0; i < s->nq; i++) {
-		uint64_t id = s->queue[i];
-		const hel_ckpt *k = hel_cache_get(s->c, id);
-		if (!k || !(k->flags & HEL_CK_QUEUED))
-			continue; /* evicted, or a duplicate entry already handled */
-		if (!hel_ckpt_has_row(k)) {
-			hel_cache_set_flags(s->c, id, 0,
-					    HEL_CK_QUEUED); /* compacted before its offer */
-			continue;
-		}
-		if (!hel_cache_ready(s->c, k)) {
-			s->queue[keep++] = id;
-			continue;
-		}
-		s->pubk[m++] = k;
-		hel_cache_set_flags(s->c, id, HEL_CK_TAKEN, HEL_CK_QUEUED);
-	}
-	s->nq = keep;
-	if (m > 1)
-		qsort(s->pubk, m, sizeof(const hel_ckpt *), cmp_depth);
-	size_t off = 0;
-	for (size_t i = 0; i < m; i++) {
-		describe(s, s->pubk[i], s->pub_pages + off, &s->pubs[i]);
-		off += s->pubs[i].n_pages;
-	}
-	s->st.published += m;
-	*out = s->pubs;
-	*nout = m;
-	return 0;
-}
-
-int hel_scheduler_describe(hel_scheduler *s, uint64_t id, sel_published *out)
-{
-	const hel_ckpt *k = hel_cache_get(s->c, id);
-	if (!k || !hel_ckpt_has_row(k) || !(k->flags & HEL_CK_OFFERED))
-		return eos_fail(-ENOENT, "describe: checkpoint %llu left the GPU cache",
-				(unsigned long long)id);
-	if (eos_grow((void **)&s->desc_pages, &s->cap_desc, hel_cache_chain_len(s->c, k) + 1,
-		     sizeof(*s->desc_pages)))
-		return eos_fail(-ENOMEM, "describe: out of memory");
-	describe(s, k, s->desc_pages, out);
-	return 0;
-}
-
-int hel_scheduler_pin(hel_scheduler *s, uint64_t id)
-{
-	CHECK_ON_RETURN(s);
-	return hel_cache_pin(s->c, id, true);
-}
-int hel_scheduler_unpin(hel_scheduler *s, uint64_t id)
-{
-	CHECK_ON_RETURN(s);
-	return hel_cache_unpin(s->c, id, true);
-}
-
-/* The request readmit() would place next: the oldest waiting one not held
- * and whose GPU depth reaches its floor (readmit holds the others); its
- * GPU prefix in *A.  NULL for none. */
-static struct req *next_parked(hel_scheduler *s, const hel_ckpt **A)
-{
-	for (struct req *r = s->waiting.head; r; r = r->next) {
-		if (r->held)
-			continue;
-		*A = hel_cache_lookup(s->c, &r->h, sel_history_len(&r->h));
-		if ((*A ? (*A)->key.consumed : 0) >= r->floor)
-			return r;
-	}
-	return NULL;
-}
-
-/* The GPU prefix admission would find for a valid spec (as
- * plan_admission looks it up); -errno when no history can be built. */
-static int spec_prefix(hel_scheduler *s, const hel_request_spec *spec, const hel_ckpt **A)
-{
-	sel_history h;
-	*A = NULL;
-	int rc = sel_history_init(&h, s->cfg.model_identity, spec->salt, spec->salt_len);
-	if (rc == 0 && (rc = sel_history_append(&h, spec->prompt, spec->prompt_len)) == 0)
-		*A = hel_cache_lookup(s->c, &h, spec->prompt_len);
-	sel_history_free(&h);
-	return rc;
-}
-
-static uint32_t spec_caps_above(const hel_request_spec *spec, uint64_t c)
-{
-	uint32_t n = spec->prompt_len > c;
-	for (size_t i = 0; i < spec->n_message_ends; i++)
-		n += spec->message_ends[i] > c && spec->message_ends[i] < spec->prompt_len;
-	return n;
-}
-
-bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_spec *next,
-			       bool next_host)
-{
-	uint64_t need_p = 0, need_r = 0, pins[2] = {id, HEL_CKPT_NONE};
-	/* The next step of every running decode: a page when its token
-	 * completes one (plan_decode); prefill pages are reserved. */
-	uint64_t decode = 0;
-	for (const struct req *r = s->active.head; r; r = r->next)
-		decode += r->phase == HEL_PHASE_DECODE && (r->consumed + 1) % s->P == 0;
-	/* The request admission would take next: a parked one first, as
-	 * admit_planned refuses new ones while they wait. */
-	const hel_ckpt *A = NULL;
-	const struct req *w = next_parked(s, &A);
-	if (w) {
-		uint64_t a = A ? A->key.consumed : 0;
-		uint32_t left = 0;
-		for (uint32_t i = 0; i < w->n_caps; i++)
-			left += w->caps[i] > a;
-		admission_pages(s, sel_history_len(&w->h), a, left, 0, false, &need_p, &need_r);
-	} else if (next && validate_spec(s, next) == 0) { /* else admission fails it */
-		if (spec_prefix(s, next, &A)) {           /* unknown prefix: charged whole */
-			need_p = next->prompt_len / s->P;
-			need_r = next->n_message_ends + 3ull;
-		} else {
-			uint64_t a = A ? A->key.consumed : 0;
-			admission_pages(s, next->prompt_len, a, spec_caps_above(next, a), 0, false,
-					&need_p, &need_r);
-			/* A host hit adds a new ticket's row (its pages are the same
-			 * len/P - a/P); the store is not asked from here. */
-			need_r += next_host && a < next->prompt_len;
-		}
-	}
-	if (A)
-		pins[1] = A->id; /* admission pins its GPU prefix */
-	return fits_pinned(s, need_p + decode, need_r, pins, 2);
-}
-
-size_t hel_scheduler_take_evictions(hel_scheduler *s, hel_notice *out, size_t cap, bool *lost)
-{
-	CHECK_ON_RETURN(s);
-	return hel_cache_take_notices(s->c, out, cap, lost);
-}
-
-void hel_scheduler_stats_get(hel_scheduler *s, hel_scheduler_stats *out)
-{
-	s->st.tickets = s->n_tickets;
-	s->st.active = s->active.n;
-	s->st.waiting = s->waiting.n;
-	*out = s->st;
-}
-
 /* ---- shutdown ---------------------------------------------------------------------------- */
 
 void hel_scheduler_release_after_shutdown(hel_scheduler *s)
@@ -1695,7 +978,7 @@ void hel_scheduler_release_after_shutdown(hel_scheduler *s)
 	while (s->waiting.head) {
 		struct req *r = s->waiting.head;
 		list_del(&s->waiting, r);
-		req_forget(s, r);
+		sch_req_forget(s, r);
 	}
 	s->n_held = 0;
 	while (s->active.head) {
@@ -1704,330 +987,11 @@ void hel_scheduler_release_after_shutdown(hel_scheduler *s)
 		hel_cache_release_row(s->c, r->live_row);
 		unpin_prefix(s, r);
 		list_del(&s->active, r);
-		req_forget(s, r);
+		sch_req_forget(s, r);
 	}
 	hel_cache_drop_all(s->c);
 	s->nq = 0;
 	hel_notice drain[64];
 	while (hel_scheduler_take_evictions(s, drain, 64, NULL))
 		;
-}
-
-/* ---- check ---------------------------------------------------------------------------------- */
-
-#undef FAIL
-#define FAIL(...) return eos_fail(-EUCLEAN, "scheduler check: " __VA_ARGS__)
-
-/* Per-checkpoint reference counts for invariant 4, kept in a map. */
-struct refs {
-	hel_map m;
-	uint64_t *ids;
-	uint32_t *cnt;
-	size_t n, cap;
-};
-
-static int refs_add(struct refs *f, uint64_t id)
-{
-	uint64_t h = hel_mix64(id);
-	for (size_t p = hel_map_first(&f->m, h); p != HEL_MAP_END; p = hel_map_next(&f->m, h, p))
-		if (f->ids[f->m.v[p]] == id) {
-			f->cnt[f->m.v[p]]++;
-			return 0;
-		}
-	size_t cap = f->cap;
-	if (eos_grow((void **)&f->ids, &cap, f->n + 1, sizeof(*f->ids)) ||
-	    eos_grow((void **)&f->cnt, &f->cap, f->n + 1, sizeof(*f->cnt)) ||
-	    hel_map_add(&f->m, h, (uint32_t)f->n))
-		return -ENOMEM;
-	f->ids[f->n] = id;
-	f->cnt[f->n++] = 1;
-	return 0;
-}
-
-static uint32_t refs_get(const struct refs *f, uint64_t id)
-{
-	uint64_t h = hel_mix64(id);
-	for (size_t p = hel_map_first(&f->m, h); p != HEL_MAP_END; p = hel_map_next(&f->m, h, p))
-		if (f->ids[f->m.v[p]] == id)
-			return f->cnt[f->m.v[p]];
-	return 0;
-}
-
-/* What the checks below share: ids seen as owned, the chain buffer, the
- * references to checkpoints, and the totals compared at the end. */
-struct check {
-	hel_cache_counts k;
-	uint8_t *pseen, *rseen;
-	uint32_t *chain;
-	struct refs refs;
-	uint32_t out_pages, out_rows;
-	uint64_t res_p, res_r, waiting_on_tickets, held;
-};
-
-/* Invariant 6: fences and the steps in flight. */
-static int check_steps(const hel_scheduler *s, const struct check *x)
-{
-	if (s->completed > s->submitted || s->completed != x->k.completed ||
-	    s->submitted != x->k.submitted)
-		FAIL("fences %llu/%llu, cache says %llu/%llu", (unsigned long long)s->completed,
-		     (unsigned long long)s->submitted, (unsigned long long)x->k.completed,
-		     (unsigned long long)x->k.submitted);
-	if (s->submitted - s->completed != s->n_steps ||
-	    (s->n_steps && s->steps[s->step_head].fence != s->completed + 1))
-		FAIL("%u steps in flight for fences %llu..%llu", s->n_steps,
-		     (unsigned long long)s->completed, (unsigned long long)s->submitted);
-	if (s->active.n > s->cfg.max_active)
-		FAIL("%u active requests, max %u", s->active.n, s->cfg.max_active);
-	return 0;
-}
-
-/* Invariant 2 for an INBOUND request. */
-static int check_inbound(const struct req *r, struct check *x)
-{
-	unsigned long long id = (unsigned long long)r->id;
-	if (r->prefix != HEL_CKPT_NONE || r->n_table || r->consumed != r->reused || r->inflight)
-		FAIL("inbound request %llu has a prefix, pages or a step", id);
-	if (r->ticket) {
-		uint32_t seen = 0;
-		for (uint32_t i = 0; i < r->ticket->n_waiters; i++)
-			seen += r->ticket->waiters[i] == r->id;
-		if (seen != 1 || r->ticket->key.consumed != r->consumed)
-			FAIL("inbound request %llu is %u times on its ticket", id, seen);
-		x->waiting_on_tickets++;
-	} else if (!r->inbound_failed) {
-		FAIL("inbound request %llu has no ticket", id);
-	}
-	return 0;
-}
-
-/* Invariants 2, 3 and 7 for a request with a prefix and pages. */
-static int check_table(const hel_scheduler *s, const struct req *r, struct check *x)
-{
-	unsigned long long id = (unsigned long long)r->id;
-	if (r->ticket)
-		FAIL("request %llu in phase %s keeps a ticket", id, hel_phase_name(r->phase));
-	uint64_t pc = 0;
-	if (r->prefix != HEL_CKPT_NONE) {
-		const hel_ckpt *p = hel_cache_get(s->c, r->prefix);
-		if (!p || !hel_ckpt_has_row(p))
-			FAIL("request %llu prefix %llu is gone", id, (unsigned long long)r->prefix);
-		pc = p->key.consumed;
-		int nc = hel_cache_chain(s->c, p, x->chain, x->k.pages_total + 1);
-		if (nc < 0 || (uint32_t)nc != r->n_prefix ||
-		    memcmp(x->chain, r->table, r->n_prefix * sizeof(uint32_t)))
-			FAIL("request %llu shares pages that are not its prefix chain", id);
-		if (refs_add(&x->refs, r->prefix))
-			FAIL("out of memory");
-	} else if (r->n_prefix) {
-		FAIL("request %llu shares %u pages without a prefix", id, r->n_prefix);
-	}
-	if (r->consumed < pc || r->n_table != r->consumed / s->P)
-		FAIL("request %llu holds %u pages at %llu tokens (prefix %llu)", id, r->n_table,
-		     (unsigned long long)r->consumed, (unsigned long long)pc);
-	for (uint32_t i = r->n_prefix; i < r->n_table; i++) {
-		uint32_t pg = r->table[i];
-		if (pg >= x->k.pages_total || hel_cache_page_state(s->c, pg) != HEL_ID_OUT ||
-		    x->pseen[pg]++)
-			FAIL("request %llu own page %u is not its own", id, pg);
-		x->out_pages++;
-	}
-	uint64_t len = sel_history_len(&r->h);
-	if (r->phase == HEL_PHASE_RESTORE && (r->prefix == HEL_CKPT_NONE || r->consumed != pc))
-		FAIL("restoring request %llu at %llu, prefix at %llu", id,
-		     (unsigned long long)r->consumed, (unsigned long long)pc);
-	if (!r->inflight && r->phase == HEL_PHASE_PREFILL && r->consumed >= len)
-		FAIL("prefilling request %llu has nothing left", id);
-	if (!r->inflight && r->phase == HEL_PHASE_DECODE && (!r->n_gen || r->consumed + 1 != len))
-		FAIL("decoding request %llu at %llu of %llu", id, (unsigned long long)r->consumed,
-		     (unsigned long long)len);
-	if (r->deferred_msg != HEL_CKPT_NONE && r->deferred_msg != r->prefix)
-		FAIL("request %llu waits to offer %llu, not its prefix", id,
-		     (unsigned long long)r->deferred_msg);
-	return 0;
-}
-
-/* Invariants 1-3 and 5 for one request of list l (1: waiting). */
-static int check_request(const hel_scheduler *s, const struct req *r, int l, struct check *x)
-{
-	unsigned long long id = (unsigned long long)r->id;
-	x->res_p += r->res_pages;
-	x->res_r += r->res_rows;
-	if (sel_history_len(&r->h) != r->n_tok || r->n_tok != r->prompt_len + r->n_gen)
-		FAIL("request %llu history %llu tokens, mirror %llu, prompt %llu + %u", id,
-		     (unsigned long long)sel_history_len(&r->h), (unsigned long long)r->n_tok,
-		     (unsigned long long)r->prompt_len, r->n_gen);
-	if (l) {
-		if (r->phase != HEL_PHASE_WAITING || r->live_row != HEL_NONE ||
-		    r->prefix != HEL_CKPT_NONE || r->n_table || r->res_pages || r->res_rows ||
-		    r->ticket || r->inflight)
-			FAIL("waiting request %llu holds something (phase %s)", id,
-			     hel_phase_name(r->phase));
-		x->held += r->held;
-		return 0;
-	}
-	if (r->phase < HEL_PHASE_INBOUND || r->phase > HEL_PHASE_DECODE)
-		FAIL("active request %llu in phase %s", id, hel_phase_name(r->phase));
-	if (r->live_row >= x->k.rows_total ||
-	    hel_cache_row_state(s->c, r->live_row) != HEL_ID_OUT || x->rseen[r->live_row]++)
-		FAIL("request %llu live row %u is not its own", id, r->live_row);
-	x->out_rows++;
-	if (r->res_rows != r->n_caps - r->next_cap)
-		FAIL("request %llu reserves %u rows for %u capture points", id, r->res_rows,
-		     r->n_caps - r->next_cap);
-	if (r->inflight && (r->inflight <= s->completed || r->inflight > s->submitted))
-		FAIL("request %llu in flight on fence %llu", id, (unsigned long long)r->inflight);
-	return r->phase == HEL_PHASE_INBOUND ? check_inbound(r, x) : check_table(s, r, x);
-}
-
-/* Both request lists, the request table and the reservation totals. */
-static int check_requests(const hel_scheduler *s, struct check *x)
-{
-	uint32_t nreq = 0;
-	int rc;
-	for (int l = 0; l < 2; l++) {
-		const struct rlist *list = l ? &s->waiting : &s->active;
-		uint32_t cnt = 0;
-		const struct req *prev = NULL;
-		for (const struct req *r = list->head; r; prev = r, r = r->next) {
-			if (++cnt > list->n || r->prev != prev || find_req(s, r->id) != r)
-				FAIL("request list %d broken at request %llu", l,
-				     (unsigned long long)r->id);
-			if ((rc = check_request(s, r, l, x)))
-				return rc;
-		}
-		if (cnt != list->n || list->tail != prev)
-			FAIL("request list %d counts %u, holds %u", l, list->n, cnt);
-		nreq += cnt;
-	}
-	uint32_t nslots = 0;
-	for (uint32_t i = 0; i < s->reqs.cap; i++)
-		nslots += s->reqs.p[i] != NULL;
-	if (nslots != nreq || s->req_map.n != nreq)
-		FAIL("%u requests in lists, %u in the table, %zu in the map", nreq, nslots,
-		     s->req_map.n);
-	if (x->res_p != s->res_pages || x->res_r != s->res_rows)
-		FAIL("reservations sum to %llu pages and %llu rows, totals %llu and %llu",
-		     (unsigned long long)x->res_p, (unsigned long long)x->res_r,
-		     (unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
-	return 0;
-}
-
-/* Invariants 3, 4 and 8 for the tickets, then the ids handed out. */
-static int check_tickets(const hel_scheduler *s, struct check *x)
-{
-	uint32_t ntk = 0;
-	for (uint32_t i = 0; i < s->tickets.cap; i++) {
-		const struct ticket *t = s->tickets.p[i];
-		if (!t)
-			continue;
-		ntk++;
-		unsigned long long id = (unsigned long long)t->id;
-		if (find_ticket(s, &t->key) != t || t->slot != i)
-			FAIL("ticket %llu is not found by its key", id);
-		uint64_t ac = 0;
-		if (t->ancestor != HEL_CKPT_NONE) {
-			const hel_ckpt *a = hel_cache_get(s->c, t->ancestor);
-			if (!a || !hel_ckpt_has_row(a))
-				FAIL("ticket %llu ancestor %llu is gone", id,
-				     (unsigned long long)t->ancestor);
-			ac = a->key.consumed;
-			if (refs_add(&x->refs, t->ancestor))
-				FAIL("out of memory");
-		}
-		if (t->n_pages != t->key.consumed / s->P - ac / s->P)
-			FAIL("ticket %llu holds %u pages for %llu over %llu", id, t->n_pages,
-			     (unsigned long long)t->key.consumed, (unsigned long long)ac);
-		for (uint32_t j = 0; j < t->n_pages; j++) {
-			uint32_t pg = t->pages[j];
-			if (pg >= x->k.pages_total ||
-			    hel_cache_page_state(s->c, pg) != HEL_ID_OUT || x->pseen[pg]++)
-				FAIL("ticket %llu page %u is not its own", id, pg);
-			x->out_pages++;
-		}
-		if (t->row >= x->k.rows_total || hel_cache_row_state(s->c, t->row) != HEL_ID_OUT ||
-		    x->rseen[t->row]++)
-			FAIL("ticket %llu row %u is not its own", id, t->row);
-		x->out_rows++;
-		for (uint32_t j = 0; j < t->n_waiters; j++) {
-			const struct req *r = find_req(s, t->waiters[j]);
-			if (!r || r->phase != HEL_PHASE_INBOUND || r->ticket != t)
-				FAIL("ticket %llu waiter %llu does not wait on it", id,
-				     (unsigned long long)t->waiters[j]);
-		}
-	}
-	if (ntk != s->n_tickets || s->ticket_map.n != ntk)
-		FAIL("%u tickets, counted %u, map %zu", ntk, s->n_tickets, s->ticket_map.n);
-	if (x->out_pages != x->k.pages_out || x->out_rows != x->k.rows_out)
-		FAIL("requests and tickets own %u pages and %u rows, the cache handed out %u and %u",
-		     x->out_pages, x->out_rows, x->k.pages_out, x->k.rows_out);
-	if (x->waiting_on_tickets != s->st.inbound_waiting)
-		FAIL("%llu requests wait on tickets, stats say %llu",
-		     (unsigned long long)x->waiting_on_tickets,
-		     (unsigned long long)s->st.inbound_waiting);
-	if (x->held != s->n_held)
-		FAIL("%llu waiting requests are held, the count says %u",
-		     (unsigned long long)x->held, s->n_held);
-	return 0;
-}
-
-/* Invariants 4 and 7 for every checkpoint. */
-static int check_checkpoints(hel_scheduler *s, const struct check *x)
-{
-	hel_map qset = {0};
-	int rc = 0;
-	for (size_t i = 0; i < s->nq && !rc; i++)
-		if (hel_map_add(&qset, hel_mix64(s->queue[i]), 0))
-			rc = eos_fail(-ENOMEM, "scheduler check: out of memory");
-	size_t cur = 0;
-	for (const hel_ckpt *c; !rc && (c = hel_cache_iter(s->c, &cur));) {
-		unsigned long long id = (unsigned long long)c->id;
-		uint32_t want = refs_get(&x->refs, c->id) + c->xpins;
-		if (c->pins != want)
-			rc = eos_fail(-EUCLEAN,
-				      "scheduler check: checkpoint %llu has %u pins, "
-				      "references account for %u",
-				      id, c->pins, want);
-		else if ((c->flags & HEL_CK_DEFERRED) && (c->flags & HEL_CK_OFFERED))
-			rc = eos_fail(-EUCLEAN,
-				      "scheduler check: checkpoint %llu is both deferred "
-				      "and offered",
-				      id);
-		else if ((c->flags & HEL_CK_QUEUED) &&
-			 hel_map_first(&qset, hel_mix64(c->id)) == HEL_MAP_END)
-			rc = eos_fail(-EUCLEAN,
-				      "scheduler check: checkpoint %llu is flagged queued "
-				      "but not in the queue",
-				      id);
-	}
-	hel_map_free(&qset);
-	return rc;
-}
-
-int hel_scheduler_check(hel_scheduler *s)
-{
-	int rc = hel_cache_check(s->c);
-	if (rc)
-		return rc;
-	struct check x = {0};
-	hel_cache_counts_get(s->c, &x.k);
-	x.pseen = calloc(x.k.pages_total, 1);
-	x.rseen = calloc(x.k.rows_total, 1);
-	x.chain = malloc((x.k.pages_total + 1) * sizeof(uint32_t));
-	if (!x.pseen || !x.rseen || !x.chain)
-		rc = eos_fail(-ENOMEM, "scheduler check: out of memory");
-	if (!rc)
-		rc = check_steps(s, &x);
-	if (!rc)
-		rc = check_requests(s, &x);
-	if (!rc)
-		rc = check_tickets(s, &x);
-	if (!rc)
-		rc = check_checkpoints(s, &x);
-	free(x.pseen);
-	free(x.rseen);
-	free(x.chain);
-	hel_map_free(&x.refs.m);
-	free(x.refs.ids);
-	free(x.refs.cnt);
-	return rc;
 }

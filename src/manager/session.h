@@ -1,7 +1,8 @@
 /*
  * session.h - the pool manager's connections and leases, shared by
- * session.c (the event loop, connections, the protocol's handlers) and
- * lease.c (leases, timeouts, what ended sessions leave behind, recovery).
+ * session.c (the event loop, connections), handlers.c (the protocol's
+ * handlers) and lease.c (leases, timeouts, what ended sessions leave
+ * behind, recovery).
  *
  * Internal to the manager; see manager.h for the whole.
  */
@@ -117,6 +118,9 @@ int mgr_send(struct mgr_session *s, const struct sel_pool_msg *m);
 void mgr_send_error(struct mgr_session *s, uint32_t code, uint16_t about, bool fatal,
 		    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void mgr_kill(struct mgr_session *s, const char *why);
+
+/* handlers.c: handle one decoded frame of s (the hello first). */
+void mgr_dispatch(struct mgr_session *s, const struct sel_pool_msg *m);
 
 /* lease.c */
 struct mgr_lease *mgr_lease_new(struct mgr_server *srv, enum mgr_lease_kind kind,
