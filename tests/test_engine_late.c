@@ -77,28 +77,12 @@ static int l_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	return rc;
 }
 
-static const struct sel_store_ops late_ops = {
-	.version = SEL_STORE_OPS_VERSION,
-	.name = "memory",
-	.lookup = l_lookup,
-	.put = et_gate_put,
-	.fetch = l_fetch,
-	.poll = et_gate_poll,
-	.evicted = et_gate_evicted,
-	.touch = et_gate_touch,
-	.stats = et_gate_stats,
-	.wait_fd = et_gate_wait_fd,
-	.close = et_gate_close,
-	.destroy = et_gate_destroy,
-};
+static const struct sel_store_ops late_ops = {.lookup = l_lookup, .fetch = l_fetch};
 
 static int late_open(void *ctx, const sel_store_config *cfg, sel_store **out)
 {
 	struct late *d = ctx;
-	int rc = et_gate_open(&d->g, cfg, out);
-	if (rc == 0)
-		d->g.base.ops = &late_ops;
-	return rc;
+	return et_gate_open_over(&d->g, cfg, out, &late_ops);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */

@@ -90,28 +90,12 @@ static int f_poll(sel_store *s, sel_event *ev, size_t cap)
 	return n;
 }
 
-static const struct sel_store_ops fb_ops = {
-	.version = SEL_STORE_OPS_VERSION,
-	.name = "memory",
-	.lookup = f_lookup,
-	.put = et_gate_put,
-	.fetch = f_fetch,
-	.poll = f_poll,
-	.evicted = et_gate_evicted,
-	.touch = et_gate_touch,
-	.stats = et_gate_stats,
-	.wait_fd = et_gate_wait_fd,
-	.close = et_gate_close,
-	.destroy = et_gate_destroy,
-};
+static const struct sel_store_ops fb_ops = {.lookup = f_lookup, .fetch = f_fetch, .poll = f_poll};
 
 static int fb_open(void *ctx, const sel_store_config *cfg, sel_store **out)
 {
 	struct fb *d = ctx;
-	int rc = et_gate_open(&d->g, cfg, out);
-	if (rc == 0)
-		d->g.base.ops = &fb_ops;
-	return rc;
+	return et_gate_open_over(&d->g, cfg, out, &fb_ops);
 }
 
 static void same_as_model(const struct et_call *c, const hel_token *p, uint32_t n, uint32_t max)
