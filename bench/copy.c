@@ -15,8 +15,9 @@
  * the ratio to the faster of that memcpy and one large copy of the same
  * bytes with streaming stores (copy_host.c), the best a single copy
  * reaches on this CPU (where glibc's memcpy does not stream at this size,
- * that copy beats it), and the ratio the backend had before it streamed
- * (memcpy per piece, memcpy_pieces_*); all of them in rounds of every copy
+ * that copy beats it), the ratio the backend had before it streamed
+ * (memcpy per piece, memcpy_pieces_*) and before it split windows with a
+ * helper thread (the rank's thread alone, alone_*); all of them in rounds of every copy
  * back to back, each ratio the median of the rounds' ratios; with a GPU,
  * bytes/s through the CUDA backend, the ratio to one large pinned copy of
  * the same bytes (goal >= 0.9), and the speed-up over one cuMemcpyAsync per
@@ -222,6 +223,28 @@ static int memcpy_copy(void *st, const struct sel_copy *c, uint32_t n, enum sel_
 
 static struct sel_copy_backend memcpy_backend;
 
+/* The host backend without its helper thread (copy_host.c "Splitting"):
+ * the rank's thread alone, as before issue 18's split. */
+static int alone_open(void *ctx, uint32_t rank, void **st)
+{
+	(void)ctx;
+	(void)rank;
+	*st = NULL;
+	return 0;
+}
+
+static int alone_copy(void *st, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
+{
+	(void)st;
+	(void)dir;
+	(void)sel_host_copy_run(c, n, SEL_HOST_COPY_AUTO);
+	return 0;
+}
+
+static void alone_close(void *st) { (void)st; }
+
+static struct sel_copy_backend alone_backend;
+
 static void do_stream(void *ctx)
 {
 	struct big_copy *c = ctx;
@@ -243,9 +266,10 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	CHECK(row);
 	memset(row, 0x77, 2 * geo->row);
 
-	struct rig rg, old;
+	struct rig rg, old, alone;
 	rig_open(&rg, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &sel_copy_backend_host, rng);
 	rig_open(&old, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &memcpy_backend, rng);
+	rig_open(&alone, geo, addr, (uintptr_t)row, SEL_MEM_HOST, &alone_backend, rng);
 
 	struct big_copy c = {.len = rg.bytes};
 	c.dst = eos_aligned_alloc(EOS_ALIGN, c.len);
@@ -265,12 +289,14 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 		OLD_IN,
 		BIG,
 		STREAM,
+		ALONE_OUT,
+		ALONE_IN,
 		KINDS
 	};
-	static void (*const fn[KINDS])(void *) = {job_out, job_out,   job_in,
-						  job_in,  do_memcpy, do_stream};
-	void *ctx[KINDS] = {&rg, &old, &rg, &old, &c, &c};
-	static double t[KINDS][MAX_REPS], q[6][MAX_REPS];
+	static void (*const fn[KINDS])(void *) = {job_out,   job_out,   job_in,  job_in,
+						  do_memcpy, do_stream, job_out, job_in};
+	void *ctx[KINDS] = {&rg, &old, &rg, &old, &c, &c, &alone, &alone};
+	static double t[KINDS][MAX_REPS], q[8][MAX_REPS];
 	for (int k = 0; k < KINDS; k++)
 		fn[k](ctx[k]); /* warm up */
 	int n = 0;
@@ -290,6 +316,8 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 		q[3][n] = best / t[IN][n];
 		q[4][n] = t[BIG][n] / t[OLD_OUT][n];
 		q[5][n] = t[BIG][n] / t[OLD_IN][n];
+		q[6][n] = t[BIG][n] / t[ALONE_OUT][n];
+		q[7][n] = t[BIG][n] / t[ALONE_IN][n];
 		n++;
 	}
 	double b = (double)rg.bytes;
@@ -309,8 +337,11 @@ static void bench_host(const struct geo *geo, test_rng *rng)
 	result(geo->name, "host_in_vs_best", bench_median(q[3], n), "x");
 	result(geo->name, "memcpy_pieces_out_ratio", bench_median(q[4], n), "x");
 	result(geo->name, "memcpy_pieces_in_ratio", bench_median(q[5], n), "x");
+	result(geo->name, "alone_out_ratio", bench_median(q[6], n), "x");
+	result(geo->name, "alone_in_ratio", bench_median(q[7], n), "x");
 #undef RATE
 
+	rig_close(&alone);
 	rig_close(&old);
 	rig_close(&rg);
 	eos_aligned_free(c.dst);
@@ -451,6 +482,11 @@ int main(void)
 	memcpy_backend = sel_copy_backend_host;
 	memcpy_backend.name = "host-memcpy";
 	memcpy_backend.copy = memcpy_copy;
+	alone_backend = sel_copy_backend_host;
+	alone_backend.name = "host-alone";
+	alone_backend.open_rank = alone_open;
+	alone_backend.copy = alone_copy;
+	alone_backend.close_rank = alone_close;
 	for (int i = 0; i < 2; i++)
 		bench_host(&geos[i], &rng);
 

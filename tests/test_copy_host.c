@@ -15,10 +15,18 @@
  *     back to memcpy;
  *   - copies landing while another thread reads them after the call (the
  *     sfence): a reader thread checks every byte once the writer says the
- *     call returned.
+ *     call returned;
+ *   - the helper that splits large calls (sel_host_lane_run): the mixed
+ *     calls above through it, 200 calls in a row of a few chunks each, at
+ *     least one chunk copied by the helper (not only its caller), its
+ *     nice value (10 at least, as the transfer threads'), and the
+ *     backend's rank 0 opening one exactly where the process has 2 CPUs.
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 
 #include "eos.h"
@@ -81,8 +89,10 @@ static void test_pieces(test_rng *rng)
 	eos_aligned_free(dbuf);
 }
 
-/* n pieces of mixed sizes into one buffer with gaps, from shuffled places. */
-static void test_calls(test_rng *rng)
+/* n pieces of mixed sizes into one buffer with gaps, from shuffled places;
+ * through the helper when lane is not NULL (about 47 MB: 1 MiB chunks
+ * begin and end inside pieces of every size). */
+static void test_calls(test_rng *rng, struct sel_host_lane *lane)
 {
 	enum {
 		N = 200
@@ -129,7 +139,8 @@ static void test_calls(test_rng *rng)
 	for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
 		test_rng_fill(rng, src, total);
 		memset(dst, GUARD, total);
-		enum sel_host_copy used = sel_host_copy_run(c, N, kinds[k]);
+		enum sel_host_copy used = lane ? sel_host_lane_run(lane, c, N, kinds[k])
+					       : sel_host_copy_run(c, N, kinds[k]);
 		if (!sel_host_copy_available(kinds[k]))
 			CHECK(used == SEL_HOST_COPY_MEMCPY);
 		else if (kinds[k] != SEL_HOST_COPY_AUTO)
@@ -180,6 +191,86 @@ static void test_choice(void)
 	CHECK(sel_host_copy_run(c, 0, SEL_HOST_COPY_AUTO) == SEL_HOST_COPY_MEMCPY);
 	eos_aligned_free(a);
 	eos_aligned_free(b);
+}
+
+/* One call of a few MiB through the lane, checked; true once the helper
+ * has copied a chunk of any call. */
+static bool lane_call(struct sel_host_lane *lane, uint8_t *src, uint8_t *dst, size_t cap,
+		      test_rng *rng)
+{
+	enum {
+		N = 5
+	};
+	struct sel_copy c[N];
+	size_t at = 0;
+	for (int i = 0; i < N; i++) {
+		size_t len = (size_t)test_rng_below(rng, cap / N - 64);
+		c[i] = (struct sel_copy){.dst = (uintptr_t)(dst + at),
+					 .src = (uintptr_t)(src + cap - at - len),
+					 .len = len};
+		at += len + (size_t)test_rng_below(rng, 64);
+	}
+	test_rng_fill(rng, src, cap);
+	memset(dst, GUARD, cap);
+	(void)sel_host_lane_run(lane, c, N, kinds[test_rng_below(rng, 4)]);
+	size_t end = 0;
+	for (int i = 0; i < N; i++) {
+		uint8_t *d = (uint8_t *)(uintptr_t)c[i].dst;
+		for (uint8_t *g = dst + end; g < d; g++)
+			CHECKF(*g == GUARD, "lane: gap byte %zu written", (size_t)(g - dst));
+		CHECKF(memcmp(d, (const void *)(uintptr_t)c[i].src, c[i].len) == 0,
+		       "lane: piece %d of %" PRIu64 " bytes", i, c[i].len);
+		end = (size_t)(d - dst) + c[i].len;
+	}
+	return sel_host_lane_helped(lane) > 0;
+}
+
+/* The helper: every kind byte-exact through it (test_calls), many calls
+ * in a row (each a new generation of chunks), the helper's share real,
+ * and the backend's ranks get one where the CPUs allow. */
+static void test_lane(test_rng *rng)
+{
+	struct sel_host_lane *lane;
+	int tid;
+	CHECK_OK(sel_host_lane_open(&lane));
+	/* It runs at the transfer threads' priority (nice 10 at least). */
+	TEST_UNTIL(test_threads_named("sel-xfer-lane", &tid, 1) == 1, 60);
+	int nice = 0;
+	TEST_UNTIL(
+		(errno = 0, nice = getpriority(PRIO_PROCESS, (id_t)tid), errno == 0 && nice >= 10),
+		60);
+	test_calls(rng, lane);
+	size_t cap = 6u << 20;
+	uint8_t *src = eos_aligned_alloc(4096, cap), *dst = eos_aligned_alloc(4096, cap);
+	CHECK(src && dst);
+	for (int i = 0; i < 200; i++)
+		(void)lane_call(lane, src, dst, cap, rng);
+	/* The helper wakes at nice 10: on a loaded machine the caller may
+	 * take every chunk of many calls. */
+	TEST_UNTIL(lane_call(lane, src, dst, cap, rng), 60);
+	printf("lane: the helper copied %" PRIu64 " chunks\n", sel_host_lane_helped(lane));
+	sel_host_lane_close(lane);
+	sel_host_lane_close(NULL);
+
+	/* Through the backend: rank 0 splits where the process has 2 CPUs. */
+	const struct sel_copy_backend *be = &sel_copy_backend_host;
+	void *st;
+	cpu_set_t set;
+	CHECK(sched_getaffinity(0, sizeof(set), &set) == 0);
+	CHECK_OK(be->open_rank(be->ctx, 0, &st));
+	CHECK((st != NULL) == (CPU_COUNT(&set) >= 2));
+	size_t big = 9u << 20;
+	uint8_t *a = eos_aligned_alloc(4096, big), *b = eos_aligned_alloc(4096, big);
+	CHECK(a && b);
+	test_rng_fill(rng, a, big);
+	struct sel_copy one = {(uintptr_t)b, (uintptr_t)a + 1, big - 1};
+	CHECK_OK(be->copy(st, &one, 1, SEL_COPY_OUT));
+	CHECK(memcmp(b, a + 1, big - 1) == 0);
+	be->close_rank(st);
+	eos_aligned_free(a);
+	eos_aligned_free(b);
+	eos_aligned_free(src);
+	eos_aligned_free(dst);
 }
 
 /* Visibility: a second thread reads every byte as soon as the call
@@ -238,7 +329,8 @@ int main(void)
 	test_rng_init(&rng, test_seed());
 	test_choice();
 	test_pieces(&rng);
-	test_calls(&rng);
+	test_calls(&rng, NULL);
+	test_lane(&rng);
 	test_visibility();
 	printf("ok\n");
 	return 0;

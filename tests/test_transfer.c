@@ -619,6 +619,15 @@ static void test_roundtrips(test_rng *rng)
 	roundtrip(&w, NULL, rng, 130, true);
 	roundtrip(&w, NULL, rng, 64, false);
 	world_close(&w);
+
+	/* Windows of more than 8 MiB per rank, which rank 0 splits with its
+	 * helper thread where the process has 2 CPUs (copy_host.c DESIGN
+	 * "Splitting"): its 1 MiB chunks begin and end inside pieces. */
+	sp.units[0][0] = sp.units[1][0] = 131072 + 3;
+	world_open(&w, &sp, rng);
+	roundtrip(&w, NULL, rng, 130, true);
+	roundtrip(&w, NULL, rng, 64, false);
+	world_close(&w);
 }
 
 /* Calls bounded to 5 entries and 10,000 bytes: 16 KiB copies are cut. */

@@ -1,14 +1,15 @@
 /*
  * copy_host.c - the host copy backend: planes in ordinary host memory,
- * copies on the rank's transfer thread (ARCHITECTURE "Two kinds of device
- * memory"; design 2.5).
+ * copies on the rank's transfer thread and its helper (ARCHITECTURE "Two
+ * kinds of device memory"; design 2.5).
  *
  * DESIGN
  *   The reference engine computes on the CPU and every CPU test runs the
  *   store through this backend, so it is the path the transfer code is
  *   proven on.  Nothing needs registering and nothing is in flight after a
- *   call returns, so a call never fails.  Stateless: one const instance
- *   serves every transfer set and rank.  No bounds: a window is one call.
+ *   call returns, so a call never fails.  One const instance serves every
+ *   transfer set; a rank's only state is its helper thread (Splitting,
+ *   below).  No bounds: a window is one call.
  *
  *   Bandwidth.  A window is many pieces (a page plane of 2 KiB to a few MiB,
  *   a row piece), scattered on both sides, hundreds of MB in all.  An
@@ -44,18 +45,56 @@
  *   checks that the OS saves the AVX state), else SSE2, which every x86-64
  *   has; elsewhere plain memcpy.  sel_host_copy_run with an explicit kind
  *   lets tests prove each path byte-exact.
+ *
+ *   Splitting (issue 18).  One thread streaming a window's pieces reaches
+ *   less than one thread streaming one large copy (the Qwen-like window's
+ *   128 KiB and 2 KiB pieces 0.77-0.85 of it on the VM of
+ *   docs/performance.md, with AVX2 or AVX-512 stores, with or without
+ *   software prefetch), so below one large memcpy where glibc streams it;
+ *   a second core adds bandwidth.  So a rank's thread has a helper thread
+ *   (sel_host_lane, opened by open_rank, joined by close_rank) and splits
+ *   calls of SPLIT_MIN_CALL (8 MiB) or more with it: the call's bytes,
+ *   its pieces taken end to end, are cut into 1 MiB chunks, and both
+ *   threads claim the next chunk under the lane's mutex (held for the
+ *   claim only, never during a copy) until none is left; a chunk may begin
+ *   or end inside a piece, and each thread copies its part of a piece with
+ *   the same head, lines and tail rules, so two threads never write one
+ *   byte (a destination line cut between them gets ordinary stores on both
+ *   sides).  Each thread fences its streaming stores before it reports a
+ *   chunk done (the helper) or returns (the caller), so every byte is
+ *   visible when the call returns.  The caller waits only for chunks the
+ *   helper claimed: a helper that has not woken (nice 10 on a loaded
+ *   machine) claims nothing and the caller copies every chunk itself.
+ *   Below 8 MiB the helper's wake (a futex, 7-15 us on this VM: transfer.c
+ *   "Wakes") would be a larger share of the copy.  A rank gets a helper
+ *   while the process may run on 2 CPUs per rank up to it (rank 0 of a
+ *   TP=1 store on this 2-core machine; not rank 1): more copy threads than
+ *   CPUs would only take turns.  The model worker never takes the lane's
+ *   mutex.  docs/performance.md
+ *   "splitting a window with a helper thread" has the measurements.
  */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "eos.h"
 #include "transfer.h"
 
 #define STREAM_MIN_CALL (4ull << 20)
 #define STREAM_MIN_PIECE 256u
 #define LINE 64u
+/* Calls of this many bytes or more are split with the rank's helper, in
+ * chunks of SPLIT_CHUNK bytes of the call's pieces taken end to end. */
+#define SPLIT_MIN_CALL (8ull << 20)
+#define SPLIT_CHUNK (1ull << 20)
+/* The transfer threads' nice value (transfer.c XFER_NICE). */
+#define LANE_NICE 10
 
 static inline void *ptr(uint64_t a) { return (void *)(uintptr_t)a; }
 
@@ -141,52 +180,266 @@ enum sel_host_copy sel_host_copy_choose(uint64_t bytes)
 	return SEL_HOST_COPY_MEMCPY;
 }
 
-enum sel_host_copy sel_host_copy_run(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind)
+/* The kind a call copies with: AUTO chosen by its bytes, and MEMCPY where
+ * the kind asked for is not on this CPU. */
+static enum sel_host_copy resolve(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind,
+				  uint64_t *bytes)
 {
-	if (kind == SEL_HOST_COPY_AUTO) {
-		uint64_t bytes = 0;
-		for (uint32_t i = 0; i < n; i++)
-			bytes += c[i].len;
-		kind = sel_host_copy_choose(bytes);
-	}
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < n; i++)
+		b += c[i].len;
+	*bytes = b;
+	if (kind == SEL_HOST_COPY_AUTO)
+		kind = sel_host_copy_choose(b);
 	if (!sel_host_copy_available(kind))
 		kind = SEL_HOST_COPY_MEMCPY;
-#if defined(__x86_64__)
-	if (kind != SEL_HOST_COPY_MEMCPY) {
-		void (*stream)(uint8_t *, const uint8_t *, size_t) =
-			kind == SEL_HOST_COPY_STREAM_AVX2 ? stream_avx2 : stream_sse2;
-		for (uint32_t i = 0; i < n; i++) {
-			if (c[i].len < STREAM_MIN_PIECE)
-				memcpy(ptr(c[i].dst), ptr(c[i].src), (size_t)c[i].len);
-			else
-				stream(ptr(c[i].dst), ptr(c[i].src), (size_t)c[i].len);
-		}
-		_mm_sfence();
-		return kind;
-	}
-#endif
-	for (uint32_t i = 0; i < n; i++)
-		memcpy(ptr(c[i].dst), ptr(c[i].src), (size_t)c[i].len);
-	return SEL_HOST_COPY_MEMCPY;
+	return kind;
 }
 
+/* One piece (or part of one) with kind, which is available. */
+static void copy_piece(enum sel_host_copy kind, uint64_t dst, uint64_t src, uint64_t len)
+{
+#if defined(__x86_64__)
+	if (kind != SEL_HOST_COPY_MEMCPY && len >= STREAM_MIN_PIECE) {
+		if (kind == SEL_HOST_COPY_STREAM_AVX2)
+			stream_avx2(ptr(dst), ptr(src), (size_t)len);
+		else
+			stream_sse2(ptr(dst), ptr(src), (size_t)len);
+		return;
+	}
+#else
+	(void)kind;
+#endif
+	memcpy(ptr(dst), ptr(src), (size_t)len);
+}
+
+/* Make this thread's streaming stores globally visible (before a report
+ * or an unlock, which order ordinary stores only). */
+static void fence(enum sel_host_copy kind)
+{
+#if defined(__x86_64__)
+	if (kind != SEL_HOST_COPY_MEMCPY)
+		_mm_sfence();
+#else
+	(void)kind;
+#endif
+}
+
+enum sel_host_copy sel_host_copy_run(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind)
+{
+	uint64_t bytes;
+	kind = resolve(c, n, kind, &bytes);
+	for (uint32_t i = 0; i < n; i++)
+		copy_piece(kind, c[i].dst, c[i].src, c[i].len);
+	fence(kind);
+	return kind;
+}
+
+/* ---- Splitting a call with a helper thread (DESIGN "Splitting") ---------- */
+
+/* Where a thread is in a call's pieces: piece i begins at byte base of the
+ * call's bytes taken end to end.  Each thread claims chunks in ascending
+ * order, so its cursor only moves forward within one call. */
+struct cursor {
+	uint32_t i;
+	uint64_t base;
+};
+
+/* Copy bytes [a, b) of the call's pieces taken end to end. */
+static void copy_span(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind,
+		      struct cursor *cur, uint64_t a, uint64_t b)
+{
+	while (cur->i < n && cur->base + c[cur->i].len <= a) {
+		cur->base += c[cur->i].len;
+		cur->i++;
+	}
+	uint64_t base = cur->base;
+	for (uint32_t i = cur->i; i < n && base < b; base += c[i].len, i++) {
+		uint64_t lo = a > base ? a - base : 0;
+		uint64_t hi = b - base < c[i].len ? b - base : c[i].len;
+		if (hi > lo)
+			copy_piece(kind, c[i].dst + lo, c[i].src + lo, hi - lo);
+	}
+}
+
+struct sel_host_lane {
+	pthread_t tid;
+	pthread_mutex_t lock; /* the fields below; never held during a copy */
+	pthread_cond_t go;    /* helper: chunks to claim, or stop */
+	pthread_cond_t idle;  /* owner: the last chunk finished */
+	bool stop, owner_waiting;
+	uint64_t gen; /* calls posted */
+	const struct sel_copy *c;
+	uint32_t n;
+	enum sel_host_copy kind;
+	uint64_t bytes, nchunks, next, finished;
+	uint64_t helped; /* chunks the helper copied, ever */
+};
+
+/* Claim the next chunk of the posted call (lock held): its index, or
+ * UINT64_MAX when every chunk is claimed. */
+static uint64_t claim(struct sel_host_lane *l)
+{
+	return l->next < l->nchunks ? l->next++ : UINT64_MAX;
+}
+
+static uint64_t chunk_end(const struct sel_host_lane *l, uint64_t k)
+{
+	uint64_t e = (k + 1) * SPLIT_CHUNK;
+	return e < l->bytes ? e : l->bytes;
+}
+
+static void *lane_main(void *arg)
+{
+	struct sel_host_lane *l = arg;
+	struct cursor cur = {0, 0};
+	uint64_t cur_gen = 0;
+	eos_thread_name("sel-xfer-lane");
+	(void)eos_thread_lower_priority(LANE_NICE);
+	pthread_mutex_lock(&l->lock);
+	for (;;) {
+		uint64_t k;
+		while (!l->stop && (k = claim(l)) == UINT64_MAX)
+			pthread_cond_wait(&l->go, &l->lock);
+		if (l->stop)
+			break;
+		/* The call stays posted until its last chunk (this one
+		 * among them) is finished. */
+		const struct sel_copy *c = l->c;
+		uint32_t n = l->n;
+		enum sel_host_copy kind = l->kind;
+		uint64_t a = k * SPLIT_CHUNK, b = chunk_end(l, k);
+		if (cur_gen != l->gen) {
+			cur_gen = l->gen;
+			cur = (struct cursor){0, 0};
+		}
+		pthread_mutex_unlock(&l->lock);
+		copy_span(c, n, kind, &cur, a, b);
+		fence(kind);
+		pthread_mutex_lock(&l->lock);
+		l->helped++;
+		if (++l->finished == l->nchunks && l->owner_waiting)
+			pthread_cond_signal(&l->idle);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return NULL;
+}
+
+int sel_host_lane_open(struct sel_host_lane **out)
+{
+	struct sel_host_lane *l = calloc(1, sizeof(*l));
+	*out = NULL;
+	if (!l)
+		return -ENOMEM;
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->go, NULL);
+	pthread_cond_init(&l->idle, NULL);
+	int e = pthread_create(&l->tid, NULL, lane_main, l);
+	if (e) {
+		pthread_cond_destroy(&l->idle);
+		pthread_cond_destroy(&l->go);
+		pthread_mutex_destroy(&l->lock);
+		free(l);
+		return -e;
+	}
+	*out = l;
+	return 0;
+}
+
+void sel_host_lane_close(struct sel_host_lane *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->lock);
+	l->stop = true;
+	pthread_cond_signal(&l->go);
+	pthread_mutex_unlock(&l->lock);
+	pthread_join(l->tid, NULL);
+	pthread_cond_destroy(&l->idle);
+	pthread_cond_destroy(&l->go);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+enum sel_host_copy sel_host_lane_run(struct sel_host_lane *l, const struct sel_copy *c, uint32_t n,
+				     enum sel_host_copy kind)
+{
+	uint64_t bytes, k, mine = 0;
+	struct cursor cur = {0, 0};
+	kind = resolve(c, n, kind, &bytes);
+	pthread_mutex_lock(&l->lock);
+	l->gen++;
+	l->c = c;
+	l->n = n;
+	l->kind = kind;
+	l->bytes = bytes;
+	l->nchunks = bytes / SPLIT_CHUNK + (bytes % SPLIT_CHUNK != 0);
+	l->next = l->finished = 0;
+	pthread_cond_signal(&l->go);
+	while ((k = claim(l)) != UINT64_MAX) {
+		uint64_t b = chunk_end(l, k);
+		pthread_mutex_unlock(&l->lock);
+		copy_span(c, n, kind, &cur, k * SPLIT_CHUNK, b);
+		mine++;
+		pthread_mutex_lock(&l->lock);
+	}
+	fence(kind);
+	l->finished += mine;
+	/* Only chunks the helper claimed and is copying remain. */
+	while (l->finished < l->nchunks) {
+		l->owner_waiting = true;
+		pthread_cond_wait(&l->idle, &l->lock);
+	}
+	l->owner_waiting = false;
+	pthread_mutex_unlock(&l->lock);
+	return kind;
+}
+
+uint64_t sel_host_lane_helped(struct sel_host_lane *l)
+{
+	pthread_mutex_lock(&l->lock);
+	uint64_t h = l->helped;
+	pthread_mutex_unlock(&l->lock);
+	return h;
+}
+
+/* Whether rank's thread gets a helper: while every rank up to it can have
+ * two CPUs of those this process may run on. */
+static bool lane_wanted(uint32_t rank)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return false;
+	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)rank + 1);
+}
+
+/* The rank's state is its helper, or NULL: a helper that cannot start
+ * leaves the rank copying alone (a call never fails). */
 static int host_open_rank(void *ctx, uint32_t rank, void **rank_state)
 {
+	struct sel_host_lane *l = NULL;
 	(void)ctx;
-	(void)rank;
-	*rank_state = NULL;
+	if (lane_wanted(rank))
+		(void)sel_host_lane_open(&l);
+	*rank_state = l;
 	return 0;
 }
 
 static int host_copy(void *rank_state, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir)
 {
-	(void)rank_state;
+	struct sel_host_lane *l = rank_state;
+	uint64_t bytes = 0;
 	(void)dir;
-	(void)sel_host_copy_run(c, n, SEL_HOST_COPY_AUTO);
+	for (uint32_t i = 0; i < n && l; i++)
+		bytes += c[i].len;
+	if (l && bytes >= SPLIT_MIN_CALL)
+		(void)sel_host_lane_run(l, c, n, SEL_HOST_COPY_AUTO);
+	else
+		(void)sel_host_copy_run(c, n, SEL_HOST_COPY_AUTO);
 	return 0;
 }
 
-static void host_close_rank(void *rank_state) { (void)rank_state; }
+static void host_close_rank(void *rank_state) { sel_host_lane_close(rank_state); }
 
 static int host_register(void *ctx, void *addr, uint64_t len)
 {

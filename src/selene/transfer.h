@@ -79,8 +79,8 @@ struct sel_copy_backend {
 	uint32_t max_call_entries;
 };
 
-/* The host backend: memcpy on the transfer thread; registration is a no-op.
- * Stateless, so one instance serves every transfer set. */
+/* The host backend: copies on the transfer thread (and its helper, below);
+ * registration is a no-op.  One instance serves every transfer set. */
 extern const struct sel_copy_backend sel_copy_backend_host;
 
 /* How the host backend copies a call (copy_host.c DESIGN): memcpy, or
@@ -100,6 +100,24 @@ enum sel_host_copy sel_host_copy_choose(uint64_t bytes);
  * (MEMCPY where kind is not available); every byte is visible to other
  * threads' ordinary loads once it returns.  Returns the kind used. */
 enum sel_host_copy sel_host_copy_run(const struct sel_copy *c, uint32_t n, enum sel_host_copy kind);
+
+/* A helper thread that splits calls with their caller (copy_host.c DESIGN
+ * "Splitting").  The host backend opens one for a rank's thread where the
+ * process has two CPUs per rank up to it, and splits calls of 8 MiB or
+ * more.  One caller at a time; the caller waits only for the chunks the
+ * helper claimed, never for the helper to wake.  open: 0 or a negative
+ * errno (no thread started). */
+struct sel_host_lane;
+int sel_host_lane_open(struct sel_host_lane **out);
+void sel_host_lane_close(struct sel_host_lane *l); /* joins the helper; NULL-safe */
+/* sel_host_copy_run with the helper taking 1 MiB chunks of the call's
+ * bytes (pieces taken end to end, so a chunk may begin or end inside a
+ * piece) while the caller takes the rest; every byte is visible to other
+ * threads' ordinary loads once it returns.  Returns the kind used. */
+enum sel_host_copy sel_host_lane_run(struct sel_host_lane *l, const struct sel_copy *c, uint32_t n,
+				     enum sel_host_copy kind);
+/* Chunks the helper has copied so far (tests). */
+uint64_t sel_host_lane_helped(struct sel_host_lane *l);
 
 /* Private per-job bookkeeping of the transfer set.  Callers neither read nor
  * write it (submission initialises it). */
