@@ -336,8 +336,22 @@ class Bench:
         m1 = srv.metrics()
         if errors:
             raise FlareError("decode client failed: " + errors[0])
+        def hmean(name):
+            """Mean of histogram `name` over the run, in ms (nan if empty)."""
+            n = m1.delta(m0, name + "_count")
+            return m1.delta(m0, name + "_sum") / n * 1e3 if n else float("nan")
+
         return {
             "p50": pct(gaps, 0.5) * 1e3, "p99": pct(gaps, 0.99) * 1e3,
+            # Token-weighted, client and server side: the client's mean gap
+            # between text chunks, and the engine's own mean interval between
+            # a request's tokens at delivery (flare_time_per_output_token);
+            # the difference is the delivery path (HTTP threads, socket,
+            # client).  Queue time: submission to admission, what a copy-out
+            # pin that holds a GPU row makes a prompt wait (design 2.10).
+            "gap_mean": statistics.mean(gaps) * 1e3 if gaps else float("nan"),
+            "srv_tpot": hmean("flare_time_per_output_token_seconds"),
+            "queue_ms": hmean("flare_request_queue_time_seconds"),
             "ttft_p50": pct(ttfts, 0.5) * 1e3,
             "tpot": statistics.mean(tpots) * 1e3 if tpots else float("nan"),
             "tpot_p50": pct(tpots, 0.5) * 1e3, "tpot_p99": pct(tpots, 0.99) * 1e3,
@@ -495,7 +509,9 @@ class Bench:
                      if kind == "composite" else "")
             self.log(f"iso round {rnd + 1} {kind}: {r['tps']:.0f} tok/s, time per output token "
                      f"{r['tpot']:.3f} ms (p50 {r['tpot_p50']:.3f}), token gap p99 {r['p99']:.3f} ms, ttft p50 "
-                     f"{r['ttft_p50']:.1f} ms; cores serving {r['cpu']['serving']:.2f}, copies "
+                     f"{r['ttft_p50']:.1f} ms; token gap mean {r['gap_mean']:.3f} ms at the client, "
+                     f"{r['srv_tpot']:.3f} ms in the engine; queue time mean {r['queue_ms']:.2f} ms; "
+                     f"cores serving {r['cpu']['serving']:.2f}, copies "
                      f"{r['cpu']['copies']:.2f}, disk thread {r['cpu']['disk']:.2f}{extra}")
             return r
 
@@ -509,7 +525,10 @@ class Bench:
         for key, unit, name in (("tps", "tok/s", "decode_tok_s"), ("tpot", "ms", "decode_tpot"),
                                 ("tpot_p50", "ms", "decode_tpot_p50"),
                                 ("p99", "ms", "decode_token_p99"),
-                                ("ttft_p50", "ms", "decode_ttft_p50")):
+                                ("ttft_p50", "ms", "decode_ttft_p50"),
+                                ("gap_mean", "ms", "decode_gap_mean"),
+                                ("srv_tpot", "ms", "decode_server_tpot"),
+                                ("queue_ms", "ms", "decode_queue_time")):
             c, h, b = ([r[key] for r in runs[k]] for k in kinds)
             for k, v in zip(kinds, (c, h, b)):
                 result(f"serve_iso_{name}_{k}", med(v), unit)
