@@ -50,8 +50,23 @@
  *                                       store's depth, and
  *   store_put_vs_fio_same_depth / store_fetch_vs_fio_same_depth (paired)
  *
+ *   store_read_through_gbps / fio_read_rt_gbps / store_read_through_vs_fio
+ *                                       the composite's fetch of a record
+ *                                       on disk only, read through into
+ *                                       warm memory on its way to the
+ *                                       destination (store_composite_read.c),
+ *                                       one fetch at a time, fetch to
+ *                                       SEL_EV_FETCHED, against fio's read
+ *                                       of the same bytes in the same
+ *                                       directory (issue 18, r26disk)
+ *   store_read_through_read_depth       the disk thread's mean count of read
+ *                                       requests in flight during them,
+ *                                       while any is
+ *
  * Environment: BENCH_DIR (default $TMPDIR or /tmp), BENCH_MIB (MiB of
- * records per round, default 512), BENCH_ROUNDS (default 5).  Everything it
+ * records per round, default 512), BENCH_ROUNDS (default 5),
+ * BENCH_RT_ROUNDS (read-through rounds, default 3; 0 skips them),
+ * BENCH_ONLY_RT=1 (only the read-through rounds).  Everything it
  * writes is removed at the end.
  */
 #include <math.h>
@@ -64,6 +79,7 @@
 
 #include "benchlib.h"
 #include "disk.h"
+#include "store_composite.h"
 #include "store_disk.h"
 #include "../tests/storefx.h"
 
@@ -171,6 +187,119 @@ static bool fio_depth(const char *dir, uint64_t bytes, unsigned depth, double ou
 	return out[0] > 0 && out[1] > 0;
 }
 
+/* ---- read-through: the composite's disk-to-destination fetch ---------------------- */
+
+/* Records put into a composite with room for all of them and drained to
+ * disk at close; reopened (memory empty), each is fetched alone, as a
+ * restore is, and read through into warm memory on its way to the
+ * destination (store_composite_read.c).  Bytes per second from each fetch
+ * to its SEL_EV_FETCHED, the fetches one after another. */
+static sel_store *open_composite(struct sfx *fx, const char *dir, uint64_t warm_bytes)
+{
+	sel_store_config cfg = sfx_config(fx, false);
+	cfg.disk_dir = dir;
+	cfg.disk_limit = 64ull << 30;
+	cfg.max_active = 4;
+	cfg.memory_bytes = warm_bytes;
+	cfg.drain_on_shutdown = true;
+	sel_store *s;
+	CHECK_OK(sel_store_open(&cfg, &s));
+	CHECK(!strcmp(s->ops->name, "composite"));
+	return s;
+}
+
+static void rt_fill(struct sfx *fx, const char *dir, uint64_t warm, const sel_published *cp,
+		    uint32_t n, uint64_t rec_bytes)
+{
+	sel_store *s = open_composite(fx, dir, warm);
+	(void)run_puts(s, cp, n, rec_bytes);
+	CHECK_RC(sel_store_close(s, 0), 0); /* drains every record to disk */
+	sel_store_destroy(s);
+}
+
+static double rt_fetches(sel_store *s, struct sfx_conv *cv, uint32_t n, uint64_t rec_bytes,
+			 uint32_t *dst)
+{
+	uint64_t busy = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		sel_hit hit;
+		CHECK_RC(sel_store_lookup(s, &cv[i].h, 0, UINT64_MAX, &hit), 1);
+		CHECK(hit.tier == SEL_TIER_DISK);
+		sel_inbound in = {.ticket = i, .pages = dst, .n_pages = hit.pages, .state_slot = 2};
+		uint64_t t0 = eos_now_ns();
+		CHECK_OK(sel_store_fetch(s, &hit, &in));
+		for (bool done = false; !done;) {
+			sel_event ev[16];
+			int k = sel_store_poll(s, ev, 16);
+			CHECK_OK(k);
+			for (int e = 0; e < k; e++) {
+				if (ev[e].type == SEL_EV_PROGRESS)
+					continue;
+				CHECKF(ev[e].type == SEL_EV_FETCHED, "read-through: %s",
+				       sel_strerror(ev[e].error));
+				done = true;
+			}
+			if (!k && !done)
+				wait_fd(s);
+		}
+		busy += eos_now_ns() - t0;
+	}
+	return (double)n * (double)rec_bytes / ((double)busy / 1e9);
+}
+
+/* Rounds of read-through fetches beside fio's read of the same bytes on
+ * the same directory, who goes first alternating.  Prints the RESULTs. */
+static void run_read_through(struct sfx *fx, const char *base, struct sfx_conv *cv,
+			     const sel_published *cp, uint32_t n, uint64_t rec_bytes, uint32_t *dst,
+			     int rounds, bool have_fio)
+{
+	double rt[MAX_ROUNDS], fr[MAX_ROUNDS], ratio[MAX_ROUNDS], depth[MAX_ROUNDS];
+	uint64_t warm = (uint64_t)(n + 2) * (PAGES + 8) * fx->slot_bytes;
+	uint64_t bytes = (uint64_t)n * rec_bytes;
+	for (int r = 0; r < rounds; r++) {
+		test_rmtree(base);
+		rt_fill(fx, base, warm, cp, n, rec_bytes);
+		sel_store *s = open_composite(fx, base, warm);
+		const char *ns_dir = test_store_dir(s);
+		struct sel_composite_gauges g0, g1;
+		sel_composite_store_gauges(s, &g0);
+		bool fio_first = r % 2 == 1;
+		fr[r] = 0;
+		if (have_fio && fio_first)
+			have_fio = (fr[r] = fio_one(ns_dir, "read", bytes)) > 0;
+		struct sel_disk_stats d0, d1;
+		sel_disk_store_thread_stats(sel_composite_store_disk(s), &d0);
+		rt[r] = rt_fetches(s, cv, n, rec_bytes, dst);
+		sel_disk_store_thread_stats(sel_composite_store_disk(s), &d1);
+		uint64_t busy = d1.read_busy_ns - d0.read_busy_ns;
+		depth[r] = busy ? (double)(d1.read_depth_ns - d0.read_depth_ns) / (double)busy : 0;
+		if (have_fio && !fio_first)
+			have_fio = (fr[r] = fio_one(ns_dir, "read", bytes)) > 0;
+		sel_composite_store_gauges(s, &g1);
+		CHECKF(g1.read_through - g0.read_through == n && g1.streamed == g0.streamed,
+		       "%" PRIu64 " read through, %" PRIu64 " streamed",
+		       g1.read_through - g0.read_through, g1.streamed - g0.streamed);
+		CHECK(sfx_page_ok(fx, dst[7], 1000 + n - 1, 7, false));
+		ratio[r] = fr[r] > 0 ? rt[r] / fr[r] : 0;
+		printf("read-through round %d: %u records, %.2f GB/s (%.2f reads in flight, %" PRIu64
+		       " reads beside; fio read %.2f)%s\n",
+		       r, n, rt[r] / 1e9, depth[r], d1.reads_beside - d0.reads_beside, fr[r] / 1e9,
+		       fio_first ? ", fio first" : "");
+		char p[4200];
+		snprintf(p, sizeof p, "%s/fio.bench", ns_dir);
+		unlink(p);
+		CHECK_RC(sel_store_close(s, 0), 0);
+		sel_store_destroy(s);
+	}
+	printf("RESULT store_read_through_gbps %.3f GB/s\n", bench_median(rt, rounds) / 1e9);
+	printf("RESULT store_read_through_read_depth %.2f requests\n", bench_median(depth, rounds));
+	if (have_fio) {
+		printf("RESULT fio_read_rt_gbps %.3f GB/s\n", bench_median(fr, rounds) / 1e9);
+		printf("RESULT store_read_through_vs_fio %.3f ratio\n",
+		       bench_median(ratio, rounds));
+	}
+}
+
 static double geomean(const double *v, int n)
 {
 	double l = 0;
@@ -230,7 +359,8 @@ int main(void)
 	if (!have_fio)
 		printf("fio not found: skipping the ratios\n");
 	loadavg("at the start");
-	for (int r = 0; r < rounds; r++) {
+	bool only_rt = env_u64("BENCH_ONLY_RT", 0) != 0;
+	for (int r = 0; r < (only_rt ? 0 : rounds); r++) {
 		test_rmtree(base);
 		sel_store_config cfg = sfx_config(&fx, false);
 		cfg.disk_dir = base;
@@ -294,11 +424,22 @@ int main(void)
 		CHECK_RC(sel_store_close(s, 0), 0);
 		sel_store_destroy(s);
 	}
+	int rt_rounds = (int)env_u64("BENCH_RT_ROUNDS", 3);
+	if (rt_rounds > MAX_ROUNDS)
+		rt_rounds = MAX_ROUNDS;
+	if (rt_rounds > 0)
+		run_read_through(&fx, base, cv, cp, n, rec_bytes, dst, rt_rounds, have_fio);
 	loadavg("at the end");
-	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
-	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
-	printf("RESULT store_put_write_depth %.2f requests\n", bench_median(depth_w, rounds));
-	if (have_fio) {
+	if (only_rt)
+		rounds = 0;
+	if (rounds)
+		printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
+	if (rounds) {
+		printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
+		printf("RESULT store_put_write_depth %.2f requests\n",
+		       bench_median(depth_w, rounds));
+	}
+	if (have_fio && rounds) {
 		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
 							"fio_write_same_depth_gbps",
 							"fio_read_same_depth_gbps"};

@@ -751,8 +751,8 @@ sel_store *sfx_open_pooled(struct sfx *f, const char *sock, const char *id, uint
 
 int sfx_fetch_at(sel_store *s, const sel_hit *hit, uint32_t first, uint32_t slot, uint64_t ticket)
 {
-	uint32_t ids[64];
-	CHECKF(hit->pages <= 64, "%" PRIu32 " pages", hit->pages);
+	uint32_t ids[1024];
+	CHECKF(hit->pages <= 1024, "%" PRIu32 " pages", hit->pages);
 	for (uint32_t i = 0; i < hit->pages; i++)
 		ids[i] = first + i;
 	sel_inbound in = {

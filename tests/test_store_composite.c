@@ -27,6 +27,7 @@
  */
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "record.h"
@@ -47,7 +48,26 @@ static struct {
 	int fallocate_n;
 	int block_pwrite; /* pwrite waits while set */
 	int blocked;      /* pwrites waiting */
+	/* The first pread at a file offset in [pread_lo, pread_hi) fails with
+	 * pread_err, or (pread_flip) returns its bytes with one flipped. */
+	uint64_t pread_lo, pread_hi;
+	int pread_err, pread_flip;
+	int pread_hits;
 } fi;
+
+static ssize_t f_pread(int fd, void *b, size_t n, off_t off)
+{
+	bool in = (uint64_t)off >= fi.pread_lo && (uint64_t)off < fi.pread_hi;
+	if (in && fi.pread_err && __atomic_fetch_add(&fi.pread_hits, 1, __ATOMIC_SEQ_CST) == 0) {
+		errno = fi.pread_err;
+		return -1;
+	}
+	ssize_t r = eos_fileops_libc.pread(fd, b, n, off);
+	if (in && r > 0 && fi.pread_flip &&
+	    __atomic_fetch_add(&fi.pread_hits, 1, __ATOMIC_SEQ_CST) == 0)
+		((uint8_t *)b)[r / 2] ^= 0x5a;
+	return r;
+}
 
 static int f_fallocate(int fd, int mode, off_t off, off_t len)
 {
@@ -326,6 +346,143 @@ static void test_chain_read_through(void)
 	test_rmtree(base);
 	free(base);
 	sfx_free(&fx);
+}
+
+/* ---- read-through window by window (issue 18, r26disk) ------------------------------------ */
+
+/* A 256-page record on disk only: its read-through reads four windows and
+ * the row into the reserved memory slots and uploads each as it lands. */
+struct ovl {
+	struct sfx fx;
+	char *base;
+	struct sfx_conv a;
+	sel_published cp;
+	uint64_t lo, hi; /* file offsets of the second half of its page records */
+};
+
+static void ovl_init(struct ovl *o)
+{
+	sfx_init(&o->fx, 1, 2, units2, 20000, 1024, 16);
+	o->base = test_mkdtemp("overlap");
+	sfx_conv_init(&o->fx, &o->a, 77, 256 * SFX_PT + 10, 10);
+	o->cp = sfx_ckpt(&o->fx, &o->a, 256 * SFX_PT, 0, 1, 1);
+	sel_store *s = open_store(&o->fx, o->base, (struct opts){.warm = 600, .drain = true});
+	store(s, &o->cp, SEL_TIER_MEMORY);
+	char name[SEL_RECORD_NAME_MAX], path[4200];
+	sel_record_name(&o->cp.key, name);
+	snprintf(path, sizeof path, "%s/%s", test_store_dir(s), name);
+	close_store(s); /* drains: the record is written */
+	struct stat st;
+	CHECK(stat(path, &st) == 0);
+	/* Pages, then the row (about 20 KB) at the end of the file. */
+	o->lo = (uint64_t)st.st_size / 2;
+	o->hi = (uint64_t)st.st_size - (64u << 10);
+	CHECK(o->lo < o->hi);
+}
+
+static void ovl_free(struct ovl *o)
+{
+	sfx_conv_free(&o->a);
+	test_rmtree(o->base);
+	free(o->base);
+	sfx_free(&o->fx);
+}
+
+/* Fetch the record into pages 100.. and row slot 5; its event. */
+static sel_event ovl_fetch(sel_store *s, struct ovl *o, uint64_t ticket)
+{
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &o->a.h, 0, UINT64_MAX, &hit), 1);
+	CHECKF(hit.tier == SEL_TIER_DISK && hit.pages == 256, "%s, %" PRIu32 " pages",
+	       sel_tier_name(hit.tier), hit.pages);
+	CHECK_OK(sfx_fetch_at(s, &hit, 100, 5, ticket));
+	sel_event ev[8];
+	uint64_t deadline = eos_now_ns() + 20ull * 1000000000;
+	for (;;) {
+		CHECK(eos_now_ns() < deadline);
+		int n = sfx_poll_wait(s, ev, 8);
+		CHECK_OK(check(s));
+		for (int i = 0; i < n; i++)
+			if (ev[i].type != SEL_EV_PROGRESS) {
+				CHECK(ev[i].ticket == ticket && n == i + 1);
+				return ev[i];
+			}
+	}
+}
+
+/* A read that fails mid-stream (err: EIO; else a flipped byte): the fetch
+ * fails, nothing is admitted to memory, every reserved slot comes back. */
+static void ovl_fault(struct ovl *o, int err)
+{
+	sel_store *s = open_store(&o->fx, o->base, (struct opts){.warm = 600});
+	uint64_t used = stats(s).slots_in_use;
+	uint64_t ovl0 = gauges(s).read_through_overlapped;
+	fi.pread_lo = o->lo;
+	fi.pread_hi = o->hi;
+	fi.pread_err = err;
+	fi.pread_flip = !err;
+	fi.pread_hits = 0;
+	eos_fileops_set(&fault_ops);
+	sfx_poison(&o->fx);
+	sel_event ev = ovl_fetch(s, o, 9);
+	eos_fileops_set(NULL);
+	fi.pread_err = fi.pread_flip = 0;
+	CHECKF(ev.type == SEL_EV_FETCH_FAILED, "event %d", ev.type);
+	CHECK(err ? ev.error == -err : ev.error == SEL_ECORRUPT);
+	CHECK(fi.pread_hits >= 1 && gauges(s).read_through_overlapped == ovl0 + 1);
+	CHECK(!in_memory(s, &o->cp.key));
+	settle(s);
+	CHECKF(stats(s).slots_in_use == used, "%" PRIu64 " slots in use, %" PRIu64 " before",
+	       stats(s).slots_in_use, used);
+	sel_stats st = stats(s);
+	CHECK(st.fetch_failures == 1);
+	if (!err) {
+		/* A record that lied is gone from both tiers: a miss. */
+		sel_hit hit;
+		CHECK_RC(sel_store_lookup(s, &o->a.h, 0, UINT64_MAX, &hit), 0);
+	} else if (on_disk(s, &o->cp.key)) {
+		/* Still indexed: read through again, byte-exact. */
+		restore(&o->fx, s, &o->a, 0, 256 * SFX_PT, 100, 5, SEL_TIER_DISK);
+		CHECK(in_memory(s, &o->cp.key));
+	}
+	close_store(s);
+}
+
+static void test_overlapped_read_through(void)
+{
+	setenv("SELENE_DISK_IO", "pread", 1); /* the fault hooks see every payload read */
+	struct ovl o;
+	ovl_init(&o);
+
+	/* Clean: byte-exact in the destination, admitted to memory, served
+	 * from memory next. */
+	sel_store *s = open_store(&o.fx, o.base, (struct opts){.warm = 600});
+	struct sel_composite_gauges g = gauges(s);
+	restore(&o.fx, s, &o.a, 0, 256 * SFX_PT, 100, 5, SEL_TIER_DISK);
+	CHECK(gauges(s).read_through == g.read_through + 1 &&
+	      gauges(s).read_through_overlapped == g.read_through_overlapped + 1 &&
+	      gauges(s).streamed == g.streamed);
+	CHECK(in_memory(s, &o.cp.key) && stats(s).read_through_bytes > 0);
+	restore(&o.fx, s, &o.a, 0, 256 * SFX_PT, 400, 6, SEL_TIER_MEMORY);
+	close_store(s);
+
+	ovl_fault(&o, EIO);
+	ovl_free(&o);
+	ovl_init(&o); /* (a fresh directory: the fault may have dropped it) */
+	ovl_fault(&o, 0);
+	ovl_free(&o);
+
+	/* A stop during the fetch: the close lets it finish, and the store
+	 * closes clean with nothing held. */
+	ovl_init(&o);
+	s = open_store(&o.fx, o.base, (struct opts){.warm = 600});
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(s, &o.a.h, 0, UINT64_MAX, &hit), 1);
+	CHECK_OK(sfx_fetch_at(s, &hit, 100, 5, 11));
+	CHECK(gauges(s).busy || !sfx_quiet(s));
+	close_store(s);
+	ovl_free(&o);
+	unsetenv("SELENE_DISK_IO");
 }
 
 /* ---- in-flight writes, disk eviction, streaming ------------------------------------------- */
@@ -771,8 +928,10 @@ int STORE_TEST_MAIN(void)
 	fault_ops = eos_fileops_libc;
 	fault_ops.fallocate = f_fallocate;
 	fault_ops.pwrite = f_pwrite;
+	fault_ops.pread = f_pread;
 	test_tiers();
 	test_chain_read_through();
+	test_overlapped_read_through();
 	test_inflight_write();
 	test_disk_eviction();
 	test_streaming();

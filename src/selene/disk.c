@@ -43,7 +43,10 @@
  * starts beside its record's earlier parts once they have queued all their
  * requests (dk_part_beside), so one put keeps more than one window with the
  * device; an END part started so waits for them before its epilogue
- * (dk_part_waits).
+ * (dk_part_waits).  Likewise a READ starts beside an active READ of its
+ * record that reads through an open file past its prologue
+ * (dk_read_beside), so the windows of one fetch are with the device
+ * together.
  * A write hashes each page record (XXH3-64 of the whole record, padding
  * included) and feeds each row piece to the row hash just before the first
  * request that carries it is submitted; each request is submitted as soon
@@ -94,7 +97,8 @@
  *      active jobs' inflight; sq_n the sum of their unsubmitted.
  *   4. Two active jobs never have the same key, except parts of one
  *      windowed write admitted by dk_part_beside (at most one of them the
- *      END part, which ends after all the others).
+ *      END part, which ends after all the others) and reads admitted by
+ *      dk_read_beside (all of them READs through one open file).
  *   5. A read reports 0 only when the header matched the indexed record,
  *      every page it read matched its checksum and the row (if read)
  *      matched the row checksum.
@@ -192,8 +196,8 @@ static bool can_admit(sel_disk *d)
 	const struct sel_disk_job *j = d->q[d->q_head];
 	for (uint32_t i = 0; i < d->n_act; i++) {
 		const struct io_ctx *c = d->act[i];
-		if (!dk_admits_past(c, j) ||
-		    (sel_key_eq(&c->job->rec.key, &j->rec.key) && !dk_part_beside(c, j)))
+		if (!dk_admits_past(c, j) || (sel_key_eq(&c->job->rec.key, &j->rec.key) &&
+					      !dk_part_beside(c, j) && !dk_read_beside(c, j)))
 			return false;
 	}
 	return true;
@@ -232,6 +236,8 @@ static void *disk_main(void *arg)
 					STAT_ADD(d, overlapped, 1);
 				if (c->wt && c->wt->users > 1)
 					STAT_ADD(d, parts_beside, 1);
+				if (c->rf && c->rf->users > 1)
+					STAT_ADD(d, reads_beside, 1);
 				d->act[d->n_act++] = c;
 			} else {
 				dk_job_end(d, c);
@@ -788,8 +794,11 @@ void sel_disk_stats(sel_disk *d, struct sel_disk_stats *out)
 	out->direct_fallbacks = __atomic_load_n(&d->st.direct_fallbacks, __ATOMIC_RELAXED);
 	out->overlapped = __atomic_load_n(&d->st.overlapped, __ATOMIC_RELAXED);
 	out->parts_beside = __atomic_load_n(&d->st.parts_beside, __ATOMIC_RELAXED);
+	out->reads_beside = __atomic_load_n(&d->st.reads_beside, __ATOMIC_RELAXED);
 	out->write_busy_ns = __atomic_load_n(&d->st.write_busy_ns, __ATOMIC_RELAXED);
 	out->write_depth_ns = __atomic_load_n(&d->st.write_depth_ns, __ATOMIC_RELAXED);
+	out->read_busy_ns = __atomic_load_n(&d->st.read_busy_ns, __ATOMIC_RELAXED);
+	out->read_depth_ns = __atomic_load_n(&d->st.read_depth_ns, __ATOMIC_RELAXED);
 	out->read_opens = __atomic_load_n(&d->st.read_opens, __ATOMIC_RELAXED);
 	out->read_reuses = __atomic_load_n(&d->st.read_reuses, __ATOMIC_RELAXED);
 	for (int i = 0; i < SEL_DISK_FOPS; i++)

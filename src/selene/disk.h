@@ -24,7 +24,9 @@
  *     jobs are outstanding (submitted and not yet polled), SEL_ESTOPPED
  *     after close began, and -EINVAL for a malformed job; a call that
  *     returns an error produces no completion.
- *   - Jobs of one record (same key) run and complete in submission order.
+ *   - Jobs of one record (same key) run and complete in submission order,
+ *     except reads: a READ may start beside an earlier READ of its record
+ *     (issue 18, r26disk) and complete before it.
  *     Every job's prologue (temporary creation and preallocation,
  *     truncation, unlink, the header read) starts in submission order
  *     across records too, and an unlink's or a truncation's completes
@@ -274,9 +276,11 @@ struct sel_disk_stats {
 	uint64_t direct_fallbacks; /* O_DIRECT refused at open: buffered since */
 	uint64_t overlapped;       /* jobs started while another's I/O was in flight */
 	uint64_t parts_beside;     /* write parts started beside an earlier part of their record */
+	uint64_t reads_beside;     /* reads started beside another read of their record */
 	/* io_uring: time with write requests in flight, and the integral of
 	 * their count over it (the mean depth while writing is the ratio). */
 	uint64_t write_busy_ns, write_depth_ns;
+	uint64_t read_busy_ns, read_depth_ns; /* the same for read requests */
 	uint64_t read_opens;                  /* record files opened (and headers read) for reads */
 	uint64_t read_reuses;                 /* reads through a file a previous window opened */
 	uint64_t ring_fileops[SEL_DISK_FOPS]; /* file operations completed through the ring */

@@ -82,7 +82,9 @@ struct wtemp {
 #define RFILES (ACTIVE_JOBS + 2)
 
 struct rfile {
-	bool used, busy; /* busy: an active job reads through it */
+	bool used;
+	uint32_t users; /* active jobs reading through it (issue 18: windows beside) */
+	bool closing;   /* closed once its last user ends; no new user */
 	sel_key key;
 	struct eos_file_id want; /* the file the opening job named (zero: none) */
 	int fd;
@@ -169,7 +171,9 @@ struct sel_disk {
 	uint32_t inflight; /* requests and file operations the kernel holds */
 	uint32_t wr_reqs;  /* write requests prepared and not finished (issue 18) */
 	uint64_t wr_t;     /* when wr_reqs last changed */
-	struct sqi *sq;    /* [sq_cap] prepared, not yet submitted, oldest first */
+	uint32_t rd_reqs;  /* read requests likewise (issue 18, r26disk) */
+	uint64_t rd_t;
+	struct sqi *sq; /* [sq_cap] prepared, not yet submitted, oldest first */
 	uint32_t sq_n, sq_cap;
 	bool fileops;    /* file operations through the ring (config, env) */
 	uint32_t fop_ok; /* bit per enum sel_disk_fop: the kernel has it */
@@ -292,6 +296,17 @@ static inline bool dk_part_beside(const struct io_ctx *c, const struct sel_disk_
 	return j->op == SEL_DISK_WRITE_PART && a->op == SEL_DISK_WRITE_PART &&
 	       !(j->part & SEL_DISK_PART_BEGIN) && !(a->part & SEL_DISK_PART_END) && !c->err &&
 	       c->phase == PH_IO && c->wt && c->wt->fd >= 0 && !c->wt->failed;
+}
+/* Issue 18 (r26disk): whether READ job j may start beside active READ job
+ * c of the same record.  Reads change nothing, and c reads through an open
+ * file past its prologue (its header checked, its checksums in memory):
+ * j reads the same descriptor (disk_job.c "Open files") and verifies its
+ * own page records.  So the windows of one fetch keep the device busy
+ * together, as fio's queue does. */
+static inline bool dk_read_beside(const struct io_ctx *c, const struct sel_disk_job *j)
+{
+	return j->op == SEL_DISK_READ && c->job->op == SEL_DISK_READ && c->rf && !c->rf->closing &&
+	       !c->err && c->phase == PH_IO;
 }
 /* Record the job's first failure with its message, or the calling thread's
  * Eos message as the cause. */

@@ -112,17 +112,22 @@ static void seg_end(struct io_ctx *c, struct seg *s)
 		dk_io_fail(c, rc, "%s", eos_errmsg());
 }
 
-/* Issue 18: the time write requests were with the kernel, and its
- * integral of their count (sel_disk_stats write_busy_ns, write_depth_ns). */
-static void wr_depth(sel_disk *d, int delta)
+/* Issue 18: the time write (read) requests were with the kernel, and its
+ * integral of their count (sel_disk_stats write_busy_ns, write_depth_ns;
+ * read_busy_ns, read_depth_ns). */
+static void io_depth(sel_disk *d, bool write, int delta)
 {
 	uint64_t now = eos_now_ns();
-	if (d->wr_reqs) {
+	if (write && d->wr_reqs) {
 		STAT_ADD(d, write_busy_ns, now - d->wr_t);
 		STAT_ADD(d, write_depth_ns, (now - d->wr_t) * d->wr_reqs);
+	} else if (!write && d->rd_reqs) {
+		STAT_ADD(d, read_busy_ns, now - d->rd_t);
+		STAT_ADD(d, read_depth_ns, (now - d->rd_t) * d->rd_reqs);
 	}
-	d->wr_t = now;
-	d->wr_reqs = (uint32_t)((int)d->wr_reqs + delta);
+	uint32_t *n = write ? &d->wr_reqs : &d->rd_reqs;
+	*(write ? &d->wr_t : &d->rd_t) = now;
+	*n = (uint32_t)((int)*n + delta);
 }
 
 static void req_finish(struct req *r)
@@ -263,8 +268,7 @@ void dk_reap(sel_disk *d, bool wait)
 				continue;
 			dk_io_fail(c, -EBUSY, "no submission entry to resume a short transfer");
 		}
-		if (c->write)
-			wr_depth(d, -1);
+		io_depth(d, c->write, -1);
 		req_finish(r);
 	}
 }
@@ -348,8 +352,7 @@ void dk_uring_fill(sel_disk *d)
 				r->busy = false;
 				break;
 			}
-			if (c->write)
-				wr_depth(d, 1);
+			io_depth(d, c->write, 1);
 			/* Hand each request over at once, so the device works
 			 * while the next chunk is hashed. */
 			submit_pending(d);
@@ -396,7 +399,7 @@ void dk_ring_reset(sel_disk *d)
 		*d->sq[i].busy = false;
 	d->sq_n = 0;
 	d->ring_broken = false;
-	d->wr_reqs = 0; /* the abandoned ones never complete */
+	d->wr_reqs = d->rd_reqs = 0; /* the abandoned ones never complete */
 	STAT_ADD(d, ring_resets, 1);
 	io_uring_queue_exit(&d->ring);
 	d->ring_ok = false;

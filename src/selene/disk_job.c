@@ -374,7 +374,9 @@ static int read_exact(struct io_ctx *c, void *buf, uint64_t len, uint64_t off, c
 /* ---- Open files --------------------------------------------------------------
  *
  * A fetch reads its record in windows of at most 64 page records, one READ
- * job each, in page order (jobs of one key never run together: disk.c).
+ * job each, in page order (they start in that order, and since issue 18
+ * r26disk a window starts beside the record's earlier windows once those
+ * are past their prologue: disk.c dk_read_beside).
  * Opening the file, reading and checking its header and reading its
  * checksums for every window cost three dependent device round trips per
  * window before the payload (part A measured 4 opens for a 4-window fetch,
@@ -384,9 +386,11 @@ static int read_exact(struct io_ctx *c, void *buf, uint64_t len, uint64_t off, c
  * entry of d->rf, and the windows after it read through that descriptor:
  * each still checks the decoded header and the file length against its
  * own indexed record (no I/O) before any payload is read, and verifies
- * every page record it reads against the checksums.  The entry is closed
- * by the job that reads through the record's last page record (a fetch's
- * last window), by any failed read through it, before a WRITE, WRITE_PART,
+ * every page record it reads against the checksums.  Windows beside each
+ * other share the entry (users counts them).  The entry is closed when
+ * its last user ends after the job that reads through the record's last
+ * page record (a fetch's last window) or any failed read through it
+ * ended (closing: no new user meanwhile), before a WRITE, WRITE_PART,
  * TRUNCATE or UNLINK of the same key (so an unlinked record's blocks are
  * not held, and a rewritten one is reopened), when a job names another
  * file identity, when evicted (least recently used, never one an active
@@ -408,7 +412,7 @@ static void rf_close(struct rfile *f)
 static void rf_drop(sel_disk *d, const sel_key *key)
 {
 	for (int i = 0; i < RFILES; i++)
-		if (d->rf[i].used && !d->rf[i].busy && sel_key_eq(&d->rf[i].key, key))
+		if (d->rf[i].used && !d->rf[i].users && sel_key_eq(&d->rf[i].key, key))
 			rf_close(&d->rf[i]);
 }
 
@@ -421,7 +425,7 @@ void dk_rf_close_all(sel_disk *d)
 static bool rf_matches(const struct rfile *f, const struct sel_disk_job *j,
 		       const sel_record_span *s)
 {
-	return f->used && !f->busy && sel_key_eq(&f->key, &j->rec.key) &&
+	return f->used && !f->closing && sel_key_eq(&f->key, &j->rec.key) &&
 	       eos_file_id_eq(&f->want, &j->want) && f->tail == j->rec.tail &&
 	       f->header_bytes == s->header_bytes && f->cksum_off == s->cksum_off;
 }
@@ -435,7 +439,7 @@ static struct rfile *rf_slot(sel_disk *d)
 		struct rfile *f = &d->rf[i];
 		if (!f->used)
 			return f;
-		if (!f->busy && (!best || f->lru < best->lru))
+		if (!f->users && (!best || f->lru < best->lru))
 			best = f;
 	}
 	if (best)
@@ -548,7 +552,7 @@ static void read_begin(sel_disk *d, struct io_ctx *c)
 		assert(f);
 		*f = fresh;
 	}
-	f->busy = true;
+	f->users++;
 	f->lru = ++d->rf_tick;
 	c->rf = f;
 	c->h = f->h;
@@ -679,8 +683,12 @@ void dk_job_end(sel_disk *d, struct io_ctx *c)
 		/* Open files: the last window's job, or a failed one, closes. */
 		struct rfile *f = c->rf;
 		uint32_t n = j->count ? j->count : j->rec.tail - j->first;
-		f->busy = false;
-		if (c->err || j->first + n >= f->tail)
+		f->users--;
+		/* (A read of the row alone -- a fetch's first window -- is not
+		 * the last: the pages' windows follow it.) */
+		if (c->err || (n && j->first + n >= f->tail))
+			f->closing = true;
+		if (f->closing && !f->users)
 			rf_close(f);
 		c->rf = NULL;
 		c->fd = -1;

@@ -33,6 +33,9 @@ struct sel_composite_gauges {
 	uint64_t max_writing_slots;
 	uint64_t writes_started, writes_done, writes_retried, backoff_until_ns;
 	uint64_t read_through, streamed;
+	/* of read_through: uploaded window by window as the reads land
+	 * (sel_disk_store_fetch_into), not after the whole chain was read */
+	uint64_t read_through_overlapped;
 	uint64_t refused_full, progress, want_slots, streaming;
 	bool busy;
 };

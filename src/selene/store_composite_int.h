@@ -54,6 +54,7 @@ struct cfetch {
 	uint32_t pending; /* reads in flight */
 	int status;
 	bool read_done;
+	bool overlapped; /* one fetch_into: the disk store uploads and sends the event */
 	uint64_t submit_ns;
 	struct cfetch *prev, *next;
 };

@@ -20,6 +20,16 @@
  * residents for an admission that cannot succeed.  Otherwise the caller
  * streams the chain from disk instead (1).
  *
+ * Overlapped reads (issue 18, r26disk).  When every node is read (none
+ * resident) and the chain starts at its first node's first page, one
+ * sel_disk_store_fetch_into reads the chain window by window into the
+ * reserved slots and copies each window in to the destination as soon as
+ * its read is verified: the upload overlaps the reads after it, where the
+ * path below reads everything first and uploads after.  The disk store
+ * sends the fetch's event; its read hook, in the same poll, settles the
+ * copies: admitted only when every byte landed verified (status 0), else
+ * released.  Where the disk store declines the shape, the path below.
+ *
  * Reads.  Each reserved node with pages (and the endpoint's row) is read
  * with read_into straight into its reserved slots; a node that owns no
  * pages is not read (the empty reserved copy stands in for it).  The fetch
@@ -35,8 +45,9 @@
  *   1. A cfetch is on the fetches list from its reads' submission until it
  *      uploads or fails; every ROLE_READ key is reserved in memory and
  *      every ROLE_RESIDENT key pinned by it until then.
- *   2. pending counts the reads in flight plus the submission hold;
- *      read_done is set once, when it reaches 0.
+ *   2. pending counts the reads in flight plus the submission hold (an
+ *      overlapped fetch: its one stream); read_done is set once, when it
+ *      reaches 0.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -99,6 +110,16 @@ static bool cfetch_upload(struct comp_store *cs, struct cfetch *f)
 			  .pages = f->dst,
 			  .n_pages = f->n_dst,
 			  .state_slot = f->state_slot};
+	if (f->overlapped) {
+		/* The disk store uploaded each window and sends the event;
+		 * the copies are admitted only when every byte landed
+		 * verified. */
+		cfetch_release(cs, f, f->status == 0);
+		if (f->status)
+			cs->pg.released = true; /* the reserved slots */
+		cfetch_free(cs, f);
+		return true;
+	}
 	if (f->status) {
 		cfetch_release(cs, f, false);
 		cs->pg.released = true; /* the reserved slots, the residents' pins */
@@ -319,6 +340,33 @@ static int read_node(struct comp_store *cs, const struct dchain *c, uint32_t i, 
 	return r;
 }
 
+/* Every node read (none resident): one fetch_into reads the chain into its
+ * reserved slots window by window and uploads each window as soon as its
+ * read is verified, so the upload overlaps the reads that follow.  0
+ * started (the read hook ends f), else nothing started. */
+static int read_overlapped(struct comp_store *cs, const struct dchain *c, struct cfetch *f,
+			   const sel_hit *hit, const sel_inbound *in)
+{
+	for (uint32_t i = 0; i < c->n; i++)
+		if (f->role[i] != ROLE_READ)
+			return -ENOTSUP;
+	struct sel_disk_into *into = calloc(c->n, sizeof(*into));
+	if (!into)
+		return -ENOMEM;
+	int rc = 0;
+	for (uint32_t i = 0; i < c->n && !rc; i++) {
+		struct sel_memory_view v;
+		if ((rc = sel_memory_store_view(cs->mem, &c->keys[i], &v)) == 0)
+			into[i] = (struct sel_disk_into){.slots = v.slots,
+							 .n_page_slots = v.n_page_slots,
+							 .n_row_slots = v.n_row_slots};
+	}
+	if (rc == 0)
+		rc = sel_disk_store_fetch_into(cs->disk, hit, in, into, c->n, f);
+	free(into);
+	return rc;
+}
+
 int cs_read_through(struct comp_store *cs, const sel_hit *hit, const sel_inbound *in)
 {
 	struct dchain c = {0};
@@ -356,6 +404,14 @@ int cs_read_through(struct comp_store *cs, const sel_hit *hit, const sel_inbound
 		goto out; /* would evict residents for an impossible admission */
 	cfetches_push(&cs->fetches, f);
 	f->pending = 1; /* held while submitting */
+	if (read_overlapped(cs, &c, f, hit, in) == 0) {
+		f->overlapped = true; /* pending: the stream, until its hook */
+		cs->g.read_through++;
+		cs->g.read_through_overlapped++;
+		f = NULL;
+		rc = 0;
+		goto out;
+	}
 	for (uint32_t i = 0; i < c.n; i++) {
 		if (f->role[i] != ROLE_READ || (i + 1 < c.n && c.info[i].tail == 0))
 			continue; /* a node that owns no pages: the empty reserved copy stands in */

@@ -199,7 +199,7 @@ static int ds_fetch(sel_store *s, const sel_hit *hit, const sel_inbound *in)
 	int rc = sel_core_fetch_check(&ds->c, hit, in, ds_has_file,
 				      "part of the hit chain has no file yet", &w);
 	if (rc == 0)
-		rc = ds_fetch_stream(ds, hit, in, &w);
+		rc = ds_fetch_stream(ds, hit, in, &w, NULL, NULL);
 	debug_check(ds);
 	return rc;
 }

@@ -145,6 +145,29 @@ int sel_disk_store_write_from(sel_store *s, const sel_key *key, void *const *pag
 int sel_disk_store_read_into(sel_store *s, const sel_key *key, bool row, void *const *pages,
 			     const struct iovec *row_iov, uint32_t row_n, void *arg);
 
+/* The slots of one chain node's reserved memory copy (the composite's):
+ * its page slots, then (the endpoint) its row slots, laid out as the
+ * record's flags say (sel_record_page_addr, sel_record_row_iov). */
+struct sel_disk_into {
+	const uint32_t *slots;
+	uint32_t n_page_slots, n_row_slots;
+};
+/* Fetch hit into in as sel_store_fetch does -- windows read and verified
+ * on the disk thread, each copied in as soon as its read is verified --
+ * but each window read into the caller's slots (into[i] for node i of the
+ * chain above hit->resident, ascending) instead of intake slots, and the
+ * slots left the caller's (issue 18, r26disk: a read-through whose
+ * uploads overlap its reads).  Whole nodes only: hit->resident must be
+ * where the chain's first node starts.  The read hook runs with arg and
+ * the stream's status (0: every byte of every node landed verified in the
+ * slots) after the stream's last read and copy ended, in the same poll
+ * that returns its SEL_EV_FETCHED or SEL_EV_FETCH_FAILED.  0 started;
+ * -ENOTSUP (not this shape: sharded, not whole nodes, slots that do not
+ * match a record's layout; nothing started), or sel_store_fetch's
+ * errors. */
+int sel_disk_store_fetch_into(sel_store *s, const sel_hit *hit, const sel_inbound *in,
+			      const struct sel_disk_into *into, uint32_t n_into, void *arg);
+
 /* Remove a record and its descendants (at their last unpin), counting each
  * as dropped for reason (SEL_DISK_DROP_*).  0 or -ENOENT. */
 enum {

@@ -36,6 +36,10 @@
 #define DS_UNCHARGED (1u << 11)   /* composite: parked without disk budget */
 
 #define WINDOWS_IN_FLIGHT 2u
+/* A fetch_into's windows read into the caller's slots, not intake: more of
+ * them queue at once at no cost in slots, so the disk thread always has
+ * the next window of the record when one ends (issue 18, r26disk). */
+#define INTO_WINDOWS_IN_FLIGHT 4u
 /* Issue 18 (r18c): a put streams windows of half the size, four at once --
  * the same intake slots (design 1's 2 x 64 per stream), so one window's
  * copy-out overlaps three windows' writes, which start beside each other on
@@ -93,6 +97,7 @@ struct dwin {
 	uint32_t flags; /* record flags (fetch: packing) */
 	uint32_t n_slots, n_page_slots, n_row_slots;
 	uint32_t *slots;
+	bool borrowed; /* slots of a fetch_into's caller: not freed here */
 	void **addr;
 	struct iovec *iov;
 	uint32_t n_iov;
@@ -130,6 +135,10 @@ struct dstream {
 	uint32_t sums_first, n_sums;
 	uint32_t sums_live; /* K_SUMS jobs in flight: the stream ends after them */
 	bool waiting;
+	/* fetch_into (issue 18, r26disk): each node's slots, and the hook's
+	 * arg (into NULL: an ordinary fetch through intake slots). */
+	struct sel_disk_into *into;
+	void *into_arg;
 	/* The sharded transport (store_disk_sharded.c): the put's header
 	 * creation time (every rank's), and the stream's link job. */
 	uint64_t created_ns;
@@ -290,8 +299,10 @@ struct dstream *ds_put_stream(struct disk_store *ds, const sel_published *cp, ui
 int ds_win_start(struct disk_store *ds, struct dstream *st, bool direct);
 void ds_stream_pump(struct disk_store *ds, struct dstream *st);
 /* A fetch's stream over a checked chain, started. */
+/* into: NULL, or fetch_into's slots per node (the stream owns the block
+ * once this returns 0), arg its hook's. */
 int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound *in,
-		    const struct sel_chain_walk *w);
+		    const struct sel_chain_walk *w, struct sel_disk_into *into, void *arg);
 /* Drive every stage: completions, queued submissions, waiting streams.
  * Returns whether anything happened. */
 bool ds_progress(struct disk_store *ds);

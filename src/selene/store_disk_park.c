@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "eos.h"
+#include "internal.h"
 #include "store_disk_int.h"
 
 int sel_disk_store_park(sel_store *s, const struct sel_disk_park *p, bool *charged)
@@ -253,6 +254,67 @@ void ds_read_into_done(struct disk_store *ds, struct dj *d)
 	}
 	ds_hook_push(ds, K_READ_INTO, d->arg, rc);
 	ds_unpin(&ds->c, d->node);
+}
+
+/* fetch_into's shape: whole nodes, each node's slots its record's layout
+ * (the windows' slots are cut from them, win_new), not sharded.  The
+ * caller's slots copied into one block; NULL with *rc otherwise. */
+static struct sel_disk_into *into_copy(struct disk_store *ds, const struct sel_chain_walk *w,
+				       const struct sel_disk_into *into, uint32_t n_into, int *rc)
+{
+	*rc = -ENOTSUP;
+	if (ds->sh || w->skip || n_into != w->n)
+		return NULL;
+	size_t slots = 0;
+	for (uint32_t i = 0; i < w->n; i++) {
+		uint32_t tail = NODE(ds, w->ids[i])->tail_pages, fl = ds_rec(ds, w->ids[i])->flags;
+		bool packed = ds->c.ranks > 1 && (fl & SEL_RECORD_PAGES_REPLICATED);
+		if (packed && SEL_WINDOW_PAGES % ds->c.ranks)
+			return NULL;
+		if (into[i].n_page_slots != (packed ? sel_div_up(tail, ds->c.ranks) : tail))
+			return NULL;
+		if (i + 1 == w->n &&
+		    into[i].n_row_slots != sel_record_row_slots(&ds->ns->layout, fl))
+			return NULL;
+		slots += (size_t)into[i].n_page_slots + (i + 1 == w->n ? into[i].n_row_slots : 0);
+	}
+	struct sel_disk_into *b = malloc(w->n * sizeof(*b) + slots * sizeof(uint32_t));
+	if (!b) {
+		*rc = eos_fail(-ENOMEM, "disk store: out of memory");
+		return NULL;
+	}
+	uint32_t *at = (uint32_t *)(b + w->n);
+	for (uint32_t i = 0; i < w->n; i++) {
+		uint32_t k = into[i].n_page_slots + (i + 1 == w->n ? into[i].n_row_slots : 0);
+		memcpy(at, into[i].slots, k * sizeof(uint32_t));
+		b[i] = (struct sel_disk_into){.slots = at,
+					      .n_page_slots = into[i].n_page_slots,
+					      .n_row_slots =
+						      i + 1 == w->n ? into[i].n_row_slots : 0};
+		at += k;
+	}
+	*rc = 0;
+	return b;
+}
+
+int sel_disk_store_fetch_into(sel_store *s, const sel_hit *hit, const sel_inbound *in,
+			      const struct sel_disk_into *into, uint32_t n_into, void *arg)
+{
+	struct disk_store *ds = sel_ds_of(s);
+	struct sel_chain_walk w;
+	int rc = sel_core_fetch_check(&ds->c, hit, in, ds_has_file,
+				      "part of the hit chain has no file yet", &w);
+	if (rc)
+		return rc;
+	if (in->n_sums)
+		return -ENOTSUP;
+	struct sel_disk_into *b = into_copy(ds, &w, into, n_into, &rc);
+	if (!b)
+		return rc;
+	if ((rc = ds_fetch_stream(ds, hit, in, &w, b, arg)) != 0)
+		free(b);
+	debug_check(ds);
+	return rc;
 }
 
 int sel_disk_store_drop(sel_store *s, const sel_key *key, int reason)

@@ -212,12 +212,13 @@ void ds_stream_free(struct disk_store *ds, struct dstream *st)
 		(void)sel_slab_free(ds->pool, st->rslots, st->n_rslots);
 	free(st->rslots);
 	free(st->riov);
+	free(st->into);
 	free(st);
 }
 
 void ds_win_free(struct disk_store *ds, struct dwin *w)
 {
-	if (w->n_slots)
+	if (w->n_slots && !w->borrowed)
 		(void)sel_slab_free(ds->pool, w->slots, w->n_slots);
 	wins_del(&ds->wins, w);
 	free(w);
@@ -261,7 +262,7 @@ static struct dwin *win_new(struct disk_store *ds, struct dstream *st, const str
 {
 	uint32_t np, nr, need = win_slots(ds, st, p, flags, &np, &nr);
 	*rc = 1;
-	if (!sel_slab_can_alloc(ds->pool, need, SEL_SLAB_INTAKE))
+	if (!st->into && !sel_slab_can_alloc(ds->pool, need, SEL_SLAB_INTAKE))
 		return NULL;
 	size_t sz = sizeof(struct dwin) + (size_t)need * sizeof(uint32_t) +
 		    (size_t)p->count * sizeof(void *) + (size_t)ds->iov_cap * sizeof(struct iovec);
@@ -273,7 +274,17 @@ static struct dwin *win_new(struct disk_store *ds, struct dstream *st, const str
 	w->slots = (uint32_t *)(w + 1);
 	w->addr = (void **)eos_round_up((uintptr_t)(w->slots + need), sizeof(void *));
 	w->iov = (struct iovec *)(w->addr + p->count);
-	if (sel_slab_alloc(ds->pool, need, SEL_SLAB_INTAKE, w->slots) != 0) {
+	if (st->into) {
+		/* The caller's slots of the node: the page records from the
+		 * window's first (a multiple of the ranks when packed:
+		 * sel_disk_store_fetch_into), or the row's. */
+		const struct sel_disk_into *n = &st->into[p->node_i];
+		bool packed = flags & SEL_RECORD_PAGES_REPLICATED;
+		w->slots =
+			(uint32_t *)n->slots +
+			(p->count ? (packed ? p->first / ds->c.ranks : p->first) : n->n_page_slots);
+		w->borrowed = true;
+	} else if (sel_slab_alloc(ds->pool, need, SEL_SLAB_INTAKE, w->slots) != 0) {
 		free(w);
 		return NULL;
 	}
@@ -368,7 +379,9 @@ static void wait_add(struct disk_store *ds, struct dstream *st)
 void ds_stream_pump(struct disk_store *ds, struct dstream *st)
 {
 	while (!st->status && st->next_win < st->n_win &&
-	       st->live_win < (st->put ? PUT_WINDOWS_IN_FLIGHT : WINDOWS_IN_FLIGHT) &&
+	       st->live_win < (st->put    ? PUT_WINDOWS_IN_FLIGHT
+			       : st->into ? INTO_WINDOWS_IN_FLIGHT
+					  : WINDOWS_IN_FLIGHT) &&
 	       !(st->decide && !st->decided && st->next_win > 0)) {
 		int rc = ds_win_start(ds, st, false);
 		if (rc == 1) {
@@ -765,7 +778,7 @@ static void sums_done(struct disk_store *ds, struct dj *d)
 }
 
 int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound *in,
-		    const struct sel_chain_walk *w0)
+		    const struct sel_chain_walk *w0, struct sel_disk_into *into, void *arg)
 {
 	/* The head's walk reuses the walk buffer: keep w0's nodes. */
 	struct sel_chain_walk wc = *w0;
@@ -836,6 +849,8 @@ int ds_fetch_stream(struct disk_store *ds, const sel_hit *hit, const sel_inbound
 	ds->c.st.fetches++;
 	ds->c.st.inflight_in++;
 	sel_index_touch(ds->c.ix, w->end);
+	st->into = into;
+	st->into_arg = arg;
 	if (n_hs)
 		head_sums_start(ds, st, in, hs, n_hs);
 	free(ids);
@@ -950,6 +965,14 @@ static void stream_finish(struct disk_store *ds, struct dstream *st)
 				       st->key.consumed, st->resident);
 		for (uint32_t i = 0; i < st->n_nodes; i++)
 			ds_unpin(&ds->c, st->nodes[i]);
+		if (st->into) {
+			/* Every read and copy ended: the caller's slots are its
+			 * own again, verified whole when the status is 0.  The
+			 * hook runs in this poll, before its event is taken. */
+			if (!st->status)
+				ds->c.st.read_through_bytes += st->bytes;
+			ds_hook_push(ds, K_READ_INTO, st->into_arg, st->status);
+		}
 	}
 	if (held) {
 		*held = ev; /* still in flight until the discard ran */
