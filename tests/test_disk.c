@@ -944,9 +944,11 @@ static void test_parts_beside(struct fx *f)
 	/* Every part succeeds: the record is whole.  With O_DIRECT a part's
 	 * write is with the device for far longer than the thread takes to
 	 * admit the next part, so some tries overlap (buffered writes on a
-	 * cached file may complete inside the submission: not required). */
-	uint64_t beside = 0;
-	for (int t = 0; t < 40 && (t < 3 || (direct && !beside)); t++) {
+	 * cached file may complete inside the submission: not required).  How
+	 * many tries that takes depends on the machine's load: tries go on
+	 * until one overlaps, for up to 30 s. */
+	uint64_t beside = 0, until = test_deadline_ns(30);
+	for (int t = 0; t < 3 || (direct && !beside && eos_now_ns() < until); t++) {
 		beside += queue_parts(f, &src, 0, st);
 		for (int p = 0; p < 4; p++)
 			CHECKF(st[p] == 0, "part %d: %d", p, st[p]);
@@ -975,7 +977,8 @@ static void test_parts_beside(struct fx *f)
 	job_write(&j, &old, true);
 	CHECK_OK(run(f, &j));
 	bool cancelled = false;
-	for (int t = 0; t < 40 && (t < 4 || (direct && !cancelled)); t++) {
+	until = test_deadline_ns(30);
+	for (int t = 0; t < 4 || (direct && !cancelled && eos_now_ns() < until); t++) {
 		queue_parts(f, &src, 1 + t % 3, st);
 		int eio = 0;
 		for (int p = 0; p < 4; p++) {
