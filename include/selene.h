@@ -743,6 +743,24 @@ typedef struct sel_export_hooks {
 	int (*describe)(void *ctx, uint64_t checkpoint, sel_published *out);
 } sel_export_hooks;
 
+/* Landed restore windows (issue 18): called on a transfer thread after a
+ * window of a restore's copy-in has landed in the planes, before that
+ * rank's part of the copy is reported, with the rank (the geometry's), the
+ * window's destination page ids (pages[0..n_pages), in the ticket's order)
+ * and, for the window that carries the row, row true and the ticket's
+ * state slot.  The destinations belong to the restore until its event
+ * (design 2.12): fn may read them, and what it writes is ordered before
+ * the event reaches the worker.  It must be quick and must not block or
+ * call the store.  Every window of a FETCHED restore was reported to it,
+ * unless the store could not run it (CUDA planes, which the CPU cannot
+ * read; a transport without per-window copies): a caller must not rely on
+ * it, only use what it computed. */
+typedef struct sel_landed_hook {
+	void (*fn)(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t n_pages, bool row,
+		   uint32_t state_slot);
+	void *ctx;
+} sel_landed_hook;
+
 typedef struct sel_store_config {
 	const sel_geometry *geometry;         /* live plane addresses; outlives the store */
 	uint8_t identity[SEL_IDENTITY_BYTES]; /* offload identity (namespace) */
@@ -826,6 +844,8 @@ typedef struct sel_store_config {
 	 * runs the sharded transport to every peer (store_disk_sharded.h, internal
 	 * to libselene and the engine); NULL: every rank in this process. */
 	const struct sel_store_ranks *ranks;
+	/* Restore windows as they land (NULL: none); outlives the store. */
+	const sel_landed_hook *landed;
 } sel_store_config;
 
 /* Read a remote tier key file (docs/remote.md): 32 raw bytes or 64 hex

@@ -445,6 +445,8 @@ struct et_gate {
 	struct sel_copy_backend slow;
 	sel_store_config cfg;
 	struct sel_store_ops ops; /* et_gate_open_over: the gate's, some replaced */
+	/* The engine's landed hook, which the gate's own wraps (flips). */
+	sel_landed_hook landed, hook;
 };
 
 ET_FN sel_store *et_gate_inner(sel_store *s) { return ((struct et_gate *)s)->inner; }
@@ -504,6 +506,34 @@ ET_FN void et_gate_corrupt(struct et_gate *g, uint64_t ticket)
 		g->in[i] = g->in[--g->n_in];
 		return;
 	}
+}
+
+/* A flip pending when a restore's windows land is made there, on rank 0,
+ * before the engine's hook summarises the window (the model reads the
+ * flipped byte as a store that delivered it: a restored page `index` of
+ * the first window that has it, or the row in the row's window); restores
+ * without landed windows are flipped at their completion (et_gate_corrupt). */
+ET_FN void et_gate_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t n, bool row,
+			  uint32_t slot)
+{
+	struct et_gate *g = ctx;
+	int kind = __atomic_load_n(&g->flip_kind, __ATOMIC_SEQ_CST);
+	const sel_rank_geometry *rg = &g->geo->rank[0];
+	uint8_t *b = NULL;
+	if (rank == 0 && kind == ET_FLIP_PAGE && g->flip_index < n) {
+		const sel_plane *p = &rg->pages[g->flip_plane];
+		b = (uint8_t *)(uintptr_t)(p->address + pages[g->flip_index] * p->unit_bytes);
+		b += g->flip_offset % p->unit_bytes;
+	} else if (rank == 0 && kind == ET_FLIP_ROW && row) {
+		b = (uint8_t *)(uintptr_t)(rg->row.address + (uint64_t)slot * rg->row.unit_bytes);
+		b += g->flip_offset % rg->row.unit_bytes;
+	}
+	if (b) {
+		*b ^= 0x10;
+		__atomic_add_fetch(&g->flipped, 1, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&g->flip_kind, ET_FLIP_NONE, __ATOMIC_SEQ_CST);
+	}
+	g->landed.fn(g->landed.ctx, rank, pages, n, row, slot);
 }
 
 ET_FN int et_gate_poll(sel_store *s, sel_event *ev, size_t cap)
@@ -597,15 +627,20 @@ ET_FN int et_slow_copy(void *state, const struct sel_copy *c, uint32_t n, enum s
 ET_FN int et_gate_open(void *ctx, const sel_store_config *cfg, sel_store **out)
 {
 	struct et_gate *g = ctx;
+	g->cfg = *cfg;
 	if (g->copy_delay_ns) {
 		g->slow = (struct sel_copy_backend){.name = "slow host",
 						    .ctx = g,
 						    .open_rank = et_slow_open,
 						    .copy = et_slow_copy};
-		g->cfg = *cfg;
 		g->cfg.copy_backend = &g->slow;
-		cfg = &g->cfg;
 	}
+	if (cfg->landed && cfg->landed->fn) {
+		g->landed = *cfg->landed;
+		g->hook = (sel_landed_hook){.fn = et_gate_landed, .ctx = g};
+		g->cfg.landed = &g->hook;
+	}
+	cfg = &g->cfg;
 	int rc = sel_memory_store_open(cfg, &g->inner);
 	if (rc)
 		return rc;

@@ -290,6 +290,13 @@ static void test_offload(void)
 	CHECK(st.restore_time[SEL_TIER_MEMORY].count >= st.host_hits - st.host_fetch_failed &&
 	      st.restore_time[SEL_TIER_MEMORY].count > 0 &&
 	      st.restore_time[SEL_TIER_DISK].count == 0);
+	/* Every restore's summaries were computed on the transfer threads as
+	 * its windows landed (model.h landed summaries), none on the worker. */
+	CHECKF(st.landed_rows >= st.restore_time[SEL_TIER_MEMORY].count && st.landed_pages > 0 &&
+		       st.computed_rows == 0 && st.computed_pages == 0,
+	       "landed %llu pages %llu rows, computed %llu pages %llu rows",
+	       (unsigned long long)st.landed_pages, (unsigned long long)st.landed_rows,
+	       (unsigned long long)st.computed_pages, (unsigned long long)st.computed_rows);
 	printf("policy inputs: prefill %llu tokens/s, memory restores %llu B/s\n",
 	       (unsigned long long)st.prefill_rate,
 	       (unsigned long long)st.store.tier[SEL_TIER_MEMORY].rate_bps);
@@ -379,6 +386,48 @@ static void test_offload(void)
 
 	for (int i = 0; i < 3; i++)
 		free(bp[i]);
+	script_free(&oa);
+	script_free(&ob);
+	finish(a);
+	finish(b);
+}
+
+/* A memory store that runs no landed hook (as a store whose planes the
+ * CPU cannot read, or a path without per-window copies). */
+static int open_unlanded(void *ctx, const sel_store_config *cfg, sel_store **out)
+{
+	sel_store_config *c = ctx;
+	*c = *cfg;
+	c->landed = NULL;
+	return sel_memory_store_open(c, out);
+}
+
+/* The fallback: without landed windows the worker computes every restored
+ * summary itself, with the same tokens. */
+static void test_offload_unlanded(void)
+{
+	static sel_store_config scfg;
+	hel_engine_config ca = small_cache, cb = small_cache;
+	ca.memory_bytes = 16 << 20;
+	ca.store_open = open_unlanded;
+	ca.store_ctx = &scfg;
+	hel_engine *a = start(ca), *b = start(cb);
+	uint64_t seed = test_rng_next(&rng);
+	struct script_out oa, ob;
+	script(a, seed, &oa);
+	script(b, seed, &ob);
+	CHECK(oa.turn2->out.reused_host_tokens == oa.t1 && oa.t1 > 0);
+	CHECK(oa.turn2->n == ob.turn2->n &&
+	      memcmp(oa.turn2->tok, ob.turn2->tok, oa.turn2->n * sizeof(hel_token)) == 0);
+	check_ref(oa.turn2, oa.p2, oa.n2, 40, NULL);
+	hel_engine_stats st;
+	et_wait_stats(a, idle, NULL);
+	hel_engine_stats_get(a, &st);
+	CHECKF(st.landed_rows == 0 && st.landed_pages == 0 && st.computed_rows >= 1 &&
+		       st.computed_pages > 0,
+	       "landed %llu pages %llu rows, computed %llu pages %llu rows",
+	       (unsigned long long)st.landed_pages, (unsigned long long)st.landed_rows,
+	       (unsigned long long)st.computed_pages, (unsigned long long)st.computed_rows);
 	script_free(&oa);
 	script_free(&ob);
 	finish(a);
@@ -895,6 +944,7 @@ int main(void)
 	test_multiturn(SEL_MODE_COPY);
 	test_concurrent();
 	test_offload();
+	test_offload_unlanded();
 	test_shutdown();
 	test_logprobs();
 	test_stop_from_callback();

@@ -312,6 +312,160 @@ static void test_restore(const hel_core *c, sel_state_mode mode)
 	hel_model_destroy(m);
 }
 
+/* ---- landed summaries (issue 18) ---------------------------------------------------- */
+
+/* How restore_landed tells the model. */
+enum landing {
+	LAND_ALL,    /* every rank's windows reported landed */
+	LAND_NONE,   /* armed, never reported (a store without the hook) */
+	LAND_CANCEL, /* reported, then the restore cancelled (a failure) */
+};
+
+/* Like restore(), as a store with landed windows does it: arm, copy, tell
+ * the model each rank's window landed (in two windows), then apply the
+ * flip (a write after landing), then load. */
+static int restore_landed(hel_model *m, const struct seq *src, struct seq *dst, enum landing how,
+			  const struct flip *f)
+{
+	const hel_core *c = hel_model_core(m);
+	uint64_t n = consumed(m, src->slot);
+	dst->np = src->np;
+	for (uint32_t i = 0; i < src->np; i++)
+		dst->pages[i] = pool_take(dst->pool);
+	hel_model_load_expect(m, dst->pages, dst->np, dst->slot);
+	for (uint32_t r = 0; r < c->ranks; r++) {
+		for (uint32_t i = 0; i < src->np; i++)
+			for (uint32_t p = 0; p < hel_model_plane_count(m); p++)
+				memcpy(hel_model_page_ptr(m, r, p, dst->pages[i]),
+				       hel_model_page_ptr(m, r, p, src->pages[i]),
+				       hel_plane_unit_bytes(c, hel_model_plane(m, p)));
+		memcpy(hel_model_row_ptr(m, r, dst->slot), hel_model_row_ptr(m, r, src->slot),
+		       hel_model_layout(m)->bytes);
+		if (how == LAND_NONE)
+			continue;
+		uint32_t half = dst->np / 2;
+		hel_model_landed(m, r, dst->pages, half, false, dst->slot);
+		hel_model_landed(m, r, dst->pages + half, dst->np - half, true, dst->slot);
+	}
+	if (how == LAND_CANCEL)
+		hel_model_load_cancel(m, dst->pages, dst->np, dst->slot);
+	if (f && f->kind == FLIP_PAGE)
+		hel_model_page_ptr(m, f->rank, f->plane, dst->pages[f->page_index])[f->offset] ^=
+			f->mask;
+	if (f && f->kind == FLIP_ROW)
+		hel_model_row_ptr(m, f->rank, dst->slot)[f->offset] ^= f->mask;
+	for (uint32_t i = 0; i < dst->np; i++) {
+		int rc = hel_model_page_loaded(m, dst->pages[i]);
+		if (rc)
+			return rc;
+	}
+	return hel_model_row_loaded(m, dst->slot, n);
+}
+
+/* The summaries the transfer threads compute as windows land are the ones
+ * page_loaded and row_loaded compute from the bytes (hel_model_check
+ * recomputes them from the bytes and compares; the tokens are those of the
+ * original), on every rank; a restore not reported landed, or cancelled,
+ * or armed again, computes them itself; a byte written after landing is
+ * caught by the check (and by the load itself in debug builds). */
+static void test_landed(const hel_core *c, sel_state_mode mode)
+{
+	hel_model *m = make(c, mode, 512, 4);
+	uint32_t V = c->vocab, R = c->ranks, pt = c->page_tokens;
+	int32_t *lref = malloc(V * 4), *l = malloc(V * 4);
+	hel_token ref[24], out[24];
+	hel_token prompt[600];
+	struct pool pa = {0, 1, 512}, pb = {256, 1, 512};
+	struct seq a, b;
+	hel_model_counts k0, k1;
+	/* A partial page holding at least one token (the flips below). */
+	size_t n = 5 * pt + 1 + test_rng_below(&rng, pt > 1 ? pt - 1 : 1);
+	random_prompt(prompt, n, V);
+	seq_init(m, &a, 0, &pa);
+	feed(m, &a, prompt, n, NULL);
+	hel_token pending = (prompt[n - 1] ^ 1u) % V;
+	CHECK_OK(hel_model_logits(m, a.slot, a.pages, a.np, lref));
+
+	/* Landed on every rank: taken, and equal to the bytes' summaries. */
+	hel_model_counts_get(m, &k0);
+	seq_init(m, &b, 1, &pb);
+	CHECK_OK(restore_landed(m, &a, &b, LAND_ALL, NULL));
+	hel_model_counts_get(m, &k1);
+	CHECK(k1.landed_pages - k0.landed_pages == (uint64_t)b.np * R &&
+	      k1.computed_pages == k0.computed_pages);
+	CHECK(k1.landed_rows - k0.landed_rows == R && k1.computed_rows == k0.computed_rows);
+	CHECK_OK(hel_model_check(m));
+	CHECK_OK(hel_model_logits(m, b.slot, b.pages, b.np, l));
+	CHECK(memcmp(l, lref, V * 4) == 0);
+	gen(m, &b, pending, 24, out, NULL, NULL);
+	CHECK_OK(hel_model_check(m));
+
+	/* The fallback: armed but never landed, and landed then cancelled. */
+	enum landing fb[] = {LAND_NONE, LAND_CANCEL};
+	for (size_t i = 0; i < 2; i++) {
+		hel_model_counts_get(m, &k0);
+		seq_init(m, &b, 2, &pb);
+		CHECK_OK(restore_landed(m, &a, &b, fb[i], NULL));
+		hel_model_counts_get(m, &k1);
+		CHECK(k1.landed_pages == k0.landed_pages && k1.landed_rows == k0.landed_rows);
+		CHECK(k1.computed_pages - k0.computed_pages == (uint64_t)b.np * R &&
+		      k1.computed_rows - k0.computed_rows == R);
+		CHECK_OK(hel_model_check(m));
+		gen(m, &b, pending, 24, ref, NULL, NULL);
+		CHECK(memcmp(out, ref, sizeof ref) == 0);
+	}
+
+	/* Landed for one restore, armed again for the next (which never
+	 * landed): the first one's summaries are not taken. */
+	seq_init(m, &b, 3, &pb);
+	pb.next = 300;
+	uint32_t save = pb.next;
+	hel_model_counts_get(m, &k0);
+	struct seq t = b;
+	for (uint32_t i = 0; i < a.np; i++)
+		t.pages[i] = pool_take(&pb);
+	hel_model_load_expect(m, t.pages, a.np, t.slot);
+	for (uint32_t r = 0; r < R; r++)
+		hel_model_landed(m, r, t.pages, a.np, true, t.slot);
+	pb.next = save;
+	CHECK_OK(restore_landed(m, &a, &b, LAND_NONE, NULL));
+	hel_model_counts_get(m, &k1);
+	CHECK(k1.landed_pages == k0.landed_pages && k1.landed_rows == k0.landed_rows);
+	CHECK_OK(hel_model_check(m));
+
+	/* A byte written after landing: a page of the last rank, the row's
+	 * recurrent state or partial page. */
+	const hel_row_layout *lay = hel_model_layout(m);
+	struct flip flips[3] = {
+		{.kind = FLIP_PAGE, .rank = R - 1, .plane = 0, .page_index = a.np - 1, .offset = 3},
+		{.kind = FLIP_ROW, .rank = 0, .offset = lay->partial + 1},
+		{.kind = FLIP_ROW, .rank = 0, .offset = lay->recurrent + 8},
+	};
+	for (size_t i = 0; i < 3; i++) {
+		if (flips[i].kind == FLIP_ROW && flips[i].offset >= lay->bytes)
+			continue;
+		if (flips[i].offset == lay->recurrent + 8 && lay->recurrent_bytes < 16)
+			continue; /* no recurrent state */
+		flips[i].mask = 0x20;
+		seq_init(m, &b, 1, &pb);
+		int rc = restore_landed(m, &a, &b, LAND_ALL, &flips[i]);
+#ifdef SEL_DEBUG_CHECKS
+		CHECKF(rc == SEL_ECORRUPT, "flip %zu: load gave %d", i, rc);
+#else
+		CHECK_OK(rc);
+		CHECKF(hel_model_check(m) == SEL_ECORRUPT, "flip %zu not caught", i);
+#endif
+		/* Start over: the flipped ids are reloaded from their bytes. */
+		for (uint32_t j = 0; j < b.np; j++)
+			CHECK_OK(hel_model_page_loaded(m, b.pages[j]));
+		(void)hel_model_row_init(m, b.slot);
+		CHECK_OK(hel_model_check(m));
+	}
+	free(lref);
+	free(l);
+	hel_model_destroy(m);
+}
+
 /* ---- requirement 1: every stored byte matters ------------------------------------ */
 
 /* Tokens compared after a flip, and draft rounds whose proposals are: the
@@ -1233,6 +1387,10 @@ int main(void)
 	test_restore(tiny, SEL_MODE_COPY);
 	test_restore(qwen2, SEL_MODE_LEARNED);
 	test_restore(hyb, SEL_MODE_ORDINARY);
+
+	test_landed(tiny, SEL_MODE_ORDINARY);
+	test_landed(qwen2, SEL_MODE_LEARNED);
+	test_landed(hyb, SEL_MODE_ORDINARY);
 
 	test_sensitivity(tiny, SEL_MODE_ORDINARY);
 	test_sensitivity(tiny, SEL_MODE_LEARNED);

@@ -1010,6 +1010,118 @@ static void test_failure(test_rng *rng)
 	stub_fini(&st);
 }
 
+/* ---- Landed windows (transfer.h sel_xfer_set_landed) ---------------- */
+
+struct landing {
+	const struct world *w;
+	const struct sel_xfer_job *job; /* the IN job whose windows land */
+	atomic_int calls[MAXR], pages[MAXR], rows[MAXR];
+	atomic_int violations; /* a window reported before its bytes landed, or out of order */
+	atomic_int next[MAXR]; /* the window's expected first index */
+};
+
+/* On the rank's thread: the window's bytes are in the planes already. */
+static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, bool row,
+		      uint32_t slot)
+{
+	struct landing *L = ctx;
+	const struct sel_xfer_job *job = L->job;
+	atomic_fetch_add(&L->calls[r], 1);
+	if (!job || pages < job->pages || pages + n > job->pages + job->n_pages ||
+	    (uint32_t)(pages - job->pages) != (uint32_t)atomic_load(&L->next[r]) ||
+	    (row && (pages + n != job->pages + job->n_pages || slot != job->state_slot))) {
+		atomic_fetch_add(&L->violations, 1);
+		return;
+	}
+	atomic_fetch_add(&L->next[r], (int)n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = (uint32_t)(pages - job->pages) + i;
+		const uint8_t *share = share_at(L->w, r, job->page_slots[k]);
+		for (uint32_t p = 0; p < L->w->g->rank[r].n_planes; p++)
+			if (memcmp(page_at(L->w, r, p, pages[i]), share + L->w->l.plane_off[r][p],
+				   L->w->g->rank[r].pages[p].unit_bytes))
+				atomic_fetch_add(&L->violations, 1);
+	}
+	atomic_fetch_add(&L->pages[r], (int)n);
+	if (row) {
+		atomic_fetch_add(&L->rows[r], 1);
+		if (memcmp(row_at(L->w, r, slot), share_at(L->w, r, job->row_slots[0]),
+			   L->w->l.share[r] < L->w->sp.row_bytes[r] ? L->w->l.share[r]
+								    : L->w->sp.row_bytes[r]))
+			atomic_fetch_add(&L->violations, 1);
+	}
+}
+
+/* One OUT job of n pages and the row, then its IN job to other ids, with
+ * the hook counting; returns the IN job's status. */
+static int landed_case(struct world *w, struct landing *L, test_rng *rng, uint32_t n)
+{
+	uint32_t src[200], dst[200], ps[200], rs[3];
+	CHECK(n <= 200);
+	pick_ids(rng, w->sp.pages, n, src, dst);
+	CHECK_OK(sel_slab_alloc(w->pool, n, SEL_SLAB_INTAKE, ps));
+	CHECK_OK(sel_slab_alloc(w->pool, w->l.row_slots, SEL_SLAB_INTAKE, rs));
+	struct sel_xfer_job out = {.dir = SEL_COPY_OUT,
+				   .n_pages = n,
+				   .pages = src,
+				   .page_slots = ps,
+				   .row = true,
+				   .state_slot = 1,
+				   .row_slots = rs};
+	run(w->x, &out);
+	CHECK(out.status == 0);
+	for (uint32_t r = 0; r < MAXR; r++)
+		CHECK(atomic_load(&L->calls[r]) == 0); /* copy-outs never land */
+	struct sel_xfer_job in = out;
+	in.dir = SEL_COPY_IN;
+	in.pages = dst;
+	in.state_slot = 4;
+	L->job = &in;
+	run(w->x, &in);
+	L->job = NULL;
+	sel_slab_free(w->pool, ps, n);
+	sel_slab_free(w->pool, rs, w->l.row_slots);
+	return in.status;
+}
+
+/* The hook runs after each landed copy-in window, in order, with the
+ * window's ids and the row in the last one, on every rank; never for
+ * copy-outs, and not for a failed window or those after it. */
+static void test_landed(test_rng *rng)
+{
+	struct stub st;
+	stub_init(&st);
+	struct sel_copy_backend be = stub_backend(&st);
+	struct spec sp = spec_tp2(false);
+	sp.be = &be;
+	struct world w;
+	world_open(&w, &sp, rng);
+	static struct landing L;
+	memset(&L, 0, sizeof L);
+	L.w = &w;
+	sel_xfer_set_landed(w.x, &(sel_landed_hook){.fn = landed_fn, .ctx = &L});
+	CHECK(landed_case(&w, &L, rng, 130) == 0); /* windows of 64, 64, 2 */
+	for (uint32_t r = 0; r < 2; r++)
+		CHECK(atomic_load(&L.calls[r]) == 3 && atomic_load(&L.pages[r]) == 130 &&
+		      atomic_load(&L.rows[r]) == 1);
+	CHECK(atomic_load(&L.violations) == 0);
+
+	/* Rank 1's second call of the next IN job fails (calls so far: OUT 3
+	 * and IN 3 per rank, then OUT 3): its first window landed, no more. */
+	memset(&L, 0, sizeof L);
+	L.w = &w;
+	st.fail_rank = 1;
+	st.fail_call = 3 + 3 + 3 + 1;
+	st.fail_rc = SEL_ECUDA;
+	CHECK(landed_case(&w, &L, rng, 130) == SEL_ECUDA);
+	CHECK(atomic_load(&L.calls[0]) == 3 && atomic_load(&L.rows[0]) == 1);
+	CHECK(atomic_load(&L.calls[1]) == 1 && atomic_load(&L.rows[1]) == 0 &&
+	      atomic_load(&L.pages[1]) == 64);
+	CHECK(atomic_load(&L.violations) == 0);
+	world_close(&w);
+	stub_fini(&st);
+}
+
 /* A rank whose backend cannot open fails the whole set with its message. */
 static void test_open_failure(test_rng *rng)
 {
@@ -1178,6 +1290,7 @@ int main(void)
 	test_validation(&rng);
 	test_queue_full(&rng);
 	test_failure(&rng);
+	test_landed(&rng);
 	test_open_failure(&rng);
 	test_close(&rng);
 	test_eventfd_and_priority(&rng);

@@ -280,6 +280,18 @@ static void store_tier_metrics(struct flare_buf *out, const hel_engine_stats *st
 		hist_samples(out, "flare_host_cache_restore_time_seconds", l,
 			     &st->restore_time[tiers[i]]);
 	}
+	family(out, "flare_host_cache_restore_summaries_total", "counter",
+	       "Restored page and row shares (per rank) whose model summaries were computed on the "
+	       "transfer threads as they landed (where=\"landed\") or on the worker afterwards "
+	       "(where=\"worker\").");
+	val(out, "flare_host_cache_restore_summaries_total", "kind=\"page\",where=\"landed\"",
+	    st->landed_pages);
+	val(out, "flare_host_cache_restore_summaries_total", "kind=\"page\",where=\"worker\"",
+	    st->computed_pages);
+	val(out, "flare_host_cache_restore_summaries_total", "kind=\"row\",where=\"landed\"",
+	    st->landed_rows);
+	val(out, "flare_host_cache_restore_summaries_total", "kind=\"row\",where=\"worker\"",
+	    st->computed_rows);
 }
 
 /* Speculative decoding (issue 19, design 4 "speculative round time"): by

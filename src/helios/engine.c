@@ -364,8 +364,9 @@ struct hel_engine {
 	size_t n_held_ev, cap_held_ev;
 	hel_inputs *inputs; /* image inputs of a vision core (engine_inputs.h), or NULL */
 	struct hel_engine *grave_next;
-	sel_export_hooks xh; /* the pooled store's export hooks (design 2.15) */
-	hel_overlap *ovl;    /* overlapped restores' heads (engine_overlap.h) */
+	sel_export_hooks xh;    /* the pooled store's export hooks (design 2.15) */
+	sel_landed_hook landed; /* restores summarised as they land (model.h) */
+	hel_overlap *ovl;       /* overlapped restores' heads (engine_overlap.h) */
 };
 
 /* Engines whose store could not drain keep everything (design 2.8): the
@@ -729,6 +730,8 @@ static int open_store(hel_engine *e)
 	};
 	e->xh = (sel_export_hooks){
 		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
+	e->landed = (sel_landed_hook){.fn = hel_model_landed, .ctx = e->model};
+	stc.landed = &e->landed;
 	if (cfg->remote_key)
 		memcpy(e->remote_key, cfg->remote_key, sizeof e->remote_key);
 	hel_model_offload_identity(e->model, stc.identity);
@@ -1276,7 +1279,8 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		status = -ENOENT; /* destinations unknown: cannot load them */
 
 	if (t && status == 0) {
-		/* Written behind the model's back (model.h loading rule). */
+		/* Written behind the model's back (model.h loading rule); the
+		 * transfer threads may have summarised them as they landed. */
 		for (uint32_t i = 0; i < t->n_pages && status == 0; i++)
 			status = hel_model_page_loaded(e->model, t->pages[i]);
 		if (status == 0)
@@ -1284,6 +1288,8 @@ static void fetch_event(hel_engine *e, const sel_event *ev)
 		if (status)
 			e->ws.model_errors++;
 	}
+	if (t && status)
+		hel_model_load_cancel(e->model, t->pages, t->n_pages, t->row);
 	/* The policy's sample is the restore as the worker waited for it, from
 	 * the fetch to the loaded pages and row (what a recompute is set
 	 * against), not the store's copy time alone.  Failed and row-only
@@ -1543,6 +1549,21 @@ static bool host_decision(hel_engine *e, const struct ereq *r, const sel_hit *hi
 	return false;
 }
 
+/* Fetch fh (hit or its tail) into in's ids under a ticket record, the
+ * model told which ids the restore writes (model.h landed summaries). */
+static int fetch_into(hel_engine *e, const sel_hit *fh, const sel_inbound *in, const sel_hit *hit)
+{
+	int rc = tk_add(e, in, &hit->key, hit->tier);
+	if (rc)
+		return rc;
+	hel_model_load_expect(e->model, in->pages, in->n_pages, in->state_slot);
+	if ((rc = sel_store_fetch(e->store, fh, in))) {
+		hel_model_load_cancel(e->model, in->pages, in->n_pages, in->state_slot);
+		tk_del(e, &e->tk[e->n_tk - 1]);
+	}
+	return rc;
+}
+
 /* A new ticket: fetch the hit into it, or only its tail while the worker
  * computes the head (prep->head_pages > 0; engine_overlap.h). */
 static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm, const sel_hit *hit,
@@ -1563,9 +1584,7 @@ static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm,
 		r->out.cached_tokens -= head;
 	}
 	hel_ovl_prep_free(prep);
-	int rc = tk_add(e, &in, &hit->key, hit->tier);
-	if (rc == 0 && (rc = sel_store_fetch(e->store, fh, &in)))
-		tk_del(e, &e->tk[e->n_tk - 1]);
+	int rc = fetch_into(e, fh, &in, hit);
 	if (rc && in.n_sums) {
 		/* The store cannot give the head's digests with its tail (a
 		 * padded or replicated record, a head in another record, a
@@ -1575,9 +1594,7 @@ static void start_fetch(hel_engine *e, struct ereq *r, const hel_admission *adm,
 		r->out.reused_host_tokens += head;
 		r->out.cached_tokens += head;
 		in = adm->inbound;
-		rc = tk_add(e, &in, &hit->key, hit->tier);
-		if (rc == 0 && (rc = sel_store_fetch(e->store, hit, &in)))
-			tk_del(e, &e->tk[e->n_tk - 1]);
+		rc = fetch_into(e, hit, &in, hit);
 	}
 	if (rc) {
 		hel_ovl_cancel(e->ovl, adm->inbound.ticket);
@@ -2063,6 +2080,12 @@ static void publish_stats(hel_engine *e)
 	s.copyout_pins = e->n_op;
 	s.copyout_pin_limit = e->pin_max;
 	s.prefill_rate = (uint64_t)e->prefill_rate;
+	hel_model_counts mc;
+	hel_model_counts_get(e->model, &mc);
+	s.landed_pages = mc.landed_pages;
+	s.computed_pages = mc.computed_pages;
+	s.landed_rows = mc.landed_rows;
+	s.computed_rows = mc.computed_rows;
 	s.store_enabled = e->store != NULL;
 	s.store_stopped = e->store_stopped;
 	s.store_stop_rc = e->store_stop_rc;

@@ -301,6 +301,10 @@ typedef struct hel_engine_stats {
 	hel_hist queue_time, prefill_time, ttft, tpot, e2e;
 	hel_hist restore_time[SEL_TIERS];
 	uint64_t model_errors; /* requests failed by a model call */
+	/* Restored page and row shares (per rank) whose summaries the
+	 * transfer threads computed as they landed, and those the worker
+	 * computed itself (model.h landed summaries; issue 18). */
+	uint64_t landed_pages, computed_pages, landed_rows, computed_rows;
 	/* Speculative decoding (issue 19; design 4 "speculative round time"):
 	 * the engine's mode, its rounds, the draft's proposals, those
 	 * accepted, the tokens rounds emitted (accepted ones plus each

@@ -158,6 +158,22 @@ int hel_model_row_consumed(const hel_model *m, uint32_t slot, uint64_t *out);
 /* Page id's bytes were written from outside: recompute its summary from
  * every byte of every plane of every rank. */
 int hel_model_page_loaded(hel_model *m, uint32_t page);
+/* Landed summaries (model.c DESIGN "Landed summaries"; issue 18).  A
+ * restore into pages[0..n) and slot may have its summaries computed on
+ * the store's transfer threads as its windows land, so that page_loaded
+ * and row_loaded only take them.  hel_model_load_expect, on the worker
+ * before the fetch starts, arms those ids for one restore;
+ * hel_model_landed (a sel_landed_hook's fn, ctx the model) is called by a
+ * transfer thread after rank's window of destinations landed and computes
+ * that rank's summaries of the armed ids among them; page_loaded and
+ * row_loaded disarm and use a rank's landed summary only if it was
+ * computed for the armed restore, else compute it from the bytes as
+ * without a hook.  hel_model_load_cancel disarms (a failed restore).  Any
+ * write the model makes to an id disarms it too. */
+void hel_model_load_expect(hel_model *m, const uint32_t *pages, uint32_t n, uint32_t slot);
+void hel_model_load_cancel(hel_model *m, const uint32_t *pages, uint32_t n, uint32_t slot);
+void hel_model_landed(void *model, uint32_t rank, const uint32_t *pages, uint32_t n, bool row,
+		      uint32_t slot);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */
@@ -264,6 +280,11 @@ typedef struct hel_model_counts {
 	uint64_t positions; /* tokens consumed */
 	uint64_t heads;     /* logits computed (output head positions) */
 	uint64_t proposals; /* draft proposals made */
+	/* Loads (page_loaded, row_loaded), per rank share: summaries a
+	 * transfer thread computed as the bytes landed, and those computed
+	 * from the bytes by the call itself. */
+	uint64_t landed_pages, computed_pages;
+	uint64_t landed_rows, computed_rows;
 } hel_model_counts;
 void hel_model_counts_get(const hel_model *m, hel_model_counts *out);
 

@@ -214,8 +214,11 @@ int sel_core_init(struct sel_core *c, const struct sel_store_ops *ops,
 
 int sel_core_xfer(struct sel_core *c, const sel_store_config *cfg)
 {
-	return sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
-					  &c->xfer);
+	int rc = sel_store_pool_xfer_create(c->sp, cfg->queue_depth ? cfg->queue_depth : 64,
+					    &c->xfer);
+	if (rc == 0)
+		sel_store_landed_install(cfg, c->xfer);
+	return rc;
 }
 
 void sel_core_flush(struct sel_core *c)

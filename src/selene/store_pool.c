@@ -283,6 +283,21 @@ int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_d
 	return rc;
 }
 
+void sel_store_landed_install(const sel_store_config *cfg, sel_xfer *x)
+{
+	const sel_geometry *g = cfg->geometry;
+	if (!cfg->landed || !cfg->landed->fn || !x)
+		return;
+	for (uint32_t r = 0; r < g->ranks; r++) {
+		if (g->rank[r].row.kind != SEL_MEM_HOST)
+			return;
+		for (uint32_t k = 0; k < g->rank[r].n_planes; k++)
+			if (g->rank[r].pages[k].kind != SEL_MEM_HOST)
+				return;
+	}
+	sel_xfer_set_landed(x, cfg->landed);
+}
+
 void sel_store_pool_destroy(struct sel_store_pool *sp)
 {
 	if (!sp)

@@ -82,6 +82,11 @@ int sel_store_pool_open_memory(const sel_store_config *cfg, uint64_t warm_bytes,
  * it; destroy it (or, after SEL_ESTOPPED, leak sp) before the pool. */
 int sel_store_pool_xfer_create(const struct sel_store_pool *sp, uint32_t queue_depth,
 			       sel_xfer **out);
+/* Install cfg->landed (selene.h sel_landed_hook) on x when its reader can
+ * use it: every page plane and row of cfg->geometry in host memory (CUDA
+ * planes are not CPU-readable; their restores keep no hook, and the
+ * caller computes what it would have).  Nothing without cfg->landed. */
+void sel_store_landed_install(const sel_store_config *cfg, sel_xfer *x);
 /* One mapping from a record's slots to what the disk thread reads and
  * writes (design 2.5 slot layout; record.h "Payload addresses"): for a
  * record held in slots as flags lay it out (SEL_RECORD_*_REPLICATED: DRAM's

@@ -771,6 +771,7 @@ static int rs_open_parts(struct remote_store *rs, const sel_store_config *cfg)
 	if ((rc = sel_store_pool_xfer_create(rs->sp, cfg->queue_depth ? cfg->queue_depth : 64,
 					     &rs->xfer)))
 		return rc;
+	sel_store_landed_install(cfg, rs->xfer);
 	if ((rc = sel_evq_watch(&rs->evq, sel_xfer_fd(rs->xfer), "remote store")))
 		return rc;
 	struct sel_remote_config rcfg = {

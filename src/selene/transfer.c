@@ -91,6 +91,18 @@
  * sleeps with a timeout (XFER_BACKSTOP_NS, 50 ms) so a kick nobody sent
  * delays its job instead of losing it.
  *
+ * Landed windows (issue 18).  A restore's destination bytes are read
+ * once more after the copy by whoever uses them: the reference engine's
+ * model summarises every restored byte (model.c "Landed summaries").  An
+ * optional hook (sel_xfer_set_landed) runs on the rank's thread after each
+ * copy-in window landed, with the window's destination ids, so that work
+ * runs where the bytes were just written, per rank and in parallel across
+ * ranks, instead of on the worker after the event.  It runs before the
+ * rank's report, so whatever it writes is ordered before the completion
+ * (the completion mutex) and so before the worker's poll; a failed window
+ * never reaches it, and a rank abandoned by close calls it no more.  The
+ * set itself does nothing else with it.
+ *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
  * exited, or the deadline passes.  Then it joins the exited threads; the
@@ -278,6 +290,18 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 	return 0;
 }
 
+/* A copy-in window [from, end) of job landed: tell the landed hook (see
+ * DESIGN "Landed windows"). */
+static void landed(const struct rank *rk, const struct sel_xfer_job *job, uint32_t from,
+		   uint32_t end)
+{
+	const sel_landed_hook *h = &rk->x->landed;
+	bool row = end == job->n_pages && job->row;
+	if (!h->fn || job->dir != SEL_COPY_IN || (end == from && !row))
+		return;
+	h->fn(h->ctx, rk->r, job->pages + from, end - from, row, job->state_slot);
+}
+
 /* Copy this rank's part of job in windows.  0 or the failure. */
 static int run_job(struct rank *rk, const struct sel_xfer_job *job)
 {
@@ -286,13 +310,15 @@ static int run_job(struct rank *rk, const struct sel_xfer_job *job)
 	rk->dir = job->dir;
 	rk->job_bytes = 0;
 	do {
-		uint32_t end = n - i > SEL_WINDOW_PAGES ? i + SEL_WINDOW_PAGES : n;
+		uint32_t from = i, end = n - i > SEL_WINDOW_PAGES ? i + SEL_WINDOW_PAGES : n;
 		for (; i < end && !rc; i++)
 			rc = push_page(rk, job, i);
 		if (!rc && end == n && job->row)
 			rc = push_row(rk, job);
 		if (!rc)
 			rc = flush(rk);
+		if (!rc && !rk->abandoned)
+			landed(rk, job, from, end);
 	} while (!rc && i < n);
 	/* A failed push leaves nothing issued behind it: drop the rest. */
 	rk->ncall = 0;
@@ -979,6 +1005,11 @@ int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
 }
 
 int sel_xfer_fd(const sel_xfer *x) { return x->efd; }
+
+void sel_xfer_set_landed(sel_xfer *x, const sel_landed_hook *hook)
+{
+	x->landed = hook ? *hook : (sel_landed_hook){0};
+}
 
 void sel_xfer_defer_wakes(sel_xfer *x, bool defer)
 {

@@ -184,6 +184,12 @@ struct sel_xfer_job {
 
 typedef struct sel_xfer sel_xfer;
 
+/* Landed windows (issue 18, transfer.c DESIGN "Landed windows"): with a
+ * hook set (selene.h sel_landed_hook), a rank's thread calls it after each
+ * copy-in window of a job has landed (every backend call of the window
+ * returned 0) and before the rank reports the job.  A failed window is not
+ * reported to it. */
+
 /* Where rank r's share of slot 0 is and how far apart slots are (see the
  * header comment). */
 struct sel_xfer_part {
@@ -209,6 +215,10 @@ int sel_xfer_create_parts(const sel_geometry *g, const sel_slot_layout *layout,
 			  const struct sel_xfer_part *parts, uint64_t nslots,
 			  const struct sel_copy_backend *backend, uint32_t queue_depth,
 			  sel_xfer **out);
+
+/* Set (hook non-NULL, copied) or clear the landed hook, before the first
+ * submission (the rank threads read it without a lock). */
+void sel_xfer_set_landed(sel_xfer *x, const sel_landed_hook *hook);
 
 /* Submit; never blocks.  0; -EAGAIN when any rank's channel is full
  * (nothing was queued on any rank); -EINVAL with a message for a job that

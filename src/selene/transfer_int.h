@@ -76,6 +76,7 @@ struct sel_xfer {
 	/* Writes made (after the unlock, so atomic): written == owed when no
 	 * write is on its way.  Never above owed, never below consumed. */
 	_Atomic uint64_t written;
+	sel_landed_hook landed; /* fn NULL: none (sel_xfer_set_landed) */
 	/* Tests only (sel_xfer_test_late_hook): called between a push's
 	 * unlock and its eventfd write, on the rank thread. */
 	void (*late_hook)(void *arg);
