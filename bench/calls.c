@@ -47,10 +47,30 @@
  * this machine after that long away; calls_eventfd_read_*_floor_* the
  * same for the delivering poll's one system call.
  *
+ * Worker-like cases (the acceptance figures): a serving worker never
+ * sleeps while it has work, it runs model steps between its store calls.
+ * The cases above block on the store's wait fd until the copy completes
+ * (poll(2), 100 ms at a time) or, 1MiB_idle, sleep (nanosleep): on a
+ * quiet VM a vCPU that slept wakes slowly, and what those figures then
+ * measure is that wake.  So the same calls run again with the worker kept
+ * busy wherever it slept before:
+ *   1MiB_busy, 1GiB_busy  a decode step of a synthetic model
+ *                  (CALLS_STEP_CORE, default qwen-tp1) between polls, as
+ *                  the engine's loop runs (the Helios worker as it is:
+ *                  its steps run on this CPU and stream their weights);
+ *                  calls_model_step_<size>_* their times, and
+ *                  calls_hash_after_steps_floor_* the hash after as long
+ *                  in steps as a 1 GiB wait;
+ *   1MiB_spin, 1GiB_spin  a loop on the clock and registers of the
+ *                  median step's length (calls_spin_step_us) between
+ *                  polls: a worker whose steps run on a GPU, whose own
+ *                  work touches little memory between the store's calls.
+ *
  * Memory: the 1 GiB case holds 1 GiB of planes and a warm pool of three
  * records (about 3 GiB touched; the intake reserve is mapped, not touched).
- * The run takes about a minute (the 1MiB_idle case and the floor sleep about
- * 70 times as long as one 1 GiB copy takes).  CALLS_ITERS overrides the iteration
+ * The run takes two to four minutes (the 1MiB_idle case and the floor
+ * sleep about 70 times as long as one 1 GiB copy takes; the worker-like
+ * cases run the 1 MiB and 1 GiB cases twice more).  CALLS_ITERS overrides the iteration
  * count of the 1 GiB case (default 40); CALLS_OUTLIERS and CALLS_COLD_PROBE
  * (below) help find where a p99 comes from.
  */
@@ -64,7 +84,10 @@
 
 #include <sodium.h>
 
+#include "benchlib.h"
 #include "eos.h"
+#include "helios/core.h"
+#include "helios/model.h"
 #include "selene.h"
 #include "../tests/testutil.h"
 
@@ -246,7 +269,84 @@ static void cold_hash(void)
 	in[0] = out[0];
 }
 
-/* Poll until one event arrives, timing every poll call. */
+/* The worker kept busy (the *_busy cases): a serving worker does not
+ * sleep while it has work, it runs model steps between its store calls and
+ * polls the store once per step.  These cases run real decode steps of a
+ * synthetic model (CALLS_STEP_CORE, default qwen-tp1, the realistic core
+ * of bench/serve.py) on this thread wherever the sleeping cases block on
+ * the wait fd or sleep; everything else is the same. */
+struct stepper {
+	hel_core *core;
+	hel_model *m;
+	uint32_t *table;
+	int32_t *logits;
+	uint64_t pos, limit; /* the row's position; re-initialised at limit */
+	hel_token next;
+	struct samples ns; /* each step's time */
+	uint64_t spin_ns;  /* set: a *_spin case, a compute loop this long instead */
+};
+
+static struct stepper *busy; /* set: the running case is a *_busy one */
+
+static struct stepper *stepper_open(void)
+{
+	const char *name = getenv("CALLS_STEP_CORE");
+	char path[4200], err[512];
+	snprintf(path, sizeof path, "%s/%s.core", bench_cores_dir(),
+		 name && *name ? name : "qwen-tp1");
+	struct stepper *w = calloc(1, sizeof *w);
+	CHECK(w);
+	CHECKF(hel_core_load(path, &w->core, err, sizeof err) == 0, "%s", err);
+	uint32_t pt = w->core->page_tokens;
+	w->limit = 1024 < w->core->max_context ? 1024 : w->core->max_context - 1;
+	hel_model_opts o = {
+		.mode = SEL_MODE_ORDINARY, .pages = (uint32_t)(w->limit / pt) + 2, .rows = 1};
+	CHECKF(hel_model_create(w->core, &o, &w->m) == 0, "%s: %s", path, sel_errmsg());
+	w->table = malloc(o.pages * sizeof *w->table);
+	w->logits = malloc(w->core->vocab * sizeof *w->logits);
+	CHECK(w->table && w->logits);
+	for (uint32_t i = 0; i < o.pages; i++)
+		w->table[i] = i;
+	w->pos = w->limit; /* the first step initialises the row */
+	return w;
+}
+
+/* One decode step, as the engine's loop runs between two polls; in a
+ * *_spin case a loop on the clock and registers of a step's length. */
+static void model_step(struct stepper *w)
+{
+	if (w->spin_ns) {
+		volatile uint64_t x = 0;
+		for (uint64_t t0 = eos_now_ns(); eos_now_ns() - t0 < w->spin_ns;)
+			x = x * 6364136223846793005u + 1;
+		return;
+	}
+	if (w->pos >= w->limit) {
+		CHECK_OK(hel_model_row_init(w->m, 0));
+		w->pos = 0;
+		w->next = 1;
+	}
+	uint32_t np = (uint32_t)(w->pos / w->core->page_tokens);
+	uint64_t t0 = eos_now_ns();
+	CHECK_OK(hel_model_step(w->m, 0, w->table, np, w->next, w->table[np], w->logits));
+	add(&w->ns, eos_now_ns() - t0);
+	w->pos++;
+	w->next = hel_sample(w->logits, w->core->vocab, NULL, w->pos);
+}
+
+static void stepper_close(struct stepper *w)
+{
+	hel_model_destroy(w->m);
+	hel_core_free(w->core);
+	free(w->table);
+	free(w->logits);
+	free(w->ns.ns);
+	free(w);
+}
+
+/* Poll until one event arrives, timing every poll call: between polls the
+ * sleeping cases block on the wait fd (the thread sleeps until the copy
+ * thread's completion write), the busy ones run a model step. */
 static sel_event wait_one(sel_store *s, struct samples *all, struct samples *with_event)
 {
 	sel_event ev;
@@ -265,15 +365,25 @@ static sel_event wait_one(sel_store *s, struct samples *all, struct samples *wit
 			sc_add(with_event, c0, c1);
 			return ev;
 		}
+		if (busy) {
+			model_step(busy);
+			continue;
+		}
 		struct pollfd pfd = {.fd = sel_store_wait_fd(s), .events = POLLIN};
 		poll(&pfd, 1, 100);
 	}
 }
 
 /* Sleep for ns, as the worker sleeps on the wait fd while a 1 GiB copy
- * runs (the small copy may complete meanwhile: its event waits). */
+ * runs (the small copy may complete meanwhile: its event waits); in a busy
+ * case, model steps for that long instead. */
 static void idle(uint64_t ns)
 {
+	if (busy) {
+		for (uint64_t t0 = eos_now_ns(); eos_now_ns() - t0 < ns;)
+			model_step(busy);
+		return;
+	}
 	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
 			      .tv_nsec = (long)(ns % 1000000000u)};
 	while (nanosleep(&ts, &ts) != 0)
@@ -496,6 +606,25 @@ static void floor_case(uint64_t ns)
 	report("eventfd_read_after_idle", "floor", &away[1], NULL);
 }
 
+/* The floor of the busy cases: one 64-byte BLAKE2b back to back, and
+ * after model steps for ns (as long as the worker waited for a 1 GiB copy
+ * in the busy case), with no store or copy running. */
+static void steps_floor(struct stepper *w, uint64_t ns)
+{
+	struct samples warm = {0}, away = {0};
+	for (int i = 0; i < 12; i++) {
+		cold_hash();
+		TIMED(&warm, cold_hash());
+		for (uint64_t t0 = eos_now_ns(); eos_now_ns() - t0 < ns;)
+			model_step(w);
+		TIMED(&away, cold_hash());
+	}
+	free(w->ns.ns);
+	w->ns = (struct samples){0};
+	report("hash_warm_busy", "floor", &warm, NULL);
+	report("hash_after_steps", "floor", &away, NULL);
+}
+
 /* Print RESULT calls_<op>_<name>_<pct> a/b for each op. */
 static void ratios(const char *name, const char *pct, const double *a, const double *b)
 {
@@ -552,5 +681,32 @@ int main(void)
 	ratios("128pages_vs_16pages", "p50", o_paged.p50, o_small.p50);
 	ratios("1GiB_vs_1MiB_idle", "p50", o_big.p50, o_idled.p50);
 	ratios("1GiB_vs_1MiB_idle", "p99", o_big.p99, o_idled.p99);
+
+	/* The worker-like cases: the same calls, model steps between them
+	 * instead of sleeps (the acceptance figures; docs/performance.md). */
+	busy = stepper_open();
+	struct bench small_busy = small, big_busy = big;
+	small_busy.size = "1MiB_busy";
+	big_busy.size = "1GiB_busy";
+	struct outcome o_small_busy = run(&small_busy);
+	report("model_step", small_busy.size, &busy->ns, NULL);
+	struct outcome o_big_busy = run(&big_busy);
+	double step_p50;
+	report("model_step", big_busy.size, &busy->ns, &step_p50);
+	steps_floor(busy, o_big_busy.stored_wait);
+	ratios("1MiB_busy_vs_1MiB", "p99", o_small_busy.p99, o_small.p99);
+	ratios("1GiB_busy_vs_1GiB", "p99", o_big_busy.p99, o_big.p99);
+	/* The same with a loop of the median step's length that touches no
+	 * memory: a worker whose steps run elsewhere (a GPU's), so that its
+	 * own caches hold little but the loop and the store. */
+	busy->spin_ns = (uint64_t)(step_p50 * 1e3);
+	struct bench small_spin = small, big_spin = big;
+	small_spin.size = "1MiB_spin";
+	big_spin.size = "1GiB_spin";
+	run(&small_spin);
+	run(&big_spin);
+	printf("RESULT calls_spin_step_us %.2f us\n", step_p50);
+	stepper_close(busy);
+	busy = NULL;
 	return 0;
 }
