@@ -67,10 +67,14 @@
  *   machine) claims nothing and the caller copies every chunk itself.
  *   Below 8 MiB the helper's wake (a futex, 7-15 us on this VM: transfer.c
  *   "Wakes") would be a larger share of the copy.  A rank gets a helper
- *   while the process may run on 2 CPUs per rank up to it (rank 0 of a
- *   TP=1 store on this 2-core machine; not rank 1): more copy threads than
- *   CPUs would only take turns.  The model worker never takes the lane's
- *   mutex.  docs/performance.md
+ *   while the process may run on 2 CPUs per rank up to it and one more,
+ *   the model worker's (rank 0 of a TP=1 store from 3 CPUs; none on this
+ *   2-core machine): more copy threads than CPUs would only take turns,
+ *   and a helper on the worker's CPU costs serving what it gains the copy
+ *   (on this 2-core VM, serve.py --only hog served 1495-1525 tokens/s with
+ *   the helper against 1604-1629 without it in consecutive runs,
+ *   docs/performance.md "stop 26").  The model worker never takes the
+ *   lane's mutex.  docs/performance.md
  *   "splitting a window with a helper thread" has the measurements.
  */
 #include <errno.h>
@@ -404,13 +408,13 @@ uint64_t sel_host_lane_helped(struct sel_host_lane *l)
 }
 
 /* Whether rank's thread gets a helper: while every rank up to it can have
- * two CPUs of those this process may run on. */
+ * two CPUs of those this process may run on, and the model worker one. */
 static bool lane_wanted(uint32_t rank)
 {
 	cpu_set_t set;
 	if (sched_getaffinity(0, sizeof(set), &set) != 0)
 		return false;
-	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)rank + 1);
+	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)rank + 1) + 1;
 }
 
 /* The rank's state is its helper, or NULL: a helper that cannot start
