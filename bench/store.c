@@ -320,6 +320,51 @@ static void loadavg(const char *when)
 	printf("load average %s: %s", when, b);
 }
 
+/* One put and fetch round's line (f: its four fio figures, or NULL). */
+static void print_round(int r, uint32_t n, uint64_t rec_bytes, double put, double depth_w,
+			uint64_t beside, double get, const double *f, unsigned depth,
+			bool fio_first)
+{
+	printf("round %d: %u records of %.1f MiB: put %.2f GB/s (%.2f writes in flight, %" PRIu64
+	       " parts beside), fetch %.2f GB/s",
+	       r, n, (double)rec_bytes / (1 << 20), put / 1e9, depth_w, beside, get / 1e9);
+	if (f)
+		printf(" (fio write %.2f, read %.2f; at depth %u: write %.2f, read %.2f)%s",
+		       f[0] / 1e9, f[1] / 1e9, depth, f[2] / 1e9, f[3] / 1e9,
+		       fio_first ? ", fio first" : "");
+	else
+		printf(" (fio failed or absent: no ratios)");
+	printf("\n");
+}
+
+/* The put and fetch rounds' RESULT lines (rounds >= 1). */
+static void report(double *put, double *get, double *depth_w, double fio[4][MAX_ROUNDS],
+		   double ratio[4][MAX_ROUNDS], int rounds, bool have_fio)
+{
+	printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
+	printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
+	printf("RESULT store_put_write_depth %.2f requests\n", bench_median(depth_w, rounds));
+	if (have_fio) {
+		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
+							"fio_write_same_depth_gbps",
+							"fio_read_same_depth_gbps"};
+		static const char *const ratio_name[4] = {
+			"store_put_vs_fio_paired", "store_fetch_vs_fio_paired",
+			"store_put_vs_fio_same_depth", "store_fetch_vs_fio_same_depth"};
+		for (int k = 0; k < 4; k++)
+			printf("RESULT %s %.3f GB/s\n", fio_name[k],
+			       bench_median(fio[k], rounds) / 1e9);
+		printf("RESULT store_put_vs_fio %.3f ratio\n", bench_median(ratio[0], rounds));
+		printf("RESULT store_fetch_vs_fio %.3f ratio\n", bench_median(ratio[1], rounds));
+		printf("RESULT store_put_vs_fio_of_medians %.3f ratio\n",
+		       bench_median(put, rounds) / bench_median(fio[0], rounds));
+		printf("RESULT store_fetch_vs_fio_of_medians %.3f ratio\n",
+		       bench_median(get, rounds) / bench_median(fio[1], rounds));
+		for (int k = 0; k < 4; k++)
+			printf("RESULT %s %.3f ratio\n", ratio_name[k], geomean(ratio[k], rounds));
+	}
+}
+
 int main(void)
 {
 	const char *dir = bench_dir();
@@ -410,17 +455,8 @@ int main(void)
 			fio[k][r] = f[k];
 			ratio[k][r] = f[k] > 0 ? (k % 2 ? get[r] : put[r]) / f[k] : 0;
 		}
-		printf("round %d: %u records of %.1f MiB: put %.2f GB/s (%.2f writes in flight, %" PRIu64
-		       " parts beside), fetch %.2f GB/s",
-		       r, n, (double)rec_bytes / (1 << 20), put[r] / 1e9, depth_w[r], beside[r],
-		       get[r] / 1e9);
-		if (have_fio)
-			printf(" (fio write %.2f, read %.2f; at depth %u: write %.2f, read %.2f)%s",
-			       f[0] / 1e9, f[1] / 1e9, depth, f[2] / 1e9, f[3] / 1e9,
-			       fio_first ? ", fio first" : "");
-		else
-			printf(" (fio failed or absent: no ratios)");
-		printf("\n");
+		print_round(r, n, rec_bytes, put[r], depth_w[r], beside[r], get[r],
+			    have_fio ? f : NULL, depth, fio_first);
 		CHECK_RC(sel_store_close(s, 0), 0);
 		sel_store_destroy(s);
 	}
@@ -433,31 +469,7 @@ int main(void)
 	if (only_rt)
 		rounds = 0;
 	if (rounds)
-		printf("RESULT store_put_gbps %.3f GB/s\n", bench_median(put, rounds) / 1e9);
-	if (rounds) {
-		printf("RESULT store_fetch_gbps %.3f GB/s\n", bench_median(get, rounds) / 1e9);
-		printf("RESULT store_put_write_depth %.2f requests\n",
-		       bench_median(depth_w, rounds));
-	}
-	if (have_fio && rounds) {
-		static const char *const fio_name[4] = {"fio_write_gbps", "fio_read_gbps",
-							"fio_write_same_depth_gbps",
-							"fio_read_same_depth_gbps"};
-		static const char *const ratio_name[4] = {
-			"store_put_vs_fio_paired", "store_fetch_vs_fio_paired",
-			"store_put_vs_fio_same_depth", "store_fetch_vs_fio_same_depth"};
-		for (int k = 0; k < 4; k++)
-			printf("RESULT %s %.3f GB/s\n", fio_name[k],
-			       bench_median(fio[k], rounds) / 1e9);
-		printf("RESULT store_put_vs_fio %.3f ratio\n", bench_median(ratio[0], rounds));
-		printf("RESULT store_fetch_vs_fio %.3f ratio\n", bench_median(ratio[1], rounds));
-		printf("RESULT store_put_vs_fio_of_medians %.3f ratio\n",
-		       bench_median(put, rounds) / bench_median(fio[0], rounds));
-		printf("RESULT store_fetch_vs_fio_of_medians %.3f ratio\n",
-		       bench_median(get, rounds) / bench_median(fio[1], rounds));
-		for (int k = 0; k < 4; k++)
-			printf("RESULT %s %.3f ratio\n", ratio_name[k], geomean(ratio[k], rounds));
-	}
+		report(put, get, depth_w, fio, ratio, rounds, have_fio);
 	for (uint32_t i = 0; i < n; i++)
 		sfx_conv_free(&cv[i]);
 	free(cv);
