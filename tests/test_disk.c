@@ -662,100 +662,110 @@ static void write_parts(struct fx *f, struct rec *r, const uint32_t *sizes, int 
 	CHECK(fsize(f, &r->d.key) == (row ? r->s.row_end : r->s.row_off));
 }
 
-static void test_windowed(struct fx *f)
+/* Parts of several sizes, one of them empty; then range reads, a
+ * corrupted page and malformed ranges. */
+static void windowed_ranges(struct fx *f, const sel_record_desc *d, struct rec *src,
+			    struct rec *dst)
 {
-	uint32_t pt = f->t.g.page_tokens;
-	sel_record_desc d;
 	struct sel_disk_job j;
-	struct rec src, dst, old;
 
-	/* Parts of several sizes, one of them empty; then range reads. */
-	test_desc(&rng, pt, 9 * pt + 5, NULL, false, &d);
-	rec_alloc(f, &src, &d, true);
-	rec_alloc(f, &dst, &d, false);
-	write_parts(f, &src, (uint32_t[]){4, 0, 3, 2}, 4, true, true);
-	job_read(&j, &dst, 0, true);
+	write_parts(f, src, (uint32_t[]){4, 0, 3, 2}, 4, true, true);
+	job_read(&j, dst, 0, true);
 	CHECK_OK(run(f, &j));
-	check_same(&src, &dst, 0, true);
+	check_same(src, dst, 0, true);
 	struct rec d2;
-	rec_alloc(f, &d2, &d, false);
+	rec_alloc(f, &d2, d, false);
 	job_range(&j, &d2, 2, 3, false);
 	CHECK_OK(run(f, &j));
-	for (uint32_t i = 0; i < d.tail; i++) {
+	for (uint32_t i = 0; i < d->tail; i++) {
 		bool in = i >= 2 && i < 5;
-		CHECKF(in ? memcmp(src.pages[i], d2.pages[i], src.s.page_stride) == 0
+		CHECKF(in ? memcmp(src->pages[i], d2.pages[i], src->s.page_stride) == 0
 			  : ((uint8_t *)d2.pages[i])[0] == 0xee,
 		       "range page %u", i);
 	}
 	job_range(&j, &d2, 7, 2, true); /* the last window, with the row */
 	CHECK_OK(run(f, &j));
-	check_same(&src, &d2, 7, true);
+	check_same(src, &d2, 7, true);
 	rec_free(f, &d2);
 	/* A corrupted page fails only the ranges that cover it. */
-	flip_byte(f, &d.key, src.s.page_off + 5 * src.s.page_stride + 9);
-	job_range(&j, &dst, 0, 5, false);
+	flip_byte(f, &d->key, src->s.page_off + 5 * src->s.page_stride + 9);
+	job_range(&j, dst, 0, 5, false);
 	CHECK_OK(run(f, &j));
-	job_range(&j, &dst, 4, 2, false);
+	job_range(&j, dst, 4, 2, false);
 	CHECK_RC(run(f, &j), SEL_ECORRUPT);
 	CHECK(strstr(j.errmsg, "page record 5"));
 	/* Malformed range reads. */
-	job_range(&j, &dst, 8, 2, false);
+	job_range(&j, dst, 8, 2, false);
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
+}
+
+/* Single and page-only parts; malformed, out-of-order and discarded
+ * parts; a stale temporary replaced. */
+static void windowed_parts(struct fx *f, const sel_record_desc *d, struct rec *src, struct rec *dst)
+{
+	struct sel_disk_job j;
 
 	/* One part that begins and ends; a page-only windowed record. */
-	write_parts(f, &src, (uint32_t[]){9}, 1, true, false);
-	job_read(&j, &dst, 0, true);
+	write_parts(f, src, (uint32_t[]){9}, 1, true, false);
+	job_read(&j, dst, 0, true);
 	CHECK_OK(run(f, &j));
-	check_same(&src, &dst, 0, true);
-	write_parts(f, &src, (uint32_t[]){5, 4}, 2, false, false);
-	job_read(&j, &dst, 0, false);
+	check_same(src, dst, 0, true);
+	write_parts(f, src, (uint32_t[]){5, 4}, 2, false, false);
+	job_read(&j, dst, 0, false);
 	CHECK_OK(run(f, &j));
 	CHECK(!j.had_row);
-	check_same(&src, &dst, 0, false);
-	job_simple(&j, SEL_DISK_UNLINK, &d);
+	check_same(src, dst, 0, false);
+	job_simple(&j, SEL_DISK_UNLINK, d);
 	CHECK_OK(run(f, &j));
 
 	/* Malformed parts are refused at submission. */
-	job_part(&j, &src, 1, 3, true, SEL_DISK_PART_BEGIN);
+	job_part(&j, src, 1, 3, true, SEL_DISK_PART_BEGIN);
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
-	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN | SEL_DISK_PART_END);
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN | SEL_DISK_PART_END);
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL); /* does not reach the tail */
-	job_part(&j, &src, 0, 10, true, SEL_DISK_PART_BEGIN);
+	job_part(&j, src, 0, 10, true, SEL_DISK_PART_BEGIN);
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
-	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
-	j.row_iov = src.iov;
-	j.row_n = (uint32_t)src.n_iov;
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	j.row_iov = src->iov;
+	j.row_n = (uint32_t)src->n_iov;
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL); /* row pieces before the end */
-	job_part(&j, &src, 0, 3, true, 4);
+	job_part(&j, src, 0, 3, true, 4);
 	CHECK_RC(sel_disk_submit(f->d, &j), -EINVAL);
 	CHECK(sel_disk_outstanding(f->d) == 0);
 
 	/* Out of order: the temporary goes; the parts after fail. */
-	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
 	CHECK_OK(run(f, &j));
 	CHECK(test_count_tmp(f->dir) == 1);
-	job_part(&j, &src, 4, 2, true, 0);
+	job_part(&j, src, 4, 2, true, 0);
 	CHECK_RC(run(f, &j), -EINVAL);
 	CHECK(test_count_tmp(f->dir) == 0);
-	job_part(&j, &src, 6, 3, true, SEL_DISK_PART_END);
+	job_part(&j, src, 6, 3, true, SEL_DISK_PART_END);
 	CHECK_RC(run(f, &j), -ENOENT);
-	CHECK(strstr(j.errmsg, "no temporary") && fsize(f, &d.key) == UINT64_MAX);
+	CHECK(strstr(j.errmsg, "no temporary") && fsize(f, &d->key) == UINT64_MAX);
 	/* Discard. */
-	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
 	CHECK_OK(run(f, &j));
-	job_simple(&j, SEL_DISK_DISCARD, &d);
+	job_simple(&j, SEL_DISK_DISCARD, d);
 	CHECK_OK(run(f, &j));
 	CHECK(j.existed && test_count_tmp(f->dir) == 0);
-	job_simple(&j, SEL_DISK_DISCARD, &d);
+	job_simple(&j, SEL_DISK_DISCARD, d);
 	CHECK_OK(run(f, &j));
 	CHECK(!j.existed);
 	/* A new BEGIN replaces a stale temporary of the same record. */
-	job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
 	CHECK_OK(run(f, &j));
-	write_parts(f, &src, (uint32_t[]){2, 7}, 2, true, true);
+	write_parts(f, src, (uint32_t[]){2, 7}, 2, true, true);
+}
 
-	/* Failed parts never touch the committed record of the name. */
-	rec_alloc(f, &old, &d, true);
+/* Failed parts never touch the committed record of the name. */
+static void windowed_faults(struct fx *f, const sel_record_desc *d, struct rec *src,
+			    struct rec *dst)
+{
+	struct sel_disk_job j;
+
+	struct rec old;
+	rec_alloc(f, &old, d, true);
 	job_write(&j, &old, true);
 	CHECK_OK(run(f, &j));
 	bool pread_path = f->mode->io == SEL_DISK_IO_PREAD;
@@ -785,7 +795,7 @@ static void test_windowed(struct fx *f)
 		for (uint32_t p = 0; p < 3; p++) {
 			unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) |
 					(p == 2 ? SEL_DISK_PART_END : 0);
-			job_part(&j, &src, at, sizes[p], true, part);
+			job_part(&j, src, at, sizes[p], true, part);
 			int rc = run(f, &j);
 			at += sizes[p];
 			if (p < failing) {
@@ -801,18 +811,23 @@ static void test_windowed(struct fx *f)
 		eos_fileops_set(NULL);
 		hk_reset();
 		CHECK(test_count_tmp(f->dir) == 0);
-		job_read(&j, &dst, 0, true);
+		job_read(&j, dst, 0, true);
 		CHECK_OK(run(f, &j));
-		check_same(&old, &dst, 0, true);
+		check_same(&old, dst, 0, true);
 	}
 	faultfs_reset();
 	rec_free(f, &old);
+}
 
-	/* Temporaries still open at close are removed. */
+/* Temporaries still open at close are removed. */
+static void windowed_close(struct fx *f, struct rec *src)
+{
+	struct sel_disk_job j;
+
 	{
 		sel_disk *keep = f->d;
 		CHECK_OK(sel_disk_create(&f->cfg, &f->d));
-		job_part(&j, &src, 0, 3, true, SEL_DISK_PART_BEGIN);
+		job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
 		CHECK_OK(run(f, &j));
 		CHECK(test_count_tmp(f->dir) == 1);
 		CHECK_OK(sel_disk_close(f->d, 0));
@@ -820,14 +835,16 @@ static void test_windowed(struct fx *f)
 		f->d = keep;
 		CHECK(test_count_tmp(f->dir) == 0);
 	}
-	job_simple(&j, SEL_DISK_UNLINK, &d);
-	CHECK_OK(run(f, &j));
-	rec_free(f, &src);
-	rec_free(f, &dst);
+}
 
-	/* Several windowed writes interleaved, all parts queued at once (on
-	 * io_uring, parts of different records overlap): each keeps its own
-	 * temporary and checksums. */
+/* Several windowed writes interleaved, all parts queued at once (on
+ * io_uring, parts of different records overlap): each keeps its own
+ * temporary and checksums. */
+static void windowed_interleaved(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	struct sel_disk_job j;
+
 	{
 		enum {
 			W = 5
@@ -871,8 +888,16 @@ static void test_windowed(struct fx *f)
 			rec_free(f, &ws[i]);
 		}
 	}
+}
 
-	/* Replicated pages and row, windowed. */
+/* Replicated pages and row, windowed. */
+static void windowed_replicated(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	struct sel_disk_job j;
+	struct rec src, dst;
+
 	if (f->ns.layout.sz.uniform_planes && f->ns.layout.sz.uniform_row) {
 		test_desc(&rng, pt, 7 * pt, NULL, false, &d);
 		d.flags = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
@@ -887,6 +912,28 @@ static void test_windowed(struct fx *f)
 		rec_free(f, &src);
 		rec_free(f, &dst);
 	}
+}
+
+static void test_windowed(struct fx *f)
+{
+	uint32_t pt = f->t.g.page_tokens;
+	sel_record_desc d;
+	struct sel_disk_job j;
+	struct rec src, dst;
+
+	test_desc(&rng, pt, 9 * pt + 5, NULL, false, &d);
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	windowed_ranges(f, &d, &src, &dst);
+	windowed_parts(f, &d, &src, &dst);
+	windowed_faults(f, &d, &src, &dst);
+	windowed_close(f, &src);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &src);
+	rec_free(f, &dst);
+	windowed_interleaved(f);
+	windowed_replicated(f);
 }
 
 /* Issue 18: the parts of one record queued at once start beside each
