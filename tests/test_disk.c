@@ -763,8 +763,8 @@ static void windowed_faults(struct fx *f, const sel_record_desc *d, struct rec *
 			    struct rec *dst)
 {
 	struct sel_disk_job j;
-
 	struct rec old;
+
 	rec_alloc(f, &old, d, true);
 	job_write(&j, &old, true);
 	CHECK_OK(run(f, &j));
@@ -824,17 +824,15 @@ static void windowed_close(struct fx *f, struct rec *src)
 {
 	struct sel_disk_job j;
 
-	{
-		sel_disk *keep = f->d;
-		CHECK_OK(sel_disk_create(&f->cfg, &f->d));
-		job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
-		CHECK_OK(run(f, &j));
-		CHECK(test_count_tmp(f->dir) == 1);
-		CHECK_OK(sel_disk_close(f->d, 0));
-		sel_disk_destroy(f->d);
-		f->d = keep;
-		CHECK(test_count_tmp(f->dir) == 0);
-	}
+	sel_disk *keep = f->d;
+	CHECK_OK(sel_disk_create(&f->cfg, &f->d));
+	job_part(&j, src, 0, 3, true, SEL_DISK_PART_BEGIN);
+	CHECK_OK(run(f, &j));
+	CHECK(test_count_tmp(f->dir) == 1);
+	CHECK_OK(sel_disk_close(f->d, 0));
+	sel_disk_destroy(f->d);
+	f->d = keep;
+	CHECK(test_count_tmp(f->dir) == 0);
 }
 
 /* Several windowed writes interleaved, all parts queued at once (on
@@ -845,48 +843,46 @@ static void windowed_interleaved(struct fx *f)
 	uint32_t pt = f->t.g.page_tokens;
 	struct sel_disk_job j;
 
-	{
-		enum {
-			W = 5
-		};
-		struct rec ws[W], wd;
-		struct sel_disk_job parts[W][3];
+	enum {
+		W = 5
+	};
+	struct rec ws[W], wd;
+	struct sel_disk_job parts[W][3];
+	for (int i = 0; i < W; i++) {
+		sel_record_desc di;
+		test_desc(&rng, pt, (uint64_t)(6 + i) * pt, NULL, false, &di);
+		rec_alloc(f, &ws[i], &di, true);
+	}
+	for (int p = 0; p < 3; p++)
 		for (int i = 0; i < W; i++) {
-			sel_record_desc di;
-			test_desc(&rng, pt, (uint64_t)(6 + i) * pt, NULL, false, &di);
-			rec_alloc(f, &ws[i], &di, true);
+			uint32_t t = ws[i].d.tail, a0 = t / 3, a1 = t / 3;
+			uint32_t first = p == 0 ? 0 : p == 1 ? a0 : a0 + a1;
+			uint32_t count = p == 0 ? a0 : p == 1 ? a1 : t - a0 - a1;
+			unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) |
+					(p == 2 ? SEL_DISK_PART_END : 0);
+			job_part(&parts[i][p], &ws[i], first, count, true, part);
+			CHECK_OK(sel_disk_submit(f->d, &parts[i][p]));
 		}
-		for (int p = 0; p < 3; p++)
-			for (int i = 0; i < W; i++) {
-				uint32_t t = ws[i].d.tail, a0 = t / 3, a1 = t / 3;
-				uint32_t first = p == 0 ? 0 : p == 1 ? a0 : a0 + a1;
-				uint32_t count = p == 0 ? a0 : p == 1 ? a1 : t - a0 - a1;
-				unsigned part = (p == 0 ? SEL_DISK_PART_BEGIN : 0) |
-						(p == 2 ? SEL_DISK_PART_END : 0);
-				job_part(&parts[i][p], &ws[i], first, count, true, part);
-				CHECK_OK(sel_disk_submit(f->d, &parts[i][p]));
-			}
-		int got = 0;
-		struct pollfd pl = {.fd = sel_disk_fd(f->d), .events = POLLIN};
-		while (got < 3 * W) {
-			CHECK(poll(&pl, 1, 30000) == 1);
-			struct sel_disk_job *out[16];
-			int k = sel_disk_poll(f->d, out, 16);
-			for (int i = 0; i < k; i++)
-				CHECKF(out[i]->status == 0, "interleaved part: %s", out[i]->errmsg);
-			got += k;
-		}
-		CHECK(test_count_tmp(f->dir) == 0);
-		for (int i = 0; i < W; i++) {
-			rec_alloc(f, &wd, &ws[i].d, false);
-			job_read(&j, &wd, 0, true);
-			CHECK_OK(run(f, &j));
-			check_same(&ws[i], &wd, 0, true);
-			rec_free(f, &wd);
-			job_simple(&j, SEL_DISK_UNLINK, &ws[i].d);
-			CHECK_OK(run(f, &j));
-			rec_free(f, &ws[i]);
-		}
+	int got = 0;
+	struct pollfd pl = {.fd = sel_disk_fd(f->d), .events = POLLIN};
+	while (got < 3 * W) {
+		CHECK(poll(&pl, 1, 30000) == 1);
+		struct sel_disk_job *out[16];
+		int k = sel_disk_poll(f->d, out, 16);
+		for (int i = 0; i < k; i++)
+			CHECKF(out[i]->status == 0, "interleaved part: %s", out[i]->errmsg);
+		got += k;
+	}
+	CHECK(test_count_tmp(f->dir) == 0);
+	for (int i = 0; i < W; i++) {
+		rec_alloc(f, &wd, &ws[i].d, false);
+		job_read(&j, &wd, 0, true);
+		CHECK_OK(run(f, &j));
+		check_same(&ws[i], &wd, 0, true);
+		rec_free(f, &wd);
+		job_simple(&j, SEL_DISK_UNLINK, &ws[i].d);
+		CHECK_OK(run(f, &j));
+		rec_free(f, &ws[i]);
 	}
 }
 
@@ -898,20 +894,20 @@ static void windowed_replicated(struct fx *f)
 	struct sel_disk_job j;
 	struct rec src, dst;
 
-	if (f->ns.layout.sz.uniform_planes && f->ns.layout.sz.uniform_row) {
-		test_desc(&rng, pt, 7 * pt, NULL, false, &d);
-		d.flags = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
-		rec_alloc(f, &src, &d, true);
-		rec_alloc(f, &dst, &d, false);
-		write_parts(f, &src, (uint32_t[]){3, 3, 1}, 3, true, true);
-		job_range(&j, &dst, 3, 4, true);
-		CHECK_OK(run(f, &j));
-		check_same(&src, &dst, 3, true);
-		job_simple(&j, SEL_DISK_UNLINK, &d);
-		CHECK_OK(run(f, &j));
-		rec_free(f, &src);
-		rec_free(f, &dst);
-	}
+	if (!f->ns.layout.sz.uniform_planes || !f->ns.layout.sz.uniform_row)
+		return;
+	test_desc(&rng, pt, 7 * pt, NULL, false, &d);
+	d.flags = SEL_RECORD_PAGES_REPLICATED | SEL_RECORD_ROW_REPLICATED;
+	rec_alloc(f, &src, &d, true);
+	rec_alloc(f, &dst, &d, false);
+	write_parts(f, &src, (uint32_t[]){3, 3, 1}, 3, true, true);
+	job_range(&j, &dst, 3, 4, true);
+	CHECK_OK(run(f, &j));
+	check_same(&src, &dst, 3, true);
+	job_simple(&j, SEL_DISK_UNLINK, &d);
+	CHECK_OK(run(f, &j));
+	rec_free(f, &src);
+	rec_free(f, &dst);
 }
 
 static void test_windowed(struct fx *f)
