@@ -250,6 +250,117 @@ static bool inbound_is(const hel_engine_stats *st, void *arg)
 	return st->inbound_waiting == *(uint64_t *)arg;
 }
 
+/* Turn 2 of the script on an offloading engine (a) and on one without
+ * offload (b): the terminal came back from host memory, same tokens. */
+static void offload_restored(hel_engine *a, const struct script_out *oa,
+			     const struct script_out *ob)
+{
+	/* Turn 2: the turn-1 terminal came back from host memory. */
+	CHECKF(oa->turn2->out.reused_host_tokens == oa->t1 && oa->turn2->out.reused_gpu_tokens == 0,
+	       "reused host %llu gpu %llu, terminal %llu",
+	       (unsigned long long)oa->turn2->out.reused_host_tokens,
+	       (unsigned long long)oa->turn2->out.reused_gpu_tokens, (unsigned long long)oa->t1);
+	CHECK(oa->turn2->out.cached_tokens == oa->t1 &&
+	      oa->turn2->out.host_tier == SEL_TIER_MEMORY);
+	CHECK(oa->turn2->out.prefill_tokens == oa->n2 - oa->t1);
+	/* Without offload the same turn recomputes: same tokens. */
+	CHECK(ob->turn2->out.reused_host_tokens == 0 && ob->turn2->out.cached_tokens < oa->t1);
+	CHECK(oa->turn2->n == ob->turn2->n &&
+	      memcmp(oa->turn2->tok, ob->turn2->tok, oa->turn2->n * sizeof(hel_token)) == 0);
+	check_ref(oa->turn2, oa->p2, oa->n2, 40, NULL);
+	hel_engine_stats st;
+	et_wait_stats(a, idle, NULL);
+	hel_engine_stats_get(a, &st);
+	CHECK(st.host_hits >= 1 && st.host_reused_tokens >= oa->t1 && st.gpu_evictions > 0);
+	CHECK(st.store.fetches >= 1 && st.store.hits >= 1 && st.store_enabled);
+	/* Restores are timed by the tier they came from. */
+	CHECK(st.restore_time[SEL_TIER_MEMORY].count >= st.host_hits - st.host_fetch_failed &&
+	      st.restore_time[SEL_TIER_MEMORY].count > 0 &&
+	      st.restore_time[SEL_TIER_DISK].count == 0);
+	/* Every restore's summaries were computed on the transfer threads as
+	 * its windows landed (model.h landed summaries), none on the worker. */
+	CHECKF(st.landed_rows >= st.restore_time[SEL_TIER_MEMORY].count && st.landed_pages > 0 &&
+		       st.computed_rows == 0 && st.computed_pages == 0,
+	       "landed %llu pages %llu rows, computed %llu pages %llu rows",
+	       (unsigned long long)st.landed_pages, (unsigned long long)st.landed_rows,
+	       (unsigned long long)st.computed_pages, (unsigned long long)st.computed_rows);
+	printf("policy inputs: prefill %llu tokens/s, memory restores %llu B/s\n",
+	       (unsigned long long)st.prefill_rate,
+	       (unsigned long long)st.store.tier[SEL_TIER_MEMORY].rate_bps);
+}
+
+/* Two continuations of one evicted prefix, admitted together: one
+ * ticket, both complete.  Returns the host-reused tokens of both. */
+static uint64_t offload_branches(hel_engine *a, struct et_gate *gate, hel_token *const bp[3],
+				 const uint32_t bn[3], uint64_t t1, uint64_t cut)
+{
+	int fetches0 = __atomic_load_n(&gate->fetches, __ATOMIC_SEQ_CST);
+	et_gate_hold(gate, true);
+	struct et_call *c0 = et_call_new(), *c1 = et_call_new();
+	CHECK_OK(et_submit(a, c0, bp[0], bn[0], 24, NULL));
+	CHECK_OK(et_submit(a, c1, bp[1], bn[1], 24, NULL));
+	uint64_t two = 2;
+	et_wait_stats(a, inbound_is, &two);
+	CHECK(__atomic_load_n(&gate->fetches, __ATOMIC_SEQ_CST) == fetches0 + 1); /* one ticket */
+	et_gate_hold(gate, false);
+	et_wait(c0);
+	et_wait(c1);
+	uint64_t hk = c0->out.reused_host_tokens;
+	/* The nearest row-bearing host record (the store drops the row of a
+	 * record whose only child committed, design 2.3): one key for both. */
+	CHECKF(hk > 0 && hk <= cut && c1->out.reused_host_tokens == hk,
+	       "host reuse %llu and %llu, terminal %llu, branch point %llu (%s %s, gpu %llu %llu)",
+	       (unsigned long long)hk, (unsigned long long)c1->out.reused_host_tokens,
+	       (unsigned long long)t1, (unsigned long long)cut, c0->out.finish_reason,
+	       c1->out.finish_reason, (unsigned long long)c0->out.reused_gpu_tokens,
+	       (unsigned long long)c1->out.reused_gpu_tokens);
+	CHECK(c0->out.reused_gpu_tokens == 0 && c1->out.reused_gpu_tokens == 0);
+	check_ref(c0, bp[0], bn[0], 24, NULL);
+	check_ref(c1, bp[1], bn[1], 24, NULL);
+	et_call_free(c0);
+	et_call_free(c1);
+
+	return hk;
+}
+
+/* Cancel during inbound: the request finishes "cancelled", the ticket
+ * completes anyway, and the next request finds its checkpoint in the
+ * GPU cache. */
+static void offload_cancel(hel_engine *a, struct et_gate *gate, hel_token *const bp[3],
+			   const uint32_t bn[3], uint64_t hk)
+{
+	uint64_t zero = 0, one = 1;
+	fillers(a, 14);
+	int fetches0 = __atomic_load_n(&gate->fetches, __ATOMIC_SEQ_CST);
+	et_gate_hold(gate, true);
+	struct et_call *c2 = et_call_new();
+	CHECK_OK(et_submit(a, c2, bp[2], bn[2], 24, NULL));
+	et_wait_stats(a, inbound_is, &one);
+	CHECK_OK(hel_engine_cancel(a, c2->id));
+	et_wait(c2);
+	CHECK(!strcmp(c2->out.finish_reason, "cancelled") && c2->n == 0);
+	CHECK_RC(hel_engine_cancel(a, c2->id), -ENOENT);
+	et_wait_stats(a, inbound_is, &zero);
+	/* Release only once the restore landed, so no later lookup can join
+	 * the ticket. */
+	et_gate_wait_completions(gate, __atomic_load_n(&gate->fetches, __ATOMIC_SEQ_CST));
+	et_gate_hold(gate, false);
+	CHECK(__atomic_load_n(&gate->fetches, __ATOMIC_SEQ_CST) == fetches0 + 1);
+	/* A request admitted after the release has seen the held completion. */
+	uint32_t tn;
+	hel_token *tp = et_random_prompt(&rng, 10, &tn);
+	et_call_free(et_run(a, tp, tn, 1, NULL));
+	free(tp);
+	struct et_call *c3 = et_run(a, bp[2], bn[2], 24, NULL);
+	CHECKF(c3->out.reused_gpu_tokens == hk && c3->out.reused_host_tokens == 0,
+	       "after the cancelled inbound: gpu %llu host %llu, expected gpu %llu",
+	       (unsigned long long)c3->out.reused_gpu_tokens,
+	       (unsigned long long)c3->out.reused_host_tokens, (unsigned long long)hk);
+	check_ref(c3, bp[2], bn[2], 24, NULL);
+	et_call_free(c2);
+	et_call_free(c3);
+}
+
 static void test_offload(void)
 {
 	static struct et_gate gate;
@@ -269,37 +380,7 @@ static void test_offload(void)
 	struct script_out oa, ob;
 	script(a, seed, &oa);
 	script(b, seed, &ob);
-	/* Turn 2: the turn-1 terminal came back from host memory. */
-	CHECKF(oa.turn2->out.reused_host_tokens == oa.t1 && oa.turn2->out.reused_gpu_tokens == 0,
-	       "reused host %llu gpu %llu, terminal %llu",
-	       (unsigned long long)oa.turn2->out.reused_host_tokens,
-	       (unsigned long long)oa.turn2->out.reused_gpu_tokens, (unsigned long long)oa.t1);
-	CHECK(oa.turn2->out.cached_tokens == oa.t1 && oa.turn2->out.host_tier == SEL_TIER_MEMORY);
-	CHECK(oa.turn2->out.prefill_tokens == oa.n2 - oa.t1);
-	/* Without offload the same turn recomputes: same tokens. */
-	CHECK(ob.turn2->out.reused_host_tokens == 0 && ob.turn2->out.cached_tokens < oa.t1);
-	CHECK(oa.turn2->n == ob.turn2->n &&
-	      memcmp(oa.turn2->tok, ob.turn2->tok, oa.turn2->n * sizeof(hel_token)) == 0);
-	check_ref(oa.turn2, oa.p2, oa.n2, 40, NULL);
-	hel_engine_stats st;
-	et_wait_stats(a, idle, NULL);
-	hel_engine_stats_get(a, &st);
-	CHECK(st.host_hits >= 1 && st.host_reused_tokens >= oa.t1 && st.gpu_evictions > 0);
-	CHECK(st.store.fetches >= 1 && st.store.hits >= 1 && st.store_enabled);
-	/* Restores are timed by the tier they came from. */
-	CHECK(st.restore_time[SEL_TIER_MEMORY].count >= st.host_hits - st.host_fetch_failed &&
-	      st.restore_time[SEL_TIER_MEMORY].count > 0 &&
-	      st.restore_time[SEL_TIER_DISK].count == 0);
-	/* Every restore's summaries were computed on the transfer threads as
-	 * its windows landed (model.h landed summaries), none on the worker. */
-	CHECKF(st.landed_rows >= st.restore_time[SEL_TIER_MEMORY].count && st.landed_pages > 0 &&
-		       st.computed_rows == 0 && st.computed_pages == 0,
-	       "landed %llu pages %llu rows, computed %llu pages %llu rows",
-	       (unsigned long long)st.landed_pages, (unsigned long long)st.landed_rows,
-	       (unsigned long long)st.computed_pages, (unsigned long long)st.computed_rows);
-	printf("policy inputs: prefill %llu tokens/s, memory restores %llu B/s\n",
-	       (unsigned long long)st.prefill_rate,
-	       (unsigned long long)st.store.tier[SEL_TIER_MEMORY].rate_bps);
+	offload_restored(a, &oa, &ob);
 
 	/* Two continuations of one evicted prefix, admitted together: one
 	 * ticket, both complete. */
@@ -325,64 +406,8 @@ static void test_offload(void)
 		bp[i][cut + tl] = HEL_TOK_MESSAGE;
 		hel_tokenize("assistant: ", 11, bp[i] + cut + tl + 1);
 	}
-	int fetches0 = __atomic_load_n(&gate.fetches, __ATOMIC_SEQ_CST);
-	et_gate_hold(&gate, true);
-	struct et_call *c0 = et_call_new(), *c1 = et_call_new();
-	CHECK_OK(et_submit(a, c0, bp[0], bn[0], 24, NULL));
-	CHECK_OK(et_submit(a, c1, bp[1], bn[1], 24, NULL));
-	uint64_t two = 2, zero = 0, one = 1;
-	et_wait_stats(a, inbound_is, &two);
-	CHECK(__atomic_load_n(&gate.fetches, __ATOMIC_SEQ_CST) == fetches0 + 1); /* one ticket */
-	et_gate_hold(&gate, false);
-	et_wait(c0);
-	et_wait(c1);
-	uint64_t hk = c0->out.reused_host_tokens;
-	/* The nearest row-bearing host record (the store drops the row of a
-	 * record whose only child committed, design 2.3): one key for both. */
-	CHECKF(hk > 0 && hk <= cut && c1->out.reused_host_tokens == hk,
-	       "host reuse %llu and %llu, terminal %llu, branch point %llu (%s %s, gpu %llu %llu)",
-	       (unsigned long long)hk, (unsigned long long)c1->out.reused_host_tokens,
-	       (unsigned long long)oa.t1, (unsigned long long)cut, c0->out.finish_reason,
-	       c1->out.finish_reason, (unsigned long long)c0->out.reused_gpu_tokens,
-	       (unsigned long long)c1->out.reused_gpu_tokens);
-	CHECK(c0->out.reused_gpu_tokens == 0 && c1->out.reused_gpu_tokens == 0);
-	check_ref(c0, bp[0], bn[0], 24, NULL);
-	check_ref(c1, bp[1], bn[1], 24, NULL);
-	et_call_free(c0);
-	et_call_free(c1);
-
-	/* Cancel during inbound: the request finishes "cancelled", the ticket
-	 * completes anyway, and the next request finds its checkpoint in the
-	 * GPU cache. */
-	fillers(a, 14);
-	fetches0 = __atomic_load_n(&gate.fetches, __ATOMIC_SEQ_CST);
-	et_gate_hold(&gate, true);
-	struct et_call *c2 = et_call_new();
-	CHECK_OK(et_submit(a, c2, bp[2], bn[2], 24, NULL));
-	et_wait_stats(a, inbound_is, &one);
-	CHECK_OK(hel_engine_cancel(a, c2->id));
-	et_wait(c2);
-	CHECK(!strcmp(c2->out.finish_reason, "cancelled") && c2->n == 0);
-	CHECK_RC(hel_engine_cancel(a, c2->id), -ENOENT);
-	et_wait_stats(a, inbound_is, &zero);
-	/* Release only once the restore landed, so no later lookup can join
-	 * the ticket. */
-	et_gate_wait_completions(&gate, __atomic_load_n(&gate.fetches, __ATOMIC_SEQ_CST));
-	et_gate_hold(&gate, false);
-	CHECK(__atomic_load_n(&gate.fetches, __ATOMIC_SEQ_CST) == fetches0 + 1);
-	/* A request admitted after the release has seen the held completion. */
-	uint32_t tn;
-	hel_token *tp = et_random_prompt(&rng, 10, &tn);
-	et_call_free(et_run(a, tp, tn, 1, NULL));
-	free(tp);
-	struct et_call *c3 = et_run(a, bp[2], bn[2], 24, NULL);
-	CHECKF(c3->out.reused_gpu_tokens == hk && c3->out.reused_host_tokens == 0,
-	       "after the cancelled inbound: gpu %llu host %llu, expected gpu %llu",
-	       (unsigned long long)c3->out.reused_gpu_tokens,
-	       (unsigned long long)c3->out.reused_host_tokens, (unsigned long long)hk);
-	check_ref(c3, bp[2], bn[2], 24, NULL);
-	et_call_free(c2);
-	et_call_free(c3);
+	uint64_t hk = offload_branches(a, &gate, bp, bn, oa.t1, cut);
+	offload_cancel(a, &gate, bp, bn, hk);
 
 	for (int i = 0; i < 3; i++)
 		free(bp[i]);
