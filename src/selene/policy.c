@@ -122,13 +122,22 @@
  * and it is above 1 only as far as all three samples are (a faster
  * transfer is evidence, load only ever adds time; a slower one must hold
  * three times).  A sample no longer counts once the tier has had NEAR_AGE
- * (32) samples since, or once the line's estimate of its bytes moved more
- * than NEAR_MOVED (1.5x) either way: then the tier changed, not the size,
- * and the line has followed (test_adapts).  The factor at b bytes is the
- * geometric mean of the bands' factors whose samples lie within half an
- * octave of b, weighted by nearness in log2 size (1 - distance / 0.5),
- * faded to 1 where the weights sum below 1, and bounded to [NEAR_MIN,
- * NEAR_MAX] (a quarter to four times the line).  So a size with restores
+ * (32) samples since; nor once the line's estimate of its bytes fell more
+ * than NEAR_MOVED (1.5x) below what it was (the tier became faster: a
+ * slow sample from before would hold the size slow, and a size estimated
+ * slower than its prefill is never measured again); nor once the line's
+ * estimate rose more than 1.5x and a newer sample of the band took at
+ * least the line's estimate now (the tier became slower, and this size
+ * showed it: test_adapts).  A fast sample the line rose above with no
+ * newer one stays: the rise may be a burst of stalls at other sizes, and
+ * without it this size would be recomputed and never measured again
+ * (r29policy's first run: a 30 KiB memory record restored in 0.17 ms was
+ * estimated at 1.04 ms after such a burst, and recomputed at 5x the
+ * restore).  The factor at b bytes is the geometric mean of the bands'
+ * factors whose samples lie within half an octave of b, weighted by
+ * nearness in log2 size (1 - distance / 0.5), faded to 1 where the
+ * weights sum below 1, and bounded to [NEAR_MIN, NEAR_MAX] (a sixteenth
+ * to four times the line).  So a size with restores
  * of its own is estimated from them, a size between two measured ones
  * between theirs, and a size far from every measured one from the line.
  * Failed transfers and row-only restores are not samples of the bands
@@ -274,17 +283,17 @@
 #define SPREAD 2.0
 #define MAX_RATE 1e12 /* bytes/s: no tier is faster, so per_byte never reaches 0 */
 #define SEEDS 2
-#define SEED_UNTIL 3     /* measured samples that retire a seed (DESIGN, "Seeds") */
-#define SEED_FIXED 1     /* the small seed: it pins the fixed cost */
-#define SEED_RATE 2      /* the large seed: it pins the bandwidth */
-#define FIXED_RECENT 7   /* samples the fixed cost is fitted to, the latest ... */
-#define FIXED_SHARE 0.25 /* ... of those whose estimate it is this share of */
-#define BOUND_SPAN 4.0   /* the bound's samples: bytes' time at most this x the fixed cost */
-#define NEAR_BANDS 64    /* size bands, by log2 of bytes rounded (DESIGN, "Near sizes") */
-#define NEAR_KEEP 3      /* the design's "last three", per size band */
-#define NEAR_AGE 32      /* a band's sample counts for the tier's next 32 samples */
-#define NEAR_MOVED 1.5   /* ... while the line at its size moved less than this factor */
-#define NEAR_MIN 0.25    /* the correction's bounds */
+#define SEED_UNTIL 3        /* measured samples that retire a seed (DESIGN, "Seeds") */
+#define SEED_FIXED 1        /* the small seed: it pins the fixed cost */
+#define SEED_RATE 2         /* the large seed: it pins the bandwidth */
+#define FIXED_RECENT 7      /* samples the fixed cost is fitted to, the latest ... */
+#define FIXED_SHARE 0.25    /* ... of those whose estimate it is this share of */
+#define BOUND_SPAN 4.0      /* the bound's samples: bytes' time at most this x the fixed cost */
+#define NEAR_BANDS 64       /* size bands, by log2 of bytes rounded (DESIGN, "Near sizes") */
+#define NEAR_KEEP 3         /* the design's "last three", per size band */
+#define NEAR_AGE 32         /* a band's sample counts for the tier's next 32 samples */
+#define NEAR_MOVED 1.5      /* ... while the line at its size moved less than this factor */
+#define NEAR_MIN (1.0 / 16) /* the correction's bounds */
 #define NEAR_MAX 4.0
 static const uint64_t seed_bytes[SEEDS] = {1ull << 20, 256ull << 20};
 static const int seed_role[SEEDS] = {SEED_FIXED, SEED_RATE};
@@ -406,15 +415,23 @@ static bool band_factor(const struct tier_est *e, const struct near_est *ne, int
 			double *at)
 {
 	const struct near_band *b = &ne->b[j];
-	double r[NEAR_KEEP], lo = INFINITY, x = 0;
+	double r[NEAR_KEEP], lo = INFINITY, x = 0, now[NEAR_KEEP];
 	uint32_t m = 0, oldest = (b->next + NEAR_KEEP - b->n) % NEAR_KEEP;
+	/* Newest first: whether a newer sample took at least the line's
+	 * estimate now (the tier's level confirmed at this size). */
+	bool confirmed = false, keep[NEAR_KEEP] = {false};
+	for (uint32_t q = b->n; q-- > 0;) {
+		uint32_t i = (oldest + q) % NEAR_KEEP;
+		now[q] = line_ns(e, b->bytes[i]);
+		bool up = now[q] > NEAR_MOVED * b->line[i], down = b->line[i] > NEAR_MOVED * now[q];
+		keep[q] = ne->seq - b->seq[i] < NEAR_AGE && !down && !(up && confirmed);
+		confirmed |= keep[q] && b->ns[i] >= now[q];
+	}
 	for (uint32_t q = 0; q < b->n; q++) {
 		uint32_t i = (oldest + q) % NEAR_KEEP;
-		double now = line_ns(e, b->bytes[i]);
-		if (ne->seq - b->seq[i] >= NEAR_AGE || now > NEAR_MOVED * b->line[i] ||
-		    b->line[i] > NEAR_MOVED * now)
+		if (!keep[q])
 			continue;
-		r[m] = b->ns[i] / now;
+		r[m] = b->ns[i] / now[q];
 		lo = r[m] < lo ? r[m] : lo;
 		x += log2(b->bytes[i]);
 		m++;
