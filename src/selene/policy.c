@@ -126,10 +126,11 @@
  * than NEAR_MOVED (1.5x) below what it was (the tier became faster: a
  * slow sample from before would hold the size slow, and a size estimated
  * slower than its prefill is never measured again); nor once the line's
- * estimate rose more than 1.5x and a newer sample of the band took at
+ * estimate rose more than 1.5x and two newer samples of the band took at
  * least the line's estimate now (the tier became slower, and this size
- * showed it: test_adapts).  A fast sample the line rose above with no
- * newer one stays: the rise may be a burst of stalls at other sizes, and
+ * showed it twice: test_adapts; one could be a stall).  A fast sample the
+ * line rose above without that stays: the rise may be a burst of stalls
+ * at other sizes, and
  * without it this size would be recomputed and never measured again
  * (r29policy's first run: a 30 KiB memory record restored in 0.17 ms was
  * estimated at 1.04 ms after such a burst, and recomputed at 5x the
@@ -417,15 +418,16 @@ static bool band_factor(const struct tier_est *e, const struct near_est *ne, int
 	const struct near_band *b = &ne->b[j];
 	double r[NEAR_KEEP], lo = INFINITY, x = 0, now[NEAR_KEEP];
 	uint32_t m = 0, oldest = (b->next + NEAR_KEEP - b->n) % NEAR_KEEP;
-	/* Newest first: whether a newer sample took at least the line's
-	 * estimate now (the tier's level confirmed at this size). */
-	bool confirmed = false, keep[NEAR_KEEP] = {false};
+	/* Newest first: how many newer samples took at least the line's
+	 * estimate now (the tier's new level shown at this size). */
+	uint32_t confirmed = 0;
+	bool keep[NEAR_KEEP] = {false};
 	for (uint32_t q = b->n; q-- > 0;) {
 		uint32_t i = (oldest + q) % NEAR_KEEP;
 		now[q] = line_ns(e, b->bytes[i]);
 		bool up = now[q] > NEAR_MOVED * b->line[i], down = b->line[i] > NEAR_MOVED * now[q];
-		keep[q] = ne->seq - b->seq[i] < NEAR_AGE && !down && !(up && confirmed);
-		confirmed |= keep[q] && b->ns[i] >= now[q];
+		keep[q] = ne->seq - b->seq[i] < NEAR_AGE && !down && !(up && confirmed >= 2);
+		confirmed += keep[q] && b->ns[i] >= now[q];
 	}
 	for (uint32_t q = 0; q < b->n; q++) {
 		uint32_t i = (oldest + q) % NEAR_KEEP;
