@@ -108,43 +108,6 @@
  *   from an exact line; one slow sample in eight, or two (unless they are
  *   the only small ones), moving no estimate by more than 10-15%.
  *
- * Near sizes.  One line does not fit every size: bench/policy's memory
- * restores of deepseek's 128-256 MiB records run at 4.6-5.9 GB/s and its
- * 1 GiB ones at 3.6-4.3 GB/s, and the line, 0 us + 3.9-4.2 GB/s,
- * estimated the 128 MiB restores 20-40% slow, so they were recomputed at
- * 1.17-1.23x the restore (issue 18, r27policy).  So the line's estimate of b bytes is
- * multiplied by what transfers of sizes near b measured against it.
- * Each tier keeps, per size band (log2 of the bytes, rounded), its last
- * NEAR_KEEP (3, the design's "last three") measured samples with the
- * line's estimate when each came.  A band's factor is the median of its
- * samples' time over the line's estimate now (the mean of two, the one),
- * held back like the line: the newest sample alone never makes it slower,
- * and it is above 1 only as far as all three samples are (a faster
- * transfer is evidence, load only ever adds time; a slower one must hold
- * three times).  A sample no longer counts once the tier has had NEAR_AGE
- * (32) samples since; nor once the line's estimate of its bytes fell more
- * than NEAR_MOVED (1.5x) below what it was (the tier became faster: a
- * slow sample from before would hold the size slow, and a size estimated
- * slower than its prefill is never measured again); nor once the line's
- * estimate rose more than 1.5x and two newer samples of the band took at
- * least the line's estimate now (the tier became slower, and this size
- * showed it twice: test_adapts; one could be a stall).  A fast sample the
- * line rose above without that stays: the rise may be a burst of stalls
- * at other sizes, and
- * without it this size would be recomputed and never measured again
- * (r29policy's first run: a 30 KiB memory record restored in 0.17 ms was
- * estimated at 1.04 ms after such a burst, and recomputed at 5x the
- * restore).  The factor at b bytes is the geometric mean of the bands'
- * factors whose samples lie within half an octave of b, weighted by
- * nearness in log2 size (1 - distance / 0.5), faded to 1 where the
- * weights sum below 1, and bounded to [NEAR_MIN, NEAR_MAX] (a sixteenth
- * to four times the line).  So a size with restores
- * of its own is estimated from them, a size between two measured ones
- * between theirs, and a size far from every measured one from the line.
- * Failed transfers and row-only restores are not samples of the bands
- * either (design 2.15).  sel_policy_rate and sel_policy_fixed_ns report
- * the line.
- *
  * While no pair spans SPREAD (a workload whose records are all about one
  * size), the samples cannot separate the two parameters.  Then the part
  * that dominates the current estimate at the samples' median size is
@@ -224,22 +187,6 @@
  * the shape from the robust medians, the level from every chunk.  A
  * quiet machine keeps it near 1.
  *
- * Per chunk.  A prefill call costs a fixed part besides its tokens (the
- * call, the row's setup, the logits), which full chunks' per-token cost
- * holds as a 256th per token: a 21 KiB tiny record's one 64-token chunk
- * was estimated 13-17% below its measured prefill (r27policy).  The
- * worker's chunk size N is taken as the longest of the last PF_SIZES (32)
- * chunks; chunks of more than N / 2 tokens are the position buckets'
- * samples, as before, and shorter ones (the last chunk of a prompt) are
- * samples of the per-chunk part e: with full chunks costing e + N (c' +
- * d x), the fitted c is c' + e / N, so a short chunk of n tokens takes
- * n (c + d x) + e (1 - n / N), and (t - n (c + d x)) / (1 - n / N) is a
- * sample of e.  The estimate is the median of the last PF_KEEP, at least
- * 0 and at most N c (a chunk's fixed part is not more than a full chunk's
- * cost, so the estimate of a span never falls as it grows).  A span of L
- * tokens is run in ceil(L / N) chunks, and its estimate adds
- * e (ceil(L / N) - L / N) to the line's.
- *
  * Non-positive or non-finite prefill rates are ignored.  SEL_TIER_NONE
  * transfers nothing: nothing is ever fetched from it.
  *
@@ -257,11 +204,6 @@
  *      PF_KEEP samples, each with y > 0, all in its log2 position band;
  *      pf.act, pf.pred >= 0, and the load factor is within
  *      [PF_LOAD_MIN, PF_LOAD_MAX] (1 before any chunk).
- *   4. Every near band of a tier holds at most NEAR_KEEP measured
- *      samples, each with bytes, ns and line > 0 and seq at most the
- *      tier's near.seq; near_factor is within [NEAR_MIN, NEAR_MAX].
- *   5. pf.chunk is the longest of the last pf.nsizes (<= PF_SIZES) chunk
- *      sizes, 0 before any; 0 <= pf.per_chunk <= pf.chunk * pf.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -284,18 +226,12 @@
 #define SPREAD 2.0
 #define MAX_RATE 1e12 /* bytes/s: no tier is faster, so per_byte never reaches 0 */
 #define SEEDS 2
-#define SEED_UNTIL 3        /* measured samples that retire a seed (DESIGN, "Seeds") */
-#define SEED_FIXED 1        /* the small seed: it pins the fixed cost */
-#define SEED_RATE 2         /* the large seed: it pins the bandwidth */
-#define FIXED_RECENT 7      /* samples the fixed cost is fitted to, the latest ... */
-#define FIXED_SHARE 0.25    /* ... of those whose estimate it is this share of */
-#define BOUND_SPAN 4.0      /* the bound's samples: bytes' time at most this x the fixed cost */
-#define NEAR_BANDS 64       /* size bands, by log2 of bytes rounded (DESIGN, "Near sizes") */
-#define NEAR_KEEP 3         /* the design's "last three", per size band */
-#define NEAR_AGE 32         /* a band's sample counts for the tier's next 32 samples */
-#define NEAR_MOVED 1.5      /* ... while the line at its size moved less than this factor */
-#define NEAR_MIN (1.0 / 16) /* the correction's bounds */
-#define NEAR_MAX 4.0
+#define SEED_UNTIL 3     /* measured samples that retire a seed (DESIGN, "Seeds") */
+#define SEED_FIXED 1     /* the small seed: it pins the fixed cost */
+#define SEED_RATE 2      /* the large seed: it pins the bandwidth */
+#define FIXED_RECENT 7   /* samples the fixed cost is fitted to, the latest ... */
+#define FIXED_SHARE 0.25 /* ... of those whose estimate it is this share of */
+#define BOUND_SPAN 4.0   /* the bound's samples: bytes' time at most this x the fixed cost */
 static const uint64_t seed_bytes[SEEDS] = {1ull << 20, 256ull << 20};
 static const int seed_role[SEEDS] = {SEED_FIXED, SEED_RATE};
 
@@ -311,26 +247,12 @@ struct tier_est {
 	uint32_t n, next;
 };
 
-/* The last NEAR_KEEP measured transfers of one size band of one tier. */
-struct near_band {
-	double bytes[NEAR_KEEP], ns[NEAR_KEEP];
-	double line[NEAR_KEEP];  /* the line's estimate of the sample's bytes when it came */
-	uint64_t seq[NEAR_KEEP]; /* the tier's sample count when it came */
-	uint32_t n, next;
-};
-
-struct near_est {
-	uint64_t seq; /* measured samples of the tier so far */
-	struct near_band b[NEAR_BANDS];
-};
-
 #define PF_BUCKETS 48 /* log2 of a chunk's middle position */
 #define PF_KEEP 3
 #define PF_MIN_TOKENS 16
 #define PF_DECAY (1.0 / 64) /* the load follows about the last 64 chunks */
 #define PF_LOAD_MIN 0.5
 #define PF_LOAD_MAX 20.0
-#define PF_SIZES 32 /* chunks whose longest is taken as the worker's chunk size */
 
 struct pf_bucket {
 	double x[PF_KEEP], y[PF_KEEP]; /* middle position, ns per token */
@@ -341,17 +263,10 @@ struct prefill_est {
 	double c, d;      /* ns per token at position 0; ns per token per position */
 	double act, pred; /* decayed sums of chunk times and of their estimates */
 	struct pf_bucket b[PF_BUCKETS];
-	double chunk;             /* the longest recent chunk: the worker's chunk size */
-	uint32_t sizes[PF_SIZES]; /* the last PF_SIZES chunks' token counts */
-	uint32_t nsizes, next_size;
-	double e[PF_KEEP]; /* the per-chunk cost's last samples, ns */
-	uint32_t ne, next_e;
-	double per_chunk; /* their median, ns (DESIGN, "per chunk") */
 };
 
 struct sel_policy {
 	struct tier_est t[SEL_TIERS];
-	struct near_est near[SEL_TIERS];
 	struct prefill_est pf;
 };
 
@@ -389,113 +304,11 @@ void sel_policy_destroy(sel_policy *p) { free(p); }
 
 static bool real_tier(sel_tier t) { return t > SEL_TIER_NONE && t < SEL_TIERS; }
 
-/* The line's estimate of b bytes (DESIGN: fixed + b * per_byte). */
-static double line_ns(const struct tier_est *e, double b) { return e->fixed + e->per_byte * b; }
-
-static double med3(double a, double b, double c)
-{
-	double t;
-	if (a > b) {
-		t = a;
-		a = b;
-		b = t;
-	}
-	return c <= a ? a : c >= b ? b : c;
-}
-
-/* The band's estimate from ratios r[0..m), oldest first: the median of
- * three, the mean of two, the one, or 1 (the line) without any. */
-static double band_est(const double *r, uint32_t m)
-{
-	return m == 0 ? 1 : m == 1 ? r[0] : m == 2 ? (r[0] + r[1]) / 2 : med3(r[0], r[1], r[2]);
-}
-
-/* Band j's correction of the line and where its samples lie (log2 of
- * their bytes); false when none counts (DESIGN, "Near sizes"). */
-static bool band_factor(const struct tier_est *e, const struct near_est *ne, int j, double *k,
-			double *at)
-{
-	const struct near_band *b = &ne->b[j];
-	double r[NEAR_KEEP], lo = INFINITY, x = 0, now[NEAR_KEEP];
-	uint32_t m = 0, oldest = (b->next + NEAR_KEEP - b->n) % NEAR_KEEP;
-	/* Newest first: how many newer samples took at least the line's
-	 * estimate now (the tier's new level shown at this size). */
-	uint32_t confirmed = 0;
-	bool keep[NEAR_KEEP] = {false};
-	for (uint32_t q = b->n; q-- > 0;) {
-		uint32_t i = (oldest + q) % NEAR_KEEP;
-		now[q] = line_ns(e, b->bytes[i]);
-		bool up = now[q] > NEAR_MOVED * b->line[i], down = b->line[i] > NEAR_MOVED * now[q];
-		keep[q] = ne->seq - b->seq[i] < NEAR_AGE && !down && !(up && confirmed >= 2);
-		confirmed += keep[q] && b->ns[i] >= now[q];
-	}
-	for (uint32_t q = 0; q < b->n; q++) {
-		uint32_t i = (oldest + q) % NEAR_KEEP;
-		if (!keep[q])
-			continue;
-		r[m] = b->ns[i] / now[q];
-		lo = r[m] < lo ? r[m] : lo;
-		x += log2(b->bytes[i]);
-		m++;
-	}
-	if (m == 0)
-		return false;
-	/* Held back: the newest sample alone never makes it slower; slower
-	 * than the line only as far as all three say. */
-	double all = band_est(r, m), held = band_est(r, m - 1);
-	double f = all < held ? all : held;
-	if (f > 1)
-		f = m == NEAR_KEEP && lo > 1 ? lo : 1;
-	*k = f < NEAR_MIN ? NEAR_MIN : f > NEAR_MAX ? NEAR_MAX : f;
-	*at = x / m;
-	return true;
-}
-
-/* The line's correction at b bytes: the bands' within half an octave,
- * weighted by nearness in log2 size, geometrically; 1 without any. */
-static double near_factor(const sel_policy *p, sel_tier tier, double b)
-{
-	if (!(b >= 1))
-		return 1;
-	const struct tier_est *e = &p->t[tier];
-	double u = log2(b), lk = 0, w = 0;
-	int c = (int)lround(u);
-	for (int j = c - 1; j <= c + 1; j++) {
-		double k, at;
-		if (j < 0 || j >= NEAR_BANDS || !band_factor(e, &p->near[tier], j, &k, &at))
-			continue;
-		double wj = 1 - fabs(u - at) / 0.5;
-		if (wj > 0) {
-			lk += wj * log(k);
-			w += wj;
-		}
-	}
-	return exp(w > 1 ? lk / w : lk);
-}
-
-/* A measured sample into its size band, with the line's estimate of it
- * before it came. */
-static void near_add(sel_policy *p, sel_tier tier, double b, double ns)
-{
-	struct near_est *ne = &p->near[tier];
-	long j = lround(log2(b));
-	struct near_band *nb = &ne->b[j < 0 ? 0 : j >= NEAR_BANDS ? NEAR_BANDS - 1 : j];
-	ne->seq++;
-	nb->bytes[nb->next] = b;
-	nb->ns[nb->next] = ns;
-	nb->line[nb->next] = line_ns(&p->t[tier], b);
-	nb->seq[nb->next] = ne->seq;
-	nb->next = (nb->next + 1) % NEAR_KEEP;
-	if (nb->n < NEAR_KEEP)
-		nb->n++;
-}
-
 double sel_policy_transfer_ns(const sel_policy *p, sel_tier tier, uint64_t bytes)
 {
 	if (!real_tier(tier))
 		return INFINITY;
-	double b = (double)bytes;
-	return line_ns(&p->t[tier], b) * near_factor(p, tier, b);
+	return p->t[tier].fixed + (double)bytes * p->t[tier].per_byte;
 }
 
 bool sel_policy_should_fetch(const sel_policy *p, sel_tier tier, uint64_t bytes,
@@ -517,14 +330,8 @@ double sel_policy_prefill_ns(const sel_policy *p, uint64_t begin, uint64_t end)
 {
 	if (end <= begin)
 		return 0;
-	const struct prefill_est *e = &p->pf;
 	double n = (double)(end - begin), mid = ((double)begin + (double)end) / 2;
-	double t = n * (e->c + e->d * mid);
-	/* The chunks' fixed part beyond what full chunks' per-token cost holds
-	 * (DESIGN, "per chunk"). */
-	if (e->per_chunk > 0 && e->chunk > 0)
-		t += e->per_chunk * (ceil(n / e->chunk) - n / e->chunk);
-	return t * pf_load(e);
+	return n * (p->pf.c + p->pf.d * mid) * pf_load(&p->pf);
 }
 
 bool sel_policy_should_fetch_span(const sel_policy *p, sel_tier tier, uint64_t bytes,
@@ -565,7 +372,7 @@ static double wmedian(struct wv *v, int n)
 
 /* The time the current estimate expects of b bytes: the scale of a
  * sample's noise, and so of the weights. */
-static double expect(const struct tier_est *e, double b) { return line_ns(e, b); }
+static double expect(const struct tier_est *e, double b) { return e->fixed + e->per_byte * b; }
 
 /* The fixed cost from the latest FIXED_RECENT samples that can measure
  * it (DESIGN, fixed), or from all when none can. */
@@ -692,7 +499,6 @@ void sel_policy_observe(sel_policy *p, sel_tier tier, uint64_t bytes, uint64_t n
 {
 	if (!real_tier(tier) || ns == 0 || bytes == 0 || pages == 0)
 		return;
-	near_add(p, tier, (double)bytes, (double)ns);
 	struct tier_est *e = &p->t[tier];
 	e->ring[e->next] = (struct sample){(double)bytes, (double)ns, 0};
 	e->next = (e->next + 1) % SAMPLES;
@@ -765,35 +571,6 @@ static void fit_prefill(struct prefill_est *e)
 	e->c = c > floor ? c : floor;
 }
 
-/* The worker's chunk size: the longest of the last PF_SIZES chunks. */
-static void pf_size(struct prefill_est *e, uint64_t n)
-{
-	e->sizes[e->next_size] = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
-	e->next_size = (e->next_size + 1) % PF_SIZES;
-	if (e->nsizes < PF_SIZES)
-		e->nsizes++;
-	e->chunk = 0;
-	for (uint32_t i = 0; i < e->nsizes; i++)
-		e->chunk = e->sizes[i] > e->chunk ? e->sizes[i] : e->chunk;
-}
-
-/* A short chunk (at most half the chunk size): a sample of the per-chunk
- * cost (DESIGN, "per chunk"). */
-static void pf_short(struct prefill_est *e, double n, double x, double ns)
-{
-	double line = n * (e->c + e->d * x), share = 1 - n / e->chunk;
-	if (e->ne) { /* the load, as for full chunks */
-		e->act = e->act * (1 - PF_DECAY) + ns;
-		e->pred = e->pred * (1 - PF_DECAY) + line + e->per_chunk * share;
-	}
-	e->e[e->next_e] = (ns - line) / share;
-	e->next_e = (e->next_e + 1) % PF_KEEP;
-	if (e->ne < PF_KEEP)
-		e->ne++;
-	double v = med_of(e->e, e->ne), most = e->chunk * e->c;
-	e->per_chunk = v > 0 ? (v < most ? v : most) : 0;
-}
-
 void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uint64_t ns)
 {
 	if (end < begin + PF_MIN_TOKENS || ns == 0)
@@ -802,11 +579,6 @@ void sel_policy_observe_prefill(sel_policy *p, uint64_t begin, uint64_t end, uin
 	double y = (double)ns / n;
 	if (!isfinite(y) || !(y > 0))
 		return;
-	pf_size(&p->pf, end - begin);
-	if (2 * n <= p->pf.chunk) {
-		pf_short(&p->pf, n, x, (double)ns);
-		return;
-	}
 	uint64_t xi = (uint64_t)x + 1;
 	int k = 63 - __builtin_clzll(xi);
 	if (k >= PF_BUCKETS)
