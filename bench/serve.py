@@ -447,7 +447,14 @@ class Bench:
         "import os, signal, sys, time\n"
         "cls, rate = sys.argv[1], float(sys.argv[2])\n"
         "pol = {'other': os.SCHED_OTHER, 'batch': os.SCHED_BATCH, 'idle': os.SCHED_IDLE}[cls]\n"
-        "os.sched_setscheduler(0, pol, os.sched_param(0)); os.nice(10)\n"
+        # Nice 10 as flare sets its offload threads' (eos_thread_lower_priority:
+        # absolute, raised only): under `nice python3 bench/serve.py` flare and
+        # its copy and disk threads all run at 10, and a relative os.nice(10)
+        # put the hog at 19, below them.
+        "os.sched_setscheduler(0, pol, os.sched_param(0))\n"
+        "cur = os.getpriority(os.PRIO_PROCESS, 0)\n"
+        "if cur < 10: os.setpriority(os.PRIO_PROCESS, 0, 10)\n"
+        "os.write(2, f'hog nice {os.getpriority(os.PRIO_PROCESS, 0)}\\n'.encode())\n"
         "mib = max(1, min(104, int(rate / 40 / 2**20)))  # a copy-out's row, or less when slow\n"
         "src = bytearray(os.urandom(1 << 20)) * mib; dst = bytearray(len(src))\n"
         "done = 0; t0 = time.monotonic()\n"
