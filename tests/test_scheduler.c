@@ -305,6 +305,110 @@ static void test_prompt_capture_without_row(void)
 	sim_free(&m);
 }
 
+/* ---- capture rows are taken when the capture happens, not reserved ---------- */
+
+/* Copy-outs pin a finished request's two checkpoints (its prompt and its
+ * terminal), as the engine's pins outlive the request that made them.
+ * Two prompts with a message end each follow: reserving a row per capture
+ * point at admission (3 rows each) refused the second one outright, with
+ * 4 rows left.  Lazily, both are admitted on their live rows, their
+ * message captures take the 2 rows left, and their prompt captures, which
+ * find none free or reclaimable, are skipped: every entry still reads
+ * exactly its own prefix (the simulated GPU checks each page and row),
+ * both finish with terminals of their whole history, and every id comes
+ * back once the pins go. */
+static void test_lazy_capture_rows(void)
+{
+	struct sim m;
+	hel_scheduler_config c = cfg(64, 6, 2, 1);
+	sim_init(&m, &c, test_seed() + 30);
+	sel_token *X = toks(100, 100), *T = toks(300, 7000), *U = toks(300, 40000);
+	hel_request_spec spx = sim_spec(X, 70, NULL, 0, 2);
+	hel_admission adm;
+	CHECK_OK(sim_admit(&m, &spx, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 10);
+	sim_take(&m);
+	size_t cur = 0;
+	uint64_t pinned[2];
+	int np = 0;
+	for (const hel_ckpt *x; (x = hel_cache_iter(m.c, &cur));) {
+		CHECK(np < 2);
+		pinned[np++] = x->id;
+	}
+	CHECK(np == 2);
+	CHECK_OK(hel_scheduler_pin(m.s, pinned[0]));
+	CHECK_OK(hel_scheduler_pin(m.s, pinned[1]));
+	hel_cache_counts k;
+	sim_counts(&m, &k);
+	CHECK(k.rows_free == 4 && k.rows_ckpt == 2);
+
+	uint64_t ends[] = {100};
+	hel_request_spec sa = sim_spec(T, 200, ends, 1, 3), sb = sim_spec(U, 200, ends, 1, 3);
+	hel_admission aa, ab;
+	CHECK_OK(sim_admit(&m, &sa, SIM_NO_HOST, 0, &aa, NULL));
+	CHECK_OK(sim_admit(&m, &sb, SIM_NO_HOST, 0, &ab, NULL)); /* eager: -EAGAIN */
+	sim_check_ok(m.s);
+	hel_scheduler_stats s0 = stats(&m);
+
+	/* Both message captures get a row: the last two. */
+	CHECK(sim_step(&m) == 1);
+	const hel_step *st = last_step(&m);
+	CHECK(st->n == 2);
+	for (size_t i = 0; i < 2; i++)
+		CHECK(st->entries[i].end == 100 && st->entries[i].capture_row != HEL_NONE);
+	CHECK(sim_complete(&m));
+	sim_counts(&m, &k);
+	CHECK(k.rows_free == 0 && k.rows_pending == 0);
+	const hel_ckpt *ma = ck_at(&m, T, 100), *mb = ck_at(&m, U, 100);
+	CHECK(ma && mb);
+	uint64_t ma_id = ma->id, mb_id = mb->id;
+
+	/* The prompt captures find no row: skipped, not waited for. */
+	CHECK(sim_step(&m) == 1);
+	st = last_step(&m);
+	CHECK(st->n == 2);
+	for (size_t i = 0; i < 2; i++)
+		CHECK(st->entries[i].end == 200 && st->entries[i].sample &&
+		      st->entries[i].capture_row == HEL_NONE &&
+		      st->entries[i].capture == HEL_CKPT_NONE);
+	CHECK(stats(&m).captures_failed == s0.captures_failed + 2);
+	CHECK(ck_at(&m, T, 200) == NULL && ck_at(&m, U, 200) == NULL);
+	hel_request_info in;
+	info(&m, aa.req, &in);
+	CHECK(in.prefix == ma_id && in.n_shared == 1 && in.n_pages == 3);
+	info(&m, ab.req, &in);
+	CHECK(in.prefix == mb_id && in.n_shared == 1 && in.n_pages == 3);
+	sim_check_ok(m.s);
+
+	/* Both decode to the end on their live rows, which become terminals. */
+	sim_drain(&m, 20);
+	CHECK(stats(&m).finished == s0.finished + 2);
+	int terms = 0;
+	cur = 0;
+	for (const hel_ckpt *x; (x = hel_cache_iter(m.c, &cur));)
+		if ((x->flags & HEL_CK_TERMINAL) && x->key.consumed == 202 && x->parent &&
+		    (x->parent->id == ma_id || x->parent->id == mb_id))
+			terms++;
+	CHECK(terms == 2);
+	sim_take(&m);
+	CHECK_OK(hel_scheduler_unpin(m.s, pinned[0]));
+	CHECK_OK(hel_scheduler_unpin(m.s, pinned[1]));
+	sim_check_ok(m.s);
+
+	/* With the rows back, the same prompt resumes from its terminal's
+	 * chain and captures again. */
+	hel_request_spec sc = sim_spec(T, 260, ends, 1, 2);
+	CHECK_OK(sim_admit(&m, &sc, SIM_NO_HOST, 0, &adm, NULL));
+	sim_drain(&m, 20);
+	CHECK(ck_at(&m, T, 260) != NULL);
+	sim_take(&m);
+	sim_release_all(&m);
+	free(X);
+	free(T);
+	free(U);
+	sim_free(&m);
+}
+
 /* ---- cancelled before the prompt capture: offered at retirement -------------- */
 
 static void test_cancel_offers_message(void)
@@ -837,17 +941,18 @@ static void test_export_fits(void)
 	CHECK(!hel_scheduler_export_fits(m.s, id, &so, false));
 	CHECK(hel_scheduler_export_fits(m.s, HEL_CKPT_NONE, &so,
 					false)); /* A's pages reclaimable */
-	/* Rows: one per capture point above the prefix, and the live row. */
-	uint64_t rows_have = (uint64_t)k0.rows_free + k0.rows_pending + rr_pin, ends[8];
-	CHECK(rows_have >= 3 && rows_have + 1 <= 8);
-	uint32_t n_fit = (uint32_t)rows_have - 2; /* + the prompt's end + the live row */
-	for (uint32_t i = 0; i <= n_fit; i++)
+	/* Rows: the live row and a host hit's ticket row.  Capture points
+	 * reserve none (their rows are taken at the capture), so six of them,
+	 * more than the rows left, change nothing (charged a row each, as
+	 * admission once reserved them, the export was refused). */
+	uint64_t rows_have = (uint64_t)k0.rows_free + k0.rows_pending + rr_pin, ends[6];
+	CHECK(rows_have >= 2 && rows_have + 1 <= 8);
+	for (uint32_t i = 0; i < 6; i++)
 		ends[i] = 270 + 10 * (uint64_t)i;
-	hel_request_spec sr = sim_spec(T, 270 + 10 * (uint64_t)n_fit + 5, ends, n_fit, 1);
+	hel_request_spec sr = sim_spec(T, 335, ends, 6, 1);
+	CHECK(6 + 2 > rows_have);
 	CHECK(hel_scheduler_export_fits(m.s, id, &sr, false));
-	CHECK(!hel_scheduler_export_fits(m.s, id, &sr, true)); /* a host hit's ticket row */
-	sr.n_message_ends++;
-	CHECK(!hel_scheduler_export_fits(m.s, id, &sr, false));
+	CHECK(hel_scheduler_export_fits(m.s, id, &sr, true)); /* a host hit's ticket row */
 	/* A request in prefill: its pages are reserved, its next step is
 	 * charged nothing more (the earlier estimate charged it a page). */
 	hel_request_spec sb = sim_spec(T + 1100, 63, NULL, 0, 4);
@@ -932,6 +1037,7 @@ int main(void)
 	test_prefill_captures_and_hits();
 	test_message_deferral();
 	test_prompt_capture_without_row();
+	test_lazy_capture_rows();
 	test_cancel_offers_message();
 	test_preemption();
 	test_floor_hold();

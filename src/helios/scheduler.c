@@ -25,11 +25,16 @@
  *   re-admission resumes exactly where the request stopped.
  *
  *   Admission.  Reservation is counting, not popping: a request reserves
- *   the pages of its history past its prefix depth and one row per
- *   capture point left, and admission requires free + pending +
- *   reclaimable (with its GPU ancestor pinned) to cover every outstanding
- *   reservation.  Only the live row and a new ticket's destinations are
- *   popped at admission.  Decode pages are not reserved: when they run
+ *   the pages of its history past its prefix depth, and admission
+ *   requires free + pending + reclaimable (with its GPU ancestor pinned)
+ *   to cover every outstanding reservation and the rows it pops.  Only
+ *   the live row and a new ticket's destinations are popped at admission.
+ *   Capture points reserve no row: a capture takes its snapshot row when
+ *   planned, from the free list or by eviction, waits for a fence when
+ *   only a pending row would do, and is skipped when no row can be had
+ *   (captures_failed; the request goes on with its prefix unchanged).  So
+ *   rows held by copy-out pins cost a prompt its captures, never its
+ *   admission (docs/architecture.md, lazy capture rows).  Decode pages are not reserved: when they run
  *   out the newest decoding request is preempted (its state becomes a
  *   checkpoint that eviction may take, it re-queues in WAITING), as is,
  *   failing that, the newest other prefilling request.
@@ -62,8 +67,7 @@
  *   4. Each checkpoint's pins == requests with it as prefix + tickets with
  *      it as ancestor + worker pins.  A ticket's ancestor has a row and the
  *      ticket owns key.consumed/P - ancestor.consumed/P pages.
- *   5. Reservation totals equal the sums over requests; a request's rows
- *      reserved == capture points left.
+ *   5. The page reservation total equals the sum over requests.
  *   6. A request in flight names a fence in (completed, submitted]; the
  *      outstanding steps have consecutive fences ending at submitted.
  *   7. DEFERRED and OFFERED exclude each other; every QUEUED checkpoint is
@@ -229,12 +233,10 @@ hel_cache *hel_scheduler_cache(hel_scheduler *s) { return s->c; }
 
 /* ---- reservations, offers, eviction, allocation -------------------------------- */
 
-static void res_set(hel_scheduler *s, struct req *r, uint32_t pages, uint32_t rows)
+static void res_set(hel_scheduler *s, struct req *r, uint32_t pages)
 {
 	s->res_pages = s->res_pages - r->res_pages + pages;
-	s->res_rows = s->res_rows - r->res_rows + rows;
 	r->res_pages = pages;
-	r->res_rows = rows;
 }
 
 /* Queue id for take_publications (the caller sets the flags). */
@@ -346,8 +348,9 @@ int sch_ensure(hel_scheduler *s, uint32_t np, uint32_t nr)
 }
 
 /* Would a request needing need_p pages and need_r rows (all counted, the
- * popped ones included) fit next to every outstanding reservation, were
- * pins[0..n_pins) pinned once more? */
+ * popped ones included) fit next to every outstanding page reservation,
+ * were pins[0..n_pins) pinned once more?  Rows are never reserved beyond
+ * what is popped (captures take theirs when they happen). */
 bool sch_fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, const uint64_t *pins,
 		     size_t n_pins)
 {
@@ -355,11 +358,11 @@ bool sch_fits_pinned(hel_scheduler *s, uint64_t need_p, uint64_t need_r, const u
 	hel_cache_counts_get(s->c, &k);
 	uint64_t have_p = (uint64_t)k.pages_free + k.pages_pending;
 	uint64_t have_r = (uint64_t)k.rows_free + k.rows_pending;
-	if (have_p >= need_p + s->res_pages && have_r >= need_r + s->res_rows)
+	if (have_p >= need_p + s->res_pages && have_r >= need_r)
 		return true;
 	uint32_t rp, rr;
 	hel_cache_reclaimable_if_pinned(s->c, pins, n_pins, &rp, &rr);
-	return have_p + rp >= need_p + s->res_pages && have_r + rr >= need_r + s->res_rows;
+	return have_p + rp >= need_p + s->res_pages && have_r + rr >= need_r;
 }
 
 static bool fits(hel_scheduler *s, uint64_t need_p, uint64_t need_r, uint64_t extra_pin)
@@ -430,7 +433,7 @@ uint64_t sch_to_terminal(hel_scheduler *s, struct req *r, bool preempted)
 /* Forget a request that holds nothing any more. */
 void sch_req_forget(hel_scheduler *s, struct req *r)
 {
-	res_set(s, r, 0, 0);
+	res_set(s, r, 0);
 	hel_map_del(&s->req_map, hel_mix64(r->id), r->slot);
 	ptab_del(&s->reqs, r->slot);
 	req_free(r);
@@ -466,7 +469,7 @@ static void preempt(hel_scheduler *s, struct req *v)
 		sch_offer(s, v->deferred_msg);
 	v->deferred_msg = HEL_CKPT_NONE;
 	sch_to_terminal(s, v, true);
-	res_set(s, v, 0, 0);
+	res_set(s, v, 0);
 	v->phase = HEL_PHASE_WAITING;
 	list_del(&s->active, v);
 	list_push(&s->waiting, v);
@@ -585,19 +588,17 @@ int sch_place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_hit 
 	uint32_t next_cap = 0;
 	while (next_cap < r->n_caps && r->caps[next_cap] <= c)
 		next_cap++;
-	uint32_t caps_left = r->n_caps - next_cap;
 	uint64_t need_p, need_r;
-	admission_pages(s, len, c, caps_left, tpages, create, &need_p, &need_r);
+	admission_pages(s, len, c, tpages, create, &need_p, &need_r);
 	bool pin_a = A && (!hit || create);
 
 	if (s->active.n >= s->cfg.max_active)
 		return eos_fail(-EAGAIN, "no capacity: %u requests active", s->active.n);
 	if (!fits(s, need_p, need_r, pin_a ? a_id : HEL_CKPT_NONE))
-		return eos_fail(
-			-EAGAIN,
-			"no capacity: needs %llu pages and %llu rows beyond %llu and %llu reserved",
-			(unsigned long long)need_p, (unsigned long long)need_r,
-			(unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
+		return eos_fail(-EAGAIN,
+				"no capacity: needs %llu pages beyond %llu reserved and %llu rows",
+				(unsigned long long)need_p, (unsigned long long)s->res_pages,
+				(unsigned long long)need_r);
 	/* Memory before state. */
 	struct ticket *nt = NULL;
 	if (create) {
@@ -677,7 +678,7 @@ int sch_place(hel_scheduler *s, struct req *r, const hel_ckpt *A, const sel_hit 
 	r->inflight = 0;
 	r->last_fence = 0;
 	r->deferred_msg = HEL_CKPT_NONE;
-	res_set(s, r, (uint32_t)(len / P - c / P), caps_left);
+	res_set(s, r, (uint32_t)(len / P - c / P));
 	r->seq = ++s->seq;
 	list_push(&s->active, r);
 	out->req = r->id;

@@ -321,8 +321,10 @@ int hel_scheduler_plan_admission(hel_scheduler *s, const hel_request_spec *spec,
  * with consumed and reused tokens = inbound->key.consumed.
  * Reservation: the request's live row now, and room -- free, pending or
  * reclaimable by eviction, beyond other requests' reservations -- for the
- * pages of its history past its prefix depth and a snapshot row per
- * capture point past it; a new ticket also pops its pages and row now.
+ * pages of its history past its prefix depth; a new ticket also pops its
+ * pages and row now.  Capture points reserve nothing: each capture takes
+ * a snapshot row when next_step plans it and is skipped (captures_failed)
+ * when none is free or reclaimable.
  * On success the plan's history moves into the request (the plan is then
  * empty).  Errors: -EAGAIN no capacity (nothing reserved; evictions
  * started to refill the free lists may remain), -ESTALE the plan's GPU

@@ -66,7 +66,7 @@ struct check {
 	uint32_t *chain;
 	struct refs refs;
 	uint32_t out_pages, out_rows;
-	uint64_t res_p, res_r, waiting_on_tickets, held;
+	uint64_t res_p, waiting_on_tickets, held;
 };
 
 /* Invariant 6: fences and the steps in flight. */
@@ -156,15 +156,14 @@ static int check_request(const hel_scheduler *s, const struct req *r, int l, str
 {
 	unsigned long long id = (unsigned long long)r->id;
 	x->res_p += r->res_pages;
-	x->res_r += r->res_rows;
 	if (sel_history_len(&r->h) != r->n_tok || r->n_tok != r->prompt_len + r->n_gen)
 		FAIL("request %llu history %llu tokens, mirror %llu, prompt %llu + %u", id,
 		     (unsigned long long)sel_history_len(&r->h), (unsigned long long)r->n_tok,
 		     (unsigned long long)r->prompt_len, r->n_gen);
 	if (l) {
 		if (r->phase != HEL_PHASE_WAITING || r->live_row != HEL_NONE ||
-		    r->prefix != HEL_CKPT_NONE || r->n_table || r->res_pages || r->res_rows ||
-		    r->ticket || r->inflight)
+		    r->prefix != HEL_CKPT_NONE || r->n_table || r->res_pages || r->ticket ||
+		    r->inflight)
 			FAIL("waiting request %llu holds something (phase %s)", id,
 			     hel_phase_name(r->phase));
 		x->held += r->held;
@@ -176,9 +175,6 @@ static int check_request(const hel_scheduler *s, const struct req *r, int l, str
 	    hel_cache_row_state(s->c, r->live_row) != HEL_ID_OUT || x->rseen[r->live_row]++)
 		FAIL("request %llu live row %u is not its own", id, r->live_row);
 	x->out_rows++;
-	if (r->res_rows != r->n_caps - r->next_cap)
-		FAIL("request %llu reserves %u rows for %u capture points", id, r->res_rows,
-		     r->n_caps - r->next_cap);
 	if (r->inflight && (r->inflight <= s->completed || r->inflight > s->submitted))
 		FAIL("request %llu in flight on fence %llu", id, (unsigned long long)r->inflight);
 	return r->phase == HEL_PHASE_INBOUND ? check_inbound(r, x) : check_table(s, r, x);
@@ -210,10 +206,9 @@ static int check_requests(const hel_scheduler *s, struct check *x)
 	if (nslots != nreq || s->req_map.n != nreq)
 		FAIL("%u requests in lists, %u in the table, %zu in the map", nreq, nslots,
 		     s->req_map.n);
-	if (x->res_p != s->res_pages || x->res_r != s->res_rows)
-		FAIL("reservations sum to %llu pages and %llu rows, totals %llu and %llu",
-		     (unsigned long long)x->res_p, (unsigned long long)x->res_r,
-		     (unsigned long long)s->res_pages, (unsigned long long)s->res_rows);
+	if (x->res_p != s->res_pages)
+		FAIL("page reservations sum to %llu, the total is %llu",
+		     (unsigned long long)x->res_p, (unsigned long long)s->res_pages);
 	return 0;
 }
 

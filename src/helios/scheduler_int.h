@@ -40,7 +40,7 @@ struct req {
 	uint32_t n_table, n_prefix, cap_table;
 	uint32_t live_row;
 	uint64_t consumed, reused;
-	uint32_t res_pages, res_rows;
+	uint32_t res_pages; /* capture rows are taken at the capture, never reserved */
 	struct ticket *ticket;
 	bool inbound_failed;
 	uint64_t inflight;     /* fence of the step it is in, 0 = none */
@@ -112,7 +112,7 @@ struct hel_scheduler {
 	size_t cap_desc;
 	hel_req_id *failed;
 	size_t cap_failed;
-	uint64_t res_pages, res_rows;
+	uint64_t res_pages;
 	hel_scheduler_stats st;
 };
 
@@ -162,16 +162,20 @@ static inline void check_on_return(hel_scheduler **sp)
 
 /* Design 2.15 admission_pages: what admission reserves and pops for a
  * request of len tokens admitted at depth c (its GPU prefix, or an
- * inbound hit's end) with caps_left capture points above c: the pages of
- * its history past c, a new ticket's tpages, one live row, one row per
- * capture point left and a new ticket's row.  sch_place() and export_fits
- * both use it. */
+ * inbound hit's end): the pages of its history past c and a new ticket's
+ * tpages, one live row and a new ticket's row.  Capture points reserve
+ * no row (a deviation from design 2.7, docs/architecture.md): each
+ * capture takes a snapshot row when it happens, evicting for it, and is
+ * skipped (captures_failed) when none can be had.  Reserving them made a
+ * copy-out pin on a finished request's checkpoint refuse the next
+ * prompt's admission outright (docs/performance.md, isolation), where now
+ * only that prompt's captures may go without.  sch_place() and
+ * export_fits both use it. */
 static inline void admission_pages(const hel_scheduler *s, uint64_t len, uint64_t c,
-				   uint32_t caps_left, uint32_t tpages, bool create,
-				   uint64_t *need_p, uint64_t *need_r)
+				   uint32_t tpages, bool create, uint64_t *need_p, uint64_t *need_r)
 {
 	*need_p = len / s->P - c / s->P + tpages;
-	*need_r = 1 + (uint64_t)caps_left + (create ? 1 : 0);
+	*need_r = 1 + (create ? 1 : 0);
 }
 
 

@@ -150,14 +150,6 @@ static int spec_prefix(hel_scheduler *s, const hel_request_spec *spec, const hel
 	return rc;
 }
 
-static uint32_t spec_caps_above(const hel_request_spec *spec, uint64_t c)
-{
-	uint32_t n = spec->prompt_len > c;
-	for (size_t i = 0; i < spec->n_message_ends; i++)
-		n += spec->message_ends[i] > c && spec->message_ends[i] < spec->prompt_len;
-	return n;
-}
-
 bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_spec *next,
 			       bool next_host)
 {
@@ -173,18 +165,14 @@ bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_
 	const struct req *w = next_parked(s, &A);
 	if (w) {
 		uint64_t a = A ? A->key.consumed : 0;
-		uint32_t left = 0;
-		for (uint32_t i = 0; i < w->n_caps; i++)
-			left += w->caps[i] > a;
-		admission_pages(s, sel_history_len(&w->h), a, left, 0, false, &need_p, &need_r);
+		admission_pages(s, sel_history_len(&w->h), a, 0, false, &need_p, &need_r);
 	} else if (next && sch_validate_spec(s, next) == 0) { /* else admission fails it */
 		if (spec_prefix(s, next, &A)) {               /* unknown prefix: charged whole */
 			need_p = next->prompt_len / s->P;
-			need_r = next->n_message_ends + 3ull;
+			need_r = 2; /* its live row and a ticket's */
 		} else {
 			uint64_t a = A ? A->key.consumed : 0;
-			admission_pages(s, next->prompt_len, a, spec_caps_above(next, a), 0, false,
-					&need_p, &need_r);
+			admission_pages(s, next->prompt_len, a, 0, false, &need_p, &need_r);
 			/* A host hit adds a new ticket's row (its pages are the same
 			 * len/P - a/P); the store is not asked from here. */
 			need_r += next_host && a < next->prompt_len;

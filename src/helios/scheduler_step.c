@@ -13,7 +13,12 @@
  *   one, planning creates the checkpoint at once (tail = the request's own
  *   pages, row = a fresh snapshot row, ready after the step's fence) and
  *   moves the request's prefix pin onto it, so the request's own pages are
- *   always exactly the pages since its prefix.  A finished request's live
+ *   always exactly the pages since its prefix.  The row is not reserved at
+ *   admission: the capture takes it now, evicting for it; when only a row
+ *   awaiting a fence would do, the chunk waits for that fence; when no row
+ *   can be had (copy-out pins and live rows hold them all) the capture is
+ *   skipped and the request goes on with its prefix and pages as they
+ *   were, so its terminal or a later capture covers the tokens.  A finished request's live
  *   row and own pages become its terminal checkpoint without any copy.
  *
  * INVARIANTS: those of scheduler.c, numbered as there (2 and 6 are the
@@ -210,10 +215,6 @@ passed:
 	if (is_prompt)
 		r->deferred_msg = HEL_CKPT_NONE;
 	r->next_cap++;
-	if (r->res_rows) {
-		r->res_rows--;
-		s->res_rows--;
-	}
 	return id;
 }
 
