@@ -933,7 +933,9 @@ static void test_ops_version(void)
  * after every call. */
 #define RND_CONVS 6
 #define RND_CKPTS 5
-#define RND_SRC_IDS 200 /* conversations' page ids below this */
+#define RND_TOKENS 2200
+#define RND_CONV_IDS (RND_TOKENS / PT + 1)     /* page ids of one conversation */
+#define RND_SRC_IDS (RND_CONVS * RND_CONV_IDS) /* conversations' page ids below this */
 
 struct rnd_fetch {
 	bool live;
@@ -958,7 +960,11 @@ static void test_random(uint32_t ranks)
 	fx_init(&fx, ranks, 2, units2, 20000, 512, 64);
 	fx_open(&fx, 48, (struct open_opts){.queue_depth = 4});
 	for (int i = 0; i < RND_CONVS; i++) {
-		sfx_conv_init(&fx.f, &cv[i], 500 + i, 2200, (uint32_t)(i * 34));
+		/* Each conversation its own ids, all below the fetches'
+		 * destinations: a fetch must never land on a page a later put
+		 * reads (ids i * 34 put conversation 5's pages 30-34 at the
+		 * first destination ids). */
+		sfx_conv_init(&fx.f, &cv[i], 500 + i, RND_TOKENS, (uint32_t)(i * RND_CONV_IDS));
 		/* TP2: some conversations replicated, some split from a page on. */
 		if (ranks > 1) {
 			cv[i].split = true;
@@ -967,7 +973,8 @@ static void test_random(uint32_t ranks)
 		row_split[i] = ranks > 1 && test_rng_below(&rng, 2);
 		uint64_t c = 0;
 		for (int k = 0; k < RND_CKPTS; k++) {
-			c += 64 + test_rng_below(&rng, 400);
+			c += 64 + test_rng_below(&rng, 370);
+			CHECK(c <= RND_TOKENS); /* within the conversation's tokens and ids */
 			cks[i][k] = c;
 			offered[i][k] = false;
 		}
@@ -1020,7 +1027,7 @@ static void test_random(uint32_t ranks)
 			uint64_t resident =
 				test_rng_below(&rng, 3) ? 0 : test_rng_below(&rng, 1200);
 			uint64_t limit =
-				test_rng_below(&rng, 4) ? 2200 : test_rng_below(&rng, 2200);
+				test_rng_below(&rng, 4) ? RND_TOKENS : test_rng_below(&rng, RND_TOKENS);
 			sel_hit hit;
 			int rc = sel_store_lookup(fx.s, &cv[i].h, resident, limit, &hit);
 			CHECK_OK(rc);
