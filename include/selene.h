@@ -754,11 +754,24 @@ typedef struct sel_export_hooks {
  * call the store.  Every window of a FETCHED restore was reported to it,
  * unless the store could not run it (CUDA planes, which the CPU cannot
  * read; a transport without per-window copies): a caller must not rely on
- * it, only use what it computed. */
+ * it, only use what it computed.
+ *
+ * row_piece (optional, NULL: none) hands the row over in pieces instead:
+ * the row's window then copies the rank's share of the row (state_slot's
+ * bytes [0, row bytes) of the geometry's row plane) in pieces of at most
+ * a few MiB, each its own copy (the host backend copies one with ordinary
+ * stores, so it is still in the cache), and calls row_piece after each
+ * piece landed with its byte range [off, off + len): ascending, without
+ * gaps, from 0 to the row's end, before fn's call with row true for the
+ * same window.  Same rules as fn (it may read the piece; quick, no
+ * blocking, no store calls); a failed piece ends the calls, and fn is not
+ * called for that window. */
 typedef struct sel_landed_hook {
 	void (*fn)(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t n_pages, bool row,
 		   uint32_t state_slot);
 	void *ctx;
+	void (*row_piece)(void *ctx, uint32_t rank, uint32_t state_slot, uint64_t off,
+			  uint64_t len);
 } sel_landed_hook;
 
 typedef struct sel_store_config {

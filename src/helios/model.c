@@ -61,8 +61,13 @@
  *   store's transfer threads call hel_model_landed after each window of
  *   their rank lands (a sel_landed_hook), which stores that rank's terms
  *   of the page digests (page_term) and its row summaries with the armed
- *   seq, and page_loaded / row_loaded take a rank's stored terms when their
- *   seq is the armed one and compute from the bytes otherwise (no hook,
+ *   seq (a row the store hands over in pieces, sel_landed_hook row_piece,
+ *   has its recurrent sum added up piece by piece by hel_model_row_piece
+ *   while each piece is in the cache, and taken by hel_model_landed's row
+ *   call only if every piece came in order from byte 0; otherwise that
+ *   call sums the row from its bytes), and page_loaded / row_loaded take
+ *   a rank's stored terms when their seq is the armed one and compute
+ *   from the bytes otherwise (no hook,
  *   CUDA planes, a store path without per-window copies, another rank's
  *   process).  The result is the same sum either way: page_digest is the
  *   sum of the ranks' terms.  Correctness rests on ownership (design
@@ -316,6 +321,11 @@ struct page_pre {
 struct row_pre {
 	uint64_t seq;
 	struct row_sum s;
+	bool pieces; /* s.S was summed as the row's pieces landed */
+	/* hel_model_row_piece's running sum for the restore armed with
+	 * piece_seq (0: none): the row's bytes [0, piece_end) landed, its
+	 * recurrent words [0, piece_words) are summed in piece_S. */
+	uint64_t piece_seq, piece_end, piece_words, piece_S;
 };
 
 struct ptab {
@@ -1130,6 +1140,8 @@ static int row_validate(hel_model *m, uint32_t slot, uint64_t expected, uint64_t
 			m->counts.landed_rows++;
 		else
 			m->counts.computed_rows++;
+		if (pre && pre->pieces)
+			m->counts.piece_rows++;
 	}
 	m->row_valid[slot] = true;
 	return 0;
@@ -1231,8 +1243,46 @@ void hel_model_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t 
 	uint64_t seq = row && slot < m->rows ? m->arm_row[slot] : 0;
 	if (seq) {
 		struct row_pre *pre = &m->pre_row[(size_t)slot * m->R + r];
-		pre->s = row_sums(m, slot, r);
+		const uint8_t *b = rowp(m, r, slot);
+		pre->pieces = pre->piece_seq == seq && pre->piece_words == m->W;
+		pre->s = (struct row_sum){
+			.S = pre->pieces
+				     ? pre->piece_S
+				     : rec_sum(m, b, shard_salt(m, m->core->recurrent_shard, r)),
+			.P = partial_sum(m, b, false),
+			.DP = m->spec ? partial_sum(m, b, true) : m->DP_empty,
+		};
+		pre->piece_seq = 0;
 		pre->seq = seq;
+	}
+}
+
+/* On a transfer thread, like hel_model_landed, before its call for the
+ * row: sum the recurrent words that are now whole in [0, off + len). */
+void hel_model_row_piece(void *ctx, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len)
+{
+	hel_model *m = ctx;
+	uint32_t r = m->lo + rank;
+	if (r >= m->hi || slot >= m->rows || !m->arm_row[slot])
+		return;
+	struct row_pre *pre = &m->pre_row[(size_t)slot * m->R + r];
+	uint64_t seq = m->arm_row[slot];
+	if (off == 0) {
+		pre->piece_seq = seq;
+		pre->piece_end = pre->piece_words = pre->piece_S = 0;
+	}
+	if (pre->piece_seq != seq || off != pre->piece_end) {
+		pre->piece_seq = 0; /* a gap: hel_model_landed sums the row whole */
+		return;
+	}
+	pre->piece_end = off + len;
+	uint64_t rec = m->lay.recurrent, end = 0;
+	if (pre->piece_end > rec)
+		end = (pre->piece_end - rec) / 8 < m->W ? (pre->piece_end - rec) / 8 : m->W;
+	if (end > pre->piece_words) {
+		pre->piece_S += hel_sum_rec_range(rowp(m, r, slot) + rec, pre->piece_words, end,
+						  shard_salt(m, m->core->recurrent_shard, r));
+		pre->piece_words = end;
 	}
 }
 

@@ -17,9 +17,17 @@
  * partial sums add up to the scalar loop's value exactly: the model's
  * tokens do not depend on the path (tests/test_model.c compares both).
  *
+ * A row the store hands over in pieces (selene.h sel_landed_hook
+ * row_piece) is summed a range of words at a time, each as its piece
+ * lands (hel_sum_rec_range): the sum is order-free, so the ranges' sums
+ * add up to the whole row's.
+ *
  * INVARIANTS
  *   1. hel_sum_rec(w, W, rsr) == the sum of hel_sum_rec_term(rsr, i, w[i])
  *      for i in [0, W), on every CPU.
+ *   2. hel_sum_rec_range(w, a, b, rsr) == the same sum for i in [a, b)
+ *      (0 for a >= b), so hel_sum_rec(w, W, rsr) == the sum of
+ *      hel_sum_rec_range over any cut of [0, W) into ranges.
  */
 #include <string.h>
 
@@ -50,17 +58,18 @@ static inline AVX512 __m512i vmix(__m512i x, __m512i m)
 	return _mm512_xor_si512(x, _mm512_srli_epi64(x, 32));
 }
 
-static AVX512 uint64_t rec_avx512(const uint8_t *w, uint64_t W, uint64_t rsr)
+static AVX512 uint64_t rec_avx512(const uint8_t *w, uint64_t from, uint64_t W, uint64_t rsr)
 {
 	const __m512i r = _mm512_set1_epi64((long long)rsr);
 	const __m512i m = _mm512_set1_epi64((long long)HEL_SUM_MIX);
 	const __m512i step = _mm512_set1_epi64((long long)(16 * HEL_SUM_GOLD));
 	/* i * GOLD for the 16 words of an iteration, two vectors of 8. */
-	__m512i ia = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+	__m512i ia = _mm512_mullo_epi64(_mm512_add_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+							 _mm512_set1_epi64((long long)from)),
 					_mm512_set1_epi64((long long)HEL_SUM_GOLD));
 	__m512i ib = _mm512_add_epi64(ia, _mm512_set1_epi64((long long)(8 * HEL_SUM_GOLD)));
 	__m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
-	uint64_t i = 0;
+	uint64_t i = from;
 	for (; i + 16 <= W; i += 16) {
 		__m512i a = _mm512_loadu_si512((const void *)(w + 8 * i));
 		__m512i b = _mm512_loadu_si512((const void *)(w + 8 * i + 64));
@@ -78,19 +87,24 @@ static AVX512 uint64_t rec_avx512(const uint8_t *w, uint64_t W, uint64_t rsr)
 	return s;
 }
 
-uint64_t hel_sum_rec(const uint8_t *w, uint64_t W, uint64_t rsr)
+uint64_t hel_sum_rec_range(const uint8_t *w, uint64_t from, uint64_t to, uint64_t rsr)
 {
 	/* Reads what libgcc's constructor found: no state of ours. */
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
-		return rec_avx512(w, W, rsr);
-	return rec_scalar(w, 0, W, rsr);
+		return from < to ? rec_avx512(w, from, to, rsr) : 0;
+	return rec_scalar(w, from, to, rsr);
 }
 #else
-uint64_t hel_sum_rec(const uint8_t *w, uint64_t W, uint64_t rsr)
+uint64_t hel_sum_rec_range(const uint8_t *w, uint64_t from, uint64_t to, uint64_t rsr)
 {
-	return rec_scalar(w, 0, W, rsr);
+	return rec_scalar(w, from, to, rsr);
 }
 #endif
+
+uint64_t hel_sum_rec(const uint8_t *w, uint64_t W, uint64_t rsr)
+{
+	return hel_sum_rec_range(w, 0, W, rsr);
+}
 
 uint64_t hel_sum_rec_scalar(const uint8_t *w, uint64_t W, uint64_t rsr)
 {

@@ -101,7 +101,14 @@
  * rank's report, so whatever it writes is ordered before the completion
  * (the completion mutex) and so before the worker's poll; a failed window
  * never reaches it, and a rank abandoned by close calls it no more.  The
- * set itself does nothing else with it.
+ * set itself does nothing else with it.  A hook with row_piece takes the
+ * row's window's row in pieces: the window's pages are flushed first,
+ * then the row in copies of at most 1 MiB, flushed and reported to
+ * row_piece whenever 512 KiB or more landed.  Why: a restore's row (104
+ * MiB for a Qwen TP1 prefix) in one call is copied with streaming stores
+ * (copy_host.c "Bandwidth"), so the hook's summary reads it back from
+ * memory; a piece is below the streaming threshold, copied with ordinary
+ * stores, and summarised while it is still in the core's cache.
  *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
@@ -159,6 +166,12 @@
  * without a signal: a kick its submitter never sent delays a job by at
  * most this much instead of losing it. */
 #define XFER_BACKSTOP_NS (50 * 1000000ull)
+/* A row handed to the landed hook's row_piece goes in copies of at most
+ * ROW_PIECE_MAX bytes, reported whenever ROW_PIECE_MIN or more landed:
+ * each call below the host backend's streaming threshold (copy_host.c,
+ * 4 MiB) and within a core's L2 (DESIGN "Landed windows"). */
+#define ROW_PIECE_MIN (512ull << 10)
+#define ROW_PIECE_MAX (1ull << 20)
 
 static inline void cpu_relax(void)
 {
@@ -269,12 +282,44 @@ static int push_page(struct rank *rk, const struct sel_xfer_job *job, uint32_t i
 	return 0;
 }
 
+/* Copy the row's bytes [at, at + len) from slot, as one copy, or with the
+ * hook's row_piece (DESIGN "Landed windows") as copies of at most
+ * ROW_PIECE_MAX bytes, flushing and reporting [*landed, ...) to row_piece
+ * whenever ROW_PIECE_MIN bytes are gathered (the caller reports the rest). */
+static int push_row_bytes(struct rank *rk, const struct sel_xfer_job *job, uint64_t row,
+			  uint64_t slot, uint64_t at, uint64_t len, uint64_t *landed)
+{
+	const sel_landed_hook *h = &rk->x->landed;
+	if (!h->row_piece || job->dir != SEL_COPY_IN)
+		return push_dir(rk, row + at, slot, len);
+	for (uint64_t o = 0; o < len;) {
+		uint64_t n = len - o < ROW_PIECE_MAX ? len - o : ROW_PIECE_MAX;
+		int rc = push_dir(rk, row + at + o, slot + o, n);
+		if (rc)
+			return rc;
+		o += n;
+		if (at + o - *landed < ROW_PIECE_MIN)
+			continue;
+		if ((rc = flush(rk)))
+			return rc;
+		h->row_piece(h->ctx, rk->r, job->state_slot, *landed, at + o - *landed);
+		*landed = at + o;
+	}
+	return 0;
+}
+
 static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 {
 	const sel_xfer *x = rk->x;
 	const sel_rank_geometry *rg = &x->g->rank[rk->r];
+	const sel_landed_hook *h = &x->landed;
 	uint64_t row = rg->row.address + (uint64_t)job->state_slot * rg->row.unit_bytes;
-	uint64_t piece_bytes = x->l->share[rk->r];
+	uint64_t piece_bytes = x->l->share[rk->r], at = 0, landed = 0;
+	bool pieces = h->row_piece && job->dir == SEL_COPY_IN;
+	int rc;
+	/* In pieces: the window's pages go first, in their own call. */
+	if (pieces && (rc = flush(rk)))
+		return rc;
 	for (uint32_t k = 0; k < x->l->row_slots; k++) {
 		uint64_t off, len;
 		sel_slot_layout_row_piece(x->l, rk->r, k, &off, &len);
@@ -283,9 +328,15 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 		uint64_t slot = job->row_packed
 					? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
 					: share_addr(x, rk->r, job->row_slots[k]);
-		int rc = push_dir(rk, row + (uint64_t)k * piece_bytes, slot, len);
-		if (rc)
+		at = (uint64_t)k * piece_bytes;
+		if ((rc = push_row_bytes(rk, job, row, slot, at, len, &landed)))
 			return rc;
+		at += len;
+	}
+	if (pieces && at > landed) {
+		if ((rc = flush(rk)))
+			return rc;
+		h->row_piece(h->ctx, rk->r, job->state_slot, landed, at - landed);
 	}
 	return 0;
 }
