@@ -759,19 +759,20 @@ typedef struct sel_export_hooks {
  * row_piece (optional, NULL: none) hands the row over in pieces instead:
  * the row's window then copies the rank's share of the row (state_slot's
  * bytes [0, row bytes) of the geometry's row plane) in pieces of at most
- * a few MiB, each its own copy (the host backend copies one with ordinary
- * stores, so it is still in the cache), and calls row_piece after each
- * piece landed with its byte range [off, off + len): ascending, without
- * gaps, from 0 to the row's end, before fn's call with row true for the
- * same window.  Same rules as fn (it may read the piece; quick, no
- * blocking, no store calls); a failed piece ends the calls, and fn is not
- * called for that window. */
+ * 256 KiB, each its own copy, and calls row_piece after each piece landed
+ * with its byte range [off, off + len) and src, the host bytes it was
+ * copied from (equal to the landed ones; just read by the copy, so still
+ * in the cache, while the destination may have been written past it):
+ * ascending, without gaps, from 0 to the row's end, before fn's call with
+ * row true for the same window.  Same rules as fn (it may read the piece
+ * and src[0, len) during the call; quick, no blocking, no store calls); a
+ * failed piece ends the calls, and fn is not called for that window. */
 typedef struct sel_landed_hook {
 	void (*fn)(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t n_pages, bool row,
 		   uint32_t state_slot);
 	void *ctx;
-	void (*row_piece)(void *ctx, uint32_t rank, uint32_t state_slot, uint64_t off,
-			  uint64_t len);
+	void (*row_piece)(void *ctx, uint32_t rank, uint32_t state_slot, uint64_t off, uint64_t len,
+			  const void *src);
 } sel_landed_hook;
 
 typedef struct sel_store_config {

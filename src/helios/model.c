@@ -63,7 +63,8 @@
  *   of the page digests (page_term) and its row summaries with the armed
  *   seq (a row the store hands over in pieces, sel_landed_hook row_piece,
  *   has its recurrent sum added up piece by piece by hel_model_row_piece
- *   while each piece is in the cache, and taken by hel_model_landed's row
+ *   from each piece's source while the copy left it in the cache (so the
+ *   row is not read back from memory), and taken by hel_model_landed's row
  *   call only if every piece came in order from byte 0; otherwise that
  *   call sums the row from its bytes), and page_loaded / row_loaded take
  *   a rank's stored terms when their seq is the armed one and compute
@@ -1258,8 +1259,11 @@ void hel_model_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t 
 }
 
 /* On a transfer thread, like hel_model_landed, before its call for the
- * row: sum the recurrent words that are now whole in [0, off + len). */
-void hel_model_row_piece(void *ctx, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len)
+ * row: sum the recurrent words that are now whole in [0, off + len), from
+ * src where a word lies in the piece (in the cache: the copy just read
+ * it), from the row where it straddles the piece's start. */
+void hel_model_row_piece(void *ctx, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len,
+			 const void *src)
 {
 	hel_model *m = ctx;
 	uint32_t r = m->lo + rank;
@@ -1276,14 +1280,18 @@ void hel_model_row_piece(void *ctx, uint32_t rank, uint32_t slot, uint64_t off, 
 		return;
 	}
 	pre->piece_end = off + len;
-	uint64_t rec = m->lay.recurrent, end = 0;
+	uint64_t rec = m->lay.recurrent, i = pre->piece_words, end = 0;
+	uint64_t rsr = shard_salt(m, m->core->recurrent_shard, r);
+	const uint8_t *row = rowp(m, r, slot);
 	if (pre->piece_end > rec)
 		end = (pre->piece_end - rec) / 8 < m->W ? (pre->piece_end - rec) / 8 : m->W;
-	if (end > pre->piece_words) {
-		pre->piece_S += hel_sum_rec_range(rowp(m, r, slot) + rec, pre->piece_words, end,
-						  shard_salt(m, m->core->recurrent_shard, r));
-		pre->piece_words = end;
-	}
+	for (; i < end && rec + 8 * i < off; i++) /* straddles the start */
+		pre->piece_S += hel_sum_rec_at(row + rec + 8 * i, i, 1, rsr);
+	if (i < end)
+		pre->piece_S += hel_sum_rec_at(src ? (const uint8_t *)src + (rec + 8 * i - off)
+						   : row + rec + 8 * i,
+					       i, end - i, rsr);
+	pre->piece_words = end;
 }
 
 int hel_model_check(const hel_model *m)

@@ -175,11 +175,13 @@ void hel_model_load_cancel(hel_model *m, const uint32_t *pages, uint32_t n, uint
 void hel_model_landed(void *model, uint32_t rank, const uint32_t *pages, uint32_t n, bool row,
 		      uint32_t slot);
 /* A sel_landed_hook's row_piece: sums the recurrent words of rank's share
- * of slot's row in [0, off + len) that the earlier pieces did not, while
- * the piece is in the cache; hel_model_landed's row call then takes that
- * sum if every piece of the armed restore came, in order, and sums the
- * row from its bytes otherwise. */
-void hel_model_row_piece(void *model, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len);
+ * of slot's row in [0, off + len) that the earlier pieces did not, from
+ * src (the piece's source, still in the cache; NULL: the row itself);
+ * hel_model_landed's row call then takes that sum if every piece of the
+ * armed restore came, in order, and sums the row from its bytes
+ * otherwise. */
+void hel_model_row_piece(void *model, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len,
+			 const void *src);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */

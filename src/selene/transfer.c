@@ -103,12 +103,16 @@
  * never reaches it, and a rank abandoned by close calls it no more.  The
  * set itself does nothing else with it.  A hook with row_piece takes the
  * row's window's row in pieces: the window's pages are flushed first,
- * then the row in copies of at most 1 MiB, flushed and reported to
- * row_piece whenever 512 KiB or more landed.  Why: a restore's row (104
- * MiB for a Qwen TP1 prefix) in one call is copied with streaming stores
- * (copy_host.c "Bandwidth"), so the hook's summary reads it back from
- * memory; a piece is below the streaming threshold, copied with ordinary
- * stores, and summarised while it is still in the core's cache.
+ * then the row in pieces of at most 256 KiB (never across a row share),
+ * each one backend call with copy_cold (streaming stores) and reported to
+ * row_piece with its source as soon as it landed.  Why: a restore's row
+ * (104 MiB for a Qwen TP1 prefix) in one call streams too, and the hook's
+ * summary then reads the destination back from memory; a piece's source
+ * was just read by the copy and is still in the cache, so a summary of
+ * it costs no second pass over memory.  Copying pieces with ordinary
+ * stores and summarising the destination instead costs the stores' line
+ * reads, more than the cached summary saves (docs/performance.md,
+ * r29fuse).
  *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
@@ -166,12 +170,10 @@
  * without a signal: a kick its submitter never sent delays a job by at
  * most this much instead of losing it. */
 #define XFER_BACKSTOP_NS (50 * 1000000ull)
-/* A row handed to the landed hook's row_piece goes in copies of at most
- * ROW_PIECE_MAX bytes, reported whenever ROW_PIECE_MIN or more landed:
- * each call below the host backend's streaming threshold (copy_host.c,
- * 4 MiB) and within a core's L2 (DESIGN "Landed windows"). */
-#define ROW_PIECE_MIN (512ull << 10)
-#define ROW_PIECE_MAX (1ull << 20)
+/* A row handed to the landed hook's row_piece goes in cold calls of at
+ * most this many bytes, each reported as it lands, while its source is
+ * still in the core's cache (DESIGN "Landed windows"). */
+#define ROW_PIECE (256ull << 10)
 
 static inline void cpu_relax(void)
 {
@@ -212,7 +214,7 @@ static inline uint64_t share_addr(const sel_xfer *x, uint32_t r, uint32_t s)
 
 /* Hand the gathered copies to the backend.  Returns its status; sets
  * rk->abandoned when close gave up on this thread meanwhile. */
-static int flush(struct rank *rk)
+static int flush_as(struct rank *rk, bool cold)
 {
 	sel_xfer *x = rk->x;
 	int rc;
@@ -220,7 +222,10 @@ static int flush(struct rank *rk)
 		return 0;
 	assert(!x->be.max_call_entries || rk->ncall <= x->be.max_call_entries);
 	assert(!x->be.max_call_bytes || rk->call_bytes <= x->be.max_call_bytes);
-	rc = x->be.copy(rk->state, rk->call, rk->ncall, rk->dir);
+	if (cold && x->be.copy_cold)
+		rc = x->be.copy_cold(rk->state, rk->call, rk->ncall, rk->dir);
+	else
+		rc = x->be.copy(rk->state, rk->call, rk->ncall, rk->dir);
 	if (rc > 0)
 		rc = -EIO;
 	if (rc == 0)
@@ -233,6 +238,8 @@ static int flush(struct rank *rk)
 	}
 	return rc;
 }
+
+static int flush(struct rank *rk) { return flush_as(rk, false); }
 
 /* Add one copy, flushing first where the call would exceed a bound, and
  * cutting copies longer than the byte bound into pieces. */
@@ -282,28 +289,24 @@ static int push_page(struct rank *rk, const struct sel_xfer_job *job, uint32_t i
 	return 0;
 }
 
-/* Copy the row's bytes [at, at + len) from slot, as one copy, or with the
- * hook's row_piece (DESIGN "Landed windows") as copies of at most
- * ROW_PIECE_MAX bytes, flushing and reporting [*landed, ...) to row_piece
- * whenever ROW_PIECE_MIN bytes are gathered (the caller reports the rest). */
+/* Copy the row's bytes [at, at + len) from slot: one copy, or with the
+ * hook's row_piece (DESIGN "Landed windows") one cold call and one report
+ * per ROW_PIECE bytes. */
 static int push_row_bytes(struct rank *rk, const struct sel_xfer_job *job, uint64_t row,
-			  uint64_t slot, uint64_t at, uint64_t len, uint64_t *landed)
+			  uint64_t slot, uint64_t at, uint64_t len)
 {
 	const sel_landed_hook *h = &rk->x->landed;
 	if (!h->row_piece || job->dir != SEL_COPY_IN)
 		return push_dir(rk, row + at, slot, len);
 	for (uint64_t o = 0; o < len;) {
-		uint64_t n = len - o < ROW_PIECE_MAX ? len - o : ROW_PIECE_MAX;
+		uint64_t n = len - o < ROW_PIECE ? len - o : ROW_PIECE;
 		int rc = push_dir(rk, row + at + o, slot + o, n);
+		if (!rc)
+			rc = flush_as(rk, true);
 		if (rc)
 			return rc;
+		h->row_piece(h->ctx, rk->r, job->state_slot, at + o, n, ptr(slot + o));
 		o += n;
-		if (at + o - *landed < ROW_PIECE_MIN)
-			continue;
-		if ((rc = flush(rk)))
-			return rc;
-		h->row_piece(h->ctx, rk->r, job->state_slot, *landed, at + o - *landed);
-		*landed = at + o;
 	}
 	return 0;
 }
@@ -312,13 +315,11 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 {
 	const sel_xfer *x = rk->x;
 	const sel_rank_geometry *rg = &x->g->rank[rk->r];
-	const sel_landed_hook *h = &x->landed;
 	uint64_t row = rg->row.address + (uint64_t)job->state_slot * rg->row.unit_bytes;
-	uint64_t piece_bytes = x->l->share[rk->r], at = 0, landed = 0;
-	bool pieces = h->row_piece && job->dir == SEL_COPY_IN;
+	uint64_t piece_bytes = x->l->share[rk->r];
 	int rc;
 	/* In pieces: the window's pages go first, in their own call. */
-	if (pieces && (rc = flush(rk)))
+	if (x->landed.row_piece && job->dir == SEL_COPY_IN && (rc = flush(rk)))
 		return rc;
 	for (uint32_t k = 0; k < x->l->row_slots; k++) {
 		uint64_t off, len;
@@ -328,15 +329,8 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 		uint64_t slot = job->row_packed
 					? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
 					: share_addr(x, rk->r, job->row_slots[k]);
-		at = (uint64_t)k * piece_bytes;
-		if ((rc = push_row_bytes(rk, job, row, slot, at, len, &landed)))
+		if ((rc = push_row_bytes(rk, job, row, slot, (uint64_t)k * piece_bytes, len)))
 			return rc;
-		at += len;
-	}
-	if (pieces && at > landed) {
-		if ((rc = flush(rk)))
-			return rc;
-		h->row_piece(h->ctx, rk->r, job->state_slot, landed, at - landed);
 	}
 	return 0;
 }
