@@ -182,6 +182,12 @@ void hel_model_landed(void *model, uint32_t rank, const uint32_t *pages, uint32_
  * otherwise. */
 void hel_model_row_piece(void *model, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len,
 			 const void *src);
+/* A sel_landed_hook's page: rank's terms of page's digests from the
+ * sources of its copies (one per plane, found by destination; otherwise
+ * nothing, and hel_model_landed reads the page), which hel_model_landed
+ * then keeps. */
+void hel_model_page_landed(void *model, uint32_t rank, uint32_t page, const sel_landed_copy *copies,
+			   uint32_t n);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */

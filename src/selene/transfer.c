@@ -347,17 +347,39 @@ static void landed(const struct rank *rk, const struct sel_xfer_job *job, uint32
 	h->fn(h->ctx, rk->r, job->pages + from, end - from, row, job->state_slot);
 }
 
+/* Page i of job alone in a cold call, then the hook's page (DESIGN "Landed
+ * windows"), with the page's copies. */
+static int push_page_alone(struct rank *rk, const struct sel_xfer_job *job, uint32_t i)
+{
+	const sel_landed_hook *h = &rk->x->landed;
+	int rc = flush(rk);
+	if (!rc)
+		rc = push_page(rk, job, i);
+	if (rc)
+		return rc;
+	uint32_t n = rk->ncall;
+	for (uint32_t k = 0; k < n; k++)
+		rk->page_copies[k] = (sel_landed_copy){.dst = ptr(rk->call[k].dst),
+						       .src = ptr(rk->call[k].src),
+						       .len = rk->call[k].len};
+	if ((rc = flush_as(rk, true)))
+		return rc;
+	h->page(h->ctx, rk->r, job->pages[i], rk->page_copies, n);
+	return 0;
+}
+
 /* Copy this rank's part of job in windows.  0 or the failure. */
 static int run_job(struct rank *rk, const struct sel_xfer_job *job)
 {
 	uint32_t n = job->n_pages, i = 0;
+	bool alone = rk->x->landed.page && job->dir == SEL_COPY_IN;
 	int rc = 0;
 	rk->dir = job->dir;
 	rk->job_bytes = 0;
 	do {
 		uint32_t from = i, end = n - i > SEL_WINDOW_PAGES ? i + SEL_WINDOW_PAGES : n;
 		for (; i < end && !rc; i++)
-			rc = push_page(rk, job, i);
+			rc = alone ? push_page_alone(rk, job, i) : push_page(rk, job, i);
 		if (!rc && end == n && job->row)
 			rc = push_row(rk, job);
 		if (!rc)
@@ -631,6 +653,7 @@ static void free_set(sel_xfer *x)
 		for (uint32_t r = 0; r < x->ranks; r++) {
 			free(x->rank[r].ring.q);
 			free(x->rank[r].call);
+			free(x->rank[r].page_copies);
 			pthread_mutex_destroy(&x->rank[r].ring.lock);
 			pthread_cond_destroy(&x->rank[r].ring.cv);
 		}
@@ -766,9 +789,10 @@ static int rank_buffers(sel_xfer *x)
 		rk->r = r;
 		rk->call_cap = (uint32_t)cap;
 		rk->call = calloc(cap, sizeof(*rk->call));
+		rk->page_copies = calloc(cap, sizeof(*rk->page_copies));
 		rk->ring.cap = x->depth;
 		rk->ring.q = calloc(x->depth, sizeof(struct sel_xfer_job *));
-		if (!rk->call || !rk->ring.q)
+		if (!rk->call || !rk->page_copies || !rk->ring.q)
 			return eos_fail(-ENOMEM,
 					"transfer: out of memory for rank %" PRIu32 " buffers", r);
 	}
