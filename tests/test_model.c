@@ -489,11 +489,26 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 	for (uint32_t r = 0; r < c->ranks; r++) {
 		uint8_t *d = hel_model_row_ptr(m, r, dst->slot);
 		const uint8_t *sr = hel_model_row_ptr(m, r, src->slot);
-		for (uint32_t i = 0; i < src->np; i++)
-			for (uint32_t p = 0; p < hel_model_plane_count(m); p++)
-				memcpy(hel_model_page_ptr(m, r, p, dst->pages[i]),
-				       hel_model_page_ptr(m, r, p, src->pages[i]),
-				       hel_plane_unit_bytes(c, hel_model_plane(m, p)));
+		uint32_t npl = hel_model_plane_count(m);
+		sel_landed_copy *cp = calloc(npl, sizeof *cp);
+		CHECK(cp != NULL);
+		for (uint32_t i = 0; i < src->np; i++) {
+			/* The page's copies in reverse plane order (found by
+			 * destination); the gap drops one plane of page 0. */
+			for (uint32_t p = 0; p < npl; p++) {
+				uint8_t *pd = hel_model_page_ptr(m, r, p, dst->pages[i]);
+				const uint8_t *ps = hel_model_page_ptr(m, r, p, src->pages[i]);
+				uint64_t len = hel_plane_unit_bytes(c, hel_model_plane(m, p));
+				memcpy(pd, ps, len);
+				cp[npl - 1 - p] =
+					(sel_landed_copy){.dst = pd, .src = ps, .len = len};
+			}
+			hel_model_page_landed(m, r, dst->pages[i], cp,
+					      how == PIECES_GAP && i == 0 ? npl - 1 : npl);
+		}
+		free(cp);
+		if (how == PIECES_FLIP && r == c->ranks - 1) /* after its page was summed */
+			hel_model_page_ptr(m, r, 0, dst->pages[src->np - 1])[5] ^= 0x08;
 		uint32_t k = 0;
 		for (uint64_t off = 0; off < B; k++) {
 			uint64_t len = 1 + test_rng_below(&rng, B / 3 + 1);
@@ -506,7 +521,7 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 			off += len;
 		}
 		/* A write after the first piece was summed, into its words. */
-		if (how == PIECES_FLIP && r == 0)
+		if (how == PIECES_FLIP && r == 0 && lay->recurrent_bytes >= 16)
 			d[lay->recurrent + 8] ^= 0x20;
 		hel_model_landed(m, r, dst->pages, dst->np, true, dst->slot);
 	}
@@ -518,15 +533,15 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 	return hel_model_row_loaded(m, dst->slot, n);
 }
 
-/* A row handed over in pieces sums to the row's summary (the check
- * recomputes it from the bytes; the tokens are the original's), on every
- * rank; a missing piece sums the row whole; a byte changed after its
- * piece was summed is caught (by the check, or the load in debug builds). */
+/* A row handed over in pieces, and pages one by one, sum to the row's and
+ * pages' summaries (the check recomputes them from the bytes; the tokens
+ * are the original's), on every rank; a missing piece or plane sums from
+ * the bytes; a byte changed after its piece or page was summed is caught
+ * (by the check, or the load in debug builds). */
 static void test_row_pieces(const hel_core *c, sel_state_mode mode)
 {
 	hel_model *m = make(c, mode, 512, 4);
 	uint32_t V = c->vocab, R = c->ranks, pt = c->page_tokens;
-	const hel_row_layout *lay = hel_model_layout(m);
 	hel_token ref[24], out[24];
 	hel_token prompt[600];
 	struct pool pa = {0, 1, 512}, pb = {256, 1, 512};
@@ -553,7 +568,7 @@ static void test_row_pieces(const hel_core *c, sel_state_mode mode)
 		CHECK(memcmp(out, ref, sizeof ref) == 0);
 		CHECK_OK(hel_model_check(m));
 	}
-	if (lay->recurrent_bytes >= 16) {
+	{
 		seq_init(m, &b, 1, &pb);
 		int rc = restore_pieces(m, &a, &b, PIECES_FLIP);
 #ifdef SEL_DEBUG_CHECKS
@@ -562,6 +577,8 @@ static void test_row_pieces(const hel_core *c, sel_state_mode mode)
 		CHECK_OK(rc);
 		CHECK(hel_model_check(m) == SEL_ECORRUPT);
 #endif
+		for (uint32_t j = 0; j < b.np; j++)
+			CHECK_OK(hel_model_page_loaded(m, b.pages[j]));
 		(void)hel_model_row_init(m, b.slot);
 		CHECK_OK(hel_model_check(m));
 	}

@@ -1022,6 +1022,8 @@ struct landing {
 	atomic_int piece_calls[MAXR];
 	atomic_ullong piece_end[MAXR];
 	bool pieces; /* the hook has row_piece: the row window needs them all */
+	/* page: the pages reported alone so far, in the job's order. */
+	atomic_int alone[MAXR];
 };
 
 /* The IN job's row of rank r, bytes [off, off + len), equals its slots'. */
@@ -1040,6 +1042,27 @@ static bool row_landed_equal(const struct landing *L, uint32_t r, uint32_t slot,
 		o = end;
 	}
 	return true;
+}
+
+/* On the rank's thread: the job's next page landed alone, with one copy
+ * per plane from its slot's share. */
+static void page_fn(void *ctx, uint32_t r, uint32_t id, const sel_landed_copy *c, uint32_t n)
+{
+	struct landing *L = ctx;
+	const struct world *w = L->w;
+	const struct sel_xfer_job *job = L->job;
+	int k = atomic_load(&L->alone[r]);
+	bool bad = !job || k >= (int)job->n_pages || job->pages[k] != id ||
+		   n != w->g->rank[r].n_planes;
+	for (uint32_t p = 0; !bad && p < n; p++) {
+		const uint8_t *src = share_at(w, r, job->page_slots[k]) + w->l.plane_off[r][p];
+		bad = c[p].dst != page_at(w, r, p, id) || c[p].src != src ||
+		      c[p].len != w->g->rank[r].pages[p].unit_bytes ||
+		      memcmp(c[p].dst, c[p].src, c[p].len);
+	}
+	if (bad)
+		atomic_fetch_add(&L->violations, 1);
+	atomic_fetch_add(&L->alone[r], 1);
 }
 
 /* On the rank's thread: the row's next piece landed. */
@@ -1072,6 +1095,8 @@ static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, 
 		return;
 	}
 	atomic_fetch_add(&L->next[r], (int)n);
+	if (L->pieces && atomic_load(&L->alone[r]) != atomic_load(&L->next[r]))
+		atomic_fetch_add(&L->violations, 1); /* a page not reported alone first */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k = (uint32_t)(pages - job->pages) + i;
 		const uint8_t *share = share_at(L->w, r, job->page_slots[k]);
@@ -1165,7 +1190,9 @@ static void test_landed(test_rng *rng)
 
 /* With row_piece the row's window hands the row over in pieces: in order,
  * each landed when reported with its source (equal bytes), together the
- * row, all before the window's call, one per row share here. */
+ * row, all before the window's call, one per row share here; with page,
+ * every page is reported alone with its planes' copies before its
+ * window's call. */
 static void test_landed_pieces(test_rng *rng)
 {
 	for (int c = 0; c < 2; c++) {
@@ -1182,12 +1209,15 @@ static void test_landed_pieces(test_rng *rng)
 		memset(&L, 0, sizeof L);
 		L.w = &w;
 		L.pieces = true;
-		sel_xfer_set_landed(
-			w.x,
-			&(sel_landed_hook){.fn = landed_fn, .ctx = &L, .row_piece = row_piece_fn});
+		sel_xfer_set_landed(w.x, &(sel_landed_hook){.fn = landed_fn,
+							    .ctx = &L,
+							    .row_piece = row_piece_fn,
+							    .page = page_fn});
 		CHECK(landed_case(&w, &L, rng, c == 0 ? 130 : 10) == 0);
 		for (uint32_t r = 0; r < 2; r++) {
 			CHECK(atomic_load(&L.rows[r]) == 1);
+			CHECK(atomic_load(&L.alone[r]) == (c == 0 ? 130 : 10) &&
+			      atomic_load(&L.pages[r]) == atomic_load(&L.alone[r]));
 			CHECK(atomic_load(&L.piece_end[r]) == sp.row_bytes[r]);
 			int pc = atomic_load(&L.piece_calls[r]);
 			/* One a row share (28 KiB here), or more for a share over 256 KiB. */
