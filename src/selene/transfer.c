@@ -112,7 +112,11 @@
  * it costs no second pass over memory.  Copying pieces with ordinary
  * stores and summarising the destination instead costs the stores' line
  * reads, more than the cached summary saves (docs/performance.md,
- * r29fuse).
+ * r29fuse).  A hook with page likewise takes each page of a copy-in
+ * window alone: one cold call of its planes, then page with the call's
+ * copies (destination, source, length), before fn for the window.  Such
+ * calls are below the helper's split size (copy_host.c "Splitting"), so
+ * a rank's thread copies them alone.
  *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
