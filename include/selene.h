@@ -754,11 +754,39 @@ typedef struct sel_export_hooks {
  * call the store.  Every window of a FETCHED restore was reported to it,
  * unless the store could not run it (CUDA planes, which the CPU cannot
  * read; a transport without per-window copies): a caller must not rely on
- * it, only use what it computed. */
+ * it, only use what it computed.
+ *
+ * row_piece (optional, NULL: none) hands the row over in pieces instead:
+ * the row's window then copies the rank's share of the row (state_slot's
+ * bytes [0, row bytes) of the geometry's row plane) in pieces of at most
+ * 256 KiB, each its own copy, and calls row_piece after each piece landed
+ * with its byte range [off, off + len) and src, the host bytes it was
+ * copied from (equal to the landed ones; just read by the copy, so still
+ * in the cache, while the destination may have been written past it):
+ * ascending, without gaps, from 0 to the row's end, before fn's call with
+ * row true for the same window.  Same rules as fn (it may read the piece
+ * and src[0, len) during the call; quick, no blocking, no store calls); a
+ * failed piece ends the calls, and fn is not called for that window.
+ *
+ * page (optional, NULL: none) does the same for pages: each page of a
+ * copy-in window is then its own copy, and page is called after it landed
+ * with its id and its copies[0..n) (one per page plane of the rank, in
+ * the geometry's order: destination, the host source it was copied from,
+ * length), before fn's call for the window (which still names every page
+ * of it). */
+typedef struct sel_landed_copy {
+	const void *dst, *src;
+	uint64_t len;
+} sel_landed_copy;
+
 typedef struct sel_landed_hook {
 	void (*fn)(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t n_pages, bool row,
 		   uint32_t state_slot);
 	void *ctx;
+	void (*row_piece)(void *ctx, uint32_t rank, uint32_t state_slot, uint64_t off, uint64_t len,
+			  const void *src);
+	void (*page)(void *ctx, uint32_t rank, uint32_t page, const sel_landed_copy *copies,
+		     uint32_t n);
 } sel_landed_hook;
 
 typedef struct sel_store_config {

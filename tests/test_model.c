@@ -466,6 +466,125 @@ static void test_landed(const hel_core *c, sel_state_mode mode)
 	hel_model_destroy(m);
 }
 
+/* How restore_pieces hands the row over (sel_landed_hook row_piece). */
+enum pieces {
+	PIECES_ALL,  /* every piece, in order */
+	PIECES_GAP,  /* one piece not reported: the row is summed whole */
+	PIECES_FLIP, /* a byte of an early piece flipped after it was summed */
+};
+
+/* Like restore_landed(LAND_ALL), with each rank's row copied and reported
+ * in pieces of random lengths (not whole words, so words straddle pieces)
+ * with their source, or without (then the row is read), before the row's
+ * window is reported. */
+static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, enum pieces how)
+{
+	const hel_core *c = hel_model_core(m);
+	const hel_row_layout *lay = hel_model_layout(m);
+	uint64_t n = consumed(m, src->slot), B = lay->bytes;
+	dst->np = src->np;
+	for (uint32_t i = 0; i < src->np; i++)
+		dst->pages[i] = pool_take(dst->pool);
+	hel_model_load_expect(m, dst->pages, dst->np, dst->slot);
+	for (uint32_t r = 0; r < c->ranks; r++) {
+		uint8_t *d = hel_model_row_ptr(m, r, dst->slot);
+		const uint8_t *sr = hel_model_row_ptr(m, r, src->slot);
+		uint32_t npl = hel_model_plane_count(m);
+		sel_landed_copy *cp = calloc(npl, sizeof *cp);
+		CHECK(cp != NULL);
+		for (uint32_t i = 0; i < src->np; i++) {
+			/* The page's copies in reverse plane order (found by
+			 * destination); the gap drops one plane of page 0. */
+			for (uint32_t p = 0; p < npl; p++) {
+				uint8_t *pd = hel_model_page_ptr(m, r, p, dst->pages[i]);
+				const uint8_t *ps = hel_model_page_ptr(m, r, p, src->pages[i]);
+				uint64_t len = hel_plane_unit_bytes(c, hel_model_plane(m, p));
+				memcpy(pd, ps, len);
+				cp[npl - 1 - p] =
+					(sel_landed_copy){.dst = pd, .src = ps, .len = len};
+			}
+			hel_model_page_landed(m, r, dst->pages[i], cp,
+					      how == PIECES_GAP && i == 0 ? npl - 1 : npl);
+		}
+		free(cp);
+		if (how == PIECES_FLIP && r == c->ranks - 1) /* after its page was summed */
+			hel_model_page_ptr(m, r, 0, dst->pages[src->np - 1])[5] ^= 0x08;
+		uint32_t k = 0;
+		for (uint64_t off = 0; off < B; k++) {
+			uint64_t len = 1 + test_rng_below(&rng, B / 3 + 1);
+			len = len < B - off ? len : B - off;
+			memcpy(d + off, sr + off, len);
+			/* The source as the store passes it, or none (the row). */
+			if (!(how == PIECES_GAP && k == 1))
+				hel_model_row_piece(m, r, dst->slot, off, len,
+						    k % 3 ? sr + off : NULL);
+			off += len;
+		}
+		/* A write after the first piece was summed, into its words. */
+		if (how == PIECES_FLIP && r == 0 && lay->recurrent_bytes >= 16)
+			d[lay->recurrent + 8] ^= 0x20;
+		hel_model_landed(m, r, dst->pages, dst->np, true, dst->slot);
+	}
+	for (uint32_t i = 0; i < dst->np; i++) {
+		int rc = hel_model_page_loaded(m, dst->pages[i]);
+		if (rc)
+			return rc;
+	}
+	return hel_model_row_loaded(m, dst->slot, n);
+}
+
+/* A row handed over in pieces, and pages one by one, sum to the row's and
+ * pages' summaries (the check recomputes them from the bytes; the tokens
+ * are the original's), on every rank; a missing piece or plane sums from
+ * the bytes; a byte changed after its piece or page was summed is caught
+ * (by the check, or the load in debug builds). */
+static void test_row_pieces(const hel_core *c, sel_state_mode mode)
+{
+	hel_model *m = make(c, mode, 512, 4);
+	uint32_t V = c->vocab, R = c->ranks, pt = c->page_tokens;
+	hel_token ref[24], out[24];
+	hel_token prompt[600];
+	struct pool pa = {0, 1, 512}, pb = {256, 1, 512};
+	struct seq a, b;
+	hel_model_counts k0, k1;
+	size_t n = 5 * pt + 1 + test_rng_below(&rng, pt > 1 ? pt - 1 : 1);
+	random_prompt(prompt, n, V);
+	seq_init(m, &a, 0, &pa);
+	feed(m, &a, prompt, n, NULL);
+	hel_token pending = (prompt[n - 1] ^ 1u) % V;
+	seq_init(m, &b, 1, &pb);
+	CHECK_OK(restore(m, &a, &b, NULL));
+	gen(m, &b, pending, 24, ref, NULL, NULL);
+
+	for (int trial = 0; trial < 8; trial++) {
+		hel_model_counts_get(m, &k0);
+		seq_init(m, &b, 1 + (uint32_t)trial % 3, &pb);
+		CHECK_OK(restore_pieces(m, &a, &b, trial % 2 ? PIECES_GAP : PIECES_ALL));
+		hel_model_counts_get(m, &k1);
+		CHECK(k1.landed_rows - k0.landed_rows == R && k1.computed_rows == k0.computed_rows);
+		CHECK(k1.piece_rows - k0.piece_rows == (trial % 2 ? 0 : R));
+		CHECK_OK(hel_model_check(m));
+		gen(m, &b, pending, 24, out, NULL, NULL);
+		CHECK(memcmp(out, ref, sizeof ref) == 0);
+		CHECK_OK(hel_model_check(m));
+	}
+	{
+		seq_init(m, &b, 1, &pb);
+		int rc = restore_pieces(m, &a, &b, PIECES_FLIP);
+#ifdef SEL_DEBUG_CHECKS
+		CHECKF(rc == SEL_ECORRUPT, "flipped piece: load gave %d", rc);
+#else
+		CHECK_OK(rc);
+		CHECK(hel_model_check(m) == SEL_ECORRUPT);
+#endif
+		for (uint32_t j = 0; j < b.np; j++)
+			CHECK_OK(hel_model_page_loaded(m, b.pages[j]));
+		(void)hel_model_row_init(m, b.slot);
+		CHECK_OK(hel_model_check(m));
+	}
+	hel_model_destroy(m);
+}
+
 /* ---- requirement 1: every stored byte matters ------------------------------------ */
 
 /* Tokens compared after a flip, and draft rounds whose proposals are: the
@@ -1339,7 +1458,7 @@ static void test_geometry(void)
 
 /* The row summary's vector loop gives the scalar loop's value (model_sum.c
  * invariant 1): every length around the 16-word step, a flipped word of
- * either half, unaligned starts. */
+ * either half, unaligned starts; and ranges add up (invariant 2). */
 static void test_rec_sum(void)
 {
 	enum {
@@ -1360,6 +1479,19 @@ static void test_rec_sum(void)
 	buf[8 * 517 + 3] ^= 0x10;
 	CHECK(hel_sum_rec(buf, N, rsr) != before);
 	CHECK(hel_sum_rec(buf, N, rsr) == hel_sum_rec_scalar(buf, N, rsr));
+	/* Invariant 2: ranges cut anywhere (odd starts: the vector loop's
+	 * word index) add up to the whole. */
+	uint64_t whole = hel_sum_rec(buf, N, rsr);
+	for (int trial = 0; trial < 20; trial++) {
+		uint64_t s = 0;
+		for (uint64_t a = 0, b; a < N; a = b) {
+			b = a + 1 + test_rng_below(&rng, trial < 10 ? 40 : 400);
+			b = b < N ? b : N;
+			s += hel_sum_rec_at(buf + 8 * a, a, b - a, rsr);
+		}
+		CHECK(s == whole);
+	}
+	CHECK(hel_sum_rec_at(buf + 56, 7, 0, rsr) == 0);
 	free(buf);
 }
 
@@ -1391,6 +1523,9 @@ int main(void)
 	test_landed(tiny, SEL_MODE_ORDINARY);
 	test_landed(qwen2, SEL_MODE_LEARNED);
 	test_landed(hyb, SEL_MODE_ORDINARY);
+	test_row_pieces(tiny, SEL_MODE_ORDINARY);
+	test_row_pieces(qwen2, SEL_MODE_LEARNED);
+	test_row_pieces(hyb, SEL_MODE_ORDINARY);
 
 	test_sensitivity(tiny, SEL_MODE_ORDINARY);
 	test_sensitivity(tiny, SEL_MODE_LEARNED);

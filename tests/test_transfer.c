@@ -1018,7 +1018,68 @@ struct landing {
 	atomic_int calls[MAXR], pages[MAXR], rows[MAXR];
 	atomic_int violations; /* a window reported before its bytes landed, or out of order */
 	atomic_int next[MAXR]; /* the window's expected first index */
+	/* row_piece: calls, and the row's bytes landed so far (in order). */
+	atomic_int piece_calls[MAXR];
+	atomic_ullong piece_end[MAXR];
+	bool pieces; /* the hook has row_piece: the row window needs them all */
+	/* page: the pages reported alone so far, in the job's order. */
+	atomic_int alone[MAXR];
 };
+
+/* The IN job's row of rank r, bytes [off, off + len), equals its slots'. */
+static bool row_landed_equal(const struct landing *L, uint32_t r, uint32_t slot, uint64_t off,
+			     uint64_t len)
+{
+	const struct world *w = L->w;
+	uint64_t share = w->l.share[r];
+	const uint8_t *d = row_at(w, r, slot);
+	for (uint64_t o = off; o < off + len;) {
+		uint64_t k = o / share,
+			 end = (k + 1) * share < off + len ? (k + 1) * share : off + len;
+		const uint8_t *src = share_at(w, r, L->job->row_slots[k]) + (o - k * share);
+		if (memcmp(d + o, src, end - o))
+			return false;
+		o = end;
+	}
+	return true;
+}
+
+/* On the rank's thread: the job's next page landed alone, with one copy
+ * per plane from its slot's share. */
+static void page_fn(void *ctx, uint32_t r, uint32_t id, const sel_landed_copy *c, uint32_t n)
+{
+	struct landing *L = ctx;
+	const struct world *w = L->w;
+	const struct sel_xfer_job *job = L->job;
+	int k = atomic_load(&L->alone[r]);
+	bool bad = !job || k >= (int)job->n_pages || job->pages[k] != id ||
+		   n != w->g->rank[r].n_planes;
+	for (uint32_t p = 0; !bad && p < n; p++) {
+		const uint8_t *src = share_at(w, r, job->page_slots[k]) + w->l.plane_off[r][p];
+		bad = c[p].dst != page_at(w, r, p, id) || c[p].src != src ||
+		      c[p].len != w->g->rank[r].pages[p].unit_bytes ||
+		      memcmp(c[p].dst, c[p].src, c[p].len);
+	}
+	if (bad)
+		atomic_fetch_add(&L->violations, 1);
+	atomic_fetch_add(&L->alone[r], 1);
+}
+
+/* On the rank's thread: the row's next piece landed. */
+static void row_piece_fn(void *ctx, uint32_t r, uint32_t slot, uint64_t off, uint64_t len,
+			 const void *src)
+{
+	struct landing *L = ctx;
+	atomic_fetch_add(&L->piece_calls[r], 1);
+	if (!L->job || slot != L->job->state_slot || off != atomic_load(&L->piece_end[r]) ||
+	    len == 0 || len > (256u << 10) || off + len > L->w->sp.row_bytes[r] ||
+	    !row_landed_equal(L, r, slot, off, len) ||
+	    memcmp(src, row_at(L->w, r, slot) + off, len)) {
+		atomic_fetch_add(&L->violations, 1);
+		return;
+	}
+	atomic_fetch_add(&L->piece_end[r], len);
+}
 
 /* On the rank's thread: the window's bytes are in the planes already. */
 static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, bool row,
@@ -1034,6 +1095,8 @@ static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, 
 		return;
 	}
 	atomic_fetch_add(&L->next[r], (int)n);
+	if (L->pieces && atomic_load(&L->alone[r]) != atomic_load(&L->next[r]))
+		atomic_fetch_add(&L->violations, 1); /* a page not reported alone first */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k = (uint32_t)(pages - job->pages) + i;
 		const uint8_t *share = share_at(L->w, r, job->page_slots[k]);
@@ -1045,6 +1108,8 @@ static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, 
 	atomic_fetch_add(&L->pages[r], (int)n);
 	if (row) {
 		atomic_fetch_add(&L->rows[r], 1);
+		if (L->pieces && atomic_load(&L->piece_end[r]) != L->w->sp.row_bytes[r])
+			atomic_fetch_add(&L->violations, 1);
 		if (memcmp(row_at(L->w, r, slot), share_at(L->w, r, job->row_slots[0]),
 			   L->w->l.share[r] < L->w->sp.row_bytes[r] ? L->w->l.share[r]
 								    : L->w->sp.row_bytes[r]))
@@ -1056,7 +1121,8 @@ static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, 
  * the hook counting; returns the IN job's status. */
 static int landed_case(struct world *w, struct landing *L, test_rng *rng, uint32_t n)
 {
-	uint32_t src[200], dst[200], ps[200], rs[3];
+	uint32_t src[200], dst[200], ps[200], rs[128];
+	CHECK(w->l.row_slots <= 128);
 	CHECK(n <= 200);
 	pick_ids(rng, w->sp.pages, n, src, dst);
 	CHECK_OK(sel_slab_alloc(w->pool, n, SEL_SLAB_INTAKE, ps));
@@ -1120,6 +1186,49 @@ static void test_landed(test_rng *rng)
 	CHECK(atomic_load(&L.violations) == 0);
 	world_close(&w);
 	stub_fini(&st);
+}
+
+/* With row_piece the row's window hands the row over in pieces: in order,
+ * each landed when reported with its source (equal bytes), together the
+ * row, all before the window's call, one per row share here; with page,
+ * every page is reported alone with its planes' copies before its
+ * window's call. */
+static void test_landed_pieces(test_rng *rng)
+{
+	for (int c = 0; c < 2; c++) {
+		struct stub st;
+		stub_init(&st);
+		struct sel_copy_backend be = stub_backend(&st);
+		struct spec sp = spec_tp2(false);
+		if (c == 1)
+			sp.row_bytes[0] = sp.row_bytes[1] = (3ull << 19) + 12345; /* 1.5 MiB + */
+		sp.be = &be;
+		struct world w;
+		world_open(&w, &sp, rng);
+		static struct landing L;
+		memset(&L, 0, sizeof L);
+		L.w = &w;
+		L.pieces = true;
+		sel_xfer_set_landed(w.x, &(sel_landed_hook){.fn = landed_fn,
+							    .ctx = &L,
+							    .row_piece = row_piece_fn,
+							    .page = page_fn});
+		CHECK(landed_case(&w, &L, rng, c == 0 ? 130 : 10) == 0);
+		for (uint32_t r = 0; r < 2; r++) {
+			CHECK(atomic_load(&L.rows[r]) == 1);
+			CHECK(atomic_load(&L.alone[r]) == (c == 0 ? 130 : 10) &&
+			      atomic_load(&L.pages[r]) == atomic_load(&L.alone[r]));
+			CHECK(atomic_load(&L.piece_end[r]) == sp.row_bytes[r]);
+			int pc = atomic_load(&L.piece_calls[r]);
+			/* One a row share (28 KiB here), or more for a share over 256 KiB. */
+			CHECKF(pc == (int)w.l.row_slots, "rank %u: %d pieces of %u shares", r, pc,
+			       w.l.row_slots);
+		}
+		CHECK(atomic_load(&L.violations) == 0);
+		CHECK(atomic_load(&st.violations) == 0);
+		world_close(&w);
+		stub_fini(&st);
+	}
 }
 
 /* A rank whose backend cannot open fails the whole set with its message. */
@@ -1291,6 +1400,7 @@ int main(void)
 	test_queue_full(&rng);
 	test_failure(&rng);
 	test_landed(&rng);
+	test_landed_pieces(&rng);
 	test_open_failure(&rng);
 	test_close(&rng);
 	test_eventfd_and_priority(&rng);

@@ -730,7 +730,10 @@ static int open_store(hel_engine *e)
 	};
 	e->xh = (sel_export_hooks){
 		.ctx = e, .pin = export_pin, .unpin = export_unpin, .describe = export_describe};
-	e->landed = (sel_landed_hook){.fn = hel_model_landed, .ctx = e->model};
+	e->landed = (sel_landed_hook){.fn = hel_model_landed,
+				      .ctx = e->model,
+				      .row_piece = hel_model_row_piece,
+				      .page = hel_model_page_landed};
 	stc.landed = &e->landed;
 	if (cfg->remote_key)
 		memcpy(e->remote_key, cfg->remote_key, sizeof e->remote_key);

@@ -61,8 +61,14 @@
  *   store's transfer threads call hel_model_landed after each window of
  *   their rank lands (a sel_landed_hook), which stores that rank's terms
  *   of the page digests (page_term) and its row summaries with the armed
- *   seq, and page_loaded / row_loaded take a rank's stored terms when their
- *   seq is the armed one and compute from the bytes otherwise (no hook,
+ *   seq (a row the store hands over in pieces, sel_landed_hook row_piece,
+ *   has its recurrent sum added up piece by piece by hel_model_row_piece
+ *   from each piece's source while the copy left it in the cache (so the
+ *   row is not read back from memory), and taken by hel_model_landed's row
+ *   call only if every piece came in order from byte 0; otherwise that
+ *   call sums the row from its bytes), and page_loaded / row_loaded take
+ *   a rank's stored terms when their seq is the armed one and compute
+ *   from the bytes otherwise (no hook,
  *   CUDA planes, a store path without per-window copies, another rank's
  *   process).  The result is the same sum either way: page_digest is the
  *   sum of the ranks' terms.  Correctness rests on ownership (design
@@ -316,6 +322,11 @@ struct page_pre {
 struct row_pre {
 	uint64_t seq;
 	struct row_sum s;
+	bool pieces; /* s.S was summed as the row's pieces landed */
+	/* hel_model_row_piece's running sum for the restore armed with
+	 * piece_seq (0: none): the row's bytes [0, piece_end) landed, its
+	 * recurrent words [0, piece_words) are summed in piece_S. */
+	uint64_t piece_seq, piece_end, piece_words, piece_S;
 };
 
 struct ptab {
@@ -357,6 +368,7 @@ struct hel_model {
 	uint64_t *arm_row;         /* [rows] */
 	struct page_pre *pre_page; /* [pages * R] */
 	struct row_pre *pre_row;   /* [rows * R] */
+	const uint8_t **land_src;  /* [R * npl]: hel_model_page_landed's, per rank */
 	uint64_t *zero_hash;       /* [npl * pt] */
 	uint64_t P_empty, DP_empty;
 	uint64_t *S_zero;     /* [R] */
@@ -560,6 +572,17 @@ static uint64_t partial_sum(const hel_model *m, const uint8_t *row, bool draft)
 	return s;
 }
 
+/* Rank r's term of a page's digest over the planes of one group, plane
+ * p's unit at u[p]. */
+static uint64_t units_term(const hel_model *m, const uint8_t *const *u, uint32_t r, bool draft)
+{
+	uint64_t s = 0;
+	for (uint32_t p = 0; p < m->npl; p++)
+		if (m->pl[p].draft == draft)
+			s += unit_sum(m, &m->pl[p], u[p]);
+	return mix64(s + comb(m, r, draft ? C_DPAGE : C_PAGE));
+}
+
 /* Rank r's term of page id's digest over the planes of one group. */
 static uint64_t page_term(const hel_model *m, uint32_t id, uint32_t r, bool draft)
 {
@@ -751,8 +774,9 @@ static int create_planes_memory(hel_model *m)
 	m->arm_row = calloc(m->rows, sizeof *m->arm_row);
 	m->pre_page = calloc((size_t)m->pages * m->R, sizeof *m->pre_page);
 	m->pre_row = calloc((size_t)m->rows * m->R, sizeof *m->pre_row);
+	m->land_src = calloc((size_t)m->R * m->npl, sizeof *m->land_src);
 	if (!m->pbase || !m->pmap || !m->rbase || !m->ps || !m->rs || !m->row_valid ||
-	    !m->arm_page || !m->arm_row || !m->pre_page || !m->pre_row)
+	    !m->arm_page || !m->arm_row || !m->pre_page || !m->pre_row || !m->land_src)
 		return eos_fail(-ENOMEM, "model: out of memory");
 	for (uint32_t p = 0; p < m->npl; p++)
 		m->pmap[p] = (size_t)(m->pl[p].unit * m->pages);
@@ -854,13 +878,13 @@ void hel_model_destroy(hel_model *m)
 		for (uint32_t r = 0; r < m->R; r++)
 			if (m->rbase[r])
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
-	void *own[] = {m->pbase,     m->pmap,      m->rbase,   m->ps,         m->rs,
-		       m->row_valid, m->zero_hash, m->S_zero,  m->split_salt, m->comb,
-		       m->pl,        m->h0,        m->red,     m->d0,         m->gen,
-		       m->genlist,   m->wq,        m->wo,      m->wout,       m->dout,
-		       m->z,         m->hs,        m->lane,    m->att,        m->d,
-		       m->dhs,       m->erow,      m->logits,  m->rl,         m->pv,
-		       m->qv,        m->arm_page,  m->arm_row, m->pre_page,   m->pre_row};
+	void *own[] = {
+		m->pbase,     m->pmap,     m->rbase,      m->ps,       m->rs,      m->row_valid,
+		m->zero_hash, m->S_zero,   m->split_salt, m->comb,     m->pl,      m->h0,
+		m->red,       m->d0,       m->gen,        m->genlist,  m->wq,      m->wo,
+		m->wout,      m->dout,     m->z,          m->hs,       m->lane,    m->att,
+		m->d,         m->dhs,      m->erow,       m->logits,   m->rl,      m->pv,
+		m->qv,        m->arm_page, m->arm_row,    m->pre_page, m->pre_row, m->land_src};
 	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
 		free(own[i]);
 	free(m);
@@ -1130,6 +1154,8 @@ static int row_validate(hel_model *m, uint32_t slot, uint64_t expected, uint64_t
 			m->counts.landed_rows++;
 		else
 			m->counts.computed_rows++;
+		if (pre && pre->pieces)
+			m->counts.piece_rows++;
 	}
 	m->row_valid[slot] = true;
 	return 0;
@@ -1221,9 +1247,9 @@ void hel_model_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t id = pages[i];
 		uint64_t seq = id < m->pages ? m->arm_page[id] : 0;
-		if (!seq)
+		struct page_pre *pre = seq ? &m->pre_page[(size_t)id * m->R + r] : NULL;
+		if (!pre || pre->seq == seq) /* unarmed, or hel_model_page_landed's */
 			continue;
-		struct page_pre *pre = &m->pre_page[(size_t)id * m->R + r];
 		pre->term = page_term(m, id, r, false);
 		pre->dterm = m->spec ? page_term(m, id, r, true) : 0;
 		pre->seq = seq;
@@ -1231,9 +1257,81 @@ void hel_model_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t 
 	uint64_t seq = row && slot < m->rows ? m->arm_row[slot] : 0;
 	if (seq) {
 		struct row_pre *pre = &m->pre_row[(size_t)slot * m->R + r];
-		pre->s = row_sums(m, slot, r);
+		const uint8_t *b = rowp(m, r, slot);
+		pre->pieces = pre->piece_seq == seq && pre->piece_words == m->W;
+		pre->s = (struct row_sum){
+			.S = pre->pieces
+				     ? pre->piece_S
+				     : rec_sum(m, b, shard_salt(m, m->core->recurrent_shard, r)),
+			.P = partial_sum(m, b, false),
+			.DP = m->spec ? partial_sum(m, b, true) : m->DP_empty,
+		};
+		pre->piece_seq = 0;
 		pre->seq = seq;
 	}
+}
+
+/* On a transfer thread, like hel_model_landed, before its call for the
+ * page's window: rank r's terms of page id from the sources its planes
+ * were just copied from (in the cache), each found by its destination. */
+void hel_model_page_landed(void *ctx, uint32_t rank, uint32_t id, const sel_landed_copy *c,
+			   uint32_t n)
+{
+	hel_model *m = ctx;
+	uint32_t r = m->lo + rank;
+	if (r >= m->hi || id >= m->pages || !m->arm_page[id])
+		return;
+	const uint8_t **u = m->land_src + (size_t)r * m->npl;
+	for (uint32_t p = 0, k = 0; p < m->npl; p++) {
+		const uint8_t *dst = pagep(m, r, p, id);
+		uint32_t j = 0;
+		for (; j < n; j++, k = k + 1 < n ? k + 1 : 0)
+			if (c[k].dst == dst && c[k].len == m->pl[p].unit)
+				break;
+		if (j == n)
+			return; /* not one copy per plane: hel_model_landed reads the bytes */
+		u[p] = c[k].src;
+	}
+	struct page_pre *pre = &m->pre_page[(size_t)id * m->R + r];
+	pre->term = units_term(m, u, r, false);
+	pre->dterm = m->spec ? units_term(m, u, r, true) : 0;
+	pre->seq = m->arm_page[id];
+}
+
+/* On a transfer thread, like hel_model_landed, before its call for the
+ * row: sum the recurrent words that are now whole in [0, off + len), from
+ * src where a word lies in the piece (in the cache: the copy just read
+ * it), from the row where it straddles the piece's start. */
+void hel_model_row_piece(void *ctx, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len,
+			 const void *src)
+{
+	hel_model *m = ctx;
+	uint32_t r = m->lo + rank;
+	if (r >= m->hi || slot >= m->rows || !m->arm_row[slot])
+		return;
+	struct row_pre *pre = &m->pre_row[(size_t)slot * m->R + r];
+	uint64_t seq = m->arm_row[slot];
+	if (off == 0) {
+		pre->piece_seq = seq;
+		pre->piece_end = pre->piece_words = pre->piece_S = 0;
+	}
+	if (pre->piece_seq != seq || off != pre->piece_end) {
+		pre->piece_seq = 0; /* a gap: hel_model_landed sums the row whole */
+		return;
+	}
+	pre->piece_end = off + len;
+	uint64_t rec = m->lay.recurrent, i = pre->piece_words, end = 0;
+	uint64_t rsr = shard_salt(m, m->core->recurrent_shard, r);
+	const uint8_t *row = rowp(m, r, slot);
+	if (pre->piece_end > rec)
+		end = (pre->piece_end - rec) / 8 < m->W ? (pre->piece_end - rec) / 8 : m->W;
+	for (; i < end && rec + 8 * i < off; i++) /* straddles the start */
+		pre->piece_S += hel_sum_rec_at(row + rec + 8 * i, i, 1, rsr);
+	if (i < end)
+		pre->piece_S += hel_sum_rec_at(src ? (const uint8_t *)src + (rec + 8 * i - off)
+						   : row + rec + 8 * i,
+					       i, end - i, rsr);
+	pre->piece_words = end;
 }
 
 int hel_model_check(const hel_model *m)

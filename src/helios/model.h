@@ -174,6 +174,20 @@ void hel_model_load_expect(hel_model *m, const uint32_t *pages, uint32_t n, uint
 void hel_model_load_cancel(hel_model *m, const uint32_t *pages, uint32_t n, uint32_t slot);
 void hel_model_landed(void *model, uint32_t rank, const uint32_t *pages, uint32_t n, bool row,
 		      uint32_t slot);
+/* A sel_landed_hook's row_piece: sums the recurrent words of rank's share
+ * of slot's row in [0, off + len) that the earlier pieces did not, from
+ * src (the piece's source, still in the cache; NULL: the row itself);
+ * hel_model_landed's row call then takes that sum if every piece of the
+ * armed restore came, in order, and sums the row from its bytes
+ * otherwise. */
+void hel_model_row_piece(void *model, uint32_t rank, uint32_t slot, uint64_t off, uint64_t len,
+			 const void *src);
+/* A sel_landed_hook's page: rank's terms of page's digests from the
+ * sources of its copies (one per plane, found by destination; otherwise
+ * nothing, and hel_model_landed reads the page), which hel_model_landed
+ * then keeps. */
+void hel_model_page_landed(void *model, uint32_t rank, uint32_t page, const sel_landed_copy *copies,
+			   uint32_t n);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */
@@ -285,6 +299,9 @@ typedef struct hel_model_counts {
 	 * from the bytes by the call itself. */
 	uint64_t landed_pages, computed_pages;
 	uint64_t landed_rows, computed_rows;
+	/* landed_rows whose recurrent summary was summed piece by piece
+	 * (hel_model_row_piece). */
+	uint64_t piece_rows;
 } hel_model_counts;
 void hel_model_counts_get(const hel_model *m, hel_model_counts *out);
 

@@ -33,6 +33,10 @@ static inline uint64_t hel_sum_rec_term(uint64_t rsr, uint64_t i, uint64_t w)
  * issue 18, where this summary of a 104 MiB row is most of a restore's
  * validation on the worker). */
 uint64_t hel_sum_rec(const uint8_t *w, uint64_t W, uint64_t rsr);
+/* The same over the n words at w numbered from i0 (words i0 .. i0 + n - 1
+ * of a state whose word i0 is at w): a row summed piece by piece as it
+ * lands. */
+uint64_t hel_sum_rec_at(const uint8_t *w, uint64_t i0, uint64_t n, uint64_t rsr);
 /* The scalar loop alone (tests compare the two). */
 uint64_t hel_sum_rec_scalar(const uint8_t *w, uint64_t W, uint64_t rsr);
 

@@ -31,7 +31,10 @@
  *   hashes copied-out slots, the model reads restored pages), streaming
  *   would evict it to memory, and memcpy wins: with the destination left
  *   in cache, measured equal at 4 MiB and memcpy 5-15% ahead at 256 KiB to
- *   1 MiB (with a cold destination streaming led at every size).
+ *   1 MiB (with a cold destination streaming led at every size).  A
+ *   caller that knows nobody reads the destination soon says so
+ *   (copy_cold: a restore's row in pieces, transfer.c "Landed windows"),
+ *   and such a call streams at any size.
  *
  *   Streaming a piece: ordinary stores up to the destination's first
  *   64-byte line boundary, whole lines with streaming stores (sources may
@@ -443,6 +446,16 @@ static int host_copy(void *rank_state, const struct sel_copy *c, uint32_t n, enu
 	return 0;
 }
 
+/* Streams whatever the call's size (transfer.h copy_cold). */
+static int host_copy_cold(void *rank_state, const struct sel_copy *c, uint32_t n,
+			  enum sel_copy_dir dir)
+{
+	(void)rank_state;
+	(void)dir;
+	(void)sel_host_copy_run(c, n, sel_host_copy_choose(STREAM_MIN_CALL));
+	return 0;
+}
+
 static void host_close_rank(void *rank_state) { sel_host_lane_close(rank_state); }
 
 static int host_register(void *ctx, void *addr, uint64_t len)
@@ -465,6 +478,7 @@ const struct sel_copy_backend sel_copy_backend_host = {
 	.ctx = NULL,
 	.open_rank = host_open_rank,
 	.copy = host_copy,
+	.copy_cold = host_copy_cold,
 	.close_rank = host_close_rank,
 	.host_register = host_register,
 	.host_unregister = host_unregister,

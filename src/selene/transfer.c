@@ -101,7 +101,22 @@
  * rank's report, so whatever it writes is ordered before the completion
  * (the completion mutex) and so before the worker's poll; a failed window
  * never reaches it, and a rank abandoned by close calls it no more.  The
- * set itself does nothing else with it.
+ * set itself does nothing else with it.  A hook with row_piece takes the
+ * row's window's row in pieces: the window's pages are flushed first,
+ * then the row in pieces of at most 256 KiB (never across a row share),
+ * each one backend call with copy_cold (streaming stores) and reported to
+ * row_piece with its source as soon as it landed.  Why: a restore's row
+ * (104 MiB for a Qwen TP1 prefix) in one call streams too, and the hook's
+ * summary then reads the destination back from memory; a piece's source
+ * was just read by the copy and is still in the cache, so a summary of
+ * it costs no second pass over memory.  Copying pieces with ordinary
+ * stores and summarising the destination instead costs the stores' line
+ * reads, more than the cached summary saves (docs/performance.md,
+ * r29fuse).  A hook with page likewise takes each page of a copy-in
+ * window alone: one cold call of its planes, then page with the call's
+ * copies (destination, source, length), before fn for the window.  Such
+ * calls are below the helper's split size (copy_host.c "Splitting"), so
+ * a rank's thread copies them alone.
  *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
@@ -159,6 +174,10 @@
  * without a signal: a kick its submitter never sent delays a job by at
  * most this much instead of losing it. */
 #define XFER_BACKSTOP_NS (50 * 1000000ull)
+/* A row handed to the landed hook's row_piece goes in cold calls of at
+ * most this many bytes, each reported as it lands, while its source is
+ * still in the core's cache (DESIGN "Landed windows"). */
+#define ROW_PIECE (256ull << 10)
 
 static inline void cpu_relax(void)
 {
@@ -199,7 +218,7 @@ static inline uint64_t share_addr(const sel_xfer *x, uint32_t r, uint32_t s)
 
 /* Hand the gathered copies to the backend.  Returns its status; sets
  * rk->abandoned when close gave up on this thread meanwhile. */
-static int flush(struct rank *rk)
+static int flush_as(struct rank *rk, bool cold)
 {
 	sel_xfer *x = rk->x;
 	int rc;
@@ -207,7 +226,10 @@ static int flush(struct rank *rk)
 		return 0;
 	assert(!x->be.max_call_entries || rk->ncall <= x->be.max_call_entries);
 	assert(!x->be.max_call_bytes || rk->call_bytes <= x->be.max_call_bytes);
-	rc = x->be.copy(rk->state, rk->call, rk->ncall, rk->dir);
+	if (cold && x->be.copy_cold)
+		rc = x->be.copy_cold(rk->state, rk->call, rk->ncall, rk->dir);
+	else
+		rc = x->be.copy(rk->state, rk->call, rk->ncall, rk->dir);
 	if (rc > 0)
 		rc = -EIO;
 	if (rc == 0)
@@ -220,6 +242,8 @@ static int flush(struct rank *rk)
 	}
 	return rc;
 }
+
+static int flush(struct rank *rk) { return flush_as(rk, false); }
 
 /* Add one copy, flushing first where the call would exceed a bound, and
  * cutting copies longer than the byte bound into pieces. */
@@ -269,12 +293,38 @@ static int push_page(struct rank *rk, const struct sel_xfer_job *job, uint32_t i
 	return 0;
 }
 
+/* Copy the row's bytes [at, at + len) from slot: one copy, or with the
+ * hook's row_piece (DESIGN "Landed windows") one cold call and one report
+ * per ROW_PIECE bytes. */
+static int push_row_bytes(struct rank *rk, const struct sel_xfer_job *job, uint64_t row,
+			  uint64_t slot, uint64_t at, uint64_t len)
+{
+	const sel_landed_hook *h = &rk->x->landed;
+	if (!h->row_piece || job->dir != SEL_COPY_IN)
+		return push_dir(rk, row + at, slot, len);
+	for (uint64_t o = 0; o < len;) {
+		uint64_t n = len - o < ROW_PIECE ? len - o : ROW_PIECE;
+		int rc = push_dir(rk, row + at + o, slot + o, n);
+		if (!rc)
+			rc = flush_as(rk, true);
+		if (rc)
+			return rc;
+		h->row_piece(h->ctx, rk->r, job->state_slot, at + o, n, ptr(slot + o));
+		o += n;
+	}
+	return 0;
+}
+
 static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 {
 	const sel_xfer *x = rk->x;
 	const sel_rank_geometry *rg = &x->g->rank[rk->r];
 	uint64_t row = rg->row.address + (uint64_t)job->state_slot * rg->row.unit_bytes;
 	uint64_t piece_bytes = x->l->share[rk->r];
+	int rc;
+	/* In pieces: the window's pages go first, in their own call. */
+	if (x->landed.row_piece && job->dir == SEL_COPY_IN && (rc = flush(rk)))
+		return rc;
 	for (uint32_t k = 0; k < x->l->row_slots; k++) {
 		uint64_t off, len;
 		sel_slot_layout_row_piece(x->l, rk->r, k, &off, &len);
@@ -283,8 +333,7 @@ static int push_row(struct rank *rk, const struct sel_xfer_job *job)
 		uint64_t slot = job->row_packed
 					? share_addr(x, k % x->ranks, job->row_slots[k / x->ranks])
 					: share_addr(x, rk->r, job->row_slots[k]);
-		int rc = push_dir(rk, row + (uint64_t)k * piece_bytes, slot, len);
-		if (rc)
+		if ((rc = push_row_bytes(rk, job, row, slot, (uint64_t)k * piece_bytes, len)))
 			return rc;
 	}
 	return 0;
@@ -302,17 +351,39 @@ static void landed(const struct rank *rk, const struct sel_xfer_job *job, uint32
 	h->fn(h->ctx, rk->r, job->pages + from, end - from, row, job->state_slot);
 }
 
+/* Page i of job alone in a cold call, then the hook's page (DESIGN "Landed
+ * windows"), with the page's copies. */
+static int push_page_alone(struct rank *rk, const struct sel_xfer_job *job, uint32_t i)
+{
+	const sel_landed_hook *h = &rk->x->landed;
+	int rc = flush(rk);
+	if (!rc)
+		rc = push_page(rk, job, i);
+	if (rc)
+		return rc;
+	uint32_t n = rk->ncall;
+	for (uint32_t k = 0; k < n; k++)
+		rk->page_copies[k] = (sel_landed_copy){.dst = ptr(rk->call[k].dst),
+						       .src = ptr(rk->call[k].src),
+						       .len = rk->call[k].len};
+	if ((rc = flush_as(rk, true)))
+		return rc;
+	h->page(h->ctx, rk->r, job->pages[i], rk->page_copies, n);
+	return 0;
+}
+
 /* Copy this rank's part of job in windows.  0 or the failure. */
 static int run_job(struct rank *rk, const struct sel_xfer_job *job)
 {
 	uint32_t n = job->n_pages, i = 0;
+	bool alone = rk->x->landed.page && job->dir == SEL_COPY_IN;
 	int rc = 0;
 	rk->dir = job->dir;
 	rk->job_bytes = 0;
 	do {
 		uint32_t from = i, end = n - i > SEL_WINDOW_PAGES ? i + SEL_WINDOW_PAGES : n;
 		for (; i < end && !rc; i++)
-			rc = push_page(rk, job, i);
+			rc = alone ? push_page_alone(rk, job, i) : push_page(rk, job, i);
 		if (!rc && end == n && job->row)
 			rc = push_row(rk, job);
 		if (!rc)
@@ -586,6 +657,7 @@ static void free_set(sel_xfer *x)
 		for (uint32_t r = 0; r < x->ranks; r++) {
 			free(x->rank[r].ring.q);
 			free(x->rank[r].call);
+			free(x->rank[r].page_copies);
 			pthread_mutex_destroy(&x->rank[r].ring.lock);
 			pthread_cond_destroy(&x->rank[r].ring.cv);
 		}
@@ -721,9 +793,10 @@ static int rank_buffers(sel_xfer *x)
 		rk->r = r;
 		rk->call_cap = (uint32_t)cap;
 		rk->call = calloc(cap, sizeof(*rk->call));
+		rk->page_copies = calloc(cap, sizeof(*rk->page_copies));
 		rk->ring.cap = x->depth;
 		rk->ring.q = calloc(x->depth, sizeof(struct sel_xfer_job *));
-		if (!rk->call || !rk->ring.q)
+		if (!rk->call || !rk->page_copies || !rk->ring.q)
 			return eos_fail(-ENOMEM,
 					"transfer: out of memory for rank %" PRIu32 " buffers", r);
 	}

@@ -65,6 +65,13 @@ struct sel_copy_backend {
 	 * returns).  n and the sum of lengths respect max_call_entries and
 	 * max_call_bytes.  0 or a negative errno / SEL_ECUDA. */
 	int (*copy)(void *rank_state, const struct sel_copy *c, uint32_t n, enum sel_copy_dir dir);
+	/* Optional (NULL: copy): the same as copy, for copies whose
+	 * destination nobody reads soon (a restore's row handed to the landed
+	 * hook in pieces, whose summary reads the source while it is in the
+	 * cache: transfer.c "Landed windows"), so the host backend streams
+	 * them whatever their size (copy_host.c "Bandwidth"). */
+	int (*copy_cold)(void *rank_state, const struct sel_copy *c, uint32_t n,
+			 enum sel_copy_dir dir);
 	/* Undo open_rank, on the rank's thread.  NULL-safe state. */
 	void (*close_rank)(void *rank_state);
 	/* Host memory registration for the slab pool (NULL: not needed).

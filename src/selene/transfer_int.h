@@ -34,7 +34,8 @@ struct rank {
 	struct ring ring;
 	/* Rank thread only. */
 	void *state;
-	struct sel_copy *call; /* [call_cap] */
+	struct sel_copy *call;        /* [call_cap] */
+	sel_landed_copy *page_copies; /* [call_cap]: a page's copies for the hook */
 	uint32_t call_cap, ncall;
 	uint64_t call_bytes;
 	uint64_t job_bytes;
