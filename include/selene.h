@@ -497,6 +497,9 @@ typedef struct sel_remote_tier_stats {
 	uint64_t rtt_sum_ns; /* of the round trips in rtt_hist */
 } sel_remote_tier_stats;
 
+/* The period of a core store's warm passes (sel_stats.warm_passes). */
+#define SEL_WARM_PERIOD_NS 1000000ull
+
 typedef struct sel_stats {
 	const char *transport; /* copy backend: "host", "cuda" */
 	uint64_t slot_bytes;   /* bytes per slot (one page record, padded) */
@@ -533,6 +536,10 @@ typedef struct sel_stats {
 	/* Wakes of the store's copy and disk threads that its calls sent on
 	 * the worker's thread (each one futex syscall; issue 18). */
 	uint64_t thread_wakes;
+	/* Passes of the lookup's hash that the store's polls ran, at most one
+	 * per SEL_WARM_PERIOD_NS of its clock, to keep that code in the
+	 * worker's caches (issue 18, worker calls; store_common.c). */
+	uint64_t warm_passes;
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the

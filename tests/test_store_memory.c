@@ -1230,6 +1230,62 @@ static void test_close_stuck(void)
 	sfx_conv_free(&cv);
 }
 
+/* The poll's warm pass (store_common.c "Keeping the lookup warm"): at most
+ * one per SEL_WARM_PERIOD_NS of the store's clock, at once when the clock
+ * steps back, and it changes nothing a lookup sees. */
+static uint64_t warm_clock_ns = 1000000000000ull;
+static uint64_t warm_clock(void) { return warm_clock_ns; }
+
+static uint64_t warm_passes(sel_store *s)
+{
+	sel_stats st;
+	sel_store_stats(s, &st);
+	return st.warm_passes;
+}
+
+static void test_keep_warm(void)
+{
+	struct fx fx;
+	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
+	sel_store_config cfg = sfx_config(&fx.f, false);
+	cfg.memory_bytes = 32 * fx.f.slot_bytes;
+	cfg.clock_ns = warm_clock;
+	CHECK_OK(sel_memory_store_open(&cfg, &fx.s));
+	CHECK(warm_passes(fx.s) == 0);
+	sel_event ev;
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	CHECK(warm_passes(fx.s) == 1); /* the first poll warms */
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	warm_clock_ns += SEL_WARM_PERIOD_NS - 1;
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	CHECK(warm_passes(fx.s) == 1); /* within the period: none */
+	warm_clock_ns += 1;
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	CHECK(warm_passes(fx.s) == 2);
+	warm_clock_ns -= 10 * SEL_WARM_PERIOD_NS; /* stepped back */
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	CHECK(warm_passes(fx.s) == 3);
+	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+	CHECK(warm_passes(fx.s) == 3); /* the period restarts from there */
+
+	/* A record stored and found again across warm passes. */
+	struct sfx_conv cv;
+	sfx_conv_init(&fx.f, &cv, 95, 300, 10);
+	sel_published cp = sfx_ckpt_row(&fx.f, &cv, 256, 0, 1, 1, false);
+	put_ok(&fx, &cp);
+	CHECK(one_event(fx.s).type == SEL_EV_STORED);
+	for (int i = 0; i < 3; i++) {
+		warm_clock_ns += SEL_WARM_PERIOD_NS;
+		CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+		sel_hit hit;
+		CHECK_RC(sel_store_lookup(fx.s, &cv.h, 0, 256, &hit), 1);
+		CHECK(sel_key_eq(&hit.key, &cp.key));
+	}
+	CHECK(warm_passes(fx.s) == 6); /* one per advance, none while the clock stood */
+	sfx_conv_free(&cv);
+	fx_free(&fx);
+}
+
 int main(void)
 {
 	test_ops_version();
@@ -1246,6 +1302,7 @@ int main(void)
 	test_random(1);
 	test_random(2);
 	test_close_stuck();
+	test_keep_warm();
 	printf("test_store_memory: ok\n");
 	return 0;
 }

@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "internal.h"
 #include "slab.h"
 #include "store_pool.h"
 
@@ -820,6 +821,26 @@ void sel_core_expire(struct sel_core *c,
 	c->why = w;
 	if (c->st.tier[c->tier].expired != before)
 		c->pg.released = true; /* slots or budget */
+}
+
+/* Keeping the lookup warm (issue 18, worker calls).  A lookup hashes with
+ * BLAKE2b (the chain digest, key.c) whose code is several KiB; on a worker
+ * that last hashed 10-100 ms ago, one 64-byte hash costs 4-8 us against
+ * 0.2 us warm, and that was most of the lookup's p99 (docs/performance.md
+ * "The lookup's hash kept warm").  The worker polls once per loop
+ * iteration, so its poll runs the same hash on scratch bytes at most once
+ * per SEL_WARM_PERIOD_NS: one clock read per poll, about 0.3 us per
+ * period.  A clock that steps back warms at once and restarts the period.
+ * Nothing the store holds is read or changed. */
+void sel_core_keep_warm(struct sel_core *c)
+{
+	uint64_t now = c->exp.clock();
+	if (c->st.warm_passes && now >= c->warm_at && now - c->warm_at < SEL_WARM_PERIOD_NS)
+		return;
+	c->warm_at = now;
+	c->st.warm_passes++;
+	sel_key k = {.consumed = now};
+	sel_chain_digest_add(&c->warm_acc, &k, 1);
 }
 
 void sel_core_stats(struct sel_core *c, sel_stats *out)

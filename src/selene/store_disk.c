@@ -263,6 +263,7 @@ static int ds_poll(sel_store *s, sel_event *ev, size_t cap)
 {
 	struct disk_store *ds = sel_ds_of(s);
 	ds_progress(ds);
+	sel_core_keep_warm(&ds->c);
 	ds_expire(ds);
 	ds_run_hooks(ds);
 	(void)sel_core_cascade_run(&ds->c, ds_cascade_low, ds_cascade_units);

@@ -504,6 +504,7 @@ static int ms_poll(sel_store *s, sel_event *ev, size_t cap)
 	size_t n = 0;
 	bool progress = true;
 
+	sel_core_keep_warm(&ms->c);
 	sel_core_expire(&ms->c, ms_droppable);
 
 	while (n < cap && progress) {
