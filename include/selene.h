@@ -537,8 +537,9 @@ typedef struct sel_stats {
 	 * the worker's thread (each one futex syscall; issue 18). */
 	uint64_t thread_wakes;
 	/* Passes of the lookup's hash that the store's polls ran, at most one
-	 * per SEL_WARM_PERIOD_NS of its clock, to keep that code in the
-	 * worker's caches (issue 18, worker calls; store_common.c). */
+	 * per SEL_WARM_PERIOD_NS of its clock and only while the worker polls
+	 * at least that often, to keep that code in the worker's caches
+	 * (issue 18, worker calls; store_common.c). */
 	uint64_t warm_passes;
 } sel_stats;
 

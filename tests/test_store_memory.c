@@ -1230,9 +1230,10 @@ static void test_close_stuck(void)
 	sfx_conv_free(&cv);
 }
 
-/* The poll's warm pass (store_common.c "Keeping the lookup warm"): at most
- * one per SEL_WARM_PERIOD_NS of the store's clock, at once when the clock
- * steps back, and it changes nothing a lookup sees. */
+/* The poll's warm pass (store_common.c "Keeping the lookup warm"): only
+ * while polls come within SEL_WARM_PERIOD_NS of each other, at most one per
+ * period of the store's clock, again at once after the clock stepped back,
+ * and it changes nothing a lookup sees. */
 static uint64_t warm_clock_ns = 1000000000000ull;
 static uint64_t warm_clock(void) { return warm_clock_ns; }
 
@@ -1243,8 +1244,18 @@ static uint64_t warm_passes(sel_store *s)
 	return st.warm_passes;
 }
 
+/* One poll at the clock advanced by dt; the warm passes after it. */
+static uint64_t poll_at(sel_store *s, int64_t dt)
+{
+	sel_event ev;
+	warm_clock_ns += (uint64_t)dt;
+	CHECK_RC(sel_store_poll(s, &ev, 1), 0);
+	return warm_passes(s);
+}
+
 static void test_keep_warm(void)
 {
+	const int64_t P = (int64_t)SEL_WARM_PERIOD_NS;
 	struct fx fx;
 	fx_init(&fx, 1, 2, units2, 20000, 256, 8);
 	sel_store_config cfg = sfx_config(&fx.f, false);
@@ -1252,21 +1263,16 @@ static void test_keep_warm(void)
 	cfg.clock_ns = warm_clock;
 	CHECK_OK(sel_memory_store_open(&cfg, &fx.s));
 	CHECK(warm_passes(fx.s) == 0);
-	sel_event ev;
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	CHECK(warm_passes(fx.s) == 1); /* the first poll warms */
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	warm_clock_ns += SEL_WARM_PERIOD_NS - 1;
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	CHECK(warm_passes(fx.s) == 1); /* within the period: none */
-	warm_clock_ns += 1;
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	CHECK(warm_passes(fx.s) == 2);
-	warm_clock_ns -= 10 * SEL_WARM_PERIOD_NS; /* stepped back */
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	CHECK(warm_passes(fx.s) == 3);
-	CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
-	CHECK(warm_passes(fx.s) == 3); /* the period restarts from there */
+	CHECK(poll_at(fx.s, 0) == 0); /* the first poll: no loop yet */
+	CHECK(poll_at(fx.s, 0) == 1); /* looping, never warmed */
+	CHECK(poll_at(fx.s, 0) == 1);
+	CHECK(poll_at(fx.s, P - 1) == 1); /* within the period */
+	CHECK(poll_at(fx.s, 1) == 2);
+	CHECK(poll_at(fx.s, 2 * P) == 2);   /* back from a sleep: none */
+	CHECK(poll_at(fx.s, 0) == 3);       /* looping again */
+	CHECK(poll_at(fx.s, -10 * P) == 3); /* the clock stepped back */
+	CHECK(poll_at(fx.s, 0) == 4);
+	CHECK(poll_at(fx.s, 0) == 4); /* the period restarts from there */
 
 	/* A record stored and found again across warm passes. */
 	struct sfx_conv cv;
@@ -1275,13 +1281,13 @@ static void test_keep_warm(void)
 	put_ok(&fx, &cp);
 	CHECK(one_event(fx.s).type == SEL_EV_STORED);
 	for (int i = 0; i < 3; i++) {
-		warm_clock_ns += SEL_WARM_PERIOD_NS;
-		CHECK_RC(sel_store_poll(fx.s, &ev, 1), 0);
+		poll_at(fx.s, P / 2);
+		poll_at(fx.s, P / 2);
 		sel_hit hit;
 		CHECK_RC(sel_store_lookup(fx.s, &cv.h, 0, 256, &hit), 1);
 		CHECK(sel_key_eq(&hit.key, &cp.key));
 	}
-	CHECK(warm_passes(fx.s) == 6); /* one per advance, none while the clock stood */
+	CHECK(warm_passes(fx.s) == 7); /* one per period, none while the clock stood */
 	sfx_conv_free(&cv);
 	fx_free(&fx);
 }

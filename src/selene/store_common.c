@@ -827,16 +827,22 @@ void sel_core_expire(struct sel_core *c,
  * BLAKE2b (the chain digest, key.c) whose code is several KiB; on a worker
  * that last hashed 10-100 ms ago, one 64-byte hash costs 4-8 us against
  * 0.2 us warm, and that was most of the lookup's p99 (docs/performance.md
- * "The lookup's hash kept warm").  The worker polls once per loop
- * iteration, so its poll runs the same hash on scratch bytes at most once
- * per SEL_WARM_PERIOD_NS: one clock read per poll, about 0.3 us per
- * period.  A clock that steps back warms at once and restarts the period.
- * Nothing the store holds is read or changed. */
+ * "The lookup's hash kept warm").  A serving worker polls once per loop
+ * iteration, so while it loops (this poll within SEL_WARM_PERIOD_NS of the
+ * last) its poll runs the same hash on scratch bytes once per period: one
+ * clock read per poll, 0.2-0.5 us per period.  A poll after a longer gap
+ * (the worker slept on the wait fd) runs none: the code is cold by then,
+ * and a pass would pay that miss in the poll for no lookup.  A clock that
+ * steps back restarts both periods.  Nothing the store holds is read or
+ * changed. */
 void sel_core_keep_warm(struct sel_core *c)
 {
-	uint64_t now = c->exp.clock();
+	uint64_t now = c->exp.clock(), last = c->poll_at;
+	c->poll_at = now;
+	if (now < last || now - last >= SEL_WARM_PERIOD_NS)
+		return; /* not looping */
 	if (c->st.warm_passes && now >= c->warm_at && now - c->warm_at < SEL_WARM_PERIOD_NS)
-		return;
+		return; /* warmed within the period */
 	c->warm_at = now;
 	c->st.warm_passes++;
 	sel_key k = {.consumed = now};

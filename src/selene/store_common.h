@@ -191,7 +191,8 @@ struct sel_core {
 	void (*flush_more)(struct sel_core *c, bool defer);
 	bool deferring; /* sel_store_flush was called: wakes are deferred */
 	struct sel_expiry exp;
-	uint64_t warm_at;    /* the store clock's time of the last warm pass */
+	uint64_t poll_at;    /* the store clock's time of the last poll */
+	uint64_t warm_at;    /* ... and of the last warm pass */
 	sel_digest warm_acc; /* what the warm passes hash into */
 
 	/* The pool's numbers, copied for the hot paths. */
@@ -478,9 +479,9 @@ size_t sel_core_keys(struct sel_core *c, sel_key *keys, size_t cap);
 void sel_core_expire(struct sel_core *c,
 		     bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id));
 
-/* At most once per SEL_WARM_PERIOD_NS of the store's clock, the lookup's
- * hash once on scratch bytes (store_common.c "Keeping the lookup warm");
- * called at the top of a core store's poll. */
+/* While the worker loops (polls within SEL_WARM_PERIOD_NS of each other),
+ * the lookup's hash once per period on scratch bytes (store_common.c
+ * "Keeping the lookup warm"); called at the top of a core store's poll. */
 void sel_core_keep_warm(struct sel_core *c);
 
 /* The stats every core store reports: its counters, the pool's slots, the
