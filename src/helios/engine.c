@@ -122,7 +122,8 @@
  *   first, when a pin goes; later publications queue behind it.  Why rows
  *   and a quarter: every pinned checkpoint holds one snapshot row -- the
  *   scarce id with 100 MiB rows -- and admission needs a live row per
- *   request plus a row per capture; a copy-out slower than decode (a disk
+ *   request while each capture takes a row when it is planned (skipped,
+ *   captures_failed, when none can be had); a copy-out slower than decode (a disk
  *   write behind a full warm tier) otherwise ends with every row pinned
  *   and admission stalled behind copies (docs/performance.md, serving:
  *   10 copies in flight, 0 of 12 rows free).  A quarter keeps three
