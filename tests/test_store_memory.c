@@ -1026,8 +1026,8 @@ static void test_random(uint32_t ranks)
 			/* Lookup above a random resident count, fetch if room. */
 			uint64_t resident =
 				test_rng_below(&rng, 3) ? 0 : test_rng_below(&rng, 1200);
-			uint64_t limit =
-				test_rng_below(&rng, 4) ? RND_TOKENS : test_rng_below(&rng, RND_TOKENS);
+			uint64_t limit = test_rng_below(&rng, 4) ? RND_TOKENS
+								 : test_rng_below(&rng, RND_TOKENS);
 			sel_hit hit;
 			int rc = sel_store_lookup(fx.s, &cv[i].h, resident, limit, &hit);
 			CHECK_OK(rc);
