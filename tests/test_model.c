@@ -321,6 +321,58 @@ enum landing {
 	LAND_CANCEL, /* reported, then the restore cancelled (a failure) */
 };
 
+/* Take dst's pages for src's and arm the model for their restore. */
+static void restore_arm(hel_model *m, const struct seq *src, struct seq *dst)
+{
+	dst->np = src->np;
+	for (uint32_t i = 0; i < src->np; i++)
+		dst->pages[i] = pool_take(dst->pool);
+	hel_model_load_expect(m, dst->pages, dst->np, dst->slot);
+}
+
+/* Load dst's pages and its row of n tokens: the first failure, or 0. */
+static int restore_load(hel_model *m, const struct seq *dst, uint64_t n)
+{
+	for (uint32_t i = 0; i < dst->np; i++) {
+		int rc = hel_model_page_loaded(m, dst->pages[i]);
+		if (rc)
+			return rc;
+	}
+	return hel_model_row_loaded(m, dst->slot, n);
+}
+
+/* Slot 0 of m fed a random prompt of five pages and a partial page
+ * holding at least one token (the flips of the landed tests), in seq a
+ * over pool pa; returns the token to continue it with. */
+static hel_token landed_source(hel_model *m, struct seq *a, struct pool *pa)
+{
+	uint32_t V = hel_model_core(m)->vocab, pt = hel_model_core(m)->page_tokens;
+	hel_token prompt[600];
+	size_t n = 5 * pt + 1 + test_rng_below(&rng, pt > 1 ? pt - 1 : 1);
+	CHECK(n <= 600);
+	random_prompt(prompt, n, V);
+	seq_init(m, a, 0, pa);
+	feed(m, a, prompt, n, NULL);
+	return (prompt[n - 1] ^ 1u) % V;
+}
+
+/* A restore into b with a byte written after its summaries were taken
+ * (rc, its load's result) is caught: by the load in debug builds, by the
+ * check otherwise; then b's ids start over, reloaded from their bytes. */
+static void expect_caught(hel_model *m, const struct seq *b, int rc, const char *what)
+{
+#ifdef SEL_DEBUG_CHECKS
+	CHECKF(rc == SEL_ECORRUPT, "%s: load gave %d", what, rc);
+#else
+	CHECKF(rc == 0, "%s: load gave %d", what, rc);
+	CHECKF(hel_model_check(m) == SEL_ECORRUPT, "%s not caught", what);
+#endif
+	for (uint32_t j = 0; j < b->np; j++)
+		CHECK_OK(hel_model_page_loaded(m, b->pages[j]));
+	(void)hel_model_row_init(m, b->slot);
+	CHECK_OK(hel_model_check(m));
+}
+
 /* Like restore(), as a store with landed windows does it: arm, copy, tell
  * the model each rank's window landed (in two windows), then apply the
  * flip (a write after landing), then load. */
@@ -329,10 +381,7 @@ static int restore_landed(hel_model *m, const struct seq *src, struct seq *dst, 
 {
 	const hel_core *c = hel_model_core(m);
 	uint64_t n = consumed(m, src->slot);
-	dst->np = src->np;
-	for (uint32_t i = 0; i < src->np; i++)
-		dst->pages[i] = pool_take(dst->pool);
-	hel_model_load_expect(m, dst->pages, dst->np, dst->slot);
+	restore_arm(m, src, dst);
 	for (uint32_t r = 0; r < c->ranks; r++) {
 		for (uint32_t i = 0; i < src->np; i++)
 			for (uint32_t p = 0; p < hel_model_plane_count(m); p++)
@@ -354,12 +403,7 @@ static int restore_landed(hel_model *m, const struct seq *src, struct seq *dst, 
 			f->mask;
 	if (f && f->kind == FLIP_ROW)
 		hel_model_row_ptr(m, f->rank, dst->slot)[f->offset] ^= f->mask;
-	for (uint32_t i = 0; i < dst->np; i++) {
-		int rc = hel_model_page_loaded(m, dst->pages[i]);
-		if (rc)
-			return rc;
-	}
-	return hel_model_row_loaded(m, dst->slot, n);
+	return restore_load(m, dst, n);
 }
 
 /* The summaries the transfer threads compute as windows land are the ones
@@ -371,19 +415,13 @@ static int restore_landed(hel_model *m, const struct seq *src, struct seq *dst, 
 static void test_landed(const hel_core *c, sel_state_mode mode)
 {
 	hel_model *m = make(c, mode, 512, 4);
-	uint32_t V = c->vocab, R = c->ranks, pt = c->page_tokens;
+	uint32_t V = c->vocab, R = c->ranks;
 	int32_t *lref = malloc(V * 4), *l = malloc(V * 4);
 	hel_token ref[24], out[24];
-	hel_token prompt[600];
 	struct pool pa = {0, 1, 512}, pb = {256, 1, 512};
 	struct seq a, b;
 	hel_model_counts k0, k1;
-	/* A partial page holding at least one token (the flips below). */
-	size_t n = 5 * pt + 1 + test_rng_below(&rng, pt > 1 ? pt - 1 : 1);
-	random_prompt(prompt, n, V);
-	seq_init(m, &a, 0, &pa);
-	feed(m, &a, prompt, n, NULL);
-	hel_token pending = (prompt[n - 1] ^ 1u) % V;
+	hel_token pending = landed_source(m, &a, &pa);
 	CHECK_OK(hel_model_logits(m, a.slot, a.pages, a.np, lref));
 
 	/* Landed on every rank: taken, and equal to the bytes' summaries. */
@@ -448,18 +486,9 @@ static void test_landed(const hel_core *c, sel_state_mode mode)
 			continue; /* no recurrent state */
 		flips[i].mask = 0x20;
 		seq_init(m, &b, 1, &pb);
-		int rc = restore_landed(m, &a, &b, LAND_ALL, &flips[i]);
-#ifdef SEL_DEBUG_CHECKS
-		CHECKF(rc == SEL_ECORRUPT, "flip %zu: load gave %d", i, rc);
-#else
-		CHECK_OK(rc);
-		CHECKF(hel_model_check(m) == SEL_ECORRUPT, "flip %zu not caught", i);
-#endif
-		/* Start over: the flipped ids are reloaded from their bytes. */
-		for (uint32_t j = 0; j < b.np; j++)
-			CHECK_OK(hel_model_page_loaded(m, b.pages[j]));
-		(void)hel_model_row_init(m, b.slot);
-		CHECK_OK(hel_model_check(m));
+		char what[32];
+		snprintf(what, sizeof what, "flip %zu", i);
+		expect_caught(m, &b, restore_landed(m, &a, &b, LAND_ALL, &flips[i]), what);
 	}
 	free(lref);
 	free(l);
@@ -482,10 +511,7 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 	const hel_core *c = hel_model_core(m);
 	const hel_row_layout *lay = hel_model_layout(m);
 	uint64_t n = consumed(m, src->slot), B = lay->bytes;
-	dst->np = src->np;
-	for (uint32_t i = 0; i < src->np; i++)
-		dst->pages[i] = pool_take(dst->pool);
-	hel_model_load_expect(m, dst->pages, dst->np, dst->slot);
+	restore_arm(m, src, dst);
 	for (uint32_t r = 0; r < c->ranks; r++) {
 		uint8_t *d = hel_model_row_ptr(m, r, dst->slot);
 		const uint8_t *sr = hel_model_row_ptr(m, r, src->slot);
@@ -525,12 +551,7 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 			d[lay->recurrent + 8] ^= 0x20;
 		hel_model_landed(m, r, dst->pages, dst->np, true, dst->slot);
 	}
-	for (uint32_t i = 0; i < dst->np; i++) {
-		int rc = hel_model_page_loaded(m, dst->pages[i]);
-		if (rc)
-			return rc;
-	}
-	return hel_model_row_loaded(m, dst->slot, n);
+	return restore_load(m, dst, n);
 }
 
 /* A row handed over in pieces, and pages one by one, sum to the row's and
@@ -541,17 +562,12 @@ static int restore_pieces(hel_model *m, const struct seq *src, struct seq *dst, 
 static void test_row_pieces(const hel_core *c, sel_state_mode mode)
 {
 	hel_model *m = make(c, mode, 512, 4);
-	uint32_t V = c->vocab, R = c->ranks, pt = c->page_tokens;
+	uint32_t R = c->ranks;
 	hel_token ref[24], out[24];
-	hel_token prompt[600];
 	struct pool pa = {0, 1, 512}, pb = {256, 1, 512};
 	struct seq a, b;
 	hel_model_counts k0, k1;
-	size_t n = 5 * pt + 1 + test_rng_below(&rng, pt > 1 ? pt - 1 : 1);
-	random_prompt(prompt, n, V);
-	seq_init(m, &a, 0, &pa);
-	feed(m, &a, prompt, n, NULL);
-	hel_token pending = (prompt[n - 1] ^ 1u) % V;
+	hel_token pending = landed_source(m, &a, &pa);
 	seq_init(m, &b, 1, &pb);
 	CHECK_OK(restore(m, &a, &b, NULL));
 	gen(m, &b, pending, 24, ref, NULL, NULL);
@@ -568,20 +584,8 @@ static void test_row_pieces(const hel_core *c, sel_state_mode mode)
 		CHECK(memcmp(out, ref, sizeof ref) == 0);
 		CHECK_OK(hel_model_check(m));
 	}
-	{
-		seq_init(m, &b, 1, &pb);
-		int rc = restore_pieces(m, &a, &b, PIECES_FLIP);
-#ifdef SEL_DEBUG_CHECKS
-		CHECKF(rc == SEL_ECORRUPT, "flipped piece: load gave %d", rc);
-#else
-		CHECK_OK(rc);
-		CHECK(hel_model_check(m) == SEL_ECORRUPT);
-#endif
-		for (uint32_t j = 0; j < b.np; j++)
-			CHECK_OK(hel_model_page_loaded(m, b.pages[j]));
-		(void)hel_model_row_init(m, b.slot);
-		CHECK_OK(hel_model_check(m));
-	}
+	seq_init(m, &b, 1, &pb);
+	expect_caught(m, &b, restore_pieces(m, &a, &b, PIECES_FLIP), "a flipped piece");
 	hel_model_destroy(m);
 }
 
