@@ -167,9 +167,8 @@ bool hel_scheduler_export_fits(hel_scheduler *s, uint64_t id, const hel_request_
 		uint64_t a = A ? A->key.consumed : 0;
 		admission_pages(s, sel_history_len(&w->h), a, 0, false, &need_p, &need_r);
 	} else if (next && sch_validate_spec(s, next) == 0) { /* else admission fails it */
-		if (spec_prefix(s, next, &A)) {               /* unknown prefix: charged whole */
-			need_p = next->prompt_len / s->P;
-			need_r = 2; /* its live row and a ticket's */
+		if (spec_prefix(s, next, &A)) { /* unknown prefix: charged whole, with a ticket */
+			admission_pages(s, next->prompt_len, 0, 0, true, &need_p, &need_r);
 		} else {
 			uint64_t a = A ? A->key.consumed : 0;
 			admission_pages(s, next->prompt_len, a, 0, false, &need_p, &need_r);
