@@ -541,6 +541,10 @@ typedef struct sel_stats {
 	 * at least that often, to keep that code in the worker's caches
 	 * (issue 18, worker calls; store_common.c). */
 	uint64_t warm_passes;
+	/* Of those, the passes that also read the completion eventfd while
+	 * nothing was owed on it (EAGAIN, no effect), to keep the delivering
+	 * poll's read warm (transfer.h sel_xfer_warm). */
+	uint64_t warm_reads;
 } sel_stats;
 
 /* struct sel_store and the ops table it dispatches through are the

@@ -1363,6 +1363,10 @@ static void test_eventfd_and_priority(test_rng *rng)
 
 	int fd = sel_xfer_fd(w.x);
 	CHECK(fd >= 0 && !readable(fd));
+	/* The warm pass's read (sel_xfer_warm) with nothing owed: it reads,
+	 * and changes nothing. */
+	CHECK(sel_xfer_warm(w.x) && !readable(fd));
+	CHECK_OK(sel_xfer_check(w.x));
 	uint32_t ids[2] = {7, 8}, ps[2] = {0, 1};
 	struct sel_xfer_job job[2];
 	for (int i = 0; i < 2; i++) {
@@ -1377,11 +1381,15 @@ static void test_eventfd_and_priority(test_rng *rng)
 	CHECK(sel_xfer_inflight(w.x) == 2);
 	CHECK_OK(sel_xfer_check(w.x));
 	struct sel_xfer_job *done[2];
+	/* Completions wait: the warm pass leaves the eventfd alone. */
+	CHECK(!sel_xfer_warm(w.x) && readable(fd));
 	CHECK(sel_xfer_poll(w.x, done, 1) == 1 && done[0] == &job[0]);
 	CHECK(readable(fd)); /* job 1 still waits */
+	CHECK(!sel_xfer_warm(w.x) && readable(fd));
 	CHECK_OK(sel_xfer_check(w.x));
 	CHECK(sel_xfer_poll(w.x, done, 2) == 1 && done[0] == &job[1]);
 	CHECK(!readable(fd));
+	CHECK(sel_xfer_warm(w.x) && !readable(fd));
 	CHECK(sel_xfer_poll(w.x, done, 2) == 0);
 	CHECK(!readable(fd));
 	CHECK_OK(sel_xfer_check(w.x));

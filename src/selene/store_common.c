@@ -847,6 +847,8 @@ void sel_core_keep_warm(struct sel_core *c)
 	c->st.warm_passes++;
 	sel_key k = {.consumed = now};
 	sel_chain_digest_add(&c->warm_acc, &k, 1);
+	if (c->xfer && sel_xfer_warm(c->xfer))
+		c->st.warm_reads++;
 }
 
 void sel_core_stats(struct sel_core *c, sel_stats *out)

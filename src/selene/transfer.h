@@ -244,6 +244,15 @@ int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap);
  * Do not read it; sel_xfer_poll resets it. */
 int sel_xfer_fd(const sel_xfer *x);
 
+/* The warm pass's read (issue 18, worker calls): when no completion waits
+ * and no write of the eventfd is owed, read it once, which returns EAGAIN
+ * and changes nothing, so that the next delivering poll's read finds the
+ * syscall path and the descriptor's lines in the cache.  Never blocks;
+ * takes the completion mutex as sel_xfer_poll does.  Returns true when it
+ * read (false: completions or a write were on their way, which the next
+ * poll reads anyway). */
+bool sel_xfer_warm(sel_xfer *x);
+
 /* Jobs submitted and not yet polled. */
 uint32_t sel_xfer_inflight(const sel_xfer *x);
 
