@@ -1886,9 +1886,16 @@ static int exec_entry(hel_engine *e, const hel_step_entry *x, struct ereq *r, he
 		if (rc == 0 && x->sample)
 			rc = hel_model_logits(m, x->live_row, x->pages, x->n_pages, lg);
 	} else {
-		uint64_t t0 = eos_now_ns();
 		if (x->reset)
 			rc = hel_model_row_init(m, x->live_row);
+		/* The chunk's time for the policy starts after the row's reset:
+		 * a recompute from position 0 resets the row as a restore
+		 * copies one in (RESTORE above), a cost of either path and not
+		 * of the chunk's tokens.  Timed with them, Qwen TP1's 104 MiB
+		 * reset made every first chunk 5x the others per token and the
+		 * policy's load factor 3.5 on a quiet machine (make qualify
+		 * fetch-choice; docs/performance.md, stop 30). */
+		uint64_t t0 = eos_now_ns();
 		if (rc == 0 && r->in)
 			rc = hel_inputs_prefill(r->in, m, x->live_row, x->pages, e->P, x->tokens,
 						x->begin, x->end, lg);

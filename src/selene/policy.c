@@ -152,6 +152,21 @@
  * (test_small_records).  The held-back fit without the newest sample
  * keeps the seeds the newest would retire.
  *
+ * Once a measured sample is in the ring the two seeds' own pair is no
+ * slope: it is the initial line, not a measurement, and seeds then vote
+ * only through their pairs with measured samples.  Why: qualify's
+ * fetch-choice on disk (stop 30, a quiet machine) restored Qwen TP1
+ * records of 116.6 MiB in 87-89 ms (1.4 GB/s), and the third was still
+ * estimated at the initial 3 GB/s (41 ms) and restored, 1.6x slower than
+ * recomputing: the held-back fit without the newest sample held one
+ * measured sample, whose pair with the 1 MiB seed the seeds' own pair
+ * outweighed by 2%, so two agreeing restores moved nothing
+ * (tests/test_policy.c test_two_agree).  Halving every seed's weight
+ * instead made the first cold small disk reads of bench/policy's tiny
+ * band count for more (a 132 KiB record recomputed at 1.55x); leaving out
+ * the pair met the acceptance in all three seeds (docs/performance.md,
+ * stop 30).
+ *
  * Prefill time by position.  What a declined hit costs is the prefill of
  * the tokens it would have restored, at their positions: a token's cost is
  * a constant (the weights) plus a part that grows with the context it
@@ -414,12 +429,15 @@ static void fit(struct tier_est *e)
 	struct wv v[PAIRS > SAMPLES ? PAIRS : SAMPLES];
 	double scale[SAMPLES] = {0}; /* the first e->n are set below (invariant 2) */
 	int np = 0;
-	for (uint32_t k = 0; k < e->n; k++)
+	bool measured = false;
+	for (uint32_t k = 0; k < e->n; k++) {
 		scale[k] = expect(e, e->ring[k].bytes);
+		measured |= !e->ring[k].seed;
+	}
 	for (uint32_t i = 0; i < e->n; i++)
 		for (uint32_t j = 0; j < e->n; j++) {
 			const struct sample *a = &e->ring[i], *b = &e->ring[j];
-			if (b->bytes < SPREAD * a->bytes)
+			if (b->bytes < SPREAD * a->bytes || (measured && a->seed && b->seed))
 				continue;
 			double db = b->bytes - a->bytes;
 			v[np++] = (struct wv){(b->ns - a->ns) / db, db / (scale[i] + scale[j])};
