@@ -1051,6 +1051,15 @@ int sel_xfer_submit(sel_xfer *x, struct sel_xfer_job *job)
 	return 0;
 }
 
+/* Read the eventfd (under the completion mutex), counting what it
+ * returned; a failed read (EAGAIN: nothing written) counts nothing. */
+static void consume_efd(sel_xfer *x)
+{
+	eventfd_t v;
+	if (eventfd_read(x->efd, &v) == 0)
+		x->consumed += v;
+}
+
 int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
 {
 	int n = 0;
@@ -1066,11 +1075,8 @@ int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
 	}
 	if (!x->head)
 		x->tail = NULL;
-	if (x->ndone == 0 && x->owed != x->consumed) {
-		eventfd_t v;
-		if (eventfd_read(x->efd, &v) == 0)
-			x->consumed += v;
-	}
+	if (x->ndone == 0 && x->owed != x->consumed)
+		consume_efd(x);
 	pthread_mutex_unlock(&x->done);
 	atomic_fetch_sub(&x->inflight, (uint32_t)n);
 	debug_check(x);
@@ -1086,9 +1092,7 @@ bool sel_xfer_warm(sel_xfer *x)
 		 * one is owed under this mutex first): the count is zero and
 		 * the read fails with EAGAIN.  Counted all the same, so that
 		 * the accounting stays exact whatever it returns. */
-		eventfd_t v;
-		if (eventfd_read(x->efd, &v) == 0)
-			x->consumed += v;
+		consume_efd(x);
 		read = true;
 	}
 	pthread_mutex_unlock(&x->done);
