@@ -7,7 +7,8 @@
  *     source and destination offset within a 64-byte line: the bytes copied
  *     exactly, and the guard bytes before and after the destination (up to
  *     the next piece) untouched, so heads, bodies and tail bytes are right
- *     and nothing is written outside;
+ *     and nothing is written outside; lengths around whole 16 KiB blocks
+ *     (the body streamed four 4 KiB quarters at a time) at offsets too;
  *   - calls of many pieces of mixed sizes (pieces below the streaming
  *     minimum among large ones), adjacent and scattered, none overlapping;
  *   - the kind each call reports: AUTO streams from 4 MiB up (when the CPU
@@ -79,6 +80,15 @@ static void test_pieces(test_rng *rng)
 		for (size_t len = 0; len <= 600; len++)
 			for (size_t so = 0; so < 64; so += (len % 7) + 1)
 				one(sbuf, dbuf, len, so, (so * 5 + len) % 64, kinds[k], rng);
+		/* Bodies around whole blocks of four 4 KiB quarters (copy_host.c
+		 * "Four quarters at once"): none, one, and one plus lines. */
+		static const size_t quad[] = {
+			16383, 16384, 16385,       16384 + 64,       16384 + 127,
+			32767, 32768, 32768 + 191, 3 * 16384 + 4095, 5 * 16384 + 1};
+		for (size_t q = 0; q < sizeof quad / sizeof quad[0]; q++)
+			for (size_t so = 0; so < 64; so += 9)
+				for (size_t doff = 0; doff < 64; doff += 13)
+					one(sbuf, dbuf, quad[q], so, doff, kinds[k], rng);
 		for (int i = 0; i < 300; i++) {
 			size_t len = (size_t)test_rng_below(rng, cap - 128);
 			one(sbuf, dbuf, len, (size_t)test_rng_below(rng, 64),
