@@ -140,8 +140,8 @@ static size_t quad_sse2(uint8_t *d, const uint8_t *s, size_t n)
 	size_t i = 0;
 	for (; n - i >= QUAD; i += QUAD)
 		for (size_t j = i; j < i + QUARTER; j += LINE) {
-#define LD(q, w) _mm_loadu_si128((const __m128i *)(s + j + (q)*QUARTER + 16 * (w)))
-#define ST(q, w, v) _mm_stream_si128((__m128i *)(d + j + (q)*QUARTER + 16 * (w)), v)
+#define LD(q, w) _mm_loadu_si128((const __m128i *)(s + j + (size_t)(q)*QUARTER + (size_t)16 * (w)))
+#define ST(q, w, v) _mm_stream_si128((__m128i *)(d + j + (size_t)(q)*QUARTER + (size_t)16 * (w)), v)
 #define LD4(q)                                                                                     \
 	__m128i x##q##0 = LD(q, 0), x##q##1 = LD(q, 1), x##q##2 = LD(q, 2), x##q##3 = LD(q, 3)
 #define ST4(q) ST(q, 0, x##q##0), ST(q, 1, x##q##1), ST(q, 2, x##q##2), ST(q, 3, x##q##3)
@@ -184,8 +184,10 @@ __attribute__((target("avx2"))) static size_t quad_avx2(uint8_t *d, const uint8_
 	size_t i = 0;
 	for (; n - i >= QUAD; i += QUAD)
 		for (size_t j = i; j < i + QUARTER; j += 2 * (size_t)LINE) {
-#define LDY(q, w) _mm256_loadu_si256((const __m256i *)(s + j + (q)*QUARTER + 32 * (w)))
-#define STY(q, w, v) _mm256_stream_si256((__m256i *)(d + j + (q)*QUARTER + 32 * (w)), v)
+#define LDY(q, w)                                                                                  \
+	_mm256_loadu_si256((const __m256i *)(s + j + (size_t)(q)*QUARTER + (size_t)32 * (w)))
+#define STY(q, w, v)                                                                               \
+	_mm256_stream_si256((__m256i *)(d + j + (size_t)(q)*QUARTER + (size_t)32 * (w)), v)
 #define LDY4(q)                                                                                    \
 	__m256i y##q##0 = LDY(q, 0), y##q##1 = LDY(q, 1), y##q##2 = LDY(q, 2), y##q##3 = LDY(q, 3)
 #define STY4(q) STY(q, 0, y##q##0), STY(q, 1, y##q##1), STY(q, 2, y##q##2), STY(q, 3, y##q##3)
