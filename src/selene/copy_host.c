@@ -54,10 +54,10 @@
  *   of all four quarters, then stores the four, so four streams of loads
  *   and of write-combined lines are in flight instead of one.  glibc's
  *   large memcpy copies four pages at a time the same way; a linear
- *   stream, one line after the next, reached only 0.66-0.70 of it on the
- *   Xeon VM of docs/performance.md ("Streaming four quarters at once":
- *   8.0 against 11.9 GB/s for one large copy, 7.8 for 128 KiB pieces),
- *   the four-quarter loop 11.9 and 11.2.  The rest of a body, below one
+ *   stream, one line after the next, reached only 0.67-0.70 of it on the
+ *   Xeon VM of docs/performance.md ("Issue 18 (stop 31, 2026-12-03):
+ *   streaming four quarters at once": 8.0 against 11.9 GB/s for one large
+ *   copy, 7.8 against 11.2 for 128 KiB pieces with the four-quarter loop).  The rest of a body, below one
  *   block, streams line after line.
  *
  *   Splitting (issue 18).  One thread streaming a window's pieces reaches
