@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 #include "record.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 

@@ -39,7 +39,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "engine_test.h"
 #include "internal.h"

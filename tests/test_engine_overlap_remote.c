@@ -17,7 +17,7 @@
  *     mismatch and recomputes the request (the model's tokens still).
  * Exits 77 without redis-server.
  */
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "engine_test.h"
 #include "internal.h"

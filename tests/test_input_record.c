@@ -8,7 +8,7 @@
  *   test_input_record --write-corpus DIR   writes fuzz/corpus/input_record/
  */
 #include <sys/stat.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "input_key.h"
 #include "input_record.h"

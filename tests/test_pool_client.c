@@ -20,7 +20,7 @@
 #include <sys/mman.h>
 #include <sys/un.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 #include "pool_testlib.h"

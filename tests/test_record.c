@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 #include "recutil.h"

@@ -14,7 +14,7 @@
 
 #include <poll.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #define SEC 1000000000ull
 #define MS 1000000ull

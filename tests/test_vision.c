@@ -18,7 +18,7 @@
 #include "input_key.h"
 #include "testutil.h"
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #ifdef SEL_SANITIZED
 #define FLIP_STRIDE 7 /* sanitizer builds: every 7th byte */

@@ -163,7 +163,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "eos.h"
 #include "model.h"

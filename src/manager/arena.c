@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include <sodium.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "internal.h"
 

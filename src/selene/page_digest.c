@@ -37,7 +37,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "eos.h"
 #include "internal.h"

@@ -63,7 +63,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 /* ---- Directory ---------------------------------------------------------- */
 

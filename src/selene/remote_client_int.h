@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include <sodium.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "eos.h"
 #include "internal.h"

@@ -39,7 +39,7 @@
  * every window are done, so the digests are there with FETCHED; a head
  * page that fails its checksum fails the restore (corrupt), as any page.
  */
-#include <xxhash.h>
+#include "xxh.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
