@@ -785,7 +785,18 @@ typedef struct sel_export_hooks {
  * with its id and its copies[0..n) (one per page plane of the rank, in
  * the geometry's order: destination, the host source it was copied from,
  * length), before fn's call for the window (which still names every page
- * of it). */
+ * of it).
+ *
+ * share (optional, NULL: never) says whether a second thread may take part
+ * in a restore's copies now: true while the caller's model worker is idle
+ * (waiting for this restore or for work), so its CPU is free.  Where it
+ * says so, the store's host copy path may copy a restore's pages on two
+ * threads at once: page may then be called for two different pages of
+ * one restore at the same time, and while row_piece runs for its row
+ * (never twice for one page, never at once with fn); fn's calls for every
+ * window, in order, then follow all the restore's page and row_piece
+ * calls, and none follows a failed restore.  It is asked on a transfer thread before each page is
+ * taken: cheap (an atomic load), no blocking. */
 typedef struct sel_landed_copy {
 	const void *dst, *src;
 	uint64_t len;
@@ -799,6 +810,7 @@ typedef struct sel_landed_hook {
 			  const void *src);
 	void (*page)(void *ctx, uint32_t rank, uint32_t page, const sel_landed_copy *copies,
 		     uint32_t n);
+	bool (*share)(void *ctx);
 } sel_landed_hook;
 
 typedef struct sel_store_config {

@@ -27,7 +27,10 @@
  *   - the eventfd readable exactly while completions wait;
  *   - the thread's name, the offload class (--offload-sched) and nice value
  *     seen from open_rank;
- *   - a rank whose open fails failing sel_xfer_create with its message.
+ *   - a rank whose open fails failing sel_xfer_create with its message;
+ *   - a restore shared with the rank's helper (landed hook's share): every
+ *     page once, byte-exact, on either thread, window calls after all of
+ *     them; none after a failure on either thread.
  */
 #include <poll.h>
 #include <stddef.h>
@@ -1024,6 +1027,15 @@ struct landing {
 	bool pieces; /* the hook has row_piece: the row window needs them all */
 	/* page: the pages reported alone so far, in the job's order. */
 	atomic_int alone[MAXR];
+	/* A shared restore (transfer.c "Sharing a restore"): pages in any
+	 * order, each once (seen[r][k] for the job's index k), all before the
+	 * first window's call; share answers share_now; calls by the helper
+	 * thread; with wait_helper the rank's thread waits in its first page
+	 * until the helper reported one. */
+	bool shared, wait_helper;
+	atomic_bool share_now;
+	atomic_int seen[MAXR][200];
+	atomic_int by_helper, waited;
 };
 
 /* The IN job's row of rank r, bytes [off, off + len), equals its slots'. */
@@ -1044,15 +1056,42 @@ static bool row_landed_equal(const struct landing *L, uint32_t r, uint32_t slot,
 	return true;
 }
 
-/* On the rank's thread: the job's next page landed alone, with one copy
- * per plane from its slot's share. */
+/* The job's index of page id, or -1. */
+static int job_index(const struct sel_xfer_job *job, uint32_t id)
+{
+	for (uint32_t k = 0; job && k < job->n_pages; k++)
+		if (job->pages[k] == id)
+			return (int)k;
+	return -1;
+}
+
+/* A shared restore's page id landed on thread name: once, and on the
+ * helper's thread or (with wait_helper, its first time) after the helper
+ * took part.  The page's index in the job, or -1. */
+static int shared_page(struct landing *L, uint32_t r, uint32_t id)
+{
+	char name[32] = "", helper[32];
+	prctl(PR_GET_NAME, name, 0, 0, 0);
+	snprintf(helper, sizeof helper, "sel-xfer-h%u", r);
+	if (strcmp(name, helper) == 0)
+		atomic_fetch_add(&L->by_helper, 1);
+	else if (L->wait_helper && atomic_fetch_add(&L->waited, 1) == 0)
+		TEST_UNTIL(atomic_load(&L->by_helper) > 0, 20);
+	int k = job_index(L->job, id);
+	if (k < 0 || atomic_fetch_add(&L->seen[r][k], 1) != 0)
+		return -1;
+	return k;
+}
+
+/* On the rank's thread (or its helper's, shared): the job's next page
+ * landed alone, with one copy per plane from its slot's share. */
 static void page_fn(void *ctx, uint32_t r, uint32_t id, const sel_landed_copy *c, uint32_t n)
 {
 	struct landing *L = ctx;
 	const struct world *w = L->w;
 	const struct sel_xfer_job *job = L->job;
-	int k = atomic_load(&L->alone[r]);
-	bool bad = !job || k >= (int)job->n_pages || job->pages[k] != id ||
+	int k = L->shared ? shared_page(L, r, id) : atomic_load(&L->alone[r]);
+	bool bad = !job || k < 0 || k >= (int)job->n_pages || job->pages[k] != id ||
 		   n != w->g->rank[r].n_planes;
 	for (uint32_t p = 0; !bad && p < n; p++) {
 		const uint8_t *src = share_at(w, r, job->page_slots[k]) + w->l.plane_off[r][p];
@@ -1095,7 +1134,8 @@ static void landed_fn(void *ctx, uint32_t r, const uint32_t *pages, uint32_t n, 
 		return;
 	}
 	atomic_fetch_add(&L->next[r], (int)n);
-	if (L->pieces && atomic_load(&L->alone[r]) != atomic_load(&L->next[r]))
+	int want = L->shared ? (int)job->n_pages : atomic_load(&L->next[r]);
+	if (L->pieces && atomic_load(&L->alone[r]) != want)
 		atomic_fetch_add(&L->violations, 1); /* a page not reported alone first */
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k = (uint32_t)(pages - job->pages) + i;
@@ -1229,6 +1269,79 @@ static void test_landed_pieces(test_rng *rng)
 		world_close(&w);
 		stub_fini(&st);
 	}
+}
+
+static bool share_fn(void *ctx)
+{
+	struct landing *L = ctx;
+	return atomic_load(&L->share_now);
+}
+
+/* A restore shared with the rank's helper (transfer.c "Sharing a
+ * restore"): with share true and two CPUs for rank 0 the helper copies
+ * pages too (the rank's thread waits in its first page until it did);
+ * either way every page lands once with its copies, byte-exact, the row in
+ * pieces, and every window's call follows all pages, in order.  With share
+ * false the rank's thread copies alone.  A cold call failing (on either
+ * thread) fails the job with no window's call, and the next job is whole. */
+static void test_landed_shared(test_rng *rng)
+{
+	cpu_set_t set;
+	CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+	bool two = CPU_COUNT(&set) >= 2;
+	struct stub st;
+	stub_init(&st);
+	struct sel_copy_backend be = stub_backend(&st);
+	be.copy_cold = stub_copy;
+	be.cold_any_thread = true;
+	struct spec sp = spec_tp1();
+	sp.be = &be;
+	struct world w;
+	world_open(&w, &sp, rng);
+	static struct landing L;
+	sel_xfer_set_landed(w.x, &(sel_landed_hook){.fn = landed_fn,
+						    .ctx = &L,
+						    .row_piece = row_piece_fn,
+						    .page = page_fn,
+						    .share = share_fn});
+	for (int c = 0; c < 5; c++) {
+		memset(&L, 0, sizeof L);
+		L.w = &w;
+		L.pieces = L.shared = true;
+		atomic_store(&L.share_now, c != 1);
+		L.wait_helper = two && c == 0;
+		bool fail = c == 2 || c == 3;
+		/* The copy-out's 3 calls, the row's pieces, then a page's call:
+		 * the second page or the 100th. */
+		st.fail_rank = fail ? 0 : -1;
+		st.fail_call =
+			atomic_load(&st.calls[0]) + 3 + (int)w.l.row_slots + (c == 2 ? 1 : 99);
+		st.fail_rc = SEL_ECUDA;
+		uint64_t helped = sel_xfer_helped(w.x);
+		int rc = landed_case(&w, &L, rng, 130);
+		uint64_t by = sel_xfer_helped(w.x) - helped;
+		CHECKF(by == (uint64_t)atomic_load(&L.by_helper),
+		       "case %d: %" PRIu64 " helped, %d seen", c, by, atomic_load(&L.by_helper));
+		CHECK(atomic_load(&L.violations) == 0);
+		CHECK(atomic_load(&st.violations) == 0);
+		if (fail) {
+			CHECKF(rc == SEL_ECUDA, "case %d: %d", c, rc);
+			CHECK(atomic_load(&L.calls[0]) == 0 && atomic_load(&L.rows[0]) == 0);
+			continue;
+		}
+		CHECKF(rc == 0, "case %d: %d", c, rc);
+		CHECK(atomic_load(&L.calls[0]) == 3 && atomic_load(&L.pages[0]) == 130 &&
+		      atomic_load(&L.rows[0]) == 1 && atomic_load(&L.alone[0]) == 130);
+		for (uint32_t k = 0; k < 130; k++)
+			CHECK(atomic_load(&L.seen[0][k]) == 1);
+		CHECK(atomic_load(&L.piece_end[0]) == sp.row_bytes[0]);
+		if (c == 0 && two)
+			CHECK(by > 0);
+		if (c == 1)
+			CHECK(by == 0);
+	}
+	world_close(&w);
+	stub_fini(&st);
 }
 
 /* A rank whose backend cannot open fails the whole set with its message. */
@@ -1409,6 +1522,7 @@ int main(void)
 	test_failure(&rng);
 	test_landed(&rng);
 	test_landed_pieces(&rng);
+	test_landed_shared(&rng);
 	test_open_failure(&rng);
 	test_close(&rng);
 	test_eventfd_and_priority(&rng);

@@ -734,7 +734,8 @@ static int open_store(hel_engine *e)
 	e->landed = (sel_landed_hook){.fn = hel_model_landed,
 				      .ctx = e->model,
 				      .row_piece = hel_model_row_piece,
-				      .page = hel_model_page_landed};
+				      .page = hel_model_page_landed,
+				      .share = hel_model_share};
 	stc.landed = &e->landed;
 	if (cfg->remote_key)
 		memcpy(e->remote_key, cfg->remote_key, sizeof e->remote_key);
@@ -2138,7 +2139,11 @@ static void idle_wait(hel_engine *e)
 	if (store_usable(e) && e->cfg.remote)
 		idle = REMOTE_WAIT_MS;
 	/* A request skipped by its hold recheck: its answer may be in already. */
+	/* Our CPU is free while we wait: a restore may take it (the landed
+	 * hook's share, selene transfer.c "Sharing a restore"). */
+	hel_model_worker_idle(e->model, true);
 	(void)poll(pf, (nfds_t)nfd, e->held_soon ? 1 : live ? IDLE_WAIT_MS : idle);
+	hel_model_worker_idle(e->model, false);
 }
 
 /* Stopping: every request still here finishes "cancelled". */

@@ -158,6 +158,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,8 +368,8 @@ struct hel_model {
 	uint64_t *arm_page;        /* [pages]: its restore's seq, or 0 */
 	uint64_t *arm_row;         /* [rows] */
 	struct page_pre *pre_page; /* [pages * R] */
+	atomic_bool idle;          /* hel_model_worker_idle: the worker waits */
 	struct row_pre *pre_row;   /* [rows * R] */
-	const uint8_t **land_src;  /* [R * npl]: hel_model_page_landed's, per rank */
 	uint64_t *zero_hash;       /* [npl * pt] */
 	uint64_t P_empty, DP_empty;
 	uint64_t *S_zero;     /* [R] */
@@ -572,17 +573,6 @@ static uint64_t partial_sum(const hel_model *m, const uint8_t *row, bool draft)
 	return s;
 }
 
-/* Rank r's term of a page's digest over the planes of one group, plane
- * p's unit at u[p]. */
-static uint64_t units_term(const hel_model *m, const uint8_t *const *u, uint32_t r, bool draft)
-{
-	uint64_t s = 0;
-	for (uint32_t p = 0; p < m->npl; p++)
-		if (m->pl[p].draft == draft)
-			s += unit_sum(m, &m->pl[p], u[p]);
-	return mix64(s + comb(m, r, draft ? C_DPAGE : C_PAGE));
-}
-
 /* Rank r's term of page id's digest over the planes of one group. */
 static uint64_t page_term(const hel_model *m, uint32_t id, uint32_t r, bool draft)
 {
@@ -774,9 +764,8 @@ static int create_planes_memory(hel_model *m)
 	m->arm_row = calloc(m->rows, sizeof *m->arm_row);
 	m->pre_page = calloc((size_t)m->pages * m->R, sizeof *m->pre_page);
 	m->pre_row = calloc((size_t)m->rows * m->R, sizeof *m->pre_row);
-	m->land_src = calloc((size_t)m->R * m->npl, sizeof *m->land_src);
 	if (!m->pbase || !m->pmap || !m->rbase || !m->ps || !m->rs || !m->row_valid ||
-	    !m->arm_page || !m->arm_row || !m->pre_page || !m->pre_row || !m->land_src)
+	    !m->arm_page || !m->arm_row || !m->pre_page || !m->pre_row)
 		return eos_fail(-ENOMEM, "model: out of memory");
 	for (uint32_t p = 0; p < m->npl; p++)
 		m->pmap[p] = (size_t)(m->pl[p].unit * m->pages);
@@ -878,13 +867,13 @@ void hel_model_destroy(hel_model *m)
 		for (uint32_t r = 0; r < m->R; r++)
 			if (m->rbase[r])
 				munmap(m->rbase[r], m->rmap ? m->rmap : 1);
-	void *own[] = {
-		m->pbase,     m->pmap,     m->rbase,      m->ps,       m->rs,      m->row_valid,
-		m->zero_hash, m->S_zero,   m->split_salt, m->comb,     m->pl,      m->h0,
-		m->red,       m->d0,       m->gen,        m->genlist,  m->wq,      m->wo,
-		m->wout,      m->dout,     m->z,          m->hs,       m->lane,    m->att,
-		m->d,         m->dhs,      m->erow,       m->logits,   m->rl,      m->pv,
-		m->qv,        m->arm_page, m->arm_row,    m->pre_page, m->pre_row, m->land_src};
+	void *own[] = {m->pbase,     m->pmap,      m->rbase,   m->ps,         m->rs,
+		       m->row_valid, m->zero_hash, m->S_zero,  m->split_salt, m->comb,
+		       m->pl,        m->h0,        m->red,     m->d0,         m->gen,
+		       m->genlist,   m->wq,        m->wo,      m->wout,       m->dout,
+		       m->z,         m->hs,        m->lane,    m->att,        m->d,
+		       m->dhs,       m->erow,      m->logits,  m->rl,         m->pv,
+		       m->qv,        m->arm_page,  m->arm_row, m->pre_page,   m->pre_row};
 	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
 		free(own[i]);
 	free(m);
@@ -1271,9 +1260,24 @@ void hel_model_landed(void *ctx, uint32_t rank, const uint32_t *pages, uint32_t 
 	}
 }
 
+/* The source of the copy c[0..n) that wrote plane p's unit of page id on
+ * rank r, or NULL; *k is where the search starts and, found, where it was
+ * (the copies come in plane order, so each search takes one step). */
+static const uint8_t *landed_src(const hel_model *m, uint32_t r, uint32_t p, uint32_t id,
+				 const sel_landed_copy *c, uint32_t n, uint32_t *k)
+{
+	const uint8_t *dst = pagep(m, r, p, id);
+	for (uint32_t j = 0; j < n; j++, *k = *k + 1 < n ? *k + 1 : 0)
+		if (c[*k].dst == dst && c[*k].len == m->pl[p].unit)
+			return c[*k].src;
+	return NULL;
+}
+
 /* On a transfer thread, like hel_model_landed, before its call for the
  * page's window: rank r's terms of page id from the sources its planes
- * were just copied from (in the cache), each found by its destination. */
+ * were just copied from (in the cache), each found by its destination.
+ * Two threads may run it at once for different pages of one restore
+ * (transfer.c "Sharing a restore"): it writes only page id's pre_page. */
 void hel_model_page_landed(void *ctx, uint32_t rank, uint32_t id, const sel_landed_copy *c,
 			   uint32_t n)
 {
@@ -1281,21 +1285,30 @@ void hel_model_page_landed(void *ctx, uint32_t rank, uint32_t id, const sel_land
 	uint32_t r = m->lo + rank;
 	if (r >= m->hi || id >= m->pages || !m->arm_page[id])
 		return;
-	const uint8_t **u = m->land_src + (size_t)r * m->npl;
+	uint64_t s[2] = {0, 0};
 	for (uint32_t p = 0, k = 0; p < m->npl; p++) {
-		const uint8_t *dst = pagep(m, r, p, id);
-		uint32_t j = 0;
-		for (; j < n; j++, k = k + 1 < n ? k + 1 : 0)
-			if (c[k].dst == dst && c[k].len == m->pl[p].unit)
-				break;
-		if (j == n)
+		const uint8_t *src = landed_src(m, r, p, id, c, n, &k);
+		if (!src)
 			return; /* not one copy per plane: hel_model_landed reads the bytes */
-		u[p] = c[k].src;
+		if (m->pl[p].draft && !m->spec)
+			continue;
+		s[m->pl[p].draft] += unit_sum(m, &m->pl[p], src);
 	}
 	struct page_pre *pre = &m->pre_page[(size_t)id * m->R + r];
-	pre->term = units_term(m, u, r, false);
-	pre->dterm = m->spec ? units_term(m, u, r, true) : 0;
+	pre->term = mix64(s[0] + comb(m, r, C_PAGE));
+	pre->dterm = m->spec ? mix64(s[1] + comb(m, r, C_DPAGE)) : 0;
 	pre->seq = m->arm_page[id];
+}
+
+void hel_model_worker_idle(hel_model *m, bool idle)
+{
+	atomic_store_explicit(&m->idle, idle, memory_order_relaxed);
+}
+
+bool hel_model_share(void *model)
+{
+	hel_model *m = model;
+	return atomic_load_explicit(&m->idle, memory_order_relaxed);
 }
 
 /* On a transfer thread, like hel_model_landed, before its call for the

@@ -188,6 +188,11 @@ void hel_model_row_piece(void *model, uint32_t rank, uint32_t slot, uint64_t off
  * then keeps. */
 void hel_model_page_landed(void *model, uint32_t rank, uint32_t page, const sel_landed_copy *copies,
 			   uint32_t n);
+/* The worker's CPU is free (idle true: it is about to wait) or not; a
+ * sel_landed_hook's share says so to the transfer threads, which then copy
+ * a restore on two threads (selene transfer.c "Sharing a restore"). */
+void hel_model_worker_idle(hel_model *m, bool idle);
+bool hel_model_share(void *model);
 /* Checker (STYLE 9): recompute every summary of every loaded page and row
  * and compare.  0, or SEL_ECORRUPT naming the first mismatch (bytes changed
  * behind the model's back).  Cost: all bytes; for tests and debug builds. */

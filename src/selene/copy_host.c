@@ -559,4 +559,5 @@ const struct sel_copy_backend sel_copy_backend_host = {
 	.host_unregister = host_unregister,
 	.max_call_bytes = 0,
 	.max_call_entries = 0,
+	.cold_any_thread = true,
 };

@@ -116,7 +116,33 @@
  * window alone: one cold call of its planes, then page with the call's
  * copies (destination, source, length), before fn for the window.  Such
  * calls are below the helper's split size (copy_host.c "Splitting"), so
- * a rank's thread copies them alone.
+ * a rank's thread copies them alone -- unless the restore is shared.
+ *
+ * Sharing a restore (issue 18).  With the page hook, one thread copies
+ * and summarises a restore (a 200 MiB 8K-token Qwen-like record: 40-55
+ * ms of one CPU, half of it the hook's hashing), while the model worker,
+ * which waits for it, leaves its CPU idle.  So a hook with share (the
+ * engine's "my worker is idle now") lets a rank's thread take a second
+ * thread, its helper (started at its first shared restore, stopped when
+ * the rank's thread exits; nice 10 like it), for every copy-in job with
+ * more than one page: the rank's thread copies the row first (in pieces,
+ * as above) and then takes pages, the helper takes pages from the first,
+ * both by one atomic counter, each page alone with its page hook on the
+ * thread that copied it.  The helper asks share before each page, so it
+ * stops within a page once the worker runs again, and while share says no
+ * it looks again every HELP_WAIT_NS (0.5 ms: the worker usually goes idle
+ * just after the job starts, once its loop reaches its wait), costing a
+ * busy worker's CPU one short wake per 0.5 ms of a restore at most.  The
+ * rank's thread then waits for the helper's page
+ * in hand (under the helper's mutex: done_cv), adds its bytes, and calls
+ * fn for every window, in order, after all the restore's copies landed;
+ * a failure on either thread stops both and skips fn (run_shared).  A
+ * helper that wakes only after the rank's thread finished takes nothing.
+ * Only backends whose cold calls may run on another thread
+ * (cold_any_thread: the host's) share, and a rank has a helper only while
+ * every rank up to it can have two CPUs (the worker's among them, free
+ * while it shares): rank 0 of a TP=1 store from 2 CPUs.  A job the hook
+ * does not share runs as before, window by window.
  *
  * Close.  Closing stops submission, marks every ring stopped, and waits on a
  * monotonic condition variable until each thread has drained its ring and
@@ -157,6 +183,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +205,9 @@
  * most this many bytes, each reported as it lands, while its source is
  * still in the core's cache (DESIGN "Landed windows"). */
 #define ROW_PIECE (256ull << 10)
+/* A helper whose hook does not share yet looks again this often (DESIGN
+ * "Sharing a restore"). */
+#define HELP_WAIT_NS (500 * 1000ull)
 
 static inline void cpu_relax(void)
 {
@@ -397,6 +427,212 @@ static int run_job(struct rank *rk, const struct sel_xfer_job *job)
 	return rc;
 }
 
+/* ---- Sharing a restore (see DESIGN) -------------------------------------- */
+
+/* Take pages of job by index until none is left: 0 or the first failure,
+ * after which nobody takes more. */
+static int take_pages(struct rank *rk, struct help *h, const struct sel_xfer_job *job)
+{
+	uint32_t n = job->n_pages, i;
+	int rc = 0;
+	while (!rc && (i = atomic_fetch_add(&h->next, 1)) < n)
+		if ((rc = push_page_alone(rk, job, i)))
+			atomic_store(&h->next, n);
+	return rc;
+}
+
+/* The helper's part of task seq (mu held on entry and return): while
+ * pages are left and the task is still posted, a page whenever the hook
+ * shares, else a wait of at most HELP_WAIT_NS for the worker to go idle.
+ * 0 or the first failure. */
+static int help_task(struct help *h, const struct sel_xfer_job *job, uint64_t seq)
+{
+	const sel_landed_hook *lh = &h->lane.x->landed;
+	uint32_t n = job->n_pages, i;
+	int rc = 0;
+	while (!rc && h->job == job && h->seq == seq && atomic_load(&h->next) < n) {
+		if (!lh->share(lh->ctx)) {
+			struct timespec ts;
+			uint64_t t = eos_now_ns() + HELP_WAIT_NS;
+			ts.tv_sec = (time_t)(t / 1000000000u);
+			ts.tv_nsec = (long)(t % 1000000000u);
+			(void)pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+			continue;
+		}
+		pthread_mutex_unlock(&h->mu);
+		if ((i = atomic_fetch_add(&h->next, 1)) < n) {
+			if ((rc = push_page_alone(&h->lane, job, i)))
+				atomic_store(&h->next, n);
+			else
+				atomic_fetch_add_explicit(&h->pages, 1, memory_order_relaxed);
+		}
+		pthread_mutex_lock(&h->mu);
+	}
+	return rc;
+}
+
+static void *help_main(void *arg)
+{
+	struct help *h = arg;
+	uint64_t seen = 0;
+	char name[16];
+	snprintf(name, sizeof(name), "sel-xfer-h%" PRIu32, h->lane.r);
+	eos_thread_name(name);
+	(void)eos_thread_lower_priority(XFER_NICE);
+	pthread_mutex_lock(&h->mu);
+	for (;;) {
+		while (!h->stop && (!h->job || h->seq == seen))
+			pthread_cond_wait(&h->cv, &h->mu);
+		if (h->stop)
+			break;
+		seen = h->seq;
+		h->in_task = true;
+		h->rc = help_task(h, h->job, seen);
+		h->in_task = false;
+		pthread_cond_signal(&h->done_cv);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+/* Whether rank r may have a helper: while every rank up to it can have two
+ * of the CPUs this process may run on (its thread and its helper; the
+ * model worker's CPU is among them, free while it shares). */
+static bool help_wanted(uint32_t r)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return false;
+	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)r + 1);
+}
+
+static void help_free(struct help *h)
+{
+	if (!h)
+		return;
+	free(h->lane.call);
+	free(h->lane.page_copies);
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->done_cv);
+	free(h);
+}
+
+/* rk's helper, started on its first wanted restore; NULL where it cannot
+ * be (then the rank copies alone, as before). */
+static struct help *help_get(struct rank *rk)
+{
+	if (rk->help || rk->help_tried)
+		return rk->help;
+	rk->help_tried = true;
+	if (!help_wanted(rk->r))
+		return NULL;
+	struct help *h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	h->lane =
+		(struct rank){.x = rk->x, .r = rk->r, .state = rk->state, .call_cap = rk->call_cap};
+	h->lane.call = calloc(rk->call_cap, sizeof(*h->lane.call));
+	h->lane.page_copies = calloc(rk->call_cap, sizeof(*h->lane.page_copies));
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, &ca);
+	pthread_cond_init(&h->done_cv, NULL);
+	pthread_condattr_destroy(&ca);
+	if (!h->lane.call || !h->lane.page_copies ||
+	    pthread_create(&h->tid, NULL, help_main, h) != 0) {
+		help_free(h);
+		return NULL;
+	}
+	return rk->help = h;
+}
+
+/* At the rank thread's exit: the helper is between tasks (run_shared
+ * waits for its part), so it stops at once. */
+static void help_stop(struct rank *rk)
+{
+	struct help *h = rk->help;
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->stop = true;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	pthread_join(h->tid, NULL);
+}
+
+/* Whether job is shared: a copy-in of more than one page with the page
+ * hook and share, a backend whose cold calls may run on a second thread,
+ * and a helper.  (Whether the worker's CPU is free the helper asks before
+ * each page: the worker may go idle only after the job started.) */
+static struct help *shared(struct rank *rk, const struct sel_xfer_job *job)
+{
+	const sel_landed_hook *lh = &rk->x->landed;
+	if (job->dir != SEL_COPY_IN || !lh->page || !lh->share || !rk->x->be.cold_any_thread ||
+	    job->n_pages < 2)
+		return NULL;
+	return help_get(rk);
+}
+
+/* Copy this rank's part of job with the helper: the rank's thread takes
+ * the row first and then pages, the helper pages from the start; each page
+ * alone (push_page_alone), so each lands with its hook on the thread that
+ * copied it.  Once both are done, the landed hook's fn for every window.
+ * 0 or the first failure (then no fn call). */
+static int run_shared(struct rank *rk, struct help *h, const struct sel_xfer_job *job)
+{
+	uint32_t n = job->n_pages;
+	int rc = 0;
+	rk->dir = h->lane.dir = job->dir;
+	rk->job_bytes = h->lane.job_bytes = 0;
+	h->lane.abandoned = false;
+	atomic_store(&h->next, 0);
+	pthread_mutex_lock(&h->mu);
+	h->job = job;
+	h->seq++;
+	h->rc = 0;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	if (job->row && !(rc = push_row(rk, job)))
+		rc = flush(rk);
+	if (rc)
+		atomic_store(&h->next, n);
+	else
+		rc = take_pages(rk, h, job);
+	pthread_mutex_lock(&h->mu);
+	h->job = NULL;               /* a helper waking only now takes no part */
+	pthread_cond_signal(&h->cv); /* one waiting for share: the task ended */
+	while (h->in_task)
+		pthread_cond_wait(&h->done_cv, &h->mu);
+	int hrc = h->rc;
+	pthread_mutex_unlock(&h->mu);
+	rk->job_bytes += h->lane.job_bytes;
+	if (h->lane.abandoned)
+		rk->abandoned = true;
+	rc = rc ? rc : hrc;
+	for (uint32_t from = 0; !rc && !rk->abandoned;) {
+		uint32_t end = n - from > SEL_WINDOW_PAGES ? from + SEL_WINDOW_PAGES : n;
+		landed(rk, job, from, end);
+		if ((from = end) >= n)
+			break;
+	}
+	rk->ncall = 0;
+	rk->call_bytes = 0;
+	return rc;
+}
+
+uint64_t sel_xfer_helped(const sel_xfer *x)
+{
+	uint64_t n = 0;
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		struct help *h = x->rank[r].help;
+		n += h ? atomic_load_explicit(&h->pages, memory_order_relaxed) : 0;
+	}
+	return n;
+}
+
 /* ---- Compare and pack (design 2.5) -------------------------------------- */
 
 static bool pages_equal(const sel_xfer *x, const struct sel_xfer_job *job)
@@ -611,11 +847,13 @@ static void *rank_main(void *arg)
 	if (rc == 0) {
 		struct sel_xfer_job *job;
 		while ((job = ring_pop(rk)) != NULL) {
-			int jrc = run_job(rk, job);
+			struct help *h = shared(rk, job);
+			int jrc = h ? run_shared(rk, h, job) : run_job(rk, job);
 			if (rk->abandoned)
 				break; /* close gave up on us: the job is no longer ours */
 			report(rk, job, jrc);
 		}
+		help_stop(rk);
 		if (!atomic_load(&x->abandon) && x->be.close_rank)
 			x->be.close_rank(rk->state);
 	}
@@ -658,6 +896,7 @@ static void free_set(sel_xfer *x)
 			free(x->rank[r].ring.q);
 			free(x->rank[r].call);
 			free(x->rank[r].page_copies);
+			help_free(x->rank[r].help);
 			pthread_mutex_destroy(&x->rank[r].ring.lock);
 			pthread_cond_destroy(&x->rank[r].ring.cv);
 		}

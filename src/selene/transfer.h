@@ -84,6 +84,10 @@ struct sel_copy_backend {
 	 * into pieces, to respect them. */
 	uint64_t max_call_bytes;
 	uint32_t max_call_entries;
+	/* copy_cold may run on a second thread with the rank's state while
+	 * the rank's thread runs copy or copy_cold (transfer.c "Sharing a
+	 * restore"): the host backend, whose cold calls use no rank state. */
+	bool cold_any_thread;
 };
 
 /* The host backend: copies on the transfer thread (and its helper, below);
@@ -275,6 +279,10 @@ void sel_xfer_set_spin(sel_xfer *x, uint64_t spin_ns);
 int sel_xfer_kick(sel_xfer *x);
 /* Signals sent so far by submissions and kicks (each one a futex wake). */
 uint64_t sel_xfer_wakes(const sel_xfer *x);
+
+/* Pages the ranks' helpers copied in shared restores (transfer.c "Sharing
+ * a restore"), for tests and stats. */
+uint64_t sel_xfer_helped(const sel_xfer *x);
 /* Ranks whose thread is asleep now (tests). */
 uint32_t sel_xfer_sleeping(const sel_xfer *x);
 

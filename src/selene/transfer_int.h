@@ -25,6 +25,8 @@ struct ring {
 	_Atomic uint32_t seq;
 };
 
+struct help;
+
 struct rank {
 	sel_xfer *x;
 	uint32_t r;
@@ -41,6 +43,28 @@ struct rank {
 	uint64_t job_bytes;
 	enum sel_copy_dir dir;
 	bool abandoned;
+	struct help *help; /* the thread sharing restores, or NULL (transfer.c) */
+	bool help_tried;   /* help was wanted once: not again */
+};
+
+/* A rank's second thread for restores (transfer.c "Sharing a restore"). */
+struct help {
+	pthread_t tid;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* the helper waits for a task or stop */
+	pthread_cond_t done_cv; /* the rank's thread waits for the helper's part */
+	/* Under mu. */
+	const struct sel_xfer_job *job; /* the task the helper may join, or NULL */
+	uint64_t seq;                   /* bumped with each task posted */
+	bool in_task;                   /* the helper is copying pages of job */
+	bool stop;
+	int rc; /* the helper's first failure in the last task */
+	/* The next page index of job to take, by either thread. */
+	_Atomic uint32_t next;
+	/* The helper's own call buffers and copy state (x, r, state and dir
+	 * as its rank's); read by the rank's thread once in_task is false. */
+	struct rank lane;
+	_Atomic uint64_t pages; /* pages the helper copied (sel_xfer_helped) */
 };
 
 struct sel_xfer {
