@@ -218,6 +218,10 @@ int eos_thread_lower_priority(int nice);
 /* Name the calling thread (truncated to 15 bytes) for top and gdb. */
 void eos_thread_name(const char *name);
 
+/* The CPUs this process may run on (its affinity mask), or 0 when the
+ * kernel does not say: the rules that give copy threads helpers. */
+uint32_t eos_cpus_allowed(void);
+
 /* ---- Clocks ------------------------------------------------------------ */
 
 uint64_t eos_now_ns(void);        /* CLOCK_MONOTONIC */

@@ -125,3 +125,11 @@ void eos_thread_name(const char *name)
 	buf[n] = '\0';
 	pthread_setname_np(pthread_self(), buf);
 }
+
+uint32_t eos_cpus_allowed(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return 0;
+	return (uint32_t)CPU_COUNT(&set);
+}

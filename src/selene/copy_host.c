@@ -93,7 +93,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -489,10 +488,7 @@ uint64_t sel_host_lane_helped(struct sel_host_lane *l)
  * two CPUs of those this process may run on, and the model worker one. */
 static bool lane_wanted(uint32_t rank)
 {
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return false;
-	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)rank + 1) + 1;
+	return eos_cpus_allowed() >= 2 * ((uint64_t)rank + 1) + 1;
 }
 
 /* The rank's state is its helper, or NULL: a helper that cannot start

@@ -183,7 +183,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,6 +207,15 @@
 /* A helper whose hook does not share yet looks again this often (DESIGN
  * "Sharing a restore"). */
 #define HELP_WAIT_NS (500 * 1000ull)
+
+/* Wait on cv (a CLOCK_MONOTONIC one, mu held) for at most ns. */
+static void wait_for(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ns)
+{
+	uint64_t t = eos_now_ns() + ns;
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000u),
+			      .tv_nsec = (long)(t % 1000000000u)};
+	(void)pthread_cond_timedwait(cv, mu, &ts);
+}
 
 static inline void cpu_relax(void)
 {
@@ -452,11 +460,7 @@ static int help_task(struct help *h, const struct sel_xfer_job *job, uint64_t se
 	int rc = 0;
 	while (!rc && h->job == job && h->seq == seq && atomic_load(&h->next) < n) {
 		if (!lh->share(lh->ctx)) {
-			struct timespec ts;
-			uint64_t t = eos_now_ns() + HELP_WAIT_NS;
-			ts.tv_sec = (time_t)(t / 1000000000u);
-			ts.tv_nsec = (long)(t % 1000000000u);
-			(void)pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+			wait_for(&h->cv, &h->mu, HELP_WAIT_NS);
 			continue;
 		}
 		pthread_mutex_unlock(&h->mu);
@@ -498,13 +502,7 @@ static void *help_main(void *arg)
 /* Whether rank r may have a helper: while every rank up to it can have two
  * of the CPUs this process may run on (its thread and its helper; the
  * model worker's CPU is among them, free while it shares). */
-static bool help_wanted(uint32_t r)
-{
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return false;
-	return (uint64_t)CPU_COUNT(&set) >= 2 * ((uint64_t)r + 1);
-}
+static bool help_wanted(uint32_t r) { return eos_cpus_allowed() >= 2 * ((uint64_t)r + 1); }
 
 static void help_free(struct help *h)
 {
@@ -773,11 +771,7 @@ static void ring_sleep(struct rank *rk)
 	struct ring *q = &rk->ring;
 	q->asleep = true;
 	if (atomic_load(&rk->x->defer)) {
-		struct timespec ts;
-		uint64_t t = eos_now_ns() + XFER_BACKSTOP_NS;
-		ts.tv_sec = (time_t)(t / 1000000000u);
-		ts.tv_nsec = (long)(t % 1000000000u);
-		(void)pthread_cond_timedwait(&q->cv, &q->lock, &ts);
+		wait_for(&q->cv, &q->lock, XFER_BACKSTOP_NS);
 	} else {
 		pthread_cond_wait(&q->cv, &q->lock);
 	}
