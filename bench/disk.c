@@ -225,9 +225,17 @@ static void bench_throughput(const char *base, uint64_t total)
 		if (fio && fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
 		set_jobs(jobs, nrec, SEL_DISK_WRITE, src_pages, src_iov, npieces);
-		double c0 = thread_cpu_s("sel-disk");
+		double c0 = thread_cpu_s("sel-disk"), t0 = now_s();
+		struct sel_disk_stats s0, s1;
+		sel_disk_stats(d, &s0);
 		wbw[round] = run_jobs(d, jobs, nrec, 4);
+		sel_disk_stats(d, &s1);
 		wcpu += thread_cpu_s("sel-disk") - c0;
+		uint64_t busy = s1.write_busy_ns - s0.write_busy_ns;
+		printf("round %d: write depth %.1f requests while busy, busy %.0f%% of the time\n",
+		       round,
+		       busy ? (double)(s1.write_depth_ns - s0.write_depth_ns) / (double)busy : 0,
+		       100.0 * (double)busy / 1e9 / (now_s() - t0));
 		wbytes += (double)bytes;
 		if (fio && !fio_first && (fw[round] = bench_fio_bw(lk.path, "write", bytes)) <= 0)
 			fio = false;
