@@ -353,6 +353,42 @@ static void test_reuse(void)
 	sel_slab_destroy(p);
 }
 
+/* sel_slab_warm reads exactly what the next allocation of n takes (the
+ * stack's top n and their positions) and changes nothing; n beyond the
+ * free count reads only what is free. */
+static void test_warm(void)
+{
+	sel_slab_pool *p;
+	uint32_t a[7], b[5];
+	CHECK_OK(sel_slab_create(8192, 20, 8, false, NULL, &p));
+	CHECK_OK(sel_slab_alloc(p, 7, SEL_SLAB_WARM, a));
+	CHECK_OK(sel_slab_free(p, a + 2, 3)); /* the stack's top is no longer in id order */
+	uint64_t f = sel_slab_free_count(p);
+	uint32_t w = sel_slab_warm(p, 5);
+	CHECK(sel_slab_free_count(p) == f);
+	CHECK_OK(sel_slab_check(p));
+	CHECK(sel_slab_warm(p, 5) == w); /* nothing moved */
+	CHECK_OK(sel_slab_alloc(p, 5, SEL_SLAB_WARM, b));
+	uint32_t want = 0;
+	for (uint32_t i = 0; i < 5; i++)
+		want += b[i] + (uint32_t)(f - 1 - i);
+	CHECK(w == want);
+	CHECK_OK(sel_slab_free(p, b, 5));
+	/* More than is free: only the free part, and still nothing moved. */
+	uint32_t all[28];
+	uint64_t left = sel_slab_free_count(p);
+	CHECK_OK(sel_slab_alloc(p, (uint32_t)left, SEL_SLAB_INTAKE, all));
+	CHECK(sel_slab_warm(p, 1000) == 0);
+	CHECK_OK(sel_slab_free(p, all, (uint32_t)left));
+	(void)sel_slab_warm(p, 1000);
+	CHECK(sel_slab_free_count(p) == left);
+	CHECK_OK(sel_slab_check(p));
+	CHECK_OK(sel_slab_free(p, a, 2));
+	CHECK_OK(sel_slab_free(p, a + 5, 2));
+	CHECK(sel_slab_free_count(p) == 28);
+	sel_slab_destroy(p);
+}
+
 /* Staging: take intake slots for a window, use them, release them; nothing
  * is retained, so the counts return to where they started. */
 static void test_staging_release(void)
@@ -818,6 +854,7 @@ int main(void)
 	test_alignment();
 	test_exhaustion();
 	test_reuse();
+	test_warm();
 	test_staging_release();
 	test_multi_piece_rows();
 	test_intake_slots();

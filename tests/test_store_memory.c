@@ -1288,6 +1288,11 @@ static void test_keep_warm(void)
 	sel_published cp = sfx_ckpt_row(&fx.f, &cv, 256, 0, 1, 1, false);
 	put_ok(&fx, &cp);
 	CHECK(one_event(fx.s).type == SEL_EV_STORED);
+	/* The passes also walk the put's path (the index, an allocation of the
+	 * last put's size, the free slots and the eviction end, the transfer
+	 * set's submission locks): the store is unchanged by them. */
+	sel_stats before, after;
+	sel_store_stats(fx.s, &before);
 	for (int i = 0; i < 3; i++) {
 		poll_at(fx.s, P / 2);
 		poll_at(fx.s, P / 2);
@@ -1299,6 +1304,25 @@ static void test_keep_warm(void)
 	/* Nothing was owed on the completion eventfd at any pass: each one
 	 * also read it (EAGAIN), and the put's completion still came. */
 	CHECK(warm_reads(fx.s) == 7);
+	sel_store_stats(fx.s, &after);
+	CHECK(after.slots_in_use == before.slots_in_use &&
+	      after.intake_slots == before.intake_slots);
+	CHECK(after.tier[SEL_TIER_MEMORY].records == before.tier[SEL_TIER_MEMORY].records);
+	CHECK(after.tier[SEL_TIER_MEMORY].evicted == before.tier[SEL_TIER_MEMORY].evicted);
+	CHECK_OK(sel_memory_store_check(fx.s));
+	/* A put and a fetch after the passes: their locks were left free. */
+	struct sfx_conv cv2;
+	sfx_conv_init(&fx.f, &cv2, 96, 300, 100);
+	sel_published cp2 = sfx_ckpt_row(&fx.f, &cv2, 256, 0, 2, 2, false);
+	put_ok(&fx, &cp2);
+	CHECK(one_event(fx.s).type == SEL_EV_STORED);
+	poll_at(fx.s, P / 2);
+	poll_at(fx.s, P / 2);
+	sel_hit hit;
+	CHECK_RC(sel_store_lookup(fx.s, &cv2.h, 0, 256, &hit), 1);
+	CHECK(sel_key_eq(&hit.key, &cp2.key));
+	CHECK_OK(sel_memory_store_check(fx.s));
+	sfx_conv_free(&cv2);
 	sfx_conv_free(&cv);
 	fx_free(&fx);
 }

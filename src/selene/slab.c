@@ -393,6 +393,18 @@ bool sel_slab_can_alloc(const sel_slab_pool *p, uint32_t n, enum sel_slab_class 
 	return n <= avail(p, cls);
 }
 
+uint32_t sel_slab_warm(const sel_slab_pool *p, uint32_t n)
+{
+	uint32_t acc = 0;
+	if (n > p->nfree)
+		n = p->nfree;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = p->stack[p->nfree - 1 - i];
+		acc += s + p->where[s];
+	}
+	return acc;
+}
+
 int sel_slab_alloc(sel_slab_pool *p, uint32_t n, enum sel_slab_class cls, uint32_t *out)
 {
 	assert(cls == SEL_SLAB_WARM || cls == SEL_SLAB_INTAKE);

@@ -113,6 +113,12 @@ int sel_slab_alloc(sel_slab_pool *p, uint32_t n, enum sel_slab_class cls, uint32
 int sel_slab_free(sel_slab_pool *p, const uint32_t *slots, uint32_t n);
 /* Would an allocation of n slots of class cls succeed now? */
 bool sel_slab_can_alloc(const sel_slab_pool *p, uint32_t n, enum sel_slab_class cls);
+/* Read, changing nothing, what an allocation of n slots would touch next
+ * (the free stack's top n entries and their position words), so that a
+ * caller that allocates after a long time away finds them in cache (the
+ * stores' warm pass, store_common.c "Keeping the lookup warm").  Returns
+ * a value of them for the caller to keep the reads alive. */
+uint32_t sel_slab_warm(const sel_slab_pool *p, uint32_t n);
 
 void *sel_slab_addr(const sel_slab_pool *p, uint32_t slot);
 void *sel_slab_base(const sel_slab_pool *p);

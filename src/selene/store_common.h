@@ -194,6 +194,11 @@ struct sel_core {
 	uint64_t poll_at;    /* the store clock's time of the last poll */
 	uint64_t warm_at;    /* ... and of the last warm pass */
 	sel_digest warm_acc; /* what the warm passes hash into */
+	/* The put's path in the warm pass: the bytes of the store's last
+	 * per-put allocation (0: none), and the store's own read-only touches
+	 * (NULL: none). */
+	size_t warm_alloc;
+	void (*warm_more)(struct sel_core *c);
 
 	/* The pool's numbers, copied for the hot paths. */
 	uint32_t ranks, pt, row_slots;
@@ -480,8 +485,9 @@ void sel_core_expire(struct sel_core *c,
 		     bool (*droppable)(void *ctx, const sel_index *ix, sel_node_id id));
 
 /* While the worker loops (polls within SEL_WARM_PERIOD_NS of each other),
- * the lookup's hash once per period on scratch bytes (store_common.c
- * "Keeping the lookup warm"); called at the top of a core store's poll. */
+ * the lookup's hash and the put's path, read only, once per period
+ * (store_common.c "Keeping the lookup warm"); called at the top of a core
+ * store's poll. */
 void sel_core_keep_warm(struct sel_core *c);
 
 /* The stats every core store reports: its counters, the pool's slots, the

@@ -254,6 +254,23 @@ int ms_make_room(struct mem_store *ms, uint32_t n)
 	return sel_core_evict_until(&ms->c, warm_fits, n) ? 0 : -ENOSPC;
 }
 
+/* The put's path, read only (the warm pass, sel_core_keep_warm): the free
+ * slots a put of the last one's size takes next, and the least recently
+ * used record with its slot ids, where the put's evictions look first. */
+static void ms_warm(struct sel_core *c)
+{
+	struct mem_store *ms = (struct mem_store *)c;
+	uint32_t acc = sel_slab_warm(ms->pool, ms->warm_need);
+	sel_node_id id = sel_index_next_lru(c->ix, SEL_NODE_NONE);
+	if (id != SEL_NODE_NONE) {
+		const struct mrec *r = ms_rec(ms, id);
+		uint32_t n = r->slots ? rec_slots(r) : 0;
+		for (uint32_t i = 0; i < n; i += 16) /* one read per cache line */
+			acc += r->slots[i];
+	}
+	__asm__ volatile("" : : "r"(acc));
+}
+
 /* ---- put ------------------------------------------------------------------ */
 
 /* The copy-out job of a put: one block of the descriptor, the tail's page
@@ -383,6 +400,8 @@ static sel_outcome put_inner(struct sel_core *c, const sel_published *cp,
 	r->out = j;
 	outs_push(&ms->outs, j);
 	ms->c.st.inflight_out++;
+	ms->c.warm_alloc = sizeof(struct mjob) + ((size_t)p->tail + need) * sizeof(uint32_t);
+	ms->warm_need = need;
 	debug_check(ms);
 	return SEL_QUEUED;
 
@@ -620,6 +639,7 @@ static int open_on(const sel_store_config *cfg, struct sel_store_pool *sp, bool 
 	/* The end of the local chain only when memory is the last tier; in a
 	 * composite the record stays on disk. */
 	ms->c.end_of_chain = own;
+	ms->c.warm_more = ms_warm;
 	if (rc == 0 && sp->warm == 0)
 		rc = eos_fail(-EINVAL, "memory store: the pool has no warm slots");
 	if (rc == 0)

@@ -80,6 +80,7 @@ struct mem_store {
 	struct mfetch_fifo fin;     /* fetches finished without a last completion */
 
 	uint32_t refused_need; /* slots the last refused put needed */
+	uint32_t warm_need;    /* slots the last queued put took (the warm pass) */
 };
 
 #define debug_check(ms) SEL_DEBUG_CHECK(sel_memory_store_check, &(ms)->c.base)

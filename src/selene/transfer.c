@@ -1319,6 +1319,13 @@ int sel_xfer_poll(sel_xfer *x, struct sel_xfer_job **done, size_t cap)
 bool sel_xfer_warm(sel_xfer *x)
 {
 	bool read = false;
+	/* The submission's locks, taken and left (sel_xfer_submit's path). */
+	pthread_mutex_lock(&x->submit);
+	for (uint32_t r = 0; r < x->ranks; r++) {
+		pthread_mutex_lock(&x->rank[r].ring.lock);
+		pthread_mutex_unlock(&x->rank[r].ring.lock);
+	}
+	pthread_mutex_unlock(&x->submit);
 	pthread_mutex_lock(&x->done);
 	if (x->ndone == 0 && x->owed == x->consumed) {
 		/* Every owed write was consumed and none is on its way (a new
